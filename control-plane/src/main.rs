@@ -1,0 +1,2 @@
+//! Placeholder; filled by a later issue.
+fn main() {}

@@ -1,0 +1,181 @@
+//! The health view the engine reads (cooldowns, health records, in-flight counts, breakers,
+//! sticky bindings) and the pure update rules that state stores apply to health records, so
+//! every store computes them the same way.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ChannelId, CredentialId, MemberId, RouteId, UnixMillis};
+
+/// EWMA smoothing factor for latency samples.
+pub const LATENCY_ALPHA: f64 = 0.2;
+
+/// Latency and error history of one (channel, upstream model).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HealthRecord {
+    /// EWMA of successful responses' latency (time to first byte for streams). `None`: no sample.
+    pub latency_ms: Option<f64>,
+    /// 0..=1; rises toward 1 on failures and decays on successes.
+    pub error_propensity: f64,
+}
+
+impl HealthRecord {
+    /// A successful response after `latency_ms`: first sample taken as is, then EWMA (α = 0.2);
+    /// error propensity halves.
+    pub fn on_success(self, latency_ms: f64) -> HealthRecord {
+        let latency_ms = sanitize_latency(latency_ms);
+        HealthRecord {
+            latency_ms: Some(match self.latency_ms {
+                Some(prev) if prev.is_finite() => {
+                    LATENCY_ALPHA * latency_ms + (1.0 - LATENCY_ALPHA) * prev
+                }
+                _ => latency_ms,
+            }),
+            error_propensity: clamp_unit(0.5 * self.error_propensity),
+        }
+    }
+
+    /// A failed attempt: propensity becomes `0.5 + 0.5 × p` (first failure 0.5, third 0.875).
+    pub fn on_failure(self) -> HealthRecord {
+        HealthRecord {
+            latency_ms: self.latency_ms,
+            error_propensity: clamp_unit(0.5 + 0.5 * clamp_unit(self.error_propensity)),
+        }
+    }
+}
+
+fn sanitize_latency(ms: f64) -> f64 {
+    if ms.is_finite() && ms >= 0.0 {
+        ms
+    } else {
+        0.0
+    }
+}
+
+/// Bad health data (NaN, out of range) never breaks selection: it is clamped here.
+pub(crate) fn clamp_unit(x: f64) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        x.clamp(0.0, 1.0)
+    }
+}
+
+/// A session's binding to a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StickyBinding {
+    pub member_id: MemberId,
+    pub expires_at: UnixMillis,
+}
+
+/// What the engine needs to know about live runtime state. Implemented by the state stores'
+/// local views (hot path: plain memory reads) and by [`HealthSnapshot`] (tests, explain).
+///
+/// Every method has a neutral default, so a view only implements what it tracks.
+pub trait HealthView {
+    /// When the member's cooldown ends, if it has one (may be in the past).
+    fn cooldown_until(&self, _member: MemberId) -> Option<UnixMillis> {
+        None
+    }
+    fn health(&self, _channel: ChannelId, _upstream_model: &str) -> HealthRecord {
+        HealthRecord::default()
+    }
+    /// Requests in flight on the channel, fleet-wide.
+    fn in_flight(&self, _channel: ChannelId) -> u32 {
+        0
+    }
+    /// The channel's breaker has tripped (shared state, ahead of the snapshot's status).
+    fn breaker_open(&self, _channel: ChannelId) -> bool {
+        false
+    }
+    /// The credential was disabled at runtime (a keyword rule on a multi-key channel).
+    fn credential_disabled(&self, _credential: CredentialId) -> bool {
+        false
+    }
+    /// The canary member has earned promotion to the stable pool.
+    fn canary_promoted(&self, _member: MemberId) -> bool {
+        false
+    }
+    /// The session's binding on this route, if any (may be expired).
+    fn sticky(&self, _route: RouteId, _session_key: &str) -> Option<StickyBinding> {
+        None
+    }
+}
+
+/// A plain-data health view: what explain serialises from a store, and what tests build.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HealthSnapshot {
+    pub cooldowns: HashMap<MemberId, UnixMillis>,
+    pub health: HashMap<(ChannelId, String), HealthRecord>,
+    pub in_flight: HashMap<ChannelId, u32>,
+    pub breakers_open: Vec<ChannelId>,
+    pub credentials_disabled: Vec<CredentialId>,
+    pub canaries_promoted: Vec<MemberId>,
+    pub sticky: HashMap<(RouteId, String), StickyBinding>,
+}
+
+impl HealthView for HealthSnapshot {
+    fn cooldown_until(&self, member: MemberId) -> Option<UnixMillis> {
+        self.cooldowns.get(&member).copied()
+    }
+    fn health(&self, channel: ChannelId, upstream_model: &str) -> HealthRecord {
+        // Keyed by an owned string; explain and tests are not the hot path.
+        self.health
+            .get(&(channel, upstream_model.to_owned()))
+            .copied()
+            .unwrap_or_default()
+    }
+    fn in_flight(&self, channel: ChannelId) -> u32 {
+        self.in_flight.get(&channel).copied().unwrap_or(0)
+    }
+    fn breaker_open(&self, channel: ChannelId) -> bool {
+        self.breakers_open.contains(&channel)
+    }
+    fn credential_disabled(&self, credential: CredentialId) -> bool {
+        self.credentials_disabled.contains(&credential)
+    }
+    fn canary_promoted(&self, member: MemberId) -> bool {
+        self.canaries_promoted.contains(&member)
+    }
+    fn sticky(&self, route: RouteId, session_key: &str) -> Option<StickyBinding> {
+        self.sticky.get(&(route, session_key.to_owned())).copied()
+    }
+}
+
+/// No state at all: nothing cooling, no samples, nothing in flight.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHealth;
+
+impl HealthView for NoHealth {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_propensity_follows_the_spec_sequence() {
+        let r = HealthRecord::default();
+        let r1 = r.on_failure();
+        assert_eq!(r1.error_propensity, 0.5);
+        let r3 = r1.on_failure().on_failure();
+        assert_eq!(r3.error_propensity, 0.875);
+        assert_eq!(r3.on_success(10.0).error_propensity, 0.4375);
+    }
+
+    #[test]
+    fn latency_ewma_takes_first_sample_as_is() {
+        let r = HealthRecord::default().on_success(1000.0);
+        assert_eq!(r.latency_ms, Some(1000.0));
+        let r = r.on_success(0.0);
+        assert_eq!(r.latency_ms, Some(800.0));
+    }
+
+    #[test]
+    fn garbage_latency_never_poisons_the_record() {
+        let r = HealthRecord::default().on_success(f64::NAN);
+        assert_eq!(r.latency_ms, Some(0.0));
+        let r = r.on_success(-5.0);
+        assert_eq!(r.latency_ms, Some(0.0));
+    }
+}

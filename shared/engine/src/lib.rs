@@ -1,0 +1,31 @@
+//! Switchyard's selection engine: which upstream member serves a request, and why.
+//!
+//! Architecture invariant: this crate is pure. No I/O, no clock reads, no global RNG. A
+//! [`Snapshot`], a [`HealthView`], a [`SelectionConstraint`], `now` and a [`RandomSource`] go in;
+//! a [`Decision`] with its full explanation comes out. The data plane selects with [`select`] and
+//! the control plane's explain serialises the very same [`Decision`].
+
+pub mod constraint;
+pub mod decision;
+pub mod health;
+pub mod model;
+pub mod pattern;
+pub mod rng;
+mod select;
+pub mod settings;
+
+pub use constraint::{RequestNeeds, SelectionConstraint};
+pub use decision::{
+    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky,
+    Strategy, Via,
+};
+pub use health::{HealthRecord, HealthSnapshot, HealthView, NoHealth, StickyBinding};
+pub use model::{
+    Capabilities, Channel, ChannelId, ChannelStatus, Credential, CredentialId, Member, MemberId,
+    PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot, SnapshotParts,
+    Team, TeamId, Token, TokenId, UnixMillis, DEFAULT_GROUP,
+};
+pub use pattern::{validate_pattern, wildcard_match, RouteIndex};
+pub use rng::{RandomSource, SplitMix64};
+pub use select::select;
+pub use settings::Settings;

@@ -1,0 +1,423 @@
+//! Domain types of a route snapshot: what the control plane compiles from Postgres, what a
+//! standalone proxy reads from YAML, and what the engine selects from.
+//!
+//! These are validated domain values. Wire formats (protobuf, JSON, YAML) convert into them at the
+//! edges; nothing here knows about those formats beyond `serde` for explain output and caching.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pattern::RouteIndex;
+use crate::settings::Settings;
+
+pub type RouteId = i64;
+pub type MemberId = i64;
+pub type ChannelId = i64;
+pub type CredentialId = i64;
+pub type TeamId = i64;
+pub type TokenId = i64;
+
+/// Milliseconds since the Unix epoch. Wall-clock so that expiries can be shared between
+/// instances through Redis; the engine never reads a clock, the caller passes `now`.
+pub type UnixMillis = u64;
+
+/// The name of the group used when a request names none.
+pub const DEFAULT_GROUP: &str = "default";
+/// Longest accepted group name, in characters.
+pub const MAX_GROUP_NAME_CHARS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Openai,
+    Anthropic,
+    Gemini,
+    /// In-process simulated OpenAI-style upstream (demos, drills, quick starts).
+    Mock,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::Gemini => "gemini",
+            Provider::Mock => "mock",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Provider> {
+        match s {
+            "openai" => Some(Provider::Openai),
+            "anthropic" => Some(Provider::Anthropic),
+            "gemini" => Some(Provider::Gemini),
+            "mock" => Some(Provider::Mock),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelStatus {
+    Enabled,
+    /// Disabled by an operator; never undone by a recovery probe.
+    Disabled,
+    /// Disabled by the breaker or a keyword rule; a passing recovery probe re-enables it.
+    AutoDisabled,
+}
+
+impl ChannelStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelStatus::Enabled => "enabled",
+            ChannelStatus::Disabled => "disabled",
+            ChannelStatus::AutoDisabled => "auto_disabled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ChannelStatus> {
+        match s {
+            "enabled" => Some(ChannelStatus::Enabled),
+            "disabled" => Some(ChannelStatus::Disabled),
+            "auto_disabled" => Some(ChannelStatus::AutoDisabled),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingMode {
+    Auto,
+    Weighted,
+    Latency,
+    Adaptive,
+    Single,
+}
+
+impl RoutingMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoutingMode::Auto => "auto",
+            RoutingMode::Weighted => "weighted",
+            RoutingMode::Latency => "latency",
+            RoutingMode::Adaptive => "adaptive",
+            RoutingMode::Single => "single",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RoutingMode> {
+        match s {
+            "auto" => Some(RoutingMode::Auto),
+            "weighted" => Some(RoutingMode::Weighted),
+            "latency" => Some(RoutingMode::Latency),
+            "adaptive" => Some(RoutingMode::Adaptive),
+            "single" => Some(RoutingMode::Single),
+            _ => None,
+        }
+    }
+}
+
+/// What a channel (or one member, overriding its channel) declares it can do.
+/// `None` means "not declared": the engine assumes support rather than guessing a refusal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub max_context: Option<u32>,
+    pub streaming: Option<bool>,
+    pub tools: Option<bool>,
+    pub vision: Option<bool>,
+    pub json_mode: Option<bool>,
+}
+
+impl Capabilities {
+    /// Member-level declarations win field by field over the channel's.
+    pub fn overlay(self, over: Capabilities) -> Capabilities {
+        Capabilities {
+            max_context: over.max_context.or(self.max_context),
+            streaming: over.streaming.or(self.streaming),
+            tools: over.tools.or(self.tools),
+            vision: over.vision.or(self.vision),
+            json_mode: over.json_mode.or(self.json_mode),
+        }
+    }
+}
+
+/// Where a credential's secret comes from. The secret itself never appears in `Debug` output.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecretSource {
+    /// The secret value itself.
+    Inline(String),
+    /// The name of an environment variable on the proxy that holds the secret.
+    Env(String),
+}
+
+impl fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::Inline(_) => f.write_str("Inline(***)"),
+            SecretSource::Env(name) => write!(f, "Env({name})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credential {
+    pub id: CredentialId,
+    pub enabled: bool,
+    pub secret: SecretSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Channel {
+    pub id: ChannelId,
+    pub name: String,
+    pub provider: Provider,
+    pub base_url: String,
+    pub status: ChannelStatus,
+    pub auto_ban: bool,
+    /// `None`: the default limit of 64 applies for the concurrency factor.
+    pub max_concurrency: Option<u32>,
+    pub capabilities: Capabilities,
+    pub credentials: Vec<Credential>,
+    /// Extra upstream status codes this channel treats as retryable.
+    pub retry_status_codes: Vec<u16>,
+    /// Extra upstream body substrings this channel treats as retryable.
+    pub retry_error_patterns: Vec<String>,
+    /// Extra headers sent upstream.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Default `max_concurrency` when a channel declares none.
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 64;
+
+impl Channel {
+    pub fn concurrency_limit(&self) -> u32 {
+        self.max_concurrency
+            .filter(|limit| *limit > 0)
+            .unwrap_or(DEFAULT_MAX_CONCURRENCY)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: MemberId,
+    pub channel_id: ChannelId,
+    pub upstream_model: String,
+    pub group_name: String,
+    pub priority: i32,
+    pub weight: i32,
+    pub enabled: bool,
+    pub canary: bool,
+    /// Member-level capability declarations, overlaid on the channel's.
+    pub capabilities: Capabilities,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    pub id: RouteId,
+    pub model_pattern: String,
+    pub enabled: bool,
+    pub routing_mode: RoutingMode,
+    pub single_member_id: Option<MemberId>,
+    /// `None` follows the global `sticky_enabled`; `Some(false)` disables it for this route.
+    pub sticky_session: Option<bool>,
+    pub stable_first: Option<bool>,
+    pub stable_first_denominator: Option<u32>,
+    pub retry_times: Option<u32>,
+    pub channel_retry_times: Option<u32>,
+    pub cooldown_seconds: Option<u32>,
+    /// Sorted by member id (the snapshot constructor guarantees it).
+    pub members: Vec<Member>,
+}
+
+/// Priority / weight overrides a team applies to one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanEntry {
+    pub priority: Option<i32>,
+    pub weight: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Team {
+    pub id: TeamId,
+    pub name: String,
+    /// Model patterns (exact or wildcard) this team may call. Empty: no model is allowed.
+    pub models: Vec<String>,
+    /// Member ids this team may use. Empty: every member of an allowed model.
+    pub members: Vec<MemberId>,
+    pub plan: BTreeMap<MemberId, PlanEntry>,
+    /// Caps the cross-channel retry rounds.
+    pub retry_limit: Option<u32>,
+    pub disable_failover: bool,
+}
+
+/// A downstream API key, as the proxy sees it: only the hash of the plaintext.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    pub id: TokenId,
+    pub name: String,
+    /// Lowercase hex SHA-256 of the plaintext token.
+    pub hash: String,
+    pub route_group_name: Option<String>,
+    pub team_id: Option<TeamId>,
+    pub allow_pinning: bool,
+    pub enabled: bool,
+}
+
+/// Everything a proxy needs to route, at one revision.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub revision: u64,
+    pub settings: Settings,
+    routes: Vec<Route>,
+    channels: BTreeMap<ChannelId, Channel>,
+    teams: BTreeMap<TeamId, Team>,
+    tokens: Vec<Token>,
+    index: RouteIndex,
+    /// member id -> (index into `routes`, index into that route's `members`).
+    member_index: HashMap<MemberId, (usize, usize)>,
+}
+
+/// The parts a snapshot is built from.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotParts {
+    pub revision: u64,
+    pub settings: Settings,
+    pub routes: Vec<Route>,
+    pub channels: Vec<Channel>,
+    pub teams: Vec<Team>,
+    pub tokens: Vec<Token>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot and its route index. Members are sorted by id so tier ordering and
+    /// every tie-break is deterministic whatever order the source listed them in.
+    pub fn new(parts: SnapshotParts) -> Snapshot {
+        let SnapshotParts {
+            revision,
+            settings,
+            mut routes,
+            channels,
+            teams,
+            tokens,
+        } = parts;
+        routes.sort_by_key(|route| route.id);
+        for route in &mut routes {
+            route.members.sort_by_key(|member| member.id);
+        }
+        let index = RouteIndex::build(
+            routes
+                .iter()
+                .map(|r| (r.model_pattern.as_str(), r.id, r.enabled)),
+        );
+        let member_index = routes
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, route)| {
+                route
+                    .members
+                    .iter()
+                    .enumerate()
+                    .map(move |(mi, member)| (member.id, (ri, mi)))
+            })
+            .collect();
+        Snapshot {
+            revision,
+            settings,
+            routes,
+            channels: channels.into_iter().map(|c| (c.id, c)).collect(),
+            teams: teams.into_iter().map(|t| (t.id, t)).collect(),
+            tokens,
+            index,
+            member_index,
+        }
+    }
+
+    pub fn empty() -> Snapshot {
+        Snapshot::new(SnapshotParts::default())
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    pub fn route(&self, id: RouteId) -> Option<&Route> {
+        self.routes
+            .binary_search_by_key(&id, |route| route.id)
+            .ok()
+            .map(|at| &self.routes[at])
+    }
+
+    pub fn channels(&self) -> impl Iterator<Item = &Channel> {
+        self.channels.values()
+    }
+
+    pub fn channel(&self, id: ChannelId) -> Option<&Channel> {
+        self.channels.get(&id)
+    }
+
+    pub fn teams(&self) -> impl Iterator<Item = &Team> {
+        self.teams.values()
+    }
+
+    pub fn team(&self, id: TeamId) -> Option<&Team> {
+        self.teams.get(&id)
+    }
+
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// The enabled route serving `model`: exact match first, else the longest matching wildcard
+    /// (ties: lowest route id). The model name is trimmed; matching is case-sensitive.
+    pub fn resolve_route(&self, model: &str) -> Option<&Route> {
+        self.index.resolve(model.trim()).and_then(|id| self.route(id))
+    }
+
+    /// A member with its route, by member id (pins, state views).
+    pub fn member(&self, id: MemberId) -> Option<(&Route, &Member)> {
+        let (ri, mi) = *self.member_index.get(&id)?;
+        let route = self.routes.get(ri)?;
+        Some((route, route.members.get(mi)?))
+    }
+
+    /// Consumes the snapshot back into its parts (for re-serialising or editing).
+    pub fn into_parts(self) -> SnapshotParts {
+        SnapshotParts {
+            revision: self.revision,
+            settings: self.settings,
+            routes: self.routes,
+            channels: self.channels.into_values().collect(),
+            teams: self.teams.into_values().collect(),
+            tokens: self.tokens,
+        }
+    }
+
+    pub fn to_parts(&self) -> SnapshotParts {
+        self.clone().into_parts()
+    }
+}
+
+/// Normalises a group name: trimmed, empty means `default`.
+pub fn normalize_group(name: Option<&str>) -> &str {
+    match name.map(str::trim) {
+        None | Some("") => DEFAULT_GROUP,
+        Some(name) => name,
+    }
+}
+
+/// Checks a group name against the SPEC's limit (at most 64 characters after trimming).
+pub fn validate_group(name: &str) -> Result<(), String> {
+    let n = name.trim().chars().count();
+    if n > MAX_GROUP_NAME_CHARS {
+        Err(format!(
+            "group name is {n} characters long; at most {MAX_GROUP_NAME_CHARS} are allowed"
+        ))
+    } else {
+        Ok(())
+    }
+}

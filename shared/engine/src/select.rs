@@ -1,0 +1,597 @@
+//! The selection engine (SPEC §2): one pure function from (snapshot, health view, constraint,
+//! now, rng) to a [`Decision`]. The proxy selects with it and explain serialises its output.
+
+use crate::constraint::{RequestNeeds, SelectionConstraint};
+use crate::decision::{
+    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky,
+    Strategy, Via,
+};
+use crate::health::{clamp_unit, HealthView};
+use crate::model::{
+    normalize_group, Capabilities, Channel, ChannelStatus, Member, MemberId, Route, RoutingMode,
+    Snapshot, Team, UnixMillis, DEFAULT_GROUP,
+};
+use crate::pattern::wildcard_match;
+use crate::rng::RandomSource;
+use crate::settings::Settings;
+
+/// Normalisation base of the latency factor: a 3 s channel keeps half its weight.
+const LATENCY_BASE_MS: f64 = 3000.0;
+/// Floor of the error factor: an unhealthy channel keeps a chance to prove it recovered.
+const ERROR_FACTOR_FLOOR: f64 = 0.05;
+/// Concurrency factor at or over the limit: traffic still spreads when everything is full.
+const CONCURRENCY_FLOOR: f64 = 0.01;
+
+/// Runs one selection. Never fails: every outcome, including "model not found", is a decision.
+pub fn select<'s, H: HealthView + ?Sized>(
+    snapshot: &'s Snapshot,
+    health: &H,
+    constraint: &SelectionConstraint,
+    model: &str,
+    now: UnixMillis,
+    rng: &mut impl RandomSource,
+) -> Decision<'s> {
+    let model = model.trim();
+    let requested_group = normalize_group(constraint.route_group.as_deref()).to_owned();
+    let mut decision = Decision {
+        model: model.to_owned(),
+        route: None,
+        outcome: Outcome::ModelNotFound,
+        requested_group,
+        route_group: None,
+        group_fallback: false,
+        tier: None,
+        strategy: None,
+        canary: None,
+        sticky: None,
+        budget: None,
+        candidates: Vec::new(),
+    };
+    let Some(route) = snapshot.resolve_route(model) else {
+        return decision;
+    };
+    decision.route = Some(route);
+
+    let team = match constraint.team {
+        None => None,
+        Some(id) => match snapshot.team(id) {
+            Some(team) if team_allows_model(team, model) => Some(team),
+            // A team that was deleted, or that does not list this model, grants nothing.
+            _ => {
+                decision.outcome = Outcome::ModelNotAllowed;
+                return decision;
+            }
+        },
+    };
+
+    let settings = &snapshot.settings;
+    let single_pin = live_single_pin(route);
+    let pinned = constraint.is_pinned();
+    decision.budget = Some(retry_budget(settings, route, single_pin.is_some(), team));
+    let strategy = resolve_strategy(settings, route.routing_mode);
+    decision.strategy = Some(strategy);
+
+    // Candidate pool: a pin looks at the whole route (it names a member or channel explicitly);
+    // otherwise the requested group, else `default`, else everything.
+    let pool: &[Member] = &route.members;
+    let group_used = if pinned {
+        None
+    } else {
+        Some(narrow_group(pool, &decision.requested_group))
+    };
+    if let Some(group) = group_used {
+        decision.group_fallback = group != Some(decision.requested_group.as_str());
+    }
+    let in_group = |m: &Member| match group_used {
+        None | Some(None) => true,
+        Some(Some(group)) => m.group_name == group,
+    };
+    decision.route_group = shared_group(pool.iter().filter(|m| in_group(m)));
+
+    let ctx = EvalContext {
+        snapshot,
+        health,
+        constraint,
+        settings,
+        strategy,
+        single_pin: if pinned { None } else { single_pin },
+        now,
+    };
+    decision.candidates = pool
+        .iter()
+        .filter(|m| in_group(m) && passes_silent_filters(m, constraint, team))
+        .map(|m| ctx.evaluate(m, team))
+        .collect();
+
+    decision.outcome = choose(&ctx, route, &mut decision, rng);
+    decision
+}
+
+struct EvalContext<'a, 's, H: ?Sized> {
+    snapshot: &'s Snapshot,
+    health: &'a H,
+    constraint: &'a SelectionConstraint,
+    settings: &'s Settings,
+    strategy: Strategy,
+    /// The route's live single-member pin, unless a request pin beats it.
+    single_pin: Option<MemberId>,
+    now: UnixMillis,
+}
+
+impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
+    fn evaluate(&self, member: &'s Member, team: Option<&Team>) -> Candidate<'s> {
+        let plan = team.and_then(|t| t.plan.get(&member.id));
+        let priority = plan.and_then(|p| p.priority).unwrap_or(member.priority);
+        let weight = plan.and_then(|p| p.weight).unwrap_or(member.weight);
+        let channel = self.snapshot.channel(member.channel_id);
+        let protect = self.settings.fault_protection_enabled;
+        let cooldown_until = self
+            .health
+            .cooldown_until(member.id)
+            .filter(|until| protect && *until > self.now);
+
+        let mut reasons = Reasons::default();
+        if !member.enabled {
+            reasons.insert(Reason::MemberDisabled);
+        }
+        match channel {
+            None => reasons.insert(Reason::ChannelDisabled),
+            Some(ch) => {
+                if ch.status != ChannelStatus::Enabled || (protect && self.health.breaker_open(ch.id))
+                {
+                    reasons.insert(Reason::ChannelDisabled);
+                }
+                if !has_usable_credential(ch, self.health) {
+                    reasons.insert(Reason::CredentialUnavailable);
+                }
+                let caps = ch.capabilities.overlay(member.capabilities);
+                if lacks_capability(caps, self.constraint.needs) {
+                    reasons.insert(Reason::CapabilityMismatch);
+                }
+                if too_long(caps, self.constraint.needs) {
+                    reasons.insert(Reason::ContextTooLong);
+                }
+            }
+        }
+        if cooldown_until.is_some() {
+            reasons.insert(Reason::CoolingDown);
+        }
+        if self.constraint.attempted.contains(&member.id) {
+            reasons.insert(Reason::AlreadyAttempted);
+        }
+        if weight < 0 {
+            reasons.insert(Reason::InvalidWeight);
+        }
+        if self.single_pin.is_some_and(|pin| pin != member.id) {
+            reasons.insert(Reason::SingleModeOtherMember);
+        }
+
+        let record = self.health.health(member.channel_id, &member.upstream_model);
+        let latency_factor = match record.latency_ms {
+            Some(ms) if self.strategy.latency_aware && ms.is_finite() => {
+                LATENCY_BASE_MS / (LATENCY_BASE_MS + ms.max(0.0))
+            }
+            _ => 1.0,
+        };
+        let error_factor = if self.strategy.error_aware {
+            (1.0 - clamp_unit(record.error_propensity)).max(ERROR_FACTOR_FLOOR)
+        } else {
+            1.0
+        };
+        let concurrency_factor = match channel {
+            Some(ch) if self.strategy.concurrency_aware => {
+                concurrency_factor(self.health.in_flight(ch.id), ch.concurrency_limit())
+            }
+            _ => 1.0,
+        };
+        let base = if self.strategy.latency_aware || self.strategy.error_aware {
+            // Aware modes count a weight <= 0 as 1; only pure weighted mode eliminates it.
+            if weight <= 0 {
+                1.0
+            } else {
+                f64::from(weight)
+            }
+        } else {
+            f64::from(weight.max(0))
+        };
+        Candidate {
+            member,
+            channel,
+            priority,
+            weight,
+            canary: member.canary && !self.health.canary_promoted(member.id),
+            reasons,
+            cooldown_until,
+            latency_factor,
+            error_factor,
+            concurrency_factor,
+            score: base * latency_factor * error_factor,
+            probability: 0.0,
+        }
+    }
+}
+
+fn choose<'s, H: HealthView + ?Sized>(
+    ctx: &EvalContext<'_, 's, H>,
+    route: &Route,
+    decision: &mut Decision<'s>,
+    rng: &mut impl RandomSource,
+) -> Outcome {
+    let constraint = ctx.constraint;
+    let pinned = constraint.is_pinned();
+    let candidates = &mut decision.candidates;
+
+    // Session stickiness: a still-eligible bound member wins, even from a lower tier.
+    let sticky = sticky_lookup(ctx, route, candidates);
+    decision.sticky = Some(sticky);
+    if let Sticky::Hit { member_id } = sticky {
+        return pick_exact(candidates, member_id, Via::Sticky);
+    }
+    if !candidates.iter().any(Candidate::eligible) {
+        return cooling_fallback(candidates);
+    }
+
+    // Prefer channel: finish that channel's variants in the top tier, lowest member id first.
+    if let Some(channel) = constraint.prefer_channel {
+        let top = top_tier(candidates.iter().filter(|c| c.eligible()));
+        let next = candidates
+            .iter()
+            .filter(|c| c.eligible() && Some(c.priority) == top && c.channel_id() == channel)
+            .map(Candidate::member_id)
+            .min();
+        if let Some(member_id) = next {
+            decision.tier = top;
+            return pick_exact(candidates, member_id, Via::PreferredChannel);
+        }
+    }
+
+    // Canary (stable-first) draw, then the highest tier of the drawn pool, then the strategy.
+    let settings = ctx.settings;
+    let enabled = route.stable_first.unwrap_or(settings.stable_first_enabled);
+    let denominator = route
+        .stable_first_denominator
+        .unwrap_or(settings.stable_first_denominator);
+    let draw_active = !pinned && enabled && denominator > 1;
+    let has_canary = candidates.iter().any(|c| c.eligible() && c.canary);
+    let has_stable = candidates.iter().any(|c| c.eligible() && !c.canary);
+    let mut canary = CanaryDraw {
+        enabled: draw_active,
+        denominator,
+        pool: None,
+        drawn: false,
+    };
+    let (pool, canary_share) = if !draw_active {
+        (None, 1.0)
+    } else if has_canary && has_stable {
+        canary.drawn = true;
+        let hit = rng.next_u64() % u64::from(denominator) == 0;
+        let share = 1.0 / f64::from(denominator);
+        if hit {
+            (Some(Pool::Canary), share)
+        } else {
+            (Some(Pool::Stable), share)
+        }
+    } else if has_canary {
+        (Some(Pool::Canary), 1.0)
+    } else {
+        (Some(Pool::Stable), 1.0)
+    };
+    canary.pool = pool;
+    decision.canary = Some(canary);
+
+    // Probabilities over the whole process: both pools' distributions weighted by their draw.
+    let in_pool = |c: &Candidate, p: Pool| (p == Pool::Canary) == c.canary;
+    let pool_of = |c: &Candidate| if c.canary { Pool::Canary } else { Pool::Stable };
+    if canary.drawn {
+        for p in [Pool::Canary, Pool::Stable] {
+            let share = if p == Pool::Canary {
+                canary_share
+            } else {
+                1.0 - canary_share
+            };
+            assign_probabilities(candidates, |c| in_pool(c, p), share, ctx.strategy);
+        }
+    } else {
+        assign_probabilities(
+            candidates,
+            |c| pool.is_none_or(|p| pool_of(c) == p),
+            1.0,
+            ctx.strategy,
+        );
+    }
+
+    let member_pool = |c: &Candidate| pool.is_none_or(|p| in_pool(c, p));
+    let tier = top_tier(candidates.iter().filter(|c| c.eligible() && member_pool(c)));
+    decision.tier = tier;
+    let in_tier = |c: &Candidate| c.eligible() && member_pool(c) && Some(c.priority) == tier;
+    let weights: f64 = candidates
+        .iter()
+        .filter(|c| in_tier(c))
+        .map(|c| selection_weight(c, ctx.strategy))
+        .sum();
+    let uniform = weights <= 0.0;
+    let mut target = rng.next_f64()
+        * if uniform {
+            candidates.iter().filter(|c| in_tier(c)).count() as f64
+        } else {
+            weights
+        };
+    let mut chosen = None;
+    for (index, c) in candidates.iter().enumerate() {
+        if !in_tier(c) {
+            continue;
+        }
+        chosen = Some(index);
+        target -= if uniform {
+            1.0
+        } else {
+            selection_weight(c, ctx.strategy)
+        };
+        if target < 0.0 {
+            break;
+        }
+    }
+    match chosen {
+        Some(index) => Outcome::Selected {
+            index,
+            member_id: candidates[index].member_id(),
+            channel_id: candidates[index].channel_id(),
+            via: if pinned { Via::Pinned } else { Via::Strategy },
+        },
+        None => Outcome::NoEligibleMember,
+    }
+}
+
+/// Spreads `share` over the eligible candidates of each pool's top tier by selection weight.
+fn assign_probabilities(
+    candidates: &mut [Candidate],
+    in_pool: impl Fn(&Candidate) -> bool,
+    share: f64,
+    strategy: Strategy,
+) {
+    let tier = top_tier(candidates.iter().filter(|c| c.eligible() && in_pool(c)));
+    let in_tier = |c: &Candidate| c.eligible() && in_pool(c) && Some(c.priority) == tier;
+    let total: f64 = candidates
+        .iter()
+        .filter(|c| in_tier(c))
+        .map(|c| selection_weight(c, strategy))
+        .sum();
+    let count = candidates.iter().filter(|c| in_tier(c)).count() as f64;
+    for c in candidates.iter_mut() {
+        if in_tier(c) {
+            c.probability = share
+                * if total > 0.0 {
+                    selection_weight(c, strategy) / total
+                } else {
+                    1.0 / count
+                };
+        }
+    }
+}
+
+/// The roulette weight: the explained score times the concurrency factor.
+fn selection_weight(c: &Candidate, strategy: Strategy) -> f64 {
+    let w = c.score
+        * if strategy.concurrency_aware {
+            c.concurrency_factor
+        } else {
+            1.0
+        };
+    if w.is_finite() && w > 0.0 {
+        w
+    } else {
+        0.0
+    }
+}
+
+fn pick_exact(candidates: &mut [Candidate], member_id: MemberId, via: Via) -> Outcome {
+    for c in candidates.iter_mut() {
+        c.probability = if c.member_id() == member_id { 1.0 } else { 0.0 };
+    }
+    match candidates.iter().position(|c| c.member_id() == member_id) {
+        Some(index) => Outcome::Selected {
+            index,
+            member_id,
+            channel_id: candidates[index].channel_id(),
+            via,
+        },
+        None => Outcome::NoEligibleMember,
+    }
+}
+
+/// Nothing eligible: the candidate whose only reason is `cooling_down` and that recovers first
+/// (higher priority, then earliest expiry, then lowest member id).
+fn cooling_fallback(candidates: &mut [Candidate]) -> Outcome {
+    let best = candidates
+        .iter()
+        .filter(|c| c.reasons.is_only(Reason::CoolingDown))
+        .min_by_key(|c| {
+            (
+                std::cmp::Reverse(c.priority),
+                c.cooldown_until.unwrap_or(0),
+                c.member_id(),
+            )
+        })
+        .map(Candidate::member_id);
+    match best {
+        Some(member_id) => pick_exact(candidates, member_id, Via::CoolingFallback),
+        None => Outcome::NoEligibleMember,
+    }
+}
+
+fn sticky_enabled<H: HealthView + ?Sized>(ctx: &EvalContext<'_, '_, H>, route: &Route) -> bool {
+    route.sticky_session.unwrap_or(ctx.settings.sticky_enabled)
+}
+
+fn sticky_lookup<H: HealthView + ?Sized>(
+    ctx: &EvalContext<'_, '_, H>,
+    route: &Route,
+    candidates: &[Candidate],
+) -> Sticky {
+    if ctx.constraint.is_pinned() {
+        return Sticky::Pinned;
+    }
+    if !sticky_enabled(ctx, route) {
+        return Sticky::Disabled;
+    }
+    let Some(key) = ctx.constraint.session_key.as_deref() else {
+        return Sticky::NoSession;
+    };
+    let Some(binding) = ctx.health.sticky(route.id, key) else {
+        return Sticky::Unbound;
+    };
+    if binding.expires_at <= ctx.now {
+        return Sticky::Expired {
+            member_id: binding.member_id,
+        };
+    }
+    match candidates.iter().find(|c| c.member_id() == binding.member_id) {
+        Some(c) if c.eligible() => Sticky::Hit {
+            member_id: binding.member_id,
+        },
+        Some(c) => Sticky::Escaped {
+            member_id: binding.member_id,
+            reasons: c.reasons,
+            in_pool: true,
+        },
+        None => Sticky::Escaped {
+            member_id: binding.member_id,
+            reasons: Reasons::default(),
+            in_pool: false,
+        },
+    }
+}
+
+fn top_tier<'c, 's: 'c>(eligible: impl Iterator<Item = &'c Candidate<'s>>) -> Option<i32> {
+    eligible.map(|c| c.priority).max()
+}
+
+fn concurrency_factor(in_flight: u32, limit: u32) -> f64 {
+    if in_flight == 0 {
+        1.0
+    } else if in_flight >= limit {
+        CONCURRENCY_FLOOR
+    } else {
+        (f64::from(limit - in_flight) / f64::from(limit)).max(CONCURRENCY_FLOOR)
+    }
+}
+
+fn has_usable_credential<H: HealthView + ?Sized>(channel: &Channel, health: &H) -> bool {
+    channel
+        .credentials
+        .iter()
+        .any(|cred| cred.enabled && !health.credential_disabled(cred.id))
+}
+
+fn lacks_capability(caps: Capabilities, needs: RequestNeeds) -> bool {
+    let refuses = |declared: Option<bool>, needed: bool| needed && declared == Some(false);
+    refuses(caps.streaming, needs.streaming)
+        || refuses(caps.tools, needs.tools)
+        || refuses(caps.vision, needs.vision)
+        || refuses(caps.json_mode, needs.json_mode)
+}
+
+fn too_long(caps: Capabilities, needs: RequestNeeds) -> bool {
+    matches!(
+        (caps.max_context, needs.estimated_prompt_tokens),
+        (Some(max), Some(tokens)) if tokens > max
+    )
+}
+
+fn passes_silent_filters(m: &Member, c: &SelectionConstraint, team: Option<&Team>) -> bool {
+    if let Some(pin) = c.pinned_member {
+        if m.id != pin {
+            return false;
+        }
+    } else if let Some(pin) = c.pinned_channel {
+        if m.channel_id != pin {
+            return false;
+        }
+    }
+    if c.excluded_members.contains(&m.id) || c.excluded_channels.contains(&m.channel_id) {
+        return false;
+    }
+    team.is_none_or(|t| t.members.is_empty() || t.members.contains(&m.id))
+}
+
+fn team_allows_model(team: &Team, model: &str) -> bool {
+    team.models
+        .iter()
+        .any(|p| p.trim() == model || wildcard_match(p.trim(), model))
+}
+
+/// The group narrowing of SPEC §2.1: `Some(group)` filtered to, or `None` for the whole pool.
+fn narrow_group<'s>(members: &'s [Member], requested: &str) -> Option<&'s str> {
+    let find = |g: &str| {
+        members
+            .iter()
+            .find(|m| m.group_name == g)
+            .map(|m| m.group_name.as_str())
+    };
+    find(requested).or_else(|| find(DEFAULT_GROUP))
+}
+
+/// The group all of these members share, or `None` when they span several (or there are none).
+fn shared_group<'s>(mut members: impl Iterator<Item = &'s Member>) -> Option<&'s str> {
+    let first = members.next()?.group_name.as_str();
+    members
+        .all(|m| m.group_name == first)
+        .then_some(first)
+}
+
+/// The route's single-member pin, if the route is in single mode and the member still exists.
+/// A pin to a deleted member is void: the route then behaves as `auto`.
+fn live_single_pin(route: &Route) -> Option<MemberId> {
+    if route.routing_mode != RoutingMode::Single {
+        return None;
+    }
+    let pin = route.single_member_id?;
+    route.members.iter().any(|m| m.id == pin).then_some(pin)
+}
+
+fn resolve_strategy(settings: &Settings, mode: RoutingMode) -> Strategy {
+    let (latency_aware, error_aware) = match mode {
+        RoutingMode::Auto | RoutingMode::Single => {
+            (settings.latency_aware_enabled, settings.error_aware_enabled)
+        }
+        RoutingMode::Weighted => (false, false),
+        RoutingMode::Latency => (true, false),
+        RoutingMode::Adaptive => (true, true),
+    };
+    Strategy {
+        mode,
+        latency_aware,
+        error_aware,
+        concurrency_aware: settings.concurrency_aware_enabled,
+    }
+}
+
+fn retry_budget(
+    settings: &Settings,
+    route: &Route,
+    single_pin_live: bool,
+    team: Option<&Team>,
+) -> RetryBudget {
+    let mut budget = RetryBudget {
+        retry_times: route.retry_times.unwrap_or(settings.retry_times),
+        channel_retry_times: route
+            .channel_retry_times
+            .unwrap_or(settings.channel_retry_times),
+        cross_channel_failover: settings.cross_channel_failover_enabled,
+        cooldown_seconds: route.cooldown_seconds.unwrap_or(settings.cooldown_seconds),
+    };
+    if single_pin_live {
+        // Only one member can serve: there is nothing to fail over to.
+        budget.retry_times = 0;
+    }
+    if let Some(team) = team {
+        if let Some(limit) = team.retry_limit {
+            budget.retry_times = budget.retry_times.min(limit);
+        }
+        if team.disable_failover {
+            budget.retry_times = 0;
+            budget.cross_channel_failover = false;
+        }
+    }
+    budget
+}
