@@ -1,0 +1,2 @@
+//! `switchyard-load`: placeholder until the load generator lands.
+fn main() {}

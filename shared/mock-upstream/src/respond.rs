@@ -1,0 +1,357 @@
+//! Turns a request and the [`Behavior`] chosen for it into a response: the default answer of each
+//! endpoint (built with [`crate::sim`]), scripted errors, and SSE bodies that can stall or break.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use serde_json::Value;
+use tokio::time::Sleep;
+
+use crate::script::{Behavior, RecordedRequest};
+use crate::sim;
+
+/// Chunks streamed when the request asks for `"stream": true` and no rule says otherwise.
+pub const DEFAULT_STREAM_CHUNKS: usize = 3;
+
+/// Body of every mock response: a complete buffer, or SSE events released one by one (with an
+/// optional gap) that can end in an abrupt error, which hyper turns into a dropped connection.
+pub struct MockBody {
+    kind: Kind,
+}
+
+enum Kind {
+    Full(Option<Bytes>),
+    Events {
+        events: VecDeque<Bytes>,
+        gap: Duration,
+        sleep: Option<Pin<Box<Sleep>>>,
+        cut: bool,
+        cutting: bool,
+    },
+}
+
+impl MockBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        Self {
+            kind: Kind::Full(Some(bytes.into())),
+        }
+    }
+
+    fn events(events: Vec<String>, gap: Duration, cut: bool) -> Self {
+        Self {
+            kind: Kind::Events {
+                events: events.into_iter().map(Bytes::from).collect(),
+                gap,
+                sleep: None,
+                cut,
+                cutting: false,
+            },
+        }
+    }
+}
+
+impl Body for MockBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match &mut self.get_mut().kind {
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Events {
+                events,
+                gap,
+                sleep,
+                cut,
+                cutting,
+            } => {
+                if let Some(timer) = sleep {
+                    ready!(timer.as_mut().poll(cx));
+                    *sleep = None;
+                }
+                if *cutting {
+                    return Poll::Ready(Some(Err(cut_error())));
+                }
+                match events.pop_front() {
+                    Some(event) => {
+                        if !gap.is_zero() && !events.is_empty() {
+                            *sleep = Some(Box::pin(tokio::time::sleep(*gap)));
+                        }
+                        Poll::Ready(Some(Ok(Frame::data(event))))
+                    }
+                    None if *cut => {
+                        // Yield once before failing so hyper flushes the events already written;
+                        // failing at once could discard them from its write buffer.
+                        *cutting = true;
+                        let mut timer = Box::pin(tokio::time::sleep(Duration::from_millis(5)));
+                        if timer.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Some(Err(cut_error())));
+                        }
+                        *sleep = Some(timer);
+                        Poll::Pending
+                    }
+                    None => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Full(bytes) => bytes.is_none(),
+            Kind::Events { .. } => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            Kind::Full(None) => SizeHint::with_exact(0),
+            Kind::Events { .. } => SizeHint::default(),
+        }
+    }
+}
+
+fn cut_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "mock upstream: connection cut mid-stream",
+    )
+}
+
+/// What kind of API answers on a path; decides the shape of errors and of streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint {
+    Chat,
+    Completions,
+    Embeddings,
+    Responses,
+    Images,
+    Speech,
+    Transcriptions,
+    Models,
+    Model,
+    Messages,
+}
+
+fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
+    let (want_post, endpoint) = match path {
+        "/v1/chat/completions" => (true, Endpoint::Chat),
+        "/v1/completions" => (true, Endpoint::Completions),
+        "/v1/embeddings" => (true, Endpoint::Embeddings),
+        "/v1/responses" => (true, Endpoint::Responses),
+        "/v1/images/generations" => (true, Endpoint::Images),
+        "/v1/audio/speech" => (true, Endpoint::Speech),
+        "/v1/audio/transcriptions" => (true, Endpoint::Transcriptions),
+        "/v1/models" => (false, Endpoint::Models),
+        "/v1/messages" => (true, Endpoint::Messages),
+        p if p.starts_with("/v1/models/") => (false, Endpoint::Model),
+        _ => return Err(StatusCode::NOT_FOUND),
+    };
+    let method_ok = if want_post {
+        method == "POST"
+    } else {
+        method == "GET"
+    };
+    if method_ok {
+        Ok(endpoint)
+    } else {
+        Err(StatusCode::METHOD_NOT_ALLOWED)
+    }
+}
+
+/// The response for `request`, following `behavior` (the default answer when `None`). Hangs,
+/// latency and cuts before the first byte are handled by the caller, which owns the connection.
+pub fn respond(
+    request: &RecordedRequest,
+    behavior: Option<&Behavior>,
+    models: &[String],
+) -> Response<MockBody> {
+    let default = Behavior::ok();
+    let behavior = behavior.unwrap_or(&default);
+    let mut response = answer(request, behavior, models);
+    for (name, value) in &behavior.headers {
+        match (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            (Ok(name), Ok(value)) => {
+                response.headers_mut().append(name, value);
+            }
+            _ => tracing::warn!(header = %name, "mock rule header is not valid HTTP; skipped"),
+        }
+    }
+    response
+}
+
+fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> Response<MockBody> {
+    let anthropic = request.path == "/v1/messages";
+    let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
+    if behavior.malformed {
+        let status = status.unwrap_or(StatusCode::OK);
+        return full(status, "application/json", MALFORMED_BODY);
+    }
+    if let Some(status) = status.filter(|s| !s.is_success()) {
+        let body = behavior
+            .body
+            .clone()
+            .unwrap_or_else(|| error_body(anthropic, status, "mock upstream scripted error"));
+        return full(status, content_type_of(&body), body);
+    }
+    let status = status.unwrap_or(StatusCode::OK);
+    if let Some(body) = &behavior.body {
+        return full(status, content_type_of(body), body.clone());
+    }
+    let endpoint = match endpoint(&request.method, &request.path) {
+        Ok(endpoint) => endpoint,
+        Err(status) => {
+            let message = format!(
+                "mock upstream: no route for {} {}",
+                request.method, request.path
+            );
+            return full(
+                status,
+                "application/json",
+                error_body(anthropic, status, &message),
+            );
+        }
+    };
+    let json = request.json();
+    let model = request.model.as_deref().unwrap_or(sim::DEFAULT_MODEL);
+    let content = if behavior.empty_completion {
+        ""
+    } else {
+        sim::DEFAULT_CONTENT
+    };
+    let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
+    let wants_stream = json.get("stream").and_then(Value::as_bool) == Some(true);
+    if behavior.stream.is_some() || behavior.cut_after_chunks.is_some() || wants_stream {
+        let chunks = match (behavior.stream, behavior.cut_after_chunks) {
+            (Some(shape), _) => shape.chunks,
+            (None, Some(cut)) => DEFAULT_STREAM_CHUNKS.max(cut),
+            (None, None) => DEFAULT_STREAM_CHUNKS,
+        };
+        let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
+        let mut events = match endpoint {
+            Endpoint::Completions => sim::completion_chunks(model, content, chunks),
+            Endpoint::Responses => sim::response_events(model, content, chunks, prompt_tokens),
+            Endpoint::Messages => sim::anthropic_events(model, content, chunks, prompt_tokens),
+            // Other endpoints have no stream of their own; a forced stream uses the chat shape.
+            _ => {
+                let include_usage = json
+                    .pointer("/stream_options/include_usage")
+                    .and_then(Value::as_bool)
+                    == Some(true);
+                sim::chat_chunks_with_usage(
+                    model,
+                    content,
+                    chunks,
+                    include_usage.then_some(prompt_tokens),
+                )
+            }
+        };
+        let cut = behavior.cut_after_chunks.is_some();
+        if let Some(n) = behavior.cut_after_chunks {
+            // Never reach the terminating event: the stream must break, not end.
+            events.truncate(n.min(events.len().saturating_sub(1)));
+        }
+        return Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(MockBody::events(events, gap, cut))
+            .unwrap_or_else(|_| internal_error());
+    }
+    let body = match endpoint {
+        Endpoint::Chat => sim::chat_completion_json_with_usage(model, content, prompt_tokens),
+        Endpoint::Completions => sim::completion_json(model, content, prompt_tokens),
+        Endpoint::Embeddings => {
+            let inputs = match json.get("input") {
+                Some(Value::Array(items)) => items.len().max(1),
+                _ => 1,
+            };
+            let dimensions = json
+                .get("dimensions")
+                .and_then(Value::as_u64)
+                .map_or(sim::EMBEDDING_DIMENSIONS, |d| d.clamp(1, 4096) as usize);
+            let base64 = json.get("encoding_format").and_then(Value::as_str) == Some("base64");
+            sim::embeddings_json_with(model, inputs, dimensions, base64)
+        }
+        Endpoint::Responses => sim::response_json(model, content, prompt_tokens),
+        Endpoint::Images => {
+            let n = json.get("n").and_then(Value::as_u64).unwrap_or(1).min(10) as usize;
+            sim::images_json(n)
+        }
+        Endpoint::Speech => return full(status, "audio/mpeg", sim::speech_bytes()),
+        Endpoint::Transcriptions => sim::transcription_json(sim::DEFAULT_CONTENT),
+        Endpoint::Models => {
+            let ids: Vec<&str> = models.iter().map(String::as_str).collect();
+            sim::models_json(&ids)
+        }
+        Endpoint::Model => {
+            let id = request.path.trim_start_matches("/v1/models/");
+            if !models.iter().any(|m| m == id) {
+                let message = format!("The model `{id}` does not exist");
+                let body =
+                    sim::openai_error_json(&message, "invalid_request_error", "model_not_found");
+                return full(StatusCode::NOT_FOUND, "application/json", body);
+            }
+            serde_json::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"})
+                .to_string()
+        }
+        Endpoint::Messages => sim::anthropic_message_json(model, content, prompt_tokens),
+    };
+    full(status, "application/json", body)
+}
+
+/// Looks like the start of a chat completion, then stops being JSON.
+const MALFORMED_BODY: &str =
+    "{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion\",\"choices\":[<<mock: malformed>>";
+
+fn error_body(anthropic: bool, status: StatusCode, message: &str) -> String {
+    let message = format!("{message} (HTTP {})", status.as_u16());
+    if anthropic {
+        sim::anthropic_error_json(&message, sim::anthropic_error_kind(status.as_u16()))
+    } else {
+        let (kind, code) = sim::openai_error_kind(status.as_u16());
+        sim::openai_error_json(&message, kind, code)
+    }
+}
+
+fn content_type_of(body: &str) -> &'static str {
+    if serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok() {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    }
+}
+
+/// A complete response with a known body.
+pub fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<MockBody> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(MockBody::full(body))
+        .unwrap_or_else(|_| internal_error())
+}
+
+fn internal_error() -> Response<MockBody> {
+    let mut response = Response::new(MockBody::full(Bytes::from_static(
+        b"mock upstream: bad response",
+    )));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+}

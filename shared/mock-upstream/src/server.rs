@@ -1,0 +1,377 @@
+//! The mock's HTTP server: one hyper HTTP/1 connection task per client, all under one shutdown
+//! signal, answering from the shared [`Script`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::control;
+use crate::respond::{self, MockBody};
+use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
+use crate::sim;
+
+/// Largest request body the mock reads (matches the gateway's default limit).
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// How a [`MockUpstream`] is started; [`MockUpstream::start`] uses the defaults.
+#[derive(Clone, Debug)]
+pub struct MockOptions {
+    /// Where to listen; default `127.0.0.1:0` (a free port).
+    pub listen: SocketAddr,
+    /// How many of the latest requests [`MockUpstream::requests`] keeps (counters stay exact).
+    pub record_limit: usize,
+    /// Models listed by `GET /v1/models`.
+    pub models: Vec<String>,
+    /// Whether `/__mock/*` (the HTTP control API) is served.
+    pub control_api: bool,
+}
+
+impl Default for MockOptions {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            record_limit: 100_000,
+            models: sim::DEFAULT_MODELS
+                .iter()
+                .map(|m| (*m).to_owned())
+                .collect(),
+            control_api: true,
+        }
+    }
+}
+
+/// State shared by the handle and every connection task.
+pub(crate) struct Shared {
+    script: Mutex<Script>,
+    models: Vec<String>,
+    control_api: bool,
+}
+
+impl Shared {
+    pub(crate) fn script(&self) -> MutexGuard<'_, Script> {
+        // A panic while holding the lock cannot leave the script half-updated in a way that
+        // matters to a mock, so a poisoned lock is still used.
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A scriptable OpenAI/Anthropic-compatible upstream on a local port. Dropping it stops the
+/// server and closes every connection.
+pub struct MockUpstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl MockUpstream {
+    /// Starts on `127.0.0.1:0` with the default options.
+    pub async fn start() -> io::Result<Self> {
+        Self::start_with(MockOptions::default()).await
+    }
+
+    /// Starts with `options`, serving in a background tokio task.
+    pub async fn start_with(options: MockOptions) -> io::Result<Self> {
+        let listener = TcpListener::bind(options.listen).await.map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("mock upstream: binding {}: {e}", options.listen),
+            )
+        })?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            script: Mutex::new(Script::new(options.record_limit)),
+            models: options.models,
+            control_api: options.control_api,
+        });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), shutdown_rx));
+        tracing::debug!(%addr, "mock upstream listening");
+        Ok(Self {
+            addr,
+            shared,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`; the endpoints are under `/v1/...`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Adds a rule after the existing ones. Rules are checked in insertion order; the first
+    /// matching rule with uses left answers; when none does, the default OK answer is served.
+    pub fn on(&self, matcher: Matcher, behavior: Behavior) {
+        self.shared.script().add_rule(matcher, behavior);
+    }
+
+    /// All requests received since the start or the last [`reset`](Self::reset).
+    pub fn hits(&self) -> usize {
+        self.shared.script().hits()
+    }
+
+    /// Recorded requests selected by `matcher` (exact while fewer than `record_limit` requests
+    /// were received).
+    pub fn hits_matching(&self, matcher: &Matcher) -> usize {
+        self.shared.script().hits_matching(matcher)
+    }
+
+    /// Exact counters by path, credential and model.
+    pub fn counts(&self) -> HitCounts {
+        let script = self.shared.script();
+        let counts = script.counts();
+        HitCounts {
+            total: counts.total,
+            by_path: counts.by_path.clone(),
+            by_credential: counts.by_credential.clone(),
+            by_model: counts.by_model.clone(),
+            unmatched: counts.unmatched,
+        }
+    }
+
+    /// The recorded requests, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.script().requests()
+    }
+
+    /// Clears rules, counters and the record.
+    pub fn reset(&self) {
+        self.shared.script().reset();
+    }
+
+    /// Stops accepting, lets in-flight responses finish for up to `grace` (hanging requests are
+    /// released at once), then closes what is left.
+    pub async fn shutdown(mut self, grace: Duration) {
+        let _ = self.shutdown.send(true);
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                tracing::warn!(
+                    ?grace,
+                    "mock upstream: connections still open after the grace period; closing them"
+                );
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for MockUpstream {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            // Aborting the accept loop drops its JoinSet, which aborts every connection task.
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for MockUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockUpstream")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    connections.spawn(serve_connection(stream, Arc::clone(&shared), shutdown.clone()));
+                }
+                Err(error) => {
+                    // Typically EMFILE under a connection flood: back off instead of spinning.
+                    tracing::warn!(%error, "mock upstream: accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let request_shutdown = shutdown.clone();
+    let service =
+        service_fn(move |request| handle(Arc::clone(&shared), request_shutdown.clone(), request));
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = shutdown.changed() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        // Scripted cuts end here on purpose; anything else is the client going away.
+        tracing::debug!(%error, "mock upstream: connection ended with an error");
+    }
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    request: Request<Incoming>,
+) -> io::Result<Response<MockBody>> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            tracing::debug!(%error, "mock upstream: reading request body failed");
+            let body = sim::openai_error_json(
+                "request body unreadable or too large",
+                "invalid_request_error",
+                "invalid_request",
+            );
+            return Ok(respond::full(
+                http::StatusCode::BAD_REQUEST,
+                "application/json",
+                body,
+            ));
+        }
+    };
+    let path = parts.uri.path().to_owned();
+    if shared.control_api && path.starts_with(control::PREFIX) {
+        return Ok(control::handle(
+            &shared,
+            parts.method.as_str(),
+            &path,
+            &body,
+        ));
+    }
+    let recorded = RecordedRequest {
+        method: parts.method.to_string(),
+        credential: credential(&parts.headers),
+        model: model_of(&parts.headers, &body),
+        path,
+        headers: parts.headers,
+        body,
+    };
+    let behavior = shared.script().answer(&recorded);
+    tracing::debug!(
+        method = %recorded.method,
+        path = %recorded.path,
+        model = recorded.model.as_deref().unwrap_or(""),
+        scripted = behavior.is_some(),
+        "mock upstream request"
+    );
+    if let Some(behavior) = &behavior {
+        if !behavior.latency.is_zero() {
+            tokio::time::sleep(behavior.latency).await;
+        }
+        if behavior.hang {
+            // Wait for the mock to stop (the client giving up drops this future with the
+            // connection), then close without answering.
+            while !*shutdown.borrow_and_update() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
+            }
+            return Err(io::Error::other("mock upstream: hang released by shutdown"));
+        }
+        if behavior.cut_before_first_byte {
+            return Err(io::Error::other("mock upstream: cut before first byte"));
+        }
+    }
+    Ok(respond::respond(
+        &recorded,
+        behavior.as_ref(),
+        &shared.models,
+    ))
+}
+
+/// The bearer token of `Authorization`, else `x-api-key`.
+fn credential(headers: &HeaderMap) -> Option<String> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+    let key = || headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or_else(key).map(|v| v.trim().to_owned())
+}
+
+/// The `model` of a JSON body, or of a multipart form (audio transcriptions).
+fn model_of(headers: &HeaderMap, body: &Bytes) -> Option<String> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with("multipart/form-data") {
+        let text = String::from_utf8_lossy(body);
+        let after = text.split("name=\"model\"").nth(1)?;
+        let value = after.split("\r\n\r\n").nth(1)?;
+        return value.split("\r\n").next().map(str::to_owned);
+    }
+    #[derive(serde::Deserialize)]
+    struct WithModel {
+        model: Option<String>,
+    }
+    serde_json::from_slice::<WithModel>(body).ok()?.model
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_comes_from_bearer_or_api_key() {
+        let mut h = HeaderMap::new();
+        assert_eq!(credential(&h), None);
+        h.insert("x-api-key", "sk-x".parse().unwrap());
+        assert_eq!(credential(&h).as_deref(), Some("sk-x"));
+        h.insert(header::AUTHORIZATION, "Bearer sk-b".parse().unwrap());
+        assert_eq!(credential(&h).as_deref(), Some("sk-b"));
+    }
+
+    #[test]
+    fn model_comes_from_json_or_multipart() {
+        let h = HeaderMap::new();
+        let body = Bytes::from_static(br#"{"model":"gpt-x","messages":[]}"#);
+        assert_eq!(model_of(&h, &body).as_deref(), Some("gpt-x"));
+        assert_eq!(model_of(&h, &Bytes::from_static(b"nope")), None);
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            "multipart/form-data; boundary=b".parse().unwrap(),
+        );
+        let form = Bytes::from_static(
+            b"--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--b--\r\n",
+        );
+        assert_eq!(model_of(&h, &form).as_deref(), Some("whisper-1"));
+    }
+}

@@ -1,0 +1,603 @@
+//! Pure builders for the answers a simulated upstream gives: OpenAI and Anthropic JSON bodies and
+//! SSE events. No sockets and no state beyond a process-wide id counter, so the data plane's
+//! in-process `provider: mock` and the mock HTTP server produce byte-for-byte the same shapes.
+//!
+//! Every SSE helper returns complete events (`data: ...\n\n`, or `event: ...\ndata: ...\n\n` for
+//! Anthropic and Responses streams), ready to be written to the wire one by one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+/// The assistant text of every default answer.
+pub const DEFAULT_CONTENT: &str = "Hello from mock";
+/// The model echoed when a request names none.
+pub const DEFAULT_MODEL: &str = "mock-model";
+/// The models listed by `GET /v1/models` unless told otherwise.
+pub const DEFAULT_MODELS: &[&str] = &["mock-model", "gpt-4o-mini", "text-embedding-3-small"];
+/// Number of floats in each mock embedding (unless the request asks for `dimensions`).
+pub const EMBEDDING_DIMENSIONS: usize = 8;
+/// The SSE terminator of OpenAI streams.
+pub const DONE_EVENT: &str = "data: [DONE]\n\n";
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh process-unique number for response ids (`chatcmpl-mock-N`, `msg_mock_N`, ...).
+pub fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A rough token count (4 characters a token, at least 1 for non-empty text), good enough for
+/// plausible `usage` blocks.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+fn sse_data(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+fn sse_event(name: &str, value: &Value) -> String {
+    format!("event: {name}\ndata: {value}\n\n")
+}
+
+/// Splits `content` into exactly `n` consecutive pieces that concatenate back to it (word
+/// boundaries where there are enough words; empty pieces when the text is shorter than `n`).
+pub fn split_content(content: &str, n: usize) -> Vec<String> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // Words keep their leading space so that concatenation restores the text exactly.
+    let mut words: Vec<String> = Vec::new();
+    for (i, word) in content.split(' ').enumerate() {
+        words.push(if i == 0 {
+            word.to_owned()
+        } else {
+            format!(" {word}")
+        });
+    }
+    words.retain(|w| !w.is_empty());
+    let mut pieces = vec![String::new(); n];
+    if words.len() <= n {
+        for (piece, word) in pieces.iter_mut().zip(words) {
+            *piece = word;
+        }
+    } else {
+        // More words than pieces: spread them evenly, earlier pieces take the remainder.
+        let per = words.len() / n;
+        let extra = words.len() % n;
+        let mut words = words.into_iter();
+        for (i, piece) in pieces.iter_mut().enumerate() {
+            let take = per + usize::from(i < extra);
+            *piece = words.by_ref().take(take).collect();
+        }
+    }
+    pieces
+}
+
+/// `{"error":{"message","type","code"}}`, the OpenAI error shape.
+pub fn openai_error_json(message: &str, error_type: &str, code: &str) -> String {
+    json!({"error": {"message": message, "type": error_type, "param": null, "code": code}})
+        .to_string()
+}
+
+/// `{"type":"error","error":{"type","message"}}`, the Anthropic error shape.
+pub fn anthropic_error_json(message: &str, error_type: &str) -> String {
+    json!({"type": "error", "error": {"type": error_type, "message": message}}).to_string()
+}
+
+/// The (type, code) an OpenAI-style upstream uses for an HTTP status.
+pub fn openai_error_kind(status: u16) -> (&'static str, &'static str) {
+    match status {
+        400 => ("invalid_request_error", "invalid_request"),
+        401 => ("invalid_request_error", "invalid_api_key"),
+        403 => ("permission_error", "permission_denied"),
+        404 => ("invalid_request_error", "model_not_found"),
+        408 => ("timeout_error", "request_timeout"),
+        409 => ("invalid_request_error", "conflict"),
+        413 => ("invalid_request_error", "request_too_large"),
+        422 => ("invalid_request_error", "unprocessable_entity"),
+        429 => ("rate_limit_error", "rate_limit_exceeded"),
+        500..=599 => ("server_error", "server_error"),
+        _ => ("api_error", "upstream_error"),
+    }
+}
+
+/// The Anthropic error `type` for an HTTP status.
+pub fn anthropic_error_kind(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// A non-streaming `chat.completion` with a usage block estimated from the content alone.
+pub fn chat_completion_json(model: &str, content: &str) -> String {
+    chat_completion_json_with_usage(model, content, 1)
+}
+
+/// A non-streaming `chat.completion` reporting `prompt_tokens` as given.
+pub fn chat_completion_json_with_usage(model: &str, content: &str, prompt_tokens: u64) -> String {
+    let completion_tokens = estimate_tokens(content);
+    json!({
+        "id": format!("chatcmpl-mock-{}", next_id()),
+        "object": "chat.completion",
+        "created": now_secs(),
+        "model": model,
+        "system_fingerprint": "fp_mock",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content, "refusal": null},
+            "logprobs": null,
+            "finish_reason": "stop"
+        }],
+        "usage": usage_openai(prompt_tokens, completion_tokens)
+    })
+    .to_string()
+}
+
+fn usage_openai(prompt_tokens: u64, completion_tokens: u64) -> Value {
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens
+    })
+}
+
+/// An OpenAI chat stream: `n` content chunks (the first also carries the assistant role), a
+/// final chunk with `finish_reason: "stop"`, then `data: [DONE]`. `n + 2` events in all.
+pub fn chat_chunks(model: &str, content: &str, n: usize) -> Vec<String> {
+    chat_chunks_with_usage(model, content, n, None)
+}
+
+/// Like [`chat_chunks`]; with `Some(prompt_tokens)` (the request's
+/// `stream_options.include_usage`) a usage chunk with empty `choices` precedes `[DONE]`.
+pub fn chat_chunks_with_usage(
+    model: &str,
+    content: &str,
+    n: usize,
+    usage_prompt_tokens: Option<u64>,
+) -> Vec<String> {
+    let id = format!("chatcmpl-mock-{}", next_id());
+    let created = now_secs();
+    let chunk = |choices: Value| {
+        sse_data(&json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_mock",
+            "choices": choices
+        }))
+    };
+    let mut events = Vec::with_capacity(n + 3);
+    for (i, piece) in split_content(content, n).into_iter().enumerate() {
+        let delta = if i == 0 {
+            json!({"role": "assistant", "content": piece})
+        } else {
+            json!({"content": piece})
+        };
+        events.push(chunk(json!([{
+            "index": 0, "delta": delta, "logprobs": null, "finish_reason": null
+        }])));
+    }
+    events.push(chunk(json!([{
+        "index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"
+    }])));
+    if let Some(prompt_tokens) = usage_prompt_tokens {
+        let mut usage_chunk = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage_openai(prompt_tokens, estimate_tokens(content))
+        });
+        if let Some(obj) = usage_chunk.as_object_mut() {
+            obj.insert("system_fingerprint".into(), json!("fp_mock"));
+        }
+        events.push(sse_data(&usage_chunk));
+    }
+    events.push(DONE_EVENT.to_owned());
+    events
+}
+
+/// A legacy `text_completion` (`/v1/completions`).
+pub fn completion_json(model: &str, text: &str, prompt_tokens: u64) -> String {
+    json!({
+        "id": format!("cmpl-mock-{}", next_id()),
+        "object": "text_completion",
+        "created": now_secs(),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "stop"}],
+        "usage": usage_openai(prompt_tokens, estimate_tokens(text))
+    })
+    .to_string()
+}
+
+/// A legacy completions stream: `n` text chunks, a finish chunk, `[DONE]`.
+pub fn completion_chunks(model: &str, text: &str, n: usize) -> Vec<String> {
+    let id = format!("cmpl-mock-{}", next_id());
+    let created = now_secs();
+    let chunk = |piece: &str, finish: Value| {
+        sse_data(&json!({
+            "id": id, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": piece, "logprobs": null, "finish_reason": finish}]
+        }))
+    };
+    let mut events: Vec<String> = split_content(text, n)
+        .iter()
+        .map(|piece| chunk(piece, Value::Null))
+        .collect();
+    events.push(chunk("", json!("stop")));
+    events.push(DONE_EVENT.to_owned());
+    events
+}
+
+/// An embeddings list with one deterministic vector per input.
+pub fn embeddings_json(model: &str, n_inputs: usize) -> String {
+    embeddings_json_with(model, n_inputs, EMBEDDING_DIMENSIONS, false)
+}
+
+/// Embeddings with a chosen dimension; `base64` encodes each vector as little-endian f32 the way
+/// OpenAI does for `encoding_format: "base64"` (the Python SDK's default).
+pub fn embeddings_json_with(
+    model: &str,
+    n_inputs: usize,
+    dimensions: usize,
+    base64: bool,
+) -> String {
+    let data: Vec<Value> = (0..n_inputs)
+        .map(|index| {
+            let vector = embedding_vector(index, dimensions);
+            let embedding = if base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|f| f.to_le_bytes()).collect();
+                json!(base64_encode(&bytes))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    let tokens = n_inputs as u64 * 4;
+    json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}
+    })
+    .to_string()
+}
+
+fn embedding_vector(index: usize, dimensions: usize) -> Vec<f32> {
+    (0..dimensions)
+        .map(|d| {
+            let x = ((index * 31 + d * 7) % 97) as f32 / 97.0;
+            (x * 2.0 - 1.0) * 0.5
+        })
+        .collect()
+}
+
+/// `GET /v1/models`.
+pub fn models_json(models: &[&str]) -> String {
+    let data: Vec<Value> = models
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"}))
+        .collect();
+    json!({"object": "list", "data": data}).to_string()
+}
+
+/// A Responses API (`/v1/responses`) answer with one output message.
+pub fn response_json(model: &str, text: &str, input_tokens: u64) -> String {
+    response_object(
+        &format!("resp_mock_{}", next_id()),
+        model,
+        text,
+        input_tokens,
+        "completed",
+    )
+    .to_string()
+}
+
+fn response_object(id: &str, model: &str, text: &str, input_tokens: u64, status: &str) -> Value {
+    let output_tokens = estimate_tokens(text);
+    let output = if status == "completed" {
+        json!([{
+            "type": "message", "id": format!("msg_{id}"), "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]
+        }])
+    } else {
+        json!([])
+    };
+    json!({
+        "id": id,
+        "object": "response",
+        "created_at": now_secs(),
+        "status": status,
+        "model": model,
+        "output": output,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": null,
+        "metadata": {},
+        "parallel_tool_calls": true,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens
+        }
+    })
+}
+
+/// A Responses stream: `response.created`, `n` `response.output_text.delta` events,
+/// `response.completed`.
+pub fn response_events(model: &str, text: &str, n: usize, input_tokens: u64) -> Vec<String> {
+    let id = format!("resp_mock_{}", next_id());
+    let item_id = format!("msg_{id}");
+    let mut seq = 0u64;
+    let mut next_seq = || {
+        seq += 1;
+        seq
+    };
+    let mut events = vec![sse_event(
+        "response.created",
+        &json!({"type": "response.created", "sequence_number": next_seq(),
+                "response": response_object(&id, model, "", input_tokens, "in_progress")}),
+    )];
+    for piece in split_content(text, n) {
+        events.push(sse_event(
+            "response.output_text.delta",
+            &json!({"type": "response.output_text.delta", "sequence_number": next_seq(),
+                    "item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece}),
+        ));
+    }
+    events.push(sse_event(
+        "response.completed",
+        &json!({"type": "response.completed", "sequence_number": next_seq(),
+                "response": response_object(&id, model, text, input_tokens, "completed")}),
+    ));
+    events
+}
+
+/// An Anthropic `/v1/messages` answer.
+pub fn anthropic_message_json(model: &str, text: &str, input_tokens: u64) -> String {
+    json!({
+        "id": format!("msg_mock_{}", next_id()),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": null,
+        "usage": {"input_tokens": input_tokens, "output_tokens": estimate_tokens(text)}
+    })
+    .to_string()
+}
+
+/// An Anthropic message stream: `message_start`, `content_block_start`, `n`
+/// `content_block_delta` events, `content_block_stop`, `message_delta`, `message_stop`.
+pub fn anthropic_events(model: &str, text: &str, n: usize, input_tokens: u64) -> Vec<String> {
+    let id = format!("msg_mock_{}", next_id());
+    let mut events = vec![
+        sse_event(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+                "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": 1}
+            }}),
+        ),
+        sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}}),
+        ),
+    ];
+    for piece in split_content(text, n) {
+        events.push(sse_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": piece}}),
+        ));
+    }
+    events.push(sse_event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events.push(sse_event(
+        "message_delta",
+        &json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": estimate_tokens(text)}}),
+    ));
+    events.push(sse_event("message_stop", &json!({"type": "message_stop"})));
+    events
+}
+
+/// `/v1/images/generations`: `n` tiny images as `b64_json`.
+pub fn images_json(n: usize) -> String {
+    let data: Vec<Value> = (0..n.max(1))
+        .map(|_| json!({"b64_json": base64_encode(TINY_PNG), "revised_prompt": "a mock image"}))
+        .collect();
+    json!({"created": now_secs(), "data": data}).to_string()
+}
+
+/// `/v1/audio/transcriptions` in its JSON form.
+pub fn transcription_json(text: &str) -> String {
+    json!({"text": text}).to_string()
+}
+
+/// A few bytes standing in for `/v1/audio/speech` output (an ID3 header and silence).
+pub fn speech_bytes() -> Vec<u8> {
+    let mut bytes = b"ID3\x04\x00\x00\x00\x00\x00\x00".to_vec();
+    bytes.extend_from_slice(&[0xFF, 0xFB, 0x90, 0x64]);
+    bytes.extend(std::iter::repeat_n(0u8, 400));
+    bytes
+}
+
+/// A 1x1 transparent PNG.
+const TINY_PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
+    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00, 0x01, 0x00, 0x00,
+    0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE,
+    0x42, 0x60, 0x82,
+];
+
+/// Standard base64 with padding (small enough not to need a crate).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Value {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn split_content_restores_the_text() {
+        for n in 1..8 {
+            let pieces = split_content(DEFAULT_CONTENT, n);
+            assert_eq!(pieces.len(), n);
+            assert_eq!(pieces.concat(), DEFAULT_CONTENT);
+        }
+        assert_eq!(
+            split_content(DEFAULT_CONTENT, 3),
+            ["Hello", " from", " mock"]
+        );
+        assert!(split_content("", 2).iter().all(String::is_empty));
+    }
+
+    #[test]
+    fn chat_completion_echoes_model_and_content() {
+        let v = parse(&chat_completion_json("m1", "hi there"));
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["model"], "m1");
+        assert_eq!(v["choices"][0]["message"]["content"], "hi there");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-mock-"));
+        let u = &v["usage"];
+        assert_eq!(
+            u["total_tokens"].as_u64().unwrap(),
+            u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+        );
+    }
+
+    #[test]
+    fn chat_chunks_are_complete_sse_events_ending_with_done() {
+        let events = chat_chunks("m", DEFAULT_CONTENT, 3);
+        assert_eq!(events.len(), 5);
+        assert_eq!(events.last().unwrap(), DONE_EVENT);
+        let mut text = String::new();
+        for e in &events[..4] {
+            assert!(e.starts_with("data: ") && e.ends_with("\n\n"));
+            let v = parse(e.trim_start_matches("data: ").trim_end());
+            assert_eq!(v["object"], "chat.completion.chunk");
+            text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+        }
+        assert_eq!(text, DEFAULT_CONTENT);
+        let with_usage = chat_chunks_with_usage("m", "x", 1, Some(5));
+        let usage = parse(with_usage[2].trim_start_matches("data: ").trim_end());
+        assert_eq!(usage["usage"]["prompt_tokens"], 5);
+        assert_eq!(usage["choices"], json!([]));
+    }
+
+    #[test]
+    fn embeddings_have_one_vector_per_input() {
+        let v = parse(&embeddings_json("e", 3));
+        assert_eq!(v["object"], "list");
+        assert_eq!(v["data"].as_array().unwrap().len(), 3);
+        assert_eq!(v["data"][2]["index"], 2);
+        assert_eq!(
+            v["data"][0]["embedding"].as_array().unwrap().len(),
+            EMBEDDING_DIMENSIONS
+        );
+        let b = parse(&embeddings_json_with("e", 1, 4, true));
+        // 4 floats = 16 bytes = 24 base64 characters.
+        assert_eq!(b["data"][0]["embedding"].as_str().unwrap().len(), 24);
+    }
+
+    #[test]
+    fn base64_matches_known_vectors() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn models_and_errors_have_their_shapes() {
+        let v = parse(&models_json(&["a", "b"]));
+        assert_eq!(v["data"][1]["id"], "b");
+        assert_eq!(v["data"][1]["object"], "model");
+        let e = parse(&openai_error_json("boom", "server_error", "server_error"));
+        assert_eq!(e["error"]["message"], "boom");
+        assert_eq!(e["error"]["type"], "server_error");
+        assert_eq!(e["error"]["code"], "server_error");
+        let a = parse(&anthropic_error_json("slow down", "rate_limit_error"));
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "rate_limit_error");
+    }
+
+    #[test]
+    fn anthropic_stream_has_the_event_sequence() {
+        let events = anthropic_events("claude", DEFAULT_CONTENT, 2, 3);
+        let names: Vec<&str> = events
+            .iter()
+            .map(|e| e.lines().next().unwrap().trim_start_matches("event: "))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+    }
+}
