@@ -349,32 +349,65 @@ fn response_object(id: &str, model: &str, text: &str, input_tokens: u64, status:
     })
 }
 
-/// A Responses stream: `response.created`, `n` `response.output_text.delta` events,
-/// `response.completed`.
+/// A Responses stream: `response.created`, `response.output_item.added`,
+/// `response.content_part.added`, `n` `response.output_text.delta` events, then the matching
+/// `.done` events and `response.completed` (the sequence the official SDKs accumulate).
 pub fn response_events(model: &str, text: &str, n: usize, input_tokens: u64) -> Vec<String> {
     let id = format!("resp_mock_{}", next_id());
     let item_id = format!("msg_{id}");
     let mut seq = 0u64;
-    let mut next_seq = || {
+    let mut event = |name: &str, mut body: Value| {
         seq += 1;
-        seq
+        if let Some(obj) = body.as_object_mut() {
+            obj.insert("type".into(), json!(name));
+            obj.insert("sequence_number".into(), json!(seq));
+        }
+        sse_event(name, &body)
     };
-    let mut events = vec![sse_event(
-        "response.created",
-        &json!({"type": "response.created", "sequence_number": next_seq(),
-                "response": response_object(&id, model, "", input_tokens, "in_progress")}),
-    )];
+    let item = |status: &str, content: Value| {
+        json!({"type": "message", "id": item_id, "status": status, "role": "assistant",
+               "content": content})
+    };
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    let at = |extra: Value| {
+        let mut v = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
+        if let (Some(obj), Value::Object(extra)) = (v.as_object_mut(), extra) {
+            obj.extend(extra);
+        }
+        v
+    };
+    let mut events = vec![
+        event(
+            "response.created",
+            json!({"response": response_object(&id, model, "", input_tokens, "in_progress")}),
+        ),
+        event(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": item("in_progress", json!([]))}),
+        ),
+        event("response.content_part.added", at(json!({"part": part("")}))),
+    ];
     for piece in split_content(text, n) {
-        events.push(sse_event(
+        events.push(event(
             "response.output_text.delta",
-            &json!({"type": "response.output_text.delta", "sequence_number": next_seq(),
-                    "item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece}),
+            at(json!({"delta": piece, "logprobs": []})),
         ));
     }
-    events.push(sse_event(
+    events.push(event(
+        "response.output_text.done",
+        at(json!({"text": text, "logprobs": []})),
+    ));
+    events.push(event(
+        "response.content_part.done",
+        at(json!({"part": part(text)})),
+    ));
+    events.push(event(
+        "response.output_item.done",
+        json!({"output_index": 0, "item": item("completed", json!([part(text)]))}),
+    ));
+    events.push(event(
         "response.completed",
-        &json!({"type": "response.completed", "sequence_number": next_seq(),
-                "response": response_object(&id, model, text, input_tokens, "completed")}),
+        json!({"response": response_object(&id, model, text, input_tokens, "completed")}),
     ));
     events
 }
@@ -578,6 +611,29 @@ mod tests {
         let a = parse(&anthropic_error_json("slow down", "rate_limit_error"));
         assert_eq!(a["type"], "error");
         assert_eq!(a["error"]["type"], "rate_limit_error");
+    }
+
+    #[test]
+    fn responses_stream_opens_items_before_deltas() {
+        let events = response_events("r", DEFAULT_CONTENT, 2, 3);
+        let names: Vec<&str> = events
+            .iter()
+            .map(|e| e.lines().next().unwrap().trim_start_matches("event: "))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
     }
 
     #[test]
