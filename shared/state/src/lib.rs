@@ -1,1 +1,115 @@
-//! Placeholder; filled by a later issue.
+//! Shared runtime state of the fleet behind one [`StateStore`] trait: member cooldowns and
+//! failure counts, channel consecutive failures and breaker trips, per-channel in-flight counts,
+//! health records per (channel, upstream model), sticky bindings, canary promotion and runtime
+//! credential disables.
+//!
+//! Architecture invariant: the hot path never awaits. Reads go through a local view that
+//! implements [`switchyard_engine::HealthView`] (plain memory, one read lock per selection);
+//! writes are synchronous calls that update that local view. A fleet implementation (Redis) keeps
+//! the same shape: it applies each write locally, enqueues it for a background writer and merges
+//! other proxies' changes into its view.
+//!
+//! Time is always passed in (`now`, Unix milliseconds), so the rules are testable without sleeps.
+
+mod memory;
+mod types;
+
+pub mod conformance;
+
+pub use memory::InMemoryStore;
+pub use types::*;
+
+use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
+
+/// Everything a proxy reads and reports about live runtime state. Object-safe, `Send + Sync`,
+/// synchronous: implementations must never block on the network inside these calls.
+pub trait StateStore: Send + Sync {
+    /// Runs `f` with a consistent local view (one lock for a whole selection round).
+    fn with_view(&self, f: &mut dyn FnMut(&dyn HealthView));
+
+    /// A successful attempt: resets the member's failure streak and the channel's consecutive
+    /// failures, clears the member's cooldown, feeds the health record and the canary count.
+    fn record_success(&self, success: &AttemptSuccess<'_>, now: UnixMillis) -> SuccessEffect;
+
+    /// A failed attempt of one member: health record, failure streak and cooldown per
+    /// [`FailureKind`] (Retry-After extends, never shortens).
+    fn record_failure(
+        &self,
+        failure: &AttemptFailure<'_>,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> FailureEffect;
+
+    /// One failed *channel attempt* (the caller reports it at most once per request and channel,
+    /// and never for upstream 4xx). Trips the breaker at `policy.breaker_threshold`.
+    fn record_channel_failure(
+        &self,
+        channel: ChannelId,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> ChannelFailureEffect;
+
+    /// Opens the channel's breaker at once (keyword rule on a single-key `auto_ban` channel).
+    fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis);
+
+    /// A recovery probe passed: closes the breaker and clears the failure state of the channel
+    /// and of the given members (its members).
+    fn reset_channel(&self, channel: ChannelId, members: &[MemberId]);
+
+    /// Extends the member's cooldown to `until` unless it already lasts longer.
+    fn extend_cooldown(&self, member: MemberId, until: UnixMillis);
+
+    /// Disables one credential at runtime (keyword rule on a multi-key channel).
+    fn disable_credential(&self, credential: CredentialId, reason: &str, now: UnixMillis);
+
+    /// Raw in-flight counter operations; use [`InFlightGuard`] instead.
+    fn in_flight_acquire(&self, channel: ChannelId);
+    fn in_flight_release(&self, channel: ChannelId);
+
+    /// Binds (or renews) a session to a member until `now + ttl_ms`.
+    fn bind_sticky(
+        &self,
+        route: RouteId,
+        session_key: &str,
+        member: MemberId,
+        ttl_ms: u64,
+        now: UnixMillis,
+    );
+
+    /// Everything currently held, for the admin view. Expired entries are left out.
+    fn dump(&self, now: UnixMillis) -> StateDump;
+}
+
+/// Counts one request in flight on a channel for as long as it lives.
+pub struct InFlightGuard {
+    store: std::sync::Arc<dyn StateStore>,
+    channel: ChannelId,
+}
+
+impl InFlightGuard {
+    pub fn acquire(store: &std::sync::Arc<dyn StateStore>, channel: ChannelId) -> InFlightGuard {
+        store.in_flight_acquire(channel);
+        InFlightGuard {
+            store: store.clone(),
+            channel,
+        }
+    }
+
+    pub fn channel(&self) -> ChannelId {
+        self.channel
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.store.in_flight_release(self.channel);
+    }
+}
+
+impl std::fmt::Debug for InFlightGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlightGuard")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}

@@ -1,0 +1,536 @@
+//! One attempt against one member with one credential, and the classification of its outcome
+//! (SPEC §3's table). The failover loop decides what to do next from [`Failed::scope`].
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{header, HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use switchyard_engine::{Channel, RandomSource};
+use switchyard_state::FailureKind;
+use tokio::time::{timeout, Instant};
+
+use crate::endpoint::Endpoint;
+use crate::metrics::AttemptOutcome;
+use crate::mock::{self, MockRequest};
+use crate::request::Inspected;
+use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, UpstreamResponse};
+
+/// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
+const MAX_INSPECTED_BODY: usize = 16 * 1024 * 1024;
+/// Most bytes of an upstream error body kept as the "last upstream answer".
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+/// Longest `Retry-After` honoured.
+const MAX_RETRY_AFTER_MS: u64 = 86_400_000;
+
+/// Upstream error-body keywords that disable a credential (or the channel, when it has a single
+/// key) on channels with `auto_ban`.
+const BAN_KEYWORDS: &[&str] = &[
+    "insufficient_quota",
+    "exceeded your current quota",
+    "quota exceeded",
+    "invalid_api_key",
+    "incorrect api key",
+    "invalid x-api-key",
+    "account_deactivated",
+    "billing_hard_limit_reached",
+    "credit balance is too low",
+];
+
+/// What happens after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Retryable: another credential / re-send on the same channel, then another member.
+    SameChannel,
+    /// Upstream 4xx: fail over to another member at once.
+    OtherMember,
+    /// Failure specific to this member: the same channel's other variants next.
+    PreferChannel,
+}
+
+/// The last upstream answer, returned to the client if every attempt fails.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Debug)]
+pub struct Failed {
+    pub kind: FailureKind,
+    pub scope: Scope,
+    /// Low-cardinality reason for logs.
+    pub error: &'static str,
+    pub status: Option<u16>,
+    pub retry_after_ms: Option<u64>,
+    pub answer: Option<Answer>,
+    /// An auto-ban keyword matched in the error body.
+    pub ban_keyword: Option<&'static str>,
+}
+
+impl Failed {
+    fn transport(error: &'static str) -> Failed {
+        Failed {
+            kind: FailureKind::Transport,
+            scope: Scope::SameChannel,
+            error,
+            status: None,
+            retry_after_ms: None,
+            answer: None,
+            ban_keyword: None,
+        }
+    }
+
+    pub fn outcome(&self) -> AttemptOutcome {
+        match self.kind {
+            FailureKind::Transport => AttemptOutcome::Transport,
+            FailureKind::Retryable => AttemptOutcome::Retryable,
+            FailureKind::Rejected => AttemptOutcome::Rejected,
+            FailureKind::MemberSpecific => AttemptOutcome::MemberSpecific,
+            FailureKind::StreamBroken => AttemptOutcome::StreamBroken,
+        }
+    }
+}
+
+/// A response ready to go to the client.
+pub struct Committed {
+    pub response: UpstreamResponse,
+    /// For streams: the first data chunk, already read (the rest is still in `response.body`).
+    pub first_chunk: Option<Bytes>,
+}
+
+pub enum Outcome {
+    Committed(Committed),
+    Failed(Failed),
+}
+
+/// Everything one attempt needs.
+pub struct Attempt<'a> {
+    pub client: &'a HttpClient,
+    pub endpoint: Endpoint,
+    pub inspected: &'a Inspected,
+    pub upstream_model: &'a str,
+    pub body: Bytes,
+    pub client_headers: &'a HeaderMap,
+    pub query: Option<&'a str>,
+    pub channel: &'a Channel,
+    pub runtime: &'a ChannelRuntime,
+    pub credential: &'a CredentialRuntime,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub deadline: Instant,
+}
+
+impl Attempt<'_> {
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    pub async fn run(self, rng: &mut impl RandomSource) -> Outcome {
+        let response = match self.send(rng).await {
+            Ok(r) => r,
+            Err(failed) => return Outcome::Failed(failed),
+        };
+        if response.status.is_success() {
+            self.on_success(response).await
+        } else {
+            Outcome::Failed(self.on_error(response).await)
+        }
+    }
+
+    async fn send(&self, rng: &mut impl RandomSource) -> Result<UpstreamResponse, Failed> {
+        if let Some(options) = &self.runtime.mock {
+            let request = MockRequest {
+                endpoint: self.endpoint,
+                model: self.upstream_model,
+                stream: self.inspected.stream,
+                inputs: self.inspected.inputs,
+                prompt_tokens: u64::from(self.inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
+            };
+            let limit = self.first_byte_timeout.min(self.left());
+            return timeout(limit, mock::respond(options, &request, rng))
+                .await
+                .map_err(|_| Failed::transport("first_byte_timeout"));
+        }
+        let request = self
+            .runtime
+            .request(
+                self.endpoint,
+                self.query,
+                self.client_headers,
+                self.credential,
+                self.body.clone(),
+            )
+            .map_err(|_| Failed::transport("bad_upstream_request"))?;
+        let limit = (self.connect_timeout + self.first_byte_timeout).min(self.left());
+        match timeout(limit, self.client.request(request)).await {
+            Err(_) => Err(Failed::transport("first_byte_timeout")),
+            Ok(Err(e)) if e.is_connect() => Err(Failed::transport("connect_error")),
+            // The connection was up but closed before the answer started: for a stream this is
+            // the "cut before the first byte" of SPEC §3, specific to this member.
+            Ok(Err(_)) if self.inspected.stream => Err(stream_cut()),
+            Ok(Err(_)) => Err(Failed::transport("transport_error")),
+            Ok(Ok(response)) => {
+                let (parts, body) = response.into_parts();
+                Ok(UpstreamResponse {
+                    status: parts.status,
+                    headers: parts.headers,
+                    body: Body::new(body),
+                })
+            }
+        }
+    }
+
+    async fn on_success(&self, mut response: UpstreamResponse) -> Outcome {
+        if self.inspected.stream {
+            // Nothing has reached the client yet: a stream that dies before its first byte is
+            // a member-specific failure and fails over transparently.
+            let limit = self.first_byte_timeout.min(self.left());
+            return match timeout(limit, next_data(&mut response.body)).await {
+                Ok(Ok(Some(first))) => Outcome::Committed(Committed {
+                    response,
+                    first_chunk: Some(first),
+                }),
+                Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
+                Err(_) => Outcome::Failed(Failed::transport("first_byte_timeout")),
+            };
+        }
+        if !is_json(&response.headers) {
+            return Outcome::Committed(Committed {
+                response,
+                first_chunk: None,
+            });
+        }
+        let limit = self.idle_timeout.min(self.left());
+        let body = match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(())) => return Outcome::Failed(Failed::transport("body_read_error")),
+            Err(_) => return Outcome::Failed(Failed::transport("body_timeout")),
+        };
+        let status = response.status;
+        let answer = |headers: &HeaderMap, body: &Bytes| Answer {
+            status,
+            headers: headers.clone(),
+            body: body.clone(),
+        };
+        match check_body(self.endpoint, &body) {
+            BodyCheck::Fine => {}
+            BodyCheck::Malformed => {
+                return Outcome::Failed(Failed {
+                    kind: FailureKind::Retryable,
+                    error: "malformed_response",
+                    status: Some(status.as_u16()),
+                    answer: Some(answer(&response.headers, &body)),
+                    ..Failed::transport("")
+                })
+            }
+            BodyCheck::Empty => {
+                return Outcome::Failed(Failed {
+                    kind: FailureKind::MemberSpecific,
+                    scope: Scope::PreferChannel,
+                    error: "empty_completion",
+                    status: Some(status.as_u16()),
+                    answer: Some(answer(&response.headers, &body)),
+                    ..Failed::transport("")
+                })
+            }
+        }
+        response.body = Body::from(body);
+        Outcome::Committed(Committed {
+            response,
+            first_chunk: None,
+        })
+    }
+
+    async fn on_error(&self, mut response: UpstreamResponse) -> Failed {
+        let limit = self.idle_timeout.min(self.left());
+        let body = match timeout(limit, collect(&mut response.body, MAX_ERROR_BODY)).await {
+            Ok(Ok(body)) => body,
+            _ => Bytes::new(),
+        };
+        let status = response.status;
+        let code = status.as_u16();
+        let text = String::from_utf8_lossy(&body).to_ascii_lowercase();
+        let retry_after_ms = retry_after_ms(&response.headers);
+        let (kind, scope, error) = classify(self.channel, code, &text);
+        let ban_keyword = if self.channel.auto_ban {
+            BAN_KEYWORDS.iter().copied().find(|k| text.contains(k))
+        } else {
+            None
+        };
+        Failed {
+            kind,
+            scope,
+            error,
+            status: Some(code),
+            retry_after_ms,
+            answer: Some(Answer {
+                status,
+                headers: response.headers,
+                body,
+            }),
+            ban_keyword,
+        }
+    }
+}
+
+fn stream_cut() -> Failed {
+    Failed {
+        kind: FailureKind::MemberSpecific,
+        scope: Scope::PreferChannel,
+        error: "stream_cut_before_first_byte",
+        ..Failed::transport("")
+    }
+}
+
+/// SPEC §3: transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model
+/// not found" answer is member-specific; any other 4xx is rejected (fail over, cool the member,
+/// never counted for the breaker).
+pub fn classify(
+    channel: &Channel,
+    status: u16,
+    lowercase_body: &str,
+) -> (FailureKind, Scope, &'static str) {
+    let retryable = status == 408
+        || status == 429
+        || status >= 500
+        || channel.retry_status_codes.contains(&status)
+        || channel
+            .retry_error_patterns
+            .iter()
+            .any(|p| !p.is_empty() && lowercase_body.contains(&p.to_ascii_lowercase()));
+    if retryable {
+        return (
+            FailureKind::Retryable,
+            Scope::SameChannel,
+            "retryable_status",
+        );
+    }
+    let model_not_found = (status == 404 || status == 400)
+        && (lowercase_body.contains("model_not_found")
+            || lowercase_body.contains("model not found")
+            || (lowercase_body.contains("model") && lowercase_body.contains("does not exist")));
+    if model_not_found {
+        return (
+            FailureKind::MemberSpecific,
+            Scope::PreferChannel,
+            "model_not_found",
+        );
+    }
+    (FailureKind::Rejected, Scope::OtherMember, "rejected_status")
+}
+
+/// `Retry-After` as milliseconds from now: delta-seconds or an HTTP date.
+pub fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let ms = match value.parse::<u64>() {
+        Ok(secs) => secs.saturating_mul(1000),
+        Err(_) => {
+            let at = httpdate::parse_http_date(value).ok()?;
+            let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        }
+    };
+    Some(ms.min(MAX_RETRY_AFTER_MS))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"))
+}
+
+/// The next non-empty data chunk; `Ok(None)` at the end, `Err` on a broken body.
+pub async fn next_data(body: &mut Body) -> Result<Option<Bytes>, ()> {
+    loop {
+        match body.frame().await {
+            None => return Ok(None),
+            Some(Err(_)) => return Err(()),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    if !data.is_empty() {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn collect(body: &mut Body, max: usize) -> Result<Bytes, ()> {
+    let mut out = bytes::BytesMut::new();
+    let mut single: Option<Bytes> = None;
+    while let Some(chunk) = next_data(body).await? {
+        if out.len() + chunk.len() + single.as_ref().map_or(0, Bytes::len) > max {
+            return Err(());
+        }
+        // The common case is one chunk: keep it without copying.
+        match single.take() {
+            None if out.is_empty() => single = Some(chunk),
+            None => out.extend_from_slice(&chunk),
+            Some(previous) => {
+                out.extend_from_slice(&previous);
+                out.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(single.unwrap_or_else(|| out.freeze()))
+}
+
+enum BodyCheck {
+    Fine,
+    Malformed,
+    Empty,
+}
+
+#[derive(Deserialize)]
+struct Completion<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    message: Option<ChoiceMessage<'a>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceMessage<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    function_call: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    refusal: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    audio: Option<&'a RawValue>,
+}
+
+fn blank(raw: Option<&RawValue>) -> bool {
+    raw.is_none_or(|r| matches!(r.get(), "null" | "\"\"" | "[]"))
+}
+
+fn check_body(endpoint: Endpoint, body: &[u8]) -> BodyCheck {
+    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions) {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Ok(_) => BodyCheck::Fine,
+            Err(_) => BodyCheck::Malformed,
+        };
+    }
+    let Ok(completion) = serde_json::from_slice::<Completion>(body) else {
+        return BodyCheck::Malformed;
+    };
+    let Some(choices) = completion.choices else {
+        return BodyCheck::Fine;
+    };
+    let empty = choices.iter().all(|c| match (&c.message, &c.text) {
+        (Some(m), _) => {
+            blank(m.content)
+                && blank(m.tool_calls)
+                && blank(m.function_call)
+                && blank(m.refusal)
+                && blank(m.audio)
+        }
+        (None, Some(text)) => text.is_empty(),
+        (None, None) => true,
+    });
+    if empty {
+        BodyCheck::Empty
+    } else {
+        BodyCheck::Fine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::{Capabilities, ChannelStatus, Provider};
+
+    fn channel() -> Channel {
+        Channel {
+            id: 1,
+            name: "c".into(),
+            provider: Provider::Openai,
+            base_url: "http://x".into(),
+            status: ChannelStatus::Enabled,
+            auto_ban: true,
+            max_concurrency: None,
+            capabilities: Capabilities::default(),
+            credentials: vec![],
+            retry_status_codes: vec![418],
+            retry_error_patterns: vec!["Try Again".into()],
+            headers: vec![],
+        }
+    }
+
+    #[test]
+    fn classification_follows_the_spec_table() {
+        let c = channel();
+        let kind = |status, body: &str| classify(&c, status, &body.to_ascii_lowercase()).0;
+        for status in [408, 429, 500, 502, 503, 504, 418] {
+            assert_eq!(kind(status, ""), FailureKind::Retryable, "{status}");
+        }
+        assert_eq!(kind(400, "please try again later"), FailureKind::Retryable);
+        assert_eq!(kind(400, "bad"), FailureKind::Rejected);
+        assert_eq!(kind(401, ""), FailureKind::Rejected);
+        assert_eq!(
+            kind(404, r#"{"error":{"code":"model_not_found"}}"#),
+            FailureKind::MemberSpecific
+        );
+        assert_eq!(
+            kind(404, "The model `x` does not exist"),
+            FailureKind::MemberSpecific
+        );
+        assert_eq!(kind(404, "no such route"), FailureKind::Rejected);
+    }
+
+    #[test]
+    fn empty_and_malformed_completions_are_detected() {
+        let check = |b: &str| match check_body(Endpoint::ChatCompletions, b.as_bytes()) {
+            BodyCheck::Fine => "fine",
+            BodyCheck::Malformed => "malformed",
+            BodyCheck::Empty => "empty",
+        };
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#),
+            "fine"
+        );
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"role":"assistant","content":""}}]}"#),
+            "empty"
+        );
+        assert_eq!(check(r#"{"choices":[]}"#), "empty");
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"1"}]}}]}"#),
+            "fine"
+        );
+        assert_eq!(check(r#"{"choices":[<<"#), "malformed");
+        assert_eq!(check(r#"{"object":"list"}"#), "fine");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = HeaderMap::new();
+        h.insert(header::RETRY_AFTER, http::HeaderValue::from_static("7"));
+        assert_eq!(retry_after_ms(&h), Some(7000));
+        let later = SystemTime::now() + Duration::from_secs(120);
+        h.insert(
+            header::RETRY_AFTER,
+            http::HeaderValue::from_str(&httpdate::fmt_http_date(later)).unwrap(),
+        );
+        let ms = retry_after_ms(&h).unwrap();
+        assert!((110_000..=120_000).contains(&ms), "{ms}");
+    }
+}

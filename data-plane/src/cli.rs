@@ -1,0 +1,43 @@
+//! Command-line flags with environment fallbacks (SPEC §8).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "switchyard-data-plane",
+    version,
+    about = "Switchyard data plane: the OpenAI/Anthropic-compatible LLM proxy"
+)]
+pub struct Cli {
+    /// Standalone mode: routes, channels, tokens and settings from this YAML file (reloaded
+    /// when it changes).
+    #[arg(long, env = "SWITCHYARD_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Control-plane gRPC URL to stream snapshots from.
+    #[arg(long, env = "SWITCHYARD_CONTROL_PLANE", conflicts_with = "config")]
+    pub control_plane: Option<String>,
+
+    /// HTTP listen address.
+    #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Redis URL for fleet-shared state (in-memory state when absent).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// File for the last known good snapshot.
+    #[arg(long, env = "SWITCHYARD_SNAPSHOT_CACHE")]
+    pub snapshot_cache: Option<PathBuf>,
+
+    /// Seconds to let in-flight requests and streams finish after SIGTERM.
+    #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
+    pub shutdown_grace_seconds: u64,
+
+    /// How often the config file is checked for changes, in milliseconds.
+    #[arg(long, env = "SWITCHYARD_CONFIG_POLL_MS", default_value_t = 1000)]
+    pub config_poll_ms: u64,
+}

@@ -1,0 +1,462 @@
+//! The failover loop of SPEC §3, written once: ask the engine, try the member (re-sending on the
+//! same channel with the next credential), classify, report to the state store, and ask the
+//! engine again with what was tried excluded — until success, a non-retryable outcome, the
+//! budget or the deadline.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use switchyard_engine::{
+    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, RandomSource,
+    RouteId, SelectionConstraint, SplitMix64, Sticky,
+};
+use switchyard_state::{AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, InFlightGuard};
+use tokio::time::Instant;
+
+use crate::attempt::{Answer, Attempt, Committed, Failed, Outcome, Scope};
+use crate::endpoint::Endpoint;
+use crate::errors::GatewayError;
+use crate::metrics::AttemptOutcome;
+use crate::relay::{relay, StreamOwner};
+use crate::request::Inspected;
+use crate::snapshot::View;
+use crate::upstream::returnable;
+use crate::AppState;
+
+/// One proxied request, as the loop sees it.
+pub struct ProxyRequest<'a> {
+    pub endpoint: Endpoint,
+    pub inspected: &'a Inspected,
+    pub body: &'a Bytes,
+    pub headers: &'a HeaderMap,
+    pub query: Option<&'a str>,
+    pub constraint: SelectionConstraint,
+    pub request_id: &'a str,
+    pub started: Instant,
+    pub seed: u64,
+}
+
+/// One attempt in the request's trail (logged; never secrets).
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptLog {
+    pub member_id: MemberId,
+    pub channel_id: ChannelId,
+    pub credential_id: CredentialId,
+    pub status: Option<u16>,
+    pub error: Option<&'static str>,
+    pub latency_ms: f64,
+}
+
+/// What happened to one request, for headers, the log line and metrics.
+#[derive(Debug, Default)]
+pub struct Trail {
+    pub route: Option<(RouteId, String)>,
+    pub final_channel: Option<String>,
+    pub attempts: Vec<AttemptLog>,
+    pub breaker_tripped: bool,
+    pub sticky: Option<&'static str>,
+    pub upstream_micros: u64,
+}
+
+struct Picked<'s> {
+    member: &'s Member,
+    channel: &'s Channel,
+    canary: bool,
+    credentials: Vec<CredentialId>,
+}
+
+fn sticky_label(sticky: Option<Sticky>) -> Option<&'static str> {
+    Some(match sticky? {
+        Sticky::Disabled => return None,
+        Sticky::NoSession => "no_session",
+        Sticky::Pinned => "pinned",
+        Sticky::Unbound => "unbound",
+        Sticky::Expired { .. } => "expired",
+        Sticky::Hit { .. } => "hit",
+        Sticky::Escaped { .. } => "escaped",
+    })
+}
+
+/// Backoff before re-send `n` (1-based): 25 ms doubling to 400 ms, times a jitter in [0.5, 1).
+fn backoff(n: u32, rng: &mut impl RandomSource) -> Duration {
+    let base = 25u64 << n.saturating_sub(1).min(4);
+    Duration::from_micros((base as f64 * 1000.0 * (0.5 + 0.5 * rng.next_f64())) as u64)
+}
+
+pub async fn proxy(
+    state: &Arc<AppState>,
+    view: &View,
+    mut req: ProxyRequest<'_>,
+) -> (Response, Trail) {
+    let snapshot = &*view.snapshot;
+    let settings = &snapshot.settings;
+    let anthropic = req.endpoint.anthropic_errors();
+    let retry_allowed = req.endpoint.retry_allowed(req.headers);
+    let deadline = req.started + Duration::from_millis(settings.request_timeout_ms);
+    let connect_timeout = Duration::from_millis(settings.connect_timeout_ms);
+    let first_byte_timeout = Duration::from_millis(settings.first_byte_timeout_ms);
+    let idle_timeout = Duration::from_millis(settings.stream_idle_timeout_ms);
+    let mut rng = SplitMix64::new(req.seed);
+    let mut trail = Trail::default();
+    let mut last: Option<Answer> = None;
+    let mut last_error: Option<&'static str> = None;
+    let mut prev_channel: Option<ChannelId> = None;
+    let mut rounds_used = 0u32;
+    let mut counted_channels: Vec<ChannelId> = Vec::new();
+    let mut disabled_here: Vec<CredentialId> = Vec::new();
+    let model = req.inspected.model.as_str();
+    let fail = |e: GatewayError, trail: Trail| (e.into_response(anthropic), trail);
+
+    loop {
+        let now = crate::unix_ms();
+        let mut picked: Option<Picked<'_>> = None;
+        let mut decision_out = None;
+        state.store.with_view(&mut |health| {
+            let decision = select(snapshot, health, &req.constraint, model, now, &mut rng);
+            if let Some(c) = decision.selected() {
+                if let Some(channel) = c.channel {
+                    let runtime = view.channel_runtime(channel.id);
+                    let credentials = channel
+                        .credentials
+                        .iter()
+                        .filter(|cred| cred.enabled && !health.credential_disabled(cred.id))
+                        .filter(|cred| runtime.is_some_and(|rt| rt.credential(cred.id).is_some()))
+                        .map(|cred| cred.id)
+                        .collect();
+                    picked = Some(Picked {
+                        member: c.member,
+                        channel,
+                        canary: c.canary,
+                        credentials,
+                    });
+                }
+            }
+            decision_out = Some((
+                decision.outcome,
+                decision.route,
+                decision.budget,
+                decision.sticky,
+            ));
+        });
+        let Some((outcome, route, budget, sticky)) = decision_out else {
+            return fail(GatewayError::not_ready(), trail);
+        };
+        if trail.attempts.is_empty() {
+            trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
+            trail.sticky = sticky_label(sticky);
+            match sticky {
+                Some(Sticky::Hit { .. }) => state.metrics.sticky_hits.fetch_add(1, Relaxed),
+                Some(Sticky::Escaped { .. }) => state.metrics.sticky_escapes.fetch_add(1, Relaxed),
+                _ => 0,
+            };
+        }
+        let (Some(picked), Some(budget), Some(route)) = (picked, budget, route) else {
+            if !trail.attempts.is_empty() {
+                break;
+            }
+            let e = match outcome {
+                Selection::ModelNotFound => GatewayError::new(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    "model_not_found",
+                    format!("The model `{model}` does not exist or is not served by this gateway."),
+                ),
+                Selection::ModelNotAllowed => GatewayError::new(
+                    StatusCode::FORBIDDEN,
+                    "permission_error",
+                    "model_not_allowed",
+                    format!("This API key may not use the model `{model}`."),
+                ),
+                _ => GatewayError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "no_eligible_member",
+                    format!("No upstream can serve `{model}` right now (all disabled, excluded or incapable)."),
+                ),
+            };
+            return fail(e, trail);
+        };
+        if picked.credentials.is_empty() {
+            // The engine saw a usable credential that this proxy cannot resolve (unset env).
+            req.constraint.attempted.push(picked.member.id);
+            last_error = Some("credential_unresolved");
+            continue;
+        }
+
+        // Cross-channel rounds: moving to another channel spends one.
+        if let Some(prev) = prev_channel {
+            if prev != picked.channel.id {
+                if rounds_used >= budget.cross_channel_rounds() {
+                    break;
+                }
+                rounds_used += 1;
+            }
+            state.metrics.failovers.fetch_add(1, Relaxed);
+        }
+        let policy = FailurePolicy {
+            fault_protection: settings.fault_protection_enabled,
+            cooldown_ms: u64::from(budget.cooldown_seconds) * 1000,
+            breaker_threshold: settings.breaker_failure_threshold,
+        };
+        let runtime = view.channel_runtime(picked.channel.id);
+        let Some(runtime) = runtime else {
+            req.constraint.attempted.push(picked.member.id);
+            continue;
+        };
+        let body = req
+            .inspected
+            .rewrite(req.body, &picked.member.upstream_model);
+        let sends = if retry_allowed {
+            1 + budget.channel_retry_times
+        } else {
+            1
+        };
+        let guard = InFlightGuard::acquire(&state.store, picked.channel.id);
+        let start = (rng.next_u64() % picked.credentials.len() as u64) as usize;
+        let mut failure: Option<Failed> = None;
+        for send in 0..sends {
+            if send > 0 {
+                let pause = backoff(send, &mut rng);
+                if deadline.saturating_duration_since(Instant::now()) <= pause {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+            }
+            let usable: Vec<CredentialId> = picked
+                .credentials
+                .iter()
+                .copied()
+                .filter(|c| !disabled_here.contains(c))
+                .collect();
+            let Some(credential_id) = usable
+                .get((start + send as usize) % usable.len().max(1))
+                .copied()
+            else {
+                break;
+            };
+            let Some(credential) = runtime.credential(credential_id) else {
+                break;
+            };
+            if Instant::now() >= deadline {
+                break;
+            }
+            let sent_at = Instant::now();
+            let attempt = Attempt {
+                client: &state.client,
+                endpoint: req.endpoint,
+                inspected: req.inspected,
+                upstream_model: &picked.member.upstream_model,
+                body: body.clone(),
+                client_headers: req.headers,
+                query: req.query,
+                channel: picked.channel,
+                runtime,
+                credential,
+                connect_timeout,
+                first_byte_timeout,
+                idle_timeout,
+                deadline,
+            };
+            let result = attempt.run(&mut rng).await;
+            let elapsed = sent_at.elapsed();
+            let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+            trail.upstream_micros = trail.upstream_micros.saturating_add(micros);
+            state.metrics.upstream_latency.observe_micros(micros);
+            let latency_ms = elapsed.as_secs_f64() * 1000.0;
+            match result {
+                Outcome::Committed(committed) => {
+                    trail.attempts.push(AttemptLog {
+                        member_id: picked.member.id,
+                        channel_id: picked.channel.id,
+                        credential_id,
+                        status: Some(committed.response.status.as_u16()),
+                        error: None,
+                        latency_ms,
+                    });
+                    state.metrics.attempt(AttemptOutcome::Success);
+                    let now = crate::unix_ms();
+                    let effect = state.store.record_success(
+                        &AttemptSuccess {
+                            member: picked.member.id,
+                            channel: picked.channel.id,
+                            upstream_model: &picked.member.upstream_model,
+                            latency_ms,
+                            canary: picked.canary,
+                            promote_after: settings.stable_first_promote_requests,
+                        },
+                        now,
+                    );
+                    if effect.promoted {
+                        tracing::info!(
+                            member_id = picked.member.id,
+                            "canary member promoted to stable"
+                        );
+                    }
+                    let sticky_on = route.sticky_session.unwrap_or(settings.sticky_enabled);
+                    if let (true, false, Some(key)) = (
+                        sticky_on,
+                        req.constraint.is_pinned(),
+                        req.constraint.session_key.as_deref(),
+                    ) {
+                        let ttl = u64::from(settings.sticky_ttl_minutes) * 60_000;
+                        state
+                            .store
+                            .bind_sticky(route.id, key, picked.member.id, ttl, now);
+                    }
+                    trail.final_channel = Some(picked.channel.name.clone());
+                    let owner = StreamOwner {
+                        state: state.clone(),
+                        member: picked.member.id,
+                        channel: picked.channel.id,
+                        upstream_model: picked.member.upstream_model.clone(),
+                        policy,
+                        anthropic,
+                        request_id: req.request_id.to_owned(),
+                        guard,
+                    };
+                    return (committed_response(committed, idle_timeout, owner), trail);
+                }
+                Outcome::Failed(failed) => {
+                    trail.attempts.push(AttemptLog {
+                        member_id: picked.member.id,
+                        channel_id: picked.channel.id,
+                        credential_id,
+                        status: failed.status,
+                        error: Some(failed.error),
+                        latency_ms,
+                    });
+                    state.metrics.attempt(failed.outcome());
+                    if let (Some(keyword), true) = (failed.ban_keyword, policy.fault_protection) {
+                        let now = crate::unix_ms();
+                        if picked.channel.credentials.len() > 1 {
+                            state.store.disable_credential(credential_id, keyword, now);
+                            disabled_here.push(credential_id);
+                            state.metrics.credentials_disabled.fetch_add(1, Relaxed);
+                        } else {
+                            state.store.trip_breaker(picked.channel.id, keyword, now);
+                            state.metrics.breaker_trips.fetch_add(1, Relaxed);
+                            trail.breaker_tripped = true;
+                        }
+                        tracing::warn!(channel = %picked.channel.name, credential_id, keyword, "auto-ban keyword matched");
+                    }
+                    let again = failed.scope == Scope::SameChannel;
+                    if let Some(answer) = failed.answer.clone() {
+                        last = Some(answer);
+                    }
+                    last_error = Some(failed.error);
+                    failure = Some(failed);
+                    if !again {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(guard);
+
+        // The member failed: cool it, count its channel once per request, and move on.
+        let Some(failed) = failure else { break };
+        let now = crate::unix_ms();
+        let effect = state.store.record_failure(
+            &AttemptFailure {
+                member: picked.member.id,
+                channel: picked.channel.id,
+                upstream_model: &picked.member.upstream_model,
+                kind: failed.kind,
+                retry_after_ms: failed.retry_after_ms,
+            },
+            &policy,
+            now,
+        );
+        if effect.cooled_until.is_some() {
+            state.metrics.cooldowns.fetch_add(1, Relaxed);
+        }
+        if failed.kind != FailureKind::Rejected && !counted_channels.contains(&picked.channel.id) {
+            counted_channels.push(picked.channel.id);
+            let channel_effect =
+                state
+                    .store
+                    .record_channel_failure(picked.channel.id, &policy, now);
+            if channel_effect.tripped {
+                state.metrics.breaker_trips.fetch_add(1, Relaxed);
+                trail.breaker_tripped = true;
+                tracing::warn!(
+                    channel = %picked.channel.name,
+                    consecutive_failures = channel_effect.consecutive_failures,
+                    "channel breaker tripped"
+                );
+            }
+        }
+        req.constraint.attempted.push(picked.member.id);
+        req.constraint.prefer_channel =
+            (failed.scope == Scope::PreferChannel).then_some(picked.channel.id);
+        prev_channel = Some(picked.channel.id);
+        trail.final_channel = Some(picked.channel.name.clone());
+        if !retry_allowed || Instant::now() >= deadline {
+            break;
+        }
+    }
+
+    // Every attempt failed: the last upstream answer, not a generic error.
+    match last {
+        Some(answer) => (answer_response(answer), trail),
+        None => {
+            let e = match last_error {
+                Some("first_byte_timeout" | "body_timeout") => GatewayError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "server_error",
+                    "upstream_timeout",
+                    "The upstream did not answer within the request's time budget.",
+                ),
+                Some("stream_cut_before_first_byte") => GatewayError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_stream_cut",
+                    "Every upstream stream ended before its first byte.",
+                ),
+                _ => GatewayError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_unreachable",
+                    "No upstream could be reached.",
+                ),
+            };
+            fail(e, trail)
+        }
+    }
+}
+
+fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if returnable(name) {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+fn answer_response(answer: Answer) -> Response {
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = answer.status;
+    copy_headers(&answer.headers, response.headers_mut());
+    response
+}
+
+fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) -> Response {
+    let Committed {
+        response: upstream,
+        first_chunk,
+    } = committed;
+    let body = match first_chunk {
+        Some(first) => relay(first, upstream.body, idle, owner),
+        None => upstream.body,
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = upstream.status;
+    copy_headers(&upstream.headers, response.headers_mut());
+    response
+}

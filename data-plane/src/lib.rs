@@ -1,0 +1,87 @@
+//! Switchyard's data plane: the OpenAI/Anthropic-compatible proxy. It selects with the pure
+//! engine on the latest snapshot, fails over per SPEC §3, and reports outcomes to the
+//! [`StateStore`].
+//!
+//! Code map: [`server`] (HTTP edge: auth, limits, headers, log line) → [`failover`] (the one
+//! retry loop) → [`attempt`] (one upstream call and its classification) → [`upstream`] (pooled
+//! client, request building) / [`mock`] (in-process simulated upstream); [`relay`] streams a
+//! committed response; [`snapshot`] keeps the compiled view of the current snapshot;
+//! [`config`] turns the standalone YAML into a snapshot; [`run`] wires it all.
+
+pub mod attempt;
+pub mod cli;
+pub mod config;
+pub mod endpoint;
+pub mod errors;
+pub mod failover;
+pub mod metrics;
+pub mod mock;
+pub mod relay;
+pub mod request;
+pub mod run;
+pub mod server;
+pub mod snapshot;
+pub mod upstream;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwapOption;
+use switchyard_state::StateStore;
+
+pub use server::app;
+
+use crate::metrics::Metrics;
+use crate::snapshot::{SnapshotReceiver, View};
+use crate::upstream::HttpClient;
+
+/// Shared by every request: the current view, the state store, the client, metrics.
+pub struct AppState {
+    pub views: Arc<ArcSwapOption<View>>,
+    pub store: Arc<dyn StateStore>,
+    pub client: HttpClient,
+    pub metrics: Metrics,
+    seed: AtomicU64,
+}
+
+impl AppState {
+    /// Builds the state and starts following `snapshots` (on the current tokio runtime).
+    pub fn new(snapshots: SnapshotReceiver, store: Arc<dyn StateStore>) -> Arc<AppState> {
+        let views = Arc::new(ArcSwapOption::empty());
+        if let Some(snapshot) = snapshots.borrow().clone() {
+            views.store(Some(Arc::new(View::compile(snapshot))));
+        }
+        tokio::spawn(snapshot::follow(snapshots, views.clone()));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x5EED);
+        Arc::new(AppState {
+            views,
+            store,
+            client: upstream::build_client(Duration::from_secs(5)),
+            metrics: Metrics::default(),
+            seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
+        })
+    }
+
+    /// A fresh per-request seed (request id and the engine's random draws).
+    pub fn next_seed(&self) -> u64 {
+        let x = self
+            .seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Wall-clock Unix milliseconds (shared state expiries are wall-clock so instances agree).
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

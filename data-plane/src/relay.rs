@@ -1,0 +1,110 @@
+//! Relaying a committed stream to the client byte for byte. Once the first byte is out, nothing
+//! can be retried: a broken or idle upstream ends the stream with an SSE error event and cools
+//! the member.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
+
+use crate::attempt::next_data;
+use crate::metrics::AttemptOutcome;
+use crate::AppState;
+
+/// Who to blame when the stream breaks.
+pub struct StreamOwner {
+    pub state: Arc<AppState>,
+    pub member: i64,
+    pub channel: i64,
+    pub upstream_model: String,
+    pub policy: FailurePolicy,
+    pub anthropic: bool,
+    pub request_id: String,
+    pub guard: InFlightGuard,
+}
+
+struct Relay {
+    first: Option<Bytes>,
+    body: Body,
+    idle: Duration,
+    owner: StreamOwner,
+    done: bool,
+}
+
+/// The client-facing body: `first`, then the rest of `body`, with the idle timeout per chunk.
+pub fn relay(first: Bytes, body: Body, idle: Duration, owner: StreamOwner) -> Body {
+    let relay = Relay {
+        first: Some(first),
+        body,
+        idle,
+        owner,
+        done: false,
+    };
+    Body::from_stream(futures_util::stream::unfold(relay, |mut r| async move {
+        if r.done {
+            return None;
+        }
+        if let Some(first) = r.first.take() {
+            return Some((Ok::<_, std::io::Error>(first), r));
+        }
+        let reason = match tokio::time::timeout(r.idle, next_data(&mut r.body)).await {
+            Ok(Ok(Some(chunk))) => return Some((Ok(chunk), r)),
+            Ok(Ok(None)) => return None,
+            Ok(Err(())) => "upstream stream interrupted",
+            Err(_) => "upstream stream idle timeout",
+        };
+        r.done = true;
+        let event = r.owner.broken(reason);
+        Some((Ok(event), r))
+    }))
+}
+
+impl StreamOwner {
+    fn broken(&self, reason: &str) -> Bytes {
+        let state = &self.state;
+        let now = crate::unix_ms();
+        let effect = state.store.record_failure(
+            &AttemptFailure {
+                member: self.member,
+                channel: self.channel,
+                upstream_model: &self.upstream_model,
+                kind: FailureKind::StreamBroken,
+                retry_after_ms: None,
+            },
+            &self.policy,
+            now,
+        );
+        state.metrics.attempt(AttemptOutcome::StreamBroken);
+        if effect.cooled_until.is_some() {
+            state
+                .metrics
+                .cooldowns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        tracing::warn!(
+            request_id = %self.request_id,
+            member_id = self.member,
+            channel_id = self.channel,
+            reason,
+            "stream broke after its first byte; ended with an error event"
+        );
+        let _ = self.guard.channel();
+        Bytes::from(if self.anthropic {
+            format!(
+                "event: error\ndata: {}\n\n",
+                switchyard_mock_upstream::sim::anthropic_error_json(reason, "api_error")
+            )
+        } else {
+            format!(
+                "data: {}\n\n",
+                switchyard_mock_upstream::sim::openai_error_json(
+                    reason,
+                    "upstream_error",
+                    "stream_interrupted"
+                )
+            )
+        })
+    }
+}

@@ -1,0 +1,382 @@
+//! Reads only what routing needs from a request body, and rewrites the model in place.
+//!
+//! The body is never re-serialised: `model` is located as a byte span and spliced, so every
+//! other byte reaches the upstream exactly as the client sent it.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use switchyard_engine::RequestNeeds;
+
+use crate::config::hex;
+
+/// What routing needs to know about one request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inspected {
+    pub model: String,
+    /// Byte range of the model's value in the body (with its quotes for JSON).
+    model_span: Option<(usize, usize)>,
+    json: bool,
+    pub stream: bool,
+    pub needs: RequestNeeds,
+    /// Session key from the body (`prompt_cache_key`, `session_id`, `metadata.user_id`,
+    /// `conversation_id`, else a hash of the first user message).
+    pub body_session: Option<String>,
+    /// Number of embedding inputs (for the simulation).
+    pub inputs: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InspectError {
+    Malformed(String),
+    MissingModel,
+}
+
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    functions: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    response_format: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    session_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    conversation_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, rename = "type", default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct TypeOnly<'a> {
+    #[serde(borrow, rename = "type", default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(borrow, default)]
+    user_id: Option<&'a RawValue>,
+}
+
+/// A JSON string's value, or the raw text of any other scalar; `None` for null/empty.
+fn scalar(raw: Option<&RawValue>) -> Option<String> {
+    let text = raw?.get();
+    if text == "null" {
+        return None;
+    }
+    let value = match serde_json::from_str::<String>(text) {
+        Ok(s) => s,
+        Err(_) => text.to_owned(),
+    };
+    (!value.is_empty()).then_some(value)
+}
+
+fn offset_in(body: &[u8], part: &str) -> usize {
+    (part.as_ptr() as usize).saturating_sub(body.as_ptr() as usize)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex(&Sha256::digest(bytes))
+}
+
+/// Inspects a JSON request body.
+pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(InspectError::Malformed(
+            "request body must be a JSON object".into(),
+        ));
+    }
+    let probe: Probe<'_> = serde_json::from_slice(body)
+        .map_err(|e| InspectError::Malformed(format!("request body is not valid JSON: {e}")))?;
+    let raw_model = probe.model.ok_or(InspectError::MissingModel)?;
+    let model: String = serde_json::from_str(raw_model.get())
+        .map_err(|_| InspectError::Malformed("`model` must be a string".into()))?;
+    if model.trim().is_empty() {
+        return Err(InspectError::MissingModel);
+    }
+    let start = offset_in(body, raw_model.get());
+    let mut out = Inspected {
+        model,
+        model_span: Some((start, start + raw_model.get().len())),
+        json: true,
+        stream: probe.stream.is_some_and(|s| s.get() == "true"),
+        ..Inspected::default()
+    };
+    out.needs.streaming = out.stream;
+    out.needs.estimated_prompt_tokens = Some(u32::try_from(body.len() / 4).unwrap_or(u32::MAX));
+    out.needs.tools = [probe.tools, probe.functions]
+        .into_iter()
+        .flatten()
+        .any(|raw| raw.get().starts_with('[') && raw.get() != "[]");
+    out.needs.json_mode = probe
+        .response_format
+        .and_then(|raw| serde_json::from_str::<TypeOnly>(raw.get()).ok())
+        .and_then(|t| t.kind)
+        .is_some_and(|k| k == "json_object" || k == "json_schema");
+
+    let conversation = probe
+        .messages
+        .or(probe.input.filter(|i| i.get().starts_with('[')));
+    let mut first_user: Option<&RawValue> = None;
+    if let Some(raw) = conversation {
+        if let Ok(messages) = serde_json::from_str::<Vec<Message>>(raw.get()) {
+            for m in &messages {
+                let Some(content) = m.content else { continue };
+                if first_user.is_none() && m.role.as_deref() == Some("user") {
+                    first_user = Some(content);
+                }
+                if !out.needs.vision && content.get().starts_with('[') {
+                    if let Ok(parts) = serde_json::from_str::<Vec<Part>>(content.get()) {
+                        out.needs.vision = parts.iter().any(|p| {
+                            matches!(
+                                p.kind.as_deref(),
+                                Some("image_url" | "input_image" | "image")
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let metadata_user = probe
+        .metadata
+        .and_then(|raw| serde_json::from_str::<Metadata>(raw.get()).ok())
+        .and_then(|m| scalar(m.user_id));
+    out.body_session = scalar(probe.prompt_cache_key)
+        .or_else(|| scalar(probe.session_id))
+        .or(metadata_user)
+        .or_else(|| scalar(probe.conversation_id))
+        .or_else(|| first_user.map(|c| format!("msg:{}", sha256_hex(c.get().as_bytes()))));
+    out.inputs = match probe.input {
+        Some(raw) if raw.get().starts_with('[') => {
+            serde_json::from_str::<Vec<&RawValue>>(raw.get())
+                .map(|items| {
+                    let nested = items
+                        .first()
+                        .is_some_and(|i| i.get().starts_with('"') || i.get().starts_with('['));
+                    if nested {
+                        items.len()
+                    } else {
+                        1
+                    }
+                })
+                .unwrap_or(1)
+        }
+        _ => 1,
+    };
+    Ok(out)
+}
+
+/// Inspects a `multipart/form-data` body (audio transcriptions): only the `model` and `stream`
+/// fields are read.
+pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, InspectError> {
+    let boundary = content_type
+        .split(';')
+        .filter_map(|p| p.trim().strip_prefix("boundary="))
+        .next()
+        .map(|b| b.trim_matches('"'))
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| InspectError::Malformed("multipart body without a boundary".into()))?;
+    let delimiter = format!("--{boundary}");
+    let mut out = Inspected {
+        inputs: 1,
+        ..Inspected::default()
+    };
+    let mut at = 0;
+    while let Some(pos) = find(&body[at..], delimiter.as_bytes()) {
+        let part_start = at + pos + delimiter.len();
+        let Some(headers_len) = find(&body[part_start..], b"\r\n\r\n") else {
+            break;
+        };
+        let headers = &body[part_start..part_start + headers_len];
+        let value_start = part_start + headers_len + 4;
+        let Some(value_len) = find(&body[value_start..], format!("\r\n{delimiter}").as_bytes())
+        else {
+            break;
+        };
+        let value = &body[value_start..value_start + value_len];
+        let headers = String::from_utf8_lossy(headers);
+        if headers.contains("name=\"model\"") {
+            out.model = String::from_utf8_lossy(value).trim().to_owned();
+            out.model_span = Some((value_start, value_start + value_len));
+        } else if headers.contains("name=\"stream\"") {
+            out.stream = value == b"true";
+        }
+        at = value_start + value_len;
+    }
+    if out.model.is_empty() {
+        return Err(InspectError::MissingModel);
+    }
+    out.needs.streaming = out.stream;
+    Ok(out)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Inspected {
+    /// The body with `model` replaced by `upstream_model`; the original bytes when unchanged.
+    pub fn rewrite(&self, body: &Bytes, upstream_model: &str) -> Bytes {
+        let Some((start, end)) = self.model_span else {
+            return body.clone();
+        };
+        if self.model == upstream_model {
+            return body.clone();
+        }
+        let replacement: Cow<'_, str> = if self.json {
+            match serde_json::to_string(upstream_model) {
+                Ok(s) => Cow::Owned(s),
+                Err(_) => return body.clone(),
+            }
+        } else {
+            Cow::Borrowed(upstream_model)
+        };
+        let (Some(before), Some(after)) = (body.get(..start), body.get(end..)) else {
+            return body.clone();
+        };
+        let mut out = BytesMut::with_capacity(body.len() + replacement.len());
+        out.extend_from_slice(before);
+        out.extend_from_slice(replacement.as_bytes());
+        out.extend_from_slice(after);
+        out.freeze()
+    }
+}
+
+/// A session key from the `x-session-id` header: hashed when over 256 bytes.
+pub fn header_session_key(value: &[u8]) -> Option<String> {
+    if value.is_empty() {
+        None
+    } else if value.len() > 256 {
+        Some(format!("sha256:{}", sha256_hex(value)))
+    } else {
+        Some(String::from_utf8_lossy(value).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrite_changes_only_the_model_bytes() {
+        let body = Bytes::from_static(
+            br#"{ "messages": [{"role":"user","content":"hi"}], "model" : "alias",  "x": 1.50 }"#,
+        );
+        let req = inspect_json(&body).unwrap();
+        assert_eq!(req.model, "alias");
+        let out = req.rewrite(&body, "real-\"model\"");
+        assert_eq!(
+            &out[..],
+            &br#"{ "messages": [{"role":"user","content":"hi"}], "model" : "real-\"model\"",  "x": 1.50 }"#[..]
+        );
+        assert_eq!(req.rewrite(&body, "alias"), body);
+    }
+
+    #[test]
+    fn needs_and_stream_are_detected() {
+        let body = br#"{"model":"m","stream":true,"tools":[{"type":"function"}],
+            "response_format":{"type":"json_object"},
+            "messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"u"}}]}]}"#;
+        let req = inspect_json(body).unwrap();
+        assert!(req.stream && req.needs.streaming && req.needs.tools);
+        assert!(req.needs.vision && req.needs.json_mode);
+        assert_eq!(
+            req.needs.estimated_prompt_tokens,
+            Some((body.len() / 4) as u32)
+        );
+        let plain = inspect_json(br#"{"model":"m","tools":[],"stream":false}"#).unwrap();
+        assert!(!plain.stream && !plain.needs.tools && !plain.needs.vision);
+    }
+
+    #[test]
+    fn session_key_precedence_follows_the_spec() {
+        let key = |b: &[u8]| inspect_json(b).unwrap().body_session;
+        assert_eq!(
+            key(br#"{"model":"m","session_id":"s","prompt_cache_key":"p"}"#),
+            Some("p".into())
+        );
+        assert_eq!(
+            key(br#"{"model":"m","conversation_id":"c","metadata":{"user_id":"u"}}"#),
+            Some("u".into())
+        );
+        assert_eq!(
+            key(br#"{"model":"m","conversation_id":"c"}"#),
+            Some("c".into())
+        );
+        let a = key(br#"{"model":"m","messages":[{"role":"system","content":"x"},{"role":"user","content":"hello"}]}"#);
+        let b = key(br#"{"model":"m","messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"y"}]}"#);
+        assert!(a.is_some());
+        assert_eq!(a, b);
+        assert_eq!(key(br#"{"model":"m"}"#), None);
+        let long = vec![b'a'; 300];
+        assert!(header_session_key(&long).is_some_and(|k| k.starts_with("sha256:")));
+        assert_eq!(header_session_key(b"abc"), Some("abc".into()));
+    }
+
+    #[test]
+    fn malformed_and_missing_model_are_distinguished() {
+        assert!(matches!(
+            inspect_json(b"{not json"),
+            Err(InspectError::Malformed(_))
+        ));
+        assert!(matches!(
+            inspect_json(b"[1,2]"),
+            Err(InspectError::Malformed(_))
+        ));
+        assert_eq!(inspect_json(b"{}"), Err(InspectError::MissingModel));
+        assert!(matches!(
+            inspect_json(br#"{"model":3}"#),
+            Err(InspectError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn multipart_model_is_read_and_rewritten() {
+        let body = Bytes::from_static(
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF....\r\n--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-alias\r\n--XyZ--\r\n",
+        );
+        let req = inspect_multipart(&body, "multipart/form-data; boundary=XyZ").unwrap();
+        assert_eq!(req.model, "whisper-alias");
+        let out = req.rewrite(&body, "whisper-1");
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.contains("name=\"model\"\r\n\r\nwhisper-1\r\n--XyZ--"),
+            "{text}"
+        );
+        assert!(text.contains("RIFF...."));
+    }
+}

@@ -1,0 +1,153 @@
+//! Wiring: snapshot source, state store, HTTP server, graceful shutdown.
+
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use switchyard_engine::Snapshot;
+use switchyard_state::InMemoryStore;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cli::Cli;
+use crate::config;
+use crate::snapshot::SnapshotSender;
+use crate::{app, AppState};
+
+/// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
+pub async fn run(cli: Cli) -> Result<(), String> {
+    let (snapshots, receiver) = watch::channel(None);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    match (&cli.config, &cli.control_plane) {
+        (Some(path), _) => {
+            let parts = config::load_file(path, 1)
+                .map_err(|e| format!("bad configuration in {}: {e}", path.display()))?;
+            snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
+            tracing::info!(config = %path.display(), "standalone mode");
+            tokio::spawn(watch_config(
+                path.clone(),
+                snapshots,
+                Duration::from_millis(cli.config_poll_ms.max(50)),
+                stop_rx.clone(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(
+                "control-plane mode not built yet: the snapshot client is not wired; run standalone with --config FILE"
+                    .to_owned(),
+            );
+        }
+        (None, None) => {
+            return Err(
+                "no snapshot source: pass --config FILE (standalone) or set SWITCHYARD_CONTROL_PLANE"
+                    .to_owned(),
+            );
+        }
+    }
+    if cli.redis_url.is_some() {
+        tracing::warn!(
+            "REDIS_URL is set but the Redis state store is not built yet; using in-memory state"
+        );
+    } else {
+        tracing::info!("in-memory state (no REDIS_URL)");
+    }
+    if cli.snapshot_cache.is_some() {
+        tracing::warn!("SWITCHYARD_SNAPSHOT_CACHE is not implemented yet; ignored");
+    }
+
+    let state = AppState::new(receiver, Arc::new(InMemoryStore::new()));
+    let listener = TcpListener::bind(cli.http_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cli.http_addr))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listen address: {e}"))?;
+    tracing::info!(addr = %addr, "listening");
+
+    let mut drained = stop_rx.clone();
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+        let _ = drained.wait_for(|stop| *stop).await;
+    });
+    let mut server = tokio::spawn(server.into_future());
+    tokio::select! {
+        result = &mut server => {
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("server failed: {e}")),
+                Err(e) => Err(format!("server task failed: {e}")),
+            };
+        }
+        () = shutdown_signal() => {}
+    }
+    tracing::info!(
+        grace_seconds = cli.shutdown_grace_seconds,
+        "shutting down: draining in-flight requests"
+    );
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(Duration::from_secs(cli.shutdown_grace_seconds), server).await {
+        Ok(_) => tracing::info!("drained; bye"),
+        Err(_) => tracing::warn!("grace period over; exiting with requests still open"),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// Polls the file's modification time and size; a changed file that validates becomes the next
+/// snapshot revision, a broken one is logged and the last good snapshot stays in force.
+pub async fn watch_config(
+    path: PathBuf,
+    snapshots: SnapshotSender,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut seen = stamp(&path);
+    let mut revision = 1;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = stamp(&path);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match config::load_file(&path, revision + 1) {
+            Ok(parts) => {
+                revision += 1;
+                snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
+                tracing::info!(revision, config = %path.display(), "configuration reloaded");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, config = %path.display(), "configuration change rejected; keeping the last good snapshot");
+            }
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The HTTP edge: routes, downstream auth, body limits, the request's constraint, response
+//! headers, the per-request log line and metrics. Everything upstream-facing is in
+//! [`crate::failover`].
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use serde_json::json;
+use switchyard_engine::{wildcard_match, SelectionConstraint, Token};
+use tokio::time::Instant;
+
+use crate::config::token_hash;
+use crate::endpoint::Endpoint;
+use crate::errors::GatewayError;
+use crate::failover::{proxy, ProxyRequest, Trail};
+use crate::request::{header_session_key, inspect_json, inspect_multipart, InspectError};
+use crate::snapshot::View;
+use crate::AppState;
+
+pub const PIN_HEADER: &str = "x-switchyard-pin-member";
+pub const GROUP_HEADER: &str = "x-switchyard-route-group";
+
+/// The data plane's router.
+pub fn app(state: Arc<AppState>) -> Router {
+    let mut router = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models));
+    for endpoint in Endpoint::ALL {
+        if endpoint == Endpoint::Models {
+            continue;
+        }
+        router = router.route(
+            endpoint.path(),
+            post(
+                move |State(state): State<Arc<AppState>>, request: Request| async move {
+                    handle(state, endpoint, request).await
+                },
+            ),
+        );
+    }
+    router.with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.views.load().as_ref() {
+        Some(view) => format!("ready (revision {})", view.snapshot.revision).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet").into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let v = v.trim();
+        let token = v
+            .strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))
+            .unwrap_or(v)
+            .trim();
+        if !token.is_empty() {
+            return Some(token);
+        }
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn authenticate<'v>(view: &'v View, headers: &HeaderMap) -> Option<&'v Token> {
+    view.token(&token_hash(presented_key(headers)?))
+}
+
+/// `GET /v1/models`: the exact-pattern models this token may call.
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let Some(view) = state.views.load_full() else {
+        return GatewayError::not_ready().into_response(false);
+    };
+    let Some(token) = authenticate(&view, &headers) else {
+        return GatewayError::unauthorized().into_response(false);
+    };
+    let team = token.team_id.and_then(|id| view.snapshot.team(id));
+    let data: Vec<_> = view
+        .snapshot
+        .routes()
+        .iter()
+        .filter(|r| r.enabled && !switchyard_engine::pattern::is_wildcard(&r.model_pattern))
+        .filter(|r| {
+            token.team_id.is_none()
+                || team.is_some_and(|t| {
+                    t.models
+                        .iter()
+                        .any(|p| p.trim() == r.model_pattern || wildcard_match(p.trim(), &r.model_pattern))
+                })
+        })
+        .map(|r| json!({"id": r.model_pattern, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"object": "list", "data": data}).to_string(),
+    )
+        .into_response()
+}
+
+async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
+        Err(_) => Err(GatewayError::bad_request(
+            "body_read_error",
+            "the request body could not be read",
+        )),
+    }
+}
+
+fn too_large(limit: usize) -> GatewayError {
+    GatewayError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        "request_too_large",
+        format!("request body exceeds the limit of {limit} bytes"),
+    )
+}
+
+async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> Response {
+    let started = Instant::now();
+    let seed = state.next_seed();
+    let request_id = format!("{:016x}", seed);
+    let anthropic = endpoint.anthropic_errors();
+    let (response, trail, model) =
+        match serve(&state, endpoint, request, started, seed, &request_id).await {
+            Ok((response, trail, model)) => (response, trail, model),
+            Err(e) => (e.into_response(anthropic), Trail::default(), String::new()),
+        };
+    finish(
+        &state,
+        endpoint,
+        response,
+        trail,
+        &model,
+        &request_id,
+        started,
+    )
+}
+
+async fn serve(
+    state: &Arc<AppState>,
+    endpoint: Endpoint,
+    request: Request,
+    started: Instant,
+    seed: u64,
+    request_id: &str,
+) -> Result<(Response, Trail, String), GatewayError> {
+    let Some(view) = state.views.load_full() else {
+        return Err(GatewayError::not_ready());
+    };
+    let (parts, body) = request.into_parts();
+    let token = authenticate(&view, &parts.headers).ok_or_else(GatewayError::unauthorized)?;
+    let limit = view.snapshot.settings.max_request_body_bytes;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(usize::try_from(limit).unwrap_or(usize::MAX)));
+    }
+    let body = read_body(body, limit).await?;
+    let inspected = if endpoint.multipart() {
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        inspect_multipart(&body, content_type)
+    } else {
+        inspect_json(&body)
+    };
+    let inspected = inspected.map_err(|e| match e {
+        InspectError::Malformed(message) => GatewayError::bad_request("invalid_json", message),
+        InspectError::MissingModel => {
+            GatewayError::bad_request("missing_model", "the request must name a `model`")
+        }
+    })?;
+
+    let mut constraint = SelectionConstraint {
+        route_group: token.route_group_name.clone().or_else(|| {
+            parts
+                .headers
+                .get(GROUP_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        }),
+        team: token.team_id,
+        needs: inspected.needs,
+        ..SelectionConstraint::default()
+    };
+    if let Some(pin) = parts.headers.get(PIN_HEADER) {
+        if !token.allow_pinning {
+            return Err(GatewayError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "pinning_not_allowed",
+                format!("this API key may not use {PIN_HEADER}"),
+            ));
+        }
+        let member = pin
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                GatewayError::bad_request(
+                    "invalid_pin",
+                    format!("{PIN_HEADER} must be a member id"),
+                )
+            })?;
+        constraint.pinned_member = Some(member);
+    }
+    let settings = &view.snapshot.settings;
+    let sticky_on = view
+        .snapshot
+        .resolve_route(&inspected.model)
+        .is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
+    if sticky_on && !constraint.is_pinned() {
+        constraint.session_key = parts
+            .headers
+            .get("x-session-id")
+            .and_then(|v| header_session_key(v.as_bytes()))
+            .or_else(|| inspected.body_session.clone());
+    }
+    let request = ProxyRequest {
+        endpoint,
+        inspected: &inspected,
+        body: &body,
+        headers: &parts.headers,
+        query: parts.uri.query(),
+        constraint,
+        request_id,
+        started,
+        seed,
+    };
+    let (response, trail) = proxy(state, &view, request).await;
+    Ok((response, trail, inspected.model.clone()))
+}
+
+fn finish(
+    state: &AppState,
+    endpoint: Endpoint,
+    mut response: Response,
+    trail: Trail,
+    model: &str,
+    request_id: &str,
+    started: Instant,
+) -> Response {
+    let status = response.status().as_u16();
+    let headers = response.headers_mut();
+    let set = |headers: &mut HeaderMap, name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    };
+    set(headers, "x-switchyard-request-id", request_id);
+    if let Some((id, pattern)) = &trail.route {
+        match HeaderValue::from_str(pattern) {
+            Ok(v) => {
+                headers.insert("x-switchyard-route", v);
+            }
+            Err(_) => set(headers, "x-switchyard-route", &id.to_string()),
+        }
+    }
+    if let Some(channel) = &trail.final_channel {
+        set(headers, "x-switchyard-channel", channel);
+    }
+    headers.insert(
+        "x-switchyard-attempts",
+        HeaderValue::from(trail.attempts.len()),
+    );
+
+    let total = started.elapsed();
+    let total_micros = u64::try_from(total.as_micros()).unwrap_or(u64::MAX);
+    state
+        .metrics
+        .gateway_overhead
+        .observe_micros(total_micros.saturating_sub(trail.upstream_micros));
+    state.metrics.request(endpoint, status);
+    let attempts = serde_json::to_string(&trail.attempts).unwrap_or_default();
+    let first = trail.attempts.first().map(|a| a.member_id);
+    let last = trail.attempts.last().map(|a| a.member_id);
+    tracing::info!(
+        request_id,
+        endpoint = endpoint.label(),
+        model,
+        route = trail.route.as_ref().map(|(_, p)| p.as_str()),
+        status,
+        attempts = %attempts,
+        attempt_count = trail.attempts.len(),
+        switches = trail.attempts.len().saturating_sub(1),
+        first_member = first,
+        final_member = last,
+        final_channel = trail.final_channel.as_deref(),
+        breaker_tripped = trail.breaker_tripped,
+        sticky = trail.sticky,
+        latency_ms = total.as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}

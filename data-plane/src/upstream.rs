@@ -1,0 +1,317 @@
+//! The upstream side: one pooled HTTP client, per-channel runtime facts compiled once per
+//! snapshot, and building the upstream request for one attempt.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
+
+use crate::endpoint::Endpoint;
+use crate::mock::MockOptions;
+
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// What one attempt got back, from the network or from the simulation.
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+/// A pooled HTTP/1.1 client (TLS via rustls + ring, webpki roots). The connect timeout is set
+/// here; the first-byte timeout, capped by the request's remaining budget, wraps each call.
+pub fn build_client(connect_timeout: Duration) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .build(https)
+}
+
+/// A credential ready to use: its id and the auth header value (marked sensitive).
+#[derive(Debug, Clone)]
+pub struct CredentialRuntime {
+    pub id: CredentialId,
+    auth: HeaderValue,
+}
+
+/// Per-channel facts compiled once per snapshot, so the hot path only formats a URL.
+#[derive(Debug, Clone)]
+pub struct ChannelRuntime {
+    pub mock: Option<MockOptions>,
+    base: String,
+    /// The base URL already ends in `/v1`, so the endpoint path drops its own `/v1`.
+    base_has_v1: bool,
+    pub credentials: Vec<CredentialRuntime>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    provider: Provider,
+}
+
+impl ChannelRuntime {
+    /// Compiles a channel. Credentials whose secret cannot be resolved (unset env var) or is not
+    /// a valid header value are left out, with a warning naming the credential, never its value.
+    pub fn compile(channel: &Channel, env: &dyn Fn(&str) -> Option<String>) -> ChannelRuntime {
+        let mock = if channel.provider == Provider::Mock {
+            match MockOptions::from_url(&channel.base_url) {
+                Ok(options) => Some(options),
+                Err(e) => {
+                    tracing::warn!(channel = %channel.name, error = %e, "bad mock options; using defaults");
+                    Some(MockOptions::default())
+                }
+            }
+        } else {
+            None
+        };
+        let base = channel.base_url.trim().trim_end_matches('/').to_owned();
+        let mut credentials = Vec::with_capacity(channel.credentials.len());
+        for cred in &channel.credentials {
+            let secret = match &cred.secret {
+                SecretSource::Inline(s) => Some(s.clone()),
+                SecretSource::Env(name) => env(name),
+            };
+            let Some(secret) = secret else {
+                tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential's environment variable is not set; credential skipped");
+                continue;
+            };
+            let value = match channel.provider {
+                Provider::Anthropic => HeaderValue::from_str(secret.trim()),
+                _ => HeaderValue::from_str(&format!("Bearer {}", secret.trim())),
+            };
+            match value {
+                Ok(mut auth) => {
+                    auth.set_sensitive(true);
+                    credentials.push(CredentialRuntime { id: cred.id, auth });
+                }
+                Err(_) => {
+                    tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential is not a valid header value; skipped");
+                }
+            }
+        }
+        let headers = channel
+            .headers
+            .iter()
+            .filter_map(|(k, v)| {
+                Some((
+                    HeaderName::from_bytes(k.as_bytes()).ok()?,
+                    HeaderValue::from_str(v).ok()?,
+                ))
+            })
+            .collect();
+        ChannelRuntime {
+            mock,
+            base_has_v1: base.ends_with("/v1"),
+            base,
+            credentials,
+            headers,
+            provider: channel.provider,
+        }
+    }
+
+    pub fn credential(&self, id: CredentialId) -> Option<&CredentialRuntime> {
+        self.credentials.iter().find(|c| c.id == id)
+    }
+
+    pub fn url(&self, endpoint: Endpoint, query: Option<&str>) -> String {
+        let path = endpoint.path();
+        let path = if self.base_has_v1 {
+            path.strip_prefix("/v1").unwrap_or(path)
+        } else {
+            path
+        };
+        match query {
+            Some(q) if !q.is_empty() => format!("{}{path}?{q}", self.base),
+            _ => format!("{}{path}", self.base),
+        }
+    }
+
+    /// The upstream request: the client's own headers (minus hop-by-hop, auth and gateway
+    /// headers), the channel's extra headers, this credential's auth, and the body.
+    pub fn request(
+        &self,
+        endpoint: Endpoint,
+        query: Option<&str>,
+        client_headers: &HeaderMap,
+        credential: &CredentialRuntime,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let method = if endpoint == Endpoint::Models {
+            Method::GET
+        } else {
+            Method::POST
+        };
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(self.url(endpoint, query));
+        if let Some(headers) = builder.headers_mut() {
+            for (name, value) in client_headers {
+                if forwardable(name) {
+                    headers.append(name.clone(), value.clone());
+                }
+            }
+            for (name, value) in &self.headers {
+                headers.insert(name.clone(), value.clone());
+            }
+            match self.provider {
+                Provider::Anthropic => {
+                    headers.insert("x-api-key", credential.auth.clone());
+                    if !headers.contains_key("anthropic-version") {
+                        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+                    }
+                }
+                _ => {
+                    headers.insert(header::AUTHORIZATION, credential.auth.clone());
+                }
+            }
+            if !body.is_empty() {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+            }
+        }
+        builder.body(Full::new(body))
+    }
+}
+
+/// Client headers that are not forwarded upstream: hop-by-hop, the client's own credentials,
+/// length/encoding (recomputed; identity keeps bodies inspectable), and gateway controls.
+fn forwardable(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "host"
+            | "authorization"
+            | "x-api-key"
+            | "content-length"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "accept-encoding"
+            | "cookie"
+    ) && !name.as_str().starts_with("x-switchyard-")
+}
+
+/// Upstream response headers that are not passed back to the client.
+pub fn returnable(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "content-length"
+            | "set-cookie"
+    ) && !name.as_str().starts_with("x-switchyard-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::{Capabilities, ChannelStatus, Credential};
+
+    fn channel(base_url: &str, provider: Provider) -> Channel {
+        Channel {
+            id: 1,
+            name: "c".into(),
+            provider,
+            base_url: base_url.into(),
+            status: ChannelStatus::Enabled,
+            auto_ban: false,
+            max_concurrency: None,
+            capabilities: Capabilities::default(),
+            credentials: vec![
+                Credential {
+                    id: 1,
+                    enabled: true,
+                    secret: SecretSource::Inline("k1".into()),
+                },
+                Credential {
+                    id: 2,
+                    enabled: true,
+                    secret: SecretSource::Env("SWITCHYARD_UNSET_FOR_TEST".into()),
+                },
+            ],
+            retry_status_codes: vec![],
+            retry_error_patterns: vec![],
+            headers: vec![("x-extra".into(), "1".into())],
+        }
+    }
+
+    #[test]
+    fn urls_join_with_or_without_v1() {
+        let none = |_: &str| None;
+        let a = ChannelRuntime::compile(&channel("https://api.x.com/v1/", Provider::Openai), &none);
+        assert_eq!(
+            a.url(Endpoint::ChatCompletions, None),
+            "https://api.x.com/v1/chat/completions"
+        );
+        let b = ChannelRuntime::compile(&channel("http://127.0.0.1:9", Provider::Openai), &none);
+        assert_eq!(
+            b.url(Endpoint::Embeddings, Some("a=1")),
+            "http://127.0.0.1:9/v1/embeddings?a=1"
+        );
+        // The env credential is unset: skipped.
+        assert_eq!(a.credentials.len(), 1);
+    }
+
+    #[test]
+    fn request_replaces_client_auth_and_drops_hop_headers() {
+        let rt = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
+        let mut client = HeaderMap::new();
+        client.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
+        client.insert("x-switchyard-pin-member", HeaderValue::from_static("3"));
+        client.insert("openai-beta", HeaderValue::from_static("assistants=v2"));
+        client.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        let req = rt
+            .request(
+                Endpoint::ChatCompletions,
+                None,
+                &client,
+                &rt.credentials[0],
+                Bytes::from_static(b"{}"),
+            )
+            .unwrap();
+        let h = req.headers();
+        assert_eq!(h[header::AUTHORIZATION], "Bearer k1");
+        assert!(h[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(h["openai-beta"], "assistants=v2");
+        assert_eq!(h["x-extra"], "1");
+        assert!(!h.contains_key("x-switchyard-pin-member") && !h.contains_key(header::CONNECTION));
+        let anth = ChannelRuntime::compile(&channel("http://u", Provider::Anthropic), &|_| None);
+        let req = anth
+            .request(
+                Endpoint::Messages,
+                None,
+                &client,
+                &anth.credentials[0],
+                Bytes::new(),
+            )
+            .unwrap();
+        assert_eq!(req.headers()["x-api-key"], "k1");
+        assert!(!req.headers().contains_key(header::AUTHORIZATION));
+        assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
+    }
+}

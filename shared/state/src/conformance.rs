@@ -1,0 +1,385 @@
+//! The conformance suite every [`StateStore`] implementation must pass. Each check takes a fresh
+//! `&dyn StateStore`, so the in-memory and the Redis stores run the very same assertions.
+//!
+//! A fleet store whose view lags its writes should call these against a store that applies its
+//! own writes to its local view synchronously (the trait requires it).
+
+use switchyard_engine::{HealthView, StickyBinding, UnixMillis};
+
+use crate::types::*;
+use crate::{InFlightGuard, StateStore};
+
+const NOW: UnixMillis = 1_700_000_000_000;
+
+fn policy() -> FailurePolicy {
+    FailurePolicy {
+        fault_protection: true,
+        cooldown_ms: 30_000,
+        breaker_threshold: 3,
+    }
+}
+
+fn failure(kind: FailureKind, retry_after_ms: Option<u64>) -> AttemptFailure<'static> {
+    AttemptFailure {
+        member: 1,
+        channel: 10,
+        upstream_model: "gpt-x",
+        kind,
+        retry_after_ms,
+    }
+}
+
+fn success(latency_ms: f64) -> AttemptSuccess<'static> {
+    AttemptSuccess {
+        member: 1,
+        channel: 10,
+        upstream_model: "gpt-x",
+        latency_ms,
+        canary: false,
+        promote_after: 100,
+    }
+}
+
+fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
+    let mut out = None;
+    store.with_view(&mut |view| out = Some(f(view)));
+    match out {
+        Some(v) => v,
+        None => unreachable!("with_view must call its closure"),
+    }
+}
+
+/// One conformance check.
+pub type Check = fn(&dyn StateStore);
+
+/// Every check, each on a fresh store from `make`.
+pub fn run_all(make: &dyn Fn() -> Box<dyn StateStore>) {
+    let checks: &[(&str, Check)] = &[
+        (
+            "retryable_failure_cools_member",
+            retryable_failure_cools_member,
+        ),
+        (
+            "retry_after_extends_never_shortens",
+            retry_after_extends_never_shortens,
+        ),
+        (
+            "first_transport_failure_counts_without_cooling",
+            first_transport_failure_counts_without_cooling,
+        ),
+        (
+            "rejected_4xx_cools_but_leaves_health",
+            rejected_4xx_cools_but_leaves_health,
+        ),
+        (
+            "fault_protection_off_never_cools_or_trips",
+            fault_protection_off_never_cools_or_trips,
+        ),
+        (
+            "breaker_trips_at_threshold_once",
+            breaker_trips_at_threshold_once,
+        ),
+        (
+            "success_resets_streaks_and_cooldown",
+            success_resets_streaks_and_cooldown,
+        ),
+        (
+            "health_records_use_engine_formulas",
+            health_records_use_engine_formulas,
+        ),
+        (
+            "health_records_keyed_by_channel_and_model",
+            health_records_keyed_by_channel_and_model,
+        ),
+        (
+            "in_flight_guard_releases_on_drop",
+            in_flight_guard_releases_on_drop,
+        ),
+        (
+            "sticky_binding_renews_and_rebinds",
+            sticky_binding_renews_and_rebinds,
+        ),
+        (
+            "sticky_capacity_evicts_earliest_expiry",
+            sticky_capacity_evicts_earliest_expiry,
+        ),
+        (
+            "canary_promotes_after_clean_run",
+            canary_promotes_after_clean_run,
+        ),
+        (
+            "credential_disable_is_visible",
+            credential_disable_is_visible,
+        ),
+        (
+            "reset_channel_closes_breaker_and_clears_members",
+            reset_channel_closes_breaker_and_clears_members,
+        ),
+        ("dump_lists_live_state_only", dump_lists_live_state_only),
+    ];
+    for (name, check) in checks {
+        let store = make();
+        eprintln!("conformance: {name}");
+        check(store.as_ref());
+    }
+}
+
+pub fn retryable_failure_cools_member(store: &dyn StateStore) {
+    let effect = store.record_failure(&failure(FailureKind::Retryable, None), &policy(), NOW);
+    assert_eq!(effect.member_failures, 1);
+    assert_eq!(effect.cooled_until, Some(NOW + 30_000));
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 30_000));
+    assert_eq!(read(store, |v| v.cooldown_until(2)), None);
+}
+
+pub fn retry_after_extends_never_shortens(store: &dyn StateStore) {
+    let long = failure(FailureKind::Retryable, Some(120_000));
+    assert_eq!(
+        store.record_failure(&long, &policy(), NOW).cooled_until,
+        Some(NOW + 120_000)
+    );
+    // A later, shorter cooldown never shortens the longer one.
+    let short = failure(FailureKind::Retryable, Some(1_000));
+    store.record_failure(&short, &policy(), NOW + 1_000);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 120_000));
+    store.extend_cooldown(1, NOW + 5_000);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 120_000));
+    store.extend_cooldown(1, NOW + 200_000);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 200_000));
+}
+
+pub fn first_transport_failure_counts_without_cooling(store: &dyn StateStore) {
+    let t = failure(FailureKind::Transport, None);
+    let first = store.record_failure(&t, &policy(), NOW);
+    assert_eq!(first.member_failures, 1);
+    assert_eq!(first.cooled_until, None);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), None);
+    let second = store.record_failure(&t, &policy(), NOW + 10);
+    assert_eq!(second.member_failures, 2);
+    assert_eq!(second.cooled_until, Some(NOW + 10 + 30_000));
+}
+
+pub fn rejected_4xx_cools_but_leaves_health(store: &dyn StateStore) {
+    let effect = store.record_failure(&failure(FailureKind::Rejected, None), &policy(), NOW);
+    assert!(effect.cooled_until.is_some());
+    assert_eq!(read(store, |v| v.health(10, "gpt-x").error_propensity), 0.0);
+}
+
+pub fn fault_protection_off_never_cools_or_trips(store: &dyn StateStore) {
+    let off = FailurePolicy {
+        fault_protection: false,
+        ..policy()
+    };
+    for i in 0..5 {
+        let effect =
+            store.record_failure(&failure(FailureKind::Retryable, Some(9_000)), &off, NOW + i);
+        assert_eq!(effect.cooled_until, None);
+        assert!(!store.record_channel_failure(10, &off, NOW + i).tripped);
+    }
+    assert_eq!(read(store, |v| v.cooldown_until(1)), None);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    // Health records still learn.
+    assert!(read(store, |v| v.health(10, "gpt-x").error_propensity) > 0.9);
+}
+
+pub fn breaker_trips_at_threshold_once(store: &dyn StateStore) {
+    let p = policy();
+    let a = store.record_channel_failure(10, &p, NOW);
+    let b = store.record_channel_failure(10, &p, NOW + 1);
+    assert_eq!((a.consecutive_failures, a.tripped), (1, false));
+    assert_eq!((b.consecutive_failures, b.tripped), (2, false));
+    assert!(!read(store, |v| v.breaker_open(10)));
+    let c = store.record_channel_failure(10, &p, NOW + 2);
+    assert_eq!((c.consecutive_failures, c.tripped), (3, true));
+    assert!(read(store, |v| v.breaker_open(10)));
+    // Already open: counted, but not tripped again.
+    assert!(!store.record_channel_failure(10, &p, NOW + 3).tripped);
+    assert!(!read(store, |v| v.breaker_open(11)));
+    // Threshold 0 disables the breaker.
+    let off = FailurePolicy {
+        breaker_threshold: 0,
+        ..p
+    };
+    for i in 0..10 {
+        assert!(!store.record_channel_failure(12, &off, NOW + i).tripped);
+    }
+    assert!(!read(store, |v| v.breaker_open(12)));
+}
+
+pub fn success_resets_streaks_and_cooldown(store: &dyn StateStore) {
+    let p = policy();
+    store.record_failure(&failure(FailureKind::Retryable, None), &p, NOW);
+    store.record_channel_failure(10, &p, NOW);
+    store.record_channel_failure(10, &p, NOW);
+    store.record_success(&success(100.0), NOW + 1);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), None);
+    // The channel streak restarted: two more failures do not reach the threshold of 3.
+    store.record_channel_failure(10, &p, NOW + 2);
+    let effect = store.record_channel_failure(10, &p, NOW + 3);
+    assert_eq!((effect.consecutive_failures, effect.tripped), (2, false));
+    // The member streak restarted: the next transport failure is a "first" again.
+    let t = store.record_failure(&failure(FailureKind::Transport, None), &p, NOW + 4);
+    assert_eq!((t.member_failures, t.cooled_until), (1, None));
+}
+
+pub fn health_records_use_engine_formulas(store: &dyn StateStore) {
+    let p = policy();
+    store.record_success(&success(1000.0), NOW);
+    store.record_success(&success(0.0), NOW);
+    let r = read(store, |v| v.health(10, "gpt-x"));
+    assert_eq!(r.latency_ms, Some(800.0));
+    store.record_failure(&failure(FailureKind::Retryable, None), &p, NOW);
+    store.record_failure(&failure(FailureKind::MemberSpecific, None), &p, NOW);
+    store.record_failure(&failure(FailureKind::Transport, None), &p, NOW);
+    let expected = switchyard_engine::HealthRecord::default()
+        .on_success(1000.0)
+        .on_success(0.0)
+        .on_failure()
+        .on_failure()
+        .on_failure();
+    assert_eq!(read(store, |v| v.health(10, "gpt-x")), expected);
+    assert_eq!(expected.error_propensity, 0.875);
+}
+
+pub fn health_records_keyed_by_channel_and_model(store: &dyn StateStore) {
+    store.record_success(&success(50.0), NOW);
+    let alias = AttemptSuccess {
+        upstream_model: "gpt-y",
+        latency_ms: 900.0,
+        ..success(0.0)
+    };
+    store.record_success(&alias, NOW);
+    assert_eq!(
+        read(store, |v| v.health(10, "gpt-x").latency_ms),
+        Some(50.0)
+    );
+    assert_eq!(
+        read(store, |v| v.health(10, "gpt-y").latency_ms),
+        Some(900.0)
+    );
+    assert_eq!(read(store, |v| v.health(11, "gpt-x").latency_ms), None);
+}
+
+pub fn in_flight_guard_releases_on_drop(store: &dyn StateStore) {
+    store.in_flight_acquire(10);
+    store.in_flight_acquire(10);
+    store.in_flight_acquire(11);
+    assert_eq!(read(store, |v| v.in_flight(10)), 2);
+    store.in_flight_release(10);
+    store.in_flight_release(10);
+    // Releasing more than acquired never wraps around.
+    store.in_flight_release(10);
+    assert_eq!(read(store, |v| v.in_flight(10)), 0);
+    assert_eq!(read(store, |v| v.in_flight(11)), 1);
+}
+
+/// The RAII guard needs an owned store; checked separately by each implementation's tests.
+pub fn in_flight_guard_counts(store: std::sync::Arc<dyn StateStore>) {
+    {
+        let _a = InFlightGuard::acquire(&store, 7);
+        let _b = InFlightGuard::acquire(&store, 7);
+        assert_eq!(read(store.as_ref(), |v| v.in_flight(7)), 2);
+    }
+    assert_eq!(read(store.as_ref(), |v| v.in_flight(7)), 0);
+}
+
+pub fn sticky_binding_renews_and_rebinds(store: &dyn StateStore) {
+    store.bind_sticky(1, "session-a", 5, 60_000, NOW);
+    assert_eq!(
+        read(store, |v| v.sticky(1, "session-a")),
+        Some(StickyBinding {
+            member_id: 5,
+            expires_at: NOW + 60_000
+        })
+    );
+    assert_eq!(read(store, |v| v.sticky(2, "session-a")), None);
+    store.bind_sticky(1, "session-a", 5, 60_000, NOW + 30_000);
+    assert_eq!(
+        read(store, |v| v.sticky(1, "session-a")).map(|b| b.expires_at),
+        Some(NOW + 90_000)
+    );
+    store.bind_sticky(1, "session-a", 6, 60_000, NOW + 31_000);
+    assert_eq!(
+        read(store, |v| v.sticky(1, "session-a")).map(|b| b.member_id),
+        Some(6)
+    );
+    assert_eq!(store.dump(NOW + 31_000).sticky_bindings, 1);
+}
+
+pub fn sticky_capacity_evicts_earliest_expiry(store: &dyn StateStore) {
+    // The earliest-expiring binding is created last, with the shortest TTL.
+    for i in 0..MAX_STICKY_BINDINGS {
+        store.bind_sticky(1, &format!("s{i}"), 1, 600_000 + i as u64, NOW);
+    }
+    store.bind_sticky(1, "short", 1, 1_000, NOW);
+    assert_eq!(read(store, |v| v.sticky(1, "s0")), None);
+    assert!(read(store, |v| v.sticky(1, "short")).is_some());
+    store.bind_sticky(1, "another", 1, 600_000, NOW);
+    assert_eq!(read(store, |v| v.sticky(1, "short")), None);
+    assert!(read(store, |v| v.sticky(1, "s1")).is_some());
+    assert_eq!(store.dump(NOW).sticky_bindings, MAX_STICKY_BINDINGS);
+}
+
+pub fn canary_promotes_after_clean_run(store: &dyn StateStore) {
+    let canary = AttemptSuccess {
+        canary: true,
+        promote_after: 3,
+        ..success(10.0)
+    };
+    assert!(!store.record_success(&canary, NOW).promoted);
+    assert!(!store.record_success(&canary, NOW).promoted);
+    // A failure in between restarts the count.
+    store.record_failure(&failure(FailureKind::Retryable, None), &policy(), NOW);
+    assert!(!store.record_success(&canary, NOW).promoted);
+    assert!(!store.record_success(&canary, NOW).promoted);
+    assert!(!read(store, |v| v.canary_promoted(1)));
+    assert!(store.record_success(&canary, NOW).promoted);
+    assert!(read(store, |v| v.canary_promoted(1)));
+    assert!(!store.record_success(&canary, NOW).promoted);
+}
+
+pub fn credential_disable_is_visible(store: &dyn StateStore) {
+    store.disable_credential(42, "insufficient_quota", NOW);
+    assert!(read(store, |v| v.credential_disabled(42)));
+    assert!(!read(store, |v| v.credential_disabled(43)));
+    let dump = store.dump(NOW);
+    assert_eq!(dump.credentials_disabled.len(), 1);
+    assert_eq!(dump.credentials_disabled[0].reason, "insufficient_quota");
+}
+
+pub fn reset_channel_closes_breaker_and_clears_members(store: &dyn StateStore) {
+    let p = policy();
+    store.trip_breaker(10, "invalid key", NOW);
+    assert!(read(store, |v| v.breaker_open(10)));
+    store.record_failure(&failure(FailureKind::Retryable, None), &p, NOW);
+    store.reset_channel(10, &[1]);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    assert_eq!(read(store, |v| v.cooldown_until(1)), None);
+}
+
+pub fn dump_lists_live_state_only(store: &dyn StateStore) {
+    let p = policy();
+    store.record_failure(&failure(FailureKind::Retryable, None), &p, NOW);
+    store.in_flight_acquire(10);
+    store.bind_sticky(1, "s", 1, 1_000, NOW);
+    let dump = store.dump(NOW);
+    assert_eq!(
+        dump.cooldowns,
+        vec![CooldownEntry {
+            member_id: 1,
+            until: NOW + 30_000
+        }]
+    );
+    assert_eq!(
+        dump.in_flight,
+        vec![InFlightEntry {
+            channel_id: 10,
+            in_flight: 1
+        }]
+    );
+    assert_eq!(dump.sticky_bindings, 1);
+    assert_eq!(dump.health.len(), 1);
+    let later = store.dump(NOW + 60_000);
+    assert!(later.cooldowns.is_empty());
+    assert_eq!(later.sticky_bindings, 0);
+}

@@ -1,0 +1,382 @@
+//! The in-memory store: single node and tests. Also the shape of every local view: a fleet store
+//! keeps one of these and merges remote changes into it.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use switchyard_engine::{
+    ChannelId, CredentialId, HealthRecord, HealthView, MemberId, RouteId, StickyBinding, UnixMillis,
+};
+
+use crate::types::*;
+use crate::StateStore;
+
+#[derive(Debug, Default)]
+pub struct InMemoryStore {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Breaker {
+    consecutive: u32,
+    tripped_at: Option<UnixMillis>,
+    reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    cooldowns: HashMap<MemberId, UnixMillis>,
+    member_failures: HashMap<MemberId, u32>,
+    breakers: HashMap<ChannelId, Breaker>,
+    in_flight: HashMap<ChannelId, u32>,
+    /// channel -> upstream model -> record; nested so lookups by `&str` need no allocation.
+    health: HashMap<ChannelId, HashMap<String, HealthRecord>>,
+    credentials_disabled: HashMap<CredentialId, (String, UnixMillis)>,
+    canary_successes: HashMap<MemberId, u32>,
+    canaries_promoted: HashSet<MemberId>,
+    sticky: HashMap<RouteId, HashMap<String, StickyBinding>>,
+    /// (expires_at, route, key): eviction order.
+    sticky_expiry: BTreeSet<(UnixMillis, RouteId, String)>,
+}
+
+impl InMemoryStore {
+    pub fn new() -> InMemoryStore {
+        InMemoryStore::default()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave these maps logically broken: keep going.
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl HealthView for Inner {
+    fn cooldown_until(&self, member: MemberId) -> Option<UnixMillis> {
+        self.cooldowns.get(&member).copied()
+    }
+    fn health(&self, channel: ChannelId, upstream_model: &str) -> HealthRecord {
+        self.health
+            .get(&channel)
+            .and_then(|m| m.get(upstream_model))
+            .copied()
+            .unwrap_or_default()
+    }
+    fn in_flight(&self, channel: ChannelId) -> u32 {
+        self.in_flight.get(&channel).copied().unwrap_or(0)
+    }
+    fn breaker_open(&self, channel: ChannelId) -> bool {
+        self.breakers
+            .get(&channel)
+            .is_some_and(|b| b.tripped_at.is_some())
+    }
+    fn credential_disabled(&self, credential: CredentialId) -> bool {
+        self.credentials_disabled.contains_key(&credential)
+    }
+    fn canary_promoted(&self, member: MemberId) -> bool {
+        self.canaries_promoted.contains(&member)
+    }
+    fn sticky(&self, route: RouteId, session_key: &str) -> Option<StickyBinding> {
+        self.sticky.get(&route)?.get(session_key).copied()
+    }
+}
+
+impl Inner {
+    fn extend_cooldown(&mut self, member: MemberId, until: UnixMillis) -> UnixMillis {
+        let entry = self.cooldowns.entry(member).or_insert(until);
+        *entry = (*entry).max(until);
+        *entry
+    }
+
+    fn update_health(
+        &mut self,
+        channel: ChannelId,
+        upstream_model: &str,
+        f: impl FnOnce(HealthRecord) -> HealthRecord,
+    ) {
+        let models = self.health.entry(channel).or_default();
+        match models.get_mut(upstream_model) {
+            Some(record) => *record = f(*record),
+            None => {
+                models.insert(upstream_model.to_owned(), f(HealthRecord::default()));
+            }
+        }
+    }
+
+    fn remove_sticky(&mut self, route: RouteId, key: &str) {
+        if let Some(routes) = self.sticky.get_mut(&route) {
+            if let Some(old) = routes.remove(key) {
+                self.sticky_expiry
+                    .remove(&(old.expires_at, route, key.to_owned()));
+            }
+            if routes.is_empty() {
+                self.sticky.remove(&route);
+            }
+        }
+    }
+
+    fn sticky_len(&self) -> usize {
+        self.sticky_expiry.len()
+    }
+}
+
+impl StateStore for InMemoryStore {
+    fn with_view(&self, f: &mut dyn FnMut(&dyn HealthView)) {
+        let guard = self.read();
+        f(&*guard);
+    }
+
+    fn record_success(&self, s: &AttemptSuccess<'_>, _now: UnixMillis) -> SuccessEffect {
+        let mut inner = self.write();
+        inner.member_failures.remove(&s.member);
+        inner.cooldowns.remove(&s.member);
+        if let Some(b) = inner.breakers.get_mut(&s.channel) {
+            b.consecutive = 0;
+        }
+        inner.update_health(s.channel, s.upstream_model, |r| r.on_success(s.latency_ms));
+        let mut promoted = false;
+        if s.canary && !inner.canaries_promoted.contains(&s.member) {
+            let count = inner.canary_successes.entry(s.member).or_insert(0);
+            *count = count.saturating_add(1);
+            if s.promote_after > 0 && *count >= s.promote_after {
+                inner.canaries_promoted.insert(s.member);
+                promoted = true;
+            }
+        }
+        SuccessEffect { promoted }
+    }
+
+    fn record_failure(
+        &self,
+        f: &AttemptFailure<'_>,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> FailureEffect {
+        let mut inner = self.write();
+        if f.kind != FailureKind::Rejected {
+            inner.update_health(f.channel, f.upstream_model, HealthRecord::on_failure);
+        }
+        // A canary must serve its successes with no failure in between.
+        inner.canary_successes.remove(&f.member);
+        let streak = inner.member_failures.entry(f.member).or_insert(0);
+        *streak = streak.saturating_add(1);
+        let member_failures = *streak;
+        let cools =
+            policy.fault_protection && (f.kind != FailureKind::Transport || member_failures >= 2);
+        let cooled_until = cools.then(|| {
+            let base = now.saturating_add(policy.cooldown_ms);
+            let asked = now.saturating_add(f.retry_after_ms.unwrap_or(0));
+            inner.extend_cooldown(f.member, base.max(asked))
+        });
+        FailureEffect {
+            member_failures,
+            cooled_until,
+        }
+    }
+
+    fn record_channel_failure(
+        &self,
+        channel: ChannelId,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> ChannelFailureEffect {
+        let mut inner = self.write();
+        let breaker = inner.breakers.entry(channel).or_default();
+        breaker.consecutive = breaker.consecutive.saturating_add(1);
+        let tripped = policy.fault_protection
+            && policy.breaker_threshold > 0
+            && breaker.consecutive >= policy.breaker_threshold
+            && breaker.tripped_at.is_none();
+        if tripped {
+            breaker.tripped_at = Some(now);
+            breaker.reason = Some(format!(
+                "{} consecutive failed attempts",
+                breaker.consecutive
+            ));
+        }
+        ChannelFailureEffect {
+            consecutive_failures: breaker.consecutive,
+            tripped,
+        }
+    }
+
+    fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis) {
+        let mut inner = self.write();
+        let breaker = inner.breakers.entry(channel).or_default();
+        if breaker.tripped_at.is_none() {
+            breaker.tripped_at = Some(now);
+            breaker.reason = Some(reason.to_owned());
+        }
+    }
+
+    fn reset_channel(&self, channel: ChannelId, members: &[MemberId]) {
+        let mut inner = self.write();
+        inner.breakers.remove(&channel);
+        for member in members {
+            inner.member_failures.remove(member);
+            inner.cooldowns.remove(member);
+        }
+    }
+
+    fn extend_cooldown(&self, member: MemberId, until: UnixMillis) {
+        self.write().extend_cooldown(member, until);
+    }
+
+    fn disable_credential(&self, credential: CredentialId, reason: &str, now: UnixMillis) {
+        self.write()
+            .credentials_disabled
+            .entry(credential)
+            .or_insert_with(|| (reason.to_owned(), now));
+    }
+
+    fn in_flight_acquire(&self, channel: ChannelId) {
+        let mut inner = self.write();
+        let n = inner.in_flight.entry(channel).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    fn in_flight_release(&self, channel: ChannelId) {
+        let mut inner = self.write();
+        if let Some(n) = inner.in_flight.get_mut(&channel) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inner.in_flight.remove(&channel);
+            }
+        }
+    }
+
+    fn bind_sticky(
+        &self,
+        route: RouteId,
+        session_key: &str,
+        member: MemberId,
+        ttl_ms: u64,
+        now: UnixMillis,
+    ) {
+        let mut inner = self.write();
+        inner.remove_sticky(route, session_key);
+        // Expired bindings go first, then the earliest expiry while over capacity.
+        while let Some(first) = inner.sticky_expiry.first().cloned() {
+            if first.0 > now && inner.sticky_len() < MAX_STICKY_BINDINGS {
+                break;
+            }
+            inner.remove_sticky(first.1, &first.2);
+        }
+        let expires_at = now.saturating_add(ttl_ms);
+        inner.sticky.entry(route).or_default().insert(
+            session_key.to_owned(),
+            StickyBinding {
+                member_id: member,
+                expires_at,
+            },
+        );
+        inner
+            .sticky_expiry
+            .insert((expires_at, route, session_key.to_owned()));
+    }
+
+    fn dump(&self, now: UnixMillis) -> StateDump {
+        let inner = self.read();
+        let mut dump = StateDump {
+            cooldowns: inner
+                .cooldowns
+                .iter()
+                .filter(|(_, until)| **until > now)
+                .map(|(m, until)| CooldownEntry {
+                    member_id: *m,
+                    until: *until,
+                })
+                .collect(),
+            member_failures: inner
+                .member_failures
+                .iter()
+                .map(|(m, n)| MemberFailures {
+                    member_id: *m,
+                    consecutive_failures: *n,
+                })
+                .collect(),
+            channels: inner
+                .breakers
+                .iter()
+                .map(|(c, b)| ChannelState {
+                    channel_id: *c,
+                    consecutive_failures: b.consecutive,
+                    breaker_open: b.tripped_at.is_some(),
+                    tripped_at: b.tripped_at,
+                    reason: b.reason.clone(),
+                })
+                .collect(),
+            in_flight: inner
+                .in_flight
+                .iter()
+                .map(|(c, n)| InFlightEntry {
+                    channel_id: *c,
+                    in_flight: *n,
+                })
+                .collect(),
+            health: inner
+                .health
+                .iter()
+                .flat_map(|(c, models)| {
+                    models.iter().map(|(model, r)| HealthEntry {
+                        channel_id: *c,
+                        upstream_model: model.clone(),
+                        latency_ms: r.latency_ms,
+                        error_propensity: r.error_propensity,
+                    })
+                })
+                .collect(),
+            credentials_disabled: inner
+                .credentials_disabled
+                .iter()
+                .map(|(id, (reason, at))| DisabledCredential {
+                    credential_id: *id,
+                    reason: reason.clone(),
+                    at: *at,
+                })
+                .collect(),
+            canaries: inner
+                .canary_successes
+                .iter()
+                .map(|(m, n)| CanaryEntry {
+                    member_id: *m,
+                    successes: *n,
+                    promoted: inner.canaries_promoted.contains(m),
+                })
+                .collect(),
+            sticky_bindings: inner
+                .sticky_expiry
+                .range((now.saturating_add(1), 0, String::new())..)
+                .count(),
+        };
+        dump.cooldowns.sort_by_key(|e| e.member_id);
+        dump.member_failures.sort_by_key(|e| e.member_id);
+        dump.channels.sort_by_key(|e| e.channel_id);
+        dump.in_flight.sort_by_key(|e| e.channel_id);
+        dump.health.sort_by(|a, b| {
+            (a.channel_id, &a.upstream_model).cmp(&(b.channel_id, &b.upstream_model))
+        });
+        dump.credentials_disabled.sort_by_key(|e| e.credential_id);
+        dump.canaries.sort_by_key(|e| e.member_id);
+        dump
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+
+    #[test]
+    fn in_memory_store_passes_the_conformance_suite() {
+        conformance::run_all(&|| Box::new(InMemoryStore::new()));
+    }
+
+    #[test]
+    fn in_memory_in_flight_guard_counts() {
+        conformance::in_flight_guard_counts(std::sync::Arc::new(InMemoryStore::new()));
+    }
+}
