@@ -1,2 +1,78 @@
-//! Placeholder; filled by a later issue.
-fn main() {}
+//! `switchyard-control-plane`: see SPEC §8 for its configuration.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use switchyard_control_plane::config::Config;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let config = match Config::try_parse() {
+        Ok(config) => config,
+        Err(error) => {
+            // --help and --version are not errors.
+            let code = if error.use_stderr() { 2 } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    if let Err(reason) = config.validate() {
+        eprintln!("switchyard-control-plane: bad configuration: {reason}");
+        return ExitCode::from(2);
+    }
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_current_span(false)
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("switchyard-control-plane: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signal_shutdown(shutdown.clone()));
+        match switchyard_control_plane::server::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "control plane stopped");
+                eprintln!("switchyard-control-plane: {error:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// SIGTERM (Kubernetes) or Ctrl-C start a graceful shutdown.
+async fn signal_shutdown(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shutdown.cancel();
+}

@@ -1,1 +1,27 @@
-//! Placeholder; filled by a later issue.
+//! The snapshot service's wire types (generated from `proto/switchyard/snapshot/v1`), their
+//! explicit conversion to and from the engine's [`switchyard_engine::Snapshot`], and the client
+//! helper proxies use to follow the control plane.
+//!
+//! Architecture invariant: only this crate and the control plane's gRPC edge know about protobuf
+//! types. Everything else works on validated engine types; a received snapshot is converted in
+//! two stages (wire message → [`SnapshotParts`](switchyard_engine::SnapshotParts) with every
+//! field checked → [`Snapshot::new`](switchyard_engine::Snapshot::new)).
+
+pub mod client;
+pub mod convert;
+
+/// Generated protobuf messages and gRPC stubs of `switchyard.snapshot.v1`.
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs
+)]
+pub mod v1 {
+    tonic::include_proto!("switchyard.snapshot.v1");
+}
+
+pub use client::{watch_snapshots, WatchError};
+pub use convert::{snapshot_from_proto, snapshot_to_proto, ConversionError, SCHEMA_VERSION};

@@ -1,0 +1,560 @@
+//! `/api/v1/channels`: upstream endpoints, and their status history.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::{commit_write, ts, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use switchyard_engine::{ChannelStatus, Provider};
+
+/// What a channel (or a member, overriding its channel) declares it supports. Unset: not
+/// declared, and the engine assumes support.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapabilitiesDto {
+    pub max_context: Option<u32>,
+    pub streaming: Option<bool>,
+    pub tools: Option<bool>,
+    pub vision: Option<bool>,
+    pub json_mode: Option<bool>,
+}
+
+impl CapabilitiesDto {
+    pub fn validate(&self, field: &str) -> ApiResult<()> {
+        if self.max_context == Some(0) {
+            return Err(ApiError::validation(
+                format!("{field}.max_context"),
+                format!("{field}.max_context must be positive when set"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
+pub struct ChannelView {
+    pub id: i64,
+    pub name: String,
+    /// `openai`, `anthropic`, `gemini` or `mock`.
+    pub provider: String,
+    pub base_url: String,
+    /// `enabled`, `disabled` or `auto_disabled` (set by the system).
+    pub status: String,
+    pub auto_ban: bool,
+    pub max_concurrency: Option<i32>,
+    #[sqlx(json)]
+    pub capabilities: CapabilitiesDto,
+    pub retry_status_codes: Vec<i32>,
+    pub retry_error_patterns: Vec<String>,
+    #[sqlx(json)]
+    pub headers: BTreeMap<String, String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+fn columns() -> String {
+    format!(
+        "id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
+         retry_status_codes, retry_error_patterns, headers, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelCreate {
+    pub name: String,
+    pub provider: String,
+    #[serde(default)]
+    pub base_url: String,
+    pub status: Option<String>,
+    pub auto_ban: Option<bool>,
+    pub max_concurrency: Option<i64>,
+    pub capabilities: Option<CapabilitiesDto>,
+    pub retry_status_codes: Option<Vec<i64>>,
+    pub retry_error_patterns: Option<Vec<String>>,
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// Any subset of the create fields; `max_concurrency: null` clears the limit.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPatch {
+    pub name: Option<String>,
+    pub provider: Option<String>,
+    pub base_url: Option<String>,
+    pub status: Option<String>,
+    pub auto_ban: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub max_concurrency: Option<Option<i64>>,
+    pub capabilities: Option<CapabilitiesDto>,
+    pub retry_status_codes: Option<Vec<i64>>,
+    pub retry_error_patterns: Option<Vec<String>>,
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// A validated channel, ready to write.
+struct ChannelSpec {
+    name: String,
+    provider: Provider,
+    base_url: String,
+    status: ChannelStatus,
+    auto_ban: bool,
+    max_concurrency: Option<i32>,
+    capabilities: CapabilitiesDto,
+    retry_status_codes: Vec<i32>,
+    retry_error_patterns: Vec<String>,
+    headers: BTreeMap<String, String>,
+}
+
+fn parse_provider(value: &str) -> ApiResult<Provider> {
+    Provider::parse(value).ok_or_else(|| {
+        ApiError::validation(
+            "provider",
+            format!("provider must be one of openai, anthropic, gemini, mock; got {value:?}"),
+        )
+    })
+}
+
+/// Operators may set `enabled` or `disabled`; `auto_disabled` belongs to the breaker.
+fn parse_status(value: &str, current: Option<ChannelStatus>) -> ApiResult<ChannelStatus> {
+    match ChannelStatus::parse(value) {
+        Some(ChannelStatus::AutoDisabled) if current == Some(ChannelStatus::AutoDisabled) => {
+            Ok(ChannelStatus::AutoDisabled)
+        }
+        Some(ChannelStatus::AutoDisabled) => Err(ApiError::validation(
+            "status",
+            "status auto_disabled is set by the system; use enabled or disabled",
+        )),
+        Some(status) => Ok(status),
+        None => Err(ApiError::validation(
+            "status",
+            format!("status must be enabled or disabled; got {value:?}"),
+        )),
+    }
+}
+
+fn checked_name(field: &str, value: &str) -> ApiResult<String> {
+    let name = value.trim();
+    if name.is_empty() || name.chars().count() > 128 {
+        return Err(ApiError::validation(
+            field,
+            format!("{field} must be 1 to 128 characters"),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+impl ChannelSpec {
+    fn validate(self) -> ApiResult<ChannelSpec> {
+        if self.provider != Provider::Mock
+            && !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://"))
+        {
+            return Err(ApiError::validation(
+                "base_url",
+                "base_url must be an http:// or https:// URL",
+            ));
+        }
+        if self.base_url.len() > 2048 {
+            return Err(ApiError::validation("base_url", "base_url is too long"));
+        }
+        if let Some(limit) = self.max_concurrency {
+            if !(1..=1_000_000).contains(&limit) {
+                return Err(ApiError::validation(
+                    "max_concurrency",
+                    "max_concurrency must be between 1 and 1000000, or null",
+                ));
+            }
+        }
+        self.capabilities.validate("capabilities")?;
+        for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
+            if pattern.is_empty() {
+                return Err(ApiError::validation(
+                    format!("retry_error_patterns[{i}]"),
+                    "retry_error_patterns entries must not be empty",
+                ));
+            }
+        }
+        for (name, value) in &self.headers {
+            let name_ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !name_ok {
+                return Err(ApiError::validation(
+                    "headers",
+                    format!("headers: {name:?} is not a valid header name"),
+                ));
+            }
+            if value.chars().any(|c| c.is_control() && c != '\t') {
+                return Err(ApiError::validation(
+                    "headers",
+                    format!("headers: the value of {name:?} contains control characters"),
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+fn status_codes(codes: Vec<i64>) -> ApiResult<Vec<i32>> {
+    codes
+        .into_iter()
+        .enumerate()
+        .map(|(i, code)| match i32::try_from(code) {
+            Ok(code) if (100..=599).contains(&code) => Ok(code),
+            _ => Err(ApiError::validation(
+                format!("retry_status_codes[{i}]"),
+                format!("retry_status_codes: {code} is not an HTTP status code (100..599)"),
+            )),
+        })
+        .collect()
+}
+
+fn concurrency(value: Option<i64>) -> ApiResult<Option<i32>> {
+    value
+        .map(|v| {
+            i32::try_from(v).map_err(|_| {
+                ApiError::validation("max_concurrency", "max_concurrency is out of range")
+            })
+        })
+        .transpose()
+}
+
+impl TryFrom<ChannelCreate> for ChannelSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: ChannelCreate) -> ApiResult<ChannelSpec> {
+        ChannelSpec {
+            name: checked_name("name", &raw.name)?,
+            provider: parse_provider(&raw.provider)?,
+            base_url: raw.base_url.trim().to_owned(),
+            status: match raw.status.as_deref() {
+                Some(status) => parse_status(status, None)?,
+                None => ChannelStatus::Enabled,
+            },
+            auto_ban: raw.auto_ban.unwrap_or(false),
+            max_concurrency: concurrency(raw.max_concurrency)?,
+            capabilities: raw.capabilities.unwrap_or_default(),
+            retry_status_codes: status_codes(raw.retry_status_codes.unwrap_or_default())?,
+            retry_error_patterns: raw.retry_error_patterns.unwrap_or_default(),
+            headers: raw.headers.unwrap_or_default(),
+        }
+        .validate()
+    }
+}
+
+fn stored_status(view: &ChannelView) -> ApiResult<ChannelStatus> {
+    ChannelStatus::parse(&view.status).ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("stored channel status {:?}", view.status))
+    })
+}
+
+impl ChannelSpec {
+    fn patched(current: &ChannelView, patch: ChannelPatch) -> ApiResult<ChannelSpec> {
+        let current_status = stored_status(current)?;
+        ChannelSpec {
+            name: match patch.name {
+                Some(name) => checked_name("name", &name)?,
+                None => current.name.clone(),
+            },
+            provider: parse_provider(patch.provider.as_deref().unwrap_or(&current.provider))?,
+            base_url: patch
+                .base_url
+                .map(|u| u.trim().to_owned())
+                .unwrap_or_else(|| current.base_url.clone()),
+            status: match patch.status.as_deref() {
+                Some(status) => parse_status(status, Some(current_status))?,
+                None => current_status,
+            },
+            auto_ban: patch.auto_ban.unwrap_or(current.auto_ban),
+            max_concurrency: match patch.max_concurrency {
+                Some(value) => concurrency(value)?,
+                None => current.max_concurrency,
+            },
+            capabilities: patch.capabilities.unwrap_or(current.capabilities),
+            retry_status_codes: match patch.retry_status_codes {
+                Some(codes) => status_codes(codes)?,
+                None => current.retry_status_codes.clone(),
+            },
+            retry_error_patterns: patch
+                .retry_error_patterns
+                .unwrap_or_else(|| current.retry_error_patterns.clone()),
+            headers: patch.headers.unwrap_or_else(|| current.headers.clone()),
+        }
+        .validate()
+    }
+}
+
+/// Audit detail: header values may hold secrets, so only their names are recorded.
+fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
+    json!({
+        "name": spec.name,
+        "provider": spec.provider.as_str(),
+        "base_url": spec.base_url,
+        "status": spec.status.as_str(),
+        "auto_ban": spec.auto_ban,
+        "max_concurrency": spec.max_concurrency,
+        "capabilities": spec.capabilities,
+        "retry_status_codes": spec.retry_status_codes,
+        "retry_error_patterns": spec.retry_error_patterns,
+        "header_names": spec.headers.keys().collect::<Vec<_>>(),
+    })
+}
+
+pub(super) async fn fetch(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: i64,
+    lock: bool,
+) -> ApiResult<ChannelView> {
+    let sql = format!(
+        "SELECT {} FROM channels WHERE id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    sqlx::query_as::<_, ChannelView>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .ok_or_else(|| ApiError::not_found("channel", id))
+}
+
+#[utoipa::path(get, path = "/api/v1/channels", tag = "channels", params(PageQuery),
+    responses((status = 200, body = Page<ChannelView>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<ChannelView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    let sql = format!(
+        "SELECT {} FROM channels WHERE id > $1 ORDER BY id LIMIT $2",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, ChannelView>(&sql)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |c| c.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/channels", tag = "channels", request_body = ChannelCreate,
+    responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let spec = ChannelSpec::try_from(parse_body::<ChannelCreate>(&body)?)?;
+    let mut tx = state.pool.begin().await?;
+    let sql = format!(
+        "INSERT INTO channels (name, provider, base_url, status, auto_ban, max_concurrency, \
+         capabilities, retry_status_codes, retry_error_patterns, headers) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, ChannelView>(&sql)
+        .bind(&spec.name)
+        .bind(spec.provider.as_str())
+        .bind(&spec.base_url)
+        .bind(spec.status.as_str())
+        .bind(spec.auto_ban)
+        .bind(spec.max_concurrency)
+        .bind(sqlx::types::Json(&spec.capabilities))
+        .bind(&spec.retry_status_codes)
+        .bind(&spec.retry_error_patterns)
+        .bind(sqlx::types::Json(&spec.headers))
+        .fetch_one(&mut *tx)
+        .await?;
+    record_status_event(&mut tx, view.id, None, spec.status, "created", &actor).await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "create",
+            resource: "channel",
+            resource_id: Some(view.id),
+            detail: audit_detail(&spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels",
+    responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<ChannelView>> {
+    Ok(Json(fetch(&state.pool, id, false).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/channels/{id}", tag = "channels", request_body = ChannelPatch,
+    responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let patch = parse_body::<ChannelPatch>(&body)?;
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let before = stored_status(&current)?;
+    let spec = ChannelSpec::patched(&current, patch)?;
+    let sql = format!(
+        "UPDATE channels SET name = $2, provider = $3, base_url = $4, status = $5, auto_ban = $6, \
+         max_concurrency = $7, capabilities = $8, retry_status_codes = $9, \
+         retry_error_patterns = $10, headers = $11, updated_at = now() WHERE id = $1 RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, ChannelView>(&sql)
+        .bind(id)
+        .bind(&spec.name)
+        .bind(spec.provider.as_str())
+        .bind(&spec.base_url)
+        .bind(spec.status.as_str())
+        .bind(spec.auto_ban)
+        .bind(spec.max_concurrency)
+        .bind(sqlx::types::Json(&spec.capabilities))
+        .bind(&spec.retry_status_codes)
+        .bind(&spec.retry_error_patterns)
+        .bind(sqlx::types::Json(&spec.headers))
+        .fetch_one(&mut *tx)
+        .await?;
+    if before != spec.status {
+        record_status_event(
+            &mut tx,
+            id,
+            Some(before),
+            spec.status,
+            "set by an operator",
+            &actor,
+        )
+        .await?;
+    }
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "update",
+            resource: "channel",
+            resource_id: Some(id),
+            detail: audit_detail(&spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels",
+    responses((status = 204), (status = 404, body = ErrorBody),
+              (status = 409, description = "members still use the channel", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let members: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM route_members WHERE channel_id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if members > 0 {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "channel {id} is used by {members} route member(s); delete or move them first"
+            ),
+        });
+    }
+    sqlx::query("DELETE FROM channels WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "delete",
+            resource: "channel",
+            resource_id: Some(id),
+            detail: json!({ "name": current.name }),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}
+
+pub(super) async fn record_status_event(
+    tx: &mut sqlx::PgConnection,
+    channel_id: i64,
+    from: Option<ChannelStatus>,
+    to: ChannelStatus,
+    reason: &str,
+    actor: &str,
+) -> ApiResult<()> {
+    sqlx::query(
+        "INSERT INTO channel_status_events (channel_id, from_status, to_status, reason, actor) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(channel_id)
+    .bind(from.map(ChannelStatus::as_str))
+    .bind(to.as_str())
+    .bind(reason)
+    .bind(actor)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+pub struct ChannelEvent {
+    pub id: i64,
+    pub channel_id: i64,
+    /// `null` for the channel's creation.
+    pub from_status: Option<String>,
+    pub to_status: String,
+    pub reason: String,
+    pub actor: String,
+    pub at: String,
+}
+
+#[utoipa::path(get, path = "/api/v1/channels/{id}/events", tag = "channels", params(PageQuery),
+    responses((status = 200, description = "status changes, oldest first", body = Page<ChannelEvent>),
+              (status = 404, body = ErrorBody)))]
+pub async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<ChannelEvent>>> {
+    let (fetch_n, after) = page.bounds()?;
+    fetch(&state.pool, id, false).await?;
+    let sql = format!(
+        "SELECT id, channel_id, from_status, to_status, reason, actor, {} AS at \
+         FROM channel_status_events WHERE channel_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+        ts("at")
+    );
+    let rows = sqlx::query_as::<_, ChannelEvent>(&sql)
+        .bind(id)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |e| e.id)))
+}

@@ -1,0 +1,296 @@
+//! `/api/v1/channels/{id}/credentials`, `/api/v1/credentials/{id}`: a channel's upstream keys.
+//! Secrets are write-only: reads return a mask computed in SQL, so the secret never even reaches
+//! this process on a read.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::{commit_write, ts, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+pub struct CredentialView {
+    pub id: i64,
+    pub channel_id: i64,
+    /// `inline` (a stored secret) or `env` (an environment variable on the proxies).
+    pub source: String,
+    /// Masked: `****` plus the last 4 characters for secrets of 12 characters or more.
+    pub secret: Option<String>,
+    pub secret_env: Option<String>,
+    pub enabled: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+fn columns() -> String {
+    format!(
+        "id, channel_id, \
+         CASE WHEN secret IS NULL THEN 'env' ELSE 'inline' END AS source, \
+         CASE WHEN secret IS NULL THEN NULL \
+              WHEN char_length(secret) >= 12 THEN '****' || right(secret, 4) \
+              ELSE '****' END AS secret, \
+         secret_env, enabled, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+/// Exactly one of `secret` and `secret_env`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialCreate {
+    /// Write-only; read back masked.
+    pub secret: Option<String>,
+    /// Name of an environment variable on the proxies that holds the secret.
+    pub secret_env: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+/// Setting `secret` replaces an env reference and vice versa; never both at once.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialPatch {
+    pub secret: Option<String>,
+    pub secret_env: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+enum Source {
+    Inline(String),
+    Env(String),
+}
+
+fn source(secret: Option<String>, secret_env: Option<String>) -> ApiResult<Option<Source>> {
+    match (secret, secret_env) {
+        (Some(_), Some(_)) => Err(ApiError::validation(
+            "secret",
+            "secret and secret_env are mutually exclusive; send one of them",
+        )),
+        (Some(secret), None) => {
+            let secret = secret.trim().to_owned();
+            if secret.is_empty() || secret.len() > 8192 {
+                return Err(ApiError::validation(
+                    "secret",
+                    "secret must be 1 to 8192 bytes",
+                ));
+            }
+            Ok(Some(Source::Inline(secret)))
+        }
+        (None, Some(name)) => {
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && name.len() <= 256;
+            if !valid {
+                return Err(ApiError::validation(
+                    "secret_env",
+                    "secret_env must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                ));
+            }
+            Ok(Some(Source::Env(name)))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+impl Source {
+    fn columns(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Source::Inline(secret) => (Some(secret), None),
+            Source::Env(name) => (None, Some(name)),
+        }
+    }
+
+    /// What the audit log may say about it.
+    fn describe(&self) -> serde_json::Value {
+        match self {
+            Source::Inline(_) => json!({ "source": "inline" }),
+            Source::Env(name) => json!({ "source": "env", "secret_env": name }),
+        }
+    }
+}
+
+async fn fetch(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: i64,
+    lock: bool,
+) -> ApiResult<CredentialView> {
+    let sql = format!(
+        "SELECT {} FROM credentials WHERE id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    sqlx::query_as::<_, CredentialView>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .ok_or_else(|| ApiError::not_found("credential", id))
+}
+
+#[utoipa::path(get, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
+    params(PageQuery),
+    responses((status = 200, body = Page<CredentialView>), (status = 404, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Path(channel_id): Path<i64>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<CredentialView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    super::channels::fetch(&state.pool, channel_id, false).await?;
+    let sql = format!(
+        "SELECT {} FROM credentials WHERE channel_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, CredentialView>(&sql)
+        .bind(channel_id)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |c| c.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
+    request_body = CredentialCreate,
+    responses((status = 201, body = CredentialView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(channel_id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let raw = parse_body::<CredentialCreate>(&body)?;
+    let source = source(raw.secret, raw.secret_env)?
+        .ok_or_else(|| ApiError::validation("secret", "one of secret or secret_env is required"))?;
+    let enabled = raw.enabled.unwrap_or(true);
+    let mut tx = state.pool.begin().await?;
+    super::channels::fetch(&mut *tx, channel_id, true).await?;
+    let (secret, secret_env) = source.columns();
+    let sql = format!(
+        "INSERT INTO credentials (channel_id, secret, secret_env, enabled) \
+         VALUES ($1, $2, $3, $4) RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, CredentialView>(&sql)
+        .bind(channel_id)
+        .bind(secret)
+        .bind(secret_env)
+        .bind(enabled)
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut detail = source.describe();
+    detail["channel_id"] = json!(channel_id);
+    detail["enabled"] = json!(enabled);
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "create",
+            resource: "credential",
+            resource_id: Some(view.id),
+            detail,
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials",
+    responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<CredentialView>> {
+    Ok(Json(fetch(&state.pool, id, false).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/credentials/{id}", tag = "credentials",
+    request_body = CredentialPatch,
+    responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let raw = parse_body::<CredentialPatch>(&body)?;
+    let source = source(raw.secret, raw.secret_env)?;
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let enabled = raw.enabled.unwrap_or(current.enabled);
+    let mut detail = json!({ "enabled": enabled });
+    if let Some(source) = &source {
+        let (secret, secret_env) = source.columns();
+        sqlx::query("UPDATE credentials SET secret = $2, secret_env = $3 WHERE id = $1")
+            .bind(id)
+            .bind(secret)
+            .bind(secret_env)
+            .execute(&mut *tx)
+            .await?;
+        detail["secret_changed"] = json!(true);
+        if let serde_json::Value::Object(extra) = source.describe() {
+            for (key, value) in extra {
+                detail[key] = value;
+            }
+        }
+    }
+    let sql = format!(
+        "UPDATE credentials SET enabled = $2, updated_at = now() WHERE id = $1 RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, CredentialView>(&sql)
+        .bind(id)
+        .bind(enabled)
+        .fetch_one(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "update",
+            resource: "credential",
+            resource_id: Some(id),
+            detail,
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials",
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    sqlx::query("DELETE FROM credentials WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "delete",
+            resource: "credential",
+            resource_id: Some(id),
+            detail: json!({ "channel_id": current.channel_id }),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,329 @@
+//! `/api/v1/routes/{id}/members`, `/api/v1/members/{id}`: the unit of selection.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use switchyard_engine::model::validate_group;
+use switchyard_engine::DEFAULT_GROUP;
+use utoipa::ToSchema;
+
+use super::channels::CapabilitiesDto;
+use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::{commit_write, ts, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
+pub struct MemberView {
+    pub id: i64,
+    pub route_id: i64,
+    pub channel_id: i64,
+    pub upstream_model: String,
+    pub group_name: String,
+    pub priority: i32,
+    pub weight: i32,
+    pub enabled: bool,
+    pub canary: bool,
+    /// Member-level capability declarations, overlaid on the channel's.
+    #[sqlx(json)]
+    pub capabilities: CapabilitiesDto,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+fn columns() -> String {
+    format!(
+        "id, route_id, channel_id, upstream_model, group_name, priority, weight, enabled, canary, \
+         capabilities, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberCreate {
+    pub channel_id: i64,
+    pub upstream_model: String,
+    /// Trimmed; empty or absent means `default`; at most 64 characters.
+    pub group_name: Option<String>,
+    pub priority: Option<i32>,
+    /// 0 or more (0: never wins while a positive-weight candidate exists).
+    pub weight: Option<i32>,
+    pub enabled: Option<bool>,
+    pub canary: Option<bool>,
+    pub capabilities: Option<CapabilitiesDto>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberPatch {
+    pub channel_id: Option<i64>,
+    pub upstream_model: Option<String>,
+    pub group_name: Option<String>,
+    pub priority: Option<i32>,
+    pub weight: Option<i32>,
+    pub enabled: Option<bool>,
+    pub canary: Option<bool>,
+    pub capabilities: Option<CapabilitiesDto>,
+}
+
+#[derive(Debug, Serialize)]
+struct MemberSpec {
+    channel_id: i64,
+    upstream_model: String,
+    group_name: String,
+    priority: i32,
+    weight: i32,
+    enabled: bool,
+    canary: bool,
+    capabilities: CapabilitiesDto,
+}
+
+impl MemberSpec {
+    fn validate(mut self) -> ApiResult<MemberSpec> {
+        let model = self.upstream_model.trim();
+        if model.is_empty() || model.chars().count() > 256 {
+            return Err(ApiError::validation(
+                "upstream_model",
+                "upstream_model must be 1 to 256 characters",
+            ));
+        }
+        self.upstream_model = model.to_owned();
+        validate_group(&self.group_name)
+            .map_err(|message| ApiError::validation("group_name", message))?;
+        let group = self.group_name.trim();
+        self.group_name = if group.is_empty() {
+            DEFAULT_GROUP
+        } else {
+            group
+        }
+        .to_owned();
+        if self.weight < 0 {
+            return Err(ApiError::validation(
+                "weight",
+                format!("weight must be 0 or more, got {}", self.weight),
+            ));
+        }
+        self.capabilities.validate("capabilities")?;
+        Ok(self)
+    }
+
+    async fn check_channel(&self, tx: &mut sqlx::PgConnection) -> ApiResult<()> {
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1)")
+                .bind(self.channel_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !exists {
+            return Err(ApiError::validation(
+                "channel_id",
+                format!("channel_id {} does not exist", self.channel_id),
+            ));
+        }
+        Ok(())
+    }
+}
+
+async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64, lock: bool) -> ApiResult<MemberView> {
+    let sql = format!(
+        "SELECT {} FROM route_members WHERE id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    sqlx::query_as::<_, MemberView>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .ok_or_else(|| ApiError::not_found("member", id))
+}
+
+#[utoipa::path(get, path = "/api/v1/routes/{id}/members", tag = "members", params(PageQuery),
+    responses((status = 200, body = Page<MemberView>), (status = 404, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Path(route_id): Path<i64>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<MemberView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    super::routes::fetch(&state.pool, route_id, false).await?;
+    let sql = format!(
+        "SELECT {} FROM route_members WHERE route_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, MemberView>(&sql)
+        .bind(route_id)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |m| m.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members",
+    request_body = MemberCreate,
+    responses((status = 201, body = MemberView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(route_id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let raw = parse_body::<MemberCreate>(&body)?;
+    let spec = MemberSpec {
+        channel_id: raw.channel_id,
+        upstream_model: raw.upstream_model,
+        group_name: raw.group_name.unwrap_or_default(),
+        priority: raw.priority.unwrap_or(0),
+        weight: raw.weight.unwrap_or(1),
+        enabled: raw.enabled.unwrap_or(true),
+        canary: raw.canary.unwrap_or(false),
+        capabilities: raw.capabilities.unwrap_or_default(),
+    }
+    .validate()?;
+    let mut tx = state.pool.begin().await?;
+    super::routes::fetch(&mut *tx, route_id, true).await?;
+    spec.check_channel(&mut tx).await?;
+    let sql = format!(
+        "INSERT INTO route_members (route_id, channel_id, upstream_model, group_name, priority, \
+         weight, enabled, canary, capabilities) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, MemberView>(&sql)
+        .bind(route_id)
+        .bind(spec.channel_id)
+        .bind(&spec.upstream_model)
+        .bind(&spec.group_name)
+        .bind(spec.priority)
+        .bind(spec.weight)
+        .bind(spec.enabled)
+        .bind(spec.canary)
+        .bind(sqlx::types::Json(&spec.capabilities))
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut detail = json!(spec);
+    detail["route_id"] = json!(route_id);
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "create",
+            resource: "member",
+            resource_id: Some(view.id),
+            detail,
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members",
+    responses((status = 200, body = MemberView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<MemberView>> {
+    Ok(Json(fetch(&state.pool, id, false).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/members/{id}", tag = "members", request_body = MemberPatch,
+    responses((status = 200, body = MemberView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let patch = parse_body::<MemberPatch>(&body)?;
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let spec = MemberSpec {
+        channel_id: patch.channel_id.unwrap_or(current.channel_id),
+        upstream_model: patch.upstream_model.unwrap_or(current.upstream_model),
+        group_name: patch.group_name.unwrap_or(current.group_name),
+        priority: patch.priority.unwrap_or(current.priority),
+        weight: patch.weight.unwrap_or(current.weight),
+        enabled: patch.enabled.unwrap_or(current.enabled),
+        canary: patch.canary.unwrap_or(current.canary),
+        capabilities: patch.capabilities.unwrap_or(current.capabilities),
+    }
+    .validate()?;
+    spec.check_channel(&mut tx).await?;
+    let sql = format!(
+        "UPDATE route_members SET channel_id = $2, upstream_model = $3, group_name = $4, \
+         priority = $5, weight = $6, enabled = $7, canary = $8, capabilities = $9, \
+         updated_at = now() WHERE id = $1 RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, MemberView>(&sql)
+        .bind(id)
+        .bind(spec.channel_id)
+        .bind(&spec.upstream_model)
+        .bind(&spec.group_name)
+        .bind(spec.priority)
+        .bind(spec.weight)
+        .bind(spec.enabled)
+        .bind(spec.canary)
+        .bind(sqlx::types::Json(&spec.capabilities))
+        .fetch_one(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "update",
+            resource: "member",
+            resource_id: Some(id),
+            detail: json!(spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members",
+    responses((status = 204), (status = 404, body = ErrorBody),
+              (status = 409, description = "a team still grants this member", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let teams: Vec<i64> = sqlx::query_scalar(
+        "SELECT team_id FROM team_members WHERE member_id = $1 ORDER BY team_id",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    if !teams.is_empty() {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "member {id} is granted to team(s) {teams:?}; remove it from their members first"
+            ),
+        });
+    }
+    sqlx::query("DELETE FROM route_members WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "delete",
+            resource: "member",
+            resource_id: Some(id),
+            detail: json!({ "route_id": current.route_id, "channel_id": current.channel_id }),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}

@@ -1,0 +1,311 @@
+//! The admin REST API (SPEC §7): one router built from the handlers' own OpenAPI annotations, so
+//! `/api/v1/openapi.json` always lists exactly the routes that exist.
+
+mod channels;
+mod credentials;
+mod explain;
+mod members;
+mod ops;
+mod routes;
+pub(crate) mod settings;
+mod teams;
+mod tokens;
+
+use std::sync::Arc;
+
+pub use tokens::token_hash;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::metrics::Metrics;
+use crate::publisher::Publisher;
+
+/// Everything a handler needs. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    admin_token_digest: [u8; 32],
+    pub publisher: Arc<Publisher>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    pub fn new(
+        pool: PgPool,
+        admin_token: &str,
+        publisher: Arc<Publisher>,
+        metrics: Arc<Metrics>,
+    ) -> AppState {
+        AppState {
+            pool,
+            admin_token_digest: Sha256::digest(admin_token.as_bytes()).into(),
+            publisher,
+            metrics,
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Switchyard control plane",
+        description = "Admin REST API: channels, credentials, routes, members, tokens, teams, \
+                       settings, channel events, audit log, explain. Every path under /api/v1 \
+                       needs `Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN`."
+    ),
+    modifiers(&BearerAuth),
+    security(("admin_token" = [])),
+    components(schemas(ErrorBody))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The whole HTTP surface: authenticated admin API + open health and metrics endpoints.
+pub fn app(state: AppState) -> Router {
+    let (admin, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(channels::list, channels::create))
+        .routes(routes!(
+            channels::get_one,
+            channels::patch,
+            channels::delete
+        ))
+        .routes(routes!(channels::events))
+        .routes(routes!(credentials::list, credentials::create))
+        .routes(routes!(
+            credentials::get_one,
+            credentials::patch,
+            credentials::delete
+        ))
+        .routes(routes!(routes::list, routes::create))
+        .routes(routes!(routes::get_one, routes::patch, routes::delete))
+        .routes(routes!(members::list, members::create))
+        .routes(routes!(members::get_one, members::patch, members::delete))
+        .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::get_one, tokens::patch, tokens::delete))
+        .routes(routes!(teams::list, teams::create))
+        .routes(routes!(teams::get_one, teams::patch, teams::delete))
+        .routes(routes!(
+            settings::get_settings,
+            settings::put_settings,
+            settings::patch_settings
+        ))
+        .routes(routes!(explain::explain))
+        .routes(routes!(ops::shared_state))
+        .routes(routes!(ops::audit))
+        .split_for_parts();
+    let openapi = Arc::new(openapi);
+
+    let admin = admin
+        .route("/console/routes/explain", get(explain::explain))
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let openapi = Arc::clone(&openapi);
+                async move { Json(openapi.as_ref().clone()) }
+            }),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_admin,
+        ));
+
+    Router::new()
+        .merge(admin)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track,
+        ))
+        .with_state(state)
+}
+
+/// Admin-token check, constant-time (compares SHA-256 digests).
+async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let ok = presented.is_some_and(|token| {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        digest
+            .iter()
+            .zip(state.admin_token_digest.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    });
+    if ok {
+        next.run(request).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Who is making a change: the optional `x-switchyard-actor` header (console user, script name),
+/// else `admin`. The admin token is shared, so this is attribution, not authentication.
+pub struct Actor(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Actor, ApiError> {
+        let actor = parts
+            .headers
+            .get("x-switchyard-actor")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.chars().take(128).collect::<String>())
+            .unwrap_or_else(|| "admin".to_owned());
+        Ok(Actor(actor))
+    }
+}
+
+/// Parses a JSON body: a syntax error is a 400, a well-formed body with a wrong or unknown field
+/// is a 422 naming that field.
+pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            None,
+            "request body must be a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(value) => Ok(value),
+        Err(error) => {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Err(ApiError::bad_request(
+                    None,
+                    format!("malformed JSON: {inner}"),
+                ))
+            } else {
+                // Unknown fields are reported at the parent path; name the field itself.
+                let param = if path == "." {
+                    unknown_field_name(&inner.to_string()).unwrap_or_default()
+                } else {
+                    path
+                };
+                Err(ApiError::validation(
+                    param.clone(),
+                    format!("{param}: {inner}"),
+                ))
+            }
+        }
+    }
+}
+
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest.split('`').next()?.to_owned())
+}
+
+/// `Option<Option<T>>` for PATCH bodies: absent → `None`, `null` → `Some(None)`.
+pub fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(de).map(Some)
+}
+
+/// Adds the snapshot revision a write produced as a response header.
+pub fn with_revision(revision: i64, response: impl IntoResponse) -> Response {
+    let mut response = response.into_response();
+    if let Ok(value) = HeaderValue::from_str(&revision.to_string()) {
+        response
+            .headers_mut()
+            .insert("x-switchyard-revision", value);
+    }
+    response
+}
+
+/// `limit` (1..=500, default 50) and an opaque `cursor` from the previous page's `next_cursor`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+pub const DEFAULT_PAGE: i64 = 50;
+pub const MAX_PAGE: i64 = 500;
+
+impl PageQuery {
+    /// (rows to fetch = limit + 1, id to start after).
+    pub fn bounds(&self) -> ApiResult<(i64, i64)> {
+        let limit = self.limit.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ApiError::bad_request(
+                Some("limit"),
+                format!("limit must be between 1 and {MAX_PAGE}, got {limit}"),
+            ));
+        }
+        let after = match self.cursor.as_deref() {
+            None | Some("") => 0,
+            Some(cursor) => cursor.parse::<i64>().map_err(|_| {
+                ApiError::bad_request(Some("cursor"), "cursor is not one this API returned")
+            })?,
+        };
+        Ok((limit + 1, after))
+    }
+}
+
+/// One page of a list; `next_cursor` is `null` on the last page.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Page<T: ToSchema> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+impl<T: ToSchema> Page<T> {
+    /// Builds a page from `limit + 1` rows ordered by id.
+    pub fn from_rows(mut rows: Vec<T>, fetch: i64, id_of: impl Fn(&T) -> i64) -> Page<T> {
+        let limit = usize::try_from(fetch - 1).unwrap_or(0);
+        let next_cursor = if rows.len() > limit {
+            rows.truncate(limit);
+            rows.last().map(|row| id_of(row).to_string())
+        } else {
+            None
+        };
+        Page {
+            data: rows,
+            next_cursor,
+        }
+    }
+}
+
+/// Reads a header for tests and handlers without pulling `http` in separately.
+pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}

@@ -1,0 +1,116 @@
+//! Health, readiness, metrics, the shared-state view and the audit log.
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{AppState, Page};
+use crate::db::ts;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+/// Liveness: the process answers.
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Readiness: a snapshot has been compiled, so proxies can be served. Postgres being down does
+/// not make the replica unready (streams keep the last snapshot); it is reported in the body.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let revision = state.publisher.current_revision();
+    let database = if state.metrics.database_up() {
+        "up"
+    } else {
+        "down"
+    };
+    let body = json!({ "revision": revision, "database": database });
+    if revision > 0 {
+        (StatusCode::OK, Json(body))
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
+
+#[utoipa::path(get, path = "/api/v1/state", tag = "state",
+    responses((status = 200, description = "the live shared state; empty until a shared state \
+                                            store is configured", body = serde_json::Value),
+              (status = 401, body = ErrorBody)))]
+pub async fn shared_state() -> Json<Value> {
+    Json(json!({
+        "configured": false,
+        "message": "no shared state configured: this control plane does not read the fleet's \
+                    shared state yet, so cooldowns, breakers, in-flight counts and health \
+                    records are not shown",
+        "cooldowns": [],
+        "breakers": [],
+        "in_flight": [],
+        "health": [],
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+    /// Only this kind of resource (`channel`, `credential`, `route`, `member`, `token`, `team`,
+    /// `settings`).
+    pub resource: Option<String>,
+    pub resource_id: Option<i64>,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub resource: String,
+    pub resource_id: Option<i64>,
+    /// The snapshot revision this write produced.
+    pub revision: i64,
+    #[schema(value_type = Object)]
+    pub detail: Value,
+}
+
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery),
+    responses((status = 200, description = "admin writes, oldest first", body = Page<AuditEntry>),
+              (status = 401, body = ErrorBody)))]
+pub async fn audit(
+    State(state): State<AppState>,
+    Query(query): Query<AuditQuery>,
+) -> ApiResult<Json<Page<AuditEntry>>> {
+    let (fetch_n, after) = super::PageQuery {
+        limit: query.limit,
+        cursor: query.cursor,
+    }
+    .bounds()?;
+    let sql = format!(
+        "SELECT id, {} AS at, actor, action, resource, resource_id, revision, detail \
+         FROM audit_log WHERE id > $1 AND ($2::text IS NULL OR resource = $2) \
+         AND ($3::bigint IS NULL OR resource_id = $3) ORDER BY id LIMIT $4",
+        ts("at")
+    );
+    let rows = sqlx::query_as::<_, AuditEntry>(&sql)
+        .bind(after)
+        .bind(query.resource)
+        .bind(query.resource_id)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await
+        .map_err(ApiError::from)?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |e| e.id)))
+}

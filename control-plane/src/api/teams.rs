@@ -1,0 +1,432 @@
+//! `/api/v1/teams`: authorization scopes (allowed model patterns, allowed members, per-member
+//! priority/weight plan, failover caps). Grants are rows with foreign keys, not JSON blobs, so a
+//! team can never list a member that does not exist.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use switchyard_engine::settings::check_range;
+use switchyard_engine::validate_pattern;
+use utoipa::ToSchema;
+
+use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::{commit_write, ts, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanEntryDto {
+    pub priority: Option<i32>,
+    pub weight: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TeamView {
+    pub id: i64,
+    pub name: String,
+    /// Model patterns the team may call; empty: none.
+    pub models: Vec<String>,
+    /// Member ids the team may use; empty: every member of an allowed model.
+    pub members: Vec<i64>,
+    /// Per-member overrides, keyed by member id.
+    pub plan: BTreeMap<String, PlanEntryDto>,
+    pub retry_limit: Option<i32>,
+    pub disable_failover: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct TeamRow {
+    id: i64,
+    name: String,
+    models: Vec<String>,
+    members: Vec<i64>,
+    #[sqlx(json)]
+    plan: BTreeMap<String, PlanEntryDto>,
+    retry_limit: Option<i32>,
+    disable_failover: bool,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<TeamRow> for TeamView {
+    fn from(r: TeamRow) -> TeamView {
+        TeamView {
+            id: r.id,
+            name: r.name,
+            models: r.models,
+            members: r.members,
+            plan: r.plan,
+            retry_limit: r.retry_limit,
+            disable_failover: r.disable_failover,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+fn select() -> String {
+    format!(
+        "SELECT t.id, t.name, \
+           COALESCE((SELECT array_agg(model_pattern ORDER BY model_pattern) FROM team_models m \
+                     WHERE m.team_id = t.id), '{{}}') AS models, \
+           COALESCE((SELECT array_agg(member_id ORDER BY member_id) FROM team_members m \
+                     WHERE m.team_id = t.id), '{{}}') AS members, \
+           COALESCE((SELECT jsonb_object_agg(member_id::text, \
+                             jsonb_build_object('priority', priority, 'weight', weight)) \
+                     FROM team_plans p WHERE p.team_id = t.id), '{{}}'::jsonb) AS plan, \
+           t.retry_limit, t.disable_failover, {} AS created_at, {} AS updated_at \
+         FROM teams t",
+        ts("t.created_at"),
+        ts("t.updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TeamCreate {
+    pub name: String,
+    pub models: Option<Vec<String>>,
+    pub members: Option<Vec<i64>>,
+    pub plan: Option<BTreeMap<String, PlanEntryDto>>,
+    pub retry_limit: Option<i64>,
+    pub disable_failover: Option<bool>,
+}
+
+/// Any subset; a list or plan sent replaces the stored one whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TeamPatch {
+    pub name: Option<String>,
+    pub models: Option<Vec<String>>,
+    pub members: Option<Vec<i64>>,
+    pub plan: Option<BTreeMap<String, PlanEntryDto>>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub retry_limit: Option<Option<i64>>,
+    pub disable_failover: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+struct TeamSpec {
+    name: String,
+    models: Vec<String>,
+    members: Vec<i64>,
+    plan: BTreeMap<i64, PlanEntryDto>,
+    retry_limit: Option<i32>,
+    disable_failover: bool,
+}
+
+fn plan_from(raw: BTreeMap<String, PlanEntryDto>) -> ApiResult<BTreeMap<i64, PlanEntryDto>> {
+    raw.into_iter()
+        .map(|(key, entry)| {
+            let id = key.trim().parse::<i64>().map_err(|_| {
+                ApiError::validation(
+                    format!("plan.{key}"),
+                    format!("plan keys must be member ids, got {key:?}"),
+                )
+            })?;
+            if entry.weight.is_some_and(|w| w < 0) {
+                return Err(ApiError::validation(
+                    format!("plan.{key}.weight"),
+                    "plan weight must be 0 or more",
+                ));
+            }
+            Ok((id, entry))
+        })
+        .collect()
+}
+
+fn retry_limit(value: Option<i64>) -> ApiResult<Option<i32>> {
+    let Some(value) = value else { return Ok(None) };
+    let in_range = u64::try_from(value)
+        .ok()
+        .is_some_and(|v| check_range("retry_times", v).is_none());
+    if !in_range {
+        return Err(ApiError::validation(
+            "retry_limit",
+            format!("retry_limit must be between 0 and 100, got {value}"),
+        ));
+    }
+    i32::try_from(value)
+        .map(Some)
+        .map_err(|_| ApiError::validation("retry_limit", "retry_limit is out of range"))
+}
+
+impl TeamSpec {
+    fn validate(mut self) -> ApiResult<TeamSpec> {
+        let name = self.name.trim();
+        if name.is_empty() || name.chars().count() > 128 {
+            return Err(ApiError::validation(
+                "name",
+                "name must be 1 to 128 characters",
+            ));
+        }
+        self.name = name.to_owned();
+        for (i, pattern) in self.models.iter().enumerate() {
+            validate_pattern(pattern)
+                .map_err(|message| ApiError::validation(format!("models[{i}]"), message))?;
+        }
+        self.models.sort();
+        self.models.dedup();
+        self.members.sort_unstable();
+        self.members.dedup();
+        Ok(self)
+    }
+
+    async fn check_members(&self, tx: &mut sqlx::PgConnection) -> ApiResult<()> {
+        let ids: Vec<i64> = self
+            .members
+            .iter()
+            .chain(self.plan.keys())
+            .copied()
+            .collect();
+        let known: Vec<i64> = sqlx::query_scalar("SELECT id FROM route_members WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        if let Some((i, missing)) = self
+            .members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| !known.contains(m))
+        {
+            return Err(ApiError::validation(
+                format!("members[{i}]"),
+                format!("member {missing} does not exist"),
+            ));
+        }
+        if let Some(missing) = self.plan.keys().find(|m| !known.contains(m)) {
+            return Err(ApiError::validation(
+                format!("plan.{missing}"),
+                format!("plan names member {missing}, which does not exist"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Replaces the team's grant rows.
+    async fn write_grants(&self, tx: &mut sqlx::PgConnection, team: i64) -> ApiResult<()> {
+        for table in ["team_models", "team_members", "team_plans"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE team_id = $1"))
+                .bind(team)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO team_models (team_id, model_pattern) SELECT $1, unnest($2::text[])",
+        )
+        .bind(team)
+        .bind(&self.models)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO team_members (team_id, member_id) SELECT $1, unnest($2::bigint[])",
+        )
+        .bind(team)
+        .bind(&self.members)
+        .execute(&mut *tx)
+        .await?;
+        let ids: Vec<i64> = self.plan.keys().copied().collect();
+        let priorities: Vec<Option<i32>> = self.plan.values().map(|e| e.priority).collect();
+        let weights: Vec<Option<i32>> = self.plan.values().map(|e| e.weight).collect();
+        sqlx::query(
+            "INSERT INTO team_plans (team_id, member_id, priority, weight) \
+             SELECT $1, * FROM unnest($2::bigint[], $3::int[], $4::int[])",
+        )
+        .bind(team)
+        .bind(&ids)
+        .bind(&priorities)
+        .bind(&weights)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+}
+
+async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64) -> ApiResult<TeamView> {
+    let sql = format!("{} WHERE t.id = $1", select());
+    sqlx::query_as::<_, TeamRow>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .map(TeamView::from)
+        .ok_or_else(|| ApiError::not_found("team", id))
+}
+
+async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
+    sqlx::query_scalar::<_, i64>("SELECT id FROM teams WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|_| ())
+        .ok_or_else(|| ApiError::not_found("team", id))
+}
+
+#[utoipa::path(get, path = "/api/v1/teams", tag = "teams", params(PageQuery),
+    responses((status = 200, body = Page<TeamView>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<TeamView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    let sql = format!("{} WHERE t.id > $1 ORDER BY t.id LIMIT $2", select());
+    let rows = sqlx::query_as::<_, TeamRow>(&sql)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    let rows = rows.into_iter().map(TeamView::from).collect();
+    Ok(Json(Page::from_rows(rows, fetch_n, |t| t.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/teams", tag = "teams", request_body = TeamCreate,
+    responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let raw = parse_body::<TeamCreate>(&body)?;
+    let spec = TeamSpec {
+        name: raw.name,
+        models: raw.models.unwrap_or_default(),
+        members: raw.members.unwrap_or_default(),
+        plan: plan_from(raw.plan.unwrap_or_default())?,
+        retry_limit: retry_limit(raw.retry_limit)?,
+        disable_failover: raw.disable_failover.unwrap_or(false),
+    }
+    .validate()?;
+    let mut tx = state.pool.begin().await?;
+    spec.check_members(&mut tx).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO teams (name, retry_limit, disable_failover) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(&spec.name)
+    .bind(spec.retry_limit)
+    .bind(spec.disable_failover)
+    .fetch_one(&mut *tx)
+    .await?;
+    spec.write_grants(&mut tx, id).await?;
+    let view = fetch(&mut *tx, id).await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "create",
+            resource: "team",
+            resource_id: Some(id),
+            detail: json!(spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams",
+    responses((status = 200, body = TeamView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<TeamView>> {
+    Ok(Json(fetch(&state.pool, id).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/teams/{id}", tag = "teams", request_body = TeamPatch,
+    responses((status = 200, body = TeamView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let patch = parse_body::<TeamPatch>(&body)?;
+    let mut tx = state.pool.begin().await?;
+    lock(&mut tx, id).await?;
+    let current = fetch(&mut *tx, id).await?;
+    let spec = TeamSpec {
+        name: patch.name.unwrap_or(current.name),
+        models: patch.models.unwrap_or(current.models),
+        members: patch.members.unwrap_or(current.members),
+        plan: plan_from(patch.plan.unwrap_or(current.plan))?,
+        retry_limit: match patch.retry_limit {
+            Some(value) => retry_limit(value)?,
+            None => current.retry_limit,
+        },
+        disable_failover: patch.disable_failover.unwrap_or(current.disable_failover),
+    }
+    .validate()?;
+    spec.check_members(&mut tx).await?;
+    sqlx::query(
+        "UPDATE teams SET name = $2, retry_limit = $3, disable_failover = $4, updated_at = now() \
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(&spec.name)
+    .bind(spec.retry_limit)
+    .bind(spec.disable_failover)
+    .execute(&mut *tx)
+    .await?;
+    spec.write_grants(&mut tx, id).await?;
+    let view = fetch(&mut *tx, id).await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "update",
+            resource: "team",
+            resource_id: Some(id),
+            detail: json!(spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams",
+    responses((status = 204), (status = 404, body = ErrorBody),
+              (status = 409, description = "tokens still belong to the team", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    let mut tx = state.pool.begin().await?;
+    lock(&mut tx, id).await?;
+    let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM tokens WHERE team_id = $1")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if tokens > 0 {
+        return Err(ApiError::Conflict {
+            message: format!(
+                "team {id} still has {tokens} token(s); move or delete them first (a token that \
+                 lost its team would lose its restrictions)"
+            ),
+        });
+    }
+    sqlx::query("DELETE FROM teams WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "delete",
+            resource: "team",
+            resource_id: Some(id),
+            detail: json!({}),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}

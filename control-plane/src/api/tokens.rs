@@ -1,0 +1,335 @@
+//! `/api/v1/tokens`: downstream API keys. The plaintext is generated here, returned once by the
+//! create call, and only its SHA-256 (lowercase hex) is stored.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use switchyard_engine::model::validate_group;
+use utoipa::ToSchema;
+
+use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::{commit_write, ts, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+/// Prefix of every generated token, so leaked keys are easy to recognise and scan for.
+pub const TOKEN_PREFIX: &str = "sk-sy-";
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
+pub struct TokenView {
+    pub id: i64,
+    pub name: String,
+    /// The first characters of the plaintext, to recognise the token.
+    pub prefix: String,
+    pub route_group_name: Option<String>,
+    pub team_id: Option<i64>,
+    pub allow_pinning: bool,
+    pub enabled: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The create response: the token's fields plus the plaintext, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub view: TokenView,
+    /// The plaintext token. It is not stored and cannot be shown again.
+    pub token: String,
+}
+
+fn columns() -> String {
+    format!(
+        "id, name, prefix, route_group_name, team_id, allow_pinning, enabled, \
+         {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCreate {
+    pub name: String,
+    pub route_group_name: Option<String>,
+    pub team_id: Option<i64>,
+    pub allow_pinning: Option<bool>,
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenPatch {
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>)]
+    pub route_group_name: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub team_id: Option<Option<i64>>,
+    pub allow_pinning: Option<bool>,
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+struct TokenSpec {
+    name: String,
+    route_group_name: Option<String>,
+    team_id: Option<i64>,
+    allow_pinning: bool,
+    enabled: bool,
+}
+
+impl TokenSpec {
+    fn validate(mut self) -> ApiResult<TokenSpec> {
+        let name = self.name.trim();
+        if name.is_empty() || name.chars().count() > 128 {
+            return Err(ApiError::validation(
+                "name",
+                "name must be 1 to 128 characters",
+            ));
+        }
+        self.name = name.to_owned();
+        if let Some(group) = self.route_group_name.take() {
+            validate_group(&group)
+                .map_err(|message| ApiError::validation("route_group_name", message))?;
+            let group = group.trim();
+            // An empty group means "none": the request's group or `default` applies.
+            self.route_group_name = (!group.is_empty()).then(|| group.to_owned());
+        }
+        Ok(self)
+    }
+
+    async fn check_team(&self, tx: &mut sqlx::PgConnection) -> ApiResult<()> {
+        if let Some(team) = self.team_id {
+            let exists: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM teams WHERE id = $1)")
+                    .bind(team)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if !exists {
+                return Err(ApiError::validation(
+                    "team_id",
+                    format!("team_id {team} does not exist"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lowercase hex SHA-256, the form tokens are stored and shipped in.
+pub fn token_hash(plaintext: &str) -> String {
+    hex(&Sha256::digest(plaintext.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+fn generate_token() -> ApiResult<String> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("no system randomness: {e}")))?;
+    Ok(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
+}
+
+async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64, lock: bool) -> ApiResult<TokenView> {
+    let sql = format!(
+        "SELECT {} FROM tokens WHERE id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    sqlx::query_as::<_, TokenView>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .ok_or_else(|| ApiError::not_found("token", id))
+}
+
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", params(PageQuery),
+    responses((status = 200, body = Page<TokenView>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<TokenView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    let sql = format!(
+        "SELECT {} FROM tokens WHERE id > $1 ORDER BY id LIMIT $2",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, TokenView>(&sql)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(Page::from_rows(rows, fetch_n, |t| t.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", request_body = TokenCreate,
+    responses((status = 201, description = "the plaintext `token` is returned only here",
+               body = CreatedToken),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let raw = parse_body::<TokenCreate>(&body)?;
+    let spec = TokenSpec {
+        name: raw.name,
+        route_group_name: raw.route_group_name,
+        team_id: raw.team_id,
+        allow_pinning: raw.allow_pinning.unwrap_or(false),
+        enabled: raw.enabled.unwrap_or(true),
+    }
+    .validate()?;
+    let plaintext = generate_token()?;
+    let prefix: String = plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect();
+    let mut tx = state.pool.begin().await?;
+    spec.check_team(&mut tx).await?;
+    let sql = format!(
+        "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, TokenView>(&sql)
+        .bind(&spec.name)
+        .bind(token_hash(&plaintext))
+        .bind(&prefix)
+        .bind(&spec.route_group_name)
+        .bind(spec.team_id)
+        .bind(spec.allow_pinning)
+        .bind(spec.enabled)
+        .fetch_one(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "create",
+            resource: "token",
+            resource_id: Some(view.id),
+            detail: json!(spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(
+        revision,
+        (
+            StatusCode::CREATED,
+            Json(CreatedToken {
+                view,
+                token: plaintext,
+            }),
+        ),
+    ))
+}
+
+#[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens",
+    responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<TokenView>> {
+    Ok(Json(fetch(&state.pool, id, false).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/tokens/{id}", tag = "tokens", request_body = TokenPatch,
+    responses((status = 200, body = TokenView), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let patch = parse_body::<TokenPatch>(&body)?;
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    let spec = TokenSpec {
+        name: patch.name.unwrap_or(current.name),
+        route_group_name: patch.route_group_name.unwrap_or(current.route_group_name),
+        team_id: patch.team_id.unwrap_or(current.team_id),
+        allow_pinning: patch.allow_pinning.unwrap_or(current.allow_pinning),
+        enabled: patch.enabled.unwrap_or(current.enabled),
+    }
+    .validate()?;
+    spec.check_team(&mut tx).await?;
+    let sql = format!(
+        "UPDATE tokens SET name = $2, route_group_name = $3, team_id = $4, allow_pinning = $5, \
+         enabled = $6, updated_at = now() WHERE id = $1 RETURNING {}",
+        columns()
+    );
+    let view = sqlx::query_as::<_, TokenView>(&sql)
+        .bind(id)
+        .bind(&spec.name)
+        .bind(&spec.route_group_name)
+        .bind(spec.team_id)
+        .bind(spec.allow_pinning)
+        .bind(spec.enabled)
+        .fetch_one(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "update",
+            resource: "token",
+            resource_id: Some(id),
+            detail: json!(spec),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens",
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    let mut tx = state.pool.begin().await?;
+    let current = fetch(&mut *tx, id, true).await?;
+    sqlx::query("DELETE FROM tokens WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor: &actor,
+            action: "delete",
+            resource: "token",
+            resource_id: Some(id),
+            detail: json!({ "name": current.name }),
+        },
+    )
+    .await?;
+    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_lowercase_hex_sha256() {
+        assert_eq!(
+            token_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

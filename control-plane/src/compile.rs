@@ -1,0 +1,348 @@
+//! The snapshot compiler: reads every routing table in one consistent (REPEATABLE READ) view and
+//! builds the engine's [`Snapshot`] at the revision that view saw.
+//!
+//! Compilation is a full rebuild, not incremental: a handful of ordered scans over indexed
+//! tables, measured at the scale of 10 000 routes / 100 000 members (see `examples/`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{anyhow, Context};
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use switchyard_engine::{
+    Capabilities, Channel, ChannelStatus, Credential, Member, PlanEntry, Provider, Route,
+    RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
+};
+
+#[derive(sqlx::FromRow)]
+struct ChannelRow {
+    id: i64,
+    name: String,
+    provider: String,
+    base_url: String,
+    status: String,
+    auto_ban: bool,
+    max_concurrency: Option<i32>,
+    #[sqlx(json)]
+    capabilities: Capabilities,
+    retry_status_codes: Vec<i32>,
+    retry_error_patterns: Vec<String>,
+    #[sqlx(json)]
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct CredentialRow {
+    id: i64,
+    channel_id: i64,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    enabled: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct RouteRow {
+    id: i64,
+    model_pattern: String,
+    enabled: bool,
+    routing_mode: String,
+    single_member_id: Option<i64>,
+    sticky_session: Option<bool>,
+    stable_first: Option<bool>,
+    stable_first_denominator: Option<i32>,
+    retry_times: Option<i32>,
+    channel_retry_times: Option<i32>,
+    cooldown_seconds: Option<i32>,
+}
+
+#[derive(sqlx::FromRow)]
+struct MemberRow {
+    id: i64,
+    route_id: i64,
+    channel_id: i64,
+    upstream_model: String,
+    group_name: String,
+    priority: i32,
+    weight: i32,
+    enabled: bool,
+    canary: bool,
+    #[sqlx(json)]
+    capabilities: Capabilities,
+}
+
+#[derive(sqlx::FromRow)]
+struct TeamRow {
+    id: i64,
+    name: String,
+    retry_limit: Option<i32>,
+    disable_failover: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: i64,
+    name: String,
+    hash: String,
+    route_group_name: Option<String>,
+    team_id: Option<i64>,
+    allow_pinning: bool,
+    enabled: bool,
+}
+
+fn unsigned(value: Option<i32>, what: &str) -> anyhow::Result<Option<u32>> {
+    value
+        .map(|v| u32::try_from(v).map_err(|_| anyhow!("{what} is negative: {v}")))
+        .transpose()
+}
+
+/// Reads the tables and builds the snapshot, all at one revision.
+pub async fn compile(pool: &PgPool) -> anyhow::Result<Snapshot> {
+    let mut tx = pool.begin().await.context("begin")?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .context("set isolation")?;
+
+    let revision: i64 = sqlx::query_scalar("SELECT revision FROM snapshot_revision")
+        .fetch_one(&mut *tx)
+        .await
+        .context("revision")?;
+    let stored: sqlx::types::Json<Map<String, Value>> =
+        sqlx::query_scalar("SELECT value FROM settings")
+            .fetch_one(&mut *tx)
+            .await
+            .context("settings")?;
+    let settings = settings_from_stored(stored.0)?;
+
+    let channel_rows: Vec<ChannelRow> = sqlx::query_as(
+        "SELECT id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
+         retry_status_codes, retry_error_patterns, headers FROM channels ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("channels")?;
+    let credential_rows: Vec<CredentialRow> = sqlx::query_as(
+        "SELECT id, channel_id, secret, secret_env, enabled FROM credentials \
+         ORDER BY channel_id, id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("credentials")?;
+    let route_rows: Vec<RouteRow> = sqlx::query_as(
+        "SELECT id, model_pattern, enabled, routing_mode, single_member_id, sticky_session, \
+         stable_first, stable_first_denominator, retry_times, channel_retry_times, \
+         cooldown_seconds FROM routes ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("routes")?;
+    let member_rows: Vec<MemberRow> = sqlx::query_as(
+        "SELECT id, route_id, channel_id, upstream_model, group_name, priority, weight, enabled, \
+         canary, capabilities FROM route_members ORDER BY route_id, id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("members")?;
+    let team_rows: Vec<TeamRow> =
+        sqlx::query_as("SELECT id, name, retry_limit, disable_failover FROM teams ORDER BY id")
+            .fetch_all(&mut *tx)
+            .await
+            .context("teams")?;
+    let team_models: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT team_id, model_pattern FROM team_models ORDER BY team_id, model_pattern",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("team models")?;
+    let team_members: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT team_id, member_id FROM team_members ORDER BY team_id, member_id")
+            .fetch_all(&mut *tx)
+            .await
+            .context("team members")?;
+    let team_plans: Vec<(i64, i64, Option<i32>, Option<i32>)> = sqlx::query_as(
+        "SELECT team_id, member_id, priority, weight FROM team_plans ORDER BY team_id, member_id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("team plans")?;
+    let token_rows: Vec<TokenRow> = sqlx::query_as(
+        "SELECT id, name, hash, route_group_name, team_id, allow_pinning, enabled FROM tokens \
+         ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("tokens")?;
+    tx.commit().await.context("commit")?;
+
+    let revision = u64::try_from(revision).map_err(|_| anyhow!("negative revision"))?;
+    build(
+        revision,
+        settings,
+        Tables {
+            channel_rows,
+            credential_rows,
+            route_rows,
+            member_rows,
+            team_rows,
+            team_models,
+            team_members,
+            team_plans,
+            token_rows,
+        },
+    )
+}
+
+struct Tables {
+    channel_rows: Vec<ChannelRow>,
+    credential_rows: Vec<CredentialRow>,
+    route_rows: Vec<RouteRow>,
+    member_rows: Vec<MemberRow>,
+    team_rows: Vec<TeamRow>,
+    team_models: Vec<(i64, String)>,
+    team_members: Vec<(i64, i64)>,
+    team_plans: Vec<(i64, i64, Option<i32>, Option<i32>)>,
+    token_rows: Vec<TokenRow>,
+}
+
+/// The stored settings document over the defaults, validated.
+pub fn settings_from_stored(stored: Map<String, Value>) -> anyhow::Result<Settings> {
+    let mut merged = match serde_json::to_value(Settings::default()) {
+        Ok(Value::Object(map)) => map,
+        _ => return Err(anyhow!("settings do not serialise to an object")),
+    };
+    merged.extend(stored);
+    let settings: Settings =
+        serde_json::from_value(Value::Object(merged)).context("stored settings")?;
+    if let Some(error) = settings.validate().into_iter().next() {
+        return Err(anyhow!("stored settings: {}", error.message));
+    }
+    Ok(settings)
+}
+
+fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapshot> {
+    let mut credentials: HashMap<i64, Vec<Credential>> = HashMap::new();
+    for row in t.credential_rows {
+        let secret = match (row.secret, row.secret_env) {
+            (Some(secret), _) => SecretSource::Inline(secret),
+            (None, Some(name)) => SecretSource::Env(name),
+            (None, None) => return Err(anyhow!("credential {} has no secret", row.id)),
+        };
+        credentials
+            .entry(row.channel_id)
+            .or_default()
+            .push(Credential {
+                id: row.id,
+                enabled: row.enabled,
+                secret,
+            });
+    }
+
+    let mut channels = Vec::with_capacity(t.channel_rows.len());
+    for row in t.channel_rows {
+        channels.push(Channel {
+            id: row.id,
+            provider: Provider::parse(&row.provider)
+                .ok_or_else(|| anyhow!("channel {}: provider {:?}", row.id, row.provider))?,
+            status: ChannelStatus::parse(&row.status)
+                .ok_or_else(|| anyhow!("channel {}: status {:?}", row.id, row.status))?,
+            name: row.name,
+            base_url: row.base_url,
+            auto_ban: row.auto_ban,
+            max_concurrency: unsigned(row.max_concurrency, "max_concurrency")?,
+            capabilities: row.capabilities,
+            credentials: credentials.remove(&row.id).unwrap_or_default(),
+            retry_status_codes: row
+                .retry_status_codes
+                .into_iter()
+                .map(|c| u16::try_from(c).map_err(|_| anyhow!("status code {c}")))
+                .collect::<anyhow::Result<_>>()?,
+            retry_error_patterns: row.retry_error_patterns,
+            headers: row.headers.into_iter().collect(),
+        });
+    }
+
+    let mut members: HashMap<i64, Vec<Member>> = HashMap::with_capacity(t.route_rows.len());
+    for row in t.member_rows {
+        members.entry(row.route_id).or_default().push(Member {
+            id: row.id,
+            channel_id: row.channel_id,
+            upstream_model: row.upstream_model,
+            group_name: row.group_name,
+            priority: row.priority,
+            weight: row.weight,
+            enabled: row.enabled,
+            canary: row.canary,
+            capabilities: row.capabilities,
+        });
+    }
+
+    let mut routes = Vec::with_capacity(t.route_rows.len());
+    for row in t.route_rows {
+        routes.push(Route {
+            id: row.id,
+            routing_mode: RoutingMode::parse(&row.routing_mode)
+                .ok_or_else(|| anyhow!("route {}: routing_mode {:?}", row.id, row.routing_mode))?,
+            model_pattern: row.model_pattern,
+            enabled: row.enabled,
+            single_member_id: row.single_member_id,
+            sticky_session: row.sticky_session,
+            stable_first: row.stable_first,
+            stable_first_denominator: unsigned(row.stable_first_denominator, "denominator")?,
+            retry_times: unsigned(row.retry_times, "retry_times")?,
+            channel_retry_times: unsigned(row.channel_retry_times, "channel_retry_times")?,
+            cooldown_seconds: unsigned(row.cooldown_seconds, "cooldown_seconds")?,
+            members: members.remove(&row.id).unwrap_or_default(),
+        });
+    }
+
+    let mut models: HashMap<i64, Vec<String>> = HashMap::new();
+    for (team, pattern) in t.team_models {
+        models.entry(team).or_default().push(pattern);
+    }
+    let mut granted: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (team, member) in t.team_members {
+        granted.entry(team).or_default().push(member);
+    }
+    let mut plans: HashMap<i64, BTreeMap<i64, PlanEntry>> = HashMap::new();
+    for (team, member, priority, weight) in t.team_plans {
+        plans
+            .entry(team)
+            .or_default()
+            .insert(member, PlanEntry { priority, weight });
+    }
+    let mut teams = Vec::with_capacity(t.team_rows.len());
+    for row in t.team_rows {
+        teams.push(Team {
+            id: row.id,
+            name: row.name,
+            models: models.remove(&row.id).unwrap_or_default(),
+            members: granted.remove(&row.id).unwrap_or_default(),
+            plan: plans.remove(&row.id).unwrap_or_default(),
+            retry_limit: unsigned(row.retry_limit, "retry_limit")?,
+            disable_failover: row.disable_failover,
+        });
+    }
+
+    let tokens = t
+        .token_rows
+        .into_iter()
+        .map(|row| Token {
+            id: row.id,
+            name: row.name,
+            hash: row.hash,
+            route_group_name: row.route_group_name,
+            team_id: row.team_id,
+            allow_pinning: row.allow_pinning,
+            enabled: row.enabled,
+        })
+        .collect();
+
+    Ok(Snapshot::new(SnapshotParts {
+        revision,
+        settings,
+        routes,
+        channels,
+        teams,
+        tokens,
+    }))
+}

@@ -1,0 +1,56 @@
+//! Command-line flags with environment fallbacks (SPEC §8).
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "switchyard-control-plane",
+    version,
+    about = "Switchyard control plane"
+)]
+pub struct Config {
+    /// Postgres connection URL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// Bearer token required by the admin API.
+    #[arg(long, env = "SWITCHYARD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: String,
+
+    /// Listen address of the admin REST API, explain, health and metrics.
+    #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8081")]
+    pub http_addr: SocketAddr,
+
+    /// Listen address of the gRPC snapshot service.
+    #[arg(long, env = "SWITCHYARD_GRPC_ADDR", default_value = "0.0.0.0:8082")]
+    pub grpc_addr: SocketAddr,
+
+    /// Redis URL of the shared state (accepted; not used by this version yet).
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// How long to keep retrying Postgres at start before giving up, in seconds.
+    #[arg(long, env = "SWITCHYARD_DB_STARTUP_TIMEOUT_SECS", default_value_t = 60)]
+    pub db_startup_timeout_secs: u64,
+
+    /// How long in-flight requests and streams may take to finish on SIGTERM, in seconds.
+    #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
+}
+
+impl Config {
+    /// Checks what clap cannot: a usable token, a parseable database URL.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.admin_token.trim().len() < 16 {
+            return Err("SWITCHYARD_ADMIN_TOKEN must be at least 16 characters".into());
+        }
+        if !(self.database_url.starts_with("postgres://")
+            || self.database_url.starts_with("postgresql://"))
+        {
+            return Err("DATABASE_URL must be a postgres:// URL".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,233 @@
+//! The admin API's error type. It renders itself as the OpenAI error shape
+//! (`{"error":{"message","type","param","code"}}`), where `param` names the offending field.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid admin token")]
+    Unauthorized,
+    /// Malformed request (unparseable JSON, bad query string): 400.
+    #[error("{message}")]
+    BadRequest {
+        param: Option<String>,
+        message: String,
+    },
+    /// Well-formed but invalid input (range, pattern, unknown enum value, duplicate): 422.
+    #[error("{message}")]
+    Validation { param: String, message: String },
+    #[error("{resource} {id} not found")]
+    NotFound { resource: &'static str, id: String },
+    /// The write would break a reference (e.g. deleting a channel that members use): 409.
+    #[error("{message}")]
+    Conflict { message: String },
+    /// No route matches the model (explain).
+    #[error("{message}")]
+    ModelNotFound { message: String },
+    /// Postgres is unreachable, or no snapshot is compiled yet: 503.
+    #[error("{message}")]
+    Unavailable { message: String },
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 422 naming `param`; the message is prefixed with the field when it does not say it.
+    pub fn validation(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        let param = param.into();
+        let mut message = message.into();
+        let base = param.split(['[', '.']).next().unwrap_or(&param);
+        if !message.contains(base) {
+            message = format!("{param}: {message}");
+        }
+        ApiError::Validation { param, message }
+    }
+
+    pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            param: param.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(resource: &'static str, id: impl ToString) -> ApiError {
+        ApiError::NotFound {
+            resource,
+            id: id.to_string(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotFound { .. } | ApiError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// (type, code): low-cardinality labels, also used for logs.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ApiError::Unauthorized => ("authentication_error", "invalid_admin_token"),
+            ApiError::BadRequest { .. } => ("invalid_request_error", "bad_request"),
+            ApiError::Validation { .. } => ("invalid_request_error", "validation_failed"),
+            ApiError::NotFound { .. } => ("not_found_error", "not_found"),
+            ApiError::ModelNotFound { .. } => ("not_found_error", "model_not_found"),
+            ApiError::Conflict { .. } => ("conflict_error", "conflict"),
+            ApiError::Unavailable { .. } => ("service_unavailable", "unavailable"),
+            ApiError::Internal(_) => ("internal_error", "internal_error"),
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            ApiError::BadRequest { param, .. } => param.as_deref(),
+            ApiError::Validation { param, .. } => Some(param),
+            _ => None,
+        }
+    }
+}
+
+/// The error body, OpenAI-shaped.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The request field the error is about, when there is one.
+    pub param: Option<String>,
+    pub code: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (kind, code) = self.kind();
+        let message = match &self {
+            ApiError::Internal(error) => {
+                tracing::error!(error = format!("{error:#}"), "internal error");
+                "internal error; see the control plane's logs".to_owned()
+            }
+            other => other.to_string(),
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: kind.to_owned(),
+                param: self.param().map(str::to_owned),
+                code: code.to_owned(),
+            },
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// Is this error Postgres being unreachable (rather than a bad statement)?
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed
+    ) || matches!(error, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03"))
+}
+
+/// Derives the field a constraint guards from its name (`routes_model_pattern_unique` →
+/// `model_pattern`, `route_members_weight_check` → `weight`).
+fn constraint_field(table: Option<&str>, constraint: &str) -> String {
+    let mut name = constraint;
+    if let Some(table) = table {
+        name = name
+            .strip_prefix(table)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .unwrap_or(name);
+    }
+    for suffix in ["_unique", "_check", "_fkey", "_key"] {
+        if let Some(stripped) = name.strip_suffix(suffix) {
+            return stripped.to_owned();
+        }
+    }
+    name.to_owned()
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> ApiError {
+        if is_unavailable(&error) {
+            tracing::warn!(error = %error, "database unavailable");
+            return ApiError::Unavailable {
+                message: "database unavailable: the control plane cannot reach Postgres; \
+                          writes and reads of the admin API are refused until it returns \
+                          (proxies keep their last snapshot)"
+                    .to_owned(),
+            };
+        }
+        if let sqlx::Error::Database(db) = &error {
+            let field = db
+                .constraint()
+                .map(|c| constraint_field(db.table(), c))
+                .unwrap_or_default();
+            match db.code().as_deref() {
+                Some("23505") => {
+                    return ApiError::validation(
+                        field.clone(),
+                        format!("{field}: a row with this value already exists"),
+                    )
+                }
+                Some("23514") | Some("23502") | Some("22001") | Some("22003") => {
+                    return ApiError::validation(
+                        field.clone(),
+                        format!("{field}: value rejected by the database ({})", db.message()),
+                    )
+                }
+                Some("23503") => {
+                    return ApiError::Conflict {
+                        message: format!(
+                            "the change would break a reference ({}): {}",
+                            db.constraint().unwrap_or("foreign key"),
+                            db.message()
+                        ),
+                    }
+                }
+                _ => {}
+            }
+        }
+        ApiError::Internal(anyhow::Error::new(error))
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constraint_names_map_to_fields() {
+        assert_eq!(
+            constraint_field(Some("routes"), "routes_model_pattern_unique"),
+            "model_pattern"
+        );
+        assert_eq!(
+            constraint_field(Some("route_members"), "route_members_weight_check"),
+            "weight"
+        );
+        assert_eq!(
+            constraint_field(Some("route_members"), "route_members_channel_id_fkey"),
+            "channel_id"
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! Switchyard's control plane: Postgres route tables, the admin REST API, explain, and route
+//! snapshots streamed to proxies over gRPC.
+//!
+//! Architecture invariant: every admin write goes through [`db::commit_write`], which audits it,
+//! bumps the snapshot revision and NOTIFYs, in the writer's own transaction.
+//! Architecture invariant: explain calls the engine's `select` on the same in-memory snapshot the
+//! gRPC stream serves, and touches nothing else.
+
+pub mod api;
+pub mod compile;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod grpc;
+pub mod metrics;
+pub mod publisher;
+pub mod server;
+
+pub use api::{app, AppState};

@@ -1,0 +1,145 @@
+//! Prometheus metrics, rendered by hand in the text exposition format (a few counters and gauges
+//! do not justify a metrics framework).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::api::AppState;
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// (method, matched route, status) → count.
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    snapshot_revision: AtomicU64,
+    compiles: AtomicU64,
+    compile_failures: AtomicU64,
+    last_compile_micros: AtomicU64,
+    watch_streams: AtomicI64,
+    database_up: AtomicBool,
+}
+
+impl Metrics {
+    pub fn compiled(&self, revision: u64, took: Duration) {
+        self.snapshot_revision
+            .fetch_max(revision, Ordering::Relaxed);
+        self.compiles.fetch_add(1, Ordering::Relaxed);
+        self.last_compile_micros.store(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn compile_failed(&self) {
+        self.compile_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_database_up(&self, up: bool) {
+        self.database_up.store(up, Ordering::Relaxed);
+    }
+
+    pub fn database_up(&self) -> bool {
+        self.database_up.load(Ordering::Relaxed)
+    }
+
+    pub fn stream_opened(&self) {
+        self.watch_streams.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stream_closed(&self) {
+        self.watch_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn request(&self, method: &str, route: &str, status: u16) {
+        if let Ok(mut requests) = self.requests.lock() {
+            *requests
+                .entry((method.to_owned(), route.to_owned(), status))
+                .or_default() += 1;
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_cp_http_requests_total Admin API requests by method, route and status.\n\
+             # TYPE switchyard_cp_http_requests_total counter"
+        );
+        if let Ok(requests) = self.requests.lock() {
+            for ((method, route, status), count) in requests.iter() {
+                let _ = writeln!(
+                    out,
+                    "switchyard_cp_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {count}"
+                );
+            }
+        }
+        let gauges: [(&str, &str, &str, String); 6] = [
+            (
+                "switchyard_cp_snapshot_revision",
+                "gauge",
+                "Revision of the latest published snapshot.",
+                self.snapshot_revision.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "switchyard_cp_snapshot_compiles_total",
+                "counter",
+                "Snapshot compilations.",
+                self.compiles.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "switchyard_cp_snapshot_compile_failures_total",
+                "counter",
+                "Failed snapshot compilations.",
+                self.compile_failures.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "switchyard_cp_snapshot_compile_seconds",
+                "gauge",
+                "Duration of the last snapshot compilation.",
+                format!(
+                    "{:.6}",
+                    self.last_compile_micros.load(Ordering::Relaxed) as f64 / 1e6
+                ),
+            ),
+            (
+                "switchyard_cp_watch_streams",
+                "gauge",
+                "Open gRPC snapshot watch streams.",
+                self.watch_streams.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "switchyard_cp_database_up",
+                "gauge",
+                "1 when the snapshot listener is connected to Postgres.",
+                u8::from(self.database_up()).to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+        out
+    }
+}
+
+/// Counts every HTTP request by its matched route (low cardinality: no ids in labels).
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    state
+        .metrics
+        .request(&method, &route, response.status().as_u16());
+    response
+}

@@ -1,0 +1,176 @@
+//! Keeps the latest compiled snapshot in a `tokio::sync::watch` channel, fed by Postgres
+//! LISTEN/NOTIFY: every committed write on any replica NOTIFYs its new revision; every replica
+//! listens, recompiles and publishes. Readers (gRPC streams, explain) only ever see the latest
+//! snapshot, so a slow reader skips revisions instead of blocking anyone.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use switchyard_engine::Snapshot;
+use switchyard_proto::{snapshot_to_proto, v1};
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use crate::compile::compile;
+use crate::db::NOTIFY_CHANNEL;
+use crate::metrics::Metrics;
+
+/// One compiled revision, in both the engine's form (explain) and the wire form (gRPC), so the
+/// encoding work is done once per revision, not once per proxy.
+#[derive(Debug)]
+pub struct Published {
+    pub snapshot: Arc<Snapshot>,
+    pub wire: Arc<v1::Snapshot>,
+    pub compiled_at_unix_ms: u64,
+}
+
+impl Published {
+    pub fn revision(&self) -> u64 {
+        self.snapshot.revision
+    }
+}
+
+pub type SnapshotFeed = watch::Receiver<Option<Arc<Published>>>;
+
+pub struct Publisher {
+    pool: PgPool,
+    tx: watch::Sender<Option<Arc<Published>>>,
+    metrics: Arc<Metrics>,
+    /// One compilation at a time; a second caller waits and usually finds nothing newer.
+    compiling: Mutex<()>,
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Publisher {
+    pub fn new(pool: PgPool, metrics: Arc<Metrics>) -> Arc<Publisher> {
+        let (tx, _) = watch::channel(None);
+        Arc::new(Publisher {
+            pool,
+            tx,
+            metrics,
+            compiling: Mutex::new(()),
+        })
+    }
+
+    pub fn subscribe(&self) -> SnapshotFeed {
+        self.tx.subscribe()
+    }
+
+    pub fn current(&self) -> Option<Arc<Published>> {
+        self.tx.borrow().clone()
+    }
+
+    pub fn current_revision(&self) -> u64 {
+        self.tx.borrow().as_ref().map_or(0, |p| p.revision())
+    }
+
+    /// Compiles the tables and publishes the result if its revision is newer than the one held.
+    /// Returns the revision held afterwards.
+    pub async fn refresh(&self) -> anyhow::Result<u64> {
+        let _guard = self.compiling.lock().await;
+        let started = tokio::time::Instant::now();
+        let snapshot = match compile(&self.pool).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                self.metrics.compile_failed();
+                return Err(error);
+            }
+        };
+        let compiled_at_unix_ms = now_ms();
+        let revision = snapshot.revision;
+        let wire = snapshot_to_proto(&snapshot, compiled_at_unix_ms);
+        let published = Arc::new(Published {
+            snapshot: Arc::new(snapshot),
+            wire: Arc::new(wire),
+            compiled_at_unix_ms,
+        });
+        let elapsed = started.elapsed();
+        let replaced = self.tx.send_if_modified(|held| {
+            if held.as_ref().is_some_and(|h| h.revision() >= revision) {
+                false
+            } else {
+                *held = Some(published);
+                true
+            }
+        });
+        self.metrics.compiled(revision, elapsed);
+        if replaced {
+            tracing::info!(
+                revision,
+                compile_ms = elapsed.as_secs_f64() * 1000.0,
+                "published snapshot"
+            );
+        }
+        Ok(self.current_revision())
+    }
+
+    /// Listens for committed revisions until `shutdown`. Reconnects with backoff when Postgres
+    /// goes away; the last published snapshot stays in place meanwhile. After every (re)connect
+    /// it recompiles once, so nothing committed while it was not listening is missed.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let mut connected = false;
+            match self.listen_until_error(&shutdown, &mut connected).await {
+                Ok(()) => return,
+                Err(error) => {
+                    if connected {
+                        backoff = Duration::from_millis(100);
+                    }
+                    self.metrics.set_database_up(false);
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "snapshot listener lost Postgres; keeping the last snapshot"
+                    );
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn listen_until_error(
+        &self,
+        shutdown: &CancellationToken,
+        connected: &mut bool,
+    ) -> anyhow::Result<()> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(NOTIFY_CHANNEL).await?;
+        // Listening first, then compiling: a commit in between is seen by one or the other.
+        self.refresh().await?;
+        self.metrics.set_database_up(true);
+        *connected = true;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                received = listener.try_recv() => match received? {
+                    Some(notification) => {
+                        let announced = notification.payload().parse::<u64>().unwrap_or(u64::MAX);
+                        if announced > self.current_revision() {
+                            self.refresh().await?;
+                        }
+                    }
+                    // The connection dropped; notifications may have been missed.
+                    None => return Err(anyhow::anyhow!("listen connection lost")),
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Helpers shared by the control plane's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use sqlx::PgPool;
+use switchyard_control_plane::metrics::Metrics;
+use switchyard_control_plane::publisher::Publisher;
+use switchyard_control_plane::{app, AppState};
+use tower::ServiceExt;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+pub struct TestApp {
+    pub router: Router,
+    pub pool: PgPool,
+    pub publisher: Arc<Publisher>,
+}
+
+pub fn test_app(pool: PgPool) -> TestApp {
+    let metrics = Arc::new(Metrics::default());
+    let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
+    let state = AppState::new(pool.clone(), ADMIN_TOKEN, Arc::clone(&publisher), metrics);
+    TestApp {
+        router: app(state),
+        pool,
+        publisher,
+    }
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    /// The field an error names (`error.param`).
+    pub fn param(&self) -> Option<&str> {
+        self.body["error"]["param"].as_str()
+    }
+
+    pub fn revision(&self) -> Option<i64> {
+        self.headers
+            .get("x-switchyard-revision")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl TestApp {
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+            None => request.body(Body::empty()).unwrap(),
+        };
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub async fn send_with_actor(&self, path: &str, body: Value, actor: &str) -> StatusCode {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .header("x-switchyard-actor", actor)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        self.router.clone().oneshot(request).await.unwrap().status()
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(Method::GET, path, None, Some(ADMIN_TOKEN)).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.send(Method::POST, path, Some(body), Some(ADMIN_TOKEN))
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> Reply {
+        self.send(Method::PATCH, path, Some(body), Some(ADMIN_TOKEN))
+            .await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> Reply {
+        self.send(Method::PUT, path, Some(body), Some(ADMIN_TOKEN))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.send(Method::DELETE, path, None, Some(ADMIN_TOKEN))
+            .await
+    }
+
+    /// Creates a resource and returns its id, asserting 201.
+    pub async fn create(&self, path: &str, body: Value) -> i64 {
+        let reply = self.post(path, body).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{path}: {}", reply.text);
+        reply.body["id"].as_i64().unwrap()
+    }
+
+    pub async fn channel(&self, name: &str) -> i64 {
+        self.create(
+            "/api/v1/channels",
+            serde_json::json!({"name": name, "provider": "openai", "base_url": "https://upstream.test/v1"}),
+        )
+        .await
+    }
+
+    pub async fn route(&self, pattern: &str) -> i64 {
+        self.create(
+            "/api/v1/routes",
+            serde_json::json!({"model_pattern": pattern}),
+        )
+        .await
+    }
+
+    pub async fn member(&self, route: i64, body: Value) -> i64 {
+        self.create(&format!("/api/v1/routes/{route}/members"), body)
+            .await
+    }
+
+    /// Compiles and publishes the current tables (what the LISTEN task does on a NOTIFY).
+    pub async fn refresh(&self) -> u64 {
+        self.publisher.refresh().await.unwrap()
+    }
+
+    pub async fn revision(&self) -> i64 {
+        sqlx::query_scalar("SELECT revision FROM snapshot_revision")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub async fn audit_rows(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM audit_log")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}

@@ -1,0 +1,967 @@
+//! Admin REST against a real Postgres (one throwaway database per test), in-process.
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{test_app, TestApp, ADMIN_TOKEN};
+use serde_json::json;
+use sqlx::PgPool;
+
+// ------------------------------------------------------------------------------------- auth
+
+#[sqlx::test(migrations = "../migrations")]
+async fn missing_or_wrong_token_is_401_and_leaks_nothing(pool: PgPool) {
+    let app = test_app(pool);
+    app.channel("secret-channel").await;
+    for token in [None, Some("wrong-token"), Some("")] {
+        for path in [
+            "/api/v1/channels",
+            "/api/v1/openapi.json",
+            "/console/routes/explain?model=x",
+        ] {
+            let reply = app.send(Method::GET, path, None, token).await;
+            assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{path} {token:?}");
+            assert_eq!(reply.body["error"]["type"], "authentication_error");
+            assert!(!reply.text.contains("secret-channel"));
+        }
+    }
+    let write = app
+        .send(
+            Method::POST,
+            "/api/v1/routes",
+            Some(json!({"model_pattern": "x"})),
+            None,
+        )
+        .await;
+    assert_eq!(write.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(app.get("/api/v1/routes").await.body["data"], json!([]));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn health_and_metrics_are_open(pool: PgPool) {
+    let app = test_app(pool);
+    assert_eq!(
+        app.send(Method::GET, "/healthz", None, None).await.status,
+        StatusCode::OK
+    );
+    // No snapshot compiled yet: not ready.
+    assert_eq!(
+        app.send(Method::GET, "/readyz", None, None).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    app.refresh().await;
+    assert_eq!(
+        app.send(Method::GET, "/readyz", None, None).await.status,
+        StatusCode::OK
+    );
+    let metrics = app.send(Method::GET, "/metrics", None, None).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(
+        metrics.text.contains("switchyard_cp_snapshot_revision 1"),
+        "{}",
+        metrics.text
+    );
+    assert!(
+        metrics.text.contains(
+            "switchyard_cp_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 1"
+        ),
+        "{}",
+        metrics.text
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn openapi_lists_the_real_routes(pool: PgPool) {
+    let app = test_app(pool);
+    let doc = app.get("/api/v1/openapi.json").await;
+    assert_eq!(doc.status, StatusCode::OK);
+    let paths = doc.body["paths"].as_object().unwrap();
+    for path in [
+        "/api/v1/channels",
+        "/api/v1/channels/{id}",
+        "/api/v1/channels/{id}/events",
+        "/api/v1/channels/{id}/credentials",
+        "/api/v1/credentials/{id}",
+        "/api/v1/routes",
+        "/api/v1/routes/{id}",
+        "/api/v1/routes/{id}/members",
+        "/api/v1/members/{id}",
+        "/api/v1/tokens",
+        "/api/v1/tokens/{id}",
+        "/api/v1/teams",
+        "/api/v1/teams/{id}",
+        "/api/v1/settings",
+        "/api/v1/state",
+        "/api/v1/routes/explain",
+        "/api/v1/audit",
+    ] {
+        assert!(paths.contains_key(path), "missing {path}");
+    }
+    assert!(paths["/api/v1/settings"].get("put").is_some());
+    assert!(paths["/api/v1/settings"].get("patch").is_some());
+    assert!(paths["/api/v1/channels/{id}"].get("delete").is_some());
+}
+
+// --------------------------------------------------------------------------------- channels
+
+#[sqlx::test(migrations = "../migrations")]
+async fn channel_crud_with_status_events(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/channels",
+            json!({
+                "name": "openai-main", "provider": "openai", "base_url": "https://api.test/v1",
+                "auto_ban": true, "max_concurrency": 8,
+                "capabilities": {"max_context": 128000, "tools": true},
+                "retry_status_codes": [409], "retry_error_patterns": ["overloaded"],
+                "headers": {"x-org": "acme"}
+            }),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let id = created.body["id"].as_i64().unwrap();
+    assert_eq!(created.body["status"], "enabled");
+    assert_eq!(created.body["capabilities"]["max_context"], 128000);
+    assert_eq!(created.body["headers"]["x-org"], "acme");
+    assert!(created.revision().is_some());
+
+    let got = app.get(&format!("/api/v1/channels/{id}")).await;
+    assert_eq!(got.body["name"], "openai-main");
+
+    let patched = app
+        .patch(
+            &format!("/api/v1/channels/{id}"),
+            json!({"status": "disabled", "max_concurrency": null}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["status"], "disabled");
+    assert_eq!(patched.body["max_concurrency"], json!(null));
+    assert_eq!(patched.body["auto_ban"], true, "untouched fields stay");
+
+    let events = app.get(&format!("/api/v1/channels/{id}/events")).await;
+    let events = events.body["data"].as_array().unwrap().clone();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["from_status"], json!(null));
+    assert_eq!(events[0]["to_status"], "enabled");
+    assert_eq!(events[1]["from_status"], "enabled");
+    assert_eq!(events[1]["to_status"], "disabled");
+    assert!(events[1]["at"].as_str().unwrap().ends_with('Z'));
+
+    assert_eq!(
+        app.delete(&format!("/api/v1/channels/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/channels/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+async fn expect_invalid(
+    app: &TestApp,
+    method: Method,
+    path: &str,
+    body: serde_json::Value,
+    param: &str,
+) {
+    let reply = app
+        .send(method, path, Some(body.clone()), Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{path} {body}: {}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some(param), "{}", reply.text);
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(param.split(['[', '.']).next().unwrap()),
+        "{}",
+        reply.text
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn channel_validation_names_the_field(pool: PgPool) {
+    let app = test_app(pool);
+    let base = || json!({"name": "c", "provider": "openai", "base_url": "https://x.test"});
+    let with = |key: &str, value: serde_json::Value| {
+        let mut body = base();
+        body[key] = value;
+        body
+    };
+    let path = "/api/v1/channels";
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("provider", json!("azure")),
+        "provider",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("base_url", json!("ftp://x")),
+        "base_url",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("status", json!("auto_disabled")),
+        "status",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("status", json!("paused")),
+        "status",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("max_concurrency", json!(0)),
+        "max_concurrency",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("retry_status_codes", json!([200, 99])),
+        "retry_status_codes[1]",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("capabilities", json!({"max_context": 0})),
+        "capabilities.max_context",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("max_concurrency", json!("many")),
+        "max_concurrency",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        with("colour", json!("red")),
+        "colour",
+    )
+    .await;
+    expect_invalid(&app, Method::POST, path, with("name", json!("  ")), "name").await;
+
+    // Malformed JSON is a 400.
+    let reply = app.send(Method::POST, path, None, Some(ADMIN_TOKEN)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+
+    // Duplicate names are rejected, naming the field.
+    app.channel("dup").await;
+    expect_invalid(&app, Method::POST, path, with("name", json!("dup")), "name").await;
+    // Nothing invalid was written or audited.
+    assert_eq!(app.audit_rows().await, 1);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn channel_in_use_cannot_be_deleted(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("c").await;
+    let route = app.route("gpt-4o").await;
+    let member = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    let reply = app.delete(&format!("/api/v1/channels/{channel}")).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text);
+    assert_eq!(
+        app.delete(&format!("/api/v1/members/{member}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/channels/{channel}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+// ------------------------------------------------------------------------------ credentials
+
+#[sqlx::test(migrations = "../migrations")]
+async fn credential_secrets_are_write_only(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("c").await;
+    let secret = "sk-live-abcdefghijklmnop1234";
+    let created = app
+        .post(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret": secret}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["secret"], "****1234");
+    assert_eq!(created.body["source"], "inline");
+    assert!(!created.text.contains(secret));
+    let id = created.body["id"].as_i64().unwrap();
+
+    let env = app
+        .create(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret_env": "OPENAI_KEY_2", "enabled": false}),
+        )
+        .await;
+
+    let list = app
+        .get(&format!("/api/v1/channels/{channel}/credentials"))
+        .await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 2);
+    assert!(!list.text.contains(secret));
+    let audit = app.get("/api/v1/audit?resource=credential").await;
+    assert!(!audit.text.contains(secret), "{}", audit.text);
+
+    // Switching an inline secret to an env reference.
+    let patched = app
+        .patch(
+            &format!("/api/v1/credentials/{id}"),
+            json!({"secret_env": "KEY_A"}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["source"], "env");
+    assert_eq!(patched.body["secret"], json!(null));
+
+    let path = format!("/api/v1/channels/{channel}/credentials");
+    expect_invalid(&app, Method::POST, &path, json!({}), "secret").await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"secret": "a", "secret_env": "B"}),
+        "secret",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"secret_env": "1-bad"}),
+        "secret_env",
+    )
+    .await;
+    assert_eq!(
+        app.post("/api/v1/channels/999/credentials", json!({"secret": "x"}))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/credentials/{env}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/credentials/{env}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+// ----------------------------------------------------------------------- routes and members
+
+#[sqlx::test(migrations = "../migrations")]
+async fn route_crud_and_validation(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/routes",
+            json!({"model_pattern": "gpt-4*", "routing_mode": "weighted", "sticky_session": false,
+                   "retry_times": 3, "cooldown_seconds": 60}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let id = created.body["id"].as_i64().unwrap();
+    assert_eq!(created.body["sticky_session"], false);
+    assert_eq!(created.body["stable_first"], json!(null));
+
+    let path = "/api/v1/routes";
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "gpt-4*"}),
+        "model_pattern",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "gpt**"}),
+        "model_pattern",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": " gpt"}),
+        "model_pattern",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "routing_mode": "random"}),
+        "routing_mode",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "retry_times": 101}),
+        "retry_times",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "channel_retry_times": 6}),
+        "channel_retry_times",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "stable_first_denominator": 1}),
+        "stable_first_denominator",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "cooldown_seconds": -1}),
+        "cooldown_seconds",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"model_pattern": "a", "routing_mode": "single"}),
+        "single_member_id",
+    )
+    .await;
+
+    // Overrides clear with null; other fields stay.
+    let patched = app
+        .patch(
+            &format!("/api/v1/routes/{id}"),
+            json!({"retry_times": null, "enabled": false}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["retry_times"], json!(null));
+    assert_eq!(patched.body["cooldown_seconds"], 60);
+    assert_eq!(patched.body["enabled"], false);
+
+    // Single mode needs a member of this very route.
+    let channel = app.channel("c").await;
+    let other = app.route("other").await;
+    let foreign = app
+        .member(other, json!({"channel_id": channel, "upstream_model": "m"}))
+        .await;
+    let own = app
+        .member(
+            id,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("/api/v1/routes/{id}"),
+        json!({"routing_mode": "single", "single_member_id": foreign}),
+        "single_member_id",
+    )
+    .await;
+    let single = app
+        .patch(
+            &format!("/api/v1/routes/{id}"),
+            json!({"routing_mode": "single", "single_member_id": own}),
+        )
+        .await;
+    assert_eq!(single.status, StatusCode::OK, "{}", single.text);
+    // Deleting the single member clears the pin (the route behaves as auto).
+    assert_eq!(
+        app.delete(&format!("/api/v1/members/{own}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/routes/{id}")).await.body["single_member_id"],
+        json!(null)
+    );
+
+    // Deleting a route deletes its members.
+    assert_eq!(
+        app.delete(&format!("/api/v1/routes/{other}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/members/{foreign}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn member_crud_and_validation(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("c").await;
+    let route = app.route("gpt-4o").await;
+    let created = app
+        .post(
+            &format!("/api/v1/routes/{route}/members"),
+            json!({"channel_id": channel, "upstream_model": "gpt-4o", "group_name": "  batch ",
+                   "priority": 10, "weight": 3, "canary": true}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(
+        created.body["group_name"], "batch",
+        "group names are trimmed"
+    );
+    let id = created.body["id"].as_i64().unwrap();
+    let defaulted = app
+        .post(
+            &format!("/api/v1/routes/{route}/members"),
+            json!({"channel_id": channel, "upstream_model": "m", "group_name": ""}),
+        )
+        .await;
+    assert_eq!(defaulted.body["group_name"], "default");
+    assert_eq!(defaulted.body["weight"], 1);
+
+    let path = format!("/api/v1/routes/{route}/members");
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"channel_id": 999, "upstream_model": "m"}),
+        "channel_id",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"channel_id": channel, "upstream_model": "m", "weight": -1}),
+        "weight",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"channel_id": channel, "upstream_model": ""}),
+        "upstream_model",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        &path,
+        json!({"channel_id": channel, "upstream_model": "m", "group_name": "g".repeat(65)}),
+        "group_name",
+    )
+    .await;
+    assert_eq!(
+        app.post(
+            "/api/v1/routes/999/members",
+            json!({"channel_id": channel, "upstream_model": "m"})
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+
+    let patched = app
+        .patch(
+            &format!("/api/v1/members/{id}"),
+            json!({"weight": 0, "enabled": false}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["weight"], 0);
+    assert_eq!(patched.body["priority"], 10);
+
+    let list = app.get(&format!("/api/v1/routes/{route}/members")).await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 2);
+}
+
+// ---------------------------------------------------------------------------- tokens, teams
+
+#[sqlx::test(migrations = "../migrations")]
+async fn token_plaintext_is_returned_once_and_stored_hashed(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/tokens",
+            json!({"name": "ci", "route_group_name": "batch", "allow_pinning": true}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let plaintext = created.body["token"].as_str().unwrap().to_owned();
+    assert!(plaintext.starts_with("sk-sy-"));
+    let id = created.body["id"].as_i64().unwrap();
+
+    let stored: String = sqlx::query_scalar("SELECT hash FROM tokens WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        switchyard_control_plane::api::token_hash(&plaintext)
+    );
+    assert_ne!(stored, plaintext);
+
+    let got = app.get(&format!("/api/v1/tokens/{id}")).await;
+    assert!(got.body.get("token").is_none());
+    assert!(!got.text.contains(&plaintext));
+    assert!(!app.get("/api/v1/tokens").await.text.contains(&plaintext));
+    assert!(!app.get("/api/v1/audit").await.text.contains(&plaintext));
+
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/tokens",
+        json!({"name": "x", "team_id": 42}),
+        "team_id",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/tokens",
+        json!({"name": "x", "route_group_name": "g".repeat(65)}),
+        "route_group_name",
+    )
+    .await;
+    let patched = app
+        .patch(
+            &format!("/api/v1/tokens/{id}"),
+            json!({"route_group_name": null, "enabled": false}),
+        )
+        .await;
+    assert_eq!(patched.body["route_group_name"], json!(null));
+    assert_eq!(patched.body["enabled"], false);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn team_crud_and_grant_integrity(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("c").await;
+    let route = app.route("gpt-4o").await;
+    let m1 = app
+        .member(route, json!({"channel_id": channel, "upstream_model": "a"}))
+        .await;
+    let m2 = app
+        .member(route, json!({"channel_id": channel, "upstream_model": "b"}))
+        .await;
+    let created = app
+        .post(
+            "/api/v1/teams",
+            json!({"name": "research", "models": ["gpt-4*"], "members": [m1],
+                   "plan": {m2.to_string(): {"priority": 5, "weight": 2}}, "retry_limit": 1}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let team = created.body["id"].as_i64().unwrap();
+    assert_eq!(created.body["members"], json!([m1]));
+    assert_eq!(created.body["plan"][m2.to_string()]["weight"], 2);
+
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/teams",
+        json!({"name": "t", "models": ["a**"]}),
+        "models[0]",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/teams",
+        json!({"name": "t", "members": [999]}),
+        "members[0]",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/teams",
+        json!({"name": "t", "plan": {"999": {"weight": 1}}}),
+        "plan.999",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::POST,
+        "/api/v1/teams",
+        json!({"name": "t", "retry_limit": 101}),
+        "retry_limit",
+    )
+    .await;
+
+    // A granted member cannot silently disappear (the team would be widened to every member).
+    assert_eq!(
+        app.delete(&format!("/api/v1/members/{m1}")).await.status,
+        StatusCode::CONFLICT
+    );
+    // A team with tokens cannot be deleted (the tokens would lose their restrictions).
+    let token = app
+        .create("/api/v1/tokens", json!({"name": "t", "team_id": team}))
+        .await;
+    assert_eq!(
+        app.delete(&format!("/api/v1/teams/{team}")).await.status,
+        StatusCode::CONFLICT
+    );
+
+    let patched = app
+        .patch(
+            &format!("/api/v1/teams/{team}"),
+            json!({"members": [], "disable_failover": true}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["members"], json!([]));
+    assert_eq!(patched.body["models"], json!(["gpt-4*"]));
+    assert_eq!(
+        app.delete(&format!("/api/v1/members/{m1}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/tokens/{token}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/teams/{team}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+// -------------------------------------------------------------------------------- settings
+
+#[sqlx::test(migrations = "../migrations")]
+async fn settings_get_put_patch_with_ranges(pool: PgPool) {
+    let app = test_app(pool);
+    let got = app.get("/api/v1/settings").await;
+    assert_eq!(got.body["retry_times"], 2);
+    assert_eq!(got.body["max_request_body_bytes"], 33554432);
+
+    let patched = app
+        .patch(
+            "/api/v1/settings",
+            json!({"retry_times": 5, "sticky_enabled": true}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["retry_times"], 5);
+    assert_eq!(patched.body["cooldown_seconds"], 30);
+
+    let patched = app
+        .patch("/api/v1/settings", json!({"cooldown_seconds": 10}))
+        .await;
+    assert_eq!(
+        patched.body["retry_times"], 5,
+        "PATCH keeps earlier changes"
+    );
+
+    let put = app
+        .put("/api/v1/settings", json!({"channel_retry_times": 0}))
+        .await;
+    assert_eq!(put.status, StatusCode::OK);
+    assert_eq!(
+        put.body["retry_times"], 2,
+        "PUT resets absent keys to defaults"
+    );
+    assert_eq!(put.body["channel_retry_times"], 0);
+
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        "/api/v1/settings",
+        json!({"retry_times": 101}),
+        "retry_times",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        "/api/v1/settings",
+        json!({"sticky_ttl_minutes": 0}),
+        "sticky_ttl_minutes",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        "/api/v1/settings",
+        json!({"retry_timez": 1}),
+        "retry_timez",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        "/api/v1/settings",
+        json!({"sticky_enabled": "yes"}),
+        "sticky_enabled",
+    )
+    .await;
+    assert_eq!(
+        app.get("/api/v1/settings").await.body["channel_retry_times"],
+        0
+    );
+}
+
+// ------------------------------------------------------------------- audit, revision, paging
+
+#[sqlx::test(migrations = "../migrations")]
+async fn every_write_is_audited_and_bumps_the_revision(pool: PgPool) {
+    let app = test_app(pool);
+    let start = app.revision().await;
+    let reply = app
+        .send(
+            Method::POST,
+            "/api/v1/channels",
+            Some(json!({"name": "c", "provider": "mock"})),
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let channel = reply.body["id"].as_i64().unwrap();
+    assert_eq!(reply.revision(), Some(start + 1));
+    let route = app.route("m").await;
+    app.member(route, json!({"channel_id": channel, "upstream_model": "m"}))
+        .await;
+    app.patch("/api/v1/settings", json!({"retry_times": 3}))
+        .await;
+    app.delete(&format!("/api/v1/routes/{route}")).await;
+    assert_eq!(app.revision().await, start + 5);
+
+    let audit = app.get("/api/v1/audit").await;
+    let rows = audit.body["data"].as_array().unwrap();
+    let summary: Vec<(String, String, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap().to_owned(),
+                r["resource"].as_str().unwrap().to_owned(),
+                r["revision"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("create".into(), "channel".into(), start + 1),
+            ("create".into(), "route".into(), start + 2),
+            ("create".into(), "member".into(), start + 3),
+            ("update".into(), "settings".into(), start + 4),
+            ("delete".into(), "route".into(), start + 5),
+        ]
+    );
+    assert!(rows.iter().all(|r| r["actor"] == "admin"));
+
+    // The actor header attributes a change.
+    let named = app
+        .send_with_actor(
+            "/api/v1/routes",
+            json!({"model_pattern": "n"}),
+            "alice@console",
+        )
+        .await;
+    assert_eq!(named, StatusCode::CREATED);
+    let last = app.get("/api/v1/audit?resource=route").await;
+    let last = last.body["data"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["actor"], "alice@console");
+
+    // A failed write is not audited and does not bump the revision.
+    let before = (app.revision().await, app.audit_rows().await);
+    app.post("/api/v1/routes", json!({"model_pattern": "n"}))
+        .await;
+    assert_eq!((app.revision().await, app.audit_rows().await), before);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn lists_page_with_limit_and_cursor(pool: PgPool) {
+    let app = test_app(pool);
+    for i in 0..5 {
+        app.route(&format!("model-{i}")).await;
+    }
+    let first = app.get("/api/v1/routes?limit=2").await;
+    assert_eq!(first.body["data"].as_array().unwrap().len(), 2);
+    let cursor = first.body["next_cursor"].as_str().unwrap().to_owned();
+    let second = app
+        .get(&format!("/api/v1/routes?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(second.body["data"][0]["model_pattern"], "model-2");
+    let cursor = second.body["next_cursor"].as_str().unwrap().to_owned();
+    let last = app
+        .get(&format!("/api/v1/routes?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(last.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(last.body["next_cursor"], json!(null));
+
+    assert_eq!(
+        app.get("/api/v1/routes?limit=0").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        app.get("/api/v1/routes?limit=501").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let bad = app.get("/api/v1/routes?cursor=abc").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.param(), Some("cursor"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn state_reports_no_shared_state_yet(pool: PgPool) {
+    let app = test_app(pool);
+    let state = app.get("/api/v1/state").await;
+    assert_eq!(state.status, StatusCode::OK);
+    assert_eq!(state.body["configured"], false);
+}

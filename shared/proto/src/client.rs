@@ -1,0 +1,152 @@
+//! The proxy side of the snapshot stream: follow the control plane, install every valid snapshot
+//! newer than the one held, and reconnect with exponential backoff until shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_engine::Snapshot;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::convert::snapshot_from_proto;
+use crate::v1::snapshot_service_client::SnapshotServiceClient;
+use crate::v1::WatchRequest;
+
+/// First reconnect delay; doubles on each failed attempt up to [`MAX_BACKOFF`].
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest delay between reconnect attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The only error [`watch_snapshots`] returns: an endpoint that can never work.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("invalid control-plane endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+}
+
+/// Follows the control plane's snapshot stream at `endpoint` (e.g. `http://cp:8082`).
+///
+/// Every valid snapshot whose revision is newer than the one in `tx` (or than `have_revision`
+/// when `tx` holds none) is published with `send_replace`, so readers always see the latest one
+/// and never wait on this task. A snapshot that fails validation is logged and skipped: the last
+/// good one stays in place. When the connection fails or the stream ends, this reconnects with
+/// exponential backoff (100 ms doubling to 10 s, with jitter), asking for revisions newer than
+/// the one it holds. Returns `Ok(())` once `shutdown` is cancelled, and an error only for an
+/// endpoint that cannot be parsed.
+pub async fn watch_snapshots(
+    endpoint: String,
+    have_revision: u64,
+    tx: watch::Sender<Option<Arc<Snapshot>>>,
+    shutdown: CancellationToken,
+) -> Result<(), WatchError> {
+    let endpoint_config = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .map_err(|e| WatchError::InvalidEndpoint {
+            endpoint: endpoint.clone(),
+            reason: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Some(Duration::from_secs(30)))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true);
+
+    let mut backoff = INITIAL_BACKOFF;
+    let mut attempt: u64 = 0;
+    loop {
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        let held = held_revision(&tx, have_revision);
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            outcome = follow_once(&endpoint_config, held, &tx) => outcome,
+        };
+        match outcome {
+            Ok(received_any) => {
+                tracing::info!(endpoint = %endpoint, "snapshot stream ended; reconnecting");
+                if received_any {
+                    backoff = INITIAL_BACKOFF;
+                }
+            }
+            Err((received_any, error)) => {
+                tracing::warn!(endpoint = %endpoint, error = %error, "snapshot stream failed; reconnecting");
+                if received_any {
+                    backoff = INITIAL_BACKOFF;
+                }
+            }
+        }
+        attempt = attempt.wrapping_add(1);
+        let delay = with_jitter(backoff, attempt);
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn held_revision(tx: &watch::Sender<Option<Arc<Snapshot>>>, have_revision: u64) -> u64 {
+    tx.borrow()
+        .as_ref()
+        .map_or(have_revision, |s| s.revision.max(have_revision))
+}
+
+/// One connection: returns whether any snapshot arrived, and the error that ended it, if any.
+async fn follow_once(
+    endpoint: &tonic::transport::Endpoint,
+    have_revision: u64,
+    tx: &watch::Sender<Option<Arc<Snapshot>>>,
+) -> Result<bool, (bool, String)> {
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| (false, format!("connect: {e}")))?;
+    let mut client = SnapshotServiceClient::new(channel)
+        // Large fleets produce large snapshots; the default 4 MiB limit is too small.
+        .max_decoding_message_size(usize::MAX);
+    let mut stream = client
+        .watch(WatchRequest {
+            have_revision,
+            client_id: String::new(),
+        })
+        .await
+        .map_err(|status| (false, format!("watch: {status}")))?
+        .into_inner();
+    tracing::info!(
+        have_revision,
+        "connected to the control plane's snapshot stream"
+    );
+    let mut received_any = false;
+    loop {
+        match stream.message().await {
+            Ok(Some(wire)) => {
+                received_any = true;
+                let revision = wire.revision;
+                match snapshot_from_proto(wire) {
+                    Ok(snapshot) => {
+                        let held = held_revision(tx, 0);
+                        if tx.borrow().is_none() || snapshot.revision > held {
+                            tx.send_replace(Some(Arc::new(snapshot)));
+                            tracing::info!(revision, "installed snapshot");
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(revision, error = %error, "rejected invalid snapshot; keeping the last good one");
+                    }
+                }
+            }
+            Ok(None) => return Ok(received_any),
+            Err(status) => return Err((received_any, format!("stream: {status}"))),
+        }
+    }
+}
+
+/// Up to +50% jitter, derived without a global RNG so reconnecting proxies spread out.
+fn with_jitter(base: Duration, attempt: u64) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mixed = u64::from(nanos) ^ attempt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let fraction = (mixed % 1000) as f64 / 2000.0;
+    base + base.mul_f64(fraction)
+}

@@ -1,0 +1,772 @@
+//! Explicit conversions between the wire [`v1::Snapshot`] and the engine's [`Snapshot`].
+//!
+//! Engine → wire is infallible. Wire → engine validates every field once (enum values, ranges,
+//! patterns, group names, token hashes, unique ids) and names the offending path on failure, so a
+//! proxy never installs a snapshot the engine could misread; it keeps its last good one instead.
+
+use std::collections::{BTreeMap, HashSet};
+
+use switchyard_engine::model::validate_group;
+use switchyard_engine::settings::check_range;
+use switchyard_engine::{
+    validate_pattern, Capabilities, Channel, ChannelStatus, Credential, Member, PlanEntry,
+    Provider, Route, RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
+};
+
+use crate::v1;
+
+/// Wire schema version this crate writes and understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Why a received snapshot was rejected: the path of the offending field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid snapshot at {path}: {message}")]
+pub struct ConversionError {
+    pub path: String,
+    pub message: String,
+}
+
+fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConversionError {
+    ConversionError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// engine -> wire
+
+/// Encodes a snapshot for the wire. `compiled_at_unix_ms` is informational.
+pub fn snapshot_to_proto(snapshot: &Snapshot, compiled_at_unix_ms: u64) -> v1::Snapshot {
+    v1::Snapshot {
+        schema_version: SCHEMA_VERSION,
+        revision: snapshot.revision,
+        settings: Some(settings_to_proto(&snapshot.settings)),
+        routes: snapshot.routes().iter().map(route_to_proto).collect(),
+        channels: snapshot.channels().map(channel_to_proto).collect(),
+        teams: snapshot.teams().map(team_to_proto).collect(),
+        tokens: snapshot.tokens().iter().map(token_to_proto).collect(),
+        compiled_at_unix_ms,
+    }
+}
+
+fn settings_to_proto(s: &Settings) -> v1::Settings {
+    v1::Settings {
+        retry_times: Some(s.retry_times),
+        channel_retry_times: Some(s.channel_retry_times),
+        cross_channel_failover_enabled: Some(s.cross_channel_failover_enabled),
+        request_timeout_ms: Some(s.request_timeout_ms),
+        connect_timeout_ms: Some(s.connect_timeout_ms),
+        first_byte_timeout_ms: Some(s.first_byte_timeout_ms),
+        stream_idle_timeout_ms: Some(s.stream_idle_timeout_ms),
+        latency_aware_enabled: Some(s.latency_aware_enabled),
+        error_aware_enabled: Some(s.error_aware_enabled),
+        concurrency_aware_enabled: Some(s.concurrency_aware_enabled),
+        sticky_enabled: Some(s.sticky_enabled),
+        sticky_ttl_minutes: Some(s.sticky_ttl_minutes),
+        stable_first_enabled: Some(s.stable_first_enabled),
+        stable_first_denominator: Some(s.stable_first_denominator),
+        stable_first_promote_requests: Some(s.stable_first_promote_requests),
+        fault_protection_enabled: Some(s.fault_protection_enabled),
+        cooldown_seconds: Some(s.cooldown_seconds),
+        breaker_failure_threshold: Some(s.breaker_failure_threshold),
+        recovery_probe_enabled: Some(s.recovery_probe_enabled),
+        recovery_probe_interval_seconds: Some(s.recovery_probe_interval_seconds),
+        max_request_body_bytes: Some(s.max_request_body_bytes),
+    }
+}
+
+fn capabilities_to_proto(c: &Capabilities) -> v1::Capabilities {
+    v1::Capabilities {
+        max_context: c.max_context,
+        streaming: c.streaming,
+        tools: c.tools,
+        vision: c.vision,
+        json_mode: c.json_mode,
+    }
+}
+
+fn routing_mode_to_proto(mode: RoutingMode) -> v1::RoutingMode {
+    match mode {
+        RoutingMode::Auto => v1::RoutingMode::Auto,
+        RoutingMode::Weighted => v1::RoutingMode::Weighted,
+        RoutingMode::Latency => v1::RoutingMode::Latency,
+        RoutingMode::Adaptive => v1::RoutingMode::Adaptive,
+        RoutingMode::Single => v1::RoutingMode::Single,
+    }
+}
+
+fn route_to_proto(r: &Route) -> v1::Route {
+    v1::Route {
+        id: r.id,
+        model_pattern: r.model_pattern.clone(),
+        enabled: r.enabled,
+        routing_mode: routing_mode_to_proto(r.routing_mode) as i32,
+        single_member_id: r.single_member_id,
+        sticky_session: r.sticky_session,
+        stable_first: r.stable_first,
+        stable_first_denominator: r.stable_first_denominator,
+        retry_times: r.retry_times,
+        channel_retry_times: r.channel_retry_times,
+        cooldown_seconds: r.cooldown_seconds,
+        members: r.members.iter().map(member_to_proto).collect(),
+    }
+}
+
+fn member_to_proto(m: &Member) -> v1::Member {
+    v1::Member {
+        id: m.id,
+        channel_id: m.channel_id,
+        upstream_model: m.upstream_model.clone(),
+        group_name: m.group_name.clone(),
+        priority: m.priority,
+        weight: m.weight,
+        enabled: m.enabled,
+        canary: m.canary,
+        capabilities: Some(capabilities_to_proto(&m.capabilities)),
+    }
+}
+
+fn provider_to_proto(p: Provider) -> v1::Provider {
+    match p {
+        Provider::Openai => v1::Provider::Openai,
+        Provider::Anthropic => v1::Provider::Anthropic,
+        Provider::Gemini => v1::Provider::Gemini,
+        Provider::Mock => v1::Provider::Mock,
+    }
+}
+
+fn status_to_proto(s: ChannelStatus) -> v1::ChannelStatus {
+    match s {
+        ChannelStatus::Enabled => v1::ChannelStatus::Enabled,
+        ChannelStatus::Disabled => v1::ChannelStatus::Disabled,
+        ChannelStatus::AutoDisabled => v1::ChannelStatus::AutoDisabled,
+    }
+}
+
+fn channel_to_proto(c: &Channel) -> v1::Channel {
+    v1::Channel {
+        id: c.id,
+        name: c.name.clone(),
+        provider: provider_to_proto(c.provider) as i32,
+        base_url: c.base_url.clone(),
+        status: status_to_proto(c.status) as i32,
+        auto_ban: c.auto_ban,
+        max_concurrency: c.max_concurrency,
+        capabilities: Some(capabilities_to_proto(&c.capabilities)),
+        credentials: c
+            .credentials
+            .iter()
+            .map(|cred| v1::Credential {
+                id: cred.id,
+                enabled: cred.enabled,
+                secret: Some(match &cred.secret {
+                    SecretSource::Inline(value) => v1::credential::Secret::Inline(value.clone()),
+                    SecretSource::Env(name) => v1::credential::Secret::Env(name.clone()),
+                }),
+            })
+            .collect(),
+        retry_status_codes: c.retry_status_codes.iter().map(|&s| u32::from(s)).collect(),
+        retry_error_patterns: c.retry_error_patterns.clone(),
+        headers: c
+            .headers
+            .iter()
+            .map(|(name, value)| v1::Header {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn team_to_proto(t: &Team) -> v1::Team {
+    v1::Team {
+        id: t.id,
+        name: t.name.clone(),
+        models: t.models.clone(),
+        members: t.members.clone(),
+        plan: t
+            .plan
+            .iter()
+            .map(|(&member_id, entry)| v1::PlanEntry {
+                member_id,
+                priority: entry.priority,
+                weight: entry.weight,
+            })
+            .collect(),
+        retry_limit: t.retry_limit,
+        disable_failover: t.disable_failover,
+    }
+}
+
+fn token_to_proto(t: &Token) -> v1::Token {
+    v1::Token {
+        id: t.id,
+        name: t.name.clone(),
+        hash: t.hash.clone(),
+        route_group_name: t.route_group_name.clone(),
+        team_id: t.team_id,
+        allow_pinning: t.allow_pinning,
+        enabled: t.enabled,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// wire -> engine
+
+/// Validates a received snapshot and builds the engine's snapshot from it.
+pub fn snapshot_from_proto(wire: v1::Snapshot) -> Result<Snapshot, ConversionError> {
+    SnapshotParts::try_from(wire).map(Snapshot::new)
+}
+
+impl TryFrom<v1::Snapshot> for SnapshotParts {
+    type Error = ConversionError;
+
+    fn try_from(wire: v1::Snapshot) -> Result<SnapshotParts, ConversionError> {
+        if wire.schema_version > SCHEMA_VERSION {
+            return Err(invalid(
+                "schema_version",
+                format!(
+                    "schema version {} is newer than the supported {SCHEMA_VERSION}",
+                    wire.schema_version
+                ),
+            ));
+        }
+        let settings = settings_from_proto(wire.settings.unwrap_or_default())?;
+
+        let mut channel_ids = HashSet::new();
+        let mut credential_ids = HashSet::new();
+        let mut channels = Vec::with_capacity(wire.channels.len());
+        for (i, c) in wire.channels.into_iter().enumerate() {
+            let path = format!("channels[{i}]");
+            if !channel_ids.insert(c.id) {
+                return Err(invalid(path, format!("duplicate channel id {}", c.id)));
+            }
+            channels.push(channel_from_proto(c, &path, &mut credential_ids)?);
+        }
+
+        let mut route_ids = HashSet::new();
+        let mut member_ids = HashSet::new();
+        let mut routes = Vec::with_capacity(wire.routes.len());
+        for (i, r) in wire.routes.into_iter().enumerate() {
+            let path = format!("routes[{i}]");
+            if !route_ids.insert(r.id) {
+                return Err(invalid(path, format!("duplicate route id {}", r.id)));
+            }
+            routes.push(route_from_proto(r, &path, &mut member_ids)?);
+        }
+
+        let mut team_ids = HashSet::new();
+        let mut teams = Vec::with_capacity(wire.teams.len());
+        for (i, t) in wire.teams.into_iter().enumerate() {
+            let path = format!("teams[{i}]");
+            if !team_ids.insert(t.id) {
+                return Err(invalid(path, format!("duplicate team id {}", t.id)));
+            }
+            teams.push(team_from_proto(t, &path)?);
+        }
+
+        let mut token_ids = HashSet::new();
+        let mut tokens = Vec::with_capacity(wire.tokens.len());
+        for (i, t) in wire.tokens.into_iter().enumerate() {
+            let path = format!("tokens[{i}]");
+            if !token_ids.insert(t.id) {
+                return Err(invalid(path, format!("duplicate token id {}", t.id)));
+            }
+            tokens.push(token_from_proto(t, &path)?);
+        }
+
+        Ok(SnapshotParts {
+            revision: wire.revision,
+            settings,
+            routes,
+            channels,
+            teams,
+            tokens,
+        })
+    }
+}
+
+fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
+    let d = Settings::default();
+    let settings = Settings {
+        retry_times: w.retry_times.unwrap_or(d.retry_times),
+        channel_retry_times: w.channel_retry_times.unwrap_or(d.channel_retry_times),
+        cross_channel_failover_enabled: w
+            .cross_channel_failover_enabled
+            .unwrap_or(d.cross_channel_failover_enabled),
+        request_timeout_ms: w.request_timeout_ms.unwrap_or(d.request_timeout_ms),
+        connect_timeout_ms: w.connect_timeout_ms.unwrap_or(d.connect_timeout_ms),
+        first_byte_timeout_ms: w.first_byte_timeout_ms.unwrap_or(d.first_byte_timeout_ms),
+        stream_idle_timeout_ms: w.stream_idle_timeout_ms.unwrap_or(d.stream_idle_timeout_ms),
+        latency_aware_enabled: w.latency_aware_enabled.unwrap_or(d.latency_aware_enabled),
+        error_aware_enabled: w.error_aware_enabled.unwrap_or(d.error_aware_enabled),
+        concurrency_aware_enabled: w
+            .concurrency_aware_enabled
+            .unwrap_or(d.concurrency_aware_enabled),
+        sticky_enabled: w.sticky_enabled.unwrap_or(d.sticky_enabled),
+        sticky_ttl_minutes: w.sticky_ttl_minutes.unwrap_or(d.sticky_ttl_minutes),
+        stable_first_enabled: w.stable_first_enabled.unwrap_or(d.stable_first_enabled),
+        stable_first_denominator: w
+            .stable_first_denominator
+            .unwrap_or(d.stable_first_denominator),
+        stable_first_promote_requests: w
+            .stable_first_promote_requests
+            .unwrap_or(d.stable_first_promote_requests),
+        fault_protection_enabled: w
+            .fault_protection_enabled
+            .unwrap_or(d.fault_protection_enabled),
+        cooldown_seconds: w.cooldown_seconds.unwrap_or(d.cooldown_seconds),
+        breaker_failure_threshold: w
+            .breaker_failure_threshold
+            .unwrap_or(d.breaker_failure_threshold),
+        recovery_probe_enabled: w.recovery_probe_enabled.unwrap_or(d.recovery_probe_enabled),
+        recovery_probe_interval_seconds: w
+            .recovery_probe_interval_seconds
+            .unwrap_or(d.recovery_probe_interval_seconds),
+        max_request_body_bytes: w.max_request_body_bytes.unwrap_or(d.max_request_body_bytes),
+    };
+    if let Some(error) = settings.validate().into_iter().next() {
+        return Err(invalid(format!("settings.{}", error.field), error.message));
+    }
+    Ok(settings)
+}
+
+fn capabilities_from_proto(
+    w: Option<v1::Capabilities>,
+    path: &str,
+) -> Result<Capabilities, ConversionError> {
+    let w = w.unwrap_or_default();
+    if w.max_context == Some(0) {
+        return Err(invalid(
+            format!("{path}.capabilities.max_context"),
+            "must be positive when set",
+        ));
+    }
+    Ok(Capabilities {
+        max_context: w.max_context,
+        streaming: w.streaming,
+        tools: w.tools,
+        vision: w.vision,
+        json_mode: w.json_mode,
+    })
+}
+
+fn override_in_range(
+    field: &'static str,
+    value: Option<u32>,
+    path: &str,
+) -> Result<Option<u32>, ConversionError> {
+    if let Some(v) = value {
+        if let Some(error) = check_range(field, v.into()) {
+            return Err(invalid(format!("{path}.{field}"), error.message));
+        }
+    }
+    Ok(value)
+}
+
+fn group_from_wire(name: &str, path: &str) -> Result<String, ConversionError> {
+    validate_group(name).map_err(|message| invalid(path, message))?;
+    let trimmed = name.trim();
+    Ok(if trimmed.is_empty() {
+        switchyard_engine::DEFAULT_GROUP.to_owned()
+    } else {
+        trimmed.to_owned()
+    })
+}
+
+fn route_from_proto(
+    w: v1::Route,
+    path: &str,
+    member_ids: &mut HashSet<i64>,
+) -> Result<Route, ConversionError> {
+    validate_pattern(&w.model_pattern)
+        .map_err(|message| invalid(format!("{path}.model_pattern"), message))?;
+    let routing_mode = match v1::RoutingMode::try_from(w.routing_mode) {
+        Ok(v1::RoutingMode::Auto) => RoutingMode::Auto,
+        Ok(v1::RoutingMode::Weighted) => RoutingMode::Weighted,
+        Ok(v1::RoutingMode::Latency) => RoutingMode::Latency,
+        Ok(v1::RoutingMode::Adaptive) => RoutingMode::Adaptive,
+        Ok(v1::RoutingMode::Single) => RoutingMode::Single,
+        Ok(v1::RoutingMode::Unspecified) | Err(_) => {
+            return Err(invalid(
+                format!("{path}.routing_mode"),
+                format!("unknown routing mode {}", w.routing_mode),
+            ))
+        }
+    };
+    let mut members = Vec::with_capacity(w.members.len());
+    for (i, m) in w.members.into_iter().enumerate() {
+        let mpath = format!("{path}.members[{i}]");
+        if !member_ids.insert(m.id) {
+            return Err(invalid(mpath, format!("duplicate member id {}", m.id)));
+        }
+        if m.upstream_model.is_empty() {
+            return Err(invalid(
+                format!("{mpath}.upstream_model"),
+                "must not be empty",
+            ));
+        }
+        members.push(Member {
+            id: m.id,
+            channel_id: m.channel_id,
+            group_name: group_from_wire(&m.group_name, &format!("{mpath}.group_name"))?,
+            upstream_model: m.upstream_model,
+            priority: m.priority,
+            weight: m.weight,
+            enabled: m.enabled,
+            canary: m.canary,
+            capabilities: capabilities_from_proto(m.capabilities, &mpath)?,
+        });
+    }
+    Ok(Route {
+        id: w.id,
+        model_pattern: w.model_pattern,
+        enabled: w.enabled,
+        routing_mode,
+        single_member_id: w.single_member_id,
+        sticky_session: w.sticky_session,
+        stable_first: w.stable_first,
+        stable_first_denominator: override_in_range(
+            "stable_first_denominator",
+            w.stable_first_denominator,
+            path,
+        )?,
+        retry_times: override_in_range("retry_times", w.retry_times, path)?,
+        channel_retry_times: override_in_range("channel_retry_times", w.channel_retry_times, path)?,
+        cooldown_seconds: override_in_range("cooldown_seconds", w.cooldown_seconds, path)?,
+        members,
+    })
+}
+
+fn channel_from_proto(
+    w: v1::Channel,
+    path: &str,
+    credential_ids: &mut HashSet<i64>,
+) -> Result<Channel, ConversionError> {
+    let provider = match v1::Provider::try_from(w.provider) {
+        Ok(v1::Provider::Openai) => Provider::Openai,
+        Ok(v1::Provider::Anthropic) => Provider::Anthropic,
+        Ok(v1::Provider::Gemini) => Provider::Gemini,
+        Ok(v1::Provider::Mock) => Provider::Mock,
+        Ok(v1::Provider::Unspecified) | Err(_) => {
+            return Err(invalid(
+                format!("{path}.provider"),
+                format!("unknown provider {}", w.provider),
+            ))
+        }
+    };
+    let status = match v1::ChannelStatus::try_from(w.status) {
+        Ok(v1::ChannelStatus::Enabled) => ChannelStatus::Enabled,
+        Ok(v1::ChannelStatus::Disabled) => ChannelStatus::Disabled,
+        Ok(v1::ChannelStatus::AutoDisabled) => ChannelStatus::AutoDisabled,
+        Ok(v1::ChannelStatus::Unspecified) | Err(_) => {
+            return Err(invalid(
+                format!("{path}.status"),
+                format!("unknown channel status {}", w.status),
+            ))
+        }
+    };
+    let mut credentials = Vec::with_capacity(w.credentials.len());
+    for (i, c) in w.credentials.into_iter().enumerate() {
+        let cpath = format!("{path}.credentials[{i}]");
+        if !credential_ids.insert(c.id) {
+            return Err(invalid(cpath, format!("duplicate credential id {}", c.id)));
+        }
+        let secret = match c.secret {
+            Some(v1::credential::Secret::Inline(value)) => SecretSource::Inline(value),
+            Some(v1::credential::Secret::Env(name)) if !name.is_empty() => SecretSource::Env(name),
+            Some(v1::credential::Secret::Env(_)) => {
+                return Err(invalid(format!("{cpath}.env"), "must not be empty"))
+            }
+            None => return Err(invalid(format!("{cpath}.secret"), "missing")),
+        };
+        credentials.push(Credential {
+            id: c.id,
+            enabled: c.enabled,
+            secret,
+        });
+    }
+    let mut retry_status_codes = Vec::with_capacity(w.retry_status_codes.len());
+    for (i, code) in w.retry_status_codes.into_iter().enumerate() {
+        match u16::try_from(code) {
+            Ok(code) if (100..=599).contains(&code) => retry_status_codes.push(code),
+            _ => {
+                return Err(invalid(
+                    format!("{path}.retry_status_codes[{i}]"),
+                    format!("{code} is not an HTTP status code"),
+                ))
+            }
+        }
+    }
+    Ok(Channel {
+        id: w.id,
+        name: w.name,
+        provider,
+        base_url: w.base_url,
+        status,
+        auto_ban: w.auto_ban,
+        max_concurrency: w.max_concurrency,
+        capabilities: capabilities_from_proto(w.capabilities, path)?,
+        credentials,
+        retry_status_codes,
+        retry_error_patterns: w.retry_error_patterns,
+        headers: w.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+    })
+}
+
+fn team_from_proto(w: v1::Team, path: &str) -> Result<Team, ConversionError> {
+    for (i, pattern) in w.models.iter().enumerate() {
+        validate_pattern(pattern)
+            .map_err(|message| invalid(format!("{path}.models[{i}]"), message))?;
+    }
+    let mut plan = BTreeMap::new();
+    for (i, entry) in w.plan.into_iter().enumerate() {
+        let previous = plan.insert(
+            entry.member_id,
+            PlanEntry {
+                priority: entry.priority,
+                weight: entry.weight,
+            },
+        );
+        if previous.is_some() {
+            return Err(invalid(
+                format!("{path}.plan[{i}]"),
+                format!("duplicate plan entry for member {}", entry.member_id),
+            ));
+        }
+    }
+    Ok(Team {
+        id: w.id,
+        name: w.name,
+        models: w.models,
+        members: w.members,
+        plan,
+        retry_limit: override_in_range("retry_times", w.retry_limit, path)
+            .map_err(|e| invalid(format!("{path}.retry_limit"), e.message))?,
+        disable_failover: w.disable_failover,
+    })
+}
+
+/// Is `hash` a lowercase hex SHA-256 digest?
+pub fn is_token_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn token_from_proto(w: v1::Token, path: &str) -> Result<Token, ConversionError> {
+    if !is_token_hash(&w.hash) {
+        return Err(invalid(
+            format!("{path}.hash"),
+            "must be a lowercase hex SHA-256 digest",
+        ));
+    }
+    let route_group_name = match w.route_group_name {
+        Some(name) => Some(group_from_wire(&name, &format!("{path}.route_group_name"))?),
+        None => None,
+    };
+    Ok(Token {
+        id: w.id,
+        name: w.name,
+        hash: w.hash,
+        route_group_name,
+        team_id: w.team_id,
+        allow_pinning: w.allow_pinning,
+        enabled: w.enabled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Snapshot {
+        let channel = Channel {
+            id: 1,
+            name: "openai-main".into(),
+            provider: Provider::Openai,
+            base_url: "https://api.example.test/v1".into(),
+            status: ChannelStatus::Enabled,
+            auto_ban: true,
+            max_concurrency: Some(8),
+            capabilities: Capabilities {
+                max_context: Some(128_000),
+                streaming: Some(true),
+                ..Capabilities::default()
+            },
+            credentials: vec![
+                Credential {
+                    id: 10,
+                    enabled: true,
+                    secret: SecretSource::Inline("sk-test".into()),
+                },
+                Credential {
+                    id: 11,
+                    enabled: false,
+                    secret: SecretSource::Env("OPENAI_KEY_2".into()),
+                },
+            ],
+            retry_status_codes: vec![409],
+            retry_error_patterns: vec!["overloaded".into()],
+            headers: vec![("x-org".into(), "acme".into())],
+        };
+        let route = Route {
+            id: 5,
+            model_pattern: "gpt-4*".into(),
+            enabled: true,
+            routing_mode: RoutingMode::Weighted,
+            single_member_id: None,
+            sticky_session: Some(false),
+            stable_first: None,
+            stable_first_denominator: Some(10),
+            retry_times: Some(3),
+            channel_retry_times: None,
+            cooldown_seconds: Some(60),
+            members: vec![Member {
+                id: 100,
+                channel_id: 1,
+                upstream_model: "gpt-4o".into(),
+                group_name: "default".into(),
+                priority: 10,
+                weight: 3,
+                enabled: true,
+                canary: false,
+                capabilities: Capabilities::default(),
+            }],
+        };
+        let team = Team {
+            id: 7,
+            name: "research".into(),
+            models: vec!["gpt-4*".into()],
+            members: vec![100],
+            plan: BTreeMap::from([(
+                100,
+                PlanEntry {
+                    priority: Some(1),
+                    weight: None,
+                },
+            )]),
+            retry_limit: Some(1),
+            disable_failover: false,
+        };
+        let token = Token {
+            id: 3,
+            name: "ci".into(),
+            hash: "a".repeat(64),
+            route_group_name: Some("batch".into()),
+            team_id: Some(7),
+            allow_pinning: true,
+            enabled: true,
+        };
+        Snapshot::new(SnapshotParts {
+            revision: 42,
+            settings: Settings {
+                retry_times: 4,
+                ..Settings::default()
+            },
+            routes: vec![route],
+            channels: vec![channel],
+            teams: vec![team],
+            tokens: vec![token],
+        })
+    }
+
+    #[test]
+    fn round_trip_preserves_every_field() {
+        let snapshot = sample();
+        let wire = snapshot_to_proto(&snapshot, 1);
+        let back = snapshot_from_proto(wire).unwrap();
+        assert_eq!(back.revision, 42);
+        assert_eq!(back.settings, snapshot.settings);
+        assert_eq!(back.routes(), snapshot.routes());
+        assert_eq!(
+            back.channels().collect::<Vec<_>>(),
+            snapshot.channels().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            back.teams().collect::<Vec<_>>(),
+            snapshot.teams().collect::<Vec<_>>()
+        );
+        assert_eq!(back.tokens(), snapshot.tokens());
+        assert!(back.resolve_route("gpt-4o-mini").is_some());
+    }
+
+    #[test]
+    fn absent_settings_take_their_defaults() {
+        let wire = v1::Snapshot {
+            revision: 1,
+            ..v1::Snapshot::default()
+        };
+        let snapshot = snapshot_from_proto(wire).unwrap();
+        assert_eq!(snapshot.settings, Settings::default());
+    }
+
+    fn rejects(mutate: impl FnOnce(&mut v1::Snapshot), path: &str) {
+        let mut wire = snapshot_to_proto(&sample(), 1);
+        mutate(&mut wire);
+        let err = snapshot_from_proto(wire).unwrap_err();
+        assert_eq!(err.path, path, "{err}");
+    }
+
+    #[test]
+    fn unspecified_routing_mode_is_rejected() {
+        rejects(|w| w.routes[0].routing_mode = 0, "routes[0].routing_mode");
+    }
+
+    #[test]
+    fn unknown_provider_is_rejected() {
+        rejects(|w| w.channels[0].provider = 99, "channels[0].provider");
+    }
+
+    #[test]
+    fn out_of_range_setting_is_rejected() {
+        rejects(
+            |w| w.settings.as_mut().unwrap().retry_times = Some(1000),
+            "settings.retry_times",
+        );
+    }
+
+    #[test]
+    fn bad_pattern_is_rejected() {
+        rejects(
+            |w| w.routes[0].model_pattern = "gpt**".into(),
+            "routes[0].model_pattern",
+        );
+    }
+
+    #[test]
+    fn uppercase_token_hash_is_rejected() {
+        rejects(|w| w.tokens[0].hash = "A".repeat(64), "tokens[0].hash");
+    }
+
+    #[test]
+    fn duplicate_member_id_is_rejected() {
+        rejects(
+            |w| {
+                let dup = w.routes[0].members[0].clone();
+                w.routes[0].members.push(dup);
+            },
+            "routes[0].members[1]",
+        );
+    }
+
+    #[test]
+    fn missing_credential_secret_is_rejected() {
+        rejects(
+            |w| w.channels[0].credentials[0].secret = None,
+            "channels[0].credentials[0].secret",
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_rejected() {
+        rejects(|w| w.schema_version = SCHEMA_VERSION + 1, "schema_version");
+    }
+
+    #[test]
+    fn override_out_of_range_is_rejected() {
+        rejects(
+            |w| w.routes[0].channel_retry_times = Some(6),
+            "routes[0].channel_retry_times",
+        );
+    }
+}
