@@ -1,0 +1,244 @@
+//! Explain end to end: REST writes → compiled snapshot → the engine's decision, serialised.
+
+mod common;
+
+use axum::http::StatusCode;
+use common::{test_app, TestApp};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+/// A channel with one enabled credential (a channel without one is `credential_unavailable`).
+async fn live_channel(app: &TestApp, name: &str) -> i64 {
+    let id = app.channel(name).await;
+    app.create(
+        &format!("/api/v1/channels/{id}/credentials"),
+        json!({"secret": "sk-test-0123456789abcdef"}),
+    )
+    .await;
+    id
+}
+
+async fn explain(app: &TestApp, query: &str) -> (StatusCode, Value) {
+    app.refresh().await;
+    let reply = app.get(&format!("/api/v1/routes/explain?{query}")).await;
+    (reply.status, reply.body)
+}
+
+fn candidate<'a>(body: &'a Value, member: i64) -> &'a Value {
+    body["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["member_id"] == member)
+        .unwrap_or_else(|| panic!("member {member} not among candidates: {body}"))
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn exact_pattern_beats_wildcard_and_longest_wildcard_wins(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = live_channel(&app, "c").await;
+    for pattern in ["gpt-4o", "gpt-*", "gpt-4*"] {
+        let route = app.route(pattern).await;
+        app.member(route, json!({"channel_id": ch, "upstream_model": pattern}))
+            .await;
+    }
+    let (status, body) = explain(&app, "model=gpt-4o").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["route"]["model_pattern"], "gpt-4o");
+    assert_eq!(body["outcome"], "selected");
+    let (_, body) = explain(&app, "model=gpt-4-turbo").await;
+    assert_eq!(body["route"]["model_pattern"], "gpt-4*");
+    let (_, body) = explain(&app, "model=gpt-3.5").await;
+    assert_eq!(body["route"]["model_pattern"], "gpt-*");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn group_selection_and_fallback(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = live_channel(&app, "c").await;
+    let route = app.route("m").await;
+    let default = app
+        .member(route, json!({"channel_id": ch, "upstream_model": "a"}))
+        .await;
+    let batch = app
+        .member(
+            route,
+            json!({"channel_id": ch, "upstream_model": "b", "group_name": "batch"}),
+        )
+        .await;
+
+    let (_, body) = explain(&app, "model=m&route_group=batch").await;
+    assert_eq!(body["requested_group"], "batch");
+    assert_eq!(body["route_group"], "batch");
+    assert_eq!(body["group_fallback"], false);
+    assert_eq!(body["member_id"], batch);
+    assert_eq!(body["candidates"].as_array().unwrap().len(), 1);
+
+    let (_, body) = explain(&app, "model=m&route_group=nightly").await;
+    assert_eq!(body["requested_group"], "nightly");
+    assert_eq!(body["route_group"], "default");
+    assert_eq!(body["group_fallback"], true);
+    assert_eq!(body["member_id"], default);
+
+    let (_, body) = explain(&app, "model=m").await;
+    assert_eq!(body["requested_group"], "default");
+    assert_eq!(body["group_fallback"], false);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn reasons_tiers_and_probabilities(pool: PgPool) {
+    let app = test_app(pool);
+    let live = live_channel(&app, "live").await;
+    let off = live_channel(&app, "off").await;
+    app.patch(
+        &format!("/api/v1/channels/{off}"),
+        json!({"status": "disabled"}),
+    )
+    .await;
+    let keyless = app.channel("keyless").await;
+    let route = app.route("m").await;
+    let top_a = app
+        .member(
+            route,
+            json!({"channel_id": live, "upstream_model": "a", "priority": 10, "weight": 3}),
+        )
+        .await;
+    let top_b = app
+        .member(
+            route,
+            json!({"channel_id": live, "upstream_model": "b", "priority": 10, "weight": 1}),
+        )
+        .await;
+    let disabled = app
+        .member(
+            route,
+            json!({"channel_id": live, "upstream_model": "c", "priority": 10, "enabled": false}),
+        )
+        .await;
+    let on_off_channel = app
+        .member(
+            route,
+            json!({"channel_id": off, "upstream_model": "d", "priority": 10}),
+        )
+        .await;
+    let no_key = app
+        .member(
+            route,
+            json!({"channel_id": keyless, "upstream_model": "e", "priority": 10}),
+        )
+        .await;
+    let lower = app
+        .member(
+            route,
+            json!({"channel_id": live, "upstream_model": "f", "priority": 0}),
+        )
+        .await;
+
+    let (status, body) = explain(&app, "model=m&seed=7").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["tier"], 10);
+    assert_eq!(
+        candidate(&body, disabled)["reasons"],
+        json!(["member_disabled"])
+    );
+    assert_eq!(
+        candidate(&body, on_off_channel)["reasons"],
+        json!(["channel_disabled"])
+    );
+    assert_eq!(
+        candidate(&body, no_key)["reasons"],
+        json!(["credential_unavailable"])
+    );
+    assert_eq!(candidate(&body, top_a)["eligible"], true);
+    assert_eq!(candidate(&body, top_a)["channel"], "live");
+    let pa = candidate(&body, top_a)["probability"].as_f64().unwrap();
+    let pb = candidate(&body, top_b)["probability"].as_f64().unwrap();
+    assert!(
+        (pa - 0.75).abs() < 1e-9 && (pb - 0.25).abs() < 1e-9,
+        "{pa} {pb}"
+    );
+    assert_eq!(
+        candidate(&body, lower)["probability"],
+        0.0,
+        "lower tiers are never mixed in"
+    );
+    assert_eq!(body["seed"], 7);
+    assert_eq!(body["health_view"], "none");
+    assert!(body["revision"].as_u64().unwrap() > 1);
+    // Secrets never appear in explain output.
+    assert!(!body.to_string().contains("sk-test-0123456789abcdef"));
+
+    // The same seed reproduces the decision, through the console alias too.
+    let again = app.get("/console/routes/explain?model=m&seed=7").await;
+    assert_eq!(again.body["member_id"], body["member_id"]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn missing_model_is_400_and_unknown_model_404(pool: PgPool) {
+    let app = test_app(pool);
+    let (status, body) = explain(&app, "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["param"], "model");
+    let (status, body) = explain(&app, "model=%20").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = explain(&app, "model=nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "model_not_found");
+
+    // A disabled route does not match.
+    let route = app.route("nope").await;
+    app.patch(
+        &format!("/api/v1/routes/{route}"),
+        json!({"enabled": false}),
+    )
+    .await;
+    let (status, _) = explain(&app, "model=nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn explain_changes_nothing(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = live_channel(&app, "c").await;
+    let route = app.route("m").await;
+    app.member(route, json!({"channel_id": ch, "upstream_model": "a"}))
+        .await;
+    app.refresh().await;
+
+    async fn fingerprint(app: &TestApp) -> Value {
+        let row: (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT revision FROM snapshot_revision), (SELECT count(*) FROM audit_log), \
+                    (SELECT count(*) FROM channel_status_events), \
+                    (SELECT count(*) FROM route_members)",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        // Every row of every table the explain could conceivably touch.
+        let tables: String = sqlx::query_scalar(
+            "SELECT concat_ws('|', \
+               (SELECT json_agg(c ORDER BY id)::text FROM channels c), \
+               (SELECT json_agg(r ORDER BY id)::text FROM routes r), \
+               (SELECT json_agg(m ORDER BY id)::text FROM route_members m), \
+               (SELECT json_agg(k ORDER BY id)::text FROM credentials k), \
+               (SELECT value::text FROM settings))",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        json!({"row": [row.0, row.1, row.2, row.3], "tables": tables,
+               "published": app.publisher.current_revision()})
+    }
+
+    let before = fingerprint(&app).await;
+    for query in [
+        "model=m",
+        "model=m&route_group=x&session=abc",
+        "model=unknown",
+        "",
+    ] {
+        app.get(&format!("/api/v1/routes/explain?{query}")).await;
+        app.get(&format!("/console/routes/explain?{query}")).await;
+    }
+    assert_eq!(fingerprint(&app).await, before);
+}
