@@ -121,7 +121,6 @@ pub struct Attempt<'a> {
     pub channel: &'a Channel,
     pub runtime: &'a ChannelRuntime,
     pub credential: &'a CredentialRuntime,
-    pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
     pub deadline: Instant,
@@ -168,7 +167,9 @@ impl Attempt<'_> {
                 self.body.clone(),
             )
             .map_err(|_| Failed::transport("bad_upstream_request"))?;
-        let limit = (self.connect_timeout + self.first_byte_timeout).min(self.left());
+        // The connector enforces the connect timeout; the first-byte timeout (which starts with
+        // the attempt, connection included) and the remaining budget bound the whole wait.
+        let limit = self.first_byte_timeout.min(self.left());
         match timeout(limit, self.client.request(request)).await {
             Err(_) => Err(Failed::transport("first_byte_timeout")),
             Ok(Err(e)) if e.is_connect() => Err(Failed::transport("connect_error")),

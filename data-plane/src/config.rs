@@ -213,6 +213,34 @@ pub fn parse_yaml(text: &str, revision: u64) -> Result<SnapshotParts, ConfigErro
     raw.into_parts(revision, &|name| std::env::var(name).ok())
 }
 
+/// Hands out ids for entries that give none: the smallest positive ids no entry claims
+/// explicitly, in file order (stable across reloads of an unchanged file).
+struct Ids {
+    taken: std::collections::HashSet<i64>,
+    next: i64,
+}
+
+impl Ids {
+    fn new(explicit: impl Iterator<Item = Option<i64>>) -> Ids {
+        Ids {
+            taken: explicit.flatten().collect(),
+            next: 1,
+        }
+    }
+
+    fn next(&mut self) -> i64 {
+        while self.taken.contains(&self.next) {
+            self.next += 1;
+        }
+        self.next += 1;
+        self.next - 1
+    }
+
+    fn or_next(&mut self, id: Option<i64>) -> i64 {
+        id.unwrap_or_else(|| self.next())
+    }
+}
+
 /// SHA-256 of a token's plaintext, lowercase hex (how tokens are stored and looked up).
 pub fn token_hash(plaintext: &str) -> String {
     hex(&Sha256::digest(plaintext.as_bytes()))
@@ -246,10 +274,16 @@ impl RawConfig {
         }
         let mut channel_ids: HashMap<String, i64> = HashMap::new();
         let mut channels = Vec::with_capacity(self.channels.len());
-        let mut next_credential = 1;
+        let mut channel_ids_alloc = Ids::new(self.channels.iter().map(|c| c.id));
+        let mut credential_ids = Ids::new(self.channels.iter().flat_map(|c| {
+            c.credentials.iter().map(|k| match k {
+                RawCredential::Full { id, .. } => *id,
+                RawCredential::Plain(_) => None,
+            })
+        }));
         for (ci, raw) in self.channels.into_iter().enumerate() {
             let at = format!("channels[{ci}]");
-            let channel = raw.into_channel(ci, &at, &mut next_credential)?;
+            let channel = raw.into_channel(&at, &mut channel_ids_alloc, &mut credential_ids)?;
             if channel_ids
                 .insert(channel.name.clone(), channel.id)
                 .is_some()
@@ -264,10 +298,16 @@ impl RawConfig {
         check_unique(channels.iter().map(|c| c.id), "channels", "channel id")?;
 
         let mut routes = Vec::with_capacity(self.routes.len());
-        let mut next_member = 1;
+        let mut route_ids = Ids::new(self.routes.iter().map(|r| r.id));
+        let mut member_ids = Ids::new(
+            self.routes
+                .iter()
+                .flat_map(|r| r.members.iter().map(|m| m.id)),
+        );
         for (ri, raw) in self.routes.into_iter().enumerate() {
             let at = format!("routes[{ri}]");
-            routes.push(raw.into_route(ri, &at, &channel_ids, &mut next_member)?);
+            let id = route_ids.or_next(raw.id);
+            routes.push(raw.into_route(id, &at, &channel_ids, &mut member_ids)?);
         }
         check_unique(routes.iter().map(|r| r.id), "routes", "route id")?;
         check_unique(
@@ -277,13 +317,15 @@ impl RawConfig {
         )?;
 
         let mut team_ids = HashMap::new();
+        let mut team_alloc = Ids::new(self.teams.iter().map(|t| t.id));
+        let mut token_alloc = Ids::new(self.tokens.iter().map(|t| t.id));
         let mut teams = Vec::with_capacity(self.teams.len());
         for (ti, raw) in self.teams.into_iter().enumerate() {
             let at = format!("teams[{ti}]");
             for (pi, pattern) in raw.models.iter().enumerate() {
                 validate_pattern(pattern).map_err(|m| err(format!("{at}.models[{pi}]"), m))?;
             }
-            let id = raw.id.unwrap_or(ti as i64 + 1);
+            let id = team_alloc.or_next(raw.id);
             if team_ids.insert(raw.name.clone(), id).is_some() {
                 return Err(err(
                     format!("{at}.name"),
@@ -342,7 +384,7 @@ impl RawConfig {
                 validate_group(group).map_err(|m| err(format!("{at}.route_group"), m))?;
             }
             tokens.push(Token {
-                id: raw.id.unwrap_or(ti as i64 + 1),
+                id: token_alloc.or_next(raw.id),
                 name: raw.name,
                 hash,
                 route_group_name: raw.route_group,
@@ -377,9 +419,9 @@ fn check_unique(ids: impl Iterator<Item = i64>, path: &str, what: &str) -> Resul
 impl RawChannel {
     fn into_channel(
         self,
-        ci: usize,
         at: &str,
-        next_credential: &mut i64,
+        channel_ids: &mut Ids,
+        credential_ids: &mut Ids,
     ) -> Result<Channel, ConfigError> {
         let provider = Provider::parse(self.provider.trim()).ok_or_else(|| {
             err(
@@ -451,11 +493,7 @@ impl RawChannel {
                 Some(name) => SecretSource::Env(name.to_owned()),
                 None => SecretSource::Inline(secret),
             };
-            let id = id.unwrap_or_else(|| {
-                let id = (ci as i64 + 1) * 1000 + *next_credential;
-                *next_credential += 1;
-                id
-            });
+            let id = credential_ids.or_next(id);
             credentials.push(Credential {
                 id,
                 enabled,
@@ -471,7 +509,7 @@ impl RawChannel {
             }
             // The simulation needs no key, but the engine wants a usable credential.
             credentials.push(Credential {
-                id: (ci as i64 + 1) * 1000,
+                id: credential_ids.next(),
                 enabled: true,
                 secret: SecretSource::Inline("mock".to_owned()),
             });
@@ -497,7 +535,7 @@ impl RawChannel {
             }
         }
         Ok(Channel {
-            id: self.id.unwrap_or(ci as i64 + 1),
+            id: channel_ids.or_next(self.id),
             name: self.name.trim().to_owned(),
             provider,
             base_url,
@@ -516,10 +554,10 @@ impl RawChannel {
 impl RawRoute {
     fn into_route(
         self,
-        ri: usize,
+        id: i64,
         at: &str,
         channel_ids: &HashMap<String, i64>,
-        next_member: &mut i64,
+        member_ids: &mut Ids,
     ) -> Result<Route, ConfigError> {
         validate_pattern(&self.model_pattern).map_err(|m| err(format!("{at}.model_pattern"), m))?;
         let routing_mode = RoutingMode::parse(self.routing_mode.trim()).ok_or_else(|| {
@@ -555,11 +593,7 @@ impl RawRoute {
                 "" => DEFAULT_GROUP.to_owned(),
                 g => g.to_owned(),
             };
-            let id = raw.id.unwrap_or_else(|| {
-                let id = *next_member;
-                *next_member += 1;
-                id
-            });
+            let id = member_ids.or_next(raw.id);
             members.push(Member {
                 id,
                 channel_id,
@@ -590,7 +624,7 @@ impl RawRoute {
             ));
         }
         Ok(Route {
-            id: self.id.unwrap_or(ri as i64 + 1),
+            id,
             model_pattern: self.model_pattern.trim().to_owned(),
             enabled: self.enabled,
             routing_mode,

@@ -99,7 +99,6 @@ pub async fn proxy(
     let anthropic = req.endpoint.anthropic_errors();
     let retry_allowed = req.endpoint.retry_allowed(req.headers);
     let deadline = req.started + Duration::from_millis(settings.request_timeout_ms);
-    let connect_timeout = Duration::from_millis(settings.connect_timeout_ms);
     let first_byte_timeout = Duration::from_millis(settings.first_byte_timeout_ms);
     let idle_timeout = Duration::from_millis(settings.stream_idle_timeout_ms);
     let mut rng = SplitMix64::new(req.seed);
@@ -258,7 +257,6 @@ pub async fn proxy(
                 channel: picked.channel,
                 runtime,
                 credential,
-                connect_timeout,
                 first_byte_timeout,
                 idle_timeout,
                 deadline,

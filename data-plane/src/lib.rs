@@ -49,7 +49,10 @@ impl AppState {
     /// Builds the state and starts following `snapshots` (on the current tokio runtime).
     pub fn new(snapshots: SnapshotReceiver, store: Arc<dyn StateStore>) -> Arc<AppState> {
         let views = Arc::new(ArcSwapOption::empty());
+        // The pooled client's connect timeout comes from the first snapshot (default 5 s).
+        let mut connect_timeout = Duration::from_secs(5);
         if let Some(snapshot) = snapshots.borrow().clone() {
+            connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
             views.store(Some(Arc::new(View::compile(snapshot))));
         }
         tokio::spawn(snapshot::follow(snapshots, views.clone()));
@@ -60,7 +63,7 @@ impl AppState {
         Arc::new(AppState {
             views,
             store,
-            client: upstream::build_client(Duration::from_secs(5)),
+            client: upstream::build_client(connect_timeout),
             metrics: Metrics::default(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         })

@@ -1,0 +1,160 @@
+//! Shared helpers: an in-process proxy on a loopback port and a tiny HTTP client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code)]
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use switchyard_data_plane::config::parse_yaml;
+use switchyard_data_plane::snapshot::SnapshotSender;
+use switchyard_data_plane::{app, AppState};
+use switchyard_engine::Snapshot;
+use switchyard_state::{InMemoryStore, StateDump, StateStore};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub const TOKEN: &str = "sk-test-token";
+
+pub struct Proxy {
+    pub url: String,
+    pub state: Arc<AppState>,
+    pub store: Arc<dyn StateStore>,
+    pub snapshots: SnapshotSender,
+}
+
+impl Proxy {
+    pub fn dump(&self) -> StateDump {
+        self.store.dump(switchyard_data_plane::unix_ms())
+    }
+
+    pub fn reload(&self, yaml: &str, revision: u64) {
+        let parts = parse_yaml(yaml, revision).unwrap();
+        self.snapshots
+            .send_replace(Some(Arc::new(Snapshot::new(parts))));
+    }
+}
+
+/// A proxy serving `yaml` (with a token `TOKEN` appended unless the YAML has `tokens:`).
+pub async fn start(yaml: &str) -> Proxy {
+    let yaml = if yaml.contains("\ntokens:") {
+        yaml.to_owned()
+    } else {
+        format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n    allow_pinning: true\n")
+    };
+    let parts = parse_yaml(&yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
+    let (snapshots, rx) = watch::channel(Some(Arc::new(Snapshot::new(parts))));
+    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
+    let state = AppState::new(rx, store.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(axum::serve(listener, app(state.clone())).into_future());
+    Proxy {
+        url: format!("http://{addr}"),
+        state,
+        store,
+        snapshots,
+    }
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    pub fn attempts(&self) -> usize {
+        self.header("x-switchyard-attempts").parse().unwrap()
+    }
+}
+
+pub async fn send(
+    method: Method,
+    url: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::builder().method(method).uri(url);
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        req = req.header("content-type", "application/json");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(req.body(Full::new(Bytes::from(body))).unwrap()),
+    )
+    .await
+    .expect("request timed out")
+    .expect("request failed");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+pub async fn post(proxy: &Proxy, path: &str, body: &str) -> Reply {
+    post_with(proxy, path, body, &[]).await
+}
+
+pub async fn post_with(proxy: &Proxy, path: &str, body: &str, headers: &[(&str, &str)]) -> Reply {
+    send(
+        Method::POST,
+        &format!("{}{path}", proxy.url),
+        Some(TOKEN),
+        body.as_bytes().to_vec(),
+        headers,
+    )
+    .await
+}
+
+pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
+pub const CHAT_STREAM: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
+
+/// A channel block for a mock upstream URL with the given credentials.
+pub fn channel(name: &str, url: &str, keys: &[&str]) -> String {
+    let keys: Vec<String> = keys.iter().map(|k| format!("\"{k}\"")).collect();
+    format!(
+        "  - name: {name}\n    provider: openai\n    base_url: {url}\n    credentials: [{}]\n",
+        keys.join(", ")
+    )
+}

@@ -1,0 +1,354 @@
+//! The HTTP edge and streaming: auth, limits, errors, headers, stickiness, pinning, SSE passthrough
+//! and stream failures, reload, the in-process mock provider.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use http::Method;
+use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
+
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+fn one_channel(url: &str, settings: &str) -> String {
+    format!(
+        "settings:\n{settings}\nchannels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: up }}\n",
+        channel("a", url, &["ka"])
+    )
+}
+
+fn two_channels(a: &MockUpstream, b: &MockUpstream, settings: &str) -> String {
+    format!(
+        "settings:\n{settings}\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, priority: 10 }}\n      - {{ id: 2, channel: b, priority: 0 }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    )
+}
+
+#[tokio::test]
+async fn auth_is_required_and_errors_have_the_right_shape() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 2")).await;
+    let url = format!("{}{CHAT_PATH}", proxy.url);
+    let none = send(Method::POST, &url, None, CHAT.into(), &[]).await;
+    assert_eq!(none.status, 401);
+    assert_eq!(none.json()["error"]["code"], "invalid_api_key");
+    let wrong = send(Method::POST, &url, Some("sk-wrong"), CHAT.into(), &[]).await;
+    assert_eq!(wrong.status, 401);
+    // x-api-key works too.
+    let ok = send(
+        Method::POST,
+        &url,
+        None,
+        CHAT.into(),
+        &[("x-api-key", TOKEN)],
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    // Anthropic endpoints answer in the Anthropic error shape.
+    let messages = format!("{}/v1/messages", proxy.url);
+    let anthropic = send(Method::POST, &messages, None, CHAT.into(), &[]).await;
+    assert_eq!(anthropic.status, 401);
+    assert_eq!(anthropic.json()["type"], "error");
+    assert_eq!(anthropic.json()["error"]["type"], "authentication_error");
+    assert_eq!(up.hits(), 1);
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_before_any_upstream_call() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(
+        &up.base_url(),
+        "  max_request_body_bytes: 2048",
+    ))
+    .await;
+    let big = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(4000)
+    );
+    let oversize = post(&proxy, CHAT_PATH, &big).await;
+    assert_eq!(oversize.status, 413);
+    assert_eq!(oversize.json()["error"]["code"], "request_too_large");
+    let malformed = post(&proxy, CHAT_PATH, r#"{"model":"m","messages":["#).await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.json()["error"]["type"], "invalid_request_error");
+    let missing = post(&proxy, CHAT_PATH, r#"{"messages":[]}"#).await;
+    assert_eq!(
+        (missing.status, missing.json()["error"]["code"].as_str()),
+        (400, Some("missing_model"))
+    );
+    let unknown = post(&proxy, CHAT_PATH, r#"{"model":"nope"}"#).await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["error"]["code"], "model_not_found");
+    assert!(!unknown.header("x-switchyard-request-id").is_empty());
+    assert_eq!(up.hits(), 0);
+}
+
+#[tokio::test]
+async fn no_eligible_member_is_a_clear_503() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = one_channel(&up.base_url(), "  retry_times: 2").replace(
+        "upstream_model: up }",
+        "upstream_model: up, enabled: false }",
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.json()["error"]["code"], "no_eligible_member");
+}
+
+#[tokio::test]
+async fn sse_streams_pass_through_byte_for_byte() {
+    let up = MockUpstream::start().await.unwrap();
+    up.on(
+        Matcher::any(),
+        Behavior::ok().stream(5, Duration::from_millis(5)),
+    );
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 2")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply
+        .header("content-type")
+        .starts_with("text/event-stream"));
+    let direct = send(
+        Method::POST,
+        &format!("{}{CHAT_PATH}", up.base_url()),
+        Some("ka"),
+        CHAT_STREAM.replace("\"m\"", "\"up\"").into_bytes(),
+        &[],
+    )
+    .await;
+    // Same event structure (ids differ per response).
+    let shape = |body: &str| body.matches("data: ").count();
+    assert_eq!(shape(&reply.body), shape(&direct.body));
+    assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn stream_cut_before_first_byte_fails_over_transparently() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    a.on(Matcher::any(), Behavior::ok().cut_before_first_byte());
+    let proxy = start(&two_channels(&a, &b, "  channel_retry_times: 0")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "b")
+    );
+    assert!(reply.body.ends_with("data: [DONE]\n\n"));
+    assert!(!reply.body.contains("error"));
+    assert_eq!((a.hits(), b.hits()), (1, 1));
+}
+
+#[tokio::test]
+async fn stream_cut_after_first_byte_ends_with_an_error_event_and_no_retry() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    a.on(Matcher::any(), Behavior::ok().cut_after_chunks(2));
+    let proxy = start(&two_channels(&a, &b, "  channel_retry_times: 1")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("x-switchyard-channel"), "a");
+    let events: Vec<&str> = reply.body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(
+        events.len(),
+        3,
+        "two relayed events and the error event: {}",
+        reply.body
+    );
+    assert!(events[2].starts_with("data: {\"error\""), "{}", events[2]);
+    assert!(!reply.body.contains("[DONE]"));
+    assert_eq!((a.hits(), b.hits()), (1, 0), "never a second upstream call");
+    // The member is cooled.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(proxy.dump().cooldowns.len(), 1);
+}
+
+#[tokio::test]
+async fn idle_stream_is_ended_with_an_error_event() {
+    let up = MockUpstream::start().await.unwrap();
+    up.on(
+        Matcher::any(),
+        Behavior::ok().stream(3, Duration::from_millis(800)),
+    );
+    let proxy = start(&one_channel(
+        &up.base_url(),
+        "  stream_idle_timeout_ms: 200",
+    ))
+    .await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.body.contains("idle timeout"), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn sticky_sessions_stick_and_pins_do_not_bind() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let yaml = format!(
+        "settings:\n  sticky_enabled: true\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n      - {{ id: 2, channel: b }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let first = post_with(&proxy, CHAT_PATH, CHAT, &[("x-session-id", "s-1")]).await;
+    let bound = first.header("x-switchyard-channel").to_owned();
+    for _ in 0..10 {
+        let again = post_with(&proxy, CHAT_PATH, CHAT, &[("x-session-id", "s-1")]).await;
+        assert_eq!(again.header("x-switchyard-channel"), bound);
+    }
+    // Body fields work too (here the hash of the first user message).
+    let c1 = post(&proxy, CHAT_PATH, CHAT)
+        .await
+        .header("x-switchyard-channel")
+        .to_owned();
+    for _ in 0..5 {
+        assert_eq!(
+            post(&proxy, CHAT_PATH, CHAT)
+                .await
+                .header("x-switchyard-channel"),
+            c1
+        );
+    }
+    assert_eq!(proxy.dump().sticky_bindings, 2);
+    // A pinned request is served by its pin and binds nothing.
+    let pinned = post_with(
+        &proxy,
+        CHAT_PATH,
+        CHAT,
+        &[("x-session-id", "s-2"), ("x-switchyard-pin-member", "2")],
+    )
+    .await;
+    assert_eq!(pinned.header("x-switchyard-channel"), "b");
+    assert_eq!(proxy.dump().sticky_bindings, 2);
+    let metrics = send(
+        Method::GET,
+        &format!("{}/metrics", proxy.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert!(
+        metrics.body.contains("switchyard_sticky_hits_total 15"),
+        "{}",
+        metrics.body
+    );
+}
+
+#[tokio::test]
+async fn pinning_needs_allow_pinning() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "{}tokens:\n  - name: plain\n    token: {TOKEN}\n",
+        one_channel(&up.base_url(), "  retry_times: 2")
+    );
+    let proxy = start(&yaml).await;
+    let reply = post_with(&proxy, CHAT_PATH, CHAT, &[("x-switchyard-pin-member", "1")]).await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.json()["error"]["code"], "pinning_not_allowed");
+}
+
+#[tokio::test]
+async fn models_lists_what_the_token_may_call() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 2")).await;
+    let reply = send(
+        Method::GET,
+        &format!("{}/v1/models", proxy.url),
+        Some(TOKEN),
+        vec![],
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["data"][0]["id"], "m");
+    let health = send(
+        Method::GET,
+        &format!("{}/healthz", proxy.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    let ready = send(
+        Method::GET,
+        &format!("{}/readyz", proxy.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert_eq!((health.status, ready.status), (200, 200));
+}
+
+#[tokio::test]
+async fn reload_swaps_the_snapshot_without_a_restart() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = one_channel(&up.base_url(), "  retry_times: 2");
+    let proxy = start(&yaml).await;
+    assert_eq!(
+        post(&proxy, CHAT_PATH, r#"{"model":"m2"}"#).await.status,
+        404
+    );
+    let next = format!(
+        "{}  - model_pattern: m2\n    members:\n      - {{ channel: a }}\ntokens:\n  - name: t\n    token: {TOKEN}\n",
+        yaml
+    );
+    proxy.reload(&next, 2);
+    for _ in 0..50 {
+        if post(&proxy, CHAT_PATH, r#"{"model":"m2"}"#).await.status == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the new route never became visible");
+}
+
+#[tokio::test]
+async fn mock_provider_simulates_every_endpoint_and_failures() {
+    let yaml = "channels:\n  - name: sim\n    provider: mock\n    mock: { stream_chunks: 3 }\n  - name: broken\n    provider: mock\n    mock: { failure_rate: 1.0, failure_status: 503 }\nroutes:\n  - model_pattern: m\n    members:\n      - { channel: broken, priority: 1 }\n      - { channel: sim, priority: 0 }\n";
+    let proxy = start(yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "sim")
+    );
+    assert_eq!(reply.json()["object"], "chat.completion");
+    let stream = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert!(stream.body.ends_with("data: [DONE]\n\n"));
+    assert_eq!(stream.body.matches("data: [DONE]").count(), 1);
+    let emb = post(
+        &proxy,
+        "/v1/embeddings",
+        r#"{"model":"m","input":["a","b"]}"#,
+    )
+    .await;
+    assert_eq!(emb.json()["data"].as_array().map(Vec::len), Some(2));
+    let msg = post(
+        &proxy,
+        "/v1/messages",
+        r#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .await;
+    assert_eq!(msg.json()["type"], "message");
+    let speech = post_with(
+        &proxy,
+        "/v1/audio/speech",
+        r#"{"model":"m","input":"hi","voice":"x"}"#,
+        &[("idempotency-key", "1")],
+    )
+    .await;
+    assert_eq!(
+        (speech.status, speech.header("content-type")),
+        (200, "audio/mpeg")
+    );
+}

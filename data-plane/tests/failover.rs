@@ -1,0 +1,400 @@
+//! SPEC §3 failover, row by row, against real mock upstreams on loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
+
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// Two channels: `a` (priority 10, tried first) and `b` (priority 0).
+fn two_channels(a: &MockUpstream, a_keys: &[&str], b: &MockUpstream, settings: &str) -> String {
+    format!(
+        "settings:\n{settings}\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: up-a, priority: 10 }}\n      - {{ id: 2, channel: b, upstream_model: up-b, priority: 0 }}\n",
+        channel("a", &a.base_url(), a_keys),
+        channel("b", &b.base_url(), &["kb"]),
+    )
+}
+
+async fn mocks() -> (MockUpstream, MockUpstream) {
+    (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn retryable_5xx_resends_on_the_channel_then_fails_over() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(500));
+    let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 1")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("x-switchyard-channel"), "b");
+    assert_eq!(reply.header("x-switchyard-route"), "m");
+    assert!(!reply.header("x-switchyard-request-id").is_empty());
+    assert_eq!(reply.attempts(), 3);
+    assert_eq!(a.hits(), 2, "one send plus channel_retry_times re-sends");
+    assert_eq!(b.hits(), 1);
+    // The model is rewritten to each member's upstream model; the rest is forwarded.
+    assert_eq!(a.requests()[0].json()["model"], "up-a");
+    assert_eq!(b.requests()[0].json()["model"], "up-b");
+    assert_eq!(b.requests()[0].json()["messages"][0]["content"], "hello");
+    assert_eq!(b.requests()[0].credential.as_deref(), Some("kb"));
+    // The member is cooled; the channel counted one failure.
+    let dump = proxy.dump();
+    assert_eq!(
+        dump.cooldowns
+            .iter()
+            .map(|c| c.member_id)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
+    let ch = dump.channels.iter().find(|c| c.channel_id == 1).unwrap();
+    assert_eq!(ch.consecutive_failures, 1);
+}
+
+#[tokio::test]
+async fn retryable_statuses_408_and_429_fail_over() {
+    for status in [408u16, 429, 502, 503] {
+        let (a, b) = mocks().await;
+        a.on(Matcher::any(), Behavior::status(status));
+        let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 0")).await;
+        let reply = post(&proxy, CHAT_PATH, CHAT).await;
+        assert_eq!(
+            (reply.status, reply.header("x-switchyard-channel")),
+            (200, "b"),
+            "{status}"
+        );
+        assert_eq!(a.hits(), 1, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn channel_specific_retry_codes_and_patterns_are_retryable() {
+    let (a, b) = mocks().await;
+    a.on(
+        Matcher::any(),
+        Behavior::status(400).body(r#"{"error":{"message":"upstream busy, try later"}}"#),
+    );
+    let yaml = two_channels(&a, &["ka"], &b, "  channel_retry_times: 1").replace(
+        "    credentials: [\"ka\"]\n",
+        "    credentials: [\"ka\"]\n    retry_error_patterns: [\"try later\"]\n",
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        a.hits(),
+        2,
+        "a matching pattern makes the 400 retryable on the same channel"
+    );
+    // It counts for the breaker, unlike a plain 4xx.
+    assert_eq!(proxy.dump().channels[0].consecutive_failures, 1);
+}
+
+#[tokio::test]
+async fn credentials_rotate_within_a_channel() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(503));
+    let proxy = start(&two_channels(
+        &a,
+        &["k1", "k2", "k3"],
+        &b,
+        "  channel_retry_times: 2",
+    ))
+    .await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 200);
+    let per_key: Vec<usize> = ["k1", "k2", "k3"]
+        .iter()
+        .map(|k| a.hits_matching(&Matcher::any().credential(k)))
+        .collect();
+    assert_eq!(per_key, vec![1, 1, 1], "each credential tried once in turn");
+    // Channel failures are counted once per request, however many credentials were tried.
+    let ch = proxy
+        .dump()
+        .channels
+        .into_iter()
+        .find(|c| c.channel_id == 1)
+        .unwrap();
+    assert_eq!(ch.consecutive_failures, 1);
+}
+
+#[tokio::test]
+async fn other_4xx_fails_over_without_resend_and_never_counts_for_the_breaker() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(400));
+    let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 3")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "b")
+    );
+    assert_eq!(a.hits(), 1, "a 4xx is not re-sent on the same channel");
+    let dump = proxy.dump();
+    assert_eq!(dump.cooldowns.len(), 1, "only that member is cooled");
+    assert!(dump.channels.iter().all(|c| c.consecutive_failures == 0));
+}
+
+#[tokio::test]
+async fn retry_after_extends_the_cooldown() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(429).retry_after(120));
+    let proxy = start(&two_channels(
+        &a,
+        &["ka"],
+        &b,
+        "  cooldown_seconds: 1\n  channel_retry_times: 0",
+    ))
+    .await;
+    let before = switchyard_data_plane::unix_ms();
+    assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 200);
+    let until = proxy.dump().cooldowns[0].until;
+    assert!(until >= before + 119_000, "cooldown {} ms", until - before);
+    // The cooled member is skipped by the next request.
+    post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(a.hits(), 1);
+}
+
+#[tokio::test]
+async fn model_not_found_tries_the_same_channels_other_variants_first() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any().model("gone"), Behavior::status(404));
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: gone, priority: 10 }}\n      - {{ id: 2, channel: a, upstream_model: alias, priority: 5, weight: 1 }}\n      - {{ id: 3, channel: b, upstream_model: up-b, priority: 5, weight: 100000 }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "a"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(a.hits_matching(&Matcher::any().model("alias")), 1);
+    assert_eq!(b.hits(), 0);
+}
+
+#[tokio::test]
+async fn empty_and_malformed_completions_fail_over() {
+    for broken in [
+        Behavior::ok().empty_completion(),
+        Behavior::ok().malformed(),
+    ] {
+        let (a, b) = mocks().await;
+        a.on(Matcher::any(), broken);
+        let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 0")).await;
+        let reply = post(&proxy, CHAT_PATH, CHAT).await;
+        assert_eq!(
+            (reply.status, reply.header("x-switchyard-channel")),
+            (200, "b")
+        );
+        assert_eq!(
+            reply.json()["choices"][0]["message"]["content"],
+            "Hello from mock"
+        );
+    }
+}
+
+#[tokio::test]
+async fn transport_failure_fails_over_and_first_of_a_streak_does_not_cool() {
+    let b = MockUpstream::start().await.unwrap();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, priority: 10 }}\n      - {{ id: 2, channel: b, priority: 0 }}\n",
+        channel("a", &format!("http://{closed}"), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "b")
+    );
+    let dump = proxy.dump();
+    assert!(
+        dump.cooldowns.is_empty(),
+        "first transport failure only counts"
+    );
+    assert_eq!(dump.member_failures[0].consecutive_failures, 1);
+    // A repeat cools the member.
+    post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(proxy.dump().cooldowns.len(), 1);
+}
+
+#[tokio::test]
+async fn breaker_trips_after_threshold_requests() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(500));
+    let settings =
+        "  channel_retry_times: 0\n  breaker_failure_threshold: 2\n  cooldown_seconds: 0";
+    let proxy = start(&two_channels(&a, &["ka"], &b, settings)).await;
+    post(&proxy, CHAT_PATH, CHAT).await;
+    assert!(!proxy.dump().channels[0].breaker_open);
+    post(&proxy, CHAT_PATH, CHAT).await;
+    assert!(proxy
+        .dump()
+        .channels
+        .iter()
+        .any(|c| c.channel_id == 1 && c.breaker_open));
+    let hits = a.hits();
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!((reply.status, reply.attempts()), (200, 1));
+    assert_eq!(a.hits(), hits, "a tripped channel is not selected");
+    let metrics = send(
+        http::Method::GET,
+        &format!("{}/metrics", proxy.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert!(
+        metrics.body.contains("switchyard_breaker_trips_total 1"),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics.body.contains("switchyard_failovers_total 2"),
+        "{}",
+        metrics.body
+    );
+}
+
+#[tokio::test]
+async fn non_idempotent_endpoints_are_never_retried() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(500));
+    // No cooldown, so that every request starts on `a` again.
+    let settings = "  channel_retry_times: 2\n  cooldown_seconds: 0";
+    let proxy = start(&two_channels(&a, &["ka"], &b, settings)).await;
+    let images = post(
+        &proxy,
+        "/v1/images/generations",
+        r#"{"model":"m","prompt":"cat"}"#,
+    )
+    .await;
+    assert_eq!((images.status, images.attempts()), (500, 1));
+    let keyed = post_with(
+        &proxy,
+        "/v1/images/generations",
+        r#"{"model":"m","prompt":"cat"}"#,
+        &[("idempotency-key", "k")],
+    )
+    .await;
+    assert_eq!(
+        keyed.status, 500,
+        "images are never retried, even with a key"
+    );
+    let responses = post(&proxy, "/v1/responses", r#"{"model":"m","input":"hi"}"#).await;
+    assert_eq!((responses.status, responses.attempts()), (500, 1));
+    assert_eq!(b.hits(), 0);
+    let keyed = post_with(
+        &proxy,
+        "/v1/responses",
+        r#"{"model":"m","input":"hi"}"#,
+        &[("idempotency-key", "k")],
+    )
+    .await;
+    assert_eq!(
+        (keyed.status, keyed.header("x-switchyard-channel")),
+        (200, "b")
+    );
+}
+
+#[tokio::test]
+async fn exhaustion_returns_the_last_upstream_answer() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(503));
+    b.on(
+        Matcher::any(),
+        Behavior::status(429)
+            .retry_after(9)
+            .body(r#"{"error":{"message":"slow down from b"}}"#),
+    );
+    let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 0")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 429);
+    assert_eq!(reply.header("retry-after"), "9");
+    assert!(reply.body.contains("slow down from b"), "{}", reply.body);
+    assert_eq!(reply.attempts(), 2);
+    assert_eq!(reply.header("x-switchyard-channel"), "b");
+}
+
+#[tokio::test]
+async fn retry_times_bounds_cross_channel_rounds() {
+    let (a, b) = mocks().await;
+    let c = MockUpstream::start().await.unwrap();
+    for m in [&a, &b, &c] {
+        m.on(Matcher::any(), Behavior::status(500));
+    }
+    let yaml = format!(
+        "settings:\n  retry_times: 1\n  channel_retry_times: 0\nchannels:\n{}{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: a, priority: 3 }}\n      - {{ channel: b, priority: 2 }}\n      - {{ channel: c, priority: 1 }}\n",
+        channel("a", &a.base_url(), &["k"]),
+        channel("b", &b.base_url(), &["k"]),
+        channel("c", &c.base_url(), &["k"]),
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!((reply.status, reply.attempts()), (500, 2));
+    assert_eq!((a.hits(), b.hits(), c.hits()), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn deadline_bounds_a_hung_upstream_across_retries() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::ok().hang());
+    b.on(Matcher::any(), Behavior::ok().hang());
+    let settings =
+        "  request_timeout_ms: 1500\n  first_byte_timeout_ms: 60000\n  channel_retry_times: 2";
+    let proxy = start(&two_channels(&a, &["ka"], &b, settings)).await;
+    let started = Instant::now();
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    let took = started.elapsed();
+    assert_eq!(reply.status, 504, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "upstream_timeout");
+    assert!(took < Duration::from_millis(2500), "held for {took:?}");
+    assert!(
+        took >= Duration::from_millis(1400),
+        "gave up early: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn first_byte_timeout_moves_on_to_the_next_member() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::ok().hang());
+    let settings = "  first_byte_timeout_ms: 300\n  channel_retry_times: 0";
+    let proxy = start(&two_channels(&a, &["ka"], &b, settings)).await;
+    let started = Instant::now();
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "b")
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn cross_channel_failover_disabled_stops_after_the_first_channel() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(500));
+    let settings = "  cross_channel_failover_enabled: false\n  channel_retry_times: 1";
+    let proxy = start(&two_channels(&a, &["k1", "k2"], &b, settings)).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(
+        (a.hits(), b.hits()),
+        (2, 0),
+        "credential rotation still on, no other channel"
+    );
+}
