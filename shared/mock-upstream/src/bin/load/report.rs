@@ -1,0 +1,108 @@
+//! `switchyard-load report DIR`: the benchmark summary from the files `scripts/load` writes:
+//! `pids.json` (`{"proxy": PID, "mock": PID}`), `idle.json` (`{"proxy": kB, "mock": kB}`),
+//! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_N.json` (`hold` outputs).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+fn read(dir: &Path, name: &str) -> Option<Value> {
+    let text = std::fs::read_to_string(dir.join(name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn num(v: &Value, pointer: &str) -> Option<f64> {
+    v.pointer(pointer).and_then(Value::as_f64)
+}
+
+fn diff(proxy: &Value, direct: &Value, pointer: &str) -> Value {
+    match (num(proxy, pointer), num(direct, pointer)) {
+        (Some(p), Some(d)) => json!(((p - d) * 1000.0).round() / 1000.0),
+        _ => Value::Null,
+    }
+}
+
+pub fn report(dir: &Path) -> Result<Value, String> {
+    if !dir.is_dir() {
+        return Err(format!("{}: not a directory", dir.display()));
+    }
+    let pids = read(dir, "pids.json").unwrap_or(Value::Null);
+    let proxy_pid = pids.get("proxy").map(|p| p.to_string()).unwrap_or_default();
+    let idle = read(dir, "idle.json").unwrap_or(Value::Null);
+    let mut added = serde_json::Map::new();
+    let mut runs = serde_json::Map::new();
+    let mut proxy_peak_rss: Option<f64> = None;
+    for c in ["1", "64"] {
+        let direct = read(dir, &format!("direct_c{c}.json"));
+        let proxy = read(dir, &format!("proxy_c{c}.json"));
+        if let (Some(direct), Some(proxy)) = (&direct, &proxy) {
+            added.insert(
+                format!("c{c}"),
+                json!({
+                    "p50": diff(proxy, direct, "/latency_ms/p50"),
+                    "p90": diff(proxy, direct, "/latency_ms/p90"),
+                    "p99": diff(proxy, direct, "/latency_ms/p99"),
+                }),
+            );
+        }
+        for (name, run) in [("direct", &direct), ("proxy", &proxy)] {
+            if let Some(run) = run {
+                runs.insert(
+                    format!("{name}_c{c}"),
+                    json!({
+                        "throughput_rps": run["throughput_rps"],
+                        "latency_ms": run["latency_ms"],
+                        "errors": run["errors"],
+                    }),
+                );
+            }
+        }
+        if let Some(peak) = proxy
+            .as_ref()
+            .and_then(|p| num(p, &format!("/rss_kb/{proxy_pid}/peak")))
+        {
+            proxy_peak_rss = Some(proxy_peak_rss.map_or(peak, |m: f64| m.max(peak)));
+        }
+    }
+    let mut holds = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("hold_") && n.ends_with(".json"))
+        .collect();
+    entries.sort_by_key(|n| {
+        n.trim_start_matches("hold_")
+            .trim_end_matches(".json")
+            .parse::<u64>()
+            .unwrap_or(0)
+    });
+    for name in entries {
+        if let Some(h) = read(dir, &name) {
+            holds.push(json!({
+                "streams": h["streams"],
+                "completed": h["completed"],
+                "errors": h["errors"],
+                "stalled_streams": h["stalled_streams"],
+                "stall_threshold_ms": h["stall_threshold_ms"],
+                "max_gap_ms": h["max_gap_ms"],
+                "peak_open_streams": h["peak_open_streams"],
+                "ttfb_ms_p99": h.pointer("/ttfb_ms/p99").cloned().unwrap_or(Value::Null),
+                "proxy_rss_kb_peak": h.pointer(&format!("/rss_kb/{proxy_pid}/peak")).cloned().unwrap_or(Value::Null),
+            }));
+        }
+    }
+    Ok(json!({
+        "added_latency_ms": added,
+        "runs": runs,
+        "throughput_at_saturation_rps": {
+            "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
+            "proxy": read(dir, "proxy_c64.json").map(|r| r["throughput_rps"].clone()),
+        },
+        "rss_kb": {
+            "proxy_idle": idle.get("proxy").cloned().unwrap_or(Value::Null),
+            "proxy_under_load_peak": proxy_peak_rss,
+            "mock_idle": idle.get("mock").cloned().unwrap_or(Value::Null),
+        },
+        "stream_holds": holds,
+    }))
+}
