@@ -1,0 +1,182 @@
+//! The real `switchyard-data-plane` binary: standalone YAML, reload on change, bad config exit,
+//! graceful shutdown on SIGTERM with a request in flight.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{send, CHAT, TOKEN};
+use http::Method;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard-data-plane");
+
+fn config(extra_route: &str) -> String {
+    format!(
+        "channels:\n  - name: sim\n    provider: mock\n    mock: {{ latency_ms: 400 }}\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: sim }}\n{extra_route}tokens:\n  - name: t\n    token: {TOKEN}\n"
+    )
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-dp-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Running {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(path: &Path) -> Running {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .env("SWITCHYARD_CONFIG_POLL_MS", "100")
+        .env("RUST_LOG", "info")
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
+            continue;
+        };
+        let log: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        if log["message"] == "listening" {
+            let addr = log["addr"].as_str().unwrap().to_owned();
+            // Keep draining stdout so the process never blocks on a full pipe.
+            std::thread::spawn(move || while rx.recv().is_ok() {});
+            return Running {
+                child,
+                url: format!("http://{addr}"),
+            };
+        }
+    }
+    panic!("the binary never logged its listen address");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_reloads_and_drains_on_sigterm() {
+    let path = temp_file("serve", &config(""));
+    let mut running = spawn(&path);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("x-switchyard-channel"), "sim");
+
+    // A broken edit is rejected and the last good snapshot keeps serving.
+    std::fs::write(&path, "routes: [ {model_pattern: 7").unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[])
+            .await
+            .status,
+        200
+    );
+
+    // A valid edit is picked up without a restart.
+    std::fs::write(
+        &path,
+        config("  - model_pattern: m2\n    members:\n      - { channel: sim }\n"),
+    )
+    .unwrap();
+    let m2 = r#"{"model":"m2","messages":[{"role":"user","content":"x"}]}"#;
+    let mut reloaded = false;
+    for _ in 0..50 {
+        if send(Method::POST, &chat, Some(TOKEN), m2.into(), &[])
+            .await
+            .status
+            == 200
+        {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the new route never appeared");
+
+    // SIGTERM with a request in flight: it completes, then the process exits 0.
+    let in_flight = tokio::spawn({
+        let chat = chat.clone();
+        async move { send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = running.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let reply = in_flight.await.unwrap();
+    assert_eq!(
+        reply.status, 200,
+        "the in-flight request finished during the drain"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = running.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn bad_configuration_exits_non_zero_with_a_one_line_reason() {
+    let path = temp_file(
+        "bad",
+        "channels:\n  - name: a\n    provider: mock\nroutes:\n  - model_pattern: m\n    members:\n      - { channel: missing }\n",
+    );
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("routes[0].members[0].channel: unknown channel \"missing\""),
+        "{stderr}"
+    );
+
+    let out = Command::new(BIN)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env_remove("SWITCHYARD_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no snapshot source"));
+}

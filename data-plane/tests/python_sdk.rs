@@ -1,0 +1,80 @@
+//! The official OpenAI Python SDK as a client: chat, streaming and embeddings through the proxy.
+//! `SWITCHYARD_TEST_PYTHON` must name a python with `openai` installed (scripts/test sets it);
+//! without it this test fails rather than skips.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{start, TOKEN};
+
+const SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI
+
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[2], max_retries=0)
+chat = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+pieces = []
+for chunk in client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True):
+    if chunk.choices and chunk.choices[0].delta.content:
+        pieces.append(chunk.choices[0].delta.content)
+emb = client.embeddings.create(model="text-embedding-3-small", input=["a", "b", "c"])
+models = [m.id for m in client.models.list()]
+try:
+    client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+    not_found = None
+except Exception as e:
+    not_found = getattr(e, "status_code", None)
+print(json.dumps({
+    "chat": chat.choices[0].message.content,
+    "channel": raw.headers.get("x-switchyard-channel"),
+    "stream": "".join(pieces),
+    "embeddings": len(emb.data),
+    "dims": len(emb.data[0].embedding),
+    "models": models,
+    "not_found": not_found,
+}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_sdk_works_against_the_proxy() {
+    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
+    });
+    let yaml = "channels:\n  - name: flaky\n    provider: mock\n    mock: { failure_rate: 1.0, failure_status: 503 }\n  - name: sim\n    provider: mock\n    mock: { stream_chunks: 4 }\nroutes:\n  - model_pattern: gpt-4o-mini\n    members:\n      - { channel: flaky, priority: 1 }\n      - { channel: sim, priority: 0 }\n  - model_pattern: text-embedding-3-small\n    members:\n      - { channel: sim }\n";
+    let proxy = start(yaml).await;
+    let url = proxy.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&python)
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(&url)
+            .arg(TOKEN)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["chat"], "Hello from mock");
+    assert_eq!(
+        result["channel"], "sim",
+        "failed over from the flaky channel"
+    );
+    assert_eq!(result["stream"], "Hello from mock");
+    assert_eq!(result["embeddings"], 3);
+    assert!(result["dims"].as_u64().unwrap() > 0);
+    assert_eq!(
+        result["models"],
+        serde_json::json!(["gpt-4o-mini", "text-embedding-3-small"])
+    );
+    assert_eq!(result["not_found"], 404);
+}
