@@ -55,6 +55,11 @@ fn spawn(path: &Path) -> Running {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    // Owned by the guard from here on, so every path kills and waits for it.
+    let mut running = Running {
+        child,
+        url: String::new(),
+    };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -74,10 +79,8 @@ fn spawn(path: &Path) -> Running {
             let addr = log["addr"].as_str().unwrap().to_owned();
             // Keep draining stdout so the process never blocks on a full pipe.
             std::thread::spawn(move || while rx.recv().is_ok() {});
-            return Running {
-                child,
-                url: format!("http://{addr}"),
-            };
+            running.url = format!("http://{addr}");
+            return running;
         }
     }
     panic!("the binary never logged its listen address");
