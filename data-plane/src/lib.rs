@@ -16,6 +16,7 @@ pub mod errors;
 pub mod failover;
 pub mod metrics;
 pub mod mock;
+pub mod probe;
 pub mod relay;
 pub mod request;
 pub mod run;

@@ -57,6 +57,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     }
 
     let state = AppState::new(receiver, Arc::new(InMemoryStore::new()));
+    // Standalone: nobody else runs recovery probes for this proxy's breakers.
+    tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
     let listener = TcpListener::bind(cli.http_addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cli.http_addr))?;

@@ -352,3 +352,33 @@ async fn mock_provider_simulates_every_endpoint_and_failures() {
         (200, "audio/mpeg")
     );
 }
+
+#[tokio::test]
+async fn standalone_recovery_probe_closes_a_tripped_breaker() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}  - name: manual\n    provider: mock\n    status: enabled\nroutes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n      - {{ id: 2, channel: manual }}\n",
+        channel("a", &up.base_url(), &["ka"])
+    );
+    let proxy = start(&yaml).await;
+    proxy
+        .store
+        .trip_breaker(1, "test", switchyard_data_plane::unix_ms());
+    proxy.store.extend_cooldown(1, u64::MAX / 2);
+    up.on(Matcher::path("/v1/models"), Behavior::status(500).times(1));
+    // First probe fails (500), the channel stays open; the second passes.
+    assert!(switchyard_data_plane::probe::probe_once(&proxy.state)
+        .await
+        .is_empty());
+    assert_eq!(
+        switchyard_data_plane::probe::probe_once(&proxy.state).await,
+        vec![1]
+    );
+    let dump = proxy.dump();
+    assert!(dump.channels.iter().all(|c| !c.breaker_open));
+    assert!(
+        dump.cooldowns.is_empty(),
+        "the channel's members are cleared"
+    );
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/models")), 2);
+}

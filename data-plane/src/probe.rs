@@ -1,0 +1,124 @@
+//! Recovery probes for standalone mode. In a fleet the control plane runs them (one leader); a
+//! standalone proxy has no control plane, so without this a tripped breaker would never close.
+//! Same rule as SPEC §4: a quiet `GET /v1/models` across the channel's credentials; success
+//! closes the breaker and clears its members' failure state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use switchyard_engine::{ChannelStatus, MemberId, SplitMix64};
+use tokio::sync::watch;
+
+use crate::endpoint::Endpoint;
+use crate::mock::{self, MockRequest};
+use crate::AppState;
+
+/// Probes every `recovery_probe_interval_seconds` (re-read from the current snapshot) until
+/// `stop` turns true.
+pub async fn recovery_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
+    let mut waited = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        waited += 1;
+        let interval = state
+            .views
+            .load()
+            .as_ref()
+            .map(|v| u64::from(v.snapshot.settings.recovery_probe_interval_seconds))
+            .unwrap_or(0);
+        if interval > 0 && waited >= interval {
+            waited = 0;
+            probe_once(&state).await;
+        }
+    }
+}
+
+/// Probes each channel whose breaker is open once; returns the channels that recovered.
+pub async fn probe_once(state: &AppState) -> Vec<i64> {
+    let Some(view) = state.views.load_full() else {
+        return Vec::new();
+    };
+    let settings = &view.snapshot.settings;
+    if !settings.fault_protection_enabled || !settings.recovery_probe_enabled {
+        return Vec::new();
+    }
+    let timeout =
+        Duration::from_millis(settings.connect_timeout_ms + settings.first_byte_timeout_ms);
+    let open: Vec<i64> = state
+        .store
+        .dump(crate::unix_ms())
+        .channels
+        .into_iter()
+        .filter(|c| c.breaker_open)
+        .map(|c| c.channel_id)
+        .collect();
+    let mut recovered = Vec::new();
+    for channel_id in open {
+        let (Some(channel), Some(runtime)) = (
+            view.snapshot.channel(channel_id),
+            view.channel_runtime(channel_id),
+        ) else {
+            continue;
+        };
+        // A manual disable is never undone by a probe.
+        if channel.status == ChannelStatus::Disabled {
+            continue;
+        }
+        let mut passed = false;
+        for credential in &runtime.credentials {
+            passed = match &runtime.mock {
+                Some(options) => {
+                    let request = MockRequest {
+                        endpoint: Endpoint::Models,
+                        model: "probe",
+                        stream: false,
+                        inputs: 1,
+                        prompt_tokens: 1,
+                    };
+                    let mut rng = SplitMix64::new(state.next_seed());
+                    tokio::time::timeout(timeout, mock::respond(options, &request, &mut rng))
+                        .await
+                        .is_ok_and(|r| r.status.is_success())
+                }
+                None => {
+                    let Ok(request) = runtime.request(
+                        Endpoint::Models,
+                        None,
+                        &HeaderMap::new(),
+                        credential,
+                        Bytes::new(),
+                    ) else {
+                        continue;
+                    };
+                    tokio::time::timeout(timeout, state.client.request(request))
+                        .await
+                        .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
+                }
+            };
+            if passed {
+                break;
+            }
+        }
+        if passed {
+            let members: Vec<MemberId> = view
+                .snapshot
+                .routes()
+                .iter()
+                .flat_map(|r| r.members.iter())
+                .filter(|m| m.channel_id == channel_id)
+                .map(|m| m.id)
+                .collect();
+            state.store.reset_channel(channel_id, &members);
+            tracing::info!(channel = %channel.name, "recovery probe passed; channel re-enabled");
+            recovered.push(channel_id);
+        } else {
+            tracing::info!(channel = %channel.name, "recovery probe failed; channel stays disabled");
+        }
+    }
+    recovered
+}
