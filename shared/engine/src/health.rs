@@ -2,10 +2,9 @@
 //! sticky bindings) and the pure update rules that state stores apply to health records, so
 //! every store computes them the same way.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
+use crate::fxhash::{FxBuildHasher, FxHashMap};
 use crate::model::{ChannelId, CredentialId, MemberId, RouteId, UnixMillis};
 
 /// EWMA smoothing factor for latency samples.
@@ -103,16 +102,55 @@ pub trait HealthView {
     }
 }
 
-/// A plain-data health view: what explain serialises from a store, and what tests build.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Health records keyed by (channel, upstream model), looked up without allocating through
+/// [`health_record`].
+pub type HealthRecords = hashbrown::HashMap<(ChannelId, String), HealthRecord, FxBuildHasher>;
+
+/// A borrowed (channel, upstream model) key; hashes exactly like the owned tuple.
+#[derive(Hash)]
+struct HealthKeyRef<'a>(ChannelId, &'a str);
+
+impl hashbrown::Equivalent<(ChannelId, String)> for HealthKeyRef<'_> {
+    fn equivalent(&self, key: &(ChannelId, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
+/// One hash probe, no allocation: the hot-path lookup every health view should use.
+pub fn health_record(
+    records: &HealthRecords,
+    channel: ChannelId,
+    upstream_model: &str,
+) -> Option<HealthRecord> {
+    records.get(&HealthKeyRef(channel, upstream_model)).copied()
+}
+
+/// A plain-data health view: what tests and benches build, and what a store can copy out.
+#[derive(Debug, Clone, Default)]
 pub struct HealthSnapshot {
-    pub cooldowns: HashMap<MemberId, UnixMillis>,
-    pub health: HashMap<(ChannelId, String), HealthRecord>,
-    pub in_flight: HashMap<ChannelId, u32>,
+    pub cooldowns: FxHashMap<MemberId, UnixMillis>,
+    pub health: HealthRecords,
+    pub in_flight: FxHashMap<ChannelId, u32>,
     pub breakers_open: Vec<ChannelId>,
     pub credentials_disabled: Vec<CredentialId>,
     pub canaries_promoted: Vec<MemberId>,
-    pub sticky: HashMap<(RouteId, String), StickyBinding>,
+    /// route -> session key -> binding.
+    pub sticky: FxHashMap<RouteId, FxHashMap<String, StickyBinding>>,
+}
+
+impl HealthSnapshot {
+    pub fn record_mut(&mut self, channel: ChannelId, upstream_model: &str) -> &mut HealthRecord {
+        self.health
+            .entry((channel, upstream_model.to_owned()))
+            .or_default()
+    }
+
+    pub fn bind(&mut self, route: RouteId, session_key: &str, binding: StickyBinding) {
+        self.sticky
+            .entry(route)
+            .or_default()
+            .insert(session_key.to_owned(), binding);
+    }
 }
 
 impl HealthView for HealthSnapshot {
@@ -120,11 +158,7 @@ impl HealthView for HealthSnapshot {
         self.cooldowns.get(&member).copied()
     }
     fn health(&self, channel: ChannelId, upstream_model: &str) -> HealthRecord {
-        // Keyed by an owned string; explain and tests are not the hot path.
-        self.health
-            .get(&(channel, upstream_model.to_owned()))
-            .copied()
-            .unwrap_or_default()
+        health_record(&self.health, channel, upstream_model).unwrap_or_default()
     }
     fn in_flight(&self, channel: ChannelId) -> u32 {
         self.in_flight.get(&channel).copied().unwrap_or(0)
@@ -139,7 +173,7 @@ impl HealthView for HealthSnapshot {
         self.canaries_promoted.contains(&member)
     }
     fn sticky(&self, route: RouteId, session_key: &str) -> Option<StickyBinding> {
-        self.sticky.get(&(route, session_key.to_owned())).copied()
+        self.sticky.get(&route)?.get(session_key).copied()
     }
 }
 

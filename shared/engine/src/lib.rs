@@ -7,6 +7,7 @@
 
 pub mod constraint;
 pub mod decision;
+pub mod fxhash;
 pub mod health;
 pub mod model;
 pub mod pattern;
@@ -16,14 +17,14 @@ pub mod settings;
 
 pub use constraint::{RequestNeeds, SelectionConstraint};
 pub use decision::{
-    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky,
-    Strategy, Via,
+    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,
+    Via,
 };
 pub use health::{HealthRecord, HealthSnapshot, HealthView, NoHealth, StickyBinding};
 pub use model::{
     Capabilities, Channel, ChannelId, ChannelStatus, Credential, CredentialId, Member, MemberId,
-    PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot, SnapshotParts,
-    Team, TeamId, Token, TokenId, UnixMillis, DEFAULT_GROUP,
+    PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot, SnapshotParts, Team,
+    TeamId, Token, TokenId, UnixMillis, DEFAULT_GROUP,
 };
 pub use pattern::{validate_pattern, wildcard_match, RouteIndex};
 pub use rng::{RandomSource, SplitMix64};

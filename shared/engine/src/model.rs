@@ -4,11 +4,12 @@
 //! These are validated domain values. Wire formats (protobuf, JSON, YAML) convert into them at the
 //! edges; nothing here knows about those formats beyond `serde` for explain output and caching.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::fxhash::FxHashMap;
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
 
@@ -230,7 +231,8 @@ pub struct Route {
     pub retry_times: Option<u32>,
     pub channel_retry_times: Option<u32>,
     pub cooldown_seconds: Option<u32>,
-    /// Sorted by member id (the snapshot constructor guarantees it).
+    /// In tier order: priority descending, then member id ascending (the snapshot constructor
+    /// guarantees it).
     pub members: Vec<Member>,
 }
 
@@ -274,12 +276,27 @@ pub struct Snapshot {
     pub revision: u64,
     pub settings: Settings,
     routes: Vec<Route>,
-    channels: BTreeMap<ChannelId, Channel>,
-    teams: BTreeMap<TeamId, Team>,
+    /// Sorted by id; `channel_index` maps an id to its position.
+    channels: Vec<Channel>,
+    channel_index: FxHashMap<ChannelId, usize>,
+    teams: Vec<Team>,
+    team_index: FxHashMap<TeamId, usize>,
     tokens: Vec<Token>,
     index: RouteIndex,
     /// member id -> (index into `routes`, index into that route's `members`).
-    member_index: HashMap<MemberId, (usize, usize)>,
+    member_index: FxHashMap<MemberId, (usize, usize)>,
+    /// Derived per-route facts the engine would otherwise recompute per request; parallel to
+    /// `routes`.
+    route_meta: Vec<RouteMeta>,
+}
+
+/// Precomputed facts about one route.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RouteMeta {
+    /// Position in `Snapshot::channels` of each member's channel; parallel to `Route::members`.
+    pub channel_slots: Vec<Option<usize>>,
+    /// The distinct group names of the route's members, in first-seen order.
+    pub groups: Vec<String>,
 }
 
 /// The parts a snapshot is built from.
@@ -294,21 +311,51 @@ pub struct SnapshotParts {
 }
 
 impl Snapshot {
-    /// Builds the snapshot and its route index. Members are sorted by id so tier ordering and
-    /// every tie-break is deterministic whatever order the source listed them in.
+    /// Builds the snapshot and its route index. Members are put in tier order (priority
+    /// descending, member id ascending) once here, so selection needs no sort and every
+    /// tie-break is deterministic whatever order the source listed them in.
     pub fn new(parts: SnapshotParts) -> Snapshot {
         let SnapshotParts {
             revision,
             settings,
             mut routes,
-            channels,
-            teams,
+            mut channels,
+            mut teams,
             tokens,
         } = parts;
+        channels.sort_by_key(|c| c.id);
+        teams.sort_by_key(|t| t.id);
+        let channel_index = channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id, i))
+            .collect();
+        let team_index = teams.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
         routes.sort_by_key(|route| route.id);
         for route in &mut routes {
-            route.members.sort_by_key(|member| member.id);
+            route
+                .members
+                .sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
         }
+        let route_meta = routes
+            .iter()
+            .map(|route| {
+                let mut groups: Vec<String> = Vec::new();
+                for m in &route.members {
+                    if !groups.contains(&m.group_name) {
+                        groups.push(m.group_name.clone());
+                    }
+                }
+                RouteMeta {
+                    channel_slots: route
+                        .members
+                        .iter()
+                        .map(|m| channels.binary_search_by_key(&m.channel_id, |c| c.id).ok())
+                        .collect(),
+                    groups,
+                }
+            })
+            .collect();
         let index = RouteIndex::build(
             routes
                 .iter()
@@ -329,11 +376,14 @@ impl Snapshot {
             revision,
             settings,
             routes,
-            channels: channels.into_iter().map(|c| (c.id, c)).collect(),
-            teams: teams.into_iter().map(|t| (t.id, t)).collect(),
+            channels,
+            channel_index,
+            teams,
+            team_index,
             tokens,
             index,
             member_index,
+            route_meta,
         }
     }
 
@@ -353,19 +403,19 @@ impl Snapshot {
     }
 
     pub fn channels(&self) -> impl Iterator<Item = &Channel> {
-        self.channels.values()
+        self.channels.iter()
     }
 
     pub fn channel(&self, id: ChannelId) -> Option<&Channel> {
-        self.channels.get(&id)
+        self.channels.get(*self.channel_index.get(&id)?)
     }
 
     pub fn teams(&self) -> impl Iterator<Item = &Team> {
-        self.teams.values()
+        self.teams.iter()
     }
 
     pub fn team(&self, id: TeamId) -> Option<&Team> {
-        self.teams.get(&id)
+        self.teams.get(*self.team_index.get(&id)?)
     }
 
     pub fn tokens(&self) -> &[Token] {
@@ -375,7 +425,18 @@ impl Snapshot {
     /// The enabled route serving `model`: exact match first, else the longest matching wildcard
     /// (ties: lowest route id). The model name is trimmed; matching is case-sensitive.
     pub fn resolve_route(&self, model: &str) -> Option<&Route> {
-        self.index.resolve(model.trim()).and_then(|id| self.route(id))
+        self.resolve(model).map(|(route, _)| route)
+    }
+
+    /// The route for `model` with its precomputed facts.
+    pub(crate) fn resolve(&self, model: &str) -> Option<(&Route, &RouteMeta)> {
+        let id = self.index.resolve(model.trim())?;
+        let at = self.routes.binary_search_by_key(&id, |r| r.id).ok()?;
+        Some((self.routes.get(at)?, self.route_meta.get(at)?))
+    }
+
+    pub(crate) fn channel_at(&self, slot: usize) -> Option<&Channel> {
+        self.channels.get(slot)
     }
 
     /// A member with its route, by member id (pins, state views).
@@ -391,8 +452,8 @@ impl Snapshot {
             revision: self.revision,
             settings: self.settings,
             routes: self.routes,
-            channels: self.channels.into_values().collect(),
-            teams: self.teams.into_values().collect(),
+            channels: self.channels,
+            teams: self.teams,
             tokens: self.tokens,
         }
     }

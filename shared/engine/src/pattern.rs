@@ -1,8 +1,7 @@
 //! Model patterns: exact names and wildcards (`*` any run of characters, `?` exactly one), and
 //! the precomputed index that resolves a model name to its route without scanning every route.
 
-use std::collections::HashMap;
-
+use crate::fxhash::FxHashMap;
 use crate::model::RouteId;
 
 /// Longest accepted model pattern, in characters.
@@ -26,7 +25,10 @@ pub fn validate_pattern(pattern: &str) -> Result<(), String> {
             "model_pattern is {chars} characters long; at most {MAX_PATTERN_CHARS} are allowed"
         ));
     }
-    if let Some(c) = pattern.chars().find(|c| c.is_control() || c.is_whitespace()) {
+    if let Some(c) = pattern
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace())
+    {
         return Err(format!(
             "model_pattern must not contain whitespace or control characters (found {c:?})"
         ));
@@ -84,9 +86,9 @@ struct Wildcard {
 /// routes that could actually match, not with the number of routes.
 #[derive(Debug, Clone, Default)]
 pub struct RouteIndex {
-    exact: HashMap<String, RouteId>,
+    exact: FxHashMap<String, RouteId>,
     /// literal prefix -> wildcards, best first (longest pattern, then lowest route id).
-    buckets: HashMap<String, Vec<Wildcard>>,
+    buckets: FxHashMap<String, Vec<Wildcard>>,
     /// The distinct prefix lengths (bytes) present in `buckets`, ascending.
     prefix_lengths: Vec<usize>,
 }

@@ -3,10 +3,10 @@
 
 use crate::constraint::{RequestNeeds, SelectionConstraint};
 use crate::decision::{
-    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky,
-    Strategy, Via,
+    CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,
+    Via,
 };
-use crate::health::{clamp_unit, HealthView};
+use crate::health::{clamp_unit, HealthRecord, HealthView};
 use crate::model::{
     normalize_group, Capabilities, Channel, ChannelStatus, Member, MemberId, Route, RoutingMode,
     Snapshot, Team, UnixMillis, DEFAULT_GROUP,
@@ -47,7 +47,7 @@ pub fn select<'s, H: HealthView + ?Sized>(
         budget: None,
         candidates: Vec::new(),
     };
-    let Some(route) = snapshot.resolve_route(model) else {
+    let Some((route, meta)) = snapshot.resolve(model) else {
         return decision;
     };
     decision.route = Some(route);
@@ -77,19 +77,19 @@ pub fn select<'s, H: HealthView + ?Sized>(
     let group_used = if pinned {
         None
     } else {
-        Some(narrow_group(pool, &decision.requested_group))
+        narrow_group(&meta.groups, &decision.requested_group)
     };
-    if let Some(group) = group_used {
-        decision.group_fallback = group != Some(decision.requested_group.as_str());
+    if !pinned {
+        decision.group_fallback = group_used != Some(decision.requested_group.as_str());
     }
-    let in_group = |m: &Member| match group_used {
-        None | Some(None) => true,
-        Some(Some(group)) => m.group_name == group,
-    };
-    decision.route_group = shared_group(pool.iter().filter(|m| in_group(m)));
+    // With one group in the route every member is in whichever group is used.
+    let filter_group = group_used.filter(|_| meta.groups.len() > 1);
+    decision.route_group = group_used.or(match meta.groups.as_slice() {
+        [only] => Some(only.as_str()),
+        _ => None,
+    });
 
     let ctx = EvalContext {
-        snapshot,
         health,
         constraint,
         settings,
@@ -97,18 +97,32 @@ pub fn select<'s, H: HealthView + ?Sized>(
         single_pin: if pinned { None } else { single_pin },
         now,
     };
-    decision.candidates = pool
-        .iter()
-        .filter(|m| in_group(m) && passes_silent_filters(m, constraint, team))
-        .map(|m| ctx.evaluate(m, team))
-        .collect();
+    let filters = pinned
+        || team.is_some()
+        || !constraint.excluded_members.is_empty()
+        || !constraint.excluded_channels.is_empty();
+    let mut candidates = Vec::with_capacity(pool.len());
+    for (member, slot) in pool.iter().zip(&meta.channel_slots) {
+        let in_group = filter_group.is_none_or(|g| member.group_name == g);
+        if in_group && (!filters || passes_silent_filters(member, constraint, team)) {
+            let channel = slot.and_then(|slot| snapshot.channel_at(slot));
+            candidates.push(ctx.evaluate(member, channel, team));
+        }
+    }
+    decision.candidates = candidates;
+    // Tier order: priority descending, then member id ascending. Route members are stored in
+    // that order; only a team plan can change priorities and call for a sort.
+    if team.is_some_and(|t| !t.plan.is_empty()) {
+        decision
+            .candidates
+            .sort_by_key(|c| (std::cmp::Reverse(c.priority), c.member.id));
+    }
 
     decision.outcome = choose(&ctx, route, &mut decision, rng);
     decision
 }
 
 struct EvalContext<'a, 's, H: ?Sized> {
-    snapshot: &'s Snapshot,
     health: &'a H,
     constraint: &'a SelectionConstraint,
     settings: &'s Settings,
@@ -119,11 +133,15 @@ struct EvalContext<'a, 's, H: ?Sized> {
 }
 
 impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
-    fn evaluate(&self, member: &'s Member, team: Option<&Team>) -> Candidate<'s> {
+    fn evaluate(
+        &self,
+        member: &'s Member,
+        channel: Option<&'s Channel>,
+        team: Option<&Team>,
+    ) -> Candidate<'s> {
         let plan = team.and_then(|t| t.plan.get(&member.id));
         let priority = plan.and_then(|p| p.priority).unwrap_or(member.priority);
         let weight = plan.and_then(|p| p.weight).unwrap_or(member.weight);
-        let channel = self.snapshot.channel(member.channel_id);
         let protect = self.settings.fault_protection_enabled;
         let cooldown_until = self
             .health
@@ -137,19 +155,23 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
         match channel {
             None => reasons.insert(Reason::ChannelDisabled),
             Some(ch) => {
-                if ch.status != ChannelStatus::Enabled || (protect && self.health.breaker_open(ch.id))
+                if ch.status != ChannelStatus::Enabled
+                    || (protect && self.health.breaker_open(ch.id))
                 {
                     reasons.insert(Reason::ChannelDisabled);
                 }
                 if !has_usable_credential(ch, self.health) {
                     reasons.insert(Reason::CredentialUnavailable);
                 }
-                let caps = ch.capabilities.overlay(member.capabilities);
-                if lacks_capability(caps, self.constraint.needs) {
-                    reasons.insert(Reason::CapabilityMismatch);
-                }
-                if too_long(caps, self.constraint.needs) {
-                    reasons.insert(Reason::ContextTooLong);
+                let needs = self.constraint.needs;
+                if needs != RequestNeeds::default() {
+                    let caps = ch.capabilities.overlay(member.capabilities);
+                    if lacks_capability(caps, needs) {
+                        reasons.insert(Reason::CapabilityMismatch);
+                    }
+                    if too_long(caps, needs) {
+                        reasons.insert(Reason::ContextTooLong);
+                    }
                 }
             }
         }
@@ -166,7 +188,13 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             reasons.insert(Reason::SingleModeOtherMember);
         }
 
-        let record = self.health.health(member.channel_id, &member.upstream_model);
+        // Health records only matter to the aware modes; weighted mode skips the lookup.
+        let record = if self.strategy.latency_aware || self.strategy.error_aware {
+            self.health
+                .health(member.channel_id, &member.upstream_model)
+        } else {
+            HealthRecord::default()
+        };
         let latency_factor = match record.latency_ms {
             Some(ms) if self.strategy.latency_aware && ms.is_finite() => {
                 LATENCY_BASE_MS / (LATENCY_BASE_MS + ms.max(0.0))
@@ -227,20 +255,19 @@ fn choose<'s, H: HealthView + ?Sized>(
     if let Sticky::Hit { member_id } = sticky {
         return pick_exact(candidates, member_id, Via::Sticky);
     }
-    if !candidates.iter().any(Candidate::eligible) {
+    let Some((top, top_block)) = tier_block(candidates, |_| true) else {
         return cooling_fallback(candidates);
-    }
+    };
 
-    // Prefer channel: finish that channel's variants in the top tier, lowest member id first.
+    // Prefer channel: finish that channel's variants in the top tier, lowest member id first
+    // (a tier block is in member id order).
     if let Some(channel) = constraint.prefer_channel {
-        let top = top_tier(candidates.iter().filter(|c| c.eligible()));
-        let next = candidates
+        let next = candidates[top_block.clone()]
             .iter()
-            .filter(|c| c.eligible() && Some(c.priority) == top && c.channel_id() == channel)
-            .map(Candidate::member_id)
-            .min();
+            .find(|c| c.eligible() && c.channel_id() == channel)
+            .map(Candidate::member_id);
         if let Some(member_id) = next {
-            decision.tier = top;
+            decision.tier = Some(top);
             return pick_exact(candidates, member_id, Via::PreferredChannel);
         }
     }
@@ -252,81 +279,79 @@ fn choose<'s, H: HealthView + ?Sized>(
         .stable_first_denominator
         .unwrap_or(settings.stable_first_denominator);
     let draw_active = !pinned && enabled && denominator > 1;
-    let has_canary = candidates.iter().any(|c| c.eligible() && c.canary);
-    let has_stable = candidates.iter().any(|c| c.eligible() && !c.canary);
     let mut canary = CanaryDraw {
         enabled: draw_active,
         denominator,
         pool: None,
         drawn: false,
     };
-    let (pool, canary_share) = if !draw_active {
-        (None, 1.0)
-    } else if has_canary && has_stable {
-        canary.drawn = true;
-        let hit = rng.next_u64() % u64::from(denominator) == 0;
-        let share = 1.0 / f64::from(denominator);
-        if hit {
-            (Some(Pool::Canary), share)
-        } else {
-            (Some(Pool::Stable), share)
+    let strategy = ctx.strategy;
+    let (tier, block, share) = if draw_active {
+        let canaries = tier_block(candidates, |c| c.canary);
+        let stables = tier_block(candidates, |c| !c.canary);
+        match (canaries, stables) {
+            (Some(canaries), Some(stables)) => {
+                // Probabilities cover the whole process: each pool's split weighted by its draw.
+                let share = 1.0 / f64::from(denominator);
+                distribute(
+                    candidates,
+                    canaries.1.clone(),
+                    |c| c.canary,
+                    share,
+                    strategy,
+                );
+                distribute(
+                    candidates,
+                    stables.1.clone(),
+                    |c| !c.canary,
+                    1.0 - share,
+                    strategy,
+                );
+                canary.drawn = true;
+                if rng.next_u64() % u64::from(denominator) == 0 {
+                    canary.pool = Some(Pool::Canary);
+                    (canaries.0, canaries.1, share)
+                } else {
+                    canary.pool = Some(Pool::Stable);
+                    (stables.0, stables.1, 1.0 - share)
+                }
+            }
+            (Some(only), None) => {
+                canary.pool = Some(Pool::Canary);
+                distribute(candidates, only.1.clone(), |c| c.canary, 1.0, strategy);
+                (only.0, only.1, 1.0)
+            }
+            (None, Some(only)) => {
+                canary.pool = Some(Pool::Stable);
+                distribute(candidates, only.1.clone(), |c| !c.canary, 1.0, strategy);
+                (only.0, only.1, 1.0)
+            }
+            // Unreachable: the top tier exists, so one of the pools is non-empty.
+            (None, None) => (top, top_block, 1.0),
         }
-    } else if has_canary {
-        (Some(Pool::Canary), 1.0)
     } else {
-        (Some(Pool::Stable), 1.0)
+        distribute(candidates, top_block.clone(), |_| true, 1.0, strategy);
+        (top, top_block, 1.0)
     };
-    canary.pool = pool;
     decision.canary = Some(canary);
+    decision.tier = Some(tier);
 
-    // Probabilities over the whole process: both pools' distributions weighted by their draw.
-    let in_pool = |c: &Candidate, p: Pool| (p == Pool::Canary) == c.canary;
-    let pool_of = |c: &Candidate| if c.canary { Pool::Canary } else { Pool::Stable };
-    if canary.drawn {
-        for p in [Pool::Canary, Pool::Stable] {
-            let share = if p == Pool::Canary {
-                canary_share
-            } else {
-                1.0 - canary_share
-            };
-            assign_probabilities(candidates, |c| in_pool(c, p), share, ctx.strategy);
-        }
-    } else {
-        assign_probabilities(
-            candidates,
-            |c| pool.is_none_or(|p| pool_of(c) == p),
-            1.0,
-            ctx.strategy,
-        );
-    }
-
-    let member_pool = |c: &Candidate| pool.is_none_or(|p| in_pool(c, p));
-    let tier = top_tier(candidates.iter().filter(|c| c.eligible() && member_pool(c)));
-    decision.tier = tier;
-    let in_tier = |c: &Candidate| c.eligible() && member_pool(c) && Some(c.priority) == tier;
-    let weights: f64 = candidates
-        .iter()
-        .filter(|c| in_tier(c))
-        .map(|c| selection_weight(c, ctx.strategy))
-        .sum();
-    let uniform = weights <= 0.0;
-    let mut target = rng.next_f64()
-        * if uniform {
-            candidates.iter().filter(|c| in_tier(c)).count() as f64
-        } else {
-            weights
-        };
+    // Roulette inside the drawn block, over the probabilities just assigned.
+    let in_pool = |c: &Candidate| canary.pool.is_none_or(|p| (p == Pool::Canary) == c.canary);
+    let mut target = rng.next_f64() * share;
     let mut chosen = None;
-    for (index, c) in candidates.iter().enumerate() {
-        if !in_tier(c) {
+    for (index, c) in candidates
+        .iter()
+        .enumerate()
+        .skip(block.start)
+        .take(block.len())
+    {
+        // Zero-probability candidates never win, even through rounding at the end of the walk.
+        if !(c.eligible() && in_pool(c)) || c.probability <= 0.0 {
             continue;
         }
         chosen = Some(index);
-        target -= if uniform {
-            1.0
-        } else {
-            selection_weight(c, ctx.strategy)
-        };
+        target -= c.probability;
         if target < 0.0 {
             break;
         }
@@ -342,28 +367,47 @@ fn choose<'s, H: HealthView + ?Sized>(
     }
 }
 
-/// Spreads `share` over the eligible candidates of each pool's top tier by selection weight.
-fn assign_probabilities(
+/// The highest tier holding an eligible candidate of the pool, as (priority, index range).
+/// Candidates are in tier order, so a tier is one contiguous block.
+fn tier_block(
+    candidates: &[Candidate],
+    in_pool: impl Fn(&Candidate) -> bool,
+) -> Option<(i32, std::ops::Range<usize>)> {
+    let start = candidates.iter().position(|c| c.eligible() && in_pool(c))?;
+    let priority = candidates[start].priority;
+    let len = candidates[start..]
+        .iter()
+        .position(|c| c.priority != priority)
+        .unwrap_or(candidates.len() - start);
+    Some((priority, start..start + len))
+}
+
+/// Spreads `share` over the pool's eligible candidates in `block` by selection weight
+/// (uniformly when every weight is zero).
+fn distribute(
     candidates: &mut [Candidate],
+    block: std::ops::Range<usize>,
     in_pool: impl Fn(&Candidate) -> bool,
     share: f64,
     strategy: Strategy,
 ) {
-    let tier = top_tier(candidates.iter().filter(|c| c.eligible() && in_pool(c)));
-    let in_tier = |c: &Candidate| c.eligible() && in_pool(c) && Some(c.priority) == tier;
-    let total: f64 = candidates
-        .iter()
-        .filter(|c| in_tier(c))
-        .map(|c| selection_weight(c, strategy))
-        .sum();
-    let count = candidates.iter().filter(|c| in_tier(c)).count() as f64;
-    for c in candidates.iter_mut() {
-        if in_tier(c) {
+    let block = &mut candidates[block];
+    let (mut total, mut count) = (0.0, 0usize);
+    for c in block.iter_mut() {
+        if c.eligible() && in_pool(c) {
+            // Park the weight in `probability` until the total is known.
+            c.probability = selection_weight(c, strategy);
+            total += c.probability;
+            count += 1;
+        }
+    }
+    for c in block.iter_mut() {
+        if c.eligible() && in_pool(c) {
             c.probability = share
                 * if total > 0.0 {
-                    selection_weight(c, strategy) / total
+                    c.probability / total
                 } else {
-                    1.0 / count
+                    1.0 / count as f64
                 };
         }
     }
@@ -445,7 +489,10 @@ fn sticky_lookup<H: HealthView + ?Sized>(
             member_id: binding.member_id,
         };
     }
-    match candidates.iter().find(|c| c.member_id() == binding.member_id) {
+    match candidates
+        .iter()
+        .find(|c| c.member_id() == binding.member_id)
+    {
         Some(c) if c.eligible() => Sticky::Hit {
             member_id: binding.member_id,
         },
@@ -460,10 +507,6 @@ fn sticky_lookup<H: HealthView + ?Sized>(
             in_pool: false,
         },
     }
-}
-
-fn top_tier<'c, 's: 'c>(eligible: impl Iterator<Item = &'c Candidate<'s>>) -> Option<i32> {
-    eligible.map(|c| c.priority).max()
 }
 
 fn concurrency_factor(in_flight: u32, limit: u32) -> f64 {
@@ -520,23 +563,11 @@ fn team_allows_model(team: &Team, model: &str) -> bool {
         .any(|p| p.trim() == model || wildcard_match(p.trim(), model))
 }
 
-/// The group narrowing of SPEC §2.1: `Some(group)` filtered to, or `None` for the whole pool.
-fn narrow_group<'s>(members: &'s [Member], requested: &str) -> Option<&'s str> {
-    let find = |g: &str| {
-        members
-            .iter()
-            .find(|m| m.group_name == g)
-            .map(|m| m.group_name.as_str())
-    };
+/// The group narrowing of SPEC §2.1 over the route's distinct groups: `Some(group)` filtered
+/// to, or `None` for the whole pool.
+fn narrow_group<'s>(groups: &'s [String], requested: &str) -> Option<&'s str> {
+    let find = |g: &str| groups.iter().find(|name| *name == g).map(String::as_str);
     find(requested).or_else(|| find(DEFAULT_GROUP))
-}
-
-/// The group all of these members share, or `None` when they span several (or there are none).
-fn shared_group<'s>(mut members: impl Iterator<Item = &'s Member>) -> Option<&'s str> {
-    let first = members.next()?.group_name.as_str();
-    members
-        .all(|m| m.group_name == first)
-        .then_some(first)
 }
 
 /// The route's single-member pin, if the route is in single mode and the member still exists.

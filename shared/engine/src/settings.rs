@@ -119,7 +119,10 @@ impl Settings {
             ("first_byte_timeout_ms", self.first_byte_timeout_ms),
             ("stream_idle_timeout_ms", self.stream_idle_timeout_ms),
             ("sticky_ttl_minutes", self.sticky_ttl_minutes.into()),
-            ("stable_first_denominator", self.stable_first_denominator.into()),
+            (
+                "stable_first_denominator",
+                self.stable_first_denominator.into(),
+            ),
             (
                 "stable_first_promote_requests",
                 self.stable_first_promote_requests.into(),
@@ -154,7 +157,11 @@ mod tests {
         assert!(s.cross_channel_failover_enabled);
         assert_eq!(s.request_timeout_ms, 300_000);
         assert_eq!(
-            (s.connect_timeout_ms, s.first_byte_timeout_ms, s.stream_idle_timeout_ms),
+            (
+                s.connect_timeout_ms,
+                s.first_byte_timeout_ms,
+                s.stream_idle_timeout_ms
+            ),
             (5_000, 30_000, 120_000)
         );
         assert!(!s.latency_aware_enabled && !s.error_aware_enabled && s.concurrency_aware_enabled);
