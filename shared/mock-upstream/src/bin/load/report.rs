@@ -1,6 +1,7 @@
 //! `switchyard-load report DIR`: the benchmark summary from the files `scripts/load` writes:
 //! `pids.json` (`{"proxy": PID, "mock": PID}`), `idle.json` (`{"proxy": kB, "mock": kB}`),
-//! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_N.json` (`hold` outputs).
+//! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_{direct,proxy}_N.json` (`hold`
+//! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones).
 
 use std::path::Path;
 
@@ -28,6 +29,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
     }
     let pids = read(dir, "pids.json").unwrap_or(Value::Null);
     let proxy_pid = pids.get("proxy").map(|p| p.to_string()).unwrap_or_default();
+    let mock_pid = pids.get("mock").map(|p| p.to_string()).unwrap_or_default();
     let idle = read(dir, "idle.json").unwrap_or(Value::Null);
     let mut added = serde_json::Map::new();
     let mut runs = serde_json::Map::new();
@@ -65,20 +67,35 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         }
     }
     let mut holds = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
+    // hold_direct_N.json (baseline) and hold_proxy_N.json, ordered by N, direct first.
+    let mut entries: Vec<(u64, String)> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| n.starts_with("hold_") && n.ends_with(".json"))
+        .filter_map(|name| {
+            let n = name
+                .strip_prefix("hold_direct_")
+                .or_else(|| name.strip_prefix("hold_proxy_"))?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            Some((n, name))
+        })
         .collect();
-    entries.sort_by_key(|n| {
-        n.trim_start_matches("hold_")
-            .trim_end_matches(".json")
-            .parse::<u64>()
-            .unwrap_or(0)
-    });
-    for name in entries {
+    entries.sort();
+    for (_, name) in entries {
         if let Some(h) = read(dir, &name) {
+            let via = if name.starts_with("hold_direct_") {
+                "direct"
+            } else {
+                "proxy"
+            };
+            let rss_pid = if via == "direct" {
+                &mock_pid
+            } else {
+                &proxy_pid
+            };
             holds.push(json!({
+                "via": via,
                 "streams": h["streams"],
                 "completed": h["completed"],
                 "errors": h["errors"],
@@ -86,8 +103,9 @@ pub fn report(dir: &Path) -> Result<Value, String> {
                 "stall_threshold_ms": h["stall_threshold_ms"],
                 "max_gap_ms": h["max_gap_ms"],
                 "peak_open_streams": h["peak_open_streams"],
+                "ttfb_ms_p50": h.pointer("/ttfb_ms/p50").cloned().unwrap_or(Value::Null),
                 "ttfb_ms_p99": h.pointer("/ttfb_ms/p99").cloned().unwrap_or(Value::Null),
-                "proxy_rss_kb_peak": h.pointer(&format!("/rss_kb/{proxy_pid}/peak")).cloned().unwrap_or(Value::Null),
+                "rss_kb_peak": h.pointer(&format!("/rss_kb/{rss_pid}/peak")).cloned().unwrap_or(Value::Null),
             }));
         }
     }
