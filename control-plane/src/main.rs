@@ -10,11 +10,17 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let config = match Config::try_parse() {
         Ok(config) => config,
-        Err(error) => {
-            // --help and --version are not errors.
-            let code = if error.use_stderr() { 2 } else { 0 };
+        Err(error) if !error.use_stderr() => {
+            // --help and --version.
             let _ = error.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!(
+                "switchyard-control-plane: bad configuration: {}",
+                one_line(&error.render().to_string())
+            );
+            return ExitCode::from(2);
         }
     };
     if let Err(reason) = config.validate() {
@@ -51,6 +57,19 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// Clap's multi-line message, as one line (operators grep logs line by line).
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .map(|l| l.trim_start_matches("error: "))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// SIGTERM (Kubernetes) or Ctrl-C start a graceful shutdown.

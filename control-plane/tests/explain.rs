@@ -1,4 +1,6 @@
 //! Explain end to end: REST writes → compiled snapshot → the engine's decision, serialised.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -24,7 +26,7 @@ async fn explain(app: &TestApp, query: &str) -> (StatusCode, Value) {
     (reply.status, reply.body)
 }
 
-fn candidate<'a>(body: &'a Value, member: i64) -> &'a Value {
+fn candidate(body: &Value, member: i64) -> &Value {
     body["candidates"]
         .as_array()
         .unwrap()

@@ -1,4 +1,6 @@
 //! Admin REST against a real Postgres (one throwaway database per test), in-process.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,0 +1,445 @@
+//! Real processes: control-plane replicas sharing one database, proxies following them with the
+//! `switchyard_proto::watch_snapshots` client helper, restarts, and Postgres going away.
+//!
+//! Only generous timeouts here: every wait polls for a condition and gives up after a minute.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_engine::Snapshot;
+use switchyard_proto::v1::snapshot_service_client::SnapshotServiceClient;
+use switchyard_proto::v1::WatchRequest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "fleet-test-admin-token-0123456789";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The test database's URL, reached through `host:port` (Postgres itself or a gate in front).
+fn database_url(opts: &PgConnectOptions, host_port: &str) -> String {
+    let db = opts.get_database().unwrap_or("postgres");
+    let user = opts.get_username();
+    format!("postgres://{user}@{host_port}/{db}")
+}
+
+fn postgres_addr(opts: &PgConnectOptions) -> String {
+    format!("{}:{}", opts.get_host(), opts.get_port())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One `switchyard-control-plane` process, killed on drop.
+struct ControlPlane {
+    child: Child,
+    http: SocketAddr,
+    grpc: SocketAddr,
+}
+
+impl ControlPlane {
+    async fn spawn(database_url: &str, grpc_port: u16) -> ControlPlane {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+            .env("DATABASE_URL", database_url)
+            .env("SWITCHYARD_ADMIN_TOKEN", TOKEN)
+            .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("SWITCHYARD_GRPC_ADDR", format!("127.0.0.1:{grpc_port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut tx = Some(tx);
+        // Reads the log until the "listening" line, then keeps draining so the pipe never fills.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.is_some() {
+                    if let Ok(log) = serde_json::from_str::<Value>(&line) {
+                        let fields = &log["fields"];
+                        if fields["message"] == "listening" {
+                            let http: SocketAddr =
+                                fields["http_addr"].as_str().unwrap().parse().unwrap();
+                            let grpc: SocketAddr =
+                                fields["grpc_addr"].as_str().unwrap().parse().unwrap();
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send((http, grpc));
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        // Awaited, not blocked on: the test's runtime also runs the Postgres gate.
+        let (http, grpc) = tokio::time::timeout(PATIENCE, rx)
+            .await
+            .expect("control plane did not start listening in time")
+            .expect("control plane exited before listening");
+        ControlPlane { child, http, grpc }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    /// A minimal HTTP/1.1 client: method, path, JSON body → (status, headers, JSON).
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, String, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {TOKEN}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            self.http,
+            body.len()
+        );
+        let mut stream = TcpStream::connect(self.http).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        let (head, payload) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        // Bodies are small; axum sends them with content-length.
+        (
+            status,
+            head.to_lowercase(),
+            serde_json::from_str(payload).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn create_route(&self, pattern: &str) -> u64 {
+        let (status, head, body) = self
+            .call(
+                "POST",
+                "/api/v1/routes",
+                Some(json!({"model_pattern": pattern})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        head.lines()
+            .find_map(|l| l.strip_prefix("x-switchyard-revision: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// SIGTERM, then wait for the graceful exit.
+    async fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let exited = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("control plane did not stop on SIGTERM");
+        assert!(exited.success(), "{exited:?}");
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Feed = watch::Receiver<Option<Arc<Snapshot>>>;
+
+/// A proxy's view: `watch_snapshots` running in the background.
+fn follow(endpoint: String, shutdown: &CancellationToken) -> Feed {
+    let (tx, rx) = watch::channel(None);
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        switchyard_proto::watch_snapshots(endpoint, 0, tx, shutdown)
+            .await
+            .unwrap();
+    });
+    rx
+}
+
+async fn wait_for(feed: &mut Feed, what: &str, ok: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
+    let found = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(snapshot) = feed.borrow_and_update().clone() {
+                if ok(&snapshot) {
+                    return snapshot;
+                }
+            }
+            feed.changed().await.unwrap();
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+fn has_route(snapshot: &Snapshot, pattern: &str) -> bool {
+    snapshot.routes().iter().any(|r| r.model_pattern == pattern)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_write_through_one_replica_reaches_proxies_of_the_other(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let a = ControlPlane::spawn(&url, 0).await;
+    let b_port = free_port();
+    let mut b = ControlPlane::spawn(&url, b_port).await;
+    let shutdown = CancellationToken::new();
+    let mut proxy = follow(b.endpoint(), &shutdown);
+
+    let revision = a.create_route("gpt-4o").await;
+    let seen = wait_for(&mut proxy, "the route written through A", |s| {
+        has_route(s, "gpt-4o")
+    })
+    .await;
+    assert!(seen.revision >= revision);
+
+    // Every revision on one stream only increases, and B's explain sees A's write.
+    let revision2 = a.create_route("claude-*").await;
+    assert!(revision2 > revision);
+    let seen2 = wait_for(&mut proxy, "the second route", |s| s.revision >= revision2).await;
+    assert!(has_route(&seen2, "claude-*") && has_route(&seen2, "gpt-4o"));
+    let (status, _, body) = b
+        .call("GET", "/api/v1/routes/explain?model=claude-3", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["route"]["model_pattern"], "claude-*");
+
+    // B restarts on the same address; the proxy reconnects by itself and catches up on what was
+    // written while B was away.
+    b.terminate().await;
+    let revision3 = a.create_route("while-b-was-down").await;
+    let _b2 = ControlPlane::spawn(&url, b_port).await;
+    let seen3 = wait_for(&mut proxy, "the write made while B was down", |s| {
+        s.revision >= revision3
+    })
+    .await;
+    assert!(has_route(&seen3, "while-b-was-down"));
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_reconnecting_proxy_resumes_from_its_revision(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn(&url, 0).await;
+    let held = cp.create_route("first").await;
+    let mut client = SnapshotServiceClient::connect(cp.endpoint()).await.unwrap();
+
+    // A proxy with nothing gets the current snapshot at once.
+    let mut fresh = client
+        .watch(WatchRequest {
+            have_revision: 0,
+            client_id: "fresh".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let message = fresh.message().await.unwrap().unwrap();
+            // The replica may still be compiling the write; later revisions follow on the stream.
+            if message.revision >= held {
+                return message;
+            }
+        }
+    })
+    .await
+    .unwrap();
+
+    // A proxy that already holds the latest revision is not sent it again: the first message it
+    // receives is the next revision.
+    let current = first.revision;
+    let mut resumed = client
+        .watch(WatchRequest {
+            have_revision: current,
+            client_id: "resumed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let next = cp.create_route("second").await;
+    let message = tokio::time::timeout(PATIENCE, resumed.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(message.revision, next);
+    let snapshot = switchyard_proto::snapshot_from_proto(message).unwrap();
+    assert!(has_route(&snapshot, "second"));
+}
+
+/// A TCP forwarder in front of Postgres that the test can cut and restore.
+struct PgGate {
+    addr: SocketAddr,
+    open: Arc<AtomicBool>,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+impl PgGate {
+    async fn start(upstream: String) -> PgGate {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (accept_open, accept_cut) = (Arc::clone(&open), Arc::clone(&cut));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut downstream, _)) = listener.accept().await else {
+                    return;
+                };
+                if !accept_open.load(Ordering::SeqCst) {
+                    drop(downstream);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let cut = Arc::clone(&accept_cut);
+                tokio::spawn(async move {
+                    let Ok(mut up) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut downstream, &mut up) => {}
+                        _ = cut.notified() => {}
+                    }
+                });
+            }
+        });
+        PgGate { addr, open, cut }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn postgres_outage_gives_503_keeps_streams_and_recovers(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let gate = PgGate::start(postgres_addr(&opts)).await;
+    let url = database_url(&opts, &gate.addr.to_string());
+    let cp = ControlPlane::spawn(&url, 0).await;
+    let shutdown = CancellationToken::new();
+    let mut proxy = follow(cp.endpoint(), &shutdown);
+    let before = cp.create_route("before-outage").await;
+    wait_for(&mut proxy, "the first route", |s| s.revision >= before).await;
+
+    gate.cut();
+    let outage = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let (status, _, body) = cp.call("GET", "/api/v1/routes", None).await;
+            if status == 503 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("REST never reported the outage");
+    assert_eq!(outage["error"]["type"], "service_unavailable");
+    assert!(outage["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("database unavailable"));
+
+    // Streams keep serving the last snapshot: a proxy connecting during the outage gets it.
+    let mut late = follow(cp.endpoint(), &shutdown);
+    let kept = wait_for(&mut late, "the last snapshot during the outage", |s| {
+        s.revision >= before
+    })
+    .await;
+    assert!(has_route(&kept, "before-outage"));
+    // Explain still answers from memory.
+    let (status, _, _) = cp
+        .call("GET", "/api/v1/routes/explain?model=before-outage", None)
+        .await;
+    assert_eq!(status, 200);
+
+    gate.restore();
+    let after = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let (status, _, body) = cp
+                .call(
+                    "POST",
+                    "/api/v1/routes",
+                    Some(json!({"model_pattern": "after-outage"})),
+                )
+                .await;
+            if status == 201 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("REST did not recover");
+    assert_eq!(after["model_pattern"], "after-outage");
+    // The listener reconnected: the write reaches the proxy that stayed connected.
+    wait_for(&mut proxy, "the write after the outage", |s| {
+        has_route(s, "after-outage")
+    })
+    .await;
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn bad_configuration_exits_non_zero_with_one_line() {
+    let output = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+        .env_remove("DATABASE_URL")
+        .env("SWITCHYARD_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("DATABASE_URL") || stderr.contains("database-url"),
+        "{stderr}"
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/postgres",
+        )
+        .env("SWITCHYARD_ADMIN_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("SWITCHYARD_ADMIN_TOKEN"), "{stderr}");
+}
