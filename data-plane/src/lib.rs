@@ -9,6 +9,7 @@
 //! [`config`] turns the standalone YAML into a snapshot; [`run`] wires it all.
 
 pub mod attempt;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod endpoint;

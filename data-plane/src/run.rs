@@ -9,7 +9,9 @@ use switchyard_engine::Snapshot;
 use switchyard_state::InMemoryStore;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
+use crate::cache;
 use crate::cli::Cli;
 use crate::config;
 use crate::snapshot::SnapshotSender;
@@ -32,11 +34,47 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 stop_rx.clone(),
             ));
         }
-        (None, Some(_)) => {
-            return Err(
-                "control-plane mode not built yet: the snapshot client is not wired; run standalone with --config FILE"
-                    .to_owned(),
-            );
+        (None, Some(endpoint)) => {
+            let uri: http::Uri = endpoint
+                .parse()
+                .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE {endpoint:?} is not a URL: {e}"))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) {
+                return Err(format!(
+                    "SWITCHYARD_CONTROL_PLANE {endpoint:?} must be an http:// or https:// URL"
+                ));
+            }
+            let mut have_revision = 0;
+            if let Some(path) = &cli.snapshot_cache {
+                match cache::load(path) {
+                    Ok(Some(snapshot)) => {
+                        have_revision = snapshot.revision;
+                        tracing::info!(revision = have_revision, cache = %path.display(), "serving the cached snapshot until the control plane answers");
+                        snapshots.send_replace(Some(Arc::new(snapshot)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "snapshot cache ignored"),
+                }
+                tokio::spawn(cache::persist(path.clone(), snapshots.subscribe()));
+            }
+            tracing::info!(control_plane = %endpoint, "fleet mode: following the control plane");
+            let cancel = CancellationToken::new();
+            let mut stopping = stop_rx.clone();
+            tokio::spawn({
+                let cancel = cancel.clone();
+                async move {
+                    let _ = stopping.wait_for(|s| *s).await;
+                    cancel.cancel();
+                }
+            });
+            let endpoint = endpoint.clone();
+            tokio::spawn(async move {
+                if let Err(e) =
+                    switchyard_proto::watch_snapshots(endpoint, have_revision, snapshots, cancel)
+                        .await
+                {
+                    tracing::error!(error = %e, "snapshot stream stopped");
+                }
+            });
         }
         (None, None) => {
             return Err(
@@ -52,13 +90,15 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     } else {
         tracing::info!("in-memory state (no REDIS_URL)");
     }
-    if cli.snapshot_cache.is_some() {
-        tracing::warn!("SWITCHYARD_SNAPSHOT_CACHE is not implemented yet; ignored");
+    if cli.snapshot_cache.is_some() && cli.config.is_some() {
+        tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
 
     let state = AppState::new(receiver, Arc::new(InMemoryStore::new()));
-    // Standalone: nobody else runs recovery probes for this proxy's breakers.
-    tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
+    if cli.config.is_some() {
+        // Standalone: nobody else runs recovery probes for this proxy's breakers.
+        tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
+    }
     let listener = TcpListener::bind(cli.http_addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cli.http_addr))?;

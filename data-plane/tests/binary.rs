@@ -42,13 +42,19 @@ impl Drop for Running {
 }
 
 fn spawn(path: &Path) -> Running {
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .arg("--config")
         .arg(path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE");
+    spawn_command(command)
+}
+
+fn spawn_command(mut command: Command) -> Running {
+    let mut child = command
         .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
         .env("SWITCHYARD_CONFIG_POLL_MS", "100")
         .env("RUST_LOG", "info")
-        .env_remove("SWITCHYARD_CONTROL_PLANE")
         .env_remove("REDIS_URL")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -182,4 +188,38 @@ fn bad_configuration_exits_non_zero_with_a_one_line_reason() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no snapshot source"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_mode_serves_the_cached_snapshot_while_the_control_plane_is_unreachable() {
+    let parts = switchyard_data_plane::config::parse_yaml(&config(""), 42).unwrap();
+    let dir = temp_file("cache", "").parent().unwrap().to_owned();
+    let cache = dir.join("snapshot.json");
+    switchyard_data_plane::cache::save(&cache, &switchyard_engine::Snapshot::new(parts)).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .env("SWITCHYARD_CONTROL_PLANE", format!("http://{closed}"))
+        .env("SWITCHYARD_SNAPSHOT_CACHE", &cache);
+    let running = spawn_command(command);
+    let ready = send(
+        Method::GET,
+        &format!("{}/readyz", running.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert!(ready.body.contains("revision 42"), "{}", ready.body);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    assert_eq!(
+        send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[])
+            .await
+            .status,
+        200
+    );
 }
