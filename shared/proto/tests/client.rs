@@ -1,0 +1,149 @@
+//! `watch_snapshots` against an in-process gRPC server.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::Stream;
+use switchyard_engine::{Snapshot, SnapshotParts};
+use switchyard_proto::v1::snapshot_service_server::{SnapshotService, SnapshotServiceServer};
+use switchyard_proto::v1::{self, WatchRequest};
+use switchyard_proto::{snapshot_to_proto, watch_snapshots, WatchError};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+/// Sends a fixed script of messages on every stream, then holds the stream open.
+struct Scripted {
+    script: Vec<v1::Snapshot>,
+    requests: Arc<Mutex<Vec<u64>>>,
+}
+
+#[tonic::async_trait]
+impl SnapshotService for Scripted {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Snapshot, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let have = request.into_inner().have_revision;
+        self.requests.lock().unwrap().push(have);
+        let messages: Vec<_> = self
+            .script
+            .iter()
+            .filter(|s| s.revision > have)
+            .cloned()
+            .map(Ok)
+            .collect();
+        let stream = futures_util::StreamExt::chain(
+            futures_util::stream::iter(messages),
+            futures_util::stream::pending(),
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+fn wire(revision: u64) -> v1::Snapshot {
+    snapshot_to_proto(
+        &Snapshot::new(SnapshotParts {
+            revision,
+            ..SnapshotParts::default()
+        }),
+        0,
+    )
+}
+
+async fn serve(script: Vec<v1::Snapshot>) -> (String, Arc<Mutex<Vec<u64>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let service = Scripted {
+        script,
+        requests: Arc::clone(&requests),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(SnapshotServiceServer::new(service))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (format!("http://{addr}"), requests)
+}
+
+async fn wait_revision(rx: &mut watch::Receiver<Option<Arc<Snapshot>>>, revision: u64) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if rx
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|s| s.revision == revision)
+            {
+                return;
+            }
+            rx.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("revision never arrived");
+}
+
+#[tokio::test]
+async fn installs_valid_snapshots_and_skips_invalid_ones() {
+    let mut invalid = wire(3);
+    invalid.settings.as_mut().unwrap().retry_times = Some(1_000);
+    let (endpoint, requests) = serve(vec![wire(2), invalid, wire(4)]).await;
+    let (tx, mut rx) = watch::channel(None);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_snapshots(endpoint, 1, tx, shutdown.clone()));
+    wait_revision(&mut rx, 4).await;
+    assert_eq!(
+        requests.lock().unwrap().first(),
+        Some(&1),
+        "asks from the revision it holds"
+    );
+    shutdown.cancel();
+    assert!(task.await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn keeps_retrying_until_the_server_appears_then_stops_on_shutdown() {
+    // Reserve a port, release it, and start the server there only after the client is trying.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (tx, mut rx) = watch::channel(None);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_snapshots(
+        format!("http://127.0.0.1:{port}"),
+        0,
+        tx,
+        shutdown.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let service = Scripted {
+        script: vec![wire(9)],
+        requests: Arc::default(),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(SnapshotServiceServer::new(service))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    wait_revision(&mut rx, 9).await;
+    shutdown.cancel();
+    assert!(task.await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn an_unparseable_endpoint_is_an_error() {
+    let (tx, _rx) = watch::channel(None);
+    let result = watch_snapshots("not a uri".into(), 0, tx, CancellationToken::new()).await;
+    assert!(matches!(result, Err(WatchError::InvalidEndpoint { .. })));
+}
