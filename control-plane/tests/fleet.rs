@@ -443,3 +443,45 @@ async fn bad_configuration_exits_non_zero_with_one_line() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("SWITCHYARD_ADMIN_TOKEN"), "{stderr}");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_stalled_proxy_blocks_no_one_and_then_gets_the_latest(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn(&url, 0).await;
+    let mut client = SnapshotServiceClient::connect(cp.endpoint()).await.unwrap();
+    // Opened and never read while the writes happen.
+    let mut stalled = client
+        .watch(WatchRequest {
+            have_revision: 0,
+            client_id: "stalled".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let shutdown = CancellationToken::new();
+    let mut live = follow(cp.endpoint(), &shutdown);
+    let mut last = 0;
+    for i in 0..20 {
+        last = cp.create_route(&format!("burst-{i}")).await;
+    }
+    wait_for(&mut live, "the last write of the burst", |s| {
+        s.revision >= last
+    })
+    .await;
+
+    // The stalled proxy skips what it missed: the latest arrives, revisions only increase.
+    let mut seen = 0;
+    tokio::time::timeout(PATIENCE, async {
+        while seen < last {
+            let message = stalled.message().await.unwrap().unwrap();
+            assert!(message.revision > seen, "revisions must increase");
+            seen = message.revision;
+        }
+    })
+    .await
+    .expect("the stalled proxy never caught up");
+    shutdown.cancel();
+}
