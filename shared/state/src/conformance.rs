@@ -54,7 +54,16 @@ pub type Check = fn(&dyn StateStore);
 
 /// Every check, each on a fresh store from `make`.
 pub fn run_all(make: &dyn Fn() -> Box<dyn StateStore>) {
-    let checks: &[(&str, Check)] = &[
+    for (name, check) in checks() {
+        let store = make();
+        eprintln!("conformance: {name}");
+        check(store.as_ref());
+    }
+}
+
+/// Every check by name, for implementations that verify more around each one.
+pub fn checks() -> &'static [(&'static str, Check)] {
+    &[
         (
             "retryable_failure_cools_member",
             retryable_failure_cools_member,
@@ -116,13 +125,11 @@ pub fn run_all(make: &dyn Fn() -> Box<dyn StateStore>) {
             reset_channel_closes_breaker_and_clears_members,
         ),
         ("dump_lists_live_state_only", dump_lists_live_state_only),
-    ];
-    for (name, check) in checks {
-        let store = make();
-        eprintln!("conformance: {name}");
-        check(store.as_ref());
-    }
+    ]
 }
+
+/// The `now` every check uses (for comparing dumps afterwards).
+pub const CHECK_NOW: UnixMillis = NOW;
 
 pub fn retryable_failure_cools_member(store: &dyn StateStore) {
     let effect = store.record_failure(&failure(FailureKind::Retryable, None), &policy(), NOW);

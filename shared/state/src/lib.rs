@@ -12,10 +12,14 @@
 //! Time is always passed in (`now`, Unix milliseconds), so the rules are testable without sleeps.
 
 mod memory;
+mod redis;
 mod types;
 
 pub mod conformance;
 
+pub use self::redis::{
+    mask_url, RedisConfig, RedisConfigError, RedisCounters, RedisStats, RedisStore, RedisTarget,
+};
 pub use memory::InMemoryStore;
 pub use types::*;
 

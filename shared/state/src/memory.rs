@@ -16,24 +16,28 @@ pub struct InMemoryStore {
     inner: RwLock<Inner>,
 }
 
-#[derive(Debug, Default)]
-struct Breaker {
-    consecutive: u32,
-    tripped_at: Option<UnixMillis>,
-    reason: Option<String>,
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Breaker {
+    pub(crate) consecutive: u32,
+    pub(crate) tripped_at: Option<UnixMillis>,
+    pub(crate) reason: Option<String>,
 }
 
+/// The maps behind the view. `pub(crate)` so a fleet store can merge remote changes into them.
 #[derive(Debug, Default)]
-struct Inner {
-    cooldowns: HashMap<MemberId, UnixMillis>,
-    member_failures: HashMap<MemberId, u32>,
-    breakers: HashMap<ChannelId, Breaker>,
-    in_flight: HashMap<ChannelId, u32>,
+pub(crate) struct Inner {
+    pub(crate) cooldowns: HashMap<MemberId, UnixMillis>,
+    pub(crate) member_failures: HashMap<MemberId, u32>,
+    pub(crate) breakers: HashMap<ChannelId, Breaker>,
+    /// This process's own in-flight requests.
+    pub(crate) in_flight: HashMap<ChannelId, u32>,
+    /// Other live proxies' in-flight requests (a fleet store fills it; always empty here).
+    pub(crate) remote_in_flight: HashMap<ChannelId, u32>,
     /// channel -> upstream model -> record; nested so lookups by `&str` need no allocation.
-    health: HashMap<ChannelId, HashMap<String, HealthRecord>>,
-    credentials_disabled: HashMap<CredentialId, (String, UnixMillis)>,
-    canary_successes: HashMap<MemberId, u32>,
-    canaries_promoted: HashSet<MemberId>,
+    pub(crate) health: HashMap<ChannelId, HashMap<String, HealthRecord>>,
+    pub(crate) credentials_disabled: HashMap<CredentialId, (String, UnixMillis)>,
+    pub(crate) canary_successes: HashMap<MemberId, u32>,
+    pub(crate) canaries_promoted: HashSet<MemberId>,
     sticky: HashMap<RouteId, HashMap<String, StickyBinding>>,
     /// (expires_at, route, key): eviction order.
     sticky_expiry: BTreeSet<(UnixMillis, RouteId, String)>,
@@ -52,6 +56,16 @@ impl InMemoryStore {
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Write access for a fleet store merging remote changes into this view.
+    pub(crate) fn write_view(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.write()
+    }
+
+    /// Read access for a fleet store (e.g. its own in-flight counts for its lease).
+    pub(crate) fn read_view(&self) -> RwLockReadGuard<'_, Inner> {
+        self.read()
+    }
 }
 
 impl HealthView for Inner {
@@ -66,7 +80,9 @@ impl HealthView for Inner {
             .unwrap_or_default()
     }
     fn in_flight(&self, channel: ChannelId) -> u32 {
-        self.in_flight.get(&channel).copied().unwrap_or(0)
+        let own = self.in_flight.get(&channel).copied().unwrap_or(0);
+        let remote = self.remote_in_flight.get(&channel).copied().unwrap_or(0);
+        own.saturating_add(remote)
     }
     fn breaker_open(&self, channel: ChannelId) -> bool {
         self.breakers
@@ -106,7 +122,7 @@ impl Inner {
         }
     }
 
-    fn remove_sticky(&mut self, route: RouteId, key: &str) {
+    pub(crate) fn remove_sticky(&mut self, route: RouteId, key: &str) {
         if let Some(routes) = self.sticky.get_mut(&route) {
             if let Some(old) = routes.remove(key) {
                 self.sticky_expiry
@@ -120,6 +136,37 @@ impl Inner {
 
     fn sticky_len(&self) -> usize {
         self.sticky_expiry.len()
+    }
+
+    /// Binds (or rebinds) a session; bindings expired at `now` go first, then the earliest
+    /// expiry while over capacity.
+    pub(crate) fn insert_sticky(
+        &mut self,
+        route: RouteId,
+        session_key: &str,
+        binding: StickyBinding,
+        now: UnixMillis,
+    ) {
+        self.remove_sticky(route, session_key);
+        while let Some(first) = self.sticky_expiry.first().cloned() {
+            if first.0 > now && self.sticky_len() < MAX_STICKY_BINDINGS {
+                break;
+            }
+            self.remove_sticky(first.1, &first.2);
+        }
+        self.sticky
+            .entry(route)
+            .or_default()
+            .insert(session_key.to_owned(), binding);
+        self.sticky_expiry
+            .insert((binding.expires_at, route, session_key.to_owned()));
+    }
+
+    /// Every binding held, for resync bookkeeping.
+    pub(crate) fn sticky_keys(&self) -> impl Iterator<Item = (RouteId, &str)> {
+        self.sticky
+            .iter()
+            .flat_map(|(route, keys)| keys.keys().map(move |k| (*route, k.as_str())))
     }
 }
 
@@ -256,26 +303,11 @@ impl StateStore for InMemoryStore {
         ttl_ms: u64,
         now: UnixMillis,
     ) {
-        let mut inner = self.write();
-        inner.remove_sticky(route, session_key);
-        // Expired bindings go first, then the earliest expiry while over capacity.
-        while let Some(first) = inner.sticky_expiry.first().cloned() {
-            if first.0 > now && inner.sticky_len() < MAX_STICKY_BINDINGS {
-                break;
-            }
-            inner.remove_sticky(first.1, &first.2);
-        }
-        let expires_at = now.saturating_add(ttl_ms);
-        inner.sticky.entry(route).or_default().insert(
-            session_key.to_owned(),
-            StickyBinding {
-                member_id: member,
-                expires_at,
-            },
-        );
-        inner
-            .sticky_expiry
-            .insert((expires_at, route, session_key.to_owned()));
+        let binding = StickyBinding {
+            member_id: member,
+            expires_at: now.saturating_add(ttl_ms),
+        };
+        self.write().insert_sticky(route, session_key, binding, now);
     }
 
     fn dump(&self, now: UnixMillis) -> StateDump {
@@ -311,11 +343,15 @@ impl StateStore for InMemoryStore {
                 .collect(),
             in_flight: inner
                 .in_flight
-                .iter()
-                .map(|(c, n)| InFlightEntry {
+                .keys()
+                .chain(inner.remote_in_flight.keys())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(|c| InFlightEntry {
                     channel_id: *c,
-                    in_flight: *n,
+                    in_flight: inner.in_flight(*c),
                 })
+                .filter(|e| e.in_flight > 0)
                 .collect(),
             health: inner
                 .health

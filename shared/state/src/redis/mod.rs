@@ -1,0 +1,501 @@
+//! The fleet store: a local in-memory view kept in step with Redis.
+//!
+//! Architecture invariant: nothing on the request path awaits Redis. Every write is applied to
+//! the local view at once (the very same code as [`InMemoryStore`]) and queued; a background
+//! writer runs each queued write as one atomic server-side script (pipelined in batches),
+//! applies the merged result to the view and publishes it to the other proxies, which merge it
+//! into theirs. A periodic full resync repairs anything a lost notification missed. When Redis
+//! is unreachable the view keeps serving (fail-open); writes queue up (bounded) and are pushed,
+//! then resynced, when it returns.
+
+mod conn;
+mod scripts;
+mod sync;
+mod worker;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::memory::InMemoryStore;
+use crate::types::*;
+use crate::StateStore;
+
+pub use conn::{mask_url, RedisTarget};
+use sync::{Entity, RemoteLeases, Versions};
+
+/// How the store talks to Redis; [`RedisConfig::new`] gives production defaults.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:pass@]host:port[/db]` (one node); `redis+cluster://host:port,host:port`
+    /// or a comma-separated list of `redis://` URLs (Redis Cluster seed nodes).
+    pub url: String,
+    /// Namespace of every key and of the notification channel (`{sy:PREFIX}:…`).
+    pub prefix: String,
+    /// Full resync period (the safety net behind notifications).
+    pub resync_every: Duration,
+    /// How often this proxy refreshes its in-flight lease.
+    pub lease_refresh: Duration,
+    /// How long a lease outlives its last refresh: a killed proxy's in-flight counts vanish after
+    /// at most this long.
+    pub lease_ttl: Duration,
+    /// TTL set on every state key at each write: idle state disappears by itself.
+    pub state_ttl: Duration,
+    /// Most writes held while Redis is unreachable; beyond it the oldest are dropped (counted).
+    pub max_queue: usize,
+    /// Most scripts per pipelined batch.
+    pub batch_size: usize,
+    /// Connect and response timeout of every Redis call.
+    pub timeout: Duration,
+}
+
+impl RedisConfig {
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            prefix: prefix.into(),
+            resync_every: Duration::from_millis(1000),
+            lease_refresh: Duration::from_millis(1000),
+            lease_ttl: Duration::from_millis(5000),
+            state_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_queue: 100_000,
+            batch_size: 256,
+            timeout: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// Bad Redis configuration (the only error the store ever returns: Redis being down is not one).
+#[derive(Debug)]
+pub struct RedisConfigError(pub String);
+
+impl std::fmt::Display for RedisConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RedisConfigError {}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct RedisCounters {
+    pub errors: AtomicU64,
+    pub batches: AtomicU64,
+    pub scripts: AtomicU64,
+    pub notifications_applied: AtomicU64,
+    pub resyncs: AtomicU64,
+    pub dropped_writes: AtomicU64,
+    pub connected: AtomicBool,
+}
+
+/// A snapshot of [`RedisCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisStats {
+    pub redis_errors_total: u64,
+    pub batches_total: u64,
+    pub scripts_total: u64,
+    pub notifications_applied_total: u64,
+    pub resyncs_total: u64,
+    pub dropped_writes_total: u64,
+    pub queued_writes: u64,
+    pub connected: bool,
+}
+
+/// One queued write: the trait call, replayed as its script in Redis.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Failure {
+        member: MemberId,
+        channel: ChannelId,
+        model: String,
+        kind: FailureKind,
+        retry_after_ms: u64,
+        fault_protection: bool,
+        cooldown_ms: u64,
+        now: UnixMillis,
+    },
+    Success {
+        member: MemberId,
+        channel: ChannelId,
+        model: String,
+        latency_ms: f64,
+        canary: bool,
+        promote_after: u32,
+    },
+    ChannelFailure {
+        channel: ChannelId,
+        fault_protection: bool,
+        threshold: u32,
+        now: UnixMillis,
+    },
+    Trip {
+        channel: ChannelId,
+        reason: String,
+        now: UnixMillis,
+    },
+    Reset {
+        channel: ChannelId,
+        members: Vec<MemberId>,
+    },
+    Cooldown {
+        member: MemberId,
+        until: UnixMillis,
+    },
+    Credential {
+        credential: CredentialId,
+        reason: String,
+        now: UnixMillis,
+    },
+    Sticky {
+        route: RouteId,
+        key: String,
+        member: MemberId,
+        expires_at: UnixMillis,
+        now: UnixMillis,
+    },
+}
+
+impl Op {
+    /// The entities this write touches (shielded from remote values until its result is back).
+    pub(crate) fn entities(&self) -> Vec<Entity> {
+        match self {
+            Op::Failure {
+                member,
+                channel,
+                model,
+                ..
+            } => vec![
+                Entity::Member(*member),
+                Entity::Health(*channel, model.clone()),
+            ],
+            Op::Success {
+                member,
+                channel,
+                model,
+                ..
+            } => vec![
+                Entity::Member(*member),
+                Entity::Channel(*channel),
+                Entity::Health(*channel, model.clone()),
+            ],
+            Op::ChannelFailure { channel, .. } | Op::Trip { channel, .. } => {
+                vec![Entity::Channel(*channel)]
+            }
+            Op::Reset { channel, members } => std::iter::once(Entity::Channel(*channel))
+                .chain(members.iter().map(|m| Entity::Member(*m)))
+                .collect(),
+            Op::Cooldown { member, .. } => vec![Entity::Member(*member)],
+            Op::Credential { credential, .. } => vec![Entity::Credential(*credential)],
+            Op::Sticky { route, key, .. } => vec![Entity::Sticky(*route, key.clone())],
+        }
+    }
+}
+
+/// What the hot path and the background tasks share.
+pub(crate) struct Shared {
+    pub view: InMemoryStore,
+    pub sync: Mutex<SyncState>,
+    pub wake: Notify,
+    pub lease_dirty: Notify,
+    pub counters: RedisCounters,
+    pub config: RedisConfig,
+    pub instance: String,
+    /// Bumped after each successful full resync (tests wait on it).
+    pub synced: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+pub(crate) struct SyncState {
+    pub versions: Versions,
+    pub queue: VecDeque<Op>,
+    pub leases: RemoteLeases,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SyncState> {
+        self.sync.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The Redis-backed [`StateStore`]. Create it inside a tokio runtime; it never fails because
+/// Redis is down (it connects, reconnects and resyncs in the background).
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RedisStore {
+    /// Validates the configuration and starts the background writer and subscriber.
+    pub fn start(config: RedisConfig) -> Result<RedisStore, RedisConfigError> {
+        let target = RedisTarget::parse(&config.url)?;
+        if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
+            return Err(RedisConfigError(format!(
+                "Redis key prefix {:?} must be non-empty and free of braces",
+                config.prefix
+            )));
+        }
+        let instance = format!(
+            "{:016x}",
+            getrandom::u64().map_err(|e| RedisConfigError(format!("no randomness: {e}")))?
+        );
+        let shared = Arc::new(Shared {
+            view: InMemoryStore::new(),
+            sync: Mutex::new(SyncState::default()),
+            wake: Notify::new(),
+            lease_dirty: Notify::new(),
+            counters: RedisCounters::default(),
+            config,
+            instance,
+            synced: watch::channel(0).0,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = worker::spawn(shared.clone(), target, stop_rx);
+        Ok(RedisStore {
+            shared,
+            stop,
+            tasks,
+        })
+    }
+
+    /// This proxy's id in the fleet (its lease name).
+    pub fn instance_id(&self) -> &str {
+        &self.shared.instance
+    }
+
+    pub fn stats(&self) -> RedisStats {
+        let c = &self.shared.counters;
+        RedisStats {
+            redis_errors_total: c.errors.load(Ordering::Relaxed),
+            batches_total: c.batches.load(Ordering::Relaxed),
+            scripts_total: c.scripts.load(Ordering::Relaxed),
+            notifications_applied_total: c.notifications_applied.load(Ordering::Relaxed),
+            resyncs_total: c.resyncs.load(Ordering::Relaxed),
+            dropped_writes_total: c.dropped_writes.load(Ordering::Relaxed),
+            queued_writes: self.shared.lock().queue.len() as u64,
+            connected: c.connected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until `n` full resyncs have completed since start (tests, readiness).
+    pub async fn wait_resynced(&self, n: u64, timeout: Duration) -> bool {
+        let mut rx = self.shared.synced.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|v| *v >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Waits until every queued write has reached Redis (tests, shutdown).
+    pub async fn wait_flushed(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.shared.lock().queue.is_empty() && self.shared.lock().versions.idle() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Graceful stop: pushes queued writes, removes this proxy's lease, stops the tasks.
+    pub async fn shutdown(mut self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = tokio::time::timeout(timeout, task).await;
+        }
+    }
+
+    /// Queues one write; the caller has already applied it to the view under the same lock.
+    fn enqueue(&self, state: &mut SyncState, op: Op) {
+        for e in op.entities() {
+            state.versions.add_pending(e);
+        }
+        state.queue.push_back(op);
+        while state.queue.len() > self.shared.config.max_queue {
+            if let Some(old) = state.queue.pop_front() {
+                for e in old.entities() {
+                    state.versions.done_pending(&e);
+                }
+                self.shared
+                    .counters
+                    .dropped_writes
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for RedisStore {
+    /// Like a killed process: tasks stop at once and the lease simply expires.
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &mask_url(&self.shared.config.url))
+            .field("prefix", &self.shared.config.prefix)
+            .field("instance", &self.shared.instance)
+            .finish()
+    }
+}
+
+fn latency_arg(ms: f64) -> f64 {
+    // The engine's sanitising, so the Lua side sees exactly what `HealthRecord` used.
+    if ms.is_finite() && ms >= 0.0 {
+        ms
+    } else {
+        0.0
+    }
+}
+
+impl StateStore for RedisStore {
+    fn with_view(&self, f: &mut dyn FnMut(&dyn HealthView)) {
+        self.shared.view.with_view(f);
+    }
+
+    fn record_success(&self, s: &AttemptSuccess<'_>, now: UnixMillis) -> SuccessEffect {
+        let mut state = self.shared.lock();
+        let effect = self.shared.view.record_success(s, now);
+        let op = Op::Success {
+            member: s.member,
+            channel: s.channel,
+            model: s.upstream_model.to_owned(),
+            latency_ms: latency_arg(s.latency_ms),
+            canary: s.canary,
+            promote_after: s.promote_after,
+        };
+        self.enqueue(&mut state, op);
+        effect
+    }
+
+    fn record_failure(
+        &self,
+        f: &AttemptFailure<'_>,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> FailureEffect {
+        let mut state = self.shared.lock();
+        let effect = self.shared.view.record_failure(f, policy, now);
+        let op = Op::Failure {
+            member: f.member,
+            channel: f.channel,
+            model: f.upstream_model.to_owned(),
+            kind: f.kind,
+            retry_after_ms: f.retry_after_ms.unwrap_or(0),
+            fault_protection: policy.fault_protection,
+            cooldown_ms: policy.cooldown_ms,
+            now,
+        };
+        self.enqueue(&mut state, op);
+        effect
+    }
+
+    fn record_channel_failure(
+        &self,
+        channel: ChannelId,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> ChannelFailureEffect {
+        let mut state = self.shared.lock();
+        let effect = self
+            .shared
+            .view
+            .record_channel_failure(channel, policy, now);
+        let op = Op::ChannelFailure {
+            channel,
+            fault_protection: policy.fault_protection,
+            threshold: policy.breaker_threshold,
+            now,
+        };
+        self.enqueue(&mut state, op);
+        effect
+    }
+
+    fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis) {
+        let mut state = self.shared.lock();
+        self.shared.view.trip_breaker(channel, reason, now);
+        let op = Op::Trip {
+            channel,
+            reason: reason.to_owned(),
+            now,
+        };
+        self.enqueue(&mut state, op);
+    }
+
+    fn reset_channel(&self, channel: ChannelId, members: &[MemberId]) {
+        let mut state = self.shared.lock();
+        self.shared.view.reset_channel(channel, members);
+        let op = Op::Reset {
+            channel,
+            members: members.to_vec(),
+        };
+        self.enqueue(&mut state, op);
+    }
+
+    fn extend_cooldown(&self, member: MemberId, until: UnixMillis) {
+        let mut state = self.shared.lock();
+        self.shared.view.extend_cooldown(member, until);
+        self.enqueue(&mut state, Op::Cooldown { member, until });
+    }
+
+    fn disable_credential(&self, credential: CredentialId, reason: &str, now: UnixMillis) {
+        let mut state = self.shared.lock();
+        self.shared.view.disable_credential(credential, reason, now);
+        let op = Op::Credential {
+            credential,
+            reason: reason.to_owned(),
+            now,
+        };
+        self.enqueue(&mut state, op);
+    }
+
+    fn in_flight_acquire(&self, channel: ChannelId) {
+        self.shared.view.in_flight_acquire(channel);
+        self.shared.lease_dirty.notify_one();
+    }
+
+    fn in_flight_release(&self, channel: ChannelId) {
+        self.shared.view.in_flight_release(channel);
+        self.shared.lease_dirty.notify_one();
+    }
+
+    fn bind_sticky(
+        &self,
+        route: RouteId,
+        session_key: &str,
+        member: MemberId,
+        ttl_ms: u64,
+        now: UnixMillis,
+    ) {
+        let mut state = self.shared.lock();
+        self.shared
+            .view
+            .bind_sticky(route, session_key, member, ttl_ms, now);
+        let op = Op::Sticky {
+            route,
+            key: session_key.to_owned(),
+            member,
+            expires_at: now.saturating_add(ttl_ms),
+            now,
+        };
+        self.enqueue(&mut state, op);
+    }
+
+    fn dump(&self, now: UnixMillis) -> StateDump {
+        self.shared.view.dump(now)
+    }
+}

@@ -1,0 +1,351 @@
+//! The server-side Lua scripts: every read-modify-write of shared state is one of these, run
+//! atomically by Redis (EVALSHA). Names carry a version (`switchyard_*_v1`): a changed script gets
+//! a new name (and so a new SHA), so old and new proxies can run side by side in a rolling deploy.
+//!
+//! Layout (all keys share the hash tag `{sy:PREFIX}`, so every script's keys live in one Cluster
+//! slot): `ver` (global version counter), hashes `member`, `channel`, `health`, `cred`, `sticky`
+//! (+ zset `sticky_exp`), zset `leases` and one `lease:<instance>` string per live proxy.
+//! Every stored value is `"<version>|<fields…>"`; the version orders updates across proxies.
+//!
+//! Each write script returns `[flag, kind, field, value, kind, field, value, …]`: an effect flag
+//! (tripped / promoted) and the new value of every entity it touched (`"<version>|-"` = deleted),
+//! which the writer applies locally and publishes to the other proxies.
+
+use redis::Script;
+
+/// Shared Lua helpers, prepended to every script.
+const PRELUDE: &str = r#"
+local ALPHA = 0.2
+local function split(s, n)
+  local out, start = {}, 1
+  for i = 1, n - 1 do
+    local j = string.find(s, '|', start, true)
+    if not j then
+      out[i] = string.sub(s, start)
+      for k = i + 1, n do out[k] = '' end
+      return out
+    end
+    out[i] = string.sub(s, start, j - 1)
+    start = j + 1
+  end
+  out[n] = string.sub(s, start)
+  return out
+end
+local function num(s)
+  if s == nil or s == '' then return nil end
+  return tonumber(s)
+end
+local function fmt(x) return string.format('%.17g', x) end
+local function int(x) return string.format('%d', x) end
+local function clamp_unit(x)
+  if x ~= x then return 0 end
+  if x < 0 then return 0 end
+  if x > 1 then return 1 end
+  return x
+end
+-- Versions are max(previous + 1, server microseconds): monotonic even if the counter key expires.
+local function bump(verkey, ttl)
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local v = tonumber(redis.call('GET', verkey) or '0')
+  if v + 1 > now_us then now_us = v + 1 end
+  redis.call('SET', verkey, int(now_us), 'PX', ttl)
+  return int(now_us)
+end
+local out = {0}
+local function emit(kind, field, value)
+  out[#out + 1] = kind
+  out[#out + 1] = field
+  out[#out + 1] = value
+end
+local function touch(key, ttl) redis.call('PEXPIRE', key, ttl) end
+-- member: version|cooldown_until|failures|canary_successes|promoted
+local function load_member(h, id)
+  local raw = redis.call('HGET', h, id)
+  if not raw then return {cd = nil, f = 0, c = 0, p = 0} end
+  local p = split(raw, 5)
+  return {cd = num(p[2]), f = num(p[3]) or 0, c = num(p[4]) or 0, p = num(p[5]) or 0}
+end
+local function save_member(h, id, m, v, ttl)
+  local value
+  if m.cd == nil and m.f == 0 and m.c == 0 and m.p == 0 then
+    redis.call('HDEL', h, id)
+    value = v .. '|-'
+  else
+    local cd = ''
+    if m.cd ~= nil then cd = int(m.cd) end
+    value = v .. '|' .. cd .. '|' .. int(m.f) .. '|' .. int(m.c) .. '|' .. int(m.p)
+    redis.call('HSET', h, id, value)
+    touch(h, ttl)
+  end
+  emit('m', id, value)
+end
+-- channel: version|consecutive|tripped_at|reason
+local function load_channel(h, id)
+  local raw = redis.call('HGET', h, id)
+  if not raw then return {n = 0, at = nil, reason = ''} end
+  local p = split(raw, 4)
+  return {n = num(p[2]) or 0, at = num(p[3]), reason = p[4]}
+end
+local function save_channel(h, id, b, v, ttl)
+  local at = ''
+  if b.at ~= nil then at = int(b.at) end
+  local value = v .. '|' .. int(b.n) .. '|' .. at .. '|' .. b.reason
+  redis.call('HSET', h, id, value)
+  touch(h, ttl)
+  emit('c', id, value)
+end
+-- health: version|latency_ms|error_propensity (latency empty = no sample)
+local function load_health(h, field)
+  local raw = redis.call('HGET', h, field)
+  if not raw then return {lat = nil, prop = 0} end
+  local p = split(raw, 3)
+  return {lat = num(p[2]), prop = num(p[3]) or 0}
+end
+local function save_health(h, field, r, v, ttl)
+  local lat = ''
+  if r.lat ~= nil then lat = fmt(r.lat) end
+  local value = v .. '|' .. lat .. '|' .. fmt(r.prop)
+  redis.call('HSET', h, field, value)
+  touch(h, ttl)
+  emit('h', field, value)
+end
+"#;
+
+/// record_failure. KEYS: ver, member, health.
+/// ARGV: ttl, member, health field, kind, retry_after_ms, fault_protection, cooldown_ms, now.
+const FAILURE: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local kind = ARGV[4]
+if kind ~= 'rejected' then
+  local r = load_health(KEYS[3], ARGV[3])
+  r.prop = clamp_unit(0.5 + 0.5 * clamp_unit(r.prop))
+  save_health(KEYS[3], ARGV[3], r, v, ttl)
+end
+local m = load_member(KEYS[2], ARGV[2])
+m.c = 0
+m.f = m.f + 1
+local now = tonumber(ARGV[8])
+if ARGV[6] == '1' and (kind ~= 'transport' or m.f >= 2) then
+  local base = now + tonumber(ARGV[7])
+  local asked = now + tonumber(ARGV[5])
+  local until_ms = math.max(base, asked)
+  if m.cd == nil or m.cd < until_ms then m.cd = until_ms end
+end
+save_member(KEYS[2], ARGV[2], m, v, ttl)
+return out
+"#;
+
+/// record_success. KEYS: ver, member, channel, health.
+/// ARGV: ttl, member, channel, health field, latency_ms, canary, promote_after.
+const SUCCESS: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local m = load_member(KEYS[2], ARGV[2])
+m.f = 0
+m.cd = nil
+if ARGV[6] == '1' and m.p == 0 then
+  m.c = m.c + 1
+  local after = tonumber(ARGV[7])
+  if after > 0 and m.c >= after then
+    m.p = 1
+    out[1] = 1
+  end
+end
+save_member(KEYS[2], ARGV[2], m, v, ttl)
+if redis.call('HEXISTS', KEYS[3], ARGV[3]) == 1 then
+  local b = load_channel(KEYS[3], ARGV[3])
+  b.n = 0
+  save_channel(KEYS[3], ARGV[3], b, v, ttl)
+end
+local r = load_health(KEYS[4], ARGV[4])
+local l = tonumber(ARGV[5])
+if r.lat ~= nil then
+  r.lat = ALPHA * l + (1.0 - ALPHA) * r.lat
+else
+  r.lat = l
+end
+r.prop = clamp_unit(0.5 * r.prop)
+save_health(KEYS[4], ARGV[4], r, v, ttl)
+return out
+"#;
+
+/// record_channel_failure. KEYS: ver, channel. ARGV: ttl, channel, fault_protection, threshold, now.
+const CHANNEL_FAILURE: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local b = load_channel(KEYS[2], ARGV[2])
+b.n = b.n + 1
+local threshold = tonumber(ARGV[4])
+if ARGV[3] == '1' and threshold > 0 and b.n >= threshold and b.at == nil then
+  b.at = tonumber(ARGV[5])
+  b.reason = string.format('%d consecutive failed attempts', b.n)
+  out[1] = 1
+end
+save_channel(KEYS[2], ARGV[2], b, v, ttl)
+return out
+"#;
+
+/// trip_breaker. KEYS: ver, channel. ARGV: ttl, channel, reason, now.
+const TRIP: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local b = load_channel(KEYS[2], ARGV[2])
+if b.at == nil then
+  b.at = tonumber(ARGV[4])
+  b.reason = ARGV[3]
+  out[1] = 1
+end
+save_channel(KEYS[2], ARGV[2], b, v, ttl)
+return out
+"#;
+
+/// reset_channel. KEYS: ver, channel, member. ARGV: ttl, channel, member ids…
+const RESET: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+redis.call('HDEL', KEYS[2], ARGV[2])
+emit('c', ARGV[2], v .. '|-')
+for i = 3, #ARGV do
+  local m = load_member(KEYS[3], ARGV[i])
+  m.f = 0
+  m.cd = nil
+  save_member(KEYS[3], ARGV[i], m, v, ttl)
+end
+return out
+"#;
+
+/// extend_cooldown (extend-only). KEYS: ver, member. ARGV: ttl, member, until.
+const COOLDOWN: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local m = load_member(KEYS[2], ARGV[2])
+local until_ms = tonumber(ARGV[3])
+if m.cd == nil or m.cd < until_ms then m.cd = until_ms end
+save_member(KEYS[2], ARGV[2], m, v, ttl)
+return out
+"#;
+
+/// disable_credential (first reason wins). KEYS: ver, cred. ARGV: ttl, credential, reason, now.
+const CREDENTIAL: &str = r#"
+local ttl = tonumber(ARGV[1])
+local raw = redis.call('HGET', KEYS[2], ARGV[2])
+if raw then
+  emit('k', ARGV[2], raw)
+  return out
+end
+local v = bump(KEYS[1], ttl)
+local value = v .. '|' .. ARGV[4] .. '|' .. ARGV[3]
+redis.call('HSET', KEYS[2], ARGV[2], value)
+touch(KEYS[2], ttl)
+emit('k', ARGV[2], value)
+return out
+"#;
+
+/// bind_sticky (bind or renew; expired bindings pruned). KEYS: ver, sticky, sticky_exp.
+/// ARGV: ttl, field (route:session), member, expires_at, now.
+const STICKY: &str = r#"
+local ttl = tonumber(ARGV[1])
+local v = bump(KEYS[1], ttl)
+local now = tonumber(ARGV[5])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 64)
+for _, f in ipairs(expired) do
+  redis.call('HDEL', KEYS[2], f)
+  redis.call('ZREM', KEYS[3], f)
+end
+local value = v .. '|' .. ARGV[3] .. '|' .. ARGV[4]
+redis.call('HSET', KEYS[2], ARGV[2], value)
+redis.call('ZADD', KEYS[3], tonumber(ARGV[4]), ARGV[2])
+touch(KEYS[2], ttl)
+touch(KEYS[3], ttl)
+emit('s', ARGV[2], value)
+return out
+"#;
+
+/// One proxy's in-flight lease. KEYS: leases, lease:<instance>.
+/// ARGV: instance, counts ("channel:n,…"), lease_ms, state ttl. Uses the server clock, so
+/// proxies' clock skew cannot expire each other's leases early.
+const LEASE: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', lease)
+redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+return 1
+"#;
+
+/// Everything, read atomically at one version (read-only: runs with EVALSHA_RO semantics).
+/// KEYS: ver, member, channel, health, cred, sticky, leases. ARGV: with_sticky, lease key prefix.
+/// Returns [version, members, channels, health, creds, sticky, leases] (flat field/value lists).
+const SNAPSHOT: &str = r#"
+local ver = redis.call('GET', KEYS[1]) or '0'
+local sticky = {}
+if ARGV[1] == '1' then sticky = redis.call('HGETALL', KEYS[6]) end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local leases = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], now_ms, '+inf')) do
+  local counts = redis.call('GET', ARGV[2] .. id)
+  if counts then
+    leases[#leases + 1] = id
+    leases[#leases + 1] = counts
+  end
+end
+return {ver, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
+  redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5]), sticky, leases}
+"#;
+
+/// The loaded scripts, by operation.
+pub(crate) struct Scripts {
+    pub failure: Script,
+    pub success: Script,
+    pub channel_failure: Script,
+    pub trip: Script,
+    pub reset: Script,
+    pub cooldown: Script,
+    pub credential: Script,
+    pub sticky: Script,
+    pub lease: Script,
+    pub snapshot: Script,
+}
+
+/// A script body with its versioned name as a leading comment: the name is part of the SHA.
+fn script(name: &str, body: &str, prelude: bool) -> Script {
+    let prelude = if prelude { PRELUDE } else { "" };
+    Script::new(&format!("-- {name}\n{prelude}{body}"))
+}
+
+impl Scripts {
+    pub fn new() -> Scripts {
+        Scripts {
+            failure: script("switchyard_failure_v1", FAILURE, true),
+            success: script("switchyard_success_v1", SUCCESS, true),
+            channel_failure: script("switchyard_channel_failure_v1", CHANNEL_FAILURE, true),
+            trip: script("switchyard_trip_breaker_v1", TRIP, true),
+            reset: script("switchyard_reset_channel_v1", RESET, true),
+            cooldown: script("switchyard_cooldown_v1", COOLDOWN, true),
+            credential: script("switchyard_disable_credential_v1", CREDENTIAL, true),
+            sticky: script("switchyard_sticky_v1", STICKY, true),
+            lease: script("switchyard_lease_v1", LEASE, false),
+            snapshot: script("switchyard_snapshot_v1", SNAPSHOT, false),
+        }
+    }
+
+    pub fn all(&self) -> [&Script; 10] {
+        [
+            &self.failure,
+            &self.success,
+            &self.channel_failure,
+            &self.trip,
+            &self.reset,
+            &self.cooldown,
+            &self.credential,
+            &self.sticky,
+            &self.lease,
+            &self.snapshot,
+        ]
+    }
+}

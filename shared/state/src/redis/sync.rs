@@ -1,0 +1,491 @@
+//! Merging fleet state into the local view.
+//!
+//! Every entity (member, channel, health record, credential, sticky binding) carries the version
+//! of the script run that last wrote it. The local view takes a remote value only when
+//!  - no local write of that entity is still waiting for Redis (`pending`): the local value is
+//!    newer than anything Redis has told us, and our own script result will bring the merged one;
+//!  - and it is newer than what the view already holds (`known`, defaulting to the version of the
+//!    last full resync).
+//!
+//! So a late notification can never roll a newer value back, and the periodic full resync (read
+//! atomically at one version) repairs whatever a lost notification left behind.
+
+use std::collections::{HashMap, HashSet};
+
+use switchyard_engine::{
+    ChannelId, CredentialId, HealthRecord, MemberId, RouteId, StickyBinding, UnixMillis,
+};
+
+use crate::memory::{Breaker, Inner};
+
+/// One piece of shared state, as addressed in Redis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Entity {
+    Member(MemberId),
+    Channel(ChannelId),
+    Health(ChannelId, String),
+    Credential(CredentialId),
+    Sticky(RouteId, String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    Member {
+        cooldown_until: Option<UnixMillis>,
+        failures: u32,
+        canary_successes: u32,
+        promoted: bool,
+    },
+    Channel(Breaker),
+    Health(HealthRecord),
+    Credential {
+        at: UnixMillis,
+        reason: String,
+    },
+    Sticky(StickyBinding),
+}
+
+/// A versioned value of one entity; `None` = deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Update {
+    pub entity: Entity,
+    pub version: u64,
+    pub value: Option<Value>,
+}
+
+impl Entity {
+    /// The hash field in Redis.
+    pub fn field(&self) -> String {
+        match self {
+            Entity::Member(id) | Entity::Channel(id) | Entity::Credential(id) => id.to_string(),
+            Entity::Health(channel, model) => format!("{channel}:{model}"),
+            Entity::Sticky(route, key) => format!("{route}:{key}"),
+        }
+    }
+
+    pub fn parse(kind: &str, field: &str) -> Option<Entity> {
+        let pair = || {
+            let (a, b) = field.split_once(':')?;
+            Some((a.parse().ok()?, b.to_owned()))
+        };
+        Some(match kind {
+            "m" => Entity::Member(field.parse().ok()?),
+            "c" => Entity::Channel(field.parse().ok()?),
+            "k" => Entity::Credential(field.parse().ok()?),
+            "h" => {
+                let (c, m) = pair()?;
+                Entity::Health(c, m)
+            }
+            "s" => {
+                let (r, k) = pair()?;
+                Entity::Sticky(r, k)
+            }
+            _ => return None,
+        })
+    }
+}
+
+fn opt<T: std::str::FromStr>(s: &str) -> Result<Option<T>, ()> {
+    if s.is_empty() {
+        Ok(None)
+    } else {
+        s.parse().map(Some).map_err(|_| ())
+    }
+}
+
+fn req<T: std::str::FromStr>(s: Option<&str>) -> Result<T, ()> {
+    s.ok_or(())?.parse().map_err(|_| ())
+}
+
+/// Parses one stored value (`"<version>|<fields…>"`, `"<version>|-"` = deleted).
+pub(crate) fn parse_update(kind: &str, field: &str, raw: &str) -> Option<Update> {
+    let entity = Entity::parse(kind, field)?;
+    let (version, rest) = raw.split_once('|')?;
+    let version: u64 = version.parse().ok()?;
+    if rest == "-" {
+        return Some(Update {
+            entity,
+            version,
+            value: None,
+        });
+    }
+    let value = (|| -> Result<Value, ()> {
+        Ok(match &entity {
+            Entity::Member(_) => {
+                let mut p = rest.split('|');
+                Value::Member {
+                    cooldown_until: opt(p.next().ok_or(())?)?,
+                    failures: req(p.next())?,
+                    canary_successes: req(p.next())?,
+                    promoted: req::<u8>(p.next())? == 1,
+                }
+            }
+            Entity::Channel(_) => {
+                let mut p = rest.splitn(3, '|');
+                let consecutive = req(p.next())?;
+                let tripped_at = opt(p.next().ok_or(())?)?;
+                let reason = p.next().unwrap_or("");
+                Value::Channel(Breaker {
+                    consecutive,
+                    tripped_at,
+                    reason: tripped_at.map(|_| reason.to_owned()),
+                })
+            }
+            Entity::Health(..) => {
+                let mut p = rest.split('|');
+                Value::Health(HealthRecord {
+                    latency_ms: opt(p.next().ok_or(())?)?,
+                    error_propensity: req(p.next())?,
+                })
+            }
+            Entity::Credential(_) => {
+                let (at, reason) = rest.split_once('|').ok_or(())?;
+                Value::Credential {
+                    at: at.parse().map_err(|_| ())?,
+                    reason: reason.to_owned(),
+                }
+            }
+            Entity::Sticky(..) => {
+                let (member, expires) = rest.split_once('|').ok_or(())?;
+                Value::Sticky(StickyBinding {
+                    member_id: member.parse().map_err(|_| ())?,
+                    expires_at: expires.parse().map_err(|_| ())?,
+                })
+            }
+        })
+    })()
+    .ok()?;
+    Some(Update {
+        entity,
+        version,
+        value: Some(value),
+    })
+}
+
+/// Writes one entity's value into the view.
+pub(crate) fn apply_value(inner: &mut Inner, entity: &Entity, value: Option<&Value>) {
+    match (entity, value) {
+        (
+            Entity::Member(id),
+            Some(Value::Member {
+                cooldown_until,
+                failures,
+                canary_successes,
+                promoted,
+            }),
+        ) => {
+            set(&mut inner.cooldowns, *id, *cooldown_until);
+            set(&mut inner.member_failures, *id, nonzero(*failures));
+            set(&mut inner.canary_successes, *id, nonzero(*canary_successes));
+            if *promoted {
+                inner.canaries_promoted.insert(*id);
+            } else {
+                inner.canaries_promoted.remove(id);
+            }
+        }
+        (Entity::Member(id), _) => {
+            inner.cooldowns.remove(id);
+            inner.member_failures.remove(id);
+            inner.canary_successes.remove(id);
+            inner.canaries_promoted.remove(id);
+        }
+        (Entity::Channel(id), Some(Value::Channel(b))) => {
+            inner.breakers.insert(*id, b.clone());
+        }
+        (Entity::Channel(id), _) => {
+            inner.breakers.remove(id);
+        }
+        (Entity::Health(channel, model), Some(Value::Health(r))) => {
+            inner
+                .health
+                .entry(*channel)
+                .or_default()
+                .insert(model.clone(), *r);
+        }
+        (Entity::Health(channel, model), _) => {
+            if let Some(models) = inner.health.get_mut(channel) {
+                models.remove(model);
+            }
+        }
+        (Entity::Credential(id), Some(Value::Credential { at, reason })) => {
+            inner
+                .credentials_disabled
+                .insert(*id, (reason.clone(), *at));
+        }
+        (Entity::Credential(id), _) => {
+            inner.credentials_disabled.remove(id);
+        }
+        (Entity::Sticky(route, key), Some(Value::Sticky(b))) => {
+            // Only capacity evicts here: `now` 0 keeps the view's own expiry handling.
+            inner.insert_sticky(*route, key, *b, 0);
+        }
+        (Entity::Sticky(route, key), _) => inner.remove_sticky(*route, key),
+    }
+}
+
+fn nonzero(n: u32) -> Option<u32> {
+    (n > 0).then_some(n)
+}
+
+fn set<V>(map: &mut HashMap<i64, V>, id: i64, value: Option<V>) {
+    match value {
+        Some(v) => {
+            map.insert(id, v);
+        }
+        None => {
+            map.remove(&id);
+        }
+    }
+}
+
+/// Versions and pending local writes per entity.
+#[derive(Debug, Default)]
+pub(crate) struct Versions {
+    pending: HashMap<Entity, u32>,
+    known: HashMap<Entity, u64>,
+    /// Version of the last full resync: what every entity absent from `known` is at least.
+    base: u64,
+}
+
+impl Versions {
+    /// No local write is waiting for Redis.
+    pub fn idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn add_pending(&mut self, entity: Entity) {
+        *self.pending.entry(entity).or_insert(0) += 1;
+    }
+
+    pub fn done_pending(&mut self, entity: &Entity) {
+        if let Some(n) = self.pending.get_mut(entity) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.pending.remove(entity);
+            }
+        }
+    }
+
+    fn known(&self, entity: &Entity) -> u64 {
+        match entity {
+            // Sticky bindings are not part of the periodic resync: no base for them.
+            Entity::Sticky(..) => self.known.get(entity).copied().unwrap_or(0),
+            _ => self.known.get(entity).copied().unwrap_or(self.base),
+        }
+    }
+
+    /// A remote update (notification): applied if nothing local is pending and it is newer.
+    pub fn merge(&mut self, inner: &mut Inner, u: &Update) -> bool {
+        if self.pending.contains_key(&u.entity) || u.version <= self.known(&u.entity) {
+            return false;
+        }
+        self.known.insert(u.entity.clone(), u.version);
+        apply_value(inner, &u.entity, u.value.as_ref());
+        true
+    }
+
+    /// The result of one of our own writes (its pending mark already cleared). Sticky bindings
+    /// stay as written locally (the view's capacity eviction already ran on them).
+    pub fn own_result(&mut self, inner: &mut Inner, u: &Update) {
+        if matches!(u.entity, Entity::Sticky(..)) {
+            if u.version > self.known(&u.entity) {
+                self.known.insert(u.entity.clone(), u.version);
+            }
+            return;
+        }
+        self.merge(inner, u);
+    }
+
+    /// A full resync read atomically at `version`: replaces every non-sticky entity (and the
+    /// sticky ones when `with_sticky`) that has no pending write and no newer known value.
+    pub fn resync(
+        &mut self,
+        inner: &mut Inner,
+        version: u64,
+        updates: &[Update],
+        with_sticky: bool,
+    ) {
+        let present: HashSet<&Entity> = updates.iter().map(|u| &u.entity).collect();
+        let mut absent: Vec<Entity> = Vec::new();
+        absent.extend(
+            inner
+                .cooldowns
+                .keys()
+                .chain(inner.member_failures.keys())
+                .chain(inner.canary_successes.keys())
+                .chain(inner.canaries_promoted.iter())
+                .map(|id| Entity::Member(*id)),
+        );
+        absent.extend(inner.breakers.keys().map(|id| Entity::Channel(*id)));
+        absent.extend(
+            inner
+                .health
+                .iter()
+                .flat_map(|(c, models)| models.keys().map(move |m| Entity::Health(*c, m.clone()))),
+        );
+        absent.extend(
+            inner
+                .credentials_disabled
+                .keys()
+                .map(|id| Entity::Credential(*id)),
+        );
+        if with_sticky {
+            absent.extend(
+                inner
+                    .sticky_keys()
+                    .map(|(r, k)| Entity::Sticky(r, k.to_owned())),
+            );
+        }
+        absent.retain(|e| !present.contains(e));
+        absent.sort_by_key(|e| e.field());
+        absent.dedup();
+        let fresh = |me: &Versions, e: &Entity| {
+            !me.pending.contains_key(e) && me.known.get(e).is_none_or(|k| *k <= version)
+        };
+        for e in absent {
+            if fresh(self, &e) {
+                apply_value(inner, &e, None);
+                self.known.remove(&e);
+            }
+        }
+        for u in updates {
+            if fresh(self, &u.entity) {
+                apply_value(inner, &u.entity, u.value.as_ref());
+                self.known.remove(&u.entity);
+                if matches!(u.entity, Entity::Sticky(..)) {
+                    self.known.insert(u.entity.clone(), u.version);
+                }
+            }
+        }
+        if version > self.base {
+            self.base = version;
+        }
+        let base = self.base;
+        let live: HashSet<Entity> = inner
+            .sticky_keys()
+            .map(|(r, k)| Entity::Sticky(r, k.to_owned()))
+            .collect();
+        let pending = &self.pending;
+        self.known.retain(|e, v| match e {
+            Entity::Sticky(..) => live.contains(e) || pending.contains_key(e),
+            _ => *v > base,
+        });
+    }
+}
+
+/// Encodes one proxy's in-flight counts for its lease: `"channel:n,channel:n"`.
+pub(crate) fn encode_counts(counts: &HashMap<ChannelId, u32>) -> String {
+    let mut parts: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, n)| format!("{c}:{n}"))
+        .collect();
+    parts.sort();
+    parts.join(",")
+}
+
+pub(crate) fn decode_counts(raw: &str) -> HashMap<ChannelId, u32> {
+    raw.split(',')
+        .filter_map(|part| {
+            let (c, n) = part.split_once(':')?;
+            Some((c.parse().ok()?, n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Other proxies' leases, summed into the view's `remote_in_flight`.
+#[derive(Debug, Default)]
+pub(crate) struct RemoteLeases {
+    by_instance: HashMap<String, HashMap<ChannelId, u32>>,
+}
+
+impl RemoteLeases {
+    pub fn set(&mut self, inner: &mut Inner, instance: &str, counts: HashMap<ChannelId, u32>) {
+        self.by_instance.insert(instance.to_owned(), counts);
+        self.sum_into(inner);
+    }
+
+    /// Replaces every lease (full resync): a proxy missing here has expired.
+    pub fn replace(&mut self, inner: &mut Inner, all: HashMap<String, HashMap<ChannelId, u32>>) {
+        self.by_instance = all;
+        self.sum_into(inner);
+    }
+
+    fn sum_into(&self, inner: &mut Inner) {
+        inner.remote_in_flight.clear();
+        for counts in self.by_instance.values() {
+            for (c, n) in counts {
+                let total = inner.remote_in_flight.entry(*c).or_insert(0);
+                *total = total.saturating_add(*n);
+            }
+        }
+        inner.remote_in_flight.retain(|_, n| *n > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_kind_and_deletions() {
+        let m = parse_update("m", "5", "7|1000|2|0|1").unwrap();
+        assert_eq!(m.entity, Entity::Member(5));
+        assert_eq!(
+            m.value,
+            Some(Value::Member {
+                cooldown_until: Some(1000),
+                failures: 2,
+                canary_successes: 0,
+                promoted: true
+            })
+        );
+        let c = parse_update("c", "3", "8|5|123|5 consecutive|odd").unwrap();
+        assert_eq!(
+            c.value,
+            Some(Value::Channel(Breaker {
+                consecutive: 5,
+                tripped_at: Some(123),
+                reason: Some("5 consecutive|odd".into())
+            }))
+        );
+        let closed = parse_update("c", "3", "8|0||").unwrap();
+        assert_eq!(closed.value, Some(Value::Channel(Breaker::default())));
+        let h = parse_update("h", "3:gpt:4o", "9||0.5").unwrap();
+        assert_eq!(h.entity, Entity::Health(3, "gpt:4o".into()));
+        let s = parse_update("s", "1:sess:x", "10|4|99").unwrap();
+        assert_eq!(s.entity, Entity::Sticky(1, "sess:x".into()));
+        let gone = parse_update("m", "5", "11|-").unwrap();
+        assert_eq!(gone.value, None);
+        assert!(parse_update("m", "x", "1|-").is_none());
+        assert!(parse_update("m", "1", "garbage").is_none());
+    }
+
+    #[test]
+    fn late_notifications_never_roll_back() {
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        let new = parse_update("m", "1", "20|500|1|0|0").unwrap();
+        let old = parse_update("m", "1", "10|900|1|0|0").unwrap();
+        assert!(v.merge(&mut inner, &new));
+        assert!(!v.merge(&mut inner, &old));
+        assert_eq!(inner.cooldowns.get(&1), Some(&500));
+        // A pending local write shields the entity.
+        v.add_pending(Entity::Member(1));
+        let newer = parse_update("m", "1", "30|-").unwrap();
+        assert!(!v.merge(&mut inner, &newer));
+        v.done_pending(&Entity::Member(1));
+        assert!(v.merge(&mut inner, &newer));
+        assert!(inner.cooldowns.is_empty());
+    }
+
+    #[test]
+    fn counts_round_trip() {
+        let counts: HashMap<ChannelId, u32> = [(1, 2), (30, 1), (4, 0)].into_iter().collect();
+        let raw = encode_counts(&counts);
+        assert_eq!(raw, "1:2,30:1");
+        let back = decode_counts(&raw);
+        assert_eq!(back.len(), 2);
+        assert!(decode_counts("").is_empty());
+    }
+}

@@ -1,0 +1,648 @@
+//! The background tasks: the writer (batches, leases, resync) and the subscriber.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use redis::{Cmd, RedisError, RedisResult, Script, Value};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::conn::{mask_url, Conn, RedisTarget};
+use super::scripts::Scripts;
+use super::sync::{decode_counts, encode_counts, parse_update, Update};
+use super::{Op, Shared};
+use crate::types::FailureKind;
+
+/// Keys of one fleet namespace. One hash tag for all: every script's keys share a Cluster slot.
+pub(crate) struct Keys {
+    ver: String,
+    member: String,
+    channel: String,
+    health: String,
+    cred: String,
+    sticky: String,
+    sticky_exp: String,
+    leases: String,
+    lease_prefix: String,
+    lease: String,
+    events: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, instance: &str) -> Keys {
+        let t = format!("{{sy:{prefix}}}");
+        Keys {
+            ver: format!("{t}:ver"),
+            member: format!("{t}:member"),
+            channel: format!("{t}:channel"),
+            health: format!("{t}:health"),
+            cred: format!("{t}:cred"),
+            sticky: format!("{t}:sticky"),
+            sticky_exp: format!("{t}:sticky_exp"),
+            leases: format!("{t}:leases"),
+            lease_prefix: format!("{t}:lease:"),
+            lease: format!("{t}:lease:{instance}"),
+            events: format!("{t}:events"),
+        }
+    }
+}
+
+/// One change notification: the publisher, the new versioned values, its in-flight lease.
+#[derive(Debug, Serialize, Deserialize)]
+struct Notice {
+    o: String,
+    #[serde(default)]
+    u: Vec<(String, String, String)>,
+    #[serde(default)]
+    l: Option<String>,
+}
+
+/// Rate-limited error reporting: every error counts, one log line per 5 s.
+struct Reporter {
+    last_log_ms: AtomicU64,
+}
+
+impl Reporter {
+    fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
+        shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+        let now = now_ms();
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 5_000
+            && self
+                .last_log_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                redis = %mask_url(&shared.config.url),
+                error = %e,
+                errors_total = shared.counters.errors.load(Ordering::Relaxed),
+                "Redis {what} failed; serving from the local view (fail-open)"
+            );
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    target: RedisTarget,
+    stop: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let resync = Arc::new(Notify::new());
+    let reporter = Arc::new(Reporter {
+        last_log_ms: AtomicU64::new(0),
+    });
+    vec![
+        tokio::spawn(writer(
+            shared.clone(),
+            target.clone(),
+            stop.clone(),
+            resync.clone(),
+            reporter.clone(),
+        )),
+        tokio::spawn(subscriber(shared, target, stop, resync, reporter)),
+    ]
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// In-flight changes are pushed at most this often (plus the periodic lease refresh).
+const LEASE_MIN_GAP: Duration = Duration::from_millis(25);
+
+struct Writer {
+    shared: Arc<Shared>,
+    scripts: Scripts,
+    keys: Keys,
+    reporter: Arc<Reporter>,
+}
+
+async fn writer(
+    shared: Arc<Shared>,
+    target: RedisTarget,
+    mut stop: watch::Receiver<bool>,
+    resync: Arc<Notify>,
+    reporter: Arc<Reporter>,
+) {
+    let w = Writer {
+        keys: Keys::new(&shared.config.prefix, &shared.instance),
+        scripts: Scripts::new(),
+        shared,
+        reporter,
+    };
+    let mut backoff = BACKOFF_MIN;
+    while !*stop.borrow() {
+        let conn = match target.connect(w.shared.config.timeout).await {
+            Ok(mut conn) => match w.load_scripts(&mut conn).await {
+                Ok(()) => Some(conn),
+                Err(e) => {
+                    w.reporter.report(&w.shared, "script load", &e);
+                    None
+                }
+            },
+            Err(e) => {
+                w.reporter.report(&w.shared, "connect", &e);
+                None
+            }
+        };
+        let Some(mut conn) = conn else {
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
+        };
+        backoff = BACKOFF_MIN;
+        w.shared.counters.connected.store(true, Ordering::Relaxed);
+        tracing::info!(redis = %mask_url(&w.shared.config.url), prefix = %w.shared.config.prefix, instance = %w.shared.instance, "Redis state store connected");
+        match w.session(&mut conn, &mut stop, &resync).await {
+            Ok(()) => return,
+            Err(e) => {
+                w.shared.counters.connected.store(false, Ordering::Relaxed);
+                w.reporter.report(&w.shared, "write", &e);
+            }
+        }
+    }
+}
+
+impl Writer {
+    async fn load_scripts(&self, conn: &mut Conn) -> RedisResult<()> {
+        for script in self.scripts.all() {
+            script.load_async(conn).await?;
+        }
+        Ok(())
+    }
+
+    /// Connected: push what queued up, lease, full resync; then serve until an error or stop.
+    async fn session(
+        &self,
+        conn: &mut Conn,
+        stop: &mut watch::Receiver<bool>,
+        resync: &Notify,
+    ) -> RedisResult<()> {
+        self.flush(conn).await?;
+        self.write_lease(conn).await?;
+        self.resync(conn, true).await?;
+        let mut resync_tick = tokio::time::interval(self.shared.config.resync_every);
+        let mut lease_tick = tokio::time::interval(self.shared.config.lease_refresh);
+        resync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut lease_due: Option<Instant> = None;
+        let mut last_lease = Instant::now();
+        loop {
+            let due = lease_due;
+            tokio::select! {
+                biased;
+                _ = stop.changed() => {
+                    self.flush(conn).await?;
+                    self.drop_lease(conn).await?;
+                    return Ok(());
+                }
+                () = self.shared.wake.notified() => self.flush(conn).await?,
+                () = async { if let Some(at) = due { tokio::time::sleep_until(at).await } else { std::future::pending().await } } => {
+                    lease_due = None;
+                    last_lease = Instant::now();
+                    self.write_lease(conn).await?;
+                }
+                () = self.shared.lease_dirty.notified() => {
+                    if lease_due.is_none() {
+                        lease_due = Some((last_lease + LEASE_MIN_GAP).max(Instant::now()));
+                    }
+                }
+                _ = lease_tick.tick() => {
+                    last_lease = Instant::now();
+                    self.write_lease(conn).await?;
+                }
+                () = resync.notified() => self.resync(conn, true).await?,
+                _ = resync_tick.tick() => self.resync(conn, false).await?,
+            }
+        }
+    }
+
+    fn evalsha(&self, script: &Script, keys: &[&str]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        cmd
+    }
+
+    fn command(&self, op: &Op) -> Cmd {
+        let k = &self.keys;
+        let s = &self.scripts;
+        let ttl = self.shared.config.state_ttl.as_millis() as u64;
+        let health_field = |c: i64, m: &str| format!("{c}:{m}");
+        match op {
+            Op::Failure {
+                member,
+                channel,
+                model,
+                kind,
+                retry_after_ms,
+                fault_protection,
+                cooldown_ms,
+                now,
+            } => {
+                let mut c = self.evalsha(&s.failure, &[&k.ver, &k.member, &k.health]);
+                c.arg(ttl)
+                    .arg(member)
+                    .arg(health_field(*channel, model))
+                    .arg(kind_name(*kind))
+                    .arg(retry_after_ms)
+                    .arg(u8::from(*fault_protection))
+                    .arg(cooldown_ms)
+                    .arg(now);
+                c
+            }
+            Op::Success {
+                member,
+                channel,
+                model,
+                latency_ms,
+                canary,
+                promote_after,
+            } => {
+                let mut c = self.evalsha(&s.success, &[&k.ver, &k.member, &k.channel, &k.health]);
+                c.arg(ttl)
+                    .arg(member)
+                    .arg(channel)
+                    .arg(health_field(*channel, model))
+                    .arg(latency_ms.to_string())
+                    .arg(u8::from(*canary))
+                    .arg(promote_after);
+                c
+            }
+            Op::ChannelFailure {
+                channel,
+                fault_protection,
+                threshold,
+                now,
+            } => {
+                let mut c = self.evalsha(&s.channel_failure, &[&k.ver, &k.channel]);
+                c.arg(ttl)
+                    .arg(channel)
+                    .arg(u8::from(*fault_protection))
+                    .arg(threshold)
+                    .arg(now);
+                c
+            }
+            Op::Trip {
+                channel,
+                reason,
+                now,
+            } => {
+                let mut c = self.evalsha(&s.trip, &[&k.ver, &k.channel]);
+                c.arg(ttl).arg(channel).arg(reason).arg(now);
+                c
+            }
+            Op::Reset { channel, members } => {
+                let mut c = self.evalsha(&s.reset, &[&k.ver, &k.channel, &k.member]);
+                c.arg(ttl).arg(channel).arg(members);
+                c
+            }
+            Op::Cooldown { member, until } => {
+                let mut c = self.evalsha(&s.cooldown, &[&k.ver, &k.member]);
+                c.arg(ttl).arg(member).arg(until);
+                c
+            }
+            Op::Credential {
+                credential,
+                reason,
+                now,
+            } => {
+                let mut c = self.evalsha(&s.credential, &[&k.ver, &k.cred]);
+                c.arg(ttl).arg(credential).arg(reason).arg(now);
+                c
+            }
+            Op::Sticky {
+                route,
+                key,
+                member,
+                expires_at,
+                now,
+            } => {
+                let mut c = self.evalsha(&s.sticky, &[&k.ver, &k.sticky, &k.sticky_exp]);
+                c.arg(ttl)
+                    .arg(format!("{route}:{key}"))
+                    .arg(member)
+                    .arg(expires_at)
+                    .arg(now);
+                c
+            }
+        }
+    }
+
+    /// Runs queued writes as pipelined script batches until the queue is empty.
+    async fn flush(&self, conn: &mut Conn) -> RedisResult<()> {
+        loop {
+            let batch: Vec<Op> = {
+                let mut state = self.shared.lock();
+                let n = state.queue.len().min(self.shared.config.batch_size);
+                state.queue.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let mut pipe = redis::pipe();
+            for op in &batch {
+                pipe.add_command(self.command(op));
+            }
+            let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
+            if matches!(&result, Err(e) if is_noscript(e)) {
+                // Redis restarted or failed over and lost the scripts: load and retry the batch
+                // (every EVALSHA of it failed, so none ran).
+                if let Err(e) = self.load_scripts(conn).await {
+                    self.requeue(batch);
+                    return Err(e);
+                }
+                result = pipe.query_async(conn).await;
+            }
+            let results = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    self.requeue(batch);
+                    return Err(e);
+                }
+            };
+            let counters = &self.shared.counters;
+            counters.batches.fetch_add(1, Ordering::Relaxed);
+            counters
+                .scripts
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let mut published = Vec::new();
+            {
+                let mut state = self.shared.lock();
+                for op in &batch {
+                    for e in op.entities() {
+                        state.versions.done_pending(&e);
+                    }
+                }
+                let mut view = self.shared.view.write_view();
+                for value in &results {
+                    for (kind, field, raw) in script_updates(value) {
+                        if let Some(u) = parse_update(&kind, &field, &raw) {
+                            state.versions.own_result(&mut view, &u);
+                        }
+                        published.push((kind, field, raw));
+                    }
+                }
+            }
+            self.publish(conn, published, None).await?;
+        }
+    }
+
+    fn requeue(&self, batch: Vec<Op>) {
+        let mut state = self.shared.lock();
+        for op in batch.into_iter().rev() {
+            state.queue.push_front(op);
+        }
+    }
+
+    async fn publish(
+        &self,
+        conn: &mut Conn,
+        u: Vec<(String, String, String)>,
+        l: Option<String>,
+    ) -> RedisResult<()> {
+        let notice = Notice {
+            o: self.shared.instance.clone(),
+            u,
+            l,
+        };
+        let payload = serde_json::to_string(&notice).map_err(|e| {
+            RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })?;
+        redis::cmd("PUBLISH")
+            .arg(&self.keys.events)
+            .arg(payload)
+            .exec_async(conn)
+            .await
+    }
+
+    async fn write_lease(&self, conn: &mut Conn) -> RedisResult<()> {
+        let counts = encode_counts(&self.shared.view.read_view().in_flight);
+        let cfg = &self.shared.config;
+        self.evalsha(&self.scripts.lease, &[&self.keys.leases, &self.keys.lease])
+            .arg(&self.shared.instance)
+            .arg(&counts)
+            .arg(cfg.lease_ttl.as_millis() as u64)
+            .arg(cfg.state_ttl.as_millis() as u64)
+            .exec_async(conn)
+            .await?;
+        self.publish(conn, Vec::new(), Some(counts)).await
+    }
+
+    async fn drop_lease(&self, conn: &mut Conn) -> RedisResult<()> {
+        redis::pipe()
+            .del(&self.keys.lease)
+            .zrem(&self.keys.leases, &self.shared.instance)
+            .exec_async(conn)
+            .await?;
+        self.publish(conn, Vec::new(), Some(String::new())).await
+    }
+
+    /// Reads everything at one version and merges it into the view.
+    async fn resync(&self, conn: &mut Conn, with_sticky: bool) -> RedisResult<()> {
+        let k = &self.keys;
+        let mut cmd = self.evalsha(
+            &self.scripts.snapshot,
+            &[
+                &k.ver, &k.member, &k.channel, &k.health, &k.cred, &k.sticky, &k.leases,
+            ],
+        );
+        cmd.arg(u8::from(with_sticky)).arg(&k.lease_prefix);
+        let mut result = cmd.query_async::<Value>(conn).await;
+        if matches!(&result, Err(e) if is_noscript(e)) {
+            self.load_scripts(conn).await?;
+            result = cmd.query_async::<Value>(conn).await;
+        }
+        let value = result?;
+        let parts = as_array(&value).unwrap_or(&[]);
+        let version: u64 = parts
+            .first()
+            .and_then(as_str)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut updates: Vec<Update> = Vec::new();
+        for (i, kind) in ["m", "c", "h", "k", "s"].iter().enumerate() {
+            let pairs = parts.get(i + 1).and_then(as_array).unwrap_or(&[]);
+            for pair in pairs.chunks_exact(2) {
+                if let (Some(field), Some(raw)) = (as_str(&pair[0]), as_str(&pair[1])) {
+                    if let Some(u) = parse_update(kind, &field, &raw) {
+                        updates.push(u);
+                    }
+                }
+            }
+        }
+        let mut leases = HashMap::new();
+        for pair in parts
+            .get(6)
+            .and_then(as_array)
+            .unwrap_or(&[])
+            .chunks_exact(2)
+        {
+            if let (Some(id), Some(raw)) = (as_str(&pair[0]), as_str(&pair[1])) {
+                if id != self.shared.instance {
+                    leases.insert(id, decode_counts(&raw));
+                }
+            }
+        }
+        {
+            let mut state = self.shared.lock();
+            let mut view = self.shared.view.write_view();
+            state
+                .versions
+                .resync(&mut view, version, &updates, with_sticky);
+            state.leases.replace(&mut view, leases);
+        }
+        self.shared.counters.resyncs.fetch_add(1, Ordering::Relaxed);
+        self.shared.synced.send_modify(|n| *n += 1);
+        Ok(())
+    }
+}
+
+fn kind_name(kind: FailureKind) -> &'static str {
+    match kind {
+        FailureKind::Transport => "transport",
+        FailureKind::Retryable => "retryable",
+        FailureKind::Rejected => "rejected",
+        FailureKind::MemberSpecific => "member_specific",
+        FailureKind::StreamBroken => "stream_broken",
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    ) || e.to_string().contains("NOSCRIPT")
+}
+
+fn as_array(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(items) | Value::Set(items) => Some(items),
+        _ => None,
+    }
+}
+
+fn as_str(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `[flag, kind, field, value, …]` → the (kind, field, value) triples.
+fn script_updates(v: &Value) -> Vec<(String, String, String)> {
+    let items = as_array(v).unwrap_or(&[]);
+    items
+        .get(1..)
+        .unwrap_or(&[])
+        .chunks_exact(3)
+        .filter_map(|t| Some((as_str(&t[0])?, as_str(&t[1])?, as_str(&t[2])?)))
+        .collect()
+}
+
+async fn subscriber(
+    shared: Arc<Shared>,
+    target: RedisTarget,
+    mut stop: watch::Receiver<bool>,
+    resync: Arc<Notify>,
+    reporter: Arc<Reporter>,
+) {
+    let channel = Keys::new(&shared.config.prefix, &shared.instance).events;
+    let nodes = target.pubsub_nodes();
+    let mut backoff = BACKOFF_MIN;
+    let mut attempt = 0usize;
+    while !*stop.borrow() {
+        let node = &nodes[attempt % nodes.len()];
+        attempt += 1;
+        let connected = async {
+            let client = redis::Client::open(node.as_str())?;
+            let mut pubsub = tokio::time::timeout(shared.config.timeout, client.get_async_pubsub())
+                .await
+                .map_err(|_| {
+                    RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "subscribe timed out",
+                    ))
+                })??;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, RedisError>(pubsub)
+        }
+        .await;
+        let mut pubsub = match connected {
+            Ok(p) => p,
+            Err(e) => {
+                reporter.report(&shared, "subscribe", &e);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = BACKOFF_MIN;
+        // Whatever was published while we were not listening is only in a resync.
+        resync.notify_one();
+        let mut messages = pubsub.on_message();
+        loop {
+            tokio::select! {
+                msg = messages.next() => match msg {
+                    Some(msg) => handle_notice(&shared, msg.get_payload_bytes()),
+                    None => break,
+                },
+                _ = stop.changed() => return,
+            }
+        }
+        reporter.report(
+            &shared,
+            "subscription",
+            &RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "pub/sub connection closed",
+            )),
+        );
+    }
+}
+
+fn handle_notice(shared: &Shared, payload: &[u8]) {
+    let Ok(notice) = serde_json::from_slice::<Notice>(payload) else {
+        return;
+    };
+    if notice.o == shared.instance {
+        return;
+    }
+    let mut applied = 0;
+    let mut state = shared.lock();
+    let mut view = shared.view.write_view();
+    for (kind, field, raw) in &notice.u {
+        if let Some(u) = parse_update(kind, field, raw) {
+            if state.versions.merge(&mut view, &u) {
+                applied += 1;
+            }
+        }
+    }
+    if let Some(counts) = &notice.l {
+        let state = &mut *state;
+        state
+            .leases
+            .set(&mut view, &notice.o, decode_counts(counts));
+    }
+    shared
+        .counters
+        .notifications_applied
+        .fetch_add(applied, Ordering::Relaxed);
+}

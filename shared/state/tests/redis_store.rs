@@ -1,0 +1,302 @@
+//! RedisStore against a real Redis: the conformance suite, Lua/Rust formula agreement, fleet
+//! propagation between several stores, in-flight leases, fail-open and reconnect.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use switchyard_engine::{HealthRecord, HealthView};
+use switchyard_state::conformance::{self, CHECK_NOW};
+use switchyard_state::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
+    let mut out = None;
+    store.with_view(&mut |v| out = Some(f(v)));
+    out.unwrap()
+}
+
+fn policy(threshold: u32) -> FailurePolicy {
+    FailurePolicy {
+        fault_protection: true,
+        cooldown_ms: 30_000,
+        breaker_threshold: threshold,
+    }
+}
+
+/// Runs every conformance check on a fresh RedisStore, then checks that what reached Redis is
+/// what the view holds: a second store on the same prefix, resynced from Redis alone, must show
+/// the very same dump (so the Lua scripts and the Rust code agree, floats included).
+fn conformance_against(url: &str, tag: &str) {
+    let rt = runtime();
+    let _guard = rt.enter();
+    for (name, check) in conformance::checks() {
+        let prefix = unique_prefix(tag);
+        let store = start(url, &prefix);
+        eprintln!("conformance ({tag}): {name}");
+        check(&store);
+        assert!(
+            rt.block_on(store.wait_flushed(Duration::from_secs(20))),
+            "{name}: writes never reached Redis"
+        );
+        let replica = start(url, &prefix);
+        assert!(rt.block_on(replica.wait_resynced(1, Duration::from_secs(10))));
+        // In-flight leases are refreshed on their own clock: allow a few resyncs to catch up.
+        wait_until(Duration::from_secs(3), || {
+            replica.dump(CHECK_NOW) == store.dump(CHECK_NOW)
+        });
+        assert_eq!(
+            replica.dump(CHECK_NOW),
+            store.dump(CHECK_NOW),
+            "{name}: Redis disagrees with the local view"
+        );
+        assert_eq!(store.stats().redis_errors_total, 0, "{name}");
+        drop(replica);
+        drop(store);
+        cleanup(url, &prefix);
+    }
+    let store: Arc<dyn StateStore> = Arc::new(start(url, &unique_prefix(tag)));
+    conformance::in_flight_guard_counts(store);
+}
+
+#[test]
+fn redis_store_passes_the_conformance_suite() {
+    let Some(url) = redis_url() else { return };
+    conformance_against(&url, "conf");
+}
+
+#[test]
+fn redis_cluster_passes_the_conformance_suite() {
+    if redis_url().is_none() {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    conformance_against(&cluster.url(), "cluster");
+}
+
+#[test]
+fn lua_health_formulas_match_the_engine() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("formula");
+    let store = start(&url, &prefix);
+    let mut expected = HealthRecord::default();
+    // A deterministic mix of odd latencies, successes and failures.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..300 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if x % 3 == 0 {
+            let f = AttemptFailure {
+                member: 1,
+                channel: 2,
+                upstream_model: "m",
+                kind: FailureKind::Retryable,
+                retry_after_ms: None,
+            };
+            store.record_failure(&f, &policy(0), 1_000 + i);
+            expected = expected.on_failure();
+        } else {
+            let latency = (x % 100_000) as f64 / 7.0;
+            let s = AttemptSuccess {
+                member: 1,
+                channel: 2,
+                upstream_model: "m",
+                latency_ms: latency,
+                canary: false,
+                promote_after: 0,
+            };
+            store.record_success(&s, 1_000 + i);
+            expected = expected.on_success(latency);
+        }
+    }
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let raw: String = redis::cmd("HGET")
+        .arg(format!("{{sy:{prefix}}}:health"))
+        .arg("2:m")
+        .query(&mut con)
+        .unwrap();
+    let parts: Vec<&str> = raw.split('|').collect();
+    let latency: f64 = parts[1].parse().unwrap();
+    let propensity: f64 = parts[2].parse().unwrap();
+    assert_eq!(latency.to_bits(), expected.latency_ms.unwrap().to_bits());
+    assert_eq!(propensity.to_bits(), expected.error_propensity.to_bits());
+    assert_eq!(read(&store, |v| v.health(2, "m")), expected);
+    drop(store);
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn cooldown_propagates_to_other_proxies_fast() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("propagate");
+    let a = start(&url, &prefix);
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    let mut delays = Vec::new();
+    for member in 1..=20 {
+        let until = now_ms() + 60_000;
+        a.extend_cooldown(member, until);
+        let took = wait_until(Duration::from_secs(2), || {
+            read(&b, |v| v.cooldown_until(member)) == Some(until)
+        })
+        .expect("cooldown never reached the other proxy");
+        delays.push(took);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    delays.sort();
+    let p50 = delays[delays.len() / 2];
+    let max = delays[delays.len() - 1];
+    eprintln!("cooldown propagation A->B: p50 {p50:?}, max {max:?} (SPEC bound 100 ms)");
+    // SPEC: 100 ms. Asserted with a wide margin for loaded CI machines; the figure is reported.
+    assert!(max < Duration::from_secs(1), "propagation took {max:?}");
+    drop((a, b));
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("breaker");
+    let stores: Vec<RedisStore> = (0..3).map(|_| start(&url, &prefix)).collect();
+    for s in &stores {
+        assert!(rt.block_on(s.wait_resynced(1, Duration::from_secs(5))));
+    }
+    let p = policy(5);
+    let now = now_ms();
+    // 2 + 2 + 1: each proxy alone stays below the threshold of 5.
+    for (store, n) in stores.iter().zip([2, 2, 1]) {
+        for _ in 0..n {
+            store.record_channel_failure(9, &p, now);
+        }
+        assert!(rt.block_on(store.wait_flushed(Duration::from_secs(5))));
+    }
+    for (i, s) in stores.iter().enumerate() {
+        let took = wait_until(Duration::from_secs(2), || read(s, |v| v.breaker_open(9)));
+        assert!(took.is_some(), "proxy {i} never saw the breaker open");
+    }
+    drop(stores);
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn sticky_binding_is_shared() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("sticky");
+    let a = start(&url, &prefix);
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    let now = now_ms();
+    a.bind_sticky(3, "session-1", 42, 60_000, now);
+    let took = wait_until(Duration::from_secs(2), || {
+        read(&b, |v| v.sticky(3, "session-1")).map(|s| s.member_id) == Some(42)
+    });
+    assert!(took.is_some(), "B never saw A's sticky binding");
+    // A proxy started later loads the bindings at its first resync.
+    let c = start(&url, &prefix);
+    assert!(rt.block_on(c.wait_resynced(1, Duration::from_secs(5))));
+    assert_eq!(
+        read(&c, |v| v.sticky(3, "session-1")).map(|s| s.member_id),
+        Some(42)
+    );
+    drop((a, b, c));
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn in_flight_is_fleet_wide_and_leases_expire() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("inflight");
+    let a = start(&url, &prefix);
+    let b = start(&url, &prefix);
+    let c = start(&url, &prefix);
+    a.in_flight_acquire(7);
+    a.in_flight_acquire(7);
+    b.in_flight_acquire(7);
+    let seen = wait_until(Duration::from_secs(3), || read(&c, |v| v.in_flight(7)) == 3);
+    assert!(seen.is_some(), "C sees {}", read(&c, |v| v.in_flight(7)));
+    assert_eq!(c.dump(now_ms()).in_flight[0].in_flight, 3);
+    // A dies without releasing (no graceful shutdown): its lease expires.
+    drop(a);
+    let gone = wait_until(Duration::from_secs(5), || read(&c, |v| v.in_flight(7)) == 1);
+    assert!(gone.is_some(), "A's lease never expired");
+    b.in_flight_release(7);
+    let zero = wait_until(Duration::from_secs(3), || read(&c, |v| v.in_flight(7)) == 0);
+    assert!(zero.is_some());
+    drop((b, c));
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn unreachable_redis_fails_open_and_reconciles_on_return() {
+    if redis_url().is_none() {
+        return;
+    }
+    let rt = runtime();
+    let _guard = rt.enter();
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    // Nothing listens yet: the store serves from its view and counts errors.
+    let a = start(&url, "failopen");
+    let now = now_ms();
+    a.extend_cooldown(1, now + 60_000);
+    let f = FailurePolicy {
+        fault_protection: true,
+        cooldown_ms: 1_000,
+        breaker_threshold: 2,
+    };
+    assert!(!a.record_channel_failure(5, &f, now).tripped);
+    assert!(a.record_channel_failure(5, &f, now).tripped);
+    assert_eq!(read(&a, |v| v.cooldown_until(1)), Some(now + 60_000));
+    assert!(read(&a, |v| v.breaker_open(5)));
+    assert!(wait_until(Duration::from_secs(3), || a.stats().redis_errors_total > 0).is_some());
+    assert!(!a.stats().connected);
+    // Redis comes up: the queued writes are pushed; another proxy sees them.
+    let mut server = RedisServer::start(port, &[]);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(10))));
+    let b = start(&url, "failopen");
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    assert_eq!(read(&b, |v| v.cooldown_until(1)), Some(now + 60_000));
+    assert!(read(&b, |v| v.breaker_open(5)));
+    // Redis dies again mid-way: both keep serving their views; writes still work locally.
+    server.kill();
+    a.extend_cooldown(2, now + 90_000);
+    assert_eq!(read(&a, |v| v.cooldown_until(2)), Some(now + 90_000));
+    assert!(read(&b, |v| v.breaker_open(5)));
+    // Restarted empty: A re-pushes what it queued, and B converges through its resync.
+    let _server = RedisServer::start(port, &[]);
+    let converged = wait_until(Duration::from_secs(10), || {
+        read(&b, |v| v.cooldown_until(2)) == Some(now + 90_000)
+    });
+    assert!(
+        converged.is_some(),
+        "B never converged after Redis returned"
+    );
+    drop((a, b));
+}
