@@ -25,9 +25,14 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
 
-    /// Redis URL for fleet-shared state (in-memory state when absent).
+    /// Redis URL for fleet-shared state (in-memory state when absent): `redis://host:port`, or
+    /// `redis+cluster://host:port,host:port` (or several comma-separated URLs) for Redis Cluster.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+
+    /// Namespace of this fleet's keys in Redis (proxies sharing it share state).
+    #[arg(long, env = "SWITCHYARD_REDIS_PREFIX", default_value = "switchyard")]
+    pub redis_prefix: String,
 
     /// File for the last known good snapshot.
     #[arg(long, env = "SWITCHYARD_SNAPSHOT_CACHE")]

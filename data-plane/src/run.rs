@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use switchyard_engine::Snapshot;
-use switchyard_state::InMemoryStore;
+use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -83,18 +83,28 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             );
         }
     }
-    if cli.redis_url.is_some() {
-        tracing::warn!(
-            "REDIS_URL is set but the Redis state store is not built yet; using in-memory state"
-        );
-    } else {
-        tracing::info!("in-memory state (no REDIS_URL)");
-    }
+    // Fleet state through Redis when REDIS_URL is set; it never fails on Redis being down.
+    let mut redis_store = None;
+    let store: Arc<dyn StateStore> = match &cli.redis_url {
+        Some(url) => {
+            let config = RedisConfig::new(url.clone(), cli.redis_prefix.clone());
+            let redis = Arc::new(
+                RedisStore::start(config).map_err(|e| format!("bad Redis configuration: {e}"))?,
+            );
+            tracing::info!(redis = %mask_url(url), prefix = %cli.redis_prefix, "shared state in Redis");
+            redis_store = Some(redis.clone());
+            redis
+        }
+        None => {
+            tracing::info!("in-memory state (no REDIS_URL)");
+            Arc::new(InMemoryStore::new())
+        }
+    };
     if cli.snapshot_cache.is_some() && cli.config.is_some() {
         tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
 
-    let state = AppState::new(receiver, Arc::new(InMemoryStore::new()));
+    let state = AppState::new(receiver, store);
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
@@ -130,6 +140,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     match tokio::time::timeout(Duration::from_secs(cli.shutdown_grace_seconds), server).await {
         Ok(_) => tracing::info!("drained; bye"),
         Err(_) => tracing::warn!("grace period over; exiting with requests still open"),
+    }
+    if let Some(redis) = redis_store {
+        // Push the last writes and drop this proxy's in-flight lease.
+        redis.close(Duration::from_secs(2)).await;
     }
     Ok(())
 }

@@ -208,6 +208,8 @@ pub(crate) struct Shared {
     pub instance: String,
     /// Bumped after each successful full resync (tests wait on it).
     pub synced: watch::Sender<u64>,
+    /// Set by the writer when it has stopped.
+    pub closed: watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -254,6 +256,7 @@ impl RedisStore {
             config,
             instance,
             synced: watch::channel(0).0,
+            closed: watch::channel(false).0,
         });
         let (stop, stop_rx) = watch::channel(false);
         let tasks = worker::spawn(shared.clone(), target, stop_rx);
@@ -305,11 +308,14 @@ impl RedisStore {
         }
     }
 
-    /// Graceful stop: pushes queued writes, removes this proxy's lease, stops the tasks.
-    pub async fn shutdown(mut self, timeout: Duration) {
+    /// Graceful stop: pushes queued writes and removes this proxy's lease (best effort within
+    /// `timeout`), then stops the background tasks. The view keeps answering afterwards.
+    pub async fn close(&self, timeout: Duration) {
         let _ = self.stop.send(true);
-        for task in std::mem::take(&mut self.tasks) {
-            let _ = tokio::time::timeout(timeout, task).await;
+        let mut closed = self.shared.closed.subscribe();
+        let _ = tokio::time::timeout(timeout, closed.wait_for(|c| *c)).await;
+        for task in &self.tasks {
+            task.abort();
         }
     }
 

@@ -140,43 +140,50 @@ async fn writer(
         shared,
         reporter,
     };
-    let mut backoff = BACKOFF_MIN;
-    while !*stop.borrow() {
-        let conn = match target.connect(w.shared.config.timeout).await {
-            Ok(mut conn) => match w.load_scripts(&mut conn).await {
-                Ok(()) => Some(conn),
-                Err(e) => {
-                    w.reporter.report(&w.shared, "script load", &e);
-                    None
-                }
-            },
-            Err(e) => {
-                w.reporter.report(&w.shared, "connect", &e);
-                None
-            }
-        };
-        let Some(mut conn) = conn else {
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                _ = stop.changed() => {}
-            }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
-            continue;
-        };
-        backoff = BACKOFF_MIN;
-        w.shared.counters.connected.store(true, Ordering::Relaxed);
-        tracing::info!(redis = %mask_url(&w.shared.config.url), prefix = %w.shared.config.prefix, instance = %w.shared.instance, "Redis state store connected");
-        match w.session(&mut conn, &mut stop, &resync).await {
-            Ok(()) => return,
-            Err(e) => {
-                w.shared.counters.connected.store(false, Ordering::Relaxed);
-                w.reporter.report(&w.shared, "write", &e);
-            }
-        }
-    }
+    w.run(&target, &mut stop, &resync).await;
+    w.shared.counters.connected.store(false, Ordering::Relaxed);
+    w.shared.closed.send_replace(true);
 }
 
 impl Writer {
+    async fn run(&self, target: &RedisTarget, stop: &mut watch::Receiver<bool>, resync: &Notify) {
+        let w = self;
+        let mut backoff = BACKOFF_MIN;
+        while !*stop.borrow() {
+            let conn = match target.connect(w.shared.config.timeout).await {
+                Ok(mut conn) => match w.load_scripts(&mut conn).await {
+                    Ok(()) => Some(conn),
+                    Err(e) => {
+                        w.reporter.report(&w.shared, "script load", &e);
+                        None
+                    }
+                },
+                Err(e) => {
+                    w.reporter.report(&w.shared, "connect", &e);
+                    None
+                }
+            };
+            let Some(mut conn) = conn else {
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            };
+            backoff = BACKOFF_MIN;
+            w.shared.counters.connected.store(true, Ordering::Relaxed);
+            tracing::info!(redis = %mask_url(&w.shared.config.url), prefix = %w.shared.config.prefix, instance = %w.shared.instance, "Redis state store connected");
+            match w.session(&mut conn, stop, resync).await {
+                Ok(()) => return,
+                Err(e) => {
+                    w.shared.counters.connected.store(false, Ordering::Relaxed);
+                    w.reporter.report(&w.shared, "write", &e);
+                }
+            }
+        }
+    }
+
     async fn load_scripts(&self, conn: &mut Conn) -> RedisResult<()> {
         for script in self.scripts.all() {
             script.load_async(conn).await?;
