@@ -127,6 +127,7 @@ pub(crate) enum Op {
         latency_ms: f64,
         canary: bool,
         promote_after: u32,
+        now: UnixMillis,
     },
     ChannelFailure {
         channel: ChannelId,
@@ -383,6 +384,7 @@ impl StateStore for RedisStore {
             latency_ms: latency_arg(s.latency_ms),
             canary: s.canary,
             promote_after: s.promote_after,
+            now,
         };
         self.enqueue(&mut state, op);
         effect

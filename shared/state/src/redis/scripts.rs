@@ -59,12 +59,13 @@ local function emit(kind, field, value)
   out[#out + 1] = value
 end
 local function touch(key, ttl) redis.call('PEXPIRE', key, ttl) end
--- member: version|cooldown_until|failures|canary_successes|promoted
+-- member: version|cooldown_until|failures|canary_successes|promoted|last_failure_at
 local function load_member(h, id)
   local raw = redis.call('HGET', h, id)
-  if not raw then return {cd = nil, f = 0, c = 0, p = 0} end
-  local p = split(raw, 5)
-  return {cd = num(p[2]), f = num(p[3]) or 0, c = num(p[4]) or 0, p = num(p[5]) or 0}
+  if not raw then return {cd = nil, f = 0, c = 0, p = 0, at = nil} end
+  local p = split(raw, 6)
+  return {cd = num(p[2]), f = num(p[3]) or 0, c = num(p[4]) or 0, p = num(p[5]) or 0,
+    at = num(p[6])}
 end
 local function save_member(h, id, m, v, ttl)
   local value
@@ -74,7 +75,9 @@ local function save_member(h, id, m, v, ttl)
   else
     local cd = ''
     if m.cd ~= nil then cd = int(m.cd) end
-    value = v .. '|' .. cd .. '|' .. int(m.f) .. '|' .. int(m.c) .. '|' .. int(m.p)
+    local at = ''
+    if m.at ~= nil then at = int(m.at) end
+    value = v .. '|' .. cd .. '|' .. int(m.f) .. '|' .. int(m.c) .. '|' .. int(m.p) .. '|' .. at
     redis.call('HSET', h, id, value)
     touch(h, ttl)
   end
@@ -127,6 +130,7 @@ local m = load_member(KEYS[2], ARGV[2])
 m.c = 0
 m.f = m.f + 1
 local now = tonumber(ARGV[8])
+if m.at == nil or m.at < now then m.at = now end
 if ARGV[6] == '1' and (kind ~= 'transport' or m.f >= 2) then
   local base = now + tonumber(ARGV[7])
   local asked = now + tonumber(ARGV[5])
@@ -138,13 +142,18 @@ return out
 "#;
 
 /// record_success. KEYS: ver, member, channel, health.
-/// ARGV: ttl, member, channel, health field, latency_ms, canary, promote_after.
+/// ARGV: ttl, member, channel, health field, latency_ms, canary, promote_after, now.
+/// A success older than the member's last failure (a write replayed after a Redis outage)
+/// leaves that failure's streak and cooldown alone.
 const SUCCESS: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
 local m = load_member(KEYS[2], ARGV[2])
-m.f = 0
-m.cd = nil
+if m.at == nil or tonumber(ARGV[8]) >= m.at then
+  m.f = 0
+  m.cd = nil
+  m.at = nil
+end
 if ARGV[6] == '1' and m.p == 0 then
   m.c = m.c + 1
   local after = tonumber(ARGV[7])

@@ -277,6 +277,7 @@ impl Writer {
                 latency_ms,
                 canary,
                 promote_after,
+                now,
             } => {
                 let mut c = self.evalsha(&s.success, &[&k.ver, &k.member, &k.channel, &k.health]);
                 c.arg(ttl)
@@ -285,7 +286,8 @@ impl Writer {
                     .arg(health_field(*channel, model))
                     .arg(latency_ms.to_string())
                     .arg(u8::from(*canary))
-                    .arg(promote_after);
+                    .arg(promote_after)
+                    .arg(now);
                 c
             }
             Op::ChannelFailure {
