@@ -82,6 +82,10 @@ pub trait StateStore: Send + Sync {
 
     /// Everything currently held, for the admin view. Expired entries are left out.
     fn dump(&self, now: UnixMillis) -> StateDump;
+
+    /// Appends the store's own Prometheus metrics (e.g. Redis errors) to a `/metrics` page.
+    /// Nothing for a store without a backend.
+    fn render_metrics(&self, _out: &mut String) {}
 }
 
 /// Counts one request in flight on a channel for as long as it lives.

@@ -300,3 +300,17 @@ fn unreachable_redis_fails_open_and_reconciles_on_return() {
     );
     drop((a, b));
 }
+
+#[test]
+fn metrics_name_the_redis_counters() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let store = start(&format!("redis://127.0.0.1:{}", free_port()), "metrics");
+    let mut out = String::new();
+    store.render_metrics(&mut out);
+    assert!(out.contains("# TYPE switchyard_redis_errors_total counter"));
+    assert!(out.contains("switchyard_redis_connected 0"));
+    let mut none = String::new();
+    InMemoryStore::new().render_metrics(&mut none);
+    assert!(none.is_empty());
+}

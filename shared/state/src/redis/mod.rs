@@ -506,4 +506,64 @@ impl StateStore for RedisStore {
     fn dump(&self, now: UnixMillis) -> StateDump {
         self.shared.view.dump(now)
     }
+
+    fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let s = self.stats();
+        for (name, kind, help, value) in [
+            (
+                "switchyard_redis_errors_total",
+                "counter",
+                "Failed Redis calls (the proxy kept serving from its local view).",
+                s.redis_errors_total,
+            ),
+            (
+                "switchyard_redis_connected",
+                "gauge",
+                "1 while the state store's writer is connected to Redis.",
+                u64::from(s.connected),
+            ),
+            (
+                "switchyard_redis_batches_total",
+                "counter",
+                "Pipelined write batches sent to Redis.",
+                s.batches_total,
+            ),
+            (
+                "switchyard_redis_scripts_total",
+                "counter",
+                "State scripts run in Redis.",
+                s.scripts_total,
+            ),
+            (
+                "switchyard_redis_notifications_applied_total",
+                "counter",
+                "Other proxies' changes merged into the local view.",
+                s.notifications_applied_total,
+            ),
+            (
+                "switchyard_redis_resyncs_total",
+                "counter",
+                "Full resyncs of the local view from Redis.",
+                s.resyncs_total,
+            ),
+            (
+                "switchyard_redis_dropped_writes_total",
+                "counter",
+                "Writes dropped because Redis stayed unreachable too long.",
+                s.dropped_writes_total,
+            ),
+            (
+                "switchyard_redis_queued_writes",
+                "gauge",
+                "Writes waiting for Redis.",
+                s.queued_writes,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+    }
 }
