@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use prost::bytes::Bytes;
+use prost::Message;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_engine::Snapshot;
-use switchyard_proto::{snapshot_to_proto, v1};
+use switchyard_proto::snapshot_to_proto;
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +24,8 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub struct Published {
     pub snapshot: Arc<Snapshot>,
-    pub wire: Arc<v1::Snapshot>,
+    /// The encoded `v1::Snapshot`, sent as is to every stream.
+    pub encoded: Bytes,
     pub compiled_at_unix_ms: u64,
 }
 
@@ -88,10 +91,11 @@ impl Publisher {
         };
         let compiled_at_unix_ms = now_ms();
         let revision = snapshot.revision;
-        let wire = snapshot_to_proto(&snapshot, compiled_at_unix_ms);
+        let encoded =
+            Bytes::from(snapshot_to_proto(&snapshot, compiled_at_unix_ms).encode_to_vec());
         let published = Arc::new(Published {
             snapshot: Arc::new(snapshot),
-            wire: Arc::new(wire),
+            encoded,
             compiled_at_unix_ms,
         });
         let elapsed = started.elapsed();

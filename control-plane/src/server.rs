@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::{app, AppState};
 use crate::config::Config;
-use crate::grpc::SnapshotGrpc;
+use crate::grpc::SnapshotWatchServer;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
 
@@ -79,12 +79,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         }
     });
 
-    let grpc_service = SnapshotGrpc::new(
+    let grpc_service = SnapshotWatchServer::new(
         publisher.subscribe(),
         shutdown.clone(),
         Arc::clone(&metrics),
-    )
-    .into_server();
+    );
     let grpc_shutdown = shutdown.clone();
     tracker.spawn(async move {
         let served = tonic::transport::Server::builder()
