@@ -272,9 +272,13 @@ async fn channel_validation_names_the_field(pool: PgPool) {
     .await;
     expect_invalid(&app, Method::POST, path, with("name", json!("  ")), "name").await;
 
-    // Malformed JSON is a 400.
+    // Malformed JSON, or a body that is not an object, is a 400.
     let reply = app.send(Method::POST, path, None, Some(ADMIN_TOKEN)).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let reply = app.post(path, json!(null)).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
+    let reply = app.post(path, json!([1])).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
 
     // Duplicate names are rejected, naming the field.
     app.channel("dup").await;

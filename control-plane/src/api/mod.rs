@@ -194,7 +194,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
 /// Parses a JSON body: a syntax error is a 400, a well-formed body with a wrong or unknown field
 /// is a 422 naming that field.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
-    if body.is_empty() {
+    // serde would also accept a struct written as a JSON array; the API takes objects only.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::bad_request(
             None,
             "request body must be a JSON object",
@@ -214,7 +215,16 @@ pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
             } else {
                 // Unknown fields are reported at the parent path; name the field itself.
                 let param = if path == "." {
-                    unknown_field_name(&inner.to_string()).unwrap_or_default()
+                    match unknown_field_name(&inner.to_string()) {
+                        Some(field) => field,
+                        // Not an object at all (`null`, a list...): a malformed request.
+                        None => {
+                            return Err(ApiError::bad_request(
+                                None,
+                                format!("request body must be a JSON object: {inner}"),
+                            ))
+                        }
+                    }
                 } else {
                     path
                 };
