@@ -22,6 +22,7 @@ pub struct StreamOwner {
     pub policy: FailurePolicy,
     pub anthropic: bool,
     pub request_id: String,
+    /// Held for as long as the stream lives: the channel's in-flight count.
     pub guard: InFlightGuard,
 }
 
@@ -90,7 +91,6 @@ impl StreamOwner {
             reason,
             "stream broke after its first byte; ended with an error event"
         );
-        let _ = self.guard.channel();
         Bytes::from(if self.anthropic {
             format!(
                 "event: error\ndata: {}\n\n",

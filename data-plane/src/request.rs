@@ -21,9 +21,11 @@ pub struct Inspected {
     json: bool,
     pub stream: bool,
     pub needs: RequestNeeds,
-    /// Session key from the body (`prompt_cache_key`, `session_id`, `metadata.user_id`,
-    /// `conversation_id`, else a hash of the first user message).
-    pub body_session: Option<String>,
+    /// Session key from the body fields (`prompt_cache_key`, `session_id`, `metadata.user_id`,
+    /// `conversation_id`); see [`Inspected::body_session`].
+    session_field: Option<String>,
+    /// Byte range of the first user message's content, hashed only when stickiness needs it.
+    first_user_span: Option<(usize, usize)>,
     /// Number of embedding inputs (for the simulation).
     pub inputs: usize,
 }
@@ -172,11 +174,14 @@ pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
         .metadata
         .and_then(|raw| serde_json::from_str::<Metadata>(raw.get()).ok())
         .and_then(|m| scalar(m.user_id));
-    out.body_session = scalar(probe.prompt_cache_key)
+    out.session_field = scalar(probe.prompt_cache_key)
         .or_else(|| scalar(probe.session_id))
         .or(metadata_user)
-        .or_else(|| scalar(probe.conversation_id))
-        .or_else(|| first_user.map(|c| format!("msg:{}", sha256_hex(c.get().as_bytes()))));
+        .or_else(|| scalar(probe.conversation_id));
+    out.first_user_span = first_user.map(|c| {
+        let start = offset_in(body, c.get());
+        (start, start + c.get().len())
+    });
     out.inputs = match probe.input {
         Some(raw) if raw.get().starts_with('[') => {
             serde_json::from_str::<Vec<&RawValue>>(raw.get())
@@ -249,6 +254,15 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 impl Inspected {
+    /// The session key from the body: a session field, else a hash of the first user message.
+    pub fn body_session(&self, body: &[u8]) -> Option<String> {
+        if let Some(key) = &self.session_field {
+            return Some(key.clone());
+        }
+        let (start, end) = self.first_user_span?;
+        Some(format!("msg:{}", sha256_hex(body.get(start..end)?)))
+    }
+
     /// The body with `model` replaced by `upstream_model`; the original bytes when unchanged.
     pub fn rewrite(&self, body: &Bytes, upstream_model: &str) -> Bytes {
         let Some((start, end)) = self.model_span else {
@@ -324,7 +338,7 @@ mod tests {
 
     #[test]
     fn session_key_precedence_follows_the_spec() {
-        let key = |b: &[u8]| inspect_json(b).unwrap().body_session;
+        let key = |b: &[u8]| inspect_json(b).unwrap().body_session(b);
         assert_eq!(
             key(br#"{"model":"m","session_id":"s","prompt_cache_key":"p"}"#),
             Some("p".into())

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use axum::serve::ListenerExt;
 use switchyard_engine::Snapshot;
 use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateStore};
 use tokio::net::TcpListener;
@@ -118,6 +119,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     tracing::info!(addr = %addr, "listening");
 
     let mut drained = stop_rx.clone();
+    // Small SSE events and responses must leave at once, not wait for Nagle.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
         let _ = drained.wait_for(|stop| *stop).await;
     });

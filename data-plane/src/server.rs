@@ -93,10 +93,18 @@ fn authenticate<'v>(view: &'v View, headers: &HeaderMap) -> Option<&'v Token> {
 
 /// `GET /v1/models`: the exact-pattern models this token may call.
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let response = list_models(&state, &headers);
+    state
+        .metrics
+        .request(Endpoint::Models, response.status().as_u16());
+    response
+}
+
+fn list_models(state: &AppState, headers: &HeaderMap) -> Response {
     let Some(view) = state.views.load_full() else {
         return GatewayError::not_ready().into_response(false);
     };
-    let Some(token) = authenticate(&view, &headers) else {
+    let Some(token) = authenticate(&view, headers) else {
         return GatewayError::unauthorized().into_response(false);
     };
     let team = token.team_id.and_then(|id| view.snapshot.team(id));
@@ -247,7 +255,7 @@ async fn serve(
             .headers
             .get("x-session-id")
             .and_then(|v| header_session_key(v.as_bytes()))
-            .or_else(|| inspected.body_session.clone());
+            .or_else(|| inspected.body_session(&body));
     }
     let request = ProxyRequest {
         endpoint,

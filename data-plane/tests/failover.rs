@@ -362,7 +362,7 @@ async fn deadline_bounds_a_hung_upstream_across_retries() {
     let took = started.elapsed();
     assert_eq!(reply.status, 504, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], "upstream_timeout");
-    assert!(took < Duration::from_millis(2500), "held for {took:?}");
+    assert!(took < Duration::from_millis(3500), "held for {took:?}");
     assert!(
         took >= Duration::from_millis(1400),
         "gave up early: {took:?}"
