@@ -58,11 +58,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
-        .into_response()
+    let mut page = state.metrics.render();
+    state.store.render_metrics(&mut page);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
