@@ -270,6 +270,18 @@ async fn serve(
     Ok((response, trail, inspected.model.clone()))
 }
 
+/// The attempt trail as JSON, formatted only if the log line is actually written.
+struct AttemptTrail<'a>(&'a [crate::failover::AttemptLog]);
+
+impl std::fmt::Display for AttemptTrail<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_string(self.0) {
+            Ok(json) => f.write_str(&json),
+            Err(_) => f.write_str("[]"),
+        }
+    }
+}
+
 fn finish(
     state: &AppState,
     endpoint: Endpoint,
@@ -310,7 +322,6 @@ fn finish(
         .gateway_overhead
         .observe_micros(total_micros.saturating_sub(trail.upstream_micros));
     state.metrics.request(endpoint, status);
-    let attempts = serde_json::to_string(&trail.attempts).unwrap_or_default();
     let first = trail.attempts.first().map(|a| a.member_id);
     let last = trail.attempts.last().map(|a| a.member_id);
     tracing::info!(
@@ -319,7 +330,7 @@ fn finish(
         model,
         route = trail.route.as_ref().map(|(_, p)| p.as_str()),
         status,
-        attempts = %attempts,
+        attempts = %AttemptTrail(&trail.attempts),
         attempt_count = trail.attempts.len(),
         switches = trail.attempts.len().saturating_sub(1),
         first_member = first,

@@ -398,3 +398,62 @@ async fn cross_channel_failover_disabled_stops_after_the_first_channel() {
         "credential rotation still on, no other channel"
     );
 }
+
+#[tokio::test]
+async fn auto_ban_keyword_disables_only_that_credential_on_a_multi_key_channel() {
+    let (a, b) = mocks().await;
+    a.on(
+        Matcher::any().credential("k1"),
+        Behavior::status(429).body(r#"{"error":{"message":"You exceeded your current quota","code":"insufficient_quota"}}"#),
+    );
+    let yaml = two_channels(
+        &a,
+        &["k1", "k2"],
+        &b,
+        "  channel_retry_times: 1\n  cooldown_seconds: 0",
+    )
+    .replace(
+        "    credentials: [\"k1\", \"k2\"]\n",
+        "    credentials: [\"k1\", \"k2\"]\n    auto_ban: true\n",
+    );
+    let proxy = start(&yaml).await;
+    for _ in 0..6 {
+        let reply = post(&proxy, CHAT_PATH, CHAT).await;
+        assert_eq!(
+            (reply.status, reply.header("x-switchyard-channel")),
+            (200, "a"),
+            "{}",
+            reply.body
+        );
+    }
+    assert!(
+        a.hits_matching(&Matcher::any().credential("k1")) <= 1,
+        "k1 is disabled after its first quota error"
+    );
+    let dump = proxy.dump();
+    assert_eq!(dump.credentials_disabled.len(), 1);
+    assert!(
+        dump.channels.iter().all(|c| !c.breaker_open),
+        "only the credential, not the channel"
+    );
+}
+
+#[tokio::test]
+async fn client_cancel_stops_the_request_without_retry_or_leak() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::ok().hang());
+    let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 2")).await;
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(300), post(&proxy, CHAT_PATH, CHAT)).await;
+    assert!(cancelled.is_err(), "the client gave up");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (a.hits(), b.hits()),
+        (1, 0),
+        "no retry after the client left"
+    );
+    assert!(
+        proxy.dump().in_flight.is_empty(),
+        "the in-flight count is released"
+    );
+}
