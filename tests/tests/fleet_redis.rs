@@ -233,6 +233,52 @@ async fn member_cooled_through_one_proxy_is_skipped_by_the_others() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
+    let Some(redis) = redis_url() else { return };
+    let prefix = unique("breaker");
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    // No member cooldown, so only the channel breaker can keep `a` out of selection.
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\n  cooldown_seconds: 0\n  breaker_failure_threshold: 3\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: up-a, priority: 10 }}\n      - {{ id: 2, channel: b, upstream_model: up-b, priority: 0 }}\n",
+        channel_yaml("a", &a.base_url(), ""),
+        channel_yaml("b", &b.base_url(), ""),
+    );
+    let config = write_config("breaker", &yaml);
+    let proxies = [
+        Proxy::start(&config, &redis, &prefix).await,
+        Proxy::start(&config, &redis, &prefix).await,
+        Proxy::start(&config, &redis, &prefix).await,
+    ];
+    a.on(Matcher::any(), Behavior::status(503));
+    // One failed channel attempt per proxy: each alone stays below the threshold of 3.
+    for proxy in &proxies {
+        let r = proxy.chat(&[]).await;
+        assert_eq!((r.status, r.channel().as_str()), (200, "b"), "{}", r.body);
+        tokio::time::sleep(PROPAGATION_MARGIN).await;
+    }
+    assert_eq!(a.hits(), 3);
+    // The third failure tripped the breaker in Redis: every proxy now skips `a`.
+    for proxy in &proxies {
+        for _ in 0..3 {
+            let r = proxy.chat(&[]).await;
+            assert_eq!(r.channel(), "b");
+            assert_eq!(
+                r.header("x-switchyard-attempts"),
+                "1",
+                "a proxy tried the tripped channel"
+            );
+        }
+    }
+    assert_eq!(a.hits(), 3);
+    drop(proxies);
+    cleanup(&redis, &prefix);
+    let _ = std::fs::remove_file(config);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sticky_session_made_through_one_proxy_is_honoured_by_the_others() {
     let Some(redis) = redis_url() else { return };
     let prefix = unique("sticky");
