@@ -27,9 +27,23 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_GRPC_ADDR", default_value = "0.0.0.0:8082")]
     pub grpc_addr: SocketAddr,
 
-    /// Redis URL of the shared state (accepted; not used by this version yet).
+    /// Redis URL of the fleet's shared state (as on the proxies): explain and `/api/v1/state`
+    /// read it, recovery probes close breakers in it. Unset: no live health view.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
+
+    /// Namespace of the fleet's keys in Redis; must match the proxies' SWITCHYARD_REDIS_PREFIX.
+    #[arg(long, env = "SWITCHYARD_REDIS_PREFIX", default_value = "switchyard")]
+    pub redis_prefix: String,
+
+    /// How often each replica checks (or tries to take) the recovery-probe lead and records open
+    /// breakers, in milliseconds. Probe rounds follow `recovery_probe_interval_seconds`.
+    #[arg(long, env = "SWITCHYARD_RECOVERY_TICK_MS", default_value_t = 2000)]
+    pub recovery_tick_ms: u64,
+
+    /// Budget of one recovery probe request (per credential), in milliseconds.
+    #[arg(long, env = "SWITCHYARD_PROBE_TIMEOUT_MS", default_value_t = 5000)]
+    pub probe_timeout_ms: u64,
 
     /// How long to keep retrying Postgres at start before giving up, in seconds.
     #[arg(long, env = "SWITCHYARD_DB_STARTUP_TIMEOUT_SECS", default_value_t = 60)]
@@ -50,6 +64,15 @@ impl Config {
             || self.database_url.starts_with("postgresql://"))
         {
             return Err("DATABASE_URL must be a postgres:// URL".into());
+        }
+        if !(50..=600_000).contains(&self.recovery_tick_ms) {
+            return Err("SWITCHYARD_RECOVERY_TICK_MS must be between 50 and 600000".into());
+        }
+        if !(100..=120_000).contains(&self.probe_timeout_ms) {
+            return Err("SWITCHYARD_PROBE_TIMEOUT_MS must be between 100 and 120000".into());
+        }
+        if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
+            return Err("SWITCHYARD_REDIS_PREFIX must be non-empty and free of braces".into());
         }
         Ok(())
     }

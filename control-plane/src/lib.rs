@@ -12,8 +12,10 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod grpc;
+pub mod live;
 pub mod metrics;
 pub mod publisher;
+pub mod recovery;
 pub mod server;
 
 pub use api::{app, AppState};

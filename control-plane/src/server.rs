@@ -1,5 +1,6 @@
-//! Wiring: connect and migrate, start the snapshot publisher, serve HTTP and gRPC until the
-//! shutdown token fires, then drain within a grace period.
+//! Wiring: connect and migrate, open the shared-state view (REDIS_URL), start the snapshot
+//! publisher and the recovery job, serve HTTP and gRPC until the shutdown token fires, then drain
+//! within a grace period.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,8 +15,10 @@ use tokio_util::task::TaskTracker;
 use crate::api::{app, AppState};
 use crate::config::Config;
 use crate::grpc::SnapshotWatchServer;
+use crate::live::LiveState;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
+use crate::recovery::{Recovery, RecoveryConfig};
 
 /// Retries migrations until they succeed or the startup timeout passes (Postgres may start after
 /// us in a compose file or a pod).
@@ -40,17 +43,31 @@ async fn migrate_with_retry(pool: &sqlx::PgPool, timeout: Duration) -> anyhow::R
 
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
-    let pool = crate::db::pool(options);
+    let pool = crate::db::pool(options.clone());
     migrate_with_retry(&pool, Duration::from_secs(config.db_startup_timeout_secs)).await?;
     tracing::info!("migrations applied");
-    if config.redis_url.is_some() {
-        tracing::info!("REDIS_URL is set but not used yet: explain runs without a health view");
-    }
+    let live = match &config.redis_url {
+        Some(url) => Some(LiveState::start_redis(url, &config.redis_prefix)?),
+        None => {
+            tracing::info!("no REDIS_URL: explain runs without a live health view");
+            None
+        }
+    };
 
     let metrics = Arc::new(Metrics::default());
     let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&publisher).run(shutdown.clone()));
+    let recovery = Recovery::new(
+        pool.clone(),
+        live.clone(),
+        RecoveryConfig {
+            tick: Duration::from_millis(config.recovery_tick_ms),
+            probe_timeout: Duration::from_millis(config.probe_timeout_ms),
+            ..RecoveryConfig::default()
+        },
+    );
+    tracker.spawn(Arc::clone(&recovery).run(options.clone(), shutdown.clone()));
 
     let http = TcpListener::bind(config.http_addr)
         .await
@@ -62,12 +79,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let grpc_addr = grpc.local_addr()?;
     tracing::info!(%http_addr, %grpc_addr, "listening");
 
-    let state = AppState::new(
+    let mut state = AppState::new(
         pool.clone(),
         &config.admin_token,
         Arc::clone(&publisher),
         Arc::clone(&metrics),
-    );
+    )
+    .with_recovery(Arc::clone(&recovery));
+    if let Some(live) = &live {
+        state = state.with_live(live.clone());
+    }
     let router = app(state);
     let http_shutdown = shutdown.clone();
     tracker.spawn(async move {
@@ -108,6 +129,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             grace_secs = config.shutdown_grace_secs,
             "grace period over; exiting"
         );
+    }
+    if let Some(live) = &live {
+        live.close(Duration::from_secs(2)).await;
     }
     pool.close().await;
     Ok(())

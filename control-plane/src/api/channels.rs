@@ -501,7 +501,7 @@ pub async fn delete(
     Ok(with_revision(revision, StatusCode::NO_CONTENT))
 }
 
-pub(super) async fn record_status_event(
+pub(crate) async fn record_status_event(
     tx: &mut sqlx::PgConnection,
     channel_id: i64,
     from: Option<ChannelStatus>,

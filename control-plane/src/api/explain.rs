@@ -1,8 +1,10 @@
 //! `GET /api/v1/routes/explain` (alias `/console/routes/explain`): runs the engine's own
 //! [`switchyard_engine::select`] on the snapshot this replica serves and returns its decision.
 //!
-//! Side-effect free by construction: it reads only the in-memory snapshot (no database access,
-//! no audit row, no revision bump), uses a throwaway RNG, and sends nothing upstream.
+//! Side-effect free by construction: it reads only the in-memory snapshot and, when the fleet's
+//! shared state is configured, the local view of it (a read lock over memory; no database
+//! access, no audit row, no revision bump, no Redis write), uses a throwaway RNG, and sends
+//! nothing upstream.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -10,7 +12,7 @@ use axum::extract::{Query, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use switchyard_engine::{select, NoHealth, Outcome, SelectionConstraint, SplitMix64};
+use switchyard_engine::{select, HealthView, NoHealth, Outcome, SelectionConstraint, SplitMix64};
 use utoipa::IntoParams;
 
 use super::AppState;
@@ -78,14 +80,37 @@ pub async fn explain(
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
     let snapshot = &published.snapshot;
-    let decision = select(
-        snapshot.as_ref(),
-        &NoHealth,
-        &constraint,
-        model,
-        now_ms,
-        &mut SplitMix64::new(seed),
-    );
+    let mut rng = SplitMix64::new(seed);
+    let (decision, health_view) = match &state.live {
+        Some(live) => {
+            let mut decision = None;
+            live.store().with_view(&mut |view: &dyn HealthView| {
+                decision = Some(select(
+                    snapshot.as_ref(),
+                    view,
+                    &constraint,
+                    model,
+                    now_ms,
+                    &mut rng,
+                ));
+            });
+            let decision = decision.ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!("the state store never ran the selection"))
+            })?;
+            (decision, live.source())
+        }
+        None => (
+            select(
+                snapshot.as_ref(),
+                &NoHealth,
+                &constraint,
+                model,
+                now_ms,
+                &mut rng,
+            ),
+            "none",
+        ),
+    };
     if decision.outcome == Outcome::ModelNotFound {
         return Err(ApiError::ModelNotFound {
             message: format!("no enabled route matches model {model:?}"),
@@ -97,8 +122,9 @@ pub async fn explain(
         map.insert("revision".into(), json!(snapshot.revision));
         map.insert("seed".into(), json!(seed));
         map.insert("now_ms".into(), json!(now_ms));
-        // Until the shared state store is wired in, explain sees no cooldowns or health records.
-        map.insert("health_view".into(), json!("none"));
+        // "redis": the fleet's live state; "none": no REDIS_URL, so no cooldowns, breakers,
+        // in-flight counts or health records are seen.
+        map.insert("health_view".into(), json!(health_view));
     }
     Ok(Json(body))
 }

@@ -13,6 +13,7 @@ mod tokens;
 
 use std::sync::Arc;
 
+pub(crate) use channels::record_status_event;
 pub use tokens::token_hash;
 
 use axum::body::Bytes;
@@ -33,8 +34,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::live::LiveState;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
+use crate::recovery::Recovery;
 
 /// Everything a handler needs. Cheap to clone.
 #[derive(Clone)]
@@ -43,6 +46,10 @@ pub struct AppState {
     admin_token_digest: [u8; 32],
     pub publisher: Arc<Publisher>,
     pub metrics: Arc<Metrics>,
+    /// The fleet's shared state (`REDIS_URL`), for explain and `/api/v1/state`.
+    pub live: Option<LiveState>,
+    /// The recovery job, for `/metrics`.
+    pub recovery: Option<Arc<Recovery>>,
 }
 
 impl AppState {
@@ -57,7 +64,20 @@ impl AppState {
             admin_token_digest: Sha256::digest(admin_token.as_bytes()).into(),
             publisher,
             metrics,
+            live: None,
+            recovery: None,
         }
+    }
+
+    /// Explain and `/api/v1/state` read this shared state.
+    pub fn with_live(mut self, live: LiveState) -> AppState {
+        self.live = Some(live);
+        self
+    }
+
+    pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
+        self.recovery = Some(recovery);
+        self
     }
 }
 

@@ -35,30 +35,63 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut page = state.metrics.render();
+    if let Some(recovery) = &state.recovery {
+        recovery.render_metrics(&mut page);
+    }
+    if let Some(live) = &state.live {
+        live.store().render_metrics(&mut page);
+    }
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        page,
     )
 }
 
 #[utoipa::path(get, path = "/api/v1/state", tag = "state",
-    responses((status = 200, description = "the live shared state; empty until a shared state \
-                                            store is configured", body = serde_json::Value),
+    responses((status = 200, description = "the live shared state of the fleet (REDIS_URL): \
+                                            cooldowns, member failure streaks, breakers, \
+                                            in-flight counts, health records, runtime-disabled \
+                                            credentials, canaries, sticky binding count. Never \
+                                            a secret. `configured: false` without REDIS_URL",
+                                            body = serde_json::Value),
               (status = 401, body = ErrorBody)))]
-pub async fn shared_state() -> Json<Value> {
-    Json(json!({
-        "configured": false,
-        "message": "no shared state configured: this control plane does not read the fleet's \
-                    shared state yet, so cooldowns, breakers, in-flight counts and health \
-                    records are not shown",
-        "cooldowns": [],
-        "breakers": [],
-        "in_flight": [],
-        "health": [],
-    }))
+pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let Some(live) = &state.live else {
+        return Ok(Json(json!({
+            "configured": false,
+            "message": "no shared state configured: set REDIS_URL (and SWITCHYARD_REDIS_PREFIX, \
+                        as on the proxies) to see cooldowns, breakers, in-flight counts and \
+                        health records",
+            "cooldowns": [],
+            "breakers": [],
+            "in_flight": [],
+            "health": [],
+        })));
+    };
+    let now_ms = now_ms();
+    let dump = live.store().dump(now_ms);
+    let breakers: Vec<_> = dump.channels.iter().filter(|c| c.breaker_open).collect();
+    let mut body = serde_json::to_value(&dump)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("serialising the state dump: {e}")))?;
+    if let Value::Object(map) = &mut body {
+        map.insert("configured".into(), json!(true));
+        map.insert("source".into(), json!(live.source()));
+        map.insert("connected".into(), json!(live.connected()));
+        map.insert("now_ms".into(), json!(now_ms));
+        map.insert("breakers".into(), json!(breakers));
+    }
+    Ok(Json(body))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

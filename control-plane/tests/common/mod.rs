@@ -9,6 +9,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use sqlx::PgPool;
+use switchyard_control_plane::live::LiveState;
 use switchyard_control_plane::metrics::Metrics;
 use switchyard_control_plane::publisher::Publisher;
 use switchyard_control_plane::{app, AppState};
@@ -23,9 +24,21 @@ pub struct TestApp {
 }
 
 pub fn test_app(pool: PgPool) -> TestApp {
+    build_app(pool, None)
+}
+
+/// An app whose explain and `/api/v1/state` read this shared state.
+pub fn test_app_with_live(pool: PgPool, live: LiveState) -> TestApp {
+    build_app(pool, Some(live))
+}
+
+fn build_app(pool: PgPool, live: Option<LiveState>) -> TestApp {
     let metrics = Arc::new(Metrics::default());
     let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
-    let state = AppState::new(pool.clone(), ADMIN_TOKEN, Arc::clone(&publisher), metrics);
+    let mut state = AppState::new(pool.clone(), ADMIN_TOKEN, Arc::clone(&publisher), metrics);
+    if let Some(live) = live {
+        state = state.with_live(live);
+    }
     TestApp {
         router: app(state),
         pool,

@@ -1,0 +1,73 @@
+//! The fleet's shared runtime state as the control plane sees it (SPEC §5–§7): the same
+//! `RedisStore` the proxies use, on the same key prefix, so explain selects with the very view a
+//! proxy would and `/api/v1/state` shows what the fleet holds.
+//!
+//! The control plane only reads it, with one exception: a passed recovery probe closes the
+//! channel's breaker (`reset_channel`). Explain and `/api/v1/state` never write. The store does
+//! keep an in-flight lease for this process like any member of the fleet; it always counts zero.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_state::{mask_url, RedisConfig, RedisStore, StateStore};
+
+/// A handle on the shared state. Cheap to clone.
+#[derive(Clone)]
+pub struct LiveState {
+    store: Arc<dyn StateStore>,
+    redis: Option<Arc<RedisStore>>,
+}
+
+impl LiveState {
+    /// Starts a Redis-backed view (`REDIS_URL`, `SWITCHYARD_REDIS_PREFIX`). Redis being down is
+    /// not an error: the store connects and resyncs in the background; only a bad URL or prefix
+    /// is.
+    pub fn start_redis(url: &str, prefix: &str) -> anyhow::Result<LiveState> {
+        let store = RedisStore::start(RedisConfig::new(url, prefix))
+            .map_err(|e| anyhow::anyhow!("REDIS_URL / SWITCHYARD_REDIS_PREFIX: {e}"))?;
+        tracing::info!(redis = %mask_url(url), prefix, "reading the fleet's shared state from Redis");
+        let store = Arc::new(store);
+        Ok(LiveState {
+            store: Arc::clone(&store) as Arc<dyn StateStore>,
+            redis: Some(store),
+        })
+    }
+
+    /// Any other store (tests: an in-memory one).
+    pub fn from_store(store: Arc<dyn StateStore>) -> LiveState {
+        LiveState { store, redis: None }
+    }
+
+    pub fn store(&self) -> &dyn StateStore {
+        self.store.as_ref()
+    }
+
+    /// What explain reports as `health_view`.
+    pub fn source(&self) -> &'static str {
+        if self.redis.is_some() {
+            "redis"
+        } else {
+            "memory"
+        }
+    }
+
+    /// Whether the Redis connection is up (`None` without Redis).
+    pub fn connected(&self) -> Option<bool> {
+        self.redis.as_ref().map(|r| r.stats().connected)
+    }
+
+    /// Waits for the first full read of Redis (tests, start-up).
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        match &self.redis {
+            Some(redis) => redis.wait_resynced(1, timeout).await,
+            None => true,
+        }
+    }
+
+    /// Pushes pending writes (a probe's breaker reset) and drops this process's lease.
+    pub async fn close(&self, timeout: Duration) {
+        if let Some(redis) = &self.redis {
+            redis.close(timeout).await;
+        }
+    }
+}

@@ -1,0 +1,775 @@
+//! Recovery probes and the live shared-state view, against real Postgres (`#[sqlx::test]`), real
+//! Redis (`REDIS_URL`, a fresh key prefix per test) and a scripted mock upstream.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{test_app, test_app_with_live, TestApp};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use switchyard_control_plane::live::LiveState;
+use switchyard_control_plane::recovery::{Recovery, RecoveryConfig, RoundReport};
+use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
+use switchyard_state::{
+    AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, RedisConfig, RedisStore, StateStore,
+};
+use tokio_util::sync::CancellationToken;
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+// ---------------------------------------------------------------------------------------------
+// Redis helpers
+
+/// The test Redis (`REDIS_URL`, default local); `None` (test skipped) only when `REDIS_URL` is
+/// unset and nothing answers locally.
+fn redis_url() -> Option<String> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            let url = "redis://127.0.0.1:6379".to_owned();
+            let up = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
+                .is_ok();
+            if up {
+                Some(url)
+            } else {
+                eprintln!("skipped: REDIS_URL unset and no Redis on 127.0.0.1:6379");
+                None
+            }
+        }
+    }
+}
+
+fn unique_prefix(tag: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("cp-test-{tag}-{nanos:x}-{:x}", std::process::id())
+}
+
+/// A store playing one proxy of the fleet.
+fn proxy_store(url: &str, prefix: &str) -> RedisStore {
+    let mut config = RedisConfig::new(url, prefix);
+    config.resync_every = Duration::from_millis(200);
+    config.lease_refresh = Duration::from_millis(200);
+    config.lease_ttl = Duration::from_millis(2000);
+    config.state_ttl = Duration::from_secs(600);
+    RedisStore::start(config).unwrap()
+}
+
+/// The fleet state itself, as Redis holds it: every state hash and the sticky index. Leases and
+/// the version counter are left out (each live process refreshes its own lease).
+fn redis_state(url: &str, prefix: &str) -> Vec<(String, Vec<String>)> {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    let mut out = Vec::new();
+    for key in ["member", "channel", "health", "cred", "sticky"] {
+        let name = format!("{{sy:{prefix}}}:{key}");
+        let mut fields: Vec<String> = redis::cmd("HGETALL").arg(&name).query(&mut con).unwrap();
+        fields.sort();
+        out.push((name, fields));
+    }
+    let name = format!("{{sy:{prefix}}}:sticky_exp");
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&name)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut con)
+        .unwrap();
+    out.push((name, members));
+    out
+}
+
+fn cleanup(url: &str, prefix: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{sy:{prefix}}}:*"))
+        .query(&mut con)
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut con);
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+const POLICY: FailurePolicy = FailurePolicy {
+    fault_protection: true,
+    cooldown_ms: 60_000,
+    breaker_threshold: 5,
+};
+
+/// Five failed channel attempts: the breaker trips (SPEC §4 default threshold).
+fn trip(store: &dyn StateStore, channel: i64) {
+    for _ in 0..5 {
+        store.record_channel_failure(channel, &POLICY, now_ms());
+    }
+}
+
+fn breaker_open(store: &dyn StateStore, channel: i64) -> bool {
+    store
+        .dump(now_ms())
+        .channels
+        .iter()
+        .any(|c| c.channel_id == channel && c.breaker_open)
+}
+
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Postgres helpers
+
+fn config() -> RecoveryConfig {
+    RecoveryConfig {
+        tick: Duration::from_millis(100),
+        probe_timeout: Duration::from_secs(2),
+        ..RecoveryConfig::default()
+    }
+}
+
+/// A channel pointing at the mock upstream, with these inline secrets.
+async fn channel_at(app: &TestApp, name: &str, mock: &MockUpstream, secrets: &[&str]) -> i64 {
+    let id = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": name, "provider": "openai", "base_url": mock.base_url()}),
+        )
+        .await;
+    for secret in secrets {
+        app.create(
+            &format!("/api/v1/channels/{id}/credentials"),
+            json!({ "secret": secret }),
+        )
+        .await;
+    }
+    id
+}
+
+/// What the breaker would have done: only the system sets `auto_disabled`.
+async fn auto_disable(pool: &PgPool, channel: i64) {
+    sqlx::query("UPDATE channels SET status = 'auto_disabled' WHERE id = $1")
+        .bind(channel)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn status(app: &TestApp, channel: i64) -> String {
+    let reply = app.get(&format!("/api/v1/channels/{channel}")).await;
+    reply.body["status"].as_str().unwrap().to_owned()
+}
+
+async fn events(app: &TestApp, channel: i64) -> Vec<Value> {
+    let reply = app.get(&format!("/api/v1/channels/{channel}/events")).await;
+    reply.body["data"].as_array().unwrap().clone()
+}
+
+fn models(credential: &str) -> Matcher {
+    Matcher::path("/v1/models").credential(credential)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes
+
+#[sqlx::test(migrations = "../migrations")]
+async fn probe_re_enables_an_auto_disabled_channel_whose_upstream_answers(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "primary", &mock, &["sk-good-0001"]).await;
+    auto_disable(&pool, channel).await;
+    let revision = app.revision().await;
+    let audits = app.audit_rows().await;
+
+    let recovery = Recovery::new(pool.clone(), None, config());
+    let report = recovery.run_round().await.unwrap();
+
+    assert_eq!(report.probed, vec![channel]);
+    assert_eq!(report.recovered, vec![channel]);
+    assert_eq!(status(&app, channel).await, "enabled");
+    assert_eq!(mock.hits_matching(&models("sk-good-0001")), 1);
+    let request = &mock.requests()[0];
+    assert_eq!(request.method, "GET");
+    let events = events(&app, channel).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["from_status"], "auto_disabled");
+    assert_eq!(last["to_status"], "enabled");
+    assert_eq!(last["actor"], "system:recovery-probe");
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("recovery probe passed"),
+        "{last}"
+    );
+    // Through the audited write path: one audit row, one revision.
+    assert_eq!(app.revision().await, revision + 1);
+    assert_eq!(app.audit_rows().await, audits + 1);
+    let audit = app
+        .get(&format!(
+            "/api/v1/audit?resource=channel&resource_id={channel}"
+        ))
+        .await;
+    let last_audit = audit.body["data"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last_audit["actor"], "system:recovery-probe");
+    assert_eq!(last_audit["detail"]["status"], "enabled");
+    assert!(!audit.text.contains("sk-good-0001"));
+
+    // Nothing left to probe.
+    let report = recovery.run_round().await.unwrap();
+    assert!(report.probed.is_empty(), "{report:?}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn failed_probe_tries_every_credential_and_changes_nothing(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::status(401));
+    let channel = channel_at(&app, "bad-keys", &mock, &["sk-revoked-a"]).await;
+    // The second key lives in the control plane's environment.
+    std::env::set_var("SWITCHYARD_TEST_PROBE_KEY_B", "sk-revoked-b");
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret_env": "SWITCHYARD_TEST_PROBE_KEY_B"}),
+    )
+    .await;
+    // A disabled credential is not tried.
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret": "sk-disabled-c", "enabled": false}),
+    )
+    .await;
+    auto_disable(&pool, channel).await;
+    let events_before = events(&app, channel).await.len();
+    let revision = app.revision().await;
+
+    let recovery = Recovery::new(pool.clone(), None, config());
+    let report = recovery.run_round().await.unwrap();
+
+    assert_eq!(report.probed, vec![channel]);
+    assert_eq!(report.failed, vec![channel]);
+    assert!(report.recovered.is_empty());
+    assert_eq!(mock.hits_matching(&models("sk-revoked-a")), 1);
+    assert_eq!(mock.hits_matching(&models("sk-revoked-b")), 1);
+    assert_eq!(mock.hits_matching(&models("sk-disabled-c")), 0);
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+    assert_eq!(events(&app, channel).await.len(), events_before);
+    assert_eq!(app.revision().await, revision);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn second_credential_passing_is_enough(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(models("sk-old-1"), Behavior::status(401));
+    let channel = channel_at(&app, "rotated", &mock, &["sk-old-1", "sk-new-2"]).await;
+    auto_disable(&pool, channel).await;
+    let report = Recovery::new(pool.clone(), None, config())
+        .run_round()
+        .await
+        .unwrap();
+    assert_eq!(report.recovered, vec![channel]);
+    assert_eq!(mock.hits_matching(&models("sk-old-1")), 1);
+    assert_eq!(mock.hits_matching(&models("sk-new-2")), 1);
+    assert_eq!(status(&app, channel).await, "enabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn probe_never_re_enables_a_manually_disabled_channel(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("manual");
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "paused", &mock, &["sk-fine-0001"]).await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{channel}"),
+            json!({"status": "disabled"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    // Its breaker is open in the fleet too: still no probe, no status change.
+    let proxy = proxy_store(&url, &prefix);
+    trip(&proxy, channel);
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    eventually("the control plane sees the breaker", || {
+        breaker_open(live.store(), channel)
+    })
+    .await;
+    let events_before = events(&app, channel).await.len();
+
+    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+    let report = recovery.run_round().await.unwrap();
+
+    assert_eq!(report, RoundReport::default(), "{report:?}");
+    assert_eq!(mock.hits(), 0);
+    assert_eq!(status(&app, channel).await, "disabled");
+    assert_eq!(events(&app, channel).await.len(), events_before);
+    assert!(breaker_open(live.store(), channel));
+    cleanup(&url, &prefix);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_manual_disable_during_the_probe_wins(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::path("/v1/models"),
+        Behavior::ok().latency(Duration::from_millis(500)),
+    );
+    let channel = channel_at(&app, "racing", &mock, &["sk-slow-0001"]).await;
+    auto_disable(&pool, channel).await;
+    let recovery = Recovery::new(pool.clone(), None, config());
+    let round = tokio::spawn({
+        let recovery = Arc::clone(&recovery);
+        async move { recovery.run_round().await.unwrap() }
+    });
+    eventually("the probe is in flight", || mock.hits() == 1).await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{channel}"),
+            json!({"status": "disabled"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    round.await.unwrap();
+    assert_eq!(status(&app, channel).await, "disabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn probes_are_off_when_the_settings_say_so(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "waiting", &mock, &["sk-fine-0002"]).await;
+    auto_disable(&pool, channel).await;
+    let recovery = Recovery::new(pool.clone(), None, config());
+    for (settings, why) in [
+        (
+            json!({"recovery_probe_enabled": false}),
+            "recovery_probe_enabled is off",
+        ),
+        (
+            json!({"recovery_probe_enabled": true, "recovery_probe_interval_seconds": 0}),
+            "recovery_probe_interval_seconds is 0",
+        ),
+        (
+            json!({"recovery_probe_interval_seconds": 600, "fault_protection_enabled": false}),
+            "fault_protection_enabled is off",
+        ),
+    ] {
+        let reply = app.patch("/api/v1/settings", settings).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let report = recovery.run_round().await.unwrap();
+        assert_eq!(report.skipped, Some(why));
+        assert!(report.probed.is_empty());
+    }
+    assert_eq!(mock.hits(), 0);
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+    // Back on: the next round probes.
+    app.patch(
+        "/api/v1/settings",
+        json!({"fault_protection_enabled": true}),
+    )
+    .await;
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.recovered, vec![channel]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn mock_channels_always_pass(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let channel = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "sim", "provider": "mock", "base_url": "mock://"}),
+        )
+        .await;
+    auto_disable(&pool, channel).await;
+    let report = Recovery::new(pool.clone(), None, config())
+        .run_round()
+        .await
+        .unwrap();
+    assert_eq!(report.recovered, vec![channel]);
+    assert_eq!(status(&app, channel).await, "enabled");
+}
+
+// ---------------------------------------------------------------------------------------------
+// One leader
+
+#[sqlx::test(migrations = "../migrations")]
+async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::status(503));
+    let channel = channel_at(&app, "down", &mock, &["sk-down-0001"]).await;
+    auto_disable(&pool, channel).await;
+    app.patch(
+        "/api/v1/settings",
+        json!({"recovery_probe_interval_seconds": 1}),
+    )
+    .await;
+
+    let options = (*pool.connect_options()).clone();
+    let a = Recovery::new(pool.clone(), None, config());
+    let b = Recovery::new(pool.clone(), None, config());
+    let stop_a = CancellationToken::new();
+    let stop_b = CancellationToken::new();
+    let task_a = tokio::spawn(Arc::clone(&a).run(options.clone(), stop_a.clone()));
+    let task_b = tokio::spawn(Arc::clone(&b).run(options.clone(), stop_b.clone()));
+
+    eventually("someone leads", || a.is_leader() || b.is_leader()).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(a.is_leader() != b.is_leader(), "exactly one leader");
+    let (leader, follower, stop_leader, task_leader, stop_follower, task_follower) =
+        if a.is_leader() {
+            (&a, &b, stop_a, task_a, stop_b, task_b)
+        } else {
+            (&b, &a, stop_b, task_b, stop_a, task_a)
+        };
+    assert!(
+        leader.rounds() >= 2,
+        "leader ran {} rounds",
+        leader.rounds()
+    );
+    assert_eq!(follower.rounds(), 0);
+    // Every probe came from the leader's rounds (one credential each), none from the follower.
+    let probes = mock.hits_matching(&models("sk-down-0001")) as u64;
+    assert!(
+        probes == leader.rounds() || probes + 1 == leader.rounds(),
+        "{probes} probes, {} rounds",
+        leader.rounds()
+    );
+
+    // The leader stops: its lock connection closes and the other replica takes over.
+    stop_leader.cancel();
+    task_leader.await.unwrap();
+    eventually("the lead moves", || follower.is_leader()).await;
+    eventually("the new leader probes", || follower.rounds() >= 1).await;
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+    stop_follower.cancel();
+    task_follower.await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Breakers in the shared state
+
+#[sqlx::test(migrations = "../migrations")]
+async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("breaker");
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::status(503).times(1));
+    let channel = channel_at(&app, "flaky", &mock, &["sk-flaky-0001"]).await;
+    let route = app.route("gpt-4o").await;
+    let member = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+
+    // A proxy sees the channel fail five times (breaker) and cools its member.
+    let proxy = proxy_store(&url, &prefix);
+    proxy.record_failure(
+        &AttemptFailure {
+            member,
+            channel,
+            upstream_model: "gpt-4o",
+            kind: FailureKind::Retryable,
+            retry_after_ms: None,
+        },
+        &POLICY,
+        now_ms(),
+    );
+    trip(&proxy, channel);
+    assert!(proxy.wait_flushed(PATIENCE).await);
+
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    eventually("the control plane sees the breaker", || {
+        breaker_open(live.store(), channel)
+    })
+    .await;
+    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+
+    // First round: recorded as auto_disabled; the probe fails (503), nothing else changes.
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.breakers_recorded, vec![channel]);
+    assert_eq!(report.failed, vec![channel]);
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+    let events_now = events(&app, channel).await;
+    let last = events_now.last().unwrap();
+    assert_eq!(last["from_status"], "enabled");
+    assert_eq!(last["to_status"], "auto_disabled");
+    assert_eq!(last["actor"], "system:breaker");
+    assert_eq!(
+        last["reason"], "breaker tripped (5 consecutive failed attempts)",
+        "{last}"
+    );
+    assert!(breaker_open(live.store(), channel));
+
+    // Recorded once, not on every round.
+    let report = recovery.run_round().await.unwrap();
+    assert!(report.breakers_recorded.is_empty());
+    assert_eq!(report.recovered, vec![channel]);
+    assert_eq!(status(&app, channel).await, "enabled");
+    let last = events(&app, channel).await.last().unwrap().clone();
+    assert_eq!(last["to_status"], "enabled");
+    assert_eq!(last["actor"], "system:recovery-probe");
+
+    // The breaker and the member's cooldown are gone fleet-wide: the proxy's view, and a fresh
+    // store that knows only what Redis holds.
+    eventually("the proxy sees the breaker closed", || {
+        !breaker_open(&proxy, channel)
+    })
+    .await;
+    eventually("the proxy sees the cooldown cleared", || {
+        proxy
+            .dump(now_ms())
+            .cooldowns
+            .iter()
+            .all(|c| c.member_id != member)
+    })
+    .await;
+    let fresh = proxy_store(&url, &prefix);
+    assert!(fresh.wait_resynced(1, PATIENCE).await);
+    let dump = fresh.dump(now_ms());
+    assert!(!dump.channels.iter().any(|c| c.breaker_open), "{dump:?}");
+    assert!(dump.cooldowns.is_empty(), "{dump:?}");
+    // Nothing to record or probe any more.
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report, RoundReport::default());
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explain and /api/v1/state with the Redis view
+
+#[sqlx::test(migrations = "../migrations")]
+async fn explain_with_a_redis_view_shows_cooling_down_and_changes_nothing(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("explain");
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    let app = test_app_with_live(pool.clone(), live.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "main", &mock, &["sk-explain-0001"]).await;
+    let route = app.route("gpt-4o").await;
+    let cooled = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o", "priority": 10}),
+        )
+        .await;
+    let other = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o-mini", "priority": 10}),
+        )
+        .await;
+
+    let proxy = proxy_store(&url, &prefix);
+    proxy.record_failure(
+        &AttemptFailure {
+            member: cooled,
+            channel,
+            upstream_model: "gpt-4o",
+            kind: FailureKind::Retryable,
+            retry_after_ms: None,
+        },
+        &POLICY,
+        now_ms(),
+    );
+    assert!(proxy.wait_flushed(PATIENCE).await);
+    eventually("the control plane sees the cooldown", || {
+        live.store()
+            .dump(now_ms())
+            .cooldowns
+            .iter()
+            .any(|c| c.member_id == cooled)
+    })
+    .await;
+
+    app.refresh().await;
+    let redis_before = redis_state(&url, &prefix);
+    let revision = app.revision().await;
+    let audits = app.audit_rows().await;
+    let dump_before = live.store().dump(now_ms()).cooldowns;
+
+    let reply = app
+        .get("/api/v1/routes/explain?model=gpt-4o&session=abc&seed=7")
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.body["health_view"], "redis");
+    let candidates = reply.body["candidates"].as_array().unwrap();
+    let find = |id: i64| candidates.iter().find(|c| c["member_id"] == id).unwrap();
+    assert_eq!(find(cooled)["eligible"], false);
+    assert!(
+        find(cooled)["reasons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("cooling_down")),
+        "{}",
+        find(cooled)
+    );
+    assert_eq!(find(other)["eligible"], true);
+    assert_eq!(reply.body["member_id"], other, "{}", reply.body);
+    assert!(!reply.text.contains("sk-explain-0001"));
+
+    // Explain changed nothing: not Redis, not Postgres, not the view.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(redis_state(&url, &prefix), redis_before);
+    assert_eq!(app.revision().await, revision);
+    assert_eq!(app.audit_rows().await, audits);
+    assert_eq!(live.store().dump(now_ms()).cooldowns, dump_before);
+    assert_eq!(mock.hits(), 0);
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn state_endpoint_shows_the_fleet_dump_and_never_a_secret(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("state");
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    let app = test_app_with_live(pool.clone(), live.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "busy", &mock, &["sk-state-secret-0001"]).await;
+    let route = app.route("gpt-4o").await;
+    let member = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+
+    let proxy = Arc::new(proxy_store(&url, &prefix));
+    let now = now_ms();
+    proxy.record_success(
+        &AttemptSuccess {
+            member,
+            channel,
+            upstream_model: "gpt-4o",
+            latency_ms: 120.0,
+            canary: false,
+            promote_after: 100,
+        },
+        now,
+    );
+    proxy.record_failure(
+        &AttemptFailure {
+            member,
+            channel,
+            upstream_model: "gpt-4o",
+            kind: FailureKind::Retryable,
+            retry_after_ms: None,
+        },
+        &POLICY,
+        now,
+    );
+    trip(proxy.as_ref(), channel);
+    proxy.bind_sticky(route, "session-1", member, 60_000, now);
+    let store: Arc<dyn StateStore> = proxy.clone();
+    let _in_flight = switchyard_state::InFlightGuard::acquire(&store, channel);
+    assert!(proxy.wait_flushed(PATIENCE).await);
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let body = loop {
+        let reply = app.get("/api/v1/state").await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert!(!reply.text.contains("sk-state-secret"));
+        let body = reply.body;
+        let complete = body["in_flight"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|e| e["channel_id"] == channel && e["in_flight"] == 1)
+        }) && body["sticky_bindings"] == 1
+            && body["breakers"].as_array().is_some_and(|a| !a.is_empty());
+        if complete || tokio::time::Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(body["configured"], true, "{body}");
+    assert_eq!(body["source"], "redis");
+    assert_eq!(body["connected"], true);
+    assert!(
+        body["cooldowns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["member_id"] == member),
+        "{body}"
+    );
+    let breaker = &body["breakers"][0];
+    assert_eq!(breaker["channel_id"], channel, "{body}");
+    assert_eq!(breaker["breaker_open"], true);
+    assert_eq!(breaker["consecutive_failures"], 5);
+    assert!(
+        body["in_flight"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["channel_id"] == channel && e["in_flight"] == 1),
+        "{body}"
+    );
+    let health = body["health"].as_array().unwrap();
+    assert!(
+        health
+            .iter()
+            .any(|h| h["channel_id"] == channel && h["upstream_model"] == "gpt-4o"),
+        "{body}"
+    );
+    assert_eq!(body["sticky_bindings"], 1);
+    // Sessions are counted, never listed.
+    assert!(!body.to_string().contains("session-1"));
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn without_redis_state_is_unconfigured_and_explain_has_no_view(pool: PgPool) {
+    let app = test_app(pool);
+    let reply = app.get("/api/v1/state").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body["configured"], false);
+    let channel = app.channel("c").await;
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret": "sk-x-0123456789"}),
+    )
+    .await;
+    let route = app.route("m").await;
+    app.member(route, json!({"channel_id": channel, "upstream_model": "m"}))
+        .await;
+    app.refresh().await;
+    let reply = app.get("/api/v1/routes/explain?model=m").await;
+    assert_eq!(reply.body["health_view"], "none");
+}
