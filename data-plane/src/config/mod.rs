@@ -1,0 +1,313 @@
+//! Standalone YAML configuration: raw serde structs → validated [`SnapshotParts`].
+//!
+//! Two stages (STYLE: wire types at the edge): `serde` parses the raw shape with field paths in its
+//! errors, then [`RawConfig::into_parts`] checks references and ranges, naming the field path of
+//! the first problem (`routes[0].members[1].channel: unknown channel "x"`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use switchyard_engine::{Capabilities, PlanEntry, Settings, SnapshotParts};
+
+use crate::mock::MockOptions;
+
+mod compile;
+
+/// A configuration problem: the field path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub settings: Settings,
+    #[serde(default)]
+    pub channels: Vec<RawChannel>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub teams: Vec<RawTeam>,
+    #[serde(default)]
+    pub tokens: Vec<RawToken>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChannel {
+    pub id: Option<i64>,
+    pub name: String,
+    pub provider: String,
+    pub base_url: Option<String>,
+    #[serde(default = "enabled_str")]
+    pub status: String,
+    #[serde(default)]
+    pub auto_ban: bool,
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    #[serde(default)]
+    pub credentials: Vec<RawCredential>,
+    #[serde(default)]
+    pub retry_status_codes: Vec<u16>,
+    #[serde(default)]
+    pub retry_error_patterns: Vec<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `provider: mock` only: the simulation's behaviour.
+    pub mock: Option<MockOptions>,
+}
+
+fn enabled_str() -> String {
+    "enabled".to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `"sk-..."`, `"${ENV_NAME}"`, or `{secret: ..., enabled: false}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawCredential {
+    Plain(String),
+    Full {
+        id: Option<i64>,
+        secret: String,
+        #[serde(default = "yes")]
+        enabled: bool,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub id: Option<i64>,
+    pub model_pattern: String,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "auto_str")]
+    pub routing_mode: String,
+    pub single_member_id: Option<i64>,
+    pub sticky_session: Option<bool>,
+    pub stable_first: Option<bool>,
+    pub stable_first_denominator: Option<u32>,
+    pub retry_times: Option<u32>,
+    pub channel_retry_times: Option<u32>,
+    pub cooldown_seconds: Option<u32>,
+    #[serde(default)]
+    pub members: Vec<RawMember>,
+}
+
+fn auto_str() -> String {
+    "auto".to_owned()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMember {
+    pub id: Option<i64>,
+    /// The channel's name.
+    pub channel: String,
+    pub upstream_model: Option<String>,
+    #[serde(alias = "group_name")]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "one")]
+    pub weight: i32,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub canary: bool,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTeam {
+    pub id: Option<i64>,
+    pub name: String,
+    #[serde(default)]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub members: Vec<i64>,
+    #[serde(default)]
+    pub plan: BTreeMap<i64, PlanEntry>,
+    pub retry_limit: Option<u32>,
+    #[serde(default)]
+    pub disable_failover: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    pub id: Option<i64>,
+    pub name: String,
+    /// The plaintext token (or a `${ENV}` reference to it).
+    pub token: Option<String>,
+    /// Lowercase hex SHA-256 of the plaintext, instead of `token`.
+    pub token_sha256: Option<String>,
+    #[serde(alias = "route_group_name")]
+    pub route_group: Option<String>,
+    /// The team's name.
+    pub team: Option<String>,
+    #[serde(default)]
+    pub allow_pinning: bool,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+/// Reads, parses and validates a YAML file; `revision` becomes the snapshot's revision.
+pub fn load_file(path: &Path, revision: u64) -> Result<SnapshotParts, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+    parse_yaml(&text, revision)
+}
+
+pub fn parse_yaml(text: &str, revision: u64) -> Result<SnapshotParts, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        // serde_yaml prefixes its own (coarser) path: keep only the message.
+        let message = e.into_inner().to_string();
+        let message = match message.split_once(": ") {
+            Some((head, rest)) if !head.contains(' ') => rest.to_owned(),
+            _ => message,
+        };
+        err(path, message)
+    })?;
+    raw.into_parts(revision, &|name| std::env::var(name).ok())
+}
+
+/// SHA-256 of a token's plaintext, lowercase hex (how tokens are stored and looked up).
+pub fn token_hash(plaintext: &str) -> String {
+    hex(&Sha256::digest(plaintext.as_bytes()))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+/// `${NAME}` → `Some("NAME")`.
+fn env_reference(value: &str) -> Option<&str> {
+    let name = value.trim().strip_prefix("${")?.strip_suffix('}')?;
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid.then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::SecretSource;
+
+    fn parse(yaml: &str) -> Result<SnapshotParts, String> {
+        parse_yaml(yaml, 1).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn minimal_config_compiles_with_defaults() {
+        let parts = parse(
+            "channels:\n  - name: a\n    provider: mock\nroutes:\n  - model_pattern: m\n    members:\n      - channel: a\ntokens:\n  - name: t\n    token: secret\n",
+        )
+        .unwrap();
+        assert_eq!(parts.channels[0].credentials.len(), 1);
+        assert_eq!(parts.routes[0].members[0].upstream_model, "m");
+        assert_eq!(parts.routes[0].members[0].group_name, "default");
+        assert_eq!(parts.tokens[0].hash, token_hash("secret"));
+    }
+
+    #[test]
+    fn unknown_channel_names_the_field_path() {
+        let e = parse(
+            "channels: []\nroutes:\n  - model_pattern: m\n    members:\n      - channel: nope\n",
+        )
+        .unwrap_err();
+        assert_eq!(e, "routes[0].members[0].channel: unknown channel \"nope\"");
+    }
+
+    #[test]
+    fn parse_errors_name_the_field_path() {
+        let e = parse("settings:\n  retry_times: many\n").unwrap_err();
+        assert!(e.starts_with("settings.retry_times: "), "{e}");
+        let e = parse("channels:\n  - name: a\n    provider: mock\n    colour: red\n").unwrap_err();
+        assert!(
+            e.starts_with("channels[0].colour: unknown field `colour`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_setting_names_the_field() {
+        let e = parse("settings:\n  retry_times: 1000\n").unwrap_err();
+        assert!(e.starts_with("settings.retry_times: "), "{e}");
+    }
+
+    #[test]
+    fn env_credentials_are_references_and_missing_token_env_is_an_error() {
+        let parts = parse(
+            "channels:\n  - name: a\n    provider: openai\n    base_url: https://api.example.com/v1/\n    credentials: [\"${SWITCHYARD_TEST_KEY_X}\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            parts.channels[0].credentials[0].secret,
+            SecretSource::Env("SWITCHYARD_TEST_KEY_X".into())
+        );
+        assert_eq!(parts.channels[0].base_url, "https://api.example.com/v1");
+        let e = parse("tokens:\n  - name: t\n    token: \"${SWITCHYARD_SURELY_UNSET_VAR}\"\n")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "tokens[0].token: environment variable SWITCHYARD_SURELY_UNSET_VAR is not set"
+        );
+    }
+
+    #[test]
+    fn real_channels_need_credentials_and_url() {
+        let e = parse("channels:\n  - name: a\n    provider: openai\n    base_url: https://x\n")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "channels[0].credentials: at least one credential is required"
+        );
+        let e = parse("channels:\n  - name: a\n    provider: openai\n    credentials: [k]\n")
+            .unwrap_err();
+        assert_eq!(e, "channels[0].base_url: is required");
+    }
+}
