@@ -1,5 +1,5 @@
 //! Propagation benchmark (run by hand against a real Redis):
-//!   cargo run --release -p switchyard-state --example propagation -- [REDIS_URL] [samples]
+//!   cargo run --release -p switchyard-state --example propagation -- [REDIS_URL] [samples] [linger_ms]
 //! Store A writes a cooldown; the time until store B's local view shows it is one sample.
 //! Then a simulated request load through A (writes per request as the proxy does them) reports
 //! Redis batches and scripts per request; reads never touch Redis (the selection path is the
@@ -24,6 +24,13 @@ fn main() {
         .or_else(|| std::env::var("REDIS_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let samples: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let mut config = |prefix: &str| {
+        let mut c = RedisConfig::new(&url, prefix);
+        if let Some(ms) = std::env::args().nth(3).and_then(|s| s.parse().ok()) {
+            c.flush_linger = Duration::from_millis(ms);
+        }
+        c
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -31,8 +38,8 @@ fn main() {
         .unwrap();
     let _guard = rt.enter();
     let prefix = format!("bench-{:x}", now_ms());
-    let a = RedisStore::start(RedisConfig::new(&url, &prefix)).unwrap();
-    let b = RedisStore::start(RedisConfig::new(&url, &prefix)).unwrap();
+    let a = RedisStore::start(config(&prefix)).unwrap();
+    let b = RedisStore::start(config(&prefix)).unwrap();
     assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
     let mut delays = Vec::with_capacity(samples);
     for i in 0..samples {

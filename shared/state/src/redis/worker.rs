@@ -216,7 +216,13 @@ impl Writer {
                     self.drop_lease(conn).await?;
                     return Ok(());
                 }
-                () = self.shared.wake.notified() => self.flush(conn).await?,
+                () = self.shared.wake.notified() => {
+                    let linger = self.shared.config.flush_linger;
+                    if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
+                        tokio::time::sleep(linger).await;
+                    }
+                    self.flush(conn).await?;
+                }
                 () = async { if let Some(at) = due { tokio::time::sleep_until(at).await } else { std::future::pending().await } } => {
                     lease_due = None;
                     last_lease = Instant::now();
