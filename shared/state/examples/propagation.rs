@@ -24,7 +24,7 @@ fn main() {
         .or_else(|| std::env::var("REDIS_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let samples: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let mut config = |prefix: &str| {
+    let config = |prefix: &str| {
         let mut c = RedisConfig::new(&url, prefix);
         if let Some(ms) = std::env::args().nth(3).and_then(|s| s.parse().ok()) {
             c.flush_linger = Duration::from_millis(ms);
