@@ -53,7 +53,20 @@ struct ControlPlane {
 
 impl ControlPlane {
     async fn spawn(database_url: &str, grpc_port: u16) -> ControlPlane {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+        ControlPlane::spawn_with(database_url, grpc_port, &[]).await
+    }
+
+    /// With extra environment (e.g. `REDIS_URL`); without it, no shared state even when the test
+    /// runner's own environment has one.
+    async fn spawn_with(database_url: &str, grpc_port: u16, env: &[(&str, &str)]) -> ControlPlane {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"));
+        command
+            .env_remove("REDIS_URL")
+            .env_remove("SWITCHYARD_REDIS_PREFIX");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
             .env("DATABASE_URL", database_url)
             .env("SWITCHYARD_ADMIN_TOKEN", TOKEN)
             .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
@@ -120,6 +133,26 @@ impl ControlPlane {
             head.to_lowercase(),
             serde_json::from_str(payload).unwrap_or(Value::Null),
         )
+    }
+
+    /// `GET /metrics` as text.
+    async fn metrics(&self) -> String {
+        let request = format!(
+            "GET /metrics HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            self.http
+        );
+        let mut stream = TcpStream::connect(self.http).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+
+    async fn is_recovery_leader(&self) -> bool {
+        self.metrics()
+            .await
+            .lines()
+            .any(|l| l == "switchyard_cp_recovery_leader 1")
     }
 
     async fn create_route(&self, pattern: &str) -> u64 {
@@ -484,4 +517,89 @@ async fn a_stalled_proxy_blocks_no_one_and_then_gets_the_latest(
     .await
     .expect("the stalled proxy never caught up");
     shutdown.cancel();
+}
+
+/// Two replicas with `REDIS_URL`: one leads the recovery probes (the advisory lock), explain and
+/// `/api/v1/state` read the fleet's Redis state, and the lead moves when the leader dies.
+#[sqlx::test(migrations = "../migrations")]
+async fn one_of_two_replicas_leads_the_probes_and_the_lead_moves_on_kill(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let redis = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis_up = redis::Client::open(redis.as_str())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+        .is_ok();
+    if !redis_up {
+        eprintln!("skipped: no Redis at {redis}");
+        return;
+    }
+    let prefix = format!("cp-fleet-{:x}", std::process::id());
+    let env = [
+        ("REDIS_URL", redis.as_str()),
+        ("SWITCHYARD_REDIS_PREFIX", prefix.as_str()),
+        ("SWITCHYARD_RECOVERY_TICK_MS", "100"),
+    ];
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let mut a = ControlPlane::spawn_with(&url, 0, &env).await;
+    let mut b = ControlPlane::spawn_with(&url, 0, &env).await;
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let (a_leads, b_leads) = loop {
+        let leads = (a.is_recovery_leader().await, b.is_recovery_leader().await);
+        if leads.0 || leads.1 {
+            break leads;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nobody took the lead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(a_leads != b_leads, "exactly one leader");
+    // Still exactly one a moment later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_ne!(a.is_recovery_leader().await, b.is_recovery_leader().await);
+
+    let (status, _, state) = b.call("GET", "/api/v1/state", None).await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["configured"], true, "{state}");
+    assert_eq!(state["source"], "redis");
+    a.create_route("m").await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let body = loop {
+        // B compiles A's write on its NOTIFY.
+        let (status, _, body) = b.call("GET", "/api/v1/routes/explain?model=m", None).await;
+        if status == 200 {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(body["health_view"], "redis");
+
+    // The leader is killed (no goodbye): Postgres drops its session and its lock; the other
+    // replica takes over.
+    let (leader, follower) = if a_leads { (&mut a, &b) } else { (&mut b, &a) };
+    let _ = leader.child.kill();
+    let _ = leader.child.wait();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !follower.is_recovery_leader().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lead did not move"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Ok(mut con) = redis::Client::open(redis.as_str())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+    {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{sy:{prefix}}}:*"))
+            .query(&mut con)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut con);
+        }
+    }
 }

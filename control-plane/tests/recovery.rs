@@ -571,6 +571,44 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     cleanup(&url, &prefix);
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("override");
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    let app = test_app_with_live(pool.clone(), live.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::status(503));
+    let channel = channel_at(&app, "trusted", &mock, &["sk-trusted-0001"]).await;
+    let proxy = proxy_store(&url, &prefix);
+    trip(&proxy, channel);
+    eventually("the control plane sees the breaker", || {
+        breaker_open(live.store(), channel)
+    })
+    .await;
+    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.breakers_recorded, vec![channel]);
+
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{channel}"),
+            json!({"status": "enabled"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    eventually("the proxy sees the breaker closed", || {
+        !breaker_open(&proxy, channel)
+    })
+    .await;
+    // Not recorded again: the operator's word stands until the breaker trips anew.
+    let report = recovery.run_round().await.unwrap();
+    assert!(report.breakers_recorded.is_empty(), "{report:?}");
+    assert_eq!(status(&app, channel).await, "enabled");
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Explain and /api/v1/state with the Redis view
 

@@ -458,6 +458,18 @@ pub async fn patch(
         },
     )
     .await?;
+    // An operator re-enabling an auto-disabled channel overrides the breaker: close it fleet-wide
+    // too, or the channel would stay excluded (and be recorded auto_disabled again) until a probe.
+    if before == ChannelStatus::AutoDisabled && spec.status == ChannelStatus::Enabled {
+        if let Some(live) = &state.live {
+            let members: Vec<i64> =
+                sqlx::query_scalar("SELECT id FROM route_members WHERE channel_id = $1")
+                    .bind(id)
+                    .fetch_all(&state.pool)
+                    .await?;
+            live.store().reset_channel(id, &members);
+        }
+    }
     Ok(with_revision(revision, Json(view)))
 }
 
