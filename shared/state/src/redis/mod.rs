@@ -10,6 +10,7 @@
 
 mod conn;
 mod scripts;
+mod subscribe;
 mod sync;
 mod worker;
 

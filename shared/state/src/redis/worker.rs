@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
@@ -30,7 +29,7 @@ pub(crate) struct Keys {
     leases: String,
     lease_prefix: String,
     lease: String,
-    events: String,
+    pub(super) events: String,
 }
 
 impl Keys {
@@ -54,21 +53,21 @@ impl Keys {
 
 /// One change notification: the publisher, the new versioned values, its in-flight lease.
 #[derive(Debug, Serialize, Deserialize)]
-struct Notice {
-    o: String,
+pub(super) struct Notice {
+    pub(super) o: String,
     #[serde(default)]
-    u: Vec<(String, String, String)>,
+    pub(super) u: Vec<(String, String, String)>,
     #[serde(default)]
-    l: Option<String>,
+    pub(super) l: Option<String>,
 }
 
 /// Rate-limited error reporting: every error counts, one log line per 5 s.
-struct Reporter {
+pub(super) struct Reporter {
     last_log_ms: AtomicU64,
 }
 
 impl Reporter {
-    fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
+    pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
         shared.counters.errors.fetch_add(1, Ordering::Relaxed);
         let now = now_ms();
         let last = self.last_log_ms.load(Ordering::Relaxed);
@@ -111,12 +110,14 @@ pub(crate) fn spawn(
             resync.clone(),
             reporter.clone(),
         )),
-        tokio::spawn(subscriber(shared, target, stop, resync, reporter)),
+        tokio::spawn(super::subscribe::subscriber(
+            shared, target, stop, resync, reporter,
+        )),
     ]
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// In-flight changes are pushed at most this often (plus the periodic lease refresh).
 const LEASE_MIN_GAP: Duration = Duration::from_millis(25);
 
@@ -567,97 +568,4 @@ fn script_updates(v: &Value) -> Vec<(String, String, String)> {
         .chunks_exact(3)
         .filter_map(|t| Some((as_str(&t[0])?, as_str(&t[1])?, as_str(&t[2])?)))
         .collect()
-}
-
-async fn subscriber(
-    shared: Arc<Shared>,
-    target: RedisTarget,
-    mut stop: watch::Receiver<bool>,
-    resync: Arc<Notify>,
-    reporter: Arc<Reporter>,
-) {
-    let channel = Keys::new(&shared.config.prefix, &shared.instance).events;
-    let nodes = target.pubsub_nodes();
-    let mut backoff = BACKOFF_MIN;
-    let mut attempt = 0usize;
-    while !*stop.borrow() {
-        let node = &nodes[attempt % nodes.len()];
-        attempt += 1;
-        let connected = async {
-            let client = redis::Client::open(node.as_str())?;
-            let mut pubsub = tokio::time::timeout(shared.config.timeout, client.get_async_pubsub())
-                .await
-                .map_err(|_| {
-                    RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "subscribe timed out",
-                    ))
-                })??;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, RedisError>(pubsub)
-        }
-        .await;
-        let mut pubsub = match connected {
-            Ok(p) => p,
-            Err(e) => {
-                reporter.report(&shared, "subscribe", &e);
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = stop.changed() => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                continue;
-            }
-        };
-        backoff = BACKOFF_MIN;
-        // Whatever was published while we were not listening is only in a resync.
-        resync.notify_one();
-        let mut messages = pubsub.on_message();
-        loop {
-            tokio::select! {
-                msg = messages.next() => match msg {
-                    Some(msg) => handle_notice(&shared, msg.get_payload_bytes()),
-                    None => break,
-                },
-                _ = stop.changed() => return,
-            }
-        }
-        reporter.report(
-            &shared,
-            "subscription",
-            &RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "pub/sub connection closed",
-            )),
-        );
-    }
-}
-
-fn handle_notice(shared: &Shared, payload: &[u8]) {
-    let Ok(notice) = serde_json::from_slice::<Notice>(payload) else {
-        return;
-    };
-    if notice.o == shared.instance {
-        return;
-    }
-    let mut applied = 0;
-    let mut state = shared.lock();
-    let mut view = shared.view.write_view();
-    for (kind, field, raw) in &notice.u {
-        if let Some(u) = parse_update(kind, field, raw) {
-            if state.versions.merge(&mut view, &u) {
-                applied += 1;
-            }
-        }
-    }
-    if let Some(counts) = &notice.l {
-        let state = &mut *state;
-        state
-            .leases
-            .set(&mut view, &notice.o, decode_counts(counts));
-    }
-    shared
-        .counters
-        .notifications_applied
-        .fetch_add(applied, Ordering::Relaxed);
 }
