@@ -4,7 +4,10 @@
 //! Architecture invariant: every admin write goes through [`db::commit_write`], which audits it,
 //! bumps the snapshot revision and NOTIFYs, in the writer's own transaction.
 //! Architecture invariant: explain calls the engine's `select` on the same in-memory snapshot the
-//! gRPC stream serves, and touches nothing else.
+//! gRPC stream serves (with the fleet's shared-state view when `REDIS_URL` is set), and writes
+//! nothing anywhere.
+//! Architecture invariant: the recovery job changes a channel's status only through
+//! `commit_write`, under the row lock, from the status it expects; a manual disable always wins.
 
 pub mod api;
 pub mod compile;

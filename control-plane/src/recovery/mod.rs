@@ -190,8 +190,15 @@ impl Recovery {
                         tracing::info!("took the recovery-probe lead");
                         last_round = None;
                     }
-                    if let Err(error) = self.leader_tick(&mut last_round).await {
-                        tracing::warn!(error = format!("{error:#}"), "recovery tick failed");
+                    // A round in progress is abandoned on shutdown (an open transaction rolls
+                    // back); the next leader probes again.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        ticked = self.leader_tick(&mut last_round) => {
+                            if let Err(error) = ticked {
+                                tracing::warn!(error = format!("{error:#}"), "recovery tick failed");
+                            }
+                        }
                     }
                 }
                 Ok(false) => {
