@@ -314,3 +314,38 @@ fn metrics_name_the_redis_counters() {
     InMemoryStore::new().render_metrics(&mut none);
     assert!(none.is_empty());
 }
+
+#[test]
+fn a_success_replayed_late_never_clears_a_newer_cooldown() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("replay");
+    let a = start(&url, &prefix);
+    let f = AttemptFailure {
+        member: 4,
+        channel: 2,
+        upstream_model: "m",
+        kind: FailureKind::Retryable,
+        retry_after_ms: None,
+    };
+    a.record_failure(&f, &policy(0), 2_000);
+    // A success stamped before that failure (queued during a Redis outage elsewhere).
+    let s = AttemptSuccess {
+        member: 4,
+        channel: 2,
+        upstream_model: "m",
+        latency_ms: 10.0,
+        canary: false,
+        promote_after: 0,
+    };
+    a.record_success(&s, 1_000);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(10))));
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    assert_eq!(read(&b, |v| v.cooldown_until(4)), Some(32_000));
+    // The writer's own script result brings A's view to the same answer.
+    assert_eq!(read(&a, |v| v.cooldown_until(4)), Some(32_000));
+    drop((a, b));
+    cleanup(&url, &prefix);
+}
