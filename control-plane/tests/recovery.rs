@@ -286,6 +286,33 @@ async fn failed_probe_tries_every_credential_and_changes_nothing(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_hanging_upstream_fails_the_probe_within_its_budget(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::ok().hang());
+    let channel = channel_at(&app, "stuck", &mock, &["sk-stuck-1", "sk-stuck-2"]).await;
+    auto_disable(&pool, channel).await;
+    let recovery = Recovery::new(
+        pool.clone(),
+        None,
+        RecoveryConfig {
+            probe_timeout: Duration::from_millis(300),
+            ..config()
+        },
+    );
+    let started = tokio::time::Instant::now();
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.failed, vec![channel]);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(mock.hits(), 2);
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn second_credential_passing_is_enough(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
