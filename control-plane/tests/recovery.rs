@@ -685,6 +685,12 @@ async fn explain_with_a_redis_view_shows_cooling_down_and_changes_nothing(pool: 
 
     app.refresh().await;
     let redis_before = redis_state(&url, &prefix);
+    assert!(
+        redis_before
+            .iter()
+            .any(|(key, fields)| key.ends_with(":member") && !fields.is_empty()),
+        "the cooled member is in Redis: {redis_before:?}"
+    );
     let revision = app.revision().await;
     let audits = app.audit_rows().await;
     let dump_before = live.store().dump(now_ms()).cooldowns;
