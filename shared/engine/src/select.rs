@@ -308,7 +308,7 @@ fn choose<'s, H: HealthView + ?Sized>(
                     strategy,
                 );
                 canary.drawn = true;
-                if rng.next_u64() % u64::from(denominator) == 0 {
+                if rng.next_u64().is_multiple_of(u64::from(denominator)) {
                     canary.pool = Some(Pool::Canary);
                     (canaries.0, canaries.1, share)
                 } else {

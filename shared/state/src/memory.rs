@@ -1,8 +1,11 @@
 //! The in-memory store: single node and tests. Also the shape of every local view: a fleet store
 //! keeps one of these and merges remote changes into it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+// The view is read on every selection: a fast non-cryptographic hash for its id-keyed maps.
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use switchyard_engine::{
     ChannelId, CredentialId, HealthRecord, HealthView, MemberId, RouteId, StickyBinding, UnixMillis,

@@ -99,7 +99,7 @@ fn lua_health_formulas_match_the_engine() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if x % 3 == 0 {
+        if x.is_multiple_of(3) {
             let f = AttemptFailure {
                 member: 1,
                 channel: 2,

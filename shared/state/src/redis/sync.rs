@@ -10,7 +10,7 @@
 //! So a late notification can never roll a newer value back, and the periodic full resync (read
 //! atomically at one version) repairs whatever a lost notification left behind.
 
-use std::collections::{HashMap, HashSet};
+use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use switchyard_engine::{
     ChannelId, CredentialId, HealthRecord, MemberId, RouteId, StickyBinding, UnixMillis,

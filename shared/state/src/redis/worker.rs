@@ -1,9 +1,9 @@
 //! The background tasks: the writer (batches, leases, resync) and the subscriber.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_engine::fxhash::FxHashMap as HashMap;
 
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 use serde::{Deserialize, Serialize};
@@ -499,7 +499,7 @@ impl Writer {
                 }
             }
         }
-        let mut leases = HashMap::new();
+        let mut leases = HashMap::default();
         for pair in parts
             .get(6)
             .and_then(as_array)
