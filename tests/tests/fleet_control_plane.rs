@@ -1,0 +1,995 @@
+//! The control plane and the data plane together, as real processes (SPEC §5, §8): what is
+//! written through the control plane's REST API is served by proxies that follow its gRPC
+//! snapshot stream; changes reach them promptly; they outlive the control plane (in memory, and
+//! across their own restart from `SWITCHYARD_SNAPSHOT_CACHE`) and follow it again when it is
+//! back; explain on the control plane names the member a proxy really used.
+//!
+//! Each test has its own database (`#[sqlx::test]` creates it from `DATABASE_URL`; the control
+//! plane applies the migrations itself, as in production), its own ports (every process listens
+//! on 127.0.0.1:0 and the test reads the address from its "listening" log line; a restarted
+//! control plane reuses the addresses of the first one) and its own mock upstreams. Every wait
+//! polls for a condition with a generous deadline; every process is killed on drop.
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_mock_upstream::MockUpstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
+const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
+const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
+/// Starting processes, a control plane coming back, a proxy reconnecting (backoff up to 10 s).
+const PATIENCE: Duration = Duration::from_secs(60);
+/// A committed change reaching a connected proxy: SPEC §5 says "without polling delays"; this
+/// is only a generous ceiling for a loaded 2-core machine.
+const PROMPTLY: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(50);
+const MODEL: &str = "e2e-model";
+
+fn unique(tag: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("e2e-{tag}-{}-{nanos:x}", std::process::id())
+}
+
+/// The test database's URL (`#[sqlx::test]` made it; trust auth on loopback).
+fn database_url(opts: &PgConnectOptions) -> String {
+    let db = opts.get_database().unwrap_or("postgres");
+    format!(
+        "postgres://{}@{}:{}/{db}",
+        opts.get_username(),
+        opts.get_host(),
+        opts.get_port()
+    )
+}
+
+/// A file removed on drop.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.tmp", self.0.display()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// A child process whose stdout (JSON log lines) is kept; SIGKILLed on drop.
+struct Process {
+    name: &'static str,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    fn spawn(name: &'static str, command: &mut Command) -> Process {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        // Drains stdout for the whole life of the process, so the pipe never fills.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Process { name, child, lines }
+    }
+
+    /// The first log line (as JSON) for which `pick` answers.
+    fn find_log<T>(&self, pick: impl Fn(&Value) -> Option<T>) -> Option<T> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| pick(&v))
+    }
+
+    /// Waits for a log line; fails at once if the process exits first.
+    async fn wait_log<T>(&mut self, what: &str, pick: impl Fn(&Value) -> Option<T>) -> T {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(found) = self.find_log(&pick) {
+                return found;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Let the reader thread take the last lines, then look once more.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Some(found) = self.find_log(&pick) {
+                    return found;
+                }
+                panic!("{} exited ({status}) before {what}", self.name);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: timed out waiting for {what}",
+                self.name
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then the exit status (fails if it does not exit within `PATIENCE`).
+    async fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not stop on SIGTERM",
+                self.name
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// SIGKILL: no goodbye to anyone.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            // A failed test: show what this process logged last.
+            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+            let tail = lines.len().saturating_sub(40);
+            eprintln!("--- last log lines of the {} ---", self.name);
+            for line in &lines[tail..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// One control-plane process (`e2e-control-plane`, i.e. `switchyard-control-plane`).
+struct ControlPlane {
+    process: Process,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    database_url: String,
+}
+
+impl ControlPlane {
+    /// On free ports.
+    async fn start(database_url: &str) -> ControlPlane {
+        ControlPlane::start_on(database_url, "127.0.0.1:0", "127.0.0.1:0").await
+    }
+
+    /// Again, on the same database and the same addresses (the proxies know only the address).
+    async fn restart(&self) -> ControlPlane {
+        assert!(
+            !self.process.lines.lock().unwrap().is_empty(),
+            "the control plane to restart never logged anything"
+        );
+        ControlPlane::start_on(
+            &self.database_url,
+            &self.http.to_string(),
+            &self.grpc.to_string(),
+        )
+        .await
+    }
+
+    async fn start_on(database_url: &str, http: &str, grpc: &str) -> ControlPlane {
+        let mut process = Process::spawn(
+            "control plane",
+            Command::new(CONTROL_PLANE)
+                // The test script exports REDIS_URL for other tests; these run without shared
+                // state (explain's health view is then "none", as the proxies' in-memory one).
+                .env_remove("REDIS_URL")
+                .env_remove("SWITCHYARD_REDIS_PREFIX")
+                .env("DATABASE_URL", database_url)
+                .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
+                .env("SWITCHYARD_HTTP_ADDR", http)
+                .env("SWITCHYARD_GRPC_ADDR", grpc)
+                .env("RUST_LOG", "info"),
+        );
+        let (http, grpc) = process
+            .wait_log("listening", |log| {
+                let fields = &log["fields"];
+                (fields["message"] == "listening").then(|| {
+                    (
+                        fields["http_addr"].as_str().unwrap().parse().unwrap(),
+                        fields["grpc_addr"].as_str().unwrap().parse().unwrap(),
+                    )
+                })
+            })
+            .await;
+        let cp = ControlPlane {
+            process,
+            http,
+            grpc,
+            database_url: database_url.to_owned(),
+        };
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(r) = http_call(cp.http, "GET", "/readyz", None, &[]).await {
+                if r.status == 200 {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the control plane never became ready"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        cp
+    }
+
+    /// The gRPC URL proxies follow.
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.grpc)
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Reply {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let body = body.map(Value::to_string);
+        http_call(
+            self.http,
+            method,
+            path,
+            body.as_deref(),
+            &[("authorization", &auth)],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// POST, asserting 201; the created resource and the new snapshot revision.
+    async fn create(&self, path: &str, body: Value) -> (Value, u64) {
+        let reply = self.call("POST", path, Some(&body)).await;
+        assert_eq!(reply.status, 201, "POST {path} {body}: {}", reply.body);
+        (reply.json(), reply.revision())
+    }
+
+    /// PATCH, asserting 200; the new snapshot revision.
+    async fn patch(&self, path: &str, body: Value) -> u64 {
+        let reply = self.call("PATCH", path, Some(&body)).await;
+        assert_eq!(reply.status, 200, "PATCH {path} {body}: {}", reply.body);
+        reply.revision()
+    }
+
+    async fn explain(&self, model: &str) -> Value {
+        let reply = self
+            .call(
+                "GET",
+                &format!("/api/v1/routes/explain?model={model}"),
+                None,
+            )
+            .await;
+        assert_eq!(reply.status, 200, "explain: {}", reply.body);
+        reply.json()
+    }
+
+    /// Explain once the control plane's own snapshot has reached `revision` (it compiles each
+    /// write after a NOTIFY, so it may briefly lag the write's answer).
+    async fn explain_at(&self, model: &str, revision: u64) -> Value {
+        let deadline = Instant::now() + PROMPTLY;
+        loop {
+            let explained = self.explain(model).await;
+            if explained["revision"].as_u64().unwrap() >= revision {
+                return explained;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "explain never reached revision {revision}: {explained}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// One data-plane process (`e2e-data-plane`, i.e. `switchyard-data-plane`) in fleet mode.
+struct Proxy {
+    process: Process,
+    addr: SocketAddr,
+}
+
+impl Proxy {
+    /// Listening (not necessarily ready: see [`Proxy::wait_ready`]).
+    async fn start(control_plane: &str, cache: Option<&Path>) -> Proxy {
+        let mut command = Command::new(DATA_PLANE);
+        command
+            .env_remove("REDIS_URL")
+            .env_remove("SWITCHYARD_CONFIG")
+            .env_remove("SWITCHYARD_SNAPSHOT_CACHE")
+            .env("SWITCHYARD_CONTROL_PLANE", control_plane)
+            .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "info");
+        if let Some(cache) = cache {
+            command.env("SWITCHYARD_SNAPSHOT_CACHE", cache);
+        }
+        let mut process = Process::spawn("proxy", &mut command);
+        let addr = process
+            .wait_log("listening", |log| {
+                (log["message"] == "listening")
+                    .then(|| log["addr"].as_str().unwrap().parse().unwrap())
+            })
+            .await;
+        Proxy { process, addr }
+    }
+
+    async fn start_ready(control_plane: &str, cache: Option<&Path>) -> Proxy {
+        let proxy = Proxy::start(control_plane, cache).await;
+        proxy.wait_ready().await;
+        proxy
+    }
+
+    async fn status(&self, path: &str) -> u16 {
+        http_call(self.addr, "GET", path, None, &[])
+            .await
+            .map(|r| r.status)
+            .unwrap_or(0)
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.status("/readyz").await != 200 {
+            assert!(Instant::now() < deadline, "the proxy never became ready");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn chat(&self, token: &str) -> Reply {
+        let auth = format!("Bearer {token}");
+        let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]});
+        http_call(
+            self.addr,
+            "POST",
+            "/v1/chat/completions",
+            Some(&body.to_string()),
+            &[("authorization", &auth)],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("chat through the proxy: {e}"))
+    }
+
+    /// Chats until an answer satisfies `ok` (a change travelling control plane → proxy).
+    async fn chat_until(
+        &self,
+        token: &str,
+        within: Duration,
+        what: &str,
+        ok: impl Fn(&Reply) -> bool,
+    ) -> Reply {
+        let started = Instant::now();
+        loop {
+            let reply = self.chat(token).await;
+            if ok(&reply) {
+                eprintln!("{what}: seen after {:?}", started.elapsed());
+                return reply;
+            }
+            assert!(
+                started.elapsed() < within,
+                "{what}: not seen within {within:?}; last answer {} {} (channel {:?})",
+                reply.status,
+                reply.body,
+                reply.header("x-switchyard-channel")
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `final_member` of the proxy's request log line for this request id.
+    async fn final_member(&mut self, request_id: &str) -> i64 {
+        self.process
+            .wait_log("the request's log line", |log| {
+                (log["message"] == "request" && log["request_id"] == request_id)
+                    .then(|| log["final_member"].as_i64().unwrap())
+            })
+            .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+
+    fn channel(&self) -> String {
+        self.header("x-switchyard-channel").unwrap_or_default()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    fn error_code(&self) -> String {
+        serde_json::from_str::<Value>(&self.body).map_or_else(
+            |_| String::new(),
+            |v| v["error"]["code"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+
+    fn revision(&self) -> u64 {
+        self.header("x-switchyard-revision")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no x-switchyard-revision header: {}", self.head))
+    }
+}
+
+/// A minimal HTTP/1.1 client: one request per connection, chunked bodies decoded.
+async fn http_call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Reply> {
+    let body = body.unwrap_or("");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(PATIENCE, exchange)
+        .await
+        .map_err(|_| std::io::Error::other("no answer in time"))??;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {head:?}")))?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    Ok(Reply {
+        status,
+        head: head.to_owned(),
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    })
+}
+
+fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        raw = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures, all made through the REST API
+
+/// A mock upstream and the channel (with one credential) pointing at it.
+struct Upstream {
+    mock: MockUpstream,
+    name: String,
+    channel_id: i64,
+    secret: String,
+    upstream_model: String,
+}
+
+impl Upstream {
+    async fn create(cp: &ControlPlane, name: &str) -> Upstream {
+        let mock = MockUpstream::start().await.unwrap();
+        let (channel, _) = cp
+            .create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "openai",
+                       "base_url": format!("{}/v1", mock.base_url())}),
+            )
+            .await;
+        let channel_id = channel["id"].as_i64().unwrap();
+        let secret = format!("sk-upstream-{name}-0123456789");
+        let (credential, _) = cp
+            .create(
+                &format!("/api/v1/channels/{channel_id}/credentials"),
+                json!({"secret": secret}),
+            )
+            .await;
+        assert!(
+            !credential.to_string().contains(&secret),
+            "the secret was echoed back: {credential}"
+        );
+        Upstream {
+            mock,
+            name: name.to_owned(),
+            channel_id,
+            secret,
+            upstream_model: format!("up-{name}"),
+        }
+    }
+
+    /// A member of `route` on this channel; its id and the new revision.
+    async fn member(
+        &self,
+        cp: &ControlPlane,
+        route: i64,
+        priority: i32,
+        enabled: bool,
+    ) -> (i64, u64) {
+        let (member, revision) = cp
+            .create(
+                &format!("/api/v1/routes/{route}/members"),
+                json!({"channel_id": self.channel_id, "upstream_model": self.upstream_model,
+                       "priority": priority, "enabled": enabled}),
+            )
+            .await;
+        (member["id"].as_i64().unwrap(), revision)
+    }
+
+    /// The last request this upstream received was a chat completion for this channel's member:
+    /// the model rewritten to the upstream model, this channel's credential, never the client's
+    /// token, the rest of the body intact.
+    fn assert_last_request(&self, client_token: &str) {
+        let requests = self.mock.requests();
+        let last = requests
+            .last()
+            .unwrap_or_else(|| panic!("{} received nothing", self.name));
+        assert_eq!(last.path, "/v1/chat/completions");
+        assert_eq!(last.model.as_deref(), Some(self.upstream_model.as_str()));
+        assert_eq!(last.credential.as_deref(), Some(self.secret.as_str()));
+        assert_eq!(last.json()["messages"][0]["content"], "hello");
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.credential.as_deref() != Some(client_token)),
+            "the client's token went upstream"
+        );
+    }
+}
+
+/// Channel `a`, route `MODEL` with one member on it, and a token.
+struct Base {
+    a: Upstream,
+    route: i64,
+    member_a: i64,
+    token: String,
+    revision: u64,
+}
+
+async fn base(cp: &ControlPlane) -> Base {
+    let a = Upstream::create(cp, "chan-a").await;
+    let (route, _) = cp
+        .create("/api/v1/routes", json!({"model_pattern": MODEL}))
+        .await;
+    let route = route["id"].as_i64().unwrap();
+    let (member_a, _) = a.member(cp, route, 0, true).await;
+    let (token, revision) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let token = token["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no plaintext token in {token}"))
+        .to_owned();
+    Base {
+        a,
+        route,
+        member_a,
+        token,
+        revision,
+    }
+}
+
+/// A 200 through the proxy from `upstream`'s channel for route `MODEL`, first attempt.
+fn assert_served_by(reply: &Reply, upstream: &Upstream) {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.channel(), upstream.name, "{}", reply.head);
+    assert_eq!(
+        reply.header("x-switchyard-route").as_deref(),
+        Some(MODEL),
+        "{}",
+        reply.head
+    );
+    assert_eq!(
+        reply.header("x-switchyard-attempts").as_deref(),
+        Some("1"),
+        "{}",
+        reply.head
+    );
+    assert!(
+        reply
+            .header("x-switchyard-request-id")
+            .is_some_and(|id| !id.is_empty()),
+        "{}",
+        reply.head
+    );
+    assert_eq!(reply.json()["object"], "chat.completion", "{}", reply.body);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[sqlx::test(migrations = false)]
+async fn a_route_made_through_rest_is_served_by_a_connected_proxy(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+
+    // The token was created through REST a moment ago: once the proxy's snapshot holds it, the
+    // request is served by the only member.
+    let reply = proxy
+        .chat_until(&base.token, PROMPTLY, "the route and token", |r| {
+            r.status != 401 && r.status != 404
+        })
+        .await;
+    assert_served_by(&reply, &base.a);
+    base.a.assert_last_request(&base.token);
+    assert_eq!(base.a.mock.hits(), 1);
+
+    // Only tokens of the control plane are accepted.
+    let stranger = proxy.chat("sk-not-a-switchyard-token").await;
+    assert_eq!(stranger.status, 401, "{}", stranger.body);
+    assert_eq!(stranger.error_code(), "invalid_api_key");
+    assert_eq!(base.a.mock.hits(), 1);
+}
+
+#[sqlx::test(migrations = false)]
+async fn rest_changes_reach_the_proxy_promptly(_pool: PgPoolOptions, opts: PgConnectOptions) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let first = proxy
+        .chat_until(&base.token, PROMPTLY, "the first route", |r| {
+            r.status == 200
+        })
+        .await;
+    assert_served_by(&first, &base.a);
+
+    // A second channel, as a member in a higher tier: the proxy moves to it.
+    let b = Upstream::create(&cp, "chan-b").await;
+    b.member(&cp, base.route, 10, true).await;
+    let moved = proxy
+        .chat_until(&base.token, PROMPTLY, "the higher-priority member", |r| {
+            r.channel() == b.name
+        })
+        .await;
+    assert_served_by(&moved, &b);
+    b.assert_last_request(&base.token);
+
+    // The operator disables that channel: back to `a`, and `b` hears nothing more.
+    cp.patch(
+        &format!("/api/v1/channels/{}", b.channel_id),
+        json!({"status": "disabled"}),
+    )
+    .await;
+    let back = proxy
+        .chat_until(&base.token, PROMPTLY, "the disabled channel", |r| {
+            r.channel() == base.a.name
+        })
+        .await;
+    assert_served_by(&back, &base.a);
+    let b_hits = b.mock.hits();
+    for _ in 0..5 {
+        assert_served_by(&proxy.chat(&base.token).await, &base.a);
+    }
+    assert_eq!(b.mock.hits(), b_hits);
+
+    // `a`'s member disabled too: nothing can serve.
+    cp.patch(
+        &format!("/api/v1/members/{}", base.member_a),
+        json!({"enabled": false}),
+    )
+    .await;
+    let none = proxy
+        .chat_until(&base.token, PROMPTLY, "no eligible member", |r| {
+            r.status == 503
+        })
+        .await;
+    assert_eq!(none.error_code(), "no_eligible_member", "{}", none.body);
+
+    // Re-enabled channel `b`: served again, from `b`.
+    cp.patch(
+        &format!("/api/v1/channels/{}", b.channel_id),
+        json!({"status": "enabled"}),
+    )
+    .await;
+    let again = proxy
+        .chat_until(&base.token, PROMPTLY, "the re-enabled channel", |r| {
+            r.status == 200
+        })
+        .await;
+    assert_served_by(&again, &b);
+
+    // The route deleted: the model is gone.
+    let deleted = cp
+        .call("DELETE", &format!("/api/v1/routes/{}", base.route), None)
+        .await;
+    assert!(
+        deleted.status == 200 || deleted.status == 204,
+        "{}",
+        deleted.body
+    );
+    let gone = proxy
+        .chat_until(&base.token, PROMPTLY, "the deleted route", |r| {
+            r.status == 404
+        })
+        .await;
+    assert_eq!(gone.error_code(), "model_not_found", "{}", gone.body);
+
+    // The token revoked: refused.
+    let token_id = cp.call("GET", "/api/v1/tokens", None).await.json()["data"][0]["id"]
+        .as_i64()
+        .unwrap();
+    cp.patch(
+        &format!("/api/v1/tokens/{token_id}"),
+        json!({"enabled": false}),
+    )
+    .await;
+    let refused = proxy
+        .chat_until(&base.token, PROMPTLY, "the revoked token", |r| {
+            r.status == 401
+        })
+        .await;
+    assert_eq!(refused.error_code(), "invalid_api_key", "{}", refused.body);
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_proxy_outlives_the_control_plane_and_follows_it_after_a_restart(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let first = proxy
+        .chat_until(&base.token, PROMPTLY, "the first route", |r| {
+            r.status == 200
+        })
+        .await;
+    assert_served_by(&first, &base.a);
+
+    // The control plane stops gracefully (SIGTERM ends the snapshot streams).
+    let status = cp.process.terminate().await;
+    assert!(status.success(), "control plane exit: {status:?}");
+    assert_eq!(
+        http_call(cp.http, "GET", "/healthz", None, &[])
+            .await
+            .ok()
+            .map(|r| r.status),
+        None,
+        "the control plane still answers"
+    );
+
+    // The proxy keeps serving its last snapshot, and says it is ready.
+    for _ in 0..10 {
+        assert_served_by(&proxy.chat(&base.token).await, &base.a);
+    }
+    assert_eq!(proxy.status("/readyz").await, 200);
+    base.a.assert_last_request(&base.token);
+
+    // Back on the same database and addresses: a change made after the restart reaches the
+    // proxy through its reconnected stream.
+    let cp = cp.restart().await;
+    let b = Upstream::create(&cp, "chan-b").await;
+    b.member(&cp, base.route, 10, true).await;
+    let moved = proxy
+        .chat_until(
+            &base.token,
+            PATIENCE,
+            "a change made after the control plane restarted",
+            |r| r.channel() == b.name,
+        )
+        .await;
+    assert_served_by(&moved, &b);
+    b.assert_last_request(&base.token);
+}
+
+#[sqlx::test(migrations = false)]
+async fn a_restarted_proxy_serves_from_its_snapshot_cache_while_the_control_plane_is_down(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cache = TempFile(std::env::temp_dir().join(format!("{}.json", unique("cache"))));
+    let mut cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let mut first_proxy = Proxy::start_ready(&cp.endpoint(), Some(&cache.0)).await;
+    let served = first_proxy
+        .chat_until(&base.token, PROMPTLY, "the first route", |r| {
+            r.status == 200
+        })
+        .await;
+    assert_served_by(&served, &base.a);
+
+    // The proxy wrote what it serves to its cache (owner-only: it holds credentials).
+    let deadline = Instant::now() + PROMPTLY;
+    loop {
+        let revision = std::fs::read(&cache.0)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .and_then(|cached| cached["revision"].as_u64());
+        if revision.is_some_and(|r| r >= base.revision) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the snapshot cache never reached revision {} (has {revision:?})",
+            base.revision
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cache.0).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "snapshot cache mode {mode:o}");
+    }
+
+    // The control plane dies (SIGKILL), then the proxy (SIGKILL).
+    cp.process.kill();
+    first_proxy.process.kill();
+
+    // Without the cache, a proxy cannot be ready now: nothing to serve.
+    let mut uncached = Proxy::start(&cp.endpoint(), None).await;
+    assert_eq!(uncached.status("/healthz").await, 200);
+    assert_ne!(
+        uncached.status("/readyz").await,
+        200,
+        "ready without any snapshot"
+    );
+    assert!(uncached.process.is_running());
+    drop(uncached);
+
+    // With it, the restarted proxy is ready and serves the cached routes, channel and token.
+    let proxy = Proxy::start_ready(&cp.endpoint(), Some(&cache.0)).await;
+    for _ in 0..5 {
+        assert_served_by(&proxy.chat(&base.token).await, &base.a);
+    }
+    base.a.assert_last_request(&base.token);
+
+    // The control plane returns: the proxy (which started from the cached revision) follows a
+    // change made now.
+    let cp = cp.restart().await;
+    let b = Upstream::create(&cp, "chan-b").await;
+    b.member(&cp, base.route, 10, true).await;
+    let moved = proxy
+        .chat_until(
+            &base.token,
+            PATIENCE,
+            "a change made after the control plane came back",
+            |r| r.channel() == b.name,
+        )
+        .await;
+    assert_served_by(&moved, &b);
+}
+
+#[sqlx::test(migrations = false)]
+async fn explain_names_the_member_the_proxy_used(_pool: PgPoolOptions, opts: PgConnectOptions) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    // A second member, in a higher tier but disabled: `a` is the only eligible member.
+    let b = Upstream::create(&cp, "chan-b").await;
+    let (member_b, revision) = b.member(&cp, base.route, 10, false).await;
+    let mut proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+
+    for (expected, other, upstream) in [
+        (base.member_a, member_b, &base.a),
+        (member_b, base.member_a, &b),
+    ] {
+        let revision = if expected == base.member_a {
+            revision
+        } else {
+            // Swap: `b` enabled, then `a` disabled; again exactly one eligible member.
+            cp.patch(
+                &format!("/api/v1/members/{member_b}"),
+                json!({"enabled": true}),
+            )
+            .await;
+            cp.patch(
+                &format!("/api/v1/members/{}", base.member_a),
+                json!({"enabled": false}),
+            )
+            .await
+        };
+        let explained = cp.explain_at(MODEL, revision).await;
+        assert_eq!(explained["outcome"], "selected", "{explained}");
+        assert_eq!(explained["route"]["id"], base.route, "{explained}");
+        let candidates = explained["candidates"].as_array().unwrap();
+        assert_eq!(candidates.len(), 2, "{explained}");
+        let eligible: Vec<&Value> = candidates
+            .iter()
+            .filter(|c| c["eligible"] == true)
+            .collect();
+        assert_eq!(eligible.len(), 1, "{explained}");
+        let excluded = candidates.iter().find(|c| c["member_id"] == other).unwrap();
+        assert_eq!(
+            excluded["reasons"],
+            json!(["member_disabled"]),
+            "{explained}"
+        );
+
+        // The proxy (once its snapshot has the same change) serves that very member.
+        let reply = proxy
+            .chat_until(&base.token, PROMPTLY, "the only eligible member", |r| {
+                r.status == 200 && r.channel() == upstream.name
+            })
+            .await;
+        assert_served_by(&reply, upstream);
+        let request_id = reply.header("x-switchyard-request-id").unwrap();
+        let used = proxy.final_member(&request_id).await;
+        assert_eq!(used, expected, "the proxy used member {used}");
+        assert_eq!(
+            explained["member_id"], used,
+            "explain selected {} but the proxy used member {used}: {explained}",
+            explained["member_id"]
+        );
+        assert_eq!(explained["channel_id"], upstream.channel_id, "{explained}");
+        assert_eq!(eligible[0]["member_id"], used, "{explained}");
+        assert_eq!(
+            eligible[0]["channel"],
+            upstream.name.as_str(),
+            "{explained}"
+        );
+        assert_eq!(
+            eligible[0]["upstream_model"],
+            upstream.upstream_model.as_str(),
+            "{explained}"
+        );
+        assert_eq!(eligible[0]["probability"], 1.0, "{explained}");
+        upstream.assert_last_request(&base.token);
+    }
+}
