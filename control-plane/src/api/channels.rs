@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::rows::{delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -60,6 +61,8 @@ pub struct ChannelView {
     pub created_at: String,
     pub updated_at: String,
 }
+
+table_row!(ChannelView, "channels", "channel", columns);
 
 fn columns() -> String {
     format!(
@@ -313,40 +316,13 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     })
 }
 
-pub(super) async fn fetch(
-    executor: impl sqlx::PgExecutor<'_>,
-    id: i64,
-    lock: bool,
-) -> ApiResult<ChannelView> {
-    let sql = format!(
-        "SELECT {} FROM channels WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, ChannelView>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found("channel", id))
-}
-
 #[utoipa::path(get, path = "/api/v1/channels", tag = "channels", params(PageQuery),
     responses((status = 200, body = Page<ChannelView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<ChannelView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM channels WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, ChannelView>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |c| c.id)))
+    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/channels", tag = "channels", request_body = ChannelCreate,
@@ -399,7 +375,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<ChannelView>> {
-    Ok(Json(fetch(&state.pool, id, false).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/channels/{id}", tag = "channels", request_body = ChannelPatch,
@@ -413,7 +389,7 @@ pub async fn patch(
 ) -> ApiResult<Response> {
     let patch = parse_body::<ChannelPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
     let before = stored_status(&current)?;
     let spec = ChannelSpec::patched(&current, patch)?;
     let sql = format!(
@@ -482,7 +458,7 @@ pub async fn delete(
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
     let members: i64 =
         sqlx::query_scalar("SELECT count(*) FROM route_members WHERE channel_id = $1")
             .bind(id)
@@ -495,22 +471,7 @@ pub async fn delete(
             ),
         });
     }
-    sqlx::query("DELETE FROM channels WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "channel",
-            resource_id: Some(id),
-            detail: json!({ "name": current.name }),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    delete_row::<ChannelView>(tx, &actor, id, json!({ "name": current.name })).await
 }
 
 pub(crate) async fn record_status_event(
@@ -547,6 +508,20 @@ pub struct ChannelEvent {
     pub at: String,
 }
 
+table_row!(
+    ChannelEvent,
+    "channel_status_events",
+    "channel event",
+    event_columns
+);
+
+fn event_columns() -> String {
+    format!(
+        "id, channel_id, from_status, to_status, reason, actor, {} AS at",
+        ts("at")
+    )
+}
+
 #[utoipa::path(get, path = "/api/v1/channels/{id}/events", tag = "channels", params(PageQuery),
     responses((status = 200, description = "status changes, oldest first", body = Page<ChannelEvent>),
               (status = 404, body = ErrorBody)))]
@@ -555,18 +530,8 @@ pub async fn events(
     Path(id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<ChannelEvent>>> {
-    let (fetch_n, after) = page.bounds()?;
-    fetch(&state.pool, id, false).await?;
-    let sql = format!(
-        "SELECT id, channel_id, from_status, to_status, reason, actor, {} AS at \
-         FROM channel_status_events WHERE channel_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        ts("at")
-    );
-    let rows = sqlx::query_as::<_, ChannelEvent>(&sql)
-        .bind(id)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |e| e.id)))
+    let bounds = page.bounds()?;
+    fetch_row::<ChannelView>(&state.pool, id, false).await?;
+    let page = list_rows(&state.pool, Some(("channel_id", id)), bounds).await?;
+    Ok(Json(page))
 }

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::channels::ChannelView;
+use super::rows::{delete_row, fetch_row, list_rows, table_row};
 use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -28,6 +30,8 @@ pub struct CredentialView {
     pub created_at: String,
     pub updated_at: String,
 }
+
+table_row!(CredentialView, "credentials", "credential", columns);
 
 fn columns() -> String {
     format!(
@@ -119,23 +123,6 @@ impl Source {
     }
 }
 
-async fn fetch(
-    executor: impl sqlx::PgExecutor<'_>,
-    id: i64,
-    lock: bool,
-) -> ApiResult<CredentialView> {
-    let sql = format!(
-        "SELECT {} FROM credentials WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, CredentialView>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found("credential", id))
-}
-
 #[utoipa::path(get, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
     params(PageQuery),
     responses((status = 200, body = Page<CredentialView>), (status = 404, body = ErrorBody)))]
@@ -144,19 +131,10 @@ pub async fn list(
     Path(channel_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<CredentialView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    super::channels::fetch(&state.pool, channel_id, false).await?;
-    let sql = format!(
-        "SELECT {} FROM credentials WHERE channel_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, CredentialView>(&sql)
-        .bind(channel_id)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |c| c.id)))
+    let bounds = page.bounds()?;
+    fetch_row::<ChannelView>(&state.pool, channel_id, false).await?;
+    let page = list_rows(&state.pool, Some(("channel_id", channel_id)), bounds).await?;
+    Ok(Json(page))
 }
 
 #[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
@@ -174,7 +152,7 @@ pub async fn create(
         .ok_or_else(|| ApiError::validation("secret", "one of secret or secret_env is required"))?;
     let enabled = raw.enabled.unwrap_or(true);
     let mut tx = state.pool.begin().await?;
-    super::channels::fetch(&mut *tx, channel_id, true).await?;
+    fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
     let (secret, secret_env) = source.columns();
     let sql = format!(
         "INSERT INTO credentials (channel_id, secret, secret_env, enabled) \
@@ -211,7 +189,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<CredentialView>> {
-    Ok(Json(fetch(&state.pool, id, false).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/credentials/{id}", tag = "credentials",
@@ -227,7 +205,7 @@ pub async fn patch(
     let raw = parse_body::<CredentialPatch>(&body)?;
     let source = source(raw.secret, raw.secret_env)?;
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
     let enabled = raw.enabled.unwrap_or(current.enabled);
     let mut detail = json!({ "enabled": enabled });
     if let Some(source) = &source {
@@ -276,21 +254,7 @@ pub async fn delete(
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
-    sqlx::query("DELETE FROM credentials WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "credential",
-            resource_id: Some(id),
-            detail: json!({ "channel_id": current.channel_id }),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
+    let detail = json!({ "channel_id": current.channel_id });
+    delete_row::<CredentialView>(tx, &actor, id, detail).await
 }

@@ -12,6 +12,8 @@ use switchyard_engine::DEFAULT_GROUP;
 use utoipa::ToSchema;
 
 use super::channels::CapabilitiesDto;
+use super::routes::RouteView;
+use super::rows::{delete_row, fetch_row, list_rows, table_row};
 use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -33,6 +35,8 @@ pub struct MemberView {
     pub created_at: String,
     pub updated_at: String,
 }
+
+table_row!(MemberView, "route_members", "member", columns);
 
 fn columns() -> String {
     format!(
@@ -128,19 +132,6 @@ impl MemberSpec {
     }
 }
 
-async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64, lock: bool) -> ApiResult<MemberView> {
-    let sql = format!(
-        "SELECT {} FROM route_members WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, MemberView>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found("member", id))
-}
-
 #[utoipa::path(get, path = "/api/v1/routes/{id}/members", tag = "members", params(PageQuery),
     responses((status = 200, body = Page<MemberView>), (status = 404, body = ErrorBody)))]
 pub async fn list(
@@ -148,19 +139,10 @@ pub async fn list(
     Path(route_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<MemberView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    super::routes::fetch(&state.pool, route_id, false).await?;
-    let sql = format!(
-        "SELECT {} FROM route_members WHERE route_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, MemberView>(&sql)
-        .bind(route_id)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |m| m.id)))
+    let bounds = page.bounds()?;
+    fetch_row::<RouteView>(&state.pool, route_id, false).await?;
+    let page = list_rows(&state.pool, Some(("route_id", route_id)), bounds).await?;
+    Ok(Json(page))
 }
 
 #[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members",
@@ -186,7 +168,7 @@ pub async fn create(
     }
     .validate()?;
     let mut tx = state.pool.begin().await?;
-    super::routes::fetch(&mut *tx, route_id, true).await?;
+    fetch_row::<RouteView>(&mut *tx, route_id, true).await?;
     spec.check_channel(&mut tx).await?;
     let sql = format!(
         "INSERT INTO route_members (route_id, channel_id, upstream_model, group_name, priority, \
@@ -228,7 +210,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<MemberView>> {
-    Ok(Json(fetch(&state.pool, id, false).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/members/{id}", tag = "members", request_body = MemberPatch,
@@ -242,7 +224,7 @@ pub async fn patch(
 ) -> ApiResult<Response> {
     let patch = parse_body::<MemberPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
     let spec = MemberSpec {
         channel_id: patch.channel_id.unwrap_or(current.channel_id),
         upstream_model: patch.upstream_model.unwrap_or(current.upstream_model),
@@ -296,7 +278,7 @@ pub async fn delete(
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
     let teams: Vec<i64> = sqlx::query_scalar(
         "SELECT team_id FROM team_members WHERE member_id = $1 ORDER BY team_id",
     )
@@ -310,20 +292,6 @@ pub async fn delete(
             ),
         });
     }
-    sqlx::query("DELETE FROM route_members WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "member",
-            resource_id: Some(id),
-            detail: json!({ "route_id": current.route_id, "channel_id": current.channel_id }),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let detail = json!({ "route_id": current.route_id, "channel_id": current.channel_id });
+    delete_row::<MemberView>(tx, &actor, id, detail).await
 }

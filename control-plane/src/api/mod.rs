@@ -7,6 +7,7 @@ mod explain;
 mod members;
 mod ops;
 mod routes;
+mod rows;
 pub(crate) mod settings;
 mod teams;
 mod tokens;

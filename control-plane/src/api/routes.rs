@@ -11,6 +11,7 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
+use super::rows::{delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -32,6 +33,8 @@ pub struct RouteView {
     pub created_at: String,
     pub updated_at: String,
 }
+
+table_row!(RouteView, "routes", "route", columns);
 
 fn columns() -> String {
     format!(
@@ -257,40 +260,13 @@ async fn pattern_taken(
     Ok(())
 }
 
-pub(super) async fn fetch(
-    executor: impl sqlx::PgExecutor<'_>,
-    id: i64,
-    lock: bool,
-) -> ApiResult<RouteView> {
-    let sql = format!(
-        "SELECT {} FROM routes WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, RouteView>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found("route", id))
-}
-
 #[utoipa::path(get, path = "/api/v1/routes", tag = "routes", params(PageQuery),
     responses((status = 200, body = Page<RouteView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<RouteView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM routes WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, RouteView>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |r| r.id)))
+    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/routes", tag = "routes", request_body = RouteCreate,
@@ -350,7 +326,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<RouteView>> {
-    Ok(Json(fetch(&state.pool, id, false).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/routes/{id}", tag = "routes", request_body = RoutePatch,
@@ -365,7 +341,7 @@ pub async fn patch(
     let patch = parse_body::<RoutePatch>(&body)?;
     let asks_single = patch.routing_mode.is_some() || matches!(patch.single_member_id, Some(None));
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
     let spec = RouteSpec::patched(&current, patch)?;
     pattern_taken(&mut tx, &spec.model_pattern, Some(id)).await?;
     spec.check_single(&mut tx, Some(id), asks_single).await?;
@@ -404,21 +380,7 @@ pub async fn delete(
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
-    sqlx::query("DELETE FROM routes WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "route",
-            resource_id: Some(id),
-            detail: json!({ "model_pattern": current.model_pattern }),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
+    let detail = json!({ "model_pattern": current.model_pattern });
+    delete_row::<RouteView>(tx, &actor, id, detail).await
 }

@@ -15,6 +15,7 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
+use super::rows::{delete_row, Resource};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -40,6 +41,11 @@ pub struct TeamView {
     pub disable_failover: bool,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Resource for TeamView {
+    const TABLE: &'static str = "teams";
+    const NOUN: &'static str = "team";
 }
 
 #[derive(sqlx::FromRow)]
@@ -258,7 +264,7 @@ async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64) -> ApiResult<TeamVi
         .fetch_optional(executor)
         .await?
         .map(TeamView::from)
-        .ok_or_else(|| ApiError::not_found("team", id))
+        .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
 }
 
 async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
@@ -267,7 +273,7 @@ async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
         .fetch_optional(&mut *tx)
         .await?
         .map(|_| ())
-        .ok_or_else(|| ApiError::not_found("team", id))
+        .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
 }
 
 #[utoipa::path(get, path = "/api/v1/teams", tag = "teams", params(PageQuery),
@@ -413,20 +419,5 @@ pub async fn delete(
             ),
         });
     }
-    sqlx::query("DELETE FROM teams WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "team",
-            resource_id: Some(id),
-            detail: json!({}),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    delete_row::<TeamView>(tx, &actor, id, json!({})).await
 }

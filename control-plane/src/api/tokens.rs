@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use switchyard_engine::model::validate_group;
 use utoipa::ToSchema;
 
+use super::rows::{delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::{commit_write, ts, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -41,6 +42,8 @@ pub struct CreatedToken {
     /// The plaintext token. It is not stored and cannot be shown again.
     pub token: String,
 }
+
+table_row!(TokenView, "tokens", "token", columns);
 
 fn columns() -> String {
     format!(
@@ -144,36 +147,13 @@ fn generate_token() -> ApiResult<String> {
     Ok(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
 }
 
-async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64, lock: bool) -> ApiResult<TokenView> {
-    let sql = format!(
-        "SELECT {} FROM tokens WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, TokenView>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found("token", id))
-}
-
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", params(PageQuery),
     responses((status = 200, body = Page<TokenView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<TokenView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM tokens WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, TokenView>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    Ok(Json(Page::from_rows(rows, fetch_n, |t| t.id)))
+    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", request_body = TokenCreate,
@@ -242,7 +222,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<TokenView>> {
-    Ok(Json(fetch(&state.pool, id, false).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/tokens/{id}", tag = "tokens", request_body = TokenPatch,
@@ -256,7 +236,7 @@ pub async fn patch(
 ) -> ApiResult<Response> {
     let patch = parse_body::<TokenPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
         route_group_name: patch.route_group_name.unwrap_or(current.route_group_name),
@@ -302,23 +282,8 @@ pub async fn delete(
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
     let mut tx = state.pool.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
-    sqlx::query("DELETE FROM tokens WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "delete",
-            resource: "token",
-            resource_id: Some(id),
-            detail: json!({ "name": current.name }),
-        },
-    )
-    .await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
+    delete_row::<TokenView>(tx, &actor, id, json!({ "name": current.name })).await
 }
 
 #[cfg(test)]
