@@ -76,9 +76,6 @@ impl Reasons {
     pub fn iter(self) -> impl Iterator<Item = Reason> {
         Reason::ALL.into_iter().filter(move |r| self.contains(*r))
     }
-    pub fn codes(self) -> Vec<&'static str> {
-        self.iter().map(Reason::code).collect()
-    }
 }
 
 impl Serialize for Reasons {
@@ -317,13 +314,6 @@ impl<'s> Decision<'s> {
     pub fn selected(&self) -> Option<&Candidate<'s>> {
         match self.outcome {
             Outcome::Selected { index, .. } => self.candidates.get(index),
-            _ => None,
-        }
-    }
-
-    pub fn via(&self) -> Option<Via> {
-        match self.outcome {
-            Outcome::Selected { via, .. } => Some(via),
             _ => None,
         }
     }

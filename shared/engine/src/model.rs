@@ -387,10 +387,6 @@ impl Snapshot {
         }
     }
 
-    pub fn empty() -> Snapshot {
-        Snapshot::new(SnapshotParts::default())
-    }
-
     pub fn routes(&self) -> &[Route] {
         &self.routes
     }
