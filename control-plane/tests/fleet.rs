@@ -591,6 +591,9 @@ async fn one_of_two_replicas_leads_the_probes_and_the_lead_moves_on_kill(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Stop both processes first, or the survivor rewrites its lease after the cleanup.
+    drop(a);
+    drop(b);
     if let Ok(mut con) = redis::Client::open(redis.as_str())
         .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
     {
