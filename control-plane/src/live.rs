@@ -3,7 +3,8 @@
 //! proxy would and `/api/v1/state` shows what the fleet holds.
 //!
 //! The control plane only reads it, with one exception: a passed recovery probe closes the
-//! channel's breaker (`reset_channel`). Explain and `/api/v1/state` never write. The store does
+//! channel's breaker (`reset_channel`) or lifts a credential's runtime disable
+//! (`enable_credential`). Explain and `/api/v1/state` never write. The store does
 //! keep an in-flight lease for this process like any member of the fleet; it always counts zero.
 
 use std::sync::Arc;

@@ -598,6 +598,103 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     cleanup(&url, &prefix);
 }
 
+fn credential_disabled(store: &dyn StateStore, credential: i64) -> bool {
+    store
+        .dump(now_ms())
+        .credentials_disabled
+        .iter()
+        .any(|c| c.credential_id == credential)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("credential");
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    // The quota is still exhausted at the first probe, restored by the second.
+    mock.on(models("sk-quota-a"), Behavior::status(429).times(1));
+    let channel = channel_at(&app, "multi-key", &mock, &[]).await;
+    let credentials = format!("/api/v1/channels/{channel}/credentials");
+    let quota = app
+        .create(&credentials, json!({ "secret": "sk-quota-a" }))
+        .await;
+    app.create(&credentials, json!({ "secret": "sk-fine-b" }))
+        .await;
+    // A manually disabled channel's runtime-disabled credential is left alone.
+    let paused = channel_at(&app, "paused", &mock, &[]).await;
+    let paused_key = app
+        .create(
+            &format!("/api/v1/channels/{paused}/credentials"),
+            json!({ "secret": "sk-paused-c" }),
+        )
+        .await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{paused}"),
+            json!({"status": "disabled"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+
+    // A proxy hit the keyword rule on a multi-key channel: only that credential is disabled.
+    let proxy = proxy_store(&url, &prefix);
+    proxy.disable_credential(quota, "insufficient_quota", now_ms());
+    proxy.disable_credential(paused_key, "invalid_api_key", now_ms());
+    assert!(proxy.wait_flushed(PATIENCE).await);
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    eventually("the control plane sees the disabled credentials", || {
+        credential_disabled(live.store(), quota) && credential_disabled(live.store(), paused_key)
+    })
+    .await;
+    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+    let events_before = events(&app, channel).await.len();
+    let revision = app.revision().await;
+
+    // First round: the probe of that credential fails (429); it stays disabled. The channel
+    // itself is enabled with a closed breaker: not probed.
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.credentials_probed, vec![quota], "{report:?}");
+    assert_eq!(report.credentials_failed, vec![quota]);
+    assert!(report.credentials_recovered.is_empty());
+    assert!(report.probed.is_empty(), "{report:?}");
+    assert!(credential_disabled(live.store(), quota));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(credential_disabled(&proxy, quota));
+    assert_eq!(mock.hits_matching(&models("sk-quota-a")), 1);
+    assert_eq!(mock.hits_matching(&models("sk-fine-b")), 0);
+    assert_eq!(mock.hits_matching(&models("sk-paused-c")), 0);
+
+    // Second round: it passes; the disable is lifted fleet-wide, the other one stays.
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.credentials_probed, vec![quota], "{report:?}");
+    assert_eq!(report.credentials_recovered, vec![quota]);
+    assert!(report.credentials_failed.is_empty());
+    assert!(!credential_disabled(live.store(), quota));
+    eventually("the proxy sees the credential re-enabled", || {
+        !credential_disabled(&proxy, quota)
+    })
+    .await;
+    assert!(credential_disabled(&proxy, paused_key));
+    let fresh = proxy_store(&url, &prefix);
+    assert!(fresh.wait_resynced(1, PATIENCE).await);
+    assert!(!credential_disabled(&fresh, quota));
+    assert!(credential_disabled(&fresh, paused_key));
+    assert_eq!(mock.hits_matching(&models("sk-quota-a")), 2);
+    assert_eq!(mock.hits_matching(&models("sk-fine-b")), 0);
+    assert_eq!(mock.hits_matching(&models("sk-paused-c")), 0);
+    // Runtime state only: the channel's status, events and the snapshot revision are untouched.
+    assert_eq!(status(&app, channel).await, "enabled");
+    assert_eq!(events(&app, channel).await.len(), events_before);
+    assert_eq!(app.revision().await, revision);
+
+    // Nothing left to probe.
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report, RoundReport::default(), "{report:?}");
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: PgPool) {
     let Some(url) = redis_url() else { return };

@@ -1,18 +1,21 @@
 //! Recovery probes for standalone mode. In a fleet the control plane runs them (one leader); a
 //! standalone proxy has no control plane, so without this a tripped breaker would never close.
 //! Same rule as SPEC §4: a quiet `GET /v1/models` across the channel's credentials; success
-//! closes the breaker and clears its members' failure state.
+//! closes the breaker and clears its members' failure state. A credential disabled at runtime (a
+//! keyword rule on a multi-key channel) is probed on its own; success lifts its disable.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
-use switchyard_engine::{ChannelStatus, MemberId, SplitMix64};
+use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
 use tokio::sync::watch;
 
 use crate::endpoint::Endpoint;
 use crate::mock::{self, MockRequest};
+use crate::upstream::{ChannelRuntime, CredentialRuntime};
 use crate::AppState;
 
 /// Probes every `recovery_probe_interval_seconds` (re-read from the current snapshot) until
@@ -33,31 +36,85 @@ pub async fn recovery_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>
             .unwrap_or(0);
         if interval > 0 && waited >= interval {
             waited = 0;
-            probe_once(&state).await;
+            probe_round(&state).await;
         }
     }
 }
 
+/// What one probe round brought back.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// Channels whose breaker a passed probe closed.
+    pub channels: Vec<ChannelId>,
+    /// Runtime-disabled credentials whose own probe passed: usable again.
+    pub credentials: Vec<CredentialId>,
+}
+
 /// Probes each channel whose breaker is open once; returns the channels that recovered.
 pub async fn probe_once(state: &AppState) -> Vec<i64> {
+    probe_round(state).await.channels
+}
+
+/// One round: first every runtime-disabled credential on its own (a pass lifts its disable),
+/// then each channel whose breaker is open (a pass closes it).
+pub async fn probe_round(state: &AppState) -> Recovered {
+    let mut recovered = Recovered::default();
     let Some(view) = state.views.load_full() else {
-        return Vec::new();
+        return recovered;
     };
     let settings = &view.snapshot.settings;
     if !settings.fault_protection_enabled || !settings.recovery_probe_enabled {
-        return Vec::new();
+        return recovered;
     }
     let timeout =
         Duration::from_millis(settings.connect_timeout_ms + settings.first_byte_timeout_ms);
-    let open: Vec<i64> = state
-        .store
-        .dump(crate::unix_ms())
+    let dump = state.store.dump(crate::unix_ms());
+
+    let disabled: HashSet<CredentialId> = dump
+        .credentials_disabled
+        .iter()
+        .map(|c| c.credential_id)
+        .collect();
+    if !disabled.is_empty() {
+        for channel in view.snapshot.channels() {
+            // A manual disable is never undone by a probe, nor probed.
+            if channel.status == ChannelStatus::Disabled {
+                continue;
+            }
+            let Some(runtime) = view.channel_runtime(channel.id) else {
+                continue;
+            };
+            for credential in &runtime.credentials {
+                if !disabled.contains(&credential.id) {
+                    continue;
+                }
+                // A disable set after this instant (the key failed again meanwhile) stays.
+                let started = crate::unix_ms();
+                if probe_credential(state, runtime, credential, timeout).await {
+                    state.store.enable_credential(credential.id, started);
+                    tracing::info!(
+                        channel = %channel.name,
+                        credential_id = credential.id,
+                        "recovery probe passed; runtime-disabled credential re-enabled"
+                    );
+                    recovered.credentials.push(credential.id);
+                } else {
+                    tracing::info!(
+                        channel = %channel.name,
+                        credential_id = credential.id,
+                        "recovery probe failed; credential stays disabled"
+                    );
+                }
+            }
+        }
+    }
+
+    let open: Vec<i64> = dump
         .channels
         .into_iter()
         .filter(|c| c.breaker_open)
         .map(|c| c.channel_id)
         .collect();
-    let mut recovered = Vec::new();
     for channel_id in open {
         let (Some(channel), Some(runtime)) = (
             view.snapshot.channel(channel_id),
@@ -71,35 +128,15 @@ pub async fn probe_once(state: &AppState) -> Vec<i64> {
         }
         let mut passed = false;
         for credential in &runtime.credentials {
-            passed = match &runtime.mock {
-                Some(options) => {
-                    let request = MockRequest {
-                        endpoint: Endpoint::Models,
-                        model: "probe",
-                        stream: false,
-                        inputs: 1,
-                        prompt_tokens: 1,
-                    };
-                    let mut rng = SplitMix64::new(state.next_seed());
-                    tokio::time::timeout(timeout, mock::respond(options, &request, &mut rng))
-                        .await
-                        .is_ok_and(|r| r.status.is_success())
-                }
-                None => {
-                    let Ok(request) = runtime.request(
-                        Endpoint::Models,
-                        None,
-                        &HeaderMap::new(),
-                        credential,
-                        Bytes::new(),
-                    ) else {
-                        continue;
-                    };
-                    tokio::time::timeout(timeout, state.client.request(request))
-                        .await
-                        .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
-                }
-            };
+            // Still disabled at runtime: requests would not use it, so it proves nothing.
+            let mut still_disabled = false;
+            state.store.with_view(&mut |v| {
+                still_disabled = v.credential_disabled(credential.id);
+            });
+            if still_disabled {
+                continue;
+            }
+            passed = probe_credential(state, runtime, credential, timeout).await;
             if passed {
                 break;
             }
@@ -115,10 +152,48 @@ pub async fn probe_once(state: &AppState) -> Vec<i64> {
                 .collect();
             state.store.reset_channel(channel_id, &members);
             tracing::info!(channel = %channel.name, "recovery probe passed; channel re-enabled");
-            recovered.push(channel_id);
+            recovered.channels.push(channel_id);
         } else {
             tracing::info!(channel = %channel.name, "recovery probe failed; channel stays disabled");
         }
     }
     recovered
+}
+
+/// One `GET /v1/models` with this credential (simulated for a mock channel) within `timeout`.
+async fn probe_credential(
+    state: &AppState,
+    runtime: &ChannelRuntime,
+    credential: &CredentialRuntime,
+    timeout: Duration,
+) -> bool {
+    match &runtime.mock {
+        Some(options) => {
+            let request = MockRequest {
+                endpoint: Endpoint::Models,
+                model: "probe",
+                stream: false,
+                inputs: 1,
+                prompt_tokens: 1,
+            };
+            let mut rng = SplitMix64::new(state.next_seed());
+            tokio::time::timeout(timeout, mock::respond(options, &request, &mut rng))
+                .await
+                .is_ok_and(|r| r.status.is_success())
+        }
+        None => {
+            let Ok(request) = runtime.request(
+                Endpoint::Models,
+                None,
+                &HeaderMap::new(),
+                credential,
+                Bytes::new(),
+            ) else {
+                return false;
+            };
+            tokio::time::timeout(timeout, state.client.request(request))
+                .await
+                .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
+        }
+    }
 }

@@ -382,3 +382,62 @@ async fn standalone_recovery_probe_closes_a_tripped_breaker() {
     );
     assert_eq!(up.hits_matching(&Matcher::path("/v1/models")), 2);
 }
+
+#[tokio::test]
+async fn standalone_recovery_probe_re_enables_a_runtime_disabled_credential() {
+    use switchyard_data_plane::probe::{probe_round, Recovered};
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n",
+        channel("a", &up.base_url(), &["ka", "kb"])
+    );
+    let proxy = start(&yaml).await;
+    let ids: Vec<i64> = proxy
+        .state
+        .views
+        .load_full()
+        .unwrap()
+        .snapshot
+        .channels()
+        .flat_map(|c| c.credentials.iter().map(|k| k.id))
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let ka = ids[0];
+    // A keyword rule disabled `ka` only (multi-key channel); its quota is still out at the first
+    // probe and back at the second.
+    proxy
+        .store
+        .disable_credential(ka, "insufficient_quota", switchyard_data_plane::unix_ms());
+    let ka_models = Matcher::path("/v1/models").credential("ka");
+    let kb_models = Matcher::path("/v1/models").credential("kb");
+    up.on(ka_models.clone(), Behavior::status(429).times(1));
+    let disabled = |proxy: &Proxy| {
+        proxy
+            .dump()
+            .credentials_disabled
+            .iter()
+            .map(|c| c.credential_id)
+            .collect::<Vec<_>>()
+    };
+
+    assert_eq!(probe_round(&proxy.state).await, Recovered::default());
+    assert_eq!(
+        disabled(&proxy),
+        vec![ka],
+        "a failed probe leaves it disabled"
+    );
+    assert_eq!(
+        probe_round(&proxy.state).await,
+        Recovered {
+            channels: Vec::new(),
+            credentials: vec![ka]
+        }
+    );
+    assert!(disabled(&proxy).is_empty());
+    // Only the disabled credential was probed, once per round; the channel (breaker closed) not.
+    assert_eq!(up.hits_matching(&ka_models), 2);
+    assert_eq!(up.hits_matching(&kb_models), 0);
+    // Nothing left to probe.
+    assert_eq!(probe_round(&proxy.state).await, Recovered::default());
+    assert_eq!(up.hits_matching(&ka_models), 2);
+}

@@ -2,6 +2,9 @@
 //! the shared state as `auto_disabled` channels, and every `recovery_probe_interval_seconds`
 //! quietly probes the channels that are `auto_disabled` (or whose breaker is open); a pass
 //! re-enables the channel through the audited write path and closes its breaker fleet-wide.
+//! Credentials the fleet disabled at runtime (a keyword rule on a multi-key channel) are probed
+//! one by one in the same rounds, whatever their channel's status short of a manual disable; a
+//! pass lifts that credential's disable fleet-wide (`StateStore::enable_credential`).
 //!
 //! Architecture invariant: a manual disable is never undone. Status changes are made under the
 //! channel's row lock and only from the status the job expects (`enabled` → `auto_disabled`,
@@ -69,6 +72,12 @@ pub struct RoundReport {
     /// Probes that passed (breaker closed; re-enabled if it was `auto_disabled`).
     pub recovered: Vec<i64>,
     pub failed: Vec<i64>,
+    /// Runtime-disabled credentials probed on their own.
+    pub credentials_probed: Vec<i64>,
+    /// Credentials whose probe passed: their runtime disable is lifted fleet-wide.
+    pub credentials_recovered: Vec<i64>,
+    /// Credentials whose probe failed: they stay disabled.
+    pub credentials_failed: Vec<i64>,
 }
 
 pub struct Recovery {
@@ -107,6 +116,46 @@ struct ChannelRow {
     base_url: String,
     status: String,
     headers: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
+}
+
+/// One runtime-disabled credential with its channel, to probe on its own.
+#[derive(sqlx::FromRow)]
+struct DisabledCredentialRow {
+    credential_id: i64,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    channel_id: i64,
+    name: String,
+    provider: String,
+    base_url: String,
+    headers: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
+}
+
+/// A credential's secret: inline, or from the control plane's own environment (`secret_env`).
+/// `None` (with a warning naming the variable, never a value) when it cannot be resolved.
+fn resolve_secret(
+    channel_id: i64,
+    credential_id: i64,
+    secret: Option<String>,
+    secret_env: Option<String>,
+) -> Option<Secret> {
+    let secret = match (secret, secret_env) {
+        (Some(secret), _) => Some(secret),
+        (None, Some(name)) => {
+            let value = std::env::var(&name).ok();
+            if value.is_none() {
+                tracing::warn!(
+                    channel_id,
+                    credential_id,
+                    env = %name,
+                    "credential's environment variable is not set on the control plane; not probed"
+                );
+            }
+            value
+        }
+        (None, None) => None,
+    };
+    secret.map(Secret::new)
 }
 
 impl Recovery {
@@ -237,12 +286,18 @@ impl Recovery {
             *last_round = Some(Instant::now());
         }
         let report = self.round(&settings, due).await?;
-        if !report.probed.is_empty() || !report.breakers_recorded.is_empty() {
+        if !report.probed.is_empty()
+            || !report.breakers_recorded.is_empty()
+            || !report.credentials_probed.is_empty()
+        {
             tracing::info!(
                 breakers_recorded = ?report.breakers_recorded,
                 probed = ?report.probed,
                 recovered = ?report.recovered,
                 failed = ?report.failed,
+                credentials_probed = ?report.credentials_probed,
+                credentials_recovered = ?report.credentials_recovered,
+                credentials_failed = ?report.credentials_failed,
                 "recovery round"
             );
         }
@@ -273,6 +328,8 @@ impl Recovery {
             return Ok(report);
         }
         self.rounds.fetch_add(1, Ordering::Relaxed);
+        // Credentials first: one that recovers is then usable by its channel's probe below.
+        self.probe_disabled_credentials(&mut report).await?;
         self.probe_channels(&open, &mut report).await?;
         Ok(report)
     }
@@ -361,6 +418,80 @@ impl Recovery {
         Ok(true)
     }
 
+    /// Probes, one by one, every credential the fleet disabled at runtime (the shared state's
+    /// dump) that is still enabled in Postgres, on a channel that is `enabled` or
+    /// `auto_disabled` (an operator's `disabled` channel is left alone). A pass lifts the
+    /// disable fleet-wide; a failure leaves it. Logged with ids only, never a secret.
+    async fn probe_disabled_credentials(&self, report: &mut RoundReport) -> anyhow::Result<()> {
+        let Some(live) = &self.live else {
+            return Ok(());
+        };
+        let disabled: Vec<i64> = live
+            .store()
+            .dump(now_ms())
+            .credentials_disabled
+            .iter()
+            .map(|c| c.credential_id)
+            .collect();
+        if disabled.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<DisabledCredentialRow> = sqlx::query_as(
+            "SELECT k.id AS credential_id, k.secret, k.secret_env, c.id AS channel_id, c.name, \
+             c.provider, c.base_url, c.headers FROM credentials k \
+             JOIN channels c ON c.id = k.channel_id \
+             WHERE k.id = ANY($1) AND k.enabled AND c.status IN ('enabled', 'auto_disabled') \
+             ORDER BY k.id",
+        )
+        .bind(&disabled)
+        .fetch_all(&self.pool)
+        .await
+        .context("listing runtime-disabled credentials to probe")?;
+        for row in rows {
+            let credential_id = row.credential_id;
+            let Some(secret) =
+                resolve_secret(row.channel_id, credential_id, row.secret, row.secret_env)
+            else {
+                continue;
+            };
+            let target = ProbeTarget {
+                channel_id: row.channel_id,
+                name: row.name,
+                provider: Provider::parse(&row.provider).unwrap_or(Provider::Openai),
+                base_url: row.base_url,
+                headers: row.headers.0,
+                credentials: vec![(credential_id, secret)],
+            };
+            report.credentials_probed.push(credential_id);
+            // A disable set after this instant (the key failed again meanwhile) is not lifted.
+            let started = now_ms();
+            match probe::probe(&self.client, &target, self.config.probe_timeout).await {
+                ProbeOutcome::Passed { .. } => {
+                    live.store().enable_credential(credential_id, started);
+                    tracing::info!(
+                        channel_id = target.channel_id,
+                        channel = %target.name,
+                        credential_id,
+                        actor = PROBE_ACTOR,
+                        "recovery probe passed; runtime-disabled credential re-enabled"
+                    );
+                    report.credentials_recovered.push(credential_id);
+                }
+                ProbeOutcome::Failed { last_error, .. } => {
+                    tracing::info!(
+                        channel_id = target.channel_id,
+                        channel = %target.name,
+                        credential_id,
+                        last_error = %last_error,
+                        "recovery probe failed; credential stays disabled"
+                    );
+                    report.credentials_failed.push(credential_id);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Probes every `auto_disabled` channel and every `enabled` one whose breaker is open.
     async fn probe_channels(
         &self,
@@ -406,7 +537,8 @@ impl Recovery {
 
     /// The channel with its enabled credentials, secrets resolved here (inline, or the control
     /// plane's own environment for `secret_env`). Credentials the fleet disabled at runtime are
-    /// left out: proxies would not use them, so they prove nothing.
+    /// left out: proxies would not use them, so they prove nothing (they are probed on their own
+    /// first, see `probe_disabled_credentials`).
     async fn target(&self, row: ChannelRow) -> anyhow::Result<ProbeTarget> {
         let credentials: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
             "SELECT id, secret, secret_env FROM credentials \
@@ -430,24 +562,8 @@ impl Recovery {
             if runtime_disabled(id) {
                 continue;
             }
-            let secret = match (secret, secret_env) {
-                (Some(secret), _) => Some(secret),
-                (None, Some(name)) => {
-                    let value = std::env::var(&name).ok();
-                    if value.is_none() {
-                        tracing::warn!(
-                            channel_id = row.id,
-                            credential_id = id,
-                            env = %name,
-                            "credential's environment variable is not set on the control plane; not probed"
-                        );
-                    }
-                    value
-                }
-                (None, None) => None,
-            };
-            if let Some(secret) = secret {
-                resolved.push((id, Secret::new(secret)));
+            if let Some(secret) = resolve_secret(row.id, id, secret, secret_env) {
+                resolved.push((id, secret));
             }
         }
         Ok(ProbeTarget {

@@ -121,6 +121,10 @@ pub fn checks() -> &'static [(&'static str, Check)] {
             credential_disable_is_visible,
         ),
         (
+            "credential_enable_clears_the_disable",
+            credential_enable_clears_the_disable,
+        ),
+        (
             "reset_channel_closes_breaker_and_clears_members",
             reset_channel_closes_breaker_and_clears_members,
         ),
@@ -352,6 +356,38 @@ pub fn credential_disable_is_visible(store: &dyn StateStore) {
     let dump = store.dump(NOW);
     assert_eq!(dump.credentials_disabled.len(), 1);
     assert_eq!(dump.credentials_disabled[0].reason, "insufficient_quota");
+}
+
+pub fn credential_enable_clears_the_disable(store: &dyn StateStore) {
+    store.disable_credential(42, "insufficient_quota", NOW);
+    store.disable_credential(44, "invalid_api_key", NOW + 10);
+    // A passed probe lifts the disable: no longer in the view, no longer in the dump.
+    store.enable_credential(42, NOW + 5);
+    assert!(!read(store, |v| v.credential_disabled(42)));
+    let ids = |store: &dyn StateStore| -> Vec<_> {
+        store
+            .dump(NOW)
+            .credentials_disabled
+            .iter()
+            .map(|c| c.credential_id)
+            .collect()
+    };
+    assert_eq!(ids(store), vec![44]);
+    // A disable newer than the probe (the key failed again since) stays.
+    store.enable_credential(44, NOW + 5);
+    assert!(read(store, |v| v.credential_disabled(44)));
+    // Enabling a credential that is not disabled changes nothing.
+    store.enable_credential(43, NOW + 5);
+    assert!(!read(store, |v| v.credential_disabled(43)));
+    assert_eq!(ids(store), vec![44]);
+    // Once enabled, a new failure disables it again, with its own reason.
+    store.disable_credential(42, "quota exceeded again", NOW + 20);
+    assert!(read(store, |v| v.credential_disabled(42)));
+    let dump = store.dump(NOW);
+    assert_eq!(dump.credentials_disabled.len(), 2);
+    assert_eq!(dump.credentials_disabled[0].credential_id, 42);
+    assert_eq!(dump.credentials_disabled[0].reason, "quota exceeded again");
+    assert_eq!(dump.credentials_disabled[0].at, NOW + 20);
 }
 
 pub fn reset_channel_closes_breaker_and_clears_members(store: &dyn StateStore) {

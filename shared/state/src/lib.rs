@@ -66,6 +66,11 @@ pub trait StateStore: Send + Sync {
     /// Disables one credential at runtime (keyword rule on a multi-key channel).
     fn disable_credential(&self, credential: CredentialId, reason: &str, now: UnixMillis);
 
+    /// Clears a runtime credential disable (a recovery probe with that credential passed).
+    /// Nothing when the credential is not disabled; a disable set after `now` (a newer failure
+    /// than the probe) stays.
+    fn enable_credential(&self, credential: CredentialId, now: UnixMillis);
+
     /// Raw in-flight counter operations; use [`InFlightGuard`] instead.
     fn in_flight_acquire(&self, channel: ChannelId);
     fn in_flight_release(&self, channel: ChannelId);

@@ -282,6 +282,18 @@ impl StateStore for InMemoryStore {
             .or_insert_with(|| (reason.to_owned(), now));
     }
 
+    fn enable_credential(&self, credential: CredentialId, now: UnixMillis) {
+        let mut inner = self.write();
+        // A disable set after the probe that passed is a newer failure: it stays.
+        if inner
+            .credentials_disabled
+            .get(&credential)
+            .is_some_and(|(_, at)| *at <= now)
+        {
+            inner.credentials_disabled.remove(&credential);
+        }
+    }
+
     fn in_flight_acquire(&self, channel: ChannelId) {
         let mut inner = self.write();
         let n = inner.in_flight.entry(channel).or_insert(0);

@@ -175,6 +175,50 @@ fn cooldown_propagates_to_other_proxies_fast() {
 }
 
 #[test]
+fn credential_enable_propagates_to_other_proxies_fast() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("cred-enable");
+    // B resyncs rarely: what it learns within the bound comes from the notification.
+    let a = start(&url, &prefix);
+    let mut slow = common::config(&url, &prefix);
+    slow.resync_every = Duration::from_secs(60);
+    let b = RedisStore::start(slow).unwrap();
+    assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    let now = now_ms();
+    a.disable_credential(7, "insufficient_quota", now);
+    wait_until(Duration::from_secs(2), || {
+        read(&b, |v| v.credential_disabled(7))
+    })
+    .expect("the disable never reached the other proxy");
+    // The control plane (a third store) lifts it after a passed probe.
+    let control = start(&url, &prefix);
+    assert!(rt.block_on(control.wait_resynced(1, Duration::from_secs(5))));
+    assert!(read(&control, |v| v.credential_disabled(7)));
+    control.enable_credential(7, now + 1);
+    assert!(!read(&control, |v| v.credential_disabled(7)));
+    for (name, store) in [("A", &a), ("B", &b)] {
+        let took = wait_until(Duration::from_secs(1), || {
+            !read(store, |v| v.credential_disabled(7))
+        });
+        assert!(
+            took.is_some(),
+            "proxy {name} still has the credential disabled"
+        );
+        assert!(store.dump(now).credentials_disabled.is_empty());
+    }
+    assert!(rt.block_on(control.wait_flushed(Duration::from_secs(5))));
+    // And Redis itself no longer holds it: a fresh store starts without it.
+    let fresh = start(&url, &prefix);
+    assert!(rt.block_on(fresh.wait_resynced(1, Duration::from_secs(5))));
+    assert!(fresh.dump(now).credentials_disabled.is_empty());
+    drop((a, b, control, fresh));
+    cleanup(&url, &prefix);
+}
+
+#[test]
 fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
     let Some(url) = redis_url() else { return };
     let rt = runtime();

@@ -158,6 +158,10 @@ pub(crate) enum Op {
         reason: String,
         now: UnixMillis,
     },
+    EnableCredential {
+        credential: CredentialId,
+        now: UnixMillis,
+    },
     Sticky {
         route: RouteId,
         key: String,
@@ -197,7 +201,9 @@ impl Op {
                 .chain(members.iter().map(|m| Entity::Member(*m)))
                 .collect(),
             Op::Cooldown { member, .. } => vec![Entity::Member(*member)],
-            Op::Credential { credential, .. } => vec![Entity::Credential(*credential)],
+            Op::Credential { credential, .. } | Op::EnableCredential { credential, .. } => {
+                vec![Entity::Credential(*credential)]
+            }
             Op::Sticky { route, key, .. } => vec![Entity::Sticky(*route, key.clone())],
         }
     }
@@ -474,6 +480,12 @@ impl StateStore for RedisStore {
             now,
         };
         self.enqueue(&mut state, op);
+    }
+
+    fn enable_credential(&self, credential: CredentialId, now: UnixMillis) {
+        let mut state = self.shared.lock();
+        self.shared.view.enable_credential(credential, now);
+        self.enqueue(&mut state, Op::EnableCredential { credential, now });
     }
 
     fn in_flight_acquire(&self, channel: ChannelId) {

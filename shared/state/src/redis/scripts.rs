@@ -252,6 +252,25 @@ emit('k', ARGV[2], value)
 return out
 "#;
 
+/// enable_credential: clears a runtime disable unless it was set after `now` (a newer failure
+/// than the probe that passed). KEYS: ver, cred. ARGV: ttl, credential, now.
+const ENABLE_CREDENTIAL: &str = r#"
+local ttl = tonumber(ARGV[1])
+local raw = redis.call('HGET', KEYS[2], ARGV[2])
+if raw then
+  local p = split(raw, 3)
+  local at = num(p[2])
+  if at ~= nil and at > tonumber(ARGV[3]) then
+    emit('k', ARGV[2], raw)
+    return out
+  end
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+local v = bump(KEYS[1], ttl)
+emit('k', ARGV[2], v .. '|-')
+return out
+"#;
+
 /// bind_sticky (bind or renew; expired bindings pruned). KEYS: ver, sticky, sticky_exp.
 /// ARGV: ttl, field (route:session), member, expires_at, now.
 const STICKY: &str = r#"
@@ -316,6 +335,7 @@ pub(crate) struct Scripts {
     pub reset: Script,
     pub cooldown: Script,
     pub credential: Script,
+    pub enable_credential: Script,
     pub sticky: Script,
     pub lease: Script,
     pub snapshot: Script,
@@ -337,13 +357,14 @@ impl Scripts {
             reset: script("switchyard_reset_channel_v1", RESET, true),
             cooldown: script("switchyard_cooldown_v1", COOLDOWN, true),
             credential: script("switchyard_disable_credential_v1", CREDENTIAL, true),
+            enable_credential: script("switchyard_enable_credential_v1", ENABLE_CREDENTIAL, true),
             sticky: script("switchyard_sticky_v1", STICKY, true),
             lease: script("switchyard_lease_v1", LEASE, false),
             snapshot: script("switchyard_snapshot_v1", SNAPSHOT, false),
         }
     }
 
-    pub fn all(&self) -> [&Script; 10] {
+    pub fn all(&self) -> [&Script; 11] {
         [
             &self.failure,
             &self.success,
@@ -352,6 +373,7 @@ impl Scripts {
             &self.reset,
             &self.cooldown,
             &self.credential,
+            &self.enable_credential,
             &self.sticky,
             &self.lease,
             &self.snapshot,

@@ -339,6 +339,11 @@ impl Writer {
                 c.arg(ttl).arg(credential).arg(reason).arg(now);
                 c
             }
+            Op::EnableCredential { credential, now } => {
+                let mut c = self.evalsha(&s.enable_credential, &[&k.ver, &k.cred]);
+                c.arg(ttl).arg(credential).arg(now);
+                c
+            }
             Op::Sticky {
                 route,
                 key,
