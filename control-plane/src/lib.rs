@@ -20,5 +20,6 @@ pub mod metrics;
 pub mod publisher;
 pub mod recovery;
 pub mod server;
+pub mod telemetry;
 
 pub use api::{app, AppState};

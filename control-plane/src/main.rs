@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchyard_control_plane::config::Config;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let config = match Config::try_parse() {
@@ -27,14 +26,6 @@ fn main() -> ExitCode {
         eprintln!("switchyard-control-plane: bad configuration: {reason}");
         return ExitCode::from(2);
     }
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_current_span(false)
-        .init();
-
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -45,7 +36,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    // JSON logs, plus OTLP trace export when OTEL_EXPORTER_OTLP_ENDPOINT is set; inside the
+    // runtime because the exporter's gRPC channel spawns its worker there.
+    let telemetry = {
+        let _entered = runtime.enter();
+        switchyard_control_plane::telemetry::init()
+    };
+    let code = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(signal_shutdown(shutdown.clone()));
         match switchyard_control_plane::server::run(config, shutdown).await {
@@ -56,7 +53,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    // The runtime's workers still drive the exporter's channel while the last spans are sent.
+    telemetry.shutdown();
+    code
 }
 
 /// Clap's multi-line message, as one line (operators grep logs line by line).

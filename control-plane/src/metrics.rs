@@ -10,6 +10,8 @@ use std::time::Duration;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::api::AppState;
 
@@ -137,9 +139,33 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let response = next.run(request).await;
-    state
-        .metrics
-        .request(&method, &route, response.status().as_u16());
+    let span = request_span(&method, &route);
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    if !span.is_disabled() {
+        // As i64: the OpenTelemetry layer exports unsigned integers as strings.
+        span.record("http.response.status_code", i64::from(status));
+        if status >= 500 {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    state.metrics.request(&method, &route, status);
     response
+}
+
+/// One trace span per admin API request when traces are exported (SPEC §7): method, matched
+/// route and status only (never the admin token or a body).
+fn request_span(method: &str, route: &str) -> Span {
+    if !crate::telemetry::enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = Empty,
+    )
 }

@@ -18,6 +18,8 @@ use switchyard_engine::{
 };
 use switchyard_state::{AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, InFlightGuard};
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::attempt::{Answer, Attempt, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
@@ -81,6 +83,42 @@ fn sticky_label(sticky: Option<Sticky>) -> Option<&'static str> {
         Sticky::Hit { .. } => "hit",
         Sticky::Escaped { .. } => "escaped",
     })
+}
+
+/// One attempt's trace span, a child of the request's (disabled unless traces are exported).
+/// Ids and the channel's name only: never the credential itself.
+fn attempt_span(picked: &Picked<'_>, credential_id: CredentialId) -> Span {
+    if !crate::telemetry::enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "attempt",
+        otel.kind = "client",
+        otel.status_code = Empty,
+        member_id = picked.member.id,
+        channel_id = picked.channel.id,
+        channel = picked.channel.name.as_str(),
+        upstream_model = picked.member.upstream_model.as_str(),
+        credential_id,
+        canary = picked.canary,
+        status = Empty,
+        error = Empty,
+        latency_ms = Empty,
+    )
+}
+
+fn record_attempt(span: &Span, log: &AttemptLog) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(status) = log.status {
+        span.record("status", i64::from(status));
+    }
+    if let Some(error) = log.error {
+        span.record("error", error);
+        span.record("otel.status_code", "ERROR");
+    }
+    span.record("latency_ms", log.latency_ms);
 }
 
 /// Backoff before re-send `n` (1-based): 25 ms doubling to 400 ms, times a jitter in [0.5, 1).
@@ -261,7 +299,8 @@ pub async fn proxy(
                 idle_timeout,
                 deadline,
             };
-            let result = attempt.run(&mut rng).await;
+            let span = attempt_span(&picked, credential_id);
+            let result = attempt.run(&mut rng).instrument(span.clone()).await;
             let elapsed = sent_at.elapsed();
             let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
             trail.upstream_micros = trail.upstream_micros.saturating_add(micros);
@@ -269,14 +308,16 @@ pub async fn proxy(
             let latency_ms = elapsed.as_secs_f64() * 1000.0;
             match result {
                 Outcome::Committed(committed) => {
-                    trail.attempts.push(AttemptLog {
+                    let log = AttemptLog {
                         member_id: picked.member.id,
                         channel_id: picked.channel.id,
                         credential_id,
                         status: Some(committed.response.status.as_u16()),
                         error: None,
                         latency_ms,
-                    });
+                    };
+                    record_attempt(&span, &log);
+                    trail.attempts.push(log);
                     state.metrics.attempt(AttemptOutcome::Success);
                     let now = crate::unix_ms();
                     let effect = state.store.record_success(
@@ -321,14 +362,16 @@ pub async fn proxy(
                     return (committed_response(committed, idle_timeout, owner), trail);
                 }
                 Outcome::Failed(failed) => {
-                    trail.attempts.push(AttemptLog {
+                    let log = AttemptLog {
                         member_id: picked.member.id,
                         channel_id: picked.channel.id,
                         credential_id,
                         status: failed.status,
                         error: Some(failed.error),
                         latency_ms,
-                    });
+                    };
+                    record_attempt(&span, &log);
+                    trail.attempts.push(log);
                     state.metrics.attempt(failed.outcome());
                     if let (Some(keyword), true) = (failed.ban_keyword, policy.fault_protection) {
                         let now = crate::unix_ms();

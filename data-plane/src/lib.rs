@@ -23,6 +23,7 @@ pub mod request;
 pub mod run;
 pub mod server;
 pub mod snapshot;
+pub mod telemetry;
 pub mod upstream;
 
 use std::sync::atomic::{AtomicU64, Ordering};

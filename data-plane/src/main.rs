@@ -1,21 +1,12 @@
-//! `switchyard-data-plane`: parse flags, log JSON, run; a bad configuration exits non-zero with
-//! a one-line reason.
+//! `switchyard-data-plane`: parse flags, log JSON (and export traces when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set), run; a bad configuration exits non-zero with a
+//! one-line reason.
 
 use clap::Parser;
 use switchyard_data_plane::cli::Cli;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stdout)
-        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -26,7 +17,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(switchyard_data_plane::run::run(cli)) {
+    // Inside the runtime: the OTLP exporter's gRPC channel spawns its worker there.
+    let telemetry = {
+        let _entered = runtime.enter();
+        switchyard_data_plane::telemetry::init()
+    };
+    let result = runtime.block_on(switchyard_data_plane::run::run(cli));
+    // The runtime's workers still drive the exporter's channel while the last spans are sent.
+    telemetry.shutdown();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "exiting");

@@ -15,6 +15,8 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use switchyard_engine::{wildcard_match, SelectionConstraint, Token};
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use crate::config::token_hash;
 use crate::endpoint::Endpoint;
@@ -154,11 +156,16 @@ async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> R
     let seed = state.next_seed();
     let request_id = format!("{:016x}", seed);
     let anthropic = endpoint.anthropic_errors();
+    let span = request_span(endpoint, &request_id);
     let (response, trail, model) =
-        match serve(&state, endpoint, request, started, seed, &request_id).await {
+        match serve(&state, endpoint, request, started, seed, &request_id)
+            .instrument(span.clone())
+            .await
+        {
             Ok((response, trail, model)) => (response, trail, model),
             Err(e) => (e.into_response(anthropic), Trail::default(), String::new()),
         };
+    record_request(&span, &trail, &model, response.status().as_u16());
     finish(
         &state,
         endpoint,
@@ -168,6 +175,61 @@ async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> R
         &request_id,
         started,
     )
+}
+
+/// The request's trace span when traces are exported (SPEC §7), else a disabled one: its
+/// attributes are the log line's fields (never a key, a credential or a body); each attempt is a
+/// child span (see [`crate::failover`]).
+fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
+    if !crate::telemetry::enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "request",
+        otel.name = endpoint.path(),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        request_id,
+        endpoint = endpoint.label(),
+        model = Empty,
+        route = Empty,
+        status = Empty,
+        attempt_count = Empty,
+        switches = Empty,
+        first_member = Empty,
+        final_member = Empty,
+        final_channel = Empty,
+        breaker_tripped = Empty,
+        sticky = Empty,
+    )
+}
+
+/// Integers as `i64`: the OpenTelemetry layer exports unsigned ones as strings.
+fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("model", model);
+    if let Some((_, pattern)) = &trail.route {
+        span.record("route", pattern.as_str());
+    }
+    span.record("status", i64::from(status));
+    span.record("attempt_count", trail.attempts.len() as i64);
+    span.record("switches", trail.attempts.len().saturating_sub(1) as i64);
+    if let (Some(first), Some(last)) = (trail.attempts.first(), trail.attempts.last()) {
+        span.record("first_member", first.member_id);
+        span.record("final_member", last.member_id);
+    }
+    if let Some(channel) = &trail.final_channel {
+        span.record("final_channel", channel.as_str());
+    }
+    span.record("breaker_tripped", trail.breaker_tripped);
+    if let Some(sticky) = trail.sticky {
+        span.record("sticky", sticky);
+    }
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 async fn serve(

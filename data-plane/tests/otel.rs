@@ -1,0 +1,234 @@
+//! SPEC §7 trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
+//! in-process OTLP/gRPC collector (tonic, the generated `TraceService`), exports one span per
+//! proxied request carrying the route and the attempt trail, a child span per attempt, and no
+//! secret. The batch delay is set to a minute, so the spans only arrive because SIGTERM flushes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{send, TOKEN};
+use http::Method;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard-data-plane");
+const UPSTREAM_SECRET: &str = "sk-upstream-secret-0tel";
+const PROMPT: &str = "a private prompt 7f3a";
+
+#[derive(Clone, Default)]
+struct Collector {
+    received: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.received.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn attr<'s>(attributes: &'s [KeyValue], key: &str) -> Option<&'s Value> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+fn string(attributes: &[KeyValue], key: &str) -> String {
+    match attr(attributes, key) {
+        Some(Value::StringValue(s)) => s.clone(),
+        other => panic!("{key}: expected a string, got {other:?}"),
+    }
+}
+
+fn int(attributes: &[KeyValue], key: &str) -> i64 {
+    match attr(attributes, key) {
+        Some(Value::IntValue(i)) => *i,
+        other => panic!("{key}: expected an integer, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
+    // The collector.
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    // "down" always answers 503, so the request fails over to "up": two attempts.
+    let dir = std::env::temp_dir().join(format!("switchyard-dp-{}-otel", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "settings:\n  retry_times: 2\n  channel_retry_times: 0\nchannels:\n  - name: down\n    provider: mock\n    credentials: [\"{UPSTREAM_SECRET}\"]\n    mock: {{ failure_rate: 1.0, failure_status: 503 }}\n  - name: up\n    provider: mock\n    credentials: [\"{UPSTREAM_SECRET}\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: down, priority: 10 }}\n      - {{ channel: up, priority: 0 }}\ntokens:\n  - name: t\n    token: {TOKEN}\n"
+        ),
+    )
+    .unwrap();
+
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env_remove("REDIS_URL")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{collector_addr}"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut running = Running(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut url = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while url.is_none() && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
+            continue;
+        };
+        let log: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(log.get("spans").is_none(), "log lines stay flat: {line}");
+        if log["message"] == "listening" {
+            url = Some(format!("http://{}", log["addr"].as_str().unwrap()));
+        }
+    }
+    let url = url.expect("the binary never logged its listen address");
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+
+    let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{PROMPT}"}}]}}"#);
+    let reply = send(
+        Method::POST,
+        &format!("{url}/v1/chat/completions"),
+        Some(TOKEN),
+        body.into(),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("x-switchyard-attempts"), "2");
+    let request_id = reply.header("x-switchyard-request-id").to_owned();
+
+    // SIGTERM: the process drains, flushes the batch and exits 0.
+    let pid = running.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let received = collector.received.lock().unwrap().clone();
+    assert!(!received.is_empty(), "no span arrived at the collector");
+    let everything = format!("{received:?}");
+    for secret in [TOKEN, UPSTREAM_SECRET, PROMPT] {
+        assert!(
+            !everything.contains(secret),
+            "{secret:?} leaked into the exported spans"
+        );
+    }
+
+    let resource_spans = &received[0].resource_spans[0];
+    let resource = resource_spans.resource.as_ref().unwrap();
+    assert_eq!(
+        string(&resource.attributes, "service.name"),
+        "switchyard-data-plane"
+    );
+    let spans: Vec<&Span> = received
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "/v1/chat/completions")
+        .unwrap_or_else(|| panic!("no request span in {spans:#?}"));
+    let a = &request.attributes;
+    assert_eq!(string(a, "request_id"), request_id);
+    assert_eq!(string(a, "route"), "m");
+    assert_eq!(string(a, "model"), "m");
+    assert_eq!(int(a, "status"), 200);
+    assert_eq!(int(a, "attempt_count"), 2);
+    assert_eq!(int(a, "switches"), 1);
+    assert_eq!(string(a, "final_channel"), "up");
+    assert!(matches!(
+        attr(a, "breaker_tripped"),
+        Some(Value::BoolValue(false))
+    ));
+
+    let mut attempts: Vec<&&Span> = spans
+        .iter()
+        .filter(|s| s.name == "attempt" && s.parent_span_id == request.span_id)
+        .collect();
+    attempts.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(attempts.len(), 2, "{spans:#?}");
+    assert_eq!(string(&attempts[0].attributes, "channel"), "down");
+    assert_eq!(int(&attempts[0].attributes, "status"), 503);
+    assert!(!string(&attempts[0].attributes, "error").is_empty());
+    assert_eq!(string(&attempts[1].attributes, "channel"), "up");
+    assert_eq!(int(&attempts[1].attributes, "status"), 200);
+    assert!(attr(&attempts[1].attributes, "error").is_none());
+    assert!(attr(&attempts[1].attributes, "latency_ms").is_some());
+    assert!(attempts
+        .iter()
+        .all(|s| s.trace_id == request.trace_id && s.end_time_unix_nano >= s.start_time_unix_nano));
+}
