@@ -1,0 +1,137 @@
+//! Logging and optional OpenTelemetry trace export (SPEC §7).
+//!
+//! The JSON log lines on stdout are always on. When `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, a `tracing-opentelemetry` layer also exports
+//! spans over OTLP/gRPC; the exporter reads the SDK's standard variables itself
+//! (`OTEL_EXPORTER_OTLP_TIMEOUT`, `_HEADERS`, `_COMPRESSION`, `OTEL_BSP_*`, …; the transport is
+//! always gRPC) and `OTEL_SERVICE_NAME` names the service. Unset, nothing is built: no exporter, no background
+//! thread, and callers skip creating their spans entirely ([`enabled`] is false).
+//!
+//! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
+//! shape so the two cannot drift apart.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported; callers create their spans only then.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// What differs between the binaries.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The service name when `OTEL_SERVICE_NAME` is unset, and the tracer's name.
+    pub service_name: &'static str,
+    /// Put an event's fields at the top level of its JSON line (the data plane's request lines)
+    /// rather than under `fields` (the control plane's).
+    pub flatten_event: bool,
+}
+
+/// Whether the environment asks for OTLP trace export.
+pub fn requested() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim() == "true");
+    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+}
+
+/// Flushes and stops the exporter when dropped (or through [`Telemetry::shutdown`]).
+#[must_use = "dropping it stops the trace exporter"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered and stops the exporter (bounded wait).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            ENABLED.store(false, Ordering::Relaxed);
+            if let Err(e) = provider.shutdown_with_timeout(Duration::from_secs(5)) {
+                tracing::warn!(error = %e, "trace exporter shutdown");
+            }
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn env_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
+/// Builds the OTLP/gRPC tracer provider. Must run inside a tokio runtime (the gRPC channel's
+/// worker is spawned on it); the export itself runs on the SDK's batch thread.
+pub fn provider(default_service_name: &str) -> Result<SdkTracerProvider, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .build()
+        .map_err(|e| format!("OTLP trace exporter: {e}"))?;
+    let service_name = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default_service_name.to_owned());
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().with_service_name(service_name).build())
+        .build())
+}
+
+/// Installs the global subscriber: JSON lines on stdout (`RUST_LOG`, default `info`) and, when
+/// [`requested`], the OTLP layer (this crate's spans and the events inside them). Call it inside
+/// the tokio runtime; keep the returned guard until the runtime's work is done.
+pub fn init(options: Options) -> Telemetry {
+    let fmt = tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(options.flatten_event)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(std::io::stdout)
+        .with_filter(env_filter());
+    if !requested() {
+        tracing_subscriber::registry().with(fmt).init();
+        return Telemetry { provider: None };
+    }
+    match provider(options.service_name) {
+        Ok(provider) => {
+            let tracer = provider.tracer(options.service_name);
+            let otel = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(
+                    filter_fn(|meta| {
+                        meta.target().starts_with("switchyard")
+                            && *meta.level() <= tracing::Level::INFO
+                    })
+                    .with_max_level_hint(tracing::Level::INFO),
+                );
+            tracing_subscriber::registry().with(fmt).with(otel).init();
+            ENABLED.store(true, Ordering::Relaxed);
+            tracing::info!("exporting traces over OTLP");
+            Telemetry {
+                provider: Some(provider),
+            }
+        }
+        Err(e) => {
+            tracing_subscriber::registry().with(fmt).init();
+            tracing::warn!(error = %e, "trace export disabled");
+            Telemetry { provider: None }
+        }
+    }
+}
