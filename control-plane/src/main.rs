@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     };
     // JSON logs, plus OTLP trace export when OTEL_EXPORTER_OTLP_ENDPOINT is set; inside the
     // runtime because the exporter's gRPC channel spawns its worker there.
-    let telemetry = {
+    let mut telemetry = {
         let _entered = runtime.enter();
         switchyard_control_plane::telemetry::init()
     };

@@ -18,7 +18,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     // Inside the runtime: the OTLP exporter's gRPC channel spawns its worker there.
-    let telemetry = {
+    let mut telemetry = {
         let _entered = runtime.enter();
         switchyard_data_plane::telemetry::init()
     };

@@ -16,6 +16,7 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::filter::{filter_fn, EnvFilter};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -45,15 +46,20 @@ pub fn requested() -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
-/// Flushes and stops the exporter when dropped (or through [`Telemetry::shutdown`]).
-#[must_use = "dropping it stops the trace exporter"]
+/// Flushes and stops the exporter when dropped (or through [`Telemetry::shutdown`]), and
+/// flushes the log writer when dropped.
+#[must_use = "dropping it stops the trace exporter and the log writer"]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    /// The log writer's worker: lines are written by a background thread so a request never
+    /// waits on stdout; dropping the guard writes what is still queued.
+    _log_writer: WorkerGuard,
 }
 
 impl Telemetry {
-    /// Exports the spans still buffered and stops the exporter (bounded wait).
-    pub fn shutdown(mut self) {
+    /// Exports the spans still buffered and stops the exporter (bounded wait). Logging keeps
+    /// working until the value is dropped.
+    pub fn shutdown(&mut self) {
         self.stop();
     }
 
@@ -98,16 +104,24 @@ pub fn provider(default_service_name: &str) -> Result<SdkTracerProvider, String>
 /// [`requested`], the OTLP layer (this crate's spans and the events inside them). Call it inside
 /// the tokio runtime; keep the returned guard until the runtime's work is done.
 pub fn init(options: Options) -> Telemetry {
+    // Never drop a line: when the queue is full, the logging call waits instead.
+    let (writer, log_writer) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("switchyard-log")
+        .finish(std::io::stdout());
     let fmt = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(options.flatten_event)
         .with_current_span(false)
         .with_span_list(false)
-        .with_writer(std::io::stdout)
+        .with_writer(writer)
         .with_filter(env_filter());
     if !requested() {
         tracing_subscriber::registry().with(fmt).init();
-        return Telemetry { provider: None };
+        return Telemetry {
+            provider: None,
+            _log_writer: log_writer,
+        };
     }
     match provider(options.service_name) {
         Ok(provider) => {
@@ -126,12 +140,16 @@ pub fn init(options: Options) -> Telemetry {
             tracing::info!("exporting traces over OTLP");
             Telemetry {
                 provider: Some(provider),
+                _log_writer: log_writer,
             }
         }
         Err(e) => {
             tracing_subscriber::registry().with(fmt).init();
             tracing::warn!(error = %e, "trace export disabled");
-            Telemetry { provider: None }
+            Telemetry {
+                provider: None,
+                _log_writer: log_writer,
+            }
         }
     }
 }
