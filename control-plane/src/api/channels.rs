@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::rows::{delete_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::{ChannelStatus, Provider};
 
@@ -355,17 +355,8 @@ pub async fn create(
         .fetch_one(&mut *tx)
         .await?;
     record_status_event(&mut tx, view.id, None, spec.status, "created", &actor).await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "channel",
-            resource_id: Some(view.id),
-            detail: audit_detail(&spec),
-        },
-    )
-    .await?;
+    let revision =
+        commit_row::<ChannelView>(tx, &actor, "create", view.id, audit_detail(&spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -423,17 +414,7 @@ pub async fn patch(
         )
         .await?;
     }
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "channel",
-            resource_id: Some(id),
-            detail: audit_detail(&spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<ChannelView>(tx, &actor, "update", id, audit_detail(&spec)).await?;
     // An operator re-enabling an auto-disabled channel overrides the breaker: close it fleet-wide
     // too, or the channel would stay excluded (and be recorded auto_disabled again) until a probe.
     if before == ChannelStatus::AutoDisabled && spec.status == ChannelStatus::Enabled {

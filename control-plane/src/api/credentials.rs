@@ -12,9 +12,9 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::channels::ChannelView;
-use super::rows::{delete_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
@@ -169,17 +169,7 @@ pub async fn create(
     let mut detail = source.describe();
     detail["channel_id"] = json!(channel_id);
     detail["enabled"] = json!(enabled);
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "credential",
-            resource_id: Some(view.id),
-            detail,
-        },
-    )
-    .await?;
+    let revision = commit_row::<CredentialView>(tx, &actor, "create", view.id, detail).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -232,17 +222,7 @@ pub async fn patch(
         .bind(enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "credential",
-            resource_id: Some(id),
-            detail,
-        },
-    )
-    .await?;
+    let revision = commit_row::<CredentialView>(tx, &actor, "update", id, detail).await?;
     Ok(with_revision(revision, Json(view)))
 }
 

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 
 use super::channels::CapabilitiesDto;
 use super::routes::RouteView;
-use super::rows::{delete_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
@@ -190,17 +190,7 @@ pub async fn create(
         .await?;
     let mut detail = json!(spec);
     detail["route_id"] = json!(route_id);
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "member",
-            resource_id: Some(view.id),
-            detail,
-        },
-    )
-    .await?;
+    let revision = commit_row::<MemberView>(tx, &actor, "create", view.id, detail).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -255,17 +245,7 @@ pub async fn patch(
         .bind(sqlx::types::Json(&spec.capabilities))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "member",
-            resource_id: Some(id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<MemberView>(tx, &actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 

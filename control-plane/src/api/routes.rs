@@ -11,9 +11,9 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
-use super::rows::{delete_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
@@ -289,17 +289,7 @@ pub async fn create(
     let view = bind_spec(sqlx::query_as::<_, RouteView>(&sql), &spec)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "route",
-            resource_id: Some(view.id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<RouteView>(tx, &actor, "create", view.id, json!(spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -356,17 +346,7 @@ pub async fn patch(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "route",
-            resource_id: Some(id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<RouteView>(tx, &actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 

@@ -1,5 +1,5 @@
 //! The per-table plumbing every resource shares: read one row by id (optionally locking it), read
-//! a cursor page of rows, and delete a row as an audited write.
+//! a cursor page of rows, commit a write of a row with its audit row, and delete a row.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -97,6 +97,28 @@ pub(super) async fn list_rows<T: TableRow + ToSchema>(
     Ok(Page::from_rows(rows, fetch_n, T::id))
 }
 
+/// Commits `tx` as an audited write of row `id` of `T` (`action`: create, update, delete...):
+/// bumps the revision, writes the audit row and notifies the replicas. Returns the revision.
+pub(super) async fn commit_row<T: Resource>(
+    tx: Transaction<'_, Postgres>,
+    actor: &str,
+    action: &'static str,
+    id: i64,
+    detail: Value,
+) -> ApiResult<i64> {
+    commit_write(
+        tx,
+        Audit {
+            actor,
+            action,
+            resource: T::NOUN,
+            resource_id: Some(id),
+            detail,
+        },
+    )
+    .await
+}
+
 /// Deletes row `id` of `T`'s table (which the caller has locked in `tx` and checked may go) and
 /// commits the write with a `delete` audit row carrying `detail`: a 204 with the new revision.
 pub(super) async fn delete_row<T: Resource>(
@@ -109,16 +131,6 @@ pub(super) async fn delete_row<T: Resource>(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor,
-            action: "delete",
-            resource: T::NOUN,
-            resource_id: Some(id),
-            detail,
-        },
-    )
-    .await?;
+    let revision = commit_row::<T>(tx, actor, "delete", id, detail).await?;
     Ok(with_revision(revision, StatusCode::NO_CONTENT))
 }

@@ -15,9 +15,9 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
-use super::rows::{delete_row, Resource};
+use super::rows::{commit_row, delete_row, Resource};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -322,17 +322,7 @@ pub async fn create(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch(&mut *tx, id).await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "team",
-            resource_id: Some(id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<TeamView>(tx, &actor, "create", id, json!(spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -383,17 +373,7 @@ pub async fn patch(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch(&mut *tx, id).await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "team",
-            resource_id: Some(id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<TeamView>(tx, &actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 

@@ -12,9 +12,9 @@ use sha2::{Digest, Sha256};
 use switchyard_engine::model::validate_group;
 use utoipa::ToSchema;
 
-use super::rows::{delete_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::{commit_write, ts, Audit};
+use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
 /// Prefix of every generated token, so leaked keys are easy to recognise and scan for.
@@ -193,17 +193,7 @@ pub async fn create(
         .bind(spec.enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "create",
-            resource: "token",
-            resource_id: Some(view.id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<TokenView>(tx, &actor, "create", view.id, json!(spec)).await?;
     Ok(with_revision(
         revision,
         (
@@ -260,17 +250,7 @@ pub async fn patch(
         .bind(spec.enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor: &actor,
-            action: "update",
-            resource: "token",
-            resource_id: Some(id),
-            detail: json!(spec),
-        },
-    )
-    .await?;
+    let revision = commit_row::<TokenView>(tx, &actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
