@@ -1,0 +1,343 @@
+//! The hardened HTTP/1 accept loop both Switchyard binaries serve through.
+//!
+//! `axum::serve` has no header-read deadline, no idle deadline and no connection cap, so a client
+//! without any credential could hold every file descriptor of a proxy with connections that send
+//! nothing (or one byte a minute). This loop bounds each of those:
+//!
+//! - **Header deadline**: the request head must arrive within `header_read_timeout` of the moment
+//!   the connection is ready for it — after accept, and again after every response on a
+//!   keep-alive connection, so the same deadline is the keep-alive idle timeout.
+//! - **Body deadline**: a request body must be read completely within `body_read_timeout` of the
+//!   request head (a slow-drip upload cannot hold a handler forever).
+//! - **Connection cap**: at most `max_connections` at once (and optionally
+//!   `max_connections_per_ip`). At the cap a new connection first *evicts the connection that has
+//!   been idle the longest* (no request in progress: a slowloris or an idle keep-alive), so an
+//!   attacker's idle sockets can never lock a real client out; only when every connection is busy
+//!   is the newcomer refused with a JSON 503 and closed.
+//! - **Header size**: request heads over `max_header_bytes` get a JSON 431.
+//! - **Descriptors**: [`raise_fd_limit`] lifts the soft open-file limit to the hard one at start
+//!   (as nginx does), and the default cap leaves room for one upstream socket per connection.
+//!
+//! The numbers are configuration ([`Limits`]); the defaults are safe for a public port.
+//! Counters ([`Stats`]) are rendered into each binary's `/metrics`.
+
+mod body;
+mod registry;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+pub use body::BodyTimeout;
+pub use registry::Stats;
+
+use body::{DeadlineBody, TrackedBody};
+use registry::{Admission, Registry};
+
+/// Connection limits and deadlines. [`Limits::default`] is safe for a port facing the internet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once; `0` derives it from the open-file limit (half of it, minus a
+    /// reserve, at most 16 384).
+    pub max_connections: usize,
+    /// Connections from one client address at once; `0` means no per-address cap (behind a load
+    /// balancer every client may share one address).
+    pub max_connections_per_ip: usize,
+    /// Time allowed to send a request head, and the idle time between keep-alive requests.
+    pub header_read_timeout: Duration,
+    /// Time allowed to send a whole request body, from the end of its head.
+    pub body_read_timeout: Duration,
+    /// Largest request head (request line and headers) in bytes.
+    pub max_header_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 0,
+            max_connections_per_ip: 0,
+            header_read_timeout: Duration::from_secs(15),
+            body_read_timeout: Duration::from_secs(60),
+            max_header_bytes: 32 * 1024,
+        }
+    }
+}
+
+/// The limits as command-line flags with environment fallbacks (flattened into both binaries).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitArgs {
+    /// Client connections open at once; 0 derives it from the open-file limit.
+    #[arg(long, env = "SWITCHYARD_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// Client connections from one address at once; 0 = no per-address cap.
+    #[arg(long, env = "SWITCHYARD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
+    pub max_connections_per_ip: usize,
+
+    /// Milliseconds a client has to send a request head; also the keep-alive idle timeout.
+    #[arg(long, env = "SWITCHYARD_HEADER_TIMEOUT_MS", default_value_t = 15_000)]
+    pub header_timeout_ms: u64,
+
+    /// Milliseconds a client has to send a whole request body.
+    #[arg(long, env = "SWITCHYARD_BODY_TIMEOUT_MS", default_value_t = 60_000)]
+    pub body_timeout_ms: u64,
+
+    /// Largest request head in bytes (larger: 431).
+    #[arg(long, env = "SWITCHYARD_MAX_HEADER_BYTES", default_value_t = 32 * 1024)]
+    pub max_header_bytes: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
+            header_read_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
+            body_read_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
+            max_header_bytes: self.max_header_bytes.max(1024),
+        }
+    }
+}
+
+/// The most connections [`Limits::max_connections`] `0` resolves to.
+const MAX_DERIVED_CONNECTIONS: u64 = 16_384;
+/// Descriptors kept free for everything that is not a client connection.
+const FD_RESERVE: u64 = 256;
+
+impl Limits {
+    /// The connection cap in force: the configured one, or one derived from the open-file limit
+    /// (each client connection may need one upstream socket too).
+    pub fn effective_max_connections(&self) -> usize {
+        if self.max_connections > 0 {
+            return self.max_connections;
+        }
+        let soft = rlimit::getrlimit(rlimit::Resource::NOFILE)
+            .map(|(soft, _)| soft)
+            .unwrap_or(1024);
+        let derived = (soft.saturating_sub(FD_RESERVE) / 2).clamp(64, MAX_DERIVED_CONNECTIONS);
+        usize::try_from(derived).unwrap_or(64)
+    }
+}
+
+/// Raises the soft open-file limit to the hard limit and returns `(soft, hard)` as now in force.
+pub fn raise_fd_limit() -> (u64, u64) {
+    if let Err(error) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!(%error, "could not raise the open-file limit");
+    }
+    rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((0, 0))
+}
+
+/// A server with its limits and live counters; [`Server::stats`] can be handed to `/metrics`
+/// before [`Server::serve`] starts.
+pub struct Server {
+    limits: Limits,
+    registry: Arc<Registry>,
+}
+
+impl Server {
+    pub fn new(limits: Limits) -> Server {
+        let max = limits.effective_max_connections();
+        let registry = Arc::new(Registry::new(max, limits.max_connections_per_ip));
+        Server { limits, registry }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.registry.stats()
+    }
+
+    pub fn max_connections(&self) -> usize {
+        self.registry.max()
+    }
+
+    /// Serves `router` on `listener` until `shutdown` fires, then stops accepting, lets every
+    /// open connection finish its request in progress (idle ones close at once) and returns when
+    /// all are closed. Callers bound that drain with their own grace period.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        router: Router,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<()> {
+        let connections = TaskTracker::new();
+        let limits = Arc::new(self.limits);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        accept_failed(&self.registry, &error).await;
+                        continue;
+                    }
+                },
+                () = shutdown.cancelled() => break,
+            };
+            let admission = match self.registry.admit(peer.ip()) {
+                Ok(admission) => admission,
+                Err(()) => {
+                    refuse(&stream);
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            connections.spawn(connection(
+                stream,
+                peer,
+                router.clone(),
+                Arc::clone(&limits),
+                admission,
+                shutdown.clone(),
+            ));
+        }
+        drop(listener);
+        connections.close();
+        connections.wait().await;
+        Ok(())
+    }
+}
+
+/// Accept failed: most often out of descriptors. Free one by evicting the longest-idle
+/// connection, and pause briefly so the loop does not spin.
+async fn accept_failed(registry: &Registry, error: &std::io::Error) {
+    registry.note_accept_error();
+    if registry.evict_one_idle() {
+        tracing::debug!(%error, "accept failed; evicted an idle connection");
+    } else {
+        tracing::warn!(%error, "accept failed");
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// The answer to a connection over the cap: a complete JSON 503, written without waiting.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 132\r\n\r\n{\"error\":{\"message\":\"The server is at its connection limit; retry shortly.\",\"type\":\"server_error\",\"param\":null,\"code\":\"overloaded\"}}";
+
+fn refuse(stream: &TcpStream) {
+    let _ = stream.try_write(REFUSAL);
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: Arc<Limits>,
+    admission: Admission,
+    shutdown: CancellationToken,
+) {
+    let activity = admission.activity();
+    let evicted = admission.evicted();
+    let service_limits = Arc::clone(&limits);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let router = router.clone();
+        let activity = Arc::clone(&activity);
+        let limits = Arc::clone(&service_limits);
+        async move {
+            let guard = activity.begin();
+            let response = if head_bytes(&request) > limits.max_header_bytes {
+                header_too_large(limits.max_header_bytes)
+            } else {
+                let mut request =
+                    request.map(|b| Body::new(DeadlineBody::new(b, limits.body_read_timeout)));
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                match router.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            };
+            Ok::<_, std::convert::Infallible>(
+                response.map(|b| Body::new(TrackedBody::new(b, guard))),
+            )
+        }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, %peer, "connection ended with an error");
+                }
+                break;
+            }
+            () = shutdown.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = evicted.cancelled() => break,
+        }
+    }
+    drop(admission);
+}
+
+/// Bytes of the request line and headers, as the client sent them (approximately).
+fn head_bytes(request: &Request<Incoming>) -> usize {
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    headers + request.uri().to_string().len() + 16
+}
+
+fn header_too_large(limit: usize) -> Response<Body> {
+    let body = format!(
+        "{{\"error\":{{\"message\":\"The request head exceeds {limit} bytes.\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_header_too_large\"}}}}"
+    );
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_is_a_complete_response() {
+        let text = std::str::from_utf8(REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let declared: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(declared, body.len());
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"]["code"], "overloaded");
+    }
+
+    #[test]
+    fn a_derived_cap_fits_the_descriptor_limit() {
+        let limits = Limits::default();
+        let max = limits.effective_max_connections() as u64;
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+        assert!((64..=MAX_DERIVED_CONNECTIONS).contains(&max));
+        assert!(max * 2 + FD_RESERVE <= soft.max(64 * 2 + FD_RESERVE));
+    }
+}

@@ -1,0 +1,295 @@
+//! Who is connected: the cap, per-address counts, and which connection has been idle longest.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// One connection's activity, shared with its service: requests in progress, and since when
+/// (ms after the registry's epoch) it has had none.
+pub struct Activity {
+    busy: AtomicU32,
+    idle_since_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Activity {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A request started; the connection is busy until the returned guard (carried by the
+    /// response body) is dropped.
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Relaxed);
+        Busy(Arc::clone(self))
+    }
+
+    fn idle_for_eviction(&self) -> Option<u64> {
+        (self.busy.load(Relaxed) == 0).then(|| self.idle_since_ms.load(Relaxed))
+    }
+}
+
+/// A request in progress on a connection.
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.idle_since_ms.store(self.0.now_ms(), Relaxed);
+        self.0.busy.fetch_sub(1, Relaxed);
+    }
+}
+
+struct Entry {
+    ip: IpAddr,
+    activity: Arc<Activity>,
+    evict: CancellationToken,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    conns: HashMap<u64, Entry>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Live counters for `/metrics`.
+#[derive(Clone)]
+pub struct Stats(Arc<Registry>);
+
+impl Stats {
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.0.lock().conns.len()
+    }
+
+    /// Appends the counters in the Prometheus text format (`switchyard_http_connections*`).
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let r = &self.0;
+        let _ = write!(
+            out,
+            "# HELP switchyard_http_connections Client connections open now.\n\
+             # TYPE switchyard_http_connections gauge\n\
+             switchyard_http_connections {}\n\
+             # HELP switchyard_http_connections_max The connection cap in force.\n\
+             # TYPE switchyard_http_connections_max gauge\n\
+             switchyard_http_connections_max {}\n\
+             # HELP switchyard_http_connections_refused_total Connections refused at the cap (every connection busy).\n\
+             # TYPE switchyard_http_connections_refused_total counter\n\
+             switchyard_http_connections_refused_total {}\n\
+             # HELP switchyard_http_connections_evicted_total Idle connections closed to admit a new one at the cap.\n\
+             # TYPE switchyard_http_connections_evicted_total counter\n\
+             switchyard_http_connections_evicted_total {}\n\
+             # HELP switchyard_http_accept_errors_total Failed accepts (e.g. out of descriptors).\n\
+             # TYPE switchyard_http_accept_errors_total counter\n\
+             switchyard_http_accept_errors_total {}\n",
+            self.open(),
+            r.max,
+            r.refused.load(Relaxed),
+            r.evicted.load(Relaxed),
+            r.accept_errors.load(Relaxed),
+        );
+    }
+}
+
+pub struct Registry {
+    max: usize,
+    max_per_ip: usize,
+    epoch: Instant,
+    inner: Mutex<Inner>,
+    refused: AtomicU64,
+    evicted: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+/// A connection's place in the registry; leaving it (drop) frees the place.
+pub struct Admission {
+    registry: Arc<Registry>,
+    id: u64,
+    activity: Arc<Activity>,
+    evict: CancellationToken,
+}
+
+impl Admission {
+    pub fn activity(&self) -> Arc<Activity> {
+        Arc::clone(&self.activity)
+    }
+
+    /// Fires when the registry closes this connection to admit another.
+    pub fn evicted(&self) -> CancellationToken {
+        self.evict.clone()
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut inner = self.registry.lock();
+        if let Some(entry) = inner.conns.remove(&self.id) {
+            release_ip(&mut inner, entry.ip);
+        }
+    }
+}
+
+fn release_ip(inner: &mut Inner, ip: IpAddr) {
+    if let Some(n) = inner.per_ip.get_mut(&ip) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            inner.per_ip.remove(&ip);
+        }
+    }
+}
+
+impl Registry {
+    pub fn new(max: usize, max_per_ip: usize) -> Registry {
+        Registry {
+            max: max.max(1),
+            max_per_ip,
+            epoch: Instant::now(),
+            inner: Mutex::new(Inner::default()),
+            refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            accept_errors: AtomicU64::new(0),
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    pub fn stats(self: &Arc<Self>) -> Stats {
+        Stats(Arc::clone(self))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A poisoned lock only means a panic elsewhere; the map itself is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn note_accept_error(&self) {
+        self.accept_errors.fetch_add(1, Relaxed);
+    }
+
+    /// Admits a connection from `ip`, evicting the longest-idle one (of that address when the
+    /// per-address cap is the one reached) if needed; `Err` when every candidate is busy.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, ()> {
+        let mut inner = self.lock();
+        if self.max_per_ip > 0
+            && inner.per_ip.get(&ip).copied().unwrap_or(0) >= self.max_per_ip
+            && !self.evict_locked(&mut inner, Some(ip))
+        {
+            self.refused.fetch_add(1, Relaxed);
+            return Err(());
+        }
+        if inner.conns.len() >= self.max && !self.evict_locked(&mut inner, None) {
+            self.refused.fetch_add(1, Relaxed);
+            return Err(());
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let activity = Arc::new(Activity {
+            busy: AtomicU32::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            epoch: self.epoch,
+        });
+        activity.idle_since_ms.store(activity.now_ms(), Relaxed);
+        let evict = CancellationToken::new();
+        inner.conns.insert(
+            id,
+            Entry {
+                ip,
+                activity: Arc::clone(&activity),
+                evict: evict.clone(),
+            },
+        );
+        *inner.per_ip.entry(ip).or_insert(0) += 1;
+        Ok(Admission {
+            registry: Arc::clone(self),
+            id,
+            activity,
+            evict,
+        })
+    }
+
+    /// Evicts the longest-idle connection, if any is idle.
+    pub fn evict_one_idle(&self) -> bool {
+        let mut inner = self.lock();
+        self.evict_locked(&mut inner, None)
+    }
+
+    /// O(connections), run only at the cap.
+    fn evict_locked(&self, inner: &mut Inner, only_ip: Option<IpAddr>) -> bool {
+        let victim = inner
+            .conns
+            .iter()
+            .filter(|(_, e)| only_ip.is_none_or(|ip| e.ip == ip))
+            .filter_map(|(id, e)| Some((e.activity.idle_for_eviction()?, *id)))
+            .min();
+        let Some((_, id)) = victim else {
+            return false;
+        };
+        if let Some(entry) = inner.conns.remove(&id) {
+            release_ip(inner, entry.ip);
+            entry.evict.cancel();
+            self.evicted.fetch_add(1, Relaxed);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, n])
+    }
+
+    #[test]
+    fn at_the_cap_the_longest_idle_connection_makes_room() {
+        let registry = Arc::new(Registry::new(2, 0));
+        let a = registry.admit(ip(1)).unwrap();
+        let b = registry.admit(ip(2)).unwrap();
+        let _busy_b = b.activity().begin();
+        let c = registry.admit(ip(3)).unwrap();
+        assert!(a.evicted().is_cancelled(), "the idle one goes");
+        assert!(!b.evicted().is_cancelled(), "a busy one stays");
+        // Now b is busy and c idle: c is evicted for d.
+        let _d = registry.admit(ip(4)).unwrap();
+        assert!(c.evicted().is_cancelled());
+        assert_eq!(registry.stats().open(), 2);
+    }
+
+    #[test]
+    fn every_connection_busy_refuses_the_newcomer() {
+        let registry = Arc::new(Registry::new(1, 0));
+        let a = registry.admit(ip(1)).unwrap();
+        let _busy = a.activity().begin();
+        assert!(registry.admit(ip(2)).is_err());
+        assert_eq!(registry.refused.load(Relaxed), 1);
+        drop(_busy);
+        assert!(registry.admit(ip(2)).is_ok());
+    }
+
+    #[test]
+    fn the_per_address_cap_evicts_only_that_address() {
+        let registry = Arc::new(Registry::new(10, 1));
+        let other = registry.admit(ip(9)).unwrap();
+        let first = registry.admit(ip(1)).unwrap();
+        let _second = registry.admit(ip(1)).unwrap();
+        assert!(first.evicted().is_cancelled());
+        assert!(!other.evicted().is_cancelled());
+    }
+
+    #[test]
+    fn leaving_frees_the_place_and_the_address_count() {
+        let registry = Arc::new(Registry::new(1, 1));
+        let a = registry.admit(ip(1)).unwrap();
+        drop(a);
+        assert_eq!(registry.stats().open(), 0);
+        assert!(registry.lock().per_ip.is_empty());
+    }
+}
