@@ -27,7 +27,7 @@ pub struct Cli {
 
     /// Redis URL for fleet-shared state (in-memory state when absent): `redis://host:port`, or
     /// `redis+cluster://host:port,host:port` (or several comma-separated URLs) for Redis Cluster.
-    #[arg(long, env = "REDIS_URL")]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// Namespace of this fleet's keys in Redis (proxies sharing it share state).
@@ -45,4 +45,8 @@ pub struct Cli {
     /// How often the config file is checked for changes, in milliseconds.
     #[arg(long, env = "SWITCHYARD_CONFIG_POLL_MS", default_value_t = 1000)]
     pub config_poll_ms: u64,
+
+    /// Connection limits and client deadlines.
+    #[command(flatten)]
+    pub limits: switchyard_server::LimitArgs,
 }

@@ -27,11 +27,12 @@ pub mod telemetry;
 pub mod upstream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use switchyard_state::StateStore;
+use tokio_util::sync::CancellationToken;
 
 pub use server::app;
 
@@ -45,6 +46,10 @@ pub struct AppState {
     pub store: Arc<dyn StateStore>,
     pub client: HttpClient,
     pub metrics: Metrics,
+    /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
+    pub connections: OnceLock<switchyard_server::Stats>,
+    /// Fires when the shutdown grace period is over: open streams end with an error event.
+    pub streams_cut: CancellationToken,
     seed: AtomicU64,
 }
 
@@ -68,6 +73,8 @@ impl AppState {
             store,
             client: upstream::build_client(connect_timeout),
             metrics: Metrics::default(),
+            connections: OnceLock::new(),
+            streams_cut: CancellationToken::new(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         })
     }

@@ -50,7 +50,18 @@ pub fn relay(first: Bytes, body: Body, idle: Duration, owner: StreamOwner) -> Bo
         if let Some(first) = r.first.take() {
             return Some((Ok::<_, std::io::Error>(first), r));
         }
-        let reason = match tokio::time::timeout(r.idle, next_data(&mut r.body)).await {
+        let cut = r.owner.state.streams_cut.clone();
+        let next = tokio::select! {
+            biased;
+            next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => next,
+            () = cut.cancelled() => {
+                // The gateway is shutting down: not the member's fault, so nothing is recorded.
+                r.done = true;
+                let event = r.owner.error_event("the gateway is shutting down; the stream was ended");
+                return Some((Ok(event), r));
+            }
+        };
+        let reason = match next {
             Ok(Ok(Some(chunk))) => return Some((Ok(chunk), r)),
             Ok(Ok(None)) => return None,
             Ok(Err(())) => "upstream stream interrupted",
@@ -91,6 +102,10 @@ impl StreamOwner {
             reason,
             "stream broke after its first byte; ended with an error event"
         );
+        self.error_event(reason)
+    }
+
+    fn error_event(&self, reason: &str) -> Bytes {
         Bytes::from(if self.anthropic {
             format!(
                 "event: error\ndata: {}\n\n",

@@ -1,22 +1,25 @@
 //! Wiring: snapshot source, state store, HTTP server, graceful shutdown.
 
-use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::serve::ListenerExt;
 use switchyard_engine::Snapshot;
 use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use switchyard_server::Server;
+
 use crate::cache;
 use crate::cli::Cli;
 use crate::config;
 use crate::snapshot::SnapshotSender;
 use crate::{app, AppState};
+
+/// Time the error events of streams cut at the end of the grace period get to leave.
+const STREAM_CUT_FLUSH: Duration = Duration::from_secs(1);
 
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
 pub async fn run(cli: Cli) -> Result<(), String> {
@@ -118,15 +121,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         .map_err(|e| format!("cannot read the listen address: {e}"))?;
     tracing::info!(addr = %addr, "listening");
 
-    let mut drained = stop_rx.clone();
-    // Small SSE events and responses must leave at once, not wait for Nagle.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
-        let _ = drained.wait_for(|stop| *stop).await;
-    });
-    let mut server = tokio::spawn(server.into_future());
+    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
+    let server = Server::new(cli.limits.limits());
+    tracing::info!(
+        fd_soft,
+        fd_hard,
+        max_connections = server.max_connections(),
+        "connection limits"
+    );
+    let _ = state.connections.set(server.stats());
+    let stop_serving = CancellationToken::new();
+    let mut server = tokio::spawn(server.serve(listener, app(state.clone()), stop_serving.clone()));
     tokio::select! {
         result = &mut server => {
             return match result {
@@ -142,9 +147,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         "shutting down: draining in-flight requests"
     );
     let _ = stop_tx.send(true);
-    match tokio::time::timeout(Duration::from_secs(cli.shutdown_grace_seconds), server).await {
+    stop_serving.cancel();
+    let grace = Duration::from_secs(cli.shutdown_grace_seconds);
+    match tokio::time::timeout(grace, &mut server).await {
         Ok(_) => tracing::info!("drained; bye"),
-        Err(_) => tracing::warn!("grace period over; exiting with requests still open"),
+        Err(_) => {
+            // Streams still open get an error event in their protocol before the connection
+            // closes, rather than a silent cut.
+            tracing::warn!("grace period over; ending the streams still open");
+            state.streams_cut.cancel();
+            let _ = tokio::time::timeout(STREAM_CUT_FLUSH, server).await;
+        }
     }
     if let Some(redis) = redis_store {
         // Push the last writes and drop this proxy's in-flight lease.

@@ -62,6 +62,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut page = state.metrics.render();
     state.store.render_metrics(&mut page);
+    if let Some(connections) = state.connections.get() {
+        connections.render(&mut page);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 

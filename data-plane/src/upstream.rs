@@ -159,8 +159,17 @@ impl ChannelRuntime {
             .method(method)
             .uri(self.url(endpoint, query));
         if let Some(headers) = builder.headers_mut() {
+            // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
+            let hop: Vec<&str> = client_headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
             for (name, value) in client_headers {
-                if forwardable(name) {
+                if forwardable(name) && !hop.iter().any(|h| name.as_str().eq_ignore_ascii_case(h)) {
                     headers.append(name.clone(), value.clone());
                 }
             }
@@ -194,6 +203,8 @@ fn forwardable(name: &HeaderName) -> bool {
         "host"
             | "authorization"
             | "x-api-key"
+            | "api-key"
+            | "x-goog-api-key"
             | "content-length"
             | "connection"
             | "keep-alive"
@@ -284,7 +295,16 @@ mod tests {
         );
         client.insert("x-switchyard-pin-member", HeaderValue::from_static("3"));
         client.insert("openai-beta", HeaderValue::from_static("assistants=v2"));
-        client.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        client.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-hop"),
+        );
+        client.insert("x-hop", HeaderValue::from_static("secret-ish"));
+        client.insert("api-key", HeaderValue::from_static("client-azure-key"));
+        client.insert(
+            "x-goog-api-key",
+            HeaderValue::from_static("client-gemini-key"),
+        );
         let req = rt
             .request(
                 Endpoint::ChatCompletions,
@@ -300,6 +320,8 @@ mod tests {
         assert_eq!(h["openai-beta"], "assistants=v2");
         assert_eq!(h["x-extra"], "1");
         assert!(!h.contains_key("x-switchyard-pin-member") && !h.contains_key(header::CONNECTION));
+        assert!(!h.contains_key("x-hop"), "named in Connection: hop-by-hop");
+        assert!(!h.contains_key("api-key") && !h.contains_key("x-goog-api-key"));
         let anth = ChannelRuntime::compile(&channel("http://u", Provider::Anthropic), &|_| None);
         let req = anth
             .request(
