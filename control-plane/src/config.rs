@@ -27,6 +27,20 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_GRPC_ADDR", default_value = "0.0.0.0:8082")]
     pub grpc_addr: SocketAddr,
 
+    /// Fleet tokens proxies must present to watch snapshots (comma-separated: several are valid
+    /// at once during a rotation). Unset: any client may watch, and snapshots carry no inline
+    /// credential secrets.
+    #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
+    pub fleet_token: Option<String>,
+
+    /// Most gRPC connections open at once.
+    #[arg(long, env = "SWITCHYARD_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub grpc_max_connections: usize,
+
+    /// Connection limits and client deadlines of the HTTP port.
+    #[command(flatten)]
+    pub limits: switchyard_server::LimitArgs,
+
     /// Redis URL of the fleet's shared state (as on the proxies): explain and `/api/v1/state`
     /// read it, recovery probes close breakers in it. Unset: no live health view.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]

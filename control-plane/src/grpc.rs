@@ -17,6 +17,7 @@ use futures_util::Stream;
 use prost::bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{DecodeContext, WireType};
 use prost::DecodeError;
+use sha2::{Digest, Sha256};
 use switchyard_proto::v1;
 use tokio_util::sync::CancellationToken;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
@@ -63,14 +64,82 @@ pub struct SnapshotWatchServer {
     feed: SnapshotFeed,
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
+    fleet: Arc<FleetTokens>,
 }
 
 impl SnapshotWatchServer {
-    pub fn new(feed: SnapshotFeed, shutdown: CancellationToken, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        feed: SnapshotFeed,
+        shutdown: CancellationToken,
+        metrics: Arc<Metrics>,
+        fleet: FleetTokens,
+    ) -> Self {
         SnapshotWatchServer {
             feed,
             shutdown,
             metrics,
+            fleet: Arc::new(fleet),
+        }
+    }
+}
+
+/// The fleet tokens proxies must present (`authorization: Bearer <token>`) to watch snapshots.
+/// Several may be valid at once, for rotation: add the new one here, roll the proxies onto it,
+/// then remove the old one. Stored as SHA-256 digests, compared in constant time.
+#[derive(Debug, Clone, Default)]
+pub struct FleetTokens(Vec<[u8; 32]>);
+
+/// Who opened a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// Presented a valid fleet token: gets credentials.
+    Fleet,
+    /// No fleet token is configured: snapshots without inline secrets.
+    Anonymous,
+}
+
+impl FleetTokens {
+    /// From a comma-separated list; blank entries are ignored.
+    pub fn parse(list: Option<&str>) -> FleetTokens {
+        FleetTokens(
+            list.unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| Sha256::digest(t.as_bytes()).into())
+                .collect(),
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn caller(&self, headers: &http::HeaderMap) -> Result<Caller, Status> {
+        if self.0.is_empty() {
+            return Ok(Caller::Anonymous);
+        }
+        let presented = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| Status::unauthenticated("a fleet token is required"))?;
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        // Every configured token is compared, each in constant time.
+        let mut matched = false;
+        for token in &self.0 {
+            let same = token
+                .iter()
+                .zip(digest.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+            matched |= same;
+        }
+        if matched {
+            Ok(Caller::Fleet)
+        } else {
+            Err(Status::unauthenticated("invalid fleet token"))
         }
     }
 }
@@ -81,6 +150,7 @@ impl NamedService for SnapshotWatchServer {
 
 struct StreamState {
     feed: SnapshotFeed,
+    caller: Caller,
     sent: u64,
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
@@ -94,7 +164,7 @@ impl Drop for StreamState {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<PreEncoded, Status>> + Send>>;
 
-struct Watch(SnapshotWatchServer);
+struct Watch(SnapshotWatchServer, Caller);
 
 impl ServerStreamingService<v1::WatchRequest> for Watch {
     type Response = PreEncoded;
@@ -103,21 +173,34 @@ impl ServerStreamingService<v1::WatchRequest> for Watch {
 
     fn call(&mut self, request: Request<v1::WatchRequest>) -> Self::Future {
         let server = self.0.clone();
-        Box::pin(async move { Ok(Response::new(watch_stream(&server, request.into_inner()))) })
+        let caller = self.1;
+        Box::pin(async move {
+            Ok(Response::new(watch_stream(
+                &server,
+                caller,
+                request.into_inner(),
+            )))
+        })
     }
 }
 
 /// The current snapshot at once if newer than `have_revision`, then every newer one; ends when
 /// the server drains.
-fn watch_stream(server: &SnapshotWatchServer, request: v1::WatchRequest) -> WatchStream {
+fn watch_stream(
+    server: &SnapshotWatchServer,
+    caller: Caller,
+    request: v1::WatchRequest,
+) -> WatchStream {
     tracing::info!(
         have_revision = request.have_revision,
         client_id = %request.client_id,
+        authenticated = caller == Caller::Fleet,
         "proxy opened a snapshot stream"
     );
     server.metrics.stream_opened();
     let state = StreamState {
         feed: server.feed.clone(),
+        caller,
         sent: request.have_revision,
         shutdown: server.shutdown.clone(),
         metrics: Arc::clone(&server.metrics),
@@ -130,7 +213,11 @@ fn watch_stream(server: &SnapshotWatchServer, request: v1::WatchRequest) -> Watc
                 if let Some(published) = latest {
                     if published.revision() > state.sent {
                         state.sent = published.revision();
-                        return Some((Ok(PreEncoded(published.encoded.clone())), state));
+                        let bytes = match state.caller {
+                            Caller::Fleet => published.encoded.clone(),
+                            Caller::Anonymous => published.encoded_without_secrets(),
+                        };
+                        return Some((Ok(PreEncoded(bytes)), state));
                     }
                 }
                 tokio::select! {
@@ -162,7 +249,14 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.uri().path() == WATCH_PATH {
-            let method = Watch(self.clone());
+            let caller = match self.fleet.caller(request.headers()) {
+                Ok(caller) => caller,
+                Err(status) => {
+                    tracing::warn!("refused a snapshot stream without a valid fleet token");
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
+            };
+            let method = Watch(self.clone(), caller);
             Box::pin(async move {
                 let codec = tonic_prost::ProstCodec::<PreEncoded, v1::WatchRequest>::default();
                 Ok(Grpc::new(codec).server_streaming(method, request).await)
@@ -182,5 +276,80 @@ where
                 Ok(response)
             })
         }
+    }
+}
+
+/// The gRPC port's accepted connections, at most `max` open at once: over the cap, a new
+/// connection is closed at once (proxies reconnect with backoff). Each connection holds its
+/// permit until it closes.
+pub fn capped_incoming(
+    listener: tokio::net::TcpListener,
+    max: usize,
+) -> impl Stream<Item = std::io::Result<CappedIo>> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    futures_util::stream::unfold((listener, permits), |(listener, permits)| async move {
+        loop {
+            match listener.accept().await {
+                Ok((tcp, _peer)) => {
+                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                        tracing::warn!("gRPC connection refused: at the connection cap");
+                        drop(tcp);
+                        continue;
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let io = CappedIo {
+                        tcp,
+                        _permit: permit,
+                    };
+                    return Some((Ok(io), (listener, permits)));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "gRPC accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+    })
+}
+
+/// A gRPC connection holding its place under the cap.
+pub struct CappedIo {
+    tcp: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for CappedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CappedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for CappedIo {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.tcp.connect_info()
     }
 }

@@ -3,7 +3,7 @@
 //! listens, recompiles and publishes. Readers (gRPC streams, explain) only ever see the latest
 //! snapshot, so a slow reader skips revisions instead of blocking anyone.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prost::bytes::Bytes;
@@ -24,14 +24,28 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub struct Published {
     pub snapshot: Arc<Snapshot>,
-    /// The encoded `v1::Snapshot`, sent as is to every stream.
+    /// The encoded `v1::Snapshot`, sent as is to every authenticated stream.
     pub encoded: Bytes,
+    /// The same snapshot without inline credential secrets, encoded on first use: what a stream
+    /// gets when no fleet token is configured (such a proxy can use `secret_env` credentials
+    /// only).
+    pub without_secrets: OnceLock<Bytes>,
     pub compiled_at_unix_ms: u64,
 }
 
 impl Published {
     pub fn revision(&self) -> u64 {
         self.snapshot.revision
+    }
+
+    pub fn encoded_without_secrets(&self) -> Bytes {
+        self.without_secrets
+            .get_or_init(|| {
+                let mut wire = snapshot_to_proto(&self.snapshot, self.compiled_at_unix_ms);
+                strip_inline_secrets(&mut wire);
+                Bytes::from(wire.encode_to_vec())
+            })
+            .clone()
     }
 }
 
@@ -46,6 +60,18 @@ pub struct Publisher {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Drops every credential whose secret is inline; `secret_env` credentials (resolved on the
+/// proxy) stay. A channel left without credentials is excluded by the engine as
+/// `credential_unavailable`, visibly, rather than failing upstream.
+fn strip_inline_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
+    use switchyard_proto::v1::credential::Secret;
+    for channel in &mut wire.channels {
+        channel
+            .credentials
+            .retain(|credential| !matches!(credential.secret, Some(Secret::Inline(_))));
+    }
+}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -96,6 +122,7 @@ impl Publisher {
         let published = Arc::new(Published {
             snapshot: Arc::new(snapshot),
             encoded,
+            without_secrets: OnceLock::new(),
             compiled_at_unix_ms,
         });
         let elapsed = started.elapsed();

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::PgConnectOptions;
+use switchyard_server::Server;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{app, AppState};
 use crate::config::Config;
-use crate::grpc::SnapshotWatchServer;
+use crate::grpc::{capped_incoming, FleetTokens, SnapshotWatchServer};
 use crate::live::LiveState;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
@@ -89,29 +90,39 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }
+    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
+    let server = Server::new(config.limits.limits());
+    tracing::info!(
+        fd_soft,
+        fd_hard,
+        max_connections = server.max_connections(),
+        grpc_max_connections = config.grpc_max_connections,
+        "connection limits"
+    );
+    state = state.with_connections(server.stats());
     let router = app(state);
-    let http_shutdown = shutdown.clone();
-    tracker.spawn(async move {
-        let served = axum::serve(http, router)
-            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
-            .await;
-        if let Err(error) = served {
-            tracing::error!(error = %error, "HTTP server failed");
-        }
-    });
+    tracker.spawn(server.serve(http, router, shutdown.clone()));
 
+    let fleet = FleetTokens::parse(config.fleet_token.as_deref());
+    if fleet.is_empty() {
+        tracing::warn!("no SWITCHYARD_FLEET_TOKEN: any client reaching the gRPC port may watch snapshots, which therefore carry no inline credential secrets");
+    }
     let grpc_service = SnapshotWatchServer::new(
         publisher.subscribe(),
         shutdown.clone(),
         Arc::clone(&metrics),
+        fleet,
     );
     let grpc_shutdown = shutdown.clone();
+    let grpc_incoming = capped_incoming(grpc, config.grpc_max_connections);
     tracker.spawn(async move {
         let served = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .timeout(Duration::from_secs(30))
             .add_service(grpc_service)
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+                grpc_incoming,
                 async move { grpc_shutdown.cancelled().await },
             )
             .await;

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "fleet-test-admin-token-0123456789";
+const FLEET_TOKEN: &str = "fleet-stream-token-abcdef0123456789";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The test database's URL, reached through `host:port` (Postgres itself or a gate in front).
@@ -44,6 +45,32 @@ fn free_port() -> u16 {
         .port()
 }
 
+type TokenInterceptor =
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type FleetClient = SnapshotServiceClient<
+    tonic::codegen::InterceptedService<tonic::transport::Channel, TokenInterceptor>,
+>;
+
+/// A raw snapshot-stream client presenting `token` (if any) as a proxy does.
+async fn fleet_client(endpoint: &str, token: Option<&str>) -> FleetClient {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let header: Option<tonic::metadata::MetadataValue<_>> =
+        token.map(|t| format!("Bearer {t}").parse().unwrap());
+    let interceptor: TokenInterceptor = Box::new(move |mut request: tonic::Request<()>| {
+        if let Some(value) = &header {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    });
+    SnapshotServiceClient::with_interceptor(channel, interceptor)
+}
+
 /// One `switchyard-control-plane` process, killed on drop.
 struct ControlPlane {
     child: Child,
@@ -62,7 +89,8 @@ impl ControlPlane {
         let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"));
         command
             .env_remove("REDIS_URL")
-            .env_remove("SWITCHYARD_REDIS_PREFIX");
+            .env_remove("SWITCHYARD_REDIS_PREFIX")
+            .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN);
         for (name, value) in env {
             command.env(name, value);
         }
@@ -206,7 +234,7 @@ fn follow(endpoint: String, shutdown: &CancellationToken) -> Feed {
     let (tx, rx) = watch::channel(None);
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        switchyard_proto::watch_snapshots(endpoint, 0, tx, shutdown)
+        switchyard_proto::watch_snapshots(endpoint, 0, Some(FLEET_TOKEN.to_owned()), tx, shutdown)
             .await
             .unwrap();
     });
@@ -283,7 +311,7 @@ async fn a_reconnecting_proxy_resumes_from_its_revision(
     let url = database_url(&opts, &postgres_addr(&opts));
     let cp = ControlPlane::spawn(&url, 0).await;
     let held = cp.create_route("first").await;
-    let mut client = SnapshotServiceClient::connect(cp.endpoint()).await.unwrap();
+    let mut client = fleet_client(&cp.endpoint(), Some(FLEET_TOKEN)).await;
 
     // A proxy with nothing gets the current snapshot at once.
     let mut fresh = client
@@ -484,7 +512,7 @@ async fn a_stalled_proxy_blocks_no_one_and_then_gets_the_latest(
 ) {
     let url = database_url(&opts, &postgres_addr(&opts));
     let cp = ControlPlane::spawn(&url, 0).await;
-    let mut client = SnapshotServiceClient::connect(cp.endpoint()).await.unwrap();
+    let mut client = fleet_client(&cp.endpoint(), Some(FLEET_TOKEN)).await;
     // Opened and never read while the writes happen.
     let mut stalled = client
         .watch(WatchRequest {
@@ -605,4 +633,111 @@ async fn one_of_two_replicas_leads_the_probes_and_the_lead_moves_on_kill(
             let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut con);
         }
     }
+}
+
+/// A channel with one inline credential and one from the proxy's environment.
+async fn create_channel_with_credentials(cp: &ControlPlane) {
+    let (status, _, channel) = cp
+        .call(
+            "POST",
+            "/api/v1/channels",
+            Some(json!({"name": "c", "provider": "openai", "base_url": "http://127.0.0.1:9"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{channel}");
+    let id = channel["id"].as_i64().unwrap();
+    for body in [
+        json!({"secret": "sk-inline-fleet-secret"}),
+        json!({"secret_env": "OPENAI_KEY_ON_PROXIES"}),
+    ] {
+        let (status, _, created) = cp
+            .call(
+                "POST",
+                &format!("/api/v1/channels/{id}/credentials"),
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+    }
+}
+
+/// The first snapshot on a fresh stream that has both credentials' writes (the publisher may
+/// still be on an older revision when the stream opens).
+async fn snapshot_with_credentials(
+    client: &mut FleetClient,
+) -> Result<switchyard_proto::v1::Snapshot, tonic::Status> {
+    let mut stream = client
+        .watch(WatchRequest {
+            have_revision: 0,
+            client_id: "t".into(),
+        })
+        .await?
+        .into_inner();
+    loop {
+        let snapshot = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("no snapshot in time")?
+            .expect("stream ended");
+        let has_env = snapshot
+            .channels
+            .iter()
+            .flat_map(|c| &c.credentials)
+            .any(|c| format!("{:?}", c.secret).contains("OPENAI_KEY_ON_PROXIES"));
+        if has_env {
+            return Ok(snapshot);
+        }
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_unauthenticated_watch_is_refused_and_rotation_accepts_both_tokens(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn_with(
+        &url,
+        0,
+        &[(
+            "SWITCHYARD_FLEET_TOKEN",
+            "old-fleet-token-123, new-fleet-token-456",
+        )],
+    )
+    .await;
+    create_channel_with_credentials(&cp).await;
+    for token in [None, Some("wrong-token"), Some("old-fleet-token-12")] {
+        let mut client = fleet_client(&cp.endpoint(), token).await;
+        let status = snapshot_with_credentials(&mut client).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{token:?}");
+    }
+    for token in ["old-fleet-token-123", "new-fleet-token-456"] {
+        let mut client = fleet_client(&cp.endpoint(), Some(token)).await;
+        let snapshot = snapshot_with_credentials(&mut client).await.unwrap();
+        let secrets: Vec<_> = snapshot.channels[0]
+            .credentials
+            .iter()
+            .map(|c| format!("{:?}", c.secret))
+            .collect();
+        assert!(
+            secrets.iter().any(|s| s.contains("sk-inline-fleet-secret")),
+            "an authenticated proxy gets inline credentials: {secrets:?}"
+        );
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn without_a_fleet_token_snapshots_carry_no_inline_secrets(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn_with(&url, 0, &[("SWITCHYARD_FLEET_TOKEN", "")]).await;
+    create_channel_with_credentials(&cp).await;
+    let mut client = fleet_client(&cp.endpoint(), None).await;
+    let snapshot = snapshot_with_credentials(&mut client).await.unwrap();
+    let encoded = format!("{snapshot:?}");
+    assert!(!encoded.contains("sk-inline-fleet-secret"), "{encoded}");
+    let credentials = &snapshot.channels[0].credentials;
+    assert_eq!(credentials.len(), 1, "only the env credential remains");
+    assert!(format!("{:?}", credentials[0].secret).contains("OPENAI_KEY_ON_PROXIES"));
 }

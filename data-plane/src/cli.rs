@@ -21,6 +21,11 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_CONTROL_PLANE", conflicts_with = "config")]
     pub control_plane: Option<String>,
 
+    /// Fleet token presented to the control plane's snapshot stream (required when the control
+    /// plane has SWITCHYARD_FLEET_TOKEN set; without it snapshots carry no inline secrets).
+    #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
+    pub fleet_token: Option<String>,
+
     /// HTTP listen address.
     #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,

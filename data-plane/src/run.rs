@@ -71,11 +71,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 }
             });
             let endpoint = endpoint.clone();
+            let fleet_token = cli.fleet_token.clone();
             tokio::spawn(async move {
-                if let Err(e) =
-                    switchyard_proto::watch_snapshots(endpoint, have_revision, snapshots, cancel)
-                        .await
-                {
+                let watched = switchyard_proto::watch_snapshots(
+                    endpoint,
+                    have_revision,
+                    fleet_token,
+                    snapshots,
+                    cancel,
+                )
+                .await;
+                if let Err(e) = watched {
                     tracing::error!(error = %e, "snapshot stream stopped");
                 }
             });

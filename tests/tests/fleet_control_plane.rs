@@ -27,6 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
 const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
 const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
+const FLEET_TOKEN: &str = "e2e-fleet-token-0123456789abcdef";
 /// Starting processes, a control plane coming back, a proxy reconnecting (backoff up to 10 s).
 const PATIENCE: Duration = Duration::from_secs(60);
 /// A committed change reaching a connected proxy: SPEC §5 says "without polling delays"; this
@@ -211,6 +212,7 @@ impl ControlPlane {
                 .env_remove("SWITCHYARD_REDIS_PREFIX")
                 .env("DATABASE_URL", database_url)
                 .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
+                .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
                 .env("SWITCHYARD_HTTP_ADDR", http)
                 .env("SWITCHYARD_GRPC_ADDR", grpc)
                 .env("RUST_LOG", "info"),
@@ -326,6 +328,7 @@ impl Proxy {
             .env_remove("SWITCHYARD_CONFIG")
             .env_remove("SWITCHYARD_SNAPSHOT_CACHE")
             .env("SWITCHYARD_CONTROL_PLANE", control_plane)
+            .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
             .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info");
         if let Some(cache) = cache {

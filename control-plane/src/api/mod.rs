@@ -51,6 +51,8 @@ pub struct AppState {
     pub live: Option<LiveState>,
     /// The recovery job, for `/metrics`.
     pub recovery: Option<Arc<Recovery>>,
+    /// The HTTP server's connection counters, for `/metrics`.
+    pub connections: Option<switchyard_server::Stats>,
 }
 
 impl AppState {
@@ -67,6 +69,7 @@ impl AppState {
             metrics,
             live: None,
             recovery: None,
+            connections: None,
         }
     }
 
@@ -78,6 +81,12 @@ impl AppState {
 
     pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
         self.recovery = Some(recovery);
+        self
+    }
+
+    /// The HTTP server's connection counters, rendered in `/metrics`.
+    pub fn with_connections(mut self, connections: switchyard_server::Stats) -> AppState {
+        self.connections = Some(connections);
         self
     }
 }

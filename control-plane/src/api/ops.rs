@@ -42,6 +42,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(live) = &state.live {
         live.store().render_metrics(&mut page);
     }
+    if let Some(connections) = &state.connections {
+        connections.render(&mut page);
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use switchyard_engine::Snapshot;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tonic::metadata::{Ascii, MetadataValue};
 
 use crate::convert::snapshot_from_proto;
 use crate::v1::snapshot_service_client::SnapshotServiceClient;
@@ -16,6 +17,9 @@ use crate::v1::WatchRequest;
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest delay between reconnect attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Largest snapshot message a proxy accepts.
+pub const MAX_SNAPSHOT_BYTES: usize = 256 * 1024 * 1024;
 
 /// The only error [`watch_snapshots`] returns: an endpoint that can never work.
 #[derive(Debug, thiserror::Error)]
@@ -33,12 +37,31 @@ pub enum WatchError {
 /// exponential backoff (100 ms doubling to 10 s, with jitter), asking for revisions newer than
 /// the one it holds. Returns `Ok(())` once `shutdown` is cancelled, and an error only for an
 /// endpoint that cannot be parsed.
+///
+/// `fleet_token` is presented as `authorization: Bearer <token>` on every stream; a control
+/// plane with fleet tokens configured refuses a stream without a valid one, and one without
+/// them sends snapshots with no inline credential secrets.
 pub async fn watch_snapshots(
     endpoint: String,
     have_revision: u64,
+    fleet_token: Option<String>,
     tx: watch::Sender<Option<Arc<Snapshot>>>,
     shutdown: CancellationToken,
 ) -> Result<(), WatchError> {
+    let authorization = match fleet_token.as_deref().map(str::trim) {
+        Some(token) if !token.is_empty() => {
+            let mut value: MetadataValue<Ascii> =
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| WatchError::InvalidEndpoint {
+                        endpoint: endpoint.clone(),
+                        reason: "the fleet token is not a valid header value".to_owned(),
+                    })?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        _ => None,
+    };
     let endpoint_config = tonic::transport::Endpoint::from_shared(endpoint.clone())
         .map_err(|e| WatchError::InvalidEndpoint {
             endpoint: endpoint.clone(),
@@ -58,7 +81,7 @@ pub async fn watch_snapshots(
         let held = held_revision(&tx, have_revision);
         let outcome = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
-            outcome = follow_once(&endpoint_config, held, &tx) => outcome,
+            outcome = follow_once(&endpoint_config, held, authorization.as_ref(), &tx) => outcome,
         };
         match outcome {
             Ok(received_any) => {
@@ -94,6 +117,7 @@ fn held_revision(tx: &watch::Sender<Option<Arc<Snapshot>>>, have_revision: u64) 
 async fn follow_once(
     endpoint: &tonic::transport::Endpoint,
     have_revision: u64,
+    authorization: Option<&MetadataValue<Ascii>>,
     tx: &watch::Sender<Option<Arc<Snapshot>>>,
 ) -> Result<bool, (bool, String)> {
     let channel = endpoint
@@ -101,13 +125,20 @@ async fn follow_once(
         .await
         .map_err(|e| (false, format!("connect: {e}")))?;
     let mut client = SnapshotServiceClient::new(channel)
-        // Large fleets produce large snapshots; the default 4 MiB limit is too small.
-        .max_decoding_message_size(usize::MAX);
+        // Large fleets produce large snapshots; the default 4 MiB limit is too small (100 000
+        // members encode to about 4.2 MiB), but a bound stays.
+        .max_decoding_message_size(MAX_SNAPSHOT_BYTES);
+    let mut request = tonic::Request::new(WatchRequest {
+        have_revision,
+        client_id: String::new(),
+    });
+    if let Some(value) = authorization {
+        request
+            .metadata_mut()
+            .insert("authorization", value.clone());
+    }
     let mut stream = client
-        .watch(WatchRequest {
-            have_revision,
-            client_id: String::new(),
-        })
+        .watch(request)
         .await
         .map_err(|status| (false, format!("watch: {status}")))?
         .into_inner();
