@@ -145,7 +145,7 @@ pub fn gemini_error_status(code: u16) -> &'static str {
         500 => "INTERNAL",
         501 => "UNIMPLEMENTED",
         502 | 503 | 529 => "UNAVAILABLE",
-        400..=499 => "FAILED_PRECONDITION",
+        c if (400..500).contains(&c) => "FAILED_PRECONDITION",
         _ => "UNKNOWN",
     }
 }
