@@ -190,8 +190,9 @@ impl Behavior {
         self
     }
 
-    /// Answers as SSE whatever the request asked, with `chunks` content events and `gap` between
-    /// events. Without it, streaming follows the request's `"stream": true` (3 chunks, no gap).
+    /// Answers as SSE whatever the request asked, in the protocol of the path, with `chunks`
+    /// content events and `gap` between events. Without it, streaming follows the request's
+    /// `"stream": true`, or Gemini's `:streamGenerateContent` (3 chunks, no gap).
     pub fn stream(mut self, chunks: usize, gap: Duration) -> Self {
         self.stream = Some(StreamShape { chunks, gap });
         self
