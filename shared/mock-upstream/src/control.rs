@@ -1,6 +1,18 @@
 //! The HTTP control API under `/__mock/`, so tests in other languages and failover drills can
 //! script a running mock: `POST /__mock/rules`, `GET /__mock/rules`, `GET /__mock/hits`,
 //! `GET /__mock/requests`, `POST /__mock/reset`. Control requests are never counted as hits.
+//!
+//! A rule is `{"matcher": {...}, "behavior": {...}}`; [`BehaviorSpec`] maps each JSON field to
+//! the [`Behavior`] refinement of the same name, e.g.
+//!
+//! ```json
+//! {"matcher": {"path": "/v1/messages", "credential": "sk-ant-a"},
+//!  "behavior": {"text": "Let me check.",
+//!               "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+//!               "cached_tokens": 1024, "stream": {"chunks": 4, "gap_ms": 20}}}
+//! ```
+//!
+//! A tool call's `arguments` is the arguments' JSON text or any JSON object (sent as its text).
 
 use std::time::Duration;
 
@@ -48,11 +60,40 @@ pub struct BehaviorSpec {
     pub malformed: bool,
     #[serde(default)]
     pub empty_completion: bool,
+    /// [`Behavior::text`].
+    pub text: Option<String>,
+    /// [`Behavior::tool_call`], in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCallSpec>,
+    /// [`Behavior::cached_tokens`].
+    pub cached_tokens: Option<u64>,
     pub stream: Option<StreamSpec>,
     #[serde(default)]
     pub cut_before_first_byte: bool,
     pub cut_after_chunks: Option<usize>,
     pub times: Option<usize>,
+}
+
+/// One scripted tool call: `{"name": "get_weather", "arguments": {"city": "Paris"}}`;
+/// `arguments` may also be the JSON text (`"{\"city\":\"Paris\"}"`) and defaults to `{}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallSpec {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: serde_json::Value,
+}
+
+impl ToolCallSpec {
+    /// The arguments as JSON text: a string verbatim, `{}` when absent, any other value
+    /// serialized.
+    pub fn arguments_text(&self) -> String {
+        match &self.arguments {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Null => "{}".to_owned(),
+            other => other.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +146,15 @@ impl From<BehaviorSpec> for Behavior {
         }
         if spec.empty_completion {
             b = b.empty_completion();
+        }
+        if let Some(text) = spec.text {
+            b = b.text(text);
+        }
+        for call in &spec.tool_calls {
+            b = b.tool_call(call.name.clone(), call.arguments_text());
+        }
+        if let Some(n) = spec.cached_tokens {
+            b = b.cached_tokens(n);
         }
         if let Some(stream) = spec.stream {
             b = b.stream(stream.chunks, Duration::from_millis(stream.gap_ms));
@@ -209,6 +259,26 @@ mod tests {
                 .stream(4, Duration::from_millis(10))
                 .cut_after_chunks(2)
                 .times(2)
+        );
+    }
+
+    #[test]
+    fn tool_calls_text_and_cached_tokens_map_to_the_refinements() {
+        let spec: BehaviorSpec = serde_json::from_str(
+            r#"{"text":"Checking.","cached_tokens":64,
+                "tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}},
+                              {"name":"raw","arguments":"{\"a\":1}"},
+                              {"name":"none"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            Behavior::from(spec),
+            Behavior::ok()
+                .text("Checking.")
+                .tool_call("get_weather", r#"{"city":"Paris"}"#)
+                .tool_call("raw", r#"{"a":1}"#)
+                .tool_call("none", "{}")
+                .cached_tokens(64)
         );
     }
 

@@ -1,5 +1,18 @@
-//! A scriptable mock of an OpenAI-compatible upstream (plus Anthropic `/v1/messages`), for tests,
-//! demos and failover drills.
+//! A scriptable mock LLM upstream that speaks three protocols natively, for tests, demos and
+//! failover drills:
+//!
+//! - **OpenAI** (`/v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/embeddings`,
+//!   `/v1/models`, images, audio), credential from `Authorization: Bearer`;
+//! - **Anthropic Messages** (`/v1/messages`, `/v1/messages/count_tokens`), credential from
+//!   `x-api-key`, Anthropic's SSE event sequence (`message_start`, `content_block_*`, `ping`,
+//!   `message_delta`, `message_stop`);
+//! - **Gemini** (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse`,
+//!   `:countTokens`), model from the path, credential from `x-goog-api-key` or `?key=`.
+//!
+//! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
+//! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`), and
+//! [`Behavior::tool_call`], [`Behavior::text`] and [`Behavior::cached_tokens`] are said in each
+//! protocol's own fields, streamed or not.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -12,6 +25,10 @@
 //!     Behavior::status(429).retry_after(7).times(2),
 //! );
 //! mock.on(Matcher::any().model("slow"), Behavior::ok().latency(Duration::from_millis(200)));
+//! mock.on(
+//!     Matcher::path("/v1/messages"),
+//!     Behavior::ok().tool_call("get_weather", r#"{"city":"Paris"}"#).cached_tokens(512),
+//! );
 //! // point a client at mock.base_url() ...
 //! assert_eq!(mock.hits(), 0);
 //! # Ok(()) }
@@ -27,7 +44,7 @@ mod script;
 mod server;
 pub mod sim;
 
-pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec};
+pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec, ToolCallSpec};
 pub use respond::DEFAULT_STREAM_CHUNKS;
 pub use script::{Behavior, HitCounts, Matcher, RecordedRequest, RuleReport, StreamShape};
 pub use server::{MockOptions, MockUpstream};

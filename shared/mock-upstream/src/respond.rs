@@ -1,5 +1,12 @@
-//! Turns a request and the [`Behavior`] chosen for it into a response: the default answer of each
-//! endpoint (built with [`crate::sim`]), scripted errors, and SSE bodies that can stall or break.
+//! Turns a request and the [`Behavior`] chosen for it into a response: the answer of each
+//! endpoint in its protocol (OpenAI, Anthropic Messages, Gemini; built with [`crate::sim`] from
+//! the behaviour's text, tool calls and cached tokens), scripted errors in the shape of the
+//! path's protocol, and streamed bodies that can stall or break.
+//!
+//! Streams are decided per endpoint: OpenAI and Anthropic paths stream on the body's
+//! `"stream": true`, Gemini's `:streamGenerateContent` always streams (SSE with `?alt=sse`, a
+//! JSON array written piece by piece without), and any endpoint streams when the behaviour
+//! forces it (`stream`, `cut_after_chunks`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -15,7 +22,7 @@ use serde_json::Value;
 use tokio::time::Sleep;
 
 use crate::script::{Behavior, RecordedRequest};
-use crate::sim;
+use crate::sim::{self, Protocol};
 
 /// Chunks streamed when the request asks for `"stream": true` and no rule says otherwise.
 pub const DEFAULT_STREAM_CHUNKS: usize = 3;
@@ -128,7 +135,7 @@ fn cut_error() -> io::Error {
     )
 }
 
-/// What kind of API answers on a path; decides the shape of errors and of streams.
+/// What kind of API answers on a path; decides the shape of answers and of streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Endpoint {
     Chat,
@@ -141,6 +148,10 @@ enum Endpoint {
     Models,
     Model,
     Messages,
+    MessagesCountTokens,
+    GeminiGenerate,
+    GeminiStream,
+    GeminiCountTokens,
 }
 
 fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
@@ -154,7 +165,14 @@ fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
         "/v1/audio/transcriptions" => (true, Endpoint::Transcriptions),
         "/v1/models" => (false, Endpoint::Models),
         "/v1/messages" => (true, Endpoint::Messages),
+        "/v1/messages/count_tokens" => (true, Endpoint::MessagesCountTokens),
         p if p.starts_with("/v1/models/") => (false, Endpoint::Model),
+        p if p.starts_with("/v1beta/models/") => match p.rsplit_once(':') {
+            Some((_, "generateContent")) => (true, Endpoint::GeminiGenerate),
+            Some((_, "streamGenerateContent")) => (true, Endpoint::GeminiStream),
+            Some((_, "countTokens")) => (true, Endpoint::GeminiCountTokens),
+            _ => return Err(StatusCode::NOT_FOUND),
+        },
         _ => return Err(StatusCode::NOT_FOUND),
     };
     let method_ok = if want_post {
@@ -194,17 +212,17 @@ pub fn respond(
 }
 
 fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> Response<MockBody> {
-    let anthropic = request.path == "/v1/messages";
+    let protocol = Protocol::of_path(&request.path);
     let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
     if behavior.malformed {
         let status = status.unwrap_or(StatusCode::OK);
-        return full(status, "application/json", MALFORMED_BODY);
+        return full(status, "application/json", malformed_body(protocol));
     }
     if let Some(status) = status.filter(|s| !s.is_success()) {
         let body = behavior
             .body
             .clone()
-            .unwrap_or_else(|| error_body(anthropic, status, "mock upstream scripted error"));
+            .unwrap_or_else(|| error_body(protocol, status, "mock upstream scripted error"));
         return full(status, content_type_of(&body), body);
     }
     let status = status.unwrap_or(StatusCode::OK);
@@ -221,19 +239,28 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             return full(
                 status,
                 "application/json",
-                error_body(anthropic, status, &message),
+                error_body(protocol, status, &message),
             );
         }
     };
     let json = request.json();
     let model = request.model.as_deref().unwrap_or(sim::DEFAULT_MODEL);
-    let content = if behavior.empty_completion {
+    let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
+    // What chat, messages and Gemini say (text and tool calls), and the text of the endpoints
+    // that cannot carry tool calls.
+    let answer = script_answer(behavior, model, prompt_tokens);
+    let plain_text = if behavior.empty_completion {
         ""
     } else {
-        sim::DEFAULT_CONTENT
+        behavior.text.as_deref().unwrap_or(sim::DEFAULT_CONTENT)
     };
-    let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
-    let wants_stream = json.get("stream").and_then(Value::as_bool) == Some(true);
+    let wants_stream = match endpoint {
+        Endpoint::GeminiStream => true,
+        Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens | Endpoint::MessagesCountTokens => {
+            false
+        }
+        _ => json.get("stream").and_then(Value::as_bool) == Some(true),
+    };
     if behavior.stream.is_some() || behavior.cut_after_chunks.is_some() || wants_stream {
         let chunks = match (behavior.stream, behavior.cut_after_chunks) {
             (Some(shape), _) => shape.chunks,
@@ -241,22 +268,28 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             (None, None) => DEFAULT_STREAM_CHUNKS,
         };
         let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
+        let mut content_type = "text/event-stream";
         let mut events = match endpoint {
-            Endpoint::Completions => sim::completion_chunks(model, content, chunks),
-            Endpoint::Responses => sim::response_events(model, content, chunks, prompt_tokens),
-            Endpoint::Messages => sim::anthropic_events(model, content, chunks, prompt_tokens),
+            Endpoint::Completions => sim::completion_chunks(model, plain_text, chunks),
+            Endpoint::Responses => sim::response_events(model, plain_text, chunks, prompt_tokens),
+            Endpoint::Messages | Endpoint::MessagesCountTokens => {
+                sim::anthropic_answer_events(&answer, chunks)
+            }
+            Endpoint::GeminiStream if request.query_param("alt") != Some("sse") => {
+                // Without `alt=sse` Gemini streams one JSON array of responses.
+                content_type = "application/json";
+                json_array_pieces(sim::gemini_stream_responses(&answer, chunks))
+            }
+            Endpoint::GeminiGenerate | Endpoint::GeminiStream | Endpoint::GeminiCountTokens => {
+                sim::gemini_events(&answer, chunks)
+            }
             // Other endpoints have no stream of their own; a forced stream uses the chat shape.
             _ => {
                 let include_usage = json
                     .pointer("/stream_options/include_usage")
                     .and_then(Value::as_bool)
                     == Some(true);
-                sim::chat_chunks_with_usage(
-                    model,
-                    content,
-                    chunks,
-                    include_usage.then_some(prompt_tokens),
-                )
+                sim::chat_answer_chunks(&answer, chunks, include_usage)
             }
         };
         let cut = behavior.cut_after_chunks.is_some();
@@ -266,14 +299,14 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
         }
         return Response::builder()
             .status(status)
-            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CONTENT_TYPE, content_type)
             .header(header::CACHE_CONTROL, "no-cache")
             .body(MockBody::events(events, gap, cut))
             .unwrap_or_else(|_| internal_error());
     }
     let body = match endpoint {
-        Endpoint::Chat => sim::chat_completion_json_with_usage(model, content, prompt_tokens),
-        Endpoint::Completions => sim::completion_json(model, content, prompt_tokens),
+        Endpoint::Chat => sim::chat_answer_json(&answer),
+        Endpoint::Completions => sim::completion_json(model, plain_text, prompt_tokens),
         Endpoint::Embeddings => {
             let inputs = match json.get("input") {
                 Some(Value::Array(items)) => items.len().max(1),
@@ -286,13 +319,15 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             let base64 = json.get("encoding_format").and_then(Value::as_str) == Some("base64");
             sim::embeddings_json_with(model, inputs, dimensions, base64)
         }
-        Endpoint::Responses => sim::response_json(model, content, prompt_tokens),
+        Endpoint::Responses => sim::response_json(model, plain_text, prompt_tokens),
         Endpoint::Images => {
             let n = json.get("n").and_then(Value::as_u64).unwrap_or(1).min(10) as usize;
             sim::images_json(n)
         }
         Endpoint::Speech => return full(status, "audio/mpeg", sim::speech_bytes()),
-        Endpoint::Transcriptions => sim::transcription_json(sim::DEFAULT_CONTENT),
+        Endpoint::Transcriptions => {
+            sim::transcription_json(behavior.text.as_deref().unwrap_or(sim::DEFAULT_CONTENT))
+        }
         Endpoint::Models => {
             let ids: Vec<&str> = models.iter().map(String::as_str).collect();
             sim::models_json(&ids)
@@ -308,23 +343,75 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             serde_json::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"})
                 .to_string()
         }
-        Endpoint::Messages => sim::anthropic_message_json(model, content, prompt_tokens),
+        Endpoint::Messages => sim::anthropic_answer_json(&answer),
+        Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(prompt_tokens),
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream => sim::gemini_response_json(&answer),
+        Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(prompt_tokens),
     };
     full(status, "application/json", body)
 }
 
-/// Looks like the start of a chat completion, then stops being JSON.
-const MALFORMED_BODY: &str =
-    "{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion\",\"choices\":[<<mock: malformed>>";
-
-fn error_body(anthropic: bool, status: StatusCode, message: &str) -> String {
-    let message = format!("{message} (HTTP {})", status.as_u16());
-    if anthropic {
-        sim::anthropic_error_json(&message, sim::anthropic_error_kind(status.as_u16()))
-    } else {
-        let (kind, code) = sim::openai_error_kind(status.as_u16());
-        sim::openai_error_json(&message, kind, code)
+/// What `behavior` makes the model say: its text (the default text unless it scripts tool calls),
+/// its tool calls and cached tokens; nothing at all for an empty completion.
+fn script_answer(behavior: &Behavior, model: &str, prompt_tokens: u64) -> sim::Answer {
+    let answer = sim::Answer::new(model, "")
+        .prompt_tokens(prompt_tokens)
+        .cached_tokens(behavior.cached_tokens);
+    if behavior.empty_completion {
+        return answer;
     }
+    let default_text = if behavior.tool_calls.is_empty() {
+        sim::DEFAULT_CONTENT
+    } else {
+        ""
+    };
+    sim::Answer {
+        text: behavior
+            .text
+            .clone()
+            .unwrap_or_else(|| default_text.to_owned()),
+        tool_calls: behavior.tool_calls.clone(),
+        ..answer
+    }
+}
+
+/// A JSON array written piece by piece (`[` r0, `,\r\n` r1, ..., `]`), the way Gemini streams
+/// `streamGenerateContent` without `alt=sse`.
+fn json_array_pieces(items: Vec<String>) -> Vec<String> {
+    let mut pieces: Vec<String> = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if i == 0 {
+                format!("[{item}")
+            } else {
+                format!(",\r\n{item}")
+            }
+        })
+        .collect();
+    if pieces.is_empty() {
+        pieces.push("[".to_owned());
+    }
+    pieces.push("]".to_owned());
+    pieces
+}
+
+/// Looks like the start of an answer of the protocol, then stops being JSON.
+fn malformed_body(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::OpenAi => {
+            "{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion\",\"choices\":[<<mock: malformed>>"
+        }
+        Protocol::Anthropic => {
+            "{\"id\":\"msg_mock\",\"type\":\"message\",\"content\":[<<mock: malformed>>"
+        }
+        Protocol::Gemini => "{\"candidates\":[{\"content\":<<mock: malformed>>",
+    }
+}
+
+fn error_body(protocol: Protocol, status: StatusCode, message: &str) -> String {
+    let message = format!("{message} (HTTP {})", status.as_u16());
+    sim::error_json(protocol, status.as_u16(), &message)
 }
 
 fn content_type_of(body: &str) -> &'static str {

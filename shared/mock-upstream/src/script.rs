@@ -7,6 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::sim::ToolCall;
+
 /// Selects requests. Every field that is set must match; [`Matcher::any`] matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Matcher {
@@ -35,13 +37,15 @@ impl Matcher {
         self
     }
 
-    /// Also requires this credential: the token of `Authorization: Bearer X` or `x-api-key: X`.
+    /// Also requires this credential: the token of `Authorization: Bearer X`, `x-api-key: X`,
+    /// `x-goog-api-key: X` or the `?key=X` query parameter (Gemini).
     pub fn credential(mut self, credential: &str) -> Self {
         self.credential = Some(credential.to_owned());
         self
     }
 
-    /// Also requires this model (the body's `"model"`, or the `model` field of a multipart form).
+    /// Also requires this model (the body's `"model"`, the `model` field of a multipart form, or
+    /// the `{model}` of a Gemini path `/v1beta/models/{model}:method`).
     pub fn model(mut self, model: &str) -> Self {
         self.model = Some(model.to_owned());
         self
@@ -69,6 +73,9 @@ pub struct Behavior {
     pub(crate) hang: bool,
     pub(crate) malformed: bool,
     pub(crate) empty_completion: bool,
+    pub(crate) text: Option<String>,
+    pub(crate) tool_calls: Vec<ToolCall>,
+    pub(crate) cached_tokens: u64,
     pub(crate) stream: Option<StreamShape>,
     pub(crate) cut_before_first_byte: bool,
     pub(crate) cut_after_chunks: Option<usize>,
@@ -93,6 +100,9 @@ impl Behavior {
             hang: false,
             malformed: false,
             empty_completion: false,
+            text: None,
+            tool_calls: Vec::new(),
+            cached_tokens: 0,
             stream: None,
             cut_before_first_byte: false,
             cut_after_chunks: None,
@@ -100,8 +110,9 @@ impl Behavior {
         }
     }
 
-    /// Answers with this status. A non-2xx status carries an OpenAI-shaped error body
-    /// (Anthropic-shaped on `/v1/messages`); a 2xx status carries the default OK answer.
+    /// Answers with this status. A non-2xx status carries an error body in the shape of the
+    /// request path's protocol (OpenAI; Anthropic on `/v1/messages*`; Gemini on `/v1beta/*`);
+    /// a 2xx status carries the default OK answer.
     pub fn status(status: u16) -> Self {
         Self {
             status: Some(status),
@@ -144,14 +155,44 @@ impl Behavior {
         self
     }
 
-    /// 200 with an empty assistant message (`choices[0].message.content == ""`).
+    /// 200 with an answer that says nothing, in the protocol's shape: OpenAI
+    /// `choices[0].message.content == ""`, Anthropic `content: []`, Gemini `parts: []`. Text and
+    /// tool calls set by other refinements are dropped.
     pub fn empty_completion(mut self) -> Self {
         self.empty_completion = true;
         self
     }
 
-    /// Answers as SSE whatever the request asked, with `chunks` content events and `gap` between
-    /// events. Without it, streaming follows the request's `"stream": true` (3 chunks, no gap).
+    /// The assistant text of chat, completions, responses, messages and Gemini answers, instead of
+    /// [`sim::DEFAULT_CONTENT`](crate::sim::DEFAULT_CONTENT). With [`tool_call`](Self::tool_call)
+    /// it is the text said before the calls (without it, a tool-calling answer has no text).
+    pub fn text(mut self, text: impl Into<String>) -> Self {
+        self.text = Some(text.into());
+        self
+    }
+
+    /// Answers with a call of tool `name` with `arguments` (JSON text, e.g.
+    /// `r#"{"city":"Paris"}"#`), in the request's protocol: OpenAI `message.tool_calls` with
+    /// `finish_reason: "tool_calls"`, Anthropic a `tool_use` block with
+    /// `stop_reason: "tool_use"`, Gemini a `functionCall` part. Call it again for parallel calls.
+    /// Streams carry the arguments in pieces (OpenAI `function.arguments` deltas, Anthropic
+    /// `input_json_delta`s); Gemini sends each call whole.
+    pub fn tool_call(mut self, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        self.tool_calls.push(ToolCall::new(name, arguments));
+        self
+    }
+
+    /// Reports `n` prompt tokens as read from the prompt cache, in each protocol's own field:
+    /// OpenAI `usage.prompt_tokens_details.cached_tokens`, Anthropic
+    /// `usage.cache_read_input_tokens`, Gemini `usageMetadata.cachedContentTokenCount`.
+    pub fn cached_tokens(mut self, n: u64) -> Self {
+        self.cached_tokens = n;
+        self
+    }
+
+    /// Answers as SSE whatever the request asked, in the protocol of the path, with `chunks`
+    /// content events and `gap` between events. Without it, streaming follows the request's
+    /// `"stream": true`, or Gemini's `:streamGenerateContent` (3 chunks, no gap).
     pub fn stream(mut self, chunks: usize, gap: Duration) -> Self {
         self.stream = Some(StreamShape { chunks, gap });
         self
@@ -183,15 +224,30 @@ pub struct RecordedRequest {
     pub method: String,
     /// Path without the query string.
     pub path: String,
-    /// From `Authorization: Bearer X` or `x-api-key: X`.
+    /// The query string (without `?`), when there is one.
+    pub query: Option<String>,
+    /// From `Authorization: Bearer X`, `x-api-key: X`, `x-goog-api-key: X` or `?key=X`.
     pub credential: Option<String>,
+    /// Every request header (e.g. `anthropic-version`).
     pub headers: http::HeaderMap,
     pub body: Bytes,
-    /// The body's `"model"`, when there is one.
+    /// The body's `"model"`, or the model of a Gemini path, when there is one.
     pub model: Option<String>,
 }
 
 impl RecordedRequest {
+    /// The value of query parameter `name` (not percent-decoded), e.g. Gemini's `alt` or `key`.
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query
+            .as_deref()?
+            .split('&')
+            .find_map(|pair| match pair.split_once('=') {
+                Some((k, v)) if k == name => Some(v),
+                None if pair == name => Some(""),
+                _ => None,
+            })
+    }
+
     /// The body parsed as JSON, or `Null` when it is not JSON.
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
@@ -338,6 +394,7 @@ mod tests {
         RecordedRequest {
             method: "POST".into(),
             path: path.into(),
+            query: None,
             credential: credential.map(Into::into),
             headers: http::HeaderMap::new(),
             body: Bytes::new(),

@@ -67,7 +67,7 @@ impl Shared {
     }
 }
 
-/// A scriptable OpenAI/Anthropic-compatible upstream on a local port. Dropping it stops the
+/// A scriptable OpenAI/Anthropic/Gemini-compatible upstream on a local port. Dropping it stops the
 /// server and closes every connection.
 pub struct MockUpstream {
     addr: SocketAddr,
@@ -250,10 +250,10 @@ async fn handle(
         Ok(collected) => collected.to_bytes(),
         Err(error) => {
             tracing::debug!(%error, "mock upstream: reading request body failed");
-            let body = sim::openai_error_json(
+            let body = sim::error_json(
+                sim::Protocol::of_path(parts.uri.path()),
+                400,
                 "request body unreadable or too large",
-                "invalid_request_error",
-                "invalid_request",
             );
             return Ok(respond::full(
                 http::StatusCode::BAD_REQUEST,
@@ -271,11 +271,13 @@ async fn handle(
             &body,
         ));
     }
+    let query = parts.uri.query().map(str::to_owned);
     let recorded = RecordedRequest {
         method: parts.method.to_string(),
-        credential: credential(&parts.headers),
-        model: model_of(&parts.headers, &body),
+        credential: credential(&parts.headers, query.as_deref()),
+        model: gemini_model(&path).or_else(|| model_of(&parts.headers, &body)),
         path,
+        query,
         headers: parts.headers,
         body,
     };
@@ -312,8 +314,9 @@ async fn handle(
     ))
 }
 
-/// The bearer token of `Authorization`, else `x-api-key`.
-fn credential(headers: &HeaderMap) -> Option<String> {
+/// The bearer token of `Authorization`, else `x-api-key` (Anthropic), else `x-goog-api-key` or
+/// the `key` query parameter (Gemini).
+fn credential(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -321,8 +324,20 @@ fn credential(headers: &HeaderMap) -> Option<String> {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         });
-    let key = || headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    bearer.or_else(key).map(|v| v.trim().to_owned())
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let query_key = || query?.split('&').find_map(|pair| pair.strip_prefix("key="));
+    bearer
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("x-goog-api-key"))
+        .or_else(query_key)
+        .map(|v| v.trim().to_owned())
+}
+
+/// The `{model}` of a Gemini path `/v1beta/models/{model}:method`.
+fn gemini_model(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1beta/models/")?;
+    let model = rest.split_once(':').map_or(rest, |(model, _)| model);
+    (!model.is_empty()).then(|| model.to_owned())
 }
 
 /// The `model` of a JSON body, or of a multipart form (audio transcriptions).
@@ -351,11 +366,31 @@ mod tests {
     #[test]
     fn credential_comes_from_bearer_or_api_key() {
         let mut h = HeaderMap::new();
-        assert_eq!(credential(&h), None);
+        assert_eq!(credential(&h, None), None);
+        assert_eq!(
+            credential(&h, Some("alt=sse&key=AIza-q")).as_deref(),
+            Some("AIza-q")
+        );
+        h.insert("x-goog-api-key", "AIza-h".parse().unwrap());
+        assert_eq!(
+            credential(&h, Some("key=AIza-q")).as_deref(),
+            Some("AIza-h")
+        );
         h.insert("x-api-key", "sk-x".parse().unwrap());
-        assert_eq!(credential(&h).as_deref(), Some("sk-x"));
+        assert_eq!(credential(&h, None).as_deref(), Some("sk-x"));
         h.insert(header::AUTHORIZATION, "Bearer sk-b".parse().unwrap());
-        assert_eq!(credential(&h).as_deref(), Some("sk-b"));
+        assert_eq!(credential(&h, None).as_deref(), Some("sk-b"));
+    }
+
+    #[test]
+    fn gemini_model_comes_from_the_path() {
+        assert_eq!(
+            gemini_model("/v1beta/models/gemini-2.0-flash:generateContent").as_deref(),
+            Some("gemini-2.0-flash")
+        );
+        assert_eq!(gemini_model("/v1beta/models/g").as_deref(), Some("g"));
+        assert_eq!(gemini_model("/v1beta/models/:x"), None);
+        assert_eq!(gemini_model("/v1/chat/completions"), None);
     }
 
     #[test]

@@ -135,6 +135,7 @@ async fn streams_follow_each_api_shape() {
         [
             "message_start",
             "content_block_start",
+            "ping",
             "content_block_delta",
             "content_block_delta",
             "content_block_delta",

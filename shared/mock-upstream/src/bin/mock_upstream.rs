@@ -1,5 +1,46 @@
 //! `switchyard-mock-upstream`: the mock upstream as a process, scripted over its HTTP control API
 //! (`/__mock/rules`, `/__mock/hits`, `/__mock/requests`, `/__mock/reset`).
+//!
+//! It speaks OpenAI (`/v1/chat/completions`, ...), Anthropic Messages (`/v1/messages`,
+//! `/v1/messages/count_tokens`) and Gemini (`/v1beta/models/{model}:generateContent`,
+//! `:streamGenerateContent?alt=sse`, `:countTokens`) natively; see `AFTER_HELP` for the rule
+//! fields (also printed by `--help`).
+
+/// The control API's rule format, printed after `--help`.
+const AFTER_HELP: &str = r#"PROTOCOLS:
+  OpenAI     /v1/chat/completions /v1/completions /v1/responses /v1/embeddings /v1/models
+             /v1/images/generations /v1/audio/{speech,transcriptions}   (Authorization: Bearer)
+  Anthropic  /v1/messages /v1/messages/count_tokens                    (x-api-key)
+  Gemini     /v1beta/models/{model}:generateContent
+             /v1beta/models/{model}:streamGenerateContent?alt=sse
+             /v1beta/models/{model}:countTokens                       (x-goog-api-key or ?key=)
+  Errors take the shape of the path's protocol.
+
+CONTROL API:
+  POST /__mock/rules    {"matcher": {...}, "behavior": {...}}  -> {"index": N}
+  GET  /__mock/rules    GET /__mock/hits    GET /__mock/requests    POST /__mock/reset
+
+  matcher (all optional, all must match):
+    path, credential, model   (model: body "model" or the Gemini path's {model})
+  behavior (all optional):
+    status            HTTP status; non-2xx answers an error in the path's protocol shape
+    body              verbatim body         headers   {"name": "value"}
+    retry_after       seconds (Retry-After) latency_ms  delay before the head
+    hang              never answer          malformed   200 with a body that is not JSON
+    empty_completion  an answer that says nothing (in the protocol's shape)
+    text              assistant text (before tool calls, if any)
+    tool_calls        [{"name": "get_weather", "arguments": {"city": "Paris"}}, ...]
+                      (arguments: JSON object or its text) -> OpenAI tool_calls,
+                      Anthropic tool_use blocks, Gemini functionCall parts
+    cached_tokens     N prompt tokens reported as cached, in each protocol's field
+    stream            {"chunks": N, "gap_ms": M}  force an SSE answer
+    cut_before_first_byte   close before answering
+    cut_after_chunks  N     send N events, then drop the connection
+    times             N     the rule answers N requests, then no longer matches
+
+EXAMPLE:
+  curl -X POST localhost:9000/__mock/rules -d '{"matcher":{"path":"/v1/messages"},
+    "behavior":{"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}}]}}'"#;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -10,7 +51,7 @@ use switchyard_mock_upstream::{MockOptions, MockUpstream};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
-#[command(name = "switchyard-mock-upstream", version, about)]
+#[command(name = "switchyard-mock-upstream", version, about, after_help = AFTER_HELP)]
 struct Args {
     /// Address to listen on.
     #[arg(long, env = "MOCK_LISTEN", default_value = "127.0.0.1:9000")]

@@ -1,9 +1,24 @@
-//! Pure builders for the answers a simulated upstream gives: OpenAI and Anthropic JSON bodies and
-//! SSE events. No sockets and no state beyond a process-wide id counter, so the data plane's
-//! in-process `provider: mock` and the mock HTTP server produce byte-for-byte the same shapes.
+//! Pure builders for the answers a simulated upstream gives, in each protocol's own wire format:
+//! OpenAI (chat, completions, responses, embeddings, ...), Anthropic Messages and Gemini
+//! `generateContent`, as JSON bodies and SSE events. No sockets and no state beyond a
+//! process-wide id counter, so the data plane's in-process `provider: mock` and the mock HTTP
+//! server produce byte-for-byte the same shapes.
 //!
-//! Every SSE helper returns complete events (`data: ...\n\n`, or `event: ...\ndata: ...\n\n` for
-//! Anthropic and Responses streams), ready to be written to the wire one by one.
+//! Two generations of builders live here:
+//! - the original text-only ones (`chat_completion_json_with_usage`, `chat_chunks`,
+//!   `anthropic_message_json`, `anthropic_events`, ...), kept unchanged for their callers;
+//! - the [`Answer`]-based ones (`chat_answer_json`, `chat_answer_chunks`,
+//!   `anthropic_answer_json`, `anthropic_answer_events`, `gemini_response_json`,
+//!   `gemini_events`, ...), which also carry tool calls and cached-token usage. An [`Answer`]
+//!   says *what* the upstream answers; the builder of each protocol says it in that protocol.
+//!
+//! Errors come in each provider's shape ([`openai_error_json`], [`anthropic_error_json`],
+//! [`gemini_error_json`]); [`Protocol::of_path`] and [`error_json`] pick the shape a request path
+//! expects.
+//!
+//! Every SSE helper returns complete events, ready to be written to the wire one by one:
+//! `data: ...\n\n` (OpenAI chat and completions), `event: ...\ndata: ...\n\n` (Anthropic and
+//! Responses) or `data: ...\r\n\r\n` (Gemini, which ends its lines with CRLF).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -11,9 +26,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 mod anthropic;
+mod gemini;
 mod openai;
 
-pub use anthropic::{anthropic_events, anthropic_message_json};
+pub use anthropic::{
+    anthropic_answer_events, anthropic_answer_json, anthropic_count_tokens_json, anthropic_events,
+    anthropic_message_json,
+};
+pub use gemini::{
+    gemini_count_tokens_json, gemini_error_json, gemini_error_status, gemini_events,
+    gemini_response_json, gemini_stream_responses,
+};
 pub use openai::*;
 
 /// The assistant text of every default answer.
@@ -26,6 +49,135 @@ pub const DEFAULT_MODELS: &[&str] = &["mock-model", "gpt-4o-mini", "text-embeddi
 pub const EMBEDDING_DIMENSIONS: usize = 8;
 /// The SSE terminator of OpenAI streams.
 pub const DONE_EVENT: &str = "data: [DONE]\n\n";
+
+/// One tool (function) call the simulated model makes. `arguments` is the JSON text of the call's
+/// arguments, the way OpenAI carries it; Anthropic (`input`) and Gemini (`args`) carry the parsed
+/// object, which is `{}` when `arguments` is not a JSON object.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+impl ToolCall {
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    /// The arguments as a JSON object (`{}` when they are not one).
+    pub fn arguments_object(&self) -> Value {
+        match serde_json::from_str::<Value>(&self.arguments) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({}),
+        }
+    }
+}
+
+/// What a simulated model answers, independent of the protocol it is said in: optional text,
+/// then zero or more tool calls, and the usage to report.
+///
+/// An answer with no text and no tool calls is an *empty completion*, said in each protocol's
+/// own empty shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub model: String,
+    /// Assistant text, before any tool call (may be empty).
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    /// Prompt tokens, cached ones included (raised to `cached_tokens` when lower).
+    pub prompt_tokens: u64,
+    /// Prompt tokens served from the provider's prompt cache.
+    pub cached_tokens: u64,
+}
+
+impl Answer {
+    /// A text answer with 1 prompt token and no cache use.
+    pub fn new(model: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            text: text.into(),
+            tool_calls: Vec::new(),
+            prompt_tokens: 1,
+            cached_tokens: 0,
+        }
+    }
+
+    /// Adds a tool call after the text and the calls already there.
+    pub fn tool_call(mut self, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        self.tool_calls.push(ToolCall::new(name, arguments));
+        self
+    }
+
+    pub fn prompt_tokens(mut self, n: u64) -> Self {
+        self.prompt_tokens = n;
+        self
+    }
+
+    pub fn cached_tokens(mut self, n: u64) -> Self {
+        self.cached_tokens = n;
+        self
+    }
+
+    /// Prompt tokens in all, never fewer than the cached ones.
+    pub fn input_tokens(&self) -> u64 {
+        self.prompt_tokens.max(self.cached_tokens)
+    }
+
+    /// Estimated output tokens: the text plus each call's name and arguments.
+    pub fn output_tokens(&self) -> u64 {
+        estimate_tokens(&self.text)
+            + self
+                .tool_calls
+                .iter()
+                .map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments))
+                .sum::<u64>()
+    }
+
+    /// No text and no tool call.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.tool_calls.is_empty()
+    }
+}
+
+/// The three wire protocols the mock speaks natively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// OpenAI and OpenAI-compatible paths (`/v1/chat/completions`, `/v1/embeddings`, ...).
+    OpenAi,
+    /// Anthropic Messages: `/v1/messages` and `/v1/messages/...`.
+    Anthropic,
+    /// Gemini native: `/v1beta/...`.
+    Gemini,
+}
+
+impl Protocol {
+    /// The protocol whose shapes (answers and errors) a request to `path` expects.
+    pub fn of_path(path: &str) -> Self {
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            Self::Anthropic
+        } else if path.starts_with("/v1beta/") {
+            Self::Gemini
+        } else {
+            Self::OpenAi
+        }
+    }
+}
+
+/// An error body for HTTP `status` in `protocol`'s shape, its type/code/status derived from the
+/// status ([`openai_error_kind`], [`anthropic_error_kind`], [`gemini_error_status`]).
+pub fn error_json(protocol: Protocol, status: u16, message: &str) -> String {
+    match protocol {
+        Protocol::OpenAi => {
+            let (kind, code) = openai_error_kind(status);
+            openai_error_json(message, kind, code)
+        }
+        Protocol::Anthropic => anthropic_error_json(message, anthropic_error_kind(status)),
+        Protocol::Gemini => gemini_error_json(status, message, gemini_error_status(status)),
+    }
+}
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -49,6 +201,32 @@ pub fn estimate_tokens(text: &str) -> u64 {
 
 pub(crate) fn sse_data(value: &Value) -> String {
     format!("data: {value}\n\n")
+}
+
+/// A Gemini SSE event: `data: {json}` and a CRLF blank line.
+pub(crate) fn sse_data_crlf(value: &Value) -> String {
+    format!("data: {value}\r\n\r\n")
+}
+
+/// Splits `text` into at most `n` non-empty consecutive pieces of nearly equal length (in
+/// characters) that concatenate back to it; fewer when `text` is shorter than `n`, none when it
+/// is empty. Used for tool-call arguments, which have few spaces to split at.
+pub fn split_even(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = n.min(chars.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let per = chars.len() / n;
+    let extra = chars.len() % n;
+    let mut pieces = Vec::with_capacity(n);
+    let mut at = 0;
+    for i in 0..n {
+        let len = per + usize::from(i < extra);
+        pieces.push(chars[at..at + len].iter().collect());
+        at += len;
+    }
+    pieces
 }
 
 pub(crate) fn sse_event(name: &str, value: &Value) -> String {
@@ -173,6 +351,55 @@ mod tests {
             ["Hello", " from", " mock"]
         );
         assert!(split_content("", 2).iter().all(String::is_empty));
+    }
+
+    #[test]
+    fn split_even_restores_the_text() {
+        let args = r#"{"city":"Paris"}"#;
+        for n in 1..30 {
+            let pieces = split_even(args, n);
+            assert_eq!(pieces.len(), n.min(args.len()));
+            assert!(pieces.iter().all(|p| !p.is_empty()));
+            assert_eq!(pieces.concat(), args);
+        }
+        assert!(split_even("", 3).is_empty());
+        assert!(split_even("abc", 0).is_empty());
+    }
+
+    #[test]
+    fn errors_follow_the_protocol_of_the_path() {
+        assert_eq!(Protocol::of_path("/v1/chat/completions"), Protocol::OpenAi);
+        assert_eq!(Protocol::of_path("/v1/messages"), Protocol::Anthropic);
+        assert_eq!(
+            Protocol::of_path("/v1/messages/count_tokens"),
+            Protocol::Anthropic
+        );
+        assert_eq!(Protocol::of_path("/v1/messagesx"), Protocol::OpenAi);
+        assert_eq!(
+            Protocol::of_path("/v1beta/models/g:generateContent"),
+            Protocol::Gemini
+        );
+        let o = parse(&error_json(Protocol::OpenAi, 429, "m"));
+        assert_eq!(o["error"]["type"], "rate_limit_error");
+        let a = parse(&error_json(Protocol::Anthropic, 529, "m"));
+        assert_eq!(a["error"]["type"], "overloaded_error");
+        let g = parse(&error_json(Protocol::Gemini, 429, "m"));
+        assert_eq!(g["error"]["code"], 429);
+        assert_eq!(g["error"]["status"], "RESOURCE_EXHAUSTED");
+    }
+
+    #[test]
+    fn answer_usage_counts_calls_and_keeps_cached_within_prompt() {
+        let a = Answer::new("m", "")
+            .tool_call("f", r#"{"a":1}"#)
+            .prompt_tokens(2)
+            .cached_tokens(10);
+        assert_eq!(a.input_tokens(), 10);
+        assert!(a.output_tokens() >= 2);
+        assert!(!a.is_empty());
+        assert!(Answer::new("m", "").is_empty());
+        assert_eq!(a.tool_calls[0].arguments_object(), json!({"a": 1}));
+        assert_eq!(ToolCall::new("f", "nope").arguments_object(), json!({}));
     }
 
     #[test]

@@ -3,9 +3,10 @@
 use serde_json::{json, Value};
 
 use super::{
-    base64_encode, estimate_tokens, next_id, now_secs, split_content, sse_data, sse_event,
-    DONE_EVENT, EMBEDDING_DIMENSIONS,
+    base64_encode, estimate_tokens, next_id, now_secs, split_content, split_even, sse_data,
+    sse_event, Answer, DONE_EVENT, EMBEDDING_DIMENSIONS,
 };
+
 /// A non-streaming `chat.completion` with a usage block estimated from the content alone.
 pub fn chat_completion_json(model: &str, content: &str) -> String {
     chat_completion_json_with_usage(model, content, 1)
@@ -90,6 +91,145 @@ pub fn chat_chunks_with_usage(
         });
         if let Some(obj) = usage_chunk.as_object_mut() {
             obj.insert("system_fingerprint".into(), json!("fp_mock"));
+        }
+        events.push(sse_data(&usage_chunk));
+    }
+    events.push(DONE_EVENT.to_owned());
+    events
+}
+
+/// The usage block of an [`Answer`], with `prompt_tokens_details.cached_tokens`.
+fn answer_usage(answer: &Answer) -> Value {
+    let prompt = answer.input_tokens();
+    let completion = answer.output_tokens();
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": answer.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}
+    })
+}
+
+fn finish_reason(answer: &Answer) -> &'static str {
+    if answer.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    }
+}
+
+/// A non-streaming `chat.completion` saying `answer`: `message.content` (`null` when there are
+/// tool calls and no text), `message.tool_calls[{id: "call_…", type: "function", function:
+/// {name, arguments}}]`, `finish_reason` `"tool_calls"` or `"stop"`, and a usage block with
+/// `prompt_tokens_details.cached_tokens`.
+pub fn chat_answer_json(answer: &Answer) -> String {
+    let content = if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+        Value::Null
+    } else {
+        json!(answer.text)
+    };
+    let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+    if !answer.tool_calls.is_empty() {
+        let calls: Vec<Value> = answer
+            .tool_calls
+            .iter()
+            .map(|call| {
+                json!({
+                    "id": format!("call_mock_{}", next_id()),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments}
+                })
+            })
+            .collect();
+        if let Some(obj) = message.as_object_mut() {
+            obj.insert("tool_calls".into(), Value::Array(calls));
+        }
+    }
+    json!({
+        "id": format!("chatcmpl-mock-{}", next_id()),
+        "object": "chat.completion",
+        "created": now_secs(),
+        "model": answer.model,
+        "system_fingerprint": "fp_mock",
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(answer)
+        }],
+        "usage": answer_usage(answer)
+    })
+    .to_string()
+}
+
+/// An OpenAI chat stream saying `answer`, the way OpenAI streams it:
+/// - the text in `n` content chunks, the first also carrying `role: "assistant"` (when there is
+///   no text but tool calls, one role chunk with `content: null` instead);
+/// - per tool call `i`: a `tool_calls` delta with `index: i`, the `id`, `type` and
+///   `function.name` and empty `arguments`, then the arguments in up to `n` pieces (deltas with
+///   only `index` and `function.arguments`);
+/// - the finish chunk (`finish_reason` `"tool_calls"` or `"stop"`, empty delta);
+/// - with `include_usage` (the request's `stream_options.include_usage`), a usage chunk with
+///   `choices: []`;
+/// - `data: [DONE]`.
+pub fn chat_answer_chunks(answer: &Answer, n: usize, include_usage: bool) -> Vec<String> {
+    let id = format!("chatcmpl-mock-{}", next_id());
+    let created = now_secs();
+    let model = &answer.model;
+    let envelope = |choices: Value| {
+        json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_mock",
+            "choices": choices
+        })
+    };
+    let delta_chunk = |delta: Value, finish: Value| {
+        sse_data(&envelope(json!([{
+            "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish
+        }])))
+    };
+    let mut events = Vec::new();
+    if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+        events.push(delta_chunk(
+            json!({"role": "assistant", "content": null, "refusal": null}),
+            Value::Null,
+        ));
+    } else {
+        for (i, piece) in split_content(&answer.text, n).into_iter().enumerate() {
+            let delta = if i == 0 {
+                json!({"role": "assistant", "content": piece})
+            } else {
+                json!({"content": piece})
+            };
+            events.push(delta_chunk(delta, Value::Null));
+        }
+    }
+    for (index, call) in answer.tool_calls.iter().enumerate() {
+        events.push(delta_chunk(
+            json!({"tool_calls": [{
+                "index": index,
+                "id": format!("call_mock_{}", next_id()),
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""}
+            }]}),
+            Value::Null,
+        ));
+        for piece in split_even(&call.arguments, n) {
+            events.push(delta_chunk(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    events.push(delta_chunk(json!({}), json!(finish_reason(answer))));
+    if include_usage {
+        let mut usage_chunk = envelope(json!([]));
+        if let Some(obj) = usage_chunk.as_object_mut() {
+            obj.insert("usage".into(), answer_usage(answer));
         }
         events.push(sse_data(&usage_chunk));
     }
@@ -364,6 +504,65 @@ mod tests {
         let usage = parse(with_usage[2].trim_start_matches("data: ").trim_end());
         assert_eq!(usage["usage"]["prompt_tokens"], 5);
         assert_eq!(usage["choices"], json!([]));
+    }
+
+    fn data(event: &str) -> Value {
+        parse(event.trim_start_matches("data: ").trim_end())
+    }
+
+    #[test]
+    fn chat_answer_with_tool_calls_has_the_openai_shape() {
+        let answer = Answer::new("m", "")
+            .tool_call("get_weather", r#"{"city":"Paris"}"#)
+            .tool_call("get_time", "{}")
+            .cached_tokens(7);
+        let v = parse(&chat_answer_json(&answer));
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let call = &choice["message"]["tool_calls"][0];
+        assert!(call["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], "get_weather");
+        assert_eq!(call["function"]["arguments"], r#"{"city":"Paris"}"#);
+        assert_eq!(
+            choice["message"]["tool_calls"][1]["function"]["name"],
+            "get_time"
+        );
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 7);
+        assert_eq!(v["usage"]["prompt_tokens"], 7);
+
+        let plain = parse(&chat_answer_json(&Answer::new("m", "hi")));
+        assert_eq!(plain["choices"][0]["message"]["content"], "hi");
+        assert_eq!(plain["choices"][0]["finish_reason"], "stop");
+        assert!(plain["choices"][0]["message"].get("tool_calls").is_none());
+    }
+
+    #[test]
+    fn chat_answer_chunks_stream_tool_calls_in_pieces() {
+        let answer = Answer::new("m", "Let me see").tool_call("get_weather", r#"{"city":"Paris"}"#);
+        let events = chat_answer_chunks(&answer, 3, true);
+        assert_eq!(events.last().unwrap(), DONE_EVENT);
+        let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| data(e)).collect();
+        // 3 text chunks, the call's head, 3 argument pieces, finish, usage.
+        assert_eq!(chunks.len(), 3 + 1 + 3 + 1 + 1);
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        let head = &chunks[3]["choices"][0]["delta"]["tool_calls"][0];
+        assert_eq!(head["index"], 0);
+        assert_eq!(head["function"]["name"], "get_weather");
+        assert_eq!(head["function"]["arguments"], "");
+        let args: String = chunks[4..7]
+            .iter()
+            .map(|c| {
+                let call = &c["choices"][0]["delta"]["tool_calls"][0];
+                assert!(call.get("id").is_none());
+                call["function"]["arguments"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(args, r#"{"city":"Paris"}"#);
+        assert_eq!(chunks[7]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(chunks[8]["choices"], json!([]));
+        assert!(chunks[8]["usage"]["completion_tokens"].as_u64().unwrap() > 0);
     }
 
     #[test]

@@ -36,9 +36,11 @@ impl Reply {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    /// The SSE events received, each without its trailing blank line.
+    /// The SSE events received, each without its trailing blank line (CRLF line ends, as
+    /// Gemini sends them, are read as LF).
     pub fn events(&self) -> Vec<String> {
         self.text()
+            .replace("\r\n", "\n")
             .split("\n\n")
             .filter(|e| !e.trim().is_empty())
             .map(str::to_owned)
@@ -51,6 +53,7 @@ pub struct Call<'a> {
     pub url: String,
     pub bearer: Option<&'a str>,
     pub api_key: Option<&'a str>,
+    pub headers: Vec<(&'a str, &'a str)>,
     pub body: Option<Value>,
 }
 
@@ -60,6 +63,7 @@ pub fn post(base: &str, path: &str, body: Value) -> Call<'static> {
         url: format!("{base}{path}"),
         bearer: None,
         api_key: None,
+        headers: Vec::new(),
         body: Some(body),
     }
 }
@@ -70,6 +74,7 @@ pub fn get(base: &str, path: &str) -> Call<'static> {
         url: format!("{base}{path}"),
         bearer: None,
         api_key: None,
+        headers: Vec::new(),
         body: None,
     }
 }
@@ -89,6 +94,12 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Adds a request header.
+    pub fn header(mut self, name: &'a str, value: &'a str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
     /// Sends the request; `Err` is a transport error before any response head.
     pub async fn send(self) -> Result<Reply, String> {
         let mut builder = Request::builder().method(self.method).uri(&self.url);
@@ -97,6 +108,9 @@ impl<'a> Call<'a> {
         }
         if let Some(key) = self.api_key {
             builder = builder.header("x-api-key", key);
+        }
+        for (name, value) in &self.headers {
+            builder = builder.header(*name, *value);
         }
         let body = match self.body {
             Some(v) => {
@@ -153,4 +167,36 @@ pub fn chat(model: &str) -> Value {
 
 pub fn chat_stream(model: &str) -> Value {
     serde_json::json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// An Anthropic Messages request body.
+pub fn messages(model: &str, stream: bool) -> Value {
+    serde_json::json!({"model": model, "max_tokens": 64, "stream": stream,
+                       "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// A Gemini `generateContent` request body (the model is in the path).
+pub fn gemini() -> Value {
+    serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+}
+
+/// The JSON `data:` of each SSE event (events without one, and `[DONE]`, are skipped).
+pub fn sse_data(reply: &Reply) -> Vec<Value> {
+    reply
+        .events()
+        .iter()
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The `event:` name of each SSE event.
+pub fn sse_names(reply: &Reply) -> Vec<String> {
+    reply
+        .events()
+        .iter()
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("event: ")))
+        .map(str::to_owned)
+        .collect()
 }
