@@ -14,6 +14,10 @@ pub struct RequestNeeds {
     pub json_mode: bool,
     /// A cheap estimate of the prompt's tokens, when known.
     pub estimated_prompt_tokens: Option<u32>,
+    /// Providers whose protocol cannot express this request (an OR of
+    /// [`crate::Provider::protocol_bit`]s): their members are skipped as `protocol_unsupported`.
+    #[serde(default)]
+    pub unsupported_providers: u8,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

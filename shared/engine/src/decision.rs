@@ -19,10 +19,11 @@ pub enum Reason {
     SingleModeOtherMember = 1 << 6,
     CapabilityMismatch = 1 << 7,
     ContextTooLong = 1 << 8,
+    ProtocolUnsupported = 1 << 9,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::MemberDisabled,
         Reason::ChannelDisabled,
         Reason::CredentialUnavailable,
@@ -32,6 +33,7 @@ impl Reason {
         Reason::SingleModeOtherMember,
         Reason::CapabilityMismatch,
         Reason::ContextTooLong,
+        Reason::ProtocolUnsupported,
     ];
 
     pub fn code(self) -> &'static str {
@@ -45,6 +47,7 @@ impl Reason {
             Reason::SingleModeOtherMember => "single_mode_other_member",
             Reason::CapabilityMismatch => "capability_mismatch",
             Reason::ContextTooLong => "context_too_long",
+            Reason::ProtocolUnsupported => "protocol_unsupported",
         }
     }
 }

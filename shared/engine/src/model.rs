@@ -49,6 +49,23 @@ impl Provider {
         }
     }
 
+    /// This provider's bit in [`RequestNeeds::unsupported_providers`]. The in-process mock
+    /// answers in whatever protocol the client speaks, so nothing is ever untranslatable to it
+    /// (bit 0).
+    pub fn protocol_bit(self) -> u8 {
+        match self {
+            Provider::Openai => 1,
+            Provider::Anthropic => 2,
+            Provider::Gemini => 4,
+            Provider::Mock => 0,
+        }
+    }
+
+    /// Whether the channel needs a credential to be called (the in-process mock does not).
+    pub fn needs_credential(self) -> bool {
+        self != Provider::Mock
+    }
+
     pub fn parse(s: &str) -> Option<Provider> {
         match s {
             "openai" => Some(Provider::Openai),

@@ -172,6 +172,9 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
                     if too_long(caps, needs) {
                         reasons.insert(Reason::ContextTooLong);
                     }
+                    if needs.unsupported_providers & ch.provider.protocol_bit() != 0 {
+                        reasons.insert(Reason::ProtocolUnsupported);
+                    }
                 }
             }
         }
@@ -520,10 +523,11 @@ fn concurrency_factor(in_flight: u32, limit: u32) -> f64 {
 }
 
 fn has_usable_credential<H: HealthView + ?Sized>(channel: &Channel, health: &H) -> bool {
-    channel
-        .credentials
-        .iter()
-        .any(|cred| cred.enabled && !health.credential_disabled(cred.id))
+    !channel.provider.needs_credential()
+        || channel
+            .credentials
+            .iter()
+            .any(|cred| cred.enabled && !health.credential_disabled(cred.id))
 }
 
 fn lacks_capability(caps: Capabilities, needs: RequestNeeds) -> bool {

@@ -297,6 +297,50 @@ fn reason_capability_mismatch_for_each_declared_feature() {
 }
 
 #[test]
+fn reason_protocol_unsupported_for_providers_that_cannot_express_the_request() {
+    let mut w = two_members();
+    w.channel_mut(1).provider = Provider::Anthropic;
+    w.channel_mut(2).provider = Provider::Openai;
+    let c = SelectionConstraint {
+        needs: RequestNeeds {
+            unsupported_providers: Provider::Anthropic.protocol_bit(),
+            ..Default::default()
+        },
+        ..constraint()
+    };
+    assert_eq!(reasons(&w, &c, 1), ["protocol_unsupported"]);
+    assert!(reasons(&w, &c, 2).is_empty());
+    for seed in 0..20 {
+        assert_eq!(
+            chosen(&w, &c, seed),
+            Some(2),
+            "the member that can serve it"
+        );
+    }
+    // The in-process mock answers in the client's own protocol: never unsupported.
+    w.channel_mut(1).provider = Provider::Mock;
+    let all = SelectionConstraint {
+        needs: RequestNeeds {
+            unsupported_providers: 0b111,
+            ..Default::default()
+        },
+        ..constraint()
+    };
+    assert!(reasons(&w, &all, 1).is_empty());
+    assert_eq!(reasons(&w, &all, 2), ["protocol_unsupported"]);
+}
+
+#[test]
+fn a_mock_channel_needs_no_credential() {
+    let mut w = two_members();
+    w.channel_mut(1).credentials.clear();
+    w.channel_mut(2).credentials.clear();
+    w.channel_mut(1).provider = Provider::Mock;
+    assert!(reasons(&w, &constraint(), 1).is_empty());
+    assert_eq!(reasons(&w, &constraint(), 2), ["credential_unavailable"]);
+}
+
+#[test]
 fn member_capabilities_override_the_channels() {
     let mut w = two_members();
     w.channel_mut(1).capabilities.tools = Some(false);
