@@ -84,7 +84,10 @@ pub fn check_header_value(value: &str) -> Result<(), String> {
         .char_indices()
         .find(|(_, c)| c.is_ascii_control() && *c != '\t')
     {
-        return Err(format!("header value {}", describe("a control character", at, c)));
+        return Err(format!(
+            "header value {}",
+            describe("a control character", at, c)
+        ));
     }
     Ok(())
 }
