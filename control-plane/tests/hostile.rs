@@ -686,6 +686,27 @@ async fn every_rejection_answers_the_json_error_shape(pool: PgPool) {
     assert_json_error(&reply, StatusCode::UNAUTHORIZED, "bad id without token");
 }
 
+/// The API's own `Path`/`Query` extractors keep the OpenAPI document's parameters.
+#[sqlx::test(migrations = "../migrations")]
+async fn openapi_still_lists_path_and_query_parameters(pool: PgPool) {
+    let app = test_app(pool);
+    let doc = app.get("/api/v1/openapi.json").await;
+    let names = |path: &str, method: &str| -> Vec<String> {
+        doc.body["paths"][path][method]["parameters"]
+            .as_array()
+            .map(|params| {
+                params
+                    .iter()
+                    .map(|p| p["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(names("/api/v1/channels/{id}", "get").contains(&"id".to_owned()));
+    assert!(names("/api/v1/channels", "get").contains(&"limit".to_owned()));
+    assert!(names("/api/v1/channels/{id}/events", "get").contains(&"cursor".to_owned()));
+}
+
 // ------------------------------------------------------------ 6: body limit and echo bounds
 
 #[sqlx::test(migrations = "../migrations")]
