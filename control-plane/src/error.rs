@@ -30,6 +30,18 @@ pub enum ApiError {
     /// Postgres is unreachable, or no snapshot is compiled yet: 503.
     #[error("{message}")]
     Unavailable { message: String },
+    /// The request body is larger than the admin API accepts: 413.
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// The request body is not declared as JSON: 415.
+    #[error("{message}")]
+    UnsupportedMediaType { message: String },
+    /// The path exists but not with this method: 405.
+    #[error("method {method} is not allowed on this path")]
+    MethodNotAllowed { method: String },
+    /// No endpoint has this path: 404.
+    #[error("no endpoint {path}")]
+    UnknownEndpoint { path: String },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -68,6 +80,10 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UnknownEndpoint { .. } => StatusCode::NOT_FOUND,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -82,6 +98,12 @@ impl ApiError {
             ApiError::ModelNotFound { .. } => ("not_found_error", "model_not_found"),
             ApiError::Conflict { .. } => ("conflict_error", "conflict"),
             ApiError::Unavailable { .. } => ("service_unavailable", "unavailable"),
+            ApiError::PayloadTooLarge { .. } => ("invalid_request_error", "payload_too_large"),
+            ApiError::UnsupportedMediaType { .. } => {
+                ("invalid_request_error", "unsupported_media_type")
+            }
+            ApiError::MethodNotAllowed { .. } => ("invalid_request_error", "method_not_allowed"),
+            ApiError::UnknownEndpoint { .. } => ("not_found_error", "unknown_endpoint"),
             ApiError::Internal(_) => ("internal_error", "internal_error"),
         }
     }
@@ -120,18 +142,29 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = format!("{error:#}"), "internal error");
                 "internal error; see the control plane's logs".to_owned()
             }
-            other => other.to_string(),
+            other => bounded(&other.to_string(), MAX_MESSAGE_CHARS),
         };
         let body = ErrorBody {
             error: ErrorDetail {
                 message,
                 kind: kind.to_owned(),
-                param: self.param().map(str::to_owned),
+                param: self.param().map(|p| bounded(p, MAX_PARAM_CHARS)),
                 code: code.to_owned(),
             },
         };
         (status, axum::Json(body)).into_response()
     }
+}
+
+/// Longest error message rendered: messages may quote the request (serde names a wrong value,
+/// an unknown field or variant), and a request may carry megabytes.
+pub const MAX_MESSAGE_CHARS: usize = 1024;
+/// Longest `param` rendered (it may be an unknown field's name).
+pub const MAX_PARAM_CHARS: usize = 256;
+
+/// At most `max` characters, with `…` when cut.
+pub fn bounded(text: &str, max: usize) -> String {
+    switchyard_engine::validate::truncate_for_display(text, max).into_owned()
 }
 
 /// Is this error Postgres being unreachable (rather than a bad statement)?

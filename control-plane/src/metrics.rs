@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::field::Empty;
@@ -17,8 +18,9 @@ use crate::api::AppState;
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// (method, matched route, status) → count.
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// (method, matched route, status) → count. Every key part comes from a fixed set (see
+    /// [`method_label`], [`route_label`]), so unauthenticated clients cannot grow this map.
+    requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
     snapshot_revision: AtomicU64,
     compiles: AtomicU64,
     compile_failures: AtomicU64,
@@ -58,11 +60,10 @@ impl Metrics {
         self.watch_streams.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn request(&self, method: &str, route: &str, status: u16) {
+    fn request(&self, method: &'static str, route: &str, status: u16) {
         if let Ok(mut requests) = self.requests.lock() {
-            *requests
-                .entry((method.to_owned(), route.to_owned(), status))
-                .or_default() += 1;
+            let key = (method, route.to_owned(), status);
+            *requests.entry(key).or_default() += 1;
         }
     }
 
@@ -132,14 +133,37 @@ impl Metrics {
     }
 }
 
-/// Counts every HTTP request by its matched route (low cardinality: no ids in labels).
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let method = request.method().as_str().to_owned();
-    let route = request
+/// The method label: one of the standard methods, or `other` (a client may send any token as a
+/// method, and each would otherwise be a new time series).
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
+/// The route label: the matched route's template (`/api/v1/channels/{id}`, never an id), or
+/// `unmatched` for every path no route has.
+pub fn route_label(request: &Request) -> String {
+    request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let span = request_span(&method, &route);
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned())
+}
+
+/// Counts every HTTP request by bounded labels: method (fixed set), route template, status.
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let method = method_label(request.method());
+    let route = route_label(&request);
+    let span = request_span(method, &route);
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
     if !span.is_disabled() {
@@ -149,7 +173,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
             span.record("otel.status_code", "ERROR");
         }
     }
-    state.metrics.request(&method, &route, status);
+    state.metrics.request(method, &route, status);
     response
 }
 

@@ -117,7 +117,7 @@ async fn channel_crud_with_status_events(pool: PgPool) {
                 "auto_ban": true, "max_concurrency": 8,
                 "capabilities": {"max_context": 128000, "tools": true},
                 "retry_status_codes": [409], "retry_error_patterns": ["overloaded"],
-                "headers": {"x-org": "acme"}
+                "headers": {"x-org": "acme-corp-00001"}
             }),
         )
         .await;
@@ -125,7 +125,10 @@ async fn channel_crud_with_status_events(pool: PgPool) {
     let id = created.body["id"].as_i64().unwrap();
     assert_eq!(created.body["status"], "enabled");
     assert_eq!(created.body["capabilities"]["max_context"], 128000);
-    assert_eq!(created.body["headers"]["x-org"], "acme");
+    assert_eq!(
+        created.body["headers"]["x-org"], "****0001",
+        "header values are masked"
+    );
     assert!(created.revision().is_some());
 
     let got = app.get(&format!("/api/v1/channels/{id}")).await;

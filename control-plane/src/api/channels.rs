@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -11,10 +10,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use switchyard_engine::validate::{
+    check_header_name, check_header_value, check_no_nul, check_single_line, redact_url_userinfo,
+};
 use switchyard_engine::{ChannelStatus, Provider};
 
 /// What a channel (or a member, overriding its channel) declares it supports. Unset: not
@@ -64,13 +67,35 @@ pub struct ChannelView {
 
 table_row!(ChannelView, "channels", "channel", columns);
 
+/// The select list of a channel as the API shows it. Header values often carry keys and a
+/// `base_url` may carry a password, so both are masked here, in SQL, like credential secrets:
+/// the real values never reach this process on a read (the snapshot compiler reads them
+/// itself). Header values: `****` plus the last 4 characters for values of 12 characters or
+/// more; `base_url`: `user:password@` becomes `user:***@` (the rule of
+/// `switchyard_engine::validate::redact_url_userinfo`, which the audit detail uses).
 fn columns() -> String {
     format!(
-        "id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
-         retry_status_codes, retry_error_patterns, headers, {} AS created_at, {} AS updated_at",
+        "id, name, provider, {MASKED_BASE_URL} AS base_url, status, auto_ban, max_concurrency, \
+         capabilities, retry_status_codes, retry_error_patterns, \
+         (SELECT COALESCE(jsonb_object_agg(key, CASE WHEN char_length(value) >= 12 \
+                 THEN '****' || right(value, 4) ELSE '****' END), '{{}}'::jsonb) \
+          FROM jsonb_each_text(headers)) AS headers, \
+         {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
+}
+
+/// `base_url` with the password of its userinfo replaced by `***`.
+pub(crate) const MASKED_BASE_URL: &str =
+    r"regexp_replace(base_url, '^([^:/?#]+://[^/?#:]*:)[^/?#]*@', '\1***@')";
+
+/// The unmasked values a PATCH keeps when it does not send them.
+#[derive(sqlx::FromRow)]
+struct Secrets {
+    base_url: String,
+    #[sqlx(json)]
+    headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -125,7 +150,10 @@ fn parse_provider(value: &str) -> ApiResult<Provider> {
     Provider::parse(value).ok_or_else(|| {
         ApiError::validation(
             "provider",
-            format!("provider must be one of openai, anthropic, gemini, mock; got {value:?}"),
+            format!(
+                "provider must be one of openai, anthropic, gemini, mock; got {:?}",
+                crate::error::bounded(value, 64)
+            ),
         )
     })
 }
@@ -143,12 +171,27 @@ fn parse_status(value: &str, current: Option<ChannelStatus>) -> ApiResult<Channe
         Some(status) => Ok(status),
         None => Err(ApiError::validation(
             "status",
-            format!("status must be enabled or disabled; got {value:?}"),
+            format!(
+                "status must be enabled or disabled; got {:?}",
+                crate::error::bounded(value, 64)
+            ),
         )),
     }
 }
 
-fn checked_name(field: &str, value: &str) -> ApiResult<String> {
+/// Applies one of the engine's text rules to `value`, a 422 naming `field` when it fails. The
+/// rules' messages never quote the value.
+pub(super) fn text(
+    field: &str,
+    value: &str,
+    rule: fn(&str) -> Result<(), String>,
+) -> ApiResult<()> {
+    rule(value).map_err(|message| ApiError::validation(field, format!("{field}: {message}")))
+}
+
+/// A name (channel, token, team): one line, 1 to 128 characters after trimming.
+pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
+    text(field, value, check_single_line)?;
     let name = value.trim();
     if name.is_empty() || name.chars().count() > 128 {
         return Err(ApiError::validation(
@@ -161,6 +204,7 @@ fn checked_name(field: &str, value: &str) -> ApiResult<String> {
 
 impl ChannelSpec {
     fn validate(self) -> ApiResult<ChannelSpec> {
+        text("base_url", &self.base_url, check_single_line)?;
         if self.provider != Provider::Mock
             && !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://"))
         {
@@ -188,24 +232,17 @@ impl ChannelSpec {
                     "retry_error_patterns entries must not be empty",
                 ));
             }
+            text(&format!("retry_error_patterns[{i}]"), pattern, check_no_nul)?;
         }
         for (name, value) in &self.headers {
-            let name_ok = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !name_ok {
-                return Err(ApiError::validation(
+            check_header_name(name).map_err(|message| {
+                ApiError::validation(
                     "headers",
-                    format!("headers: {name:?} is not a valid header name"),
-                ));
-            }
-            if value.chars().any(|c| c.is_control() && c != '\t') {
-                return Err(ApiError::validation(
-                    "headers",
-                    format!("headers: the value of {name:?} contains control characters"),
-                ));
-            }
+                    format!("headers: {message}: {:?}", crate::error::bounded(name, 64)),
+                )
+            })?;
+            // The value is never quoted: header values often carry keys.
+            text(&format!("headers.{name}"), value, check_header_value)?;
         }
         Ok(self)
     }
@@ -265,7 +302,12 @@ fn stored_status(view: &ChannelView) -> ApiResult<ChannelStatus> {
 }
 
 impl ChannelSpec {
-    fn patched(current: &ChannelView, patch: ChannelPatch) -> ApiResult<ChannelSpec> {
+    /// `current` is the (masked) view; `secrets` its real `base_url` and headers.
+    fn patched(
+        current: &ChannelView,
+        secrets: Secrets,
+        patch: ChannelPatch,
+    ) -> ApiResult<ChannelSpec> {
         let current_status = stored_status(current)?;
         ChannelSpec {
             name: match patch.name {
@@ -276,7 +318,7 @@ impl ChannelSpec {
             base_url: patch
                 .base_url
                 .map(|u| u.trim().to_owned())
-                .unwrap_or_else(|| current.base_url.clone()),
+                .unwrap_or(secrets.base_url),
             status: match patch.status.as_deref() {
                 Some(status) => parse_status(status, Some(current_status))?,
                 None => current_status,
@@ -294,18 +336,19 @@ impl ChannelSpec {
             retry_error_patterns: patch
                 .retry_error_patterns
                 .unwrap_or_else(|| current.retry_error_patterns.clone()),
-            headers: patch.headers.unwrap_or_else(|| current.headers.clone()),
+            headers: patch.headers.unwrap_or(secrets.headers),
         }
         .validate()
     }
 }
 
-/// Audit detail: header values may hold secrets, so only their names are recorded.
+/// Audit detail: header values may hold secrets, so only their names are recorded; a password in
+/// `base_url` is masked.
 fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     json!({
         "name": spec.name,
         "provider": spec.provider.as_str(),
-        "base_url": spec.base_url,
+        "base_url": redact_url_userinfo(&spec.base_url),
         "status": spec.status.as_str(),
         "auto_ban": spec.auto_ban,
         "max_concurrency": spec.max_concurrency,
@@ -331,9 +374,9 @@ pub async fn list(
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(raw): JsonBody<ChannelCreate>,
 ) -> ApiResult<Response> {
-    let spec = ChannelSpec::try_from(parse_body::<ChannelCreate>(&body)?)?;
+    let spec = ChannelSpec::try_from(raw)?;
     let mut tx = state.pool.begin().await?;
     let sql = format!(
         "INSERT INTO channels (name, provider, base_url, status, auto_ban, max_concurrency, \
@@ -376,13 +419,16 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(patch): JsonBody<ChannelPatch>,
 ) -> ApiResult<Response> {
-    let patch = parse_body::<ChannelPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
     let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
     let before = stored_status(&current)?;
-    let spec = ChannelSpec::patched(&current, patch)?;
+    let secrets: Secrets = sqlx::query_as("SELECT base_url, headers FROM channels WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let spec = ChannelSpec::patched(&current, secrets, patch)?;
     let sql = format!(
         "UPDATE channels SET name = $2, provider = $3, base_url = $4, status = $5, auto_ban = $6, \
          max_concurrency = $7, capabilities = $8, retry_status_codes = $9, \

@@ -2,8 +2,7 @@
 //! Secrets are write-only: reads return a mask computed in SQL, so the secret never even reaches
 //! this process on a read.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -11,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::channels::ChannelView;
+use super::channels::{text, ChannelView};
+use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use switchyard_engine::validate::check_secret;
 
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct CredentialView {
@@ -85,6 +86,8 @@ fn source(secret: Option<String>, secret_env: Option<String>) -> ApiResult<Optio
                     "secret must be 1 to 8192 bytes",
                 ));
             }
+            // Sent as a header value: one line. The message never quotes the secret.
+            text("secret", &secret, check_secret)?;
             Ok(Some(Source::Inline(secret)))
         }
         (None, Some(name)) => {
@@ -145,9 +148,8 @@ pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(channel_id): Path<i64>,
-    body: Bytes,
+    JsonBody(raw): JsonBody<CredentialCreate>,
 ) -> ApiResult<Response> {
-    let raw = parse_body::<CredentialCreate>(&body)?;
     let source = source(raw.secret, raw.secret_env)?
         .ok_or_else(|| ApiError::validation("secret", "one of secret or secret_env is required"))?;
     let enabled = raw.enabled.unwrap_or(true);
@@ -190,9 +192,8 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(raw): JsonBody<CredentialPatch>,
 ) -> ApiResult<Response> {
-    let raw = parse_body::<CredentialPatch>(&body)?;
     let source = source(raw.secret, raw.secret_env)?;
     let mut tx = state.pool.begin().await?;
     let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;

@@ -8,13 +8,14 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use switchyard_engine::{select, HealthView, NoHealth, Outcome, SelectionConstraint, SplitMix64};
 use utoipa::IntoParams;
 
+use super::extract::Query;
 use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 

@@ -1,20 +1,21 @@
 //! `/api/v1/routes/{id}/members`, `/api/v1/members/{id}`: the unit of selection.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::model::validate_group;
+use switchyard_engine::validate::{check_single_line, check_upstream_model};
 use switchyard_engine::DEFAULT_GROUP;
 use utoipa::ToSchema;
 
-use super::channels::CapabilitiesDto;
+use super::channels::{text, CapabilitiesDto};
+use super::extract::{JsonBody, Path, Query};
 use super::routes::RouteView;
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -89,6 +90,9 @@ struct MemberSpec {
 
 impl MemberSpec {
     fn validate(mut self) -> ApiResult<MemberSpec> {
+        // Spliced into request bodies (JSON and multipart): one line.
+        text("upstream_model", &self.upstream_model, check_upstream_model)?;
+        text("group_name", &self.group_name, check_single_line)?;
         let model = self.upstream_model.trim();
         if model.is_empty() || model.chars().count() > 256 {
             return Err(ApiError::validation(
@@ -153,9 +157,8 @@ pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(route_id): Path<i64>,
-    body: Bytes,
+    JsonBody(raw): JsonBody<MemberCreate>,
 ) -> ApiResult<Response> {
-    let raw = parse_body::<MemberCreate>(&body)?;
     let spec = MemberSpec {
         channel_id: raw.channel_id,
         upstream_model: raw.upstream_model,
@@ -210,9 +213,8 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(patch): JsonBody<MemberPatch>,
 ) -> ApiResult<Response> {
-    let patch = parse_body::<MemberPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
     let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
     let spec = MemberSpec {

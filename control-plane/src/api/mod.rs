@@ -4,6 +4,7 @@
 mod channels;
 mod credentials;
 mod explain;
+pub mod extract;
 mod members;
 mod ops;
 mod routes;
@@ -18,9 +19,9 @@ pub(crate) use channels::record_status_event;
 pub use tokens::token_hash;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -161,21 +162,40 @@ pub fn app(state: AppState) -> Router {
                 async move { Json(openapi.as_ref().clone()) }
             }),
         )
+        // Set before the auth layer, so a wrong method on an admin path is still a 401 first.
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_admin,
-        ));
+        ))
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES));
 
     Router::new()
         .merge(admin)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::metrics::track,
         ))
         .with_state(state)
+}
+
+/// A path that exists, with a method it does not take: a JSON 405.
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: crate::error::bounded(method.as_str(), 32),
+    }
+}
+
+/// No endpoint has this path: a JSON 404 (the path without its query string).
+async fn unknown_endpoint(uri: Uri) -> ApiError {
+    ApiError::UnknownEndpoint {
+        path: crate::error::bounded(uri.path(), 256),
+    }
 }
 
 /// Admin-token check, constant-time (compares SHA-256 digests).

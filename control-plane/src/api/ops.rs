@@ -1,6 +1,6 @@
 //! Health, readiness, metrics, the shared-state view and the audit log.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{IntoParams, ToSchema};
 
+use super::extract::Query;
 use super::{AppState, Page};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -134,6 +135,11 @@ pub async fn audit(
         cursor: query.cursor,
     }
     .bounds()?;
+    if let Some(resource) = &query.resource {
+        switchyard_engine::validate::check_single_line(resource).map_err(|message| {
+            ApiError::bad_request(Some("resource"), format!("resource: {message}"))
+        })?;
+    }
     let sql = format!(
         "SELECT id, {} AS at, actor, action, resource, resource_id, revision, detail \
          FROM audit_log WHERE id > $1 AND ($2::text IS NULL OR resource = $2) \
@@ -148,5 +154,14 @@ pub async fn audit(
         .fetch_all(&state.pool)
         .await
         .map_err(ApiError::from)?;
+    let rows = rows.into_iter().map(redact_entry).collect();
     Ok(Json(Page::from_rows(rows, fetch_n, |e| e.id)))
+}
+
+/// Rows written before `base_url` passwords were masked in audit details are masked on read.
+fn redact_entry(mut entry: AuditEntry) -> AuditEntry {
+    if let Some(Value::String(url)) = entry.detail.get_mut("base_url") {
+        *url = switchyard_engine::validate::redact_url_userinfo(url);
+    }
+    entry
 }

@@ -1,7 +1,6 @@
 //! `/api/v1/routes`: logical models matched by `model_pattern`, with their route-level overrides.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -11,8 +10,9 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
+use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -117,7 +117,8 @@ fn mode(value: &str) -> ApiResult<&'static str> {
             ApiError::validation(
                 "routing_mode",
                 format!(
-                    "routing_mode must be one of auto, weighted, latency, adaptive, single; got {value:?}"
+                    "routing_mode must be one of auto, weighted, latency, adaptive, single; got {:?}",
+                    crate::error::bounded(value, 64)
                 ),
             )
         })
@@ -274,9 +275,9 @@ pub async fn list(
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(raw): JsonBody<RouteCreate>,
 ) -> ApiResult<Response> {
-    let spec = RouteSpec::try_from(parse_body::<RouteCreate>(&body)?)?;
+    let spec = RouteSpec::try_from(raw)?;
     let mut tx = state.pool.begin().await?;
     pattern_taken(&mut tx, &spec.model_pattern, None).await?;
     spec.check_single(&mut tx, None, true).await?;
@@ -326,9 +327,8 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(patch): JsonBody<RoutePatch>,
 ) -> ApiResult<Response> {
-    let patch = parse_body::<RoutePatch>(&body)?;
     let asks_single = patch.routing_mode.is_some() || matches!(patch.single_member_id, Some(None));
     let mut tx = state.pool.begin().await?;
     let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;

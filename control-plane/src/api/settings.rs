@@ -2,14 +2,14 @@
 //! GET returns every setting (defaults filled in); PUT replaces the document (absent keys take
 //! their defaults); PATCH changes only the keys it sends.
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use serde_json::{Map, Value};
 use switchyard_engine::Settings;
 
-use super::{parse_body, with_revision, Actor, AppState};
+use super::extract::JsonBody;
+use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -79,9 +79,8 @@ pub async fn get_settings(State(state): State<AppState>) -> ApiResult<Json<Setti
 pub async fn put_settings(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    let changes = parse_body::<Map<String, Value>>(&body)?;
     let settings = merge_settings(Map::new(), changes)?;
     let tx = state.pool.begin().await?;
     write(tx, &actor, settings).await
@@ -93,9 +92,8 @@ pub async fn put_settings(
 pub async fn patch_settings(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    let changes = parse_body::<Map<String, Value>>(&body)?;
     let mut tx = state.pool.begin().await?;
     let stored: sqlx::types::Json<Map<String, Value>> =
         sqlx::query_scalar("SELECT value FROM settings FOR UPDATE")

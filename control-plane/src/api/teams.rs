@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -15,8 +14,10 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
+use super::channels::checked_name;
+use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, Resource};
-use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -134,6 +135,7 @@ fn plan_from(raw: BTreeMap<String, PlanEntryDto>) -> ApiResult<BTreeMap<i64, Pla
     raw.into_iter()
         .map(|(key, entry)| {
             let id = key.trim().parse::<i64>().map_err(|_| {
+                let key = crate::error::bounded(&key, 32);
                 ApiError::validation(
                     format!("plan.{key}"),
                     format!("plan keys must be member ids, got {key:?}"),
@@ -168,14 +170,7 @@ fn retry_limit(value: Option<i64>) -> ApiResult<Option<i32>> {
 
 impl TeamSpec {
     fn validate(mut self) -> ApiResult<TeamSpec> {
-        let name = self.name.trim();
-        if name.is_empty() || name.chars().count() > 128 {
-            return Err(ApiError::validation(
-                "name",
-                "name must be 1 to 128 characters",
-            ));
-        }
-        self.name = name.to_owned();
+        self.name = checked_name("name", &self.name)?;
         for (i, pattern) in self.models.iter().enumerate() {
             validate_pattern(pattern)
                 .map_err(|message| ApiError::validation(format!("models[{i}]"), message))?;
@@ -298,9 +293,8 @@ pub async fn list(
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(raw): JsonBody<TeamCreate>,
 ) -> ApiResult<Response> {
-    let raw = parse_body::<TeamCreate>(&body)?;
     let spec = TeamSpec {
         name: raw.name,
         models: raw.models.unwrap_or_default(),
@@ -342,9 +336,8 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(patch): JsonBody<TeamPatch>,
 ) -> ApiResult<Response> {
-    let patch = parse_body::<TeamPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
     lock(&mut tx, id).await?;
     let current = fetch(&mut *tx, id).await?;

@@ -1,8 +1,7 @@
 //! `/api/v1/tokens`: downstream API keys. The plaintext is generated here, returned once by the
 //! create call, and only its SHA-256 (lowercase hex) is stored.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -10,10 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use switchyard_engine::model::validate_group;
+use switchyard_engine::validate::check_single_line;
 use utoipa::ToSchema;
 
+use super::channels::{checked_name, text};
+use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, parse_body, with_revision, Actor, AppState, Page, PageQuery};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -89,15 +91,9 @@ struct TokenSpec {
 
 impl TokenSpec {
     fn validate(mut self) -> ApiResult<TokenSpec> {
-        let name = self.name.trim();
-        if name.is_empty() || name.chars().count() > 128 {
-            return Err(ApiError::validation(
-                "name",
-                "name must be 1 to 128 characters",
-            ));
-        }
-        self.name = name.to_owned();
+        self.name = checked_name("name", &self.name)?;
         if let Some(group) = self.route_group_name.take() {
+            text("route_group_name", &group, check_single_line)?;
             validate_group(&group)
                 .map_err(|message| ApiError::validation("route_group_name", message))?;
             let group = group.trim();
@@ -163,9 +159,8 @@ pub async fn list(
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
-    body: Bytes,
+    JsonBody(raw): JsonBody<TokenCreate>,
 ) -> ApiResult<Response> {
-    let raw = parse_body::<TokenCreate>(&body)?;
     let spec = TokenSpec {
         name: raw.name,
         route_group_name: raw.route_group_name,
@@ -222,9 +217,8 @@ pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
     Path(id): Path<i64>,
-    body: Bytes,
+    JsonBody(patch): JsonBody<TokenPatch>,
 ) -> ApiResult<Response> {
-    let patch = parse_body::<TokenPatch>(&body)?;
     let mut tx = state.pool.begin().await?;
     let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
     let spec = TokenSpec {

@@ -4,6 +4,10 @@
 use std::collections::HashMap;
 
 use switchyard_engine::model::validate_group;
+use switchyard_engine::validate::{
+    check_header_name, check_header_value, check_no_nul, check_secret, check_single_line,
+    check_upstream_model, redact_url_userinfo, truncate_for_display,
+};
 use switchyard_engine::{
     validate_pattern, Channel, ChannelStatus, Credential, Member, Provider, Route, RoutingMode,
     SecretSource, SnapshotParts, Team, Token, DEFAULT_GROUP,
@@ -104,6 +108,7 @@ impl RawConfig {
             for (pi, pattern) in raw.models.iter().enumerate() {
                 validate_pattern(pattern).map_err(|m| err(format!("{at}.models[{pi}]"), m))?;
             }
+            text(&format!("{at}.name"), &raw.name, check_single_line)?;
             let id = team_alloc.or_next(raw.id);
             if team_ids.insert(raw.name.clone(), id).is_some() {
                 return Err(err(
@@ -161,7 +166,9 @@ impl RawConfig {
                 };
             if let Some(group) = &raw.route_group {
                 validate_group(group).map_err(|m| err(format!("{at}.route_group"), m))?;
+                text(&format!("{at}.route_group"), group, check_single_line)?;
             }
+            text(&format!("{at}.name"), &raw.name, check_single_line)?;
             tokens.push(Token {
                 id: token_alloc.or_next(raw.id),
                 name: raw.name,
@@ -183,6 +190,11 @@ impl RawConfig {
             tokens,
         })
     }
+}
+
+/// Applies one of the engine's text rules (their messages never quote the value) at `path`.
+fn text(path: &str, value: &str, rule: fn(&str) -> Result<(), String>) -> Result<(), ConfigError> {
+    rule(value).map_err(|m| err(path, m))
 }
 
 fn check_unique(ids: impl Iterator<Item = i64>, path: &str, what: &str) -> Result<(), ConfigError> {
@@ -220,6 +232,10 @@ impl RawChannel {
         if self.name.trim().is_empty() {
             return Err(err(format!("{at}.name"), "must not be empty"));
         }
+        text(&format!("{at}.name"), &self.name, check_single_line)?;
+        if let Some(url) = &self.base_url {
+            text(&format!("{at}.base_url"), url, check_single_line)?;
+        }
         let base_url = match (provider, self.base_url, self.mock) {
             (Provider::Mock, None, options) => options.unwrap_or_default().to_url(),
             (Provider::Mock, Some(url), None) => url,
@@ -241,9 +257,14 @@ impl RawChannel {
                 if !(trimmed.starts_with("http://") || trimmed.starts_with("https://"))
                     || trimmed.parse::<http::Uri>().is_err()
                 {
+                    // Quoted without its password, and not whole if it is huge.
+                    let shown = redact_url_userinfo(&url);
                     return Err(err(
                         format!("{at}.base_url"),
-                        format!("not an http(s) URL: {url:?}"),
+                        format!(
+                            "not an http(s) URL: {:?}",
+                            truncate_for_display(&shown, 256)
+                        ),
                     ));
                 }
                 trimmed
@@ -262,15 +283,19 @@ impl RawChannel {
                     enabled,
                 } => (id, secret, enabled),
             };
-            if secret.trim().is_empty() {
+            // Trimmed like the admin API does (a YAML block scalar ends with a newline).
+            let secret = secret.trim();
+            if secret.is_empty() {
                 return Err(err(
                     format!("{at}.credentials[{ki}]"),
                     "secret must not be empty",
                 ));
             }
-            let secret = match env_reference(&secret) {
+            // Sent as a header value: one line. The message never quotes the secret.
+            text(&format!("{at}.credentials[{ki}]"), secret, check_secret)?;
+            let secret = match env_reference(secret) {
                 Some(name) => SecretSource::Env(name.to_owned()),
-                None => SecretSource::Inline(secret),
+                None => SecretSource::Inline(secret.to_owned()),
             };
             let id = credential_ids.or_next(id);
             credentials.push(Credential {
@@ -295,15 +320,22 @@ impl RawChannel {
         }
         let mut headers = Vec::with_capacity(self.headers.len());
         for (name, value) in self.headers {
-            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-                || http::HeaderValue::from_str(&value).is_err()
-            {
-                return Err(err(
-                    format!("{at}.headers.{name}"),
-                    "not a valid HTTP header",
-                ));
-            }
+            check_header_name(&name).map_err(|m| {
+                err(
+                    format!("{at}.headers"),
+                    format!("{m}: {:?}", truncate_for_display(&name, 64)),
+                )
+            })?;
+            // The value is never quoted: header values often carry keys.
+            text(&format!("{at}.headers.{name}"), &value, check_header_value)?;
             headers.push((name, value));
+        }
+        for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
+            text(
+                &format!("{at}.retry_error_patterns[{i}]"),
+                pattern,
+                check_no_nul,
+            )?;
         }
         for (i, code) in self.retry_status_codes.iter().enumerate() {
             if !(100..=599).contains(code) {
@@ -368,6 +400,15 @@ impl RawRoute {
             })?;
             let group = raw.group.unwrap_or_else(|| DEFAULT_GROUP.to_owned());
             validate_group(&group).map_err(|m| err(format!("{mat}.group"), m))?;
+            text(&format!("{mat}.group"), &group, check_single_line)?;
+            if let Some(model) = &raw.upstream_model {
+                // Spliced into request bodies (JSON and multipart): one line.
+                text(
+                    &format!("{mat}.upstream_model"),
+                    model,
+                    check_upstream_model,
+                )?;
+            }
             let group = match group.trim() {
                 "" => DEFAULT_GROUP.to_owned(),
                 g => g.to_owned(),

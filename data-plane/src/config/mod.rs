@@ -310,4 +310,104 @@ mod tests {
             .unwrap_err();
         assert_eq!(e, "channels[0].base_url: is required");
     }
+
+    /// One channel `a` (openai, one credential) plus `extra` lines under it, and one route.
+    fn with_channel(credential: &str, extra: &str, member: &str) -> String {
+        format!(
+            "channels:\n  - name: a\n    provider: openai\n    base_url: https://x.test\n    credentials: [{credential}]\n{extra}routes:\n  - model_pattern: m\n    members:\n      - channel: a\n{member}"
+        )
+    }
+
+    #[test]
+    fn control_characters_in_secrets_are_rejected_without_quoting_them() {
+        for secret in [
+            r#""sk-LEAKME-1\r\nx-injected: 1""#,
+            r#""sk-LEAKME-2\nmore""#,
+            r#""sk-LEAKME-3\0""#,
+            r#"{secret: "sk-LEAKME-4\rx"}"#,
+        ] {
+            let e = parse(&with_channel(secret, "", "")).unwrap_err();
+            assert!(
+                e.starts_with("channels[0].credentials[0]: contains a control character"),
+                "{e}"
+            );
+            assert!(!e.contains("LEAKME"), "{e}");
+        }
+        // A trailing newline (a YAML block scalar) is trimmed, not refused.
+        let parts = parse(&with_channel("\"sk-ok\\n\"", "", "")).unwrap();
+        assert_eq!(
+            parts.channels[0].credentials[0].secret,
+            SecretSource::Inline("sk-ok".into())
+        );
+    }
+
+    #[test]
+    fn control_characters_in_single_line_fields_name_the_field() {
+        let cases = [
+            (
+                with_channel("k", "", "        upstream_model: \"m\\r\\nx\"\n"),
+                "routes[0].members[0].upstream_model: ",
+            ),
+            (
+                with_channel("k", "", "        group: \"g\\nx\"\n"),
+                "routes[0].members[0].group: ",
+            ),
+            (
+                with_channel("k", "    headers: {x-key: \"v\\r\\nx-injected: 1\"}\n", ""),
+                "channels[0].headers.x-key: header value contains a control character",
+            ),
+            (
+                with_channel("k", "    headers: {x-key: \"v\\0\"}\n", ""),
+                "channels[0].headers.x-key: ",
+            ),
+            (
+                with_channel("k", "    headers: {\"x key\": v}\n", ""),
+                "channels[0].headers: header name contains an invalid character",
+            ),
+            (
+                with_channel("k", "    retry_error_patterns: [\"a\\0\"]\n", ""),
+                "channels[0].retry_error_patterns[0]: contains a NUL",
+            ),
+            (
+                "channels:\n  - name: \"a\\nb\"\n    provider: mock\n".to_owned(),
+                "channels[0].name: ",
+            ),
+            (
+                "channels:\n  - name: a\n    provider: openai\n    base_url: \"https://x.test/\\r\\nv1\"\n    credentials: [k]\n".to_owned(),
+                "channels[0].base_url: ",
+            ),
+            (
+                "teams:\n  - name: \"t\\0\"\n".to_owned(),
+                "teams[0].name: ",
+            ),
+            (
+                "tokens:\n  - name: t\n    token: x\n    route_group: \"g\\r\"\n".to_owned(),
+                "tokens[0].route_group: ",
+            ),
+            (
+                "tokens:\n  - name: \"t\\n\"\n    token: x\n".to_owned(),
+                "tokens[0].name: ",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let e = parse(&yaml).unwrap_err();
+            assert!(e.starts_with(want), "{yaml}\n=> {e}");
+        }
+        // A tab is a valid header value character.
+        parse(&with_channel("k", "    headers: {x-key: \"a\\tb\"}\n", "")).unwrap();
+    }
+
+    #[test]
+    fn a_bad_base_url_is_quoted_without_its_password() {
+        let e = parse(
+            "channels:\n  - name: a\n    provider: openai\n    base_url: \"ftp://u:PASSWORD1@x.test\"\n    credentials: [k]\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("channels[0].base_url: not an http(s) URL"),
+            "{e}"
+        );
+        assert!(!e.contains("PASSWORD1"), "{e}");
+        assert!(e.contains("u:***@x.test"), "{e}");
+    }
 }

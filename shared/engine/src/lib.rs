@@ -14,6 +14,7 @@ pub mod pattern;
 pub mod rng;
 mod select;
 pub mod settings;
+pub mod validate;
 
 pub use constraint::{RequestNeeds, SelectionConstraint};
 pub use decision::{
