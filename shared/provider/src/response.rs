@@ -133,3 +133,6 @@ pub fn translate_response(
     };
     Ok((to_vec(&out)?, resp.usage.public()))
 }
+
+#[cfg(test)]
+mod tests;
