@@ -1,0 +1,3 @@
+//! Streams.
+pub struct StreamTranslator;
+pub struct UsageScanner;
