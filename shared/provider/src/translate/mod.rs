@@ -14,13 +14,15 @@ use crate::protocol::Protocol;
 use crate::util::{get_str, get_u64, parse_json_lenient, parse_object};
 
 pub(crate) use anthropic::{
-    emit_response as anthropic_emit_response, parse_response as anthropic_parse_response,
+    anthropic_msg_id, emit_response as anthropic_emit_response,
+    parse_response as anthropic_parse_response,
 };
 pub(crate) use gemini::{
-    emit_response as gemini_emit_response, parse_response as gemini_parse_response,
+    call_id as gemini_call_id, emit_response as gemini_emit_response,
+    parse_response as gemini_parse_response,
 };
 pub(crate) use openai::{
-    emit_response as openai_emit_response, parse_response as openai_parse_response,
+    emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
 };
 
 /// Why a body could not be translated.
