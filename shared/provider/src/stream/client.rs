@@ -110,19 +110,23 @@ impl Emitter {
             Protocol::Anthropic => {
                 let mut usage = self.usage.to_anthropic();
                 usage["output_tokens"] = json!(self.usage.output.max(1));
-                self.anthropic_event("message_start", json!({
-                    "type": "message_start",
-                    "message": {
-                        "id": anthropic_msg_id(if self.id.is_empty() { "gateway" } else { &self.id }),
-                        "type": "message",
-                        "role": "assistant",
-                        "model": self.model,
-                        "content": [],
-                        "stop_reason": null,
-                        "stop_sequence": null,
-                        "usage": usage,
-                    },
-                }), out);
+                self.anthropic_event(
+                    "message_start",
+                    json!({
+                        "type": "message_start",
+                        "message": {
+                            "id": anthropic_msg_id(&self.id),
+                            "type": "message",
+                            "role": "assistant",
+                            "model": self.model,
+                            "content": [],
+                            "stop_reason": null,
+                            "stop_sequence": null,
+                            "usage": usage,
+                        },
+                    }),
+                    out,
+                );
             }
             Protocol::OpenAi => {
                 self.openai_chunk(json!({"role": "assistant", "content": ""}), None, out)

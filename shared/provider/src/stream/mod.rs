@@ -30,6 +30,9 @@ use upstream::{Ev, Upstream};
 #[derive(Debug)]
 pub struct StreamTranslator {
     passthrough: bool,
+    /// OpenAI → OpenAI for a client that did not ask for usage: the upstream was asked for it
+    /// anyway (`to_body` always sets `include_usage`), so its usage-only chunk is held back.
+    strip_usage_chunk: bool,
     decoder: SseDecoder,
     upstream: Upstream,
     emitter: Emitter,
@@ -42,7 +45,9 @@ pub struct StreamTranslator {
 impl StreamTranslator {
     /// `client_model` is echoed in the client's events; `include_usage` is the OpenAI client's
     /// `stream_options.include_usage`. With `upstream == client` bytes pass through unchanged
-    /// (usage and the end are still tracked).
+    /// (usage and the end are still tracked), except that an OpenAI client that did not ask for
+    /// `include_usage` does not get the usage-only chunk (`"choices":[]`) the gateway asked the
+    /// upstream for: then events are re-emitted one by one, unchanged otherwise.
     pub fn new(
         upstream: Protocol,
         client: Protocol,
@@ -51,6 +56,7 @@ impl StreamTranslator {
     ) -> StreamTranslator {
         StreamTranslator {
             passthrough: upstream == client,
+            strip_usage_chunk: upstream == client && client == Protocol::OpenAi && !include_usage,
             decoder: SseDecoder::new(),
             upstream: Upstream::new(upstream),
             emitter: Emitter::new(client, client_model, include_usage),
@@ -64,7 +70,7 @@ impl StreamTranslator {
     /// Feeds raw upstream SSE bytes (split anywhere; `\n` or `\r\n`) and appends the complete
     /// client-protocol SSE events they produce to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        if self.passthrough {
+        if self.passthrough && !self.strip_usage_chunk {
             out.extend_from_slice(bytes);
         }
         let mut events = std::mem::take(&mut self.events);
@@ -87,6 +93,12 @@ impl StreamTranslator {
         }
         if !self.passthrough {
             self.emitter.handle(&evs, out);
+        } else if self.strip_usage_chunk {
+            let usage_only =
+                evs.iter().any(|e| matches!(e, Ev::Usage(_))) && ev.data.contains("\"choices\":[]");
+            if !usage_only {
+                crate::sse::write_event(out, ev.event.as_deref(), &ev.data);
+            }
         }
         evs.clear();
         self.evs = evs;

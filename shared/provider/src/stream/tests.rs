@@ -670,6 +670,40 @@ fn same_protocol_passes_bytes_through_and_tracks_usage_and_end() {
 }
 
 #[test]
+fn openai_passthrough_holds_back_the_usage_chunk_the_client_did_not_ask_for() {
+    let (out, t) = run(O, O, OPENAI_TOOL_FIRST, false);
+    let evs = events(&out);
+    assert_eq!(evs.last().unwrap().1, "[DONE]");
+    assert!(
+        evs.iter().all(|(_, d)| !d.contains("\"choices\":[]")),
+        "no usage-only chunk"
+    );
+    let (with_usage, _) = run(O, O, OPENAI_TOOL_FIRST, true);
+    assert_eq!(
+        with_usage,
+        OPENAI_TOOL_FIRST.as_bytes(),
+        "asked for: byte-for-byte"
+    );
+    assert_eq!(
+        t.usage().cached_tokens,
+        20,
+        "the gateway still sees the usage"
+    );
+    assert_eq!(
+        events(&out).len(),
+        events(OPENAI_TOOL_FIRST.as_bytes()).len() - 1
+    );
+    for i in 0..=OPENAI_TOOL_FIRST.len() {
+        let mut t = StreamTranslator::new(O, O, "m", false);
+        let mut split = Vec::new();
+        t.push(&OPENAI_TOOL_FIRST.as_bytes()[..i], &mut split);
+        t.push(&OPENAI_TOOL_FIRST.as_bytes()[i..], &mut split);
+        t.finish(&mut split);
+        assert_eq!(split, out, "split at {i}");
+    }
+}
+
+#[test]
 fn garbage_streams_never_panic() {
     let garbage: [&[u8]; 6] = [
         b"data: {\n\n",

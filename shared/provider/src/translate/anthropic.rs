@@ -447,6 +447,8 @@ pub(crate) fn emit_response(r: &Resp, model: &str) -> Value {
 pub(crate) fn anthropic_msg_id(upstream: &str) -> String {
     if upstream.starts_with("msg_") {
         upstream.to_string()
+    } else if upstream.is_empty() {
+        "msg_gateway".to_string()
     } else {
         format!("msg_{}", anthropic_tool_id(upstream))
     }

@@ -423,7 +423,7 @@ pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
             .collect();
         b["tools"] = json!([{"functionDeclarations": decls}]);
     }
-    if let Some(tc) = &ir.tool_choice {
+    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
         b["toolConfig"] = json!({"functionCallingConfig": match tc {
             ToolChoice::Auto => json!({"mode": "AUTO"}),
             ToolChoice::None => json!({"mode": "NONE"}),

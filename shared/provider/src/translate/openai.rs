@@ -453,7 +453,7 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
             b["parallel_tool_calls"] = json!(p);
         }
     }
-    if let Some(tc) = &ir.tool_choice {
+    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
         b["tool_choice"] = match tc {
             ToolChoice::Auto => json!("auto"),
             ToolChoice::None => json!("none"),

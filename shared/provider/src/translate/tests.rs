@@ -398,6 +398,17 @@ fn tool_choice_mapping_table() {
 }
 
 #[test]
+fn tool_choice_without_tools_is_not_sent() {
+    let mut g = gem(json!([{"role": "user", "parts": [{"text": "x"}]}]));
+    g["toolConfig"] = json!({"functionCallingConfig": {"mode": "AUTO"}});
+    assert!(conv(G, g.clone(), O).get("tool_choice").is_none());
+    assert!(conv(G, g, A).get("tool_choice").is_none());
+    let mut a = ant(json!([{"role": "user", "content": "x"}]));
+    a["tool_choice"] = json!({"type": "auto"});
+    assert!(conv(A, a, G).get("toolConfig").is_none());
+}
+
+#[test]
 fn parallel_tool_calls_false_is_disable_parallel_tool_use() {
     let mut b = oai(json!([{"role": "user", "content": "x"}]));
     b["tools"] = json!([weather_tool_openai()]);
