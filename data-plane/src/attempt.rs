@@ -277,7 +277,8 @@ impl Attempt<'_> {
                 })
             }
         }
-        if self.call.translated() {
+        // A local answer is already in the client's shape.
+        if self.call.translated() && self.call.local.is_none() {
             let translated = if self.endpoint.is_count_tokens() {
                 parse_count_tokens_response(self.call.upstream, &body)
                     .map(|n| count_tokens_response(self.call.client, n).into_bytes())
