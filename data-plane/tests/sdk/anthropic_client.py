@@ -72,7 +72,7 @@ def complete(model, msgs, **kw):
         "stop": msg.stop_reason,
         "usage": usage_of(msg.usage),
         "model": msg.model,
-        "content": [b.model_dump(mode="json") for b in msg.content],
+        "content": msg.content,
         **headers_of(raw),
     }
 
@@ -141,8 +141,14 @@ def error_of(fn):
         }
 
 
+def public(result):
+    result = dict(result)
+    result.pop("content", None)
+    return result
+
+
 def s_text():
-    return complete(MODEL, [user("text")])
+    return public(complete(MODEL, [user("text")]))
 
 
 def s_stream():
@@ -150,7 +156,7 @@ def s_stream():
 
 
 def s_tools():
-    return complete(MODEL + "-tools", [user("tools")], tools=TOOLS)
+    return public(complete(MODEL + "-tools", [user("tools")], tools=TOOLS))
 
 
 def s_tools_stream():
@@ -160,13 +166,14 @@ def s_tools_stream():
 def s_tool_result():
     first = complete(MODEL + "-tools", [user("tool_result")], tools=TOOLS)
     call = first["tool_calls"][0]
+    # The assistant turn is the SDK's own content blocks, passed back as users do.
     assistant = {"role": "assistant", "content": first["content"]}
     result = {
         "role": "user",
         "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": TOOL_RESULT}],
     }
     second = complete(MODEL, [user("tool_result"), assistant, result], tools=TOOLS)
-    return {"first_id": call["id"], "first": first, **second}
+    return {"first_id": call["id"], "first": public(first), **public(second)}
 
 
 def s_image():
@@ -176,7 +183,7 @@ def s_image():
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
         {"type": "image", "source": {"type": "url", "url": IMAGE_URL}},
     ]
-    return complete(MODEL, [{"role": "user", "content": content}])
+    return public(complete(MODEL, [{"role": "user", "content": content}]))
 
 
 def s_errors():
