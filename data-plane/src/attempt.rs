@@ -11,6 +11,10 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_engine::{Channel, RandomSource};
+use switchyard_provider::{
+    count_tokens_response, parse_count_tokens_response, translate_error_body, translate_response,
+    Protocol, StreamTranslator,
+};
 use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
 
@@ -19,6 +23,7 @@ use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
 use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, UpstreamResponse};
+use crate::wire::Call;
 
 /// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
 const MAX_INSPECTED_BODY: usize = 16 * 1024 * 1024;
@@ -100,8 +105,12 @@ impl Failed {
 /// A response ready to go to the client.
 pub struct Committed {
     pub response: UpstreamResponse,
-    /// For streams: the first data chunk, already read (the rest is still in `response.body`).
+    /// For streams: the first data chunk, already read (the rest is still in `response.body`)
+    /// — translated already when `translator` is set.
     pub first_chunk: Option<Bytes>,
+    /// A translated stream: the rest of the body goes through it (boxed: it is large, and
+    /// most answers have none).
+    pub translator: Option<Box<StreamTranslator>>,
 }
 
 pub enum Outcome {
@@ -115,9 +124,10 @@ pub struct Attempt<'a> {
     pub endpoint: Endpoint,
     pub inspected: &'a Inspected,
     pub upstream_model: &'a str,
-    pub body: Bytes,
+    /// The model the client asked for (echoed in translated answers).
+    pub client_model: &'a str,
+    pub call: &'a Call,
     pub client_headers: &'a HeaderMap,
-    pub query: Option<&'a str>,
     pub channel: &'a Channel,
     pub runtime: &'a ChannelRuntime,
     pub credential: &'a CredentialRuntime,
@@ -144,6 +154,9 @@ impl Attempt<'_> {
     }
 
     async fn send(&self, rng: &mut impl RandomSource) -> Result<UpstreamResponse, Failed> {
+        if let Some(local) = &self.call.local {
+            return Ok(local_json(local.clone()));
+        }
         if let Some(options) = &self.runtime.mock {
             let request = MockRequest {
                 endpoint: self.endpoint,
@@ -157,14 +170,16 @@ impl Attempt<'_> {
                 .await
                 .map_err(|_| Failed::transport("first_byte_timeout"));
         }
+        let call = self.call;
         let request = self
             .runtime
             .request(
-                self.endpoint,
-                self.query,
-                self.client_headers,
+                call.method.clone(),
+                &call.path,
+                call.query.as_deref(),
+                call.passthrough.then_some(self.client_headers),
                 self.credential,
-                self.body.clone(),
+                call.body.clone(),
             )
             .map_err(|_| Failed::transport("bad_upstream_request"))?;
         // The connector enforces the connect timeout; the first-byte timeout (which starts with
@@ -189,15 +204,34 @@ impl Attempt<'_> {
     }
 
     async fn on_success(&self, mut response: UpstreamResponse) -> Outcome {
-        if self.inspected.stream {
+        if self.inspected.stream && self.call.local.is_none() {
             // Nothing has reached the client yet: a stream that dies before its first byte is
             // a member-specific failure and fails over transparently.
             let limit = self.first_byte_timeout.min(self.left());
-            return match timeout(limit, next_data(&mut response.body)).await {
-                Ok(Ok(Some(first))) => Outcome::Committed(Committed {
-                    response,
-                    first_chunk: Some(first),
-                }),
+            let mut translator = self.call.translated().then(|| {
+                Box::new(StreamTranslator::new(
+                    self.call.upstream,
+                    self.call.client,
+                    self.client_model,
+                    self.call.include_usage,
+                ))
+            });
+            return match timeout(
+                limit,
+                first_data(&mut response.body, translator.as_deref_mut()),
+            )
+            .await
+            {
+                Ok(Ok(Some(first))) => {
+                    if translator.is_some() {
+                        response.headers = sse_headers();
+                    }
+                    Outcome::Committed(Committed {
+                        response,
+                        first_chunk: Some(first),
+                        translator,
+                    })
+                }
                 Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
                 Err(_) => Outcome::Failed(Failed::transport("first_byte_timeout")),
             };
@@ -206,6 +240,7 @@ impl Attempt<'_> {
             return Outcome::Committed(Committed {
                 response,
                 first_chunk: None,
+                translator: None,
             });
         }
         let limit = self.idle_timeout.min(self.left());
@@ -220,7 +255,7 @@ impl Attempt<'_> {
             headers: headers.clone(),
             body: body.clone(),
         };
-        match check_body(self.endpoint, &body) {
+        match check_body(self.endpoint, self.call.upstream, &body) {
             BodyCheck::Fine => {}
             BodyCheck::Malformed => {
                 return Outcome::Failed(Failed {
@@ -242,10 +277,48 @@ impl Attempt<'_> {
                 })
             }
         }
-        response.body = Body::from(body);
+        if self.call.translated() {
+            let translated = if self.endpoint.is_count_tokens() {
+                parse_count_tokens_response(self.call.upstream, &body)
+                    .map(|n| count_tokens_response(self.call.client, n).into_bytes())
+                    .ok_or(())
+            } else {
+                translate_response(
+                    self.call.upstream,
+                    self.call.client,
+                    &body,
+                    self.client_model,
+                )
+                .map(|(body, _usage)| body)
+                .map_err(|_| ())
+            };
+            let Ok(translated) = translated else {
+                return Outcome::Failed(Failed {
+                    kind: FailureKind::Retryable,
+                    error: "malformed_response",
+                    status: Some(status.as_u16()),
+                    answer: Some(Answer {
+                        status: StatusCode::BAD_GATEWAY,
+                        headers: json_headers(),
+                        body: Bytes::from(translate_error_body(
+                            self.call.upstream,
+                            self.call.client,
+                            502,
+                            b"the upstream answer could not be translated",
+                        )),
+                    }),
+                    ..Failed::transport("")
+                });
+            };
+            response.headers = json_headers();
+            response.body = Body::from(translated);
+        } else {
+            response.body = Body::from(body);
+        }
         Outcome::Committed(Committed {
             response,
             first_chunk: None,
+            translator: None,
         })
     }
 
@@ -265,18 +338,101 @@ impl Attempt<'_> {
         } else {
             None
         };
+        // The client sees the upstream's answer in its own protocol, status and
+        // `Retry-After` kept.
+        let answer = if self.call.translated() {
+            let mut headers = json_headers();
+            if let Some(retry_after) = response.headers.get(header::RETRY_AFTER) {
+                headers.insert(header::RETRY_AFTER, retry_after.clone());
+            }
+            Answer {
+                status,
+                headers,
+                body: Bytes::from(translate_error_body(
+                    self.call.upstream,
+                    self.call.client,
+                    code,
+                    &body,
+                )),
+            }
+        } else {
+            Answer {
+                status,
+                headers: response.headers,
+                body,
+            }
+        };
         Failed {
             kind,
             scope,
             error,
             status: Some(code),
             retry_after_ms,
-            answer: Some(Answer {
-                status,
-                headers: response.headers,
-                body,
-            }),
+            answer: Some(answer),
             ban_keyword,
+        }
+    }
+}
+
+fn json_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers
+}
+
+fn sse_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    headers
+}
+
+/// An answer the gateway gives itself (a local count-tokens estimate).
+fn local_json(body: Bytes) -> UpstreamResponse {
+    UpstreamResponse {
+        status: StatusCode::OK,
+        headers: json_headers(),
+        body: Body::from(body),
+    }
+}
+
+/// The first chunk for the client: the next data chunk as is, or — translating — the first
+/// non-empty translation (an upstream event may be split across chunks, or translate to
+/// nothing, like a keep-alive). `Ok(None)` when the stream ends first.
+async fn first_data(
+    body: &mut Body,
+    mut translator: Option<&mut StreamTranslator>,
+) -> Result<Option<Bytes>, ()> {
+    let mut out = Vec::new();
+    loop {
+        let Some(chunk) = next_data(body).await? else {
+            if let Some(t) = translator.as_deref_mut() {
+                if t.upstream_done() {
+                    t.finish(&mut out);
+                    if !out.is_empty() {
+                        return Ok(Some(Bytes::from(out)));
+                    }
+                }
+            }
+            return Ok(None);
+        };
+        match translator.as_deref_mut() {
+            None => return Ok(Some(chunk)),
+            Some(t) => {
+                t.push(&chunk, &mut out);
+                if !out.is_empty() {
+                    return Ok(Some(Bytes::from(out)));
+                }
+            }
         }
     }
 }
@@ -423,7 +579,48 @@ fn blank(raw: Option<&RawValue>) -> bool {
     raw.is_none_or(|r| matches!(r.get(), "null" | "\"\"" | "[]"))
 }
 
-fn check_body(endpoint: Endpoint, body: &[u8]) -> BodyCheck {
+/// An Anthropic or Gemini answer with no content at all.
+#[derive(Deserialize)]
+struct NativeAnswer<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    candidates: Option<Vec<GeminiCandidate<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiCandidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<GeminiContent<'a>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiContent<'a> {
+    #[serde(borrow, default)]
+    parts: Option<&'a RawValue>,
+}
+
+fn check_body(endpoint: Endpoint, upstream: Protocol, body: &[u8]) -> BodyCheck {
+    if endpoint.is_chat() && upstream != Protocol::OpenAi {
+        let Ok(answer) = serde_json::from_slice::<NativeAnswer>(body) else {
+            return BodyCheck::Malformed;
+        };
+        let empty = match upstream {
+            Protocol::Anthropic => blank(answer.content),
+            _ => answer.candidates.as_ref().is_none_or(|c| {
+                c.iter().all(|c| {
+                    c.content
+                        .as_ref()
+                        .is_none_or(|content| blank(content.parts))
+                })
+            }),
+        };
+        return if empty {
+            BodyCheck::Empty
+        } else {
+            BodyCheck::Fine
+        };
+    }
     if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions) {
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
             Ok(_) => BodyCheck::Fine,
@@ -499,11 +696,12 @@ mod tests {
 
     #[test]
     fn empty_and_malformed_completions_are_detected() {
-        let check = |b: &str| match check_body(Endpoint::ChatCompletions, b.as_bytes()) {
-            BodyCheck::Fine => "fine",
-            BodyCheck::Malformed => "malformed",
-            BodyCheck::Empty => "empty",
-        };
+        let check =
+            |b: &str| match check_body(Endpoint::ChatCompletions, Protocol::OpenAi, b.as_bytes()) {
+                BodyCheck::Fine => "fine",
+                BodyCheck::Malformed => "malformed",
+                BodyCheck::Empty => "empty",
+            };
         assert_eq!(
             check(r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#),
             "fine"

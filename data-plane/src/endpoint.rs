@@ -1,6 +1,7 @@
 //! The endpoints the proxy serves and what the failover rules say about each.
 
 use http::HeaderMap;
+use switchyard_provider::Protocol;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -13,10 +14,15 @@ pub enum Endpoint {
     AudioTranscriptions,
     Messages,
     Models,
+    MessagesCountTokens,
+    /// Gemini `:generateContent` and `:streamGenerateContent` (the stream flag comes from the
+    /// path).
+    GeminiGenerate,
+    GeminiCountTokens,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 9] = [
+    pub const ALL: [Endpoint; 12] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -26,9 +32,42 @@ impl Endpoint {
         Endpoint::AudioTranscriptions,
         Endpoint::Messages,
         Endpoint::Models,
+        Endpoint::MessagesCountTokens,
+        Endpoint::GeminiGenerate,
+        Endpoint::GeminiCountTokens,
     ];
 
-    /// The path, as served downstream and appended to a channel's base URL upstream.
+    /// The protocol clients of this endpoint speak (and get their errors in).
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Endpoint::Messages | Endpoint::MessagesCountTokens => Protocol::Anthropic,
+            Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens => Protocol::Gemini,
+            _ => Protocol::OpenAi,
+        }
+    }
+
+    /// Chat endpoints, translatable between the three protocols.
+    pub fn is_chat(self) -> bool {
+        matches!(
+            self,
+            Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::GeminiGenerate
+        )
+    }
+
+    pub fn is_count_tokens(self) -> bool {
+        matches!(
+            self,
+            Endpoint::MessagesCountTokens | Endpoint::GeminiCountTokens
+        )
+    }
+
+    /// Chat or count-tokens: the body is parsed into the neutral form and may be translated.
+    pub fn translatable(self) -> bool {
+        self.is_chat() || self.is_count_tokens()
+    }
+
+    /// The path, as served downstream and appended to a channel's base URL upstream (Gemini
+    /// paths carry the model: see [`crate::upstream::gemini_path`]).
     pub fn path(self) -> &'static str {
         match self {
             Endpoint::ChatCompletions => "/v1/chat/completions",
@@ -40,6 +79,8 @@ impl Endpoint {
             Endpoint::AudioTranscriptions => "/v1/audio/transcriptions",
             Endpoint::Messages => "/v1/messages",
             Endpoint::Models => "/v1/models",
+            Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
+            Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens => "/v1beta/models",
         }
     }
 
@@ -55,16 +96,14 @@ impl Endpoint {
             Endpoint::AudioTranscriptions => "audio_transcriptions",
             Endpoint::Messages => "messages",
             Endpoint::Models => "models",
+            Endpoint::MessagesCountTokens => "messages_count_tokens",
+            Endpoint::GeminiGenerate => "gemini_generate_content",
+            Endpoint::GeminiCountTokens => "gemini_count_tokens",
         }
     }
 
     pub fn index(self) -> usize {
         self as usize
-    }
-
-    /// Gateway errors on Anthropic endpoints use the Anthropic error shape.
-    pub fn anthropic_errors(self) -> bool {
-        self == Endpoint::Messages
     }
 
     /// SPEC §3: non-idempotent generation endpoints are never retried — `images/*` always;

@@ -1,10 +1,10 @@
-//! Errors the gateway itself produces, rendered in the OpenAI error shape on OpenAI endpoints and
-//! in the Anthropic shape on Anthropic endpoints.
+//! Errors the gateway itself produces, rendered in the error shape of the client's protocol
+//! (OpenAI, Anthropic or Gemini).
 
 use axum::body::Body;
 use axum::response::Response;
 use http::{header, HeaderValue, StatusCode};
-use switchyard_mock_upstream::sim;
+use switchyard_provider::{gateway_error_body, Protocol};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayError {
@@ -58,21 +58,25 @@ impl GatewayError {
         )
     }
 
-    pub fn into_response(self, anthropic: bool) -> Response {
-        let body = if anthropic {
-            sim::anthropic_error_json(
-                &self.message,
-                sim::anthropic_error_kind(self.status.as_u16()),
-            )
-        } else {
-            sim::openai_error_json(&self.message, self.kind, self.code)
-        };
+    pub fn into_response(self, protocol: Protocol) -> Response {
+        let body = gateway_error_body(
+            protocol,
+            self.status.as_u16(),
+            self.kind,
+            self.code,
+            &self.message,
+        );
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = self.status;
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        // Retrying a gateway-made 4xx cannot help (503/504 may).
+        if self.status.is_client_error() {
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
         response
     }
 }

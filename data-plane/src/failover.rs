@@ -13,9 +13,10 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use switchyard_engine::{
-    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, RandomSource,
-    RouteId, SelectionConstraint, SplitMix64, Sticky,
+    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
+    RandomSource, Reason, RouteId, SelectionConstraint, SplitMix64, Sticky,
 };
+use switchyard_provider::{ChatRequest, TranslateError};
 use switchyard_state::{AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, InFlightGuard};
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -28,7 +29,8 @@ use crate::metrics::AttemptOutcome;
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::returnable;
+use crate::upstream::{channel_protocol, returnable, MOCK_CREDENTIAL};
+use crate::wire::{plan, protocol_index, ClientRequest};
 use crate::AppState;
 
 /// One proxied request, as the loop sees it.
@@ -37,7 +39,12 @@ pub struct ProxyRequest<'a> {
     pub inspected: &'a Inspected,
     pub body: &'a Bytes,
     pub headers: &'a HeaderMap,
+    /// The client's query string without credentials.
     pub query: Option<&'a str>,
+    /// The request in neutral form, for translatable endpoints.
+    pub chat: Option<&'a ChatRequest>,
+    /// Per protocol (as [`Protocol::ALL`]): the feature it cannot express, if any.
+    pub unsupported: &'a [Option<String>; 3],
     pub constraint: SelectionConstraint,
     pub request_id: &'a str,
     pub started: Instant,
@@ -134,7 +141,14 @@ pub async fn proxy(
 ) -> (Response, Trail) {
     let snapshot = &*view.snapshot;
     let settings = &snapshot.settings;
-    let anthropic = req.endpoint.anthropic_errors();
+    let protocol = req.endpoint.protocol();
+    let client = ClientRequest {
+        endpoint: req.endpoint,
+        inspected: req.inspected,
+        body: req.body,
+        query: req.query,
+        chat: req.chat,
+    };
     let retry_allowed = req.endpoint.retry_allowed(req.headers);
     let deadline = req.started + Duration::from_millis(settings.request_timeout_ms);
     let first_byte_timeout = Duration::from_millis(settings.first_byte_timeout_ms);
@@ -148,24 +162,40 @@ pub async fn proxy(
     let mut counted_channels: Vec<ChannelId> = Vec::new();
     let mut disabled_here: Vec<CredentialId> = Vec::new();
     let model = req.inspected.model.as_str();
-    let fail = |e: GatewayError, trail: Trail| (e.into_response(anthropic), trail);
+    let fail = |e: GatewayError, trail: Trail| (e.into_response(protocol), trail);
 
     loop {
         let now = crate::unix_ms();
         let mut picked: Option<Picked<'_>> = None;
         let mut decision_out = None;
+        let mut untranslatable: Option<Provider> = None;
         state.store.with_view(&mut |health| {
             let decision = select(snapshot, health, &req.constraint, model, now, &mut rng);
+            if decision.selected().is_none() {
+                // Nothing eligible: was it only because no member's protocol can express it?
+                let unsupported = |c: &switchyard_engine::Candidate<'_>| {
+                    c.reasons.contains(Reason::ProtocolUnsupported)
+                };
+                if !decision.candidates.is_empty() && decision.candidates.iter().all(unsupported) {
+                    untranslatable = decision
+                        .candidates
+                        .iter()
+                        .find_map(|c| c.channel.map(|ch| ch.provider));
+                }
+            }
             if let Some(c) = decision.selected() {
                 if let Some(channel) = c.channel {
                     let runtime = view.channel_runtime(channel.id);
-                    let credentials = channel
+                    let mut credentials: Vec<CredentialId> = channel
                         .credentials
                         .iter()
                         .filter(|cred| cred.enabled && !health.credential_disabled(cred.id))
                         .filter(|cred| runtime.is_some_and(|rt| rt.credential(cred.id).is_some()))
                         .map(|cred| cred.id)
                         .collect();
+                    if !channel.provider.needs_credential() && credentials.is_empty() {
+                        credentials.push(MOCK_CREDENTIAL);
+                    }
                     picked = Some(Picked {
                         member: c.member,
                         channel,
@@ -196,6 +226,18 @@ pub async fn proxy(
         let (Some(picked), Some(budget), Some(route)) = (picked, budget, route) else {
             if !trail.attempts.is_empty() {
                 break;
+            }
+            if let Some(provider) = untranslatable {
+                let feature = req.unsupported[protocol_index(channel_protocol(provider, protocol))]
+                    .clone()
+                    .unwrap_or_else(|| "this request".to_owned());
+                return fail(
+                    GatewayError::bad_request(
+                        "protocol_unsupported",
+                        format!("The request uses {feature}, which no upstream serving `{model}` can express."),
+                    ),
+                    trail,
+                );
             }
             let e = match outcome {
                 Selection::ModelNotFound => GatewayError::new(
@@ -246,9 +288,21 @@ pub async fn proxy(
             req.constraint.attempted.push(picked.member.id);
             continue;
         };
-        let body = req
-            .inspected
-            .rewrite(req.body, &picked.member.upstream_model);
+        let call = match plan(
+            &client,
+            picked.channel.provider,
+            &picked.member.upstream_model,
+        ) {
+            Ok(call) => call,
+            Err(TranslateError::Malformed(message)) => {
+                return fail(GatewayError::bad_request("invalid_request", message), trail);
+            }
+            Err(TranslateError::Unsupported(_)) => {
+                // The engine already skips these members; a stale view may not have.
+                req.constraint.attempted.push(picked.member.id);
+                continue;
+            }
+        };
         let sends = if retry_allowed {
             1 + budget.channel_retry_times
         } else {
@@ -289,9 +343,9 @@ pub async fn proxy(
                 endpoint: req.endpoint,
                 inspected: req.inspected,
                 upstream_model: &picked.member.upstream_model,
-                body: body.clone(),
+                client_model: model,
+                call: &call,
                 client_headers: req.headers,
-                query: req.query,
                 channel: picked.channel,
                 runtime,
                 credential,
@@ -355,7 +409,7 @@ pub async fn proxy(
                         channel: picked.channel.id,
                         upstream_model: picked.member.upstream_model.clone(),
                         policy,
-                        anthropic,
+                        protocol,
                         request_id: req.request_id.to_owned(),
                         guard,
                     };
@@ -491,9 +545,10 @@ fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) 
     let Committed {
         response: upstream,
         first_chunk,
+        translator,
     } = committed;
     let body = match first_chunk {
-        Some(first) => relay(first, upstream.body, idle, owner),
+        Some(first) => relay(first, upstream.body, idle, owner, translator),
         None => upstream.body,
     };
     let mut response = Response::new(body);

@@ -25,6 +25,7 @@ pub mod server;
 pub mod snapshot;
 pub mod telemetry;
 pub mod upstream;
+pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -94,7 +94,7 @@ impl<const N: usize> Histogram<N> {
 }
 
 pub struct Metrics {
-    requests: [[AtomicU64; 5]; 9],
+    requests: [[AtomicU64; 5]; Endpoint::ALL.len()],
     attempts: [AtomicU64; 6],
     pub failovers: AtomicU64,
     pub cooldowns: AtomicU64,

@@ -1,5 +1,6 @@
-//! `provider: mock`: an in-process simulated OpenAI-style upstream for demos, drills and quick
-//! starts. Answer shapes come from `switchyard_mock_upstream::sim`, the same builders as the mock
+//! `provider: mock`: an in-process simulated upstream for demos, drills and quick starts. It
+//! answers natively in the client's own protocol (OpenAI, Anthropic or Gemini), so requests to
+//! it are never translated. Answer shapes come from `switchyard_mock_upstream::sim`, the same builders as the mock
 //! HTTP server, so the two never diverge.
 //!
 //! A mock channel's options travel in its `base_url` (`mock://sim?latency_ms=20&failure_rate=0.3`)
@@ -13,6 +14,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 use switchyard_engine::RandomSource;
 use switchyard_mock_upstream::sim;
+use switchyard_provider::Protocol;
 
 use crate::endpoint::Endpoint;
 use crate::upstream::UpstreamResponse;
@@ -153,15 +155,12 @@ pub async fn respond(
     let content = options.content.as_deref().unwrap_or(sim::DEFAULT_CONTENT);
     if options.failure_rate > 0.0 && rng.next_f64() < options.failure_rate {
         let status = options.failure_status;
-        let (kind, code) = sim::openai_error_kind(status);
-        let body = if request.endpoint == Endpoint::Messages {
-            sim::anthropic_error_json(
-                "simulated upstream failure",
-                sim::anthropic_error_kind(status),
-            )
-        } else {
-            sim::openai_error_json("simulated upstream failure", kind, code)
+        let protocol = match request.endpoint.protocol() {
+            Protocol::OpenAi => sim::Protocol::OpenAi,
+            Protocol::Anthropic => sim::Protocol::Anthropic,
+            Protocol::Gemini => sim::Protocol::Gemini,
         };
+        let body = sim::error_json(protocol, status, "simulated upstream failure");
         return json_response(
             StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
             body,
@@ -205,6 +204,24 @@ pub async fn respond(
             n,
             request.prompt_tokens,
         )),
+        (Endpoint::MessagesCountTokens, _) => json_response(
+            StatusCode::OK,
+            sim::anthropic_count_tokens_json(request.prompt_tokens),
+        ),
+        (Endpoint::GeminiGenerate, false) => json_response(
+            StatusCode::OK,
+            sim::gemini_response_json(
+                &sim::Answer::new(model, content).prompt_tokens(request.prompt_tokens),
+            ),
+        ),
+        (Endpoint::GeminiGenerate, true) => events(sim::gemini_events(
+            &sim::Answer::new(model, content).prompt_tokens(request.prompt_tokens),
+            n,
+        )),
+        (Endpoint::GeminiCountTokens, _) => json_response(
+            StatusCode::OK,
+            sim::gemini_count_tokens_json(request.prompt_tokens),
+        ),
         (Endpoint::ImagesGenerations, _) => json_response(StatusCode::OK, sim::images_json(1)),
         (Endpoint::AudioTranscriptions, _) => {
             json_response(StatusCode::OK, sim::transcription_json(content))

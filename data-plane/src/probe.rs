@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::HeaderMap;
 use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
 use tokio::sync::watch;
 
@@ -183,9 +182,10 @@ async fn probe_credential(
         }
         None => {
             let Ok(request) = runtime.request(
-                Endpoint::Models,
+                http::Method::GET,
+                Endpoint::Models.path(),
                 None,
-                &HeaderMap::new(),
+                None,
                 credential,
                 Bytes::new(),
             ) else {

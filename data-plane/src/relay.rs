@@ -1,12 +1,14 @@
-//! Relaying a committed stream to the client byte for byte. Once the first byte is out, nothing
-//! can be retried: a broken or idle upstream ends the stream with an SSE error event and cools
-//! the member.
+//! Relaying a committed stream to the client: byte for byte when the protocols match, through a
+//! [`StreamTranslator`] event by event when they differ. Once the first byte is out, nothing
+//! can be retried: a broken or idle upstream ends the stream with an error event in the client's
+//! protocol and cools the member.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
+use switchyard_provider::{stream_error_event, Protocol, StreamTranslator};
 use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
 
 use crate::attempt::next_data;
@@ -20,7 +22,8 @@ pub struct StreamOwner {
     pub channel: i64,
     pub upstream_model: String,
     pub policy: FailurePolicy,
-    pub anthropic: bool,
+    /// The client's protocol (error events are written in it).
+    pub protocol: Protocol,
     pub request_id: String,
     /// Held for as long as the stream lives: the channel's in-flight count.
     pub guard: InFlightGuard,
@@ -31,16 +34,25 @@ struct Relay {
     body: Body,
     idle: Duration,
     owner: StreamOwner,
+    translator: Option<Box<StreamTranslator>>,
     done: bool,
 }
 
-/// The client-facing body: `first`, then the rest of `body`, with the idle timeout per chunk.
-pub fn relay(first: Bytes, body: Body, idle: Duration, owner: StreamOwner) -> Body {
+/// The client-facing body: `first`, then the rest of `body` (translated when `translator` is
+/// set), with the idle timeout per upstream chunk.
+pub fn relay(
+    first: Bytes,
+    body: Body,
+    idle: Duration,
+    owner: StreamOwner,
+    translator: Option<Box<StreamTranslator>>,
+) -> Body {
     let relay = Relay {
         first: Some(first),
         body,
         idle,
         owner,
+        translator,
         done: false,
     };
     Body::from_stream(futures_util::stream::unfold(relay, |mut r| async move {
@@ -50,26 +62,51 @@ pub fn relay(first: Bytes, body: Body, idle: Duration, owner: StreamOwner) -> Bo
         if let Some(first) = r.first.take() {
             return Some((Ok::<_, std::io::Error>(first), r));
         }
-        let cut = r.owner.state.streams_cut.clone();
-        let next = tokio::select! {
-            biased;
-            next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => next,
-            () = cut.cancelled() => {
-                // The gateway is shutting down: not the member's fault, so nothing is recorded.
-                r.done = true;
-                let event = r.owner.error_event("the gateway is shutting down; the stream was ended");
-                return Some((Ok(event), r));
-            }
-        };
-        let reason = match next {
-            Ok(Ok(Some(chunk))) => return Some((Ok(chunk), r)),
-            Ok(Ok(None)) => return None,
-            Ok(Err(())) => "upstream stream interrupted",
-            Err(_) => "upstream stream idle timeout",
-        };
-        r.done = true;
-        let event = r.owner.broken(reason);
-        Some((Ok(event), r))
+        loop {
+            let cut = r.owner.state.streams_cut.clone();
+            let next = tokio::select! {
+                biased;
+                next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => next,
+                () = cut.cancelled() => {
+                    // The gateway is shutting down: not the member's fault, nothing recorded.
+                    r.done = true;
+                    let event = r.owner.error_event("the gateway is shutting down; the stream was ended");
+                    return Some((Ok(event), r));
+                }
+            };
+            let reason = match next {
+                Ok(Ok(Some(chunk))) => match r.translator.as_mut() {
+                    None => return Some((Ok(chunk), r)),
+                    Some(translator) => {
+                        let mut out = Vec::new();
+                        translator.push(&chunk, &mut out);
+                        if out.is_empty() {
+                            continue;
+                        }
+                        return Some((Ok(Bytes::from(out)), r));
+                    }
+                },
+                Ok(Ok(None)) => match r.translator.as_mut() {
+                    None => return None,
+                    Some(translator) if translator.upstream_done() => {
+                        r.done = true;
+                        let mut out = Vec::new();
+                        translator.finish(&mut out);
+                        if out.is_empty() {
+                            return None;
+                        }
+                        return Some((Ok(Bytes::from(out)), r));
+                    }
+                    // Ended without its protocol's final event: a cut, not an answer.
+                    Some(_) => "upstream stream ended before its final event",
+                },
+                Ok(Err(())) => "upstream stream interrupted",
+                Err(_) => "upstream stream idle timeout",
+            };
+            r.done = true;
+            let event = r.owner.broken(reason);
+            return Some((Ok(event), r));
+        }
     }))
 }
 
@@ -106,20 +143,6 @@ impl StreamOwner {
     }
 
     fn error_event(&self, reason: &str) -> Bytes {
-        Bytes::from(if self.anthropic {
-            format!(
-                "event: error\ndata: {}\n\n",
-                switchyard_mock_upstream::sim::anthropic_error_json(reason, "api_error")
-            )
-        } else {
-            format!(
-                "data: {}\n\n",
-                switchyard_mock_upstream::sim::openai_error_json(
-                    reason,
-                    "upstream_error",
-                    "stream_interrupted"
-                )
-            )
-        })
+        Bytes::from(stream_error_event(self.protocol, reason))
     }
 }

@@ -113,6 +113,15 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Inspects a JSON request body.
 pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
+    inspect_json_for(body, None)
+}
+
+/// Inspects a JSON request body whose model (and stream flag) the path gives, as Gemini's
+/// `/v1beta/models/{model}:{action}` does; the body then carries no model to rewrite.
+pub fn inspect_json_for(
+    body: &[u8],
+    path_model: Option<(&str, bool)>,
+) -> Result<Inspected, InspectError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
         return Err(InspectError::Malformed(
@@ -121,20 +130,36 @@ pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
     }
     let probe: Probe<'_> = serde_json::from_slice(body)
         .map_err(|e| InspectError::Malformed(format!("request body is not valid JSON: {e}")))?;
-    let raw_model = probe.model.ok_or(InspectError::MissingModel)?;
-    let model: String = serde_json::from_str(raw_model.get())
-        .map_err(|_| InspectError::Malformed("`model` must be a string".into()))?;
-    if model.trim().is_empty() {
-        return Err(InspectError::MissingModel);
-    }
-    check_model(&model)?;
-    let start = offset_in(body, raw_model.get());
-    let mut out = Inspected {
-        model,
-        model_span: Some((start, start + raw_model.get().len())),
-        json: true,
-        stream: probe.stream.is_some_and(|s| s.get() == "true"),
-        ..Inspected::default()
+    let mut out = match path_model {
+        Some((model, stream)) => {
+            if model.trim().is_empty() {
+                return Err(InspectError::MissingModel);
+            }
+            check_model(model)?;
+            Inspected {
+                model: model.to_owned(),
+                json: true,
+                stream,
+                ..Inspected::default()
+            }
+        }
+        None => {
+            let raw_model = probe.model.ok_or(InspectError::MissingModel)?;
+            let model: String = serde_json::from_str(raw_model.get())
+                .map_err(|_| InspectError::Malformed("`model` must be a string".into()))?;
+            if model.trim().is_empty() {
+                return Err(InspectError::MissingModel);
+            }
+            check_model(&model)?;
+            let start = offset_in(body, raw_model.get());
+            Inspected {
+                model,
+                model_span: Some((start, start + raw_model.get().len())),
+                json: true,
+                stream: probe.stream.is_some_and(|s| s.get() == "true"),
+                ..Inspected::default()
+            }
+        }
     };
     out.needs.streaming = out.stream;
     out.needs.estimated_prompt_tokens = Some(u32::try_from(body.len() / 4).unwrap_or(u32::MAX));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -14,6 +14,7 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use switchyard_engine::{wildcard_match, SelectionConstraint, Token};
+use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -22,8 +23,9 @@ use crate::config::token_hash;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest, Trail};
-use crate::request::{header_session_key, inspect_json, inspect_multipart, InspectError};
+use crate::request::{header_session_key, inspect_json_for, inspect_multipart, InspectError};
 use crate::snapshot::View;
+use crate::wire;
 use crate::AppState;
 
 pub const PIN_HEADER: &str = "x-switchyard-pin-member";
@@ -35,21 +37,85 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/v1/models", get(models));
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route(
+            "/v1beta/models/{target}",
+            post(
+                |State(state): State<Arc<AppState>>,
+                 Path(target): Path<String>,
+                 request: Request| async move {
+                    match gemini_target(&target) {
+                        Some((endpoint, model, stream)) => {
+                            handle(state, endpoint, Some((model, stream)), request).await
+                        }
+                        None => not_found(request.uri().path()),
+                    }
+                },
+            ),
+        );
     for endpoint in Endpoint::ALL {
-        if endpoint == Endpoint::Models {
+        if matches!(
+            endpoint,
+            Endpoint::Models | Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens
+        ) {
             continue;
         }
         router = router.route(
             endpoint.path(),
             post(
                 move |State(state): State<Arc<AppState>>, request: Request| async move {
-                    handle(state, endpoint, request).await
+                    handle(state, endpoint, None, request).await
                 },
             ),
         );
     }
-    router.with_state(state)
+    router
+        .fallback(|request: Request| async move { not_found(request.uri().path()) })
+        .method_not_allowed_fallback(|request: Request| async move {
+            let protocol = protocol_of_path(request.uri().path());
+            GatewayError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+                format!("{} is not allowed on this path", request.method()),
+            )
+            .into_response(protocol)
+        })
+        .with_state(state)
+}
+
+/// `{model}:{action}` of a Gemini path: the endpoint, the model and whether it streams.
+fn gemini_target(target: &str) -> Option<(Endpoint, String, bool)> {
+    let (model, action) = target.rsplit_once(':')?;
+    let (endpoint, stream) = match action {
+        "generateContent" => (Endpoint::GeminiGenerate, false),
+        "streamGenerateContent" => (Endpoint::GeminiGenerate, true),
+        "countTokens" => (Endpoint::GeminiCountTokens, false),
+        _ => return None,
+    };
+    Some((endpoint, model.to_owned(), stream))
+}
+
+/// The protocol a path belongs to, for errors on paths no endpoint serves.
+fn protocol_of_path(path: &str) -> Protocol {
+    if path.starts_with("/v1/messages") {
+        Protocol::Anthropic
+    } else if path.starts_with("/v1beta") {
+        Protocol::Gemini
+    } else {
+        Protocol::OpenAi
+    }
+}
+
+fn not_found(path: &str) -> Response {
+    GatewayError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "not_found",
+        "No such endpoint on this gateway.",
+    )
+    .into_response(protocol_of_path(path))
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -68,7 +134,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
+fn presented_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
     if let Some(v) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -83,32 +149,56 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
             return Some(token);
         }
     }
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
+    ["x-api-key", "x-goog-api-key"]
+        .iter()
+        .find_map(|name| {
+            headers
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        })
+        .or_else(|| {
+            // Gemini clients may send the key as `?key=`.
+            query?
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("key="))
+                .filter(|v| !v.is_empty())
+        })
 }
 
-fn authenticate<'v>(view: &'v View, headers: &HeaderMap) -> Option<&'v Token> {
-    view.token(&token_hash(presented_key(headers)?))
+fn authenticate<'v>(view: &'v View, headers: &HeaderMap, query: Option<&str>) -> Option<&'v Token> {
+    view.token(&token_hash(presented_key(headers, query)?))
 }
 
 /// `GET /v1/models`: the exact-pattern models this token may call.
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let response = list_models(&state, &headers);
+    let response = list_models(&state, &headers, None);
     state
         .metrics
         .request(Endpoint::Models, response.status().as_u16());
     response
 }
 
-fn list_models(state: &AppState, headers: &HeaderMap) -> Response {
+/// `GET /v1/models/{id}`: one model this token may call, or a 404 in the OpenAI shape.
+async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let response = list_models(&state, &headers, Some(&id));
+    state
+        .metrics
+        .request(Endpoint::Models, response.status().as_u16());
+    response
+}
+
+fn list_models(state: &AppState, headers: &HeaderMap, one: Option<&str>) -> Response {
     let Some(view) = state.views.load_full() else {
-        return GatewayError::not_ready().into_response(false);
+        return GatewayError::not_ready().into_response(Protocol::OpenAi);
     };
-    let Some(token) = authenticate(&view, headers) else {
-        return GatewayError::unauthorized().into_response(false);
+    let Some(token) = authenticate(&view, headers, None) else {
+        return GatewayError::unauthorized().into_response(Protocol::OpenAi);
     };
     let team = token.team_id.and_then(|id| view.snapshot.team(id));
     let data: Vec<_> = view
@@ -124,8 +214,26 @@ fn list_models(state: &AppState, headers: &HeaderMap) -> Response {
                         .any(|p| p.trim() == r.model_pattern || wildcard_match(p.trim(), &r.model_pattern))
                 })
         })
+        .filter(|r| one.is_none_or(|id| r.model_pattern == id))
         .map(|r| json!({"id": r.model_pattern, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
+    if let Some(id) = one {
+        let Some(found) = data.into_iter().next() else {
+            let shown: String = id.chars().take(crate::request::MAX_MODEL_LEN).collect();
+            return GatewayError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!("The model `{shown}` does not exist or is not served by this gateway."),
+            )
+            .into_response(Protocol::OpenAi);
+        };
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            found.to_string(),
+        )
+            .into_response();
+    }
     (
         [(header::CONTENT_TYPE, "application/json")],
         json!({"object": "list", "data": data}).to_string(),
@@ -138,6 +246,12 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
+        Err(e) if switchyard_server::BodyTimeout::is(&*e) => Err(GatewayError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "request_body_timeout",
+            "the request body was not received in time",
+        )),
         Err(_) => Err(GatewayError::bad_request(
             "body_read_error",
             "the request body could not be read",
@@ -154,20 +268,36 @@ fn too_large(limit: usize) -> GatewayError {
     )
 }
 
-async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> Response {
+async fn handle(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    path_model: Option<(String, bool)>,
+    request: Request,
+) -> Response {
     let started = Instant::now();
     let seed = state.next_seed();
     let request_id = format!("{:016x}", seed);
-    let anthropic = endpoint.anthropic_errors();
     let span = request_span(endpoint, &request_id);
-    let (response, trail, model) =
-        match serve(&state, endpoint, request, started, seed, &request_id)
-            .instrument(span.clone())
-            .await
-        {
-            Ok((response, trail, model)) => (response, trail, model),
-            Err(e) => (e.into_response(anthropic), Trail::default(), String::new()),
-        };
+    let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
+    let (response, trail, model) = match serve(
+        &state,
+        endpoint,
+        path_model,
+        request,
+        started,
+        seed,
+        &request_id,
+    )
+    .instrument(span.clone())
+    .await
+    {
+        Ok((response, trail, model)) => (response, trail, model),
+        Err(e) => (
+            e.into_response(endpoint.protocol()),
+            Trail::default(),
+            String::new(),
+        ),
+    };
     record_request(&span, &trail, &model, response.status().as_u16());
     finish(
         &state,
@@ -238,6 +368,7 @@ fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
 async fn serve(
     state: &Arc<AppState>,
     endpoint: Endpoint,
+    path_model: Option<(&str, bool)>,
     request: Request,
     started: Instant,
     seed: u64,
@@ -247,7 +378,8 @@ async fn serve(
         return Err(GatewayError::not_ready());
     };
     let (parts, body) = request.into_parts();
-    let token = authenticate(&view, &parts.headers).ok_or_else(GatewayError::unauthorized)?;
+    let token = authenticate(&view, &parts.headers, parts.uri.query())
+        .ok_or_else(GatewayError::unauthorized)?;
     let limit = view.snapshot.settings.max_request_body_bytes;
     let declared = parts
         .headers
@@ -266,7 +398,7 @@ async fn serve(
             .unwrap_or("");
         inspect_multipart(&body, content_type)
     } else {
-        inspect_json(&body)
+        inspect_json_for(&body, path_model)
     };
     let inspected = inspected.map_err(|e| match e {
         InspectError::Malformed(message) => GatewayError::bad_request("invalid_json", message),
@@ -275,6 +407,30 @@ async fn serve(
         }
     })?;
 
+    // Parsed for translation only: a body the parser refuses still routes (and passes through
+    // to same-protocol members untouched); other protocols then cannot serve it.
+    let mut unparsable = None;
+    let chat = if endpoint.translatable() {
+        match ChatRequest::parse(
+            endpoint.protocol(),
+            &body,
+            &inspected.model,
+            inspected.stream,
+        ) {
+            Ok(chat) => Some(chat),
+            Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
+                unparsable = Some(message);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (unsupported_providers, unsupported) =
+        wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref());
+    let mut needs = inspected.needs;
+    needs.unsupported_providers = unsupported_providers;
+    let query = wire::strip_key_param(parts.uri.query());
     let mut constraint = SelectionConstraint {
         route_group: token.route_group_name.clone().or_else(|| {
             parts
@@ -284,7 +440,7 @@ async fn serve(
                 .map(str::to_owned)
         }),
         team: token.team_id,
-        needs: inspected.needs,
+        needs,
         ..SelectionConstraint::default()
     };
     if let Some(pin) = parts.headers.get(PIN_HEADER) {
@@ -325,7 +481,9 @@ async fn serve(
         inspected: &inspected,
         body: &body,
         headers: &parts.headers,
-        query: parts.uri.query(),
+        query: query.as_deref(),
+        chat: chat.as_ref(),
+        unsupported: &unsupported,
         constraint,
         request_id,
         started,

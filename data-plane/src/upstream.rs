@@ -13,8 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
+use switchyard_provider::Protocol;
 
-use crate::endpoint::Endpoint;
 use crate::mock::MockOptions;
 
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -56,11 +56,29 @@ pub struct CredentialRuntime {
 pub struct ChannelRuntime {
     pub mock: Option<MockOptions>,
     base: String,
-    /// The base URL already ends in `/v1`, so the endpoint path drops its own `/v1`.
-    base_has_v1: bool,
     pub credentials: Vec<CredentialRuntime>,
     headers: Vec<(HeaderName, HeaderValue)>,
     provider: Provider,
+}
+
+/// The credential id a mock channel's attempts are recorded under (it needs none).
+pub const MOCK_CREDENTIAL: CredentialId = 0;
+
+/// The wire protocol spoken to a channel: its provider's, or the client's own for the
+/// in-process mock (which answers natively in every protocol).
+pub fn channel_protocol(provider: Provider, client: Protocol) -> Protocol {
+    match provider {
+        Provider::Openai => Protocol::OpenAi,
+        Provider::Anthropic => Protocol::Anthropic,
+        Provider::Gemini => Protocol::Gemini,
+        Provider::Mock => client,
+    }
+}
+
+/// A Gemini model path: `/v1beta/models/{model}:{action}` (`generateContent`,
+/// `streamGenerateContent`, `countTokens`).
+pub fn gemini_path(model: &str, action: &str) -> String {
+    format!("/v1beta/models/{model}:{action}")
 }
 
 impl ChannelRuntime {
@@ -90,7 +108,7 @@ impl ChannelRuntime {
                 continue;
             };
             let value = match channel.provider {
-                Provider::Anthropic => HeaderValue::from_str(secret.trim()),
+                Provider::Anthropic | Provider::Gemini => HeaderValue::from_str(secret.trim()),
                 _ => HeaderValue::from_str(&format!("Bearer {}", secret.trim())),
             };
             match value {
@@ -113,9 +131,14 @@ impl ChannelRuntime {
                 ))
             })
             .collect();
+        if mock.is_some() && credentials.is_empty() {
+            credentials.push(CredentialRuntime {
+                id: MOCK_CREDENTIAL,
+                auth: HeaderValue::from_static(""),
+            });
+        }
         ChannelRuntime {
             mock,
-            base_has_v1: base.ends_with("/v1"),
             base,
             credentials,
             headers,
@@ -127,10 +150,13 @@ impl ChannelRuntime {
         self.credentials.iter().find(|c| c.id == id)
     }
 
-    pub fn url(&self, endpoint: Endpoint, query: Option<&str>) -> String {
-        let path = endpoint.path();
-        let path = if self.base_has_v1 {
-            path.strip_prefix("/v1").unwrap_or(path)
+    /// The upstream URL for `path` (which starts with its API version, `/v1/...` or
+    /// `/v1beta/...`): a base URL that already ends in that version segment does not repeat it.
+    pub fn url(&self, path: &str, query: Option<&str>) -> String {
+        let version_end = path.get(1..).and_then(|p| p.find('/')).map_or(0, |i| i + 1);
+        let version = &path[..version_end];
+        let path = if !version.is_empty() && self.base.ends_with(version) {
+            &path[version_end..]
         } else {
             path
         };
@@ -140,37 +166,27 @@ impl ChannelRuntime {
         }
     }
 
-    /// The upstream request: the client's own headers (minus hop-by-hop, auth and gateway
-    /// headers), the channel's extra headers, this credential's auth, and the body.
+    /// The upstream request. Passed through (`client_headers` given): the client's own headers
+    /// minus hop-by-hop, auth and gateway headers. Translated (`None`): JSON only. Then the
+    /// channel's extra headers, this credential's auth in the provider's header, and the body.
     pub fn request(
         &self,
-        endpoint: Endpoint,
+        method: Method,
+        path: &str,
         query: Option<&str>,
-        client_headers: &HeaderMap,
+        client_headers: Option<&HeaderMap>,
         credential: &CredentialRuntime,
         body: Bytes,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
-        let method = if endpoint == Endpoint::Models {
-            Method::GET
-        } else {
-            Method::POST
-        };
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(self.url(endpoint, query));
+        let mut builder = Request::builder().method(method).uri(self.url(path, query));
         if let Some(headers) = builder.headers_mut() {
-            // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
-            let hop: Vec<&str> = client_headers
-                .get_all(header::CONNECTION)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .collect();
-            for (name, value) in client_headers {
-                if forwardable(name) && !hop.iter().any(|h| name.as_str().eq_ignore_ascii_case(h)) {
-                    headers.append(name.clone(), value.clone());
+            match client_headers {
+                Some(client_headers) => copy_forwardable(client_headers, headers),
+                None => {
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
                 }
             }
             for (name, value) in &self.headers {
@@ -183,15 +199,37 @@ impl ChannelRuntime {
                         headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
                     }
                 }
-                _ => {
+                Provider::Gemini => {
+                    headers.insert("x-goog-api-key", credential.auth.clone());
+                }
+                Provider::Openai => {
                     headers.insert(header::AUTHORIZATION, credential.auth.clone());
                 }
+                Provider::Mock => {}
             }
             if !body.is_empty() {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
             }
         }
         builder.body(Full::new(body))
+    }
+}
+
+/// The client's headers that may go upstream: not hop-by-hop (including those the client named
+/// in `Connection`, RFC 9110 §7.6.1), not credentials, not gateway controls.
+fn copy_forwardable(client_headers: &HeaderMap, headers: &mut HeaderMap) {
+    let hop: Vec<&str> = client_headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    for (name, value) in client_headers {
+        if forwardable(name) && !hop.iter().any(|h| name.as_str().eq_ignore_ascii_case(h)) {
+            headers.append(name.clone(), value.clone());
+        }
     }
 }
 
@@ -273,13 +311,24 @@ mod tests {
         let none = |_: &str| None;
         let a = ChannelRuntime::compile(&channel("https://api.x.com/v1/", Provider::Openai), &none);
         assert_eq!(
-            a.url(Endpoint::ChatCompletions, None),
+            a.url("/v1/chat/completions", None),
             "https://api.x.com/v1/chat/completions"
         );
         let b = ChannelRuntime::compile(&channel("http://127.0.0.1:9", Provider::Openai), &none);
         assert_eq!(
-            b.url(Endpoint::Embeddings, Some("a=1")),
+            b.url("/v1/embeddings", Some("a=1")),
             "http://127.0.0.1:9/v1/embeddings?a=1"
+        );
+        let g = ChannelRuntime::compile(
+            &channel(
+                "https://generativelanguage.googleapis.com/v1beta",
+                Provider::Gemini,
+            ),
+            &none,
+        );
+        assert_eq!(
+            g.url(&gemini_path("gemini-2.0-flash", "streamGenerateContent"), Some("alt=sse")),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse"
         );
         // The env credential is unset: skipped.
         assert_eq!(a.credentials.len(), 1);
@@ -307,9 +356,10 @@ mod tests {
         );
         let req = rt
             .request(
-                Endpoint::ChatCompletions,
+                Method::POST,
+                "/v1/chat/completions",
                 None,
-                &client,
+                Some(&client),
                 &rt.credentials[0],
                 Bytes::from_static(b"{}"),
             )
@@ -325,9 +375,10 @@ mod tests {
         let anth = ChannelRuntime::compile(&channel("http://u", Provider::Anthropic), &|_| None);
         let req = anth
             .request(
-                Endpoint::Messages,
+                Method::POST,
+                "/v1/messages",
                 None,
-                &client,
+                Some(&client),
                 &anth.credentials[0],
                 Bytes::new(),
             )
@@ -335,5 +386,23 @@ mod tests {
         assert_eq!(req.headers()["x-api-key"], "k1");
         assert!(!req.headers().contains_key(header::AUTHORIZATION));
         assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
+        let gem = ChannelRuntime::compile(&channel("http://u", Provider::Gemini), &|_| None);
+        let req = gem
+            .request(
+                Method::POST,
+                &gemini_path("m", "generateContent"),
+                None,
+                None,
+                &gem.credentials[0],
+                Bytes::from_static(b"{}"),
+            )
+            .unwrap();
+        assert_eq!(req.headers()["x-goog-api-key"], "k1");
+        assert!(req.headers()["x-goog-api-key"].is_sensitive());
+        assert!(!req.headers().contains_key(header::AUTHORIZATION));
+        assert!(
+            !req.headers().contains_key("openai-beta"),
+            "translated: client headers stay"
+        );
     }
 }

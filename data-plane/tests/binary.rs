@@ -223,3 +223,132 @@ async fn fleet_mode_serves_the_cached_snapshot_while_the_control_plane_is_unreac
         200
     );
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+}
+
+/// Connections that send nothing, or a request line and then nothing (slowloris), far more than
+/// the connection cap: a real request is still served, the cap holds, the slow ones are closed by
+/// the header deadline, and memory goes back to where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_cannot_lock_out_a_real_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let path = temp_file("hostile", &config(""));
+    let mut command = Command::new(BIN);
+    command
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env("SWITCHYARD_MAX_CONNECTIONS", "256")
+        .env("SWITCHYARD_HEADER_TIMEOUT_MS", "2000")
+        .env("SWITCHYARD_BODY_TIMEOUT_MS", "1000");
+    let running = spawn_command(command);
+    let pid = running.child.id();
+    let addr = running.url.trim_start_matches("http://").to_owned();
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let metrics_url = format!("{}/metrics", running.url);
+    assert_eq!(
+        send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[])
+            .await
+            .status,
+        200
+    );
+    let baseline = rss_kib(pid);
+
+    let mut hostile = Vec::new();
+    for i in 0..3_000 {
+        let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else {
+            continue;
+        };
+        if i % 2 == 0 {
+            let _ = stream
+                .write_all(b"POST /v1/chat/completions HTTP/1.1\r\n")
+                .await;
+        }
+        hostile.push(stream);
+    }
+    // A real client still gets its answer, at once and not after the attack ends.
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]),
+    )
+    .await
+    .expect("a real request was locked out");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let page = send(Method::GET, &metrics_url, None, Vec::new(), &[])
+        .await
+        .body;
+    assert!(
+        metric(&page, "switchyard_http_connections") <= 256.0,
+        "{page}"
+    );
+    assert!(metric(&page, "switchyard_http_connections_evicted_total") > 0.0);
+
+    // A slowloris dripping one header byte at a time is closed by the header deadline.
+    let mut drip = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    drip.write_all(b"POST /v1/chat/completions HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(15), async {
+        let mut buf = [0u8; 256];
+        loop {
+            if drip.write_all(b"x").await.is_err() {
+                return;
+            }
+            match tokio::time::timeout(Duration::from_millis(300), drip.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the slow header sender was never cut off");
+
+    // A body that never completes gets a 408 at the body deadline.
+    let mut slow_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow_body
+        .write_all(format!("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{{\"model\"").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), slow_body.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_body_timeout"), "{answer}");
+
+    drop(hostile);
+    // Back to baseline: every hostile connection is gone, and so is the memory they held.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = send(Method::GET, &metrics_url, None, Vec::new(), &[])
+            .await
+            .body;
+        if metric(&page, "switchyard_http_connections") <= 2.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connections did not close: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = rss_kib(pid);
+    eprintln!("RSS baseline {baseline} KiB, after the attack {after} KiB");
+    assert!(
+        after < baseline + 32 * 1024,
+        "RSS grew from {baseline} KiB to {after} KiB"
+    );
+}

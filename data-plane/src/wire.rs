@@ -1,0 +1,231 @@
+//! What one attempt sends, decided per member: the client's bytes passed through (same protocol,
+//! only the model rewritten), or the request translated into the channel's protocol from the
+//! client's original — afresh for every member, so failover across protocols never translates a
+//! translation.
+
+use bytes::Bytes;
+use http::Method;
+use switchyard_engine::Provider;
+use switchyard_provider::{count_tokens_response, ChatRequest, Protocol, TranslateError};
+
+use crate::endpoint::Endpoint;
+use crate::request::Inspected;
+use crate::upstream::{channel_protocol, gemini_path};
+
+/// `max_tokens` sent to Anthropic when the client gave none (Anthropic requires one).
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u32 = 4096;
+
+/// The request as the client sent it, with what the wire plan needs.
+pub struct ClientRequest<'a> {
+    pub endpoint: Endpoint,
+    pub inspected: &'a Inspected,
+    pub body: &'a Bytes,
+    /// The client's query string, with any `key=` credential already removed.
+    pub query: Option<&'a str>,
+    /// Parsed once for translatable endpoints.
+    pub chat: Option<&'a ChatRequest>,
+}
+
+/// One attempt's upstream request, ready to send to any credential of the channel.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: Method,
+    pub path: String,
+    pub query: Option<String>,
+    pub body: Bytes,
+    /// The protocol the upstream answers in.
+    pub upstream: Protocol,
+    /// The client's protocol.
+    pub client: Protocol,
+    /// Same protocol in and out: client headers and answer bytes pass through.
+    pub passthrough: bool,
+    /// An OpenAI client asked for the final usage chunk of a stream.
+    pub include_usage: bool,
+    /// Answered by the gateway itself, no upstream call (count-tokens towards OpenAI, which has
+    /// no such endpoint: a local estimate).
+    pub local: Option<Bytes>,
+}
+
+impl Call {
+    pub fn translated(&self) -> bool {
+        !self.passthrough
+    }
+}
+
+fn gemini_action(endpoint: Endpoint, stream: bool) -> &'static str {
+    match (endpoint.is_count_tokens(), stream) {
+        (true, _) => "countTokens",
+        (false, true) => "streamGenerateContent",
+        (false, false) => "generateContent",
+    }
+}
+
+/// The client's query minus credentials (`key=`, Gemini's query-string API key).
+pub fn strip_key_param(query: Option<&str>) -> Option<String> {
+    let query = query?;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("key"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+/// Decides the call for a member of `provider` serving `upstream_model`.
+pub fn plan(
+    client: &ClientRequest<'_>,
+    provider: Provider,
+    upstream_model: &str,
+) -> Result<Call, TranslateError> {
+    let client_protocol = client.endpoint.protocol();
+    let upstream = channel_protocol(provider, client_protocol);
+    let stream = client.inspected.stream;
+    if upstream == client_protocol {
+        let (path, body) = match client_protocol {
+            Protocol::Gemini => (
+                gemini_path(upstream_model, gemini_action(client.endpoint, stream)),
+                client.body.clone(),
+            ),
+            _ => (
+                client.endpoint.path().to_owned(),
+                client.inspected.rewrite(client.body, upstream_model),
+            ),
+        };
+        let method = if client.endpoint == Endpoint::Models {
+            Method::GET
+        } else {
+            Method::POST
+        };
+        return Ok(Call {
+            method,
+            path,
+            query: client.query.map(str::to_owned),
+            body,
+            upstream,
+            client: client_protocol,
+            passthrough: true,
+            include_usage: false,
+            local: None,
+        });
+    }
+    let Some(chat) = client.chat else {
+        return Err(TranslateError::Unsupported(format!(
+            "the {} endpoint",
+            client.endpoint.path()
+        )));
+    };
+    let mut call = Call {
+        method: Method::POST,
+        path: String::new(),
+        query: None,
+        body: Bytes::new(),
+        upstream,
+        client: client_protocol,
+        passthrough: false,
+        include_usage: chat.include_usage(),
+        local: None,
+    };
+    if client.endpoint.is_count_tokens() {
+        match upstream {
+            Protocol::OpenAi => {
+                let estimate = chat.estimate_input_tokens();
+                call.local = Some(Bytes::from(count_tokens_response(
+                    client_protocol,
+                    estimate,
+                )));
+            }
+            Protocol::Anthropic => {
+                call.path = "/v1/messages/count_tokens".to_owned();
+                call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
+            }
+            Protocol::Gemini => {
+                call.path = gemini_path(upstream_model, "countTokens");
+                call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
+            }
+        }
+        return Ok(call);
+    }
+    call.body =
+        Bytes::from(chat.to_body(upstream, upstream_model, DEFAULT_ANTHROPIC_MAX_TOKENS)?);
+    match upstream {
+        Protocol::OpenAi => call.path = "/v1/chat/completions".to_owned(),
+        Protocol::Anthropic => call.path = "/v1/messages".to_owned(),
+        Protocol::Gemini => {
+            call.path = gemini_path(upstream_model, gemini_action(client.endpoint, stream));
+            if stream {
+                call.query = Some("alt=sse".to_owned());
+            }
+        }
+    }
+    Ok(call)
+}
+
+/// Providers whose protocol cannot express this request, as the engine's bit set, with the
+/// feature each one lacks (indexed like [`Protocol::ALL`]).
+pub fn unsupported(
+    endpoint: Endpoint,
+    chat: Option<&ChatRequest>,
+    unparsable: Option<&str>,
+) -> (u8, [Option<String>; 3]) {
+    let client = endpoint.protocol();
+    let mut mask = 0u8;
+    let mut features: [Option<String>; 3] = [None, None, None];
+    for (i, target) in Protocol::ALL.into_iter().enumerate() {
+        if target == client {
+            continue;
+        }
+        let feature = match (chat, unparsable) {
+            (Some(chat), _) => chat.unsupported_for(target),
+            (None, Some(why)) => Some(format!("a body that cannot be translated ({why})")),
+            (None, None) => Some(format!("the {} endpoint", endpoint.path())),
+        };
+        if let Some(feature) = feature {
+            mask |= provider_of(target).protocol_bit();
+            features[i] = Some(feature);
+        }
+    }
+    (mask, features)
+}
+
+pub fn provider_of(protocol: Protocol) -> Provider {
+    match protocol {
+        Protocol::OpenAi => Provider::Openai,
+        Protocol::Anthropic => Provider::Anthropic,
+        Protocol::Gemini => Provider::Gemini,
+    }
+}
+
+pub fn protocol_index(protocol: Protocol) -> usize {
+    Protocol::ALL
+        .iter()
+        .position(|p| *p == protocol)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_parameter_never_goes_upstream() {
+        assert_eq!(
+            strip_key_param(Some("alt=sse&key=sk-1")),
+            Some("alt=sse".into())
+        );
+        assert_eq!(strip_key_param(Some("key=sk-1")), None);
+        assert_eq!(strip_key_param(Some("keyed=1")), Some("keyed=1".into()));
+        assert_eq!(strip_key_param(None), None);
+    }
+
+    #[test]
+    fn non_chat_endpoints_are_unsupported_by_other_protocols() {
+        let (mask, features) = unsupported(Endpoint::Embeddings, None, None);
+        assert_eq!(
+            mask,
+            Provider::Anthropic.protocol_bit() | Provider::Gemini.protocol_bit()
+        );
+        assert!(features[1]
+            .as_deref()
+            .is_some_and(|f| f.contains("embeddings")));
+        assert!(features[0].is_none());
+    }
+}

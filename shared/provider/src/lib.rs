@@ -1,0 +1,46 @@
+//! Switchyard's protocol translation: any SDK in front of any provider.
+//!
+//! Architecture invariant: this crate is pure. No I/O, no async runtime, no clock reads; bytes
+//! in, bytes out. It translates chat requests, responses, streams and errors between three wire
+//! protocols:
+//!
+//! - **OpenAI** Chat Completions (`POST /v1/chat/completions`),
+//! - **Anthropic** Messages (`POST /v1/messages`, plus `/v1/messages/count_tokens`),
+//! - **Gemini** native `generateContent` / `streamGenerateContent?alt=sse` / `countTokens`.
+//!
+//! A request is parsed once into a neutral form ([`ChatRequest::parse`]); the gateway asks it
+//! which feature a target cannot express ([`ChatRequest::unsupported_for`]) and renders it for
+//! the chosen upstream ([`ChatRequest::to_body`]). Responses go back through
+//! [`translate_response`], streams through a [`StreamTranslator`] (incremental: each upstream
+//! event is translated as soon as it is complete), errors through [`translate_error_body`] and
+//! [`stream_error_event`]. Same-protocol traffic is passed through by the caller; usage is
+//! still read with [`response_usage`] and [`UsageScanner`].
+//!
+//! Usage convention: [`Usage::input_tokens`] is the whole prompt *including* cached tokens
+//! (as OpenAI and Gemini report it; Anthropic's figures are converted).
+//!
+//! The field-by-field mapping, stop reasons, error statuses, dropped hints, unsupported
+//! features and stream event orders are documented in `TRANSLATION.md` next to this crate.
+
+pub mod errors;
+pub mod protocol;
+mod response;
+pub mod sse;
+pub mod stream;
+pub mod translate;
+mod usage;
+mod util;
+
+pub use errors::{
+    anthropic_error_type, gateway_error_body, gemini_error_status, openai_error_type,
+    stream_error_event, translate_error_body, translate_status, MAX_ERROR_MESSAGE_CHARS,
+};
+pub use protocol::Protocol;
+pub use response::translate_response;
+pub use sse::{SseDecoder, SseEvent};
+pub use stream::{StreamTranslator, UsageScanner};
+pub use translate::{
+    count_tokens_response, parse_count_tokens_response, ChatRequest, TranslateError,
+    MEDIA_TOKEN_ESTIMATE,
+};
+pub use usage::{response_usage, Usage};

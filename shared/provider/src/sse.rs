@@ -1,0 +1,179 @@
+//! An incremental Server-Sent Events decoder.
+//!
+//! Feed bytes as they arrive, in chunks of any size; complete events come out. Handles lines
+//! split across chunks, `\n` and `\r\n` line endings, comment lines (`: ping`), multi-line
+//! `data:` (joined with `\n`), the optional single space after the colon, and `id:`/`retry:`
+//! fields (ignored). A block without any `data:` line is not an event (as the SSE standard says).
+//! Lone `\r` line endings are not supported (no LLM provider uses them).
+
+/// One decoded event: the `event:` name if any, and the data lines joined with `\n`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Incremental SSE decoder. See the module docs.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    buf: Vec<u8>,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+}
+
+impl SseDecoder {
+    pub fn new() -> SseDecoder {
+        SseDecoder::default()
+    }
+
+    /// Decodes the complete events in `bytes` (plus what was buffered before).
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        self.push_into(bytes, &mut out);
+        out
+    }
+
+    /// Like [`SseDecoder::push`], appending to `out`.
+    pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        self.buf.extend_from_slice(bytes);
+        let mut start = 0;
+        while let Some(rel) = self.buf[start..].iter().position(|&b| b == b'\n') {
+            let end = start + rel;
+            let mut line_end = end;
+            if line_end > start && self.buf[line_end - 1] == b'\r' {
+                line_end -= 1;
+            }
+            let line = String::from_utf8_lossy(&self.buf[start..line_end]).into_owned();
+            self.line(&line, out);
+            start = end + 1;
+        }
+        self.buf.drain(..start);
+    }
+
+    /// The stream ended: a last line without a newline and a last event without its blank
+    /// line are still delivered.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let mut out = Vec::new();
+        if !self.buf.is_empty() {
+            let mut rest = std::mem::take(&mut self.buf);
+            if rest.last() == Some(&b'\r') {
+                rest.pop();
+            }
+            let line = String::from_utf8_lossy(&rest).into_owned();
+            self.line(&line, &mut out);
+        }
+        self.dispatch(&mut out);
+        out.pop()
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        if self.has_data {
+            out.push(SseEvent {
+                event: self.event.take(),
+                data: std::mem::take(&mut self.data),
+            });
+        }
+        self.event = None;
+        self.data.clear();
+        self.has_data = false;
+    }
+
+    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            self.dispatch(out);
+            return;
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_string()),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Renders one SSE event (`event:` line only when named), terminated by a blank line.
+pub(crate) fn write_event(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    if let Some(name) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.map(str::to_string),
+            data: data.to_string(),
+        }
+    }
+
+    #[test]
+    fn decodes_named_and_unnamed_events() {
+        let mut d = SseDecoder::new();
+        let got = d.push(b"event: ping\ndata: {}\n\ndata: x\n\n");
+        assert_eq!(got, vec![ev(Some("ping"), "{}"), ev(None, "x")]);
+    }
+
+    #[test]
+    fn crlf_comments_and_multiline_data() {
+        let mut d = SseDecoder::new();
+        let got = d.push(b": ping\r\ndata: a\r\ndata:b\r\nid: 7\r\nretry: 5\r\n\r\n");
+        assert_eq!(got, vec![ev(None, "a\nb")]);
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_events() {
+        let stream = b"event: a\r\ndata: 1\r\n\r\n: c\n\ndata: two\ndata: lines\n\nevent: b\ndata: \xc3\xa9\n\n";
+        let whole = SseDecoder::new().push(stream);
+        assert_eq!(whole.len(), 3);
+        for i in 0..=stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = d.push(&stream[..i]);
+            got.extend(d.push(&stream[i..]));
+            assert_eq!(got, whole, "split at {i}");
+        }
+        // byte by byte
+        let mut d = SseDecoder::new();
+        let mut got = Vec::new();
+        for b in stream {
+            got.extend(d.push(std::slice::from_ref(b)));
+        }
+        assert_eq!(got, whole);
+    }
+
+    #[test]
+    fn finish_flushes_an_unterminated_event() {
+        let mut d = SseDecoder::new();
+        assert!(d.push(b"data: [DONE]").is_empty());
+        assert_eq!(d.finish(), Some(ev(None, "[DONE]")));
+        assert_eq!(d.finish(), None);
+    }
+
+    #[test]
+    fn block_without_data_is_not_an_event() {
+        let mut d = SseDecoder::new();
+        assert!(d.push(b"event: x\n\n").is_empty());
+        assert_eq!(d.push(b"data: y\n\n"), vec![ev(None, "y")]);
+    }
+}

@@ -1,0 +1,252 @@
+//! Streams: translation between protocols, and cheap usage reading for passthrough.
+//!
+//! Event orders produced for each client:
+//!
+//! - **Anthropic**: `message_start` first (always, even when the upstream opens with a tool
+//!   call), then per block `content_block_start` → `content_block_delta`* → `content_block_stop`
+//!   (a block is stopped before the next starts), tool arguments as `input_json_delta` with
+//!   `partial_json`, then `message_delta` (stop reason and usage) and `message_stop` last.
+//! - **OpenAI**: a role chunk first (`delta: {role: "assistant", content: ""}`), content
+//!   chunks, tool-call chunks (`tool_calls[{index, id, type: "function", function: {name,
+//!   arguments: ""}}]` first, then `function.arguments` pieces with the same `index`), a final
+//!   chunk with `finish_reason`, a usage chunk (`choices: []`) when the client asked for
+//!   `include_usage`, then `data: [DONE]`.
+//! - **Gemini**: `data: {"candidates":[{"content":{"role":"model","parts":[…]},"index":0}]}`
+//!   events; the last one carries `finishReason` and `usageMetadata`. Gemini has no partial
+//!   function calls, so tool-call argument deltas are accumulated per call and the call is sent
+//!   whole once complete (when the upstream ends the call's block, starts another call or
+//!   text, or finishes). Text is never held back.
+
+mod client;
+mod upstream;
+
+use crate::protocol::Protocol;
+use crate::sse::{SseDecoder, SseEvent};
+use crate::usage::{AnthropicUsage, FullUsage, Usage};
+use client::Emitter;
+use upstream::{Ev, Upstream};
+
+/// Translates an upstream SSE stream into the client's protocol, incrementally.
+#[derive(Debug)]
+pub struct StreamTranslator {
+    passthrough: bool,
+    /// OpenAI → OpenAI for a client that did not ask for usage: the upstream was asked for it
+    /// anyway (`to_body` always sets `include_usage`), so its usage-only chunk is held back.
+    strip_usage_chunk: bool,
+    decoder: SseDecoder,
+    upstream: Upstream,
+    emitter: Emitter,
+    done: bool,
+    usage: FullUsage,
+    events: Vec<SseEvent>,
+    evs: Vec<Ev>,
+}
+
+impl StreamTranslator {
+    /// `client_model` is echoed in the client's events; `include_usage` is the OpenAI client's
+    /// `stream_options.include_usage`. With `upstream == client` bytes pass through unchanged
+    /// (usage and the end are still tracked), except that an OpenAI client that did not ask for
+    /// `include_usage` does not get the usage-only chunk (`"choices":[]`) the gateway asked the
+    /// upstream for: then events are re-emitted one by one, unchanged otherwise.
+    pub fn new(
+        upstream: Protocol,
+        client: Protocol,
+        client_model: &str,
+        include_usage: bool,
+    ) -> StreamTranslator {
+        StreamTranslator {
+            passthrough: upstream == client,
+            strip_usage_chunk: upstream == client && client == Protocol::OpenAi && !include_usage,
+            decoder: SseDecoder::new(),
+            upstream: Upstream::new(upstream),
+            emitter: Emitter::new(client, client_model, include_usage),
+            done: false,
+            usage: FullUsage::default(),
+            events: Vec::new(),
+            evs: Vec::new(),
+        }
+    }
+
+    /// Feeds raw upstream SSE bytes (split anywhere; `\n` or `\r\n`) and appends the complete
+    /// client-protocol SSE events they produce to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        if self.passthrough && !self.strip_usage_chunk {
+            out.extend_from_slice(bytes);
+        }
+        let mut events = std::mem::take(&mut self.events);
+        self.decoder.push_into(bytes, &mut events);
+        for ev in events.drain(..) {
+            self.event(&ev, out);
+        }
+        self.events = events;
+    }
+
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        let mut evs = std::mem::take(&mut self.evs);
+        self.upstream.event(ev, &mut evs);
+        for e in &evs {
+            match e {
+                Ev::Usage(u) => self.usage = *u,
+                Ev::Done | Ev::Error(_) => self.done = true,
+                _ => {}
+            }
+        }
+        if !self.passthrough {
+            self.emitter.handle(&evs, out);
+        } else if self.strip_usage_chunk {
+            let usage_only =
+                evs.iter().any(|e| matches!(e, Ev::Usage(_))) && ev.data.contains("\"choices\":[]");
+            if !usage_only {
+                crate::sse::write_event(out, ev.event.as_deref(), &ev.data);
+            }
+        }
+        evs.clear();
+        self.evs = evs;
+    }
+
+    /// The upstream stream ended: appends what the client's protocol still needs to close
+    /// properly, if not already sent (Anthropic: `content_block_stop`, `message_delta`,
+    /// `message_stop`; OpenAI: finish chunk, usage chunk if asked, `data: [DONE]`; Gemini: the
+    /// final event with `finishReason`). Nothing after a relayed upstream error event, nothing
+    /// in passthrough. Idempotent.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(ev) = self.decoder.finish() {
+            self.event(&ev, out);
+        }
+        if !self.passthrough {
+            self.emitter.close(out);
+        }
+    }
+
+    /// Whether the upstream signalled its end (OpenAI `[DONE]`, Anthropic `message_stop`, Gemini
+    /// a `finishReason`, or an error event), as opposed to being cut.
+    pub fn upstream_done(&self) -> bool {
+        self.done
+    }
+
+    /// The usage seen so far (input includes cached tokens).
+    pub fn usage(&self) -> Usage {
+        self.usage.public()
+    }
+
+    /// Whether the client's stream is complete (closing sequence or error event sent).
+    pub fn client_closed(&self) -> bool {
+        self.passthrough && self.done || self.emitter.is_closed()
+    }
+}
+
+/// A cheap incremental usage reader for same-protocol passthrough streams. Only `data:` lines
+/// that carry a usage object are parsed, and only that object.
+#[derive(Debug)]
+pub struct UsageScanner {
+    protocol: Protocol,
+    line: Vec<u8>,
+    usage: FullUsage,
+    anthropic: AnthropicUsage,
+}
+
+impl UsageScanner {
+    pub fn new(protocol: Protocol) -> UsageScanner {
+        UsageScanner {
+            protocol,
+            line: Vec::new(),
+            usage: FullUsage::default(),
+            anthropic: AnthropicUsage::default(),
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (head, tail) = rest.split_at(nl);
+            if self.line.is_empty() {
+                self.scan_line(head);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(head);
+                self.scan_line(&line);
+                line.clear();
+                self.line = line;
+            }
+            rest = &tail[1..];
+        }
+        self.line.extend_from_slice(rest);
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.usage.public()
+    }
+
+    fn scan_line(&mut self, line: &[u8]) {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let key: &[u8] = match self.protocol {
+            Protocol::Gemini => b"\"usageMetadata\"",
+            _ => b"\"usage\"",
+        };
+        let Some(obj) = object_after_key(data, key) else {
+            return;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(obj) else {
+            return;
+        };
+        match self.protocol {
+            Protocol::OpenAi => self.usage = FullUsage::from_openai(&v),
+            Protocol::Gemini => self.usage = FullUsage::from_gemini(&v),
+            Protocol::Anthropic => {
+                self.anthropic.merge(&v);
+                self.usage = self.anthropic.neutral();
+            }
+        }
+    }
+}
+
+/// The bytes of the JSON object that is the value of the first `key` (a quoted name) in
+/// `data`, if that value is an object.
+fn object_after_key<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let pos = data.windows(key.len()).position(|w| w == key)?;
+    let mut i = pos + key.len();
+    let skip_ws = |i: &mut usize| {
+        while *i < data.len() && data[*i].is_ascii_whitespace() {
+            *i += 1;
+        }
+    };
+    skip_ws(&mut i);
+    if data.get(i) != Some(&b':') {
+        return None;
+    }
+    i += 1;
+    skip_ws(&mut i);
+    if data.get(i) != Some(&b'{') {
+        return None;
+    }
+    let start = i;
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    while i < data.len() {
+        let b = data[i];
+        if in_str {
+            if esc {
+                esc = false;
+            } else if b == b'\\' {
+                esc = true;
+            } else if b == b'"' {
+                in_str = false;
+            }
+        } else if b == b'"' {
+            in_str = true;
+        } else if b == b'{' {
+            depth += 1;
+        } else if b == b'}' {
+            depth -= 1;
+            if depth == 0 {
+                return Some(&data[start..=i]);
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! Token usage in neutral form and in each protocol's shape.
+//!
+//! Neutral convention: `input_tokens` is the *whole* prompt, cached part included (OpenAI's
+//! `prompt_tokens`, Gemini's `promptTokenCount`); `cached_tokens` is the part of it read from a
+//! cache. Anthropic reports `input_tokens` *excluding* `cache_read_input_tokens` and
+//! `cache_creation_input_tokens`, so those are added on the way in and subtracted on the way out.
+
+use serde_json::{json, Value};
+
+use crate::protocol::Protocol;
+use crate::util::{get_u64, parse_json_lenient};
+
+/// Token usage of one request: input includes cached tokens; cached is the cache-read subset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+/// Usage with the Anthropic cache-write count kept, so Anthropic clients see it again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FullUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cached: u64,
+    pub cache_creation: u64,
+}
+
+impl FullUsage {
+    pub fn public(&self) -> Usage {
+        Usage {
+            input_tokens: self.input,
+            output_tokens: self.output,
+            cached_tokens: self.cached,
+        }
+    }
+
+    /// From an OpenAI `usage` object.
+    pub fn from_openai(u: &Value) -> FullUsage {
+        let cached = u
+            .get("prompt_tokens_details")
+            .and_then(|d| get_u64(d, "cached_tokens"))
+            .unwrap_or(0);
+        FullUsage {
+            input: get_u64(u, "prompt_tokens").unwrap_or(0),
+            output: get_u64(u, "completion_tokens").unwrap_or(0),
+            cached,
+            cache_creation: 0,
+        }
+    }
+
+    /// From a complete Anthropic `usage` object.
+    pub fn from_anthropic(u: &Value) -> FullUsage {
+        let mut raw = AnthropicUsage::default();
+        raw.merge(u);
+        raw.neutral()
+    }
+
+    /// From a Gemini `usageMetadata` object. Thinking tokens are billed as output.
+    pub fn from_gemini(u: &Value) -> FullUsage {
+        FullUsage {
+            input: get_u64(u, "promptTokenCount").unwrap_or(0),
+            output: get_u64(u, "candidatesTokenCount").unwrap_or(0)
+                + get_u64(u, "thoughtsTokenCount").unwrap_or(0),
+            cached: get_u64(u, "cachedContentTokenCount").unwrap_or(0),
+            cache_creation: 0,
+        }
+    }
+
+    pub fn to_openai(self) -> Value {
+        json!({
+            "prompt_tokens": self.input,
+            "completion_tokens": self.output,
+            "total_tokens": self.input + self.output,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        })
+    }
+
+    /// `input_tokens` excludes cache reads and writes, as Anthropic reports it.
+    pub fn to_anthropic(self) -> Value {
+        json!({
+            "input_tokens": self.input.saturating_sub(self.cached).saturating_sub(self.cache_creation),
+            "output_tokens": self.output,
+            "cache_read_input_tokens": self.cached,
+            "cache_creation_input_tokens": self.cache_creation,
+        })
+    }
+
+    pub fn to_gemini(self) -> Value {
+        let mut v = json!({
+            "promptTokenCount": self.input,
+            "candidatesTokenCount": self.output,
+            "totalTokenCount": self.input + self.output,
+        });
+        if self.cached > 0 {
+            v["cachedContentTokenCount"] = json!(self.cached);
+        }
+        v
+    }
+}
+
+/// Anthropic usage as reported, merged field by field (a stream's `message_start` carries the
+/// input counts, `message_delta` the cumulative output and sometimes the input counts again).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AnthropicUsage {
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_creation: u64,
+}
+
+impl AnthropicUsage {
+    pub fn merge(&mut self, u: &Value) {
+        if let Some(n) = get_u64(u, "input_tokens") {
+            self.input = n;
+        }
+        if let Some(n) = get_u64(u, "output_tokens") {
+            self.output = n;
+        }
+        if let Some(n) = get_u64(u, "cache_read_input_tokens") {
+            self.cache_read = n;
+        }
+        if let Some(n) = get_u64(u, "cache_creation_input_tokens") {
+            self.cache_creation = n;
+        }
+    }
+
+    pub fn neutral(&self) -> FullUsage {
+        FullUsage {
+            input: self.input + self.cache_read + self.cache_creation,
+            output: self.output,
+            cached: self.cache_read,
+            cache_creation: self.cache_creation,
+        }
+    }
+}
+
+/// Usage read from a (non-streamed) response body of `protocol`, for same-protocol passthrough.
+/// Zero when the body carries none or is not JSON.
+pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
+    let Some(v) = parse_json_lenient(body) else {
+        return Usage::default();
+    };
+    let full = match protocol {
+        Protocol::OpenAi => v.get("usage").map(FullUsage::from_openai),
+        Protocol::Anthropic => v.get("usage").map(FullUsage::from_anthropic),
+        Protocol::Gemini => v.get("usageMetadata").map(FullUsage::from_gemini),
+    };
+    full.unwrap_or_default().public()
+}
