@@ -38,6 +38,8 @@ const PNG_B64_START: &str = "iVBORw0KGgo";
 const TEXT_CACHED: u64 = 42;
 const TOOLS_CACHED: u64 = 7;
 const SCENARIOS: &str = "text,stream,tools,tools_stream,tool_result,image,errors";
+/// Only the Anthropic and Gemini SDKs count tokens.
+const COUNT_SCENARIO: &str = "count_tokens";
 
 /// A wire protocol: of a client SDK (ingress) or of a channel (upstream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,10 +342,14 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
             c.eq(scenario, "body.model", &body["model"], model.clone());
         }
         P::Anthropic => {
+            let count = r.path == "/v1/messages/count_tokens";
             c.check(
-                r.path == "/v1/messages",
+                r.path == "/v1/messages" || count,
                 scenario,
-                format_args!("path {} (want /v1/messages)", describe_path(r)),
+                format_args!(
+                    "path {} (want /v1/messages or /v1/messages/count_tokens)",
+                    describe_path(r)
+                ),
             );
             c.check(
                 header("x-api-key") == Some(up.credential()),
@@ -364,7 +370,7 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
                 "anthropic-version header missing",
             );
             c.check(
-                body["max_tokens"].as_u64().is_some_and(|n| n > 0),
+                count || body["max_tokens"].as_u64().is_some_and(|n| n > 0),
                 scenario,
                 format_args!("max_tokens missing or 0: {}", body["max_tokens"]),
             );
@@ -373,11 +379,14 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
         P::Gemini => {
             let generate = format!("/v1beta/models/{model}:generateContent");
             let stream = format!("/v1beta/models/{model}:streamGenerateContent");
+            let count = format!("/v1beta/models/{model}:countTokens");
             c.check(
-                r.path == generate || (r.path == stream && r.query_param("alt") == Some("sse")),
+                r.path == generate
+                    || r.path == count
+                    || (r.path == stream && r.query_param("alt") == Some("sse")),
                 scenario,
                 format_args!(
-                    "path {} (want {generate} or {stream}?alt=sse)",
+                    "path {} (want {generate}, {count} or {stream}?alt=sse)",
                     describe_path(r)
                 ),
             );
@@ -771,12 +780,56 @@ fn check_error(c: &mut Checks, sdk: P, got: &Value, case: &str, status: u16) {
     }
 }
 
+/// Checks a token count: a positive count from the route's channel; what reaches the upstream (if
+/// anything: the gateway may count by itself) is a count request, never a generation.
+fn check_count_tokens(c: &mut Checks, up: P, got: &Value, requests: &[RecordedRequest]) {
+    let scenario = COUNT_SCENARIO;
+    if let Some(e) = got["exception"].as_str() {
+        c.check(
+            false,
+            scenario,
+            format_args!(
+                "the SDK raised {e}\n{}",
+                got["traceback"].as_str().unwrap_or("")
+            ),
+        );
+        return;
+    }
+    c.check(
+        got["input_tokens"].as_u64().is_some_and(|n| n > 0),
+        scenario,
+        format_args!("input tokens not > 0: {}", got["input_tokens"]),
+    );
+    c.eq(
+        scenario,
+        "x-switchyard-channel",
+        &got["channel"],
+        up.channel(),
+    );
+    for r in requests_with(requests, "scenario=count_tokens:") {
+        let counted = match up {
+            P::OpenAi => r.path != "/v1/chat/completions",
+            P::Anthropic => r.path == "/v1/messages/count_tokens",
+            P::Gemini => r.path.ends_with(":countTokens"),
+        };
+        c.check(
+            counted,
+            scenario,
+            format_args!("a token count reached the upstream as {}", describe_path(r)),
+        );
+    }
+}
+
 /// One (ingress SDK × upstream provider) pair: every scenario, every check.
 async fn pair(sdk: P, up: P) {
     let mock = MockUpstream::start().await.unwrap();
     script_mock(&mock, up);
     let proxy = start(&yaml(&mock, "")).await;
-    let got = run_sdk(sdk, &proxy.url, &up.route(""), SCENARIOS).await;
+    let scenarios = match sdk {
+        P::OpenAi => SCENARIOS.to_owned(),
+        P::Anthropic | P::Gemini => format!("{SCENARIOS},{COUNT_SCENARIO}"),
+    };
+    let got = run_sdk(sdk, &proxy.url, &up.route(""), &scenarios).await;
     let requests = mock.requests();
     let mut c = Checks::new(format!("{} SDK -> {} upstream", sdk.name(), up.name()));
 
@@ -863,6 +916,10 @@ async fn pair(sdk: P, up: P) {
         if let Some(r) = second.first() {
             check_tool_result(&mut c, up, &r.json(), "tool_result");
         }
+    }
+
+    if sdk != P::OpenAi {
+        check_count_tokens(&mut c, up, &got[COUNT_SCENARIO], &requests);
     }
 
     let errors = &got["errors"];

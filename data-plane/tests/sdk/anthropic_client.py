@@ -201,6 +201,13 @@ def s_errors():
     }
 
 
+def s_count_tokens():
+    raw = client.messages.with_raw_response.count_tokens(
+        model=MODEL, system=SYSTEM, messages=[user("count_tokens")], tools=TOOLS
+    )
+    return {"input_tokens": raw.parse().input_tokens, **headers_of(raw)}
+
+
 out = {}
 for name in SCENARIOS:
     try:

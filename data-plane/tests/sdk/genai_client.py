@@ -227,6 +227,11 @@ def s_errors():
     }
 
 
+def s_count_tokens():
+    resp = client.models.count_tokens(model=MODEL, contents=[user("count_tokens")])
+    return {"input_tokens": resp.total_tokens, **headers_of(resp)}
+
+
 out = {}
 for name in SCENARIOS:
     try:
