@@ -329,6 +329,19 @@ async fn idle_and_slow_connections_cannot_lock_out_a_real_request() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request_body_timeout"), "{answer}");
 
+    // A request head over the limit gets a JSON 431.
+    let big = "a".repeat(40 * 1024);
+    let reply = send(
+        Method::POST,
+        &chat,
+        Some(TOKEN),
+        CHAT.into(),
+        &[("x-padding", big.as_str())],
+    )
+    .await;
+    assert_eq!(reply.status, 431, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "request_header_too_large");
+
     drop(hostile);
     // Back to baseline: every hostile connection is gone, and so is the memory they held.
     let deadline = Instant::now() + Duration::from_secs(20);
