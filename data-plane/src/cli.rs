@@ -64,7 +64,12 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_SNAPSHOT_CACHE")]
     pub snapshot_cache: Option<PathBuf>,
 
-    /// Seconds to let in-flight requests and streams finish after SIGTERM.
+    /// Seconds between SIGTERM and closing the listener: `/readyz` answers 503 at once while
+    /// new requests are still served, so endpoints are removed before the proxy stops listening.
+    #[arg(long, env = "SWITCHYARD_DRAIN_DELAY_SECONDS", default_value_t = 5)]
+    pub drain_delay_seconds: u64,
+
+    /// Seconds to let in-flight requests and streams finish after the listener closes.
     #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
 

@@ -148,6 +148,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         () = shutdown_signal() => {}
     }
+    // Not ready first, still serving: the load balancer takes this proxy out before it stops
+    // listening, so no client meets a closed port.
+    state.draining.cancel();
+    tracing::info!(
+        drain_delay_seconds = cli.drain_delay_seconds,
+        "SIGTERM: reporting not ready, still serving for the drain delay"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(cli.drain_delay_seconds)) => {}
+        () = shutdown_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
+    }
     tracing::info!(
         grace_seconds = cli.shutdown_grace_seconds,
         "shutting down: draining in-flight requests"

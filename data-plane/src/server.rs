@@ -119,6 +119,9 @@ fn not_found(path: &str) -> Response {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.draining.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
     match state.views.load().as_ref() {
         Some(view) => format!("ready (revision {})", view.snapshot.revision).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet").into_response(),

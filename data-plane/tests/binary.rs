@@ -51,6 +51,13 @@ fn spawn(path: &Path) -> Running {
 }
 
 fn spawn_command(mut command: Command) -> Running {
+    // Tests that SIGTERM the binary do not wait out the production drain delay unless they ask.
+    if !command
+        .get_envs()
+        .any(|(k, _)| k == "SWITCHYARD_DRAIN_DELAY_SECONDS")
+    {
+        command.env("SWITCHYARD_DRAIN_DELAY_SECONDS", "0");
+    }
     let mut child = command
         .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
         .env("SWITCHYARD_CONFIG_POLL_MS", "100")
@@ -364,4 +371,68 @@ async fn idle_and_slow_connections_cannot_lock_out_a_real_request() {
         after < baseline + 32 * 1024,
         "RSS grew from {baseline} KiB to {after} KiB"
     );
+}
+
+/// SIGTERM first takes the proxy out of rotation (`/readyz` 503) while it keeps serving for the
+/// drain delay, then it stops listening and exits: a load balancer that follows readiness never
+/// sends a request to a closed port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
+    let path = temp_file("drain", &config(""));
+    let mut command = Command::new(BIN);
+    command
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env("SWITCHYARD_DRAIN_DELAY_SECONDS", "2");
+    let mut running = spawn_command(command);
+    let ready = format!("{}/readyz", running.url);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    assert_eq!(
+        send(Method::GET, &ready, None, Vec::new(), &[])
+            .await
+            .status,
+        200
+    );
+    let pid = running.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // Not ready at once...
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        if send(Method::GET, &ready, None, Vec::new(), &[])
+            .await
+            .status
+            == 503
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz did not turn 503 after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...yet still serving new requests during the delay (mock latency 400 ms each).
+    let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        running.child.try_wait().unwrap().is_none(),
+        "exited before the drain delay"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = running.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "did not exit after the drain delay"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
