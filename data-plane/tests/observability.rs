@@ -62,8 +62,9 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter(|v| v["usage"].is_object())
-        .last()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rfind(|v| v["usage"].is_object())
         .map(|v| v["usage"].clone())
         .expect("a usage chunk");
 
