@@ -14,6 +14,12 @@ ARG RUST_VERSION=1.95
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS chef
+# make: tikv-jemalloc-sys builds jemalloc from its C sources (the slim image has gcc, not make).
+# Versions come with the pinned Debian release of the base image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 RUN cargo install cargo-chef --version 0.1.78 --locked
 WORKDIR /src
 
