@@ -184,6 +184,17 @@ impl Attempt<'_> {
                 call.body.clone(),
             )
             .map_err(|_| Failed::transport("bad_upstream_request"))?;
+        let mut request = request;
+        let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
+        for (name, value) in switchyard_telemetry::context::upstream_headers(
+            &tracing::Span::current(),
+            header("traceparent"),
+            header("tracestate"),
+        ) {
+            if let Ok(value) = http::HeaderValue::from_str(&value) {
+                request.headers_mut().insert(name, value);
+            }
+        }
         // The connector enforces the connect timeout; the first-byte timeout (which starts with
         // the attempt, connection included) and the remaining budget bound the whole wait.
         let limit = self.first_byte_timeout.min(self.left());

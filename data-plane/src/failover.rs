@@ -114,12 +114,24 @@ fn attempt_span(picked: &Picked<'_>, credential_id: CredentialId) -> Span {
         channel_id = picked.channel.id,
         channel = picked.channel.name.as_str(),
         upstream_model = picked.member.upstream_model.as_str(),
+        gen_ai.provider.name = genai_provider(picked.channel.provider),
+        gen_ai.request.model = picked.member.upstream_model.as_str(),
         credential_id,
         canary = picked.canary,
         status = Empty,
         error = Empty,
         latency_ms = Empty,
     )
+}
+
+/// The OpenTelemetry GenAI `gen_ai.provider.name` of a channel's provider.
+fn genai_provider(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Openai => "openai",
+        Provider::Anthropic => "anthropic",
+        Provider::Gemini => "gcp.gemini",
+        Provider::Mock => "switchyard.mock",
+    }
 }
 
 fn record_attempt(span: &Span, log: &AttemptLog) {

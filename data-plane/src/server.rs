@@ -339,6 +339,15 @@ async fn handle(
         .filter(|v| valid_request_id(v))
         .map_or_else(|| format!("{seed:016x}"), str::to_owned);
     let span = request_span(endpoint, &request_id);
+    {
+        let headers = request.headers();
+        let trace_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        switchyard_telemetry::context::continue_trace(
+            &span,
+            trace_header("traceparent"),
+            trace_header("tracestate"),
+        );
+    }
     let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
     let (response, trail, model) = match serve(
         &state,
@@ -400,6 +409,14 @@ fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
         final_channel = Empty,
         breaker_tripped = Empty,
         sticky = Empty,
+        gen_ai.operation.name = if endpoint.is_chat() {
+            "chat"
+        } else {
+            endpoint.label()
+        },
+        gen_ai.request.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
     )
 }
 
@@ -409,6 +426,11 @@ fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
         return;
     }
     span.record("model", model);
+    span.record("gen_ai.request.model", model);
+    if let Some(usage) = trail.usage {
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
+    }
     if let Some((_, pattern)) = &trail.route {
         span.record("route", pattern.as_str());
     }

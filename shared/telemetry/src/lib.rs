@@ -10,6 +10,7 @@
 //! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
 //! shape so the two cannot drift apart.
 
+pub mod context;
 pub mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};
