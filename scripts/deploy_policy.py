@@ -13,7 +13,7 @@ printed as `file: Kind/name: problem`; the exit status is 1 if any did. Rules:
 - the data plane has an HPA and a PDB, and terminationGracePeriodSeconds exceeds its drain
   delay + shutdown grace; it has exactly one snapshot source (a control plane URL, or a config
   file that a mounted ConfigMap provides and that parses);
-- the control plane runs >= 2 replicas with a PDB, its grace period exceeds its preStop sleep +
+- the control plane runs >= 2 replicas with a PDB, its grace period exceeds its drain delay +
   shutdown grace, and a NetworkPolicy admits only data-plane pods to its gRPC port;
 - every Secret a Switchyard pod needs exists in the variant or in the examples file (--secrets)
   with the keys the binary requires.
@@ -27,7 +27,7 @@ import yaml
 DP = "switchyard-data-plane"
 CP = "switchyard-control-plane"
 # Defaults of the binaries (data-plane/src/cli.rs, control-plane/src/config.rs).
-DP_DRAIN_DEFAULT, DP_GRACE_DEFAULT, CP_GRACE_DEFAULT = 5, 30, 10
+DP_DRAIN_DEFAULT, DP_GRACE_DEFAULT, CP_DRAIN_DEFAULT, CP_GRACE_DEFAULT = 5, 30, 5, 10
 # Time after the grace period: stream error events flushed, Redis writes pushed (~3 s), slack.
 MARGIN = 5
 REQUIRED_SECRET_KEYS = {
@@ -232,10 +232,11 @@ class Checker:
         if not any(self.selects(p, CP) for p in self.of_kind("PodDisruptionBudget")):
             self.fail(cp, "no PodDisruptionBudget")
         grace = int(self.env(c).get("SWITCHYARD_SHUTDOWN_GRACE_SECS") or CP_GRACE_DEFAULT)
+        drain = int(self.env(c).get("SWITCHYARD_DRAIN_DELAY_SECONDS") or CP_DRAIN_DEFAULT)
         sleep = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
         tgps = spec.get("terminationGracePeriodSeconds", 30)
-        if tgps < sleep + grace + MARGIN:
-            self.fail(cp, f"terminationGracePeriodSeconds {tgps} < preStop {sleep} + grace {grace} + {MARGIN}")
+        if tgps < sleep + drain + grace + MARGIN:
+            self.fail(cp, f"terminationGracePeriodSeconds {tgps} < preStop {sleep} + drain delay {drain} + grace {grace} + {MARGIN}")
         self.secrets(cp, c, REQUIRED_SECRET_KEYS[CP])
         grpc = {p["containerPort"] for p in c["ports"] if p.get("name") == "grpc"}
         grpc_names = {"grpc"} | {str(p) for p in grpc} | set(grpc)
