@@ -33,6 +33,27 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
     pub fleet_token: Option<String>,
 
+    /// PEM certificate (chain) of the gRPC port: with `--grpc-tls-key`, the port speaks TLS.
+    #[arg(long, env = "SWITCHYARD_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of the gRPC port's certificate.
+    #[arg(long, env = "SWITCHYARD_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<std::path::PathBuf>,
+
+    /// PEM CA bundle: proxies must present a client certificate it signed (mutual TLS).
+    #[arg(
+        long,
+        env = "SWITCHYARD_GRPC_TLS_CLIENT_CA",
+        requires = "grpc_tls_cert"
+    )]
+    pub grpc_tls_client_ca: Option<std::path::PathBuf>,
+
+    /// Seconds between SIGTERM and stopping: `/readyz` answers 503 at once while HTTP and the
+    /// snapshot streams keep being served, so the replica leaves the Service's endpoints first.
+    #[arg(long, env = "SWITCHYARD_DRAIN_DELAY_SECONDS", default_value_t = 5)]
+    pub drain_delay_secs: u64,
+
     /// Most gRPC connections open at once.
     #[arg(long, env = "SWITCHYARD_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
     pub grpc_max_connections: usize,

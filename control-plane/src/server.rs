@@ -42,7 +42,47 @@ async fn migrate_with_retry(pool: &sqlx::PgPool, timeout: Duration) -> anyhow::R
     }
 }
 
-pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// The gRPC port's TLS settings, read from the configured PEM files (none: plaintext).
+fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let (Some(cert), Some(key)) = (&config.grpc_tls_cert, &config.grpc_tls_key) else {
+        return Ok(None);
+    };
+    let read = |path: &std::path::PathBuf, what: &str| {
+        std::fs::read(path)
+            .with_context(|| format!("reading the gRPC TLS {what} {}", path.display()))
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+        read(cert, "certificate")?,
+        read(key, "key")?,
+    ));
+    if let Some(ca) = &config.grpc_tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca, "client CA")?));
+    }
+    tracing::info!(
+        mutual = config.grpc_tls_client_ca.is_some(),
+        "gRPC port speaks TLS"
+    );
+    Ok(Some(tls))
+}
+
+/// `signal` fires on SIGTERM: the replica reports not-ready at once, keeps serving HTTP and the
+/// snapshot streams for the drain delay (so it leaves the Service's endpoints first), then stops.
+pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let drain_delay = Duration::from_secs(config.drain_delay_secs);
+    tokio::spawn({
+        let (signal, shutdown) = (signal.clone(), shutdown.clone());
+        async move {
+            signal.cancelled().await;
+            tracing::info!(
+                drain_delay_secs = drain_delay.as_secs(),
+                "SIGTERM: reporting not ready, still serving for the drain delay"
+            );
+            tokio::time::sleep(drain_delay).await;
+            shutdown.cancel();
+        }
+    });
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
     let pool = crate::db::pool(options.clone());
     migrate_with_retry(&pool, Duration::from_secs(config.db_startup_timeout_secs)).await?;
@@ -86,7 +126,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         Arc::clone(&publisher),
         Arc::clone(&metrics),
     )
-    .with_recovery(Arc::clone(&recovery));
+    .with_recovery(Arc::clone(&recovery))
+    .with_draining(signal.clone());
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }
@@ -115,8 +156,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     );
     let grpc_shutdown = shutdown.clone();
     let grpc_incoming = capped_incoming(grpc, config.grpc_max_connections);
+    let mut grpc_server = tonic::transport::Server::builder();
+    if let Some(tls) = grpc_tls(&config)? {
+        grpc_server = grpc_server
+            .tls_config(tls)
+            .context("configuring TLS on the gRPC port")?;
+    }
     tracker.spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let served = grpc_server
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .timeout(Duration::from_secs(30))

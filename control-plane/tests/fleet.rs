@@ -234,9 +234,18 @@ fn follow(endpoint: String, shutdown: &CancellationToken) -> Feed {
     let (tx, rx) = watch::channel(None);
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        switchyard_proto::watch_snapshots(endpoint, 0, Some(FLEET_TOKEN.to_owned()), tx, shutdown)
-            .await
-            .unwrap();
+        switchyard_proto::watch_snapshots(
+            endpoint,
+            0,
+            switchyard_proto::WatchAuth {
+                fleet_token: Some(FLEET_TOKEN.to_owned()),
+                ..Default::default()
+            },
+            tx,
+            shutdown,
+        )
+        .await
+        .unwrap();
     });
     rx
 }
@@ -740,4 +749,121 @@ async fn without_a_fleet_token_snapshots_carry_no_inline_secrets(
     let credentials = &snapshot.channels[0].credentials;
     assert_eq!(credentials.len(), 1, "only the env credential remains");
     assert!(format!("{:?}", credentials[0].secret).contains("OPENAI_KEY_ON_PROXIES"));
+}
+
+/// A CA, a server certificate for `localhost` and a client certificate, as PEM files.
+struct TestPki {
+    dir: std::path::PathBuf,
+    ca: String,
+    client_cert: String,
+    client_key: String,
+}
+
+fn test_pki(name: &str) -> TestPki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let dir = std::env::temp_dir().join(format!("switchyard-pki-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["proxy".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("server.pem"), server.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), server_key.serialize_pem()).unwrap();
+    TestPki {
+        dir,
+        ca: ca.pem(),
+        client_cert: client.pem(),
+        client_key: client_key.serialize_pem(),
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_grpc_port_speaks_mutual_tls_when_configured(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let pki = test_pki("mtls");
+    let path = |f: &str| pki.dir.join(f).display().to_string();
+    let (cert, key, ca) = (path("server.pem"), path("server.key"), path("ca.pem"));
+    let cp = ControlPlane::spawn_with(
+        &url,
+        0,
+        &[
+            ("SWITCHYARD_GRPC_TLS_CERT", cert.as_str()),
+            ("SWITCHYARD_GRPC_TLS_KEY", key.as_str()),
+            ("SWITCHYARD_GRPC_TLS_CLIENT_CA", ca.as_str()),
+        ],
+    )
+    .await;
+    let revision = cp.create_route("over-tls").await;
+    let endpoint = format!("https://localhost:{}", cp.grpc.port());
+    let follow_with = |auth: switchyard_proto::WatchAuth, shutdown: &CancellationToken| {
+        let (tx, rx) = watch::channel(None);
+        let shutdown = shutdown.clone();
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            switchyard_proto::watch_snapshots(endpoint, 0, auth, tx, shutdown)
+                .await
+                .unwrap();
+        });
+        rx
+    };
+    let shutdown = CancellationToken::new();
+    let trusted = switchyard_proto::WatchAuth {
+        fleet_token: Some(FLEET_TOKEN.to_owned()),
+        ca_pem: Some(pki.ca.clone().into_bytes()),
+        identity_pem: Some((
+            pki.client_cert.clone().into_bytes(),
+            pki.client_key.clone().into_bytes(),
+        )),
+    };
+    let mut proxy = follow_with(trusted.clone(), &shutdown);
+    wait_for(&mut proxy, "a snapshot over mutual TLS", |s| {
+        s.revision >= revision
+    })
+    .await;
+
+    // Without a client certificate, or in plaintext, nothing arrives.
+    let no_identity = switchyard_proto::WatchAuth {
+        identity_pem: None,
+        ..trusted
+    };
+    let refused = follow_with(no_identity, &shutdown);
+    let (tx, plaintext) = watch::channel(None);
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        let endpoint = format!("http://{}", cp.grpc);
+        async move {
+            let auth = switchyard_proto::WatchAuth {
+                fleet_token: Some(FLEET_TOKEN.to_owned()),
+                ..Default::default()
+            };
+            switchyard_proto::watch_snapshots(endpoint, 0, auth, tx, shutdown)
+                .await
+                .unwrap();
+        }
+    });
+    // Several reconnect rounds of both (backoff starts at 100 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        refused.borrow().is_none(),
+        "a proxy without a client certificate got a snapshot"
+    );
+    assert!(
+        plaintext.borrow().is_none(),
+        "a plaintext proxy got a snapshot"
+    );
+    shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&pki.dir);
 }

@@ -26,6 +26,27 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
     pub fleet_token: Option<String>,
 
+    /// PEM CA bundle that signed the control plane's gRPC certificate (`https://` control-plane
+    /// URLs; without it the web PKI roots are trusted).
+    #[arg(long, env = "SWITCHYARD_CONTROL_PLANE_CA")]
+    pub control_plane_ca: Option<PathBuf>,
+
+    /// PEM client certificate presented to the control plane (mutual TLS).
+    #[arg(
+        long,
+        env = "SWITCHYARD_CONTROL_PLANE_CLIENT_CERT",
+        requires = "control_plane_client_key"
+    )]
+    pub control_plane_client_cert: Option<PathBuf>,
+
+    /// PEM private key of the client certificate.
+    #[arg(
+        long,
+        env = "SWITCHYARD_CONTROL_PLANE_CLIENT_KEY",
+        requires = "control_plane_client_cert"
+    )]
+    pub control_plane_client_key: Option<PathBuf>,
+
     /// HTTP listen address.
     #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
@@ -43,7 +64,12 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_SNAPSHOT_CACHE")]
     pub snapshot_cache: Option<PathBuf>,
 
-    /// Seconds to let in-flight requests and streams finish after SIGTERM.
+    /// Seconds between SIGTERM and closing the listener: `/readyz` answers 503 at once while
+    /// new requests are still served, so endpoints are removed before the proxy stops listening.
+    #[arg(long, env = "SWITCHYARD_DRAIN_DELAY_SECONDS", default_value_t = 5)]
+    pub drain_delay_seconds: u64,
+
+    /// Seconds to let in-flight requests and streams finish after the listener closes.
     #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
 

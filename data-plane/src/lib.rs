@@ -18,6 +18,7 @@ pub mod failover;
 pub mod metrics;
 pub mod mock;
 pub mod probe;
+pub mod record;
 pub mod relay;
 pub mod request;
 pub mod run;
@@ -49,6 +50,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
     pub connections: OnceLock<switchyard_server::Stats>,
+    /// Fires on SIGTERM: `/readyz` answers 503 so the load balancer stops sending traffic,
+    /// while the proxy keeps serving for the drain delay.
+    pub draining: CancellationToken,
     /// Fires when the shutdown grace period is over: open streams end with an error event.
     pub streams_cut: CancellationToken,
     seed: AtomicU64,
@@ -75,6 +79,7 @@ impl AppState {
             client: upstream::build_client(connect_timeout),
             metrics: Metrics::default(),
             connections: OnceLock::new(),
+            draining: CancellationToken::new(),
             streams_cut: CancellationToken::new(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         })

@@ -71,12 +71,12 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 }
             });
             let endpoint = endpoint.clone();
-            let fleet_token = cli.fleet_token.clone();
+            let auth = watch_auth(&cli)?;
             tokio::spawn(async move {
                 let watched = switchyard_proto::watch_snapshots(
                     endpoint,
                     have_revision,
-                    fleet_token,
+                    auth,
                     snapshots,
                     cancel,
                 )
@@ -148,6 +148,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         () = shutdown_signal() => {}
     }
+    // Not ready first, still serving: the load balancer takes this proxy out before it stops
+    // listening, so no client meets a closed port.
+    state.draining.cancel();
+    tracing::info!(
+        drain_delay_seconds = cli.drain_delay_seconds,
+        "SIGTERM: reporting not ready, still serving for the drain delay"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(cli.drain_delay_seconds)) => {}
+        () = shutdown_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
+    }
     tracing::info!(
         grace_seconds = cli.shutdown_grace_seconds,
         "shutting down: draining in-flight requests"
@@ -170,6 +181,25 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         redis.close(Duration::from_secs(2)).await;
     }
     Ok(())
+}
+
+/// The fleet token and TLS material this proxy presents to the control plane.
+fn watch_auth(cli: &Cli) -> Result<switchyard_proto::WatchAuth, String> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let identity_pem = match (
+        &cli.control_plane_client_cert,
+        &cli.control_plane_client_key,
+    ) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(switchyard_proto::WatchAuth {
+        fleet_token: cli.fleet_token.clone(),
+        ca_pem: cli.control_plane_ca.as_ref().map(read).transpose()?,
+        identity_pem,
+    })
 }
 
 async fn shutdown_signal() {

@@ -441,3 +441,40 @@ async fn standalone_recovery_probe_re_enables_a_runtime_disabled_credential() {
     assert_eq!(probe_round(&proxy.state).await, Recovered::default());
     assert_eq!(up.hits_matching(&ka_models), 2);
 }
+
+#[tokio::test]
+async fn unknown_paths_and_methods_answer_json_in_the_protocol_of_their_prefix() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "")).await;
+    let base = proxy.url.clone();
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move { send(Method::GET, &url, Some(TOKEN), Vec::new(), &[]).await }
+    };
+
+    let openai = get("/v1/nope").await;
+    assert_eq!(openai.status, 404);
+    assert_eq!(openai.json()["error"]["type"], "invalid_request_error");
+    let anthropic = post(&proxy, "/v1/messages/nope", "{}").await;
+    assert_eq!(anthropic.status, 404);
+    assert_eq!(anthropic.json()["type"], "error");
+    assert_eq!(anthropic.json()["error"]["type"], "not_found_error");
+    let gemini = post(&proxy, "/v1beta/models/m:unknownAction", "{}").await;
+    assert_eq!(gemini.status, 404);
+    assert_eq!(gemini.json()["error"]["status"], "NOT_FOUND");
+    let method = get(CHAT_PATH).await;
+    assert_eq!(method.status, 405);
+    assert_eq!(method.json()["error"]["code"], "method_not_allowed");
+    for reply in [&openai, &anthropic, &gemini, &method] {
+        assert_eq!(reply.header("content-type"), "application/json");
+        assert_eq!(reply.header("x-should-retry"), "false");
+    }
+
+    // One model by id: served, or a 404 in the OpenAI shape.
+    let one = get("/v1/models/m").await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_eq!(one.json()["id"], "m");
+    let missing = get("/v1/models/other").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"]["code"], "model_not_found");
+}

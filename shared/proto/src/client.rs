@@ -8,6 +8,7 @@ use switchyard_engine::Snapshot;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::convert::snapshot_from_proto;
 use crate::v1::snapshot_service_client::SnapshotServiceClient;
@@ -15,8 +16,31 @@ use crate::v1::WatchRequest;
 
 /// First reconnect delay; doubles on each failed attempt up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest delay between reconnect attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Longest delay between reconnect attempts (plus up to 50 % jitter): a returning or another
+/// control-plane replica is found within about a second.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How a proxy proves itself to the control plane and checks the control plane in return.
+#[derive(Clone, Default)]
+pub struct WatchAuth {
+    /// Presented as `authorization: Bearer <token>` on every stream.
+    pub fleet_token: Option<String>,
+    /// PEM of the CA that signed the control plane's certificate, for `https://` endpoints
+    /// (without it the web PKI roots are used).
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM certificate and private key this proxy presents (mutual TLS).
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for WatchAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchAuth")
+            .field("fleet_token", &self.fleet_token.as_ref().map(|_| "***"))
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("identity_pem", &self.identity_pem.is_some())
+            .finish()
+    }
+}
 
 /// Largest snapshot message a proxy accepts.
 pub const MAX_SNAPSHOT_BYTES: usize = 256 * 1024 * 1024;
@@ -34,21 +58,22 @@ pub enum WatchError {
 /// when `tx` holds none) is published with `send_replace`, so readers always see the latest one
 /// and never wait on this task. A snapshot that fails validation is logged and skipped: the last
 /// good one stays in place. When the connection fails or the stream ends, this reconnects with
-/// exponential backoff (100 ms doubling to 10 s, with jitter), asking for revisions newer than
+/// exponential backoff (100 ms doubling to 1 s, with jitter), asking for revisions newer than
 /// the one it holds. Returns `Ok(())` once `shutdown` is cancelled, and an error only for an
 /// endpoint that cannot be parsed.
 ///
-/// `fleet_token` is presented as `authorization: Bearer <token>` on every stream; a control
+/// `auth.fleet_token` is presented as `authorization: Bearer <token>` on every stream; a control
 /// plane with fleet tokens configured refuses a stream without a valid one, and one without
-/// them sends snapshots with no inline credential secrets.
+/// them sends snapshots with no inline credential secrets. An `https://` endpoint is verified
+/// against `auth.ca_pem` (or the web PKI), and `auth.identity_pem` is presented for mutual TLS.
 pub async fn watch_snapshots(
     endpoint: String,
     have_revision: u64,
-    fleet_token: Option<String>,
+    auth: WatchAuth,
     tx: watch::Sender<Option<Arc<Snapshot>>>,
     shutdown: CancellationToken,
 ) -> Result<(), WatchError> {
-    let authorization = match fleet_token.as_deref().map(str::trim) {
+    let authorization = match auth.fleet_token.as_deref().map(str::trim) {
         Some(token) if !token.is_empty() => {
             let mut value: MetadataValue<Ascii> =
                 format!("Bearer {token}")
@@ -62,11 +87,31 @@ pub async fn watch_snapshots(
         }
         _ => None,
     };
-    let endpoint_config = tonic::transport::Endpoint::from_shared(endpoint.clone())
-        .map_err(|e| WatchError::InvalidEndpoint {
-            endpoint: endpoint.clone(),
-            reason: e.to_string(),
-        })?
+    let mut endpoint_config =
+        tonic::transport::Endpoint::from_shared(endpoint.clone()).map_err(|e| {
+            WatchError::InvalidEndpoint {
+                endpoint: endpoint.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+    if endpoint.starts_with("https://") || auth.ca_pem.is_some() || auth.identity_pem.is_some() {
+        let mut tls = ClientTlsConfig::new();
+        tls = match &auth.ca_pem {
+            Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
+            None => tls.with_webpki_roots(),
+        };
+        if let Some((cert, key)) = &auth.identity_pem {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        endpoint_config =
+            endpoint_config
+                .tls_config(tls)
+                .map_err(|e| WatchError::InvalidEndpoint {
+                    endpoint: endpoint.clone(),
+                    reason: format!("TLS: {e}"),
+                })?;
+    }
+    let endpoint_config = endpoint_config
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)))
         .http2_keep_alive_interval(Duration::from_secs(30))

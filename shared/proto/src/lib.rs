@@ -23,5 +23,5 @@ pub mod v1 {
     tonic::include_proto!("switchyard.snapshot.v1");
 }
 
-pub use client::{watch_snapshots, WatchError};
+pub use client::{watch_snapshots, WatchAuth, WatchError};
 pub use convert::{snapshot_from_proto, snapshot_to_proto, ConversionError, SCHEMA_VERSION};

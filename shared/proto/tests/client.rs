@@ -10,7 +10,7 @@ use futures_util::Stream;
 use switchyard_engine::{Snapshot, SnapshotParts};
 use switchyard_proto::v1::snapshot_service_server::{SnapshotService, SnapshotServiceServer};
 use switchyard_proto::v1::{self, WatchRequest};
-use switchyard_proto::{snapshot_to_proto, watch_snapshots, WatchError};
+use switchyard_proto::{snapshot_to_proto, watch_snapshots, WatchAuth, WatchError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -96,7 +96,13 @@ async fn installs_valid_snapshots_and_skips_invalid_ones() {
     let (endpoint, requests) = serve(vec![wire(2), invalid, wire(4)]).await;
     let (tx, mut rx) = watch::channel(None);
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(watch_snapshots(endpoint, 1, None, tx, shutdown.clone()));
+    let task = tokio::spawn(watch_snapshots(
+        endpoint,
+        1,
+        WatchAuth::default(),
+        tx,
+        shutdown.clone(),
+    ));
     wait_revision(&mut rx, 4).await;
     assert_eq!(
         requests.lock().unwrap().first(),
@@ -120,7 +126,7 @@ async fn keeps_retrying_until_the_server_appears_then_stops_on_shutdown() {
     let task = tokio::spawn(watch_snapshots(
         format!("http://127.0.0.1:{port}"),
         0,
-        None,
+        WatchAuth::default(),
         tx,
         shutdown.clone(),
     ));
@@ -145,6 +151,13 @@ async fn keeps_retrying_until_the_server_appears_then_stops_on_shutdown() {
 #[tokio::test]
 async fn an_unparseable_endpoint_is_an_error() {
     let (tx, _rx) = watch::channel(None);
-    let result = watch_snapshots("not a uri".into(), 0, None, tx, CancellationToken::new()).await;
+    let result = watch_snapshots(
+        "not a uri".into(),
+        0,
+        WatchAuth::default(),
+        tx,
+        CancellationToken::new(),
+    )
+    .await;
     assert!(matches!(result, Err(WatchError::InvalidEndpoint { .. })));
 }

@@ -109,8 +109,42 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             }));
         }
     }
+    // Translation (OpenAI in, Anthropic out) against passthrough through the same proxy.
+    let mut translation = serde_json::Map::new();
+    for c in ["1", "64"] {
+        if let (Some(translated), Some(proxy)) = (
+            read(dir, &format!("translated_c{c}.json")),
+            read(dir, &format!("proxy_c{c}.json")),
+        ) {
+            translation.insert(
+                format!("added_over_passthrough_c{c}_ms"),
+                json!({
+                    "p50": diff(&translated, &proxy, "/latency_ms/p50"),
+                    "p99": diff(&translated, &proxy, "/latency_ms/p99"),
+                    "throughput_rps": translated["throughput_rps"],
+                }),
+            );
+        }
+    }
+    if let (Some(translated), Some(passthrough)) = (
+        read(dir, "stream_translated_c1.json"),
+        read(dir, "stream_passthrough_c1.json"),
+    ) {
+        let per_chunk_us = diff(&translated, &passthrough, "/latency_ms/p50")
+            .as_f64()
+            .map(|ms| (ms * 1000.0 / 200.0 * 100.0).round() / 100.0);
+        translation.insert(
+            "stream_200_chunks_ms".into(),
+            json!({
+                "passthrough_p50": passthrough.pointer("/latency_ms/p50"),
+                "translated_p50": translated.pointer("/latency_ms/p50"),
+                "added_per_chunk_us_p50": per_chunk_us,
+            }),
+        );
+    }
     Ok(json!({
         "added_latency_ms": added,
+        "translation": translation,
         "runs": runs,
         "throughput_at_saturation_rps": {
             "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
