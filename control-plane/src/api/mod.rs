@@ -80,7 +80,10 @@ impl AppState {
         self
     }
 
+    /// The recovery job, rendered in `/metrics`. It reads what to probe from this app's
+    /// publisher, which is handed to it here.
     pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
+        recovery.read_snapshots_from(Arc::clone(&self.publisher));
         self.recovery = Some(recovery);
         self
     }
