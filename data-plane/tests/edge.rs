@@ -395,6 +395,27 @@ async fn standalone_recovery_probe_closes_a_tripped_breaker() {
 }
 
 #[tokio::test]
+async fn standalone_recovery_probe_fails_when_models_list_but_generation_does_not() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n",
+        channel("a", &up.base_url(), &["ka"])
+    );
+    let proxy = start(&yaml).await;
+    proxy
+        .store
+        .trip_breaker(1, "test", switchyard_data_plane::unix_ms());
+    up.on(Matcher::path("/v1/models"), Behavior::ok());
+    up.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
+    assert!(switchyard_data_plane::probe::probe_once(&proxy.state)
+        .await
+        .is_empty());
+    assert!(proxy.dump().channels.iter().any(|c| c.breaker_open));
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/models")), 0);
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/chat/completions")), 1);
+}
+
+#[tokio::test]
 async fn standalone_recovery_probe_re_enables_a_runtime_disabled_credential() {
     use switchyard_data_plane::probe::{probe_round, Recovered};
     let up = MockUpstream::start().await.unwrap();
