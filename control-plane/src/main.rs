@@ -6,6 +6,11 @@ use clap::Parser;
 use switchyard_control_plane::config::Config;
 use tokio_util::sync::CancellationToken;
 
+/// jemalloc with background purging returns memory after bursts of connections (see the data
+/// plane's `main.rs` and BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let config = match Config::try_parse() {
         Ok(config) => config,

@@ -5,6 +5,11 @@
 use clap::Parser;
 use switchyard_data_plane::cli::Cli;
 
+/// jemalloc with its background purging thread hands memory freed after a burst (e.g. thousands
+/// of hostile connections closing) back to the system; glibc's malloc kept it (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

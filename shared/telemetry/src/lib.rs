@@ -10,6 +10,9 @@
 //! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
 //! shape so the two cannot drift apart.
 
+pub mod context;
+pub mod record;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -109,6 +112,7 @@ pub fn init(options: Options) -> Telemetry {
         .lossy(false)
         .thread_name("switchyard-log")
         .finish(std::io::stdout());
+    record::set_writer(writer.clone());
     let fmt = tracing_subscriber::fmt::layer()
         .json()
         .flatten_event(options.flatten_event)
