@@ -72,6 +72,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         );
     }
     router
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .fallback(|request: Request| async move { not_found(request.uri().path()) })
         .method_not_allowed_fallback(|request: Request| async move {
             let protocol = protocol_of_path(request.uri().path());
@@ -84,6 +88,20 @@ pub fn app(state: Arc<AppState>) -> Router {
             .into_response(protocol)
         })
         .with_state(state)
+}
+
+/// While draining, every answer asks the client to close its connection, so pooled keep-alive
+/// clients (load balancers, SDKs) move to another proxy before this one stops listening.
+async fn close_when_draining(
+    State(state): State<Arc<AppState>>,
+    mut response: Response,
+) -> Response {
+    if state.draining.is_cancelled() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// `{model}:{action}` of a Gemini path: the endpoint, the model and whether it streams.

@@ -423,6 +423,11 @@ async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
     // ...yet still serving new requests during the delay (mock latency 400 ms each).
     let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.header("connection"),
+        "close",
+        "keep-alive clients are told to move on"
+    );
     assert!(
         running.child.try_wait().unwrap().is_none(),
         "exited before the drain delay"
