@@ -113,7 +113,7 @@ impl ControlPlane {
                 let Ok(line) = line else { break };
                 if tx.is_some() {
                     if let Ok(log) = serde_json::from_str::<Value>(&line) {
-                        let fields = &log["fields"];
+                        let fields = &log;
                         if fields["message"] == "listening" {
                             let http: SocketAddr =
                                 fields["http_addr"].as_str().unwrap().parse().unwrap();
