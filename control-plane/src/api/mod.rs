@@ -12,6 +12,7 @@ mod rows;
 pub(crate) mod settings;
 mod teams;
 mod tokens;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -150,6 +151,7 @@ pub fn app(state: AppState) -> Router {
         .routes(routes!(explain::explain))
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
+        .routes(routes!(usage::usage))
         .split_for_parts();
     let openapi = Arc::new(openapi);
 
