@@ -6,9 +6,11 @@ mod credentials;
 mod explain;
 pub mod extract;
 mod members;
+pub mod openapi;
 mod ops;
 mod routes;
 mod rows;
+pub mod schema;
 pub(crate) mod settings;
 mod teams;
 mod tokens;
@@ -119,9 +121,9 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The whole HTTP surface: authenticated admin API + open health and metrics endpoints.
-pub fn app(state: AppState) -> Router {
-    let (admin, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+/// Every documented admin route, with its OpenAPI annotations.
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(channels::list, channels::create))
         .routes(routes!(
             channels::get_one,
@@ -152,7 +154,18 @@ pub fn app(state: AppState) -> Router {
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
         .routes(routes!(usage::usage))
-        .split_for_parts();
+}
+
+/// The OpenAPI 3.1 document of the admin API, exactly as `/api/v1/openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, openapi) = api_router().split_for_parts();
+    openapi::finish(openapi)
+}
+
+/// The whole HTTP surface: authenticated admin API + open health and metrics endpoints.
+pub fn app(state: AppState) -> Router {
+    let (admin, openapi) = api_router().split_for_parts();
+    let openapi = openapi::finish(openapi);
     let openapi = Arc::new(openapi);
 
     let admin = admin
