@@ -49,6 +49,11 @@ pub struct Config {
     )]
     pub grpc_tls_client_ca: Option<std::path::PathBuf>,
 
+    /// Seconds between SIGTERM and stopping: `/readyz` answers 503 at once while HTTP and the
+    /// snapshot streams keep being served, so the replica leaves the Service's endpoints first.
+    #[arg(long, env = "SWITCHYARD_DRAIN_DELAY_SECONDS", default_value_t = 5)]
+    pub drain_delay_secs: u64,
+
     /// Most gRPC connections open at once.
     #[arg(long, env = "SWITCHYARD_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
     pub grpc_max_connections: usize,

@@ -66,7 +66,23 @@ fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTl
     Ok(Some(tls))
 }
 
-pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// `signal` fires on SIGTERM: the replica reports not-ready at once, keeps serving HTTP and the
+/// snapshot streams for the drain delay (so it leaves the Service's endpoints first), then stops.
+pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let drain_delay = Duration::from_secs(config.drain_delay_secs);
+    tokio::spawn({
+        let (signal, shutdown) = (signal.clone(), shutdown.clone());
+        async move {
+            signal.cancelled().await;
+            tracing::info!(
+                drain_delay_secs = drain_delay.as_secs(),
+                "SIGTERM: reporting not ready, still serving for the drain delay"
+            );
+            tokio::time::sleep(drain_delay).await;
+            shutdown.cancel();
+        }
+    });
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
     let pool = crate::db::pool(options.clone());
     migrate_with_retry(&pool, Duration::from_secs(config.db_startup_timeout_secs)).await?;
@@ -110,7 +126,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         Arc::clone(&publisher),
         Arc::clone(&metrics),
     )
-    .with_recovery(Arc::clone(&recovery));
+    .with_recovery(Arc::clone(&recovery))
+    .with_draining(signal.clone());
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }

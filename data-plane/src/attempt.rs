@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_engine::{Channel, RandomSource};
 use switchyard_provider::{
-    count_tokens_response, parse_count_tokens_response, translate_error_body, translate_response,
-    Protocol, StreamTranslator,
+    count_tokens_response, parse_count_tokens_response, response_usage, translate_error_body,
+    translate_response, Protocol, StreamTranslator, Usage,
 };
 use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
@@ -111,6 +111,8 @@ pub struct Committed {
     /// A translated stream: the rest of the body goes through it (boxed: it is large, and
     /// most answers have none).
     pub translator: Option<Box<StreamTranslator>>,
+    /// Usage read from a plain answer (streams count theirs as they go).
+    pub usage: Option<Usage>,
 }
 
 pub enum Outcome {
@@ -182,6 +184,17 @@ impl Attempt<'_> {
                 call.body.clone(),
             )
             .map_err(|_| Failed::transport("bad_upstream_request"))?;
+        let mut request = request;
+        let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
+        for (name, value) in switchyard_telemetry::context::upstream_headers(
+            &tracing::Span::current(),
+            header("traceparent"),
+            header("tracestate"),
+        ) {
+            if let Ok(value) = http::HeaderValue::from_str(&value) {
+                request.headers_mut().insert(name, value);
+            }
+        }
         // The connector enforces the connect timeout; the first-byte timeout (which starts with
         // the attempt, connection included) and the remaining budget bound the whole wait.
         let limit = self.first_byte_timeout.min(self.left());
@@ -230,6 +243,7 @@ impl Attempt<'_> {
                         response,
                         first_chunk: Some(first),
                         translator,
+                        usage: None,
                     })
                 }
                 Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
@@ -241,6 +255,7 @@ impl Attempt<'_> {
                 response,
                 first_chunk: None,
                 translator: None,
+                usage: None,
             });
         }
         let limit = self.idle_timeout.min(self.left());
@@ -277,6 +292,7 @@ impl Attempt<'_> {
                 })
             }
         }
+        let mut usage = None;
         // A local answer is already in the client's shape.
         if self.call.translated() && self.call.local.is_none() {
             let translated = if self.endpoint.is_count_tokens() {
@@ -290,7 +306,10 @@ impl Attempt<'_> {
                     &body,
                     self.client_model,
                 )
-                .map(|(body, _usage)| body)
+                .map(|(body, read)| {
+                    usage = Some(read);
+                    body
+                })
                 .map_err(|_| ())
             };
             let Ok(translated) = translated else {
@@ -314,12 +333,16 @@ impl Attempt<'_> {
             response.headers = json_headers();
             response.body = Body::from(translated);
         } else {
+            if self.endpoint.is_chat() {
+                usage = Some(response_usage(self.call.upstream, &body));
+            }
             response.body = Body::from(body);
         }
         Outcome::Committed(Committed {
             response,
             first_chunk: None,
             translator: None,
+            usage,
         })
     }
 

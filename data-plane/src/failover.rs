@@ -16,7 +16,7 @@ use switchyard_engine::{
     select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
     RandomSource, Reason, RouteId, SelectionConstraint, SplitMix64, Sticky,
 };
-use switchyard_provider::{ChatRequest, TranslateError};
+use switchyard_provider::{ChatRequest, TranslateError, Usage};
 use switchyard_state::{AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, InFlightGuard};
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -26,6 +26,7 @@ use crate::attempt::{Answer, Attempt, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
+use crate::record::StreamSlot;
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
@@ -63,8 +64,15 @@ pub struct AttemptLog {
 }
 
 /// What happened to one request, for headers, the log line and metrics.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Trail {
+    /// The authenticated token's name and team (set by the HTTP edge).
+    pub token: Option<String>,
+    pub team: Option<String>,
+    /// Usage read from a plain (non-streamed) answer.
+    pub usage: Option<Usage>,
+    /// A committed stream: its record is written when it ends.
+    pub stream: Option<Arc<StreamSlot>>,
     pub route: Option<(RouteId, String)>,
     pub final_channel: Option<String>,
     pub attempts: Vec<AttemptLog>,
@@ -106,12 +114,24 @@ fn attempt_span(picked: &Picked<'_>, credential_id: CredentialId) -> Span {
         channel_id = picked.channel.id,
         channel = picked.channel.name.as_str(),
         upstream_model = picked.member.upstream_model.as_str(),
+        gen_ai.provider.name = genai_provider(picked.channel.provider),
+        gen_ai.request.model = picked.member.upstream_model.as_str(),
         credential_id,
         canary = picked.canary,
         status = Empty,
         error = Empty,
         latency_ms = Empty,
     )
+}
+
+/// The OpenTelemetry GenAI `gen_ai.provider.name` of a channel's provider.
+fn genai_provider(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Openai => "openai",
+        Provider::Anthropic => "anthropic",
+        Provider::Gemini => "gcp.gemini",
+        Provider::Mock => "switchyard.mock",
+    }
 }
 
 fn record_attempt(span: &Span, log: &AttemptLog) {
@@ -372,7 +392,9 @@ pub async fn proxy(
                     };
                     record_attempt(&span, &log);
                     trail.attempts.push(log);
-                    state.metrics.attempt(AttemptOutcome::Success);
+                    state
+                        .metrics
+                        .attempt(&picked.channel.name, AttemptOutcome::Success);
                     let now = crate::unix_ms();
                     let effect = state.store.record_success(
                         &AttemptSuccess {
@@ -408,11 +430,17 @@ pub async fn proxy(
                         member: picked.member.id,
                         channel: picked.channel.id,
                         upstream_model: picked.member.upstream_model.clone(),
+                        channel_name: picked.channel.name.clone(),
                         policy,
                         protocol,
                         request_id: req.request_id.to_owned(),
                         guard,
+                        slot: StreamSlot::new(),
                     };
+                    trail.usage = committed.usage;
+                    if committed.first_chunk.is_some() {
+                        trail.stream = Some(owner.slot.clone());
+                    }
                     return (committed_response(committed, idle_timeout, owner), trail);
                 }
                 Outcome::Failed(failed) => {
@@ -426,7 +454,9 @@ pub async fn proxy(
                     };
                     record_attempt(&span, &log);
                     trail.attempts.push(log);
-                    state.metrics.attempt(failed.outcome());
+                    state
+                        .metrics
+                        .attempt(&picked.channel.name, failed.outcome());
                     if let (Some(keyword), true) = (failed.ban_keyword, policy.fault_protection) {
                         let now = crate::unix_ms();
                         if picked.channel.credentials.len() > 1 {
@@ -546,6 +576,7 @@ fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) 
         response: upstream,
         first_chunk,
         translator,
+        usage: _,
     } = committed;
     let body = match first_chunk {
         Some(first) => relay(first, upstream.body, idle, owner, translator),

@@ -18,6 +18,7 @@ pub mod failover;
 pub mod metrics;
 pub mod mock;
 pub mod probe;
+pub mod record;
 pub mod relay;
 pub mod request;
 pub mod run;

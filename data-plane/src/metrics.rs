@@ -1,8 +1,15 @@
-//! Prometheus metrics, hand-rolled: fixed label sets, plain atomics, text exposition on demand.
-//! No allocation and no lock on the hot path.
+//! Prometheus metrics, hand-rolled: plain atomics, text exposition on demand. Label values are
+//! either fixed sets (endpoint, status class, outcome) or names from the configuration (route
+//! patterns, channel and token names), never request content, so every family is bounded by the
+//! snapshot. Labelled families take a read lock and a hash lookup per update; a new series takes
+//! the write lock once.
 
 use std::fmt::Write;
+use std::hash::{Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::RwLock;
+
+use hashbrown::{Equivalent, HashMap};
 
 use crate::endpoint::Endpoint;
 
@@ -20,15 +27,6 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    const ALL: [AttemptOutcome; 6] = [
-        AttemptOutcome::Success,
-        AttemptOutcome::Retryable,
-        AttemptOutcome::Rejected,
-        AttemptOutcome::MemberSpecific,
-        AttemptOutcome::Transport,
-        AttemptOutcome::StreamBroken,
-    ];
-
     pub fn label(self) -> &'static str {
         match self {
             AttemptOutcome::Success => "success",
@@ -93,9 +91,122 @@ impl<const N: usize> Histogram<N> {
     }
 }
 
+/// The label values of one series, owned.
+#[derive(Debug, PartialEq, Eq)]
+struct Labels<const L: usize>([Box<str>; L]);
+
+/// The same, borrowed: looked up without allocating.
+struct LabelsRef<'a, const L: usize>([&'a str; L]);
+
+impl<const L: usize> Hash for Labels<L> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for v in &self.0 {
+            state.write(v.as_bytes());
+            state.write_u8(0xff);
+        }
+    }
+}
+
+impl<const L: usize> Hash for LabelsRef<'_, L> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for v in &self.0 {
+            state.write(v.as_bytes());
+            state.write_u8(0xff);
+        }
+    }
+}
+
+impl<const L: usize> Equivalent<Labels<L>> for LabelsRef<'_, L> {
+    fn equivalent(&self, key: &Labels<L>) -> bool {
+        self.0.iter().zip(key.0.iter()).all(|(a, b)| *a == &**b)
+    }
+}
+
+/// A counter family with `L` labels.
+pub struct Family<const L: usize> {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; L],
+    series: RwLock<HashMap<Labels<L>, AtomicU64, RandomState>>,
+}
+
+impl<const L: usize> Family<L> {
+    fn new(name: &'static str, help: &'static str, labels: [&'static str; L]) -> Self {
+        Family {
+            name,
+            help,
+            labels,
+            series: RwLock::new(HashMap::with_hasher(RandomState::new())),
+        }
+    }
+
+    pub fn add(&self, values: [&str; L], n: u64) {
+        let key = LabelsRef(values);
+        {
+            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(counter) = series.get(&key) {
+                counter.fetch_add(n, Relaxed);
+                return;
+            }
+        }
+        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
+        let owned = Labels(values.map(Box::from));
+        series
+            .entry(owned)
+            .or_insert_with(|| AtomicU64::new(0))
+            .fetch_add(n, Relaxed);
+    }
+
+    fn render(&self, out: &mut String) {
+        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(
+            out,
+            "# HELP {} {}\n# TYPE {} counter",
+            self.name, self.help, self.name
+        );
+        let mut lines: Vec<String> = series
+            .iter()
+            .map(|(labels, value)| {
+                let mut line = format!("{}{{", self.name);
+                for (i, (name, v)) in self.labels.iter().zip(labels.0.iter()).enumerate() {
+                    if i > 0 {
+                        line.push(',');
+                    }
+                    let _ = write!(line, "{name}=\"{}\"", escape(v));
+                }
+                let _ = write!(line, "}} {}", value.load(Relaxed));
+                line
+            })
+            .collect();
+        lines.sort();
+        for line in lines {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+}
+
+/// A label value in the exposition format: backslash, quote and newline escaped.
+pub fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    std::borrow::Cow::Owned(
+        value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n"),
+    )
+}
+
 pub struct Metrics {
-    requests: [[AtomicU64; 5]; Endpoint::ALL.len()],
-    attempts: [AtomicU64; 6],
+    /// `endpoint`, `route` (pattern; empty before routing), final `channel` (empty when no
+    /// attempt was made), status `code` class.
+    pub requests: Family<4>,
+    /// `channel`, `outcome`.
+    pub attempts: Family<2>,
+    /// `route`, `channel`, `token` (name), `kind` (`input`, `output`, `cached`).
+    pub tokens: Family<4>,
     pub failovers: AtomicU64,
     pub cooldowns: AtomicU64,
     pub breaker_trips: AtomicU64,
@@ -109,8 +220,21 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics {
-            requests: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
-            attempts: std::array::from_fn(|_| AtomicU64::new(0)),
+            requests: Family::new(
+                "switchyard_requests_total",
+                "Requests served, by endpoint, route, final channel and status class.",
+                ["endpoint", "route", "channel", "code"],
+            ),
+            attempts: Family::new(
+                "switchyard_attempts_total",
+                "Upstream attempts, by channel and outcome.",
+                ["channel", "outcome"],
+            ),
+            tokens: Family::new(
+                "switchyard_tokens_total",
+                "Tokens read from upstream answers and streams, by route, channel, token and kind (input includes cached).",
+                ["route", "channel", "token", "kind"],
+            ),
             failovers: AtomicU64::new(0),
             cooldowns: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
@@ -124,39 +248,39 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn request(&self, endpoint: Endpoint, status: u16) {
-        let class = usize::from((status / 100).clamp(1, 5)) - 1;
-        self.requests[endpoint.index()][class].fetch_add(1, Relaxed);
+    pub fn request(&self, endpoint: Endpoint, route: &str, channel: &str, status: u16) {
+        let class = CLASSES[usize::from((status / 100).clamp(1, 5)) - 1];
+        self.requests
+            .add([endpoint.label(), route, channel, class], 1);
     }
 
-    pub fn attempt(&self, outcome: AttemptOutcome) {
-        self.attempts[outcome as usize].fetch_add(1, Relaxed);
+    pub fn attempt(&self, channel: &str, outcome: AttemptOutcome) {
+        self.attempts.add([channel, outcome.label()], 1);
+    }
+
+    pub fn usage(
+        &self,
+        route: &str,
+        channel: &str,
+        token: &str,
+        usage: &switchyard_provider::Usage,
+    ) {
+        for (kind, n) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached", usage.cached_tokens),
+        ] {
+            if n > 0 {
+                self.tokens.add([route, channel, token, kind], n);
+            }
+        }
     }
 
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        out.push_str("# HELP switchyard_requests_total Requests served, by endpoint and status class.\n# TYPE switchyard_requests_total counter\n");
-        for endpoint in Endpoint::ALL {
-            for (class, label) in CLASSES.iter().enumerate() {
-                let n = self.requests[endpoint.index()][class].load(Relaxed);
-                if n > 0 {
-                    let _ = writeln!(
-                        out,
-                        "switchyard_requests_total{{endpoint=\"{}\",code=\"{label}\"}} {n}",
-                        endpoint.label()
-                    );
-                }
-            }
-        }
-        out.push_str("# HELP switchyard_attempts_total Upstream attempts, by outcome.\n# TYPE switchyard_attempts_total counter\n");
-        for outcome in AttemptOutcome::ALL {
-            let _ = writeln!(
-                out,
-                "switchyard_attempts_total{{outcome=\"{}\"}} {}",
-                outcome.label(),
-                self.attempts[outcome as usize].load(Relaxed)
-            );
-        }
+        self.requests.render(&mut out);
+        self.attempts.render(&mut out);
+        self.tokens.render(&mut out);
         for (name, help, value) in [
             (
                 "switchyard_failovers_total",
@@ -216,16 +340,45 @@ mod tests {
     #[test]
     fn exposition_has_counters_and_cumulative_buckets() {
         let m = Metrics::default();
-        m.request(Endpoint::ChatCompletions, 200);
-        m.attempt(AttemptOutcome::Retryable);
+        m.request(Endpoint::ChatCompletions, "gpt-4o", "openai-a", 200);
+        m.request(Endpoint::ChatCompletions, "gpt-4o", "openai-a", 201);
+        m.attempt("openai-a", AttemptOutcome::Retryable);
+        m.usage(
+            "gpt-4o",
+            "openai-a",
+            "app",
+            &switchyard_provider::Usage {
+                input_tokens: 10,
+                output_tokens: 3,
+                cached_tokens: 0,
+            },
+        );
         m.gateway_overhead.observe_micros(40);
         m.gateway_overhead.observe_micros(120);
         let text = m.render();
+        assert!(text.contains(
+            "switchyard_requests_total{endpoint=\"chat_completions\",route=\"gpt-4o\",channel=\"openai-a\",code=\"2xx\"} 2"
+        ));
         assert!(text
-            .contains("switchyard_requests_total{endpoint=\"chat_completions\",code=\"2xx\"} 1"));
-        assert!(text.contains("switchyard_attempts_total{outcome=\"retryable\"} 1"));
+            .contains("switchyard_attempts_total{channel=\"openai-a\",outcome=\"retryable\"} 1"));
+        assert!(text.contains(
+            "switchyard_tokens_total{route=\"gpt-4o\",channel=\"openai-a\",token=\"app\",kind=\"input\"} 10"
+        ));
+        assert!(
+            !text.contains("kind=\"cached\""),
+            "zero counts are not series"
+        );
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00005\"} 1"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00015\"} 2"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_count 2"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::default();
+        m.attempt("a\"b\\c\nd", AttemptOutcome::Success);
+        assert!(m
+            .render()
+            .contains(r#"switchyard_attempts_total{channel="a\"b\\c\nd",outcome="success"} 1"#));
     }
 }

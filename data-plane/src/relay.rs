@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
-use switchyard_provider::{stream_error_event, Protocol, StreamTranslator};
+use switchyard_provider::{stream_error_event, Protocol, StreamTranslator, UsageScanner};
 use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
 
 use crate::attempt::next_data;
 use crate::metrics::AttemptOutcome;
+use crate::record::{StreamEnd, StreamOutcome, StreamSlot};
 use crate::AppState;
 
 /// Who to blame when the stream breaks.
@@ -21,12 +22,15 @@ pub struct StreamOwner {
     pub member: i64,
     pub channel: i64,
     pub upstream_model: String,
+    pub channel_name: String,
     pub policy: FailurePolicy,
     /// The client's protocol (error events are written in it).
     pub protocol: Protocol,
     pub request_id: String,
     /// Held for as long as the stream lives: the channel's in-flight count.
     pub guard: InFlightGuard,
+    /// Where the request's record waits for the stream's end.
+    pub slot: Arc<StreamSlot>,
 }
 
 struct Relay {
@@ -35,7 +39,43 @@ struct Relay {
     idle: Duration,
     owner: StreamOwner,
     translator: Option<Box<StreamTranslator>>,
+    /// Same-protocol streams: usage read from the events as they pass.
+    scanner: Option<UsageScanner>,
+    bytes: u64,
     done: bool,
+}
+
+impl Relay {
+    fn out(&mut self, chunk: Bytes) -> Bytes {
+        self.bytes += chunk.len() as u64;
+        chunk
+    }
+
+    /// Ends the stream: the request's record gets its outcome, bytes and usage.
+    fn end(&mut self, outcome: StreamOutcome) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let usage = match (&self.translator, &self.scanner) {
+            (Some(translator), _) => translator.usage(),
+            (None, Some(scanner)) => scanner.usage(),
+            (None, None) => Default::default(),
+        };
+        let end = StreamEnd {
+            outcome,
+            bytes: self.bytes,
+            usage,
+        };
+        self.owner.slot.end(end, &self.owner.state);
+    }
+}
+
+impl Drop for Relay {
+    /// Dropped before its end: the client went away.
+    fn drop(&mut self) {
+        self.end(StreamOutcome::ClientClosed);
+    }
 }
 
 /// The client-facing body: `first`, then the rest of `body` (translated when `translator` is
@@ -47,12 +87,20 @@ pub fn relay(
     owner: StreamOwner,
     translator: Option<Box<StreamTranslator>>,
 ) -> Body {
+    let mut scanner = translator
+        .is_none()
+        .then(|| UsageScanner::new(owner.protocol));
+    if let Some(scanner) = scanner.as_mut() {
+        scanner.push(&first);
+    }
     let relay = Relay {
         first: Some(first),
         body,
         idle,
         owner,
         translator,
+        scanner,
+        bytes: 0,
         done: false,
     };
     Body::from_stream(futures_util::stream::unfold(relay, |mut r| async move {
@@ -60,6 +108,7 @@ pub fn relay(
             return None;
         }
         if let Some(first) = r.first.take() {
+            let first = r.out(first);
             return Some((Ok::<_, std::io::Error>(first), r));
         }
         loop {
@@ -69,33 +118,45 @@ pub fn relay(
                 next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => next,
                 () = cut.cancelled() => {
                     // The gateway is shutting down: not the member's fault, nothing recorded.
-                    r.done = true;
                     let event = r.owner.error_event("the gateway is shutting down; the stream was ended");
+                    let event = r.out(event);
+                    r.end(StreamOutcome::Shutdown);
                     return Some((Ok(event), r));
                 }
             };
             let reason = match next {
                 Ok(Ok(Some(chunk))) => match r.translator.as_mut() {
-                    None => return Some((Ok(chunk), r)),
+                    None => {
+                        if let Some(scanner) = r.scanner.as_mut() {
+                            scanner.push(&chunk);
+                        }
+                        let chunk = r.out(chunk);
+                        return Some((Ok(chunk), r));
+                    }
                     Some(translator) => {
                         let mut out = Vec::new();
                         translator.push(&chunk, &mut out);
                         if out.is_empty() {
                             continue;
                         }
-                        return Some((Ok(Bytes::from(out)), r));
+                        let out = r.out(Bytes::from(out));
+                        return Some((Ok(out), r));
                     }
                 },
                 Ok(Ok(None)) => match r.translator.as_mut() {
-                    None => return None,
+                    None => {
+                        r.end(StreamOutcome::Completed);
+                        return None;
+                    }
                     Some(translator) if translator.upstream_done() => {
-                        r.done = true;
                         let mut out = Vec::new();
                         translator.finish(&mut out);
+                        let out = r.out(Bytes::from(out));
+                        r.end(StreamOutcome::Completed);
                         if out.is_empty() {
                             return None;
                         }
-                        return Some((Ok(Bytes::from(out)), r));
+                        return Some((Ok(out), r));
                     }
                     // Ended without its protocol's final event: a cut, not an answer.
                     Some(_) => "upstream stream ended before its final event",
@@ -103,8 +164,9 @@ pub fn relay(
                 Ok(Err(())) => "upstream stream interrupted",
                 Err(_) => "upstream stream idle timeout",
             };
-            r.done = true;
             let event = r.owner.broken(reason);
+            let event = r.out(event);
+            r.end(StreamOutcome::UpstreamBroken);
             return Some((Ok(event), r));
         }
     }))
@@ -125,7 +187,9 @@ impl StreamOwner {
             &self.policy,
             now,
         );
-        state.metrics.attempt(AttemptOutcome::StreamBroken);
+        state
+            .metrics
+            .attempt(&self.channel_name, AttemptOutcome::StreamBroken);
         if effect.cooled_until.is_some() {
             state
                 .metrics

@@ -23,6 +23,7 @@ use crate::config::token_hash;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest, Trail};
+use crate::record::RequestRecord;
 use crate::request::{header_session_key, inspect_json_for, inspect_multipart, InspectError};
 use crate::snapshot::View;
 use crate::wire;
@@ -71,6 +72,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         );
     }
     router
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .fallback(|request: Request| async move { not_found(request.uri().path()) })
         .method_not_allowed_fallback(|request: Request| async move {
             let protocol = protocol_of_path(request.uri().path());
@@ -83,6 +88,20 @@ pub fn app(state: Arc<AppState>) -> Router {
             .into_response(protocol)
         })
         .with_state(state)
+}
+
+/// While draining, every answer asks the client to close its connection, so pooled keep-alive
+/// clients (load balancers, SDKs) move to another proxy before this one stops listening.
+async fn close_when_draining(
+    State(state): State<Arc<AppState>>,
+    mut response: Response,
+) -> Response {
+    if state.draining.is_cancelled() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// `{model}:{action}` of a Gemini path: the endpoint, the model and whether it streams.
@@ -134,7 +153,59 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     if let Some(connections) = state.connections.get() {
         connections.render(&mut page);
     }
+    render_live_gauges(&state, &mut page);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
+}
+
+/// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it
+/// the fleet-wide in-flight count and whether its breaker is open.
+fn render_live_gauges(state: &AppState, out: &mut String) {
+    use std::fmt::Write;
+    let Some(view) = state.views.load_full() else {
+        return;
+    };
+    let now = crate::unix_ms();
+    let _ = write!(
+        out,
+        "# HELP switchyard_snapshot_revision Revision of the snapshot in use.\n\
+         # TYPE switchyard_snapshot_revision gauge\n\
+         switchyard_snapshot_revision {}\n\
+         # HELP switchyard_snapshot_age_seconds Seconds since this proxy installed the snapshot in use.\n\
+         # TYPE switchyard_snapshot_age_seconds gauge\n\
+         switchyard_snapshot_age_seconds {}\n",
+        view.snapshot.revision,
+        now.saturating_sub(view.installed_at_ms) as f64 / 1000.0
+    );
+    let dump = state.store.dump(now);
+    let in_flight = |id| {
+        dump.in_flight
+            .iter()
+            .find(|e| e.channel_id == id)
+            .map_or(0, |e| e.in_flight)
+    };
+    let open = |id| {
+        dump.channels
+            .iter()
+            .any(|c| c.channel_id == id && c.breaker_open)
+    };
+    out.push_str("# HELP switchyard_channel_in_flight Requests in flight per channel, fleet-wide.\n# TYPE switchyard_channel_in_flight gauge\n");
+    for channel in view.snapshot.channels() {
+        let _ = writeln!(
+            out,
+            "switchyard_channel_in_flight{{channel=\"{}\"}} {}",
+            crate::metrics::escape(&channel.name),
+            in_flight(channel.id)
+        );
+    }
+    out.push_str("# HELP switchyard_channel_breaker_open 1 while the channel's breaker is open.\n# TYPE switchyard_channel_breaker_open gauge\n");
+    for channel in view.snapshot.channels() {
+        let _ = writeln!(
+            out,
+            "switchyard_channel_breaker_open{{channel=\"{}\"}} {}",
+            crate::metrics::escape(&channel.name),
+            u8::from(open(channel.id))
+        );
+    }
 }
 
 fn presented_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
@@ -179,7 +250,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     let response = list_models(&state, &headers, None);
     state
         .metrics
-        .request(Endpoint::Models, response.status().as_u16());
+        .request(Endpoint::Models, "", "", response.status().as_u16());
     response
 }
 
@@ -192,7 +263,7 @@ async fn model(
     let response = list_models(&state, &headers, Some(&id));
     state
         .metrics
-        .request(Endpoint::Models, response.status().as_u16());
+        .request(Endpoint::Models, "", "", response.status().as_u16());
     response
 }
 
@@ -279,8 +350,22 @@ async fn handle(
 ) -> Response {
     let started = Instant::now();
     let seed = state.next_seed();
-    let request_id = format!("{:016x}", seed);
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| valid_request_id(v))
+        .map_or_else(|| format!("{seed:016x}"), str::to_owned);
     let span = request_span(endpoint, &request_id);
+    {
+        let headers = request.headers();
+        let trace_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        switchyard_telemetry::context::continue_trace(
+            &span,
+            trace_header("traceparent"),
+            trace_header("tracestate"),
+        );
+    }
     let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
     let (response, trail, model) = match serve(
         &state,
@@ -313,6 +398,11 @@ async fn handle(
     )
 }
 
+/// A client's `x-request-id` is kept when it is 1–128 visible ASCII characters.
+fn valid_request_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// The request's trace span when traces are exported (SPEC §7), else a disabled one: its
 /// attributes are the log line's fields (never a key, a credential or a body); each attempt is a
 /// child span (see [`crate::failover`]).
@@ -337,6 +427,14 @@ fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
         final_channel = Empty,
         breaker_tripped = Empty,
         sticky = Empty,
+        gen_ai.operation.name = if endpoint.is_chat() {
+            "chat"
+        } else {
+            endpoint.label()
+        },
+        gen_ai.request.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
     )
 }
 
@@ -346,6 +444,11 @@ fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
         return;
     }
     span.record("model", model);
+    span.record("gen_ai.request.model", model);
+    if let Some(usage) = trail.usage {
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
+    }
     if let Some((_, pattern)) = &trail.route {
         span.record("route", pattern.as_str());
     }
@@ -492,20 +595,13 @@ async fn serve(
         started,
         seed,
     };
-    let (response, trail) = proxy(state, &view, request).await;
+    let (response, mut trail) = proxy(state, &view, request).await;
+    trail.token = Some(token.name.clone());
+    trail.team = token
+        .team_id
+        .and_then(|id| view.snapshot.team(id))
+        .map(|t| t.name.clone());
     Ok((response, trail, inspected.model.clone()))
-}
-
-/// The attempt trail as JSON, formatted only if the log line is actually written.
-struct AttemptTrail<'a>(&'a [crate::failover::AttemptLog]);
-
-impl std::fmt::Display for AttemptTrail<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match serde_json::to_string(self.0) {
-            Ok(json) => f.write_str(&json),
-            Err(_) => f.write_str("[]"),
-        }
-    }
 }
 
 fn finish(
@@ -525,6 +621,7 @@ fn finish(
         }
     };
     set(headers, "x-switchyard-request-id", request_id);
+    set(headers, "x-request-id", request_id);
     if let Some((id, pattern)) = &trail.route {
         match HeaderValue::from_str(pattern) {
             Ok(v) => {
@@ -547,25 +644,20 @@ fn finish(
         .metrics
         .gateway_overhead
         .observe_micros(total_micros.saturating_sub(trail.upstream_micros));
-    state.metrics.request(endpoint, status);
-    let first = trail.attempts.first().map(|a| a.member_id);
-    let last = trail.attempts.last().map(|a| a.member_id);
-    tracing::info!(
-        request_id,
-        endpoint = endpoint.label(),
-        model,
-        route = trail.route.as_ref().map(|(_, p)| p.as_str()),
+    let stream = trail.stream.clone();
+    let record = RequestRecord {
+        request_id: request_id.to_owned(),
+        endpoint,
+        model: model.to_owned(),
+        token: trail.token.clone(),
+        team: trail.team.clone(),
         status,
-        attempts = %AttemptTrail(&trail.attempts),
-        attempt_count = trail.attempts.len(),
-        switches = trail.attempts.len().saturating_sub(1),
-        first_member = first,
-        final_member = last,
-        final_channel = trail.final_channel.as_deref(),
-        breaker_tripped = trail.breaker_tripped,
-        sticky = trail.sticky,
-        latency_ms = total.as_secs_f64() * 1000.0,
-        "request"
-    );
+        trail,
+        started,
+    };
+    match stream {
+        Some(slot) => slot.attach(record, state),
+        None => record.write(state, None),
+    }
     response
 }

@@ -18,6 +18,8 @@ pub type SnapshotReceiver = watch::Receiver<Option<Arc<Snapshot>>>;
 
 pub struct View {
     pub snapshot: Arc<Snapshot>,
+    /// When this proxy installed the snapshot (Unix ms).
+    pub installed_at_ms: u64,
     tokens: HashMap<String, usize>,
     channels: HashMap<ChannelId, ChannelRuntime>,
 }
@@ -38,6 +40,7 @@ impl View {
             .collect();
         View {
             snapshot,
+            installed_at_ms: crate::unix_ms(),
             tokens,
             channels,
         }

@@ -32,6 +32,8 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
 struct Running {
     child: Child,
     url: String,
+    /// The binary's stdout, line by line, from after the "listening" line.
+    lines: Option<mpsc::Receiver<String>>,
 }
 
 impl Drop for Running {
@@ -72,6 +74,7 @@ fn spawn_command(mut command: Command) -> Running {
     let mut running = Running {
         child,
         url: String::new(),
+        lines: None,
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -90,8 +93,9 @@ fn spawn_command(mut command: Command) -> Running {
             .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
         if log["message"] == "listening" {
             let addr = log["addr"].as_str().unwrap().to_owned();
-            // Keep draining stdout so the process never blocks on a full pipe.
-            std::thread::spawn(move || while rx.recv().is_ok() {});
+            // The reader thread keeps draining stdout into the (unbounded) channel, so the
+            // process never blocks on a full pipe.
+            running.lines = Some(rx);
             running.url = format!("http://{addr}");
             return running;
         }
@@ -419,6 +423,11 @@ async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
     // ...yet still serving new requests during the delay (mock latency 400 ms each).
     let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.header("connection"),
+        "close",
+        "keep-alive clients are told to move on"
+    );
     assert!(
         running.child.try_wait().unwrap().is_none(),
         "exited before the drain delay"
@@ -435,4 +444,52 @@ async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The request line is written when the request has finished — for a stream, after its last
+/// event — with the attempt trail and usage as JSON values, not strings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_request_line_is_written_when_it_ends_with_json_fields() {
+    let yaml = format!(
+        "channels:\n  - name: sim\n    provider: mock\n    mock: {{ stream_chunks: 5, chunk_gap_ms: 150 }}\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: sim }}\ntokens:\n  - name: the-app\n    token: {TOKEN}\n"
+    );
+    let path = temp_file("record", &yaml);
+    let running = spawn(&path);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let reply = send(
+        Method::POST,
+        &chat,
+        Some(TOKEN),
+        body.into(),
+        &[("x-request-id", "client-chosen-id-42")],
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("x-request-id"), "client-chosen-id-42");
+    assert_eq!(
+        reply.header("x-switchyard-request-id"),
+        "client-chosen-id-42"
+    );
+    let lines = running.lines.as_ref().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        let line = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("no request line");
+        let log: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if log["message"] == "request" {
+            break log;
+        }
+    };
+    assert_eq!(record["request_id"], "client-chosen-id-42");
+    assert_eq!(record["token"], "the-app");
+    assert_eq!(record["route"], "m");
+    // Only known once the stream has ended: written then, not when its headers went out.
+    assert_eq!(record["stream"]["outcome"], "completed");
+    assert!(record["stream"]["bytes"].as_u64().unwrap() > 0);
+    assert!(record["attempts"].is_array(), "{record}");
+    assert_eq!(record["attempts"][0]["status"], 200);
+    assert!(record["usage"].is_object(), "{record}");
+    assert!(record["timestamp"].as_str().unwrap().ends_with('Z'));
 }

@@ -76,6 +76,59 @@ fn int(attributes: &[KeyValue], key: &str) -> i64 {
     }
 }
 
+/// The binary on `config`, exporting to the collector at `collector_addr`; its URL once listening.
+fn spawn_exporting(
+    path: &std::path::Path,
+    collector_addr: std::net::SocketAddr,
+) -> (Running, String) {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env_remove("REDIS_URL")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{collector_addr}"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let running = Running(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut url = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while url.is_none() && Instant::now() < deadline {
+        let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
+            continue;
+        };
+        let log: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(log.get("spans").is_none(), "log lines stay flat: {line}");
+        if log["message"] == "listening" {
+            url = Some(format!("http://{}", log["addr"].as_str().unwrap()));
+        }
+    }
+    let url = url.expect("the binary never logged its listen address");
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    (running, url)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
     // The collector.
@@ -100,51 +153,7 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
     )
     .unwrap();
 
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .env_remove("SWITCHYARD_CONTROL_PLANE")
-        .env_remove("REDIS_URL")
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("OTEL_SDK_DISABLED")
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://{collector_addr}"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
-        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut running = Running(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut url = None;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while url.is_none() && Instant::now() < deadline {
-        let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
-            continue;
-        };
-        let log: serde_json::Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
-        assert!(log.get("spans").is_none(), "log lines stay flat: {line}");
-        if log["message"] == "listening" {
-            url = Some(format!("http://{}", log["addr"].as_str().unwrap()));
-        }
-    }
-    let url = url.expect("the binary never logged its listen address");
-    std::thread::spawn(move || while rx.recv().is_ok() {});
+    let (mut running, url) = spawn_exporting(&path, collector_addr);
 
     let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{PROMPT}"}}]}}"#);
     let reply = send(
@@ -160,21 +169,7 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
     let request_id = reply.header("x-switchyard-request-id").to_owned();
 
     // SIGTERM: the process drains, flushes the batch and exits 0.
-    let pid = running.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = running.0.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stop(&mut running).await;
 
     let received = collector.received.lock().unwrap().clone();
     assert!(!received.is_empty(), "no span arrived at the collector");
@@ -231,4 +226,108 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
     assert!(attempts
         .iter()
         .all(|s| s.trace_id == request.trace_id && s.end_time_unix_nano >= s.start_time_unix_nano));
+}
+
+/// SIGTERM and wait for the exit: the last spans are flushed.
+async fn stop(running: &mut Running) {
+    let pid = running.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client's W3C trace context is continued by the request span, and the attempt's context
+/// reaches the upstream — across a translation too (OpenAI client, Anthropic upstream). Spans
+/// carry the GenAI attributes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_trace_continues_and_reaches_the_upstream() {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let upstream = switchyard_mock_upstream::MockUpstream::start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("switchyard-dp-{}-trace", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "channels:\n  - name: claude\n    provider: anthropic\n    base_url: {}\n    credentials: [\"{UPSTREAM_SECRET}\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: claude, upstream_model: claude-x }}\ntokens:\n  - name: t\n    token: {TOKEN}\n",
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    let (mut running, url) = spawn_exporting(&path, collector_addr);
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let reply = send(
+        Method::POST,
+        &format!("{url}/v1/chat/completions"),
+        Some(TOKEN),
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.into(),
+        &[("traceparent", &format!("00-{trace_id}-{client_span}-01"))],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    stop(&mut running).await;
+
+    // The upstream saw the same trace, with the attempt span as its parent.
+    let seen = upstream.requests();
+    let traceparent = seen[0].headers["traceparent"].to_str().unwrap().to_owned();
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts[1], trace_id, "{traceparent}");
+    assert_ne!(
+        parts[2], client_span,
+        "the gateway's own span is the upstream's parent"
+    );
+
+    let received = collector.received.lock().unwrap().clone();
+    let spans: Vec<Span> = received
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| s.spans.clone())
+        .collect();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "/v1/chat/completions")
+        .unwrap();
+    assert_eq!(hex(&request.trace_id), trace_id);
+    assert_eq!(
+        hex(&request.parent_span_id),
+        client_span,
+        "continued, not a new root"
+    );
+    assert_eq!(string(&request.attributes, "gen_ai.request.model"), "m");
+    assert_eq!(string(&request.attributes, "gen_ai.operation.name"), "chat");
+    assert!(int(&request.attributes, "gen_ai.usage.output_tokens") > 0);
+    let attempt = spans.iter().find(|s| s.name == "attempt").unwrap();
+    assert_eq!(hex(&attempt.span_id), parts[2]);
+    assert_eq!(
+        string(&attempt.attributes, "gen_ai.provider.name"),
+        "anthropic"
+    );
+    assert_eq!(
+        string(&attempt.attributes, "gen_ai.request.model"),
+        "claude-x"
+    );
 }

@@ -57,6 +57,8 @@ pub struct AppState {
     pub recovery: Option<Arc<Recovery>>,
     /// The HTTP server's connection counters, for `/metrics`.
     pub connections: Option<switchyard_server::Stats>,
+    /// Fires on SIGTERM: `/readyz` answers 503 from then on.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -74,6 +76,7 @@ impl AppState {
             live: None,
             recovery: None,
             connections: None,
+            draining: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -85,6 +88,11 @@ impl AppState {
 
     pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
         self.recovery = Some(recovery);
+        self
+    }
+
+    pub fn with_draining(mut self, draining: tokio_util::sync::CancellationToken) -> AppState {
+        self.draining = draining;
         self
     }
 

@@ -27,8 +27,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     } else {
         "down"
     };
-    let body = json!({ "revision": revision, "database": database });
-    if revision > 0 {
+    let draining = state.draining.is_cancelled();
+    let body = json!({ "revision": revision, "database": database, "draining": draining });
+    if revision > 0 && !draining {
         (StatusCode::OK, Json(body))
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(body))

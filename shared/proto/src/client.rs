@@ -16,8 +16,9 @@ use crate::v1::WatchRequest;
 
 /// First reconnect delay; doubles on each failed attempt up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest delay between reconnect attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Longest delay between reconnect attempts (plus up to 50 % jitter): a returning or another
+/// control-plane replica is found within about a second.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How a proxy proves itself to the control plane and checks the control plane in return.
 #[derive(Clone, Default)]
@@ -57,7 +58,7 @@ pub enum WatchError {
 /// when `tx` holds none) is published with `send_replace`, so readers always see the latest one
 /// and never wait on this task. A snapshot that fails validation is logged and skipped: the last
 /// good one stays in place. When the connection fails or the stream ends, this reconnects with
-/// exponential backoff (100 ms doubling to 10 s, with jitter), asking for revisions newer than
+/// exponential backoff (100 ms doubling to 1 s, with jitter), asking for revisions newer than
 /// the one it holds. Returns `Ok(())` once `shutdown` is cancelled, and an error only for an
 /// endpoint that cannot be parsed.
 ///

@@ -14,6 +14,9 @@
 //! `level`, `target`, `message` and the event's own fields at the top level (never nested under
 //! `fields`), so one parser and one log pipeline read both planes.
 
+pub mod context;
+pub mod record;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -125,6 +128,7 @@ pub fn init(options: Options) -> Telemetry {
         .lossy(false)
         .thread_name("switchyard-log")
         .finish(std::io::stdout());
+    record::set_writer(writer.clone());
     let fmt = json_lines(writer).with_filter(env_filter());
     if !requested() {
         tracing_subscriber::registry().with(fmt).init();

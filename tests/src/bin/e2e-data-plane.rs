@@ -1,20 +1,12 @@
-//! The data plane exactly as `switchyard-data-plane` runs it (same flags, same `run`), built in
-//! this crate so its tests can start real proxy processes via `CARGO_BIN_EXE_e2e-data-plane`.
+//! The data plane exactly as `switchyard-data-plane` runs it (same flags, same `run`, same
+//! telemetry: JSON logs and the request record lines), built in this crate so its tests can start
+//! real proxy processes via `CARGO_BIN_EXE_e2e-data-plane`.
 
 use clap::Parser;
 use switchyard_data_plane::cli::Cli;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stdout)
-        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,7 +17,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(switchyard_data_plane::run::run(cli)) {
+    // As in data-plane/src/main.rs: inside the runtime (the OTLP exporter spawns there), and
+    // through the data plane's own init, which also installs the writer of the request records.
+    let mut telemetry = {
+        let _entered = runtime.enter();
+        switchyard_data_plane::telemetry::init()
+    };
+    let result = runtime.block_on(switchyard_data_plane::run::run(cli));
+    telemetry.shutdown();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "exiting");

@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+# Images of both Switchyard binaries, from one build:
+#
+#   docker build --target control-plane -t switchyard/control-plane:0.1.0 .
+#   docker build --target data-plane    -t switchyard/data-plane:0.1.0 .
+#
+# Stages: `planner` reduces the workspace to a dependency recipe (cargo-chef), `builder` compiles
+# the dependencies from that recipe in their own layer (kept until Cargo.toml/Cargo.lock change,
+# so editing the sources rebuilds only the workspace crates), then the two binaries. The runtime
+# images are distroless (glibc, CA certificates, no shell, no package manager) and run as the
+# unprivileged user 65532; the Kubernetes manifests in deploy/ expect exactly that.
+
+ARG RUST_VERSION=1.95
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+FROM rust:${RUST_VERSION}-slim-bookworm AS chef
+# make: tikv-jemalloc-sys builds jemalloc from its C sources (the slim image has gcc, not make).
+# Versions come with the pinned Debian release of the base image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
+RUN cargo install cargo-chef --version 0.1.78 --locked
+WORKDIR /src
+
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS builder
+ENV CARGO_PROFILE_RELEASE_STRIP=symbols
+COPY --from=planner /src/recipe.json recipe.json
+# The dependency layer: rebuilt only when the recipe (manifests, lock file) changes.
+RUN cargo chef cook --release --locked --recipe-path recipe.json \
+      -p switchyard-control-plane -p switchyard-data-plane
+COPY . .
+RUN cargo build --release --locked -p switchyard-control-plane -p switchyard-data-plane --bins \
+    && mkdir -p /out \
+    && cp target/release/switchyard-control-plane target/release/switchyard-data-plane /out/
+
+FROM ${RUNTIME_IMAGE} AS control-plane
+LABEL org.opencontainers.image.title="switchyard-control-plane" \
+      org.opencontainers.image.description="Switchyard control plane: admin REST API, explain, gRPC route snapshots" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/switchyard-control-plane /usr/local/bin/switchyard-control-plane
+USER 65532:65532
+EXPOSE 8081 8082
+ENTRYPOINT ["/usr/local/bin/switchyard-control-plane"]
+
+# Last, so a plain `docker build .` gives the data plane (the image most deployments run).
+FROM ${RUNTIME_IMAGE} AS data-plane
+LABEL org.opencontainers.image.title="switchyard-data-plane" \
+      org.opencontainers.image.description="Switchyard data plane: the OpenAI/Anthropic-compatible LLM proxy" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/switchyard-data-plane /usr/local/bin/switchyard-data-plane
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/switchyard-data-plane"]
