@@ -305,6 +305,12 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
     }
 }
 
+/// A create body's validated spec, as the audit log records it (header names only, `base_url`
+/// password masked; [`super::validate_body`]).
+pub(super) fn create_detail(raw: ChannelCreate) -> ApiResult<serde_json::Value> {
+    Ok(audit_detail(&ChannelSpec::try_from(raw)?))
+}
+
 fn stored_status(view: &ChannelView) -> ApiResult<ChannelStatus> {
     ChannelStatus::parse(&view.status).ok_or_else(|| {
         ApiError::Internal(anyhow::anyhow!("stored channel status {:?}", view.status))

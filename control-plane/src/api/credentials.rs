@@ -111,6 +111,21 @@ fn source(secret: Option<String>, secret_env: Option<String>) -> ApiResult<Optio
     }
 }
 
+/// The secret source of a create body: exactly one of `secret` and `secret_env`.
+fn create_source(raw: CredentialCreate) -> ApiResult<Source> {
+    source(raw.secret, raw.secret_env)?
+        .ok_or_else(|| ApiError::validation("secret", "one of secret or secret_env is required"))
+}
+
+/// A create body's validated spec, as the audit log records it (never the secret itself;
+/// [`super::validate_body`]).
+pub(super) fn create_detail(raw: CredentialCreate) -> ApiResult<serde_json::Value> {
+    let enabled = raw.enabled.unwrap_or(true);
+    let mut detail = create_source(raw)?.describe();
+    detail["enabled"] = json!(enabled);
+    Ok(detail)
+}
+
 impl Source {
     fn columns(&self) -> (Option<&str>, Option<&str>) {
         match self {
@@ -152,9 +167,8 @@ pub async fn create(
     Path(channel_id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialCreate>,
 ) -> ApiResult<Response> {
-    let source = source(raw.secret, raw.secret_env)?
-        .ok_or_else(|| ApiError::validation("secret", "one of secret or secret_env is required"))?;
     let enabled = raw.enabled.unwrap_or(true);
+    let source = create_source(raw)?;
     let mut tx = state.pool.begin().await?;
     fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
     let (secret, secret_env) = source.columns();

@@ -90,6 +90,29 @@ struct MemberSpec {
     capabilities: CapabilitiesDto,
 }
 
+impl TryFrom<MemberCreate> for MemberSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: MemberCreate) -> ApiResult<MemberSpec> {
+        MemberSpec {
+            channel_id: raw.channel_id,
+            upstream_model: raw.upstream_model,
+            group_name: raw.group_name.unwrap_or_default(),
+            priority: raw.priority.unwrap_or(0),
+            weight: raw.weight.unwrap_or(1),
+            enabled: raw.enabled.unwrap_or(true),
+            canary: raw.canary.unwrap_or(false),
+            capabilities: raw.capabilities.unwrap_or_default(),
+        }
+        .validate()
+    }
+}
+
+/// A create body's validated spec, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: MemberCreate) -> ApiResult<serde_json::Value> {
+    Ok(json!(MemberSpec::try_from(raw)?))
+}
+
 impl MemberSpec {
     fn validate(mut self) -> ApiResult<MemberSpec> {
         // Spliced into request bodies (JSON and multipart): one line.
@@ -161,17 +184,7 @@ pub async fn create(
     Path(route_id): Path<i64>,
     JsonBody(raw): JsonBody<MemberCreate>,
 ) -> ApiResult<Response> {
-    let spec = MemberSpec {
-        channel_id: raw.channel_id,
-        upstream_model: raw.upstream_model,
-        group_name: raw.group_name.unwrap_or_default(),
-        priority: raw.priority.unwrap_or(0),
-        weight: raw.weight.unwrap_or(1),
-        enabled: raw.enabled.unwrap_or(true),
-        canary: raw.canary.unwrap_or(false),
-        capabilities: raw.capabilities.unwrap_or_default(),
-    }
-    .validate()?;
+    let spec = MemberSpec::try_from(raw)?;
     let mut tx = state.pool.begin().await?;
     fetch_row::<RouteView>(&mut *tx, route_id, true).await?;
     spec.check_channel(&mut tx).await?;

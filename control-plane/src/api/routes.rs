@@ -165,6 +165,11 @@ impl TryFrom<RouteCreate> for RouteSpec {
     }
 }
 
+/// A create body's validated spec, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: RouteCreate) -> ApiResult<serde_json::Value> {
+    Ok(json!(RouteSpec::try_from(raw)?))
+}
+
 fn keep_or<T: Copy>(
     patch: Option<Option<i64>>,
     current: Option<T>,

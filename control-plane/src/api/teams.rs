@@ -170,6 +170,27 @@ fn retry_limit(value: Option<i64>) -> ApiResult<Option<i32>> {
         .map_err(|_| ApiError::validation("retry_limit", "retry_limit is out of range"))
 }
 
+impl TryFrom<TeamCreate> for TeamSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: TeamCreate) -> ApiResult<TeamSpec> {
+        TeamSpec {
+            name: raw.name,
+            models: raw.models.unwrap_or_default(),
+            members: raw.members.unwrap_or_default(),
+            plan: plan_from(raw.plan.unwrap_or_default())?,
+            retry_limit: retry_limit(raw.retry_limit)?,
+            disable_failover: raw.disable_failover.unwrap_or(false),
+        }
+        .validate()
+    }
+}
+
+/// A create body's validated spec, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: TeamCreate) -> ApiResult<serde_json::Value> {
+    Ok(json!(TeamSpec::try_from(raw)?))
+}
+
 impl TeamSpec {
     fn validate(mut self) -> ApiResult<TeamSpec> {
         self.name = checked_name("name", &self.name)?;
@@ -297,15 +318,7 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<TeamCreate>,
 ) -> ApiResult<Response> {
-    let spec = TeamSpec {
-        name: raw.name,
-        models: raw.models.unwrap_or_default(),
-        members: raw.members.unwrap_or_default(),
-        plan: plan_from(raw.plan.unwrap_or_default())?,
-        retry_limit: retry_limit(raw.retry_limit)?,
-        disable_failover: raw.disable_failover.unwrap_or(false),
-    }
-    .validate()?;
+    let spec = TeamSpec::try_from(raw)?;
     let mut tx = state.pool.begin().await?;
     spec.check_members(&mut tx).await?;
     let id: i64 = sqlx::query_scalar(

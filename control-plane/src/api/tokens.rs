@@ -91,6 +91,26 @@ struct TokenSpec {
     enabled: bool,
 }
 
+impl TryFrom<TokenCreate> for TokenSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: TokenCreate) -> ApiResult<TokenSpec> {
+        TokenSpec {
+            name: raw.name,
+            route_group_name: raw.route_group_name,
+            team_id: raw.team_id,
+            allow_pinning: raw.allow_pinning.unwrap_or(false),
+            enabled: raw.enabled.unwrap_or(true),
+        }
+        .validate()
+    }
+}
+
+/// A create body's validated spec, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: TokenCreate) -> ApiResult<serde_json::Value> {
+    Ok(json!(TokenSpec::try_from(raw)?))
+}
+
 impl TokenSpec {
     fn validate(mut self) -> ApiResult<TokenSpec> {
         self.name = checked_name("name", &self.name)?;
@@ -163,14 +183,7 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<TokenCreate>,
 ) -> ApiResult<Response> {
-    let spec = TokenSpec {
-        name: raw.name,
-        route_group_name: raw.route_group_name,
-        team_id: raw.team_id,
-        allow_pinning: raw.allow_pinning.unwrap_or(false),
-        enabled: raw.enabled.unwrap_or(true),
-    }
-    .validate()?;
+    let spec = TokenSpec::try_from(raw)?;
     let plaintext = generate_token()?;
     let prefix: String = plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect();
     let mut tx = state.pool.begin().await?;

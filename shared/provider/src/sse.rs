@@ -16,6 +16,8 @@ pub struct SseEvent {
 /// Incremental SSE decoder. See the module docs.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// The incomplete last line. It holds no `\n`, so a push searches only the bytes it adds:
+    /// a long line fed in small chunks costs linear time, not quadratic.
     buf: Vec<u8>,
     event: Option<String>,
     data: String,
@@ -36,10 +38,11 @@ impl SseDecoder {
 
     /// Like [`SseDecoder::push`], appending to `out`.
     pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
-        self.buf.extend_from_slice(bytes);
         let mut start = 0;
-        while let Some(rel) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + rel;
+        let mut from = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        while let Some(rel) = self.buf[from..].iter().position(|&b| b == b'\n') {
+            let end = from + rel;
             let mut line_end = end;
             if line_end > start && self.buf[line_end - 1] == b'\r' {
                 line_end -= 1;
@@ -47,6 +50,7 @@ impl SseDecoder {
             let line = String::from_utf8_lossy(&self.buf[start..line_end]).into_owned();
             self.line(&line, out);
             start = end + 1;
+            from = start;
         }
         self.buf.drain(..start);
     }
@@ -126,6 +130,26 @@ mod tests {
             event: event.map(str::to_string),
             data: data.to_string(),
         }
+    }
+
+    /// Found by the `provider_stream` fuzz target: every push searched the whole pending line
+    /// again, so a long line arriving in small chunks took quadratic time (this 256 KiB event
+    /// in 1-byte chunks: ~3·10¹⁰ byte comparisons, minutes in a debug build). Now each byte is
+    /// searched once (milliseconds).
+    #[test]
+    fn a_long_line_in_tiny_chunks_is_decoded_in_linear_time() {
+        let mut d = SseDecoder::new();
+        let mut events = Vec::new();
+        let data = vec![b'x'; 256 << 10];
+        let started = std::time::Instant::now();
+        d.push_into(b"data: ", &mut events);
+        for chunk in data.chunks(1) {
+            d.push_into(chunk, &mut events);
+        }
+        d.push_into(b"\n\n", &mut events);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data.len(), data.len());
     }
 
     #[test]

@@ -61,8 +61,9 @@ impl FullUsage {
     pub fn from_gemini(u: &Value) -> FullUsage {
         FullUsage {
             input: get_u64(u, "promptTokenCount").unwrap_or(0),
-            output: get_u64(u, "candidatesTokenCount").unwrap_or(0)
-                + get_u64(u, "thoughtsTokenCount").unwrap_or(0),
+            output: get_u64(u, "candidatesTokenCount")
+                .unwrap_or(0)
+                .saturating_add(get_u64(u, "thoughtsTokenCount").unwrap_or(0)),
             cached: get_u64(u, "cachedContentTokenCount").unwrap_or(0),
             cache_creation: 0,
         }
@@ -128,7 +129,11 @@ impl AnthropicUsage {
 
     pub fn neutral(&self) -> FullUsage {
         FullUsage {
-            input: self.input + self.cache_read + self.cache_creation,
+            // Saturating: the counts are the upstream's, and may be anything up to u64::MAX.
+            input: self
+                .input
+                .saturating_add(self.cache_read)
+                .saturating_add(self.cache_creation),
             output: self.output,
             cached: self.cache_read,
             cache_creation: self.cache_creation,
@@ -148,4 +153,29 @@ pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
         Protocol::Gemini => v.get("usageMetadata").map(FullUsage::from_gemini),
     };
     full.unwrap_or_default().public()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `provider_response` fuzz target: counts near `u64::MAX` overflowed the sums
+    /// (a panic with overflow checks, a wrapped count without).
+    #[test]
+    fn huge_counts_saturate_instead_of_overflowing() {
+        let max = u64::MAX;
+        let anthropic = format!(
+            r#"{{"usage":{{"input_tokens":{max},"output_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3}}}}"#
+        );
+        let usage = response_usage(Protocol::Anthropic, anthropic.as_bytes());
+        assert_eq!(usage.input_tokens, max);
+        assert_eq!(usage.cached_tokens, 2);
+        let gemini = format!(
+            r#"{{"usageMetadata":{{"promptTokenCount":1,"candidatesTokenCount":{max},"thoughtsTokenCount":1}}}}"#
+        );
+        assert_eq!(
+            response_usage(Protocol::Gemini, gemini.as_bytes()).output_tokens,
+            max
+        );
+    }
 }
