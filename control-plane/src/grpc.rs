@@ -1,4 +1,6 @@
-//! The gRPC edge: serves `SnapshotService.Watch` from the publisher's watch channel.
+//! The gRPC edge: serves `SnapshotService.Watch` from the publisher's watch channel, and
+//! `SnapshotService.ReportUsage` into Postgres ([`crate::usage`]). Both are authenticated by the
+//! same fleet token check.
 //!
 //! Each stream holds its own receiver and only ever takes the latest snapshot, so a slow proxy
 //! skips revisions and never holds anyone back. Each revision is encoded once by the publisher;
@@ -21,13 +23,16 @@ use sha2::{Digest, Sha256};
 use switchyard_proto::v1;
 use tokio_util::sync::CancellationToken;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::{Grpc, NamedService, ServerStreamingService};
+use tonic::server::{Grpc, NamedService, ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
 use crate::publisher::SnapshotFeed;
 
 const WATCH_PATH: &str = "/switchyard.snapshot.v1.SnapshotService/Watch";
+const REPORT_USAGE_PATH: &str = "/switchyard.snapshot.v1.SnapshotService/ReportUsage";
+/// Largest usage batch accepted (a proxy sends 1 000 records, about 100 KB, per batch).
+const MAX_USAGE_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// An already encoded `v1::Snapshot`, written to the wire as is.
 #[derive(Debug, Clone, Default)]
@@ -65,6 +70,8 @@ pub struct SnapshotWatchServer {
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
     fleet: Arc<FleetTokens>,
+    /// Where `ReportUsage` batches go; without it the call is `UNIMPLEMENTED`.
+    usage: Option<sqlx::PgPool>,
 }
 
 impl SnapshotWatchServer {
@@ -79,7 +86,14 @@ impl SnapshotWatchServer {
             shutdown,
             metrics,
             fleet: Arc::new(fleet),
+            usage: None,
         }
+    }
+
+    /// Serves `ReportUsage` into this database.
+    pub fn with_usage(mut self, pool: sqlx::PgPool) -> Self {
+        self.usage = Some(pool);
+        self
     }
 }
 
@@ -234,6 +248,57 @@ fn watch_stream(
     ))
 }
 
+struct ReportUsage {
+    pool: Option<sqlx::PgPool>,
+    metrics: Arc<Metrics>,
+}
+
+impl UnaryService<v1::UsageBatch> for ReportUsage {
+    type Response = v1::UsageAck;
+    type Future = BoxFuture<Response<v1::UsageAck>, Status>;
+
+    fn call(&mut self, request: Request<v1::UsageBatch>) -> Self::Future {
+        let pool = self.pool.clone();
+        let metrics = Arc::clone(&self.metrics);
+        Box::pin(async move {
+            let Some(pool) = pool else {
+                return Err(Status::unimplemented("usage accounting is not served here"));
+            };
+            let batch = request.into_inner();
+            match crate::usage::apply_batch(&pool, &batch).await {
+                Ok(applied) => {
+                    metrics.usage_applied(&applied, batch.dropped_requests);
+                    if batch.dropped_requests > 0 && !applied.duplicate {
+                        tracing::warn!(
+                            client_id = %batch.client_id,
+                            dropped_requests = batch.dropped_requests,
+                            "a proxy dropped requests from usage accounting (its buffer was full)"
+                        );
+                    }
+                    Ok(Response::new(v1::UsageAck {
+                        applied: u32::try_from(applied.records).unwrap_or(u32::MAX),
+                        duplicate: applied.duplicate,
+                    }))
+                }
+                Err(crate::usage::UsageError::Invalid(message)) => {
+                    metrics.usage_failed(true);
+                    tracing::warn!(batch_id = %batch.batch_id, error = %message, "refused a usage batch");
+                    Err(Status::invalid_argument(message))
+                }
+                Err(crate::usage::UsageError::Database(error)) => {
+                    metrics.usage_failed(false);
+                    tracing::warn!(error = %error, "could not store a usage batch; the proxy retries it");
+                    if crate::error::is_unavailable(&error) {
+                        Err(Status::unavailable("database unavailable"))
+                    } else {
+                        Err(Status::internal("could not store the usage batch"))
+                    }
+                }
+            }
+        })
+    }
+}
+
 impl<B> Service<http::Request<B>> for SnapshotWatchServer
 where
     B: http_body::Body + Send + 'static,
@@ -248,7 +313,24 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() == WATCH_PATH {
+        if request.uri().path() == REPORT_USAGE_PATH {
+            // An anonymous caller (no fleet tokens configured) may report too.
+            if let Err(status) = self.fleet.caller(request.headers()) {
+                tracing::warn!("refused a usage report without a valid fleet token");
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+            let method = ReportUsage {
+                pool: self.usage.clone(),
+                metrics: Arc::clone(&self.metrics),
+            };
+            Box::pin(async move {
+                let codec = tonic_prost::ProstCodec::<v1::UsageAck, v1::UsageBatch>::default();
+                Ok(Grpc::new(codec)
+                    .max_decoding_message_size(MAX_USAGE_BATCH_BYTES)
+                    .unary(method, request)
+                    .await)
+            })
+        } else if request.uri().path() == WATCH_PATH {
             let caller = match self.fleet.caller(request.headers()) {
                 Ok(caller) => caller,
                 Err(status) => {

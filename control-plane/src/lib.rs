@@ -21,5 +21,6 @@ pub mod publisher;
 pub mod recovery;
 pub mod server;
 pub mod telemetry;
+pub mod usage;
 
 pub use api::{app, AppState};

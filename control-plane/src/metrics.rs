@@ -27,6 +27,12 @@ pub struct Metrics {
     last_compile_micros: AtomicU64,
     watch_streams: AtomicI64,
     database_up: AtomicBool,
+    usage_applied: AtomicU64,
+    usage_duplicate: AtomicU64,
+    usage_invalid: AtomicU64,
+    usage_failed: AtomicU64,
+    usage_records: AtomicU64,
+    usage_dropped: AtomicU64,
 }
 
 impl Metrics {
@@ -58,6 +64,29 @@ impl Metrics {
 
     pub fn stream_closed(&self) {
         self.watch_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A `ReportUsage` batch was stored (or recognised as already stored).
+    pub fn usage_applied(&self, applied: &crate::usage::Applied, dropped_requests: u64) {
+        if applied.duplicate {
+            self.usage_duplicate.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.usage_applied.fetch_add(1, Ordering::Relaxed);
+            self.usage_records
+                .fetch_add(applied.records as u64, Ordering::Relaxed);
+            self.usage_dropped
+                .fetch_add(dropped_requests, Ordering::Relaxed);
+        }
+    }
+
+    /// A `ReportUsage` batch was refused (`invalid`) or could not be stored.
+    pub fn usage_failed(&self, invalid: bool) {
+        let counter = if invalid {
+            &self.usage_invalid
+        } else {
+            &self.usage_failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     fn request(&self, method: &'static str, route: &str, status: u16) {
@@ -127,6 +156,41 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP switchyard_cp_usage_batches_total Usage batches reported by proxies, by outcome.\n\
+             # TYPE switchyard_cp_usage_batches_total counter"
+        );
+        for (outcome, counter) in [
+            ("applied", &self.usage_applied),
+            ("duplicate", &self.usage_duplicate),
+            ("invalid", &self.usage_invalid),
+            ("failed", &self.usage_failed),
+        ] {
+            let _ = writeln!(
+                out,
+                "switchyard_cp_usage_batches_total{{outcome=\"{outcome}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        for (name, help, counter) in [
+            (
+                "switchyard_cp_usage_records_total",
+                "Usage rows added to by applied batches.",
+                &self.usage_records,
+            ),
+            (
+                "switchyard_cp_usage_dropped_requests_total",
+                "Requests proxies left out of usage accounting (their buffer was full).",
+                &self.usage_dropped,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                counter.load(Ordering::Relaxed)
             );
         }
         out

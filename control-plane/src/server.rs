@@ -153,7 +153,8 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         shutdown.clone(),
         Arc::clone(&metrics),
         fleet,
-    );
+    )
+    .with_usage(pool.clone());
     let grpc_shutdown = shutdown.clone();
     let grpc_incoming = capped_incoming(grpc, config.grpc_max_connections);
     let mut grpc_server = tonic::transport::Server::builder();

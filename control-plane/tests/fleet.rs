@@ -113,7 +113,7 @@ impl ControlPlane {
                 let Ok(line) = line else { break };
                 if tx.is_some() {
                     if let Ok(log) = serde_json::from_str::<Value>(&line) {
-                        let fields = &log["fields"];
+                        let fields = &log;
                         if fields["message"] == "listening" {
                             let http: SocketAddr =
                                 fields["http_addr"].as_str().unwrap().parse().unwrap();
@@ -866,4 +866,124 @@ async fn the_grpc_port_speaks_mutual_tls_when_configured(
     );
     shutdown.cancel();
     let _ = std::fs::remove_dir_all(&pki.dir);
+}
+
+/// Usage totals the control plane answers for all time.
+async fn usage_total(cp: &ControlPlane) -> (i64, i64, i64, i64) {
+    let (status, _, body) = cp
+        .call(
+            "GET",
+            "/api/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let t = &body["total"];
+    (
+        t["requests"].as_i64().unwrap(),
+        t["input_tokens"].as_i64().unwrap(),
+        t["output_tokens"].as_i64().unwrap(),
+        t["cached_tokens"].as_i64().unwrap(),
+    )
+}
+
+async fn wait_usage(cp: &ControlPlane, want: (i64, i64, i64, i64)) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let total = usage_total(cp).await;
+        if total == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "usage total {total:?}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_outage_arrives_after(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use switchyard_proto::{UsageBuffer, UsageConfig, UsageCounts, UsageKey};
+
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let port = free_port();
+    let mut cp = ControlPlane::spawn(&url, port).await;
+    let config = UsageConfig {
+        flush_interval: Duration::from_millis(50),
+        ..UsageConfig::default()
+    };
+    let buffer = Arc::new(UsageBuffer::new(&config));
+    let stop = CancellationToken::new();
+    let reporter = tokio::spawn(switchyard_proto::report_usage(
+        Arc::clone(&buffer),
+        cp.endpoint(),
+        switchyard_proto::WatchAuth {
+            fleet_token: Some(FLEET_TOKEN.to_owned()),
+            ..Default::default()
+        },
+        config,
+        stop.clone(),
+    ));
+    let add = |channel: &str, n: u64| {
+        for _ in 0..n {
+            buffer.add(
+                UsageKey {
+                    token: "app".into(),
+                    team: None,
+                    route: "gpt-*".into(),
+                    channel: channel.into(),
+                    model: "gpt-4o".into(),
+                },
+                UsageCounts {
+                    requests: 1,
+                    input_tokens: 100,
+                    output_tokens: 10,
+                    cached_tokens: 1,
+                },
+            );
+        }
+    };
+    add("openai", 10);
+    wait_usage(&cp, (10, 1000, 100, 10)).await;
+
+    // The control plane goes away; the proxy keeps serving and accounting.
+    cp.terminate().await;
+    add("openai", 3);
+    add("azure", 2);
+    let failed = |page: &str| {
+        page.lines()
+            .find_map(|l| l.strip_prefix("switchyard_usage_batches_total{outcome=\"failed\"} "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut page = String::new();
+        buffer.render_metrics(&mut page);
+        if failed(&page) >= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the report never failed: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Back on the same address: the stored rows are still there and the batch sent during the
+    // outage is applied, once.
+    let cp = ControlPlane::spawn(&url, port).await;
+    wait_usage(&cp, (15, 1500, 150, 15)).await;
+    stop.cancel();
+    reporter.await.unwrap().unwrap();
+    assert_eq!(usage_total(&cp).await, (15, 1500, 150, 15));
+    let metrics = cp.metrics().await;
+    assert!(
+        metrics.contains("switchyard_cp_usage_batches_total{outcome=\"applied\"} "),
+        "{metrics}"
+    );
 }

@@ -99,12 +99,8 @@ async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let log: serde_json::Value = serde_json::from_str(&line).unwrap();
             assert!(log.get("spans").is_none(), "log lines unchanged: {line}");
-            if log["fields"]["message"] == "listening" {
-                let http: SocketAddr = log["fields"]["http_addr"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
+            if log["message"] == "listening" {
+                let http: SocketAddr = log["http_addr"].as_str().unwrap().parse().unwrap();
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(http);
                 }

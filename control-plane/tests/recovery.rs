@@ -151,12 +151,42 @@ fn config() -> RecoveryConfig {
     }
 }
 
-/// A channel pointing at the mock upstream, with these inline secrets.
+/// A recovery job that reads the app's published snapshots.
+fn recovery_job(app: &TestApp, live: Option<LiveState>, config: RecoveryConfig) -> Arc<Recovery> {
+    let recovery = Recovery::new(app.pool.clone(), live, config);
+    recovery.read_snapshots_from(Arc::clone(&app.publisher));
+    recovery
+}
+
+/// One round on the latest committed tables: the publisher's LISTEN task does not run in these
+/// tests, so the snapshot is compiled and published first, as that task would on the NOTIFY.
+async fn round(app: &TestApp, recovery: &Recovery) -> RoundReport {
+    app.refresh().await;
+    recovery.run_round().await.unwrap()
+}
+
+/// The upstream model a channel made by `channel_at` is probed with.
+fn probe_model(name: &str) -> String {
+    format!("{name}-model")
+}
+
+/// A channel pointing at the mock upstream, with these inline secrets, and one member (route
+/// `{name}-model`, upstream model `{name}-model`): the model its probes ask for.
 async fn channel_at(app: &TestApp, name: &str, mock: &MockUpstream, secrets: &[&str]) -> i64 {
+    channel_of(app, name, "openai", mock, secrets).await
+}
+
+async fn channel_of(
+    app: &TestApp,
+    name: &str,
+    provider: &str,
+    mock: &MockUpstream,
+    secrets: &[&str],
+) -> i64 {
     let id = app
         .create(
             "/api/v1/channels",
-            json!({"name": name, "provider": "openai", "base_url": mock.base_url()}),
+            json!({"name": name, "provider": provider, "base_url": mock.base_url()}),
         )
         .await;
     for secret in secrets {
@@ -166,13 +196,24 @@ async fn channel_at(app: &TestApp, name: &str, mock: &MockUpstream, secrets: &[&
         )
         .await;
     }
+    let route = app.route(&probe_model(name)).await;
+    app.member(
+        route,
+        json!({"channel_id": id, "upstream_model": probe_model(name)}),
+    )
+    .await;
     id
 }
 
-/// What the breaker would have done: only the system sets `auto_disabled`.
+/// What the breaker would have done: only the system sets `auto_disabled` (through
+/// `commit_write`, which bumps the revision the publisher compiles).
 async fn auto_disable(pool: &PgPool, channel: i64) {
     sqlx::query("UPDATE channels SET status = 'auto_disabled' WHERE id = $1")
         .bind(channel)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE snapshot_revision SET revision = revision + 1")
         .execute(pool)
         .await
         .unwrap();
@@ -188,8 +229,9 @@ async fn events(app: &TestApp, channel: i64) -> Vec<Value> {
     reply.body["data"].as_array().unwrap().clone()
 }
 
-fn models(credential: &str) -> Matcher {
-    Matcher::path("/v1/models").credential(credential)
+/// The OpenAI probe (a one-token chat completion) with this credential.
+fn probes(credential: &str) -> Matcher {
+    Matcher::path("/v1/chat/completions").credential(credential)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -204,15 +246,25 @@ async fn probe_re_enables_an_auto_disabled_channel_whose_upstream_answers(pool: 
     let revision = app.revision().await;
     let audits = app.audit_rows().await;
 
-    let recovery = Recovery::new(pool.clone(), None, config());
-    let report = recovery.run_round().await.unwrap();
+    let recovery = recovery_job(&app, None, config());
+    let report = round(&app, &recovery).await;
 
     assert_eq!(report.probed, vec![channel]);
     assert_eq!(report.recovered, vec![channel]);
     assert_eq!(status(&app, channel).await, "enabled");
-    assert_eq!(mock.hits_matching(&models("sk-good-0001")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-good-0001")), 1);
+    // The probe is a one-token generation of the channel's member's upstream model.
     let request = &mock.requests()[0];
-    assert_eq!(request.method, "GET");
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(
+        request.model.as_deref(),
+        Some(probe_model("primary").as_str())
+    );
+    let body: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(body["max_completion_tokens"], 1, "{body}");
+    assert_eq!(body["messages"][0]["role"], "user", "{body}");
+    assert_eq!(mock.hits_matching(&Matcher::path("/v1/models")), 0);
     let events = events(&app, channel).await;
     let last = events.last().unwrap();
     assert_eq!(last["from_status"], "auto_disabled");
@@ -244,7 +296,7 @@ async fn probe_re_enables_an_auto_disabled_channel_whose_upstream_answers(pool: 
     assert!(!audit.text.contains("sk-good-0001"));
 
     // Nothing left to probe.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert!(report.probed.is_empty(), "{report:?}");
 }
 
@@ -252,7 +304,7 @@ async fn probe_re_enables_an_auto_disabled_channel_whose_upstream_answers(pool: 
 async fn failed_probe_tries_every_credential_and_changes_nothing(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(Matcher::path("/v1/models"), Behavior::status(401));
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::status(401));
     let channel = channel_at(&app, "bad-keys", &mock, &["sk-revoked-a"]).await;
     // The second key lives in the control plane's environment.
     std::env::set_var("SWITCHYARD_TEST_PROBE_KEY_B", "sk-revoked-b");
@@ -271,15 +323,15 @@ async fn failed_probe_tries_every_credential_and_changes_nothing(pool: PgPool) {
     let events_before = events(&app, channel).await.len();
     let revision = app.revision().await;
 
-    let recovery = Recovery::new(pool.clone(), None, config());
-    let report = recovery.run_round().await.unwrap();
+    let recovery = recovery_job(&app, None, config());
+    let report = round(&app, &recovery).await;
 
     assert_eq!(report.probed, vec![channel]);
     assert_eq!(report.failed, vec![channel]);
     assert!(report.recovered.is_empty());
-    assert_eq!(mock.hits_matching(&models("sk-revoked-a")), 1);
-    assert_eq!(mock.hits_matching(&models("sk-revoked-b")), 1);
-    assert_eq!(mock.hits_matching(&models("sk-disabled-c")), 0);
+    assert_eq!(mock.hits_matching(&probes("sk-revoked-a")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-revoked-b")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-disabled-c")), 0);
     assert_eq!(status(&app, channel).await, "auto_disabled");
     assert_eq!(events(&app, channel).await.len(), events_before);
     assert_eq!(app.revision().await, revision);
@@ -289,11 +341,11 @@ async fn failed_probe_tries_every_credential_and_changes_nothing(pool: PgPool) {
 async fn a_hanging_upstream_fails_the_probe_within_its_budget(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(Matcher::path("/v1/models"), Behavior::ok().hang());
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::ok().hang());
     let channel = channel_at(&app, "stuck", &mock, &["sk-stuck-1", "sk-stuck-2"]).await;
     auto_disable(&pool, channel).await;
-    let recovery = Recovery::new(
-        pool.clone(),
+    let recovery = recovery_job(
+        &app,
         None,
         RecoveryConfig {
             probe_timeout: Duration::from_millis(300),
@@ -301,7 +353,7 @@ async fn a_hanging_upstream_fails_the_probe_within_its_budget(pool: PgPool) {
         },
     );
     let started = tokio::time::Instant::now();
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report.failed, vec![channel]);
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -316,16 +368,13 @@ async fn a_hanging_upstream_fails_the_probe_within_its_budget(pool: PgPool) {
 async fn second_credential_passing_is_enough(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(models("sk-old-1"), Behavior::status(401));
+    mock.on(probes("sk-old-1"), Behavior::status(401));
     let channel = channel_at(&app, "rotated", &mock, &["sk-old-1", "sk-new-2"]).await;
     auto_disable(&pool, channel).await;
-    let report = Recovery::new(pool.clone(), None, config())
-        .run_round()
-        .await
-        .unwrap();
+    let report = round(&app, &recovery_job(&app, None, config())).await;
     assert_eq!(report.recovered, vec![channel]);
-    assert_eq!(mock.hits_matching(&models("sk-old-1")), 1);
-    assert_eq!(mock.hits_matching(&models("sk-new-2")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-old-1")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-new-2")), 1);
     assert_eq!(status(&app, channel).await, "enabled");
 }
 
@@ -353,8 +402,8 @@ async fn probe_never_re_enables_a_manually_disabled_channel(pool: PgPool) {
     .await;
     let events_before = events(&app, channel).await.len();
 
-    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
-    let report = recovery.run_round().await.unwrap();
+    let recovery = recovery_job(&app, Some(live.clone()), config());
+    let report = round(&app, &recovery).await;
 
     assert_eq!(report, RoundReport::default(), "{report:?}");
     assert_eq!(mock.hits(), 0);
@@ -369,12 +418,13 @@ async fn a_manual_disable_during_the_probe_wins(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
     mock.on(
-        Matcher::path("/v1/models"),
+        Matcher::path("/v1/chat/completions"),
         Behavior::ok().latency(Duration::from_millis(500)),
     );
     let channel = channel_at(&app, "racing", &mock, &["sk-slow-0001"]).await;
     auto_disable(&pool, channel).await;
-    let recovery = Recovery::new(pool.clone(), None, config());
+    let recovery = recovery_job(&app, None, config());
+    app.refresh().await;
     let round = tokio::spawn({
         let recovery = Arc::clone(&recovery);
         async move { recovery.run_round().await.unwrap() }
@@ -397,7 +447,7 @@ async fn probes_are_off_when_the_settings_say_so(pool: PgPool) {
     let mock = MockUpstream::start().await.unwrap();
     let channel = channel_at(&app, "waiting", &mock, &["sk-fine-0002"]).await;
     auto_disable(&pool, channel).await;
-    let recovery = Recovery::new(pool.clone(), None, config());
+    let recovery = recovery_job(&app, None, config());
     for (settings, why) in [
         (
             json!({"recovery_probe_enabled": false}),
@@ -414,7 +464,7 @@ async fn probes_are_off_when_the_settings_say_so(pool: PgPool) {
     ] {
         let reply = app.patch("/api/v1/settings", settings).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
-        let report = recovery.run_round().await.unwrap();
+        let report = round(&app, &recovery).await;
         assert_eq!(report.skipped, Some(why));
         assert!(report.probed.is_empty());
     }
@@ -426,26 +476,173 @@ async fn probes_are_off_when_the_settings_say_so(pool: PgPool) {
         json!({"fault_protection_enabled": true}),
     )
     .await;
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report.recovered, vec![channel]);
 }
 
-#[sqlx::test(migrations = "../migrations")]
-async fn mock_channels_always_pass(pool: PgPool) {
-    let app = test_app(pool.clone());
+/// A mock channel with one member, its options in `base_url`.
+async fn mock_channel(app: &TestApp, name: &str, base_url: &str) -> i64 {
     let channel = app
         .create(
             "/api/v1/channels",
-            json!({"name": "sim", "provider": "mock", "base_url": "mock://"}),
+            json!({"name": name, "provider": "mock", "base_url": base_url}),
         )
         .await;
+    let route = app.route(&probe_model(name)).await;
+    app.member(
+        route,
+        json!({"channel_id": channel, "upstream_model": probe_model(name)}),
+    )
+    .await;
+    channel
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn mock_channels_are_answered_by_the_simulation(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let healthy = mock_channel(&app, "sim", "mock://").await;
+    // The simulation fails every request of this one, as a proxy's `provider: mock` would.
+    let failing = mock_channel(
+        &app,
+        "sim-down",
+        "mock://sim?failure_rate=1&failure_status=503",
+    )
+    .await;
+    auto_disable(&pool, healthy).await;
+    auto_disable(&pool, failing).await;
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.recovered, vec![healthy], "{report:?}");
+    assert_eq!(report.failed, vec![failing], "{report:?}");
+    assert_eq!(status(&app, healthy).await, "enabled");
+    assert_eq!(status(&app, failing).await, "auto_disabled");
+    let last = events(&app, healthy).await.last().unwrap().clone();
+    assert_eq!(last["reason"], "recovery probe passed (mock channel)");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_listing_upstream_that_cannot_generate_fails_its_probe(pool: PgPool) {
+    // The flap the old `GET /v1/models` probe allowed: the model list answers, generation does
+    // not. The channel stays auto_disabled.
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::path("/v1/models"), Behavior::ok());
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
+    let channel = channel_at(&app, "lister", &mock, &["sk-list-0001"]).await;
     auto_disable(&pool, channel).await;
-    let report = Recovery::new(pool.clone(), None, config())
-        .run_round()
-        .await
-        .unwrap();
+    let events_before = events(&app, channel).await.len();
+    let revision = app.revision().await;
+
+    let recovery = recovery_job(&app, None, config());
+    let report = round(&app, &recovery).await;
+
+    assert_eq!(report.probed, vec![channel]);
+    assert_eq!(report.failed, vec![channel]);
+    assert!(report.recovered.is_empty(), "{report:?}");
+    assert_eq!(mock.hits_matching(&probes("sk-list-0001")), 1);
+    assert_eq!(mock.hits_matching(&Matcher::path("/v1/models")), 0);
+    assert_eq!(status(&app, channel).await, "auto_disabled");
+    assert_eq!(events(&app, channel).await.len(), events_before);
+    assert_eq!(app.revision().await, revision);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_channel_without_an_enabled_member_is_not_probed(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let orphan = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "orphan", "provider": "openai", "base_url": mock.base_url()}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{orphan}/credentials"),
+        json!({"secret": "sk-orphan-0001"}),
+    )
+    .await;
+    // Another channel whose only member is disabled: no model to ask for either.
+    let idle = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "idle", "provider": "openai", "base_url": mock.base_url()}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{idle}/credentials"),
+        json!({"secret": "sk-idle-0001"}),
+    )
+    .await;
+    let route = app.route("idle-model").await;
+    app.member(
+        route,
+        json!({"channel_id": idle, "upstream_model": "idle-model", "enabled": false}),
+    )
+    .await;
+    auto_disable(&pool, orphan).await;
+    auto_disable(&pool, idle).await;
+
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.unprobed, vec![orphan, idle], "{report:?}");
+    assert!(report.probed.is_empty(), "{report:?}");
+    assert_eq!(mock.hits(), 0);
+    assert_eq!(status(&app, orphan).await, "auto_disabled");
+    assert_eq!(status(&app, idle).await, "auto_disabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn anthropic_and_gemini_channels_are_probed_in_their_own_protocol(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let anthropic = channel_of(&app, "claude", "anthropic", &mock, &["sk-ant-0001"]).await;
+    let gemini = channel_of(&app, "gemini", "gemini", &mock, &["g-key-0001"]).await;
+    auto_disable(&pool, anthropic).await;
+    auto_disable(&pool, gemini).await;
+
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.recovered, vec![anthropic, gemini], "{report:?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let claude = &requests[0];
+    assert_eq!(
+        (claude.method.as_str(), claude.path.as_str()),
+        ("POST", "/v1/messages")
+    );
+    assert_eq!(claude.credential.as_deref(), Some("sk-ant-0001"));
+    assert_eq!(claude.headers["anthropic-version"], "2023-06-01");
+    let body: Value = serde_json::from_slice(&claude.body).unwrap();
+    assert_eq!(body["model"], probe_model("claude"));
+    assert_eq!(body["max_tokens"], 1);
+    let gem = &requests[1];
+    assert_eq!(gem.method, "POST");
+    assert_eq!(
+        gem.path,
+        format!("/v1beta/models/{}:generateContent", probe_model("gemini"))
+    );
+    assert_eq!(gem.credential.as_deref(), Some("g-key-0001"));
+    assert!(gem.headers.contains_key("x-goog-api-key"));
+    let body: Value = serde_json::from_slice(&gem.body).unwrap();
+    assert_eq!(body["generationConfig"]["maxOutputTokens"], 1, "{body}");
+    assert_eq!(body["contents"][0]["role"], "user", "{body}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn without_a_published_snapshot_nothing_is_probed(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "early", &mock, &["sk-early-0001"]).await;
+    auto_disable(&pool, channel).await;
+    // Not wired to a publisher, then wired to one that has published nothing yet.
+    let unwired = Recovery::new(pool.clone(), None, config());
+    let report = unwired.run_round().await.unwrap();
+    assert_eq!(report.skipped, Some("no snapshot published yet"));
+    let recovery = recovery_job(&app, None, config());
+    let report = recovery.run_round().await.unwrap();
+    assert_eq!(report.skipped, Some("no snapshot published yet"));
+    assert_eq!(recovery.rounds(), 0);
+    assert_eq!(mock.hits(), 0);
+    // Once published, the round probes.
+    let report = round(&app, &recovery).await;
     assert_eq!(report.recovered, vec![channel]);
-    assert_eq!(status(&app, channel).await, "enabled");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -455,7 +652,7 @@ async fn mock_channels_always_pass(pool: PgPool) {
 async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(Matcher::path("/v1/models"), Behavior::status(503));
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
     let channel = channel_at(&app, "down", &mock, &["sk-down-0001"]).await;
     auto_disable(&pool, channel).await;
     app.patch(
@@ -464,9 +661,10 @@ async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) 
     )
     .await;
 
+    app.refresh().await;
     let options = (*pool.connect_options()).clone();
-    let a = Recovery::new(pool.clone(), None, config());
-    let b = Recovery::new(pool.clone(), None, config());
+    let a = recovery_job(&app, None, config());
+    let b = recovery_job(&app, None, config());
     let stop_a = CancellationToken::new();
     let stop_b = CancellationToken::new();
     let task_a = tokio::spawn(Arc::clone(&a).run(options.clone(), stop_a.clone()));
@@ -488,7 +686,7 @@ async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) 
     );
     assert_eq!(follower.rounds(), 0);
     // Every probe came from the leader's rounds (one credential each), none from the follower.
-    let probes = mock.hits_matching(&models("sk-down-0001")) as u64;
+    let probes = mock.hits_matching(&probes("sk-down-0001")) as u64;
     assert!(
         probes == leader.rounds() || probes + 1 == leader.rounds(),
         "{probes} probes, {} rounds",
@@ -514,7 +712,10 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     let prefix = unique_prefix("breaker");
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(Matcher::path("/v1/models"), Behavior::status(503).times(1));
+    mock.on(
+        Matcher::path("/v1/chat/completions"),
+        Behavior::status(503).times(1),
+    );
     let channel = channel_at(&app, "flaky", &mock, &["sk-flaky-0001"]).await;
     let route = app.route("gpt-4o").await;
     let member = app
@@ -545,10 +746,10 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
         breaker_open(live.store(), channel)
     })
     .await;
-    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+    let recovery = recovery_job(&app, Some(live.clone()), config());
 
     // First round: recorded as auto_disabled; the probe fails (503), nothing else changes.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report.breakers_recorded, vec![channel]);
     assert_eq!(report.failed, vec![channel]);
     assert_eq!(status(&app, channel).await, "auto_disabled");
@@ -564,7 +765,7 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     assert!(breaker_open(live.store(), channel));
 
     // Recorded once, not on every round.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert!(report.breakers_recorded.is_empty());
     assert_eq!(report.recovered, vec![channel]);
     assert_eq!(status(&app, channel).await, "enabled");
@@ -592,7 +793,7 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     assert!(!dump.channels.iter().any(|c| c.breaker_open), "{dump:?}");
     assert!(dump.cooldowns.is_empty(), "{dump:?}");
     // Nothing to record or probe any more.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report, RoundReport::default());
     live.close(Duration::from_secs(2)).await;
     cleanup(&url, &prefix);
@@ -613,7 +814,7 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
     // The quota is still exhausted at the first probe, restored by the second.
-    mock.on(models("sk-quota-a"), Behavior::status(429).times(1));
+    mock.on(probes("sk-quota-a"), Behavior::status(429).times(1));
     let channel = channel_at(&app, "multi-key", &mock, &[]).await;
     let credentials = format!("/api/v1/channels/{channel}/credentials");
     let quota = app
@@ -647,13 +848,13 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
         credential_disabled(live.store(), quota) && credential_disabled(live.store(), paused_key)
     })
     .await;
-    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
+    let recovery = recovery_job(&app, Some(live.clone()), config());
     let events_before = events(&app, channel).await.len();
     let revision = app.revision().await;
 
     // First round: the probe of that credential fails (429); it stays disabled. The channel
     // itself is enabled with a closed breaker: not probed.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report.credentials_probed, vec![quota], "{report:?}");
     assert_eq!(report.credentials_failed, vec![quota]);
     assert!(report.credentials_recovered.is_empty());
@@ -661,12 +862,12 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
     assert!(credential_disabled(live.store(), quota));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(credential_disabled(&proxy, quota));
-    assert_eq!(mock.hits_matching(&models("sk-quota-a")), 1);
-    assert_eq!(mock.hits_matching(&models("sk-fine-b")), 0);
-    assert_eq!(mock.hits_matching(&models("sk-paused-c")), 0);
+    assert_eq!(mock.hits_matching(&probes("sk-quota-a")), 1);
+    assert_eq!(mock.hits_matching(&probes("sk-fine-b")), 0);
+    assert_eq!(mock.hits_matching(&probes("sk-paused-c")), 0);
 
     // Second round: it passes; the disable is lifted fleet-wide, the other one stays.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report.credentials_probed, vec![quota], "{report:?}");
     assert_eq!(report.credentials_recovered, vec![quota]);
     assert!(report.credentials_failed.is_empty());
@@ -680,16 +881,16 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
     assert!(fresh.wait_resynced(1, PATIENCE).await);
     assert!(!credential_disabled(&fresh, quota));
     assert!(credential_disabled(&fresh, paused_key));
-    assert_eq!(mock.hits_matching(&models("sk-quota-a")), 2);
-    assert_eq!(mock.hits_matching(&models("sk-fine-b")), 0);
-    assert_eq!(mock.hits_matching(&models("sk-paused-c")), 0);
+    assert_eq!(mock.hits_matching(&probes("sk-quota-a")), 2);
+    assert_eq!(mock.hits_matching(&probes("sk-fine-b")), 0);
+    assert_eq!(mock.hits_matching(&probes("sk-paused-c")), 0);
     // Runtime state only: the channel's status, events and the snapshot revision are untouched.
     assert_eq!(status(&app, channel).await, "enabled");
     assert_eq!(events(&app, channel).await.len(), events_before);
     assert_eq!(app.revision().await, revision);
 
     // Nothing left to probe.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert_eq!(report, RoundReport::default(), "{report:?}");
     live.close(Duration::from_secs(2)).await;
     cleanup(&url, &prefix);
@@ -702,7 +903,7 @@ async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: 
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(Matcher::path("/v1/models"), Behavior::status(503));
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
     let channel = channel_at(&app, "trusted", &mock, &["sk-trusted-0001"]).await;
     let proxy = proxy_store(&url, &prefix);
     trip(&proxy, channel);
@@ -710,8 +911,8 @@ async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: 
         breaker_open(live.store(), channel)
     })
     .await;
-    let recovery = Recovery::new(pool.clone(), Some(live.clone()), config());
-    let report = recovery.run_round().await.unwrap();
+    let recovery = recovery_job(&app, Some(live.clone()), config());
+    let report = round(&app, &recovery).await;
     assert_eq!(report.breakers_recorded, vec![channel]);
 
     let reply = app
@@ -726,7 +927,7 @@ async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: 
     })
     .await;
     // Not recorded again: the operator's word stands until the breaker trips anew.
-    let report = recovery.run_round().await.unwrap();
+    let report = round(&app, &recovery).await;
     assert!(report.breakers_recorded.is_empty(), "{report:?}");
     assert_eq!(status(&app, channel).await, "enabled");
     live.close(Duration::from_secs(2)).await;

@@ -75,6 +75,8 @@ pub struct Trail {
     pub stream: Option<Arc<StreamSlot>>,
     pub route: Option<(RouteId, String)>,
     pub final_channel: Option<String>,
+    /// The upstream model of the final attempt.
+    pub final_model: Option<String>,
     pub attempts: Vec<AttemptLog>,
     pub breaker_tripped: bool,
     pub sticky: Option<&'static str>,
@@ -425,6 +427,7 @@ pub async fn proxy(
                             .bind_sticky(route.id, key, picked.member.id, ttl, now);
                     }
                     trail.final_channel = Some(picked.channel.name.clone());
+                    trail.final_model = Some(picked.member.upstream_model.clone());
                     let owner = StreamOwner {
                         state: state.clone(),
                         member: picked.member.id,
@@ -522,6 +525,7 @@ pub async fn proxy(
             (failed.scope == Scope::PreferChannel).then_some(picked.channel.id);
         prev_channel = Some(picked.channel.id);
         trail.final_channel = Some(picked.channel.name.clone());
+        trail.final_model = Some(picked.member.upstream_model.clone());
         if !retry_allowed || Instant::now() >= deadline {
             break;
         }

@@ -26,6 +26,7 @@ pub mod server;
 pub mod snapshot;
 pub mod telemetry;
 pub mod upstream;
+pub mod usage;
 pub mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,12 +56,23 @@ pub struct AppState {
     pub draining: CancellationToken,
     /// Fires when the shutdown grace period is over: open streams end with an error event.
     pub streams_cut: CancellationToken,
+    /// Usage accounting towards the control plane (fleet mode only; `None` standalone).
+    pub usage: Option<Arc<usage::UsageReporter>>,
     seed: AtomicU64,
 }
 
 impl AppState {
     /// Builds the state and starts following `snapshots` (on the current tokio runtime).
     pub fn new(snapshots: SnapshotReceiver, store: Arc<dyn StateStore>) -> Arc<AppState> {
+        AppState::with_usage(snapshots, store, None)
+    }
+
+    /// [`AppState::new`] with usage accounting (fleet mode).
+    pub fn with_usage(
+        snapshots: SnapshotReceiver,
+        store: Arc<dyn StateStore>,
+        usage: Option<Arc<usage::UsageReporter>>,
+    ) -> Arc<AppState> {
         let views = Arc::new(ArcSwapOption::empty());
         // The pooled client's connect timeout comes from the first snapshot (default 5 s).
         let mut connect_timeout = Duration::from_secs(5);
@@ -81,6 +93,7 @@ impl AppState {
             connections: OnceLock::new(),
             draining: CancellationToken::new(),
             streams_cut: CancellationToken::new(),
+            usage,
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         })
     }

@@ -1,20 +1,20 @@
 //! Recovery probes for standalone mode. In a fleet the control plane runs them (one leader); a
 //! standalone proxy has no control plane, so without this a tripped breaker would never close.
-//! Same rule as SPEC §4: a quiet `GET /v1/models` across the channel's credentials; success
-//! closes the breaker and clears its members' failure state. A credential disabled at runtime (a
-//! keyword rule on a multi-key channel) is probed on its own; success lifts its disable.
+//! Same probe as the control plane's (`switchyard_upstream::probe_credential`): a minimal
+//! generation request in the channel's own protocol, asking the upstream model of the channel's
+//! first enabled member for one token, across the channel's credentials; a 2xx closes the breaker
+//! and clears its members' failure state. A channel with no enabled member has nothing to ask
+//! for and is skipped. A credential disabled at runtime (a keyword rule on a multi-key channel) is
+//! probed on its own; success lifts its disable.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
+use switchyard_upstream::{probe_model, ChannelRuntime, CredentialRuntime, ProbeResult};
 use tokio::sync::watch;
 
-use crate::endpoint::Endpoint;
-use crate::mock::{self, MockRequest};
-use crate::upstream::{ChannelRuntime, CredentialRuntime};
 use crate::AppState;
 
 /// Probes every `recovery_probe_interval_seconds` (re-read from the current snapshot) until
@@ -83,13 +83,21 @@ pub async fn probe_round(state: &AppState) -> Recovered {
             let Some(runtime) = view.channel_runtime(channel.id) else {
                 continue;
             };
+            if !runtime.credentials.iter().any(|c| disabled.contains(&c.id)) {
+                continue;
+            }
+            let Some(model) = probe_model(&view.snapshot, channel.id) else {
+                tracing::info!(channel = %channel.name, "no enabled member to probe with; runtime-disabled credentials not probed");
+                continue;
+            };
             for credential in &runtime.credentials {
                 if !disabled.contains(&credential.id) {
                     continue;
                 }
                 // A disable set after this instant (the key failed again meanwhile) stays.
                 let started = crate::unix_ms();
-                if probe_credential(state, runtime, credential, timeout).await {
+                let result = probe_credential(state, runtime, credential, model, timeout).await;
+                if result.passed() {
                     state.store.enable_credential(credential.id, started);
                     tracing::info!(
                         channel = %channel.name,
@@ -101,6 +109,7 @@ pub async fn probe_round(state: &AppState) -> Recovered {
                     tracing::info!(
                         channel = %channel.name,
                         credential_id = credential.id,
+                        result = %result,
                         "recovery probe failed; credential stays disabled"
                     );
                 }
@@ -125,7 +134,12 @@ pub async fn probe_round(state: &AppState) -> Recovered {
         if channel.status == ChannelStatus::Disabled {
             continue;
         }
+        let Some(model) = probe_model(&view.snapshot, channel_id) else {
+            tracing::info!(channel = %channel.name, "no enabled member to probe with; channel not probed");
+            continue;
+        };
         let mut passed = false;
+        let mut last = None;
         for credential in &runtime.credentials {
             // Still disabled at runtime: requests would not use it, so it proves nothing.
             let mut still_disabled = false;
@@ -135,7 +149,9 @@ pub async fn probe_round(state: &AppState) -> Recovered {
             if still_disabled {
                 continue;
             }
-            passed = probe_credential(state, runtime, credential, timeout).await;
+            let result = probe_credential(state, runtime, credential, model, timeout).await;
+            passed = result.passed();
+            last = Some(result);
             if passed {
                 break;
             }
@@ -153,47 +169,29 @@ pub async fn probe_round(state: &AppState) -> Recovered {
             tracing::info!(channel = %channel.name, "recovery probe passed; channel re-enabled");
             recovered.channels.push(channel_id);
         } else {
-            tracing::info!(channel = %channel.name, "recovery probe failed; channel stays disabled");
+            let result = last.map_or_else(|| "no usable credential".to_owned(), |r| r.to_string());
+            tracing::info!(channel = %channel.name, result = %result, "recovery probe failed; channel stays disabled");
         }
     }
     recovered
 }
 
-/// One `GET /v1/models` with this credential (simulated for a mock channel) within `timeout`.
+/// One probe with this credential (simulated for a mock channel) within `timeout`.
 async fn probe_credential(
     state: &AppState,
     runtime: &ChannelRuntime,
     credential: &CredentialRuntime,
+    model: &str,
     timeout: Duration,
-) -> bool {
-    match &runtime.mock {
-        Some(options) => {
-            let request = MockRequest {
-                endpoint: Endpoint::Models,
-                model: "probe",
-                stream: false,
-                inputs: 1,
-                prompt_tokens: 1,
-            };
-            let mut rng = SplitMix64::new(state.next_seed());
-            tokio::time::timeout(timeout, mock::respond(options, &request, &mut rng))
-                .await
-                .is_ok_and(|r| r.status.is_success())
-        }
-        None => {
-            let Ok(request) = runtime.request(
-                http::Method::GET,
-                Endpoint::Models.path(),
-                None,
-                None,
-                credential,
-                Bytes::new(),
-            ) else {
-                return false;
-            };
-            tokio::time::timeout(timeout, state.client.request(request))
-                .await
-                .is_ok_and(|r| r.is_ok_and(|r| r.status().is_success()))
-        }
-    }
+) -> ProbeResult {
+    let mut rng = SplitMix64::new(state.next_seed());
+    switchyard_upstream::probe_credential(
+        &state.client,
+        runtime,
+        credential,
+        model,
+        timeout,
+        &mut rng,
+    )
+    .await
 }

@@ -128,6 +128,21 @@ impl RequestRecord {
         state
             .metrics
             .usage(route, channel, token.unwrap_or(""), &usage);
+        // Usage accounting (fleet mode): requests that reached a channel.
+        if let (Some(reporter), Some(token)) = (&state.usage, token) {
+            if !channel.is_empty() {
+                reporter.record(
+                    crate::usage::UsageKey {
+                        token: token.to_owned(),
+                        team: self.team.clone(),
+                        route: route.to_owned(),
+                        channel: channel.to_owned(),
+                        model: self.trail.final_model.clone().unwrap_or_default(),
+                    },
+                    usage,
+                );
+            }
+        }
         if !switchyard_telemetry::record_enabled!() {
             return;
         }

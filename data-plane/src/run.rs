@@ -16,6 +16,7 @@ use crate::cache;
 use crate::cli::Cli;
 use crate::config;
 use crate::snapshot::SnapshotSender;
+use crate::usage::{UsageConfig, UsageReporter};
 use crate::{app, AppState};
 
 /// Time the error events of streams cut at the end of the grace period get to leave.
@@ -25,6 +26,8 @@ const STREAM_CUT_FLUSH: Duration = Duration::from_secs(1);
 pub async fn run(cli: Cli) -> Result<(), String> {
     let (snapshots, receiver) = watch::channel(None);
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Fleet mode: usage accounting towards the control plane (standalone has nobody to report to).
+    let mut usage = None;
     match (&cli.config, &cli.control_plane) {
         (Some(path), _) => {
             let parts = config::load_file(path, 1)
@@ -72,6 +75,16 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             });
             let endpoint = endpoint.clone();
             let auth = watch_auth(&cli)?;
+            // Stopped only after the last request has finished, so its usage is in the final flush.
+            let usage_stop = CancellationToken::new();
+            let (reporter, task) = UsageReporter::start(
+                endpoint.clone(),
+                auth.clone(),
+                UsageConfig::default(),
+                usage_stop.clone(),
+            )
+            .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE: {e}"))?;
+            usage = Some((reporter, task, usage_stop));
             tokio::spawn(async move {
                 let watched = switchyard_proto::watch_snapshots(
                     endpoint,
@@ -114,7 +127,11 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
 
-    let state = AppState::new(receiver, store);
+    let state = AppState::with_usage(
+        receiver,
+        store,
+        usage.as_ref().map(|(reporter, _, _)| Arc::clone(reporter)),
+    );
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
@@ -175,6 +192,11 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             state.streams_cut.cancel();
             let _ = tokio::time::timeout(STREAM_CUT_FLUSH, server).await;
         }
+    }
+    if let Some((_, task, stop)) = usage {
+        // Send the usage still pending (the flush bounds itself; this only guards the join).
+        stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
     if let Some(redis) = redis_store {
         // Push the last writes and drop this proxy's in-flight lease.

@@ -154,6 +154,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         connections.render(&mut page);
     }
     render_live_gauges(&state, &mut page);
+    if let Some(usage) = &state.usage {
+        usage.render_metrics(&mut page);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 

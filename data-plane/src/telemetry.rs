@@ -10,6 +10,5 @@ pub const DEFAULT_SERVICE_NAME: &str = "switchyard-data-plane";
 pub fn init() -> Telemetry {
     switchyard_telemetry::init(switchyard_telemetry::Options {
         service_name: DEFAULT_SERVICE_NAME,
-        flatten_event: true,
     })
 }

@@ -365,7 +365,10 @@ async fn standalone_recovery_probe_closes_a_tripped_breaker() {
         .store
         .trip_breaker(1, "test", switchyard_data_plane::unix_ms());
     proxy.store.extend_cooldown(1, u64::MAX / 2);
-    up.on(Matcher::path("/v1/models"), Behavior::status(500).times(1));
+    up.on(
+        Matcher::path("/v1/chat/completions"),
+        Behavior::status(500).times(1),
+    );
     // First probe fails (500), the channel stays open; the second passes.
     assert!(switchyard_data_plane::probe::probe_once(&proxy.state)
         .await
@@ -380,7 +383,36 @@ async fn standalone_recovery_probe_closes_a_tripped_breaker() {
         dump.cooldowns.is_empty(),
         "the channel's members are cleared"
     );
-    assert_eq!(up.hits_matching(&Matcher::path("/v1/models")), 2);
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/chat/completions")), 2);
+    // The probe is a one-token generation of the member's upstream model, not a model listing.
+    let probe = &up.requests()[0];
+    assert_eq!(probe.method, "POST");
+    assert_eq!(probe.credential.as_deref(), Some("ka"));
+    let body: serde_json::Value = serde_json::from_slice(&probe.body).unwrap();
+    assert_eq!(body["model"], "m");
+    assert_eq!(body["max_completion_tokens"], 1);
+    assert_eq!(body["messages"][0]["role"], "user");
+}
+
+#[tokio::test]
+async fn standalone_recovery_probe_fails_when_models_list_but_generation_does_not() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n",
+        channel("a", &up.base_url(), &["ka"])
+    );
+    let proxy = start(&yaml).await;
+    proxy
+        .store
+        .trip_breaker(1, "test", switchyard_data_plane::unix_ms());
+    up.on(Matcher::path("/v1/models"), Behavior::ok());
+    up.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
+    assert!(switchyard_data_plane::probe::probe_once(&proxy.state)
+        .await
+        .is_empty());
+    assert!(proxy.dump().channels.iter().any(|c| c.breaker_open));
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/models")), 0);
+    assert_eq!(up.hits_matching(&Matcher::path("/v1/chat/completions")), 1);
 }
 
 #[tokio::test]
@@ -408,9 +440,9 @@ async fn standalone_recovery_probe_re_enables_a_runtime_disabled_credential() {
     proxy
         .store
         .disable_credential(ka, "insufficient_quota", switchyard_data_plane::unix_ms());
-    let ka_models = Matcher::path("/v1/models").credential("ka");
-    let kb_models = Matcher::path("/v1/models").credential("kb");
-    up.on(ka_models.clone(), Behavior::status(429).times(1));
+    let ka_probes = Matcher::path("/v1/chat/completions").credential("ka");
+    let kb_probes = Matcher::path("/v1/chat/completions").credential("kb");
+    up.on(ka_probes.clone(), Behavior::status(429).times(1));
     let disabled = |proxy: &Proxy| {
         proxy
             .dump()
@@ -435,11 +467,11 @@ async fn standalone_recovery_probe_re_enables_a_runtime_disabled_credential() {
     );
     assert!(disabled(&proxy).is_empty());
     // Only the disabled credential was probed, once per round; the channel (breaker closed) not.
-    assert_eq!(up.hits_matching(&ka_models), 2);
-    assert_eq!(up.hits_matching(&kb_models), 0);
+    assert_eq!(up.hits_matching(&ka_probes), 2);
+    assert_eq!(up.hits_matching(&kb_probes), 0);
     // Nothing left to probe.
     assert_eq!(probe_round(&proxy.state).await, Recovered::default());
-    assert_eq!(up.hits_matching(&ka_models), 2);
+    assert_eq!(up.hits_matching(&ka_probes), 2);
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! Generates the snapshot service's Rust types with a vendored `protoc`, so no system install is
-//! needed.
+//! Generates the snapshot service's Rust types (`Watch` and `ReportUsage`) with a vendored
+//! `protoc`, so no system install is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;

@@ -219,7 +219,8 @@ impl ControlPlane {
         );
         let (http, grpc) = process
             .wait_log("listening", |log| {
-                let fields = &log["fields"];
+                // One flat log schema: the event's fields sit at the top level.
+                let fields = log;
                 (fields["message"] == "listening").then(|| {
                     (
                         fields["http_addr"].as_str().unwrap().parse().unwrap(),

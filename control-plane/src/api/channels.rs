@@ -20,6 +20,8 @@ use switchyard_engine::validate::{
 };
 use switchyard_engine::{ChannelStatus, Provider};
 
+use super::schema::{ChannelStatusName, ProviderName};
+
 /// What a channel (or a member, overriding its channel) declares it supports. Unset: not
 /// declared, and the engine assumes support.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -48,10 +50,10 @@ impl CapabilitiesDto {
 pub struct ChannelView {
     pub id: i64,
     pub name: String,
-    /// `openai`, `anthropic`, `gemini` or `mock`.
+    #[schema(value_type = ProviderName)]
     pub provider: String,
     pub base_url: String,
-    /// `enabled`, `disabled` or `auto_disabled` (set by the system).
+    #[schema(value_type = ChannelStatusName)]
     pub status: String,
     pub auto_ban: bool,
     pub max_concurrency: Option<i32>,
@@ -61,7 +63,9 @@ pub struct ChannelView {
     pub retry_error_patterns: Vec<String>,
     #[sqlx(json)]
     pub headers: BTreeMap<String, String>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -102,9 +106,12 @@ struct Secrets {
 #[serde(deny_unknown_fields)]
 pub struct ChannelCreate {
     pub name: String,
+    #[schema(value_type = ProviderName)]
     pub provider: String,
     #[serde(default)]
     pub base_url: String,
+    /// `enabled` (default) or `disabled`.
+    #[schema(value_type = Option<ChannelStatusName>)]
     pub status: Option<String>,
     pub auto_ban: Option<bool>,
     pub max_concurrency: Option<i64>,
@@ -119,8 +126,11 @@ pub struct ChannelCreate {
 #[serde(deny_unknown_fields)]
 pub struct ChannelPatch {
     pub name: Option<String>,
+    #[schema(value_type = Option<ProviderName>)]
     pub provider: Option<String>,
     pub base_url: Option<String>,
+    /// `enabled` or `disabled` (`auto_disabled` is kept, never set, through the API).
+    #[schema(value_type = Option<ChannelStatusName>)]
     pub status: Option<String>,
     pub auto_ban: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
@@ -365,7 +375,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     })
 }
 
-#[utoipa::path(get, path = "/api/v1/channels", tag = "channels", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/channels", tag = "channels", operation_id = "list_channels", params(PageQuery),
     responses((status = 200, body = Page<ChannelView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -374,7 +384,7 @@ pub async fn list(
     Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
-#[utoipa::path(post, path = "/api/v1/channels", tag = "channels", request_body = ChannelCreate,
+#[utoipa::path(post, path = "/api/v1/channels", tag = "channels", operation_id = "create_channel", request_body = ChannelCreate,
     responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn create(
@@ -409,7 +419,7 @@ pub async fn create(
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
-#[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels",
+#[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "get_channel",
     responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -418,7 +428,7 @@ pub async fn get_one(
     Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/channels/{id}", tag = "channels", request_body = ChannelPatch,
+#[utoipa::path(patch, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "update_channel", request_body = ChannelPatch,
     responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
@@ -482,7 +492,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels",
+#[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "delete_channel",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "members still use the channel", body = ErrorBody)))]
 pub async fn delete(
@@ -534,10 +544,13 @@ pub struct ChannelEvent {
     pub id: i64,
     pub channel_id: i64,
     /// `null` for the channel's creation.
+    #[schema(value_type = Option<ChannelStatusName>)]
     pub from_status: Option<String>,
+    #[schema(value_type = ChannelStatusName)]
     pub to_status: String,
     pub reason: String,
     pub actor: String,
+    #[schema(format = DateTime)]
     pub at: String,
 }
 
@@ -555,7 +568,7 @@ fn event_columns() -> String {
     )
 }
 
-#[utoipa::path(get, path = "/api/v1/channels/{id}/events", tag = "channels", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/channels/{id}/events", tag = "channels", operation_id = "list_channel_events", params(PageQuery),
     responses((status = 200, description = "status changes, oldest first", body = Page<ChannelEvent>),
               (status = 404, body = ErrorBody)))]
 pub async fn events(

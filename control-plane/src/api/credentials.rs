@@ -22,13 +22,15 @@ use switchyard_engine::validate::check_secret;
 pub struct CredentialView {
     pub id: i64,
     pub channel_id: i64,
-    /// `inline` (a stored secret) or `env` (an environment variable on the proxies).
+    #[schema(value_type = super::schema::CredentialSource)]
     pub source: String,
     /// Masked: `****` plus the last 4 characters for secrets of 12 characters or more.
     pub secret: Option<String>,
     pub secret_env: Option<String>,
     pub enabled: bool,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -141,7 +143,7 @@ impl Source {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
+#[utoipa::path(get, path = "/api/v1/channels/{id}/credentials", tag = "credentials", operation_id = "list_credentials",
     params(PageQuery),
     responses((status = 200, body = Page<CredentialView>), (status = 404, body = ErrorBody)))]
 pub async fn list(
@@ -155,7 +157,7 @@ pub async fn list(
     Ok(Json(page))
 }
 
-#[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials",
+#[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials", operation_id = "create_credential",
     request_body = CredentialCreate,
     responses((status = 201, body = CredentialView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
@@ -189,7 +191,7 @@ pub async fn create(
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
-#[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials",
+#[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "get_credential",
     responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -198,7 +200,7 @@ pub async fn get_one(
     Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/credentials/{id}", tag = "credentials",
+#[utoipa::path(patch, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "update_credential",
     request_body = CredentialPatch,
     responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
@@ -241,7 +243,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials",
+#[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "delete_credential",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(state): State<AppState>,

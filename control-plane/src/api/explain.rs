@@ -44,11 +44,11 @@ fn random_seed() -> u64 {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/routes/explain", tag = "explain", params(ExplainQuery),
+#[utoipa::path(get, path = "/api/v1/routes/explain", tag = "explain", operation_id = "explain_route", params(ExplainQuery),
     responses(
         (status = 200, description = "the engine's decision with every candidate, its reasons, \
                                       factors, score and selection probability",
-         body = serde_json::Value),
+         body = super::schema::ExplainResponse),
         (status = 400, description = "`model` is missing", body = ErrorBody),
         (status = 404, description = "no enabled route matches the model", body = ErrorBody),
         (status = 503, description = "no snapshot compiled yet", body = ErrorBody)))]

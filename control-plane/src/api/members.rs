@@ -33,7 +33,9 @@ pub struct MemberView {
     /// Member-level capability declarations, overlaid on the channel's.
     #[sqlx(json)]
     pub capabilities: CapabilitiesDto,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -159,7 +161,7 @@ impl MemberSpec {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/routes/{id}/members", tag = "members", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/routes/{id}/members", tag = "members", operation_id = "list_members", params(PageQuery),
     responses((status = 200, body = Page<MemberView>), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -172,7 +174,7 @@ pub async fn list(
     Ok(Json(page))
 }
 
-#[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members",
+#[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members", operation_id = "create_member",
     request_body = MemberCreate,
     responses((status = 201, body = MemberView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
@@ -210,7 +212,7 @@ pub async fn create(
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
-#[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members",
+#[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members", operation_id = "get_member",
     responses((status = 200, body = MemberView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -219,7 +221,7 @@ pub async fn get_one(
     Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/members/{id}", tag = "members", request_body = MemberPatch,
+#[utoipa::path(patch, path = "/api/v1/members/{id}", tag = "members", operation_id = "update_member", request_body = MemberPatch,
     responses((status = 200, body = MemberView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
@@ -264,7 +266,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members",
+#[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members", operation_id = "delete_member",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants this member", body = ErrorBody)))]
 pub async fn delete(

@@ -6,12 +6,15 @@ mod credentials;
 mod explain;
 pub mod extract;
 mod members;
+pub mod openapi;
 mod ops;
 mod routes;
 mod rows;
+pub mod schema;
 pub(crate) mod settings;
 mod teams;
 mod tokens;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -83,7 +86,10 @@ impl AppState {
         self
     }
 
+    /// The recovery job, rendered in `/metrics`. It reads what to probe from this app's
+    /// publisher, which is handed to it here.
     pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
+        recovery.read_snapshots_from(Arc::clone(&self.publisher));
         self.recovery = Some(recovery);
         self
     }
@@ -126,9 +132,9 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The whole HTTP surface: authenticated admin API + open health and metrics endpoints.
-pub fn app(state: AppState) -> Router {
-    let (admin, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+/// Every documented admin route, with its OpenAPI annotations.
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(channels::list, channels::create))
         .routes(routes!(
             channels::get_one,
@@ -158,7 +164,19 @@ pub fn app(state: AppState) -> Router {
         .routes(routes!(explain::explain))
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
-        .split_for_parts();
+        .routes(routes!(usage::usage))
+}
+
+/// The OpenAPI 3.1 document of the admin API, exactly as `/api/v1/openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, openapi) = api_router().split_for_parts();
+    openapi::finish(openapi)
+}
+
+/// The whole HTTP surface: authenticated admin API + open health and metrics endpoints.
+pub fn app(state: AppState) -> Router {
+    let (admin, openapi) = api_router().split_for_parts();
+    let openapi = openapi::finish(openapi);
     let openapi = Arc::new(openapi);
 
     let admin = admin

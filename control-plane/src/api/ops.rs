@@ -56,13 +56,13 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-#[utoipa::path(get, path = "/api/v1/state", tag = "state",
+#[utoipa::path(get, path = "/api/v1/state", tag = "state", operation_id = "get_shared_state",
     responses((status = 200, description = "the live shared state of the fleet (REDIS_URL): \
                                             cooldowns, member failure streaks, breakers, \
                                             in-flight counts, health records, runtime-disabled \
                                             credentials, canaries, sticky binding count. Never \
                                             a secret. `configured: false` without REDIS_URL",
-                                            body = serde_json::Value),
+                                            body = super::schema::SharedStateResponse),
               (status = 401, body = ErrorBody)))]
 pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     let Some(live) = &state.live else {
@@ -113,6 +113,7 @@ pub struct AuditQuery {
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct AuditEntry {
     pub id: i64,
+    #[schema(format = DateTime)]
     pub at: String,
     pub actor: String,
     pub action: String,
@@ -120,11 +121,13 @@ pub struct AuditEntry {
     pub resource_id: Option<i64>,
     /// The snapshot revision this write produced.
     pub revision: i64,
+    /// What the write changed: the written fields of the resource (never a secret); its keys
+    /// depend on `resource` and `action`.
     #[schema(value_type = Object)]
     pub detail: Value,
 }
 
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery),
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", operation_id = "list_audit_entries", params(AuditQuery),
     responses((status = 200, description = "admin writes, oldest first", body = Page<AuditEntry>),
               (status = 401, body = ErrorBody)))]
 pub async fn audit(

@@ -21,7 +21,7 @@ pub struct RouteView {
     pub id: i64,
     pub model_pattern: String,
     pub enabled: bool,
-    /// `auto`, `weighted`, `latency`, `adaptive` or `single`.
+    #[schema(value_type = super::schema::RoutingModeName)]
     pub routing_mode: String,
     pub single_member_id: Option<i64>,
     pub sticky_session: Option<bool>,
@@ -30,7 +30,9 @@ pub struct RouteView {
     pub retry_times: Option<i32>,
     pub channel_retry_times: Option<i32>,
     pub cooldown_seconds: Option<i32>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -51,6 +53,8 @@ fn columns() -> String {
 pub struct RouteCreate {
     pub model_pattern: String,
     pub enabled: Option<bool>,
+    /// Default `auto`.
+    #[schema(value_type = Option<super::schema::RoutingModeName>)]
     pub routing_mode: Option<String>,
     pub single_member_id: Option<i64>,
     pub sticky_session: Option<bool>,
@@ -67,6 +71,7 @@ pub struct RouteCreate {
 pub struct RoutePatch {
     pub model_pattern: Option<String>,
     pub enabled: Option<bool>,
+    #[schema(value_type = Option<super::schema::RoutingModeName>)]
     pub routing_mode: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<i64>)]
@@ -266,7 +271,7 @@ async fn pattern_taken(
     Ok(())
 }
 
-#[utoipa::path(get, path = "/api/v1/routes", tag = "routes", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/routes", tag = "routes", operation_id = "list_routes", params(PageQuery),
     responses((status = 200, body = Page<RouteView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -275,7 +280,7 @@ pub async fn list(
     Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
-#[utoipa::path(post, path = "/api/v1/routes", tag = "routes", request_body = RouteCreate,
+#[utoipa::path(post, path = "/api/v1/routes", tag = "routes", operation_id = "create_route", request_body = RouteCreate,
     responses((status = 201, body = RouteView), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -316,7 +321,7 @@ fn bind_spec<'q>(
         .bind(spec.cooldown_seconds)
 }
 
-#[utoipa::path(get, path = "/api/v1/routes/{id}", tag = "routes",
+#[utoipa::path(get, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "get_route",
     responses((status = 200, body = RouteView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -325,7 +330,7 @@ pub async fn get_one(
     Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/routes/{id}", tag = "routes", request_body = RoutePatch,
+#[utoipa::path(patch, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "update_route", request_body = RoutePatch,
     responses((status = 200, body = RouteView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
@@ -355,7 +360,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/routes/{id}", tag = "routes",
+#[utoipa::path(delete, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "delete_route",
     responses((status = 204, description = "the route and its members are deleted"),
               (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants one of its members", body = ErrorBody)))]

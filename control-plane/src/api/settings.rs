@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use switchyard_engine::Settings;
 
 use super::extract::JsonBody;
+use super::schema::{SettingsChanges, SettingsDocument};
 use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -67,15 +68,17 @@ pub async fn load(executor: impl sqlx::PgExecutor<'_>) -> ApiResult<Settings> {
     merge_settings(stored.0, Map::new())
 }
 
-#[utoipa::path(get, path = "/api/v1/settings", tag = "settings",
-    responses((status = 200, description = "every global setting", body = serde_json::Value),
+#[utoipa::path(get, path = "/api/v1/settings", tag = "settings", operation_id = "get_settings",
+    responses((status = 200, description = "every global setting", body = SettingsDocument),
               (status = 401, body = ErrorBody)))]
 pub async fn get_settings(State(state): State<AppState>) -> ApiResult<Json<Settings>> {
     Ok(Json(load(&state.pool).await?))
 }
 
-#[utoipa::path(put, path = "/api/v1/settings", tag = "settings", request_body = serde_json::Value,
-    responses((status = 200, body = serde_json::Value), (status = 422, body = ErrorBody)))]
+#[utoipa::path(put, path = "/api/v1/settings", tag = "settings", operation_id = "replace_settings", request_body = SettingsChanges,
+    responses((status = 200, description = "the settings now in force", body = SettingsDocument),
+              (status = 400, description = "the body is not a JSON object", body = ErrorBody),
+              (status = 422, description = "an unknown key or an out-of-range value", body = ErrorBody)))]
 pub async fn put_settings(
     State(state): State<AppState>,
     Actor(actor): Actor,
@@ -86,9 +89,11 @@ pub async fn put_settings(
     write(tx, &actor, settings).await
 }
 
-#[utoipa::path(patch, path = "/api/v1/settings", tag = "settings",
-    request_body = serde_json::Value,
-    responses((status = 200, body = serde_json::Value), (status = 422, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/api/v1/settings", tag = "settings", operation_id = "update_settings",
+    request_body = SettingsChanges,
+    responses((status = 200, description = "the settings now in force", body = SettingsDocument),
+              (status = 400, description = "the body is not a JSON object", body = ErrorBody),
+              (status = 422, description = "an unknown key or an out-of-range value", body = ErrorBody)))]
 pub async fn patch_settings(
     State(state): State<AppState>,
     Actor(actor): Actor,

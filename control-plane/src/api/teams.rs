@@ -40,7 +40,9 @@ pub struct TeamView {
     pub plan: BTreeMap<String, PlanEntryDto>,
     pub retry_limit: Option<i32>,
     pub disable_failover: bool,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -292,7 +294,7 @@ async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
         .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
 }
 
-#[utoipa::path(get, path = "/api/v1/teams", tag = "teams", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/teams", tag = "teams", operation_id = "list_teams", params(PageQuery),
     responses((status = 200, body = Page<TeamView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -309,7 +311,7 @@ pub async fn list(
     Ok(Json(Page::from_rows(rows, fetch_n, |t| t.id)))
 }
 
-#[utoipa::path(post, path = "/api/v1/teams", tag = "teams", request_body = TeamCreate,
+#[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
     responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -333,7 +335,7 @@ pub async fn create(
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
-#[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams",
+#[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "get_team",
     responses((status = 200, body = TeamView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -342,7 +344,7 @@ pub async fn get_one(
     Ok(Json(fetch(&state.pool, id).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/teams/{id}", tag = "teams", request_body = TeamPatch,
+#[utoipa::path(patch, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "update_team", request_body = TeamPatch,
     responses((status = 200, body = TeamView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
@@ -383,7 +385,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams",
+#[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "delete_team",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "tokens still belong to the team", body = ErrorBody)))]
 pub async fn delete(

@@ -32,7 +32,9 @@ pub struct TokenView {
     pub team_id: Option<i64>,
     pub allow_pinning: bool,
     pub enabled: bool,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
 }
 
@@ -163,7 +165,7 @@ fn generate_token() -> ApiResult<String> {
     Ok(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
 }
 
-#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", params(PageQuery),
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", operation_id = "list_tokens", params(PageQuery),
     responses((status = 200, body = Page<TokenView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -172,7 +174,7 @@ pub async fn list(
     Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", request_body = TokenCreate,
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = TokenCreate,
     responses((status = 201, description = "the plaintext `token` is returned only here",
                body = CreatedToken),
               (status = 422, body = ErrorBody)))]
@@ -214,7 +216,7 @@ pub async fn create(
     ))
 }
 
-#[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens",
+#[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "get_token",
     responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -223,7 +225,7 @@ pub async fn get_one(
     Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
-#[utoipa::path(patch, path = "/api/v1/tokens/{id}", tag = "tokens", request_body = TokenPatch,
+#[utoipa::path(patch, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "update_token", request_body = TokenPatch,
     responses((status = 200, body = TokenView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
@@ -261,7 +263,7 @@ pub async fn patch(
     Ok(with_revision(revision, Json(view)))
 }
 
-#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens",
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(state): State<AppState>,

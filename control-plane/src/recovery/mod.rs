@@ -6,6 +6,11 @@
 //! one by one in the same rounds, whatever their channel's status short of a manual disable; a
 //! pass lifts that credential's disable fleet-wide (`StateStore::enable_credential`).
 //!
+//! What to probe (channels, their credentials and members) is read from the publisher's current
+//! snapshot, not re-queried: the probe itself is `switchyard_upstream`'s, the one the proxies
+//! use, asking the upstream model of the channel's first enabled member for one token. A channel
+//! with no enabled member has nothing to ask for and is skipped (logged, `RoundReport::unprobed`).
+//!
 //! Architecture invariant: a manual disable is never undone. Status changes are made under the
 //! channel's row lock and only from the status the job expects (`enabled` → `auto_disabled`,
 //! `auto_disabled` → `enabled`), so an operator's `disabled` always wins, even one set while a
@@ -14,27 +19,30 @@
 mod leader;
 mod probe;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
-use switchyard_engine::{ChannelStatus, HealthView, Provider, Settings};
+use switchyard_engine::{Channel, ChannelId, ChannelStatus, HealthView, Settings, Snapshot};
 use switchyard_state::ChannelState;
+use switchyard_upstream::{probe_model, HttpClient};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use leader::{Leadership, RECOVERY_LOCK_KEY};
-pub use probe::{models_url, ProbeOutcome};
-use probe::{ProbeClient, ProbeTarget, Secret};
+pub use probe::ProbeOutcome;
+use probe::ProbeTarget;
 
 use crate::api::record_status_event;
 use crate::compile::settings_from_stored;
 use crate::db::{commit_write, Audit};
 use crate::live::LiveState;
+use crate::publisher::Publisher;
 
 /// Actor of the writes this job makes, in the audit log and channel events.
 pub const BREAKER_ACTOR: &str = "system:breaker";
@@ -78,12 +86,17 @@ pub struct RoundReport {
     pub credentials_recovered: Vec<i64>,
     /// Credentials whose probe failed: they stay disabled.
     pub credentials_failed: Vec<i64>,
+    /// Channels that were due a probe (their own, or one of their runtime-disabled credentials')
+    /// but have no enabled member, so no model to ask for: not probed.
+    pub unprobed: Vec<i64>,
 }
 
 pub struct Recovery {
     pool: PgPool,
     live: Option<LiveState>,
-    client: ProbeClient,
+    /// Where the rounds read channels, credentials and members: the current published snapshot.
+    publisher: OnceLock<Arc<Publisher>>,
+    client: HttpClient,
     config: RecoveryConfig,
     leader: AtomicBool,
     rounds: AtomicU64,
@@ -108,62 +121,22 @@ async fn load_settings(pool: &PgPool) -> anyhow::Result<Settings> {
     settings_from_stored(stored.0)
 }
 
-#[derive(sqlx::FromRow)]
-struct ChannelRow {
-    id: i64,
-    name: String,
-    provider: String,
-    base_url: String,
-    status: String,
-    headers: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
-}
-
-/// One runtime-disabled credential with its channel, to probe on its own.
-#[derive(sqlx::FromRow)]
-struct DisabledCredentialRow {
-    credential_id: i64,
-    secret: Option<String>,
-    secret_env: Option<String>,
-    channel_id: i64,
-    name: String,
-    provider: String,
-    base_url: String,
-    headers: sqlx::types::Json<std::collections::BTreeMap<String, String>>,
-}
-
-/// A credential's secret: inline, or from the control plane's own environment (`secret_env`).
-/// `None` (with a warning naming the variable, never a value) when it cannot be resolved.
-fn resolve_secret(
-    channel_id: i64,
-    credential_id: i64,
-    secret: Option<String>,
-    secret_env: Option<String>,
-) -> Option<Secret> {
-    let secret = match (secret, secret_env) {
-        (Some(secret), _) => Some(secret),
-        (None, Some(name)) => {
-            let value = std::env::var(&name).ok();
-            if value.is_none() {
-                tracing::warn!(
-                    channel_id,
-                    credential_id,
-                    env = %name,
-                    "credential's environment variable is not set on the control plane; not probed"
-                );
-            }
-            value
-        }
-        (None, None) => None,
-    };
-    secret.map(Secret::new)
+/// A seed for the simulated failures of `mock` channels' probes.
+fn probe_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5EED)
 }
 
 impl Recovery {
     pub fn new(pool: PgPool, live: Option<LiveState>, config: RecoveryConfig) -> Arc<Recovery> {
-        let client = probe::client(config.probe_timeout.min(Duration::from_secs(3)));
+        let client =
+            switchyard_upstream::build_client(config.probe_timeout.min(Duration::from_secs(3)));
         Arc::new(Recovery {
             pool,
             live,
+            publisher: OnceLock::new(),
             client,
             config,
             leader: AtomicBool::new(false),
@@ -172,6 +145,18 @@ impl Recovery {
             probes_failed: AtomicU64::new(0),
             breakers_recorded: AtomicU64::new(0),
         })
+    }
+
+    /// The publisher whose current snapshot the rounds read (set once; later calls are ignored).
+    /// Until it is set, or while it has published nothing, rounds record breakers but probe
+    /// nothing (`RoundReport::skipped`). `AppState::with_recovery` sets it to the app's own.
+    pub fn read_snapshots_from(&self, publisher: Arc<Publisher>) {
+        let _ = self.publisher.set(publisher);
+    }
+
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        let published = self.publisher.get()?.current()?;
+        Some(Arc::clone(&published.snapshot))
     }
 
     /// Whether this replica holds the lead right now.
@@ -282,7 +267,11 @@ impl Recovery {
         let settings = load_settings(&self.pool).await?;
         let interval = Duration::from_secs(settings.recovery_probe_interval_seconds.into());
         let due = last_round.is_none_or(|at| at.elapsed() >= interval);
-        if due && probes_on(&settings).is_ok() && settings.fault_protection_enabled {
+        if due
+            && probes_on(&settings).is_ok()
+            && settings.fault_protection_enabled
+            && self.snapshot().is_some()
+        {
             *last_round = Some(Instant::now());
         }
         let report = self.round(&settings, due).await?;
@@ -327,10 +316,15 @@ impl Recovery {
             report.skipped = Some("no probe round due");
             return Ok(report);
         }
+        let Some(snapshot) = self.snapshot() else {
+            report.skipped = Some("no snapshot published yet");
+            return Ok(report);
+        };
         self.rounds.fetch_add(1, Ordering::Relaxed);
         // Credentials first: one that recovers is then usable by its channel's probe below.
-        self.probe_disabled_credentials(&mut report).await?;
-        self.probe_channels(&open, &mut report).await?;
+        self.probe_disabled_credentials(&snapshot, &mut report)
+            .await?;
+        self.probe_channels(&snapshot, &open, &mut report).await?;
         Ok(report)
     }
 
@@ -419,14 +413,18 @@ impl Recovery {
     }
 
     /// Probes, one by one, every credential the fleet disabled at runtime (the shared state's
-    /// dump) that is still enabled in Postgres, on a channel that is `enabled` or
+    /// dump) that is still enabled in the snapshot, on a channel that is `enabled` or
     /// `auto_disabled` (an operator's `disabled` channel is left alone). A pass lifts the
     /// disable fleet-wide; a failure leaves it. Logged with ids only, never a secret.
-    async fn probe_disabled_credentials(&self, report: &mut RoundReport) -> anyhow::Result<()> {
+    async fn probe_disabled_credentials(
+        &self,
+        snapshot: &Snapshot,
+        report: &mut RoundReport,
+    ) -> anyhow::Result<()> {
         let Some(live) = &self.live else {
             return Ok(());
         };
-        let disabled: Vec<i64> = live
+        let disabled: HashSet<i64> = live
             .store()
             .dump(now_ms())
             .credentials_disabled
@@ -436,53 +434,54 @@ impl Recovery {
         if disabled.is_empty() {
             return Ok(());
         }
-        let rows: Vec<DisabledCredentialRow> = sqlx::query_as(
-            "SELECT k.id AS credential_id, k.secret, k.secret_env, c.id AS channel_id, c.name, \
-             c.provider, c.base_url, c.headers FROM credentials k \
-             JOIN channels c ON c.id = k.channel_id \
-             WHERE k.id = ANY($1) AND k.enabled AND c.status IN ('enabled', 'auto_disabled') \
-             ORDER BY k.id",
-        )
-        .bind(&disabled)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing runtime-disabled credentials to probe")?;
-        for row in rows {
-            let credential_id = row.credential_id;
-            let Some(secret) =
-                resolve_secret(row.channel_id, credential_id, row.secret, row.secret_env)
-            else {
+        let mut due: Vec<(i64, &Channel)> = snapshot
+            .channels()
+            .filter(|c| c.status != ChannelStatus::Disabled)
+            .flat_map(|channel| {
+                channel
+                    .credentials
+                    .iter()
+                    .filter(|k| k.enabled && disabled.contains(&k.id))
+                    .map(move |k| (k.id, channel))
+            })
+            .collect();
+        due.sort_by_key(|(credential_id, _)| *credential_id);
+        for (credential_id, channel) in due {
+            let Some(model) = self.model_for(snapshot, channel, report) else {
                 continue;
             };
-            let target = ProbeTarget {
-                channel_id: row.channel_id,
-                name: row.name,
-                provider: Provider::parse(&row.provider).unwrap_or(Provider::Openai),
-                base_url: row.base_url,
-                headers: row.headers.0,
-                credentials: vec![(credential_id, secret)],
-            };
+            let target = ProbeTarget::new(channel, |k| k.id == credential_id, model);
+            if target.runtime.credentials.is_empty() {
+                continue;
+            }
             report.credentials_probed.push(credential_id);
             // A disable set after this instant (the key failed again meanwhile) is not lifted.
             let started = now_ms();
-            match probe::probe(&self.client, &target, self.config.probe_timeout).await {
+            match probe::probe(
+                &self.client,
+                &target,
+                self.config.probe_timeout,
+                probe_seed(),
+            )
+            .await
+            {
                 ProbeOutcome::Passed { .. } => {
                     live.store().enable_credential(credential_id, started);
                     tracing::info!(
-                        channel_id = target.channel_id,
-                        channel = %target.name,
+                        channel_id = channel.id,
+                        channel = %channel.name,
                         credential_id,
                         actor = PROBE_ACTOR,
                         "recovery probe passed; runtime-disabled credential re-enabled"
                     );
                     report.credentials_recovered.push(credential_id);
                 }
-                ProbeOutcome::Failed { last_error, .. } => {
+                ProbeOutcome::Failed { last, .. } => {
                     tracing::info!(
-                        channel_id = target.channel_id,
-                        channel = %target.name,
+                        channel_id = channel.id,
+                        channel = %channel.name,
                         credential_id,
-                        last_error = %last_error,
+                        result = %probe::describe(last),
                         "recovery probe failed; credential stays disabled"
                     );
                     report.credentials_failed.push(credential_id);
@@ -492,40 +491,71 @@ impl Recovery {
         Ok(())
     }
 
+    /// The model `channel` is probed with, or `None` (logged, reported once per round) when it
+    /// has no enabled member.
+    fn model_for<'s>(
+        &self,
+        snapshot: &'s Snapshot,
+        channel: &Channel,
+        report: &mut RoundReport,
+    ) -> Option<&'s str> {
+        let model = probe_model(snapshot, channel.id);
+        if model.is_none() && !report.unprobed.contains(&channel.id) {
+            tracing::info!(
+                channel_id = channel.id,
+                channel = %channel.name,
+                "channel has no enabled member, so no model to probe with; not probed"
+            );
+            report.unprobed.push(channel.id);
+        }
+        model
+    }
+
     /// Probes every `auto_disabled` channel and every `enabled` one whose breaker is open.
     async fn probe_channels(
         &self,
+        snapshot: &Snapshot,
         open: &[ChannelState],
         report: &mut RoundReport,
     ) -> anyhow::Result<()> {
-        let open_ids: Vec<i64> = open.iter().map(|c| c.channel_id).collect();
-        let rows: Vec<ChannelRow> = sqlx::query_as(
-            "SELECT id, name, provider, base_url, status, headers FROM channels \
-             WHERE status = 'auto_disabled' OR (status = 'enabled' AND id = ANY($1)) ORDER BY id",
-        )
-        .bind(&open_ids)
-        .fetch_all(&self.pool)
-        .await
-        .context("listing channels to probe")?;
-        for row in rows {
-            let id = row.id;
-            let status = row.status.clone();
-            let target = self.target(row).await?;
+        let open_ids: HashSet<ChannelId> = open.iter().map(|c| c.channel_id).collect();
+        let mut due: Vec<&Channel> = snapshot
+            .channels()
+            .filter(|c| {
+                c.status == ChannelStatus::AutoDisabled
+                    || (c.status == ChannelStatus::Enabled && open_ids.contains(&c.id))
+            })
+            .collect();
+        due.sort_by_key(|c| c.id);
+        for channel in due {
+            let id = channel.id;
+            let Some(model) = self.model_for(snapshot, channel, report) else {
+                continue;
+            };
+            let target = self.target(channel, model);
             report.probed.push(id);
-            let outcome = probe::probe(&self.client, &target, self.config.probe_timeout).await;
+            let outcome = probe::probe(
+                &self.client,
+                &target,
+                self.config.probe_timeout,
+                probe_seed(),
+            )
+            .await;
             match outcome {
                 ProbeOutcome::Passed { credential_id } => {
                     self.probes_passed.fetch_add(1, Ordering::Relaxed);
-                    self.recovered(&target, &status, credential_id).await?;
+                    self.recovered(snapshot, channel, &target, credential_id)
+                        .await?;
                     report.recovered.push(id);
                 }
-                ProbeOutcome::Failed { tried, last_error } => {
+                ProbeOutcome::Failed { tried, last } => {
                     self.probes_failed.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
                         channel_id = id,
-                        channel = %target.name,
+                        channel = %channel.name,
+                        model = %target.model,
                         credentials_tried = tried,
-                        last_error = %last_error,
+                        result = %probe::describe(last),
                         "recovery probe failed; channel stays disabled"
                     );
                     report.failed.push(id);
@@ -535,19 +565,11 @@ impl Recovery {
         Ok(())
     }
 
-    /// The channel with its enabled credentials, secrets resolved here (inline, or the control
-    /// plane's own environment for `secret_env`). Credentials the fleet disabled at runtime are
-    /// left out: proxies would not use them, so they prove nothing (they are probed on their own
-    /// first, see `probe_disabled_credentials`).
-    async fn target(&self, row: ChannelRow) -> anyhow::Result<ProbeTarget> {
-        let credentials: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
-            "SELECT id, secret, secret_env FROM credentials \
-             WHERE channel_id = $1 AND enabled ORDER BY id",
-        )
-        .bind(row.id)
-        .fetch_all(&self.pool)
-        .await
-        .context("reading credentials to probe")?;
+    /// The channel with its credentials enabled in the snapshot, secrets resolved here (inline,
+    /// or the control plane's own environment for `secret_env`). Credentials the fleet disabled
+    /// at runtime are left out: proxies would not use them, so they prove nothing (they are
+    /// probed on their own first, see `probe_disabled_credentials`).
+    fn target(&self, channel: &Channel, model: &str) -> ProbeTarget {
         let runtime_disabled = |credential: i64| {
             let mut disabled = false;
             if let Some(live) = &self.live {
@@ -557,62 +579,50 @@ impl Recovery {
             }
             disabled
         };
-        let mut resolved = Vec::with_capacity(credentials.len());
-        for (id, secret, secret_env) in credentials {
-            if runtime_disabled(id) {
-                continue;
-            }
-            if let Some(secret) = resolve_secret(row.id, id, secret, secret_env) {
-                resolved.push((id, secret));
-            }
-        }
-        Ok(ProbeTarget {
-            channel_id: row.id,
-            name: row.name,
-            provider: Provider::parse(&row.provider).unwrap_or(Provider::Openai),
-            base_url: row.base_url,
-            headers: row.headers.0,
-            credentials: resolved,
-        })
+        ProbeTarget::new(channel, |k| k.enabled && !runtime_disabled(k.id), model)
     }
 
     /// A passed probe: close the breaker and clear the members' failure state fleet-wide, then
-    /// re-enable the channel if (and only if) it is still `auto_disabled`.
+    /// re-enable the channel if (and only if) Postgres still has it `auto_disabled` (the row lock
+    /// decides, not the snapshot, which may be a moment behind).
     async fn recovered(
         &self,
+        snapshot: &Snapshot,
+        channel: &Channel,
         target: &ProbeTarget,
-        status: &str,
-        credential_id: Option<i64>,
+        credential_id: i64,
     ) -> anyhow::Result<()> {
         if let Some(live) = &self.live {
-            let members: Vec<i64> =
-                sqlx::query_scalar("SELECT id FROM route_members WHERE channel_id = $1")
-                    .bind(target.channel_id)
-                    .fetch_all(&self.pool)
-                    .await
-                    .context("reading the channel's members")?;
-            live.store().reset_channel(target.channel_id, &members);
+            let members: Vec<i64> = snapshot
+                .routes()
+                .iter()
+                .flat_map(|route| route.members.iter())
+                .filter(|member| member.channel_id == channel.id)
+                .map(|member| member.id)
+                .collect();
+            live.store().reset_channel(channel.id, &members);
         }
-        let reason = match credential_id {
-            Some(id) => format!("recovery probe passed (GET /v1/models with credential {id})"),
-            None => "recovery probe passed (mock channel)".to_owned(),
+        let reason = if target.runtime.mock.is_some() {
+            "recovery probe passed (mock channel)".to_owned()
+        } else {
+            format!(
+                "recovery probe passed (one-token generation of {} with credential {credential_id})",
+                target.model
+            )
         };
-        let mut re_enabled = false;
-        if status == ChannelStatus::AutoDisabled.as_str() {
-            re_enabled = self
-                .change_status(
-                    target.channel_id,
-                    ChannelStatus::AutoDisabled,
-                    ChannelStatus::Enabled,
-                    &reason,
-                    PROBE_ACTOR,
-                )
-                .await
-                .with_context(|| format!("re-enabling channel {}", target.channel_id))?;
-        }
+        let re_enabled = self
+            .change_status(
+                channel.id,
+                ChannelStatus::AutoDisabled,
+                ChannelStatus::Enabled,
+                &reason,
+                PROBE_ACTOR,
+            )
+            .await
+            .with_context(|| format!("re-enabling channel {}", channel.id))?;
         tracing::info!(
-            channel_id = target.channel_id,
-            channel = %target.name,
+            channel_id = channel.id,
+            channel = %channel.name,
             re_enabled,
             "recovery probe passed; breaker closed"
         );

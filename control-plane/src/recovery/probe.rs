@@ -1,86 +1,54 @@
-//! The probe request itself: a quiet `GET …/v1/models` with one credential, the cheapest call
-//! every OpenAI-style upstream answers (Anthropic's `/v1/models` takes `x-api-key`; Gemini's
-//! OpenAI-compatible endpoint takes a bearer token, as the proxies send it). `mock` channels are
-//! simulated in-process by the proxies, so they always pass.
+//! Probing a channel from the control plane with the shared probe of `switchyard-upstream`: the
+//! same request the proxies' standalone probes send (a one-token generation in the channel's own
+//! protocol), built by the same per-channel runtime that builds the proxies' traffic (URL
+//! joining, each provider's auth header, extra headers), so the two planes cannot disagree on
+//! what an upstream is asked. Secrets are resolved here (inline from the snapshot, or the control
+//! plane's own environment for `secret_env`), carried only in sensitive header values, and never
+//! logged or reported.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{HeaderName, AUTHORIZATION};
-use http::{HeaderValue, Method, Request};
-use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use switchyard_engine::Provider;
+use switchyard_engine::{Channel, Credential, CredentialId, SplitMix64};
+use switchyard_upstream::{ChannelRuntime, HttpClient, ProbeResult};
 
-pub type ProbeClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// A small client for probes: HTTP/1.1, rustls with webpki roots, short connect timeout, few
-/// idle connections (probes are rare).
-pub fn client(connect_timeout: Duration) -> ProbeClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(1)
-        .build(https)
-}
-
-/// A credential's secret, resolved on the control plane. Never printed.
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Secret {
-        Secret(value)
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(****)")
-    }
-}
-
-/// What a probe needs to know about a channel.
-#[derive(Debug)]
+/// What one channel's probe tries: its runtime (with only the credentials to try) and the
+/// upstream model it asks for.
 pub struct ProbeTarget {
-    pub channel_id: i64,
-    pub name: String,
-    pub provider: Provider,
-    pub base_url: String,
-    pub headers: BTreeMap<String, String>,
-    /// Enabled credentials whose secret could be resolved, in id order.
-    pub credentials: Vec<(i64, Secret)>,
+    pub runtime: ChannelRuntime,
+    pub model: String,
 }
 
-/// `{base_url}/v1/models`, or `{base_url}/models` when the base already ends in `/v1` — the same
-/// rule the proxies use for every endpoint.
-pub fn models_url(base_url: &str) -> String {
-    let base = base_url.trim().trim_end_matches('/');
-    if base.ends_with("/v1") {
-        format!("{base}/models")
-    } else {
-        format!("{base}/v1/models")
+impl ProbeTarget {
+    /// `channel` with only the `credentials` it keeps (enabled in the snapshot, not disabled at
+    /// runtime, or the one being probed on its own). A credential whose secret cannot be resolved
+    /// here (unset env var, bad header value) is left out, with a warning naming its id.
+    pub fn new(
+        channel: &Channel,
+        credentials: impl Fn(&Credential) -> bool,
+        model: &str,
+    ) -> ProbeTarget {
+        let mut channel = channel.clone();
+        channel.credentials.retain(|c| credentials(c));
+        let env = |name: &str| std::env::var(name).ok();
+        ProbeTarget {
+            runtime: ChannelRuntime::compile(&channel, &env),
+            model: model.to_owned(),
+        }
     }
 }
 
 /// The result of probing one channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeOutcome {
-    /// This credential got a 2xx (`None`: a mock channel).
-    Passed { credential_id: Option<i64> },
-    /// Every credential failed; the last failure, for the log (never a secret).
-    Failed { tried: usize, last_error: String },
+    /// This credential got a 2xx (for a mock channel without credentials, the simulation's
+    /// placeholder id `switchyard_upstream::MOCK_CREDENTIAL`).
+    Passed { credential_id: CredentialId },
+    /// Every credential failed (`last`: the last one's result; `None` when there was no
+    /// credential to try).
+    Failed {
+        tried: usize,
+        last: Option<ProbeResult>,
+    },
 }
 
 impl ProbeOutcome {
@@ -89,122 +57,41 @@ impl ProbeOutcome {
     }
 }
 
-fn request(target: &ProbeTarget, secret: &Secret) -> Result<Request<Full<Bytes>>, String> {
-    let mut builder = Request::builder()
-        .method(Method::GET)
-        .uri(models_url(&target.base_url));
-    let headers = builder
-        .headers_mut()
-        .ok_or_else(|| "invalid base_url".to_owned())?;
-    for (name, value) in &target.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            headers.insert(name, value);
-        }
-    }
-    let (name, value) = match target.provider {
-        Provider::Anthropic => (
-            HeaderName::from_static("x-api-key"),
-            secret.0.trim().to_owned(),
-        ),
-        _ => (AUTHORIZATION, format!("Bearer {}", secret.0.trim())),
-    };
-    let mut value = HeaderValue::from_str(&value)
-        .map_err(|_| "the credential is not a valid header value".to_owned())?;
-    value.set_sensitive(true);
-    headers.insert(name, value);
-    if target.provider == Provider::Anthropic && !headers.contains_key("anthropic-version") {
-        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-    }
-    builder
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| format!("cannot build the request: {e}"))
-}
-
-/// Tries the channel's credentials in turn until one gets a 2xx, each within `timeout`.
-pub async fn probe(client: &ProbeClient, target: &ProbeTarget, timeout: Duration) -> ProbeOutcome {
-    if target.provider == Provider::Mock {
-        return ProbeOutcome::Passed {
-            credential_id: None,
-        };
-    }
-    let mut last_error = "no enabled credential with a resolvable secret".to_owned();
+/// Tries the target's credentials in order until one passes, each within `timeout`.
+pub async fn probe(
+    client: &HttpClient,
+    target: &ProbeTarget,
+    timeout: Duration,
+    seed: u64,
+) -> ProbeOutcome {
+    let mut rng = SplitMix64::new(seed);
+    let mut last = None;
     let mut tried = 0;
-    for (credential_id, secret) in &target.credentials {
+    for credential in &target.runtime.credentials {
         tried += 1;
-        let request = match request(target, secret) {
-            Ok(request) => request,
-            Err(error) => {
-                last_error = format!("credential {credential_id}: {error}");
-                continue;
-            }
-        };
-        match tokio::time::timeout(timeout, client.request(request)).await {
-            Ok(Ok(response)) if response.status().is_success() => {
-                return ProbeOutcome::Passed {
-                    credential_id: Some(*credential_id),
-                };
-            }
-            Ok(Ok(response)) => {
-                last_error = format!("credential {credential_id}: HTTP {}", response.status());
-            }
-            Ok(Err(error)) => {
-                last_error = format!("credential {credential_id}: {error}");
-            }
-            Err(_) => {
-                last_error = format!(
-                    "credential {credential_id}: no answer within {} ms",
-                    timeout.as_millis()
-                );
-            }
+        let result = switchyard_upstream::probe_credential(
+            client,
+            &target.runtime,
+            credential,
+            &target.model,
+            timeout,
+            &mut rng,
+        )
+        .await;
+        if result.passed() {
+            return ProbeOutcome::Passed {
+                credential_id: credential.id,
+            };
         }
+        last = Some(result);
     }
-    ProbeOutcome::Failed { tried, last_error }
+    ProbeOutcome::Failed { tried, last }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn models_url_follows_the_proxies_rule() {
-        assert_eq!(
-            models_url("https://api.openai.com/v1"),
-            "https://api.openai.com/v1/models"
-        );
-        assert_eq!(
-            models_url("https://api.openai.com/v1/"),
-            "https://api.openai.com/v1/models"
-        );
-        assert_eq!(
-            models_url("http://127.0.0.1:9000"),
-            "http://127.0.0.1:9000/v1/models"
-        );
-    }
-
-    #[test]
-    fn secrets_do_not_print() {
-        let secret = Secret::new("sk-very-secret".into());
-        assert_eq!(format!("{secret:?}"), "Secret(****)");
-    }
-
-    #[test]
-    fn anthropic_probes_send_x_api_key_and_a_version() {
-        let target = ProbeTarget {
-            channel_id: 1,
-            name: "a".into(),
-            provider: Provider::Anthropic,
-            base_url: "https://api.anthropic.com".into(),
-            headers: BTreeMap::new(),
-            credentials: Vec::new(),
-        };
-        let req = request(&target, &Secret::new("k1".into())).unwrap();
-        assert_eq!(req.uri(), "https://api.anthropic.com/v1/models");
-        assert_eq!(req.headers()["x-api-key"], "k1");
-        assert!(req.headers()["x-api-key"].is_sensitive());
-        assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
-        assert!(!req.headers().contains_key(AUTHORIZATION));
-    }
+/// `last` for a log line: the last result, or why nothing was tried.
+pub fn describe(last: Option<ProbeResult>) -> String {
+    last.map_or_else(
+        || "no enabled credential with a resolvable secret".to_owned(),
+        |result| result.to_string(),
+    )
 }

@@ -36,15 +36,17 @@
 //!
 //! Rules are checked in insertion order; the first matching rule with uses left answers, and
 //! when none matches the endpoint's default OK answer is served. The answers' shapes come from
-//! [`sim`], which the data plane's in-process `provider: mock` uses too.
+//! [`sim`] (defined in `switchyard-upstream` and re-exported here), which the data plane's
+//! in-process `provider: mock` uses too.
 
 mod control;
 mod respond;
 mod script;
 mod server;
-pub mod sim;
 
 pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec, ToolCallSpec};
 pub use respond::DEFAULT_STREAM_CHUNKS;
 pub use script::{Behavior, HitCounts, Matcher, RecordedRequest, RuleReport, StreamShape};
 pub use server::{MockOptions, MockUpstream};
+/// The pure answer builders, shared with the data plane's `provider: mock`.
+pub use switchyard_upstream::sim;

@@ -73,49 +73,7 @@ pub async fn watch_snapshots(
     tx: watch::Sender<Option<Arc<Snapshot>>>,
     shutdown: CancellationToken,
 ) -> Result<(), WatchError> {
-    let authorization = match auth.fleet_token.as_deref().map(str::trim) {
-        Some(token) if !token.is_empty() => {
-            let mut value: MetadataValue<Ascii> =
-                format!("Bearer {token}")
-                    .parse()
-                    .map_err(|_| WatchError::InvalidEndpoint {
-                        endpoint: endpoint.clone(),
-                        reason: "the fleet token is not a valid header value".to_owned(),
-                    })?;
-            value.set_sensitive(true);
-            Some(value)
-        }
-        _ => None,
-    };
-    let mut endpoint_config =
-        tonic::transport::Endpoint::from_shared(endpoint.clone()).map_err(|e| {
-            WatchError::InvalidEndpoint {
-                endpoint: endpoint.clone(),
-                reason: e.to_string(),
-            }
-        })?;
-    if endpoint.starts_with("https://") || auth.ca_pem.is_some() || auth.identity_pem.is_some() {
-        let mut tls = ClientTlsConfig::new();
-        tls = match &auth.ca_pem {
-            Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
-            None => tls.with_webpki_roots(),
-        };
-        if let Some((cert, key)) = &auth.identity_pem {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        endpoint_config =
-            endpoint_config
-                .tls_config(tls)
-                .map_err(|e| WatchError::InvalidEndpoint {
-                    endpoint: endpoint.clone(),
-                    reason: format!("TLS: {e}"),
-                })?;
-    }
-    let endpoint_config = endpoint_config
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_keepalive(Some(Duration::from_secs(30)))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true);
+    let (endpoint_config, authorization) = connect_config(&endpoint, &auth)?;
 
     let mut backoff = INITIAL_BACKOFF;
     let mut attempt: u64 = 0;
@@ -150,6 +108,56 @@ pub async fn watch_snapshots(
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The endpoint (TLS, timeouts, keep-alive) and the `authorization` value a proxy presents to the
+/// control plane, shared by the snapshot stream and the usage reports.
+pub(crate) fn connect_config(
+    endpoint: &str,
+    auth: &WatchAuth,
+) -> Result<(tonic::transport::Endpoint, Option<MetadataValue<Ascii>>), WatchError> {
+    let authorization = match auth.fleet_token.as_deref().map(str::trim) {
+        Some(token) if !token.is_empty() => {
+            let mut value: MetadataValue<Ascii> =
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| WatchError::InvalidEndpoint {
+                        endpoint: endpoint.to_owned(),
+                        reason: "the fleet token is not a valid header value".to_owned(),
+                    })?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        _ => None,
+    };
+    let mut endpoint_config = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| WatchError::InvalidEndpoint {
+            endpoint: endpoint.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if endpoint.starts_with("https://") || auth.ca_pem.is_some() || auth.identity_pem.is_some() {
+        let mut tls = ClientTlsConfig::new();
+        tls = match &auth.ca_pem {
+            Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
+            None => tls.with_webpki_roots(),
+        };
+        if let Some((cert, key)) = &auth.identity_pem {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        endpoint_config =
+            endpoint_config
+                .tls_config(tls)
+                .map_err(|e| WatchError::InvalidEndpoint {
+                    endpoint: endpoint.to_owned(),
+                    reason: format!("TLS: {e}"),
+                })?;
+    }
+    let endpoint_config = endpoint_config
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_keepalive(Some(Duration::from_secs(30)))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true);
+    Ok((endpoint_config, authorization))
 }
 
 fn held_revision(tx: &watch::Sender<Option<Arc<Snapshot>>>, have_revision: u64) -> u64 {
@@ -217,7 +225,7 @@ async fn follow_once(
 }
 
 /// Up to +50% jitter, derived without a global RNG so reconnecting proxies spread out.
-fn with_jitter(base: Duration, attempt: u64) -> Duration {
+pub(crate) fn with_jitter(base: Duration, attempt: u64) -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

@@ -1,6 +1,7 @@
 //! The snapshot service's wire types (generated from `proto/switchyard/snapshot/v1`), their
 //! explicit conversion to and from the engine's [`switchyard_engine::Snapshot`], and the client
-//! helper proxies use to follow the control plane.
+//! helper proxies use to follow the control plane; and the proxies' usage reports
+//! ([`usage`]: aggregated in memory, sent in idempotent batches over `ReportUsage`).
 //!
 //! Architecture invariant: only this crate and the control plane's gRPC edge know about protobuf
 //! types. Everything else works on validated engine types; a received snapshot is converted in
@@ -9,6 +10,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod usage;
 
 /// Generated protobuf messages and gRPC stubs of `switchyard.snapshot.v1`.
 #[allow(
@@ -25,3 +27,4 @@ pub mod v1 {
 
 pub use client::{watch_snapshots, WatchAuth, WatchError};
 pub use convert::{snapshot_from_proto, snapshot_to_proto, ConversionError, SCHEMA_VERSION};
+pub use usage::{report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey};

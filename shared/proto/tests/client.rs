@@ -44,6 +44,13 @@ impl SnapshotService for Scripted {
         );
         Ok(Response::new(Box::pin(stream)))
     }
+
+    async fn report_usage(
+        &self,
+        _request: Request<v1::UsageBatch>,
+    ) -> Result<Response<v1::UsageAck>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
 }
 
 fn wire(revision: u64) -> v1::Snapshot {

@@ -9,6 +9,10 @@
 //!
 //! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
 //! shape so the two cannot drift apart.
+//!
+//! One flat log schema for both binaries: every line is one JSON object with `timestamp`,
+//! `level`, `target`, `message` and the event's own fields at the top level (never nested under
+//! `fields`), so one parser and one log pipeline read both planes.
 
 pub mod context;
 pub mod record;
@@ -37,9 +41,6 @@ pub fn enabled() -> bool {
 pub struct Options {
     /// The service name when `OTEL_SERVICE_NAME` is unset, and the tracer's name.
     pub service_name: &'static str,
-    /// Put an event's fields at the top level of its JSON line (the data plane's request lines)
-    /// rather than under `fields` (the control plane's).
-    pub flatten_event: bool,
 }
 
 /// Whether the environment asks for OTLP trace export.
@@ -103,6 +104,21 @@ pub fn provider(default_service_name: &str) -> Result<SdkTracerProvider, String>
         .build())
 }
 
+/// The one log line format of both binaries: a flat JSON object per event (`timestamp`, `level`,
+/// `target`, `message` and the event's fields at the top level), without span context.
+pub fn json_lines<S, W>(writer: W) -> impl Layer<S> + Send + Sync + 'static
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(writer)
+}
+
 /// Installs the global subscriber: JSON lines on stdout (`RUST_LOG`, default `info`) and, when
 /// [`requested`], the OTLP layer (this crate's spans and the events inside them). Call it inside
 /// the tokio runtime; keep the returned guard until the runtime's work is done.
@@ -113,13 +129,7 @@ pub fn init(options: Options) -> Telemetry {
         .thread_name("switchyard-log")
         .finish(std::io::stdout());
     record::set_writer(writer.clone());
-    let fmt = tracing_subscriber::fmt::layer()
-        .json()
-        .flatten_event(options.flatten_event)
-        .with_current_span(false)
-        .with_span_list(false)
-        .with_writer(writer)
-        .with_filter(env_filter());
+    let fmt = json_lines(writer).with_filter(env_filter());
     if !requested() {
         tracing_subscriber::registry().with(fmt).init();
         return Telemetry {
@@ -155,5 +165,57 @@ pub fn init(options: Options) -> Telemetry {
                 _log_writer: log_writer,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buffer {
+        type Writer = Buffer;
+        fn make_writer(&'a self) -> Buffer {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn log_lines_are_flat_json_with_the_same_top_level_keys() {
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::registry().with(super::json_lines(buffer.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("request", request_id = "r1");
+            let _entered = span.enter();
+            tracing::info!(http_addr = "127.0.0.1:1", count = 3, "listening");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert!(line.get("fields").is_none(), "no nesting: {line}");
+        assert!(
+            line.get("span").is_none() && line.get("spans").is_none(),
+            "{line}"
+        );
+        assert_eq!(line["message"], "listening");
+        assert_eq!(line["http_addr"], "127.0.0.1:1");
+        assert_eq!(line["count"], 3);
+        assert_eq!(line["level"], "INFO");
+        assert!(line["timestamp"].is_string());
+        assert!(line["target"].is_string());
     }
 }

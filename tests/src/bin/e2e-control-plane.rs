@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchyard_control_plane::config::Config;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let config = match Config::try_parse() {
@@ -27,14 +26,6 @@ fn main() -> ExitCode {
         eprintln!("e2e-control-plane: bad configuration: {reason}");
         return ExitCode::from(2);
     }
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_current_span(false)
-        .with_writer(std::io::stdout)
-        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -45,7 +36,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    // The same logging as the shipped binary (flat JSON lines), initialised inside the runtime.
+    let mut telemetry = {
+        let _entered = runtime.enter();
+        switchyard_control_plane::telemetry::init()
+    };
+    let code = runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         tokio::spawn(signal_shutdown(shutdown.clone()));
         match switchyard_control_plane::server::run(config, shutdown).await {
@@ -56,7 +52,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    telemetry.shutdown();
+    code
 }
 
 /// SIGTERM or Ctrl-C start a graceful shutdown, as in the real binary.

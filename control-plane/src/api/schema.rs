@@ -1,0 +1,388 @@
+//! Schema-only types of the OpenAPI document: the enums the API stores and answers as strings
+//! (so clients see `enum`s, not free strings), and the bodies whose Rust types live in other
+//! crates (settings, explain's decision, the shared-state dump). Tests parse real responses into
+//! the mirror types with unknown fields denied, so the document cannot drift from what is sent.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+
+/// The wire protocol a channel speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderName {
+    Openai,
+    Anthropic,
+    Gemini,
+    Mock,
+}
+
+/// A channel's status. Operators set `enabled` or `disabled`; `auto_disabled` is set by the
+/// breaker (and lifted by a passed recovery probe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelStatusName {
+    Enabled,
+    Disabled,
+    AutoDisabled,
+}
+
+/// Where a credential's secret comes from: stored (`inline`) or an environment variable on the
+/// proxies (`env`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialSource {
+    Inline,
+    Env,
+}
+
+/// How a route picks among the members of its highest eligible tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingModeName {
+    Auto,
+    Weighted,
+    Latency,
+    Adaptive,
+    Single,
+}
+
+fn settings_object(all_required: bool) -> Schema {
+    let defaults = serde_json::to_value(switchyard_engine::Settings::default())
+        .ok()
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    let mut object =
+        ObjectBuilder::new().additional_properties(Some(AdditionalProperties::FreeForm(false)));
+    for (name, default) in &defaults {
+        let mut property = ObjectBuilder::new().default(Some(default.clone()));
+        property = if default.is_boolean() {
+            property.schema_type(SchemaType::Type(Type::Boolean))
+        } else {
+            let property = property
+                .schema_type(SchemaType::Type(Type::Integer))
+                .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                    utoipa::openapi::KnownFormat::Int64,
+                )));
+            match switchyard_engine::settings::range_of(name) {
+                Some((lo, hi)) => property.minimum(Some(lo as f64)).maximum(Some(hi as f64)),
+                None => property.minimum(Some(0.0)),
+            }
+        };
+        object = object.property(name.clone(), property);
+        if all_required {
+            object = object.required(name.clone());
+        }
+    }
+    Schema::Object(
+        object
+            .description(Some(if all_required {
+                "Every global setting (SPEC §7), defaults filled in."
+            } else {
+                "Global settings to write: PUT replaces the document (absent keys take their \
+                 defaults), PATCH changes only the keys it sends. Unknown keys and out-of-range \
+                 values are a 422 naming the key."
+            }))
+            .build(),
+    )
+}
+
+/// The global settings as the API answers them: generated from the engine's `Settings` (its
+/// serialised defaults and `RANGES`), so a new setting appears here by itself.
+pub struct SettingsDocument;
+
+impl PartialSchema for SettingsDocument {
+    fn schema() -> RefOr<Schema> {
+        RefOr::T(settings_object(true))
+    }
+}
+
+impl ToSchema for SettingsDocument {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Settings")
+    }
+}
+
+/// A PUT or PATCH body of the global settings: any subset of the keys.
+pub struct SettingsChanges;
+
+impl PartialSchema for SettingsChanges {
+    fn schema() -> RefOr<Schema> {
+        RefOr::T(settings_object(false))
+    }
+}
+
+impl ToSchema for SettingsChanges {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("SettingsChanges")
+    }
+}
+
+// ------------------------------------------------------------------------------------ explain
+
+/// Why a candidate is not eligible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasonCode {
+    MemberDisabled,
+    ChannelDisabled,
+    CredentialUnavailable,
+    CoolingDown,
+    AlreadyAttempted,
+    InvalidWeight,
+    SingleModeOtherMember,
+    CapabilityMismatch,
+    ContextTooLong,
+    ProtocolUnsupported,
+}
+
+/// The selection's result (`model_not_found` is answered as a 404 instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeName {
+    Selected,
+    ModelNotFound,
+    ModelNotAllowed,
+    NoEligibleMember,
+}
+
+/// How the selected member was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    Pinned,
+    Sticky,
+    PreferredChannel,
+    Strategy,
+    CoolingFallback,
+}
+
+/// The matched route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSummary {
+    pub id: i64,
+    pub model_pattern: String,
+    pub routing_mode: RoutingModeName,
+    pub single_member_id: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StrategyView {
+    pub mode: RoutingModeName,
+    pub latency_aware: bool,
+    pub error_aware: bool,
+    pub concurrency_aware: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CanaryPool {
+    Canary,
+    Stable,
+}
+
+/// The stable-first canary draw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryDrawView {
+    pub enabled: bool,
+    pub denominator: u32,
+    pub pool: Option<CanaryPool>,
+    pub drawn: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StickyState {
+    Disabled,
+    NoSession,
+    Pinned,
+    Unbound,
+    Expired,
+    Hit,
+    Escaped,
+}
+
+/// What stickiness did. `member_id` for `expired`, `hit` and `escaped`; `reasons` and
+/// `in_pool` for `escaped`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StickyView {
+    pub state: StickyState,
+    pub member_id: Option<i64>,
+    pub reasons: Option<Vec<ReasonCode>>,
+    pub in_pool: Option<bool>,
+}
+
+/// The retry budget in force for the route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudgetView {
+    pub retry_times: u32,
+    pub channel_retry_times: u32,
+    pub cross_channel_failover: bool,
+    pub cooldown_seconds: u32,
+}
+
+/// One member of the route as the engine saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateView {
+    pub member_id: i64,
+    pub channel_id: i64,
+    pub channel: Option<String>,
+    pub upstream_model: String,
+    pub group: String,
+    pub priority: i32,
+    pub weight: i32,
+    pub canary: bool,
+    pub eligible: bool,
+    pub reasons: Vec<ReasonCode>,
+    /// Unix milliseconds.
+    pub cooldown_until: Option<u64>,
+    pub latency_factor: f64,
+    pub error_factor: f64,
+    pub score: f64,
+    pub probability: f64,
+}
+
+/// Where explain's health data came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthViewSource {
+    /// The fleet's shared state (`REDIS_URL`).
+    Redis,
+    /// An in-memory view.
+    Memory,
+    /// No `REDIS_URL`: no cooldowns, breakers, in-flight counts or health records are seen.
+    None,
+}
+
+/// The engine's decision for a model: the choice and its explanation in one value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainResponse {
+    pub model: String,
+    pub route: Option<RouteSummary>,
+    pub outcome: OutcomeName,
+    /// With `outcome: selected`.
+    pub member_id: Option<i64>,
+    /// With `outcome: selected`.
+    pub channel_id: Option<i64>,
+    /// With `outcome: selected`.
+    pub via: Option<Via>,
+    pub requested_group: String,
+    pub route_group: Option<String>,
+    pub group_fallback: bool,
+    pub tier: Option<i32>,
+    pub strategy: Option<StrategyView>,
+    pub canary: Option<CanaryDrawView>,
+    pub sticky: Option<StickyView>,
+    pub budget: Option<RetryBudgetView>,
+    pub candidates: Vec<CandidateView>,
+    /// The snapshot revision the decision was made on.
+    pub revision: u64,
+    /// Seed of the random draws (pass it back to reproduce the decision).
+    pub seed: u64,
+    /// Unix milliseconds.
+    pub now_ms: u64,
+    pub health_view: HealthViewSource,
+}
+
+// -------------------------------------------------------------------------------- shared state
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CooldownView {
+    pub member_id: i64,
+    /// Unix milliseconds.
+    pub until: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemberFailuresView {
+    pub member_id: i64,
+    pub consecutive_failures: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelStateView {
+    pub channel_id: i64,
+    pub consecutive_failures: u32,
+    pub breaker_open: bool,
+    /// Unix milliseconds.
+    pub tripped_at: Option<u64>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InFlightView {
+    pub channel_id: i64,
+    pub in_flight: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthRecordView {
+    pub channel_id: i64,
+    pub upstream_model: String,
+    /// EWMA latency; `null` before the first success.
+    pub latency_ms: Option<f64>,
+    pub error_propensity: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DisabledCredentialView {
+    pub credential_id: i64,
+    pub reason: String,
+    /// Unix milliseconds.
+    pub at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryView {
+    pub member_id: i64,
+    pub successes: u32,
+    pub promoted: bool,
+}
+
+/// The fleet's live shared state (`REDIS_URL`). Never a secret. Without `REDIS_URL`:
+/// `configured: false`, a `message`, and empty lists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SharedStateResponse {
+    pub configured: bool,
+    /// Without `REDIS_URL`: how to configure it.
+    pub message: Option<String>,
+    /// With `REDIS_URL`: `redis`.
+    pub source: Option<String>,
+    /// With `REDIS_URL`: whether the connection is up (`null`: not known yet).
+    pub connected: Option<bool>,
+    /// With `REDIS_URL`: Unix milliseconds of the dump.
+    pub now_ms: Option<u64>,
+    pub cooldowns: Vec<CooldownView>,
+    /// Channels whose breaker is open.
+    pub breakers: Vec<ChannelStateView>,
+    pub in_flight: Vec<InFlightView>,
+    pub health: Vec<HealthRecordView>,
+    /// With `REDIS_URL`.
+    pub member_failures: Option<Vec<MemberFailuresView>>,
+    /// With `REDIS_URL`: every channel with state.
+    pub channels: Option<Vec<ChannelStateView>>,
+    /// With `REDIS_URL`.
+    pub credentials_disabled: Option<Vec<DisabledCredentialView>>,
+    /// With `REDIS_URL`.
+    pub canaries: Option<Vec<CanaryView>>,
+    /// With `REDIS_URL`.
+    pub sticky_bindings: Option<u64>,
+}

@@ -1,0 +1,385 @@
+//! Usage accounting on the control plane: `ReportUsage` batches stored per minute in Postgres
+//! (idempotent by batch id, authenticated by the fleet token) and `GET /api/v1/usage`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use switchyard_control_plane::grpc::{FleetTokens, SnapshotWatchServer};
+use switchyard_control_plane::metrics::Metrics;
+use switchyard_control_plane::publisher::Publisher;
+use switchyard_control_plane::usage::apply_batch;
+use switchyard_proto::v1::{UsageBatch, UsageRecord};
+use switchyard_proto::{UsageClient, WatchAuth};
+use tokio_util::sync::CancellationToken;
+
+use common::{test_app, ADMIN_TOKEN};
+
+/// 2026-01-01T00:00:00Z.
+const T0: i64 = 1_767_225_600;
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    minute: i64,
+    token: &str,
+    team: &str,
+    channel: &str,
+    model: &str,
+    requests: u64,
+    input: u64,
+    output: u64,
+    cached: u64,
+) -> UsageRecord {
+    UsageRecord {
+        bucket_start_unix_s: T0 + minute * 60,
+        token: token.to_owned(),
+        team: team.to_owned(),
+        route: "gpt-*".to_owned(),
+        channel: channel.to_owned(),
+        model: model.to_owned(),
+        requests,
+        input_tokens: input,
+        output_tokens: output,
+        cached_tokens: cached,
+    }
+}
+
+fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
+    UsageBatch {
+        batch_id: id.to_owned(),
+        client_id: "test".to_owned(),
+        records,
+        dropped_requests: 0,
+    }
+}
+
+fn totals(v: &Value) -> (i64, i64, i64, i64) {
+    (
+        v["requests"].as_i64().unwrap(),
+        v["input_tokens"].as_i64().unwrap(),
+        v["output_tokens"].as_i64().unwrap(),
+        v["cached_tokens"].as_i64().unwrap(),
+    )
+}
+
+async fn rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM usage_minutes")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+const RANGE: &str = "from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z";
+
+#[sqlx::test(migrations = "../migrations")]
+async fn batches_are_stored_per_minute_and_answered_by_every_dimension(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let first = batch(
+        "p1-1",
+        vec![
+            record(0, "app", "research", "openai", "gpt-4o", 2, 100, 20, 10),
+            record(0, "app", "research", "azure", "gpt-4o", 1, 50, 5, 0),
+            record(1, "console", "", "openai", "gpt-4o-mini", 3, 30, 3, 3),
+        ],
+    );
+    let applied = apply_batch(&pool, &first).await.unwrap();
+    assert_eq!((applied.records, applied.duplicate), (3, false));
+    // Same minute and dimensions from another proxy: added to the same row, no new row.
+    let second = batch(
+        "p2-1",
+        vec![record(0, "app", "research", "openai", "gpt-4o", 1, 7, 7, 7)],
+    );
+    apply_batch(&pool, &second).await.unwrap();
+    assert_eq!(rows(&pool).await, 3, "one row per minute and dimensions");
+
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(totals(&reply.body["total"]), (7, 187, 35, 20));
+    assert_eq!(reply.body["groups"], json!([]));
+    assert_eq!(reply.body["from"], "2026-01-01T00:00:00.000000Z");
+    assert_eq!(reply.body["to"], "2026-01-02T00:00:00.000000Z");
+
+    let by = |dimension: &'static str| {
+        let app = &app;
+        async move {
+            let reply = app
+                .get(&format!("/api/v1/usage?{RANGE}&group_by={dimension}"))
+                .await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            assert_eq!(reply.body["group_by"], dimension);
+            reply.body["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| (g["key"].as_str().unwrap().to_owned(), totals(g)))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        by("channel").await,
+        vec![
+            ("azure".to_owned(), (1, 50, 5, 0)),
+            ("openai".to_owned(), (6, 137, 30, 20)),
+        ]
+    );
+    assert_eq!(
+        by("token").await,
+        vec![
+            ("app".to_owned(), (4, 157, 32, 17)),
+            ("console".to_owned(), (3, 30, 3, 3)),
+        ]
+    );
+    assert_eq!(
+        by("team").await,
+        vec![
+            (String::new(), (3, 30, 3, 3)),
+            ("research".to_owned(), (4, 157, 32, 17)),
+        ]
+    );
+    assert_eq!(
+        by("route").await,
+        vec![("gpt-*".to_owned(), (7, 187, 35, 20))]
+    );
+    assert_eq!(
+        by("model").await,
+        vec![
+            ("gpt-4o".to_owned(), (4, 157, 32, 17)),
+            ("gpt-4o-mini".to_owned(), (3, 30, 3, 3)),
+        ]
+    );
+
+    // The range selects minutes: [00:01, ...) leaves minute 0 out; `to` is exclusive.
+    let reply = app
+        .get("/api/v1/usage?from=2026-01-01T00:01:00Z&to=2026-01-02T00:00:00Z")
+        .await;
+    assert_eq!(totals(&reply.body["total"]), (3, 30, 3, 3));
+    let reply = app
+        .get("/api/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-01T00:01:00Z")
+        .await;
+    assert_eq!(totals(&reply.body["total"]), (4, 157, 32, 17));
+    // Offsets are honoured.
+    let reply = app
+        .get("/api/v1/usage?from=2026-01-01T01:01:00%2B01:00&to=2026-01-01T02:00:00%2B01:00")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(totals(&reply.body["total"]), (3, 30, 3, 3));
+    // Default range: the last 24 hours (nothing reported then).
+    let reply = app.get("/api/v1/usage?group_by=channel").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(totals(&reply.body["total"]), (0, 0, 0, 0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_retried_batch_is_applied_once(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let b = batch(
+        "proxy-a-7",
+        vec![record(5, "app", "", "openai", "gpt-4o", 2, 10, 20, 5)],
+    );
+    assert!(!apply_batch(&pool, &b).await.unwrap().duplicate);
+    for _ in 0..3 {
+        let again = apply_batch(&pool, &b).await.unwrap();
+        assert!(again.duplicate);
+        assert_eq!(again.records, 0);
+    }
+    // Concurrent resends of a new batch: exactly one applies.
+    let c = batch(
+        "proxy-a-8",
+        vec![record(5, "app", "", "openai", "gpt-4o", 1, 1, 1, 1)],
+    );
+    let results = futures_util::future::join_all((0..4).map(|_| apply_batch(&pool, &c))).await;
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| !r.as_ref().unwrap().duplicate)
+            .count(),
+        1
+    );
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(totals(&reply.body["total"]), (3, 11, 21, 6));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn invalid_queries_and_missing_auth_are_refused(pool: PgPool) {
+    let app = test_app(pool);
+    for (query, param) in [
+        ("from=yesterday", Some("from")),
+        ("to=2026-01-01", Some("to")),
+        ("from=2026-02-30T00:00:00Z", None),
+        (
+            "from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z",
+            Some("from"),
+        ),
+        (
+            "from=2026-01-01T00:00:00Z&to=2026-01-01T00:00:00Z",
+            Some("from"),
+        ),
+    ] {
+        let reply = app.get(&format!("/api/v1/usage?{query}")).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            reply.text
+        );
+        assert_eq!(reply.param(), param, "{query}: {}", reply.text);
+    }
+    let reply = app.get("/api/v1/usage?group_by=colour").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
+    let reply = app.send(Method::GET, "/api/v1/usage", None, None).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    let reply = app
+        .send(
+            Method::GET,
+            "/api/v1/usage",
+            None,
+            Some("wrong-token-0123456789"),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    let reply = app
+        .send(Method::GET, "/api/v1/usage", None, Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+/// The gRPC edge in-process, with `ReportUsage` served into `pool`.
+async fn grpc_edge(pool: &PgPool, fleet: Option<&str>) -> (String, CancellationToken) {
+    let metrics = Arc::new(Metrics::default());
+    let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
+    let shutdown = CancellationToken::new();
+    let service = SnapshotWatchServer::new(
+        publisher.subscribe(),
+        shutdown.clone(),
+        metrics,
+        FleetTokens::parse(fleet),
+    )
+    .with_usage(pool.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = shutdown.clone();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener),
+                async move { stop.cancelled().await },
+            ),
+    );
+    (format!("http://{addr}"), shutdown)
+}
+
+fn auth(token: Option<&str>) -> WatchAuth {
+    WatchAuth {
+        fleet_token: token.map(str::to_owned),
+        ..WatchAuth::default()
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn report_usage_over_grpc_needs_the_fleet_token_and_is_idempotent(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let (endpoint, shutdown) = grpc_edge(&pool, Some("old-fleet-token,new-fleet-token")).await;
+    let b = batch(
+        "grpc-1",
+        vec![record(0, "app", "t", "openai", "gpt-4o", 1, 40, 2, 0)],
+    );
+
+    for token in [None, Some("not-the-fleet-token")] {
+        let mut client = UsageClient::new(&endpoint, &auth(token)).unwrap();
+        let status = client.report(&b).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{token:?}");
+    }
+    assert_eq!(rows(&pool).await, 0);
+
+    let mut client = UsageClient::new(&endpoint, &auth(Some("new-fleet-token"))).unwrap();
+    let ack = client.report(&b).await.unwrap();
+    assert_eq!((ack.applied, ack.duplicate), (1, false));
+    let mut client = UsageClient::new(&endpoint, &auth(Some("old-fleet-token"))).unwrap();
+    let ack = client.report(&b).await.unwrap();
+    assert_eq!(
+        (ack.applied, ack.duplicate),
+        (0, true),
+        "a resend is acknowledged, not added"
+    );
+
+    // A batch that can never be stored is refused as invalid (the proxy drops it).
+    let mut bad = batch(
+        "grpc-2",
+        vec![record(0, "app", "t", "openai", "gpt-4o", 1, 1, 1, 1)],
+    );
+    bad.records[0].bucket_start_unix_s += 1;
+    let status = client.report(&bad).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(totals(&reply.body["total"]), (1, 40, 2, 0));
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_anonymous_proxy_may_report_when_no_fleet_token_is_configured(pool: PgPool) {
+    let (endpoint, shutdown) = grpc_edge(&pool, None).await;
+    let mut client = UsageClient::new(&endpoint, &auth(None)).unwrap();
+    let ack = client
+        .report(&batch(
+            "anon-1",
+            vec![record(0, "a", "", "c", "m", 1, 1, 1, 1)],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ack.applied, 1);
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let (endpoint, shutdown) = grpc_edge(&pool, Some("fleet-token-0123")).await;
+    let config = switchyard_proto::UsageConfig {
+        flush_interval: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let buffer = Arc::new(switchyard_proto::UsageBuffer::new(&config));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(switchyard_proto::report_usage(
+        Arc::clone(&buffer),
+        endpoint,
+        auth(Some("fleet-token-0123")),
+        config,
+        stop.clone(),
+    ));
+    let key = |channel: &str| switchyard_proto::UsageKey {
+        token: "app".into(),
+        team: Some("research".into()),
+        route: "gpt-*".into(),
+        channel: channel.into(),
+        model: "gpt-4o".into(),
+    };
+    for i in 0..200u64 {
+        buffer.add(
+            key(if i % 4 == 0 { "anthropic" } else { "openai" }),
+            switchyard_proto::UsageCounts {
+                requests: 1,
+                input_tokens: i,
+                output_tokens: 2,
+                cached_tokens: i % 2,
+            },
+        );
+    }
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let now = "from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z";
+    let reply = app
+        .get(&format!("/api/v1/usage?{now}&group_by=channel"))
+        .await;
+    assert_eq!(totals(&reply.body["total"]), (200, 19_900, 400, 100));
+    assert_eq!(reply.body["groups"][0]["key"], "anthropic");
+    assert_eq!(reply.body["groups"][0]["requests"], 50);
+    shutdown.cancel();
+}

@@ -1,0 +1,140 @@
+//! Usage accounting (fleet mode): every finished request adds its token usage to an in-memory
+//! aggregate per (minute, token, team, route, channel, upstream model), and a background task
+//! reports the aggregates to the control plane in batches over gRPC (`ReportUsage`), which
+//! stores them in Postgres by minute (`GET /api/v1/usage` on the control plane).
+//!
+//! [`UsageReporter::record`] never waits on the network: it takes one short lock on one of 16
+//! shards. When the control plane is away, usage keeps aggregating (at most
+//! [`UsageConfig::max_keys`] distinct keys; requests with a new key beyond that are dropped and
+//! counted in `switchyard_usage_dropped_requests_total`) and the unacknowledged batch is resent
+//! with the same id until the control plane answers, which applies each batch id once. At
+//! shutdown what is pending is sent once more (bounded). The mechanics live in
+//! [`switchyard_proto::usage`]; this is the data plane's face of it.
+
+use std::sync::Arc;
+
+use switchyard_proto::{UsageBuffer, UsageCounts, WatchAuth, WatchError};
+use switchyard_provider::Usage;
+use tokio_util::sync::CancellationToken;
+
+pub use switchyard_proto::{UsageConfig, UsageKey};
+
+/// The proxy's usage accounting: the hot-path [`record`](UsageReporter::record) and the
+/// background reporting task.
+#[derive(Debug)]
+pub struct UsageReporter {
+    buffer: Arc<UsageBuffer>,
+}
+
+impl UsageReporter {
+    /// Starts reporting to the control plane at `endpoint` (with the snapshot stream's TLS and
+    /// fleet token) on the current tokio runtime. The task ends after its final flush once
+    /// `shutdown` is cancelled; its handle says when.
+    pub fn start(
+        endpoint: String,
+        auth: WatchAuth,
+        config: UsageConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Arc<UsageReporter>, tokio::task::JoinHandle<()>), WatchError> {
+        // Parse the endpoint now, so a bad one fails at start rather than in the task.
+        switchyard_proto::UsageClient::new(&endpoint, &auth)?;
+        let reporter = Arc::new(UsageReporter::unstarted(&config));
+        let buffer = Arc::clone(&reporter.buffer);
+        let task = tokio::spawn(async move {
+            if let Err(error) =
+                switchyard_proto::report_usage(buffer, endpoint, auth, config, shutdown).await
+            {
+                tracing::error!(error = %error, "usage reporting stopped");
+            }
+        });
+        Ok((reporter, task))
+    }
+
+    /// A reporter whose usage nobody sends (tests read it with [`take_batch`](Self::take_batch)).
+    pub fn unstarted(config: &UsageConfig) -> UsageReporter {
+        UsageReporter {
+            buffer: Arc::new(UsageBuffer::new(config)),
+        }
+    }
+
+    /// Counts one finished request and its token usage under `key`. Cheap and never blocks on
+    /// I/O; call it once per request that reached a channel (with zero usage when the upstream
+    /// reported none). `usage.input_tokens` includes the cached tokens, as
+    /// [`switchyard_provider::Usage`] defines it.
+    pub fn record(&self, key: UsageKey, usage: Usage) {
+        self.buffer.add(
+            key,
+            UsageCounts {
+                requests: 1,
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cached_tokens: usage.cached_tokens,
+            },
+        );
+    }
+
+    /// Distinct keys waiting to be reported.
+    pub fn pending_keys(&self) -> usize {
+        self.buffer.pending_keys()
+    }
+
+    /// Takes the next batch out of the buffer (what the background task sends).
+    pub fn take_batch(&self) -> Option<switchyard_proto::v1::UsageBatch> {
+        self.buffer.take_batch()
+    }
+
+    /// `switchyard_usage_*` families for `/metrics`.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.buffer.render_metrics(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn record_counts_the_request_and_its_tokens() {
+        let reporter = UsageReporter::unstarted(&UsageConfig::default());
+        let key = UsageKey {
+            token: "app".into(),
+            team: Some("research".into()),
+            route: "gpt-*".into(),
+            channel: "openai".into(),
+            model: "gpt-4o-mini".into(),
+        };
+        let usage = |i, o, c| Usage {
+            input_tokens: i,
+            output_tokens: o,
+            cached_tokens: c,
+        };
+        reporter.record(key.clone(), usage(100, 20, 50));
+        reporter.record(key, usage(1, 2, 0));
+        assert_eq!(reporter.pending_keys(), 1);
+        let batch = reporter.take_batch().unwrap();
+        let r = &batch.records[0];
+        assert_eq!(
+            (r.requests, r.input_tokens, r.output_tokens, r.cached_tokens),
+            (2, 101, 22, 50)
+        );
+        assert_eq!((r.token.as_str(), r.team.as_str()), ("app", "research"));
+        assert_eq!(
+            (r.route.as_str(), r.channel.as_str(), r.model.as_str()),
+            ("gpt-*", "openai", "gpt-4o-mini")
+        );
+        assert_eq!(r.bucket_start_unix_s % 60, 0);
+    }
+
+    #[tokio::test]
+    async fn an_unparseable_endpoint_fails_at_start() {
+        let result = UsageReporter::start(
+            "not a uri".into(),
+            WatchAuth::default(),
+            UsageConfig::default(),
+            CancellationToken::new(),
+        );
+        assert!(result.is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! Everything that talks to — or imitates — an LLM upstream, shared by both planes, so that the
+//! proxies' traffic and the control plane's recovery probes are built by the same rules:
+//!
+//! - [`client`]: the pooled HTTP/1.1 client (hyper-util, rustls with ring, webpki roots);
+//! - [`channel`]: per-channel runtime facts compiled once per snapshot ([`ChannelRuntime`]:
+//!   URL joining, each provider's auth header, extra headers) and the header rules (what a
+//!   client may send upstream, what comes back);
+//! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
+//!   channel's own protocol;
+//! - [`mock`]: a `provider: mock` channel's options;
+//! - [`sim`]: pure builders of every simulated answer shape, used by the data plane's in-process
+//!   `provider: mock` and by the mock upstream server (`switchyard-mock-upstream`).
+//!
+//! Protocol translation is not here: it is the pure `switchyard-provider` crate.
+
+pub mod channel;
+pub mod client;
+pub mod mock;
+pub mod probe;
+pub mod sim;
+
+pub use channel::{
+    channel_protocol, forwardable, gemini_path, returnable, ChannelRuntime, CredentialRuntime,
+    MOCK_CREDENTIAL,
+};
+pub use client::{build_client, HttpClient};
+pub use mock::MockOptions;
+pub use probe::{
+    probe_body, probe_credential, probe_model, probe_request, ProbeFailure, ProbeResult,
+    PROBE_PROMPT,
+};

@@ -1,0 +1,217 @@
+//! The recovery probe of one credential: a real, minimal generation request in the channel's own
+//! protocol, the request a client's traffic would make, so a probe passes only when the upstream
+//! can generate again (not merely list its models):
+//!
+//! - OpenAI: `POST /v1/chat/completions`
+//!   `{"model": M, "messages": [{"role": "user", "content": "ping"}], "max_completion_tokens": 1}`;
+//! - Anthropic: `POST /v1/messages`
+//!   `{"model": M, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}`;
+//! - Gemini: `POST /v1beta/models/{M}:generateContent`
+//!   `{"contents": [{"role": "user", "parts": [{"text": "ping"}]}],
+//!   "generationConfig": {"maxOutputTokens": 1}}`.
+//!
+//! `M` is one of the channel's members' upstream models ([`probe_model`]). URL, auth and extra
+//! headers come from the channel's [`ChannelRuntime`], exactly as for client traffic. A 2xx answer
+//! passes; any other status, a timeout or a transport error fails. A `mock` channel is answered
+//! by the simulation (its latency and failure rate, [`MockOptions`]). The result carries a
+//! low-cardinality reason and the status, never a secret, a URL or an error text.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::Full;
+use serde_json::json;
+use switchyard_engine::{ChannelId, RandomSource, Snapshot};
+use switchyard_provider::Protocol;
+
+use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime};
+use crate::client::HttpClient;
+use crate::mock::MockOptions;
+
+/// The prompt of every probe.
+pub const PROBE_PROMPT: &str = "ping";
+
+/// Why a probe failed. Low-cardinality: fit for a log field or a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeFailure {
+    /// The upstream answered with a non-2xx status.
+    Status,
+    /// No response head within the probe's budget.
+    Timeout,
+    /// Connecting or talking to the upstream failed (DNS, refused, TLS, reset, ...).
+    Transport,
+    /// The request could not be built (e.g. a model that is not valid in a URL path).
+    Request,
+}
+
+impl ProbeFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeFailure::Status => "status",
+            ProbeFailure::Timeout => "timeout",
+            ProbeFailure::Transport => "transport",
+            ProbeFailure::Request => "request",
+        }
+    }
+}
+
+/// What one probe of one credential brought back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Passed {
+        status: u16,
+    },
+    Failed {
+        reason: ProbeFailure,
+        /// The upstream's status, when it answered.
+        status: Option<u16>,
+    },
+}
+
+impl ProbeResult {
+    pub fn passed(&self) -> bool {
+        matches!(self, ProbeResult::Passed { .. })
+    }
+
+    /// The upstream's (or the simulation's) status, when there was an answer.
+    pub fn status(&self) -> Option<u16> {
+        match *self {
+            ProbeResult::Passed { status } => Some(status),
+            ProbeResult::Failed { status, .. } => status,
+        }
+    }
+}
+
+impl fmt::Display for ProbeResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ProbeResult::Passed { status } => write!(f, "passed (HTTP {status})"),
+            ProbeResult::Failed {
+                status: Some(status),
+                ..
+            } => write!(f, "failed (HTTP {status})"),
+            ProbeResult::Failed { reason, .. } => write!(f, "failed ({})", reason.as_str()),
+        }
+    }
+}
+
+/// The model a channel is probed with: the upstream model of its first enabled member in the
+/// snapshot (routes in snapshot order, members in tier order). `None` when the channel has no
+/// enabled member: there is no model to ask for.
+pub fn probe_model(snapshot: &Snapshot, channel: ChannelId) -> Option<&str> {
+    snapshot
+        .routes()
+        .iter()
+        .flat_map(|route| route.members.iter())
+        .find(|member| member.channel_id == channel && member.enabled)
+        .map(|member| member.upstream_model.as_str())
+}
+
+/// The probe's path and JSON body in `protocol`, asking `model` for one token.
+pub fn probe_body(protocol: Protocol, model: &str) -> (String, Bytes) {
+    let (path, body) = match protocol {
+        Protocol::OpenAi => (
+            "/v1/chat/completions".to_owned(),
+            json!({
+                "model": model,
+                "messages": [{"role": "user", "content": PROBE_PROMPT}],
+                "max_completion_tokens": 1,
+            }),
+        ),
+        Protocol::Anthropic => (
+            "/v1/messages".to_owned(),
+            json!({
+                "model": model,
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": PROBE_PROMPT}],
+            }),
+        ),
+        Protocol::Gemini => (
+            gemini_path(model, "generateContent"),
+            json!({
+                "contents": [{"role": "user", "parts": [{"text": PROBE_PROMPT}]}],
+                "generationConfig": {"maxOutputTokens": 1},
+            }),
+        ),
+    };
+    (path, Bytes::from(body.to_string()))
+}
+
+/// The probe request for this channel and credential: its protocol's minimal generation (a mock
+/// channel, never sent, would be asked in OpenAI's), with the channel's URL, extra headers and
+/// this credential's auth.
+pub fn probe_request(
+    channel: &ChannelRuntime,
+    credential: &CredentialRuntime,
+    model: &str,
+) -> Result<Request<Full<Bytes>>, http::Error> {
+    let protocol = channel_protocol(channel.provider(), Protocol::OpenAi);
+    let (path, body) = probe_body(protocol, model);
+    channel.request(Method::POST, &path, None, None, credential, body)
+}
+
+/// Probes one credential of a channel within `timeout`. `rng` draws a mock channel's simulated
+/// failure (unused otherwise).
+pub async fn probe_credential(
+    client: &HttpClient,
+    channel: &ChannelRuntime,
+    credential: &CredentialRuntime,
+    model: &str,
+    timeout: Duration,
+    rng: &mut impl RandomSource,
+) -> ProbeResult {
+    if let Some(options) = &channel.mock {
+        let failure = options.draw_failure(rng);
+        return simulate(options, failure, timeout).await;
+    }
+    let Ok(request) = probe_request(channel, credential, model) else {
+        return ProbeResult::Failed {
+            reason: ProbeFailure::Request,
+            status: None,
+        };
+    };
+    match tokio::time::timeout(timeout, client.request(request)).await {
+        Ok(Ok(response)) if response.status().is_success() => ProbeResult::Passed {
+            status: response.status().as_u16(),
+        },
+        Ok(Ok(response)) => ProbeResult::Failed {
+            reason: ProbeFailure::Status,
+            status: Some(response.status().as_u16()),
+        },
+        Ok(Err(_)) => ProbeResult::Failed {
+            reason: ProbeFailure::Transport,
+            status: None,
+        },
+        Err(_) => ProbeResult::Failed {
+            reason: ProbeFailure::Timeout,
+            status: None,
+        },
+    }
+}
+
+/// The simulation's answer to a probe: after its latency (a timeout when that exceeds the
+/// budget), the drawn failure status or 200.
+async fn simulate(
+    options: &MockOptions,
+    failure: Option<http::StatusCode>,
+    timeout: Duration,
+) -> ProbeResult {
+    if tokio::time::timeout(timeout, tokio::time::sleep(options.latency()))
+        .await
+        .is_err()
+    {
+        return ProbeResult::Failed {
+            reason: ProbeFailure::Timeout,
+            status: None,
+        };
+    }
+    match failure {
+        Some(status) => ProbeResult::Failed {
+            reason: ProbeFailure::Status,
+            status: Some(status.as_u16()),
+        },
+        None => ProbeResult::Passed { status: 200 },
+    }
+}
