@@ -373,24 +373,7 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
                 }
             }
             Role::Assistant => {
-                let text: String = m
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Text(t) => Some(t.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                let calls: Vec<Value> = m
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::ToolCall { id, name, args } => Some(json!({
-                            "id": id, "type": "function", "function": {"name": name, "arguments": args},
-                        })),
-                        _ => None,
-                    })
-                    .collect();
+                let (text, calls) = text_and_tool_calls(&m.parts);
                 let mut a = json!({"role": "assistant"});
                 a["content"] = if text.is_empty() && !calls.is_empty() {
                     Value::Null
@@ -542,24 +525,7 @@ pub(crate) fn emit_response(r: &Resp, model: &str) -> Value {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let text: String = c
-                .parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::Text(t) => Some(t.as_str()),
-                    _ => None,
-                })
-                .collect();
-            let calls: Vec<Value> = c
-                .parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::ToolCall { id, name, args } => Some(json!({
-                        "id": id, "type": "function", "function": {"name": name, "arguments": args},
-                    })),
-                    _ => None,
-                })
-                .collect();
+            let (text, calls) = text_and_tool_calls(&c.parts);
             let mut msg = json!({"role": "assistant", "refusal": null});
             msg["content"] = if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) };
             let has_calls = !calls.is_empty();
@@ -586,4 +552,26 @@ pub(crate) fn openai_id(upstream: &str) -> String {
     } else {
         format!("chatcmpl-{upstream}")
     }
+}
+
+/// An assistant turn's text (its text parts joined) and its tool calls in OpenAI's
+/// `tool_calls` shape — shared by requests (history) and responses.
+fn text_and_tool_calls(parts: &[Part]) -> (String, Vec<Value>) {
+    let text = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    let calls = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { id, name, args } => Some(json!({
+                "id": id, "type": "function", "function": {"name": name, "arguments": args},
+            })),
+            _ => None,
+        })
+        .collect();
+    (text, calls)
 }
