@@ -112,17 +112,19 @@ pub fn relay(
             return Some((Ok::<_, std::io::Error>(first), r));
         }
         loop {
-            let cut = r.owner.state.streams_cut.clone();
             let next = tokio::select! {
                 biased;
-                next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => next,
-                () = cut.cancelled() => {
-                    // The gateway is shutting down: not the member's fault, nothing recorded.
-                    let event = r.owner.error_event("the gateway is shutting down; the stream was ended");
-                    let event = r.out(event);
-                    r.end(StreamOutcome::Shutdown);
-                    return Some((Ok(event), r));
-                }
+                next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => Some(next),
+                () = r.owner.state.streams_cut.cancelled() => None,
+            };
+            let Some(next) = next else {
+                // The gateway is shutting down: not the member's fault, nothing recorded.
+                let event = r
+                    .owner
+                    .error_event("the gateway is shutting down; the stream was ended");
+                let event = r.out(event);
+                r.end(StreamOutcome::Shutdown);
+                return Some((Ok(event), r));
             };
             let reason = match next {
                 Ok(Ok(Some(chunk))) => match r.translator.as_mut() {
