@@ -1,3 +1,18 @@
 //! End-to-end tests across real processes live in `tests/`; `src/bin/e2e-data-plane.rs` and
 //! `src/bin/e2e-control-plane.rs` are the data plane's and the control plane's entry points built
 //! inside this crate so the tests can start them.
+
+/// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
+pub fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        raw = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}

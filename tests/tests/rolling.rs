@@ -26,6 +26,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use switchyard_e2e::dechunk;
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -621,20 +622,6 @@ async fn http(
             body.to_owned()
         },
     })
-}
-
-fn dechunk(mut raw: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = raw.split_once("\r\n") {
-        let size =
-            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        raw = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 async fn status(addr: SocketAddr, path: &str) -> u16 {
