@@ -984,3 +984,162 @@ async fn explain_names_the_member_the_proxy_used(_pool: PgPoolOptions, opts: PgC
         upstream.assert_last_request(&base.token);
     }
 }
+
+/// Usage accounting end to end: requests in each of the three protocols, to upstreams of each
+/// of the three protocols, plain and streamed; what `GET /api/v1/usage` finally answers is
+/// exactly what the upstreams' answers reported (requests, input, output and cached tokens).
+#[sqlx::test(migrations = false)]
+async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use switchyard_mock_upstream::{Behavior, Matcher};
+
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    // One mock speaks all three protocols; its answers report 3 cached tokens each.
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::any(), Behavior::ok().cached_tokens(3));
+    let models = ["usage-openai", "usage-anthropic", "usage-gemini"];
+    for (provider, model) in ["openai", "anthropic", "gemini"].into_iter().zip(models) {
+        let base_url = match provider {
+            "openai" => format!("{}/v1", mock.base_url()),
+            _ => mock.base_url(),
+        };
+        let (channel, _) = cp
+            .create(
+                "/api/v1/channels",
+                json!({"name": format!("usage-{provider}"), "provider": provider,
+                       "base_url": base_url}),
+            )
+            .await;
+        let channel_id = channel["id"].as_i64().unwrap();
+        cp.create(
+            &format!("/api/v1/channels/{channel_id}/credentials"),
+            json!({"secret": format!("sk-usage-{provider}-0123456789")}),
+        )
+        .await;
+        let (route, _) = cp
+            .create("/api/v1/routes", json!({"model_pattern": model}))
+            .await;
+        cp.create(
+            &format!("/api/v1/routes/{}/members", route["id"]),
+            json!({"channel_id": channel_id, "upstream_model": format!("up-{provider}")}),
+        )
+        .await;
+    }
+    let (token, _) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let token = token["token"].as_str().unwrap().to_owned();
+    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+
+    let bearer = format!("Bearer {token}");
+    let openai = |model: &str, stream: bool| {
+        let mut body =
+            json!({"model": model, "messages": [{"role": "user", "content": "hello usage"}]});
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        (
+            "/v1/chat/completions".to_owned(),
+            body,
+            "authorization",
+            bearer.clone(),
+        )
+    };
+    let anthropic = |model: &str, stream: bool| {
+        let body = json!({"model": model, "max_tokens": 64, "stream": stream,
+                          "messages": [{"role": "user", "content": "hello usage"}]});
+        ("/v1/messages".to_owned(), body, "x-api-key", token.clone())
+    };
+    let gemini = |model: &str, stream: bool| {
+        let path = if stream {
+            format!("/v1beta/models/{model}:streamGenerateContent?alt=sse")
+        } else {
+            format!("/v1beta/models/{model}:generateContent")
+        };
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hello usage"}]}]});
+        (path, body, "x-goog-api-key", token.clone())
+    };
+    let mut sent = 0;
+    for model in models {
+        for stream in [false, true] {
+            for (path, body, header, key) in [
+                openai(model, stream),
+                anthropic(model, stream),
+                gemini(model, stream),
+            ] {
+                // The proxy may not hold the last route yet: retry until it serves it.
+                let deadline = Instant::now() + PROMPTLY;
+                loop {
+                    let reply = http_call(
+                        proxy.addr,
+                        "POST",
+                        &path,
+                        Some(&body.to_string()),
+                        &[(header, &key)],
+                    )
+                    .await
+                    .unwrap();
+                    if reply.status == 200 {
+                        assert!(!reply.body.contains("error"), "{path}: {}", reply.body);
+                        break;
+                    }
+                    assert!(
+                        reply.status == 404 && Instant::now() < deadline,
+                        "{path} {body}: {} {}",
+                        reply.status,
+                        reply.body
+                    );
+                    tokio::time::sleep(POLL).await;
+                }
+                sent += 1;
+            }
+        }
+    }
+
+    let reported = mock.reported_usage();
+    assert_eq!(reported.answers, sent, "every answer reported its usage");
+    assert_eq!(reported.cached_tokens, 3 * sent);
+    let want = (
+        reported.answers as i64,
+        reported.input_tokens as i64,
+        reported.output_tokens as i64,
+        reported.cached_tokens as i64,
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let reply = cp
+            .call(
+                "GET",
+                "/api/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z&group_by=route",
+                None,
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let usage = reply.json();
+        let t = &usage["total"];
+        let total = (
+            t["requests"].as_i64().unwrap(),
+            t["input_tokens"].as_i64().unwrap(),
+            t["output_tokens"].as_i64().unwrap(),
+            t["cached_tokens"].as_i64().unwrap(),
+        );
+        if total == want {
+            // Every route's share arrived too: six requests each (three protocols, two modes).
+            let groups = usage["groups"].as_array().unwrap();
+            for model in models {
+                let group = groups
+                    .iter()
+                    .find(|g| g["key"] == model)
+                    .unwrap_or_else(|| panic!("no usage for {model}: {usage}"));
+                assert_eq!(group["requests"], 6, "{usage}");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "usage total {total:?}, the upstreams reported {want:?}: {usage}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

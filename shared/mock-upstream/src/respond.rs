@@ -187,16 +187,50 @@ fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
     }
 }
 
-/// The response for `request`, following `behavior` (the default answer when `None`). Hangs,
-/// latency and cuts before the first byte are handled by the caller, which owns the connection.
+/// Token usage the mock's answers reported, summed (see [`crate::MockUpstream::reported_usage`]).
+/// `input_tokens` counts the cached ones too, whatever the protocol's own field says (Anthropic's
+/// `input_tokens` leaves out `cache_read_input_tokens`): the one meaning a gateway reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// Answers that carried a usage block.
+    pub answers: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+impl ReportedUsage {
+    fn of(answer: &sim::Answer) -> Self {
+        Self {
+            answers: 1,
+            input_tokens: answer.input_tokens(),
+            output_tokens: answer.output_tokens(),
+            cached_tokens: answer.cached_tokens,
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: ReportedUsage) {
+        self.answers += other.answers;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+}
+
+/// The response for `request`, following `behavior` (the default answer when `None`), and the
+/// usage that response reports (chat, Messages and Gemini generations that say their usage:
+/// every answer but an OpenAI stream without `stream_options.include_usage`, a stream cut
+/// short, or a scripted body). Hangs, latency and cuts before the first byte are handled by
+/// the caller, which owns the connection.
 pub fn respond(
     request: &RecordedRequest,
     behavior: Option<&Behavior>,
     models: &[String],
-) -> Response<MockBody> {
+) -> (Response<MockBody>, Option<ReportedUsage>) {
     let default = Behavior::ok();
     let behavior = behavior.unwrap_or(&default);
-    let mut response = answer(request, behavior, models);
+    let mut reported = None;
+    let mut response = answer(request, behavior, models, &mut reported);
     for (name, value) in &behavior.headers {
         match (
             HeaderName::try_from(name.as_str()),
@@ -208,10 +242,15 @@ pub fn respond(
             _ => tracing::warn!(header = %name, "mock rule header is not valid HTTP; skipped"),
         }
     }
-    response
+    (response, reported)
 }
 
-fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> Response<MockBody> {
+fn answer(
+    request: &RecordedRequest,
+    behavior: &Behavior,
+    models: &[String],
+    reported: &mut Option<ReportedUsage>,
+) -> Response<MockBody> {
     let protocol = Protocol::of_path(&request.path);
     let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
     if behavior.malformed {
@@ -273,14 +312,17 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             Endpoint::Completions => sim::completion_chunks(model, plain_text, chunks),
             Endpoint::Responses => sim::response_events(model, plain_text, chunks, prompt_tokens),
             Endpoint::Messages | Endpoint::MessagesCountTokens => {
+                *reported = Some(ReportedUsage::of(&answer));
                 sim::anthropic_answer_events(&answer, chunks)
             }
             Endpoint::GeminiStream if request.query_param("alt") != Some("sse") => {
                 // Without `alt=sse` Gemini streams one JSON array of responses.
+                *reported = Some(ReportedUsage::of(&answer));
                 content_type = "application/json";
                 json_array_pieces(sim::gemini_stream_responses(&answer, chunks))
             }
             Endpoint::GeminiGenerate | Endpoint::GeminiStream | Endpoint::GeminiCountTokens => {
+                *reported = Some(ReportedUsage::of(&answer));
                 sim::gemini_events(&answer, chunks)
             }
             // Other endpoints have no stream of their own; a forced stream uses the chat shape.
@@ -289,11 +331,16 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
                     .pointer("/stream_options/include_usage")
                     .and_then(Value::as_bool)
                     == Some(true);
+                if include_usage && endpoint == Endpoint::Chat {
+                    *reported = Some(ReportedUsage::of(&answer));
+                }
                 sim::chat_answer_chunks(&answer, chunks, include_usage)
             }
         };
         let cut = behavior.cut_after_chunks.is_some();
         if let Some(n) = behavior.cut_after_chunks {
+            // A cut stream may stop before its usage event: report none.
+            *reported = None;
             // Never reach the terminating event: the stream must break, not end.
             events.truncate(n.min(events.len().saturating_sub(1)));
         }
@@ -305,7 +352,10 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             .unwrap_or_else(|_| internal_error());
     }
     let body = match endpoint {
-        Endpoint::Chat => sim::chat_answer_json(&answer),
+        Endpoint::Chat => {
+            *reported = Some(ReportedUsage::of(&answer));
+            sim::chat_answer_json(&answer)
+        }
         Endpoint::Completions => sim::completion_json(model, plain_text, prompt_tokens),
         Endpoint::Embeddings => {
             let inputs = match json.get("input") {
@@ -343,9 +393,15 @@ fn answer(request: &RecordedRequest, behavior: &Behavior, models: &[String]) -> 
             serde_json::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"})
                 .to_string()
         }
-        Endpoint::Messages => sim::anthropic_answer_json(&answer),
+        Endpoint::Messages => {
+            *reported = Some(ReportedUsage::of(&answer));
+            sim::anthropic_answer_json(&answer)
+        }
         Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(prompt_tokens),
-        Endpoint::GeminiGenerate | Endpoint::GeminiStream => sim::gemini_response_json(&answer),
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream => {
+            *reported = Some(ReportedUsage::of(&answer));
+            sim::gemini_response_json(&answer)
+        }
         Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(prompt_tokens),
     };
     full(status, "application/json", body)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::respond::ReportedUsage;
 use crate::sim::ToolCall;
 
 /// Selects requests. Every field that is set must match; [`Matcher::any`] matches everything.
@@ -295,6 +296,7 @@ pub(crate) struct Script {
     counts: HitCounts,
     record: VecDeque<RecordedRequest>,
     record_limit: usize,
+    reported_usage: ReportedUsage,
 }
 
 impl Script {
@@ -304,6 +306,7 @@ impl Script {
             counts: HitCounts::default(),
             record: VecDeque::new(),
             record_limit,
+            reported_usage: ReportedUsage::default(),
         }
     }
 
@@ -350,6 +353,14 @@ impl Script {
         }
     }
 
+    pub(crate) fn add_reported_usage(&mut self, usage: ReportedUsage) {
+        self.reported_usage.add(usage);
+    }
+
+    pub(crate) fn reported_usage(&self) -> ReportedUsage {
+        self.reported_usage
+    }
+
     pub(crate) fn hits(&self) -> usize {
         self.counts.total
     }
@@ -383,6 +394,7 @@ impl Script {
         self.rules.clear();
         self.counts = HitCounts::default();
         self.record.clear();
+        self.reported_usage = ReportedUsage::default();
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::control;
-use crate::respond::{self, MockBody};
+use crate::respond::{self, MockBody, ReportedUsage};
 use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
 use crate::sim;
 
@@ -144,6 +144,12 @@ impl MockUpstream {
             by_model: counts.by_model.clone(),
             unmatched: counts.unmatched,
         }
+    }
+
+    /// The token usage this mock's answers have reported since the start or the last
+    /// [`reset`](Self::reset), summed (exact, whatever the record limit).
+    pub fn reported_usage(&self) -> ReportedUsage {
+        self.shared.script().reported_usage()
     }
 
     /// The recorded requests, oldest first.
@@ -307,11 +313,11 @@ async fn handle(
             return Err(io::Error::other("mock upstream: cut before first byte"));
         }
     }
-    Ok(respond::respond(
-        &recorded,
-        behavior.as_ref(),
-        &shared.models,
-    ))
+    let (response, reported) = respond::respond(&recorded, behavior.as_ref(), &shared.models);
+    if let Some(reported) = reported {
+        shared.script().add_reported_usage(reported);
+    }
+    Ok(response)
 }
 
 /// The bearer token of `Authorization`, else `x-api-key` (Anthropic), else `x-goog-api-key` or

@@ -635,3 +635,60 @@ async fn control_api_scripts_tool_calls_and_cached_tokens() {
     let requests = support::get(&base, "/__mock/requests").ok().await.json();
     assert_eq!(requests["requests"][0]["model"], "gemini-2.0-flash");
 }
+
+/// `reported_usage` sums exactly what the answers said: input (cached included), output and
+/// cached tokens of every generation that carried a usage block, and nothing for an OpenAI
+/// stream that did not ask for usage, an error, or a stream cut short.
+#[tokio::test]
+async fn reported_usage_sums_the_usage_blocks_the_answers_carried() {
+    let mock = MockUpstream::start().await.unwrap();
+    let base = mock.base_url();
+    mock.on(Matcher::path("/broken"), Behavior::status(503));
+    mock.on(Matcher::any(), Behavior::ok().cached_tokens(2));
+
+    let plain = post(&base, CHAT, chat("m")).ok().await.json();
+    let mut from_answers = (
+        plain["usage"]["prompt_tokens"].as_u64().unwrap(),
+        plain["usage"]["completion_tokens"].as_u64().unwrap(),
+    );
+    let anthropic = post(&base, MESSAGES, messages("m", false))
+        .ok()
+        .await
+        .json();
+    from_answers.0 += anthropic["usage"]["input_tokens"].as_u64().unwrap()
+        + anthropic["usage"]["cache_read_input_tokens"]
+            .as_u64()
+            .unwrap();
+    from_answers.1 += anthropic["usage"]["output_tokens"].as_u64().unwrap();
+    let gemini_answer = post(&base, GENERATE, gemini()).ok().await.json();
+    from_answers.0 += gemini_answer["usageMetadata"]["promptTokenCount"]
+        .as_u64()
+        .unwrap();
+    from_answers.1 += gemini_answer["usageMetadata"]["candidatesTokenCount"]
+        .as_u64()
+        .unwrap();
+    let after_plain = mock.reported_usage();
+    assert_eq!(after_plain.answers, 3);
+    assert_eq!(after_plain.cached_tokens, 6);
+    assert_eq!(
+        (after_plain.input_tokens, after_plain.output_tokens),
+        from_answers
+    );
+
+    // A stream without `include_usage` says no usage; errors say none either.
+    post(&base, CHAT, chat_stream("m")).ok().await;
+    let _ = post(&base, "/broken", chat("m")).send().await;
+    assert_eq!(mock.reported_usage(), after_plain);
+
+    // Streams that say their usage count once each.
+    let mut with_usage = chat_stream("m");
+    with_usage["stream_options"] = json!({"include_usage": true});
+    post(&base, CHAT, with_usage).ok().await;
+    post(&base, MESSAGES, messages("m", true)).ok().await;
+    post(&base, STREAM_SSE, gemini()).ok().await;
+    assert_eq!(mock.reported_usage().answers, 6);
+    assert_eq!(mock.reported_usage().cached_tokens, 12);
+
+    mock.reset();
+    assert_eq!(mock.reported_usage(), Default::default());
+}
