@@ -854,6 +854,57 @@ fn canary_share_is_one_over_n() {
     assert!(close(d.candidate(1).unwrap().probability, 0.75));
 }
 
+/// Each pool keeps the route's strategy: weights (and, in latency mode, latency) decide inside
+/// the stable pool and inside the canary pool, not a uniform pick.
+#[test]
+fn both_canary_pools_apply_their_strategy() {
+    let mut w = World::one_route(vec![
+        member(1, 1, 0, 1),
+        member(2, 2, 0, 9),
+        member(3, 3, 0, 1),
+        member(4, 4, 0, 3),
+    ]);
+    w.member_mut(3).canary = true;
+    w.member_mut(4).canary = true;
+    w.settings.stable_first_enabled = true;
+    w.settings.stable_first_denominator = 4;
+    let n = 80_000;
+    let counts = histogram(&w, &constraint(), n);
+    for (id, want) in [
+        (1, 0.75 * 0.1),
+        (2, 0.75 * 0.9),
+        (3, 0.25 * 0.25),
+        (4, 0.25 * 0.75),
+    ] {
+        let share = counts.get(&id).copied().unwrap_or(0) as f64 / n as f64;
+        assert!(
+            (share - want).abs() < 0.015,
+            "member {id}: {share} ({counts:?})"
+        );
+    }
+
+    // Latency mode, equal weights: the slower member of each pool gets the smaller share.
+    for id in 1..=4 {
+        w.member_mut(id).weight = 1;
+    }
+    w.route_mut().routing_mode = RoutingMode::Latency;
+    w.latency(1, "up-1", 3000.0); // factor 0.5 against 1.0
+    w.latency(3, "up-3", 9000.0); // factor 0.25 against 1.0
+    let counts = histogram(&w, &constraint(), n);
+    for (id, want) in [
+        (1, 0.75 / 3.0),
+        (2, 0.75 * 2.0 / 3.0),
+        (3, 0.25 * 0.2),
+        (4, 0.25 * 0.8),
+    ] {
+        let share = counts.get(&id).copied().unwrap_or(0) as f64 / n as f64;
+        assert!(
+            (share - want).abs() < 0.015,
+            "member {id}: {share} ({counts:?})"
+        );
+    }
+}
+
 #[test]
 fn empty_canary_pool_selects_stable_and_empty_stable_pool_selects_canary() {
     let mut w = canary_world();

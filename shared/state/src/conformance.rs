@@ -73,6 +73,10 @@ pub fn checks() -> &'static [(&'static str, Check)] {
             retry_after_extends_never_shortens,
         ),
         (
+            "short_retry_after_keeps_the_configured_cooldown",
+            short_retry_after_keeps_the_configured_cooldown,
+        ),
+        (
             "first_transport_failure_counts_without_cooling",
             first_transport_failure_counts_without_cooling,
         ),
@@ -157,6 +161,20 @@ pub fn retry_after_extends_never_shortens(store: &dyn StateStore) {
     assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 120_000));
     store.extend_cooldown(1, NOW + 200_000);
     assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 200_000));
+}
+
+/// A `Retry-After` shorter than the cooldown only extends: the member still cools for the
+/// whole configured cooldown, on a first failure as on a repeated one.
+pub fn short_retry_after_keeps_the_configured_cooldown(store: &dyn StateStore) {
+    let short = failure(FailureKind::Retryable, Some(1_000));
+    assert_eq!(
+        store.record_failure(&short, &policy(), NOW).cooled_until,
+        Some(NOW + 30_000)
+    );
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 30_000));
+    // Again later: the new cooldown runs from the new failure, still the full 30 s.
+    store.record_failure(&short, &policy(), NOW + 40_000);
+    assert_eq!(read(store, |v| v.cooldown_until(1)), Some(NOW + 70_000));
 }
 
 pub fn first_transport_failure_counts_without_cooling(store: &dyn StateStore) {
