@@ -1,7 +1,9 @@
 //! `switchyard-load report DIR`: the benchmark summary from the files `scripts/load` writes:
 //! `pids.json` (`{"proxy": PID, "mock": PID}`), `idle.json` (`{"proxy": kB, "mock": kB}`),
 //! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_{direct,proxy}_N.json` (`hold`
-//! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones).
+//! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones),
+//! `translated_c*`, `stream_{passthrough,translated}_c1`, and when present `before_c*` (an
+//! earlier proxy build) and `fleet_c*` (a fleet-mode proxy reporting usage).
 
 use std::path::Path;
 
@@ -126,6 +128,32 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             );
         }
     }
+    // The same proxy binary against an earlier build (`before_c*`, LOAD_BEFORE_PROXY_BIN), and
+    // the proxy in fleet mode with usage reporting (`fleet_c*`) against standalone: each as
+    // what the first adds over the second, in the same run.
+    let mut compared = serde_json::Map::new();
+    for (label, run, baseline) in [
+        ("proxy_over_before", "proxy", "before"),
+        ("fleet_with_usage_over_standalone", "fleet", "proxy"),
+    ] {
+        for c in ["1", "64"] {
+            if let (Some(run), Some(base)) = (
+                read(dir, &format!("{run}_c{c}.json")),
+                read(dir, &format!("{baseline}_c{c}.json")),
+            ) {
+                compared.insert(
+                    format!("{label}_c{c}"),
+                    json!({
+                        "added_p50_ms": diff(&run, &base, "/latency_ms/p50"),
+                        "added_p99_ms": diff(&run, &base, "/latency_ms/p99"),
+                        "throughput_rps": run["throughput_rps"],
+                        "baseline_throughput_rps": base["throughput_rps"],
+                        "errors": run["errors"],
+                    }),
+                );
+            }
+        }
+    }
     if let (Some(translated), Some(passthrough)) = (
         read(dir, "stream_translated_c1.json"),
         read(dir, "stream_passthrough_c1.json"),
@@ -145,6 +173,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
     Ok(json!({
         "added_latency_ms": added,
         "translation": translation,
+        "compared": compared,
         "runs": runs,
         "throughput_at_saturation_rps": {
             "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
