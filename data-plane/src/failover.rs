@@ -150,10 +150,17 @@ fn record_attempt(span: &Span, log: &AttemptLog) {
     span.record("latency_ms", log.latency_ms);
 }
 
-/// Backoff before re-send `n` (1-based): 25 ms doubling to 400 ms, times a jitter in [0.5, 1).
+/// Backoff before re-send `n` (1-based): 25 ms doubling to 400 ms, times a jitter in [0.5, 1].
 fn backoff(n: u32, rng: &mut impl RandomSource) -> Duration {
     let base = 25u64 << n.saturating_sub(1).min(4);
     Duration::from_micros((base as f64 * 1000.0 * (0.5 + 0.5 * rng.next_f64())) as u64)
+}
+
+/// The pause before re-send `n`, or `None` when it would not end before the deadline (`left`
+/// is what remains of the request's budget): a re-send never sleeps past the deadline.
+fn pause_before(n: u32, left: Duration, rng: &mut impl RandomSource) -> Option<Duration> {
+    let pause = backoff(n, rng);
+    (left > pause).then_some(pause)
 }
 
 pub async fn proxy(
@@ -335,10 +342,10 @@ pub async fn proxy(
         let mut failure: Option<Failed> = None;
         for send in 0..sends {
             if send > 0 {
-                let pause = backoff(send, &mut rng);
-                if deadline.saturating_duration_since(Instant::now()) <= pause {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let Some(pause) = pause_before(send, left, &mut rng) else {
                     break;
-                }
+                };
                 tokio::time::sleep(pause).await;
             }
             let usable: Vec<CredentialId> = picked
@@ -590,4 +597,68 @@ fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) 
     *response.status_mut() = upstream.status;
     copy_headers(&upstream.headers, response.headers_mut());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source that always answers `value`.
+    struct Fixed(u64);
+
+    impl RandomSource for Fixed {
+        fn next_u64(&mut self) -> u64 {
+            self.0
+        }
+    }
+
+    const LOWEST: Fixed = Fixed(0);
+    const HIGHEST: Fixed = Fixed(u64::MAX);
+
+    #[test]
+    fn backoff_doubles_from_25_ms_to_400_ms_with_jitter_in_half_to_full() {
+        for (n, base_ms) in [
+            (1, 25),
+            (2, 50),
+            (3, 100),
+            (4, 200),
+            (5, 400),
+            (6, 400),
+            (40, 400),
+        ] {
+            let base = Duration::from_millis(base_ms);
+            assert_eq!(backoff(n, &mut LOWEST), base / 2, "re-send {n}");
+            let high = backoff(n, &mut HIGHEST);
+            assert!(
+                high <= base && high > base * 99 / 100,
+                "re-send {n}: {high:?}"
+            );
+        }
+        // Jitter spreads the pauses: different draws, different pauses.
+        let mut rng = SplitMix64::new(7);
+        let pauses: std::collections::BTreeSet<Duration> =
+            (0..50).map(|_| backoff(3, &mut rng)).collect();
+        assert!(pauses.len() > 40, "{pauses:?}");
+        assert!(pauses
+            .iter()
+            .all(|p| *p >= Duration::from_millis(50) && *p < Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_pause_that_would_end_past_the_deadline_is_not_taken() {
+        let full = Duration::from_millis(25);
+        assert_eq!(
+            pause_before(1, Duration::from_secs(10), &mut HIGHEST),
+            Some(backoff(1, &mut HIGHEST))
+        );
+        // The longest pause of re-send 1 is 25 ms: it must end before the deadline, not on it.
+        assert_eq!(pause_before(1, full, &mut HIGHEST), None);
+        assert_eq!(pause_before(1, full, &mut LOWEST), Some(full / 2));
+        assert_eq!(pause_before(1, full / 2, &mut LOWEST), None);
+        assert_eq!(
+            pause_before(5, Duration::from_millis(150), &mut LOWEST),
+            None
+        );
+        assert_eq!(pause_before(1, Duration::ZERO, &mut LOWEST), None);
+    }
 }

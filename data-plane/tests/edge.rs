@@ -244,6 +244,32 @@ async fn sticky_sessions_stick_and_pins_do_not_bind() {
     );
 }
 
+/// A session binds only on a successful (2xx) forward: a request whose every attempt failed, or
+/// that was refused upstream, binds nothing; the first 200 binds the member that served it.
+#[tokio::test]
+async fn sticky_binding_is_made_only_on_a_2xx() {
+    let a = MockUpstream::start().await.unwrap();
+    a.on(Matcher::any(), Behavior::status(503).times(2));
+    a.on(Matcher::any(), Behavior::status(400).times(1));
+    let yaml = format!(
+        "settings:\n  sticky_enabled: true\n  retry_times: 0\n  channel_retry_times: 1\nchannels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+    );
+    let proxy = start(&yaml).await;
+    let session = [("x-session-id", "s-only-on-2xx")];
+    let failed = post_with(&proxy, CHAT_PATH, CHAT, &session).await;
+    assert_eq!(failed.status, 503, "{}", failed.body);
+    assert_eq!(a.hits(), 2);
+    assert_eq!(proxy.dump().sticky_bindings, 0, "bound on a 503");
+    // The member is cooling now; the cooling fallback still sends to it.
+    let refused = post_with(&proxy, CHAT_PATH, CHAT, &session).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(proxy.dump().sticky_bindings, 0, "bound on a 400");
+    let served = post_with(&proxy, CHAT_PATH, CHAT, &session).await;
+    assert_eq!(served.status, 200, "{}", served.body);
+    assert_eq!(proxy.dump().sticky_bindings, 1);
+}
+
 #[tokio::test]
 async fn pinning_needs_allow_pinning() {
     let up = MockUpstream::start().await.unwrap();

@@ -457,3 +457,47 @@ async fn client_cancel_stops_the_request_without_retry_or_leak() {
         "the in-flight count is released"
     );
 }
+
+/// A "model not found" answer keeps that (channel, upstream model) out of later requests too:
+/// the next requests go straight to the channel's other variant, never back to the missing model.
+#[tokio::test]
+async fn model_not_found_keeps_that_model_out_of_later_requests() {
+    let (a, b) = mocks().await;
+    a.on(
+        Matcher::any().model("gone"),
+        Behavior::status(404).body(
+            r#"{"error":{"message":"The model `gone` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+        ),
+    );
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: gone, priority: 10 }}\n      - {{ id: 2, channel: a, upstream_model: alias, priority: 5, weight: 1 }}\n      - {{ id: 3, channel: b, upstream_model: up-b, priority: 5, weight: 100000 }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    for n in 1..=5 {
+        let reply = post(&proxy, CHAT_PATH, CHAT).await;
+        assert_eq!(reply.status, 200, "request {n}: {}", reply.body);
+    }
+    assert_eq!(
+        a.hits_matching(&Matcher::any().model("gone")),
+        1,
+        "the missing model was asked again"
+    );
+    let cooled: Vec<_> = proxy.dump().cooldowns.iter().map(|c| c.member_id).collect();
+    assert_eq!(cooled, vec![1]);
+}
+
+/// With room in the budget, every re-send the settings allow happens (their pauses add up to
+/// 190-375 ms; `failover::tests` pins the pause lengths and the deadline rule).
+#[tokio::test]
+async fn re_sends_happen_with_their_backoff_when_the_budget_allows() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any(), Behavior::status(503));
+    let settings = "  request_timeout_ms: 20000\n  channel_retry_times: 5\n  cross_channel_failover_enabled: false";
+    let proxy = start(&two_channels(&a, &["ka"], &b, settings)).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert_eq!(a.hits(), 6, "one send and five re-sends");
+    assert_eq!(b.hits(), 0);
+}
