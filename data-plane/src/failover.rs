@@ -612,8 +612,9 @@ mod tests {
         }
     }
 
-    const LOWEST: Fixed = Fixed(0);
-    const HIGHEST: Fixed = Fixed(u64::MAX);
+    /// Draws at the two ends of the jitter range.
+    const LOWEST: u64 = 0;
+    const HIGHEST: u64 = u64::MAX;
 
     #[test]
     fn backoff_doubles_from_25_ms_to_400_ms_with_jitter_in_half_to_full() {
@@ -627,8 +628,8 @@ mod tests {
             (40, 400),
         ] {
             let base = Duration::from_millis(base_ms);
-            assert_eq!(backoff(n, &mut LOWEST), base / 2, "re-send {n}");
-            let high = backoff(n, &mut HIGHEST);
+            assert_eq!(backoff(n, &mut Fixed(LOWEST)), base / 2, "re-send {n}");
+            let high = backoff(n, &mut Fixed(HIGHEST));
             assert!(
                 high <= base && high > base * 99 / 100,
                 "re-send {n}: {high:?}"
@@ -648,17 +649,17 @@ mod tests {
     fn a_pause_that_would_end_past_the_deadline_is_not_taken() {
         let full = Duration::from_millis(25);
         assert_eq!(
-            pause_before(1, Duration::from_secs(10), &mut HIGHEST),
-            Some(backoff(1, &mut HIGHEST))
+            pause_before(1, Duration::from_secs(10), &mut Fixed(HIGHEST)),
+            Some(backoff(1, &mut Fixed(HIGHEST)))
         );
         // The longest pause of re-send 1 is 25 ms: it must end before the deadline, not on it.
-        assert_eq!(pause_before(1, full, &mut HIGHEST), None);
-        assert_eq!(pause_before(1, full, &mut LOWEST), Some(full / 2));
-        assert_eq!(pause_before(1, full / 2, &mut LOWEST), None);
+        assert_eq!(pause_before(1, full, &mut Fixed(HIGHEST)), None);
+        assert_eq!(pause_before(1, full, &mut Fixed(LOWEST)), Some(full / 2));
+        assert_eq!(pause_before(1, full / 2, &mut Fixed(LOWEST)), None);
         assert_eq!(
-            pause_before(5, Duration::from_millis(150), &mut LOWEST),
+            pause_before(5, Duration::from_millis(150), &mut Fixed(LOWEST)),
             None
         );
-        assert_eq!(pause_before(1, Duration::ZERO, &mut LOWEST), None);
+        assert_eq!(pause_before(1, Duration::ZERO, &mut Fixed(LOWEST)), None);
     }
 }
