@@ -3,6 +3,7 @@
 
 mod channels;
 mod credentials;
+mod dry_run;
 mod explain;
 pub mod extract;
 mod members;
@@ -14,6 +15,7 @@ pub mod schema;
 pub(crate) mod settings;
 mod teams;
 mod tokens;
+mod trial;
 pub mod usage;
 
 use std::sync::Arc;
@@ -59,6 +61,8 @@ pub struct AppState {
     pub connections: Option<switchyard_server::Stats>,
     /// Fires on SIGTERM: `/readyz` answers 503 from then on.
     pub draining: tokio_util::sync::CancellationToken,
+    /// The proxies whose snapshot streams this replica serves, for `/api/v1/state`.
+    pub proxies: Arc<crate::proxies::ProxyRegistry>,
 }
 
 impl AppState {
@@ -77,7 +81,14 @@ impl AppState {
             recovery: None,
             connections: None,
             draining: tokio_util::sync::CancellationToken::new(),
+            proxies: Arc::default(),
         }
+    }
+
+    /// The gRPC server's registry of connected proxies, shown in `/api/v1/state`.
+    pub fn with_proxies(mut self, proxies: Arc<crate::proxies::ProxyRegistry>) -> AppState {
+        self.proxies = proxies;
+        self
     }
 
     /// Explain and `/api/v1/state` read this shared state.
@@ -162,6 +173,8 @@ fn api_router() -> OpenApiRouter<AppState> {
             settings::patch_settings
         ))
         .routes(routes!(explain::explain))
+        .routes(routes!(dry_run::dry_run))
+        .routes(routes!(trial::trial))
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
         .routes(routes!(usage::usage))
