@@ -2,6 +2,7 @@
 //! `/api/v1/openapi.json` always lists exactly the routes that exist.
 
 mod channels;
+pub mod console;
 mod credentials;
 mod dry_run;
 mod explain;
@@ -214,6 +215,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .merge(console::router())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(
