@@ -87,6 +87,10 @@ impl ProxyRegistry {
 
     /// A usage report from `client_id`: contact from every stream of that client.
     pub fn touch_client(&self, client_id: &str) {
+        // A proxy that announced no identity cannot be told apart from another one.
+        if client_id.is_empty() {
+            return;
+        }
         let now = now_ms();
         for entry in self.lock().values_mut() {
             if entry.client_id == client_id {
@@ -134,6 +138,10 @@ mod tests {
         let a = registry.register("proxy-a", None, true, 3);
         let b = registry.register("proxy-b", Some("127.0.0.1:1".into()), false, 0);
         a.sent(7);
+        // A usage report under no identity refreshes no one; under a known one, that stream.
+        let contact = registry.list()[1].last_contact_ms;
+        registry.touch_client("");
+        assert_eq!(registry.list()[1].last_contact_ms, contact);
         let listed = registry.list();
         assert_eq!(listed.len(), 2);
         assert_eq!(listed[0].client_id, "proxy-a");
