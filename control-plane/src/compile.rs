@@ -102,7 +102,14 @@ pub async fn compile(pool: &PgPool) -> anyhow::Result<Snapshot> {
         .execute(&mut *tx)
         .await
         .context("set isolation")?;
+    let snapshot = compile_in(&mut tx).await?;
+    tx.commit().await.context("commit")?;
+    Ok(snapshot)
+}
 
+/// Builds the snapshot from what `conn` sees: the caller owns the transaction (the publisher's
+/// read-only one above, or a dry run's, which sees its own uncommitted changes).
+pub async fn compile_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<Snapshot> {
     let revision: i64 = sqlx::query_scalar("SELECT revision FROM snapshot_revision")
         .fetch_one(&mut *tx)
         .await
@@ -172,7 +179,6 @@ pub async fn compile(pool: &PgPool) -> anyhow::Result<Snapshot> {
     .fetch_all(&mut *tx)
     .await
     .context("tokens")?;
-    tx.commit().await.context("commit")?;
 
     let revision = u64::try_from(revision).map_err(|_| anyhow!("negative revision"))?;
     build(

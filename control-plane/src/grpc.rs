@@ -27,6 +27,7 @@ use tonic::server::{Grpc, NamedService, ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
+use crate::proxies::{ProxyRegistry, Registration};
 use crate::publisher::SnapshotFeed;
 
 const WATCH_PATH: &str = "/switchyard.snapshot.v1.SnapshotService/Watch";
@@ -72,6 +73,8 @@ pub struct SnapshotWatchServer {
     fleet: Arc<FleetTokens>,
     /// Where `ReportUsage` batches go; without it the call is `UNIMPLEMENTED`.
     usage: Option<sqlx::PgPool>,
+    /// The streams open on this replica.
+    proxies: Arc<ProxyRegistry>,
 }
 
 impl SnapshotWatchServer {
@@ -87,7 +90,13 @@ impl SnapshotWatchServer {
             metrics,
             fleet: Arc::new(fleet),
             usage: None,
+            proxies: Arc::default(),
         }
+    }
+
+    /// The registry of the proxies connected to this server (for `/api/v1/state`).
+    pub fn proxies(&self) -> Arc<ProxyRegistry> {
+        Arc::clone(&self.proxies)
     }
 
     /// Serves `ReportUsage` into this database.
@@ -168,6 +177,7 @@ struct StreamState {
     sent: u64,
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
+    registration: Registration,
 }
 
 impl Drop for StreamState {
@@ -188,10 +198,12 @@ impl ServerStreamingService<v1::WatchRequest> for Watch {
     fn call(&mut self, request: Request<v1::WatchRequest>) -> Self::Future {
         let server = self.0.clone();
         let caller = self.1;
+        let peer = request.remote_addr().map(|addr| addr.to_string());
         Box::pin(async move {
             Ok(Response::new(watch_stream(
                 &server,
                 caller,
+                peer,
                 request.into_inner(),
             )))
         })
@@ -203,6 +215,7 @@ impl ServerStreamingService<v1::WatchRequest> for Watch {
 fn watch_stream(
     server: &SnapshotWatchServer,
     caller: Caller,
+    peer: Option<String>,
     request: v1::WatchRequest,
 ) -> WatchStream {
     tracing::info!(
@@ -218,6 +231,12 @@ fn watch_stream(
         sent: request.have_revision,
         shutdown: server.shutdown.clone(),
         metrics: Arc::clone(&server.metrics),
+        registration: server.proxies.register(
+            &request.client_id,
+            peer,
+            caller == Caller::Fleet,
+            request.have_revision,
+        ),
     };
     Box::pin(futures_util::stream::unfold(
         state,
@@ -227,6 +246,7 @@ fn watch_stream(
                 if let Some(published) = latest {
                     if published.revision() > state.sent {
                         state.sent = published.revision();
+                        state.registration.sent(state.sent);
                         let bytes = match state.caller {
                             Caller::Fleet => published.encoded.clone(),
                             Caller::Anonymous => published.encoded_without_secrets(),
@@ -251,6 +271,7 @@ fn watch_stream(
 struct ReportUsage {
     pool: Option<sqlx::PgPool>,
     metrics: Arc<Metrics>,
+    proxies: Arc<ProxyRegistry>,
 }
 
 impl UnaryService<v1::UsageBatch> for ReportUsage {
@@ -260,11 +281,13 @@ impl UnaryService<v1::UsageBatch> for ReportUsage {
     fn call(&mut self, request: Request<v1::UsageBatch>) -> Self::Future {
         let pool = self.pool.clone();
         let metrics = Arc::clone(&self.metrics);
+        let proxies = Arc::clone(&self.proxies);
         Box::pin(async move {
             let Some(pool) = pool else {
                 return Err(Status::unimplemented("usage accounting is not served here"));
             };
             let batch = request.into_inner();
+            proxies.touch_client(&batch.client_id);
             match crate::usage::apply_batch(&pool, &batch).await {
                 Ok(applied) => {
                     metrics.usage_applied(&applied, batch.dropped_requests);
@@ -322,6 +345,7 @@ where
             let method = ReportUsage {
                 pool: self.usage.clone(),
                 metrics: Arc::clone(&self.metrics),
+                proxies: Arc::clone(&self.proxies),
             };
             Box::pin(async move {
                 let codec = tonic_prost::ProstCodec::<v1::UsageAck, v1::UsageBatch>::default();

@@ -17,6 +17,7 @@ pub mod error;
 pub mod grpc;
 pub mod live;
 pub mod metrics;
+pub mod proxies;
 pub mod publisher;
 pub mod recovery;
 pub mod server;

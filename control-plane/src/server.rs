@@ -120,6 +120,17 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     let grpc_addr = grpc.local_addr()?;
     tracing::info!(%http_addr, %grpc_addr, "listening");
 
+    let fleet = FleetTokens::parse(config.fleet_token.as_deref());
+    if fleet.is_empty() {
+        tracing::warn!("no SWITCHYARD_FLEET_TOKEN: any client reaching the gRPC port may watch snapshots, which therefore carry no inline credential secrets");
+    }
+    let grpc_service = SnapshotWatchServer::new(
+        publisher.subscribe(),
+        shutdown.clone(),
+        Arc::clone(&metrics),
+        fleet,
+    )
+    .with_usage(pool.clone());
     let mut state = AppState::new(
         pool.clone(),
         &config.admin_token,
@@ -127,7 +138,8 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         Arc::clone(&metrics),
     )
     .with_recovery(Arc::clone(&recovery))
-    .with_draining(signal.clone());
+    .with_draining(signal.clone())
+    .with_proxies(grpc_service.proxies());
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }
@@ -144,17 +156,6 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     let router = app(state);
     tracker.spawn(server.serve(http, router, shutdown.clone()));
 
-    let fleet = FleetTokens::parse(config.fleet_token.as_deref());
-    if fleet.is_empty() {
-        tracing::warn!("no SWITCHYARD_FLEET_TOKEN: any client reaching the gRPC port may watch snapshots, which therefore carry no inline credential secrets");
-    }
-    let grpc_service = SnapshotWatchServer::new(
-        publisher.subscribe(),
-        shutdown.clone(),
-        Arc::clone(&metrics),
-        fleet,
-    )
-    .with_usage(pool.clone());
     let grpc_shutdown = shutdown.clone();
     let grpc_incoming = capped_incoming(grpc, config.grpc_max_connections);
     let mut grpc_server = tonic::transport::Server::builder();

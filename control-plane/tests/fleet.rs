@@ -987,3 +987,83 @@ async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_ou
         "{metrics}"
     );
 }
+
+/// The proxies `GET /api/v1/state` lists on `cp`, as (client id, revision).
+async fn connected(cp: &ControlPlane) -> Vec<(String, u64)> {
+    let (status, _, body) = cp.call("GET", "/api/v1/state", None).await;
+    assert_eq!(status, 200, "{body}");
+    body["proxies"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no proxies list: {body}"))
+        .iter()
+        .map(|p| {
+            (
+                p["client_id"].as_str().unwrap().to_owned(),
+                p["revision"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_connected(cp: &ControlPlane, what: &str, ok: impl Fn(&[(String, u64)]) -> bool) {
+    let result = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let list = connected(cp).await;
+            if ok(&list) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    if result.is_err() {
+        panic!("timed out waiting for {what}: {:?}", connected(cp).await);
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn each_replica_lists_the_proxies_connected_to_it_with_their_revision(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let a = ControlPlane::spawn(&url, 0).await;
+    let b = ControlPlane::spawn(&url, 0).await;
+    a.create_route("registry-first").await;
+    let mut client = fleet_client(&a.endpoint(), Some(FLEET_TOKEN)).await;
+    let mut stream = client
+        .watch(WatchRequest {
+            have_revision: 0,
+            client_id: "proxy-on-a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // The current snapshot at once (the publisher may not have compiled the route yet).
+    let got = stream.message().await.unwrap().unwrap();
+    // The registry shows the newest revision *sent*, which may already be past the one read.
+    wait_connected(&a, "proxy-on-a at the first revision", |list| {
+        list.iter()
+            .any(|(id, rev)| id == "proxy-on-a" && *rev >= got.revision)
+    })
+    .await;
+    // B serves no stream: each replica knows only its own connections.
+    assert_eq!(connected(&b).await, vec![]);
+
+    // A new revision sent on the stream is the revision the registry shows.
+    let second = b.create_route("registry-second").await;
+    let mut latest = got.revision;
+    while latest < second {
+        latest = stream.message().await.unwrap().unwrap().revision;
+    }
+    wait_connected(&a, "proxy-on-a at the second revision", |list| {
+        list.iter()
+            .any(|(id, rev)| id == "proxy-on-a" && *rev >= latest)
+    })
+    .await;
+
+    // The stream ends: the entry goes.
+    drop(stream);
+    drop(client);
+    wait_connected(&a, "proxy-on-a gone", |list| list.is_empty()).await;
+}

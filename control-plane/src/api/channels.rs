@@ -392,8 +392,18 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<ChannelCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: ChannelCreate,
+) -> ApiResult<Response> {
     let spec = ChannelSpec::try_from(raw)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let sql = format!(
         "INSERT INTO channels (name, provider, base_url, status, auto_ban, max_concurrency, \
          capabilities, retry_status_codes, retry_error_patterns, headers) \
@@ -413,9 +423,9 @@ pub async fn create(
         .bind(sqlx::types::Json(&spec.headers))
         .fetch_one(&mut *tx)
         .await?;
-    record_status_event(&mut tx, view.id, None, spec.status, "created", &actor).await?;
+    record_status_event(&mut tx, view.id, None, spec.status, "created", actor).await?;
     let revision =
-        commit_row::<ChannelView>(tx, &actor, "create", view.id, audit_detail(&spec)).await?;
+        commit_row::<ChannelView>(tx, actor, "create", view.id, audit_detail(&spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -437,7 +447,20 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<ChannelPatch>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    patch_in(&state.pool, state.live.as_ref(), &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`, which passes no `live`: the breaker reset below is a write to
+/// the fleet's shared state and must not happen for a change that is rolled back).
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    live: Option<&crate::live::LiveState>,
+    actor: &str,
+    id: i64,
+    patch: ChannelPatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
     let before = stored_status(&current)?;
     let secrets: Secrets = sqlx::query_as("SELECT base_url, headers FROM channels WHERE id = $1")
@@ -472,22 +495,28 @@ pub async fn patch(
             Some(before),
             spec.status,
             "set by an operator",
-            &actor,
+            actor,
         )
         .await?;
     }
-    let revision = commit_row::<ChannelView>(tx, &actor, "update", id, audit_detail(&spec)).await?;
     // An operator re-enabling an auto-disabled channel overrides the breaker: close it fleet-wide
     // too, or the channel would stay excluded (and be recorded auto_disabled again) until a probe.
-    if before == ChannelStatus::AutoDisabled && spec.status == ChannelStatus::Enabled {
-        if let Some(live) = &state.live {
+    let reset = match live {
+        Some(live)
+            if before == ChannelStatus::AutoDisabled && spec.status == ChannelStatus::Enabled =>
+        {
             let members: Vec<i64> =
                 sqlx::query_scalar("SELECT id FROM route_members WHERE channel_id = $1")
                     .bind(id)
-                    .fetch_all(&state.pool)
+                    .fetch_all(&mut *tx)
                     .await?;
-            live.store().reset_channel(id, &members);
+            Some((live, members))
         }
+        _ => None,
+    };
+    let revision = commit_row::<ChannelView>(tx, actor, "update", id, audit_detail(&spec)).await?;
+    if let Some((live, members)) = reset {
+        live.store().reset_channel(id, &members);
     }
     Ok(with_revision(revision, Json(view)))
 }
@@ -500,7 +529,17 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
     let members: i64 =
         sqlx::query_scalar("SELECT count(*) FROM route_members WHERE channel_id = $1")
@@ -514,7 +553,7 @@ pub async fn delete(
             ),
         });
     }
-    delete_row::<ChannelView>(tx, &actor, id, json!({ "name": current.name })).await
+    delete_row::<ChannelView>(tx, actor, id, json!({ "name": current.name })).await
 }
 
 pub(crate) async fn record_status_event(

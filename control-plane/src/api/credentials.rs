@@ -167,9 +167,20 @@ pub async fn create(
     Path(channel_id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, channel_id, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    channel_id: i64,
+    raw: CredentialCreate,
+) -> ApiResult<Response> {
     let enabled = raw.enabled.unwrap_or(true);
     let source = create_source(raw)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
     let (secret, secret_env) = source.columns();
     let sql = format!(
@@ -187,7 +198,7 @@ pub async fn create(
     let mut detail = source.describe();
     detail["channel_id"] = json!(channel_id);
     detail["enabled"] = json!(enabled);
-    let revision = commit_row::<CredentialView>(tx, &actor, "create", view.id, detail).await?;
+    let revision = commit_row::<CredentialView>(tx, actor, "create", view.id, detail).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -210,8 +221,19 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialPatch>,
 ) -> ApiResult<Response> {
+    patch_in(&state.pool, &actor, id, raw).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    raw: CredentialPatch,
+) -> ApiResult<Response> {
     let source = source(raw.secret, raw.secret_env)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
     let enabled = raw.enabled.unwrap_or(current.enabled);
     let mut detail = json!({ "enabled": enabled });
@@ -239,7 +261,7 @@ pub async fn patch(
         .bind(enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<CredentialView>(tx, &actor, "update", id, detail).await?;
+    let revision = commit_row::<CredentialView>(tx, actor, "update", id, detail).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
@@ -250,8 +272,18 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
     let detail = json!({ "channel_id": current.channel_id });
-    delete_row::<CredentialView>(tx, &actor, id, detail).await
+    delete_row::<CredentialView>(tx, actor, id, detail).await
 }

@@ -32,7 +32,7 @@ pub struct ExplainQuery {
     pub seed: Option<u64>,
 }
 
-fn random_seed() -> u64 {
+pub(super) fn random_seed() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_ok() {
         u64::from_le_bytes(bytes)

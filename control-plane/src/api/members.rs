@@ -184,8 +184,19 @@ pub async fn create(
     Path(route_id): Path<i64>,
     JsonBody(raw): JsonBody<MemberCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, route_id, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    route_id: i64,
+    raw: MemberCreate,
+) -> ApiResult<Response> {
     let spec = MemberSpec::try_from(raw)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     fetch_row::<RouteView>(&mut *tx, route_id, true).await?;
     spec.check_channel(&mut tx).await?;
     let sql = format!(
@@ -208,7 +219,7 @@ pub async fn create(
         .await?;
     let mut detail = json!(spec);
     detail["route_id"] = json!(route_id);
-    let revision = commit_row::<MemberView>(tx, &actor, "create", view.id, detail).await?;
+    let revision = commit_row::<MemberView>(tx, actor, "create", view.id, detail).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -230,7 +241,18 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<MemberPatch>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: MemberPatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
     let spec = MemberSpec {
         channel_id: patch.channel_id.unwrap_or(current.channel_id),
@@ -262,7 +284,7 @@ pub async fn patch(
         .bind(sqlx::types::Json(&spec.capabilities))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<MemberView>(tx, &actor, "update", id, json!(spec)).await?;
+    let revision = commit_row::<MemberView>(tx, actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
@@ -274,7 +296,17 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
     let teams: Vec<i64> = sqlx::query_scalar(
         "SELECT team_id FROM team_members WHERE member_id = $1 ORDER BY team_id",
@@ -290,5 +322,5 @@ pub async fn delete(
         });
     }
     let detail = json!({ "route_id": current.route_id, "channel_id": current.channel_id });
-    delete_row::<MemberView>(tx, &actor, id, detail).await
+    delete_row::<MemberView>(tx, actor, id, detail).await
 }

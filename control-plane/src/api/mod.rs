@@ -2,7 +2,9 @@
 //! `/api/v1/openapi.json` always lists exactly the routes that exist.
 
 mod channels;
+pub mod console;
 mod credentials;
+mod dry_run;
 mod explain;
 pub mod extract;
 mod members;
@@ -14,6 +16,7 @@ pub mod schema;
 pub(crate) mod settings;
 mod teams;
 mod tokens;
+mod trial;
 pub mod usage;
 
 use std::sync::Arc;
@@ -59,6 +62,8 @@ pub struct AppState {
     pub connections: Option<switchyard_server::Stats>,
     /// Fires on SIGTERM: `/readyz` answers 503 from then on.
     pub draining: tokio_util::sync::CancellationToken,
+    /// The proxies whose snapshot streams this replica serves, for `/api/v1/state`.
+    pub proxies: Arc<crate::proxies::ProxyRegistry>,
 }
 
 impl AppState {
@@ -77,7 +82,14 @@ impl AppState {
             recovery: None,
             connections: None,
             draining: tokio_util::sync::CancellationToken::new(),
+            proxies: Arc::default(),
         }
+    }
+
+    /// The gRPC server's registry of connected proxies, shown in `/api/v1/state`.
+    pub fn with_proxies(mut self, proxies: Arc<crate::proxies::ProxyRegistry>) -> AppState {
+        self.proxies = proxies;
+        self
     }
 
     /// Explain and `/api/v1/state` read this shared state.
@@ -162,6 +174,8 @@ fn api_router() -> OpenApiRouter<AppState> {
             settings::patch_settings
         ))
         .routes(routes!(explain::explain))
+        .routes(routes!(dry_run::dry_run))
+        .routes(routes!(trial::trial))
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
         .routes(routes!(usage::usage))
@@ -201,6 +215,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .merge(console::router())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(

@@ -75,6 +75,7 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
             "breakers": [],
             "in_flight": [],
             "health": [],
+            "proxies": state.proxies.list(),
         })));
     };
     let now_ms = now_ms();
@@ -88,6 +89,7 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
         map.insert("connected".into(), json!(live.connected()));
         map.insert("now_ms".into(), json!(now_ms));
         map.insert("breakers".into(), json!(breakers));
+        map.insert("proxies".into(), json!(state.proxies.list()));
     }
     Ok(Json(body))
 }

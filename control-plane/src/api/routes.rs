@@ -287,8 +287,18 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<RouteCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: RouteCreate,
+) -> ApiResult<Response> {
     let spec = RouteSpec::try_from(raw)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     pattern_taken(&mut tx, &spec.model_pattern, None).await?;
     spec.check_single(&mut tx, None, true).await?;
     let sql = format!(
@@ -300,7 +310,7 @@ pub async fn create(
     let view = bind_spec(sqlx::query_as::<_, RouteView>(&sql), &spec)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<RouteView>(tx, &actor, "create", view.id, json!(spec)).await?;
+    let revision = commit_row::<RouteView>(tx, actor, "create", view.id, json!(spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -339,8 +349,19 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<RoutePatch>,
 ) -> ApiResult<Response> {
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: RoutePatch,
+) -> ApiResult<Response> {
     let asks_single = patch.routing_mode.is_some() || matches!(patch.single_member_id, Some(None));
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
     let spec = RouteSpec::patched(&current, patch)?;
     pattern_taken(&mut tx, &spec.model_pattern, Some(id)).await?;
@@ -356,7 +377,7 @@ pub async fn patch(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<RouteView>(tx, &actor, "update", id, json!(spec)).await?;
+    let revision = commit_row::<RouteView>(tx, actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
@@ -369,8 +390,18 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
     let detail = json!({ "model_pattern": current.model_pattern });
-    delete_row::<RouteView>(tx, &actor, id, detail).await
+    delete_row::<RouteView>(tx, actor, id, detail).await
 }

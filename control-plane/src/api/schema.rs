@@ -106,7 +106,9 @@ impl ToSchema for SettingsDocument {
     }
 }
 
-/// A PUT or PATCH body of the global settings: any subset of the keys.
+/// A PUT or PATCH body of the global settings: any subset of the keys. (`Deserialize` only so
+/// that the dry run's schema-only `ChangeBody` can name it.)
+#[derive(Deserialize)]
 pub struct SettingsChanges;
 
 impl PartialSchema for SettingsChanges {
@@ -385,4 +387,25 @@ pub struct SharedStateResponse {
     pub canaries: Option<Vec<CanaryView>>,
     /// With `REDIS_URL`.
     pub sticky_bindings: Option<u64>,
+    /// The proxies whose snapshot stream is open on *this* replica (each replica knows only its
+    /// own), with the revision each was last sent.
+    pub proxies: Vec<ConnectedProxyView>,
+}
+
+/// One proxy connected to this replica's snapshot stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectedProxyView {
+    pub stream_id: u64,
+    /// The identity the proxy announced (not authenticated).
+    pub client_id: String,
+    pub peer: Option<String>,
+    /// Presented a valid fleet token.
+    pub authenticated: bool,
+    pub revision_at_connect: u64,
+    /// The newest revision sent: what the proxy now holds.
+    pub revision: u64,
+    pub connected_at_ms: u64,
+    /// Stream opened, snapshot sent or usage report received (Unix ms).
+    pub last_contact_ms: u64,
 }

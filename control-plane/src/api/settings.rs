@@ -84,9 +84,19 @@ pub async fn put_settings(
     Actor(actor): Actor,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
+    put_settings_in(&state.pool, &actor, changes).await
+}
+
+/// [`put_settings`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn put_settings_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    changes: Map<String, Value>,
+) -> ApiResult<Response> {
     let settings = merge_settings(Map::new(), changes)?;
-    let tx = state.pool.begin().await?;
-    write(tx, &actor, settings).await
+    let tx = db.begin().await?;
+    write(tx, actor, settings).await
 }
 
 #[utoipa::path(patch, path = "/api/v1/settings", tag = "settings", operation_id = "update_settings",
@@ -99,13 +109,23 @@ pub async fn patch_settings(
     Actor(actor): Actor,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    patch_settings_in(&state.pool, &actor, changes).await
+}
+
+/// [`patch_settings`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_settings_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    changes: Map<String, Value>,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let stored: sqlx::types::Json<Map<String, Value>> =
         sqlx::query_scalar("SELECT value FROM settings FOR UPDATE")
             .fetch_one(&mut *tx)
             .await?;
     let settings = merge_settings(stored.0, changes)?;
-    write(tx, &actor, settings).await
+    write(tx, actor, settings).await
 }
 
 async fn write(

@@ -318,8 +318,18 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<TeamCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: TeamCreate,
+) -> ApiResult<Response> {
     let spec = TeamSpec::try_from(raw)?;
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     spec.check_members(&mut tx).await?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO teams (name, retry_limit, disable_failover) VALUES ($1, $2, $3) RETURNING id",
@@ -331,7 +341,7 @@ pub async fn create(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<TeamView>(tx, &actor, "create", id, json!(spec)).await?;
+    let revision = commit_row::<TeamView>(tx, actor, "create", id, json!(spec)).await?;
     Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
 }
 
@@ -353,7 +363,18 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TeamPatch>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: TeamPatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;
     let current = fetch(&mut *tx, id).await?;
     let spec = TeamSpec {
@@ -381,7 +402,7 @@ pub async fn patch(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<TeamView>(tx, &actor, "update", id, json!(spec)).await?;
+    let revision = commit_row::<TeamView>(tx, actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
@@ -393,7 +414,17 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;
     let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM tokens WHERE team_id = $1")
         .bind(id)
@@ -407,5 +438,5 @@ pub async fn delete(
             ),
         });
     }
-    delete_row::<TeamView>(tx, &actor, id, json!({})).await
+    delete_row::<TeamView>(tx, actor, id, json!({})).await
 }

@@ -183,10 +183,20 @@ pub async fn create(
     Actor(actor): Actor,
     JsonBody(raw): JsonBody<TokenCreate>,
 ) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: TokenCreate,
+) -> ApiResult<Response> {
     let spec = TokenSpec::try_from(raw)?;
     let plaintext = generate_token()?;
     let prefix: String = plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect();
-    let mut tx = state.pool.begin().await?;
+    let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
         "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled) \
@@ -203,7 +213,7 @@ pub async fn create(
         .bind(spec.enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, &actor, "create", view.id, json!(spec)).await?;
+    let revision = commit_row::<TokenView>(tx, actor, "create", view.id, json!(spec)).await?;
     Ok(with_revision(
         revision,
         (
@@ -234,7 +244,18 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TokenPatch>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: TokenPatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
@@ -259,7 +280,7 @@ pub async fn patch(
         .bind(spec.enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, &actor, "update", id, json!(spec)).await?;
+    let revision = commit_row::<TokenView>(tx, actor, "update", id, json!(spec)).await?;
     Ok(with_revision(revision, Json(view)))
 }
 
@@ -270,9 +291,19 @@ pub async fn delete(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
     let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
-    delete_row::<TokenView>(tx, &actor, id, json!({ "name": current.name })).await
+    delete_row::<TokenView>(tx, actor, id, json!({ "name": current.name })).await
 }
 
 #[cfg(test)]

@@ -160,6 +160,32 @@ pub(crate) fn connect_config(
     Ok((endpoint_config, authorization))
 }
 
+/// How this process introduces itself to the control plane (`client_id` of its watch requests
+/// and usage batches; shown in the control plane's connected-proxy list): the host name (a pod's
+/// name on Kubernetes) and the process id. Identification for operators only, not authentication.
+pub fn client_id() -> String {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+                    .filter(|h| !h.is_empty())
+            })
+            .unwrap_or_else(|| "proxy".to_owned());
+        let host: String = host
+            .chars()
+            .filter(|c| c.is_ascii_graphic())
+            .take(100)
+            .collect();
+        format!("{host}:{}", std::process::id())
+    })
+    .clone()
+}
+
 fn held_revision(tx: &watch::Sender<Option<Arc<Snapshot>>>, have_revision: u64) -> u64 {
     tx.borrow()
         .as_ref()
@@ -183,7 +209,7 @@ async fn follow_once(
         .max_decoding_message_size(MAX_SNAPSHOT_BYTES);
     let mut request = tonic::Request::new(WatchRequest {
         have_revision,
-        client_id: String::new(),
+        client_id: client_id(),
     });
     if let Some(value) = authorization {
         request

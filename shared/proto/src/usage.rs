@@ -258,7 +258,7 @@ impl UsageBuffer {
         }
         Some(v1::UsageBatch {
             batch_id: format!("{}-{seq}", self.instance),
-            client_id: String::new(),
+            client_id: crate::client::client_id(),
             records,
             dropped_requests,
         })

@@ -1,0 +1,85 @@
+// Entry point: sign-in, the hash router, and view lifecycle.
+import { api, token } from './api.js';
+import { clear, h } from './dom.js';
+import * as views from './views.js';
+
+const ROUTES = {
+  channels: views.channels,
+  routes: views.routes,
+  tokens: views.tokens,
+  teams: views.teams,
+  settings: views.settings,
+  explain: views.explain,
+  live: views.live,
+};
+
+const $ = (id) => document.getElementById(id);
+let cleanup = null;
+let generation = 0;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [path, query] = raw.split('?');
+  const [name, id] = path.split('/');
+  const params = Object.fromEntries(new URLSearchParams(query || ''));
+  if (id) params.id = id;
+  return { name: name || 'routes', params };
+}
+
+async function render() {
+  if (cleanup) { cleanup(); cleanup = null; }
+  const signedIn = !!token.get();
+  $('sign-in').hidden = signedIn;
+  $('nav').hidden = !signedIn;
+  // A fresh container per render: a view still loading from an earlier render writes into its
+  // own, detached container and never into this one.
+  const root = h('div');
+  clear($('view')).appendChild(root);
+  if (!signedIn) {
+    $('admin-token').focus();
+    return;
+  }
+  const { name, params } = parseHash();
+  for (const link of document.querySelectorAll('#nav a')) {
+    if (link.getAttribute('href') === `#/${name}`) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  const view = ROUTES[name] || ROUTES.routes;
+  const mine = ++generation;
+  try {
+    const done = await view(root, params);
+    if (mine !== generation) { if (typeof done === 'function') done(); return; }
+    if (typeof done === 'function') cleanup = done;
+  } catch (error) {
+    if (mine === generation) root.appendChild(h('p.alert', { role: 'alert' }, error.message));
+  }
+}
+
+$('sign-in-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const value = $('admin-token').value.trim();
+  $('sign-in-error').textContent = '';
+  token.set(value);
+  try {
+    await api('GET', '/api/v1/settings');
+    $('admin-token').value = '';
+    if (!location.hash || location.hash === '#') location.hash = '#/routes'; // renders on hashchange
+    else await render();
+  } catch (error) {
+    token.clear();
+    $('sign-in-error').textContent = error.status === 401 ? 'That admin token was not accepted.' : error.message;
+    $('admin-token').setAttribute('aria-invalid', 'true');
+  }
+});
+
+$('sign-out').addEventListener('click', () => {
+  token.clear();
+  render();
+});
+
+window.addEventListener('switchyard:unauthorized', () => {
+  token.clear();
+  render();
+});
+window.addEventListener('hashchange', render);
+render();

@@ -1,0 +1,777 @@
+//! `POST /api/v1/dry-run`: what a proposed set of changes would move, without changing anything.
+//!
+//! How: one Postgres transaction (REPEATABLE READ, `lock_timeout` 5 s) compiles the "before"
+//! snapshot, applies every change through the very handler code the REST API runs (each in its own
+//! savepoint, so validation, foreign keys, cascades and conflicts are exactly those of a real
+//! write), compiles the "after" snapshot from the same transaction, which sees its own changes,
+//! and is then **rolled back**. The revision bump, the audit rows and the NOTIFY a write queues
+//! live in that transaction and vanish with it: no proxy, replica or audit reader ever sees a
+//! dry run. Nothing is written to the fleet's shared state either (the channel handler's breaker
+//! reset is given no live state here). The one trace a dry run can leave is a gap in id sequences
+//! (Postgres does not roll sequences back).
+//!
+//! Then both snapshots go through [`switchyard_engine::select`] — the engine the proxies and
+//! explain run — with the same health view and seed, for every (model, group, team) either
+//! snapshot knows, and only what differs is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchyard_engine::{
+    select, Decision, HealthView, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
+    DEFAULT_GROUP,
+};
+use utoipa::ToSchema;
+
+use super::extract::JsonBody;
+use super::{parse_body, AppState};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+/// At most this many (model, group, team) selections are compared per snapshot; past it the
+/// answer says `truncated`.
+pub const MAX_SELECTIONS: usize = 5_000;
+
+/// At most this many changes in one dry run.
+pub const MAX_CHANGES: usize = 100;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DryRunRequest {
+    /// Applied in order, as if sent one after the other; none is kept.
+    pub changes: Vec<ProposedChange>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeOp {
+    Create,
+    Patch,
+    Delete,
+    /// Settings only: replace the whole document (`PUT /api/v1/settings`).
+    Put,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    Channel,
+    Credential,
+    Route,
+    Member,
+    Token,
+    Team,
+    Settings,
+}
+
+/// One change, in the terms of the REST call it stands for.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposedChange {
+    pub op: ChangeOp,
+    pub resource: ResourceKind,
+    /// The resource's id (`patch`, `delete`).
+    pub id: Option<i64>,
+    /// The parent's id for a `create` of a credential (its channel) or a member (its route).
+    pub parent_id: Option<i64>,
+    /// The request body the REST call would send (`create`, `patch`, `put`); validated the same way.
+    #[schema(value_type = Option<ChangeBody>)]
+    pub body: Option<Value>,
+}
+
+/// Schema only: a change's body is the body of the REST call it stands for.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ChangeBody {
+    ChannelCreate(super::channels::ChannelCreate),
+    ChannelPatch(super::channels::ChannelPatch),
+    CredentialCreate(super::credentials::CredentialCreate),
+    CredentialPatch(super::credentials::CredentialPatch),
+    RouteCreate(super::routes::RouteCreate),
+    RoutePatch(super::routes::RoutePatch),
+    MemberCreate(super::members::MemberCreate),
+    MemberPatch(super::members::MemberPatch),
+    TokenCreate(super::tokens::TokenCreate),
+    TokenPatch(super::tokens::TokenPatch),
+    TeamCreate(super::teams::TeamCreate),
+    TeamPatch(super::teams::TeamPatch),
+    SettingsChanges(super::schema::SettingsChanges),
+}
+
+/// What applying one change answered inside the dry run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChangeResult {
+    pub index: usize,
+    /// The HTTP status the real call would have answered.
+    pub status: u16,
+    /// The id a create would have produced (it does not exist after the dry run).
+    pub id: Option<i64>,
+}
+
+/// One member's selection probability in one (model, group, team), before and after.
+#[derive(Debug, Serialize, ToSchema, PartialEq)]
+pub struct MemberMove {
+    pub member_id: i64,
+    pub channel_id: i64,
+    pub upstream_model: String,
+    /// `null`: not a candidate in that snapshot.
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+    pub reasons_before: Vec<String>,
+    pub reasons_after: Vec<String>,
+}
+
+/// Selection for one (model, group, team) that the change would move.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AffectedSelection {
+    pub model: String,
+    pub group: String,
+    /// `null`: a token without a team.
+    pub team_id: Option<i64>,
+    pub route_before: Option<i64>,
+    pub route_after: Option<i64>,
+    /// `selected`, `model_not_found`, `model_not_allowed` or `no_eligible_member`.
+    pub outcome_before: String,
+    pub outcome_after: String,
+    /// Served before, would fail after.
+    pub newly_failing: bool,
+    pub members: Vec<MemberMove>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnreachableMember {
+    pub member_id: i64,
+    pub route_id: i64,
+    pub channel_id: i64,
+    pub upstream_model: String,
+    /// The change deletes it (rather than leaving it with no chance of selection).
+    pub deleted: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelMove {
+    pub model: String,
+    pub route_before: Option<i64>,
+    pub route_after: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewlyFailing {
+    pub model: String,
+    pub group: String,
+    pub team_id: Option<i64>,
+    pub outcome: String,
+}
+
+/// A token whose requests would be served differently: group, team or enabled changed, or it
+/// is created or deleted. `null` side: the token does not exist there.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenMove {
+    pub token_id: i64,
+    pub name: String,
+    pub before: Option<TokenScope>,
+    pub after: Option<TokenScope>,
+}
+
+#[derive(Debug, Serialize, ToSchema, PartialEq, Eq, Clone)]
+pub struct TokenScope {
+    pub group: String,
+    pub team_id: Option<i64>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DryRunResponse {
+    /// The revision the dry run started from; nothing was written, so it is still current.
+    pub base_revision: u64,
+    /// "redis" (the fleet's live health view) or "none".
+    pub health_view: String,
+    pub results: Vec<ChangeResult>,
+    /// Every (model, group, team) whose selection would change, with each member's probability.
+    pub affected: Vec<AffectedSelection>,
+    /// Members that had a chance of selection somewhere before and have none after.
+    pub unreachable_members: Vec<UnreachableMember>,
+    /// Models that resolve before and not after.
+    pub models_unresolved: Vec<ModelMove>,
+    /// Models that would resolve to another route (or newly resolve).
+    pub models_rerouted: Vec<ModelMove>,
+    /// Requests that are served before and would fail after.
+    pub newly_failing: Vec<NewlyFailing>,
+    pub tokens: Vec<TokenMove>,
+    /// More than the comparison limit of selections exist; only the first were compared.
+    pub truncated: bool,
+}
+
+#[utoipa::path(post, path = "/api/v1/dry-run", tag = "dry-run", operation_id = "dry_run",
+    request_body = DryRunRequest,
+    responses(
+        (status = 200, description = "what the changes would move; nothing was changed",
+         body = DryRunResponse),
+        (status = 400, description = "the body is not a JSON object", body = ErrorBody),
+        (status = 404, description = "a change names a resource that does not exist", body = ErrorBody),
+        (status = 409, description = "a change could not be applied (e.g. a delete still referenced)",
+         body = ErrorBody),
+        (status = 422, description = "a change is invalid; `param` names `changes[i]…`",
+         body = ErrorBody)))]
+pub async fn dry_run(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<DryRunRequest>,
+) -> ApiResult<Json<DryRunResponse>> {
+    if request.changes.len() > MAX_CHANGES {
+        return Err(ApiError::validation(
+            "changes",
+            format!(
+                "changes: at most {MAX_CHANGES} changes per dry run, got {}",
+                request.changes.len()
+            ),
+        ));
+    }
+    let mut tx = state.pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SET LOCAL lock_timeout = '5s'")
+        .execute(&mut *tx)
+        .await?;
+    let before = crate::compile::compile_in(&mut tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    let mut results = Vec::with_capacity(request.changes.len());
+    for (index, change) in request.changes.into_iter().enumerate() {
+        let response = apply(&mut tx, change)
+            .await
+            .map_err(|error| at_change(index, error))?;
+        results.push(result_of(index, response).await);
+    }
+    let after = crate::compile::compile_in(&mut tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    // Nothing of the above may stay: the revision bumps, audit rows and NOTIFYs go with it.
+    tx.rollback().await?;
+
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let mut report = None;
+    let health_view = match &state.live {
+        Some(live) => {
+            live.store().with_view(&mut |view: &dyn HealthView| {
+                report = Some(compare(&before, &after, view, now_ms));
+            });
+            live.source()
+        }
+        None => {
+            report = Some(compare(&before, &after, &NoHealth, now_ms));
+            "none"
+        }
+    };
+    let report = report.ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("the state store never ran the comparison"))
+    })?;
+    Ok(Json(DryRunResponse {
+        base_revision: before.revision,
+        health_view: health_view.to_owned(),
+        results,
+        affected: report.affected,
+        unreachable_members: report.unreachable,
+        models_unresolved: report.unresolved,
+        models_rerouted: report.rerouted,
+        newly_failing: report.newly_failing,
+        tokens: report.tokens,
+        truncated: report.truncated,
+    }))
+}
+
+/// Where in the request a failure of one change points.
+enum Field {
+    Op,
+    Id,
+    ParentId,
+    Body,
+}
+
+struct ChangeError {
+    field: Field,
+    error: ApiError,
+}
+
+impl From<ApiError> for ChangeError {
+    fn from(error: ApiError) -> ChangeError {
+        ChangeError {
+            field: Field::Body,
+            error,
+        }
+    }
+}
+
+/// Names the change (and the field inside it) in a failure.
+fn at_change(index: usize, ChangeError { field, error }: ChangeError) -> ApiError {
+    let prefix = format!("changes[{index}]");
+    let field_path = match field {
+        Field::Op => format!("{prefix}.op"),
+        Field::Id => format!("{prefix}.id"),
+        Field::ParentId => format!("{prefix}.parent_id"),
+        Field::Body => format!("{prefix}.body"),
+    };
+    match error {
+        ApiError::Validation { param, message } => {
+            let param = if param.is_empty() || param == "." {
+                field_path
+            } else if matches!(field, Field::Body) {
+                format!("{field_path}.{param}")
+            } else {
+                field_path
+            };
+            ApiError::Validation {
+                message: format!("{param}: {message}"),
+                param,
+            }
+        }
+        ApiError::BadRequest { param, message } => {
+            let param = match param {
+                Some(p) if matches!(field, Field::Body) => format!("{field_path}.{p}"),
+                _ => field_path,
+            };
+            ApiError::Validation {
+                message: format!("{param}: {message}"),
+                param,
+            }
+        }
+        ApiError::NotFound { resource, id } => ApiError::Validation {
+            message: format!("{field_path}: {resource} {id} not found"),
+            param: field_path,
+        },
+        ApiError::Conflict { message } => ApiError::Conflict {
+            message: format!("{prefix}: {message}"),
+        },
+        other => other,
+    }
+}
+
+fn required(value: Option<i64>, field: Field, what: &str) -> Result<i64, ChangeError> {
+    let name = match field {
+        Field::Op => "op",
+        Field::Id => "id",
+        Field::ParentId => "parent_id",
+        Field::Body => "body",
+    };
+    value.ok_or_else(|| ChangeError {
+        error: ApiError::validation("", format!("{name} is required {what}")),
+        field,
+    })
+}
+
+fn body<T: DeserializeOwned>(change: &ProposedChange) -> Result<T, ChangeError> {
+    let value = change.body.clone().ok_or_else(|| ChangeError {
+        field: Field::Body,
+        error: ApiError::validation("", "body is required for this change"),
+    })?;
+    let bytes = serde_json::to_vec(&value)
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("re-encoding a change body: {e}")))?;
+    Ok(parse_body(&Bytes::from(bytes))?)
+}
+
+/// Applies one change through its REST handler's code, in a savepoint of `tx`.
+async fn apply(
+    tx: &mut sqlx::PgConnection,
+    change: ProposedChange,
+) -> Result<Response, ChangeError> {
+    use super::{channels, credentials, members, routes, settings, teams, tokens};
+    use ChangeOp::{Create, Delete, Patch, Put};
+    use ResourceKind as R;
+    const ACTOR: &str = "dry-run";
+    let id = || required(change.id, Field::Id, "for a patch or delete");
+    let on_id = |error: ApiError| match error {
+        ApiError::NotFound { .. } => ChangeError {
+            field: Field::Id,
+            error,
+        },
+        error => ChangeError {
+            field: Field::Body,
+            error,
+        },
+    };
+    let on_parent = |error: ApiError| match error {
+        ApiError::NotFound { .. } => ChangeError {
+            field: Field::ParentId,
+            error,
+        },
+        error => ChangeError {
+            field: Field::Body,
+            error,
+        },
+    };
+    let response = match (change.resource, change.op) {
+        (R::Channel, Create) => channels::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Channel, Patch) => channels::patch_in(tx, None, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Channel, Delete) => channels::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Credential, Create) => {
+            let parent = required(change.parent_id, Field::ParentId, "to create a credential")?;
+            credentials::create_in(tx, ACTOR, parent, body(&change)?)
+                .await
+                .map_err(on_parent)?
+        }
+        (R::Credential, Patch) => credentials::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Credential, Delete) => credentials::delete_in(tx, ACTOR, id()?)
+            .await
+            .map_err(on_id)?,
+        (R::Route, Create) => routes::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Route, Patch) => routes::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Route, Delete) => routes::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Member, Create) => {
+            let parent = required(change.parent_id, Field::ParentId, "to create a member")?;
+            members::create_in(tx, ACTOR, parent, body(&change)?)
+                .await
+                .map_err(on_parent)?
+        }
+        (R::Member, Patch) => members::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Member, Delete) => members::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Token, Create) => tokens::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Token, Patch) => tokens::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Token, Delete) => tokens::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Team, Create) => teams::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Team, Patch) => teams::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Team, Delete) => teams::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Settings, Put) => settings::put_settings_in(tx, ACTOR, body(&change)?).await?,
+        (R::Settings, Patch) => settings::patch_settings_in(tx, ACTOR, body(&change)?).await?,
+        (R::Settings, op) => {
+            return Err(ChangeError {
+                field: Field::Op,
+                error: ApiError::Validation {
+                    param: String::new(),
+                    message: format!("settings take `put` or `patch`, not `{}`", op_name(op)),
+                },
+            })
+        }
+        (_, Put) => {
+            return Err(ChangeError {
+                field: Field::Op,
+                error: ApiError::Validation {
+                    param: String::new(),
+                    message: "`put` applies to settings only".to_owned(),
+                },
+            })
+        }
+    };
+    Ok(response)
+}
+
+fn op_name(op: ChangeOp) -> &'static str {
+    match op {
+        ChangeOp::Create => "create",
+        ChangeOp::Patch => "patch",
+        ChangeOp::Delete => "delete",
+        ChangeOp::Put => "put",
+    }
+}
+
+async fn result_of(index: usize, response: Response) -> ChangeResult {
+    let status = response.status();
+    let id = if status == StatusCode::CREATED {
+        axum::body::to_bytes(response.into_body(), super::extract::MAX_BODY_BYTES * 4)
+            .await
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .and_then(|value| value.get("id").and_then(Value::as_i64))
+    } else {
+        None
+    };
+    ChangeResult {
+        index,
+        status: status.as_u16(),
+        id,
+    }
+}
+
+struct Report {
+    affected: Vec<AffectedSelection>,
+    unreachable: Vec<UnreachableMember>,
+    unresolved: Vec<ModelMove>,
+    rerouted: Vec<ModelMove>,
+    newly_failing: Vec<NewlyFailing>,
+    tokens: Vec<TokenMove>,
+    truncated: bool,
+}
+
+/// The (model, group, team) selections to compare: every route pattern of either snapshot as a
+/// model name, each with `default`, every group its members use and every token's group, for no
+/// team and for every team.
+fn selections(before: &Snapshot, after: &Snapshot) -> Vec<(String, String, Option<i64>)> {
+    let mut models: BTreeSet<&str> = BTreeSet::new();
+    let mut token_groups: BTreeSet<String> = BTreeSet::new();
+    let mut teams: BTreeSet<Option<i64>> = BTreeSet::from([None]);
+    for snapshot in [before, after] {
+        for route in snapshot.routes() {
+            models.insert(route.model_pattern.as_str());
+        }
+        for token in snapshot.tokens() {
+            token_groups.insert(
+                switchyard_engine::model::normalize_group(token.route_group_name.as_deref())
+                    .to_owned(),
+            );
+        }
+        teams.extend(snapshot.teams().map(|t| Some(t.id)));
+    }
+    let mut out = Vec::new();
+    for model in models {
+        let mut groups: BTreeSet<String> = token_groups.clone();
+        groups.insert(DEFAULT_GROUP.to_owned());
+        for snapshot in [before, after] {
+            if let Some(route) = snapshot.resolve_route(model) {
+                groups.extend(route.members.iter().map(|m| m.group_name.clone()));
+            }
+        }
+        for group in groups {
+            for team in &teams {
+                out.push((model.to_owned(), group.clone(), *team));
+            }
+        }
+    }
+    out
+}
+
+struct Summary {
+    route: Option<i64>,
+    outcome: &'static str,
+    /// member id → (channel, upstream model, probability, reasons)
+    members: BTreeMap<i64, (i64, String, f64, Vec<String>)>,
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Selected { .. } => "selected",
+        Outcome::ModelNotFound => "model_not_found",
+        Outcome::ModelNotAllowed => "model_not_allowed",
+        Outcome::NoEligibleMember => "no_eligible_member",
+    }
+}
+
+fn summarise(decision: &Decision<'_>) -> Summary {
+    let members = decision
+        .candidates
+        .iter()
+        .map(|c| {
+            let reasons = c
+                .reasons
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            let probability = if c.probability.is_finite() {
+                c.probability
+            } else {
+                0.0
+            };
+            (
+                c.member.id,
+                (
+                    c.member.channel_id,
+                    c.member.upstream_model.clone(),
+                    probability,
+                    reasons,
+                ),
+            )
+        })
+        .collect();
+    Summary {
+        route: decision.route.map(|r| r.id),
+        outcome: outcome_name(&decision.outcome),
+        members,
+    }
+}
+
+fn run(
+    snapshot: &Snapshot,
+    view: &dyn HealthView,
+    model: &str,
+    group: &str,
+    team: Option<i64>,
+    now_ms: u64,
+) -> Summary {
+    let constraint = SelectionConstraint {
+        route_group: Some(group.to_owned()),
+        team,
+        ..SelectionConstraint::default()
+    };
+    // One fixed seed for both sides: a canary draw lands the same way before and after.
+    let mut rng = SplitMix64::new(0x5eed);
+    summarise(&select(
+        snapshot,
+        view,
+        &constraint,
+        model,
+        now_ms,
+        &mut rng,
+    ))
+}
+
+const EPSILON: f64 = 1e-9;
+
+fn compare(before: &Snapshot, after: &Snapshot, view: &dyn HealthView, now_ms: u64) -> Report {
+    let mut all = selections(before, after);
+    let truncated = all.len() > MAX_SELECTIONS;
+    all.truncate(MAX_SELECTIONS);
+
+    let mut affected = Vec::new();
+    let mut newly_failing = Vec::new();
+    // member id → had a chance somewhere (before), has one somewhere (after)
+    let mut reachable_before: BTreeSet<i64> = BTreeSet::new();
+    let mut reachable_after: BTreeSet<i64> = BTreeSet::new();
+    for (model, group, team) in &all {
+        let b = run(before, view, model, group, *team, now_ms);
+        let a = run(after, view, model, group, *team, now_ms);
+        reachable_before.extend(
+            b.members
+                .iter()
+                .filter(|(_, m)| m.2 > EPSILON)
+                .map(|(id, _)| *id),
+        );
+        reachable_after.extend(
+            a.members
+                .iter()
+                .filter(|(_, m)| m.2 > EPSILON)
+                .map(|(id, _)| *id),
+        );
+        let ids: BTreeSet<i64> = b.members.keys().chain(a.members.keys()).copied().collect();
+        let mut moves = Vec::new();
+        let mut changed = b.route != a.route || b.outcome != a.outcome;
+        for id in ids {
+            let (bm, am) = (b.members.get(&id), a.members.get(&id));
+            let differs = match (bm, am) {
+                (Some(x), Some(y)) => (x.2 - y.2).abs() > EPSILON || x.3 != y.3 || x.0 != y.0,
+                _ => true,
+            };
+            changed |= differs;
+            let (channel_id, upstream_model) =
+                am.or(bm).map(|m| (m.0, m.1.clone())).unwrap_or_default();
+            moves.push(MemberMove {
+                member_id: id,
+                channel_id,
+                upstream_model,
+                before: bm.map(|m| m.2),
+                after: am.map(|m| m.2),
+                reasons_before: bm.map(|m| m.3.clone()).unwrap_or_default(),
+                reasons_after: am.map(|m| m.3.clone()).unwrap_or_default(),
+            });
+        }
+        if !changed {
+            continue;
+        }
+        let fails = b.outcome == "selected" && a.outcome != "selected";
+        if fails {
+            newly_failing.push(NewlyFailing {
+                model: model.clone(),
+                group: group.clone(),
+                team_id: *team,
+                outcome: a.outcome.to_owned(),
+            });
+        }
+        affected.push(AffectedSelection {
+            model: model.clone(),
+            group: group.clone(),
+            team_id: *team,
+            route_before: b.route,
+            route_after: a.route,
+            outcome_before: b.outcome.to_owned(),
+            outcome_after: a.outcome.to_owned(),
+            newly_failing: fails,
+            members: moves,
+        });
+    }
+
+    let unreachable = reachable_before
+        .difference(&reachable_after)
+        .filter_map(|id| {
+            let (route, member) = before.member(*id)?;
+            Some(UnreachableMember {
+                member_id: *id,
+                route_id: route.id,
+                channel_id: member.channel_id,
+                upstream_model: member.upstream_model.clone(),
+                deleted: after.member(*id).is_none(),
+            })
+        })
+        .collect();
+
+    let mut unresolved = Vec::new();
+    let mut rerouted = Vec::new();
+    let models: BTreeSet<&str> = all.iter().map(|(m, _, _)| m.as_str()).collect();
+    for model in models {
+        let b = before.resolve_route(model).map(|r| r.id);
+        let a = after.resolve_route(model).map(|r| r.id);
+        let entry = ModelMove {
+            model: model.to_owned(),
+            route_before: b,
+            route_after: a,
+        };
+        match (b, a) {
+            (Some(_), None) => unresolved.push(entry),
+            (x, y) if x != y => rerouted.push(entry),
+            _ => {}
+        }
+    }
+
+    Report {
+        affected,
+        unreachable,
+        unresolved,
+        rerouted,
+        newly_failing,
+        tokens: token_moves(before, after),
+        truncated,
+    }
+}
+
+fn scope(token: &switchyard_engine::Token) -> TokenScope {
+    TokenScope {
+        group: switchyard_engine::model::normalize_group(token.route_group_name.as_deref())
+            .to_owned(),
+        team_id: token.team_id,
+        enabled: token.enabled,
+    }
+}
+
+fn token_moves(before: &Snapshot, after: &Snapshot) -> Vec<TokenMove> {
+    let b: BTreeMap<i64, &switchyard_engine::Token> =
+        before.tokens().iter().map(|t| (t.id, t)).collect();
+    let a: BTreeMap<i64, &switchyard_engine::Token> =
+        after.tokens().iter().map(|t| (t.id, t)).collect();
+    let ids: BTreeSet<i64> = b.keys().chain(a.keys()).copied().collect();
+    ids.into_iter()
+        .filter_map(|id| {
+            let (tb, ta) = (b.get(&id), a.get(&id));
+            let (sb, sa) = (tb.map(|t| scope(t)), ta.map(|t| scope(t)));
+            if sb == sa {
+                return None;
+            }
+            let name = ta.or(tb).map(|t| t.name.clone()).unwrap_or_default();
+            Some(TokenMove {
+                token_id: id,
+                name,
+                before: sb,
+                after: sa,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,386 @@
+//! `POST /api/v1/dry-run` against real Postgres: each kind of change reports what it would move,
+//! and afterwards nothing has changed (tables, revision, audit log).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use axum::http::StatusCode;
+use common::{test_app, TestApp};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+async fn live_channel(app: &TestApp, name: &str) -> i64 {
+    let id = app.channel(name).await;
+    app.create(
+        &format!("/api/v1/channels/{id}/credentials"),
+        json!({"secret": "sk-test-0123456789abcdef"}),
+    )
+    .await;
+    id
+}
+
+/// Everything a dry run must leave as it was: revision, audit rows, and every routing table.
+async fn fingerprint(app: &TestApp) -> (i64, i64, String) {
+    let tables: String = sqlx::query_scalar(
+        "SELECT concat_ws('|', \
+           (SELECT string_agg(concat_ws(',', id, name, status, max_concurrency), ';' ORDER BY id) FROM channels), \
+           (SELECT string_agg(concat_ws(',', id, channel_id, enabled), ';' ORDER BY id) FROM credentials), \
+           (SELECT string_agg(concat_ws(',', id, model_pattern, enabled, routing_mode), ';' ORDER BY id) FROM routes), \
+           (SELECT string_agg(concat_ws(',', id, route_id, channel_id, group_name, priority, weight, enabled), ';' ORDER BY id) FROM route_members), \
+           (SELECT string_agg(concat_ws(',', id, name, route_group_name, team_id, enabled), ';' ORDER BY id) FROM tokens), \
+           (SELECT string_agg(concat_ws(',', id, name), ';' ORDER BY id) FROM teams), \
+           (SELECT string_agg(concat_ws(',', team_id, member_id), ';') FROM team_members), \
+           (SELECT value::text FROM settings), \
+           (SELECT count(*)::text FROM channel_status_events))",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    (app.revision().await, app.audit_rows().await, tables)
+}
+
+/// Runs a dry run, asserts 200 and that nothing changed, returns the report.
+async fn dry_run(app: &TestApp, changes: Value) -> Value {
+    let before = fingerprint(app).await;
+    let reply = app
+        .post("/api/v1/dry-run", json!({ "changes": changes }))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        fingerprint(app).await,
+        before,
+        "a dry run changed something"
+    );
+    reply.body
+}
+
+fn affected<'a>(report: &'a Value, model: &str, group: &str) -> &'a Value {
+    report["affected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["model"] == model && a["group"] == group && a["team_id"].is_null())
+        .unwrap_or_else(|| panic!("({model}, {group}) not affected: {report}"))
+}
+
+fn member_move(entry: &Value, member: i64) -> &Value {
+    entry["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["member_id"] == member)
+        .unwrap_or_else(|| panic!("member {member} not in {entry}"))
+}
+
+fn close(value: &Value, expected: f64) -> bool {
+    value.as_f64().is_some_and(|v| (v - expected).abs() < 1e-9)
+}
+
+/// A route `m` with two members of weight 1 on one live channel.
+async fn two_members(app: &TestApp) -> (i64, i64, i64, i64) {
+    let ch = live_channel(app, "c").await;
+    let route = app.route("m").await;
+    let a = app
+        .member(route, json!({"channel_id": ch, "upstream_model": "a"}))
+        .await;
+    let b = app
+        .member(route, json!({"channel_id": ch, "upstream_model": "b"}))
+        .await;
+    (ch, route, a, b)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_weight_patch_moves_probabilities_and_changes_nothing(pool: PgPool) {
+    let app = test_app(pool);
+    let (_, _, a, b) = two_members(&app).await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "member", "id": a, "body": {"weight": 3}}]),
+    )
+    .await;
+    assert_eq!(report["results"][0]["status"], 200, "{report}");
+    let entry = affected(&report, "m", "default");
+    assert!(close(&member_move(entry, a)["before"], 0.5), "{entry}");
+    assert!(close(&member_move(entry, a)["after"], 0.75), "{entry}");
+    assert!(close(&member_move(entry, b)["after"], 0.25), "{entry}");
+    assert_eq!(report["newly_failing"], json!([]));
+    assert_eq!(report["unreachable_members"], json!([]));
+    // The real write afterwards still works and is the first to bump the revision.
+    let revision = app.revision().await;
+    let reply = app
+        .patch(&format!("/api/v1/members/{a}"), json!({"weight": 3}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.revision(), Some(revision + 1));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn disabling_the_only_channel_makes_requests_fail(pool: PgPool) {
+    let app = test_app(pool);
+    let (ch, _, a, b) = two_members(&app).await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "channel", "id": ch, "body": {"status": "disabled"}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert_eq!(entry["outcome_before"], "selected");
+    assert_eq!(entry["outcome_after"], "no_eligible_member");
+    assert_eq!(entry["newly_failing"], true);
+    assert_eq!(
+        member_move(entry, a)["reasons_after"],
+        json!(["channel_disabled"])
+    );
+    let unreachable: Vec<i64> = report["unreachable_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["member_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(unreachable, vec![a, b]);
+    assert!(report["newly_failing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["model"] == "m" && f["outcome"] == "no_eligible_member"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn deleting_a_route_unresolves_and_a_wildcard_reroutes(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = live_channel(&app, "c").await;
+    let exact = app.route("gpt-4o").await;
+    app.member(exact, json!({"channel_id": ch, "upstream_model": "x"}))
+        .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "delete", "resource": "route", "id": exact}]),
+    )
+    .await;
+    assert_eq!(report["results"][0]["status"], 204);
+    assert_eq!(
+        report["models_unresolved"],
+        json!([{"model": "gpt-4o", "route_before": exact, "route_after": null}])
+    );
+    assert!(
+        report["unreachable_members"][0]["deleted"] == true,
+        "{report}"
+    );
+
+    // Deleting the exact route while a wildcard exists: the model moves to the wildcard.
+    let wild = app.route("gpt-*").await;
+    app.member(wild, json!({"channel_id": ch, "upstream_model": "y"}))
+        .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "delete", "resource": "route", "id": exact}]),
+    )
+    .await;
+    assert_eq!(
+        report["models_rerouted"],
+        json!([{"model": "gpt-4o", "route_before": exact, "route_after": wild}])
+    );
+    assert_eq!(report["newly_failing"], json!([]));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn creating_a_route_and_members_newly_resolves(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = live_channel(&app, "c").await;
+    let route = app.route("existing").await;
+    let report = dry_run(
+        &app,
+        json!([
+            {"op": "create", "resource": "route", "body": {"model_pattern": "new-model"}},
+            {"op": "create", "resource": "member", "parent_id": route,
+             "body": {"channel_id": ch, "upstream_model": "u", "group_name": "batch"}},
+        ]),
+    )
+    .await;
+    assert_eq!(report["results"][0]["status"], 201);
+    let new_route = report["results"][0]["id"].as_i64().unwrap();
+    assert!(report["models_rerouted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["model"] == "new-model" && m["route_after"] == new_route));
+    // The new member is the only one in its route: it gets all of `existing`'s traffic.
+    let entry = affected(&report, "existing", "batch");
+    assert_eq!(entry["outcome_before"], "no_eligible_member");
+    assert_eq!(entry["outcome_after"], "selected");
+    assert_eq!(entry["members"][0]["before"], Value::Null);
+    assert!(close(&entry["members"][0]["after"], 1.0));
+    // Nothing was created: the route does not exist.
+    assert_eq!(
+        app.get(&format!("/api/v1/routes/{new_route}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn credential_changes_reach_eligibility(pool: PgPool) {
+    let app = test_app(pool);
+    let ch = app.channel("keyless").await;
+    let route = app.route("m").await;
+    let a = app
+        .member(route, json!({"channel_id": ch, "upstream_model": "a"}))
+        .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "create", "resource": "credential", "parent_id": ch,
+                "body": {"secret": "sk-new-0123456789abcdef"}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert_eq!(
+        member_move(entry, a)["reasons_before"],
+        json!(["credential_unavailable"])
+    );
+    assert_eq!(member_move(entry, a)["reasons_after"], json!([]));
+    // The secret never appears in the answer.
+    assert!(!report.to_string().contains("sk-new-0123456789abcdef"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn team_and_token_changes_are_reported(pool: PgPool) {
+    let app = test_app(pool);
+    let (_, _, a, b) = two_members(&app).await;
+    let team = app
+        .create(
+            "/api/v1/teams",
+            json!({"name": "t", "models": ["m"], "members": [a, b]}),
+        )
+        .await;
+    let token = app
+        .create("/api/v1/tokens", json!({"name": "tok", "team_id": team}))
+        .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "team", "id": team, "body": {"members": [a]}}]),
+    )
+    .await;
+    let entry = report["affected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["team_id"] == team && e["group"] == "default")
+        .unwrap_or_else(|| panic!("team selection not affected: {report}"));
+    assert!(close(&member_move(entry, a)["after"], 1.0), "{entry}");
+    assert!(member_move(entry, b)["after"].is_null(), "{entry}");
+
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "token", "id": token,
+                "body": {"route_group_name": "batch", "team_id": null}}]),
+    )
+    .await;
+    assert_eq!(
+        report["tokens"],
+        json!([{"token_id": token, "name": "tok",
+                "before": {"group": "default", "team_id": team, "enabled": true},
+                "after": {"group": "batch", "team_id": null, "enabled": true}}])
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn settings_changes_move_strategy(pool: PgPool) {
+    let app = test_app(pool);
+    let (_, route, a, _) = two_members(&app).await;
+    app.patch(&format!("/api/v1/members/{a}"), json!({"weight": 0}))
+        .await;
+    app.patch(
+        &format!("/api/v1/routes/{route}"),
+        json!({"routing_mode": "auto"}),
+    )
+    .await;
+    // In latency-aware mode a weight of 0 counts as 1: member a gets a chance again.
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "settings", "body": {"latency_aware_enabled": true}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert!(close(&member_move(entry, a)["before"], 0.0), "{entry}");
+    assert!(close(&member_move(entry, a)["after"], 0.5), "{entry}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn validation_errors_name_the_change_and_field(pool: PgPool) {
+    let app = test_app(pool);
+    let (_, _, a, _) = two_members(&app).await;
+    let before = fingerprint(&app).await;
+    let cases = [
+        (
+            json!([{"op": "patch", "resource": "member", "id": a, "body": {"weight": -1}}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].body.weight",
+        ),
+        (
+            json!([
+                {"op": "patch", "resource": "member", "id": a, "body": {"weight": 2}},
+                {"op": "patch", "resource": "member", "id": a, "body": {"colour": "red"}},
+            ]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[1].body.colour",
+        ),
+        (
+            json!([{"op": "patch", "resource": "member", "id": 999_999, "body": {"weight": 2}}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].id",
+        ),
+        (
+            json!([{"op": "create", "resource": "member", "body": {"channel_id": 1, "upstream_model": "x"}}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].parent_id",
+        ),
+        (
+            json!([{"op": "patch", "resource": "settings", "body": {"retry_times": 1000}}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].body.retry_times",
+        ),
+        (
+            json!([{"op": "put", "resource": "route", "body": {}}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].op",
+        ),
+        (
+            json!([{"op": "remove", "resource": "route", "id": 1}]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "changes[0].op",
+        ),
+    ];
+    for (changes, status, param) in cases {
+        let reply = app
+            .post("/api/v1/dry-run", json!({ "changes": changes }))
+            .await;
+        assert_eq!(reply.status, status, "{changes}: {}", reply.text);
+        assert_eq!(reply.param(), Some(param), "{changes}: {}", reply.text);
+    }
+    // A change that cannot be applied is a conflict naming the change.
+    let reply = app
+        .post(
+            "/api/v1/dry-run",
+            json!({"changes": [{"op": "delete", "resource": "channel", "id": 1}]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text);
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("changes[0]:"));
+    assert_eq!(fingerprint(&app).await, before);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dry_run_needs_the_admin_token(pool: PgPool) {
+    let app = test_app(pool);
+    let reply = app
+        .send(
+            axum::http::Method::POST,
+            "/api/v1/dry-run",
+            Some(json!({"changes": []})),
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+}

@@ -1,0 +1,88 @@
+//! `POST /api/v1/members/{id}/trial`: a real call through one member, made by the control plane;
+//! a failure lands in the fleet's shared state (real Redis) as a proxy's failed attempt would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use axum::http::StatusCode;
+use common::test_app_with_live;
+use serde_json::json;
+use sqlx::PgPool;
+use switchyard_control_plane::live::LiveState;
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_failing_trial_cools_the_member_and_a_passing_one_changes_nothing(pool: PgPool) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("trial-{}-{nanos:x}", std::process::id());
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    assert!(live.wait_synced(std::time::Duration::from_secs(10)).await);
+    let app = test_app_with_live(pool, live.clone());
+    let mut channels = Vec::new();
+    for (name, base_url) in [
+        ("ok", "mock://sim?latency_ms=0&failure_rate=0"),
+        (
+            "bad",
+            "mock://sim?latency_ms=0&failure_rate=1&failure_status=503",
+        ),
+    ] {
+        channels.push(
+            app.create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "mock", "base_url": base_url}),
+            )
+            .await,
+        );
+    }
+    let route = app.route("m").await;
+    let ok = app
+        .member(
+            route,
+            json!({"channel_id": channels[0], "upstream_model": "a"}),
+        )
+        .await;
+    let bad = app
+        .member(
+            route,
+            json!({"channel_id": channels[1], "upstream_model": "b"}),
+        )
+        .await;
+    app.refresh().await;
+
+    let reply = app
+        .post(&format!("/api/v1/members/{ok}/trial"), json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["passed"], true, "{}", reply.body);
+    assert_eq!(reply.body["status"], 200);
+    assert_eq!(reply.body["recorded"], false);
+
+    let reply = app
+        .post(&format!("/api/v1/members/{bad}/trial"), json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["passed"], false, "{}", reply.body);
+    assert_eq!(reply.body["status"], 503);
+    assert_eq!(reply.body["failure"], "status");
+    assert_eq!(reply.body["recorded"], true);
+    assert!(
+        reply.body["cooled_until"].as_u64().is_some(),
+        "{}",
+        reply.body
+    );
+
+    let state = app.get("/api/v1/state").await;
+    let cooling: Vec<i64> = state.body["cooldowns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["member_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(cooling, vec![bad], "{}", state.body);
+
+    let reply = app.post("/api/v1/members/999999/trial", json!({})).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+}

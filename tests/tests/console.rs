@@ -1,0 +1,350 @@
+//! The web console in a real headless Chromium, against a real control plane and a real proxy
+//! (Postgres, Redis). `tests/console/drive.mjs` (playwright-core driving the system's
+//! `/usr/bin/chromium`; `scripts/test` installs both) signs in, creates a route with two members
+//! through the forms, reads explain's probabilities, edits a weight and checks its dry run before
+//! saving, makes a failing trial call and finds the cooldown in the live state, with no console
+//! error or CSP violation. This test then checks through the REST API that the UI really did it.
+//!
+//! Missing node, Chromium or the driver is a failure, not a skip. Screenshots of the main views
+//! are written when `SWITCHYARD_CONSOLE_SCREENSHOTS` names a directory (`docs/console`).
+// Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
+const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
+const ADMIN_TOKEN: &str = "console-admin-token-0123456789abcdef";
+const FLEET_TOKEN: &str = "console-fleet-token-0123456789abcdef";
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The whole browser session (a loaded 2-core machine starts Chromium slowly).
+const BROWSER_PATIENCE: Duration = Duration::from_secs(300);
+
+fn database_url(opts: &PgConnectOptions) -> String {
+    let db = opts.get_database().unwrap_or("postgres");
+    format!(
+        "postgres://{}@{}:{}/{db}",
+        opts.get_username(),
+        opts.get_host(),
+        opts.get_port()
+    )
+}
+
+/// A child process whose stdout is kept; killed on drop.
+struct Process {
+    name: &'static str,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    fn spawn(name: &'static str, command: &mut Command) -> Process {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Process { name, child, lines }
+    }
+
+    async fn wait_log<T>(&mut self, what: &str, pick: impl Fn(&Value) -> Option<T>) -> T {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let found = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find_map(|v| pick(&v));
+            if let Some(found) = found {
+                return found;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited ({status}) before {what}", self.name);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: timed out waiting for {what}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+            let tail = lines.len().saturating_sub(30);
+            eprintln!("--- last log lines of the {} ---", self.name);
+            for line in &lines[tail..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 call with the admin token: (status, JSON body).
+async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, payload) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let payload = if head.to_lowercase().contains("transfer-encoding: chunked") {
+        switchyard_e2e::dechunk(payload)
+    } else {
+        payload.to_owned()
+    };
+    (
+        status,
+        serde_json::from_str(&payload).unwrap_or(Value::Null),
+    )
+}
+
+/// What the browser test needs, or a failure naming what is missing.
+struct Browser {
+    node: PathBuf,
+    chromium: PathBuf,
+    driver: PathBuf,
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn browser() -> Browser {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("console");
+    let node = find_in_path("node").unwrap_or_else(|| {
+        panic!("node is not installed; scripts/test installs it (apt-get install nodejs npm)")
+    });
+    let chromium = std::env::var_os("SWITCHYARD_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        chromium.is_file(),
+        "{} is missing; scripts/test installs Debian's chromium package",
+        chromium.display()
+    );
+    assert!(
+        dir.join("node_modules/playwright-core/package.json")
+            .is_file(),
+        "playwright-core is not installed in {}; scripts/test runs `npm ci` there",
+        dir.display()
+    );
+    Browser {
+        node,
+        chromium,
+        driver: dir.join("drive.mjs"),
+    }
+}
+
+#[sqlx::test(migrations = false)]
+async fn the_console_drives_a_real_fleet_in_headless_chromium(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let browser = browser();
+    let url = database_url(&opts);
+    let redis = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("console-{}-{nanos:x}", std::process::id());
+
+    let mut cp = Process::spawn(
+        "control plane",
+        Command::new(CONTROL_PLANE)
+            .env("DATABASE_URL", &url)
+            .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
+            .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("SWITCHYARD_GRPC_ADDR", "127.0.0.1:0")
+            .env("REDIS_URL", &redis)
+            .env("SWITCHYARD_REDIS_PREFIX", &prefix)
+            .env("RUST_LOG", "info"),
+    );
+    let (http, grpc): (SocketAddr, SocketAddr) = cp
+        .wait_log("listening", |log| {
+            (log["message"] == "listening").then(|| {
+                (
+                    log["http_addr"].as_str().unwrap().parse().unwrap(),
+                    log["grpc_addr"].as_str().unwrap().parse().unwrap(),
+                )
+            })
+        })
+        .await;
+    let mut proxy = Process::spawn(
+        "proxy",
+        Command::new(DATA_PLANE)
+            .env_remove("SWITCHYARD_CONFIG")
+            .env_remove("SWITCHYARD_SNAPSHOT_CACHE")
+            .env("SWITCHYARD_CONTROL_PLANE", format!("http://{grpc}"))
+            .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
+            .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("REDIS_URL", &redis)
+            .env("SWITCHYARD_REDIS_PREFIX", &prefix)
+            .env("RUST_LOG", "info"),
+    );
+    proxy
+        .wait_log("proxy listening", |log| {
+            (log["message"] == "listening").then_some(())
+        })
+        .await;
+
+    // Two channels to build the route from: one healthy, one whose every call fails.
+    let mut channels = Vec::new();
+    for (name, base_url) in [
+        ("healthy", "mock://sim?latency_ms=0&failure_rate=0"),
+        (
+            "failing",
+            "mock://sim?latency_ms=0&failure_rate=1&failure_status=503",
+        ),
+    ] {
+        let (status, body) = call(
+            http,
+            "POST",
+            "/api/v1/channels",
+            Some(json!({"name": name, "provider": "mock", "base_url": base_url})),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        channels.push(body["id"].as_i64().unwrap());
+    }
+    // The proxy is connected before the browser looks for it in the live state.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (_, state) = call(http, "GET", "/api/v1/state", None).await;
+        if state["proxies"].as_array().is_some_and(|p| !p.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy never connected: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut command = Command::new(&browser.node);
+    command
+        .arg(&browser.driver)
+        .env("CONSOLE_URL", format!("http://{http}"))
+        .env("ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("CHANNEL_OK", channels[0].to_string())
+        .env("CHANNEL_BAD", channels[1].to_string())
+        .env("CHROMIUM", &browser.chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Ok(dir) = std::env::var("SWITCHYARD_CONSOLE_SCREENSHOTS") {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+        command.env("SCREENSHOTS", dir);
+    }
+    let mut driver = command.spawn().expect("cannot run node");
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = read(driver.stdout.take().map(|p| Box::new(p) as _));
+    let err = read(driver.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + BROWSER_PATIENCE;
+    let status = loop {
+        if let Some(status) = driver.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = driver.kill();
+            let _ = driver.wait();
+            panic!(
+                "the browser test did not finish in time:\n{}\n{}",
+                out.join().unwrap(),
+                err.join().unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    println!("{stdout}");
+    assert!(
+        status.success(),
+        "the browser test failed ({status}):\n{stdout}\n{stderr}"
+    );
+
+    // What the UI did is what the API holds: one route with two members, the edited weight, and a
+    // cooldown on the failing member.
+    let (_, routes) = call(http, "GET", "/api/v1/routes", None).await;
+    let route = routes["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model_pattern"] == "console-model")
+        .unwrap_or_else(|| panic!("no route console-model: {routes}"))
+        .clone();
+    let (_, members) = call(
+        http,
+        "GET",
+        &format!("/api/v1/routes/{}/members", route["id"]),
+        None,
+    )
+    .await;
+    let members = members["data"].as_array().unwrap().clone();
+    assert_eq!(members.len(), 2, "{members:?}");
+    let ok = members
+        .iter()
+        .find(|m| m["channel_id"] == channels[0])
+        .unwrap();
+    let bad = members
+        .iter()
+        .find(|m| m["channel_id"] == channels[1])
+        .unwrap();
+    assert_eq!(ok["weight"], 3, "{ok}");
+    assert_eq!(bad["weight"], 1, "{bad}");
+    let (_, state) = call(http, "GET", "/api/v1/state", None).await;
+    assert!(
+        state["cooldowns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["member_id"] == bad["id"]),
+        "no cooldown for the failing member: {state}"
+    );
+}
