@@ -15,10 +15,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-/// Sends a fixed script of messages on every stream, then holds the stream open.
+/// Sends a fixed script of messages on every stream, then holds the stream open (or ends it,
+/// with `end`, so the client reconnects and says which revision it holds).
 struct Scripted {
     script: Vec<v1::Snapshot>,
     requests: Arc<Mutex<Vec<u64>>>,
+    end: bool,
 }
 
 #[tonic::async_trait]
@@ -38,10 +40,11 @@ impl SnapshotService for Scripted {
             .cloned()
             .map(Ok)
             .collect();
-        let stream = futures_util::StreamExt::chain(
-            futures_util::stream::iter(messages),
-            futures_util::stream::pending(),
-        );
+        let messages = futures_util::stream::iter(messages);
+        if self.end {
+            return Ok(Response::new(Box::pin(messages)));
+        }
+        let stream = futures_util::StreamExt::chain(messages, futures_util::stream::pending());
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -64,12 +67,17 @@ fn wire(revision: u64) -> v1::Snapshot {
 }
 
 async fn serve(script: Vec<v1::Snapshot>) -> (String, Arc<Mutex<Vec<u64>>>) {
+    serve_with(script, false).await
+}
+
+async fn serve_with(script: Vec<v1::Snapshot>, end: bool) -> (String, Arc<Mutex<Vec<u64>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let service = Scripted {
         script,
         requests: Arc::clone(&requests),
+        end,
     };
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -100,7 +108,7 @@ async fn wait_revision(rx: &mut watch::Receiver<Option<Arc<Snapshot>>>, revision
 async fn installs_valid_snapshots_and_skips_invalid_ones() {
     let mut invalid = wire(3);
     invalid.settings.as_mut().unwrap().retry_times = Some(1_000);
-    let (endpoint, requests) = serve(vec![wire(2), invalid, wire(4)]).await;
+    let (endpoint, requests) = serve(vec![wire(2), invalid.clone(), wire(4)]).await;
     let (tx, mut rx) = watch::channel(None);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(watch_snapshots(
@@ -116,6 +124,32 @@ async fn installs_valid_snapshots_and_skips_invalid_ones() {
         Some(&1),
         "asks from the revision it holds"
     );
+    shutdown.cancel();
+    assert!(task.await.unwrap().is_ok());
+
+    // A stream that ends after 2 and the invalid 3: the client reconnects asking for what is
+    // newer than 2 — it never installed 3 — and still holds 2.
+    let (endpoint, requests) = serve_with(vec![wire(2), invalid], true).await;
+    let (tx, mut rx) = watch::channel(None);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_snapshots(
+        endpoint,
+        1,
+        WatchAuth::default(),
+        tx,
+        shutdown.clone(),
+    ));
+    wait_revision(&mut rx, 2).await;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while requests.lock().unwrap().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the client never reconnected");
+    let asked = requests.lock().unwrap().clone();
+    assert_eq!(asked[..3], [1, 2, 2], "asked with {asked:?}");
+    assert_eq!(rx.borrow().as_ref().map(|s| s.revision), Some(2));
     shutdown.cancel();
     assert!(task.await.unwrap().is_ok());
 }
@@ -144,6 +178,7 @@ async fn keeps_retrying_until_the_server_appears_then_stops_on_shutdown() {
     let service = Scripted {
         script: vec![wire(9)],
         requests: Arc::default(),
+        end: false,
     };
     tokio::spawn(
         tonic::transport::Server::builder()
