@@ -1142,3 +1142,165 @@ async fn without_redis_state_is_unconfigured_and_explain_has_no_view(pool: PgPoo
     let reply = app.get("/api/v1/routes/explain?model=m").await;
     assert_eq!(reply.body["health_view"], "none");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Recovering (slow start)
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_passing_probe_starts_a_fleet_wide_ramp_that_explain_and_state_show(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("ramp");
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    let app = test_app_with_live(pool.clone(), live.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let healed = channel_at(&app, "healed", &mock, &["sk-ramp-0001"]).await;
+    let steady = channel_at(&app, "steady", &mock, &["sk-ramp-0002"]).await;
+    // One route over both, equal priority and weight: without slow start each takes half.
+    let route = app.route("gpt-4o").await;
+    let healed_member = app
+        .member(
+            route,
+            json!({"channel_id": healed, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    let steady_member = app
+        .member(
+            route,
+            json!({"channel_id": steady, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    app.patch(
+        "/api/v1/settings",
+        json!({"slow_start_seconds": 120, "slow_start_initial_percent": 20}),
+    )
+    .await;
+
+    let proxy = proxy_store(&url, &prefix);
+    trip(&proxy, healed);
+    assert!(proxy.wait_flushed(PATIENCE).await);
+    eventually("the control plane sees the breaker", || {
+        breaker_open(live.store(), healed)
+    })
+    .await;
+    let recovery = recovery_job(&app, Some(live.clone()), config());
+    let before = now_ms();
+    let report = round(&app, &recovery).await;
+    assert_eq!(report.breakers_recorded, vec![healed]);
+    assert_eq!(report.recovered, vec![healed]);
+    assert_eq!(status(&app, healed).await, "enabled");
+
+    // The proxy (another process in a fleet) sees the window: 120 s from the probe.
+    eventually("the proxy sees the recovering window", || {
+        let mut window = None;
+        proxy.with_view(&mut |v| window = v.recovering(healed));
+        window.is_some_and(|w| w.since >= before && w.until - w.since == 120_000)
+    })
+    .await;
+    assert!(!breaker_open(&proxy, healed));
+
+    // Explain: the healed member's weight is ramped (0.2 at first), its score is not.
+    app.refresh().await;
+    let reply = app.get("/api/v1/routes/explain?model=gpt-4o&seed=1").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let candidates = reply.body["candidates"].as_array().unwrap();
+    let find = |id: i64| candidates.iter().find(|c| c["member_id"] == id).unwrap();
+    let (h, s) = (find(healed_member), find(steady_member));
+    assert_eq!(h["recovering"], true, "{h}");
+    assert_eq!(s["recovering"], false, "{s}");
+    let ramp = h["ramp_factor"].as_f64().unwrap();
+    assert!((0.2..0.3).contains(&ramp), "{h}");
+    assert_eq!(s["ramp_factor"], 1.0);
+    assert_eq!(h["score"], s["score"]);
+    let p = h["probability"].as_f64().unwrap();
+    assert!((p - ramp / (ramp + 1.0)).abs() < 0.01, "{h}");
+    assert!(p < 0.3, "well below its full share of one half: {h}");
+
+    // The state endpoint: the ramp with its factor and time left.
+    let state = app.get("/api/v1/state").await;
+    let recovering = state.body["recovering"].as_array().unwrap();
+    assert_eq!(recovering.len(), 1, "{}", state.text);
+    let entry = &recovering[0];
+    assert_eq!(entry["channel_id"], healed);
+    assert!(
+        (0.2..0.3).contains(&entry["ramp_factor"].as_f64().unwrap()),
+        "{entry}"
+    );
+    let left = entry["seconds_left"].as_u64().unwrap();
+    assert!(left > 60 && left <= 120, "{entry}");
+    // Both answers match their OpenAPI schemas (which deny unknown fields).
+    use switchyard_control_plane::api::schema::{ExplainResponse, SharedStateResponse};
+    let explained: ExplainResponse = serde_json::from_value(reply.body.clone()).unwrap();
+    assert!(explained.candidates.iter().any(|c| c.recovering));
+    let parsed: SharedStateResponse = serde_json::from_value(state.body.clone()).unwrap();
+    assert_eq!(parsed.recovering.map(|r| r.len()), Some(1));
+
+    // The re-enable's audit row records the window; its status event is the usual one.
+    let last = events(&app, healed).await.last().unwrap().clone();
+    assert_eq!(
+        (last["from_status"].as_str(), last["to_status"].as_str()),
+        (Some("auto_disabled"), Some("enabled"))
+    );
+    let audit = app
+        .get(&format!(
+            "/api/v1/audit?resource=channel&resource_id={healed}"
+        ))
+        .await;
+    let last_audit = audit.body["data"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last_audit["detail"]["recovering"]["slow_start_seconds"], 120,
+        "{last_audit}"
+    );
+
+    // A failed channel attempt on the proxy re-trips at once; the next round records it.
+    assert!(
+        proxy
+            .record_channel_failure(healed, &POLICY, now_ms())
+            .tripped
+    );
+    assert!(proxy.wait_flushed(PATIENCE).await);
+    eventually("the control plane sees the re-trip", || {
+        breaker_open(live.store(), healed)
+    })
+    .await;
+    mock.on(Matcher::path("/v1/chat/completions"), Behavior::status(503));
+    let report = round(&app, &recovery).await;
+    assert_eq!(report.breakers_recorded, vec![healed]);
+    assert_eq!(report.failed, vec![healed]);
+    let last = events(&app, healed).await.last().unwrap().clone();
+    assert_eq!(last["to_status"], "auto_disabled");
+    assert_eq!(
+        last["reason"], "breaker tripped (failed while recovering (slow start))",
+        "{last}"
+    );
+    let state = app.get("/api/v1/state").await;
+    assert_eq!(state.body["recovering"], json!([]), "{}", state.text);
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn without_slow_start_a_passing_probe_gives_full_weight_at_once(pool: PgPool) {
+    let Some(url) = redis_url() else { return };
+    let prefix = unique_prefix("noramp");
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    let app = test_app_with_live(pool.clone(), live.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let channel = channel_at(&app, "healed", &mock, &["sk-noramp-0001"]).await;
+    app.patch("/api/v1/settings", json!({"slow_start_seconds": 0}))
+        .await;
+    auto_disable(&pool, channel).await;
+    let recovery = recovery_job(&app, Some(live.clone()), config());
+    let report = round(&app, &recovery).await;
+    assert_eq!(report.recovered, vec![channel]);
+    let mut window = Some(switchyard_engine::Recovering { since: 0, until: 1 });
+    live.store()
+        .with_view(&mut |v| window = v.recovering(channel));
+    assert_eq!(window, None);
+    live.close(Duration::from_secs(2)).await;
+    cleanup(&url, &prefix);
+}

@@ -2,40 +2,107 @@
 //! standalone proxy has no control plane, so without this a tripped breaker would never close.
 //! Same probe as the control plane's (`switchyard_upstream::probe_credential`): a minimal
 //! generation request in the channel's own protocol, asking the upstream model of the channel's
-//! first enabled member for one token, across the channel's credentials; a 2xx closes the breaker
-//! and clears its members' failure state. A channel with no enabled member has nothing to ask
-//! for and is skipped. A credential disabled at runtime (a keyword rule on a multi-key channel) is
-//! probed on its own; success lifts its disable.
+//! first enabled member for one token, across the channel's credentials; a 2xx closes the breaker,
+//! clears its members' failure state and starts the channel's recovering window (slow start,
+//! `StateStore::begin_recovery`). A channel with no enabled member has nothing to ask for and is
+//! skipped. A credential disabled at runtime (a keyword rule on a multi-key channel) is probed on
+//! its own; success lifts its disable. Each channel and credential is probed on its own
+//! schedule (`switchyard_upstream::ProbeSchedule`, the control plane's): first probe jittered
+//! within one interval, each failure doubling the wait up to 8× the interval.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
-use switchyard_upstream::{probe_model, ChannelRuntime, CredentialRuntime, ProbeResult};
+use switchyard_upstream::{
+    probe_model, ChannelRuntime, CredentialRuntime, ProbeResult, ProbeSchedule,
+};
 use tokio::sync::watch;
 
 use crate::AppState;
 
-/// Probes every `recovery_probe_interval_seconds` (re-read from the current snapshot) until
-/// `stop` turns true.
+/// Every second, probes what is due on its schedule (`recovery_probe_interval_seconds`
+/// re-read from the current snapshot; 0 = off) until `stop` turns true.
 pub async fn recovery_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
-    let mut waited = 0u64;
+    let mut schedules = Schedules::new(state.next_seed());
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        waited += 1;
-        let interval = state
+        let interval_s = state
             .views
             .load()
             .as_ref()
             .map(|v| u64::from(v.snapshot.settings.recovery_probe_interval_seconds))
             .unwrap_or(0);
-        if interval > 0 && waited >= interval {
-            waited = 0;
-            probe_round(&state).await;
+        if interval_s > 0 {
+            schedules.now = crate::unix_ms();
+            schedules.interval_ms = interval_s.saturating_mul(1000);
+            round(&state, Some(&mut schedules)).await;
+        }
+    }
+}
+
+/// When each channel and runtime-disabled credential is next probed.
+pub struct Schedules {
+    channels: ProbeSchedule<ChannelId>,
+    credentials: ProbeSchedule<CredentialId>,
+    jitter: SplitMix64,
+    now: u64,
+    interval_ms: u64,
+}
+
+impl Schedules {
+    pub fn new(seed: u64) -> Schedules {
+        Schedules {
+            channels: ProbeSchedule::new(),
+            credentials: ProbeSchedule::new(),
+            jitter: SplitMix64::new(seed),
+            now: 0,
+            interval_ms: 0,
+        }
+    }
+}
+
+/// Of `needed`, what the schedule lets this round probe (all of it without a schedule); the
+/// schedule forgets what is no longer needed.
+fn due<K: Copy + Eq + std::hash::Hash>(
+    schedules: &mut Option<&mut Schedules>,
+    pick: impl Fn(&mut Schedules) -> &mut ProbeSchedule<K>,
+    needed: Vec<K>,
+) -> Vec<K> {
+    let Some(s) = schedules.as_deref_mut() else {
+        return needed;
+    };
+    let set: HashSet<K> = needed.iter().copied().collect();
+    let (now, interval_ms) = (s.now, s.interval_ms);
+    let mut jitter = s.jitter.clone();
+    let schedule = pick(s);
+    schedule.retain(|k| set.contains(k));
+    let due = needed
+        .into_iter()
+        .filter(|k| schedule.due(*k, now, interval_ms, &mut jitter))
+        .collect();
+    s.jitter = jitter;
+    due
+}
+
+/// Records a probe's outcome in the schedule, if there is one.
+fn outcome<K: Copy + Eq + std::hash::Hash>(
+    schedules: &mut Option<&mut Schedules>,
+    pick: impl Fn(&mut Schedules) -> &mut ProbeSchedule<K>,
+    key: K,
+    passed: bool,
+) {
+    if let Some(s) = schedules.as_deref_mut() {
+        let (now, interval_ms) = (crate::unix_ms(), s.interval_ms);
+        let schedule = pick(s);
+        if passed {
+            schedule.passed(key);
+        } else {
+            schedule.failed(key, now, interval_ms);
         }
     }
 }
@@ -55,8 +122,13 @@ pub async fn probe_once(state: &AppState) -> Vec<i64> {
 }
 
 /// One round: first every runtime-disabled credential on its own (a pass lifts its disable),
-/// then each channel whose breaker is open (a pass closes it).
+/// then each channel whose breaker is open (a pass closes it and starts its recovering window).
 pub async fn probe_round(state: &AppState) -> Recovered {
+    round(state, None).await
+}
+
+/// A round over what `schedules` says is due (everything without one).
+async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recovered {
     let mut recovered = Recovered::default();
     let Some(view) = state.views.load_full() else {
         return recovered;
@@ -69,11 +141,15 @@ pub async fn probe_round(state: &AppState) -> Recovered {
         Duration::from_millis(settings.connect_timeout_ms + settings.first_byte_timeout_ms);
     let dump = state.store.dump(crate::unix_ms());
 
-    let disabled: HashSet<CredentialId> = dump
+    let runtime_disabled: Vec<CredentialId> = dump
         .credentials_disabled
         .iter()
         .map(|c| c.credential_id)
         .collect();
+    let disabled: HashSet<CredentialId> =
+        due(&mut schedules, |s| &mut s.credentials, runtime_disabled)
+            .into_iter()
+            .collect();
     if !disabled.is_empty() {
         for channel in view.snapshot.channels() {
             // A manual disable is never undone by a probe, nor probed.
@@ -88,6 +164,13 @@ pub async fn probe_round(state: &AppState) -> Recovered {
             }
             let Some(model) = probe_model(&view.snapshot, channel.id) else {
                 tracing::info!(channel = %channel.name, "no enabled member to probe with; runtime-disabled credentials not probed");
+                for credential in runtime
+                    .credentials
+                    .iter()
+                    .filter(|c| disabled.contains(&c.id))
+                {
+                    outcome(&mut schedules, |s| &mut s.credentials, credential.id, false);
+                }
                 continue;
             };
             for credential in &runtime.credentials {
@@ -97,6 +180,12 @@ pub async fn probe_round(state: &AppState) -> Recovered {
                 // A disable set after this instant (the key failed again meanwhile) stays.
                 let started = crate::unix_ms();
                 let result = probe_credential(state, runtime, credential, model, timeout).await;
+                outcome(
+                    &mut schedules,
+                    |s| &mut s.credentials,
+                    credential.id,
+                    result.passed(),
+                );
                 if result.passed() {
                     state.store.enable_credential(credential.id, started);
                     tracing::info!(
@@ -123,7 +212,8 @@ pub async fn probe_round(state: &AppState) -> Recovered {
         .filter(|c| c.breaker_open)
         .map(|c| c.channel_id)
         .collect();
-    for channel_id in open {
+    let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
+    for channel_id in due(&mut schedules, |s| &mut s.channels, open) {
         let (Some(channel), Some(runtime)) = (
             view.snapshot.channel(channel_id),
             view.channel_runtime(channel_id),
@@ -136,6 +226,8 @@ pub async fn probe_round(state: &AppState) -> Recovered {
         }
         let Some(model) = probe_model(&view.snapshot, channel_id) else {
             tracing::info!(channel = %channel.name, "no enabled member to probe with; channel not probed");
+            // Nothing to ask with: wait like a failed probe rather than retry every second.
+            outcome(&mut schedules, |s| &mut s.channels, channel_id, false);
             continue;
         };
         let mut passed = false;
@@ -156,6 +248,7 @@ pub async fn probe_round(state: &AppState) -> Recovered {
                 break;
             }
         }
+        outcome(&mut schedules, |s| &mut s.channels, channel_id, passed);
         if passed {
             let members: Vec<MemberId> = view
                 .snapshot
@@ -165,8 +258,14 @@ pub async fn probe_round(state: &AppState) -> Recovered {
                 .filter(|m| m.channel_id == channel_id)
                 .map(|m| m.id)
                 .collect();
-            state.store.reset_channel(channel_id, &members);
-            tracing::info!(channel = %channel.name, "recovery probe passed; channel re-enabled");
+            state
+                .store
+                .begin_recovery(channel_id, &members, crate::unix_ms(), slow_start_ms);
+            tracing::info!(
+                channel = %channel.name,
+                slow_start_seconds = settings.slow_start_seconds,
+                "recovery probe passed; channel re-enabled, recovering"
+            );
             recovered.channels.push(channel_id);
         } else {
             let result = last.map_or_else(|| "no usable credential".to_owned(), |r| r.to_string());

@@ -6,6 +6,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use switchyard_engine::{Recovering, Settings};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
@@ -60,7 +61,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     responses((status = 200, description = "the live shared state of the fleet (REDIS_URL): \
                                             cooldowns, member failure streaks, breakers, \
                                             in-flight counts, health records, runtime-disabled \
-                                            credentials, canaries, sticky binding count. Never \
+                                            credentials, canaries, recovering channels with \
+                                            their ramp factor and seconds left, sticky binding \
+                                            count. Never \
                                             a secret. `configured: false` without REDIS_URL",
                                             body = super::schema::SharedStateResponse),
               (status = 401, body = ErrorBody)))]
@@ -83,7 +86,32 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
     let breakers: Vec<_> = dump.channels.iter().filter(|c| c.breaker_open).collect();
     let mut body = serde_json::to_value(&dump)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("serialising the state dump: {e}")))?;
+    // A recovering channel's ramp follows the settings in force (the published snapshot's).
+    let initial_percent = state
+        .publisher
+        .current()
+        .map_or(Settings::default().slow_start_initial_percent, |p| {
+            p.snapshot.settings.slow_start_initial_percent
+        });
+    let recovering: Vec<Value> = dump
+        .recovering
+        .iter()
+        .map(|r| {
+            let window = Recovering {
+                since: r.since,
+                until: r.until,
+            };
+            json!({
+                "channel_id": r.channel_id,
+                "since": r.since,
+                "until": r.until,
+                "ramp_factor": window.ramp_factor(now_ms, initial_percent),
+                "seconds_left": window.seconds_left(now_ms),
+            })
+        })
+        .collect();
     if let Value::Object(map) = &mut body {
+        map.insert("recovering".into(), json!(recovering));
         map.insert("configured".into(), json!(true));
         map.insert("source".into(), json!(live.source()));
         map.insert("connected".into(), json!(live.connected()));

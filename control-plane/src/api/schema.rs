@@ -249,6 +249,13 @@ pub struct CandidateView {
     pub cooldown_until: Option<u64>,
     pub latency_factor: f64,
     pub error_factor: f64,
+    /// The channel is recovering: in its slow-start window after a passed probe.
+    pub recovering: bool,
+    /// Slow-start factor (`slow_start_initial_percent`/100 rising linearly to 1 over
+    /// `slow_start_seconds`; 1 when not recovering). Multiplies the selection weight, so it is in
+    /// `probability` but not in `score`.
+    pub ramp_factor: f64,
+    /// `weight × latency factor × error factor`.
     pub score: f64,
     pub probability: f64,
 }
@@ -358,6 +365,21 @@ pub struct CanaryView {
     pub promoted: bool,
 }
 
+/// A channel in its slow-start window after a passed recovery probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveringView {
+    pub channel_id: i64,
+    /// Unix milliseconds the probe passed.
+    pub since: u64,
+    /// Unix milliseconds the ramp ends.
+    pub until: u64,
+    /// What the channel's members' selection weight is multiplied by now.
+    pub ramp_factor: f64,
+    /// Whole seconds until full weight.
+    pub seconds_left: u64,
+}
+
 /// The fleet's live shared state (`REDIS_URL`). Never a secret. Without `REDIS_URL`:
 /// `configured: false`, a `message`, and empty lists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -385,6 +407,8 @@ pub struct SharedStateResponse {
     pub credentials_disabled: Option<Vec<DisabledCredentialView>>,
     /// With `REDIS_URL`.
     pub canaries: Option<Vec<CanaryView>>,
+    /// With `REDIS_URL`: channels ramping back up after a passed probe.
+    pub recovering: Option<Vec<RecoveringView>>,
     /// With `REDIS_URL`.
     pub sticky_bindings: Option<u64>,
     /// The proxies whose snapshot stream is open on *this* replica (each replica knows only its

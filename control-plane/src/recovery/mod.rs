@@ -1,7 +1,10 @@
 //! Recovery (SPEC §4, §5): one leader across control-plane replicas records breakers tripped in
-//! the shared state as `auto_disabled` channels, and every `recovery_probe_interval_seconds`
-//! quietly probes the channels that are `auto_disabled` (or whose breaker is open); a pass
-//! re-enables the channel through the audited write path and closes its breaker fleet-wide.
+//! the shared state as `auto_disabled` channels, and quietly probes the channels that are
+//! `auto_disabled` (or whose breaker is open), each on its own schedule
+//! (`switchyard_upstream::ProbeSchedule`: first probe jittered within one
+//! `recovery_probe_interval_seconds`, each failure doubling the wait up to 8× the interval). A
+//! pass re-enables the channel through the audited write path, closes its breaker and starts its
+//! recovering window (slow start) fleet-wide (`StateStore::begin_recovery`).
 //! Credentials the fleet disabled at runtime (a keyword rule on a multi-key channel) are probed
 //! one by one in the same rounds, whatever their channel's status short of a manual disable; a
 //! pass lifts that credential's disable fleet-wide (`StateStore::enable_credential`).
@@ -21,17 +24,18 @@ mod probe;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
-use switchyard_engine::{Channel, ChannelId, ChannelStatus, HealthView, Settings, Snapshot};
+use switchyard_engine::{
+    Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot, SplitMix64,
+};
 use switchyard_state::ChannelState;
-use switchyard_upstream::{probe_model, HttpClient};
-use tokio::time::Instant;
+use switchyard_upstream::{probe_model, HttpClient, ProbeSchedule};
 use tokio_util::sync::CancellationToken;
 
 pub use leader::{Leadership, RECOVERY_LOCK_KEY};
@@ -103,6 +107,34 @@ pub struct Recovery {
     probes_passed: AtomicU64,
     probes_failed: AtomicU64,
     breakers_recorded: AtomicU64,
+    schedule: Mutex<Schedules>,
+}
+
+/// When each channel and each runtime-disabled credential is next probed (jittered first
+/// probe, doubling backoff on failure), as this replica leads.
+struct Schedules {
+    channels: ProbeSchedule<ChannelId>,
+    credentials: ProbeSchedule<CredentialId>,
+    jitter: SplitMix64,
+}
+
+impl Schedules {
+    fn new() -> Schedules {
+        Schedules {
+            channels: ProbeSchedule::new(),
+            credentials: ProbeSchedule::new(),
+            jitter: SplitMix64::new(probe_seed()),
+        }
+    }
+}
+
+/// Which of the channels and credentials that need a probe a round probes.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// Every one (`run_round`: tests, drills).
+    All,
+    /// Those whose scheduled time has come (the leader's ticks).
+    Scheduled { now: u64, interval_ms: u64 },
 }
 
 fn now_ms() -> u64 {
@@ -144,7 +176,12 @@ impl Recovery {
             probes_passed: AtomicU64::new(0),
             probes_failed: AtomicU64::new(0),
             breakers_recorded: AtomicU64::new(0),
+            schedule: Mutex::new(Schedules::new()),
         })
+    }
+
+    fn schedules(&self) -> MutexGuard<'_, Schedules> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The publisher whose current snapshot the rounds read (set once; later calls are ignored).
@@ -164,7 +201,8 @@ impl Recovery {
         self.leader.load(Ordering::Relaxed)
     }
 
-    /// Probe rounds this replica has run as the leader.
+    /// Probe rounds this replica has run as the leader: ticks at which at least one channel or
+    /// credential was due a probe (and every `run_round`).
     pub fn rounds(&self) -> u64 {
         self.rounds.load(Ordering::Relaxed)
     }
@@ -215,20 +253,20 @@ impl Recovery {
     /// open breakers and probe when a round is due. Gives the lead up on the way out.
     pub async fn run(self: Arc<Self>, options: PgConnectOptions, shutdown: CancellationToken) {
         let mut leadership = Leadership::new(options, self.config.lock_key);
-        // A new leader probes at once: it cannot know when the previous one last did.
-        let mut last_round: Option<Instant> = None;
         loop {
             match leadership.ensure().await {
                 Ok(true) => {
                     if !self.leader.swap(true, Ordering::Relaxed) {
                         tracing::info!("took the recovery-probe lead");
-                        last_round = None;
+                        // A new leader cannot know the previous one's schedule: it starts afresh,
+                        // every channel's first probe jittered within one interval.
+                        *self.schedules() = Schedules::new();
                     }
                     // A round in progress is abandoned on shutdown (an open transaction rolls
                     // back); the next leader probes again.
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
-                        ticked = self.leader_tick(&mut last_round) => {
+                        ticked = self.leader_tick() => {
                             if let Err(error) = ticked {
                                 tracing::warn!(error = format!("{error:#}"), "recovery tick failed");
                             }
@@ -263,17 +301,12 @@ impl Recovery {
         self.leader.store(false, Ordering::Relaxed);
     }
 
-    async fn leader_tick(&self, last_round: &mut Option<Instant>) -> anyhow::Result<()> {
+    async fn leader_tick(&self) -> anyhow::Result<()> {
         let settings = load_settings(&self.pool).await?;
-        let interval = Duration::from_secs(settings.recovery_probe_interval_seconds.into());
-        let due = last_round.is_none_or(|at| at.elapsed() >= interval);
-        if due
-            && probes_on(&settings).is_ok()
-            && settings.fault_protection_enabled
-            && self.snapshot().is_some()
-        {
-            *last_round = Some(Instant::now());
-        }
+        let due = Due::Scheduled {
+            now: now_ms(),
+            interval_ms: u64::from(settings.recovery_probe_interval_seconds).saturating_mul(1000),
+        };
         let report = self.round(&settings, due).await?;
         if !report.probed.is_empty()
             || !report.breakers_recorded.is_empty()
@@ -297,10 +330,10 @@ impl Recovery {
     /// drills). Obeys the settings.
     pub async fn run_round(&self) -> anyhow::Result<RoundReport> {
         let settings = load_settings(&self.pool).await?;
-        self.round(&settings, true).await
+        self.round(&settings, Due::All).await
     }
 
-    async fn round(&self, settings: &Settings, probe_due: bool) -> anyhow::Result<RoundReport> {
+    async fn round(&self, settings: &Settings, due: Due) -> anyhow::Result<RoundReport> {
         let mut report = RoundReport::default();
         if !settings.fault_protection_enabled {
             report.skipped = Some("fault_protection_enabled is off");
@@ -312,20 +345,86 @@ impl Recovery {
             report.skipped = Some(why);
             return Ok(report);
         }
-        if !probe_due {
-            report.skipped = Some("no probe round due");
-            return Ok(report);
-        }
         let Some(snapshot) = self.snapshot() else {
             report.skipped = Some("no snapshot published yet");
             return Ok(report);
         };
+        let credentials = self.due_credentials(&snapshot, due);
+        let channels = self.due_channels(&snapshot, &open, due);
+        if matches!(due, Due::Scheduled { .. }) && credentials.is_empty() && channels.is_empty() {
+            report.skipped = Some("no probe round due");
+            return Ok(report);
+        }
         self.rounds.fetch_add(1, Ordering::Relaxed);
+        let interval_ms = u64::from(settings.recovery_probe_interval_seconds).saturating_mul(1000);
         // Credentials first: one that recovers is then usable by its channel's probe below.
-        self.probe_disabled_credentials(&snapshot, &mut report)
+        self.probe_disabled_credentials(&snapshot, credentials, interval_ms, &mut report)
             .await?;
-        self.probe_channels(&snapshot, &open, &mut report).await?;
+        self.probe_channels(&snapshot, channels, settings, &mut report)
+            .await?;
         Ok(report)
+    }
+
+    /// Of `needed` (what needs a probe now), what `due` lets this round probe. Forgets the
+    /// schedule of everything no longer needed.
+    fn filter_due<K: Copy + Eq + std::hash::Hash>(
+        due: Due,
+        schedule: &mut ProbeSchedule<K>,
+        jitter: &mut SplitMix64,
+        needed: Vec<K>,
+    ) -> Vec<K> {
+        let set: HashSet<K> = needed.iter().copied().collect();
+        schedule.retain(|k| set.contains(k));
+        match due {
+            Due::All => needed,
+            Due::Scheduled { now, interval_ms } => needed
+                .into_iter()
+                .filter(|k| schedule.due(*k, now, interval_ms, jitter))
+                .collect(),
+        }
+    }
+
+    /// Runtime-disabled credentials (the shared state's dump) still enabled in the snapshot, on a
+    /// channel that is `enabled` or `auto_disabled` (an operator's `disabled` channel is left
+    /// alone), that are due a probe; in credential id order.
+    fn due_credentials(&self, snapshot: &Snapshot, due: Due) -> Vec<CredentialId> {
+        let Some(live) = &self.live else {
+            return Vec::new();
+        };
+        let disabled: HashSet<i64> = live
+            .store()
+            .dump(now_ms())
+            .credentials_disabled
+            .iter()
+            .map(|c| c.credential_id)
+            .collect();
+        let mut needed: Vec<CredentialId> = snapshot
+            .channels()
+            .filter(|c| c.status != ChannelStatus::Disabled)
+            .flat_map(|channel| channel.credentials.iter())
+            .filter(|k| k.enabled && disabled.contains(&k.id))
+            .map(|k| k.id)
+            .collect();
+        needed.sort_unstable();
+        let s = &mut *self.schedules();
+        Self::filter_due(due, &mut s.credentials, &mut s.jitter, needed)
+    }
+
+    /// Every `auto_disabled` channel and every `enabled` one whose breaker is open, that is due
+    /// a probe; in channel id order.
+    fn due_channels(&self, snapshot: &Snapshot, open: &[ChannelState], due: Due) -> Vec<ChannelId> {
+        let open_ids: HashSet<ChannelId> = open.iter().map(|c| c.channel_id).collect();
+        let mut needed: Vec<ChannelId> = snapshot
+            .channels()
+            .filter(|c| {
+                c.status == ChannelStatus::AutoDisabled
+                    || (c.status == ChannelStatus::Enabled && open_ids.contains(&c.id))
+            })
+            .map(|c| c.id)
+            .collect();
+        needed.sort_unstable();
+        let s = &mut *self.schedules();
+        Self::filter_due(due, &mut s.channels, &mut s.jitter, needed)
     }
 
     fn open_breakers(&self) -> Vec<ChannelState> {
@@ -383,6 +482,20 @@ impl Recovery {
         reason: &str,
         actor: &str,
     ) -> anyhow::Result<bool> {
+        self.change_status_with(channel_id, from, to, reason, actor, None)
+            .await
+    }
+
+    /// [`Recovery::change_status`], with a `recovering` window recorded in the audit detail.
+    async fn change_status_with(
+        &self,
+        channel_id: i64,
+        from: ChannelStatus,
+        to: ChannelStatus,
+        reason: &str,
+        actor: &str,
+        recovering: Option<Value>,
+    ) -> anyhow::Result<bool> {
         let mut tx = self.pool.begin().await?;
         let status: Option<String> =
             sqlx::query_scalar("SELECT status FROM channels WHERE id = $1 FOR UPDATE")
@@ -405,49 +518,46 @@ impl Recovery {
                 action: "update",
                 resource: "channel",
                 resource_id: Some(channel_id),
-                detail: json!({ "status": to.as_str(), "reason": reason }),
+                detail: match recovering {
+                    Some(window) => {
+                        json!({ "status": to.as_str(), "reason": reason, "recovering": window })
+                    }
+                    None => json!({ "status": to.as_str(), "reason": reason }),
+                },
             },
         )
         .await?;
         Ok(true)
     }
 
-    /// Probes, one by one, every credential the fleet disabled at runtime (the shared state's
-    /// dump) that is still enabled in the snapshot, on a channel that is `enabled` or
-    /// `auto_disabled` (an operator's `disabled` channel is left alone). A pass lifts the
-    /// disable fleet-wide; a failure leaves it. Logged with ids only, never a secret.
+    /// Probes, one by one, the runtime-disabled credentials `due` names (see
+    /// `due_credentials`). A pass lifts the disable fleet-wide; a failure leaves it and backs
+    /// that credential's next probe off. Logged with ids only, never a secret.
     async fn probe_disabled_credentials(
         &self,
         snapshot: &Snapshot,
+        due: Vec<CredentialId>,
+        interval_ms: u64,
         report: &mut RoundReport,
     ) -> anyhow::Result<()> {
         let Some(live) = &self.live else {
             return Ok(());
         };
-        let disabled: HashSet<i64> = live
-            .store()
-            .dump(now_ms())
-            .credentials_disabled
-            .iter()
-            .map(|c| c.credential_id)
-            .collect();
-        if disabled.is_empty() {
-            return Ok(());
-        }
-        let mut due: Vec<(i64, &Channel)> = snapshot
-            .channels()
-            .filter(|c| c.status != ChannelStatus::Disabled)
-            .flat_map(|channel| {
-                channel
-                    .credentials
-                    .iter()
-                    .filter(|k| k.enabled && disabled.contains(&k.id))
-                    .map(move |k| (k.id, channel))
+        let due: Vec<(i64, &Channel)> = due
+            .into_iter()
+            .filter_map(|credential_id| {
+                snapshot
+                    .channels()
+                    .find(|c| c.credentials.iter().any(|k| k.id == credential_id))
+                    .map(|channel| (credential_id, channel))
             })
             .collect();
-        due.sort_by_key(|(credential_id, _)| *credential_id);
         for (credential_id, channel) in due {
             let Some(model) = self.model_for(snapshot, channel, report) else {
+                // Nothing to ask with: wait like a failed probe rather than retry every tick.
+                self.schedules()
+                    .credentials
+                    .failed(credential_id, now_ms(), interval_ms);
                 continue;
             };
             let target = ProbeTarget::new(channel, |k| k.id == credential_id, model);
@@ -466,6 +576,7 @@ impl Recovery {
             .await
             {
                 ProbeOutcome::Passed { .. } => {
+                    self.schedules().credentials.passed(credential_id);
                     live.store().enable_credential(credential_id, started);
                     tracing::info!(
                         channel_id = channel.id,
@@ -477,11 +588,16 @@ impl Recovery {
                     report.credentials_recovered.push(credential_id);
                 }
                 ProbeOutcome::Failed { last, .. } => {
+                    let next_at =
+                        self.schedules()
+                            .credentials
+                            .failed(credential_id, now_ms(), interval_ms);
                     tracing::info!(
                         channel_id = channel.id,
                         channel = %channel.name,
                         credential_id,
                         result = %probe::describe(last),
+                        next_probe_at_ms = next_at,
                         "recovery probe failed; credential stays disabled"
                     );
                     report.credentials_failed.push(credential_id);
@@ -511,25 +627,21 @@ impl Recovery {
         model
     }
 
-    /// Probes every `auto_disabled` channel and every `enabled` one whose breaker is open.
+    /// Probes the channels `due` names (see `due_channels`): a pass starts the channel's
+    /// recovering window, a failure backs its next probe off.
     async fn probe_channels(
         &self,
         snapshot: &Snapshot,
-        open: &[ChannelState],
+        due: Vec<ChannelId>,
+        settings: &Settings,
         report: &mut RoundReport,
     ) -> anyhow::Result<()> {
-        let open_ids: HashSet<ChannelId> = open.iter().map(|c| c.channel_id).collect();
-        let mut due: Vec<&Channel> = snapshot
-            .channels()
-            .filter(|c| {
-                c.status == ChannelStatus::AutoDisabled
-                    || (c.status == ChannelStatus::Enabled && open_ids.contains(&c.id))
-            })
-            .collect();
-        due.sort_by_key(|c| c.id);
-        for channel in due {
+        let interval_ms = u64::from(settings.recovery_probe_interval_seconds).saturating_mul(1000);
+        for channel in due.into_iter().filter_map(|id| snapshot.channel(id)) {
             let id = channel.id;
             let Some(model) = self.model_for(snapshot, channel, report) else {
+                // Nothing to ask with: wait like a failed probe rather than retry every tick.
+                self.schedules().channels.failed(id, now_ms(), interval_ms);
                 continue;
             };
             let target = self.target(channel, model);
@@ -544,18 +656,21 @@ impl Recovery {
             match outcome {
                 ProbeOutcome::Passed { credential_id } => {
                     self.probes_passed.fetch_add(1, Ordering::Relaxed);
-                    self.recovered(snapshot, channel, &target, credential_id)
+                    self.schedules().channels.passed(id);
+                    self.recovered(snapshot, channel, &target, credential_id, settings)
                         .await?;
                     report.recovered.push(id);
                 }
                 ProbeOutcome::Failed { tried, last } => {
                     self.probes_failed.fetch_add(1, Ordering::Relaxed);
+                    let next_at = self.schedules().channels.failed(id, now_ms(), interval_ms);
                     tracing::info!(
                         channel_id = id,
                         channel = %channel.name,
                         model = %target.model,
                         credentials_tried = tried,
                         result = %probe::describe(last),
+                        next_probe_at_ms = next_at,
                         "recovery probe failed; channel stays disabled"
                     );
                     report.failed.push(id);
@@ -582,16 +697,20 @@ impl Recovery {
         ProbeTarget::new(channel, |k| k.enabled && !runtime_disabled(k.id), model)
     }
 
-    /// A passed probe: close the breaker and clear the members' failure state fleet-wide, then
-    /// re-enable the channel if (and only if) Postgres still has it `auto_disabled` (the row lock
-    /// decides, not the snapshot, which may be a moment behind).
+    /// A passed probe: close the breaker, clear the members' failure state and start the
+    /// channel's recovering window (slow start) fleet-wide, then re-enable the channel if (and
+    /// only if) Postgres still has it `auto_disabled` (the row lock decides, not the snapshot,
+    /// which may be a moment behind). The status event's reason names the window.
     async fn recovered(
         &self,
         snapshot: &Snapshot,
         channel: &Channel,
         target: &ProbeTarget,
         credential_id: i64,
+        settings: &Settings,
     ) -> anyhow::Result<()> {
+        let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
+        let started = now_ms();
         if let Some(live) = &self.live {
             let members: Vec<i64> = snapshot
                 .routes()
@@ -600,9 +719,10 @@ impl Recovery {
                 .filter(|member| member.channel_id == channel.id)
                 .map(|member| member.id)
                 .collect();
-            live.store().reset_channel(channel.id, &members);
+            live.store()
+                .begin_recovery(channel.id, &members, started, slow_start_ms);
         }
-        let reason = if target.runtime.mock.is_some() {
+        let probe = if target.runtime.mock.is_some() {
             "recovery probe passed (mock channel)".to_owned()
         } else {
             format!(
@@ -610,13 +730,24 @@ impl Recovery {
                 target.model
             )
         };
+        // The window itself is runtime state (shared state, explain, `/api/v1/state`); the
+        // audit row of this re-enable records it too.
+        let recovering = (slow_start_ms > 0).then(|| {
+            json!({
+                "since_ms": started,
+                "until_ms": started.saturating_add(slow_start_ms),
+                "slow_start_seconds": settings.slow_start_seconds,
+                "slow_start_initial_percent": settings.slow_start_initial_percent,
+            })
+        });
         let re_enabled = self
-            .change_status(
+            .change_status_with(
                 channel.id,
                 ChannelStatus::AutoDisabled,
                 ChannelStatus::Enabled,
-                &reason,
+                &probe,
                 PROBE_ACTOR,
+                recovering,
             )
             .await
             .with_context(|| format!("re-enabling channel {}", channel.id))?;
@@ -624,7 +755,8 @@ impl Recovery {
             channel_id = channel.id,
             channel = %channel.name,
             re_enabled,
-            "recovery probe passed; breaker closed"
+            slow_start_seconds = settings.slow_start_seconds,
+            "recovery probe passed; breaker closed, channel recovering"
         );
         Ok(())
     }

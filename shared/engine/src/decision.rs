@@ -108,6 +108,11 @@ pub struct Candidate<'s> {
     pub latency_factor: f64,
     pub error_factor: f64,
     pub concurrency_factor: f64,
+    /// Slow-start factor of a recovering channel (1 otherwise); multiplies the selection weight
+    /// like the concurrency factor, outside the score.
+    pub ramp_factor: f64,
+    /// The channel is in its slow-start window (and the ramp is on).
+    pub recovering: bool,
     /// What operators see: `weight × latency factor × error factor` (never concurrency).
     pub score: f64,
     /// Chance that this decision picks this candidate, given everything but the random draws.
@@ -143,6 +148,8 @@ impl Serialize for Candidate<'_> {
             cooldown_until: Option<UnixMillis>,
             latency_factor: f64,
             error_factor: f64,
+            recovering: bool,
+            ramp_factor: f64,
             score: f64,
             probability: f64,
         }
@@ -160,6 +167,8 @@ impl Serialize for Candidate<'_> {
             cooldown_until: self.cooldown_until,
             latency_factor: self.latency_factor,
             error_factor: self.error_factor,
+            recovering: self.recovering,
+            ramp_factor: self.ramp_factor,
             score: self.score,
             probability: self.probability,
         }

@@ -68,6 +68,45 @@ pub struct StickyBinding {
     pub expires_at: UnixMillis,
 }
 
+/// A channel in its slow-start window after a passed recovery probe: its members' selection
+/// weight ramps linearly from the initial share at `since` to full weight at `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovering {
+    /// Unix ms the probe passed.
+    pub since: UnixMillis,
+    /// Unix ms the ramp ends (the channel is then simply healthy).
+    pub until: UnixMillis,
+}
+
+impl Recovering {
+    /// Still inside the window at `now`.
+    pub fn active(&self, now: UnixMillis) -> bool {
+        now < self.until
+    }
+
+    /// The factor a member's selection weight is multiplied by at `now`:
+    /// `initial + (1 − initial) × elapsed / window`, clamped to `[initial, 1]`, with `initial`
+    /// = `initial_percent` / 100 (itself clamped to `[0.01, 1]`). 1 once the window is over.
+    pub fn ramp_factor(&self, now: UnixMillis, initial_percent: u32) -> f64 {
+        if !self.active(now) {
+            return 1.0;
+        }
+        let initial = (f64::from(initial_percent) / 100.0).clamp(0.01, 1.0);
+        let window = self.until.saturating_sub(self.since);
+        if window == 0 {
+            return 1.0;
+        }
+        let elapsed = now.saturating_sub(self.since);
+        let progress = elapsed as f64 / window as f64;
+        (initial + (1.0 - initial) * progress).clamp(initial, 1.0)
+    }
+
+    /// Whole seconds left of the window at `now` (rounded up; 0 when over).
+    pub fn seconds_left(&self, now: UnixMillis) -> u64 {
+        self.until.saturating_sub(now).div_ceil(1000)
+    }
+}
+
 /// What the engine needs to know about live runtime state. Implemented by the state stores'
 /// local views (hot path: plain memory reads) and by [`HealthSnapshot`] (tests, explain).
 ///
@@ -87,6 +126,10 @@ pub trait HealthView {
     /// The channel's breaker has tripped (shared state, ahead of the snapshot's status).
     fn breaker_open(&self, _channel: ChannelId) -> bool {
         false
+    }
+    /// The channel's slow-start window after a passed probe, if it has one (may be over).
+    fn recovering(&self, _channel: ChannelId) -> Option<Recovering> {
+        None
     }
     /// The credential was disabled at runtime (a keyword rule on a multi-key channel).
     fn credential_disabled(&self, _credential: CredentialId) -> bool {
@@ -132,6 +175,7 @@ pub struct HealthSnapshot {
     pub health: HealthRecords,
     pub in_flight: FxHashMap<ChannelId, u32>,
     pub breakers_open: Vec<ChannelId>,
+    pub recovering: FxHashMap<ChannelId, Recovering>,
     pub credentials_disabled: Vec<CredentialId>,
     pub canaries_promoted: Vec<MemberId>,
     /// route -> session key -> binding.
@@ -165,6 +209,9 @@ impl HealthView for HealthSnapshot {
     }
     fn breaker_open(&self, channel: ChannelId) -> bool {
         self.breakers_open.contains(&channel)
+    }
+    fn recovering(&self, channel: ChannelId) -> Option<Recovering> {
+        self.recovering.get(&channel).copied()
     }
     fn credential_disabled(&self, credential: CredentialId) -> bool {
         self.credentials_disabled.contains(&credential)
@@ -203,6 +250,23 @@ mod tests {
         assert_eq!(r.latency_ms, Some(1000.0));
         let r = r.on_success(0.0);
         assert_eq!(r.latency_ms, Some(800.0));
+    }
+
+    #[test]
+    fn ramp_factor_is_linear_from_the_initial_share_to_one() {
+        let r = Recovering {
+            since: 10_000,
+            until: 70_000,
+        };
+        assert_eq!(r.ramp_factor(10_000, 10), 0.1);
+        assert!((r.ramp_factor(40_000, 10) - 0.55).abs() < 1e-12);
+        assert_eq!(r.ramp_factor(70_000, 10), 1.0);
+        assert_eq!(r.ramp_factor(99_000, 10), 1.0);
+        // A clock behind the start (another host's) never goes below the initial share.
+        assert_eq!(r.ramp_factor(5_000, 10), 0.1);
+        assert_eq!(r.seconds_left(40_000), 30);
+        assert_eq!(r.seconds_left(69_001), 1);
+        assert_eq!(r.seconds_left(80_000), 0);
     }
 
     #[test]

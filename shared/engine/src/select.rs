@@ -215,6 +215,16 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             }
             _ => 1.0,
         };
+        // Slow start: a recovering channel's weight ramps back up (0 s window = ramp off).
+        let recovering = match channel {
+            Some(ch) if protect && self.settings.slow_start_seconds > 0 => {
+                self.health.recovering(ch.id).filter(|r| r.active(self.now))
+            }
+            _ => None,
+        };
+        let ramp_factor = recovering.map_or(1.0, |r| {
+            r.ramp_factor(self.now, self.settings.slow_start_initial_percent)
+        });
         let base = if self.strategy.latency_aware || self.strategy.error_aware {
             // Aware modes count a weight <= 0 as 1; only pure weighted mode eliminates it.
             if weight <= 0 {
@@ -236,6 +246,8 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             latency_factor,
             error_factor,
             concurrency_factor,
+            ramp_factor,
+            recovering: recovering.is_some(),
             score: base * latency_factor * error_factor,
             probability: 0.0,
         }
@@ -416,9 +428,10 @@ fn distribute(
     }
 }
 
-/// The roulette weight: the explained score times the concurrency factor.
+/// The roulette weight: the explained score times the concurrency and slow-start factors.
 fn selection_weight(c: &Candidate, strategy: Strategy) -> f64 {
     let w = c.score
+        * c.ramp_factor
         * if strategy.concurrency_aware {
             c.concurrency_factor
         } else {

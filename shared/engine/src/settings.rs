@@ -31,6 +31,10 @@ pub struct Settings {
     pub breaker_failure_threshold: u32,
     pub recovery_probe_enabled: bool,
     pub recovery_probe_interval_seconds: u32,
+    /// Length of a recovering channel's slow-start ramp; 0 = no ramp (full weight at once).
+    pub slow_start_seconds: u32,
+    /// Share of its weight a channel gets the moment it starts recovering, in percent.
+    pub slow_start_initial_percent: u32,
     // limits
     pub max_request_body_bytes: u64,
 }
@@ -58,6 +62,8 @@ impl Default for Settings {
             breaker_failure_threshold: 5,
             recovery_probe_enabled: true,
             recovery_probe_interval_seconds: 600,
+            slow_start_seconds: 60,
+            slow_start_initial_percent: 10,
             max_request_body_bytes: 33_554_432,
         }
     }
@@ -84,6 +90,8 @@ pub const RANGES: &[(&str, u64, u64)] = &[
     ("cooldown_seconds", 0, 86_400),
     ("breaker_failure_threshold", 0, 1_000),
     ("recovery_probe_interval_seconds", 0, 86_400),
+    ("slow_start_seconds", 0, 86_400),
+    ("slow_start_initial_percent", 1, 100),
     ("max_request_body_bytes", 1_024, 1_073_741_824),
 ];
 
@@ -111,7 +119,7 @@ pub fn check_range(field: &'static str, value: u64) -> Option<FieldError> {
 impl Settings {
     /// Every out-of-range field, in declaration order. Empty when valid.
     pub fn validate(&self) -> Vec<FieldError> {
-        let values: [(&'static str, u64); 13] = [
+        let values: [(&'static str, u64); 15] = [
             ("retry_times", self.retry_times.into()),
             ("channel_retry_times", self.channel_retry_times.into()),
             ("request_timeout_ms", self.request_timeout_ms),
@@ -135,6 +143,11 @@ impl Settings {
             (
                 "recovery_probe_interval_seconds",
                 self.recovery_probe_interval_seconds.into(),
+            ),
+            ("slow_start_seconds", self.slow_start_seconds.into()),
+            (
+                "slow_start_initial_percent",
+                self.slow_start_initial_percent.into(),
             ),
             ("max_request_body_bytes", self.max_request_body_bytes),
         ];
@@ -174,6 +187,10 @@ mod tests {
         assert_eq!(s.cooldown_seconds, 30);
         assert_eq!(s.breaker_failure_threshold, 5);
         assert_eq!(s.recovery_probe_interval_seconds, 600);
+        assert_eq!(
+            (s.slow_start_seconds, s.slow_start_initial_percent),
+            (60, 10)
+        );
         assert_eq!(s.max_request_body_bytes, 33_554_432);
         assert!(s.validate().is_empty());
     }
@@ -191,6 +208,22 @@ mod tests {
             fields,
             ["retry_times", "channel_retry_times", "sticky_ttl_minutes"]
         );
+    }
+
+    #[test]
+    fn slow_start_ranges_are_checked() {
+        let s = Settings {
+            slow_start_seconds: 86_401,
+            slow_start_initial_percent: 0,
+            ..Settings::default()
+        };
+        let fields: Vec<_> = s.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["slow_start_seconds", "slow_start_initial_percent"]);
+        let s = Settings {
+            slow_start_initial_percent: 101,
+            ..Settings::default()
+        };
+        assert_eq!(s.validate().len(), 1);
     }
 
     #[test]

@@ -1410,3 +1410,115 @@ fn bad_health_data_never_breaks_selection() {
         assert!(chosen(&w, &constraint(), seed).is_some());
     }
 }
+
+// ---------------------------------------------------------------- §4 recovering (slow start)
+
+/// Two equal members on channels 1 and 2; channel 1 recovering since `NOW - elapsed_ms` over a
+/// 60 s window.
+fn recovering_world(elapsed_ms: u64) -> World {
+    let mut w = World::one_route(vec![member(1, 1, 0, 1), member(2, 2, 0, 1)]);
+    let since = NOW - elapsed_ms;
+    w.health.recovering.insert(
+        1,
+        Recovering {
+            since,
+            until: since + 60_000,
+        },
+    );
+    w
+}
+
+fn candidate_json(w: &World, id: MemberId) -> serde_json::Value {
+    let (_, json, _) = decide!(w, constraint(), "m", &mut SplitMix64::new(1));
+    json["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["member_id"] == id)
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn recovering_channel_starts_at_the_initial_share_of_its_weight() {
+    let w = recovering_world(0);
+    let c = candidate_json(&w, 1);
+    assert_eq!(c["recovering"], true);
+    assert!(close(c["ramp_factor"].as_f64().unwrap(), 0.1), "{c}");
+    // Weights 1 × 0.1 against 1: probability 0.1 / 1.1.
+    assert!(close(c["probability"].as_f64().unwrap(), 0.1 / 1.1), "{c}");
+    // The explained score stays weight × latency × error.
+    assert!(close(c["score"].as_f64().unwrap(), 1.0), "{c}");
+    let other = candidate_json(&w, 2);
+    assert_eq!(other["recovering"], false);
+    assert_eq!(other["ramp_factor"], 1.0);
+}
+
+#[test]
+fn recovering_ramp_is_linear_over_the_window() {
+    let c = candidate_json(&recovering_world(30_000), 1);
+    // 0.1 + 0.9 × 0.5
+    assert!(close(c["ramp_factor"].as_f64().unwrap(), 0.55), "{c}");
+    assert!(
+        close(c["probability"].as_f64().unwrap(), 0.55 / 1.55),
+        "{c}"
+    );
+}
+
+#[test]
+fn recovering_ends_with_full_weight_after_the_window() {
+    let c = candidate_json(&recovering_world(60_000), 1);
+    assert_eq!(c["recovering"], false);
+    assert_eq!(c["ramp_factor"], 1.0);
+    assert!(close(c["probability"].as_f64().unwrap(), 0.5), "{c}");
+}
+
+#[test]
+fn recovering_initial_percent_is_a_setting() {
+    let mut w = recovering_world(0);
+    w.settings.slow_start_initial_percent = 50;
+    let c = candidate_json(&w, 1);
+    assert!(close(c["ramp_factor"].as_f64().unwrap(), 0.5), "{c}");
+}
+
+#[test]
+fn slow_start_zero_seconds_turns_the_ramp_off() {
+    let mut w = recovering_world(0);
+    w.settings.slow_start_seconds = 0;
+    let c = candidate_json(&w, 1);
+    assert_eq!(c["recovering"], false);
+    assert_eq!(c["ramp_factor"], 1.0);
+}
+
+#[test]
+fn recovering_ramp_obeys_fault_protection() {
+    let mut w = recovering_world(0);
+    w.settings.fault_protection_enabled = false;
+    assert_eq!(candidate_json(&w, 1)["ramp_factor"], 1.0);
+}
+
+#[test]
+fn recovering_share_of_traffic_follows_the_ramp() {
+    let w = recovering_world(0);
+    let n = 20_000;
+    let counts = histogram(&w, &constraint(), n);
+    let share = counts.get(&1).copied().unwrap_or(0) as f64 / n as f64;
+    assert!(
+        (share - 0.1 / 1.1).abs() < 0.015,
+        "recovering member share {share} ({counts:?})"
+    );
+}
+
+#[test]
+fn recovering_alone_in_its_tier_still_serves() {
+    // The ramp scales a share relative to the tier; alone, the channel takes what comes.
+    let mut w = World::one_route(vec![member(1, 1, 0, 1)]);
+    w.health.recovering.insert(
+        1,
+        Recovering {
+            since: NOW,
+            until: NOW + 60_000,
+        },
+    );
+    assert_eq!(chosen(&w, &constraint(), 7), Some(1));
+}

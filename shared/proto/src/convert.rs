@@ -73,6 +73,8 @@ fn settings_to_proto(s: &Settings) -> v1::Settings {
         recovery_probe_enabled: Some(s.recovery_probe_enabled),
         recovery_probe_interval_seconds: Some(s.recovery_probe_interval_seconds),
         max_request_body_bytes: Some(s.max_request_body_bytes),
+        slow_start_seconds: Some(s.slow_start_seconds),
+        slow_start_initial_percent: Some(s.slow_start_initial_percent),
     }
 }
 
@@ -324,6 +326,10 @@ fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
         recovery_probe_interval_seconds: w
             .recovery_probe_interval_seconds
             .unwrap_or(d.recovery_probe_interval_seconds),
+        slow_start_seconds: w.slow_start_seconds.unwrap_or(d.slow_start_seconds),
+        slow_start_initial_percent: w
+            .slow_start_initial_percent
+            .unwrap_or(d.slow_start_initial_percent),
         max_request_body_bytes: w.max_request_body_bytes.unwrap_or(d.max_request_body_bytes),
     };
     if let Some(error) = settings.validate().into_iter().next() {

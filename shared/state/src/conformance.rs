@@ -4,7 +4,7 @@
 //! A fleet store whose view lags its writes should call these against a store that applies its
 //! own writes to its local view synchronously (the trait requires it).
 
-use switchyard_engine::{HealthView, StickyBinding, UnixMillis};
+use switchyard_engine::{HealthView, Recovering, StickyBinding, UnixMillis};
 
 use crate::types::*;
 use crate::{InFlightGuard, StateStore};
@@ -133,6 +133,34 @@ pub fn checks() -> &'static [(&'static str, Check)] {
             reset_channel_closes_breaker_and_clears_members,
         ),
         ("dump_lists_live_state_only", dump_lists_live_state_only),
+        (
+            "begin_recovery_closes_breaker_and_opens_the_window",
+            begin_recovery_closes_breaker_and_opens_the_window,
+        ),
+        (
+            "failed_channel_attempt_while_recovering_trips_at_once",
+            failed_channel_attempt_while_recovering_trips_at_once,
+        ),
+        (
+            "recovering_survives_successes_and_member_failures",
+            recovering_survives_successes_and_member_failures,
+        ),
+        (
+            "after_the_window_the_threshold_applies_again",
+            after_the_window_the_threshold_applies_again,
+        ),
+        (
+            "recovering_obeys_fault_protection",
+            recovering_obeys_fault_protection,
+        ),
+        (
+            "trip_and_reset_end_the_window",
+            trip_and_reset_end_the_window,
+        ),
+        (
+            "begin_recovery_without_slow_start_is_a_reset",
+            begin_recovery_without_slow_start_is_a_reset,
+        ),
     ]
 }
 
@@ -443,4 +471,135 @@ pub fn dump_lists_live_state_only(store: &dyn StateStore) {
     let later = store.dump(NOW + 60_000);
     assert!(later.cooldowns.is_empty());
     assert_eq!(later.sticky_bindings, 0);
+}
+
+const WINDOW_MS: u64 = 60_000;
+
+fn window(store: &dyn StateStore) -> Option<Recovering> {
+    read(store, |v| v.recovering(10))
+}
+
+/// Channel 10 tripped at `NOW - 1000`, its member 1 cooling, then a probe passed at `NOW`.
+fn tripped_then_recovering(store: &dyn StateStore) {
+    let p = policy();
+    store.record_failure(&failure(FailureKind::Retryable, None), &p, NOW - 1_000);
+    store.trip_breaker(10, "invalid key", NOW - 1_000);
+    store.begin_recovery(10, &[1], NOW, WINDOW_MS);
+}
+
+pub fn begin_recovery_closes_breaker_and_opens_the_window(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    assert_eq!(read(store, |v| v.cooldown_until(1)), None);
+    assert_eq!(
+        window(store),
+        Some(Recovering {
+            since: NOW,
+            until: NOW + WINDOW_MS
+        })
+    );
+    let dump = store.dump(NOW + 1_000);
+    assert_eq!(
+        dump.recovering,
+        vec![RecoveringEntry {
+            channel_id: 10,
+            since: NOW,
+            until: NOW + WINDOW_MS
+        }]
+    );
+    // The dump leaves a finished window out.
+    assert!(store.dump(NOW + WINDOW_MS).recovering.is_empty());
+}
+
+pub fn failed_channel_attempt_while_recovering_trips_at_once(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    // The threshold is 3: one failure is enough while recovering.
+    let effect = store.record_channel_failure(10, &policy(), NOW + 5_000);
+    assert!(effect.tripped, "{effect:?}");
+    assert_eq!(effect.consecutive_failures, 1);
+    assert!(read(store, |v| v.breaker_open(10)));
+    assert_eq!(window(store), None, "a trip ends the window");
+    let dump = store.dump(NOW + 5_000);
+    assert!(dump.recovering.is_empty());
+    assert_eq!(dump.channels[0].tripped_at, Some(NOW + 5_000));
+    assert_eq!(
+        dump.channels[0].reason.as_deref(),
+        Some(RECOVERING_TRIP_REASON)
+    );
+    // Already open: no second trip.
+    assert!(
+        !store
+            .record_channel_failure(10, &policy(), NOW + 6_000)
+            .tripped
+    );
+}
+
+pub fn recovering_survives_successes_and_member_failures(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    store.record_success(&success(100.0), NOW + 1_000);
+    store.record_failure(
+        &failure(FailureKind::Rejected, None),
+        &policy(),
+        NOW + 2_000,
+    );
+    assert_eq!(window(store).map(|w| w.until), Some(NOW + WINDOW_MS));
+    assert!(!read(store, |v| v.breaker_open(10)));
+}
+
+pub fn after_the_window_the_threshold_applies_again(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    let p = policy();
+    let after = NOW + WINDOW_MS;
+    let first = store.record_channel_failure(10, &p, after);
+    assert!(!first.tripped, "the window is over: {first:?}");
+    assert_eq!(window(store), None, "a failure after the window clears it");
+    assert!(!store.record_channel_failure(10, &p, after + 1).tripped);
+    assert!(store.record_channel_failure(10, &p, after + 2).tripped);
+}
+
+pub fn recovering_obeys_fault_protection(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    let off = FailurePolicy {
+        fault_protection: false,
+        ..policy()
+    };
+    assert!(!store.record_channel_failure(10, &off, NOW + 1_000).tripped);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    assert!(window(store).is_some(), "the window stays");
+    // A breaker threshold of 0 (off) does not stop the half-open rule.
+    let no_threshold = FailurePolicy {
+        breaker_threshold: 0,
+        ..policy()
+    };
+    assert!(
+        store
+            .record_channel_failure(10, &no_threshold, NOW + 2_000)
+            .tripped
+    );
+}
+
+pub fn trip_and_reset_end_the_window(store: &dyn StateStore) {
+    tripped_then_recovering(store);
+    store.trip_breaker(10, "quota exceeded", NOW + 1_000);
+    assert!(read(store, |v| v.breaker_open(10)));
+    assert_eq!(window(store), None);
+    store.begin_recovery(10, &[1], NOW + 2_000, WINDOW_MS);
+    assert_eq!(window(store).map(|w| w.since), Some(NOW + 2_000));
+    store.reset_channel(10, &[1]);
+    assert_eq!(
+        window(store),
+        None,
+        "an operator's reset is full weight at once"
+    );
+    assert!(store.dump(NOW + 3_000).recovering.is_empty());
+}
+
+pub fn begin_recovery_without_slow_start_is_a_reset(store: &dyn StateStore) {
+    let p = policy();
+    store.trip_breaker(10, "invalid key", NOW);
+    store.begin_recovery(10, &[1], NOW + 1_000, 0);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    assert_eq!(window(store), None);
+    // An ordinary channel again: the threshold applies.
+    assert!(!store.record_channel_failure(10, &p, NOW + 2_000).tripped);
 }

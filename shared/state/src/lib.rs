@@ -45,7 +45,9 @@ pub trait StateStore: Send + Sync {
     ) -> FailureEffect;
 
     /// One failed *channel attempt* (the caller reports it at most once per request and channel,
-    /// and never for upstream 4xx). Trips the breaker at `policy.breaker_threshold`.
+    /// and never for upstream 4xx). Trips the breaker at `policy.breaker_threshold`, or at once
+    /// while the channel is recovering (whatever the threshold, as long as fault protection is
+    /// on); a trip, or a failure after the window, ends the recovering state.
     fn record_channel_failure(
         &self,
         channel: ChannelId,
@@ -56,9 +58,21 @@ pub trait StateStore: Send + Sync {
     /// Opens the channel's breaker at once (keyword rule on a single-key `auto_ban` channel).
     fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis);
 
-    /// A recovery probe passed: closes the breaker and clears the failure state of the channel
-    /// and of the given members (its members).
+    /// Closes the breaker and clears the failure state of the channel (recovering included) and
+    /// of the given members (its members): full weight at once, as an operator's re-enable.
     fn reset_channel(&self, channel: ChannelId, members: &[MemberId]);
+
+    /// A recovery probe passed: everything [`StateStore::reset_channel`] does, and the channel
+    /// starts recovering — from `now` for `slow_start_ms` its members' selection weight ramps up
+    /// (the engine reads [`HealthView::recovering`]) and any failed channel attempt trips the
+    /// breaker at once. `slow_start_ms` 0: no window, the channel is simply reset.
+    fn begin_recovery(
+        &self,
+        channel: ChannelId,
+        members: &[MemberId],
+        now: UnixMillis,
+        slow_start_ms: u64,
+    );
 
     /// Extends the member's cooldown to `until` unless it already lasts longer.
     fn extend_cooldown(&self, member: MemberId, until: UnixMillis);

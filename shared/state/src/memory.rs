@@ -8,7 +8,8 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use switchyard_engine::{
-    ChannelId, CredentialId, HealthRecord, HealthView, MemberId, RouteId, StickyBinding, UnixMillis,
+    ChannelId, CredentialId, HealthRecord, HealthView, MemberId, Recovering, RouteId,
+    StickyBinding, UnixMillis,
 };
 
 use crate::types::*;
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) cooldowns: HashMap<MemberId, UnixMillis>,
     pub(crate) member_failures: HashMap<MemberId, u32>,
     pub(crate) breakers: HashMap<ChannelId, Breaker>,
+    /// Channels in (or, until a write clears them, just past) their slow-start window.
+    pub(crate) recovering: HashMap<ChannelId, Recovering>,
     /// This process's own in-flight requests.
     pub(crate) in_flight: HashMap<ChannelId, u32>,
     /// Other live proxies' in-flight requests (a fleet store fills it; always empty here).
@@ -92,6 +95,9 @@ impl HealthView for Inner {
             .get(&channel)
             .is_some_and(|b| b.tripped_at.is_some())
     }
+    fn recovering(&self, channel: ChannelId) -> Option<Recovering> {
+        self.recovering.get(&channel).copied()
+    }
     fn credential_disabled(&self, credential: CredentialId) -> bool {
         self.credentials_disabled.contains_key(&credential)
     }
@@ -104,6 +110,15 @@ impl HealthView for Inner {
 }
 
 impl Inner {
+    fn reset_channel(&mut self, channel: ChannelId, members: &[MemberId]) {
+        self.breakers.remove(&channel);
+        self.recovering.remove(&channel);
+        for member in members {
+            self.member_failures.remove(member);
+            self.cooldowns.remove(member);
+        }
+    }
+
     fn extend_cooldown(&mut self, member: MemberId, until: UnixMillis) -> UnixMillis {
         let entry = self.cooldowns.entry(member).or_insert(until);
         *entry = (*entry).max(until);
@@ -234,23 +249,33 @@ impl StateStore for InMemoryStore {
         now: UnixMillis,
     ) -> ChannelFailureEffect {
         let mut inner = self.write();
+        let window = inner.recovering.get(&channel).copied();
         let breaker = inner.breakers.entry(channel).or_default();
+        // Half-open: a channel that answers probes but fails real calls goes straight back out.
+        let recovering = breaker.tripped_at.is_none() && window.is_some_and(|r| r.active(now));
         breaker.consecutive = breaker.consecutive.saturating_add(1);
         let tripped = policy.fault_protection
-            && policy.breaker_threshold > 0
-            && breaker.consecutive >= policy.breaker_threshold
-            && breaker.tripped_at.is_none();
+            && breaker.tripped_at.is_none()
+            && (recovering
+                || (policy.breaker_threshold > 0
+                    && breaker.consecutive >= policy.breaker_threshold));
         if tripped {
             breaker.tripped_at = Some(now);
-            breaker.reason = Some(format!(
-                "{} consecutive failed attempts",
-                breaker.consecutive
-            ));
+            breaker.reason = Some(if recovering {
+                RECOVERING_TRIP_REASON.to_owned()
+            } else {
+                format!("{} consecutive failed attempts", breaker.consecutive)
+            });
         }
-        ChannelFailureEffect {
+        let effect = ChannelFailureEffect {
             consecutive_failures: breaker.consecutive,
             tripped,
+        };
+        let ends_window = breaker.tripped_at.is_some() || !window.is_some_and(|r| r.active(now));
+        if window.is_some() && ends_window {
+            inner.recovering.remove(&channel);
         }
+        effect
     }
 
     fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis) {
@@ -260,14 +285,30 @@ impl StateStore for InMemoryStore {
             breaker.tripped_at = Some(now);
             breaker.reason = Some(reason.to_owned());
         }
+        inner.recovering.remove(&channel);
     }
 
     fn reset_channel(&self, channel: ChannelId, members: &[MemberId]) {
+        self.write().reset_channel(channel, members);
+    }
+
+    fn begin_recovery(
+        &self,
+        channel: ChannelId,
+        members: &[MemberId],
+        now: UnixMillis,
+        slow_start_ms: u64,
+    ) {
         let mut inner = self.write();
-        inner.breakers.remove(&channel);
-        for member in members {
-            inner.member_failures.remove(member);
-            inner.cooldowns.remove(member);
+        inner.reset_channel(channel, members);
+        if slow_start_ms > 0 {
+            inner.recovering.insert(
+                channel,
+                Recovering {
+                    since: now,
+                    until: now.saturating_add(slow_start_ms),
+                },
+            );
         }
     }
 
@@ -398,6 +439,16 @@ impl StateStore for InMemoryStore {
                     promoted: inner.canaries_promoted.contains(m),
                 })
                 .collect(),
+            recovering: inner
+                .recovering
+                .iter()
+                .filter(|(_, r)| r.active(now))
+                .map(|(c, r)| RecoveringEntry {
+                    channel_id: *c,
+                    since: r.since,
+                    until: r.until,
+                })
+                .collect(),
             sticky_bindings: inner
                 .sticky_expiry
                 .range((now.saturating_add(1), 0, String::new())..)
@@ -412,6 +463,7 @@ impl StateStore for InMemoryStore {
         });
         dump.credentials_disabled.sort_by_key(|e| e.credential_id);
         dump.canaries.sort_by_key(|e| e.member_id);
+        dump.recovering.sort_by_key(|e| e.channel_id);
         dump
     }
 }

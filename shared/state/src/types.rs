@@ -60,6 +60,9 @@ pub struct ChannelFailureEffect {
     pub tripped: bool,
 }
 
+/// The reason a breaker records when a failed channel attempt ends a slow-start window.
+pub const RECOVERING_TRIP_REASON: &str = "failed while recovering (slow start)";
+
 #[derive(Debug, Clone, Copy)]
 pub struct AttemptSuccess<'a> {
     pub member: MemberId,
@@ -89,7 +92,18 @@ pub struct StateDump {
     pub health: Vec<HealthEntry>,
     pub credentials_disabled: Vec<DisabledCredential>,
     pub canaries: Vec<CanaryEntry>,
+    /// Channels in their slow-start window (a passed probe), still active at the dump's `now`.
+    pub recovering: Vec<RecoveringEntry>,
     pub sticky_bindings: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecoveringEntry {
+    pub channel_id: ChannelId,
+    /// Unix ms the probe passed.
+    pub since: UnixMillis,
+    /// Unix ms the ramp ends.
+    pub until: UnixMillis,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -393,3 +393,43 @@ fn a_success_replayed_late_never_clears_a_newer_cooldown() {
     drop((a, b));
     cleanup(&url, &prefix);
 }
+
+#[test]
+fn recovering_window_is_fleet_wide_and_any_proxy_retrips_it() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("recovering");
+    let a = start(&url, &prefix);
+    let b = start(&url, &prefix);
+    for s in [&a, &b] {
+        assert!(rt.block_on(s.wait_resynced(1, Duration::from_secs(5))));
+    }
+    let now = now_ms();
+    a.trip_breaker(9, "invalid key", now);
+    a.begin_recovery(9, &[1], now + 1, 60_000);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(5))));
+    let seen = wait_until(Duration::from_secs(2), || {
+        read(&b, |v| v.recovering(9)).is_some_and(|w| w.since == now + 1)
+            && !read(&b, |v| v.breaker_open(9))
+    });
+    assert!(seen.is_some(), "proxy b never saw the recovering window");
+    // Proxy b's one failed attempt trips the breaker at once (threshold 5), for a too.
+    assert!(b.record_channel_failure(9, &policy(5), now + 2).tripped);
+    assert!(rt.block_on(b.wait_flushed(Duration::from_secs(5))));
+    let tripped = wait_until(Duration::from_secs(2), || {
+        read(&a, |v| v.breaker_open(9)) && read(&a, |v| v.recovering(9)).is_none()
+    });
+    assert!(tripped.is_some(), "proxy a never saw the re-trip");
+    // A third store, resynced from Redis alone, agrees.
+    let c = start(&url, &prefix);
+    assert!(rt.block_on(c.wait_resynced(1, Duration::from_secs(5))));
+    assert!(read(&c, |v| v.breaker_open(9)));
+    assert!(read(&c, |v| v.recovering(9)).is_none());
+    assert_eq!(
+        c.dump(now + 3).channels[0].reason.as_deref(),
+        Some(RECOVERING_TRIP_REASON)
+    );
+    drop((a, b, c));
+    cleanup(&url, &prefix);
+}

@@ -7,6 +7,8 @@
 //!   client may send upstream, what comes back);
 //! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
 //!   channel's own protocol;
+//! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
+//!   8× the interval), the same for both planes;
 //! - [`mock`]: a `provider: mock` channel's options;
 //! - [`sim`]: pure builders of every simulated answer shape, used by the data plane's in-process
 //!   `provider: mock` and by the mock upstream server (`switchyard-mock-upstream`).
@@ -17,6 +19,7 @@ pub mod channel;
 pub mod client;
 pub mod mock;
 pub mod probe;
+pub mod schedule;
 pub mod sim;
 
 pub use channel::{
@@ -29,3 +32,4 @@ pub use probe::{
     probe_body, probe_credential, probe_model, probe_request, ProbeFailure, ProbeResult,
     PROBE_PROMPT,
 };
+pub use schedule::{backoff_ms, first_probe_at, ProbeSchedule, MAX_BACKOFF_FACTOR};

@@ -145,9 +145,12 @@ pub(crate) enum Op {
         reason: String,
         now: UnixMillis,
     },
+    /// `reset_channel` (`since` = `until` = 0) or `begin_recovery` (a window `since..until`).
     Reset {
         channel: ChannelId,
         members: Vec<MemberId>,
+        since: UnixMillis,
+        until: UnixMillis,
     },
     Cooldown {
         member: MemberId,
@@ -195,9 +198,12 @@ impl Op {
                 Entity::Health(*channel, model.clone()),
             ],
             Op::ChannelFailure { channel, .. } | Op::Trip { channel, .. } => {
-                vec![Entity::Channel(*channel)]
+                vec![Entity::Channel(*channel), Entity::Recovering(*channel)]
             }
-            Op::Reset { channel, members } => std::iter::once(Entity::Channel(*channel))
+            Op::Reset {
+                channel, members, ..
+            } => [Entity::Channel(*channel), Entity::Recovering(*channel)]
+                .into_iter()
                 .chain(members.iter().map(|m| Entity::Member(*m)))
                 .collect(),
             Op::Cooldown { member, .. } => vec![Entity::Member(*member)],
@@ -461,6 +467,32 @@ impl StateStore for RedisStore {
         let op = Op::Reset {
             channel,
             members: members.to_vec(),
+            since: 0,
+            until: 0,
+        };
+        self.enqueue(&mut state, op);
+    }
+
+    fn begin_recovery(
+        &self,
+        channel: ChannelId,
+        members: &[MemberId],
+        now: UnixMillis,
+        slow_start_ms: u64,
+    ) {
+        let mut state = self.shared.lock();
+        self.shared
+            .view
+            .begin_recovery(channel, members, now, slow_start_ms);
+        let op = Op::Reset {
+            channel,
+            members: members.to_vec(),
+            since: now,
+            until: if slow_start_ms > 0 {
+                now.saturating_add(slow_start_ms)
+            } else {
+                now
+            },
         };
         self.enqueue(&mut state, op);
     }

@@ -3,8 +3,10 @@
 //! a new name (and so a new SHA), so old and new proxies can run side by side in a rolling deploy.
 //!
 //! Layout (all keys share the hash tag `{sy:PREFIX}`, so every script's keys live in one Cluster
-//! slot): `ver` (global version counter), hashes `member`, `channel`, `health`, `cred`, `sticky`
-//! (+ zset `sticky_exp`), zset `leases` and one `lease:<instance>` string per live proxy.
+//! slot): `ver` (global version counter), hashes `member`, `channel`, `recovering`, `health`,
+//! `cred`, `sticky` (+ zset `sticky_exp`), zset `leases` and one `lease:<instance>` string per
+//! live proxy. `recovering` is a hash of its own (not more fields in `channel`), so proxies of
+//! the previous release, which do not know it, read and write `channel` values unchanged.
 //! Every stored value is `"<version>|<fields…>"`; the version orders updates across proxies.
 //!
 //! Each write script returns `[flag, kind, field, value, kind, field, value, …]`: an effect flag
@@ -98,6 +100,18 @@ local function save_channel(h, id, b, v, ttl)
   touch(h, ttl)
   emit('c', id, value)
 end
+-- recovering: version|since|until (a channel's slow-start window)
+local function load_recovering(h, id)
+  local raw = redis.call('HGET', h, id)
+  if not raw then return nil end
+  local p = split(raw, 3)
+  local since, until_ms = num(p[2]), num(p[3])
+  if since == nil or until_ms == nil then return nil end
+  return {since = since, until_ms = until_ms}
+end
+local function drop_recovering(h, id, v)
+  if redis.call('HDEL', h, id) == 1 then emit('r', id, v .. '|-') end
+end
 -- health: version|latency_ms|error_propensity (latency empty = no sample)
 local function load_health(h, field)
   local raw = redis.call('HGET', h, field)
@@ -180,23 +194,36 @@ save_health(KEYS[4], ARGV[4], r, v, ttl)
 return out
 "#;
 
-/// record_channel_failure. KEYS: ver, channel. ARGV: ttl, channel, fault_protection, threshold, now.
+/// record_channel_failure: trips at the threshold, or at once while the channel is recovering
+/// (the window ends with a trip or with the first failure after it).
+/// KEYS: ver, channel, recovering. ARGV: ttl, channel, fault_protection, threshold, now.
 const CHANNEL_FAILURE: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
 local b = load_channel(KEYS[2], ARGV[2])
+local now = tonumber(ARGV[5])
+local w = load_recovering(KEYS[3], ARGV[2])
+local recovering = b.at == nil and w ~= nil and now < w.until_ms
 b.n = b.n + 1
 local threshold = tonumber(ARGV[4])
-if ARGV[3] == '1' and threshold > 0 and b.n >= threshold and b.at == nil then
-  b.at = tonumber(ARGV[5])
-  b.reason = string.format('%d consecutive failed attempts', b.n)
+if ARGV[3] == '1' and b.at == nil and (recovering or (threshold > 0 and b.n >= threshold)) then
+  b.at = now
+  if recovering then
+    b.reason = 'failed while recovering (slow start)'
+  else
+    b.reason = string.format('%d consecutive failed attempts', b.n)
+  end
   out[1] = 1
 end
 save_channel(KEYS[2], ARGV[2], b, v, ttl)
+if w ~= nil and (b.at ~= nil or now >= w.until_ms) then
+  drop_recovering(KEYS[3], ARGV[2], v)
+end
 return out
 "#;
 
-/// trip_breaker. KEYS: ver, channel. ARGV: ttl, channel, reason, now.
+/// trip_breaker (also ends a recovering window). KEYS: ver, channel, recovering.
+/// ARGV: ttl, channel, reason, now.
 const TRIP: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
@@ -207,16 +234,27 @@ if b.at == nil then
   out[1] = 1
 end
 save_channel(KEYS[2], ARGV[2], b, v, ttl)
+drop_recovering(KEYS[3], ARGV[2], v)
 return out
 "#;
 
-/// reset_channel. KEYS: ver, channel, member. ARGV: ttl, channel, member ids…
+/// reset_channel, and begin_recovery when `until` > `since` (a slow-start window is written).
+/// KEYS: ver, channel, member, recovering. ARGV: ttl, channel, since, until, member ids…
 const RESET: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
 redis.call('HDEL', KEYS[2], ARGV[2])
 emit('c', ARGV[2], v .. '|-')
-for i = 3, #ARGV do
+local since, until_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+if until_ms > since then
+  local value = v .. '|' .. int(since) .. '|' .. int(until_ms)
+  redis.call('HSET', KEYS[4], ARGV[2], value)
+  touch(KEYS[4], ttl)
+  emit('r', ARGV[2], value)
+else
+  drop_recovering(KEYS[4], ARGV[2], v)
+end
+for i = 5, #ARGV do
   local m = load_member(KEYS[3], ARGV[i])
   m.f = 0
   m.cd = nil
@@ -306,8 +344,10 @@ return 1
 "#;
 
 /// Everything, read atomically at one version (read-only: runs with EVALSHA_RO semantics).
-/// KEYS: ver, member, channel, health, cred, sticky, leases. ARGV: with_sticky, lease key prefix.
-/// Returns [version, members, channels, health, creds, sticky, leases] (flat field/value lists).
+/// KEYS: ver, member, channel, health, cred, sticky, leases, recovering.
+/// ARGV: with_sticky, lease key prefix.
+/// Returns [version, members, channels, health, creds, sticky, leases, recovering] (flat
+/// field/value lists).
 const SNAPSHOT: &str = r#"
 local ver = redis.call('GET', KEYS[1]) or '0'
 local sticky = {}
@@ -323,7 +363,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], now_ms, '+inf')) do
   end
 end
 return {ver, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
-  redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5]), sticky, leases}
+  redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5]), sticky, leases,
+  redis.call('HGETALL', KEYS[8])}
 "#;
 
 /// The loaded scripts, by operation.
@@ -352,15 +393,15 @@ impl Scripts {
         Scripts {
             failure: script("switchyard_failure_v1", FAILURE, true),
             success: script("switchyard_success_v1", SUCCESS, true),
-            channel_failure: script("switchyard_channel_failure_v1", CHANNEL_FAILURE, true),
-            trip: script("switchyard_trip_breaker_v1", TRIP, true),
-            reset: script("switchyard_reset_channel_v1", RESET, true),
+            channel_failure: script("switchyard_channel_failure_v2", CHANNEL_FAILURE, true),
+            trip: script("switchyard_trip_breaker_v2", TRIP, true),
+            reset: script("switchyard_reset_channel_v2", RESET, true),
             cooldown: script("switchyard_cooldown_v1", COOLDOWN, true),
             credential: script("switchyard_disable_credential_v1", CREDENTIAL, true),
             enable_credential: script("switchyard_enable_credential_v1", ENABLE_CREDENTIAL, true),
             sticky: script("switchyard_sticky_v1", STICKY, true),
             lease: script("switchyard_lease_v1", LEASE, false),
-            snapshot: script("switchyard_snapshot_v1", SNAPSHOT, false),
+            snapshot: script("switchyard_snapshot_v2", SNAPSHOT, false),
         }
     }
 

@@ -13,7 +13,7 @@
 use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use switchyard_engine::{
-    ChannelId, CredentialId, HealthRecord, MemberId, RouteId, StickyBinding, UnixMillis,
+    ChannelId, CredentialId, HealthRecord, MemberId, Recovering, RouteId, StickyBinding, UnixMillis,
 };
 
 use crate::memory::{Breaker, Inner};
@@ -23,6 +23,8 @@ use crate::memory::{Breaker, Inner};
 pub(crate) enum Entity {
     Member(MemberId),
     Channel(ChannelId),
+    /// A channel's slow-start window (hash `recovering`).
+    Recovering(ChannelId),
     Health(ChannelId, String),
     Credential(CredentialId),
     Sticky(RouteId, String),
@@ -37,6 +39,7 @@ pub(crate) enum Value {
         promoted: bool,
     },
     Channel(Breaker),
+    Recovering(Recovering),
     Health(HealthRecord),
     Credential {
         at: UnixMillis,
@@ -57,7 +60,10 @@ impl Entity {
     /// The hash field in Redis.
     pub fn field(&self) -> String {
         match self {
-            Entity::Member(id) | Entity::Channel(id) | Entity::Credential(id) => id.to_string(),
+            Entity::Member(id)
+            | Entity::Channel(id)
+            | Entity::Recovering(id)
+            | Entity::Credential(id) => id.to_string(),
             Entity::Health(channel, model) => format!("{channel}:{model}"),
             Entity::Sticky(route, key) => format!("{route}:{key}"),
         }
@@ -71,6 +77,7 @@ impl Entity {
         Some(match kind {
             "m" => Entity::Member(field.parse().ok()?),
             "c" => Entity::Channel(field.parse().ok()?),
+            "r" => Entity::Recovering(field.parse().ok()?),
             "k" => Entity::Credential(field.parse().ok()?),
             "h" => {
                 let (c, m) = pair()?;
@@ -129,6 +136,13 @@ pub(crate) fn parse_update(kind: &str, field: &str, raw: &str) -> Option<Update>
                     consecutive,
                     tripped_at,
                     reason: tripped_at.map(|_| reason.to_owned()),
+                })
+            }
+            Entity::Recovering(_) => {
+                let (since, until) = rest.split_once('|').ok_or(())?;
+                Value::Recovering(Recovering {
+                    since: since.parse().map_err(|_| ())?,
+                    until: until.parse().map_err(|_| ())?,
                 })
             }
             Entity::Health(..) => {
@@ -194,6 +208,12 @@ pub(crate) fn apply_value(inner: &mut Inner, entity: &Entity, value: Option<&Val
         }
         (Entity::Channel(id), _) => {
             inner.breakers.remove(id);
+        }
+        (Entity::Recovering(id), Some(Value::Recovering(r))) => {
+            inner.recovering.insert(*id, *r);
+        }
+        (Entity::Recovering(id), _) => {
+            inner.recovering.remove(id);
         }
         (Entity::Health(channel, model), Some(Value::Health(r))) => {
             inner
@@ -317,6 +337,7 @@ impl Versions {
                 .map(|id| Entity::Member(*id)),
         );
         absent.extend(inner.breakers.keys().map(|id| Entity::Channel(*id)));
+        absent.extend(inner.recovering.keys().map(|id| Entity::Recovering(*id)));
         absent.extend(
             inner
                 .health
@@ -459,6 +480,25 @@ mod tests {
         assert_eq!(gone.value, None);
         assert!(parse_update("m", "x", "1|-").is_none());
         assert!(parse_update("m", "1", "garbage").is_none());
+    }
+
+    #[test]
+    fn parses_recovering_windows() {
+        let r = parse_update("r", "3", "12|100|60100").unwrap();
+        assert_eq!(r.entity, Entity::Recovering(3));
+        assert_eq!(
+            r.value,
+            Some(Value::Recovering(Recovering {
+                since: 100,
+                until: 60_100
+            }))
+        );
+        assert_eq!(
+            parse_update("r", "3", "13|-").unwrap().value,
+            None,
+            "a deleted window"
+        );
+        assert!(parse_update("r", "3", "14|100").is_none());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub(crate) struct Keys {
     ver: String,
     member: String,
     channel: String,
+    recovering: String,
     health: String,
     cred: String,
     sticky: String,
@@ -39,6 +40,7 @@ impl Keys {
             ver: format!("{t}:ver"),
             member: format!("{t}:member"),
             channel: format!("{t}:channel"),
+            recovering: format!("{t}:recovering"),
             health: format!("{t}:health"),
             cred: format!("{t}:cred"),
             sticky: format!("{t}:sticky"),
@@ -303,7 +305,7 @@ impl Writer {
                 threshold,
                 now,
             } => {
-                let mut c = self.evalsha(&s.channel_failure, &[&k.ver, &k.channel]);
+                let mut c = self.evalsha(&s.channel_failure, &[&k.ver, &k.channel, &k.recovering]);
                 c.arg(ttl)
                     .arg(channel)
                     .arg(u8::from(*fault_protection))
@@ -316,13 +318,18 @@ impl Writer {
                 reason,
                 now,
             } => {
-                let mut c = self.evalsha(&s.trip, &[&k.ver, &k.channel]);
+                let mut c = self.evalsha(&s.trip, &[&k.ver, &k.channel, &k.recovering]);
                 c.arg(ttl).arg(channel).arg(reason).arg(now);
                 c
             }
-            Op::Reset { channel, members } => {
-                let mut c = self.evalsha(&s.reset, &[&k.ver, &k.channel, &k.member]);
-                c.arg(ttl).arg(channel).arg(members);
+            Op::Reset {
+                channel,
+                members,
+                since,
+                until,
+            } => {
+                let mut c = self.evalsha(&s.reset, &[&k.ver, &k.channel, &k.member, &k.recovering]);
+                c.arg(ttl).arg(channel).arg(since).arg(until).arg(members);
                 c
             }
             Op::Cooldown { member, until } => {
@@ -477,7 +484,14 @@ impl Writer {
         let mut cmd = self.evalsha(
             &self.scripts.snapshot,
             &[
-                &k.ver, &k.member, &k.channel, &k.health, &k.cred, &k.sticky, &k.leases,
+                &k.ver,
+                &k.member,
+                &k.channel,
+                &k.health,
+                &k.cred,
+                &k.sticky,
+                &k.leases,
+                &k.recovering,
             ],
         );
         cmd.arg(u8::from(with_sticky)).arg(&k.lease_prefix);
@@ -494,8 +508,9 @@ impl Writer {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let mut updates: Vec<Update> = Vec::new();
-        for (i, kind) in ["m", "c", "h", "k", "s"].iter().enumerate() {
-            let pairs = parts.get(i + 1).and_then(as_array).unwrap_or(&[]);
+        // Positions in the snapshot script's answer (6 holds the leases).
+        for (i, kind) in [(1, "m"), (2, "c"), (3, "h"), (4, "k"), (5, "s"), (7, "r")] {
+            let pairs = parts.get(i).and_then(as_array).unwrap_or(&[]);
             for pair in pairs.chunks_exact(2) {
                 if let (Some(field), Some(raw)) = (as_str(&pair[0]), as_str(&pair[1])) {
                     if let Some(u) = parse_update(kind, &field, &raw) {

@@ -1,0 +1,224 @@
+//! When to probe what: the per-channel (or per-credential) recovery probe schedule both planes
+//! follow. Pure: time is an argument and the jitter comes from an injected [`RandomSource`].
+//!
+//! - A channel that starts needing probes is first probed at a jittered instant within one
+//!   `recovery_probe_interval_seconds` of when it was first seen, so channels that tripped
+//!   together (an upstream outage) are not all probed at the same instant.
+//! - Each failed probe doubles the delay before the next one: 2×, 4×, then 8× the interval,
+//!   which is the cap ([`MAX_BACKOFF_FACTOR`]).
+//! - A passed probe forgets the channel: should it trip again, it starts over.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use switchyard_engine::{RandomSource, UnixMillis};
+
+/// The longest delay between two probes of one channel, in intervals.
+pub const MAX_BACKOFF_FACTOR: u64 = 8;
+
+/// The delay before the next probe after `failures` failed probes in a row:
+/// `interval × min(2^failures, 8)` (`failures` 0: one interval).
+pub fn backoff_ms(interval_ms: u64, failures: u32) -> u64 {
+    let factor = 1u64
+        .checked_shl(failures)
+        .unwrap_or(u64::MAX)
+        .min(MAX_BACKOFF_FACTOR);
+    interval_ms.saturating_mul(factor)
+}
+
+/// The first probe of something first seen at `now`: `now + interval × jitter`, with `jitter`
+/// in `[0, 1)` (clamped).
+pub fn first_probe_at(now: UnixMillis, interval_ms: u64, jitter: f64) -> UnixMillis {
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let offset = (interval_ms as f64 * jitter) as u64;
+    now.saturating_add(offset.min(interval_ms))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    next_at: UnixMillis,
+    failures: u32,
+}
+
+/// Next probe time and failure streak per key (a channel id, or a credential id).
+#[derive(Debug, Clone)]
+pub struct ProbeSchedule<K> {
+    entries: HashMap<K, Entry>,
+}
+
+impl<K> Default for ProbeSchedule<K> {
+    fn default() -> Self {
+        ProbeSchedule {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash> ProbeSchedule<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `key` (which needs probing) is due at `now`. A key seen for the first time is
+    /// scheduled at [`first_probe_at`] with a jitter drawn from `rng`.
+    pub fn due(
+        &mut self,
+        key: K,
+        now: UnixMillis,
+        interval_ms: u64,
+        rng: &mut dyn RandomSource,
+    ) -> bool {
+        let entry = self.entries.entry(key).or_insert_with(|| Entry {
+            next_at: first_probe_at(now, interval_ms, rng.next_f64()),
+            failures: 0,
+        });
+        entry.next_at <= now
+    }
+
+    /// A probe of `key` failed at `now`: the next one waits [`backoff_ms`]. Returns when.
+    pub fn failed(&mut self, key: K, now: UnixMillis, interval_ms: u64) -> UnixMillis {
+        let entry = self.entries.entry(key).or_insert(Entry {
+            next_at: now,
+            failures: 0,
+        });
+        entry.failures = entry.failures.saturating_add(1);
+        entry.next_at = now.saturating_add(backoff_ms(interval_ms, entry.failures));
+        entry.next_at
+    }
+
+    /// A probe of `key` passed: it is forgotten (a later trip starts a fresh schedule).
+    pub fn passed(&mut self, key: K) {
+        self.entries.remove(&key);
+    }
+
+    /// Forgets every key `needed` rejects (recovered otherwise, deleted, disabled by hand).
+    pub fn retain(&mut self, mut needed: impl FnMut(&K) -> bool) {
+        self.entries.retain(|k, _| needed(k));
+    }
+
+    /// When `key` is next due, if it is scheduled.
+    pub fn next_at(&self, key: K) -> Option<UnixMillis> {
+        self.entries.get(&key).map(|e| e.next_at)
+    }
+
+    /// Failed probes of `key` in a row.
+    pub fn failures(&self, key: K) -> u32 {
+        self.entries.get(&key).map_or(0, |e| e.failures)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::SplitMix64;
+
+    /// Replays fixed unit-interval draws.
+    struct Fixed(Vec<f64>);
+
+    impl RandomSource for Fixed {
+        fn next_u64(&mut self) -> u64 {
+            let x = if self.0.is_empty() {
+                0.0
+            } else {
+                self.0.remove(0)
+            };
+            // The inverse of `next_f64`: the top 53 bits carry the fraction.
+            ((x * (1u64 << 53) as f64) as u64) << 11
+        }
+    }
+
+    const I: u64 = 10_000;
+
+    #[test]
+    fn backoff_doubles_and_caps_at_eight_intervals() {
+        let delays: Vec<u64> = (0..6).map(|n| backoff_ms(I, n)).collect();
+        assert_eq!(delays, [I, 2 * I, 4 * I, 8 * I, 8 * I, 8 * I]);
+        assert_eq!(backoff_ms(I, u32::MAX), 8 * I);
+        assert_eq!(backoff_ms(u64::MAX, 3), u64::MAX);
+    }
+
+    #[test]
+    fn first_probe_is_spread_within_one_interval() {
+        assert_eq!(first_probe_at(1_000, I, 0.0), 1_000);
+        assert_eq!(first_probe_at(1_000, I, 0.25), 1_000 + I / 4);
+        assert_eq!(first_probe_at(1_000, I, 0.999_999), 1_000 + I - 1);
+        assert_eq!(first_probe_at(1_000, I, 7.0), 1_000 + I);
+        assert_eq!(first_probe_at(1_000, I, f64::NAN), 1_000);
+    }
+
+    #[test]
+    fn a_failing_channel_is_probed_ever_less_often_until_it_passes() {
+        let mut s = ProbeSchedule::new();
+        let mut rng = Fixed(vec![0.5, 0.0]);
+        let t0 = 100_000;
+        assert!(
+            !s.due(7, t0, I, &mut rng),
+            "first probe half an interval in"
+        );
+        assert_eq!(s.next_at(7), Some(t0 + I / 2));
+        let mut now = t0 + I / 2;
+        assert!(s.due(7, now, I, &mut rng));
+        let mut gaps = Vec::new();
+        for _ in 0..5 {
+            let next = s.failed(7, now, I);
+            assert!(!s.due(7, next - 1, I, &mut rng));
+            assert!(s.due(7, next, I, &mut rng));
+            gaps.push(next - now);
+            now = next;
+        }
+        assert_eq!(gaps, [2 * I, 4 * I, 8 * I, 8 * I, 8 * I]);
+        assert_eq!(s.failures(7), 5);
+        // A pass resets it: the next trip starts over with a fresh jittered first probe.
+        s.passed(7);
+        assert_eq!(s.failures(7), 0);
+        assert!(s.due(7, now, I, &mut rng), "jitter 0.0: due at once");
+        let next = s.failed(7, now, I);
+        assert_eq!(next - now, 2 * I);
+    }
+
+    #[test]
+    fn channels_seen_together_are_spread_over_the_interval() {
+        let mut s = ProbeSchedule::new();
+        let mut rng = SplitMix64::new(42);
+        let now = 5_000_000;
+        for channel in 0..200i64 {
+            s.due(channel, now, I, &mut rng);
+        }
+        let mut offsets: Vec<u64> = (0..200i64)
+            .map(|c| s.next_at(c).unwrap_or(0) - now)
+            .collect();
+        assert!(offsets.iter().all(|o| *o <= I));
+        offsets.sort_unstable();
+        offsets.dedup();
+        assert!(
+            offsets.len() > 150,
+            "{} distinct start times",
+            offsets.len()
+        );
+        // Every tenth of the interval gets some channels.
+        for decile in 0..10 {
+            let lo = decile * I / 10;
+            assert!(
+                offsets.iter().any(|o| (lo..lo + I / 10).contains(o)),
+                "no channel starts in decile {decile}"
+            );
+        }
+    }
+
+    #[test]
+    fn retain_forgets_what_no_longer_needs_probing() {
+        let mut s = ProbeSchedule::new();
+        let mut rng = Fixed(vec![]);
+        s.due(1, 0, I, &mut rng);
+        s.due(2, 0, I, &mut rng);
+        s.failed(2, 0, I);
+        s.retain(|k| *k == 1);
+        assert_eq!(s.next_at(2), None);
+        assert_eq!(s.failures(2), 0);
+        assert!(s.next_at(1).is_some());
+    }
+}
