@@ -24,24 +24,18 @@ const PATIENCE: Duration = Duration::from_secs(15);
 // ---------------------------------------------------------------------------------------------
 // Redis helpers
 
-/// The test Redis (`REDIS_URL`, default local); `None` (test skipped) only when `REDIS_URL` is
-/// unset and nothing answers locally.
-fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            let url = "redis://127.0.0.1:6379".to_owned();
-            let up = redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
-                .is_ok();
-            if up {
-                Some(url)
-            } else {
-                eprintln!("skipped: REDIS_URL unset and no Redis on 127.0.0.1:6379");
-                None
-            }
-        }
-    }
+/// The test Redis (`REDIS_URL`, default local). A Redis-backed test fails, never skips, when
+/// nothing answers there: the test command (`scripts/test`) starts one.
+fn redis_url() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let up = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .is_ok();
+    assert!(
+        up,
+        "no Redis answers at {url}: this test needs one (scripts/test starts it)"
+    );
+    url
 }
 
 fn unique_prefix(tag: &str) -> String {
@@ -380,7 +374,7 @@ async fn second_credential_passing_is_enough(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn probe_never_re_enables_a_manually_disabled_channel(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("manual");
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
@@ -708,7 +702,7 @@ async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) 
 
 #[sqlx::test(migrations = "../migrations")]
 async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("breaker");
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
@@ -809,7 +803,7 @@ fn credential_disabled(store: &dyn StateStore, credential: i64) -> bool {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("credential");
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();
@@ -898,7 +892,7 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
 
 #[sqlx::test(migrations = "../migrations")]
 async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("override");
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());
@@ -939,7 +933,7 @@ async fn an_operator_enabling_an_auto_disabled_channel_closes_its_breaker(pool: 
 
 #[sqlx::test(migrations = "../migrations")]
 async fn explain_with_a_redis_view_shows_cooling_down_and_changes_nothing(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("explain");
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());
@@ -1026,7 +1020,7 @@ async fn explain_with_a_redis_view_shows_cooling_down_and_changes_nothing(pool: 
 
 #[sqlx::test(migrations = "../migrations")]
 async fn state_endpoint_shows_the_fleet_dump_and_never_a_secret(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("state");
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());
@@ -1148,7 +1142,7 @@ async fn without_redis_state_is_unconfigured_and_explain_has_no_view(pool: PgPoo
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_passing_probe_starts_a_fleet_wide_ramp_that_explain_and_state_show(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("ramp");
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());
@@ -1285,7 +1279,7 @@ async fn a_passing_probe_starts_a_fleet_wide_ramp_that_explain_and_state_show(po
 
 #[sqlx::test(migrations = "../migrations")]
 async fn without_slow_start_a_passing_probe_gives_full_weight_at_once(pool: PgPool) {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let prefix = unique_prefix("noramp");
     let live = LiveState::start_redis(&url, &prefix).unwrap();
     let app = test_app_with_live(pool.clone(), live.clone());

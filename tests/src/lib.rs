@@ -16,3 +16,18 @@ pub fn dechunk(mut raw: &str) -> String {
     }
     out
 }
+
+/// The test Redis: `REDIS_URL`, else the local default. A Redis-backed test fails, never skips,
+/// when nothing answers there: the test command (`scripts/test`) starts one.
+#[allow(clippy::panic)]
+pub fn redis_url() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let answers = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(2)))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+        .is_ok();
+    if !answers {
+        panic!("no Redis answers at {url}: this test needs one (scripts/test starts it)");
+    }
+    url
+}

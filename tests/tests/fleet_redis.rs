@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use switchyard_e2e::redis_url;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -16,20 +17,6 @@ const TOKEN: &str = "sk-fleet-test";
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
 /// SPEC §5: 100 ms. Requests that must see another proxy's change wait this long first.
 const PROPAGATION_MARGIN: Duration = Duration::from_millis(300);
-
-fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            if std::net::TcpStream::connect("127.0.0.1:6379").is_ok() {
-                Some("redis://127.0.0.1:6379".to_owned())
-            } else {
-                eprintln!("skipped: REDIS_URL unset and no Redis on 127.0.0.1:6379");
-                None
-            }
-        }
-    }
-}
 
 fn unique(tag: &str) -> String {
     let nanos = SystemTime::now()
@@ -199,7 +186,7 @@ fn tiered(a: &MockUpstream, b: &MockUpstream, settings: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_cooled_through_one_proxy_is_skipped_by_the_others() {
-    let Some(redis) = redis_url() else { return };
+    let redis = redis_url();
     let prefix = unique("cool");
     let (a, b) = (
         MockUpstream::start().await.unwrap(),
@@ -234,7 +221,7 @@ async fn member_cooled_through_one_proxy_is_skipped_by_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
-    let Some(redis) = redis_url() else { return };
+    let redis = redis_url();
     let prefix = unique("breaker");
     let (a, b) = (
         MockUpstream::start().await.unwrap(),
@@ -280,7 +267,7 @@ async fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sticky_session_made_through_one_proxy_is_honoured_by_the_others() {
-    let Some(redis) = redis_url() else { return };
+    let redis = redis_url();
     let prefix = unique("sticky");
     let (a, b) = (
         MockUpstream::start().await.unwrap(),
@@ -316,7 +303,7 @@ async fn sticky_session_made_through_one_proxy_is_honoured_by_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_is_fleet_wide_and_a_killed_proxy_leaks_nothing() {
-    let Some(redis) = redis_url() else { return };
+    let redis = redis_url();
     let prefix = unique("inflight");
     let (slow, fast) = (
         MockUpstream::start().await.unwrap(),
@@ -419,9 +406,6 @@ impl Drop for OwnRedis {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_fails_no_request_and_state_converges_after() {
-    if redis_url().is_none() {
-        return;
-    }
     let mut server = OwnRedis::start(free_port());
     let port = server.port;
     let redis = format!("redis://127.0.0.1:{port}");

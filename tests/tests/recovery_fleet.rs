@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use switchyard_e2e::redis_url;
 use switchyard_engine::HealthView;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 use switchyard_state::{RedisConfig, RedisStore, StateStore, RECOVERING_TRIP_REASON};
@@ -24,20 +25,6 @@ const PROPAGATION_MARGIN: Duration = Duration::from_millis(300);
 /// Channel ids in the config below.
 const FLAKY: i64 = 1;
 const STEADY: i64 = 2;
-
-fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            if std::net::TcpStream::connect("127.0.0.1:6379").is_ok() {
-                Some("redis://127.0.0.1:6379".to_owned())
-            } else {
-                eprintln!("skipped: REDIS_URL unset and no Redis on 127.0.0.1:6379");
-                None
-            }
-        }
-    }
-}
 
 fn unique(tag: &str) -> String {
     let nanos = SystemTime::now()
@@ -249,7 +236,7 @@ fn generations() -> Matcher {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_once() {
-    let Some(redis) = redis_url() else { return };
+    let redis = redis_url();
     let prefix = unique("recovery");
     let (flaky, steady) = (
         MockUpstream::start().await.unwrap(),

@@ -72,22 +72,19 @@ fn conformance_against(url: &str, tag: &str) {
 
 #[test]
 fn redis_store_passes_the_conformance_suite() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     conformance_against(&url, "conf");
 }
 
 #[test]
 fn redis_cluster_passes_the_conformance_suite() {
-    if redis_url().is_none() {
-        return;
-    }
     let cluster = RedisCluster::start();
     conformance_against(&cluster.url(), "cluster");
 }
 
 #[test]
 fn lua_health_formulas_match_the_engine() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("formula");
@@ -145,7 +142,7 @@ fn lua_health_formulas_match_the_engine() {
 
 #[test]
 fn cooldown_propagates_to_other_proxies_fast() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("propagate");
@@ -176,7 +173,7 @@ fn cooldown_propagates_to_other_proxies_fast() {
 
 #[test]
 fn credential_enable_propagates_to_other_proxies_fast() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("cred-enable");
@@ -220,7 +217,7 @@ fn credential_enable_propagates_to_other_proxies_fast() {
 
 #[test]
 fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("breaker");
@@ -247,7 +244,7 @@ fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
 
 #[test]
 fn sticky_binding_is_shared() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("sticky");
@@ -273,7 +270,7 @@ fn sticky_binding_is_shared() {
 
 #[test]
 fn in_flight_is_fleet_wide_and_leases_expire() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("inflight");
@@ -299,9 +296,6 @@ fn in_flight_is_fleet_wide_and_leases_expire() {
 
 #[test]
 fn unreachable_redis_fails_open_and_reconciles_on_return() {
-    if redis_url().is_none() {
-        return;
-    }
     let rt = runtime();
     let _guard = rt.enter();
     let port = free_port();
@@ -361,7 +355,7 @@ fn metrics_name_the_redis_counters() {
 
 #[test]
 fn a_success_replayed_late_never_clears_a_newer_cooldown() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("replay");
@@ -396,7 +390,7 @@ fn a_success_replayed_late_never_clears_a_newer_cooldown() {
 
 #[test]
 fn recovering_window_is_fleet_wide_and_any_proxy_retrips_it() {
-    let Some(url) = redis_url() else { return };
+    let url = redis_url();
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("recovering");

@@ -8,21 +8,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use switchyard_state::{RedisConfig, RedisStore};
 
-/// The shared test Redis (`REDIS_URL`, default local). `None` (test skipped) only when
-/// `REDIS_URL` is unset and nothing answers locally; with `REDIS_URL` set it must work.
-pub fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            let url = "redis://127.0.0.1:6379".to_owned();
-            if ping(&url) {
-                Some(url)
-            } else {
-                eprintln!("skipped: REDIS_URL unset and no Redis on 127.0.0.1:6379");
-                None
-            }
-        }
-    }
+/// The shared test Redis (`REDIS_URL`, default local). A Redis-backed test fails, never skips,
+/// when nothing answers there: the test command (`scripts/test`) starts one.
+pub fn redis_url() -> String {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    assert!(
+        ping(&url),
+        "no Redis answers at {url}: this test needs one (scripts/test starts it)"
+    );
+    url
 }
 
 pub fn ping(url: &str) -> bool {
