@@ -2,6 +2,8 @@
 //! `src/bin/e2e-control-plane.rs` are the data plane's and the control plane's entry points built
 //! inside this crate so the tests can start them.
 
+pub mod fleet;
+
 /// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
 pub fn dechunk(mut raw: &str) -> String {
     let mut out = String::new();

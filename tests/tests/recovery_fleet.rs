@@ -6,178 +6,19 @@
 //! once. Each proxy runs its own probes (standalone mode).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use switchyard_e2e::fleet::{cleanup, unique, write_config, Proxy, PROPAGATION_MARGIN};
 use switchyard_e2e::redis_url;
 use switchyard_engine::HealthView;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 use switchyard_state::{RedisConfig, RedisStore, StateStore, RECOVERING_TRIP_REASON};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
-const TOKEN: &str = "sk-recovery-test";
-const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
-/// SPEC §5: 100 ms. Requests that must see another proxy's change wait this long first.
-const PROPAGATION_MARGIN: Duration = Duration::from_millis(300);
+
 /// Channel ids in the config below.
 const FLAKY: i64 = 1;
 const STEADY: i64 = 2;
-
-fn unique(tag: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("e2e-{tag}-{nanos:x}")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn cleanup(url: &str, prefix: &str) {
-    if let Ok(mut con) = redis::Client::open(url).and_then(|c| c.get_connection()) {
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{{sy:{prefix}}}:*"))
-            .query(&mut con)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut con);
-        }
-    }
-}
-
-/// One proxy process; killed (SIGKILL) on drop.
-struct Proxy {
-    child: Child,
-    url: String,
-}
-
-impl Proxy {
-    async fn start(config: &PathBuf, redis: &str, prefix: &str) -> Proxy {
-        let port = free_port();
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .args(["--http-addr", &format!("127.0.0.1:{port}")])
-            .env("REDIS_URL", redis)
-            .env("SWITCHYARD_REDIS_PREFIX", prefix)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let proxy = Proxy {
-            child,
-            url: format!("127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = http(&proxy.url, "GET", "/readyz", "", &[]).await {
-                if r.status == 200 {
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "proxy never became ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Let its first Redis resync land before it is asked anything.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        proxy
-    }
-
-    async fn chat(&self, headers: &[(&str, &str)]) -> Reply {
-        http(&self.url, "POST", "/v1/chat/completions", CHAT, headers)
-            .await
-            .unwrap()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> String {
-        self.head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-            })
-            .unwrap_or_default()
-    }
-
-    fn channel(&self) -> String {
-        self.header("x-switchyard-channel")
-    }
-}
-
-/// A minimal HTTP/1.1 client (one request per connection).
-async fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-) -> std::io::Result<Reply> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    stream.write_all(req.as_bytes()).await?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut raw))
-        .await
-        .map_err(|_| std::io::Error::other("response timed out"))??;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok(Reply {
-        status,
-        head: head.to_owned(),
-        body: body.to_owned(),
-    })
-}
-
-fn write_config(tag: &str, yaml: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("{}.yaml", unique(tag)));
-    let yaml =
-        format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n    allow_pinning: true\n");
-    std::fs::write(&path, yaml).unwrap();
-    path
-}
 
 /// `flaky` and `steady` in one tier with equal weights: without slow start each takes half.
 /// Probes every second; a 600 s slow-start window, so during the test a fresh window stays
@@ -247,8 +88,8 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
     let store = RedisStore::start(RedisConfig::new(&redis, &prefix)).unwrap();
     assert!(store.wait_resynced(1, Duration::from_secs(10)).await);
     let proxies = [
-        Proxy::start(&path, &redis, &prefix).await,
-        Proxy::start(&path, &redis, &prefix).await,
+        Proxy::start(BIN, &path, &redis, &prefix).await,
+        Proxy::start(BIN, &path, &redis, &prefix).await,
     ];
 
     // 1. Flapping: the upstream lists models but every generation fails.
