@@ -557,7 +557,8 @@ export async function settings(root) {
 const KNOWN_EXPLAIN = new Set(['model', 'route', 'outcome', 'member_id', 'channel_id', 'via', 'requested_group',
   'route_group', 'group_fallback', 'tier', 'candidates', 'revision', 'seed', 'now_ms', 'health_view']);
 const KNOWN_CANDIDATE = new Set(['member_id', 'channel_id', 'channel', 'upstream_model', 'group', 'priority', 'weight',
-  'canary', 'eligible', 'reasons', 'cooldown_until', 'latency_factor', 'error_factor', 'score', 'probability']);
+  'canary', 'eligible', 'reasons', 'cooldown_until', 'latency_factor', 'error_factor', 'score', 'probability',
+  'recovering', 'ramp_factor']);
 
 export async function explain(root, params) {
   heading(root, 'Explain');
@@ -615,6 +616,7 @@ function renderExplain(d) {
       { title: 'latency ×', key: 'latency_factor' },
       { title: 'error ×', key: 'error_factor' },
       { title: 'score', key: 'score' },
+      { title: 'slow start', render: (c) => (c.recovering ? `ramp ×${Number(c.ramp_factor).toFixed(2)}` : '—') },
       { title: 'probability', render: (c) => bar(c.probability, `member ${c.member_id}`) },
       { title: 'more', render: (c) => {
         const more = Object.fromEntries(Object.entries(c).filter(([k]) => !KNOWN_CANDIDATE.has(k)));
@@ -626,7 +628,7 @@ function renderExplain(d) {
 // ---------------------------------------------------------------- live state
 
 const KNOWN_STATE = new Set(['configured', 'message', 'source', 'connected', 'now_ms', 'cooldowns', 'breakers',
-  'in_flight', 'health', 'proxies', 'channels']);
+  'in_flight', 'health', 'proxies', 'channels', 'recovering']);
 
 export async function live(root) {
   heading(root, 'Live fleet state');
@@ -663,6 +665,12 @@ export async function live(root) {
       { title: 'tripped', render: (b) => (b.tripped_at ? new Date(b.tripped_at).toLocaleTimeString() : '—') },
       { title: 'reason', key: 'reason' },
     ], s.breakers || [], { label: 'breakers', empty: 'No breaker is open.' })));
+    body.appendChild(section('Recovering (slow start after a passed probe)', table([
+      { title: 'channel', key: 'channel_id' },
+      { title: 'ramp', render: (r) => `×${Number(r.ramp_factor).toFixed(2)}` },
+      { title: 'full weight in', render: (r) => h('span.countdown', { dataset: { until: r.until } }, '') },
+      { title: 'since', render: (r) => new Date(r.since).toLocaleTimeString() },
+    ], s.recovering || [], { label: 'recovering channels', empty: 'No channel is ramping back up.' })));
     body.appendChild(section('In flight', table([
       { title: 'channel', key: 'channel_id' },
       { title: 'in flight', key: 'in_flight' },

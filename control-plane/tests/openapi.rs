@@ -305,3 +305,84 @@ async fn the_state_body_with_redis_matches_its_schema(pool: PgPool) {
     store.in_flight_release(7);
     live.close(std::time::Duration::from_secs(2)).await;
 }
+
+/// A Python client generated from the document (`openapi-python-client`, installed by
+/// `scripts/test` beside the validator) imports whole — every API and model module — and its
+/// models read real answers: a channel, a route page and the settings.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_client_generated_from_the_document_imports_and_reads_real_answers(pool: PgPool) {
+    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with `openapi-python-client` (scripts/test sets it up)")
+    });
+    let app = test_app(pool);
+    let channel_id = app.channel("generated").await;
+    let channel = app.get(&format!("/api/v1/channels/{channel_id}")).await.body;
+    app.route("gen-*").await;
+    let routes = app.get("/api/v1/routes").await.body;
+    let settings = app.get("/api/v1/settings").await.body;
+
+    let dir = std::env::temp_dir().join(format!("switchyard-client-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("openapi.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&document()).unwrap()).unwrap();
+    // No post hooks: the generator would otherwise look for ruff to format its output.
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, "post_hooks: []\n").unwrap();
+    let generated = Command::new(&python)
+        .args(["-m", "openapi_python_client", "generate", "--meta", "none"])
+        .arg("--path")
+        .arg(&file)
+        .arg("--config")
+        .arg(&config)
+        .arg("--output-path")
+        .arg(dir.join("switchyard_client"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&generated.stdout),
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    assert!(generated.status.success(), "openapi-python-client: {text}");
+    assert!(
+        !text.contains("Warning") && !text.contains("Error"),
+        "the generator skipped parts of the document: {text}"
+    );
+
+    let script = r#"
+import importlib, json, pkgutil, sys
+import switchyard_client as client
+modules = [m.name for m in pkgutil.walk_packages(client.__path__, client.__name__ + ".")]
+for name in modules:
+    importlib.import_module(name)
+from switchyard_client.models.channel_view import ChannelView
+from switchyard_client.models.page_route_view import PageRouteView
+from switchyard_client.models.settings import Settings
+channel = ChannelView.from_dict(json.loads(sys.argv[1]))
+routes = PageRouteView.from_dict(json.loads(sys.argv[2]))
+settings = Settings.from_dict(json.loads(sys.argv[3]))
+print(json.dumps({"modules": len(modules), "channel": channel.name,
+                  "route": routes.data[0].model_pattern, "retry_times": settings.retry_times}))
+"#;
+    let run = Command::new(&python)
+        .current_dir(&dir)
+        .args(["-c", script])
+        .arg(channel.to_string())
+        .arg(routes.to_string())
+        .arg(settings.to_string())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "the generated client: {out}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let read: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(read["modules"].as_u64().unwrap() > 50, "{read}");
+    assert_eq!(read["channel"], "generated");
+    assert_eq!(read["route"], "gen-*");
+    assert_eq!(read["retry_times"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
