@@ -316,7 +316,10 @@ async fn a_client_generated_from_the_document_imports_and_reads_real_answers(poo
     });
     let app = test_app(pool);
     let channel_id = app.channel("generated").await;
-    let channel = app.get(&format!("/api/v1/channels/{channel_id}")).await.body;
+    let channel = app
+        .get(&format!("/api/v1/channels/{channel_id}"))
+        .await
+        .body;
     app.route("gen-*").await;
     let routes = app.get("/api/v1/routes").await.body;
     let settings = app.get("/api/v1/settings").await.body;

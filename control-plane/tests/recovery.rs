@@ -665,7 +665,10 @@ async fn only_one_replica_probes_and_the_lead_moves_when_it_stops(pool: PgPool) 
     let task_b = tokio::spawn(Arc::clone(&b).run(options.clone(), stop_b.clone()));
 
     eventually("someone leads", || a.is_leader() || b.is_leader()).await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    eventually("the leader runs two rounds", || {
+        (a.is_leader() && a.rounds() >= 2) || (b.is_leader() && b.rounds() >= 2)
+    })
+    .await;
     assert!(a.is_leader() != b.is_leader(), "exactly one leader");
     let (leader, follower, stop_leader, task_leader, stop_follower, task_follower) =
         if a.is_leader() {
@@ -793,6 +796,9 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     cleanup(&url, &prefix);
 }
 
+/// A member id no test route has: its cooldown only orders notifications.
+const BARRIER_MEMBER: i64 = 9_999_999;
+
 fn credential_disabled(store: &dyn StateStore, credential: i64) -> bool {
     store
         .dump(now_ms())
@@ -854,7 +860,19 @@ async fn a_runtime_disabled_credential_is_re_enabled_only_by_a_passing_probe(poo
     assert!(report.credentials_recovered.is_empty());
     assert!(report.probed.is_empty(), "{report:?}");
     assert!(credential_disabled(live.store(), quota));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A barrier instead of a pause: an update the control plane's store publishes after the
+    // round reaches the proxy after anything the round published, so once it is there, a lifted
+    // disable would be too.
+    live.store()
+        .extend_cooldown(BARRIER_MEMBER, now_ms() + 60_000);
+    eventually("the barrier reaches the proxy", || {
+        proxy
+            .dump(now_ms())
+            .cooldowns
+            .iter()
+            .any(|c| c.member_id == BARRIER_MEMBER)
+    })
+    .await;
     assert!(credential_disabled(&proxy, quota));
     assert_eq!(mock.hits_matching(&probes("sk-quota-a")), 1);
     assert_eq!(mock.hits_matching(&probes("sk-fine-b")), 0);

@@ -165,8 +165,15 @@ async fn stream_cut_after_first_byte_ends_with_an_error_event_and_no_retry() {
     assert!(events[2].starts_with("data: {\"error\""), "{}", events[2]);
     assert!(!reply.body.contains("[DONE]"));
     assert_eq!((a.hits(), b.hits()), (1, 0), "never a second upstream call");
-    // The member is cooled.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The member is cooled (reported when the relay saw the break, just after the last byte).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while proxy.dump().cooldowns.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the member was never cooled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(proxy.dump().cooldowns.len(), 1);
 }
 
