@@ -120,10 +120,90 @@ async fn sse_streams_pass_through_byte_for_byte() {
         &[],
     )
     .await;
-    // Same event structure (ids differ per response).
+    // Same event structure (the mock's ids differ per response).
     let shape = |body: &str| body.matches("data: ").count();
     assert_eq!(shape(&reply.body), shape(&direct.body));
     assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
+
+    // Byte for byte: an upstream that writes a fixed SSE body in awkward pieces (events split
+    // mid-line and mid-UTF-8 character, comments, CRLF and LF line ends, an event without a
+    // `data:` field) reaches the client exactly as written.
+    let sse: &[u8] = "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"h\u{e9}llo \u{2603}\"}}]}\n\n\
+                      : a comment line\r\n\r\n\
+                      event: ping\r\n\r\n\
+                      data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                      data: [DONE]\n\n"
+        .as_bytes();
+    let upstream = raw_sse_upstream(sse, &[7, 1, 40, 3, 90, 2, 17]).await;
+    let proxy = start(&one_channel(
+        &format!("http://{upstream}"),
+        "  retry_times: 0",
+    ))
+    .await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body.as_bytes(), sse, "{:?}", reply.body);
+}
+
+/// An upstream on a raw socket: answers every request with `body` as a chunked SSE response,
+/// cut into chunks of the given sizes (cycled), each written and flushed on its own.
+async fn raw_sse_upstream(body: &'static [u8], sizes: &'static [usize]) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // Read the request head and its body.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head_end = loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while request.len() < head_end + length {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let start = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                              transfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                if socket.write_all(start).await.is_err() {
+                    return;
+                }
+                let mut rest = body;
+                for size in sizes.iter().cycle() {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let (piece, tail) = rest.split_at((*size).min(rest.len()));
+                    rest = tail;
+                    let mut chunk = format!("{:x}\r\n", piece.len()).into_bytes();
+                    chunk.extend_from_slice(piece);
+                    chunk.extend_from_slice(b"\r\n");
+                    if socket.write_all(&chunk).await.is_err() || socket.flush().await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let _ = socket.write_all(b"0\r\n\r\n").await;
+            });
+        }
+    });
+    addr
 }
 
 #[tokio::test]
