@@ -60,8 +60,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     responses((status = 200, description = "the live shared state of the fleet (REDIS_URL): \
                                             cooldowns, member failure streaks, breakers, \
                                             in-flight counts, health records, runtime-disabled \
-                                            credentials, canaries, sticky binding count. Never \
-                                            a secret. `configured: false` without REDIS_URL",
+                                            credentials, canaries, sticky binding count, and \
+                                            each live proxy's own sync figures (`fleet_sync`: \
+                                            propagation lag, last sync, resyncs, Redis errors). \
+                                            Never a secret. `configured: false` without REDIS_URL",
                                             body = super::schema::SharedStateResponse),
               (status = 401, body = ErrorBody)))]
 pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value>> {
@@ -90,6 +92,7 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
         map.insert("now_ms".into(), json!(now_ms));
         map.insert("breakers".into(), json!(breakers));
         map.insert("proxies".into(), json!(state.proxies.list()));
+        map.insert("fleet_sync".into(), json!(live.fleet_sync()));
     }
     Ok(Json(body))
 }

@@ -9,6 +9,7 @@
 //! then resynced, when it returns.
 
 mod conn;
+mod lag;
 mod scripts;
 mod subscribe;
 mod sync;
@@ -28,6 +29,7 @@ use crate::types::*;
 use crate::StateStore;
 
 pub use conn::{mask_url, RedisTarget};
+pub use lag::SyncReport;
 use sync::{Entity, RemoteLeases, Versions};
 
 /// How the store talks to Redis; [`RedisConfig::new`] gives production defaults.
@@ -56,6 +58,9 @@ pub struct RedisConfig {
     pub flush_linger: Duration,
     /// Connect and response timeout of every Redis call.
     pub timeout: Duration,
+    /// Test hook: the subscriber waits this long before merging each received notification
+    /// (simulates a slow or starved subscriber). Zero in production.
+    pub apply_delay: Duration,
 }
 
 impl RedisConfig {
@@ -71,6 +76,7 @@ impl RedisConfig {
             batch_size: 256,
             flush_linger: Duration::from_millis(2),
             timeout: Duration::from_millis(1000),
+            apply_delay: Duration::ZERO,
         }
     }
 }
@@ -97,6 +103,10 @@ pub struct RedisCounters {
     pub resyncs: AtomicU64,
     pub dropped_writes: AtomicU64,
     pub connected: AtomicBool,
+    /// Other proxies' updates: writer's queue time → in this view.
+    pub(crate) lag: lag::LagHistogram,
+    /// The last full resync or received notification.
+    pub(crate) last_sync: lag::LastSync,
 }
 
 /// A snapshot of [`RedisCounters`].
@@ -110,6 +120,10 @@ pub struct RedisStats {
     pub dropped_writes_total: u64,
     pub queued_writes: u64,
     pub connected: bool,
+    /// Other proxies' updates received (each observed in the propagation-lag histogram).
+    pub remote_updates_total: u64,
+    /// Milliseconds since the last full resync or received notification (`None`: never).
+    pub last_sync_age_ms: Option<u64>,
 }
 
 /// One queued write: the trait call, replayed as its script in Redis.
@@ -227,8 +241,11 @@ pub(crate) struct Shared {
 #[derive(Default)]
 pub(crate) struct SyncState {
     pub versions: Versions,
-    pub queue: VecDeque<Op>,
+    /// Each queued write with the wall-clock µs it was queued at (its propagation stamp).
+    pub queue: VecDeque<(Op, u64)>,
     pub leases: RemoteLeases,
+    /// The latest [`SyncReport`] of every other live proxy (pruned with the leases).
+    pub reports: switchyard_engine::fxhash::FxHashMap<String, SyncReport>,
 }
 
 impl Shared {
@@ -295,7 +312,17 @@ impl RedisStore {
             dropped_writes_total: c.dropped_writes.load(Ordering::Relaxed),
             queued_writes: self.shared.lock().queue.len() as u64,
             connected: c.connected.load(Ordering::Relaxed),
+            remote_updates_total: c.lag.count(),
+            last_sync_age_ms: c.last_sync.age_ms(),
         }
+    }
+
+    /// The latest sync report of every other live proxy in the fleet (received with their
+    /// leases, at most one lease refresh old), sorted by instance id.
+    pub fn fleet_sync(&self) -> Vec<SyncReport> {
+        let mut reports: Vec<SyncReport> = self.shared.lock().reports.values().cloned().collect();
+        reports.sort_by(|a, b| a.instance.cmp(&b.instance));
+        reports
     }
 
     /// Waits until `n` full resyncs have completed since start (tests, readiness).
@@ -336,9 +363,9 @@ impl RedisStore {
         for e in op.entities() {
             state.versions.add_pending(e);
         }
-        state.queue.push_back(op);
+        state.queue.push_back((op, lag::now_us()));
         while state.queue.len() > self.shared.config.max_queue {
-            if let Some(old) = state.queue.pop_front() {
+            if let Some((old, _)) = state.queue.pop_front() {
                 for e in old.entities() {
                     state.versions.done_pending(&e);
                 }
@@ -582,5 +609,17 @@ impl StateStore for RedisStore {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
+        self.shared.counters.lag.render(
+            out,
+            "switchyard_redis_propagation_lag_seconds",
+            "Delay from another proxy queueing a state write (its clock) to the update being in this proxy's view.",
+        );
+        // NaN before the first sync: an alert on the age then fires only via `absent`/connected.
+        let age = s.last_sync_age_ms.map_or(f64::NAN, |ms| ms as f64 / 1000.0);
+        let name = "switchyard_redis_last_sync_age_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Seconds since the last successful sync with the fleet (full resync or received notification).\n# TYPE {name} gauge\n{name} {age}"
+        );
     }
 }

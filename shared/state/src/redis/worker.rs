@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conn::{mask_url, Conn, RedisTarget};
+use super::lag::{now_us, SyncReport};
 use super::scripts::Scripts;
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use super::{Op, Shared};
@@ -52,6 +53,8 @@ impl Keys {
 }
 
 /// One change notification: the publisher, the new versioned values, its in-flight lease.
+/// `t` (aligned with `u`) is the wall-clock µs each update's write was queued at on the
+/// publisher; `s` its sync report (with lease refreshes). Readers ignore fields they do not know.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Notice {
     pub(super) o: String,
@@ -59,6 +62,10 @@ pub(super) struct Notice {
     pub(super) u: Vec<(String, String, String)>,
     #[serde(default)]
     pub(super) l: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) t: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) s: Option<SyncReport>,
 }
 
 /// Rate-limited error reporting: every error counts, one log line per 5 s.
@@ -365,7 +372,7 @@ impl Writer {
     /// Runs queued writes as pipelined script batches until the queue is empty.
     async fn flush(&self, conn: &mut Conn) -> RedisResult<()> {
         loop {
-            let batch: Vec<Op> = {
+            let batch: Vec<(Op, u64)> = {
                 let mut state = self.shared.lock();
                 let n = state.queue.len().min(self.shared.config.batch_size);
                 state.queue.drain(..n).collect()
@@ -374,7 +381,7 @@ impl Writer {
                 return Ok(());
             }
             let mut pipe = redis::pipe();
-            for op in &batch {
+            for (op, _) in &batch {
                 pipe.add_command(self.command(op));
             }
             let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
@@ -400,31 +407,34 @@ impl Writer {
                 .scripts
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let mut published = Vec::new();
+            let mut stamps = Vec::new();
             {
                 let mut state = self.shared.lock();
-                for op in &batch {
+                for (op, _) in &batch {
                     for e in op.entities() {
                         state.versions.done_pending(&e);
                     }
                 }
                 let mut view = self.shared.view.write_view();
-                for value in &results {
+                // One result per script, in batch order: each update carries its write's stamp.
+                for (value, (_, queued_at)) in results.iter().zip(&batch) {
                     for (kind, field, raw) in script_updates(value) {
                         if let Some(u) = parse_update(&kind, &field, &raw) {
                             state.versions.own_result(&mut view, &u);
                         }
                         published.push((kind, field, raw));
+                        stamps.push(*queued_at);
                     }
                 }
             }
-            self.publish(conn, published, None).await?;
+            self.publish(conn, published, stamps, None).await?;
         }
     }
 
-    fn requeue(&self, batch: Vec<Op>) {
+    fn requeue(&self, batch: Vec<(Op, u64)>) {
         let mut state = self.shared.lock();
-        for op in batch.into_iter().rev() {
-            state.queue.push_front(op);
+        for queued in batch.into_iter().rev() {
+            state.queue.push_front(queued);
         }
     }
 
@@ -432,12 +442,17 @@ impl Writer {
         &self,
         conn: &mut Conn,
         u: Vec<(String, String, String)>,
+        t: Vec<u64>,
         l: Option<String>,
     ) -> RedisResult<()> {
+        // The sync report rides on lease refreshes (about once per `lease_refresh`).
+        let s = l.as_ref().map(|_| self.report());
         let notice = Notice {
             o: self.shared.instance.clone(),
             u,
             l,
+            t,
+            s,
         };
         let payload = serde_json::to_string(&notice).map_err(|e| {
             RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
@@ -459,7 +474,26 @@ impl Writer {
             .arg(cfg.state_ttl.as_millis() as u64)
             .exec_async(conn)
             .await?;
-        self.publish(conn, Vec::new(), Some(counts)).await
+        self.publish(conn, Vec::new(), Vec::new(), Some(counts))
+            .await
+    }
+
+    /// This proxy's sync figures, starting a new report window.
+    fn report(&self) -> SyncReport {
+        let c = &self.shared.counters;
+        let (window_updates, window_max_us) = c.lag.take_window();
+        SyncReport {
+            instance: self.shared.instance.clone(),
+            reported_at_ms: now_us() / 1000,
+            connected: c.connected.load(Ordering::Relaxed),
+            last_sync_age_ms: c.last_sync.age_ms(),
+            window_updates,
+            window_max_lag_ms: (window_updates > 0).then_some(window_max_us / 1000),
+            updates_total: c.lag.count(),
+            resyncs_total: c.resyncs.load(Ordering::Relaxed),
+            redis_errors_total: c.errors.load(Ordering::Relaxed),
+            queued_writes: self.shared.lock().queue.len() as u64,
+        }
     }
 
     async fn drop_lease(&self, conn: &mut Conn) -> RedisResult<()> {
@@ -468,7 +502,8 @@ impl Writer {
             .zrem(&self.keys.leases, &self.shared.instance)
             .exec_async(conn)
             .await?;
-        self.publish(conn, Vec::new(), Some(String::new())).await
+        self.publish(conn, Vec::new(), Vec::new(), Some(String::new()))
+            .await
     }
 
     /// Reads everything at one version and merges it into the view.
@@ -523,8 +558,13 @@ impl Writer {
             state
                 .versions
                 .resync(&mut view, version, &updates, with_sticky);
+            // A proxy without a live lease is gone: so is its report.
+            let state = &mut *state;
             state.leases.replace(&mut view, leases);
+            let live = &state.leases;
+            state.reports.retain(|id, _| live.contains(id));
         }
+        self.shared.counters.last_sync.mark();
         self.shared.counters.resyncs.fetch_add(1, Ordering::Relaxed);
         self.shared.synced.send_modify(|n| *n += 1);
         Ok(())
