@@ -142,3 +142,62 @@ fn a_store_that_never_synced_reports_no_sync_age() {
     );
     assert_eq!(store.stats().last_sync_age_ms, None);
 }
+
+/// A store whose writer always has writes waiting still refreshes its lease and resyncs on
+/// time: the timers are not starved by the write queue.
+#[test]
+fn a_continuously_writing_store_keeps_its_lease_and_its_resyncs() {
+    let Some(url) = redis_url() else { return };
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("busy");
+    let a = std::sync::Arc::new(start(&url, &prefix));
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
+    a.in_flight_acquire(9);
+    assert!(
+        wait_until(Duration::from_secs(5), || read(&b, |v| v.in_flight(9)) == 1).is_some(),
+        "B never saw A's in-flight count"
+    );
+    // A writes without pause for 3 s (several lease lifetimes of 1 s).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let s = AttemptSuccess {
+                    member: 1 + i % 50,
+                    channel: 1,
+                    upstream_model: "m",
+                    latency_ms: 1.0,
+                    canary: false,
+                    promote_after: 0,
+                };
+                a.record_success(&s, now_ms());
+                i += 1;
+                if i % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let resyncs_before = a.stats().resyncs_total;
+    let started = std::time::Instant::now();
+    let mut lost = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        // A lease not refreshed for its 1 s lifetime expires: B would count A's request gone.
+        lost += usize::from(read(&b, |v| v.in_flight(9)) != 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let resyncs = a.stats().resyncs_total - resyncs_before;
+    assert_eq!(lost, 0, "A's lease lapsed while it was busy writing");
+    // Resync period 300 ms: 3 s hold about ten; starved timers give one or two.
+    assert!(resyncs >= 3, "only {resyncs} resyncs in 3 s of writes");
+    assert!(a.stats().scripts_total > 0);
+    drop(b);
+    drop(a);
+    cleanup(&url, &prefix);
+}

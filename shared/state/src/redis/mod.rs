@@ -7,6 +7,11 @@
 //! into theirs. A periodic full resync repairs anything a lost notification missed. When Redis
 //! is unreachable the view keeps serving (fail-open); writes queue up (bounded) and are pushed,
 //! then resynced, when it returns.
+//!
+//! Architecture invariant: the background tasks (and the Redis connections' own driver tasks)
+//! run on the store's own thread and single-threaded runtime, never on the caller's: a proxy
+//! whose request runtime is saturated still writes, publishes and merges without waiting in a
+//! queue behind thousands of request tasks.
 
 mod conn;
 mod lag;
@@ -21,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::memory::InMemoryStore;
@@ -254,16 +259,52 @@ impl Shared {
     }
 }
 
-/// The Redis-backed [`StateStore`]. Create it inside a tokio runtime; it never fails because
-/// Redis is down (it connects, reconnects and resyncs in the background).
+/// The Redis-backed [`StateStore`]. It never fails because Redis is down (it connects,
+/// reconnects and resyncs in the background, on its own thread: see [`RedisStore::start`]).
 pub struct RedisStore {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Dropped with the store: ends the state thread (and its runtime).
+    _thread: oneshot::Sender<()>,
+}
+
+/// Starts the store's own thread with a single-threaded runtime that lives until `done` fires
+/// or is dropped; returns that runtime's handle.
+fn state_runtime() -> Result<(tokio::runtime::Handle, oneshot::Sender<()>), RedisConfigError> {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (done, done_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("switchyard-state".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let _ = handle_tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(async {
+                        let _ = done_rx.await;
+                    });
+                }
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| RedisConfigError(format!("cannot start the state thread: {e}")))?;
+    let handle = handle_rx
+        .recv()
+        .map_err(|e| RedisConfigError(format!("the state thread did not start: {e}")))?
+        .map_err(|e| RedisConfigError(format!("cannot build the state runtime: {e}")))?;
+    Ok((handle, done))
 }
 
 impl RedisStore {
-    /// Validates the configuration and starts the background writer and subscriber.
+    /// Validates the configuration and starts the background writer and subscriber on the
+    /// store's own thread (`switchyard-state`, a single-threaded tokio runtime), so they never
+    /// compete with request tasks for the caller's runtime. Needs no ambient runtime; the
+    /// `wait_*` and `close` futures run on any.
     pub fn start(config: RedisConfig) -> Result<RedisStore, RedisConfigError> {
         let target = RedisTarget::parse(&config.url)?;
         if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
@@ -288,11 +329,16 @@ impl RedisStore {
             closed: watch::channel(false).0,
         });
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = worker::spawn(shared.clone(), target, stop_rx);
+        let (runtime, thread) = state_runtime()?;
+        let tasks = {
+            let _on_state_thread = runtime.enter();
+            worker::spawn(shared.clone(), target, stop_rx)
+        };
         Ok(RedisStore {
             shared,
             stop,
             tasks,
+            _thread: thread,
         })
     }
 

@@ -125,6 +125,8 @@ pub(crate) fn spawn(
 
 pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Most batches one writer turn sends before the timers (lease, resync) get their chance.
+const FLUSH_BATCHES_PER_TURN: usize = 4;
 /// In-flight changes are pushed at most this often (plus the periodic lease refresh).
 const LEASE_MIN_GAP: Duration = Duration::from_millis(25);
 
@@ -220,16 +222,12 @@ impl Writer {
             tokio::select! {
                 biased;
                 _ = stop.changed() => {
-                    self.flush(conn).await?;
+                    // Everything, including what requests still finishing queue meanwhile.
+                    while !self.shared.lock().queue.is_empty() {
+                        self.flush(conn).await?;
+                    }
                     self.drop_lease(conn).await?;
                     return Ok(());
-                }
-                () = self.shared.wake.notified() => {
-                    let linger = self.shared.config.flush_linger;
-                    if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
-                        tokio::time::sleep(linger).await;
-                    }
-                    self.flush(conn).await?;
                 }
                 () = async { if let Some(at) = due { tokio::time::sleep_until(at).await } else { std::future::pending().await } } => {
                     lease_due = None;
@@ -247,6 +245,16 @@ impl Writer {
                 }
                 () = resync.notified() => self.resync(conn, true).await?,
                 _ = resync_tick.tick() => self.resync(conn, false).await?,
+                // Last: under steady load a write is queued during every flush, so `wake` is ready
+                // on every turn; ahead of the timers it would starve the lease refresh and the
+                // resync (each ready at most once per period, so they cannot starve it).
+                () = self.shared.wake.notified() => {
+                    let linger = self.shared.config.flush_linger;
+                    if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
+                        tokio::time::sleep(linger).await;
+                    }
+                    self.flush(conn).await?;
+                }
             }
         }
     }
@@ -369,12 +377,27 @@ impl Writer {
         }
     }
 
-    /// Runs queued writes as pipelined script batches until the queue is empty.
+    /// Runs the writes queued so far, at most [`FLUSH_BATCHES_PER_TURN`] pipelined script
+    /// batches. The rest waits for the next turn: under a write stream that never pauses (or a
+    /// long queue after an outage), emptying the queue could take seconds and starve the lease
+    /// refresh and the resync (the caller's loop wakes again at once for the rest).
     async fn flush(&self, conn: &mut Conn) -> RedisResult<()> {
+        let batch_size = self.shared.config.batch_size.max(1);
+        let mut left = self
+            .shared
+            .lock()
+            .queue
+            .len()
+            .min(batch_size * FLUSH_BATCHES_PER_TURN);
         loop {
             let batch: Vec<(Op, u64)> = {
                 let mut state = self.shared.lock();
-                let n = state.queue.len().min(self.shared.config.batch_size);
+                let n = state
+                    .queue
+                    .len()
+                    .min(self.shared.config.batch_size)
+                    .min(left);
+                left -= n;
                 state.queue.drain(..n).collect()
             };
             if batch.is_empty() {
@@ -428,6 +451,12 @@ impl Writer {
                 }
             }
             self.publish(conn, published, stamps, None).await?;
+            if left == 0 {
+                if !self.shared.lock().queue.is_empty() {
+                    self.shared.wake.notify_one();
+                }
+                return Ok(());
+            }
         }
     }
 
