@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_state::{mask_url, RedisConfig, RedisStore, StateStore};
+use switchyard_state::{mask_url, RedisConfig, RedisStore, StateStore, SyncReport};
 
 /// A handle on the shared state. Cheap to clone.
 #[derive(Clone)]
@@ -55,6 +55,12 @@ impl LiveState {
     /// Whether the Redis connection is up (`None` without Redis).
     pub fn connected(&self) -> Option<bool> {
         self.redis.as_ref().map(|r| r.stats().connected)
+    }
+
+    /// Every other live member of the fleet's own account of its sync (propagation lag, last
+    /// sync, resyncs, Redis errors), as last published with its lease (`None` without Redis).
+    pub fn fleet_sync(&self) -> Option<Vec<SyncReport>> {
+        self.redis.as_ref().map(|r| r.fleet_sync())
     }
 
     /// Waits for the first full read of Redis (tests, start-up).

@@ -1,6 +1,8 @@
 //! Three real data-plane processes sharing one Redis (SPEC §5), against real mock upstreams:
 //! cooldowns and sticky sessions are honoured fleet-wide, in-flight counts are fleet-wide and
-//! do not leak when a proxy is killed, and a Redis outage fails no client request.
+//! do not leak when a proxy is killed, a Redis outage fails no client request, and a cooldown
+//! written while Redis is paused under load is honoured by the other proxy within a second of
+//! Redis resuming (each proxy's propagation-lag histogram on `/metrics` moving meanwhile).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Child, Command, Stdio};
@@ -324,5 +326,143 @@ async fn redis_outage_fails_no_request_and_state_converges_after() {
     let r = e.chat(&[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.channel(), "b", "E did not converge after Redis returned");
+    let _ = std::fs::remove_file(config);
+}
+
+/// One sample's value on a Prometheus page (`series value`).
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooldown_written_while_redis_is_paused_under_load_is_honoured_within_a_second_of_resume()
+{
+    // Its own Redis: CLIENT PAUSE must not stall anyone else's tests.
+    let server = OwnRedis::start(free_port());
+    let redis = format!("redis://127.0.0.1:{}", server.port);
+    let prefix = unique("pause");
+    let ups = [
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    ];
+    // Route `m` carries the load; route `cool` (members 3 on `c`, 4 on `d`) the probe.
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\n  cooldown_seconds: 60\nchannels:\n{}{}{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: up-a, priority: 10 }}\n      - {{ id: 2, channel: b, upstream_model: up-b, priority: 0 }}\n  - model_pattern: cool\n    members:\n      - {{ id: 3, channel: c, upstream_model: up-c, priority: 10 }}\n      - {{ id: 4, channel: d, upstream_model: up-d, priority: 0 }}\n",
+        channel_yaml("a", &ups[0].base_url(), ""),
+        channel_yaml("b", &ups[1].base_url(), ""),
+        channel_yaml("c", &ups[2].base_url(), ""),
+        channel_yaml("d", &ups[3].base_url(), ""),
+    );
+    let config = write_config("pause", &yaml);
+    let p = Proxy::start(BIN, &config, &redis, &prefix).await;
+    let q = Proxy::start(BIN, &config, &redis, &prefix).await;
+    const COOL: &str = r#"{"model":"cool","messages":[{"role":"user","content":"hello"}]}"#;
+
+    // Load on both proxies until told to stop: every request must succeed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for proxy in [&p, &q] {
+        for _ in 0..4 {
+            let (url, stop) = (proxy.url.clone(), stop.clone());
+            load.push(tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match http(&url, "POST", "/v1/chat/completions", CHAT, &[]).await {
+                        Ok(r) if r.status == 200 => ok += 1,
+                        other => failed.push(format!("{other:?}")),
+                    }
+                }
+                (ok, failed)
+            }));
+        }
+    }
+    // Under way before the pause.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ups[0].hits() < 100 {
+        assert!(Instant::now() < deadline, "the load never got going");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Redis stops answering every client for 500 ms.
+    let mut admin = redis::Client::open(redis.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("ALL")
+        .query(&mut admin)
+        .unwrap();
+    let resumed = Instant::now() + Duration::from_millis(500);
+    // While paused, one 503 from `c` through P cools member 3 in P's view (P fails over to d).
+    ups[2].on(Matcher::any(), Behavior::status(503).times(1));
+    let r = http(&p.url, "POST", "/v1/chat/completions", COOL, &[])
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.channel().as_str()), (200, "d"), "{}", r.body);
+    assert_eq!(ups[2].hits(), 1);
+    assert!(
+        Instant::now() < resumed,
+        "the probe request took until Redis resumed: the test proves nothing on this machine"
+    );
+
+    // Agreement is restored within one second of Redis resuming: Q is asked only then (a
+    // request that reached `c` through Q would succeed and clear the cooldown, so Q's view is
+    // read once, at the bound), with half a second of margin for a loaded machine.
+    tokio::time::sleep_until((resumed + Duration::from_millis(1_500)).into()).await;
+    for _ in 0..5 {
+        let r = http(&q.url, "POST", "/v1/chat/completions", COOL, &[])
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.channel(),
+            "d",
+            "Q still tried the member P cooled while Redis was paused"
+        );
+        assert_eq!(r.header("x-switchyard-attempts"), "1");
+    }
+    assert_eq!(ups[2].hits(), 1, "Q sent a request to the cooled member");
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for task in load {
+        let (o, f) = task.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    eprintln!(
+        "load around the Redis pause: {ok} requests ok, {} failed",
+        failed.len()
+    );
+    assert!(
+        ok >= 200,
+        "only {ok} requests: not the load the test is about"
+    );
+    assert!(
+        failed.is_empty(),
+        "requests failed around the pause: {failed:?}"
+    );
+
+    // Each proxy measured the other's updates: the lag histogram is on /metrics and has moved.
+    for proxy in [&p, &q] {
+        let page = http(&proxy.url, "GET", "/metrics", "", &[]).await.unwrap();
+        assert_eq!(page.status, 200);
+        assert!(
+            page.body
+                .contains("# TYPE switchyard_redis_propagation_lag_seconds histogram"),
+            "{}",
+            page.body
+        );
+        let count = sample(&page.body, "switchyard_redis_propagation_lag_seconds_count");
+        assert!(count.is_some_and(|n| n > 0.0), "{}", page.body);
+        let age = sample(&page.body, "switchyard_redis_last_sync_age_seconds");
+        assert!(age.is_some_and(f64::is_finite), "{}", page.body);
+    }
+    drop((p, q));
     let _ = std::fs::remove_file(config);
 }

@@ -63,8 +63,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                                             in-flight counts, health records, runtime-disabled \
                                             credentials, canaries, recovering channels with \
                                             their ramp factor and seconds left, sticky binding \
-                                            count. Never \
-                                            a secret. `configured: false` without REDIS_URL",
+                                            count, and each live proxy's own sync figures \
+                                            (`fleet_sync`: propagation lag, last sync, resyncs, \
+                                            Redis errors). Never a secret. `configured: false` \
+                                            without REDIS_URL",
                                             body = super::schema::SharedStateResponse),
               (status = 401, body = ErrorBody)))]
 pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value>> {
@@ -118,6 +120,7 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
         map.insert("now_ms".into(), json!(now_ms));
         map.insert("breakers".into(), json!(breakers));
         map.insert("proxies".into(), json!(state.proxies.list()));
+        map.insert("fleet_sync".into(), json!(live.fleet_sync()));
     }
     Ok(Json(body))
 }

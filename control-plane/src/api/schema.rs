@@ -414,6 +414,35 @@ pub struct SharedStateResponse {
     /// The proxies whose snapshot stream is open on *this* replica (each replica knows only its
     /// own), with the revision each was last sent.
     pub proxies: Vec<ConnectedProxyView>,
+    /// With `REDIS_URL`: how far behind the fleet each other live member of it is, in its own
+    /// words (published with its lease, about once a second; `null` without `REDIS_URL`).
+    #[serde(default)]
+    pub fleet_sync: Option<Vec<ProxySyncView>>,
+}
+
+/// One fleet member's own account of its sync with the shared state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySyncView {
+    /// The member's instance id (its in-flight lease name in Redis).
+    pub instance: String,
+    /// Unix milliseconds of the report, by the member's clock.
+    pub reported_at_ms: u64,
+    /// Whether its writer was connected to Redis.
+    pub connected: bool,
+    /// Milliseconds since its last successful sync (full resync or received notification);
+    /// `null` before the first.
+    pub last_sync_age_ms: Option<u64>,
+    /// Other members' updates it merged since its previous report.
+    pub window_updates: u64,
+    /// The largest propagation lag among them (writer queued it → in this member's view), in
+    /// milliseconds; `null` without updates.
+    pub window_max_lag_ms: Option<u64>,
+    pub updates_total: u64,
+    pub resyncs_total: u64,
+    pub redis_errors_total: u64,
+    /// Its writes waiting for Redis.
+    pub queued_writes: u64,
 }
 
 /// One proxy connected to this replica's snapshot stream.

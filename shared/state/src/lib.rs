@@ -19,6 +19,7 @@ pub mod conformance;
 
 pub use self::redis::{
     mask_url, RedisConfig, RedisConfigError, RedisCounters, RedisStats, RedisStore, RedisTarget,
+    SyncReport,
 };
 pub use memory::InMemoryStore;
 pub use types::*;

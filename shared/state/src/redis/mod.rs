@@ -7,8 +7,14 @@
 //! into theirs. A periodic full resync repairs anything a lost notification missed. When Redis
 //! is unreachable the view keeps serving (fail-open); writes queue up (bounded) and are pushed,
 //! then resynced, when it returns.
+//!
+//! Architecture invariant: the background tasks (and the Redis connections' own driver tasks)
+//! run on the store's own thread and single-threaded runtime, never on the caller's: a proxy
+//! whose request runtime is saturated still writes, publishes and merges without waiting in a
+//! queue behind thousands of request tasks.
 
 mod conn;
+mod lag;
 mod scripts;
 mod subscribe;
 mod sync;
@@ -20,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::memory::InMemoryStore;
@@ -28,6 +34,7 @@ use crate::types::*;
 use crate::StateStore;
 
 pub use conn::{mask_url, RedisTarget};
+pub use lag::SyncReport;
 use sync::{Entity, RemoteLeases, Versions};
 
 /// How the store talks to Redis; [`RedisConfig::new`] gives production defaults.
@@ -56,6 +63,9 @@ pub struct RedisConfig {
     pub flush_linger: Duration,
     /// Connect and response timeout of every Redis call.
     pub timeout: Duration,
+    /// Test hook: the subscriber waits this long before merging each received notification
+    /// (simulates a slow or starved subscriber). Zero in production.
+    pub apply_delay: Duration,
 }
 
 impl RedisConfig {
@@ -71,6 +81,7 @@ impl RedisConfig {
             batch_size: 256,
             flush_linger: Duration::from_millis(2),
             timeout: Duration::from_millis(1000),
+            apply_delay: Duration::ZERO,
         }
     }
 }
@@ -97,6 +108,10 @@ pub struct RedisCounters {
     pub resyncs: AtomicU64,
     pub dropped_writes: AtomicU64,
     pub connected: AtomicBool,
+    /// Other proxies' updates: writer's queue time → in this view.
+    pub(crate) lag: lag::LagHistogram,
+    /// The last full resync or received notification.
+    pub(crate) last_sync: lag::LastSync,
 }
 
 /// A snapshot of [`RedisCounters`].
@@ -110,6 +125,10 @@ pub struct RedisStats {
     pub dropped_writes_total: u64,
     pub queued_writes: u64,
     pub connected: bool,
+    /// Other proxies' updates received (each observed in the propagation-lag histogram).
+    pub remote_updates_total: u64,
+    /// Milliseconds since the last full resync or received notification (`None`: never).
+    pub last_sync_age_ms: Option<u64>,
 }
 
 /// One queued write: the trait call, replayed as its script in Redis.
@@ -233,8 +252,11 @@ pub(crate) struct Shared {
 #[derive(Default)]
 pub(crate) struct SyncState {
     pub versions: Versions,
-    pub queue: VecDeque<Op>,
+    /// Each queued write with the wall-clock µs it was queued at (its propagation stamp).
+    pub queue: VecDeque<(Op, u64)>,
     pub leases: RemoteLeases,
+    /// The latest [`SyncReport`] of every other live proxy (pruned with the leases).
+    pub reports: switchyard_engine::fxhash::FxHashMap<String, SyncReport>,
 }
 
 impl Shared {
@@ -243,16 +265,52 @@ impl Shared {
     }
 }
 
-/// The Redis-backed [`StateStore`]. Create it inside a tokio runtime; it never fails because
-/// Redis is down (it connects, reconnects and resyncs in the background).
+/// The Redis-backed [`StateStore`]. It never fails because Redis is down (it connects,
+/// reconnects and resyncs in the background, on its own thread: see [`RedisStore::start`]).
 pub struct RedisStore {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Dropped with the store: ends the state thread (and its runtime).
+    _thread: oneshot::Sender<()>,
+}
+
+/// Starts the store's own thread with a single-threaded runtime that lives until `done` fires
+/// or is dropped; returns that runtime's handle.
+fn state_runtime() -> Result<(tokio::runtime::Handle, oneshot::Sender<()>), RedisConfigError> {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (done, done_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("switchyard-state".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let _ = handle_tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(async {
+                        let _ = done_rx.await;
+                    });
+                }
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| RedisConfigError(format!("cannot start the state thread: {e}")))?;
+    let handle = handle_rx
+        .recv()
+        .map_err(|e| RedisConfigError(format!("the state thread did not start: {e}")))?
+        .map_err(|e| RedisConfigError(format!("cannot build the state runtime: {e}")))?;
+    Ok((handle, done))
 }
 
 impl RedisStore {
-    /// Validates the configuration and starts the background writer and subscriber.
+    /// Validates the configuration and starts the background writer and subscriber on the
+    /// store's own thread (`switchyard-state`, a single-threaded tokio runtime), so they never
+    /// compete with request tasks for the caller's runtime. Needs no ambient runtime; the
+    /// `wait_*` and `close` futures run on any.
     pub fn start(config: RedisConfig) -> Result<RedisStore, RedisConfigError> {
         let target = RedisTarget::parse(&config.url)?;
         if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
@@ -277,11 +335,16 @@ impl RedisStore {
             closed: watch::channel(false).0,
         });
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = worker::spawn(shared.clone(), target, stop_rx);
+        let (runtime, thread) = state_runtime()?;
+        let tasks = {
+            let _on_state_thread = runtime.enter();
+            worker::spawn(shared.clone(), target, stop_rx)
+        };
         Ok(RedisStore {
             shared,
             stop,
             tasks,
+            _thread: thread,
         })
     }
 
@@ -301,7 +364,17 @@ impl RedisStore {
             dropped_writes_total: c.dropped_writes.load(Ordering::Relaxed),
             queued_writes: self.shared.lock().queue.len() as u64,
             connected: c.connected.load(Ordering::Relaxed),
+            remote_updates_total: c.lag.count(),
+            last_sync_age_ms: c.last_sync.age_ms(),
         }
+    }
+
+    /// The latest sync report of every other live proxy in the fleet (received with their
+    /// leases, at most one lease refresh old), sorted by instance id.
+    pub fn fleet_sync(&self) -> Vec<SyncReport> {
+        let mut reports: Vec<SyncReport> = self.shared.lock().reports.values().cloned().collect();
+        reports.sort_by(|a, b| a.instance.cmp(&b.instance));
+        reports
     }
 
     /// Waits until `n` full resyncs have completed since start (tests, readiness).
@@ -342,9 +415,9 @@ impl RedisStore {
         for e in op.entities() {
             state.versions.add_pending(e);
         }
-        state.queue.push_back(op);
+        state.queue.push_back((op, lag::now_us()));
         while state.queue.len() > self.shared.config.max_queue {
-            if let Some(old) = state.queue.pop_front() {
+            if let Some((old, _)) = state.queue.pop_front() {
                 for e in old.entities() {
                     state.versions.done_pending(&e);
                 }
@@ -614,5 +687,17 @@ impl StateStore for RedisStore {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
+        self.shared.counters.lag.render(
+            out,
+            "switchyard_redis_propagation_lag_seconds",
+            "Delay from another proxy queueing a state write (its clock) to the update being in this proxy's view.",
+        );
+        // NaN before the first sync: an alert on the age then fires only via `absent`/connected.
+        let age = s.last_sync_age_ms.map_or(f64::NAN, |ms| ms as f64 / 1000.0);
+        let name = "switchyard_redis_last_sync_age_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Seconds since the last successful sync with the fleet (full resync or received notification).\n# TYPE {name} gauge\n{name} {age}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use redis::RedisError;
 use tokio::sync::{watch, Notify};
 
 use super::conn::RedisTarget;
+use super::lag::now_us;
 use super::sync::{decode_counts, parse_update};
 use super::worker::{Keys, Notice, Reporter, BACKOFF_MAX, BACKOFF_MIN};
 use super::Shared;
@@ -59,7 +60,13 @@ pub(super) async fn subscriber(
         loop {
             tokio::select! {
                 msg = messages.next() => match msg {
-                    Some(msg) => handle_notice(&shared, msg.get_payload_bytes()),
+                    Some(msg) => {
+                        let delay = shared.config.apply_delay;
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                        handle_notice(&shared, msg.get_payload_bytes());
+                    }
                     None => break,
                 },
                 _ = stop.changed() => return,
@@ -80,6 +87,8 @@ fn handle_notice(shared: &Shared, payload: &[u8]) {
     let Ok(notice) = serde_json::from_slice::<Notice>(payload) else {
         return;
     };
+    // Any notification (ours too) proves the subscription is delivering.
+    shared.counters.last_sync.mark();
     if notice.o == shared.instance {
         return;
     }
@@ -98,6 +107,19 @@ fn handle_notice(shared: &Shared, payload: &[u8]) {
         state
             .leases
             .set(&mut view, &notice.o, decode_counts(counts));
+    }
+    if let Some(mut report) = notice.s {
+        report.instance.clone_from(&notice.o);
+        state.reports.insert(notice.o.clone(), report);
+    }
+    drop(view);
+    drop(state);
+    // In the view now: each update's lag from its writer's stamp (older publishers send none).
+    if !notice.t.is_empty() {
+        let now = now_us();
+        for queued_at in notice.t.iter().take(notice.u.len()) {
+            shared.counters.lag.observe(now.saturating_sub(*queued_at));
+        }
     }
     shared
         .counters

@@ -426,6 +426,11 @@ impl RemoteLeases {
         self.sum_into(inner);
     }
 
+    /// Whether `instance` holds a lease (as of the last resync or notification).
+    pub fn contains(&self, instance: &str) -> bool {
+        self.by_instance.contains_key(instance)
+    }
+
     /// Replaces every lease (full resync): a proxy missing here has expired.
     pub fn replace(&mut self, inner: &mut Inner, all: HashMap<String, HashMap<ChannelId, u32>>) {
         self.by_instance = all;

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::conn::{mask_url, Conn, RedisTarget};
+use super::lag::{now_us, SyncReport};
 use super::scripts::Scripts;
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use super::{Op, Shared};
@@ -54,6 +55,8 @@ impl Keys {
 }
 
 /// One change notification: the publisher, the new versioned values, its in-flight lease.
+/// `t` (aligned with `u`) is the wall-clock µs each update's write was queued at on the
+/// publisher; `s` its sync report (with lease refreshes). Readers ignore fields they do not know.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Notice {
     pub(super) o: String,
@@ -61,6 +64,10 @@ pub(super) struct Notice {
     pub(super) u: Vec<(String, String, String)>,
     #[serde(default)]
     pub(super) l: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) t: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) s: Option<SyncReport>,
 }
 
 /// Rate-limited error reporting: every error counts, one log line per 5 s.
@@ -120,6 +127,8 @@ pub(crate) fn spawn(
 
 pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Most batches one writer turn sends before the timers (lease, resync) get their chance.
+const FLUSH_BATCHES_PER_TURN: usize = 4;
 /// In-flight changes are pushed at most this often (plus the periodic lease refresh).
 const LEASE_MIN_GAP: Duration = Duration::from_millis(25);
 
@@ -215,16 +224,12 @@ impl Writer {
             tokio::select! {
                 biased;
                 _ = stop.changed() => {
-                    self.flush(conn).await?;
+                    // Everything, including what requests still finishing queue meanwhile.
+                    while !self.shared.lock().queue.is_empty() {
+                        self.flush(conn).await?;
+                    }
                     self.drop_lease(conn).await?;
                     return Ok(());
-                }
-                () = self.shared.wake.notified() => {
-                    let linger = self.shared.config.flush_linger;
-                    if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
-                        tokio::time::sleep(linger).await;
-                    }
-                    self.flush(conn).await?;
                 }
                 () = async { if let Some(at) = due { tokio::time::sleep_until(at).await } else { std::future::pending().await } } => {
                     lease_due = None;
@@ -242,6 +247,16 @@ impl Writer {
                 }
                 () = resync.notified() => self.resync(conn, true).await?,
                 _ = resync_tick.tick() => self.resync(conn, false).await?,
+                // Last: under steady load a write is queued during every flush, so `wake` is ready
+                // on every turn; ahead of the timers it would starve the lease refresh and the
+                // resync (each ready at most once per period, so they cannot starve it).
+                () = self.shared.wake.notified() => {
+                    let linger = self.shared.config.flush_linger;
+                    if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
+                        tokio::time::sleep(linger).await;
+                    }
+                    self.flush(conn).await?;
+                }
             }
         }
     }
@@ -369,19 +384,34 @@ impl Writer {
         }
     }
 
-    /// Runs queued writes as pipelined script batches until the queue is empty.
+    /// Runs the writes queued so far, at most [`FLUSH_BATCHES_PER_TURN`] pipelined script
+    /// batches. The rest waits for the next turn: under a write stream that never pauses (or a
+    /// long queue after an outage), emptying the queue could take seconds and starve the lease
+    /// refresh and the resync (the caller's loop wakes again at once for the rest).
     async fn flush(&self, conn: &mut Conn) -> RedisResult<()> {
+        let batch_size = self.shared.config.batch_size.max(1);
+        let mut left = self
+            .shared
+            .lock()
+            .queue
+            .len()
+            .min(batch_size * FLUSH_BATCHES_PER_TURN);
         loop {
-            let batch: Vec<Op> = {
+            let batch: Vec<(Op, u64)> = {
                 let mut state = self.shared.lock();
-                let n = state.queue.len().min(self.shared.config.batch_size);
+                let n = state
+                    .queue
+                    .len()
+                    .min(self.shared.config.batch_size)
+                    .min(left);
+                left -= n;
                 state.queue.drain(..n).collect()
             };
             if batch.is_empty() {
                 return Ok(());
             }
             let mut pipe = redis::pipe();
-            for op in &batch {
+            for (op, _) in &batch {
                 pipe.add_command(self.command(op));
             }
             let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
@@ -407,31 +437,40 @@ impl Writer {
                 .scripts
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let mut published = Vec::new();
+            let mut stamps = Vec::new();
             {
                 let mut state = self.shared.lock();
-                for op in &batch {
+                for (op, _) in &batch {
                     for e in op.entities() {
                         state.versions.done_pending(&e);
                     }
                 }
                 let mut view = self.shared.view.write_view();
-                for value in &results {
+                // One result per script, in batch order: each update carries its write's stamp.
+                for (value, (_, queued_at)) in results.iter().zip(&batch) {
                     for (kind, field, raw) in script_updates(value) {
                         if let Some(u) = parse_update(&kind, &field, &raw) {
                             state.versions.own_result(&mut view, &u);
                         }
                         published.push((kind, field, raw));
+                        stamps.push(*queued_at);
                     }
                 }
             }
-            self.publish(conn, published, None).await?;
+            self.publish(conn, published, stamps, None).await?;
+            if left == 0 {
+                if !self.shared.lock().queue.is_empty() {
+                    self.shared.wake.notify_one();
+                }
+                return Ok(());
+            }
         }
     }
 
-    fn requeue(&self, batch: Vec<Op>) {
+    fn requeue(&self, batch: Vec<(Op, u64)>) {
         let mut state = self.shared.lock();
-        for op in batch.into_iter().rev() {
-            state.queue.push_front(op);
+        for queued in batch.into_iter().rev() {
+            state.queue.push_front(queued);
         }
     }
 
@@ -439,12 +478,17 @@ impl Writer {
         &self,
         conn: &mut Conn,
         u: Vec<(String, String, String)>,
+        t: Vec<u64>,
         l: Option<String>,
     ) -> RedisResult<()> {
+        // The sync report rides on lease refreshes (about once per `lease_refresh`).
+        let s = l.as_ref().map(|_| self.report());
         let notice = Notice {
             o: self.shared.instance.clone(),
             u,
             l,
+            t,
+            s,
         };
         let payload = serde_json::to_string(&notice).map_err(|e| {
             RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
@@ -466,7 +510,26 @@ impl Writer {
             .arg(cfg.state_ttl.as_millis() as u64)
             .exec_async(conn)
             .await?;
-        self.publish(conn, Vec::new(), Some(counts)).await
+        self.publish(conn, Vec::new(), Vec::new(), Some(counts))
+            .await
+    }
+
+    /// This proxy's sync figures, starting a new report window.
+    fn report(&self) -> SyncReport {
+        let c = &self.shared.counters;
+        let (window_updates, window_max_us) = c.lag.take_window();
+        SyncReport {
+            instance: self.shared.instance.clone(),
+            reported_at_ms: now_us() / 1000,
+            connected: c.connected.load(Ordering::Relaxed),
+            last_sync_age_ms: c.last_sync.age_ms(),
+            window_updates,
+            window_max_lag_ms: (window_updates > 0).then_some(window_max_us / 1000),
+            updates_total: c.lag.count(),
+            resyncs_total: c.resyncs.load(Ordering::Relaxed),
+            redis_errors_total: c.errors.load(Ordering::Relaxed),
+            queued_writes: self.shared.lock().queue.len() as u64,
+        }
     }
 
     async fn drop_lease(&self, conn: &mut Conn) -> RedisResult<()> {
@@ -475,7 +538,8 @@ impl Writer {
             .zrem(&self.keys.leases, &self.shared.instance)
             .exec_async(conn)
             .await?;
-        self.publish(conn, Vec::new(), Some(String::new())).await
+        self.publish(conn, Vec::new(), Vec::new(), Some(String::new()))
+            .await
     }
 
     /// Reads everything at one version and merges it into the view.
@@ -538,8 +602,13 @@ impl Writer {
             state
                 .versions
                 .resync(&mut view, version, &updates, with_sticky);
+            // A proxy without a live lease is gone: so is its report.
+            let state = &mut *state;
             state.leases.replace(&mut view, leases);
+            let live = &state.leases;
+            state.reports.retain(|id, _| live.contains(id));
         }
+        self.shared.counters.last_sync.mark();
         self.shared.counters.resyncs.fetch_add(1, Ordering::Relaxed);
         self.shared.synced.send_modify(|n| *n += 1);
         Ok(())
