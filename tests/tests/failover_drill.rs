@@ -3,7 +3,8 @@
 //! it, sharing one Redis under a prefix of their own. It passes there, leaving nothing behind and
 //! the probe interval restored; it fails with a readable report (non-zero exit, the failing step
 //! named with what it expected and saw, the later steps skipped) when a step cannot pass — a
-//! wrong admin token, a fleet whose breaker is off — and still cleans up.
+//! wrong admin token, a fleet whose breaker is off — and still cleans up, also when it is stopped
+//! by SIGTERM mid-drill.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Child, Command, Output, Stdio};
@@ -287,6 +288,70 @@ async fn the_drill_fails_readably_when_a_step_cannot_pass(
     assert_eq!(
         line(&lines, "FAIL drill"),
         "FAIL drill failed at step 4 breaker"
+    );
+    fleet.assert_left_clean(600);
+}
+
+#[sqlx::test(migrations = false)]
+async fn an_interrupted_drill_still_cleans_up(_pool_opts: PgPoolOptions, opts: PgConnectOptions) {
+    let fleet = Fleet::start(&opts, 1).await;
+    // The breaker off keeps the drill waiting in step 4 (up to its minute), where it is stopped.
+    fleet.admin(
+        "PATCH",
+        "/api/v1/settings",
+        Some(r#"{"breaker_failure_threshold":0}"#),
+    );
+    let mut command = Command::new("bash");
+    command
+        .arg(SCRIPT)
+        .args(["--control-plane", &fleet.control_plane])
+        .args(["--data-plane", &fleet.proxies[0]])
+        .args([
+            "--requests",
+            "2",
+            "--probe-interval",
+            "1",
+            "--step-timeout",
+            "60",
+        ])
+        .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = command.spawn().unwrap();
+    // Wait (with a deadline) until the drill has made its primary fail: it is in step 3 or 4.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let channels = fleet.admin("GET", "/api/v1/channels?limit=500", None);
+        let failing = channels["data"].as_array().unwrap().iter().any(|c| {
+            c["name"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("drill-primary-")
+                && c["base_url"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("failure_rate=1")
+        });
+        if failing {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the drill never reached step 3");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let lines = report(&out);
+    assert_eq!(out.status.code(), Some(1), "{lines:#?}");
+    line(&lines, "PASS 6 cleanup: undone: route");
+    let verdict = line(&lines, "FAIL drill interrupted");
+    assert!(
+        verdict.ends_with("during step 3 primary fails")
+            || verdict.ends_with("during step 4 breaker"),
+        "{verdict}"
     );
     fleet.assert_left_clean(600);
 }
