@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 
 use crate::protocol::Protocol;
-use crate::util::get_u64;
+use crate::util::{get_u64, parse_json_lenient};
 
 /// Token usage of one request: input includes cached tokens; cached is the cache-read subset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -141,27 +141,16 @@ impl AnthropicUsage {
     }
 }
 
-/// The usage blocks of an answer, and nothing else: serde skips every other field without
-/// building it, so reading the usage of a passed-through answer costs a scan, not a parse of
-/// the whole body into a `Value`.
-#[derive(serde::Deserialize)]
-struct UsageBlocks {
-    #[serde(default)]
-    usage: Option<Value>,
-    #[serde(default, rename = "usageMetadata")]
-    usage_metadata: Option<Value>,
-}
-
 /// Usage read from a (non-streamed) response body of `protocol`, for same-protocol passthrough.
-/// Zero when the body carries none or is not a JSON object.
+/// Zero when the body carries none or is not JSON.
 pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
-    let Ok(blocks) = serde_json::from_slice::<UsageBlocks>(body) else {
+    let Some(v) = parse_json_lenient(body) else {
         return Usage::default();
     };
     let full = match protocol {
-        Protocol::OpenAi => blocks.usage.as_ref().map(FullUsage::from_openai),
-        Protocol::Anthropic => blocks.usage.as_ref().map(FullUsage::from_anthropic),
-        Protocol::Gemini => blocks.usage_metadata.as_ref().map(FullUsage::from_gemini),
+        Protocol::OpenAi => v.get("usage").map(FullUsage::from_openai),
+        Protocol::Anthropic => v.get("usage").map(FullUsage::from_anthropic),
+        Protocol::Gemini => v.get("usageMetadata").map(FullUsage::from_gemini),
     };
     full.unwrap_or_default().public()
 }
