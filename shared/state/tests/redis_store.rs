@@ -147,7 +147,11 @@ fn cooldown_propagates_to_other_proxies_fast() {
     let _guard = rt.enter();
     let prefix = unique_prefix("propagate");
     let a = start(&url, &prefix);
-    let b = start(&url, &prefix);
+    // B resyncs once at start and then only every 60 s: within the bound below, only the push
+    // path (A's notification) can bring it a cooldown.
+    let mut slow = common::config(&url, &prefix);
+    slow.resync_every = Duration::from_secs(60);
+    let b = RedisStore::start(slow).unwrap();
     assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
     assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
     let mut delays = Vec::new();
@@ -164,8 +168,9 @@ fn cooldown_propagates_to_other_proxies_fast() {
     delays.sort();
     let p50 = delays[delays.len() / 2];
     let max = delays[delays.len() - 1];
-    eprintln!("cooldown propagation A->B: p50 {p50:?}, max {max:?} (SPEC bound 100 ms)");
-    // SPEC: 100 ms. Asserted with a wide margin for loaded CI machines; the figure is reported.
+    eprintln!("cooldown propagation A->B: p50 {p50:?}, max {max:?} (bound 100 ms)");
+    // The bound is 100 ms; asserted with a wide margin for loaded CI machines (still far below B's
+    // 60 s resync, so a broken push path fails it); the figure is reported.
     assert!(max < Duration::from_secs(1), "propagation took {max:?}");
     drop((a, b));
     cleanup(&url, &prefix);
