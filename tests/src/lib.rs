@@ -3,6 +3,7 @@
 //! inside this crate so the tests can start them.
 
 pub mod fleet;
+pub mod process;
 
 /// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
 pub fn dechunk(mut raw: &str) -> String {

@@ -10,15 +10,15 @@
 // Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_e2e::process::Process;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
@@ -37,73 +37,6 @@ fn database_url(opts: &PgConnectOptions) -> String {
         opts.get_host(),
         opts.get_port()
     )
-}
-
-/// A child process whose stdout is kept; killed on drop.
-struct Process {
-    name: &'static str,
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Process {
-    fn spawn(name: &'static str, command: &mut Command) -> Process {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let stdout = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Process { name, child, lines }
-    }
-
-    async fn wait_log<T>(&mut self, what: &str, pick: impl Fn(&Value) -> Option<T>) -> T {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let found = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .find_map(|v| pick(&v));
-            if let Some(found) = found {
-                return found;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{} exited ({status}) before {what}", self.name);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: timed out waiting for {what}",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            let tail = lines.len().saturating_sub(30);
-            eprintln!("--- last log lines of the {} ---", self.name);
-            for line in &lines[tail..] {
-                eprintln!("{line}");
-            }
-        }
-    }
 }
 
 /// A minimal HTTP/1.1 call with the admin token: (status, JSON body).

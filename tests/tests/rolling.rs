@@ -20,13 +20,13 @@
 // Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_e2e::dechunk;
+use switchyard_e2e::process::Process;
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -55,89 +55,6 @@ const CLIENTS: usize = 6;
 
 // ---------------------------------------------------------------------------------------------
 // Processes
-
-/// A child process whose stdout (JSON log lines) is kept; SIGKILLed on drop.
-struct Process {
-    name: &'static str,
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Process {
-    fn spawn(name: &'static str, command: &mut Command) -> Process {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let stdout = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Process { name, child, lines }
-    }
-
-    async fn wait_log<T>(&mut self, what: &str, pick: impl Fn(&Value) -> Option<T>) -> T {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let found = {
-                let lines = self.lines.lock().unwrap();
-                lines
-                    .iter()
-                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                    .find_map(|v| pick(&v))
-            };
-            if let Some(found) = found {
-                return found;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{} exited ({status}) before {what}", self.name);
-            }
-            assert!(Instant::now() < deadline, "{}: no {what}", self.name);
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// SIGTERM, then the exit status.
-    async fn terminate(&mut self) -> ExitStatus {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not stop on SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            let tail = lines.len().saturating_sub(30);
-            eprintln!("--- last log lines of the {} ---", self.name);
-            for line in &lines[tail..] {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
 
 /// A data-plane process on a free port, once it listens.
 struct Proxy {
