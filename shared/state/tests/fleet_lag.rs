@@ -9,22 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use switchyard_engine::HealthView;
 use switchyard_state::*;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
-    let mut out = None;
-    store.with_view(&mut |v| out = Some(f(v)));
-    out.unwrap()
-}
 
 fn metrics(store: &dyn StateStore) -> String {
     let mut out = String::new();

@@ -9,23 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use switchyard_engine::{HealthRecord, HealthView};
+use switchyard_engine::HealthRecord;
 use switchyard_state::conformance::{self, CHECK_NOW};
 use switchyard_state::*;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
-    let mut out = None;
-    store.with_view(&mut |v| out = Some(f(v)));
-    out.unwrap()
-}
 
 fn policy(threshold: u32) -> FailurePolicy {
     FailurePolicy {

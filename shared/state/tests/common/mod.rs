@@ -6,7 +6,24 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use switchyard_state::{RedisConfig, RedisStore};
+use switchyard_engine::HealthView;
+use switchyard_state::{RedisConfig, RedisStore, StateStore};
+
+/// A two-worker runtime for the stores' background tasks.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `f` over the store's local view.
+pub fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
+    let mut out = None;
+    store.with_view(&mut |v| out = Some(f(v)));
+    out.unwrap()
+}
 
 /// The shared test Redis (`REDIS_URL`, default local). A Redis-backed test fails, never skips,
 /// when nothing answers there: the test command (`scripts/test`) starts one.
