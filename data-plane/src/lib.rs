@@ -78,9 +78,9 @@ impl AppState {
         let mut connect_timeout = Duration::from_secs(5);
         if let Some(snapshot) = snapshots.borrow().clone() {
             connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
-            views.store(Some(Arc::new(View::compile(snapshot))));
+            snapshot::install(&views, &*store, snapshot);
         }
-        tokio::spawn(snapshot::follow(snapshots, views.clone()));
+        tokio::spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)

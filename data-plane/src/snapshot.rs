@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 use switchyard_engine::{ChannelId, Snapshot, Token};
+use switchyard_state::StateStore;
 use tokio::sync::watch;
 
 use crate::upstream::ChannelRuntime;
@@ -58,13 +59,25 @@ impl View {
     }
 }
 
+/// Makes `snapshot` the one requests select over: the state view's health records are laid out
+/// for its slots first (so its first selection already reads them by index; selections still
+/// running over the previous snapshot fall back to hash lookups), then the view is swapped.
+pub fn install(views: &ArcSwapOption<View>, store: &dyn StateStore, snapshot: Arc<Snapshot>) {
+    store.align_health(snapshot.health_slots());
+    views.store(Some(Arc::new(View::compile(snapshot))));
+}
+
 /// Keeps `views` in step with the snapshot source until the source closes.
-pub async fn follow(mut rx: SnapshotReceiver, views: Arc<ArcSwapOption<View>>) {
+pub async fn follow(
+    mut rx: SnapshotReceiver,
+    views: Arc<ArcSwapOption<View>>,
+    store: Arc<dyn StateStore>,
+) {
     loop {
         let current = rx.borrow_and_update().clone();
         if let Some(snapshot) = current {
             let revision = snapshot.revision;
-            views.store(Some(Arc::new(View::compile(snapshot))));
+            install(&views, &*store, snapshot);
             tracing::info!(revision, "snapshot applied");
         }
         if rx.changed().await.is_err() {

@@ -31,6 +31,23 @@ fn decisions(c: &mut Criterion) {
             });
         }
     }
+    // The hash-lookup fallback (a view not laid out for this snapshot), for comparison.
+    let (snapshot, health) = world_unaligned(512, RoutingMode::Adaptive);
+    let constraint = SelectionConstraint::default();
+    let mut rng = SplitMix64::new(7);
+    group.bench_function("adaptive_unaligned/512", |b| {
+        b.iter(|| {
+            let d = select(
+                &snapshot,
+                &health,
+                &constraint,
+                black_box("gpt-4o"),
+                NOW,
+                &mut rng,
+            );
+            black_box(d.selected().map(|c| c.member.id))
+        })
+    });
     group.finish();
 }
 

@@ -29,6 +29,10 @@ pub fn channel(id: ChannelId) -> Channel {
 /// `n` members over `n / 4` channels in two tiers, with latency/error samples for every member,
 /// one in ten cooling down and some requests in flight.
 pub fn world(n: i64, mode: RoutingMode) -> (Snapshot, HealthSnapshot) {
+    build(n, mode, true)
+}
+
+fn build(n: i64, mode: RoutingMode, align: bool) -> (Snapshot, HealthSnapshot) {
     let channels = (n / 4).max(1);
     let members: Vec<Member> = (1..=n)
         .map(|id| Member {
@@ -77,7 +81,19 @@ pub fn world(n: i64, mode: RoutingMode) -> (Snapshot, HealthSnapshot) {
         teams: vec![],
         tokens: vec![],
     });
+    if align {
+        // As a state store does when the snapshot is installed.
+        health.align(&snapshot);
+    }
     (snapshot, health)
+}
+
+/// The same world with the health view not laid out for the snapshot: aware selection falls
+/// back to a hash lookup per candidate (what a request sees in the moment between a snapshot's
+/// install and the store's re-layout).
+#[allow(dead_code)] // used by the bench and the example's `unaligned` argument
+pub fn world_unaligned(n: i64, mode: RoutingMode) -> (Snapshot, HealthSnapshot) {
+    build(n, mode, false)
 }
 
 #[allow(dead_code)] // used by the bench, not the example

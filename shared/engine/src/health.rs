@@ -2,10 +2,12 @@
 //! sticky bindings) and the pure update rules that state stores apply to health records, so
 //! every store computes them the same way.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::fxhash::{FxBuildHasher, FxHashMap};
-use crate::model::{ChannelId, CredentialId, MemberId, RouteId, UnixMillis};
+use crate::model::{ChannelId, CredentialId, MemberId, RouteId, Snapshot, UnixMillis};
 
 /// EWMA smoothing factor for latency samples.
 pub const LATENCY_ALPHA: f64 = 0.2;
@@ -119,6 +121,13 @@ pub trait HealthView {
     fn health(&self, _channel: ChannelId, _upstream_model: &str) -> HealthRecord {
         HealthRecord::default()
     }
+    /// The view's health records laid out in the slot order of `slots` (one snapshot's, see
+    /// [`HealthSlots`]), if it keeps such a copy for exactly that table; slot `i` must hold what
+    /// `health` returns for `slots.keys()[i]`. The engine then indexes this array instead of
+    /// calling `health` per candidate, and falls back to `health` when it gets `None`.
+    fn dense_health(&self, _slots: &Arc<HealthSlots>) -> Option<&[HealthRecord]> {
+        None
+    }
     /// Requests in flight on the channel, fleet-wide.
     fn in_flight(&self, _channel: ChannelId) -> u32 {
         0
@@ -168,6 +177,114 @@ pub fn health_record(
     records.get(&HealthKeyRef(channel, upstream_model)).copied()
 }
 
+/// Every distinct (channel, upstream model) a snapshot's members use, each at a dense slot
+/// (first-seen order over the routes and their members). Built once per snapshot and shared
+/// by `Arc`: a view that lays its records out in this order ([`DenseHealth`]) lets selection
+/// read a candidate's record from an array instead of hashing its model name.
+#[derive(Debug, Default)]
+pub struct HealthSlots {
+    keys: Vec<(ChannelId, String)>,
+    index: HealthRecordsIndex,
+}
+
+type HealthRecordsIndex = hashbrown::HashMap<(ChannelId, String), u32, FxBuildHasher>;
+
+impl HealthSlots {
+    /// The table of `pairs`, duplicates sharing one slot.
+    pub fn build<'a>(pairs: impl IntoIterator<Item = (ChannelId, &'a str)>) -> HealthSlots {
+        let mut slots = HealthSlots::default();
+        for (channel, model) in pairs {
+            slots.slot_or_insert(channel, model);
+        }
+        slots
+    }
+
+    /// The slot of (channel, upstream model), adding it if new.
+    pub(crate) fn slot_or_insert(&mut self, channel: ChannelId, upstream_model: &str) -> u32 {
+        if let Some(slot) = self.slot(channel, upstream_model) {
+            return slot;
+        }
+        // A snapshot never holds 4 billion members; saturate rather than wrap.
+        let slot = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
+        self.keys.push((channel, upstream_model.to_owned()));
+        self.index
+            .insert((channel, upstream_model.to_owned()), slot);
+        slot
+    }
+
+    /// One hash probe, no allocation.
+    pub fn slot(&self, channel: ChannelId, upstream_model: &str) -> Option<u32> {
+        self.index
+            .get(&HealthKeyRef(channel, upstream_model))
+            .copied()
+    }
+
+    /// The keys in slot order.
+    pub fn keys(&self) -> &[(ChannelId, String)] {
+        &self.keys
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// A view's copy of its health records in one [`HealthSlots`] order. The owner keeps it in step:
+/// `align` when a new snapshot is installed, `set` / `remove` beside every write of a record.
+#[derive(Debug, Clone, Default)]
+pub struct DenseHealth {
+    slots: Option<Arc<HealthSlots>>,
+    records: Vec<HealthRecord>,
+}
+
+impl DenseHealth {
+    /// Lays the records out for `slots`, reading each one's current value from `current`.
+    pub fn align(
+        &mut self,
+        slots: &Arc<HealthSlots>,
+        mut current: impl FnMut(ChannelId, &str) -> HealthRecord,
+    ) {
+        self.records.clear();
+        self.records
+            .extend(slots.keys().iter().map(|(c, m)| current(*c, m)));
+        self.slots = Some(Arc::clone(slots));
+    }
+
+    /// The record of (channel, upstream model) is now `record`.
+    pub fn set(&mut self, channel: ChannelId, upstream_model: &str, record: HealthRecord) {
+        if let Some(slots) = &self.slots {
+            if let Some(at) = slots.slot(channel, upstream_model) {
+                if let Some(slot) = self.records.get_mut(at as usize) {
+                    *slot = record;
+                }
+            }
+        }
+    }
+
+    /// The record of (channel, upstream model) is gone (back to the default).
+    pub fn remove(&mut self, channel: ChannelId, upstream_model: &str) {
+        self.set(channel, upstream_model, HealthRecord::default());
+    }
+
+    /// Forgets the layout (the records it mirrored were replaced wholesale).
+    pub fn clear(&mut self) {
+        self.slots = None;
+        self.records.clear();
+    }
+
+    /// The records, if they are laid out for exactly this table (the same `Arc`).
+    pub fn records_for(&self, slots: &Arc<HealthSlots>) -> Option<&[HealthRecord]> {
+        match &self.slots {
+            Some(mine) if Arc::ptr_eq(mine, slots) => Some(&self.records),
+            _ => None,
+        }
+    }
+}
+
 /// A plain-data health view: what tests and benches build, and what a store can copy out.
 #[derive(Debug, Clone, Default)]
 pub struct HealthSnapshot {
@@ -180,10 +297,23 @@ pub struct HealthSnapshot {
     pub canaries_promoted: Vec<MemberId>,
     /// route -> session key -> binding.
     pub sticky: FxHashMap<RouteId, FxHashMap<String, StickyBinding>>,
+    /// `health` laid out for one snapshot, made by [`HealthSnapshot::align`] and dropped by
+    /// [`HealthSnapshot::record_mut`]; write `health` directly only before aligning.
+    dense: DenseHealth,
 }
 
 impl HealthSnapshot {
+    /// Lays the health records out for `snapshot`'s slots, as a store does when a snapshot is
+    /// installed, so aware selection over that snapshot reads them by slot.
+    pub fn align(&mut self, snapshot: &Snapshot) {
+        let records = &self.health;
+        self.dense.align(snapshot.health_slots(), |channel, model| {
+            health_record(records, channel, model).unwrap_or_default()
+        });
+    }
+
     pub fn record_mut(&mut self, channel: ChannelId, upstream_model: &str) -> &mut HealthRecord {
+        self.dense.clear();
         self.health
             .entry((channel, upstream_model.to_owned()))
             .or_default()
@@ -203,6 +333,9 @@ impl HealthView for HealthSnapshot {
     }
     fn health(&self, channel: ChannelId, upstream_model: &str) -> HealthRecord {
         health_record(&self.health, channel, upstream_model).unwrap_or_default()
+    }
+    fn dense_health(&self, slots: &Arc<HealthSlots>) -> Option<&[HealthRecord]> {
+        self.dense.records_for(slots)
     }
     fn in_flight(&self, channel: ChannelId) -> u32 {
         self.in_flight.get(&channel).copied().unwrap_or(0)

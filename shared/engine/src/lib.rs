@@ -21,7 +21,10 @@ pub use decision::{
     CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,
     Via,
 };
-pub use health::{HealthRecord, HealthSnapshot, HealthView, NoHealth, Recovering, StickyBinding};
+pub use health::{
+    DenseHealth, HealthRecord, HealthSlots, HealthSnapshot, HealthView, NoHealth, Recovering,
+    StickyBinding,
+};
 pub use model::{
     Capabilities, Channel, ChannelId, ChannelStatus, Credential, CredentialId, Member, MemberId,
     PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot, SnapshotParts, Team,

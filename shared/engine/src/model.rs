@@ -6,10 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::fxhash::FxHashMap;
+use crate::health::HealthSlots;
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
 
@@ -305,6 +307,8 @@ pub struct Snapshot {
     /// Derived per-route facts the engine would otherwise recompute per request; parallel to
     /// `routes`.
     route_meta: Vec<RouteMeta>,
+    /// Every (channel, upstream model) the members use, at dense slots.
+    health_slots: Arc<HealthSlots>,
 }
 
 /// Precomputed facts about one route.
@@ -314,6 +318,8 @@ pub(crate) struct RouteMeta {
     pub channel_slots: Vec<Option<usize>>,
     /// The distinct group names of the route's members, in first-seen order.
     pub groups: Vec<String>,
+    /// Each member's slot in `Snapshot::health_slots`; parallel to `Route::members`.
+    pub health_slots: Vec<u32>,
 }
 
 /// The parts a snapshot is built from.
@@ -354,6 +360,7 @@ impl Snapshot {
                 .members
                 .sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
         }
+        let mut health_slots = HealthSlots::default();
         let route_meta = routes
             .iter()
             .map(|route| {
@@ -370,6 +377,11 @@ impl Snapshot {
                         .map(|m| channels.binary_search_by_key(&m.channel_id, |c| c.id).ok())
                         .collect(),
                     groups,
+                    health_slots: route
+                        .members
+                        .iter()
+                        .map(|m| health_slots.slot_or_insert(m.channel_id, &m.upstream_model))
+                        .collect(),
                 }
             })
             .collect();
@@ -401,7 +413,14 @@ impl Snapshot {
             index,
             member_index,
             route_meta,
+            health_slots: Arc::new(health_slots),
         }
+    }
+
+    /// The dense (channel, upstream model) table of this snapshot; a state view aligned with it
+    /// serves aware selection by slot (see [`crate::HealthView::dense_health`]).
+    pub fn health_slots(&self) -> &Arc<HealthSlots> {
+        &self.health_slots
     }
 
     pub fn routes(&self) -> &[Route] {

@@ -89,8 +89,17 @@ pub fn select<'s, H: HealthView + ?Sized>(
         _ => None,
     });
 
+    // Aware modes read a health record per candidate: by slot when the view keeps its records
+    // laid out for this snapshot, else by (channel, model) hash lookup.
+    let aware = strategy.latency_aware || strategy.error_aware;
+    let dense = if aware {
+        health.dense_health(snapshot.health_slots())
+    } else {
+        None
+    };
     let ctx = EvalContext {
         health,
+        dense,
         constraint,
         settings,
         strategy,
@@ -102,11 +111,13 @@ pub fn select<'s, H: HealthView + ?Sized>(
         || !constraint.excluded_members.is_empty()
         || !constraint.excluded_channels.is_empty();
     let mut candidates = Vec::with_capacity(pool.len());
-    for (member, slot) in pool.iter().zip(&meta.channel_slots) {
+    for ((member, slot), health_slot) in
+        pool.iter().zip(&meta.channel_slots).zip(&meta.health_slots)
+    {
         let in_group = filter_group.is_none_or(|g| member.group_name == g);
         if in_group && (!filters || passes_silent_filters(member, constraint, team)) {
             let channel = slot.and_then(|slot| snapshot.channel_at(slot));
-            candidates.push(ctx.evaluate(member, channel, team));
+            candidates.push(ctx.evaluate(member, *health_slot, channel, team));
         }
     }
     decision.candidates = candidates;
@@ -124,6 +135,8 @@ pub fn select<'s, H: HealthView + ?Sized>(
 
 struct EvalContext<'a, 's, H: ?Sized> {
     health: &'a H,
+    /// The view's records in this snapshot's slot order, when it keeps them so.
+    dense: Option<&'a [HealthRecord]>,
     constraint: &'a SelectionConstraint,
     settings: &'s Settings,
     strategy: Strategy,
@@ -136,6 +149,7 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
     fn evaluate(
         &self,
         member: &'s Member,
+        health_slot: u32,
         channel: Option<&'s Channel>,
         team: Option<&Team>,
     ) -> Candidate<'s> {
@@ -193,8 +207,12 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
 
         // Health records only matter to the aware modes; weighted mode skips the lookup.
         let record = if self.strategy.latency_aware || self.strategy.error_aware {
-            self.health
-                .health(member.channel_id, &member.upstream_model)
+            match self.dense.and_then(|d| d.get(health_slot as usize)) {
+                Some(record) => *record,
+                None => self
+                    .health
+                    .health(member.channel_id, &member.upstream_model),
+            }
         } else {
             HealthRecord::default()
         };

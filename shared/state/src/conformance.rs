@@ -4,7 +4,9 @@
 //! A fleet store whose view lags its writes should call these against a store that applies its
 //! own writes to its local view synchronously (the trait requires it).
 
-use switchyard_engine::{HealthView, Recovering, StickyBinding, UnixMillis};
+use std::sync::Arc;
+
+use switchyard_engine::{HealthSlots, HealthView, Recovering, StickyBinding, UnixMillis};
 
 use crate::types::*;
 use crate::{InFlightGuard, StateStore};
@@ -160,6 +162,10 @@ pub fn checks() -> &'static [(&'static str, Check)] {
         (
             "begin_recovery_without_slow_start_is_a_reset",
             begin_recovery_without_slow_start_is_a_reset,
+        ),
+        (
+            "aligned_health_layout_follows_every_write",
+            aligned_health_layout_follows_every_write,
         ),
     ]
 }
@@ -602,4 +608,54 @@ pub fn begin_recovery_without_slow_start_is_a_reset(store: &dyn StateStore) {
     assert_eq!(window(store), None);
     // An ordinary channel again: the threshold applies.
     assert!(!store.record_channel_failure(10, &p, NOW + 2_000).tripped);
+}
+
+/// After `align_health`, the dense layout the engine reads holds exactly what the hash lookup
+/// returns, through successes and failures; a pair the table does not list stays out of it; a
+/// new table replaces the old one.
+fn aligned_health_layout_follows_every_write(store: &dyn StateStore) {
+    let slots = Arc::new(HealthSlots::build([
+        (10, "gpt-x"),
+        (10, "gpt-y"),
+        (11, "gpt-x"),
+    ]));
+    store.record_success(&success(400.0), NOW);
+    store.align_health(&slots);
+    let agrees = |store: &dyn StateStore, slots: &Arc<HealthSlots>| {
+        read(store, |v| {
+            let dense = v.dense_health(slots).map(<[_]>::to_vec);
+            let hashed: Vec<_> = slots.keys().iter().map(|(c, m)| v.health(*c, m)).collect();
+            (dense, hashed)
+        })
+    };
+    let (dense, hashed) = agrees(store, &slots);
+    assert_eq!(dense.as_deref(), Some(hashed.as_slice()));
+    assert_eq!(hashed[0].latency_ms, Some(400.0));
+
+    store.record_success(&success(100.0), NOW + 1);
+    store.record_failure(&failure(FailureKind::Retryable, None), &policy(), NOW + 2);
+    let other = AttemptSuccess {
+        channel: 11,
+        ..success(50.0)
+    };
+    store.record_success(&other, NOW + 3);
+    // Not in the table: must not disturb any slot.
+    let unlisted = AttemptSuccess {
+        upstream_model: "gpt-z",
+        ..success(9_000.0)
+    };
+    store.record_success(&unlisted, NOW + 4);
+    let (dense, hashed) = agrees(store, &slots);
+    assert_eq!(dense.as_deref(), Some(hashed.as_slice()));
+    assert_eq!(hashed[1], switchyard_engine::HealthRecord::default());
+    assert_eq!(hashed[2].latency_ms, Some(50.0));
+    assert!(hashed[0].error_propensity > 0.0);
+
+    // A newer snapshot's table replaces the layout; the old one is no longer served.
+    let newer = Arc::new(HealthSlots::build([(11, "gpt-x"), (10, "gpt-z")]));
+    store.align_health(&newer);
+    assert!(!read(store, |v| v.dense_health(&slots).is_some()));
+    let (dense, hashed) = agrees(store, &newer);
+    assert_eq!(dense.as_deref(), Some(hashed.as_slice()));
+    assert_eq!(hashed[1].latency_ms, Some(9_000.0));
 }

@@ -24,7 +24,11 @@ pub use self::redis::{
 pub use memory::InMemoryStore;
 pub use types::*;
 
-use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
+use std::sync::Arc;
+
+use switchyard_engine::{
+    ChannelId, CredentialId, HealthSlots, HealthView, MemberId, RouteId, UnixMillis,
+};
 
 /// Everything a proxy reads and reports about live runtime state. Object-safe, `Send + Sync`,
 /// synchronous: implementations must never block on the network inside these calls.
@@ -106,6 +110,12 @@ pub trait StateStore: Send + Sync {
     /// Appends the store's own Prometheus metrics (e.g. Redis errors) to a `/metrics` page.
     /// Nothing for a store without a backend.
     fn render_metrics(&self, _out: &mut String) {}
+
+    /// Lays the view's health records out in the slot order of a newly installed snapshot
+    /// (`Snapshot::health_slots`), so aware selection over it reads a record by index. One pass
+    /// over the table under the write lock; until it runs, selection over that snapshot uses the
+    /// hash lookup (same answers, slower). Only the latest table is kept.
+    fn align_health(&self, slots: &Arc<HealthSlots>);
 }
 
 /// Counts one request in flight on a channel for as long as it lives.

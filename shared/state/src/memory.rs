@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 
 // The view is read on every selection: a fast non-cryptographic hash for its id-keyed maps.
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use switchyard_engine::{
-    ChannelId, CredentialId, HealthRecord, HealthView, MemberId, Recovering, RouteId,
-    StickyBinding, UnixMillis,
+    ChannelId, CredentialId, DenseHealth, HealthRecord, HealthSlots, HealthView, MemberId,
+    Recovering, RouteId, StickyBinding, UnixMillis,
 };
 
 use crate::types::*;
@@ -40,7 +40,10 @@ pub(crate) struct Inner {
     /// Other live proxies' in-flight requests (a fleet store fills it; always empty here).
     pub(crate) remote_in_flight: HashMap<ChannelId, u32>,
     /// channel -> upstream model -> record; nested so lookups by `&str` need no allocation.
+    /// Written only through `set_health` / `remove_health`, which keep `dense` in step.
     pub(crate) health: HashMap<ChannelId, HashMap<String, HealthRecord>>,
+    /// `health` laid out for the installed snapshot's slots (`StateStore::align_health`).
+    dense: DenseHealth,
     pub(crate) credentials_disabled: HashMap<CredentialId, (String, UnixMillis)>,
     pub(crate) canary_successes: HashMap<MemberId, u32>,
     pub(crate) canaries_promoted: HashSet<MemberId>,
@@ -107,6 +110,9 @@ impl HealthView for Inner {
     fn sticky(&self, route: RouteId, session_key: &str) -> Option<StickyBinding> {
         self.sticky.get(&route)?.get(session_key).copied()
     }
+    fn dense_health(&self, slots: &Arc<HealthSlots>) -> Option<&[HealthRecord]> {
+        self.dense.records_for(slots)
+    }
 }
 
 impl Inner {
@@ -132,12 +138,47 @@ impl Inner {
         f: impl FnOnce(HealthRecord) -> HealthRecord,
     ) {
         let models = self.health.entry(channel).or_default();
-        match models.get_mut(upstream_model) {
-            Some(record) => *record = f(*record),
-            None => {
-                models.insert(upstream_model.to_owned(), f(HealthRecord::default()));
+        let updated = match models.get_mut(upstream_model) {
+            Some(record) => {
+                *record = f(*record);
+                *record
             }
+            None => {
+                let record = f(HealthRecord::default());
+                models.insert(upstream_model.to_owned(), record);
+                record
+            }
+        };
+        self.dense.set(channel, upstream_model, updated);
+    }
+
+    /// A record merged from the fleet.
+    pub(crate) fn set_health(
+        &mut self,
+        channel: ChannelId,
+        upstream_model: &str,
+        record: HealthRecord,
+    ) {
+        self.update_health(channel, upstream_model, |_| record);
+    }
+
+    /// A record the fleet no longer holds.
+    pub(crate) fn remove_health(&mut self, channel: ChannelId, upstream_model: &str) {
+        if let Some(models) = self.health.get_mut(&channel) {
+            models.remove(upstream_model);
         }
+        self.dense.remove(channel, upstream_model);
+    }
+
+    fn align_health(&mut self, slots: &Arc<HealthSlots>) {
+        let health = &self.health;
+        self.dense.align(slots, |channel, model| {
+            health
+                .get(&channel)
+                .and_then(|m| m.get(model))
+                .copied()
+                .unwrap_or_default()
+        });
     }
 
     pub(crate) fn remove_sticky(&mut self, route: RouteId, key: &str) {
@@ -364,6 +405,10 @@ impl StateStore for InMemoryStore {
             expires_at: now.saturating_add(ttl_ms),
         };
         self.write().insert_sticky(route, session_key, binding, now);
+    }
+
+    fn align_health(&self, slots: &Arc<HealthSlots>) {
+        self.write().align_health(slots);
     }
 
     fn dump(&self, now: UnixMillis) -> StateDump {

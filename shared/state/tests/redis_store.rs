@@ -418,3 +418,44 @@ fn recovering_window_is_fleet_wide_and_any_proxy_retrips_it() {
     drop((a, b, c));
     cleanup(&url, &prefix);
 }
+
+#[test]
+fn health_merged_from_another_proxy_reaches_the_aligned_layout() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("dense");
+    let a = start(&url, &prefix);
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
+    let slots = Arc::new(switchyard_engine::HealthSlots::build([
+        (7, "m-1"),
+        (7, "m-2"),
+    ]));
+    a.align_health(&slots);
+    let now = now_ms();
+    b.record_success(
+        &AttemptSuccess {
+            member: 70,
+            channel: 7,
+            upstream_model: "m-2",
+            latency_ms: 250.0,
+            canary: false,
+            promote_after: 100,
+        },
+        now,
+    );
+    let took = wait_until(Duration::from_secs(2), || {
+        read(&a, |v| v.health(7, "m-2").latency_ms) == Some(250.0)
+    });
+    assert!(took.is_some(), "A never saw B's health record");
+    let (dense, hashed) = read(&a, |v| {
+        let dense = v.dense_health(&slots).map(<[_]>::to_vec);
+        let hashed: Vec<HealthRecord> = slots.keys().iter().map(|(c, m)| v.health(*c, m)).collect();
+        (dense, hashed)
+    });
+    assert_eq!(dense.as_deref(), Some(hashed.as_slice()));
+    assert_eq!(hashed[1].latency_ms, Some(250.0));
+    drop((a, b));
+    cleanup(&url, &prefix);
+}

@@ -629,6 +629,11 @@ impl StateStore for RedisStore {
         self.shared.view.dump(now)
     }
 
+    fn align_health(&self, slots: &std::sync::Arc<switchyard_engine::HealthSlots>) {
+        // Only the local view is laid out; Redis keeps records by (channel, model).
+        self.shared.view.align_health(slots);
+    }
+
     fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
         let s = self.stats();

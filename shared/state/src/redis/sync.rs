@@ -216,16 +216,10 @@ pub(crate) fn apply_value(inner: &mut Inner, entity: &Entity, value: Option<&Val
             inner.recovering.remove(id);
         }
         (Entity::Health(channel, model), Some(Value::Health(r))) => {
-            inner
-                .health
-                .entry(*channel)
-                .or_default()
-                .insert(model.clone(), *r);
+            inner.set_health(*channel, model, *r);
         }
         (Entity::Health(channel, model), _) => {
-            if let Some(models) = inner.health.get_mut(channel) {
-                models.remove(model);
-            }
+            inner.remove_health(*channel, model);
         }
         (Entity::Credential(id), Some(Value::Credential { at, reason })) => {
             inner
