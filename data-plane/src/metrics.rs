@@ -5,11 +5,12 @@
 //! the write lock once.
 
 use std::fmt::Write;
-use std::hash::{Hash, Hasher, RandomState};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 
 use hashbrown::{Equivalent, HashMap};
+use switchyard_engine::fxhash::FxBuildHasher;
 
 use crate::endpoint::Endpoint;
 
@@ -127,7 +128,9 @@ pub struct Family<const L: usize> {
     name: &'static str,
     help: &'static str,
     labels: [&'static str; L],
-    series: RwLock<HashMap<Labels<L>, AtomicU64, RandomState>>,
+    /// Label values come from the configuration (route patterns, channel and token names) and
+    /// fixed sets, never from what a client sends, so a fast non-keyed hash is safe here.
+    series: RwLock<HashMap<Labels<L>, AtomicU64, FxBuildHasher>>,
 }
 
 impl<const L: usize> Family<L> {
@@ -136,7 +139,7 @@ impl<const L: usize> Family<L> {
             name,
             help,
             labels,
-            series: RwLock::new(HashMap::with_hasher(RandomState::new())),
+            series: RwLock::new(HashMap::with_hasher(FxBuildHasher::default())),
         }
     }
 

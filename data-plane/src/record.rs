@@ -4,12 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use switchyard_engine::MemberId;
 use switchyard_provider::Usage;
 use tokio::time::Instant;
 
 use crate::endpoint::Endpoint;
-use crate::failover::Trail;
+use crate::failover::{AttemptLog, Trail};
 use crate::AppState;
 
 /// Everything the request line says, gathered when the answer went out.
@@ -23,6 +24,45 @@ pub struct RequestRecord {
     pub status: u16,
     pub trail: Trail,
     pub started: Instant,
+}
+
+/// The request's log line: borrowed from the record and serialized straight into the line's
+/// buffer (no intermediate JSON values).
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    request_id: &'a str,
+    endpoint: &'static str,
+    protocol: &'static str,
+    model: &'a str,
+    token: Option<&'a str>,
+    team: Option<&'a str>,
+    route: Option<&'a str>,
+    status: u16,
+    attempts: &'a [AttemptLog],
+    attempt_count: usize,
+    switches: usize,
+    first_member: Option<MemberId>,
+    final_member: Option<MemberId>,
+    final_channel: Option<&'a str>,
+    breaker_tripped: bool,
+    sticky: Option<&'static str>,
+    usage: UsageLine,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamLine>,
+    latency_ms: f64,
+}
+
+#[derive(Serialize)]
+struct UsageLine {
+    input_tokens: u64,
+    output_tokens: u64,
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct StreamLine {
+    outcome: &'static str,
+    bytes: u64,
 }
 
 /// How a stream ended.
@@ -147,50 +187,34 @@ impl RequestRecord {
             return;
         }
         let trail = &self.trail;
-        let mut fields = Map::new();
-        let mut put = |k: &str, v: Value| {
-            fields.insert(k.to_owned(), v);
-        };
-        put("request_id", json!(self.request_id));
-        put("endpoint", json!(self.endpoint.label()));
-        put("protocol", json!(self.endpoint.protocol().as_str()));
-        put("model", json!(self.model));
-        put("token", json!(self.token));
-        put("team", json!(self.team));
-        put("route", json!(trail.route.as_ref().map(|(_, p)| p)));
-        put("status", json!(self.status));
-        put("attempts", json!(trail.attempts));
-        put("attempt_count", json!(trail.attempts.len()));
-        put("switches", json!(trail.attempts.len().saturating_sub(1)));
-        put(
-            "first_member",
-            json!(trail.attempts.first().map(|a| a.member_id)),
-        );
-        put(
-            "final_member",
-            json!(trail.attempts.last().map(|a| a.member_id)),
-        );
-        put("final_channel", json!(trail.final_channel));
-        put("breaker_tripped", json!(trail.breaker_tripped));
-        put("sticky", json!(trail.sticky));
-        put(
-            "usage",
-            json!({
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cached_tokens": usage.cached_tokens,
+        let line = RequestLine {
+            request_id: &self.request_id,
+            endpoint: self.endpoint.label(),
+            protocol: self.endpoint.protocol().as_str(),
+            model: &self.model,
+            token: self.token.as_deref(),
+            team: self.team.as_deref(),
+            route: trail.route.as_ref().map(|(_, p)| p.as_str()),
+            status: self.status,
+            attempts: &trail.attempts,
+            attempt_count: trail.attempts.len(),
+            switches: trail.attempts.len().saturating_sub(1),
+            first_member: trail.attempts.first().map(|a| a.member_id),
+            final_member: trail.attempts.last().map(|a| a.member_id),
+            final_channel: trail.final_channel.as_deref(),
+            breaker_tripped: trail.breaker_tripped,
+            sticky: trail.sticky,
+            usage: UsageLine {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cached_tokens: usage.cached_tokens,
+            },
+            stream: stream.map(|s| StreamLine {
+                outcome: s.outcome.label(),
+                bytes: s.bytes,
             }),
-        );
-        if let Some(stream) = stream {
-            put(
-                "stream",
-                json!({"outcome": stream.outcome.label(), "bytes": stream.bytes}),
-            );
-        }
-        put(
-            "latency_ms",
-            json!(self.started.elapsed().as_secs_f64() * 1000.0),
-        );
-        switchyard_telemetry::record::write("switchyard_data_plane::request", "request", fields);
+            latency_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+        };
+        switchyard_telemetry::record::write("switchyard_data_plane::request", "request", &line);
     }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 use tracing_appender::non_blocking::NonBlocking;
 
 static WRITER: OnceLock<NonBlocking> = OnceLock::new();
@@ -26,25 +26,45 @@ macro_rules! record_enabled {
     };
 }
 
-/// Writes one INFO record: `message` plus `fields`. Does nothing before [`crate::init`] (tests
-/// that build the app in-process) — callers check [`record_enabled!`] first to skip building the
-/// fields when the filter drops them.
-pub fn write(target: &str, message: &str, fields: Map<String, Value>) {
+/// Writes one INFO record: `message` plus the fields of `fields` (which must serialize as a
+/// JSON object; anything else is dropped). Does nothing before [`crate::init`] (tests that build
+/// the app in-process) — callers check [`record_enabled!`] first to skip gathering the fields when
+/// the filter drops them. The line is built in one buffer: the four standard keys, then the
+/// fields' own keys in their serialization order.
+pub fn write(target: &str, message: &str, fields: &impl Serialize) {
     let Some(writer) = WRITER.get() else {
         return;
     };
-    let mut line = Map::with_capacity(fields.len() + 4);
-    line.insert("timestamp".into(), Value::String(rfc3339_now()));
-    line.insert("level".into(), Value::String("INFO".into()));
-    line.insert("target".into(), Value::String(target.to_owned()));
-    line.insert("message".into(), Value::String(message.to_owned()));
-    line.extend(fields);
-    let Ok(mut bytes) = serde_json::to_vec(&Value::Object(line)) else {
+    let Some(bytes) = line(&rfc3339_now(), target, message, fields) else {
         return;
     };
-    bytes.push(b'\n');
     let mut writer = writer.clone();
     let _ = writer.write_all(&bytes);
+}
+
+/// The record's bytes, newline-terminated; `None` when `fields` is not a JSON object.
+fn line(timestamp: &str, target: &str, message: &str, fields: &impl Serialize) -> Option<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(512);
+    bytes.extend_from_slice(b"{\"timestamp\":");
+    serde_json::to_writer(&mut bytes, timestamp).ok()?;
+    bytes.extend_from_slice(b",\"level\":\"INFO\",\"target\":");
+    serde_json::to_writer(&mut bytes, target).ok()?;
+    bytes.extend_from_slice(b",\"message\":");
+    serde_json::to_writer(&mut bytes, message).ok()?;
+    let head = bytes.len();
+    serde_json::to_writer(&mut bytes, fields).ok()?;
+    // `fields` wrote `{...}`: its opening brace becomes the comma after the standard keys (or,
+    // for an empty object, the whole `{}` goes and the line just closes).
+    match bytes.get(head..) {
+        Some(b"{}") => {
+            bytes.truncate(head);
+            bytes.push(b'}');
+        }
+        Some([b'{', ..]) => bytes[head] = b',',
+        _ => return None,
+    }
+    bytes.push(b'\n');
+    Some(bytes)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC), as the JSON log formatter writes its timestamps.
@@ -79,6 +99,41 @@ fn format_rfc3339(secs: u64, micros: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_is_one_flat_json_line_with_the_standard_keys_first() {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            request_id: &'a str,
+            status: u16,
+            usage: serde_json::Value,
+        }
+        let fields = Fields {
+            request_id: "r\"1",
+            status: 200,
+            usage: serde_json::json!({"input_tokens": 3}),
+        };
+        let bytes = line("2026-12-01T00:00:00.000000Z", "t::x", "request", &fields).unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.ends_with('\n') && !text[..text.len() - 1].contains('\n'));
+        assert!(text.starts_with(r#"{"timestamp":"2026-12-01T00:00:00.000000Z","level":"INFO","target":"t::x","message":"request","request_id""#), "{text}");
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(value["request_id"], "r\"1");
+        assert_eq!(value["status"], 200);
+        assert_eq!(value["usage"]["input_tokens"], 3);
+        assert_eq!(value.as_object().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn an_empty_record_closes_after_the_standard_keys_and_a_non_object_is_dropped() {
+        #[derive(Serialize)]
+        struct Empty {}
+        let bytes = line("ts", "t", "m", &Empty {}).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 4);
+        assert_eq!(line("ts", "t", "m", &42), None);
+        assert_eq!(line("ts", "t", "m", &"text"), None);
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {
