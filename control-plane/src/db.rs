@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
+use switchyard_engine::ChannelStatus;
 
 use crate::error::ApiResult;
 
@@ -75,4 +76,29 @@ pub async fn current_revision(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT revision FROM snapshot_revision")
         .fetch_one(pool)
         .await
+}
+
+/// A channel's status change, with its reason and actor, as a row of `channel_status_events`:
+/// a domain write made inside the caller's transaction, whether an operator's REST call or the
+/// recovery job changed the status.
+pub async fn record_status_event(
+    tx: &mut sqlx::PgConnection,
+    channel_id: i64,
+    from: Option<ChannelStatus>,
+    to: ChannelStatus,
+    reason: &str,
+    actor: &str,
+) -> ApiResult<()> {
+    sqlx::query(
+        "INSERT INTO channel_status_events (channel_id, from_status, to_status, reason, actor) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(channel_id)
+    .bind(from.map(ChannelStatus::as_str))
+    .bind(to.as_str())
+    .bind(reason)
+    .bind(actor)
+    .execute(tx)
+    .await?;
+    Ok(())
 }

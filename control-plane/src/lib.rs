@@ -13,6 +13,7 @@ pub mod api;
 pub mod compile;
 pub mod config;
 pub mod db;
+pub mod entry;
 pub mod error;
 pub mod grpc;
 pub mod live;
@@ -25,3 +26,4 @@ pub mod telemetry;
 pub mod usage;
 
 pub use api::{app, AppState};
+pub use entry::main_with;

@@ -1,102 +1,11 @@
-//! `switchyard-control-plane`: see SPEC §8 for its configuration.
-
-use std::process::ExitCode;
-
-use clap::Parser;
-use switchyard_control_plane::config::Config;
-use tokio_util::sync::CancellationToken;
+//! `switchyard-control-plane`: see SPEC §8 for its configuration. All of it is
+//! [`switchyard_control_plane::main_with`]; this file only adds the allocator.
 
 /// jemalloc with background purging returns memory after bursts of connections (see the data
 /// plane's `main.rs` and BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn main() -> ExitCode {
-    let config = match Config::try_parse() {
-        Ok(config) => config,
-        Err(error) if !error.use_stderr() => {
-            // --help and --version.
-            let _ = error.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!(
-                "switchyard-control-plane: bad configuration: {}",
-                one_line(&error.render().to_string())
-            );
-            return ExitCode::from(2);
-        }
-    };
-    if let Err(reason) = config.validate() {
-        eprintln!("switchyard-control-plane: bad configuration: {reason}");
-        return ExitCode::from(2);
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("switchyard-control-plane: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // JSON logs, plus OTLP trace export when OTEL_EXPORTER_OTLP_ENDPOINT is set; inside the
-    // runtime because the exporter's gRPC channel spawns its worker there.
-    let mut telemetry = {
-        let _entered = runtime.enter();
-        switchyard_control_plane::telemetry::init()
-    };
-    let code = runtime.block_on(async move {
-        let shutdown = CancellationToken::new();
-        tokio::spawn(signal_shutdown(shutdown.clone()));
-        match switchyard_control_plane::server::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                tracing::error!(error = format!("{error:#}"), "control plane stopped");
-                eprintln!("switchyard-control-plane: {error:#}");
-                ExitCode::FAILURE
-            }
-        }
-    });
-    // The runtime's workers still drive the exporter's channel while the last spans are sent.
-    telemetry.shutdown();
-    code
-}
-
-/// Clap's multi-line message, as one line (operators grep logs line by line).
-fn one_line(message: &str) -> String {
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
-        })
-        .map(|l| l.trim_start_matches("error: "))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// SIGTERM (Kubernetes) or Ctrl-C start a graceful shutdown.
-async fn signal_shutdown(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    shutdown.cancel();
+fn main() -> std::process::ExitCode {
+    switchyard_control_plane::main_with(std::env::args_os())
 }

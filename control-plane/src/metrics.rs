@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -13,8 +13,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
-
-use crate::api::AppState;
 
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -224,7 +222,7 @@ pub fn route_label(request: &Request) -> String {
 }
 
 /// Counts every HTTP request by bounded labels: method (fixed set), route template, status.
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let method = method_label(request.method());
     let route = route_label(&request);
     let span = request_span(method, &route);
@@ -237,7 +235,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
             span.record("otel.status_code", "ERROR");
         }
     }
-    state.metrics.request(method, &route, status);
+    metrics.request(method, &route, status);
     response
 }
 

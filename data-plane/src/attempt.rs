@@ -8,7 +8,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use switchyard_engine::{Channel, RandomSource};
 use switchyard_provider::{
@@ -19,6 +19,7 @@ use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
 
 use crate::endpoint::Endpoint;
+use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
@@ -65,12 +66,99 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// Why an attempt failed (or, for [`AttemptError::CredentialUnresolved`], why a member could not
+/// be attempted at all). The state-store kind and the failover scope follow from it, so the
+/// classification is written once, here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptError {
+    /// No answer head (or, for a stream, no first chunk) within the first-byte timeout.
+    FirstByteTimeout,
+    /// A JSON answer's body did not arrive within the idle timeout.
+    BodyTimeout,
+    ConnectError,
+    /// The connection failed after it was up (not a stream).
+    TransportError,
+    /// The upstream request could not be built.
+    BadUpstreamRequest,
+    /// A JSON answer's body broke or exceeded the inspection limit.
+    BodyReadError,
+    /// A stream ended (or the connection closed) before its first data chunk.
+    StreamCutBeforeFirstByte,
+    /// A 2xx answer that is not the JSON it should be, or cannot be translated.
+    MalformedResponse,
+    /// A 2xx completion with no content at all.
+    EmptyCompletion,
+    /// 408, 429, 5xx, or the channel's own retryable codes and patterns.
+    RetryableStatus,
+    /// A 400/404 saying the upstream model does not exist.
+    ModelNotFound,
+    /// Any other upstream 4xx.
+    RejectedStatus,
+    /// No attempt: the engine saw a usable credential that this proxy cannot resolve.
+    CredentialUnresolved,
+}
+
+impl AttemptError {
+    /// The low-cardinality label in logs and spans.
+    pub fn as_str(self) -> &'static str {
+        use AttemptError::*;
+        match self {
+            FirstByteTimeout => "first_byte_timeout",
+            BodyTimeout => "body_timeout",
+            ConnectError => "connect_error",
+            TransportError => "transport_error",
+            BadUpstreamRequest => "bad_upstream_request",
+            BodyReadError => "body_read_error",
+            StreamCutBeforeFirstByte => "stream_cut_before_first_byte",
+            MalformedResponse => "malformed_response",
+            EmptyCompletion => "empty_completion",
+            RetryableStatus => "retryable_status",
+            ModelNotFound => "model_not_found",
+            RejectedStatus => "rejected_status",
+            CredentialUnresolved => "credential_unresolved",
+        }
+    }
+
+    /// What the failure means to the state store.
+    pub fn kind(self) -> FailureKind {
+        use AttemptError::*;
+        match self {
+            FirstByteTimeout | BodyTimeout | ConnectError | TransportError | BadUpstreamRequest
+            | BodyReadError | CredentialUnresolved => FailureKind::Transport,
+            MalformedResponse | RetryableStatus => FailureKind::Retryable,
+            StreamCutBeforeFirstByte | EmptyCompletion | ModelNotFound => {
+                FailureKind::MemberSpecific
+            }
+            RejectedStatus => FailureKind::Rejected,
+        }
+    }
+
+    /// Where the failover loop goes next.
+    pub fn scope(self) -> Scope {
+        match self.kind() {
+            FailureKind::Transport | FailureKind::Retryable => Scope::SameChannel,
+            FailureKind::MemberSpecific | FailureKind::StreamBroken => Scope::PreferChannel,
+            FailureKind::Rejected => Scope::OtherMember,
+        }
+    }
+
+    /// The error the client gets when every attempt failed without any upstream answer, this
+    /// being the last failure.
+    pub fn exhausted(self) -> GatewayError {
+        match self {
+            AttemptError::FirstByteTimeout | AttemptError::BodyTimeout => {
+                GatewayError::UpstreamTimeout
+            }
+            AttemptError::StreamCutBeforeFirstByte => GatewayError::UpstreamStreamCut,
+            _ => GatewayError::UpstreamUnreachable,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Failed {
-    pub kind: FailureKind,
-    pub scope: Scope,
-    /// Low-cardinality reason for logs.
-    pub error: &'static str,
+    pub error: AttemptError,
     pub status: Option<u16>,
     pub retry_after_ms: Option<u64>,
     pub answer: Option<Answer>,
@@ -79,10 +167,9 @@ pub struct Failed {
 }
 
 impl Failed {
-    fn transport(error: &'static str) -> Failed {
+    /// A failure without an upstream answer.
+    fn bare(error: AttemptError) -> Failed {
         Failed {
-            kind: FailureKind::Transport,
-            scope: Scope::SameChannel,
             error,
             status: None,
             retry_after_ms: None,
@@ -91,8 +178,25 @@ impl Failed {
         }
     }
 
+    /// A 2xx answer that failed the body check: the answer is kept as the last one.
+    fn answered(error: AttemptError, status: StatusCode, answer: Answer) -> Failed {
+        Failed {
+            status: Some(status.as_u16()),
+            answer: Some(answer),
+            ..Failed::bare(error)
+        }
+    }
+
+    pub fn kind(&self) -> FailureKind {
+        self.error.kind()
+    }
+
+    pub fn scope(&self) -> Scope {
+        self.error.scope()
+    }
+
     pub fn outcome(&self) -> AttemptOutcome {
-        match self.kind {
+        match self.kind() {
             FailureKind::Transport => AttemptOutcome::Transport,
             FailureKind::Retryable => AttemptOutcome::Retryable,
             FailureKind::Rejected => AttemptOutcome::Rejected,
@@ -170,7 +274,7 @@ impl Attempt<'_> {
             let limit = self.first_byte_timeout.min(self.left());
             return timeout(limit, mock::respond(options, &request, rng))
                 .await
-                .map_err(|_| Failed::transport("first_byte_timeout"));
+                .map_err(|_| Failed::bare(AttemptError::FirstByteTimeout));
         }
         let call = self.call;
         let request = self
@@ -183,7 +287,7 @@ impl Attempt<'_> {
                 self.credential,
                 call.body.clone(),
             )
-            .map_err(|_| Failed::transport("bad_upstream_request"))?;
+            .map_err(|_| Failed::bare(AttemptError::BadUpstreamRequest))?;
         let mut request = request;
         let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
         for (name, value) in switchyard_telemetry::context::upstream_headers(
@@ -199,12 +303,12 @@ impl Attempt<'_> {
         // the attempt, connection included) and the remaining budget bound the whole wait.
         let limit = self.first_byte_timeout.min(self.left());
         match timeout(limit, self.client.request(request)).await {
-            Err(_) => Err(Failed::transport("first_byte_timeout")),
-            Ok(Err(e)) if e.is_connect() => Err(Failed::transport("connect_error")),
+            Err(_) => Err(Failed::bare(AttemptError::FirstByteTimeout)),
+            Ok(Err(e)) if e.is_connect() => Err(Failed::bare(AttemptError::ConnectError)),
             // The connection was up but closed before the answer started: for a stream this is
             // the "cut before the first byte" of SPEC §3, specific to this member.
             Ok(Err(_)) if self.inspected.stream => Err(stream_cut()),
-            Ok(Err(_)) => Err(Failed::transport("transport_error")),
+            Ok(Err(_)) => Err(Failed::bare(AttemptError::TransportError)),
             Ok(Ok(response)) => {
                 let (parts, body) = response.into_parts();
                 Ok(UpstreamResponse {
@@ -247,7 +351,7 @@ impl Attempt<'_> {
                     })
                 }
                 Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
-                Err(_) => Outcome::Failed(Failed::transport("first_byte_timeout")),
+                Err(_) => Outcome::Failed(Failed::bare(AttemptError::FirstByteTimeout)),
             };
         }
         if !is_json(&response.headers) {
@@ -261,8 +365,8 @@ impl Attempt<'_> {
         let limit = self.idle_timeout.min(self.left());
         let body = match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
             Ok(Ok(body)) => body,
-            Ok(Err(())) => return Outcome::Failed(Failed::transport("body_read_error")),
-            Err(_) => return Outcome::Failed(Failed::transport("body_timeout")),
+            Ok(Err(())) => return Outcome::Failed(Failed::bare(AttemptError::BodyReadError)),
+            Err(_) => return Outcome::Failed(Failed::bare(AttemptError::BodyTimeout)),
         };
         let status = response.status;
         let answer = |headers: &HeaderMap, body: &Bytes| Answer {
@@ -273,23 +377,18 @@ impl Attempt<'_> {
         match check_body(self.endpoint, self.call.upstream, &body) {
             BodyCheck::Fine => {}
             BodyCheck::Malformed => {
-                return Outcome::Failed(Failed {
-                    kind: FailureKind::Retryable,
-                    error: "malformed_response",
-                    status: Some(status.as_u16()),
-                    answer: Some(answer(&response.headers, &body)),
-                    ..Failed::transport("")
-                })
+                return Outcome::Failed(Failed::answered(
+                    AttemptError::MalformedResponse,
+                    status,
+                    answer(&response.headers, &body),
+                ))
             }
             BodyCheck::Empty => {
-                return Outcome::Failed(Failed {
-                    kind: FailureKind::MemberSpecific,
-                    scope: Scope::PreferChannel,
-                    error: "empty_completion",
-                    status: Some(status.as_u16()),
-                    answer: Some(answer(&response.headers, &body)),
-                    ..Failed::transport("")
-                })
+                return Outcome::Failed(Failed::answered(
+                    AttemptError::EmptyCompletion,
+                    status,
+                    answer(&response.headers, &body),
+                ))
             }
         }
         let mut usage = None;
@@ -313,11 +412,10 @@ impl Attempt<'_> {
                 .map_err(|_| ())
             };
             let Ok(translated) = translated else {
-                return Outcome::Failed(Failed {
-                    kind: FailureKind::Retryable,
-                    error: "malformed_response",
-                    status: Some(status.as_u16()),
-                    answer: Some(Answer {
+                return Outcome::Failed(Failed::answered(
+                    AttemptError::MalformedResponse,
+                    status,
+                    Answer {
                         status: StatusCode::BAD_GATEWAY,
                         headers: json_headers(),
                         body: Bytes::from(translate_error_body(
@@ -326,9 +424,8 @@ impl Attempt<'_> {
                             502,
                             b"the upstream answer could not be translated",
                         )),
-                    }),
-                    ..Failed::transport("")
-                });
+                    },
+                ));
             };
             response.headers = json_headers();
             response.body = Body::from(translated);
@@ -356,7 +453,7 @@ impl Attempt<'_> {
         let code = status.as_u16();
         let text = String::from_utf8_lossy(&body).to_ascii_lowercase();
         let retry_after_ms = retry_after_ms(&response.headers);
-        let (kind, scope, error) = classify(self.channel, code, &text);
+        let error = classify_status(self.channel, code, &text);
         let ban_keyword = if self.channel.auto_ban {
             BAN_KEYWORDS.iter().copied().find(|k| text.contains(k))
         } else {
@@ -387,8 +484,6 @@ impl Attempt<'_> {
             }
         };
         Failed {
-            kind,
-            scope,
             error,
             status: Some(code),
             retry_after_ms,
@@ -462,22 +557,22 @@ async fn first_data(
 }
 
 fn stream_cut() -> Failed {
-    Failed {
-        kind: FailureKind::MemberSpecific,
-        scope: Scope::PreferChannel,
-        error: "stream_cut_before_first_byte",
-        ..Failed::transport("")
-    }
+    Failed::bare(AttemptError::StreamCutBeforeFirstByte)
 }
 
 /// SPEC §3: transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model
 /// not found" answer is member-specific; any other 4xx is rejected (fail over, cool the member,
-/// never counted for the breaker).
+/// never counted for the breaker). The kind and the scope are those of the returned error.
 pub fn classify(
     channel: &Channel,
     status: u16,
     lowercase_body: &str,
-) -> (FailureKind, Scope, &'static str) {
+) -> (FailureKind, Scope, AttemptError) {
+    let error = classify_status(channel, status, lowercase_body);
+    (error.kind(), error.scope(), error)
+}
+
+fn classify_status(channel: &Channel, status: u16, lowercase_body: &str) -> AttemptError {
     let retryable = status == 408
         || status == 429
         || status >= 500
@@ -487,24 +582,16 @@ pub fn classify(
             .iter()
             .any(|p| !p.is_empty() && lowercase_body.contains(&p.to_ascii_lowercase()));
     if retryable {
-        return (
-            FailureKind::Retryable,
-            Scope::SameChannel,
-            "retryable_status",
-        );
+        return AttemptError::RetryableStatus;
     }
     let model_not_found = (status == 404 || status == 400)
         && (lowercase_body.contains("model_not_found")
             || lowercase_body.contains("model not found")
             || (lowercase_body.contains("model") && lowercase_body.contains("does not exist")));
     if model_not_found {
-        return (
-            FailureKind::MemberSpecific,
-            Scope::PreferChannel,
-            "model_not_found",
-        );
+        return AttemptError::ModelNotFound;
     }
-    (FailureKind::Rejected, Scope::OtherMember, "rejected_status")
+    AttemptError::RejectedStatus
 }
 
 /// `Retry-After` as milliseconds from now: delta-seconds or an HTTP date.
@@ -716,6 +803,85 @@ mod tests {
             FailureKind::MemberSpecific
         );
         assert_eq!(kind(404, "no such route"), FailureKind::Rejected);
+    }
+
+    #[test]
+    fn each_attempt_error_has_the_kind_and_scope_of_the_spec_table() {
+        use AttemptError::*;
+        let table = [
+            (FirstByteTimeout, FailureKind::Transport, Scope::SameChannel),
+            (BodyTimeout, FailureKind::Transport, Scope::SameChannel),
+            (ConnectError, FailureKind::Transport, Scope::SameChannel),
+            (TransportError, FailureKind::Transport, Scope::SameChannel),
+            (
+                BadUpstreamRequest,
+                FailureKind::Transport,
+                Scope::SameChannel,
+            ),
+            (BodyReadError, FailureKind::Transport, Scope::SameChannel),
+            (
+                MalformedResponse,
+                FailureKind::Retryable,
+                Scope::SameChannel,
+            ),
+            (RetryableStatus, FailureKind::Retryable, Scope::SameChannel),
+            (
+                StreamCutBeforeFirstByte,
+                FailureKind::MemberSpecific,
+                Scope::PreferChannel,
+            ),
+            (
+                EmptyCompletion,
+                FailureKind::MemberSpecific,
+                Scope::PreferChannel,
+            ),
+            (
+                ModelNotFound,
+                FailureKind::MemberSpecific,
+                Scope::PreferChannel,
+            ),
+            (RejectedStatus, FailureKind::Rejected, Scope::OtherMember),
+        ];
+        for (error, kind, scope) in table {
+            assert_eq!((error.kind(), error.scope()), (kind, scope), "{error:?}");
+            // The log label is the serialised name.
+            assert_eq!(
+                serde_json::to_value(error).unwrap(),
+                serde_json::Value::from(error.as_str())
+            );
+        }
+        let c = channel();
+        assert_eq!(
+            classify(&c, 503, ""),
+            (FailureKind::Retryable, Scope::SameChannel, RetryableStatus)
+        );
+        assert_eq!(
+            classify(&c, 401, ""),
+            (FailureKind::Rejected, Scope::OtherMember, RejectedStatus)
+        );
+    }
+
+    #[test]
+    fn exhaustion_without_an_answer_names_the_last_failure() {
+        assert_eq!(
+            AttemptError::FirstByteTimeout.exhausted(),
+            GatewayError::UpstreamTimeout
+        );
+        assert_eq!(
+            AttemptError::BodyTimeout.exhausted(),
+            GatewayError::UpstreamTimeout
+        );
+        assert_eq!(
+            AttemptError::StreamCutBeforeFirstByte.exhausted(),
+            GatewayError::UpstreamStreamCut
+        );
+        for other in [
+            AttemptError::ConnectError,
+            AttemptError::TransportError,
+            AttemptError::CredentialUnresolved,
+        ] {
+            assert_eq!(other.exhausted(), GatewayError::UpstreamUnreachable);
+        }
     }
 
     #[test]

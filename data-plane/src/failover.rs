@@ -2,6 +2,11 @@
 //! same channel with the next credential), classify, report to the state store, and ask the
 //! engine again with what was tried excluded — until success, a non-retryable outcome, the
 //! budget or the deadline.
+//!
+//! The loop is three steps over one explicit per-request value, [`Failover`]:
+//! [`Failover::next_pick`], [`Failover::try_channel`], [`Failover::report`]. What a failure does
+//! to shared state (cooldowns, breaker counts, the keyword rule) is the store's decision
+//! (`StateStore::report_failure`, `StateStore::ban_keyword`); the loop acts on the effects.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -10,19 +15,19 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use serde::Serialize;
 use switchyard_engine::{
     select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
-    RandomSource, Reason, RouteId, SelectionConstraint, SplitMix64, Sticky,
+    RandomSource, Reason, Route, RouteId, SelectionConstraint, SplitMix64, Sticky,
 };
-use switchyard_provider::{ChatRequest, TranslateError, Usage};
-use switchyard_state::{AttemptFailure, AttemptSuccess, FailureKind, FailurePolicy, InFlightGuard};
+use switchyard_provider::{ChatRequest, Protocol, TranslateError, Usage};
+use switchyard_state::{AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan};
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::attempt::{Answer, Attempt, Committed, Failed, Outcome, Scope};
+use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
@@ -30,8 +35,8 @@ use crate::record::StreamSlot;
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::{channel_protocol, returnable, MOCK_CREDENTIAL};
-use crate::wire::{plan, protocol_index, ClientRequest};
+use crate::upstream::{channel_protocol, returnable, ChannelRuntime, MOCK_CREDENTIAL};
+use crate::wire::{plan, protocol_index, Call, ClientRequest};
 use crate::AppState;
 
 /// One proxied request, as the loop sees it.
@@ -59,7 +64,7 @@ pub struct AttemptLog {
     pub channel_id: ChannelId,
     pub credential_id: CredentialId,
     pub status: Option<u16>,
-    pub error: Option<&'static str>,
+    pub error: Option<AttemptError>,
     pub latency_ms: f64,
 }
 
@@ -144,7 +149,7 @@ fn record_attempt(span: &Span, log: &AttemptLog) {
         span.record("status", i64::from(status));
     }
     if let Some(error) = log.error {
-        span.record("error", error);
+        span.record("error", error.as_str());
         span.record("otel.status_code", "ERROR");
     }
     span.record("latency_ms", log.latency_ms);
@@ -163,43 +168,122 @@ fn pause_before(n: u32, left: Duration, rng: &mut impl RandomSource) -> Option<D
     (left > pause).then_some(pause)
 }
 
-pub async fn proxy(
-    state: &Arc<AppState>,
-    view: &View,
-    mut req: ProxyRequest<'_>,
-) -> (Response, Trail) {
-    let snapshot = &*view.snapshot;
-    let settings = &snapshot.settings;
-    let protocol = req.endpoint.protocol();
-    let client = ClientRequest {
-        endpoint: req.endpoint,
-        inspected: req.inspected,
-        body: req.body,
-        query: req.query,
-        chat: req.chat,
-    };
-    let retry_allowed = req.endpoint.retry_allowed(req.headers);
-    let deadline = req.started + Duration::from_millis(settings.request_timeout_ms);
-    let first_byte_timeout = Duration::from_millis(settings.first_byte_timeout_ms);
-    let idle_timeout = Duration::from_millis(settings.stream_idle_timeout_ms);
-    let mut rng = SplitMix64::new(req.seed);
-    let mut trail = Trail::default();
-    let mut last: Option<Answer> = None;
-    let mut last_error: Option<&'static str> = None;
-    let mut prev_channel: Option<ChannelId> = None;
-    let mut rounds_used = 0u32;
-    let mut counted_channels: Vec<ChannelId> = Vec::new();
-    let mut disabled_here: Vec<CredentialId> = Vec::new();
-    let model = req.inspected.model.as_str();
-    let fail = |e: GatewayError, trail: Trail| (e.into_response(protocol), trail);
-
+/// The failover loop (see ARCHITECTURE.md for its state machine): pick a member, try its channel
+/// (credential rotation, re-sends), report the failure, pick again — until an answer is
+/// committed, the budget or deadline runs out, or nothing is left to pick.
+pub async fn proxy(state: &Arc<AppState>, view: &View, req: ProxyRequest<'_>) -> (Response, Trail) {
+    let mut failover = Failover::new(state, view, req);
     loop {
+        let pick = match failover.next_pick() {
+            Next::Try(pick) => pick,
+            Next::Skip => continue,
+            Next::Exhausted => break,
+            Next::Fail(e) => return failover.fail(e),
+        };
+        match failover.try_channel(&pick).await {
+            Tried::Committed(response) => return (response, failover.trail),
+            Tried::Failed(failed) => {
+                if !failover.report(&pick, failed) {
+                    break;
+                }
+            }
+            Tried::NotSent => break,
+        }
+    }
+    failover.exhausted()
+}
+
+/// The explicit state of one request's failover loop: everything the rounds share.
+struct Failover<'a> {
+    state: &'a Arc<AppState>,
+    view: &'a View,
+    req: ProxyRequest<'a>,
+    protocol: Protocol,
+    retry_allowed: bool,
+    deadline: Instant,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+    rng: SplitMix64,
+    trail: Trail,
+    /// The last upstream answer: what the client gets when every attempt failed.
+    last: Option<Answer>,
+    /// The last failure, for the gateway's own error when no upstream answered.
+    last_error: Option<AttemptError>,
+    /// The channel of the previous pick (moving to another one spends a cross-channel round).
+    prev_channel: Option<ChannelId>,
+    rounds_used: u32,
+    /// Channels whose failure has counted toward their breaker in this request (once each).
+    counted_channels: Vec<ChannelId>,
+    /// Credentials the keyword rule disabled during this request (skipped at once, before the
+    /// store's view says so).
+    disabled_here: Vec<CredentialId>,
+}
+
+/// What [`Failover::next_pick`] decided.
+enum Next<'a> {
+    /// Try this member's channel.
+    Try(Pick<'a>),
+    /// The member picked cannot be tried here; it is excluded, pick again.
+    Skip,
+    /// Nothing more to try: the exhaustion answer.
+    Exhausted,
+    /// The request cannot be served at all (before any attempt, or a malformed translation).
+    Fail(GatewayError),
+}
+
+/// What [`Failover::try_channel`] ended with.
+enum Tried {
+    /// An answer is on its way to the client.
+    Committed(Response),
+    /// The member failed: the last failure of its sends.
+    Failed(Failed),
+    /// Nothing was sent (deadline, no usable credential left).
+    NotSent,
+}
+
+impl<'a> Failover<'a> {
+    fn new(state: &'a Arc<AppState>, view: &'a View, req: ProxyRequest<'a>) -> Failover<'a> {
+        let settings = &view.snapshot.settings;
+        Failover {
+            state,
+            view,
+            protocol: req.endpoint.protocol(),
+            retry_allowed: req.endpoint.retry_allowed(req.headers),
+            deadline: req.started + Duration::from_millis(settings.request_timeout_ms),
+            first_byte_timeout: Duration::from_millis(settings.first_byte_timeout_ms),
+            idle_timeout: Duration::from_millis(settings.stream_idle_timeout_ms),
+            rng: SplitMix64::new(req.seed),
+            req,
+            trail: Trail::default(),
+            last: None,
+            last_error: None,
+            prev_channel: None,
+            rounds_used: 0,
+            counted_channels: Vec::new(),
+            disabled_here: Vec::new(),
+        }
+    }
+
+    fn fail(self, e: GatewayError) -> (Response, Trail) {
+        (e.into_response(self.protocol), self.trail)
+    }
+
+    /// Asks the engine for the next member (what was tried is excluded) and checks it can be
+    /// tried here: a credential this proxy can resolve, a compiled runtime, a translation, and a
+    /// cross-channel round left when it is on another channel.
+    fn next_pick(&mut self) -> Next<'a> {
+        let view: &'a View = self.view;
+        let snapshot = &*view.snapshot;
+        let settings = &snapshot.settings;
+        let model = self.req.inspected.model.as_str();
         let now = crate::unix_ms();
-        let mut picked: Option<Picked<'_>> = None;
+        let mut picked: Option<Picked<'a>> = None;
         let mut decision_out = None;
         let mut untranslatable: Option<Provider> = None;
-        state.store.with_view(&mut |health| {
-            let decision = select(snapshot, health, &req.constraint, model, now, &mut rng);
+        let constraint = &self.req.constraint;
+        let rng = &mut self.rng;
+        self.state.store.with_view(&mut |health| {
+            let decision = select(snapshot, health, constraint, model, now, &mut *rng);
             if decision.selected().is_none() {
                 // Nothing eligible: was it only because no member's protocol can express it?
                 let unsupported = |c: &switchyard_engine::Candidate<'_>| {
@@ -241,81 +325,71 @@ pub async fn proxy(
             ));
         });
         let Some((outcome, route, budget, sticky)) = decision_out else {
-            return fail(GatewayError::not_ready(), trail);
+            return Next::Fail(GatewayError::not_ready());
         };
-        if trail.attempts.is_empty() {
-            trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
-            trail.sticky = sticky_label(sticky);
+        if self.trail.attempts.is_empty() {
+            self.trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
+            self.trail.sticky = sticky_label(sticky);
+            let metrics = &self.state.metrics;
             match sticky {
-                Some(Sticky::Hit { .. }) => state.metrics.sticky_hits.fetch_add(1, Relaxed),
-                Some(Sticky::Escaped { .. }) => state.metrics.sticky_escapes.fetch_add(1, Relaxed),
+                Some(Sticky::Hit { .. }) => metrics.sticky_hits.fetch_add(1, Relaxed),
+                Some(Sticky::Escaped { .. }) => metrics.sticky_escapes.fetch_add(1, Relaxed),
                 _ => 0,
             };
         }
         let (Some(picked), Some(budget), Some(route)) = (picked, budget, route) else {
-            if !trail.attempts.is_empty() {
-                break;
+            if !self.trail.attempts.is_empty() {
+                return Next::Exhausted;
             }
             if let Some(provider) = untranslatable {
-                let feature = req.unsupported[protocol_index(channel_protocol(provider, protocol))]
+                let target = protocol_index(channel_protocol(provider, self.protocol));
+                let feature = self.req.unsupported[target]
                     .clone()
                     .unwrap_or_else(|| "this request".to_owned());
-                return fail(
-                    GatewayError::bad_request(
-                        "protocol_unsupported",
-                        format!("The request uses {feature}, which no upstream serving `{model}` can express."),
-                    ),
-                    trail,
-                );
+                return Next::Fail(GatewayError::ProtocolUnsupported {
+                    feature,
+                    model: model.to_owned(),
+                });
             }
-            let e = match outcome {
-                Selection::ModelNotFound => GatewayError::new(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    "model_not_found",
-                    format!("The model `{model}` does not exist or is not served by this gateway."),
-                ),
-                Selection::ModelNotAllowed => GatewayError::new(
-                    StatusCode::FORBIDDEN,
-                    "permission_error",
-                    "model_not_allowed",
-                    format!("This API key may not use the model `{model}`."),
-                ),
-                _ => GatewayError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    "no_eligible_member",
-                    format!("No upstream can serve `{model}` right now (all disabled, excluded or incapable)."),
-                ),
-            };
-            return fail(e, trail);
+            let model = model.to_owned();
+            return Next::Fail(match outcome {
+                Selection::ModelNotFound => GatewayError::ModelNotFound { model },
+                Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
+                _ => GatewayError::NoEligibleMember { model },
+            });
         };
         if picked.credentials.is_empty() {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
-            req.constraint.attempted.push(picked.member.id);
-            last_error = Some("credential_unresolved");
-            continue;
+            self.req.constraint.attempted.push(picked.member.id);
+            self.last_error = Some(AttemptError::CredentialUnresolved);
+            return Next::Skip;
         }
 
         // Cross-channel rounds: moving to another channel spends one.
-        if let Some(prev) = prev_channel {
+        if let Some(prev) = self.prev_channel {
             if prev != picked.channel.id {
-                if rounds_used >= budget.cross_channel_rounds() {
-                    break;
+                if self.rounds_used >= budget.cross_channel_rounds() {
+                    return Next::Exhausted;
                 }
-                rounds_used += 1;
+                self.rounds_used += 1;
             }
-            state.metrics.failovers.fetch_add(1, Relaxed);
+            self.state.metrics.failovers.fetch_add(1, Relaxed);
         }
         let policy = FailurePolicy {
             fault_protection: settings.fault_protection_enabled,
             cooldown_ms: u64::from(budget.cooldown_seconds) * 1000,
             breaker_threshold: settings.breaker_failure_threshold,
         };
-        let runtime = view.channel_runtime(picked.channel.id);
-        let Some(runtime) = runtime else {
-            req.constraint.attempted.push(picked.member.id);
-            continue;
+        let Some(runtime) = view.channel_runtime(picked.channel.id) else {
+            self.req.constraint.attempted.push(picked.member.id);
+            return Next::Skip;
+        };
+        let client = ClientRequest {
+            endpoint: self.req.endpoint,
+            inspected: self.req.inspected,
+            body: self.req.body,
+            query: self.req.query,
+            chat: self.req.chat,
         };
         let call = match plan(
             &client,
@@ -324,167 +398,108 @@ pub async fn proxy(
         ) {
             Ok(call) => call,
             Err(TranslateError::Malformed(message)) => {
-                return fail(GatewayError::bad_request("invalid_request", message), trail);
+                return Next::Fail(GatewayError::InvalidRequest(message));
             }
             Err(TranslateError::Unsupported(_)) => {
                 // The engine already skips these members; a stale view may not have.
-                req.constraint.attempted.push(picked.member.id);
-                continue;
+                self.req.constraint.attempted.push(picked.member.id);
+                return Next::Skip;
             }
         };
-        let sends = if retry_allowed {
+        let sends = if self.retry_allowed {
             1 + budget.channel_retry_times
         } else {
             1
         };
-        let guard = InFlightGuard::acquire(&state.store, picked.channel.id);
-        let start = (rng.next_u64() % picked.credentials.len() as u64) as usize;
+        Next::Try(Pick {
+            picked,
+            route,
+            runtime,
+            call,
+            policy,
+            sends,
+        })
+    }
+
+    /// Sends to the picked member: up to `sends` times on its channel, rotating through the
+    /// credentials still usable, with a backoff between re-sends, while failures stay on the
+    /// same channel ([`Scope::SameChannel`]). A success is committed here (the store learns it,
+    /// the sticky session is bound, a stream gets its relay).
+    async fn try_channel(&mut self, pick: &Pick<'a>) -> Tried {
+        let picked = &pick.picked;
+        let guard = InFlightGuard::acquire(&self.state.store, picked.channel.id);
+        let start = (self.rng.next_u64() % picked.credentials.len() as u64) as usize;
         let mut failure: Option<Failed> = None;
-        for send in 0..sends {
+        for send in 0..pick.sends {
             if send > 0 {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let Some(pause) = pause_before(send, left, &mut rng) else {
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                let Some(pause) = pause_before(send, left, &mut self.rng) else {
                     break;
                 };
                 tokio::time::sleep(pause).await;
             }
-            let usable: Vec<CredentialId> = picked
-                .credentials
-                .iter()
-                .copied()
-                .filter(|c| !disabled_here.contains(c))
-                .collect();
-            let Some(credential_id) = usable
-                .get((start + send as usize) % usable.len().max(1))
-                .copied()
-            else {
+            let Some(credential_id) = self.credential(picked, start + send as usize) else {
                 break;
             };
-            let Some(credential) = runtime.credential(credential_id) else {
+            let Some(credential) = pick.runtime.credential(credential_id) else {
                 break;
             };
-            if Instant::now() >= deadline {
+            if Instant::now() >= self.deadline {
                 break;
             }
             let sent_at = Instant::now();
             let attempt = Attempt {
-                client: &state.client,
-                endpoint: req.endpoint,
-                inspected: req.inspected,
+                client: &self.state.client,
+                endpoint: self.req.endpoint,
+                inspected: self.req.inspected,
                 upstream_model: &picked.member.upstream_model,
-                client_model: model,
-                call: &call,
-                client_headers: req.headers,
+                client_model: self.req.inspected.model.as_str(),
+                call: &pick.call,
+                client_headers: self.req.headers,
                 channel: picked.channel,
-                runtime,
+                runtime: pick.runtime,
                 credential,
-                first_byte_timeout,
-                idle_timeout,
-                deadline,
+                first_byte_timeout: self.first_byte_timeout,
+                idle_timeout: self.idle_timeout,
+                deadline: self.deadline,
             };
-            let span = attempt_span(&picked, credential_id);
-            let result = attempt.run(&mut rng).instrument(span.clone()).await;
+            let span = attempt_span(picked, credential_id);
+            let result = attempt.run(&mut self.rng).instrument(span.clone()).await;
             let elapsed = sent_at.elapsed();
             let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-            trail.upstream_micros = trail.upstream_micros.saturating_add(micros);
-            state.metrics.upstream_latency.observe_micros(micros);
+            self.trail.upstream_micros = self.trail.upstream_micros.saturating_add(micros);
+            self.state.metrics.upstream_latency.observe_micros(micros);
             let latency_ms = elapsed.as_secs_f64() * 1000.0;
+            let (status, error) = match &result {
+                Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None),
+                Outcome::Failed(failed) => (failed.status, Some(failed.error)),
+            };
+            let log = AttemptLog {
+                member_id: picked.member.id,
+                channel_id: picked.channel.id,
+                credential_id,
+                status,
+                error,
+                latency_ms,
+            };
+            record_attempt(&span, &log);
+            self.trail.attempts.push(log);
             match result {
                 Outcome::Committed(committed) => {
-                    let log = AttemptLog {
-                        member_id: picked.member.id,
-                        channel_id: picked.channel.id,
-                        credential_id,
-                        status: Some(committed.response.status.as_u16()),
-                        error: None,
-                        latency_ms,
-                    };
-                    record_attempt(&span, &log);
-                    trail.attempts.push(log);
-                    state
-                        .metrics
-                        .attempt(&picked.channel.name, AttemptOutcome::Success);
-                    let now = crate::unix_ms();
-                    let effect = state.store.record_success(
-                        &AttemptSuccess {
-                            member: picked.member.id,
-                            channel: picked.channel.id,
-                            upstream_model: &picked.member.upstream_model,
-                            latency_ms,
-                            canary: picked.canary,
-                            promote_after: settings.stable_first_promote_requests,
-                        },
-                        now,
-                    );
-                    if effect.promoted {
-                        tracing::info!(
-                            member_id = picked.member.id,
-                            "canary member promoted to stable"
-                        );
-                    }
-                    let sticky_on = route.sticky_session.unwrap_or(settings.sticky_enabled);
-                    if let (true, false, Some(key)) = (
-                        sticky_on,
-                        req.constraint.is_pinned(),
-                        req.constraint.session_key.as_deref(),
-                    ) {
-                        let ttl = u64::from(settings.sticky_ttl_minutes) * 60_000;
-                        state
-                            .store
-                            .bind_sticky(route.id, key, picked.member.id, ttl, now);
-                    }
-                    trail.final_channel = Some(picked.channel.name.clone());
-                    trail.final_model = Some(picked.member.upstream_model.clone());
-                    let owner = StreamOwner {
-                        state: state.clone(),
-                        member: picked.member.id,
-                        channel: picked.channel.id,
-                        upstream_model: picked.member.upstream_model.clone(),
-                        channel_name: picked.channel.name.clone(),
-                        policy,
-                        protocol,
-                        request_id: req.request_id.to_owned(),
-                        guard,
-                        slot: StreamSlot::new(),
-                    };
-                    trail.usage = committed.usage;
-                    if committed.first_chunk.is_some() {
-                        trail.stream = Some(owner.slot.clone());
-                    }
-                    return (committed_response(committed, idle_timeout, owner), trail);
+                    return Tried::Committed(self.commit(pick, committed, latency_ms, guard));
                 }
                 Outcome::Failed(failed) => {
-                    let log = AttemptLog {
-                        member_id: picked.member.id,
-                        channel_id: picked.channel.id,
-                        credential_id,
-                        status: failed.status,
-                        error: Some(failed.error),
-                        latency_ms,
-                    };
-                    record_attempt(&span, &log);
-                    trail.attempts.push(log);
-                    state
+                    self.state
                         .metrics
                         .attempt(&picked.channel.name, failed.outcome());
-                    if let (Some(keyword), true) = (failed.ban_keyword, policy.fault_protection) {
-                        let now = crate::unix_ms();
-                        if picked.channel.credentials.len() > 1 {
-                            state.store.disable_credential(credential_id, keyword, now);
-                            disabled_here.push(credential_id);
-                            state.metrics.credentials_disabled.fetch_add(1, Relaxed);
-                        } else {
-                            state.store.trip_breaker(picked.channel.id, keyword, now);
-                            state.metrics.breaker_trips.fetch_add(1, Relaxed);
-                            trail.breaker_tripped = true;
-                        }
-                        tracing::warn!(channel = %picked.channel.name, credential_id, keyword, "auto-ban keyword matched");
+                    if let Some(keyword) = failed.ban_keyword {
+                        self.ban(pick, credential_id, keyword);
                     }
-                    let again = failed.scope == Scope::SameChannel;
                     if let Some(answer) = failed.answer.clone() {
-                        last = Some(answer);
+                        self.last = Some(answer);
                     }
-                    last_error = Some(failed.error);
+                    self.last_error = Some(failed.error);
+                    let again = failed.scope() == Scope::SameChannel;
                     failure = Some(failed);
                     if !again {
                         break;
@@ -493,78 +508,185 @@ pub async fn proxy(
             }
         }
         drop(guard);
+        match failure {
+            Some(failed) => Tried::Failed(failed),
+            None => Tried::NotSent,
+        }
+    }
 
-        // The member failed: cool it, count its channel once per request, and move on.
-        let Some(failed) = failure else { break };
+    /// The credential of send `n` (counting from the random start): the channel's usable
+    /// credentials in rotation, without those disabled during this request.
+    fn credential(&self, picked: &Picked<'_>, n: usize) -> Option<CredentialId> {
+        let usable = || {
+            picked
+                .credentials
+                .iter()
+                .copied()
+                .filter(|c| !self.disabled_here.contains(c))
+        };
+        let count = usable().count();
+        usable().nth(n % count.max(1))
+    }
+
+    /// An auto-ban keyword matched: the store applies the keyword rule.
+    fn ban(&mut self, pick: &Pick<'a>, credential_id: CredentialId, keyword: &'static str) {
+        let channel = pick.picked.channel;
+        let ban = self.state.store.ban_keyword(
+            channel.id,
+            credential_id,
+            channel.credentials.len(),
+            keyword,
+            &pick.policy,
+            crate::unix_ms(),
+        );
+        match ban {
+            KeywordBan::Ignored => return,
+            KeywordBan::CredentialDisabled => {
+                self.disabled_here.push(credential_id);
+                self.state
+                    .metrics
+                    .credentials_disabled
+                    .fetch_add(1, Relaxed);
+            }
+            KeywordBan::BreakerTripped => {
+                self.state.metrics.breaker_trips.fetch_add(1, Relaxed);
+                self.trail.breaker_tripped = true;
+            }
+        }
+        tracing::warn!(channel = %channel.name, credential_id, keyword, "auto-ban keyword matched");
+    }
+
+    /// A committed answer: the store learns the success, the session is bound to the member,
+    /// and the response (a stream through its relay, which owns the in-flight guard) is built.
+    fn commit(
+        &mut self,
+        pick: &Pick<'a>,
+        committed: Committed,
+        latency_ms: f64,
+        guard: InFlightGuard,
+    ) -> Response {
+        let picked = &pick.picked;
+        let state = self.state;
+        let settings = &self.view.snapshot.settings;
+        state
+            .metrics
+            .attempt(&picked.channel.name, AttemptOutcome::Success);
         let now = crate::unix_ms();
-        let effect = state.store.record_failure(
-            &AttemptFailure {
+        let effect = state.store.record_success(
+            &AttemptSuccess {
                 member: picked.member.id,
                 channel: picked.channel.id,
                 upstream_model: &picked.member.upstream_model,
-                kind: failed.kind,
-                retry_after_ms: failed.retry_after_ms,
+                latency_ms,
+                canary: picked.canary,
+                promote_after: settings.stable_first_promote_requests,
             },
-            &policy,
             now,
         );
-        if effect.cooled_until.is_some() {
-            state.metrics.cooldowns.fetch_add(1, Relaxed);
+        if effect.promoted {
+            tracing::info!(
+                member_id = picked.member.id,
+                "canary member promoted to stable"
+            );
         }
-        if failed.kind != FailureKind::Rejected && !counted_channels.contains(&picked.channel.id) {
-            counted_channels.push(picked.channel.id);
-            let channel_effect =
-                state
-                    .store
-                    .record_channel_failure(picked.channel.id, &policy, now);
+        let sticky_on = pick.route.sticky_session.unwrap_or(settings.sticky_enabled);
+        if let (true, false, Some(key)) = (
+            sticky_on,
+            self.req.constraint.is_pinned(),
+            self.req.constraint.session_key.as_deref(),
+        ) {
+            let ttl = u64::from(settings.sticky_ttl_minutes) * 60_000;
+            state
+                .store
+                .bind_sticky(pick.route.id, key, picked.member.id, ttl, now);
+        }
+        self.trail.final_channel = Some(picked.channel.name.clone());
+        self.trail.final_model = Some(picked.member.upstream_model.clone());
+        let owner = StreamOwner {
+            state: state.clone(),
+            member: picked.member.id,
+            channel: picked.channel.id,
+            upstream_model: picked.member.upstream_model.clone(),
+            channel_name: picked.channel.name.clone(),
+            policy: pick.policy,
+            protocol: self.protocol,
+            request_id: self.req.request_id.to_owned(),
+            guard,
+            slot: StreamSlot::new(),
+        };
+        self.trail.usage = committed.usage;
+        if committed.first_chunk.is_some() {
+            self.trail.stream = Some(owner.slot.clone());
+        }
+        committed_response(committed, self.idle_timeout, owner)
+    }
+
+    /// The member failed: the store cools it and counts its channel (at most once per request;
+    /// the store decides whether the failure counts at all), and the next pick excludes it.
+    /// `false` when the loop must stop (no retry allowed, or the deadline passed).
+    fn report(&mut self, pick: &Pick<'a>, failed: Failed) -> bool {
+        let picked = &pick.picked;
+        let channel = picked.channel;
+        let first_for_channel = !self.counted_channels.contains(&channel.id);
+        let reported = self.state.store.report_failure(
+            &AttemptFailure {
+                member: picked.member.id,
+                channel: channel.id,
+                upstream_model: &picked.member.upstream_model,
+                kind: failed.kind(),
+                retry_after_ms: failed.retry_after_ms,
+            },
+            &pick.policy,
+            first_for_channel,
+            crate::unix_ms(),
+        );
+        if reported.member.cooled_until.is_some() {
+            self.state.metrics.cooldowns.fetch_add(1, Relaxed);
+        }
+        if let Some(channel_effect) = reported.channel {
+            self.counted_channels.push(channel.id);
             if channel_effect.tripped {
-                state.metrics.breaker_trips.fetch_add(1, Relaxed);
-                trail.breaker_tripped = true;
+                self.state.metrics.breaker_trips.fetch_add(1, Relaxed);
+                self.trail.breaker_tripped = true;
                 tracing::warn!(
-                    channel = %picked.channel.name,
+                    channel = %channel.name,
                     consecutive_failures = channel_effect.consecutive_failures,
                     "channel breaker tripped"
                 );
             }
         }
-        req.constraint.attempted.push(picked.member.id);
-        req.constraint.prefer_channel =
-            (failed.scope == Scope::PreferChannel).then_some(picked.channel.id);
-        prev_channel = Some(picked.channel.id);
-        trail.final_channel = Some(picked.channel.name.clone());
-        trail.final_model = Some(picked.member.upstream_model.clone());
-        if !retry_allowed || Instant::now() >= deadline {
-            break;
-        }
+        self.req.constraint.attempted.push(picked.member.id);
+        self.req.constraint.prefer_channel =
+            (failed.scope() == Scope::PreferChannel).then_some(channel.id);
+        self.prev_channel = Some(channel.id);
+        self.trail.final_channel = Some(channel.name.clone());
+        self.trail.final_model = Some(picked.member.upstream_model.clone());
+        self.retry_allowed && Instant::now() < self.deadline
     }
 
-    // Every attempt failed: the last upstream answer, not a generic error.
-    match last {
-        Some(answer) => (answer_response(answer), trail),
-        None => {
-            let e = match last_error {
-                Some("first_byte_timeout" | "body_timeout") => GatewayError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "server_error",
-                    "upstream_timeout",
-                    "The upstream did not answer within the request's time budget.",
-                ),
-                Some("stream_cut_before_first_byte") => GatewayError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "server_error",
-                    "upstream_stream_cut",
-                    "Every upstream stream ended before its first byte.",
-                ),
-                _ => GatewayError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "server_error",
-                    "upstream_unreachable",
-                    "No upstream could be reached.",
-                ),
-            };
-            fail(e, trail)
+    /// Every attempt failed: the last upstream answer, not a generic error.
+    fn exhausted(mut self) -> (Response, Trail) {
+        match self.last.take() {
+            Some(answer) => (answer_response(answer), self.trail),
+            None => {
+                let e = self
+                    .last_error
+                    .map_or(GatewayError::UpstreamUnreachable, AttemptError::exhausted);
+                self.fail(e)
+            }
         }
     }
+}
+
+/// A member the engine picked, with what trying it needs.
+struct Pick<'a> {
+    picked: Picked<'a>,
+    route: &'a Route,
+    runtime: &'a ChannelRuntime,
+    call: Call,
+    policy: FailurePolicy,
+    /// Sends allowed on the channel (1 + `channel_retry_times`, or 1 when retries are off).
+    sends: u32,
 }
 
 fn copy_headers(from: &HeaderMap, to: &mut HeaderMap) {

@@ -36,7 +36,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwapOption;
 use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+pub use run::main_with;
 pub use server::app;
 
 use crate::metrics::Metrics;
@@ -73,6 +75,17 @@ impl AppState {
         store: Arc<dyn StateStore>,
         usage: Option<Arc<usage::UsageReporter>>,
     ) -> Arc<AppState> {
+        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new())
+    }
+
+    /// [`AppState::with_usage`], its snapshot follower spawned on `tasks` (the process's
+    /// tracker; the follower ends when the snapshot channel closes).
+    pub fn with_tasks(
+        snapshots: SnapshotReceiver,
+        store: Arc<dyn StateStore>,
+        usage: Option<Arc<usage::UsageReporter>>,
+        tasks: &TaskTracker,
+    ) -> Arc<AppState> {
         let views = Arc::new(ArcSwapOption::empty());
         // The pooled client's connect timeout comes from the first snapshot (default 5 s).
         let mut connect_timeout = Duration::from_secs(5);
@@ -80,7 +93,7 @@ impl AppState {
             connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
             snapshot::install(&views, &*store, snapshot);
         }
-        tokio::spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
+        tasks.spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)

@@ -18,18 +18,18 @@ use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitM
 use switchyard_upstream::{
     probe_model, ChannelRuntime, CredentialRuntime, ProbeResult, ProbeSchedule,
 };
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 
 /// Every second, probes what is due on its schedule (`recovery_probe_interval_seconds`
-/// re-read from the current snapshot; 0 = off) until `stop` turns true.
-pub async fn recovery_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
+/// re-read from the current snapshot; 0 = off) until `stop` is cancelled.
+pub async fn recovery_loop(state: Arc<AppState>, stop: CancellationToken) {
     let mut schedules = Schedules::new(state.next_seed());
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            () = stop.cancelled() => return,
         }
         let interval_s = state
             .views

@@ -9,6 +9,7 @@ use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateSt
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use switchyard_server::Server;
 
@@ -21,11 +22,61 @@ use crate::{app, AppState};
 
 /// Time the error events of streams cut at the end of the grace period get to leave.
 const STREAM_CUT_FLUSH: Duration = Duration::from_secs(1);
+/// Time the background tasks get to end once stopped (a probe in progress finishes first).
+const TASKS_STOP: Duration = Duration::from_secs(2);
+
+/// The whole process as `switchyard-data-plane` runs it: parse `args` (the first is the program
+/// name), start the runtime, install the logging (and trace export when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set), [`run`], flush. The shipped binary and the e2e test
+/// binary are both this call; only the global allocator is the binary's own.
+pub fn main_with<I, T>(args: I) -> std::process::ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser;
+    let cli = Cli::parse_from(args);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchyard-data-plane: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // Inside the runtime: the OTLP exporter's gRPC channel spawns its worker there.
+    let mut telemetry = {
+        let _entered = runtime.enter();
+        crate::telemetry::init()
+    };
+    let result = runtime.block_on(run(cli));
+    // The runtime's workers still drive the exporter's channel while the last spans are sent.
+    telemetry.shutdown();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "exiting");
+            eprintln!("switchyard-data-plane: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
 
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
+///
+/// Task ownership: every task this process runs besides the requests' own is spawned on one
+/// `TaskTracker` and ends on one `CancellationToken`, `stop` (the snapshot source, the cache
+/// writer and the snapshot follower through the snapshot channel closing, the standalone probe
+/// loop, the HTTP server's listener). Shutdown is phases, each a token of its own:
+/// `AppState::draining` (readiness off, still serving), `stop`, `AppState::streams_cut` (the
+/// grace period is over), then the usage reporter's final flush (stopped only after the last
+/// request) and the state store's close.
 pub async fn run(cli: Cli) -> Result<(), String> {
     let (snapshots, receiver) = watch::channel(None);
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let tasks = TaskTracker::new();
+    let stop = CancellationToken::new();
     // Fleet mode: usage accounting towards the control plane (standalone has nobody to report to).
     let mut usage = None;
     match (&cli.config, &cli.control_plane) {
@@ -34,11 +85,11 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| format!("bad configuration in {}: {e}", path.display()))?;
             snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
             tracing::info!(config = %path.display(), "standalone mode");
-            tokio::spawn(watch_config(
+            tasks.spawn(watch_config(
                 path.clone(),
                 snapshots,
                 Duration::from_millis(cli.config_poll_ms.max(50)),
-                stop_rx.clone(),
+                stop.clone(),
             ));
         }
         (None, Some(endpoint)) => {
@@ -61,18 +112,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "snapshot cache ignored"),
                 }
-                tokio::spawn(cache::persist(path.clone(), snapshots.subscribe()));
+                tasks.spawn(cache::persist(path.clone(), snapshots.subscribe()));
             }
             tracing::info!(control_plane = %endpoint, "fleet mode: following the control plane");
-            let cancel = CancellationToken::new();
-            let mut stopping = stop_rx.clone();
-            tokio::spawn({
-                let cancel = cancel.clone();
-                async move {
-                    let _ = stopping.wait_for(|s| *s).await;
-                    cancel.cancel();
-                }
-            });
             let endpoint = endpoint.clone();
             let auth = watch_auth(&cli)?;
             // Stopped only after the last request has finished, so its usage is in the final flush.
@@ -85,7 +127,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             )
             .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE: {e}"))?;
             usage = Some((reporter, task, usage_stop));
-            tokio::spawn(async move {
+            let cancel = stop.clone();
+            tasks.spawn(async move {
                 let watched = switchyard_proto::watch_snapshots(
                     endpoint,
                     have_revision,
@@ -127,14 +170,15 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
 
-    let state = AppState::with_usage(
+    let state = AppState::with_tasks(
         receiver,
         store,
         usage.as_ref().map(|(reporter, _, _)| Arc::clone(reporter)),
+        &tasks,
     );
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
-        tokio::spawn(crate::probe::recovery_loop(state.clone(), stop_rx.clone()));
+        tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
     }
     let listener = TcpListener::bind(cli.http_addr)
         .await
@@ -153,8 +197,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         "connection limits"
     );
     let _ = state.connections.set(server.stats());
-    let stop_serving = CancellationToken::new();
-    let mut server = tokio::spawn(server.serve(listener, app(state.clone()), stop_serving.clone()));
+    let mut server = tasks.spawn(server.serve(listener, app(state.clone()), stop.clone()));
     tokio::select! {
         result = &mut server => {
             return match result {
@@ -180,8 +223,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         grace_seconds = cli.shutdown_grace_seconds,
         "shutting down: draining in-flight requests"
     );
-    let _ = stop_tx.send(true);
-    stop_serving.cancel();
+    stop.cancel();
     let grace = Duration::from_secs(cli.shutdown_grace_seconds);
     match tokio::time::timeout(grace, &mut server).await {
         Ok(_) => tracing::info!("drained; bye"),
@@ -197,6 +239,16 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         // Send the usage still pending (the flush bounds itself; this only guards the join).
         stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    tasks.close();
+    if tokio::time::timeout(TASKS_STOP, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tasks = tasks.len(),
+            "background tasks still running at exit"
+        );
     }
     if let Some(redis) = redis_store {
         // Push the last writes and drop this proxy's in-flight lease.
@@ -257,14 +309,14 @@ pub async fn watch_config(
     path: PathBuf,
     snapshots: SnapshotSender,
     every: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     let mut seen = stamp(&path);
     let mut revision = 1;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            () = stop.cancelled() => return,
         }
         let now = stamp(&path);
         if now == seen {

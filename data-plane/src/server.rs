@@ -79,13 +79,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .fallback(|request: Request| async move { not_found(request.uri().path()) })
         .method_not_allowed_fallback(|request: Request| async move {
             let protocol = protocol_of_path(request.uri().path());
-            GatewayError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request_error",
-                "method_not_allowed",
-                format!("{} is not allowed on this path", request.method()),
-            )
-            .into_response(protocol)
+            GatewayError::MethodNotAllowed(request.method().clone()).into_response(protocol)
         })
         .with_state(state)
 }
@@ -128,13 +122,7 @@ fn protocol_of_path(path: &str) -> Protocol {
 }
 
 fn not_found(path: &str) -> Response {
-    GatewayError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        "not_found",
-        "No such endpoint on this gateway.",
-    )
-    .into_response(protocol_of_path(path))
+    GatewayError::NotFound.into_response(protocol_of_path(path))
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -296,14 +284,8 @@ fn list_models(state: &AppState, headers: &HeaderMap, one: Option<&str>) -> Resp
         .collect();
     if let Some(id) = one {
         let Some(found) = data.into_iter().next() else {
-            let shown: String = id.chars().take(crate::request::MAX_MODEL_LEN).collect();
-            return GatewayError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                format!("The model `{shown}` does not exist or is not served by this gateway."),
-            )
-            .into_response(Protocol::OpenAi);
+            let model: String = id.chars().take(crate::request::MAX_MODEL_LEN).collect();
+            return GatewayError::ModelNotFound { model }.into_response(Protocol::OpenAi);
         };
         return (
             [(header::CONTENT_TYPE, "application/json")],
@@ -323,26 +305,13 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
-        Err(e) if switchyard_server::BodyTimeout::is(&*e) => Err(GatewayError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "invalid_request_error",
-            "request_body_timeout",
-            "the request body was not received in time",
-        )),
-        Err(_) => Err(GatewayError::bad_request(
-            "body_read_error",
-            "the request body could not be read",
-        )),
+        Err(e) if switchyard_server::BodyTimeout::is(&*e) => Err(GatewayError::RequestBodyTimeout),
+        Err(_) => Err(GatewayError::BodyReadError),
     }
 }
 
 fn too_large(limit: usize) -> GatewayError {
-    GatewayError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "invalid_request_error",
-        "request_too_large",
-        format!("request body exceeds the limit of {limit} bytes"),
-    )
+    GatewayError::RequestTooLarge { limit }
 }
 
 async fn handle(
@@ -510,10 +479,8 @@ async fn serve(
         inspect_json_for(&body, path_model)
     };
     let inspected = inspected.map_err(|e| match e {
-        InspectError::Malformed(message) => GatewayError::bad_request("invalid_json", message),
-        InspectError::MissingModel => {
-            GatewayError::bad_request("missing_model", "the request must name a `model`")
-        }
+        InspectError::Malformed(message) => GatewayError::InvalidJson(message),
+        InspectError::MissingModel => GatewayError::MissingModel,
     })?;
 
     // Parsed for translation only: a body the parser refuses still routes (and passes through
@@ -554,23 +521,13 @@ async fn serve(
     };
     if let Some(pin) = parts.headers.get(PIN_HEADER) {
         if !token.allow_pinning {
-            return Err(GatewayError::new(
-                StatusCode::FORBIDDEN,
-                "permission_error",
-                "pinning_not_allowed",
-                format!("this API key may not use {PIN_HEADER}"),
-            ));
+            return Err(GatewayError::PinningNotAllowed);
         }
         let member = pin
             .to_str()
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| {
-                GatewayError::bad_request(
-                    "invalid_pin",
-                    format!("{PIN_HEADER} must be a member id"),
-                )
-            })?;
+            .ok_or(GatewayError::InvalidPin)?;
         constraint.pinned_member = Some(member);
     }
     let settings = &view.snapshot.settings;

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
 use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
-use crate::db::ts;
+use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::{
     check_header_name, check_header_value, check_no_nul, check_single_line, redact_url_userinfo,
@@ -554,28 +554,6 @@ pub(super) async fn delete_in<'c>(
         });
     }
     delete_row::<ChannelView>(tx, actor, id, json!({ "name": current.name })).await
-}
-
-pub(crate) async fn record_status_event(
-    tx: &mut sqlx::PgConnection,
-    channel_id: i64,
-    from: Option<ChannelStatus>,
-    to: ChannelStatus,
-    reason: &str,
-    actor: &str,
-) -> ApiResult<()> {
-    sqlx::query(
-        "INSERT INTO channel_status_events (channel_id, from_status, to_status, reason, actor) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(channel_id)
-    .bind(from.map(ChannelStatus::as_str))
-    .bind(to.as_str())
-    .bind(reason)
-    .bind(actor)
-    .execute(tx)
-    .await?;
-    Ok(())
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]

@@ -21,7 +21,6 @@ pub mod usage;
 
 use std::sync::Arc;
 
-pub(crate) use channels::record_status_event;
 pub use tokens::token_hash;
 
 use axum::body::Bytes;
@@ -219,7 +218,7 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            Arc::clone(&state.metrics),
             crate::metrics::track,
         ))
         .with_state(state)

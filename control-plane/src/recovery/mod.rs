@@ -42,9 +42,8 @@ pub use leader::{Leadership, RECOVERY_LOCK_KEY};
 pub use probe::ProbeOutcome;
 use probe::ProbeTarget;
 
-use crate::api::record_status_event;
 use crate::compile::settings_from_stored;
-use crate::db::{commit_write, Audit};
+use crate::db::{commit_write, record_status_event, Audit};
 use crate::live::LiveState;
 use crate::publisher::Publisher;
 

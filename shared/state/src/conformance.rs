@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use switchyard_engine::{HealthSlots, HealthView, Recovering, StickyBinding, UnixMillis};
+use switchyard_engine::{
+    ChannelId, HealthSlots, HealthView, Recovering, StickyBinding, UnixMillis,
+};
 
 use crate::types::*;
 use crate::{InFlightGuard, StateStore};
@@ -166,6 +168,26 @@ pub fn checks() -> &'static [(&'static str, Check)] {
         (
             "aligned_health_layout_follows_every_write",
             aligned_health_layout_follows_every_write,
+        ),
+        (
+            "rejected_4xx_never_counts_toward_the_breaker",
+            rejected_4xx_never_counts_toward_the_breaker,
+        ),
+        (
+            "a_channel_counts_at_most_once_per_request",
+            a_channel_counts_at_most_once_per_request,
+        ),
+        (
+            "keyword_ban_disables_the_credential_of_a_multi_key_channel",
+            keyword_ban_disables_the_credential_of_a_multi_key_channel,
+        ),
+        (
+            "keyword_ban_trips_the_breaker_of_a_single_key_channel",
+            keyword_ban_trips_the_breaker_of_a_single_key_channel,
+        ),
+        (
+            "keyword_ban_obeys_fault_protection",
+            keyword_ban_obeys_fault_protection,
         ),
     ]
 }
@@ -658,4 +680,105 @@ fn aligned_health_layout_follows_every_write(store: &dyn StateStore) {
     let (dense, hashed) = agrees(store, &newer);
     assert_eq!(dense.as_deref(), Some(hashed.as_slice()));
     assert_eq!(hashed[1].latency_ms, Some(9_000.0));
+}
+
+fn channel_failures(store: &dyn StateStore, channel: ChannelId) -> u32 {
+    store
+        .dump(NOW)
+        .channels
+        .iter()
+        .find(|c| c.channel_id == channel)
+        .map_or(0, |c| c.consecutive_failures)
+}
+
+pub fn rejected_4xx_never_counts_toward_the_breaker(store: &dyn StateStore) {
+    let p = policy();
+    for n in 1..=5u32 {
+        let now = NOW + u64::from(n);
+        let reported = store.report_failure(&failure(FailureKind::Rejected, None), &p, true, now);
+        // The member still fails (streak, cooldown); the channel does not.
+        assert_eq!(reported.member.member_failures, n);
+        assert!(reported.member.cooled_until.is_some());
+        assert_eq!(reported.channel, None, "a 4xx counted toward the breaker");
+    }
+    assert_eq!(channel_failures(store, 10), 0);
+    assert!(!read(store, |v| v.breaker_open(10)));
+    // Every other kind counts.
+    for kind in [
+        FailureKind::Transport,
+        FailureKind::Retryable,
+        FailureKind::MemberSpecific,
+        FailureKind::StreamBroken,
+    ] {
+        let reported = store.report_failure(&failure(kind, None), &p, true, NOW + 10);
+        assert!(reported.channel.is_some(), "{kind:?} did not count");
+    }
+    assert_eq!(channel_failures(store, 10), 4);
+    assert!(read(store, |v| v.breaker_open(10)));
+}
+
+pub fn a_channel_counts_at_most_once_per_request(store: &dyn StateStore) {
+    let p = policy();
+    let first = store.report_failure(&failure(FailureKind::Retryable, None), &p, true, NOW);
+    assert_eq!(
+        first.channel.map(|c| (c.consecutive_failures, c.tripped)),
+        Some((1, false))
+    );
+    // The same request fails on the same channel again (another credential, a re-send):
+    // the member's streak grows, the channel's count does not.
+    for n in 2..=5u32 {
+        let now = NOW + u64::from(n);
+        let again = store.report_failure(&failure(FailureKind::Retryable, None), &p, false, now);
+        assert_eq!(again.channel, None);
+        assert_eq!(again.member.member_failures, n);
+    }
+    assert_eq!(channel_failures(store, 10), 1);
+    assert!(!read(store, |v| v.breaker_open(10)));
+}
+
+pub fn keyword_ban_disables_the_credential_of_a_multi_key_channel(store: &dyn StateStore) {
+    let ban = store.ban_keyword(10, 42, 2, "insufficient_quota", &policy(), NOW);
+    assert_eq!(ban, KeywordBan::CredentialDisabled);
+    assert!(read(store, |v| v.credential_disabled(42)));
+    assert!(!read(store, |v| v.credential_disabled(43)));
+    assert!(!read(store, |v| v.breaker_open(10)));
+    let dump = store.dump(NOW);
+    assert_eq!(dump.credentials_disabled.len(), 1);
+    assert_eq!(dump.credentials_disabled[0].credential_id, 42);
+    assert_eq!(dump.credentials_disabled[0].reason, "insufficient_quota");
+    assert!(dump.channels.iter().all(|c| !c.breaker_open));
+}
+
+pub fn keyword_ban_trips_the_breaker_of_a_single_key_channel(store: &dyn StateStore) {
+    let ban = store.ban_keyword(10, 42, 1, "invalid_api_key", &policy(), NOW);
+    assert_eq!(ban, KeywordBan::BreakerTripped);
+    assert!(read(store, |v| v.breaker_open(10)));
+    assert!(!read(store, |v| v.credential_disabled(42)));
+    let dump = store.dump(NOW);
+    let channel = dump.channels.iter().find(|c| c.channel_id == 10);
+    assert_eq!(
+        channel.map(|c| (c.breaker_open, c.tripped_at, c.reason.as_deref())),
+        Some((true, Some(NOW), Some("invalid_api_key")))
+    );
+    assert!(dump.credentials_disabled.is_empty());
+}
+
+pub fn keyword_ban_obeys_fault_protection(store: &dyn StateStore) {
+    let off = FailurePolicy {
+        fault_protection: false,
+        ..policy()
+    };
+    assert_eq!(
+        store.ban_keyword(10, 42, 2, "insufficient_quota", &off, NOW),
+        KeywordBan::Ignored
+    );
+    assert_eq!(
+        store.ban_keyword(11, 43, 1, "invalid_api_key", &off, NOW),
+        KeywordBan::Ignored
+    );
+    assert!(!read(store, |v| v.credential_disabled(42)));
+    assert!(!read(store, |v| v.breaker_open(11)));
+    let dump = store.dump(NOW);
+    assert!(dump.credentials_disabled.is_empty());
+    assert!(dump.channels.iter().all(|c| !c.breaker_open));
 }

@@ -49,8 +49,8 @@ pub trait StateStore: Send + Sync {
         now: UnixMillis,
     ) -> FailureEffect;
 
-    /// One failed *channel attempt* (the caller reports it at most once per request and channel,
-    /// and never for upstream 4xx). Trips the breaker at `policy.breaker_threshold`, or at once
+    /// One failed *channel attempt* (a primitive: callers use [`StateStore::report_failure`],
+    /// which decides whether a failure counts). Trips the breaker at `policy.breaker_threshold`, or at once
     /// while the channel is recovering (whatever the threshold, as long as fault protection is
     /// on); a trip, or a failure after the window, ends the recovering state.
     fn record_channel_failure(
@@ -59,6 +59,50 @@ pub trait StateStore: Send + Sync {
         policy: &FailurePolicy,
         now: UnixMillis,
     ) -> ChannelFailureEffect;
+
+    /// A failed attempt of one member, and of its channel when it counts: the entry point of
+    /// the failure rules for a proxy's attempt. `first_for_channel` is the caller's per-request
+    /// fact "no failure of this channel has counted in this request yet" (a channel counts at
+    /// most once per request); the store decides the rest: an upstream 4xx
+    /// ([`FailureKind::Rejected`]) never counts toward the breaker.
+    /// Provided in terms of [`StateStore::record_failure`] and
+    /// [`StateStore::record_channel_failure`], so every store applies the same rule.
+    fn report_failure(
+        &self,
+        failure: &AttemptFailure<'_>,
+        policy: &FailurePolicy,
+        first_for_channel: bool,
+        now: UnixMillis,
+    ) -> ReportedFailure {
+        let member = self.record_failure(failure, policy, now);
+        let channel = (first_for_channel && failure.kind.counts_toward_breaker())
+            .then(|| self.record_channel_failure(failure.channel, policy, now));
+        ReportedFailure { member, channel }
+    }
+
+    /// The keyword rule: an auto-ban keyword matched in the error answer `credential` got on
+    /// `channel`, which has `channel_credentials` credentials configured. With fault protection
+    /// on, a multi-credential channel loses that credential (disabled at runtime, until a probe
+    /// with it passes) and a single-credential channel's breaker opens, the keyword as reason.
+    fn ban_keyword(
+        &self,
+        channel: ChannelId,
+        credential: CredentialId,
+        channel_credentials: usize,
+        keyword: &str,
+        policy: &FailurePolicy,
+        now: UnixMillis,
+    ) -> KeywordBan {
+        if !policy.fault_protection {
+            KeywordBan::Ignored
+        } else if channel_credentials > 1 {
+            self.disable_credential(credential, keyword, now);
+            KeywordBan::CredentialDisabled
+        } else {
+            self.trip_breaker(channel, keyword, now);
+            KeywordBan::BreakerTripped
+        }
+    }
 
     /// Opens the channel's breaker at once (keyword rule on a single-key `auto_ban` channel).
     fn trip_breaker(&self, channel: ChannelId, reason: &str, now: UnixMillis);

@@ -25,6 +25,15 @@ pub enum FailureKind {
     StreamBroken,
 }
 
+impl FailureKind {
+    /// Whether a failure of this kind is a failed *channel attempt*, counted toward the channel's
+    /// breaker: every kind but [`FailureKind::Rejected`] (an upstream 4xx blames the request,
+    /// not the channel).
+    pub fn counts_toward_breaker(self) -> bool {
+        self != FailureKind::Rejected
+    }
+}
+
 /// The settings that govern what a failure does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailurePolicy {
@@ -58,6 +67,27 @@ pub struct ChannelFailureEffect {
     pub consecutive_failures: u32,
     /// This failure tripped the breaker (it was closed before).
     pub tripped: bool,
+}
+
+/// What [`crate::StateStore::report_failure`] did: the member's failure, and the channel's
+/// when it counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportedFailure {
+    pub member: FailureEffect,
+    /// `Some` when the failure counted toward the channel's breaker (the caller's first of this
+    /// channel in the request, and not an upstream 4xx).
+    pub channel: Option<ChannelFailureEffect>,
+}
+
+/// What [`crate::StateStore::ban_keyword`] did about an auto-ban keyword in an error answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeywordBan {
+    /// Fault protection is off: nothing.
+    Ignored,
+    /// The channel has several credentials: this one is disabled at runtime.
+    CredentialDisabled,
+    /// The channel has a single credential: its breaker is open.
+    BreakerTripped,
 }
 
 /// The reason a breaker records when a failed channel attempt ends a slow-start window.
