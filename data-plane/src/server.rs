@@ -483,10 +483,15 @@ async fn serve(
         InspectError::MissingModel => GatewayError::MissingModel,
     })?;
 
-    // Parsed for translation only: a body the parser refuses still routes (and passes through
-    // to same-protocol members untouched); other protocols then cannot serve it.
+    // Parsed for translation only, and only when the route has a member of another protocol (a
+    // route whose members all speak the client's protocol passes the bytes through): a body the
+    // parser refuses still routes (and passes through to same-protocol members untouched);
+    // other protocols then cannot serve it.
+    let route = view.snapshot.resolve_route(&inspected.model);
+    let translation = endpoint.translatable()
+        && route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
     let mut unparsable = None;
-    let chat = if endpoint.translatable() {
+    let chat = if translation {
         match ChatRequest::parse(
             endpoint.protocol(),
             &body,
@@ -502,8 +507,12 @@ async fn serve(
     } else {
         None
     };
-    let (unsupported_providers, unsupported) =
-        wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref());
+    let (unsupported_providers, unsupported) = if translation {
+        wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref())
+    } else {
+        // No member of another protocol: nothing to mark (and nothing to format).
+        (0, [None, None, None])
+    };
     let mut needs = inspected.needs;
     needs.unsupported_providers = unsupported_providers;
     let query = wire::strip_key_param(parts.uri.query());
@@ -531,10 +540,7 @@ async fn serve(
         constraint.pinned_member = Some(member);
     }
     let settings = &view.snapshot.settings;
-    let sticky_on = view
-        .snapshot
-        .resolve_route(&inspected.model)
-        .is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
+    let sticky_on = route.is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
     if sticky_on && !constraint.is_pinned() {
         constraint.session_key = parts
             .headers

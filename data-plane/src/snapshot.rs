@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use switchyard_engine::{ChannelId, Snapshot, Token};
+use switchyard_engine::{ChannelId, Provider, RouteId, Snapshot, Token};
+use switchyard_provider::Protocol;
 use switchyard_state::StateStore;
 use tokio::sync::watch;
 
-use crate::upstream::ChannelRuntime;
+use crate::upstream::{channel_protocol, ChannelRuntime};
 
 /// Where snapshots come from: the YAML watcher in standalone mode, the control plane's gRPC
 /// stream otherwise. `None` until the first snapshot arrives.
@@ -23,6 +24,9 @@ pub struct View {
     pub installed_at_ms: u64,
     tokens: HashMap<String, usize>,
     channels: HashMap<ChannelId, ChannelRuntime>,
+    /// Per route, the protocols its members' channels speak (bit `i` = `Protocol::ALL[i]`;
+    /// simulated channels speak whatever the client does and set no bit).
+    route_protocols: HashMap<RouteId, u8>,
 }
 
 impl View {
@@ -39,12 +43,36 @@ impl View {
             .channels()
             .map(|c| (c.id, ChannelRuntime::compile(c, &env)))
             .collect();
+        let route_protocols = snapshot
+            .routes()
+            .iter()
+            .map(|route| {
+                let mask = route
+                    .members
+                    .iter()
+                    .filter_map(|m| snapshot.channel(m.channel_id))
+                    .filter(|c| c.provider != Provider::Mock)
+                    .fold(0u8, |mask, c| {
+                        mask | protocol_bit(channel_protocol(c.provider, Protocol::OpenAi))
+                    });
+                (route.id, mask)
+            })
+            .collect();
         View {
             snapshot,
             installed_at_ms: crate::unix_ms(),
             tokens,
             channels,
+            route_protocols,
         }
+    }
+
+    /// Whether any member of the route speaks another protocol than `client`, i.e. whether a
+    /// request of `client`'s protocol on it may need translating.
+    pub fn route_needs_translation(&self, route: RouteId, client: Protocol) -> bool {
+        self.route_protocols
+            .get(&route)
+            .is_some_and(|mask| mask & !protocol_bit(client) != 0)
     }
 
     /// The enabled token with this SHA-256 hex hash.
@@ -67,6 +95,10 @@ pub fn install(views: &ArcSwapOption<View>, store: &dyn StateStore, snapshot: Ar
     views.store(Some(Arc::new(View::compile(snapshot))));
 }
 
+fn protocol_bit(protocol: Protocol) -> u8 {
+    1 << crate::wire::protocol_index(protocol)
+}
+
 /// Keeps `views` in step with the snapshot source until the source closes.
 pub async fn follow(
     mut rx: SnapshotReceiver,
@@ -83,5 +115,42 @@ pub async fn follow(
         if rx.changed().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    #[test]
+    fn a_route_needs_translation_only_when_a_member_speaks_another_protocol() {
+        let yaml = r#"
+channels:
+  - { name: oa, provider: openai, base_url: "http://127.0.0.1:1/v1", credentials: ["k"] }
+  - { name: an, provider: anthropic, base_url: "http://127.0.0.1:1", credentials: ["k"] }
+  - { name: sim, provider: mock }
+routes:
+  - model_pattern: openai-only
+    members: [{ channel: oa }, { channel: sim }]
+  - model_pattern: mixed
+    members: [{ channel: oa }, { channel: an }]
+  - model_pattern: simulated
+    members: [{ channel: sim }]
+"#;
+        let view = View::compile(Arc::new(Snapshot::new(
+            crate::config::parse_yaml(yaml, 1).unwrap(),
+        )));
+        let id = |pattern: &str| view.snapshot.resolve_route(pattern).unwrap().id;
+        // Same protocol (a simulated channel speaks the client's): pass through, never parse.
+        assert!(!view.route_needs_translation(id("openai-only"), Protocol::OpenAi));
+        assert!(!view.route_needs_translation(id("simulated"), Protocol::Gemini));
+        // Any other protocol among the members: translation may be needed.
+        assert!(view.route_needs_translation(id("openai-only"), Protocol::Anthropic));
+        assert!(view.route_needs_translation(id("mixed"), Protocol::OpenAi));
+        assert!(view.route_needs_translation(id("mixed"), Protocol::Anthropic));
+        assert!(view.route_needs_translation(id("mixed"), Protocol::Gemini));
+        assert!(!view.route_needs_translation(9_999, Protocol::OpenAi));
     }
 }

@@ -11,7 +11,7 @@ use std::fmt;
 use serde_json::{json, Map, Value};
 
 use crate::protocol::Protocol;
-use crate::util::{get_str, get_u64, parse_json_lenient, parse_object};
+use crate::util::{get_u64, parse_json_lenient, parse_object};
 
 pub(crate) use anthropic::{
     anthropic_msg_id, emit_response as anthropic_emit_response,
@@ -468,22 +468,20 @@ impl ChatRequest {
         let (model, stream, include_usage) = match protocol {
             Protocol::OpenAi => {
                 openai::parse_request(&raw, &mut ir)?;
-                let v = Value::Object(raw.clone());
-                let include_usage = v
+                let include_usage = raw
                     .get("stream_options")
                     .and_then(|o| o.get("include_usage"))
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
                 (
-                    body_model(&v, model),
-                    body_stream(&v, stream),
+                    body_model(&raw, model),
+                    body_stream(&raw, stream),
                     include_usage,
                 )
             }
             Protocol::Anthropic => {
                 anthropic::parse_request(&raw, &mut ir)?;
-                let v = Value::Object(raw.clone());
-                (body_model(&v, model), body_stream(&v, stream), false)
+                (body_model(&raw, model), body_stream(&raw, stream), false)
             }
             Protocol::Gemini => {
                 if let Some(inner) = raw.get("generateContentRequest") {
@@ -495,7 +493,8 @@ impl ChatRequest {
                 }
                 gemini::parse_request(&raw, &mut ir)?;
                 let model = if model.is_empty() {
-                    get_str(&Value::Object(raw.clone()), "model")
+                    raw.get("model")
+                        .and_then(Value::as_str)
                         .map(|m| m.trim_start_matches("models/").to_string())
                         .unwrap_or_default()
                 } else {
@@ -692,12 +691,17 @@ impl ChatRequest {
     }
 }
 
-fn body_model(v: &Value, fallback: &str) -> String {
-    get_str(v, "model").unwrap_or(fallback).to_string()
+fn body_model(body: &Map<String, Value>, fallback: &str) -> String {
+    body.get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(fallback)
+        .to_string()
 }
 
-fn body_stream(v: &Value, fallback: bool) -> bool {
-    v.get("stream").and_then(Value::as_bool).unwrap_or(fallback)
+fn body_stream(body: &Map<String, Value>, fallback: bool) -> bool {
+    body.get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(fallback)
 }
 
 pub(crate) fn to_vec(v: &Value) -> Result<Vec<u8>, TranslateError> {
