@@ -409,4 +409,53 @@ mod tests {
         let r = r.on_success(-5.0);
         assert_eq!(r.latency_ms, Some(0.0));
     }
+
+    #[test]
+    fn a_non_finite_previous_latency_is_replaced_by_the_new_sample() {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let r = HealthRecord {
+                latency_ms: Some(bad),
+                error_propensity: 0.0,
+            };
+            assert_eq!(r.on_success(200.0).latency_ms, Some(200.0), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_view_that_tracks_nothing_is_neutral() {
+        let view = NoHealth;
+        assert_eq!(view.cooldown_until(1), None);
+        assert_eq!(view.health(1, "m"), HealthRecord::default());
+        assert_eq!(view.in_flight(1), 0);
+        assert!(!view.breaker_open(1));
+        assert_eq!(view.recovering(1), None);
+        assert!(!view.credential_disabled(1));
+        assert!(!view.canary_promoted(1));
+        assert_eq!(view.sticky(1, "s"), None);
+    }
+
+    #[test]
+    fn health_record_finds_exactly_the_stored_key() {
+        // Enough keys that lookups of absent ones probe slots whose hash tag collides: only an
+        // exact (channel, model) match may answer.
+        let mut records = HealthRecords::default();
+        for i in 0..500u32 {
+            let record = HealthRecord {
+                latency_ms: Some(f64::from(i)),
+                error_propensity: 0.0,
+            };
+            records.insert((1, format!("m{i}")), record);
+            records.insert((i64::from(i) + 2, "shared".to_owned()), record);
+        }
+        for i in 0..500u32 {
+            let want = Some(f64::from(i));
+            let got = health_record(&records, 1, &format!("m{i}")).map(|r| r.latency_ms);
+            assert_eq!(got, Some(want), "m{i}");
+            let got = health_record(&records, i64::from(i) + 2, "shared").map(|r| r.latency_ms);
+            assert_eq!(got, Some(want), "channel {}", i + 2);
+            // Same channel, another model; same model, another channel: neither matches.
+            assert_eq!(health_record(&records, 1, &format!("x{i}")), None, "x{i}");
+            assert_eq!(health_record(&records, i64::from(i) + 1000, "shared"), None);
+        }
+    }
 }

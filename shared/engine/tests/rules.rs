@@ -149,6 +149,23 @@ fn no_default_group_uses_whole_pool_and_route_group_is_null_across_groups() {
 }
 
 #[test]
+fn route_group_names_the_only_group_when_no_narrowing_applies() {
+    // Requested group absent and no `default`: the whole pool, which is all of group "a".
+    let w = World::one_route(vec![grouped(1, "a"), grouped(2, "a")]);
+    let (_, json, _) = decide!(w, group_req("gold"), "m", &mut SplitMix64::new(1));
+    assert_eq!(json["group_fallback"], true);
+    assert_eq!(json["route_group"], "a");
+    // A pin skips group narrowing; the route still has a single group.
+    let c = SelectionConstraint {
+        pinned_member: Some(2),
+        ..group_req("gold")
+    };
+    let (sel, json, _) = decide!(w, c, "m", &mut SplitMix64::new(1));
+    assert_eq!(sel, Some(2));
+    assert_eq!(json["route_group"], "a");
+}
+
+#[test]
 fn empty_or_blank_group_means_default() {
     let w = World::one_route(vec![grouped(1, "default"), grouped(2, "vip")]);
     for g in ["", "   "] {
@@ -1521,4 +1538,95 @@ fn recovering_alone_in_its_tier_still_serves() {
         },
     );
     assert_eq!(chosen(&w, &constraint(), 7), Some(1));
+}
+
+#[test]
+fn latency_factor_applies_only_in_latency_aware_modes_and_to_finite_samples() {
+    // Error-aware only (auto mode, global error switch): the latency sample is not used.
+    let mut w = two_members();
+    w.settings.error_aware_enabled = true;
+    w.latency(1, "up-1", 3000.0);
+    let (lf, _, _) = factors(&w, 1);
+    assert!(close(lf, 1.0), "{lf}");
+    // Latency mode with an infinite sample: treated as no sample.
+    let mut w = two_members();
+    w.route_mut().routing_mode = RoutingMode::Latency;
+    w.latency(1, "up-1", f64::INFINITY);
+    let (lf, _, score) = factors(&w, 1);
+    assert!(close(lf, 1.0) && close(score, 1.0), "{lf} {score}");
+}
+
+#[test]
+fn concurrency_factor_is_neutral_when_awareness_is_off() {
+    let mut w = two_members();
+    w.settings.concurrency_aware_enabled = false;
+    w.health.in_flight.insert(1, 32);
+    let snap = w.snapshot();
+    let d = select(
+        &snap,
+        &w.health,
+        &constraint(),
+        "m",
+        NOW,
+        &mut SplitMix64::new(1),
+    );
+    assert_eq!(d.candidate(1).unwrap().concurrency_factor, 1.0);
+    assert!(!d.strategy.unwrap().concurrency_aware);
+}
+
+#[test]
+fn the_roulette_walks_only_the_drawn_pool_when_pools_share_a_tier() {
+    // Canary, stable, canary in one tier: the stable member sits inside the canary block.
+    let mut w = World::one_route(vec![
+        member(1, 1, 0, 1),
+        member(2, 2, 0, 1),
+        member(3, 3, 0, 1),
+    ]);
+    w.member_mut(1).canary = true;
+    w.member_mut(3).canary = true;
+    w.settings.stable_first_enabled = true;
+    w.settings.stable_first_denominator = 4;
+    // 0 % 4 == 0: the canary pool; then the highest roulette draw, past member 1's share.
+    let (sel, json, _) = decide!(w, constraint(), "m", &mut Scripted::new(&[0, u64::MAX]));
+    assert_eq!(json["canary"]["pool"], "canary");
+    assert_eq!(sel, Some(3), "the stable member 2 is not in the drawn pool");
+}
+
+#[test]
+fn a_roulette_draw_on_a_boundary_goes_to_the_next_candidate() {
+    // Two equal members: probabilities 0.5 and 0.5. A draw of exactly 0.5 is past the first
+    // candidate's interval [0, 0.5), so it lands in the second's [0.5, 1).
+    let w = two_members();
+    let half = 1u64 << 63; // next_f64() == 0.5
+    let (sel, _, _) = decide!(w, constraint(), "m", &mut Scripted::new(&[half]));
+    assert_eq!(sel, Some(2));
+    let (sel, _, _) = decide!(w, constraint(), "m", &mut Scripted::new(&[half - 2048]));
+    assert_eq!(sel, Some(1), "just under 0.5");
+}
+
+#[test]
+fn an_exact_pick_gives_the_chosen_member_all_the_probability() {
+    // Sticky hit, pin and cooling fallback all choose one member outright.
+    let w = sticky_world();
+    let (sel, json, _) = decide!(w, session("s1"), "m", &mut SplitMix64::new(1));
+    assert_eq!(sel, Some(2));
+    let probability = |json: &serde_json::Value, id: i64| {
+        json["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["member_id"] == id)
+            .unwrap()["probability"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!((probability(&json, 2), probability(&json, 1)), (1.0, 0.0));
+
+    let mut w = two_members();
+    w.cool(1, NOW + 10);
+    w.cool(2, NOW + 20);
+    let (sel, json, _) = decide!(w, constraint(), "m", &mut SplitMix64::new(1));
+    assert_eq!(sel, Some(1));
+    assert_eq!(json["via"], "cooling_fallback");
+    assert_eq!((probability(&json, 1), probability(&json, 2)), (1.0, 0.0));
 }

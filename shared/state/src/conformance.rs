@@ -351,6 +351,7 @@ pub fn in_flight_guard_releases_on_drop(store: &dyn StateStore) {
     store.in_flight_acquire(11);
     assert_eq!(read(store, |v| v.in_flight(10)), 2);
     store.in_flight_release(10);
+    assert_eq!(read(store, |v| v.in_flight(10)), 1);
     store.in_flight_release(10);
     // Releasing more than acquired never wraps around.
     store.in_flight_release(10);
@@ -361,9 +362,12 @@ pub fn in_flight_guard_releases_on_drop(store: &dyn StateStore) {
 /// The RAII guard needs an owned store; checked separately by each implementation's tests.
 pub fn in_flight_guard_counts(store: std::sync::Arc<dyn StateStore>) {
     {
-        let _a = InFlightGuard::acquire(&store, 7);
+        let a = InFlightGuard::acquire(&store, 7);
         let _b = InFlightGuard::acquire(&store, 7);
         assert_eq!(read(store.as_ref(), |v| v.in_flight(7)), 2);
+        // The guard names its channel, also in debug output.
+        assert_eq!(a.channel(), 7);
+        assert_eq!(format!("{a:?}"), "InFlightGuard { channel: 7 }");
     }
     assert_eq!(read(store.as_ref(), |v| v.in_flight(7)), 0);
 }
@@ -421,6 +425,17 @@ pub fn canary_promotes_after_clean_run(store: &dyn StateStore) {
     assert!(store.record_success(&canary, NOW).promoted);
     assert!(read(store, |v| v.canary_promoted(1)));
     assert!(!store.record_success(&canary, NOW).promoted);
+    // `promote_after` 0: no count ever promotes.
+    let never = AttemptSuccess {
+        member: 2,
+        canary: true,
+        promote_after: 0,
+        ..success(10.0)
+    };
+    for _ in 0..3 {
+        assert!(!store.record_success(&never, NOW).promoted);
+    }
+    assert!(!read(store, |v| v.canary_promoted(2)));
 }
 
 pub fn credential_disable_is_visible(store: &dyn StateStore) {
@@ -496,6 +511,9 @@ pub fn dump_lists_live_state_only(store: &dyn StateStore) {
     );
     assert_eq!(dump.sticky_bindings, 1);
     assert_eq!(dump.health.len(), 1);
+    // A cooldown is over at its end (cooling while now < until).
+    assert_eq!(store.dump(NOW + 29_999).cooldowns.len(), 1);
+    assert!(store.dump(NOW + 30_000).cooldowns.is_empty());
     let later = store.dump(NOW + 60_000);
     assert!(later.cooldowns.is_empty());
     assert_eq!(later.sticky_bindings, 0);

@@ -527,4 +527,20 @@ mod tests {
     fn in_memory_in_flight_guard_counts() {
         conformance::in_flight_guard_counts(std::sync::Arc::new(InMemoryStore::new()));
     }
+
+    #[test]
+    fn a_binding_that_expires_at_now_is_evicted_by_the_next_bind() {
+        let store = InMemoryStore::new();
+        store.bind_sticky(1, "a", 5, 1_000, 10_000);
+        // At 11 000 "a" has expired (a binding is live while now < expires_at).
+        store.bind_sticky(1, "b", 6, 1_000, 11_000);
+        let mut held = (None, None);
+        store.with_view(&mut |v| held = (v.sticky(1, "a"), v.sticky(1, "b")));
+        assert_eq!(held.0, None, "the expired binding is gone");
+        assert_eq!(held.1.map(|b| b.member_id), Some(6));
+        // One still live at `now` stays.
+        store.bind_sticky(1, "c", 7, 1_000, 11_999);
+        store.with_view(&mut |v| held = (v.sticky(1, "b"), v.sticky(1, "c")));
+        assert_eq!(held.0.map(|b| b.member_id), Some(6));
+    }
 }

@@ -527,4 +527,26 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert!(decode_counts("").is_empty());
     }
+
+    #[test]
+    fn a_full_resync_with_sticky_drops_bindings_redis_no_longer_has() {
+        use switchyard_engine::HealthView;
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        let kept = parse_update("s", "1:kept", "5|7|99999").unwrap();
+        let gone = parse_update("s", "1:gone", "6|8|99999").unwrap();
+        assert!(v.merge(&mut inner, &kept));
+        assert!(v.merge(&mut inner, &gone));
+        v.resync(&mut inner, 10, std::slice::from_ref(&kept), true);
+        let mut keys: Vec<(RouteId, String)> = inner
+            .sticky_keys()
+            .map(|(r, k)| (r, k.to_owned()))
+            .collect();
+        keys.sort();
+        assert_eq!(keys, [(1, "kept".to_owned())]);
+        // The binding's version is still known: a late, older notification cannot roll it back.
+        let stale = parse_update("s", "1:kept", "3|9|99999").unwrap();
+        assert!(!v.merge(&mut inner, &stale));
+        assert_eq!(inner.sticky(1, "kept").map(|b| b.member_id), Some(7));
+    }
 }

@@ -1,0 +1,202 @@
+//! The snapshot's domain types: names and parsing, capability overlay, limits, and the
+//! snapshot's lookups by id.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use support::*;
+use switchyard_engine::*;
+
+#[test]
+fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
+    for p in [
+        Provider::Openai,
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::Mock,
+    ] {
+        assert_eq!(Provider::parse(p.as_str()), Some(p));
+        // The names are the serde names: YAML, JSON and the database agree.
+        assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+    }
+    for s in [
+        ChannelStatus::Enabled,
+        ChannelStatus::Disabled,
+        ChannelStatus::AutoDisabled,
+    ] {
+        assert_eq!(ChannelStatus::parse(s.as_str()), Some(s));
+        assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+    }
+    for m in [
+        RoutingMode::Auto,
+        RoutingMode::Weighted,
+        RoutingMode::Latency,
+        RoutingMode::Adaptive,
+        RoutingMode::Single,
+    ] {
+        assert_eq!(RoutingMode::parse(m.as_str()), Some(m));
+        assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
+    }
+    for bad in ["", "OpenAI", "xyzzy", " mock"] {
+        assert_eq!(Provider::parse(bad), None, "{bad:?}");
+        assert_eq!(ChannelStatus::parse(bad), None, "{bad:?}");
+        assert_eq!(RoutingMode::parse(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn protocol_bits_are_distinct_and_the_mock_has_none() {
+    let bits = [
+        Provider::Openai.protocol_bit(),
+        Provider::Anthropic.protocol_bit(),
+        Provider::Gemini.protocol_bit(),
+    ];
+    assert_eq!(bits, [1, 2, 4]);
+    assert_eq!(Provider::Mock.protocol_bit(), 0);
+    for p in [Provider::Openai, Provider::Anthropic, Provider::Gemini] {
+        assert!(p.needs_credential(), "{p:?}");
+    }
+    assert!(!Provider::Mock.needs_credential());
+}
+
+#[test]
+fn member_capabilities_win_field_by_field() {
+    let channel = Capabilities {
+        max_context: Some(8_000),
+        streaming: Some(true),
+        tools: Some(false),
+        vision: None,
+        json_mode: Some(true),
+    };
+    let member = Capabilities {
+        max_context: Some(4_000),
+        tools: Some(true),
+        vision: Some(false),
+        ..Capabilities::default()
+    };
+    assert_eq!(
+        channel.overlay(member),
+        Capabilities {
+            max_context: Some(4_000),
+            streaming: Some(true),
+            tools: Some(true),
+            vision: Some(false),
+            json_mode: Some(true),
+        }
+    );
+    assert_eq!(channel.overlay(Capabilities::default()), channel);
+}
+
+#[test]
+fn concurrency_limit_defaults_to_64_when_unset_or_zero() {
+    let mut c = channel(1);
+    assert_eq!(c.concurrency_limit(), model::DEFAULT_MAX_CONCURRENCY);
+    c.max_concurrency = Some(0);
+    assert_eq!(c.concurrency_limit(), model::DEFAULT_MAX_CONCURRENCY);
+    c.max_concurrency = Some(1);
+    assert_eq!(c.concurrency_limit(), 1);
+    c.max_concurrency = Some(500);
+    assert_eq!(c.concurrency_limit(), 500);
+}
+
+#[test]
+fn group_names_are_trimmed_and_blank_means_default() {
+    assert_eq!(model::normalize_group(None), DEFAULT_GROUP);
+    assert_eq!(model::normalize_group(Some("  ")), DEFAULT_GROUP);
+    assert_eq!(model::normalize_group(Some(" vip ")), "vip");
+    // The limit counts characters after trimming.
+    let padded = format!("  {}  ", "é".repeat(64));
+    assert!(model::validate_group(&padded).is_ok());
+    let err = model::validate_group(&"é".repeat(65)).unwrap_err();
+    assert!(err.contains("65"), "{err}");
+}
+
+#[test]
+fn inline_secrets_never_reach_debug_output() {
+    assert_eq!(
+        format!("{:?}", SecretSource::Inline("sk-live".into())),
+        "Inline(***)"
+    );
+    assert_eq!(
+        format!("{:?}", SecretSource::Env("OPENAI_KEY".into())),
+        "Env(OPENAI_KEY)"
+    );
+}
+
+fn snapshot() -> Snapshot {
+    let team = Team {
+        id: 7,
+        name: "t".into(),
+        models: vec!["*".into()],
+        members: vec![],
+        plan: Default::default(),
+        retry_limit: None,
+        disable_failover: false,
+    };
+    let token = Token {
+        id: 3,
+        name: "k".into(),
+        hash: "ab".repeat(32),
+        route_group_name: None,
+        team_id: Some(7),
+        allow_pinning: false,
+        enabled: true,
+    };
+    Snapshot::new(SnapshotParts {
+        revision: 42,
+        settings: Settings::default(),
+        // Listed out of order: the snapshot sorts routes, channels and teams by id.
+        routes: vec![
+            route(20, "b-*", vec![member(21, 2, 0, 1)]),
+            route(10, "a", vec![member(11, 1, 0, 1), member(12, 2, 5, 1)]),
+        ],
+        channels: vec![channel(2), channel(1)],
+        teams: vec![team],
+        tokens: vec![token],
+    })
+}
+
+#[test]
+fn snapshot_lookups_by_id() {
+    let s = snapshot();
+    let ids: Vec<RouteId> = s.routes().iter().map(|r| r.id).collect();
+    assert_eq!(ids, [10, 20]);
+    assert_eq!(s.route(20).unwrap().model_pattern, "b-*");
+    assert!(s.route(15).is_none());
+    let ids: Vec<ChannelId> = s.channels().map(|c| c.id).collect();
+    assert_eq!(ids, [1, 2]);
+    assert_eq!(s.channel(2).unwrap().name, "ch2");
+    assert!(s.channel(3).is_none());
+    assert_eq!(s.teams().map(|t| t.id).collect::<Vec<_>>(), [7]);
+    assert_eq!(s.team(7).unwrap().name, "t");
+    assert!(s.team(8).is_none());
+    assert_eq!(s.tokens().len(), 1);
+    assert_eq!(s.tokens()[0].id, 3);
+    let (route, member) = s.member(11).unwrap();
+    assert_eq!((route.id, member.id, member.channel_id), (10, 11, 1));
+    let (route, member) = s.member(21).unwrap();
+    assert_eq!((route.id, member.id), (20, 21));
+    assert!(s.member(99).is_none());
+    assert_eq!(s.resolve_route("b-x").unwrap().id, 20);
+    assert!(s.resolve_route("c").is_none());
+}
+
+#[test]
+fn snapshot_gives_back_its_parts() {
+    let s = snapshot();
+    let parts = s.to_parts();
+    assert_eq!(parts.revision, 42);
+    assert_eq!(
+        parts.routes.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [10, 20]
+    );
+    // Members come back in tier order: priority descending, then id.
+    let members: Vec<MemberId> = parts.routes[0].members.iter().map(|m| m.id).collect();
+    assert_eq!(members, [12, 11]);
+    assert_eq!(parts.channels.len(), 2);
+    assert_eq!(parts.teams.len(), 1);
+    assert_eq!(parts.tokens.len(), 1);
+    let rebuilt = Snapshot::new(s.into_parts());
+    assert_eq!(rebuilt.revision, 42);
+    assert_eq!(rebuilt.member(12).unwrap().0.id, 10);
+}
