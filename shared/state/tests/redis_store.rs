@@ -126,6 +126,129 @@ fn lua_health_formulas_match_the_engine() {
     cleanup(&url, &prefix);
 }
 
+/// The same agreement when the writer folds successes: writes queued while Redis is away reach
+/// it in full batches, where each member's successes on one (channel, model) become one script
+/// call with every latency sample. The stored values must still be those of the Rust rules
+/// applied one write at a time, bit for bit, with failures, a channel failure, canary promotion
+/// and late-replayed successes between and inside the runs.
+#[test]
+fn lua_health_formulas_match_the_engine_when_successes_are_folded() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let prefix = unique_prefix("fold");
+    // Nothing listens yet: every write below waits in the queue.
+    let a = start(&url, &prefix);
+    let models = ["m", "n", "c"];
+    let mut expected = [HealthRecord::default(); 3];
+    let mut writes = 0u64;
+    let success =
+        |member: i64, model: &'static str, latency_ms: f64, canary: bool| AttemptSuccess {
+            member,
+            channel: 2,
+            upstream_model: model,
+            latency_ms,
+            canary,
+            promote_after: if canary { 5 } else { 0 },
+        };
+    let failure = AttemptFailure {
+        member: 1,
+        channel: 2,
+        upstream_model: "m",
+        kind: FailureKind::Retryable,
+        retry_after_ms: None,
+    };
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut canaries = 0;
+    for i in 0..700u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let latency = (x % 100_000) as f64 / 7.0;
+        let now = 1_000 + i;
+        if i % 97 == 50 {
+            a.record_failure(&failure, &policy(0), now);
+            expected[0] = expected[0].on_failure();
+        } else if i == 300 {
+            // A channel record: the successes after it zero its streak.
+            a.record_channel_failure(2, &policy(3), now);
+        } else if i % 3 == 0 {
+            a.record_success(&success(2, "n", latency, false), now);
+            expected[1] = expected[1].on_success(latency);
+        } else if i % 50 == 7 && canaries < 7 {
+            canaries += 1;
+            a.record_success(&success(3, "c", latency, true), now);
+            expected[2] = expected[2].on_success(latency);
+        } else {
+            a.record_success(&success(1, "m", latency, false), now);
+            expected[0] = expected[0].on_success(latency);
+        }
+        writes += 1;
+    }
+    // A last failure, then two successes stamped before it (replayed late): its cooldown stays.
+    a.record_failure(&failure, &policy(0), 5_000);
+    expected[0] = expected[0].on_failure();
+    for now in [4_000, 4_500] {
+        a.record_success(&success(1, "m", 12.5, false), now);
+        expected[0] = expected[0].on_success(12.5);
+    }
+    writes += 3;
+    assert_eq!(a.stats().scripts_total, 0, "Redis is not up yet");
+
+    let _server = RedisServer::start(port, &[]);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(20))));
+    let scripts = a.stats().scripts_total;
+    assert!(
+        scripts > 0 && scripts * 4 < writes,
+        "{writes} queued writes ran as {scripts} scripts: successes were not folded"
+    );
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for (model, want) in models.iter().zip(&expected) {
+        let raw: String = redis::cmd("HGET")
+            .arg(format!("{{sy:{prefix}}}:health"))
+            .arg(format!("2:{model}"))
+            .query(&mut con)
+            .unwrap();
+        let parts: Vec<&str> = raw.split('|').collect();
+        let latency: f64 = parts[1].parse().unwrap();
+        let propensity: f64 = parts[2].parse().unwrap();
+        assert_eq!(
+            latency.to_bits(),
+            want.latency_ms.unwrap().to_bits(),
+            "{model}"
+        );
+        assert_eq!(
+            propensity.to_bits(),
+            want.error_propensity.to_bits(),
+            "{model}"
+        );
+    }
+    // Another proxy, from Redis alone, sees the same state as the writer's view.
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    for (model, want) in models.iter().zip(&expected) {
+        assert_eq!(read(&b, |v| v.health(2, model)), *want, "{model}");
+    }
+    assert_eq!(read(&b, |v| v.cooldown_until(1)), Some(35_000));
+    assert!(
+        read(&b, |v| v.canary_promoted(3)),
+        "5 of 7 canary successes promote"
+    );
+    let dump = b.dump(CHECK_NOW);
+    let channel = dump.channels.iter().find(|c| c.channel_id == 2);
+    assert!(
+        channel.is_none_or(|c| c.consecutive_failures == 0),
+        "successes after the channel failure zero its streak: {channel:?}"
+    );
+    assert_eq!(dump, a.dump(CHECK_NOW));
+    assert!(a.stats().redis_errors_total > 0, "Redis was down at first");
+    drop((a, b));
+}
+
 #[test]
 fn cooldown_propagates_to_other_proxies_fast() {
     let url = redis_url();

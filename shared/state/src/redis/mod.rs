@@ -13,6 +13,7 @@
 //! whose request runtime is saturated still writes, publishes and merges without waiting in a
 //! queue behind thousands of request tasks.
 
+mod coalesce;
 mod conn;
 mod lag;
 mod scripts;
@@ -56,7 +57,8 @@ pub struct RedisConfig {
     pub state_ttl: Duration,
     /// Most writes held while Redis is unreachable; beyond it the oldest are dropped (counted).
     pub max_queue: usize,
-    /// Most scripts per pipelined batch.
+    /// Most queued writes per pipelined batch (each member's successes in it fold into one
+    /// script call, so a batch usually runs far fewer scripts).
     pub batch_size: usize,
     /// How long the writer lets writes gather before sending a batch that is not full: fewer
     /// round trips and wake-ups per request, at the cost of this much propagation delay.

@@ -155,25 +155,34 @@ save_member(KEYS[2], ARGV[2], m, v, ttl)
 return out
 "#;
 
-/// record_success. KEYS: ver, member, channel, health.
-/// ARGV: ttl, member, channel, health field, latency_ms, canary, promote_after, now.
+/// record_success, for a run of one member's successes on one (channel, model) that the writer
+/// coalesced from its queue (one write or many; no other write touching the member or the
+/// health record lies between them). KEYS: ver, member, channel, health.
+/// ARGV: ttl, member, channel, health field, canary, promote_after, now (the latest of the run),
+/// latency_ms… (one per success, in queue order: the EWMA and the propensity step run once per
+/// sample, exactly as the same successes one by one would).
 /// A success older than the member's last failure (a write replayed after a Redis outage)
-/// leaves that failure's streak and cooldown alone.
+/// leaves that failure's streak and cooldown alone; one by one, the first success at or after
+/// that failure clears it and the rest find it clear, so the latest `now` of the run decides.
 const SUCCESS: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
 local m = load_member(KEYS[2], ARGV[2])
-if m.at == nil or tonumber(ARGV[8]) >= m.at then
+if m.at == nil or tonumber(ARGV[7]) >= m.at then
   m.f = 0
   m.cd = nil
   m.at = nil
 end
-if ARGV[6] == '1' and m.p == 0 then
-  m.c = m.c + 1
-  local after = tonumber(ARGV[7])
-  if after > 0 and m.c >= after then
-    m.p = 1
-    out[1] = 1
+if ARGV[5] == '1' then
+  local after = tonumber(ARGV[6])
+  for _ = 8, #ARGV do
+    if m.p == 0 then
+      m.c = m.c + 1
+      if after > 0 and m.c >= after then
+        m.p = 1
+        out[1] = 1
+      end
+    end
   end
 end
 save_member(KEYS[2], ARGV[2], m, v, ttl)
@@ -183,13 +192,15 @@ if redis.call('HEXISTS', KEYS[3], ARGV[3]) == 1 then
   save_channel(KEYS[3], ARGV[3], b, v, ttl)
 end
 local r = load_health(KEYS[4], ARGV[4])
-local l = tonumber(ARGV[5])
-if r.lat ~= nil then
-  r.lat = ALPHA * l + (1.0 - ALPHA) * r.lat
-else
-  r.lat = l
+for i = 8, #ARGV do
+  local l = tonumber(ARGV[i])
+  if r.lat ~= nil then
+    r.lat = ALPHA * l + (1.0 - ALPHA) * r.lat
+  else
+    r.lat = l
+  end
+  r.prop = clamp_unit(0.5 * r.prop)
 end
-r.prop = clamp_unit(0.5 * r.prop)
 save_health(KEYS[4], ARGV[4], r, v, ttl)
 return out
 "#;
@@ -392,7 +403,7 @@ impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
             failure: script("switchyard_failure_v1", FAILURE, true),
-            success: script("switchyard_success_v1", SUCCESS, true),
+            success: script("switchyard_success_v2", SUCCESS, true),
             channel_failure: script("switchyard_channel_failure_v2", CHANNEL_FAILURE, true),
             trip: script("switchyard_trip_breaker_v2", TRIP, true),
             reset: script("switchyard_reset_channel_v2", RESET, true),

@@ -11,6 +11,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::coalesce::{plan, Call, SuccessRun};
 use super::conn::{mask_url, Conn, RedisTarget};
 use super::lag::{now_us, SyncReport};
 use super::scripts::Scripts;
@@ -267,6 +268,34 @@ impl Writer {
         cmd
     }
 
+    fn call_command(&self, call: &Call<'_>) -> Cmd {
+        match call {
+            Call::Success(run) => self.success_command(run),
+            Call::Op(op) => self.command(op),
+        }
+    }
+
+    /// One `switchyard_success_v2` call for a run of successes (samples in queue order).
+    fn success_command(&self, run: &SuccessRun<'_>) -> Cmd {
+        let k = &self.keys;
+        let ttl = self.shared.config.state_ttl.as_millis() as u64;
+        let mut c = self.evalsha(
+            &self.scripts.success,
+            &[&k.ver, &k.member, &k.channel, &k.health],
+        );
+        c.arg(ttl)
+            .arg(run.member)
+            .arg(run.channel)
+            .arg(format!("{}:{}", run.channel, run.model))
+            .arg(u8::from(run.canary))
+            .arg(run.promote_after)
+            .arg(run.now);
+        for latency in &run.latencies {
+            c.arg(latency.to_string());
+        }
+        c
+    }
+
     fn command(&self, op: &Op) -> Cmd {
         let k = &self.keys;
         let s = &self.scripts;
@@ -302,18 +331,15 @@ impl Writer {
                 canary,
                 promote_after,
                 now,
-            } => {
-                let mut c = self.evalsha(&s.success, &[&k.ver, &k.member, &k.channel, &k.health]);
-                c.arg(ttl)
-                    .arg(member)
-                    .arg(channel)
-                    .arg(health_field(*channel, model))
-                    .arg(latency_ms.to_string())
-                    .arg(u8::from(*canary))
-                    .arg(promote_after)
-                    .arg(now);
-                c
-            }
+            } => self.success_command(&SuccessRun {
+                member: *member,
+                channel: *channel,
+                model,
+                canary: *canary,
+                promote_after: *promote_after,
+                now: *now,
+                latencies: vec![*latency_ms],
+            }),
             Op::ChannelFailure {
                 channel,
                 fault_protection,
@@ -410,9 +436,11 @@ impl Writer {
             if batch.is_empty() {
                 return Ok(());
             }
+            // Each member's successes fold into one script call (see `coalesce`).
+            let calls = plan(&batch);
             let mut pipe = redis::pipe();
-            for (op, _) in &batch {
-                pipe.add_command(self.command(op));
+            for planned in &calls {
+                pipe.add_command(self.call_command(&planned.call));
             }
             let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
             if matches!(&result, Err(e) if is_noscript(e)) {
@@ -435,7 +463,7 @@ impl Writer {
             counters.batches.fetch_add(1, Ordering::Relaxed);
             counters
                 .scripts
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                .fetch_add(calls.len() as u64, Ordering::Relaxed);
             let mut published = Vec::new();
             let mut stamps = Vec::new();
             {
@@ -446,14 +474,15 @@ impl Writer {
                     }
                 }
                 let mut view = self.shared.view.write_view();
-                // One result per script, in batch order: each update carries its write's stamp.
-                for (value, (_, queued_at)) in results.iter().zip(&batch) {
+                // One result per script call, in call order: each update carries the stamp of
+                // the oldest write its call folded in.
+                for (value, planned) in results.iter().zip(&calls) {
                     for (kind, field, raw) in script_updates(value) {
                         if let Some(u) = parse_update(&kind, &field, &raw) {
                             state.versions.own_result(&mut view, &u);
                         }
                         published.push((kind, field, raw));
-                        stamps.push(*queued_at);
+                        stamps.push(planned.queued_at);
                     }
                 }
             }
