@@ -290,6 +290,28 @@ mod tests {
     }
 
     #[test]
+    fn a_write_to_another_health_record_leaves_the_run_open() {
+        // Member 2's failure writes member 2 and the health record (1, "b"): neither is member
+        // 1's nor its record (1, "a"), so member 1's successes still fold around it.
+        // Nor does member 3's failure on another channel with the same model name, (2, "a").
+        let mut elsewhere = failure(3, "a");
+        if let Op::Failure { channel, .. } = &mut elsewhere {
+            *channel = 2;
+        }
+        let batch = vec![
+            (success(1, "a", 1.0, 1), 1),
+            (failure(2, "b"), 2),
+            (success(1, "a", 2.0, 3), 3),
+            (elsewhere, 4),
+            (success(1, "a", 3.0, 5), 5),
+        ];
+        assert_eq!(
+            shape(&plan(&batch)),
+            vec![Some((1, vec![1.0, 2.0, 3.0], 3, 1)), None, None]
+        );
+    }
+
+    #[test]
     fn canary_flags_and_thresholds_are_part_of_the_run() {
         let mut canary = success(1, "a", 2.0, 1);
         if let Op::Success {
