@@ -84,24 +84,6 @@ fn one_line(message: &str) -> String {
 
 /// SIGTERM (Kubernetes) or Ctrl-C start a graceful shutdown.
 async fn signal_shutdown(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    switchyard_server::termination_signal().await;
     shutdown.cancel();
 }

@@ -206,7 +206,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 Err(e) => Err(format!("server task failed: {e}")),
             };
         }
-        () = shutdown_signal() => {}
+        () = switchyard_server::termination_signal() => {}
     }
     // Not ready first, still serving: the load balancer takes this proxy out before it stops
     // listening, so no client meets a closed port.
@@ -217,7 +217,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     );
     tokio::select! {
         () = tokio::time::sleep(Duration::from_secs(cli.drain_delay_seconds)) => {}
-        () = shutdown_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
+        () = switchyard_server::termination_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
     }
     tracing::info!(
         grace_seconds = cli.shutdown_grace_seconds,
@@ -274,28 +274,6 @@ fn watch_auth(cli: &Cli) -> Result<switchyard_proto::WatchAuth, String> {
         ca_pem: cli.control_plane_ca.as_ref().map(read).transpose()?,
         identity_pem,
     })
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 fn stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {

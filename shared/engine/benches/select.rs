@@ -11,43 +11,33 @@ use world::*;
 
 fn decisions(c: &mut Criterion) {
     let mut group = c.benchmark_group("select");
+    let mut one = |id: BenchmarkId, (snapshot, health): (Snapshot, HealthSnapshot)| {
+        let constraint = SelectionConstraint::default();
+        let mut rng = SplitMix64::new(7);
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                let d = select(
+                    &snapshot,
+                    &health,
+                    &constraint,
+                    black_box("gpt-4o"),
+                    NOW,
+                    &mut rng,
+                );
+                black_box(d.selected().map(|c| c.member.id))
+            })
+        });
+    };
     for mode in [RoutingMode::Weighted, RoutingMode::Adaptive] {
         for n in [8, 64, 512] {
-            let (snapshot, health) = world(n, mode);
-            let constraint = SelectionConstraint::default();
-            let mut rng = SplitMix64::new(7);
-            group.bench_with_input(BenchmarkId::new(mode.as_str(), n), &n, |b, _| {
-                b.iter(|| {
-                    let d = select(
-                        &snapshot,
-                        &health,
-                        &constraint,
-                        black_box("gpt-4o"),
-                        NOW,
-                        &mut rng,
-                    );
-                    black_box(d.selected().map(|c| c.member.id))
-                })
-            });
+            one(BenchmarkId::new(mode.as_str(), n), world(n, mode));
         }
     }
     // The hash-lookup fallback (a view not laid out for this snapshot), for comparison.
-    let (snapshot, health) = world_unaligned(512, RoutingMode::Adaptive);
-    let constraint = SelectionConstraint::default();
-    let mut rng = SplitMix64::new(7);
-    group.bench_function("adaptive_unaligned/512", |b| {
-        b.iter(|| {
-            let d = select(
-                &snapshot,
-                &health,
-                &constraint,
-                black_box("gpt-4o"),
-                NOW,
-                &mut rng,
-            );
-            black_box(d.selected().map(|c| c.member.id))
-        })
-    });
+    one(
+        BenchmarkId::new("adaptive_unaligned", 512),
+        world_unaligned(512, RoutingMode::Adaptive),
+    );
     group.finish();
 }
 

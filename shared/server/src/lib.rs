@@ -313,6 +313,30 @@ fn header_too_large(limit: usize) -> Response<Body> {
     response
 }
 
+/// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C, whichever comes first; on a platform
+/// without Unix signals, on Ctrl-C. Both binaries start their graceful shutdown on it.
+pub async fn termination_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
