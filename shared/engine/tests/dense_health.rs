@@ -4,6 +4,9 @@
 
 mod support;
 
+use std::cell::Cell;
+use std::sync::Arc;
+
 use proptest::prelude::*;
 use support::*;
 use switchyard_engine::*;
@@ -175,4 +178,152 @@ fn a_write_after_aligning_drops_the_layout_so_it_cannot_go_stale() {
         "{}",
         one.latency_factor
     );
+}
+
+fn record(latency_ms: f64, error_propensity: f64) -> HealthRecord {
+    HealthRecord {
+        latency_ms: Some(latency_ms),
+        error_propensity,
+    }
+}
+
+#[test]
+fn a_table_gives_each_distinct_pair_one_slot_in_first_seen_order() {
+    let slots = HealthSlots::build([(2, "b"), (1, "a"), (2, "b"), (1, "b"), (1, "a")]);
+    assert_eq!(
+        slots.keys(),
+        &[
+            (2, "b".to_owned()),
+            (1, "a".to_owned()),
+            (1, "b".to_owned())
+        ]
+    );
+    assert_eq!(slots.len(), 3);
+    assert!(!slots.is_empty());
+    assert_eq!(slots.slot(2, "b"), Some(0));
+    assert_eq!(slots.slot(1, "a"), Some(1));
+    assert_eq!(slots.slot(1, "b"), Some(2));
+    // Same model on another channel, same channel with another model: not listed.
+    assert_eq!(slots.slot(2, "a"), None);
+    assert_eq!(slots.slot(1, "c"), None);
+
+    let empty = HealthSlots::build(std::iter::empty());
+    assert!(empty.is_empty());
+    assert_eq!(empty.len(), 0);
+    assert!(empty.keys().is_empty());
+}
+
+#[test]
+fn a_view_that_keeps_no_layout_offers_none() {
+    // The trait's default: no copy, so the engine must use `health` (an empty or short slice
+    // would claim a layout whose slots do not hold the view's records).
+    let slots = Arc::new(HealthSlots::build([(1, "a"), (2, "b")]));
+    assert!(NoHealth.dense_health(&slots).is_none());
+    assert!(HealthSnapshot::default().dense_health(&slots).is_none());
+}
+
+#[test]
+fn a_dense_copy_follows_set_and_remove_for_the_pairs_its_table_lists() {
+    let slots = Arc::new(HealthSlots::build([(1, "a"), (2, "b")]));
+    let mut dense = DenseHealth::default();
+    assert!(dense.records_for(&slots).is_none());
+
+    dense.align(&slots, |channel, model| {
+        if (channel, model) == (2, "b") {
+            record(300.0, 0.5)
+        } else {
+            HealthRecord::default()
+        }
+    });
+    let expect = [HealthRecord::default(), record(300.0, 0.5)];
+    assert_eq!(dense.records_for(&slots), Some(&expect[..]));
+
+    dense.set(1, "a", record(50.0, 0.0));
+    // Not in the table: no slot changes.
+    dense.set(9, "z", record(1.0, 1.0));
+    let expect = [record(50.0, 0.0), record(300.0, 0.5)];
+    assert_eq!(dense.records_for(&slots), Some(&expect[..]));
+
+    dense.remove(2, "b");
+    let expect = [record(50.0, 0.0), HealthRecord::default()];
+    assert_eq!(dense.records_for(&slots), Some(&expect[..]));
+
+    // Another table with the same pairs is another layout: not served.
+    let same_pairs = Arc::new(HealthSlots::build([(1, "a"), (2, "b")]));
+    assert!(dense.records_for(&same_pairs).is_none());
+
+    dense.clear();
+    assert!(dense.records_for(&slots).is_none());
+}
+
+/// A view that keeps its records laid out for one table, and counts the lookups by hash.
+struct LaidOut {
+    slots: Arc<HealthSlots>,
+    records: Vec<HealthRecord>,
+    hash_lookups: Cell<usize>,
+}
+
+impl HealthView for LaidOut {
+    fn health(&self, channel: ChannelId, upstream_model: &str) -> HealthRecord {
+        self.hash_lookups.set(self.hash_lookups.get() + 1);
+        self.slots
+            .slot(channel, upstream_model)
+            .map(|s| self.records[s as usize])
+            .unwrap_or_default()
+    }
+    fn dense_health(&self, slots: &Arc<HealthSlots>) -> Option<&[HealthRecord]> {
+        Arc::ptr_eq(&self.slots, slots).then_some(self.records.as_slice())
+    }
+}
+
+#[test]
+fn every_aware_mode_reads_a_laid_out_view_by_slot_without_hash_lookups() {
+    // (mode, latency aware, error aware): error awareness alone comes from the settings.
+    let cases = [
+        (RoutingMode::Latency, false, true, false),
+        (RoutingMode::Adaptive, false, true, true),
+        (RoutingMode::Auto, true, false, true),
+    ];
+    for (mode, error_setting, latency_aware, error_aware) in cases {
+        let mut world = World::one_route(vec![member(1, 1, 0, 1), member(2, 2, 0, 1)]);
+        world.route_mut().routing_mode = mode;
+        world.settings.error_aware_enabled = error_setting;
+        let snapshot = world.snapshot();
+        let slots = Arc::clone(snapshot.health_slots());
+        let records = slots
+            .keys()
+            .iter()
+            .map(|(channel, _)| {
+                if *channel == 1 {
+                    record(1_000.0, 0.5)
+                } else {
+                    record(3_000.0, 0.0)
+                }
+            })
+            .collect();
+        let view = LaidOut {
+            slots,
+            records,
+            hash_lookups: Cell::new(0),
+        };
+        let mut rng = SplitMix64::new(7);
+        let d = select(
+            &snapshot,
+            &view,
+            &SelectionConstraint::default(),
+            "m",
+            NOW,
+            &mut rng,
+        );
+        assert_eq!(view.hash_lookups.get(), 0, "{mode:?}");
+        let one = d.candidates.iter().find(|c| c.member.id == 1).unwrap();
+        let two = d.candidates.iter().find(|c| c.member.id == 2).unwrap();
+        // The records came from the layout: the factors tell the two channels apart.
+        if latency_aware {
+            assert!(one.latency_factor > two.latency_factor, "{mode:?}");
+        }
+        if error_aware {
+            assert!(one.error_factor < two.error_factor, "{mode:?}");
+        }
+    }
 }

@@ -543,4 +543,27 @@ mod tests {
         store.with_view(&mut |v| held = (v.sticky(1, "b"), v.sticky(1, "c")));
         assert_eq!(held.0.map(|b| b.member_id), Some(6));
     }
+
+    #[test]
+    fn fleet_writes_and_removals_of_health_reach_the_aligned_layout() {
+        // What a fleet store merges from Redis (`set_health` / `remove_health`): the record by
+        // (channel, model) and its slot in the aligned layout change together.
+        let slots = Arc::new(HealthSlots::build([(1, "a"), (2, "b")]));
+        let mut inner = Inner::default();
+        inner.align_health(&slots);
+        let record = HealthRecord {
+            latency_ms: Some(250.0),
+            error_propensity: 0.5,
+        };
+        inner.set_health(2, "b", record);
+        assert_eq!(inner.health(2, "b"), record);
+        let laid_out = inner.dense_health(&slots).map(<[_]>::to_vec);
+        assert_eq!(laid_out, Some(vec![HealthRecord::default(), record]));
+
+        inner.remove_health(2, "b");
+        assert_eq!(inner.health(2, "b"), HealthRecord::default());
+        assert!(inner.health.get(&2).is_none_or(|m| !m.contains_key("b")));
+        let laid_out = inner.dense_health(&slots).map(<[_]>::to_vec);
+        assert_eq!(laid_out, Some(vec![HealthRecord::default(); 2]));
+    }
 }

@@ -501,6 +501,23 @@ mod tests {
     }
 
     #[test]
+    fn a_health_record_deleted_in_redis_leaves_the_view() {
+        use switchyard_engine::HealthView;
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        let set = parse_update("h", "3:gpt:4o", "5|400|0.25").unwrap();
+        assert!(v.merge(&mut inner, &set));
+        let merged = HealthRecord {
+            latency_ms: Some(400.0),
+            error_propensity: 0.25,
+        };
+        assert_eq!(inner.health(3, "gpt:4o"), merged);
+        let gone = parse_update("h", "3:gpt:4o", "6|-").unwrap();
+        assert!(v.merge(&mut inner, &gone));
+        assert_eq!(inner.health(3, "gpt:4o"), HealthRecord::default());
+    }
+
+    #[test]
     fn late_notifications_never_roll_back() {
         let mut v = Versions::default();
         let mut inner = Inner::default();
