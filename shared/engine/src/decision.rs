@@ -334,3 +334,20 @@ impl<'s> Decision<'s> {
         self.candidates.iter().find(|c| c.member.id == member)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cross_channel_rounds_are_the_retry_times_only_when_failover_is_on() {
+        let budget = |cross_channel_failover| RetryBudget {
+            retry_times: 3,
+            channel_retry_times: 2,
+            cross_channel_failover,
+            cooldown_seconds: 30,
+        };
+        assert_eq!(budget(true).cross_channel_rounds(), 3);
+        assert_eq!(budget(false).cross_channel_rounds(), 0);
+    }
+}

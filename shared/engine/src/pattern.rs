@@ -206,6 +206,36 @@ mod tests {
         assert!(validate_pattern("gpt-4o*").is_ok());
     }
 
+    #[test]
+    fn a_pattern_of_exactly_the_maximum_length_is_accepted() {
+        assert!(validate_pattern(&"a".repeat(MAX_PATTERN_CHARS)).is_ok());
+        // Counted in characters, not bytes: 256 two-byte characters are 512 bytes.
+        assert!(validate_pattern(&"é".repeat(MAX_PATTERN_CHARS)).is_ok());
+        assert!(validate_pattern(&"é".repeat(MAX_PATTERN_CHARS + 1)).is_err());
+    }
+
+    #[test]
+    fn only_star_and_question_mark_make_a_wildcard() {
+        assert!(is_wildcard("gpt-*"));
+        assert!(is_wildcard("gpt-?"));
+        for exact in ["gpt-4o", "", "a.b+c[d]", "claude-3-5-sonnet@20240620"] {
+            assert!(!is_wildcard(exact), "{exact:?}");
+        }
+    }
+
+    #[test]
+    fn an_exact_pattern_beats_a_longer_wildcard_that_also_matches() {
+        // Wildcards rank by length, but an exact name outranks every wildcard, however long.
+        let index = RouteIndex::build([
+            ("gpt-4o*", 1, true),
+            ("gpt-4o", 2, true),
+            ("gpt-4?", 3, true),
+        ]);
+        assert_eq!(index.resolve("gpt-4o"), Some(2));
+        assert_eq!(index.resolve("gpt-4o-mini"), Some(1));
+        assert_eq!(index.resolve("gpt-4x"), Some(3));
+    }
+
     /// Reference matcher: straightforward recursion, exponential but obviously right.
     fn reference(p: &[char], t: &[char]) -> bool {
         match (p.first(), t.first()) {

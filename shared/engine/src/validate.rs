@@ -152,6 +152,15 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_model_must_be_one_line() {
+        assert!(check_upstream_model("gpt-4o-mini").is_ok());
+        assert!(check_upstream_model("models/gemini 2.5 pro").is_ok());
+        for bad in ["gpt\n4", "gpt\r\n--boundary", "gpt\t4", "gpt\u{0}"] {
+            assert!(check_upstream_model(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn secret_errors_never_contain_the_secret() {
         let secret = "sk-very-secret-value\r\nx-injected: 1";
         let message = check_secret(secret).unwrap_err();
@@ -168,6 +177,8 @@ mod tests {
             assert!(check_header_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_header_name(&"a".repeat(257)).is_err());
+        assert!(check_header_name(&"a".repeat(MAX_HEADER_NAME_BYTES)).is_ok());
+        assert!(check_header_value(&"a".repeat(MAX_HEADER_VALUE_BYTES)).is_ok());
         assert!(check_header_value("Bearer abc\tdef").is_ok());
         assert!(check_header_value("").is_ok());
         for bad in ["a\r\nb: c", "a\nb", "a\0", "a\x7f"] {
@@ -189,6 +200,9 @@ mod tests {
             ("https://u@h.test:8080/", "https://u@h.test:8080/"),
             ("mock://sim?latency_ms=5", "mock://sim?latency_ms=5"),
             ("not a url", "not a url"),
+            // No scheme, or no valid one before `://`: not a URL, left as it is.
+            ("://user:pw@h.test", "://user:pw@h.test"),
+            ("a/b://user:pw@h.test", "a/b://user:pw@h.test"),
         ] {
             assert_eq!(redact_url_userinfo(url), want, "{url}");
         }
