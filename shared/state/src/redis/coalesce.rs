@@ -12,7 +12,7 @@
 use switchyard_engine::{ChannelId, MemberId, UnixMillis};
 
 use super::sync::Entity;
-use super::Op;
+use super::{Op, SuccessOp};
 
 /// Successes of one member on one (channel, model), folded into one script call.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,26 +29,23 @@ pub(crate) struct SuccessRun<'a> {
 }
 
 impl<'a> SuccessRun<'a> {
+    /// A run of one success.
+    pub(crate) fn one(s: &'a SuccessOp) -> SuccessRun<'a> {
+        SuccessRun {
+            member: s.member,
+            channel: s.channel,
+            model: &s.model,
+            canary: s.canary,
+            promote_after: s.promote_after,
+            now: s.now,
+            latencies: vec![s.latency_ms],
+        }
+    }
+
     /// A run of one: `op` if it is a success.
     pub(crate) fn of(op: &'a Op) -> Option<SuccessRun<'a>> {
         match op {
-            Op::Success {
-                member,
-                channel,
-                model,
-                latency_ms,
-                canary,
-                promote_after,
-                now,
-            } => Some(SuccessRun {
-                member: *member,
-                channel: *channel,
-                model,
-                canary: *canary,
-                promote_after: *promote_after,
-                now: *now,
-                latencies: vec![*latency_ms],
-            }),
+            Op::Success(s) => Some(SuccessRun::one(s)),
             _ => None,
         }
     }
@@ -148,7 +145,7 @@ mod tests {
     use crate::types::FailureKind;
 
     fn success(member: MemberId, model: &str, latency_ms: f64, now: UnixMillis) -> Op {
-        Op::Success {
+        Op::Success(SuccessOp {
             member,
             channel: 1,
             model: model.to_owned(),
@@ -156,7 +153,7 @@ mod tests {
             canary: false,
             promote_after: 0,
             now,
-        }
+        })
     }
 
     fn failure(member: MemberId, model: &str) -> Op {
@@ -314,14 +311,9 @@ mod tests {
     #[test]
     fn canary_flags_and_thresholds_are_part_of_the_run() {
         let mut canary = success(1, "a", 2.0, 1);
-        if let Op::Success {
-            canary: c,
-            promote_after,
-            ..
-        } = &mut canary
-        {
-            *c = true;
-            *promote_after = 3;
+        if let Op::Success(s) = &mut canary {
+            s.canary = true;
+            s.promote_after = 3;
         }
         let batch = vec![
             (success(1, "a", 1.0, 1), 1),

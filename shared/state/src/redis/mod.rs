@@ -133,6 +133,18 @@ pub struct RedisStats {
     pub last_sync_age_ms: Option<u64>,
 }
 
+/// A queued success (its own type, so the writer's run of one is built from it by one function).
+#[derive(Debug, Clone)]
+pub(crate) struct SuccessOp {
+    pub member: MemberId,
+    pub channel: ChannelId,
+    pub model: String,
+    pub latency_ms: f64,
+    pub canary: bool,
+    pub promote_after: u32,
+    pub now: UnixMillis,
+}
+
 /// One queued write: the trait call, replayed as its script in Redis.
 #[derive(Debug, Clone)]
 pub(crate) enum Op {
@@ -146,15 +158,7 @@ pub(crate) enum Op {
         cooldown_ms: u64,
         now: UnixMillis,
     },
-    Success {
-        member: MemberId,
-        channel: ChannelId,
-        model: String,
-        latency_ms: f64,
-        canary: bool,
-        promote_after: u32,
-        now: UnixMillis,
-    },
+    Success(SuccessOp),
     ChannelFailure {
         channel: ChannelId,
         fault_protection: bool,
@@ -208,15 +212,10 @@ impl Op {
                 Entity::Member(*member),
                 Entity::Health(*channel, model.clone()),
             ],
-            Op::Success {
-                member,
-                channel,
-                model,
-                ..
-            } => vec![
-                Entity::Member(*member),
-                Entity::Channel(*channel),
-                Entity::Health(*channel, model.clone()),
+            Op::Success(s) => vec![
+                Entity::Member(s.member),
+                Entity::Channel(s.channel),
+                Entity::Health(s.channel, s.model.clone()),
             ],
             Op::ChannelFailure { channel, .. } | Op::Trip { channel, .. } => {
                 vec![Entity::Channel(*channel), Entity::Recovering(*channel)]
@@ -273,7 +272,8 @@ pub struct RedisStore {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    /// Dropped with the store: ends the state thread (and its runtime).
+    /// Dropped with the store: ends the state thread and its runtime, and so every task on it at
+    /// once, like a killed process (the lease simply expires).
     _thread: oneshot::Sender<()>,
 }
 
@@ -433,15 +433,6 @@ impl RedisStore {
     }
 }
 
-impl Drop for RedisStore {
-    /// Like a killed process: tasks stop at once and the lease simply expires.
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
@@ -469,7 +460,7 @@ impl StateStore for RedisStore {
     fn record_success(&self, s: &AttemptSuccess<'_>, now: UnixMillis) -> SuccessEffect {
         let mut state = self.shared.lock();
         let effect = self.shared.view.record_success(s, now);
-        let op = Op::Success {
+        let op = Op::Success(SuccessOp {
             member: s.member,
             channel: s.channel,
             model: s.upstream_model.to_owned(),
@@ -477,7 +468,7 @@ impl StateStore for RedisStore {
             canary: s.canary,
             promote_after: s.promote_after,
             now,
-        };
+        });
         self.enqueue(&mut state, op);
         effect
     }

@@ -77,16 +77,20 @@ pub(super) struct Reporter {
 }
 
 impl Reporter {
-    pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
-        shared.counters.errors.fetch_add(1, Ordering::Relaxed);
-        let now = now_ms();
+    /// Whether an error at `now` (Unix ms) gets a log line: the first one does, then at most one
+    /// per 5 s (the caller that wins the swap logs).
+    fn log_due(&self, now: u64) -> bool {
         let last = self.last_log_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 5_000
+        now.saturating_sub(last) >= 5_000
             && self
                 .last_log_ms
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-        {
+    }
+
+    pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
+        shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if self.log_due(now_ms()) {
             tracing::warn!(
                 redis = %mask_url(&shared.config.url),
                 error = %e,
@@ -323,23 +327,7 @@ impl Writer {
                     .arg(now);
                 c
             }
-            Op::Success {
-                member,
-                channel,
-                model,
-                latency_ms,
-                canary,
-                promote_after,
-                now,
-            } => self.success_command(&SuccessRun {
-                member: *member,
-                channel: *channel,
-                model,
-                canary: *canary,
-                promote_after: *promote_after,
-                now: *now,
-                latencies: vec![*latency_ms],
-            }),
+            Op::Success(s) => self.success_command(&SuccessRun::one(s)),
             Op::ChannelFailure {
                 channel,
                 fault_protection,
@@ -668,11 +656,11 @@ fn as_array(v: &Value) -> Option<&[Value]> {
     }
 }
 
+/// A bulk string's text: what hash fields and values, and every string a script returns, come
+/// back as (the scripts build every field and value as a Lua string).
 fn as_str(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
         _ => None,
     }
 }
@@ -686,4 +674,25 @@ fn script_updates(v: &Value) -> Vec<(String, String, String)> {
         .chunks_exact(3)
         .filter_map(|t| Some((as_str(&t[0])?, as_str(&t[1])?, as_str(&t[2])?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_logged_at_most_once_per_five_seconds() {
+        let reporter = Reporter {
+            last_log_ms: AtomicU64::new(0),
+        };
+        // The first error on the wall clock is logged.
+        let now = now_ms();
+        assert!(now > 1_600_000_000_000, "a wall-clock time in ms: {now}");
+        assert!(reporter.log_due(now));
+        assert!(!reporter.log_due(now), "the same millisecond");
+        assert!(!reporter.log_due(now + 4_999));
+        assert!(reporter.log_due(now + 5_000));
+        assert!(!reporter.log_due(now + 5_001));
+        assert!(reporter.log_due(now + 20_000));
+    }
 }
