@@ -34,10 +34,12 @@ fn a_delayed_subscriber_shows_its_lag_in_the_histogram_and_its_report() {
     let rt = runtime();
     let _guard = rt.enter();
     let prefix = unique_prefix("lag");
+    let started_ms = now_ms();
     let a = start(&url, &prefix);
-    // B merges every notification 250 ms late: each update it receives is at least that old.
+    // B merges every notification 1 s late: each update it receives is at least that old
+    // (a whole second, so a lag reported in the wrong unit cannot pass for it).
     let mut slow = config(&url, &prefix);
-    slow.apply_delay = Duration::from_millis(250);
+    slow.apply_delay = Duration::from_millis(1000);
     let b = RedisStore::start(slow).unwrap();
     assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
     assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
@@ -77,7 +79,7 @@ fn a_delayed_subscriber_shows_its_lag_in_the_histogram_and_its_report() {
         sample(&page, &format!("{LAG}_bucket{{le=\"+Inf\"}}")),
         count
     );
-    assert!(sample(&page, &format!("{LAG}_sum")) >= 0.25 * 5.0, "{page}");
+    assert!(sample(&page, &format!("{LAG}_sum")) >= 5.0, "{page}");
     let age = sample(&page, "switchyard_redis_last_sync_age_seconds");
     assert!(age.is_finite() && age >= 0.0, "{page}");
 
@@ -92,7 +94,12 @@ fn a_delayed_subscriber_shows_its_lag_in_the_histogram_and_its_report() {
         seen.is_some()
     });
     let report = seen.expect("A never got a report of B's lag");
-    assert!(report.window_max_lag_ms.unwrap() >= 250, "{report:?}");
+    let worst = report.window_max_lag_ms.unwrap();
+    assert!((1000..60_000).contains(&worst), "{report:?}");
+    assert!(
+        (started_ms..=now_ms()).contains(&report.reported_at_ms),
+        "a report stamped outside the test's run: {report:?}"
+    );
     assert!(report.window_updates >= 1, "{report:?}");
     assert!(report.updates_total >= 5, "{report:?}");
     assert!(report.resyncs_total >= 1, "{report:?}");
@@ -184,5 +191,38 @@ fn a_continuously_writing_store_keeps_its_lease_and_its_resyncs() {
     assert!(a.stats().scripts_total > 0);
     drop(b);
     drop(a);
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn a_live_proxys_report_outlasts_the_resyncs_between_its_lease_refreshes() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("report");
+    // A resyncs every 300 ms; B refreshes its lease (and sends its report) only once a minute.
+    let a = start(&url, &prefix);
+    let mut rare = config(&url, &prefix);
+    rare.lease_refresh = Duration::from_secs(60);
+    rare.lease_ttl = Duration::from_secs(120);
+    let b = RedisStore::start(rare).unwrap();
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+    let has_b = || a.fleet_sync().iter().any(|r| r.instance == b.instance_id());
+    assert!(
+        wait_until(Duration::from_secs(10), has_b).is_some(),
+        "B's first report never reached A"
+    );
+    // Resyncs that find B's lease live keep its report.
+    let resyncs = a.stats().resyncs_total;
+    assert!(
+        wait_until(Duration::from_secs(10), || a.stats().resyncs_total
+            >= resyncs + 3)
+        .is_some()
+    );
+    assert!(
+        has_b(),
+        "a resync dropped the report of a proxy whose lease is live"
+    );
+    drop((a, b));
     cleanup(&url, &prefix);
 }

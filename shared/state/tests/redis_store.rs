@@ -582,3 +582,339 @@ fn health_merged_from_another_proxy_reaches_the_aligned_layout() {
     drop((a, b));
     cleanup(&url, &prefix);
 }
+
+#[test]
+fn a_bad_key_prefix_is_refused_with_a_message_that_names_it() {
+    // Validated before anything connects: no Redis needed for the refusal.
+    for prefix in ["", "team{a}", "{x", "x}"] {
+        let err = match RedisStore::start(RedisConfig::new("redis://127.0.0.1:6379", prefix)) {
+            Ok(_) => panic!("prefix {prefix:?} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("key prefix") && err.contains("non-empty and free of braces"),
+            "{prefix:?}: {err}"
+        );
+    }
+}
+
+fn one_success(member: i64) -> AttemptSuccess<'static> {
+    AttemptSuccess {
+        member,
+        channel: 10,
+        upstream_model: "gpt-x",
+        latency_ms: 5.0,
+        canary: false,
+        promote_after: 100,
+    }
+}
+
+#[test]
+fn the_write_queue_keeps_exactly_max_queue_writes_and_counts_the_dropped_ones() {
+    // Nothing listens on this port, so the writer never drains the queue.
+    let port = free_port();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let mut c = config(&format!("redis://127.0.0.1:{port}"), &unique_prefix("maxq"));
+    c.max_queue = 5;
+    let store = RedisStore::start(c).unwrap();
+    for member in 1..=5 {
+        store.record_success(&one_success(member), CHECK_NOW);
+    }
+    let s = store.stats();
+    assert_eq!((s.queued_writes, s.dropped_writes_total), (5, 0), "{s:?}");
+    for member in 6..=8 {
+        store.record_success(&one_success(member), CHECK_NOW);
+    }
+    let s = store.stats();
+    // The oldest three made room; the newest five wait.
+    assert_eq!((s.queued_writes, s.dropped_writes_total), (5, 3), "{s:?}");
+}
+
+#[test]
+fn a_write_sent_but_not_yet_acknowledged_is_not_flushed() {
+    // An own server, paused while the write is in flight (pausing the shared one would stall
+    // every other test).
+    let mut server = RedisServer::start(free_port(), &[]);
+    let rt = runtime();
+    let _guard = rt.enter();
+    let mut c = config(&server.url(), &unique_prefix("unacked"));
+    // Far longer than the pause, so the paused call waits instead of failing; and no lease
+    // refresh or resync due during the test, so the write's flush is the only call in flight.
+    c.timeout = Duration::from_secs(30);
+    c.lease_refresh = Duration::from_secs(60);
+    c.lease_ttl = Duration::from_secs(120);
+    c.resync_every = Duration::from_secs(60);
+    let store = RedisStore::start(c).unwrap();
+    assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
+    // The session's first lease and resync ticks fire at once: let them pass.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4000)
+        .arg("ALL")
+        .query::<()>(&mut con)
+        .unwrap();
+    store.record_success(&one_success(1), CHECK_NOW);
+    // The writer takes the write off the queue and sends it; Redis holds the reply.
+    wait_until(Duration::from_secs(3), || store.stats().queued_writes == 0);
+    assert_eq!(store.stats().queued_writes, 0);
+    assert!(
+        !rt.block_on(store.wait_flushed(Duration::from_millis(1500))),
+        "an empty queue with the write's reply still outstanding counted as flushed"
+    );
+    redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query::<()>(&mut con)
+        .unwrap();
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(20))));
+    drop(store);
+    server.kill();
+}
+
+#[test]
+fn debug_names_the_store_and_masks_the_password() {
+    let store = RedisStore::start(config("redis://:hunter2@127.0.0.1:1", "dbg")).unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.starts_with("RedisStore"), "{shown}");
+    assert!(shown.contains("dbg"), "{shown}");
+    assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[test]
+fn latencies_the_engine_would_not_use_reach_redis_sanitised_as_in_the_view() {
+    // A negative, infinite or NaN latency is no sample for the engine's EWMA (0 ms instead);
+    // the Lua side must get the same value, or its record drifts from every proxy's view.
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("sanitise");
+    let store = start(&url, &prefix);
+    for (i, latency_ms) in [-3.0, f64::INFINITY, f64::NAN, 40.0, f64::NEG_INFINITY]
+        .into_iter()
+        .enumerate()
+    {
+        let s = AttemptSuccess {
+            latency_ms,
+            ..one_success(1)
+        };
+        store.record_success(&s, CHECK_NOW + i as u64);
+    }
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
+    assert_eq!(store.stats().redis_errors_total, 0);
+    let replica = start(&url, &prefix);
+    assert!(rt.block_on(replica.wait_resynced(1, Duration::from_secs(10))));
+    let local = read(&store, |v| v.health(10, "gpt-x"));
+    assert_eq!(read(&replica, |v| v.health(10, "gpt-x")), local);
+    assert!(local.latency_ms.is_some_and(f64::is_finite), "{local:?}");
+    drop((store, replica));
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("streak");
+    let a = start(&url, &prefix);
+    // One transport failure: a streak of 1 and no cooldown yet (the second one cools).
+    let f = AttemptFailure {
+        member: 7,
+        channel: 10,
+        upstream_model: "gpt-x",
+        kind: FailureKind::Transport,
+        retry_after_ms: None,
+    };
+    a.record_failure(&f, &policy(0), CHECK_NOW);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(10))));
+    let streak = |s: &RedisStore| {
+        s.dump(CHECK_NOW)
+            .member_failures
+            .iter()
+            .map(|m| (m.member_id, m.consecutive_failures))
+            .collect::<Vec<_>>()
+    };
+    let b = start(&url, &prefix);
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(10))));
+    assert_eq!(streak(&b), vec![(7, 1)], "after a full resync");
+    // The Lua side read the failure's kind as the view did: one transport failure cools nothing.
+    assert_eq!(b.dump(CHECK_NOW), a.dump(CHECK_NOW));
+    assert!(b.dump(CHECK_NOW).cooldowns.is_empty());
+    let applied = b.stats().notifications_applied_total;
+    a.record_failure(&f, &policy(0), CHECK_NOW + 1);
+    wait_until(Duration::from_secs(5), || streak(&b) == vec![(7, 2)]);
+    assert_eq!(streak(&b), vec![(7, 2)], "after a notification");
+    assert!(
+        b.stats().notifications_applied_total > applied,
+        "the notification that carried it was not counted"
+    );
+    // A success ends the streak: the member's record stays, with no failures in it.
+    a.record_success(&one_success(7), CHECK_NOW + 2);
+    wait_until(Duration::from_secs(5), || streak(&b).is_empty());
+    assert_eq!(streak(&b), vec![], "after the success");
+    // A canary's success keeps its record (the count toward promotion) with no failures in it:
+    // no streak of 0 is listed.
+    let canary = AttemptSuccess {
+        canary: true,
+        promote_after: 10,
+        ..one_success(9)
+    };
+    a.record_success(&canary, CHECK_NOW + 3);
+    assert!(rt.block_on(a.wait_flushed(Duration::from_secs(10))));
+    let resynced = b.stats().resyncs_total;
+    wait_until(Duration::from_secs(5), || {
+        b.stats().resyncs_total > resynced
+    });
+    assert_eq!(streak(&b), vec![], "after a canary's success");
+    assert_eq!(b.dump(CHECK_NOW), a.dump(CHECK_NOW));
+    drop((a, b));
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn the_last_sync_age_metric_is_in_seconds() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("age");
+    let mut c = config(&url, &prefix);
+    // One resync at start and none during the test, so the age only grows.
+    c.resync_every = Duration::from_secs(60);
+    let store = RedisStore::start(c).unwrap();
+    assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
+    // Old enough that seconds and milliseconds (or a remainder) cannot look alike.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = store.stats().last_sync_age_ms.unwrap();
+    let mut out = String::new();
+    store.render_metrics(&mut out);
+    let after = store.stats().last_sync_age_ms.unwrap();
+    let shown: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("switchyard_redis_last_sync_age_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(before >= 20, "{before} ms");
+    assert!(
+        shown >= before as f64 / 1000.0 - 1e-9 && shown <= after as f64 / 1000.0 + 1e-9,
+        "{shown} s shown, {before}..{after} ms measured"
+    );
+    drop(store);
+    cleanup(&url, &prefix);
+}
+
+#[test]
+fn the_subscriber_moves_on_from_a_dead_cluster_node_to_a_live_one() {
+    // The first node of the list never answers: the subscriber must try the next ones, or
+    // this proxy hears of the fleet's writes only through the periodic resync.
+    let cluster = RedisCluster::start();
+    let dead = free_port();
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let url = format!("redis+cluster://127.0.0.1:{dead},{}", nodes.join(","));
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("subnode");
+    let listener = start(&url, &prefix);
+    let writer = start(&cluster.url(), &prefix);
+    assert!(rt.block_on(listener.wait_resynced(1, Duration::from_secs(20))));
+    assert!(rt.block_on(writer.wait_resynced(1, Duration::from_secs(20))));
+    let f = AttemptFailure {
+        member: 3,
+        channel: 10,
+        upstream_model: "gpt-x",
+        kind: FailureKind::Retryable,
+        retry_after_ms: None,
+    };
+    let heard = wait_until(Duration::from_secs(20), || {
+        writer.record_failure(&f, &policy(0), CHECK_NOW);
+        std::thread::sleep(Duration::from_millis(50));
+        listener.stats().notifications_applied_total > 0
+    });
+    assert!(
+        heard.is_some(),
+        "no notification reached the proxy whose first node is dead: {:?}",
+        listener.stats()
+    );
+}
+
+#[test]
+fn a_backlog_is_sent_in_full_batches_and_to_the_last_write() {
+    // Writes queued while Redis is away: once it is back, the writer sends them 256 to a
+    // pipelined batch, at most four batches a turn, and comes back for the rest by itself
+    // (no new write arrives to wake it).
+    let port = free_port();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let url = format!("redis://127.0.0.1:{port}");
+    let prefix = unique_prefix("backlog");
+    let store = RedisStore::start(config(&url, &prefix)).unwrap();
+    // Distinct members, so no two writes fold into one script call.
+    for member in 1..=2000 {
+        store.record_success(&one_success(member), CHECK_NOW);
+    }
+    assert_eq!(store.stats().queued_writes, 2000);
+    let server = RedisServer::start(port, &[]);
+    assert!(
+        rt.block_on(store.wait_flushed(Duration::from_secs(30))),
+        "{:?}",
+        store.stats()
+    );
+    let s = store.stats();
+    assert_eq!((s.queued_writes, s.dropped_writes_total), (0, 0), "{s:?}");
+    // 2000 writes = 7 full batches of 256 and one of 208.
+    assert_eq!(s.batches_total, 8, "{s:?}");
+    assert_eq!(s.scripts_total, 2000, "{s:?}");
+    drop(store);
+    drop(server);
+}
+
+#[test]
+fn a_redis_that_lost_the_scripts_gets_them_again_without_an_error() {
+    // A restarted or failed-over Redis has an empty script cache: the writer's EVALSHA then
+    // answers NOSCRIPT, and the writer must load the scripts and send the batch again (no
+    // error counted, no reconnect, nothing lost).
+    let server = RedisServer::start(free_port(), &[]);
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("noscript");
+    let store = start(&server.url(), &prefix);
+    assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
+    store.record_success(&one_success(1), CHECK_NOW);
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut con)
+        .unwrap();
+    let slower = AttemptSuccess {
+        latency_ms: 500.0,
+        ..one_success(1)
+    };
+    store.record_success(&slower, CHECK_NOW + 1);
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
+    let s = store.stats();
+    assert_eq!(s.redis_errors_total, 0, "{s:?}");
+    assert_eq!(s.scripts_total, 2, "{s:?}");
+    // What Redis holds is both writes: a store resynced from it alone shows the same record.
+    let replica = start(&server.url(), &prefix);
+    assert!(rt.block_on(replica.wait_resynced(1, Duration::from_secs(10))));
+    let local = read(&store, |v| v.health(10, "gpt-x"));
+    assert_eq!(read(&replica, |v| v.health(10, "gpt-x")), local);
+    assert_ne!(
+        local.latency_ms,
+        Some(5.0),
+        "the second sample is in the view"
+    );
+}

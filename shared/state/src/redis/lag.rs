@@ -143,8 +143,24 @@ mod tests {
         assert!(out.contains("lag_seconds_bucket{le=\"30\"} 2\n"), "{out}");
         assert!(out.contains("lag_seconds_bucket{le=\"+Inf\"} 3\n"), "{out}");
         assert!(out.contains("lag_seconds_count 3\n"), "{out}");
+        assert!(out.contains("lag_seconds_sum 60.0035\n"), "{out}");
         assert_eq!(h.take_window(), (3, 60_000_000));
         assert_eq!(h.take_window(), (0, 0));
         assert_eq!(h.count(), 3);
+    }
+
+    #[test]
+    fn last_sync_age_counts_milliseconds_from_the_mark() {
+        let last = LastSync::default();
+        assert_eq!(last.age_ms(), None, "never synced");
+        last.mark();
+        let fresh = last.age_ms().unwrap_or(u64::MAX);
+        assert!(fresh < 60_000, "just marked, yet {fresh} ms old");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let later = last.age_ms().unwrap_or(0);
+        assert!(
+            (30..60_000).contains(&later),
+            "30 ms after the mark: {later} ms"
+        );
     }
 }

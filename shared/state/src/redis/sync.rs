@@ -57,18 +57,6 @@ pub(crate) struct Update {
 }
 
 impl Entity {
-    /// The hash field in Redis.
-    pub fn field(&self) -> String {
-        match self {
-            Entity::Member(id)
-            | Entity::Channel(id)
-            | Entity::Recovering(id)
-            | Entity::Credential(id) => id.to_string(),
-            Entity::Health(channel, model) => format!("{channel}:{model}"),
-            Entity::Sticky(route, key) => format!("{route}:{key}"),
-        }
-    }
-
     pub fn parse(kind: &str, field: &str) -> Option<Entity> {
         let pair = || {
             let (a, b) = field.split_once(':')?;
@@ -320,7 +308,8 @@ impl Versions {
         with_sticky: bool,
     ) {
         let present: HashSet<&Entity> = updates.iter().map(|u| &u.entity).collect();
-        let mut absent: Vec<Entity> = Vec::new();
+        // A set: the same member can be in several maps (cooldown, streak, canary count).
+        let mut absent: HashSet<Entity> = HashSet::default();
         absent.extend(
             inner
                 .cooldowns
@@ -352,8 +341,6 @@ impl Versions {
             );
         }
         absent.retain(|e| !present.contains(e));
-        absent.sort_by_key(|e| e.field());
-        absent.dedup();
         let fresh = |me: &Versions, e: &Entity| {
             !me.pending.contains_key(e) && me.known.get(e).is_none_or(|k| *k <= version)
         };
@@ -565,5 +552,129 @@ mod tests {
         let stale = parse_update("s", "1:kept", "3|9|99999").unwrap();
         assert!(!v.merge(&mut inner, &stale));
         assert_eq!(inner.sticky(1, "kept").map(|b| b.member_id), Some(7));
+    }
+
+    #[test]
+    fn an_entity_stays_pending_until_every_one_of_its_writes_is_done() {
+        let mut v = Versions::default();
+        assert!(v.idle());
+        v.add_pending(Entity::Member(1));
+        v.add_pending(Entity::Member(1));
+        assert!(!v.idle());
+        v.done_pending(&Entity::Member(1));
+        assert!(
+            !v.idle(),
+            "one of two writes of the entity is still on its way"
+        );
+        let mut inner = Inner::default();
+        let remote = parse_update("m", "1", "5|500|1|0|0").unwrap();
+        assert!(
+            !v.merge(&mut inner, &remote),
+            "still shielded by the second write"
+        );
+        v.done_pending(&Entity::Member(1));
+        assert!(v.idle());
+        assert!(v.merge(&mut inner, &remote));
+    }
+
+    #[test]
+    fn a_full_resync_raises_the_version_every_unlisted_entity_is_at() {
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        v.resync(&mut inner, 10, &[], false);
+        // An entity the resync did not list is at version 10 at least: an older notification
+        // about it is stale, a newer one applies.
+        let older = parse_update("m", "1", "8|500|1|0|0").unwrap();
+        assert!(!v.merge(&mut inner, &older));
+        let newer = parse_update("m", "1", "11|500|1|0|0").unwrap();
+        assert!(v.merge(&mut inner, &newer));
+        // A resync at an older version (a slow read overtaken) never lowers it.
+        v.resync(&mut inner, 4, &[], false);
+        let between = parse_update("m", "2", "7|500|1|0|0").unwrap();
+        assert!(!v.merge(&mut inner, &between));
+    }
+
+    #[test]
+    fn sticky_bindings_take_no_version_from_the_resync() {
+        use switchyard_engine::HealthView;
+        // Bindings are not part of the periodic resync, so its version says nothing about them:
+        // a binding's first notification applies whatever the resync's version was.
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        v.resync(&mut inner, 50, &[], false);
+        let binding = parse_update("s", "1:sess", "20|7|99999").unwrap();
+        assert!(v.merge(&mut inner, &binding));
+        assert_eq!(inner.sticky(1, "sess").map(|b| b.member_id), Some(7));
+    }
+
+    #[test]
+    fn our_own_results_are_merged_and_a_bindings_version_is_remembered() {
+        use switchyard_engine::HealthView;
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        // A member written by this proxy: Redis's result is what the view keeps.
+        let ours = parse_update("m", "1", "5|700|2|0|0").unwrap();
+        v.own_result(&mut inner, &ours);
+        assert_eq!(inner.cooldowns.get(&1), Some(&700));
+        assert_eq!(inner.member_failures.get(&1), Some(&2));
+        // A binding written by this proxy stays as written, but its version is known from
+        // then on: a late notification of an older binding cannot replace it, a newer one can.
+        let bound = parse_update("s", "1:sess", "5|7|99999").unwrap();
+        assert!(v.merge(&mut inner, &bound));
+        let rebound = parse_update("s", "1:sess", "9|8|99999").unwrap();
+        v.own_result(&mut inner, &rebound);
+        let late = parse_update("s", "1:sess", "8|3|99999").unwrap();
+        assert!(!v.merge(&mut inner, &late), "older than our own result");
+        let same = parse_update("s", "1:sess", "9|3|99999").unwrap();
+        assert!(!v.merge(&mut inner, &same), "as old as our own result");
+        let newer = parse_update("s", "1:sess", "10|4|99999").unwrap();
+        assert!(v.merge(&mut inner, &newer));
+        assert_eq!(inner.sticky(1, "sess").map(|b| b.member_id), Some(4));
+        // An own result older than what is known leaves the known version alone.
+        let stale_own = parse_update("s", "1:sess", "6|5|99999").unwrap();
+        v.own_result(&mut inner, &stale_own);
+        let after = parse_update("s", "1:sess", "10|6|99999").unwrap();
+        assert!(!v.merge(&mut inner, &after), "still at version 10");
+    }
+
+    #[test]
+    fn a_resync_older_than_a_known_version_keeps_that_version() {
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        let new = parse_update("m", "1", "20|500|1|0|0").unwrap();
+        assert!(v.merge(&mut inner, &new));
+        // Read at version 10 (before that write), the resync leaves the newer value alone and
+        // must remember it is at 20: a notification at 15 is older than what the view shows.
+        let stale = parse_update("m", "1", "10|900|3|0|0").unwrap();
+        v.resync(&mut inner, 10, std::slice::from_ref(&stale), false);
+        assert_eq!(inner.cooldowns.get(&1), Some(&500));
+        let between = parse_update("m", "1", "15|800|2|0|0").unwrap();
+        assert!(!v.merge(&mut inner, &between));
+        assert_eq!(inner.cooldowns.get(&1), Some(&500));
+    }
+
+    #[test]
+    fn remote_leases_sum_per_channel_and_a_proxys_new_counts_replace_its_old_ones() {
+        let mut leases = RemoteLeases::default();
+        let mut inner = Inner::default();
+        leases.set(&mut inner, "a", [(1, 2)].into_iter().collect());
+        leases.set(&mut inner, "b", [(1, 3), (2, 1)].into_iter().collect());
+        let mut sums: Vec<(ChannelId, u32)> = inner
+            .remote_in_flight
+            .iter()
+            .map(|(c, n)| (*c, *n))
+            .collect();
+        sums.sort();
+        assert_eq!(sums, [(1, 5), (2, 1)]);
+        leases.set(&mut inner, "a", HashMap::default());
+        let mut sums: Vec<(ChannelId, u32)> = inner
+            .remote_in_flight
+            .iter()
+            .map(|(c, n)| (*c, *n))
+            .collect();
+        sums.sort();
+        assert_eq!(sums, [(1, 3), (2, 1)]);
+        leases.replace(&mut inner, HashMap::default());
+        assert!(inner.remote_in_flight.is_empty(), "every lease expired");
     }
 }
