@@ -3,6 +3,8 @@
 //! state, distinct keys of the shapes the engine hashes (ids, id pairs, model names) get
 //! distinct hashes, and a word is mixed, not OR-ed or AND-ed, into the state.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 
