@@ -783,8 +783,11 @@ fn the_last_sync_age_metric_is_in_seconds() {
     let _guard = rt.enter();
     let prefix = unique_prefix("age");
     let mut c = config(&url, &prefix);
-    // One resync at start and none during the test, so the age only grows.
+    // One resync and one lease at start and none during the test (this store's own lease
+    // notification counts as a sync too), so the age only grows.
     c.resync_every = Duration::from_secs(60);
+    c.lease_refresh = Duration::from_secs(60);
+    c.lease_ttl = Duration::from_secs(120);
     let store = RedisStore::start(c).unwrap();
     assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
     // Old enough that seconds and milliseconds (or a remainder) cannot look alike.
