@@ -598,6 +598,16 @@ fn a_bad_key_prefix_is_refused_with_a_message_that_names_it() {
     }
 }
 
+fn one_failure(member: i64, kind: FailureKind) -> AttemptFailure<'static> {
+    AttemptFailure {
+        member,
+        channel: 10,
+        upstream_model: "gpt-x",
+        kind,
+        retry_after_ms: None,
+    }
+}
+
 fn one_success(member: i64) -> AttemptSuccess<'static> {
     AttemptSuccess {
         member,
@@ -723,13 +733,7 @@ fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
     let prefix = unique_prefix("streak");
     let a = start(&url, &prefix);
     // One transport failure: a streak of 1 and no cooldown yet (the second one cools).
-    let f = AttemptFailure {
-        member: 7,
-        channel: 10,
-        upstream_model: "gpt-x",
-        kind: FailureKind::Transport,
-        retry_after_ms: None,
-    };
+    let f = one_failure(7, FailureKind::Transport);
     a.record_failure(&f, &policy(0), CHECK_NOW);
     assert!(rt.block_on(a.wait_flushed(Duration::from_secs(10))));
     let streak = |s: &RedisStore| {
@@ -830,13 +834,7 @@ fn the_subscriber_moves_on_from_a_dead_cluster_node_to_a_live_one() {
     let writer = start(&cluster.url(), &prefix);
     assert!(rt.block_on(listener.wait_resynced(1, Duration::from_secs(20))));
     assert!(rt.block_on(writer.wait_resynced(1, Duration::from_secs(20))));
-    let f = AttemptFailure {
-        member: 3,
-        channel: 10,
-        upstream_model: "gpt-x",
-        kind: FailureKind::Retryable,
-        retry_after_ms: None,
-    };
+    let f = one_failure(3, FailureKind::Retryable);
     let heard = wait_until(Duration::from_secs(20), || {
         writer.record_failure(&f, &policy(0), CHECK_NOW);
         std::thread::sleep(Duration::from_millis(50));
