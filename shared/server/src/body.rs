@@ -11,7 +11,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::registry::Busy;
+use std::sync::Arc;
+
+use crate::registry::{Activity, Busy};
 
 /// The request body was not received within the body deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,19 +45,32 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A request body that fails with [`BodyTimeout`] once `timeout` has passed since the request
 /// head, unless it has ended. The timer is only armed when the body is first polled, so a
-/// request whose body is never read costs nothing.
+/// request whose body is never read costs nothing. When it carries its connection's
+/// [`Activity`], reaching the end of the body clears the connection's unread-body mark.
 pub struct DeadlineBody<B> {
     inner: B,
     deadline: Instant,
     sleep: Option<Pin<Box<Sleep>>>,
+    activity: Option<Arc<Activity>>,
 }
 
 impl<B> DeadlineBody<B> {
-    pub fn new(inner: B, timeout: Duration) -> DeadlineBody<B> {
+    pub fn new(inner: B, timeout: Duration, activity: Option<Arc<Activity>>) -> DeadlineBody<B> {
         DeadlineBody {
             inner,
             deadline: Instant::now() + timeout,
             sleep: None,
+            activity,
+        }
+    }
+}
+
+impl<B: Body> DeadlineBody<B> {
+    fn note_read(&mut self, ended: bool) {
+        if ended || self.inner.is_end_stream() {
+            if let Some(activity) = self.activity.take() {
+                activity.set_unread_body(false);
+            }
         }
     }
 }
@@ -74,6 +89,11 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            match &frame {
+                None => this.note_read(true),
+                Some(Ok(_)) => this.note_read(false),
+                Some(Err(_)) => {}
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let deadline = this.deadline;

@@ -23,6 +23,7 @@
 
 mod body;
 mod registry;
+mod socket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::Router;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -43,7 +44,8 @@ pub use body::BodyTimeout;
 pub use registry::Stats;
 
 use body::{DeadlineBody, TrackedBody};
-use registry::{Admission, Registry};
+use registry::{Activity, Admission, Registry};
+use socket::ClientSocket;
 
 /// Connection limits and deadlines. [`Limits::default`] is safe for a port facing the internet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +118,15 @@ const MAX_DERIVED_CONNECTIONS: u64 = 16_384;
 const FD_RESERVE: u64 = 256;
 
 impl Limits {
+    /// The `keep-alive` header value announced on answers: the idle timeout in whole seconds,
+    /// one second short of the real one, so that a client that honours it never sends on a
+    /// connection at the instant the server closes it.
+    pub fn keep_alive_value(&self) -> HeaderValue {
+        let seconds = self.header_read_timeout.as_secs().saturating_sub(1).max(1);
+        HeaderValue::from_str(&format!("timeout={seconds}"))
+            .unwrap_or_else(|_| HeaderValue::from_static("timeout=1"))
+    }
+
     /// The connection cap in force: the configured one, or one derived from the open-file limit
     /// (each client connection may need one upstream socket too).
     pub fn effective_max_connections(&self) -> usize {
@@ -170,7 +181,10 @@ impl Server {
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
         let connections = TaskTracker::new();
-        let limits = Arc::new(self.limits);
+        let settings = Arc::new(Settings {
+            keep_alive: self.limits.keep_alive_value(),
+            limits: self.limits,
+        });
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -194,7 +208,7 @@ impl Server {
                 stream,
                 peer,
                 router.clone(),
-                Arc::clone(&limits),
+                Arc::clone(&settings),
                 admission,
                 shutdown.clone(),
             ));
@@ -225,48 +239,50 @@ fn refuse(stream: &TcpStream) {
     let _ = stream.try_write(REFUSAL);
 }
 
+/// What every connection of one server reads: the limits, and values derived from them once.
+struct Settings {
+    limits: Limits,
+    keep_alive: HeaderValue,
+}
+
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
-    limits: Arc<Limits>,
+    settings: Arc<Settings>,
     admission: Admission,
     shutdown: CancellationToken,
 ) {
     let activity = admission.activity();
     let evicted = admission.evicted();
-    let service_limits = Arc::clone(&limits);
+    let service_settings = Arc::clone(&settings);
+    let service_activity = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let router = router.clone();
-        let activity = Arc::clone(&activity);
-        let limits = Arc::clone(&service_limits);
+        let activity = Arc::clone(&service_activity);
+        let settings = Arc::clone(&service_settings);
         async move {
             let guard = activity.begin();
-            let response = if head_bytes(&request) > limits.max_header_bytes {
+            let limits = &settings.limits;
+            let mut response = if head_bytes(&request) > limits.max_header_bytes {
                 header_too_large(limits.max_header_bytes)
             } else {
-                let mut request =
-                    request.map(|b| Body::new(DeadlineBody::new(b, limits.body_read_timeout)));
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                match router.oneshot(request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                }
+                route(request, &router, limits, &activity, peer).await
             };
+            announce_close_or_idle_timeout(&mut response, &activity, &settings.keep_alive);
             Ok::<_, std::convert::Infallible>(
                 response.map(|b| Body::new(TrackedBody::new(b, guard))),
             )
         }
     });
+    let limits = &settings.limits;
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let conn = builder.serve_connection(TokioIo::new(ClientSocket::new(stream, activity)), service);
     tokio::pin!(conn);
     let mut draining = false;
     loop {
@@ -285,6 +301,47 @@ async fn connection(
         }
     }
     drop(admission);
+}
+
+/// Hands the request to the router, its body behind the body deadline. A request with a body
+/// marks its connection's activity until the body has been read to its end.
+async fn route(
+    request: Request<Incoming>,
+    router: &Router,
+    limits: &Limits,
+    activity: &Arc<Activity>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let has_body = !http_body::Body::is_end_stream(request.body());
+    activity.set_unread_body(has_body);
+    let watch = has_body.then(|| Arc::clone(activity));
+    let mut request =
+        request.map(|b| Body::new(DeadlineBody::new(b, limits.body_read_timeout, watch)));
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    match router.clone().oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// An answer given before its request body was read to the end closes the connection (the rest
+/// of the body is still on its way), and says so, so that a pooled client never sends its next
+/// request on a connection that is about to close; the socket then lingers (see `socket`). Every
+/// other answer tells the client how long an idle connection stays open, so that a client that
+/// reads `keep-alive` stops reusing it before the server closes it.
+fn announce_close_or_idle_timeout(
+    response: &mut Response<Body>,
+    activity: &Activity,
+    keep_alive: &HeaderValue,
+) {
+    let headers = response.headers_mut();
+    if activity.unread_body() {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    } else if !headers.contains_key(header::CONNECTION) {
+        headers.insert(HeaderName::from_static("keep-alive"), keep_alive.clone());
+    }
 }
 
 /// Bytes of the request line and headers, as the client sent them (approximately).

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
@@ -14,6 +14,8 @@ pub struct Activity {
     busy: AtomicU32,
     idle_since_ms: AtomicU64,
     epoch: Instant,
+    /// The request in progress has a body that has not been read to its end.
+    unread_body: AtomicBool,
 }
 
 impl Activity {
@@ -26,6 +28,21 @@ impl Activity {
     pub fn begin(self: &Arc<Self>) -> Busy {
         self.busy.fetch_add(1, Relaxed);
         Busy(Arc::clone(self))
+    }
+
+    /// Marks whether the request in progress has a body not yet read to its end. HTTP/1 runs
+    /// one request at a time on a connection, so one flag per connection is enough.
+    pub(crate) fn set_unread_body(&self, unread: bool) {
+        self.unread_body.store(unread, Relaxed);
+    }
+
+    pub(crate) fn unread_body(&self) -> bool {
+        self.unread_body.load(Relaxed)
+    }
+
+    /// Whether a request is in progress (from its head to the end of its answer).
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Relaxed) > 0
     }
 
     fn idle_for_eviction(&self) -> Option<u64> {
@@ -194,6 +211,7 @@ impl Registry {
             busy: AtomicU32::new(0),
             idle_since_ms: AtomicU64::new(0),
             epoch: self.epoch,
+            unread_body: AtomicBool::new(false),
         });
         activity.idle_since_ms.store(activity.now_ms(), Relaxed);
         let evict = CancellationToken::new();

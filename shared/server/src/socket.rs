@@ -1,0 +1,285 @@
+//! A client connection's socket, with two jobs beyond passing bytes through.
+//!
+//! **A lingering close for connections answered before their request body was read.**
+//! When the server answers without reading the whole request body (a 401 before the body, a 404,
+//! a 413), the connection cannot be reused: the rest of the body is still on its way. The answer
+//! says `connection: close`, so a pooled client knows not to send another request on it. But a
+//! socket closed while the client's body bytes still arrive makes the kernel answer them with a
+//! reset, and a reset can destroy the answer before the client has read it. So such a connection
+//! closes the way nginx's lingering close does: send our FIN, then read and discard what the client
+//! still sends, until it closes its side, [`LINGER_BYTES`] have been discarded or [`LINGER_TIME`]
+//! has passed — whichever comes first — and only then close the socket.
+//!
+//! Every other connection shuts down as before.
+//!
+//! **A body for hyper's own error answers.** A request that cannot be parsed as HTTP never
+//! reaches a service: hyper answers it itself (400, 414 or 431) with an empty body. When such an
+//! answer is written while no request is in progress on the connection (so it cannot be one of
+//! ours), its empty body is replaced with the JSON error every other answer of the gateway uses.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use crate::registry::Activity;
+
+/// The longest a closing connection keeps reading what the client still sends.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+/// The most bytes a closing connection reads and discards.
+pub const LINGER_BYTES: usize = 1024 * 1024;
+
+enum State {
+    /// Not shutting down yet (or shutting down plainly).
+    Open,
+    /// Our FIN is sent; discarding the client's remaining bytes.
+    Draining {
+        until: Pin<Box<Sleep>>,
+        left: usize,
+    },
+    Closed,
+}
+
+/// A client connection's socket: lingers on close when its connection's [`Activity`] says a
+/// request body was left unread, and completes hyper's own error answers with a JSON body.
+pub struct ClientSocket {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+    state: State,
+    /// A rewritten answer still to be written, and how much of it is written.
+    pending: Option<(Vec<u8>, usize)>,
+}
+
+impl ClientSocket {
+    pub fn new(stream: TcpStream, activity: Arc<Activity>) -> ClientSocket {
+        ClientSocket {
+            stream,
+            activity,
+            state: State::Open,
+            pending: None,
+        }
+    }
+
+    /// Writes what is left of a rewritten answer.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.pending {
+            if *written == bytes.len() {
+                self.pending = None;
+                break;
+            }
+            let n =
+                std::task::ready!(Pin::new(&mut self.stream).poll_write(cx, &bytes[*written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *written += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Takes `buf` as a rewritten answer when it is hyper's own bodiless error answer.
+    fn rewrite(&mut self, buf: &[u8]) -> bool {
+        if self.activity.is_busy() {
+            return false;
+        }
+        match complete_error_answer(buf) {
+            Some(answer) => {
+                self.pending = Some((answer, 0));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reads and discards until the client's FIN, the byte budget or the deadline.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let State::Draining { until, left } = &mut self.state else {
+            return Poll::Ready(());
+        };
+        let mut scratch = [0u8; 4096];
+        loop {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    *left = left.saturating_sub(buf.filled().len());
+                    if *left == 0 {
+                        return Poll::Ready(());
+                    }
+                }
+                // The client's FIN, or an error: nothing more will come.
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => {
+                    return match until.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(()),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The answers hyper writes itself for requests it cannot parse, and the JSON error each gets.
+const AUTOMATIC_ANSWERS: &[(&str, &str, &str)] = &[
+    (
+        "HTTP/1.1 400 ",
+        "bad_request",
+        "The request could not be parsed as HTTP/1.1.",
+    ),
+    (
+        "HTTP/1.1 414 ",
+        "uri_too_long",
+        "The request line is too long.",
+    ),
+    (
+        "HTTP/1.1 431 ",
+        "request_header_too_large",
+        "The request head is too large.",
+    ),
+];
+
+/// `head` with its empty body replaced by the JSON error, when `head` is one of hyper's
+/// automatic answers (a complete head declaring `content-length: 0`).
+fn complete_error_answer(head: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let (_, code, message) = AUTOMATIC_ANSWERS
+        .iter()
+        .find(|(status, _, _)| text.starts_with(status))?;
+    let head = text.strip_suffix("\r\n\r\n")?;
+    let lines = head.split("\r\n");
+    let mut declared_empty = false;
+    let mut out = String::with_capacity(head.len() + 200);
+    for line in lines {
+        if line.eq_ignore_ascii_case("content-length: 0") {
+            declared_empty = true;
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    if !declared_empty {
+        return None;
+    }
+    let body = format!(
+        "{{\"error\":{{\"message\":\"{message}\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"{code}\"}}}}"
+    );
+    out.push_str("content-type: application/json\r\n");
+    out.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+    out.push_str(&body);
+    Some(out.into_bytes())
+}
+
+impl AsyncRead for ClientSocket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ClientSocket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        std::task::ready!(this.poll_pending(cx))?;
+        if this.rewrite(buf) {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        std::task::ready!(this.poll_pending(cx))?;
+        if let [only] = bufs {
+            if this.rewrite(only) {
+                return Poll::Ready(Ok(only.len()));
+            }
+        }
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        std::task::ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        std::task::ready!(this.poll_pending(cx))?;
+        loop {
+            match this.state {
+                State::Open => {
+                    let result = std::task::ready!(Pin::new(&mut this.stream).poll_shutdown(cx));
+                    if result.is_err() || !this.activity.unread_body() {
+                        this.state = State::Closed;
+                        return Poll::Ready(result);
+                    }
+                    this.state = State::Draining {
+                        until: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                        left: LINGER_BYTES,
+                    };
+                }
+                State::Draining { .. } => {
+                    std::task::ready!(this.poll_drain(cx));
+                    this.state = State::Closed;
+                }
+                State::Closed => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bodiless_automatic_answer_gets_the_json_error() {
+        let head = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: Wed, 02 Dec 2026 12:00:00 GMT\r\n\r\n";
+        let out = String::from_utf8(complete_error_answer(head).unwrap()).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n"));
+        assert!(head.contains("date: Wed"));
+        assert!(!head.contains("content-length: 0"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"]["code"], "bad_request");
+        let big = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n";
+        let out = String::from_utf8(complete_error_answer(big).unwrap()).unwrap();
+        assert!(out.contains("request_header_too_large"));
+    }
+
+    #[test]
+    fn other_writes_pass_untouched() {
+        // An answer with a body, a success, a partial head, a body chunk.
+        for bytes in [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n",
+            b"{\"error\":1}",
+        ] {
+            assert!(complete_error_answer(bytes).is_none(), "{bytes:?}");
+        }
+    }
+}
