@@ -47,9 +47,9 @@ pub struct Cli {
     )]
     pub control_plane_client_key: Option<PathBuf>,
 
-    /// HTTP listen address.
-    #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8080")]
-    pub http_addr: SocketAddr,
+    /// HTTP listen address [default: the standalone file's `listen`, else 0.0.0.0:8080].
+    #[arg(long, env = "SWITCHYARD_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
 
     /// Redis URL for fleet-shared state (in-memory state when absent): `redis://host:port`, or
     /// `redis+cluster://host:port,host:port` (or several comma-separated URLs) for Redis Cluster.

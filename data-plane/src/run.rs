@@ -64,6 +64,11 @@ where
     }
 }
 
+/// Where the proxy listens when neither the flag, its environment variable nor the standalone
+/// file's `listen` says.
+const DEFAULT_HTTP_ADDR: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
 ///
 /// Task ownership: every task this process runs besides the requests' own is spawned on one
@@ -79,10 +84,12 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     let stop = CancellationToken::new();
     // Fleet mode: usage accounting towards the control plane (standalone has nobody to report to).
     let mut usage = None;
+    let mut http_addr = cli.http_addr;
     match (&cli.config, &cli.control_plane) {
         (Some(path), _) => {
-            let parts = config::load_file(path, 1)
+            let (parts, listen) = config::load_standalone(path, 1)
                 .map_err(|e| format!("bad configuration in {}: {e}", path.display()))?;
+            http_addr = http_addr.or(listen);
             snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
             tracing::info!(config = %path.display(), "standalone mode");
             tasks.spawn(watch_config(
@@ -180,9 +187,10 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
     }
-    let listener = TcpListener::bind(cli.http_addr)
+    let http_addr = http_addr.unwrap_or(DEFAULT_HTTP_ADDR);
+    let listener = TcpListener::bind(http_addr)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cli.http_addr))?;
+        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listen address: {e}"))?;

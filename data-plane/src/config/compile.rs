@@ -180,6 +180,7 @@ impl RawConfig {
             });
         }
         check_unique(tokens.iter().map(|t| t.id), "tokens", "token id")?;
+        check_published_tokens(&tokens, &channels)?;
 
         Ok(SnapshotParts {
             revision,
@@ -190,6 +191,32 @@ impl RawConfig {
             tokens,
         })
     }
+}
+
+/// Client tokens printed in Switchyard's own docs and examples: anyone can read them, so they
+/// may only open a configuration whose channels are all simulated.
+const PUBLISHED_TOKENS: &[&str] = &["sk-switchyard-demo"];
+
+/// Refuses a configuration in which a published token would reach a real upstream (and so the
+/// operator's provider keys): the demo token is for the simulated channels of the quick start.
+fn check_published_tokens(tokens: &[Token], channels: &[Channel]) -> Result<(), ConfigError> {
+    let Some(real) = channels.iter().find(|c| c.provider != Provider::Mock) else {
+        return Ok(());
+    };
+    for (ti, token) in tokens.iter().enumerate() {
+        if token.enabled && PUBLISHED_TOKENS.iter().any(|p| token_hash(p) == token.hash) {
+            return Err(err(
+                format!("tokens[{ti}].token"),
+                format!(
+                    "this token is published in Switchyard's documentation and may only be used \
+                     while every channel is `provider: mock`; channel {:?} is a real upstream: \
+                     set a token of your own (e.g. `token: ${{SWITCHYARD_CLIENT_TOKEN}}`)",
+                    real.name
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Applies one of the engine's text rules (their messages never quote the value) at `path`.
@@ -254,17 +281,12 @@ impl RawChannel {
             (_, None, None) => return Err(err(format!("{at}.base_url"), "is required")),
             (_, Some(url), None) => {
                 let trimmed = url.trim().trim_end_matches('/').to_owned();
-                if !(trimmed.starts_with("http://") || trimmed.starts_with("https://"))
-                    || trimmed.parse::<http::Uri>().is_err()
-                {
+                if let Err(message) = switchyard_upstream::check_base_url(&trimmed) {
                     // Quoted without its password, and not whole if it is huge.
                     let shown = redact_url_userinfo(&url);
                     return Err(err(
                         format!("{at}.base_url"),
-                        format!(
-                            "not an http(s) URL: {:?}",
-                            truncate_for_display(&shown, 256)
-                        ),
+                        format!("{message}: {:?}", truncate_for_display(&shown, 256)),
                     ));
                 }
                 trimmed

@@ -44,6 +44,11 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
+    /// The address to listen on when neither `--http-addr` nor `SWITCHYARD_HTTP_ADDR` is given
+    /// (read at start only). The example binds to loopback so that a quick start is never an
+    /// open proxy.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
     #[serde(default)]
     pub settings: Settings,
     #[serde(default)]
@@ -189,14 +194,31 @@ pub struct RawToken {
 
 /// Reads, parses and validates a YAML file; `revision` becomes the snapshot's revision.
 pub fn load_file(path: &Path, revision: u64) -> Result<SnapshotParts, ConfigError> {
+    load_standalone(path, revision).map(|(parts, _)| parts)
+}
+
+/// [`load_file`], also returning the file's `listen` address (used at start).
+pub fn load_standalone(
+    path: &Path,
+    revision: u64,
+) -> Result<(SnapshotParts, Option<std::net::SocketAddr>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
-    parse_yaml(&text, revision)
+    let raw = parse_raw(&text)?;
+    let listen = raw.listen;
+    Ok((
+        raw.into_parts(revision, &|name| std::env::var(name).ok())?,
+        listen,
+    ))
 }
 
 pub fn parse_yaml(text: &str, revision: u64) -> Result<SnapshotParts, ConfigError> {
+    parse_raw(text)?.into_parts(revision, &|name| std::env::var(name).ok())
+}
+
+fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(text);
-    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+    serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
         // serde_yaml prefixes its own (coarser) path: keep only the message.
@@ -206,8 +228,7 @@ pub fn parse_yaml(text: &str, revision: u64) -> Result<SnapshotParts, ConfigErro
             _ => message,
         };
         err(path, message)
-    })?;
-    raw.into_parts(revision, &|name| std::env::var(name).ok())
+    })
 }
 
 /// SHA-256 of a token's plaintext, lowercase hex (how tokens are stored and looked up).
@@ -404,10 +425,67 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.starts_with("channels[0].base_url: not an http(s) URL"),
+            e.starts_with("channels[0].base_url: must be an http:// or https:// URL"),
             "{e}"
         );
         assert!(!e.contains("PASSWORD1"), "{e}");
         assert!(e.contains("u:***@x.test"), "{e}");
+    }
+
+    #[test]
+    fn a_base_url_with_a_query_or_fragment_is_refused() {
+        for url in [
+            "https://x.test/v1?redirect=/evil",
+            "https://x.test/v1#/evil",
+        ] {
+            let e = parse(&format!(
+                "channels:\n  - name: a\n    provider: openai\n    base_url: \"{url}\"\n    credentials: [k]\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.starts_with("channels[0].base_url: must not carry a query string or fragment"),
+                "{e}"
+            );
+        }
+    }
+
+    fn with_demo_token(channel: &str) -> String {
+        format!(
+            "channels:\n{channel}routes:\n  - model_pattern: m\n    members: [{{ channel: a }}]\ntokens:\n  - {{ name: demo, token: sk-switchyard-demo }}\n"
+        )
+    }
+
+    #[test]
+    fn the_published_demo_token_cannot_open_a_real_channel() {
+        let real = "  - name: a\n    provider: openai\n    base_url: https://api.openai.com/v1\n    credentials: [sk-real-key]\n";
+        let e = parse(&with_demo_token(real)).unwrap_err();
+        assert!(
+            e.starts_with("tokens[0].token: this token is published"),
+            "{e}"
+        );
+        assert!(e.contains("\"a\" is a real upstream"), "{e}");
+        assert!(!e.contains("sk-real-key"), "{e}");
+        // The same token given by its hash is the same token.
+        let hashed = with_demo_token(real).replace(
+            "token: sk-switchyard-demo",
+            &format!("token_sha256: {}", token_hash("sk-switchyard-demo")),
+        );
+        assert!(parse(&hashed).unwrap_err().starts_with("tokens[0].token"));
+        // With simulated channels only, the demo token is fine.
+        parse(&with_demo_token("  - name: a\n    provider: mock\n")).unwrap();
+    }
+
+    #[test]
+    fn the_example_listens_on_loopback_and_opens_only_simulated_channels() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/standalone.yaml"
+        ))
+        .unwrap();
+        let raw = parse_raw(&text).unwrap();
+        let listen = raw.listen.unwrap();
+        assert!(listen.ip().is_loopback(), "{listen}");
+        assert!(raw.channels.iter().all(|c| c.provider == "mock"));
+        parse(&text).unwrap();
     }
 }
