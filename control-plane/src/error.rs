@@ -33,6 +33,9 @@ pub enum ApiError {
     /// The request body is larger than the admin API accepts: 413.
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The request body did not arrive within the body deadline: 408.
+    #[error("the request body was not received in time")]
+    RequestBodyTimeout,
     /// The request body is not declared as JSON: 415.
     #[error("{message}")]
     UnsupportedMediaType { message: String },
@@ -81,6 +84,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UnknownEndpoint { .. } => StatusCode::NOT_FOUND,
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::Conflict { .. } => ("conflict_error", "conflict"),
             ApiError::Unavailable { .. } => ("service_unavailable", "unavailable"),
             ApiError::PayloadTooLarge { .. } => ("invalid_request_error", "payload_too_large"),
+            ApiError::RequestBodyTimeout => ("invalid_request_error", "request_body_timeout"),
             ApiError::UnsupportedMediaType { .. } => {
                 ("invalid_request_error", "unsupported_media_type")
             }

@@ -825,3 +825,59 @@ async fn mock_channels_need_no_credential_in_the_api(pool: PgPool) {
     assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
     app.refresh().await;
 }
+
+/// A body that the server's body deadline cut off is a 408 naming the timeout, as on the proxy
+/// (it was a 400 "cannot read the request body").
+#[sqlx::test(migrations = "../migrations")]
+async fn a_body_cut_off_by_the_deadline_is_a_json_408(pool: PgPool) {
+    let app = test_app(pool);
+    let stream = futures_util::stream::iter(vec![
+        Ok(axum::body::Bytes::from_static(b"{\"name\":")),
+        Err(switchyard_server::BodyTimeout),
+    ]);
+    let reply = raw(
+        &app,
+        "POST",
+        "/api/v1/teams",
+        Some("application/json"),
+        Body::from_stream(stream),
+        true,
+    )
+    .await;
+    assert_json_error(&reply, StatusCode::REQUEST_TIMEOUT, "timed-out body");
+    assert_eq!(reply.body["error"]["code"], "request_body_timeout");
+    assert_eq!(app.audit_rows().await, 0);
+}
+
+/// Request paths are appended to a channel's base_url: a query string or fragment in it would
+/// turn them into a query or fragment and send the request (a probe's, a trial call's) elsewhere.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_base_url_with_a_query_or_fragment_is_a_422(pool: PgPool) {
+    let app = test_app(pool);
+    for url in [
+        "https://api.example.test/v1?x=/other",
+        "https://api.example.test/v1#/other",
+    ] {
+        let reply = app
+            .post(
+                "/api/v1/channels",
+                json!({"name": "q", "provider": "openai", "base_url": url}),
+            )
+            .await;
+        assert_json_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, url);
+        assert_eq!(reply.body["error"]["param"], "base_url", "{}", reply.text);
+    }
+    let id = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "q", "provider": "openai", "base_url": "https://api.example.test/v1"}),
+        )
+        .await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{id}"),
+            json!({"base_url": "https://api.example.test/v1?redirect=1"}),
+        )
+        .await;
+    assert_json_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "patch");
+}

@@ -215,13 +215,9 @@ pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
 impl ChannelSpec {
     fn validate(self) -> ApiResult<ChannelSpec> {
         text("base_url", &self.base_url, check_single_line)?;
-        if self.provider != Provider::Mock
-            && !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://"))
-        {
-            return Err(ApiError::validation(
-                "base_url",
-                "base_url must be an http:// or https:// URL",
-            ));
+        if self.provider != Provider::Mock {
+            switchyard_upstream::check_base_url(&self.base_url)
+                .map_err(|m| ApiError::validation("base_url", format!("base_url {m}")))?;
         }
         if self.base_url.len() > 2048 {
             return Err(ApiError::validation("base_url", "base_url is too long"));

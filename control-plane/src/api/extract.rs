@@ -137,6 +137,8 @@ fn body_error(rejection: &BytesRejection) -> ApiError {
         ApiError::PayloadTooLarge {
             limit: MAX_BODY_BYTES,
         }
+    } else if switchyard_server::BodyTimeout::is(rejection) {
+        ApiError::RequestBodyTimeout
     } else {
         ApiError::bad_request(
             None,

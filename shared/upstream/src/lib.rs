@@ -23,8 +23,8 @@ pub mod schedule;
 pub mod sim;
 
 pub use channel::{
-    channel_protocol, forwardable, gemini_path, returnable, ChannelRuntime, CredentialRuntime,
-    MOCK_CREDENTIAL,
+    channel_protocol, check_base_url, forwardable, gemini_path, returnable, ChannelRuntime,
+    CredentialRuntime, MOCK_CREDENTIAL,
 };
 pub use client::{build_client, HttpClient};
 pub use mock::MockOptions;
