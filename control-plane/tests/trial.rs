@@ -73,6 +73,9 @@ async fn a_failing_trial_cools_the_member_and_a_passing_one_changes_nothing(pool
         "{}",
         reply.body
     );
+    // A 503 counts toward the channel's breaker, once, as a proxy's failed attempt does.
+    assert_eq!(reply.body["channel_failures"], 1, "{}", reply.body);
+    assert_eq!(reply.body["breaker_tripped"], false);
 
     let state = app.get("/api/v1/state").await;
     let cooling: Vec<i64> = state.body["cooldowns"]

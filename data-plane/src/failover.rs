@@ -640,8 +640,11 @@ impl<'a> Failover<'a> {
             first_for_channel,
             crate::unix_ms(),
         );
-        if reported.member.cooled_until.is_some() {
+        if let Some(until) = reported.member.cooled_until {
             self.state.metrics.cooldowns.fetch_add(1, Relaxed);
+            if failed.error == AttemptError::ModelNotFound {
+                self.cool_model_everywhere(channel.id, &picked.member.upstream_model, until);
+            }
         }
         if let Some(channel_effect) = reported.channel {
             self.counted_channels.push(channel.id);
@@ -662,6 +665,16 @@ impl<'a> Failover<'a> {
         self.trail.final_channel = Some(channel.name.clone());
         self.trail.final_model = Some(picked.member.upstream_model.clone());
         self.retry_allowed && Instant::now() < self.deadline
+    }
+
+    /// The upstream said it has no such model: that (channel, upstream model) is unusable for
+    /// every route, so each other member naming it cools down as long as the one that failed
+    /// (an alias route does not rediscover it with a failed request of its own). Rare, so a scan.
+    fn cool_model_everywhere(&self, channel: ChannelId, model: &str, until: u64) {
+        let siblings = self.view.snapshot.routes().iter().flat_map(|r| &r.members);
+        for member in siblings.filter(|m| m.channel_id == channel && m.upstream_model == model) {
+            self.state.store.extend_cooldown(member.id, until);
+        }
     }
 
     /// Every attempt failed: the last upstream answer, not a generic error.

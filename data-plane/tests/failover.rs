@@ -488,6 +488,43 @@ async fn model_not_found_keeps_that_model_out_of_later_requests() {
     assert_eq!(cooled, vec![1]);
 }
 
+/// ... and out of every other route's members naming the same (channel, upstream model): an alias
+/// route never rediscovers the missing model with a failed request of its own.
+#[tokio::test]
+async fn model_not_found_marks_that_model_unusable_for_every_route() {
+    let (a, b) = mocks().await;
+    a.on(
+        Matcher::any().model("gone"),
+        Behavior::status(404).body(
+            r#"{"error":{"message":"The model `gone` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+        ),
+    );
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: gone, priority: 10 }}\n      - {{ id: 2, channel: b, upstream_model: up-b, priority: 0 }}\n  - model_pattern: alias\n    members:\n      - {{ id: 3, channel: a, upstream_model: gone, priority: 10 }}\n      - {{ id: 4, channel: a, upstream_model: other, priority: 10 }}\n      - {{ id: 5, channel: b, upstream_model: up-b, priority: 0 }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.attempts(), 2);
+    let mut cooled: Vec<_> = proxy.dump().cooldowns.iter().map(|c| c.member_id).collect();
+    cooled.sort_unstable();
+    assert_eq!(
+        cooled,
+        vec![1, 3],
+        "the alias route's member of the same model cooled too"
+    );
+    // The alias route goes straight to the same channel's other model.
+    let alias = CHAT.replace(r#""model":"m""#, r#""model":"alias""#);
+    for n in 1..=4 {
+        let reply = post(&proxy, CHAT_PATH, &alias).await;
+        assert_eq!(reply.status, 200, "request {n}: {}", reply.body);
+        assert_eq!(reply.attempts(), 1, "request {n}");
+    }
+    assert_eq!(a.hits_matching(&Matcher::any().model("gone")), 1);
+}
+
 /// With room in the budget, every re-send the settings allow happens (their pauses add up to
 /// 190-375 ms; `failover::tests` pins the pause lengths and the deadline rule).
 #[tokio::test]

@@ -6,8 +6,9 @@
 //! cross-origin access. The member's channel is taken from the snapshot this replica serves;
 //! secrets are resolved as the recovery probes resolve them (inline, or `secret_env` from the
 //! control plane's environment). A failure is reported to the fleet's shared state exactly as a
-//! proxy reports a failed attempt of that member (`record_failure`: cooldown, streak, health
-//! record), so the live state shows what it did; a pass changes nothing.
+//! proxy reports a failed attempt of that member (`report_failure`: the member's cooldown, streak
+//! and health record, and the channel's consecutive failures toward its breaker, counted once as
+//! for one request), so the live state shows what it did; a pass changes nothing.
 
 use std::time::Duration;
 
@@ -44,6 +45,11 @@ pub struct TrialResponse {
     pub recorded: bool,
     /// When the failure cooled the member: until when (Unix ms).
     pub cooled_until: Option<u64>,
+    /// The channel's consecutive failed attempts after this one, when it counted toward the
+    /// channel's breaker (an upstream 4xx never does).
+    pub channel_failures: Option<u32>,
+    /// This failure tripped the channel's breaker.
+    pub breaker_tripped: bool,
 }
 
 fn kind_of(result: &ProbeResult) -> Option<FailureKind> {
@@ -122,6 +128,8 @@ pub async fn trial(
         latency_ms,
         recorded: false,
         cooled_until: None,
+        channel_failures: None,
+        breaker_tripped: false,
     };
     let Some((result, credential_id)) = last else {
         // Keeps the reason free of secrets: only which kind of source is missing.
@@ -156,7 +164,8 @@ pub async fn trial(
             cooldown_ms: u64::from(cooldown_seconds) * 1000,
             breaker_threshold: settings.breaker_failure_threshold,
         };
-        let effect = live.store().record_failure(
+        // One request on one channel: its failure counts for the channel once, as a proxy's.
+        let reported = live.store().report_failure(
             &AttemptFailure {
                 member: member.id,
                 channel: channel.id,
@@ -165,10 +174,13 @@ pub async fn trial(
                 retry_after_ms: None,
             },
             &policy,
+            true,
             crate::proxies::now_ms(),
         );
         response.recorded = true;
-        response.cooled_until = effect.cooled_until;
+        response.cooled_until = reported.member.cooled_until;
+        response.channel_failures = reported.channel.map(|c| c.consecutive_failures);
+        response.breaker_tripped = reported.channel.is_some_and(|c| c.tripped);
     }
     tracing::info!(
         member_id = id,
