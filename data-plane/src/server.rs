@@ -39,22 +39,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model))
-        .route(
-            "/v1beta/models/{target}",
-            post(
-                |State(state): State<Arc<AppState>>,
-                 Path(target): Path<String>,
-                 request: Request| async move {
-                    match gemini_target(&target) {
-                        Some((endpoint, model, stream)) => {
-                            handle(state, endpoint, Some((model, stream)), request).await
-                        }
-                        None => not_found(request.uri().path()),
-                    }
-                },
-            ),
-        );
+        // `GET /v1/models/{id}` is OpenAI's; `POST` on the same path is Gemini's newer API
+        // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).
+        .route("/v1/models/{id}", get(model).post(gemini))
+        .route("/v1beta/models/{target}", post(gemini));
     for endpoint in Endpoint::ALL {
         if matches!(
             endpoint,
@@ -98,6 +86,21 @@ async fn close_when_draining(
     response
 }
 
+/// `POST /v1beta/models/{model}:{action}` and `POST /v1/models/{model}:{action}`: the Gemini
+/// API of both path generations.
+async fn gemini(
+    State(state): State<Arc<AppState>>,
+    Path(target): Path<String>,
+    request: Request,
+) -> Response {
+    match gemini_target(&target) {
+        Some((endpoint, model, stream)) => {
+            handle(state, endpoint, Some((model, stream)), request).await
+        }
+        None => not_found(request.uri().path()),
+    }
+}
+
 /// `{model}:{action}` of a Gemini path: the endpoint, the model and whether it streams.
 fn gemini_target(target: &str) -> Option<(Endpoint, String, bool)> {
     let (model, action) = target.rsplit_once(':')?;
@@ -114,7 +117,11 @@ fn gemini_target(target: &str) -> Option<(Endpoint, String, bool)> {
 fn protocol_of_path(path: &str) -> Protocol {
     if path.starts_with("/v1/messages") {
         Protocol::Anthropic
-    } else if path.starts_with("/v1beta") {
+    } else if path.starts_with("/v1beta")
+        || path
+            .strip_prefix("/v1/models/")
+            .is_some_and(|target| target.contains(':'))
+    {
         Protocol::Gemini
     } else {
         Protocol::OpenAi

@@ -165,6 +165,17 @@ fn script_mock(mock: &MockUpstream, up: P) {
 
 /// Runs `scenarios` of `sdk`'s client script against the proxy at `url`; returns its JSON.
 async fn run_sdk(sdk: P, url: &str, model: &str, scenarios: &str) -> Value {
+    run_sdk_env(sdk, url, model, scenarios, None).await
+}
+
+/// [`run_sdk`] with one extra environment variable for the script.
+async fn run_sdk_env(
+    sdk: P,
+    url: &str,
+    model: &str,
+    scenarios: &str,
+    env: Option<(&'static str, &'static str)>,
+) -> Value {
     let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
         panic!(
             "SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai`, \
@@ -179,7 +190,18 @@ async fn run_sdk(sdk: P, url: &str, model: &str, scenarios: &str) -> Value {
         model.to_owned(),
         scenarios.to_owned(),
     ];
-    let run = tokio::task::spawn_blocking(move || Command::new(&python).args(&args).output());
+    let run = tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(&python);
+        // The SDK's own default path generation unless the test pins one.
+        command
+            .args(&args)
+            .env_remove("GENAI_API_VERSION")
+            .env_remove("GOOGLE_GENAI_API_VERSION");
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        command.output()
+    });
     let output = tokio::time::timeout(Duration::from_secs(120), run)
         .await
         .expect("python client timed out")
@@ -1108,4 +1130,88 @@ async fn gemini_key_query_parameter_authenticates() {
         !requests[0].query.as_deref().unwrap_or("").contains(TOKEN),
         "the client's key reached the upstream"
     );
+}
+
+/// The google-genai SDK on both Gemini path generations: `/v1beta/models/{model}:{action}` (SDK
+/// 1.x/2.x, or pinned) and `/v1/models/{model}:{action}` (the 3.x default), and on whatever its
+/// installed version calls by default — a new SDK version that moves to a path the gateway does
+/// not serve fails here, naming the version and the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn genai_sdk_works_on_both_gemini_path_generations() {
+    let mock = MockUpstream::start().await.unwrap();
+    script_mock(&mock, P::Gemini);
+    let proxy = start(&yaml(&mock, "")).await;
+    let mut c = Checks::new("google-genai SDK path generations");
+    let mut seen = String::new();
+    let generations = ["/v1beta/models/", "/v1/models/"];
+    for (pin, want) in [
+        (Some("v1beta"), Some(generations[0])),
+        (Some("v1"), Some(generations[1])),
+        (None, None),
+    ] {
+        let got = run_sdk_env(
+            P::Gemini,
+            &proxy.url,
+            &P::Gemini.route(""),
+            "text,stream,count_tokens",
+            pin.map(|v| ("GENAI_API_VERSION", v)),
+        )
+        .await;
+        let label = pin.unwrap_or("the SDK's default");
+        let version = got["_sdk"]["version"].as_str().unwrap_or("?");
+        let paths: Vec<&str> = got["_sdk"]["paths"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        c.check(
+            paths.len() == 3,
+            label,
+            format_args!("want 3 calls, the SDK made {paths:?}"),
+        );
+        for path in &paths {
+            let ok = match want {
+                Some(prefix) => path.starts_with(prefix),
+                None => generations.iter().any(|g| path.starts_with(g)),
+            };
+            c.check(
+                ok,
+                label,
+                format_args!(
+                    "google-genai {version} called {path}, not under {}",
+                    want.map_or_else(|| generations.join(" or "), str::to_owned)
+                ),
+            );
+        }
+        for scenario in ["text", "stream"] {
+            c.eq(
+                label,
+                &format!("{scenario} text"),
+                &got[scenario]["text"],
+                P::Gemini.text(),
+            );
+            c.eq(
+                label,
+                &format!("{scenario} x-switchyard-channel"),
+                &got[scenario]["channel"],
+                P::Gemini.channel(),
+            );
+        }
+        c.check(
+            got["count_tokens"]["input_tokens"].as_u64().is_some(),
+            label,
+            format_args!("count_tokens: {}", got["count_tokens"]),
+        );
+        writeln!(seen, "{label}: {got:#}").unwrap();
+    }
+    // Upstream, the Gemini channel is always called on its own API (the generation the client
+    // used is not passed on).
+    let upstream: Vec<String> = mock.requests().iter().map(describe_path).collect();
+    c.check(
+        upstream
+            .iter()
+            .all(|p| p.contains("/v1beta/models/real-gemini-model:")),
+        "upstream",
+        format_args!("upstream paths {upstream:?}"),
+    );
+    c.finish(&seen);
 }
