@@ -495,8 +495,8 @@ async fn serve(
     // parser refuses still routes (and passes through to same-protocol members untouched);
     // other protocols then cannot serve it.
     let route = view.snapshot.resolve_route(&inspected.model);
-    let translation = endpoint.translatable()
-        && route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
+    let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
+    let translation = endpoint.translatable() && mixed;
     let mut unparsable = None;
     let chat = if translation {
         match ChatRequest::parse(
@@ -514,7 +514,10 @@ async fn serve(
     } else {
         None
     };
-    let (unsupported_providers, unsupported) = if translation {
+    // Members of another protocol that cannot express the request (an endpoint with no
+    // translation, such as embeddings or responses, at all) are marked for selection: they are
+    // skipped, and when nothing else is left the client gets a 400 naming what it asked for.
+    let (unsupported_providers, unsupported) = if mixed {
         wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref())
     } else {
         // No member of another protocol: nothing to mark (and nothing to format).

@@ -1215,3 +1215,77 @@ async fn genai_sdk_works_on_both_gemini_path_generations() {
     );
     c.finish(&seen);
 }
+
+/// The Responses API towards a route with no member able to serve it (only Anthropic here) is a
+/// 400 `protocol_unsupported` the SDK does not retry, the upstream never called; with an OpenAI
+/// member as well, that member serves it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().model(&P::OpenAi.upstream_model("")),
+        Behavior::ok().text(P::OpenAi.text()),
+    );
+    let routes = "  - model_pattern: responses-anthropic-only\n    members:\n      - { channel: up-anthropic, upstream_model: real-anthropic-model }\n  - model_pattern: responses-mixed\n    members:\n      - { channel: up-anthropic, upstream_model: real-anthropic-model, priority: 10 }\n      - { channel: up-openai, upstream_model: real-openai-model, priority: 0 }\n";
+    let proxy = start(&yaml(&mock, routes)).await;
+    let refused = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-anthropic-only",
+        "responses_error",
+    )
+    .await;
+    let refused_hits = mock.hits();
+    let served = run_sdk(P::OpenAi, &proxy.url, "responses-mixed", "responses").await;
+    let requests = mock.requests();
+    let seen: Vec<String> = requests.iter().map(describe).collect();
+    let mut c = Checks::new("responses: protocol_unsupported");
+
+    let e = &refused["responses_error"];
+    c.eq("anthropic only", "status", &e["status"], 400);
+    c.eq(
+        "anthropic only",
+        "type",
+        &e["type"],
+        "invalid_request_error",
+    );
+    c.eq("anthropic only", "code", &e["code"], "protocol_unsupported");
+    c.eq(
+        "anthropic only",
+        "x-should-retry",
+        &e["should_retry"],
+        "false",
+    );
+    c.check(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/v1/responses")),
+        "anthropic only",
+        format_args!("the 400 does not name the Responses API: {}", e["message"]),
+    );
+    c.eq(
+        "anthropic only",
+        "upstream requests",
+        &json!(refused_hits),
+        0,
+    );
+
+    let s = &served["responses"];
+    c.check(
+        s["exception"].is_null(),
+        "mixed",
+        format_args!("the SDK raised {}", s["exception"]),
+    );
+    c.eq("mixed", "text", &s["text"], P::OpenAi.text());
+    c.eq("mixed", "x-switchyard-channel", &s["channel"], "up-openai");
+    c.eq("mixed", "x-switchyard-attempts", &s["attempts"], "1");
+    let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+    c.check(
+        paths == ["/v1/responses"],
+        "mixed",
+        format_args!("upstream paths {paths:?} (the Anthropic member must be skipped)"),
+    );
+    c.finish(&format!(
+        "refused: {refused:#}\nserved: {served:#}\nupstream: {seen:#?}"
+    ));
+}

@@ -143,6 +143,8 @@ def error_of(fn):
             "message": e.message,
             "retry_after": e.response.headers.get("retry-after"),
             "channel": e.response.headers.get("x-switchyard-channel"),
+            "attempts": e.response.headers.get("x-switchyard-attempts"),
+            "should_retry": e.response.headers.get("x-should-retry"),
         }
 
 
@@ -211,6 +213,27 @@ def s_n2():
 
 def s_n2_error():
     return error_of(lambda: client.chat.completions.create(model=MODEL, messages=messages("n2"), n=2))
+
+
+def response_input(scenario):
+    return f"scenario={scenario}: what is the weather in Paris?"
+
+
+def s_responses():
+    # The Responses API, stateless (no `background`): the SDK sends no Idempotency-Key.
+    raw = client.responses.with_raw_response.create(model=MODEL, input=response_input("responses"))
+    resp = raw.parse()
+    return {"text": resp.output_text, "status": resp.status, **headers_of(raw)}
+
+
+def s_responses_error():
+    return error_of(lambda: client.responses.create(model=MODEL, input=response_input("responses_error")))
+
+
+def s_responses_background():
+    return error_of(
+        lambda: client.responses.create(model=MODEL, input=response_input("responses_background"), background=True)
+    )
 
 
 out = {}
