@@ -1289,3 +1289,68 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
         "refused: {refused:#}\nserved: {served:#}\nupstream: {seen:#?}"
     ));
 }
+
+/// Two OpenAI channels, the higher-priority one answering 503: a stateless Responses request
+/// (no `background`, no `Idempotency-Key`, as the SDK sends it) fails over to the healthy one;
+/// a `background: true` request without an `Idempotency-Key` is not retried (the 503 reaches
+/// the client after one attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_stateless_responses_request_fails_over_to_a_healthy_member() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().model("real-openai-down"),
+        Behavior::status(503),
+    );
+    mock.on(
+        Matcher::any().model(&P::OpenAi.upstream_model("")),
+        Behavior::ok().text(P::OpenAi.text()),
+    );
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\nchannels:\n  - name: down\n    provider: openai\n    base_url: {url}\n    credentials: [\"k-down\"]\n  - name: up-openai\n    provider: openai\n    base_url: {url}\n    credentials: [\"k-up\"]\nroutes:\n  - model_pattern: responses-failover\n    members:\n      - {{ channel: down, upstream_model: real-openai-down, priority: 10 }}\n      - {{ channel: up-openai, upstream_model: real-openai-model, priority: 0 }}\n",
+        url = mock.base_url()
+    );
+    let proxy = start(&yaml).await;
+    let got = run_sdk(P::OpenAi, &proxy.url, "responses-failover", "responses").await;
+    let stateless: Vec<String> = requests_with(&mock.requests(), "scenario=responses:")
+        .iter()
+        .map(|r| describe_path(r))
+        .collect();
+    let mut c = Checks::new("responses: failover");
+    let r = &got["responses"];
+    c.check(
+        r["exception"].is_null(),
+        "stateless",
+        format_args!("the SDK raised {}", r["exception"]),
+    );
+    c.eq("stateless", "text", &r["text"], P::OpenAi.text());
+    c.eq(
+        "stateless",
+        "x-switchyard-channel",
+        &r["channel"],
+        "up-openai",
+    );
+    c.eq("stateless", "x-switchyard-attempts", &r["attempts"], "2");
+    c.check(
+        stateless.len() == 2,
+        "stateless",
+        format_args!(
+            "want 2 upstream requests (the 503, then the healthy member), got {stateless:?}"
+        ),
+    );
+
+    // The failing member is cooling down now; a fresh proxy starts from clean health.
+    let proxy = start(&yaml).await;
+    let bg = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-failover",
+        "responses_background",
+    )
+    .await;
+    let background = requests_with(&mock.requests(), "scenario=responses_background:").len();
+    let e = &bg["responses_background"];
+    c.eq("background", "status", &e["status"], 503);
+    c.eq("background", "x-switchyard-attempts", &e["attempts"], "1");
+    c.eq("background", "upstream requests", &json!(background), 1);
+    c.finish(&format!("stateless: {got:#}\nbackground: {bg:#}"));
+}
