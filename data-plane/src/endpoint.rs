@@ -61,9 +61,10 @@ impl Endpoint {
         )
     }
 
-    /// Chat or count-tokens: the body is parsed into the neutral form and may be translated.
+    /// Chat, count-tokens or the Responses API: the body is parsed into the neutral form and
+    /// may be translated.
     pub fn translatable(self) -> bool {
-        self.is_chat() || self.is_count_tokens()
+        self.is_chat() || self.is_count_tokens() || self == Endpoint::Responses
     }
 
     /// The path, as served downstream and appended to a channel's base URL upstream (Gemini

@@ -499,12 +499,17 @@ async fn serve(
     let translation = endpoint.translatable() && mixed;
     let mut unparsable = None;
     let chat = if translation {
-        match ChatRequest::parse(
-            endpoint.protocol(),
-            &body,
-            &inspected.model,
-            inspected.stream,
-        ) {
+        let parsed = if endpoint == Endpoint::Responses {
+            ChatRequest::parse_responses(&body, &inspected.model, inspected.stream)
+        } else {
+            ChatRequest::parse(
+                endpoint.protocol(),
+                &body,
+                &inspected.model,
+                inspected.stream,
+            )
+        };
+        match parsed {
             Ok(chat) => Some(chat),
             Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
                 unparsable = Some(message);

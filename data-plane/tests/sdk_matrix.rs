@@ -1216,9 +1216,10 @@ async fn genai_sdk_works_on_both_gemini_path_generations() {
     c.finish(&seen);
 }
 
-/// The Responses API towards a route with no member able to serve it (only Anthropic here) is a
-/// 400 `protocol_unsupported` the SDK does not retry, the upstream never called; with an OpenAI
-/// member as well, that member serves it at once.
+/// A Responses request using what only OpenAI can do (`previous_response_id`) towards a route
+/// with no member able to serve it (only Anthropic here) is a 400 `protocol_unsupported` naming
+/// the feature, which the SDK does not retry, the upstream never called; with an OpenAI member
+/// as well, that member serves it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported() {
     let mock = MockUpstream::start().await.unwrap();
@@ -1232,16 +1233,22 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
         P::OpenAi,
         &proxy.url,
         "responses-anthropic-only",
-        "responses_error",
+        "responses_previous",
     )
     .await;
     let refused_hits = mock.hits();
-    let served = run_sdk(P::OpenAi, &proxy.url, "responses-mixed", "responses").await;
+    let served = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-mixed",
+        "responses_continued",
+    )
+    .await;
     let requests = mock.requests();
     let seen: Vec<String> = requests.iter().map(describe).collect();
     let mut c = Checks::new("responses: protocol_unsupported");
 
-    let e = &refused["responses_error"];
+    let e = &refused["responses_previous"];
     c.eq("anthropic only", "status", &e["status"], 400);
     c.eq(
         "anthropic only",
@@ -1259,9 +1266,12 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
     c.check(
         e["message"]
             .as_str()
-            .is_some_and(|m| m.contains("/v1/responses")),
+            .is_some_and(|m| m.contains("previous_response_id")),
         "anthropic only",
-        format_args!("the 400 does not name the Responses API: {}", e["message"]),
+        format_args!(
+            "the 400 does not name previous_response_id: {}",
+            e["message"]
+        ),
     );
     c.eq(
         "anthropic only",
@@ -1270,7 +1280,7 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
         0,
     );
 
-    let s = &served["responses"];
+    let s = &served["responses_continued"];
     c.check(
         s["exception"].is_null(),
         "mixed",
@@ -1288,6 +1298,158 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
     c.finish(&format!(
         "refused: {refused:#}\nserved: {served:#}\nupstream: {seen:#?}"
     ));
+}
+
+/// The official OpenAI SDK's `client.responses.create` through a route whose only member is
+/// Anthropic or Gemini: instructions, `max_output_tokens`, function tools, the call and its
+/// output translated; the answer a `response` object (`store: false`, usage with cached
+/// tokens); streaming refused by name (not translated yet).
+async fn responses_translated(up: P) {
+    let mock = MockUpstream::start().await.unwrap();
+    script_mock(&mock, up);
+    let proxy = start(&yaml(&mock, "")).await;
+    let got = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        &up.route(""),
+        "responses,responses_tools,responses_tool_result,responses_stream_error",
+    )
+    .await;
+    let requests = mock.requests();
+    let mut c = Checks::new(format!("openai SDK responses -> {} upstream", up.name()));
+    for r in &requests {
+        check_upstream_request(&mut c, up, r, &label(r));
+    }
+
+    let r = &got["responses"];
+    c.check(
+        r["exception"].is_null(),
+        "responses",
+        format_args!("the SDK raised {}", r["exception"]),
+    );
+    c.eq("responses", "text", &r["text"], up.text());
+    c.eq("responses", "status", &r["status"], "completed");
+    c.eq("responses", "object", &r["object"], "response");
+    c.eq("responses", "store", &r["store"], false);
+    c.eq(
+        "responses",
+        "x-switchyard-channel",
+        &r["channel"],
+        up.channel(),
+    );
+    c.eq(
+        "responses",
+        "cached tokens",
+        &r["usage"]["cached"],
+        TEXT_CACHED,
+    );
+    c.check(
+        r["usage"]["input"].as_u64() >= Some(TEXT_CACHED)
+            && r["usage"]["output"].as_u64().is_some_and(|n| n > 0),
+        "responses",
+        format_args!("usage {}", r["usage"]),
+    );
+    let sent = requests_with(&requests, "scenario=responses:");
+    c.check(
+        sent.len() == 1,
+        "responses",
+        format_args!("want 1 upstream request, got {}", sent.len()),
+    );
+    if let Some(req) = sent.first() {
+        let body = req.json();
+        check_system(&mut c, up, &body, "responses");
+        let max = match up {
+            P::Gemini => &body["generationConfig"]["maxOutputTokens"],
+            _ => &body["max_tokens"],
+        };
+        c.eq("responses", "max output tokens", max, 300);
+    }
+
+    let t = &got["responses_tools"];
+    c.check(
+        t["exception"].is_null(),
+        "responses_tools",
+        format_args!("the SDK raised {}", t["exception"]),
+    );
+    c.eq(
+        "responses_tools",
+        "call name",
+        &t["calls"][0]["name"],
+        "get_weather",
+    );
+    c.eq(
+        "responses_tools",
+        "call arguments",
+        &t["calls"][0]["arguments"],
+        json!({"city": "Paris"}),
+    );
+    c.eq(
+        "responses_tools",
+        "cached tokens",
+        &t["usage"]["cached"],
+        TOOLS_CACHED,
+    );
+    if let Some(req) = requests_with(&requests, "scenario=responses_tools:").first() {
+        check_tools(&mut c, up, &req.json(), "responses_tools");
+    }
+
+    let tr = &got["responses_tool_result"];
+    c.check(
+        tr["exception"].is_null(),
+        "responses_tool_result",
+        format_args!("the SDK raised {}", tr["exception"]),
+    );
+    c.eq(
+        "responses_tool_result",
+        "second turn text",
+        &tr["text"],
+        up.text(),
+    );
+    let second = requests_with(&requests, TOOL_RESULT_MARK);
+    c.check(
+        second.len() == 1,
+        "responses_tool_result",
+        format_args!(
+            "want 1 upstream request with the tool result, got {}",
+            second.len()
+        ),
+    );
+    if let Some(req) = second.first() {
+        check_tool_result(&mut c, up, &req.json(), "responses_tool_result");
+    }
+
+    let e = &got["responses_stream_error"];
+    c.eq("responses_stream_error", "status", &e["status"], 400);
+    c.eq(
+        "responses_stream_error",
+        "code",
+        &e["code"],
+        "protocol_unsupported",
+    );
+    c.check(
+        e["message"].as_str().is_some_and(|m| m.contains("stream")),
+        "responses_stream_error",
+        format_args!("the 400 does not name streaming: {}", e["message"]),
+    );
+    c.check(
+        requests_with(&requests, "scenario=responses_stream:").is_empty(),
+        "responses_stream_error",
+        "the refused stream reached the upstream",
+    );
+    c.finish(&format!(
+        "SDK output: {got:#}\n\nupstream requests:\n{}",
+        requests.iter().map(describe).collect::<Vec<_>>().join("\n")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_translated_to_anthropic() {
+    responses_translated(P::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_translated_to_gemini() {
+    responses_translated(P::Gemini).await;
 }
 
 /// Two OpenAI channels, the higher-priority one answering 503: a stateless Responses request
