@@ -326,12 +326,16 @@ impl Attempt<'_> {
             // a member-specific failure and fails over transparently.
             let limit = self.first_byte_timeout.min(self.left());
             let mut translator = self.call.translated().then(|| {
-                Box::new(StreamTranslator::new(
-                    self.call.upstream,
-                    self.call.client,
-                    self.client_model,
-                    self.call.include_usage,
-                ))
+                Box::new(if self.endpoint == Endpoint::Responses {
+                    StreamTranslator::for_responses(self.call.upstream, self.client_model)
+                } else {
+                    StreamTranslator::new(
+                        self.call.upstream,
+                        self.call.client,
+                        self.client_model,
+                        self.call.include_usage,
+                    )
+                })
             });
             return match timeout(
                 limit,

@@ -1303,7 +1303,7 @@ async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported()
 /// The official OpenAI SDK's `client.responses.create` through a route whose only member is
 /// Anthropic or Gemini: instructions, `max_output_tokens`, function tools, the call and its
 /// output translated; the answer a `response` object (`store: false`, usage with cached
-/// tokens); streaming refused by name (not translated yet).
+/// tokens); streamed, the Responses event sequence the SDK's stream helper accepts.
 async fn responses_translated(up: P) {
     let mock = MockUpstream::start().await.unwrap();
     script_mock(&mock, up);
@@ -1312,7 +1312,7 @@ async fn responses_translated(up: P) {
         P::OpenAi,
         &proxy.url,
         &up.route(""),
-        "responses,responses_tools,responses_tool_result,responses_stream_error",
+        "responses,responses_tools,responses_tool_result,responses_stream,responses_tools_stream",
     )
     .await;
     let requests = mock.requests();
@@ -1418,24 +1418,75 @@ async fn responses_translated(up: P) {
         check_tool_result(&mut c, up, &req.json(), "responses_tool_result");
     }
 
-    let e = &got["responses_stream_error"];
-    c.eq("responses_stream_error", "status", &e["status"], 400);
-    c.eq(
-        "responses_stream_error",
-        "code",
-        &e["code"],
-        "protocol_unsupported",
-    );
-    c.check(
-        e["message"].as_str().is_some_and(|m| m.contains("stream")),
-        "responses_stream_error",
-        format_args!("the 400 does not name streaming: {}", e["message"]),
-    );
-    c.check(
-        requests_with(&requests, "scenario=responses_stream:").is_empty(),
-        "responses_stream_error",
-        "the refused stream reached the upstream",
-    );
+    for (scenario, tools) in [
+        ("responses_stream", false),
+        ("responses_tools_stream", true),
+    ] {
+        let st = &got[scenario];
+        c.check(
+            st["exception"].is_null(),
+            scenario,
+            format_args!(
+                "the SDK raised {}\n{}",
+                st["exception"],
+                st["traceback"].as_str().unwrap_or("")
+            ),
+        );
+        let types: Vec<&str> = st["types"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        c.check(
+            types.first() == Some(&"response.created")
+                && types.last() == Some(&"response.completed"),
+            scenario,
+            format_args!("event order {types:?}"),
+        );
+        c.eq(scenario, "store", &st["store"], false);
+        c.eq(scenario, "status", &st["status"], "completed");
+        let sent = requests_with(&requests, &format!("scenario={scenario}:"));
+        let streamed = sent.first().is_some_and(|r| match up {
+            P::Gemini => r.path.ends_with(":streamGenerateContent"),
+            _ => r.json()["stream"] == true,
+        });
+        c.check(
+            sent.len() == 1 && streamed,
+            scenario,
+            format_args!("want 1 streamed upstream request, got {}", sent.len()),
+        );
+        if tools {
+            c.eq(
+                scenario,
+                "call name",
+                &st["calls"][0]["name"],
+                "get_weather",
+            );
+            c.eq(
+                scenario,
+                "call arguments",
+                &st["calls"][0]["arguments"],
+                json!({"city": "Paris"}),
+            );
+            c.check(
+                types.contains(&"response.function_call_arguments.delta"),
+                scenario,
+                format_args!("no argument deltas in {types:?}"),
+            );
+        } else {
+            c.eq(scenario, "text", &st["text"], up.text());
+            c.check(
+                st["pieces"].as_array().is_some_and(|p| !p.is_empty()),
+                scenario,
+                "no output_text deltas",
+            );
+            c.eq(
+                scenario,
+                "cached tokens",
+                &st["usage"]["cached"],
+                TEXT_CACHED,
+            );
+        }
+    }
     c.finish(&format!(
         "SDK output: {got:#}\n\nupstream requests:\n{}",
         requests.iter().map(describe).collect::<Vec<_>>().join("\n")

@@ -302,12 +302,42 @@ def s_responses_continued():
     return response_result(raw)
 
 
-def s_responses_stream_error():
-    def run():
-        for _ in client.responses.create(model=MODEL, input=response_input("responses_stream"), stream=True):
-            pass
+def streamed(model, scenario, tools=None):
+    # The SDK's stream helper checks the event order as it accumulates the response.
+    types, pieces, args = [], [], []
+    kwargs = {"tools": tools} if tools else {}
+    with client.responses.stream(
+        model=model, instructions=SYSTEM, input=response_input(scenario), **kwargs
+    ) as stream:
+        for event in stream:
+            types.append(event.type)
+            if event.type == "response.output_text.delta":
+                pieces.append(event.delta)
+            elif event.type == "response.function_call_arguments.delta":
+                args.append(event.delta)
+        final = stream.get_final_response()
+    return {
+        "types": types,
+        "pieces": pieces,
+        "argument_pieces": args,
+        "text": final.output_text,
+        "status": final.status,
+        "store": getattr(final, "store", None),
+        "calls": [
+            {"call_id": item.call_id, "name": item.name, "arguments": json.loads(item.arguments)}
+            for item in final.output
+            if item.type == "function_call"
+        ],
+        "usage": response_usage(final.usage),
+    }
 
-    return error_of(run)
+
+def s_responses_stream():
+    return streamed(MODEL, "responses_stream")
+
+
+def s_responses_tools_stream():
+    return streamed(MODEL + "-tools", "responses_tools_stream", RESPONSE_TOOLS)
 
 
 def s_responses_previous():

@@ -10,7 +10,7 @@
 //!
 //! The OpenAI Responses API (`POST /v1/responses`) is a fourth client dialect: parsed by
 //! [`ChatRequest::parse_responses`] into the same neutral form, its answers written by
-//! [`translate_responses_answer`] (non-streamed only).
+//! [`translate_responses_answer`], its streams by [`StreamTranslator::for_responses`].
 //!
 //! A request is parsed once into a neutral form ([`ChatRequest::parse`]); the gateway asks it
 //! which feature a target cannot express ([`ChatRequest::unsupported_for`]) and renders it for

@@ -25,7 +25,12 @@ pub(crate) use gemini::{
 pub(crate) use openai::{
     emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
 };
-pub(crate) use responses::emit_response as responses_emit_response;
+pub(crate) use responses::{
+    call_item as responses_call_item, emit_response as responses_emit_response,
+    message_item as responses_message_item, output_text as responses_output_text,
+    response_id as responses_response_id, response_object as responses_response_object,
+    usage as responses_usage,
+};
 
 /// Why a body could not be translated.
 #[derive(Debug, Clone, PartialEq)]
@@ -543,10 +548,6 @@ impl ChatRequest {
         let mut ir = Ir::default();
         responses::parse_request(&raw, &mut ir)?;
         let stream = body_stream(&raw, stream);
-        if stream {
-            // The Responses event stream is not translated (yet): only OpenAI members stream it.
-            ir.block("stream (Responses API events)", &[ANTHROPIC, GEMINI], false);
-        }
         Ok(ChatRequest {
             protocol: Protocol::OpenAi,
             model: body_model(&raw, model),

@@ -311,39 +311,82 @@ pub(crate) fn emit_response(r: &Resp, model: &str, reasoning_tokens: u64) -> Val
         })
         .collect();
     if !text.is_empty() {
-        output.push(json!({
-            "type": "message",
-            "id": format!("msg_{}", id.trim_start_matches("resp_")),
-            "status": "completed",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-        }));
+        output.push(message_item(
+            &format!("msg_{}", id.trim_start_matches("resp_")),
+            &text,
+            "completed",
+        ));
     }
     for p in choice.into_iter().flat_map(|c| c.parts.iter()) {
         if let Part::ToolCall { id, name, args } = p {
-            output.push(json!({
-                "type": "function_call",
-                "id": format!("fc_{id}"),
-                "call_id": id,
-                "name": name,
-                "arguments": args,
-                "status": "completed",
-            }));
+            output.push(call_item(id, name, args, "completed"));
         }
     }
-    let incomplete = match choice.and_then(|c| c.finish.as_ref()) {
+    response_object(
+        &id,
+        model,
+        output,
+        choice.and_then(|c| c.finish.as_ref()),
+        Some(usage(&r.usage, reasoning_tokens)),
+        false,
+    )
+}
+
+/// An assistant `message` output item with one `output_text` part (none while `text` is empty
+/// and the item `in_progress`).
+pub(crate) fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "in_progress" {
+        json!([])
+    } else {
+        json!([output_text(text)])
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+pub(crate) fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+/// A `function_call` output item: `fc_` + the call id.
+pub(crate) fn call_item(call_id: &str, name: &str, args: &str, status: &str) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{call_id}"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": status,
+    })
+}
+
+/// The `response` object around `output`: `in_progress` while streaming, else `completed`, or
+/// `incomplete` with its reason when the upstream stopped at the token limit or a filter.
+pub(crate) fn response_object(
+    id: &str,
+    model: &str,
+    output: Vec<Value>,
+    finish: Option<&Finish>,
+    usage: Option<Value>,
+    in_progress: bool,
+) -> Value {
+    let incomplete = match finish {
         Some(Finish::Length) => Some("max_output_tokens"),
         Some(Finish::ContentFilter) => Some("content_filter"),
         _ => None,
+    };
+    let status = match (in_progress, incomplete) {
+        (true, _) => "in_progress",
+        (false, Some(_)) => "incomplete",
+        (false, None) => "completed",
     };
     json!({
         "id": id,
         "object": "response",
         "created_at": 0,
-        "status": if incomplete.is_some() { "incomplete" } else { "completed" },
+        "status": status,
         "background": false,
         "error": null,
-        "incomplete_details": incomplete.map(|reason| json!({"reason": reason})),
+        "incomplete_details": incomplete.filter(|_| !in_progress).map(|reason| json!({"reason": reason})),
         "instructions": null,
         "max_output_tokens": null,
         "model": model,
@@ -358,7 +401,7 @@ pub(crate) fn emit_response(r: &Resp, model: &str, reasoning_tokens: u64) -> Val
         "tools": [],
         "top_p": null,
         "truncation": "disabled",
-        "usage": usage(&r.usage, reasoning_tokens),
+        "usage": usage,
         "metadata": {},
     })
 }

@@ -279,7 +279,7 @@ fn a_truncated_answer_is_incomplete_with_its_reason() {
 }
 
 #[test]
-fn streaming_is_not_translated_yet() {
+fn a_streamed_request_is_translatable() {
     let r = ChatRequest::parse_responses(
         json!({"model": "m", "input": "hi", "stream": true})
             .to_string()
@@ -289,8 +289,10 @@ fn streaming_is_not_translated_yet() {
     )
     .unwrap();
     assert!(r.stream());
+    assert_eq!(r.unsupported_for(A), None);
+    assert_eq!(r.unsupported_for(G), None);
     assert_eq!(
-        r.unsupported_for(A).as_deref(),
-        Some("stream (Responses API events)")
+        render(json!({"model": "m", "input": "hi", "stream": true}), A)["stream"],
+        true
     );
 }
