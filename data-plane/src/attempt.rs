@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use switchyard_engine::{Channel, RandomSource};
 use switchyard_provider::{
     count_tokens_response, parse_count_tokens_response, response_usage, translate_error_body,
-    translate_response, Protocol, StreamTranslator, Usage,
+    translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
 };
 use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
@@ -326,12 +326,16 @@ impl Attempt<'_> {
             // a member-specific failure and fails over transparently.
             let limit = self.first_byte_timeout.min(self.left());
             let mut translator = self.call.translated().then(|| {
-                Box::new(StreamTranslator::new(
-                    self.call.upstream,
-                    self.call.client,
-                    self.client_model,
-                    self.call.include_usage,
-                ))
+                Box::new(if self.endpoint == Endpoint::Responses {
+                    StreamTranslator::for_responses(self.call.upstream, self.client_model)
+                } else {
+                    StreamTranslator::new(
+                        self.call.upstream,
+                        self.call.client,
+                        self.client_model,
+                        self.call.include_usage,
+                    )
+                })
             });
             return match timeout(
                 limit,
@@ -399,17 +403,22 @@ impl Attempt<'_> {
                     .map(|n| count_tokens_response(self.call.client, n).into_bytes())
                     .ok_or(())
             } else {
-                translate_response(
-                    self.call.upstream,
-                    self.call.client,
-                    &body,
-                    self.client_model,
-                )
-                .map(|(body, read)| {
-                    usage = Some(read);
-                    body
-                })
-                .map_err(|_| ())
+                let translated = if self.endpoint == Endpoint::Responses {
+                    translate_responses_answer(self.call.upstream, &body, self.client_model)
+                } else {
+                    translate_response(
+                        self.call.upstream,
+                        self.call.client,
+                        &body,
+                        self.client_model,
+                    )
+                };
+                translated
+                    .map(|(body, read)| {
+                        usage = Some(read);
+                        body
+                    })
+                    .map_err(|_| ())
             };
             let Ok(translated) = translated else {
                 return Outcome::Failed(Failed::answered(
@@ -712,7 +721,8 @@ struct GeminiContent<'a> {
 }
 
 fn check_body(endpoint: Endpoint, upstream: Protocol, body: &[u8]) -> BodyCheck {
-    if endpoint.is_chat() && upstream != Protocol::OpenAi {
+    // A chat or Responses answer from an Anthropic or Gemini member (translated for the client).
+    if (endpoint.is_chat() || endpoint == Endpoint::Responses) && upstream != Protocol::OpenAi {
         let Ok(answer) = serde_json::from_slice::<NativeAnswer>(body) else {
             return BodyCheck::Malformed;
         };

@@ -61,9 +61,10 @@ impl Endpoint {
         )
     }
 
-    /// Chat or count-tokens: the body is parsed into the neutral form and may be translated.
+    /// Chat, count-tokens or the Responses API: the body is parsed into the neutral form and
+    /// may be translated.
     pub fn translatable(self) -> bool {
-        self.is_chat() || self.is_count_tokens()
+        self.is_chat() || self.is_count_tokens() || self == Endpoint::Responses
     }
 
     /// The path, as served downstream and appended to a channel's base URL upstream (Gemini
@@ -106,14 +107,16 @@ impl Endpoint {
         self as usize
     }
 
-    /// SPEC §3: non-idempotent generation endpoints are never retried — `images/*` always;
-    /// `audio/*`, `video*` and `responses` unless the request carries an `Idempotency-Key`.
-    pub fn retry_allowed(self, headers: &HeaderMap) -> bool {
+    /// Non-idempotent generation endpoints are never retried: `images/*` always; `audio/*`
+    /// unless the request carries an `Idempotency-Key`; `responses` only when it asks for a
+    /// `background` run without an `Idempotency-Key` (a failed stateless attempt created nothing
+    /// that a retry could duplicate, so it fails over like chat).
+    pub fn retry_allowed(self, headers: &HeaderMap, background: bool) -> bool {
+        let keyed = headers.contains_key("idempotency-key");
         match self {
             Endpoint::ImagesGenerations => false,
-            Endpoint::AudioSpeech | Endpoint::AudioTranscriptions | Endpoint::Responses => {
-                headers.contains_key("idempotency-key")
-            }
+            Endpoint::AudioSpeech | Endpoint::AudioTranscriptions => keyed,
+            Endpoint::Responses => keyed || !background,
             _ => true,
         }
     }
@@ -133,16 +136,23 @@ mod tests {
         let none = HeaderMap::new();
         let mut keyed = HeaderMap::new();
         keyed.insert("idempotency-key", http::HeaderValue::from_static("k1"));
-        assert!(!Endpoint::ImagesGenerations.retry_allowed(&keyed));
-        for e in [
-            Endpoint::AudioSpeech,
-            Endpoint::AudioTranscriptions,
-            Endpoint::Responses,
-        ] {
-            assert!(!e.retry_allowed(&none), "{e:?}");
-            assert!(e.retry_allowed(&keyed), "{e:?}");
+        assert!(!Endpoint::ImagesGenerations.retry_allowed(&keyed, false));
+        for e in [Endpoint::AudioSpeech, Endpoint::AudioTranscriptions] {
+            assert!(!e.retry_allowed(&none, false), "{e:?}");
+            assert!(e.retry_allowed(&keyed, false), "{e:?}");
         }
-        assert!(Endpoint::ChatCompletions.retry_allowed(&none));
-        assert!(Endpoint::Embeddings.retry_allowed(&none));
+        assert!(Endpoint::ChatCompletions.retry_allowed(&none, false));
+        assert!(Endpoint::Embeddings.retry_allowed(&none, false));
+    }
+
+    #[test]
+    fn responses_retry_unless_background_without_an_idempotency_key() {
+        let none = HeaderMap::new();
+        let mut keyed = HeaderMap::new();
+        keyed.insert("idempotency-key", http::HeaderValue::from_static("k1"));
+        assert!(Endpoint::Responses.retry_allowed(&none, false));
+        assert!(Endpoint::Responses.retry_allowed(&keyed, false));
+        assert!(!Endpoint::Responses.retry_allowed(&none, true));
+        assert!(Endpoint::Responses.retry_allowed(&keyed, true));
     }
 }

@@ -248,7 +248,9 @@ impl<'a> Failover<'a> {
             state,
             view,
             protocol: req.endpoint.protocol(),
-            retry_allowed: req.endpoint.retry_allowed(req.headers),
+            retry_allowed: req
+                .endpoint
+                .retry_allowed(req.headers, req.inspected.background),
             deadline: req.started + Duration::from_millis(settings.request_timeout_ms),
             first_byte_timeout: Duration::from_millis(settings.first_byte_timeout_ms),
             idle_timeout: Duration::from_millis(settings.stream_idle_timeout_ms),

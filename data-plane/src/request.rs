@@ -29,6 +29,8 @@ pub struct Inspected {
     first_user_span: Option<(usize, usize)>,
     /// Number of embedding inputs (for the simulation).
     pub inputs: usize,
+    /// `background: true` (a Responses request the upstream keeps running on its own).
+    pub background: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,8 @@ struct Probe<'a> {
     conversation_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     metadata: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    background: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -162,6 +166,7 @@ pub fn inspect_json_for(
         }
     };
     out.needs.streaming = out.stream;
+    out.background = probe.background.is_some_and(|b| b.get() == "true");
     out.needs.estimated_prompt_tokens = Some(u32::try_from(body.len() / 4).unwrap_or(u32::MAX));
     out.needs.tools = [probe.tools, probe.functions]
         .into_iter()

@@ -39,22 +39,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model))
-        .route(
-            "/v1beta/models/{target}",
-            post(
-                |State(state): State<Arc<AppState>>,
-                 Path(target): Path<String>,
-                 request: Request| async move {
-                    match gemini_target(&target) {
-                        Some((endpoint, model, stream)) => {
-                            handle(state, endpoint, Some((model, stream)), request).await
-                        }
-                        None => not_found(request.uri().path()),
-                    }
-                },
-            ),
-        );
+        // `GET /v1/models/{id}` is OpenAI's; `POST` on the same path is Gemini's newer API
+        // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).
+        .route("/v1/models/{id}", get(model).post(gemini))
+        .route("/v1beta/models/{target}", post(gemini));
     for endpoint in Endpoint::ALL {
         if matches!(
             endpoint,
@@ -98,6 +86,21 @@ async fn close_when_draining(
     response
 }
 
+/// `POST /v1beta/models/{model}:{action}` and `POST /v1/models/{model}:{action}`: the Gemini
+/// API of both path generations.
+async fn gemini(
+    State(state): State<Arc<AppState>>,
+    Path(target): Path<String>,
+    request: Request,
+) -> Response {
+    match gemini_target(&target) {
+        Some((endpoint, model, stream)) => {
+            handle(state, endpoint, Some((model, stream)), request).await
+        }
+        None => not_found(request.uri().path()),
+    }
+}
+
 /// `{model}:{action}` of a Gemini path: the endpoint, the model and whether it streams.
 fn gemini_target(target: &str) -> Option<(Endpoint, String, bool)> {
     let (model, action) = target.rsplit_once(':')?;
@@ -114,7 +117,11 @@ fn gemini_target(target: &str) -> Option<(Endpoint, String, bool)> {
 fn protocol_of_path(path: &str) -> Protocol {
     if path.starts_with("/v1/messages") {
         Protocol::Anthropic
-    } else if path.starts_with("/v1beta") {
+    } else if path.starts_with("/v1beta")
+        || path
+            .strip_prefix("/v1/models/")
+            .is_some_and(|target| target.contains(':'))
+    {
         Protocol::Gemini
     } else {
         Protocol::OpenAi
@@ -488,16 +495,21 @@ async fn serve(
     // parser refuses still routes (and passes through to same-protocol members untouched);
     // other protocols then cannot serve it.
     let route = view.snapshot.resolve_route(&inspected.model);
-    let translation = endpoint.translatable()
-        && route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
+    let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
+    let translation = endpoint.translatable() && mixed;
     let mut unparsable = None;
     let chat = if translation {
-        match ChatRequest::parse(
-            endpoint.protocol(),
-            &body,
-            &inspected.model,
-            inspected.stream,
-        ) {
+        let parsed = if endpoint == Endpoint::Responses {
+            ChatRequest::parse_responses(&body, &inspected.model, inspected.stream)
+        } else {
+            ChatRequest::parse(
+                endpoint.protocol(),
+                &body,
+                &inspected.model,
+                inspected.stream,
+            )
+        };
+        match parsed {
             Ok(chat) => Some(chat),
             Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
                 unparsable = Some(message);
@@ -507,7 +519,10 @@ async fn serve(
     } else {
         None
     };
-    let (unsupported_providers, unsupported) = if translation {
+    // Members of another protocol that cannot express the request (an endpoint with no
+    // translation, such as embeddings or responses, at all) are marked for selection: they are
+    // skipped, and when nothing else is left the client gets a 400 naming what it asked for.
+    let (unsupported_providers, unsupported) = if mixed {
         wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref())
     } else {
         // No member of another protocol: nothing to mark (and nothing to format).

@@ -607,10 +607,14 @@ async fn unknown_paths_and_methods_answer_json_in_the_protocol_of_their_prefix()
     let gemini = post(&proxy, "/v1beta/models/m:unknownAction", "{}").await;
     assert_eq!(gemini.status, 404);
     assert_eq!(gemini.json()["error"]["status"], "NOT_FOUND");
+    // Gemini's newer path generation (`/v1/models/{model}:{action}`) is Gemini's too.
+    let gemini_v1 = post(&proxy, "/v1/models/m:unknownAction", "{}").await;
+    assert_eq!(gemini_v1.status, 404);
+    assert_eq!(gemini_v1.json()["error"]["status"], "NOT_FOUND");
     let method = get(CHAT_PATH).await;
     assert_eq!(method.status, 405);
     assert_eq!(method.json()["error"]["code"], "method_not_allowed");
-    for reply in [&openai, &anthropic, &gemini, &method] {
+    for reply in [&openai, &anthropic, &gemini, &gemini_v1, &method] {
         assert_eq!(reply.header("content-type"), "application/json");
         assert_eq!(reply.header("x-should-retry"), "false");
     }

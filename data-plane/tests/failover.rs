@@ -295,18 +295,26 @@ async fn non_idempotent_endpoints_are_never_retried() {
         keyed.status, 500,
         "images are never retried, even with a key"
     );
-    let responses = post(&proxy, "/v1/responses", r#"{"model":"m","input":"hi"}"#).await;
+    // A background Responses run is not retried without a key; with one it fails over.
+    let background = r#"{"model":"m","input":"hi","background":true}"#;
+    let responses = post(&proxy, "/v1/responses", background).await;
     assert_eq!((responses.status, responses.attempts()), (500, 1));
     assert_eq!(b.hits(), 0);
     let keyed = post_with(
         &proxy,
         "/v1/responses",
-        r#"{"model":"m","input":"hi"}"#,
+        background,
         &[("idempotency-key", "k")],
     )
     .await;
     assert_eq!(
         (keyed.status, keyed.header("x-switchyard-channel")),
+        (200, "b")
+    );
+    // A stateless one (no `background`) fails over like chat, key or not.
+    let stateless = post(&proxy, "/v1/responses", r#"{"model":"m","input":"hi"}"#).await;
+    assert_eq!(
+        (stateless.status, stateless.header("x-switchyard-channel")),
         (200, "b")
     );
 }

@@ -165,6 +165,17 @@ fn script_mock(mock: &MockUpstream, up: P) {
 
 /// Runs `scenarios` of `sdk`'s client script against the proxy at `url`; returns its JSON.
 async fn run_sdk(sdk: P, url: &str, model: &str, scenarios: &str) -> Value {
+    run_sdk_env(sdk, url, model, scenarios, None).await
+}
+
+/// [`run_sdk`] with one extra environment variable for the script.
+async fn run_sdk_env(
+    sdk: P,
+    url: &str,
+    model: &str,
+    scenarios: &str,
+    env: Option<(&'static str, &'static str)>,
+) -> Value {
     let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
         panic!(
             "SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai`, \
@@ -179,7 +190,18 @@ async fn run_sdk(sdk: P, url: &str, model: &str, scenarios: &str) -> Value {
         model.to_owned(),
         scenarios.to_owned(),
     ];
-    let run = tokio::task::spawn_blocking(move || Command::new(&python).args(&args).output());
+    let run = tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(&python);
+        // The SDK's own default path generation unless the test pins one.
+        command
+            .args(&args)
+            .env_remove("GENAI_API_VERSION")
+            .env_remove("GOOGLE_GENAI_API_VERSION");
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        command.output()
+    });
     let output = tokio::time::timeout(Duration::from_secs(120), run)
         .await
         .expect("python client timed out")
@@ -1108,4 +1130,440 @@ async fn gemini_key_query_parameter_authenticates() {
         !requests[0].query.as_deref().unwrap_or("").contains(TOKEN),
         "the client's key reached the upstream"
     );
+}
+
+/// The google-genai SDK on both Gemini path generations: `/v1beta/models/{model}:{action}` (SDK
+/// 1.x/2.x, or pinned) and `/v1/models/{model}:{action}` (the 3.x default), and on whatever its
+/// installed version calls by default — a new SDK version that moves to a path the gateway does
+/// not serve fails here, naming the version and the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn genai_sdk_works_on_both_gemini_path_generations() {
+    let mock = MockUpstream::start().await.unwrap();
+    script_mock(&mock, P::Gemini);
+    let proxy = start(&yaml(&mock, "")).await;
+    let mut c = Checks::new("google-genai SDK path generations");
+    let mut seen = String::new();
+    let generations = ["/v1beta/models/", "/v1/models/"];
+    for (pin, want) in [
+        (Some("v1beta"), Some(generations[0])),
+        (Some("v1"), Some(generations[1])),
+        (None, None),
+    ] {
+        let got = run_sdk_env(
+            P::Gemini,
+            &proxy.url,
+            &P::Gemini.route(""),
+            "text,stream,count_tokens",
+            pin.map(|v| ("GENAI_API_VERSION", v)),
+        )
+        .await;
+        let label = pin.unwrap_or("the SDK's default");
+        let version = got["_sdk"]["version"].as_str().unwrap_or("?");
+        let paths: Vec<&str> = got["_sdk"]["paths"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        c.check(
+            paths.len() == 3,
+            label,
+            format_args!("want 3 calls, the SDK made {paths:?}"),
+        );
+        for path in &paths {
+            let ok = match want {
+                Some(prefix) => path.starts_with(prefix),
+                None => generations.iter().any(|g| path.starts_with(g)),
+            };
+            c.check(
+                ok,
+                label,
+                format_args!(
+                    "google-genai {version} called {path}, not under {}",
+                    want.map_or_else(|| generations.join(" or "), str::to_owned)
+                ),
+            );
+        }
+        for scenario in ["text", "stream"] {
+            c.eq(
+                label,
+                &format!("{scenario} text"),
+                &got[scenario]["text"],
+                P::Gemini.text(),
+            );
+            c.eq(
+                label,
+                &format!("{scenario} x-switchyard-channel"),
+                &got[scenario]["channel"],
+                P::Gemini.channel(),
+            );
+        }
+        c.check(
+            got["count_tokens"]["input_tokens"].as_u64().is_some(),
+            label,
+            format_args!("count_tokens: {}", got["count_tokens"]),
+        );
+        writeln!(seen, "{label}: {got:#}").unwrap();
+    }
+    // Upstream, the Gemini channel is always called on its own API (the generation the client
+    // used is not passed on).
+    let upstream: Vec<String> = mock.requests().iter().map(describe_path).collect();
+    c.check(
+        upstream
+            .iter()
+            .all(|p| p.contains("/v1beta/models/real-gemini-model:")),
+        "upstream",
+        format_args!("upstream paths {upstream:?}"),
+    );
+    c.finish(&seen);
+}
+
+/// A Responses request using what only OpenAI can do (`previous_response_id`) towards a route
+/// with no member able to serve it (only Anthropic here) is a 400 `protocol_unsupported` naming
+/// the feature, which the SDK does not retry, the upstream never called; with an OpenAI member
+/// as well, that member serves it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_without_a_capable_member_is_protocol_unsupported() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().model(&P::OpenAi.upstream_model("")),
+        Behavior::ok().text(P::OpenAi.text()),
+    );
+    let routes = "  - model_pattern: responses-anthropic-only\n    members:\n      - { channel: up-anthropic, upstream_model: real-anthropic-model }\n  - model_pattern: responses-mixed\n    members:\n      - { channel: up-anthropic, upstream_model: real-anthropic-model, priority: 10 }\n      - { channel: up-openai, upstream_model: real-openai-model, priority: 0 }\n";
+    let proxy = start(&yaml(&mock, routes)).await;
+    let refused = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-anthropic-only",
+        "responses_previous",
+    )
+    .await;
+    let refused_hits = mock.hits();
+    let served = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-mixed",
+        "responses_continued",
+    )
+    .await;
+    let requests = mock.requests();
+    let seen: Vec<String> = requests.iter().map(describe).collect();
+    let mut c = Checks::new("responses: protocol_unsupported");
+
+    let e = &refused["responses_previous"];
+    c.eq("anthropic only", "status", &e["status"], 400);
+    c.eq(
+        "anthropic only",
+        "type",
+        &e["type"],
+        "invalid_request_error",
+    );
+    c.eq("anthropic only", "code", &e["code"], "protocol_unsupported");
+    c.eq(
+        "anthropic only",
+        "x-should-retry",
+        &e["should_retry"],
+        "false",
+    );
+    c.check(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("previous_response_id")),
+        "anthropic only",
+        format_args!(
+            "the 400 does not name previous_response_id: {}",
+            e["message"]
+        ),
+    );
+    c.eq(
+        "anthropic only",
+        "upstream requests",
+        &json!(refused_hits),
+        0,
+    );
+
+    let s = &served["responses_continued"];
+    c.check(
+        s["exception"].is_null(),
+        "mixed",
+        format_args!("the SDK raised {}", s["exception"]),
+    );
+    c.eq("mixed", "text", &s["text"], P::OpenAi.text());
+    c.eq("mixed", "x-switchyard-channel", &s["channel"], "up-openai");
+    c.eq("mixed", "x-switchyard-attempts", &s["attempts"], "1");
+    let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+    c.check(
+        paths == ["/v1/responses"],
+        "mixed",
+        format_args!("upstream paths {paths:?} (the Anthropic member must be skipped)"),
+    );
+    c.finish(&format!(
+        "refused: {refused:#}\nserved: {served:#}\nupstream: {seen:#?}"
+    ));
+}
+
+/// The official OpenAI SDK's `client.responses.create` through a route whose only member is
+/// Anthropic or Gemini: instructions, `max_output_tokens`, function tools, the call and its
+/// output translated; the answer a `response` object (`store: false`, usage with cached
+/// tokens); streamed, the Responses event sequence the SDK's stream helper accepts.
+async fn responses_translated(up: P) {
+    let mock = MockUpstream::start().await.unwrap();
+    script_mock(&mock, up);
+    let proxy = start(&yaml(&mock, "")).await;
+    let got = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        &up.route(""),
+        "responses,responses_tools,responses_tool_result,responses_stream,responses_tools_stream",
+    )
+    .await;
+    let requests = mock.requests();
+    let mut c = Checks::new(format!("openai SDK responses -> {} upstream", up.name()));
+    for r in &requests {
+        check_upstream_request(&mut c, up, r, &label(r));
+    }
+
+    let r = &got["responses"];
+    c.check(
+        r["exception"].is_null(),
+        "responses",
+        format_args!("the SDK raised {}", r["exception"]),
+    );
+    c.eq("responses", "text", &r["text"], up.text());
+    c.eq("responses", "status", &r["status"], "completed");
+    c.eq("responses", "object", &r["object"], "response");
+    c.eq("responses", "store", &r["store"], false);
+    c.eq(
+        "responses",
+        "x-switchyard-channel",
+        &r["channel"],
+        up.channel(),
+    );
+    c.eq(
+        "responses",
+        "cached tokens",
+        &r["usage"]["cached"],
+        TEXT_CACHED,
+    );
+    c.check(
+        r["usage"]["input"].as_u64() >= Some(TEXT_CACHED)
+            && r["usage"]["output"].as_u64().is_some_and(|n| n > 0),
+        "responses",
+        format_args!("usage {}", r["usage"]),
+    );
+    let sent = requests_with(&requests, "scenario=responses:");
+    c.check(
+        sent.len() == 1,
+        "responses",
+        format_args!("want 1 upstream request, got {}", sent.len()),
+    );
+    if let Some(req) = sent.first() {
+        let body = req.json();
+        check_system(&mut c, up, &body, "responses");
+        let max = match up {
+            P::Gemini => &body["generationConfig"]["maxOutputTokens"],
+            _ => &body["max_tokens"],
+        };
+        c.eq("responses", "max output tokens", max, 300);
+    }
+
+    let t = &got["responses_tools"];
+    c.check(
+        t["exception"].is_null(),
+        "responses_tools",
+        format_args!("the SDK raised {}", t["exception"]),
+    );
+    c.eq(
+        "responses_tools",
+        "call name",
+        &t["calls"][0]["name"],
+        "get_weather",
+    );
+    c.eq(
+        "responses_tools",
+        "call arguments",
+        &t["calls"][0]["arguments"],
+        json!({"city": "Paris"}),
+    );
+    c.eq(
+        "responses_tools",
+        "cached tokens",
+        &t["usage"]["cached"],
+        TOOLS_CACHED,
+    );
+    if let Some(req) = requests_with(&requests, "scenario=responses_tools:").first() {
+        check_tools(&mut c, up, &req.json(), "responses_tools");
+    }
+
+    let tr = &got["responses_tool_result"];
+    c.check(
+        tr["exception"].is_null(),
+        "responses_tool_result",
+        format_args!("the SDK raised {}", tr["exception"]),
+    );
+    c.eq(
+        "responses_tool_result",
+        "second turn text",
+        &tr["text"],
+        up.text(),
+    );
+    let second = requests_with(&requests, TOOL_RESULT_MARK);
+    c.check(
+        second.len() == 1,
+        "responses_tool_result",
+        format_args!(
+            "want 1 upstream request with the tool result, got {}",
+            second.len()
+        ),
+    );
+    if let Some(req) = second.first() {
+        check_tool_result(&mut c, up, &req.json(), "responses_tool_result");
+    }
+
+    for (scenario, tools) in [
+        ("responses_stream", false),
+        ("responses_tools_stream", true),
+    ] {
+        let st = &got[scenario];
+        c.check(
+            st["exception"].is_null(),
+            scenario,
+            format_args!(
+                "the SDK raised {}\n{}",
+                st["exception"],
+                st["traceback"].as_str().unwrap_or("")
+            ),
+        );
+        let types: Vec<&str> = st["types"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        c.check(
+            types.first() == Some(&"response.created")
+                && types.last() == Some(&"response.completed"),
+            scenario,
+            format_args!("event order {types:?}"),
+        );
+        c.eq(scenario, "store", &st["store"], false);
+        c.eq(scenario, "status", &st["status"], "completed");
+        let sent = requests_with(&requests, &format!("scenario={scenario}:"));
+        let streamed = sent.first().is_some_and(|r| match up {
+            P::Gemini => r.path.ends_with(":streamGenerateContent"),
+            _ => r.json()["stream"] == true,
+        });
+        c.check(
+            sent.len() == 1 && streamed,
+            scenario,
+            format_args!("want 1 streamed upstream request, got {}", sent.len()),
+        );
+        if tools {
+            c.eq(
+                scenario,
+                "call name",
+                &st["calls"][0]["name"],
+                "get_weather",
+            );
+            c.eq(
+                scenario,
+                "call arguments",
+                &st["calls"][0]["arguments"],
+                json!({"city": "Paris"}),
+            );
+            c.check(
+                types.contains(&"response.function_call_arguments.delta"),
+                scenario,
+                format_args!("no argument deltas in {types:?}"),
+            );
+        } else {
+            c.eq(scenario, "text", &st["text"], up.text());
+            c.check(
+                st["pieces"].as_array().is_some_and(|p| !p.is_empty()),
+                scenario,
+                "no output_text deltas",
+            );
+            c.eq(
+                scenario,
+                "cached tokens",
+                &st["usage"]["cached"],
+                TEXT_CACHED,
+            );
+        }
+    }
+    c.finish(&format!(
+        "SDK output: {got:#}\n\nupstream requests:\n{}",
+        requests.iter().map(describe).collect::<Vec<_>>().join("\n")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_translated_to_anthropic() {
+    responses_translated(P::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_translated_to_gemini() {
+    responses_translated(P::Gemini).await;
+}
+
+/// Two OpenAI channels, the higher-priority one answering 503: a stateless Responses request
+/// (no `background`, no `Idempotency-Key`, as the SDK sends it) fails over to the healthy one;
+/// a `background: true` request without an `Idempotency-Key` is not retried (the 503 reaches
+/// the client after one attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_stateless_responses_request_fails_over_to_a_healthy_member() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().model("real-openai-down"),
+        Behavior::status(503),
+    );
+    mock.on(
+        Matcher::any().model(&P::OpenAi.upstream_model("")),
+        Behavior::ok().text(P::OpenAi.text()),
+    );
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\nchannels:\n  - name: down\n    provider: openai\n    base_url: {url}\n    credentials: [\"k-down\"]\n  - name: up-openai\n    provider: openai\n    base_url: {url}\n    credentials: [\"k-up\"]\nroutes:\n  - model_pattern: responses-failover\n    members:\n      - {{ channel: down, upstream_model: real-openai-down, priority: 10 }}\n      - {{ channel: up-openai, upstream_model: real-openai-model, priority: 0 }}\n",
+        url = mock.base_url()
+    );
+    let proxy = start(&yaml).await;
+    let got = run_sdk(P::OpenAi, &proxy.url, "responses-failover", "responses").await;
+    let stateless: Vec<String> = requests_with(&mock.requests(), "scenario=responses:")
+        .iter()
+        .map(|r| describe_path(r))
+        .collect();
+    let mut c = Checks::new("responses: failover");
+    let r = &got["responses"];
+    c.check(
+        r["exception"].is_null(),
+        "stateless",
+        format_args!("the SDK raised {}", r["exception"]),
+    );
+    c.eq("stateless", "text", &r["text"], P::OpenAi.text());
+    c.eq(
+        "stateless",
+        "x-switchyard-channel",
+        &r["channel"],
+        "up-openai",
+    );
+    c.eq("stateless", "x-switchyard-attempts", &r["attempts"], "2");
+    c.check(
+        stateless.len() == 2,
+        "stateless",
+        format_args!(
+            "want 2 upstream requests (the 503, then the healthy member), got {stateless:?}"
+        ),
+    );
+
+    // The failing member is cooling down now; a fresh proxy starts from clean health.
+    let proxy = start(&yaml).await;
+    let bg = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "responses-failover",
+        "responses_background",
+    )
+    .await;
+    let background = requests_with(&mock.requests(), "scenario=responses_background:").len();
+    let e = &bg["responses_background"];
+    c.eq("background", "status", &e["status"], 503);
+    c.eq("background", "x-switchyard-attempts", &e["attempts"], "1");
+    c.eq("background", "upstream requests", &json!(background), 1);
+    c.finish(&format!("stateless: {got:#}\nbackground: {bg:#}"));
 }

@@ -3,12 +3,16 @@
 
 usage: genai_client.py BASE_URL TOKEN MODEL SCENARIO[,SCENARIO...]
 
-Prints one JSON line: {scenario: result}. A scenario that raises records
-{"exception": ...} instead of stopping the others. Models used, from MODEL:
+Prints one JSON line: {scenario: result, "_sdk": {"version", "paths"}}. A scenario that raises
+records {"exception": ...} instead of stopping the others. Models used, from MODEL:
 MODEL (text answers), MODEL-tools (tool calls), MODEL-429, MODEL-503, no-such-model.
+
+The API version (the path generation: /v1beta/models/... or /v1/models/...) is the SDK's own
+default unless GENAI_API_VERSION names one; "_sdk.paths" lists the paths the SDK called.
 """
 import base64
 import json
+import os
 import sys
 import traceback
 
@@ -17,6 +21,8 @@ from google.genai import errors, types
 
 BASE, TOKEN, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
 SCENARIOS = sys.argv[4].split(",")
+API_VERSION = os.environ.get("GENAI_API_VERSION") or None
+PATHS = []
 
 SYSTEM = "SYSTEM-PROMPT-MARK: answer briefly."
 TOOL_RESULT = {"temperature_c": 21, "mark": "TOOL-RESULT-MARK"}
@@ -41,16 +47,20 @@ TOOLS = [
 ]
 
 
+def record_path(request):
+    PATHS.append(request.url.path)
+
+
 def make_client(key):
-    return genai.Client(
-        api_key=key,
-        http_options=types.HttpOptions(
-            base_url=BASE,
-            api_version="v1beta",
-            timeout=20_000,
-            retry_options=types.HttpRetryOptions(attempts=1),
-        ),
+    options = dict(
+        base_url=BASE,
+        timeout=20_000,
+        retry_options=types.HttpRetryOptions(attempts=1),
+        client_args={"event_hooks": {"request": [record_path]}},
     )
+    if API_VERSION is not None:
+        options["api_version"] = API_VERSION
+    return genai.Client(api_key=key, http_options=types.HttpOptions(**options))
 
 
 client = make_client(TOKEN)
@@ -238,4 +248,5 @@ for name in SCENARIOS:
         out[name] = globals()["s_" + name]()
     except Exception as e:  # recorded, so the other scenarios still run
         out[name] = {"exception": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=3)}
+out["_sdk"] = {"version": genai.__version__, "paths": PATHS}
 print(json.dumps(out))

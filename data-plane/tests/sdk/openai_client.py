@@ -143,6 +143,8 @@ def error_of(fn):
             "message": e.message,
             "retry_after": e.response.headers.get("retry-after"),
             "channel": e.response.headers.get("x-switchyard-channel"),
+            "attempts": e.response.headers.get("x-switchyard-attempts"),
+            "should_retry": e.response.headers.get("x-should-retry"),
         }
 
 
@@ -211,6 +213,149 @@ def s_n2():
 
 def s_n2_error():
     return error_of(lambda: client.chat.completions.create(model=MODEL, messages=messages("n2"), n=2))
+
+
+def response_input(scenario):
+    return f"scenario={scenario}: what is the weather in Paris?"
+
+
+RESPONSE_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The current weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+]
+
+
+def response_usage(u):
+    if u is None:
+        return None
+    return {
+        "input": u.input_tokens,
+        "output": u.output_tokens,
+        "cached": u.input_tokens_details.cached_tokens if u.input_tokens_details else None,
+        "reasoning": u.output_tokens_details.reasoning_tokens if u.output_tokens_details else None,
+    }
+
+
+def response_result(raw):
+    resp = raw.parse()
+    return {
+        "text": resp.output_text,
+        "status": resp.status,
+        "store": getattr(resp, "store", None),
+        "object": getattr(resp, "object", None),
+        "output_types": [item.type for item in resp.output],
+        "calls": [
+            {"call_id": item.call_id, "name": item.name, "arguments": json.loads(item.arguments)}
+            for item in resp.output
+            if item.type == "function_call"
+        ],
+        "usage": response_usage(resp.usage),
+        **headers_of(raw),
+    }
+
+
+def s_responses():
+    # The Responses API, stateless (no `background`): the SDK sends no Idempotency-Key.
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, instructions=SYSTEM, input=response_input("responses"), max_output_tokens=300
+    )
+    return response_result(raw)
+
+
+def s_responses_tools():
+    raw = client.responses.with_raw_response.create(
+        model=MODEL + "-tools", instructions=SYSTEM, input=response_input("responses_tools"), tools=RESPONSE_TOOLS
+    )
+    return response_result(raw)
+
+
+def s_responses_tool_result():
+    # The agent loop: the first answer's output items go back as input, with the call's output.
+    first = client.responses.create(
+        model=MODEL + "-tools",
+        instructions=SYSTEM,
+        input=[{"role": "user", "content": response_input("responses_tool_result")}],
+        tools=RESPONSE_TOOLS,
+    )
+    call = next(item for item in first.output if item.type == "function_call")
+    history = [{"role": "user", "content": response_input("responses_tool_result")}]
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": TOOL_RESULT})
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, instructions=SYSTEM, input=history, tools=RESPONSE_TOOLS
+    )
+    return {"first_call_id": call.call_id, **response_result(raw)}
+
+
+def s_responses_continued():
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, input=response_input("responses_continued"), previous_response_id="resp_123"
+    )
+    return response_result(raw)
+
+
+def streamed(model, scenario, tools=None):
+    # The SDK's stream helper checks the event order as it accumulates the response.
+    types, pieces, args = [], [], []
+    kwargs = {"tools": tools} if tools else {}
+    with client.responses.stream(
+        model=model, instructions=SYSTEM, input=response_input(scenario), **kwargs
+    ) as stream:
+        for event in stream:
+            types.append(event.type)
+            if event.type == "response.output_text.delta":
+                pieces.append(event.delta)
+            elif event.type == "response.function_call_arguments.delta":
+                args.append(event.delta)
+        final = stream.get_final_response()
+    return {
+        "types": types,
+        "pieces": pieces,
+        "argument_pieces": args,
+        "text": final.output_text,
+        "status": final.status,
+        "store": getattr(final, "store", None),
+        "calls": [
+            {"call_id": item.call_id, "name": item.name, "arguments": json.loads(item.arguments)}
+            for item in final.output
+            if item.type == "function_call"
+        ],
+        "usage": response_usage(final.usage),
+    }
+
+
+def s_responses_stream():
+    return streamed(MODEL, "responses_stream")
+
+
+def s_responses_tools_stream():
+    return streamed(MODEL + "-tools", "responses_tools_stream", RESPONSE_TOOLS)
+
+
+def s_responses_previous():
+    return error_of(
+        lambda: client.responses.create(
+            model=MODEL, input=response_input("responses_previous"), previous_response_id="resp_123"
+        )
+    )
+
+
+def s_responses_error():
+    return error_of(lambda: client.responses.create(model=MODEL, input=response_input("responses_error")))
+
+
+def s_responses_background():
+    return error_of(
+        lambda: client.responses.create(model=MODEL, input=response_input("responses_background"), background=True)
+    )
 
 
 out = {}

@@ -8,6 +8,10 @@
 //! - **Anthropic** Messages (`POST /v1/messages`, plus `/v1/messages/count_tokens`),
 //! - **Gemini** native `generateContent` / `streamGenerateContent?alt=sse` / `countTokens`.
 //!
+//! The OpenAI Responses API (`POST /v1/responses`) is a fourth client dialect: parsed by
+//! [`ChatRequest::parse_responses`] into the same neutral form, its answers written by
+//! [`translate_responses_answer`], its streams by [`StreamTranslator::for_responses`].
+//!
 //! A request is parsed once into a neutral form ([`ChatRequest::parse`]); the gateway asks it
 //! which feature a target cannot express ([`ChatRequest::unsupported_for`]) and renders it for
 //! the chosen upstream ([`ChatRequest::to_body`]). Responses go back through
@@ -36,7 +40,7 @@ pub use errors::{
     stream_error_event, translate_error_body, translate_status, MAX_ERROR_MESSAGE_CHARS,
 };
 pub use protocol::Protocol;
-pub use response::translate_response;
+pub use response::{translate_response, translate_responses_answer};
 pub use sse::{SseDecoder, SseEvent};
 pub use stream::{StreamTranslator, UsageScanner};
 pub use translate::{

@@ -5,10 +5,11 @@ use serde_json::Value;
 use crate::protocol::Protocol;
 use crate::translate::{
     anthropic_emit_response, anthropic_parse_response, gemini_emit_response, gemini_parse_response,
-    openai_emit_response, openai_parse_response, to_vec, Part, TranslateError,
+    openai_emit_response, openai_parse_response, responses_emit_response, to_vec, Part,
+    TranslateError,
 };
 use crate::usage::{response_usage, FullUsage, Usage};
-use crate::util::parse_json;
+use crate::util::{get_u64, parse_json};
 
 /// Why the model stopped, in neutral form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +132,32 @@ pub fn translate_response(
         Protocol::Anthropic => anthropic_emit_response(&resp, client_model),
         Protocol::Gemini => gemini_emit_response(&resp, client_model),
     };
+    Ok((to_vec(&out)?, resp.usage.public()))
+}
+
+/// Translates a successful upstream JSON answer (Anthropic Messages, Gemini `generateContent`
+/// or OpenAI Chat Completions) into an OpenAI Responses API `response` object for a client of
+/// `POST /v1/responses`; `client_model` is echoed as its model. Returns the body and the usage
+/// read from it.
+pub fn translate_responses_answer(
+    upstream: Protocol,
+    body: &[u8],
+    client_model: &str,
+) -> Result<(Vec<u8>, Usage), TranslateError> {
+    let v = parse_json(body)?;
+    let resp = parse(upstream, &v)?;
+    let reasoning = match upstream {
+        Protocol::Gemini => v
+            .get("usageMetadata")
+            .and_then(|u| get_u64(u, "thoughtsTokenCount")),
+        Protocol::OpenAi => v
+            .get("usage")
+            .and_then(|u| u.get("completion_tokens_details"))
+            .and_then(|d| get_u64(d, "reasoning_tokens")),
+        // Anthropic counts thinking within `output_tokens` without breaking it out.
+        Protocol::Anthropic => None,
+    };
+    let out = responses_emit_response(&resp, client_model, reasoning.unwrap_or(0));
     Ok((to_vec(&out)?, resp.usage.public()))
 }
 

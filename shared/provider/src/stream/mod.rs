@@ -16,14 +16,19 @@
 //!   function calls, so tool-call argument deltas are accumulated per call and the call is sent
 //!   whole once complete (when the upstream ends the call's block, starts another call or
 //!   text, or finishes). Text is never held back.
+//! - **OpenAI Responses API** ([`StreamTranslator::for_responses`]): `response.created`,
+//!   `response.in_progress`, per output item `output_item.added` … `output_item.done` (text
+//!   deltas or function-call argument deltas in between), `response.completed` last.
 
 mod client;
+mod responses;
 mod upstream;
 
 use crate::protocol::Protocol;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::usage::{AnthropicUsage, FullUsage, Usage};
 use client::Emitter;
+use responses::ResponsesEmitter;
 use upstream::{Ev, Upstream};
 
 /// Translates an upstream SSE stream into the client's protocol, incrementally.
@@ -36,6 +41,8 @@ pub struct StreamTranslator {
     decoder: SseDecoder,
     upstream: Upstream,
     emitter: Emitter,
+    /// Set for an OpenAI Responses API client: its events replace `emitter`'s.
+    responses: Option<ResponsesEmitter>,
     done: bool,
     usage: FullUsage,
     events: Vec<SseEvent>,
@@ -60,11 +67,23 @@ impl StreamTranslator {
             decoder: SseDecoder::new(),
             upstream: Upstream::new(upstream),
             emitter: Emitter::new(client, client_model, include_usage),
+            responses: None,
             done: false,
             usage: FullUsage::default(),
             events: Vec::new(),
             evs: Vec::new(),
         }
+    }
+
+    /// A translator for an OpenAI Responses API client (`POST /v1/responses`) of an upstream
+    /// speaking `upstream` (Anthropic, Gemini, or OpenAI Chat Completions): the Responses event
+    /// stream (`response.created` … `response.output_text.delta` … `response.completed`).
+    pub fn for_responses(upstream: Protocol, client_model: &str) -> StreamTranslator {
+        let mut translator = StreamTranslator::new(upstream, Protocol::OpenAi, client_model, false);
+        translator.passthrough = false;
+        translator.strip_usage_chunk = false;
+        translator.responses = Some(ResponsesEmitter::new(client_model));
+        translator
     }
 
     /// Feeds raw upstream SSE bytes (split anywhere; `\n` or `\r\n`) and appends the complete
@@ -91,7 +110,9 @@ impl StreamTranslator {
                 _ => {}
             }
         }
-        if !self.passthrough {
+        if let Some(responses) = &mut self.responses {
+            responses.handle(&evs, out);
+        } else if !self.passthrough {
             self.emitter.handle(&evs, out);
         } else if self.strip_usage_chunk {
             let usage_only =
@@ -113,7 +134,9 @@ impl StreamTranslator {
         if let Some(ev) = self.decoder.finish() {
             self.event(&ev, out);
         }
-        if !self.passthrough {
+        if let Some(responses) = &mut self.responses {
+            responses.close(out);
+        } else if !self.passthrough {
             self.emitter.close(out);
         }
     }
@@ -131,7 +154,10 @@ impl StreamTranslator {
 
     /// Whether the client's stream is complete (closing sequence or error event sent).
     pub fn client_closed(&self) -> bool {
-        self.passthrough && self.done || self.emitter.is_closed()
+        match &self.responses {
+            Some(responses) => responses.is_closed(),
+            None => self.passthrough && self.done || self.emitter.is_closed(),
+        }
     }
 }
 

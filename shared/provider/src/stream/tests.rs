@@ -810,3 +810,120 @@ fn object_after_key_handles_strings_with_braces() {
     assert_eq!(object_after_key(br#"{"usage":null}"#, b"\"usage\""), None);
     assert_eq!(object_after_key(br#"{"usage":{"a":1"#, b"\"usage\""), None);
 }
+
+/// The Responses API events of a translated stream: (name, data) in order.
+fn responses_events(upstream: Protocol, bytes: &str) -> Vec<(String, Value)> {
+    let mut t = StreamTranslator::for_responses(upstream, "client-model");
+    let mut out = Vec::new();
+    // Split anywhere: byte by byte.
+    for b in bytes.as_bytes().chunks(1) {
+        t.push(b, &mut out);
+    }
+    t.finish(&mut out);
+    assert!(t.client_closed());
+    let mut decoder = crate::sse::SseDecoder::new();
+    let mut events = Vec::new();
+    decoder.push_into(&out, &mut events);
+    events
+        .into_iter()
+        .map(|e| {
+            let data: Value = serde_json::from_str(&e.data).unwrap();
+            let name = e.event.clone().unwrap();
+            assert_eq!(data["type"], name.as_str(), "{data}");
+            (name, data)
+        })
+        .collect()
+}
+
+#[test]
+fn anthropic_text_and_tool_stream_to_the_responses_event_sequence() {
+    let events = responses_events(A, ANTHROPIC_TEXT_TOOL);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+    ];
+    let deltas = names
+        .iter()
+        .filter(|n| **n == "response.function_call_arguments.delta")
+        .count();
+    assert!(deltas >= 2, "{names:?}");
+    want.extend(std::iter::repeat_n(
+        "response.function_call_arguments.delta",
+        deltas,
+    ));
+    want.extend([
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(names, want);
+    for (i, (_, data)) in events.iter().enumerate() {
+        assert_eq!(data["sequence_number"], i as u64);
+    }
+    assert_eq!(events[4].1["delta"], "Let me check.");
+    assert_eq!(events[0].1["response"]["status"], "in_progress");
+    let args_done = &events[names.len() - 3].1;
+    assert_eq!(args_done["arguments"], "{\"city\": \"Paris\"}");
+    assert_eq!(args_done["item_id"], "fc_toolu_01");
+    let done = &events[names.len() - 1].1["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["store"], false);
+    assert_eq!(done["id"], "resp_msg_01");
+    assert_eq!(done["output"][0]["content"][0]["text"], "Let me check.");
+    assert_eq!(done["output"][1]["call_id"], "toolu_01");
+    assert_eq!(done["output"][1]["arguments"], "{\"city\": \"Paris\"}");
+    assert_eq!(done["usage"]["input_tokens"], 105);
+    assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 70);
+    assert_eq!(done["usage"]["output_tokens"], 25);
+}
+
+#[test]
+fn gemini_stream_to_the_responses_event_sequence() {
+    let events = responses_events(G, GEMINI_TEXT_TOOL);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    // Every item added is done before the next one is added.
+    let mut open = false;
+    for n in &names {
+        match *n {
+            "response.output_item.added" => {
+                assert!(!open, "{names:?}");
+                open = true;
+            }
+            "response.output_item.done" => open = false,
+            _ => {}
+        }
+    }
+    let text: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    let done = &events.last().unwrap().1["response"];
+    assert_eq!(done["output"][0]["content"][0]["text"], text.as_str());
+    assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 32);
+}
+
+#[test]
+fn a_responses_stream_stopped_at_the_limit_ends_incomplete() {
+    let events = responses_events(O, OPENAI_TEXT);
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name, "response.incomplete");
+    assert_eq!(
+        data["response"]["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert_eq!(
+        data["response"]["output"][0]["content"][0]["text"],
+        "Hello \u{e9}"
+    );
+}

@@ -3,6 +3,7 @@
 mod anthropic;
 mod gemini;
 mod openai;
+mod responses;
 pub(crate) mod schema;
 
 use std::collections::HashMap;
@@ -23,6 +24,12 @@ pub(crate) use gemini::{
 };
 pub(crate) use openai::{
     emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
+};
+pub(crate) use responses::{
+    call_item as responses_call_item, emit_response as responses_emit_response,
+    message_item as responses_message_item, output_text as responses_output_text,
+    response_id as responses_response_id, response_object as responses_response_object,
+    usage as responses_usage,
 };
 
 /// Why a body could not be translated.
@@ -448,6 +455,8 @@ pub struct ChatRequest {
     raw: Map<String, Value>,
     /// Gemini countTokens body given as `{"generateContentRequest": …}`.
     gemini_wrapped: bool,
+    /// An OpenAI Responses API request (`POST /v1/responses`) rather than Chat Completions.
+    responses: bool,
 }
 
 impl ChatRequest {
@@ -521,7 +530,39 @@ impl ChatRequest {
             ir,
             raw,
             gemini_wrapped,
+            responses: false,
         })
+    }
+
+    /// Parses an OpenAI Responses API request (`POST /v1/responses`): `input` items and
+    /// `instructions`, function tools, calls and their outputs, `max_output_tokens`, sampling
+    /// and `text.format`. Its protocol is OpenAI (errors are OpenAI's); what only OpenAI can do
+    /// (`previous_response_id`, `background`, built-in tools, …) is a feature Anthropic and
+    /// Gemini cannot express. Answers go back through [`crate::translate_responses_answer`].
+    pub fn parse_responses(
+        body: &[u8],
+        model: &str,
+        stream: bool,
+    ) -> Result<ChatRequest, TranslateError> {
+        let raw = parse_object(body)?;
+        let mut ir = Ir::default();
+        responses::parse_request(&raw, &mut ir)?;
+        let stream = body_stream(&raw, stream);
+        Ok(ChatRequest {
+            protocol: Protocol::OpenAi,
+            model: body_model(&raw, model),
+            stream,
+            include_usage: false,
+            ir,
+            raw,
+            gemini_wrapped: false,
+            responses: true,
+        })
+    }
+
+    /// Whether this is a Responses API request (see [`ChatRequest::parse_responses`]).
+    pub fn is_responses(&self) -> bool {
+        self.responses
     }
 
     /// The client's protocol.
@@ -668,6 +709,9 @@ impl ChatRequest {
     fn same_protocol_body(&self, upstream_model: &str, default_max_tokens: u32) -> Value {
         let mut m = self.raw.clone();
         match self.protocol {
+            Protocol::OpenAi if self.responses => {
+                m.insert("model".into(), json!(upstream_model));
+            }
             Protocol::OpenAi => {
                 m.insert("model".into(), json!(upstream_model));
                 if self.stream {

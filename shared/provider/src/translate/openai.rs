@@ -291,7 +291,7 @@ fn parse_content(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translat
     Ok(parts)
 }
 
-fn media_from_url(url: &str, kind: MediaKind) -> Result<Media, TranslateError> {
+pub(crate) fn media_from_url(url: &str, kind: MediaKind) -> Result<Media, TranslateError> {
     if url.starts_with("data:") {
         let (mime, data) =
             parse_data_url(url).ok_or_else(|| malformed("data URL is not base64"))?;

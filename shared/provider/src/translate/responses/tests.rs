@@ -1,0 +1,298 @@
+//! Responses API translation rules: request items into Anthropic and Gemini bodies, answers
+//! back into `response` objects, and what only OpenAI can do refused by name.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::{json, Value};
+
+use crate::translate::ChatRequest;
+use crate::Protocol::{self, Anthropic as A, Gemini as G, OpenAi as O};
+use crate::{translate_responses_answer, Usage};
+
+fn parse(body: Value) -> ChatRequest {
+    ChatRequest::parse_responses(body.to_string().as_bytes(), "client-model", false).unwrap()
+}
+
+fn render(body: Value, target: Protocol) -> Value {
+    let r = parse(body);
+    serde_json::from_slice(&r.to_body(target, "up-model", 1024).unwrap()).unwrap()
+}
+
+fn answer(up: Protocol, body: Value) -> (Value, Usage) {
+    let (b, u) =
+        translate_responses_answer(up, body.to_string().as_bytes(), "client-model").unwrap();
+    (serde_json::from_slice(&b).unwrap(), u)
+}
+
+#[test]
+fn string_input_and_instructions_become_a_user_turn_and_the_system_prompt() {
+    let b = json!({"model": "m", "instructions": "be brief", "input": "hi",
+        "max_output_tokens": 50, "temperature": 0.5, "top_p": 0.9});
+    let a = render(b.clone(), A);
+    assert_eq!(a["system"], "be brief");
+    assert_eq!(
+        a["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
+    assert_eq!(a["max_tokens"], 50);
+    assert_eq!(a["temperature"], 0.5);
+    assert_eq!(a["top_p"], 0.9);
+    let g = render(b, G);
+    assert_eq!(
+        g["systemInstruction"],
+        json!({"parts": [{"text": "be brief"}]})
+    );
+    assert_eq!(
+        g["contents"],
+        json!([{"role": "user", "parts": [{"text": "hi"}]}])
+    );
+    assert_eq!(g["generationConfig"]["maxOutputTokens"], 50);
+}
+
+#[test]
+fn anthropic_gets_the_default_max_tokens_when_the_client_gave_none() {
+    let a = render(json!({"model": "m", "input": "hi"}), A);
+    assert_eq!(a["max_tokens"], 1024);
+}
+
+#[test]
+fn message_items_with_content_parts_and_developer_messages() {
+    let b = json!({"model": "m", "input": [
+        {"role": "developer", "content": "rules"},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "look"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBOR"},
+            {"type": "input_image", "image_url": "https://example.com/a.png"}
+        ]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a cat"}]},
+        {"role": "user", "content": "and?"}
+    ]});
+    let a = render(b.clone(), A);
+    assert_eq!(a["system"], "rules");
+    assert_eq!(
+        a["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+        ])
+    );
+    assert_eq!(a["messages"][1]["role"], "assistant");
+    assert_eq!(a["messages"][1]["content"][0]["text"], "a cat");
+    assert_eq!(a["messages"][2]["content"][0]["text"], "and?");
+    let g = render(b, G);
+    assert_eq!(
+        g["contents"][0]["parts"][1]["inlineData"]["mimeType"],
+        "image/png"
+    );
+    assert_eq!(g["contents"][1]["role"], "model");
+}
+
+#[test]
+fn function_tools_calls_and_outputs_keep_their_call_ids() {
+    let b = json!({"model": "m",
+    "tools": [{"type": "function", "name": "get_weather", "description": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+    "tool_choice": {"type": "function", "name": "get_weather"},
+    "input": [
+        {"role": "user", "content": "weather in Paris?"},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+            "arguments": "{\"city\":\"Paris\"}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "{\"c\":21}"}
+    ]});
+    let a = render(b.clone(), A);
+    assert_eq!(a["tools"][0]["name"], "get_weather");
+    assert_eq!(
+        a["tools"][0]["input_schema"]["properties"]["city"]["type"],
+        "string"
+    );
+    assert_eq!(
+        a["tool_choice"],
+        json!({"type": "tool", "name": "get_weather"})
+    );
+    assert_eq!(
+        a["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}])
+    );
+    assert_eq!(a["messages"][2]["content"][0]["type"], "tool_result");
+    assert_eq!(a["messages"][2]["content"][0]["tool_use_id"], "call_1");
+    let g = render(b, G);
+    assert_eq!(
+        g["tools"][0]["functionDeclarations"][0]["name"],
+        "get_weather"
+    );
+    assert_eq!(g["contents"][1]["parts"][0]["functionCall"]["id"], "call_1");
+    assert_eq!(
+        g["contents"][2]["parts"][0]["functionResponse"]["name"],
+        "get_weather"
+    );
+    assert_eq!(
+        g["contents"][2]["parts"][0]["functionResponse"]["response"],
+        json!({"c": 21})
+    );
+}
+
+#[test]
+fn json_schema_text_format_goes_to_gemini_and_is_unsupported_by_anthropic() {
+    let b = json!({"model": "m", "input": "hi", "text": {"format": {"type": "json_schema",
+        "name": "city", "schema": {"type": "object", "properties": {"name": {"type": "string"}}}}}});
+    let r = parse(b.clone());
+    assert_eq!(
+        r.unsupported_for(A).as_deref(),
+        Some("text.format json_schema")
+    );
+    assert_eq!(r.unsupported_for(G), None);
+    let g = render(b, G);
+    assert_eq!(
+        g["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+    assert_eq!(
+        g["generationConfig"]["responseJsonSchema"]["properties"]["name"]["type"],
+        "string"
+    );
+}
+
+#[test]
+fn openai_only_features_are_named_for_anthropic_and_gemini() {
+    for (extra, feature) in [
+        (
+            json!({"previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (json!({"background": true}), "background"),
+        (
+            json!({"tools": [{"type": "web_search"}]}),
+            "built-in tool web_search",
+        ),
+        (
+            json!({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}),
+            "built-in tool file_search",
+        ),
+        (json!({"conversation": "conv_1"}), "conversation"),
+        (json!({"reasoning": {"effort": "low"}}), "reasoning"),
+        (
+            json!({"include": ["reasoning.encrypted_content"]}),
+            "include",
+        ),
+    ] {
+        let mut b = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let r = parse(b);
+        assert_eq!(r.unsupported_for(A).as_deref(), Some(feature), "{extra}");
+        assert_eq!(r.unsupported_for(G).as_deref(), Some(feature), "{extra}");
+        assert_eq!(r.unsupported_for(O), None, "{extra}");
+    }
+    let r = parse(json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}));
+    assert_eq!(
+        r.unsupported_for(A).as_deref(),
+        Some("input item type item_reference")
+    );
+}
+
+#[test]
+fn a_malformed_request_is_refused() {
+    for b in [
+        json!({"model": "m"}),
+        json!({"model": "m", "input": 3}),
+        json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}),
+        json!({"model": "m", "input": [{"role": "robot", "content": "x"}]}),
+    ] {
+        assert!(
+            ChatRequest::parse_responses(b.to_string().as_bytes(), "m", false).is_err(),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn anthropic_answer_becomes_a_response_with_message_and_function_call_items() {
+    let (r, u) = answer(
+        A,
+        json!({"id": "msg_01", "type": "message", "role": "assistant", "model": "claude",
+            "content": [{"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 50}}),
+    );
+    assert_eq!(r["object"], "response");
+    assert_eq!(r["id"], "resp_msg_01");
+    assert_eq!(r["status"], "completed");
+    assert_eq!(r["store"], false);
+    assert_eq!(r["model"], "client-model");
+    assert_eq!(r["output"][0]["type"], "message");
+    assert_eq!(r["output"][0]["content"][0]["type"], "output_text");
+    assert_eq!(r["output"][0]["content"][0]["text"], "Checking.");
+    assert_eq!(
+        r["output"][1],
+        json!({"type": "function_call", "id": "fc_toolu_1", "call_id": "toolu_1",
+            "name": "get_weather", "arguments": "{\"city\":\"Paris\"}", "status": "completed"})
+    );
+    assert_eq!(
+        r["usage"],
+        json!({"input_tokens": 150, "input_tokens_details": {"cached_tokens": 50},
+            "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 170})
+    );
+    assert_eq!(
+        u,
+        Usage {
+            input_tokens: 150,
+            output_tokens: 20,
+            cached_tokens: 50
+        }
+    );
+}
+
+#[test]
+fn gemini_answer_reports_cached_and_reasoning_tokens() {
+    let (r, _) = answer(
+        G,
+        json!({"candidates": [{"content": {"role": "model", "parts": [
+                {"text": "thinking…", "thought": true}, {"text": "Bonjour"}]},
+            "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20,
+                "thoughtsTokenCount": 12, "cachedContentTokenCount": 30},
+            "responseId": "abc"}),
+    );
+    assert_eq!(r["id"], "resp_abc");
+    assert_eq!(r["output"].as_array().unwrap().len(), 1);
+    assert_eq!(r["output"][0]["content"][0]["text"], "Bonjour");
+    assert_eq!(r["usage"]["input_tokens"], 100);
+    assert_eq!(r["usage"]["input_tokens_details"]["cached_tokens"], 30);
+    assert_eq!(r["usage"]["output_tokens"], 32);
+    assert_eq!(r["usage"]["output_tokens_details"]["reasoning_tokens"], 12);
+}
+
+#[test]
+fn a_truncated_answer_is_incomplete_with_its_reason() {
+    let (r, _) = answer(
+        A,
+        json!({"id": "msg_2", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Once"}],
+            "stop_reason": "max_tokens", "usage": {"input_tokens": 1, "output_tokens": 1}}),
+    );
+    assert_eq!(r["status"], "incomplete");
+    assert_eq!(
+        r["incomplete_details"],
+        json!({"reason": "max_output_tokens"})
+    );
+}
+
+#[test]
+fn a_streamed_request_is_translatable() {
+    let r = ChatRequest::parse_responses(
+        json!({"model": "m", "input": "hi", "stream": true})
+            .to_string()
+            .as_bytes(),
+        "m",
+        false,
+    )
+    .unwrap();
+    assert!(r.stream());
+    assert_eq!(r.unsupported_for(A), None);
+    assert_eq!(r.unsupported_for(G), None);
+    assert_eq!(
+        render(json!({"model": "m", "input": "hi", "stream": true}), A)["stream"],
+        true
+    );
+}
