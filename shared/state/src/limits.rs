@@ -355,8 +355,8 @@ pub(crate) struct Claim {
     pub value: u64,
     pub window_start: UnixMillis,
     pub window_end: UnixMillis,
-    /// Windowed: consumption beyond earlier claims, charged whatever the room (negative:
-    /// unused allowance given back). Concurrent: unused.
+    /// Windowed: consumption beyond earlier claims, charged whatever the room; negative only in
+    /// a give-back (unused allowance). Concurrent: unused.
     pub debt: i64,
     /// Windowed: more allowance asked for, granted up to the room. Concurrent: unused.
     pub want: u64,
@@ -415,7 +415,8 @@ impl Tables {
             .or_insert_with(|| Slot::new(limit.value, bounds));
         if bounds.0 > slot.window_start {
             let unused = slot.granted.saturating_sub(slot.used);
-            if unused > 0 && !slot.in_flight {
+            // (A claim still on its way gives its own grant back when it lands: `apply`.)
+            if unused > 0 {
                 give_backs.push(Claim {
                     key: limit.key,
                     value: slot.value,
@@ -598,7 +599,7 @@ impl Limiter {
                 value: slot.value,
                 window_start: slot.window_start,
                 window_end: slot.window_end,
-                debt: slot.used as i64 - slot.granted as i64,
+                debt: slot.used.saturating_sub(slot.granted) as i64,
                 want: 2 * w,
                 held: slot.used,
                 give_back: false,
@@ -698,5 +699,524 @@ impl Limiter {
     pub fn settled(&self) -> bool {
         let t = self.lock();
         t.give_backs.is_empty() && t.slots.values().all(|s| !s.due && !s.in_flight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// 2023-11-14T22:13:20Z.
+    const NOW: UnixMillis = 1_700_000_000_000;
+    const ON: Authority = Authority::Fleet {
+        connected: true,
+        live: 1,
+    };
+
+    fn limit(id: i64, metric: Metric, window: Window, value: u64) -> Limit {
+        Limit {
+            key: LimitKey {
+                scope: ScopeKind::Token,
+                scope_id: id,
+                metric,
+                window,
+            },
+            value,
+            mode: LimitMode::Hard,
+        }
+    }
+
+    fn take(l: &Limiter, limits: &[Limit], tokens: u64, auth: Authority) -> (Admission, bool) {
+        l.take(&LimitRequest { limits, tokens }, NOW, auth)
+    }
+
+    /// Answers every due claim as a lone proxy's Redis would (the counter starts at `fleet0`).
+    fn answer_all(l: &Limiter, counters: &mut HashMap<(LimitKey, u64), u64>) {
+        answer(l, l.due_claims(1), counters);
+    }
+
+    fn answer(l: &Limiter, claims: Vec<Claim>, counters: &mut HashMap<(LimitKey, u64), u64>) {
+        for c in claims {
+            let counter = counters.entry((c.key, c.window_start)).or_insert(0);
+            let grant = if c.key.concurrent() {
+                *counter = c.held;
+                c.held
+            } else {
+                let after = counter.saturating_add_signed(c.debt);
+                let g = c.value.saturating_sub(after).min(c.want);
+                *counter = after + g;
+                g
+            };
+            l.apply(&c, Some((grant, *counter)));
+        }
+    }
+
+    #[test]
+    fn windows_are_utc_calendar_windows() {
+        assert_eq!(
+            Window::Minute.bounds(NOW),
+            (1_699_999_980_000, 1_700_000_040_000)
+        );
+        assert_eq!(
+            Window::Hour.bounds(NOW),
+            (1_699_999_200_000, 1_700_002_800_000)
+        );
+        assert_eq!(
+            Window::Day.bounds(NOW),
+            (1_699_920_000_000, 1_700_006_400_000)
+        );
+        // November 2023; a leap February; December into January; the epoch's month.
+        assert_eq!(
+            Window::Month.bounds(NOW),
+            (1_698_796_800_000, 1_701_388_800_000)
+        );
+        assert_eq!(
+            Window::Month.bounds(1_709_251_199_999),
+            (1_706_745_600_000, 1_709_251_200_000)
+        );
+        assert_eq!(
+            Window::Month.bounds(1_703_980_800_000),
+            (1_701_388_800_000, 1_704_067_200_000)
+        );
+        assert_eq!(Window::Month.bounds(0), (0, 2_678_400_000));
+        assert_eq!(Window::None.bounds(NOW), (0, u64::MAX));
+        // The first instant of a window is in it; the last is too.
+        assert_eq!(
+            Window::Minute.bounds(1_699_999_980_000).0,
+            1_699_999_980_000
+        );
+        assert_eq!(
+            Window::Minute.bounds(1_700_000_039_999).1,
+            1_700_000_040_000
+        );
+    }
+
+    #[test]
+    fn every_month_from_1970_to_2100_starts_on_its_first_day() {
+        let mut month_starts = 0;
+        for day in 0..47_482u64 {
+            let at = day * DAY_MS + 12 * HOUR_MS;
+            let (start, end) = Window::Month.bounds(at);
+            assert!(start <= at && at < end, "day {day}");
+            if start == day * DAY_MS && start > 0 {
+                month_starts += 1;
+                // The previous month ends where this one starts.
+                assert_eq!(Window::Month.bounds(start - 1).1, start);
+            }
+            let days = (end - start) / DAY_MS;
+            assert!((28..=31).contains(&days), "day {day}: {days} days");
+        }
+        assert_eq!(month_starts, 130 * 12 - 1, "January 1970 starts at 0");
+    }
+
+    #[test]
+    fn names_say_scope_id_metric_and_window() {
+        let mut key = limit(42, Metric::Tokens, Window::Hour, 1).key;
+        assert_eq!(key.name(), "token:42:tokens:hour");
+        for (scope, name) in [
+            (ScopeKind::Team, "team"),
+            (ScopeKind::Route, "route"),
+            (ScopeKind::Channel, "channel"),
+            (ScopeKind::Member, "member"),
+        ] {
+            key.scope = scope;
+            assert!(key.name().starts_with(&format!("{name}:42:")));
+        }
+        for (metric, window, tail) in [
+            (Metric::Requests, Window::Minute, "requests:minute"),
+            (Metric::Concurrent, Window::None, "concurrent:none"),
+            (Metric::Spend, Window::Day, "spend:day"),
+            (Metric::Spend, Window::Month, "spend:month"),
+        ] {
+            key.metric = metric;
+            key.window = window;
+            assert!(key.name().ends_with(tail), "{}", key.name());
+        }
+    }
+
+    #[test]
+    fn an_allowance_is_a_hundredth_of_each_proxys_share_and_fits_one_take() {
+        assert_eq!(allowance(1_000, 3, 1), 3);
+        assert_eq!(allowance(100_000, 4, 1), 250);
+        assert_eq!(allowance(50, 3, 1), 1, "at least 1");
+        assert_eq!(allowance(10_000, 3, 37), 37, "at least the largest take");
+        assert_eq!(
+            allowance(1_000, 0, 0),
+            10,
+            "no live proxy seen counts as one"
+        );
+    }
+
+    #[test]
+    fn exact_counts_admit_up_to_the_value() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 100)];
+        assert!(take(&l, &limits, 100, Authority::Exact).0.admitted());
+        let (a, due) = take(&l, &limits, 1, Authority::Exact);
+        assert!(!a.admitted());
+        assert!(!due, "no claims without a fleet");
+        assert!(l.settled());
+    }
+
+    #[test]
+    fn a_fleet_proxy_runs_ahead_of_its_claims_by_one_allowance_while_the_fleet_has_room() {
+        let l = Limiter::default();
+        // Allowance 10 (1 % of 1000 for one proxy).
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        for i in 1..=10 {
+            let (a, due) = take(&l, &limits, 0, ON);
+            assert!(a.admitted(), "take {i} on credit");
+            assert!(due, "a claim is due: no allowance yet");
+        }
+        let (a, _) = take(&l, &limits, 0, ON);
+        assert_eq!(
+            a.refused,
+            Some(Refusal {
+                index: 0,
+                retry_after_ms: RETRY_SOON_MS
+            }),
+            "an eleventh would be beyond one allowance; more comes with the claim"
+        );
+        let claims = l.due_claims(1);
+        assert_eq!(claims.len(), 1);
+        assert_eq!((claims[0].debt, claims[0].want), (10, 20));
+        assert!(l.due_claims(1).is_empty(), "one claim at a time per limit");
+        assert!(!l.settled());
+        l.apply(&claims[0], Some((20, 30)));
+        assert!(l.settled());
+        // Allowance 20 claimed beyond the 10 taken: 20 more, then 10 on credit.
+        for _ in 0..30 {
+            assert!(take(&l, &limits, 0, ON).0.admitted());
+        }
+        assert!(!take(&l, &limits, 0, ON).0.admitted());
+        let status = l.status(&limits[0], NOW, ON);
+        assert_eq!((status.used, status.remaining), (40, 960));
+    }
+
+    #[test]
+    fn no_credit_beyond_what_the_fleet_has_left() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 100)];
+        // Allowance 1: the first take is on credit.
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        // Other proxies took all but 2: this one gets 1 granted of 2 wanted beyond its debt.
+        l.apply(&c, Some((1, 100)));
+        assert!(take(&l, &limits, 0, ON).0.admitted(), "the granted one");
+        let (a, _) = take(&l, &limits, 0, ON);
+        assert_eq!(
+            a.refused.map(|r| r.retry_after_ms),
+            Some(40_000),
+            "the fleet is out: room again when the window ends"
+        );
+        assert_eq!(a.requests.map(|h| h.remaining), Some(0));
+    }
+
+    #[test]
+    fn credit_needs_room_in_the_fleet_for_the_whole_take() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(take(&l, &limits, 400, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        assert_eq!((c.debt, c.want), (400, 800));
+        // Granted 100 (the fleet had 500 left after the debt): the counter is at 1000.
+        l.apply(&c, Some((100, 1_000)));
+        assert!(take(&l, &limits, 100, ON).0.admitted(), "exactly the grant");
+        assert!(!take(&l, &limits, 1, ON).0.admitted());
+        // A take as large as the whole limit fits a fresh window on credit; one unit more never.
+        let other = [limit(2, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(!take(&l, &other, 1_001, ON).0.admitted());
+        assert_eq!(
+            take(&l, &other, 1_001, ON)
+                .0
+                .refused
+                .map(|r| r.retry_after_ms),
+            Some(40_000)
+        );
+        assert!(take(&l, &other, 1_000, ON).0.admitted());
+    }
+
+    #[test]
+    fn redis_away_each_proxy_keeps_its_share_or_what_it_claimed() {
+        let l = Limiter::default();
+        let off = Authority::Fleet {
+            connected: false,
+            live: 4,
+        };
+        let limits = [limit(1, Metric::Requests, Window::Minute, 100)];
+        let admitted = (0..100)
+            .filter(|_| take(&l, &limits, 0, off).0.admitted())
+            .count();
+        assert_eq!(admitted, 25);
+        let (a, _) = take(&l, &limits, 0, off);
+        assert_eq!(a.refused.map(|r| r.retry_after_ms), Some(40_000));
+        assert_eq!(a.requests.map(|h| h.remaining), Some(0));
+        // A proxy that had claimed more than its share keeps what it claimed.
+        let claimed = [limit(2, Metric::Requests, Window::Minute, 100)];
+        assert!(take(&l, &claimed, 0, ON).0.admitted());
+        let c = l
+            .due_claims(4)
+            .into_iter()
+            .find(|c| c.key == claimed[0].key)
+            .unwrap();
+        l.apply(&c, Some((39, 40)));
+        let admitted = (0..100)
+            .filter(|_| take(&l, &claimed, 0, off).0.admitted())
+            .count();
+        assert_eq!(admitted, 39, "40 claimed, 1 taken before");
+    }
+
+    #[test]
+    fn soft_limits_count_and_report_without_refusing() {
+        let l = Limiter::default();
+        let mut soft = limit(1, Metric::Requests, Window::Minute, 1);
+        soft.mode = LimitMode::Soft;
+        let limits = [soft];
+        let a = take(&l, &limits, 0, Authority::Exact).0;
+        assert_eq!(
+            (a.soft_over, a.soft_crossed),
+            (0, 0),
+            "at the value, not beyond"
+        );
+        let a = take(&l, &limits, 0, Authority::Exact).0;
+        assert!(a.admitted());
+        assert_eq!((a.soft_over, a.soft_crossed), (1, 1));
+        // A soft limit past the 64th is enforced (counted) but not reported.
+        let mut many = vec![limit(9, Metric::Requests, Window::Minute, 1_000); MAX_REPORTED_LIMITS];
+        many.push(soft);
+        let a = take(&l, &many, 0, Authority::Exact).0;
+        assert!(a.admitted());
+        assert_eq!((a.soft_over, a.soft_crossed), (0, 0));
+        assert_eq!(l.status(&soft, NOW, Authority::Exact).used, 3);
+    }
+
+    #[test]
+    fn headers_name_the_tightest_limit_and_refusals_the_last_to_have_room() {
+        let l = Limiter::default();
+        let limits = [
+            limit(1, Metric::Requests, Window::Minute, 10),
+            limit(2, Metric::Requests, Window::Hour, 3),
+            limit(3, Metric::Requests, Window::Minute, 3),
+            limit(4, Metric::Tokens, Window::Day, 50),
+        ];
+        let a = take(&l, &limits, 5, Authority::Exact).0;
+        // Two limits tie at 2 remaining: the first listed is named.
+        assert_eq!(
+            a.requests,
+            Some(RateHeader {
+                limit: 3,
+                remaining: 2,
+                reset_at: 1_700_002_800_000
+            })
+        );
+        assert_eq!(
+            a.tokens,
+            Some(RateHeader {
+                limit: 50,
+                remaining: 45,
+                reset_at: 1_700_006_400_000
+            })
+        );
+        take(&l, &limits, 5, Authority::Exact);
+        take(&l, &limits, 5, Authority::Exact);
+        let a = take(&l, &limits, 5, Authority::Exact).0;
+        assert_eq!(
+            a.refused,
+            Some(Refusal {
+                index: 1,
+                retry_after_ms: 2_800_000
+            }),
+            "the hour's limit frees up after the minute's"
+        );
+    }
+
+    #[test]
+    fn a_window_that_ends_gives_its_unused_allowance_back() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 0, ON);
+        answer_all(&l, &mut counters);
+        // 1 taken, 1 + 20 claimed.
+        assert_eq!(counters[&(limits[0].key, 1_699_999_980_000)], 21);
+        // A claim still on its way when the window ends.
+        for _ in 0..20 {
+            take(&l, &limits, 0, ON);
+        }
+        let late = l.due_claims(1);
+        assert_eq!(late.len(), 1);
+        let next = NOW + 60_000;
+        assert!(l
+            .take(
+                &LimitRequest {
+                    limits: &limits,
+                    tokens: 0
+                },
+                next,
+                ON
+            )
+            .0
+            .admitted());
+        l.apply(&late[0], Some((20, 41)));
+        let (backs, claims): (Vec<Claim>, Vec<Claim>) =
+            l.due_claims(1).into_iter().partition(|c| c.give_back);
+        answer(&l, claims, &mut counters);
+        assert_eq!(
+            backs.len(),
+            1,
+            "nothing was unused when the window ended but the late grant"
+        );
+        assert_eq!(
+            (backs[0].window_start, backs[0].debt, backs[0].want),
+            (1_699_999_980_000, -20, 0)
+        );
+        l.apply(&backs[0], Some((0, 21)));
+        // Stopping: the new window's unused allowance goes back too.
+        let stop = l.give_back_all();
+        assert_eq!(stop.len(), 1);
+        assert_eq!(
+            (stop[0].window_start, stop[0].debt),
+            (1_700_000_040_000, -20)
+        );
+        assert!(stop[0].give_back);
+    }
+
+    #[test]
+    fn a_window_ending_with_allowance_left_gives_it_back() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 0, ON);
+        answer_all(&l, &mut counters);
+        assert!(l.settled());
+        l.take(
+            &LimitRequest {
+                limits: &limits,
+                tokens: 0,
+            },
+            NOW + 60_000,
+            ON,
+        );
+        let backs: Vec<Claim> = l
+            .due_claims(1)
+            .into_iter()
+            .filter(|c| c.give_back)
+            .collect();
+        assert_eq!(backs.len(), 1);
+        assert_eq!(
+            (backs[0].debt, backs[0].window_start),
+            (-20, 1_699_999_980_000)
+        );
+    }
+
+    #[test]
+    fn a_failed_claim_is_due_again_and_a_late_one_for_a_forgotten_limit_is_ignored() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, None);
+        assert!(!l.settled());
+        let again = l.due_claims(1);
+        assert_eq!(again, std::slice::from_ref(&c));
+        // A give-back's answer changes nothing.
+        let back = Claim {
+            give_back: true,
+            ..c.clone()
+        };
+        l.apply(&back, Some((0, 0)));
+        assert!(!l.settled(), "the real claim is still on its way");
+        l.apply(&again[0], Some((20, 21)));
+        // Its unused allowance is room as far as it knows.
+        assert_eq!(l.status(&limits[0], NOW, ON).remaining, 999);
+        let unknown = Claim {
+            key: limit(99, Metric::Requests, Window::Minute, 1).key,
+            ..c
+        };
+        l.apply(&unknown, Some((5, 5)));
+        assert!(l.settled());
+    }
+
+    #[test]
+    fn concurrency_reservations_follow_the_slots_held() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Concurrent, Window::None, 2)];
+        let mut counters = HashMap::default();
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        let c = l.due_claims(1);
+        assert_eq!((c[0].held, c[0].debt), (1, 1));
+        l.apply(&c[0], Some((1, 2)));
+        // Another proxy holds 1: the fleet is full.
+        let (a, due) = take(&l, &limits, 0, ON);
+        assert_eq!(a.refused.map(|r| r.retry_after_ms), Some(RETRY_SOON_MS));
+        assert!(due, "a refusal asks the fleet again");
+        answer_all(&l, &mut counters);
+        assert!(!l.release(&[limit(5, Metric::Concurrent, Window::None, 1)], ON));
+        assert!(
+            l.release(&limits, ON),
+            "held 0, reserved 1: the reservation shrinks"
+        );
+        let c = l.due_claims(1);
+        assert_eq!(c[0].held, 0);
+        l.apply(&c[0], Some((0, 1)));
+        assert!(!l.refresh(), "nothing held, the fleet not full");
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        answer_all(&l, &mut counters);
+        assert!(l.refresh(), "a proxy holding slots renews its reservation");
+        let stop = l.give_back_all();
+        assert_eq!((stop[0].held, stop[0].give_back), (0, true));
+        // Released in exact mode too, and never below zero.
+        let exact = Limiter::default();
+        assert!(take(&exact, &limits, 0, Authority::Exact).0.admitted());
+        assert!(take(&exact, &limits, 0, Authority::Exact).0.admitted());
+        assert!(!exact.release(&limits, Authority::Exact));
+        exact.release(&limits, Authority::Exact);
+        exact.release(&limits, Authority::Exact);
+        assert_eq!(exact.status(&limits[0], NOW, Authority::Exact).used, 0);
+    }
+
+    #[test]
+    fn a_full_concurrency_limit_is_asked_again_at_each_refresh() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Concurrent, Window::None, 1)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, Some((1, 1)));
+        assert!(l.release(&limits, ON));
+        let c = l.due_claims(1).remove(0);
+        // Released, but the fleet is full (someone else took the slot).
+        l.apply(&c, Some((0, 1)));
+        assert!(l.refresh());
+    }
+
+    #[test]
+    fn settling_charges_debt_to_the_fleet_and_refunds_locally() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 10_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 100, ON);
+        answer_all(&l, &mut counters);
+        assert!(
+            l.settle(&limits, Metric::Tokens, 500, NOW, NOW, ON),
+            "beyond the allowance: the debt is charged"
+        );
+        let c = l.due_claims(1).remove(0);
+        assert_eq!(c.debt, 300, "600 used, 300 claimed");
+        l.apply(&c, Some((0, 10_000)));
+        assert!(
+            !l.settle(&limits, Metric::Tokens, -200, NOW, NOW, ON),
+            "a refund needs no claim"
+        );
+        // The fleet counter says 10 000 claimed, 600 of it here, of which 400 used.
+        assert_eq!(l.status(&limits[0], NOW, ON).used, 9_800);
+        // A refund for a window that is over is dropped; a charge goes to the current window.
+        let later = NOW + 60_000;
+        assert!(!l.settle(&limits, Metric::Tokens, -50, NOW, later, ON));
+        assert!(l.settle(&limits, Metric::Tokens, 50, NOW, later, ON));
+        assert_eq!(l.status(&limits[0], later, ON).used, 50);
+        // Exact mode: no claims.
+        let exact = Limiter::default();
+        assert!(!exact.settle(&limits, Metric::Tokens, 50, NOW, NOW, Authority::Exact));
     }
 }
