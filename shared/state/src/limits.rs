@@ -793,21 +793,30 @@ mod tests {
     }
 
     #[test]
-    fn every_month_from_1970_to_2100_starts_on_its_first_day() {
-        let mut month_starts = 0;
-        for day in 0..47_482u64 {
-            let at = day * DAY_MS + 12 * HOUR_MS;
-            let (start, end) = Window::Month.bounds(at);
-            assert!(start <= at && at < end, "day {day}");
-            if start == day * DAY_MS && start > 0 {
-                month_starts += 1;
-                // The previous month ends where this one starts.
-                assert_eq!(Window::Month.bounds(start - 1).1, start);
+    fn every_month_from_1970_to_2500_is_the_calendars() {
+        // A plain calendar walk: month lengths and the Gregorian leap rule.
+        let leap =
+            |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+        let mut start = 0u64;
+        for year in 1970..2500u64 {
+            for month in 1..=12u64 {
+                let days = match month {
+                    2 if leap(year) => 29,
+                    2 => 28,
+                    4 | 6 | 9 | 11 => 30,
+                    _ => 31,
+                };
+                let end = start + days * DAY_MS;
+                for at in [start, start + 12 * HOUR_MS, end - 1] {
+                    assert_eq!(
+                        Window::Month.bounds(at),
+                        (start, end),
+                        "{year}-{month:02} at {at}"
+                    );
+                }
+                start = end;
             }
-            let days = (end - start) / DAY_MS;
-            assert!((28..=31).contains(&days), "day {day}: {days} days");
         }
-        assert_eq!(month_starts, 130 * 12 - 1, "January 1970 starts at 0");
     }
 
     #[test]
@@ -1218,5 +1227,91 @@ mod tests {
         // Exact mode: no claims.
         let exact = Limiter::default();
         assert!(!exact.settle(&limits, Metric::Tokens, 50, NOW, NOW, Authority::Exact));
+    }
+
+    #[test]
+    fn a_claim_is_due_below_one_allowance_of_headroom_and_not_once_the_fleet_is_out() {
+        let l = Limiter::default();
+        // Allowance 10.
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let probe = |l: &Limiter| l.settle(&limits, Metric::Requests, 0, NOW, NOW, ON);
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, Some((20, 21)));
+        // 21 granted, 1 used: due once fewer than 10 are left.
+        for _ in 0..10 {
+            take(&l, &limits, 0, ON);
+        }
+        assert!(!probe(&l), "10 left: one allowance");
+        take(&l, &limits, 0, ON);
+        assert!(probe(&l), "9 left");
+        let c = l.due_claims(1).remove(0);
+        // The fleet is out: 12 used here, 21 granted, counter at the value.
+        l.apply(&c, Some((0, 1_000)));
+        assert!(!probe(&l), "nothing more to claim");
+        for _ in 0..9 {
+            take(&l, &limits, 0, ON);
+        }
+        assert!(!probe(&l), "all used, no debt: still nothing to claim");
+        // Beyond it (a correction): the debt is charged.
+        assert!(l.settle(&limits, Metric::Requests, 1, NOW, NOW, ON));
+        // A correction dated in an earlier window still reports a due claim of the current one.
+        assert!(l.settle(&limits, Metric::Requests, 0, NOW - 60_000, NOW, ON));
+    }
+
+    #[test]
+    fn a_take_that_fits_the_limit_but_not_the_credit_is_retried_soon() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(take(&l, &limits, 1, ON).0.admitted());
+        assert_eq!(
+            take(&l, &limits, 1_000, ON)
+                .0
+                .refused
+                .map(|r| r.retry_after_ms),
+            Some(RETRY_SOON_MS),
+            "the whole limit, with one unit already taken: more room may come with a claim"
+        );
+    }
+
+    #[test]
+    fn of_limits_refusing_for_as_long_the_first_is_named() {
+        let l = Limiter::default();
+        let limits = [
+            limit(1, Metric::Requests, Window::Minute, 1),
+            limit(2, Metric::Requests, Window::Minute, 1),
+        ];
+        take(&l, &limits, 0, Authority::Exact);
+        assert_eq!(
+            take(&l, &limits, 0, Authority::Exact)
+                .0
+                .refused
+                .map(|r| r.index),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_late_claim_granted_nothing_gives_nothing_back_nor_does_a_used_up_window() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.take(
+            &LimitRequest {
+                limits: &limits,
+                tokens: 0,
+            },
+            NOW + 60_000,
+            ON,
+        );
+        l.apply(&c, Some((0, 1_000)));
+        assert!(l.due_claims(1).iter().all(|c| !c.give_back));
+        // All of its allowance used: nothing to give back when stopping.
+        let used_up = Limiter::default();
+        take(&used_up, &limits, 0, ON);
+        let c = used_up.due_claims(1).remove(0);
+        used_up.apply(&c, Some((0, 1_000)));
+        assert!(used_up.give_back_all().is_empty());
     }
 }

@@ -261,3 +261,52 @@ fn redis_away_each_proxy_enforces_its_share_on_redis_cluster() {
         }
     });
 }
+
+/// Claims go out as soon as they are due (the writer is woken, not left to its next refresh),
+/// and a window's counter outlives the window by a minute, then goes.
+#[test]
+fn a_claim_goes_out_at_once_and_its_counter_outlives_the_window_by_a_minute() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("claim");
+    let mut cfg = config(&url, &prefix);
+    cfg.lease_refresh = Duration::from_secs(3600);
+    cfg.resync_every = Duration::from_secs(3600);
+    let store = RedisStore::start(cfg).unwrap();
+    assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
+    let limits = [limit(6, Metric::Requests, Window::Minute, 1_000)];
+    let request = LimitRequest {
+        limits: &limits,
+        tokens: 0,
+    };
+    // Allowance 10: each claim asks 20 (and charges any debt), and is due once fewer than 10
+    // are left. Only a woken writer sends more than the first couple of rounds: its refresh
+    // comes once at start, then in an hour.
+    assert!(store.limit_take(&request, NOW).admitted());
+    assert!(rt.block_on(store.wait_limits_settled(Duration::from_secs(5))));
+    for round in 0..4 {
+        for _ in 0..20 {
+            assert!(store.limit_take(&request, NOW).admitted(), "round {round}");
+        }
+        assert!(
+            rt.block_on(store.wait_limits_settled(Duration::from_secs(5))),
+            "round {round}: the claim went out without waiting for a refresh"
+        );
+    }
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let key = format!("{{sy:{prefix}}}:limit:route:6:requests:minute:1699999980000");
+    let counter: u64 = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+    assert!(counter >= 81, "every take is claimed: {counter}");
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+    assert!(
+        (60_000..=120_000).contains(&ttl),
+        "a minute's window plus a minute: {ttl} ms"
+    );
+    assert_eq!(store.limit_status(&limits[0], NOW).remaining, 919);
+    drop(store);
+    cleanup(&url, &prefix);
+}
