@@ -234,8 +234,19 @@ impl LimitKey {
         )
     }
 
-    fn concurrent(&self) -> bool {
+    /// A `concurrent` limit (slots held, released at the end of a request).
+    pub fn concurrent(&self) -> bool {
         self.metric == Metric::Concurrent
+    }
+
+    /// The counting window holding `now`: `concurrent` has none (whatever window it names), and
+    /// another metric with [`Window::None`] counts for ever.
+    fn bounds(&self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
+        if self.concurrent() {
+            Window::None.bounds(now)
+        } else {
+            self.window.bounds(now)
+        }
     }
 }
 
@@ -271,17 +282,20 @@ struct Slot {
     /// The fleet counter after this proxy's last claim (`concurrent`: every proxy's reservations).
     fleet: u64,
     largest_take: u64,
+    /// A `concurrent` limit: slots held and released, a reservation in the fleet.
+    concurrent: bool,
     /// A claim should be sent / is on its way.
     due: bool,
     in_flight: bool,
 }
 
 impl Slot {
-    fn new(value: u64, (window_start, window_end): (UnixMillis, UnixMillis)) -> Slot {
+    fn new(limit: &Limit, (window_start, window_end): (UnixMillis, UnixMillis)) -> Slot {
         Slot {
-            value,
+            value: limit.value,
             window_start,
             window_end,
+            concurrent: limit.key.concurrent(),
             ..Slot::default()
         }
     }
@@ -335,16 +349,12 @@ impl Slot {
 
     /// Whether the background should claim for this slot now.
     fn wants_claim(&self, live: u32) -> bool {
-        if self.key_concurrent() {
+        if self.concurrent {
             // The reservation follows the slots held (more, or fewer).
             return self.used != self.granted;
         }
         let w = allowance(self.value, live, self.largest_take);
         self.used > self.granted || (self.granted - self.used < w && self.fleet < self.value)
-    }
-
-    fn key_concurrent(&self) -> bool {
-        self.window_end == u64::MAX
     }
 }
 
@@ -407,12 +417,12 @@ impl Tables {
     /// The slot of `limit` for the window holding `now` (created, or rolled over to it: the
     /// allowance left in the old window is given back).
     fn slot(&mut self, limit: &Limit, now: UnixMillis) -> &mut Slot {
-        let bounds = limit.key.window.bounds(now);
+        let bounds = limit.key.bounds(now);
         let give_backs = &mut self.give_backs;
         let slot = self
             .slots
             .entry(limit.key)
-            .or_insert_with(|| Slot::new(limit.value, bounds));
+            .or_insert_with(|| Slot::new(limit, bounds));
         if bounds.0 > slot.window_start {
             let unused = slot.granted.saturating_sub(slot.used);
             // (A claim still on its way gives its own grant back when it lands: `apply`.)
@@ -429,7 +439,7 @@ impl Tables {
                 });
             }
             let largest = slot.largest_take;
-            *slot = Slot::new(limit.value, bounds);
+            *slot = Slot::new(limit, bounds);
             slot.largest_take = largest;
         }
         slot.value = limit.value;
@@ -541,7 +551,7 @@ impl Limiter {
             Authority::Exact => 1,
         };
         for limit in limits.iter().filter(|l| l.key.metric == metric) {
-            let (start, _) = limit.key.window.bounds(taken_at);
+            let (start, _) = limit.key.bounds(taken_at);
             let slot = t.slot(limit, now);
             if start < slot.window_start && delta < 0 {
                 continue;
@@ -654,7 +664,7 @@ impl Limiter {
         let mut t = self.lock();
         let mut due = false;
         for slot in t.slots.values_mut() {
-            if slot.key_concurrent() && (slot.fleet >= slot.value || slot.used > 0) {
+            if slot.concurrent && (slot.fleet >= slot.value || slot.used > 0) {
                 slot.due = true;
                 due = true;
             }
@@ -1313,5 +1323,38 @@ mod tests {
         let c = used_up.due_claims(1).remove(0);
         used_up.apply(&c, Some((0, 1_000)));
         assert!(used_up.give_back_all().is_empty());
+    }
+
+    #[test]
+    fn concurrency_has_no_window_and_a_windowless_count_never_rolls() {
+        let l = Limiter::default();
+        // A concurrency limit that names a window still counts what is in progress.
+        let conc = [limit(1, Metric::Concurrent, Window::Minute, 1)];
+        assert!(take(&l, &conc, 0, Authority::Exact).0.admitted());
+        let next_minute = LimitRequest {
+            limits: &conc,
+            tokens: 0,
+        };
+        assert!(!l
+            .take(&next_minute, NOW + 60_000, Authority::Exact)
+            .0
+            .admitted());
+        assert_eq!(l.status(&conc[0], NOW, Authority::Exact).reset_at, None);
+        // A requests limit without a window counts for ever.
+        let lifetime = [limit(2, Metric::Requests, Window::None, 1)];
+        assert!(take(&l, &lifetime, 0, Authority::Exact).0.admitted());
+        let next_year = LimitRequest {
+            limits: &lifetime,
+            tokens: 0,
+        };
+        assert!(!l
+            .take(&next_year, NOW + 365 * DAY_MS, Authority::Exact)
+            .0
+            .admitted());
+        assert!(
+            !l.release(&lifetime, Authority::Exact),
+            "only concurrency is released"
+        );
+        assert_eq!(l.status(&lifetime[0], NOW, Authority::Exact).used, 1);
     }
 }

@@ -307,6 +307,17 @@ fn a_claim_goes_out_at_once_and_its_counter_outlives_the_window_by_a_minute() {
         "a minute's window plus a minute: {ttl} ms"
     );
     assert_eq!(store.limit_status(&limits[0], NOW).remaining, 919);
+    // A count without a window lives as long as any state (600 s in these tests).
+    let lifetime = [limit(7, Metric::Requests, Window::None, 10)];
+    let request = LimitRequest {
+        limits: &lifetime,
+        tokens: 0,
+    };
+    assert!(store.limit_take(&request, NOW).admitted());
+    assert!(rt.block_on(store.wait_limits_settled(Duration::from_secs(5))));
+    let key = format!("{{sy:{prefix}}}:limit:route:7:requests:none:0");
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+    assert!((120_001..=600_000).contains(&ttl), "{ttl} ms");
     drop(store);
     cleanup(&url, &prefix);
 }

@@ -288,7 +288,7 @@ impl Writer {
 
     fn claim_command(&self, claim: &Claim) -> Cmd {
         let name = claim.key.name();
-        if claim.window_end == u64::MAX {
+        if claim.key.concurrent() {
             let key = format!("{}{name}", self.keys.conc_prefix);
             let mut c = self.evalsha(&self.scripts.limit_concurrent, &[&key, &self.keys.leases]);
             c.arg(&self.shared.instance)
@@ -297,8 +297,13 @@ impl Writer {
             c
         } else {
             let key = format!("{}{name}:{}", self.keys.limit_prefix, claim.window_start);
-            // The counter outlives its window by a minute (late claims and give-backs).
-            let ttl = (claim.window_end - claim.window_start).saturating_add(60_000);
+            // The counter outlives its window by a minute (late claims and give-backs); a
+            // counter with no window lives as long as any state.
+            let ttl = if claim.window_end == u64::MAX {
+                self.shared.config.state_ttl.as_millis() as u64
+            } else {
+                (claim.window_end - claim.window_start).saturating_add(60_000)
+            };
             let mut c = self.evalsha(&self.scripts.limit_claim, &[&key]);
             c.arg(claim.debt).arg(claim.want).arg(claim.value).arg(ttl);
             c
