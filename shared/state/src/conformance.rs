@@ -11,7 +11,10 @@ use switchyard_engine::{
 };
 
 use crate::types::*;
-use crate::{InFlightGuard, StateStore};
+use crate::{
+    Admission, InFlightGuard, Limit, LimitKey, LimitMode, LimitRequest, Metric, Refusal, ScopeKind,
+    StateStore, Window, RETRY_SOON_MS,
+};
 
 const NOW: UnixMillis = 1_700_000_000_000;
 
@@ -56,13 +59,52 @@ fn read<T>(store: &dyn StateStore, f: impl Fn(&dyn HealthView) -> T) -> T {
 /// One conformance check.
 pub type Check = fn(&dyn StateStore);
 
-/// Every check, each on a fresh store from `make`.
+/// Every check, each on a fresh store from `make` (limit checks with nothing to wait for).
 pub fn run_all(make: &dyn Fn() -> Box<dyn StateStore>) {
     for (name, check) in checks() {
         let store = make();
         eprintln!("conformance: {name}");
         check(store.as_ref());
     }
+    for (name, check) in limit_checks() {
+        let store = make();
+        eprintln!("conformance: {name}");
+        check(store.as_ref(), &|| {});
+    }
+}
+
+/// One limit check: the store, and `settle`, which returns once the store's background has
+/// answered every limit claim (nothing to wait for in a store without one). A fleet store
+/// admits from an allowance its background replenishes, so a refusal a check asserts is the
+/// one that persists after `settle`.
+pub type LimitCheck = fn(&dyn StateStore, &dyn Fn());
+
+/// Every limit check by name.
+pub fn limit_checks() -> &'static [(&'static str, LimitCheck)] {
+    &[
+        ("limit_window_rolls_over", limit_window_rolls_over),
+        (
+            "several_limits_on_one_request",
+            several_limits_on_one_request,
+        ),
+        (
+            "soft_limit_reports_and_never_refuses",
+            soft_limit_reports_and_never_refuses,
+        ),
+        (
+            "tokens_are_estimated_then_settled",
+            tokens_are_estimated_then_settled,
+        ),
+        (
+            "spend_is_charged_after_and_refuses_once_spent",
+            spend_is_charged_after_and_refuses_once_spent,
+        ),
+        (
+            "spend_month_is_the_utc_calendar_month",
+            spend_month_is_the_utc_calendar_month,
+        ),
+        ("concurrency_slot_is_released", concurrency_slot_is_released),
+    ]
 }
 
 /// Every check by name, for implementations that verify more around each one.
@@ -799,4 +841,280 @@ pub fn keyword_ban_obeys_fault_protection(store: &dyn StateStore) {
     let dump = store.dump(NOW);
     assert!(dump.credentials_disabled.is_empty());
     assert!(dump.channels.iter().all(|c| !c.breaker_open));
+}
+
+fn limit(scope: ScopeKind, id: i64, metric: Metric, window: Window, value: u64) -> Limit {
+    Limit {
+        key: LimitKey {
+            scope,
+            scope_id: id,
+            metric,
+            window,
+        },
+        value,
+        mode: LimitMode::Hard,
+    }
+}
+
+/// Takes `limits`; a refusal counts only if it persists once the background has settled.
+fn take(
+    store: &dyn StateStore,
+    settle: &dyn Fn(),
+    limits: &[Limit],
+    tokens: u64,
+    now: UnixMillis,
+) -> Admission {
+    let request = LimitRequest { limits, tokens };
+    let first = store.limit_take(&request, now);
+    if first.admitted() {
+        return first;
+    }
+    settle();
+    store.limit_take(&request, now)
+}
+
+/// The end of the minute holding [`NOW`] (2023-11-14T22:13:20Z).
+const MINUTE_END: UnixMillis = NOW + 40_000;
+
+pub fn limit_window_rolls_over(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [limit(
+        ScopeKind::Token,
+        1,
+        Metric::Requests,
+        Window::Minute,
+        3,
+    )];
+    for remaining in [2, 1, 0] {
+        let a = take(store, settle, &limits, 0, NOW);
+        assert!(a.admitted(), "within the limit: {a:?}");
+        assert_eq!(
+            a.requests.map(|h| (h.limit, h.remaining, h.reset_at)),
+            Some((3, remaining, MINUTE_END))
+        );
+        assert_eq!(a.tokens, None, "no tokens limit, no tokens headers");
+    }
+    let refused = take(store, settle, &limits, 0, NOW + 1_000);
+    assert_eq!(
+        refused.refused,
+        Some(Refusal {
+            index: 0,
+            retry_after_ms: 39_000
+        }),
+        "room again when the minute ends"
+    );
+    assert_eq!(refused.requests.map(|h| h.remaining), Some(0));
+    let status = store.limit_status(&limits[0], NOW + 1_000);
+    assert_eq!(
+        (status.used, status.remaining, status.reset_at),
+        (3, 0, Some(MINUTE_END)),
+        "a refused request takes nothing"
+    );
+    // The next minute starts over.
+    let next = take(store, settle, &limits, 0, MINUTE_END);
+    assert!(next.admitted(), "{next:?}");
+    assert_eq!(
+        next.requests.map(|h| (h.remaining, h.reset_at)),
+        Some((2, MINUTE_END + 60_000))
+    );
+}
+
+pub fn several_limits_on_one_request(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [
+        limit(ScopeKind::Token, 1, Metric::Requests, Window::Minute, 5),
+        limit(ScopeKind::Team, 2, Metric::Requests, Window::Minute, 2),
+        limit(ScopeKind::Route, 3, Metric::Tokens, Window::Minute, 1_000),
+    ];
+    for _ in 0..2 {
+        assert!(take(store, settle, &limits, 100, NOW).admitted());
+    }
+    // Headers of the tightest requests limit (the team's), and of the tokens limit.
+    let refused = take(store, settle, &limits, 100, NOW);
+    assert_eq!(
+        refused.refused.map(|r| r.index),
+        Some(1),
+        "the team's limit"
+    );
+    assert_eq!(
+        refused.requests.map(|h| (h.limit, h.remaining)),
+        Some((2, 0))
+    );
+    assert_eq!(
+        refused.tokens.map(|h| (h.limit, h.remaining)),
+        Some((1_000, 800))
+    );
+    assert_eq!(
+        store.limit_status(&limits[0], NOW).used,
+        2,
+        "the token's limit had room, but a refused request takes nothing from any limit"
+    );
+    assert_eq!(store.limit_status(&limits[2], NOW).used, 200);
+    // Refused by two limits: Retry-After waits for both (the hour's end).
+    let two = [
+        limit(ScopeKind::Token, 7, Metric::Requests, Window::Minute, 1),
+        limit(ScopeKind::Team, 8, Metric::Requests, Window::Hour, 1),
+    ];
+    assert!(take(store, settle, &two, 0, NOW).admitted());
+    assert_eq!(
+        take(store, settle, &two, 0, NOW).refused,
+        Some(Refusal {
+            index: 1,
+            retry_after_ms: 2_800_000
+        })
+    );
+}
+
+pub fn soft_limit_reports_and_never_refuses(store: &dyn StateStore, settle: &dyn Fn()) {
+    let mut soft = limit(ScopeKind::Team, 2, Metric::Requests, Window::Minute, 2);
+    soft.mode = LimitMode::Soft;
+    let limits = [
+        limit(ScopeKind::Token, 1, Metric::Requests, Window::Minute, 100),
+        soft,
+    ];
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let a = take(store, settle, &limits, 0, NOW);
+        assert!(a.admitted(), "a soft limit never refuses: {a:?}");
+        seen.push((a.soft_over, a.soft_crossed));
+    }
+    assert_eq!(
+        seen,
+        [(0, 0), (0, 0), (0b10, 0b10), (0b10, 0)],
+        "the third request crosses the soft limit; the fourth is beyond it"
+    );
+    assert_eq!(store.limit_status(&soft, NOW).used, 4);
+}
+
+pub fn tokens_are_estimated_then_settled(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [limit(
+        ScopeKind::Token,
+        1,
+        Metric::Tokens,
+        Window::Minute,
+        100,
+    )];
+    assert!(take(store, settle, &limits, 60, NOW).admitted());
+    let refused = take(store, settle, &limits, 60, NOW);
+    assert_eq!(
+        refused.refused,
+        Some(Refusal {
+            index: 0,
+            retry_after_ms: 40_000
+        })
+    );
+    // The answer used 20 tokens, not 60: room for the next estimate.
+    store.limit_settle(&limits, Metric::Tokens, -40, NOW, NOW);
+    assert_eq!(store.limit_status(&limits[0], NOW).used, 20);
+    let a = take(store, settle, &limits, 60, NOW);
+    assert!(a.admitted());
+    assert_eq!(a.tokens.map(|h| h.remaining), Some(20));
+    // Another answer used more than its estimate: charged, beyond the limit.
+    store.limit_settle(&limits, Metric::Tokens, 50, NOW, NOW);
+    assert_eq!(store.limit_status(&limits[0], NOW).used, 130);
+    assert!(!take(store, settle, &limits, 1, NOW).admitted());
+    // Other metrics are left alone.
+    store.limit_settle(&limits, Metric::Requests, -100, NOW, NOW);
+    assert_eq!(store.limit_status(&limits[0], NOW).used, 130);
+    // Corrections of a window that is over: more is charged to the current one, less is lost.
+    store.limit_settle(&limits, Metric::Tokens, -30, NOW, MINUTE_END);
+    store.limit_settle(&limits, Metric::Tokens, 7, NOW, MINUTE_END);
+    assert_eq!(store.limit_status(&limits[0], MINUTE_END).used, 7);
+}
+
+pub fn spend_is_charged_after_and_refuses_once_spent(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [limit(ScopeKind::Team, 4, Metric::Spend, Window::Day, 1_000)];
+    let a = take(store, settle, &limits, 500, NOW);
+    assert!(a.admitted());
+    assert_eq!(
+        (a.requests, a.tokens),
+        (None, None),
+        "no rate headers for spend"
+    );
+    assert_eq!(
+        store.limit_status(&limits[0], NOW).used,
+        0,
+        "spend is charged after the request"
+    );
+    store.limit_settle(&limits, Metric::Spend, 999, NOW, NOW);
+    assert!(
+        take(store, settle, &limits, 0, NOW).admitted(),
+        "1 µUSD left"
+    );
+    store.limit_settle(&limits, Metric::Spend, 1, NOW, NOW);
+    let status = store.limit_status(&limits[0], NOW);
+    assert_eq!(
+        (status.used, status.remaining, status.reset_at),
+        (1_000, 0, Some(NOW + 6_400_000))
+    );
+    assert_eq!(
+        take(store, settle, &limits, 0, NOW).refused,
+        Some(Refusal {
+            index: 0,
+            retry_after_ms: 6_400_000
+        }),
+        "spent: room again at the next UTC midnight"
+    );
+    assert!(take(store, settle, &limits, 0, NOW + 6_400_000).admitted());
+}
+
+pub fn spend_month_is_the_utc_calendar_month(store: &dyn StateStore, settle: &dyn Fn()) {
+    // 2024-02-29T23:59:59Z, a leap year's February.
+    let feb_end: UnixMillis = 1_709_251_199_000;
+    let limits = [limit(ScopeKind::Route, 5, Metric::Spend, Window::Month, 10)];
+    assert!(take(store, settle, &limits, 0, feb_end).admitted());
+    store.limit_settle(&limits, Metric::Spend, 10, feb_end, feb_end);
+    let refused = take(store, settle, &limits, 0, feb_end);
+    assert_eq!(
+        refused.refused.map(|r| r.retry_after_ms),
+        Some(1_000),
+        "March starts in a second"
+    );
+    let march: UnixMillis = 1_709_251_200_000;
+    assert!(take(store, settle, &limits, 0, march).admitted());
+    assert_eq!(
+        store.limit_status(&limits[0], march).reset_at,
+        Some(1_711_929_600_000),
+        "2024-04-01T00:00:00Z"
+    );
+}
+
+pub fn concurrency_slot_is_released(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [limit(
+        ScopeKind::Token,
+        1,
+        Metric::Concurrent,
+        Window::None,
+        2,
+    )];
+    for _ in 0..2 {
+        let a = take(store, settle, &limits, 0, NOW);
+        assert!(a.admitted());
+        assert_eq!((a.requests, a.tokens), (None, None));
+    }
+    assert_eq!(
+        take(store, settle, &limits, 0, NOW).refused,
+        Some(Refusal {
+            index: 0,
+            retry_after_ms: RETRY_SOON_MS
+        }),
+        "a slot may free up any time"
+    );
+    let status = store.limit_status(&limits[0], NOW);
+    assert_eq!(
+        (status.used, status.remaining, status.reset_at),
+        (2, 0, None)
+    );
+    store.limit_release(&limits);
+    assert_eq!(store.limit_status(&limits[0], NOW).used, 1);
+    assert!(take(store, settle, &limits, 0, NOW + 1).admitted());
+    // A release of a limit never taken changes nothing.
+    let other = [limit(
+        ScopeKind::Token,
+        9,
+        Metric::Concurrent,
+        Window::None,
+        1,
+    )];
+    store.limit_release(&other);
+    assert!(take(store, settle, &other, 0, NOW).admitted());
+    assert!(!take(store, settle, &other, 0, NOW).admitted());
 }

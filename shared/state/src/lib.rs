@@ -11,6 +11,7 @@
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so the rules are testable without sleeps.
 
+mod limits;
 mod memory;
 mod redis;
 mod types;
@@ -20,6 +21,10 @@ pub mod conformance;
 pub use self::redis::{
     mask_url, RedisConfig, RedisConfigError, RedisCounters, RedisStats, RedisStore, RedisTarget,
     SyncReport,
+};
+pub use limits::{
+    allowance, Admission, Limit, LimitKey, LimitMode, LimitRequest, LimitStatus, Metric,
+    RateHeader, Refusal, ScopeKind, Window, MAX_REPORTED_LIMITS, RETRY_SOON_MS,
 };
 pub use memory::InMemoryStore;
 pub use types::*;
@@ -160,6 +165,33 @@ pub trait StateStore: Send + Sync {
     /// over the table under the write lock; until it runs, selection over that snapshot uses the
     /// hash lookup (same answers, slower). Only the latest table is kept.
     fn align_health(&self, slots: &Arc<HealthSlots>);
+
+    /// Checks and takes every limit of one request at once, from local memory (never a round
+    /// trip): admitted only if every hard limit has room, and then every limit is taken
+    /// (`requests` and `concurrent` 1, `tokens` the estimate, `spend` nothing: it is charged
+    /// after the request but needs room left); refused, nothing is taken. Says which soft
+    /// limits the request went past and what the rate-limit headers need.
+    fn limit_take(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Admission;
+
+    /// Adds `delta` to the `metric` limits among `limits` (those of an admitted request): the
+    /// real token usage minus the estimate taken at `taken_at`, or the request's cost in
+    /// micro-USD (`Metric::Spend`, `taken_at` = `now`). A correction of a window that is over
+    /// charges the current one when positive and is dropped when negative.
+    fn limit_settle(
+        &self,
+        limits: &[Limit],
+        metric: Metric,
+        delta: i64,
+        taken_at: UnixMillis,
+        now: UnixMillis,
+    );
+
+    /// Releases the slot of every `concurrent` limit among `limits` (those of an admitted
+    /// request, once, when it ends).
+    fn limit_release(&self, limits: &[Limit]);
+
+    /// One limit's state as this store sees it (budgets, gauges).
+    fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus;
 }
 
 /// Counts one request in flight on a channel for as long as it lives.

@@ -12,12 +12,15 @@ use switchyard_engine::{
     Recovering, RouteId, StickyBinding, UnixMillis,
 };
 
+use crate::limits::{Authority, Limiter};
 use crate::types::*;
-use crate::StateStore;
+use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, StateStore};
 
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
     inner: RwLock<Inner>,
+    /// Limits: this table is the only one, so its counts are exact.
+    limits: Limiter,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -409,6 +412,30 @@ impl StateStore for InMemoryStore {
 
     fn align_health(&self, slots: &Arc<HealthSlots>) {
         self.write().align_health(slots);
+    }
+
+    fn limit_take(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Admission {
+        self.limits.take(request, now, Authority::Exact).0
+    }
+
+    fn limit_settle(
+        &self,
+        limits: &[Limit],
+        metric: Metric,
+        delta: i64,
+        taken_at: UnixMillis,
+        now: UnixMillis,
+    ) {
+        self.limits
+            .settle(limits, metric, delta, taken_at, now, Authority::Exact);
+    }
+
+    fn limit_release(&self, limits: &[Limit]) {
+        self.limits.release(limits, Authority::Exact);
+    }
+
+    fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus {
+        self.limits.status(limit, now, Authority::Exact)
     }
 
     fn dump(&self, now: UnixMillis) -> StateDump {

@@ -54,6 +54,25 @@ fn conformance_against(url: &str, tag: &str) {
     }
     let store: Arc<dyn StateStore> = Arc::new(start(url, &unique_prefix(tag)));
     conformance::in_flight_guard_counts(store);
+    // The limit checks, on a store that is connected (it then admits from allowances claimed
+    // in Redis, not from its own counts).
+    for (name, check) in conformance::limit_checks() {
+        let prefix = unique_prefix(tag);
+        let store = start(url, &prefix);
+        assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
+        assert!(store.stats().connected);
+        eprintln!("conformance ({tag}): {name}");
+        let settle = || {
+            assert!(
+                rt.block_on(store.wait_limits_settled(Duration::from_secs(10))),
+                "{name}: limit claims never settled"
+            );
+        };
+        check(&store, &settle);
+        assert_eq!(store.stats().redis_errors_total, 0, "{name}");
+        drop(store);
+        cleanup(url, &prefix);
+    }
 }
 
 #[test]

@@ -22,7 +22,7 @@ mod sync;
 mod worker;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -30,9 +30,10 @@ use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, 
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
+use crate::limits::{Authority, Limiter};
 use crate::memory::InMemoryStore;
 use crate::types::*;
-use crate::StateStore;
+use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, StateStore};
 
 pub use conn::{mask_url, RedisTarget};
 pub use lag::SyncReport;
@@ -238,6 +239,11 @@ impl Op {
 /// What the hot path and the background tasks share.
 pub(crate) struct Shared {
     pub view: InMemoryStore,
+    /// Limits: local allowances, replenished from the shared counters by the writer.
+    pub limits: Limiter,
+    /// Live proxies (this one included) at the last full resync: the share of a limit this
+    /// proxy enforces while Redis is unreachable is the limit divided by it.
+    pub live: AtomicU32,
     pub sync: Mutex<SyncState>,
     pub wake: Notify,
     pub lease_dirty: Notify,
@@ -327,6 +333,8 @@ impl RedisStore {
         );
         let shared = Arc::new(Shared {
             view: InMemoryStore::new(),
+            limits: Limiter::default(),
+            live: AtomicU32::new(1),
             sync: Mutex::new(SyncState::default()),
             wake: Notify::new(),
             lease_dirty: Notify::new(),
@@ -401,7 +409,42 @@ impl RedisStore {
         }
     }
 
-    /// Graceful stop: pushes queued writes and removes this proxy's lease (best effort within
+    /// Live proxies this one counts for limits (itself included), as of the last full resync.
+    pub fn live_proxies(&self) -> u32 {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no limit claim waits to be sent or answered (tests): every local allowance
+    /// is then as the shared counters left it.
+    pub async fn wait_limits_settled(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.shared.limits.settled() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn authority(&self) -> Authority {
+        Authority::Fleet {
+            connected: self.shared.counters.connected.load(Ordering::Relaxed),
+            live: self.shared.live.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Wakes the writer when a limit claim became due.
+    fn claim_due(&self, due: bool) {
+        if due {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Graceful stop: pushes queued writes, gives back unused limit allowances and
+    /// concurrency reservations, and removes this proxy's lease (best effort within
     /// `timeout`), then stops the background tasks. The view keeps answering afterwards.
     pub async fn close(&self, timeout: Duration) {
         let _ = self.stop.send(true);
@@ -625,6 +668,36 @@ impl StateStore for RedisStore {
     fn align_health(&self, slots: &std::sync::Arc<switchyard_engine::HealthSlots>) {
         // Only the local view is laid out; Redis keeps records by (channel, model).
         self.shared.view.align_health(slots);
+    }
+
+    fn limit_take(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Admission {
+        let (admission, due) = self.shared.limits.take(request, now, self.authority());
+        self.claim_due(due);
+        admission
+    }
+
+    fn limit_settle(
+        &self,
+        limits: &[Limit],
+        metric: Metric,
+        delta: i64,
+        taken_at: UnixMillis,
+        now: UnixMillis,
+    ) {
+        let due = self
+            .shared
+            .limits
+            .settle(limits, metric, delta, taken_at, now, self.authority());
+        self.claim_due(due);
+    }
+
+    fn limit_release(&self, limits: &[Limit]) {
+        let due = self.shared.limits.release(limits, self.authority());
+        self.claim_due(due);
+    }
+
+    fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus {
+        self.shared.limits.status(limit, now, self.authority())
     }
 
     fn render_metrics(&self, out: &mut String) {

@@ -8,6 +8,9 @@
 //! live proxy. `recovering` is a hash of its own (not more fields in `channel`), so proxies of
 //! the previous release, which do not know it, read and write `channel` values unchanged.
 //! Every stored value is `"<version>|<fields…>"`; the version orders updates across proxies.
+//! Limits keep plain integers outside that scheme (no proxy merges them; each learns the
+//! counter from its own claims): one counter string `limit:<limit>:<window start>` per window,
+//! and one hash `conc:<limit>` per concurrency limit (a field per proxy, its reservation).
 //!
 //! Each write script returns `[flag, kind, field, value, kind, field, value, …]`: an effect flag
 //! (tripped / promoted) and the new value of every entity it touched (`"<version>|-"` = deleted),
@@ -378,6 +381,50 @@ return {ver, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
   redis.call('HGETALL', KEYS[8])}
 "#;
 
+/// A limit's shared counter for one window: what the fleet's proxies have claimed (allowance
+/// handed out, plus consumption beyond it). KEYS: counter. ARGV: debt (signed: consumption
+/// beyond the proxy's earlier claims, charged whatever the room; negative = unused allowance
+/// given back), want (more allowance, granted up to the room), limit value, ttl_ms.
+/// Returns {granted, counter after}. A grant never takes the counter past the limit.
+const LIMIT_CLAIM: &str = r#"
+local c = tonumber(redis.call('GET', KEYS[1]) or '0') + tonumber(ARGV[1])
+if c < 0 then c = 0 end
+local g = tonumber(ARGV[3]) - c
+if g > tonumber(ARGV[2]) then g = tonumber(ARGV[2]) end
+if g < 0 then g = 0 end
+c = c + g
+redis.call('SET', KEYS[1], string.format('%d', c), 'PX', tonumber(ARGV[4]))
+return {g, c}
+"#;
+
+/// A concurrency limit: one hash field per proxy holding its reservation (the slots it holds).
+/// A proxy whose lease expired is gone, and so are its slots (deleted here). KEYS: hash, leases.
+/// ARGV: instance, held (0 = release every slot), ttl_ms. Returns {held, fleet total}.
+const LIMIT_CONCURRENT: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local total = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if all[i] ~= ARGV[1] then
+    local exp = redis.call('ZSCORE', KEYS[2], all[i])
+    if exp and tonumber(exp) > now_ms then
+      total = total + tonumber(all[i + 1])
+    else
+      redis.call('HDEL', KEYS[1], all[i])
+    end
+  end
+end
+local held = tonumber(ARGV[2])
+if held > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', held))
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return {held, total + held}
+"#;
+
 /// The loaded scripts, by operation.
 pub(crate) struct Scripts {
     pub failure: Script,
@@ -391,6 +438,8 @@ pub(crate) struct Scripts {
     pub sticky: Script,
     pub lease: Script,
     pub snapshot: Script,
+    pub limit_claim: Script,
+    pub limit_concurrent: Script,
 }
 
 /// A script body with its versioned name as a leading comment: the name is part of the SHA.
@@ -413,10 +462,12 @@ impl Scripts {
             sticky: script("switchyard_sticky_v1", STICKY, true),
             lease: script("switchyard_lease_v1", LEASE, false),
             snapshot: script("switchyard_snapshot_v2", SNAPSHOT, false),
+            limit_claim: script("switchyard_limit_claim_v1", LIMIT_CLAIM, false),
+            limit_concurrent: script("switchyard_limit_concurrent_v1", LIMIT_CONCURRENT, false),
         }
     }
 
-    pub fn all(&self) -> [&Script; 11] {
+    pub fn all(&self) -> [&Script; 13] {
         [
             &self.failure,
             &self.success,
@@ -429,6 +480,8 @@ impl Scripts {
             &self.sticky,
             &self.lease,
             &self.snapshot,
+            &self.limit_claim,
+            &self.limit_concurrent,
         ]
     }
 }

@@ -407,6 +407,11 @@ impl RemoteLeases {
         self.sum_into(inner);
     }
 
+    /// How many other proxies hold a lease.
+    pub fn len(&self) -> usize {
+        self.by_instance.len()
+    }
+
     /// Whether `instance` holds a lease (as of the last resync or notification).
     pub fn contains(&self, instance: &str) -> bool {
         self.by_instance.contains_key(instance)

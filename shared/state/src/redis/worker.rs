@@ -17,6 +17,7 @@ use super::lag::{now_us, SyncReport};
 use super::scripts::Scripts;
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use super::{Op, Shared};
+use crate::limits::Claim;
 use crate::types::FailureKind;
 
 /// Keys of one fleet namespace. One hash tag for all: every script's keys share a Cluster slot.
@@ -32,6 +33,9 @@ pub(crate) struct Keys {
     leases: String,
     lease_prefix: String,
     lease: String,
+    /// Limit counters: `limit:<limit>:<window start>`, `conc:<limit>`.
+    limit_prefix: String,
+    conc_prefix: String,
     pub(super) events: String,
 }
 
@@ -50,6 +54,8 @@ impl Keys {
             leases: format!("{t}:leases"),
             lease_prefix: format!("{t}:lease:"),
             lease: format!("{t}:lease:{instance}"),
+            limit_prefix: format!("{t}:limit:"),
+            conc_prefix: format!("{t}:conc:"),
             events: format!("{t}:events"),
         }
     }
@@ -218,6 +224,8 @@ impl Writer {
         self.flush(conn).await?;
         self.write_lease(conn).await?;
         self.resync(conn, true).await?;
+        self.shared.limits.refresh();
+        self.limit_claims(conn).await?;
         let mut resync_tick = tokio::time::interval(self.shared.config.resync_every);
         let mut lease_tick = tokio::time::interval(self.shared.config.lease_refresh);
         resync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -233,6 +241,8 @@ impl Writer {
                     while !self.shared.lock().queue.is_empty() {
                         self.flush(conn).await?;
                     }
+                    let give_backs = self.shared.limits.give_back_all();
+                    self.send_claims(conn, &give_backs).await?;
                     self.drop_lease(conn).await?;
                     return Ok(());
                 }
@@ -249,6 +259,8 @@ impl Writer {
                 _ = lease_tick.tick() => {
                     last_lease = Instant::now();
                     self.write_lease(conn).await?;
+                    self.shared.limits.refresh();
+                    self.limit_claims(conn).await?;
                 }
                 () = resync.notified() => self.resync(conn, true).await?,
                 _ = resync_tick.tick() => self.resync(conn, false).await?,
@@ -261,7 +273,75 @@ impl Writer {
                         tokio::time::sleep(linger).await;
                     }
                     self.flush(conn).await?;
+                    self.limit_claims(conn).await?;
                 }
+            }
+        }
+    }
+
+    /// Sends every limit claim that is due (one pipelined batch) and applies the answers.
+    async fn limit_claims(&self, conn: &mut Conn) -> RedisResult<()> {
+        let live = self.shared.live.load(Ordering::Relaxed);
+        let claims = self.shared.limits.due_claims(live);
+        self.send_claims(conn, &claims).await
+    }
+
+    fn claim_command(&self, claim: &Claim) -> Cmd {
+        let name = claim.key.name();
+        if claim.key.concurrent() {
+            let key = format!("{}{name}", self.keys.conc_prefix);
+            let mut c = self.evalsha(&self.scripts.limit_concurrent, &[&key, &self.keys.leases]);
+            c.arg(&self.shared.instance)
+                .arg(claim.held)
+                .arg(self.shared.config.state_ttl.as_millis() as u64);
+            c
+        } else {
+            let key = format!("{}{name}:{}", self.keys.limit_prefix, claim.window_start);
+            // The counter outlives its window by a minute (late claims and give-backs); a
+            // counter with no window lives as long as any state.
+            let ttl = if claim.window_end == u64::MAX {
+                self.shared.config.state_ttl.as_millis() as u64
+            } else {
+                (claim.window_end - claim.window_start).saturating_add(60_000)
+            };
+            let mut c = self.evalsha(&self.scripts.limit_claim, &[&key]);
+            c.arg(claim.debt).arg(claim.want).arg(claim.value).arg(ttl);
+            c
+        }
+    }
+
+    async fn send_claims(&self, conn: &mut Conn, claims: &[Claim]) -> RedisResult<()> {
+        if claims.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for claim in claims {
+            pipe.add_command(self.claim_command(claim));
+        }
+        let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
+        if matches!(&result, Err(e) if is_noscript(e)) {
+            if let Err(e) = self.load_scripts(conn).await {
+                result = Err(e);
+            } else {
+                result = pipe.query_async(conn).await;
+            }
+        }
+        match result {
+            Ok(values) => {
+                self.shared
+                    .counters
+                    .scripts
+                    .fetch_add(claims.len() as u64, Ordering::Relaxed);
+                for (claim, value) in claims.iter().zip(&values) {
+                    self.shared.limits.apply(claim, claim_answer(value));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for claim in claims {
+                    self.shared.limits.apply(claim, None);
+                }
+                Err(e)
             }
         }
     }
@@ -622,6 +702,10 @@ impl Writer {
             // A proxy without a live lease is gone: so is its report.
             let state = &mut *state;
             state.leases.replace(&mut view, leases);
+            let others = u32::try_from(state.leases.len()).unwrap_or(u32::MAX);
+            self.shared
+                .live
+                .store(others.saturating_add(1), Ordering::Relaxed);
             let live = &state.leases;
             state.reports.retain(|id, _| live.contains(id));
         }
@@ -629,6 +713,18 @@ impl Writer {
         self.shared.counters.resyncs.fetch_add(1, Ordering::Relaxed);
         self.shared.synced.send_modify(|n| *n += 1);
         Ok(())
+    }
+}
+
+/// A limit script's `{granted, counter}`.
+fn claim_answer(v: &Value) -> Option<(u64, u64)> {
+    let int = |v: &Value| match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    match as_array(v)? {
+        [g, c] => Some((int(g)?, int(c)?)),
+        _ => None,
     }
 }
 

@@ -1,0 +1,1360 @@
+//! Limits and budgets, fleet-wide without a round trip on the request path.
+//!
+//! A [`Limit`] is identified by a [`LimitKey`] (scope kind and id, metric, window) and carries a
+//! value and a mode (hard refuses, soft only reports). The request path calls
+//! [`crate::StateStore::limit_take`] once with every limit that applies to the request: it checks
+//! and takes them all at once against local memory (never awaiting), and says which hard limit
+//! refused, which soft ones the request went past, and what OpenAI's `x-ratelimit-*` headers and
+//! `Retry-After` need.
+//!
+//! One [`Limiter`] table holds, per limit key, the current window's local consumption (`used`),
+//! the allowance this proxy has claimed from the fleet for that window (`granted`) and the fleet
+//! counter as last seen (`fleet`). The in-memory store is its own authority ([`Authority::Exact`]:
+//! admitted iff `used + amount <= value`). A fleet store ([`Authority::Fleet`]) admits from the
+//! claimed allowance plus at most one allowance of credit while the fleet, as last seen, has room
+//! for it; its background task claims more (and charges the credit) before the allowance runs out.
+//! See ARCHITECTURE.md (shared/state) for the overshoot bound and its argument.
+
+use std::sync::{Mutex, MutexGuard};
+
+use serde::Serialize;
+use switchyard_engine::fxhash::FxHashMap as HashMap;
+use switchyard_engine::UnixMillis;
+
+/// Most limits whose soft crossing an [`Admission`] reports (bit `i` = `limits[i]`); further
+/// limits of the same request are still enforced.
+pub const MAX_REPORTED_LIMITS: usize = 64;
+
+/// `Retry-After` of a refusal that more room can end at any time (a concurrency slot, an
+/// allowance refill): one second.
+pub const RETRY_SOON_MS: u64 = 1_000;
+
+/// Whom a limit applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeKind {
+    Token,
+    Team,
+    Route,
+    Channel,
+    Member,
+}
+
+/// What a limit counts. Spend is in micro-USD (an exact integer, never a float).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    Requests,
+    /// Input + output tokens: taken with an estimate, corrected with the real usage.
+    Tokens,
+    /// Requests in progress: a slot taken at admission, released when the request ends.
+    Concurrent,
+    /// Micro-USD, charged after the request.
+    Spend,
+}
+
+/// The counting window: UTC calendar windows (minute, hour, day, month); `None` for
+/// `concurrent`, which counts what is in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    None,
+    Minute,
+    Hour,
+    Day,
+    Month,
+}
+
+/// Hard limits refuse requests beyond them; soft ones let them pass and report the crossing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitMode {
+    Hard,
+    Soft,
+}
+
+/// The identity of a limit's counter (shared by every proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct LimitKey {
+    pub scope: ScopeKind,
+    pub scope_id: i64,
+    pub metric: Metric,
+    pub window: Window,
+}
+
+/// One limit as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limit {
+    pub key: LimitKey,
+    pub value: u64,
+    pub mode: LimitMode,
+}
+
+/// Everything one request asks of its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitRequest<'a> {
+    /// Every limit that applies (token, team, route, …), hard and soft together.
+    pub limits: &'a [Limit],
+    /// The token estimate taken from `tokens` limits (corrected later by
+    /// [`crate::StateStore::limit_settle`]).
+    pub tokens: u64,
+}
+
+/// What OpenAI's `x-ratelimit-{limit,remaining,reset}-*` headers of one metric say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RateHeader {
+    pub limit: u64,
+    pub remaining: u64,
+    /// Unix ms the window ends (the count starts over).
+    pub reset_at: UnixMillis,
+}
+
+/// The hard limit that refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// Index into [`LimitRequest::limits`].
+    pub index: usize,
+    /// How long until there is room (for `Retry-After`, in ms; at least 1).
+    pub retry_after_ms: u64,
+}
+
+/// The answer of [`crate::StateStore::limit_take`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Admission {
+    /// `None`: admitted, and every limit was taken. `Some`: nothing was taken. When several hard
+    /// limits lack room, the one whose room comes back last.
+    pub refused: Option<Refusal>,
+    /// Bit `i`: the admitted request is beyond soft limit `limits[i]`.
+    pub soft_over: u64,
+    /// Bit `i`: this request crossed soft limit `limits[i]` (it was within it before, as far as
+    /// this proxy knows): the one to record an event for.
+    pub soft_crossed: u64,
+    /// The tightest `requests` limit (least remaining), after this request.
+    pub requests: Option<RateHeader>,
+    /// The tightest `tokens` limit (least remaining), after this request.
+    pub tokens: Option<RateHeader>,
+}
+
+impl Admission {
+    pub fn admitted(&self) -> bool {
+        self.refused.is_none()
+    }
+}
+
+/// One limit's state as this proxy sees it (budgets, gauges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LimitStatus {
+    /// Taken in the current window (fleet-wide as far as this proxy knows).
+    pub used: u64,
+    pub remaining: u64,
+    /// When the window ends; `None` for `concurrent`.
+    pub reset_at: Option<UnixMillis>,
+}
+
+const MINUTE_MS: u64 = 60_000;
+const HOUR_MS: u64 = 3_600_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (month 1..=12).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// (year, month 1..=12) of a day count since 1970-01-01.
+fn year_month(days: i64) -> (i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m)
+}
+
+impl Window {
+    /// `[start, end)` of the window holding `now` (UTC); `(0, u64::MAX)` for `None`.
+    pub fn bounds(self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
+        let fixed = |len: u64| {
+            let start = now - now % len;
+            (start, start + len)
+        };
+        match self {
+            Window::None => (0, u64::MAX),
+            Window::Minute => fixed(MINUTE_MS),
+            Window::Hour => fixed(HOUR_MS),
+            Window::Day => fixed(DAY_MS),
+            Window::Month => {
+                let (y, m) = year_month((now / DAY_MS) as i64);
+                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+                let day = |y, m| days_from_civil(y, m, 1) as u64 * DAY_MS;
+                (day(y, m), day(ny, nm))
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::None => "none",
+            Window::Minute => "minute",
+            Window::Hour => "hour",
+            Window::Day => "day",
+            Window::Month => "month",
+        }
+    }
+}
+
+impl LimitKey {
+    /// The key's name in the shared store: `scope:id:metric:window`.
+    pub fn name(&self) -> String {
+        let scope = match self.scope {
+            ScopeKind::Token => "token",
+            ScopeKind::Team => "team",
+            ScopeKind::Route => "route",
+            ScopeKind::Channel => "channel",
+            ScopeKind::Member => "member",
+        };
+        let metric = match self.metric {
+            Metric::Requests => "requests",
+            Metric::Tokens => "tokens",
+            Metric::Concurrent => "concurrent",
+            Metric::Spend => "spend",
+        };
+        format!(
+            "{scope}:{}:{metric}:{}",
+            self.scope_id,
+            self.window.as_str()
+        )
+    }
+
+    /// A `concurrent` limit (slots held, released at the end of a request).
+    pub fn concurrent(&self) -> bool {
+        self.metric == Metric::Concurrent
+    }
+
+    /// The counting window holding `now`: `concurrent` has none (whatever window it names), and
+    /// another metric with [`Window::None`] counts for ever.
+    fn bounds(&self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
+        if self.concurrent() {
+            Window::None.bounds(now)
+        } else {
+            self.window.bounds(now)
+        }
+    }
+}
+
+/// The allowance a proxy claims at a time and may run ahead of its claims by: a hundredth of
+/// the limit shared among the live proxies, at least 1, and at least the largest single take
+/// this proxy has seen for the limit (so one request always fits).
+pub fn allowance(value: u64, live: u32, largest_take: u64) -> u64 {
+    (value / (100 * u64::from(live.max(1))))
+        .max(1)
+        .max(largest_take)
+}
+
+/// Who decides whether a limit has room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Authority {
+    /// This table is the only one (single node): exact counts.
+    Exact,
+    /// One proxy of a fleet. `connected`: the shared counter is reachable; `live`: the live
+    /// proxies last seen (this one included).
+    Fleet { connected: bool, live: u32 },
+}
+
+/// One limit key's local state.
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    value: u64,
+    window_start: UnixMillis,
+    window_end: UnixMillis,
+    /// Taken here in this window (`concurrent`: slots held now).
+    used: u64,
+    /// Claimed from the fleet for this window (`concurrent`: slots reserved).
+    granted: u64,
+    /// The fleet counter after this proxy's last claim (`concurrent`: every proxy's reservations).
+    fleet: u64,
+    largest_take: u64,
+    /// A `concurrent` limit: slots held and released, a reservation in the fleet.
+    concurrent: bool,
+    /// A claim should be sent / is on its way.
+    due: bool,
+    in_flight: bool,
+}
+
+impl Slot {
+    fn new(limit: &Limit, (window_start, window_end): (UnixMillis, UnixMillis)) -> Slot {
+        Slot {
+            value: limit.value,
+            window_start,
+            window_end,
+            concurrent: limit.key.concurrent(),
+            ..Slot::default()
+        }
+    }
+
+    /// Fleet consumption as far as this proxy knows: the fleet counter, minus this proxy's
+    /// unused allowance, plus what it took beyond its claims.
+    fn fleet_used(&self, auth: Authority) -> u64 {
+        match auth {
+            Authority::Exact => self.used,
+            Authority::Fleet { .. } => {
+                (self.fleet.saturating_sub(self.granted)).saturating_add(self.used)
+            }
+        }
+    }
+
+    fn remaining(&self, auth: Authority) -> u64 {
+        match auth {
+            Authority::Fleet {
+                connected: false,
+                live,
+            } => self.offline_cap(live).saturating_sub(self.used),
+            _ => self.value.saturating_sub(self.fleet_used(auth)),
+        }
+    }
+
+    /// What this proxy may hold while the shared counter is unreachable: its share of the
+    /// limit, or what it had already claimed when that is more.
+    fn offline_cap(&self, live: u32) -> u64 {
+        (self.value / u64::from(live.max(1))).max(self.granted)
+    }
+
+    /// Whether a hard limit has room for `check` more.
+    fn room(&self, check: u64, auth: Authority) -> bool {
+        let after = self.used.saturating_add(check);
+        match auth {
+            Authority::Exact => after <= self.value,
+            Authority::Fleet {
+                connected: false,
+                live,
+            } => after <= self.offline_cap(live),
+            Authority::Fleet {
+                connected: true,
+                live,
+            } => {
+                let debt = after.saturating_sub(self.granted);
+                let credit = allowance(self.value, live, self.largest_take.max(check));
+                debt == 0 || (debt <= credit && self.fleet.saturating_add(debt) <= self.value)
+            }
+        }
+    }
+
+    /// Whether the background should claim for this slot now.
+    fn wants_claim(&self, live: u32) -> bool {
+        if self.concurrent {
+            // The reservation follows the slots held (more, or fewer).
+            return self.used != self.granted;
+        }
+        let w = allowance(self.value, live, self.largest_take);
+        self.used > self.granted || (self.granted - self.used < w && self.fleet < self.value)
+    }
+}
+
+/// A claim the background sends to the shared counter of one limit (one atomic script call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub key: LimitKey,
+    pub value: u64,
+    pub window_start: UnixMillis,
+    pub window_end: UnixMillis,
+    /// Windowed: consumption beyond earlier claims, charged whatever the room; negative only in
+    /// a give-back (unused allowance). Concurrent: unused.
+    pub debt: i64,
+    /// Windowed: more allowance asked for, granted up to the room. Concurrent: unused.
+    pub want: u64,
+    /// Concurrent: slots held now (the proxy's reservation, whatever the room).
+    pub held: u64,
+    /// A give-back (window over, proxy stopping): no slot waits for its answer.
+    pub give_back: bool,
+}
+
+/// The local limit table shared by the request path and a fleet store's background.
+#[derive(Debug, Default)]
+pub(crate) struct Limiter {
+    slots: Mutex<Tables>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    slots: HashMap<LimitKey, Slot>,
+    /// Allowance left over when a window ended, to give back.
+    give_backs: Vec<Claim>,
+}
+
+fn amounts(limit: &Limit, tokens: u64) -> (u64, u64) {
+    // (checked, taken): spend is charged after the request; it needs one unit of room.
+    match limit.key.metric {
+        Metric::Requests | Metric::Concurrent => (1, 1),
+        Metric::Tokens => (tokens, tokens),
+        Metric::Spend => (1, 0),
+    }
+}
+
+fn header(slot: &Slot, auth: Authority) -> RateHeader {
+    RateHeader {
+        limit: slot.value,
+        remaining: slot.remaining(auth),
+        reset_at: slot.window_end,
+    }
+}
+
+fn tighter(old: Option<RateHeader>, new: RateHeader) -> Option<RateHeader> {
+    match old {
+        Some(o) if o.remaining <= new.remaining => Some(o),
+        _ => Some(new),
+    }
+}
+
+impl Tables {
+    /// The slot of `limit` for the window holding `now` (created, or rolled over to it: the
+    /// allowance left in the old window is given back).
+    fn slot(&mut self, limit: &Limit, now: UnixMillis) -> &mut Slot {
+        let bounds = limit.key.bounds(now);
+        let give_backs = &mut self.give_backs;
+        let slot = self
+            .slots
+            .entry(limit.key)
+            .or_insert_with(|| Slot::new(limit, bounds));
+        if bounds.0 > slot.window_start {
+            let unused = slot.granted.saturating_sub(slot.used);
+            // (A claim still on its way gives its own grant back when it lands: `apply`.)
+            if unused > 0 {
+                give_backs.push(Claim {
+                    key: limit.key,
+                    value: slot.value,
+                    window_start: slot.window_start,
+                    window_end: slot.window_end,
+                    debt: -(unused as i64),
+                    want: 0,
+                    held: 0,
+                    give_back: true,
+                });
+            }
+            let largest = slot.largest_take;
+            *slot = Slot::new(limit, bounds);
+            slot.largest_take = largest;
+        }
+        slot.value = limit.value;
+        slot
+    }
+}
+
+impl Limiter {
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks and takes every limit of a request at once. Returns the admission and whether a
+    /// claim became due (a fleet store wakes its background).
+    pub fn take(
+        &self,
+        req: &LimitRequest<'_>,
+        now: UnixMillis,
+        auth: Authority,
+    ) -> (Admission, bool) {
+        let mut t = self.lock();
+        let mut out = Admission::default();
+        let mut due = false;
+        let live = match auth {
+            Authority::Fleet { live, .. } => live,
+            Authority::Exact => 1,
+        };
+        for (i, limit) in req.limits.iter().enumerate() {
+            let (check, _) = amounts(limit, req.tokens);
+            let slot = t.slot(limit, now);
+            slot.largest_take = slot.largest_take.max(check);
+            if limit.mode == LimitMode::Hard && !slot.room(check, auth) {
+                let retry_after_ms = if limit.key.concurrent()
+                    || (matches!(
+                        auth,
+                        Authority::Fleet {
+                            connected: true,
+                            ..
+                        }
+                    ) && slot.fleet < slot.value
+                        && check <= slot.value)
+                {
+                    RETRY_SOON_MS
+                } else {
+                    slot.window_end.saturating_sub(now).max(1)
+                };
+                if out
+                    .refused
+                    .is_none_or(|r| retry_after_ms > r.retry_after_ms)
+                {
+                    out.refused = Some(Refusal {
+                        index: i,
+                        retry_after_ms,
+                    });
+                }
+                if matches!(auth, Authority::Fleet { .. }) {
+                    slot.due = true;
+                    due = true;
+                }
+            }
+        }
+        for (i, limit) in req.limits.iter().enumerate() {
+            let (_, taken) = amounts(limit, req.tokens);
+            let slot = t.slot(limit, now);
+            if out.refused.is_none() {
+                let before = slot.fleet_used(auth);
+                slot.used = slot.used.saturating_add(taken);
+                let after = slot.fleet_used(auth);
+                if limit.mode == LimitMode::Soft && i < MAX_REPORTED_LIMITS {
+                    let bit = 1u64 << i;
+                    if after > slot.value {
+                        out.soft_over |= bit;
+                        if before <= slot.value {
+                            out.soft_crossed |= bit;
+                        }
+                    }
+                }
+                if matches!(auth, Authority::Fleet { .. }) && slot.wants_claim(live) {
+                    slot.due = true;
+                    due = true;
+                }
+            }
+            match limit.key.metric {
+                Metric::Requests => out.requests = tighter(out.requests, header(slot, auth)),
+                Metric::Tokens => out.tokens = tighter(out.tokens, header(slot, auth)),
+                Metric::Concurrent | Metric::Spend => {}
+            }
+        }
+        (out, due)
+    }
+
+    /// Adds `delta` to the `metric` limits of `limits`: a token estimate corrected with the real
+    /// usage (`taken_at` = when the estimate was taken), or spend charged. A correction of a
+    /// window that is over charges the current one when positive and is dropped when negative.
+    /// Returns whether a claim became due.
+    pub fn settle(
+        &self,
+        limits: &[Limit],
+        metric: Metric,
+        delta: i64,
+        taken_at: UnixMillis,
+        now: UnixMillis,
+        auth: Authority,
+    ) -> bool {
+        let mut t = self.lock();
+        let mut due = false;
+        let live = match auth {
+            Authority::Fleet { live, .. } => live,
+            Authority::Exact => 1,
+        };
+        for limit in limits.iter().filter(|l| l.key.metric == metric) {
+            let (start, _) = limit.key.bounds(taken_at);
+            let slot = t.slot(limit, now);
+            if start < slot.window_start && delta < 0 {
+                continue;
+            }
+            slot.used = slot.used.saturating_add_signed(delta);
+            if matches!(auth, Authority::Fleet { .. }) && slot.wants_claim(live) {
+                slot.due = true;
+                due = true;
+            }
+        }
+        due
+    }
+
+    /// Releases the slot each `concurrent` limit of an admitted request took.
+    pub fn release(&self, limits: &[Limit], auth: Authority) -> bool {
+        let mut t = self.lock();
+        let mut due = false;
+        for limit in limits.iter().filter(|l| l.key.concurrent()) {
+            if let Some(slot) = t.slots.get_mut(&limit.key) {
+                slot.used = slot.used.saturating_sub(1);
+                if let Authority::Fleet { live, .. } = auth {
+                    if slot.wants_claim(live) {
+                        slot.due = true;
+                        due = true;
+                    }
+                }
+            }
+        }
+        due
+    }
+
+    pub fn status(&self, limit: &Limit, now: UnixMillis, auth: Authority) -> LimitStatus {
+        let mut t = self.lock();
+        let slot = t.slot(limit, now);
+        LimitStatus {
+            used: slot.fleet_used(auth),
+            remaining: slot.remaining(auth),
+            reset_at: (!limit.key.concurrent()).then_some(slot.window_end),
+        }
+    }
+
+    /// Every claim to send now (each slot's claim is marked on its way), give-backs first.
+    pub fn due_claims(&self, live: u32) -> Vec<Claim> {
+        let mut t = self.lock();
+        let mut claims = std::mem::take(&mut t.give_backs);
+        for (key, slot) in &mut t.slots {
+            if !slot.due || slot.in_flight {
+                continue;
+            }
+            slot.due = false;
+            slot.in_flight = true;
+            let w = allowance(slot.value, live, slot.largest_take);
+            claims.push(Claim {
+                key: *key,
+                value: slot.value,
+                window_start: slot.window_start,
+                window_end: slot.window_end,
+                debt: slot.used.saturating_sub(slot.granted) as i64,
+                want: 2 * w,
+                held: slot.used,
+                give_back: false,
+            });
+        }
+        claims
+    }
+
+    /// The answer to a claim: `Some((granted, fleet))`, the allowance granted (concurrent: the
+    /// reservation now held) and the fleet counter after it; `None`: it failed (due again).
+    pub fn apply(&self, claim: &Claim, answer: Option<(u64, u64)>) {
+        if claim.give_back {
+            return;
+        }
+        let mut t = self.lock();
+        let Some(slot) = t.slots.get_mut(&claim.key) else {
+            return;
+        };
+        if slot.window_start != claim.window_start {
+            // The window ended while the claim was on its way: give its grant back.
+            if let Some((grant, _)) = answer.filter(|(g, _)| *g > 0) {
+                t.give_backs.push(Claim {
+                    debt: -(grant as i64),
+                    want: 0,
+                    give_back: true,
+                    ..claim.clone()
+                });
+            }
+            return;
+        }
+        slot.in_flight = false;
+        match answer {
+            Some((grant, fleet)) if claim.key.concurrent() => {
+                slot.granted = grant;
+                slot.fleet = fleet;
+            }
+            Some((grant, fleet)) => {
+                slot.granted = slot
+                    .granted
+                    .saturating_add_signed(claim.debt)
+                    .saturating_add(grant);
+                slot.fleet = fleet;
+            }
+            None => slot.due = true,
+        }
+    }
+
+    /// The periodic refresh of concurrency limits: one the fleet had filled learns of slots
+    /// other proxies released (or died with), and a proxy holding slots renews its reservation
+    /// (recreated if Redis lost it). A failed claim is due again by itself.
+    pub fn refresh(&self) -> bool {
+        let mut t = self.lock();
+        let mut due = false;
+        for slot in t.slots.values_mut() {
+            if slot.concurrent && (slot.fleet >= slot.value || slot.used > 0) {
+                slot.due = true;
+                due = true;
+            }
+        }
+        due
+    }
+
+    /// Stopping: every unused allowance and every concurrency reservation, given back.
+    pub fn give_back_all(&self) -> Vec<Claim> {
+        let mut t = self.lock();
+        let mut claims = std::mem::take(&mut t.give_backs);
+        for (key, slot) in &t.slots {
+            let unused = slot.granted.saturating_sub(slot.used);
+            if key.concurrent() {
+                claims.push(Claim {
+                    key: *key,
+                    value: slot.value,
+                    window_start: slot.window_start,
+                    window_end: slot.window_end,
+                    debt: 0,
+                    want: 0,
+                    held: 0,
+                    give_back: true,
+                });
+            } else if unused > 0 {
+                claims.push(Claim {
+                    key: *key,
+                    value: slot.value,
+                    window_start: slot.window_start,
+                    window_end: slot.window_end,
+                    debt: -(unused as i64),
+                    want: 0,
+                    held: 0,
+                    give_back: true,
+                });
+            }
+        }
+        claims
+    }
+
+    /// No claim waits to be sent or answered (tests).
+    pub fn settled(&self) -> bool {
+        let t = self.lock();
+        t.give_backs.is_empty() && t.slots.values().all(|s| !s.due && !s.in_flight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// 2023-11-14T22:13:20Z.
+    const NOW: UnixMillis = 1_700_000_000_000;
+    const ON: Authority = Authority::Fleet {
+        connected: true,
+        live: 1,
+    };
+
+    fn limit(id: i64, metric: Metric, window: Window, value: u64) -> Limit {
+        Limit {
+            key: LimitKey {
+                scope: ScopeKind::Token,
+                scope_id: id,
+                metric,
+                window,
+            },
+            value,
+            mode: LimitMode::Hard,
+        }
+    }
+
+    fn take(l: &Limiter, limits: &[Limit], tokens: u64, auth: Authority) -> (Admission, bool) {
+        l.take(&LimitRequest { limits, tokens }, NOW, auth)
+    }
+
+    /// Answers every due claim as a lone proxy's Redis would (the counter starts at `fleet0`).
+    fn answer_all(l: &Limiter, counters: &mut HashMap<(LimitKey, u64), u64>) {
+        answer(l, l.due_claims(1), counters);
+    }
+
+    fn answer(l: &Limiter, claims: Vec<Claim>, counters: &mut HashMap<(LimitKey, u64), u64>) {
+        for c in claims {
+            let counter = counters.entry((c.key, c.window_start)).or_insert(0);
+            let grant = if c.key.concurrent() {
+                *counter = c.held;
+                c.held
+            } else {
+                let after = counter.saturating_add_signed(c.debt);
+                let g = c.value.saturating_sub(after).min(c.want);
+                *counter = after + g;
+                g
+            };
+            l.apply(&c, Some((grant, *counter)));
+        }
+    }
+
+    #[test]
+    fn windows_are_utc_calendar_windows() {
+        assert_eq!(
+            Window::Minute.bounds(NOW),
+            (1_699_999_980_000, 1_700_000_040_000)
+        );
+        assert_eq!(
+            Window::Hour.bounds(NOW),
+            (1_699_999_200_000, 1_700_002_800_000)
+        );
+        assert_eq!(
+            Window::Day.bounds(NOW),
+            (1_699_920_000_000, 1_700_006_400_000)
+        );
+        // November 2023; a leap February; December into January; the epoch's month.
+        assert_eq!(
+            Window::Month.bounds(NOW),
+            (1_698_796_800_000, 1_701_388_800_000)
+        );
+        assert_eq!(
+            Window::Month.bounds(1_709_251_199_999),
+            (1_706_745_600_000, 1_709_251_200_000)
+        );
+        assert_eq!(
+            Window::Month.bounds(1_703_980_800_000),
+            (1_701_388_800_000, 1_704_067_200_000)
+        );
+        assert_eq!(Window::Month.bounds(0), (0, 2_678_400_000));
+        assert_eq!(Window::None.bounds(NOW), (0, u64::MAX));
+        // The first instant of a window is in it; the last is too.
+        assert_eq!(
+            Window::Minute.bounds(1_699_999_980_000).0,
+            1_699_999_980_000
+        );
+        assert_eq!(
+            Window::Minute.bounds(1_700_000_039_999).1,
+            1_700_000_040_000
+        );
+    }
+
+    #[test]
+    fn every_month_from_1970_to_2500_is_the_calendars() {
+        // A plain calendar walk: month lengths and the Gregorian leap rule.
+        let leap =
+            |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+        let mut start = 0u64;
+        for year in 1970..2500u64 {
+            for month in 1..=12u64 {
+                let days = match month {
+                    2 if leap(year) => 29,
+                    2 => 28,
+                    4 | 6 | 9 | 11 => 30,
+                    _ => 31,
+                };
+                let end = start + days * DAY_MS;
+                for at in [start, start + 12 * HOUR_MS, end - 1] {
+                    assert_eq!(
+                        Window::Month.bounds(at),
+                        (start, end),
+                        "{year}-{month:02} at {at}"
+                    );
+                }
+                start = end;
+            }
+        }
+    }
+
+    #[test]
+    fn names_say_scope_id_metric_and_window() {
+        let mut key = limit(42, Metric::Tokens, Window::Hour, 1).key;
+        assert_eq!(key.name(), "token:42:tokens:hour");
+        for (scope, name) in [
+            (ScopeKind::Team, "team"),
+            (ScopeKind::Route, "route"),
+            (ScopeKind::Channel, "channel"),
+            (ScopeKind::Member, "member"),
+        ] {
+            key.scope = scope;
+            assert!(key.name().starts_with(&format!("{name}:42:")));
+        }
+        for (metric, window, tail) in [
+            (Metric::Requests, Window::Minute, "requests:minute"),
+            (Metric::Concurrent, Window::None, "concurrent:none"),
+            (Metric::Spend, Window::Day, "spend:day"),
+            (Metric::Spend, Window::Month, "spend:month"),
+        ] {
+            key.metric = metric;
+            key.window = window;
+            assert!(key.name().ends_with(tail), "{}", key.name());
+        }
+    }
+
+    #[test]
+    fn an_allowance_is_a_hundredth_of_each_proxys_share_and_fits_one_take() {
+        assert_eq!(allowance(1_000, 3, 1), 3);
+        assert_eq!(allowance(100_000, 4, 1), 250);
+        assert_eq!(allowance(50, 3, 1), 1, "at least 1");
+        assert_eq!(allowance(10_000, 3, 37), 37, "at least the largest take");
+        assert_eq!(
+            allowance(1_000, 0, 0),
+            10,
+            "no live proxy seen counts as one"
+        );
+    }
+
+    #[test]
+    fn exact_counts_admit_up_to_the_value() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 100)];
+        assert!(take(&l, &limits, 100, Authority::Exact).0.admitted());
+        let (a, due) = take(&l, &limits, 1, Authority::Exact);
+        assert!(!a.admitted());
+        assert!(!due, "no claims without a fleet");
+        assert!(l.settled());
+    }
+
+    #[test]
+    fn a_fleet_proxy_runs_ahead_of_its_claims_by_one_allowance_while_the_fleet_has_room() {
+        let l = Limiter::default();
+        // Allowance 10 (1 % of 1000 for one proxy).
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        for i in 1..=10 {
+            let (a, due) = take(&l, &limits, 0, ON);
+            assert!(a.admitted(), "take {i} on credit");
+            assert!(due, "a claim is due: no allowance yet");
+        }
+        let (a, _) = take(&l, &limits, 0, ON);
+        assert_eq!(
+            a.refused,
+            Some(Refusal {
+                index: 0,
+                retry_after_ms: RETRY_SOON_MS
+            }),
+            "an eleventh would be beyond one allowance; more comes with the claim"
+        );
+        let claims = l.due_claims(1);
+        assert_eq!(claims.len(), 1);
+        assert_eq!((claims[0].debt, claims[0].want), (10, 20));
+        assert!(l.due_claims(1).is_empty(), "one claim at a time per limit");
+        assert!(!l.settled());
+        l.apply(&claims[0], Some((20, 30)));
+        assert!(l.settled());
+        // Allowance 20 claimed beyond the 10 taken: 20 more, then 10 on credit.
+        for _ in 0..30 {
+            assert!(take(&l, &limits, 0, ON).0.admitted());
+        }
+        assert!(!take(&l, &limits, 0, ON).0.admitted());
+        let status = l.status(&limits[0], NOW, ON);
+        assert_eq!((status.used, status.remaining), (40, 960));
+    }
+
+    #[test]
+    fn no_credit_beyond_what_the_fleet_has_left() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 100)];
+        // Allowance 1: the first take is on credit.
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        // Other proxies took all but 2: this one gets 1 granted of 2 wanted beyond its debt.
+        l.apply(&c, Some((1, 100)));
+        assert!(take(&l, &limits, 0, ON).0.admitted(), "the granted one");
+        let (a, _) = take(&l, &limits, 0, ON);
+        assert_eq!(
+            a.refused.map(|r| r.retry_after_ms),
+            Some(40_000),
+            "the fleet is out: room again when the window ends"
+        );
+        assert_eq!(a.requests.map(|h| h.remaining), Some(0));
+    }
+
+    #[test]
+    fn credit_needs_room_in_the_fleet_for_the_whole_take() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(take(&l, &limits, 400, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        assert_eq!((c.debt, c.want), (400, 800));
+        // Granted 100 (the fleet had 500 left after the debt): the counter is at 1000.
+        l.apply(&c, Some((100, 1_000)));
+        assert!(take(&l, &limits, 100, ON).0.admitted(), "exactly the grant");
+        assert!(!take(&l, &limits, 1, ON).0.admitted());
+        // A take as large as the whole limit fits a fresh window on credit; one unit more never.
+        let other = [limit(2, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(!take(&l, &other, 1_001, ON).0.admitted());
+        assert_eq!(
+            take(&l, &other, 1_001, ON)
+                .0
+                .refused
+                .map(|r| r.retry_after_ms),
+            Some(40_000)
+        );
+        assert!(take(&l, &other, 1_000, ON).0.admitted());
+    }
+
+    #[test]
+    fn redis_away_each_proxy_keeps_its_share_or_what_it_claimed() {
+        let l = Limiter::default();
+        let off = Authority::Fleet {
+            connected: false,
+            live: 4,
+        };
+        let limits = [limit(1, Metric::Requests, Window::Minute, 100)];
+        let admitted = (0..100)
+            .filter(|_| take(&l, &limits, 0, off).0.admitted())
+            .count();
+        assert_eq!(admitted, 25);
+        let (a, _) = take(&l, &limits, 0, off);
+        assert_eq!(a.refused.map(|r| r.retry_after_ms), Some(40_000));
+        assert_eq!(a.requests.map(|h| h.remaining), Some(0));
+        // A proxy that had claimed more than its share keeps what it claimed.
+        let claimed = [limit(2, Metric::Requests, Window::Minute, 100)];
+        assert!(take(&l, &claimed, 0, ON).0.admitted());
+        let c = l
+            .due_claims(4)
+            .into_iter()
+            .find(|c| c.key == claimed[0].key)
+            .unwrap();
+        l.apply(&c, Some((39, 40)));
+        let admitted = (0..100)
+            .filter(|_| take(&l, &claimed, 0, off).0.admitted())
+            .count();
+        assert_eq!(admitted, 39, "40 claimed, 1 taken before");
+    }
+
+    #[test]
+    fn soft_limits_count_and_report_without_refusing() {
+        let l = Limiter::default();
+        let mut soft = limit(1, Metric::Requests, Window::Minute, 1);
+        soft.mode = LimitMode::Soft;
+        let limits = [soft];
+        let a = take(&l, &limits, 0, Authority::Exact).0;
+        assert_eq!(
+            (a.soft_over, a.soft_crossed),
+            (0, 0),
+            "at the value, not beyond"
+        );
+        let a = take(&l, &limits, 0, Authority::Exact).0;
+        assert!(a.admitted());
+        assert_eq!((a.soft_over, a.soft_crossed), (1, 1));
+        // A soft limit past the 64th is enforced (counted) but not reported.
+        let mut many = vec![limit(9, Metric::Requests, Window::Minute, 1_000); MAX_REPORTED_LIMITS];
+        many.push(soft);
+        let a = take(&l, &many, 0, Authority::Exact).0;
+        assert!(a.admitted());
+        assert_eq!((a.soft_over, a.soft_crossed), (0, 0));
+        assert_eq!(l.status(&soft, NOW, Authority::Exact).used, 3);
+    }
+
+    #[test]
+    fn headers_name_the_tightest_limit_and_refusals_the_last_to_have_room() {
+        let l = Limiter::default();
+        let limits = [
+            limit(1, Metric::Requests, Window::Minute, 10),
+            limit(2, Metric::Requests, Window::Hour, 3),
+            limit(3, Metric::Requests, Window::Minute, 3),
+            limit(4, Metric::Tokens, Window::Day, 50),
+        ];
+        let a = take(&l, &limits, 5, Authority::Exact).0;
+        // Two limits tie at 2 remaining: the first listed is named.
+        assert_eq!(
+            a.requests,
+            Some(RateHeader {
+                limit: 3,
+                remaining: 2,
+                reset_at: 1_700_002_800_000
+            })
+        );
+        assert_eq!(
+            a.tokens,
+            Some(RateHeader {
+                limit: 50,
+                remaining: 45,
+                reset_at: 1_700_006_400_000
+            })
+        );
+        take(&l, &limits, 5, Authority::Exact);
+        take(&l, &limits, 5, Authority::Exact);
+        let a = take(&l, &limits, 5, Authority::Exact).0;
+        assert_eq!(
+            a.refused,
+            Some(Refusal {
+                index: 1,
+                retry_after_ms: 2_800_000
+            }),
+            "the hour's limit frees up after the minute's"
+        );
+    }
+
+    #[test]
+    fn a_window_that_ends_gives_its_unused_allowance_back() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 0, ON);
+        answer_all(&l, &mut counters);
+        // 1 taken, 1 + 20 claimed.
+        assert_eq!(counters[&(limits[0].key, 1_699_999_980_000)], 21);
+        // A claim still on its way when the window ends.
+        for _ in 0..20 {
+            take(&l, &limits, 0, ON);
+        }
+        let late = l.due_claims(1);
+        assert_eq!(late.len(), 1);
+        let next = NOW + 60_000;
+        assert!(l
+            .take(
+                &LimitRequest {
+                    limits: &limits,
+                    tokens: 0
+                },
+                next,
+                ON
+            )
+            .0
+            .admitted());
+        l.apply(&late[0], Some((20, 41)));
+        let (backs, claims): (Vec<Claim>, Vec<Claim>) =
+            l.due_claims(1).into_iter().partition(|c| c.give_back);
+        answer(&l, claims, &mut counters);
+        assert_eq!(
+            backs.len(),
+            1,
+            "nothing was unused when the window ended but the late grant"
+        );
+        assert_eq!(
+            (backs[0].window_start, backs[0].debt, backs[0].want),
+            (1_699_999_980_000, -20, 0)
+        );
+        l.apply(&backs[0], Some((0, 21)));
+        // Stopping: the new window's unused allowance goes back too.
+        let stop = l.give_back_all();
+        assert_eq!(stop.len(), 1);
+        assert_eq!(
+            (stop[0].window_start, stop[0].debt),
+            (1_700_000_040_000, -20)
+        );
+        assert!(stop[0].give_back);
+    }
+
+    #[test]
+    fn a_window_ending_with_allowance_left_gives_it_back() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 0, ON);
+        answer_all(&l, &mut counters);
+        assert!(l.settled());
+        l.take(
+            &LimitRequest {
+                limits: &limits,
+                tokens: 0,
+            },
+            NOW + 60_000,
+            ON,
+        );
+        let backs: Vec<Claim> = l
+            .due_claims(1)
+            .into_iter()
+            .filter(|c| c.give_back)
+            .collect();
+        assert_eq!(backs.len(), 1);
+        assert_eq!(
+            (backs[0].debt, backs[0].window_start),
+            (-20, 1_699_999_980_000)
+        );
+    }
+
+    #[test]
+    fn a_failed_claim_is_due_again_and_a_late_one_for_a_forgotten_limit_is_ignored() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, None);
+        assert!(!l.settled());
+        let again = l.due_claims(1);
+        assert_eq!(again, std::slice::from_ref(&c));
+        // A give-back's answer changes nothing.
+        let back = Claim {
+            give_back: true,
+            ..c.clone()
+        };
+        l.apply(&back, Some((0, 0)));
+        assert!(!l.settled(), "the real claim is still on its way");
+        l.apply(&again[0], Some((20, 21)));
+        // Its unused allowance is room as far as it knows.
+        assert_eq!(l.status(&limits[0], NOW, ON).remaining, 999);
+        let unknown = Claim {
+            key: limit(99, Metric::Requests, Window::Minute, 1).key,
+            ..c
+        };
+        l.apply(&unknown, Some((5, 5)));
+        assert!(l.settled());
+    }
+
+    #[test]
+    fn concurrency_reservations_follow_the_slots_held() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Concurrent, Window::None, 2)];
+        let mut counters = HashMap::default();
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        let c = l.due_claims(1);
+        assert_eq!((c[0].held, c[0].debt), (1, 1));
+        l.apply(&c[0], Some((1, 2)));
+        // Another proxy holds 1: the fleet is full.
+        let (a, due) = take(&l, &limits, 0, ON);
+        assert_eq!(a.refused.map(|r| r.retry_after_ms), Some(RETRY_SOON_MS));
+        assert!(due, "a refusal asks the fleet again");
+        answer_all(&l, &mut counters);
+        assert!(!l.release(&[limit(5, Metric::Concurrent, Window::None, 1)], ON));
+        assert!(
+            l.release(&limits, ON),
+            "held 0, reserved 1: the reservation shrinks"
+        );
+        let c = l.due_claims(1);
+        assert_eq!(c[0].held, 0);
+        l.apply(&c[0], Some((0, 1)));
+        assert!(!l.refresh(), "nothing held, the fleet not full");
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        answer_all(&l, &mut counters);
+        assert!(l.refresh(), "a proxy holding slots renews its reservation");
+        let stop = l.give_back_all();
+        assert_eq!((stop[0].held, stop[0].give_back), (0, true));
+        // Released in exact mode too, and never below zero.
+        let exact = Limiter::default();
+        assert!(take(&exact, &limits, 0, Authority::Exact).0.admitted());
+        assert!(take(&exact, &limits, 0, Authority::Exact).0.admitted());
+        assert!(!exact.release(&limits, Authority::Exact));
+        exact.release(&limits, Authority::Exact);
+        exact.release(&limits, Authority::Exact);
+        assert_eq!(exact.status(&limits[0], NOW, Authority::Exact).used, 0);
+    }
+
+    #[test]
+    fn a_full_concurrency_limit_is_asked_again_at_each_refresh() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Concurrent, Window::None, 1)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, Some((1, 1)));
+        assert!(l.release(&limits, ON));
+        let c = l.due_claims(1).remove(0);
+        // Released, but the fleet is full (someone else took the slot).
+        l.apply(&c, Some((0, 1)));
+        assert!(l.refresh());
+    }
+
+    #[test]
+    fn settling_charges_debt_to_the_fleet_and_refunds_locally() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 10_000)];
+        let mut counters = HashMap::default();
+        take(&l, &limits, 100, ON);
+        answer_all(&l, &mut counters);
+        assert!(
+            l.settle(&limits, Metric::Tokens, 500, NOW, NOW, ON),
+            "beyond the allowance: the debt is charged"
+        );
+        let c = l.due_claims(1).remove(0);
+        assert_eq!(c.debt, 300, "600 used, 300 claimed");
+        l.apply(&c, Some((0, 10_000)));
+        assert!(
+            !l.settle(&limits, Metric::Tokens, -200, NOW, NOW, ON),
+            "a refund needs no claim"
+        );
+        // The fleet counter says 10 000 claimed, 600 of it here, of which 400 used.
+        assert_eq!(l.status(&limits[0], NOW, ON).used, 9_800);
+        // A refund for a window that is over is dropped; a charge goes to the current window.
+        let later = NOW + 60_000;
+        assert!(!l.settle(&limits, Metric::Tokens, -50, NOW, later, ON));
+        assert!(l.settle(&limits, Metric::Tokens, 50, NOW, later, ON));
+        assert_eq!(l.status(&limits[0], later, ON).used, 50);
+        // Exact mode: no claims.
+        let exact = Limiter::default();
+        assert!(!exact.settle(&limits, Metric::Tokens, 50, NOW, NOW, Authority::Exact));
+    }
+
+    #[test]
+    fn a_claim_is_due_below_one_allowance_of_headroom_and_not_once_the_fleet_is_out() {
+        let l = Limiter::default();
+        // Allowance 10.
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        let probe = |l: &Limiter| l.settle(&limits, Metric::Requests, 0, NOW, NOW, ON);
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, Some((20, 21)));
+        // 21 granted, 1 used: due once fewer than 10 are left.
+        for _ in 0..10 {
+            take(&l, &limits, 0, ON);
+        }
+        assert!(!probe(&l), "10 left: one allowance");
+        take(&l, &limits, 0, ON);
+        assert!(probe(&l), "9 left");
+        let c = l.due_claims(1).remove(0);
+        // The fleet is out: 12 used here, 21 granted, counter at the value.
+        l.apply(&c, Some((0, 1_000)));
+        assert!(!probe(&l), "nothing more to claim");
+        for _ in 0..9 {
+            take(&l, &limits, 0, ON);
+        }
+        assert!(!probe(&l), "all used, no debt: still nothing to claim");
+        // Beyond it (a correction): the debt is charged.
+        assert!(l.settle(&limits, Metric::Requests, 1, NOW, NOW, ON));
+        // A correction dated in an earlier window still reports a due claim of the current one.
+        assert!(l.settle(&limits, Metric::Requests, 0, NOW - 60_000, NOW, ON));
+    }
+
+    #[test]
+    fn a_take_that_fits_the_limit_but_not_the_credit_is_retried_soon() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Tokens, Window::Minute, 1_000)];
+        assert!(take(&l, &limits, 1, ON).0.admitted());
+        assert_eq!(
+            take(&l, &limits, 1_000, ON)
+                .0
+                .refused
+                .map(|r| r.retry_after_ms),
+            Some(RETRY_SOON_MS),
+            "the whole limit, with one unit already taken: more room may come with a claim"
+        );
+    }
+
+    #[test]
+    fn of_limits_refusing_for_as_long_the_first_is_named() {
+        let l = Limiter::default();
+        let limits = [
+            limit(1, Metric::Requests, Window::Minute, 1),
+            limit(2, Metric::Requests, Window::Minute, 1),
+        ];
+        take(&l, &limits, 0, Authority::Exact);
+        assert_eq!(
+            take(&l, &limits, 0, Authority::Exact)
+                .0
+                .refused
+                .map(|r| r.index),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_late_claim_granted_nothing_gives_nothing_back_nor_does_a_used_up_window() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Minute, 1_000)];
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.take(
+            &LimitRequest {
+                limits: &limits,
+                tokens: 0,
+            },
+            NOW + 60_000,
+            ON,
+        );
+        l.apply(&c, Some((0, 1_000)));
+        assert!(l.due_claims(1).iter().all(|c| !c.give_back));
+        // All of its allowance used: nothing to give back when stopping.
+        let used_up = Limiter::default();
+        take(&used_up, &limits, 0, ON);
+        let c = used_up.due_claims(1).remove(0);
+        used_up.apply(&c, Some((0, 1_000)));
+        assert!(used_up.give_back_all().is_empty());
+    }
+
+    #[test]
+    fn concurrency_has_no_window_and_a_windowless_count_never_rolls() {
+        let l = Limiter::default();
+        // A concurrency limit that names a window still counts what is in progress.
+        let conc = [limit(1, Metric::Concurrent, Window::Minute, 1)];
+        assert!(take(&l, &conc, 0, Authority::Exact).0.admitted());
+        let next_minute = LimitRequest {
+            limits: &conc,
+            tokens: 0,
+        };
+        assert!(!l
+            .take(&next_minute, NOW + 60_000, Authority::Exact)
+            .0
+            .admitted());
+        assert_eq!(l.status(&conc[0], NOW, Authority::Exact).reset_at, None);
+        // A requests limit without a window counts for ever.
+        let lifetime = [limit(2, Metric::Requests, Window::None, 1)];
+        assert!(take(&l, &lifetime, 0, Authority::Exact).0.admitted());
+        let next_year = LimitRequest {
+            limits: &lifetime,
+            tokens: 0,
+        };
+        assert!(!l
+            .take(&next_year, NOW + 365 * DAY_MS, Authority::Exact)
+            .0
+            .admitted());
+        assert!(
+            !l.release(&lifetime, Authority::Exact),
+            "only concurrency is released"
+        );
+        assert_eq!(l.status(&lifetime[0], NOW, Authority::Exact).used, 1);
+    }
+}
