@@ -264,6 +264,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
                 .collect::<anyhow::Result<_>>()?,
             retry_error_patterns: row.retry_error_patterns,
             headers: row.headers.into_iter().collect(),
+            secrets_withheld: false,
         });
     }
 

@@ -54,9 +54,19 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_DRAIN_DELAY_SECONDS", default_value_t = 5)]
     pub drain_delay_secs: u64,
 
-    /// Most gRPC connections open at once.
+    /// Most gRPC connections open at once; at the cap a new connection evicts the one idle the
+    /// longest (no stream in progress).
     #[arg(long, env = "SWITCHYARD_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
     pub grpc_max_connections: usize,
+
+    /// Milliseconds a new gRPC connection has to complete its handshakes (TLS, HTTP/2) and send
+    /// an authenticated request; without one by then it is closed.
+    #[arg(
+        long,
+        env = "SWITCHYARD_GRPC_HANDSHAKE_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub grpc_handshake_timeout_ms: u64,
 
     /// Connection limits and client deadlines of the HTTP port.
     #[command(flatten)]
@@ -105,6 +115,11 @@ impl Config {
         }
         if !(100..=120_000).contains(&self.probe_timeout_ms) {
             return Err("SWITCHYARD_PROBE_TIMEOUT_MS must be between 100 and 120000".into());
+        }
+        if !(100..=600_000).contains(&self.grpc_handshake_timeout_ms) {
+            return Err(
+                "SWITCHYARD_GRPC_HANDSHAKE_TIMEOUT_MS must be between 100 and 600000".into(),
+            );
         }
         if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
             return Err("SWITCHYARD_REDIS_PREFIX must be non-empty and free of braces".into());

@@ -1,6 +1,10 @@
 //! The gRPC edge: serves `SnapshotService.Watch` from the publisher's watch channel, and
 //! `SnapshotService.ReportUsage` into Postgres ([`crate::usage`]). Both are authenticated by the
-//! same fleet token check.
+//! same fleet token check; with no fleet token configured, streams get snapshots without secrets
+//! ([`crate::publisher::withhold_secrets`]) and usage reports are refused.
+//!
+//! The accept path ([`guarded_incoming`]) caps connections and gives each a deadline to carry an
+//! authenticated request, so connections that say nothing cannot lock proxies out.
 //!
 //! Each stream holds its own receiver and only ever takes the latest snapshot, so a slow proxy
 //! skips revisions and never holds anyone back. Each revision is encoded once by the publisher;
@@ -11,7 +15,9 @@
 //! ones, and proxies use the generated client.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -117,7 +123,7 @@ pub struct FleetTokens(Vec<[u8; 32]>);
 enum Caller {
     /// Presented a valid fleet token: gets credentials.
     Fleet,
-    /// No fleet token is configured: snapshots without inline secrets.
+    /// No fleet token is configured: snapshots without secrets, and no usage reports.
     Anonymous,
 }
 
@@ -178,6 +184,8 @@ struct StreamState {
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
     registration: Registration,
+    /// Keeps the connection busy (not evictable at the cap) while the stream is open.
+    _busy: Option<switchyard_server::Busy>,
 }
 
 impl Drop for StreamState {
@@ -188,7 +196,12 @@ impl Drop for StreamState {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<PreEncoded, Status>> + Send>>;
 
-struct Watch(SnapshotWatchServer, Caller);
+struct Watch {
+    server: SnapshotWatchServer,
+    caller: Caller,
+    peer: Option<std::net::SocketAddr>,
+    busy: Option<switchyard_server::Busy>,
+}
 
 impl ServerStreamingService<v1::WatchRequest> for Watch {
     type Response = PreEncoded;
@@ -196,14 +209,16 @@ impl ServerStreamingService<v1::WatchRequest> for Watch {
     type Future = BoxFuture<Response<WatchStream>, Status>;
 
     fn call(&mut self, request: Request<v1::WatchRequest>) -> Self::Future {
-        let server = self.0.clone();
-        let caller = self.1;
-        let peer = request.remote_addr().map(|addr| addr.to_string());
+        let server = self.server.clone();
+        let caller = self.caller;
+        let peer = self.peer.map(|addr| addr.to_string());
+        let busy = self.busy.take();
         Box::pin(async move {
             Ok(Response::new(watch_stream(
                 &server,
                 caller,
                 peer,
+                busy,
                 request.into_inner(),
             )))
         })
@@ -216,6 +231,7 @@ fn watch_stream(
     server: &SnapshotWatchServer,
     caller: Caller,
     peer: Option<String>,
+    busy: Option<switchyard_server::Busy>,
     request: v1::WatchRequest,
 ) -> WatchStream {
     tracing::info!(
@@ -237,6 +253,7 @@ fn watch_stream(
             caller == Caller::Fleet,
             request.have_revision,
         ),
+        _busy: busy,
     };
     Box::pin(futures_util::stream::unfold(
         state,
@@ -269,6 +286,8 @@ fn watch_stream(
 }
 
 struct ReportUsage {
+    /// Keeps the connection busy (not evictable at the cap) until the batch is answered.
+    busy: Option<switchyard_server::Busy>,
     pool: Option<sqlx::PgPool>,
     metrics: Arc<Metrics>,
     proxies: Arc<ProxyRegistry>,
@@ -282,7 +301,9 @@ impl UnaryService<v1::UsageBatch> for ReportUsage {
         let pool = self.pool.clone();
         let metrics = Arc::clone(&self.metrics);
         let proxies = Arc::clone(&self.proxies);
+        let busy = self.busy.take();
         Box::pin(async move {
+            let _busy = busy;
             let Some(pool) = pool else {
                 return Err(Status::unimplemented("usage accounting is not served here"));
             };
@@ -336,13 +357,26 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let (connection, peer) = connection_of(&request);
         if request.uri().path() == REPORT_USAGE_PATH {
-            // An anonymous caller (no fleet tokens configured) may report too.
-            if let Err(status) = self.fleet.caller(request.headers()) {
-                tracing::warn!("refused a usage report without a valid fleet token");
-                return Box::pin(async move { Ok(status.into_http()) });
+            // Usage becomes spend and budgets: only a proxy proven by a fleet token may report.
+            // With no fleet token configured nobody can prove it, so every report is refused.
+            match self.fleet.caller(request.headers()) {
+                Ok(Caller::Fleet) => {}
+                Ok(Caller::Anonymous) => {
+                    tracing::warn!("refused a usage report: no fleet token is configured, so reports cannot be authenticated");
+                    let status = Status::unauthenticated(
+                        "usage reports need a fleet token, and this control plane has none: set SWITCHYARD_FLEET_TOKEN on the control plane and the proxies",
+                    );
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
+                Err(status) => {
+                    tracing::warn!("refused a usage report without a valid fleet token");
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
             }
             let method = ReportUsage {
+                busy: connection.map(|c| c.begin()),
                 pool: self.usage.clone(),
                 metrics: Arc::clone(&self.metrics),
                 proxies: Arc::clone(&self.proxies),
@@ -362,7 +396,12 @@ where
                     return Box::pin(async move { Ok(status.into_http()) });
                 }
             };
-            let method = Watch(self.clone(), caller);
+            let method = Watch {
+                server: self.clone(),
+                caller,
+                peer,
+                busy: connection.map(|c| c.begin()),
+            };
             Box::pin(async move {
                 let codec = tonic_prost::ProstCodec::<PreEncoded, v1::WatchRequest>::default();
                 Ok(Grpc::new(codec).server_streaming(method, request).await)
@@ -385,61 +424,176 @@ where
     }
 }
 
-/// The gRPC port's accepted connections, at most `max` open at once: over the cap, a new
-/// connection is closed at once (proxies reconnect with backoff). Each connection holds its
-/// permit until it closes.
-pub fn capped_incoming(
+/// The names of the gRPC port's connection counters in `/metrics`.
+pub const GRPC_METRICS: switchyard_server::MetricNames = switchyard_server::MetricNames {
+    what: "gRPC connections",
+    open: "switchyard_cp_grpc_connections",
+    max: "switchyard_cp_grpc_connections_max",
+    refused: "switchyard_cp_grpc_connections_refused_total",
+    evicted: "switchyard_cp_grpc_connections_evicted_total",
+    accept_errors: "switchyard_cp_grpc_accept_errors_total",
+};
+
+/// The gRPC port's accept path: at most `registry.max()` connections at once, and a deadline for
+/// each to carry an authenticated request (TLS and HTTP/2 handshakes included). At the cap a new
+/// connection evicts the one idle the longest (no stream in progress: one that never sent a
+/// request, or a proxy between streams), so silent connections cannot lock proxies out; only
+/// when every connection carries a stream is the newcomer closed at once (proxies reconnect with
+/// backoff). A connection still without an authenticated request when `handshake_timeout` passes
+/// is closed.
+pub fn guarded_incoming(
     listener: tokio::net::TcpListener,
-    max: usize,
-) -> impl Stream<Item = std::io::Result<CappedIo>> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
-    futures_util::stream::unfold((listener, permits), |(listener, permits)| async move {
-        loop {
-            match listener.accept().await {
-                Ok((tcp, _peer)) => {
-                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                        tracing::warn!("gRPC connection refused: at the connection cap");
-                        drop(tcp);
-                        continue;
-                    };
-                    let _ = tcp.set_nodelay(true);
-                    let io = CappedIo {
-                        tcp,
-                        _permit: permit,
-                    };
-                    return Some((Ok(io), (listener, permits)));
+    registry: Arc<switchyard_server::Registry>,
+    handshake_timeout: std::time::Duration,
+    metrics: Arc<Metrics>,
+) -> impl Stream<Item = std::io::Result<FleetIo>> {
+    futures_util::stream::unfold(
+        (listener, registry, metrics),
+        move |(listener, registry, metrics)| async move {
+            loop {
+                match listener.accept().await {
+                    Ok((tcp, peer)) => {
+                        let Ok(admission) = registry.admit(peer.ip()) else {
+                            tracing::warn!(
+                                "gRPC connection refused: at the connection cap and every connection carries a stream"
+                            );
+                            drop(tcp);
+                            continue;
+                        };
+                        let _ = tcp.set_nodelay(true);
+                        let io = FleetIo::new(tcp, admission, handshake_timeout, &metrics);
+                        return Some((Ok(io), (listener, registry, metrics)));
+                    }
+                    Err(error) => {
+                        registry.note_accept_error();
+                        // Most often out of descriptors: an idle connection makes room.
+                        registry.evict_one_idle();
+                        tracing::warn!(%error, "gRPC accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "gRPC accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        },
+    )
+}
+
+/// What the service sees of its connection (through the request's connect info): whether it has
+/// carried an authenticated request, and its activity for eviction.
+pub struct FleetConnection {
+    activity: Arc<switchyard_server::Activity>,
+    authenticated: AtomicBool,
+}
+
+impl FleetConnection {
+    /// An authenticated request starts: the handshake deadline no longer applies, and the
+    /// connection is busy (not evictable) until the returned guard is dropped.
+    fn begin(&self) -> switchyard_server::Busy {
+        self.authenticated.store(true, Ordering::Relaxed);
+        self.activity.begin()
+    }
+}
+
+/// The connect info of a [`FleetIo`].
+#[derive(Clone)]
+pub struct FleetConnectInfo {
+    tcp: tonic::transport::server::TcpConnectInfo,
+    connection: Arc<FleetConnection>,
+}
+
+/// The connection a request arrived on (plaintext or TLS), with its peer address.
+fn connection_of<B>(
+    request: &http::Request<B>,
+) -> (Option<Arc<FleetConnection>>, Option<std::net::SocketAddr>) {
+    use tonic::transport::server::TlsConnectInfo;
+    let extensions = request.extensions();
+    let info = extensions.get::<FleetConnectInfo>().or_else(|| {
+        extensions
+            .get::<TlsConnectInfo<FleetConnectInfo>>()
+            .map(TlsConnectInfo::get_ref)
+    });
+    match info {
+        Some(info) => (Some(Arc::clone(&info.connection)), info.tcp.remote_addr()),
+        None => (None, None),
+    }
+}
+
+/// A gRPC connection holding its place under the cap. Reads and writes fail once it is evicted,
+/// or once its handshake deadline passes before an authenticated request; the server then drops
+/// it, which closes the socket and frees the place.
+pub struct FleetIo {
+    tcp: tokio::net::TcpStream,
+    connection: Arc<FleetConnection>,
+    evicted: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    /// Until an authenticated request: when the connection is closed without one.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set once the connection is condemned; every later read or write fails the same way.
+    closed: Option<std::io::ErrorKind>,
+    metrics: Arc<Metrics>,
+    _admission: switchyard_server::Admission,
+}
+
+impl FleetIo {
+    fn new(
+        tcp: tokio::net::TcpStream,
+        admission: switchyard_server::Admission,
+        handshake_timeout: std::time::Duration,
+        metrics: &Arc<Metrics>,
+    ) -> FleetIo {
+        FleetIo {
+            tcp,
+            connection: Arc::new(FleetConnection {
+                activity: admission.activity(),
+                authenticated: AtomicBool::new(false),
+            }),
+            evicted: Box::pin(admission.evicted().cancelled_owned()),
+            deadline: Some(Box::pin(tokio::time::sleep(handshake_timeout))),
+            closed: None,
+            metrics: Arc::clone(metrics),
+            _admission: admission,
+        }
+    }
+
+    /// `Err` once the connection must close (registering wake-ups for both causes otherwise).
+    fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        if self.closed.is_none() {
+            if self.evicted.as_mut().poll(cx).is_ready() {
+                tracing::debug!("gRPC connection evicted to admit another at the cap");
+                self.closed = Some(std::io::ErrorKind::ConnectionAborted);
+            } else if self.connection.authenticated.load(Ordering::Relaxed) {
+                self.deadline = None;
+            } else if let Some(deadline) = &mut self.deadline {
+                if deadline.as_mut().poll(cx).is_ready() {
+                    tracing::debug!("gRPC connection closed: no authenticated request in time");
+                    self.metrics.grpc_handshake_timed_out();
+                    self.closed = Some(std::io::ErrorKind::TimedOut);
                 }
             }
         }
-    })
+        match self.closed {
+            Some(kind) => Err(kind.into()),
+            None => Ok(()),
+        }
+    }
 }
 
-/// A gRPC connection holding its place under the cap.
-pub struct CappedIo {
-    tcp: tokio::net::TcpStream,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tokio::io::AsyncRead for CappedIo {
+impl tokio::io::AsyncRead for FleetIo {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        self.check(cx)?;
         Pin::new(&mut self.tcp).poll_read(cx, buf)
     }
 }
 
-impl tokio::io::AsyncWrite for CappedIo {
+impl tokio::io::AsyncWrite for FleetIo {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        self.check(cx)?;
         Pin::new(&mut self.tcp).poll_write(cx, buf)
     }
 
@@ -452,10 +606,13 @@ impl tokio::io::AsyncWrite for CappedIo {
     }
 }
 
-impl tonic::transport::server::Connected for CappedIo {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+impl tonic::transport::server::Connected for FleetIo {
+    type ConnectInfo = FleetConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.tcp.connect_info()
+        FleetConnectInfo {
+            tcp: self.tcp.connect_info(),
+            connection: Arc::clone(&self.connection),
+        }
     }
 }

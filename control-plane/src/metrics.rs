@@ -24,6 +24,7 @@ pub struct Metrics {
     compile_failures: AtomicU64,
     last_compile_micros: AtomicU64,
     watch_streams: AtomicI64,
+    grpc_handshake_timeouts: AtomicU64,
     database_up: AtomicBool,
     usage_applied: AtomicU64,
     usage_duplicate: AtomicU64,
@@ -54,6 +55,11 @@ impl Metrics {
 
     pub fn database_up(&self) -> bool {
         self.database_up.load(Ordering::Relaxed)
+    }
+
+    /// A gRPC connection was closed for carrying no authenticated request in time.
+    pub fn grpc_handshake_timed_out(&self) {
+        self.grpc_handshake_timeouts.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn stream_opened(&self) {
@@ -109,7 +115,7 @@ impl Metrics {
                 );
             }
         }
-        let gauges: [(&str, &str, &str, String); 6] = [
+        let gauges: [(&str, &str, &str, String); 7] = [
             (
                 "switchyard_cp_snapshot_revision",
                 "gauge",
@@ -142,6 +148,14 @@ impl Metrics {
                 "gauge",
                 "Open gRPC snapshot watch streams.",
                 self.watch_streams.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "switchyard_cp_grpc_handshake_timeouts_total",
+                "counter",
+                "gRPC connections closed for carrying no authenticated request within the handshake deadline.",
+                self.grpc_handshake_timeouts
+                    .load(Ordering::Relaxed)
+                    .to_string(),
             ),
             (
                 "switchyard_cp_database_up",

@@ -26,26 +26,62 @@ pub struct Published {
     pub snapshot: Arc<Snapshot>,
     /// The encoded `v1::Snapshot`, sent as is to every authenticated stream.
     pub encoded: Bytes,
-    /// The same snapshot without inline credential secrets, encoded on first use: what a stream
-    /// gets when no fleet token is configured (such a proxy can use `secret_env` credentials
-    /// only).
-    pub without_secrets: OnceLock<Bytes>,
+    /// The same revision without secrets, built on first use: what a stream gets when no fleet
+    /// token is configured.
+    anonymous: OnceLock<Anonymous>,
     pub compiled_at_unix_ms: u64,
 }
 
+/// A revision as a proxy without a fleet token receives it, encoded and decoded back (so
+/// explain sees exactly what such a proxy selects from).
+#[derive(Debug)]
+struct Anonymous {
+    encoded: Bytes,
+    snapshot: Arc<Snapshot>,
+}
+
 impl Published {
+    pub fn new(snapshot: Snapshot, compiled_at_unix_ms: u64) -> Published {
+        let encoded =
+            Bytes::from(snapshot_to_proto(&snapshot, compiled_at_unix_ms).encode_to_vec());
+        Published {
+            snapshot: Arc::new(snapshot),
+            encoded,
+            anonymous: OnceLock::new(),
+            compiled_at_unix_ms,
+        }
+    }
+
     pub fn revision(&self) -> u64 {
         self.snapshot.revision
     }
 
+    fn anonymous(&self) -> &Anonymous {
+        self.anonymous.get_or_init(|| {
+            let mut wire = snapshot_to_proto(&self.snapshot, self.compiled_at_unix_ms);
+            withhold_secrets(&mut wire);
+            let encoded = Bytes::from(wire.encode_to_vec());
+            let snapshot = match switchyard_proto::snapshot_from_proto(wire) {
+                Ok(snapshot) => Arc::new(snapshot),
+                Err(error) => {
+                    // Cannot happen (the wire form came from a valid snapshot); explain then
+                    // shows the full snapshot rather than none.
+                    tracing::error!(%error, "the snapshot without secrets does not decode");
+                    Arc::clone(&self.snapshot)
+                }
+            };
+            Anonymous { encoded, snapshot }
+        })
+    }
+
+    /// The encoded snapshot for a stream without a fleet token.
     pub fn encoded_without_secrets(&self) -> Bytes {
-        self.without_secrets
-            .get_or_init(|| {
-                let mut wire = snapshot_to_proto(&self.snapshot, self.compiled_at_unix_ms);
-                strip_inline_secrets(&mut wire);
-                Bytes::from(wire.encode_to_vec())
-            })
-            .clone()
+        self.anonymous().encoded.clone()
+    }
+
+    /// The snapshot as a proxy without a fleet token holds it (for explain).
+    pub fn without_secrets(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.anonymous().snapshot)
     }
 }
 
@@ -61,15 +97,28 @@ pub struct Publisher {
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Drops every credential whose secret is inline; `secret_env` credentials (resolved on the
-/// proxy) stay. A channel left without credentials is excluded by the engine as
-/// `credential_unavailable`, visibly, rather than failing upstream.
-fn strip_inline_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
+/// Takes every secret out of a snapshot for a caller without a fleet token: credentials whose
+/// secret is inline (`secret_env` ones stay: the proxy resolves them from its own environment),
+/// every header value (any may be a key), and the password of each `base_url` (shown as `***`).
+/// A channel that loses header values or a URL password, or every credential it needs, cannot be
+/// called as configured: it is marked `secrets_withheld`, so the proxy's engine excludes it with
+/// that reason (and the proxy says so) instead of failing upstream or excluding it silently.
+pub fn withhold_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
     use switchyard_proto::v1::credential::Secret;
     for channel in &mut wire.channels {
+        let had_credentials = !channel.credentials.is_empty();
         channel
             .credentials
             .retain(|credential| !matches!(credential.secret, Some(Secret::Inline(_))));
+        let lost_credentials = had_credentials
+            && channel.credentials.is_empty()
+            && channel.provider != switchyard_proto::v1::Provider::Mock as i32;
+        let lost_headers = !channel.headers.is_empty();
+        channel.headers.clear();
+        let redacted = switchyard_engine::validate::redact_url_userinfo(&channel.base_url);
+        let lost_password = redacted != channel.base_url;
+        channel.base_url = redacted;
+        channel.secrets_withheld = lost_credentials || lost_headers || lost_password;
     }
 }
 
@@ -115,16 +164,8 @@ impl Publisher {
                 return Err(error);
             }
         };
-        let compiled_at_unix_ms = now_ms();
         let revision = snapshot.revision;
-        let encoded =
-            Bytes::from(snapshot_to_proto(&snapshot, compiled_at_unix_ms).encode_to_vec());
-        let published = Arc::new(Published {
-            snapshot: Arc::new(snapshot),
-            encoded,
-            without_secrets: OnceLock::new(),
-            compiled_at_unix_ms,
-        });
+        let published = Arc::new(Published::new(snapshot, now_ms()));
         let elapsed = started.elapsed();
         let replaced = self.tx.send_if_modified(|held| {
             if held.as_ref().is_some_and(|h| h.revision() >= revision) {

@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::{app, AppState};
 use crate::config::Config;
-use crate::grpc::{capped_incoming, FleetTokens, SnapshotWatchServer};
+use crate::grpc::{guarded_incoming, FleetTokens, SnapshotWatchServer};
 use crate::live::LiveState;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
@@ -121,8 +121,9 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     tracing::info!(%http_addr, %grpc_addr, "listening");
 
     let fleet = FleetTokens::parse(config.fleet_token.as_deref());
-    if fleet.is_empty() {
-        tracing::warn!("no SWITCHYARD_FLEET_TOKEN: any client reaching the gRPC port may watch snapshots, which therefore carry no inline credential secrets");
+    let proxies_without_secrets = fleet.is_empty();
+    if proxies_without_secrets {
+        tracing::warn!("no SWITCHYARD_FLEET_TOKEN: any client reaching the gRPC port may watch snapshots, which therefore carry no secrets (no inline credentials, header values or URL passwords: proxies cannot call channels that need them), and usage reports are refused; set SWITCHYARD_FLEET_TOKEN here and on the proxies");
     }
     let grpc_service = SnapshotWatchServer::new(
         publisher.subscribe(),
@@ -139,7 +140,8 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     )
     .with_recovery(Arc::clone(&recovery))
     .with_draining(signal.clone())
-    .with_proxies(grpc_service.proxies());
+    .with_proxies(grpc_service.proxies())
+    .with_proxies_without_secrets(proxies_without_secrets);
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }
@@ -150,14 +152,26 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         fd_hard,
         max_connections = server.max_connections(),
         grpc_max_connections = config.grpc_max_connections,
+        grpc_handshake_timeout_ms = config.grpc_handshake_timeout_ms,
         "connection limits"
     );
-    state = state.with_connections(server.stats());
+    let grpc_registry = Arc::new(switchyard_server::Registry::new(
+        config.grpc_max_connections,
+        0,
+    ));
+    state = state
+        .with_connections(server.stats())
+        .with_grpc_connections(grpc_registry.stats());
     let router = app(state);
     tracker.spawn(server.serve(http, router, shutdown.clone()));
 
     let grpc_shutdown = shutdown.clone();
-    let grpc_incoming = capped_incoming(grpc, config.grpc_max_connections);
+    let grpc_incoming = guarded_incoming(
+        grpc,
+        grpc_registry,
+        Duration::from_millis(config.grpc_handshake_timeout_ms),
+        Arc::clone(&metrics),
+    );
     let mut grpc_server = tonic::transport::Server::builder();
     if let Some(tls) = grpc_tls(&config)? {
         grpc_server = grpc_server

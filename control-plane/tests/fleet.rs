@@ -1067,3 +1067,256 @@ async fn each_replica_lists_the_proxies_connected_to_it_with_their_revision(
     drop(client);
     wait_connected(&a, "proxy-on-a gone", |list| list.is_empty()).await;
 }
+
+/// The value of one unlabelled metric on the control plane's `/metrics`.
+async fn metric(cp: &ControlPlane, name: &str) -> Option<f64> {
+    let page = cp.metrics().await;
+    let prefix = format!("{name} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads until the server closes the connection (EOF or reset); false if it is still open when
+/// the patience runs out.
+async fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn silent_connections_beyond_the_grpc_cap_do_not_lock_out_a_new_proxy(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    // The default cap of 1 024, and a handshake deadline longer than the test: only eviction can
+    // let the proxy in while the silent connections are held.
+    let cp = ControlPlane::spawn_with(
+        &url,
+        0,
+        &[
+            ("SWITCHYARD_GRPC_MAX_CONNECTIONS", "1024"),
+            ("SWITCHYARD_GRPC_HANDSHAKE_TIMEOUT_MS", "600000"),
+        ],
+    )
+    .await;
+    let revision = cp.create_route("through-the-flood").await;
+
+    // 1 100 connections that never send a byte, all established before the proxy connects (the
+    // server accepts in arrival order).
+    let mut silent = Vec::new();
+    for _ in 0..1100 {
+        silent.push(TcpStream::connect(cp.grpc).await.unwrap());
+    }
+
+    let shutdown = CancellationToken::new();
+    let started = std::time::Instant::now();
+    let mut proxy = follow(cp.endpoint(), &shutdown);
+    let seen = wait_for(&mut proxy, "a snapshot while the port is flooded", |s| {
+        s.revision >= revision
+    })
+    .await;
+    println!(
+        "a new proxy had its snapshot {:?} after connecting, with 1 100 silent connections held",
+        started.elapsed()
+    );
+    assert!(has_route(&seen, "through-the-flood"));
+
+    // The oldest silent connections made room, and the cap held.
+    assert!(
+        closed_by_server(&mut silent[0]).await,
+        "the oldest silent connection is evicted"
+    );
+    let evicted = metric(&cp, "switchyard_cp_grpc_connections_evicted_total")
+        .await
+        .unwrap();
+    assert!(
+        evicted >= 77.0,
+        "76 over the cap and 1 for the proxy: {evicted}"
+    );
+    assert_eq!(
+        metric(&cp, "switchyard_cp_grpc_connections").await,
+        Some(1024.0)
+    );
+    drop(silent);
+    shutdown.cancel();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_grpc_connection_without_an_authenticated_request_is_closed_at_its_deadline(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn_with(&url, 0, &[("SWITCHYARD_GRPC_HANDSHAKE_TIMEOUT_MS", "1500")])
+        .await;
+    let revision = cp.create_route("kept").await;
+    let shutdown = CancellationToken::new();
+    let mut proxy = follow(cp.endpoint(), &shutdown);
+    wait_for(&mut proxy, "the proxy's first snapshot", |s| {
+        s.revision >= revision
+    })
+    .await;
+
+    // One connection sends nothing; one completes the HTTP/2 preface but sends no request.
+    let mut silent = TcpStream::connect(cp.grpc).await.unwrap();
+    let mut preface_only = TcpStream::connect(cp.grpc).await.unwrap();
+    preface_only
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    assert!(closed_by_server(&mut silent).await, "the silent connection");
+    assert!(
+        closed_by_server(&mut preface_only).await,
+        "the connection without a request"
+    );
+    // The proxy's connection, older than both, carried an authenticated stream and stays.
+    assert_eq!(
+        metric(&cp, "switchyard_cp_grpc_handshake_timeouts_total").await,
+        Some(2.0)
+    );
+    assert_eq!(metric(&cp, "switchyard_cp_watch_streams").await, Some(1.0));
+    let revision2 = cp.create_route("still-streaming").await;
+    wait_for(&mut proxy, "a later snapshot on the same stream", |s| {
+        s.revision >= revision2
+    })
+    .await;
+    assert_eq!(
+        metric(&cp, "switchyard_cp_grpc_handshake_timeouts_total").await,
+        Some(2.0)
+    );
+    shutdown.cancel();
+}
+
+/// Without a fleet token, a snapshot stream carries no secret at all: no inline credential, no
+/// header value, no URL password. The channels that needed them are marked `secrets_withheld`,
+/// and explain (selecting from that same snapshot) names that reason instead of `selected`.
+#[sqlx::test(migrations = "../migrations")]
+async fn without_a_fleet_token_no_secret_is_streamed_and_explain_names_the_withheld_channels(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const HEADER_SECRET: &str = "pk-HEADERSECRET-9f8e7d6c";
+    const URL_PASSWORD: &str = "URLPASSWORD-hunter2";
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let cp = ControlPlane::spawn_with(&url, 0, &[("SWITCHYARD_FLEET_TOKEN", "")]).await;
+    let channel = |body: Value| async {
+        let (status, _, created) = cp.call("POST", "/api/v1/channels", Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+        created["id"].as_i64().unwrap()
+    };
+    let credential = |id: i64, body: Value| {
+        let cp = &cp;
+        async move {
+            let path = format!("/api/v1/channels/{id}/credentials");
+            let (status, _, created) = cp.call("POST", &path, Some(body)).await;
+            assert_eq!(status, 201, "{created}");
+        }
+    };
+    // Secrets in a header and in the URL (the credential itself comes from the proxy's env).
+    let headers = channel(json!({"name": "portkey", "provider": "openai",
+        "base_url": format!("https://svc:{URL_PASSWORD}@gw.test/v1"),
+        "headers": {"x-portkey-api-key": HEADER_SECRET}}))
+    .await;
+    credential(headers, json!({"secret_env": "PORTKEY_KEY"})).await;
+    // Only an inline credential.
+    let inline = channel(json!({"name": "inline", "provider": "openai",
+        "base_url": "https://api.test/v1"}))
+    .await;
+    credential(inline, json!({"secret": "sk-inline-fleet-secret"})).await;
+    // Only a credential the proxy resolves itself: callable.
+    let env = channel(json!({"name": "env", "provider": "openai",
+        "base_url": "https://api.test/v1"}))
+    .await;
+    credential(env, json!({"secret_env": "OPENAI_KEY_ON_PROXIES"})).await;
+    let (status, _, route) = cp
+        .call(
+            "POST",
+            "/api/v1/routes",
+            Some(json!({"model_pattern": "gpt-4o"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{route}");
+    let route = route["id"].as_i64().unwrap();
+    let mut members = std::collections::HashMap::new();
+    for (ch, priority) in [(headers, 10), (inline, 10), (env, 0)] {
+        let (status, _, member) = cp
+            .call(
+                "POST",
+                &format!("/api/v1/routes/{route}/members"),
+                Some(json!({"channel_id": ch, "upstream_model": "gpt-4o", "priority": priority})),
+            )
+            .await;
+        assert_eq!(status, 201, "{member}");
+        members.insert(ch, member["id"].as_i64().unwrap());
+    }
+
+    // What an anonymous stream receives, once it holds every write above.
+    let mut client = fleet_client(&cp.endpoint(), None).await;
+    let mut stream = client
+        .watch(WatchRequest {
+            have_revision: 0,
+            client_id: "anonymous".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let snapshot = loop {
+        let snapshot = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("no snapshot in time")
+            .unwrap()
+            .unwrap();
+        if snapshot.routes.iter().any(|r| r.members.len() == 3) {
+            break snapshot;
+        }
+    };
+    let encoded = format!("{snapshot:?}");
+    for secret in [
+        HEADER_SECRET,
+        "HEADERSECRET",
+        URL_PASSWORD,
+        "sk-inline-fleet-secret",
+    ] {
+        assert!(!encoded.contains(secret), "{secret} streamed: {encoded}");
+    }
+    let wire = |id: i64| snapshot.channels.iter().find(|c| c.id == id).unwrap();
+    assert!(wire(headers).secrets_withheld && wire(headers).headers.is_empty());
+    assert_eq!(wire(headers).base_url, "https://svc:***@gw.test/v1");
+    assert!(wire(inline).secrets_withheld && wire(inline).credentials.is_empty());
+    assert!(!wire(env).secrets_withheld);
+
+    // Explain selects from what the proxies hold: the top tier is withheld, the env one serves.
+    let (status, _, body) = cp
+        .call("GET", "/api/v1/routes/explain?model=gpt-4o", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let reasons = |ch: i64| {
+        body["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["member_id"] == members[&ch])
+            .map(|c| c["reasons"].clone())
+            .unwrap()
+    };
+    assert_eq!(reasons(headers), json!(["secrets_withheld"]), "{body}");
+    assert_eq!(
+        reasons(inline),
+        json!(["credential_unavailable", "secrets_withheld"]),
+        "{body}"
+    );
+    assert_eq!(reasons(env), json!([]), "{body}");
+    assert_eq!(body["outcome"], "selected");
+    assert_eq!(body["member_id"], members[&env], "{body}");
+}

@@ -322,18 +322,26 @@ async fn report_usage_over_grpc_needs_the_fleet_token_and_is_idempotent(pool: Pg
     shutdown.cancel();
 }
 
+/// Without a fleet token nobody can prove to be a proxy, so nobody may write usage (it becomes
+/// spend and budgets): an anonymous report is refused and nothing is stored.
 #[sqlx::test(migrations = "../migrations")]
-async fn an_anonymous_proxy_may_report_when_no_fleet_token_is_configured(pool: PgPool) {
+async fn without_a_fleet_token_usage_reports_are_refused(pool: PgPool) {
     let (endpoint, shutdown) = grpc_edge(&pool, None).await;
     let mut client = UsageClient::new(&endpoint, &auth(None)).unwrap();
-    let ack = client
+    let status = client
         .report(&batch(
             "anon-1",
-            vec![record(0, "a", "", "c", "m", 1, 1, 1, 1)],
+            vec![record(0, "a", "", "c", "m", 999_999, 1, 1, 1)],
         ))
         .await
-        .unwrap();
-    assert_eq!(ack.applied, 1);
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    assert!(
+        status.message().contains("SWITCHYARD_FLEET_TOKEN"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(rows(&pool).await, 0);
     shutdown.cancel();
 }
 

@@ -791,6 +791,7 @@ mod tests {
             retry_status_codes: vec![418],
             retry_error_patterns: vec!["Try Again".into()],
             headers: vec![],
+            secrets_withheld: false,
         }
     }
 

@@ -38,8 +38,12 @@ pub enum GatewayError {
     ModelNotFound { model: String },
     /// The key's team may not use the model.
     ModelNotAllowed { model: String },
-    /// Every member of the route is disabled, excluded or incapable.
-    NoEligibleMember { model: String },
+    /// Every member of the route is disabled, excluded or incapable; `secrets_withheld` when
+    /// some were excluded because the control plane sent their channels without secrets.
+    NoEligibleMember {
+        model: String,
+        secrets_withheld: bool,
+    },
     /// Only members whose protocol cannot express the request were left.
     ProtocolUnsupported { feature: String, model: String },
     /// Every attempt timed out (first byte or body) and no upstream answered.
@@ -139,8 +143,17 @@ impl GatewayError {
                 format!("The model `{model}` does not exist or is not served by this gateway.")
             }
             ModelNotAllowed { model } => format!("This API key may not use the model `{model}`."),
-            NoEligibleMember { model } => format!(
+            NoEligibleMember {
+                model,
+                secrets_withheld: false,
+            } => format!(
                 "No upstream can serve `{model}` right now (all disabled, excluded or incapable)."
+            ),
+            NoEligibleMember {
+                model,
+                secrets_withheld: true,
+            } => format!(
+                "No upstream can serve `{model}` right now: its channels are excluded as `secrets_withheld`. The control plane has no fleet token, so it sent this proxy no credentials, header values or URL passwords; set SWITCHYARD_FLEET_TOKEN on the control plane and the proxies."
             ),
             ProtocolUnsupported { feature, model } => format!(
                 "The request uses {feature}, which no upstream serving `{model}` can express."
@@ -234,10 +247,18 @@ mod tests {
         }
         assert_eq!(
             GatewayError::NoEligibleMember {
-                model: "gpt".into()
+                model: "gpt".into(),
+                secrets_withheld: false,
             }
             .message(),
             "No upstream can serve `gpt` right now (all disabled, excluded or incapable)."
         );
+        let withheld = GatewayError::NoEligibleMember {
+            model: "gpt".into(),
+            secrets_withheld: true,
+        };
+        assert_eq!(withheld.code(), "no_eligible_member");
+        assert!(withheld.message().contains("`secrets_withheld`"));
+        assert!(withheld.message().contains("SWITCHYARD_FLEET_TOKEN"));
     }
 }

@@ -282,11 +282,17 @@ impl<'a> Failover<'a> {
         let mut picked: Option<Picked<'a>> = None;
         let mut decision_out = None;
         let mut untranslatable: Option<Provider> = None;
+        let mut secrets_withheld = false;
         let constraint = &self.req.constraint;
         let rng = &mut self.rng;
         self.state.store.with_view(&mut |health| {
             let decision = select(snapshot, health, constraint, model, now, &mut *rng);
             if decision.selected().is_none() {
+                // Channels sent without their secrets (no fleet token) are named in the 503.
+                secrets_withheld = decision
+                    .candidates
+                    .iter()
+                    .any(|c| c.reasons.contains(Reason::SecretsWithheld));
                 // Nothing eligible: was it only because no member's protocol can express it?
                 let unsupported = |c: &switchyard_engine::Candidate<'_>| {
                     c.reasons.contains(Reason::ProtocolUnsupported)
@@ -357,7 +363,10 @@ impl<'a> Failover<'a> {
             return Next::Fail(match outcome {
                 Selection::ModelNotFound => GatewayError::ModelNotFound { model },
                 Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
-                _ => GatewayError::NoEligibleMember { model },
+                _ => GatewayError::NoEligibleMember {
+                    model,
+                    secrets_withheld,
+                },
             });
         };
         if picked.credentials.is_empty() {

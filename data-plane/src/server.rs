@@ -137,6 +137,12 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
     }
     match state.views.load().as_ref() {
+        Some(view) if !view.secrets_withheld.is_empty() => format!(
+            "ready (revision {}); warning: channels sent without their secrets, never selected (`secrets_withheld`: the control plane has no fleet token; set SWITCHYARD_FLEET_TOKEN on it and on the proxies): {}",
+            view.snapshot.revision,
+            view.secrets_withheld.join(", ")
+        )
+        .into_response(),
         Some(view) => format!("ready (revision {})", view.snapshot.revision).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet").into_response(),
     }

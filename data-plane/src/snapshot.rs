@@ -27,6 +27,9 @@ pub struct View {
     /// Per route, the protocols its members' channels speak (bit `i` = `Protocol::ALL[i]`;
     /// simulated channels speak whatever the client does and set no bit).
     route_protocols: HashMap<RouteId, u8>,
+    /// Names of the channels the control plane sent without their secrets (it has no fleet
+    /// token): this proxy never selects them.
+    pub secrets_withheld: Vec<String>,
 }
 
 impl View {
@@ -58,7 +61,13 @@ impl View {
                 (route.id, mask)
             })
             .collect();
+        let secrets_withheld = snapshot
+            .channels()
+            .filter(|c| c.secrets_withheld)
+            .map(|c| c.name.clone())
+            .collect();
         View {
+            secrets_withheld,
             snapshot,
             installed_at_ms: crate::unix_ms(),
             tokens,
@@ -92,7 +101,15 @@ impl View {
 /// running over the previous snapshot fall back to hash lookups), then the view is swapped.
 pub fn install(views: &ArcSwapOption<View>, store: &dyn StateStore, snapshot: Arc<Snapshot>) {
     store.align_health(snapshot.health_slots());
-    views.store(Some(Arc::new(View::compile(snapshot))));
+    let view = View::compile(snapshot);
+    if !view.secrets_withheld.is_empty() {
+        tracing::warn!(
+            revision = view.snapshot.revision,
+            channels = ?view.secrets_withheld,
+            "the control plane sent these channels without their secrets (credentials, header values, URL passwords) because it has no fleet token; this proxy cannot call them and excludes them as `secrets_withheld`. Set SWITCHYARD_FLEET_TOKEN on the control plane and the proxies"
+        );
+    }
+    views.store(Some(Arc::new(view)));
 }
 
 fn protocol_bit(protocol: Protocol) -> u8 {

@@ -34,6 +34,8 @@ struct Running {
     url: String,
     /// The binary's stdout, line by line, from after the "listening" line.
     lines: Option<mpsc::Receiver<String>>,
+    /// The stdout lines before the "listening" one.
+    early: Vec<String>,
 }
 
 impl Drop for Running {
@@ -75,6 +77,7 @@ fn spawn_command(mut command: Command) -> Running {
         child,
         url: String::new(),
         lines: None,
+        early: Vec::new(),
     };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -99,6 +102,7 @@ fn spawn_command(mut command: Command) -> Running {
             running.url = format!("http://{addr}");
             return running;
         }
+        running.early.push(line);
     }
     panic!("the binary never logged its listen address");
 }
@@ -233,6 +237,58 @@ async fn fleet_mode_serves_the_cached_snapshot_while_the_control_plane_is_unreac
             .status,
         200
     );
+}
+
+/// A proxy holding a channel the control plane sent without its secrets (it has no fleet token)
+/// says so: in its log, in `/readyz`, and in the 503 of a request that only that channel serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_sent_without_its_secrets_is_named_in_the_log_readyz_and_the_503() {
+    let mut parts = switchyard_data_plane::config::parse_yaml(&config(""), 43).unwrap();
+    parts.channels[0].secrets_withheld = true;
+    let dir = temp_file("withheld", "").parent().unwrap().to_owned();
+    let cache = dir.join("snapshot.json");
+    switchyard_data_plane::cache::save(&cache, &switchyard_engine::Snapshot::new(parts)).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .env("SWITCHYARD_CONTROL_PLANE", format!("http://{closed}"))
+        .env("SWITCHYARD_SNAPSHOT_CACHE", &cache);
+    let running = spawn_command(command);
+
+    let warning = running
+        .early
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["level"] == "WARN" && l["message"].as_str().unwrap().contains("fleet token"));
+    let warning = warning.unwrap_or_else(|| panic!("no warning in {:?}", running.early));
+    assert!(warning.to_string().contains("sim"), "{warning}");
+
+    let ready = send(
+        Method::GET,
+        &format!("{}/readyz", running.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert!(
+        ready.body.contains("secrets_withheld") && ready.body.contains("sim"),
+        "{}",
+        ready.body
+    );
+
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(body["error"]["code"], "no_eligible_member");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`secrets_withheld`"), "{message}");
+    assert!(message.contains("SWITCHYARD_FLEET_TOKEN"), "{message}");
 }
 
 fn rss_kib(pid: u32) -> u64 {

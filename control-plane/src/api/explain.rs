@@ -6,6 +6,7 @@
 //! access, no audit row, no revision bump, no Redis write), uses a throwaway RNG, and sends
 //! nothing upstream.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
@@ -80,7 +81,13 @@ pub async fn explain(
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
-    let snapshot = &published.snapshot;
+    // Without a fleet token the proxies hold the snapshot without secrets; explain shows what
+    // they select from, with `secrets_withheld` on the channels they cannot call.
+    let snapshot = if state.proxies_without_secrets {
+        published.without_secrets()
+    } else {
+        Arc::clone(&published.snapshot)
+    };
     let mut rng = SplitMix64::new(seed);
     let (decision, health_view) = match &state.live {
         Some(live) => {

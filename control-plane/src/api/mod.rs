@@ -59,10 +59,15 @@ pub struct AppState {
     pub recovery: Option<Arc<Recovery>>,
     /// The HTTP server's connection counters, for `/metrics`.
     pub connections: Option<switchyard_server::Stats>,
+    /// The gRPC port's connection counters, for `/metrics`.
+    pub grpc_connections: Option<switchyard_server::Stats>,
     /// Fires on SIGTERM: `/readyz` answers 503 from then on.
     pub draining: tokio_util::sync::CancellationToken,
     /// The proxies whose snapshot streams this replica serves, for `/api/v1/state`.
     pub proxies: Arc<crate::proxies::ProxyRegistry>,
+    /// No fleet token is configured: proxies receive snapshots without secrets, so explain
+    /// selects from that same snapshot.
+    pub proxies_without_secrets: bool,
 }
 
 impl AppState {
@@ -80,9 +85,18 @@ impl AppState {
             live: None,
             recovery: None,
             connections: None,
+            grpc_connections: None,
             draining: tokio_util::sync::CancellationToken::new(),
             proxies: Arc::default(),
+            proxies_without_secrets: false,
         }
+    }
+
+    /// No fleet token is configured: explain selects from the snapshot the proxies then receive
+    /// (without secrets), so it shows the channels they cannot call.
+    pub fn with_proxies_without_secrets(mut self, without: bool) -> AppState {
+        self.proxies_without_secrets = without;
+        self
     }
 
     /// The gRPC server's registry of connected proxies, shown in `/api/v1/state`.
@@ -113,6 +127,12 @@ impl AppState {
     /// The HTTP server's connection counters, rendered in `/metrics`.
     pub fn with_connections(mut self, connections: switchyard_server::Stats) -> AppState {
         self.connections = Some(connections);
+        self
+    }
+
+    /// The gRPC port's connection counters, rendered in `/metrics`.
+    pub fn with_grpc_connections(mut self, connections: switchyard_server::Stats) -> AppState {
+        self.grpc_connections = Some(connections);
         self
     }
 }

@@ -48,6 +48,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(connections) = &state.connections {
         connections.render(&mut page);
     }
+    if let Some(connections) = &state.grpc_connections {
+        connections.render_as(&mut page, &crate::grpc::GRPC_METRICS);
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -139,6 +139,7 @@ pub enum ReasonCode {
     CapabilityMismatch,
     ContextTooLong,
     ProtocolUnsupported,
+    SecretsWithheld,
 }
 
 /// The selection's result (`model_not_found` is answered as a 404 instead).

@@ -380,6 +380,7 @@ impl RawChannel {
             retry_status_codes: self.retry_status_codes,
             retry_error_patterns: self.retry_error_patterns,
             headers,
+            secrets_withheld: false,
         })
     }
 }

@@ -23,6 +23,7 @@ pub fn channel(id: ChannelId) -> Channel {
         retry_status_codes: vec![],
         retry_error_patterns: vec![],
         headers: vec![],
+        secrets_withheld: false,
     }
 }
 

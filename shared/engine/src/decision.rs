@@ -20,10 +20,13 @@ pub enum Reason {
     CapabilityMismatch = 1 << 7,
     ContextTooLong = 1 << 8,
     ProtocolUnsupported = 1 << 9,
+    /// The channel's secrets (inline credentials, header values, the base URL's password) were
+    /// withheld from this snapshot's holder: it came from a control plane with no fleet token.
+    SecretsWithheld = 1 << 10,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::MemberDisabled,
         Reason::ChannelDisabled,
         Reason::CredentialUnavailable,
@@ -34,6 +37,7 @@ impl Reason {
         Reason::CapabilityMismatch,
         Reason::ContextTooLong,
         Reason::ProtocolUnsupported,
+        Reason::SecretsWithheld,
     ];
 
     pub fn code(self) -> &'static str {
@@ -48,6 +52,7 @@ impl Reason {
             Reason::CapabilityMismatch => "capability_mismatch",
             Reason::ContextTooLong => "context_too_long",
             Reason::ProtocolUnsupported => "protocol_unsupported",
+            Reason::SecretsWithheld => "secrets_withheld",
         }
     }
 }

@@ -209,6 +209,12 @@ pub struct Channel {
     pub retry_error_patterns: Vec<String>,
     /// Extra headers sent upstream.
     pub headers: Vec<(String, String)>,
+    /// The control plane withheld this channel's secrets (inline credentials, header values,
+    /// the base URL's password) from the holder of this snapshot, because it has no fleet token
+    /// to tell a proxy from anyone else. Such a channel cannot be called as configured and is
+    /// never selected (`secrets_withheld`).
+    #[serde(default)]
+    pub secrets_withheld: bool,
 }
 
 /// Default `max_concurrency` when a channel declares none.

@@ -177,6 +177,9 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
                 if !has_usable_credential(ch, self.health) {
                     reasons.insert(Reason::CredentialUnavailable);
                 }
+                if ch.secrets_withheld {
+                    reasons.insert(Reason::SecretsWithheld);
+                }
                 let needs = self.constraint.needs;
                 if needs != RequestNeeds::default() {
                     let caps = ch.capabilities.overlay(member.capabilities);

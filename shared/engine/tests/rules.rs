@@ -251,6 +251,20 @@ fn reason_credential_unavailable() {
 }
 
 #[test]
+fn reason_secrets_withheld() {
+    let mut w = two_members();
+    w.channel_mut(1).secrets_withheld = true;
+    assert_eq!(reasons(&w, &constraint(), 1), ["secrets_withheld"]);
+    // A channel sent without the credentials it needs shows both reasons.
+    w.channel_mut(1).credentials.clear();
+    assert_eq!(
+        reasons(&w, &constraint(), 1),
+        ["credential_unavailable", "secrets_withheld"]
+    );
+    assert!(reasons(&w, &constraint(), 2).is_empty());
+}
+
+#[test]
 fn reason_cooling_down_only_while_the_cooldown_lasts() {
     let mut w = two_members();
     w.cool(1, NOW + 1_000);

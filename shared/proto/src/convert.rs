@@ -178,6 +178,7 @@ fn channel_to_proto(c: &Channel) -> v1::Channel {
                 value: value.clone(),
             })
             .collect(),
+        secrets_withheld: c.secrets_withheld,
     }
 }
 
@@ -518,6 +519,7 @@ fn channel_from_proto(
         retry_status_codes,
         retry_error_patterns: w.retry_error_patterns,
         headers: w.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+        secrets_withheld: w.secrets_withheld,
     })
 }
 
@@ -614,6 +616,7 @@ mod tests {
             retry_status_codes: vec![409],
             retry_error_patterns: vec!["overloaded".into()],
             headers: vec![("x-org".into(), "acme".into())],
+            secrets_withheld: false,
         };
         let route = Route {
             id: 5,

@@ -20,6 +20,9 @@
 //!
 //! The numbers are configuration ([`Limits`]); the defaults are safe for a public port.
 //! Counters ([`Stats`]) are rendered into each binary's `/metrics`.
+//!
+//! The connection [`Registry`] (cap, eviction of the longest-idle connection, [`Activity`]) is
+//! also used on its own by the control plane's gRPC accept path.
 
 mod body;
 mod registry;
@@ -41,10 +44,11 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 pub use body::BodyTimeout;
-pub use registry::Stats;
+pub use registry::{
+    Activity, Admission, AtCapacity, Busy, MetricNames, Registry, Stats, HTTP_METRICS,
+};
 
 use body::{DeadlineBody, TrackedBody};
-use registry::{Activity, Admission, Registry};
 use socket::ClientSocket;
 
 /// Connection limits and deadlines. [`Limits::default`] is safe for a port facing the internet.
@@ -198,7 +202,7 @@ impl Server {
             };
             let admission = match self.registry.admit(peer.ip()) {
                 Ok(admission) => admission,
-                Err(()) => {
+                Err(AtCapacity) => {
                     refuse(&stream);
                     continue;
                 }

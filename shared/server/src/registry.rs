@@ -83,27 +83,41 @@ impl Stats {
         self.0.lock().conns.len()
     }
 
-    /// Appends the counters in the Prometheus text format (`switchyard_http_connections*`).
+    /// Appends the counters in the Prometheus text format, named as for an HTTP port.
     pub fn render(&self, out: &mut String) {
+        self.render_as(out, &HTTP_METRICS);
+    }
+
+    /// Appends the counters in the Prometheus text format under `names` (another port served
+    /// through a [`Registry`] names its own).
+    pub fn render_as(&self, out: &mut String, names: &MetricNames) {
         use std::fmt::Write;
         let r = &self.0;
+        let MetricNames {
+            what,
+            open,
+            max,
+            refused,
+            evicted,
+            accept_errors,
+        } = names;
         let _ = write!(
             out,
-            "# HELP switchyard_http_connections Client connections open now.\n\
-             # TYPE switchyard_http_connections gauge\n\
-             switchyard_http_connections {}\n\
-             # HELP switchyard_http_connections_max The connection cap in force.\n\
-             # TYPE switchyard_http_connections_max gauge\n\
-             switchyard_http_connections_max {}\n\
-             # HELP switchyard_http_connections_refused_total Connections refused at the cap (every connection busy).\n\
-             # TYPE switchyard_http_connections_refused_total counter\n\
-             switchyard_http_connections_refused_total {}\n\
-             # HELP switchyard_http_connections_evicted_total Idle connections closed to admit a new one at the cap.\n\
-             # TYPE switchyard_http_connections_evicted_total counter\n\
-             switchyard_http_connections_evicted_total {}\n\
-             # HELP switchyard_http_accept_errors_total Failed accepts (e.g. out of descriptors).\n\
-             # TYPE switchyard_http_accept_errors_total counter\n\
-             switchyard_http_accept_errors_total {}\n",
+            "# HELP {open} {what} open now.\n\
+             # TYPE {open} gauge\n\
+             {open} {}\n\
+             # HELP {max} The connection cap in force.\n\
+             # TYPE {max} gauge\n\
+             {max} {}\n\
+             # HELP {refused} Connections refused at the cap (every connection busy).\n\
+             # TYPE {refused} counter\n\
+             {refused} {}\n\
+             # HELP {evicted} Idle connections closed to admit a new one at the cap.\n\
+             # TYPE {evicted} counter\n\
+             {evicted} {}\n\
+             # HELP {accept_errors} Failed accepts (e.g. out of descriptors).\n\
+             # TYPE {accept_errors} counter\n\
+             {accept_errors} {}\n",
             self.open(),
             r.max,
             r.refused.load(Relaxed),
@@ -112,6 +126,28 @@ impl Stats {
         );
     }
 }
+
+/// The metric names [`Stats::render_as`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricNames {
+    /// Starts the help text of the open-connections gauge ("Client connections").
+    pub what: &'static str,
+    pub open: &'static str,
+    pub max: &'static str,
+    pub refused: &'static str,
+    pub evicted: &'static str,
+    pub accept_errors: &'static str,
+}
+
+/// The HTTP ports' names.
+pub const HTTP_METRICS: MetricNames = MetricNames {
+    what: "Client connections",
+    open: "switchyard_http_connections",
+    max: "switchyard_http_connections_max",
+    refused: "switchyard_http_connections_refused_total",
+    evicted: "switchyard_http_connections_evicted_total",
+    accept_errors: "switchyard_http_accept_errors_total",
+};
 
 pub struct Registry {
     max: usize,
@@ -122,6 +158,10 @@ pub struct Registry {
     evicted: AtomicU64,
     accept_errors: AtomicU64,
 }
+
+/// [`Registry::admit`] refused: at the cap, and every connection that could make room is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtCapacity;
 
 /// A connection's place in the registry; leaving it (drop) frees the place.
 pub struct Admission {
@@ -192,18 +232,18 @@ impl Registry {
 
     /// Admits a connection from `ip`, evicting the longest-idle one (of that address when the
     /// per-address cap is the one reached) if needed; `Err` when every candidate is busy.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, ()> {
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admission, AtCapacity> {
         let mut inner = self.lock();
         if self.max_per_ip > 0
             && inner.per_ip.get(&ip).copied().unwrap_or(0) >= self.max_per_ip
             && !self.evict_locked(&mut inner, Some(ip))
         {
             self.refused.fetch_add(1, Relaxed);
-            return Err(());
+            return Err(AtCapacity);
         }
         if inner.conns.len() >= self.max && !self.evict_locked(&mut inner, None) {
             self.refused.fetch_add(1, Relaxed);
-            return Err(());
+            return Err(AtCapacity);
         }
         let id = inner.next_id;
         inner.next_id += 1;

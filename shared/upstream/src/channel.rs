@@ -314,6 +314,7 @@ mod tests {
             retry_status_codes: vec![],
             retry_error_patterns: vec![],
             headers: vec![("x-extra".into(), "1".into())],
+            secrets_withheld: false,
         }
     }
 

@@ -102,6 +102,7 @@ fn channel(provider: Provider, base_url: &str) -> Channel {
         retry_status_codes: vec![],
         retry_error_patterns: vec![],
         headers: vec![("x-extra".into(), "1".into())],
+        secrets_withheld: false,
     }
 }
 
