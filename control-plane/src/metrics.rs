@@ -32,6 +32,14 @@ pub struct Metrics {
     usage_failed: AtomicU64,
     usage_records: AtomicU64,
     usage_dropped: AtomicU64,
+    usage_refused_figures: AtomicU64,
+}
+
+/// Adds `n` to a counter fed by figures a proxy reports, saturating instead of wrapping.
+fn add_saturating(counter: &AtomicU64, n: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_add(n))
+    });
 }
 
 impl Metrics {
@@ -78,8 +86,8 @@ impl Metrics {
             self.usage_applied.fetch_add(1, Ordering::Relaxed);
             self.usage_records
                 .fetch_add(applied.records as u64, Ordering::Relaxed);
-            self.usage_dropped
-                .fetch_add(dropped_requests, Ordering::Relaxed);
+            add_saturating(&self.usage_dropped, dropped_requests);
+            add_saturating(&self.usage_refused_figures, applied.refused_figures as u64);
         }
     }
 
@@ -197,6 +205,11 @@ impl Metrics {
                 "switchyard_cp_usage_dropped_requests_total",
                 "Requests proxies left out of usage accounting (their buffer was full).",
                 &self.usage_dropped,
+            ),
+            (
+                "switchyard_cp_usage_refused_figures_total",
+                "Figures of proxies' usage reports not taken because no request can have them.",
+                &self.usage_refused_figures,
             ),
         ] {
             let _ = writeln!(

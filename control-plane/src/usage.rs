@@ -5,11 +5,19 @@
 //! Idempotent under retry: a batch's id is inserted into `usage_batches` in the same transaction
 //! as its totals, so a batch is applied exactly once however often a proxy resends it (a resend
 //! racing the first attempt waits on the id's row lock and then sees it taken).
+//!
+//! A proxy's figures are checked where they enter: a record counting more than
+//! [`MAX_RECORD_REQUESTS`] requests is left out, and a token figure beyond `requests` times
+//! [`MAX_TOKENS_PER_REQUEST`] (or cached tokens beyond the input they are part of) counts as not
+//! reported; the rest of the batch is applied, with a warning. Sums saturate at `i64::MAX`, in
+//! Rust and in SQL, so no batch can fail on its figures, and a database error that retrying
+//! cannot cure (a data or constraint error) refuses the batch instead of having the proxy resend
+//! it forever while its later usage waits.
 
 use std::collections::BTreeMap;
 
 use sqlx::PgPool;
-use switchyard_proto::v1;
+use switchyard_proto::{v1, MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST};
 
 /// Records one batch may carry.
 pub const MAX_RECORDS: usize = 50_000;
@@ -34,6 +42,8 @@ pub struct Applied {
     pub records: usize,
     /// The batch id had been applied before; nothing was added.
     pub duplicate: bool,
+    /// Figures of the batch not taken because they cannot be true (records left out count one).
+    pub refused_figures: usize,
 }
 
 type Dimensions = (i64, String, String, String, String, String);
@@ -50,6 +60,13 @@ fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// A token figure of a record counting `requests` requests, if it can be true.
+fn plausible_tokens(requests: u64, tokens: u64) -> bool {
+    requests
+        .checked_mul(MAX_TOKENS_PER_REQUEST)
+        .is_some_and(|max| tokens <= max)
+}
+
 fn check_name(field: &str, index: usize, value: &str) -> Result<(), UsageError> {
     if value.chars().count() > MAX_NAME_CHARS {
         return Err(UsageError::Invalid(format!(
@@ -64,9 +81,17 @@ fn check_name(field: &str, index: usize, value: &str) -> Result<(), UsageError> 
     Ok(())
 }
 
-/// Checks a batch and sums its records per (bucket, dimensions), in key order (so concurrent
-/// batches lock rows in the same order and cannot deadlock).
-fn aggregate(batch: &v1::UsageBatch) -> Result<BTreeMap<Dimensions, Totals>, UsageError> {
+/// A batch checked and summed: the totals per (bucket, dimensions), in key order (so concurrent
+/// batches lock rows in the same order and cannot deadlock), and the figures refused.
+#[derive(Default)]
+struct Aggregated {
+    sums: BTreeMap<Dimensions, Totals>,
+    refused_figures: usize,
+}
+
+/// Checks a batch and sums its records per (bucket, dimensions). Malformed dimensions refuse the
+/// batch; impossible figures are left out (see the module's documentation).
+fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
     let id = &batch.batch_id;
     if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(UsageError::Invalid(
@@ -79,7 +104,7 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<BTreeMap<Dimensions, Totals>, Usa
             batch.records.len()
         )));
     }
-    let mut sums: BTreeMap<Dimensions, Totals> = BTreeMap::new();
+    let mut out = Aggregated::default();
     for (i, r) in batch.records.iter().enumerate() {
         if !(0..=MAX_BUCKET).contains(&r.bucket_start_unix_s) || r.bucket_start_unix_s % 60 != 0 {
             return Err(UsageError::Invalid(format!(
@@ -96,6 +121,46 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<BTreeMap<Dimensions, Totals>, Usa
         ] {
             check_name(field, i, value)?;
         }
+        if r.requests > MAX_RECORD_REQUESTS {
+            tracing::warn!(
+                batch_id = %id,
+                client_id = %batch.client_id,
+                record = i,
+                requests = r.requests,
+                max = MAX_RECORD_REQUESTS,
+                "a usage record counts more requests than one proxy can serve; left out"
+            );
+            out.refused_figures += 1;
+            continue;
+        }
+        let mut figure = |field: &'static str, tokens: u64, plausible: bool| -> u64 {
+            if plausible {
+                return tokens;
+            }
+            tracing::warn!(
+                batch_id = %id,
+                client_id = %batch.client_id,
+                record = i,
+                field,
+                tokens,
+                requests = r.requests,
+                "a usage record reports an impossible token figure; counted as not reported"
+            );
+            out.refused_figures += 1;
+            0
+        };
+        let input = figure(
+            "input_tokens",
+            r.input_tokens,
+            plausible_tokens(r.requests, r.input_tokens),
+        );
+        let output = figure(
+            "output_tokens",
+            r.output_tokens,
+            plausible_tokens(r.requests, r.output_tokens),
+        );
+        // Cached tokens are part of the input.
+        let cached = figure("cached_tokens", r.cached_tokens, r.cached_tokens <= input);
         let key = (
             r.bucket_start_unix_s,
             r.token.clone(),
@@ -104,18 +169,56 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<BTreeMap<Dimensions, Totals>, Usa
             r.channel.clone(),
             r.model.clone(),
         );
-        let t = sums.entry(key).or_default();
+        let t = out.sums.entry(key).or_default();
         t.requests = t.requests.saturating_add(clamp(r.requests));
-        t.input = t.input.saturating_add(clamp(r.input_tokens));
-        t.output = t.output.saturating_add(clamp(r.output_tokens));
-        t.cached = t.cached.saturating_add(clamp(r.cached_tokens));
+        t.input = t.input.saturating_add(clamp(input));
+        t.output = t.output.saturating_add(clamp(output));
+        t.cached = t.cached.saturating_add(clamp(cached));
     }
-    Ok(sums)
+    Ok(out)
+}
+
+/// A database error applying a batch: one that the same batch would meet again (a data or
+/// constraint error, SQLSTATE classes 22 and 23) refuses it, so the proxy drops it rather than
+/// resending it forever; any other (the database away, a conflict) is worth a retry.
+fn storage_error(error: sqlx::Error) -> UsageError {
+    if let sqlx::Error::Database(db) = &error {
+        if db
+            .code()
+            .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
+        {
+            return UsageError::Invalid(format!(
+                "the database refused the batch ({})",
+                db.message()
+            ));
+        }
+    }
+    UsageError::Database(error)
 }
 
 /// Applies one batch, exactly once per batch id.
 pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applied, UsageError> {
-    let sums = aggregate(batch)?;
+    let Aggregated {
+        sums,
+        refused_figures,
+    } = aggregate(batch)?;
+    store(pool, batch, sums)
+        .await
+        .map_err(storage_error)
+        .map(|(records, duplicate)| Applied {
+            records,
+            duplicate,
+            refused_figures,
+        })
+}
+
+/// Stores summed records under the batch's id: (rows added or created, whether the id was
+/// already applied).
+async fn store(
+    pool: &PgPool,
+    batch: &v1::UsageBatch,
+    sums: BTreeMap<Dimensions, Totals>,
+) -> Result<(usize, bool), sqlx::Error> {
     let mut tx = pool.begin().await?;
     let fresh = sqlx::query(
         "INSERT INTO usage_batches (batch_id, records) VALUES ($1, $2) \
@@ -129,10 +232,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
         == 1;
     if !fresh {
         tx.rollback().await?;
-        return Ok(Applied {
-            records: 0,
-            duplicate: true,
-        });
+        return Ok((0, true));
     }
     let records = sums.len();
     if records > 0 {
@@ -166,10 +266,10 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
                          $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[]) \
                   AS x(b, t, tm, r, c, m, rq, i, o, ca) \
              ON CONFLICT (bucket, token, team, route, channel, model) DO UPDATE SET \
-               requests = u.requests + excluded.requests, \
-               input_tokens = u.input_tokens + excluded.input_tokens, \
-               output_tokens = u.output_tokens + excluded.output_tokens, \
-               cached_tokens = u.cached_tokens + excluded.cached_tokens",
+               requests = least(u.requests::numeric + excluded.requests, $11)::bigint, \
+               input_tokens = least(u.input_tokens::numeric + excluded.input_tokens, $11)::bigint, \
+               output_tokens = least(u.output_tokens::numeric + excluded.output_tokens, $11)::bigint, \
+               cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint",
         )
         .bind(buckets)
         .bind(tokens)
@@ -181,6 +281,8 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
         .bind(inputs)
         .bind(outputs)
         .bind(cached)
+        // The sums saturate at the column's largest value rather than failing the batch.
+        .bind(i64::MAX)
         .execute(&mut *tx)
         .await?;
     }
@@ -189,10 +291,7 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(Applied {
-        records,
-        duplicate: false,
-    })
+    Ok((records, false))
 }
 
 #[cfg(test)]
@@ -226,10 +325,39 @@ mod tests {
             record(60, "a"),
             record(120, "a"),
         ]))
-        .unwrap();
+        .unwrap()
+        .sums;
         assert_eq!(sums.len(), 2);
         let first = sums.values().next().unwrap();
         assert_eq!((first.requests, first.input), (2, 4));
+    }
+
+    /// The issue's poison: a proxy relaying `prompt_tokens = u64::MAX` (or any figure no
+    /// request can have) was stored as `i64::MAX`, and the next such figure overflowed the row.
+    #[test]
+    fn impossible_figures_are_left_out_and_the_rest_is_summed() {
+        let mut poisoned = record(60, "a");
+        poisoned.input_tokens = u64::MAX;
+        poisoned.output_tokens = 5;
+        let mut too_many_cached = record(60, "a");
+        too_many_cached.cached_tokens = 3;
+        let mut crowd = record(60, "b");
+        crowd.requests = MAX_RECORD_REQUESTS + 1;
+        let mut at_bound = record(120, "a");
+        at_bound.requests = 2;
+        at_bound.input_tokens = 2 * MAX_TOKENS_PER_REQUEST;
+        let out = aggregate(&batch(vec![poisoned, too_many_cached, crowd, at_bound])).unwrap();
+        assert_eq!(out.refused_figures, 3);
+        assert_eq!(out.sums.len(), 2, "the crowded record is left out");
+        let mut totals = out.sums.values();
+        let first = totals.next().unwrap();
+        assert_eq!(
+            (first.requests, first.input, first.output, first.cached),
+            (2, 2, 5, 0),
+            "the requests count, the impossible figures do not"
+        );
+        let second = totals.next().unwrap();
+        assert_eq!(second.input, 2 * MAX_TOKENS_PER_REQUEST as i64);
     }
 
     #[test]

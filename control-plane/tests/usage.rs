@@ -204,6 +204,108 @@ async fn a_retried_batch_is_applied_once(pool: PgPool) {
     assert_eq!(totals(&reply.body["total"]), (3, 11, 21, 6));
 }
 
+/// The issue's poison: an upstream's `prompt_tokens = 18446744073709551615`, relayed by a proxy.
+/// It used to be stored as `i64::MAX`, so the usage report answered 422 for the minute, and a
+/// second one in the same minute overflowed the row: that batch failed for good and its proxy
+/// resent it forever while its later usage waited. Now the figure is not taken, every batch
+/// applies, and the report stays exact.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_impossible_figure_is_not_taken_and_later_batches_still_apply(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let poisoned = |id: &str| {
+        batch(
+            id,
+            vec![
+                record(0, "app", "", "openai", "gpt-4o", 1, u64::MAX, 3, 0),
+                record(0, "app", "", "openai", "gpt-4o", 2, 20, 4, 2),
+            ],
+        )
+    };
+    for id in ["p1-1", "p1-2"] {
+        let applied = apply_batch(&pool, &poisoned(id))
+            .await
+            .unwrap_or_else(|e| panic!("batch {id}: {e}"));
+        assert_eq!((applied.records, applied.refused_figures), (1, 1));
+    }
+    // The proxy's next batch applies too (nothing is stuck in front of it).
+    apply_batch(
+        &pool,
+        &batch(
+            "p1-3",
+            vec![record(0, "app", "", "openai", "gpt-4o", 1, 5, 1, 0)],
+        ),
+    )
+    .await
+    .unwrap();
+    for query in ["", "&group_by=token"] {
+        let reply = app.get(&format!("/api/v1/usage?{RANGE}{query}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(totals(&reply.body["total"]), (7, 45, 15, 4));
+    }
+    // The default window (the last 24 h) with the poison in it.
+    apply_batch(
+        &pool,
+        &UsageBatch {
+            records: vec![UsageRecord {
+                bucket_start_unix_s: switchyard_proto::usage::unix_now_s() / 60 * 60,
+                ..record(0, "app", "", "openai", "gpt-4o", 1, u64::MAX, 1, 0)
+            }],
+            ..batch("p1-4", Vec::new())
+        },
+    )
+    .await
+    .unwrap();
+    let reply = app.get("/api/v1/usage").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(totals(&reply.body["total"]), (1, 0, 1, 0));
+}
+
+/// Figures already stored (by an older version, or by hand) whose sum is beyond a `bigint`:
+/// the report saturates at `i64::MAX` instead of answering 422 `validation_failed` with an
+/// empty `param` (the database's "bigint out of range" mistaken for the client's input).
+#[sqlx::test(migrations = "../migrations")]
+async fn the_report_saturates_on_stored_sums_beyond_a_bigint(pool: PgPool) {
+    let app = test_app(pool.clone());
+    for token in ["a", "b"] {
+        sqlx::query(
+            "INSERT INTO usage_minutes (bucket, token, team, route, channel, model, requests, \
+                                        input_tokens, output_tokens, cached_tokens) \
+             VALUES (to_timestamp($1), $2, '', 'gpt-*', 'openai', 'gpt-4o', 1, $3, 1, 0)",
+        )
+        .bind(T0)
+        .bind(token)
+        .bind(i64::MAX)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for group in ["", "&group_by=channel"] {
+        let reply = app.get(&format!("/api/v1/usage?{RANGE}{group}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{group}: {}", reply.text);
+        assert_eq!(totals(&reply.body["total"]), (2, i64::MAX, 2, 0));
+    }
+    let reply = app
+        .get(&format!("/api/v1/usage?{RANGE}&group_by=channel"))
+        .await;
+    assert_eq!(totals(&reply.body["groups"][0]), (2, i64::MAX, 2, 0));
+    // Adding to a row already at the bound saturates too, rather than failing the batch.
+    apply_batch(
+        &pool,
+        &batch(
+            "p1-1",
+            vec![record(0, "a", "", "openai", "gpt-4o", 1, 7, 1, 0)],
+        ),
+    )
+    .await
+    .unwrap();
+    let stored: i64 =
+        sqlx::query_scalar("SELECT input_tokens FROM usage_minutes WHERE token = 'a'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, i64::MAX);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn invalid_queries_and_missing_auth_are_refused(pool: PgPool) {
     let app = test_app(pool);

@@ -217,6 +217,9 @@ pub struct Committed {
     pub translator: Option<Box<StreamTranslator>>,
     /// Usage read from a plain answer (streams count theirs as they go).
     pub usage: Option<Usage>,
+    /// A passed-through stream the gateway asked for usage on the client's behalf: the usage
+    /// chunk is removed on the way (see [`crate::wire::Call::strip_usage_chunk`]).
+    pub strip_usage_chunk: bool,
 }
 
 pub enum Outcome {
@@ -270,6 +273,9 @@ impl Attempt<'_> {
                 stream: self.inspected.stream,
                 inputs: self.inspected.inputs,
                 prompt_tokens: u64::from(self.inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
+                // The simulation answers in the client's protocol: it reports stream usage when
+                // the client or the gateway asked for it, like OpenAI.
+                stream_usage: self.inspected.asked_stream_usage() || self.call.strip_usage_chunk,
             };
             let limit = self.first_byte_timeout.min(self.left());
             return timeout(limit, mock::respond(options, &request, rng))
@@ -352,6 +358,7 @@ impl Attempt<'_> {
                         first_chunk: Some(first),
                         translator,
                         usage: None,
+                        strip_usage_chunk: self.call.strip_usage_chunk,
                     })
                 }
                 Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
@@ -364,6 +371,7 @@ impl Attempt<'_> {
                 first_chunk: None,
                 translator: None,
                 usage: None,
+                strip_usage_chunk: false,
             });
         }
         let limit = self.idle_timeout.min(self.left());
@@ -449,6 +457,7 @@ impl Attempt<'_> {
             first_chunk: None,
             translator: None,
             usage,
+            strip_usage_chunk: false,
         })
     }
 

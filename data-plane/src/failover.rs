@@ -734,9 +734,17 @@ fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) 
         first_chunk,
         translator,
         usage: _,
+        strip_usage_chunk,
     } = committed;
     let body = match first_chunk {
-        Some(first) => relay(first, upstream.body, idle, owner, translator),
+        Some(first) => relay(
+            first,
+            upstream.body,
+            idle,
+            owner,
+            translator,
+            strip_usage_chunk,
+        ),
         None => upstream.body,
     };
     let mut response = Response::new(body);

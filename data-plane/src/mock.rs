@@ -27,6 +27,8 @@ pub struct MockRequest<'a> {
     pub stream: bool,
     pub inputs: usize,
     pub prompt_tokens: u64,
+    /// An OpenAI chat stream asked for its usage chunk (`stream_options.include_usage`).
+    pub stream_usage: bool,
 }
 
 /// Answers one request as the simulated upstream would.
@@ -56,7 +58,12 @@ pub async fn respond(
             StatusCode::OK,
             sim::chat_completion_json_with_usage(model, content, request.prompt_tokens),
         ),
-        (Endpoint::ChatCompletions, true) => events(sim::chat_chunks(model, content, n)),
+        (Endpoint::ChatCompletions, true) => events(sim::chat_chunks_with_usage(
+            model,
+            content,
+            n,
+            request.stream_usage.then_some(request.prompt_tokens),
+        )),
         (Endpoint::Completions, false) => json_response(
             StatusCode::OK,
             sim::completion_json(model, content, request.prompt_tokens),

@@ -1,5 +1,7 @@
 //! Relaying a committed stream to the client: byte for byte when the protocols match, through a
-//! [`StreamTranslator`] event by event when they differ. Once the first byte is out, nothing
+//! [`StreamTranslator`] event by event when they differ. One exception to "byte for byte": an
+//! OpenAI stream the gateway asked for usage on behalf of a client that did not loses the usage
+//! chunk (and the `"usage":null` of the other chunks) on the way, event by event. Once the first byte is out, nothing
 //! can be retried: a broken or idle upstream ends the stream with an error event in the client's
 //! protocol and cools the member.
 
@@ -39,7 +41,8 @@ struct Relay {
     idle: Duration,
     owner: StreamOwner,
     translator: Option<Box<StreamTranslator>>,
-    /// Same-protocol streams: usage read from the events as they pass.
+    /// Same-protocol streams: usage read from the events as they pass (and the usage chunk
+    /// removed when the gateway asked for it).
     scanner: Option<UsageScanner>,
     bytes: u64,
     done: bool,
@@ -49,6 +52,39 @@ impl Relay {
     fn out(&mut self, chunk: Bytes) -> Bytes {
         self.bytes += chunk.len() as u64;
         chunk
+    }
+
+    /// What the client gets of a passed-through chunk: the chunk itself, or what the stripping
+    /// scanner lets through (whole events; empty while an event is incomplete).
+    fn passed(&mut self, chunk: Bytes) -> Bytes {
+        match self.scanner.as_mut() {
+            Some(scanner) if scanner.strips() => {
+                let mut out = Vec::new();
+                scanner.filter(&chunk, &mut out);
+                Bytes::from(out)
+            }
+            Some(scanner) => {
+                scanner.push(&chunk);
+                chunk
+            }
+            None => chunk,
+        }
+    }
+
+    /// A stripping scanner's held bytes (an event the stream ended inside), then `tail`.
+    fn held_then(&mut self, tail: Bytes) -> Bytes {
+        match self.scanner.as_mut() {
+            Some(scanner) if scanner.strips() => {
+                let mut out = Vec::new();
+                scanner.finish(&mut out);
+                if out.is_empty() {
+                    return tail;
+                }
+                out.extend_from_slice(&tail);
+                Bytes::from(out)
+            }
+            _ => tail,
+        }
     }
 
     /// Ends the stream: the request's record gets its outcome, bytes and usage.
@@ -79,22 +115,25 @@ impl Drop for Relay {
 }
 
 /// The client-facing body: `first`, then the rest of `body` (translated when `translator` is
-/// set), with the idle timeout per upstream chunk.
+/// set; without the usage chunk the gateway asked for when `strip_usage_chunk`), with the idle
+/// timeout per upstream chunk. `first` is as the upstream sent it when there is no translator.
 pub fn relay(
     first: Bytes,
     body: Body,
     idle: Duration,
     owner: StreamOwner,
     translator: Option<Box<StreamTranslator>>,
+    strip_usage_chunk: bool,
 ) -> Body {
-    let mut scanner = translator
-        .is_none()
-        .then(|| UsageScanner::new(owner.protocol));
-    if let Some(scanner) = scanner.as_mut() {
-        scanner.push(&first);
-    }
-    let relay = Relay {
-        first: Some(first),
+    let scanner = translator.is_none().then(|| {
+        if strip_usage_chunk {
+            UsageScanner::stripping_usage(owner.protocol)
+        } else {
+            UsageScanner::new(owner.protocol)
+        }
+    });
+    let mut relay = Relay {
+        first: None,
         body,
         idle,
         owner,
@@ -103,11 +142,12 @@ pub fn relay(
         bytes: 0,
         done: false,
     };
+    relay.first = Some(relay.passed(first));
     Body::from_stream(futures_util::stream::unfold(relay, |mut r| async move {
         if r.done {
             return None;
         }
-        if let Some(first) = r.first.take() {
+        if let Some(first) = r.first.take().filter(|first| !first.is_empty()) {
             let first = r.out(first);
             return Some((Ok::<_, std::io::Error>(first), r));
         }
@@ -122,6 +162,7 @@ pub fn relay(
                 let event = r
                     .owner
                     .error_event("the gateway is shutting down; the stream was ended");
+                let event = r.held_then(event);
                 let event = r.out(event);
                 r.end(StreamOutcome::Shutdown);
                 return Some((Ok(event), r));
@@ -129,8 +170,9 @@ pub fn relay(
             let reason = match next {
                 Ok(Ok(Some(chunk))) => match r.translator.as_mut() {
                     None => {
-                        if let Some(scanner) = r.scanner.as_mut() {
-                            scanner.push(&chunk);
+                        let chunk = r.passed(chunk);
+                        if chunk.is_empty() {
+                            continue;
                         }
                         let chunk = r.out(chunk);
                         return Some((Ok(chunk), r));
@@ -147,8 +189,13 @@ pub fn relay(
                 },
                 Ok(Ok(None)) => match r.translator.as_mut() {
                     None => {
+                        let rest = r.held_then(Bytes::new());
+                        let rest = r.out(rest);
                         r.end(StreamOutcome::Completed);
-                        return None;
+                        if rest.is_empty() {
+                            return None;
+                        }
+                        return Some((Ok(rest), r));
                     }
                     Some(translator) if translator.upstream_done() => {
                         let mut out = Vec::new();
@@ -167,6 +214,7 @@ pub fn relay(
                 Err(_) => "upstream stream idle timeout",
             };
             let event = r.owner.broken(reason);
+            let event = r.held_then(event);
             let event = r.out(event);
             r.end(StreamOutcome::UpstreamBroken);
             return Some((Ok(event), r));

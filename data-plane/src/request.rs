@@ -31,6 +31,25 @@ pub struct Inspected {
     pub inputs: usize,
     /// `background: true` (a Responses request the upstream keeps running on its own).
     pub background: bool,
+    /// Byte range of the `stream` value (JSON bodies).
+    stream_span: Option<(usize, usize)>,
+    /// What the body says about OpenAI's `stream_options.include_usage`.
+    stream_usage: StreamUsage,
+}
+
+/// OpenAI's `stream_options` as a request carries it.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum StreamUsage {
+    /// No `stream_options` (or `null`, at that byte range).
+    #[default]
+    Absent,
+    Null(usize, usize),
+    /// An object without `include_usage: true`, at that byte range.
+    NotAsked(usize, usize),
+    /// `include_usage: true`: the client asked for the usage chunk.
+    Asked,
+    /// Something else (not an object): left alone, the upstream judges it.
+    Other,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +84,16 @@ struct Probe<'a> {
     metadata: Option<&'a RawValue>,
     #[serde(borrow, default)]
     background: Option<&'a RawValue>,
+    /// `null` included (`Some("null")`): its bytes are replaced when usage is asked for.
+    #[serde(borrow, default, deserialize_with = "raw_even_null")]
+    stream_options: Option<&'a RawValue>,
+}
+
+/// A field's raw value, `null` included (a plain `Option<&RawValue>` reads `null` as absent).
+fn raw_even_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -85,6 +114,12 @@ struct Part<'a> {
 struct TypeOnly<'a> {
     #[serde(borrow, rename = "type", default)]
     kind: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions<'a> {
+    #[serde(borrow, default)]
+    include_usage: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -164,6 +199,28 @@ pub fn inspect_json_for(
                 ..Inspected::default()
             }
         }
+    };
+    let span = |raw: &RawValue| {
+        let start = offset_in(body, raw.get());
+        (start, start + raw.get().len())
+    };
+    out.stream_span = probe.stream.map(span);
+    out.stream_usage = match probe.stream_options {
+        None => StreamUsage::Absent,
+        Some(raw) if raw.get() == "null" => {
+            let (start, end) = span(raw);
+            StreamUsage::Null(start, end)
+        }
+        Some(raw) => match serde_json::from_str::<StreamOptions>(raw.get()) {
+            Ok(options) if options.include_usage.is_some_and(|u| u.get() == "true") => {
+                StreamUsage::Asked
+            }
+            Ok(_) => {
+                let (start, end) = span(raw);
+                StreamUsage::NotAsked(start, end)
+            }
+            Err(_) => StreamUsage::Other,
+        },
     };
     out.needs.streaming = out.stream;
     out.background = probe.background.is_some_and(|b| b.get() == "true");
@@ -319,26 +376,90 @@ impl Inspected {
 
     /// The body with `model` replaced by `upstream_model`; the original bytes when unchanged.
     pub fn rewrite(&self, body: &Bytes, upstream_model: &str) -> Bytes {
-        let Some((start, end)) = self.model_span else {
-            return body.clone();
-        };
-        if self.model == upstream_model {
+        self.rewrite_with(body, upstream_model, false)
+    }
+
+    /// The client asked for OpenAI's stream usage chunk (`stream_options.include_usage: true`).
+    pub fn asked_stream_usage(&self) -> bool {
+        self.stream_usage == StreamUsage::Asked
+    }
+
+    /// Whether this is an OpenAI-style JSON stream whose client did not ask for the usage chunk
+    /// (`stream_options.include_usage`) and whose body can ask for it: `stream_options` absent,
+    /// `null` or an object.
+    pub fn can_ask_stream_usage(&self) -> bool {
+        self.json
+            && self.stream
+            && self.stream_span.is_some()
+            && matches!(
+                self.stream_usage,
+                StreamUsage::Absent | StreamUsage::Null(..) | StreamUsage::NotAsked(..)
+            )
+    }
+
+    /// [`rewrite`](Self::rewrite), and with `ask_usage` (when
+    /// [`can_ask_stream_usage`](Self::can_ask_stream_usage)) `stream_options.include_usage`
+    /// set to `true`: added after `stream` when there are no `stream_options`, the value
+    /// replaced when it is `null` or an object without it (its other options kept). Every
+    /// other byte stays as the client sent it.
+    pub fn rewrite_with(&self, body: &Bytes, upstream_model: &str, ask_usage: bool) -> Bytes {
+        let mut edits: Vec<(usize, usize, Cow<'_, [u8]>)> = Vec::with_capacity(2);
+        if let Some((start, end)) = self.model_span.filter(|_| self.model != upstream_model) {
+            let replacement: Cow<'_, [u8]> = if self.json {
+                match serde_json::to_string(upstream_model) {
+                    Ok(s) => Cow::Owned(s.into_bytes()),
+                    Err(_) => return body.clone(),
+                }
+            } else {
+                Cow::Borrowed(upstream_model.as_bytes())
+            };
+            edits.push((start, end, replacement));
+        }
+        if ask_usage && self.can_ask_stream_usage() {
+            match (&self.stream_usage, self.stream_span) {
+                (StreamUsage::Absent, Some((_, end))) => edits.push((
+                    end,
+                    end,
+                    Cow::Borrowed(b",\"stream_options\":{\"include_usage\":true}"),
+                )),
+                (StreamUsage::Null(start, end), _) => {
+                    edits.push((*start, *end, Cow::Borrowed(b"{\"include_usage\":true}")))
+                }
+                (StreamUsage::NotAsked(start, end), _) => {
+                    let options = body.get(*start..*end).and_then(|raw| {
+                        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(raw)
+                            .ok()
+                    });
+                    let Some(mut options) = options else {
+                        return body.clone();
+                    };
+                    options.insert("include_usage".to_owned(), serde_json::Value::Bool(true));
+                    match serde_json::to_vec(&options) {
+                        Ok(bytes) => edits.push((*start, *end, Cow::Owned(bytes))),
+                        Err(_) => return body.clone(),
+                    }
+                }
+                _ => {}
+            }
+        }
+        if edits.is_empty() {
             return body.clone();
         }
-        let replacement: Cow<'_, str> = if self.json {
-            match serde_json::to_string(upstream_model) {
-                Ok(s) => Cow::Owned(s),
-                Err(_) => return body.clone(),
-            }
-        } else {
-            Cow::Borrowed(upstream_model)
-        };
-        let (Some(before), Some(after)) = (body.get(..start), body.get(end..)) else {
+        edits.sort_by_key(|(start, _, _)| *start);
+        let added: usize = edits.iter().map(|(_, _, r)| r.len()).sum();
+        let mut out = BytesMut::with_capacity(body.len() + added);
+        let mut at = 0;
+        for (start, end, replacement) in &edits {
+            let Some(before) = body.get(at..*start) else {
+                return body.clone();
+            };
+            out.extend_from_slice(before);
+            out.extend_from_slice(replacement);
+            at = *end;
+        }
+        let Some(after) = body.get(at..) else {
             return body.clone();
         };
-        let mut out = BytesMut::with_capacity(body.len() + replacement.len());
-        out.extend_from_slice(before);
-        out.extend_from_slice(replacement.as_bytes());
         out.extend_from_slice(after);
         out.freeze()
     }
@@ -372,6 +493,58 @@ mod tests {
             &br#"{ "messages": [{"role":"user","content":"hi"}], "model" : "real-\"model\"",  "x": 1.50 }"#[..]
         );
         assert_eq!(req.rewrite(&body, "alias"), body);
+    }
+
+    /// An OpenAI stream is asked for its usage: `stream_options.include_usage` spliced in (after
+    /// `stream`, or in place of a `null` or object value), never a second `stream_options` key;
+    /// every other byte as the client sent it.
+    #[test]
+    fn stream_usage_is_asked_for_with_every_other_byte_kept() {
+        let cases = [
+            (
+                r#"{"model":"a","stream":true,"messages":[]}"#,
+                Some(
+                    r#"{"model":"b","stream":true,"stream_options":{"include_usage":true},"messages":[]}"#,
+                ),
+            ),
+            (
+                r#"{"stream" : true , "stream_options" : null, "model":"a"}"#,
+                Some(
+                    r#"{"stream" : true , "stream_options" : {"include_usage":true}, "model":"b"}"#,
+                ),
+            ),
+            (
+                r#"{"model":"a","stream":true,"stream_options":{"include_usage":false}}"#,
+                Some(r#"{"model":"b","stream":true,"stream_options":{"include_usage":true}}"#),
+            ),
+            (
+                r#"{"model":"a","stream":true,"stream_options":{"include_usage":true}}"#,
+                None,
+            ),
+            (r#"{"model":"a","stream":false}"#, None),
+            (r#"{"model":"a"}"#, None),
+            (r#"{"model":"a","stream":true,"stream_options":"x"}"#, None),
+        ];
+        for (body, want) in cases {
+            let body = Bytes::from(body);
+            let req = inspect_json(&body).unwrap();
+            let out = req.rewrite_with(&body, "b", true);
+            match want {
+                Some(want) => {
+                    assert!(req.can_ask_stream_usage(), "{body:?}");
+                    assert_eq!(String::from_utf8_lossy(&out), want);
+                }
+                None => {
+                    assert!(!req.can_ask_stream_usage(), "{body:?}");
+                    assert_eq!(out, req.rewrite(&body, "b"), "{body:?}");
+                }
+            }
+            assert_eq!(req.rewrite_with(&body, "b", false), req.rewrite(&body, "b"));
+        }
+        let asked =
+            inspect_json(br#"{"model":"a","stream":true,"stream_options":{"include_usage":true}}"#)
+                .unwrap();
+        assert!(asked.asked_stream_usage());
     }
 
     #[test]

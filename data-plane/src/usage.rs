@@ -19,6 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use switchyard_proto::{UsageConfig, UsageKey};
 
+use switchyard_proto::MAX_TOKENS_PER_REQUEST;
+
+// What the provider crate lets one request report is what the control plane accepts per request.
+const _: () = assert!(switchyard_provider::MAX_REQUEST_TOKENS == MAX_TOKENS_PER_REQUEST);
+
 /// The proxy's usage accounting: the hot-path [`record`](UsageReporter::record) and the
 /// background reporting task.
 #[derive(Debug)]
@@ -60,15 +65,16 @@ impl UsageReporter {
     /// Counts one finished request and its token usage under `key`. Cheap and never blocks on
     /// I/O; call it once per request that reached a channel (with zero usage when the upstream
     /// reported none). `usage.input_tokens` includes the cached tokens, as
-    /// [`switchyard_provider::Usage`] defines it.
+    /// [`switchyard_provider::Usage`] defines it. Each figure is capped at the per-request bound
+    /// the control plane accepts (the provider crate already keeps upstream figures within it).
     pub fn record(&self, key: UsageKey, usage: Usage) {
         self.buffer.add(
             key,
             UsageCounts {
                 requests: 1,
-                input_tokens: usage.input_tokens,
-                output_tokens: usage.output_tokens,
-                cached_tokens: usage.cached_tokens,
+                input_tokens: usage.input_tokens.min(MAX_TOKENS_PER_REQUEST),
+                output_tokens: usage.output_tokens.min(MAX_TOKENS_PER_REQUEST),
+                cached_tokens: usage.cached_tokens.min(MAX_TOKENS_PER_REQUEST),
             },
         );
     }

@@ -41,6 +41,9 @@ pub struct Call {
     pub passthrough: bool,
     /// An OpenAI client asked for the final usage chunk of a stream.
     pub include_usage: bool,
+    /// A passed-through OpenAI stream whose body the gateway changed to ask for usage (the
+    /// client did not): the usage chunk is removed from what the client gets.
+    pub strip_usage_chunk: bool,
     /// Answered by the gateway itself, no upstream call (count-tokens towards OpenAI, which has
     /// no such endpoint: a local estimate).
     pub local: Option<Bytes>,
@@ -80,6 +83,10 @@ pub fn plan(
     let upstream = channel_protocol(provider, client_protocol);
     let stream = client.inspected.stream;
     if upstream == client_protocol {
+        // Every request is accounted: an OpenAI stream is asked for its usage even when the
+        // client did not ask (and the usage chunk is then kept from the client).
+        let ask_usage =
+            client.endpoint == Endpoint::ChatCompletions && client.inspected.can_ask_stream_usage();
         let (path, body) = match client_protocol {
             Protocol::Gemini => (
                 gemini_path(upstream_model, gemini_action(client.endpoint, stream)),
@@ -87,7 +94,9 @@ pub fn plan(
             ),
             _ => (
                 client.endpoint.path().to_owned(),
-                client.inspected.rewrite(client.body, upstream_model),
+                client
+                    .inspected
+                    .rewrite_with(client.body, upstream_model, ask_usage),
             ),
         };
         let method = if client.endpoint == Endpoint::Models {
@@ -104,6 +113,7 @@ pub fn plan(
             client: client_protocol,
             passthrough: true,
             include_usage: false,
+            strip_usage_chunk: ask_usage,
             local: None,
         });
     }
@@ -122,6 +132,7 @@ pub fn plan(
         client: client_protocol,
         passthrough: false,
         include_usage: chat.include_usage(),
+        strip_usage_chunk: false,
         local: None,
     };
     if client.endpoint.is_count_tokens() {

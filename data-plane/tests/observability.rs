@@ -146,3 +146,108 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
     assert_eq!(metric(&page, "switchyard_snapshot_revision"), 1);
     assert!(page.contains("switchyard_snapshot_age_seconds "));
 }
+
+/// What an OpenAI upstream streams when asked for usage: `"usage":null` in every chunk, then a
+/// usage-only chunk (`"choices":[]`) before `[DONE]`.
+const ASKED: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}],\"usage\":null}\n\n",
+    ": keep-alive\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5,\"total_tokens\":16,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// The same answer as OpenAI streams it when nobody asked for usage.
+const UNASKED: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
+    ": keep-alive\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// A default OpenAI stream (no `stream_options.include_usage`, as LangChain sends it) to an
+/// OpenAI upstream used to be accounted as 0 tokens: the gateway did not ask for usage. Now the
+/// upstream is asked, the client gets exactly the stream it would have got without the gateway
+/// (no usage chunk, no `"usage":null`), and a client that asked gets the upstream's bytes as
+/// they came. Only the model and `stream_options` change in what the upstream receives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_stream_is_accounted_even_when_the_client_did_not_ask_for_usage() {
+    let up = MockUpstream::start().await.unwrap();
+    up.on(Matcher::any(), Behavior::ok().body(ASKED));
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: oa, upstream_model: up-model }}\ntokens:\n  - name: the-app\n    token: {TOKEN}\n",
+        channel("oa", &up.base_url(), &["ka"]),
+    );
+    let proxy = start(&yaml).await;
+    let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let cases = [
+        // (client body, what the upstream must receive, what the client must get)
+        (
+            format!(r#"{{"model":"m", "stream":true,{messages}}}"#),
+            format!(
+                r#"{{"model":"up-model", "stream":true,"stream_options":{{"include_usage":true}},{messages}}}"#
+            ),
+            UNASKED,
+        ),
+        (
+            format!(r#"{{"stream": true ,"stream_options":null,"model":"m",{messages}}}"#),
+            format!(
+                r#"{{"stream": true ,"stream_options":{{"include_usage":true}},"model":"up-model",{messages}}}"#
+            ),
+            UNASKED,
+        ),
+        (
+            format!(
+                r#"{{"model":"m","stream":true,"stream_options":{{"include_usage":false,"x":1}},{messages}}}"#
+            ),
+            format!(
+                r#"{{"model":"up-model","stream":true,"stream_options":{{"include_usage":true,"x":1}},{messages}}}"#
+            ),
+            UNASKED,
+        ),
+        (
+            format!(
+                r#"{{"model":"m","stream":true,"stream_options":{{"include_usage":true}},{messages}}}"#
+            ),
+            format!(
+                r#"{{"model":"up-model","stream":true,"stream_options":{{"include_usage":true}},{messages}}}"#
+            ),
+            ASKED,
+        ),
+    ];
+    for (i, (client_body, upstream_body, client_gets)) in cases.iter().enumerate() {
+        let reply = post(&proxy, "/v1/chat/completions", client_body).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.body, *client_gets, "case {i}: {client_body}");
+        let sent = up.requests().last().unwrap().body.clone();
+        assert_eq!(
+            String::from_utf8_lossy(&sent),
+            *upstream_body,
+            "case {i}: {client_body}"
+        );
+    }
+
+    // Every one of them is accounted with what the upstream reported.
+    let page = send(
+        Method::GET,
+        &format!("{}/metrics", proxy.url),
+        None,
+        Vec::new(),
+        &[],
+    )
+    .await
+    .body;
+    let n = cases.len() as u64;
+    for (kind, each) in [("input", 11), ("output", 5), ("cached", 2)] {
+        assert_eq!(
+            metric(
+                &page,
+                &format!(
+                    r#"switchyard_tokens_total{{route="m",channel="oa",token="the-app",kind="{kind}"}}"#
+                )
+            ),
+            each * n,
+            "{kind}"
+        );
+    }
+}

@@ -4,12 +4,36 @@
 //! Invariants: the output, usage and end flags do not depend on how the bytes were split;
 //! `finish` is idempotent; a translated stream is SSE whose every event is JSON (or OpenAI's
 //! `[DONE]`). `UsageScanner` (passthrough streams) reads the same usage however the bytes were
-//! split.
+//! split, and so does its stripping form, whose output does not depend on the split either.
+//! Usage stays bounded whatever the stream says (each figure within `MAX_REQUEST_TOKENS`,
+//! cached within input; the seeds carry figures at the extremes).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use switchyard_fuzz::{bytewise, chunks, pairs, seed, Rng};
-use switchyard_provider::{Protocol, SseDecoder, StreamTranslator, Usage, UsageScanner};
+use switchyard_provider::{
+    Protocol, SseDecoder, StreamTranslator, Usage, UsageScanner, MAX_REQUEST_TOKENS,
+};
+
+fn check_bounds(usage: Usage, what: &str) {
+    assert!(
+        usage.input_tokens <= MAX_REQUEST_TOKENS
+            && usage.output_tokens <= MAX_REQUEST_TOKENS
+            && usage.cached_tokens <= usage.input_tokens,
+        "{what}: usage out of bounds: {usage:?}"
+    );
+}
+
+/// The stripping scanner's output and usage.
+fn strip(parts: &[&[u8]]) -> (Vec<u8>, Usage) {
+    let mut scanner = UsageScanner::stripping_usage(Protocol::OpenAi);
+    let mut out = Vec::new();
+    for part in parts {
+        scanner.filter(part, &mut out);
+    }
+    scanner.finish(&mut out);
+    (out, scanner.usage())
+}
 
 #[derive(Debug, PartialEq)]
 struct Run {
@@ -53,8 +77,13 @@ fuzz_target!(|data: &[u8]| {
     let mut rng = Rng::new(seed(data));
     let random = chunks(data, &mut rng, 64);
     let single = bytewise(data);
+    let stripped = strip(&[data]);
+    check_bounds(stripped.1, "stripping scanner");
+    assert_eq!(stripped, strip(&single), "stripping scanner, byte by byte");
+    assert_eq!(stripped, strip(&random), "stripping scanner, chunked");
     for protocol in Protocol::ALL {
         let whole = scan(protocol, &[data]);
+        check_bounds(whole, &format!("{protocol} usage scanner"));
         assert_eq!(
             whole,
             scan(protocol, &single),
@@ -69,6 +98,7 @@ fuzz_target!(|data: &[u8]| {
     for (upstream, client) in pairs() {
         let include_usage = rng.next() & 1 == 1;
         let whole = run(upstream, client, include_usage, &[data]);
+        check_bounds(whole.usage, &format!("{upstream}→{client}"));
         assert_eq!(
             whole,
             run(upstream, client, include_usage, &single),

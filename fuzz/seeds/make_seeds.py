@@ -132,6 +132,17 @@ responses = {
     "gemini_safety": {"candidates": [{"finishReason": "SAFETY", "index": 0}],
         "promptFeedback": {"blockReason": "SAFETY"}},
 }
+# Usage figures at the extremes: u64::MAX (the issue's poison), i64::MAX, the bound and one
+# above it, negative, fractional and string figures. Written as text, so each figure is exactly
+# what an upstream would send.
+U64_MAX, I64_MAX, BOUND = 18446744073709551615, 9223372036854775807, 1000000000
+extreme_responses = {
+    "openai_usage_u64_max": '{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}' % (U64_MAX, I64_MAX, U64_MAX, U64_MAX),
+    "openai_usage_odd_figures": '{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":-1,"completion_tokens":2.5,"prompt_tokens_details":{"cached_tokens":"7"}}}',
+    "anthropic_usage_at_bound": '{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"x"}],"stop_reason":"end_turn","usage":{"input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}}' % (BOUND, BOUND + 1, BOUND, BOUND),
+    "gemini_usage_huge": '{"candidates":[{"content":{"role":"model","parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"thoughtsTokenCount":%d,"cachedContentTokenCount":1e300}}' % (BOUND, BOUND, U64_MAX),
+}
+responses.update(extreme_responses)
 for name, body in responses.items():
     write("provider_response", name + ".json", body)
 
@@ -219,6 +230,15 @@ streams = {
                               "thoughtsTokenCount": 2}})]),
     "gemini_cut": sse([(None, {"candidates": [{"content": {"parts": [{"text": "partial"}]}}]})])
         + "data: {\"candidates\":[{\"content\":{\"parts\":[{\"te",
+    # Usage figures at the extremes (see the responses above), in each protocol's stream.
+    "openai_usage_extremes": sse([(None, '{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],"usage":null}'),
+        (None, '{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":-3,"prompt_tokens_details":{"cached_tokens":%d}}}' % (U64_MAX, BOUND)),
+        (None, "[DONE]")]),
+    "anthropic_usage_extremes": sse([
+        ("message_start", '{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":%d,"cache_read_input_tokens":%d}}}' % (I64_MAX, BOUND)),
+        ("message_delta", '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":%d,"input_tokens":0.5}}' % U64_MAX),
+        ("message_stop", {"type": "message_stop"})]),
+    "gemini_usage_extremes": sse([(None, '{"candidates":[{"content":{"role":"model","parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"thoughtsTokenCount":%d}}' % (BOUND, BOUND, BOUND))]),
 }
 for name, body in streams.items():
     write("provider_stream", name + ".sse", body)

@@ -879,8 +879,10 @@ async fn explain_names_the_member_the_proxy_used(_pool: PgPoolOptions, opts: PgC
 }
 
 /// Usage accounting end to end: requests in each of the three protocols, to upstreams of each
-/// of the three protocols, plain and streamed; what `GET /api/v1/usage` finally answers is
-/// exactly what the upstreams' answers reported (requests, input, output and cached tokens).
+/// of the three protocols, plain and streamed — and an OpenAI stream whose client did not ask
+/// for usage (no `stream_options`, LangChain's default), which used to count 0 tokens towards an
+/// OpenAI upstream; what `GET /api/v1/usage` finally answers is exactly what the upstreams'
+/// answers reported (requests, input, output and cached tokens).
 #[sqlx::test(migrations = false)]
 async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     _pool: PgPoolOptions,
@@ -925,12 +927,15 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
 
     let bearer = format!("Bearer {token}");
-    let openai = |model: &str, stream: bool| {
+    // `Some(asked)`: a stream whose client asked for usage or not.
+    let openai = |model: &str, stream: Option<bool>| {
         let mut body =
             json!({"model": model, "messages": [{"role": "user", "content": "hello usage"}]});
-        if stream {
+        if let Some(asked) = stream {
             body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
+            if asked {
+                body["stream_options"] = json!({"include_usage": true});
+            }
         }
         (
             "/v1/chat/completions".to_owned(),
@@ -955,38 +960,41 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     };
     let mut sent = 0;
     for model in models {
-        for stream in [false, true] {
-            for (path, body, header, key) in [
-                openai(model, stream),
-                anthropic(model, stream),
-                gemini(model, stream),
-            ] {
-                // The proxy may not hold the last route yet: retry until it serves it.
-                let deadline = Instant::now() + PROMPTLY;
-                loop {
-                    let reply = http_call(
-                        proxy.addr,
-                        "POST",
-                        &path,
-                        Some(&body.to_string()),
-                        &[(header, &key)],
-                    )
-                    .await
-                    .unwrap();
-                    if reply.status == 200 {
-                        assert!(!reply.body.contains("error"), "{path}: {}", reply.body);
-                        break;
-                    }
-                    assert!(
-                        reply.status == 404 && Instant::now() < deadline,
-                        "{path} {body}: {} {}",
-                        reply.status,
-                        reply.body
-                    );
-                    tokio::time::sleep(POLL).await;
+        let requests = [
+            openai(model, None),
+            openai(model, Some(true)),
+            openai(model, Some(false)),
+            anthropic(model, false),
+            anthropic(model, true),
+            gemini(model, false),
+            gemini(model, true),
+        ];
+        for (path, body, header, key) in requests {
+            // The proxy may not hold the last route yet: retry until it serves it.
+            let deadline = Instant::now() + PROMPTLY;
+            loop {
+                let reply = http_call(
+                    proxy.addr,
+                    "POST",
+                    &path,
+                    Some(&body.to_string()),
+                    &[(header, &key)],
+                )
+                .await
+                .unwrap();
+                if reply.status == 200 {
+                    assert!(!reply.body.contains("error"), "{path}: {}", reply.body);
+                    break;
                 }
-                sent += 1;
+                assert!(
+                    reply.status == 404 && Instant::now() < deadline,
+                    "{path} {body}: {} {}",
+                    reply.status,
+                    reply.body
+                );
+                tokio::time::sleep(POLL).await;
             }
+            sent += 1;
         }
     }
 
@@ -1018,14 +1026,15 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
             t["cached_tokens"].as_i64().unwrap(),
         );
         if total == want {
-            // Every route's share arrived too: six requests each (three protocols, two modes).
+            // Every route's share arrived too: seven requests each (three protocols, two modes,
+            // and the OpenAI stream that did not ask for usage).
             let groups = usage["groups"].as_array().unwrap();
             for model in models {
                 let group = groups
                     .iter()
                     .find(|g| g["key"] == model)
                     .unwrap_or_else(|| panic!("no usage for {model}: {usage}"));
-                assert_eq!(group["requests"], 6, "{usage}");
+                assert_eq!(group["requests"], 7, "{usage}");
             }
             break;
         }

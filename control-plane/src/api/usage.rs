@@ -55,7 +55,8 @@ pub struct UsageQuery {
     pub group_by: Option<UsageDimension>,
 }
 
-/// What a set of requests used. `input_tokens` includes the cached tokens.
+/// What a set of requests used. `input_tokens` includes the cached tokens. Sums saturate at
+/// 9223372036854775807 (the largest 64-bit integer).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow,
 )]
@@ -157,6 +158,15 @@ fn check_time(param: &'static str, value: Option<&str>) -> ApiResult<()> {
     }
 }
 
+/// An error reading the stored usage: the database being away is a 503; anything else is the
+/// server's fault (the client's range was checked already), never a validation error.
+fn report_error(error: sqlx::Error) -> ApiError {
+    if crate::error::is_unavailable(&error) {
+        return ApiError::from(error);
+    }
+    ApiError::Internal(anyhow::Error::new(error).context("reading the stored usage"))
+}
+
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage", operation_id = "get_usage",
     params(UsageQuery),
     responses(
@@ -202,31 +212,35 @@ pub async fn usage(
         Some(dimension) => {
             let column = dimension.column();
             sqlx::query_as(&format!(
-                "SELECT {column} AS key, sum(requests)::bigint AS requests, \
-                        sum(input_tokens)::bigint AS input_tokens, \
-                        sum(output_tokens)::bigint AS output_tokens, \
-                        sum(cached_tokens)::bigint AS cached_tokens \
+                "SELECT {column} AS key, least(sum(requests), $3)::bigint AS requests, \
+                        least(sum(input_tokens), $3)::bigint AS input_tokens, \
+                        least(sum(output_tokens), $3)::bigint AS output_tokens, \
+                        least(sum(cached_tokens), $3)::bigint AS cached_tokens \
                  FROM usage_minutes WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz \
                  GROUP BY {column} ORDER BY {column}"
             ))
             .bind(&from)
             .bind(&to)
+            .bind(i64::MAX)
             .fetch_all(&state.pool)
-            .await?
+            .await
+            .map_err(report_error)?
         }
         None => Vec::new(),
     };
     let total: UsageTotals = sqlx::query_as(
-        "SELECT coalesce(sum(requests), 0)::bigint AS requests, \
-                coalesce(sum(input_tokens), 0)::bigint AS input_tokens, \
-                coalesce(sum(output_tokens), 0)::bigint AS output_tokens, \
-                coalesce(sum(cached_tokens), 0)::bigint AS cached_tokens \
+        "SELECT least(coalesce(sum(requests), 0), $3)::bigint AS requests, \
+                least(coalesce(sum(input_tokens), 0), $3)::bigint AS input_tokens, \
+                least(coalesce(sum(output_tokens), 0), $3)::bigint AS output_tokens, \
+                least(coalesce(sum(cached_tokens), 0), $3)::bigint AS cached_tokens \
          FROM usage_minutes WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz",
     )
     .bind(&from)
     .bind(&to)
+    .bind(i64::MAX)
     .fetch_one(&state.pool)
-    .await?;
+    .await
+    .map_err(report_error)?;
     Ok(Json(UsageReport {
         from,
         to,

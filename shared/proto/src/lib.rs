@@ -27,4 +27,7 @@ pub mod v1 {
 
 pub use client::{watch_snapshots, WatchAuth, WatchError};
 pub use convert::{snapshot_from_proto, snapshot_to_proto, ConversionError, SCHEMA_VERSION};
-pub use usage::{report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey};
+pub use usage::{
+    report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey,
+    MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST,
+};

@@ -53,6 +53,22 @@ pub struct UsageKey {
     pub model: String,
 }
 
+/// The most tokens one request may add to one figure (input, output or cached) of a usage
+/// record: the provider crate's per-request bound (`switchyard_provider::MAX_REQUEST_TOKENS`,
+/// three upstream figures of at most a billion each). The control plane refuses a record whose
+/// figure is beyond `requests` times this.
+pub const MAX_TOKENS_PER_REQUEST: u64 = 3_000_000_000;
+
+/// The most requests one usage record may count (one proxy's requests under one key in one
+/// minute: a billion is far beyond any proxy). With [`MAX_TOKENS_PER_REQUEST`] this keeps every
+/// valid record's figures below `i64::MAX`, Postgres' `bigint`.
+pub const MAX_RECORD_REQUESTS: u64 = 1_000_000_000;
+
+const _: () = assert!(MAX_RECORD_REQUESTS
+    .checked_mul(MAX_TOKENS_PER_REQUEST)
+    .is_some());
+const _: () = assert!(MAX_RECORD_REQUESTS * MAX_TOKENS_PER_REQUEST <= i64::MAX as u64);
+
 /// What a set of requests used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageCounts {
@@ -387,7 +403,10 @@ async fn send(
         }
         Err(status) if status.code() == tonic::Code::InvalidArgument => {
             buffer.batches_rejected.fetch_add(1, Ordering::Relaxed);
-            let requests: u64 = batch.records.iter().map(|r| r.requests).sum();
+            let requests = batch
+                .records
+                .iter()
+                .fold(0u64, |n, r| n.saturating_add(r.requests));
             buffer.dropped(requests.saturating_add(batch.dropped_requests));
             tracing::error!(batch_id = %batch.batch_id, error = %status.message(), requests, "the control plane refused a usage batch; dropped");
             Sent::Refused

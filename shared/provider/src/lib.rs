@@ -1,7 +1,8 @@
 //! Switchyard's protocol translation: any SDK in front of any provider.
 //!
 //! Architecture invariant: this crate is pure. No I/O, no async runtime, no clock reads; bytes
-//! in, bytes out. It translates chat requests, responses, streams and errors between three wire
+//! in, bytes out (its one side effect: a `tracing` warning when an upstream reports a usage
+//! figure that cannot be a token count). It translates chat requests, responses, streams and errors between three wire
 //! protocols:
 //!
 //! - **OpenAI** Chat Completions (`POST /v1/chat/completions`),
@@ -21,7 +22,8 @@
 //! still read with [`response_usage`] and [`UsageScanner`].
 //!
 //! Usage convention: [`Usage::input_tokens`] is the whole prompt *including* cached tokens
-//! (as OpenAI and Gemini report it; Anthropic's figures are converted).
+//! (as OpenAI and Gemini report it; Anthropic's figures are converted). Every figure an upstream
+//! reports is bounded by [`MAX_REPORTED_TOKENS`]; a request's usage by [`MAX_REQUEST_TOKENS`].
 //!
 //! The field-by-field mapping, stop reasons, error statuses, dropped hints, unsupported
 //! features and stream event orders are documented in `TRANSLATION.md` next to this crate.
@@ -47,4 +49,4 @@ pub use translate::{
     count_tokens_response, parse_count_tokens_response, ChatRequest, TranslateError,
     MEDIA_TOKEN_ESTIMATE,
 };
-pub use usage::{response_usage, Usage};
+pub use usage::{response_usage, Usage, MAX_REPORTED_TOKENS, MAX_REQUEST_TOKENS};

@@ -4,11 +4,64 @@
 //! `prompt_tokens`, Gemini's `promptTokenCount`); `cached_tokens` is the part of it read from a
 //! cache. Anthropic reports `input_tokens` *excluding* `cache_read_input_tokens` and
 //! `cache_creation_input_tokens`, so those are added on the way in and subtracted on the way out.
+//!
+//! An upstream is not trusted input: every figure it reports is read with [`count`], which takes
+//! only a whole number from 0 to [`MAX_REPORTED_TOKENS`]. Anything else (negative, fractional,
+//! a string, a figure near `u64::MAX`) counts as not reported, and a warning names the field
+//! (never the answer's content). So one request's neutral figures stay within
+//! [`MAX_REQUEST_TOKENS`], and sums of them over any realistic number of requests cannot
+//! overflow a 64-bit counter or a Postgres `bigint`.
 
 use serde_json::{json, Value};
 
 use crate::protocol::Protocol;
-use crate::util::get_u64;
+
+/// The largest token figure an upstream may report for one request in one field (a billion:
+/// far beyond any model's context window or output limit). A larger one is not trusted.
+pub const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
+
+/// The largest figure of a request's neutral [`Usage`]: Anthropic's input is the sum of three
+/// reported figures (uncached input, cache reads and cache writes), Gemini's output of two.
+pub const MAX_REQUEST_TOKENS: u64 = 3 * MAX_REPORTED_TOKENS;
+
+/// A token figure `key` of the usage object `u`, when it is a whole number within
+/// [`MAX_REPORTED_TOKENS`]. An absent or `null` field is simply not reported; any other value is
+/// refused with a warning (the field's name and the kind of value only) and also counts as not
+/// reported.
+fn count(u: &Value, key: &'static str) -> Option<u64> {
+    let value = u.get(key)?;
+    let figure = match value {
+        Value::Null => return None,
+        Value::Number(n) => n.as_u64().or_else(|| {
+            // `12.0` is a whole number written as a float; `12.5`, `-1` and `1e300` are not
+            // token counts.
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..=MAX_REPORTED_TOKENS as f64).contains(f))
+                .map(|f| f as u64)
+        }),
+        _ => None,
+    };
+    match figure {
+        Some(n) if n <= MAX_REPORTED_TOKENS => Some(n),
+        _ => {
+            let kind = match value {
+                Value::Number(n) if n.as_u64().is_some() => "a count above the bound",
+                Value::Number(n) if n.as_i64().is_some() => "a negative number",
+                Value::Number(_) => "not a whole number within the bound",
+                Value::String(_) => "a string",
+                Value::Bool(_) => "a boolean",
+                _ => "not a number",
+            };
+            tracing::warn!(
+                field = key,
+                value_kind = kind,
+                max = MAX_REPORTED_TOKENS,
+                "an upstream reported an impossible token usage figure; counted as not reported"
+            );
+            None
+        }
+    }
+}
 
 /// Token usage of one request: input includes cached tokens; cached is the cache-read subset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,12 +93,14 @@ impl FullUsage {
     pub fn from_openai(u: &Value) -> FullUsage {
         let cached = u
             .get("prompt_tokens_details")
-            .and_then(|d| get_u64(d, "cached_tokens"))
+            .and_then(|d| count(d, "cached_tokens"))
             .unwrap_or(0);
+        let input = count(u, "prompt_tokens").unwrap_or(0);
         FullUsage {
-            input: get_u64(u, "prompt_tokens").unwrap_or(0),
-            output: get_u64(u, "completion_tokens").unwrap_or(0),
-            cached,
+            input,
+            output: count(u, "completion_tokens").unwrap_or(0),
+            // Cached tokens are part of the prompt: never more than it.
+            cached: cached.min(input),
             cache_creation: 0,
         }
     }
@@ -59,12 +114,14 @@ impl FullUsage {
 
     /// From a Gemini `usageMetadata` object. Thinking tokens are billed as output.
     pub fn from_gemini(u: &Value) -> FullUsage {
+        let input = count(u, "promptTokenCount").unwrap_or(0);
         FullUsage {
-            input: get_u64(u, "promptTokenCount").unwrap_or(0),
-            output: get_u64(u, "candidatesTokenCount")
+            input,
+            output: count(u, "candidatesTokenCount")
                 .unwrap_or(0)
-                .saturating_add(get_u64(u, "thoughtsTokenCount").unwrap_or(0)),
-            cached: get_u64(u, "cachedContentTokenCount").unwrap_or(0),
+                .saturating_add(count(u, "thoughtsTokenCount").unwrap_or(0)),
+            // Cached tokens are part of the prompt: never more than it.
+            cached: count(u, "cachedContentTokenCount").unwrap_or(0).min(input),
             cache_creation: 0,
         }
     }
@@ -73,7 +130,7 @@ impl FullUsage {
         json!({
             "prompt_tokens": self.input,
             "completion_tokens": self.output,
-            "total_tokens": self.input + self.output,
+            "total_tokens": self.input.saturating_add(self.output),
             "prompt_tokens_details": {"cached_tokens": self.cached},
         })
     }
@@ -92,7 +149,7 @@ impl FullUsage {
         let mut v = json!({
             "promptTokenCount": self.input,
             "candidatesTokenCount": self.output,
-            "totalTokenCount": self.input + self.output,
+            "totalTokenCount": self.input.saturating_add(self.output),
         });
         if self.cached > 0 {
             v["cachedContentTokenCount"] = json!(self.cached);
@@ -113,23 +170,23 @@ pub(crate) struct AnthropicUsage {
 
 impl AnthropicUsage {
     pub fn merge(&mut self, u: &Value) {
-        if let Some(n) = get_u64(u, "input_tokens") {
+        if let Some(n) = count(u, "input_tokens") {
             self.input = n;
         }
-        if let Some(n) = get_u64(u, "output_tokens") {
+        if let Some(n) = count(u, "output_tokens") {
             self.output = n;
         }
-        if let Some(n) = get_u64(u, "cache_read_input_tokens") {
+        if let Some(n) = count(u, "cache_read_input_tokens") {
             self.cache_read = n;
         }
-        if let Some(n) = get_u64(u, "cache_creation_input_tokens") {
+        if let Some(n) = count(u, "cache_creation_input_tokens") {
             self.cache_creation = n;
         }
     }
 
     pub fn neutral(&self) -> FullUsage {
         FullUsage {
-            // Saturating: the counts are the upstream's, and may be anything up to u64::MAX.
+            // Each figure is within `MAX_REPORTED_TOKENS` (see `count`); saturating anyway.
             input: self
                 .input
                 .saturating_add(self.cache_read)
@@ -272,22 +329,95 @@ mod tests {
     }
 
     /// Found by the `provider_response` fuzz target: counts near `u64::MAX` overflowed the sums
-    /// (a panic with overflow checks, a wrapped count without).
+    /// (a panic with overflow checks, a wrapped count without). Such counts are now refused
+    /// outright, so the sums of the figures that remain cannot overflow.
     #[test]
-    fn huge_counts_saturate_instead_of_overflowing() {
+    fn huge_counts_are_not_trusted_and_the_sums_stay_in_range() {
         let max = u64::MAX;
         let anthropic = format!(
             r#"{{"usage":{{"input_tokens":{max},"output_tokens":1,"cache_read_input_tokens":2,"cache_creation_input_tokens":3}}}}"#
         );
         let usage = response_usage(Protocol::Anthropic, anthropic.as_bytes());
-        assert_eq!(usage.input_tokens, max);
+        assert_eq!(usage.input_tokens, 5, "the cache reads and writes only");
         assert_eq!(usage.cached_tokens, 2);
         let gemini = format!(
             r#"{{"usageMetadata":{{"promptTokenCount":1,"candidatesTokenCount":{max},"thoughtsTokenCount":1}}}}"#
         );
         assert_eq!(
             response_usage(Protocol::Gemini, gemini.as_bytes()).output_tokens,
-            max
+            1
+        );
+        // Every field at the bound: the neutral figures stay within `MAX_REQUEST_TOKENS`.
+        let b = MAX_REPORTED_TOKENS;
+        let anthropic = format!(
+            r#"{{"usage":{{"input_tokens":{b},"output_tokens":{b},"cache_read_input_tokens":{b},"cache_creation_input_tokens":{b}}}}}"#
+        );
+        let usage = response_usage(Protocol::Anthropic, anthropic.as_bytes());
+        assert_eq!(usage.input_tokens, MAX_REQUEST_TOKENS);
+        assert_eq!((usage.output_tokens, usage.cached_tokens), (b, b));
+    }
+
+    /// The issue's poison: `prompt_tokens = 18446744073709551615` was taken as reported (and
+    /// stored as `i64::MAX`, breaking the usage report). It is not a token count.
+    #[test]
+    fn an_impossible_figure_counts_as_not_reported() {
+        let usage = |body: &str| response_usage(Protocol::OpenAi, body.as_bytes());
+        let with = |prompt: &str| {
+            usage(&format!(
+                r#"{{"usage":{{"prompt_tokens":{prompt},"completion_tokens":4,"prompt_tokens_details":{{"cached_tokens":2}}}}}}"#
+            ))
+        };
+        let reported = Usage {
+            input_tokens: 10,
+            output_tokens: 4,
+            cached_tokens: 2,
+        };
+        assert_eq!(with("10"), reported);
+        assert_eq!(with("10.0"), reported, "a whole number written as a float");
+        let refused = Usage {
+            input_tokens: 0,
+            output_tokens: 4,
+            // Cached tokens are part of the prompt, which counts as 0.
+            cached_tokens: 0,
+        };
+        for bad in [
+            "18446744073709551615",
+            "9223372036854775807",
+            "1000000001",
+            "-1",
+            "-9223372036854775808",
+            "10.5",
+            "1e300",
+            "-0.5",
+            r#""10""#,
+            "true",
+            "[10]",
+            "{}",
+        ] {
+            assert_eq!(with(bad), refused, "prompt_tokens {bad}");
+        }
+        assert_eq!(
+            with(&MAX_REPORTED_TOKENS.to_string()).input_tokens,
+            MAX_REPORTED_TOKENS,
+            "the bound itself is a figure"
+        );
+        // A cached count above the prompt it is part of is cut to the prompt.
+        let u = usage(
+            r#"{"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":7}}}"#,
+        );
+        assert_eq!((u.input_tokens, u.cached_tokens), (3, 3));
+        // In a stream too (the same reading, event by event).
+        let mut scanner = crate::UsageScanner::new(Protocol::OpenAi);
+        scanner.push(
+            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":18446744073709551615,\"completion_tokens\":4}}\n\n",
+        );
+        assert_eq!(
+            scanner.usage(),
+            Usage {
+                input_tokens: 0,
+                output_tokens: 4,
+                cached_tokens: 0
+            }
         );
     }
 }

@@ -163,12 +163,22 @@ impl StreamTranslator {
 
 /// A cheap incremental usage reader for same-protocol passthrough streams. Only `data:` lines
 /// that carry a usage object are parsed, and only that object.
+///
+/// Made with [`UsageScanner::stripping_usage`] it also filters an OpenAI stream the gateway
+/// asked for usage on behalf of a client that did not ([`UsageScanner::filter`]): the
+/// usage-only chunk (`"choices":[]`) is removed, and so is the `"usage":null` OpenAI then adds
+/// to every other chunk; every other byte is forwarded as it came, one complete event at a time.
 #[derive(Debug)]
 pub struct UsageScanner {
     protocol: Protocol,
     line: Vec<u8>,
     usage: FullUsage,
     anthropic: AnthropicUsage,
+    strip: bool,
+    /// Strip mode: the complete lines of the event being read, held until its end.
+    event: Vec<u8>,
+    /// Strip mode: the event being read is the usage-only chunk.
+    drop_event: bool,
 }
 
 impl UsageScanner {
@@ -178,7 +188,24 @@ impl UsageScanner {
             line: Vec::new(),
             usage: FullUsage::default(),
             anthropic: AnthropicUsage::default(),
+            strip: false,
+            event: Vec::new(),
+            drop_event: false,
         }
+    }
+
+    /// A scanner for an OpenAI stream whose request the gateway changed to ask for usage: use
+    /// [`filter`](Self::filter) and [`finish`](Self::finish) to get what the client receives.
+    pub fn stripping_usage(protocol: Protocol) -> UsageScanner {
+        UsageScanner {
+            strip: protocol == Protocol::OpenAi,
+            ..UsageScanner::new(protocol)
+        }
+    }
+
+    /// Whether [`filter`](Self::filter) changes the stream (else it is the bytes themselves).
+    pub fn strips(&self) -> bool {
+        self.strip
     }
 
     pub fn push(&mut self, bytes: &[u8]) {
@@ -199,23 +226,97 @@ impl UsageScanner {
         self.line.extend_from_slice(rest);
     }
 
+    /// Reads `bytes` like [`push`](Self::push) and appends to `out` what the client gets: in
+    /// strip mode the complete events among what has arrived, without the usage-only chunk and
+    /// without `"usage":null`; otherwise `bytes` unchanged.
+    pub fn filter(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        if !self.strip {
+            self.push(bytes);
+            out.extend_from_slice(bytes);
+            return;
+        }
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let (head, tail) = rest.split_at(nl + 1);
+            if self.line.is_empty() {
+                self.filter_line(head, out);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(head);
+                self.filter_line(&line, out);
+                line.clear();
+                self.line = line;
+            }
+            rest = tail;
+        }
+        self.line.extend_from_slice(rest);
+    }
+
+    /// The stream ended: in strip mode, what is still held (an event without its blank line)
+    /// is appended to `out` as it came, unless it is the usage-only chunk.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if !self.strip {
+            return;
+        }
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.filter_line(&line, out);
+        }
+        if !self.drop_event {
+            out.append(&mut self.event);
+        }
+        self.event.clear();
+        self.drop_event = false;
+    }
+
     pub fn usage(&self) -> Usage {
         self.usage.public()
     }
 
-    fn scan_line(&mut self, line: &[u8]) {
-        let Some(data) = line.strip_prefix(b"data:") else {
+    /// Strip mode: one line with its line ending.
+    fn filter_line(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        let content = line.strip_suffix(b"\n").unwrap_or(line);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        if content.is_empty() {
+            // The blank line that ends an event.
+            if !self.drop_event {
+                out.append(&mut self.event);
+                out.extend_from_slice(line);
+            }
+            self.event.clear();
+            self.drop_event = false;
             return;
+        }
+        if self.scan_line(content) && content.strip_prefix(b"data:").is_some_and(usage_only) {
+            self.drop_event = true;
+        }
+        match content
+            .strip_prefix(b"data:")
+            .and_then(null_usage_span)
+            .map(|(start, end)| (start + 5, end + 5))
+        {
+            Some((start, end)) => {
+                self.event.extend_from_slice(&line[..start]);
+                self.event.extend_from_slice(&line[end..]);
+            }
+            None => self.event.extend_from_slice(line),
+        }
+    }
+
+    /// Reads the usage a line carries; whether it carried a usage object.
+    fn scan_line(&mut self, line: &[u8]) -> bool {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return false;
         };
         let key: &[u8] = match self.protocol {
             Protocol::Gemini => b"\"usageMetadata\"",
             _ => b"\"usage\"",
         };
         let Some(obj) = object_after_key(data, key) else {
-            return;
+            return false;
         };
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(obj) else {
-            return;
+            return false;
         };
         match self.protocol {
             Protocol::OpenAi => self.usage = FullUsage::from_openai(&v),
@@ -225,6 +326,67 @@ impl UsageScanner {
                 self.usage = self.anthropic.neutral();
             }
         }
+        true
+    }
+}
+
+/// Whether an OpenAI chunk carrying a usage object is the usage-only one (`"choices": []`).
+fn usage_only(data: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Chunk {
+        #[serde(default)]
+        choices: Option<Vec<serde::de::IgnoredAny>>,
+    }
+    serde_json::from_slice::<Chunk>(data.trim_ascii())
+        .is_ok_and(|c| c.choices.is_some_and(|choices| choices.is_empty()))
+}
+
+/// The byte range of a `"usage":null` member in an OpenAI chunk's JSON, with the comma that
+/// separates it from its neighbour, so that removing it leaves the same object without it.
+/// `"usage"` with its quotes cannot occur inside a JSON string (quotes there are escaped).
+fn null_usage_span(data: &[u8]) -> Option<(usize, usize)> {
+    let key: &[u8] = b"\"usage\"";
+    let pos = data.windows(key.len()).position(|w| w == key)?;
+    let ws = |b: u8| b.is_ascii_whitespace();
+    let mut end = pos + key.len();
+    while data.get(end).is_some_and(|&b| ws(b)) {
+        end += 1;
+    }
+    if data.get(end) != Some(&b':') {
+        return None;
+    }
+    end += 1;
+    while data.get(end).is_some_and(|&b| ws(b)) {
+        end += 1;
+    }
+    if !data.get(end..)?.starts_with(b"null") {
+        return None;
+    }
+    end += 4;
+    let mut before = pos;
+    while before > 0 && ws(data[before - 1]) {
+        before -= 1;
+    }
+    match data[..before].last() {
+        // `…,"usage":null`: the comma before it goes with it.
+        Some(b',') => Some((before - 1, end)),
+        // `{"usage":null,…`: the comma after it goes with it.
+        Some(b'{') => {
+            let mut after = end;
+            while data.get(after).is_some_and(|&b| ws(b)) {
+                after += 1;
+            }
+            if data.get(after) == Some(&b',') {
+                after += 1;
+                while data.get(after).is_some_and(|&b| ws(b)) {
+                    after += 1;
+                }
+                Some((pos, after))
+            } else {
+                Some((pos, end))
+            }
+        }
+        _ => None,
     }
 }
 

@@ -927,3 +927,104 @@ fn a_responses_stream_stopped_at_the_limit_ends_incomplete() {
         "Hello \u{e9}"
     );
 }
+
+/// What OpenAI sends for `OPENAI_TEXT`'s request without `stream_options.include_usage`: no
+/// usage chunk, and no `"usage":null` in the other chunks.
+const OPENAI_TEXT_UNASKED: &str = concat!(
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+    ": keep-alive\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00e9\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+    "data: [DONE]\n\n",
+);
+
+fn filtered(scanner: &mut UsageScanner, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for part in parts {
+        scanner.filter(part, &mut out);
+    }
+    scanner.finish(&mut out);
+    out
+}
+
+/// The gateway asked the upstream for usage on behalf of a client that did not: the client gets
+/// exactly what the upstream would have sent it had nobody asked, however the bytes are split,
+/// and the usage is still read.
+#[test]
+fn a_stripping_scanner_gives_the_unasked_stream_at_every_split() {
+    let want_usage = Usage {
+        input_tokens: 9,
+        output_tokens: 3,
+        cached_tokens: 0,
+    };
+    let crlf_asked = OPENAI_TEXT.replace("\n", "\r\n");
+    let crlf_unasked = OPENAI_TEXT_UNASKED.replace("\n", "\r\n");
+    for (asked, unasked) in [
+        (OPENAI_TEXT, OPENAI_TEXT_UNASKED),
+        (crlf_asked.as_str(), crlf_unasked.as_str()),
+    ] {
+        let bytes = asked.as_bytes();
+        for i in 0..=bytes.len() {
+            let mut u = UsageScanner::stripping_usage(O);
+            let out = filtered(&mut u, &[&bytes[..i], &bytes[i..]]);
+            assert_eq!(String::from_utf8_lossy(&out), unasked, "split at {i}");
+            assert_eq!(u.usage(), want_usage, "split at {i}");
+        }
+        let mut u = UsageScanner::stripping_usage(O);
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(
+            String::from_utf8_lossy(&filtered(&mut u, &singles)),
+            unasked
+        );
+        assert_eq!(u.usage(), want_usage);
+    }
+    // The mock upstream's and other servers' shapes: pretty-printed, usage before choices.
+    let spaced = "data: {\"usage\": null, \"choices\": [{\"delta\": {}}]}\n\ndata: {\"usage\": {\"prompt_tokens\": 4, \"completion_tokens\": 2}, \"choices\": [ ]}\n\ndata: [DONE]\n\n";
+    let mut u = UsageScanner::stripping_usage(O);
+    assert_eq!(
+        String::from_utf8_lossy(&filtered(&mut u, &[spaced.as_bytes()])),
+        "data: {\"choices\": [{\"delta\": {}}]}\n\ndata: [DONE]\n\n"
+    );
+    assert_eq!((u.usage().input_tokens, u.usage().output_tokens), (4, 2));
+}
+
+/// Only the usage-only chunk goes: a chunk with choices and usage both is kept, and an event
+/// the stream ends inside (no blank line after it) is forwarded as it came.
+#[test]
+fn a_stripping_scanner_keeps_everything_else() {
+    let s = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":1}}\n\nevent: x\ndata: {\"choices\":[]}\n\ndata: [DONE]";
+    let mut u = UsageScanner::stripping_usage(O);
+    assert_eq!(
+        String::from_utf8_lossy(&filtered(&mut u, &[s.as_bytes()])),
+        s
+    );
+    assert_eq!(u.usage().input_tokens, 1);
+    // Not stripping (a client that asked, or another protocol): the bytes themselves.
+    for mut u in [UsageScanner::new(O), UsageScanner::stripping_usage(A)] {
+        assert!(!u.strips());
+        let out = filtered(&mut u, &[OPENAI_TEXT.as_bytes()]);
+        assert_eq!(String::from_utf8_lossy(&out), OPENAI_TEXT);
+    }
+}
+
+#[test]
+fn null_usage_spans_take_their_comma() {
+    let cut =
+        |d: &str| null_usage_span(d.as_bytes()).map(|(a, b)| format!("{}{}", &d[..a], &d[b..]));
+    assert_eq!(
+        cut(r#"{"a":1,"usage":null}"#).as_deref(),
+        Some(r#"{"a":1}"#)
+    );
+    assert_eq!(
+        cut(r#"{"a":1 , "usage" : null,"b":2}"#).as_deref(),
+        Some(r#"{"a":1 ,"b":2}"#)
+    );
+    assert_eq!(
+        cut(r#"{"usage":null, "b":2}"#).as_deref(),
+        Some(r#"{"b":2}"#)
+    );
+    assert_eq!(cut(r#"{"usage":null}"#).as_deref(), Some("{}"));
+    assert_eq!(cut(r#"{"usage":{"a":1}}"#), None);
+    assert_eq!(cut(r#"{"t":"say \"usage\":null"}"#), None);
+}
