@@ -559,12 +559,20 @@ async fn url_masking_in_sql_matches_the_engine_rule(pool: PgPool) {
         "https://h.test:8080/p@x:y",
         "https://u@h.test:8080/",
     ] {
+        // The API refuses a query string now; one stored before that is still masked by the
+        // same rule, so it is written straight into the table.
         let id = app
             .create(
                 "/api/v1/channels",
-                json!({"name": url, "provider": "openai", "base_url": url}),
+                json!({"name": url, "provider": "openai", "base_url": "https://h.test"}),
             )
             .await;
+        sqlx::query("UPDATE channels SET base_url = $1 WHERE id = $2")
+            .bind(url)
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
         let shown = app.get(&format!("/api/v1/channels/{id}")).await;
         assert_eq!(
             shown.body["base_url"],
