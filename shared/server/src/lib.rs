@@ -268,10 +268,21 @@ async fn connection(
         async move {
             let guard = activity.begin();
             let limits = &settings.limits;
+            // A request with a body marks its connection until the body has been read to its
+            // end (the 431 below never reads it).
+            let has_body = !http_body::Body::is_end_stream(request.body());
+            activity.set_unread_body(has_body);
             let mut response = if head_bytes(&request) > limits.max_header_bytes {
                 header_too_large(limits.max_header_bytes)
             } else {
-                route(request, &router, limits, &activity, peer).await
+                route(
+                    request,
+                    &router,
+                    limits,
+                    has_body.then(|| Arc::clone(&activity)),
+                    peer,
+                )
+                .await
             };
             announce_close_or_idle_timeout(&mut response, &activity, &settings.keep_alive);
             Ok::<_, std::convert::Infallible>(
@@ -307,18 +318,15 @@ async fn connection(
     drop(admission);
 }
 
-/// Hands the request to the router, its body behind the body deadline. A request with a body
-/// marks its connection's activity until the body has been read to its end.
+/// Hands the request to the router, its body behind the body deadline; `watch` (the
+/// connection's activity, for a request with a body) learns when the body has been read.
 async fn route(
     request: Request<Incoming>,
     router: &Router,
     limits: &Limits,
-    activity: &Arc<Activity>,
+    watch: Option<Arc<Activity>>,
     peer: SocketAddr,
 ) -> Response<Body> {
-    let has_body = !http_body::Body::is_end_stream(request.body());
-    activity.set_unread_body(has_body);
-    let watch = has_body.then(|| Arc::clone(activity));
     let mut request =
         request.map(|b| Body::new(DeadlineBody::new(b, limits.body_read_timeout, watch)));
     request
