@@ -151,18 +151,16 @@ impl ResponsesEmitter {
         let index = match open_message {
             Some(i) => i,
             None => {
-                self.close_item(out);
-                let index = self.items.len();
-                let id = format!("msg_{}_{index}", self.id.trim_start_matches("resp_"));
-                self.items.push(Item::Message {
-                    id: id.clone(),
-                    text: String::new(),
-                });
-                self.open = Some(index);
-                let item = self.item_value(index, "in_progress");
-                self.event(
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": item}),
+                let id = format!(
+                    "msg_{}_{}",
+                    self.id.trim_start_matches("resp_"),
+                    self.items.len()
+                );
+                let index = self.open_item(
+                    Item::Message {
+                        id: id.clone(),
+                        text: String::new(),
+                    },
                     out,
                 );
                 self.event(
@@ -188,14 +186,23 @@ impl ResponsesEmitter {
 
     fn tool_start(&mut self, key: u64, id: &str, name: &str, out: &mut Vec<u8>) {
         self.ensure_started(out);
+        self.open_item(
+            Item::Call {
+                key,
+                call_id: id.to_string(),
+                name: name.to_string(),
+                args: String::new(),
+            },
+            out,
+        );
+    }
+
+    /// Closes the open item, opens `item` as the next output item and announces it; returns
+    /// its output index.
+    fn open_item(&mut self, item: Item, out: &mut Vec<u8>) -> usize {
         self.close_item(out);
         let index = self.items.len();
-        self.items.push(Item::Call {
-            key,
-            call_id: id.to_string(),
-            name: name.to_string(),
-            args: String::new(),
-        });
+        self.items.push(item);
         self.open = Some(index);
         let item = self.item_value(index, "in_progress");
         self.event(
@@ -203,6 +210,7 @@ impl ResponsesEmitter {
             json!({"output_index": index, "item": item}),
             out,
         );
+        index
     }
 
     fn tool_args(&mut self, key: u64, piece: &str, out: &mut Vec<u8>) {
