@@ -10,8 +10,8 @@ use anyhow::{anyhow, Context};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
 use switchyard_engine::{
-    Capabilities, Channel, ChannelStatus, Credential, Member, PlanEntry, Provider, Route,
-    RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
+    Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
+    Provider, Route, RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
 };
 
 #[derive(sqlx::FromRow)]
@@ -87,6 +87,28 @@ struct TokenRow {
     team_id: Option<i64>,
     allow_pinning: bool,
     enabled: bool,
+    expires_at_ms: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct PriceRow {
+    id: i64,
+    channel_id: i64,
+    model_pattern: String,
+    input_per_million: i64,
+    output_per_million: i64,
+    cached_input_per_million: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct LimitRow {
+    id: i64,
+    scope: String,
+    scope_id: i64,
+    metric: String,
+    period: String,
+    value: i64,
+    mode: String,
 }
 
 fn unsigned(value: Option<i32>, what: &str) -> anyhow::Result<Option<u32>> {
@@ -173,12 +195,25 @@ pub async fn compile_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<Snapshot>
     .await
     .context("team plans")?;
     let token_rows: Vec<TokenRow> = sqlx::query_as(
-        "SELECT id, name, hash, route_group_name, team_id, allow_pinning, enabled FROM tokens \
-         ORDER BY id",
+        "SELECT id, name, hash, route_group_name, team_id, allow_pinning, enabled, \
+         (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms FROM tokens ORDER BY id",
     )
     .fetch_all(&mut *tx)
     .await
     .context("tokens")?;
+    let price_rows: Vec<PriceRow> = sqlx::query_as(
+        "SELECT id, channel_id, model_pattern, input_per_million, output_per_million, \
+         cached_input_per_million FROM prices ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("prices")?;
+    let limit_rows: Vec<LimitRow> = sqlx::query_as(
+        "SELECT id, scope, scope_id, metric, period, value, mode FROM limits ORDER BY id",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("limits")?;
 
     let revision = u64::try_from(revision).map_err(|_| anyhow!("negative revision"))?;
     build(
@@ -194,6 +229,8 @@ pub async fn compile_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<Snapshot>
             team_members,
             team_plans,
             token_rows,
+            price_rows,
+            limit_rows,
         },
     )
 }
@@ -208,6 +245,8 @@ struct Tables {
     team_members: Vec<(i64, i64)>,
     team_plans: Vec<(i64, i64, Option<i32>, Option<i32>)>,
     token_rows: Vec<TokenRow>,
+    price_rows: Vec<PriceRow>,
+    limit_rows: Vec<LimitRow>,
 }
 
 /// The stored settings document over the defaults, validated.
@@ -341,8 +380,42 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             team_id: row.team_id,
             allow_pinning: row.allow_pinning,
             enabled: row.enabled,
+            expires_at: row.expires_at_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
         })
         .collect();
+
+    let mut prices = Vec::with_capacity(t.price_rows.len());
+    for row in t.price_rows {
+        let amount = |v: i64, what: &str| {
+            u64::try_from(v).map_err(|_| anyhow!("price {}: negative {what}", row.id))
+        };
+        prices.push(Price {
+            id: row.id,
+            channel_id: row.channel_id,
+            input_per_million: amount(row.input_per_million, "input price")?,
+            output_per_million: amount(row.output_per_million, "output price")?,
+            cached_input_per_million: row
+                .cached_input_per_million
+                .map(|v| amount(v, "cached input price"))
+                .transpose()?,
+            model_pattern: row.model_pattern,
+        });
+    }
+    let mut limits = Vec::with_capacity(t.limit_rows.len());
+    for row in t.limit_rows {
+        let window = (row.period != "none").then_some(row.period.as_str());
+        let value = u64::try_from(row.value).map_err(|_| anyhow!("limit {}: value", row.id))?;
+        let limit = Limit::parse(
+            &row.scope,
+            row.scope_id,
+            &row.metric,
+            window,
+            value,
+            &row.mode,
+        )
+        .map_err(|(field, message)| anyhow!("limit {}: {field}: {message}", row.id))?;
+        limits.push(LimitRule { id: row.id, limit });
+    }
 
     Ok(Snapshot::new(SnapshotParts {
         revision,
@@ -351,5 +424,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         channels,
         teams,
         tokens,
+        prices,
+        limits,
     }))
 }

@@ -943,6 +943,7 @@ async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_ou
                     input_tokens: 100,
                     output_tokens: 10,
                     cached_tokens: 1,
+                    ..Default::default()
                 },
             );
         }

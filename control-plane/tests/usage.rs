@@ -46,6 +46,7 @@ fn record(
         input_tokens: input,
         output_tokens: output,
         cached_tokens: cached,
+        ..Default::default()
     }
 }
 
@@ -479,6 +480,7 @@ async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: Pg
                 input_tokens: i,
                 output_tokens: 2,
                 cached_tokens: i % 2,
+                ..Default::default()
             },
         );
     }

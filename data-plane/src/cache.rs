@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use switchyard_engine::{Channel, Route, Settings, Snapshot, SnapshotParts, Team, Token};
+use switchyard_engine::{
+    Channel, LimitRule, Price, Route, Settings, Snapshot, SnapshotParts, Team, Token,
+};
 
 use crate::snapshot::SnapshotReceiver;
 
@@ -23,6 +25,10 @@ struct Cached {
     channels: Vec<Channel>,
     teams: Vec<Team>,
     tokens: Vec<Token>,
+    #[serde(default)]
+    prices: Vec<Price>,
+    #[serde(default)]
+    limits: Vec<LimitRule>,
 }
 
 pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
@@ -34,6 +40,8 @@ pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
         channels: parts.channels,
         teams: parts.teams,
         tokens: parts.tokens,
+        prices: parts.prices,
+        limits: parts.limits,
     };
     let json =
         serde_json::to_vec(&cached).map_err(|e| format!("cannot encode the snapshot: {e}"))?;
@@ -112,6 +120,8 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, String> {
         channels: cached.channels,
         teams: cached.teams,
         tokens: cached.tokens,
+        prices: cached.prices,
+        limits: cached.limits,
     })))
 }
 

@@ -6,7 +6,12 @@
 use axum::body::Body;
 use axum::response::Response;
 use http::{header, HeaderValue, Method, StatusCode};
+use switchyard_engine::{Metric, ScopeKind, Window};
 use switchyard_provider::{gateway_error_body, Protocol};
+
+/// A refusal whose room comes back later than this is not worth an SDK's automatic retries
+/// (they wait seconds): it says `x-should-retry: false`.
+const RETRY_WORTHWHILE_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GatewayError {
@@ -14,6 +19,17 @@ pub enum GatewayError {
     NotReady,
     /// Missing or unknown API key.
     Unauthorized,
+    /// The API key's expiry (`expires_at`, RFC 3339 UTC) has passed.
+    TokenExpired { at: String },
+    /// A hard limit of the key, its team or the route has no room (`Metric::Spend`: the budget
+    /// is spent).
+    RateLimited {
+        scope: ScopeKind,
+        metric: Metric,
+        window: Window,
+        value: u64,
+        retry_after_ms: u64,
+    },
     /// A path no endpoint serves.
     NotFound,
     /// A path that exists, with a method it does not take.
@@ -44,6 +60,8 @@ pub enum GatewayError {
         model: String,
         secrets_withheld: bool,
     },
+    /// Every member left has no room under its channel's or its own upstream limit.
+    UpstreamsRateLimited { model: String },
     /// Only members whose protocol cannot express the request were left.
     ProtocolUnsupported { feature: String, model: String },
     /// Every attempt timed out (first byte or body) and no upstream answered.
@@ -67,7 +85,8 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             NotReady | NoEligibleMember { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Unauthorized => StatusCode::UNAUTHORIZED,
+            Unauthorized | TokenExpired { .. } => StatusCode::UNAUTHORIZED,
+            RateLimited { .. } | UpstreamsRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             NotFound | ModelNotFound { .. } => StatusCode::NOT_FOUND,
             MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -94,6 +113,17 @@ impl GatewayError {
             | UpstreamStreamCut
             | UpstreamUnreachable => "server_error",
             PinningNotAllowed | ModelNotAllowed { .. } => "permission_error",
+            // OpenAI's own: `requests` / `tokens` for rate limits, `insufficient_quota` for an
+            // exhausted budget.
+            RateLimited {
+                metric: Metric::Spend,
+                ..
+            } => "insufficient_quota",
+            RateLimited {
+                metric: Metric::Tokens,
+                ..
+            } => "tokens",
+            RateLimited { .. } | UpstreamsRateLimited { .. } => "requests",
             _ => "invalid_request_error",
         }
     }
@@ -104,6 +134,12 @@ impl GatewayError {
         match self {
             NotReady => "not_ready",
             Unauthorized => "invalid_api_key",
+            TokenExpired { .. } => "token_expired",
+            RateLimited {
+                metric: Metric::Spend,
+                ..
+            } => "budget_exceeded",
+            RateLimited { .. } | UpstreamsRateLimited { .. } => "rate_limit_exceeded",
             NotFound => "not_found",
             MethodNotAllowed(_) => "method_not_allowed",
             RequestTooLarge { .. } => "request_too_large",
@@ -130,6 +166,25 @@ impl GatewayError {
         match self {
             NotReady => "the gateway has no route snapshot yet".to_owned(),
             Unauthorized => "Missing or invalid API key. Send it as `Authorization: Bearer <token>` or `x-api-key`.".to_owned(),
+            TokenExpired { at } => format!("This API key expired at {at}."),
+            RateLimited {
+                scope,
+                metric,
+                window,
+                value,
+                retry_after_ms,
+            } => {
+                let limit = crate::admission::describe(*scope, *metric, *window, *value);
+                let wait = retry_after_ms.div_ceil(1_000);
+                if *metric == Metric::Spend {
+                    format!("Budget exceeded: {limit} is spent. It resets in {wait} s.")
+                } else {
+                    format!("Rate limit reached: {limit}. Retry after {wait} s.")
+                }
+            }
+            UpstreamsRateLimited { model } => format!(
+                "Rate limit reached: every upstream serving `{model}` is at its configured limit. Retry after 1 s."
+            ),
             NotFound => "No such endpoint on this gateway.".to_owned(),
             MethodNotAllowed(method) => format!("{method} is not allowed on this path"),
             RequestTooLarge { limit } => format!("request body exceeds the limit of {limit} bytes"),
@@ -182,8 +237,30 @@ impl GatewayError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        // Retrying a gateway-made 4xx cannot help (503/504 may).
-        if status.is_client_error() {
+        // Retrying a gateway-made 4xx cannot help (503/504 may), except a rate limit's 429 once
+        // there is room: `Retry-After` says when (SDKs read it, and `retry-after-ms`). A spent
+        // budget, or a window that reopens only after a minute, is not worth automatic retries.
+        let retry = match &self {
+            GatewayError::RateLimited {
+                metric,
+                retry_after_ms,
+                ..
+            } => {
+                let ms = (*retry_after_ms).max(1);
+                let seconds = HeaderValue::from(ms.div_ceil(1_000));
+                headers.insert(header::RETRY_AFTER, seconds);
+                headers.insert("retry-after-ms", HeaderValue::from(ms));
+                *metric != Metric::Spend && ms <= RETRY_WORTHWHILE_MS
+            }
+            GatewayError::UpstreamsRateLimited { .. } => {
+                let ms = switchyard_state::RETRY_SOON_MS;
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1_000)));
+                headers.insert("retry-after-ms", HeaderValue::from(ms));
+                true
+            }
+            _ => !status.is_client_error(),
+        };
+        if !retry {
             headers.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
@@ -260,5 +337,64 @@ mod tests {
         assert_eq!(withheld.code(), "no_eligible_member");
         assert!(withheld.message().contains("`secrets_withheld`"));
         assert!(withheld.message().contains("SWITCHYARD_FLEET_TOKEN"));
+    }
+
+    fn limited(metric: Metric, window: Window, retry_after_ms: u64) -> GatewayError {
+        GatewayError::RateLimited {
+            scope: ScopeKind::Token,
+            metric,
+            window,
+            value: 600,
+            retry_after_ms,
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_a_429_with_retry_after_and_a_spent_budget_says_not_to_retry() {
+        let minute = limited(Metric::Requests, Window::Minute, 12_300);
+        assert_eq!(
+            (minute.status().as_u16(), minute.kind(), minute.code()),
+            (429, "requests", "rate_limit_exceeded")
+        );
+        assert_eq!(
+            minute.message(),
+            "Rate limit reached: this API key's limit of 600 requests per minute. Retry after 13 s."
+        );
+        let response = minute.into_response(Protocol::OpenAi);
+        let h = response.headers();
+        assert_eq!(h["retry-after"], "13");
+        assert_eq!(h["retry-after-ms"], "12300");
+        assert!(h.get("x-should-retry").is_none(), "worth a retry in 13 s");
+
+        let day = limited(Metric::Tokens, Window::Day, 3_600_000);
+        assert_eq!(day.kind(), "tokens");
+        let response = day.into_response(Protocol::Anthropic);
+        assert_eq!(
+            response.headers()["x-should-retry"],
+            "false",
+            "an hour away"
+        );
+        assert_eq!(response.headers()["retry-after"], "3600");
+
+        let budget = limited(Metric::Spend, Window::Month, 1_000);
+        assert_eq!(
+            (budget.kind(), budget.code()),
+            ("insufficient_quota", "budget_exceeded")
+        );
+        let response = budget.into_response(Protocol::Gemini);
+        assert_eq!(response.status().as_u16(), 429);
+        assert_eq!(response.headers()["x-should-retry"], "false");
+
+        let expired = GatewayError::TokenExpired {
+            at: "2026-01-01T00:00:00Z".into(),
+        };
+        assert_eq!(
+            (expired.status().as_u16(), expired.code()),
+            (401, "token_expired")
+        );
+        assert_eq!(
+            expired.message(),
+            "This API key expired at 2026-01-01T00:00:00Z."
+        );
     }
 }

@@ -18,15 +18,18 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde::Serialize;
 use switchyard_engine::{
-    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
-    RandomSource, Reason, Route, RouteId, SelectionConstraint, SplitMix64, Sticky,
+    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Price,
+    Provider, RandomSource, Reason, Route, RouteId, SelectionConstraint, SplitMix64, Sticky,
 };
 use switchyard_provider::{ChatRequest, Protocol, TranslateError, Usage};
-use switchyard_state::{AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan};
+use switchyard_state::{
+    AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan, LimitRequest,
+};
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::admission::{upstream_limits, Held, RateHeaders};
 use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
@@ -41,6 +44,8 @@ use crate::AppState;
 
 /// One proxied request, as the loop sees it.
 pub struct ProxyRequest<'a> {
+    /// The token estimate limits take for this request (see [`crate::admission::estimate`]).
+    pub estimate: u64,
     pub endpoint: Endpoint,
     pub inspected: &'a Inspected,
     pub body: &'a Bytes,
@@ -86,6 +91,14 @@ pub struct Trail {
     pub breaker_tripped: bool,
     pub sticky: Option<&'static str>,
     pub upstream_micros: u64,
+    /// The price of the final attempt's (channel, upstream model), if one matches.
+    pub price: Option<Price>,
+    /// The key's, team's and route's limits the request was admitted under.
+    pub admitted: Option<Held>,
+    /// The serving member's upstream limits (its channel's and its own).
+    pub upstream_held: Option<Held>,
+    /// OpenAI's rate-limit headers for the answer.
+    pub rate: RateHeaders,
 }
 
 struct Picked<'s> {
@@ -217,6 +230,9 @@ struct Failover<'a> {
     /// Credentials the keyword rule disabled during this request (skipped at once, before the
     /// store's view says so).
     disabled_here: Vec<CredentialId>,
+    /// The upstream limits taken for the member being tried: the trail keeps them when it
+    /// serves, a failure releases them.
+    upstream_held: Option<Held>,
 }
 
 /// What [`Failover::next_pick`] decided.
@@ -263,6 +279,60 @@ impl<'a> Failover<'a> {
             rounds_used: 0,
             counted_channels: Vec::new(),
             disabled_here: Vec::new(),
+            upstream_held: None,
+        }
+    }
+
+    /// Marks the route's members whose channel or own upstream limits have no room for this
+    /// request as `rate_limited` for the engine (only when the snapshot has such limits).
+    fn mark_rate_limited(&mut self, now: u64) {
+        let snapshot = &*self.view.snapshot;
+        if !snapshot.has_upstream_limits() {
+            return;
+        }
+        let Some(route) = snapshot.resolve_route(&self.req.inspected.model) else {
+            return;
+        };
+        // Once without room, a member stays skipped for the rest of this request.
+        let constraint = &mut self.req.constraint;
+        for member in &route.members {
+            if constraint.rate_limited.contains(&member.id) {
+                continue;
+            }
+            let limits = upstream_limits(snapshot, member.channel_id, member.id);
+            if limits.is_empty() {
+                continue;
+            }
+            let request = LimitRequest {
+                limits: &limits,
+                tokens: self.req.estimate,
+            };
+            if !self.state.store.limit_room(&request, now) {
+                constraint.rate_limited.push(member.id);
+            }
+        }
+    }
+
+    /// Takes the picked member's upstream limits; `false` when another request took the room
+    /// first (the member is then `rate_limited` for the next pick).
+    fn take_upstream(&mut self, channel: ChannelId, member: MemberId, now: u64) -> bool {
+        let snapshot = &*self.view.snapshot;
+        if !snapshot.has_upstream_limits() {
+            return true;
+        }
+        let limits = upstream_limits(snapshot, channel, member);
+        if limits.is_empty() {
+            return true;
+        }
+        match Held::take(&self.state.store, limits, self.req.estimate, now).1 {
+            Ok(held) => {
+                self.upstream_held = Some(held);
+                true
+            }
+            Err(_) => {
+                self.req.constraint.rate_limited.push(member);
+                false
+            }
         }
     }
 
@@ -283,6 +353,8 @@ impl<'a> Failover<'a> {
         let mut decision_out = None;
         let mut untranslatable: Option<Provider> = None;
         let mut secrets_withheld = false;
+        let mut rate_limited = false;
+        self.mark_rate_limited(now);
         let constraint = &self.req.constraint;
         let rng = &mut self.rng;
         self.state.store.with_view(&mut |health| {
@@ -293,6 +365,10 @@ impl<'a> Failover<'a> {
                     .candidates
                     .iter()
                     .any(|c| c.reasons.contains(Reason::SecretsWithheld));
+                rate_limited = decision
+                    .candidates
+                    .iter()
+                    .any(|c| c.reasons.contains(Reason::RateLimited));
                 // Nothing eligible: was it only because no member's protocol can express it?
                 let unsupported = |c: &switchyard_engine::Candidate<'_>| {
                     c.reasons.contains(Reason::ProtocolUnsupported)
@@ -363,12 +439,16 @@ impl<'a> Failover<'a> {
             return Next::Fail(match outcome {
                 Selection::ModelNotFound => GatewayError::ModelNotFound { model },
                 Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
+                _ if rate_limited => GatewayError::UpstreamsRateLimited { model },
                 _ => GatewayError::NoEligibleMember {
                     model,
                     secrets_withheld,
                 },
             });
         };
+        if !self.take_upstream(picked.channel.id, picked.member.id, now) {
+            return Next::Skip;
+        }
         if picked.credentials.is_empty() {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
             self.req.constraint.attempted.push(picked.member.id);
@@ -613,6 +693,12 @@ impl<'a> Failover<'a> {
         }
         self.trail.final_channel = Some(picked.channel.name.clone());
         self.trail.final_model = Some(picked.member.upstream_model.clone());
+        self.trail.price = self
+            .view
+            .snapshot
+            .price(picked.channel.id, &picked.member.upstream_model)
+            .cloned();
+        self.trail.upstream_held = self.upstream_held.take();
         let owner = StreamOwner {
             state: state.clone(),
             member: picked.member.id,
@@ -675,6 +761,13 @@ impl<'a> Failover<'a> {
         self.prev_channel = Some(channel.id);
         self.trail.final_channel = Some(channel.name.clone());
         self.trail.final_model = Some(picked.member.upstream_model.clone());
+        self.trail.price = self
+            .view
+            .snapshot
+            .price(channel.id, &picked.member.upstream_model)
+            .cloned();
+        // Nothing was served under the member's upstream limits.
+        self.upstream_held = None;
         self.retry_allowed && Instant::now() < self.deadline
     }
 

@@ -8,6 +8,7 @@
 //! committed response; [`snapshot`] keeps the compiled view of the current snapshot;
 //! [`config`] turns the standalone YAML into a snapshot; [`run`] wires it all.
 
+pub mod admission;
 pub mod attempt;
 pub mod cache;
 pub mod cli;

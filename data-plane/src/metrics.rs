@@ -210,6 +210,12 @@ pub struct Metrics {
     pub attempts: Family<2>,
     /// `route`, `channel`, `token` (name), `kind` (`input`, `output`, `cached`).
     pub tokens: Family<4>,
+    /// `route`, `channel`: micro-USD of the priced requests (rounded up per request).
+    pub spend: Family<2>,
+    /// `scope` (kind), `metric`, `window`: requests refused by a hard limit.
+    pub limit_refusals: Family<3>,
+    /// `scope` (kind), `metric`, `window`: soft limits crossed (one per crossing request).
+    pub soft_crossings: Family<3>,
     pub failovers: AtomicU64,
     pub cooldowns: AtomicU64,
     pub breaker_trips: AtomicU64,
@@ -237,6 +243,21 @@ impl Default for Metrics {
                 "switchyard_tokens_total",
                 "Tokens read from upstream answers and streams, by route, channel, token and kind (input includes cached).",
                 ["route", "channel", "token", "kind"],
+            ),
+            spend: Family::new(
+                "switchyard_spend_micro_usd_total",
+                "Cost of the priced requests in micro-USD (USD x 10^6), by route and final channel.",
+                ["route", "channel"],
+            ),
+            limit_refusals: Family::new(
+                "switchyard_limit_refusals_total",
+                "Requests refused by a hard limit, by scope kind, metric and window.",
+                ["scope", "metric", "window"],
+            ),
+            soft_crossings: Family::new(
+                "switchyard_limit_soft_crossings_total",
+                "Soft limits crossed (requests let through beyond them), by scope kind, metric and window.",
+                ["scope", "metric", "window"],
             ),
             failovers: AtomicU64::new(0),
             cooldowns: AtomicU64::new(0),
@@ -279,11 +300,35 @@ impl Metrics {
         }
     }
 
+    /// A priced request's cost (pico-USD), counted in micro-USD rounded up.
+    pub fn spend(&self, route: &str, channel: &str, cost_pico: u128) {
+        let micros = u64::try_from(cost_pico.div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        if micros > 0 {
+            self.spend.add([route, channel], micros);
+        }
+    }
+
+    /// A limit refused a request (`refused`) or a soft one was crossed.
+    pub fn limit(&self, key: &switchyard_engine::LimitKey, refused: bool) {
+        let family = if refused {
+            &self.limit_refusals
+        } else {
+            &self.soft_crossings
+        };
+        family.add(
+            [key.scope.as_str(), key.metric.as_str(), key.window.as_str()],
+            1,
+        );
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
         self.requests.render(&mut out);
         self.attempts.render(&mut out);
         self.tokens.render(&mut out);
+        self.spend.render(&mut out);
+        self.limit_refusals.render(&mut out);
+        self.soft_crossings.render(&mut out);
         for (name, help, value) in [
             (
                 "switchyard_failovers_total",

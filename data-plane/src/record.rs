@@ -47,6 +47,8 @@ struct RequestLine<'a> {
     breaker_tripped: bool,
     sticky: Option<&'static str>,
     usage: UsageLine,
+    /// USD, exact; `null` when no price matched (unpriced).
+    cost_usd: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamLine>,
     latency_ms: f64,
@@ -156,12 +158,34 @@ impl RequestRecord {
 
     /// Metrics and the log line. `stream` is `None` for a plain answer (its usage is in the
     /// trail).
-    pub fn write(self, state: &AppState, stream: Option<StreamEnd>) {
+    pub fn write(mut self, state: &AppState, stream: Option<StreamEnd>) {
         let usage = stream
             .map(|s| s.usage)
             .or(self.trail.usage)
             .unwrap_or_default();
+        // Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or
+        // when no channel served.
+        let served = self.trail.final_channel.is_some();
+        let cost_pico = self
+            .trail
+            .price
+            .as_ref()
+            .filter(|_| served)
+            .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens));
+        // The limits the request was admitted under learn what it really used.
+        let reported = stream.map(|s| s.usage).or(self.trail.usage);
+        let succeeded =
+            self.status < 400 && stream.is_none_or(|s| s.outcome == StreamOutcome::Completed);
+        for held in [self.trail.admitted.take(), self.trail.upstream_held.take()]
+            .into_iter()
+            .flatten()
+        {
+            held.finish(reported, cost_pico, succeeded);
+        }
         let (route, channel, token) = (self.route(), self.channel(), self.token.as_deref());
+        if let Some(cost) = cost_pico {
+            state.metrics.spend(route, channel, cost);
+        }
         state
             .metrics
             .request(self.endpoint, route, channel, self.status);
@@ -180,6 +204,7 @@ impl RequestRecord {
                         model: self.trail.final_model.clone().unwrap_or_default(),
                     },
                     usage,
+                    cost_pico,
                 );
             }
         }
@@ -209,6 +234,7 @@ impl RequestRecord {
                 output_tokens: usage.output_tokens,
                 cached_tokens: usage.cached_tokens,
             },
+            cost_usd: cost_pico.map(switchyard_engine::limit::format_pico_usd),
             stream: stream.map(|s| StreamLine {
                 outcome: s.outcome.label(),
                 bytes: s.bytes,

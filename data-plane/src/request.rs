@@ -35,6 +35,10 @@ pub struct Inspected {
     stream_span: Option<(usize, usize)>,
     /// What the body says about OpenAI's `stream_options.include_usage`.
     stream_usage: StreamUsage,
+    /// The output the request may produce, when it says (`max_tokens`, `max_completion_tokens`,
+    /// `max_output_tokens`, Gemini's `generationConfig.maxOutputTokens`): part of the token
+    /// estimate a tokens limit admits it with.
+    pub max_output_tokens: Option<u64>,
 }
 
 /// OpenAI's `stream_options` as a request carries it.
@@ -84,6 +88,19 @@ struct Probe<'a> {
     metadata: Option<&'a RawValue>,
     #[serde(borrow, default)]
     background: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_output_tokens: Option<&'a RawValue>,
+    #[serde(
+        borrow,
+        default,
+        rename = "generationConfig",
+        alias = "generation_config"
+    )]
+    generation_config: Option<&'a RawValue>,
     /// `null` included (`Some("null")`): its bytes are replaced when usage is asked for.
     #[serde(borrow, default, deserialize_with = "raw_even_null")]
     stream_options: Option<&'a RawValue>,
@@ -120,6 +137,17 @@ struct TypeOnly<'a> {
 struct StreamOptions<'a> {
     #[serde(borrow, default)]
     include_usage: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct GenerationConfig<'a> {
+    #[serde(
+        borrow,
+        default,
+        rename = "maxOutputTokens",
+        alias = "max_output_tokens"
+    )]
+    max_output_tokens: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -224,6 +252,19 @@ pub fn inspect_json_for(
     };
     out.needs.streaming = out.stream;
     out.background = probe.background.is_some_and(|b| b.get() == "true");
+    let gemini_max = probe
+        .generation_config
+        .and_then(|raw| serde_json::from_str::<GenerationConfig>(raw.get()).ok())
+        .and_then(|g| g.max_output_tokens);
+    out.max_output_tokens = [
+        probe.max_tokens,
+        probe.max_completion_tokens,
+        probe.max_output_tokens,
+        gemini_max,
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|raw| raw.get().parse::<u64>().ok());
     out.needs.estimated_prompt_tokens = Some(u32::try_from(body.len() / 4).unwrap_or(u32::MAX));
     out.needs.tools = [probe.tools, probe.functions]
         .into_iter()
@@ -493,6 +534,21 @@ mod tests {
             &br#"{ "messages": [{"role":"user","content":"hi"}], "model" : "real-\"model\"",  "x": 1.50 }"#[..]
         );
         assert_eq!(req.rewrite(&body, "alias"), body);
+    }
+
+    #[test]
+    fn the_output_asked_for_is_read_from_each_protocols_field() {
+        let max = |body: &str| inspect_json(body.as_bytes()).unwrap().max_output_tokens;
+        assert_eq!(max(r#"{"model":"m","max_tokens":256}"#), Some(256));
+        assert_eq!(max(r#"{"model":"m","max_completion_tokens":64}"#), Some(64));
+        assert_eq!(max(r#"{"model":"m","max_output_tokens":32}"#), Some(32));
+        assert_eq!(
+            max(r#"{"model":"m","generationConfig":{"maxOutputTokens":16}}"#),
+            Some(16)
+        );
+        assert_eq!(max(r#"{"model":"m","max_tokens":"lots"}"#), None);
+        assert_eq!(max(r#"{"model":"m","max_tokens":-3}"#), None);
+        assert_eq!(max(r#"{"model":"m"}"#), None);
     }
 
     /// An OpenAI stream is asked for its usage: `stream_options.include_usage` spliced in (after

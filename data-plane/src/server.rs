@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::admission::{self, Held};
 use crate::config::token_hash;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
@@ -471,6 +472,11 @@ async fn serve(
     let (parts, body) = request.into_parts();
     let token = authenticate(&view, &parts.headers, parts.uri.query())
         .ok_or_else(GatewayError::unauthorized)?;
+    if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {
+        return Err(GatewayError::TokenExpired {
+            at: switchyard_engine::limit::format_rfc3339(at),
+        });
+    }
     let limit = view.snapshot.settings.max_request_body_bytes;
     let declared = parts
         .headers
@@ -569,7 +575,51 @@ async fn serve(
             .and_then(|v| header_session_key(v.as_bytes()))
             .or_else(|| inspected.body_session(&body));
     }
+    // The key's, its team's and the route's limits: every hard one must have room.
+    let estimate = admission::estimate(body.len(), inspected.max_output_tokens);
+    let limits = admission::client_limits(&view.snapshot, token, route.map(|r| r.id));
+    let mut admitted = None;
+    let mut rate = admission::RateHeaders::default();
+    if !limits.is_empty() {
+        let (outcome, held) = Held::take(&state.store, limits, estimate, crate::unix_ms());
+        rate = admission::RateHeaders::of(&outcome);
+        match held {
+            Ok(held) => {
+                for crossed in admission::soft_crossed(held.limits(), &outcome) {
+                    state.metrics.limit(&crossed.key, false);
+                    tracing::warn!(
+                        token = %token.name,
+                        limit = %crossed.key.name(),
+                        value = crossed.value,
+                        "soft limit crossed"
+                    );
+                }
+                admitted = Some(held);
+            }
+            Err(limits) => {
+                let Some(error) = admission::refusal(&limits, &outcome) else {
+                    return Err(GatewayError::not_ready());
+                };
+                if let Some(refused) = outcome.refused.and_then(|r| limits.get(r.index)) {
+                    state.metrics.limit(&refused.key, true);
+                }
+                let mut trail = Trail {
+                    rate,
+                    route: route.map(|r| (r.id, r.model_pattern.clone())),
+                    ..Trail::default()
+                };
+                trail.token = Some(token.name.clone());
+                trail.team = token
+                    .team_id
+                    .and_then(|id| view.snapshot.team(id))
+                    .map(|t| t.name.clone());
+                let response = error.into_response(endpoint.protocol());
+                return Ok((response, trail, inspected.model.clone()));
+            }
+        }
+    }
     let request = ProxyRequest {
+        estimate,
         endpoint,
         inspected: &inspected,
         body: &body,
@@ -583,6 +633,8 @@ async fn serve(
         seed,
     };
     let (response, mut trail) = proxy(state, &view, request).await;
+    trail.admitted = admitted;
+    trail.rate = rate;
     trail.token = Some(token.name.clone());
     trail.team = token
         .team_id
@@ -624,6 +676,7 @@ fn finish(
         "x-switchyard-attempts",
         HeaderValue::from(trail.attempts.len()),
     );
+    trail.rate.write(headers, crate::unix_ms());
 
     let total = started.elapsed();
     let total_micros = u64::try_from(total.as_micros()).unwrap_or(u64::MAX);

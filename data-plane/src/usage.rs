@@ -67,7 +67,8 @@ impl UsageReporter {
     /// reported none). `usage.input_tokens` includes the cached tokens, as
     /// [`switchyard_provider::Usage`] defines it. Each figure is capped at the per-request bound
     /// the control plane accepts (the provider crate already keeps upstream figures within it).
-    pub fn record(&self, key: UsageKey, usage: Usage) {
+    /// `cost_pico`: the request's cost in pico-USD, `None` when no price matched its usage.
+    pub fn record(&self, key: UsageKey, usage: Usage, cost_pico: Option<u128>) {
         self.buffer.add(
             key,
             UsageCounts {
@@ -75,6 +76,8 @@ impl UsageReporter {
                 input_tokens: usage.input_tokens.min(MAX_TOKENS_PER_REQUEST),
                 output_tokens: usage.output_tokens.min(MAX_TOKENS_PER_REQUEST),
                 cached_tokens: usage.cached_tokens.min(MAX_TOKENS_PER_REQUEST),
+                cost_pico_usd: cost_pico.map_or(0, |c| u64::try_from(c).unwrap_or(u64::MAX)),
+                unpriced_requests: u64::from(cost_pico.is_none()),
             },
         );
     }
@@ -116,14 +119,20 @@ mod tests {
             output_tokens: o,
             cached_tokens: c,
         };
-        reporter.record(key.clone(), usage(100, 20, 50));
-        reporter.record(key, usage(1, 2, 0));
+        reporter.record(key.clone(), usage(100, 20, 50), Some(1_500_000));
+        reporter.record(key.clone(), usage(1, 2, 0), None);
+        reporter.record(key, usage(0, 0, 0), Some(2));
         assert_eq!(reporter.pending_keys(), 1);
         let batch = reporter.take_batch().unwrap();
         let r = &batch.records[0];
         assert_eq!(
             (r.requests, r.input_tokens, r.output_tokens, r.cached_tokens),
-            (2, 101, 22, 50)
+            (3, 101, 22, 50)
+        );
+        assert_eq!(
+            (r.cost_pico_usd, r.unpriced_requests),
+            (1_500_002, 1),
+            "priced costs add up exactly; the unpriced request is counted, not priced at 0"
         );
         assert_eq!((r.token.as_str(), r.team.as_str()), ("app", "research"));
         assert_eq!(

@@ -13,8 +13,12 @@ use switchyard_engine::{
     SecretSource, SnapshotParts, Team, Token, DEFAULT_GROUP,
 };
 
+use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
+use switchyard_engine::{Limit, LimitRule, Price};
+
 use super::{
-    env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawRoute,
+    env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawLimit,
+    RawPrice, RawRoute,
 };
 use crate::mock::MockOptions;
 
@@ -169,6 +173,15 @@ impl RawConfig {
                 text(&format!("{at}.route_group"), group, check_single_line)?;
             }
             text(&format!("{at}.name"), &raw.name, check_single_line)?;
+            let expires_at = match &raw.expires_at {
+                None => None,
+                Some(when) => Some(parse_rfc3339(when).ok_or_else(|| {
+                    err(
+                        format!("{at}.expires_at"),
+                        format!("{when:?} is not an RFC 3339 timestamp (2027-01-31T00:00:00Z)"),
+                    )
+                })?),
+            };
             tokens.push(Token {
                 id: token_alloc.or_next(raw.id),
                 name: raw.name,
@@ -177,10 +190,59 @@ impl RawConfig {
                 team_id,
                 allow_pinning: raw.allow_pinning,
                 enabled: raw.enabled,
+                expires_at,
             });
         }
         check_unique(tokens.iter().map(|t| t.id), "tokens", "token id")?;
         check_published_tokens(&tokens, &channels)?;
+
+        let mut price_ids = Ids::new(self.prices.iter().map(|p| p.id));
+        let mut prices = Vec::with_capacity(self.prices.len());
+        for (pi, raw) in self.prices.into_iter().enumerate() {
+            let at = format!("prices[{pi}]");
+            let id = price_ids.or_next(raw.id);
+            prices.push(raw.into_price(id, &at, &channel_ids)?);
+        }
+        check_unique(prices.iter().map(|p| p.id), "prices", "price id")?;
+        let mut seen = std::collections::HashSet::new();
+        for (pi, p) in prices.iter().enumerate() {
+            if !seen.insert((p.channel_id, p.model_pattern.as_str())) {
+                return Err(err(
+                    format!("prices[{pi}].model_pattern"),
+                    format!("the channel already has a price for {:?}", p.model_pattern),
+                ));
+            }
+        }
+
+        let scopes = Scopes {
+            tokens: tokens.iter().map(|t| (t.name.as_str(), t.id)).collect(),
+            teams: &team_ids,
+            routes: routes
+                .iter()
+                .map(|r| (r.model_pattern.as_str(), r.id))
+                .collect(),
+            channels: &channel_ids,
+            members: routes
+                .iter()
+                .flat_map(|r| r.members.iter().map(|m| m.id))
+                .collect(),
+        };
+        let mut limit_ids = Ids::new(self.limits.iter().map(|l| l.id));
+        let mut limits = Vec::with_capacity(self.limits.len());
+        let mut seen = std::collections::HashSet::new();
+        for (li, raw) in self.limits.into_iter().enumerate() {
+            let at = format!("limits[{li}]");
+            let id = limit_ids.or_next(raw.id);
+            let limit = raw.into_limit(&at, &scopes)?;
+            if !seen.insert(limit.key) {
+                return Err(err(
+                    at,
+                    "another limit already counts this metric over this window for this scope",
+                ));
+            }
+            limits.push(LimitRule { id, limit });
+        }
+        check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
 
         Ok(SnapshotParts {
             revision,
@@ -189,6 +251,8 @@ impl RawConfig {
             channels,
             teams,
             tokens,
+            prices,
+            limits,
         })
     }
 }
@@ -480,5 +544,109 @@ impl RawRoute {
             cooldown_seconds: self.cooldown_seconds,
             members,
         })
+    }
+}
+
+/// What a limit's scope can name: tokens, teams, routes and channels by name (a route by its
+/// model pattern), members by id.
+struct Scopes<'a> {
+    tokens: HashMap<&'a str, i64>,
+    teams: &'a HashMap<String, i64>,
+    routes: HashMap<&'a str, i64>,
+    channels: &'a HashMap<String, i64>,
+    members: std::collections::HashSet<i64>,
+}
+
+impl RawPrice {
+    fn into_price(
+        self,
+        id: i64,
+        at: &str,
+        channel_ids: &HashMap<String, i64>,
+    ) -> Result<Price, ConfigError> {
+        let channel_id = *channel_ids.get(&self.channel).ok_or_else(|| {
+            err(
+                format!("{at}.channel"),
+                format!("unknown channel {:?}", self.channel),
+            )
+        })?;
+        validate_pattern(&self.model_pattern).map_err(|m| err(format!("{at}.model_pattern"), m))?;
+        let amount = |field: &str, value: &super::Amount| {
+            parse_usd_micros(&value.text()).map_err(|m| err(format!("{at}.{field}"), m))
+        };
+        Ok(Price {
+            id,
+            channel_id,
+            input_per_million: amount("input_per_million", &self.input_per_million)?,
+            output_per_million: amount("output_per_million", &self.output_per_million)?,
+            cached_input_per_million: self
+                .cached_input_per_million
+                .as_ref()
+                .map(|v| amount("cached_input_per_million", v))
+                .transpose()?,
+            model_pattern: self.model_pattern,
+        })
+    }
+}
+
+impl RawLimit {
+    fn into_limit(self, at: &str, scopes: &Scopes<'_>) -> Result<Limit, ConfigError> {
+        let unknown = |field: &str, name: &str| {
+            err(format!("{at}.{field}"), format!("unknown {field} {name:?}"))
+        };
+        let named = [
+            self.token.is_some(),
+            self.team.is_some(),
+            self.route.is_some(),
+            self.channel.is_some(),
+            self.member.is_some(),
+        ];
+        if named.iter().filter(|n| **n).count() != 1 {
+            return Err(err(
+                at,
+                "exactly one of `token`, `team`, `route`, `channel` or `member` says whom the limit applies to",
+            ));
+        }
+        let (scope, scope_id) = if let Some(name) = &self.token {
+            let id = scopes.tokens.get(name.as_str());
+            ("token", *id.ok_or_else(|| unknown("token", name))?)
+        } else if let Some(name) = &self.team {
+            (
+                "team",
+                *scopes
+                    .teams
+                    .get(name)
+                    .ok_or_else(|| unknown("team", name))?,
+            )
+        } else if let Some(pattern) = &self.route {
+            let id = scopes.routes.get(pattern.as_str());
+            ("route", *id.ok_or_else(|| unknown("route", pattern))?)
+        } else if let Some(name) = &self.channel {
+            let id = scopes.channels.get(name);
+            ("channel", *id.ok_or_else(|| unknown("channel", name))?)
+        } else {
+            let id = self.member.unwrap_or_default();
+            if !scopes.members.contains(&id) {
+                return Err(err(
+                    format!("{at}.member"),
+                    format!("unknown member id {id}"),
+                ));
+            }
+            ("member", id)
+        };
+        let text = self.value.text();
+        let value = if self.metric == "spend" {
+            parse_usd_micros(&text).map_err(|m| err(format!("{at}.value"), m))?
+        } else {
+            text.parse::<u64>().map_err(|_| {
+                err(
+                    format!("{at}.value"),
+                    format!("{text:?} is not a whole number"),
+                )
+            })?
+        };
+        let window = self.window.as_deref().filter(|w| *w != "none");
+        Limit::parse(scope, scope_id, &self.metric, window, value, &self.mode)
+            .map_err(|(field, message)| err(format!("{at}.{field}"), message))
     }
 }

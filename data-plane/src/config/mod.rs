@@ -59,6 +59,10 @@ pub struct RawConfig {
     pub teams: Vec<RawTeam>,
     #[serde(default)]
     pub tokens: Vec<RawToken>,
+    #[serde(default)]
+    pub prices: Vec<RawPrice>,
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,6 +194,64 @@ pub struct RawToken {
     pub allow_pinning: bool,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// RFC 3339; after it the token is refused as expired.
+    pub expires_at: Option<String>,
+}
+
+/// A decimal amount as YAML gives it: a number or a string (`"2.50"` keeps its digits exactly).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Whole(u64),
+    Decimal(f64),
+    Text(String),
+}
+
+impl Amount {
+    /// The amount as its decimal text (a float prints as its shortest exact form: `0.1`).
+    pub fn text(&self) -> String {
+        match self {
+            Amount::Whole(n) => n.to_string(),
+            Amount::Decimal(f) => f.to_string(),
+            Amount::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// A price per (channel, upstream model pattern), in USD per million tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub id: Option<i64>,
+    /// The channel's name.
+    pub channel: String,
+    pub model_pattern: String,
+    pub input_per_million: Amount,
+    pub output_per_million: Amount,
+    pub cached_input_per_million: Option<Amount>,
+}
+
+/// A limit: exactly one of `token`, `team`, `route` (its model pattern), `channel` (names) or
+/// `member` (an id) says whom it applies to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    pub id: Option<i64>,
+    pub token: Option<String>,
+    pub team: Option<String>,
+    pub route: Option<String>,
+    pub channel: Option<String>,
+    pub member: Option<i64>,
+    pub metric: String,
+    pub window: Option<String>,
+    /// A count, or USD for `spend`.
+    pub value: Amount,
+    #[serde(default = "hard")]
+    pub mode: String,
+}
+
+fn hard() -> String {
+    "hard".to_owned()
 }
 
 /// Reads, parses and validates a YAML file; `revision` becomes the snapshot's revision.

@@ -81,6 +81,7 @@ fn build(n: i64, mode: RoutingMode, align: bool) -> (Snapshot, HealthSnapshot) {
         channels: (1..=channels).map(channel).collect(),
         teams: vec![],
         tokens: vec![],
+        ..SnapshotParts::default()
     });
     if align {
         // As a state store does when the snapshot is installed.

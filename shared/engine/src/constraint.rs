@@ -27,6 +27,10 @@ pub struct SelectionConstraint {
     pub route_group: Option<String>,
     /// Members this request already tried: excluded with the reason `already_attempted`.
     pub attempted: Vec<MemberId>,
+    /// Members without room under an upstream limit (their channel's or their own, as the
+    /// caller's limiter sees it): ineligible with the reason `rate_limited`.
+    #[serde(default)]
+    pub rate_limited: Vec<MemberId>,
     /// Members the caller excludes: filtered without a reason code.
     pub excluded_members: Vec<MemberId>,
     /// Channels the caller excludes: filtered without a reason code.

@@ -23,10 +23,13 @@ pub enum Reason {
     /// The channel's secrets (inline credentials, header values, the base URL's password) were
     /// withheld from this snapshot's holder: it came from a control plane with no fleet token.
     SecretsWithheld = 1 << 10,
+    /// The member's channel or the member itself has no room left under an upstream limit (a
+    /// provider's own quota as configured).
+    RateLimited = 1 << 11,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::MemberDisabled,
         Reason::ChannelDisabled,
         Reason::CredentialUnavailable,
@@ -38,6 +41,7 @@ impl Reason {
         Reason::ContextTooLong,
         Reason::ProtocolUnsupported,
         Reason::SecretsWithheld,
+        Reason::RateLimited,
     ];
 
     pub fn code(self) -> &'static str {
@@ -53,6 +57,7 @@ impl Reason {
             Reason::ContextTooLong => "context_too_long",
             Reason::ProtocolUnsupported => "protocol_unsupported",
             Reason::SecretsWithheld => "secrets_withheld",
+            Reason::RateLimited => "rate_limited",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod constraint;
 pub mod decision;
 pub mod fxhash;
 pub mod health;
+pub mod limit;
 pub mod model;
 pub mod pattern;
 pub mod rng;
@@ -24,6 +25,9 @@ pub use decision::{
 pub use health::{
     DenseHealth, HealthRecord, HealthSlots, HealthSnapshot, HealthView, NoHealth, Recovering,
     StickyBinding,
+};
+pub use limit::{
+    price_for, Limit, LimitKey, LimitMode, LimitRule, Metric, Price, ScopeKind, Window,
 };
 pub use model::{
     Capabilities, Channel, ChannelId, ChannelStatus, Credential, CredentialId, Member, MemberId,

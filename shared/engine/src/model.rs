@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fxhash::FxHashMap;
 use crate::health::HealthSlots;
+use crate::limit::{Limit, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
 
@@ -293,6 +294,9 @@ pub struct Token {
     pub team_id: Option<TeamId>,
     pub allow_pinning: bool,
     pub enabled: bool,
+    /// After this instant (Unix ms) the token is refused as expired.
+    #[serde(default)]
+    pub expires_at: Option<UnixMillis>,
 }
 
 /// Everything a proxy needs to route, at one revision.
@@ -307,6 +311,10 @@ pub struct Snapshot {
     teams: Vec<Team>,
     team_index: FxHashMap<TeamId, usize>,
     tokens: Vec<Token>,
+    prices: Vec<Price>,
+    limits: Vec<LimitRule>,
+    /// (scope kind, scope id) -> the limits of that scope, in id order.
+    limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
     index: RouteIndex,
     /// member id -> (index into `routes`, index into that route's `members`).
     member_index: FxHashMap<MemberId, (usize, usize)>,
@@ -337,6 +345,8 @@ pub struct SnapshotParts {
     pub channels: Vec<Channel>,
     pub teams: Vec<Team>,
     pub tokens: Vec<Token>,
+    pub prices: Vec<Price>,
+    pub limits: Vec<LimitRule>,
 }
 
 impl Snapshot {
@@ -351,7 +361,18 @@ impl Snapshot {
             mut channels,
             mut teams,
             tokens,
+            mut prices,
+            mut limits,
         } = parts;
+        prices.sort_by_key(|p| p.id);
+        limits.sort_by_key(|l| l.id);
+        let mut limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>> = FxHashMap::default();
+        for rule in &limits {
+            limits_by_scope
+                .entry((rule.limit.key.scope, rule.limit.key.scope_id))
+                .or_default()
+                .push(rule.limit);
+        }
         channels.sort_by_key(|c| c.id);
         teams.sort_by_key(|t| t.id);
         let channel_index = channels
@@ -416,6 +437,9 @@ impl Snapshot {
             teams,
             team_index,
             tokens,
+            prices,
+            limits,
+            limits_by_scope,
             index,
             member_index,
             route_meta,
@@ -460,6 +484,31 @@ impl Snapshot {
         &self.tokens
     }
 
+    pub fn prices(&self) -> &[Price] {
+        &self.prices
+    }
+
+    pub fn limits(&self) -> &[LimitRule] {
+        &self.limits
+    }
+
+    /// The limits attached to one scope (a token, a team, a route, a channel or a member).
+    pub fn limits_of(&self, scope: ScopeKind, id: i64) -> &[Limit] {
+        self.limits_by_scope
+            .get(&(scope, id))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether any channel or member carries a limit (the proxy checks upstream room only then).
+    pub fn has_upstream_limits(&self) -> bool {
+        self.limits.iter().any(|l| l.limit.key.scope.upstream())
+    }
+
+    /// The price of `(channel, upstream model)`; `None`: unpriced.
+    pub fn price(&self, channel: ChannelId, model: &str) -> Option<&Price> {
+        crate::limit::price_for(&self.prices, channel, model)
+    }
+
     /// The enabled route serving `model`: exact match first, else the longest matching wildcard
     /// (ties: lowest route id). The model name is trimmed; matching is case-sensitive.
     pub fn resolve_route(&self, model: &str) -> Option<&Route> {
@@ -493,6 +542,8 @@ impl Snapshot {
             channels: self.channels,
             teams: self.teams,
             tokens: self.tokens,
+            prices: self.prices,
+            limits: self.limits,
         }
     }
 

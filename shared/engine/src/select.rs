@@ -201,6 +201,9 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
         if self.constraint.attempted.contains(&member.id) {
             reasons.insert(Reason::AlreadyAttempted);
         }
+        if self.constraint.rate_limited.contains(&member.id) {
+            reasons.insert(Reason::RateLimited);
+        }
         if weight < 0 {
             reasons.insert(Reason::InvalidWeight);
         }

@@ -141,6 +141,7 @@ fn snapshot() -> Snapshot {
         team_id: Some(7),
         allow_pinning: false,
         enabled: true,
+        expires_at: None,
     };
     Snapshot::new(SnapshotParts {
         revision: 42,
@@ -153,6 +154,7 @@ fn snapshot() -> Snapshot {
         channels: vec![channel(2), channel(1)],
         teams: vec![team],
         tokens: vec![token],
+        ..SnapshotParts::default()
     })
 }
 

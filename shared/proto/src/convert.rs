@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, HashSet};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
-    validate_pattern, Capabilities, Channel, ChannelStatus, Credential, Member, PlanEntry,
-    Provider, Route, RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
+    validate_pattern, Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member,
+    PlanEntry, Price, Provider, Route, RoutingMode, SecretSource, Settings, Snapshot,
+    SnapshotParts, Team, Token,
 };
 
 use crate::v1;
@@ -47,6 +48,8 @@ pub fn snapshot_to_proto(snapshot: &Snapshot, compiled_at_unix_ms: u64) -> v1::S
         teams: snapshot.teams().map(team_to_proto).collect(),
         tokens: snapshot.tokens().iter().map(token_to_proto).collect(),
         compiled_at_unix_ms,
+        prices: snapshot.prices().iter().map(price_to_proto).collect(),
+        limits: snapshot.limits().iter().map(limit_to_proto).collect(),
     }
 }
 
@@ -211,6 +214,31 @@ fn token_to_proto(t: &Token) -> v1::Token {
         team_id: t.team_id,
         allow_pinning: t.allow_pinning,
         enabled: t.enabled,
+        expires_at_unix_ms: t.expires_at,
+    }
+}
+
+fn price_to_proto(p: &Price) -> v1::Price {
+    v1::Price {
+        id: p.id,
+        channel_id: p.channel_id,
+        model_pattern: p.model_pattern.clone(),
+        input_per_million: p.input_per_million,
+        output_per_million: p.output_per_million,
+        cached_input_per_million: p.cached_input_per_million,
+    }
+}
+
+fn limit_to_proto(rule: &LimitRule) -> v1::Limit {
+    let key = rule.limit.key;
+    v1::Limit {
+        id: rule.id,
+        scope: key.scope.as_str().to_owned(),
+        scope_id: key.scope_id,
+        metric: key.metric.as_str().to_owned(),
+        window: key.window.as_str().to_owned(),
+        value: rule.limit.value,
+        mode: rule.limit.mode.as_str().to_owned(),
     }
 }
 
@@ -279,6 +307,29 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             tokens.push(token_from_proto(t, &path)?);
         }
 
+        let mut price_ids = HashSet::new();
+        let mut prices = Vec::with_capacity(wire.prices.len());
+        for (i, p) in wire.prices.into_iter().enumerate() {
+            let path = format!("prices[{i}]");
+            if !price_ids.insert(p.id) {
+                return Err(invalid(path, format!("duplicate price id {}", p.id)));
+            }
+            prices.push(price_from_proto(p, &path)?);
+        }
+
+        let mut limit_ids = HashSet::new();
+        let mut limits = Vec::with_capacity(wire.limits.len());
+        for (i, l) in wire.limits.into_iter().enumerate() {
+            let path = format!("limits[{i}]");
+            if !limit_ids.insert(l.id) {
+                return Err(invalid(path, format!("duplicate limit id {}", l.id)));
+            }
+            let window = (l.window != "none").then_some(l.window.as_str());
+            let limit = Limit::parse(&l.scope, l.scope_id, &l.metric, window, l.value, &l.mode)
+                .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+            limits.push(LimitRule { id: l.id, limit });
+        }
+
         Ok(SnapshotParts {
             revision: wire.revision,
             settings,
@@ -286,6 +337,8 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             channels,
             teams,
             tokens,
+            prices,
+            limits,
         })
     }
 }
@@ -580,12 +633,28 @@ fn token_from_proto(w: v1::Token, path: &str) -> Result<Token, ConversionError> 
         team_id: w.team_id,
         allow_pinning: w.allow_pinning,
         enabled: w.enabled,
+        expires_at: w.expires_at_unix_ms,
+    })
+}
+
+fn price_from_proto(w: v1::Price, path: &str) -> Result<Price, ConversionError> {
+    if let Err(message) = validate_pattern(&w.model_pattern) {
+        return Err(invalid(format!("{path}.model_pattern"), message));
+    }
+    Ok(Price {
+        id: w.id,
+        channel_id: w.channel_id,
+        model_pattern: w.model_pattern,
+        input_per_million: w.input_per_million,
+        output_per_million: w.output_per_million,
+        cached_input_per_million: w.cached_input_per_million,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_engine::ScopeKind;
 
     fn sample() -> Snapshot {
         let channel = Channel {
@@ -665,6 +734,23 @@ mod tests {
             team_id: Some(7),
             allow_pinning: true,
             enabled: true,
+            expires_at: Some(1_800_000_000_000),
+        };
+        let price = Price {
+            id: 5,
+            channel_id: 1,
+            model_pattern: "gpt-4o*".into(),
+            input_per_million: 2_500_000,
+            output_per_million: 10_000_000,
+            cached_input_per_million: Some(1_250_000),
+        };
+        let limit = LimitRule {
+            id: 6,
+            limit: Limit::parse("token", 3, "requests", Some("minute"), 600, "hard").unwrap(),
+        };
+        let concurrent = LimitRule {
+            id: 8,
+            limit: Limit::parse("member", 1, "concurrent", None, 4, "soft").unwrap(),
         };
         Snapshot::new(SnapshotParts {
             revision: 42,
@@ -676,6 +762,8 @@ mod tests {
             channels: vec![channel],
             teams: vec![team],
             tokens: vec![token],
+            prices: vec![price],
+            limits: vec![limit, concurrent],
         })
     }
 
@@ -696,6 +784,9 @@ mod tests {
             snapshot.teams().collect::<Vec<_>>()
         );
         assert_eq!(back.tokens(), snapshot.tokens());
+        assert_eq!(back.prices(), snapshot.prices());
+        assert_eq!(back.limits(), snapshot.limits());
+        assert_eq!(back.limits_of(ScopeKind::Token, 3).len(), 1);
         assert!(back.resolve_route("gpt-4o-mini").is_some());
     }
 
@@ -739,6 +830,18 @@ mod tests {
         rejects(
             |w| w.routes[0].model_pattern = "gpt**".into(),
             "routes[0].model_pattern",
+        );
+    }
+
+    #[test]
+    fn a_limit_with_a_window_its_metric_cannot_have_is_rejected() {
+        rejects(|w| w.limits[0].window = "month".into(), "limits[0].window");
+        rejects(|w| w.limits[1].window = "minute".into(), "limits[1].window");
+        rejects(|w| w.limits[0].value = 0, "limits[0].value");
+        rejects(|w| w.limits[0].scope = "fleet".into(), "limits[0].scope");
+        rejects(
+            |w| w.prices[0].model_pattern = String::new(),
+            "prices[0].model_pattern",
         );
     }
 

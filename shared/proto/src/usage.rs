@@ -76,10 +76,18 @@ pub struct UsageCounts {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cached_tokens: u64,
+    /// Cost of the priced requests in pico-USD (10⁻¹² USD), saturating.
+    pub cost_pico_usd: u64,
+    /// Requests whose usage matched no price: their cost is unknown, never zero.
+    pub unpriced_requests: u64,
 }
 
 impl UsageCounts {
     fn add(&mut self, other: UsageCounts) {
+        self.cost_pico_usd = self.cost_pico_usd.saturating_add(other.cost_pico_usd);
+        self.unpriced_requests = self
+            .unpriced_requests
+            .saturating_add(other.unpriced_requests);
         self.requests = self.requests.saturating_add(other.requests);
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
@@ -335,6 +343,8 @@ fn record((bucket, key): (i64, UsageKey), counts: UsageCounts) -> v1::UsageRecor
         input_tokens: counts.input_tokens,
         output_tokens: counts.output_tokens,
         cached_tokens: counts.cached_tokens,
+        cost_pico_usd: counts.cost_pico_usd,
+        unpriced_requests: counts.unpriced_requests,
     }
 }
 
@@ -555,6 +565,8 @@ mod tests {
 
     fn counts(input: u64, output: u64, cached: u64) -> UsageCounts {
         UsageCounts {
+            cost_pico_usd: 0,
+            unpriced_requests: 1,
             requests: 1,
             input_tokens: input,
             output_tokens: output,

@@ -100,6 +100,7 @@ fn one(input: u64, output: u64, cached: u64) -> UsageCounts {
         input_tokens: input,
         output_tokens: output,
         cached_tokens: cached,
+        ..Default::default()
     }
 }
 

@@ -104,6 +104,10 @@ pub fn limit_checks() -> &'static [(&'static str, LimitCheck)] {
             spend_month_is_the_utc_calendar_month,
         ),
         ("concurrency_slot_is_released", concurrency_slot_is_released),
+        (
+            "room_is_checked_without_taking",
+            room_is_checked_without_taking,
+        ),
     ]
 }
 
@@ -1117,4 +1121,48 @@ pub fn concurrency_slot_is_released(store: &dyn StateStore, settle: &dyn Fn()) {
     store.limit_release(&other);
     assert!(take(store, settle, &other, 0, NOW).admitted());
     assert!(!take(store, settle, &other, 0, NOW).admitted());
+}
+
+/// An upstream limit is checked before a member is picked: the check takes nothing, soft limits
+/// never lack room, and a full hard limit does until its window ends.
+pub fn room_is_checked_without_taking(store: &dyn StateStore, settle: &dyn Fn()) {
+    let limits = [
+        limit(ScopeKind::Channel, 4, Metric::Requests, Window::Minute, 2),
+        limit(ScopeKind::Member, 5, Metric::Tokens, Window::Minute, 500),
+    ];
+    let room = |tokens: u64, now: UnixMillis| {
+        let request = LimitRequest {
+            limits: &limits,
+            tokens,
+        };
+        if store.limit_room(&request, now) {
+            return true;
+        }
+        settle();
+        store.limit_room(&request, now)
+    };
+    for _ in 0..5 {
+        assert!(room(100, NOW), "checking takes nothing");
+    }
+    assert_eq!(store.limit_status(&limits[0], NOW).used, 0);
+    assert!(!room(501, NOW), "more tokens than the limit holds");
+    assert!(take(store, settle, &limits, 100, NOW).admitted());
+    assert!(take(store, settle, &limits, 100, NOW).admitted());
+    assert!(!room(1, NOW), "both requests of the minute are taken");
+    assert!(room(1, MINUTE_END), "the next minute has room again");
+    let soft = [Limit {
+        mode: LimitMode::Soft,
+        ..limit(ScopeKind::Member, 6, Metric::Requests, Window::Minute, 1)
+    }];
+    let request = LimitRequest {
+        limits: &soft,
+        tokens: 0,
+    };
+    for _ in 0..3 {
+        assert!(store.limit_take(&request, NOW).admitted());
+    }
+    assert!(
+        store.limit_room(&request, NOW),
+        "a soft limit never refuses"
+    );
 }

@@ -173,6 +173,10 @@ pub trait StateStore: Send + Sync {
     /// limits the request went past and what the rate-limit headers need.
     fn limit_take(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Admission;
 
+    /// Whether every hard limit of a request has room, taking nothing (upstream limits: a member
+    /// without room is skipped as `rate_limited`, and explain shows it). From local memory.
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool;
+
     /// Adds `delta` to the `metric` limits among `limits` (those of an admitted request): the
     /// real token usage minus the estimate taken at `taken_at`, or the request's cost in
     /// micro-USD (`Metric::Spend`, `taken_at` = `now`). A correction of a window that is over

@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
 use switchyard_engine::fxhash::FxHashMap as HashMap;
+pub use switchyard_engine::limit::{Limit, LimitKey, LimitMode, Metric, ScopeKind, Window};
 use switchyard_engine::UnixMillis;
 
 /// Most limits whose soft crossing an [`Admission`] reports (bit `i` = `limits[i]`); further
@@ -28,67 +29,6 @@ pub const MAX_REPORTED_LIMITS: usize = 64;
 /// `Retry-After` of a refusal that more room can end at any time (a concurrency slot, an
 /// allowance refill): one second.
 pub const RETRY_SOON_MS: u64 = 1_000;
-
-/// Whom a limit applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ScopeKind {
-    Token,
-    Team,
-    Route,
-    Channel,
-    Member,
-}
-
-/// What a limit counts. Spend is in micro-USD (an exact integer, never a float).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    Requests,
-    /// Input + output tokens: taken with an estimate, corrected with the real usage.
-    Tokens,
-    /// Requests in progress: a slot taken at admission, released when the request ends.
-    Concurrent,
-    /// Micro-USD, charged after the request.
-    Spend,
-}
-
-/// The counting window: UTC calendar windows (minute, hour, day, month); `None` for
-/// `concurrent`, which counts what is in progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Window {
-    None,
-    Minute,
-    Hour,
-    Day,
-    Month,
-}
-
-/// Hard limits refuse requests beyond them; soft ones let them pass and report the crossing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitMode {
-    Hard,
-    Soft,
-}
-
-/// The identity of a limit's counter (shared by every proxy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct LimitKey {
-    pub scope: ScopeKind,
-    pub scope_id: i64,
-    pub metric: Metric,
-    pub window: Window,
-}
-
-/// One limit as configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Limit {
-    pub key: LimitKey,
-    pub value: u64,
-    pub mode: LimitMode,
-}
 
 /// Everything one request asks of its limits.
 #[derive(Debug, Clone, Copy)]
@@ -149,105 +89,6 @@ pub struct LimitStatus {
     pub remaining: u64,
     /// When the window ends; `None` for `concurrent`.
     pub reset_at: Option<UnixMillis>,
-}
-
-const MINUTE_MS: u64 = 60_000;
-const HOUR_MS: u64 = 3_600_000;
-const DAY_MS: u64 = 86_400_000;
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (month 1..=12).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// (year, month 1..=12) of a day count since 1970-01-01.
-fn year_month(days: i64) -> (i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m)
-}
-
-impl Window {
-    /// `[start, end)` of the window holding `now` (UTC); `(0, u64::MAX)` for `None`.
-    pub fn bounds(self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
-        let fixed = |len: u64| {
-            let start = now - now % len;
-            (start, start + len)
-        };
-        match self {
-            Window::None => (0, u64::MAX),
-            Window::Minute => fixed(MINUTE_MS),
-            Window::Hour => fixed(HOUR_MS),
-            Window::Day => fixed(DAY_MS),
-            Window::Month => {
-                let (y, m) = year_month((now / DAY_MS) as i64);
-                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-                let day = |y, m| days_from_civil(y, m, 1) as u64 * DAY_MS;
-                (day(y, m), day(ny, nm))
-            }
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Window::None => "none",
-            Window::Minute => "minute",
-            Window::Hour => "hour",
-            Window::Day => "day",
-            Window::Month => "month",
-        }
-    }
-}
-
-impl LimitKey {
-    /// The key's name in the shared store: `scope:id:metric:window`.
-    pub fn name(&self) -> String {
-        let scope = match self.scope {
-            ScopeKind::Token => "token",
-            ScopeKind::Team => "team",
-            ScopeKind::Route => "route",
-            ScopeKind::Channel => "channel",
-            ScopeKind::Member => "member",
-        };
-        let metric = match self.metric {
-            Metric::Requests => "requests",
-            Metric::Tokens => "tokens",
-            Metric::Concurrent => "concurrent",
-            Metric::Spend => "spend",
-        };
-        format!(
-            "{scope}:{}:{metric}:{}",
-            self.scope_id,
-            self.window.as_str()
-        )
-    }
-
-    /// A `concurrent` limit (slots held, released at the end of a request).
-    pub fn concurrent(&self) -> bool {
-        self.metric == Metric::Concurrent
-    }
-
-    /// The counting window holding `now`: `concurrent` has none (whatever window it names), and
-    /// another metric with [`Window::None`] counts for ever.
-    fn bounds(&self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
-        if self.concurrent() {
-            Window::None.bounds(now)
-        } else {
-            self.window.bounds(now)
-        }
-    }
 }
 
 /// The allowance a proxy claims at a time and may run ahead of its claims by: a hundredth of
@@ -447,29 +288,21 @@ impl Tables {
     }
 }
 
-impl Limiter {
-    fn lock(&self) -> MutexGuard<'_, Tables> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Checks and takes every limit of a request at once. Returns the admission and whether a
-    /// claim became due (a fleet store wakes its background).
-    pub fn take(
-        &self,
+impl Tables {
+    /// The hard limit of `req` that refuses it (the one whose room comes back last), checking
+    /// without taking; a fleet store marks each refusing slot due for a claim. Returns it and
+    /// whether a claim became due.
+    fn refusal(
+        &mut self,
         req: &LimitRequest<'_>,
         now: UnixMillis,
         auth: Authority,
-    ) -> (Admission, bool) {
-        let mut t = self.lock();
-        let mut out = Admission::default();
+    ) -> (Option<Refusal>, bool) {
+        let mut refused: Option<Refusal> = None;
         let mut due = false;
-        let live = match auth {
-            Authority::Fleet { live, .. } => live,
-            Authority::Exact => 1,
-        };
         for (i, limit) in req.limits.iter().enumerate() {
             let (check, _) = amounts(limit, req.tokens);
-            let slot = t.slot(limit, now);
+            let slot = self.slot(limit, now);
             slot.largest_take = slot.largest_take.max(check);
             if limit.mode == LimitMode::Hard && !slot.room(check, auth) {
                 let retry_after_ms = if limit.key.concurrent()
@@ -486,11 +319,8 @@ impl Limiter {
                 } else {
                     slot.window_end.saturating_sub(now).max(1)
                 };
-                if out
-                    .refused
-                    .is_none_or(|r| retry_after_ms > r.retry_after_ms)
-                {
-                    out.refused = Some(Refusal {
+                if refused.is_none_or(|r| retry_after_ms > r.retry_after_ms) {
+                    refused = Some(Refusal {
                         index: i,
                         retry_after_ms,
                     });
@@ -501,6 +331,31 @@ impl Limiter {
                 }
             }
         }
+        (refused, due)
+    }
+}
+
+impl Limiter {
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks and takes every limit of a request at once. Returns the admission and whether a
+    /// claim became due (a fleet store wakes its background).
+    pub fn take(
+        &self,
+        req: &LimitRequest<'_>,
+        now: UnixMillis,
+        auth: Authority,
+    ) -> (Admission, bool) {
+        let mut t = self.lock();
+        let mut out = Admission::default();
+        let live = match auth {
+            Authority::Fleet { live, .. } => live,
+            Authority::Exact => 1,
+        };
+        let (refused, mut due) = t.refusal(req, now, auth);
+        out.refused = refused;
         for (i, limit) in req.limits.iter().enumerate() {
             let (_, taken) = amounts(limit, req.tokens);
             let slot = t.slot(limit, now);
@@ -529,6 +384,13 @@ impl Limiter {
             }
         }
         (out, due)
+    }
+
+    /// Whether every hard limit of a request has room, taking nothing (a fleet store's refused
+    /// limits become due for a claim). Returns the answer and whether a claim became due.
+    pub fn room(&self, req: &LimitRequest<'_>, now: UnixMillis, auth: Authority) -> (bool, bool) {
+        let (refused, due) = self.lock().refusal(req, now, auth);
+        (refused.is_none(), due)
     }
 
     /// Adds `delta` to the `metric` limits of `limits`: a token estimate corrected with the real
@@ -719,6 +581,7 @@ mod tests {
 
     /// 2023-11-14T22:13:20Z.
     const NOW: UnixMillis = 1_700_000_000_000;
+    const DAY_MS: u64 = 86_400_000;
     const ON: Authority = Authority::Fleet {
         connected: true,
         live: 1,
@@ -759,98 +622,6 @@ mod tests {
                 g
             };
             l.apply(&c, Some((grant, *counter)));
-        }
-    }
-
-    #[test]
-    fn windows_are_utc_calendar_windows() {
-        assert_eq!(
-            Window::Minute.bounds(NOW),
-            (1_699_999_980_000, 1_700_000_040_000)
-        );
-        assert_eq!(
-            Window::Hour.bounds(NOW),
-            (1_699_999_200_000, 1_700_002_800_000)
-        );
-        assert_eq!(
-            Window::Day.bounds(NOW),
-            (1_699_920_000_000, 1_700_006_400_000)
-        );
-        // November 2023; a leap February; December into January; the epoch's month.
-        assert_eq!(
-            Window::Month.bounds(NOW),
-            (1_698_796_800_000, 1_701_388_800_000)
-        );
-        assert_eq!(
-            Window::Month.bounds(1_709_251_199_999),
-            (1_706_745_600_000, 1_709_251_200_000)
-        );
-        assert_eq!(
-            Window::Month.bounds(1_703_980_800_000),
-            (1_701_388_800_000, 1_704_067_200_000)
-        );
-        assert_eq!(Window::Month.bounds(0), (0, 2_678_400_000));
-        assert_eq!(Window::None.bounds(NOW), (0, u64::MAX));
-        // The first instant of a window is in it; the last is too.
-        assert_eq!(
-            Window::Minute.bounds(1_699_999_980_000).0,
-            1_699_999_980_000
-        );
-        assert_eq!(
-            Window::Minute.bounds(1_700_000_039_999).1,
-            1_700_000_040_000
-        );
-    }
-
-    #[test]
-    fn every_month_from_1970_to_2500_is_the_calendars() {
-        // A plain calendar walk: month lengths and the Gregorian leap rule.
-        let leap =
-            |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
-        let mut start = 0u64;
-        for year in 1970..2500u64 {
-            for month in 1..=12u64 {
-                let days = match month {
-                    2 if leap(year) => 29,
-                    2 => 28,
-                    4 | 6 | 9 | 11 => 30,
-                    _ => 31,
-                };
-                let end = start + days * DAY_MS;
-                for at in [start, start + 12 * HOUR_MS, end - 1] {
-                    assert_eq!(
-                        Window::Month.bounds(at),
-                        (start, end),
-                        "{year}-{month:02} at {at}"
-                    );
-                }
-                start = end;
-            }
-        }
-    }
-
-    #[test]
-    fn names_say_scope_id_metric_and_window() {
-        let mut key = limit(42, Metric::Tokens, Window::Hour, 1).key;
-        assert_eq!(key.name(), "token:42:tokens:hour");
-        for (scope, name) in [
-            (ScopeKind::Team, "team"),
-            (ScopeKind::Route, "route"),
-            (ScopeKind::Channel, "channel"),
-            (ScopeKind::Member, "member"),
-        ] {
-            key.scope = scope;
-            assert!(key.name().starts_with(&format!("{name}:42:")));
-        }
-        for (metric, window, tail) in [
-            (Metric::Requests, Window::Minute, "requests:minute"),
-            (Metric::Concurrent, Window::None, "concurrent:none"),
-            (Metric::Spend, Window::Day, "spend:day"),
-            (Metric::Spend, Window::Month, "spend:month"),
-        ] {
-            key.metric = metric;
-            key.window = window;
-            assert!(key.name().ends_with(tail), "{}", key.name());
         }
     }
 

@@ -418,6 +418,10 @@ impl StateStore for InMemoryStore {
         self.limits.take(request, now, Authority::Exact).0
     }
 
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool {
+        self.limits.room(request, now, Authority::Exact).0
+    }
+
     fn limit_settle(
         &self,
         limits: &[Limit],

@@ -106,6 +106,7 @@ impl World {
             channels: self.channels.clone(),
             teams: self.teams.clone(),
             tokens: vec![],
+            ..SnapshotParts::default()
         })
     }
 

@@ -676,6 +676,12 @@ impl StateStore for RedisStore {
         admission
     }
 
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool {
+        let (room, due) = self.shared.limits.room(request, now, self.authority());
+        self.claim_due(due);
+        room
+    }
+
     fn limit_settle(
         &self,
         limits: &[Limit],

@@ -1,0 +1,290 @@
+//! Limits at the proxy: which limits a request is under, admitting it (or refusing it with a
+//! 429 the client's SDK understands), and charging what it really used when it ends.
+//!
+//! Every check is one call into the state store's local limiter (never a round trip): the
+//! token's, its team's and the route's limits when the request arrives, a member's channel and
+//! member limits when it is picked. A request with no limit anywhere allocates nothing here.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue};
+use switchyard_engine::{Limit, Metric, ScopeKind, Snapshot, Token, UnixMillis, Window};
+use switchyard_provider::Usage;
+use switchyard_state::{Admission, LimitMode, LimitRequest, RateHeader, StateStore};
+
+use crate::errors::GatewayError;
+
+/// The token estimate a request is admitted with: a quarter of its body's bytes (about one
+/// token per four bytes of JSON) plus the output it may ask for (`max_tokens` and its kin).
+pub fn estimate(body_len: usize, max_output: Option<u64>) -> u64 {
+    (body_len as u64 / 4).saturating_add(max_output.unwrap_or(0))
+}
+
+/// The limits a client request is under: its token's, its team's and its route's (soft and hard
+/// together). Empty, and allocation-free, when none of them has any.
+pub fn client_limits(snapshot: &Snapshot, token: &Token, route: Option<i64>) -> Vec<Limit> {
+    let parts = [
+        snapshot.limits_of(ScopeKind::Token, token.id),
+        token
+            .team_id
+            .map_or(&[][..], |team| snapshot.limits_of(ScopeKind::Team, team)),
+        route.map_or(&[][..], |route| snapshot.limits_of(ScopeKind::Route, route)),
+    ];
+    if parts.iter().all(|p| p.is_empty()) {
+        return Vec::new();
+    }
+    parts.concat()
+}
+
+/// The upstream limits of a member: its channel's and its own.
+pub fn upstream_limits(snapshot: &Snapshot, channel: i64, member: i64) -> Vec<Limit> {
+    let channel = snapshot.limits_of(ScopeKind::Channel, channel);
+    let member = snapshot.limits_of(ScopeKind::Member, member);
+    if channel.is_empty() && member.is_empty() {
+        return Vec::new();
+    }
+    [channel, member].concat()
+}
+
+/// Limits a request was admitted under: charged with what it really used, and its concurrency
+/// slots released, when it ends ([`Held::finish`]); dropped unfinished (a failed attempt, a
+/// request abandoned), the slots are released and the token estimate given back.
+pub struct Held {
+    store: Arc<dyn StateStore>,
+    limits: Vec<Limit>,
+    estimate: u64,
+    taken_at: UnixMillis,
+    done: bool,
+}
+
+impl Held {
+    /// Takes `limits` for one request. The admission says what the headers need and, refused,
+    /// which limit refused; the limits come back unheld then.
+    pub fn take(
+        store: &Arc<dyn StateStore>,
+        limits: Vec<Limit>,
+        estimate: u64,
+        now: UnixMillis,
+    ) -> (Admission, Result<Held, Vec<Limit>>) {
+        let admission = store.limit_take(
+            &LimitRequest {
+                limits: &limits,
+                tokens: estimate,
+            },
+            now,
+        );
+        if !admission.admitted() {
+            return (admission, Err(limits));
+        }
+        let held = Held {
+            store: Arc::clone(store),
+            limits,
+            estimate,
+            taken_at: now,
+            done: false,
+        };
+        (admission, Ok(held))
+    }
+
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// The request ended: its tokens limits learn the real usage (no usage reported: a
+    /// successful request keeps its estimate, a failed one gives it back), its spend limits are
+    /// charged its cost (rounded up to the micro-USD), its concurrency slots are released.
+    pub fn finish(mut self, usage: Option<Usage>, cost_pico: Option<u128>, succeeded: bool) {
+        self.settle(usage, cost_pico, succeeded);
+    }
+
+    fn settle(&mut self, usage: Option<Usage>, cost_pico: Option<u128>, succeeded: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let now = crate::unix_ms();
+        let has = |metric: Metric| self.limits.iter().any(|l| l.key.metric == metric);
+        if has(Metric::Tokens) {
+            let used = match usage {
+                Some(u) => u.input_tokens.saturating_add(u.output_tokens),
+                None if succeeded => self.estimate,
+                None => 0,
+            };
+            let delta = clamp_i64(i128::from(used) - i128::from(self.estimate));
+            if delta != 0 {
+                self.store
+                    .limit_settle(&self.limits, Metric::Tokens, delta, self.taken_at, now);
+            }
+        }
+        if let Some(cost) = cost_pico.filter(|c| *c > 0 && has(Metric::Spend)) {
+            let micros = cost.div_ceil(1_000_000);
+            self.store.limit_settle(
+                &self.limits,
+                Metric::Spend,
+                clamp_i64(micros as i128),
+                now,
+                now,
+            );
+        }
+        if has(Metric::Concurrent) {
+            self.store.limit_release(&self.limits);
+        }
+    }
+}
+
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Not finished: nothing was served under these limits.
+        self.settle(None, None, false);
+    }
+}
+
+/// The refusal of a request by limit `limits[index]`.
+pub fn refusal(limits: &[Limit], admission: &Admission) -> Option<GatewayError> {
+    let refused = admission.refused?;
+    let limit = limits.get(refused.index)?;
+    Some(GatewayError::RateLimited {
+        scope: limit.key.scope,
+        metric: limit.key.metric,
+        window: limit.key.window,
+        value: limit.value,
+        retry_after_ms: refused.retry_after_ms,
+    })
+}
+
+/// The soft limits among `limits` this admission crossed (for an event and a metric).
+pub fn soft_crossed<'l>(
+    limits: &'l [Limit],
+    admission: &Admission,
+) -> impl Iterator<Item = &'l Limit> + 'l {
+    let crossed = admission.soft_crossed;
+    limits
+        .iter()
+        .enumerate()
+        .filter(move |(i, l)| l.mode == LimitMode::Soft && *i < 64 && crossed & (1u64 << i) != 0)
+        .map(|(_, l)| l)
+}
+
+/// The OpenAI rate-limit headers of an answer to a request under requests or tokens limits.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateHeaders {
+    pub requests: Option<RateHeader>,
+    pub tokens: Option<RateHeader>,
+}
+
+impl RateHeaders {
+    pub fn of(admission: &Admission) -> RateHeaders {
+        RateHeaders {
+            requests: admission.requests,
+            tokens: admission.tokens,
+        }
+    }
+
+    /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, as OpenAI sends them (the reset
+    /// as a duration: `1s`, `6m0s`, `120ms`).
+    pub fn write(&self, headers: &mut HeaderMap, now: UnixMillis) {
+        for (kind, header) in [("requests", self.requests), ("tokens", self.tokens)] {
+            let Some(h) = header else { continue };
+            let mut put = |name: &str, value: String| {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    headers.insert(name, value);
+                }
+            };
+            put(&format!("x-ratelimit-limit-{kind}"), h.limit.to_string());
+            put(
+                &format!("x-ratelimit-remaining-{kind}"),
+                h.remaining.to_string(),
+            );
+            put(
+                &format!("x-ratelimit-reset-{kind}"),
+                duration_text(h.reset_at.saturating_sub(now)),
+            );
+        }
+    }
+}
+
+/// A duration as OpenAI writes its resets: `850ms`, `12s`, `6m0s`, `1h2m3s`.
+pub fn duration_text(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1_000);
+    let (h, m, s) = (s / 3_600, s / 60 % 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// How a refusal names its limit: whose it is (never another client's name), what it counts
+/// and over which window.
+pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) -> String {
+    let whose = match scope {
+        ScopeKind::Token => "this API key's",
+        ScopeKind::Team => "its team's",
+        ScopeKind::Route => "the model route's",
+        ScopeKind::Channel => "the upstream channel's",
+        ScopeKind::Member => "the upstream member's",
+    };
+    let per = match window {
+        Window::None => String::new(),
+        Window::Month => " per calendar month (UTC)".to_owned(),
+        Window::Day => " per day (UTC)".to_owned(),
+        w => format!(" per {}", w.as_str()),
+    };
+    match metric {
+        Metric::Spend => format!(
+            "{whose} spend budget of {} USD{per}",
+            switchyard_engine::limit::format_micros(value)
+        ),
+        Metric::Concurrent => format!("{whose} limit of {value} concurrent requests"),
+        Metric::Requests => format!("{whose} limit of {value} requests{per}"),
+        Metric::Tokens => format!("{whose} limit of {value} tokens{per}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resets_read_as_openai_writes_them() {
+        assert_eq!(duration_text(0), "0ms");
+        assert_eq!(duration_text(850), "850ms");
+        assert_eq!(duration_text(1_000), "1s");
+        assert_eq!(duration_text(11_200), "12s");
+        assert_eq!(duration_text(360_000), "6m0s");
+        assert_eq!(duration_text(3_723_000), "1h2m3s");
+    }
+
+    #[test]
+    fn estimates_are_a_quarter_of_the_body_plus_the_output_asked_for() {
+        assert_eq!(estimate(400, None), 100);
+        assert_eq!(estimate(401, Some(50)), 150);
+        assert_eq!(estimate(0, Some(u64::MAX)), u64::MAX);
+    }
+
+    #[test]
+    fn a_refusal_names_whose_limit_and_what_it_counts() {
+        assert_eq!(
+            describe(ScopeKind::Token, Metric::Requests, Window::Minute, 600),
+            "this API key's limit of 600 requests per minute"
+        );
+        assert_eq!(
+            describe(ScopeKind::Team, Metric::Spend, Window::Month, 25_500_000),
+            "its team's spend budget of 25.5 USD per calendar month (UTC)"
+        );
+        assert_eq!(
+            describe(ScopeKind::Route, Metric::Concurrent, Window::None, 4),
+            "the model route's limit of 4 concurrent requests"
+        );
+    }
+}
