@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
-use switchyard_engine::{wildcard_match, SelectionConstraint, Token};
+use switchyard_engine::{wildcard_match, ScopeKind, SelectionConstraint, Token};
 use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -209,6 +209,37 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
             "switchyard_channel_breaker_open{{channel=\"{}\"}} {}",
             crate::metrics::escape(&channel.name),
             u8::from(open(channel.id))
+        );
+    }
+    // Room left under route and team limits (token-level detail stays out of labels).
+    let snapshot = &view.snapshot;
+    let shared = snapshot
+        .limits()
+        .iter()
+        .filter(|r| matches!(r.limit.key.scope, ScopeKind::Route | ScopeKind::Team));
+    let mut header = true;
+    for rule in shared {
+        let key = rule.limit.key;
+        let name = match key.scope {
+            ScopeKind::Route => snapshot
+                .route(key.scope_id)
+                .map(|r| r.model_pattern.as_str()),
+            _ => snapshot.team(key.scope_id).map(|t| t.name.as_str()),
+        };
+        let Some(name) = name else { continue };
+        if header {
+            out.push_str("# HELP switchyard_limit_remaining Room left under each route and team limit, as this proxy sees it (spend in micro-USD).\n# TYPE switchyard_limit_remaining gauge\n");
+            header = false;
+        }
+        let status = state.store.limit_status(&rule.limit, now);
+        let _ = writeln!(
+            out,
+            "switchyard_limit_remaining{{scope=\"{}\",name=\"{}\",metric=\"{}\",window=\"{}\"}} {}",
+            key.scope.as_str(),
+            crate::metrics::escape(name),
+            key.metric.as_str(),
+            key.window.as_str(),
+            status.remaining
         );
     }
 }

@@ -356,6 +356,118 @@ mod tests {
         );
     }
 
+    const SCOPES: &str = "channels:\n  - name: a\n    provider: mock\nroutes:\n  - model_pattern: m\n    members:\n      - { id: 7, channel: a }\nteams:\n  - { name: t1, models: ['*'] }\ntokens:\n  - { name: k, token: secret, team: t1 }\n";
+
+    #[test]
+    fn prices_and_limits_compile_exactly_and_name_their_scope() {
+        let parts = parse(&format!(
+            "{SCOPES}prices:\n  - {{ channel: a, model_pattern: 'gpt-*', input_per_million: \"2.50\", output_per_million: 10, cached_input_per_million: 0.1 }}\nlimits:\n  - {{ token: k, metric: requests, window: minute, value: 600 }}\n  - {{ team: t1, metric: spend, window: month, value: \"25.5\", mode: soft }}\n  - {{ route: m, metric: concurrent, value: 4 }}\n  - {{ channel: a, metric: tokens, window: minute, value: 90000 }}\n  - {{ member: 7, metric: requests, window: day, value: 10 }}\n"
+        ))
+        .unwrap();
+        let p = &parts.prices[0];
+        assert_eq!(
+            (
+                p.input_per_million,
+                p.output_per_million,
+                p.cached_input_per_million
+            ),
+            (2_500_000, 10_000_000, Some(100_000))
+        );
+        let keys: Vec<String> = parts.limits.iter().map(|l| l.limit.key.name()).collect();
+        assert_eq!(
+            keys,
+            [
+                "token:1:requests:minute",
+                "team:1:spend:month",
+                "route:1:concurrent:none",
+                "channel:1:tokens:minute",
+                "member:7:requests:day"
+            ]
+        );
+        assert_eq!(parts.limits[1].limit.value, 25_500_000, "micro-USD");
+        assert_eq!(
+            parts.limits[1].limit.mode,
+            switchyard_engine::LimitMode::Soft
+        );
+    }
+
+    #[test]
+    fn bad_prices_limits_and_expiries_name_the_field() {
+        for (extra, expected) in [
+            (
+                "limits:\n  - { token: nobody, metric: requests, window: minute, value: 1 }\n",
+                "limits[0].token: unknown token \"nobody\"",
+            ),
+            (
+                "limits:\n  - { token: k, team: t1, metric: requests, window: minute, value: 1 }\n",
+                "limits[0]: exactly one of",
+            ),
+            (
+                "limits:\n  - { token: k, metric: spend, window: minute, value: 1 }\n",
+                "limits[0].window: a `spend` limit counts per day or month",
+            ),
+            (
+                "limits:\n  - { token: k, metric: concurrent, window: hour, value: 1 }\n",
+                "limits[0].window: a `concurrent` limit has no window",
+            ),
+            (
+                "limits:\n  - { token: k, metric: requests, window: minute, value: 0 }\n",
+                "limits[0].value: must be between 1 and",
+            ),
+            (
+                "limits:\n  - { token: k, metric: requests, window: minute, value: 1.5 }\n",
+                "limits[0].value: \"1.5\" is not a whole number",
+            ),
+            (
+                "limits:\n  - { channel: a, metric: spend, window: day, value: 1 }\n",
+                "limits[0].metric: a channel or member limit counts",
+            ),
+            (
+                "limits:\n  - { member: 99, metric: requests, window: day, value: 1 }\n",
+                "limits[0].member: unknown member id 99",
+            ),
+            (
+                "limits:\n  - { token: k, metric: requests, window: minute, value: 1, mode: maybe }\n",
+                "limits[0].mode: `maybe` is not one of hard, soft",
+            ),
+            (
+                "limits:\n  - { token: k, metric: requests, window: minute, value: 1 }\n  - { token: k, metric: requests, window: minute, value: 2 }\n",
+                "limits[1]: another limit already counts",
+            ),
+            (
+                "prices:\n  - { channel: b, model_pattern: m, input_per_million: 1, output_per_million: 1 }\n",
+                "prices[0].channel: unknown channel \"b\"",
+            ),
+            (
+                "prices:\n  - { channel: a, model_pattern: m, input_per_million: \"0.0000001\", output_per_million: 1 }\n",
+                "prices[0].input_per_million: `0.0000001` has more than 6 decimals",
+            ),
+            (
+                "prices:\n  - { channel: a, model_pattern: m, input_per_million: -1, output_per_million: 1 }\n",
+                "prices[0].input_per_million: `-1` is not a non-negative decimal number",
+            ),
+            (
+                "prices:\n  - { channel: a, model_pattern: m, input_per_million: 1, output_per_million: 1 }\n  - { channel: a, model_pattern: m, input_per_million: 2, output_per_million: 2 }\n",
+                "prices[1].model_pattern: the channel already has a price for \"m\"",
+            ),
+        ] {
+            let e = parse(&format!("{SCOPES}{extra}")).unwrap_err();
+            assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
+        }
+        let e =
+            parse(&SCOPES.replace("team: t1 }", "team: t1, expires_at: tomorrow }")).unwrap_err();
+        assert!(
+            e.starts_with("tokens[0].expires_at: \"tomorrow\" is not an RFC 3339 timestamp"),
+            "{e}"
+        );
+        let parts = parse(&SCOPES.replace(
+            "team: t1 }",
+            "team: t1, expires_at: '2027-01-31T00:00:00Z' }",
+        ))
+        .unwrap();
+        assert_eq!(parts.tokens[0].expires_at, Some(1_801_353_600_000));
+    }
+
     #[test]
     fn out_of_range_setting_names_the_field() {
         let e = parse("settings:\n  retry_times: 1000\n").unwrap_err();
