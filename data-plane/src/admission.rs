@@ -46,6 +46,10 @@ pub fn upstream_limits(snapshot: &Snapshot, channel: i64, member: i64) -> Vec<Li
     [channel, member].concat()
 }
 
+/// Longest a request waits for this proxy's allowance to be topped up from the fleet.
+pub const TOP_UP_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+const TOP_UP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Limits a request was admitted under: charged with what it really used, and its concurrency
 /// slots released, when it ends ([`Held::finish`]); dropped unfinished (a failed attempt, a
 /// request abandoned), the slots are released and the token estimate given back.
@@ -84,6 +88,34 @@ impl Held {
             done: false,
         };
         (admission, Ok(held))
+    }
+
+    /// [`Held::take`], waiting a little when the refusal is only this proxy's allowance running
+    /// out while the fleet, as last seen, still has room: the background's claim for more is
+    /// already on its way, and a request should not be refused for the few milliseconds it
+    /// takes (at most [`TOP_UP_WAIT`]; no round trip is made for the request itself).
+    pub async fn admit(
+        store: &Arc<dyn StateStore>,
+        mut limits: Vec<Limit>,
+        estimate: u64,
+    ) -> (Admission, Result<Held, Vec<Limit>>) {
+        let deadline = tokio::time::Instant::now() + TOP_UP_WAIT;
+        loop {
+            let (admission, outcome) = Held::take(store, limits, estimate, crate::unix_ms());
+            let back = match outcome {
+                Ok(held) => return (admission, Ok(held)),
+                Err(back) => back,
+            };
+            let topping_up = admission.refused.is_some_and(|r| {
+                r.retry_after_ms <= switchyard_state::RETRY_SOON_MS
+                    && back.get(r.index).is_some_and(|l| !l.key.concurrent())
+            });
+            if !topping_up || tokio::time::Instant::now() >= deadline {
+                return (admission, Err(back));
+            }
+            limits = back;
+            tokio::time::sleep(TOP_UP_POLL).await;
+        }
     }
 
     pub fn limits(&self) -> &[Limit] {
@@ -143,7 +175,9 @@ impl Drop for Held {
     }
 }
 
-/// The refusal of a request by limit `limits[index]`.
+/// The refusal of a request by the limit the admission names. A spend limit is *spent* when
+/// its room comes back only with the next window; when it comes back sooner, the budget still
+/// has room fleet-wide and this proxy waits for its share to be topped up (a plain rate limit).
 pub fn refusal(limits: &[Limit], admission: &Admission) -> Option<GatewayError> {
     let refused = admission.refused?;
     let limit = limits.get(refused.index)?;
@@ -153,6 +187,8 @@ pub fn refusal(limits: &[Limit], admission: &Admission) -> Option<GatewayError> 
         window: limit.key.window,
         value: limit.value,
         retry_after_ms: refused.retry_after_ms,
+        spent: limit.key.metric == Metric::Spend
+            && refused.retry_after_ms > switchyard_state::RETRY_SOON_MS,
     })
 }
 

@@ -21,14 +21,16 @@ pub enum GatewayError {
     Unauthorized,
     /// The API key's expiry (`expires_at`, RFC 3339 UTC) has passed.
     TokenExpired { at: String },
-    /// A hard limit of the key, its team or the route has no room (`Metric::Spend`: the budget
-    /// is spent).
+    /// A hard limit of the key, its team or the route has no room. `spent`: a spend budget is
+    /// used up for its window (otherwise a spend limit refusing is waiting for this proxy's
+    /// share of the budget to be topped up: a plain rate limit, worth a retry in a second).
     RateLimited {
         scope: ScopeKind,
         metric: Metric,
         window: Window,
         value: u64,
         retry_after_ms: u64,
+        spent: bool,
     },
     /// A path no endpoint serves.
     NotFound,
@@ -115,10 +117,7 @@ impl GatewayError {
             PinningNotAllowed | ModelNotAllowed { .. } => "permission_error",
             // OpenAI's own: `requests` / `tokens` for rate limits, `insufficient_quota` for an
             // exhausted budget.
-            RateLimited {
-                metric: Metric::Spend,
-                ..
-            } => "insufficient_quota",
+            RateLimited { spent: true, .. } => "insufficient_quota",
             RateLimited {
                 metric: Metric::Tokens,
                 ..
@@ -135,10 +134,7 @@ impl GatewayError {
             NotReady => "not_ready",
             Unauthorized => "invalid_api_key",
             TokenExpired { .. } => "token_expired",
-            RateLimited {
-                metric: Metric::Spend,
-                ..
-            } => "budget_exceeded",
+            RateLimited { spent: true, .. } => "budget_exceeded",
             RateLimited { .. } | UpstreamsRateLimited { .. } => "rate_limit_exceeded",
             NotFound => "not_found",
             MethodNotAllowed(_) => "method_not_allowed",
@@ -173,10 +169,11 @@ impl GatewayError {
                 window,
                 value,
                 retry_after_ms,
+                spent,
             } => {
                 let limit = crate::admission::describe(*scope, *metric, *window, *value);
                 let wait = retry_after_ms.div_ceil(1_000);
-                if *metric == Metric::Spend {
+                if *spent {
                     format!("Budget exceeded: {limit} is spent. It resets in {wait} s.")
                 } else {
                     format!("Rate limit reached: {limit}. Retry after {wait} s.")
@@ -242,15 +239,15 @@ impl GatewayError {
         // budget, or a window that reopens only after a minute, is not worth automatic retries.
         let retry = match &self {
             GatewayError::RateLimited {
-                metric,
                 retry_after_ms,
+                spent,
                 ..
             } => {
                 let ms = (*retry_after_ms).max(1);
                 let seconds = HeaderValue::from(ms.div_ceil(1_000));
                 headers.insert(header::RETRY_AFTER, seconds);
                 headers.insert("retry-after-ms", HeaderValue::from(ms));
-                *metric != Metric::Spend && ms <= RETRY_WORTHWHILE_MS
+                !*spent && ms <= RETRY_WORTHWHILE_MS
             }
             GatewayError::UpstreamsRateLimited { .. } => {
                 let ms = switchyard_state::RETRY_SOON_MS;
@@ -346,6 +343,7 @@ mod tests {
             window,
             value: 600,
             retry_after_ms,
+            spent: metric == Metric::Spend && retry_after_ms > 1_000,
         }
     }
 
@@ -376,7 +374,18 @@ mod tests {
         );
         assert_eq!(response.headers()["retry-after"], "3600");
 
-        let budget = limited(Metric::Spend, Window::Month, 1_000);
+        let topping_up = limited(Metric::Spend, Window::Month, 1_000);
+        assert_eq!(
+            (topping_up.kind(), topping_up.code()),
+            ("requests", "rate_limit_exceeded"),
+            "a budget not spent yet, waiting for this proxy's share: retry in a second"
+        );
+        assert!(topping_up
+            .into_response(Protocol::OpenAi)
+            .headers()
+            .get("x-should-retry")
+            .is_none());
+        let budget = limited(Metric::Spend, Window::Month, 86_400_000);
         assert_eq!(
             (budget.kind(), budget.code()),
             ("insufficient_quota", "budget_exceeded")

@@ -612,7 +612,7 @@ async fn serve(
     let mut admitted = None;
     let mut rate = admission::RateHeaders::default();
     if !limits.is_empty() {
-        let (outcome, held) = Held::take(&state.store, limits, estimate, crate::unix_ms());
+        let (outcome, held) = Held::admit(&state.store, limits, estimate).await;
         rate = admission::RateHeaders::of(&outcome);
         match held {
             Ok(held) => {

@@ -5,11 +5,10 @@
 //! Redis resuming (each proxy's propagation-lag histogram on `/metrics` moving meanwhile).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use switchyard_e2e::fleet::{
-    cleanup, free_port, http, unique, write_config, Proxy, CHAT, PROPAGATION_MARGIN,
+    cleanup, free_port, http, unique, write_config, OwnRedis, Proxy, CHAT, PROPAGATION_MARGIN,
 };
 use switchyard_e2e::redis_url;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
@@ -212,41 +211,6 @@ async fn in_flight_is_fleet_wide_and_a_killed_proxy_leaks_nothing() {
     drop(b);
     cleanup(&redis, &prefix);
     let _ = std::fs::remove_file(config);
-}
-
-/// A redis-server child on its own port, killed on drop.
-struct OwnRedis {
-    child: Child,
-    port: u16,
-}
-
-impl OwnRedis {
-    fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        OwnRedis { child, port }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -419,6 +419,10 @@ impl Limiter {
                 continue;
             }
             slot.used = slot.used.saturating_add_signed(delta);
+            // A charge counts as a take: the allowance (and the credit a proxy may run ahead by)
+            // fits the largest, so a budget whose requests each cost more than a hundredth of
+            // a proxy's share still admits one at a time between claims.
+            slot.largest_take = slot.largest_take.max(u64::try_from(delta).unwrap_or(0));
             if matches!(auth, Authority::Fleet { .. }) && slot.wants_claim(live) {
                 slot.due = true;
                 due = true;
@@ -1008,6 +1012,42 @@ mod tests {
         // Exact mode: no claims.
         let exact = Limiter::default();
         assert!(!exact.settle(&limits, Metric::Tokens, 50, NOW, NOW, Authority::Exact));
+    }
+
+    #[test]
+    fn a_charge_larger_than_the_allowance_widens_it_to_fit_one_such_request() {
+        // Spend: a hundredth of 2 000 among 3 proxies is 6, but each request costs 19.
+        let l = Limiter::default();
+        let budget = [limit(1, Metric::Spend, Window::Day, 2_000)];
+        let live3 = Authority::Fleet {
+            connected: true,
+            live: 3,
+        };
+        let mut counters = HashMap::default();
+        assert!(take(&l, &budget, 0, live3).0.admitted());
+        l.settle(&budget, Metric::Spend, 19, NOW, NOW, live3);
+        let claims = l.due_claims(3);
+        assert_eq!(
+            (claims[0].debt, claims[0].want),
+            (19, 38),
+            "two allowances of one request's cost each"
+        );
+        answer(&l, claims, &mut counters);
+        // 38 granted ahead, then one allowance (19) of credit: three more requests are admitted
+        // without waiting for a claim.
+        for _ in 0..3 {
+            assert!(take(&l, &budget, 0, live3).0.admitted());
+            l.settle(&budget, Metric::Spend, 19, NOW, NOW, live3);
+        }
+        assert!(
+            !take(&l, &budget, 0, live3).0.admitted(),
+            "beyond one allowance of credit: wait for the claim"
+        );
+        // A refund never widens it: the allowance stays a hundredth of the share (6).
+        let other = [limit(2, Metric::Spend, Window::Day, 2_000)];
+        l.settle(&other, Metric::Spend, -500, NOW, NOW, live3);
+        let claim = l.due_claims(3).into_iter().find(|c| c.key == other[0].key);
+        assert_eq!(claim.map(|c| c.want), Some(12));
     }
 
     #[test]
