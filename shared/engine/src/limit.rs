@@ -640,12 +640,152 @@ mod tests {
     }
 
     #[test]
+    fn every_name_parses_back_to_its_value_and_nothing_else_parses() {
+        for scope in ScopeKind::ALL {
+            assert_eq!(ScopeKind::parse(scope.as_str()), Some(scope));
+        }
+        for metric in Metric::ALL {
+            assert_eq!(Metric::parse(metric.as_str()), Some(metric));
+        }
+        for window in Window::ALL {
+            assert_eq!(Window::parse(window.as_str()), Some(window));
+        }
+        for mode in [LimitMode::Hard, LimitMode::Soft] {
+            assert_eq!(LimitMode::parse(mode.as_str()), Some(mode));
+        }
+        assert_eq!(ScopeKind::parse("fleet"), None);
+        assert_eq!(Metric::parse("Requests"), None);
+        assert_eq!(Window::parse("week"), None);
+        assert_eq!(LimitMode::parse(""), None);
+        let upstream: Vec<bool> = ScopeKind::ALL.iter().map(|s| s.upstream()).collect();
+        assert_eq!(upstream, [false, false, false, true, true]);
+    }
+
+    #[test]
+    fn a_limit_parses_only_with_a_window_its_metric_counts_over() {
+        let ok = |metric, window| Limit::parse("team", 7, metric, window, 10, "soft");
+        let limit = ok("requests", Some("minute")).unwrap();
+        assert_eq!(
+            limit,
+            Limit {
+                key: LimitKey {
+                    scope: ScopeKind::Team,
+                    scope_id: 7,
+                    metric: Metric::Requests,
+                    window: Window::Minute,
+                },
+                value: 10,
+                mode: LimitMode::Soft,
+            }
+        );
+        for (metric, window) in [
+            ("requests", "hour"),
+            ("requests", "day"),
+            ("tokens", "minute"),
+            ("tokens", "hour"),
+            ("tokens", "day"),
+            ("spend", "day"),
+            ("spend", "month"),
+        ] {
+            assert!(ok(metric, Some(window)).is_ok(), "{metric} per {window}");
+        }
+        assert_eq!(
+            ok("concurrent", None).unwrap().key.window,
+            Window::None,
+            "no window: `none`"
+        );
+        let field = |r: Result<Limit, (&'static str, String)>| r.unwrap_err().0;
+        assert_eq!(field(ok("requests", Some("month"))), "window");
+        assert_eq!(field(ok("requests", None)), "window");
+        assert_eq!(field(ok("spend", Some("hour"))), "window");
+        assert_eq!(field(ok("concurrent", Some("minute"))), "window");
+        assert_eq!(field(ok("requests", Some("fortnight"))), "window");
+        assert_eq!(field(ok("bytes", Some("minute"))), "metric");
+        assert_eq!(
+            field(Limit::parse(
+                "fleet",
+                1,
+                "requests",
+                Some("minute"),
+                1,
+                "hard"
+            )),
+            "scope"
+        );
+        assert_eq!(
+            field(Limit::parse(
+                "team",
+                1,
+                "requests",
+                Some("minute"),
+                1,
+                "strict"
+            )),
+            "mode"
+        );
+        for bad in [0, MAX_LIMIT_VALUE + 1] {
+            assert_eq!(
+                field(Limit::parse(
+                    "team",
+                    1,
+                    "requests",
+                    Some("minute"),
+                    bad,
+                    "hard"
+                )),
+                "value"
+            );
+        }
+        assert!(Limit::parse(
+            "team",
+            1,
+            "requests",
+            Some("minute"),
+            MAX_LIMIT_VALUE,
+            "hard"
+        )
+        .is_ok());
+        assert!(Limit::parse("team", 1, "requests", Some("minute"), 1, "hard").is_ok());
+        // A provider's quota counts requests, tokens or slots; spend belongs to clients.
+        assert_eq!(
+            field(Limit::parse("channel", 1, "spend", Some("day"), 5, "hard")),
+            "metric"
+        );
+        assert_eq!(
+            field(Limit::parse("member", 1, "spend", Some("month"), 5, "hard")),
+            "metric"
+        );
+        assert!(Limit::parse("member", 1, "tokens", Some("minute"), 5, "hard").is_ok());
+        assert!(Limit::parse("route", 1, "spend", Some("month"), 5, "hard").is_ok());
+        let message = ok("concurrent", Some("minute")).unwrap_err().1;
+        assert_eq!(message, "a `concurrent` limit has no window");
+        let message = ok("tokens", Some("month")).unwrap_err().1;
+        assert_eq!(message, "a `tokens` limit counts per minute or hour or day");
+    }
+
+    #[test]
+    fn a_concurrent_key_counts_for_ever_whatever_window_it_names() {
+        let mut key = LimitKey {
+            scope: ScopeKind::Token,
+            scope_id: 1,
+            metric: Metric::Concurrent,
+            window: Window::Minute,
+        };
+        assert!(key.concurrent());
+        assert_eq!(key.bounds(NOW), (0, u64::MAX));
+        key.metric = Metric::Requests;
+        assert!(!key.concurrent());
+        assert_eq!(key.bounds(NOW), Window::Minute.bounds(NOW));
+    }
+
+    #[test]
     fn rfc3339_timestamps_parse_to_unix_ms_and_back() {
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(NOW));
         assert_eq!(parse_rfc3339("2023-11-14t22:13:20z"), Some(NOW));
         assert_eq!(parse_rfc3339("2023-11-14 22:13:20Z"), Some(NOW));
         assert_eq!(parse_rfc3339("2023-11-15T00:13:20+02:00"), Some(NOW));
         assert_eq!(parse_rfc3339("2023-11-14T20:43:20-01:30"), Some(NOW));
+        assert_eq!(parse_rfc3339("2023-11-15T22:12:20+23:59"), Some(NOW));
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20.5Z"), Some(NOW + 500));
         assert_eq!(
             parse_rfc3339("2023-11-14T22:13:20.123456Z"),
@@ -702,6 +842,7 @@ mod tests {
         assert_eq!(parse_usd_micros("0.075"), Ok(75_000));
         assert_eq!(parse_usd_micros("15"), Ok(15_000_000));
         assert_eq!(parse_usd_micros("0.000001"), Ok(1));
+        assert_eq!(parse_usd_micros("1000000000"), Ok(1_000_000_000_000_000));
         for bad in [
             "-1",
             "1e3",

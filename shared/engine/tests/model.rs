@@ -154,8 +154,66 @@ fn snapshot() -> Snapshot {
         channels: vec![channel(2), channel(1)],
         teams: vec![team],
         tokens: vec![token],
-        ..SnapshotParts::default()
+        prices: vec![
+            price(31, 1, "a*", 2),
+            price(30, 1, "a", 1),
+            price(32, 2, "*", 3),
+        ],
+        limits: vec![
+            limit(41, "route", 10, "requests", Some("minute")),
+            limit(40, "route", 10, "tokens", Some("day")),
+            limit(42, "token", 3, "concurrent", None),
+        ],
     })
+}
+
+fn price(id: i64, channel: ChannelId, pattern: &str, input: u64) -> Price {
+    Price {
+        id,
+        channel_id: channel,
+        model_pattern: pattern.into(),
+        input_per_million: input,
+        output_per_million: 0,
+        cached_input_per_million: None,
+    }
+}
+
+fn limit(id: i64, scope: &str, scope_id: i64, metric: &str, window: Option<&str>) -> LimitRule {
+    LimitRule {
+        id,
+        limit: Limit::parse(scope, scope_id, metric, window, 100, "hard").unwrap(),
+    }
+}
+
+#[test]
+fn limits_are_found_by_scope_and_prices_by_channel_and_model() {
+    let s = snapshot();
+    let ids: Vec<i64> = s.limits().iter().map(|l| l.id).collect();
+    assert_eq!(ids, [40, 41, 42], "in id order");
+    let route: Vec<Metric> = s
+        .limits_of(ScopeKind::Route, 10)
+        .iter()
+        .map(|l| l.key.metric)
+        .collect();
+    assert_eq!(route, [Metric::Tokens, Metric::Requests]);
+    assert_eq!(s.limits_of(ScopeKind::Token, 3).len(), 1);
+    assert!(s.limits_of(ScopeKind::Token, 10).is_empty());
+    assert!(s.limits_of(ScopeKind::Route, 20).is_empty());
+    assert!(!s.has_upstream_limits(), "no channel or member limit");
+    let mut parts = s.to_parts();
+    assert_eq!(parts.prices.len(), 3);
+    parts
+        .limits
+        .push(limit(43, "member", 11, "requests", Some("minute")));
+    assert!(Snapshot::new(parts).has_upstream_limits());
+    assert_eq!(
+        s.prices().iter().map(|p| p.id).collect::<Vec<_>>(),
+        [30, 31, 32]
+    );
+    assert_eq!(s.price(1, "a").map(|p| p.id), Some(30), "exact beats a*");
+    assert_eq!(s.price(1, "ab").map(|p| p.id), Some(31));
+    assert_eq!(s.price(1, "b"), None, "unpriced");
+    assert_eq!(s.price(2, "b").map(|p| p.id), Some(32));
 }
 
 #[test]

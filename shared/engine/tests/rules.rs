@@ -285,6 +285,26 @@ fn reason_already_attempted() {
 }
 
 #[test]
+fn reason_rate_limited() {
+    let w = two_members();
+    let c = SelectionConstraint {
+        rate_limited: vec![1],
+        ..constraint()
+    };
+    assert_eq!(reasons(&w, &c, 1), ["rate_limited"]);
+    assert_eq!(chosen(&w, &c, 9), Some(2), "the next member serves");
+    let both = SelectionConstraint {
+        rate_limited: vec![1, 2],
+        ..constraint()
+    };
+    assert_eq!(
+        chosen(&w, &both, 9),
+        None,
+        "no cooling fallback for a member without room"
+    );
+}
+
+#[test]
 fn reason_invalid_weight() {
     let mut w = two_members();
     w.member_mut(1).weight = -1;
