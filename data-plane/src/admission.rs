@@ -62,14 +62,14 @@ pub struct Held {
 }
 
 impl Held {
-    /// Takes `limits` for one request. The admission says what the headers need and, refused,
-    /// which limit refused; the limits come back unheld then.
+    /// Takes `limits` for one request. The admission says what the headers need; refused, the
+    /// limits come back unheld with the one that refused.
     pub fn take(
         store: &Arc<dyn StateStore>,
         limits: Vec<Limit>,
         estimate: u64,
         now: UnixMillis,
-    ) -> (Admission, Result<Held, Vec<Limit>>) {
+    ) -> (Admission, Result<Held, Refused>) {
         let admission = store.limit_take(
             &LimitRequest {
                 limits: &limits,
@@ -77,17 +77,26 @@ impl Held {
             },
             now,
         );
-        if !admission.admitted() {
-            return (admission, Err(limits));
-        }
-        let held = Held {
-            store: Arc::clone(store),
-            limits,
-            estimate,
-            taken_at: now,
-            done: false,
+        // The store names a limit of the request when it refuses (so the list is not empty).
+        let refused = admission.refused.and_then(|r| {
+            let limit = *limits.get(r.index).or(limits.first())?;
+            Some((limit, r.retry_after_ms))
+        });
+        let outcome = match refused {
+            Some((limit, retry_after_ms)) => Err(Refused {
+                limits,
+                limit,
+                retry_after_ms,
+            }),
+            None => Ok(Held {
+                store: Arc::clone(store),
+                limits,
+                estimate,
+                taken_at: now,
+                done: false,
+            }),
         };
-        (admission, Ok(held))
+        (admission, outcome)
     }
 
     /// [`Held::take`], waiting a little when the refusal is only this proxy's allowance running
@@ -98,22 +107,17 @@ impl Held {
         store: &Arc<dyn StateStore>,
         mut limits: Vec<Limit>,
         estimate: u64,
-    ) -> (Admission, Result<Held, Vec<Limit>>) {
+    ) -> (Admission, Result<Held, Refused>) {
         let deadline = tokio::time::Instant::now() + TOP_UP_WAIT;
         loop {
             let (admission, outcome) = Held::take(store, limits, estimate, crate::unix_ms());
-            let back = match outcome {
-                Ok(held) => return (admission, Ok(held)),
-                Err(back) => back,
+            let refused = match outcome {
+                Err(refused) if refused.topping_up() && tokio::time::Instant::now() < deadline => {
+                    refused
+                }
+                outcome => return (admission, outcome),
             };
-            let topping_up = admission.refused.is_some_and(|r| {
-                r.retry_after_ms <= switchyard_state::RETRY_SOON_MS
-                    && back.get(r.index).is_some_and(|l| !l.key.concurrent())
-            });
-            if !topping_up || tokio::time::Instant::now() >= deadline {
-                return (admission, Err(back));
-            }
-            limits = back;
+            limits = refused.limits;
             tokio::time::sleep(TOP_UP_POLL).await;
         }
     }
@@ -175,21 +179,37 @@ impl Drop for Held {
     }
 }
 
-/// The refusal of a request by the limit the admission names. A spend limit is *spent* when
-/// its room comes back only with the next window; when it comes back sooner, the budget still
-/// has room fleet-wide and this proxy waits for its share to be topped up (a plain rate limit).
-pub fn refusal(limits: &[Limit], admission: &Admission) -> Option<GatewayError> {
-    let refused = admission.refused?;
-    let limit = limits.get(refused.index)?;
-    Some(GatewayError::RateLimited {
-        scope: limit.key.scope,
-        metric: limit.key.metric,
-        window: limit.key.window,
-        value: limit.value,
-        retry_after_ms: refused.retry_after_ms,
-        spent: limit.key.metric == Metric::Spend
-            && refused.retry_after_ms > switchyard_state::RETRY_SOON_MS,
-    })
+/// A request a hard limit refused: nothing was taken.
+pub struct Refused {
+    /// The request's limits, given back.
+    pub limits: Vec<Limit>,
+    /// The limit that refused (when several, the one whose room comes back last).
+    pub limit: Limit,
+    pub retry_after_ms: u64,
+}
+
+impl Refused {
+    /// Only this proxy's allowance is used up, the fleet had room as last seen: more is being
+    /// claimed (a concurrency slot's room comes back in its own time).
+    fn topping_up(&self) -> bool {
+        self.retry_after_ms <= switchyard_state::RETRY_SOON_MS && !self.limit.key.concurrent()
+    }
+
+    /// The client's answer. A spend limit is *spent* when its room comes back only with the next
+    /// window; sooner, the budget still has room fleet-wide and this proxy waits for its share
+    /// to be topped up (a plain rate limit).
+    pub fn error(&self) -> GatewayError {
+        let key = self.limit.key;
+        GatewayError::RateLimited {
+            scope: key.scope,
+            metric: key.metric,
+            window: key.window,
+            value: self.limit.value,
+            retry_after_ms: self.retry_after_ms,
+            spent: key.metric == Metric::Spend
+                && self.retry_after_ms > switchyard_state::RETRY_SOON_MS,
+        }
+    }
 }
 
 /// The soft limits among `limits` this admission crossed (for an event and a metric).

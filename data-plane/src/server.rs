@@ -606,49 +606,24 @@ async fn serve(
             .and_then(|v| header_session_key(v.as_bytes()))
             .or_else(|| inspected.body_session(&body));
     }
-    // The key's, its team's and the route's limits: every hard one must have room.
     let estimate = admission::estimate(body.len(), inspected.max_output_tokens);
-    let limits = admission::client_limits(&view.snapshot, token, route.map(|r| r.id));
-    let mut admitted = None;
-    let mut rate = admission::RateHeaders::default();
-    if !limits.is_empty() {
-        let (outcome, held) = Held::admit(&state.store, limits, estimate).await;
-        rate = admission::RateHeaders::of(&outcome);
-        match held {
-            Ok(held) => {
-                for crossed in admission::soft_crossed(held.limits(), &outcome) {
-                    state.metrics.limit(&crossed.key, false);
-                    tracing::warn!(
-                        token = %token.name,
-                        limit = %crossed.key.name(),
-                        value = crossed.value,
-                        "soft limit crossed"
-                    );
-                }
-                admitted = Some(held);
-            }
-            Err(limits) => {
-                let Some(error) = admission::refusal(&limits, &outcome) else {
-                    return Err(GatewayError::not_ready());
-                };
-                if let Some(refused) = outcome.refused.and_then(|r| limits.get(r.index)) {
-                    state.metrics.limit(&refused.key, true);
-                }
-                let mut trail = Trail {
-                    rate,
-                    route: route.map(|r| (r.id, r.model_pattern.clone())),
-                    ..Trail::default()
-                };
-                trail.token = Some(token.name.clone());
-                trail.team = token
-                    .team_id
-                    .and_then(|id| view.snapshot.team(id))
-                    .map(|t| t.name.clone());
-                let response = error.into_response(endpoint.protocol());
-                return Ok((response, trail, inspected.model.clone()));
-            }
+    let (admitted, rate) = match admit(state, &view, token, route, estimate).await {
+        Ok(admitted) => admitted,
+        Err((error, rate)) => {
+            let mut trail = Trail {
+                rate,
+                route: route.map(|r| (r.id, r.model_pattern.clone())),
+                ..Trail::default()
+            };
+            trail.token = Some(token.name.clone());
+            trail.team = token
+                .team_id
+                .and_then(|id| view.snapshot.team(id))
+                .map(|t| t.name.clone());
+            let response = error.into_response(endpoint.protocol());
+            return Ok((response, trail, inspected.model.clone()));
         }
-    }
+    };
     let request = ProxyRequest {
         estimate,
         endpoint,
@@ -672,6 +647,41 @@ async fn serve(
         .and_then(|id| view.snapshot.team(id))
         .map(|t| t.name.clone());
     Ok((response, trail, inspected.model.clone()))
+}
+
+/// The key's, its team's and the route's limits: admitted only when every hard one has room
+/// (the held limits, or none when there are none, and the rate-limit headers), else the refusal.
+async fn admit(
+    state: &AppState,
+    view: &View,
+    token: &Token,
+    route: Option<&switchyard_engine::Route>,
+    estimate: u64,
+) -> Result<(Option<Held>, admission::RateHeaders), (GatewayError, admission::RateHeaders)> {
+    let limits = admission::client_limits(&view.snapshot, token, route.map(|r| r.id));
+    if limits.is_empty() {
+        return Ok((None, admission::RateHeaders::default()));
+    }
+    let (outcome, held) = Held::admit(&state.store, limits, estimate).await;
+    let rate = admission::RateHeaders::of(&outcome);
+    match held {
+        Ok(held) => {
+            for crossed in admission::soft_crossed(held.limits(), &outcome) {
+                state.metrics.limit(&crossed.key, false);
+                tracing::warn!(
+                    token = %token.name,
+                    limit = %crossed.key.name(),
+                    value = crossed.value,
+                    "soft limit crossed"
+                );
+            }
+            Ok((Some(held), rate))
+        }
+        Err(refused) => {
+            state.metrics.limit(&refused.limit.key, true);
+            Err((refused.error(), rate))
+        }
+    }
 }
 
 fn finish(
