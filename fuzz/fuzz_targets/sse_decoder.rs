@@ -1,7 +1,7 @@
 //! `SseDecoder` on arbitrary bytes split arbitrarily.
 //!
 //! Invariants: the events do not depend on how the bytes were split; `finish` delivers at most
-//! one event and then nothing; `\r\n` line endings decode as `\n` ones.
+//! one event and then nothing; `\r\n` and lone `\r` line endings decode as `\n` ones.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -33,5 +33,11 @@ fuzz_target!(|data: &[u8]| {
             crlf.push(b);
         }
         assert_eq!(whole, decode(&[&crlf]), "CRLF line endings");
+        let cr: Vec<u8> = data
+            .iter()
+            .map(|&b| if b == b'\n' { b'\r' } else { b })
+            .collect();
+        assert_eq!(whole, decode(&[&cr]), "CR line endings");
+        assert_eq!(whole, decode(&bytewise(&cr)), "CR line endings, byte by byte");
     }
 });

@@ -1,10 +1,11 @@
 //! An incremental Server-Sent Events decoder.
 //!
 //! Feed bytes as they arrive, in chunks of any size; complete events come out. Handles lines
-//! split across chunks, `\n` and `\r\n` line endings, comment lines (`: ping`), multi-line
-//! `data:` (joined with `\n`), the optional single space after the colon, and `id:`/`retry:`
-//! fields (ignored). A block without any `data:` line is not an event (as the SSE standard says).
-//! Lone `\r` line endings are not supported (no LLM provider uses them).
+//! split across chunks, the three line endings the SSE standard allows (`\n`, `\r\n` and a
+//! lone `\r`, even when a `\r\n` is split between two chunks), comment lines (`: ping`),
+//! multi-line `data:` (joined with `\n`), the optional single space after the colon, and
+//! `id:`/`retry:` fields (ignored). A block without any `data:` line is not an event (as the SSE
+//! standard says).
 
 /// One decoded event: the `event:` name if any, and the data lines joined with `\n`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -22,6 +23,8 @@ pub struct SseDecoder {
     event: Option<String>,
     data: String,
     has_data: bool,
+    /// The last chunk ended with a `\r` (a line end): a `\n` opening the next one belongs to it.
+    skip_lf: bool,
 }
 
 impl SseDecoder {
@@ -37,20 +40,33 @@ impl SseDecoder {
     }
 
     /// Like [`SseDecoder::push`], appending to `out`.
-    pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
-        let mut start = 0;
-        let mut from = self.buf.len();
-        self.buf.extend_from_slice(bytes);
-        while let Some(rel) = self.buf[from..].iter().position(|&b| b == b'\n') {
-            let end = from + rel;
-            let mut line_end = end;
-            if line_end > start && self.buf[line_end - 1] == b'\r' {
-                line_end -= 1;
+    pub fn push_into(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) {
+        if self.skip_lf && !bytes.is_empty() {
+            self.skip_lf = false;
+            if bytes[0] == b'\n' {
+                bytes = &bytes[1..];
             }
-            let line = String::from_utf8_lossy(&self.buf[start..line_end]).into_owned();
+        }
+        let mut start = 0;
+        let from = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        let mut at = from;
+        while let Some(rel) = self.buf[at..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+        {
+            let end = at + rel;
+            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
             self.line(&line, out);
             start = end + 1;
-            from = start;
+            if self.buf[end] == b'\r' {
+                match self.buf.get(start) {
+                    Some(b'\n') => start += 1,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
+                }
+            }
+            at = start;
         }
         self.buf.drain(..start);
     }
@@ -59,11 +75,10 @@ impl SseDecoder {
     /// line are still delivered.
     pub fn finish(&mut self) -> Option<SseEvent> {
         let mut out = Vec::new();
+        self.skip_lf = false;
         if !self.buf.is_empty() {
-            let mut rest = std::mem::take(&mut self.buf);
-            if rest.last() == Some(&b'\r') {
-                rest.pop();
-            }
+            // (It holds no line ending: every one ends a line as it arrives.)
+            let rest = std::mem::take(&mut self.buf);
             let line = String::from_utf8_lossy(&rest).into_owned();
             self.line(&line, &mut out);
         }
@@ -184,6 +199,32 @@ mod tests {
             got.extend(d.push(std::slice::from_ref(b)));
         }
         assert_eq!(got, whole);
+    }
+
+    #[test]
+    fn lone_cr_line_endings_decode_like_lf_even_split_between_chunks() {
+        let lf = b"event: a\ndata: 1\ndata: 2\n\ndata: 3\n\n";
+        let expected = vec![ev(Some("a"), "1\n2"), ev(None, "3")];
+        let cr: Vec<u8> = lf
+            .iter()
+            .map(|&b| if b == b'\n' { b'\r' } else { b })
+            .collect();
+        assert_eq!(SseDecoder::new().push(&cr), expected);
+        // A `\r\n` split between two chunks is one line ending, not two.
+        let mut d = SseDecoder::new();
+        let mut events = d.push(b"data: 1\r");
+        events.extend(d.push(b"\n\r"));
+        events.extend(d.push(b"\ndata: 2\r\r"));
+        events.extend(d.push(b"data: 3\r"));
+        events.extend(d.push(b""));
+        events.extend(d.push(b"\r"));
+        assert_eq!(events, vec![ev(None, "1"), ev(None, "2"), ev(None, "3")]);
+        assert_eq!(d.finish(), None);
+        // A `\r` then other bytes: the line ended at the `\r`.
+        let mut d = SseDecoder::new();
+        let mut events = d.push(b"data: x\r");
+        events.extend(d.push(b"data: y\n\n"));
+        assert_eq!(events, vec![ev(None, "x\ny")]);
     }
 
     #[test]
