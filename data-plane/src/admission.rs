@@ -243,41 +243,97 @@ impl RateHeaders {
     /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, as OpenAI sends them (the reset
     /// as a duration: `1s`, `6m0s`, `120ms`).
     pub fn write(&self, headers: &mut HeaderMap, now: UnixMillis) {
-        for (kind, header) in [("requests", self.requests), ("tokens", self.tokens)] {
+        use http::HeaderName;
+        const NAMES: [[HeaderName; 3]; 2] = [
+            [
+                HeaderName::from_static("x-ratelimit-limit-requests"),
+                HeaderName::from_static("x-ratelimit-remaining-requests"),
+                HeaderName::from_static("x-ratelimit-reset-requests"),
+            ],
+            [
+                HeaderName::from_static("x-ratelimit-limit-tokens"),
+                HeaderName::from_static("x-ratelimit-remaining-tokens"),
+                HeaderName::from_static("x-ratelimit-reset-tokens"),
+            ],
+        ];
+        let count = usize::from(self.requests.is_some()) + usize::from(self.tokens.is_some());
+        // One growth of the map at most, not one per header.
+        headers.reserve(3 * count);
+        for (names, header) in NAMES.iter().zip([self.requests, self.tokens]) {
             let Some(h) = header else { continue };
-            let mut put = |name: &str, value: String| {
-                if let (Ok(name), Ok(value)) = (
-                    http::HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_str(&value),
-                ) {
-                    headers.insert(name, value);
-                }
-            };
-            put(&format!("x-ratelimit-limit-{kind}"), h.limit.to_string());
-            put(
-                &format!("x-ratelimit-remaining-{kind}"),
-                h.remaining.to_string(),
-            );
-            put(
-                &format!("x-ratelimit-reset-{kind}"),
-                duration_text(h.reset_at.saturating_sub(now)),
-            );
+            let [limit, remaining, reset] = names;
+            headers.insert(limit.clone(), HeaderValue::from(h.limit));
+            headers.insert(remaining.clone(), HeaderValue::from(h.remaining));
+            let mut text = DurationText::default();
+            if let Ok(value) = HeaderValue::from_bytes(text.write(h.reset_at.saturating_sub(now))) {
+                headers.insert(reset.clone(), value);
+            }
         }
     }
 }
 
-/// A duration as OpenAI writes its resets: `850ms`, `12s`, `6m0s`, `1h2m3s`.
+/// A duration as OpenAI writes its resets: `850ms`, `12s`, `6m0s`, `1h2m3s` (seconds rounded
+/// up), written into a buffer on the stack: it goes on every answer to a limited request.
+struct DurationText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for DurationText {
+    fn default() -> DurationText {
+        DurationText {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl DurationText {
+    fn write(&mut self, ms: u64) -> &[u8] {
+        self.len = 0;
+        if ms < 1_000 {
+            self.number(ms);
+            self.push(b"ms");
+        } else {
+            let s = ms.div_ceil(1_000);
+            let (h, m, s) = (s / 3_600, s / 60 % 60, s % 60);
+            if h > 0 {
+                self.number(h);
+                self.push(b"h");
+            }
+            if h > 0 || m > 0 {
+                self.number(m);
+                self.push(b"m");
+            }
+            self.number(s);
+            self.push(b"s");
+        }
+        &self.buf[..self.len]
+    }
+
+    fn number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+}
+
+/// [`DurationText`] as a string.
 pub fn duration_text(ms: u64) -> String {
-    if ms < 1_000 {
-        return format!("{ms}ms");
-    }
-    let s = ms.div_ceil(1_000);
-    let (h, m, s) = (s / 3_600, s / 60 % 60, s % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m{s}s"),
-        _ => format!("{h}h{m}m{s}s"),
-    }
+    String::from_utf8_lossy(DurationText::default().write(ms)).into_owned()
 }
 
 /// How a refusal names its limit: whose it is (never another client's name), what it counts
@@ -319,6 +375,8 @@ mod tests {
         assert_eq!(duration_text(11_200), "12s");
         assert_eq!(duration_text(360_000), "6m0s");
         assert_eq!(duration_text(3_723_000), "1h2m3s");
+        assert_eq!(duration_text(7_200_000), "2h0m0s");
+        assert_eq!(duration_text(u64::MAX), "5124095576030h25m52s");
     }
 
     #[test]

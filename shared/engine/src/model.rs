@@ -315,6 +315,8 @@ pub struct Snapshot {
     limits: Vec<LimitRule>,
     /// (scope kind, scope id) -> the limits of that scope, in id order.
     limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
+    /// Whether any channel or member carries a limit.
+    upstream_limits: bool,
     index: RouteIndex,
     /// member id -> (index into `routes`, index into that route's `members`).
     member_index: FxHashMap<MemberId, (usize, usize)>,
@@ -438,6 +440,7 @@ impl Snapshot {
             team_index,
             tokens,
             prices,
+            upstream_limits: limits.iter().any(|l| l.limit.key.scope.upstream()),
             limits,
             limits_by_scope,
             index,
@@ -501,7 +504,7 @@ impl Snapshot {
 
     /// Whether any channel or member carries a limit (the proxy checks upstream room only then).
     pub fn has_upstream_limits(&self) -> bool {
-        self.limits.iter().any(|l| l.limit.key.scope.upstream())
+        self.upstream_limits
     }
 
     /// The price of `(channel, upstream model)`; `None`: unpriced.
