@@ -50,6 +50,46 @@ pub enum RoutingModeName {
     Single,
 }
 
+/// Whom a limit applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitScopeName {
+    Token,
+    Team,
+    Route,
+    Channel,
+    Member,
+}
+
+/// What a limit counts: requests, tokens (input + output), requests in progress, or spend (USD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitMetricName {
+    Requests,
+    Tokens,
+    Concurrent,
+    Spend,
+}
+
+/// A limit's counting window (UTC calendar windows); `none` for `concurrent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitWindowName {
+    None,
+    Minute,
+    Hour,
+    Day,
+    Month,
+}
+
+/// `hard` refuses requests beyond the limit; `soft` lets them pass and reports the crossing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitModeName {
+    Hard,
+    Soft,
+}
+
 fn settings_object(all_required: bool) -> Schema {
     let defaults = serde_json::to_value(switchyard_engine::Settings::default())
         .ok()
