@@ -80,8 +80,15 @@ impl DecimalText {
                 ),
             ));
         }
-        text.parse::<u64>()
-            .map_err(|_| ApiError::validation(field, format!("{field} is too large: `{}`", text)))
+        text.parse::<u64>().map_err(|_| {
+            ApiError::validation(
+                field,
+                format!(
+                    "{field} is too large: `{}`",
+                    crate::error::bounded(text, 64)
+                ),
+            )
+        })
     }
 }
 

@@ -219,17 +219,19 @@ pub(super) fn scope_table(scope: ScopeKind) -> &'static str {
     }
 }
 
-/// The scope row exists, and no other limit has the same scope, metric and window (a 409).
+/// The scope row exists (and stays until the write commits), and no other limit has the same scope, metric and window (a 409).
 async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> ApiResult<()> {
     let key = limit.key;
-    let exists: bool = sqlx::query_scalar(&format!(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE id = $1)",
+    // Locked until the write commits: a concurrent delete of the scope waits, and its trigger
+    // then deletes this limit too, so no limit outlives its scope.
+    let exists: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE id = $1 FOR KEY SHARE",
         scope_table(key.scope)
     ))
     .bind(key.scope_id)
-    .fetch_one(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    if !exists {
+    if exists.is_none() {
         return Err(ApiError::validation(
             "scope_id",
             format!(
