@@ -9,7 +9,10 @@
 //! A proxy's figures are checked where they enter: a record counting more than
 //! [`MAX_RECORD_REQUESTS`] requests is left out, and a token figure beyond `requests` times
 //! [`MAX_TOKENS_PER_REQUEST`] (or cached tokens beyond the input they are part of) counts as not
-//! reported; the rest of the batch is applied, with a warning. Sums saturate at `i64::MAX`, in
+//! reported; the rest of the batch is applied, with a warning. A record's cost (pico-USD) is
+//! taken as reported, saturating; a cost on a record none of whose requests was priced counts as
+//! not reported, and a record claiming more unpriced requests than requests refuses the batch.
+//! Sums saturate at `i64::MAX`, in
 //! Rust and in SQL, so no batch can fail on its figures, and a database error that retrying
 //! cannot cure (a data or constraint error) refuses the batch instead of having the proxy resend
 //! it forever while its later usage waits.
@@ -54,6 +57,9 @@ struct Totals {
     input: i64,
     output: i64,
     cached: i64,
+    /// Pico-USD (10⁻¹² USD) of the priced requests.
+    cost: i64,
+    unpriced: i64,
 }
 
 fn clamp(value: u64) -> i64 {
@@ -121,6 +127,12 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
         ] {
             check_name(field, i, value)?;
         }
+        if r.unpriced_requests > r.requests {
+            return Err(UsageError::Invalid(format!(
+                "records[{i}].unpriced_requests ({}) is more than its requests ({})",
+                r.unpriced_requests, r.requests
+            )));
+        }
         if r.requests > MAX_RECORD_REQUESTS {
             tracing::warn!(
                 batch_id = %id,
@@ -133,18 +145,18 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
             out.refused_figures += 1;
             continue;
         }
-        let mut figure = |field: &'static str, tokens: u64, plausible: bool| -> u64 {
+        let mut figure = |field: &'static str, value: u64, plausible: bool| -> u64 {
             if plausible {
-                return tokens;
+                return value;
             }
             tracing::warn!(
                 batch_id = %id,
                 client_id = %batch.client_id,
                 record = i,
                 field,
-                tokens,
+                value,
                 requests = r.requests,
-                "a usage record reports an impossible token figure; counted as not reported"
+                "a usage record reports an impossible figure; counted as not reported"
             );
             out.refused_figures += 1;
             0
@@ -161,6 +173,12 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
         );
         // Cached tokens are part of the input.
         let cached = figure("cached_tokens", r.cached_tokens, r.cached_tokens <= input);
+        // A cost needs a priced request to come from.
+        let cost = figure(
+            "cost_pico_usd",
+            r.cost_pico_usd,
+            r.cost_pico_usd == 0 || r.unpriced_requests < r.requests,
+        );
         let key = (
             r.bucket_start_unix_s,
             r.token.clone(),
@@ -174,6 +192,8 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
         t.input = t.input.saturating_add(clamp(input));
         t.output = t.output.saturating_add(clamp(output));
         t.cached = t.cached.saturating_add(clamp(cached));
+        t.cost = t.cost.saturating_add(clamp(cost));
+        t.unpriced = t.unpriced.saturating_add(clamp(r.unpriced_requests));
     }
     Ok(out)
 }
@@ -246,6 +266,8 @@ async fn store(
         let mut inputs = Vec::with_capacity(records);
         let mut outputs = Vec::with_capacity(records);
         let mut cached = Vec::with_capacity(records);
+        let mut costs = Vec::with_capacity(records);
+        let mut unpriced = Vec::with_capacity(records);
         for ((bucket, token, team, route, channel, model), t) in sums {
             buckets.push(bucket);
             tokens.push(token);
@@ -257,19 +279,26 @@ async fn store(
             inputs.push(t.input);
             outputs.push(t.output);
             cached.push(t.cached);
+            costs.push(t.cost);
+            unpriced.push(t.unpriced);
         }
         sqlx::query(
             "INSERT INTO usage_minutes AS u (bucket, token, team, route, channel, model, \
-                                             requests, input_tokens, output_tokens, cached_tokens) \
-             SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca \
+                                             requests, input_tokens, output_tokens, cached_tokens, \
+                                             cost_pico_usd, unpriced_requests) \
+             SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca, co, up \
              FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                         $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[]) \
-                  AS x(b, t, tm, r, c, m, rq, i, o, ca) \
+                         $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
+                         $12::bigint[], $13::bigint[]) \
+                  AS x(b, t, tm, r, c, m, rq, i, o, ca, co, up) \
              ON CONFLICT (bucket, token, team, route, channel, model) DO UPDATE SET \
                requests = least(u.requests::numeric + excluded.requests, $11)::bigint, \
                input_tokens = least(u.input_tokens::numeric + excluded.input_tokens, $11)::bigint, \
                output_tokens = least(u.output_tokens::numeric + excluded.output_tokens, $11)::bigint, \
-               cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint",
+               cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint, \
+               cost_pico_usd = least(u.cost_pico_usd::numeric + excluded.cost_pico_usd, $11)::bigint, \
+               unpriced_requests = \
+                 least(u.unpriced_requests::numeric + excluded.unpriced_requests, $11)::bigint",
         )
         .bind(buckets)
         .bind(tokens)
@@ -283,6 +312,8 @@ async fn store(
         .bind(cached)
         // The sums saturate at the column's largest value rather than failing the batch.
         .bind(i64::MAX)
+        .bind(costs)
+        .bind(unpriced)
         .execute(&mut *tx)
         .await?;
     }
@@ -358,6 +389,37 @@ mod tests {
         );
         let second = totals.next().unwrap();
         assert_eq!(second.input, 2 * MAX_TOKENS_PER_REQUEST as i64);
+    }
+
+    #[test]
+    fn cost_and_unpriced_requests_are_summed_and_checked() {
+        let mut priced = record(60, "a");
+        priced.requests = 3;
+        priced.unpriced_requests = 1;
+        priced.cost_pico_usd = u64::MAX;
+        let mut more = record(60, "a");
+        more.cost_pico_usd = 5;
+        // Every request unpriced, yet a cost: not taken.
+        let mut unpriced = record(120, "a");
+        unpriced.unpriced_requests = 1;
+        unpriced.cost_pico_usd = 7;
+        let out = aggregate(&batch(vec![priced, more, unpriced])).unwrap();
+        assert_eq!(out.refused_figures, 1);
+        let mut totals = out.sums.values();
+        let first = totals.next().unwrap();
+        assert_eq!(
+            (first.requests, first.cost, first.unpriced),
+            (4, i64::MAX, 1)
+        );
+        let second = totals.next().unwrap();
+        assert_eq!((second.cost, second.unpriced), (0, 1));
+        // More unpriced requests than requests: the batch is refused.
+        let mut bad = record(60, "a");
+        bad.unpriced_requests = 2;
+        assert!(matches!(
+            aggregate(&batch(vec![bad])),
+            Err(UsageError::Invalid(m)) if m.contains("records[0].unpriced_requests")
+        ));
     }
 
     #[test]

@@ -27,7 +27,9 @@ async fn fingerprint(app: &TestApp) -> (i64, i64, String) {
            (SELECT string_agg(concat_ws(',', id, channel_id, enabled), ';' ORDER BY id) FROM credentials), \
            (SELECT string_agg(concat_ws(',', id, model_pattern, enabled, routing_mode), ';' ORDER BY id) FROM routes), \
            (SELECT string_agg(concat_ws(',', id, route_id, channel_id, group_name, priority, weight, enabled), ';' ORDER BY id) FROM route_members), \
-           (SELECT string_agg(concat_ws(',', id, name, route_group_name, team_id, enabled), ';' ORDER BY id) FROM tokens), \
+           (SELECT string_agg(concat_ws(',', id, name, route_group_name, team_id, enabled, expires_at), ';' ORDER BY id) FROM tokens), \
+           (SELECT string_agg(concat_ws(',', id, channel_id, model_pattern, input_per_million, output_per_million, cached_input_per_million), ';' ORDER BY id) FROM prices), \
+           (SELECT string_agg(concat_ws(',', id, scope, scope_id, metric, period, value, mode), ';' ORDER BY id) FROM limits), \
            (SELECT string_agg(concat_ws(',', id, name), ';' ORDER BY id) FROM teams), \
            (SELECT string_agg(concat_ws(',', team_id, member_id), ';') FROM team_members), \
            (SELECT value::text FROM settings), \
@@ -277,9 +279,96 @@ async fn team_and_token_changes_are_reported(pool: PgPool) {
     assert_eq!(
         report["tokens"],
         json!([{"token_id": token, "name": "tok",
-                "before": {"group": "default", "team_id": team, "enabled": true},
-                "after": {"group": "batch", "team_id": null, "enabled": true}}])
+                "before": {"group": "default", "team_id": team, "enabled": true, "expires_at": null},
+                "after": {"group": "batch", "team_id": null, "enabled": true, "expires_at": null}}])
     );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn price_limit_and_expiry_changes_are_previewed_and_kept_from_the_tables(pool: PgPool) {
+    let app = test_app(pool);
+    let (channel, _, a, _) = two_members(&app).await;
+    let token = app.create("/api/v1/tokens", json!({"name": "tok"})).await;
+    let price = app
+        .create(
+            "/api/v1/prices",
+            json!({"channel_id": channel, "model_pattern": "*", "input_per_million": 1,
+                   "output_per_million": 2}),
+        )
+        .await;
+    let limit = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "member", "scope_id": a, "metric": "requests", "window": "minute",
+                   "value": 5}),
+        )
+        .await;
+    let report = dry_run(
+        &app,
+        json!([
+            {"op": "create", "resource": "price",
+             "body": {"channel_id": channel, "model_pattern": "m-large", "input_per_million": 2.5,
+                      "output_per_million": "10", "cached_input_per_million": 1.25}},
+            {"op": "patch", "resource": "price", "id": price, "body": {"output_per_million": 3}},
+            {"op": "create", "resource": "limit",
+             "body": {"scope": "token", "scope_id": token, "metric": "spend", "window": "month",
+                      "value": "50"}},
+            {"op": "patch", "resource": "token", "id": token,
+             "body": {"expires_at": "2030-01-01T00:00:00Z"}},
+            // Deleting the member deletes its limit.
+            {"op": "delete", "resource": "member", "id": a},
+        ]),
+    )
+    .await;
+    let statuses: Vec<i64> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_i64().unwrap())
+        .collect();
+    assert_eq!(statuses, [201, 200, 201, 200, 204]);
+    let prices = report["prices"].as_array().unwrap();
+    assert_eq!(prices.len(), 2, "{report}");
+    assert_eq!(prices[0]["price_id"], price);
+    assert_eq!(prices[0]["before"]["output_per_million"], "2");
+    assert_eq!(prices[0]["after"]["output_per_million"], "3");
+    assert_eq!(prices[1]["before"], Value::Null);
+    assert_eq!(
+        prices[1]["after"],
+        json!({"channel_id": channel, "model_pattern": "m-large", "input_per_million": "2.5",
+               "output_per_million": "10", "cached_input_per_million": "1.25"})
+    );
+    let limits = report["limits"].as_array().unwrap();
+    assert_eq!(limits.len(), 2, "{report}");
+    assert_eq!(limits[0]["limit_id"], limit);
+    assert_eq!(limits[0]["before"]["scope"], "member");
+    assert_eq!(limits[0]["before"]["value"], 5);
+    assert_eq!(limits[0]["after"], Value::Null);
+    assert_eq!(
+        limits[1]["after"],
+        json!({"scope": "token", "scope_id": token, "metric": "spend", "window": "month",
+               "value": "50", "mode": "hard"})
+    );
+    assert_eq!(
+        report["tokens"][0]["after"]["expires_at"],
+        "2030-01-01T00:00:00Z"
+    );
+    // An invalid limit names the change and the field.
+    let reply = app
+        .post(
+            "/api/v1/dry-run",
+            json!({"changes": [{"op": "create", "resource": "limit",
+                                "body": {"scope": "token", "scope_id": token,
+                                         "metric": "requests", "value": 1}}]}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some("changes[0].body.window"));
 }
 
 #[sqlx::test(migrations = "../migrations")]

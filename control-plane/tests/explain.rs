@@ -244,3 +244,191 @@ async fn explain_changes_nothing(pool: PgPool) {
     }
     assert_eq!(fingerprint(&app).await, before);
 }
+
+/// Explain with a token: its group and team apply, its limits are listed with their state in
+/// the store, and members without room under channel or member limits are `rate_limited`,
+/// as the proxy's selection makes them.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_token_shows_its_limits_and_upstream_limits_rate_limit_members(pool: PgPool) {
+    use std::sync::Arc;
+    use switchyard_control_plane::live::LiveState;
+    use switchyard_engine::limit::ScopeKind;
+    use switchyard_state::{InMemoryStore, LimitRequest, StateStore};
+
+    let store = Arc::new(InMemoryStore::new());
+    let live = LiveState::from_store(Arc::clone(&store) as Arc<dyn StateStore>);
+    let app = common::test_app_with_live(pool, live);
+    let busy = live_channel(&app, "busy").await;
+    let calm = live_channel(&app, "calm").await;
+    let route = app.route("m").await;
+    let on_busy = app
+        .member(route, json!({"channel_id": busy, "upstream_model": "a"}))
+        .await;
+    let on_calm = app
+        .member(route, json!({"channel_id": calm, "upstream_model": "b"}))
+        .await;
+    let team = app
+        .create(
+            "/api/v1/teams",
+            json!({"name": "research", "models": ["m"]}),
+        )
+        .await;
+    let token = app
+        .create(
+            "/api/v1/tokens",
+            json!({"name": "app", "team_id": team, "expires_at": "2000-01-01T00:00:00Z"}),
+        )
+        .await;
+    let per_minute = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "requests",
+                   "window": "minute", "value": 2}),
+        )
+        .await;
+    let budget = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "team", "scope_id": team, "metric": "spend", "window": "month",
+                   "value": "5", "mode": "soft"}),
+        )
+        .await;
+    let on_route = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "route", "scope_id": route, "metric": "concurrent", "value": 10}),
+        )
+        .await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "channel", "scope_id": busy, "metric": "requests", "window": "day",
+               "value": 1}),
+    )
+    .await;
+    // Another token's limit is not listed.
+    let other = app.create("/api/v1/tokens", json!({"name": "other"})).await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "token", "scope_id": other, "metric": "requests", "window": "day",
+               "value": 7}),
+    )
+    .await;
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+
+    // Nothing taken yet: every member eligible, no limit refuses.
+    let (status, body) = explain(&app, &format!("model=m&seed=1&token={token}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(candidate(&body, on_busy)["eligible"], true, "{body}");
+    assert_eq!(body["token"]["name"], "app");
+    assert_eq!(body["token"]["team_id"], team);
+    assert_eq!(body["token"]["expired"], true);
+    assert_eq!(body["token"]["expires_at"], "2000-01-01T00:00:00Z");
+    let limits = body["limits"].as_array().unwrap();
+    let ids: Vec<i64> = limits
+        .iter()
+        .map(|l| l["limit_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [per_minute, budget, on_route]);
+    assert_eq!(limits[0]["used"], 0);
+    assert_eq!(limits[0]["remaining"], 2);
+    assert_eq!(limits[0]["would_refuse"], false);
+    assert!(limits[0]["reset_at"].is_string());
+    assert_eq!(limits[1]["value"], "5");
+    assert_eq!(limits[1]["remaining"], "5");
+    assert_eq!(
+        limits[2]["reset_at"],
+        Value::Null,
+        "concurrency has no window"
+    );
+
+    // The proxies' counting (here: the same store) fills the token's and the channel's limits.
+    let token_limits = snapshot.limits_of(ScopeKind::Token, token);
+    for _ in 0..2 {
+        let taken = store.limit_take(
+            &LimitRequest {
+                limits: token_limits,
+                tokens: 0,
+            },
+            now,
+        );
+        assert!(taken.admitted());
+    }
+    let channel_limits = snapshot.limits_of(ScopeKind::Channel, busy);
+    assert!(store
+        .limit_take(
+            &LimitRequest {
+                limits: channel_limits,
+                tokens: 0,
+            },
+            now,
+        )
+        .admitted());
+    let (status, body) = explain(&app, "model=m&seed=1&token=app").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        candidate(&body, on_busy)["reasons"],
+        json!(["rate_limited"]),
+        "{body}"
+    );
+    assert_eq!(candidate(&body, on_calm)["eligible"], true);
+    assert_eq!(body["member_id"], on_calm);
+    assert_eq!(body["limits"][0]["used"], 2);
+    assert_eq!(body["limits"][0]["remaining"], 0);
+    assert_eq!(body["limits"][0]["would_refuse"], true);
+    // A soft limit never refuses.
+    assert_eq!(body["limits"][1]["would_refuse"], false);
+
+    // Without a token: members still rate-limited, no limits listed.
+    let (_, body) = explain(&app, "model=m&seed=1").await;
+    assert_eq!(
+        candidate(&body, on_busy)["reasons"],
+        json!(["rate_limited"])
+    );
+    assert!(body.get("limits").is_none() && body.get("token").is_none());
+    // The explain response with a token matches its documented schema.
+    let (_, body) = explain(&app, &format!("model=m&token={token}")).await;
+    let _: switchyard_control_plane::api::schema::ExplainResponse =
+        serde_json::from_value(body.clone()).unwrap_or_else(|e| panic!("{e}: {body}"));
+
+    // An unknown token is a 400 naming it.
+    let reply = app.get("/api/v1/routes/explain?model=m&token=nobody").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
+    assert_eq!(reply.param(), Some("token"));
+}
+
+/// Without shared state no member is rate-limited and a token's limits show no figures.
+#[sqlx::test(migrations = "../migrations")]
+async fn without_shared_state_limits_have_no_figures(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = live_channel(&app, "c").await;
+    let route = app.route("m").await;
+    let member = app
+        .member(route, json!({"channel_id": channel, "upstream_model": "a"}))
+        .await;
+    let token = app.create("/api/v1/tokens", json!({"name": "t"})).await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "member", "scope_id": member, "metric": "requests", "window": "minute",
+               "value": 1}),
+    )
+    .await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "token", "scope_id": token, "metric": "tokens", "window": "hour",
+               "value": 1000}),
+    )
+    .await;
+    let (status, body) = explain(&app, &format!("model=m&token={token}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(candidate(&body, member)["eligible"], true);
+    let limit = &body["limits"][0];
+    assert_eq!(limit["value"], 1000);
+    assert_eq!(limit["used"], Value::Null);
+    assert_eq!(limit["would_refuse"], Value::Null);
+    assert_eq!(body["token"]["expired"], false);
+}

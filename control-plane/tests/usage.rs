@@ -307,6 +307,256 @@ async fn the_report_saturates_on_stored_sums_beyond_a_bigint(pool: PgPool) {
     assert_eq!(stored, i64::MAX);
 }
 
+fn priced(mut r: UsageRecord, cost_pico_usd: u64, unpriced_requests: u64) -> UsageRecord {
+    r.cost_pico_usd = cost_pico_usd;
+    r.unpriced_requests = unpriced_requests;
+    r
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cost_and_unpriced_requests_are_stored_and_reported(pool: PgPool) {
+    let app = test_app(pool.clone());
+    apply_batch(
+        &pool,
+        &batch(
+            "c-1",
+            vec![
+                // 0.00725 USD for 2 requests, 1 more unpriced.
+                priced(
+                    record(0, "app", "research", "openai", "gpt-4o", 3, 100, 20, 10),
+                    7_250_000_000,
+                    1,
+                ),
+                // Every request unpriced.
+                priced(
+                    record(0, "app", "research", "azure", "llama", 2, 50, 5, 0),
+                    0,
+                    2,
+                ),
+                // 90 minutes later, another hour.
+                priced(
+                    record(90, "console", "", "openai", "gpt-4o", 1, 10, 1, 0),
+                    1,
+                    0,
+                ),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    // Same row again from another proxy: the cost and unpriced count add up.
+    apply_batch(
+        &pool,
+        &batch(
+            "c-2",
+            vec![priced(
+                record(0, "app", "research", "openai", "gpt-4o", 1, 1, 1, 0),
+                750_000_000,
+                0,
+            )],
+        ),
+    )
+    .await
+    .unwrap();
+    let (cost, unpriced): (i64, i64) = sqlx::query_as(
+        "SELECT cost_pico_usd, unpriced_requests FROM usage_minutes WHERE channel = 'openai' \
+         AND token = 'app'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((cost, unpriced), (8_000_000_000, 1));
+
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["total"]["cost_usd"], "0.008000000001");
+    assert_eq!(reply.body["total"]["unpriced_requests"], 3);
+
+    // Several dimensions at once: each group names its values; an all-unpriced group has no cost.
+    let reply = app
+        .get(&format!("/api/v1/usage?{RANGE}&group_by=team,channel"))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["group_by"], Value::Null);
+    assert_eq!(reply.body["dimensions"], json!(["team", "channel"]));
+    let groups = reply.body["groups"].as_array().unwrap();
+    let summary: Vec<(Value, Value, Value, Value, i64)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g["key"].clone(),
+                g["team"].clone(),
+                g["channel"].clone(),
+                g["cost_usd"].clone(),
+                g["unpriced_requests"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                json!(""),
+                json!(""),
+                json!("openai"),
+                json!("0.000000000001"),
+                0
+            ),
+            (
+                json!("research"),
+                json!("research"),
+                json!("azure"),
+                Value::Null,
+                2
+            ),
+            (
+                json!("research"),
+                json!("research"),
+                json!("openai"),
+                json!("0.008"),
+                1
+            ),
+        ]
+    );
+    assert!(
+        groups[0].get("token").is_none(),
+        "only the grouped dimensions"
+    );
+    assert!(groups[0].get("bucket_start").is_none());
+
+    // By hour (UTC): one group per hour with usage, ordered by dimension then bucket.
+    let reply = app
+        .get(&format!(
+            "/api/v1/usage?{RANGE}&group_by=channel&bucket=hour"
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["bucket"], "hour");
+    assert_eq!(reply.body["group_by"], "channel");
+    let keys: Vec<(String, String, i64)> = reply.body["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["key"].as_str().unwrap().to_owned(),
+                g["bucket_start"].as_str().unwrap().to_owned(),
+                g["requests"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            ("azure".into(), "2026-01-01T00:00:00.000000Z".into(), 2),
+            ("openai".into(), "2026-01-01T00:00:00.000000Z".into(), 4),
+            ("openai".into(), "2026-01-01T01:00:00.000000Z".into(), 1),
+        ]
+    );
+    // A day bucket alone, with an offset range: still UTC days.
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}&bucket=day")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let groups = reply.body["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0]["bucket_start"], "2026-01-01T00:00:00.000000Z");
+    assert_eq!(groups[0]["key"], "");
+    assert_eq!(groups[0]["requests"], 7);
+    assert_eq!(reply.body["dimensions"], json!([]));
+
+    // Every dimension at once.
+    let reply = app
+        .get(&format!(
+            "/api/v1/usage?{RANGE}&group_by=model,%20token,route,team,channel"
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["groups"].as_array().unwrap().len(), 3);
+    assert_eq!(reply.body["groups"][0]["key"], "gpt-4o");
+    assert_eq!(reply.body["groups"][0]["token"], "app");
+
+    // Repeated or unknown dimensions, unknown buckets: 400 naming the parameter.
+    for (query, param) in [
+        ("group_by=team,team", "group_by"),
+        ("group_by=team,,model", "group_by"),
+        ("group_by=team,colour", "group_by"),
+        ("bucket=week", "bucket"),
+    ] {
+        let reply = app.get(&format!("/api/v1/usage?{RANGE}&{query}")).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            reply.text
+        );
+        assert_eq!(reply.param(), Some(param), "{query}: {}", reply.text);
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn more_unpriced_requests_than_requests_refuse_the_batch(pool: PgPool) {
+    let bad = batch(
+        "u-1",
+        vec![
+            record(0, "app", "", "openai", "gpt-4o", 1, 1, 1, 0),
+            priced(record(0, "app", "", "openai", "gpt-4o", 1, 1, 1, 0), 0, 2),
+        ],
+    );
+    let error = apply_batch(&pool, &bad).await.unwrap_err();
+    assert!(
+        matches!(&error, switchyard_control_plane::usage::UsageError::Invalid(m) if m.contains("records[1].unpriced_requests")),
+        "{error}"
+    );
+    assert_eq!(rows(&pool).await, 0, "nothing of the batch is applied");
+    // A cost on a record with no priced request is not taken; the rest of it is.
+    let applied = apply_batch(
+        &pool,
+        &batch(
+            "u-2",
+            vec![priced(
+                record(0, "app", "", "openai", "gpt-4o", 1, 1, 1, 0),
+                u64::MAX,
+                1,
+            )],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied.refused_figures, 1);
+    // A huge cost saturates the row rather than failing the batch.
+    apply_batch(
+        &pool,
+        &batch(
+            "u-3",
+            vec![priced(
+                record(0, "app", "", "openai", "gpt-4o", 2, 1, 1, 0),
+                u64::MAX,
+                0,
+            )],
+        ),
+    )
+    .await
+    .unwrap();
+    apply_batch(
+        &pool,
+        &batch(
+            "u-4",
+            vec![priced(
+                record(0, "app", "", "openai", "gpt-4o", 1, 1, 1, 0),
+                5,
+                0,
+            )],
+        ),
+    )
+    .await
+    .unwrap();
+    let (cost, unpriced): (i64, i64) =
+        sqlx::query_as("SELECT cost_pico_usd, unpriced_requests FROM usage_minutes")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((cost, unpriced), (i64::MAX, 1));
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn invalid_queries_and_missing_auth_are_refused(pool: PgPool) {
     let app = test_app(pool);

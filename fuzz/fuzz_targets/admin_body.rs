@@ -13,6 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use switchyard_control_plane::api::{validate_body, BodyKind};
 use switchyard_control_plane::error::ApiError;
+use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros, Limit};
 use switchyard_engine::{validate_pattern, Settings};
 
 fn name_ok(v: &Value, key: &str) {
@@ -62,6 +63,34 @@ fn check(kind: BodyKind, spec: &Value, input: &Value) {
             if let Some(group) = spec["route_group_name"].as_str() {
                 assert!(group.trim() == group && !group.is_empty(), "{group:?}");
             }
+            if let Some(at) = spec["expires_at"].as_str() {
+                assert!(parse_rfc3339(at).is_some(), "{at:?}");
+            }
+        }
+        BodyKind::PriceCreate => {
+            let pattern = spec["model_pattern"].as_str().unwrap_or_default();
+            assert!(validate_pattern(pattern).is_ok(), "{pattern:?}");
+            for key in ["input_per_million", "output_per_million"] {
+                let usd = spec[key].as_str().unwrap_or_default();
+                assert!(parse_usd_micros(usd).is_ok(), "{key} {usd:?}");
+            }
+        }
+        BodyKind::LimitCreate => {
+            // The audit detail reads back as the limit it records (spend in USD text).
+            let value = match &spec["value"] {
+                Value::String(usd) => parse_usd_micros(usd).expect("a spend value in USD"),
+                other => other.as_u64().expect("a whole value"),
+            };
+            let text = |key: &str| spec[key].as_str().unwrap_or_default().to_owned();
+            let limit = Limit::parse(
+                &text("scope"),
+                spec["scope_id"].as_i64().unwrap_or_default(),
+                &text("metric"),
+                Some(text("window").as_str()),
+                value,
+                &text("mode"),
+            );
+            assert!(limit.is_ok(), "{spec}: {limit:?}");
         }
         BodyKind::CredentialCreate => {
             assert!(spec.get("secret").is_none(), "{spec}");

@@ -12,7 +12,9 @@
 //!
 //! Then both snapshots go through [`switchyard_engine::select`] — the engine the proxies and
 //! explain run — with the same health view and seed, for every (model, group, team) either
-//! snapshot knows, and only what differs is reported.
+//! snapshot knows, and only what differs is reported. Prices and limits do not move a selection
+//! (upstream limits depend on live counters, which explain shows), so their changes are reported
+//! as they are: every price and limit created, changed or deleted, directly or by a cascade.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -68,6 +70,8 @@ pub enum ResourceKind {
     Member,
     Token,
     Team,
+    Price,
+    Limit,
     Settings,
 }
 
@@ -103,6 +107,10 @@ pub enum ChangeBody {
     TokenPatch(super::tokens::TokenPatch),
     TeamCreate(super::teams::TeamCreate),
     TeamPatch(super::teams::TeamPatch),
+    PriceCreate(super::prices::PriceCreate),
+    PricePatch(super::prices::PricePatch),
+    LimitCreate(super::limits::LimitCreate),
+    LimitPatch(super::limits::LimitPatch),
     SettingsChanges(super::schema::SettingsChanges),
 }
 
@@ -186,6 +194,52 @@ pub struct TokenScope {
     pub group: String,
     pub team_id: Option<i64>,
     pub enabled: bool,
+    /// RFC 3339 UTC; `null`: never expires.
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+}
+
+/// A price as a snapshot holds it, amounts in USD per million tokens (exact decimal strings).
+#[derive(Debug, Serialize, ToSchema, PartialEq, Eq, Clone)]
+pub struct PriceTerms {
+    pub channel_id: i64,
+    pub model_pattern: String,
+    pub input_per_million: String,
+    pub output_per_million: String,
+    pub cached_input_per_million: Option<String>,
+}
+
+/// A price created, changed or deleted (`null` side: it does not exist there).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PriceMove {
+    pub price_id: i64,
+    pub before: Option<PriceTerms>,
+    pub after: Option<PriceTerms>,
+}
+
+/// A limit as a snapshot holds it.
+#[derive(Debug, Serialize, ToSchema, PartialEq, Clone)]
+pub struct LimitTerms {
+    #[schema(value_type = super::schema::LimitScopeName)]
+    pub scope: String,
+    pub scope_id: i64,
+    #[schema(value_type = super::schema::LimitMetricName)]
+    pub metric: String,
+    #[schema(value_type = super::schema::LimitWindowName)]
+    pub window: String,
+    /// For `spend`, USD as an exact decimal string; otherwise a whole number.
+    #[schema(value_type = super::amount::LimitValueOutput)]
+    pub value: Value,
+    #[schema(value_type = super::schema::LimitModeName)]
+    pub mode: String,
+}
+
+/// A limit created, changed or deleted, directly or because its scope was deleted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LimitMove {
+    pub limit_id: i64,
+    pub before: Option<LimitTerms>,
+    pub after: Option<LimitTerms>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -206,6 +260,10 @@ pub struct DryRunResponse {
     /// Requests that are served before and would fail after.
     pub newly_failing: Vec<NewlyFailing>,
     pub tokens: Vec<TokenMove>,
+    /// Prices created, changed or deleted.
+    pub prices: Vec<PriceMove>,
+    /// Limits created, changed or deleted (deleting a scope deletes its limits).
+    pub limits: Vec<LimitMove>,
     /// More than the comparison limit of selections exist; only the first were compared.
     pub truncated: bool,
 }
@@ -287,6 +345,8 @@ pub async fn dry_run(
         models_rerouted: report.rerouted,
         newly_failing: report.newly_failing,
         tokens: report.tokens,
+        prices: price_moves(&before, &after),
+        limits: limit_moves(&before, &after),
         truncated: report.truncated,
     }))
 }
@@ -385,7 +445,7 @@ async fn apply(
     tx: &mut sqlx::PgConnection,
     change: ProposedChange,
 ) -> Result<Response, ChangeError> {
-    use super::{channels, credentials, members, routes, settings, teams, tokens};
+    use super::{channels, credentials, limits, members, prices, routes, settings, teams, tokens};
     use ChangeOp::{Create, Delete, Patch, Put};
     use ResourceKind as R;
     const ACTOR: &str = "dry-run";
@@ -453,6 +513,16 @@ async fn apply(
             .await
             .map_err(on_id)?,
         (R::Team, Delete) => teams::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Price, Create) => prices::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Price, Patch) => prices::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Price, Delete) => prices::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Limit, Create) => limits::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Limit, Patch) => limits::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Limit, Delete) => limits::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
         (R::Settings, Put) => settings::put_settings_in(tx, ACTOR, body(&change)?).await?,
         (R::Settings, Patch) => settings::patch_settings_in(tx, ACTOR, body(&change)?).await?,
         (R::Settings, op) => {
@@ -749,7 +819,77 @@ fn scope(token: &switchyard_engine::Token) -> TokenScope {
             .to_owned(),
         team_id: token.team_id,
         enabled: token.enabled,
+        expires_at: token
+            .expires_at
+            .map(switchyard_engine::limit::format_rfc3339),
     }
+}
+
+fn price_terms(p: &switchyard_engine::Price) -> PriceTerms {
+    use switchyard_engine::limit::format_micros;
+    PriceTerms {
+        channel_id: p.channel_id,
+        model_pattern: p.model_pattern.clone(),
+        input_per_million: format_micros(p.input_per_million),
+        output_per_million: format_micros(p.output_per_million),
+        cached_input_per_million: p.cached_input_per_million.map(format_micros),
+    }
+}
+
+fn price_moves(before: &Snapshot, after: &Snapshot) -> Vec<PriceMove> {
+    let b: BTreeMap<i64, PriceTerms> = before
+        .prices()
+        .iter()
+        .map(|p| (p.id, price_terms(p)))
+        .collect();
+    let a: BTreeMap<i64, PriceTerms> = after
+        .prices()
+        .iter()
+        .map(|p| (p.id, price_terms(p)))
+        .collect();
+    let ids: BTreeSet<i64> = b.keys().chain(a.keys()).copied().collect();
+    ids.into_iter()
+        .filter(|id| b.get(id) != a.get(id))
+        .map(|id| PriceMove {
+            price_id: id,
+            before: b.get(&id).cloned(),
+            after: a.get(&id).cloned(),
+        })
+        .collect()
+}
+
+fn limit_terms(l: &switchyard_engine::Limit) -> LimitTerms {
+    let value = i64::try_from(l.value).unwrap_or(i64::MAX);
+    LimitTerms {
+        scope: l.key.scope.as_str().to_owned(),
+        scope_id: l.key.scope_id,
+        metric: l.key.metric.as_str().to_owned(),
+        window: l.key.window.as_str().to_owned(),
+        value: super::limits::shown_value(l.key.metric.as_str(), value),
+        mode: l.mode.as_str().to_owned(),
+    }
+}
+
+fn limit_moves(before: &Snapshot, after: &Snapshot) -> Vec<LimitMove> {
+    let b: BTreeMap<i64, LimitTerms> = before
+        .limits()
+        .iter()
+        .map(|l| (l.id, limit_terms(&l.limit)))
+        .collect();
+    let a: BTreeMap<i64, LimitTerms> = after
+        .limits()
+        .iter()
+        .map(|l| (l.id, limit_terms(&l.limit)))
+        .collect();
+    let ids: BTreeSet<i64> = b.keys().chain(a.keys()).copied().collect();
+    ids.into_iter()
+        .filter(|id| b.get(id) != a.get(id))
+        .map(|id| LimitMove {
+            limit_id: id,
+            before: b.get(&id).cloned(),
+            after: a.get(&id).cloned(),
+        })
+        .collect()
 }
 
 fn token_moves(before: &Snapshot, after: &Snapshot) -> Vec<TokenMove> {

@@ -5,6 +5,14 @@
 //! shared state is configured, the local view of it (a read lock over memory; no database
 //! access, no audit row, no revision bump, no Redis write), uses a throwaway RNG, and sends
 //! nothing upstream.
+//!
+//! Limits: when the snapshot has channel or member limits, members without room under them (as
+//! the state store's local limiter sees it, for a request of no token estimate) are
+//! `rate_limited`, as the proxy's selection makes them. With a `token`, the answer also lists
+//! the limits the token's requests are under (the token's, its team's and the route's), each
+//! with its status and whether it would refuse a request now. The control plane's limiter takes
+//! no part in the fleet's counting: with `REDIS_URL` it sees no other process's consumption, so
+//! there the statuses show what this replica counted (nothing), not the fleet's counters.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,7 +21,12 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use switchyard_engine::{select, HealthView, NoHealth, Outcome, SelectionConstraint, SplitMix64};
+use switchyard_engine::limit::{format_rfc3339, Limit, LimitRule, Metric, ScopeKind};
+use switchyard_engine::{
+    select, HealthView, MemberId, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
+    Token,
+};
+use switchyard_state::{LimitRequest, StateStore};
 use utoipa::IntoParams;
 
 use super::extract::Query;
@@ -31,6 +44,134 @@ pub struct ExplainQuery {
     pub session: Option<String>,
     /// Seed of the random draws, to reproduce a decision; random when absent.
     pub seed: Option<u64>,
+    /// A token's id or name: select as its requests would be (its group, unless `route_group`
+    /// is given, and its team) and list the limits they are under. An all-digit value is an id
+    /// when a token has that id.
+    pub token: Option<String>,
+}
+
+/// The token of `text` (an id, or a unique name) in the snapshot; a 400 naming `token` when
+/// there is none or the name is ambiguous.
+fn find_token<'s>(snapshot: &'s Snapshot, text: &str) -> ApiResult<&'s Token> {
+    let text = text.trim();
+    if let Ok(id) = text.parse::<i64>() {
+        if let Some(token) = snapshot.tokens().iter().find(|t| t.id == id) {
+            return Ok(token);
+        }
+    }
+    let mut named = snapshot.tokens().iter().filter(|t| t.name == text);
+    match (named.next(), named.next()) {
+        (Some(token), None) => Ok(token),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            Some("token"),
+            format!(
+                "several tokens are named {:?}; give the token's id",
+                crate::error::bounded(text, 64)
+            ),
+        )),
+        (None, _) => Err(ApiError::bad_request(
+            Some("token"),
+            format!(
+                "no token has the id or name {:?}",
+                crate::error::bounded(text, 64)
+            ),
+        )),
+    }
+}
+
+/// Members of the route for `model` whose channel or own limits have no room (the proxy's
+/// `rate_limited`), from the store's local limiter, for a request of no token estimate.
+fn rate_limited(
+    snapshot: &Snapshot,
+    store: &dyn StateStore,
+    model: &str,
+    now: u64,
+) -> Vec<MemberId> {
+    if !snapshot.has_upstream_limits() {
+        return Vec::new();
+    }
+    let Some(route) = snapshot.resolve_route(model) else {
+        return Vec::new();
+    };
+    route
+        .members
+        .iter()
+        .filter(|member| {
+            let limits = [
+                snapshot.limits_of(ScopeKind::Channel, member.channel_id),
+                snapshot.limits_of(ScopeKind::Member, member.id),
+            ]
+            .concat();
+            !limits.is_empty()
+                && !store.limit_room(
+                    &LimitRequest {
+                        limits: &limits,
+                        tokens: 0,
+                    },
+                    now,
+                )
+        })
+        .map(|member| member.id)
+        .collect()
+}
+
+/// A spend figure (micro-USD) as a decimal USD string, any other as a number.
+fn amount(limit: &Limit, value: u64) -> Value {
+    if limit.key.metric == Metric::Spend {
+        json!(switchyard_engine::limit::format_micros(value))
+    } else {
+        json!(value)
+    }
+}
+
+/// The limits a token's request for the route is under, with their status in `store`.
+fn token_limits(
+    snapshot: &Snapshot,
+    store: Option<&dyn StateStore>,
+    token: &Token,
+    route: Option<i64>,
+    now: u64,
+) -> Vec<Value> {
+    let applies = |rule: &&LimitRule| {
+        let key = rule.limit.key;
+        match key.scope {
+            ScopeKind::Token => key.scope_id == token.id,
+            ScopeKind::Team => Some(key.scope_id) == token.team_id,
+            ScopeKind::Route => Some(key.scope_id) == route,
+            ScopeKind::Channel | ScopeKind::Member => false,
+        }
+    };
+    snapshot
+        .limits()
+        .iter()
+        .filter(applies)
+        .map(|rule| {
+            let limit = rule.limit;
+            let status = store.map(|store| store.limit_status(&limit, now));
+            let refuses = store.map(|store| {
+                !store.limit_room(
+                    &LimitRequest {
+                        limits: std::slice::from_ref(&limit),
+                        tokens: 0,
+                    },
+                    now,
+                )
+            });
+            json!({
+                "limit_id": rule.id,
+                "scope": limit.key.scope.as_str(),
+                "scope_id": limit.key.scope_id,
+                "metric": limit.key.metric.as_str(),
+                "window": limit.key.window.as_str(),
+                "mode": limit.mode.as_str(),
+                "value": amount(&limit, limit.value),
+                "used": status.map(|s| amount(&limit, s.used)),
+                "remaining": status.map(|s| amount(&limit, s.remaining)),
+                "reset_at": status.and_then(|s| s.reset_at).map(format_rfc3339),
+                "would_refuse": refuses,
+            })
+        })
+        .collect()
 }
 
 pub(super) fn random_seed() -> u64 {
@@ -50,7 +191,8 @@ pub(super) fn random_seed() -> u64 {
         (status = 200, description = "the engine's decision with every candidate, its reasons, \
                                       factors, score and selection probability",
          body = super::schema::ExplainResponse),
-        (status = 400, description = "`model` is missing", body = ErrorBody),
+        (status = 400, description = "`model` is missing, or `token` names no token",
+         body = ErrorBody),
         (status = 404, description = "no enabled route matches the model", body = ErrorBody),
         (status = 503, description = "no snapshot compiled yet", body = ErrorBody)))]
 pub async fn explain(
@@ -71,16 +213,29 @@ pub async fn explain(
                 "no route snapshot compiled yet; the control plane is still connecting to Postgres"
                     .to_owned(),
         })?;
-    let constraint = SelectionConstraint {
-        route_group: query.route_group.clone(),
-        session_key: query.session.clone().filter(|s| !s.is_empty()),
-        ..SelectionConstraint::default()
+    let token = match query.token.as_deref().filter(|t| !t.trim().is_empty()) {
+        Some(text) => Some(find_token(&published.snapshot, text)?.clone()),
+        None => None,
     };
     let seed = query.seed.unwrap_or_else(random_seed);
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
+    let store = state.live.as_ref().map(|live| live.store());
+    let constraint = SelectionConstraint {
+        // As the proxy does: the token's group wins over the one a request names.
+        route_group: token
+            .as_ref()
+            .and_then(|t| t.route_group_name.clone())
+            .or_else(|| query.route_group.clone()),
+        team: token.as_ref().and_then(|t| t.team_id),
+        session_key: query.session.clone().filter(|s| !s.is_empty()),
+        rate_limited: store
+            .map(|store| rate_limited(&published.snapshot, store, model, now_ms))
+            .unwrap_or_default(),
+        ..SelectionConstraint::default()
+    };
     // Without a fleet token the proxies hold the snapshot without secrets; explain shows what
     // they select from, with `secrets_withheld` on the channels they cannot call.
     let snapshot = if state.proxies_without_secrets {
@@ -133,6 +288,25 @@ pub async fn explain(
         // "redis": the fleet's live state; "none": no REDIS_URL, so no cooldowns, breakers,
         // in-flight counts or health records are seen.
         map.insert("health_view".into(), json!(health_view));
+        if let Some(token) = &token {
+            let route = snapshot.resolve_route(model).map(|r| r.id);
+            map.insert(
+                "token".into(),
+                json!({
+                    "id": token.id,
+                    "name": token.name,
+                    "team_id": token.team_id,
+                    "route_group_name": token.route_group_name,
+                    "enabled": token.enabled,
+                    "expires_at": token.expires_at.map(format_rfc3339),
+                    "expired": token.expires_at.is_some_and(|at| at <= now_ms),
+                }),
+            );
+            map.insert(
+                "limits".into(),
+                json!(token_limits(&snapshot, store, token, route, now_ms)),
+            );
+        }
     }
     Ok(Json(body))
 }

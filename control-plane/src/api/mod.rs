@@ -1,15 +1,19 @@
 //! The admin REST API (SPEC §7): one router built from the handlers' own OpenAPI annotations, so
 //! `/api/v1/openapi.json` always lists exactly the routes that exist.
 
+pub mod amount;
+mod budgets;
 mod channels;
 pub mod console;
 mod credentials;
 mod dry_run;
 mod explain;
 pub mod extract;
+mod limits;
 mod members;
 pub mod openapi;
 mod ops;
+mod prices;
 mod routes;
 mod rows;
 pub mod schema;
@@ -142,8 +146,9 @@ impl AppState {
     info(
         title = "Switchyard control plane",
         description = "Admin REST API: channels, credentials, routes, members, tokens, teams, \
-                       settings, channel events, audit log, explain. Every path under /api/v1 \
-                       needs `Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN`."
+                       prices, limits and budgets, settings, channel events, audit log, usage, \
+                       explain, dry run. Every path under /api/v1 needs \
+                       `Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN`."
     ),
     modifiers(&BearerAuth),
     security(("admin_token" = [])),
@@ -187,6 +192,11 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(tokens::get_one, tokens::patch, tokens::delete))
         .routes(routes!(teams::list, teams::create))
         .routes(routes!(teams::get_one, teams::patch, teams::delete))
+        .routes(routes!(prices::list, prices::create))
+        .routes(routes!(prices::get_one, prices::patch, prices::delete))
+        .routes(routes!(limits::list, limits::create))
+        .routes(routes!(limits::get_one, limits::patch, limits::delete))
+        .routes(routes!(budgets::budgets))
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,
@@ -362,12 +372,16 @@ pub enum BodyKind {
     TeamPatch,
     TokenCreate,
     TokenPatch,
+    PriceCreate,
+    PricePatch,
+    LimitCreate,
+    LimitPatch,
     /// `PUT /api/v1/settings`.
     Settings,
 }
 
 impl BodyKind {
-    pub const ALL: [BodyKind; 13] = [
+    pub const ALL: [BodyKind; 17] = [
         BodyKind::ChannelCreate,
         BodyKind::ChannelPatch,
         BodyKind::CredentialCreate,
@@ -380,6 +394,10 @@ impl BodyKind {
         BodyKind::TeamPatch,
         BodyKind::TokenCreate,
         BodyKind::TokenPatch,
+        BodyKind::PriceCreate,
+        BodyKind::PricePatch,
+        BodyKind::LimitCreate,
+        BodyKind::LimitPatch,
         BodyKind::Settings,
     ];
 }
@@ -398,6 +416,8 @@ pub fn validate_body(kind: BodyKind, body: &Bytes) -> ApiResult<serde_json::Valu
         BodyKind::MemberCreate => members::create_detail(parse_body(body)?),
         BodyKind::TeamCreate => teams::create_detail(parse_body(body)?),
         BodyKind::TokenCreate => tokens::create_detail(parse_body(body)?),
+        BodyKind::PriceCreate => prices::create_detail(parse_body(body)?),
+        BodyKind::LimitCreate => limits::create_detail(parse_body(body)?),
         BodyKind::Settings => {
             let settings = settings::merge_settings(serde_json::Map::new(), parse_body(body)?)?;
             serde_json::to_value(settings)
@@ -411,6 +431,8 @@ pub fn validate_body(kind: BodyKind, body: &Bytes) -> ApiResult<serde_json::Valu
         BodyKind::MemberPatch => parse_body::<members::MemberPatch>(body).map(|_| Value::Null),
         BodyKind::TeamPatch => parse_body::<teams::TeamPatch>(body).map(|_| Value::Null),
         BodyKind::TokenPatch => parse_body::<tokens::TokenPatch>(body).map(|_| Value::Null),
+        BodyKind::PricePatch => parse_body::<prices::PricePatch>(body).map(|_| Value::Null),
+        BodyKind::LimitPatch => parse_body::<limits::LimitPatch>(body).map(|_| Value::Null),
     }
 }
 

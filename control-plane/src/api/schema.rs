@@ -50,6 +50,46 @@ pub enum RoutingModeName {
     Single,
 }
 
+/// Whom a limit applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitScopeName {
+    Token,
+    Team,
+    Route,
+    Channel,
+    Member,
+}
+
+/// What a limit counts: requests, tokens (input + output), requests in progress, or spend (USD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitMetricName {
+    Requests,
+    Tokens,
+    Concurrent,
+    Spend,
+}
+
+/// A limit's counting window (UTC calendar windows); `none` for `concurrent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitWindowName {
+    None,
+    Minute,
+    Hour,
+    Day,
+    Month,
+}
+
+/// `hard` refuses requests beyond the limit; `soft` lets them pass and reports the crossing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitModeName {
+    Hard,
+    Soft,
+}
+
 fn settings_object(all_required: bool) -> Schema {
     let defaults = serde_json::to_value(switchyard_engine::Settings::default())
         .ok()
@@ -140,6 +180,8 @@ pub enum ReasonCode {
     ContextTooLong,
     ProtocolUnsupported,
     SecretsWithheld,
+    /// No room under the member's channel or member limits.
+    RateLimited,
 }
 
 /// The selection's result (`model_not_found` is answered as a 404 instead).
@@ -302,6 +344,56 @@ pub struct ExplainResponse {
     /// Unix milliseconds.
     pub now_ms: u64,
     pub health_view: HealthViewSource,
+    /// With `token`: the token the selection was made for.
+    #[serde(default)]
+    pub token: Option<ExplainTokenView>,
+    /// With `token`: the limits its request would be under (the token's, its team's and the
+    /// route's).
+    #[serde(default)]
+    pub limits: Option<Vec<ExplainLimitView>>,
+}
+
+/// The token explain selected for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainTokenView {
+    pub id: i64,
+    pub name: String,
+    pub team_id: Option<i64>,
+    pub route_group_name: Option<String>,
+    /// A disabled token is refused (401) before any selection.
+    pub enabled: bool,
+    /// RFC 3339 UTC; `null`: never expires.
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+    /// Expired: refused (401 `token_expired`) before any selection.
+    pub expired: bool,
+}
+
+/// One limit a token's request is under, and its state as this control plane's state store
+/// sees it (`null` figures: no shared state configured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainLimitView {
+    pub limit_id: i64,
+    pub scope: LimitScopeName,
+    pub scope_id: i64,
+    pub metric: LimitMetricName,
+    pub window: LimitWindowName,
+    pub mode: LimitModeName,
+    /// For `spend`, USD as an exact decimal string; otherwise a whole number.
+    #[schema(value_type = super::amount::LimitValueOutput)]
+    pub value: serde_json::Value,
+    /// Taken in the current window.
+    #[schema(value_type = Option<super::amount::LimitValueOutput>)]
+    pub used: Option<serde_json::Value>,
+    #[schema(value_type = Option<super::amount::LimitValueOutput>)]
+    pub remaining: Option<serde_json::Value>,
+    /// When the window ends (RFC 3339 UTC); `null` for `concurrent`.
+    #[schema(format = DateTime)]
+    pub reset_at: Option<String>,
+    /// A hard limit without room: the request would be refused (429) now.
+    pub would_refuse: Option<bool>,
 }
 
 // -------------------------------------------------------------------------------- shared state

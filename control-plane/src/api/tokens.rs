@@ -8,8 +8,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use switchyard_engine::limit::{format_rfc3339, parse_rfc3339};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::validate::check_single_line;
+use switchyard_engine::UnixMillis;
 use utoipa::ToSchema;
 
 use super::channels::{checked_name, text};
@@ -32,6 +34,9 @@ pub struct TokenView {
     pub team_id: Option<i64>,
     pub allow_pinning: bool,
     pub enabled: bool,
+    /// After this instant the token is refused (401 `token_expired`); `null`: never expires.
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -52,7 +57,8 @@ table_row!(TokenView, "tokens", "token", columns);
 fn columns() -> String {
     format!(
         "id, name, prefix, route_group_name, team_id, allow_pinning, enabled, \
-         {} AS created_at, {} AS updated_at",
+         {} AS expires_at, {} AS created_at, {} AS updated_at",
+        ts("expires_at"),
         ts("created_at"),
         ts("updated_at")
     )
@@ -66,6 +72,9 @@ pub struct TokenCreate {
     pub team_id: Option<i64>,
     pub allow_pinning: Option<bool>,
     pub enabled: Option<bool>,
+    /// RFC 3339 (`2027-01-31T23:59:59Z`, any offset); absent or `null`: never expires.
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -80,6 +89,10 @@ pub struct TokenPatch {
     pub team_id: Option<Option<i64>>,
     pub allow_pinning: Option<bool>,
     pub enabled: Option<bool>,
+    /// RFC 3339; `null` clears it (the token never expires).
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Option<String>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -89,6 +102,32 @@ struct TokenSpec {
     team_id: Option<i64>,
     allow_pinning: bool,
     enabled: bool,
+    /// Unix ms; the audit log shows it as RFC 3339 UTC.
+    #[serde(serialize_with = "expiry_text")]
+    expires_at: Option<UnixMillis>,
+}
+
+fn expiry_text<S: serde::Serializer>(ms: &Option<UnixMillis>, s: S) -> Result<S::Ok, S::Error> {
+    match ms {
+        Some(ms) => s.serialize_str(&format_rfc3339(*ms)),
+        None => s.serialize_none(),
+    }
+}
+
+/// An RFC 3339 `expires_at` as Unix ms; a 422 naming it otherwise.
+fn expiry(text: Option<&str>) -> ApiResult<Option<UnixMillis>> {
+    text.map(|text| {
+        parse_rfc3339(text).ok_or_else(|| {
+            ApiError::validation(
+                "expires_at",
+                format!(
+                    "expires_at must be an RFC 3339 date-time such as 2027-01-31T23:59:59Z, got {:?}",
+                    crate::error::bounded(text, 64)
+                ),
+            )
+        })
+    })
+    .transpose()
 }
 
 impl TryFrom<TokenCreate> for TokenSpec {
@@ -101,6 +140,7 @@ impl TryFrom<TokenCreate> for TokenSpec {
             team_id: raw.team_id,
             allow_pinning: raw.allow_pinning.unwrap_or(false),
             enabled: raw.enabled.unwrap_or(true),
+            expires_at: expiry(raw.expires_at.as_deref())?,
         }
         .validate()
     }
@@ -141,6 +181,14 @@ impl TokenSpec {
         }
         Ok(())
     }
+}
+
+/// `expires_at` from Unix ms bound as `$8` (create) or `$7` (update): exact to the millisecond.
+const EXPIRY_8: &str = "'epoch'::timestamptz + $8 * interval '1 millisecond'";
+const EXPIRY_7: &str = "'epoch'::timestamptz + $7 * interval '1 millisecond'";
+
+fn expiry_ms(ms: Option<UnixMillis>) -> Option<i64> {
+    ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 /// Lowercase hex SHA-256, the form tokens are stored and shipped in.
@@ -199,8 +247,8 @@ pub(super) async fn create_in<'c>(
     let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
-        "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {}",
+        "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled, \
+         expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, {EXPIRY_8}) RETURNING {}",
         columns()
     );
     let view = sqlx::query_as::<_, TokenView>(&sql)
@@ -211,6 +259,7 @@ pub(super) async fn create_in<'c>(
         .bind(spec.team_id)
         .bind(spec.allow_pinning)
         .bind(spec.enabled)
+        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
     let revision = commit_row::<TokenView>(tx, actor, "create", view.id, json!(spec)).await?;
@@ -263,12 +312,17 @@ pub(super) async fn patch_in<'c>(
         team_id: patch.team_id.unwrap_or(current.team_id),
         allow_pinning: patch.allow_pinning.unwrap_or(current.allow_pinning),
         enabled: patch.enabled.unwrap_or(current.enabled),
+        expires_at: match patch.expires_at {
+            Some(text) => expiry(text.as_deref())?,
+            // The stored instant, as read back (RFC 3339 with microseconds).
+            None => expiry(current.expires_at.as_deref())?,
+        },
     }
     .validate()?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
         "UPDATE tokens SET name = $2, route_group_name = $3, team_id = $4, allow_pinning = $5, \
-         enabled = $6, updated_at = now() WHERE id = $1 RETURNING {}",
+         enabled = $6, expires_at = {EXPIRY_7}, updated_at = now() WHERE id = $1 RETURNING {}",
         columns()
     );
     let view = sqlx::query_as::<_, TokenView>(&sql)
@@ -278,6 +332,7 @@ pub(super) async fn patch_in<'c>(
         .bind(spec.team_id)
         .bind(spec.allow_pinning)
         .bind(spec.enabled)
+        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
     let revision = commit_row::<TokenView>(tx, actor, "update", id, json!(spec)).await?;

@@ -1,9 +1,12 @@
-//! `GET /api/v1/usage`: token usage reported by the proxies, summed over a time range and
-//! grouped by one dimension (token, team, route, channel or upstream model).
+//! `GET /api/v1/usage`: usage reported by the proxies (requests, tokens, cost), summed over a
+//! time range, in total and grouped by any of token, team, route, channel and upstream model, and
+//! optionally by UTC hour or day.
 
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use switchyard_engine::limit::format_pico_usd;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
@@ -28,6 +31,14 @@ pub enum UsageDimension {
 }
 
 impl UsageDimension {
+    const ALL: [UsageDimension; 5] = [
+        UsageDimension::Token,
+        UsageDimension::Team,
+        UsageDimension::Route,
+        UsageDimension::Channel,
+        UsageDimension::Model,
+    ];
+
     /// The `usage_minutes` column (a fixed set: safe to put in SQL text).
     fn column(self) -> &'static str {
         match self {
@@ -36,6 +47,27 @@ impl UsageDimension {
             UsageDimension::Route => "route",
             UsageDimension::Channel => "channel",
             UsageDimension::Model => "model",
+        }
+    }
+
+    fn parse(text: &str) -> Option<UsageDimension> {
+        UsageDimension::ALL.into_iter().find(|d| d.column() == text)
+    }
+}
+
+/// A time bucket usage can be grouped by (UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageBucket {
+    Hour,
+    Day,
+}
+
+impl UsageBucket {
+    fn unit(self) -> &'static str {
+        match self {
+            UsageBucket::Hour => "hour",
+            UsageBucket::Day => "day",
         }
     }
 }
@@ -50,32 +82,63 @@ pub struct UsageQuery {
     /// End of the range (RFC 3339, exclusive); default: now.
     #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
-    /// Group the totals by this dimension; absent: the total only.
+    /// Group the totals by these dimensions, comma-separated, each at most once: any of
+    /// `token`, `team`, `route`, `channel`, `model` (e.g. `team,model`); absent: no dimension.
+    #[param(value_type = Option<String>, example = "team,model")]
+    pub group_by: Option<String>,
+    /// Also group by this UTC time bucket (`hour` or `day`).
     #[param(inline)]
-    pub group_by: Option<UsageDimension>,
+    pub bucket: Option<UsageBucket>,
 }
 
-/// What a set of requests used. `input_tokens` includes the cached tokens. Sums saturate at
-/// 9223372036854775807 (the largest 64-bit integer).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow,
-)]
+/// What a set of requests used and cost. `input_tokens` includes the cached tokens. Sums
+/// saturate at 9223372036854775807 (the largest 64-bit integer).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageTotals {
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cached_tokens: i64,
+    /// Cost of the priced requests in USD, an exact decimal string (`"0.00725"`); `null` when
+    /// every request was unpriced (no price matched its channel and upstream model). With
+    /// `unpriced_requests` above 0 it covers the priced requests only.
+    pub cost_usd: Option<String>,
+    /// Requests no price matched: their cost is unknown, not zero.
+    pub unpriced_requests: i64,
 }
 
-/// The totals of one value of the grouping dimension.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+/// The totals of one combination of the grouping dimensions' values (and time bucket).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageGroup {
-    /// The dimension's value (`""` for tokens without a team).
+    /// The value of the first `group_by` dimension (with a single dimension, the group's key;
+    /// `""` for tokens without a team, and when grouped by `bucket` only).
     pub key: String,
+    /// With `token` in `group_by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// With `team` in `group_by` (`""`: tokens without a team).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// With `route` in `group_by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// With `channel` in `group_by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// With `model` in `group_by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// With `bucket`: the start of the hour or day (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub bucket_start: Option<String>,
     pub requests: i64,
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub cached_tokens: i64,
+    /// As in [`UsageTotals`]: `null` when every request of the group was unpriced.
+    pub cost_usd: Option<String>,
+    pub unpriced_requests: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -86,10 +149,15 @@ pub struct UsageReport {
     /// The range's end as applied (RFC 3339, UTC).
     #[schema(format = DateTime)]
     pub to: String,
+    /// The grouping dimension when `group_by` names exactly one.
     pub group_by: Option<UsageDimension>,
+    /// Every grouping dimension, in the order `group_by` names them.
+    pub dimensions: Vec<UsageDimension>,
+    pub bucket: Option<UsageBucket>,
     /// Every request in the range.
     pub total: UsageTotals,
-    /// One entry per value of `group_by`, ordered by it; empty without `group_by`.
+    /// One entry per combination of the grouping values, ordered by them (dimensions first, in
+    /// `group_by` order, then the bucket); empty without `group_by` and `bucket`.
     pub groups: Vec<UsageGroup>,
 }
 
@@ -170,12 +238,13 @@ fn report_error(error: sqlx::Error) -> ApiError {
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage", operation_id = "get_usage",
     params(UsageQuery),
     responses(
-        (status = 200, description = "token usage reported by the proxies (per-minute \
-                                      aggregates; requests, input, output and cached tokens) \
-                                      summed over the range, in total and per value of \
-                                      `group_by`", body = UsageReport),
-        (status = 400, description = "a malformed `from`/`to`, an unknown `group_by`, or \
-                                      `from` not before `to`", body = ErrorBody),
+        (status = 200, description = "usage reported by the proxies (per-minute aggregates; \
+                                      requests, input, output and cached tokens, cost) summed \
+                                      over the range, in total and per combination of the \
+                                      `group_by` values and `bucket`", body = UsageReport),
+        (status = 400, description = "a malformed `from`/`to`, an unknown or repeated \
+                                      `group_by` dimension, an unknown `bucket`, or `from` not \
+                                      before `to`", body = ErrorBody),
         (status = 401, description = "missing or invalid admin token", body = ErrorBody),
         (status = 503, description = "the database is unavailable", body = ErrorBody)))]
 pub async fn usage(
@@ -184,6 +253,7 @@ pub async fn usage(
 ) -> ApiResult<Json<UsageReport>> {
     check_time("from", query.from.as_deref())?;
     check_time("to", query.to.as_deref())?;
+    let dimensions = parse_dimensions(query.group_by.as_deref())?;
     let (from, to, ordered): (String, String, bool) = sqlx::query_as(&format!(
         "WITH b AS (SELECT coalesce($2::timestamptz, now()) AS t), \
               r AS (SELECT coalesce($1::timestamptz, b.t - interval '1 day') AS f, b.t FROM b) \
@@ -208,46 +278,171 @@ pub async fn usage(
             "from must be before to",
         ));
     }
-    let groups: Vec<UsageGroup> = match query.group_by {
-        Some(dimension) => {
-            let column = dimension.column();
-            sqlx::query_as(&format!(
-                "SELECT {column} AS key, least(sum(requests), $3)::bigint AS requests, \
-                        least(sum(input_tokens), $3)::bigint AS input_tokens, \
-                        least(sum(output_tokens), $3)::bigint AS output_tokens, \
-                        least(sum(cached_tokens), $3)::bigint AS cached_tokens \
-                 FROM usage_minutes WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz \
-                 GROUP BY {column} ORDER BY {column}"
-            ))
-            .bind(&from)
-            .bind(&to)
-            .bind(i64::MAX)
-            .fetch_all(&state.pool)
-            .await
-            .map_err(report_error)?
-        }
-        None => Vec::new(),
+    let groups = if dimensions.is_empty() && query.bucket.is_none() {
+        Vec::new()
+    } else {
+        grouped(&state.pool, &from, &to, &dimensions, query.bucket).await?
     };
-    let total: UsageTotals = sqlx::query_as(
-        "SELECT least(coalesce(sum(requests), 0), $3)::bigint AS requests, \
-                least(coalesce(sum(input_tokens), 0), $3)::bigint AS input_tokens, \
-                least(coalesce(sum(output_tokens), 0), $3)::bigint AS output_tokens, \
-                least(coalesce(sum(cached_tokens), 0), $3)::bigint AS cached_tokens \
-         FROM usage_minutes WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz",
-    )
+    let row = sqlx::query(&format!(
+        "SELECT {SUMS} FROM usage_minutes \
+         WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz"
+    ))
     .bind(&from)
     .bind(&to)
     .bind(i64::MAX)
     .fetch_one(&state.pool)
     .await
     .map_err(report_error)?;
+    let total = totals(&row).map_err(report_error)?;
     Ok(Json(UsageReport {
         from,
         to,
-        group_by: query.group_by,
+        group_by: match dimensions.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        },
+        dimensions,
+        bucket: query.bucket,
         total,
         groups,
     }))
+}
+
+/// The sums every total and group reads, saturating at `$3` (cost is summed exactly, as text).
+const SUMS: &str = "least(coalesce(sum(requests), 0), $3)::bigint AS requests, \
+     least(coalesce(sum(input_tokens), 0), $3)::bigint AS input_tokens, \
+     least(coalesce(sum(output_tokens), 0), $3)::bigint AS output_tokens, \
+     least(coalesce(sum(cached_tokens), 0), $3)::bigint AS cached_tokens, \
+     least(coalesce(sum(unpriced_requests), 0), $3)::bigint AS unpriced_requests, \
+     coalesce(sum(cost_pico_usd), 0)::text AS cost_pico_usd";
+
+/// `group_by` as a list of distinct dimensions (`None` or `""`: none).
+fn parse_dimensions(text: Option<&str>) -> ApiResult<Vec<UsageDimension>> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let item = item.trim();
+        let dimension = UsageDimension::parse(item).ok_or_else(|| {
+            ApiError::bad_request(
+                Some("group_by"),
+                format!(
+                    "group_by: `{}` is not one of token, team, route, channel, model",
+                    crate::error::bounded(item, 64)
+                ),
+            )
+        })?;
+        if out.contains(&dimension) {
+            return Err(ApiError::bad_request(
+                Some("group_by"),
+                format!("group_by names `{item}` twice"),
+            ));
+        }
+        out.push(dimension);
+    }
+    Ok(out)
+}
+
+/// The cost of `requests` requests of which `unpriced` matched no price: `None` when all did.
+fn cost_usd(pico: &str, requests: i64, unpriced: i64) -> Result<Option<String>, sqlx::Error> {
+    if requests > 0 && unpriced >= requests {
+        return Ok(None);
+    }
+    // An integral numeric; beyond u128 (never: rows × i64::MAX) it saturates.
+    let digits = pico.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(sqlx::Error::Decode(
+            format!("summed cost {pico:?} is not a whole number of pico-USD").into(),
+        ));
+    }
+    let pico = digits.parse::<u128>().unwrap_or(u128::MAX);
+    Ok(Some(format_pico_usd(pico)))
+}
+
+fn totals(row: &sqlx::postgres::PgRow) -> Result<UsageTotals, sqlx::Error> {
+    let requests: i64 = row.try_get("requests")?;
+    let unpriced: i64 = row.try_get("unpriced_requests")?;
+    let pico: String = row.try_get("cost_pico_usd")?;
+    Ok(UsageTotals {
+        requests,
+        input_tokens: row.try_get("input_tokens")?,
+        output_tokens: row.try_get("output_tokens")?,
+        cached_tokens: row.try_get("cached_tokens")?,
+        cost_usd: cost_usd(&pico, requests, unpriced)?,
+        unpriced_requests: unpriced,
+    })
+}
+
+/// The sums per combination of the dimensions' values (and bucket), ordered by them.
+async fn grouped(
+    pool: &sqlx::PgPool,
+    from: &str,
+    to: &str,
+    dimensions: &[UsageDimension],
+    bucket: Option<UsageBucket>,
+) -> ApiResult<Vec<UsageGroup>> {
+    // Only fixed column names and units reach the SQL text.
+    let mut keys: Vec<String> = dimensions
+        .iter()
+        .map(|d| format!("{0} AS d_{0}", d.column()))
+        .collect();
+    if let Some(bucket) = bucket {
+        keys.push(format!(
+            "{} AS bucket_start",
+            ts(&format!("date_trunc('{}', bucket, 'UTC')", bucket.unit()))
+        ));
+    }
+    let positions: Vec<String> = (1..=keys.len()).map(|i| i.to_string()).collect();
+    let positions = positions.join(", ");
+    let rows = sqlx::query(&format!(
+        "SELECT {}, {SUMS} FROM usage_minutes \
+         WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz \
+         GROUP BY {positions} ORDER BY {positions}",
+        keys.join(", ")
+    ))
+    .bind(from)
+    .bind(to)
+    .bind(i64::MAX)
+    .fetch_all(pool)
+    .await
+    .map_err(report_error)?;
+    rows.iter()
+        .map(|row| {
+            let value = |d: UsageDimension| -> Result<Option<String>, sqlx::Error> {
+                if dimensions.contains(&d) {
+                    row.try_get(format!("d_{}", d.column()).as_str()).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let t = totals(row)?;
+            let key = match dimensions.first() {
+                Some(first) => value(*first)?.unwrap_or_default(),
+                None => String::new(),
+            };
+            Ok(UsageGroup {
+                key,
+                token: value(UsageDimension::Token)?,
+                team: value(UsageDimension::Team)?,
+                route: value(UsageDimension::Route)?,
+                channel: value(UsageDimension::Channel)?,
+                model: value(UsageDimension::Model)?,
+                bucket_start: if bucket.is_some() {
+                    Some(row.try_get("bucket_start")?)
+                } else {
+                    None
+                },
+                requests: t.requests,
+                input_tokens: t.input_tokens,
+                output_tokens: t.output_tokens,
+                cached_tokens: t.cached_tokens,
+                cost_usd: t.cost_usd,
+                unpriced_requests: t.unpriced_requests,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()
+        .map_err(report_error)
 }
 
 #[cfg(test)]

@@ -1,0 +1,487 @@
+//! `/api/v1/limits`: limits on a token, team, route, channel or member. Client limits (token,
+//! team, route) refuse requests beyond them with a 429 (hard) or only report the crossing
+//! (soft); upstream limits (channel, member) make members without room ineligible instead. A
+//! limit follows its scope: deleting the token, team, route, channel or member deletes it.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use switchyard_engine::limit::{format_micros, Limit, Metric, ScopeKind};
+use utoipa::ToSchema;
+
+use super::amount::DecimalText;
+use super::extract::{JsonBody, Path, Query};
+use super::rows::{commit_row, delete_row, Resource};
+use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::ts;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LimitView {
+    pub id: i64,
+    #[schema(value_type = LimitScopeName)]
+    pub scope: String,
+    /// The id of the token, team, route, channel or member.
+    pub scope_id: i64,
+    #[schema(value_type = LimitMetricName)]
+    pub metric: String,
+    #[schema(value_type = LimitWindowName)]
+    pub window: String,
+    /// For `spend`, USD as an exact decimal string; otherwise a whole number.
+    #[schema(value_type = super::amount::LimitValueOutput)]
+    pub value: Value,
+    #[schema(value_type = LimitModeName)]
+    pub mode: String,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+impl Resource for LimitView {
+    const TABLE: &'static str = "limits";
+    const NOUN: &'static str = "limit";
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct LimitRow {
+    pub id: i64,
+    pub scope: String,
+    pub scope_id: i64,
+    pub metric: String,
+    pub period: String,
+    pub value: i64,
+    pub mode: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A stored value as the API shows it: micro-USD as a decimal USD string for spend.
+pub(super) fn shown_value(metric: &str, value: i64) -> Value {
+    let value = u64::try_from(value).unwrap_or(0);
+    if metric == Metric::Spend.as_str() {
+        json!(format_micros(value))
+    } else {
+        json!(value)
+    }
+}
+
+impl From<LimitRow> for LimitView {
+    fn from(r: LimitRow) -> LimitView {
+        LimitView {
+            id: r.id,
+            value: shown_value(&r.metric, r.value),
+            scope: r.scope,
+            scope_id: r.scope_id,
+            metric: r.metric,
+            window: r.period,
+            mode: r.mode,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+pub(super) fn columns() -> String {
+    format!(
+        "id, scope, scope_id, metric, period, value, mode, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitCreate {
+    #[schema(value_type = LimitScopeName)]
+    pub scope: String,
+    pub scope_id: i64,
+    #[schema(value_type = LimitMetricName)]
+    pub metric: String,
+    /// `minute`, `hour` or `day` for requests and tokens; `day` or `month` for spend; absent
+    /// (or `none`) for concurrent.
+    #[schema(value_type = Option<LimitWindowName>)]
+    pub window: Option<String>,
+    #[schema(value_type = super::amount::LimitValueInput)]
+    pub value: DecimalText,
+    /// Default `hard`.
+    #[schema(value_type = Option<LimitModeName>)]
+    pub mode: Option<String>,
+}
+
+/// Any subset; the limit is checked whole again. `window: null` means no window. Changing the
+/// metric to or from `spend` needs a new `value` (its unit changes).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitPatch {
+    #[schema(value_type = Option<LimitScopeName>)]
+    pub scope: Option<String>,
+    pub scope_id: Option<i64>,
+    #[schema(value_type = Option<LimitMetricName>)]
+    pub metric: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<LimitWindowName>)]
+    pub window: Option<Option<String>>,
+    #[schema(value_type = Option<super::amount::LimitValueInput>)]
+    pub value: Option<DecimalText>,
+    #[schema(value_type = Option<LimitModeName>)]
+    pub mode: Option<String>,
+}
+
+/// The value of a limit counting `metric`: micro-USD for spend, a whole number otherwise.
+fn parse_value(metric: Metric, value: &DecimalText) -> ApiResult<u64> {
+    if metric != Metric::Spend {
+        return value.whole("value");
+    }
+    let micros = value.usd_micros("value")?;
+    if micros == 0 {
+        return Err(ApiError::validation(
+            "value",
+            "value: a spend limit must be above 0 USD",
+        ));
+    }
+    Ok(micros)
+}
+
+fn parse_metric(text: &str) -> ApiResult<Metric> {
+    Metric::parse(text).ok_or_else(|| {
+        ApiError::validation(
+            "metric",
+            format!(
+                "metric `{}` is not one of requests, tokens, concurrent, spend",
+                crate::error::bounded(text, 64)
+            ),
+        )
+    })
+}
+
+/// Builds the limit from its fields with the engine's own checks (a 422 naming the field).
+fn build(
+    scope: &str,
+    scope_id: i64,
+    metric: &str,
+    window: Option<&str>,
+    value: u64,
+    mode: &str,
+) -> ApiResult<Limit> {
+    Limit::parse(scope, scope_id, metric, window, value, mode).map_err(|(field, message)| {
+        ApiError::validation(field, crate::error::bounded(&message, 256))
+    })
+}
+
+fn validate_create(raw: &LimitCreate) -> ApiResult<Limit> {
+    if ScopeKind::parse(&raw.scope).is_none() {
+        // `Limit::parse` names it; checked first so a bad scope is not reported as a bad value.
+        build(&raw.scope, raw.scope_id, "requests", None, 1, "hard")?;
+    }
+    let metric = parse_metric(&raw.metric)?;
+    let value = parse_value(metric, &raw.value)?;
+    build(
+        &raw.scope,
+        raw.scope_id,
+        &raw.metric,
+        raw.window.as_deref(),
+        value,
+        raw.mode.as_deref().unwrap_or("hard"),
+    )
+}
+
+/// A create body's validated limit, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: LimitCreate) -> ApiResult<Value> {
+    Ok(detail(&validate_create(&raw)?))
+}
+
+/// The audit log's record of a limit, the value as the API shows it.
+fn detail(limit: &Limit) -> Value {
+    let value = i64::try_from(limit.value).unwrap_or(i64::MAX);
+    json!({
+        "scope": limit.key.scope.as_str(),
+        "scope_id": limit.key.scope_id,
+        "metric": limit.key.metric.as_str(),
+        "window": limit.key.window.as_str(),
+        "value": shown_value(limit.key.metric.as_str(), value),
+        "mode": limit.mode.as_str(),
+    })
+}
+
+/// The table holding a scope's rows (a fixed set: safe to put in SQL text).
+pub(super) fn scope_table(scope: ScopeKind) -> &'static str {
+    match scope {
+        ScopeKind::Token => "tokens",
+        ScopeKind::Team => "teams",
+        ScopeKind::Route => "routes",
+        ScopeKind::Channel => "channels",
+        ScopeKind::Member => "route_members",
+    }
+}
+
+/// The scope row exists (and stays until the write commits), and no other limit has the same scope, metric and window (a 409).
+async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> ApiResult<()> {
+    let key = limit.key;
+    // Locked until the write commits: a concurrent delete of the scope waits, and its trigger
+    // then deletes this limit too, so no limit outlives its scope.
+    let exists: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE id = $1 FOR KEY SHARE",
+        scope_table(key.scope)
+    ))
+    .bind(key.scope_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if exists.is_none() {
+        return Err(ApiError::validation(
+            "scope_id",
+            format!(
+                "scope_id: {} {} does not exist",
+                key.scope.as_str(),
+                key.scope_id
+            ),
+        ));
+    }
+    let other: Option<i64> = sqlx::query_scalar(
+        "SELECT id FROM limits WHERE scope = $1 AND scope_id = $2 AND metric = $3 \
+         AND period = $4 AND id IS DISTINCT FROM $5",
+    )
+    .bind(key.scope.as_str())
+    .bind(key.scope_id)
+    .bind(key.metric.as_str())
+    .bind(key.window.as_str())
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    match other {
+        Some(other) => Err(duplicate(limit, Some(other))),
+        None => Ok(()),
+    }
+}
+
+fn duplicate(limit: &Limit, other: Option<i64>) -> ApiError {
+    let which = other.map(|id| format!(" (limit {id})")).unwrap_or_default();
+    ApiError::Conflict {
+        message: format!(
+            "{} {} already has a {} limit per {}{which}; patch that one",
+            limit.key.scope.as_str(),
+            limit.key.scope_id,
+            limit.key.metric.as_str(),
+            limit.key.window.as_str()
+        ),
+    }
+}
+
+/// A write's error: a unique violation that raced the check is a 409 too.
+fn write_error(limit: &Limit) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
+    move |error| match &error {
+        sqlx::Error::Database(db)
+            if db.constraint() == Some("limits_scope_metric_period_unique") =>
+        {
+            duplicate(limit, None)
+        }
+        _ => ApiError::from(error),
+    }
+}
+
+fn stored(value: u64) -> ApiResult<i64> {
+    i64::try_from(value)
+        .map_err(|_| ApiError::Internal(anyhow::anyhow!("limit value {value} beyond i64")))
+}
+
+async fn fetch_row(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: i64,
+    lock: bool,
+) -> ApiResult<LimitRow> {
+    let sql = format!(
+        "SELECT {} FROM limits WHERE id = $1{}",
+        columns(),
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    sqlx::query_as::<_, LimitRow>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .ok_or_else(|| ApiError::not_found(LimitView::NOUN, id))
+}
+
+#[utoipa::path(get, path = "/api/v1/limits", tag = "limits", operation_id = "list_limits", params(PageQuery),
+    responses((status = 200, body = Page<LimitView>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<LimitView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    let sql = format!(
+        "SELECT {} FROM limits WHERE id > $1 ORDER BY id LIMIT $2",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, LimitRow>(&sql)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    let rows = rows.into_iter().map(LimitView::from).collect();
+    Ok(Json(Page::from_rows(rows, fetch_n, |l| l.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/limits", tag = "limits", operation_id = "create_limit", request_body = LimitCreate,
+    responses((status = 201, body = LimitView),
+              (status = 409, description = "the scope already has a limit of this metric and \
+                                            window", body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    JsonBody(raw): JsonBody<LimitCreate>,
+) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: LimitCreate,
+) -> ApiResult<Response> {
+    let limit = validate_create(&raw)?;
+    let mut tx = db.begin().await?;
+    check(&mut tx, &limit, None).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO limits (scope, scope_id, metric, period, value, mode) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    )
+    .bind(limit.key.scope.as_str())
+    .bind(limit.key.scope_id)
+    .bind(limit.key.metric.as_str())
+    .bind(limit.key.window.as_str())
+    .bind(stored(limit.value)?)
+    .bind(limit.mode.as_str())
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(write_error(&limit))?;
+    let view = LimitView::from(fetch_row(&mut *tx, id, false).await?);
+    let revision = commit_row::<LimitView>(tx, actor, "create", id, detail(&limit)).await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "get_limit",
+    responses((status = 200, body = LimitView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<LimitView>> {
+    Ok(Json(LimitView::from(
+        fetch_row(&state.pool, id, false).await?,
+    )))
+}
+
+#[utoipa::path(patch, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "update_limit", request_body = LimitPatch,
+    responses((status = 200, body = LimitView), (status = 404, body = ErrorBody),
+              (status = 409, description = "the scope already has a limit of this metric and \
+                                            window", body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    JsonBody(patch): JsonBody<LimitPatch>,
+) -> ApiResult<Response> {
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: LimitPatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
+    let current = fetch_row(&mut *tx, id, true).await?;
+    let scope = patch.scope.unwrap_or(current.scope);
+    if ScopeKind::parse(&scope).is_none() {
+        build(&scope, 0, "requests", None, 1, "hard")?;
+    }
+    let metric_text = patch.metric.unwrap_or_else(|| current.metric.clone());
+    let metric = parse_metric(&metric_text)?;
+    let value = match &patch.value {
+        Some(value) => parse_value(metric, value)?,
+        None => {
+            let was_spend = current.metric == Metric::Spend.as_str();
+            if was_spend != (metric == Metric::Spend) {
+                return Err(ApiError::validation(
+                    "value",
+                    "value: changing the metric to or from spend changes the value's unit; \
+                     send a new value",
+                ));
+            }
+            u64::try_from(current.value).unwrap_or(0)
+        }
+    };
+    let window = match patch.window {
+        Some(window) => window,
+        None => Some(current.period),
+    };
+    let limit = build(
+        &scope,
+        patch.scope_id.unwrap_or(current.scope_id),
+        &metric_text,
+        window.as_deref(),
+        value,
+        patch.mode.as_deref().unwrap_or(&current.mode),
+    )?;
+    check(&mut tx, &limit, Some(id)).await?;
+    sqlx::query(
+        "UPDATE limits SET scope = $2, scope_id = $3, metric = $4, period = $5, value = $6, \
+         mode = $7, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(limit.key.scope.as_str())
+    .bind(limit.key.scope_id)
+    .bind(limit.key.metric.as_str())
+    .bind(limit.key.window.as_str())
+    .bind(stored(limit.value)?)
+    .bind(limit.mode.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(write_error(&limit))?;
+    let view = LimitView::from(fetch_row(&mut *tx, id, false).await?);
+    let revision = commit_row::<LimitView>(tx, actor, "update", id, detail(&limit)).await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
+    let current = fetch_row(&mut *tx, id, true).await?;
+    delete_row::<LimitView>(
+        tx,
+        actor,
+        id,
+        json!({
+            "scope": current.scope,
+            "scope_id": current.scope_id,
+            "metric": current.metric,
+            "window": current.period,
+        }),
+    )
+    .await
+}

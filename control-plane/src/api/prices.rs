@@ -1,0 +1,398 @@
+//! `/api/v1/prices`: what a channel charges per million tokens of an upstream model (or a
+//! wildcard pattern of them). The proxies price each request with the most specific pattern of
+//! the channel that served it; a request no price matches is counted as unpriced, never as free.
+//! Amounts are exact: stored in micro-USD per million tokens, answered as decimal strings.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use switchyard_engine::limit::format_micros;
+use switchyard_engine::validate_pattern;
+use utoipa::ToSchema;
+
+use super::amount::DecimalText;
+use super::extract::{JsonBody, Path, Query};
+use super::rows::{commit_row, delete_row, Resource};
+use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use crate::db::ts;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PriceView {
+    pub id: i64,
+    pub channel_id: i64,
+    /// An upstream model name, or a pattern with `*`/`?` wildcards.
+    pub model_pattern: String,
+    /// USD per million input tokens, an exact decimal string.
+    pub input_per_million: String,
+    /// USD per million output tokens.
+    pub output_per_million: String,
+    /// USD per million cache-read input tokens; `null`: charged as other input.
+    pub cached_input_per_million: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+impl Resource for PriceView {
+    const TABLE: &'static str = "prices";
+    const NOUN: &'static str = "price";
+}
+
+#[derive(sqlx::FromRow)]
+struct PriceRow {
+    id: i64,
+    channel_id: i64,
+    model_pattern: String,
+    input_per_million: i64,
+    output_per_million: i64,
+    cached_input_per_million: Option<i64>,
+    created_at: String,
+    updated_at: String,
+}
+
+/// Micro-USD as stored (never negative: the table checks it).
+fn usd(micros: i64) -> String {
+    format_micros(u64::try_from(micros).unwrap_or(0))
+}
+
+impl From<PriceRow> for PriceView {
+    fn from(r: PriceRow) -> PriceView {
+        PriceView {
+            id: r.id,
+            channel_id: r.channel_id,
+            model_pattern: r.model_pattern,
+            input_per_million: usd(r.input_per_million),
+            output_per_million: usd(r.output_per_million),
+            cached_input_per_million: r.cached_input_per_million.map(usd),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+fn columns() -> String {
+    format!(
+        "id, channel_id, model_pattern, input_per_million, output_per_million, \
+         cached_input_per_million, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriceCreate {
+    pub channel_id: i64,
+    pub model_pattern: String,
+    #[schema(value_type = super::amount::UsdAmount)]
+    pub input_per_million: DecimalText,
+    #[schema(value_type = super::amount::UsdAmount)]
+    pub output_per_million: DecimalText,
+    /// Absent or `null`: cache-read input tokens are charged as other input.
+    #[schema(value_type = Option<super::amount::UsdAmount>)]
+    pub cached_input_per_million: Option<DecimalText>,
+}
+
+/// Any subset; `cached_input_per_million: null` clears the cached-input price.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PricePatch {
+    pub channel_id: Option<i64>,
+    pub model_pattern: Option<String>,
+    #[schema(value_type = Option<super::amount::UsdAmount>)]
+    pub input_per_million: Option<DecimalText>,
+    #[schema(value_type = Option<super::amount::UsdAmount>)]
+    pub output_per_million: Option<DecimalText>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<super::amount::UsdAmount>)]
+    pub cached_input_per_million: Option<Option<DecimalText>>,
+}
+
+/// A validated price, amounts in micro-USD per million tokens.
+#[derive(Debug, Serialize)]
+struct PriceSpec {
+    channel_id: i64,
+    model_pattern: String,
+    input_per_million: u64,
+    output_per_million: u64,
+    cached_input_per_million: Option<u64>,
+}
+
+fn pattern(value: &str) -> ApiResult<String> {
+    validate_pattern(value).map_err(|message| ApiError::validation("model_pattern", message))?;
+    Ok(value.to_owned())
+}
+
+fn micros(value: u64) -> ApiResult<i64> {
+    i64::try_from(value)
+        .map_err(|_| ApiError::Internal(anyhow::anyhow!("amount {value} beyond i64")))
+}
+
+impl TryFrom<PriceCreate> for PriceSpec {
+    type Error = ApiError;
+
+    fn try_from(raw: PriceCreate) -> ApiResult<PriceSpec> {
+        Ok(PriceSpec {
+            channel_id: raw.channel_id,
+            model_pattern: pattern(&raw.model_pattern)?,
+            input_per_million: raw.input_per_million.usd_micros("input_per_million")?,
+            output_per_million: raw.output_per_million.usd_micros("output_per_million")?,
+            cached_input_per_million: raw
+                .cached_input_per_million
+                .map(|v| v.usd_micros("cached_input_per_million"))
+                .transpose()?,
+        })
+    }
+}
+
+/// A create body's validated spec, as the audit log records it ([`super::validate_body`]).
+pub(super) fn create_detail(raw: PriceCreate) -> ApiResult<serde_json::Value> {
+    Ok(PriceSpec::try_from(raw)?.detail())
+}
+
+impl PriceSpec {
+    /// The audit log's record of the price, amounts as the API shows them.
+    fn detail(&self) -> serde_json::Value {
+        json!({
+            "channel_id": self.channel_id,
+            "model_pattern": self.model_pattern,
+            "input_per_million": format_micros(self.input_per_million),
+            "output_per_million": format_micros(self.output_per_million),
+            "cached_input_per_million": self.cached_input_per_million.map(format_micros),
+        })
+    }
+
+    /// The channel exists, and no other price has this channel and pattern (a 409 naming it).
+    async fn check(&self, tx: &mut sqlx::PgConnection, id: Option<i64>) -> ApiResult<()> {
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1)")
+                .bind(self.channel_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !exists {
+            return Err(ApiError::validation(
+                "channel_id",
+                format!("channel_id {} does not exist", self.channel_id),
+            ));
+        }
+        let other: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM prices WHERE channel_id = $1 AND model_pattern = $2 \
+             AND id IS DISTINCT FROM $3",
+        )
+        .bind(self.channel_id)
+        .bind(&self.model_pattern)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match other {
+            Some(other) => Err(duplicate(self.channel_id, &self.model_pattern, Some(other))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn duplicate(channel: i64, pattern: &str, other: Option<i64>) -> ApiError {
+    let which = other.map(|id| format!(" (price {id})")).unwrap_or_default();
+    ApiError::Conflict {
+        message: format!(
+            "channel {channel} already has a price for model_pattern {:?}{which}; patch that one",
+            crate::error::bounded(pattern, 64)
+        ),
+    }
+}
+
+/// A write's error: a unique violation of (channel, pattern) that raced the check is a 409 too.
+fn write_error(spec: &PriceSpec) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
+    move |error| match &error {
+        sqlx::Error::Database(db) if db.constraint() == Some("prices_channel_pattern_unique") => {
+            duplicate(spec.channel_id, &spec.model_pattern, None)
+        }
+        _ => ApiError::from(error),
+    }
+}
+
+async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64) -> ApiResult<PriceView> {
+    let sql = format!("SELECT {} FROM prices WHERE id = $1", columns());
+    sqlx::query_as::<_, PriceRow>(&sql)
+        .bind(id)
+        .fetch_optional(executor)
+        .await?
+        .map(PriceView::from)
+        .ok_or_else(|| ApiError::not_found(PriceView::NOUN, id))
+}
+
+async fn fetch_row(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<PriceRow> {
+    let sql = format!("SELECT {} FROM prices WHERE id = $1 FOR UPDATE", columns());
+    sqlx::query_as::<_, PriceRow>(&sql)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| ApiError::not_found(PriceView::NOUN, id))
+}
+
+#[utoipa::path(get, path = "/api/v1/prices", tag = "prices", operation_id = "list_prices", params(PageQuery),
+    responses((status = 200, body = Page<PriceView>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Query(page): Query<PageQuery>,
+) -> ApiResult<Json<Page<PriceView>>> {
+    let (fetch_n, after) = page.bounds()?;
+    let sql = format!(
+        "SELECT {} FROM prices WHERE id > $1 ORDER BY id LIMIT $2",
+        columns()
+    );
+    let rows = sqlx::query_as::<_, PriceRow>(&sql)
+        .bind(after)
+        .bind(fetch_n)
+        .fetch_all(&state.pool)
+        .await?;
+    let rows = rows.into_iter().map(PriceView::from).collect();
+    Ok(Json(Page::from_rows(rows, fetch_n, |p| p.id)))
+}
+
+#[utoipa::path(post, path = "/api/v1/prices", tag = "prices", operation_id = "create_price", request_body = PriceCreate,
+    responses((status = 201, body = PriceView),
+              (status = 409, description = "the channel already has a price for this pattern",
+               body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    JsonBody(raw): JsonBody<PriceCreate>,
+) -> ApiResult<Response> {
+    create_in(&state.pool, &actor, raw).await
+}
+
+/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn create_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    raw: PriceCreate,
+) -> ApiResult<Response> {
+    let spec = PriceSpec::try_from(raw)?;
+    let mut tx = db.begin().await?;
+    spec.check(&mut tx, None).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO prices (channel_id, model_pattern, input_per_million, output_per_million, \
+         cached_input_per_million) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(spec.channel_id)
+    .bind(&spec.model_pattern)
+    .bind(micros(spec.input_per_million)?)
+    .bind(micros(spec.output_per_million)?)
+    .bind(spec.cached_input_per_million.map(micros).transpose()?)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(write_error(&spec))?;
+    let view = fetch(&mut *tx, id).await?;
+    let revision = commit_row::<PriceView>(tx, actor, "create", id, spec.detail()).await?;
+    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+}
+
+#[utoipa::path(get, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "get_price",
+    responses((status = 200, body = PriceView), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<PriceView>> {
+    Ok(Json(fetch(&state.pool, id).await?))
+}
+
+#[utoipa::path(patch, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "update_price", request_body = PricePatch,
+    responses((status = 200, body = PriceView), (status = 404, body = ErrorBody),
+              (status = 409, description = "the channel already has a price for this pattern",
+               body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+    JsonBody(patch): JsonBody<PricePatch>,
+) -> ApiResult<Response> {
+    patch_in(&state.pool, &actor, id, patch).await
+}
+
+/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn patch_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+    patch: PricePatch,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
+    let current = fetch_row(&mut tx, id).await?;
+    let stored = |v: i64| u64::try_from(v).unwrap_or(0);
+    let spec = PriceSpec {
+        channel_id: patch.channel_id.unwrap_or(current.channel_id),
+        model_pattern: match patch.model_pattern {
+            Some(p) => pattern(&p)?,
+            None => current.model_pattern,
+        },
+        input_per_million: match patch.input_per_million {
+            Some(v) => v.usd_micros("input_per_million")?,
+            None => stored(current.input_per_million),
+        },
+        output_per_million: match patch.output_per_million {
+            Some(v) => v.usd_micros("output_per_million")?,
+            None => stored(current.output_per_million),
+        },
+        cached_input_per_million: match patch.cached_input_per_million {
+            Some(Some(v)) => Some(v.usd_micros("cached_input_per_million")?),
+            Some(None) => None,
+            None => current.cached_input_per_million.map(stored),
+        },
+    };
+    spec.check(&mut tx, Some(id)).await?;
+    sqlx::query(
+        "UPDATE prices SET channel_id = $2, model_pattern = $3, input_per_million = $4, \
+         output_per_million = $5, cached_input_per_million = $6, updated_at = now() \
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(spec.channel_id)
+    .bind(&spec.model_pattern)
+    .bind(micros(spec.input_per_million)?)
+    .bind(micros(spec.output_per_million)?)
+    .bind(spec.cached_input_per_million.map(micros).transpose()?)
+    .execute(&mut *tx)
+    .await
+    .map_err(write_error(&spec))?;
+    let view = fetch(&mut *tx, id).await?;
+    let revision = commit_row::<PriceView>(tx, actor, "update", id, spec.detail()).await?;
+    Ok(with_revision(revision, Json(view)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "delete_price",
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    Path(id): Path<i64>,
+) -> ApiResult<Response> {
+    delete_in(&state.pool, &actor, id).await
+}
+
+/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
+/// transaction (`super::dry_run`), which is rolled back.
+pub(super) async fn delete_in<'c>(
+    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    actor: &str,
+    id: i64,
+) -> ApiResult<Response> {
+    let mut tx = db.begin().await?;
+    let current = fetch_row(&mut tx, id).await?;
+    delete_row::<PriceView>(
+        tx,
+        actor,
+        id,
+        json!({ "channel_id": current.channel_id, "model_pattern": current.model_pattern }),
+    )
+    .await
+}

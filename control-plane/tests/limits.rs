@@ -1,0 +1,669 @@
+//! Prices, limits, budgets and token expiry through the admin API, against a real Postgres.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use switchyard_control_plane::usage::apply_batch;
+use switchyard_engine::limit::{LimitMode, Metric, ScopeKind, Window};
+use switchyard_proto::v1::{UsageBatch, UsageRecord};
+
+use common::{test_app, Reply, TestApp};
+
+async fn expect_invalid(reply: Reply, param: &str) {
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{param}: {}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some(param), "{}", reply.text);
+}
+
+async fn audit_actions(app: &TestApp, resource: &str) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT action, revision FROM audit_log WHERE resource = $1 ORDER BY revision")
+        .bind(resource)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+// ----------------------------------------------------------------------------------- prices
+
+#[sqlx::test(migrations = "../migrations")]
+async fn price_crud_is_exact_audited_and_bumps_the_revision(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("openai").await;
+    let before = app.revision().await;
+    let created = app
+        .post(
+            "/api/v1/prices",
+            json!({"channel_id": channel, "model_pattern": "gpt-4o*",
+                   "input_per_million": 2.5, "output_per_million": "10.00",
+                   "cached_input_per_million": 1.25}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.revision(), Some(before + 1));
+    let id = created.body["id"].as_i64().unwrap();
+    assert_eq!(created.body["input_per_million"], "2.5");
+    assert_eq!(created.body["output_per_million"], "10");
+    assert_eq!(created.body["cached_input_per_million"], "1.25");
+    let stored: (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT input_per_million, output_per_million, cached_input_per_million FROM prices",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, (2_500_000, 10_000_000, Some(1_250_000)));
+
+    // Patch: a number with many digits, still exact; null clears the cached price.
+    let patched = app
+        .patch(
+            &format!("/api/v1/prices/{id}"),
+            json!({"input_per_million": 0.075, "cached_input_per_million": null}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["input_per_million"], "0.075");
+    assert_eq!(patched.body["output_per_million"], "10");
+    assert_eq!(patched.body["cached_input_per_million"], Value::Null);
+    assert_eq!(patched.revision(), Some(before + 2));
+
+    let list = app.get("/api/v1/prices").await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(list.body["next_cursor"], Value::Null);
+    let one = app.get(&format!("/api/v1/prices/{id}")).await;
+    assert_eq!(one.body["model_pattern"], "gpt-4o*");
+
+    // The price reaches the snapshot.
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let price = snapshot.price(channel, "gpt-4o-mini").unwrap();
+    assert_eq!(
+        (
+            price.input_per_million,
+            price.output_per_million,
+            price.cached_input_per_million
+        ),
+        (75_000, 10_000_000, None)
+    );
+
+    let deleted = app.delete(&format!("/api/v1/prices/{id}")).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert_eq!(deleted.revision(), Some(before + 3));
+    assert_eq!(
+        app.get(&format!("/api/v1/prices/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let actions: Vec<String> = audit_actions(&app, "price")
+        .await
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    assert_eq!(actions, ["create", "update", "delete"]);
+    let detail: Value = sqlx::query_scalar(
+        "SELECT detail FROM audit_log WHERE resource = 'price' AND action = 'create'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(detail["input_per_million"], "2.5");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn invalid_prices_name_the_field_and_duplicates_conflict(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("openai").await;
+    let base = json!({"channel_id": channel, "model_pattern": "gpt-4o",
+                      "input_per_million": "2.50", "output_per_million": 10});
+    let with = |key: &str, value: Value| {
+        let mut body = base.clone();
+        body[key] = value;
+        body
+    };
+    for (body, param) in [
+        (with("channel_id", json!(999_999)), "channel_id"),
+        (with("model_pattern", json!("")), "model_pattern"),
+        (with("model_pattern", json!("gpt **")), "model_pattern"),
+        (with("input_per_million", json!(-1)), "input_per_million"),
+        (
+            with("input_per_million", json!("0.0000001")),
+            "input_per_million",
+        ),
+        (
+            with("output_per_million", json!("ten")),
+            "output_per_million",
+        ),
+        (
+            with("output_per_million", json!(1e12)),
+            "output_per_million",
+        ),
+        (
+            with("cached_input_per_million", json!("1,5")),
+            "cached_input_per_million",
+        ),
+        (with("input_per_million", json!(true)), "input_per_million"),
+        (with("colour", json!("red")), "colour"),
+    ] {
+        expect_invalid(app.post("/api/v1/prices", body).await, param).await;
+    }
+    let id = app.create("/api/v1/prices", base.clone()).await;
+    let dup = app.post("/api/v1/prices", base.clone()).await;
+    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text);
+    assert!(dup.text.contains(&format!("price {id}")), "{}", dup.text);
+    // Another pattern, then patched onto the first one's: a conflict too.
+    let other = app
+        .create("/api/v1/prices", with("model_pattern", json!("gpt-4o-*")))
+        .await;
+    let clash = app
+        .patch(
+            &format!("/api/v1/prices/{other}"),
+            json!({"model_pattern": "gpt-4o"}),
+        )
+        .await;
+    assert_eq!(clash.status, StatusCode::CONFLICT, "{}", clash.text);
+    expect_invalid(
+        app.patch(
+            &format!("/api/v1/prices/{other}"),
+            json!({"channel_id": 424242}),
+        )
+        .await,
+        "channel_id",
+    )
+    .await;
+    assert_eq!(
+        app.patch("/api/v1/prices/999999", json!({})).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Nothing refused was written or audited.
+    assert_eq!(audit_actions(&app, "price").await.len(), 2);
+    // Deleting the channel deletes its prices.
+    let deleted = app.delete(&format!("/api/v1/channels/{channel}")).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    assert_eq!(app.get("/api/v1/prices").await.body["data"], json!([]));
+}
+
+// ----------------------------------------------------------------------------------- limits
+
+async fn token(app: &TestApp, name: &str, team: Option<i64>) -> i64 {
+    app.create("/api/v1/tokens", json!({"name": name, "team_id": team}))
+        .await
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn limit_crud_validates_audits_and_reaches_the_snapshot(pool: PgPool) {
+    let app = test_app(pool);
+    let team = app
+        .create("/api/v1/teams", json!({"name": "research"}))
+        .await;
+    let token = token(&app, "app", Some(team)).await;
+    let route = app.route("gpt-*").await;
+    let channel = app.channel("openai").await;
+    let member = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    let before = app.revision().await;
+
+    let rpm = app
+        .post(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "requests",
+                   "window": "minute", "value": 60}),
+        )
+        .await;
+    assert_eq!(rpm.status, StatusCode::CREATED, "{}", rpm.text);
+    assert_eq!(rpm.revision(), Some(before + 1));
+    assert_eq!(rpm.body["value"], 60);
+    assert_eq!(rpm.body["mode"], "hard");
+    assert_eq!(rpm.body["window"], "minute");
+    let rpm = rpm.body["id"].as_i64().unwrap();
+
+    let spend = app
+        .post(
+            "/api/v1/limits",
+            json!({"scope": "team", "scope_id": team, "metric": "spend", "window": "month",
+                   "value": 12.5, "mode": "soft"}),
+        )
+        .await;
+    assert_eq!(spend.status, StatusCode::CREATED, "{}", spend.text);
+    assert_eq!(spend.body["value"], "12.5");
+    let spend = spend.body["id"].as_i64().unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT value FROM limits WHERE id = $1")
+        .bind(spend)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 12_500_000, "micro-USD");
+
+    let conc = app
+        .post(
+            "/api/v1/limits",
+            json!({"scope": "channel", "scope_id": channel, "metric": "concurrent", "value": "4"}),
+        )
+        .await;
+    assert_eq!(conc.status, StatusCode::CREATED, "{}", conc.text);
+    assert_eq!(conc.body["window"], "none");
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "member", "scope_id": member, "metric": "tokens", "window": "hour",
+               "value": 100000}),
+    )
+    .await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "route", "scope_id": route, "metric": "requests", "window": "day",
+               "value": 1000, "mode": "soft"}),
+    )
+    .await;
+
+    // Patch: value and mode; a spend value as a string.
+    let patched = app
+        .patch(
+            &format!("/api/v1/limits/{spend}"),
+            json!({"value": "20.000001", "mode": "hard"}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["value"], "20.000001");
+    assert_eq!(patched.body["mode"], "hard");
+    let list = app.get("/api/v1/limits?limit=2").await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 2);
+    assert!(list.body["next_cursor"].is_string());
+
+    // Every limit reaches the compiled snapshot, under its scope.
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    assert_eq!(snapshot.limits().len(), 5);
+    let on_token = snapshot.limits_of(ScopeKind::Token, token);
+    assert_eq!(on_token.len(), 1);
+    assert_eq!(
+        (
+            on_token[0].key.metric,
+            on_token[0].key.window,
+            on_token[0].value,
+            on_token[0].mode
+        ),
+        (Metric::Requests, Window::Minute, 60, LimitMode::Hard)
+    );
+    let on_team = snapshot.limits_of(ScopeKind::Team, team);
+    assert_eq!(
+        (on_team[0].key.metric, on_team[0].value, on_team[0].mode),
+        (Metric::Spend, 20_000_001, LimitMode::Hard)
+    );
+    assert_eq!(snapshot.limits_of(ScopeKind::Channel, channel).len(), 1);
+    assert_eq!(snapshot.limits_of(ScopeKind::Member, member).len(), 1);
+    assert_eq!(snapshot.limits_of(ScopeKind::Route, route).len(), 1);
+    assert!(snapshot.has_upstream_limits());
+
+    // Deleting the token deletes its limits (and says so nowhere else: the team's stay).
+    let deleted = app.delete(&format!("/api/v1/tokens/{token}")).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get(&format!("/api/v1/limits/{rpm}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/limits/{spend}")).await.status,
+        StatusCode::OK
+    );
+    // Deleting the member and the channel takes theirs too.
+    assert_eq!(
+        app.delete(&format!("/api/v1/members/{member}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/channels/{channel}"))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    assert_eq!(snapshot.limits().len(), 2, "the team's and the route's");
+    assert!(!snapshot.has_upstream_limits());
+
+    let removed = app.delete(&format!("/api/v1/limits/{spend}")).await;
+    assert_eq!(removed.status, StatusCode::NO_CONTENT);
+    let actions: Vec<String> = audit_actions(&app, "limit")
+        .await
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    assert_eq!(
+        actions,
+        ["create", "create", "create", "create", "create", "update", "delete"]
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn invalid_limits_name_the_field_and_duplicates_conflict(pool: PgPool) {
+    let app = test_app(pool);
+    let token = token(&app, "app", None).await;
+    let channel = app.channel("openai").await;
+    let base = json!({"scope": "token", "scope_id": token, "metric": "requests",
+                      "window": "minute", "value": 10});
+    let with = |pairs: &[(&str, Value)]| {
+        let mut body = base.clone();
+        for (key, value) in pairs {
+            if value.is_null() {
+                body.as_object_mut().unwrap().remove(*key);
+            } else {
+                body[*key] = value.clone();
+            }
+        }
+        body
+    };
+    for (body, param) in [
+        (with(&[("scope", json!("user"))]), "scope"),
+        (with(&[("scope_id", json!(987_654))]), "scope_id"),
+        (with(&[("scope", json!("team"))]), "scope_id"),
+        (with(&[("metric", json!("bytes"))]), "metric"),
+        (with(&[("window", json!("week"))]), "window"),
+        (with(&[("window", Value::Null)]), "window"),
+        (with(&[("window", json!("none"))]), "window"),
+        (with(&[("metric", json!("spend"))]), "window"),
+        (with(&[("metric", json!("concurrent"))]), "window"),
+        (with(&[("mode", json!("strict"))]), "mode"),
+        (with(&[("value", json!(0))]), "value"),
+        (with(&[("value", json!(1.5))]), "value"),
+        (with(&[("value", json!(-3))]), "value"),
+        (with(&[("value", json!("ten"))]), "value"),
+        (
+            with(&[("value", json!(2_000_000_000_000_000_i64))]),
+            "value",
+        ),
+        (
+            with(&[
+                ("metric", json!("spend")),
+                ("window", json!("day")),
+                ("value", json!(0)),
+            ]),
+            "value",
+        ),
+        (
+            with(&[
+                ("metric", json!("spend")),
+                ("window", json!("day")),
+                ("value", json!("0.0000001")),
+            ]),
+            "value",
+        ),
+        (
+            with(&[
+                ("scope", json!("channel")),
+                ("scope_id", json!(channel)),
+                ("metric", json!("spend")),
+                ("window", json!("day")),
+            ]),
+            "metric",
+        ),
+        (with(&[("extra", json!(1))]), "extra"),
+    ] {
+        expect_invalid(app.post("/api/v1/limits", body.clone()).await, param).await;
+    }
+    let id = app.create("/api/v1/limits", base.clone()).await;
+    let dup = app
+        .post("/api/v1/limits", with(&[("value", json!(99))]))
+        .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text);
+    assert!(dup.text.contains(&format!("limit {id}")), "{}", dup.text);
+    // Another window is another limit; patched onto the first's window it conflicts.
+    let hourly = app
+        .create("/api/v1/limits", with(&[("window", json!("hour"))]))
+        .await;
+    let clash = app
+        .patch(
+            &format!("/api/v1/limits/{hourly}"),
+            json!({"window": "minute"}),
+        )
+        .await;
+    assert_eq!(clash.status, StatusCode::CONFLICT, "{}", clash.text);
+    // Changing to spend needs a new value (its unit changes); with one, and a window, it is fine.
+    expect_invalid(
+        app.patch(
+            &format!("/api/v1/limits/{hourly}"),
+            json!({"metric": "spend", "window": "day"}),
+        )
+        .await,
+        "value",
+    )
+    .await;
+    let to_spend = app
+        .patch(
+            &format!("/api/v1/limits/{hourly}"),
+            json!({"metric": "spend", "window": "day", "value": "3"}),
+        )
+        .await;
+    assert_eq!(to_spend.status, StatusCode::OK, "{}", to_spend.text);
+    assert_eq!(to_spend.body["value"], "3");
+    // `window: null` is no window: only for concurrent.
+    expect_invalid(
+        app.patch(&format!("/api/v1/limits/{id}"), json!({"window": null}))
+            .await,
+        "window",
+    )
+    .await;
+    let conc = app
+        .patch(
+            &format!("/api/v1/limits/{id}"),
+            json!({"window": null, "metric": "concurrent"}),
+        )
+        .await;
+    assert_eq!(conc.status, StatusCode::OK, "{}", conc.text);
+    assert_eq!(conc.body["window"], "none");
+    assert_eq!(conc.body["value"], 10);
+    assert_eq!(
+        app.delete("/api/v1/limits/424242").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Only the accepted writes were audited.
+    assert_eq!(audit_actions(&app, "limit").await.len(), 4);
+}
+
+// ---------------------------------------------------------------------------------- budgets
+
+fn spend_record(bucket: i64, token: &str, team: &str, cost: u64, unpriced: u64) -> UsageRecord {
+    UsageRecord {
+        bucket_start_unix_s: bucket,
+        token: token.to_owned(),
+        team: team.to_owned(),
+        route: "gpt-*".to_owned(),
+        channel: "openai".to_owned(),
+        model: "gpt-4o".to_owned(),
+        requests: 1 + unpriced,
+        input_tokens: 10,
+        output_tokens: 10,
+        cost_pico_usd: cost,
+        unpriced_requests: unpriced,
+        ..UsageRecord::default()
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let team = app
+        .create("/api/v1/teams", json!({"name": "research"}))
+        .await;
+    let token = token(&app, "app", Some(team)).await;
+    let route = app.route("gpt-*").await;
+    let daily = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "spend", "window": "day",
+                   "value": "1.5"}),
+        )
+        .await;
+    let monthly = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "team", "scope_id": team, "metric": "spend", "window": "month",
+                   "value": 0.001, "mode": "soft"}),
+        )
+        .await;
+    let on_route = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "route", "scope_id": route, "metric": "spend", "window": "day",
+                   "value": 100}),
+        )
+        .await;
+    // Not a budget.
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "token", "scope_id": token, "metric": "requests", "window": "day",
+               "value": 100}),
+    )
+    .await;
+
+    let now_s = switchyard_proto::usage::unix_now_s();
+    let minute = now_s / 60 * 60;
+    let (day_start, day_end) = Window::Day.bounds(now_s as u64 * 1000);
+    let (month_start, _) = Window::Month.bounds(now_s as u64 * 1000);
+    // Yesterday (in this month unless today is the 1st) and a year ago: outside today's window.
+    let yesterday = (day_start / 1000) as i64 - 60;
+    let long_ago = (month_start / 1000) as i64 - 86_400 * 40;
+    apply_batch(
+        &pool,
+        &UsageBatch {
+            batch_id: "b-1".to_owned(),
+            client_id: "test".to_owned(),
+            records: vec![
+                // 0.25 USD now, 2 unpriced requests.
+                spend_record(minute, "app", "research", 250_000_000_000, 2),
+                // 0.5 USD yesterday.
+                spend_record(yesterday, "app", "research", 500_000_000_000, 0),
+                spend_record(long_ago, "app", "research", 9_000_000_000_000, 0),
+                // Another token of no team.
+                spend_record(minute, "other", "", 1_000_000_000_000, 0),
+            ],
+            dropped_requests: 0,
+        },
+    )
+    .await
+    .unwrap();
+
+    let reply = app.get("/api/v1/budgets").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let data = reply.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3, "spend limits only: {}", reply.body);
+    let by_id = |id: i64| data.iter().find(|b| b["limit_id"] == id).unwrap();
+
+    let d = by_id(daily);
+    assert_eq!(d["scope"], "token");
+    assert_eq!(d["scope_name"], "app");
+    assert_eq!(d["window"], "day");
+    assert_eq!(d["mode"], "hard");
+    assert_eq!(d["value_usd"], "1.5");
+    assert_eq!(d["spent_usd"], "0.25");
+    assert_eq!(d["remaining_usd"], "1.25");
+    assert_eq!(d["unpriced_requests"], 2);
+    assert_eq!(
+        d["resets_at"],
+        switchyard_engine::limit::format_rfc3339(day_end)
+    );
+
+    let m = by_id(monthly);
+    assert_eq!(m["scope_name"], "research");
+    assert_eq!(m["value_usd"], "0.001");
+    let month_spent = if yesterday as u64 * 1000 >= month_start {
+        "0.75"
+    } else {
+        "0.25"
+    };
+    assert_eq!(m["spent_usd"], month_spent);
+    assert_eq!(m["remaining_usd"], "0", "never below zero");
+
+    let r = by_id(on_route);
+    assert_eq!(r["scope_name"], "gpt-*");
+    assert_eq!(r["spent_usd"], "1.25", "every token of the route today");
+    assert_eq!(r["remaining_usd"], "98.75");
+    assert!(reply.body["computed_at"].is_string());
+
+    // Budgets need the admin token.
+    let open = app.send(Method::GET, "/api/v1/budgets", None, None).await;
+    assert_eq!(open.status, StatusCode::UNAUTHORIZED);
+}
+
+// ----------------------------------------------------------------------------- token expiry
+
+#[sqlx::test(migrations = "../migrations")]
+async fn tokens_take_an_expiry_show_it_and_clear_it(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/tokens",
+            json!({"name": "temp", "expires_at": "2027-01-31T23:59:59+02:00"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["expires_at"], "2027-01-31T21:59:59.000000Z");
+    let id = created.body["id"].as_i64().unwrap();
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let stored = snapshot.tokens().iter().find(|t| t.id == id).unwrap();
+    assert_eq!(
+        stored.expires_at,
+        switchyard_engine::limit::parse_rfc3339("2027-01-31T21:59:59Z")
+    );
+
+    // A patch of something else keeps it; a new one replaces it (milliseconds kept); null clears.
+    let renamed = app
+        .patch(&format!("/api/v1/tokens/{id}"), json!({"name": "temp-2"}))
+        .await;
+    assert_eq!(renamed.body["expires_at"], "2027-01-31T21:59:59.000000Z");
+    let moved = app
+        .patch(
+            &format!("/api/v1/tokens/{id}"),
+            json!({"expires_at": "2026-06-01T00:00:00.250Z"}),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    assert_eq!(moved.body["expires_at"], "2026-06-01T00:00:00.250000Z");
+    let cleared = app
+        .patch(&format!("/api/v1/tokens/{id}"), json!({"expires_at": null}))
+        .await;
+    assert_eq!(cleared.body["expires_at"], Value::Null);
+    assert_eq!(
+        app.get(&format!("/api/v1/tokens/{id}")).await.body["expires_at"],
+        Value::Null
+    );
+    let plain = app.post("/api/v1/tokens", json!({"name": "forever"})).await;
+    assert_eq!(plain.body["expires_at"], Value::Null);
+
+    for bad in [
+        json!("tomorrow"),
+        json!("2027-02-30T00:00:00Z"),
+        json!("2027-01-31"),
+        json!(5),
+    ] {
+        expect_invalid(
+            app.post("/api/v1/tokens", json!({"name": "bad", "expires_at": bad}))
+                .await,
+            "expires_at",
+        )
+        .await;
+        expect_invalid(
+            app.patch(&format!("/api/v1/tokens/{id}"), json!({"expires_at": bad}))
+                .await,
+            "expires_at",
+        )
+        .await;
+    }
+    let detail: Value = sqlx::query_scalar(
+        "SELECT detail FROM audit_log WHERE resource = 'token' AND action = 'create' \
+         ORDER BY id LIMIT 1",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(detail["expires_at"], "2027-01-31T21:59:59Z");
+}
