@@ -10,7 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_state::{mask_url, RedisConfig, RedisStore, StateStore, SyncReport};
+use switchyard_engine::{Limit, UnixMillis};
+use switchyard_state::{mask_url, LimitStatus, RedisConfig, RedisStore, StateStore, SyncReport};
+
+/// Longest explain waits for the fleet's limit counters.
+const LIMIT_READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A handle on the shared state. Cheap to clone.
 #[derive(Clone)]
@@ -61,6 +65,32 @@ impl LiveState {
     /// sync, resyncs, Redis errors), as last published with its lease (`None` without Redis).
     pub fn fleet_sync(&self) -> Option<Vec<SyncReport>> {
         self.redis.as_ref().map(|r| r.fleet_sync())
+    }
+
+    /// The state of `limits` fleet-wide: with Redis, the shared counters read straight from it
+    /// (the control plane takes no part in the counting, so its own limiter knows nothing and
+    /// must not claim); otherwise the store's own counts. `None` when Redis cannot be read
+    /// (logged).
+    pub async fn limit_statuses(
+        &self,
+        limits: &[Limit],
+        now: UnixMillis,
+    ) -> Option<Vec<LimitStatus>> {
+        match &self.redis {
+            Some(redis) => match redis.read_limits(limits, now, LIMIT_READ_TIMEOUT).await {
+                Ok(statuses) => Some(statuses),
+                Err(error) => {
+                    tracing::warn!(%error, "explain: the fleet's limit counters are unavailable");
+                    None
+                }
+            },
+            None => Some(
+                limits
+                    .iter()
+                    .map(|limit| self.store.limit_status(limit, now))
+                    .collect(),
+            ),
+        }
     }
 
     /// Waits for the first full read of Redis (tests, start-up).

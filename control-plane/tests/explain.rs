@@ -432,3 +432,88 @@ async fn without_shared_state_limits_have_no_figures(pool: PgPool) {
     assert_eq!(limit["would_refuse"], Value::Null);
     assert_eq!(body["token"]["expired"], false);
 }
+
+/// With Redis, explain reads the fleet's counters (what the proxies claimed), not the control
+/// plane's own limiter, and reading them claims nothing: a proxy (here a store on the same
+/// prefix) that used up a token's limit and a channel's quota makes the limit refuse and the
+/// member `rate_limited` in explain, and the counters do not move for being read.
+#[sqlx::test(migrations = "../migrations")]
+async fn with_redis_explain_reads_the_fleets_counters(pool: PgPool) {
+    use std::time::Duration;
+    use switchyard_control_plane::live::LiveState;
+    use switchyard_engine::limit::ScopeKind;
+    use switchyard_state::{LimitRequest, RedisConfig, RedisStore, StateStore};
+
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let prefix = format!(
+        "explain-limits-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let live = LiveState::start_redis(&url, &prefix).unwrap();
+    assert!(live.wait_synced(Duration::from_secs(10)).await);
+    let app = common::test_app_with_live(pool, live);
+    let busy = live_channel(&app, "busy").await;
+    let calm = live_channel(&app, "calm").await;
+    let route = app.route("m").await;
+    let on_busy = app
+        .member(route, json!({"channel_id": busy, "upstream_model": "a"}))
+        .await;
+    app.member(route, json!({"channel_id": calm, "upstream_model": "b"}))
+        .await;
+    let token = app.create("/api/v1/tokens", json!({"name": "app"})).await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "token", "scope_id": token, "metric": "requests",
+               "window": "minute", "value": 2}),
+    )
+    .await;
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "channel", "scope_id": busy, "metric": "requests", "window": "day",
+               "value": 1}),
+    )
+    .await;
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+
+    let (_, body) = explain(&app, &format!("model=m&seed=1&token={token}")).await;
+    assert_eq!(candidate(&body, on_busy)["eligible"], true, "{body}");
+    assert_eq!(body["limits"][0]["used"], 0);
+    assert_eq!(body["limits"][0]["would_refuse"], false);
+
+    // A proxy of the fleet uses both up.
+    let proxy = RedisStore::start(RedisConfig::new(url.as_str(), prefix.as_str())).unwrap();
+    assert!(proxy.wait_resynced(1, Duration::from_secs(10)).await);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for limits in [
+        snapshot.limits_of(ScopeKind::Token, token),
+        snapshot.limits_of(ScopeKind::Token, token),
+        snapshot.limits_of(ScopeKind::Channel, busy),
+    ] {
+        let request = LimitRequest { limits, tokens: 0 };
+        if !proxy.limit_take(&request, now).admitted() {
+            assert!(proxy.wait_limits_settled(Duration::from_secs(10)).await);
+            assert!(proxy.limit_take(&request, now).admitted());
+        }
+    }
+    assert!(proxy.wait_limits_settled(Duration::from_secs(10)).await);
+    let (_, body) = explain(&app, &format!("model=m&seed=1&token={token}")).await;
+    assert_eq!(
+        candidate(&body, on_busy)["reasons"],
+        json!(["rate_limited"]),
+        "{body}"
+    );
+    assert_eq!(body["limits"][0]["used"], 2, "{body}");
+    assert_eq!(body["limits"][0]["remaining"], 0);
+    assert_eq!(body["limits"][0]["would_refuse"], true);
+    // Reading claimed nothing: the proxy's view of the fleet is unchanged, and so is explain's.
+    let (_, again) = explain(&app, &format!("model=m&seed=1&token={token}")).await;
+    assert_eq!(again["limits"], body["limits"]);
+    proxy.close(Duration::from_secs(5)).await;
+}

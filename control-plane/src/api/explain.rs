@@ -6,13 +6,13 @@
 //! access, no audit row, no revision bump, no Redis write), uses a throwaway RNG, and sends
 //! nothing upstream.
 //!
-//! Limits: when the snapshot has channel or member limits, members without room under them (as
-//! the state store's local limiter sees it, for a request of no token estimate) are
-//! `rate_limited`, as the proxy's selection makes them. With a `token`, the answer also lists
-//! the limits the token's requests are under (the token's, its team's and the route's), each
-//! with its status and whether it would refuse a request now. The control plane's limiter takes
-//! no part in the fleet's counting: with `REDIS_URL` it sees no other process's consumption, so
-//! there the statuses show what this replica counted (nothing), not the fleet's counters.
+//! Limits: when the snapshot has channel or member limits, members without room under one of
+//! them for one more request are `rate_limited`, as the proxy's selection makes them. With a
+//! `token`, the answer also lists the limits the token's requests are under (the token's, its
+//! team's and the route's), each with its status and whether it would refuse a request now.
+//! Statuses are the fleet's: with `REDIS_URL`, the shared counters read from Redis (a windowed
+//! counter holds what the proxies admitted plus allowance they claimed and have not used yet, so
+//! it may read a little ahead); without, this replica's own store. Reading claims nothing.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -26,12 +26,13 @@ use switchyard_engine::{
     select, HealthView, MemberId, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
     Token,
 };
-use switchyard_state::{LimitRequest, StateStore};
+use switchyard_state::{LimitMode, LimitStatus};
 use utoipa::IntoParams;
 
 use super::extract::Query;
 use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::live::LiveState;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -79,11 +80,16 @@ fn find_token<'s>(snapshot: &'s Snapshot, text: &str) -> ApiResult<&'s Token> {
     }
 }
 
-/// Members of the route for `model` whose channel or own limits have no room (the proxy's
-/// `rate_limited`), from the store's local limiter, for a request of no token estimate.
-fn rate_limited(
+/// Whether a limit has no room for one more request (a hard one; a soft one never refuses).
+fn refuses(limit: &Limit, status: &LimitStatus) -> bool {
+    limit.mode == LimitMode::Hard && status.remaining == 0
+}
+
+/// Members of the route for `model` whose channel or own limits have no room for one more
+/// request (the proxy's `rate_limited`). Nothing when the statuses cannot be read.
+async fn rate_limited(
     snapshot: &Snapshot,
-    store: &dyn StateStore,
+    live: &LiveState,
     model: &str,
     now: u64,
 ) -> Vec<MemberId> {
@@ -93,26 +99,24 @@ fn rate_limited(
     let Some(route) = snapshot.resolve_route(model) else {
         return Vec::new();
     };
-    route
-        .members
-        .iter()
-        .filter(|member| {
-            let limits = [
-                snapshot.limits_of(ScopeKind::Channel, member.channel_id),
-                snapshot.limits_of(ScopeKind::Member, member.id),
-            ]
-            .concat();
-            !limits.is_empty()
-                && !store.limit_room(
-                    &LimitRequest {
-                        limits: &limits,
-                        tokens: 0,
-                    },
-                    now,
-                )
-        })
-        .map(|member| member.id)
-        .collect()
+    let mut out = Vec::new();
+    for member in &route.members {
+        let limits = [
+            snapshot.limits_of(ScopeKind::Channel, member.channel_id),
+            snapshot.limits_of(ScopeKind::Member, member.id),
+        ]
+        .concat();
+        if limits.is_empty() {
+            continue;
+        }
+        let Some(statuses) = live.limit_statuses(&limits, now).await else {
+            continue;
+        };
+        if limits.iter().zip(&statuses).any(|(l, s)| refuses(l, s)) {
+            out.push(member.id);
+        }
+    }
+    out
 }
 
 /// A spend figure (micro-USD) as a decimal USD string, any other as a number.
@@ -124,10 +128,11 @@ fn amount(limit: &Limit, value: u64) -> Value {
     }
 }
 
-/// The limits a token's request for the route is under, with their status in `store`.
-fn token_limits(
+/// The limits a token's request for the route is under, with their status (`null` without
+/// shared state or when it cannot be read).
+async fn token_limits(
     snapshot: &Snapshot,
-    store: Option<&dyn StateStore>,
+    live: Option<&LiveState>,
     token: &Token,
     route: Option<i64>,
     now: u64,
@@ -141,22 +146,18 @@ fn token_limits(
             ScopeKind::Channel | ScopeKind::Member => false,
         }
     };
-    snapshot
-        .limits()
+    let rules: Vec<&LimitRule> = snapshot.limits().iter().filter(applies).collect();
+    let limits: Vec<Limit> = rules.iter().map(|r| r.limit).collect();
+    let statuses = match live {
+        Some(live) => live.limit_statuses(&limits, now).await,
+        None => None,
+    };
+    rules
         .iter()
-        .filter(applies)
-        .map(|rule| {
+        .enumerate()
+        .map(|(i, rule)| {
             let limit = rule.limit;
-            let status = store.map(|store| store.limit_status(&limit, now));
-            let refuses = store.map(|store| {
-                !store.limit_room(
-                    &LimitRequest {
-                        limits: std::slice::from_ref(&limit),
-                        tokens: 0,
-                    },
-                    now,
-                )
-            });
+            let status = statuses.as_ref().and_then(|s| s.get(i)).copied();
             json!({
                 "limit_id": rule.id,
                 "scope": limit.key.scope.as_str(),
@@ -168,7 +169,7 @@ fn token_limits(
                 "used": status.map(|s| amount(&limit, s.used)),
                 "remaining": status.map(|s| amount(&limit, s.remaining)),
                 "reset_at": status.and_then(|s| s.reset_at).map(format_rfc3339),
-                "would_refuse": refuses,
+                "would_refuse": status.map(|s| refuses(&limit, &s)),
             })
         })
         .collect()
@@ -222,7 +223,10 @@ pub async fn explain(
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
-    let store = state.live.as_ref().map(|live| live.store());
+    let rate_limited = match &state.live {
+        Some(live) => rate_limited(&published.snapshot, live, model, now_ms).await,
+        None => Vec::new(),
+    };
     let constraint = SelectionConstraint {
         // As the proxy does: the token's group wins over the one a request names.
         route_group: token
@@ -231,9 +235,7 @@ pub async fn explain(
             .or_else(|| query.route_group.clone()),
         team: token.as_ref().and_then(|t| t.team_id),
         session_key: query.session.clone().filter(|s| !s.is_empty()),
-        rate_limited: store
-            .map(|store| rate_limited(&published.snapshot, store, model, now_ms))
-            .unwrap_or_default(),
+        rate_limited,
         ..SelectionConstraint::default()
     };
     // Without a fleet token the proxies hold the snapshot without secrets; explain shows what
@@ -281,6 +283,13 @@ pub async fn explain(
     }
     let mut body = serde_json::to_value(&decision)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("serialising the decision: {e}")))?;
+    let limits = match &token {
+        Some(token) => {
+            let route = snapshot.resolve_route(model).map(|r| r.id);
+            Some(token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await)
+        }
+        None => None,
+    };
     if let Value::Object(map) = &mut body {
         map.insert("revision".into(), json!(snapshot.revision));
         map.insert("seed".into(), json!(seed));
@@ -289,7 +298,6 @@ pub async fn explain(
         // in-flight counts or health records are seen.
         map.insert("health_view".into(), json!(health_view));
         if let Some(token) = &token {
-            let route = snapshot.resolve_route(model).map(|r| r.id);
             map.insert(
                 "token".into(),
                 json!({
@@ -302,10 +310,7 @@ pub async fn explain(
                     "expired": token.expires_at.is_some_and(|at| at <= now_ms),
                 }),
             );
-            map.insert(
-                "limits".into(),
-                json!(token_limits(&snapshot, store, token, route, now_ms)),
-            );
+            map.insert("limits".into(), json!(limits));
         }
     }
     Ok(Json(body))

@@ -321,3 +321,68 @@ fn a_claim_goes_out_at_once_and_its_counter_outlives_the_window_by_a_minute() {
     drop(store);
     cleanup(&url, &prefix);
 }
+
+/// An observer (the control plane's explain) reads the fleet's counters without taking part:
+/// a windowed limit shows every proxy's claims (what they admitted plus allowance not yet
+/// used, at most a few allowances each), a concurrency limit the slots live proxies hold; the
+/// read claims nothing, so the counters do not move.
+#[test]
+fn an_observer_reads_the_fleets_counters_without_claiming() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let url = redis_url();
+    let prefix = unique_prefix("read");
+    let stores = fleet(&rt, &url, &prefix);
+    let requests = limit(20, Metric::Requests, Window::Minute, 1_000);
+    let slots = limit(21, Metric::Concurrent, Window::None, 5);
+    let mut admitted = 0;
+    for (i, store) in stores.iter().enumerate() {
+        for _ in 0..=i * 4 {
+            let request = LimitRequest {
+                limits: &[requests, slots],
+                tokens: 0,
+            };
+            if store.limit_take(&request, NOW).admitted() {
+                admitted += 1;
+            }
+        }
+        assert!(rt.block_on(store.wait_limits_settled(Duration::from_secs(10))));
+    }
+    // The first proxy gives its slot back; the others hold theirs.
+    stores[0].limit_release(&[slots]);
+    assert!(rt.block_on(stores[0].wait_limits_settled(Duration::from_secs(10))));
+    let held = admitted - 1;
+    let observer = start(&url, &prefix);
+    let read = || {
+        rt.block_on(observer.read_limits(&[requests, slots], NOW, Duration::from_secs(5)))
+            .unwrap()
+    };
+    let first = read();
+    let w = allowance(1_000, PROXIES as u32, 1);
+    assert!(
+        (admitted..=admitted + 3 * w * PROXIES as u64).contains(&first[0].used),
+        "the counter holds what was admitted and at most three allowances a proxy: {} for {admitted}",
+        first[0].used
+    );
+    assert_eq!(first[0].remaining, 1_000 - first[0].used);
+    assert_eq!(first[0].reset_at, Some(Window::Minute.bounds(NOW).1));
+    assert_eq!(first[1].used, held, "the slots the live proxies hold");
+    assert_eq!((first[1].remaining, first[1].reset_at), (5 - held, None));
+    assert_eq!(read(), first, "reading claims nothing");
+    assert_eq!(
+        observer.limit_status(&requests, NOW).used,
+        0,
+        "the observer took no part"
+    );
+    // An unreachable Redis is an error, not a hang.
+    let nowhere = start("redis://127.0.0.1:1", &prefix);
+    let err = rt
+        .block_on(nowhere.read_limits(&[requests], NOW, Duration::from_millis(300)))
+        .unwrap_err();
+    assert!(
+        err.contains("limit counters") || err.contains("did not answer"),
+        "{err}"
+    );
+    drop((stores, observer, nowhere));
+    cleanup(&url, &prefix);
+}

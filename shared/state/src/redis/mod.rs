@@ -276,6 +276,7 @@ impl Shared {
 /// reconnects and resyncs in the background, on its own thread: see [`RedisStore::start`]).
 pub struct RedisStore {
     shared: Arc<Shared>,
+    target: RedisTarget,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     /// Dropped with the store: ends the state thread and its runtime, and so every task on it at
@@ -348,14 +349,73 @@ impl RedisStore {
         let (runtime, thread) = state_runtime()?;
         let tasks = {
             let _on_state_thread = runtime.enter();
-            worker::spawn(shared.clone(), target, stop_rx)
+            worker::spawn(shared.clone(), target.clone(), stop_rx)
         };
         Ok(RedisStore {
             shared,
+            target,
             stop,
             tasks,
             _thread: thread,
         })
+    }
+
+    /// The fleet's counters of `limits` read straight from Redis, for an observer that takes no
+    /// part in the counting (the control plane's explain): a windowed limit's counter for the
+    /// window holding `now` (every proxy's claims: what it admitted plus allowance it has not
+    /// used yet), a concurrency limit's slots held by live proxies. Takes nothing and claims
+    /// nothing; one short-lived connection, one or two commands per limit. `Err` when Redis
+    /// does not answer within `timeout`.
+    pub async fn read_limits(
+        &self,
+        limits: &[Limit],
+        now: UnixMillis,
+        timeout: Duration,
+    ) -> Result<Vec<LimitStatus>, String> {
+        let read = async {
+            let mut conn = self.target.connect(timeout).await?;
+            let keys = worker::Keys::new(&self.shared.config.prefix, &self.shared.instance);
+            let mut out = Vec::with_capacity(limits.len());
+            for limit in limits {
+                let (start, end) = limit.key.bounds(now);
+                let used: u64 = if limit.key.concurrent() {
+                    let held: Vec<(String, u64)> = redis::cmd("HGETALL")
+                        .arg(keys.concurrent(&limit.key))
+                        .query_async(&mut conn)
+                        .await?;
+                    let live: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                        .arg(keys.leases())
+                        .arg(format!("({now}"))
+                        .arg("+inf")
+                        .query_async(&mut conn)
+                        .await?;
+                    held.iter()
+                        .filter(|(proxy, _)| live.contains(proxy))
+                        .map(|(_, n)| *n)
+                        .sum()
+                } else {
+                    let counter: Option<u64> = redis::cmd("GET")
+                        .arg(keys.counter(&limit.key, start))
+                        .query_async(&mut conn)
+                        .await?;
+                    counter.unwrap_or(0)
+                };
+                out.push(LimitStatus {
+                    used,
+                    remaining: limit.value.saturating_sub(used),
+                    reset_at: (!limit.key.concurrent()).then_some(end),
+                });
+            }
+            Ok::<_, redis::RedisError>(out)
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(statuses)) => Ok(statuses),
+            Ok(Err(e)) => Err(format!("cannot read the limit counters: {e}")),
+            Err(_) => Err(format!(
+                "Redis did not answer within {} ms",
+                timeout.as_millis()
+            )),
+        }
     }
 
     /// This proxy's id in the fleet (its lease name).

@@ -17,7 +17,7 @@ use super::lag::{now_us, SyncReport};
 use super::scripts::Scripts;
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use super::{Op, Shared};
-use crate::limits::Claim;
+use crate::limits::{Claim, LimitKey};
 use crate::types::FailureKind;
 
 /// Keys of one fleet namespace. One hash tag for all: every script's keys share a Cluster slot.
@@ -40,6 +40,21 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// A windowed limit's fleet counter for the window starting at `window_start`.
+    pub(crate) fn counter(&self, key: &LimitKey, window_start: u64) -> String {
+        format!("{}{}:{window_start}", self.limit_prefix, key.name())
+    }
+
+    /// A concurrency limit's reservations (one field per proxy).
+    pub(crate) fn concurrent(&self, key: &LimitKey) -> String {
+        format!("{}{}", self.conc_prefix, key.name())
+    }
+
+    /// The sorted set of live proxies' leases (score: expiry, Unix ms).
+    pub(crate) fn leases(&self) -> &str {
+        &self.leases
+    }
+
     pub(crate) fn new(prefix: &str, instance: &str) -> Keys {
         let t = format!("{{sy:{prefix}}}");
         Keys {
@@ -287,16 +302,15 @@ impl Writer {
     }
 
     fn claim_command(&self, claim: &Claim) -> Cmd {
-        let name = claim.key.name();
         if claim.key.concurrent() {
-            let key = format!("{}{name}", self.keys.conc_prefix);
+            let key = self.keys.concurrent(&claim.key);
             let mut c = self.evalsha(&self.scripts.limit_concurrent, &[&key, &self.keys.leases]);
             c.arg(&self.shared.instance)
                 .arg(claim.held)
                 .arg(self.shared.config.state_ttl.as_millis() as u64);
             c
         } else {
-            let key = format!("{}{name}:{}", self.keys.limit_prefix, claim.window_start);
+            let key = self.keys.counter(&claim.key, claim.window_start);
             // The counter outlives its window by a minute (late claims and give-backs); a
             // counter with no window lives as long as any state.
             let ttl = if claim.window_end == u64::MAX {
