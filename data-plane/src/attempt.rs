@@ -23,7 +23,7 @@ use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
-use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, UpstreamResponse};
+use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, Target, UpstreamResponse};
 use crate::wire::Call;
 
 /// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
@@ -286,9 +286,12 @@ impl Attempt<'_> {
         let request = self
             .runtime
             .request(
-                call.method.clone(),
-                &call.path,
-                call.query.as_deref(),
+                Target {
+                    method: &call.method,
+                    path: &call.path,
+                    query: call.query.as_deref(),
+                    model: self.upstream_model,
+                },
                 call.passthrough.then_some(self.client_headers),
                 self.credential,
                 call.body.clone(),
