@@ -582,7 +582,7 @@ fn stream_cut() -> Failed {
 }
 
 /// SPEC §3: transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model
-/// not found" answer is member-specific; any other 4xx is rejected (fail over, cool the member,
+/// not found" answer (Azure's `DeploymentNotFound` too) is member-specific; any other 4xx is rejected (fail over, cool the member,
 /// never counted for the breaker). The kind and the scope are those of the returned error.
 pub fn classify(
     channel: &Channel,
@@ -608,6 +608,7 @@ fn classify_status(channel: &Channel, status: u16, lowercase_body: &str) -> Atte
     let model_not_found = (status == 404 || status == 400)
         && (lowercase_body.contains("model_not_found")
             || lowercase_body.contains("model not found")
+            || lowercase_body.contains("deploymentnotfound")
             || (lowercase_body.contains("model") && lowercase_body.contains("does not exist")));
     if model_not_found {
         return AttemptError::ModelNotFound;
@@ -826,6 +827,22 @@ mod tests {
             FailureKind::MemberSpecific
         );
         assert_eq!(kind(404, "no such route"), FailureKind::Rejected);
+        // Azure's answer for a deployment the resource does not have.
+        assert_eq!(
+            kind(
+                404,
+                r#"{"error":{"code":"DeploymentNotFound","message":"The API deployment for this resource does not exist."}}"#
+            ),
+            FailureKind::MemberSpecific
+        );
+        // Its answer without an api-version (which the gateway always sends) is no such thing.
+        assert_eq!(
+            kind(
+                404,
+                r#"{"error":{"code":"404","message":"Resource not found"}}"#
+            ),
+            FailureKind::Rejected
+        );
     }
 
     #[test]
