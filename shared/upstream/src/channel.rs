@@ -146,21 +146,24 @@ pub fn check_api_version(value: &str) -> Result<(), String> {
 }
 
 /// An Azure channel's surface, from its base URL, and its `api-version` entry (checked; a bad
-/// one, which the control plane and the YAML loader refuse, is replaced by the default with a
-/// warning).
+/// one, which the control plane and the YAML loader refuse, is ignored with a warning, as if the
+/// channel had none).
 fn azure_target(channel: &Channel, base: &str) -> AzureTarget {
     let v1 = base.ends_with("/openai/v1");
     let set = channel
         .headers
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER))
-        .map(|(_, value)| value.trim());
+        .map(|(_, value)| value.trim())
+        .filter(|value| {
+            let valid = check_api_version(value).is_ok();
+            if !valid {
+                tracing::warn!(channel = %channel.name, "the api-version entry is not a valid Azure api-version; ignored");
+            }
+            valid
+        });
     let api_version = match set {
-        Some(value) if check_api_version(value).is_ok() => Some(value.to_owned()),
-        Some(_) => {
-            tracing::warn!(channel = %channel.name, default = AZURE_DEFAULT_API_VERSION, "the api-version entry is not a valid Azure api-version; the default is used");
-            Some(AZURE_DEFAULT_API_VERSION.to_owned())
-        }
+        Some(value) => Some(value.to_owned()),
         None if v1 => None,
         None => Some(AZURE_DEFAULT_API_VERSION.to_owned()),
     };
@@ -685,7 +688,7 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_api_version_falls_back_to_the_default() {
+    fn an_invalid_api_version_is_ignored() {
         let rt = azure("https://r.openai.azure.com", Some("2024-10-21&evil=1"));
         assert_eq!(
             rt.url("/v1/chat/completions", None, "d"),
@@ -694,7 +697,7 @@ mod tests {
         let rt = azure("https://r.openai.azure.com/openai/v1", Some(""));
         assert_eq!(
             rt.url("/v1/chat/completions", None, "d"),
-            "https://r.openai.azure.com/openai/v1/chat/completions?api-version=2024-10-21"
+            "https://r.openai.azure.com/openai/v1/chat/completions"
         );
     }
 
