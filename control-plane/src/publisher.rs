@@ -99,7 +99,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Takes every secret out of a snapshot for a caller without a fleet token: credentials whose
 /// secret is inline (`secret_env` ones stay: the proxy resolves them from its own environment),
-/// every header value (any may be a key), and the password of each `base_url` (shown as `***`).
+/// every header value (any may be a key; an Azure channel's `api-version` entry, a version
+/// number, stays), and the password of each `base_url` (shown as `***`).
 /// A channel that loses header values or a URL password, or every credential it needs, cannot be
 /// called as configured: it is marked `secrets_withheld`, so the proxy's engine excludes it with
 /// that reason (and the proxy says so) instead of failing upstream or excluding it silently.
@@ -113,8 +114,14 @@ pub fn withhold_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
         let lost_credentials = had_credentials
             && channel.credentials.is_empty()
             && channel.provider != switchyard_proto::v1::Provider::Mock as i32;
-        let lost_headers = !channel.headers.is_empty();
-        channel.headers.clear();
+        let azure = channel.provider == switchyard_proto::v1::Provider::Azure as i32;
+        let had_headers = channel.headers.len();
+        channel.headers.retain(|h| {
+            azure
+                && h.name
+                    .eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+        });
+        let lost_headers = channel.headers.len() != had_headers;
         let redacted = switchyard_engine::validate::redact_url_userinfo(&channel.base_url);
         let lost_password = redacted != channel.base_url;
         channel.base_url = redacted;
@@ -244,5 +251,56 @@ impl Publisher {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_proto::v1;
+
+    fn header(name: &str, value: &str) -> v1::Header {
+        v1::Header {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_azure_api_version_is_no_secret() {
+        let channel = |provider: v1::Provider, headers: Vec<v1::Header>| v1::Channel {
+            provider: provider as i32,
+            base_url: "https://r.openai.azure.com".to_owned(),
+            headers,
+            ..v1::Channel::default()
+        };
+        let mut wire = v1::Snapshot {
+            channels: vec![
+                channel(
+                    v1::Provider::Azure,
+                    vec![header("api-version", "2025-04-01-preview")],
+                ),
+                channel(
+                    v1::Provider::Azure,
+                    vec![
+                        header("Api-Version", "2024-10-21"),
+                        header("x-key", "secret"),
+                    ],
+                ),
+                channel(v1::Provider::Openai, vec![header("api-version", "1")]),
+            ],
+            ..v1::Snapshot::default()
+        };
+        withhold_secrets(&mut wire);
+        let (only_version, with_key, openai) =
+            (&wire.channels[0], &wire.channels[1], &wire.channels[2]);
+        assert_eq!(
+            only_version.headers,
+            [header("api-version", "2025-04-01-preview")]
+        );
+        assert!(!only_version.secrets_withheld);
+        assert_eq!(with_key.headers, [header("Api-Version", "2024-10-21")]);
+        assert!(with_key.secrets_withheld, "its other header was withheld");
+        assert!(openai.headers.is_empty() && openai.secrets_withheld);
     }
 }

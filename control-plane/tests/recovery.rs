@@ -620,6 +620,34 @@ async fn anthropic_and_gemini_channels_are_probed_in_their_own_protocol(pool: Pg
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn an_azure_channel_is_probed_at_its_deployment_with_its_api_key(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let azure = channel_of(&app, "azure", "azure", &mock, &["azure-key-0001"]).await;
+    auto_disable(&pool, azure).await;
+
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.recovered, vec![azure], "{report:?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let probe = &requests[0];
+    assert_eq!(
+        probe.path,
+        format!(
+            "/openai/deployments/{}/chat/completions",
+            probe_model("azure")
+        )
+    );
+    assert_eq!(probe.query_param("api-version"), Some("2024-10-21"));
+    assert_eq!(probe.credential.as_deref(), Some("azure-key-0001"));
+    assert_eq!(probe.headers["api-key"], "azure-key-0001");
+    assert!(!probe.headers.contains_key("authorization"));
+    let body: Value = serde_json::from_slice(&probe.body).unwrap();
+    assert_eq!(body["max_completion_tokens"], 1, "{body}");
+    assert_eq!(status(&app, azure).await, "enabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn without_a_published_snapshot_nothing_is_probed(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();

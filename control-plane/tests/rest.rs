@@ -169,6 +169,83 @@ async fn channel_crud_with_status_events(pool: PgPool) {
     );
 }
 
+/// An Azure OpenAI channel: created and read back like any other, its `api-version` entry
+/// checked, and in the snapshot the proxies receive (the encoded bytes included) as `azure`.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_azure_channel_reaches_the_snapshot(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/channels",
+            json!({
+                "name": "azure-eastus", "provider": "azure",
+                "base_url": "https://contoso-eastus.openai.azure.com",
+                "headers": {"api-version": "2025-04-01-preview"}
+            }),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["provider"], "azure");
+    let channel = created.body["id"].as_i64().unwrap();
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret": "azure-key-0123456789abcdef"}),
+    )
+    .await;
+    let route = app.route("gpt-4o").await;
+    let member = app
+        .member(
+            route,
+            json!({"channel_id": channel, "upstream_model": "gpt-4o-prod"}),
+        )
+        .await;
+    let got = app.get(&format!("/api/v1/channels/{channel}")).await;
+    assert_eq!(got.body["provider"], "azure");
+
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    for snapshot in [&*published.snapshot, &decoded] {
+        let ch = snapshot.channel(channel).unwrap();
+        assert_eq!(ch.provider, switchyard_engine::Provider::Azure);
+        assert_eq!(ch.base_url, "https://contoso-eastus.openai.azure.com");
+        assert_eq!(
+            ch.headers,
+            [("api-version".to_owned(), "2025-04-01-preview".to_owned())]
+        );
+        let m = &snapshot.route(route).unwrap().members[0];
+        assert_eq!((m.id, m.upstream_model.as_str()), (member, "gpt-4o-prod"));
+    }
+
+    // The version is checked (and not quoted); other providers' headers are not versions.
+    let body = |provider: &str, version: &str| {
+        json!({"name": format!("{provider}-v"), "provider": provider, "base_url": "https://x.test",
+               "headers": {"api-version": version}})
+    };
+    let path = "/api/v1/channels";
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        body("azure", "2024-10-21&key=SECRET"),
+        "headers.api-version",
+    )
+    .await;
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("{path}/{channel}"),
+        json!({"headers": {"api-version": ""}}),
+        "headers.api-version",
+    )
+    .await;
+    let reply = app.post(path, body("openai", "any value")).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+}
+
 async fn expect_invalid(
     app: &TestApp,
     method: Method,
@@ -210,7 +287,7 @@ async fn channel_validation_names_the_field(pool: PgPool) {
         &app,
         Method::POST,
         path,
-        with("provider", json!("azure")),
+        with("provider", json!("azure-openai")),
         "provider",
     )
     .await;

@@ -23,7 +23,7 @@ use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
-use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, UpstreamResponse};
+use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, Target, UpstreamResponse};
 use crate::wire::Call;
 
 /// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
@@ -286,9 +286,12 @@ impl Attempt<'_> {
         let request = self
             .runtime
             .request(
-                call.method.clone(),
-                &call.path,
-                call.query.as_deref(),
+                Target {
+                    method: &call.method,
+                    path: &call.path,
+                    query: call.query.as_deref(),
+                    model: self.upstream_model,
+                },
                 call.passthrough.then_some(self.client_headers),
                 self.credential,
                 call.body.clone(),
@@ -579,7 +582,7 @@ fn stream_cut() -> Failed {
 }
 
 /// SPEC §3: transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model
-/// not found" answer is member-specific; any other 4xx is rejected (fail over, cool the member,
+/// not found" answer (Azure's `DeploymentNotFound` too) is member-specific; any other 4xx is rejected (fail over, cool the member,
 /// never counted for the breaker). The kind and the scope are those of the returned error.
 pub fn classify(
     channel: &Channel,
@@ -605,6 +608,7 @@ fn classify_status(channel: &Channel, status: u16, lowercase_body: &str) -> Atte
     let model_not_found = (status == 404 || status == 400)
         && (lowercase_body.contains("model_not_found")
             || lowercase_body.contains("model not found")
+            || lowercase_body.contains("deploymentnotfound")
             || (lowercase_body.contains("model") && lowercase_body.contains("does not exist")));
     if model_not_found {
         return AttemptError::ModelNotFound;
@@ -823,6 +827,22 @@ mod tests {
             FailureKind::MemberSpecific
         );
         assert_eq!(kind(404, "no such route"), FailureKind::Rejected);
+        // Azure's answer for a deployment the resource does not have.
+        assert_eq!(
+            kind(
+                404,
+                r#"{"error":{"code":"DeploymentNotFound","message":"The API deployment for this resource does not exist."}}"#
+            ),
+            FailureKind::MemberSpecific
+        );
+        // Its answer without an api-version (which the gateway always sends) is no such thing.
+        assert_eq!(
+            kind(
+                404,
+                r#"{"error":{"code":"404","message":"Resource not found"}}"#
+            ),
+            FailureKind::Rejected
+        );
     }
 
     #[test]

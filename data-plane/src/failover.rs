@@ -148,6 +148,7 @@ fn attempt_span(picked: &Picked<'_>, credential_id: CredentialId) -> Span {
 fn genai_provider(provider: Provider) -> &'static str {
     match provider {
         Provider::Openai => "openai",
+        Provider::Azure => "azure.ai.openai",
         Provider::Anthropic => "anthropic",
         Provider::Gemini => "gcp.gemini",
         Provider::Mock => "switchyard.mock",

@@ -147,10 +147,11 @@ mod tests {
 channels:
   - { name: oa, provider: openai, base_url: "http://127.0.0.1:1/v1", credentials: ["k"] }
   - { name: an, provider: anthropic, base_url: "http://127.0.0.1:1", credentials: ["k"] }
+  - { name: az, provider: azure, base_url: "http://127.0.0.1:1", credentials: ["k"] }
   - { name: sim, provider: mock }
 routes:
   - model_pattern: openai-only
-    members: [{ channel: oa }, { channel: sim }]
+    members: [{ channel: oa }, { channel: az }, { channel: sim }]
   - model_pattern: mixed
     members: [{ channel: oa }, { channel: an }]
   - model_pattern: simulated
@@ -160,7 +161,8 @@ routes:
             crate::config::parse_yaml(yaml, 1).unwrap(),
         )));
         let id = |pattern: &str| view.snapshot.resolve_route(pattern).unwrap().id;
-        // Same protocol (a simulated channel speaks the client's): pass through, never parse.
+        // Same protocol (Azure speaks OpenAI's, a simulated channel the client's): pass through,
+        // never parse.
         assert!(!view.route_needs_translation(id("openai-only"), Protocol::OpenAi));
         assert!(!view.route_needs_translation(id("simulated"), Protocol::Gemini));
         // Any other protocol among the members: translation may be needed.

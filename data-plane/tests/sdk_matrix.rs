@@ -1,8 +1,10 @@
 //! The three official client SDKs (OpenAI, Anthropic, Google GenAI) against upstreams of the
-//! three protocols: 9 (ingress SDK × upstream provider) pairs, each one test.
+//! three protocols, plus Azure OpenAI (OpenAI's protocol at Azure's URLs): 12 (ingress SDK ×
+//! upstream provider) pairs, each one test.
 //!
 //! Each pair starts a [`MockUpstream`] (it answers every protocol by path), a proxy whose
-//! channels `up-openai`, `up-anthropic` and `up-gemini` all point at it, and one python process
+//! channels `up-openai`, `up-azure`, `up-anthropic` and `up-gemini` all point at it, and one
+//! python process
 //! running every scenario of `tests/sdk/<sdk>_client.py` (text, stream, tools, tools_stream,
 //! tool_result, image, errors). It checks what the SDK saw (text, tool calls, stop reasons,
 //! usage with cached tokens, stream pieces, errors with status and Retry-After) and what the
@@ -41,27 +43,33 @@ const SCENARIOS: &str = "text,stream,tools,tools_stream,tool_result,image,errors
 /// Only the Anthropic and Gemini SDKs count tokens.
 const COUNT_SCENARIO: &str = "count_tokens";
 
-/// A wire protocol: of a client SDK (ingress) or of a channel (upstream).
+/// A wire protocol: of a client SDK (ingress) or of a channel (upstream). `Azure` is an
+/// upstream only: OpenAI's protocol behind Azure's URLs and `api-key` header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum P {
     OpenAi,
+    Azure,
     Anthropic,
     Gemini,
 }
+
+/// Every upstream provider of the matrix.
+const UPSTREAMS: [P; 4] = [P::OpenAi, P::Azure, P::Anthropic, P::Gemini];
 
 impl P {
     fn name(self) -> &'static str {
         match self {
             P::OpenAi => "openai",
+            P::Azure => "azure",
             P::Anthropic => "anthropic",
             P::Gemini => "gemini",
         }
     }
 
-    /// The python client script of this protocol's SDK.
+    /// The python client script of this protocol's SDK (Azure's clients are OpenAI's).
     fn script(self) -> &'static str {
         match self {
-            P::OpenAi => "openai_client.py",
+            P::OpenAi | P::Azure => "openai_client.py",
             P::Anthropic => "anthropic_client.py",
             P::Gemini => "genai_client.py",
         }
@@ -92,7 +100,7 @@ impl P {
     /// The SDK's stop reason of a plain text answer.
     fn normal_stop(self) -> &'static str {
         match self {
-            P::OpenAi => "stop",
+            P::OpenAi | P::Azure => "stop",
             P::Anthropic => "end_turn",
             P::Gemini => "STOP",
         }
@@ -101,7 +109,7 @@ impl P {
     /// The SDK's stop reason of an answer that calls a tool (Gemini says STOP).
     fn tool_stop(self) -> &'static str {
         match self {
-            P::OpenAi => "tool_calls",
+            P::OpenAi | P::Azure => "tool_calls",
             P::Anthropic => "tool_use",
             P::Gemini => "STOP",
         }
@@ -112,7 +120,7 @@ impl P {
 /// `via-X-503` on its channel, plus `extra_routes` (YAML list items).
 fn yaml(mock: &MockUpstream, extra_routes: &str) -> String {
     let mut y = String::from("settings:\n  channel_retry_times: 0\nchannels:\n");
-    for p in [P::OpenAi, P::Anthropic, P::Gemini] {
+    for p in UPSTREAMS {
         write!(
             y,
             "  - name: {}\n    provider: {}\n    base_url: {}\n    credentials: [\"{}\"]\n",
@@ -124,7 +132,7 @@ fn yaml(mock: &MockUpstream, extra_routes: &str) -> String {
         .unwrap();
     }
     y.push_str("routes:\n");
-    for p in [P::OpenAi, P::Anthropic, P::Gemini] {
+    for p in UPSTREAMS {
         for suffix in ["", "-tools", "-429", "-503"] {
             write!(
                 y,
@@ -363,6 +371,33 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
             );
             c.eq(scenario, "body.model", &body["model"], model.clone());
         }
+        P::Azure => {
+            // The deployment (the member's upstream model) is in the path, the version in the
+            // query, the key in `api-key`; the body is OpenAI's.
+            let want = format!("/openai/deployments/{model}/chat/completions");
+            c.check(
+                r.path == want && r.query_param("api-version") == Some("2024-10-21"),
+                scenario,
+                format_args!(
+                    "path {} (want {want}?api-version=2024-10-21)",
+                    describe_path(r)
+                ),
+            );
+            c.check(
+                header("api-key") == Some(up.credential()),
+                scenario,
+                format_args!("api-key {:?}", header("api-key")),
+            );
+            c.check(
+                header("authorization").is_none(),
+                scenario,
+                format_args!(
+                    "Azure request with an authorization header {:?}",
+                    header("authorization")
+                ),
+            );
+            c.eq(scenario, "body.model", &body["model"], model.clone());
+        }
         P::Anthropic => {
             let count = r.path == "/v1/messages/count_tokens";
             c.check(
@@ -433,7 +468,7 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
 /// Checks that the system prompt is in the upstream protocol's place (and not a turn).
 fn check_system(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     let ok = match up {
-        P::OpenAi => {
+        P::OpenAi | P::Azure => {
             let first = &body["messages"][0];
             matches!(first["role"].as_str(), Some("system" | "developer"))
                 && all_text(&first["content"]).contains(SYSTEM_MARK)
@@ -458,7 +493,7 @@ fn check_system(c: &mut Checks, up: P, body: &Value, scenario: &str) {
 /// OpenAI and Anthropic, which refuse Gemini's `OBJECT`).
 fn check_tools(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     let (name, schema) = match up {
-        P::OpenAi => {
+        P::OpenAi | P::Azure => {
             let t = &body["tools"][0];
             c.eq(scenario, "tools[0].type", &t["type"], "function");
             (&t["function"]["name"], &t["function"]["parameters"])
@@ -501,7 +536,7 @@ fn check_tools(c: &mut Checks, up: P, body: &Value, scenario: &str) {
 /// matching ids, in the upstream protocol's shape.
 fn check_tool_result(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     let ok = match up {
-        P::OpenAi => {
+        P::OpenAi | P::Azure => {
             let msgs = body["messages"].as_array().cloned().unwrap_or_default();
             let call = msgs
                 .iter()
@@ -592,7 +627,7 @@ fn check_tool_result(c: &mut Checks, up: P, body: &Value, scenario: &str) {
 /// Checks the base64 PNG and the image URL in the upstream protocol's shape.
 fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     let parts: Vec<Value> = match up {
-        P::OpenAi | P::Anthropic => body["messages"]
+        P::OpenAi | P::Azure | P::Anthropic => body["messages"]
             .as_array()
             .into_iter()
             .flatten()
@@ -607,7 +642,7 @@ fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             .collect(),
     };
     let (inline, url) = match up {
-        P::OpenAi => (
+        P::OpenAi | P::Azure => (
             parts.iter().any(|p| {
                 p["type"] == "image_url"
                     && p["image_url"]["url"].as_str().is_some_and(|u| {
@@ -830,7 +865,7 @@ fn check_count_tokens(c: &mut Checks, up: P, got: &Value, requests: &[RecordedRe
     );
     for r in requests_with(requests, "scenario=count_tokens:") {
         let counted = match up {
-            P::OpenAi => r.path != "/v1/chat/completions",
+            P::OpenAi | P::Azure => !r.path.ends_with("/chat/completions"),
             P::Anthropic => r.path == "/v1/messages/count_tokens",
             P::Gemini => r.path.ends_with(":countTokens"),
         };
@@ -848,7 +883,7 @@ async fn pair(sdk: P, up: P) {
     script_mock(&mock, up);
     let proxy = start(&yaml(&mock, "")).await;
     let scenarios = match sdk {
-        P::OpenAi => SCENARIOS.to_owned(),
+        P::OpenAi | P::Azure => SCENARIOS.to_owned(),
         P::Anthropic | P::Gemini => format!("{SCENARIOS},{COUNT_SCENARIO}"),
     };
     let got = run_sdk(sdk, &proxy.url, &up.route(""), &scenarios).await;
@@ -984,12 +1019,15 @@ pairs! {
     openai_sdk_to_openai_upstream: P::OpenAi => P::OpenAi;
     openai_sdk_to_anthropic_upstream: P::OpenAi => P::Anthropic;
     openai_sdk_to_gemini_upstream: P::OpenAi => P::Gemini;
+    openai_sdk_to_azure_upstream: P::OpenAi => P::Azure;
     anthropic_sdk_to_openai_upstream: P::Anthropic => P::OpenAi;
     anthropic_sdk_to_anthropic_upstream: P::Anthropic => P::Anthropic;
     anthropic_sdk_to_gemini_upstream: P::Anthropic => P::Gemini;
+    anthropic_sdk_to_azure_upstream: P::Anthropic => P::Azure;
     genai_sdk_to_openai_upstream: P::Gemini => P::OpenAi;
     genai_sdk_to_anthropic_upstream: P::Gemini => P::Anthropic;
     genai_sdk_to_gemini_upstream: P::Gemini => P::Gemini;
+    genai_sdk_to_azure_upstream: P::Gemini => P::Azure;
 }
 
 /// An Anthropic member failing with 503 at higher priority, a Gemini member below it: the OpenAI

@@ -161,7 +161,7 @@ fn parse_provider(value: &str) -> ApiResult<Provider> {
         ApiError::validation(
             "provider",
             format!(
-                "provider must be one of openai, anthropic, gemini, mock; got {:?}",
+                "provider must be one of openai, azure, anthropic, gemini, mock; got {:?}",
                 crate::error::bounded(value, 64)
             ),
         )
@@ -249,6 +249,15 @@ impl ChannelSpec {
             })?;
             // The value is never quoted: header values often carry keys.
             text(&format!("headers.{name}"), value, check_header_value)?;
+            if self.provider == Provider::Azure
+                && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+            {
+                text(
+                    &format!("headers.{name}"),
+                    value.trim(),
+                    switchyard_upstream::check_api_version,
+                )?;
+            }
         }
         Ok(self)
     }

@@ -15,6 +15,9 @@ use utoipa::{PartialSchema, ToSchema};
 #[serde(rename_all = "snake_case")]
 pub enum ProviderName {
     Openai,
+    /// Azure OpenAI: OpenAI's protocol; the member's upstream model is the deployment, the
+    /// channel's `api-version` header entry the API version (default `2024-10-21`).
+    Azure,
     Anthropic,
     Gemini,
     Mock,

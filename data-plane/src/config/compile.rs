@@ -309,7 +309,7 @@ impl RawChannel {
             err(
                 format!("{at}.provider"),
                 format!(
-                    "unknown provider {:?} (openai, anthropic, gemini, mock)",
+                    "unknown provider {:?} (openai, azure, anthropic, gemini, mock)",
                     self.provider
                 ),
             )
@@ -414,6 +414,15 @@ impl RawChannel {
             })?;
             // The value is never quoted: header values often carry keys.
             text(&format!("{at}.headers.{name}"), &value, check_header_value)?;
+            if provider == Provider::Azure
+                && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+            {
+                text(
+                    &format!("{at}.headers.{name}"),
+                    value.trim(),
+                    switchyard_upstream::check_api_version,
+                )?;
+            }
             headers.push((name, value));
         }
         for (i, pattern) in self.retry_error_patterns.iter().enumerate() {

@@ -318,7 +318,7 @@ fn env_reference(value: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_engine::SecretSource;
+    use switchyard_engine::{Provider, SecretSource};
 
     fn parse(yaml: &str) -> Result<SnapshotParts, String> {
         parse_yaml(yaml, 1).map_err(|e| e.to_string())
@@ -590,6 +590,45 @@ mod tests {
         }
         // A tab is a valid header value character.
         parse(&with_channel("k", "    headers: {x-key: \"a\\tb\"}\n", "")).unwrap();
+    }
+
+    #[test]
+    fn an_azure_channel_takes_its_api_version_from_its_headers() {
+        let azure = |headers: &str| {
+            format!(
+                "channels:\n  - name: a\n    provider: azure\n    base_url: https://contoso.openai.azure.com/\n    credentials: [k]\n{headers}"
+            )
+        };
+        let parts = parse(&azure("    headers: {api-version: 2025-04-01-preview}\n")).unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.provider, Provider::Azure);
+        assert_eq!(channel.base_url, "https://contoso.openai.azure.com");
+        assert_eq!(
+            channel.headers,
+            [("api-version".to_owned(), "2025-04-01-preview".to_owned())]
+        );
+        parse(&azure("")).unwrap();
+        let e = parse(&azure(
+            "    headers: {api-version: \"2024-10-21&key=SECRET1\"}\n",
+        ))
+        .unwrap_err();
+        assert!(
+            e.starts_with("channels[0].headers.api-version: may hold only letters"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRET1"), "{e}");
+        // Another provider's `api-version` entry is an ordinary header.
+        parse(&with_channel(
+            "k",
+            "    headers: {api-version: \"a b\"}\n",
+            "",
+        ))
+        .unwrap();
+        let e = parse(&azure("").replace("azure\n", "azure-openai\n")).unwrap_err();
+        assert!(
+            e.contains("(openai, azure, anthropic, gemini, mock)"),
+            "{e}"
+        );
     }
 
     #[test]

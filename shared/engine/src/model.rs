@@ -36,6 +36,9 @@ pub const MAX_GROUP_NAME_CHARS: usize = 64;
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     Openai,
+    /// Azure OpenAI: OpenAI's protocol behind Azure's URLs (the deployment in the path, an
+    /// `api-version` query parameter) and its `api-key` header.
+    Azure,
     Anthropic,
     Gemini,
     /// In-process simulated OpenAI-style upstream (demos, drills, quick starts).
@@ -46,18 +49,20 @@ impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Openai => "openai",
+            Provider::Azure => "azure",
             Provider::Anthropic => "anthropic",
             Provider::Gemini => "gemini",
             Provider::Mock => "mock",
         }
     }
 
-    /// This provider's bit in [`RequestNeeds::unsupported_providers`]. The in-process mock
-    /// answers in whatever protocol the client speaks, so nothing is ever untranslatable to it
-    /// (bit 0).
+    /// This provider's bit in [`RequestNeeds::unsupported_providers`]: one bit per wire
+    /// protocol, so Azure shares OpenAI's (what OpenAI's protocol cannot express, an Azure
+    /// channel cannot either). The in-process mock answers in whatever protocol the client
+    /// speaks, so nothing is ever untranslatable to it (bit 0).
     pub fn protocol_bit(self) -> u8 {
         match self {
-            Provider::Openai => 1,
+            Provider::Openai | Provider::Azure => 1,
             Provider::Anthropic => 2,
             Provider::Gemini => 4,
             Provider::Mock => 0,
@@ -72,6 +77,7 @@ impl Provider {
     pub fn parse(s: &str) -> Option<Provider> {
         match s {
             "openai" => Some(Provider::Openai),
+            "azure" => Some(Provider::Azure),
             "anthropic" => Some(Provider::Anthropic),
             "gemini" => Some(Provider::Gemini),
             "mock" => Some(Provider::Mock),

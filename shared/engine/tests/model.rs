@@ -11,6 +11,7 @@ use switchyard_engine::*;
 fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
     for p in [
         Provider::Openai,
+        Provider::Azure,
         Provider::Anthropic,
         Provider::Gemini,
         Provider::Mock,
@@ -37,7 +38,7 @@ fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
         assert_eq!(RoutingMode::parse(m.as_str()), Some(m));
         assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
     }
-    for bad in ["", "OpenAI", "xyzzy", " mock"] {
+    for bad in ["", "OpenAI", "xyzzy", " mock", "Azure", "azure_openai"] {
         assert_eq!(Provider::parse(bad), None, "{bad:?}");
         assert_eq!(ChannelStatus::parse(bad), None, "{bad:?}");
         assert_eq!(RoutingMode::parse(bad), None, "{bad:?}");
@@ -53,7 +54,17 @@ fn protocol_bits_are_distinct_and_the_mock_has_none() {
     ];
     assert_eq!(bits, [1, 2, 4]);
     assert_eq!(Provider::Mock.protocol_bit(), 0);
-    for p in [Provider::Openai, Provider::Anthropic, Provider::Gemini] {
+    // Azure speaks OpenAI's protocol: the same bit.
+    assert_eq!(
+        Provider::Azure.protocol_bit(),
+        Provider::Openai.protocol_bit()
+    );
+    for p in [
+        Provider::Openai,
+        Provider::Azure,
+        Provider::Anthropic,
+        Provider::Gemini,
+    ] {
         assert!(p.needs_credential(), "{p:?}");
     }
     assert!(!Provider::Mock.needs_credential());

@@ -368,6 +368,18 @@ fn reason_protocol_unsupported_for_providers_that_cannot_express_the_request() {
             "the member that can serve it"
         );
     }
+    // Azure speaks OpenAI's protocol: what OpenAI cannot express, Azure cannot either.
+    w.channel_mut(1).provider = Provider::Azure;
+    let not_openai = SelectionConstraint {
+        needs: RequestNeeds {
+            unsupported_providers: Provider::Openai.protocol_bit(),
+            ..Default::default()
+        },
+        ..constraint()
+    };
+    assert_eq!(reasons(&w, &not_openai, 1), ["protocol_unsupported"]);
+    assert_eq!(reasons(&w, &not_openai, 2), ["protocol_unsupported"]);
+    assert!(reasons(&w, &c, 1).is_empty(), "not Anthropic's protocol");
     // The in-process mock answers in the client's own protocol: never unsupported.
     w.channel_mut(1).provider = Provider::Mock;
     let all = SelectionConstraint {

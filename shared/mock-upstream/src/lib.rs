@@ -7,7 +7,12 @@
 //!   `x-api-key`, Anthropic's SSE event sequence (`message_start`, `content_block_*`, `ping`,
 //!   `message_delta`, `message_stop`);
 //! - **Gemini** (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse`,
-//!   `:countTokens`), model from the path, credential from `x-goog-api-key` or `?key=`.
+//!   `:countTokens`), model from the path, credential from `x-goog-api-key` or `?key=`;
+//! - **Azure OpenAI** (`/openai/deployments/{deployment}/chat/completions?api-version=...`, and
+//!   the same for `completions`, `embeddings`, images and audio; `/openai/responses`; the v1
+//!   surface `/openai/v1/...`), answered as OpenAI, model from the deployment in the path,
+//!   credential from `api-key`; a request without the `api-version` the deployments surface
+//!   needs gets Azure's 404 `{"error":{"code":"404","message":"Resource not found"}}`.
 //!
 //! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
 //! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`), and
@@ -39,6 +44,7 @@
 //! [`sim`] (defined in `switchyard-upstream` and re-exported here), which the data plane's
 //! in-process `provider: mock` uses too.
 
+mod azure;
 mod control;
 mod respond;
 mod script;

@@ -21,6 +21,7 @@ use http_body::{Body, Frame, SizeHint};
 use serde_json::Value;
 use tokio::time::Sleep;
 
+use crate::azure;
 use crate::script::{Behavior, RecordedRequest};
 use crate::sim::{self, Protocol};
 
@@ -268,7 +269,8 @@ fn answer(
     if let Some(body) = &behavior.body {
         return full(status, content_type_of(body), body.clone());
     }
-    let endpoint = match endpoint(&request.method, &request.path) {
+    let path = azure::openai_path(&request.path);
+    let endpoint = match endpoint(&request.method, &path) {
         Ok(endpoint) => endpoint,
         Err(status) => {
             let message = format!(
@@ -383,7 +385,7 @@ fn answer(
             sim::models_json(&ids)
         }
         Endpoint::Model => {
-            let id = request.path.trim_start_matches("/v1/models/");
+            let id = path.trim_start_matches("/v1/models/");
             if !models.iter().any(|m| m == id) {
                 let message = format!("The model `{id}` does not exist");
                 let body =

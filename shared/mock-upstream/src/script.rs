@@ -39,14 +39,15 @@ impl Matcher {
     }
 
     /// Also requires this credential: the token of `Authorization: Bearer X`, `x-api-key: X`,
-    /// `x-goog-api-key: X` or the `?key=X` query parameter (Gemini).
+    /// `api-key: X` (Azure), `x-goog-api-key: X` or the `?key=X` query parameter (Gemini).
     pub fn credential(mut self, credential: &str) -> Self {
         self.credential = Some(credential.to_owned());
         self
     }
 
-    /// Also requires this model (the body's `"model"`, the `model` field of a multipart form, or
-    /// the `{model}` of a Gemini path `/v1beta/models/{model}:method`).
+    /// Also requires this model (the body's `"model"`, the `model` field of a multipart form,
+    /// the `{model}` of a Gemini path `/v1beta/models/{model}:method`, or the `{deployment}` of
+    /// an Azure path `/openai/deployments/{deployment}/...`).
     pub fn model(mut self, model: &str) -> Self {
         self.model = Some(model.to_owned());
         self
@@ -227,12 +228,14 @@ pub struct RecordedRequest {
     pub path: String,
     /// The query string (without `?`), when there is one.
     pub query: Option<String>,
-    /// From `Authorization: Bearer X`, `x-api-key: X`, `x-goog-api-key: X` or `?key=X`.
+    /// From `Authorization: Bearer X`, `x-api-key: X`, `api-key: X` (Azure), `x-goog-api-key: X`
+    /// or `?key=X`.
     pub credential: Option<String>,
     /// Every request header (e.g. `anthropic-version`).
     pub headers: http::HeaderMap,
     pub body: Bytes,
-    /// The body's `"model"`, or the model of a Gemini path, when there is one.
+    /// The body's `"model"`, or the model of a Gemini path or the deployment of an Azure path,
+    /// when there is one.
     pub model: Option<String>,
 }
 
@@ -322,6 +325,26 @@ impl Script {
     /// Records `request` and returns the behaviour of the first matching rule with uses left
     /// (consuming one use), or `None` for the default answer.
     pub(crate) fn answer(&mut self, request: &RecordedRequest) -> Option<Behavior> {
+        self.record(request);
+        let rule = self
+            .rules
+            .iter_mut()
+            .find(|r| r.has_uses_left() && r.matcher.matches(request));
+        match rule {
+            Some(rule) => {
+                rule.used += 1;
+                Some(rule.behavior.clone())
+            }
+            None => {
+                self.counts.unmatched += 1;
+                None
+            }
+        }
+    }
+
+    /// Counts and records `request` without consulting the rules (a request the mock refuses
+    /// before any rule could apply, as the real upstream would).
+    pub(crate) fn record(&mut self, request: &RecordedRequest) {
         let counts = &mut self.counts;
         counts.total += 1;
         *counts.by_path.entry(request.path.clone()).or_default() += 1;
@@ -336,20 +359,6 @@ impl Script {
                 self.record.pop_front();
             }
             self.record.push_back(request.clone());
-        }
-        let rule = self
-            .rules
-            .iter_mut()
-            .find(|r| r.has_uses_left() && r.matcher.matches(request));
-        match rule {
-            Some(rule) => {
-                rule.used += 1;
-                Some(rule.behavior.clone())
-            }
-            None => {
-                self.counts.unmatched += 1;
-                None
-            }
         }
     }
 

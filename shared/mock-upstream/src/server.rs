@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::azure;
 use crate::control;
 use crate::respond::{self, MockBody, ReportedUsage};
 use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
@@ -281,12 +282,23 @@ async fn handle(
     let recorded = RecordedRequest {
         method: parts.method.to_string(),
         credential: credential(&parts.headers, query.as_deref()),
-        model: gemini_model(&path).or_else(|| model_of(&parts.headers, &body)),
+        model: gemini_model(&path)
+            .or_else(|| azure_deployment(&path))
+            .or_else(|| model_of(&parts.headers, &body)),
         path,
         query,
         headers: parts.headers,
         body,
     };
+    if azure::lacks_api_version(&recorded.path, recorded.query.as_deref()) {
+        // Azure refuses it before anything else: no rule applies.
+        shared.script().record(&recorded);
+        return Ok(respond::full(
+            http::StatusCode::NOT_FOUND,
+            "application/json",
+            azure::RESOURCE_NOT_FOUND,
+        ));
+    }
     let behavior = shared.script().answer(&recorded);
     tracing::debug!(
         method = %recorded.method,
@@ -320,8 +332,8 @@ async fn handle(
     Ok(response)
 }
 
-/// The bearer token of `Authorization`, else `x-api-key` (Anthropic), else `x-goog-api-key` or
-/// the `key` query parameter (Gemini).
+/// The bearer token of `Authorization`, else `x-api-key` (Anthropic), else `api-key` (Azure),
+/// else `x-goog-api-key` or the `key` query parameter (Gemini).
 fn credential(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -334,6 +346,7 @@ fn credential(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let query_key = || query?.split('&').find_map(|pair| pair.strip_prefix("key="));
     bearer
         .or_else(|| header("x-api-key"))
+        .or_else(|| header("api-key"))
         .or_else(|| header("x-goog-api-key"))
         .or_else(query_key)
         .map(|v| v.trim().to_owned())
@@ -344,6 +357,11 @@ fn gemini_model(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/v1beta/models/")?;
     let model = rest.split_once(':').map_or(rest, |(model, _)| model);
     (!model.is_empty()).then(|| model.to_owned())
+}
+
+/// The `{deployment}` of an Azure path `/openai/deployments/{deployment}/...`.
+fn azure_deployment(path: &str) -> Option<String> {
+    azure::parse(path)?.deployment.map(str::to_owned)
 }
 
 /// The `model` of a JSON body, or of a multipart form (audio transcriptions).
@@ -382,6 +400,8 @@ mod tests {
             credential(&h, Some("key=AIza-q")).as_deref(),
             Some("AIza-h")
         );
+        h.insert("api-key", "azure-k".parse().unwrap());
+        assert_eq!(credential(&h, None).as_deref(), Some("azure-k"));
         h.insert("x-api-key", "sk-x".parse().unwrap());
         assert_eq!(credential(&h, None).as_deref(), Some("sk-x"));
         h.insert(header::AUTHORIZATION, "Bearer sk-b".parse().unwrap());
@@ -397,6 +417,11 @@ mod tests {
         assert_eq!(gemini_model("/v1beta/models/g").as_deref(), Some("g"));
         assert_eq!(gemini_model("/v1beta/models/:x"), None);
         assert_eq!(gemini_model("/v1/chat/completions"), None);
+        assert_eq!(
+            azure_deployment("/openai/deployments/gpt-4o-prod/chat/completions").as_deref(),
+            Some("gpt-4o-prod")
+        );
+        assert_eq!(azure_deployment("/openai/v1/chat/completions"), None);
     }
 
     #[test]

@@ -692,3 +692,101 @@ async fn reported_usage_sums_the_usage_blocks_the_answers_carried() {
     mock.reset();
     assert_eq!(mock.reported_usage(), Default::default());
 }
+
+#[tokio::test]
+async fn azure_paths_answer_as_openai_and_record_the_deployment_and_api_key() {
+    let mock = MockUpstream::start().await.unwrap();
+    let base = mock.base_url();
+    let deployments = "/openai/deployments/gpt-4o-prod";
+    let version = "api-version=2024-10-21";
+    mock.on(
+        Matcher::path(&format!("{deployments}/chat/completions"))
+            .credential("azure-key-1")
+            .model("gpt-4o-prod"),
+        Behavior::ok().text("from azure"),
+    );
+
+    let chat_reply = post(
+        &base,
+        &format!("{deployments}/chat/completions?{version}"),
+        chat("ignored"),
+    )
+    .header("api-key", "azure-key-1")
+    .ok()
+    .await;
+    assert_eq!(chat_reply.status, 200);
+    let v = chat_reply.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], "from azure");
+    assert_eq!(v["model"], "gpt-4o-prod", "the deployment is the model");
+
+    let stream = post(
+        &base,
+        &format!("{deployments}/chat/completions?{version}"),
+        chat_stream("x"),
+    )
+    .header("api-key", "azure-key-1")
+    .ok()
+    .await;
+    assert_eq!(stream.headers["content-type"], "text/event-stream");
+    assert!(stream.text().trim_end().ends_with("data: [DONE]"));
+    assert_eq!(sse_data(&stream)[0]["object"], "chat.completion.chunk");
+
+    let embeddings = post(
+        &base,
+        &format!("/openai/deployments/embed-large/embeddings?{version}"),
+        json!({"input": ["a", "b"]}),
+    )
+    .ok()
+    .await
+    .json();
+    assert_eq!(embeddings["data"].as_array().unwrap().len(), 2);
+    assert_eq!(embeddings["model"], "embed-large");
+    let completion = post(
+        &base,
+        &format!("/openai/deployments/instruct/completions?{version}"),
+        json!({"prompt": "x"}),
+    )
+    .ok()
+    .await
+    .json();
+    assert_eq!(completion["object"], "text_completion");
+    let response = post(
+        &base,
+        "/openai/responses?api-version=2025-04-01-preview",
+        json!({"model": "gpt-4o-prod", "input": "x"}),
+    )
+    .ok()
+    .await
+    .json();
+    assert_eq!(response["object"], "response");
+    // The v1 surface needs no api-version.
+    let v1 = post(&base, "/openai/v1/chat/completions", chat("gpt-4o-prod"))
+        .ok()
+        .await
+        .json();
+    assert_eq!(v1["object"], "chat.completion");
+
+    // Without api-version: Azure's 404, whatever the rules say, still recorded.
+    mock.on(Matcher::any(), Behavior::status(500));
+    let missing = post(&base, &format!("{deployments}/chat/completions"), chat("x"))
+        .header("api-key", "azure-key-1")
+        .ok()
+        .await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        missing.json(),
+        json!({"error": {"code": "404", "message": "Resource not found"}})
+    );
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 7);
+    let first = &requests[0];
+    assert_eq!(first.credential.as_deref(), Some("azure-key-1"));
+    assert_eq!(first.model.as_deref(), Some("gpt-4o-prod"));
+    assert_eq!(first.query_param("api-version"), Some("2024-10-21"));
+    assert!(!first.headers.contains_key("authorization"));
+    assert_eq!(requests[6].credential.as_deref(), Some("azure-key-1"));
+    assert_eq!(requests[6].query, None);
+    assert_eq!(mock.counts().by_model["gpt-4o-prod"], 5);
+}

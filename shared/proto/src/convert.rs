@@ -135,6 +135,7 @@ fn member_to_proto(m: &Member) -> v1::Member {
 fn provider_to_proto(p: Provider) -> v1::Provider {
     match p {
         Provider::Openai => v1::Provider::Openai,
+        Provider::Azure => v1::Provider::Azure,
         Provider::Anthropic => v1::Provider::Anthropic,
         Provider::Gemini => v1::Provider::Gemini,
         Provider::Mock => v1::Provider::Mock,
@@ -506,6 +507,7 @@ fn channel_from_proto(
 ) -> Result<Channel, ConversionError> {
     let provider = match v1::Provider::try_from(w.provider) {
         Ok(v1::Provider::Openai) => Provider::Openai,
+        Ok(v1::Provider::Azure) => Provider::Azure,
         Ok(v1::Provider::Anthropic) => Provider::Anthropic,
         Ok(v1::Provider::Gemini) => Provider::Gemini,
         Ok(v1::Provider::Mock) => Provider::Mock,
@@ -810,6 +812,24 @@ mod tests {
     #[test]
     fn unspecified_routing_mode_is_rejected() {
         rejects(|w| w.routes[0].routing_mode = 0, "routes[0].routing_mode");
+    }
+
+    #[test]
+    fn every_provider_round_trips() {
+        for provider in [
+            Provider::Openai,
+            Provider::Azure,
+            Provider::Anthropic,
+            Provider::Gemini,
+            Provider::Mock,
+        ] {
+            let mut wire = snapshot_to_proto(&sample(), 1);
+            wire.channels[0].provider = provider_to_proto(provider) as i32;
+            let back = snapshot_from_proto(wire).unwrap();
+            let channel = back.channels().next().unwrap();
+            assert_eq!(channel.provider, provider);
+        }
+        assert_eq!(v1::Provider::Azure as i32, 5, "a wire number never changes");
     }
 
     #[test]

@@ -1,8 +1,23 @@
 //! Per-channel runtime facts compiled once per snapshot: the base URL, each credential's auth
 //! header value (marked sensitive), the channel's extra headers, and building one upstream
-//! request with the provider's auth rule (`Authorization: Bearer` for OpenAI, `x-api-key` +
-//! `anthropic-version` for Anthropic, `x-goog-api-key` for Gemini). Also which client headers
-//! may go upstream and which upstream headers may come back.
+//! request with the provider's auth rule (`Authorization: Bearer` for OpenAI, `api-key` for
+//! Azure OpenAI, `x-api-key` + `anthropic-version` for Anthropic, `x-goog-api-key` for Gemini).
+//! Also which client headers may go upstream and which upstream headers may come back.
+//!
+//! Azure OpenAI speaks OpenAI's protocol at other URLs. Requests are planned with OpenAI's paths
+//! (`/v1/chat/completions`, ...) and the runtime places them on one of Azure's two surfaces:
+//!
+//! - the deployments surface (any base URL not ending in `/openai/v1`, typically
+//!   `https://my-resource.openai.azure.com`):
+//!   `{base_url}/openai/deployments/{deployment}/{operation}?api-version={version}`, where the
+//!   deployment is the member's upstream model; the Responses API, which is not per deployment,
+//!   is `{base_url}/openai/responses?api-version={version}`;
+//! - the v1 surface (a base URL ending in `/openai/v1`): `{base_url}/{operation}`, the model in
+//!   the body as with OpenAI, no `api-version` unless the channel sets one.
+//!
+//! The version is the channel's `api-version` header entry when it has one (taken as the query
+//! parameter, never sent as a header), else [`AZURE_DEFAULT_API_VERSION`] on the deployments
+//! surface.
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
@@ -28,6 +43,37 @@ pub struct ChannelRuntime {
     pub credentials: Vec<CredentialRuntime>,
     headers: Vec<(HeaderName, HeaderValue)>,
     provider: Provider,
+    /// An Azure channel's surface and `api-version` (`None` for other providers).
+    azure: Option<AzureTarget>,
+}
+
+/// Azure OpenAI's `api-version` on the deployments surface when the channel sets none: the
+/// latest generally available version when this was written.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
+/// The channel header entry that sets an Azure channel's `api-version`. It is sent as the query
+/// parameter Azure reads, not as a header.
+pub const AZURE_API_VERSION_HEADER: &str = "api-version";
+
+/// Where an Azure channel's requests go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct AzureTarget {
+    /// The base URL ends in `/openai/v1`: OpenAI's paths under it, the model in the body.
+    v1: bool,
+    /// The `api-version` query parameter of every request (none on the v1 surface unless the
+    /// channel sets one).
+    api_version: Option<String>,
+}
+
+/// One upstream request's target: the method, the path planned in the channel's protocol
+/// (OpenAI's `/v1/...`, Anthropic's, or a Gemini model path), the query string, and the member's
+/// upstream model (an Azure deployment's name, which goes in the URL).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub model: &'a str,
 }
 
 /// The credential id a mock channel's attempts are recorded under (it needs none).
@@ -37,7 +83,7 @@ pub const MOCK_CREDENTIAL: CredentialId = 0;
 /// in-process mock (which answers natively in every protocol).
 pub fn channel_protocol(provider: Provider, client: Protocol) -> Protocol {
     match provider {
-        Provider::Openai => Protocol::OpenAi,
+        Provider::Openai | Provider::Azure => Protocol::OpenAi,
         Provider::Anthropic => Protocol::Anthropic,
         Provider::Gemini => Protocol::Gemini,
         Provider::Mock => client,
@@ -83,6 +129,64 @@ pub fn gemini_path(model: &str, action: &str) -> String {
     format!("/v1beta/models/{model}:{action}")
 }
 
+/// Checks an Azure `api-version` value: what Azure names its versions with (`2024-10-21`,
+/// `2025-04-01-preview`, `preview`), letters, digits, `-`, `.` and `_`, 1 to 64 of them, so it
+/// goes into a query string as is. The message never quotes the value.
+pub fn check_api_version(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > 64 {
+        return Err("must be 1 to 64 characters".to_owned());
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    {
+        return Err("may hold only letters, digits, `-`, `.` and `_`".to_owned());
+    }
+    Ok(())
+}
+
+/// An Azure channel's surface, from its base URL, and its `api-version` entry (checked; a bad
+/// one, which the control plane and the YAML loader refuse, is ignored with a warning, as if the
+/// channel had none).
+fn azure_target(channel: &Channel, base: &str) -> AzureTarget {
+    let v1 = base.ends_with("/openai/v1");
+    let set = channel
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER))
+        .map(|(_, value)| value.trim())
+        .filter(|value| {
+            let valid = check_api_version(value).is_ok();
+            if !valid {
+                tracing::warn!(channel = %channel.name, "the api-version entry is not a valid Azure api-version; ignored");
+            }
+            valid
+        });
+    let api_version = match set {
+        Some(value) => Some(value.to_owned()),
+        None if v1 => None,
+        None => Some(AZURE_DEFAULT_API_VERSION.to_owned()),
+    };
+    AzureTarget { v1, api_version }
+}
+
+/// `s` with every byte but the URL path's unreserved ones (letters, digits, `-._~`)
+/// percent-encoded: a deployment name stays one path segment whatever it holds.
+fn path_segment(s: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
+        }
+    }
+    out
+}
+
 impl ChannelRuntime {
     /// Compiles a channel. Credentials whose secret cannot be resolved (unset env var) or is not
     /// a valid header value are left out, with a warning naming the credential, never its value.
@@ -98,11 +202,19 @@ impl ChannelRuntime {
         } else {
             None
         };
-        let base = if mock.is_some() {
+        let mut base = if mock.is_some() {
             channel.base_url.trim().trim_end_matches('/').to_owned()
         } else {
             base_of(channel)
         };
+        let azure = (channel.provider == Provider::Azure).then(|| azure_target(channel, &base));
+        if azure.as_ref().is_some_and(|a| !a.v1) {
+            // `https://r.openai.azure.com/openai` names the same resource: the paths add
+            // `/openai` themselves.
+            if let Some(resource) = base.strip_suffix("/openai") {
+                base = resource.to_owned();
+            }
+        }
         let mut credentials = Vec::with_capacity(channel.credentials.len());
         for cred in &channel.credentials {
             let secret = match &cred.secret {
@@ -114,7 +226,9 @@ impl ChannelRuntime {
                 continue;
             };
             let value = match channel.provider {
-                Provider::Anthropic | Provider::Gemini => HeaderValue::from_str(secret.trim()),
+                Provider::Anthropic | Provider::Gemini | Provider::Azure => {
+                    HeaderValue::from_str(secret.trim())
+                }
                 _ => HeaderValue::from_str(&format!("Bearer {}", secret.trim())),
             };
             match value {
@@ -130,6 +244,7 @@ impl ChannelRuntime {
         let headers = channel
             .headers
             .iter()
+            .filter(|(k, _)| azure.is_none() || !k.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER))
             .filter_map(|(k, v)| {
                 Some((
                     HeaderName::from_bytes(k.as_bytes()).ok()?,
@@ -149,6 +264,7 @@ impl ChannelRuntime {
             credentials,
             headers,
             provider: channel.provider,
+            azure,
         }
     }
 
@@ -163,7 +279,43 @@ impl ChannelRuntime {
 
     /// The upstream URL for `path` (which starts with its API version, `/v1/...` or
     /// `/v1beta/...`): a base URL that already ends in that version segment does not repeat it.
-    pub fn url(&self, path: &str, query: Option<&str>) -> String {
+    /// An Azure channel places OpenAI's paths on its surface, `model` being the deployment, and
+    /// adds its `api-version` (in place of any the client sent).
+    pub fn url(&self, path: &str, query: Option<&str>, model: &str) -> String {
+        let Some(azure) = &self.azure else {
+            return self.joined(path, query);
+        };
+        let kept = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("api-version"));
+        let version = azure
+            .api_version
+            .as_deref()
+            .map(|v| format!("api-version={v}"));
+        let query = kept.chain(version.as_deref()).collect::<Vec<_>>().join("&");
+        if azure.v1 {
+            return self.joined(path, Some(&query));
+        }
+        let operation = path
+            .strip_prefix("/v1/")
+            .unwrap_or(path.trim_start_matches('/'));
+        let per_resource = ["responses", "models"].iter().any(|p| {
+            operation
+                .strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        let path = if per_resource {
+            format!("/openai/{operation}")
+        } else {
+            format!("/openai/deployments/{}/{operation}", path_segment(model))
+        };
+        self.joined(&path, Some(&query))
+    }
+
+    /// The base URL joined with `path` and the query, without repeating a version segment the
+    /// base ends in.
+    fn joined(&self, path: &str, query: Option<&str>) -> String {
         let version_end = path.get(1..).and_then(|p| p.find('/')).map_or(0, |i| i + 1);
         let version = &path[..version_end];
         let path = if !version.is_empty() && self.base.ends_with(version) {
@@ -182,14 +334,14 @@ impl ChannelRuntime {
     /// channel's extra headers, this credential's auth in the provider's header, and the body.
     pub fn request(
         &self,
-        method: Method,
-        path: &str,
-        query: Option<&str>,
+        target: Target<'_>,
         client_headers: Option<&HeaderMap>,
         credential: &CredentialRuntime,
         body: Bytes,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
-        let mut builder = Request::builder().method(method).uri(self.url(path, query));
+        let mut builder = Request::builder()
+            .method(target.method.clone())
+            .uri(self.url(target.path, target.query, target.model));
         if let Some(headers) = builder.headers_mut() {
             match client_headers {
                 Some(client_headers) => copy_forwardable(client_headers, headers),
@@ -215,6 +367,9 @@ impl ChannelRuntime {
                 }
                 Provider::Openai => {
                     headers.insert(header::AUTHORIZATION, credential.auth.clone());
+                }
+                Provider::Azure => {
+                    headers.insert("api-key", credential.auth.clone());
                 }
                 Provider::Mock => {}
             }
@@ -318,17 +473,26 @@ mod tests {
         }
     }
 
+    fn target<'a>(method: &'a Method, path: &'a str) -> Target<'a> {
+        Target {
+            method,
+            path,
+            query: None,
+            model: "m",
+        }
+    }
+
     #[test]
     fn urls_join_with_or_without_v1() {
         let none = |_: &str| None;
         let a = ChannelRuntime::compile(&channel("https://api.x.com/v1/", Provider::Openai), &none);
         assert_eq!(
-            a.url("/v1/chat/completions", None),
+            a.url("/v1/chat/completions", None, "m"),
             "https://api.x.com/v1/chat/completions"
         );
         let b = ChannelRuntime::compile(&channel("http://127.0.0.1:9", Provider::Openai), &none);
         assert_eq!(
-            b.url("/v1/embeddings", Some("a=1")),
+            b.url("/v1/embeddings", Some("a=1"), "m"),
             "http://127.0.0.1:9/v1/embeddings?a=1"
         );
         let g = ChannelRuntime::compile(
@@ -339,7 +503,7 @@ mod tests {
             &none,
         );
         assert_eq!(
-            g.url(&gemini_path("gemini-2.0-flash", "streamGenerateContent"), Some("alt=sse")),
+            g.url(&gemini_path("gemini-2.0-flash", "streamGenerateContent"), Some("alt=sse"), "gemini-2.0-flash"),
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse"
         );
         // The env credential is unset: skipped.
@@ -355,7 +519,7 @@ mod tests {
         ] {
             let rt = ChannelRuntime::compile(&channel(url, Provider::Openai), &none);
             assert_eq!(
-                rt.url("/v1/chat/completions", None),
+                rt.url("/v1/chat/completions", None, "m"),
                 "https://api.x.com/v1/chat/completions",
                 "{url}"
             );
@@ -403,9 +567,7 @@ mod tests {
         );
         let req = rt
             .request(
-                Method::POST,
-                "/v1/chat/completions",
-                None,
+                target(&Method::POST, "/v1/chat/completions"),
                 Some(&client),
                 &rt.credentials[0],
                 Bytes::from_static(b"{}"),
@@ -422,9 +584,7 @@ mod tests {
         let anth = ChannelRuntime::compile(&channel("http://u", Provider::Anthropic), &|_| None);
         let req = anth
             .request(
-                Method::POST,
-                "/v1/messages",
-                None,
+                target(&Method::POST, "/v1/messages"),
                 Some(&client),
                 &anth.credentials[0],
                 Bytes::new(),
@@ -436,9 +596,7 @@ mod tests {
         let gem = ChannelRuntime::compile(&channel("http://u", Provider::Gemini), &|_| None);
         let req = gem
             .request(
-                Method::POST,
-                &gemini_path("m", "generateContent"),
-                None,
+                target(&Method::POST, &gemini_path("m", "generateContent")),
                 None,
                 &gem.credentials[0],
                 Bytes::from_static(b"{}"),
@@ -451,5 +609,162 @@ mod tests {
             !req.headers().contains_key("openai-beta"),
             "translated: client headers stay"
         );
+    }
+
+    fn azure(base_url: &str, api_version: Option<&str>) -> ChannelRuntime {
+        let mut c = channel(base_url, Provider::Azure);
+        if let Some(v) = api_version {
+            c.headers.push(("api-version".into(), v.into()));
+        }
+        ChannelRuntime::compile(&c, &|_| None)
+    }
+
+    #[test]
+    fn azure_deployment_urls_carry_the_deployment_and_the_api_version() {
+        let rt = azure("https://my-resource.openai.azure.com/", None);
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "gpt-4o-prod"),
+            "https://my-resource.openai.azure.com/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(
+            rt.url("/v1/embeddings", None, "embed-large"),
+            "https://my-resource.openai.azure.com/openai/deployments/embed-large/embeddings?api-version=2024-10-21"
+        );
+        assert_eq!(
+            rt.url("/v1/completions", None, "instruct"),
+            "https://my-resource.openai.azure.com/openai/deployments/instruct/completions?api-version=2024-10-21"
+        );
+        assert_eq!(
+            rt.url("/v1/audio/transcriptions", None, "whisper"),
+            "https://my-resource.openai.azure.com/openai/deployments/whisper/audio/transcriptions?api-version=2024-10-21"
+        );
+        // The Responses API is per resource, not per deployment (the model is in the body).
+        assert_eq!(
+            rt.url("/v1/responses", None, "gpt-4o-prod"),
+            "https://my-resource.openai.azure.com/openai/responses?api-version=2024-10-21"
+        );
+        assert_eq!(
+            rt.url("/v1/responsesx", None, "d"),
+            "https://my-resource.openai.azure.com/openai/deployments/d/responsesx?api-version=2024-10-21"
+        );
+        // A base URL naming `/openai` already is the same resource.
+        let rt = azure(
+            "https://my-resource.openai.azure.com/openai",
+            Some("2025-04-01-preview"),
+        );
+        assert_eq!(
+            rt.url("/v1/chat/completions", Some("api-version=1999-01-01&x=1"), "d"),
+            "https://my-resource.openai.azure.com/openai/deployments/d/chat/completions?x=1&api-version=2025-04-01-preview",
+            "the channel's version replaces the client's"
+        );
+        // A deployment name stays one path segment.
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "a/../b?c d"),
+            "https://my-resource.openai.azure.com/openai/deployments/a%2F..%2Fb%3Fc%20d/chat/completions?api-version=2025-04-01-preview"
+        );
+        assert_eq!(path_segment("ok-1.2_x~"), "ok-1.2_x~");
+        assert_eq!(path_segment("\u{e9}"), "%C3%A9");
+    }
+
+    #[test]
+    fn azure_v1_urls_follow_openai_paths() {
+        let rt = azure("https://my-resource.openai.azure.com/openai/v1/", None);
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "gpt-4o-prod"),
+            "https://my-resource.openai.azure.com/openai/v1/chat/completions"
+        );
+        assert_eq!(
+            rt.url("/v1/responses", Some("api-version=x"), "d"),
+            "https://my-resource.openai.azure.com/openai/v1/responses"
+        );
+        let rt = azure(
+            "https://my-resource.openai.azure.com/openai/v1",
+            Some("preview"),
+        );
+        assert_eq!(
+            rt.url("/v1/embeddings", None, "d"),
+            "https://my-resource.openai.azure.com/openai/v1/embeddings?api-version=preview"
+        );
+    }
+
+    #[test]
+    fn an_invalid_api_version_is_ignored() {
+        let rt = azure("https://r.openai.azure.com", Some("2024-10-21&evil=1"));
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "d"),
+            "https://r.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-10-21"
+        );
+        let rt = azure("https://r.openai.azure.com/openai/v1", Some(""));
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "d"),
+            "https://r.openai.azure.com/openai/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn api_versions_are_checked_without_quoting_them() {
+        for good in ["2024-10-21", "2025-04-01-preview", "preview", "v1.0_x"] {
+            assert!(check_api_version(good).is_ok(), "{good}");
+        }
+        for bad in ["", "2024-10-21&secret=1", "a b", "ü", &"9".repeat(65)] {
+            let message = check_api_version(bad).unwrap_err();
+            assert!(!message.contains("secret"), "{message}");
+        }
+        assert!(check_api_version(&"9".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn azure_sends_the_key_in_api_key_and_the_version_in_the_query() {
+        let rt = azure("https://r.openai.azure.com", Some("2025-01-01-preview"));
+        let mut client = HeaderMap::new();
+        client.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer client"),
+        );
+        client.insert("api-key", HeaderValue::from_static("client-azure-key"));
+        let req = rt
+            .request(
+                Target {
+                    method: &Method::POST,
+                    path: "/v1/chat/completions",
+                    query: None,
+                    model: "gpt-4o-prod",
+                },
+                Some(&client),
+                &rt.credentials[0],
+                Bytes::from_static(b"{}"),
+            )
+            .unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            "https://r.openai.azure.com/openai/deployments/gpt-4o-prod/chat/completions?api-version=2025-01-01-preview"
+        );
+        let h = req.headers();
+        assert_eq!(h["api-key"], "k1", "the channel's key, not the client's");
+        assert!(h["api-key"].is_sensitive());
+        assert!(!h.contains_key(header::AUTHORIZATION));
+        assert!(
+            !h.contains_key("api-version"),
+            "a query parameter, not a header"
+        );
+        assert_eq!(h["x-extra"], "1");
+        assert_eq!(
+            channel_protocol(Provider::Azure, Protocol::Gemini),
+            Protocol::OpenAi
+        );
+        // Another provider's `api-version` entry is just a header.
+        let mut c = channel("http://u", Provider::Openai);
+        c.headers.push(("api-version".into(), "2".into()));
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        let req = rt
+            .request(
+                target(&Method::POST, "/v1/chat/completions"),
+                None,
+                &rt.credentials[0],
+                Bytes::new(),
+            )
+            .unwrap();
+        assert_eq!(req.headers()["api-version"], "2");
+        assert_eq!(req.uri().to_string(), "http://u/v1/chat/completions");
     }
 }

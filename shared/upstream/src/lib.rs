@@ -3,8 +3,8 @@
 //!
 //! - [`client`]: the pooled HTTP/1.1 client (hyper-util, rustls with ring, webpki roots);
 //! - [`channel`]: per-channel runtime facts compiled once per snapshot ([`ChannelRuntime`]:
-//!   URL joining, each provider's auth header, extra headers) and the header rules (what a
-//!   client may send upstream, what comes back);
+//!   URL joining, Azure's deployment URLs and `api-version`, each provider's auth header, extra
+//!   headers) and the header rules (what a client may send upstream, what comes back);
 //! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
 //!   channel's own protocol;
 //! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
@@ -23,8 +23,9 @@ pub mod schedule;
 pub mod sim;
 
 pub use channel::{
-    channel_protocol, check_base_url, forwardable, gemini_path, returnable, ChannelRuntime,
-    CredentialRuntime, MOCK_CREDENTIAL,
+    channel_protocol, check_api_version, check_base_url, forwardable, gemini_path, returnable,
+    ChannelRuntime, CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
+    MOCK_CREDENTIAL,
 };
 pub use client::{build_client, HttpClient};
 pub use mock::MockOptions;

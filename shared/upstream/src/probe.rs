@@ -11,7 +11,9 @@
 //!   "generationConfig": {"maxOutputTokens": 1}}`.
 //!
 //! `M` is one of the channel's members' upstream models ([`probe_model`]). URL, auth and extra
-//! headers come from the channel's [`ChannelRuntime`], exactly as for client traffic. A 2xx answer
+//! headers come from the channel's [`ChannelRuntime`], exactly as for client traffic: an Azure
+//! channel is probed with OpenAI's request at its deployment `M`'s URL
+//! (`/openai/deployments/{M}/chat/completions?api-version=...`) with its `api-key`. A 2xx answer
 //! passes; any other status, a timeout or a transport error fails. A `mock` channel is answered
 //! by the simulation (its latency and failure rate, [`MockOptions`]). The result carries a
 //! low-cardinality reason and the status, never a secret, a URL or an error text.
@@ -26,7 +28,7 @@ use serde_json::json;
 use switchyard_engine::{ChannelId, RandomSource, Snapshot};
 use switchyard_provider::Protocol;
 
-use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime};
+use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime, Target};
 use crate::client::HttpClient;
 use crate::mock::MockOptions;
 
@@ -149,7 +151,13 @@ pub fn probe_request(
 ) -> Result<Request<Full<Bytes>>, http::Error> {
     let protocol = channel_protocol(channel.provider(), Protocol::OpenAi);
     let (path, body) = probe_body(protocol, model);
-    channel.request(Method::POST, &path, None, None, credential, body)
+    let target = Target {
+        method: &Method::POST,
+        path: &path,
+        query: None,
+        model,
+    };
+    channel.request(target, None, credential, body)
 }
 
 /// Probes one credential of a channel within `timeout`. `rng` draws a mock channel's simulated

@@ -158,6 +158,28 @@ async fn openai_probe_is_a_one_token_chat_completion() {
 }
 
 #[tokio::test]
+async fn azure_probe_is_openais_request_at_the_deployments_url() {
+    let (url, seen) = server(Answer::Status(200)).await;
+    let result = probe(Provider::Azure, &url, Duration::from_secs(2)).await;
+    assert_eq!(result, ProbeResult::Passed { status: 200 });
+    let seen = seen.lock().unwrap()[0].clone();
+    assert!(
+        seen.head.starts_with(
+            "POST /openai/deployments/model-x/chat/completions?api-version=2024-10-21 HTTP/1.1"
+        ),
+        "{}",
+        seen.head
+    );
+    assert_eq!(header(&seen.head, "api-key"), Some("sk-probe-secret"));
+    assert_eq!(header(&seen.head, "authorization"), None);
+    assert_eq!(header(&seen.head, "x-extra"), Some("1"));
+    let body: Value = serde_json::from_str(&seen.body).unwrap();
+    assert_eq!(body["model"], "model-x");
+    assert_eq!(body["messages"][0]["content"], "ping");
+    assert_eq!(body["max_completion_tokens"], 1);
+}
+
+#[tokio::test]
 async fn anthropic_probe_is_a_one_token_message() {
     let (url, seen) = server(Answer::Status(200)).await;
     let result = probe(Provider::Anthropic, &url, Duration::from_secs(2)).await;
