@@ -882,7 +882,9 @@ async fn explain_names_the_member_the_proxy_used(_pool: PgPoolOptions, opts: PgC
 /// of the three protocols, plain and streamed — and an OpenAI stream whose client did not ask
 /// for usage (no `stream_options`, LangChain's default), which used to count 0 tokens towards an
 /// OpenAI upstream; what `GET /api/v1/usage` finally answers is exactly what the upstreams'
-/// answers reported (requests, input, output and cached tokens).
+/// answers reported (requests, input, output and cached tokens), and the cost is exactly the
+/// price of that usage where a price matches (cached input at its own price, or at the input
+/// price when it has none) and `null` — unpriced, not free — where none does.
 #[sqlx::test(migrations = false)]
 async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     _pool: PgPoolOptions,
@@ -913,6 +915,21 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
             json!({"secret": format!("sk-usage-{provider}-0123456789")}),
         )
         .await;
+        // OpenAI and Anthropic members are priced (patterns that match their upstream model);
+        // Gemini's is not.
+        let price = match provider {
+            "openai" => Some(json!({"channel_id": channel_id, "model_pattern": "up-*",
+                "input_per_million": "2.5", "output_per_million": 10,
+                "cached_input_per_million": "1.25"})),
+            "anthropic" => Some(
+                json!({"channel_id": channel_id, "model_pattern": "up-anthropic",
+                "input_per_million": 3, "output_per_million": "15"}),
+            ),
+            _ => None,
+        };
+        if let Some(price) = price {
+            cp.create("/api/v1/prices", price).await;
+        }
         let (route, _) = cp
             .create("/api/v1/routes", json!({"model_pattern": model}))
             .await;
@@ -1029,12 +1046,45 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
             // Every route's share arrived too: seven requests each (three protocols, two modes,
             // and the OpenAI stream that did not ask for usage).
             let groups = usage["groups"].as_array().unwrap();
-            for model in models {
+            // Micro-USD per million tokens: input, cached input, output.
+            let prices = [
+                Some((2_500_000u128, 1_250_000u128, 10_000_000u128)),
+                Some((3_000_000, 3_000_000, 15_000_000)),
+                None,
+            ];
+            for (model, price) in models.into_iter().zip(prices) {
                 let group = groups
                     .iter()
                     .find(|g| g["key"] == model)
                     .unwrap_or_else(|| panic!("no usage for {model}: {usage}"));
                 assert_eq!(group["requests"], 7, "{usage}");
+                let figure = |name: &str| u128::from(group[name].as_u64().unwrap());
+                let (input, cached, output) = (
+                    figure("input_tokens"),
+                    figure("cached_tokens"),
+                    figure("output_tokens"),
+                );
+                match price {
+                    Some((per_input, per_cached, per_output)) => {
+                        let pico = (input - cached) * per_input
+                            + cached * per_cached
+                            + output * per_output;
+                        assert_eq!(
+                            group["cost_usd"],
+                            json!(switchyard_engine::limit::format_pico_usd(pico)),
+                            "{model}: {usage}"
+                        );
+                        assert_eq!(group["unpriced_requests"], 0, "{model}");
+                    }
+                    None => {
+                        assert_eq!(
+                            group["cost_usd"],
+                            Value::Null,
+                            "{model}: unpriced, not free"
+                        );
+                        assert_eq!(group["unpriced_requests"], 7, "{model}");
+                    }
+                }
             }
             break;
         }
