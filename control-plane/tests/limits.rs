@@ -152,7 +152,8 @@ async fn invalid_prices_name_the_field_and_duplicates_conflict(pool: PgPool) {
     }
     let id = app.create("/api/v1/prices", base.clone()).await;
     let dup = app.post("/api/v1/prices", base.clone()).await;
-    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text);
+    assert_eq!(dup.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", dup.text);
+    assert_eq!(dup.param(), Some("model_pattern"), "{}", dup.text);
     assert!(dup.text.contains(&format!("price {id}")), "{}", dup.text);
     // Another pattern, then patched onto the first one's: a conflict too.
     let other = app
@@ -164,7 +165,12 @@ async fn invalid_prices_name_the_field_and_duplicates_conflict(pool: PgPool) {
             json!({"model_pattern": "gpt-4o"}),
         )
         .await;
-    assert_eq!(clash.status, StatusCode::CONFLICT, "{}", clash.text);
+    assert_eq!(
+        clash.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        clash.text
+    );
     expect_invalid(
         app.patch(
             &format!("/api/v1/prices/{other}"),
@@ -413,7 +419,8 @@ async fn invalid_limits_name_the_field_and_duplicates_conflict(pool: PgPool) {
     let dup = app
         .post("/api/v1/limits", with(&[("value", json!(99))]))
         .await;
-    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text);
+    assert_eq!(dup.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", dup.text);
+    assert_eq!(dup.param(), Some("window"), "{}", dup.text);
     assert!(dup.text.contains(&format!("limit {id}")), "{}", dup.text);
     // Another window is another limit; patched onto the first's window it conflicts.
     let hourly = app
@@ -425,7 +432,12 @@ async fn invalid_limits_name_the_field_and_duplicates_conflict(pool: PgPool) {
             json!({"window": "minute"}),
         )
         .await;
-    assert_eq!(clash.status, StatusCode::CONFLICT, "{}", clash.text);
+    assert_eq!(
+        clash.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        clash.text
+    );
     // Changing to spend needs a new value (its unit changes); with one, and a window, it is fine.
     expect_invalid(
         app.patch(

@@ -219,7 +219,7 @@ pub(super) fn scope_table(scope: ScopeKind) -> &'static str {
     }
 }
 
-/// The scope row exists (and stays until the write commits), and no other limit has the same scope, metric and window (a 409).
+/// The scope row exists (and stays until the write commits), and no other limit has the same scope, metric and window (a 422 naming `window`, as a duplicate of any resource is).
 async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> ApiResult<()> {
     let key = limit.key;
     // Locked until the write commits: a concurrent delete of the scope waits, and its trigger
@@ -260,18 +260,19 @@ async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> A
 
 fn duplicate(limit: &Limit, other: Option<i64>) -> ApiError {
     let which = other.map(|id| format!(" (limit {id})")).unwrap_or_default();
-    ApiError::Conflict {
-        message: format!(
-            "{} {} already has a {} limit per {}{which}; patch that one",
+    ApiError::validation(
+        "window",
+        format!(
+            "window: {} {} already has a {} limit per {}{which}; patch that one",
             limit.key.scope.as_str(),
             limit.key.scope_id,
             limit.key.metric.as_str(),
             limit.key.window.as_str()
         ),
-    }
+    )
 }
 
-/// A write's error: a unique violation that raced the check is a 409 too.
+/// A write's error: a unique violation that raced the check is a 422 naming `window` too.
 fn write_error(limit: &Limit) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
     move |error| match &error {
         sqlx::Error::Database(db)
@@ -327,9 +328,8 @@ pub async fn list(
 
 #[utoipa::path(post, path = "/api/v1/limits", tag = "limits", operation_id = "create_limit", request_body = LimitCreate,
     responses((status = 201, body = LimitView),
-              (status = 409, description = "the scope already has a limit of this metric and \
-                                            window", body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
+              (status = 422, description = "a field is invalid, or the scope already has a limit \
+                                            of this metric and window (`window`)", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
@@ -379,9 +379,8 @@ pub async fn get_one(
 
 #[utoipa::path(patch, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "update_limit", request_body = LimitPatch,
     responses((status = 200, body = LimitView), (status = 404, body = ErrorBody),
-              (status = 409, description = "the scope already has a limit of this metric and \
-                                            window", body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
+              (status = 422, description = "a field is invalid, or the scope already has a limit \
+                                            of this metric and window (`window`)", body = ErrorBody)))]
 pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,

@@ -167,7 +167,7 @@ impl PriceSpec {
         })
     }
 
-    /// The channel exists, and no other price has this channel and pattern (a 409 naming it).
+    /// The channel exists, and no other price has this channel and pattern (a 422 naming `model_pattern`, as a duplicate of any resource is).
     async fn check(&self, tx: &mut sqlx::PgConnection, id: Option<i64>) -> ApiResult<()> {
         let exists: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1)")
@@ -198,15 +198,16 @@ impl PriceSpec {
 
 fn duplicate(channel: i64, pattern: &str, other: Option<i64>) -> ApiError {
     let which = other.map(|id| format!(" (price {id})")).unwrap_or_default();
-    ApiError::Conflict {
-        message: format!(
-            "channel {channel} already has a price for model_pattern {:?}{which}; patch that one",
+    ApiError::validation(
+        "model_pattern",
+        format!(
+            "model_pattern: channel {channel} already has a price for {:?}{which}; patch that one",
             crate::error::bounded(pattern, 64)
         ),
-    }
+    )
 }
 
-/// A write's error: a unique violation of (channel, pattern) that raced the check is a 409 too.
+/// A write's error: a unique violation of (channel, pattern) that raced the check is the same 422.
 fn write_error(spec: &PriceSpec) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
     move |error| match &error {
         sqlx::Error::Database(db) if db.constraint() == Some("prices_channel_pattern_unique") => {
@@ -257,9 +258,8 @@ pub async fn list(
 
 #[utoipa::path(post, path = "/api/v1/prices", tag = "prices", operation_id = "create_price", request_body = PriceCreate,
     responses((status = 201, body = PriceView),
-              (status = 409, description = "the channel already has a price for this pattern",
-               body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
+              (status = 422, description = "a field is invalid, or the channel already has a price \
+                                            for this pattern (`model_pattern`)", body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Actor(actor): Actor,
@@ -306,9 +306,8 @@ pub async fn get_one(
 
 #[utoipa::path(patch, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "update_price", request_body = PricePatch,
     responses((status = 200, body = PriceView), (status = 404, body = ErrorBody),
-              (status = 409, description = "the channel already has a price for this pattern",
-               body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
+              (status = 422, description = "a field is invalid, or the channel already has a price \
+                                            for this pattern (`model_pattern`)", body = ErrorBody)))]
 pub async fn patch(
     State(state): State<AppState>,
     Actor(actor): Actor,
