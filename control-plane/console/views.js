@@ -167,7 +167,7 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
 }
 
 /** A delete button that shows the dry run of the delete before doing it. */
-function deleteButton(label, change, remove, onDone) {
+export function deleteButton(label, change, remove, onDone) {
   const holder = h('span.delete-holder');
   const button = h('button.danger', { type: 'button' }, label);
   button.addEventListener('click', async () => {
@@ -229,15 +229,55 @@ export function renderDryRun(report) {
         { title: 'reasons after', render: (m) => m.reasons_after.join(', ') || '—' },
       ], a.members, { label: `probabilities for ${a.model}` })));
   }
-  if (!changed && !report.tokens.length) parts.push(h('p.ok', 'No selection would change.'));
+  const prices = report.prices || [];
+  const limits = report.limits || [];
+  if (prices.length) {
+    parts.push(h('div.moves', h('h5', 'Prices (USD per million tokens)'), table([
+      { title: 'price', render: (m) => `#${m.price_id}` },
+      { title: 'change', render: (m) => moveKind(m) },
+      { title: 'before', render: (m) => priceTerms(m.before) },
+      { title: 'after', render: (m) => priceTerms(m.after) },
+    ], prices, { label: 'price changes' })));
+  }
+  if (limits.length) {
+    parts.push(h('div.moves', h('h5', 'Limits'), table([
+      { title: 'limit', render: (m) => `#${m.limit_id}` },
+      { title: 'change', render: (m) => moveKind(m) },
+      { title: 'before', render: (m) => limitTerms(m.before) },
+      { title: 'after', render: (m) => limitTerms(m.after) },
+    ], limits, { label: 'limit changes' })));
+  }
+  if (!changed && !report.tokens.length) {
+    parts.push(h('p.ok', 'No selection would change.',
+      prices.length || limits.length ? ' Prices and limits do not change which member is selected; they price and cap the traffic.' : ''));
+  }
   return h('div', parts);
 }
 
-function section(title, ...children) {
+function moveKind(m) {
+  if (!m.before) return 'created';
+  if (!m.after) return 'deleted';
+  return 'changed';
+}
+
+function priceTerms(p) {
+  if (!p) return '—';
+  return `channel ${p.channel_id} · ${p.model_pattern} · input ${p.input_per_million}, output ${p.output_per_million}, cached input ${p.cached_input_per_million ?? 'as input'}`;
+}
+
+/** A limit's terms in words: "token 3: spend 5 USD per day (hard)". */
+function limitTerms(l) {
+  if (!l) return '—';
+  const per = l.window && l.window !== 'none' ? ` per ${l.window}` : '';
+  const value = l.metric === 'spend' ? `${l.value} USD` : fmt(l.value);
+  return `${l.scope} ${l.scope_id}: ${l.metric} ${value}${per} (${l.mode})`;
+}
+
+export function section(title, ...children) {
   return h('section.card', h('h2', title), ...children);
 }
 
-function heading(root, text) {
+export function heading(root, text) {
   const el = h('h1', { tabindex: '-1' }, text);
   root.appendChild(el);
   el.focus();
