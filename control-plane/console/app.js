@@ -2,12 +2,17 @@
 import { api, token } from './api.js';
 import { clear, h } from './dom.js';
 import * as views from './views.js';
+import * as spend from './spend.js';
 
 const ROUTES = {
   channels: views.channels,
   routes: views.routes,
   tokens: views.tokens,
   teams: views.teams,
+  limits: spend.limits,
+  prices: spend.prices,
+  usage: spend.usage,
+  budgets: spend.budgets,
   settings: views.settings,
   explain: views.explain,
   live: views.live,

@@ -54,14 +54,19 @@ export function fmt(value) {
   return String(value);
 }
 
-/** A horizontal bar for a probability in [0, 1]; its text is the percentage. */
-export function bar(p, label) {
-  const pct = Math.max(0, Math.min(1, Number(p) || 0)) * 100;
+/** A horizontal bar for a fraction; its text is the percentage. The fill stops at 100 %, the
+ * text does not (a budget overspent shows 140 %). `tone` adds a class (`near`, `over`); `tiny`
+ * shows a share above 0 but under 0.1 % as "<0.1%" rather than "0.0%". */
+export function bar(p, label, { tone, tiny } = {}) {
+  const value = Math.max(0, Number(p) || 0) * 100;
+  const text = tiny && value > 0 && value < 0.05 ? '<0.1%' : `${value.toFixed(1)}%`;
   const fill = h('span.bar-fill');
   // Width through the CSSOM (allowed by style-src 'self'; no inline style attribute parsing).
-  fill.style.width = `${pct.toFixed(1)}%`;
-  return h('span.bar', { role: 'img', 'aria-label': `${label || 'probability'} ${pct.toFixed(1)}%` },
-    fill, h('span.bar-text', `${pct.toFixed(1)}%`));
+  fill.style.width = `${Math.min(100, value).toFixed(1)}%`;
+  const el = h('span.bar', { role: 'img', 'aria-label': `${label || 'probability'} ${text}` },
+    fill, h('span.bar-text', text));
+  if (tone) el.classList.add(tone);
+  return el;
 }
 
 /** Renders any JSON value as nested definition lists: unknown fields still show up. */

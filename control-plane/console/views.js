@@ -5,7 +5,8 @@ import { h, clear, table, fmt, bar, generic } from './dom.js';
 // ---------------------------------------------------------------- forms, validation, dry-run
 
 /** Field kinds: text, password, number, checkbox, select, tristate (unset/true/false), list
- * (comma-separated strings), numlist (comma-separated integers), json. */
+ * (comma-separated strings), numlist (comma-separated integers), json. A select's options are
+ * values or [value, label] pairs. `nullable`: an empty text or select reads as null (cleared). */
 function field(spec, value) {
   const id = `f-${spec.name.replace(/\W/g, '-')}-${Math.random().toString(36).slice(2, 7)}`;
   let input;
@@ -15,7 +16,7 @@ function field(spec, value) {
       input = h('input', { ...common, type: 'checkbox', checked: !!value });
       break;
     case 'select':
-      input = h('select', common, spec.options.map((o) => h('option', { value: o, selected: o === value }, o)));
+      input = h('select', common, options(spec.options, value));
       break;
     case 'tristate':
       input = h('select', common,
@@ -40,6 +41,7 @@ function field(spec, value) {
       });
   }
   input.dataset.kind = spec.type || 'text';
+  if (spec.nullable) input.dataset.nullable = 'true';
   const wrap = h('div.field', { dataset: { field: spec.name } },
     h('label', { for: id }, spec.label || spec.name),
     input,
@@ -49,9 +51,18 @@ function field(spec, value) {
   return wrap;
 }
 
+/** <option>s for a select: values or [value, label] pairs, `value` selected. */
+export function options(list, value) {
+  return list.map((o) => {
+    const [v, text] = Array.isArray(o) ? o : [o, o];
+    return h('option', { value: v, selected: String(v) === String(value ?? '') }, text);
+  });
+}
+
 function readValue(input) {
   const kind = input.dataset.kind;
   const raw = input.value;
+  if (input.dataset.nullable && raw.trim() === '') return null;
   switch (kind) {
     case 'checkbox': return input.checked;
     case 'number': return raw.trim() === '' ? undefined : Number(raw);
@@ -74,7 +85,7 @@ function collect(form, fields, initial) {
     const value = readValue(input);
     if (initial) {
       if (JSON.stringify(value ?? null) !== JSON.stringify(initial[spec.name] ?? null)) body[spec.name] = value ?? null;
-    } else if (value !== undefined && value !== '' && !(spec.type === 'tristate' && value === null)) {
+    } else if (value !== undefined && value !== '' && value !== null) {
       body[spec.name] = value;
     }
   }
@@ -156,7 +167,7 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
 }
 
 /** A delete button that shows the dry run of the delete before doing it. */
-function deleteButton(label, change, remove, onDone) {
+export function deleteButton(label, change, remove, onDone) {
   const holder = h('span.delete-holder');
   const button = h('button.danger', { type: 'button' }, label);
   button.addEventListener('click', async () => {
@@ -218,15 +229,55 @@ export function renderDryRun(report) {
         { title: 'reasons after', render: (m) => m.reasons_after.join(', ') || '—' },
       ], a.members, { label: `probabilities for ${a.model}` })));
   }
-  if (!changed && !report.tokens.length) parts.push(h('p.ok', 'No selection would change.'));
+  const prices = report.prices || [];
+  const limits = report.limits || [];
+  if (prices.length) {
+    parts.push(h('div.moves', h('h5', 'Prices (USD per million tokens)'), table([
+      { title: 'price', render: (m) => `#${m.price_id}` },
+      { title: 'change', render: (m) => moveKind(m) },
+      { title: 'before', render: (m) => priceTerms(m.before) },
+      { title: 'after', render: (m) => priceTerms(m.after) },
+    ], prices, { label: 'price changes' })));
+  }
+  if (limits.length) {
+    parts.push(h('div.moves', h('h5', 'Limits'), table([
+      { title: 'limit', render: (m) => `#${m.limit_id}` },
+      { title: 'change', render: (m) => moveKind(m) },
+      { title: 'before', render: (m) => limitTerms(m.before) },
+      { title: 'after', render: (m) => limitTerms(m.after) },
+    ], limits, { label: 'limit changes' })));
+  }
+  if (!changed && !report.tokens.length) {
+    parts.push(h('p.ok', 'No selection would change.',
+      prices.length || limits.length ? ' Prices and limits do not change which member is selected; they price and cap the traffic.' : ''));
+  }
   return h('div', parts);
 }
 
-function section(title, ...children) {
+function moveKind(m) {
+  if (!m.before) return 'created';
+  if (!m.after) return 'deleted';
+  return 'changed';
+}
+
+function priceTerms(p) {
+  if (!p) return '—';
+  return `channel ${p.channel_id} · ${p.model_pattern} · input ${p.input_per_million}, output ${p.output_per_million}, cached input ${p.cached_input_per_million ?? 'as input'}`;
+}
+
+/** A limit's terms in words: "token 3: spend 5 USD per day (hard)". */
+function limitTerms(l) {
+  if (!l) return '—';
+  const per = l.window && l.window !== 'none' ? ` per ${l.window}` : '';
+  const value = l.metric === 'spend' ? `${l.value} USD` : fmt(l.value);
+  return `${l.scope} ${l.scope_id}: ${l.metric} ${value}${per} (${l.mode})`;
+}
+
+export function section(title, ...children) {
   return h('section.card', h('h2', title), ...children);
 }
 
-function heading(root, text) {
+export function heading(root, text) {
   const el = h('h1', { tabindex: '-1' }, text);
   root.appendChild(el);
   el.focus();
@@ -452,6 +503,7 @@ const TOKEN_FIELDS = [
   { name: 'team_id', type: 'number' },
   { name: 'allow_pinning', type: 'checkbox' },
   { name: 'enabled', type: 'checkbox', default: true },
+  { name: 'expires_at', nullable: true, help: 'RFC 3339, e.g. 2027-01-31T23:59:59Z (any offset); empty: never expires' },
 ];
 
 export async function tokens(root, params) {
@@ -468,6 +520,7 @@ export async function tokens(root, params) {
     { title: 'team', key: 'team_id' },
     { title: 'pinning', key: 'allow_pinning' },
     { title: 'enabled', key: 'enabled' },
+    { title: 'expires', render: (t) => (t.expires_at ? expiry(t.expires_at) : 'never') },
   ], rows, { label: 'tokens' })));
   const token = params.id && rows.find((t) => String(t.id) === params.id);
   if (token) {
@@ -496,6 +549,13 @@ export async function tokens(root, params) {
     },
     submitLabel: 'Preview token',
   })));
+}
+
+/** An expiry instant as the API gives it (UTC), marked when it has passed. */
+function expiry(at) {
+  const ms = Date.parse(at.replace(/(\.\d{3})\d+/, '$1'));
+  const text = at.replace(/\.0+Z$/, 'Z');
+  return Number.isFinite(ms) && ms <= Date.now() ? h('span.expired', `${text} (expired)`) : text;
 }
 
 // ---------------------------------------------------------------- teams

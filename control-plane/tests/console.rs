@@ -18,6 +18,8 @@ async fn the_console_is_served_with_a_strict_policy(pool: PgPool) {
         ("/console/", "text/html"),
         ("/console/assets/app.js", "text/javascript"),
         ("/console/assets/views.js", "text/javascript"),
+        ("/console/assets/spend.js", "text/javascript"),
+        ("/console/assets/chart.js", "text/javascript"),
         ("/console/assets/style.css", "text/css"),
     ] {
         let reply = app.send(Method::GET, path, None, None).await;
@@ -43,7 +45,9 @@ async fn the_console_is_served_with_a_strict_policy(pool: PgPool) {
     assert!(!page.contains("<style"), "inline style");
     assert!(!page.contains("style=\""), "inline style attribute");
     assert!(!page.contains("http://") && !page.contains("https://"));
-    for script in ["app.js", "api.js", "dom.js", "views.js"] {
+    for script in [
+        "app.js", "api.js", "dom.js", "views.js", "spend.js", "chart.js",
+    ] {
         let text = app
             .send(
                 Method::GET,

@@ -1,6 +1,7 @@
 // Drives the web console in real headless Chromium against a running control plane + proxy.
 // Started by tests/tests/console.rs, which passes everything in the environment:
-//   CONSOLE_URL, ADMIN_TOKEN, CHANNEL_OK, CHANNEL_BAD, CHROMIUM, SCREENSHOTS (optional dir).
+//   CONSOLE_URL, ADMIN_TOKEN, CHANNEL_OK, CHANNEL_BAD, PROXY_URL, OTHER_TOKEN (a client token named
+//   batch-token), CHROMIUM, SCREENSHOTS (optional dir).
 // Exits non-zero (with the step that failed) on any failed expectation, console error, page error
 // or CSP violation.
 import { chromium } from 'playwright-core';
@@ -17,6 +18,8 @@ const base = env('CONSOLE_URL');
 const adminToken = env('ADMIN_TOKEN');
 const channelOk = env('CHANNEL_OK');
 const channelBad = env('CHANNEL_BAD');
+const proxyUrl = env('PROXY_URL');
+const otherToken = env('OTHER_TOKEN');
 const shots = process.env.SCREENSHOTS || '';
 const TIMEOUT = 20_000;
 
@@ -24,6 +27,50 @@ const profile = mkdtempSync(join(tmpdir(), 'switchyard-chromium-'));
 const problems = [];
 let step = 'launch';
 const log = (message) => console.log(`[console-test] ${message}`);
+
+// The admin API and the proxy called from node itself (not the page): waiting for the fleet is
+// the test's business, not the console's.
+const admin = async (method, path, body) => {
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${adminToken}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${await response.text()}`);
+  return response.json();
+};
+/** Every connected proxy holds the newest revision. */
+const fleetHolds = async () => {
+  const { base_revision: revision } = await admin('POST', '/api/v1/dry-run', { changes: [] });
+  await until(`the proxy to hold revision ${revision}`, async () => {
+    const proxies = (await admin('GET', '/api/v1/state')).proxies || [];
+    return proxies.length > 0 && proxies.every((p) => p.revision >= revision);
+  });
+};
+/** Sends `n` chat completions through the proxy with a client token; answers how many were served. */
+const send = async (bearer, n) => {
+  let ok = 0;
+  for (let i = 0; i < n; i += 1) {
+    const response = await fetch(`${proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${bearer}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'console-model', messages: [{ role: 'user', content: `hello console ${i}` }] }),
+    });
+    const text = await response.text();
+    if (response.ok) ok += 1;
+    else log(`request ${i}: ${response.status} ${text.slice(0, 200)}`);
+  }
+  return ok;
+};
+const until = async (what, check, ms = 60_000) => {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+};
 
 // A fresh profile directory every run (playwright passes it to Chromium as --user-data-dir).
 const context = await chromium.launchPersistentContext(profile, {
@@ -179,6 +226,7 @@ try {
   await page.getByRole('link', { name: 'Tokens' }).click();
   const tokenForm = page.locator('form[aria-label="Create a token"]');
   await tokenForm.locator('[name="name"]').fill('console-token');
+  await tokenForm.locator('[name="expires_at"]').fill('2099-01-31T23:59:59Z');
   await tokenForm.getByRole('button', { name: 'Preview token' }).click();
   await expectText(tokenForm.locator('.dry-run'), 'Tokens served differently', 'the token create dry run names the token');
   await tokenForm.getByRole('button', { name: 'Save' }).click();
@@ -186,7 +234,7 @@ try {
   if (!plaintext || plaintext.length < 20) problems.push(`no plaintext token shown: ${plaintext}`);
   await page.getByRole('link', { name: 'Teams' }).click();
   await page.getByRole('link', { name: 'Tokens' }).click();
-  await page.locator('table[aria-label="tokens"] td', { hasText: 'console-token' }).waitFor();
+  await page.locator('table[aria-label="tokens"] tr', { hasText: 'console-token' }).locator('td', { hasText: '2099-01-31T23:59:59' }).waitFor();
   if ((await page.locator('main').textContent()).includes(plaintext)) problems.push('the token plaintext is shown again');
 
   step = 'teams and settings';
@@ -205,6 +253,183 @@ try {
   await expectText(settingsForm.locator('[data-field="retry_times"] .field-error'), 'retry_times', 'an out-of-range setting is shown at its field');
   for (let i = problems.length - 1; i >= 0; i -= 1) if (problems[i].includes('status of 422')) problems.splice(i, 1);
   log('channels, tokens, teams and settings views work');
+
+  step = 'unpriced traffic: the batch token, before any price exists';
+  await fleetHolds();
+  const unpriced = await send(otherToken, 3);
+  if (unpriced < 2) throw new Error(`only ${unpriced} of 3 batch requests were served`);
+  // Reported before the price exists, so they stay unpriced.
+  await until('the unpriced usage', async () => {
+    const usage = await admin('GET', '/api/v1/usage');
+    return usage.total.requests === unpriced && usage.total.unpriced_requests === unpriced;
+  });
+
+  step = 'prices: create one, its dry run first';
+  await page.getByRole('link', { name: 'Prices' }).click();
+  const priceForm = page.locator('form[aria-label="Create a price"]');
+  await priceForm.locator('[name="channel_id"]').selectOption(channelOk);
+  await priceForm.locator('[name="model_pattern"]').fill('model-ok');
+  await priceForm.locator('[name="input_per_million"]').fill('30');
+  await priceForm.locator('[name="output_per_million"]').fill('60');
+  await priceForm.getByRole('button', { name: 'Preview price' }).click();
+  const priceDry = priceForm.locator('.dry-run');
+  await expectText(priceDry.locator('table[aria-label="price changes"] tr'), 'created', 'the price dry run lists the new price');
+  await expectText(priceDry, 'model-ok · input 30, output 60, cached input as input', 'the price dry run shows its terms');
+  if ((await admin('GET', '/api/v1/prices')).data.length !== 0) problems.push('a price was saved before Save');
+  await shot('prices');
+  await priceDry.getByRole('button', { name: 'Save' }).click();
+  await page.locator('table[aria-label="prices"] tr', { hasText: 'model-ok' }).locator('td', { hasText: /^60$/ }).waitFor();
+  log('price created after its dry run');
+
+  step = 'limits: a spend limit on the token';
+  await page.getByRole('link', { name: 'Limits' }).click();
+  const limitForm = page.locator('form[aria-label="Create a limit"]');
+  const pickScope = async (form, scope, name) => {
+    await form.locator('[name="scope"]').selectOption(scope);
+    const option = form.locator('[name="scope_id"] option', { hasText: name });
+    await form.locator('[name="scope_id"]').selectOption(await option.getAttribute('value'));
+  };
+  await pickScope(limitForm, 'token', 'console-token');
+  await limitForm.locator('[name="metric"]').selectOption('spend');
+  await limitForm.locator('[name="window"]').selectOption('day');
+  await limitForm.locator('[name="value"]').fill('5');
+  await limitForm.getByRole('button', { name: 'Preview limit' }).click();
+  const limitDry = limitForm.locator('.dry-run');
+  await expectText(limitDry.locator('table[aria-label="limit changes"] tr'), 'created', 'the limit dry run lists the new limit');
+  await expectText(limitDry, 'spend 5 USD per day (hard)', 'the limit dry run shows its terms');
+  await limitDry.getByRole('button', { name: 'Save' }).click();
+  const limitRow = page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'console-token' });
+  await limitRow.locator('td', { hasText: '5 USD' }).waitFor();
+  const limitId = (await limitRow.locator('td').first().textContent()).trim();
+
+  step = 'limits: edit the spend limit, its dry run first';
+  await page.getByRole('button', { name: `Edit limit ${limitId}` }).click();
+  const limitEdit = page.locator(`form[aria-label="Edit limit #${limitId}"]`);
+  await limitEdit.locator('[name="value"]').fill('0.02');
+  await limitEdit.getByRole('button', { name: 'Preview change' }).click();
+  const editDry = limitEdit.locator('.dry-run');
+  await expectText(editDry.locator('table[aria-label="limit changes"] tr'), 'changed', 'the limit edit dry run');
+  await expectText(editDry, 'spend 0.02 USD per day', 'the limit edit dry run shows the new value');
+  await shot('limits');
+  await editDry.getByRole('button', { name: 'Save' }).click();
+  await page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'console-token' }).locator('td', { hasText: '0.02 USD' }).waitFor();
+
+  step = 'limits: a request limit on the route, then its delete';
+  await pickScope(limitForm, 'route', 'console-model');
+  await limitForm.locator('[name="metric"]').selectOption('requests');
+  await limitForm.locator('[name="window"]').selectOption('minute');
+  await limitForm.locator('[name="value"]').fill('1000');
+  await limitForm.locator('[name="mode"]').selectOption('soft');
+  await limitForm.getByRole('button', { name: 'Preview limit' }).click();
+  await expectText(limitForm.locator('.dry-run'), 'requests 1000 per minute (soft)', 'the request limit dry run');
+  await limitForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
+  const routeLimit = page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'console-model' });
+  await routeLimit.waitFor();
+  await routeLimit.getByRole('button', { name: 'Delete' }).click();
+  await expectText(routeLimit.locator('.dry-run'), 'deleted', 'the limit delete shows its dry run');
+  await routeLimit.getByRole('button', { name: 'Confirm delete' }).click();
+  await page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'console-model' }).waitFor({ state: 'detached' });
+  log(`spend limit #${limitId} created and edited, a request limit created and deleted`);
+
+  step = 'priced traffic through the proxy with the new token';
+  await fleetHolds();
+  const served = await send(plaintext, 6);
+  if (served < 5) throw new Error(`only ${served} of 6 requests were served`);
+  // The proxy reports usage every few seconds.
+  await until('the spend to reach the budget', async () => {
+    const budgets = (await admin('GET', '/api/v1/budgets')).data;
+    return budgets.some((b) => b.limit_id === Number(limitId) && Number(b.spent_usd) > 0);
+  });
+  await until('the usage of both tokens', async () => {
+    const usage = await admin('GET', '/api/v1/usage?group_by=token');
+    return usage.groups.length === 2 && usage.groups.some((g) => g.key === 'console-token' && g.cost_usd !== null)
+      && usage.groups.some((g) => g.key === 'batch-token' && g.requests === unpriced);
+  });
+  log(`${served} priced requests served and the usage reported`);
+
+  step = 'usage: a cost chart with a series, and unpriced shown as unpriced';
+  await page.getByRole('link', { name: 'Usage' }).click();
+  const chart = page.locator('#usage-chart figure.chart');
+  await chart.locator('svg rect.seg[data-series="console-token"]').first().waitFor();
+  await expectText(chart.locator('.legend li'), 'console-token', 'the legend names the token');
+  await expectText(chart.locator('.legend li'), /batch-token\s*unpriced/, 'the unpriced token is unpriced in the legend');
+  if (await chart.locator('svg rect.seg[data-series="batch-token"]').count()) problems.push('an unpriced series drawn as cost');
+  // The token's segment stands on the baseline, inside the plot, and is the peak, at least half
+  // the plot high (the stylesheet must not resize SVG shapes).
+  const geometry = await chart.locator('svg rect.seg[data-series="console-token"]').first().evaluate((rect) => {
+    const r = rect.getBoundingClientRect();
+    const axis = rect.ownerSVGElement.querySelector('.x-axis line').getBoundingClientRect();
+    const plot = [...rect.ownerSVGElement.querySelectorAll('.grid line')].pop().getBoundingClientRect();
+    return { height: r.height, bottom: r.bottom, right: r.right, baseline: axis.bottom, end: axis.right, top: plot.top };
+  });
+  if (Math.abs(geometry.bottom - geometry.baseline) > 2 || geometry.right > geometry.end + 1
+    || geometry.height < (geometry.baseline - geometry.top) / 2) problems.push(`chart bar geometry ${JSON.stringify(geometry)}`);
+  const cells = async (name) => page.locator('table[aria-label="usage totals"] tbody tr', { hasText: name }).locator('td').allTextContents();
+  const usageCells = await cells('console-token');
+  if (!(Number(usageCells[5]) > 0) || usageCells[6] !== '0') problems.push(`usage of console-token: ${usageCells}`);
+  if (!(Number(usageCells[1]) >= served)) problems.push(`usage requests of console-token: ${usageCells}`);
+  const batchCells = await cells('batch-token');
+  if (batchCells[5] !== 'unpriced' || batchCells[6] !== String(unpriced)) problems.push(`usage of batch-token: ${batchCells}`);
+  await expectText(page.locator('#usage-summary dd'), 'priced requests only', 'a partial total says so');
+  log(`usage rows ${usageCells.join(' | ')}; ${batchCells.join(' | ')}`);
+
+  step = 'usage: requests stacked per token, then per channel, then over 7 days';
+  await page.locator('#usage-metric').selectOption('requests');
+  await expectText(page.locator('#usage-chart h2'), 'Requests per hour by token', 'the requests chart');
+  await chart.locator('svg rect.seg[data-series="batch-token"]').first().waitFor();
+  await chart.locator('svg rect.seg[data-series="console-token"]').first().waitFor();
+  await shot('usage', true);
+  await page.locator('#usage-group').selectOption('channel');
+  await page.locator('#usage-chart svg rect.seg[data-series="healthy"]').first().waitFor();
+  await page.locator('#usage-range').selectOption('7d');
+  await expectText(page.locator('#usage-chart h2'), 'Requests per day by channel', 'the 7-day chart is daily');
+  await page.locator('#usage-chart svg rect.seg[data-series="healthy"]').first().waitFor();
+
+  step = 'budgets: the spend limit with spent > 0';
+  await page.getByRole('link', { name: 'Budgets' }).click();
+  const budgetRow = page.locator('table[aria-label="budgets"] tbody tr', { hasText: 'console-token' });
+  const spent = (await budgetRow.locator('.spent').textContent()).trim();
+  if (!(Number(spent) > 0)) problems.push(`budget spent ${spent}`);
+  await budgetRow.locator('.bar').waitFor();
+  await expectText(budgetRow.locator('td'), '0.02', 'the budget shows the edited limit');
+  await shot('budgets');
+  log(`budget: spent ${spent} USD of 0.02, ${await budgetRow.locator('.bar-text').textContent()}`);
+
+  step = 'prices: edit one, create and delete another, each after its dry run';
+  await page.getByRole('link', { name: 'Prices' }).click();
+  const priceRow = page.locator('table[aria-label="prices"] > tbody > tr', { hasText: 'model-ok' });
+  const priceId = (await priceRow.locator('td').first().textContent()).trim();
+  await page.getByRole('button', { name: `Edit price ${priceId}` }).click();
+  const priceEdit = page.locator(`form[aria-label="Edit price #${priceId}"]`);
+  await priceEdit.locator('[name="cached_input_per_million"]').fill('15');
+  await priceEdit.getByRole('button', { name: 'Preview change' }).click();
+  await expectText(priceEdit.locator('.dry-run tr'), 'cached input as input', 'the price edit dry run: before');
+  await expectText(priceEdit.locator('.dry-run tr'), 'cached input 15', 'the price edit dry run: after');
+  await priceEdit.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
+  await page.locator('table[aria-label="prices"] > tbody > tr', { hasText: 'model-ok' }).locator('td', { hasText: /^15$/ }).waitFor();
+  await priceForm.locator('[name="channel_id"]').selectOption(channelBad);
+  await priceForm.locator('[name="model_pattern"]').fill('*');
+  await priceForm.locator('[name="input_per_million"]').fill('1');
+  await priceForm.locator('[name="output_per_million"]').fill('2');
+  await priceForm.getByRole('button', { name: 'Preview price' }).click();
+  await priceForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
+  const wildcard = page.locator('table[aria-label="prices"] > tbody > tr', { hasText: '*' });
+  await wildcard.getByRole('button', { name: 'Delete' }).click();
+  await expectText(wildcard.locator('.dry-run tr'), 'deleted', 'the price delete shows its dry run');
+  await wildcard.getByRole('button', { name: 'Confirm delete' }).click();
+  await page.locator('table[aria-label="prices"] > tbody > tr', { hasText: '*' }).waitFor({ state: 'detached' });
+
+  step = 'limits: a concurrency limit on a member has no window';
+  await page.getByRole('link', { name: 'Limits' }).click();
+  await pickScope(limitForm, 'member', 'model-bad');
+  await limitForm.locator('[name="metric"]').selectOption('concurrent');
+  await limitForm.locator('[name="window"]').selectOption('');
+  await limitForm.locator('[name="value"]').fill('4');
+  await limitForm.getByRole('button', { name: 'Preview limit' }).click();
+  await expectText(limitForm.locator('.dry-run'), 'concurrent 4 (hard)', 'the concurrency limit dry run');
+  await limitForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
+  await page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'model-bad' }).locator('td', { hasText: 'concurrent' }).waitFor();
+  log('prices edited, created and deleted; a concurrency limit created');
 
   step = 'keyboard: tab reaches the navigation';
   await page.keyboard.press('Tab');

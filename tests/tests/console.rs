@@ -2,8 +2,12 @@
 //! (Postgres, Redis). `tests/console/drive.mjs` (playwright-core driving the system's
 //! `/usr/bin/chromium`; `scripts/test` installs both) signs in, creates a route with two members
 //! through the forms, reads explain's probabilities, edits a weight and checks its dry run before
-//! saving, makes a failing trial call and finds the cooldown in the live state, with no console
-//! error or CSP violation. This test then checks through the REST API that the UI really did it.
+//! saving, makes a failing trial call and finds the cooldown in the live state, creates a token
+//! with an expiry, a price and a spend limit (each after its dry run), edits and deletes prices
+//! and limits,
+//! sends traffic through the proxy (another token's before the price exists, so it is unpriced;
+//! then that token's) and, once the proxy's usage reports have reached the control plane, finds it
+//! in the usage chart and table and in the budget, with no console error or CSP violation. This test then checks through the REST API that the UI really did it.
 //!
 //! Missing node, Chromium or the driver is a failure, not a skip. Screenshots of the main views
 //! are written when `SWITCHYARD_CONSOLE_SCREENSHOTS` names a directory (`docs/console`).
@@ -154,9 +158,9 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
             .env("SWITCHYARD_REDIS_PREFIX", &prefix)
             .env("RUST_LOG", "info"),
     );
-    proxy
+    let proxy_addr: SocketAddr = proxy
         .wait_log("proxy listening", |log| {
-            (log["message"] == "listening").then_some(())
+            (log["message"] == "listening").then(|| log["addr"].as_str().unwrap().parse().unwrap())
         })
         .await;
 
@@ -179,6 +183,15 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         assert_eq!(status, 201, "{body}");
         channels.push(body["id"].as_i64().unwrap());
     }
+    // A second client token, made here: its traffic is the usage chart's second series.
+    let (status, batch) = call(
+        http,
+        "POST",
+        "/api/v1/tokens",
+        Some(json!({"name": "batch-token"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{batch}");
     // The proxy is connected before the browser looks for it in the live state.
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -200,6 +213,8 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
         .env("CHANNEL_OK", channels[0].to_string())
         .env("CHANNEL_BAD", channels[1].to_string())
+        .env("PROXY_URL", format!("http://{proxy_addr}"))
+        .env("OTHER_TOKEN", batch["token"].as_str().unwrap())
         .env("CHROMIUM", &browser.chromium)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -280,4 +295,105 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
             .any(|c| c["member_id"] == bad["id"]),
         "no cooldown for the failing member: {state}"
     );
+
+    // The token made through the form, with its expiry; the price and the spend limit made and
+    // edited through the forms; the request limit the UI deleted is gone.
+    let (_, tokens) = call(http, "GET", "/api/v1/tokens", None).await;
+    let token = tokens["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "console-token")
+        .unwrap_or_else(|| panic!("no token console-token: {tokens}"))
+        .clone();
+    assert!(
+        token["expires_at"]
+            .as_str()
+            .is_some_and(|at| at.starts_with("2099-01-31T23:59:59")),
+        "{token}"
+    );
+    let (_, prices) = call(http, "GET", "/api/v1/prices", None).await;
+    let prices = prices["data"].as_array().unwrap().clone();
+    assert_eq!(prices.len(), 1, "{prices:?}");
+    assert_eq!(prices[0]["channel_id"], channels[0], "{prices:?}");
+    assert_eq!(prices[0]["model_pattern"], "model-ok", "{prices:?}");
+    assert_eq!(prices[0]["input_per_million"], "30", "{prices:?}");
+    assert_eq!(prices[0]["output_per_million"], "60", "{prices:?}");
+    assert_eq!(prices[0]["cached_input_per_million"], "15", "{prices:?}");
+    let (_, limits) = call(http, "GET", "/api/v1/limits", None).await;
+    let limits = limits["data"].as_array().unwrap().clone();
+    assert_eq!(limits.len(), 2, "the deleted limit is gone: {limits:?}");
+    let limit = &limits[0];
+    let concurrent = &limits[1];
+    assert_eq!(
+        (
+            &concurrent["scope"],
+            &concurrent["scope_id"],
+            &concurrent["metric"],
+            &concurrent["window"],
+            &concurrent["value"]
+        ),
+        (
+            &json!("member"),
+            &bad["id"],
+            &json!("concurrent"),
+            &json!("none"),
+            &json!(4)
+        ),
+        "{concurrent}"
+    );
+    assert_eq!(
+        (
+            &limit["scope"],
+            &limit["scope_id"],
+            &limit["metric"],
+            &limit["window"],
+            &limit["value"],
+            &limit["mode"]
+        ),
+        (
+            &json!("token"),
+            &token["id"],
+            &json!("spend"),
+            &json!("day"),
+            &json!("0.02"),
+            &json!("hard")
+        ),
+        "{limit}"
+    );
+
+    // The traffic the browser test sent through the proxy with that token is priced, and the
+    // spend limit counts it.
+    let (_, usage) = call(
+        http,
+        "GET",
+        "/api/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z&group_by=token",
+        None,
+    )
+    .await;
+    let group = usage["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["key"] == "console-token")
+        .unwrap_or_else(|| panic!("no usage of console-token: {usage}"))
+        .clone();
+    assert!(group["requests"].as_i64().unwrap() >= 5, "{usage}");
+    assert_eq!(group["unpriced_requests"], 0, "{usage}");
+    let cost: f64 = group["cost_usd"].as_str().unwrap().parse().unwrap();
+    assert!(cost > 0.0, "{usage}");
+    // The batch token's requests were served before the price existed: unpriced, not free.
+    let batch = usage["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["key"] == "batch-token")
+        .unwrap_or_else(|| panic!("no usage of batch-token: {usage}"));
+    assert_eq!(batch["cost_usd"], Value::Null, "{usage}");
+    assert_eq!(batch["unpriced_requests"], batch["requests"], "{usage}");
+    let (_, budgets) = call(http, "GET", "/api/v1/budgets", None).await;
+    let budget = &budgets["data"][0];
+    assert_eq!(budget["limit_id"], limit["id"], "{budgets}");
+    let spent: f64 = budget["spent_usd"].as_str().unwrap().parse().unwrap();
+    assert!(spent > 0.0, "{budgets}");
 }

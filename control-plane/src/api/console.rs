@@ -38,6 +38,16 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/views.js"),
     ),
     (
+        "spend.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/spend.js"),
+    ),
+    (
+        "chart.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/chart.js"),
+    ),
+    (
         "dom.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/dom.js"),
