@@ -99,21 +99,31 @@ async fn rate_limited(
     let Some(route) = snapshot.resolve_route(model) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
+    // Every member's channel and own limits, read in one go (one connection with Redis).
+    let mut owners: Vec<(MemberId, usize)> = Vec::new();
+    let mut limits: Vec<Limit> = Vec::new();
     for member in &route.members {
-        let limits = [
-            snapshot.limits_of(ScopeKind::Channel, member.channel_id),
-            snapshot.limits_of(ScopeKind::Member, member.id),
-        ]
-        .concat();
-        if limits.is_empty() {
-            continue;
-        }
-        let Some(statuses) = live.limit_statuses(&limits, now).await else {
+        let before = limits.len();
+        limits.extend_from_slice(snapshot.limits_of(ScopeKind::Channel, member.channel_id));
+        limits.extend_from_slice(snapshot.limits_of(ScopeKind::Member, member.id));
+        owners.push((member.id, limits.len() - before));
+    }
+    if limits.is_empty() {
+        return Vec::new();
+    }
+    let Some(statuses) = live.limit_statuses(&limits, now).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    for (member, count) in owners {
+        let mine = at..at + count;
+        at += count;
+        let (Some(theirs), Some(states)) = (limits.get(mine.clone()), statuses.get(mine)) else {
             continue;
         };
-        if limits.iter().zip(&statuses).any(|(l, s)| refuses(l, s)) {
-            out.push(member.id);
+        if theirs.iter().zip(states).any(|(l, s)| refuses(l, s)) {
+            out.push(member);
         }
     }
     out
