@@ -802,6 +802,10 @@ mod tests {
             parse_rfc3339("2023-12-31T23:59:60Z"),
             parse_rfc3339("2023-12-31T23:59:59Z")
         );
+        assert_eq!(
+            parse_rfc3339("2023-12-31T23:59:59Z"),
+            Some(1_704_067_199_000)
+        );
         for bad in [
             "",
             "2023-11-14",
@@ -825,6 +829,9 @@ mod tests {
             "2023-11-14T22:13-20Z",
             "1969-12-31T23:59:59Z",
             "2023-11-14T22:13:20Zjunk",
+            "2023-11-14T22:13:20+02:00x",
+            "2023-11-14T22:13:20+02000",
+            "2023-11-14T22:13:20+02:0",
             "20x3-11-14T22:13:20Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
@@ -890,5 +897,16 @@ mod tests {
         assert_eq!(price_for(&prices, 1, "gpt-4o-2024").map(|p| p.id), Some(2));
         assert_eq!(price_for(&prices, 1, "claude").map(|p| p.id), Some(1));
         assert_eq!(price_for(&prices, 3, "gpt-4o-mini"), None);
+        // Specificity counts literal characters, not wildcards: `ab*` (2) beats `a??*` (1)
+        // although it is the shorter pattern.
+        let prices = vec![price(5, "a??*"), price(6, "ab*")];
+        assert_eq!(price_for(&prices, 1, "abcd").map(|p| p.id), Some(6));
+        assert_eq!(price(7, "a?c").specificity("abc"), Some(2));
+        assert_eq!(price(8, "abc").specificity("abc"), Some(usize::MAX));
+        assert_eq!(
+            price(9, "abc").specificity("abd"),
+            None,
+            "a literal pattern matches itself only"
+        );
     }
 }
