@@ -26,4 +26,13 @@ pub mod telemetry;
 pub mod usage;
 
 pub use api::{app, AppState};
+
+/// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead): the one reading
+/// of time the control plane's rules take as an argument.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
 pub use entry::main_with;

@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::now_ms;
+
 /// One open snapshot stream.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ConnectedProxy {
@@ -39,13 +41,6 @@ pub struct ConnectedProxy {
 pub struct ProxyRegistry {
     next: AtomicU64,
     streams: Mutex<BTreeMap<u64, ConnectedProxy>>,
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl ProxyRegistry {

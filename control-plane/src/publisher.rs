@@ -4,7 +4,7 @@
 //! snapshot, so a slow reader skips revisions instead of blocking anyone.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prost::bytes::Bytes;
 use prost::Message;
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compile::compile;
 use crate::db::NOTIFY_CHANNEL;
 use crate::metrics::Metrics;
+use crate::now_ms;
 
 /// One compiled revision, in both the engine's form (explain) and the wire form (gRPC), so the
 /// encoding work is done once per revision, not once per proxy.
@@ -127,13 +128,6 @@ pub fn withhold_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
         channel.base_url = redacted;
         channel.secrets_withheld = lost_credentials || lost_headers || lost_password;
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl Publisher {

@@ -1,8 +1,6 @@
 //! `GET /api/v1/budgets`: every spend limit with what its scope has spent in the current UTC
 //! window, from the usage the proxies report (`usage_minutes`).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
@@ -14,6 +12,7 @@ use utoipa::ToSchema;
 use super::schema::{LimitModeName, LimitScopeName, LimitWindowName};
 use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::now_ms;
 
 /// One spend limit and its scope's spend in the current window.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -73,13 +72,6 @@ fn usage_column(scope: ScopeKind) -> Option<&'static str> {
         // Spend limits on channels and members are refused when they are written.
         ScopeKind::Channel | ScopeKind::Member => None,
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 fn internal(context: &'static str) -> impl FnOnce(sqlx::Error) -> ApiError {

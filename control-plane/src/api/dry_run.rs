@@ -17,7 +17,6 @@
 //! as they are: every price and limit created, changed or deleted, directly or by a cascade.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -315,10 +314,7 @@ pub async fn dry_run(
     // Nothing of the above may stay: the revision bumps, audit rows and NOTIFYs go with it.
     tx.rollback().await?;
 
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+    let now_ms = crate::now_ms();
     let mut report = None;
     let health_view = match &state.live {
         Some(live) => {

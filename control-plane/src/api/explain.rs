@@ -229,10 +229,7 @@ pub async fn explain(
         None => None,
     };
     let seed = query.seed.unwrap_or_else(random_seed);
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+    let now_ms = crate::now_ms();
     let rate_limited = match &state.live {
         Some(live) => rate_limited(&published.snapshot, live, model, now_ms).await,
         None => Vec::new(),

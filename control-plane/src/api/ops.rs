@@ -13,6 +13,7 @@ use super::extract::Query;
 use super::{AppState, Page};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::now_ms;
 
 /// Liveness: the process answers.
 pub async fn healthz() -> impl IntoResponse {
@@ -126,13 +127,6 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
         map.insert("fleet_sync".into(), json!(live.fleet_sync()));
     }
     Ok(Json(body))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

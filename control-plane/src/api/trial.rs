@@ -175,7 +175,7 @@ pub async fn trial(
             },
             &policy,
             true,
-            crate::proxies::now_ms(),
+            crate::now_ms(),
         );
         response.recorded = true;
         response.cooled_until = reported.member.cooled_until;

@@ -45,6 +45,7 @@ use probe::ProbeTarget;
 use crate::compile::settings_from_stored;
 use crate::db::{commit_write, record_status_event, Audit};
 use crate::live::LiveState;
+use crate::now_ms;
 use crate::publisher::Publisher;
 
 /// Actor of the writes this job makes, in the audit log and channel events.
@@ -134,13 +135,6 @@ enum Due {
     All,
     /// Those whose scheduled time has come (the leader's ticks).
     Scheduled { now: u64, interval_ms: u64 },
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 async fn load_settings(pool: &PgPool) -> anyhow::Result<Settings> {
