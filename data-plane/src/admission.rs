@@ -21,7 +21,8 @@ pub fn estimate(body_len: usize, max_output: Option<u64>) -> u64 {
 }
 
 /// The limits a client request is under: its token's, its team's and its route's (soft and hard
-/// together). Empty, and allocation-free, when none of them has any.
+/// together). Empty, and allocation-free (a `concat` of empty slices allocates nothing), when
+/// none of them has any.
 pub fn client_limits(snapshot: &Snapshot, token: &Token, route: Option<i64>) -> Vec<Limit> {
     let parts = [
         snapshot.limits_of(ScopeKind::Token, token.id),
@@ -30,20 +31,16 @@ pub fn client_limits(snapshot: &Snapshot, token: &Token, route: Option<i64>) -> 
             .map_or(&[][..], |team| snapshot.limits_of(ScopeKind::Team, team)),
         route.map_or(&[][..], |route| snapshot.limits_of(ScopeKind::Route, route)),
     ];
-    if parts.iter().all(|p| p.is_empty()) {
-        return Vec::new();
-    }
     parts.concat()
 }
 
 /// The upstream limits of a member: its channel's and its own.
 pub fn upstream_limits(snapshot: &Snapshot, channel: i64, member: i64) -> Vec<Limit> {
-    let channel = snapshot.limits_of(ScopeKind::Channel, channel);
-    let member = snapshot.limits_of(ScopeKind::Member, member);
-    if channel.is_empty() && member.is_empty() {
-        return Vec::new();
-    }
-    [channel, member].concat()
+    [
+        snapshot.limits_of(ScopeKind::Channel, channel),
+        snapshot.limits_of(ScopeKind::Member, member),
+    ]
+    .concat()
 }
 
 /// Longest a request waits for this proxy's allowance to be topped up from the fleet.
@@ -311,18 +308,8 @@ impl DurationText {
         &self.buf[..self.len]
     }
 
-    fn number(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(&digits[at..]);
+    fn number(&mut self, n: u64) {
+        self.push(itoa::Buffer::new().format(n).as_bytes());
     }
 
     fn push(&mut self, bytes: &[u8]) {
