@@ -314,6 +314,17 @@ impl<'a> Failover<'a> {
         }
     }
 
+    /// The trail's final attempt: its channel, upstream model and that pair's price.
+    fn set_final(&mut self, channel: &Channel, member: &Member) {
+        self.trail.final_channel = Some(channel.name.clone());
+        self.trail.final_model = Some(member.upstream_model.clone());
+        self.trail.price = self
+            .view
+            .snapshot
+            .price(channel.id, &member.upstream_model)
+            .cloned();
+    }
+
     /// Takes the picked member's upstream limits; `false` when another request took the room
     /// first (the member is then `rate_limited` for the next pick).
     fn take_upstream(&mut self, channel: ChannelId, member: MemberId, now: u64) -> bool {
@@ -447,13 +458,14 @@ impl<'a> Failover<'a> {
                 },
             });
         };
-        if !self.take_upstream(picked.channel.id, picked.member.id, now) {
-            return Next::Skip;
-        }
         if picked.credentials.is_empty() {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
             self.req.constraint.attempted.push(picked.member.id);
             self.last_error = Some(AttemptError::CredentialUnresolved);
+            return Next::Skip;
+        }
+        // Only a member this proxy can call takes its upstream limits' room.
+        if !self.take_upstream(picked.channel.id, picked.member.id, now) {
             return Next::Skip;
         }
 
@@ -692,13 +704,7 @@ impl<'a> Failover<'a> {
                 .store
                 .bind_sticky(pick.route.id, key, picked.member.id, ttl, now);
         }
-        self.trail.final_channel = Some(picked.channel.name.clone());
-        self.trail.final_model = Some(picked.member.upstream_model.clone());
-        self.trail.price = self
-            .view
-            .snapshot
-            .price(picked.channel.id, &picked.member.upstream_model)
-            .cloned();
+        self.set_final(picked.channel, picked.member);
         self.trail.upstream_held = self.upstream_held.take();
         let owner = StreamOwner {
             state: state.clone(),
@@ -760,13 +766,7 @@ impl<'a> Failover<'a> {
         self.req.constraint.prefer_channel =
             (failed.scope() == Scope::PreferChannel).then_some(channel.id);
         self.prev_channel = Some(channel.id);
-        self.trail.final_channel = Some(channel.name.clone());
-        self.trail.final_model = Some(picked.member.upstream_model.clone());
-        self.trail.price = self
-            .view
-            .snapshot
-            .price(channel.id, &picked.member.upstream_model)
-            .cloned();
+        self.set_final(channel, picked.member);
         // Nothing was served under the member's upstream limits.
         self.upstream_held = None;
         self.retry_allowed && Instant::now() < self.deadline
