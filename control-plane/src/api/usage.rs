@@ -278,10 +278,17 @@ pub async fn usage(
             "from must be before to",
         ));
     }
+    // The groups and the total are read from one snapshot of the table, so they always add up
+    // even while the proxies' reports keep arriving.
+    let mut tx = state.pool.begin().await.map_err(report_error)?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .map_err(report_error)?;
     let groups = if dimensions.is_empty() && query.bucket.is_none() {
         Vec::new()
     } else {
-        grouped(&state.pool, &from, &to, &dimensions, query.bucket).await?
+        grouped(&mut tx, &from, &to, &dimensions, query.bucket).await?
     };
     let row = sqlx::query(&format!(
         "SELECT {SUMS} FROM usage_minutes \
@@ -290,10 +297,11 @@ pub async fn usage(
     .bind(&from)
     .bind(&to)
     .bind(i64::MAX)
-    .fetch_one(&state.pool)
+    .fetch_one(&mut *tx)
     .await
     .map_err(report_error)?;
     let total = totals(&row).map_err(report_error)?;
+    tx.commit().await.map_err(report_error)?;
     Ok(Json(UsageReport {
         from,
         to,
@@ -376,7 +384,7 @@ fn totals(row: &sqlx::postgres::PgRow) -> Result<UsageTotals, sqlx::Error> {
 
 /// The sums per combination of the dimensions' values (and bucket), ordered by them.
 async fn grouped(
-    pool: &sqlx::PgPool,
+    db: &mut sqlx::PgConnection,
     from: &str,
     to: &str,
     dimensions: &[UsageDimension],
@@ -404,7 +412,7 @@ async fn grouped(
     .bind(from)
     .bind(to)
     .bind(i64::MAX)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
     .map_err(report_error)?;
     rows.iter()
