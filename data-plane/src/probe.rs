@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
 use switchyard_upstream::{
-    probe_model, ChannelRuntime, CredentialRuntime, ProbeResult, ProbeSchedule,
+    probe_model, ChannelRuntime, CredentialRuntime, Due, ProbeResult, ProbeSchedule, ProbeSchedules,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -45,11 +45,9 @@ pub async fn recovery_loop(state: Arc<AppState>, stop: CancellationToken) {
     }
 }
 
-/// When each channel and runtime-disabled credential is next probed.
+/// When each channel and runtime-disabled credential is next probed, and this round's clock.
 pub struct Schedules {
-    channels: ProbeSchedule<ChannelId>,
-    credentials: ProbeSchedule<CredentialId>,
-    jitter: SplitMix64,
+    probes: ProbeSchedules,
     now: u64,
     interval_ms: u64,
 }
@@ -57,53 +55,45 @@ pub struct Schedules {
 impl Schedules {
     pub fn new(seed: u64) -> Schedules {
         Schedules {
-            channels: ProbeSchedule::new(),
-            credentials: ProbeSchedule::new(),
-            jitter: SplitMix64::new(seed),
+            probes: ProbeSchedules::new(seed),
             now: 0,
             interval_ms: 0,
         }
     }
+
+    fn due(&self) -> Due {
+        Due::Scheduled {
+            now: self.now,
+            interval_ms: self.interval_ms,
+        }
+    }
 }
 
-/// Of `needed`, what the schedule lets this round probe (all of it without a schedule); the
-/// schedule forgets what is no longer needed.
-fn due<K: Copy + Eq + std::hash::Hash>(
+/// Of `needed`, what the schedule lets this round probe (all of it without a schedule).
+fn due<K>(
     schedules: &mut Option<&mut Schedules>,
-    pick: impl Fn(&mut Schedules) -> &mut ProbeSchedule<K>,
+    pick: impl Fn(&mut ProbeSchedules, Due, Vec<K>) -> Vec<K>,
     needed: Vec<K>,
 ) -> Vec<K> {
-    let Some(s) = schedules.as_deref_mut() else {
-        return needed;
-    };
-    let set: HashSet<K> = needed.iter().copied().collect();
-    let (now, interval_ms) = (s.now, s.interval_ms);
-    let mut jitter = s.jitter.clone();
-    let schedule = pick(s);
-    schedule.retain(|k| set.contains(k));
-    let due = needed
-        .into_iter()
-        .filter(|k| schedule.due(*k, now, interval_ms, &mut jitter))
-        .collect();
-    s.jitter = jitter;
-    due
+    match schedules.as_deref_mut() {
+        Some(s) => {
+            let due = s.due();
+            pick(&mut s.probes, due, needed)
+        }
+        None => needed,
+    }
 }
 
 /// Records a probe's outcome in the schedule, if there is one.
 fn outcome<K: Copy + Eq + std::hash::Hash>(
     schedules: &mut Option<&mut Schedules>,
-    pick: impl Fn(&mut Schedules) -> &mut ProbeSchedule<K>,
+    pick: impl Fn(&mut ProbeSchedules) -> &mut ProbeSchedule<K>,
     key: K,
     passed: bool,
 ) {
     if let Some(s) = schedules.as_deref_mut() {
-        let (now, interval_ms) = (crate::unix_ms(), s.interval_ms);
-        let schedule = pick(s);
-        if passed {
-            schedule.passed(key);
-        } else {
-            schedule.failed(key, now, interval_ms);
-        }
+        let interval_ms = s.interval_ms;
+        pick(&mut s.probes).record(key, passed, crate::unix_ms(), interval_ms);
     }
 }
 
@@ -146,10 +136,13 @@ async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recov
         .iter()
         .map(|c| c.credential_id)
         .collect();
-    let disabled: HashSet<CredentialId> =
-        due(&mut schedules, |s| &mut s.credentials, runtime_disabled)
-            .into_iter()
-            .collect();
+    let disabled: HashSet<CredentialId> = due(
+        &mut schedules,
+        ProbeSchedules::due_credentials,
+        runtime_disabled,
+    )
+    .into_iter()
+    .collect();
     if !disabled.is_empty() {
         for channel in view.snapshot.channels() {
             // A manual disable is never undone by a probe, nor probed.
@@ -213,7 +206,7 @@ async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recov
         .map(|c| c.channel_id)
         .collect();
     let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
-    for channel_id in due(&mut schedules, |s| &mut s.channels, open) {
+    for channel_id in due(&mut schedules, ProbeSchedules::due_channels, open) {
         let (Some(channel), Some(runtime)) = (
             view.snapshot.channel(channel_id),
             view.channel_runtime(channel_id),

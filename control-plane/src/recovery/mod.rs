@@ -32,10 +32,10 @@ use serde_json::{json, Map, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use switchyard_engine::{
-    Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot, SplitMix64,
+    Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot,
 };
 use switchyard_state::ChannelState;
-use switchyard_upstream::{probe_model, HttpClient, ProbeSchedule};
+use switchyard_upstream::{probe_model, Due, HttpClient, ProbeSchedules};
 use tokio_util::sync::CancellationToken;
 
 pub use leader::{Leadership, RECOVERY_LOCK_KEY};
@@ -107,34 +107,7 @@ pub struct Recovery {
     probes_passed: AtomicU64,
     probes_failed: AtomicU64,
     breakers_recorded: AtomicU64,
-    schedule: Mutex<Schedules>,
-}
-
-/// When each channel and each runtime-disabled credential is next probed (jittered first
-/// probe, doubling backoff on failure), as this replica leads.
-struct Schedules {
-    channels: ProbeSchedule<ChannelId>,
-    credentials: ProbeSchedule<CredentialId>,
-    jitter: SplitMix64,
-}
-
-impl Schedules {
-    fn new() -> Schedules {
-        Schedules {
-            channels: ProbeSchedule::new(),
-            credentials: ProbeSchedule::new(),
-            jitter: SplitMix64::new(probe_seed()),
-        }
-    }
-}
-
-/// Which of the channels and credentials that need a probe a round probes.
-#[derive(Debug, Clone, Copy)]
-enum Due {
-    /// Every one (`run_round`: tests, drills).
-    All,
-    /// Those whose scheduled time has come (the leader's ticks).
-    Scheduled { now: u64, interval_ms: u64 },
+    schedule: Mutex<ProbeSchedules>,
 }
 
 async fn load_settings(pool: &PgPool) -> anyhow::Result<Settings> {
@@ -169,11 +142,11 @@ impl Recovery {
             probes_passed: AtomicU64::new(0),
             probes_failed: AtomicU64::new(0),
             breakers_recorded: AtomicU64::new(0),
-            schedule: Mutex::new(Schedules::new()),
+            schedule: Mutex::new(ProbeSchedules::new(probe_seed())),
         })
     }
 
-    fn schedules(&self) -> MutexGuard<'_, Schedules> {
+    fn schedules(&self) -> MutexGuard<'_, ProbeSchedules> {
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -253,7 +226,7 @@ impl Recovery {
                         tracing::info!("took the recovery-probe lead");
                         // A new leader cannot know the previous one's schedule: it starts afresh,
                         // every channel's first probe jittered within one interval.
-                        *self.schedules() = Schedules::new();
+                        *self.schedules() = ProbeSchedules::new(probe_seed());
                     }
                     // A round in progress is abandoned on shutdown (an open transaction rolls
                     // back); the next leader probes again.
@@ -358,25 +331,6 @@ impl Recovery {
         Ok(report)
     }
 
-    /// Of `needed` (what needs a probe now), what `due` lets this round probe. Forgets the
-    /// schedule of everything no longer needed.
-    fn filter_due<K: Copy + Eq + std::hash::Hash>(
-        due: Due,
-        schedule: &mut ProbeSchedule<K>,
-        jitter: &mut SplitMix64,
-        needed: Vec<K>,
-    ) -> Vec<K> {
-        let set: HashSet<K> = needed.iter().copied().collect();
-        schedule.retain(|k| set.contains(k));
-        match due {
-            Due::All => needed,
-            Due::Scheduled { now, interval_ms } => needed
-                .into_iter()
-                .filter(|k| schedule.due(*k, now, interval_ms, jitter))
-                .collect(),
-        }
-    }
-
     /// Runtime-disabled credentials (the shared state's dump) still enabled in the snapshot, on a
     /// channel that is `enabled` or `auto_disabled` (an operator's `disabled` channel is left
     /// alone), that are due a probe; in credential id order.
@@ -399,8 +353,7 @@ impl Recovery {
             .map(|k| k.id)
             .collect();
         needed.sort_unstable();
-        let s = &mut *self.schedules();
-        Self::filter_due(due, &mut s.credentials, &mut s.jitter, needed)
+        self.schedules().due_credentials(due, needed)
     }
 
     /// Every `auto_disabled` channel and every `enabled` one whose breaker is open, that is due
@@ -416,8 +369,7 @@ impl Recovery {
             .map(|c| c.id)
             .collect();
         needed.sort_unstable();
-        let s = &mut *self.schedules();
-        Self::filter_due(due, &mut s.channels, &mut s.jitter, needed)
+        self.schedules().due_channels(due, needed)
     }
 
     fn open_breakers(&self) -> Vec<ChannelState> {

@@ -33,4 +33,6 @@ pub use probe::{
     probe_body, probe_credential, probe_model, probe_request, ProbeFailure, ProbeResult,
     PROBE_PROMPT,
 };
-pub use schedule::{backoff_ms, first_probe_at, ProbeSchedule, MAX_BACKOFF_FACTOR};
+pub use schedule::{
+    backoff_ms, first_probe_at, Due, ProbeSchedule, ProbeSchedules, MAX_BACKOFF_FACTOR,
+};

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use switchyard_engine::{RandomSource, UnixMillis};
+use switchyard_engine::{ChannelId, CredentialId, RandomSource, SplitMix64, UnixMillis};
 
 /// The longest delay between two probes of one channel, in intervals.
 pub const MAX_BACKOFF_FACTOR: u64 = 8;
@@ -90,6 +90,30 @@ impl<K: Copy + Eq + Hash> ProbeSchedule<K> {
         entry.next_at
     }
 
+    /// Records a probe's outcome at `now`: see [`ProbeSchedule::passed`] and
+    /// [`ProbeSchedule::failed`].
+    pub fn record(&mut self, key: K, passed: bool, now: UnixMillis, interval_ms: u64) {
+        if passed {
+            self.passed(key);
+        } else {
+            self.failed(key, now, interval_ms);
+        }
+    }
+
+    /// Of `needed` (what needs a probe now), what `due` lets a round probe, in `needed`'s order;
+    /// the schedule forgets every key no longer needed.
+    pub fn filter_due(&mut self, due: Due, needed: Vec<K>, rng: &mut dyn RandomSource) -> Vec<K> {
+        let set: std::collections::HashSet<K> = needed.iter().copied().collect();
+        self.retain(|k| set.contains(k));
+        match due {
+            Due::All => needed,
+            Due::Scheduled { now, interval_ms } => needed
+                .into_iter()
+                .filter(|k| self.due(*k, now, interval_ms, rng))
+                .collect(),
+        }
+    }
+
     /// A probe of `key` passed: it is forgotten (a later trip starts a fresh schedule).
     pub fn passed(&mut self, key: K) {
         self.entries.remove(&key);
@@ -108,6 +132,45 @@ impl<K: Copy + Eq + Hash> ProbeSchedule<K> {
     /// Failed probes of `key` in a row.
     pub fn failures(&self, key: K) -> u32 {
         self.entries.get(&key).map_or(0, |e| e.failures)
+    }
+}
+
+/// Which of the things that need a probe a round probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Every one (an on-demand round: tests, drills).
+    All,
+    /// Those whose scheduled time has come at `now`.
+    Scheduled { now: UnixMillis, interval_ms: u64 },
+}
+
+/// One prober's schedules: each channel and each runtime-disabled credential probed on its own
+/// (jittered first probe, doubling backoff on failure). Both planes' probers keep one.
+#[derive(Debug, Clone)]
+pub struct ProbeSchedules {
+    pub channels: ProbeSchedule<ChannelId>,
+    pub credentials: ProbeSchedule<CredentialId>,
+    jitter: SplitMix64,
+}
+
+impl ProbeSchedules {
+    /// Empty schedules whose first-probe jitter is drawn from a generator seeded with `seed`.
+    pub fn new(seed: u64) -> ProbeSchedules {
+        ProbeSchedules {
+            channels: ProbeSchedule::new(),
+            credentials: ProbeSchedule::new(),
+            jitter: SplitMix64::new(seed),
+        }
+    }
+
+    /// [`ProbeSchedule::filter_due`] over the channels.
+    pub fn due_channels(&mut self, due: Due, needed: Vec<ChannelId>) -> Vec<ChannelId> {
+        self.channels.filter_due(due, needed, &mut self.jitter)
+    }
+
+    /// [`ProbeSchedule::filter_due`] over the credentials.
+    pub fn due_credentials(&mut self, due: Due, needed: Vec<CredentialId>) -> Vec<CredentialId> {
+        self.credentials.filter_due(due, needed, &mut self.jitter)
     }
 }
 
@@ -220,5 +283,43 @@ mod tests {
         assert_eq!(s.next_at(2), None);
         assert_eq!(s.failures(2), 0);
         assert!(s.next_at(1).is_some());
+    }
+
+    #[test]
+    fn a_round_probes_what_is_due_and_forgets_what_is_no_longer_needed() {
+        let mut s = ProbeSchedules::new(1);
+        let now = 1_000_000;
+        // Three channels need probes; on demand, every one is probed (and none scheduled).
+        assert_eq!(s.due_channels(Due::All, vec![3, 1, 2]), [3, 1, 2]);
+        // Scheduled: jittered first probes, none due before its instant, each due by one interval.
+        let scheduled = Due::Scheduled {
+            now,
+            interval_ms: I,
+        };
+        let first = s.due_channels(scheduled, vec![3, 1, 2]);
+        let later = Due::Scheduled {
+            now: now + I,
+            interval_ms: I,
+        };
+        assert_eq!(s.due_channels(later, vec![3, 1, 2]), [3, 1, 2]);
+        assert!(first
+            .iter()
+            .all(|c| s.channels.next_at(*c).is_some_and(|t| t <= now)));
+        // Channel 1 failed its probe: not due again until the backoff has passed.
+        s.channels.record(1, false, now + I, I);
+        assert_eq!(s.channels.failures(1), 1);
+        assert_eq!(s.due_channels(later, vec![3, 1, 2]), [3, 2]);
+        // Channel 2 passed and channel 3 is no longer needed: both forgotten.
+        s.channels.record(2, true, now + I, I);
+        assert_eq!(s.channels.next_at(2), None);
+        assert!(s.due_channels(later, vec![1]).is_empty());
+        assert_eq!(s.channels.next_at(3), None, "no longer needed: forgotten");
+        assert_eq!(s.channels.failures(1), 1, "still needed: kept");
+        // On demand, too, forgets what is not needed.
+        assert_eq!(s.due_channels(Due::All, Vec::new()), Vec::<i64>::new());
+        assert_eq!(s.channels.next_at(1), None);
+        // Credentials keep their own schedule.
+        assert_eq!(s.due_credentials(Due::All, vec![9]), [9]);
+        assert!(s.credentials.next_at(9).is_none());
     }
 }
