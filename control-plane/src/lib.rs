@@ -27,12 +27,7 @@ pub mod usage;
 
 pub use api::{app, AppState};
 
+pub use entry::main_with;
 /// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead): the one reading
 /// of time the control plane's rules take as an argument.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-pub use entry::main_with;
+pub use switchyard_state::unix_ms as now_ms;

@@ -125,9 +125,4 @@ impl AppState {
 }
 
 /// Wall-clock Unix milliseconds (shared state expiries are wall-clock so instances agree).
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+pub use switchyard_state::unix_ms;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_engine::RequestNeeds;
 
-use crate::config::hex;
+use switchyard_proto::sha256_hex;
 
 /// What routing needs to know about one request.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -171,11 +171,6 @@ fn scalar(raw: Option<&RawValue>) -> Option<String> {
 
 fn offset_in(body: &[u8], part: &str) -> usize {
     (part.as_ptr() as usize).saturating_sub(body.as_ptr() as usize)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    hex(&Sha256::digest(bytes))
 }
 
 /// Inspects a JSON request body.

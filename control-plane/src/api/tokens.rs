@@ -7,7 +7,6 @@ use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use switchyard_engine::limit::{format_rfc3339, parse_rfc3339};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::validate::check_single_line;
@@ -191,20 +190,9 @@ fn expiry_ms(ms: Option<UnixMillis>) -> Option<i64> {
     ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
+use switchyard_proto::hex;
 /// Lowercase hex SHA-256, the form tokens are stored and shipped in.
-pub fn token_hash(plaintext: &str) -> String {
-    hex(&Sha256::digest(plaintext.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
-}
+pub use switchyard_proto::token_hash;
 
 fn generate_token() -> ApiResult<String> {
     let mut bytes = [0u8; 24];

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use switchyard_engine::{Capabilities, PlanEntry, Settings, SnapshotParts};
 
 use crate::mock::MockOptions;
@@ -294,19 +293,7 @@ fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
 }
 
 /// SHA-256 of a token's plaintext, lowercase hex (how tokens are stored and looked up).
-pub fn token_hash(plaintext: &str) -> String {
-    hex(&Sha256::digest(plaintext.as_bytes()))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
-}
+pub use switchyard_proto::token_hash;
 
 /// `${NAME}` → `Some("NAME")`.
 fn env_reference(value: &str) -> Option<&str> {

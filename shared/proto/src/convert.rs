@@ -611,6 +611,29 @@ fn team_from_proto(w: v1::Team, path: &str) -> Result<Team, ConversionError> {
     })
 }
 
+/// The form tokens are stored, shipped and looked up in: the lowercase hex SHA-256 of the
+/// plaintext (see [`is_token_hash`]).
+pub fn token_hash(plaintext: &str) -> String {
+    sha256_hex(plaintext.as_bytes())
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex(&Sha256::digest(bytes))
+}
+
+/// `bytes` as lowercase hex, two digits each.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
 /// Is `hash` a lowercase hex SHA-256 digest?
 pub fn is_token_hash(hash: &str) -> bool {
     hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

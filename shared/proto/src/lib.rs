@@ -26,7 +26,10 @@ pub mod v1 {
 }
 
 pub use client::{watch_snapshots, WatchAuth, WatchError};
-pub use convert::{snapshot_from_proto, snapshot_to_proto, ConversionError, SCHEMA_VERSION};
+pub use convert::{
+    hex, sha256_hex, snapshot_from_proto, snapshot_to_proto, token_hash, ConversionError,
+    SCHEMA_VERSION,
+};
 pub use usage::{
     report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey,
     MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST,

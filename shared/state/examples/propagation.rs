@@ -6,16 +6,9 @@
 //! local view).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use switchyard_state::{AttemptSuccess, RedisConfig, RedisStore, StateStore};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
+use switchyard_state::{unix_ms as now_ms, AttemptSuccess, RedisConfig, RedisStore, StateStore};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -30,10 +30,21 @@ pub use memory::InMemoryStore;
 pub use types::*;
 
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use switchyard_engine::{
     ChannelId, CredentialId, HealthSlots, HealthView, MemberId, RouteId, UnixMillis,
 };
+
+/// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead). Shared state
+/// expiries are wall-clock so every instance agrees; this is the one reading of it that both
+/// planes pass into the rules as `now`.
+pub fn unix_ms() -> UnixMillis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
 
 /// Everything a proxy reads and reports about live runtime state. Object-safe, `Send + Sync`,
 /// synchronous: implementations must never block on the network inside these calls.
@@ -229,5 +240,21 @@ impl std::fmt::Debug for InFlightGuard {
         f.debug_struct("InFlightGuard")
             .field("channel", &self.channel)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unix_ms;
+
+    #[test]
+    fn the_clock_reads_unix_milliseconds() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let now = u128::from(unix_ms());
+        // Milliseconds, not seconds or microseconds: within a minute of the reading above.
+        assert!(now >= before && now < before + 60_000, "{now} vs {before}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use switchyard_engine::fxhash::FxHashMap as HashMap;
 
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
@@ -111,7 +111,7 @@ impl Reporter {
 
     pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
         shared.counters.errors.fetch_add(1, Ordering::Relaxed);
-        if self.log_due(now_ms()) {
+        if self.log_due(crate::unix_ms()) {
             tracing::warn!(
                 redis = %mask_url(&shared.config.url),
                 error = %e,
@@ -120,12 +120,6 @@ impl Reporter {
             );
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub(crate) fn spawn(
@@ -796,7 +790,7 @@ mod tests {
             last_log_ms: AtomicU64::new(0),
         };
         // The first error on the wall clock is logged.
-        let now = now_ms();
+        let now = crate::unix_ms();
         assert!(now > 1_600_000_000_000, "a wall-clock time in ms: {now}");
         assert!(reporter.log_due(now));
         assert!(!reporter.log_due(now), "the same millisecond");
