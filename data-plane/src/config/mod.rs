@@ -278,11 +278,11 @@ pub fn parse_yaml(text: &str, revision: u64) -> Result<SnapshotParts, ConfigErro
 }
 
 fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
-    let de = serde_yaml::Deserializer::from_str(text);
+    let de = yaml_serde::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        // serde_yaml prefixes its own (coarser) path: keep only the message.
+        // The YAML parser prefixes its own (coarser) path: keep only the message.
         let message = e.into_inner().to_string();
         let message = match message.split_once(": ") {
             Some((head, rest)) if !head.contains(' ') => rest.to_owned(),
