@@ -45,6 +45,23 @@ impl Drop for Running {
     }
 }
 
+impl Running {
+    /// Reads the binary's log until a line whose message is `message` (10 s at most).
+    fn wait_for_log(&self, message: &str) -> serde_json::Value {
+        let lines = self.lines.as_ref().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let line = lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("never logged {message:?}"));
+            let log: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if log["message"] == message {
+                return log;
+            }
+        }
+    }
+}
+
 fn spawn(path: &Path) -> Running {
     let mut command = Command::new(BIN);
     command
@@ -118,7 +135,7 @@ async fn binary_serves_reloads_and_drains_on_sigterm() {
 
     // A broken edit is rejected and the last good snapshot keeps serving.
     std::fs::write(&path, "routes: [ {model_pattern: 7").unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    running.wait_for_log("configuration change rejected; keeping the last good snapshot");
     assert_eq!(
         send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[])
             .await
@@ -152,7 +169,22 @@ async fn binary_serves_reloads_and_drains_on_sigterm() {
         let chat = chat.clone();
         async move { send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // In flight: the simulated upstream holds it for 400 ms.
+    let metrics_url = format!("{}/metrics", running.url);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = send(Method::GET, &metrics_url, None, Vec::new(), &[])
+            .await
+            .body;
+        if metric(&page, "switchyard_channel_in_flight{channel=\"sim\"}") >= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the request never went in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let pid = running.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
@@ -527,17 +559,7 @@ async fn a_streams_request_line_is_written_when_it_ends_with_json_fields() {
         reply.header("x-switchyard-request-id"),
         "client-chosen-id-42"
     );
-    let lines = running.lines.as_ref().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let record = loop {
-        let line = lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("no request line");
-        let log: serde_json::Value = serde_json::from_str(&line).unwrap();
-        if log["message"] == "request" {
-            break log;
-        }
-    };
+    let record = running.wait_for_log("request");
     assert_eq!(record["request_id"], "client-chosen-id-42");
     assert_eq!(record["token"], "the-app");
     assert_eq!(record["route"], "m");
