@@ -323,6 +323,8 @@ class Checker:
                                       "targetLabels", "podTargetLabels", "sampleLimit"}
             if unexpected:
                 self.fail(sm, f"unexpected spec fields {sorted(unexpected)}")
+            if "jobLabel" in spec:
+                self.fail(sm, "sets jobLabel: the alerts expect the job label to be the Service's name")
             wanted = spec.get("selector", {}).get("matchLabels", {})
             selected = [s for s in services
                         if wanted and all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
