@@ -6,20 +6,27 @@ printed as `file: Kind/name: problem`; the exit status is 1 if any did. Rules:
 
 - every pod meets the *restricted* Pod Security Standard (runAsNonRoot, seccomp RuntimeDefault,
   no privilege escalation, all capabilities dropped, no host namespaces or hostPath) and has a
-  read-only root filesystem; every container has CPU and memory requests and limits and a
-  pinned image tag;
+  read-only root filesystem; every container has CPU and memory requests and a memory limit and a
+  pinned image tag; the data plane has NO CPU limit (CFS throttling adds latency to a proxy);
+- with --require-digest FILE (production), every image in FILE is pinned by digest;
 - Switchyard's own pods have startup, readiness (/readyz) and liveness (/healthz) probes,
   topology spread, Prometheus scrape annotations and no service-account token;
 - the data plane has an HPA and a PDB, and terminationGracePeriodSeconds exceeds its drain
   delay + shutdown grace; it has exactly one snapshot source (a control plane URL, or a config
   file that a mounted ConfigMap provides and that parses);
 - the control plane runs >= 2 replicas with a PDB, its grace period exceeds its drain delay +
-  shutdown grace, and a NetworkPolicy admits only data-plane pods to its gRPC port;
+  shutdown grace, and a NetworkPolicy admits only data-plane pods to its gRPC port and only
+  named peers to its HTTP port; both planes' NetworkPolicies restrict ingress and egress, and
+  their egress allows DNS;
+- Prometheus Operator objects (no schema in the validator): a ServiceMonitor selects a Service of
+  the variant by labels and scrapes a port that Service has, at /metrics; a PrometheusRule has
+  only well-formed groups and rules; both are in the workloads' namespace;
 - every Secret a Switchyard pod needs exists in the variant or in the examples file (--secrets)
   with the keys the binary requires.
 """
 
 import argparse
+import re
 import sys
 
 import yaml
@@ -37,8 +44,9 @@ REQUIRED_SECRET_KEYS = {
 
 
 class Checker:
-    def __init__(self, path, docs, examples):
+    def __init__(self, path, docs, examples, require_digest=False):
         self.path = path
+        self.require_digest = require_digest
         self.docs = [d for d in docs if d]
         self.examples = examples
         self.problems = []
@@ -87,6 +95,8 @@ class Checker:
         cp = self.named("Deployment", CP)
         if cp is not None:
             self.control_plane(cp)
+        self.network_policies(dp, cp)
+        self.monitoring(deployments)
         return self.problems
 
     def pod(self, w):
@@ -121,13 +131,19 @@ class Checker:
             if sec.get("type") not in ("RuntimeDefault", "Localhost"):
                 self.fail(w, f"{where}: no RuntimeDefault seccomp profile")
             res = c.get("resources", {})
-            for kind in ("requests", "limits"):
-                for r in ("cpu", "memory"):
-                    if r not in res.get(kind, {}):
-                        self.fail(w, f"{where}: no {r} {kind[:-1]}")
+            for r in ("cpu", "memory"):
+                if r not in res.get("requests", {}):
+                    self.fail(w, f"{where}: no {r} request")
+            if "memory" not in res.get("limits", {}):
+                self.fail(w, f"{where}: no memory limit")
+            if w["metadata"]["name"] == DP and "cpu" in res.get("limits", {}):
+                self.fail(w, f"{where}: has a CPU limit (CFS throttling adds latency to the proxy; "
+                             "requests only)")
             image = c.get("image", "")
             if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
                 self.fail(w, f"{where}: image {image!r} has no pinned tag")
+            if self.require_digest and not re.search(r"@sha256:[0-9a-f]{64}$", image):
+                self.fail(w, f"{where}: image {image!r} is not pinned by digest (@sha256:...)")
         if w["metadata"]["name"] in (DP, CP):
             self.switchyard_pod(w, spec)
 
@@ -266,9 +282,92 @@ class Checker:
             self.fail(cp, "the NetworkPolicy does not admit the data plane to the gRPC port")
 
 
+    def policies_for(self, name):
+        return [n for n in self.of_kind("NetworkPolicy")
+                if n["spec"].get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") == name]
+
+    def network_policies(self, dp, cp):
+        """Both planes: ingress and egress restricted, DNS allowed out, no open HTTP port on the
+        control plane (its admin API)."""
+        for w in (dp, cp):
+            if w is None:
+                continue
+            name = w["metadata"]["name"]
+            policies = self.policies_for(name)
+            if not policies:
+                self.fail(w, "no NetworkPolicy selects its pods")
+                continue
+            types = {t for p in policies for t in p["spec"].get("policyTypes", [])}
+            for t in ("Ingress", "Egress"):
+                if t not in types:
+                    self.fail(w, f"its NetworkPolicy does not restrict {t.lower()}")
+            egress = [r for p in policies for r in p["spec"].get("egress", [])]
+            if "Egress" in types and not any(
+                    "to" not in r and any(str(port.get("port")) == "53" for port in r.get("ports", []))
+                    for r in egress):
+                self.fail(w, "its NetworkPolicy lets no DNS (port 53) out")
+            for p in policies:
+                for r in p["spec"].get("ingress", []):
+                    if not r.get("from") and name == CP:
+                        self.fail(p, "admits anyone to a port of the control plane (every ingress rule needs `from`)")
+                    for peer in r.get("from", []):
+                        if "ipBlock" in peer and peer["ipBlock"].get("cidr") in ("0.0.0.0/0", "::/0") and name == CP:
+                            self.fail(p, "admits any address to the control plane")
+
+    def monitoring(self, workloads):
+        namespaces = {w["metadata"].get("namespace") for w in workloads}
+        services = self.of_kind("Service")
+        for sm in self.of_kind("ServiceMonitor"):
+            spec = sm.get("spec", {})
+            unexpected = set(spec) - {"selector", "endpoints", "namespaceSelector", "jobLabel",
+                                      "targetLabels", "podTargetLabels", "sampleLimit"}
+            if unexpected:
+                self.fail(sm, f"unexpected spec fields {sorted(unexpected)}")
+            if "jobLabel" in spec:
+                self.fail(sm, "sets jobLabel: the alerts expect the job label to be the Service's name")
+            wanted = spec.get("selector", {}).get("matchLabels", {})
+            selected = [s for s in services
+                        if wanted and all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+            if not selected:
+                self.fail(sm, f"selects no Service of this variant ({wanted})")
+            if not spec.get("endpoints"):
+                self.fail(sm, "has no endpoints")
+            for e in spec.get("endpoints", []):
+                for s in selected:
+                    if e.get("port") not in {p.get("name") for p in s["spec"].get("ports", [])}:
+                        self.fail(sm, f"Service {s['metadata']['name']} has no port named {e.get('port')!r}")
+                if e.get("path", "/metrics") != "/metrics":
+                    self.fail(sm, f"scrapes {e.get('path')}, not /metrics")
+            if sm["metadata"].get("namespace") not in namespaces:
+                self.fail(sm, "is not in the workloads' namespace")
+        for pr in self.of_kind("PrometheusRule"):
+            spec = pr.get("spec", {})
+            if set(spec) != {"groups"} or not spec["groups"]:
+                self.fail(pr, "spec must hold only a non-empty `groups` list")
+                continue
+            names = set()
+            for g in spec["groups"]:
+                if set(g) - {"name", "interval", "rules", "limit"} or not g.get("name") or not g.get("rules"):
+                    self.fail(pr, f"malformed group {g.get('name')!r}")
+                if g.get("name") in names:
+                    self.fail(pr, f"group {g.get('name')!r} appears twice")
+                names.add(g.get("name"))
+                for r in g.get("rules", []):
+                    kind = [k for k in ("alert", "record") if k in r]
+                    allowed = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+                    if len(kind) != 1 or not r.get("expr") or set(r) - allowed:
+                        self.fail(pr, f"malformed rule {r.get('alert') or r.get('record')!r}")
+                    if "alert" in r and r.get("labels", {}).get("severity") not in ("critical", "warning", "info"):
+                        self.fail(pr, f"alert {r['alert']} has no severity label (critical, warning or info)")
+            if pr["metadata"].get("namespace") not in namespaces:
+                self.fail(pr, "is not in the workloads' namespace")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--secrets", help="example Secrets that operators create beside the manifests")
+    parser.add_argument("--require-digest", action="append", default=[], metavar="FILE",
+                        help="a variant (one of the files) whose images must be pinned by digest")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
     examples = []
@@ -278,7 +377,8 @@ def main():
     problems = []
     for path in args.files:
         with open(path) as f:
-            problems += Checker(path, list(yaml.safe_load_all(f)), examples).run()
+            docs = list(yaml.safe_load_all(f))
+        problems += Checker(path, docs, examples, path in args.require_digest).run()
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
