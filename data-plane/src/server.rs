@@ -211,6 +211,33 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
             u8::from(open(channel.id))
         );
     }
+    let recovering_ms = |id| {
+        dump.recovering
+            .iter()
+            .find(|r| r.channel_id == id)
+            .map_or(0, |r| r.until.saturating_sub(now))
+    };
+    out.push_str("# HELP switchyard_channel_recovering_seconds Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).\n# TYPE switchyard_channel_recovering_seconds gauge\n");
+    for channel in view.snapshot.channels() {
+        let _ = writeln!(
+            out,
+            "switchyard_channel_recovering_seconds{{channel=\"{}\"}} {}",
+            crate::metrics::escape(&channel.name),
+            recovering_ms(channel.id) as f64 / 1000.0
+        );
+    }
+    // What this proxy's view holds of the shared state: the fleet's when it shares through Redis.
+    let cooling = dump.cooldowns.iter().filter(|c| c.until > now).count();
+    let _ = write!(
+        out,
+        "# HELP switchyard_members_cooling Members in cooldown, as this proxy sees them.\n\
+         # TYPE switchyard_members_cooling gauge\n\
+         switchyard_members_cooling {cooling}\n\
+         # HELP switchyard_sticky_bindings Sticky session bindings this proxy knows.\n\
+         # TYPE switchyard_sticky_bindings gauge\n\
+         switchyard_sticky_bindings {}\n",
+        dump.sticky_bindings
+    );
     // Room left under route and team limits (token-level detail stays out of labels).
     let snapshot = &view.snapshot;
     let shared = snapshot

@@ -147,6 +147,54 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
     assert!(page.contains("switchyard_snapshot_age_seconds "));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cooling_and_sticky_gauges_count_what_the_state_holds() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let yaml = format!(
+        "settings:\n  channel_retry_times: 0\n  cooldown_seconds: 60\n  sticky_enabled: true\nchannels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: a, upstream_model: up, priority: 10 }}\n      - {{ channel: b, upstream_model: up, priority: 0 }}\ntokens:\n  - name: the-app\n    token: {TOKEN}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let gauges = || async {
+        let page = send(
+            Method::GET,
+            &format!("{}/metrics", proxy.url),
+            None,
+            Vec::new(),
+            &[],
+        )
+        .await
+        .body;
+        (
+            metric(&page, "switchyard_members_cooling"),
+            metric(&page, "switchyard_sticky_bindings"),
+        )
+    };
+    assert_eq!(gauges().await, (0, 0));
+    // A 503 from `a` cools its member (the request fails over to `b`, and the conversation,
+    // keyed by its first message without a session header, binds there).
+    a.on(Matcher::any(), Behavior::status(503).times(1));
+    let reply = post(&proxy, "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(gauges().await, (1, 1));
+    // Two sessions bind; a third request in one of them adds none.
+    for session in ["s-1", "s-2", "s-1"] {
+        let reply = post_with(
+            &proxy,
+            "/v1/chat/completions",
+            CHAT,
+            &[("x-session-id", session)],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    assert_eq!(gauges().await, (1, 3));
+}
+
 /// What an OpenAI upstream streams when asked for usage: `"usage":null` in every chunk, then a
 /// usage-only chunk (`"choices":[]`) before `[DONE]`.
 const ASKED: &str = concat!(

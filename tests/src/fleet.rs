@@ -13,9 +13,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub const TOKEN: &str = "sk-fleet-test";
 /// A chat request for route `m`.
 pub const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
-/// A change is honoured fleet-wide within 100 ms; requests that must see another proxy's change
-/// wait this long first.
-pub const PROPAGATION_MARGIN: Duration = Duration::from_millis(300);
 
 pub fn unique(tag: &str) -> String {
     let nanos = SystemTime::now()
@@ -80,9 +77,39 @@ impl Proxy {
             assert!(Instant::now() < deadline, "proxy never became ready");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // Let its first Redis resync land before it is asked anything.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Its first Redis resync landed before it is asked anything (the sync age is NaN until
+        // then).
         proxy
+            .wait_for("switchyard_redis_last_sync_age_seconds", |age| age >= 0.0)
+            .await;
+        proxy
+    }
+
+    /// One series' value on this proxy's `/metrics` page (`series` as written there, labels
+    /// included).
+    pub async fn sample(&self, series: &str) -> Option<f64> {
+        let page = http(&self.url, "GET", "/metrics", "", &[]).await.ok()?;
+        page.body
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Waits until `series` on this proxy's `/metrics` satisfies `ok` (what another proxy wrote
+    /// has reached this one's view), 10 s at most.
+    pub async fn wait_for(&self, series: &str, ok: impl Fn(f64) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let value = self.sample(series).await;
+            if value.is_some_and(&ok) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} on {} is still {value:?}",
+                self.url
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub async fn chat(&self, headers: &[(&str, &str)]) -> Reply {

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use switchyard_e2e::fleet::{
-    cleanup, free_port, http, unique, write_config, OwnRedis, Proxy, CHAT, PROPAGATION_MARGIN,
+    cleanup, free_port, http, unique, write_config, OwnRedis, Proxy, CHAT,
 };
 use switchyard_e2e::redis_url;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
@@ -47,8 +47,13 @@ async fn member_cooled_through_one_proxy_is_skipped_by_the_others() {
     let first = proxies[0].chat(&[]).await;
     assert_eq!(first.status, 200, "{}", first.body);
     assert_eq!(first.channel(), "b");
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
-    // B and C never try the cooling member, although `a` would answer now.
+    // B and C never try the cooling member once it reached their view, although `a` would
+    // answer now.
+    for proxy in &proxies[1..] {
+        proxy
+            .wait_for("switchyard_members_cooling", |n| n == 1.0)
+            .await;
+    }
     for proxy in &proxies[1..] {
         for _ in 0..5 {
             let r = proxy.chat(&[]).await;
@@ -88,10 +93,17 @@ async fn breaker_trips_fleet_wide_from_failures_spread_over_proxies() {
     for proxy in &proxies {
         let r = proxy.chat(&[]).await;
         assert_eq!((r.status, r.channel().as_str()), (200, "b"), "{}", r.body);
-        tokio::time::sleep(PROPAGATION_MARGIN).await;
     }
     assert_eq!(a.hits(), 3);
-    // The third failure tripped the breaker in Redis: every proxy now skips `a`.
+    // The third failure tripped the breaker in Redis: once every proxy's view has it, every
+    // proxy skips `a`.
+    for proxy in &proxies {
+        proxy
+            .wait_for(r#"switchyard_channel_breaker_open{channel="a"}"#, |open| {
+                open == 1.0
+            })
+            .await;
+    }
     for proxy in &proxies {
         for _ in 0..3 {
             let r = proxy.chat(&[]).await;
@@ -128,11 +140,15 @@ async fn sticky_session_made_through_one_proxy_is_honoured_by_the_others() {
         Proxy::start(BIN, &config, &redis, &prefix).await,
         Proxy::start(BIN, &config, &redis, &prefix).await,
     ];
-    for session in ["s-1", "s-2", "s-3"] {
+    for (i, session) in ["s-1", "s-2", "s-3"].into_iter().enumerate() {
         let first = proxies[0].chat(&[("x-session-id", session)]).await;
         assert_eq!(first.status, 200);
         let bound = first.channel();
-        tokio::time::sleep(PROPAGATION_MARGIN).await;
+        for proxy in &proxies[1..] {
+            proxy
+                .wait_for("switchyard_sticky_bindings", |n| n >= (i + 1) as f64)
+                .await;
+        }
         for proxy in &proxies[1..] {
             for _ in 0..5 {
                 let r = proxy.chat(&[("x-session-id", session)]).await;
@@ -182,7 +198,10 @@ async fn in_flight_is_fleet_wide_and_a_killed_proxy_leaks_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    b.wait_for(r#"switchyard_channel_in_flight{channel="slow"}"#, |n| {
+        n == 1.0
+    })
+    .await;
     // B sees `slow` at its limit (concurrency factor 0.01) and sends nearly everything to `fast`.
     let mut on_slow = 0;
     for _ in 0..20 {
@@ -197,7 +216,10 @@ async fn in_flight_is_fleet_wide_and_a_killed_proxy_leaks_nothing() {
     // A is killed mid-request: its lease expires (5 s) and `slow` is free again for B.
     a.kill();
     hanging.abort();
-    tokio::time::sleep(Duration::from_millis(7_000)).await;
+    b.wait_for(r#"switchyard_channel_in_flight{channel="slow"}"#, |n| {
+        n == 0.0
+    })
+    .await;
     let mut on_slow = 0;
     for _ in 0..20 {
         let r = b.chat(&[]).await;
@@ -285,8 +307,8 @@ async fn redis_outage_fails_no_request_and_state_converges_after() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // One resync period (1 s) plus margin, then E honours the cooldown.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // E's resync brings the cooldown into its view; then E honours it.
+    e.wait_for("switchyard_members_cooling", |n| n == 1.0).await;
     let r = e.chat(&[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.channel(), "b", "E did not converge after Redis returned");
@@ -300,7 +322,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cooldown_written_while_redis_is_paused_under_load_is_honoured_within_a_second_of_resume()
+async fn a_cooldown_written_while_redis_is_paused_under_load_reaches_the_other_proxy_after_resume()
 {
     // Its own Redis: CLIENT PAUSE must not stall anyone else's tests.
     let server = OwnRedis::start(free_port());
@@ -374,10 +396,14 @@ async fn a_cooldown_written_while_redis_is_paused_under_load_is_honoured_within_
         "the probe request took until Redis resumed: the test proves nothing on this machine"
     );
 
-    // Agreement is restored within one second of Redis resuming: Q is asked only then (a
-    // request that reached `c` through Q would succeed and clear the cooldown, so Q's view is
-    // read once, at the bound), with half a second of margin for a loaded machine.
-    tokio::time::sleep_until((resumed + Duration::from_millis(1_500)).into()).await;
+    // Agreement is restored after Redis resumes: Q is asked only once its view holds the
+    // cooldown (a request that reached `c` through Q would succeed and clear it). How long that
+    // took is printed, not asserted (the design bound is one second; BENCHMARKS measures it).
+    q.wait_for("switchyard_members_cooling", |n| n == 1.0).await;
+    eprintln!(
+        "the cooldown reached Q {:?} after Redis resumed",
+        Instant::now().saturating_duration_since(resumed)
+    );
     for _ in 0..5 {
         let r = http(&q.url, "POST", "/v1/chat/completions", COOL, &[])
             .await

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use switchyard_e2e::fleet::{cleanup, unique, write_config, Proxy, PROPAGATION_MARGIN};
+use switchyard_e2e::fleet::{cleanup, unique, write_config, Proxy};
 use switchyard_e2e::redis_url;
 use switchyard_engine::HealthView;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
@@ -18,6 +18,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
 
 /// Channel ids in the config below.
 const FLAKY: i64 = 1;
+/// The gauges that show `flaky`'s state in a proxy's view.
+const BREAKER_OPEN: &str = r#"switchyard_channel_breaker_open{channel="flaky"}"#;
+const RECOVERING: &str = r#"switchyard_channel_recovering_seconds{channel="flaky"}"#;
 const STEADY: i64 = 2;
 
 /// `flaky` and `steady` in one tier with equal weights: without slow start each takes half.
@@ -112,7 +115,9 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
             }
         }
     }
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    for proxy in &proxies {
+        proxy.wait_for(BREAKER_OPEN, |open| open == 1.0).await;
+    }
     let tripped_with = flaky.hits_matching(&generations());
     // Over several probe intervals the probes keep failing (backed off) and the channel gets
     // no client request at all: every answer comes from `steady` on the first attempt.
@@ -148,7 +153,10 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
         view(&store, |v| v.recovering(FLAKY)).is_some() && !view(&store, |v| v.breaker_open(FLAKY))
     })
     .await;
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    for proxy in &proxies {
+        proxy.wait_for(BREAKER_OPEN, |open| open == 0.0).await;
+        proxy.wait_for(RECOVERING, |left| left > 0.0).await;
+    }
     // Just after the probe the ramp is near 10 %: ~9 % of traffic (0.1 / 1.1) where its full
     // share is 50 %. Generous bounds: well below the full share, but not nothing.
     let n = 400;
@@ -162,7 +170,11 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
     let now = now_ms();
     store.begin_recovery(FLAKY, &[1], now - 590_000, 600_000);
     assert!(store.wait_flushed(Duration::from_secs(10)).await);
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    for proxy in &proxies {
+        proxy
+            .wait_for(RECOVERING, |left| left > 0.0 && left <= 10.0)
+            .await;
+    }
     let late = flaky_share(&proxies, n).await;
     assert!(
         late > n * 35 / 100 && late < n * 65 / 100,
@@ -173,7 +185,9 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
     // no client failure; afterwards neither proxy tries the channel.
     store.begin_recovery(FLAKY, &[1], now_ms(), 600_000);
     assert!(store.wait_flushed(Duration::from_secs(10)).await);
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    for proxy in &proxies {
+        proxy.wait_for(RECOVERING, |left| left > 500.0).await;
+    }
     flaky.on(generations(), Behavior::status(503));
     let end = Instant::now() + Duration::from_secs(30);
     let mut retried = None;
@@ -204,7 +218,10 @@ async fn flapping_channel_stays_out_then_ramps_back_fleet_wide_and_retrips_at_on
         .unwrap();
     assert_eq!(channel.reason.as_deref(), Some(RECOVERING_TRIP_REASON));
     assert_eq!(channel.consecutive_failures, 1, "one failure was enough");
-    tokio::time::sleep(PROPAGATION_MARGIN).await;
+    for proxy in &proxies {
+        proxy.wait_for(BREAKER_OPEN, |open| open == 1.0).await;
+        proxy.wait_for(RECOVERING, |left| left == 0.0).await;
+    }
     let generations_now = flaky.hits_matching(&generations());
     for proxy in proxies.iter().cycle().take(10) {
         let r = proxy.chat(&[]).await;
