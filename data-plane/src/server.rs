@@ -580,7 +580,14 @@ async fn serve(
             )
         };
         match parsed {
-            Ok(chat) => Some(chat),
+            Ok(mut chat) => {
+                // The gateway keeps no responses: by default a translated answer says
+                // `store: false`; the operator may have translation refuse such requests.
+                if view.snapshot.settings.responses_refuse_store && chat.asks_to_store() {
+                    chat.keep_to_own_protocol("stored responses (`store`)");
+                }
+                Some(chat)
+            }
             Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
                 unparsable = Some(message);
                 None

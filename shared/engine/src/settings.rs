@@ -37,6 +37,13 @@ pub struct Settings {
     pub slow_start_initial_percent: u32,
     // limits
     pub max_request_body_bytes: u64,
+    // protocols
+    /// The gateway keeps no responses: a Responses API request translated for another
+    /// protocol's member is answered with `store: false`. When this is on, a request that asks
+    /// for its response to be stored (`store` true, or absent: the API's default) is refused by
+    /// such members instead (`protocol_unsupported`), so only members that speak the Responses
+    /// API themselves serve it.
+    pub responses_refuse_store: bool,
 }
 
 impl Default for Settings {
@@ -65,6 +72,7 @@ impl Default for Settings {
             slow_start_seconds: 60,
             slow_start_initial_percent: 10,
             max_request_body_bytes: 33_554_432,
+            responses_refuse_store: false,
         }
     }
 }

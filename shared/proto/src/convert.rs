@@ -78,6 +78,7 @@ fn settings_to_proto(s: &Settings) -> v1::Settings {
         max_request_body_bytes: Some(s.max_request_body_bytes),
         slow_start_seconds: Some(s.slow_start_seconds),
         slow_start_initial_percent: Some(s.slow_start_initial_percent),
+        responses_refuse_store: Some(s.responses_refuse_store),
     }
 }
 
@@ -386,6 +387,7 @@ fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
             .slow_start_initial_percent
             .unwrap_or(d.slow_start_initial_percent),
         max_request_body_bytes: w.max_request_body_bytes.unwrap_or(d.max_request_body_bytes),
+        responses_refuse_store: w.responses_refuse_store.unwrap_or(d.responses_refuse_store),
     };
     if let Some(error) = settings.validate().into_iter().next() {
         return Err(invalid(format!("settings.{}", error.field), error.message));

@@ -560,6 +560,22 @@ impl ChatRequest {
         })
     }
 
+    /// Whether this is a Responses API request that asks for its response to be stored
+    /// (`store` true, or absent: the Responses API's default).
+    pub fn asks_to_store(&self) -> bool {
+        self.responses && self.raw.get("store").and_then(Value::as_bool) != Some(false)
+    }
+
+    /// Records `feature` as something no other protocol than the client's can serve: members
+    /// that would need translation become unsupported for this request, naming it.
+    pub fn keep_to_own_protocol(&mut self, feature: &str) {
+        let others: Vec<Protocol> = [Protocol::OpenAi, ANTHROPIC, GEMINI]
+            .into_iter()
+            .filter(|p| *p != self.protocol)
+            .collect();
+        self.ir.block(feature, &others, false);
+    }
+
     /// Whether this is a Responses API request (see [`ChatRequest::parse_responses`]).
     pub fn is_responses(&self) -> bool {
         self.responses
