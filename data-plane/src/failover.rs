@@ -1,4 +1,4 @@
-//! The failover loop of SPEC §3, written once: ask the engine, try the member (re-sending on the
+//! The failover loop, written once: ask the engine, try the member (re-sending on the
 //! same channel with the next credential), classify, report to the state store, and ask the
 //! engine again with what was tried excluded — until success, a non-retryable outcome, the
 //! budget or the deadline.
