@@ -2,10 +2,11 @@
 """Checks the documentation (run by scripts/check-docs after it built the book).
 
 1. Links: in the rendered book (every HTML page but print.html, which repeats them), every
-   relative href/src names a file of the book and every #anchor an id of that file. In README.md,
-   ARCHITECTURE.md, SECURITY.md and BENCHMARKS.md every relative link names a file of the
-   repository and every #anchor a heading of the target Markdown file (mdBook's and GitHub's rule:
-   lowercase, spaces to '-', punctuation other than '-' and '_' dropped).
+   relative href/src names a file of the book and every #anchor an id of that file. In the
+   repository's other Markdown files (README.md, ARCHITECTURE.md, deploy/*/README.md...) every
+   relative link names a file of the repository and every #anchor a heading of the target
+   Markdown file (mdBook's and GitHub's rule: lowercase, spaces to '-', punctuation other than
+   '-' and '_' dropped).
 2. Reference completeness, from the code, never from a list kept by hand: every global setting
    (the fields of `Settings` in shared/engine/src/settings.rs) is named in
    docs/src/reference/settings.md; every environment variable the binaries read (clap `env = "..."`
@@ -100,6 +101,18 @@ def markdown_anchors(path):
             ids.add(base if n == 0 else f"{base}-{n}")
             seen[base] = n + 1
     return ids
+
+
+def markdown_outside_book():
+    """The repository's Markdown files that are not pages of the book (README.md, ARCHITECTURE.md,
+    the READMEs of deploy/ and fuzz/...), as git lists them."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+                             cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        out = [p.name for p in REPO.glob("*.md")]
+    return [REPO / p for p in out if not p.startswith("docs/src/") and (REPO / p).exists()]
 
 
 def check_markdown(path):
@@ -218,9 +231,8 @@ def check_reference():
 def main():
     book = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "target/book"
     check_book(book)
-    for name in ("README.md", "ARCHITECTURE.md", "SECURITY.md", "BENCHMARKS.md"):
-        if (REPO / name).exists():
-            check_markdown(REPO / name)
+    for path in markdown_outside_book():
+        check_markdown(path)
     check_reference()
     for p in problems:
         print(f"check-docs: {p}", file=sys.stderr)
