@@ -33,7 +33,7 @@ TARGET = "deploy/components/monitoring/prometheusrule.yaml"
 HEADER = """\
 # GENERATED from deploy/prometheus/switchyard-rules.yaml by scripts/prometheus_rules.py --write;
 # do not edit (scripts/check-deploy fails when the two differ). The alerts are explained there and
-# in README "Alerts".
+# in docs/src/guides/observability.md.
 """
 
 

@@ -1,4 +1,4 @@
-//! Command-line flags with environment fallbacks (SPEC §8).
+//! Command-line flags with environment fallbacks (docs/src/reference/control-plane-api.md).
 
 use std::net::SocketAddr;
 

@@ -1,4 +1,4 @@
-//! The fleet's shared runtime state as the control plane sees it (SPEC §5–§7): the same
+//! The fleet's shared runtime state as the control plane sees it: the same
 //! `RedisStore` the proxies use, on the same key prefix, so explain selects with the very view a
 //! proxy would and `/api/v1/state` shows what the fleet holds.
 //!

@@ -1,5 +1,6 @@
-//! `switchyard-control-plane`: see SPEC §8 for its configuration. All of it is
-//! [`switchyard_control_plane::main_with`]; this file only adds the allocator.
+//! `switchyard-control-plane`: its flags and environment are in
+//! docs/src/reference/control-plane-api.md. All of it is [`switchyard_control_plane::main_with`];
+//! this file only adds the allocator.
 
 /// jemalloc with background purging returns memory after bursts of connections (see the data
 /// plane's `main.rs` and BENCHMARKS.md).

@@ -266,7 +266,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     response
 }
 
-/// One trace span per admin API request when traces are exported (SPEC §7): method, matched
+/// One trace span per admin API request when traces are exported (OTLP): method, matched
 /// route and status only (never the admin token or a body).
 fn request_span(method: &str, route: &str) -> Span {
     if !crate::telemetry::enabled() {

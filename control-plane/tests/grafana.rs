@@ -48,7 +48,8 @@ fn metric_names(text: &str) -> Vec<String> {
     out
 }
 
-/// Families the data plane's request path exports with the observability work (SPEC §11).
+/// Families the data plane's request path exports with the observability work
+/// (docs/src/reference/metrics.md).
 const REQUEST_PATH_FAMILIES: &[&str] = &[
     "switchyard_tokens_total",
     "switchyard_channel_in_flight",

@@ -1,4 +1,4 @@
-//! SPEC §7 trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
+//! OTLP trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
 //! in-process OTLP/gRPC collector, exports a span per admin API request (method, matched route,
 //! status; never the admin token), flushed on SIGTERM (the batch delay is a minute).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

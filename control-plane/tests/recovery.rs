@@ -111,7 +111,7 @@ const POLICY: FailurePolicy = FailurePolicy {
     breaker_threshold: 5,
 };
 
-/// Five failed channel attempts: the breaker trips (SPEC §4 default threshold).
+/// Five failed channel attempts: the breaker trips (the default `breaker_failure_threshold`).
 fn trip(store: &dyn StateStore, channel: i64) {
     for _ in 0..5 {
         store.record_channel_failure(channel, &POLICY, now_ms());

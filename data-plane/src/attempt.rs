@@ -1,5 +1,6 @@
-//! One attempt against one member with one credential, and the classification of its outcome
-//! (SPEC §3's table). The failover loop decides what to do next from [`Failed::scope`].
+//! One attempt against one member with one credential, and the classification of its outcome (the
+//! table in docs/src/concepts/routing.md). The failover loop decides what to do next from
+//! [`Failed::scope`].
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
@@ -315,7 +316,7 @@ impl Attempt<'_> {
             Err(_) => Err(Failed::bare(AttemptError::FirstByteTimeout)),
             Ok(Err(e)) if e.is_connect() => Err(Failed::bare(AttemptError::ConnectError)),
             // The connection was up but closed before the answer started: for a stream this is
-            // the "cut before the first byte" of SPEC §3, specific to this member.
+            // a "cut before the first byte": a failure specific to this member.
             Ok(Err(_)) if self.inspected.stream => Err(stream_cut()),
             Ok(Err(_)) => Err(Failed::bare(AttemptError::TransportError)),
             Ok(Ok(response)) => {
@@ -581,9 +582,10 @@ fn stream_cut() -> Failed {
     Failed::bare(AttemptError::StreamCutBeforeFirstByte)
 }
 
-/// SPEC §3: transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model
-/// not found" answer (Azure's `DeploymentNotFound` too) is member-specific; any other 4xx is rejected (fail over, cool the member,
-/// never counted for the breaker). The kind and the scope are those of the returned error.
+/// Transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model not found"
+/// answer (Azure's `DeploymentNotFound` too) is member-specific; any other 4xx is rejected (fail
+/// over, cool the member, never counted for the breaker). The kind and the scope are those of the
+/// returned error.
 pub fn classify(
     channel: &Channel,
     status: u16,

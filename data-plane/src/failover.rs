@@ -1,4 +1,4 @@
-//! The failover loop of SPEC §3, written once: ask the engine, try the member (re-sending on the
+//! The failover loop, written once: ask the engine, try the member (re-sending on the
 //! same channel with the next credential), classify, report to the state store, and ask the
 //! engine again with what was tried excluded — until success, a non-retryable outcome, the
 //! budget or the deadline.
@@ -182,9 +182,9 @@ fn pause_before(n: u32, left: Duration, rng: &mut impl RandomSource) -> Option<D
     (left > pause).then_some(pause)
 }
 
-/// The failover loop (see ARCHITECTURE.md for its state machine): pick a member, try its channel
-/// (credential rotation, re-sends), report the failure, pick again — until an answer is
-/// committed, the budget or deadline runs out, or nothing is left to pick.
+/// The failover loop (its state machine is drawn in docs/src/concepts/inside-planes.md): pick a
+/// member, try its channel (credential rotation, re-sends), report the failure, pick again —
+/// until an answer is committed, the budget or deadline runs out, or nothing is left to pick.
 pub async fn proxy(state: &Arc<AppState>, view: &View, req: ProxyRequest<'_>) -> (Response, Trail) {
     let mut failover = Failover::new(state, view, req);
     loop {

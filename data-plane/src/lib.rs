@@ -1,5 +1,5 @@
-//! Switchyard's data plane: the OpenAI/Anthropic-compatible proxy. It selects with the pure
-//! engine on the latest snapshot, fails over per SPEC §3, and reports outcomes to the
+//! Switchyard's data plane: the OpenAI/Anthropic-compatible proxy. It selects with the pure engine
+//! on the latest snapshot, fails over (docs/src/concepts/routing.md), and reports outcomes to the
 //! [`StateStore`].
 //!
 //! Code map: [`server`] (HTTP edge: auth, limits, headers, log line) → [`failover`] (the one

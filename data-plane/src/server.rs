@@ -447,7 +447,7 @@ fn valid_request_id(id: &str) -> bool {
     (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The request's trace span when traces are exported (SPEC §7), else a disabled one: its
+/// The request's trace span when traces are exported (OTLP), else a disabled one: its
 /// attributes are the log line's fields (never a key, a credential or a body); each attempt is a
 /// child span (see [`crate::failover`]).
 fn request_span(endpoint: Endpoint, request_id: &str) -> Span {

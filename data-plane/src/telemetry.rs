@@ -1,4 +1,4 @@
-//! Logging and optional OpenTelemetry trace export (SPEC §7), through the shared
+//! Logging and optional OpenTelemetry trace export, through the shared
 //! `switchyard-telemetry` crate.
 
 pub use switchyard_telemetry::{enabled, Telemetry};

@@ -1,4 +1,5 @@
-//! SPEC §3 failover, row by row, against real mock upstreams on loopback.
+//! Failover, class by class (docs/src/concepts/routing.md), against real mock upstreams on
+//! loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

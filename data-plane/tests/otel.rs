@@ -1,4 +1,4 @@
-//! SPEC §7 trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
+//! OTLP trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
 //! in-process OTLP/gRPC collector (tonic, the generated `TraceService`), exports one span per
 //! proxied request carrying the route and the attempt trail, a child span per attempt, and no
 //! secret. The batch delay is set to a minute, so the spans only arrive because SIGTERM flushes.

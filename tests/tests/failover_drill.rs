@@ -1,4 +1,4 @@
-//! The failover drill (`scripts/failover-drill`, README "Failover drill") run against a local
+//! The failover drill (`scripts/failover-drill`, docs/src/guides/failover-drill.md) run against a local
 //! fleet of real processes: a control plane (its own database, `REDIS_URL`) and proxies following
 //! it, sharing one Redis under a prefix of their own. It passes there, leaving nothing behind and
 //! the probe interval restored; it fails with a readable report (non-zero exit, the failing step

@@ -1,4 +1,4 @@
-//! The control plane and the data plane together, as real processes (SPEC §5, §8): what is
+//! The control plane and the data plane together, as real processes: what is
 //! written through the control plane's REST API is served by proxies that follow its gRPC
 //! snapshot stream; changes reach them promptly; they outlive the control plane (in memory, and
 //! across their own restart from `SWITCHYARD_SNAPSHOT_CACHE`) and follow it again when it is
@@ -30,7 +30,7 @@ const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
 const FLEET_TOKEN: &str = "e2e-fleet-token-0123456789abcdef";
 /// Starting processes, a control plane coming back, a proxy reconnecting (backoff up to 10 s).
 const PATIENCE: Duration = Duration::from_secs(60);
-/// A committed change reaching a connected proxy: SPEC §5 says "without polling delays"; this
+/// A committed change reaching a connected proxy: it must arrive without polling delays; this
 /// is only a generous ceiling for a loaded 2-core machine.
 const PROMPTLY: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);

@@ -1,8 +1,8 @@
-//! Three real data-plane processes sharing one Redis (SPEC §5), against real mock upstreams:
-//! cooldowns and sticky sessions are honoured fleet-wide, in-flight counts are fleet-wide and
-//! do not leak when a proxy is killed, a Redis outage fails no client request, and a cooldown
-//! written while Redis is paused under load is honoured by the other proxy within a second of
-//! Redis resuming (each proxy's propagation-lag histogram on `/metrics` moving meanwhile).
+//! Three real data-plane processes sharing one Redis (docs/src/concepts/shared-state.md), against
+//! real mock upstreams: cooldowns and sticky sessions are honoured fleet-wide, in-flight counts are
+//! fleet-wide and do not leak when a proxy is killed, a Redis outage fails no client request, and a
+//! cooldown written while Redis is paused under load is honoured by the other proxy within a second
+//! of Redis resuming (each proxy's propagation-lag histogram on `/metrics` moving meanwhile).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};

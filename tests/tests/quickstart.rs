@@ -1,8 +1,8 @@
-//! The README's fleet quick start ("Run a fleet on one machine"), run as written by
+//! The book's fleet quick start (docs/src/getting-started/fleet.md), run as written by
 //! `scripts/quickstart-fleet` against this crate's builds of both binaries, on free ports and a
 //! database of its own: creating the database, starting the control plane, configuring mock
 //! channels, a route and a token through the admin API, starting a proxy that follows it, and the
-//! failover, cooldown, stream, explain and attempt trail the README says the reader will see.
+//! failover, cooldown, stream, explain and attempt trail the page says the reader will see.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;

@@ -641,7 +641,7 @@ async fn a_control_plane_restart_under_load_loses_no_request_and_proxies_resume(
     let (http_addr, grpc_addr) = (cp.http.to_string(), cp.grpc.to_string());
     let endpoint = cp.endpoint();
 
-    // Channel, route, member and token through the admin API, as the README's fleet quick start.
+    // Channel, route, member and token through the admin API, as the book's fleet quick start.
     let first = cp.mock_channel("sim-a", "from-a").await;
     let route = cp
         .create("/api/v1/routes", json!({"model_pattern": MODEL}))

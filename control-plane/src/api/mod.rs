@@ -1,5 +1,6 @@
-//! The admin REST API (SPEC §7): one router built from the handlers' own OpenAPI annotations, so
-//! `/api/v1/openapi.json` always lists exactly the routes that exist.
+//! The admin REST API (docs/src/reference/control-plane-api.md): one router built from the
+//! handlers' own OpenAPI annotations, so `/api/v1/openapi.json` always lists exactly the routes
+//! that exist.
 
 pub mod amount;
 mod budgets;

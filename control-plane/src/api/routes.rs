@@ -220,7 +220,7 @@ impl RouteSpec {
     /// Checks that need the database: the single member must belong to this route, and `single`
     /// needs one.
     /// `require` is set when the request itself asks for `single` mode: a route whose single
-    /// member was deleted later stays editable (it behaves as `auto`, SPEC 2.10).
+    /// member was deleted later stays editable (it behaves as `auto`).
     async fn check_single(
         &self,
         tx: &mut sqlx::PgConnection,

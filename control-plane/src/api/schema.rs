@@ -123,7 +123,7 @@ fn settings_object(all_required: bool) -> Schema {
     Schema::Object(
         object
             .description(Some(if all_required {
-                "Every global setting (SPEC §7), defaults filled in."
+                "Every global setting, defaults filled in."
             } else {
                 "Global settings to write: PUT replaces the document (absent keys take their \
                  defaults), PATCH changes only the keys it sends. Unknown keys and out-of-range \

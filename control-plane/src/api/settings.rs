@@ -1,6 +1,6 @@
-//! `/api/v1/settings`: the global settings of SPEC §7, validated against the engine's ranges.
-//! GET returns every setting (defaults filled in); PUT replaces the document (absent keys take
-//! their defaults); PATCH changes only the keys it sends.
+//! `/api/v1/settings`: the global settings (docs/src/reference/settings.md), validated against the
+//! engine's ranges. GET returns every setting (defaults filled in); PUT replaces the document
+//! (absent keys take their defaults); PATCH changes only the keys it sends.
 
 use axum::extract::State;
 use axum::response::Response;

@@ -1,13 +1,13 @@
-//! Recovery (SPEC §4, §5): one leader across control-plane replicas records breakers tripped in
-//! the shared state as `auto_disabled` channels, and quietly probes the channels that are
-//! `auto_disabled` (or whose breaker is open), each on its own schedule
+//! Recovery (docs/src/concepts/channel-lifecycle.md): one leader across control-plane replicas
+//! records breakers tripped in the shared state as `auto_disabled` channels, and quietly probes the
+//! channels that are `auto_disabled` (or whose breaker is open), each on its own schedule
 //! (`switchyard_upstream::ProbeSchedule`: first probe jittered within one
-//! `recovery_probe_interval_seconds`, each failure doubling the wait up to 8× the interval). A
-//! pass re-enables the channel through the audited write path, closes its breaker and starts its
-//! recovering window (slow start) fleet-wide (`StateStore::begin_recovery`).
-//! Credentials the fleet disabled at runtime (a keyword rule on a multi-key channel) are probed
-//! one by one in the same rounds, whatever their channel's status short of a manual disable; a
-//! pass lifts that credential's disable fleet-wide (`StateStore::enable_credential`).
+//! `recovery_probe_interval_seconds`, each failure doubling the wait up to 8× the interval). A pass
+//! re-enables the channel through the audited write path, closes its breaker and starts its
+//! recovering window (slow start) fleet-wide (`StateStore::begin_recovery`). Credentials the fleet
+//! disabled at runtime (a keyword rule on a multi-key channel) are probed one by one in the same
+//! rounds, whatever their channel's status short of a manual disable; a pass lifts that
+//! credential's disable fleet-wide (`StateStore::enable_credential`).
 //!
 //! What to probe (channels, their credentials and members) is read from the publisher's current
 //! snapshot, not re-queried: the probe itself is `switchyard_upstream`'s, the one the proxies

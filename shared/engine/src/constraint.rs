@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{ChannelId, MemberId, TeamId};
 
-/// What the request needs from a member (capability contract, SPEC §2.8).
+/// What the request needs from a member (capability contract: an undeclared capability is assumed
+/// supported).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestNeeds {
     pub streaming: bool,

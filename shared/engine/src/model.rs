@@ -569,7 +569,7 @@ pub fn normalize_group(name: Option<&str>) -> &str {
     }
 }
 
-/// Checks a group name against the SPEC's limit (at most 64 characters after trimming).
+/// Checks a group name against its limit (at most 64 characters after trimming).
 pub fn validate_group(name: &str) -> Result<(), String> {
     let n = name.trim().chars().count();
     if n > MAX_GROUP_NAME_CHARS {

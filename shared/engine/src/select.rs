@@ -1,5 +1,6 @@
-//! The selection engine (SPEC §2): one pure function from (snapshot, health view, constraint,
-//! now, rng) to a [`Decision`]. The proxy selects with it and explain serialises its output.
+//! The selection engine (docs/src/concepts/routing.md): one pure function from (snapshot, health
+//! view, constraint, now, rng) to a [`Decision`]. The proxy selects with it and explain serialises
+//! its output.
 
 use crate::constraint::{RequestNeeds, SelectionConstraint};
 use crate::decision::{
@@ -604,8 +605,8 @@ fn team_allows_model(team: &Team, model: &str) -> bool {
         .any(|p| p.trim() == model || wildcard_match(p.trim(), model))
 }
 
-/// The group narrowing of SPEC §2.1 over the route's distinct groups: `Some(group)` filtered
-/// to, or `None` for the whole pool.
+/// The group narrowing (a token's route group, else the request's header) over the route's distinct
+/// groups: `Some(group)` filtered to, or `None` for the whole pool.
 fn narrow_group<'s>(groups: &'s [String], requested: &str) -> Option<&'s str> {
     let find = |g: &str| groups.iter().find(|name| *name == g).map(String::as_str);
     find(requested).or_else(|| find(DEFAULT_GROUP))

@@ -1,5 +1,5 @@
-//! Global settings (SPEC §7) with their defaults and ranges. Route-level overrides live on
-//! [`crate::Route`]; the engine resolves them in one place ([`crate::select`]).
+//! Global settings (docs/src/reference/settings.md) with their defaults and ranges. Route-level
+//! overrides live on [`crate::Route`]; the engine resolves them in one place ([`crate::select`]).
 
 use serde::{Deserialize, Serialize};
 

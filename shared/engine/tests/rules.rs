@@ -1,4 +1,4 @@
-//! One named test per routing rule of SPEC §2.
+//! One named test per routing rule (docs/src/concepts/routing.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod support;

@@ -13,7 +13,8 @@
 //! admitted iff `used + amount <= value`). A fleet store ([`Authority::Fleet`]) admits from the
 //! claimed allowance plus at most one allowance of credit while the fleet, as last seen, has room
 //! for it; its background task claims more (and charges the credit) before the allowance runs out.
-//! See ARCHITECTURE.md (shared/state) for the overshoot bound and its argument.
+//! The overshoot bound and its argument: docs/src/concepts/inside-engine-state.md ("The overshoot
+//! bound").
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -1,11 +1,11 @@
-//! Logging and optional OpenTelemetry trace export (SPEC §7).
+//! Logging and optional OpenTelemetry trace export (the book: docs/src/guides/observability.md).
 //!
 //! The JSON log lines on stdout are always on. When `OTEL_EXPORTER_OTLP_ENDPOINT` or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, a `tracing-opentelemetry` layer also exports
-//! spans over OTLP/gRPC; the exporter reads the SDK's standard variables itself
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, a `tracing-opentelemetry` layer also exports spans
+//! over OTLP/gRPC; the exporter reads the SDK's standard variables itself
 //! (`OTEL_EXPORTER_OTLP_TIMEOUT`, `_HEADERS`, `_COMPRESSION`, `OTEL_BSP_*`, …; the transport is
-//! always gRPC) and `OTEL_SERVICE_NAME` names the service. Unset, nothing is built: no exporter, no background
-//! thread, and callers skip creating their spans entirely ([`enabled`] is false).
+//! always gRPC) and `OTEL_SERVICE_NAME` names the service. Unset, nothing is built: no exporter, no
+//! background thread, and callers skip creating their spans entirely ([`enabled`] is false).
 //!
 //! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
 //! shape so the two cannot drift apart.
