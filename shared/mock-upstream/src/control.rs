@@ -14,6 +14,7 @@
 //!
 //! A tool call's `arguments` is the arguments' JSON text or any JSON object (sent as its text).
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use http::{Response, StatusCode};
@@ -21,8 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::respond::{full, MockBody};
-use crate::script::{Behavior, Matcher};
-use crate::server::Shared;
+use crate::script::{Behavior, Matcher, Script};
 use crate::sim;
 
 pub(crate) const PREFIX: &str = "/__mock/";
@@ -169,6 +169,21 @@ impl From<BehaviorSpec> for Behavior {
             b = b.times(n);
         }
         b
+    }
+}
+
+/// State shared by the handle, every connection task and the control API.
+pub(crate) struct Shared {
+    pub(crate) script: Mutex<Script>,
+    pub(crate) models: Vec<String>,
+    pub(crate) control_api: bool,
+}
+
+impl Shared {
+    pub(crate) fn script(&self) -> MutexGuard<'_, Script> {
+        // A panic while holding the lock cannot leave the script half-updated in a way that
+        // matters to a mock, so a poisoned lock is still used.
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -51,7 +51,8 @@ mod script;
 mod server;
 
 pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec, ToolCallSpec};
-pub use respond::{ReportedUsage, DEFAULT_STREAM_CHUNKS};
+pub use respond::DEFAULT_STREAM_CHUNKS;
+pub use script::ReportedUsage;
 pub use script::{Behavior, HitCounts, Matcher, RecordedRequest, RuleReport, StreamShape};
 pub use server::{MockOptions, MockUpstream};
 /// The pure answer builders, shared with the data plane's `provider: mock`.

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::time::Sleep;
 
 use crate::azure;
-use crate::script::{Behavior, RecordedRequest};
+use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 use crate::sim::{self, Protocol};
 
 /// Chunks streamed when the request asks for `"stream": true` and no rule says otherwise.
@@ -185,36 +185,6 @@ fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
         Ok(endpoint)
     } else {
         Err(StatusCode::METHOD_NOT_ALLOWED)
-    }
-}
-
-/// Token usage the mock's answers reported, summed (see [`crate::MockUpstream::reported_usage`]).
-/// `input_tokens` counts the cached ones too, whatever the protocol's own field says (Anthropic's
-/// `input_tokens` leaves out `cache_read_input_tokens`): the one meaning a gateway reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReportedUsage {
-    /// Answers that carried a usage block.
-    pub answers: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cached_tokens: u64,
-}
-
-impl ReportedUsage {
-    fn of(answer: &sim::Answer) -> Self {
-        Self {
-            answers: 1,
-            input_tokens: answer.input_tokens(),
-            output_tokens: answer.output_tokens(),
-            cached_tokens: answer.cached_tokens,
-        }
-    }
-
-    pub(crate) fn add(&mut self, other: ReportedUsage) {
-        self.answers += other.answers;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_tokens += other.cached_tokens;
     }
 }
 

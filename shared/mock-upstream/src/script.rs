@@ -7,7 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::respond::ReportedUsage;
 use crate::sim::ToolCall;
 
 /// Selects requests. Every field that is set must match; [`Matcher::any`] matches everything.
@@ -404,6 +403,36 @@ impl Script {
         self.counts = HitCounts::default();
         self.record.clear();
         self.reported_usage = ReportedUsage::default();
+    }
+}
+
+/// Token usage the mock's answers reported, summed (see [`crate::MockUpstream::reported_usage`]).
+/// `input_tokens` counts the cached ones too, whatever the protocol's own field says (Anthropic's
+/// `input_tokens` leaves out `cache_read_input_tokens`): the one meaning a gateway reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// Answers that carried a usage block.
+    pub answers: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+impl ReportedUsage {
+    pub(crate) fn of(answer: &crate::sim::Answer) -> Self {
+        Self {
+            answers: 1,
+            input_tokens: answer.input_tokens(),
+            output_tokens: answer.output_tokens(),
+            cached_tokens: answer.cached_tokens,
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: ReportedUsage) {
+        self.answers += other.answers;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,8 +18,9 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::azure;
-use crate::control;
-use crate::respond::{self, MockBody, ReportedUsage};
+use crate::control::{self, Shared};
+use crate::respond::{self, MockBody};
+use crate::script::ReportedUsage;
 use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
 use crate::sim;
 
@@ -50,21 +51,6 @@ impl Default for MockOptions {
                 .collect(),
             control_api: true,
         }
-    }
-}
-
-/// State shared by the handle and every connection task.
-pub(crate) struct Shared {
-    script: Mutex<Script>,
-    models: Vec<String>,
-    control_api: bool,
-}
-
-impl Shared {
-    pub(crate) fn script(&self) -> MutexGuard<'_, Script> {
-        // A panic while holding the lock cannot leave the script half-updated in a way that
-        // matters to a mock, so a poisoned lock is still used.
-        self.script.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
