@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::translate::TranslateError;
+use crate::error::TranslateError;
 
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, TranslateError> {
     serde_json::from_slice(body)

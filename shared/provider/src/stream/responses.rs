@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use super::upstream::Ev;
 use crate::errors::stream_error_event;
 use crate::protocol::Protocol;
-use crate::response::Finish;
 use crate::sse::write_event;
+use crate::translate::Finish;
 use crate::translate::{
     responses_call_item, responses_message_item, responses_output_text, responses_response_id,
     responses_response_object, responses_usage,

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::protocol::Protocol;
-use crate::response::Finish;
 use crate::sse::SseEvent;
 use crate::translate::gemini_call_id;
+use crate::translate::Finish;
 use crate::usage::{AnthropicUsage, FullUsage};
 use crate::util::{get_array, get_str, get_u64, parse_json_lenient, value_text};
 

@@ -6,7 +6,7 @@ use super::{
     args_object, joined_text, malformed, merged_turns, Ctx, Ir, Media, MediaKind, Msg, Part, Role,
     Source, Tool, ToolChoice, TranslateError, GEMINI, OPENAI,
 };
-use crate::response::{Choice, Finish, Resp};
+use super::{Choice, Finish, Resp};
 use crate::usage::FullUsage;
 use crate::util::{anthropic_tool_id, get_array, get_f64, get_str, get_u64, value_text};
 

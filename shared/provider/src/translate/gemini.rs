@@ -7,7 +7,7 @@ use super::{
     args_object, joined_text, malformed, merged_turns, Ctx, Ir, Media, MediaKind, Msg, Part,
     ResponseFormat, Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, OPENAI,
 };
-use crate::response::{Choice, Finish, Resp};
+use super::{Choice, Finish, Resp};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, synth_call_id, value_text};
 

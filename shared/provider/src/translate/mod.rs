@@ -7,11 +7,13 @@ mod responses;
 pub(crate) mod schema;
 
 use std::collections::HashMap;
-use std::fmt;
 
 use serde_json::{json, Map, Value};
 
+pub(crate) use crate::error::malformed;
+pub use crate::error::TranslateError;
 use crate::protocol::Protocol;
+use crate::usage::FullUsage;
 use crate::util::{get_u64, parse_json_lenient, parse_object};
 
 pub(crate) use anthropic::{
@@ -32,33 +34,102 @@ pub(crate) use responses::{
     usage as responses_usage,
 };
 
-/// Why a body could not be translated.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TranslateError {
-    /// The body is not a valid request/response of its protocol.
-    Malformed(String),
-    /// The body uses a feature the target protocol cannot express (the feature is named).
-    Unsupported(String),
+// ---------------------------------------------------------------------------------------------
+// The neutral form (IR)
+// ---------------------------------------------------------------------------------------------
+
+/// Why the model stopped, in neutral form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finish {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    /// A stop sequence matched (Anthropic says which one).
+    StopSequence(Option<String>),
 }
 
-impl fmt::Display for TranslateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Finish {
+    pub fn from_openai(s: &str) -> Finish {
+        match s {
+            "length" => Finish::Length,
+            "tool_calls" | "function_call" => Finish::ToolCalls,
+            "content_filter" => Finish::ContentFilter,
+            _ => Finish::Stop,
+        }
+    }
+
+    pub fn to_openai(&self) -> &'static str {
         match self {
-            TranslateError::Malformed(m) => write!(f, "malformed body: {m}"),
-            TranslateError::Unsupported(m) => write!(f, "unsupported by the target protocol: {m}"),
+            Finish::Stop | Finish::StopSequence(_) => "stop",
+            Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
+            Finish::ContentFilter => "content_filter",
+        }
+    }
+
+    pub fn from_anthropic(s: &str, stop_sequence: Option<&str>) -> Finish {
+        match s {
+            "max_tokens" | "model_context_window_exceeded" => Finish::Length,
+            "tool_use" => Finish::ToolCalls,
+            "stop_sequence" => Finish::StopSequence(stop_sequence.map(str::to_string)),
+            "refusal" => Finish::ContentFilter,
+            _ => Finish::Stop,
+        }
+    }
+
+    /// `(stop_reason, stop_sequence)`.
+    pub fn to_anthropic(&self) -> (&'static str, Option<String>) {
+        match self {
+            Finish::Stop => ("end_turn", None),
+            Finish::StopSequence(s) => match s {
+                Some(seq) => ("stop_sequence", Some(seq.clone())),
+                None => ("end_turn", None),
+            },
+            Finish::Length => ("max_tokens", None),
+            Finish::ToolCalls => ("tool_use", None),
+            Finish::ContentFilter => ("refusal", None),
+        }
+    }
+
+    pub fn from_gemini(s: &str) -> Finish {
+        match s {
+            "MAX_TOKENS" => Finish::Length,
+            "SAFETY"
+            | "RECITATION"
+            | "BLOCKLIST"
+            | "PROHIBITED_CONTENT"
+            | "SPII"
+            | "IMAGE_SAFETY"
+            | "IMAGE_PROHIBITED_CONTENT"
+            | "IMAGE_RECITATION"
+            | "LANGUAGE" => Finish::ContentFilter,
+            _ => Finish::Stop,
+        }
+    }
+
+    pub fn to_gemini(&self) -> &'static str {
+        match self {
+            Finish::Stop | Finish::StopSequence(_) | Finish::ToolCalls => "STOP",
+            Finish::Length => "MAX_TOKENS",
+            Finish::ContentFilter => "SAFETY",
         }
     }
 }
 
-impl std::error::Error for TranslateError {}
-
-pub(crate) fn malformed(msg: impl Into<String>) -> TranslateError {
-    TranslateError::Malformed(msg.into())
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Choice {
+    /// Only `Part::Text` and `Part::ToolCall`, in order.
+    pub parts: Vec<Part>,
+    pub finish: Option<Finish>,
 }
 
-// ---------------------------------------------------------------------------------------------
-// The neutral form (IR)
-// ---------------------------------------------------------------------------------------------
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resp {
+    pub id: String,
+    pub choices: Vec<Choice>,
+    pub usage: FullUsage,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {

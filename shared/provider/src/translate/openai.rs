@@ -6,7 +6,7 @@ use super::{
     joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
     Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI,
 };
-use crate::response::{Choice, Finish, Resp};
+use super::{Choice, Finish, Resp};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 
