@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::fxhash::{FxBuildHasher, FxHashMap};
-use crate::model::{ChannelId, CredentialId, MemberId, RouteId, Snapshot, UnixMillis};
+use crate::ids::{ChannelId, CredentialId, MemberId, RouteId, UnixMillis};
+use crate::model::Snapshot;
+use crate::slots::{HealthKeyRef, HealthSlots};
 
 /// EWMA smoothing factor for latency samples.
 pub const LATENCY_ALPHA: f64 = 0.2;
@@ -158,16 +160,6 @@ pub trait HealthView {
 /// [`health_record`].
 pub type HealthRecords = hashbrown::HashMap<(ChannelId, String), HealthRecord, FxBuildHasher>;
 
-/// A borrowed (channel, upstream model) key; hashes exactly like the owned tuple.
-#[derive(Hash)]
-struct HealthKeyRef<'a>(ChannelId, &'a str);
-
-impl hashbrown::Equivalent<(ChannelId, String)> for HealthKeyRef<'_> {
-    fn equivalent(&self, key: &(ChannelId, String)) -> bool {
-        self.0 == key.0 && self.1 == key.1
-    }
-}
-
 /// One hash probe, no allocation: the hot-path lookup every health view should use.
 pub fn health_record(
     records: &HealthRecords,
@@ -175,62 +167,6 @@ pub fn health_record(
     upstream_model: &str,
 ) -> Option<HealthRecord> {
     records.get(&HealthKeyRef(channel, upstream_model)).copied()
-}
-
-/// Every distinct (channel, upstream model) a snapshot's members use, each at a dense slot
-/// (first-seen order over the routes and their members). Built once per snapshot and shared
-/// by `Arc`: a view that lays its records out in this order ([`DenseHealth`]) lets selection
-/// read a candidate's record from an array instead of hashing its model name.
-#[derive(Debug, Default)]
-pub struct HealthSlots {
-    keys: Vec<(ChannelId, String)>,
-    index: HealthRecordsIndex,
-}
-
-type HealthRecordsIndex = hashbrown::HashMap<(ChannelId, String), u32, FxBuildHasher>;
-
-impl HealthSlots {
-    /// The table of `pairs`, duplicates sharing one slot.
-    pub fn build<'a>(pairs: impl IntoIterator<Item = (ChannelId, &'a str)>) -> HealthSlots {
-        let mut slots = HealthSlots::default();
-        for (channel, model) in pairs {
-            slots.slot_or_insert(channel, model);
-        }
-        slots
-    }
-
-    /// The slot of (channel, upstream model), adding it if new.
-    pub(crate) fn slot_or_insert(&mut self, channel: ChannelId, upstream_model: &str) -> u32 {
-        if let Some(slot) = self.slot(channel, upstream_model) {
-            return slot;
-        }
-        // A snapshot never holds 4 billion members; saturate rather than wrap.
-        let slot = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
-        self.keys.push((channel, upstream_model.to_owned()));
-        self.index
-            .insert((channel, upstream_model.to_owned()), slot);
-        slot
-    }
-
-    /// One hash probe, no allocation.
-    pub fn slot(&self, channel: ChannelId, upstream_model: &str) -> Option<u32> {
-        self.index
-            .get(&HealthKeyRef(channel, upstream_model))
-            .copied()
-    }
-
-    /// The keys in slot order.
-    pub fn keys(&self) -> &[(ChannelId, String)] {
-        &self.keys
-    }
-
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
 }
 
 /// A view's copy of its health records in one [`HealthSlots`] order. The owner keeps it in step:

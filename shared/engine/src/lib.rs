@@ -9,12 +9,14 @@ pub mod constraint;
 pub mod decision;
 pub mod fxhash;
 pub mod health;
+pub mod ids;
 pub mod limit;
 pub mod model;
 pub mod pattern;
 pub mod rng;
 mod select;
 pub mod settings;
+pub mod slots;
 pub mod validate;
 
 pub use constraint::{RequestNeeds, SelectionConstraint};
@@ -23,8 +25,7 @@ pub use decision::{
     Via,
 };
 pub use health::{
-    DenseHealth, HealthRecord, HealthSlots, HealthSnapshot, HealthView, NoHealth, Recovering,
-    StickyBinding,
+    DenseHealth, HealthRecord, HealthSnapshot, HealthView, NoHealth, Recovering, StickyBinding,
 };
 pub use limit::{
     price_for, Limit, LimitKey, LimitMode, LimitRule, Metric, Price, ScopeKind, Window,
@@ -38,3 +39,4 @@ pub use pattern::{validate_pattern, wildcard_match, RouteIndex};
 pub use rng::{RandomSource, SplitMix64};
 pub use select::select;
 pub use settings::Settings;
+pub use slots::HealthSlots;

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ChannelId, UnixMillis};
+use crate::ids::{ChannelId, UnixMillis};
 use crate::pattern::wildcard_match;
 
 /// Whom a limit applies to.

@@ -11,21 +11,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::fxhash::FxHashMap;
-use crate::health::HealthSlots;
 use crate::limit::{Limit, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
+use crate::slots::HealthSlots;
 
-pub type RouteId = i64;
-pub type MemberId = i64;
-pub type ChannelId = i64;
-pub type CredentialId = i64;
-pub type TeamId = i64;
-pub type TokenId = i64;
-
-/// Milliseconds since the Unix epoch. Wall-clock so that expiries can be shared between
-/// instances through Redis; the engine never reads a clock, the caller passes `now`.
-pub type UnixMillis = u64;
+pub use crate::ids::{ChannelId, CredentialId, MemberId, RouteId, TeamId, TokenId, UnixMillis};
 
 /// The name of the group used when a request names none.
 pub const DEFAULT_GROUP: &str = "default";

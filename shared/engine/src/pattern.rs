@@ -2,7 +2,7 @@
 //! the precomputed index that resolves a model name to its route without scanning every route.
 
 use crate::fxhash::FxHashMap;
-use crate::model::RouteId;
+use crate::ids::RouteId;
 
 /// Longest accepted model pattern, in characters.
 pub const MAX_PATTERN_CHARS: usize = 256;
