@@ -664,9 +664,9 @@ mod tests {
         };
         assert!(secret.contains("\"type\": \"service_account\""));
         // By environment reference: checked by the proxy when it resolves it.
-        parse(&format!(
-            "channels:\n  - name: v\n    provider: vertex\n    base_url: https://aiplatform.googleapis.com\n    credentials: [\"${{VERTEX_KEY}}\"]\n"
-        ))
+        parse(
+            "channels:\n  - name: v\n    provider: vertex\n    base_url: https://aiplatform.googleapis.com\n    credentials: [\"${VERTEX_KEY}\"]\n"
+        )
         .unwrap();
         let e = parse(&vertex("https://x/v1/projects/p", &vertex_key(|_| {}))).unwrap_err();
         assert!(
