@@ -507,7 +507,7 @@ impl Attempt<'_> {
         let code = status.as_u16();
         if status == StatusCode::UNAUTHORIZED {
             // A Vertex access token the upstream refused is not used again.
-            self.credential.forget_token().await;
+            self.credential.forget_token();
         }
         let text = String::from_utf8_lossy(&body).to_ascii_lowercase();
         let retry_after_ms = retry_after_ms(&response.headers);

@@ -30,6 +30,9 @@ pub const TEST_PUBLIC_KEY_PEM: &str = include_str!("../fixtures/vertex-test-key.
 /// THROWAWAY TEST KEY the mock does not know: its assertions are refused (`invalid_grant`).
 pub const UNREGISTERED_PRIVATE_KEY_PEM: &str =
     include_str!("../fixtures/vertex-test-key-unregistered.pem");
+/// The public key of [`UNREGISTERED_PRIVATE_KEY_PEM`].
+pub const UNREGISTERED_PUBLIC_KEY_PEM: &str =
+    include_str!("../fixtures/vertex-test-key-unregistered.pub.pem");
 /// The test service account.
 pub const TEST_CLIENT_EMAIL: &str = "switchyard-test@switchyard-test.iam.gserviceaccount.com";
 /// The test service account's project.

@@ -98,7 +98,7 @@ async fn tokens_are_issued_for_verified_assertions_cached_shared_and_refreshed()
     assert!(Arc::ptr_eq(&short, &source), "one source per key file");
     drop(short);
     mock.set_vertex_token_lifetime(Duration::from_secs(1));
-    source.forget().await;
+    source.forget();
     let first = source.bearer(&client, BUDGET).await.unwrap();
     assert_eq!(mock.vertex_token_exchanges(), 2);
     let mut refreshed = None;
@@ -157,4 +157,45 @@ async fn an_unknown_key_is_refused_with_invalid_grant() {
         gone.bearer(&client, BUDGET).await.unwrap_err(),
         TokenError::Connect
     );
+}
+
+#[tokio::test]
+async fn a_failed_refresh_keeps_the_unexpired_token_then_reports_the_refusal() {
+    let mock = MockUpstream::start().await.unwrap();
+    let client = build_client(Duration::from_secs(2));
+    // Five-second tokens: refreshed from the fourth second on, expired at the fifth.
+    mock.set_vertex_token_lifetime(Duration::from_secs(5));
+    let source = token_source(&mock.vertex_service_account()).unwrap();
+    let first = source.bearer(&client, BUDGET).await.unwrap();
+    // The key is rotated away at the endpoint: every refresh is refused from now on.
+    assert!(mock.register_vertex_key(
+        vertex::TEST_CLIENT_EMAIL,
+        vertex::UNREGISTERED_PUBLIC_KEY_PEM
+    ));
+    let mut kept = None;
+    for _ in 0..400 {
+        let got = source.bearer(&client, BUDGET).await;
+        if mock.vertex_token_refusals() > 0 {
+            kept = Some(got);
+            break;
+        }
+        assert_eq!(got.unwrap(), first, "fresh: the cached token");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The refused refresh (in the last second of the token's life) kept the current token.
+    assert_eq!(kept.expect("a refresh was tried").unwrap(), first);
+    // Once it has expired, the refusal is reported.
+    let mut refused = None;
+    for _ in 0..400 {
+        if let Err(e) = source.bearer(&client, BUDGET).await {
+            refused = Some(e);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        matches!(refused, Some(TokenError::Refused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(mock.vertex_token_exchanges(), 1);
 }

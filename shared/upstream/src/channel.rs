@@ -75,9 +75,9 @@ impl CredentialRuntime {
 
     /// After the upstream refused this credential's access token (401): drops it from the cache
     /// so the next request obtains a new one. Nothing for other providers.
-    pub async fn forget_token(&self) {
+    pub fn forget_token(&self) {
         if let Some(source) = &self.vertex {
-            source.forget().await;
+            source.forget();
         }
     }
 }

@@ -368,15 +368,25 @@ impl TokenError {
 #[derive(Clone)]
 struct Token {
     bearer: HeaderValue,
+    /// When a request should obtain a new one.
     refresh_at: Instant,
+    /// When the token endpoint said it expires.
+    expires_at: Instant,
 }
+
+/// How long a token that could not be refreshed (but has not expired) is used before the next
+/// try.
+const REFRESH_RETRY: Duration = Duration::from_secs(10);
 
 /// One service account's access tokens: cached, refreshed before they expire, and obtained by
 /// one exchange at a time (requests that need a token while one is being obtained wait for it
 /// and share it).
 pub struct TokenSource {
     account: ServiceAccount,
-    cached: tokio::sync::Mutex<Option<Token>>,
+    /// The current token, read without waiting by every request.
+    current: std::sync::RwLock<Option<Token>>,
+    /// Held across an exchange: one at a time, the others wait for its token.
+    exchanging: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for TokenSource {
@@ -409,7 +419,8 @@ pub fn token_source(secret: &str) -> Result<Arc<TokenSource>, String> {
     sources.retain(|_, source| source.strong_count() > 0);
     let source = Arc::new(TokenSource {
         account: parse_service_account(secret)?,
-        cached: tokio::sync::Mutex::new(None),
+        current: std::sync::RwLock::new(None),
+        exchanging: tokio::sync::Mutex::new(()),
     });
     sources.insert(secret.to_owned(), Arc::downgrade(&source));
     Ok(source)
@@ -420,33 +431,75 @@ impl TokenSource {
         &self.account
     }
 
+    /// The current token, if it is still fresh.
+    fn fresh(&self) -> Option<HeaderValue> {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        current
+            .as_ref()
+            .filter(|t| Instant::now() < t.refresh_at)
+            .map(|t| t.bearer.clone())
+    }
+
+    fn set(&self, token: Option<Token>) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = token;
+    }
+
     /// The `Authorization` value (`Bearer {token}`, marked sensitive): the cached token while it
-    /// is fresh, else a new one from the token endpoint within `budget`.
+    /// is fresh, else a new one from the token endpoint within `budget` — one exchange at a
+    /// time, which the requests arriving meanwhile wait for and share. A refresh that fails
+    /// while the current token has not expired yet keeps using it (and tries again
+    /// [`REFRESH_RETRY`] later).
     pub async fn bearer(
         &self,
         client: &HttpClient,
         budget: Duration,
     ) -> Result<HeaderValue, TokenError> {
+        if let Some(bearer) = self.fresh() {
+            return Ok(bearer);
+        }
         let deadline = Instant::now() + budget;
-        let mut cached = tokio::time::timeout_at(deadline, self.cached.lock())
+        let _exchanging = tokio::time::timeout_at(deadline, self.exchanging.lock())
             .await
             .map_err(|_| TokenError::Timeout)?;
-        if let Some(token) = cached.as_ref() {
-            if Instant::now() < token.refresh_at {
-                return Ok(token.bearer.clone());
+        // Obtained by the exchange this request waited for.
+        if let Some(bearer) = self.fresh() {
+            return Ok(bearer);
+        }
+        let exchanged = tokio::time::timeout_at(deadline, self.exchange(client))
+            .await
+            .unwrap_or(Err(TokenError::Timeout));
+        match exchanged {
+            Ok(token) => {
+                let bearer = token.bearer.clone();
+                self.set(Some(token));
+                Ok(bearer)
+            }
+            Err(e) => {
+                let mut current = self
+                    .current
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match current.as_mut() {
+                    Some(token) if Instant::now() < token.expires_at => {
+                        tracing::warn!(client_email = %self.account.client_email, error = e.as_str(), "Vertex AI access token refresh failed; the current token is used until it expires");
+                        token.refresh_at = (Instant::now() + REFRESH_RETRY).min(token.expires_at);
+                        Ok(token.bearer.clone())
+                    }
+                    _ => Err(e),
+                }
             }
         }
-        let token = tokio::time::timeout_at(deadline, self.exchange(client))
-            .await
-            .map_err(|_| TokenError::Timeout)??;
-        let bearer = token.bearer.clone();
-        *cached = Some(token);
-        Ok(bearer)
     }
 
     /// Drops the cached token (the upstream refused it): the next request obtains a new one.
-    pub async fn forget(&self) {
-        *self.cached.lock().await = None;
+    pub fn forget(&self) {
+        self.set(None);
     }
 
     /// One token exchange.
@@ -519,6 +572,7 @@ impl TokenSource {
         Ok(Token {
             bearer,
             refresh_at: started + lifetime.saturating_sub(margin),
+            expires_at: started + lifetime,
         })
     }
 }
