@@ -797,6 +797,75 @@ mod tests {
     }
 
     #[test]
+    fn vertex_sends_the_access_token_to_the_credentials_project() {
+        let key_file = serde_json::json!({
+            "type": "service_account",
+            "project_id": "key-project",
+            "private_key_id": "k1",
+            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
+            "client_email": "sa@key-project.iam.gserviceaccount.com",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        })
+        .to_string();
+        let mut c = channel(
+            "https://europe-west4-aiplatform.googleapis.com/",
+            Provider::Vertex,
+        );
+        c.credentials[0].secret = SecretSource::Inline(key_file);
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        // The unset env credential is skipped; the key file is a token source.
+        assert_eq!(rt.credentials.len(), 1);
+        let credential = &rt.credentials[0];
+        assert_eq!(
+            credential.service_account(),
+            Some("sa@key-project.iam.gserviceaccount.com")
+        );
+        let mut bearer = HeaderValue::from_static("Bearer ya29.t");
+        bearer.set_sensitive(true);
+        let authorized = CredentialRuntime {
+            auth: bearer,
+            ..credential.clone()
+        };
+        let mut client = HeaderMap::new();
+        client.insert("x-goog-api-key", HeaderValue::from_static("AIza-client"));
+        client.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer sk-client"),
+        );
+        let path = gemini_path("gemini-2.5-flash", "streamGenerateContent");
+        let req = rt
+            .request(
+                Target {
+                    method: &Method::POST,
+                    path: &path,
+                    query: Some("alt=sse"),
+                    model: "gemini-2.5-flash",
+                },
+                Some(&client),
+                &authorized,
+                Bytes::from_static(b"{}"),
+            )
+            .unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/key-project/locations/europe-west4/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        let h = req.headers();
+        assert_eq!(h[header::AUTHORIZATION], "Bearer ya29.t");
+        assert!(h[header::AUTHORIZATION].is_sensitive());
+        assert!(!h.contains_key("x-goog-api-key"));
+        assert_eq!(
+            channel_protocol(Provider::Vertex, Protocol::OpenAi),
+            Protocol::Gemini
+        );
+        // A file that is not a key: skipped.
+        c.credentials[0].secret = SecretSource::Inline("AIza-not-a-key-file".into());
+        assert!(ChannelRuntime::compile(&c, &|_| None)
+            .credentials
+            .is_empty());
+    }
+
+    #[test]
     fn azure_sends_the_key_in_api_key_and_the_version_in_the_query() {
         let rt = azure("https://r.openai.azure.com", Some("2025-01-01-preview"));
         let mut client = HeaderMap::new();
