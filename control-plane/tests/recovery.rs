@@ -648,6 +648,58 @@ async fn an_azure_channel_is_probed_at_its_deployment_with_its_api_key(pool: PgP
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_vertex_channel_is_probed_at_its_model_path_with_an_access_token(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let vertex = channel_of(
+        &app,
+        "vertex",
+        "vertex",
+        &mock,
+        &[&mock.vertex_service_account()],
+    )
+    .await;
+    // A key the token endpoint refuses: the probe fails before any model request.
+    let refused = channel_of(
+        &app,
+        "vertex-old-key",
+        "vertex",
+        &mock,
+        &[&mock.vertex_unregistered_service_account()],
+    )
+    .await;
+    auto_disable(&pool, vertex).await;
+    auto_disable(&pool, refused).await;
+
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.recovered, vec![vertex], "{report:?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let probe = &requests[0];
+    assert_eq!(
+        probe.path,
+        format!(
+            "/v1/projects/{}/locations/us-central1/publishers/google/models/{}:generateContent",
+            switchyard_mock_upstream::vertex::TEST_PROJECT,
+            probe_model("vertex")
+        )
+    );
+    assert!(probe
+        .credential
+        .as_deref()
+        .is_some_and(|t| t.starts_with("ya29.mock-")));
+    assert!(!probe.headers.contains_key("x-goog-api-key"));
+    let body: Value = serde_json::from_slice(&probe.body).unwrap();
+    assert_eq!(body["generationConfig"]["maxOutputTokens"], 1, "{body}");
+    assert_eq!(
+        (mock.vertex_token_exchanges(), mock.vertex_token_refusals()),
+        (1, 1)
+    );
+    assert_eq!(status(&app, vertex).await, "enabled");
+    assert_eq!(status(&app, refused).await, "auto_disabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn without_a_published_snapshot_nothing_is_probed(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();

@@ -24,7 +24,9 @@ use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
-use crate::upstream::{ChannelRuntime, CredentialRuntime, HttpClient, Target, UpstreamResponse};
+use crate::upstream::{
+    ChannelRuntime, CredentialRuntime, HttpClient, Target, TokenError, UpstreamResponse,
+};
 use crate::wire::Call;
 
 /// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
@@ -284,6 +286,17 @@ impl Attempt<'_> {
                 .map_err(|_| Failed::bare(AttemptError::FirstByteTimeout));
         }
         let call = self.call;
+        // A Vertex credential's access token (cached, or obtained now within the first-byte
+        // budget); other credentials as they are.
+        let limit = self.first_byte_timeout.min(self.left());
+        let credential = match self.credential.authorized(self.client, limit).await {
+            Ok(credential) => credential,
+            Err(e) => {
+                return self
+                    .token_failure(&e)
+                    .ok_or_else(|| Failed::bare(token_network_error(&e)))
+            }
+        };
         let request = self
             .runtime
             .request(
@@ -294,7 +307,7 @@ impl Attempt<'_> {
                     model: self.upstream_model,
                 },
                 call.passthrough.then_some(self.client_headers),
-                self.credential,
+                &credential,
                 call.body.clone(),
             )
             .map_err(|_| Failed::bare(AttemptError::BadUpstreamRequest))?;
@@ -328,6 +341,26 @@ impl Attempt<'_> {
                 })
             }
         }
+    }
+
+    /// A Vertex credential got no access token: a refusal (or a limited, failing or garbled
+    /// token endpoint) is classified as the provider's answer in Vertex's error shape — a refused
+    /// key as its 401. `None` for a network failure ([`token_network_error`]).
+    fn token_failure(&self, e: &TokenError) -> Option<UpstreamResponse> {
+        let account = self.credential.service_account().unwrap_or_default();
+        tracing::warn!(
+            channel = %self.channel.name,
+            credential_id = self.credential.id,
+            service_account = account,
+            error = e.as_str(),
+            "no Vertex AI access token for this credential"
+        );
+        let (status, headers, body) = e.answer(account)?;
+        Some(UpstreamResponse {
+            status,
+            headers,
+            body: Body::from(body),
+        })
     }
 
     async fn on_success(&self, mut response: UpstreamResponse) -> Outcome {
@@ -473,6 +506,10 @@ impl Attempt<'_> {
         };
         let status = response.status;
         let code = status.as_u16();
+        if status == StatusCode::UNAUTHORIZED {
+            // A Vertex access token the upstream refused is not used again.
+            self.credential.forget_token();
+        }
         let text = String::from_utf8_lossy(&body).to_ascii_lowercase();
         let retry_after_ms = retry_after_ms(&response.headers);
         let error = classify_status(self.channel, code, &text);
@@ -512,6 +549,16 @@ impl Attempt<'_> {
             answer: Some(answer),
             ban_keyword,
         }
+    }
+}
+
+/// A token endpoint that could not be reached or did not answer in time, as the attempt's
+/// failure (retryable, like the upstream itself being unreachable).
+fn token_network_error(e: &TokenError) -> AttemptError {
+    match e {
+        TokenError::Connect => AttemptError::ConnectError,
+        TokenError::Timeout => AttemptError::FirstByteTimeout,
+        _ => AttemptError::TransportError,
     }
 }
 
@@ -611,6 +658,8 @@ fn classify_status(channel: &Channel, status: u16, lowercase_body: &str) -> Atte
         && (lowercase_body.contains("model_not_found")
             || lowercase_body.contains("model not found")
             || lowercase_body.contains("deploymentnotfound")
+            || (lowercase_body.contains("publisher model")
+                && lowercase_body.contains("not found"))
             || (lowercase_body.contains("model") && lowercase_body.contains("does not exist")));
     if model_not_found {
         return AttemptError::ModelNotFound;

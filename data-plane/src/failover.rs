@@ -151,6 +151,7 @@ fn genai_provider(provider: Provider) -> &'static str {
         Provider::Azure => "azure.ai.openai",
         Provider::Anthropic => "anthropic",
         Provider::Gemini => "gcp.gemini",
+        Provider::Vertex => "gcp.vertex_ai",
         Provider::Mock => "switchyard.mock",
     }
 }

@@ -8,7 +8,7 @@ use http::{HeaderMap, StatusCode};
 
 pub use switchyard_upstream::{
     build_client, channel_protocol, gemini_path, returnable, ChannelRuntime, CredentialRuntime,
-    HttpClient, Target, MOCK_CREDENTIAL,
+    HttpClient, Target, TokenError, MOCK_CREDENTIAL,
 };
 
 /// What one attempt got back, from the network or from the simulation.

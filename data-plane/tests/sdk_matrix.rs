@@ -1,9 +1,11 @@
 //! The three official client SDKs (OpenAI, Anthropic, Google GenAI) against upstreams of the
-//! three protocols, plus Azure OpenAI (OpenAI's protocol at Azure's URLs): 12 (ingress SDK ×
-//! upstream provider) pairs, each one test.
+//! three protocols, plus Azure OpenAI (OpenAI's protocol at Azure's URLs) and Google Vertex AI
+//! (Gemini's protocol at Vertex's URLs, with access tokens from a service-account key): 15
+//! (ingress SDK × upstream provider) pairs, each one test.
 //!
 //! Each pair starts a [`MockUpstream`] (it answers every protocol by path), a proxy whose
-//! channels `up-openai`, `up-azure`, `up-anthropic` and `up-gemini` all point at it, and one
+//! channels `up-openai`, `up-azure`, `up-anthropic`, `up-gemini` and `up-vertex` all point at
+//! it (the Vertex channel's key file names the mock's token endpoint), and one
 //! python process
 //! running every scenario of `tests/sdk/<sdk>_client.py` (text, stream, tools, tools_stream,
 //! tool_result, image, errors). It checks what the SDK saw (text, tool calls, stop reasons,
@@ -43,18 +45,20 @@ const SCENARIOS: &str = "text,stream,tools,tools_stream,tool_result,image,errors
 /// Only the Anthropic and Gemini SDKs count tokens.
 const COUNT_SCENARIO: &str = "count_tokens";
 
-/// A wire protocol: of a client SDK (ingress) or of a channel (upstream). `Azure` is an
-/// upstream only: OpenAI's protocol behind Azure's URLs and `api-key` header.
+/// A wire protocol: of a client SDK (ingress) or of a channel (upstream). `Azure` and `Vertex`
+/// are upstreams only: OpenAI's protocol behind Azure's URLs and `api-key` header, Gemini's
+/// behind Vertex's URLs and access tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum P {
     OpenAi,
     Azure,
     Anthropic,
     Gemini,
+    Vertex,
 }
 
 /// Every upstream provider of the matrix.
-const UPSTREAMS: [P; 4] = [P::OpenAi, P::Azure, P::Anthropic, P::Gemini];
+const UPSTREAMS: [P; 5] = [P::OpenAi, P::Azure, P::Anthropic, P::Gemini, P::Vertex];
 
 impl P {
     fn name(self) -> &'static str {
@@ -63,6 +67,7 @@ impl P {
             P::Azure => "azure",
             P::Anthropic => "anthropic",
             P::Gemini => "gemini",
+            P::Vertex => "vertex",
         }
     }
 
@@ -71,7 +76,7 @@ impl P {
         match self {
             P::OpenAi | P::Azure => "openai_client.py",
             P::Anthropic => "anthropic_client.py",
-            P::Gemini => "genai_client.py",
+            P::Gemini | P::Vertex => "genai_client.py",
         }
     }
 
@@ -102,7 +107,7 @@ impl P {
         match self {
             P::OpenAi | P::Azure => "stop",
             P::Anthropic => "end_turn",
-            P::Gemini => "STOP",
+            P::Gemini | P::Vertex => "STOP",
         }
     }
 
@@ -111,7 +116,7 @@ impl P {
         match self {
             P::OpenAi | P::Azure => "tool_calls",
             P::Anthropic => "tool_use",
-            P::Gemini => "STOP",
+            P::Gemini | P::Vertex => "STOP",
         }
     }
 }
@@ -121,13 +126,17 @@ impl P {
 fn yaml(mock: &MockUpstream, extra_routes: &str) -> String {
     let mut y = String::from("settings:\n  channel_retry_times: 0\nchannels:\n");
     for p in UPSTREAMS {
+        // A Vertex credential is a service-account key file (JSON, YAML single-quoted).
+        let credential = match p {
+            P::Vertex => format!("'{}'", mock.vertex_service_account()),
+            _ => format!("\"{}\"", p.credential()),
+        };
         write!(
             y,
-            "  - name: {}\n    provider: {}\n    base_url: {}\n    credentials: [\"{}\"]\n",
+            "  - name: {}\n    provider: {}\n    base_url: {}\n    credentials: [{credential}]\n",
             p.channel(),
             p.name(),
             mock.base_url(),
-            p.credential()
         )
         .unwrap();
     }
@@ -433,6 +442,46 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
             );
             c.eq(scenario, "body.model", &body["model"], model.clone());
         }
+        P::Vertex => {
+            // The model path in the key file's project and the default location; an access
+            // token the mock's token endpoint issued, no API key.
+            let base = format!(
+                "/v1/projects/{}/locations/us-central1/publishers/google/models/{model}",
+                switchyard_mock_upstream::vertex::TEST_PROJECT
+            );
+            let (generate, stream, count) = (
+                format!("{base}:generateContent"),
+                format!("{base}:streamGenerateContent"),
+                format!("{base}:countTokens"),
+            );
+            c.check(
+                r.path == generate
+                    || r.path == count
+                    || (r.path == stream && r.query_param("alt") == Some("sse")),
+                scenario,
+                format_args!(
+                    "path {} (want {generate}, {count} or {stream}?alt=sse)",
+                    describe_path(r)
+                ),
+            );
+            let token = r.credential.clone().unwrap_or_default();
+            c.check(
+                token.starts_with("ya29.mock-")
+                    && header("authorization") == Some(format!("Bearer {token}")),
+                scenario,
+                format_args!("authorization {:?}", header("authorization")),
+            );
+            c.check(
+                header("x-goog-api-key").is_none() && r.query_param("key").is_none(),
+                scenario,
+                format_args!("Vertex request with an API key: {seen}"),
+            );
+            c.check(
+                body["model"].is_null(),
+                scenario,
+                format_args!("Vertex body carries a model field {}", body["model"]),
+            );
+        }
         P::Gemini => {
             let generate = format!("/v1beta/models/{model}:generateContent");
             let stream = format!("/v1beta/models/{model}:streamGenerateContent");
@@ -477,7 +526,7 @@ fn check_system(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             all_text(&body["system"]).contains(SYSTEM_MARK)
                 && !all_text(&body["messages"]).contains(SYSTEM_MARK)
         }
-        P::Gemini => {
+        P::Gemini | P::Vertex => {
             all_text(field(body, "systemInstruction", "system_instruction")).contains(SYSTEM_MARK)
                 && !all_text(&body["contents"]).contains(SYSTEM_MARK)
         }
@@ -502,7 +551,7 @@ fn check_tools(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             let t = &body["tools"][0];
             (&t["name"], &t["input_schema"])
         }
-        P::Gemini => {
+        P::Gemini | P::Vertex => {
             let d = &field(
                 &body["tools"][0],
                 "functionDeclarations",
@@ -517,7 +566,7 @@ fn check_tools(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     };
     c.eq(scenario, "tool name", name, "get_weather");
     let ty = schema["type"].as_str().unwrap_or("");
-    let type_ok = if up == P::Gemini {
+    let type_ok = if matches!(up, P::Gemini | P::Vertex) {
         ty.eq_ignore_ascii_case("object")
     } else {
         ty == "object"
@@ -579,7 +628,7 @@ fn check_tool_result(c: &mut Checks, up: P, body: &Value, scenario: &str) {
                 _ => false,
             }
         }
-        P::Gemini => {
+        P::Gemini | P::Vertex => {
             let parts: Vec<(Value, Value)> = body["contents"]
                 .as_array()
                 .into_iter()
@@ -634,7 +683,7 @@ fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             .filter(|m| m["role"] == "user")
             .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
             .collect(),
-        P::Gemini => body["contents"]
+        P::Gemini | P::Vertex => body["contents"]
             .as_array()
             .into_iter()
             .flatten()
@@ -668,7 +717,7 @@ fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
                     && p["source"]["url"] == IMAGE_URL
             }),
         ),
-        P::Gemini => (
+        P::Gemini | P::Vertex => (
             parts.iter().any(|p| {
                 let d = field(p, "inlineData", "inline_data");
                 field(d, "mimeType", "mime_type") == "image/png"
@@ -867,7 +916,7 @@ fn check_count_tokens(c: &mut Checks, up: P, got: &Value, requests: &[RecordedRe
         let counted = match up {
             P::OpenAi | P::Azure => !r.path.ends_with("/chat/completions"),
             P::Anthropic => r.path == "/v1/messages/count_tokens",
-            P::Gemini => r.path.ends_with(":countTokens"),
+            P::Gemini | P::Vertex => r.path.ends_with(":countTokens"),
         };
         c.check(
             counted,
@@ -884,7 +933,7 @@ async fn pair(sdk: P, up: P) {
     let proxy = start(&yaml(&mock, "")).await;
     let scenarios = match sdk {
         P::OpenAi | P::Azure => SCENARIOS.to_owned(),
-        P::Anthropic | P::Gemini => format!("{SCENARIOS},{COUNT_SCENARIO}"),
+        P::Anthropic | P::Gemini | P::Vertex => format!("{SCENARIOS},{COUNT_SCENARIO}"),
     };
     let got = run_sdk(sdk, &proxy.url, &up.route(""), &scenarios).await;
     let requests = mock.requests();
@@ -920,7 +969,7 @@ async fn pair(sdk: P, up: P) {
             format_args!("upstream model {:?}, want {want_model}", r.model),
         );
         let streamed = match up {
-            P::Gemini => r.path.ends_with(":streamGenerateContent"),
+            P::Gemini | P::Vertex => r.path.ends_with(":streamGenerateContent"),
             _ => body["stream"] == true,
         };
         c.check(
@@ -1028,6 +1077,9 @@ pairs! {
     genai_sdk_to_anthropic_upstream: P::Gemini => P::Anthropic;
     genai_sdk_to_gemini_upstream: P::Gemini => P::Gemini;
     genai_sdk_to_azure_upstream: P::Gemini => P::Azure;
+    openai_sdk_to_vertex_upstream: P::OpenAi => P::Vertex;
+    anthropic_sdk_to_vertex_upstream: P::Anthropic => P::Vertex;
+    genai_sdk_to_vertex_upstream: P::Gemini => P::Vertex;
 }
 
 /// An Anthropic member failing with 503 at higher priority, a Gemini member below it: the OpenAI

@@ -161,7 +161,7 @@ fn parse_provider(value: &str) -> ApiResult<Provider> {
         ApiError::validation(
             "provider",
             format!(
-                "provider must be one of openai, azure, anthropic, gemini, mock; got {:?}",
+                "provider must be one of openai, azure, anthropic, gemini, vertex, mock; got {:?}",
                 crate::error::bounded(value, 64)
             ),
         )
@@ -218,6 +218,13 @@ impl ChannelSpec {
         if self.provider != Provider::Mock {
             switchyard_upstream::check_base_url(&self.base_url)
                 .map_err(|m| ApiError::validation("base_url", format!("base_url {m}")))?;
+        }
+        if self.provider == Provider::Vertex {
+            text(
+                "base_url",
+                &self.base_url,
+                switchyard_upstream::check_vertex_base_url,
+            )?;
         }
         if self.base_url.len() > 2048 {
             return Err(ApiError::validation("base_url", "base_url is too long"));

@@ -17,6 +17,7 @@ use super::{with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::check_secret;
+use switchyard_engine::Provider;
 
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
 pub struct CredentialView {
@@ -88,8 +89,7 @@ fn source(secret: Option<String>, secret_env: Option<String>) -> ApiResult<Optio
                     "secret must be 1 to 8192 bytes",
                 ));
             }
-            // Sent as a header value: one line. The message never quotes the secret.
-            text("secret", &secret, check_secret)?;
+            // Checked against the channel's provider by [`Source::check`].
             Ok(Some(Source::Inline(secret)))
         }
         (None, Some(name)) => {
@@ -121,12 +121,33 @@ fn create_source(raw: CredentialCreate) -> ApiResult<Source> {
 /// [`super::validate_body`]).
 pub(super) fn create_detail(raw: CredentialCreate) -> ApiResult<serde_json::Value> {
     let enabled = raw.enabled.unwrap_or(true);
-    let mut detail = create_source(raw)?.describe();
+    let source = create_source(raw)?;
+    // The channel (and so its provider) is not known here: a secret either provider kind takes.
+    if let Source::Inline(secret) = &source {
+        if check_secret(secret).is_err() {
+            text("secret", secret, switchyard_upstream::check_service_account)?;
+        }
+    }
+    let mut detail = source.describe();
     detail["enabled"] = json!(enabled);
     Ok(detail)
 }
 
 impl Source {
+    /// An inline secret checked for its channel's provider: a Vertex channel's is a
+    /// service-account key file (JSON, [`switchyard_upstream::check_service_account`]); any
+    /// other is sent as a header value, so one line. The message never quotes the secret.
+    fn check(&self, provider: &str) -> ApiResult<()> {
+        let Source::Inline(secret) = self else {
+            return Ok(());
+        };
+        if Provider::parse(provider) == Some(Provider::Vertex) {
+            text("secret", secret, switchyard_upstream::check_service_account)
+        } else {
+            text("secret", secret, check_secret)
+        }
+    }
+
     fn columns(&self) -> (Option<&str>, Option<&str>) {
         match self {
             Source::Inline(secret) => (Some(secret), None),
@@ -181,7 +202,8 @@ pub(super) async fn create_in<'c>(
     let enabled = raw.enabled.unwrap_or(true);
     let source = create_source(raw)?;
     let mut tx = db.begin().await?;
-    fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
+    let channel = fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
+    source.check(&channel.provider)?;
     let (secret, secret_env) = source.columns();
     let sql = format!(
         "INSERT INTO credentials (channel_id, secret, secret_env, enabled) \
@@ -235,6 +257,10 @@ pub(super) async fn patch_in<'c>(
     let source = source(raw.secret, raw.secret_env)?;
     let mut tx = db.begin().await?;
     let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
+    if let Some(source) = &source {
+        let channel = fetch_row::<ChannelView>(&mut *tx, current.channel_id, false).await?;
+        source.check(&channel.provider)?;
+    }
     let enabled = raw.enabled.unwrap_or(current.enabled);
     let mut detail = json!({ "enabled": enabled });
     if let Some(source) = &source {

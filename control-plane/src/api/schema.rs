@@ -20,6 +20,13 @@ pub enum ProviderName {
     Azure,
     Anthropic,
     Gemini,
+    /// Google Vertex AI: Gemini's protocol at
+    /// `{base_url}/v1/projects/{project}/locations/{location}/publishers/google/models/{model}`;
+    /// each credential is a service-account key file (JSON) exchanged for access tokens. The
+    /// project is the key's `project_id` unless the `base_url` ends in
+    /// `/v1/projects/{project}/locations/{location}`; the location is the endpoint's
+    /// (`{location}-aiplatform.googleapis.com`), else `us-central1`.
+    Vertex,
     Mock,
 }
 

@@ -309,7 +309,7 @@ impl RawChannel {
             err(
                 format!("{at}.provider"),
                 format!(
-                    "unknown provider {:?} (openai, azure, anthropic, gemini, mock)",
+                    "unknown provider {:?} (openai, azure, anthropic, gemini, vertex, mock)",
                     self.provider
                 ),
             )
@@ -353,6 +353,13 @@ impl RawChannel {
                         format!("{message}: {:?}", truncate_for_display(&shown, 256)),
                     ));
                 }
+                if provider == Provider::Vertex {
+                    text(
+                        &format!("{at}.base_url"),
+                        &trimmed,
+                        switchyard_upstream::check_vertex_base_url,
+                    )?;
+                }
                 trimmed
             }
         };
@@ -377,11 +384,23 @@ impl RawChannel {
                     "secret must not be empty",
                 ));
             }
-            // Sent as a header value: one line. The message never quotes the secret.
-            text(&format!("{at}.credentials[{ki}]"), secret, check_secret)?;
             let secret = match env_reference(secret) {
                 Some(name) => SecretSource::Env(name.to_owned()),
-                None => SecretSource::Inline(secret.to_owned()),
+                // A Vertex credential is a service-account key file (JSON, often on several
+                // lines), never sent as is. The message never quotes it.
+                None if provider == Provider::Vertex => {
+                    text(
+                        &format!("{at}.credentials[{ki}]"),
+                        secret,
+                        switchyard_upstream::check_service_account,
+                    )?;
+                    SecretSource::Inline(secret.to_owned())
+                }
+                None => {
+                    // Sent as a header value: one line. The message never quotes the secret.
+                    text(&format!("{at}.credentials[{ki}]"), secret, check_secret)?;
+                    SecretSource::Inline(secret.to_owned())
+                }
             };
             let id = credential_ids.or_next(id);
             credentials.push(Credential {

@@ -613,9 +613,73 @@ mod tests {
         .unwrap();
         let e = parse(&azure("").replace("azure\n", "azure-openai\n")).unwrap_err();
         assert!(
-            e.contains("(openai, azure, anthropic, gemini, mock)"),
+            e.contains("(openai, azure, anthropic, gemini, vertex, mock)"),
             "{e}"
         );
+    }
+
+    fn vertex_key(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut key = serde_json::json!({
+            "type": "service_account",
+            "project_id": "p-1",
+            "private_key_id": "k1",
+            "private_key": include_str!("../../../shared/mock-upstream/fixtures/vertex-test-key.pem"),
+            "client_email": "a@p-1.iam.gserviceaccount.com",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        });
+        edit(&mut key);
+        serde_json::to_string_pretty(&key).unwrap()
+    }
+
+    #[test]
+    fn a_vertex_channel_takes_a_service_account_key_file() {
+        let vertex = |base_url: &str, credential: &str| {
+            let indented = credential.replace('\n', "\n        ");
+            format!(
+                "channels:\n  - name: v\n    provider: vertex\n    base_url: {base_url}\n    credentials:\n      - |\n        {indented}\n"
+            )
+        };
+        let parts = parse(&vertex(
+            "https://us-central1-aiplatform.googleapis.com",
+            &vertex_key(|_| {}),
+        ))
+        .unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.provider, Provider::Vertex);
+        let SecretSource::Inline(secret) = &channel.credentials[0].secret else {
+            panic!("inline");
+        };
+        assert!(secret.contains("\"type\": \"service_account\""));
+        // By environment reference: checked by the proxy when it resolves it.
+        parse(
+            "channels:\n  - name: v\n    provider: vertex\n    base_url: https://aiplatform.googleapis.com\n    credentials: [\"${VERTEX_KEY}\"]\n"
+        )
+        .unwrap();
+        let e = parse(&vertex("https://x/v1/projects/p", &vertex_key(|_| {}))).unwrap_err();
+        assert!(
+            e.starts_with("channels[0].base_url: a Vertex AI base_url is"),
+            "{e}"
+        );
+        let e = parse(&vertex(
+            "https://aiplatform.googleapis.com",
+            &vertex_key(|k| k["private_key"] = "-----BEGIN PRIVATE KEY-----SECRET1".into()),
+        ))
+        .unwrap_err();
+        assert!(
+            e.starts_with("channels[0].credentials[0]: `private_key` is not a PEM RSA private key"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRET1"), "{e}");
+        let e = parse(&vertex(
+            "https://aiplatform.googleapis.com",
+            "sk-not-a-key-SECRET1",
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("credentials[0]: is not a service-account key file"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRET1"), "{e}");
     }
 
     #[test]

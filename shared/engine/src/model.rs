@@ -32,6 +32,9 @@ pub enum Provider {
     Azure,
     Anthropic,
     Gemini,
+    /// Google Vertex AI: Gemini's protocol at Vertex's project/location URLs, authorized with
+    /// an OAuth access token the proxy obtains from a service-account key.
+    Vertex,
     /// In-process simulated OpenAI-style upstream (demos, drills, quick starts).
     Mock,
 }
@@ -43,19 +46,20 @@ impl Provider {
             Provider::Azure => "azure",
             Provider::Anthropic => "anthropic",
             Provider::Gemini => "gemini",
+            Provider::Vertex => "vertex",
             Provider::Mock => "mock",
         }
     }
 
     /// This provider's bit in [`RequestNeeds::unsupported_providers`]: one bit per wire
-    /// protocol, so Azure shares OpenAI's (what OpenAI's protocol cannot express, an Azure
-    /// channel cannot either). The in-process mock answers in whatever protocol the client
+    /// protocol, so Azure shares OpenAI's and Vertex Gemini's (what a protocol cannot express,
+    /// a channel speaking it cannot either). The in-process mock answers in whatever protocol the client
     /// speaks, so nothing is ever untranslatable to it (bit 0).
     pub fn protocol_bit(self) -> u8 {
         match self {
             Provider::Openai | Provider::Azure => 1,
             Provider::Anthropic => 2,
-            Provider::Gemini => 4,
+            Provider::Gemini | Provider::Vertex => 4,
             Provider::Mock => 0,
         }
     }
@@ -71,6 +75,7 @@ impl Provider {
             "azure" => Some(Provider::Azure),
             "anthropic" => Some(Provider::Anthropic),
             "gemini" => Some(Provider::Gemini),
+            "vertex" => Some(Provider::Vertex),
             "mock" => Some(Provider::Mock),
             _ => None,
         }

@@ -14,6 +14,7 @@ fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
         Provider::Azure,
         Provider::Anthropic,
         Provider::Gemini,
+        Provider::Vertex,
         Provider::Mock,
     ] {
         assert_eq!(Provider::parse(p.as_str()), Some(p));
@@ -38,7 +39,16 @@ fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
         assert_eq!(RoutingMode::parse(m.as_str()), Some(m));
         assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
     }
-    for bad in ["", "OpenAI", "xyzzy", " mock", "Azure", "azure_openai"] {
+    for bad in [
+        "",
+        "OpenAI",
+        "xyzzy",
+        " mock",
+        "Azure",
+        "azure_openai",
+        "Vertex",
+        "vertex_ai",
+    ] {
         assert_eq!(Provider::parse(bad), None, "{bad:?}");
         assert_eq!(ChannelStatus::parse(bad), None, "{bad:?}");
         assert_eq!(RoutingMode::parse(bad), None, "{bad:?}");
@@ -59,11 +69,17 @@ fn protocol_bits_are_distinct_and_the_mock_has_none() {
         Provider::Azure.protocol_bit(),
         Provider::Openai.protocol_bit()
     );
+    // Vertex speaks Gemini's protocol: the same bit.
+    assert_eq!(
+        Provider::Vertex.protocol_bit(),
+        Provider::Gemini.protocol_bit()
+    );
     for p in [
         Provider::Openai,
         Provider::Azure,
         Provider::Anthropic,
         Provider::Gemini,
+        Provider::Vertex,
     ] {
         assert!(p.needs_credential(), "{p:?}");
     }

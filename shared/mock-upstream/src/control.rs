@@ -24,6 +24,7 @@ use serde_json::json;
 use crate::respond::{full, MockBody};
 use crate::script::{Behavior, Matcher, Script};
 use crate::sim;
+use crate::vertex::TokenIssuer;
 
 pub(crate) const PREFIX: &str = "/__mock/";
 
@@ -175,6 +176,10 @@ impl From<BehaviorSpec> for Behavior {
 /// State shared by the handle, every connection task and the control API.
 pub(crate) struct Shared {
     pub(crate) script: Mutex<Script>,
+    /// Vertex AI's token endpoint.
+    pub(crate) vertex: Mutex<TokenIssuer>,
+    /// The token endpoint's URL, the audience its assertions must name.
+    pub(crate) token_uri: String,
     pub(crate) models: Vec<String>,
     pub(crate) control_api: bool,
 }
@@ -184,6 +189,10 @@ impl Shared {
         // A panic while holding the lock cannot leave the script half-updated in a way that
         // matters to a mock, so a poisoned lock is still used.
         self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn vertex(&self) -> MutexGuard<'_, TokenIssuer> {
+        self.vertex.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -12,7 +12,12 @@
 //!   the same for `completions`, `embeddings`, images and audio; `/openai/responses`; the v1
 //!   surface `/openai/v1/...`), answered as OpenAI, model from the deployment in the path,
 //!   credential from `api-key`; a request without the `api-version` the deployments surface
-//!   needs gets Azure's 404 `{"error":{"code":"404","message":"Resource not found"}}`.
+//!   needs gets Azure's 404 `{"error":{"code":"404","message":"Resource not found"}}`;
+//! - **Google Vertex AI** (`/v1/projects/{project}/locations/{location}/publishers/google/models/
+//!   {model}:generateContent`, `:streamGenerateContent?alt=sse`, `:countTokens`), answered as
+//!   Gemini, model from the path, credential an access token from `Authorization: Bearer` that
+//!   this mock's token endpoint (`POST /token`) issued for a service-account assertion it
+//!   verified ([`vertex`]); without a valid one Vertex's 401 `UNAUTHENTICATED`.
 //!
 //! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
 //! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`), and
@@ -49,6 +54,7 @@ mod control;
 mod respond;
 mod script;
 mod server;
+pub mod vertex;
 
 pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec, ToolCallSpec};
 pub use respond::DEFAULT_STREAM_CHUNKS;

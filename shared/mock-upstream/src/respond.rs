@@ -24,6 +24,7 @@ use tokio::time::Sleep;
 use crate::azure;
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 use crate::sim::{self, Protocol};
+use crate::vertex;
 
 /// Chunks streamed when the request asks for `"stream": true` and no rule says otherwise.
 pub const DEFAULT_STREAM_CHUNKS: usize = 3;
@@ -239,7 +240,10 @@ fn answer(
     if let Some(body) = &behavior.body {
         return full(status, content_type_of(body), body.clone());
     }
-    let path = azure::openai_path(&request.path);
+    let path = match vertex::gemini_path(&request.path) {
+        Some(gemini) => std::borrow::Cow::Owned(gemini),
+        None => azure::openai_path(&request.path),
+    };
     let endpoint = match endpoint(&request.method, &path) {
         Ok(endpoint) => endpoint,
         Err(status) => {

@@ -23,6 +23,7 @@ use crate::respond::{self, MockBody};
 use crate::script::ReportedUsage;
 use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
 use crate::sim;
+use crate::vertex::{self, TokenIssuer};
 
 /// Largest request body the mock reads (matches the gateway's default limit).
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -80,6 +81,8 @@ impl MockUpstream {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script: Mutex::new(Script::new(options.record_limit)),
+            vertex: Mutex::new(TokenIssuer::default()),
+            token_uri: format!("http://{addr}{}", vertex::TOKEN_PATH),
             models: options.models,
             control_api: options.control_api,
         });
@@ -144,9 +147,55 @@ impl MockUpstream {
         self.shared.script().requests()
     }
 
-    /// Clears rules, counters and the record.
+    /// Clears rules, counters and the record (and the token endpoint's counters; the tokens it
+    /// issued stay valid).
     pub fn reset(&self) {
         self.shared.script().reset();
+        self.shared.vertex().reset();
+    }
+
+    /// Vertex AI's token endpoint here: `http://127.0.0.1:PORT/token`.
+    pub fn vertex_token_uri(&self) -> String {
+        self.shared.token_uri.clone()
+    }
+
+    /// A service-account key file whose key this mock's token endpoint knows (the throwaway
+    /// test key, [`vertex::TEST_CLIENT_EMAIL`]), its `token_uri` this mock.
+    pub fn vertex_service_account(&self) -> String {
+        vertex::service_account_json(&self.shared.token_uri, vertex::TEST_PRIVATE_KEY_PEM)
+    }
+
+    /// A well-formed service-account key file for the same account signed with a key this
+    /// mock does not know: its token endpoint refuses it (`invalid_grant`).
+    pub fn vertex_unregistered_service_account(&self) -> String {
+        vertex::service_account_json(&self.shared.token_uri, vertex::UNREGISTERED_PRIVATE_KEY_PEM)
+    }
+
+    /// Registers (or replaces) the public key (PEM) of the service account `client_email` with
+    /// the token endpoint; `false` if the PEM is not an RSA public key.
+    pub fn register_vertex_key(&self, client_email: &str, public_key_pem: &str) -> bool {
+        self.shared.vertex().register(client_email, public_key_pem)
+    }
+
+    /// The lifetime of the access tokens issued from now on (`expires_in`, whole seconds; one
+    /// hour by default). A token past it is refused with Vertex's 401.
+    pub fn set_vertex_token_lifetime(&self, lifetime: Duration) {
+        self.shared.vertex().set_lifetime(lifetime);
+    }
+
+    /// Token exchanges that issued a token since the start or the last reset.
+    pub fn vertex_token_exchanges(&self) -> usize {
+        self.shared.vertex().exchanges()
+    }
+
+    /// Token requests refused since the start or the last reset.
+    pub fn vertex_token_refusals(&self) -> usize {
+        self.shared.vertex().refusals()
+    }
+
+    /// The last assertion (JWT) the token endpoint received, for checking it elsewhere.
+    pub fn vertex_last_assertion(&self) -> Option<String> {
+        self.shared.vertex().last_assertion()
     }
 
     /// Stops accepting, lets in-flight responses finish for up to `grace` (hanging requests are
@@ -264,12 +313,19 @@ async fn handle(
             &body,
         ));
     }
+    if path == vertex::TOKEN_PATH && parts.method == http::Method::POST {
+        let (status, answer) = shared.vertex().exchange(&body, &shared.token_uri);
+        let status =
+            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        return Ok(respond::full(status, "application/json", answer));
+    }
     let query = parts.uri.query().map(str::to_owned);
     let recorded = RecordedRequest {
         method: parts.method.to_string(),
         credential: credential(&parts.headers, query.as_deref()),
         model: gemini_model(&path)
             .or_else(|| azure_deployment(&path))
+            .or_else(|| vertex::parse(&path).map(|v| v.model.to_owned()))
             .or_else(|| model_of(&parts.headers, &body)),
         path,
         query,
@@ -283,6 +339,17 @@ async fn handle(
             http::StatusCode::NOT_FOUND,
             "application/json",
             azure::RESOURCE_NOT_FOUND,
+        ));
+    }
+    if vertex::parse(&recorded.path).is_some()
+        && !shared.vertex().valid(recorded.credential.as_deref())
+    {
+        // Vertex refuses it before anything else: no rule applies.
+        shared.script().record(&recorded);
+        return Ok(respond::full(
+            http::StatusCode::UNAUTHORIZED,
+            "application/json",
+            vertex::UNAUTHENTICATED,
         ));
     }
     let behavior = shared.script().answer(&recorded);

@@ -139,6 +139,7 @@ fn provider_to_proto(p: Provider) -> v1::Provider {
         Provider::Azure => v1::Provider::Azure,
         Provider::Anthropic => v1::Provider::Anthropic,
         Provider::Gemini => v1::Provider::Gemini,
+        Provider::Vertex => v1::Provider::Vertex,
         Provider::Mock => v1::Provider::Mock,
     }
 }
@@ -512,6 +513,7 @@ fn channel_from_proto(
         Ok(v1::Provider::Azure) => Provider::Azure,
         Ok(v1::Provider::Anthropic) => Provider::Anthropic,
         Ok(v1::Provider::Gemini) => Provider::Gemini,
+        Ok(v1::Provider::Vertex) => Provider::Vertex,
         Ok(v1::Provider::Mock) => Provider::Mock,
         Ok(v1::Provider::Unspecified) | Err(_) => {
             return Err(invalid(
@@ -846,6 +848,7 @@ mod tests {
             Provider::Azure,
             Provider::Anthropic,
             Provider::Gemini,
+            Provider::Vertex,
             Provider::Mock,
         ] {
             let mut wire = snapshot_to_proto(&sample(), 1);
@@ -855,6 +858,11 @@ mod tests {
             assert_eq!(channel.provider, provider);
         }
         assert_eq!(v1::Provider::Azure as i32, 5, "a wire number never changes");
+        assert_eq!(
+            v1::Provider::Vertex as i32,
+            6,
+            "a wire number never changes"
+        );
     }
 
     #[test]

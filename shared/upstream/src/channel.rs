@@ -1,8 +1,10 @@
 //! Per-channel runtime facts compiled once per snapshot: the base URL, each credential's auth
 //! header value (marked sensitive), the channel's extra headers, and building one upstream
 //! request with the provider's auth rule (`Authorization: Bearer` for OpenAI, `api-key` for
-//! Azure OpenAI, `x-api-key` + `anthropic-version` for Anthropic, `x-goog-api-key` for Gemini).
-//! Also which client headers may go upstream and which upstream headers may come back.
+//! Azure OpenAI, `x-api-key` + `anthropic-version` for Anthropic, `x-goog-api-key` for Gemini,
+//! `Authorization: Bearer` with an access token obtained from the credential's service-account key
+//! for Vertex AI, see [`crate::vertex`]). Also which client headers may go upstream and which
+//! upstream headers may come back.
 //!
 //! Azure OpenAI speaks OpenAI's protocol at other URLs. Requests are planned with OpenAI's paths
 //! (`/v1/chat/completions`, ...) and the runtime places them on one of Azure's two surfaces:
@@ -19,6 +21,10 @@
 //! parameter, never sent as a header), else [`AZURE_DEFAULT_API_VERSION`] on the deployments
 //! surface.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Method, Request};
@@ -26,13 +32,54 @@ use http_body_util::Full;
 use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
 use switchyard_provider::Protocol;
 
+use crate::client::HttpClient;
 use crate::mock::MockOptions;
+use crate::vertex::{TokenError, TokenSource, VertexTarget};
 
-/// A credential ready to use: its id and the auth header value (marked sensitive).
+/// A credential ready to use: its id and the auth header value (marked sensitive). A Vertex
+/// credential's auth value is its current access token, which [`CredentialRuntime::authorized`]
+/// puts in.
 #[derive(Debug, Clone)]
 pub struct CredentialRuntime {
     pub id: CredentialId,
     auth: HeaderValue,
+    /// A Vertex credential's service account and access tokens.
+    vertex: Option<Arc<TokenSource>>,
+}
+
+impl CredentialRuntime {
+    /// This credential ready for one request: itself, or for a Vertex credential a copy
+    /// carrying a fresh access token (the cached one, or a new one obtained within `budget`).
+    pub async fn authorized(
+        &self,
+        client: &HttpClient,
+        budget: Duration,
+    ) -> Result<Cow<'_, CredentialRuntime>, TokenError> {
+        let Some(source) = &self.vertex else {
+            return Ok(Cow::Borrowed(self));
+        };
+        let auth = source.bearer(client, budget).await?;
+        Ok(Cow::Owned(CredentialRuntime {
+            id: self.id,
+            auth,
+            vertex: self.vertex.clone(),
+        }))
+    }
+
+    /// A Vertex credential's service-account email (for messages), `None` for other providers.
+    pub fn service_account(&self) -> Option<&str> {
+        self.vertex
+            .as_deref()
+            .map(|source| source.account().client_email.as_str())
+    }
+
+    /// After the upstream refused this credential's access token (401): drops it from the cache
+    /// so the next request obtains a new one. Nothing for other providers.
+    pub fn forget_token(&self) {
+        if let Some(source) = &self.vertex {
+            source.forget();
+        }
+    }
 }
 
 /// Per-channel facts compiled once per snapshot, so the hot path only formats a URL.
@@ -45,6 +92,8 @@ pub struct ChannelRuntime {
     provider: Provider,
     /// An Azure channel's surface and `api-version` (`None` for other providers).
     azure: Option<AzureTarget>,
+    /// A Vertex channel's endpoint, project and location (`None` for other providers).
+    vertex: Option<VertexTarget>,
 }
 
 /// Azure OpenAI's `api-version` on the deployments surface when the channel sets none: the
@@ -85,7 +134,7 @@ pub fn channel_protocol(provider: Provider, client: Protocol) -> Protocol {
     match provider {
         Provider::Openai | Provider::Azure => Protocol::OpenAi,
         Provider::Anthropic => Protocol::Anthropic,
-        Provider::Gemini => Protocol::Gemini,
+        Provider::Gemini | Provider::Vertex => Protocol::Gemini,
         Provider::Mock => client,
     }
 }
@@ -215,6 +264,17 @@ impl ChannelRuntime {
                 base = resource.to_owned();
             }
         }
+        let vertex = (channel.provider == Provider::Vertex).then(|| {
+            VertexTarget::parse(&base).unwrap_or_else(|e| {
+                // The control plane and the YAML loader refuse such URLs.
+                tracing::warn!(channel = %channel.name, problem = %e, "base_url is not a Vertex AI endpoint URL; used as the endpoint");
+                VertexTarget {
+                    endpoint: base.clone(),
+                    project: None,
+                    location: crate::vertex::DEFAULT_LOCATION.to_owned(),
+                }
+            })
+        });
         let mut credentials = Vec::with_capacity(channel.credentials.len());
         for cred in &channel.credentials {
             let secret = match &cred.secret {
@@ -225,6 +285,19 @@ impl ChannelRuntime {
                 tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential's environment variable is not set; credential skipped");
                 continue;
             };
+            if channel.provider == Provider::Vertex {
+                match crate::vertex::token_source(&secret) {
+                    Ok(source) => credentials.push(CredentialRuntime {
+                        id: cred.id,
+                        auth: HeaderValue::from_static(""),
+                        vertex: Some(source),
+                    }),
+                    Err(problem) => {
+                        tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable service-account key; skipped");
+                    }
+                }
+                continue;
+            }
             let value = match channel.provider {
                 Provider::Anthropic | Provider::Gemini | Provider::Azure => {
                     HeaderValue::from_str(secret.trim())
@@ -234,7 +307,11 @@ impl ChannelRuntime {
             match value {
                 Ok(mut auth) => {
                     auth.set_sensitive(true);
-                    credentials.push(CredentialRuntime { id: cred.id, auth });
+                    credentials.push(CredentialRuntime {
+                        id: cred.id,
+                        auth,
+                        vertex: None,
+                    });
                 }
                 Err(_) => {
                     tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential is not a valid header value; skipped");
@@ -256,6 +333,7 @@ impl ChannelRuntime {
             credentials.push(CredentialRuntime {
                 id: MOCK_CREDENTIAL,
                 auth: HeaderValue::from_static(""),
+                vertex: None,
             });
         }
         ChannelRuntime {
@@ -265,6 +343,7 @@ impl ChannelRuntime {
             headers,
             provider: channel.provider,
             azure,
+            vertex,
         }
     }
 
@@ -339,9 +418,13 @@ impl ChannelRuntime {
         credential: &CredentialRuntime,
         body: Bytes,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
-        let mut builder = Request::builder()
-            .method(target.method.clone())
-            .uri(self.url(target.path, target.query, target.model));
+        let uri = match (&self.vertex, &credential.vertex) {
+            (Some(vertex), Some(source)) => {
+                vertex.url(target.path, target.query, &source.account().project_id)
+            }
+            _ => self.url(target.path, target.query, target.model),
+        };
+        let mut builder = Request::builder().method(target.method.clone()).uri(uri);
         if let Some(headers) = builder.headers_mut() {
             match client_headers {
                 Some(client_headers) => copy_forwardable(client_headers, headers),
@@ -365,7 +448,7 @@ impl ChannelRuntime {
                 Provider::Gemini => {
                     headers.insert("x-goog-api-key", credential.auth.clone());
                 }
-                Provider::Openai => {
+                Provider::Openai | Provider::Vertex => {
                     headers.insert(header::AUTHORIZATION, credential.auth.clone());
                 }
                 Provider::Azure => {
@@ -711,6 +794,75 @@ mod tests {
             assert!(!message.contains("secret"), "{message}");
         }
         assert!(check_api_version(&"9".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn vertex_sends_the_access_token_to_the_credentials_project() {
+        let key_file = serde_json::json!({
+            "type": "service_account",
+            "project_id": "key-project",
+            "private_key_id": "k1",
+            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
+            "client_email": "sa@key-project.iam.gserviceaccount.com",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        })
+        .to_string();
+        let mut c = channel(
+            "https://europe-west4-aiplatform.googleapis.com/",
+            Provider::Vertex,
+        );
+        c.credentials[0].secret = SecretSource::Inline(key_file);
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        // The unset env credential is skipped; the key file is a token source.
+        assert_eq!(rt.credentials.len(), 1);
+        let credential = &rt.credentials[0];
+        assert_eq!(
+            credential.service_account(),
+            Some("sa@key-project.iam.gserviceaccount.com")
+        );
+        let mut bearer = HeaderValue::from_static("Bearer ya29.t");
+        bearer.set_sensitive(true);
+        let authorized = CredentialRuntime {
+            auth: bearer,
+            ..credential.clone()
+        };
+        let mut client = HeaderMap::new();
+        client.insert("x-goog-api-key", HeaderValue::from_static("AIza-client"));
+        client.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer sk-client"),
+        );
+        let path = gemini_path("gemini-2.5-flash", "streamGenerateContent");
+        let req = rt
+            .request(
+                Target {
+                    method: &Method::POST,
+                    path: &path,
+                    query: Some("alt=sse"),
+                    model: "gemini-2.5-flash",
+                },
+                Some(&client),
+                &authorized,
+                Bytes::from_static(b"{}"),
+            )
+            .unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/key-project/locations/europe-west4/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        let h = req.headers();
+        assert_eq!(h[header::AUTHORIZATION], "Bearer ya29.t");
+        assert!(h[header::AUTHORIZATION].is_sensitive());
+        assert!(!h.contains_key("x-goog-api-key"));
+        assert_eq!(
+            channel_protocol(Provider::Vertex, Protocol::OpenAi),
+            Protocol::Gemini
+        );
+        // A file that is not a key: skipped.
+        c.credentials[0].secret = SecretSource::Inline("AIza-not-a-key-file".into());
+        assert!(ChannelRuntime::compile(&c, &|_| None)
+            .credentials
+            .is_empty());
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! - [`channel`]: per-channel runtime facts compiled once per snapshot ([`ChannelRuntime`]:
 //!   URL joining, Azure's deployment URLs and `api-version`, each provider's auth header, extra
 //!   headers) and the header rules (what a client may send upstream, what comes back);
+//! - [`vertex`]: Google Vertex AI's URLs (project, location) and its access tokens (a
+//!   service-account key's signed assertion exchanged at its token endpoint, cached and
+//!   refreshed, one exchange at a time);
 //! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
 //!   channel's own protocol;
 //! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
@@ -21,6 +24,7 @@ pub mod mock;
 pub mod probe;
 pub mod schedule;
 pub mod sim;
+pub mod vertex;
 
 pub use channel::{
     channel_protocol, check_api_version, check_base_url, forwardable, gemini_path, returnable,
@@ -36,3 +40,4 @@ pub use probe::{
 pub use schedule::{
     backoff_ms, first_probe_at, Due, ProbeSchedule, ProbeSchedules, MAX_BACKOFF_FACTOR,
 };
+pub use vertex::{check_service_account, check_vertex_base_url, TokenError};

@@ -13,7 +13,10 @@
 //! `M` is one of the channel's members' upstream models ([`probe_model`]). URL, auth and extra
 //! headers come from the channel's [`ChannelRuntime`], exactly as for client traffic: an Azure
 //! channel is probed with OpenAI's request at its deployment `M`'s URL
-//! (`/openai/deployments/{M}/chat/completions?api-version=...`) with its `api-key`. A 2xx answer
+//! (`/openai/deployments/{M}/chat/completions?api-version=...`) with its `api-key`; a Vertex
+//! channel with Gemini's request at its project/location URL, with an access token obtained from
+//! the credential's service-account key (a refused key fails the probe as the provider's 401, an
+//! unreachable token endpoint as a transport failure). A 2xx answer
 //! passes; any other status, a timeout or a transport error fails. A `mock` channel is answered
 //! by the simulation (its latency and failure rate, [`MockOptions`]). The result carries a
 //! low-cardinality reason and the status, never a secret, a URL or an error text.
@@ -31,6 +34,7 @@ use switchyard_provider::Protocol;
 use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime, Target};
 use crate::client::HttpClient;
 use crate::mock::MockOptions;
+use crate::vertex::TokenError;
 
 /// The prompt of every probe.
 pub const PROBE_PROMPT: &str = "ping";
@@ -174,7 +178,21 @@ pub async fn probe_credential(
         let failure = options.draw_failure(rng);
         return simulate(options, failure, timeout).await;
     }
-    let Ok(request) = probe_request(channel, credential, model) else {
+    let credential = match credential.authorized(client, timeout).await {
+        Ok(credential) => credential,
+        Err(e) => {
+            let (reason, status) = match &e {
+                TokenError::Connect | TokenError::Transport => (ProbeFailure::Transport, None),
+                TokenError::Timeout => (ProbeFailure::Timeout, None),
+                _ => (
+                    ProbeFailure::Status,
+                    e.answer("").map(|(status, _, _)| status.as_u16()),
+                ),
+            };
+            return ProbeResult::Failed { reason, status };
+        }
+    };
+    let Ok(request) = probe_request(channel, &credential, model) else {
         return ProbeResult::Failed {
             reason: ProbeFailure::Request,
             status: None,

@@ -158,7 +158,7 @@ impl Protocol {
     pub fn of_path(path: &str) -> Self {
         if path == "/v1/messages" || path.starts_with("/v1/messages/") {
             Self::Anthropic
-        } else if path.starts_with("/v1beta/") {
+        } else if path.starts_with("/v1beta/") || path.contains("/publishers/google/models/") {
             Self::Gemini
         } else {
             Self::OpenAi

@@ -1,0 +1,810 @@
+//! Google Vertex AI: where a `vertex` channel's requests go and how they are authorized.
+//!
+//! Vertex serves Gemini models with Gemini's `generateContent` protocol at
+//! `{endpoint}/v1/projects/{project}/locations/{location}/publishers/google/models/{model}:{action}`.
+//! A channel's `base_url` is the endpoint (`https://{location}-aiplatform.googleapis.com`, or
+//! `https://aiplatform.googleapis.com` for the `global` location), optionally followed by
+//! `/v1/projects/{project}/locations/{location}` ([`VertexTarget`]):
+//!
+//! - the project is the one in the `base_url` when it names one, else each credential's own
+//!   (the key file's `project_id`);
+//! - the location is the one in the `base_url` when it names one, else the endpoint's
+//!   (`{location}-aiplatform.googleapis.com`, `global` for `aiplatform.googleapis.com`), else
+//!   [`DEFAULT_LOCATION`] (any other host, such as a private endpoint or a test double).
+//!
+//! Each credential is a service-account key file (JSON, [`parse_service_account`]). The proxy
+//! signs an RS256 assertion with the key (`iss` = `sub` = `client_email`, `aud` = `token_uri`,
+//! `scope` = [`SCOPE`], one hour, header `kid` = `private_key_id`), exchanges it at the key's
+//! `token_uri` for an access token (OAuth 2.0 JWT bearer grant) and sends
+//! `Authorization: Bearer {token}` ([`TokenSource`]). Tokens are cached per process and key, and
+//! refreshed before they expire; concurrent requests share one exchange.
+//!
+//! Nothing here ever logs, formats or returns the key, an assertion or a token.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::client::HttpClient;
+
+/// The OAuth scope the access tokens are asked for.
+pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+/// The location of a channel whose `base_url` names none and whose host says none.
+pub const DEFAULT_LOCATION: &str = "us-central1";
+/// The grant type of the token exchange (RFC 7523), form-encoded.
+const GRANT_TYPE: &str = "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer";
+/// How long a signed assertion is valid (Google's maximum).
+const ASSERTION_LIFETIME_SECS: u64 = 3600;
+/// A token is refreshed this long before it expires (or at 80 % of its lifetime when that is
+/// shorter).
+const REFRESH_MARGIN: Duration = Duration::from_secs(300);
+/// Most bytes of a token endpoint's answer read.
+const MAX_TOKEN_ANSWER: usize = 64 * 1024;
+/// Most characters of the token endpoint's own words quoted in an error.
+const MAX_REASON_CHARS: usize = 200;
+
+/// Where a Vertex channel's requests go: the endpoint, the project the `base_url` names (else
+/// each credential's), and the location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexTarget {
+    pub endpoint: String,
+    pub project: Option<String>,
+    pub location: String,
+}
+
+/// The shape of a Vertex `base_url`, for messages.
+const BASE_URL_SHAPE: &str = "a Vertex AI base_url is the endpoint (https://{location}-aiplatform.googleapis.com), optionally followed by /v1/projects/{project}/locations/{location}";
+
+/// A project or location as it goes into the URL path: letters, digits, `-`, `.`, `_`, `:`
+/// (domain-scoped projects, `example.com:my-project`), 1 to 100 of them.
+fn path_name(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 100
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'))
+}
+
+impl VertexTarget {
+    /// The target of a channel whose base URL (no trailing `/`, no query) is `base`. The
+    /// message never quotes the URL (it may carry a password).
+    pub fn parse(base: &str) -> Result<VertexTarget, String> {
+        const PROJECTS: &str = "/v1/projects/";
+        let (endpoint, project, location) = match base.find(PROJECTS) {
+            Some(i) => {
+                let mut parts = base[i + PROJECTS.len()..].split('/');
+                match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                    (Some(project), Some("locations"), Some(location), None)
+                        if path_name(project) && path_name(location) =>
+                    {
+                        (&base[..i], Some(project), Some(location))
+                    }
+                    _ => return Err(BASE_URL_SHAPE.to_owned()),
+                }
+            }
+            None => (base.strip_suffix("/v1").unwrap_or(base), None, None),
+        };
+        if endpoint.contains("/v1/") || endpoint.ends_with("/v1") {
+            return Err(BASE_URL_SHAPE.to_owned());
+        }
+        Ok(VertexTarget {
+            endpoint: endpoint.to_owned(),
+            project: project.map(str::to_owned),
+            location: location.map_or_else(|| location_of(endpoint), str::to_owned),
+        })
+    }
+
+    /// The URL of a Gemini model path (`/v1beta/models/{model}:{action}`, as requests are
+    /// planned) for `project`, with the query string.
+    pub fn url(&self, path: &str, query: Option<&str>, project: &str) -> String {
+        let rest = path
+            .rsplit_once("/models/")
+            .map_or(path.trim_start_matches('/'), |(_, rest)| rest);
+        let project = self.project.as_deref().unwrap_or(project);
+        let url = format!(
+            "{}/v1/projects/{project}/locations/{}/publishers/google/models/{rest}",
+            self.endpoint, self.location
+        );
+        match query {
+            Some(q) if !q.is_empty() => format!("{url}?{q}"),
+            _ => url,
+        }
+    }
+}
+
+/// The location an endpoint serves: `{location}-aiplatform.googleapis.com` → `{location}`,
+/// `aiplatform.googleapis.com` → `global`, anything else → [`DEFAULT_LOCATION`].
+fn location_of(endpoint: &str) -> String {
+    let authority = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
+    if host == "aiplatform.googleapis.com" {
+        return "global".to_owned();
+    }
+    match host.strip_suffix("-aiplatform.googleapis.com") {
+        Some(location) if path_name(location) => location.to_owned(),
+        _ => DEFAULT_LOCATION.to_owned(),
+    }
+}
+
+/// Checks a Vertex channel's `base_url` (already checked as an http(s) URL): the endpoint,
+/// optionally followed by `/v1/projects/{project}/locations/{location}`. The message never
+/// quotes the URL.
+pub fn check_vertex_base_url(url: &str) -> Result<(), String> {
+    VertexTarget::parse(url.trim().trim_end_matches('/')).map(|_| ())
+}
+
+/// Checks a Vertex credential's secret: a service-account key file ([`parse_service_account`]).
+pub fn check_service_account(secret: &str) -> Result<(), String> {
+    parse_service_account(secret).map(|_| ())
+}
+
+/// A parsed service-account key. Its `Debug` shows the account, never the key.
+pub struct ServiceAccount {
+    pub client_email: String,
+    pub private_key_id: String,
+    pub token_uri: String,
+    pub project_id: String,
+    key: EncodingKey,
+}
+
+impl fmt::Debug for ServiceAccount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceAccount")
+            .field("client_email", &self.client_email)
+            .field("project_id", &self.project_id)
+            .field("token_uri", &self.token_uri)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The assertion's claims.
+#[derive(Serialize)]
+struct Claims<'a> {
+    iss: &'a str,
+    sub: &'a str,
+    aud: &'a str,
+    scope: &'a str,
+    iat: u64,
+    exp: u64,
+}
+
+impl ServiceAccount {
+    /// The signed assertion for the token exchange, issued at `iat` (seconds since the epoch).
+    fn assertion(&self, iat: u64) -> Result<String, jsonwebtoken::errors::Error> {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(self.private_key_id.clone());
+        let claims = Claims {
+            iss: &self.client_email,
+            sub: &self.client_email,
+            aud: &self.token_uri,
+            scope: SCOPE,
+            iat,
+            exp: iat + ASSERTION_LIFETIME_SECS,
+        };
+        jsonwebtoken::encode(&header, &claims, &self.key)
+    }
+}
+
+/// Parses and checks a service-account key file (the JSON Google issues): `type` is
+/// `service_account`, `client_email`, `private_key_id`, `project_id` and `token_uri` are there,
+/// and `private_key` is a PEM RSA private key that signs. The message names the field at fault
+/// and never quotes the file or any of its values.
+pub fn parse_service_account(secret: &str) -> Result<ServiceAccount, String> {
+    let value: Value = serde_json::from_str(secret.trim()).map_err(|e| {
+        format!(
+            "is not a service-account key file: not JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let Value::Object(map) = value else {
+        return Err("is not a service-account key file: not a JSON object".to_owned());
+    };
+    let field = |name: &str| -> Result<String, String> {
+        match map.get(name) {
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+            Some(Value::String(_)) | None | Some(Value::Null) => Err(format!(
+                "is not a service-account key file: `{name}` is missing or empty"
+            )),
+            Some(_) => Err(format!(
+                "is not a service-account key file: `{name}` must be a string"
+            )),
+        }
+    };
+    if field("type")? != "service_account" {
+        return Err(
+            "is not a service-account key file: `type` must be \"service_account\"".to_owned(),
+        );
+    }
+    let client_email = field("client_email")?;
+    if !client_email.contains('@') || client_email.chars().any(char::is_control) {
+        return Err("`client_email` must be an email address".to_owned());
+    }
+    let private_key_id = field("private_key_id")?;
+    if private_key_id.chars().any(char::is_control) {
+        return Err("`private_key_id` must be one line".to_owned());
+    }
+    let project_id = field("project_id")?;
+    if !path_name(&project_id) {
+        return Err(
+            "`project_id` may hold only letters, digits, `-`, `.`, `_` and `:` (1 to 100)"
+                .to_owned(),
+        );
+    }
+    let token_uri = field("token_uri")?;
+    if crate::channel::check_base_url(&token_uri).is_err() {
+        return Err("`token_uri` must be an http:// or https:// URL".to_owned());
+    }
+    let private_key = field("private_key")?;
+    let key = EncodingKey::from_rsa_pem(private_key.as_bytes())
+        .map_err(|_| "`private_key` is not a PEM RSA private key".to_owned())?;
+    let account = ServiceAccount {
+        client_email,
+        private_key_id,
+        token_uri,
+        project_id,
+        key,
+    };
+    // The PEM is only decoded above; signing once proves the key is a usable RSA key.
+    account
+        .assertion(0)
+        .map_err(|_| "`private_key` is not a usable RSA private key".to_owned())?;
+    Ok(account)
+}
+
+/// Why no access token could be had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenError {
+    /// The token endpoint answered with an error status: the key was refused (400/401/403:
+    /// revoked, deleted, wrong), or the endpoint is limited (429) or failing (5xx).
+    Refused {
+        status: StatusCode,
+        retry_after: Option<HeaderValue>,
+        /// The endpoint's own `error` and `error_description`, bounded (never the assertion).
+        reason: String,
+    },
+    /// The token endpoint could not be reached.
+    Connect,
+    /// The connection failed after it was up, or the answer could not be read.
+    Transport,
+    /// No answer within the budget.
+    Timeout,
+    /// A 2xx answer without a usable `access_token`.
+    Malformed,
+    /// The assertion could not be signed or sent (a key that passed the checks never does this).
+    Request,
+}
+
+impl TokenError {
+    /// The answer an attempt is classified by, in Vertex's (Gemini's) error shape, when the
+    /// failure is the token endpoint's answer: a refused key is the provider's 401 (the
+    /// credential is at fault), a limited or failing endpoint its 429 or 503 (retryable), an
+    /// unusable answer a 502. `None` for network failures (classified as such). The message
+    /// names the service account, never the key, the assertion or a token.
+    pub fn answer(&self, account: &str) -> Option<(StatusCode, HeaderMap, Bytes)> {
+        let (status, words, retry_after) = match self {
+            TokenError::Refused {
+                status,
+                retry_after,
+                reason,
+            } => {
+                let mapped = if *status == StatusCode::TOO_MANY_REQUESTS {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else if status.is_server_error() {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::UNAUTHORIZED
+                };
+                let words = if reason.is_empty() {
+                    format!("status {}", status.as_u16())
+                } else {
+                    format!("status {}: {reason}", status.as_u16())
+                };
+                (mapped, words, retry_after.clone())
+            }
+            TokenError::Malformed => (
+                StatusCode::BAD_GATEWAY,
+                "a success without a usable access_token".to_owned(),
+                None,
+            ),
+            TokenError::Request => (
+                StatusCode::UNAUTHORIZED,
+                "the assertion could not be signed".to_owned(),
+                None,
+            ),
+            TokenError::Connect | TokenError::Transport | TokenError::Timeout => return None,
+        };
+        let code = match status {
+            StatusCode::TOO_MANY_REQUESTS => "RESOURCE_EXHAUSTED",
+            StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
+            StatusCode::BAD_GATEWAY => "INTERNAL",
+            _ => "UNAUTHENTICATED",
+        };
+        let body = json!({"error": {
+            "code": status.as_u16(),
+            "message": format!("Vertex AI access token exchange for service account {account} failed: the token endpoint answered {words}"),
+            "status": code,
+        }});
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(retry_after) = retry_after {
+            headers.insert(header::RETRY_AFTER, retry_after);
+        }
+        Some((status, headers, Bytes::from(body.to_string())))
+    }
+
+    /// The low-cardinality label in logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TokenError::Refused { .. } => "token_refused",
+            TokenError::Connect => "token_connect_error",
+            TokenError::Transport => "token_transport_error",
+            TokenError::Timeout => "token_timeout",
+            TokenError::Malformed => "token_malformed",
+            TokenError::Request => "token_request",
+        }
+    }
+}
+
+/// A cached access token.
+#[derive(Clone)]
+struct Token {
+    bearer: HeaderValue,
+    /// When a request should obtain a new one.
+    refresh_at: Instant,
+    /// When the token endpoint said it expires.
+    expires_at: Instant,
+}
+
+/// How long a token that could not be refreshed (but has not expired) is used before the next
+/// try.
+const REFRESH_RETRY: Duration = Duration::from_secs(10);
+
+/// One service account's access tokens: cached, refreshed before they expire, and obtained by
+/// one exchange at a time (requests that need a token while one is being obtained wait for it
+/// and share it).
+pub struct TokenSource {
+    account: ServiceAccount,
+    /// The current token, read without waiting by every request.
+    current: std::sync::RwLock<Option<Token>>,
+    /// Held across an exchange: one at a time, the others wait for its token.
+    exchanging: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenSource")
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The token sources of this process, by key file, so a new snapshot (which compiles its
+/// channels again) keeps the tokens its predecessor obtained.
+type Sources = Mutex<HashMap<String, Weak<TokenSource>>>;
+
+fn sources() -> &'static Sources {
+    static SOURCES: OnceLock<Sources> = OnceLock::new();
+    SOURCES.get_or_init(Sources::default)
+}
+
+/// The token source of a service-account key file: this process's, when one for the same file
+/// is alive, else a new one. The message (a bad file) names the field at fault, never a value.
+pub fn token_source(secret: &str) -> Result<Arc<TokenSource>, String> {
+    let secret = secret.trim();
+    let mut sources = sources()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(source) = sources.get(secret).and_then(Weak::upgrade) {
+        return Ok(source);
+    }
+    sources.retain(|_, source| source.strong_count() > 0);
+    let source = Arc::new(TokenSource {
+        account: parse_service_account(secret)?,
+        current: std::sync::RwLock::new(None),
+        exchanging: tokio::sync::Mutex::new(()),
+    });
+    sources.insert(secret.to_owned(), Arc::downgrade(&source));
+    Ok(source)
+}
+
+impl TokenSource {
+    pub fn account(&self) -> &ServiceAccount {
+        &self.account
+    }
+
+    /// The current token, if it is still fresh.
+    fn fresh(&self) -> Option<HeaderValue> {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        current
+            .as_ref()
+            .filter(|t| Instant::now() < t.refresh_at)
+            .map(|t| t.bearer.clone())
+    }
+
+    fn set(&self, token: Option<Token>) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = token;
+    }
+
+    /// The `Authorization` value (`Bearer {token}`, marked sensitive): the cached token while it
+    /// is fresh, else a new one from the token endpoint within `budget` — one exchange at a
+    /// time, which the requests arriving meanwhile wait for and share. A refresh that fails
+    /// while the current token has not expired yet keeps using it (and tries again
+    /// [`REFRESH_RETRY`] later).
+    pub async fn bearer(
+        &self,
+        client: &HttpClient,
+        budget: Duration,
+    ) -> Result<HeaderValue, TokenError> {
+        if let Some(bearer) = self.fresh() {
+            return Ok(bearer);
+        }
+        let deadline = Instant::now() + budget;
+        let _exchanging = tokio::time::timeout_at(deadline, self.exchanging.lock())
+            .await
+            .map_err(|_| TokenError::Timeout)?;
+        // Obtained by the exchange this request waited for.
+        if let Some(bearer) = self.fresh() {
+            return Ok(bearer);
+        }
+        let exchanged = tokio::time::timeout_at(deadline, self.exchange(client))
+            .await
+            .unwrap_or(Err(TokenError::Timeout));
+        match exchanged {
+            Ok(token) => {
+                let bearer = token.bearer.clone();
+                self.set(Some(token));
+                Ok(bearer)
+            }
+            Err(e) => {
+                let mut current = self
+                    .current
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match current.as_mut() {
+                    Some(token) if Instant::now() < token.expires_at => {
+                        tracing::warn!(client_email = %self.account.client_email, error = e.as_str(), "Vertex AI access token refresh failed; the current token is used until it expires");
+                        token.refresh_at = (Instant::now() + REFRESH_RETRY).min(token.expires_at);
+                        Ok(token.bearer.clone())
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Drops the cached token (the upstream refused it): the next request obtains a new one.
+    pub fn forget(&self) {
+        self.set(None);
+    }
+
+    /// One token exchange.
+    async fn exchange(&self, client: &HttpClient) -> Result<Token, TokenError> {
+        let account = &self.account;
+        let iat = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let assertion = account.assertion(iat).map_err(|_| TokenError::Request)?;
+        let body = format!("grant_type={GRANT_TYPE}&assertion={assertion}");
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(&account.token_uri)
+            .header(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-www-form-urlencoded"),
+            )
+            .header(header::ACCEPT, HeaderValue::from_static("application/json"))
+            .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|_| TokenError::Request)?;
+        let started = Instant::now();
+        let response = client.request(request).await.map_err(|e| {
+            if e.is_connect() {
+                TokenError::Connect
+            } else {
+                TokenError::Transport
+            }
+        })?;
+        let status = response.status();
+        let retry_after = response.headers().get(header::RETRY_AFTER).cloned();
+        let body = Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
+            .collect()
+            .await
+            .map_err(|_| TokenError::Transport)?
+            .to_bytes();
+        if !status.is_success() {
+            let reason = refusal_reason(&body).replace(&assertion, "[assertion]");
+            tracing::warn!(
+                client_email = %account.client_email,
+                status = status.as_u16(),
+                reason = %reason,
+                "Vertex AI token endpoint refused the service account's assertion"
+            );
+            return Err(TokenError::Refused {
+                status,
+                retry_after,
+                reason,
+            });
+        }
+        let answer: Value = serde_json::from_slice(&body).map_err(|_| TokenError::Malformed)?;
+        let token = answer
+            .get("access_token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or(TokenError::Malformed)?;
+        let mut bearer =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| TokenError::Malformed)?;
+        bearer.set_sensitive(true);
+        // Google's answers always say how long the token lives; an hour when one does not.
+        let lifetime = Duration::from_secs(
+            answer
+                .get("expires_in")
+                .and_then(Value::as_u64)
+                .unwrap_or(ASSERTION_LIFETIME_SECS),
+        );
+        let margin = REFRESH_MARGIN.min(lifetime / 5);
+        tracing::debug!(client_email = %account.client_email, lifetime_s = lifetime.as_secs(), "Vertex AI access token obtained");
+        Ok(Token {
+            bearer,
+            refresh_at: started + lifetime.saturating_sub(margin),
+            expires_at: started + lifetime,
+        })
+    }
+}
+
+/// The token endpoint's `error` and `error_description` (OAuth's error answer), printable
+/// characters only and bounded; empty when the answer has neither.
+fn refusal_reason(body: &[u8]) -> String {
+    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+        return String::new();
+    };
+    let text = |name: &str| answer.get(name).and_then(Value::as_str).map(str::trim);
+    let reason = match (text("error"), text("error_description")) {
+        (Some(error), Some(description)) if !description.is_empty() => {
+            format!("{error}: {description}")
+        }
+        (Some(error), _) => error.to_owned(),
+        (None, Some(description)) => description.to_owned(),
+        (None, None) => String::new(),
+    };
+    reason
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_REASON_CHARS)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = include_str!("../../mock-upstream/fixtures/vertex-test-key.pem");
+
+    fn key_file(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+        let mut file = json!({
+            "type": "service_account",
+            "project_id": "test-project",
+            "private_key_id": "kid-1",
+            "private_key": KEY,
+            "client_email": "proxy@test-project.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        });
+        if let Value::Object(map) = &mut file {
+            edit(map);
+        }
+        file.to_string()
+    }
+
+    #[test]
+    fn a_key_file_parses_and_its_debug_shows_no_key() {
+        let account = parse_service_account(&key_file(|_| {})).unwrap();
+        assert_eq!(
+            account.client_email,
+            "proxy@test-project.iam.gserviceaccount.com"
+        );
+        assert_eq!(account.project_id, "test-project");
+        let debug = format!("{account:?}");
+        assert!(
+            !debug.contains("PRIVATE") && !debug.contains("kid-1"),
+            "{debug}"
+        );
+        // Pretty-printed, as Google hands it out.
+        let pretty = serde_json::to_string_pretty(
+            &serde_json::from_str::<Value>(&key_file(|_| {})).unwrap(),
+        )
+        .unwrap();
+        parse_service_account(&pretty).unwrap();
+    }
+
+    #[test]
+    fn a_bad_key_file_names_the_field_and_quotes_nothing() {
+        let cases: Vec<(String, &str)> = vec![
+            ("sk-SECRET1 not json".to_owned(), "not JSON"),
+            ("[\"SECRET1\"]".to_owned(), "not a JSON object"),
+            (
+                key_file(|m| {
+                    m.insert("type".into(), json!("authorized_user-SECRET1"));
+                }),
+                "`type` must be",
+            ),
+            (
+                key_file(|m| {
+                    m.remove("client_email");
+                }),
+                "`client_email` is missing",
+            ),
+            (
+                key_file(|m| {
+                    m.insert("private_key_id".into(), json!(7));
+                }),
+                "`private_key_id` must be a string",
+            ),
+            (
+                key_file(|m| {
+                    m.insert("project_id".into(), json!("a/SECRET1"));
+                }),
+                "`project_id` may hold only",
+            ),
+            (
+                key_file(|m| {
+                    m.insert("token_uri".into(), json!("ftp://SECRET1"));
+                }),
+                "`token_uri` must be",
+            ),
+            (
+                key_file(|m| {
+                    m.insert("private_key".into(), json!("SECRET1"));
+                }),
+                "`private_key` is not a PEM RSA private key",
+            ),
+            (
+                key_file(|m| {
+                    let broken = KEY.replacen("MII", "MIJ", 1);
+                    m.insert("private_key".into(), json!(broken));
+                }),
+                "`private_key` is not",
+            ),
+        ];
+        for (file, expected) in cases {
+            let message = parse_service_account(&file).unwrap_err();
+            assert!(message.contains(expected), "{message} / {expected}");
+            assert!(
+                !message.contains("SECRET1") && !message.contains("MII"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn targets_come_from_the_base_url() {
+        let t = VertexTarget::parse("https://europe-west4-aiplatform.googleapis.com").unwrap();
+        assert_eq!(t.project, None);
+        assert_eq!(t.location, "europe-west4");
+        assert_eq!(
+            t.url("/v1beta/models/gemini-2.5-flash:streamGenerateContent", Some("alt=sse"), "p1"),
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/p1/locations/europe-west4/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        let t = VertexTarget::parse("https://aiplatform.googleapis.com/v1").unwrap();
+        assert_eq!(t.endpoint, "https://aiplatform.googleapis.com");
+        assert_eq!(t.location, "global");
+        let t = VertexTarget::parse(
+            "https://us-central1-aiplatform.googleapis.com/v1/projects/other:proj/locations/us-east5",
+        )
+        .unwrap();
+        assert_eq!(t.project.as_deref(), Some("other:proj"));
+        assert_eq!(t.location, "us-east5");
+        assert_eq!(
+            t.url("/v1beta/models/m:generateContent", None, "from-key"),
+            "https://us-central1-aiplatform.googleapis.com/v1/projects/other:proj/locations/us-east5/publishers/google/models/m:generateContent"
+        );
+        let t = VertexTarget::parse("http://127.0.0.1:8080").unwrap();
+        assert_eq!(t.location, DEFAULT_LOCATION);
+        for bad in [
+            "https://x/v1/projects/p",
+            "https://x/v1/projects/p/locations/l/extra",
+            "https://x/v1/projects/p/zones/l",
+            "https://x/v1/projects/a b/locations/l",
+            "https://x/v1/publishers",
+        ] {
+            assert!(VertexTarget::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_the_providers_401_without_secrets() {
+        let refused = TokenError::Refused {
+            status: StatusCode::BAD_REQUEST,
+            retry_after: None,
+            reason: refusal_reason(
+                br#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#,
+            ),
+        };
+        let (status, headers, body) = refused.answer("a@b").unwrap();
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["status"], "UNAUTHENTICATED");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("a@b") && message.contains("invalid_grant: Invalid JWT Signature."),
+            "{message}"
+        );
+        let limited = TokenError::Refused {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after: Some(HeaderValue::from_static("7")),
+            reason: String::new(),
+        };
+        let (status, headers, _) = limited.answer("a@b").unwrap();
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(headers[header::RETRY_AFTER], "7");
+        assert_eq!(
+            TokenError::Refused {
+                status: StatusCode::BAD_GATEWAY,
+                retry_after: None,
+                reason: String::new()
+            }
+            .answer("a")
+            .unwrap()
+            .0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert!(TokenError::Connect.answer("a").is_none());
+        assert_eq!(refusal_reason(b"<html>"), "");
+        assert_eq!(refusal_reason(&[b'{'; 3]), "");
+        let long = format!("{{\"error\":\"{}\"}}", "x".repeat(500));
+        assert_eq!(refusal_reason(long.as_bytes()).len(), MAX_REASON_CHARS);
+    }
+
+    #[test]
+    fn the_assertion_carries_the_claims_and_the_key_id() {
+        let account = parse_service_account(&key_file(|_| {})).unwrap();
+        let iat = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let jwt = account.assertion(iat).unwrap();
+        let header = jsonwebtoken::decode_header(&jwt).unwrap();
+        assert_eq!(header.alg, Algorithm::RS256);
+        assert_eq!(header.kid.as_deref(), Some("kid-1"));
+        let public = jsonwebtoken::DecodingKey::from_rsa_pem(include_bytes!(
+            "../../mock-upstream/fixtures/vertex-test-key.pub.pem"
+        ))
+        .unwrap();
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::RS256);
+        validation.set_audience(&["https://oauth2.googleapis.com/token"]);
+        let claims = jsonwebtoken::decode::<Value>(&jwt, &public, &validation)
+            .unwrap()
+            .claims;
+        assert_eq!(claims["iss"], "proxy@test-project.iam.gserviceaccount.com");
+        assert_eq!(claims["sub"], claims["iss"]);
+        assert_eq!(claims["scope"], SCOPE);
+        assert_eq!(claims["iat"], iat);
+        assert_eq!(claims["exp"], iat + 3600);
+    }
+}
