@@ -19,6 +19,7 @@
 //! Protocol translation is not here: it is the pure `switchyard-provider` crate.
 
 pub mod channel;
+pub mod checks;
 pub mod client;
 pub mod mock;
 pub mod probe;
@@ -27,10 +28,11 @@ pub mod sim;
 pub mod vertex;
 
 pub use channel::{
-    channel_protocol, check_api_version, check_base_url, forwardable, gemini_path, returnable,
-    ChannelRuntime, CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
+    channel_protocol, check_api_version, forwardable, gemini_path, returnable, ChannelRuntime,
+    CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
     MOCK_CREDENTIAL,
 };
+pub use checks::check_base_url;
 pub use client::{build_client, HttpClient};
 pub use mock::MockOptions;
 pub use probe::{

@@ -247,7 +247,7 @@ pub fn parse_service_account(secret: &str) -> Result<ServiceAccount, String> {
         );
     }
     let token_uri = field("token_uri")?;
-    if crate::channel::check_base_url(&token_uri).is_err() {
+    if crate::checks::check_base_url(&token_uri).is_err() {
         return Err("`token_uri` must be an http:// or https:// URL".to_owned());
     }
     let private_key = field("private_key")?;
