@@ -253,8 +253,33 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     let method = method_label(request.method());
     let route = route_label(&request);
     let span = request_span(method, &route);
+    // One log line per admin request (the probes, the metrics scrape and the console's static
+    // files are left out): who asked what and how it went, never the token or a body.
+    let logged = access_logged(&route).then(|| {
+        let actor = request
+            .headers()
+            .get("x-switchyard-actor")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| crate::error::bounded(v.trim(), 64));
+        (
+            crate::error::bounded(request.uri().path(), 256),
+            actor,
+            std::time::Instant::now(),
+        )
+    });
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
+    if let Some((path, actor, started)) = logged {
+        tracing::info!(
+            method,
+            route = %route,
+            path = %path,
+            status,
+            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+            actor = actor.as_deref().unwrap_or(""),
+            "admin request"
+        );
+    }
     if !span.is_disabled() {
         // As i64: the OpenTelemetry layer exports unsigned integers as strings.
         span.record("http.response.status_code", i64::from(status));
@@ -264,6 +289,13 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     }
     metrics.request(method, &route, status);
     response
+}
+
+/// Whether a request to `route` (a matched template, or `unmatched`) gets an access log line:
+/// the admin API, explain and unknown paths do; health, readiness, metrics and the console's
+/// static files do not.
+fn access_logged(route: &str) -> bool {
+    route.starts_with("/api/") || route.starts_with("/console/routes/") || route == "unmatched"
 }
 
 /// One trace span per admin API request when traces are exported (OTLP): method, matched
