@@ -3,6 +3,8 @@
 //! and none for health, readiness, metrics or the console's static files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -35,13 +37,7 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let url = format!(
-        "postgres://{}@{}:{}/{}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port(),
-        opts.get_database().unwrap_or("postgres")
-    );
+    let url = common::database_url(&opts, &common::postgres_addr(&opts));
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
         .env_remove("REDIS_URL")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -5,6 +5,10 @@
 // Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::{database_url, postgres_addr};
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -25,17 +29,6 @@ use tokio_util::sync::CancellationToken;
 const TOKEN: &str = "fleet-test-admin-token-0123456789";
 const FLEET_TOKEN: &str = "fleet-stream-token-abcdef0123456789";
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The test database's URL, reached through `host:port` (Postgres itself or a gate in front).
-fn database_url(opts: &PgConnectOptions, host_port: &str) -> String {
-    let db = opts.get_database().unwrap_or("postgres");
-    let user = opts.get_username();
-    format!("postgres://{user}@{host_port}/{db}")
-}
-
-fn postgres_addr(opts: &PgConnectOptions) -> String {
-    format!("{}:{}", opts.get_host(), opts.get_port())
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

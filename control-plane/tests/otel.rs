@@ -3,6 +3,8 @@
 //! status; never the admin token), flushed on SIGTERM (the batch delay is a minute).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -65,13 +67,7 @@ async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
 
-    let url = format!(
-        "postgres://{}@{}:{}/{}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port(),
-        opts.get_database().unwrap_or("postgres")
-    );
+    let url = common::database_url(&opts, &common::postgres_addr(&opts));
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
         .env_remove("REDIS_URL")
         .env_remove("OTEL_SERVICE_NAME")

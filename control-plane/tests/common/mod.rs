@@ -8,6 +8,7 @@ use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use switchyard_control_plane::live::LiveState;
 use switchyard_control_plane::metrics::Metrics;
@@ -16,6 +17,18 @@ use switchyard_control_plane::{app, AppState};
 use tower::ServiceExt;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// The test database's URL, reached through `host:port` (Postgres itself or a gate in front).
+pub fn database_url(opts: &PgConnectOptions, host_port: &str) -> String {
+    let db = opts.get_database().unwrap_or("postgres");
+    let user = opts.get_username();
+    format!("postgres://{user}@{host_port}/{db}")
+}
+
+/// Where the test database's Postgres listens, as `host:port`.
+pub fn postgres_addr(opts: &PgConnectOptions) -> String {
+    format!("{}:{}", opts.get_host(), opts.get_port())
+}
 
 pub struct TestApp {
     pub router: Router,
