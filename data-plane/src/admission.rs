@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
-use switchyard_engine::{Limit, Metric, ScopeKind, Snapshot, Token, UnixMillis, Window};
+use switchyard_engine::{Limit, Metric, ScopeKind, Snapshot, Token, UnixMillis};
 use switchyard_provider::Usage;
 use switchyard_state::{Admission, LimitMode, LimitRequest, RateHeader, StateStore};
 
@@ -323,33 +323,6 @@ pub fn duration_text(ms: u64) -> String {
     String::from_utf8_lossy(DurationText::default().write(ms)).into_owned()
 }
 
-/// How a refusal names its limit: whose it is (never another client's name), what it counts
-/// and over which window.
-pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) -> String {
-    let whose = match scope {
-        ScopeKind::Token => "this API key's",
-        ScopeKind::Team => "its team's",
-        ScopeKind::Route => "the model route's",
-        ScopeKind::Channel => "the upstream channel's",
-        ScopeKind::Member => "the upstream member's",
-    };
-    let per = match window {
-        Window::None => String::new(),
-        Window::Month => " per calendar month (UTC)".to_owned(),
-        Window::Day => " per day (UTC)".to_owned(),
-        w => format!(" per {}", w.as_str()),
-    };
-    match metric {
-        Metric::Spend => format!(
-            "{whose} spend budget of {} USD{per}",
-            switchyard_engine::limit::format_micros(value)
-        ),
-        Metric::Concurrent => format!("{whose} limit of {value} concurrent requests"),
-        Metric::Requests => format!("{whose} limit of {value} requests{per}"),
-        Metric::Tokens => format!("{whose} limit of {value} tokens{per}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,21 +344,5 @@ mod tests {
         assert_eq!(estimate(400, None), 100);
         assert_eq!(estimate(401, Some(50)), 150);
         assert_eq!(estimate(0, Some(u64::MAX)), u64::MAX);
-    }
-
-    #[test]
-    fn a_refusal_names_whose_limit_and_what_it_counts() {
-        assert_eq!(
-            describe(ScopeKind::Token, Metric::Requests, Window::Minute, 600),
-            "this API key's limit of 600 requests per minute"
-        );
-        assert_eq!(
-            describe(ScopeKind::Team, Metric::Spend, Window::Month, 25_500_000),
-            "its team's spend budget of 25.5 USD per calendar month (UTC)"
-        );
-        assert_eq!(
-            describe(ScopeKind::Route, Metric::Concurrent, Window::None, 4),
-            "the model route's limit of 4 concurrent requests"
-        );
     }
 }

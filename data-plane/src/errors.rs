@@ -157,7 +157,7 @@ impl GatewayError {
     }
 
     pub fn message(&self) -> String {
-        use crate::server::PIN_HEADER;
+        use crate::request::PIN_HEADER;
         use GatewayError::*;
         match self {
             NotReady => "the gateway has no route snapshot yet".to_owned(),
@@ -171,7 +171,7 @@ impl GatewayError {
                 retry_after_ms,
                 spent,
             } => {
-                let limit = crate::admission::describe(*scope, *metric, *window, *value);
+                let limit = describe(*scope, *metric, *window, *value);
                 let wait = retry_after_ms.div_ceil(1_000);
                 if *spent {
                     format!("Budget exceeded: {limit} is spent. It resets in {wait} s.")
@@ -264,9 +264,52 @@ impl GatewayError {
     }
 }
 
+/// How a refusal names its limit: whose it is (never another client's name), what it counts
+/// and over which window.
+pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) -> String {
+    let whose = match scope {
+        ScopeKind::Token => "this API key's",
+        ScopeKind::Team => "its team's",
+        ScopeKind::Route => "the model route's",
+        ScopeKind::Channel => "the upstream channel's",
+        ScopeKind::Member => "the upstream member's",
+    };
+    let per = match window {
+        Window::None => String::new(),
+        Window::Month => " per calendar month (UTC)".to_owned(),
+        Window::Day => " per day (UTC)".to_owned(),
+        w => format!(" per {}", w.as_str()),
+    };
+    match metric {
+        Metric::Spend => format!(
+            "{whose} spend budget of {} USD{per}",
+            switchyard_engine::limit::format_micros(value)
+        ),
+        Metric::Concurrent => format!("{whose} limit of {value} concurrent requests"),
+        Metric::Requests => format!("{whose} limit of {value} requests{per}"),
+        Metric::Tokens => format!("{whose} limit of {value} tokens{per}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_names_whose_limit_and_what_it_counts() {
+        assert_eq!(
+            describe(ScopeKind::Token, Metric::Requests, Window::Minute, 600),
+            "this API key's limit of 600 requests per minute"
+        );
+        assert_eq!(
+            describe(ScopeKind::Team, Metric::Spend, Window::Month, 25_500_000),
+            "its team's spend budget of 25.5 USD per calendar month (UTC)"
+        );
+        assert_eq!(
+            describe(ScopeKind::Route, Metric::Concurrent, Window::None, 4),
+            "the model route's limit of 4 concurrent requests"
+        );
+    }
 
     #[test]
     fn each_error_renders_its_status_code_and_retry_hint() {

@@ -16,12 +16,11 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
-use serde::Serialize;
 use switchyard_engine::{
-    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Price,
-    Provider, RandomSource, Reason, Route, RouteId, SelectionConstraint, SplitMix64, Sticky,
+    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
+    RandomSource, Reason, Route, SelectionConstraint, SplitMix64, Sticky,
 };
-use switchyard_provider::{ChatRequest, Protocol, TranslateError, Usage};
+use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use switchyard_state::{
     AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan, LimitRequest,
 };
@@ -29,12 +28,12 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::admission::{upstream_limits, Held, RateHeaders};
+use crate::admission::{upstream_limits, Held};
 use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
-use crate::record::StreamSlot;
+use crate::record::{AttemptLog, StreamSlot, Trail};
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
@@ -60,45 +59,6 @@ pub struct ProxyRequest<'a> {
     pub request_id: &'a str,
     pub started: Instant,
     pub seed: u64,
-}
-
-/// One attempt in the request's trail (logged; never secrets).
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptLog {
-    pub member_id: MemberId,
-    pub channel_id: ChannelId,
-    pub credential_id: CredentialId,
-    pub status: Option<u16>,
-    pub error: Option<AttemptError>,
-    pub latency_ms: f64,
-}
-
-/// What happened to one request, for headers, the log line and metrics.
-#[derive(Default)]
-pub struct Trail {
-    /// The authenticated token's name and team (set by the HTTP edge).
-    pub token: Option<String>,
-    pub team: Option<String>,
-    /// Usage read from a plain (non-streamed) answer.
-    pub usage: Option<Usage>,
-    /// A committed stream: its record is written when it ends.
-    pub stream: Option<Arc<StreamSlot>>,
-    pub route: Option<(RouteId, String)>,
-    pub final_channel: Option<String>,
-    /// The upstream model of the final attempt.
-    pub final_model: Option<String>,
-    pub attempts: Vec<AttemptLog>,
-    pub breaker_tripped: bool,
-    pub sticky: Option<&'static str>,
-    pub upstream_micros: u64,
-    /// The price of the final attempt's (channel, upstream model), if one matches.
-    pub price: Option<Price>,
-    /// The key's, team's and route's limits the request was admitted under.
-    pub admitted: Option<Held>,
-    /// The serving member's upstream limits (its channel's and its own).
-    pub upstream_held: Option<Held>,
-    /// OpenAI's rate-limit headers for the answer.
-    pub rate: RateHeaders,
 }
 
 struct Picked<'s> {
@@ -554,7 +514,7 @@ impl<'a> Failover<'a> {
             }
             let sent_at = Instant::now();
             let attempt = Attempt {
-                client: &self.state.client,
+                client: self.state.client(),
                 endpoint: self.req.endpoint,
                 inspected: self.req.inspected,
                 upstream_model: &picked.member.upstream_model,

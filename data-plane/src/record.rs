@@ -5,13 +5,53 @@
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use switchyard_engine::MemberId;
+use switchyard_engine::{ChannelId, CredentialId, MemberId, Price, RouteId};
 use switchyard_provider::Usage;
 use tokio::time::Instant;
 
+use crate::admission::{Held, RateHeaders};
+use crate::attempt::AttemptError;
 use crate::endpoint::Endpoint;
-use crate::failover::{AttemptLog, Trail};
 use crate::AppState;
+
+/// One attempt in the request's trail (logged; never secrets).
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptLog {
+    pub member_id: MemberId,
+    pub channel_id: ChannelId,
+    pub credential_id: CredentialId,
+    pub status: Option<u16>,
+    pub error: Option<AttemptError>,
+    pub latency_ms: f64,
+}
+
+/// What happened to one request, for headers, the log line and metrics.
+#[derive(Default)]
+pub struct Trail {
+    /// The authenticated token's name and team (set by the HTTP edge).
+    pub token: Option<String>,
+    pub team: Option<String>,
+    /// Usage read from a plain (non-streamed) answer.
+    pub usage: Option<Usage>,
+    /// A committed stream: its record is written when it ends.
+    pub stream: Option<Arc<StreamSlot>>,
+    pub route: Option<(RouteId, String)>,
+    pub final_channel: Option<String>,
+    /// The upstream model of the final attempt.
+    pub final_model: Option<String>,
+    pub attempts: Vec<AttemptLog>,
+    pub breaker_tripped: bool,
+    pub sticky: Option<&'static str>,
+    pub upstream_micros: u64,
+    /// The price of the final attempt's (channel, upstream model), if one matches.
+    pub price: Option<Price>,
+    /// The key's, team's and route's limits the request was admitted under.
+    pub admitted: Option<Held>,
+    /// The serving member's upstream limits (its channel's and its own).
+    pub upstream_held: Option<Held>,
+    /// OpenAI's rate-limit headers for the answer.
+    pub rate: RateHeaders,
+}
 
 /// Everything the request line says, gathered when the answer went out.
 pub struct RequestRecord {

@@ -13,6 +13,8 @@ use switchyard_engine::RequestNeeds;
 
 use switchyard_proto::sha256_hex;
 
+pub const PIN_HEADER: &str = "x-switchyard-pin-member";
+
 /// What routing needs to know about one request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inspected {

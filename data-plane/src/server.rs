@@ -23,14 +23,15 @@ use crate::admission::{self, Held};
 use crate::config::token_hash;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
-use crate::failover::{proxy, ProxyRequest, Trail};
-use crate::record::RequestRecord;
-use crate::request::{header_session_key, inspect_json_for, inspect_multipart, InspectError};
+use crate::failover::{proxy, ProxyRequest};
+use crate::record::{RequestRecord, Trail};
+use crate::request::{
+    header_session_key, inspect_json_for, inspect_multipart, InspectError, PIN_HEADER,
+};
 use crate::snapshot::View;
 use crate::wire;
 use crate::AppState;
 
-pub const PIN_HEADER: &str = "x-switchyard-pin-member";
 pub const GROUP_HEADER: &str = "x-switchyard-route-group";
 
 /// The data plane's router.
