@@ -14,6 +14,7 @@
 //! `level`, `target`, `message` and the event's own fields at the top level (never nested under
 //! `fields`), so one parser and one log pipeline read both planes.
 
+pub mod batch;
 pub mod context;
 pub mod record;
 
@@ -23,7 +24,6 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
-use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::filter::{filter_fn, EnvFilter};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -55,9 +55,9 @@ pub fn requested() -> bool {
 #[must_use = "dropping it stops the trace exporter and the log writer"]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
-    /// The log writer's worker: lines are written by a background thread so a request never
-    /// waits on stdout; dropping the guard writes what is still queued.
-    _log_writer: WorkerGuard,
+    /// The log writer: lines are written in batches by a background thread so a request never
+    /// waits on stdout; dropping the guard writes what is still pending.
+    _log_writer: batch::Guard,
 }
 
 impl Telemetry {
@@ -123,11 +123,8 @@ where
 /// [`requested`], the OTLP layer (this crate's spans and the events inside them). Call it inside
 /// the tokio runtime; keep the returned guard until the runtime's work is done.
 pub fn init(options: Options) -> Telemetry {
-    // Never drop a line: when the queue is full, the logging call waits instead.
-    let (writer, log_writer) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("switchyard-log")
-        .finish(std::io::stdout());
+    // Never drop a line: when the buffer is full, the logging call waits instead.
+    let (writer, log_writer) = batch::start(std::io::stdout(), "switchyard-log");
     record::set_writer(writer.clone());
     let fmt = json_lines(writer).with_filter(env_filter());
     if !requested() {

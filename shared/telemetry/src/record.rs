@@ -3,18 +3,17 @@
 //! fields are themselves JSON — the data plane's request line carries its attempt trail and usage
 //! as JSON values, which `tracing`'s formatter can only write as strings.
 
-use std::io::Write;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::batch::BatchWriter;
 use serde::Serialize;
-use tracing_appender::non_blocking::NonBlocking;
 
-static WRITER: OnceLock<NonBlocking> = OnceLock::new();
+static WRITER: OnceLock<BatchWriter> = OnceLock::new();
 
 /// Called by [`crate::init`] with the log's own writer, so records and log lines interleave in
 /// one ordered stream and never block the caller.
-pub(crate) fn set_writer(writer: NonBlocking) {
+pub(crate) fn set_writer(writer: BatchWriter) {
     let _ = WRITER.set(writer);
 }
 
@@ -38,8 +37,7 @@ pub fn write(target: &str, message: &str, fields: &impl Serialize) {
     let Some(bytes) = line(&rfc3339_now(), target, message, fields) else {
         return;
     };
-    let mut writer = writer.clone();
-    let _ = writer.write_all(&bytes);
+    writer.append(&bytes);
 }
 
 /// The record's bytes, newline-terminated; `None` when `fields` is not a JSON object.
