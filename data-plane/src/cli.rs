@@ -77,6 +77,13 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_CONFIG_POLL_MS", default_value_t = 1000)]
     pub config_poll_ms: u64,
 
+    /// Threads serving client connections, each with its own listener on the address (the
+    /// kernel spreads new connections over them), its own event loop and its own upstream
+    /// connection pool, so a request stays on one thread from accept to answer; 0 = one per CPU
+    /// this process may use.
+    #[arg(long, env = "SWITCHYARD_WORKERS", default_value_t = 0)]
+    pub workers: usize,
+
     /// Connection limits and client deadlines.
     #[command(flatten)]
     pub limits: switchyard_server::LimitArgs,

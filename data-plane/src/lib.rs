@@ -29,6 +29,7 @@ pub mod telemetry;
 pub mod upstream;
 pub mod usage;
 pub mod wire;
+pub mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -50,7 +51,11 @@ use crate::upstream::HttpClient;
 pub struct AppState {
     pub views: Arc<ArcSwapOption<View>>,
     pub store: Arc<dyn StateStore>,
-    pub client: HttpClient,
+    /// The upstream connection pool of every thread that is not a serving worker (probes).
+    client: HttpClient,
+    /// One upstream pool per serving worker thread, so a request's upstream connections live on
+    /// its own thread ([`workers`]).
+    worker_clients: Box<[HttpClient]>,
     pub metrics: Metrics,
     /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
     pub connections: OnceLock<switchyard_server::Stats>,
@@ -76,16 +81,18 @@ impl AppState {
         store: Arc<dyn StateStore>,
         usage: Option<Arc<usage::UsageReporter>>,
     ) -> Arc<AppState> {
-        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new())
+        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new(), 0)
     }
 
     /// [`AppState::with_usage`], its snapshot follower spawned on `tasks` (the process's
-    /// tracker; the follower ends when the snapshot channel closes).
+    /// tracker; the follower ends when the snapshot channel closes), with an upstream pool for
+    /// each of `workers` serving threads ([`workers`]).
     pub fn with_tasks(
         snapshots: SnapshotReceiver,
         store: Arc<dyn StateStore>,
         usage: Option<Arc<usage::UsageReporter>>,
         tasks: &TaskTracker,
+        workers: usize,
     ) -> Arc<AppState> {
         let views = Arc::new(ArcSwapOption::empty());
         // The pooled client's connect timeout comes from the first snapshot (default 5 s).
@@ -103,6 +110,9 @@ impl AppState {
             views,
             store,
             client: upstream::build_client(connect_timeout),
+            worker_clients: (0..workers)
+                .map(|_| upstream::build_client(connect_timeout))
+                .collect(),
             metrics: Metrics::default(),
             connections: OnceLock::new(),
             draining: CancellationToken::new(),
@@ -110,6 +120,14 @@ impl AppState {
             usage,
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         })
+    }
+
+    /// The upstream client of the calling thread's pool.
+    pub fn client(&self) -> &HttpClient {
+        workers::slot()
+            .checked_sub(1)
+            .and_then(|worker| self.worker_clients.get(worker))
+            .unwrap_or(&self.client)
     }
 
     /// A fresh per-request seed (request id and the engine's random draws).

@@ -278,7 +278,7 @@ async fn probe_credential(
 ) -> ProbeResult {
     let mut rng = SplitMix64::new(state.next_seed());
     switchyard_upstream::probe_credential(
-        &state.client,
+        state.client(),
         runtime,
         credential,
         model,

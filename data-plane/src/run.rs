@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use switchyard_engine::Snapshot;
 use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateStore};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -177,24 +176,21 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
 
+    let workers = crate::workers::count(cli.workers);
     let state = AppState::with_tasks(
         receiver,
         store,
         usage.as_ref().map(|(reporter, _, _)| Arc::clone(reporter)),
         &tasks,
+        workers,
     );
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
     }
     let http_addr = http_addr.unwrap_or(DEFAULT_HTTP_ADDR);
-    let listener = TcpListener::bind(http_addr)
-        .await
+    let (sockets, addr) = crate::workers::bind(http_addr, workers)
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the listen address: {e}"))?;
-    tracing::info!(addr = %addr, "listening");
 
     let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
     let server = Server::new(cli.limits.limits());
@@ -205,12 +201,14 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         "connection limits"
     );
     let _ = state.connections.set(server.stats());
-    let mut server = tasks.spawn(server.serve(listener, app(state.clone()), stop.clone()));
+    let serving = crate::workers::start(sockets, &server, &app(state.clone()), &stop)?;
+    tracing::info!(addr = %addr, workers, "listening");
+    let mut server = tasks.spawn(serving);
     tokio::select! {
         result = &mut server => {
             return match result {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!("server failed: {e}")),
+                Ok(Err(e)) => Err(e),
                 Err(e) => Err(format!("server task failed: {e}")),
             };
         }

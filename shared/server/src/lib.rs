@@ -155,6 +155,7 @@ pub fn raise_fd_limit() -> (u64, u64) {
 
 /// A server with its limits and live counters; [`Server::stats`] can be handed to `/metrics`
 /// before [`Server::serve`] starts.
+#[derive(Clone)]
 pub struct Server {
     limits: Limits,
     registry: Arc<Registry>,

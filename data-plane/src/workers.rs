@@ -1,0 +1,161 @@
+//! Serving threads: client connections are served by worker threads, each running a
+//! single-threaded tokio runtime with its own listener on the proxy's address (`SO_REUSEPORT`:
+//! the kernel spreads new connections over the listeners), so a request stays on the thread that
+//! accepted it from the first byte to the last — no work stealing and no cross-thread wake-ups on
+//! the request path. Each worker also has its own upstream connection pool
+//! ([`crate::AppState::client`]). Background work (snapshots, Redis, usage reports, probes) stays
+//! on the process's main runtime.
+//!
+//! The trade-off is the one nginx makes: a connection is bound to its worker for its life, so a
+//! few very busy keep-alive connections can load one worker more than another.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+
+use axum::Router;
+use switchyard_server::Server;
+use tokio::net::TcpSocket;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// Pending connections each listener queues (as `TcpListener::bind` does).
+const BACKLOG: u32 = 1024;
+
+thread_local! {
+    /// 1-based index of the worker this thread is; 0 on every other thread.
+    static SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The calling thread's slot: `1..=n` on a worker, `0` elsewhere (the main runtime, tests).
+pub(crate) fn slot() -> usize {
+    SLOT.with(Cell::get)
+}
+
+/// The number of workers for a `--workers` value: the value, or for 0 the CPUs this process may
+/// use (cgroup quotas included).
+pub fn count(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+/// Binds `n` sockets to `addr`, each with `SO_REUSEPORT` (a port of 0 is chosen by the first and
+/// shared by the others). They listen once their worker starts.
+pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<(Vec<TcpSocket>, SocketAddr)> {
+    let mut sockets = Vec::with_capacity(n);
+    let mut bound = addr;
+    for _ in 0..n.max(1) {
+        let socket = if bound.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        socket.set_nodelay(true)?;
+        socket.bind(bound)?;
+        bound = socket.local_addr()?;
+        sockets.push(socket);
+    }
+    Ok((sockets, bound))
+}
+
+/// Starts one worker thread per socket serving `router` through `server` (one connection
+/// registry, so the connection cap is the process's). The returned future resolves once every
+/// worker has stopped (after `stop` fires and its connections have drained), with the first
+/// failure.
+pub fn start(
+    sockets: Vec<TcpSocket>,
+    server: &Server,
+    router: &Router,
+    stop: &CancellationToken,
+) -> Result<impl std::future::Future<Output = Result<(), String>>, String> {
+    let mut done = Vec::with_capacity(sockets.len());
+    for (index, socket) in sockets.into_iter().enumerate() {
+        let (tx, rx) = oneshot::channel();
+        let (server, router, stop) = (server.clone(), router.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("switchyard-worker-{index}"))
+            .spawn(move || {
+                SLOT.with(|slot| slot.set(index + 1));
+                let _ = tx.send(serve(socket, server, router, stop));
+            })
+            .map_err(|e| format!("cannot start worker thread {index}: {e}"))?;
+        done.push(rx);
+    }
+    Ok(async move {
+        let mut first_error = None;
+        for rx in done {
+            let result = rx
+                .await
+                .unwrap_or_else(|_| Err("a worker thread panicked".to_owned()));
+            if let Err(e) = result {
+                // Any worker failing fails the process (the others stop with it).
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    })
+}
+
+/// One worker: its runtime, its listener, the accept loop until `stop` and the drain.
+fn serve(
+    socket: TcpSocket,
+    server: Server,
+    router: Router,
+    stop: CancellationToken,
+) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a worker runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = socket
+            .listen(BACKLOG)
+            .map_err(|e| format!("cannot listen: {e}"))?;
+        let result = server.serve(listener, router, stop.clone()).await;
+        if result.is_err() {
+            // Take the other workers down too: a proxy that lost a listener is not healthy.
+            stop.cancel();
+        }
+        result.map_err(|e| format!("server failed: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sockets_share_one_port_chosen_by_the_first() {
+        let (sockets, addr) = bind("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        assert_eq!(sockets.len(), 3);
+        assert_ne!(addr.port(), 0);
+        for socket in &sockets {
+            assert_eq!(socket.local_addr().unwrap(), addr);
+        }
+        // All three listen on the one address at once.
+        let listeners: Vec<_> = sockets.into_iter().map(|s| s.listen(16).unwrap()).collect();
+        assert_eq!(listeners.len(), 3);
+    }
+
+    #[test]
+    fn zero_workers_means_one_per_cpu() {
+        assert_eq!(count(3), 3);
+        assert!(count(0) >= 1);
+    }
+
+    #[test]
+    fn only_worker_threads_have_a_slot() {
+        assert_eq!(slot(), 0);
+        std::thread::spawn(|| {
+            SLOT.with(|s| s.set(2));
+            assert_eq!(slot(), 2);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(slot(), 0);
+    }
+}
