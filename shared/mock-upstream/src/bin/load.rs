@@ -7,7 +7,8 @@
 //!   events longer than `--stall-ms`), errors and time to first byte.
 //! - `report`: combines the JSON files of one `scripts/load` run into the summary.
 //!
-//! Both load modes can watch processes (`--watch-pid`) and report their resident memory.
+//! Both load modes can watch processes (`--watch-pid`) and report their resident memory; `run`
+//! also reports the CPU time per request of the processes named by `--cpu-pid`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -30,7 +31,7 @@ mod measure;
 #[path = "load/report.rs"]
 mod report;
 
-use measure::{percentiles, round, RssWatcher};
+use measure::{percentiles, round, CpuMeter, RssWatcher};
 
 #[derive(Debug, Parser)]
 #[command(name = "switchyard-load", version, about)]
@@ -72,6 +73,10 @@ struct Target {
     /// Sample the resident memory of this process while running (repeatable).
     #[arg(long = "watch-pid")]
     watch_pids: Vec<u32>,
+    /// Count this process's CPU time (user and kernel, all threads) over the measured window of
+    /// `run`, reported per request; repeatable, summed (a proxy's worker processes).
+    #[arg(long = "cpu-pid")]
+    cpu_pids: Vec<u32>,
     /// Free-form label copied into the output.
     #[arg(long, default_value = "")]
     label: String,
@@ -210,6 +215,14 @@ async fn run(args: RunArgs) -> Result<Value, String> {
     let mut workers = tokio::task::JoinSet::new();
     let measure_start = warmup_end;
     let measure_end = measure_start + Duration::from_secs_f64(args.duration_secs);
+    let cpu = tokio::spawn({
+        let mut meter = CpuMeter::new(&args.target.cpu_pids);
+        async move {
+            tokio::time::sleep_until(measure_start).await;
+            meter.open();
+            meter
+        }
+    });
     for _ in 0..args.concurrency.max(1) {
         let p = Arc::clone(&p);
         let issued = Arc::clone(&issued);
@@ -251,6 +264,10 @@ async fn run(args: RunArgs) -> Result<Value, String> {
         .as_secs_f64();
     let ok = latencies.len() as u64;
     let total: u64 = statuses.values().sum();
+    let cpu = match cpu.await {
+        Ok(meter) => meter.per_request(total),
+        Err(_) => Value::Null,
+    };
     Ok(json!({
         "mode": "run",
         "label": args.target.label,
@@ -264,6 +281,7 @@ async fn run(args: RunArgs) -> Result<Value, String> {
         "throughput_rps": round(ok as f64 / elapsed.max(1e-9), 1),
         "latency_ms": percentiles(&mut latencies),
         "rss_kb": watcher.finish().await,
+        "cpu": cpu,
     }))
 }
 
@@ -495,8 +513,39 @@ mod tests {
             headers: vec!["authorization: Bearer x".into()],
             timeout_ms: 1000,
             watch_pids: vec![],
+            cpu_pids: vec![],
             label: String::new(),
         }
+    }
+
+    #[test]
+    fn cpu_time_is_read_from_proc_and_divided_by_requests() {
+        let mut meter = CpuMeter::new(&[std::process::id()]);
+        meter.open();
+        // Burn CPU until the process's tick counters move (a condition, not a duration).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut x = 0u64;
+        loop {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            let cpu = meter.per_request(1);
+            if cpu["total_us_per_request"].as_f64().unwrap_or(0.0) > 0.0 {
+                let one = cpu["total_us_per_request"].as_f64().unwrap();
+                let ten = meter.per_request(10)["total_us_per_request"]
+                    .as_f64()
+                    .unwrap();
+                assert!(ten <= one / 5.0, "per request divides: {one} vs {ten}");
+                assert_eq!(cpu["pids"], json!([std::process::id()]));
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ticks never moved ({x})"
+            );
+        }
+        assert_eq!(CpuMeter::new(&[]).per_request(1), Value::Null);
+        assert_eq!(CpuMeter::new(&[u32::MAX]).per_request(1), Value::Null);
     }
 
     #[tokio::test]

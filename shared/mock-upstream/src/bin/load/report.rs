@@ -3,7 +3,8 @@
 //! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_{direct,proxy}_N.json` (`hold`
 //! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones),
 //! `translated_c*`, `stream_{passthrough,translated}_c1`, and when present `before_c*` (an
-//! earlier proxy build) and `fleet_c*` (a fleet-mode proxy reporting usage).
+//! earlier proxy build), `fleet_c*` (a fleet-mode proxy reporting usage) and `fixed_{direct,nginx,
+//! proxy}_c*` (the nginx reference, with `cpu` per request).
 
 use std::path::Path;
 
@@ -171,6 +172,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         );
     }
     Ok(json!({
+        "nginx_reference": nginx_reference(dir),
         "added_latency_ms": added,
         "translation": translation,
         "compared": compared,
@@ -186,4 +188,55 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         },
         "stream_holds": holds,
     }))
+}
+
+/// The proxy against nginx as a plain reverse proxy, both in front of the same fixed-answer
+/// upstream in the same run (`fixed_{direct,nginx,proxy}_c*`): throughput at c=64, CPU per
+/// request, and the latency each adds over the direct call at c=1; each as proxy ÷ nginx.
+fn nginx_reference(dir: &Path) -> Value {
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => json!((a / b * 100.0).round() / 100.0),
+        _ => Value::Null,
+    };
+    let mut out = serde_json::Map::new();
+    if let (Some(nginx), Some(proxy)) = (
+        read(dir, "fixed_nginx_c64.json"),
+        read(dir, "fixed_proxy_c64.json"),
+    ) {
+        let (n, p) = (
+            num(&nginx, "/throughput_rps"),
+            num(&proxy, "/throughput_rps"),
+        );
+        out.insert(
+            "c64_throughput_rps".into(),
+            json!({"nginx": n, "proxy": p, "proxy_over_nginx": ratio(p, n),
+                   "direct": read(dir, "fixed_direct_c64.json").map(|r| r["throughput_rps"].clone())}),
+        );
+        let cpu = |run: &Value, field: &str| num(run, &format!("/cpu/{field}_us_per_request"));
+        out.insert(
+            "c64_cpu_us_per_request".into(),
+            json!({
+                "nginx": {"user": cpu(&nginx, "user"), "system": cpu(&nginx, "system"), "total": cpu(&nginx, "total")},
+                "proxy": {"user": cpu(&proxy, "user"), "system": cpu(&proxy, "system"), "total": cpu(&proxy, "total")},
+                "proxy_over_nginx": ratio(cpu(&proxy, "total"), cpu(&nginx, "total")),
+            }),
+        );
+    }
+    if let (Some(direct), Some(nginx), Some(proxy)) = (
+        read(dir, "fixed_direct_c1.json"),
+        read(dir, "fixed_nginx_c1.json"),
+        read(dir, "fixed_proxy_c1.json"),
+    ) {
+        let added = |run: &Value, q: &str| diff(run, &direct, &format!("/latency_ms/{q}")).as_f64();
+        let us = |ms: Option<f64>| ms.map(|ms| (ms * 1000.0).round());
+        out.insert(
+            "c1_added_us".into(),
+            json!({
+                "nginx": {"p50": us(added(&nginx, "p50")), "p99": us(added(&nginx, "p99"))},
+                "proxy": {"p50": us(added(&proxy, "p50")), "p99": us(added(&proxy, "p99"))},
+                "p50_proxy_over_nginx": ratio(added(&proxy, "p50"), added(&nginx, "p50")),
+            }),
+        );
+    }
+    Value::Object(out)
 }
