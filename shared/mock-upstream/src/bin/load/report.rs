@@ -213,14 +213,26 @@ fn nginx_reference(dir: &Path) -> Value {
                    "direct": read(dir, "fixed_direct_c64.json").map(|r| r["throughput_rps"].clone())}),
         );
         let cpu = |run: &Value, field: &str| num(run, &format!("/cpu/{field}_us_per_request"));
+        let times = |run: &Value| json!({"user": cpu(run, "user"), "system": cpu(run, "system"), "total": cpu(run, "total")});
         out.insert(
             "c64_cpu_us_per_request".into(),
             json!({
-                "nginx": {"user": cpu(&nginx, "user"), "system": cpu(&nginx, "system"), "total": cpu(&nginx, "total")},
-                "proxy": {"user": cpu(&proxy, "user"), "system": cpu(&proxy, "system"), "total": cpu(&proxy, "total")},
+                "nginx": times(&nginx),
+                "proxy": times(&proxy),
                 "proxy_over_nginx": ratio(cpu(&proxy, "total"), cpu(&nginx, "total")),
             }),
         );
+        // The earlier build on the same upstream (LOAD_BEFORE_PROXY_BIN), when measured.
+        if let Some(before) = read(dir, "fixed_before_c64.json") {
+            out.insert(
+                "c64_before".into(),
+                json!({
+                    "throughput_rps": num(&before, "/throughput_rps"),
+                    "cpu_us_per_request": times(&before),
+                    "before_over_nginx": ratio(cpu(&before, "total"), cpu(&nginx, "total")),
+                }),
+            );
+        }
     }
     if let (Some(direct), Some(nginx), Some(proxy)) = (
         read(dir, "fixed_direct_c1.json"),
@@ -235,6 +247,8 @@ fn nginx_reference(dir: &Path) -> Value {
                 "nginx": {"p50": us(added(&nginx, "p50")), "p99": us(added(&nginx, "p99"))},
                 "proxy": {"p50": us(added(&proxy, "p50")), "p99": us(added(&proxy, "p99"))},
                 "p50_proxy_over_nginx": ratio(added(&proxy, "p50"), added(&nginx, "p50")),
+                "before": read(dir, "fixed_before_c1.json")
+                    .map(|b| json!({"p50": us(added(&b, "p50")), "p99": us(added(&b, "p99"))})),
             }),
         );
     }
