@@ -393,11 +393,6 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         .map_err(invalid)?;
 
     // What the standalone proxy leaves to the engine but the tables refuse.
-    let members: HashSet<i64> = parts
-        .routes
-        .iter()
-        .flat_map(|r| r.members.iter().map(|m| m.id))
-        .collect();
     let explicit: HashSet<i64> = raw
         .routes
         .iter()
@@ -455,10 +450,10 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
             }
         }
         if let Some(member) = limit.member {
-            if !members.contains(&member) {
+            if !explicit.contains(&member) {
                 return Err(config_err(
                     format!("limits[{li}].member"),
-                    format!("unknown member id {member}"),
+                    format!("unknown member id {member} (give the member an `id` in its route)"),
                 ));
             }
         }
