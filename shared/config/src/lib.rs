@@ -385,4 +385,15 @@ mod tests {
         assert_eq!(e.path, "channels[0].credentials[0].secret");
         assert!(e.message.starts_with("is required"), "{e}");
     }
+
+    #[test]
+    fn the_kubernetes_example_file_is_valid() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/components/config-as-code/fleet.yaml"
+        ))
+        .unwrap();
+        let parts = parse_raw(&text).unwrap().into_parts(1, &|_| None).unwrap();
+        assert_eq!(parts.routes.len(), 2);
+    }
 }
