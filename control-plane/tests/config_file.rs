@@ -59,8 +59,7 @@ async fn build_fleet(app: &TestApp) -> (i64, i64) {
         .create(
             "/api/v1/channels",
             json!({"name": "backup", "provider": "anthropic", "base_url": "https://anthropic.test/",
-                   "max_concurrency": 8, "retry_status_codes": [429, 503],
-                   "headers": {"anthropic-beta": "x"}}),
+                   "max_concurrency": 8, "retry_status_codes": [429, 503]}),
         )
         .await;
     app.create(
@@ -420,6 +419,59 @@ async fn secrets_stay_out_of_exports_and_plans(pool: PgPool) {
     assert!(!after.contains("LEAKME"), "{after}");
     let (_, again, _) = send_yaml(&app, "/api/v1/config/apply", &added).await;
     assert_eq!(again["revision"], Value::Null, "{again}");
+
+    // Header values and base_url passwords are masked as the API shows them, and a masked
+    // value keeps what is stored.
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{channel}"),
+            json!({"base_url": "https://user:LEAKME-password@upstream.test/v1",
+                   "headers": {"x-api-key": "hdr-LEAKME-0123456789"}}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let masked = export(&app).await;
+    assert!(!masked.contains("LEAKME"), "{masked}");
+    assert!(masked.contains("x-api-key: '****6789'"), "{masked}");
+    assert!(
+        masked.contains("https://user:***@upstream.test/v1"),
+        "{masked}"
+    );
+    let (_, body, _) = send_yaml(&app, "/api/v1/config/apply", &masked).await;
+    assert_eq!(body["revision"], Value::Null, "{body}");
+    let stored: (String, Value) = sqlx::query_as::<_, (String, sqlx::types::Json<Value>)>(
+        "SELECT base_url, headers FROM channels WHERE id = $1",
+    )
+    .bind(channel)
+    .fetch_one(&app.pool)
+    .await
+    .map(|(url, headers)| (url, headers.0))
+    .unwrap();
+    assert_eq!(stored.0, "https://user:LEAKME-password@upstream.test/v1");
+    assert_eq!(stored.1["x-api-key"], "hdr-LEAKME-0123456789");
+    // A new value is planned masked.
+    let changed = masked.replace("'****6789'", "hdr-LEAKME-new-9876543210");
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert!(!plan.to_string().contains("LEAKME"), "{plan}");
+    assert_eq!(
+        plan["changes"][0]["fields"][0]["field"], "headers",
+        "{plan}"
+    );
+    assert_eq!(
+        plan["changes"][0]["fields"][0]["after"]["x-api-key"], "****3210",
+        "{plan}"
+    );
+    // On a control plane that stores nothing to keep, a masked value is refused by its path.
+    let fresh = fresh_control_plane(&app.pool, "switchyard_config_masked").await;
+    let (status, body, _) = send_yaml(&fresh, "/api/v1/config/apply", &masked).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["error"]["param"], "channels[0].headers.x-api-key",
+        "{body}"
+    );
+    assert!(!body.to_string().contains("LEAKME"), "{body}");
+    fresh.pool.close().await;
 }
 
 fn cli(url: &str, args: &[&str]) -> std::process::Output {

@@ -312,9 +312,55 @@ fn to_object<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
-/// A credential's secret as a plan may show it: `${NAME}` references as they are, any other
-/// value as `(secret)`.
+/// A header value as the admin API shows it: `****` and, for 12 characters or more, the last 4
+/// (the rule of the channel view's SQL).
+pub(super) fn mask_header(value: &str) -> String {
+    let n = value.chars().count();
+    if n >= 12 {
+        let tail: String = value.chars().skip(n - 4).collect();
+        format!("****{tail}")
+    } else {
+        "****".to_owned()
+    }
+}
+
+/// The configuration as an export writes it: header values masked and `base_url` passwords
+/// replaced by `***`, as the admin API shows them (they often carry keys).
+pub(super) fn mask_secrets(config: &mut RawConfig) {
+    for channel in &mut config.channels {
+        for value in channel.headers.values_mut() {
+            *value = mask_header(value);
+        }
+        if let Some(url) = &mut channel.base_url {
+            *url = switchyard_engine::validate::redact_url_userinfo(url);
+        }
+    }
+}
+
+/// A field as a plan may show it: a credential's secret as `(secret)` unless it is an
+/// `${NAME}` reference, header values masked, a `base_url` without its password.
 pub(super) fn redact(field: &str, value: &Value) -> Value {
+    if field == "headers" {
+        let Value::Object(map) = value else {
+            return value.clone();
+        };
+        return Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let masked = mask_header(v.as_str().unwrap_or_default());
+                    (k.clone(), Value::String(masked))
+                })
+                .collect(),
+        );
+    }
+    if field == "base_url" {
+        return match value {
+            Value::String(url) => {
+                Value::String(switchyard_engine::validate::redact_url_userinfo(url))
+            }
+            other => other.clone(),
+        };
+    }
     if field != "credentials" {
         return value.clone();
     }

@@ -38,7 +38,7 @@ use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
-use canonical::{canonical, index, redact, Extras};
+use canonical::{canonical, index, mask_header, redact, Extras};
 use write::Index;
 
 /// How `${ENV}` references of the file (a token's plaintext) are resolved: the environment of
@@ -250,7 +250,9 @@ pub async fn export(pool: &PgPool) -> ApiResult<RawConfig> {
     let current = load(&mut tx).await?;
     tx.commit().await?;
     check_exportable(&current)?;
-    Ok(current.canonical())
+    let mut config = current.canonical();
+    canonical::mask_secrets(&mut config);
+    Ok(config)
 }
 
 fn check_exportable(current: &Current) -> ApiResult<()> {
@@ -316,6 +318,7 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
     let mut for_validation = raw.clone();
     for (ci, channel) in raw.channels.iter().enumerate() {
         let name = channel.name.trim().to_owned();
+        keep_masked(ci, channel, current, &mut for_validation)?;
         let stored = current.inline.get(&name).cloned().unwrap_or_default();
         let mut claimed: HashSet<i64> = HashSet::new();
         let mut forms = Vec::with_capacity(channel.credentials.len());
@@ -478,6 +481,65 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
             explicit_member: &|id| explicit.contains(&id),
         },
     ))
+}
+
+/// A header value or `base_url` written masked, as an export writes them (`****abcd`,
+/// `user:***@`), keeps what the control plane stores for that channel; a masked value with
+/// nothing stored to keep is refused with its path (it would be stored as the mask).
+fn keep_masked(
+    ci: usize,
+    channel: &switchyard_config::RawChannel,
+    current: &Current,
+    for_validation: &mut RawConfig,
+) -> ApiResult<()> {
+    let name = channel.name.trim();
+    let stored = current.parts.channels.iter().find(|c| c.name == name);
+    let Some(target) = for_validation.channels.get_mut(ci) else {
+        return Ok(());
+    };
+    for (header, value) in &channel.headers {
+        let kept = stored.and_then(|c| {
+            c.headers
+                .iter()
+                .find(|(h, v)| h == header && mask_header(v) == *value)
+                .map(|(_, v)| v.clone())
+        });
+        match kept {
+            Some(real) => {
+                target.headers.insert(header.clone(), real);
+            }
+            None if value.starts_with("****") => {
+                return Err(config_err(
+                    format!("channels[{ci}].headers.{header}"),
+                    "is masked (as an export writes it) but this channel stores no such value \
+                     to keep: give the value"
+                        .to_owned(),
+                ));
+            }
+            None => {}
+        }
+    }
+    if let Some(url) = &channel.base_url {
+        let url = url.trim().trim_end_matches('/');
+        let kept = stored.and_then(|c| {
+            let real = c.base_url.trim_end_matches('/');
+            let masked = switchyard_engine::validate::redact_url_userinfo(real);
+            (masked != real && masked == url).then(|| real.to_owned())
+        });
+        match kept {
+            Some(real) => target.base_url = Some(real),
+            None if url.contains(":***@") => {
+                return Err(config_err(
+                    format!("channels[{ci}].base_url"),
+                    "its password is masked (as an export writes it) but this channel stores no \
+                     such URL to keep: give the password"
+                        .to_owned(),
+                ));
+            }
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// The order a plan lists resources in.
