@@ -337,6 +337,7 @@ async fn a_bad_file_applies_nothing_and_names_the_problem(pool: PgPool) {
     let cases: Vec<(String, &str)> = vec![
         ("channels: [\n".to_owned(), "channels"),
         ("[1, 2]\n".to_owned(), "file"),
+        ("# nothing\n\n".to_owned(), "file"),
         (
             file.replacen("  provider: anthropic", "  provider: anthropic\n  colour: red", 1),
             "channels[0].colour",

@@ -311,6 +311,15 @@ const STORED_PLACEHOLDER: &str = "${SWITCHYARD_STORED_CREDENTIAL}";
 /// Validates `text` as the standalone proxy would, resolves what refers to the tables (stored
 /// credentials, token prefixes) and returns its canonical form.
 fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
+    // An empty body would remove every resource: more likely a mistake than a wish.
+    let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
+    if text.lines().all(blank) {
+        return Err(config_err(
+            String::new(),
+            "is empty, which would remove every resource; to mean that, say it: `channels: []`"
+                .to_owned(),
+        ));
+    }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
 
     // Credentials in file form, each matched to what the tables store.
