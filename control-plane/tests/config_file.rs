@@ -151,6 +151,15 @@ async fn fresh_control_plane(pool: &PgPool, name: &str) -> TestApp {
     test_app(fresh)
 }
 
+async fn drop_control_plane(pool: &PgPool, fresh: TestApp, name: &str) {
+    fresh.pool.close().await;
+    drop(fresh);
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identically(pool: PgPool) {
     let app = test_app(pool.clone());
@@ -195,7 +204,7 @@ async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identica
     assert_eq!(header, None);
     assert_eq!(fresh.revision().await, revision + 1);
     assert_eq!(fresh.audit_rows().await, audit);
-    fresh.pool.close().await;
+    drop_control_plane(&pool, fresh, "switchyard_config_round_trip").await;
 }
 
 /// The exported file with member `member`'s weight set to `weight`.
@@ -472,7 +481,7 @@ async fn secrets_stay_out_of_exports_and_plans(pool: PgPool) {
         "{body}"
     );
     assert!(!body.to_string().contains("LEAKME"), "{body}");
-    fresh.pool.close().await;
+    drop_control_plane(&app.pool, fresh, "switchyard_config_masked").await;
 }
 
 fn cli(url: &str, args: &[&str]) -> std::process::Output {
