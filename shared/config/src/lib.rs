@@ -51,7 +51,12 @@ pub struct RawConfig {
     /// binds to loopback so that a quick start is never an open proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// Written with only what differs from the defaults.
+    #[serde(
+        default,
+        skip_serializing_if = "is_default",
+        serialize_with = "non_default_settings"
+    )]
     pub settings: Settings,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<RawChannel>,
@@ -96,6 +101,27 @@ pub struct RawChannel {
     /// equivalent `mock://` base_url).
     #[serde(default, skip_serializing)]
     pub mock: Option<MockOptions>,
+}
+
+/// The settings that differ from their defaults, in the order `Settings` declares them.
+fn non_default_settings<S: serde::Serializer>(
+    settings: &Settings,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    let to_map = |s: &Settings| match yaml_serde::to_value(s) {
+        Ok(yaml_serde::Value::Mapping(map)) => Ok(map),
+        Ok(_) => Err(S::Error::custom("settings are not a mapping")),
+        Err(e) => Err(S::Error::custom(e)),
+    };
+    let defaults = to_map(&Settings::default())?;
+    let mut out = yaml_serde::Mapping::new();
+    for (key, value) in to_map(settings)? {
+        if defaults.get(&key) != Some(&value) {
+            out.insert(key, value);
+        }
+    }
+    out.serialize(serializer)
 }
 
 fn enabled_str() -> String {
@@ -366,6 +392,13 @@ mod tests {
     use super::*;
 
     const FILE: &str = "channels:\n- name: a\n  provider: openai\n  base_url: https://a.test/v1\n  credentials:\n  - ${KEY_A}\n  - secret: ${KEY_B}\n    enabled: false\nroutes:\n- model_pattern: m\n  members:\n  - id: 3\n    channel: a\n    weight: 2\ntokens:\n- name: t\n  token_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n  prefix: sk-sy-9f86\n";
+
+    #[test]
+    fn settings_are_written_with_what_differs_from_the_defaults() {
+        let config = parse_raw("settings:\n  retry_times: 4\n").unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), "settings:\n  retry_times: 4\n");
+        assert_eq!(config.settings.retry_times, 4);
+    }
 
     #[test]
     fn a_written_file_reads_back_as_written() {
