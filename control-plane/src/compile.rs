@@ -132,6 +132,12 @@ pub async fn compile(pool: &PgPool) -> anyhow::Result<Snapshot> {
 /// Builds the snapshot from what `conn` sees: the caller owns the transaction (the publisher's
 /// read-only one above, or a dry run's, which sees its own uncommitted changes).
 pub async fn compile_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<Snapshot> {
+    Ok(Snapshot::new(parts_in(tx).await?))
+}
+
+/// The tables as [`SnapshotParts`] (database ids), as `conn` sees them: what [`compile_in`]
+/// builds its snapshot from, and what the configuration export writes out.
+pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotParts> {
     let revision: i64 = sqlx::query_scalar("SELECT revision FROM snapshot_revision")
         .fetch_one(&mut *tx)
         .await
@@ -264,7 +270,7 @@ pub fn settings_from_stored(stored: Map<String, Value>) -> anyhow::Result<Settin
     Ok(settings)
 }
 
-fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapshot> {
+fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<SnapshotParts> {
     let mut credentials: HashMap<i64, Vec<Credential>> = HashMap::new();
     for row in t.credential_rows {
         let secret = match (row.secret, row.secret_env) {
@@ -417,7 +423,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         limits.push(LimitRule { id: row.id, limit });
     }
 
-    Ok(Snapshot::new(SnapshotParts {
+    Ok(SnapshotParts {
         revision,
         settings,
         routes,
@@ -426,5 +432,5 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         tokens,
         prices,
         limits,
-    }))
+    })
 }

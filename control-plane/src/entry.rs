@@ -1,6 +1,6 @@
 //! The control plane's process entry, shared by the shipped `switchyard-control-plane` binary and
 //! the e2e test binary: flags and validation, the runtime, logging, SIGTERM → graceful shutdown,
-//! [`crate::server::run`].
+//! [`crate::server::run`]. `switchyard-control-plane config ...` runs [`crate::cli`] instead.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -17,6 +17,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // `switchyard-control-plane config ...`: configuration as code, not the server.
+    if args.get(1).is_some_and(|a| a == "config") {
+        return crate::cli::run(args.into_iter().skip(1).collect());
+    }
     let config = match Config::try_parse_from(args) {
         Ok(config) => config,
         Err(error) if !error.use_stderr() => {

@@ -10,6 +10,7 @@
 //! `commit_write`, under the row lock, from the status it expects; a manual disable always wins.
 
 pub mod api;
+pub mod cli;
 pub mod compile;
 pub mod config;
 pub mod db;

@@ -570,14 +570,15 @@ async fn result_of(index: usize, response: Response) -> ChangeResult {
     }
 }
 
-struct Report {
-    affected: Vec<AffectedSelection>,
-    unreachable: Vec<UnreachableMember>,
-    unresolved: Vec<ModelMove>,
-    rerouted: Vec<ModelMove>,
-    newly_failing: Vec<NewlyFailing>,
-    tokens: Vec<TokenMove>,
-    truncated: bool,
+/// What a change of snapshot moves: the dry run's comparison, also a config plan's traffic.
+pub(super) struct Report {
+    pub(super) affected: Vec<AffectedSelection>,
+    pub(super) unreachable: Vec<UnreachableMember>,
+    pub(super) unresolved: Vec<ModelMove>,
+    pub(super) rerouted: Vec<ModelMove>,
+    pub(super) newly_failing: Vec<NewlyFailing>,
+    pub(super) tokens: Vec<TokenMove>,
+    pub(super) truncated: bool,
 }
 
 /// The (model, group, team) selections to compare: every route pattern of either snapshot as a
@@ -694,7 +695,12 @@ fn run(
 
 const EPSILON: f64 = 1e-9;
 
-fn compare(before: &Snapshot, after: &Snapshot, view: &dyn HealthView, now_ms: u64) -> Report {
+pub(super) fn compare(
+    before: &Snapshot,
+    after: &Snapshot,
+    view: &dyn HealthView,
+    now_ms: u64,
+) -> Report {
     let mut all = selections(before, after);
     let truncated = all.len() > MAX_SELECTIONS;
     all.truncate(MAX_SELECTIONS);

@@ -108,6 +108,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// A request body taken as it is (the configuration file of `/api/v1/config/*`), any content
+/// type: a body over [`MAX_BODY_BYTES`] is a JSON 413 and a body deadline a JSON 408, like
+/// [`JsonBody`]'s.
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<RawBody, ApiError> {
+        Bytes::from_request(request, state)
+            .await
+            .map(RawBody)
+            .map_err(|rejection| body_error(&rejection))
+    }
+}
+
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());

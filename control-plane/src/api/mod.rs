@@ -5,6 +5,7 @@
 pub mod amount;
 mod budgets;
 mod channels;
+pub mod config_file;
 pub mod console;
 mod credentials;
 mod dry_run;
@@ -148,7 +149,7 @@ impl AppState {
         title = "Switchyard control plane",
         description = "Admin REST API: channels, credentials, routes, members, tokens, teams, \
                        prices, limits and budgets, settings, channel events, audit log, usage, \
-                       explain, dry run. Every path under /api/v1 needs \
+                       explain, dry run, configuration export / plan / apply. Every path under /api/v1 needs \
                        `Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN`."
     ),
     modifiers(&BearerAuth),
@@ -205,6 +206,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(explain::explain))
         .routes(routes!(dry_run::dry_run))
+        .routes(routes!(config_file::get_config))
+        .routes(routes!(config_file::plan_config))
+        .routes(routes!(config_file::apply_config))
         .routes(routes!(trial::trial))
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))

@@ -20,7 +20,7 @@ use super::{
     env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawLimit,
     RawPrice, RawRoute,
 };
-use crate::mock::MockOptions;
+use switchyard_upstream::MockOptions;
 
 /// Hands out ids for entries that give none: the smallest positive ids no entry claims
 /// explicitly, in file order (stable across reloads of an unchanged file).
@@ -372,9 +372,16 @@ impl RawChannel {
                 RawCredential::Plain(secret) => (None, secret, true),
                 RawCredential::Full {
                     id,
-                    secret,
+                    secret: Some(secret),
                     enabled,
                 } => (id, secret, enabled),
+                RawCredential::Full { secret: None, .. } => {
+                    return Err(err(
+                        format!("{at}.credentials[{ki}].secret"),
+                        "is required (a credential without one names a secret stored in the \
+                         control plane, which only a control plane apply accepts)",
+                    ));
+                }
             };
             // Trimmed like the admin API does (a YAML block scalar ends with a newline).
             let secret = secret.trim();

@@ -1,0 +1,394 @@
+//! The canonical form of a fleet configuration: the shared file schema ([`RawConfig`]) written the
+//! one way both sides of a comparison agree on. The export is the canonical form of the tables; a
+//! plan compares it with the canonical form of the file, resource by resource and field by field.
+//!
+//! Canonical means: resources sorted by their natural key (channels by name, routes by model
+//! pattern, members by id, teams by name, tokens by name then hash, prices by channel then
+//! pattern, limits by scope, metric and window), references by name (a member by its id),
+//! amounts as exact decimal text, timestamps as RFC 3339 seconds, defaults left out, and never a
+//! secret value: a credential is `${ENV_NAME}` or the id of a secret the control plane stores.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+use switchyard_config::{
+    Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawTeam,
+    RawToken,
+};
+use switchyard_engine::limit::{format_micros, format_rfc3339};
+use switchyard_engine::{ChannelStatus, Metric, ScopeKind, SnapshotParts, Window, DEFAULT_GROUP};
+
+/// What the canonical form needs beside the snapshot parts.
+pub(super) struct Extras<'a> {
+    /// Channel name → its credentials, already in file form.
+    pub credentials: &'a HashMap<String, Vec<RawCredential>>,
+    /// Token hash → the prefix shown for it.
+    pub prefixes: &'a HashMap<String, String>,
+    /// Member ids the file gave (the tables: every id).
+    pub explicit_member: &'a dyn Fn(i64) -> bool,
+}
+
+/// The canonical file of `parts`.
+pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig {
+    let channel_names: HashMap<i64, &str> = parts
+        .channels
+        .iter()
+        .map(|c| (c.id, c.name.as_str()))
+        .collect();
+    let channel_name = |id: i64| channel_names.get(&id).map(|n| (*n).to_owned());
+    let team_names: HashMap<i64, &str> = parts
+        .teams
+        .iter()
+        .map(|t| (t.id, t.name.as_str()))
+        .collect();
+
+    let mut channels: Vec<RawChannel> = parts
+        .channels
+        .iter()
+        .map(|c| RawChannel {
+            id: None,
+            name: c.name.clone(),
+            provider: c.provider.as_str().to_owned(),
+            // As the file's validation writes it (the admin API keeps a trailing `/`).
+            base_url: Some(c.base_url.trim_end_matches('/').to_owned()),
+            // `auto_disabled` is the recovery job's state, not configuration: the file says
+            // `enabled`, and an apply leaves the recovery job's decision alone.
+            status: match c.status {
+                ChannelStatus::Disabled => "disabled".to_owned(),
+                _ => "enabled".to_owned(),
+            },
+            auto_ban: c.auto_ban,
+            max_concurrency: c.max_concurrency,
+            capabilities: c.capabilities,
+            credentials: extras.credentials.get(&c.name).cloned().unwrap_or_default(),
+            retry_status_codes: c.retry_status_codes.clone(),
+            retry_error_patterns: c.retry_error_patterns.clone(),
+            headers: c.headers.iter().cloned().collect(),
+            mock: None,
+        })
+        .collect();
+    channels.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut routes: Vec<RawRoute> = parts
+        .routes
+        .iter()
+        .map(|r| {
+            let mut members: Vec<(Option<i64>, RawMember)> = r
+                .members
+                .iter()
+                .map(|m| {
+                    let id = (extras.explicit_member)(m.id).then_some(m.id);
+                    (
+                        id,
+                        RawMember {
+                            id,
+                            channel: channel_name(m.channel_id).unwrap_or_default(),
+                            upstream_model: Some(m.upstream_model.clone()),
+                            group: (m.group_name != DEFAULT_GROUP).then(|| m.group_name.clone()),
+                            priority: m.priority,
+                            weight: m.weight,
+                            enabled: m.enabled,
+                            canary: m.canary,
+                            capabilities: m.capabilities,
+                        },
+                    )
+                })
+                .collect();
+            // By id; members the file gave no id follow, in file order (a stable sort).
+            members.sort_by_key(|(id, _)| id.map_or((1, 0), |id| (0, id)));
+            RawRoute {
+                id: None,
+                model_pattern: r.model_pattern.clone(),
+                enabled: r.enabled,
+                routing_mode: r.routing_mode.as_str().to_owned(),
+                single_member_id: r.single_member_id,
+                sticky_session: r.sticky_session,
+                stable_first: r.stable_first,
+                stable_first_denominator: r.stable_first_denominator,
+                retry_times: r.retry_times,
+                channel_retry_times: r.channel_retry_times,
+                cooldown_seconds: r.cooldown_seconds,
+                members: members.into_iter().map(|(_, m)| m).collect(),
+            }
+        })
+        .collect();
+    routes.sort_by(|a, b| a.model_pattern.cmp(&b.model_pattern));
+
+    let mut teams: Vec<RawTeam> = parts
+        .teams
+        .iter()
+        .map(|t| {
+            let mut models = t.models.clone();
+            models.sort();
+            models.dedup();
+            let mut members = t.members.clone();
+            members.sort_unstable();
+            members.dedup();
+            RawTeam {
+                id: None,
+                name: t.name.clone(),
+                models,
+                members,
+                plan: t.plan.clone(),
+                retry_limit: t.retry_limit,
+                disable_failover: t.disable_failover,
+            }
+        })
+        .collect();
+    teams.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut tokens: Vec<RawToken> = parts
+        .tokens
+        .iter()
+        .map(|t| RawToken {
+            id: None,
+            name: t.name.clone(),
+            token: None,
+            token_sha256: Some(t.hash.clone()),
+            prefix: extras
+                .prefixes
+                .get(&t.hash)
+                .filter(|p| !p.is_empty())
+                .cloned(),
+            route_group: t.route_group_name.clone(),
+            team: t
+                .team_id
+                .and_then(|id| team_names.get(&id).map(|n| (*n).to_owned())),
+            allow_pinning: t.allow_pinning,
+            enabled: t.enabled,
+            expires_at: t.expires_at.map(format_rfc3339),
+        })
+        .collect();
+    tokens.sort_by(|a, b| (&a.name, &a.token_sha256).cmp(&(&b.name, &b.token_sha256)));
+
+    let mut prices: Vec<RawPrice> = parts
+        .prices
+        .iter()
+        .map(|p| RawPrice {
+            id: None,
+            channel: channel_name(p.channel_id).unwrap_or_default(),
+            model_pattern: p.model_pattern.clone(),
+            input_per_million: Amount::Text(format_micros(p.input_per_million)),
+            output_per_million: Amount::Text(format_micros(p.output_per_million)),
+            cached_input_per_million: p
+                .cached_input_per_million
+                .map(|v| Amount::Text(format_micros(v))),
+        })
+        .collect();
+    prices.sort_by(|a, b| (&a.channel, &a.model_pattern).cmp(&(&b.channel, &b.model_pattern)));
+
+    let token_names: HashMap<i64, &str> = parts
+        .tokens
+        .iter()
+        .map(|t| (t.id, t.name.as_str()))
+        .collect();
+    let route_patterns: HashMap<i64, &str> = parts
+        .routes
+        .iter()
+        .map(|r| (r.id, r.model_pattern.as_str()))
+        .collect();
+    let name_in = |names: &HashMap<i64, &str>, id: i64| names.get(&id).map(|n| (*n).to_owned());
+    let mut limits: Vec<RawLimit> = parts
+        .limits
+        .iter()
+        .map(|rule| {
+            let key = rule.limit.key;
+            let mut raw = RawLimit {
+                id: None,
+                token: None,
+                team: None,
+                route: None,
+                channel: None,
+                member: None,
+                metric: key.metric.as_str().to_owned(),
+                window: (key.window != Window::None).then(|| key.window.as_str().to_owned()),
+                value: if key.metric == Metric::Spend {
+                    Amount::Text(format_micros(rule.limit.value))
+                } else {
+                    Amount::Whole(rule.limit.value)
+                },
+                mode: rule.limit.mode.as_str().to_owned(),
+            };
+            match key.scope {
+                ScopeKind::Token => raw.token = name_in(&token_names, key.scope_id),
+                ScopeKind::Team => raw.team = name_in(&team_names, key.scope_id),
+                ScopeKind::Route => raw.route = name_in(&route_patterns, key.scope_id),
+                ScopeKind::Channel => raw.channel = name_in(&channel_names, key.scope_id),
+                ScopeKind::Member => raw.member = Some(key.scope_id),
+            }
+            raw
+        })
+        .collect();
+    limits.sort_by_key(limit_key);
+
+    RawConfig {
+        listen: None,
+        settings: parts.settings.clone(),
+        channels,
+        routes,
+        teams,
+        tokens,
+        prices,
+        limits,
+    }
+}
+
+/// A limit's natural key: `scope:name:metric:window`.
+pub(super) fn limit_key(limit: &RawLimit) -> String {
+    let (scope, name) = if let Some(t) = &limit.token {
+        ("token", t.clone())
+    } else if let Some(t) = &limit.team {
+        ("team", t.clone())
+    } else if let Some(r) = &limit.route {
+        ("route", r.clone())
+    } else if let Some(c) = &limit.channel {
+        ("channel", c.clone())
+    } else {
+        (
+            "member",
+            limit.member.map(|m| m.to_string()).unwrap_or_default(),
+        )
+    };
+    format!(
+        "{scope}:{name}:{}:{}",
+        limit.metric,
+        limit.window.as_deref().unwrap_or("none")
+    )
+}
+
+/// A price's natural key: `channel/pattern`.
+pub(super) fn price_key(price: &RawPrice) -> String {
+    format!("{}/{}", price.channel, price.model_pattern)
+}
+
+/// Every resource of a canonical file as (kind, key) → its fields as JSON, the way a plan
+/// compares them. A route's members are resources of their own (keyed by id; a member the file
+/// gave no id is `route[new N]`).
+pub(super) fn index(config: &RawConfig) -> BTreeMap<(&'static str, String), Value> {
+    let mut out = BTreeMap::new();
+    out.insert(
+        ("settings", "settings".to_owned()),
+        to_object(&config.settings),
+    );
+    for c in &config.channels {
+        out.insert(("channel", c.name.clone()), to_object(c));
+    }
+    for r in &config.routes {
+        let mut route = to_object(r);
+        if let Value::Object(map) = &mut route {
+            map.remove("members");
+        }
+        out.insert(("route", r.model_pattern.clone()), route);
+        for (n, m) in r.members.iter().enumerate() {
+            let mut member = to_object(m);
+            if let Value::Object(map) = &mut member {
+                map.remove("id");
+                map.insert("route".to_owned(), Value::String(r.model_pattern.clone()));
+            }
+            let key = match m.id {
+                Some(id) => id.to_string(),
+                None => format!("{}[new {n}]", r.model_pattern),
+            };
+            out.insert(("member", key), member);
+        }
+    }
+    for t in &config.teams {
+        out.insert(("team", t.name.clone()), to_object(t));
+    }
+    for t in &config.tokens {
+        let hash = t.token_sha256.clone().unwrap_or_default();
+        out.insert(("token", hash), to_object(t));
+    }
+    for p in &config.prices {
+        out.insert(("price", price_key(p)), to_object(p));
+    }
+    for l in &config.limits {
+        out.insert(("limit", limit_key(l)), to_object(l));
+    }
+    out
+}
+
+fn to_object<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// A header value as the admin API shows it: `****` and, for 12 characters or more, the last 4
+/// (the rule of the channel view's SQL).
+pub(super) fn mask_header(value: &str) -> String {
+    let n = value.chars().count();
+    if n >= 12 {
+        let tail: String = value.chars().skip(n - 4).collect();
+        format!("****{tail}")
+    } else {
+        "****".to_owned()
+    }
+}
+
+/// The configuration as an export writes it: header values masked and `base_url` passwords
+/// replaced by `***`, as the admin API shows them (they often carry keys).
+pub(super) fn mask_secrets(config: &mut RawConfig) {
+    for channel in &mut config.channels {
+        for value in channel.headers.values_mut() {
+            *value = mask_header(value);
+        }
+        if let Some(url) = &mut channel.base_url {
+            *url = switchyard_engine::validate::redact_url_userinfo(url);
+        }
+    }
+}
+
+/// A field as a plan may show it: a credential's secret as `(secret)` unless it is an
+/// `${NAME}` reference, header values masked, a `base_url` without its password.
+pub(super) fn redact(field: &str, value: &Value) -> Value {
+    if field == "headers" {
+        let Value::Object(map) = value else {
+            return value.clone();
+        };
+        return Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let masked = mask_header(v.as_str().unwrap_or_default());
+                    (k.clone(), Value::String(masked))
+                })
+                .collect(),
+        );
+    }
+    if field == "base_url" {
+        return match value {
+            Value::String(url) => {
+                Value::String(switchyard_engine::validate::redact_url_userinfo(url))
+            }
+            other => other.clone(),
+        };
+    }
+    if field != "credentials" {
+        return value.clone();
+    }
+    let Value::Array(items) = value else {
+        return value.clone();
+    };
+    let shown = |secret: &str| {
+        if switchyard_config::env_reference(secret).is_some() {
+            Value::String(secret.to_owned())
+        } else {
+            Value::String("(secret)".to_owned())
+        }
+    };
+    Value::Array(
+        items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => shown(s),
+                Value::Object(map) => {
+                    let mut map = map.clone();
+                    if let Some(Value::String(s)) = map.get("secret") {
+                        let s = s.clone();
+                        map.insert("secret".to_owned(), shown(&s));
+                    }
+                    Value::Object(map)
+                }
+                other => other.clone(),
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,862 @@
+//! Configuration as code (docs/src/guides/config-as-code.md): the fleet's configuration as one
+//! YAML file in the standalone proxy's schema (`switchyard-config`).
+//!
+//! - **export**: the tables in canonical form ([`canonical`]), so two exports of one state are
+//!   byte-identical.
+//! - **plan**: the file is validated exactly as the standalone proxy validates it (field paths in
+//!   every error), then compared with the tables resource by resource and field by field; the
+//!   changes are written in a transaction that is rolled back, and the dry run's comparison of the
+//!   snapshots before and after says what traffic would move.
+//! - **apply**: the same writes in one transaction, committed through [`crate::db::commit_write`]
+//!   as one revision with one audit row (`resource: config`). A file that changes nothing writes
+//!   nothing: no revision, no audit row.
+//!
+//! Secrets: a credential in the file is `${ENV_NAME}` (stored as the reference; each proxy
+//! resolves it from its own environment), `{id: N}` (keep the secret the control plane stores
+//! for credential N) or an inline value (stored; never shown by a plan or an export).
+
+mod canonical;
+mod write;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+use switchyard_config::{env_reference, ConfigError, RawConfig, RawCredential};
+use switchyard_engine::{HealthView, NoHealth, Snapshot};
+use utoipa::ToSchema;
+
+use super::dry_run::{self, AffectedSelection, ModelMove, NewlyFailing, UnreachableMember};
+use super::extract::RawBody;
+use super::{with_revision, Actor, AppState};
+use crate::db::{commit_write, Audit};
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::live::LiveState;
+use canonical::{canonical, index, mask_header, redact, Extras};
+use write::Index;
+
+/// How `${ENV}` references of the file (a token's plaintext) are resolved: the environment of
+/// whoever applies.
+pub type Env = dyn Fn(&str) -> Option<String> + Sync;
+
+/// One field of a resource, before and after (`null`: unset, or the resource is absent).
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct FieldChange {
+    pub field: String,
+    #[schema(value_type = FieldValue)]
+    pub before: Value,
+    #[schema(value_type = FieldValue)]
+    pub after: Value,
+}
+
+/// Schema only: a field's value as the file writes it.
+pub struct FieldValue;
+
+impl utoipa::PartialSchema for FieldValue {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType,
+            Type,
+        };
+        let scalar = |t: Type| ObjectBuilder::new().schema_type(SchemaType::Type(t));
+        let map = || {
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::Object))
+                .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+        };
+        utoipa::openapi::RefOr::T(Schema::OneOf(
+            OneOfBuilder::new()
+                .item(scalar(Type::Null))
+                .item(scalar(Type::Boolean))
+                .item(scalar(Type::Number))
+                .item(scalar(Type::String))
+                .item(
+                    ArrayBuilder::new().items(
+                        OneOfBuilder::new()
+                            .item(scalar(Type::Number))
+                            .item(scalar(Type::String))
+                            .item(map()),
+                    ),
+                )
+                .item(map())
+                .description(Some(
+                    "The field's value as the configuration file writes it (a default is shown \
+                     as its value; `null`: unset). A credential's secret is `(secret)` unless \
+                     it is an `${ENV}` reference.",
+                ))
+                .build(),
+        ))
+    }
+}
+
+impl ToSchema for FieldValue {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("FieldValue")
+    }
+}
+
+/// A resource the file adds, changes or removes.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct ResourceChange {
+    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price` or `limit`.
+    pub resource: String,
+    /// Its natural key: a name, a model pattern, a member id, a token's SHA-256,
+    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit.
+    pub key: String,
+    /// `add`, `change` or `remove`.
+    pub action: String,
+    /// The fields that differ (every field of an added resource; none of a removed one).
+    pub fields: Vec<FieldChange>,
+}
+
+/// The traffic a plan would move: the dry run's comparison of the snapshots before and after.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Traffic {
+    /// "redis" (the fleet's live health view) or "none".
+    pub health_view: String,
+    /// Every (model, group, team) whose selection would change, with each member's
+    /// probability before and after.
+    pub affected: Vec<AffectedSelection>,
+    pub unreachable_members: Vec<UnreachableMember>,
+    pub models_unresolved: Vec<ModelMove>,
+    pub models_rerouted: Vec<ModelMove>,
+    pub newly_failing: Vec<NewlyFailing>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PlanResponse {
+    /// The revision the plan compared against; nothing was written.
+    pub base_revision: u64,
+    pub changes: Vec<ResourceChange>,
+    pub traffic: Traffic,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApplyResponse {
+    /// The revision the apply produced; `null` when the file changed nothing.
+    pub revision: Option<i64>,
+    pub changes: Vec<ResourceChange>,
+}
+
+/// The tables as the configuration sees them.
+struct Current {
+    parts: switchyard_engine::SnapshotParts,
+    /// Channel name → credentials in file form.
+    credentials: HashMap<String, Vec<RawCredential>>,
+    /// Channel name → its stored inline secrets: (credential id, secret). Never shown.
+    inline: HashMap<String, Vec<(i64, String)>>,
+    prefixes: HashMap<String, String>,
+    /// Token name → how many tokens have it.
+    token_names: HashMap<String, usize>,
+}
+
+#[derive(sqlx::FromRow)]
+struct CredentialRow {
+    id: i64,
+    channel: String,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    enabled: bool,
+}
+
+fn env_credential(name: &str, enabled: bool) -> RawCredential {
+    let reference = format!("${{{name}}}");
+    if enabled {
+        RawCredential::Plain(reference)
+    } else {
+        RawCredential::Full {
+            id: None,
+            secret: Some(reference),
+            enabled,
+        }
+    }
+}
+
+async fn load(tx: &mut PgConnection) -> ApiResult<Current> {
+    let parts = crate::compile::parts_in(&mut *tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    let rows: Vec<CredentialRow> = sqlx::query_as(
+        "SELECT c.id, ch.name AS channel, c.secret, c.secret_env, c.enabled FROM credentials c \
+         JOIN channels ch ON ch.id = c.channel_id ORDER BY ch.name, c.id",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
+    let mut inline: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+    for row in rows {
+        let form = match (row.secret, row.secret_env) {
+            (_, Some(name)) => env_credential(&name, row.enabled),
+            (Some(secret), None) => {
+                inline
+                    .entry(row.channel.clone())
+                    .or_default()
+                    .push((row.id, secret));
+                RawCredential::Full {
+                    id: Some(row.id),
+                    secret: None,
+                    enabled: row.enabled,
+                }
+            }
+            (None, None) => continue,
+        };
+        credentials.entry(row.channel).or_default().push(form);
+    }
+    let prefixes: HashMap<String, String> = sqlx::query_as("SELECT hash, prefix FROM tokens")
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+    let mut token_names: HashMap<String, usize> = HashMap::new();
+    for token in &parts.tokens {
+        *token_names.entry(token.name.clone()).or_default() += 1;
+    }
+    Ok(Current {
+        parts,
+        credentials,
+        inline,
+        prefixes,
+        token_names,
+    })
+}
+
+impl Current {
+    fn canonical(&self) -> RawConfig {
+        canonical(
+            &self.parts,
+            &Extras {
+                credentials: &self.credentials,
+                prefixes: &self.prefixes,
+                explicit_member: &|_| true,
+            },
+        )
+    }
+}
+
+/// The tables as a canonical file, read in one consistent view. Fails (500) only if a limit
+/// names a token whose name several tokens share (the file names tokens by name there).
+pub async fn export(pool: &PgPool) -> ApiResult<RawConfig> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let current = load(&mut tx).await?;
+    tx.commit().await?;
+    check_exportable(&current)?;
+    let mut config = current.canonical();
+    canonical::mask_secrets(&mut config);
+    Ok(config)
+}
+
+fn check_exportable(current: &Current) -> ApiResult<()> {
+    for rule in &current.parts.limits {
+        if rule.limit.key.scope != switchyard_engine::ScopeKind::Token {
+            continue;
+        }
+        if let Some(token) = current
+            .parts
+            .tokens
+            .iter()
+            .find(|t| t.id == rule.limit.key.scope_id)
+        {
+            if current.token_names.get(&token.name).copied().unwrap_or(0) > 1 {
+                return Err(ApiError::Conflict {
+                    message: format!(
+                        "limit {} is on token {} whose name {:?} other tokens share: the file \
+                         names a limit's token by name, so rename one of them first",
+                        rule.id, token.id, token.name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`export`] as YAML text.
+pub async fn export_yaml(pool: &PgPool) -> ApiResult<String> {
+    let config = export(pool).await?;
+    switchyard_config::to_yaml(&config).map_err(|e| ApiError::Internal(anyhow::anyhow!("{e}")))
+}
+
+fn invalid(error: ConfigError) -> ApiError {
+    if error.path.is_empty() {
+        // The whole file (a YAML syntax error says its line and column).
+        return ApiError::Validation {
+            param: "file".to_owned(),
+            message: format!("file: {}", error.message),
+        };
+    }
+    ApiError::Validation {
+        param: error.path.clone(),
+        message: error.to_string(),
+    }
+}
+
+fn config_err(path: String, message: String) -> ApiError {
+    invalid(ConfigError { path, message })
+}
+
+/// The env var a stored-secret reference stands for while the file is validated (validation
+/// only: never written).
+const STORED_PLACEHOLDER: &str = "${SWITCHYARD_STORED_CREDENTIAL}";
+
+/// Validates `text` as the standalone proxy would, resolves what refers to the tables (stored
+/// credentials, token prefixes) and returns its canonical form.
+fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
+    // An empty body would remove every resource: more likely a mistake than a wish.
+    let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
+    if text.lines().all(blank) {
+        return Err(config_err(
+            String::new(),
+            "is empty, which would remove every resource; to mean that, say it: `channels: []`"
+                .to_owned(),
+        ));
+    }
+    let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
+
+    // Credentials in file form, each matched to what the tables store.
+    let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
+    let mut for_validation = raw.clone();
+    for (ci, channel) in raw.channels.iter().enumerate() {
+        let name = channel.name.trim().to_owned();
+        keep_masked(ci, channel, current, &mut for_validation)?;
+        let stored = current.inline.get(&name).cloned().unwrap_or_default();
+        let mut claimed: HashSet<i64> = HashSet::new();
+        let mut forms = Vec::with_capacity(channel.credentials.len());
+        for (ki, credential) in channel.credentials.iter().enumerate() {
+            let at = format!("channels[{ci}].credentials[{ki}]");
+            let (id, secret, enabled) = match credential {
+                RawCredential::Plain(s) => (None, Some(s.trim()), true),
+                RawCredential::Full {
+                    id,
+                    secret,
+                    enabled,
+                } => (*id, secret.as_deref().map(str::trim), *enabled),
+            };
+            let form = match (secret, id) {
+                (None, None) => {
+                    return Err(config_err(
+                        at,
+                        "give `secret` (a value or `${ENV_NAME}`) or the `id` of a credential \
+                         the control plane stores"
+                            .to_owned(),
+                    ))
+                }
+                (None, Some(id)) => {
+                    if !stored.iter().any(|(sid, _)| *sid == id) || !claimed.insert(id) {
+                        return Err(config_err(
+                            format!("{at}.id"),
+                            format!("channel {name:?} stores no secret with credential id {id}"),
+                        ));
+                    }
+                    if let Some(channel) = for_validation.channels.get_mut(ci) {
+                        if let Some(slot) = channel.credentials.get_mut(ki) {
+                            *slot = RawCredential::Full {
+                                id: Some(id),
+                                secret: Some(STORED_PLACEHOLDER.to_owned()),
+                                enabled,
+                            };
+                        }
+                    }
+                    RawCredential::Full {
+                        id: Some(id),
+                        secret: None,
+                        enabled,
+                    }
+                }
+                (Some(secret), _) => match env_reference(secret) {
+                    Some(env_name) => env_credential(env_name, enabled),
+                    None => match stored
+                        .iter()
+                        .find(|(sid, s)| s == secret && !claimed.contains(sid))
+                    {
+                        Some((sid, _)) => {
+                            claimed.insert(*sid);
+                            RawCredential::Full {
+                                id: Some(*sid),
+                                secret: None,
+                                enabled,
+                            }
+                        }
+                        None => RawCredential::Full {
+                            id: None,
+                            secret: Some(secret.to_owned()),
+                            enabled,
+                        },
+                    },
+                },
+            };
+            forms.push(form);
+        }
+        credentials.insert(name, forms);
+    }
+
+    let parts = for_validation
+        .clone()
+        .into_parts(current.parts.revision, env)
+        .map_err(invalid)?;
+
+    // What the standalone proxy leaves to the engine but the tables refuse.
+    let explicit: HashSet<i64> = raw
+        .routes
+        .iter()
+        .flat_map(|r| r.members.iter().filter_map(|m| m.id))
+        .collect();
+    for (ri, route) in raw.routes.iter().enumerate() {
+        for (mi, member) in route.members.iter().enumerate() {
+            if member.id.is_some_and(|id| id < 1) {
+                return Err(config_err(
+                    format!("routes[{ri}].members[{mi}].id"),
+                    "must be a positive integer".to_owned(),
+                ));
+            }
+        }
+        if let Some(single) = route.single_member_id {
+            if !route.members.iter().any(|m| m.id == Some(single)) {
+                return Err(config_err(
+                    format!("routes[{ri}].single_member_id"),
+                    format!("{single} is not the id of a member of this route"),
+                ));
+            }
+        }
+    }
+    for (ti, team) in raw.teams.iter().enumerate() {
+        for (mi, member) in team.members.iter().enumerate() {
+            if !explicit.contains(member) {
+                return Err(config_err(
+                    format!("teams[{ti}].members[{mi}]"),
+                    format!("unknown member id {member} (give the member an `id` in its route)"),
+                ));
+            }
+        }
+        for member in team.plan.keys() {
+            if !explicit.contains(member) {
+                return Err(config_err(
+                    format!("teams[{ti}].plan.{member}"),
+                    format!("unknown member id {member} (give the member an `id` in its route)"),
+                ));
+            }
+        }
+    }
+    let mut token_names: HashMap<&str, usize> = HashMap::new();
+    for token in &raw.tokens {
+        *token_names.entry(token.name.as_str()).or_default() += 1;
+    }
+    for (li, limit) in raw.limits.iter().enumerate() {
+        if let Some(name) = &limit.token {
+            if token_names.get(name.as_str()).copied().unwrap_or(0) > 1 {
+                return Err(config_err(
+                    format!("limits[{li}].token"),
+                    format!(
+                        "several tokens are named {name:?}: a limit's token needs a unique name"
+                    ),
+                ));
+            }
+        }
+        if let Some(member) = limit.member {
+            if !explicit.contains(&member) {
+                return Err(config_err(
+                    format!("limits[{li}].member"),
+                    format!("unknown member id {member} (give the member an `id` in its route)"),
+                ));
+            }
+        }
+    }
+
+    // A token keeps the prefix the tables show for it unless the file gives one.
+    let mut prefixes: HashMap<String, String> = HashMap::new();
+    for (raw_token, token) in raw.tokens.iter().zip(&parts.tokens) {
+        let prefix = raw_token
+            .prefix
+            .clone()
+            .or_else(|| current.prefixes.get(&token.hash).cloned());
+        if let Some(prefix) = prefix {
+            prefixes.insert(token.hash.clone(), prefix);
+        }
+    }
+    Ok(canonical(
+        &parts,
+        &Extras {
+            credentials: &credentials,
+            prefixes: &prefixes,
+            explicit_member: &|id| explicit.contains(&id),
+        },
+    ))
+}
+
+/// A header value or `base_url` written masked, as an export writes them (`****abcd`,
+/// `user:***@`), keeps what the control plane stores for that channel; a masked value with
+/// nothing stored to keep is refused with its path (it would be stored as the mask).
+fn keep_masked(
+    ci: usize,
+    channel: &switchyard_config::RawChannel,
+    current: &Current,
+    for_validation: &mut RawConfig,
+) -> ApiResult<()> {
+    let name = channel.name.trim();
+    let stored = current.parts.channels.iter().find(|c| c.name == name);
+    let Some(target) = for_validation.channels.get_mut(ci) else {
+        return Ok(());
+    };
+    for (header, value) in &channel.headers {
+        let kept = stored.and_then(|c| {
+            c.headers
+                .iter()
+                .find(|(h, v)| h == header && mask_header(v) == *value)
+                .map(|(_, v)| v.clone())
+        });
+        match kept {
+            Some(real) => {
+                target.headers.insert(header.clone(), real);
+            }
+            None if value.starts_with("****") => {
+                return Err(config_err(
+                    format!("channels[{ci}].headers.{header}"),
+                    "is masked (as an export writes it) but this channel stores no such value \
+                     to keep: give the value"
+                        .to_owned(),
+                ));
+            }
+            None => {}
+        }
+    }
+    if let Some(url) = &channel.base_url {
+        let url = url.trim().trim_end_matches('/');
+        let kept = stored.and_then(|c| {
+            let real = c.base_url.trim_end_matches('/');
+            let masked = switchyard_engine::validate::redact_url_userinfo(real);
+            (masked != real && masked == url).then(|| real.to_owned())
+        });
+        match kept {
+            Some(real) => target.base_url = Some(real),
+            None if url.contains(":***@") => {
+                return Err(config_err(
+                    format!("channels[{ci}].base_url"),
+                    "its password is masked (as an export writes it) but this channel stores no \
+                     such URL to keep: give the password"
+                        .to_owned(),
+                ));
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// The order a plan lists resources in.
+fn rank(kind: &str) -> usize {
+    [
+        "settings", "channel", "route", "member", "team", "token", "price", "limit",
+    ]
+    .iter()
+    .position(|k| *k == kind)
+    .unwrap_or(usize::MAX)
+}
+
+/// What a field the canonical form leaves out (because it has its default) stands for, so a
+/// plan says `weight: 1 -> 3` rather than `null -> 3`.
+fn default_of(kind: &str, field: &str) -> Value {
+    use serde_json::json;
+    match (kind, field) {
+        ("member", "weight") => json!(1),
+        ("member", "priority") => json!(0),
+        ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
+        ("member" | "route" | "token", "enabled") => json!(true),
+        ("member", "canary")
+        | ("channel", "auto_ban")
+        | ("team", "disable_failover")
+        | ("token", "allow_pinning") => json!(false),
+        ("channel", "status") => json!("enabled"),
+        ("route", "routing_mode") => json!("auto"),
+        ("limit", "mode") => json!("hard"),
+        (
+            _,
+            "credentials" | "retry_status_codes" | "retry_error_patterns" | "models" | "members",
+        ) => json!([]),
+        (_, "headers" | "plan" | "capabilities") => json!({}),
+        _ => Value::Null,
+    }
+}
+
+fn fields(kind: &str, before: &Value, after: &Value) -> Vec<FieldChange> {
+    let empty = serde_json::Map::new();
+    let (b, a) = (
+        before.as_object().unwrap_or(&empty),
+        after.as_object().unwrap_or(&empty),
+    );
+    let names: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    names
+        .into_iter()
+        .filter(|name| b.get(*name) != a.get(*name))
+        .map(|name| {
+            let side = |values: &serde_json::Map<String, Value>| match values.get(name) {
+                Some(value) => redact(name, value),
+                None => default_of(kind, name),
+            };
+            FieldChange {
+                field: name.clone(),
+                before: if before.is_null() {
+                    Value::Null
+                } else {
+                    side(b)
+                },
+                after: side(a),
+            }
+        })
+        .collect()
+}
+
+/// Resource by resource, field by field: what `after` changes of `before`.
+fn diff(before: &Index, after: &Index) -> Vec<ResourceChange> {
+    let keys: std::collections::BTreeSet<&(&'static str, String)> =
+        before.keys().chain(after.keys()).collect();
+    let mut changes: Vec<ResourceChange> = keys
+        .into_iter()
+        .filter_map(|key| {
+            let (action, fields) = match (before.get(key), after.get(key)) {
+                (None, Some(a)) => ("add", fields(key.0, &Value::Null, a)),
+                (Some(_), None) => ("remove", Vec::new()),
+                (Some(b), Some(a)) if b != a => ("change", fields(key.0, b, a)),
+                _ => return None,
+            };
+            Some(ResourceChange {
+                resource: key.0.to_owned(),
+                key: key.1.clone(),
+                action: action.to_owned(),
+                fields,
+            })
+        })
+        .collect();
+    changes.sort_by_key(|c| rank(&c.resource));
+    changes
+}
+
+/// Begins the transaction a plan or an apply works in. The revision row is locked first, so
+/// no other write commits between what the comparison read and what it writes.
+async fn begin(pool: &PgPool) -> ApiResult<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '5s'")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT revision FROM snapshot_revision FOR UPDATE")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+struct Prepared {
+    changes: Vec<ResourceChange>,
+    desired: RawConfig,
+    before: Index,
+    after: Index,
+}
+
+async fn prepare(tx: &mut PgConnection, text: &str, env: &Env) -> ApiResult<Prepared> {
+    let current = load(tx).await?;
+    let desired = desired(text, &current, env)?;
+    let before = index(&current.canonical());
+    let after = index(&desired);
+    Ok(Prepared {
+        changes: diff(&before, &after),
+        desired,
+        before,
+        after,
+    })
+}
+
+/// What applying `text` would change, and the traffic it would move; nothing is kept.
+pub async fn plan(
+    pool: &PgPool,
+    live: Option<&LiveState>,
+    text: &str,
+    env: &Env,
+) -> ApiResult<PlanResponse> {
+    let mut tx = begin(pool).await?;
+    let prepared = prepare(&mut tx, text, env).await?;
+    let before = crate::compile::compile_in(&mut tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    write::write(
+        &mut tx,
+        "config-plan",
+        &prepared.desired,
+        &prepared.before,
+        &prepared.after,
+    )
+    .await?;
+    let after = crate::compile::compile_in(&mut tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    tx.rollback().await?;
+    Ok(PlanResponse {
+        base_revision: before.revision,
+        changes: prepared.changes,
+        traffic: traffic(&before, &after, live)?,
+    })
+}
+
+fn traffic(before: &Snapshot, after: &Snapshot, live: Option<&LiveState>) -> ApiResult<Traffic> {
+    let now_ms = crate::now_ms();
+    let mut report = None;
+    let health_view = match live {
+        Some(live) => {
+            live.store().with_view(&mut |view: &dyn HealthView| {
+                report = Some(dry_run::compare(before, after, view, now_ms));
+            });
+            live.source()
+        }
+        None => {
+            report = Some(dry_run::compare(before, after, &NoHealth, now_ms));
+            "none"
+        }
+    };
+    let report = report.ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("the state store never ran the comparison"))
+    })?;
+    Ok(Traffic {
+        health_view: health_view.to_owned(),
+        affected: report.affected,
+        unreachable_members: report.unreachable,
+        models_unresolved: report.unresolved,
+        models_rerouted: report.rerouted,
+        newly_failing: report.newly_failing,
+        truncated: report.truncated,
+    })
+}
+
+/// Applies `text` in one transaction as one revision with one audit row naming the apply; a
+/// file that changes nothing writes nothing.
+pub async fn apply(pool: &PgPool, actor: &str, text: &str, env: &Env) -> ApiResult<ApplyResponse> {
+    let mut tx = begin(pool).await?;
+    let prepared = prepare(&mut tx, text, env).await?;
+    if prepared.changes.is_empty() {
+        tx.rollback().await?;
+        return Ok(ApplyResponse {
+            revision: None,
+            changes: Vec::new(),
+        });
+    }
+    write::write(
+        &mut tx,
+        actor,
+        &prepared.desired,
+        &prepared.before,
+        &prepared.after,
+    )
+    .await?;
+    // What was written compiles, or nothing is kept.
+    crate::compile::compile_in(&mut tx)
+        .await
+        .map_err(ApiError::Internal)?;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for change in &prepared.changes {
+        *counts.entry(change.action.as_str()).or_default() += 1;
+    }
+    let summary: Vec<Value> = prepared
+        .changes
+        .iter()
+        .map(|c| serde_json::json!({"action": c.action, "resource": c.resource, "key": c.key}))
+        .collect();
+    let detail = serde_json::json!({
+        "apply": {
+            "file_sha256": switchyard_proto::sha256_hex(text.as_bytes()),
+            "added": counts.get("add").copied().unwrap_or(0),
+            "changed": counts.get("change").copied().unwrap_or(0),
+            "removed": counts.get("remove").copied().unwrap_or(0),
+            "changes": summary,
+        }
+    });
+    let revision = commit_write(
+        tx,
+        Audit {
+            actor,
+            action: "update",
+            resource: "config",
+            resource_id: None,
+            detail,
+        },
+    )
+    .await?;
+    tracing::info!(
+        revision,
+        changes = prepared.changes.len(),
+        actor,
+        "configuration applied"
+    );
+    Ok(ApplyResponse {
+        revision: Some(revision),
+        changes: prepared.changes,
+    })
+}
+
+fn body_text(body: &Bytes) -> ApiResult<&str> {
+    std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request(None, "the configuration file must be UTF-8 text"))
+}
+
+/// Export: references to environment variables and stored secrets, never a secret value.
+#[utoipa::path(get, path = "/api/v1/config", tag = "config", operation_id = "export_config",
+    responses(
+        (status = 200, description = "the fleet's configuration as a YAML file (canonical: two \
+         exports of one state are byte-identical)", content_type = "text/yaml", body = String),
+        (status = 409, description = "a limit names a token whose name other tokens share",
+         body = ErrorBody)))]
+pub async fn get_config(State(state): State<AppState>) -> ApiResult<Response> {
+    let yaml = export_yaml(&state.pool).await?;
+    Ok(([(header::CONTENT_TYPE, "text/yaml; charset=utf-8")], yaml).into_response())
+}
+
+/// The body is the YAML file itself. `${ENV}` token plaintexts resolve in the control plane's
+/// environment.
+#[utoipa::path(post, path = "/api/v1/config/plan", tag = "config", operation_id = "plan_config",
+    request_body(content = String, content_type = "application/octet-stream",
+                 description = "the configuration file, as it is (YAML; any content type is \
+                 accepted)"),
+    responses(
+        (status = 200, description = "what applying the file would change; nothing was changed",
+         body = PlanResponse),
+        (status = 422, description = "the file is invalid; `param` is the field path in the file",
+         body = ErrorBody)))]
+pub async fn plan_config(
+    State(state): State<AppState>,
+    RawBody(body): RawBody,
+) -> ApiResult<Json<PlanResponse>> {
+    let text = body_text(&body)?;
+    let env = |name: &str| std::env::var(name).ok();
+    Ok(Json(
+        plan(&state.pool, state.live.as_ref(), text, &env).await?,
+    ))
+}
+
+/// One transaction, one revision, one audit row (`resource: config`); a file that changes
+/// nothing answers `revision: null` and writes nothing.
+#[utoipa::path(post, path = "/api/v1/config/apply", tag = "config", operation_id = "apply_config",
+    request_body(content = String, content_type = "application/octet-stream",
+                 description = "the configuration file, as it is (YAML; any content type is \
+                 accepted)"),
+    responses(
+        (status = 200, description = "applied (or nothing to change)", body = ApplyResponse),
+        (status = 409, description = "the tables refused a write", body = ErrorBody),
+        (status = 422, description = "the file is invalid; `param` is the field path in the file; \
+         nothing was applied", body = ErrorBody)))]
+pub async fn apply_config(
+    State(state): State<AppState>,
+    Actor(actor): Actor,
+    RawBody(body): RawBody,
+) -> ApiResult<Response> {
+    let text = body_text(&body)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let applied = apply(&state.pool, &actor, text, &env).await?;
+    Ok(match applied.revision {
+        Some(revision) => with_revision(revision, (StatusCode::OK, Json(applied))),
+        None => (StatusCode::OK, Json(applied)).into_response(),
+    })
+}

@@ -1,0 +1,556 @@
+//! Configuration as code against real Postgres: export / plan / apply over the admin API, and the
+//! `switchyard-control-plane config` subcommands of the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use common::{database_url, postgres_addr, test_app, TestApp, ADMIN_TOKEN};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tower::ServiceExt;
+
+/// Sends a YAML body (the configuration file) and returns (status, JSON body, revision header).
+async fn send_yaml(app: &TestApp, path: &str, yaml: &str) -> (StatusCode, Value, Option<i64>) {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .header("content-type", "application/yaml")
+        .body(Body::from(yaml.to_owned()))
+        .unwrap();
+    let response = app.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let revision = response
+        .headers()
+        .get("x-switchyard-revision")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, body, revision)
+}
+
+async fn export(app: &TestApp) -> String {
+    let reply = app.get("/api/v1/config").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        reply.headers.get("content-type").unwrap(),
+        "text/yaml; charset=utf-8"
+    );
+    reply.text
+}
+
+/// A fleet with one of everything, built through the REST API. Returns the member ids.
+async fn build_fleet(app: &TestApp) -> (i64, i64) {
+    let openai = app.channel("openai").await;
+    app.create(
+        &format!("/api/v1/channels/{openai}/credentials"),
+        json!({"secret_env": "OPENAI_API_KEY"}),
+    )
+    .await;
+    let backup = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "backup", "provider": "anthropic", "base_url": "https://anthropic.test/",
+                   "max_concurrency": 8, "retry_status_codes": [429, 503]}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{backup}/credentials"),
+        json!({"secret_env": "ANTHROPIC_API_KEY", "enabled": false}),
+    )
+    .await;
+    let route = app.route("gpt-4o").await;
+    let a = app
+        .member(
+            route,
+            json!({"channel_id": openai, "upstream_model": "gpt-4o", "weight": 1}),
+        )
+        .await;
+    let b = app
+        .member(
+            route,
+            json!({"channel_id": backup, "upstream_model": "claude", "weight": 1, "group_name": "default"}),
+        )
+        .await;
+    let other = app.route("claude-*").await;
+    app.member(
+        other,
+        json!({"channel_id": backup, "upstream_model": "claude", "priority": 2, "canary": true}),
+    )
+    .await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/routes/{route}"),
+            json!({"routing_mode": "single", "single_member_id": a, "retry_times": 3}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let team = app
+        .create(
+            "/api/v1/teams",
+            json!({"name": "research", "models": ["gpt-4o", "claude-*"], "members": [a, b],
+                   "plan": {b.to_string(): {"weight": 5}}, "retry_limit": 2}),
+        )
+        .await;
+    let token = app
+        .create(
+            "/api/v1/tokens",
+            json!({"name": "ci", "team_id": team, "expires_at": "2031-01-31T00:00:00Z"}),
+        )
+        .await;
+    app.create(
+        "/api/v1/prices",
+        json!({"channel_id": openai, "model_pattern": "gpt-*", "input_per_million": "2.5",
+               "output_per_million": "10", "cached_input_per_million": "1.25"}),
+    )
+    .await;
+    for (scope, scope_id, metric, window, value) in [
+        ("token", token, "requests", Some("minute"), json!(600)),
+        ("team", team, "spend", Some("month"), json!("25.5")),
+        ("route", route, "concurrent", None, json!(4)),
+        ("channel", openai, "tokens", Some("minute"), json!(90000)),
+        ("member", b, "requests", Some("day"), json!(10)),
+    ] {
+        app.create(
+            "/api/v1/limits",
+            json!({"scope": scope, "scope_id": scope_id, "metric": metric, "window": window,
+                   "value": value}),
+        )
+        .await;
+    }
+    let reply = app.put("/api/v1/settings", json!({"retry_times": 4})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    (a, b)
+}
+
+/// A second, empty control plane: its own freshly migrated database.
+async fn fresh_control_plane(pool: &PgPool, name: &str) -> TestApp {
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let options = pool.connect_options().as_ref().clone().database(name);
+    let fresh = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    switchyard_control_plane::db::migrate(&fresh).await.unwrap();
+    test_app(fresh)
+}
+
+async fn drop_control_plane(pool: &PgPool, fresh: TestApp, name: &str) {
+    fresh.pool.close().await;
+    drop(fresh);
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identically(pool: PgPool) {
+    let app = test_app(pool.clone());
+    build_fleet(&app).await;
+    let first = export(&app).await;
+    assert_eq!(export(&app).await, first, "two exports of one state differ");
+    for expected in [
+        "${OPENAI_API_KEY}",
+        "token_sha256:",
+        "single_member_id:",
+        "spend",
+        "retry_times: 4",
+    ] {
+        assert!(first.contains(expected), "{expected} missing from\n{first}");
+    }
+
+    let fresh = fresh_control_plane(&pool, "switchyard_config_round_trip").await;
+    let revision = fresh.revision().await;
+    let (status, body, header) = send_yaml(&fresh, "/api/v1/config/apply", &first).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revision"], json!(revision + 1), "{body}");
+    assert_eq!(header, Some(revision + 1));
+    assert_eq!(
+        fresh.revision().await,
+        revision + 1,
+        "one apply, one revision"
+    );
+    let second = export(&fresh).await;
+    assert_eq!(second, first, "the round trip changed the export");
+
+    // The applied tables compile to the same routing as the original.
+    let original = app.refresh().await;
+    let copy = fresh.refresh().await;
+    assert!(original > 0 && copy > 0);
+
+    // Applying the same file again changes nothing and creates no revision.
+    let audit = fresh.audit_rows().await;
+    let (status, body, header) = send_yaml(&fresh, "/api/v1/config/apply", &first).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revision"], Value::Null, "{body}");
+    assert_eq!(body["changes"], json!([]));
+    assert_eq!(header, None);
+    assert_eq!(fresh.revision().await, revision + 1);
+    assert_eq!(fresh.audit_rows().await, audit);
+    drop_control_plane(&pool, fresh, "switchyard_config_round_trip").await;
+}
+
+/// The exported file with member `member`'s weight set to `weight`.
+fn with_weight(yaml: &str, member: i64, weight: i32) -> String {
+    let mut config = switchyard_config::parse_raw(yaml).unwrap();
+    let target = config
+        .routes
+        .iter_mut()
+        .flat_map(|r| r.members.iter_mut())
+        .find(|m| m.id == Some(member))
+        .unwrap();
+    target.weight = weight;
+    switchyard_config::to_yaml(&config).unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn plan_shows_the_dry_runs_probabilities_and_apply_is_one_audited_revision(pool: PgPool) {
+    let app = test_app(pool);
+    let openai = app.channel("openai").await;
+    let other = app.channel("other").await;
+    for channel in [openai, other] {
+        app.create(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret_env": "KEY"}),
+        )
+        .await;
+    }
+    let route = app.route("gpt-4o").await;
+    let a = app
+        .member(
+            route,
+            json!({"channel_id": openai, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    let b = app
+        .member(
+            route,
+            json!({"channel_id": other, "upstream_model": "gpt-4o"}),
+        )
+        .await;
+    let file = export(&app).await;
+
+    // Unchanged: nothing to do.
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &file).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["changes"], json!([]), "{plan}");
+    assert_eq!(plan["traffic"]["affected"], json!([]), "{plan}");
+
+    // One weight: the field, and the same probabilities as the dry run of that PATCH.
+    let changed = with_weight(&file, b, 3);
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(
+        plan["changes"],
+        json!([{"resource": "member", "key": b.to_string(), "action": "change",
+                "fields": [{"field": "weight", "before": 1, "after": 3}]}]),
+        "{plan}"
+    );
+    let dry = app
+        .post(
+            "/api/v1/dry-run",
+            json!({"changes": [{"op": "patch", "resource": "member", "id": b, "body": {"weight": 3}}]}),
+        )
+        .await;
+    assert_eq!(dry.status, StatusCode::OK, "{}", dry.text);
+    assert_eq!(plan["traffic"]["affected"], dry.body["affected"], "{plan}");
+    let default = plan["traffic"]["affected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["group"] == "default" && s["team_id"].is_null())
+        .unwrap();
+    let member = |id: i64| {
+        default["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["member_id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(member(a)["before"], json!(0.5));
+    assert_eq!(member(a)["after"], json!(0.25));
+    assert_eq!(member(b)["after"], json!(0.75));
+
+    // The plan wrote nothing.
+    let revision = app.revision().await;
+    let audit = app.audit_rows().await;
+    let (_, again, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(again["changes"], plan["changes"]);
+    assert_eq!(app.revision().await, revision);
+
+    // Apply: exactly one revision and one audit row naming the apply.
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/api/v1/config/apply")
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .header("x-switchyard-actor", "ci-pipeline")
+        .body(Body::from(changed.clone()))
+        .unwrap();
+    let response = app.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(app.revision().await, revision + 1);
+    assert_eq!(app.audit_rows().await, audit + 1);
+    let (actor, resource, detail): (String, String, Value) =
+        sqlx::query_as("SELECT actor, resource, detail FROM audit_log ORDER BY id DESC LIMIT 1")
+            .fetch_one(&app.pool)
+            .await
+            .map(|(a, r, d): (String, String, sqlx::types::Json<Value>)| (a, r, d.0))
+            .unwrap();
+    assert_eq!(
+        (actor.as_str(), resource.as_str()),
+        ("ci-pipeline", "config")
+    );
+    assert_eq!(detail["apply"]["changed"], 1, "{detail}");
+    assert_eq!(detail["apply"]["changes"][0]["key"], b.to_string());
+    let weight: i32 = sqlx::query_scalar("SELECT weight FROM route_members WHERE id = $1")
+        .bind(b)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(weight, 3);
+
+    // Again: nothing changes, no revision.
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revision"], Value::Null);
+    assert_eq!(app.revision().await, revision + 1);
+    assert_eq!(export(&app).await, changed);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_bad_file_applies_nothing_and_names_the_problem(pool: PgPool) {
+    let app = test_app(pool);
+    build_fleet(&app).await;
+    let file = export(&app).await;
+    let revision = app.revision().await;
+    let audit = app.audit_rows().await;
+    let cases: Vec<(String, &str)> = vec![
+        ("channels: [\n".to_owned(), "channels"),
+        ("[1, 2]\n".to_owned(), "file"),
+        ("# nothing\n\n".to_owned(), "file"),
+        (
+            file.replacen("  provider: anthropic", "  provider: anthropic\n  colour: red", 1),
+            "channels[0].colour",
+        ),
+        (
+            file.replacen("channel: openai", "channel: nowhere", 1),
+            "routes[1].members[0].channel",
+        ),
+        (
+            "channels:\n- name: a\n  provider: openai\n  base_url: https://a.test\n  credentials: [{id: 999}]\n".to_owned(),
+            "channels[0].credentials[0].id",
+        ),
+        (
+            file.replacen("team: research", "team: nobody", 1),
+            "tokens[0].team",
+        ),
+    ];
+    for (yaml, param) in &cases {
+        for path in ["/api/v1/config/plan", "/api/v1/config/apply"] {
+            let (status, body, _) = send_yaml(&app, path, yaml).await;
+            assert_eq!(
+                status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{path} {param}: {body}"
+            );
+            assert_eq!(body["error"]["param"], *param, "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(param),
+                "{body}"
+            );
+        }
+    }
+    // Too large: the JSON error shape, like every other rejection.
+    let huge = format!("# {}\n", "x".repeat(2 * 1024 * 1024));
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &huge).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+
+    assert_eq!(app.revision().await, revision);
+    assert_eq!(app.audit_rows().await, audit);
+    assert_eq!(export(&app).await, file);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn secrets_stay_out_of_exports_and_plans(pool: PgPool) {
+    let app = test_app(pool);
+    let channel = app.channel("openai").await;
+    let stored = app
+        .create(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret": "sk-LEAKME-stored-0123456789"}),
+        )
+        .await;
+    let file = export(&app).await;
+    assert!(!file.contains("LEAKME"), "{file}");
+    assert!(file.contains(&format!("id: {stored}")), "{file}");
+    // The export applies as it is: the stored secret is kept.
+    let (_, body, _) = send_yaml(&app, "/api/v1/config/apply", &file).await;
+    assert_eq!(body["revision"], Value::Null, "{body}");
+
+    // A new inline secret: planned and applied without ever being shown.
+    let mut config = switchyard_config::parse_raw(&file).unwrap();
+    config.channels[0]
+        .credentials
+        .push(switchyard_config::RawCredential::Plain(
+            "sk-LEAKME-new-0123456789".to_owned(),
+        ));
+    let added = switchyard_config::to_yaml(&config).unwrap();
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &added).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert!(!plan.to_string().contains("LEAKME"), "{plan}");
+    assert!(plan.to_string().contains("(secret)"), "{plan}");
+    let (status, applied, _) = send_yaml(&app, "/api/v1/config/apply", &added).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert!(!applied.to_string().contains("LEAKME"));
+    let after = export(&app).await;
+    assert!(!after.contains("LEAKME"), "{after}");
+    let (_, again, _) = send_yaml(&app, "/api/v1/config/apply", &added).await;
+    assert_eq!(again["revision"], Value::Null, "{again}");
+
+    // Header values and base_url passwords are masked as the API shows them, and a masked
+    // value keeps what is stored.
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{channel}"),
+            json!({"base_url": "https://user:LEAKME-password@upstream.test/v1",
+                   "headers": {"x-api-key": "hdr-LEAKME-0123456789"}}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let masked = export(&app).await;
+    assert!(!masked.contains("LEAKME"), "{masked}");
+    assert!(masked.contains("x-api-key: '****6789'"), "{masked}");
+    assert!(
+        masked.contains("https://user:***@upstream.test/v1"),
+        "{masked}"
+    );
+    let (_, body, _) = send_yaml(&app, "/api/v1/config/apply", &masked).await;
+    assert_eq!(body["revision"], Value::Null, "{body}");
+    let stored: (String, Value) = sqlx::query_as::<_, (String, sqlx::types::Json<Value>)>(
+        "SELECT base_url, headers FROM channels WHERE id = $1",
+    )
+    .bind(channel)
+    .fetch_one(&app.pool)
+    .await
+    .map(|(url, headers)| (url, headers.0))
+    .unwrap();
+    assert_eq!(stored.0, "https://user:LEAKME-password@upstream.test/v1");
+    assert_eq!(stored.1["x-api-key"], "hdr-LEAKME-0123456789");
+    // A new value is planned masked.
+    let changed = masked.replace("'****6789'", "hdr-LEAKME-new-9876543210");
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert!(!plan.to_string().contains("LEAKME"), "{plan}");
+    assert_eq!(
+        plan["changes"][0]["fields"][0]["field"], "headers",
+        "{plan}"
+    );
+    assert_eq!(
+        plan["changes"][0]["fields"][0]["after"]["x-api-key"], "****3210",
+        "{plan}"
+    );
+    // On a control plane that stores nothing to keep, a masked value is refused by its path.
+    let fresh = fresh_control_plane(&app.pool, "switchyard_config_masked").await;
+    let (status, body, _) = send_yaml(&fresh, "/api/v1/config/apply", &masked).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["error"]["param"], "channels[0].headers.x-api-key",
+        "{body}"
+    );
+    assert!(!body.to_string().contains("LEAKME"), "{body}");
+    drop_control_plane(&app.pool, fresh, "switchyard_config_masked").await;
+}
+
+fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+        .arg("config")
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env_remove("SWITCHYARD_ADMIN_TOKEN")
+        .output()
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_binary_exports_plans_and_applies(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let (_, b) = build_fleet(&app).await;
+    let opts = pool.connect_options();
+    let url = database_url(&opts, &postgres_addr(&opts));
+
+    let output = cli(&url, &["export"]);
+    assert!(output.status.success(), "{output:?}");
+    let file = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(file, export(&app).await);
+
+    let dir = std::env::temp_dir().join(format!("switchyard-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fleet.yaml");
+    std::fs::write(&path, with_weight(&file, b, 7)).unwrap();
+    let path = path.to_str().unwrap();
+
+    let output = cli(&url, &["plan", "-f", path]);
+    assert!(output.status.success(), "{output:?}");
+    let plan = String::from_utf8(output.stdout).unwrap();
+    assert!(plan.contains(&format!("~ member \"{b}\"")), "{plan}");
+    assert!(plan.contains("weight: 1 -> 7"), "{plan}");
+    assert!(
+        plan.contains("Plan: 0 to add, 1 to change, 0 to remove."),
+        "{plan}"
+    );
+
+    let revision = app.revision().await;
+    let output = cli(&url, &["apply", "-f", path]);
+    assert!(output.status.success(), "{output:?}");
+    let applied = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        applied.contains(&format!("Applied as revision {}.", revision + 1)),
+        "{applied}"
+    );
+    let output = cli(&url, &["apply", "-f", path]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("No changes"));
+    assert_eq!(app.revision().await, revision + 1);
+
+    // A bad file: exit 1, the field path on stderr, nothing applied.
+    std::fs::write(
+        dir.join("bad.yaml"),
+        "routes:\n- model_pattern: m\n  members: [{channel: x}]\n",
+    )
+    .unwrap();
+    let output = cli(
+        &url,
+        &["apply", "-f", dir.join("bad.yaml").to_str().unwrap()],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("routes[0].members[0].channel: unknown channel \"x\""),
+        "{stderr}"
+    );
+    assert_eq!(app.revision().await, revision + 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,432 @@
+//! Switchyard's configuration file: one YAML schema for the standalone proxy (which loads it) and
+//! the fleet (whose control plane exports, plans and applies it; docs/src/guides/config-as-code.md).
+//!
+//! Two stages (STYLE: wire types at the edge): `serde` parses the raw shape with field paths in its
+//! errors, then [`RawConfig::into_parts`] checks references and ranges, naming the field path of
+//! the first problem (`routes[0].members[1].channel: unknown channel "x"`).
+//!
+//! The raw types also serialize: the control plane's export writes this very shape, leaving out
+//! what equals its default, so a file stays short and two exports of one state are identical.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use switchyard_engine::{Capabilities, PlanEntry, Settings};
+use switchyard_upstream::MockOptions;
+
+mod compile;
+
+/// A configuration problem: the field path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A [`ConfigError`] at `path`.
+pub fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// The address to listen on when neither `--http-addr` nor `SWITCHYARD_HTTP_ADDR` is given
+    /// (read at start only, by the standalone proxy; the control plane ignores it). The example
+    /// binds to loopback so that a quick start is never an open proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Written with only what differs from the defaults.
+    #[serde(
+        default,
+        skip_serializing_if = "is_default",
+        serialize_with = "non_default_settings"
+    )]
+    pub settings: Settings,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<RawChannel>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RawRoute>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub teams: Vec<RawTeam>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<RawToken>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prices: Vec<RawPrice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<RawLimit>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChannel {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default = "enabled_str", skip_serializing_if = "is_enabled_str")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub auto_ban: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub capabilities: Capabilities,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<RawCredential>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_status_codes: Vec<u16>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_error_patterns: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// `provider: mock` only: the simulation's behaviour. Never written (an export gives the
+    /// equivalent `mock://` base_url).
+    #[serde(default, skip_serializing)]
+    pub mock: Option<MockOptions>,
+}
+
+/// The settings that differ from their defaults, in the order `Settings` declares them.
+fn non_default_settings<S: serde::Serializer>(
+    settings: &Settings,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    let to_map = |s: &Settings| match yaml_serde::to_value(s) {
+        Ok(yaml_serde::Value::Mapping(map)) => Ok(map),
+        Ok(_) => Err(S::Error::custom("settings are not a mapping")),
+        Err(e) => Err(S::Error::custom(e)),
+    };
+    let defaults = to_map(&Settings::default())?;
+    let mut out = yaml_serde::Mapping::new();
+    for (key, value) in to_map(settings)? {
+        if defaults.get(&key) != Some(&value) {
+            out.insert(key, value);
+        }
+    }
+    out.serialize(serializer)
+}
+
+fn enabled_str() -> String {
+    "enabled".to_owned()
+}
+
+fn is_enabled_str(value: &str) -> bool {
+    value == "enabled"
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// `"sk-..."`, `"${ENV_NAME}"`, or `{secret: ..., enabled: false}`.
+///
+/// The control plane also writes `{id: 7}` (no `secret`): "the secret stored for credential 7",
+/// so an export never holds a secret value. Only an apply to the control plane that stores it
+/// accepts that form; the standalone proxy refuses it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RawCredential {
+    Plain(String),
+    Full {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<String>,
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        enabled: bool,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub model_pattern: String,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    #[serde(default = "auto_str", skip_serializing_if = "is_auto_str")]
+    pub routing_mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub single_member_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky_session: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_first: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_first_denominator: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_times: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_retry_times: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_seconds: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<RawMember>,
+}
+
+fn auto_str() -> String {
+    "auto".to_owned()
+}
+
+fn is_auto_str(value: &str) -> bool {
+    value == "auto"
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMember {
+    /// Teams, limits and `single_member_id` name members by id; the control plane keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// The channel's name.
+    pub channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_model: Option<String>,
+    #[serde(default, alias = "group_name", skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub priority: i32,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: i32,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub canary: bool,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub capabilities: Capabilities,
+}
+
+fn one() -> i32 {
+    1
+}
+
+fn is_one(value: &i32) -> bool {
+    *value == 1
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTeam {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plan: BTreeMap<i64, PlanEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub disable_failover: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    /// The plaintext token (or a `${ENV}` reference to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Lowercase hex SHA-256 of the plaintext, instead of `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
+    /// The first characters of the plaintext, as the control plane shows them to recognise a
+    /// token (never enough to use it). Informational: the standalone proxy ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(
+        default,
+        alias = "route_group_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub route_group: Option<String>,
+    /// The team's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_pinning: bool,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    /// RFC 3339; after it the token is refused as expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// A decimal amount as YAML gives it: a number or a string (`"2.50"` keeps its digits exactly).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Whole(u64),
+    Decimal(f64),
+    Text(String),
+}
+
+impl Amount {
+    /// The amount as its decimal text (a float prints as its shortest exact form: `0.1`).
+    pub fn text(&self) -> String {
+        match self {
+            Amount::Whole(n) => n.to_string(),
+            Amount::Decimal(f) => f.to_string(),
+            Amount::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// A price per (channel, upstream model pattern), in USD per million tokens.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// The channel's name.
+    pub channel: String,
+    pub model_pattern: String,
+    pub input_per_million: Amount,
+    pub output_per_million: Amount,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_million: Option<Amount>,
+}
+
+/// A limit: exactly one of `token`, `team`, `route` (its model pattern), `channel` (names) or
+/// `member` (an id) says whom it applies to.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<i64>,
+    pub metric: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// A count, or USD for `spend`.
+    pub value: Amount,
+    #[serde(default = "hard", skip_serializing_if = "is_hard")]
+    pub mode: String,
+}
+
+fn hard() -> String {
+    "hard".to_owned()
+}
+
+fn is_hard(value: &str) -> bool {
+    value == "hard"
+}
+
+/// Parses a file's text into its raw shape; a problem names its field path.
+pub fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
+    let de = yaml_serde::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        // The YAML parser prefixes its own (coarser) path: keep only the message.
+        let message = e.into_inner().to_string();
+        let message = match message.split_once(": ") {
+            Some((head, rest)) if !head.contains(' ') => rest.to_owned(),
+            _ => message,
+        };
+        err(path, message)
+    })
+}
+
+/// The YAML text of a configuration (field order as declared, defaults left out).
+pub fn to_yaml(config: &RawConfig) -> Result<String, ConfigError> {
+    yaml_serde::to_string(config).map_err(|e| err("", format!("cannot write YAML: {e}")))
+}
+
+/// SHA-256 of a token's plaintext, lowercase hex (how tokens are stored and looked up).
+pub use switchyard_proto::token_hash;
+
+/// `${NAME}` → `Some("NAME")`.
+pub fn env_reference(value: &str) -> Option<&str> {
+    let name = value.trim().strip_prefix("${")?.strip_suffix('}')?;
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid.then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "channels:\n- name: a\n  provider: openai\n  base_url: https://a.test/v1\n  credentials:\n  - ${KEY_A}\n  - secret: ${KEY_B}\n    enabled: false\nroutes:\n- model_pattern: m\n  members:\n  - id: 3\n    channel: a\n    weight: 2\ntokens:\n- name: t\n  token_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n  prefix: sk-sy-9f86\n";
+
+    #[test]
+    fn settings_are_written_with_what_differs_from_the_defaults() {
+        let config = parse_raw("settings:\n  retry_times: 4\n").unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), "settings:\n  retry_times: 4\n");
+        assert_eq!(config.settings.retry_times, 4);
+    }
+
+    #[test]
+    fn a_written_file_reads_back_as_written() {
+        let config = parse_raw(FILE).unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), FILE);
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        assert_eq!(parts.routes[0].members[0].id, 3);
+        assert_eq!(parts.channels[0].credentials.len(), 2);
+    }
+
+    #[test]
+    fn a_stored_secret_reference_is_refused_with_its_path() {
+        let e = parse_raw(&FILE.replace("  - ${KEY_A}\n", "  - id: 7\n"))
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].credentials[0].secret");
+        assert!(e.message.starts_with("is required"), "{e}");
+    }
+
+    #[test]
+    fn the_kubernetes_example_file_is_valid() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/components/config-as-code/fleet.yaml"
+        ))
+        .unwrap();
+        let parts = parse_raw(&text).unwrap().into_parts(1, &|_| None).unwrap();
+        assert_eq!(parts.routes.len(), 2);
+    }
+}
