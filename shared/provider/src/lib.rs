@@ -28,6 +28,7 @@
 //! The field-by-field mapping, stop reasons, error statuses, dropped hints, unsupported
 //! features and stream event orders are documented in `TRANSLATION.md` next to this crate.
 
+pub mod bedrock;
 mod error;
 pub mod errors;
 pub mod protocol;
