@@ -11,7 +11,7 @@ use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use switchyard_engine::{Channel, RandomSource};
+use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
     count_tokens_response, parse_count_tokens_response, response_usage, translate_error_body,
     translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
@@ -334,11 +334,24 @@ impl Attempt<'_> {
             Ok(Err(_)) => Err(Failed::bare(AttemptError::TransportError)),
             Ok(Ok(response)) => {
                 let (parts, body) = response.into_parts();
-                Ok(UpstreamResponse {
+                let response = UpstreamResponse {
                     status: parts.status,
                     headers: parts.headers,
                     body: Body::new(body),
-                })
+                };
+                if self.runtime.provider() == Provider::Bedrock {
+                    // Converse answers in Anthropic's shape, which the channel is planned in.
+                    let limit = self.idle_timeout.min(self.left());
+                    let count_tokens = self.endpoint.is_count_tokens();
+                    return Ok(crate::bedrock::adapt(
+                        response,
+                        self.upstream_model,
+                        count_tokens,
+                        limit,
+                    )
+                    .await);
+                }
+                Ok(response)
             }
         }
     }

@@ -613,7 +613,7 @@ mod tests {
         .unwrap();
         let e = parse(&azure("").replace("azure\n", "azure-openai\n")).unwrap_err();
         assert!(
-            e.contains("(openai, azure, anthropic, gemini, vertex, mock)"),
+            e.contains("(openai, azure, anthropic, gemini, vertex, bedrock, mock)"),
             "{e}"
         );
     }
