@@ -22,6 +22,7 @@ use serde_json::Value;
 use tokio::time::Sleep;
 
 use crate::azure;
+use crate::bedrock;
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 use crate::sim::{self, Protocol};
 use crate::vertex;
@@ -53,10 +54,10 @@ impl MockBody {
         }
     }
 
-    fn events(events: Vec<String>, gap: Duration, cut: bool) -> Self {
+    pub(crate) fn events<E: Into<Bytes>>(events: Vec<E>, gap: Duration, cut: bool) -> Self {
         Self {
             kind: Kind::Events {
-                events: events.into_iter().map(Bytes::from).collect(),
+                events: events.into_iter().map(Into::into).collect(),
                 gap,
                 sleep: None,
                 cut,
@@ -223,6 +224,9 @@ fn answer(
     models: &[String],
     reported: &mut Option<ReportedUsage>,
 ) -> Response<MockBody> {
+    if let Some(route) = bedrock::parse(&request.path) {
+        return bedrock::answer(request, &route, behavior, reported);
+    }
     let protocol = Protocol::of_path(&request.path);
     let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
     if behavior.malformed {
@@ -385,7 +389,7 @@ fn answer(
 
 /// What `behavior` makes the model say: its text (the default text unless it scripts tool calls),
 /// its tool calls and cached tokens; nothing at all for an empty completion.
-fn script_answer(behavior: &Behavior, model: &str, prompt_tokens: u64) -> sim::Answer {
+pub(crate) fn script_answer(behavior: &Behavior, model: &str, prompt_tokens: u64) -> sim::Answer {
     let answer = sim::Answer::new(model, "")
         .prompt_tokens(prompt_tokens)
         .cached_tokens(behavior.cached_tokens);
