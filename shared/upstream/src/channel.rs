@@ -883,6 +883,65 @@ mod tests {
     }
 
     #[test]
+    fn bedrock_signs_the_converse_request_in_the_endpoints_region() {
+        let key = serde_json::json!({
+            "access_key_id": "AKIAIOSFODNN7EXAMPLE",
+            "secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "region": "us-east-1",
+        })
+        .to_string();
+        let mut c = channel(
+            "https://bedrock-runtime.eu-west-3.amazonaws.com/",
+            Provider::Bedrock,
+        );
+        c.credentials[0].secret = SecretSource::Inline(key);
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        // The unset env credential is skipped; the key is parsed.
+        assert_eq!(rt.credentials.len(), 1);
+        let mut client = HeaderMap::new();
+        client.insert("x-api-key", HeaderValue::from_static("sk-ant-client"));
+        client.insert("anthropic-beta", HeaderValue::from_static("tools-2024"));
+        let body =
+            br#"{"model":"claude","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+        let req = rt
+            .request(
+                target(&Method::POST, "/v1/messages"),
+                Some(&client),
+                &rt.credentials[0],
+                Bytes::from_static(body),
+            )
+            .unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            "https://bedrock-runtime.eu-west-3.amazonaws.com/model/m/converse"
+        );
+        let h = req.headers();
+        let auth = h[header::AUTHORIZATION].to_str().unwrap();
+        // The endpoint's region wins over the credential's.
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/")
+                && auth.contains("/eu-west-3/bedrock/aws4_request"),
+            "{auth}"
+        );
+        assert!(h[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(
+            h["x-extra"], "1",
+            "the channel's headers are sent (and signed)"
+        );
+        assert!(auth.contains("x-extra"), "{auth}");
+        assert!(!h.contains_key("x-api-key") && !h.contains_key("anthropic-beta"));
+        assert_eq!(
+            channel_protocol(Provider::Bedrock, Protocol::OpenAi),
+            Protocol::Anthropic
+        );
+        // A secret that is not an access key: skipped.
+        c.credentials[0].secret = SecretSource::Inline("AKIA:secret".into());
+        assert!(ChannelRuntime::compile(&c, &|_| None)
+            .credentials
+            .is_empty());
+    }
+
+    #[test]
     fn azure_sends_the_key_in_api_key_and_the_version_in_the_query() {
         let rt = azure("https://r.openai.azure.com", Some("2025-01-01-preview"));
         let mut client = HeaderMap::new();
