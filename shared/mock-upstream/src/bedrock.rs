@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use switchyard_provider::bedrock::eventstream::encode;
 use switchyard_upstream::bedrock::{parse_amz_date, parse_authorization, parse_aws_keys};
 
-use crate::respond::{full, script_answer, MockBody, DEFAULT_STREAM_CHUNKS};
+use crate::respond::{full, script_answer, with_headers, MockBody, DEFAULT_STREAM_CHUNKS};
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 use crate::sim;
 
@@ -361,8 +361,21 @@ pub fn converse_stream(answer: &sim::Answer, n: usize) -> Vec<Bytes> {
     events
 }
 
-/// The answer to a (verified) Bedrock request following `behavior`.
-pub(crate) fn answer(
+/// The response to a (verified) Bedrock request following `behavior` (the default answer when
+/// `None`), its extra headers included, and the usage it reports.
+pub(crate) fn respond(
+    request: &RecordedRequest,
+    route: &BedrockPath,
+    behavior: Option<&Behavior>,
+) -> (Response<MockBody>, Option<ReportedUsage>) {
+    let default = Behavior::ok();
+    let behavior = behavior.unwrap_or(&default);
+    let mut reported = None;
+    let response = answer(request, route, behavior, &mut reported);
+    (with_headers(response, behavior), reported)
+}
+
+fn answer(
     request: &RecordedRequest,
     route: &BedrockPath,
     behavior: &Behavior,

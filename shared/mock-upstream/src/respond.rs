@@ -22,7 +22,6 @@ use serde_json::Value;
 use tokio::time::Sleep;
 
 use crate::azure;
-use crate::bedrock;
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 use crate::sim::{self, Protocol};
 use crate::vertex;
@@ -203,7 +202,15 @@ pub fn respond(
     let default = Behavior::ok();
     let behavior = behavior.unwrap_or(&default);
     let mut reported = None;
-    let mut response = answer(request, behavior, models, &mut reported);
+    let response = answer(request, behavior, models, &mut reported);
+    (with_headers(response, behavior), reported)
+}
+
+/// `response` with the behaviour's extra headers (`Retry-After`, ...) appended.
+pub(crate) fn with_headers(
+    mut response: Response<MockBody>,
+    behavior: &Behavior,
+) -> Response<MockBody> {
     for (name, value) in &behavior.headers {
         match (
             HeaderName::try_from(name.as_str()),
@@ -215,7 +222,7 @@ pub fn respond(
             _ => tracing::warn!(header = %name, "mock rule header is not valid HTTP; skipped"),
         }
     }
-    (response, reported)
+    response
 }
 
 fn answer(
@@ -224,9 +231,6 @@ fn answer(
     models: &[String],
     reported: &mut Option<ReportedUsage>,
 ) -> Response<MockBody> {
-    if let Some(route) = bedrock::parse(&request.path) {
-        return bedrock::answer(request, &route, behavior, reported);
-    }
     let protocol = Protocol::of_path(&request.path);
     let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
     if behavior.malformed {

@@ -422,7 +422,10 @@ async fn handle(
             return Err(io::Error::other("mock upstream: cut before first byte"));
         }
     }
-    let (response, reported) = respond::respond(&recorded, behavior.as_ref(), &shared.models);
+    let (response, reported) = match &bedrock_path {
+        Some(route) => bedrock::respond(&recorded, route, behavior.as_ref()),
+        None => respond::respond(&recorded, behavior.as_ref(), &shared.models),
+    };
     if let Some(reported) = reported {
         shared.script().add_reported_usage(reported);
     }
