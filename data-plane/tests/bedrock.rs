@@ -467,6 +467,43 @@ async fn a_stream_cut_mid_way_breaks_the_clients_stream() {
     );
 }
 
+#[tokio::test]
+async fn an_exception_mid_stream_is_a_mid_stream_error_in_the_clients_protocol() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any(),
+        Behavior::ok()
+            .text("one two three four five six")
+            .exception_after_chunks(3, "throttlingException"),
+    );
+    let proxy = start(&config(&mock)).await;
+    // Anthropic's own error event, after the text already sent; no message_stop.
+    let reply = post(&proxy, "/v1/messages", MESSAGES_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let events = sse_data(&reply.body);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{}", reply.body);
+    assert_eq!(last["error"]["type"], "rate_limit_error");
+    assert_eq!(
+        last["error"]["message"],
+        "throttlingException: mock upstream scripted throttlingException"
+    );
+    assert!(events.iter().any(|e| e["type"] == "content_block_delta"));
+    assert!(events.iter().all(|e| e["type"] != "message_stop"));
+
+    // An OpenAI client: the text so far, then an error, never a clean finish.
+    let reply = post(&proxy, "/v1/chat/completions", CHAT_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("throttlingException"), "{}", reply.body);
+    assert!(
+        !sse_data(&reply.body)
+            .iter()
+            .any(|c| c["choices"][0]["finish_reason"] == "stop"),
+        "{}",
+        reply.body
+    );
+}
+
 fn breaker_open(proxy: &Proxy) -> bool {
     proxy
         .dump()

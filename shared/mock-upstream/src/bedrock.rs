@@ -426,6 +426,20 @@ fn answer(
             *reported = None;
             events.truncate(n.min(events.len().saturating_sub(2)));
         }
+        if let Some((n, exception)) = &behavior.exception_after_chunks {
+            *reported = None;
+            events.truncate((*n).min(events.len().saturating_sub(2)));
+            events.push(Bytes::from(encode(
+                &[
+                    (":exception-type", exception),
+                    (":content-type", "application/json"),
+                    (":message-type", "exception"),
+                ],
+                json!({"message": format!("mock upstream scripted {exception}")})
+                    .to_string()
+                    .as_bytes(),
+            )));
+        }
         Response::builder()
             .status(status)
             .header(
