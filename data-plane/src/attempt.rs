@@ -297,21 +297,27 @@ impl Attempt<'_> {
                     .ok_or_else(|| Failed::bare(token_network_error(&e)))
             }
         };
-        let request = self
-            .runtime
-            .request(
-                Target {
-                    method: &call.method,
-                    path: &call.path,
-                    query: call.query.as_deref(),
-                    model: self.upstream_model,
-                },
-                call.passthrough.then_some(self.client_headers),
-                &credential,
-                call.body.clone(),
-            )
-            .map_err(|_| Failed::bare(AttemptError::BadUpstreamRequest))?;
-        let mut request = request;
+        let request = self.runtime.request(
+            Target {
+                method: &call.method,
+                path: &call.path,
+                query: call.query.as_deref(),
+                model: self.upstream_model,
+            },
+            call.passthrough.then_some(self.client_headers),
+            &credential,
+            call.body.clone(),
+        );
+        let mut request = match request {
+            Ok(request) => request,
+            // What the Converse API cannot express is Bedrock's refusal of the request, in the
+            // shape the channel is planned in: a 400 the client hears (a rejection, not a
+            // transport failure of the channel).
+            Err(switchyard_upstream::bedrock::RequestError::Translate(message)) => {
+                return Ok(crate::bedrock::refusal(&message));
+            }
+            Err(_) => return Err(Failed::bare(AttemptError::BadUpstreamRequest)),
+        };
         let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
         for (name, value) in switchyard_telemetry::context::upstream_headers(
             &tracing::Span::current(),

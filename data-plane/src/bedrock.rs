@@ -9,7 +9,9 @@
 //!   events as its frames arrive; a broken frame (bad CRC, length out of bounds) or a stream
 //!   that ends before `messageStop` breaks the body, and an exception message becomes
 //!   Anthropic's `error` event, the last one;
-//! - an error answer becomes Anthropic's error body, status and headers (`Retry-After`) kept.
+//! - an error answer becomes Anthropic's error body, status and headers (`Retry-After`) kept;
+//! - a request the Converse API cannot express (an image URL) is answered here as Bedrock's 400
+//!   `ValidationException` ([`refusal`]), never sent.
 
 use std::io;
 use std::time::Duration;
@@ -29,6 +31,28 @@ use crate::upstream::UpstreamResponse;
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 /// Most bytes of an error answer read.
 const MAX_ERROR: usize = 1024 * 1024;
+
+/// Bedrock's 400 `ValidationException` for a request the Converse API cannot express
+/// (`message` names the feature), in Anthropic's shape like every answer of the channel.
+pub fn refusal(message: &str) -> UpstreamResponse {
+    let body = anthropic_error(
+        400,
+        Some("ValidationException"),
+        serde_json::json!({ "message": message })
+            .to_string()
+            .as_bytes(),
+    );
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    UpstreamResponse {
+        status: http::StatusCode::BAD_REQUEST,
+        headers,
+        body: Body::from(body),
+    }
+}
 
 /// Reads the whole body within `limit`: `None` when it breaks, is too long or is too slow.
 async fn read(body: Body, max: usize, limit: Duration) -> Option<Bytes> {

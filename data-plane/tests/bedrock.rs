@@ -504,6 +504,31 @@ async fn an_exception_mid_stream_is_a_mid_stream_error_in_the_clients_protocol()
     );
 }
 
+#[tokio::test]
+async fn an_image_url_is_bedrocks_400_and_nothing_is_sent() {
+    let mock = MockUpstream::start().await.unwrap();
+    let proxy = start(&config(&mock)).await;
+    let body = json!({"model": "claude-haiku", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+    ]}]});
+    let reply = post(&proxy, "/v1/chat/completions", &body.to_string()).await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("ValidationException") && message.contains("base64"),
+        "{message}"
+    );
+    assert!(mock.requests().is_empty(), "nothing reached Bedrock");
+    assert!(
+        !breaker_open(&proxy),
+        "a refused request is not the channel's failure"
+    );
+}
+
 fn breaker_open(proxy: &Proxy) -> bool {
     proxy
         .dump()
