@@ -30,6 +30,8 @@ pub enum FrameError {
     MessageCrc,
     /// A header that cannot be parsed.
     Header,
+    /// The stream ended before its last message (or inside a message).
+    Truncated,
 }
 
 impl fmt::Display for FrameError {
@@ -39,6 +41,7 @@ impl fmt::Display for FrameError {
             FrameError::PreludeCrc => "event-stream prelude CRC mismatch",
             FrameError::MessageCrc => "event-stream message CRC mismatch",
             FrameError::Header => "malformed event-stream header",
+            FrameError::Truncated => "event stream ended early",
         })
     }
 }

@@ -559,7 +559,7 @@ impl StreamConverter {
             self.end(None, out);
             return Ok(());
         }
-        Err(eventstream::FrameError::Length)
+        Err(eventstream::FrameError::Truncated)
     }
 }
 

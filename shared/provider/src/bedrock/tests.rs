@@ -1,6 +1,6 @@
 use serde_json::{json, Value};
 
-use super::eventstream::encode;
+use super::eventstream::{self, encode};
 use super::*;
 use crate::sse::SseDecoder;
 
@@ -243,7 +243,11 @@ fn an_exception_mid_stream_is_an_error_event_and_a_cut_stream_fails() {
         &mut out,
     )
     .unwrap();
-    assert!(c.finish(&mut out).is_err(), "no messageStop: cut");
+    assert_eq!(
+        c.finish(&mut out),
+        Err(eventstream::FrameError::Truncated),
+        "no messageStop: cut"
+    );
     let mut c = StreamConverter::new("m", "i");
     assert!(c.push(b"\x00\x00\x00\x10garbage!!!!!", &mut out).is_err());
 }
