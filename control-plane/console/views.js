@@ -285,11 +285,11 @@ export function heading(root, text) {
 
 // ---------------------------------------------------------------- channels
 
-const PROVIDERS = ['openai', 'azure', 'anthropic', 'gemini', 'vertex', 'mock'];
+const PROVIDERS = ['openai', 'azure', 'anthropic', 'gemini', 'vertex', 'bedrock', 'mock'];
 const CHANNEL_FIELDS = [
   { name: 'name', required: true },
   { name: 'provider', type: 'select', options: PROVIDERS, default: 'openai' },
-  { name: 'base_url', required: true, help: 'e.g. https://api.openai.com/v1, https://my-resource.openai.azure.com (azure), https://us-central1-aiplatform.googleapis.com (vertex) or mock://sim?failure_rate=0' },
+  { name: 'base_url', required: true, help: 'e.g. https://api.openai.com/v1, https://my-resource.openai.azure.com (azure), https://us-central1-aiplatform.googleapis.com (vertex), https://bedrock-runtime.us-east-1.amazonaws.com (bedrock) or mock://sim?failure_rate=0' },
   { name: 'status', type: 'select', options: ['enabled', 'disabled'], default: 'enabled' },
   { name: 'auto_ban', type: 'checkbox' },
   { name: 'max_concurrency', type: 'number' },

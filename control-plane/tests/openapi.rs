@@ -133,7 +133,15 @@ fn bodies_are_typed_timestamps_are_date_times_and_enums_are_enums() {
     };
     assert_eq!(
         enum_of("ProviderName"),
-        set(&["openai", "azure", "anthropic", "gemini", "vertex", "mock"])
+        set(&[
+            "openai",
+            "azure",
+            "anthropic",
+            "gemini",
+            "vertex",
+            "bedrock",
+            "mock"
+        ])
     );
     assert_eq!(
         enum_of("ChannelStatusName"),

@@ -700,6 +700,57 @@ async fn a_vertex_channel_is_probed_at_its_model_path_with_an_access_token(pool:
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_bedrock_channel_is_probed_at_converse_with_a_sigv4_signature(pool: PgPool) {
+    use switchyard_mock_upstream::bedrock;
+    let app = test_app(pool.clone());
+    let mock = MockUpstream::start().await.unwrap();
+    let signed = channel_of(
+        &app,
+        "bedrock",
+        "bedrock",
+        &mock,
+        &[&mock.bedrock_credential()],
+    )
+    .await;
+    // A wrong secret: Bedrock refuses the signature (403), the probe fails.
+    let refused = channel_of(
+        &app,
+        "bedrock-old-key",
+        "bedrock",
+        &mock,
+        &[&mock.bedrock_wrong_secret_credential()],
+    )
+    .await;
+    auto_disable(&pool, signed).await;
+    auto_disable(&pool, refused).await;
+
+    let report = round(&app, &recovery_job(&app, None, config())).await;
+    assert_eq!(report.recovered, vec![signed], "{report:?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for probe in &requests {
+        assert!(
+            [probe_model("bedrock"), probe_model("bedrock-old-key")]
+                .iter()
+                .any(|model| probe.path == format!("/model/{model}/converse")),
+            "{}",
+            probe.path
+        );
+        assert_eq!(
+            probe.credential.as_deref(),
+            Some(bedrock::TEST_ACCESS_KEY_ID)
+        );
+        let auth = probe.headers["authorization"].to_str().unwrap();
+        assert!(auth.starts_with("AWS4-HMAC-SHA256 "), "{auth}");
+        let body: Value = serde_json::from_slice(&probe.body).unwrap();
+        assert_eq!(body["inferenceConfig"]["maxTokens"], 1, "{body}");
+        assert_eq!(body["messages"][0]["content"][0]["text"], "ping", "{body}");
+    }
+    assert_eq!(status(&app, signed).await, "enabled");
+    assert_eq!(status(&app, refused).await, "auto_disabled");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn without_a_published_snapshot_nothing_is_probed(pool: PgPool) {
     let app = test_app(pool.clone());
     let mock = MockUpstream::start().await.unwrap();

@@ -403,6 +403,136 @@ async fn a_vertex_channel_takes_a_checked_service_account_key(pool: PgPool) {
     .await;
 }
 
+/// An AWS Bedrock channel: its base URL checked, its credential an AWS access key (JSON) checked
+/// on create and patch (a precise 422 naming the field, never quoting the secret), read back
+/// masked, and in the snapshot the proxies receive (the encoded bytes included) as `bedrock`.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_bedrock_channel_takes_a_checked_access_key(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .post(
+            "/api/v1/channels",
+            json!({"name": "bedrock-us", "provider": "bedrock",
+                   "base_url": "https://bedrock-runtime.us-west-2.amazonaws.com"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["provider"], "bedrock");
+    let channel = created.body["id"].as_i64().unwrap();
+    let key = json!({
+        "access_key_id": "AKIAIOSFODNN7EXAMPLE",
+        "secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRETKEY",
+        "session_token": "FwoGZXIvYXdzEXAMPLETOKEN",
+    })
+    .to_string();
+    let path = format!("/api/v1/channels/{channel}/credentials");
+    let credential = app.post(&path, json!({"secret": key})).await;
+    assert_eq!(
+        credential.status,
+        StatusCode::CREATED,
+        "{}",
+        credential.text
+    );
+    let masked = credential.body["secret"].as_str().unwrap();
+    assert!(masked.starts_with("****"), "{masked}");
+    let id = credential.body["id"].as_i64().unwrap();
+    for read in [
+        app.get(&path).await.text,
+        app.get(&format!("/api/v1/credentials/{id}")).await.text,
+        app.get("/api/v1/audit?resource=credential").await.text,
+    ] {
+        assert!(
+            !read.contains("SECRETKEY") && !read.contains("EXAMPLETOKEN"),
+            "{read}"
+        );
+    }
+    let route = app.route("claude-haiku").await;
+    app.member(
+        route,
+        json!({"channel_id": channel, "upstream_model": "anthropic.claude-3-5-haiku-20241022-v1:0"}),
+    )
+    .await;
+
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    for snapshot in [&*published.snapshot, &decoded] {
+        let ch = snapshot.channel(channel).unwrap();
+        assert_eq!(ch.provider, switchyard_engine::Provider::Bedrock);
+        assert_eq!(
+            ch.base_url,
+            "https://bedrock-runtime.us-west-2.amazonaws.com"
+        );
+        let switchyard_engine::SecretSource::Inline(secret) = &ch.credentials[0].secret else {
+            panic!("inline");
+        };
+        assert_eq!(secret, &key, "the proxies get the access key");
+    }
+
+    // Bad credentials: the field at fault, never the secret.
+    for (body, expected) in [
+        (
+            json!({"secret": "AKIAIOSFODNN7EXAMPLE:SECRETKEY"}),
+            "JSON object",
+        ),
+        (
+            json!({"secret": json!({"secret_access_key": "SECRETKEY"}).to_string()}),
+            "no access_key_id",
+        ),
+        (
+            json!({"secret": json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE"}).to_string()}),
+            "no secret_access_key",
+        ),
+        (
+            json!({"secret": json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "SECRET KEY"}).to_string()}),
+            "secret_access_key must be",
+        ),
+        (
+            json!({"secret": json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "SECRETKEY", "region": "Mars 1"}).to_string()}),
+            "region must be",
+        ),
+    ] {
+        let reply = app.post(&path, body).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            reply.text
+        );
+        assert_eq!(reply.param(), Some("secret"), "{}", reply.text);
+        let message = reply.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{message}");
+        assert!(!message.contains("SECRET"), "{message}");
+    }
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("/api/v1/credentials/{id}"),
+        json!({"secret": "{}"}),
+        "secret",
+    )
+    .await;
+    let env = app.post(&path, json!({"secret_env": "BEDROCK_KEY"})).await;
+    assert_eq!(env.status, StatusCode::CREATED, "{}", env.text);
+
+    // The base URL: a Bedrock Runtime endpoint on AWS; any other host as it is.
+    let channels = "/api/v1/channels";
+    let body = |url: &str| json!({"name": format!("b-{}", url.len()), "provider": "bedrock", "base_url": url});
+    let reply = app
+        .post(channels, body("https://bedrock-proxy.internal.example"))
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    for bad in [
+        "https://bedrock.us-east-1.amazonaws.com",
+        "https://bedrock-runtime.us-east-1.amazonaws.com/model",
+    ] {
+        expect_invalid(&app, Method::POST, channels, body(bad), "base_url").await;
+    }
+}
+
 async fn expect_invalid(
     app: &TestApp,
     method: Method,

@@ -11,7 +11,7 @@ use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use switchyard_engine::{Channel, RandomSource};
+use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
     count_tokens_response, parse_count_tokens_response, response_usage, translate_error_body,
     translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
@@ -297,21 +297,27 @@ impl Attempt<'_> {
                     .ok_or_else(|| Failed::bare(token_network_error(&e)))
             }
         };
-        let request = self
-            .runtime
-            .request(
-                Target {
-                    method: &call.method,
-                    path: &call.path,
-                    query: call.query.as_deref(),
-                    model: self.upstream_model,
-                },
-                call.passthrough.then_some(self.client_headers),
-                &credential,
-                call.body.clone(),
-            )
-            .map_err(|_| Failed::bare(AttemptError::BadUpstreamRequest))?;
-        let mut request = request;
+        let request = self.runtime.request(
+            Target {
+                method: &call.method,
+                path: &call.path,
+                query: call.query.as_deref(),
+                model: self.upstream_model,
+            },
+            call.passthrough.then_some(self.client_headers),
+            &credential,
+            call.body.clone(),
+        );
+        let mut request = match request {
+            Ok(request) => request,
+            // What the Converse API cannot express is Bedrock's refusal of the request, in the
+            // shape the channel is planned in: a 400 the client hears (a rejection, not a
+            // transport failure of the channel).
+            Err(switchyard_upstream::bedrock::RequestError::Translate(message)) => {
+                return Ok(crate::bedrock::refusal(&message));
+            }
+            Err(_) => return Err(Failed::bare(AttemptError::BadUpstreamRequest)),
+        };
         let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
         for (name, value) in switchyard_telemetry::context::upstream_headers(
             &tracing::Span::current(),
@@ -334,11 +340,24 @@ impl Attempt<'_> {
             Ok(Err(_)) => Err(Failed::bare(AttemptError::TransportError)),
             Ok(Ok(response)) => {
                 let (parts, body) = response.into_parts();
-                Ok(UpstreamResponse {
+                let response = UpstreamResponse {
                     status: parts.status,
                     headers: parts.headers,
                     body: Body::new(body),
-                })
+                };
+                if self.runtime.provider() == Provider::Bedrock {
+                    // Converse answers in Anthropic's shape, which the channel is planned in.
+                    let limit = self.idle_timeout.min(self.left());
+                    let count_tokens = self.endpoint.is_count_tokens();
+                    return Ok(crate::bedrock::adapt(
+                        response,
+                        self.upstream_model,
+                        count_tokens,
+                        limit,
+                    )
+                    .await);
+                }
+                Ok(response)
             }
         }
     }

@@ -112,6 +112,7 @@ fn genai_provider(provider: Provider) -> &'static str {
         Provider::Anthropic => "anthropic",
         Provider::Gemini => "gcp.gemini",
         Provider::Vertex => "gcp.vertex_ai",
+        Provider::Bedrock => "aws.bedrock",
         Provider::Mock => "switchyard.mock",
     }
 }

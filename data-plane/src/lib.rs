@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod attempt;
+pub mod bedrock;
 pub mod cache;
 pub mod cli;
 pub mod config;

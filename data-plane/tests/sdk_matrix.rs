@@ -1,11 +1,13 @@
 //! The three official client SDKs (OpenAI, Anthropic, Google GenAI) against upstreams of the
-//! three protocols, plus Azure OpenAI (OpenAI's protocol at Azure's URLs) and Google Vertex AI
-//! (Gemini's protocol at Vertex's URLs, with access tokens from a service-account key): 15
-//! (ingress SDK × upstream provider) pairs, each one test.
+//! three protocols, plus Azure OpenAI (OpenAI's protocol at Azure's URLs), Google Vertex AI
+//! (Gemini's protocol at Vertex's URLs, with access tokens from a service-account key) and AWS
+//! Bedrock (the Converse API, requests signed with SigV4): 18 (ingress SDK × upstream provider)
+//! pairs, each one test.
 //!
 //! Each pair starts a [`MockUpstream`] (it answers every protocol by path), a proxy whose
-//! channels `up-openai`, `up-azure`, `up-anthropic`, `up-gemini` and `up-vertex` all point at
-//! it (the Vertex channel's key file names the mock's token endpoint), and one
+//! channels `up-openai`, `up-azure`, `up-anthropic`, `up-gemini`, `up-vertex` and `up-bedrock`
+//! all point at it (the Vertex channel's key file names the mock's token endpoint, the Bedrock
+//! channel's access key is one whose signatures the mock verifies), and one
 //! python process
 //! running every scenario of `tests/sdk/<sdk>_client.py` (text, stream, tools, tools_stream,
 //! tool_result, image, errors). It checks what the SDK saw (text, tool calls, stop reasons,
@@ -47,7 +49,7 @@ const COUNT_SCENARIO: &str = "count_tokens";
 
 /// A wire protocol: of a client SDK (ingress) or of a channel (upstream). `Azure` and `Vertex`
 /// are upstreams only: OpenAI's protocol behind Azure's URLs and `api-key` header, Gemini's
-/// behind Vertex's URLs and access tokens.
+/// behind Vertex's URLs and access tokens. `Bedrock` is an upstream only too: the Converse API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum P {
     OpenAi,
@@ -55,10 +57,18 @@ enum P {
     Anthropic,
     Gemini,
     Vertex,
+    Bedrock,
 }
 
 /// Every upstream provider of the matrix.
-const UPSTREAMS: [P; 5] = [P::OpenAi, P::Azure, P::Anthropic, P::Gemini, P::Vertex];
+const UPSTREAMS: [P; 6] = [
+    P::OpenAi,
+    P::Azure,
+    P::Anthropic,
+    P::Gemini,
+    P::Vertex,
+    P::Bedrock,
+];
 
 impl P {
     fn name(self) -> &'static str {
@@ -68,6 +78,7 @@ impl P {
             P::Anthropic => "anthropic",
             P::Gemini => "gemini",
             P::Vertex => "vertex",
+            P::Bedrock => "bedrock",
         }
     }
 
@@ -75,7 +86,7 @@ impl P {
     fn script(self) -> &'static str {
         match self {
             P::OpenAi | P::Azure => "openai_client.py",
-            P::Anthropic => "anthropic_client.py",
+            P::Anthropic | P::Bedrock => "anthropic_client.py",
             P::Gemini | P::Vertex => "genai_client.py",
         }
     }
@@ -106,7 +117,7 @@ impl P {
     fn normal_stop(self) -> &'static str {
         match self {
             P::OpenAi | P::Azure => "stop",
-            P::Anthropic => "end_turn",
+            P::Anthropic | P::Bedrock => "end_turn",
             P::Gemini | P::Vertex => "STOP",
         }
     }
@@ -115,7 +126,7 @@ impl P {
     fn tool_stop(self) -> &'static str {
         match self {
             P::OpenAi | P::Azure => "tool_calls",
-            P::Anthropic => "tool_use",
+            P::Anthropic | P::Bedrock => "tool_use",
             P::Gemini | P::Vertex => "STOP",
         }
     }
@@ -129,6 +140,8 @@ fn yaml(mock: &MockUpstream, extra_routes: &str) -> String {
         // A Vertex credential is a service-account key file (JSON, YAML single-quoted).
         let credential = match p {
             P::Vertex => format!("'{}'", mock.vertex_service_account()),
+            // A Bedrock credential is an access key (JSON, YAML single-quoted).
+            P::Bedrock => format!("'{}'", mock.bedrock_credential()),
             _ => format!("\"{}\"", p.credential()),
         };
         write!(
@@ -482,6 +495,39 @@ fn check_upstream_request(c: &mut Checks, up: P, r: &RecordedRequest, scenario: 
                 format_args!("Vertex body carries a model field {}", body["model"]),
             );
         }
+        P::Bedrock => {
+            // Converse at the model's path, signed with the test key; no API key, no model
+            // in the body.
+            let ok = ["converse", "converse-stream", "count-tokens"]
+                .iter()
+                .any(|op| r.path == format!("/model/{model}/{op}"));
+            c.check(
+                ok,
+                scenario,
+                format_args!(
+                    "path {} (want /model/{model}/converse, converse-stream or count-tokens)",
+                    describe_path(r)
+                ),
+            );
+            c.check(
+                r.credential.as_deref()
+                    == Some(switchyard_mock_upstream::bedrock::TEST_ACCESS_KEY_ID)
+                    && header("authorization")
+                        .is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 Credential=")),
+                scenario,
+                format_args!("authorization {:?}", header("authorization")),
+            );
+            c.check(
+                header("x-api-key").is_none() && header("anthropic-version").is_none(),
+                scenario,
+                format_args!("Bedrock request with Anthropic's headers: {seen}"),
+            );
+            c.check(
+                body["model"].is_null(),
+                scenario,
+                format_args!("Converse body carries a model field {}", body["model"]),
+            );
+        }
         P::Gemini => {
             let generate = format!("/v1beta/models/{model}:generateContent");
             let stream = format!("/v1beta/models/{model}:streamGenerateContent");
@@ -530,6 +576,10 @@ fn check_system(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             all_text(field(body, "systemInstruction", "system_instruction")).contains(SYSTEM_MARK)
                 && !all_text(&body["contents"]).contains(SYSTEM_MARK)
         }
+        P::Bedrock => {
+            all_text(&body["system"]).contains(SYSTEM_MARK)
+                && !all_text(&body["messages"]).contains(SYSTEM_MARK)
+        }
     };
     c.check(
         ok,
@@ -550,6 +600,10 @@ fn check_tools(c: &mut Checks, up: P, body: &Value, scenario: &str) {
         P::Anthropic => {
             let t = &body["tools"][0];
             (&t["name"], &t["input_schema"])
+        }
+        P::Bedrock => {
+            let t = &body["toolConfig"]["tools"][0]["toolSpec"];
+            (&t["name"], &t["inputSchema"]["json"])
         }
         P::Gemini | P::Vertex => {
             let d = &field(
@@ -628,6 +682,33 @@ fn check_tool_result(c: &mut Checks, up: P, body: &Value, scenario: &str) {
                 _ => false,
             }
         }
+        P::Bedrock => {
+            let blocks = |role: &str| -> Vec<Value> {
+                body["messages"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|m| m["role"] == role)
+                    .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                    .collect()
+            };
+            let call = blocks("assistant")
+                .into_iter()
+                .find(|b| b["toolUse"].is_object());
+            let result = blocks("user")
+                .into_iter()
+                .find(|b| b["toolResult"].is_object());
+            match (call, result) {
+                (Some(call), Some(result)) => {
+                    let (call, result) = (&call["toolUse"], &result["toolResult"]);
+                    call["name"] == "get_weather"
+                        && call["toolUseId"].as_str().is_some_and(|id| !id.is_empty())
+                        && result["toolUseId"] == call["toolUseId"]
+                        && all_text(&result["content"]).contains(TOOL_RESULT_MARK)
+                }
+                _ => false,
+            }
+        }
         P::Gemini | P::Vertex => {
             let parts: Vec<(Value, Value)> = body["contents"]
                 .as_array()
@@ -676,7 +757,7 @@ fn check_tool_result(c: &mut Checks, up: P, body: &Value, scenario: &str) {
 /// Checks the base64 PNG and the image URL in the upstream protocol's shape.
 fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
     let parts: Vec<Value> = match up {
-        P::OpenAi | P::Azure | P::Anthropic => body["messages"]
+        P::OpenAi | P::Azure | P::Anthropic | P::Bedrock => body["messages"]
             .as_array()
             .into_iter()
             .flatten()
@@ -701,6 +782,16 @@ fn check_image(c: &mut Checks, up: P, body: &Value, scenario: &str) {
             parts
                 .iter()
                 .any(|p| p["type"] == "image_url" && p["image_url"]["url"] == IMAGE_URL),
+        ),
+        // Converse takes image bytes, never URLs: the image scenario is not run against Bedrock.
+        P::Bedrock => (
+            parts.iter().any(|p| {
+                p["image"]["format"] == "png"
+                    && p["image"]["source"]["bytes"]
+                        .as_str()
+                        .is_some_and(|d| d.starts_with(PNG_B64_START))
+            }),
+            false,
         ),
         P::Anthropic => (
             parts.iter().any(|p| {
@@ -916,6 +1007,7 @@ fn check_count_tokens(c: &mut Checks, up: P, got: &Value, requests: &[RecordedRe
         let counted = match up {
             P::OpenAi | P::Azure => !r.path.ends_with("/chat/completions"),
             P::Anthropic => r.path == "/v1/messages/count_tokens",
+            P::Bedrock => r.path.ends_with("/count-tokens"),
             P::Gemini | P::Vertex => r.path.ends_with(":countTokens"),
         };
         c.check(
@@ -931,10 +1023,16 @@ async fn pair(sdk: P, up: P) {
     let mock = MockUpstream::start().await.unwrap();
     script_mock(&mock, up);
     let proxy = start(&yaml(&mock, "")).await;
-    let scenarios = match sdk {
+    let mut scenarios = match sdk {
         P::OpenAi | P::Azure => SCENARIOS.to_owned(),
-        P::Anthropic | P::Gemini | P::Vertex => format!("{SCENARIOS},{COUNT_SCENARIO}"),
+        P::Anthropic | P::Gemini | P::Vertex | P::Bedrock => {
+            format!("{SCENARIOS},{COUNT_SCENARIO}")
+        }
     };
+    if up == P::Bedrock {
+        // The image scenario sends an image URL, which Converse cannot take (bytes or S3 only).
+        scenarios = scenarios.replace(",image", "");
+    }
     let got = run_sdk(sdk, &proxy.url, &up.route(""), &scenarios).await;
     let requests = mock.requests();
     let mut c = Checks::new(format!("{} SDK -> {} upstream", sdk.name(), up.name()));
@@ -950,6 +1048,9 @@ async fn pair(sdk: P, up: P) {
         ("tools_stream", true, true),
         ("image", false, false),
     ] {
+        if scenario == "image" && up == P::Bedrock {
+            continue;
+        }
         check_answer(&mut c, sdk, up, &got[scenario], scenario, tools, stream);
         let sent = requests_with(&requests, &format!("scenario={scenario}:"));
         c.check(
@@ -970,6 +1071,7 @@ async fn pair(sdk: P, up: P) {
         );
         let streamed = match up {
             P::Gemini | P::Vertex => r.path.ends_with(":streamGenerateContent"),
+            P::Bedrock => r.path.ends_with("/converse-stream"),
             _ => body["stream"] == true,
         };
         c.check(
@@ -1080,6 +1182,9 @@ pairs! {
     openai_sdk_to_vertex_upstream: P::OpenAi => P::Vertex;
     anthropic_sdk_to_vertex_upstream: P::Anthropic => P::Vertex;
     genai_sdk_to_vertex_upstream: P::Gemini => P::Vertex;
+    openai_sdk_to_bedrock_upstream: P::OpenAi => P::Bedrock;
+    anthropic_sdk_to_bedrock_upstream: P::Anthropic => P::Bedrock;
+    genai_sdk_to_bedrock_upstream: P::Gemini => P::Bedrock;
 }
 
 /// An Anthropic member failing with 503 at higher priority, a Gemini member below it: the OpenAI

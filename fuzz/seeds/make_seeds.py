@@ -7,6 +7,7 @@ after editing; the snapshot_proto seeds are made from the config_yaml ones (see 
 """
 import json
 import os
+import zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus")
 
@@ -384,3 +385,53 @@ tokens:
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                        "data-plane", "examples", "standalone.yaml"), "rb") as f:
     write("config_yaml", "standalone.yaml", f.read())
+
+
+# ---------------------------------------------------------------- Bedrock event streams
+def eventstream(headers, payload):
+    """One AWS event-stream message (string headers), as Bedrock's ConverseStream sends it."""
+    h = b""
+    for name, value in headers:
+        n, v = name.encode(), value.encode()
+        h += bytes([len(n)]) + n + b"\x07" + len(v).to_bytes(2, "big") + v
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    total = 16 + len(h) + len(body)
+    prelude = total.to_bytes(4, "big") + len(h).to_bytes(4, "big")
+    msg = prelude + zlib.crc32(prelude).to_bytes(4, "big") + h + body
+    return msg + zlib.crc32(msg).to_bytes(4, "big")
+
+
+def bedrock_event(kind, payload):
+    return eventstream([(":event-type", kind), (":content-type", "application/json"),
+                        (":message-type", "event")], payload)
+
+
+text_stream = b"".join([
+    bedrock_event("messageStart", {"role": "assistant"}),
+    bedrock_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+    bedrock_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "lo"}}),
+    bedrock_event("contentBlockStop", {"contentBlockIndex": 0}),
+    bedrock_event("messageStop", {"stopReason": "end_turn"}),
+    bedrock_event("metadata", {"usage": {"inputTokens": 5, "outputTokens": 2, "totalTokens": 7},
+                               "metrics": {"latencyMs": 10}}),
+])
+write("bedrock_stream", "text.bin", text_stream)
+write("bedrock_stream", "tool_use.bin", b"".join([
+    bedrock_event("messageStart", {"role": "assistant"}),
+    bedrock_event("contentBlockStart", {"contentBlockIndex": 0, "start": {
+        "toolUse": {"toolUseId": "tooluse_1", "name": "get_weather"}}}),
+    bedrock_event("contentBlockDelta", {"contentBlockIndex": 0,
+                                        "delta": {"toolUse": {"input": "{\"city\":"}}}),
+    bedrock_event("contentBlockDelta", {"contentBlockIndex": 0,
+                                        "delta": {"toolUse": {"input": "\"Paris\"}"}}}),
+    bedrock_event("contentBlockStop", {"contentBlockIndex": 0}),
+    bedrock_event("messageStop", {"stopReason": "tool_use"}),
+    bedrock_event("metadata", {"usage": {"inputTokens": 9, "outputTokens": 4,
+                                         "cacheReadInputTokens": 3}}),
+]))
+write("bedrock_stream", "exception.bin", b"".join([
+    bedrock_event("messageStart", {"role": "assistant"}),
+    eventstream([(":exception-type", "throttlingException"), (":content-type", "application/json"),
+                 (":message-type", "exception")], {"message": "Too many requests"}),
+]))
+write("bedrock_stream", "cut.bin", text_stream[:-40])

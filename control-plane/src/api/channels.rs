@@ -161,7 +161,7 @@ fn parse_provider(value: &str) -> ApiResult<Provider> {
         ApiError::validation(
             "provider",
             format!(
-                "provider must be one of openai, azure, anthropic, gemini, vertex, mock; got {:?}",
+                "provider must be one of openai, azure, anthropic, gemini, vertex, bedrock, mock; got {:?}",
                 crate::error::bounded(value, 64)
             ),
         )
@@ -224,6 +224,13 @@ impl ChannelSpec {
                 "base_url",
                 &self.base_url,
                 switchyard_upstream::check_vertex_base_url,
+            )?;
+        }
+        if self.provider == Provider::Bedrock {
+            text(
+                "base_url",
+                &self.base_url,
+                switchyard_upstream::check_bedrock_base_url,
             )?;
         }
         if self.base_url.len() > 2048 {

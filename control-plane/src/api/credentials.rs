@@ -135,16 +135,21 @@ pub(super) fn create_detail(raw: CredentialCreate) -> ApiResult<serde_json::Valu
 
 impl Source {
     /// An inline secret checked for its channel's provider: a Vertex channel's is a
-    /// service-account key file (JSON, [`switchyard_upstream::check_service_account`]); any
-    /// other is sent as a header value, so one line. The message never quotes the secret.
+    /// service-account key file (JSON, [`switchyard_upstream::check_service_account`]), a
+    /// Bedrock channel's an AWS access key (JSON, [`switchyard_upstream::check_aws_credential`]);
+    /// any other is sent as a header value, so one line. The message never quotes the secret.
     fn check(&self, provider: &str) -> ApiResult<()> {
         let Source::Inline(secret) = self else {
             return Ok(());
         };
-        if Provider::parse(provider) == Some(Provider::Vertex) {
-            text("secret", secret, switchyard_upstream::check_service_account)
-        } else {
-            text("secret", secret, check_secret)
+        match Provider::parse(provider) {
+            Some(Provider::Vertex) => {
+                text("secret", secret, switchyard_upstream::check_service_account)
+            }
+            Some(Provider::Bedrock) => {
+                text("secret", secret, switchyard_upstream::check_aws_credential)
+            }
+            _ => text("secret", secret, check_secret),
         }
     }
 

@@ -27,6 +27,13 @@ pub enum ProviderName {
     /// `/v1/projects/{project}/locations/{location}`; the location is the endpoint's
     /// (`{location}-aiplatform.googleapis.com`), else `us-central1`.
     Vertex,
+    /// AWS Bedrock: the Converse API at `{base_url}/model/{model}/converse` (and
+    /// `converse-stream`), requests signed with AWS Signature Version 4; each credential is an
+    /// AWS access key, a JSON object `{"access_key_id", "secret_access_key", "session_token"
+    /// (optional), "region" (optional)}`. The region is the `base_url`'s
+    /// (`https://bedrock-runtime.{region}.amazonaws.com`), else the credential's, else
+    /// `us-east-1`.
+    Bedrock,
     Mock,
 }
 

@@ -346,7 +346,7 @@ mod tests {
         .unwrap();
         let e = parse(&azure("").replace("azure\n", "azure-openai\n")).unwrap_err();
         assert!(
-            e.contains("(openai, azure, anthropic, gemini, vertex, mock)"),
+            e.contains("(openai, azure, anthropic, gemini, vertex, bedrock, mock)"),
             "{e}"
         );
     }
@@ -413,6 +413,49 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("SECRET1"), "{e}");
+    }
+
+    #[test]
+    fn a_bedrock_channel_takes_an_aws_access_key() {
+        let bedrock = |base_url: &str, credential: &str| {
+            format!(
+                "channels:\n  - name: b\n    provider: bedrock\n    base_url: {base_url}\n    credentials:\n      - '{credential}'\n"
+            )
+        };
+        let key = r#"{"access_key_id":"AKIAIOSFODNN7EXAMPLE","secret_access_key":"wJalr/SECRET1","region":"eu-west-1"}"#;
+        let parts = parse(&bedrock(
+            "https://bedrock-runtime.us-east-1.amazonaws.com",
+            key,
+        ))
+        .unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.provider, Provider::Bedrock);
+        let SecretSource::Inline(secret) = &channel.credentials[0].secret else {
+            panic!("inline");
+        };
+        assert_eq!(secret, key);
+        // By environment reference: checked by the proxy when it resolves it.
+        parse(
+            "channels:\n  - name: b\n    provider: bedrock\n    base_url: https://bedrock-runtime.us-east-1.amazonaws.com\n    credentials: [\"${BEDROCK_KEY}\"]\n"
+        )
+        .unwrap();
+        let e = parse(&bedrock("https://bedrock.us-east-1.amazonaws.com", key)).unwrap_err();
+        assert!(
+            e.starts_with("channels[0].base_url: a Bedrock base_url on amazonaws.com is"),
+            "{e}"
+        );
+        for (bad, expected) in [
+            ("AKIAIOSFODNN7EXAMPLE:SECRET1", "is a JSON object"),
+            (
+                r#"{"access_key_id":"AKIAIOSFODNN7EXAMPLE","secret_access_key":"SECRET1 x"}"#,
+                "secret_access_key must be",
+            ),
+        ] {
+            let e = parse(&bedrock("http://127.0.0.1:9", bad)).unwrap_err();
+            assert!(e.starts_with("channels[0].credentials[0]: "), "{e}");
+            assert!(e.contains(expected), "{e}");
+            assert!(!e.contains("SECRET1"), "{e}");
+        }
     }
 
     #[test]

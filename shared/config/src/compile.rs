@@ -309,7 +309,7 @@ impl RawChannel {
             err(
                 format!("{at}.provider"),
                 format!(
-                    "unknown provider {:?} (openai, azure, anthropic, gemini, vertex, mock)",
+                    "unknown provider {:?} (openai, azure, anthropic, gemini, vertex, bedrock, mock)",
                     self.provider
                 ),
             )
@@ -360,6 +360,13 @@ impl RawChannel {
                         switchyard_upstream::check_vertex_base_url,
                     )?;
                 }
+                if provider == Provider::Bedrock {
+                    text(
+                        &format!("{at}.base_url"),
+                        &trimmed,
+                        switchyard_upstream::check_bedrock_base_url,
+                    )?;
+                }
                 trimmed
             }
         };
@@ -400,6 +407,16 @@ impl RawChannel {
                         &format!("{at}.credentials[{ki}]"),
                         secret,
                         switchyard_upstream::check_service_account,
+                    )?;
+                    SecretSource::Inline(secret.to_owned())
+                }
+                // A Bedrock credential is an AWS access key (a JSON object), never sent as is.
+                // The message never quotes it.
+                None if provider == Provider::Bedrock => {
+                    text(
+                        &format!("{at}.credentials[{ki}]"),
+                        secret,
+                        switchyard_upstream::check_aws_credential,
                     )?;
                     SecretSource::Inline(secret.to_owned())
                 }

@@ -35,6 +35,9 @@ pub enum Provider {
     /// Google Vertex AI: Gemini's protocol at Vertex's project/location URLs, authorized with
     /// an OAuth access token the proxy obtains from a service-account key.
     Vertex,
+    /// AWS Bedrock: the Converse API, signed with AWS Signature Version 4 from an access key;
+    /// planned as Anthropic's Messages (converted at the wire).
+    Bedrock,
     /// In-process simulated OpenAI-style upstream (demos, drills, quick starts).
     Mock,
 }
@@ -47,18 +50,19 @@ impl Provider {
             Provider::Anthropic => "anthropic",
             Provider::Gemini => "gemini",
             Provider::Vertex => "vertex",
+            Provider::Bedrock => "bedrock",
             Provider::Mock => "mock",
         }
     }
 
     /// This provider's bit in [`RequestNeeds::unsupported_providers`]: one bit per wire
-    /// protocol, so Azure shares OpenAI's and Vertex Gemini's (what a protocol cannot express,
+    /// protocol, so Azure shares OpenAI's, Vertex Gemini's and Bedrock Anthropic's (what a protocol cannot express,
     /// a channel speaking it cannot either). The in-process mock answers in whatever protocol the client
     /// speaks, so nothing is ever untranslatable to it (bit 0).
     pub fn protocol_bit(self) -> u8 {
         match self {
             Provider::Openai | Provider::Azure => 1,
-            Provider::Anthropic => 2,
+            Provider::Anthropic | Provider::Bedrock => 2,
             Provider::Gemini | Provider::Vertex => 4,
             Provider::Mock => 0,
         }
@@ -76,6 +80,7 @@ impl Provider {
             "anthropic" => Some(Provider::Anthropic),
             "gemini" => Some(Provider::Gemini),
             "vertex" => Some(Provider::Vertex),
+            "bedrock" => Some(Provider::Bedrock),
             "mock" => Some(Provider::Mock),
             _ => None,
         }

@@ -15,6 +15,7 @@ fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
         Provider::Anthropic,
         Provider::Gemini,
         Provider::Vertex,
+        Provider::Bedrock,
         Provider::Mock,
     ] {
         assert_eq!(Provider::parse(p.as_str()), Some(p));
@@ -48,6 +49,8 @@ fn every_name_parses_back_to_its_value_and_unknown_names_do_not_parse() {
         "azure_openai",
         "Vertex",
         "vertex_ai",
+        "Bedrock",
+        "aws_bedrock",
     ] {
         assert_eq!(Provider::parse(bad), None, "{bad:?}");
         assert_eq!(ChannelStatus::parse(bad), None, "{bad:?}");
@@ -74,12 +77,18 @@ fn protocol_bits_are_distinct_and_the_mock_has_none() {
         Provider::Vertex.protocol_bit(),
         Provider::Gemini.protocol_bit()
     );
+    // Bedrock is planned as Anthropic's Messages: the same bit.
+    assert_eq!(
+        Provider::Bedrock.protocol_bit(),
+        Provider::Anthropic.protocol_bit()
+    );
     for p in [
         Provider::Openai,
         Provider::Azure,
         Provider::Anthropic,
         Provider::Gemini,
         Provider::Vertex,
+        Provider::Bedrock,
     ] {
         assert!(p.needs_credential(), "{p:?}");
     }

@@ -17,10 +17,15 @@
 //!   {model}:generateContent`, `:streamGenerateContent?alt=sse`, `:countTokens`), answered as
 //!   Gemini, model from the path, credential an access token from `Authorization: Bearer` that
 //!   this mock's token endpoint (`POST /token`) issued for a service-account assertion it
-//!   verified ([`vertex`]); without a valid one Vertex's 401 `UNAUTHENTICATED`.
+//!   verified ([`vertex`]); without a valid one Vertex's 401 `UNAUTHENTICATED`;
+//! - **AWS Bedrock** (`/model/{modelId}/converse`, `/converse-stream` in AWS's binary event
+//!   stream, `/count-tokens`), model from the path, credential the access key id of a SigV4
+//!   `Authorization` the mock verifies with its test keys' secrets ([`bedrock`]); without a valid
+//!   signature Bedrock's 403 (`UnrecognizedClientException`, `InvalidSignatureException`).
 //!
 //! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
-//! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`), and
+//! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`, Bedrock
+//! `{"message"}` with `x-amzn-ErrorType`), and
 //! [`Behavior::tool_call`], [`Behavior::text`] and [`Behavior::cached_tokens`] are said in each
 //! protocol's own fields, streamed or not.
 //!
@@ -50,6 +55,7 @@
 //! in-process `provider: mock` uses too.
 
 mod azure;
+pub mod bedrock;
 mod control;
 mod respond;
 mod script;

@@ -53,10 +53,10 @@ impl MockBody {
         }
     }
 
-    fn events(events: Vec<String>, gap: Duration, cut: bool) -> Self {
+    pub(crate) fn events<E: Into<Bytes>>(events: Vec<E>, gap: Duration, cut: bool) -> Self {
         Self {
             kind: Kind::Events {
-                events: events.into_iter().map(Bytes::from).collect(),
+                events: events.into_iter().map(Into::into).collect(),
                 gap,
                 sleep: None,
                 cut,
@@ -202,7 +202,15 @@ pub fn respond(
     let default = Behavior::ok();
     let behavior = behavior.unwrap_or(&default);
     let mut reported = None;
-    let mut response = answer(request, behavior, models, &mut reported);
+    let response = answer(request, behavior, models, &mut reported);
+    (with_headers(response, behavior), reported)
+}
+
+/// `response` with the behaviour's extra headers (`Retry-After`, ...) appended.
+pub(crate) fn with_headers(
+    mut response: Response<MockBody>,
+    behavior: &Behavior,
+) -> Response<MockBody> {
     for (name, value) in &behavior.headers {
         match (
             HeaderName::try_from(name.as_str()),
@@ -214,7 +222,7 @@ pub fn respond(
             _ => tracing::warn!(header = %name, "mock rule header is not valid HTTP; skipped"),
         }
     }
-    (response, reported)
+    response
 }
 
 fn answer(
@@ -385,7 +393,7 @@ fn answer(
 
 /// What `behavior` makes the model say: its text (the default text unless it scripts tool calls),
 /// its tool calls and cached tokens; nothing at all for an empty completion.
-fn script_answer(behavior: &Behavior, model: &str, prompt_tokens: u64) -> sim::Answer {
+pub(crate) fn script_answer(behavior: &Behavior, model: &str, prompt_tokens: u64) -> sim::Answer {
     let answer = sim::Answer::new(model, "")
         .prompt_tokens(prompt_tokens)
         .cached_tokens(behavior.cached_tokens);

@@ -80,6 +80,9 @@ pub struct Behavior {
     pub(crate) stream: Option<StreamShape>,
     pub(crate) cut_before_first_byte: bool,
     pub(crate) cut_after_chunks: Option<usize>,
+    /// Bedrock's ConverseStream only: after this many events, an exception message (its name)
+    /// ends the stream.
+    pub(crate) exception_after_chunks: Option<(usize, String)>,
     pub(crate) times: Option<usize>,
 }
 
@@ -107,6 +110,7 @@ impl Behavior {
             stream: None,
             cut_before_first_byte: false,
             cut_after_chunks: None,
+            exception_after_chunks: None,
             times: None,
         }
     }
@@ -209,6 +213,14 @@ impl Behavior {
     /// abruptly (no terminating event, no clean end of the chunked body).
     pub fn cut_after_chunks(mut self, n: usize) -> Self {
         self.cut_after_chunks = Some(n);
+        self
+    }
+
+    /// Bedrock's ConverseStream only: sends the first `n` events, then an exception message
+    /// (`:message-type: exception`, `:exception-type: exception`, e.g. `throttlingException`,
+    /// payload `{"message": ...}`) that ends the stream, as Bedrock reports a failure mid-stream.
+    pub fn exception_after_chunks(mut self, n: usize, exception: &str) -> Self {
+        self.exception_after_chunks = Some((n, exception.to_owned()));
         self
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::azure;
+use crate::bedrock;
 use crate::control::{self, Shared};
 use crate::respond::{self, MockBody};
 use crate::script::ReportedUsage;
@@ -152,6 +153,35 @@ impl MockUpstream {
     pub fn reset(&self) {
         self.shared.script().reset();
         self.shared.vertex().reset();
+    }
+
+    /// A Bedrock credential (the JSON the gateway takes) for this mock's first test key
+    /// ([`bedrock::TEST_ACCESS_KEY_ID`]), whose signatures it accepts.
+    pub fn bedrock_credential(&self) -> String {
+        bedrock::credential_json(
+            bedrock::TEST_ACCESS_KEY_ID,
+            bedrock::TEST_SECRET_ACCESS_KEY,
+            None,
+        )
+    }
+
+    /// A Bedrock credential for this mock's second test key ([`bedrock::TEST_ACCESS_KEY_ID_2`]).
+    pub fn bedrock_credential_2(&self) -> String {
+        bedrock::credential_json(
+            bedrock::TEST_ACCESS_KEY_ID_2,
+            bedrock::TEST_SECRET_ACCESS_KEY_2,
+            None,
+        )
+    }
+
+    /// A Bedrock credential naming the first test key with a wrong secret: its signatures are
+    /// refused (403 `InvalidSignatureException`).
+    pub fn bedrock_wrong_secret_credential(&self) -> String {
+        bedrock::credential_json(
+            bedrock::TEST_ACCESS_KEY_ID,
+            "wrongBedrockSecret/0001+ThrowawayTestKeyXYZ",
+            None,
+        )
     }
 
     /// Vertex AI's token endpoint here: `http://127.0.0.1:PORT/token`.
@@ -320,12 +350,17 @@ async fn handle(
         return Ok(respond::full(status, "application/json", answer));
     }
     let query = parts.uri.query().map(str::to_owned);
+    let bedrock_path = bedrock::parse(&path);
     let recorded = RecordedRequest {
         method: parts.method.to_string(),
-        credential: credential(&parts.headers, query.as_deref()),
+        credential: match &bedrock_path {
+            Some(_) => bedrock::access_key_id(&parts.headers),
+            None => credential(&parts.headers, query.as_deref()),
+        },
         model: gemini_model(&path)
             .or_else(|| azure_deployment(&path))
             .or_else(|| vertex::parse(&path).map(|v| v.model.to_owned()))
+            .or_else(|| bedrock_path.as_ref().map(|b| b.model.clone()))
             .or_else(|| model_of(&parts.headers, &body)),
         path,
         query,
@@ -351,6 +386,15 @@ async fn handle(
             "application/json",
             vertex::UNAUTHENTICATED,
         ));
+    }
+    if bedrock_path.is_some() {
+        if let Err(refusal) =
+            bedrock::verify(&parts.method, &parts.uri, &recorded.headers, &recorded.body)
+        {
+            // Bedrock refuses it before anything else: no rule applies.
+            shared.script().record(&recorded);
+            return Ok(*refusal);
+        }
     }
     let behavior = shared.script().answer(&recorded);
     tracing::debug!(
@@ -378,7 +422,10 @@ async fn handle(
             return Err(io::Error::other("mock upstream: cut before first byte"));
         }
     }
-    let (response, reported) = respond::respond(&recorded, behavior.as_ref(), &shared.models);
+    let (response, reported) = match &bedrock_path {
+        Some(route) => bedrock::respond(&recorded, route, behavior.as_ref()),
+        None => respond::respond(&recorded, behavior.as_ref(), &shared.models),
+    };
     if let Some(reported) = reported {
         shared.script().add_reported_usage(reported);
     }

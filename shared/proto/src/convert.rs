@@ -140,6 +140,7 @@ fn provider_to_proto(p: Provider) -> v1::Provider {
         Provider::Anthropic => v1::Provider::Anthropic,
         Provider::Gemini => v1::Provider::Gemini,
         Provider::Vertex => v1::Provider::Vertex,
+        Provider::Bedrock => v1::Provider::Bedrock,
         Provider::Mock => v1::Provider::Mock,
     }
 }
@@ -514,6 +515,7 @@ fn channel_from_proto(
         Ok(v1::Provider::Anthropic) => Provider::Anthropic,
         Ok(v1::Provider::Gemini) => Provider::Gemini,
         Ok(v1::Provider::Vertex) => Provider::Vertex,
+        Ok(v1::Provider::Bedrock) => Provider::Bedrock,
         Ok(v1::Provider::Mock) => Provider::Mock,
         Ok(v1::Provider::Unspecified) | Err(_) => {
             return Err(invalid(
@@ -849,6 +851,7 @@ mod tests {
             Provider::Anthropic,
             Provider::Gemini,
             Provider::Vertex,
+            Provider::Bedrock,
             Provider::Mock,
         ] {
             let mut wire = snapshot_to_proto(&sample(), 1);
@@ -861,6 +864,11 @@ mod tests {
         assert_eq!(
             v1::Provider::Vertex as i32,
             6,
+            "a wire number never changes"
+        );
+        assert_eq!(
+            v1::Provider::Bedrock as i32,
+            7,
             "a wire number never changes"
         );
     }

@@ -25,9 +25,14 @@
 //! (as OpenAI and Gemini report it; Anthropic's figures are converted). Every figure an upstream
 //! reports is bounded by [`MAX_REPORTED_TOKENS`]; a request's usage by [`MAX_REQUEST_TOKENS`].
 //!
+//! AWS Bedrock's Converse API is not a fourth protocol: [`bedrock`] converts Anthropic Messages
+//! requests to it and its answers, event streams and errors back, so a Bedrock upstream is
+//! spoken through Anthropic's shape.
+//!
 //! The field-by-field mapping, stop reasons, error statuses, dropped hints, unsupported
 //! features and stream event orders are documented in `TRANSLATION.md` next to this crate.
 
+pub mod bedrock;
 mod error;
 pub mod errors;
 pub mod protocol;

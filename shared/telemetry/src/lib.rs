@@ -83,8 +83,14 @@ impl Drop for Telemetry {
     }
 }
 
+/// `RUST_LOG` (default `info`), with AWS's SigV4 signer always silent: at `trace` it logs the
+/// canonical request, which carries a Bedrock credential's session token.
 fn env_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    match "aws_sigv4=off".parse() {
+        Ok(silent) => filter.add_directive(silent),
+        Err(_) => filter,
+    }
 }
 
 /// Builds the OTLP/gRPC tracer provider. Must run inside a tokio runtime (the gRPC channel's

@@ -3,8 +3,10 @@
 //! request with the provider's auth rule (`Authorization: Bearer` for OpenAI, `api-key` for
 //! Azure OpenAI, `x-api-key` + `anthropic-version` for Anthropic, `x-goog-api-key` for Gemini,
 //! `Authorization: Bearer` with an access token obtained from the credential's service-account key
-//! for Vertex AI, see [`crate::vertex`]). Also which client headers may go upstream and which
-//! upstream headers may come back.
+//! for Vertex AI, see [`crate::vertex`]; an AWS Signature Version 4 from the credential's access
+//! keys for Bedrock, whose Anthropic-shaped requests go to its Converse API, see
+//! [`crate::bedrock`]). Also which client headers may go upstream and which upstream headers may
+//! come back.
 //!
 //! Azure OpenAI speaks OpenAI's protocol at other URLs. Requests are planned with OpenAI's paths
 //! (`/v1/chat/completions`, ...) and the runtime places them on one of Azure's two surfaces:
@@ -32,6 +34,7 @@ use http_body_util::Full;
 use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
 use switchyard_provider::Protocol;
 
+use crate::bedrock::{AwsKeys, RequestError};
 use crate::client::HttpClient;
 use crate::mock::MockOptions;
 use crate::vertex::{TokenError, TokenSource, VertexTarget};
@@ -45,6 +48,8 @@ pub struct CredentialRuntime {
     auth: HeaderValue,
     /// A Vertex credential's service account and access tokens.
     vertex: Option<Arc<TokenSource>>,
+    /// A Bedrock credential's access keys.
+    aws: Option<Arc<AwsKeys>>,
 }
 
 impl CredentialRuntime {
@@ -63,6 +68,7 @@ impl CredentialRuntime {
             id: self.id,
             auth,
             vertex: self.vertex.clone(),
+            aws: None,
         }))
     }
 
@@ -94,6 +100,9 @@ pub struct ChannelRuntime {
     azure: Option<AzureTarget>,
     /// A Vertex channel's endpoint, project and location (`None` for other providers).
     vertex: Option<VertexTarget>,
+    /// A Bedrock channel's region from its base URL's host (`None` for other providers, or a
+    /// host that names none: then each credential's region, else the default).
+    bedrock_region: Option<String>,
 }
 
 /// Azure OpenAI's `api-version` on the deployments surface when the channel sets none: the
@@ -133,7 +142,7 @@ pub const MOCK_CREDENTIAL: CredentialId = 0;
 pub fn channel_protocol(provider: Provider, client: Protocol) -> Protocol {
     match provider {
         Provider::Openai | Provider::Azure => Protocol::OpenAi,
-        Provider::Anthropic => Protocol::Anthropic,
+        Provider::Anthropic | Provider::Bedrock => Protocol::Anthropic,
         Provider::Gemini | Provider::Vertex => Protocol::Gemini,
         Provider::Mock => client,
     }
@@ -257,6 +266,9 @@ impl ChannelRuntime {
                 }
             })
         });
+        let bedrock_region = (channel.provider == Provider::Bedrock)
+            .then(|| crate::bedrock::region_of_base_url(&base))
+            .flatten();
         let mut credentials = Vec::with_capacity(channel.credentials.len());
         for cred in &channel.credentials {
             let secret = match &cred.secret {
@@ -273,9 +285,24 @@ impl ChannelRuntime {
                         id: cred.id,
                         auth: HeaderValue::from_static(""),
                         vertex: Some(source),
+                        aws: None,
                     }),
                     Err(problem) => {
                         tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable service-account key; skipped");
+                    }
+                }
+                continue;
+            }
+            if channel.provider == Provider::Bedrock {
+                match crate::bedrock::parse_aws_keys(&secret) {
+                    Ok(keys) => credentials.push(CredentialRuntime {
+                        id: cred.id,
+                        auth: HeaderValue::from_static(""),
+                        vertex: None,
+                        aws: Some(Arc::new(keys)),
+                    }),
+                    Err(problem) => {
+                        tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable AWS access key; skipped");
                     }
                 }
                 continue;
@@ -293,6 +320,7 @@ impl ChannelRuntime {
                         id: cred.id,
                         auth,
                         vertex: None,
+                        aws: None,
                     });
                 }
                 Err(_) => {
@@ -316,6 +344,7 @@ impl ChannelRuntime {
                 id: MOCK_CREDENTIAL,
                 auth: HeaderValue::from_static(""),
                 vertex: None,
+                aws: None,
             });
         }
         ChannelRuntime {
@@ -326,6 +355,7 @@ impl ChannelRuntime {
             provider: channel.provider,
             azure,
             vertex,
+            bedrock_region,
         }
     }
 
@@ -393,13 +423,35 @@ impl ChannelRuntime {
     /// The upstream request. Passed through (`client_headers` given): the client's own headers
     /// minus hop-by-hop, auth and gateway headers. Translated (`None`): JSON only. Then the
     /// channel's extra headers, this credential's auth in the provider's header, and the body.
+    /// A Bedrock request is the Converse request for the Anthropic one planned, signed (the
+    /// client's headers are not sent to AWS).
     pub fn request(
         &self,
         target: Target<'_>,
         client_headers: Option<&HeaderMap>,
         credential: &CredentialRuntime,
         body: Bytes,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
+    ) -> Result<Request<Full<Bytes>>, RequestError> {
+        if self.provider == Provider::Bedrock {
+            let Some(keys) = &credential.aws else {
+                return Err(RequestError::Build("no AWS access key".to_owned()));
+            };
+            let region = self
+                .bedrock_region
+                .as_deref()
+                .or(keys.region.as_deref())
+                .unwrap_or(crate::bedrock::DEFAULT_REGION);
+            return crate::bedrock::request(
+                &self.base,
+                target.path,
+                target.model,
+                region,
+                keys,
+                &self.headers,
+                &body,
+                std::time::SystemTime::now(),
+            );
+        }
         let uri = match (&self.vertex, &credential.vertex) {
             (Some(vertex), Some(source)) => {
                 vertex.url(target.path, target.query, &source.account().project_id)
@@ -436,13 +488,15 @@ impl ChannelRuntime {
                 Provider::Azure => {
                     headers.insert("api-key", credential.auth.clone());
                 }
-                Provider::Mock => {}
+                Provider::Mock | Provider::Bedrock => {}
             }
             if !body.is_empty() {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
             }
         }
-        builder.body(Full::new(body))
+        builder
+            .body(Full::new(body))
+            .map_err(|e| RequestError::Build(e.to_string()))
     }
 }
 
@@ -823,6 +877,65 @@ mod tests {
         );
         // A file that is not a key: skipped.
         c.credentials[0].secret = SecretSource::Inline("AIza-not-a-key-file".into());
+        assert!(ChannelRuntime::compile(&c, &|_| None)
+            .credentials
+            .is_empty());
+    }
+
+    #[test]
+    fn bedrock_signs_the_converse_request_in_the_endpoints_region() {
+        let key = serde_json::json!({
+            "access_key_id": "AKIAIOSFODNN7EXAMPLE",
+            "secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "region": "us-east-1",
+        })
+        .to_string();
+        let mut c = channel(
+            "https://bedrock-runtime.eu-west-3.amazonaws.com/",
+            Provider::Bedrock,
+        );
+        c.credentials[0].secret = SecretSource::Inline(key);
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        // The unset env credential is skipped; the key is parsed.
+        assert_eq!(rt.credentials.len(), 1);
+        let mut client = HeaderMap::new();
+        client.insert("x-api-key", HeaderValue::from_static("sk-ant-client"));
+        client.insert("anthropic-beta", HeaderValue::from_static("tools-2024"));
+        let body =
+            br#"{"model":"claude","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+        let req = rt
+            .request(
+                target(&Method::POST, "/v1/messages"),
+                Some(&client),
+                &rt.credentials[0],
+                Bytes::from_static(body),
+            )
+            .unwrap();
+        assert_eq!(
+            req.uri().to_string(),
+            "https://bedrock-runtime.eu-west-3.amazonaws.com/model/m/converse"
+        );
+        let h = req.headers();
+        let auth = h[header::AUTHORIZATION].to_str().unwrap();
+        // The endpoint's region wins over the credential's.
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/")
+                && auth.contains("/eu-west-3/bedrock/aws4_request"),
+            "{auth}"
+        );
+        assert!(h[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(
+            h["x-extra"], "1",
+            "the channel's headers are sent (and signed)"
+        );
+        assert!(auth.contains("x-extra"), "{auth}");
+        assert!(!h.contains_key("x-api-key") && !h.contains_key("anthropic-beta"));
+        assert_eq!(
+            channel_protocol(Provider::Bedrock, Protocol::OpenAi),
+            Protocol::Anthropic
+        );
+        // A secret that is not an access key: skipped.
+        c.credentials[0].secret = SecretSource::Inline("AKIA:secret".into());
         assert!(ChannelRuntime::compile(&c, &|_| None)
             .credentials
             .is_empty());

@@ -8,6 +8,8 @@
 //! - [`vertex`]: Google Vertex AI's URLs (project, location) and its access tokens (a
 //!   service-account key's signed assertion exchanged at its token endpoint, cached and
 //!   refreshed, one exchange at a time);
+//! - [`bedrock`]: AWS Bedrock's Converse URLs, its access-key credentials and their SigV4
+//!   signatures (the Anthropic-shaped body converted by `switchyard_provider::bedrock`);
 //! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
 //!   channel's own protocol;
 //! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
@@ -18,6 +20,7 @@
 //!
 //! Protocol translation is not here: it is the pure `switchyard-provider` crate.
 
+pub mod bedrock;
 pub mod channel;
 pub mod checks;
 pub mod client;
@@ -27,6 +30,7 @@ pub mod schedule;
 pub mod sim;
 pub mod vertex;
 
+pub use bedrock::{check_aws_credential, check_bedrock_base_url};
 pub use channel::{
     channel_protocol, check_api_version, forwardable, gemini_path, returnable, ChannelRuntime,
     CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,

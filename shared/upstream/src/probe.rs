@@ -16,7 +16,9 @@
 //! (`/openai/deployments/{M}/chat/completions?api-version=...`) with its `api-key`; a Vertex
 //! channel with Gemini's request at its project/location URL, with an access token obtained from
 //! the credential's service-account key (a refused key fails the probe as the provider's 401, an
-//! unreachable token endpoint as a transport failure). A 2xx answer
+//! unreachable token endpoint as a transport failure); a Bedrock channel with Anthropic's
+//! request converted to a Converse request at its model's path, signed with the credential's
+//! AWS access key (a refused signature fails the probe as Bedrock's 403). A 2xx answer
 //! passes; any other status, a timeout or a transport error fails. A `mock` channel is answered
 //! by the simulation (its latency and failure rate, [`MockOptions`]). The result carries a
 //! low-cardinality reason and the status, never a secret, a URL or an error text.
@@ -152,7 +154,7 @@ pub fn probe_request(
     channel: &ChannelRuntime,
     credential: &CredentialRuntime,
     model: &str,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+) -> Result<Request<Full<Bytes>>, crate::bedrock::RequestError> {
     let protocol = channel_protocol(channel.provider(), Protocol::OpenAi);
     let (path, body) = probe_body(protocol, model);
     let target = Target {

@@ -1,0 +1,259 @@
+//! AWS's event-stream framing (`application/vnd.amazon.eventstream`), the body of Bedrock's
+//! `ConverseStream` answers: a sequence of binary messages, each
+//!
+//! ```text
+//! total length (u32 BE) | headers length (u32 BE) | prelude CRC-32 (u32 BE)
+//! headers (name length u8, name, value type u8, value) | payload | message CRC-32 (u32 BE)
+//! ```
+//!
+//! The decoder parses untrusted bytes: lengths are bounded ([`MAX_MESSAGE_BYTES`],
+//! [`MAX_HEADERS_BYTES`]) before anything is buffered beyond them, and both CRCs are checked.
+
+use std::fmt;
+
+/// The largest message accepted (Bedrock's events are a few hundred bytes; a tool call's
+/// arguments arrive as many small deltas).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// The largest headers section accepted.
+pub const MAX_HEADERS_BYTES: usize = 16 * 1024;
+/// Prelude (12 bytes) plus the trailing message CRC (4 bytes).
+const OVERHEAD: usize = 16;
+
+/// Why the bytes are not an event stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// A length field outside its bounds.
+    Length,
+    /// The prelude's CRC does not match.
+    PreludeCrc,
+    /// The message's CRC does not match.
+    MessageCrc,
+    /// A header that cannot be parsed.
+    Header,
+    /// The stream ended before its last message (or inside a message).
+    Truncated,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FrameError::Length => "event-stream message length out of bounds",
+            FrameError::PreludeCrc => "event-stream prelude CRC mismatch",
+            FrameError::MessageCrc => "event-stream message CRC mismatch",
+            FrameError::Header => "malformed event-stream header",
+            FrameError::Truncated => "event stream ended early",
+        })
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// One decoded message: its string headers (other header types are skipped) and payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Message {
+    pub headers: Vec<(String, String)>,
+    pub payload: Vec<u8>,
+}
+
+impl Message {
+    /// The value of the string header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An incremental decoder: bytes in as they arrive, whole messages out.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    failed: bool,
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl Decoder {
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Appends `bytes` and returns every message now complete. After an error the decoder
+    /// stays failed (the framing is lost).
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Message>, FrameError> {
+        if self.failed {
+            return Err(FrameError::Length);
+        }
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        let mut at = 0;
+        loop {
+            let rest = &self.buf[at..];
+            if rest.len() < 12 {
+                break;
+            }
+            let total = be32(&rest[0..4]) as usize;
+            let headers_len = be32(&rest[4..8]) as usize;
+            let checked = (|| {
+                if !(OVERHEAD..=MAX_MESSAGE_BYTES).contains(&total)
+                    || headers_len > MAX_HEADERS_BYTES
+                    || headers_len > total - OVERHEAD
+                {
+                    return Err(FrameError::Length);
+                }
+                if crc32fast::hash(&rest[0..8]) != be32(&rest[8..12]) {
+                    return Err(FrameError::PreludeCrc);
+                }
+                Ok(())
+            })();
+            if let Err(e) = checked {
+                self.failed = true;
+                return Err(e);
+            }
+            if rest.len() < total {
+                break;
+            }
+            let frame = &rest[..total];
+            if crc32fast::hash(&frame[..total - 4]) != be32(&frame[total - 4..]) {
+                self.failed = true;
+                return Err(FrameError::MessageCrc);
+            }
+            let headers = match parse_headers(&frame[12..12 + headers_len]) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
+            };
+            out.push(Message {
+                headers,
+                payload: frame[12 + headers_len..total - 4].to_vec(),
+            });
+            at += total;
+        }
+        self.buf.drain(..at);
+        Ok(out)
+    }
+
+    /// Bytes received that are not yet a whole message.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+fn parse_headers(mut b: &[u8]) -> Result<Vec<(String, String)>, FrameError> {
+    let mut out = Vec::new();
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], FrameError> {
+        if b.len() < n {
+            return Err(FrameError::Header);
+        }
+        let (head, tail) = b.split_at(n);
+        *b = tail;
+        Ok(head)
+    }
+    while !b.is_empty() {
+        let name_len = usize::from(take(&mut b, 1)?[0]);
+        let name =
+            String::from_utf8(take(&mut b, name_len)?.to_vec()).map_err(|_| FrameError::Header)?;
+        let ty = take(&mut b, 1)?[0];
+        let fixed = match ty {
+            0 | 1 => Some(0),
+            2 => Some(1),
+            3 => Some(2),
+            4 => Some(4),
+            5 | 8 => Some(8),
+            9 => Some(16),
+            6 | 7 => None,
+            _ => return Err(FrameError::Header),
+        };
+        match fixed {
+            Some(n) => {
+                take(&mut b, n)?;
+            }
+            None => {
+                let len = take(&mut b, 2)?;
+                let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+                let value = take(&mut b, len)?;
+                if ty == 7 {
+                    let value =
+                        String::from_utf8(value.to_vec()).map_err(|_| FrameError::Header)?;
+                    out.push((name, value));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes one message with string headers (what Bedrock sends; the mock upstream uses it).
+/// Names longer than 255 bytes and values longer than 65,535 are cut.
+pub fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+    let mut h = Vec::new();
+    for (name, value) in headers {
+        let name = &name.as_bytes()[..name.len().min(255)];
+        let value = &value.as_bytes()[..value.len().min(usize::from(u16::MAX))];
+        h.push(name.len() as u8);
+        h.extend_from_slice(name);
+        h.push(7);
+        h.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        h.extend_from_slice(value);
+    }
+    let total = OVERHEAD + h.len() + payload.len();
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    let prelude_crc = crc32fast::hash(&out);
+    out.extend_from_slice(&prelude_crc.to_be_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_split_anywhere() {
+        let mut wire = encode(
+            &[(":event-type", "messageStart"), (":message-type", "event")],
+            br#"{"role":"assistant"}"#,
+        );
+        wire.extend(encode(&[(":event-type", "messageStop")], b"{}"));
+        for cut in 0..wire.len() {
+            let mut d = Decoder::new();
+            let mut got = d.push(&wire[..cut]).unwrap();
+            got.extend(d.push(&wire[cut..]).unwrap());
+            assert_eq!(got.len(), 2, "cut at {cut}");
+            assert_eq!(got[0].header(":event-type"), Some("messageStart"));
+            assert_eq!(got[0].payload, br#"{"role":"assistant"}"#);
+            assert_eq!(got[1].header(":message-type"), None);
+            assert_eq!(d.pending(), 0);
+        }
+    }
+
+    #[test]
+    fn bad_crcs_and_lengths_are_refused() {
+        let wire = encode(&[(":event-type", "x")], b"{}");
+        let mut bad = wire.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(Decoder::new().push(&bad), Err(FrameError::MessageCrc));
+        let mut bad = wire.clone();
+        bad[9] ^= 1;
+        assert_eq!(Decoder::new().push(&bad), Err(FrameError::PreludeCrc));
+        let mut huge = Vec::new();
+        huge.extend_from_slice(&(u32::MAX).to_be_bytes());
+        huge.extend_from_slice(&0u32.to_be_bytes());
+        let crc = crc32fast::hash(&huge);
+        huge.extend_from_slice(&crc.to_be_bytes());
+        let mut d = Decoder::new();
+        assert_eq!(d.push(&huge), Err(FrameError::Length));
+        assert!(d.push(&wire).is_err(), "a failed decoder stays failed");
+    }
+}
