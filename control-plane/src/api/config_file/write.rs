@@ -165,6 +165,22 @@ async fn sync_credentials(
     Ok(())
 }
 
+/// Deletes the rows of `table` (one of ours, never input) whose key in `ids` is not `wanted`.
+async fn delete_unwanted(
+    tx: &mut PgConnection,
+    table: &'static str,
+    ids: &HashMap<String, i64>,
+    wanted: HashSet<&str>,
+) -> ApiResult<()> {
+    let sql = format!("DELETE FROM {table} WHERE id = $1");
+    for (key, id) in ids {
+        if !wanted.contains(key.as_str()) {
+            sqlx::query(&sql).bind(id).execute(&mut *tx).await?;
+        }
+    }
+    Ok(())
+}
+
 async fn ids_by(tx: &mut PgConnection, sql: &str) -> ApiResult<HashMap<String, i64>> {
     let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(&mut *tx).await?;
     Ok(rows.into_iter().collect())
@@ -506,56 +522,23 @@ pub(super) async fn write(
     }
 
     // Deletes, from the leaves up.
-    let wanted_hashes: HashSet<&str> = desired
+    let wanted_tokens = desired
         .tokens
         .iter()
-        .filter_map(|t| t.token_sha256.as_deref())
-        .collect();
-    for (hash, id) in &token_ids {
-        if !wanted_hashes.contains(hash.as_str()) {
-            sqlx::query("DELETE FROM tokens WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    let wanted_teams: HashSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
-    for (name, id) in &team_ids {
-        if !wanted_teams.contains(name.as_str()) {
-            sqlx::query("DELETE FROM teams WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
+        .filter_map(|t| t.token_sha256.as_deref());
+    delete_unwanted(tx, "tokens", &token_ids, wanted_tokens.collect()).await?;
+    let wanted_teams = desired.teams.iter().map(|t| t.name.as_str());
+    delete_unwanted(tx, "teams", &team_ids, wanted_teams.collect()).await?;
     for id in stored_members.difference(&wanted_members) {
         sqlx::query("DELETE FROM route_members WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
     }
-    let wanted_routes: HashSet<&str> = desired
-        .routes
-        .iter()
-        .map(|r| r.model_pattern.as_str())
-        .collect();
-    for (pattern, id) in &route_ids {
-        if !wanted_routes.contains(pattern.as_str()) {
-            sqlx::query("DELETE FROM routes WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    let wanted_channels: HashSet<&str> = desired.channels.iter().map(|c| c.name.as_str()).collect();
-    for (name, id) in &channel_ids {
-        if !wanted_channels.contains(name.as_str()) {
-            sqlx::query("DELETE FROM channels WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
+    let wanted_routes = desired.routes.iter().map(|r| r.model_pattern.as_str());
+    delete_unwanted(tx, "routes", &route_ids, wanted_routes.collect()).await?;
+    let wanted_channels = desired.channels.iter().map(|c| c.name.as_str());
+    delete_unwanted(tx, "channels", &channel_ids, wanted_channels.collect()).await?;
 
     // Prices and limits carry no identity anything else refers to: when any differs, the set
     // is written again as the file gives it.
