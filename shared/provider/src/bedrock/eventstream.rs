@@ -81,14 +81,14 @@ impl Decoder {
         Decoder::default()
     }
 
-    /// Appends `bytes` and returns every message now complete. After an error the decoder
-    /// stays failed (the framing is lost).
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Message>, FrameError> {
+    /// Appends `bytes` and adds every message now complete to `out` — those before a framing
+    /// error too, so the result never depends on how the bytes were split. After an error the
+    /// decoder stays failed (the framing is lost).
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Message>) -> Result<(), FrameError> {
         if self.failed {
             return Err(FrameError::Length);
         }
         self.buf.extend_from_slice(bytes);
-        let mut out = Vec::new();
         let mut at = 0;
         loop {
             let rest = &self.buf[at..];
@@ -135,7 +135,7 @@ impl Decoder {
             at += total;
         }
         self.buf.drain(..at);
-        Ok(out)
+        Ok(())
     }
 
     /// Bytes received that are not yet a whole message.
@@ -227,8 +227,9 @@ mod tests {
         wire.extend(encode(&[(":event-type", "messageStop")], b"{}"));
         for cut in 0..wire.len() {
             let mut d = Decoder::new();
-            let mut got = d.push(&wire[..cut]).unwrap();
-            got.extend(d.push(&wire[cut..]).unwrap());
+            let mut got = Vec::new();
+            d.push(&wire[..cut], &mut got).unwrap();
+            d.push(&wire[cut..], &mut got).unwrap();
             assert_eq!(got.len(), 2, "cut at {cut}");
             assert_eq!(got[0].header(":event-type"), Some("messageStart"));
             assert_eq!(got[0].payload, br#"{"role":"assistant"}"#);
@@ -238,22 +239,58 @@ mod tests {
     }
 
     #[test]
+    fn messages_before_a_framing_error_are_kept_however_the_bytes_were_split() {
+        // A good message, then one whose body was corrupted (found by fuzzing: delivered in one
+        // piece the good message used to be lost, delivered byte by byte it was not).
+        let good = encode(
+            &[(":event-type", "messageStart")],
+            br#"{"role":"assistant"}"#,
+        );
+        let mut bad = encode(&[(":event-type", "contentBlockDelta")], b"{}");
+        bad[14] ^= 0x20;
+        let wire = [good, bad].concat();
+        let mut whole = Vec::new();
+        assert_eq!(
+            Decoder::new().push(&wire, &mut whole),
+            Err(FrameError::MessageCrc)
+        );
+        let mut split = Vec::new();
+        let mut d = Decoder::new();
+        let error = wire
+            .chunks(1)
+            .find_map(|byte| d.push(byte, &mut split).err());
+        assert_eq!(error, Some(FrameError::MessageCrc));
+        assert_eq!(whole, split);
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].header(":event-type"), Some("messageStart"));
+    }
+
+    #[test]
     fn bad_crcs_and_lengths_are_refused() {
         let wire = encode(&[(":event-type", "x")], b"{}");
         let mut bad = wire.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
-        assert_eq!(Decoder::new().push(&bad), Err(FrameError::MessageCrc));
+        assert_eq!(
+            Decoder::new().push(&bad, &mut Vec::new()),
+            Err(FrameError::MessageCrc)
+        );
         let mut bad = wire.clone();
         bad[9] ^= 1;
-        assert_eq!(Decoder::new().push(&bad), Err(FrameError::PreludeCrc));
+        assert_eq!(
+            Decoder::new().push(&bad, &mut Vec::new()),
+            Err(FrameError::PreludeCrc)
+        );
         let mut huge = Vec::new();
         huge.extend_from_slice(&(u32::MAX).to_be_bytes());
         huge.extend_from_slice(&0u32.to_be_bytes());
         let crc = crc32fast::hash(&huge);
         huge.extend_from_slice(&crc.to_be_bytes());
         let mut d = Decoder::new();
-        assert_eq!(d.push(&huge), Err(FrameError::Length));
-        assert!(d.push(&wire).is_err(), "a failed decoder stays failed");
+        assert_eq!(d.push(&huge, &mut Vec::new()), Err(FrameError::Length));
+        assert!(
+            d.push(&wire, &mut Vec::new()).is_err(),
+            "a failed decoder stays failed"
+        );
     }
 }

@@ -413,15 +413,18 @@ impl StreamConverter {
         self.done
     }
 
-    /// Converts the messages `bytes` completes, appending Anthropic SSE events to `out`.
+    /// Converts the messages `bytes` completes, appending Anthropic SSE events to `out`; on a
+    /// framing error, the messages complete before it are still converted.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), eventstream::FrameError> {
-        for message in self.decoder.push(bytes)? {
+        let mut messages = Vec::new();
+        let decoded = self.decoder.push(bytes, &mut messages);
+        for message in &messages {
             if self.done {
                 break;
             }
-            self.message(&message, out);
+            self.message(message, out);
         }
-        Ok(())
+        decoded
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {
