@@ -51,6 +51,8 @@ pub struct Trail {
     pub upstream_held: Option<Held>,
     /// OpenAI's rate-limit headers for the answer.
     pub rate: RateHeaders,
+    /// The request span's trace and span ids, when traces are exported.
+    pub trace: Option<(String, String)>,
 }
 
 /// Everything the request line says, gathered when the answer went out.
@@ -92,6 +94,11 @@ struct RequestLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamLine>,
     latency_ms: f64,
+    /// The trace this request's spans belong to, when traces are exported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    span_id: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -280,6 +287,8 @@ impl RequestRecord {
                 bytes: s.bytes,
             }),
             latency_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            trace_id: trail.trace.as_ref().map(|(trace, _)| trace.as_str()),
+            span_id: trail.trace.as_ref().map(|(_, span)| span.as_str()),
         };
         switchyard_telemetry::record::write("switchyard_data_plane::request", "request", &line);
     }

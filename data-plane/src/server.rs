@@ -411,8 +411,9 @@ async fn handle(
             trace_header("tracestate"),
         );
     }
+    let trace = switchyard_telemetry::context::ids(&span);
     let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
-    let (response, trail, model) = match serve(
+    let (response, mut trail, model) = match serve(
         &state,
         endpoint,
         path_model,
@@ -431,6 +432,7 @@ async fn handle(
             String::new(),
         ),
     };
+    trail.trace = trace;
     record_request(&span, &trail, &model, response.status().as_u16());
     finish(
         &state,

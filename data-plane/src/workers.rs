@@ -43,15 +43,20 @@ pub fn count(requested: usize) -> usize {
 
 /// Binds `n` sockets to `addr`, each with `SO_REUSEPORT` (a port of 0 is chosen by the first and
 /// shared by the others). They listen once their worker starts.
+///
+/// A port some process already listens on is refused (`AddrInUse`), as without `SO_REUSEPORT`:
+/// a probe socket without it binds first, so a second proxy started by mistake on a taken port
+/// fails instead of silently sharing its connections.
 pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<(Vec<TcpSocket>, SocketAddr)> {
+    if addr.port() != 0 {
+        let probe = socket_for(addr)?;
+        probe.set_reuseaddr(true)?;
+        probe.bind(addr)?;
+    }
     let mut sockets = Vec::with_capacity(n);
     let mut bound = addr;
     for _ in 0..n.max(1) {
-        let socket = if bound.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
+        let socket = socket_for(bound)?;
         socket.set_reuseaddr(true)?;
         socket.set_reuseport(true)?;
         socket.set_nodelay(true)?;
@@ -60,6 +65,14 @@ pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<(Vec<TcpSocket>, Sock
         sockets.push(socket);
     }
     Ok((sockets, bound))
+}
+
+fn socket_for(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+    if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
 }
 
 /// Starts one worker thread per socket serving `router` through `server` (one connection
@@ -139,6 +152,23 @@ mod tests {
         // All three listen on the one address at once.
         let listeners: Vec<_> = sockets.into_iter().map(|s| s.listen(16).unwrap()).collect();
         assert_eq!(listeners.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_port_another_listener_holds_is_refused() {
+        // Our own workers' listeners (SO_REUSEPORT) on a port: a second group is refused.
+        let (sockets, addr) = bind("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let _listeners: Vec<_> = sockets.into_iter().map(|s| s.listen(16).unwrap()).collect();
+        let taken = bind(addr, 2).map(|_| ()).unwrap_err();
+        assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
+        // A plain listener of another program on a port.
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = bind(other.local_addr().unwrap(), 1).map(|_| ()).unwrap_err();
+        assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
+        // Once it is gone, the port binds.
+        let freed = other.local_addr().unwrap();
+        drop(other);
+        assert_eq!(bind(freed, 2).unwrap().1, freed);
     }
 
     #[test]

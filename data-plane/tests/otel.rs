@@ -77,10 +77,13 @@ fn int(attributes: &[KeyValue], key: &str) -> i64 {
 }
 
 /// The binary on `config`, exporting to the collector at `collector_addr`; its URL once listening.
+/// The binary's stdout lines after its listen line, as they arrive.
+type Lines = Arc<Mutex<Vec<String>>>;
+
 fn spawn_exporting(
     path: &std::path::Path,
     collector_addr: std::net::SocketAddr,
-) -> (Running, String) {
+) -> (Running, String, Lines) {
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(path)
@@ -125,8 +128,14 @@ fn spawn_exporting(
         }
     }
     let url = url.expect("the binary never logged its listen address");
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    (running, url)
+    let lines = Lines::default();
+    let kept = Arc::clone(&lines);
+    std::thread::spawn(move || {
+        while let Ok(line) = rx.recv() {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    (running, url, lines)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +162,7 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
     )
     .unwrap();
 
-    let (mut running, url) = spawn_exporting(&path, collector_addr);
+    let (mut running, url, _lines) = spawn_exporting(&path, collector_addr);
 
     let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{PROMPT}"}}]}}"#);
     let reply = send(
@@ -274,7 +283,7 @@ async fn the_clients_trace_continues_and_reaches_the_upstream() {
         ),
     )
     .unwrap();
-    let (mut running, url) = spawn_exporting(&path, collector_addr);
+    let (mut running, url, lines) = spawn_exporting(&path, collector_addr);
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
@@ -322,6 +331,23 @@ async fn the_clients_trace_continues_and_reaches_the_upstream() {
     assert!(int(&request.attributes, "gen_ai.usage.output_tokens") > 0);
     let attempt = spans.iter().find(|s| s.name == "attempt").unwrap();
     assert_eq!(hex(&attempt.span_id), parts[2]);
+
+    // The request line names the trace and the request's span, so logs and traces join.
+    let request_line = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "request")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while request_line().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let line = request_line().unwrap_or_else(|| panic!("no request line: {lines:?}"));
+    assert_eq!(line["trace_id"], trace_id, "{line}");
+    assert_eq!(line["span_id"], hex(&request.span_id), "{line}");
     assert_eq!(
         string(&attempt.attributes, "gen_ai.provider.name"),
         "anthropic"

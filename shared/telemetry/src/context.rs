@@ -26,6 +26,20 @@ pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>, tracestat
     let _ = span.set_parent(cx);
 }
 
+/// The trace and span ids of `span` (lowercase hex, 32 and 16 digits) when traces are exported,
+/// so that a log line can name the trace it belongs to.
+pub fn ids(span: &tracing::Span) -> Option<(String, String)> {
+    use opentelemetry::trace::TraceContextExt;
+    if !crate::enabled() || span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let context = cx.span().span_context().clone();
+    context
+        .is_valid()
+        .then(|| (context.trace_id().to_string(), context.span_id().to_string()))
+}
+
 /// The `traceparent` / `tracestate` to send upstream from inside `span`: the span's own context
 /// when traces are exported, else the client's headers as they came.
 pub fn upstream_headers(
