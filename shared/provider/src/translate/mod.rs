@@ -709,6 +709,35 @@ impl ChatRequest {
         to_vec(&v)
     }
 
+    /// The first feature of this Responses API request that Chat Completions cannot express
+    /// (stored state, background runs, built-in tools, …), for an OpenAI-compatible member that
+    /// has no Responses API. None for every other request.
+    pub fn unsupported_for_chat_completions(&self) -> Option<String> {
+        if !self.responses {
+            return None;
+        }
+        self.ir.first_blocked(Protocol::OpenAi, false)
+    }
+
+    /// This Responses API request as a Chat Completions body for `upstream_model` (streaming
+    /// bodies ask for the final usage chunk), for an OpenAI-compatible member that has no
+    /// Responses API. Refused for other requests, and for a Responses request using a feature
+    /// Chat Completions cannot express.
+    pub fn to_chat_completions_body(
+        &self,
+        upstream_model: &str,
+    ) -> Result<Vec<u8>, TranslateError> {
+        if !self.responses {
+            return Err(TranslateError::Unsupported(
+                "a Chat Completions body from anything but a Responses API request".into(),
+            ));
+        }
+        if let Some(f) = self.unsupported_for_chat_completions() {
+            return Err(TranslateError::Unsupported(f));
+        }
+        to_vec(&openai::emit_request(&self.ir, upstream_model, self.stream))
+    }
+
     /// A count-tokens body for `target` (Anthropic `/v1/messages/count_tokens`, Gemini
     /// `:countTokens` in its `generateContentRequest` form). OpenAI has no count endpoint:
     /// `Unsupported`.
