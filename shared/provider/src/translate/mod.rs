@@ -638,11 +638,12 @@ impl ChatRequest {
     }
 
     /// Records `feature` as something no other protocol than the client's can serve: members
-    /// that would need translation become unsupported for this request, naming it.
+    /// that would need translation become unsupported for this request, naming it (for a
+    /// Responses API request, members taking it as Chat Completions too).
     pub fn keep_to_own_protocol(&mut self, feature: &str) {
         let others: Vec<Protocol> = [Protocol::OpenAi, ANTHROPIC, GEMINI]
             .into_iter()
-            .filter(|p| *p != self.protocol)
+            .filter(|p| self.responses || *p != self.protocol)
             .collect();
         self.ir.block(feature, &others, false);
     }

@@ -428,3 +428,16 @@ fn a_chat_completions_answer_reads_back_as_a_response_object() {
     assert_eq!(r["usage"]["output_tokens"], 4);
     assert_eq!(u.input_tokens, 11);
 }
+
+#[test]
+fn a_request_kept_to_its_own_protocol_is_not_sent_as_chat_completions() {
+    let mut r = parse(json!({"model": "m", "input": "hi"}));
+    r.keep_to_own_protocol("stored responses (`store`)");
+    assert_eq!(
+        r.unsupported_for_chat_completions().as_deref(),
+        Some("stored responses (`store`)")
+    );
+    assert!(r.unsupported_for(A).is_some());
+    // A member with the Responses API still takes it.
+    assert_eq!(r.unsupported_for(O), None);
+}
