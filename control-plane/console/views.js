@@ -292,6 +292,7 @@ const CHANNEL_FIELDS = [
   { name: 'base_url', required: true, help: 'e.g. https://api.openai.com/v1, https://my-resource.openai.azure.com (azure), https://us-central1-aiplatform.googleapis.com (vertex), https://bedrock-runtime.us-east-1.amazonaws.com (bedrock) or mock://sim?failure_rate=0' },
   { name: 'status', type: 'select', options: ['enabled', 'disabled'], default: 'enabled' },
   { name: 'auto_ban', type: 'checkbox' },
+  { name: 'responses_api', type: 'checkbox', default: true, help: 'openai and azure only: untick for an OpenAI-compatible server without /v1/responses (Responses requests are then sent as Chat Completions)' },
   { name: 'max_concurrency', type: 'number' },
   { name: 'capabilities', type: 'json', help: '{"max_context":…, "streaming":…, "tools":…, "vision":…, "json_mode":…}' },
   { name: 'retry_status_codes', type: 'numlist' },

@@ -29,6 +29,7 @@ struct ChannelRow {
     retry_error_patterns: Vec<String>,
     #[sqlx(json)]
     headers: BTreeMap<String, String>,
+    responses_api: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -151,7 +152,8 @@ pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotPar
 
     let channel_rows: Vec<ChannelRow> = sqlx::query_as(
         "SELECT id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
-         retry_status_codes, retry_error_patterns, headers FROM channels ORDER BY id",
+         retry_status_codes, retry_error_patterns, headers, responses_api FROM channels \
+         ORDER BY id",
     )
     .fetch_all(&mut *tx)
     .await
@@ -310,6 +312,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             retry_error_patterns: row.retry_error_patterns,
             headers: row.headers.into_iter().collect(),
             secrets_withheld: false,
+            responses_api: row.responses_api,
         });
     }
 

@@ -55,6 +55,18 @@ async fn build_fleet(app: &TestApp) -> (i64, i64) {
         json!({"secret_env": "OPENAI_API_KEY"}),
     )
     .await;
+    let vllm = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "vllm", "provider": "openai", "base_url": "https://vllm.test/v1",
+                   "responses_api": false}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{vllm}/credentials"),
+        json!({"secret_env": "VLLM_API_KEY"}),
+    )
+    .await;
     let backup = app
         .create(
             "/api/v1/channels",
@@ -172,6 +184,7 @@ async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identica
         "single_member_id:",
         "spend",
         "retry_times: 4",
+        "responses_api: false",
     ] {
         assert!(first.contains(expected), "{expected} missing from\n{first}");
     }
@@ -194,6 +207,16 @@ async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identica
     let original = app.refresh().await;
     let copy = fresh.refresh().await;
     assert!(original > 0 && copy > 0);
+    let published = fresh.publisher.current().unwrap();
+    let vllm = published
+        .snapshot
+        .channels()
+        .find(|c| c.name == "vllm")
+        .unwrap();
+    assert!(
+        vllm.chat_completions_only(),
+        "the apply kept responses_api: false"
+    );
 
     // Applying the same file again changes nothing and creates no revision.
     let audit = fresh.audit_rows().await;

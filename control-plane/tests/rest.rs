@@ -246,6 +246,85 @@ async fn an_azure_channel_reaches_the_snapshot(pool: PgPool) {
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
 }
 
+/// An OpenAI-compatible channel without the Responses API: `responses_api: false` accepted on
+/// openai and azure channels, read back, patched, carried by the snapshot the proxies receive
+/// (the encoded bytes included); refused on other providers with the field named.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_channel_without_the_responses_api_reaches_the_snapshot(pool: PgPool) {
+    let app = test_app(pool);
+    let path = "/api/v1/channels";
+    let created = app
+        .post(
+            path,
+            json!({"name": "vllm", "provider": "openai", "base_url": "https://vllm.test/v1",
+                   "responses_api": false}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["responses_api"], false);
+    let channel = created.body["id"].as_i64().unwrap();
+    assert_eq!(
+        app.get(&format!("{path}/{channel}")).await.body["responses_api"],
+        false
+    );
+    let azure = app
+        .post(
+            path,
+            json!({"name": "old-azure", "provider": "azure",
+                   "base_url": "https://old.openai.azure.com", "responses_api": false}),
+        )
+        .await;
+    assert_eq!(azure.status, StatusCode::CREATED, "{}", azure.text);
+    let default = app
+        .post(
+            path,
+            json!({"name": "plain", "provider": "openai", "base_url": "https://api.openai.test/v1"}),
+        )
+        .await;
+    assert_eq!(default.body["responses_api"], true);
+
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    for snapshot in [&*published.snapshot, &decoded] {
+        let ch = snapshot.channel(channel).unwrap();
+        assert!(!ch.responses_api && ch.chat_completions_only());
+        let plain = snapshot
+            .channel(default.body["id"].as_i64().unwrap())
+            .unwrap();
+        assert!(plain.responses_api && !plain.chat_completions_only());
+    }
+
+    for provider in ["anthropic", "gemini"] {
+        expect_invalid(
+            &app,
+            Method::POST,
+            path,
+            json!({"name": format!("{provider}-x"), "provider": provider,
+                   "base_url": "https://x.test", "responses_api": false}),
+            "responses_api",
+        )
+        .await;
+    }
+    // Moving it to another provider keeps the flag, so it is refused too.
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("{path}/{channel}"),
+        json!({"provider": "anthropic"}),
+        "responses_api",
+    )
+    .await;
+    let patched = app
+        .patch(&format!("{path}/{channel}"), json!({"responses_api": true}))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["responses_api"], true);
+}
+
 /// A Vertex AI channel: its base URL checked, its credential a service-account key file that is
 /// checked on create and patch (a precise 422 naming the field, never quoting the key), read back
 /// masked, and in the snapshot the proxies receive (the encoded bytes included) as `vertex`.

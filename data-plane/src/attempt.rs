@@ -442,7 +442,17 @@ impl Attempt<'_> {
             headers: headers.clone(),
             body: body.clone(),
         };
-        match check_body(self.endpoint, self.call.upstream, &body) {
+        // A Responses request sent as Chat Completions (a member without the Responses API) is
+        // answered as Chat Completions.
+        let answered_as = if self.endpoint == Endpoint::Responses
+            && self.call.translated()
+            && self.call.upstream == Protocol::OpenAi
+        {
+            Endpoint::ChatCompletions
+        } else {
+            self.endpoint
+        };
+        match check_body(answered_as, self.call.upstream, &body) {
             BodyCheck::Fine => {}
             BodyCheck::Malformed => {
                 return Outcome::Failed(Failed::answered(
@@ -875,6 +885,7 @@ mod tests {
             retry_error_patterns: vec!["Try Again".into()],
             headers: vec![],
             secrets_withheld: false,
+            responses_api: true,
         }
     }
 

@@ -37,8 +37,8 @@ use crate::record::{AttemptLog, StreamSlot, Trail};
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::{channel_protocol, returnable, ChannelRuntime, MOCK_CREDENTIAL};
-use crate::wire::{plan, protocol_index, Call, ClientRequest};
+use crate::upstream::{returnable, ChannelRuntime, MOCK_CREDENTIAL};
+use crate::wire::{feature_index, plan, Call, ClientRequest};
 use crate::AppState;
 
 /// One proxied request, as the loop sees it.
@@ -54,7 +54,7 @@ pub struct ProxyRequest<'a> {
     /// The request in neutral form, for translatable endpoints.
     pub chat: Option<&'a ChatRequest>,
     /// Per protocol (as [`Protocol::ALL`]): the feature it cannot express, if any.
-    pub unsupported: &'a [Option<String>; 3],
+    pub unsupported: &'a [Option<String>; 4],
     pub constraint: SelectionConstraint,
     pub request_id: &'a str,
     pub started: Instant,
@@ -325,11 +325,12 @@ impl<'a> Failover<'a> {
         let now = crate::unix_ms();
         let mut picked: Option<Picked<'a>> = None;
         let mut decision_out = None;
-        let mut untranslatable: Option<Provider> = None;
+        let mut untranslatable: Option<usize> = None;
         let mut secrets_withheld = false;
         let mut rate_limited = false;
         self.mark_rate_limited(now);
         let constraint = &self.req.constraint;
+        let client_protocol = self.protocol;
         let rng = &mut self.rng;
         self.state.store.with_view(&mut |health| {
             let decision = select(snapshot, health, constraint, model, now, &mut *rng);
@@ -351,7 +352,7 @@ impl<'a> Failover<'a> {
                     untranslatable = decision
                         .candidates
                         .iter()
-                        .find_map(|c| c.channel.map(|ch| ch.provider));
+                        .find_map(|c| c.channel.map(|ch| feature_index(ch, client_protocol)));
                 }
             }
             if let Some(c) = decision.selected() {
@@ -399,8 +400,7 @@ impl<'a> Failover<'a> {
             if !self.trail.attempts.is_empty() {
                 return Next::Exhausted;
             }
-            if let Some(provider) = untranslatable {
-                let target = protocol_index(channel_protocol(provider, self.protocol));
+            if let Some(target) = untranslatable {
                 let feature = self.req.unsupported[target]
                     .clone()
                     .unwrap_or_else(|| "this request".to_owned());
@@ -457,11 +457,7 @@ impl<'a> Failover<'a> {
             query: self.req.query,
             chat: self.req.chat,
         };
-        let call = match plan(
-            &client,
-            picked.channel.provider,
-            &picked.member.upstream_model,
-        ) {
+        let call = match plan(&client, picked.channel, &picked.member.upstream_model) {
             Ok(call) => call,
             Err(TranslateError::Malformed(message)) => {
                 return Next::Fail(GatewayError::InvalidRequest(message));

@@ -568,7 +568,7 @@ async fn serve(
     // parser refuses still routes (and passes through to same-protocol members untouched);
     // other protocols then cannot serve it.
     let route = view.snapshot.resolve_route(&inspected.model);
-    let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, endpoint.protocol()));
+    let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, endpoint));
     let translation = endpoint.translatable() && mixed;
     let mut unparsable = None;
     let chat = if translation {
@@ -606,7 +606,7 @@ async fn serve(
         wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref())
     } else {
         // No member of another protocol: nothing to mark (and nothing to format).
-        (0, [None, None, None])
+        (0, [None, None, None, None])
     };
     let mut needs = inspected.needs;
     needs.unsupported_providers = unsupported_providers;

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use switchyard_engine::{ChannelId, Provider, RouteId, Snapshot, Token};
+use switchyard_engine::{ChannelId, Provider, RouteId, Snapshot, Token, CHAT_COMPLETIONS_ONLY_BIT};
 use switchyard_provider::Protocol;
 use switchyard_state::StateStore;
 use tokio::sync::watch;
 
+use crate::endpoint::Endpoint;
 use crate::upstream::{channel_protocol, ChannelRuntime};
 
 /// Where snapshots come from: the YAML watcher in standalone mode, the control plane's gRPC
@@ -56,7 +57,14 @@ impl View {
                     .filter_map(|m| snapshot.channel(m.channel_id))
                     .filter(|c| c.provider != Provider::Mock)
                     .fold(0u8, |mask, c| {
-                        mask | protocol_bit(channel_protocol(c.provider, Protocol::OpenAi))
+                        let bit = protocol_bit(channel_protocol(c.provider, Protocol::OpenAi));
+                        // No Responses API: a Responses request needs translating for it.
+                        let chat_only = if c.chat_completions_only() {
+                            CHAT_COMPLETIONS_ONLY_BIT
+                        } else {
+                            0
+                        };
+                        mask | bit | chat_only
                     });
                 (route.id, mask)
             })
@@ -76,12 +84,17 @@ impl View {
         }
     }
 
-    /// Whether any member of the route speaks another protocol than `client`, i.e. whether a
-    /// request of `client`'s protocol on it may need translating.
-    pub fn route_needs_translation(&self, route: RouteId, client: Protocol) -> bool {
+    /// Whether any member of the route speaks another protocol than the endpoint's, i.e.
+    /// whether a request to `endpoint` on it may need translating: a Responses request also
+    /// needs it for an OpenAI-compatible member without the Responses API.
+    pub fn route_needs_translation(&self, route: RouteId, endpoint: Endpoint) -> bool {
+        let mut others = !protocol_bit(endpoint.protocol());
+        if endpoint != Endpoint::Responses {
+            others &= !CHAT_COMPLETIONS_ONLY_BIT;
+        }
         self.route_protocols
             .get(&route)
-            .is_some_and(|mask| mask & !protocol_bit(client) != 0)
+            .is_some_and(|mask| mask & others != 0)
     }
 
     /// The enabled token with this SHA-256 hex hash.
@@ -149,6 +162,7 @@ channels:
   - { name: an, provider: anthropic, base_url: "http://127.0.0.1:1", credentials: ["k"] }
   - { name: az, provider: azure, base_url: "http://127.0.0.1:1", credentials: ["k"] }
   - { name: sim, provider: mock }
+  - { name: chat, provider: openai, base_url: "http://127.0.0.1:1/v1", credentials: ["k"], responses_api: false }
 routes:
   - model_pattern: openai-only
     members: [{ channel: oa }, { channel: az }, { channel: sim }]
@@ -156,6 +170,8 @@ routes:
     members: [{ channel: oa }, { channel: an }]
   - model_pattern: simulated
     members: [{ channel: sim }]
+  - model_pattern: chat-only
+    members: [{ channel: oa }, { channel: chat }]
 "#;
         let view = View::compile(Arc::new(Snapshot::new(
             crate::config::parse_yaml(yaml, 1).unwrap(),
@@ -163,13 +179,25 @@ routes:
         let id = |pattern: &str| view.snapshot.resolve_route(pattern).unwrap().id;
         // Same protocol (Azure speaks OpenAI's, a simulated channel the client's): pass through,
         // never parse.
-        assert!(!view.route_needs_translation(id("openai-only"), Protocol::OpenAi));
-        assert!(!view.route_needs_translation(id("simulated"), Protocol::Gemini));
+        let (chat, responses, messages, gemini) = (
+            Endpoint::ChatCompletions,
+            Endpoint::Responses,
+            Endpoint::Messages,
+            Endpoint::GeminiGenerate,
+        );
+        assert!(!view.route_needs_translation(id("openai-only"), chat));
+        assert!(!view.route_needs_translation(id("openai-only"), responses));
+        assert!(!view.route_needs_translation(id("simulated"), gemini));
         // Any other protocol among the members: translation may be needed.
-        assert!(view.route_needs_translation(id("openai-only"), Protocol::Anthropic));
-        assert!(view.route_needs_translation(id("mixed"), Protocol::OpenAi));
-        assert!(view.route_needs_translation(id("mixed"), Protocol::Anthropic));
-        assert!(view.route_needs_translation(id("mixed"), Protocol::Gemini));
-        assert!(!view.route_needs_translation(9_999, Protocol::OpenAi));
+        assert!(view.route_needs_translation(id("openai-only"), messages));
+        assert!(view.route_needs_translation(id("mixed"), chat));
+        assert!(view.route_needs_translation(id("mixed"), messages));
+        assert!(view.route_needs_translation(id("mixed"), gemini));
+        assert!(!view.route_needs_translation(9_999, chat));
+        // A member without the Responses API: Responses requests are translated for it, Chat
+        // Completions pass through, other protocols are translated as for any OpenAI member.
+        assert!(view.route_needs_translation(id("chat-only"), responses));
+        assert!(!view.route_needs_translation(id("chat-only"), chat));
+        assert!(view.route_needs_translation(id("chat-only"), messages));
     }
 }

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use http::Method;
-use switchyard_engine::Provider;
+use switchyard_engine::{Channel, Provider, CHAT_COMPLETIONS_ONLY_BIT};
 use switchyard_provider::{count_tokens_response, ChatRequest, Protocol, TranslateError};
 
 use crate::endpoint::Endpoint;
@@ -73,15 +73,18 @@ pub fn strip_key_param(query: Option<&str>) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join("&"))
 }
 
-/// Decides the call for a member of `provider` serving `upstream_model`.
+/// Decides the call for a member of `channel` serving `upstream_model`.
 pub fn plan(
     client: &ClientRequest<'_>,
-    provider: Provider,
+    channel: &Channel,
     upstream_model: &str,
 ) -> Result<Call, TranslateError> {
     let client_protocol = client.endpoint.protocol();
-    let upstream = channel_protocol(provider, client_protocol);
+    let upstream = channel_protocol(channel.provider, client_protocol);
     let stream = client.inspected.stream;
+    if client.endpoint == Endpoint::Responses && channel.chat_completions_only() {
+        return responses_as_chat_completions(client, upstream_model);
+    }
     if upstream == client_protocol {
         // Every request is accounted: an OpenAI stream is asked for its usage even when the
         // client did not ask (and the usage chunk is then kept from the client).
@@ -170,16 +173,69 @@ pub fn plan(
     Ok(call)
 }
 
+/// A Responses request for an OpenAI-compatible member without the Responses API: sent as Chat
+/// Completions, its answer translated back into the Responses shape.
+fn responses_as_chat_completions(
+    client: &ClientRequest<'_>,
+    upstream_model: &str,
+) -> Result<Call, TranslateError> {
+    let Some(chat) = client.chat else {
+        return Err(TranslateError::Unsupported(format!(
+            "the {} endpoint",
+            client.endpoint.path()
+        )));
+    };
+    Ok(Call {
+        method: Method::POST,
+        path: "/v1/chat/completions".to_owned(),
+        query: None,
+        body: Bytes::from(chat.to_chat_completions_body(upstream_model)?),
+        upstream: Protocol::OpenAi,
+        client: Protocol::OpenAi,
+        passthrough: false,
+        include_usage: false,
+        strip_usage_chunk: false,
+        local: None,
+    })
+}
+
+/// Where [`unsupported`] names what an OpenAI-compatible member without the Responses API lacks
+/// (after the three protocols, indexed like [`Protocol::ALL`]).
+pub const CHAT_COMPLETIONS_ONLY: usize = 3;
+
+/// The slot of [`unsupported`]'s features that names what `channel` lacks for a request in the
+/// `client` protocol.
+pub fn feature_index(channel: &Channel, client: Protocol) -> usize {
+    let target = channel_protocol(channel.provider, client);
+    if target == client && channel.chat_completions_only() {
+        CHAT_COMPLETIONS_ONLY
+    } else {
+        protocol_index(target)
+    }
+}
+
 /// Providers whose protocol cannot express this request, as the engine's bit set, with the
-/// feature each one lacks (indexed like [`Protocol::ALL`]).
+/// feature each one lacks (indexed like [`Protocol::ALL`], then [`CHAT_COMPLETIONS_ONLY`] for a
+/// Responses request that OpenAI-compatible members without the Responses API cannot take).
 pub fn unsupported(
     endpoint: Endpoint,
     chat: Option<&ChatRequest>,
     unparsable: Option<&str>,
-) -> (u8, [Option<String>; 3]) {
+) -> (u8, [Option<String>; 4]) {
     let client = endpoint.protocol();
     let mut mask = 0u8;
-    let mut features: [Option<String>; 3] = [None, None, None];
+    let mut features: [Option<String>; 4] = [None, None, None, None];
+    if endpoint == Endpoint::Responses {
+        let feature = match (chat, unparsable) {
+            (Some(chat), _) => chat.unsupported_for_chat_completions(),
+            (None, Some(why)) => Some(format!("a body that cannot be translated ({why})")),
+            (None, None) => Some(format!("the {} endpoint", endpoint.path())),
+        };
+        if let Some(feature) = feature {
+            mask |= CHAT_COMPLETIONS_ONLY_BIT;
+            features[CHAT_COMPLETIONS_ONLY] = Some(feature);
+        }
+    }
     for (i, target) in Protocol::ALL.into_iter().enumerate() {
         if target == client {
             continue;
@@ -225,6 +281,33 @@ mod tests {
         assert_eq!(strip_key_param(Some("key=sk-1")), None);
         assert_eq!(strip_key_param(Some("keyed=1")), Some("keyed=1".into()));
         assert_eq!(strip_key_param(None), None);
+    }
+
+    #[test]
+    fn a_responses_request_a_chat_completions_body_cannot_express_marks_chat_only_members() {
+        let stateful = ChatRequest::parse_responses(
+            br#"{"model":"m","input":"hi","previous_response_id":"resp_1"}"#,
+            "m",
+            false,
+        )
+        .unwrap();
+        let (mask, features) = unsupported(Endpoint::Responses, Some(&stateful), None);
+        assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, CHAT_COMPLETIONS_ONLY_BIT);
+        assert_eq!(mask & Provider::Openai.protocol_bit(), 0);
+        assert_eq!(
+            features[CHAT_COMPLETIONS_ONLY].as_deref(),
+            Some("previous_response_id")
+        );
+        let stateless =
+            ChatRequest::parse_responses(br#"{"model":"m","input":"hi"}"#, "m", false).unwrap();
+        let (mask, features) = unsupported(Endpoint::Responses, Some(&stateless), None);
+        assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, 0);
+        assert!(features[CHAT_COMPLETIONS_ONLY].is_none());
+        let (mask, _) = unsupported(Endpoint::Responses, None, Some("bad"));
+        assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, CHAT_COMPLETIONS_ONLY_BIT);
+        // Chat Completions pass through to such a member.
+        let (mask, _) = unsupported(Endpoint::ChatCompletions, None, None);
+        assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, 0);
     }
 
     #[test]

@@ -1762,3 +1762,304 @@ async fn openai_sdk_stateless_responses_request_fails_over_to_a_healthy_member()
     c.eq("background", "upstream requests", &json!(background), 1);
     c.finish(&format!("stateless: {got:#}\nbackground: {bg:#}"));
 }
+
+/// The official OpenAI SDK's `client.responses.create` through a route whose only member is an
+/// OpenAI channel without the Responses API (`responses_api: false`): plain, streamed, function
+/// tools with the tool result sent back, and a JSON schema for the text, all sent upstream as
+/// Chat Completions and answered as `response` objects. `previous_response_id` is refused for
+/// it (400 `protocol_unsupported`, nothing sent), while an OpenAI member with the Responses API
+/// next to it serves it passed through; a stateless request fails over from a failing member
+/// without the Responses API to a healthy one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_responses_on_a_chat_completions_only_member() {
+    let mock = MockUpstream::start().await.unwrap();
+    script_mock(&mock, P::OpenAi);
+    let routes = "  - model_pattern: via-chat\n    members:\n      - { channel: up-chat, upstream_model: real-openai-model }\n  - model_pattern: via-chat-tools\n    members:\n      - { channel: up-chat, upstream_model: real-openai-model-tools }\n  - model_pattern: chat-next-to-openai\n    members:\n      - { channel: up-chat, upstream_model: real-openai-model, priority: 10 }\n      - { channel: up-openai, upstream_model: real-openai-model, priority: 0 }\n  - model_pattern: chat-failover\n    members:\n      - { channel: up-chat, upstream_model: real-openai-model-503, priority: 10 }\n      - { channel: up-openai, upstream_model: real-openai-model, priority: 0 }\n";
+    let chat_channel = format!(
+        "  - name: up-chat\n    provider: openai\n    base_url: {}\n    credentials: [\"upstream-key-chat\"]\n    responses_api: false\nroutes:\n",
+        mock.base_url()
+    );
+    let proxy = start(&yaml(&mock, routes).replacen("routes:\n", &chat_channel, 1)).await;
+    let mut c = Checks::new("openai SDK responses -> chat-completions-only openai upstream");
+
+    let got = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "via-chat",
+        "responses,responses_tools,responses_tool_result,responses_stream,responses_tools_stream,responses_schema",
+    )
+    .await;
+    let served = mock.requests();
+    let paths: Vec<&str> = served.iter().map(|r| r.path.as_str()).collect();
+    c.check(
+        !paths.is_empty() && paths.iter().all(|p| *p == "/v1/chat/completions"),
+        "all",
+        format_args!("upstream paths {paths:?} (never /v1/responses)"),
+    );
+    for r in &served {
+        c.check(
+            r.json()["messages"].is_array() && r.json()["input"].is_null(),
+            &label(r),
+            format_args!("not a Chat Completions body: {}", r.json()),
+        );
+    }
+    let r = &got["responses"];
+    c.check(
+        r["exception"].is_null(),
+        "responses",
+        format_args!("the SDK raised {}", r["exception"]),
+    );
+    c.eq("responses", "text", &r["text"], P::OpenAi.text());
+    c.eq("responses", "status", &r["status"], "completed");
+    c.eq("responses", "object", &r["object"], "response");
+    c.eq("responses", "store", &r["store"], false);
+    c.eq(
+        "responses",
+        "x-switchyard-channel",
+        &r["channel"],
+        "up-chat",
+    );
+    c.eq(
+        "responses",
+        "cached tokens",
+        &r["usage"]["cached"],
+        TEXT_CACHED,
+    );
+    if let Some(req) = requests_with(&served, "scenario=responses:").first() {
+        let body = req.json();
+        c.eq(
+            "responses",
+            "upstream model",
+            &body["model"],
+            "real-openai-model",
+        );
+        c.eq(
+            "responses",
+            "system",
+            &body["messages"][0]["role"],
+            "system",
+        );
+        c.eq(
+            "responses",
+            "max tokens",
+            &body["max_completion_tokens"],
+            300,
+        );
+    } else {
+        c.check(false, "responses", "no upstream request");
+    }
+
+    let t = &got["responses_tools"];
+    c.check(
+        t["exception"].is_null(),
+        "responses_tools",
+        format_args!("the SDK raised {}", t["exception"]),
+    );
+    c.eq(
+        "responses_tools",
+        "call name",
+        &t["calls"][0]["name"],
+        "get_weather",
+    );
+    c.eq(
+        "responses_tools",
+        "call arguments",
+        &t["calls"][0]["arguments"],
+        json!({"city": "Paris"}),
+    );
+    if let Some(req) = requests_with(&served, "scenario=responses_tools:").first() {
+        let body = req.json();
+        c.eq(
+            "responses_tools",
+            "tool",
+            &body["tools"][0]["function"]["name"],
+            "get_weather",
+        );
+    }
+
+    let tr = &got["responses_tool_result"];
+    c.check(
+        tr["exception"].is_null(),
+        "responses_tool_result",
+        format_args!("the SDK raised {}", tr["exception"]),
+    );
+    c.eq(
+        "responses_tool_result",
+        "second turn text",
+        &tr["text"],
+        P::OpenAi.text(),
+    );
+    let second = requests_with(&served, TOOL_RESULT_MARK);
+    c.check(
+        second.len() == 1,
+        "responses_tool_result",
+        format_args!(
+            "want 1 upstream request with the tool result, got {}",
+            second.len()
+        ),
+    );
+    if let Some(req) = second.first() {
+        let body = req.json();
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let tool = messages.iter().find(|m| m["role"] == "tool");
+        c.check(
+            tool.is_some_and(|m| {
+                m["tool_call_id"] == tr["first_call_id"]
+                    && m["content"]
+                        .as_str()
+                        .is_some_and(|s| s.contains(TOOL_RESULT_MARK))
+            }),
+            "responses_tool_result",
+            format_args!("no tool message with the call's output: {body}"),
+        );
+        c.check(
+            messages
+                .iter()
+                .any(|m| m["tool_calls"][0]["id"] == tr["first_call_id"]),
+            "responses_tool_result",
+            format_args!("no assistant tool call in the history: {body}"),
+        );
+    }
+
+    for (scenario, tools) in [
+        ("responses_stream", false),
+        ("responses_tools_stream", true),
+    ] {
+        let st = &got[scenario];
+        c.check(
+            st["exception"].is_null(),
+            scenario,
+            format_args!("the SDK raised {}", st["exception"]),
+        );
+        let types: Vec<&str> = st["types"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        c.check(
+            types.first() == Some(&"response.created")
+                && types.last() == Some(&"response.completed"),
+            scenario,
+            format_args!("event order {types:?}"),
+        );
+        c.eq(scenario, "store", &st["store"], false);
+        if tools {
+            c.eq(
+                scenario,
+                "call name",
+                &st["calls"][0]["name"],
+                "get_weather",
+            );
+        } else {
+            c.eq(scenario, "text", &st["text"], P::OpenAi.text());
+        }
+        if let Some(req) = requests_with(&served, &format!("scenario={scenario}:")).first() {
+            c.eq(scenario, "stream", &req.json()["stream"], true);
+        }
+    }
+
+    let s = &got["responses_schema"];
+    c.check(
+        s["exception"].is_null(),
+        "responses_schema",
+        format_args!("the SDK raised {}", s["exception"]),
+    );
+    c.eq("responses_schema", "text", &s["text"], P::OpenAi.text());
+    if let Some(req) = requests_with(&served, "scenario=responses_schema:").first() {
+        let format = &req.json()["response_format"];
+        c.eq(
+            "responses_schema",
+            "format type",
+            &format["type"],
+            "json_schema",
+        );
+        c.eq(
+            "responses_schema",
+            "schema name",
+            &format["json_schema"]["name"],
+            "weather",
+        );
+        c.eq(
+            "responses_schema",
+            "schema",
+            &format["json_schema"]["schema"]["required"],
+            json!(["summary"]),
+        );
+    } else {
+        c.check(false, "responses_schema", "no upstream request");
+    }
+
+    // previous_response_id: Chat Completions has no stored responses.
+    mock.reset();
+    script_mock(&mock, P::OpenAi);
+    let refused = run_sdk(P::OpenAi, &proxy.url, "via-chat", "responses_previous").await;
+    let e = &refused["responses_previous"];
+    c.eq("previous", "status", &e["status"], 400);
+    c.eq("previous", "code", &e["code"], "protocol_unsupported");
+    c.check(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("previous_response_id")),
+        "previous",
+        format_args!(
+            "the 400 does not name previous_response_id: {}",
+            e["message"]
+        ),
+    );
+    c.eq("previous", "upstream requests", &json!(mock.hits()), 0);
+
+    // The same next to a member with the Responses API: that member serves it, passed through.
+    let continued = run_sdk(
+        P::OpenAi,
+        &proxy.url,
+        "chat-next-to-openai",
+        "responses_continued",
+    )
+    .await;
+    let s = &continued["responses_continued"];
+    c.check(
+        s["exception"].is_null(),
+        "continued",
+        format_args!("the SDK raised {}", s["exception"]),
+    );
+    c.eq(
+        "continued",
+        "x-switchyard-channel",
+        &s["channel"],
+        "up-openai",
+    );
+    c.eq("continued", "x-switchyard-attempts", &s["attempts"], "1");
+    let paths: Vec<String> = mock.requests().iter().map(|r| r.path.clone()).collect();
+    c.check(
+        paths == ["/v1/responses"],
+        "continued",
+        format_args!("upstream paths {paths:?}"),
+    );
+
+    // A stateless request fails over from the failing member without the Responses API.
+    mock.reset();
+    script_mock(&mock, P::OpenAi);
+    let failover = run_sdk(P::OpenAi, &proxy.url, "chat-failover", "responses").await;
+    let f = &failover["responses"];
+    c.check(
+        f["exception"].is_null(),
+        "failover",
+        format_args!("the SDK raised {}", f["exception"]),
+    );
+    c.eq(
+        "failover",
+        "x-switchyard-channel",
+        &f["channel"],
+        "up-openai",
+    );
+    c.eq("failover", "x-switchyard-attempts", &f["attempts"], "2");
+    c.eq("failover", "text", &f["text"], P::OpenAi.text());
+    let paths: Vec<String> = mock.requests().iter().map(|r| r.path.clone()).collect();
+    c.check(
+        paths == ["/v1/chat/completions", "/v1/responses"],
+        "failover",
+        format_args!("upstream paths {paths:?}"),
+    );
+    c.finish(&format!(
+        "served: {got:#}\nrefused: {refused:#}\ncontinued: {continued:#}\nfailover: {failover:#}"
+    ));
+}

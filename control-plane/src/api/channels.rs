@@ -63,6 +63,9 @@ pub struct ChannelView {
     pub retry_error_patterns: Vec<String>,
     #[sqlx(json)]
     pub headers: BTreeMap<String, String>,
+    /// Whether the upstream has the OpenAI Responses API; `false` only on `openai` and `azure`
+    /// channels, whose Responses requests are then translated into Chat Completions.
+    pub responses_api: bool,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -83,7 +86,7 @@ fn columns() -> String {
          capabilities, retry_status_codes, retry_error_patterns, \
          (SELECT COALESCE(jsonb_object_agg(key, CASE WHEN char_length(value) >= 12 \
                  THEN '****' || right(value, 4) ELSE '****' END), '{{}}'::jsonb) \
-          FROM jsonb_each_text(headers)) AS headers, \
+          FROM jsonb_each_text(headers)) AS headers, responses_api, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
@@ -119,6 +122,10 @@ pub struct ChannelCreate {
     pub retry_status_codes: Option<Vec<i64>>,
     pub retry_error_patterns: Option<Vec<String>>,
     pub headers: Option<BTreeMap<String, String>>,
+    /// `false` for an OpenAI-compatible upstream without the Responses API (`/v1/responses`):
+    /// Responses requests are translated into Chat Completions for it. `openai` and `azure`
+    /// only; default `true`.
+    pub responses_api: Option<bool>,
 }
 
 /// Any subset of the create fields; `max_concurrency: null` clears the limit.
@@ -140,6 +147,10 @@ pub struct ChannelPatch {
     pub retry_status_codes: Option<Vec<i64>>,
     pub retry_error_patterns: Option<Vec<String>>,
     pub headers: Option<BTreeMap<String, String>>,
+    /// `false` for an OpenAI-compatible upstream without the Responses API (`/v1/responses`):
+    /// Responses requests are translated into Chat Completions for it. `openai` and `azure`
+    /// only; default `true`.
+    pub responses_api: Option<bool>,
 }
 
 /// A validated channel, ready to write.
@@ -154,6 +165,7 @@ struct ChannelSpec {
     retry_status_codes: Vec<i32>,
     retry_error_patterns: Vec<String>,
     headers: BTreeMap<String, String>,
+    responses_api: bool,
 }
 
 fn parse_provider(value: &str) -> ApiResult<Provider> {
@@ -244,6 +256,15 @@ impl ChannelSpec {
                 ));
             }
         }
+        if !self.responses_api && !matches!(self.provider, Provider::Openai | Provider::Azure) {
+            return Err(ApiError::validation(
+                "responses_api",
+                format!(
+                    "responses_api: only openai and azure channels can be without the Responses API, not {}",
+                    self.provider.as_str()
+                ),
+            ));
+        }
         self.capabilities.validate("capabilities")?;
         for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
             if pattern.is_empty() {
@@ -319,6 +340,7 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
             retry_status_codes: status_codes(raw.retry_status_codes.unwrap_or_default())?,
             retry_error_patterns: raw.retry_error_patterns.unwrap_or_default(),
             headers: raw.headers.unwrap_or_default(),
+            responses_api: raw.responses_api.unwrap_or(true),
         }
         .validate()
     }
@@ -372,6 +394,7 @@ impl ChannelSpec {
                 .retry_error_patterns
                 .unwrap_or_else(|| current.retry_error_patterns.clone()),
             headers: patch.headers.unwrap_or(secrets.headers),
+            responses_api: patch.responses_api.unwrap_or(current.responses_api),
         }
         .validate()
     }
@@ -391,6 +414,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
         "retry_status_codes": spec.retry_status_codes,
         "retry_error_patterns": spec.retry_error_patterns,
         "header_names": spec.headers.keys().collect::<Vec<_>>(),
+        "responses_api": spec.responses_api,
     })
 }
 
@@ -425,8 +449,8 @@ pub(super) async fn create_in<'c>(
     let mut tx = db.begin().await?;
     let sql = format!(
         "INSERT INTO channels (name, provider, base_url, status, auto_ban, max_concurrency, \
-         capabilities, retry_status_codes, retry_error_patterns, headers) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {}",
+         capabilities, retry_status_codes, retry_error_patterns, headers, responses_api) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
         columns()
     );
     let view = sqlx::query_as::<_, ChannelView>(&sql)
@@ -440,6 +464,7 @@ pub(super) async fn create_in<'c>(
         .bind(&spec.retry_status_codes)
         .bind(&spec.retry_error_patterns)
         .bind(sqlx::types::Json(&spec.headers))
+        .bind(spec.responses_api)
         .fetch_one(&mut *tx)
         .await?;
     record_status_event(&mut tx, view.id, None, spec.status, "created", actor).await?;
@@ -490,7 +515,8 @@ pub(super) async fn patch_in<'c>(
     let sql = format!(
         "UPDATE channels SET name = $2, provider = $3, base_url = $4, status = $5, auto_ban = $6, \
          max_concurrency = $7, capabilities = $8, retry_status_codes = $9, \
-         retry_error_patterns = $10, headers = $11, updated_at = now() WHERE id = $1 RETURNING {}",
+         retry_error_patterns = $10, headers = $11, responses_api = $12, updated_at = now() \
+         WHERE id = $1 RETURNING {}",
         columns()
     );
     let view = sqlx::query_as::<_, ChannelView>(&sql)
@@ -505,6 +531,7 @@ pub(super) async fn patch_in<'c>(
         .bind(&spec.retry_status_codes)
         .bind(&spec.retry_error_patterns)
         .bind(sqlx::types::Json(&spec.headers))
+        .bind(spec.responses_api)
         .fetch_one(&mut *tx)
         .await?;
     if before != spec.status {

@@ -295,6 +295,28 @@ def s_responses_tool_result():
     return {"first_call_id": call.call_id, **response_result(raw)}
 
 
+def s_responses_schema():
+    # Structured output: a JSON schema for the answer's text.
+    raw = client.responses.with_raw_response.create(
+        model=MODEL,
+        input=response_input("responses_schema"),
+        text={
+            "format": {
+                "type": "json_schema",
+                "name": "weather",
+                "strict": True,
+                "schema": {
+                    "type": "object",
+                    "properties": {"summary": {"type": "string"}},
+                    "required": ["summary"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+    )
+    return response_result(raw)
+
+
 def s_responses_continued():
     raw = client.responses.with_raw_response.create(
         model=MODEL, input=response_input("responses_continued"), previous_response_id="resp_123"

@@ -483,6 +483,15 @@ impl RawChannel {
                 ));
             }
         }
+        if !self.responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
+            return Err(err(
+                format!("{at}.responses_api"),
+                format!(
+                    "only openai and azure channels can be without the Responses API, not {}",
+                    provider.as_str()
+                ),
+            ));
+        }
         Ok(Channel {
             id: channel_ids.or_next(self.id),
             name: self.name.trim().to_owned(),
@@ -497,6 +506,7 @@ impl RawChannel {
             retry_error_patterns: self.retry_error_patterns,
             headers,
             secrets_withheld: false,
+            responses_api: self.responses_api,
         })
     }
 }

@@ -97,6 +97,11 @@ pub struct RawChannel {
     pub retry_error_patterns: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// `openai` and `azure` only: `false` for an OpenAI-compatible upstream without the
+    /// Responses API (`/v1/responses`), whose Responses requests are then translated into Chat
+    /// Completions.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub responses_api: bool,
     /// `provider: mock` only: the simulation's behaviour. Never written (an export gives the
     /// equivalent `mock://` base_url).
     #[serde(default, skip_serializing)]
@@ -407,6 +412,42 @@ mod tests {
         let parts = config.into_parts(1, &|_| None).unwrap();
         assert_eq!(parts.routes[0].members[0].id, 3);
         assert_eq!(parts.channels[0].credentials.len(), 2);
+    }
+
+    #[test]
+    fn a_channel_without_the_responses_api_reads_back_and_compiles() {
+        let file = FILE.replace(
+            "  - secret: ${KEY_B}\n    enabled: false\n",
+            "  - secret: ${KEY_B}\n    enabled: false\n  responses_api: false\n",
+        );
+        let config = parse_raw(&file).unwrap();
+        assert!(!config.channels[0].responses_api);
+        assert_eq!(to_yaml(&config).unwrap(), file);
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        assert!(!parts.channels[0].responses_api);
+        assert!(parts.channels[0].chat_completions_only());
+        // Absent: the Responses API is there.
+        let parts = parse_raw(FILE).unwrap().into_parts(1, &|_| None).unwrap();
+        assert!(parts.channels[0].responses_api);
+        let azure = file.replace("provider: openai", "provider: azure");
+        let parts = parse_raw(&azure).unwrap().into_parts(1, &|_| None).unwrap();
+        assert!(parts.channels[0].chat_completions_only());
+    }
+
+    #[test]
+    fn only_openai_and_azure_channels_can_be_without_the_responses_api() {
+        let file = FILE.replace(
+            "  - secret: ${KEY_B}\n    enabled: false\n",
+            "  - secret: ${KEY_B}\n    enabled: false\n  responses_api: false\n",
+        );
+        for provider in ["anthropic", "gemini"] {
+            let e = parse_raw(&file.replace("provider: openai", &format!("provider: {provider}")))
+                .unwrap()
+                .into_parts(1, &|_| None)
+                .unwrap_err();
+            assert_eq!(e.path, "channels[0].responses_api");
+            assert!(e.message.contains(provider), "{e}");
+        }
     }
 
     #[test]

@@ -223,12 +223,43 @@ pub struct Channel {
     /// never selected (`secrets_withheld`).
     #[serde(default)]
     pub secrets_withheld: bool,
+    /// Whether the upstream has the OpenAI Responses API (`/v1/responses`). An `openai` or
+    /// `azure` channel without it (`false`: an OpenAI-compatible server that speaks only Chat
+    /// Completions) serves Responses requests translated into Chat Completions. Always true for
+    /// other providers.
+    #[serde(default = "responses_api_default")]
+    pub responses_api: bool,
+}
+
+fn responses_api_default() -> bool {
+    true
 }
 
 /// Default `max_concurrency` when a channel declares none.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 64;
 
+/// The [`RequestNeeds::unsupported_providers`] bit of OpenAI-protocol channels without the
+/// Responses API: set for a Responses request that Chat Completions cannot express.
+pub const CHAT_COMPLETIONS_ONLY_BIT: u8 = 8;
+
 impl Channel {
+    /// Whether this channel speaks OpenAI's protocol but has no Responses API, so Responses
+    /// requests reach it translated into Chat Completions.
+    pub fn chat_completions_only(&self) -> bool {
+        !self.responses_api && matches!(self.provider, Provider::Openai | Provider::Azure)
+    }
+
+    /// This channel's bits in [`RequestNeeds::unsupported_providers`]: its provider's protocol
+    /// bit, plus [`CHAT_COMPLETIONS_ONLY_BIT`] for an OpenAI-protocol channel without the
+    /// Responses API (what OpenAI's protocol cannot express, it cannot either).
+    pub fn protocol_bits(&self) -> u8 {
+        if self.chat_completions_only() {
+            self.provider.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT
+        } else {
+            self.provider.protocol_bit()
+        }
+    }
+
     pub fn concurrency_limit(&self) -> u32 {
         self.max_concurrency
             .filter(|limit| *limit > 0)

@@ -190,7 +190,7 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
                     if too_long(caps, needs) {
                         reasons.insert(Reason::ContextTooLong);
                     }
-                    if needs.unsupported_providers & ch.provider.protocol_bit() != 0 {
+                    if needs.unsupported_providers & ch.protocol_bits() != 0 {
                         reasons.insert(Reason::ProtocolUnsupported);
                     }
                 }

@@ -296,3 +296,50 @@ fn snapshot_gives_back_its_parts() {
     assert_eq!(rebuilt.revision, 42);
     assert_eq!(rebuilt.member(12).unwrap().0.id, 10);
 }
+
+#[test]
+fn only_an_openai_protocol_channel_without_the_responses_api_is_chat_completions_only() {
+    let mut ch = support::channel(1);
+    assert!(!ch.chat_completions_only());
+    assert_eq!(ch.protocol_bits(), Provider::Openai.protocol_bit());
+    ch.responses_api = false;
+    assert!(ch.chat_completions_only());
+    assert_eq!(
+        ch.protocol_bits(),
+        Provider::Openai.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT
+    );
+    ch.provider = Provider::Azure;
+    assert!(ch.chat_completions_only());
+    assert_eq!(
+        ch.protocol_bits(),
+        Provider::Azure.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT
+    );
+    // The bit is no provider's.
+    for p in [
+        Provider::Openai,
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::Mock,
+    ] {
+        assert_eq!(p.protocol_bit() & CHAT_COMPLETIONS_ONLY_BIT, 0);
+    }
+    for p in [
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::Vertex,
+        Provider::Bedrock,
+        Provider::Mock,
+    ] {
+        ch.provider = p;
+        assert!(!ch.chat_completions_only(), "{p:?}");
+        assert_eq!(ch.protocol_bits(), p.protocol_bit(), "{p:?}");
+    }
+}
+
+#[test]
+fn responses_api_defaults_to_true_when_absent_from_json() {
+    let mut v = serde_json::to_value(support::channel(1)).unwrap();
+    v.as_object_mut().unwrap().remove("responses_api");
+    let ch: Channel = serde_json::from_value(v).unwrap();
+    assert!(ch.responses_api);
+}

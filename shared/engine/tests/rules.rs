@@ -1676,3 +1676,34 @@ fn an_exact_pick_gives_the_chosen_member_all_the_probability() {
     assert_eq!(json["via"], "cooling_fallback");
     assert_eq!((probability(&json, 1), probability(&json, 2)), (1.0, 0.0));
 }
+
+#[test]
+fn a_chat_completions_only_member_is_skipped_for_what_chat_completions_cannot_express() {
+    let mut w = two_members();
+    w.channel_mut(1).responses_api = false;
+    let responses_only = SelectionConstraint {
+        needs: RequestNeeds {
+            unsupported_providers: CHAT_COMPLETIONS_ONLY_BIT,
+            ..Default::default()
+        },
+        ..constraint()
+    };
+    assert_eq!(reasons(&w, &responses_only, 1), ["protocol_unsupported"]);
+    assert!(reasons(&w, &responses_only, 2).is_empty());
+    for seed in 0..20 {
+        assert_eq!(chosen(&w, &responses_only, seed), Some(2));
+    }
+    // What OpenAI's protocol cannot express, it cannot either.
+    let not_openai = SelectionConstraint {
+        needs: RequestNeeds {
+            unsupported_providers: Provider::Openai.protocol_bit(),
+            ..Default::default()
+        },
+        ..constraint()
+    };
+    assert_eq!(reasons(&w, &not_openai, 1), ["protocol_unsupported"]);
+    assert_eq!(reasons(&w, &not_openai, 2), ["protocol_unsupported"]);
+    // The flag means nothing on another protocol's channel.
+    w.channel_mut(1).provider = Provider::Anthropic;
+    assert!(reasons(&w, &responses_only, 1).is_empty());
+}

@@ -186,6 +186,7 @@ fn channel_to_proto(c: &Channel) -> v1::Channel {
             })
             .collect(),
         secrets_withheld: c.secrets_withheld,
+        chat_completions_only: !c.responses_api,
     }
 }
 
@@ -535,6 +536,15 @@ fn channel_from_proto(
             ))
         }
     };
+    if w.chat_completions_only && !matches!(provider, Provider::Openai | Provider::Azure) {
+        return Err(invalid(
+            format!("{path}.chat_completions_only"),
+            format!(
+                "only openai and azure channels can lack the Responses API, not {}",
+                provider.as_str()
+            ),
+        ));
+    }
     let mut credentials = Vec::with_capacity(w.credentials.len());
     for (i, c) in w.credentials.into_iter().enumerate() {
         let cpath = format!("{path}.credentials[{i}]");
@@ -581,6 +591,7 @@ fn channel_from_proto(
         retry_error_patterns: w.retry_error_patterns,
         headers: w.headers.into_iter().map(|h| (h.name, h.value)).collect(),
         secrets_withheld: w.secrets_withheld,
+        responses_api: !w.chat_completions_only,
     })
 }
 
@@ -717,6 +728,7 @@ mod tests {
             retry_error_patterns: vec!["overloaded".into()],
             headers: vec![("x-org".into(), "acme".into())],
             secrets_withheld: false,
+            responses_api: false,
         };
         let route = Route {
             id: 5,
@@ -844,6 +856,15 @@ mod tests {
     }
 
     #[test]
+    fn only_openai_protocol_channels_can_be_chat_completions_only() {
+        assert!(snapshot_to_proto(&sample(), 1).channels[0].chat_completions_only);
+        rejects(
+            |w| w.channels[0].provider = provider_to_proto(Provider::Anthropic) as i32,
+            "channels[0].chat_completions_only",
+        );
+    }
+
+    #[test]
     fn every_provider_round_trips() {
         for provider in [
             Provider::Openai,
@@ -856,9 +877,14 @@ mod tests {
         ] {
             let mut wire = snapshot_to_proto(&sample(), 1);
             wire.channels[0].provider = provider_to_proto(provider) as i32;
+            let openai_protocol = matches!(provider, Provider::Openai | Provider::Azure);
+            if !openai_protocol {
+                wire.channels[0].chat_completions_only = false;
+            }
             let back = snapshot_from_proto(wire).unwrap();
             let channel = back.channels().next().unwrap();
             assert_eq!(channel.provider, provider);
+            assert_eq!(channel.chat_completions_only(), openai_protocol);
         }
         assert_eq!(v1::Provider::Azure as i32, 5, "a wire number never changes");
         assert_eq!(

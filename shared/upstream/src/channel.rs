@@ -589,6 +589,7 @@ mod tests {
             retry_error_patterns: vec![],
             headers: vec![("x-extra".into(), "1".into())],
             secrets_withheld: false,
+            responses_api: true,
         }
     }
 

@@ -103,6 +103,7 @@ fn channel(provider: Provider, base_url: &str) -> Channel {
         retry_error_patterns: vec![],
         headers: vec![("x-extra".into(), "1".into())],
         secrets_withheld: false,
+        responses_api: true,
     }
 }
 

@@ -64,6 +64,7 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
             retry_status_codes: c.retry_status_codes.clone(),
             retry_error_patterns: c.retry_error_patterns.clone(),
             headers: c.headers.iter().cloned().collect(),
+            responses_api: c.responses_api,
             mock: None,
         })
         .collect();

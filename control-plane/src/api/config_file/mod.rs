@@ -569,7 +569,7 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("member", "weight") => json!(1),
         ("member", "priority") => json!(0),
         ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
-        ("member" | "route" | "token", "enabled") => json!(true),
+        ("member" | "route" | "token", "enabled") | ("channel", "responses_api") => json!(true),
         ("member", "canary")
         | ("channel", "auto_ban")
         | ("team", "disable_failover")

@@ -228,7 +228,8 @@ pub(super) async fn write(
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO channels (name, provider, base_url, status, auto_ban, \
                      max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
-                     headers) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+                     headers, responses_api) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
                 )
                 .bind(&channel.name)
                 .bind(&channel.provider)
@@ -246,6 +247,7 @@ pub(super) async fn write(
                 )
                 .bind(&channel.retry_error_patterns)
                 .bind(sqlx::types::Json(&channel.headers))
+                .bind(channel.responses_api)
                 .fetch_one(&mut *tx)
                 .await?;
                 record_status_event(tx, id, None, wanted, "created", actor).await?;
@@ -267,7 +269,7 @@ pub(super) async fn write(
                     "UPDATE channels SET provider = $2, base_url = $3, status = $4, \
                      auto_ban = $5, max_concurrency = $6, capabilities = $7, \
                      retry_status_codes = $8, retry_error_patterns = $9, headers = $10, \
-                     updated_at = now() WHERE id = $1",
+                     responses_api = $11, updated_at = now() WHERE id = $1",
                 )
                 .bind(id)
                 .bind(&channel.provider)
@@ -285,6 +287,7 @@ pub(super) async fn write(
                 )
                 .bind(&channel.retry_error_patterns)
                 .bind(sqlx::types::Json(&channel.headers))
+                .bind(channel.responses_api)
                 .execute(&mut *tx)
                 .await?;
                 if status != current {

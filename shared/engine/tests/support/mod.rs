@@ -24,6 +24,7 @@ pub fn channel(id: ChannelId) -> Channel {
         retry_error_patterns: vec![],
         headers: vec![],
         secrets_withheld: false,
+        responses_api: true,
     }
 }
 

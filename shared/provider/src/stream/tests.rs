@@ -1028,3 +1028,31 @@ fn null_usage_spans_take_their_comma() {
     assert_eq!(cut(r#"{"usage":{"a":1}}"#), None);
     assert_eq!(cut(r#"{"t":"say \"usage\":null"}"#), None);
 }
+
+#[test]
+fn chat_completions_streams_to_the_responses_event_sequence() {
+    // `finish_reason: length`: the response is incomplete.
+    let events = responses_events(O, OPENAI_TEXT);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.incomplete"));
+    let text: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(text, "Hello é");
+    let done = &events[names.len() - 1].1["response"];
+    assert_eq!(done["status"], "incomplete");
+    assert_eq!(done["store"], false);
+    assert_eq!(done["usage"]["input_tokens"], 9);
+    assert_eq!(done["usage"]["output_tokens"], 3);
+
+    let events = responses_events(O, OPENAI_TOOL_FIRST);
+    assert_eq!(events[events.len() - 1].0, "response.completed");
+    let done = &events[events.len() - 1].1["response"];
+    assert_eq!(done["output"][0]["type"], "function_call");
+    assert_eq!(done["output"][0]["call_id"], "call_abc");
+    assert_eq!(done["output"][0]["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(done["output"][1]["name"], "get_time");
+}

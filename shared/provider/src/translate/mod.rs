@@ -638,11 +638,12 @@ impl ChatRequest {
     }
 
     /// Records `feature` as something no other protocol than the client's can serve: members
-    /// that would need translation become unsupported for this request, naming it.
+    /// that would need translation become unsupported for this request, naming it (for a
+    /// Responses API request, members taking it as Chat Completions too).
     pub fn keep_to_own_protocol(&mut self, feature: &str) {
         let others: Vec<Protocol> = [Protocol::OpenAi, ANTHROPIC, GEMINI]
             .into_iter()
-            .filter(|p| *p != self.protocol)
+            .filter(|p| self.responses || *p != self.protocol)
             .collect();
         self.ir.block(feature, &others, false);
     }
@@ -707,6 +708,35 @@ impl ChatRequest {
             }
         };
         to_vec(&v)
+    }
+
+    /// The first feature of this Responses API request that Chat Completions cannot express
+    /// (stored state, background runs, built-in tools, …), for an OpenAI-compatible member that
+    /// has no Responses API. None for every other request.
+    pub fn unsupported_for_chat_completions(&self) -> Option<String> {
+        if !self.responses {
+            return None;
+        }
+        self.ir.first_blocked(Protocol::OpenAi, false)
+    }
+
+    /// This Responses API request as a Chat Completions body for `upstream_model` (streaming
+    /// bodies ask for the final usage chunk), for an OpenAI-compatible member that has no
+    /// Responses API. Refused for other requests, and for a Responses request using a feature
+    /// Chat Completions cannot express.
+    pub fn to_chat_completions_body(
+        &self,
+        upstream_model: &str,
+    ) -> Result<Vec<u8>, TranslateError> {
+        if !self.responses {
+            return Err(TranslateError::Unsupported(
+                "a Chat Completions body from anything but a Responses API request".into(),
+            ));
+        }
+        if let Some(f) = self.unsupported_for_chat_completions() {
+            return Err(TranslateError::Unsupported(f));
+        }
+        to_vec(&openai::emit_request(&self.ir, upstream_model, self.stream))
     }
 
     /// A count-tokens body for `target` (Anthropic `/v1/messages/count_tokens`, Gemini

@@ -1,23 +1,27 @@
 //! The OpenAI Responses API (`POST /v1/responses`) as a client protocol towards Anthropic and
-//! Gemini members: request items into the neutral form, a neutral answer into a `response`
-//! object. An OpenAI member is called on its own Responses API (passthrough), so nothing here
-//! renders a Responses request or reads a Responses answer.
+//! Gemini members, and towards OpenAI-compatible members that speak only Chat Completions:
+//! request items into the neutral form, a neutral answer into a `response` object. An OpenAI
+//! member with the Responses API is called on it (passthrough), so nothing here renders a
+//! Responses request or reads a Responses answer.
 
 use serde_json::{json, Map, Value};
 
 use super::openai::media_from_url;
 use super::{
     joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
-    Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI,
+    Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
 };
 use super::{Finish, Resp};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 
-const OTHERS: &[crate::Protocol] = &[ANTHROPIC, GEMINI];
+/// Every chat protocol: what only the Responses API can do is blocked for all of them, OpenAI's
+/// Chat Completions included (a Responses request reaches OpenAI's chat protocol only for a
+/// member without the Responses API; see [`super::ChatRequest::to_chat_completions_body`]).
+const OTHERS: &[crate::Protocol] = &[OPENAI, ANTHROPIC, GEMINI];
 
-/// Parses a Responses request body into `ir`. What only OpenAI can do (stored state, background
-/// runs, built-in tools, …) is recorded as a feature the other protocols cannot express.
+/// Parses a Responses request body into `ir`. What only the Responses API can do (stored state,
+/// background runs, built-in tools, …) is recorded as a feature no chat protocol can express.
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
     let v = Value::Object(body.clone());
     if let Some(instructions) = v.get("instructions").filter(|i| !i.is_null()) {

@@ -296,3 +296,148 @@ fn a_streamed_request_is_translatable() {
         true
     );
 }
+
+// A member that speaks only Chat Completions (an OpenAI-compatible server without the Responses
+// API): the Responses request goes out as a Chat Completions body, the answer comes back as a
+// `response` object.
+
+fn chat_body(body: Value) -> Value {
+    let r = parse(body);
+    serde_json::from_slice(&r.to_chat_completions_body("up-model").unwrap()).unwrap()
+}
+
+#[test]
+fn a_responses_request_renders_as_chat_completions_with_tools_results_and_schema() {
+    let b = chat_body(json!({"model": "m", "instructions": "be brief",
+        "input": [
+            {"role": "user", "content": "weather in Paris?"},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+             "arguments": "{\"city\":\"Paris\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+        ],
+        "tools": [{"type": "function", "name": "get_weather", "description": "d",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        "text": {"format": {"type": "json_schema", "name": "w", "strict": true,
+                 "schema": {"type": "object", "properties": {"t": {"type": "string"}}}}},
+        "max_output_tokens": 40, "store": false}));
+    assert_eq!(b["model"], "up-model");
+    assert_eq!(
+        b["messages"][0],
+        json!({"role": "system", "content": "be brief"})
+    );
+    assert_eq!(b["messages"][1]["role"], "user");
+    assert_eq!(b["messages"][2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(
+        b["messages"][2]["tool_calls"][0]["function"]["name"],
+        "get_weather"
+    );
+    assert_eq!(
+        b["messages"][3],
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"})
+    );
+    assert_eq!(b["tools"][0]["type"], "function");
+    assert_eq!(b["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(b["response_format"]["type"], "json_schema");
+    assert_eq!(b["response_format"]["json_schema"]["name"], "w");
+    assert_eq!(b["max_completion_tokens"], 40);
+    assert!(b.get("input").is_none() && b.get("store").is_none(), "{b}");
+}
+
+#[test]
+fn a_streamed_responses_request_asks_chat_completions_for_usage() {
+    let r = ChatRequest::parse_responses(
+        json!({"model": "m", "input": "hi", "stream": true})
+            .to_string()
+            .as_bytes(),
+        "client-model",
+        false,
+    )
+    .unwrap();
+    let b: Value = serde_json::from_slice(&r.to_chat_completions_body("up").unwrap()).unwrap();
+    assert_eq!(b["stream"], true);
+    assert_eq!(b["stream_options"]["include_usage"], true);
+}
+
+#[test]
+fn what_only_the_responses_api_does_is_refused_for_chat_completions_by_name() {
+    for (extra, feature) in [
+        (
+            json!({"previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (json!({"background": true}), "background"),
+        (
+            json!({"tools": [{"type": "web_search"}]}),
+            "built-in tool web_search",
+        ),
+    ] {
+        let mut body = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = parse(body);
+        assert_eq!(
+            r.unsupported_for_chat_completions().as_deref(),
+            Some(feature)
+        );
+        assert!(r.to_chat_completions_body("up").is_err());
+        // A member with the Responses API still takes it as it is.
+        assert_eq!(r.unsupported_for(O), None);
+    }
+    assert_eq!(
+        parse(json!({"model": "m", "input": "hi"})).unsupported_for_chat_completions(),
+        None
+    );
+}
+
+#[test]
+fn only_a_responses_request_renders_as_chat_completions() {
+    let chat = ChatRequest::parse(
+        O,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "logit_bias": {"1": 1}})
+        .to_string()
+        .as_bytes(),
+        "m",
+        false,
+    )
+    .unwrap();
+    assert_eq!(chat.unsupported_for_chat_completions(), None);
+    assert!(chat.to_chat_completions_body("up").is_err());
+}
+
+#[test]
+fn a_chat_completions_answer_reads_back_as_a_response_object() {
+    let (r, u) = answer(
+        O,
+        json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "up",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "checking",
+                "tool_calls": [{"id": "call_9", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}),
+    );
+    assert_eq!(r["object"], "response");
+    assert_eq!(r["store"], false);
+    assert_eq!(r["model"], "client-model");
+    assert_eq!(r["output"][0]["content"][0]["text"], "checking");
+    assert_eq!(r["output"][1]["type"], "function_call");
+    assert_eq!(r["output"][1]["call_id"], "call_9");
+    assert_eq!(r["output"][1]["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(r["usage"]["input_tokens"], 11);
+    assert_eq!(r["usage"]["output_tokens"], 4);
+    assert_eq!(u.input_tokens, 11);
+}
+
+#[test]
+fn a_request_kept_to_its_own_protocol_is_not_sent_as_chat_completions() {
+    let mut r = parse(json!({"model": "m", "input": "hi"}));
+    r.keep_to_own_protocol("stored responses (`store`)");
+    assert_eq!(
+        r.unsupported_for_chat_completions().as_deref(),
+        Some("stored responses (`store`)")
+    );
+    assert!(r.unsupported_for(A).is_some());
+    // A member with the Responses API still takes it.
+    assert_eq!(r.unsupported_for(O), None);
+}
