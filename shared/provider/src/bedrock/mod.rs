@@ -414,7 +414,8 @@ impl StreamConverter {
     }
 
     /// Converts the messages `bytes` completes, appending Anthropic SSE events to `out`; on a
-    /// framing error, the messages complete before it are still converted.
+    /// framing error, the messages complete before it are still converted, and bytes after the
+    /// stream's end are never read (however the bytes were split, the outcome is the same).
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), eventstream::FrameError> {
         let mut messages = Vec::new();
         let decoded = self.decoder.push(bytes, &mut messages);
@@ -423,6 +424,9 @@ impl StreamConverter {
                 break;
             }
             self.message(message, out);
+        }
+        if self.done {
+            return Ok(());
         }
         decoded
     }

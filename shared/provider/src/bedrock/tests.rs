@@ -227,6 +227,15 @@ fn an_exception_mid_stream_is_an_error_event_and_a_cut_stream_fails() {
     let mut out = Vec::new();
     c.push(&wire, &mut out).unwrap();
     assert!(c.done());
+    // Bytes after the stream's end are not read: broken framing there changes nothing, whether
+    // it arrives with the end or after it (found by fuzzing).
+    let mut garbled = wire.clone();
+    garbled.extend_from_slice(&[0xff; 16]);
+    let mut with_garbage = Vec::new();
+    StreamConverter::new("m", "i")
+        .push(&garbled, &mut with_garbage)
+        .unwrap();
+    assert_eq!(with_garbage, out);
     let events = sse_events(&out);
     let (name, error) = events.last().unwrap();
     assert_eq!(name, "error");
