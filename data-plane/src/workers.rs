@@ -163,7 +163,9 @@ mod tests {
         assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
         // A plain listener of another program on a port.
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let taken = bind(other.local_addr().unwrap(), 1).map(|_| ()).unwrap_err();
+        let taken = bind(other.local_addr().unwrap(), 1)
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
         // Once it is gone, the port binds.
         let freed = other.local_addr().unwrap();

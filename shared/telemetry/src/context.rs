@@ -35,9 +35,12 @@ pub fn ids(span: &tracing::Span) -> Option<(String, String)> {
     }
     let cx = span.context();
     let context = cx.span().span_context().clone();
-    context
-        .is_valid()
-        .then(|| (context.trace_id().to_string(), context.span_id().to_string()))
+    context.is_valid().then(|| {
+        (
+            context.trace_id().to_string(),
+            context.span_id().to_string(),
+        )
+    })
 }
 
 /// The `traceparent` / `tracestate` to send upstream from inside `span`: the span's own context
