@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
-    count_tokens_response, parse_count_tokens_response, response_usage, translate_error_body,
-    translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
+    answer_meta, count_tokens_response, parse_count_tokens_response, response_usage,
+    translate_error_body, translate_response, translate_responses_answer, Protocol,
+    StreamTranslator, Usage,
 };
 use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
@@ -469,6 +470,10 @@ impl Attempt<'_> {
                 ))
             }
         }
+        let span = tracing::Span::current();
+        if !span.is_disabled() && self.call.local.is_none() {
+            record_answer(&span, self.call.upstream, &body);
+        }
         let mut usage = None;
         // A local answer is already in the client's shape.
         if self.call.translated() && self.call.local.is_none() {
@@ -517,6 +522,10 @@ impl Attempt<'_> {
                 usage = Some(response_usage(self.call.upstream, &body));
             }
             response.body = Body::from(body);
+        }
+        if let (false, Some(usage)) = (span.is_disabled(), usage) {
+            span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
+            span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
         }
         Outcome::Committed(Committed {
             response,
@@ -811,6 +820,25 @@ struct GeminiCandidate<'a> {
 struct GeminiContent<'a> {
     #[serde(borrow, default)]
     parts: Option<&'a RawValue>,
+}
+
+/// The answer's id, model and finish reasons on the attempt's span (GenAI conventions); the
+/// content is never read into it.
+fn record_answer(span: &tracing::Span, upstream: Protocol, body: &[u8]) {
+    let meta = answer_meta(upstream, body);
+    if let Some(id) = &meta.id {
+        span.record("gen_ai.response.id", id.as_str());
+    }
+    if let Some(model) = &meta.model {
+        span.record("gen_ai.response.model", model.as_str());
+    }
+    if !meta.finish_reasons.is_empty() {
+        switchyard_telemetry::context::set_strings(
+            span,
+            "gen_ai.response.finish_reasons",
+            meta.finish_reasons,
+        );
+    }
 }
 
 fn check_body(endpoint: Endpoint, upstream: Protocol, body: &[u8]) -> BodyCheck {

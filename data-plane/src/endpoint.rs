@@ -85,6 +85,18 @@ impl Endpoint {
         }
     }
 
+    /// The OpenTelemetry GenAI `gen_ai.operation.name`: the conventions' own names where one
+    /// fits (`chat`, `generate_content`, `text_completion`, `embeddings`), else the label.
+    pub fn genai_operation(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::Responses => "chat",
+            Endpoint::GeminiGenerate => "generate_content",
+            Endpoint::Completions => "text_completion",
+            Endpoint::Embeddings => "embeddings",
+            other => other.label(),
+        }
+    }
+
     /// Low-cardinality label for metrics and logs.
     pub fn label(self) -> &'static str {
         match self {

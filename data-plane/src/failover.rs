@@ -80,26 +80,44 @@ fn sticky_label(sticky: Option<Sticky>) -> Option<&'static str> {
     })
 }
 
-/// One attempt's trace span, a child of the request's (disabled unless traces are exported).
-/// Ids and the channel's name only: never the credential itself.
-fn attempt_span(picked: &Picked<'_>, credential_id: CredentialId) -> Span {
+/// One attempt's trace span, a child of the request's (disabled unless traces are exported): a
+/// GenAI client span named `{operation} {upstream model}`, with the upstream's host and port.
+/// Ids and the channel's name only: never the credential itself. The answer's id, model and
+/// finish reasons are recorded by the attempt when it reads a whole answer.
+fn attempt_span(
+    picked: &Picked<'_>,
+    runtime: &ChannelRuntime,
+    endpoint: Endpoint,
+    credential_id: CredentialId,
+) -> Span {
     if !crate::telemetry::enabled() {
         return Span::none();
     }
+    let operation = endpoint.genai_operation();
+    let model = picked.member.upstream_model.as_str();
+    let server = runtime.server();
     tracing::info_span!(
         "attempt",
+        otel.name = format!("{operation} {model}"),
         otel.kind = "client",
         otel.status_code = Empty,
         member_id = picked.member.id,
         channel_id = picked.channel.id,
         channel = picked.channel.name.as_str(),
-        upstream_model = picked.member.upstream_model.as_str(),
+        upstream_model = model,
+        gen_ai.operation.name = operation,
         gen_ai.provider.name = genai_provider(picked.channel.provider),
-        gen_ai.request.model = picked.member.upstream_model.as_str(),
+        gen_ai.request.model = model,
+        gen_ai.response.id = Empty,
+        gen_ai.response.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        server.address = server.as_ref().map(|(host, _)| host.as_str()),
+        server.port = server.as_ref().map(|(_, port)| i64::from(*port)),
         credential_id,
         canary = picked.canary,
-        status = Empty,
-        error = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
         latency_ms = Empty,
     )
 }
@@ -122,10 +140,10 @@ fn record_attempt(span: &Span, log: &AttemptLog) {
         return;
     }
     if let Some(status) = log.status {
-        span.record("status", i64::from(status));
+        span.record("http.response.status_code", i64::from(status));
     }
     if let Some(error) = log.error {
-        span.record("error", error.as_str());
+        span.record("error.type", error.as_str());
         span.record("otel.status_code", "ERROR");
     }
     span.record("latency_ms", log.latency_ms);
@@ -525,7 +543,7 @@ impl<'a> Failover<'a> {
                 idle_timeout: self.idle_timeout,
                 deadline: self.deadline,
             };
-            let span = attempt_span(picked, credential_id);
+            let span = attempt_span(picked, pick.runtime, self.req.endpoint, credential_id);
             let result = attempt.run(&mut self.rng).instrument(span.clone()).await;
             let elapsed = sent_at.elapsed();
             let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);

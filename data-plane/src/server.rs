@@ -433,7 +433,7 @@ async fn handle(
         ),
     };
     trail.trace = trace;
-    record_request(&span, &trail, &model, response.status().as_u16());
+    record_request(&span, endpoint, &trail, &model, response.status().as_u16());
     finish(
         &state,
         endpoint,
@@ -450,23 +450,25 @@ fn valid_request_id(id: &str) -> bool {
     (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The request's trace span when traces are exported (OTLP), else a disabled one: its
-/// attributes are the log line's fields (never a key, a credential or a body); each attempt is a
-/// child span (see [`crate::failover`]).
+/// The request's trace span when traces are exported (OTLP), else a disabled one: named
+/// `{operation} {model}` as the OpenTelemetry GenAI conventions name a model call (the operation
+/// alone until the model is known), with the HTTP status and the log line's fields (never a key,
+/// a credential or a body); each attempt is a child client span (see [`crate::failover`]).
 fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
     if !crate::telemetry::enabled() {
         return Span::none();
     }
     tracing::info_span!(
         "request",
-        otel.name = endpoint.path(),
+        otel.name = endpoint.genai_operation(),
         otel.kind = "server",
         otel.status_code = Empty,
         request_id,
         endpoint = endpoint.label(),
         model = Empty,
         route = Empty,
-        status = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
         attempt_count = Empty,
         switches = Empty,
         first_member = Empty,
@@ -474,11 +476,7 @@ fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
         final_channel = Empty,
         breaker_tripped = Empty,
         sticky = Empty,
-        gen_ai.operation.name = if endpoint.is_chat() {
-            "chat"
-        } else {
-            endpoint.label()
-        },
+        gen_ai.operation.name = endpoint.genai_operation(),
         gen_ai.request.model = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
@@ -486,9 +484,15 @@ fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
 }
 
 /// Integers as `i64`: the OpenTelemetry layer exports unsigned ones as strings.
-fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
+fn record_request(span: &Span, endpoint: Endpoint, trail: &Trail, model: &str, status: u16) {
     if span.is_disabled() {
         return;
+    }
+    if !model.is_empty() {
+        switchyard_telemetry::context::rename(
+            span,
+            format!("{} {model}", endpoint.genai_operation()),
+        );
     }
     span.record("model", model);
     span.record("gen_ai.request.model", model);
@@ -499,7 +503,7 @@ fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
     if let Some((_, pattern)) = &trail.route {
         span.record("route", pattern.as_str());
     }
-    span.record("status", i64::from(status));
+    span.record("http.response.status_code", i64::from(status));
     span.record("attempt_count", trail.attempts.len() as i64);
     span.record("switches", trail.attempts.len().saturating_sub(1) as i64);
     if let (Some(first), Some(last)) = (trail.attempts.first(), trail.attempts.last()) {
@@ -514,6 +518,8 @@ fn record_request(span: &Span, trail: &Trail, model: &str, status: u16) {
         span.record("sticky", sticky);
     }
     if status >= 500 {
+        // The HTTP conventions: a server span fails on 5xx only, typed by its status code.
+        span.record("error.type", status.to_string());
         span.record("otel.status_code", "ERROR");
     }
 }

@@ -202,15 +202,31 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
         .flat_map(|r| &r.scope_spans)
         .flat_map(|s| &s.spans)
         .collect();
+    // GenAI conventions: `{operation} {model}`, the client's model on the server span and
+    // the upstream's on each attempt's client span.
     let request = spans
         .iter()
-        .find(|s| s.name == "/v1/chat/completions")
-        .unwrap_or_else(|| panic!("no request span in {spans:#?}"));
+        .find(|s| s.name == "chat m" && s.kind == 2)
+        .unwrap_or_else(|| panic!("no request (server) span in {spans:#?}"));
     let a = &request.attributes;
     assert_eq!(string(a, "request_id"), request_id);
     assert_eq!(string(a, "route"), "m");
     assert_eq!(string(a, "model"), "m");
-    assert_eq!(int(a, "status"), 200);
+    assert_eq!(int(a, "http.response.status_code"), 200);
+    assert!(attr(a, "error.type").is_none());
+    // The layer's bookkeeping stays out of the spans.
+    for span in &spans {
+        for kv in span.attributes.iter() {
+            assert!(
+                !["busy_ns", "idle_ns", "target"].contains(&kv.key.as_str())
+                    && !kv.key.starts_with("thread.")
+                    && !kv.key.starts_with("code."),
+                "internal field {} on span {}",
+                kv.key,
+                span.name
+            );
+        }
+    }
     assert_eq!(int(a, "attempt_count"), 2);
     assert_eq!(int(a, "switches"), 1);
     assert_eq!(string(a, "final_channel"), "up");
@@ -221,17 +237,33 @@ async fn spans_are_exported_over_otlp_and_flushed_on_sigterm() {
 
     let mut attempts: Vec<&&Span> = spans
         .iter()
-        .filter(|s| s.name == "attempt" && s.parent_span_id == request.span_id)
+        .filter(|s| s.parent_span_id == request.span_id)
         .collect();
     attempts.sort_by_key(|s| s.start_time_unix_nano);
     assert_eq!(attempts.len(), 2, "{spans:#?}");
+    // No upstream model configured: the client's model is sent, and names the client span.
+    assert!(attempts.iter().all(|s| s.name == "chat m" && s.kind == 3));
     assert_eq!(string(&attempts[0].attributes, "channel"), "down");
-    assert_eq!(int(&attempts[0].attributes, "status"), 503);
-    assert!(!string(&attempts[0].attributes, "error").is_empty());
+    assert_eq!(
+        int(&attempts[0].attributes, "http.response.status_code"),
+        503
+    );
+    assert_eq!(
+        string(&attempts[0].attributes, "error.type"),
+        "retryable_status"
+    );
     assert_eq!(string(&attempts[1].attributes, "channel"), "up");
-    assert_eq!(int(&attempts[1].attributes, "status"), 200);
-    assert!(attr(&attempts[1].attributes, "error").is_none());
+    assert_eq!(
+        int(&attempts[1].attributes, "http.response.status_code"),
+        200
+    );
+    assert!(attr(&attempts[1].attributes, "error.type").is_none());
     assert!(attr(&attempts[1].attributes, "latency_ms").is_some());
+    assert_eq!(
+        string(&attempts[1].attributes, "gen_ai.operation.name"),
+        "chat"
+    );
+    assert!(int(&attempts[1].attributes, "gen_ai.usage.output_tokens") > 0);
     assert!(attempts
         .iter()
         .all(|s| s.trace_id == request.trace_id && s.end_time_unix_nano >= s.start_time_unix_nano));
@@ -318,8 +350,9 @@ async fn the_clients_trace_continues_and_reaches_the_upstream() {
     let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let request = spans
         .iter()
-        .find(|s| s.name == "/v1/chat/completions")
+        .find(|s| s.name == "chat m" && s.kind == 2)
         .unwrap();
+    assert_eq!(request.kind, 2, "a server span");
     assert_eq!(hex(&request.trace_id), trace_id);
     assert_eq!(
         hex(&request.parent_span_id),
@@ -329,8 +362,36 @@ async fn the_clients_trace_continues_and_reaches_the_upstream() {
     assert_eq!(string(&request.attributes, "gen_ai.request.model"), "m");
     assert_eq!(string(&request.attributes, "gen_ai.operation.name"), "chat");
     assert!(int(&request.attributes, "gen_ai.usage.output_tokens") > 0);
-    let attempt = spans.iter().find(|s| s.name == "attempt").unwrap();
+    let attempt = spans.iter().find(|s| s.name == "chat claude-x").unwrap();
     assert_eq!(hex(&attempt.span_id), parts[2]);
+    assert_eq!(attempt.kind, 3, "a client span");
+    // The upstream's address and what its answer said about itself.
+    let upstream_url: http::Uri = upstream.base_url().parse().unwrap();
+    assert_eq!(
+        string(&attempt.attributes, "server.address"),
+        upstream_url.host().unwrap()
+    );
+    assert_eq!(
+        int(&attempt.attributes, "server.port"),
+        i64::from(upstream_url.port_u16().unwrap())
+    );
+    assert_eq!(int(&attempt.attributes, "http.response.status_code"), 200);
+    assert!(string(&attempt.attributes, "gen_ai.response.id").starts_with("msg_"));
+    assert_eq!(
+        string(&attempt.attributes, "gen_ai.response.model"),
+        "claude-x"
+    );
+    match attr(&attempt.attributes, "gen_ai.response.finish_reasons") {
+        Some(Value::ArrayValue(array)) => {
+            let reasons: Vec<_> = array.values.iter().map(|v| v.value.clone()).collect();
+            assert_eq!(
+                reasons,
+                vec![Some(Value::StringValue("end_turn".into()))],
+                "{array:?}"
+            );
+        }
+        other => panic!("finish reasons: expected an array, got {other:?}"),
+    }
 
     // The request line names the trace and the request's span, so logs and traces join.
     let request_line = || {

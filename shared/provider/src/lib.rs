@@ -35,6 +35,7 @@
 pub mod bedrock;
 mod error;
 pub mod errors;
+mod meta;
 pub mod protocol;
 mod response;
 pub mod sse;
@@ -47,6 +48,7 @@ pub use errors::{
     anthropic_error_type, gateway_error_body, gemini_error_status, openai_error_type,
     stream_error_event, translate_error_body, translate_status, MAX_ERROR_MESSAGE_CHARS,
 };
+pub use meta::{answer_meta, AnswerMeta};
 pub use protocol::Protocol;
 pub use response::{translate_response, translate_responses_answer};
 pub use sse::{SseDecoder, SseEvent};

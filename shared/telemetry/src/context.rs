@@ -71,3 +71,25 @@ pub fn upstream_headers(
     }
     out
 }
+
+/// Sets a string-array attribute (such as `gen_ai.response.finish_reasons`) on `span`, which a
+/// `tracing` field cannot carry. Nothing without trace export.
+pub fn set_strings(span: &tracing::Span, key: &'static str, values: Vec<String>) {
+    use opentelemetry::{Array, StringValue, Value};
+    if !crate::enabled() || span.is_disabled() {
+        return;
+    }
+    let values: Vec<StringValue> = values.into_iter().map(StringValue::from).collect();
+    span.set_attribute(key, Value::Array(Array::String(values)));
+}
+
+/// Renames `span` once what its name needs is known (the model of a request, read from its
+/// body): `otel.name` recorded late is not applied to a span whose context already exists (a
+/// continued trace, or ids taken for the log line). Nothing without trace export.
+pub fn rename(span: &tracing::Span, name: String) {
+    use opentelemetry::trace::TraceContextExt;
+    if !crate::enabled() || span.is_disabled() {
+        return;
+    }
+    span.context().span().update_name(name);
+}

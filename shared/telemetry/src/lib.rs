@@ -143,8 +143,15 @@ pub fn init(options: Options) -> Telemetry {
     match provider(options.service_name) {
         Ok(provider) => {
             let tracer = provider.tracer(options.service_name);
+            // Spans carry what the GenAI and HTTP conventions name, and the gateway's own
+            // fields: not the layer's bookkeeping (busy/idle time, thread, source location,
+            // target), which no trace backend groups or alerts on.
             let otel = tracing_opentelemetry::layer()
                 .with_tracer(tracer)
+                .with_tracked_inactivity(false)
+                .with_threads(false)
+                .with_location(false)
+                .with_target(false)
                 .with_filter(
                     filter_fn(|meta| {
                         meta.target().starts_with("switchyard")

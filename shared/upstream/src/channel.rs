@@ -364,6 +364,22 @@ impl ChannelRuntime {
         self.provider
     }
 
+    /// The upstream's host and port, for traces (`server.address`, `server.port`): never the
+    /// base URL's userinfo or path. `None` for the simulator and for a base URL without a host.
+    pub fn server(&self) -> Option<(String, u16)> {
+        if self.mock.is_some() {
+            return None;
+        }
+        let uri: http::Uri = self.base.parse().ok()?;
+        let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+        let port = uri.port_u16().or(match uri.scheme_str() {
+            Some("https") => Some(443),
+            Some("http") => Some(80),
+            _ => None,
+        })?;
+        Some((host.to_owned(), port))
+    }
+
     pub fn credential(&self, id: CredentialId) -> Option<&CredentialRuntime> {
         self.credentials.iter().find(|c| c.id == id)
     }
@@ -710,6 +726,23 @@ mod tests {
             !req.headers().contains_key("openai-beta"),
             "translated: client headers stay"
         );
+    }
+
+    #[test]
+    fn the_server_is_the_base_urls_host_and_port_without_userinfo() {
+        let server = |url: &str| {
+            ChannelRuntime::compile(&channel(url, Provider::Openai), &|_| None).server()
+        };
+        assert_eq!(
+            server("https://user:secret@api.example.com/v1"),
+            Some(("api.example.com".to_owned(), 443))
+        );
+        assert_eq!(
+            server("http://10.0.0.7:8080"),
+            Some(("10.0.0.7".to_owned(), 8080))
+        );
+        assert_eq!(server("http://[::1]:9"), Some(("::1".to_owned(), 9)));
+        assert_eq!(server("not a url"), None);
     }
 
     fn azure(base_url: &str, api_version: Option<&str>) -> ChannelRuntime {
