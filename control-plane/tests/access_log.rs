@@ -1,6 +1,6 @@
 //! The control plane's access log: the real binary writes one JSON line per admin request
-//! (method, matched route, path, status, latency, the optional actor), never the admin token,
-//! and none for health, readiness, metrics or the console's static files.
+//! (method, matched route, path, status, latency, the actor: the admin token's name), never the
+//! admin token itself, and none for health, readiness, metrics or the console's static files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -135,7 +135,10 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
         ],
         "{lines:?}"
     );
-    assert_eq!(lines[0]["actor"], "ops-script");
+    // The token's name, with the optional header as a note; empty when no token was accepted.
+    assert_eq!(lines[0]["actor"], "bootstrap (ops-script)");
+    assert_eq!(lines[1]["actor"], "bootstrap");
+    assert_eq!(lines[3]["actor"], "");
     assert_eq!(lines[0]["route"], "/api/v1/channels");
     assert_eq!(lines[1]["route"], "/api/v1/routes/{id}");
     assert_eq!(lines[4]["route"], "unmatched");
