@@ -55,3 +55,36 @@ export async function all(path) {
 }
 
 export const dryRun = (changes) => api('POST', '/api/v1/dry-run', { changes });
+
+// Who is signed in (`GET /api/v1/whoami`): the admin token's name and role. The console hides
+// what the role cannot do; the API refuses it anyway (403), so this is convenience, not security.
+const RANK = { viewer: 1, operator: 2, admin: 3 };
+export const session = { name: null, role: null };
+
+export async function whoami() {
+  const me = await api('GET', '/api/v1/whoami');
+  session.name = me.name;
+  session.role = me.role;
+  return me;
+}
+
+export function forget() {
+  session.name = null;
+  session.role = null;
+}
+
+/** Whether the signed-in token's role is at least `role` (viewer < operator < admin). */
+export const allowed = (role) => (RANK[session.role] || 0) >= RANK[role];
+
+/**
+ * Marks `element` as needing `role`: hidden (and inert) for a lower role. Returns it.
+ * Every control that writes goes through this, so a viewer sees the data and no buttons.
+ */
+export function needs(role, element) {
+  element.dataset.needs = role;
+  if (!allowed(role)) {
+    element.hidden = true;
+    if ('disabled' in element) element.disabled = true;
+  }
+  return element;
+}

@@ -1,5 +1,5 @@
 // Entry point: sign-in, the hash router, and view lifecycle.
-import { api, token } from './api.js';
+import { forget, session, token, whoami } from './api.js';
 import { clear, h } from './dom.js';
 import * as views from './views.js';
 import * as spend from './spend.js';
@@ -41,9 +41,19 @@ async function render() {
   const root = h('div');
   clear($('view')).appendChild(root);
   if (!signedIn) {
+    forget();
+    $('whoami').textContent = '';
     $('admin-token').focus();
     return;
   }
+  if (!session.role) {
+    try { await whoami(); } catch (error) {
+      root.appendChild(h('p.alert', { role: 'alert' }, error.message));
+      return;
+    }
+  }
+  $('whoami').textContent = `${session.name} (${session.role})`;
+  document.body.dataset.role = session.role;
   const { name, params } = parseHash();
   for (const link of document.querySelectorAll('#nav a')) {
     if (link.getAttribute('href') === `#/${name}`) link.setAttribute('aria-current', 'page');
@@ -65,8 +75,9 @@ $('sign-in-form').addEventListener('submit', async (event) => {
   const value = $('admin-token').value.trim();
   $('sign-in-error').textContent = '';
   token.set(value);
+  forget();
   try {
-    await api('GET', '/api/v1/settings');
+    await whoami();
     $('admin-token').value = '';
     if (!location.hash || location.hash === '#') location.hash = '#/routes'; // renders on hashchange
     else await render();
@@ -79,11 +90,13 @@ $('sign-in-form').addEventListener('submit', async (event) => {
 
 $('sign-out').addEventListener('click', () => {
   token.clear();
+  forget();
   render();
 });
 
 window.addEventListener('switchyard:unauthorized', () => {
   token.clear();
+  forget();
   render();
 });
 window.addEventListener('hashchange', render);

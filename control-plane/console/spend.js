@@ -2,7 +2,7 @@
 // and cap it. Costs are the API's exact decimal strings wherever they are shown as figures; only
 // the chart turns them into numbers to draw. A cost the API gives as null is "unpriced" (no price
 // matched), never 0.
-import { api, all } from './api.js';
+import { api, all, needs } from './api.js';
 import { h, clear, table, fmt, bar } from './dom.js';
 import { stackedBars, MAX_SERIES } from './chart.js';
 import { editForm, deleteButton, section, heading, options } from './views.js';
@@ -266,7 +266,7 @@ export async function limits(root, params) {
       { title: 'value', render: (l) => (l.metric === 'spend' ? `${l.value} USD` : fmt(l.value)) },
       { title: 'mode', key: 'mode' },
       { title: '', render: (l) => h('span.row-actions',
-        h('button', { type: 'button', 'aria-label': `Edit limit ${l.id}`, onclick: () => openEdit(l) }, 'Edit'),
+        needs('operator', h('button', { type: 'button', 'aria-label': `Edit limit ${l.id}`, onclick: () => openEdit(l) }, 'Edit')),
         ' ',
         deleteButton('Delete', { op: 'delete', resource: 'limit', id: l.id }, () => api('DELETE', `/api/v1/limits/${l.id}`), reload)) },
     ], rows, { label: 'limits', empty: 'No limits yet.' }),
@@ -328,7 +328,7 @@ export async function prices(root, params) {
       { title: 'output', key: 'output_per_million' },
       { title: 'cached input', render: (p) => p.cached_input_per_million ?? 'as input' },
       { title: '', render: (p) => h('span.row-actions',
-        h('button', { type: 'button', 'aria-label': `Edit price ${p.id}`, onclick: () => openEdit(p) }, 'Edit'),
+        needs('operator', h('button', { type: 'button', 'aria-label': `Edit price ${p.id}`, onclick: () => openEdit(p) }, 'Edit')),
         ' ',
         deleteButton('Delete', { op: 'delete', resource: 'price', id: p.id }, () => api('DELETE', `/api/v1/prices/${p.id}`), reload)) },
     ], rows, { label: 'prices', empty: 'No prices yet: every request is unpriced.' }),

@@ -1,5 +1,5 @@
 // The console's views. Each view is `async (root, params) => cleanup?`; it renders into `root`.
-import { api, all, dryRun, ApiError } from './api.js';
+import { api, all, dryRun, ApiError, allowed, needs } from './api.js';
 import { h, clear, table, fmt, bar, generic } from './dom.js';
 
 // ---------------------------------------------------------------- forms, validation, dry-run
@@ -122,12 +122,18 @@ function showError(form, error) {
 /** A form whose submit first shows the change's dry run, and saves only when confirmed. */
 export function editForm({ title, fields, initial, change, save, onSaved, submitLabel = 'Preview change' }) {
   const preview = h('div.preview', { 'aria-live': 'polite' });
+  // Previewing is a dry run (operator); saving is a write (admin).
   const form = h('form.edit', { 'aria-label': title, novalidate: true },
     h('h3', title),
     h('div.fields', fields.map((spec) => field(spec, initial ? initial[spec.name] : spec.default))),
     h('p.form-error', { role: 'alert' }),
-    h('div.actions', h('button', { type: 'submit' }, submitLabel)),
+    h('div.actions', needs('operator', h('button', { type: 'submit' }, submitLabel))),
     preview);
+  if (!allowed('operator')) {
+    // A viewer sees an existing resource's values, read-only, and no form to create one.
+    if (initial) form.querySelectorAll('input, select, textarea').forEach((input) => { input.disabled = true; });
+    else needs('operator', form);
+  }
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     clearErrors(form);
@@ -140,7 +146,8 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
         return;
       }
       const report = await dryRun([change(body)]);
-      const saveButton = h('button.primary', { type: 'button' }, 'Save');
+      const saveButton = needs('admin', h('button.primary', { type: 'button' }, 'Save'));
+      const readOnly = allowed('admin') ? null : h('small.help.read-only', 'Saving needs the admin role.');
       const cancel = h('button', { type: 'button', onclick: () => clear(preview) }, 'Cancel');
       saveButton.addEventListener('click', async () => {
         clearErrors(form);
@@ -157,8 +164,8 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
       preview.appendChild(h('section.dry-run', { 'aria-label': 'Dry run' },
         h('h4', 'Dry run: what this change would move'),
         renderDryRun(report),
-        h('div.actions', saveButton, cancel)));
-      saveButton.focus();
+        h('div.actions', saveButton, cancel, readOnly)));
+      if (!saveButton.hidden) saveButton.focus();
     } catch (error) {
       showError(form, error);
     }
@@ -174,18 +181,19 @@ export function deleteButton(label, change, remove, onDone) {
     clear(holder);
     try {
       const report = await dryRun([change]);
-      const confirm = h('button.danger', { type: 'button' }, 'Confirm delete');
+      const confirm = needs('admin', h('button.danger', { type: 'button' }, 'Confirm delete'));
       confirm.addEventListener('click', async () => {
         try { await remove(); await onDone(); } catch (error) { clear(holder).appendChild(h('p.form-error', error.message)); }
       });
       holder.appendChild(h('div.dry-run.inline', h('h4', 'Dry run of this delete'), renderDryRun(report),
-        h('div.actions', confirm, h('button', { type: 'button', onclick: () => clear(holder) }, 'Cancel'))));
-      confirm.focus();
+        h('div.actions', confirm, h('button', { type: 'button', onclick: () => clear(holder) }, 'Cancel'),
+          allowed('admin') ? null : h('small.help.read-only', 'Deleting needs the admin role.'))));
+      if (!confirm.hidden) confirm.focus();
     } catch (error) {
       holder.appendChild(h('p.form-error', { role: 'alert' }, error.message));
     }
   });
-  return h('span', button, holder);
+  return needs('operator', h('span', button, holder));
 }
 
 export function renderDryRun(report) {
@@ -274,7 +282,11 @@ function limitTerms(l) {
 }
 
 export function section(title, ...children) {
-  return h('section.card', h('h2', title), ...children);
+  const card = h('section.card', h('h2', title), ...children);
+  // A section holding only controls this role may not use (a "New ..." form) is hidden too.
+  const shown = children.filter((c) => c && c.nodeType === 1);
+  if (shown.length && shown.every((c) => c.hidden)) card.hidden = true;
+  return card;
 }
 
 export function heading(root, text) {
@@ -349,7 +361,7 @@ async function channelDetail(root, channel, reload) {
       { title: 'secret', render: (c) => h('code', c.secret ?? c.secret_env ?? '—') },
       { title: 'enabled', key: 'enabled' },
       { title: '', render: (c) => h('span',
-        h('button', { type: 'button', onclick: async () => { await api('PATCH', `/api/v1/credentials/${c.id}`, { enabled: !c.enabled }); reload(); } }, c.enabled ? 'Disable' : 'Enable'),
+        needs('admin', h('button', { type: 'button', onclick: async () => { await api('PATCH', `/api/v1/credentials/${c.id}`, { enabled: !c.enabled }); reload(); } }, c.enabled ? 'Disable' : 'Enable')),
         ' ',
         deleteButton('Delete', { op: 'delete', resource: 'credential', id: c.id }, () => api('DELETE', `/api/v1/credentials/${c.id}`), reload)) },
     ], credentials, { label: 'credentials', empty: 'No credentials.' }),
@@ -456,7 +468,7 @@ export async function routes(root, params) {
       { title: 'enabled', key: 'enabled' },
       { title: 'canary', key: 'canary' },
       { title: '', render: (m) => h('span.row-actions',
-        h('button', { type: 'button', 'aria-label': `Edit member ${m.id}`, onclick: () => {
+        needs('operator', h('button', { type: 'button', 'aria-label': `Edit member ${m.id}`, onclick: () => {
           clear(editHolder).appendChild(editForm({
             title: `Edit member #${m.id}`,
             fields: memberFields(channelsList),
@@ -466,9 +478,9 @@ export async function routes(root, params) {
             onSaved: reload,
           }));
           editHolder.querySelector('input, select').focus();
-        } }, 'Edit'),
+        } }, 'Edit')),
         ' ',
-        h('button', { type: 'button', 'aria-label': `Trial call through member ${m.id}`, onclick: async () => {
+        needs('operator', h('button', { type: 'button', 'aria-label': `Trial call through member ${m.id}`, onclick: async () => {
           clear(trialOut).appendChild(h('p', `Calling member #${m.id}…`));
           try {
             const r = await api('POST', `/api/v1/members/${m.id}/trial`);
@@ -480,7 +492,7 @@ export async function routes(root, params) {
           } catch (error) {
             clear(trialOut).appendChild(h('p.alert', error.message));
           }
-        } }, 'Trial call'),
+        } }, 'Trial call')),
         ' ',
         deleteButton('Delete', { op: 'delete', resource: 'member', id: m.id }, () => api('DELETE', `/api/v1/members/${m.id}`), reload)) },
     ], members, { label: 'members', empty: 'No members yet.' }),

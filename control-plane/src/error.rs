@@ -10,6 +10,9 @@ use utoipa::ToSchema;
 pub enum ApiError {
     #[error("missing or invalid admin token")]
     Unauthorized,
+    /// The admin token's role is below what the route needs: 403.
+    #[error("{message}")]
+    Forbidden { message: String },
     /// Malformed request (unparseable JSON, bad query string): 400.
     #[error("{message}")]
     BadRequest {
@@ -78,6 +81,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound { .. } | ApiError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
@@ -96,6 +100,7 @@ impl ApiError {
     fn kind(&self) -> (&'static str, &'static str) {
         match self {
             ApiError::Unauthorized => ("authentication_error", "invalid_admin_token"),
+            ApiError::Forbidden { .. } => ("permission_error", "insufficient_role"),
             ApiError::BadRequest { .. } => ("invalid_request_error", "bad_request"),
             ApiError::Validation { .. } => ("invalid_request_error", "validation_failed"),
             ApiError::NotFound { .. } => ("not_found_error", "not_found"),

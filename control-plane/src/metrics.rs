@@ -254,22 +254,22 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     let route = route_label(&request);
     let span = request_span(method, &route);
     // One log line per admin request (the probes, the metrics scrape and the console's static
-    // files are left out): who asked what and how it went, never the token or a body.
+    // files are left out): who asked what and how it went, never the token or a body. The actor
+    // is the admin token's name (with the optional `x-switchyard-actor` note), empty on a 401.
     let logged = access_logged(&route).then(|| {
-        let actor = request
-            .headers()
-            .get("x-switchyard-actor")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| crate::error::bounded(v.trim(), 64));
         (
             crate::error::bounded(request.uri().path(), 256),
-            actor,
             std::time::Instant::now(),
         )
     });
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
-    if let Some((path, actor, started)) = logged {
+    if let Some((path, started)) = logged {
+        // Who, as authentication established it (empty when it did not).
+        let actor = response
+            .extensions()
+            .get::<crate::api::access::LoggedActor>()
+            .map(|actor| crate::error::bounded(&actor.0, 192));
         tracing::info!(
             method,
             route = %route,

@@ -1,6 +1,6 @@
 //! The control plane's access log: the real binary writes one JSON line per admin request
-//! (method, matched route, path, status, latency, the optional actor), never the admin token,
-//! and none for health, readiness, metrics or the console's static files.
+//! (method, matched route, path, status, latency, the actor: the admin token's name), never the
+//! admin token itself, and none for health, readiness, metrics or the console's static files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -18,18 +18,32 @@ const TOKEN: &str = "access-log-test-admin-token-0123";
 
 /// One HTTP/1.1 request; returns the status code.
 async fn call(addr: SocketAddr, method: &str, path: &str, headers: &str) -> u16 {
+    call_with_body(addr, method, path, headers, "").await.0
+}
+
+/// One HTTP/1.1 request with a JSON body; returns the status code and the raw reply.
+async fn call_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{headers}content-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await.unwrap();
-    reply
+    let status = reply
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (status, reply)
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -75,6 +89,23 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
     };
 
     let auth = format!("authorization: Bearer {TOKEN}\r\n");
+    // A named viewer token, made before the requests below (its own line is not checked).
+    let (status, reply) = call_with_body(
+        http,
+        "POST",
+        "/api/v1/admin-tokens",
+        &auth,
+        r#"{"name":"oncall-viewer","role":"viewer"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{reply}");
+    let viewer = reply
+        .split("\"token\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let viewer_auth = format!("authorization: Bearer {viewer}\r\n");
     // Not logged: the probes, the scrape, the console's files.
     for path in ["/healthz", "/readyz", "/metrics", "/console/"] {
         let status = call(http, "GET", path, "").await;
@@ -92,6 +123,7 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
         ("DELETE", "/api/v1/channels", auth.clone(), 405),
         ("GET", "/api/v1/channels", String::new(), 401),
         ("GET", "/no/such/path?secret=x", auth.clone(), 404),
+        ("POST", "/api/v1/channels", viewer_auth.clone(), 403),
     ];
     for (method, path, headers, want) in &asked {
         assert_eq!(
@@ -103,13 +135,18 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
 
     let mut lines = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut skipped_creation = false;
     while lines.len() < asked.len() {
         let Some(log) = next(deadline) else { break };
         assert!(
-            !log.to_string().contains(TOKEN),
-            "the admin token reached the log: {log}"
+            !log.to_string().contains(TOKEN) && !log.to_string().contains(&viewer),
+            "an admin token reached the log: {log}"
         );
         if log["message"] == "admin request" {
+            if !skipped_creation && log["route"] == "/api/v1/admin-tokens" {
+                skipped_creation = true;
+                continue;
+            }
             lines.push(log);
         }
     }
@@ -132,10 +169,16 @@ async fn every_admin_request_gets_one_access_line_and_the_probes_none(
             ("GET".into(), "/api/v1/channels".into(), 401),
             // The path without its query string.
             ("GET".into(), "/no/such/path".into(), 404),
+            ("POST".into(), "/api/v1/channels".into(), 403),
         ],
         "{lines:?}"
     );
-    assert_eq!(lines[0]["actor"], "ops-script");
+    // The token's name, with the optional header as a note; empty when no token was accepted.
+    assert_eq!(lines[0]["actor"], "bootstrap (ops-script)");
+    assert_eq!(lines[1]["actor"], "bootstrap");
+    assert_eq!(lines[3]["actor"], "");
+    // A refused named token is named too.
+    assert_eq!(lines[5]["actor"], "oncall-viewer");
     assert_eq!(lines[0]["route"], "/api/v1/channels");
     assert_eq!(lines[1]["route"], "/api/v1/routes/{id}");
     assert_eq!(lines[4]["route"], "unmatched");

@@ -340,7 +340,7 @@ async fn plan_shows_the_dry_runs_probabilities_and_apply_is_one_audited_revision
             .unwrap();
     assert_eq!(
         (actor.as_str(), resource.as_str()),
-        ("ci-pipeline", "config")
+        ("bootstrap (ci-pipeline)", "config")
     );
     assert_eq!(detail["apply"]["changed"], 1, "{detail}");
     assert_eq!(detail["apply"]["changes"][0]["key"], b.to_string());

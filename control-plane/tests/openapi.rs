@@ -1,8 +1,9 @@
 //! The admin API's OpenAPI document is valid OpenAPI 3.1 and fully typed: unique operation ids,
-//! no free-form bodies, enums as enums, `date-time` formats, 401/503 on every operation. Checked
-//! structurally here, by a real validator (`openapi-spec-validator`, which `scripts/test` installs
-//! into the venv `SWITCHYARD_TEST_PYTHON` names), and against real responses: explain, state and
-//! settings bodies parse into the documented types with unknown fields refused.
+//! no free-form bodies, enums as enums, `date-time` formats, 401/503 and a role on every operation
+//! (403 where the role is above viewer). Checked structurally here, by a real validator
+//! (`openapi-spec-validator`, which `scripts/test` installs into the venv
+//! `SWITCHYARD_TEST_PYTHON` names), and against real responses: explain, state and settings
+//! bodies parse into the documented types with unknown fields refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -54,6 +55,19 @@ fn operation_ids_are_unique_and_every_operation_documents_401_and_503() {
                 "{method} {path} does not document {code}"
             );
         }
+        // Every operation states its role; those above viewer document the 403 a lower role gets.
+        let role = op["x-switchyard-role"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no x-switchyard-role"));
+        assert!(
+            ["viewer", "operator", "admin"].contains(&role),
+            "{method} {path}: {role}"
+        );
+        assert_eq!(
+            op["responses"].get("403").is_some(),
+            role != "viewer",
+            "{method} {path} ({role}) and its 403"
+        );
         for (code, response) in op["responses"].as_object().unwrap() {
             if code.starts_with('4') || code.starts_with('5') {
                 assert_eq!(

@@ -1355,9 +1355,10 @@ async fn every_write_is_audited_and_bumps_the_revision(pool: PgPool) {
             ("delete".into(), "route".into(), start + 5),
         ]
     );
-    assert!(rows.iter().all(|r| r["actor"] == "admin"));
+    // The bootstrap token (`SWITCHYARD_ADMIN_TOKEN`) is named `bootstrap`.
+    assert!(rows.iter().all(|r| r["actor"] == "bootstrap"));
 
-    // The actor header attributes a change.
+    // The actor header adds a note to the token's name; it never replaces it.
     let named = app
         .send_with_actor(
             "/api/v1/routes",
@@ -1373,7 +1374,7 @@ async fn every_write_is_audited_and_bumps_the_revision(pool: PgPool) {
         .last()
         .unwrap()
         .clone();
-    assert_eq!(last["actor"], "alice@console");
+    assert_eq!(last["actor"], "bootstrap (alice@console)");
 
     // A failed write is not audited and does not bump the revision.
     let before = (app.revision().await, app.audit_rows().await);

@@ -1,7 +1,8 @@
 // Drives the web console in real headless Chromium against a running control plane + proxy.
 // Started by tests/tests/console.rs, which passes everything in the environment:
 //   CONSOLE_URL, ADMIN_TOKEN, CHANNEL_OK, CHANNEL_BAD, PROXY_URL, OTHER_TOKEN (a client token named
-//   batch-token), CHROMIUM, SCREENSHOTS (optional dir).
+//   batch-token), VIEWER_TOKEN and OPERATOR_TOKEN (admin tokens with those roles), CHROMIUM,
+//   SCREENSHOTS (optional dir).
 // Exits non-zero (with the step that failed) on any failed expectation, console error, page error
 // or CSP violation.
 import { chromium } from 'playwright-core';
@@ -20,6 +21,8 @@ const channelOk = env('CHANNEL_OK');
 const channelBad = env('CHANNEL_BAD');
 const proxyUrl = env('PROXY_URL');
 const otherToken = env('OTHER_TOKEN');
+const viewerToken = env('VIEWER_TOKEN');
+const operatorToken = env('OPERATOR_TOKEN');
 const shots = process.env.SCREENSHOTS || '';
 const TIMEOUT = 20_000;
 
@@ -430,6 +433,46 @@ try {
   await limitForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
   await page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'model-bad' }).locator('td', { hasText: 'concurrent' }).waitFor();
   log('prices edited, created and deleted; a concurrency limit created');
+
+  step = 'roles: sign in as a viewer';
+  const signInAs = async (bearer, label) => {
+    await page.locator('#sign-out').click();
+    await page.getByLabel('Admin token').fill(bearer);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await expectText(page.locator('#whoami'), label, `signed in as ${label}`);
+  };
+  const visible = async (locator) => (await locator.count()) > 0 && locator.first().isVisible();
+  await signInAs(viewerToken, 'console-viewer (viewer)');
+  await page.getByRole('link', { name: 'Routes' }).click();
+  await page.locator('table[aria-label="routes"]').waitFor();
+  if (await visible(page.locator('form[aria-label="Create a route"]'))) problems.push('a viewer sees the route create form');
+  await page.getByRole('link', { name: 'console-model' }).click();
+  await page.locator('h2', { hasText: 'Route console-model' }).waitFor();
+  await page.locator('table[aria-label="members"]').waitFor();
+  // Exact names, and the prefixes of the member rows' labelled buttons ("Edit member 3").
+  for (const [name, exact] of [['Preview change', true], ['Save', true], ['Delete route', true],
+    ['Preview member', true], ['Delete', true], ['Trial call through member', false], ['Edit member', false]]) {
+    if (await visible(page.getByRole('button', { name, exact }))) problems.push(`a viewer sees the "${name}" button`);
+  }
+  if (!(await page.locator('form[aria-label="Edit route"] [name="model_pattern"]').isDisabled())) problems.push('a viewer can type into the route form');
+  await page.getByRole('link', { name: 'Settings' }).click();
+  await page.locator('h2', { hasText: 'Global settings' }).waitFor();
+  if (await visible(page.getByRole('button', { name: 'Preview change' }))) problems.push('a viewer may preview a settings change');
+  await shot('viewer-route');
+  log('a viewer sees values and no write control');
+
+  step = 'roles: sign in as an operator';
+  await signInAs(operatorToken, 'console-operator (operator)');
+  await page.getByRole('link', { name: 'Routes' }).click();
+  await page.getByRole('link', { name: 'console-model' }).click();
+  await page.locator('h2', { hasText: 'Route console-model' }).waitFor();
+  await page.locator('table[aria-label="members"]').waitFor();
+  if (!(await visible(page.getByRole('button', { name: 'Trial call' })))) problems.push('an operator cannot make a trial call');
+  await page.getByRole('button', { name: 'Delete route' }).click();
+  await expectText(page.locator('.dry-run'), 'Deleting needs the admin role', 'an operator sees the dry run of a delete');
+  if (await visible(page.getByRole('button', { name: 'Confirm delete' }))) problems.push('an operator may confirm a delete');
+  log('an operator dry-runs and makes trial calls, and cannot save');
+  await signInAs(adminToken, 'bootstrap (admin)');
 
   step = 'keyboard: tab reaches the navigation';
   await page.keyboard.press('Tab');

@@ -4,7 +4,8 @@
 //! through the forms, reads explain's probabilities, edits a weight and checks its dry run before
 //! saving, makes a failing trial call and finds the cooldown in the live state, creates a token
 //! with an expiry, a price and a spend limit (each after its dry run), edits and deletes prices
-//! and limits,
+//! and limits, signs in again as a viewer (no write control shown, values read-only) and as an
+//! operator (dry runs and trial calls, no save or confirmed delete),
 //! sends traffic through the proxy (another token's before the price exists, so it is unpriced;
 //! then that token's) and, once the proxy's usage reports have reached the control plane, finds it
 //! in the usage chart and table and in the budget, with no console error or CSP violation. This test then checks through the REST API that the UI really did it.
@@ -192,6 +193,22 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
     )
     .await;
     assert_eq!(status, 201, "{batch}");
+    // A viewer's and an operator's admin tokens: the console hides what each may not do.
+    let mut role_tokens = Vec::new();
+    for (name, role) in [
+        ("console-viewer", "viewer"),
+        ("console-operator", "operator"),
+    ] {
+        let (status, created) = call(
+            http,
+            "POST",
+            "/api/v1/admin-tokens",
+            Some(json!({"name": name, "role": role})),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+        role_tokens.push(created["token"].as_str().unwrap().to_owned());
+    }
     // The proxy is connected before the browser looks for it in the live state.
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -215,6 +232,8 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         .env("CHANNEL_BAD", channels[1].to_string())
         .env("PROXY_URL", format!("http://{proxy_addr}"))
         .env("OTHER_TOKEN", batch["token"].as_str().unwrap())
+        .env("VIEWER_TOKEN", &role_tokens[0])
+        .env("OPERATOR_TOKEN", &role_tokens[1])
         .env("CHROMIUM", &browser.chromium)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

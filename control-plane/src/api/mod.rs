@@ -2,6 +2,8 @@
 //! handlers' own OpenAPI annotations, so `/api/v1/openapi.json` always lists exactly the routes
 //! that exist.
 
+pub mod access;
+mod admin_tokens;
 pub mod amount;
 mod budgets;
 mod channels;
@@ -30,10 +32,9 @@ use std::sync::Arc;
 pub use tokens::token_hash;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
-use axum::middleware::Next;
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -56,7 +57,7 @@ use crate::recovery::Recovery;
 #[derive(Clone)]
 pub struct AppState {
     pub pool: PgPool,
-    admin_token_digest: [u8; 32],
+    pub(crate) admin_token_digest: [u8; 32],
     pub publisher: Arc<Publisher>,
     pub metrics: Arc<Metrics>,
     /// The fleet's shared state (`REDIS_URL`), for explain and `/api/v1/state`.
@@ -149,8 +150,11 @@ impl AppState {
         title = "Switchyard control plane",
         description = "Admin REST API: channels, credentials, routes, members, tokens, teams, \
                        prices, limits and budgets, settings, channel events, audit log, usage, \
-                       explain, dry run, configuration export / plan / apply. Every path under /api/v1 needs \
-                       `Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN`."
+                       explain, dry run, configuration export / plan / apply, admin tokens. Every path under \
+                       /api/v1 needs `Authorization: Bearer TOKEN`: the bootstrap token \
+                       (`SWITCHYARD_ADMIN_TOKEN`, role admin) or a named admin token. Each \
+                       operation's `x-switchyard-role` is the least role that may call it \
+                       (viewer < operator < admin); a lower role gets 403 `insufficient_role`."
     ),
     modifiers(&BearerAuth),
     security(("admin_token" = [])),
@@ -213,6 +217,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
         .routes(routes!(usage::usage))
+        .routes(routes!(admin_tokens::whoami))
+        .routes(routes!(admin_tokens::list, admin_tokens::create))
+        .routes(routes!(admin_tokens::get_one, admin_tokens::revoke))
 }
 
 /// The OpenAPI 3.1 document of the admin API, exactly as `/api/v1/openapi.json` serves it.
@@ -240,7 +247,7 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            require_admin,
+            access::authorize,
         ))
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES));
 
@@ -273,46 +280,20 @@ async fn unknown_endpoint(uri: Uri) -> ApiError {
     }
 }
 
-/// Admin-token check, constant-time (compares SHA-256 digests).
-async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let ok = presented.is_some_and(|token| {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        digest
-            .iter()
-            .zip(state.admin_token_digest.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-    });
-    if ok {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized.into_response()
-    }
-}
-
-/// Who is making a change: the optional `x-switchyard-actor` header (console user, script name),
-/// else `admin`. The admin token is shared, so this is attribution, not authentication.
+/// Who is making a change, as the audit log records it: the admin token's name (`bootstrap` for
+/// `SWITCHYARD_ADMIN_TOKEN`), followed by the optional `x-switchyard-actor` header in
+/// parentheses (`bootstrap (alice@console)`). The header is a note, never the identity.
 pub struct Actor(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for Actor {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Actor, ApiError> {
-        let actor = parts
-            .headers
-            .get("x-switchyard-actor")
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(|v| v.chars().take(128).collect::<String>())
-            .unwrap_or_else(|| "admin".to_owned());
-        Ok(Actor(actor))
+        parts
+            .extensions
+            .get::<access::Caller>()
+            .map(|caller| Actor(caller.actor.clone()))
+            .ok_or(ApiError::Unauthorized)
     }
 }
 
