@@ -13,108 +13,136 @@ use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 const OTHERS: &[crate::Protocol] = &[ANTHROPIC, GEMINI];
 
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
-    let v = Value::Object(body.clone());
     let messages =
-        get_array(&v, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
+        get_array(body, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
     for (i, m) in messages.iter().enumerate() {
-        let role =
-            get_str(m, "role").ok_or_else(|| malformed(format!("messages[{i}].role missing")))?;
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match role {
-            "system" | "developer" => {
-                let parts = parse_content(content, ir, Ctx::User)?;
-                if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
-                    ir.block("non-text system content", OTHERS, true);
-                }
-                ir.system.push(joined_text(&parts));
-            }
-            "user" => {
-                let parts = parse_content(content, ir, Ctx::User)?;
-                ir.messages.push(Msg {
-                    role: Role::User,
-                    parts,
-                });
-            }
-            "assistant" => {
-                let mut parts = parse_content(content, ir, Ctx::Assistant)?;
-                if let Some(r) = get_str(m, "refusal") {
-                    if parts.is_empty() {
-                        parts.push(Part::Text(r.to_string()));
-                    }
-                }
-                if let Some(calls) = get_array(m, "tool_calls") {
-                    for c in calls {
-                        let id =
-                            get_str(c, "id").ok_or_else(|| malformed("tool_calls[].id missing"))?;
-                        let f = c
-                            .get("function")
-                            .ok_or_else(|| malformed("tool_calls[].function missing"))?;
-                        let name = get_str(f, "name")
-                            .ok_or_else(|| malformed("tool_calls[].function.name missing"))?;
-                        let args = f
-                            .get("arguments")
-                            .map(value_text)
-                            .unwrap_or_else(|| "{}".into());
-                        parts.push(Part::ToolCall {
-                            id: id.into(),
-                            name: name.into(),
-                            args,
-                        });
-                    }
-                }
-                if m.get("function_call").is_some_and(|f| !f.is_null()) {
-                    ir.block("legacy function_call", OTHERS, true);
-                }
-                if m.get("audio").is_some_and(|a| !a.is_null()) {
-                    ir.block("assistant audio in history", OTHERS, true);
-                }
-                ir.messages.push(Msg {
-                    role: Role::Assistant,
-                    parts,
-                });
-            }
-            "tool" => {
-                let id = get_str(m, "tool_call_id")
-                    .ok_or_else(|| malformed(format!("messages[{i}].tool_call_id missing")))?;
-                let content = parse_content(content, ir, Ctx::ToolResult)?;
-                ir.messages.push(Msg {
-                    role: Role::User,
-                    parts: vec![Part::ToolResult {
-                        id: id.into(),
-                        name: None,
-                        content,
-                        is_error: false,
-                    }],
-                });
-            }
-            "function" => ir.block("legacy function messages", OTHERS, true),
-            other => return Err(malformed(format!("unknown role `{other}`"))),
-        }
+        parse_message(m, i, ir)?;
     }
-
-    if let Some(tools) = get_array(&v, "tools") {
-        for t in tools {
-            match get_str(t, "type") {
-                Some("function") | None => {
-                    let f = t
-                        .get("function")
-                        .ok_or_else(|| malformed("tools[].function missing"))?;
-                    let name = get_str(f, "name")
-                        .ok_or_else(|| malformed("tools[].function.name missing"))?;
-                    ir.tools.push(Tool {
-                        name: name.into(),
-                        description: get_str(f, "description").map(str::to_string),
-                        schema: f.get("parameters").filter(|p| !p.is_null()).cloned(),
-                    });
-                }
-                Some(other) => ir.block(format!("tool type {other}"), OTHERS, true),
-            }
-        }
+    if let Some(tools) = get_array(body, "tools") {
+        parse_tools(tools, ir)?;
     }
-    if v.get("functions").is_some_and(|f| !f.is_null()) {
+    if body.get("functions").is_some_and(|f| !f.is_null()) {
         ir.block("legacy functions", OTHERS, true);
     }
-    match v.get("tool_choice") {
+    parse_tool_choice(body.get("tool_choice"), ir)?;
+    ir.parallel_tool_calls = body.get("parallel_tool_calls").and_then(Value::as_bool);
+    parse_sampling(body, ir);
+    block_output_kinds(body, ir);
+    if let Some(rf) = body.get("response_format").filter(|r| !r.is_null()) {
+        parse_response_format(rf, ir)?;
+    }
+    ir.user = get_str(body, "user").map(str::to_string);
+    Ok(())
+}
+
+/// `messages[i]`: system and developer messages join the system prompt; tool messages are tool
+/// results in a user turn.
+fn parse_message(m: &Value, i: usize, ir: &mut Ir) -> Result<(), TranslateError> {
+    let role =
+        get_str(m, "role").ok_or_else(|| malformed(format!("messages[{i}].role missing")))?;
+    let content = m.get("content").unwrap_or(&Value::Null);
+    match role {
+        "system" | "developer" => {
+            let parts = parse_content(content, ir, Ctx::User)?;
+            if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
+                ir.block("non-text system content", OTHERS, true);
+            }
+            ir.system.push(joined_text(&parts));
+        }
+        "user" => {
+            let parts = parse_content(content, ir, Ctx::User)?;
+            ir.messages.push(Msg {
+                role: Role::User,
+                parts,
+            });
+        }
+        "assistant" => {
+            let parts = assistant_parts(m, content, ir)?;
+            ir.messages.push(Msg {
+                role: Role::Assistant,
+                parts,
+            });
+        }
+        "tool" => {
+            let id = get_str(m, "tool_call_id")
+                .ok_or_else(|| malformed(format!("messages[{i}].tool_call_id missing")))?;
+            let content = parse_content(content, ir, Ctx::ToolResult)?;
+            ir.messages.push(Msg {
+                role: Role::User,
+                parts: vec![Part::ToolResult {
+                    id: id.into(),
+                    name: None,
+                    content,
+                    is_error: false,
+                }],
+            });
+        }
+        "function" => ir.block("legacy function messages", OTHERS, true),
+        other => return Err(malformed(format!("unknown role `{other}`"))),
+    }
+    Ok(())
+}
+
+/// An assistant message's parts: its content (or its refusal when it has none), then its tool
+/// calls.
+fn assistant_parts(m: &Value, content: &Value, ir: &mut Ir) -> Result<Vec<Part>, TranslateError> {
+    let mut parts = parse_content(content, ir, Ctx::Assistant)?;
+    if let Some(r) = get_str(m, "refusal") {
+        if parts.is_empty() {
+            parts.push(Part::Text(r.to_string()));
+        }
+    }
+    for c in get_array(m, "tool_calls").into_iter().flatten() {
+        let id = get_str(c, "id").ok_or_else(|| malformed("tool_calls[].id missing"))?;
+        let f = c
+            .get("function")
+            .ok_or_else(|| malformed("tool_calls[].function missing"))?;
+        let name =
+            get_str(f, "name").ok_or_else(|| malformed("tool_calls[].function.name missing"))?;
+        let args = f
+            .get("arguments")
+            .map(value_text)
+            .unwrap_or_else(|| "{}".into());
+        parts.push(Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+        });
+    }
+    if m.get("function_call").is_some_and(|f| !f.is_null()) {
+        ir.block("legacy function_call", OTHERS, true);
+    }
+    if m.get("audio").is_some_and(|a| !a.is_null()) {
+        ir.block("assistant audio in history", OTHERS, true);
+    }
+    Ok(parts)
+}
+
+/// `tools[]`: function tools (the type may be left out); other tool types are blocked.
+fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
+    for t in tools {
+        match get_str(t, "type") {
+            Some("function") | None => {
+                let f = t
+                    .get("function")
+                    .ok_or_else(|| malformed("tools[].function missing"))?;
+                let name =
+                    get_str(f, "name").ok_or_else(|| malformed("tools[].function.name missing"))?;
+                ir.tools.push(Tool {
+                    name: name.into(),
+                    description: get_str(f, "description").map(str::to_string),
+                    schema: f.get("parameters").filter(|p| !p.is_null()).cloned(),
+                });
+            }
+            Some(other) => ir.block(format!("tool type {other}"), OTHERS, true),
+        }
+    }
+    Ok(())
+}
+
+/// `tool_choice`: a mode string, or `{"type": "function", "function": {"name"}}`.
+fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
+    match tc {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => {
             ir.tool_choice = Some(match s.as_str() {
@@ -139,79 +167,90 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             ),
         },
     }
-    ir.parallel_tool_calls = v.get("parallel_tool_calls").and_then(Value::as_bool);
-    ir.max_tokens = get_u64(&v, "max_completion_tokens").or_else(|| get_u64(&v, "max_tokens"));
-    ir.temperature = get_f64(&v, "temperature");
-    ir.top_p = get_f64(&v, "top_p");
-    ir.top_k = get_u64(&v, "top_k");
-    match v.get("stop") {
+    Ok(())
+}
+
+/// Token limit, sampling, stop sequences, choice count, seed and penalties.
+fn parse_sampling(body: &Map<String, Value>, ir: &mut Ir) {
+    ir.max_tokens = get_u64(body, "max_completion_tokens").or_else(|| get_u64(body, "max_tokens"));
+    ir.temperature = get_f64(body, "temperature");
+    ir.top_p = get_f64(body, "top_p");
+    ir.top_k = get_u64(body, "top_k");
+    match body.get("stop") {
         Some(Value::String(s)) => ir.stop.push(s.clone()),
         Some(Value::Array(a)) => ir
             .stop
             .extend(a.iter().filter_map(Value::as_str).map(str::to_string)),
         _ => {}
     }
-    if let Some(n) = get_u64(&v, "n") {
+    if let Some(n) = get_u64(body, "n") {
         ir.n = Some(n);
         if n > 1 {
             ir.block("n > 1", &[ANTHROPIC], false);
         }
     }
-    ir.seed = v.get("seed").and_then(Value::as_i64);
-    ir.presence_penalty = get_f64(&v, "presence_penalty").filter(|p| *p != 0.0);
-    ir.frequency_penalty = get_f64(&v, "frequency_penalty").filter(|p| *p != 0.0);
+    ir.seed = body.get("seed").and_then(Value::as_i64);
+    // A zero penalty is no penalty.
+    ir.presence_penalty = get_f64(body, "presence_penalty").filter(|p| *p != 0.0);
+    ir.frequency_penalty = get_f64(body, "frequency_penalty").filter(|p| *p != 0.0);
     if ir.presence_penalty.is_some() {
         ir.block("presence_penalty", &[ANTHROPIC], false);
     }
     if ir.frequency_penalty.is_some() {
         ir.block("frequency_penalty", &[ANTHROPIC], false);
     }
-    if v.get("logprobs").and_then(Value::as_bool) == Some(true)
-        || get_u64(&v, "top_logprobs").is_some()
+}
+
+/// Outputs only OpenAI gives: logprobs, logit bias, audio, web search.
+fn block_output_kinds(body: &Map<String, Value>, ir: &mut Ir) {
+    if body.get("logprobs").and_then(Value::as_bool) == Some(true)
+        || get_u64(body, "top_logprobs").is_some()
     {
         ir.block("logprobs", OTHERS, false);
     }
-    if v.get("logit_bias")
+    if body
+        .get("logit_bias")
         .and_then(Value::as_object)
         .is_some_and(|m| !m.is_empty())
     {
         ir.block("logit_bias", OTHERS, false);
     }
-    let audio_out = v.get("audio").is_some_and(|a| !a.is_null())
-        || get_array(&v, "modalities")
+    let audio_out = body.get("audio").is_some_and(|a| !a.is_null())
+        || get_array(body, "modalities")
             .is_some_and(|m| m.iter().any(|x| x.as_str() == Some("audio")));
     if audio_out {
         ir.block("audio output", OTHERS, false);
     }
-    if v.get("web_search_options").is_some_and(|w| !w.is_null()) {
+    if body.get("web_search_options").is_some_and(|w| !w.is_null()) {
         ir.block("web_search_options", OTHERS, false);
     }
-    if let Some(rf) = v.get("response_format").filter(|r| !r.is_null()) {
-        match get_str(rf, "type") {
-            Some("text") => {}
-            Some("json_object") => {
-                ir.response_format = Some(ResponseFormat::JsonObject);
-                ir.block("response_format json_object", &[ANTHROPIC], false);
-            }
-            Some("json_schema") => {
-                let js = rf
-                    .get("json_schema")
-                    .ok_or_else(|| malformed("response_format.json_schema missing"))?;
-                ir.response_format = Some(ResponseFormat::JsonSchema {
-                    name: get_str(js, "name").unwrap_or("response").to_string(),
-                    schema: js.get("schema").cloned().unwrap_or_else(|| json!({})),
-                    strict: js.get("strict").and_then(Value::as_bool),
-                });
-                ir.block("response_format json_schema", &[ANTHROPIC], false);
-            }
-            other => ir.block(
-                format!("response_format {}", other.unwrap_or("?")),
-                OTHERS,
-                false,
-            ),
+}
+
+/// `response_format`: text, JSON mode or a JSON schema (named `response` when unnamed).
+fn parse_response_format(rf: &Value, ir: &mut Ir) -> Result<(), TranslateError> {
+    match get_str(rf, "type") {
+        Some("text") => {}
+        Some("json_object") => {
+            ir.response_format = Some(ResponseFormat::JsonObject);
+            ir.block("response_format json_object", &[ANTHROPIC], false);
         }
+        Some("json_schema") => {
+            let js = rf
+                .get("json_schema")
+                .ok_or_else(|| malformed("response_format.json_schema missing"))?;
+            ir.response_format = Some(ResponseFormat::JsonSchema {
+                name: get_str(js, "name").unwrap_or("response").to_string(),
+                schema: js.get("schema").cloned().unwrap_or_else(|| json!({})),
+                strict: js.get("strict").and_then(Value::as_bool),
+            });
+            ir.block("response_format json_schema", &[ANTHROPIC], false);
+        }
+        other => ir.block(
+            format!("response_format {}", other.unwrap_or("?")),
+            OTHERS,
+            false,
+        ),
     }
-    ir.user = get_str(&v, "user").map(str::to_string);
     Ok(())
 }
 
