@@ -422,6 +422,37 @@ fn function_response(text: &str, is_error: bool) -> Value {
 }
 
 pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
+    let mut b = json!({"contents": contents(ir)?});
+    let system: Vec<Value> = ir
+        .system
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| json!({"text": s}))
+        .collect();
+    if !system.is_empty() {
+        b["systemInstruction"] = json!({"parts": system});
+    }
+    if !ir.tools.is_empty() {
+        let decls: Vec<Value> = ir.tools.iter().map(function_declaration).collect();
+        b["tools"] = json!([{"functionDeclarations": decls}]);
+    }
+    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
+        b["toolConfig"] = json!({"functionCallingConfig": match tc {
+            ToolChoice::Auto => json!({"mode": "AUTO"}),
+            ToolChoice::None => json!({"mode": "NONE"}),
+            ToolChoice::Required => json!({"mode": "ANY"}),
+            ToolChoice::Named(n) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),
+        }});
+    }
+    let g = generation_config(ir);
+    if !g.is_empty() {
+        b["generationConfig"] = Value::Object(g);
+    }
+    Ok(b)
+}
+
+/// `contents`: one per merged turn, function responses first; empty turns are left out.
+fn contents(ir: &Ir) -> Result<Vec<Value>, TranslateError> {
     let names = ir.call_names();
     let mut contents = Vec::new();
     for (role, parts) in merged_turns(&ir.messages) {
@@ -441,6 +472,8 @@ pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
                     content,
                     is_error,
                 } => {
+                    // Gemini answers a call by its function's name: the result's own, or its
+                    // call's.
                     let name = name
                         .as_deref()
                         .or_else(|| names.get(id.as_str()).copied())
@@ -460,62 +493,44 @@ pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
         let role = if role == Role::User { "user" } else { "model" };
         contents.push(json!({"role": role, "parts": results}));
     }
-    let mut b = json!({"contents": contents});
-    let system: Vec<Value> = ir
-        .system
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| json!({"text": s}))
-        .collect();
-    if !system.is_empty() {
-        b["systemInstruction"] = json!({"parts": system});
+    Ok(contents)
+}
+
+/// A tool as a function declaration. A schema that is only an empty object is left out; one
+/// Gemini's schema dialect can say goes in `parameters`, any other in `parametersJsonSchema`.
+fn function_declaration(t: &Tool) -> Value {
+    let mut d = json!({"name": t.name});
+    if let Some(desc) = &t.description {
+        d["description"] = json!(desc);
     }
-    if !ir.tools.is_empty() {
-        let decls: Vec<Value> = ir
-            .tools
-            .iter()
-            .map(|t| {
-                let mut d = json!({"name": t.name});
-                if let Some(desc) = &t.description {
-                    d["description"] = json!(desc);
-                }
-                let empty_object = t.schema.as_ref().is_some_and(|s| {
-                    s.get("properties")
-                        .and_then(Value::as_object)
-                        .is_none_or(|p| p.is_empty())
-                        && s.get("type").and_then(Value::as_str) == Some("object")
-                        && s.as_object().is_some_and(|o| {
-                            o.keys().all(|k| {
-                                matches!(
-                                    k.as_str(),
-                                    "type"
-                                        | "properties"
-                                        | "required"
-                                        | "$schema"
-                                        | "additionalProperties"
-                                )
-                            })
-                        })
-                });
-                if let Some(s) = t.schema.as_ref().filter(|_| !empty_object) {
-                    match to_gemini_schema(s) {
-                        Some(g) => d["parameters"] = g,
-                        None => d["parametersJsonSchema"] = s.clone(),
-                    }
-                }
-                d
+    let empty_object = t.schema.as_ref().is_some_and(is_empty_object_schema);
+    if let Some(s) = t.schema.as_ref().filter(|_| !empty_object) {
+        match to_gemini_schema(s) {
+            Some(g) => d["parameters"] = g,
+            None => d["parametersJsonSchema"] = s.clone(),
+        }
+    }
+    d
+}
+
+/// An object schema without properties and with nothing else that constrains it.
+fn is_empty_object_schema(s: &Value) -> bool {
+    s.get("properties")
+        .and_then(Value::as_object)
+        .is_none_or(|p| p.is_empty())
+        && s.get("type").and_then(Value::as_str) == Some("object")
+        && s.as_object().is_some_and(|o| {
+            o.keys().all(|k| {
+                matches!(
+                    k.as_str(),
+                    "type" | "properties" | "required" | "$schema" | "additionalProperties"
+                )
             })
-            .collect();
-        b["tools"] = json!([{"functionDeclarations": decls}]);
-    }
-    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
-        b["toolConfig"] = json!({"functionCallingConfig": match tc {
-            ToolChoice::Auto => json!({"mode": "AUTO"}),
-            ToolChoice::None => json!({"mode": "NONE"}),
-            ToolChoice::Required => json!({"mode": "ANY"}),
-            ToolChoice::Named(n) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),
-        }});
-    }
+        })
+}
+
+/// `generationConfig`: only the settings the request has (one candidate is the default).
+fn generation_config(ir: &Ir) -> Map<String, Value> {
     let mut g = Map::new();
     if let Some(n) = ir.max_tokens {
         g.insert("maxOutputTokens".into(), json!(n));
@@ -557,10 +572,7 @@ pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
     if let Some(budget) = ir.thinking_budget {
         g.insert("thinkingConfig".into(), json!({"thinkingBudget": budget}));
     }
-    if !g.is_empty() {
-        b["generationConfig"] = Value::Object(g);
-    }
-    Ok(b)
+    g
 }
 
 // ---------------------------------------------------------------------------------------------
