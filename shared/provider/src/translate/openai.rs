@@ -391,6 +391,49 @@ fn media_value(m: &Media) -> Value {
 }
 
 pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
+    let mut b = json!({"model": model, "messages": messages(ir)});
+    if stream {
+        b["stream"] = json!(true);
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    if let Some(n) = ir.max_tokens {
+        b["max_completion_tokens"] = json!(n);
+    }
+    if let Some(t) = ir.temperature {
+        b["temperature"] = json!(t);
+    }
+    if let Some(t) = ir.top_p {
+        b["top_p"] = json!(t);
+    }
+    if !ir.stop.is_empty() {
+        b["stop"] = json!(ir.stop);
+    }
+    if let Some(n) = ir.n.filter(|n| *n != 1) {
+        b["n"] = json!(n);
+    }
+    if let Some(s) = ir.seed {
+        b["seed"] = json!(s);
+    }
+    if let Some(p) = ir.presence_penalty {
+        b["presence_penalty"] = json!(p);
+    }
+    if let Some(p) = ir.frequency_penalty {
+        b["frequency_penalty"] = json!(p);
+    }
+    emit_tools(ir, &mut b);
+    if let Some(rf) = &ir.response_format {
+        b["response_format"] = response_format_value(rf);
+    }
+    if let Some(u) = &ir.user {
+        b["user"] = json!(u);
+    }
+    b
+}
+
+/// `messages`: the system texts joined into one system message; each tool result its own tool
+/// message (before the rest of its user turn); an assistant's content null when it only calls
+/// tools.
+fn messages(ir: &Ir) -> Vec<Value> {
     let mut msgs = Vec::new();
     if !ir.system.is_empty() {
         msgs.push(json!({"role": "system", "content": ir.system.join("\n\n")}));
@@ -426,56 +469,33 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
             }
         }
     }
-    let mut b = json!({"model": model, "messages": msgs});
-    if stream {
-        b["stream"] = json!(true);
-        b["stream_options"] = json!({"include_usage": true});
+    msgs
+}
+
+/// `tools`, `parallel_tool_calls` and `tool_choice`: none of them without tools.
+fn emit_tools(ir: &Ir, b: &mut Value) {
+    if ir.tools.is_empty() {
+        return;
     }
-    if let Some(n) = ir.max_tokens {
-        b["max_completion_tokens"] = json!(n);
+    let tools: Vec<Value> = ir
+        .tools
+        .iter()
+        .map(|t| {
+            let mut f = json!({"name": t.name});
+            if let Some(d) = &t.description {
+                f["description"] = json!(d);
+            }
+            if let Some(s) = &t.schema {
+                f["parameters"] = s.clone();
+            }
+            json!({"type": "function", "function": f})
+        })
+        .collect();
+    b["tools"] = Value::Array(tools);
+    if let Some(p) = ir.parallel_tool_calls {
+        b["parallel_tool_calls"] = json!(p);
     }
-    if let Some(t) = ir.temperature {
-        b["temperature"] = json!(t);
-    }
-    if let Some(t) = ir.top_p {
-        b["top_p"] = json!(t);
-    }
-    if !ir.stop.is_empty() {
-        b["stop"] = json!(ir.stop);
-    }
-    if let Some(n) = ir.n.filter(|n| *n != 1) {
-        b["n"] = json!(n);
-    }
-    if let Some(s) = ir.seed {
-        b["seed"] = json!(s);
-    }
-    if let Some(p) = ir.presence_penalty {
-        b["presence_penalty"] = json!(p);
-    }
-    if let Some(p) = ir.frequency_penalty {
-        b["frequency_penalty"] = json!(p);
-    }
-    if !ir.tools.is_empty() {
-        let tools: Vec<Value> = ir
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f = json!({"name": t.name});
-                if let Some(d) = &t.description {
-                    f["description"] = json!(d);
-                }
-                if let Some(s) = &t.schema {
-                    f["parameters"] = s.clone();
-                }
-                json!({"type": "function", "function": f})
-            })
-            .collect();
-        b["tools"] = Value::Array(tools);
-        if let Some(p) = ir.parallel_tool_calls {
-            b["parallel_tool_calls"] = json!(p);
-        }
-    }
-    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
+    if let Some(tc) = &ir.tool_choice {
         b["tool_choice"] = match tc {
             ToolChoice::Auto => json!("auto"),
             ToolChoice::None => json!("none"),
@@ -483,25 +503,23 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
             ToolChoice::Named(n) => json!({"type": "function", "function": {"name": n}}),
         };
     }
-    match &ir.response_format {
-        None => {}
-        Some(ResponseFormat::JsonObject) => b["response_format"] = json!({"type": "json_object"}),
-        Some(ResponseFormat::JsonSchema {
+}
+
+fn response_format_value(rf: &ResponseFormat) -> Value {
+    match rf {
+        ResponseFormat::JsonObject => json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema {
             name,
             schema,
             strict,
-        }) => {
+        } => {
             let mut js = json!({"name": name, "schema": schema});
             if let Some(s) = strict {
                 js["strict"] = json!(s);
             }
-            b["response_format"] = json!({"type": "json_schema", "json_schema": js});
+            json!({"type": "json_schema", "json_schema": js})
         }
     }
-    if let Some(u) = &ir.user {
-        b["user"] = json!(u);
-    }
-    b
 }
 
 // ---------------------------------------------------------------------------------------------
