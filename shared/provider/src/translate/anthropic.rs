@@ -378,36 +378,7 @@ pub(crate) fn emit_request(
     if !ir.stop.is_empty() {
         b["stop_sequences"] = json!(ir.stop);
     }
-    if !ir.tools.is_empty() {
-        let tools: Vec<Value> = ir
-            .tools
-            .iter()
-            .map(|t| {
-                let mut o = json!({
-                    "name": t.name,
-                    "input_schema": t.schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                });
-                if let Some(d) = &t.description {
-                    o["description"] = json!(d);
-                }
-                o
-            })
-            .collect();
-        b["tools"] = Value::Array(tools);
-        let mut tc = match &ir.tool_choice {
-            None | Some(ToolChoice::Auto) => json!({"type": "auto"}),
-            Some(ToolChoice::None) => json!({"type": "none"}),
-            Some(ToolChoice::Required) => json!({"type": "any"}),
-            Some(ToolChoice::Named(n)) => json!({"type": "tool", "name": n}),
-        };
-        let no_parallel = ir.parallel_tool_calls == Some(false);
-        if no_parallel && tc["type"] != "none" {
-            tc["disable_parallel_tool_use"] = json!(true);
-        }
-        if ir.tool_choice.is_some() || no_parallel {
-            b["tool_choice"] = tc;
-        }
-    }
+    emit_tools(ir, &mut b);
     if let Some(budget) = ir.thinking_budget.filter(|b| *b > 0) {
         b["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
     }
@@ -415,6 +386,43 @@ pub(crate) fn emit_request(
         b["metadata"] = json!({"user_id": u});
     }
     b
+}
+
+/// `tools` and `tool_choice` (none without tools). A tool without a schema takes no
+/// arguments; `tool_choice` is sent only when the client chose one or turned parallel tool use
+/// off (which a `none` choice cannot carry).
+fn emit_tools(ir: &Ir, b: &mut Value) {
+    if ir.tools.is_empty() {
+        return;
+    }
+    let tools: Vec<Value> = ir
+        .tools
+        .iter()
+        .map(|t| {
+            let mut o = json!({
+                "name": t.name,
+                "input_schema": t.schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            });
+            if let Some(d) = &t.description {
+                o["description"] = json!(d);
+            }
+            o
+        })
+        .collect();
+    b["tools"] = Value::Array(tools);
+    let mut tc = match &ir.tool_choice {
+        None | Some(ToolChoice::Auto) => json!({"type": "auto"}),
+        Some(ToolChoice::None) => json!({"type": "none"}),
+        Some(ToolChoice::Required) => json!({"type": "any"}),
+        Some(ToolChoice::Named(n)) => json!({"type": "tool", "name": n}),
+    };
+    let no_parallel = ir.parallel_tool_calls == Some(false);
+    if no_parallel && tc["type"] != "none" {
+        tc["disable_parallel_tool_use"] = json!(true);
+    }
+    if ir.tool_choice.is_some() || no_parallel {
+        b["tool_choice"] = tc;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
