@@ -1,5 +1,6 @@
 //! Gemini `generateContent`: request parse/render, response parse/render.
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::schema::{from_gemini_schema, to_gemini_schema};
@@ -444,9 +445,8 @@ pub(crate) fn emit_request(ir: &Ir) -> Result<Value, TranslateError> {
             ToolChoice::Named(n) => json!({"mode": "ANY", "allowedFunctionNames": [n]}),
         }});
     }
-    let g = generation_config(ir);
-    if !g.is_empty() {
-        b["generationConfig"] = Value::Object(g);
+    if let Some(g) = generation_config(ir) {
+        b["generationConfig"] = g;
     }
     Ok(b)
 }
@@ -529,50 +529,72 @@ fn is_empty_object_schema(s: &Value) -> bool {
         })
 }
 
-/// `generationConfig`: only the settings the request has (one candidate is the default).
-fn generation_config(ir: &Ir) -> Map<String, Value> {
-    let mut g = Map::new();
-    if let Some(n) = ir.max_tokens {
-        g.insert("maxOutputTokens".into(), json!(n));
+/// `generationConfig` as Gemini spells it: one field per setting, each left out when the request
+/// has none.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidate_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    presence_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frequency_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_mime_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_json_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_config: Option<ThinkingConfig>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ThinkingConfig {
+    thinking_budget: i64,
+}
+
+/// `generationConfig`: only the settings the request has (one candidate is the default; both
+/// JSON mode and a JSON schema are the JSON MIME type). None when it has none.
+fn generation_config(ir: &Ir) -> Option<Value> {
+    let (response_mime_type, response_json_schema) = match &ir.response_format {
+        None => (None, None),
+        Some(ResponseFormat::JsonObject) => (Some("application/json"), None),
+        Some(ResponseFormat::JsonSchema { schema, .. }) => (Some("application/json"), Some(schema)),
+    };
+    let g = GenerationConfig {
+        max_output_tokens: ir.max_tokens,
+        temperature: ir.temperature,
+        top_p: ir.top_p,
+        top_k: ir.top_k,
+        stop_sequences: &ir.stop,
+        candidate_count: ir.n.filter(|n| *n != 1),
+        seed: ir.seed,
+        presence_penalty: ir.presence_penalty,
+        frequency_penalty: ir.frequency_penalty,
+        response_mime_type,
+        response_json_schema,
+        thinking_config: ir
+            .thinking_budget
+            .map(|thinking_budget| ThinkingConfig { thinking_budget }),
+    };
+    // Serializing plain numbers, strings and a JSON value cannot fail.
+    match serde_json::to_value(g) {
+        Ok(Value::Object(g)) if !g.is_empty() => Some(Value::Object(g)),
+        _ => None,
     }
-    if let Some(t) = ir.temperature {
-        g.insert("temperature".into(), json!(t));
-    }
-    if let Some(t) = ir.top_p {
-        g.insert("topP".into(), json!(t));
-    }
-    if let Some(k) = ir.top_k {
-        g.insert("topK".into(), json!(k));
-    }
-    if !ir.stop.is_empty() {
-        g.insert("stopSequences".into(), json!(ir.stop));
-    }
-    if let Some(n) = ir.n.filter(|n| *n != 1) {
-        g.insert("candidateCount".into(), json!(n));
-    }
-    if let Some(s) = ir.seed {
-        g.insert("seed".into(), json!(s));
-    }
-    if let Some(p) = ir.presence_penalty {
-        g.insert("presencePenalty".into(), json!(p));
-    }
-    if let Some(p) = ir.frequency_penalty {
-        g.insert("frequencyPenalty".into(), json!(p));
-    }
-    match &ir.response_format {
-        None => {}
-        Some(ResponseFormat::JsonObject) => {
-            g.insert("responseMimeType".into(), json!("application/json"));
-        }
-        Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            g.insert("responseMimeType".into(), json!("application/json"));
-            g.insert("responseJsonSchema".into(), schema.clone());
-        }
-    }
-    if let Some(budget) = ir.thinking_budget {
-        g.insert("thinkingConfig".into(), json!({"thinkingBudget": budget}));
-    }
-    g
 }
 
 // ---------------------------------------------------------------------------------------------

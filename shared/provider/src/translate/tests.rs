@@ -2086,3 +2086,49 @@ fn finish_reasons_from_each_protocol() {
     assert_eq!(Finish::ContentFilter.to_gemini(), "SAFETY");
     assert_eq!(Finish::ContentFilter.to_anthropic(), ("refusal", None));
 }
+
+#[test]
+fn gemini_generation_config_field_by_field() {
+    let mut b = oai(json!([{"role": "user", "content": "x"}]));
+    for (k, v) in [
+        ("max_tokens", json!(64)),
+        ("temperature", json!(0.5)),
+        ("top_p", json!(0.9)),
+        ("top_k", json!(7)),
+        ("stop", json!(["END", "STOP"])),
+        ("n", json!(3)),
+        ("seed", json!(-4)),
+        ("presence_penalty", json!(0.25)),
+        ("frequency_penalty", json!(-0.5)),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}),
+        ),
+    ] {
+        b[k] = v;
+    }
+    assert_eq!(
+        conv(O, b, G)["generationConfig"],
+        json!({
+            "maxOutputTokens": 64, "temperature": 0.5, "topP": 0.9, "topK": 7,
+            "stopSequences": ["END", "STOP"], "candidateCount": 3, "seed": -4,
+            "presencePenalty": 0.25, "frequencyPenalty": -0.5,
+            "responseMimeType": "application/json", "responseJsonSchema": {"type": "object"},
+        })
+    );
+    // One candidate is the default; JSON mode is the MIME type alone; nothing set is no config.
+    let mut b = oai(json!([{"role": "user", "content": "x"}]));
+    b["n"] = json!(1);
+    assert_eq!(conv(O, b.clone(), G).get("generationConfig"), None);
+    b["response_format"] = json!({"type": "json_object"});
+    assert_eq!(
+        conv(O, b, G)["generationConfig"],
+        json!({"responseMimeType": "application/json"})
+    );
+    let mut a = ant(json!([{"role": "user", "content": "x"}]));
+    a["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    assert_eq!(
+        conv(A, a, G)["generationConfig"],
+        json!({"maxOutputTokens": 100, "thinkingConfig": {"thinkingBudget": 1024}})
+    );
+}
