@@ -144,14 +144,7 @@ fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
 fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
     match tc {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            ir.tool_choice = Some(match s.as_str() {
-                "auto" => ToolChoice::Auto,
-                "none" => ToolChoice::None,
-                "required" => ToolChoice::Required,
-                other => return Err(malformed(format!("unknown tool_choice `{other}`"))),
-            })
-        }
+        Some(Value::String(s)) => ir.tool_choice = Some(tool_choice_mode(s)?),
         Some(tc) => match get_str(tc, "type") {
             Some("function") => {
                 let name = tc
@@ -168,6 +161,16 @@ fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateErr
         },
     }
     Ok(())
+}
+
+/// A `tool_choice` mode string (Chat Completions and the Responses API share them).
+pub(crate) fn tool_choice_mode(mode: &str) -> Result<ToolChoice, TranslateError> {
+    match mode {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        "required" => Ok(ToolChoice::Required),
+        other => Err(malformed(format!("unknown tool_choice `{other}`"))),
+    }
 }
 
 /// Token limit, sampling, stop sequences, choice count, seed and penalties.

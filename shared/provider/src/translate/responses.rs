@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::openai::media_from_url;
+use super::openai::{media_from_url, tool_choice_mode};
 use super::{
     joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
     Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
@@ -125,14 +125,7 @@ fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
 fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
     match tc {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            ir.tool_choice = Some(match s.as_str() {
-                "auto" => ToolChoice::Auto,
-                "none" => ToolChoice::None,
-                "required" => ToolChoice::Required,
-                other => return Err(malformed(format!("unknown tool_choice `{other}`"))),
-            })
-        }
+        Some(Value::String(s)) => ir.tool_choice = Some(tool_choice_mode(s)?),
         Some(tc) => match get_str(tc, "type") {
             Some("function") => {
                 let name =
