@@ -217,36 +217,7 @@ fn parse_blocks(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translate
                     .ok_or_else(|| malformed("text block without text"))?
                     .into(),
             )),
-            "image" | "document" => {
-                let src = b
-                    .get("source")
-                    .ok_or_else(|| malformed("block without source"))?;
-                let kind = if ty == "image" {
-                    MediaKind::Image
-                } else {
-                    MediaKind::Document
-                };
-                if ty == "document" && get_str(src, "type") == Some("text") {
-                    parts.push(Part::Text(get_str(src, "data").unwrap_or("").into()));
-                    continue;
-                }
-                if ty == "document" && get_str(src, "type") == Some("content") {
-                    let inner = parse_blocks(src.get("content").unwrap_or(&Value::Null), ir, ctx)?;
-                    parts.extend(inner);
-                    continue;
-                }
-                match parse_source(src, kind)? {
-                    Some(media) => {
-                        ir.check_media(&media, ctx);
-                        parts.push(Part::Media(media));
-                    }
-                    None => ir.block(
-                        format!("{ty} source type {}", get_str(src, "type").unwrap_or("?")),
-                        OTHERS,
-                        true,
-                    ),
-                }
-            }
+            "image" | "document" => media_parts(ty, b, ir, ctx, &mut parts)?,
             "tool_use" => {
                 let id = get_str(b, "id").ok_or_else(|| malformed("tool_use.id missing"))?;
                 let name = get_str(b, "name").ok_or_else(|| malformed("tool_use.name missing"))?;
@@ -279,6 +250,46 @@ fn parse_blocks(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translate
         }
     }
     Ok(parts)
+}
+
+/// An image or document block. A document of plain text is its text; a document of content
+/// blocks is those blocks; a source type the others lack is blocked.
+fn media_parts(
+    ty: &str,
+    b: &Value,
+    ir: &mut Ir,
+    ctx: Ctx,
+    parts: &mut Vec<Part>,
+) -> Result<(), TranslateError> {
+    let src = b
+        .get("source")
+        .ok_or_else(|| malformed("block without source"))?;
+    let kind = if ty == "image" {
+        MediaKind::Image
+    } else {
+        MediaKind::Document
+    };
+    if ty == "document" && get_str(src, "type") == Some("text") {
+        parts.push(Part::Text(get_str(src, "data").unwrap_or("").into()));
+        return Ok(());
+    }
+    if ty == "document" && get_str(src, "type") == Some("content") {
+        let inner = parse_blocks(src.get("content").unwrap_or(&Value::Null), ir, ctx)?;
+        parts.extend(inner);
+        return Ok(());
+    }
+    match parse_source(src, kind)? {
+        Some(media) => {
+            ir.check_media(&media, ctx);
+            parts.push(Part::Media(media));
+        }
+        None => ir.block(
+            format!("{ty} source type {}", get_str(src, "type").unwrap_or("?")),
+            OTHERS,
+            true,
+        ),
+    }
+    Ok(())
 }
 
 fn media_block(m: &Media) -> Value {
