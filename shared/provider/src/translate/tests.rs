@@ -2132,3 +2132,54 @@ fn gemini_generation_config_field_by_field() {
         json!({"maxOutputTokens": 100, "thinkingConfig": {"thinkingBudget": 1024}})
     );
 }
+
+#[test]
+fn anthropic_media_block_rules() {
+    let user = |block: Value| ant(json!([{"role": "user", "content": [block]}]));
+    // A document of content blocks is those blocks.
+    let b = user(json!({"type": "document", "source": {"type": "content",
+        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}));
+    assert_eq!(
+        conv(A, b, O)["messages"][0]["content"],
+        json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    );
+    // Base64 media is of the kind its media type says, whatever the block's type.
+    let b = user(
+        json!({"type": "image", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}),
+    );
+    assert_eq!(
+        conv(A, b, G)["contents"][0]["parts"][0],
+        json!({"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}})
+    );
+    for (block, message) in [
+        (json!({"type": "image"}), "block without source"),
+        (
+            json!({"type": "image", "source": {}}),
+            "source.type missing",
+        ),
+        (
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png"}}),
+            "source.data missing",
+        ),
+        (
+            json!({"type": "document", "source": {"type": "url"}}),
+            "source.url missing",
+        ),
+        (json!({"type": "text"}), "text block without text"),
+        (json!({"text": "x"}), "content block without type"),
+        (
+            json!({"type": "tool_use", "id": "t"}),
+            "tool_use.name missing",
+        ),
+        (
+            json!({"type": "tool_result"}),
+            "tool_result.tool_use_id missing",
+        ),
+    ] {
+        assert_eq!(
+            malformed_message(A, user(block.clone())),
+            message,
+            "{block}"
+        );
+    }
+}
