@@ -286,21 +286,7 @@ fn parse_content(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translat
                 parts.push(Part::Media(media));
             }
             "input_audio" => {
-                let a = item
-                    .get("input_audio")
-                    .ok_or_else(|| malformed("input_audio part without input_audio"))?;
-                let data =
-                    get_str(a, "data").ok_or_else(|| malformed("input_audio.data missing"))?;
-                let format = get_str(a, "format").unwrap_or("wav");
-                let mime = match format {
-                    "mp3" => "audio/mpeg".to_string(),
-                    f => format!("audio/{f}"),
-                };
-                let media = Media {
-                    kind: MediaKind::Audio,
-                    mime: Some(mime),
-                    source: Source::Base64(data.into()),
-                };
+                let media = input_audio(item)?;
                 ir.check_media(&media, ctx);
                 parts.push(Part::Media(media));
             }
@@ -308,29 +294,53 @@ fn parse_content(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translat
                 let f = item
                     .get("file")
                     .ok_or_else(|| malformed("file part without file"))?;
-                if let Some(data) = get_str(f, "file_data") {
-                    let media = match parse_data_url(data) {
-                        Some((mime, d)) => Media {
-                            kind: MediaKind::of_mime(&mime),
-                            mime: Some(mime),
-                            source: Source::Base64(d),
-                        },
-                        None => Media {
-                            kind: MediaKind::Document,
-                            mime: Some("application/pdf".into()),
-                            source: Source::Base64(data.into()),
-                        },
-                    };
-                    ir.check_media(&media, ctx);
-                    parts.push(Part::Media(media));
-                } else {
-                    ir.block("file_id reference", OTHERS, true);
+                match get_str(f, "file_data") {
+                    Some(data) => {
+                        let media = file_data(data);
+                        ir.check_media(&media, ctx);
+                        parts.push(Part::Media(media));
+                    }
+                    None => ir.block("file_id reference", OTHERS, true),
                 }
             }
             other => ir.block(format!("content part type {other}"), OTHERS, true),
         }
     }
     Ok(parts)
+}
+
+/// `input_audio`: base64 audio; its format is the MIME subtype (`mp3` is `audio/mpeg`; `wav`
+/// when left out).
+fn input_audio(item: &Value) -> Result<Media, TranslateError> {
+    let a = item
+        .get("input_audio")
+        .ok_or_else(|| malformed("input_audio part without input_audio"))?;
+    let data = get_str(a, "data").ok_or_else(|| malformed("input_audio.data missing"))?;
+    let mime = match get_str(a, "format").unwrap_or("wav") {
+        "mp3" => "audio/mpeg".to_string(),
+        f => format!("audio/{f}"),
+    };
+    Ok(Media {
+        kind: MediaKind::Audio,
+        mime: Some(mime),
+        source: Source::Base64(data.into()),
+    })
+}
+
+/// `file.file_data`: a base64 data URL, or bare base64 (a PDF).
+fn file_data(data: &str) -> Media {
+    match parse_data_url(data) {
+        Some((mime, d)) => Media {
+            kind: MediaKind::of_mime(&mime),
+            mime: Some(mime),
+            source: Source::Base64(d),
+        },
+        None => Media {
+            kind: MediaKind::Document,
+            mime: Some("application/pdf".into()),
+            source: Source::Base64(data.into()),
+        },
+    }
 }
 
 pub(crate) fn media_from_url(url: &str, kind: MediaKind) -> Result<Media, TranslateError> {
