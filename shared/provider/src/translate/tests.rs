@@ -2183,3 +2183,73 @@ fn anthropic_media_block_rules() {
         );
     }
 }
+
+#[test]
+fn openai_content_part_rules() {
+    let part = |p: Value| {
+        let b = oai(json!([{"role": "user", "content": [p]}]));
+        conv(O, b, G)["contents"][0]["parts"][0].clone()
+    };
+    let audio = |a: Value| part(json!({"type": "input_audio", "input_audio": a}));
+    assert_eq!(
+        audio(json!({"data": "AA", "format": "mp3"})),
+        json!({"inlineData": {"mimeType": "audio/mpeg", "data": "AA"}})
+    );
+    assert_eq!(
+        audio(json!({"data": "AA"})),
+        json!({"inlineData": {"mimeType": "audio/wav", "data": "AA"}})
+    );
+    assert_eq!(
+        audio(json!({"data": "AA", "format": "flac"})),
+        json!({"inlineData": {"mimeType": "audio/flac", "data": "AA"}})
+    );
+    // File data: a data URL keeps its type; bare base64 is a PDF.
+    assert_eq!(
+        part(json!({"type": "file", "file": {"file_data": "data:text/plain;base64,aGk="}})),
+        json!({"inlineData": {"mimeType": "text/plain", "data": "aGk="}})
+    );
+    assert_eq!(
+        part(json!({"type": "file", "file": {"file_data": "JVBE"}})),
+        json!({"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}})
+    );
+    // An image URL may be given bare; a data URL without a type keeps the part's kind.
+    assert_eq!(
+        part(json!({"type": "image_url", "image_url": "https://e.com/x.png"})),
+        json!({"fileData": {"mimeType": "image/png", "fileUri": "https://e.com/x.png"}})
+    );
+    assert_eq!(
+        part(json!({"type": "input_text", "text": "t"})),
+        json!({"text": "t"})
+    );
+    assert_eq!(
+        part(json!({"type": "refusal", "refusal": "no"})),
+        json!({"text": "no"})
+    );
+    let user = |p: Value| oai(json!([{"role": "user", "content": [p]}]));
+    for (p, message) in [
+        (
+            json!({"type": "input_audio"}),
+            "input_audio part without input_audio",
+        ),
+        (
+            json!({"type": "input_audio", "input_audio": {}}),
+            "input_audio.data missing",
+        ),
+        (json!({"type": "file"}), "file part without file"),
+        (
+            json!({"type": "image_url"}),
+            "image_url part without image_url",
+        ),
+        (
+            json!({"type": "image_url", "image_url": {}}),
+            "image_url.url missing",
+        ),
+        (json!({"type": "text"}), "text part without text"),
+    ] {
+        assert_eq!(malformed_message(O, user(p.clone())), message, "{p}");
+    }
+    assert_eq!(
+        blocked(O, user(json!({"type": "video_url", "video_url": "x"})), G).as_deref(),
+        Some("content part type video_url")
+    );
+}
