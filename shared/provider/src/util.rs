@@ -22,23 +22,47 @@ pub(crate) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, TranslateE
     }
 }
 
-pub(crate) fn get_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
+/// What the getters below read from: a JSON value, or a request body's map of fields.
+pub(crate) trait Fields {
+    fn field(&self, key: &str) -> Option<&Value>;
 }
 
-pub(crate) fn get_u64(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(|n| {
+impl Fields for Value {
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+}
+
+impl<T: Fields + ?Sized> Fields for &T {
+    fn field(&self, key: &str) -> Option<&Value> {
+        (**self).field(key)
+    }
+}
+
+impl Fields for Map<String, Value> {
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+}
+
+pub(crate) fn get_str<'a, T: Fields + ?Sized>(v: &'a T, key: &str) -> Option<&'a str> {
+    v.field(key).and_then(Value::as_str)
+}
+
+/// A count: an unsigned integer, or a non-negative number (its fraction dropped).
+pub(crate) fn get_u64<T: Fields + ?Sized>(v: &T, key: &str) -> Option<u64> {
+    v.field(key).and_then(|n| {
         n.as_u64()
             .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
     })
 }
 
-pub(crate) fn get_f64(v: &Value, key: &str) -> Option<f64> {
-    v.get(key).and_then(Value::as_f64)
+pub(crate) fn get_f64<T: Fields + ?Sized>(v: &T, key: &str) -> Option<f64> {
+    v.field(key).and_then(Value::as_f64)
 }
 
-pub(crate) fn get_array<'a>(v: &'a Value, key: &str) -> Option<&'a Vec<Value>> {
-    v.get(key).and_then(Value::as_array)
+pub(crate) fn get_array<'a, T: Fields + ?Sized>(v: &'a T, key: &str) -> Option<&'a Vec<Value>> {
+    v.field(key).and_then(Value::as_array)
 }
 
 /// At most `max` characters of `s` (cut at a char boundary, with an ellipsis when cut).

@@ -466,16 +466,7 @@ impl StreamConverter {
         let payload: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
         let kind = m.header(":message-type").unwrap_or("event");
         if kind != "event" {
-            let exception = m
-                .header(":exception-type")
-                .or_else(|| m.header(":error-code"))
-                .unwrap_or("InternalServerException");
-            let status = exception_status(exception);
-            let body = anthropic_error(status, Some(exception), &m.payload);
-            self.start(out);
-            let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            sse(out, "error", &error);
-            self.done = true;
+            self.exception(m, out);
             return;
         }
         let index = payload
@@ -499,24 +490,7 @@ impl StreamConverter {
             "contentBlockDelta" => {
                 self.start(out);
                 let delta = payload.get("delta").unwrap_or(&Value::Null);
-                if let Some(text) = get_str(delta, "text") {
-                    let at = self.open(index, json!({"type": "text", "text": ""}), false, out);
-                    sse(
-                        out,
-                        "content_block_delta",
-                        &json!({"type": "content_block_delta", "index": at,
-                                "delta": {"type": "text_delta", "text": text}}),
-                    );
-                } else if let Some(input) = delta.get("toolUse").and_then(|t| get_str(t, "input")) {
-                    if let Some(at) = self.blocks.iter().position(|(i, t)| *i == index && *t) {
-                        sse(
-                            out,
-                            "content_block_delta",
-                            &json!({"type": "content_block_delta", "index": at,
-                                    "delta": {"type": "input_json_delta", "partial_json": input}}),
-                        );
-                    }
-                }
+                self.block_delta(index, delta, out);
             }
             "contentBlockStop" => {
                 if let Some(at) = self.blocks.iter().position(|(i, _)| *i == index) {
@@ -540,6 +514,43 @@ impl StreamConverter {
                 self.end(payload.get("usage"), out);
             }
             _ => {}
+        }
+    }
+
+    /// An exception (or error) message: an Anthropic error event, and the stream is done.
+    fn exception(&mut self, m: &eventstream::Message, out: &mut Vec<u8>) {
+        let exception = m
+            .header(":exception-type")
+            .or_else(|| m.header(":error-code"))
+            .unwrap_or("InternalServerException");
+        let status = exception_status(exception);
+        let body = anthropic_error(status, Some(exception), &m.payload);
+        self.start(out);
+        let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        sse(out, "error", &error);
+        self.done = true;
+    }
+
+    /// `contentBlockDelta`: text opens a text block when no block is open at that index; tool input
+    /// goes only to a block that started as a tool call.
+    fn block_delta(&mut self, index: u64, delta: &Value, out: &mut Vec<u8>) {
+        if let Some(text) = get_str(delta, "text") {
+            let at = self.open(index, json!({"type": "text", "text": ""}), false, out);
+            sse(
+                out,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": at,
+                        "delta": {"type": "text_delta", "text": text}}),
+            );
+        } else if let Some(input) = delta.get("toolUse").and_then(|t| get_str(t, "input")) {
+            if let Some(at) = self.blocks.iter().position(|(i, t)| *i == index && *t) {
+                sse(
+                    out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": at,
+                            "delta": {"type": "input_json_delta", "partial_json": input}}),
+                );
+            }
         }
     }
 

@@ -260,3 +260,45 @@ fn an_exception_mid_stream_is_an_error_event_and_a_cut_stream_fails() {
     let mut c = StreamConverter::new("m", "i");
     assert!(c.push(b"\x00\x00\x00\x10garbage!!!!!", &mut out).is_err());
 }
+
+#[test]
+fn tool_input_only_goes_to_a_tool_block_and_an_error_code_is_an_error() {
+    let mut wire = event("messageStart", json!({"role": "assistant"}));
+    wire.extend(event(
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 0, "delta": {"text": "Hi"}}),
+    ));
+    // Tool input for a text block is dropped.
+    wire.extend(event(
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{}"}}}),
+    ));
+    wire.extend(encode(
+        &[
+            (":error-code", "modelStreamErrorException"),
+            (":message-type", "error"),
+        ],
+        br#"{"message":"broken"}"#,
+    ));
+    let mut c = StreamConverter::new("m", "i");
+    let mut out = Vec::new();
+    c.push(&wire, &mut out).unwrap();
+    assert!(c.done());
+    let events = sse_events(&out);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "error"
+        ]
+    );
+    let error = &events[3].1;
+    let message = error["error"]["message"].as_str().unwrap().to_lowercase();
+    // The exception is named by `:error-code` when there is no `:exception-type`.
+    assert!(message.contains("modelstreamerrorexception"), "{message}");
+    assert!(message.contains("broken"), "{message}");
+    assert_eq!(error["error"]["type"], "api_error");
+}

@@ -1056,3 +1056,40 @@ fn chat_completions_streams_to_the_responses_event_sequence() {
     assert_eq!(done["output"][0]["arguments"], "{\"city\":\"Paris\"}");
     assert_eq!(done["output"][1]["name"], "get_time");
 }
+
+#[test]
+fn anthropic_blocks_that_start_with_content_and_deltas_that_belong_nowhere() {
+    let stream = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+        // A text block that starts with its text.
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"Hi \"}}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\"}}\n\n",
+        // Argument JSON on a text block is not a tool call's.
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"there\"}}\n\n",
+        "event: content_block_stop\n",
+        "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        // A tool call that starts with its whole input.
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_9\",\"name\":\"f\",\"input\":{\"a\":1}}}\n\n",
+        "event: content_block_stop\n",
+        "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n",
+        "event: message_stop\n",
+        "data: {\"type\":\"message_stop\"}\n\n",
+    );
+    let (out, _) = run(A, O, stream, false);
+    let v = openai_view(&out, false);
+    assert_eq!(v.text, "Hi there");
+    assert_eq!(
+        v.tools.get(&0),
+        Some(&("toolu_9".into(), "f".into(), "{\"a\":1}".into()))
+    );
+    assert_eq!(v.finish, "tool_calls");
+}

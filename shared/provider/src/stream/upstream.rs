@@ -157,50 +157,11 @@ impl Upstream {
             "content_block_start" => {
                 self.start("", out);
                 let b = v.get("content_block").unwrap_or(&Value::Null);
-                match get_str(b, "type") {
-                    Some("text") => {
-                        if let Some(t) = get_str(b, "text").filter(|t| !t.is_empty()) {
-                            out.push(Ev::Text(t.to_string()));
-                        }
-                    }
-                    Some("tool_use") => {
-                        self.tools.insert(index);
-                        out.push(Ev::ToolStart {
-                            key: index,
-                            id: get_str(b, "id").unwrap_or("").to_string(),
-                            name: get_str(b, "name").unwrap_or("").to_string(),
-                        });
-                        if let Some(input) = b
-                            .get("input")
-                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
-                        {
-                            out.push(Ev::ToolArgs {
-                                key: index,
-                                args: input.to_string(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
+                self.anthropic_block_start(b, index, out);
             }
             "content_block_delta" => {
                 let d = v.get("delta").unwrap_or(&Value::Null);
-                match get_str(d, "type") {
-                    Some("text_delta") => {
-                        if let Some(t) = get_str(d, "text").filter(|t| !t.is_empty()) {
-                            out.push(Ev::Text(t.to_string()));
-                        }
-                    }
-                    Some("input_json_delta") if self.tools.contains(&index) => {
-                        if let Some(p) = get_str(d, "partial_json").filter(|p| !p.is_empty()) {
-                            out.push(Ev::ToolArgs {
-                                key: index,
-                                args: p.to_string(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
+                self.anthropic_block_delta(d, index, out);
             }
             "content_block_stop" if self.tools.contains(&index) => {
                 out.push(Ev::ToolEnd { key: index });
@@ -220,6 +181,57 @@ impl Upstream {
             }
             "message_stop" => out.push(Ev::Done),
             "error" => out.push(Ev::Error(error_message(&v))),
+            _ => {}
+        }
+    }
+
+    /// An Anthropic content block starts: text (when it already has some) or a tool call (with
+    /// its input when that is not empty). Other block kinds (thinking, …) give nothing.
+    fn anthropic_block_start(&mut self, b: &Value, index: u64, out: &mut Vec<Ev>) {
+        match get_str(b, "type") {
+            Some("text") => {
+                if let Some(t) = get_str(b, "text").filter(|t| !t.is_empty()) {
+                    out.push(Ev::Text(t.to_string()));
+                }
+            }
+            Some("tool_use") => {
+                self.tools.insert(index);
+                out.push(Ev::ToolStart {
+                    key: index,
+                    id: get_str(b, "id").unwrap_or("").to_string(),
+                    name: get_str(b, "name").unwrap_or("").to_string(),
+                });
+                if let Some(input) = b
+                    .get("input")
+                    .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                {
+                    out.push(Ev::ToolArgs {
+                        key: index,
+                        args: input.to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// An Anthropic content block grows: text, or argument JSON of a block that started as a
+    /// tool call. Empty deltas give nothing.
+    fn anthropic_block_delta(&self, d: &Value, index: u64, out: &mut Vec<Ev>) {
+        match get_str(d, "type") {
+            Some("text_delta") => {
+                if let Some(t) = get_str(d, "text").filter(|t| !t.is_empty()) {
+                    out.push(Ev::Text(t.to_string()));
+                }
+            }
+            Some("input_json_delta") if self.tools.contains(&index) => {
+                if let Some(p) = get_str(d, "partial_json").filter(|p| !p.is_empty()) {
+                    out.push(Ev::ToolArgs {
+                        key: index,
+                        args: p.to_string(),
+                    });
+                }
+            }
             _ => {}
         }
     }

@@ -13,8 +13,53 @@ use crate::util::{anthropic_tool_id, get_array, get_f64, get_str, get_u64, value
 const OTHERS: &[crate::Protocol] = &[OPENAI, GEMINI];
 
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
-    let v = Value::Object(body.clone());
-    match v.get("system") {
+    parse_system(body.get("system"), ir)?;
+    let messages =
+        get_array(body, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
+    for (i, m) in messages.iter().enumerate() {
+        let role = match get_str(m, "role") {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            other => {
+                return Err(malformed(format!(
+                    "messages[{i}].role `{}`",
+                    other.unwrap_or("missing")
+                )))
+            }
+        };
+        let ctx = if role == Role::User {
+            Ctx::User
+        } else {
+            Ctx::Assistant
+        };
+        let parts = parse_blocks(m.get("content").unwrap_or(&Value::Null), ir, ctx)?;
+        ir.messages.push(Msg { role, parts });
+    }
+    block_prefill(ir);
+    if let Some(tools) = get_array(body, "tools") {
+        parse_tools(tools, ir)?;
+    }
+    if let Some(tc) = body.get("tool_choice").filter(|t| !t.is_null()) {
+        parse_tool_choice(tc, ir)?;
+    }
+    parse_sampling(body, ir);
+    if let Some(th) = body.get("thinking").filter(|t| !t.is_null()) {
+        parse_thinking(th, ir);
+    }
+    if let Some(u) = body.get("metadata").and_then(|m| get_str(m, "user_id")) {
+        ir.user = Some(u.to_string());
+    }
+    for key in ["mcp_servers", "container"] {
+        if body.get(key).is_some_and(|x| !x.is_null()) {
+            ir.block(key, OTHERS, false);
+        }
+    }
+    Ok(())
+}
+
+/// `system`: a string, or text blocks (each one system text).
+fn parse_system(system: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
+    match system {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => ir.system.push(s.clone()),
         Some(Value::Array(blocks)) => {
@@ -36,27 +81,12 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             ))
         }
     }
-    let messages =
-        get_array(&v, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
-    for (i, m) in messages.iter().enumerate() {
-        let role = match get_str(m, "role") {
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            other => {
-                return Err(malformed(format!(
-                    "messages[{i}].role `{}`",
-                    other.unwrap_or("missing")
-                )))
-            }
-        };
-        let ctx = if role == Role::User {
-            Ctx::User
-        } else {
-            Ctx::Assistant
-        };
-        let parts = parse_blocks(m.get("content").unwrap_or(&Value::Null), ir, ctx)?;
-        ir.messages.push(Msg { role, parts });
-    }
+    Ok(())
+}
+
+/// A conversation ending on an assistant message without tool calls asks the model to continue
+/// that message (a prefill), which the others cannot do.
+fn block_prefill(ir: &mut Ir) {
     if let Some(last) = ir.messages.last() {
         if last.role == Role::Assistant
             && !last
@@ -71,76 +101,79 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             );
         }
     }
-    if let Some(tools) = get_array(&v, "tools") {
-        for t in tools {
-            match get_str(t, "type") {
-                None | Some("custom") => {
-                    let name =
-                        get_str(t, "name").ok_or_else(|| malformed("tools[].name missing"))?;
-                    ir.tools.push(Tool {
-                        name: name.into(),
-                        description: get_str(t, "description").map(str::to_string),
-                        schema: t.get("input_schema").cloned(),
-                    });
-                }
-                Some(other) => ir.block(format!("server tool {other}"), OTHERS, true),
+}
+
+/// `tools[]`: client tools (no type, or `custom`); server tools are blocked.
+fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
+    for t in tools {
+        match get_str(t, "type") {
+            None | Some("custom") => {
+                let name = get_str(t, "name").ok_or_else(|| malformed("tools[].name missing"))?;
+                ir.tools.push(Tool {
+                    name: name.into(),
+                    description: get_str(t, "description").map(str::to_string),
+                    schema: t.get("input_schema").cloned(),
+                });
             }
-        }
-    }
-    if let Some(tc) = v.get("tool_choice").filter(|t| !t.is_null()) {
-        ir.tool_choice = match get_str(tc, "type") {
-            Some("auto") => Some(ToolChoice::Auto),
-            Some("any") => Some(ToolChoice::Required),
-            Some("none") => Some(ToolChoice::None),
-            Some("tool") => Some(ToolChoice::Named(
-                get_str(tc, "name")
-                    .ok_or_else(|| malformed("tool_choice.name missing"))?
-                    .into(),
-            )),
-            other => {
-                return Err(malformed(format!(
-                    "tool_choice type {}",
-                    other.unwrap_or("?")
-                )))
-            }
-        };
-        if tc.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
-            ir.parallel_tool_calls = Some(false);
-        }
-    }
-    ir.max_tokens = get_u64(&v, "max_tokens");
-    ir.temperature = get_f64(&v, "temperature");
-    ir.top_p = get_f64(&v, "top_p");
-    ir.top_k = get_u64(&v, "top_k");
-    if ir.top_k.is_some() {
-        ir.block("top_k", &[OPENAI], false);
-    }
-    if let Some(s) = get_array(&v, "stop_sequences") {
-        ir.stop
-            .extend(s.iter().filter_map(Value::as_str).map(str::to_string));
-    }
-    if let Some(th) = v.get("thinking").filter(|t| !t.is_null()) {
-        match get_str(th, "type") {
-            Some("disabled") => {}
-            Some("enabled") => {
-                ir.thinking_budget = get_u64(th, "budget_tokens").map(|b| b as i64);
-                ir.block("thinking", &[OPENAI], false);
-            }
-            _ => {
-                ir.thinking_budget = Some(-1);
-                ir.block("thinking", &[OPENAI], false);
-            }
-        }
-    }
-    if let Some(u) = v.get("metadata").and_then(|m| get_str(m, "user_id")) {
-        ir.user = Some(u.to_string());
-    }
-    for key in ["mcp_servers", "container"] {
-        if v.get(key).is_some_and(|x| !x.is_null()) {
-            ir.block(key, OTHERS, false);
+            Some(other) => ir.block(format!("server tool {other}"), OTHERS, true),
         }
     }
     Ok(())
+}
+
+/// `tool_choice`: auto, any (required), none or one named tool; it may also turn parallel tool
+/// use off.
+fn parse_tool_choice(tc: &Value, ir: &mut Ir) -> Result<(), TranslateError> {
+    ir.tool_choice = match get_str(tc, "type") {
+        Some("auto") => Some(ToolChoice::Auto),
+        Some("any") => Some(ToolChoice::Required),
+        Some("none") => Some(ToolChoice::None),
+        Some("tool") => Some(ToolChoice::Named(
+            get_str(tc, "name")
+                .ok_or_else(|| malformed("tool_choice.name missing"))?
+                .into(),
+        )),
+        other => {
+            return Err(malformed(format!(
+                "tool_choice type {}",
+                other.unwrap_or("?")
+            )))
+        }
+    };
+    if tc.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+        ir.parallel_tool_calls = Some(false);
+    }
+    Ok(())
+}
+
+/// Token limit, sampling and stop sequences.
+fn parse_sampling(body: &Map<String, Value>, ir: &mut Ir) {
+    ir.max_tokens = get_u64(body, "max_tokens");
+    ir.temperature = get_f64(body, "temperature");
+    ir.top_p = get_f64(body, "top_p");
+    ir.top_k = get_u64(body, "top_k");
+    if ir.top_k.is_some() {
+        ir.block("top_k", &[OPENAI], false);
+    }
+    if let Some(s) = get_array(body, "stop_sequences") {
+        ir.stop
+            .extend(s.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+}
+
+/// `thinking`: disabled, enabled with a budget, or any other type (adaptive: budget -1).
+fn parse_thinking(th: &Value, ir: &mut Ir) {
+    match get_str(th, "type") {
+        Some("disabled") => {}
+        Some("enabled") => {
+            ir.thinking_budget = get_u64(th, "budget_tokens").map(|b| b as i64);
+            ir.block("thinking", &[OPENAI], false);
+        }
+        _ => {
+            ir.thinking_budget = Some(-1);
+            ir.block("thinking", &[OPENAI], false);
+        }
+    }
 }
 
 fn parse_source(src: &Value, kind: MediaKind) -> Result<Option<Media>, TranslateError> {
@@ -184,36 +217,7 @@ fn parse_blocks(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translate
                     .ok_or_else(|| malformed("text block without text"))?
                     .into(),
             )),
-            "image" | "document" => {
-                let src = b
-                    .get("source")
-                    .ok_or_else(|| malformed("block without source"))?;
-                let kind = if ty == "image" {
-                    MediaKind::Image
-                } else {
-                    MediaKind::Document
-                };
-                if ty == "document" && get_str(src, "type") == Some("text") {
-                    parts.push(Part::Text(get_str(src, "data").unwrap_or("").into()));
-                    continue;
-                }
-                if ty == "document" && get_str(src, "type") == Some("content") {
-                    let inner = parse_blocks(src.get("content").unwrap_or(&Value::Null), ir, ctx)?;
-                    parts.extend(inner);
-                    continue;
-                }
-                match parse_source(src, kind)? {
-                    Some(media) => {
-                        ir.check_media(&media, ctx);
-                        parts.push(Part::Media(media));
-                    }
-                    None => ir.block(
-                        format!("{ty} source type {}", get_str(src, "type").unwrap_or("?")),
-                        OTHERS,
-                        true,
-                    ),
-                }
-            }
+            "image" | "document" => media_parts(ty, b, ir, ctx, &mut parts)?,
             "tool_use" => {
                 let id = get_str(b, "id").ok_or_else(|| malformed("tool_use.id missing"))?;
                 let name = get_str(b, "name").ok_or_else(|| malformed("tool_use.name missing"))?;
@@ -246,6 +250,46 @@ fn parse_blocks(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translate
         }
     }
     Ok(parts)
+}
+
+/// An image or document block. A document of plain text is its text; a document of content
+/// blocks is those blocks; a source type the others lack is blocked.
+fn media_parts(
+    ty: &str,
+    b: &Value,
+    ir: &mut Ir,
+    ctx: Ctx,
+    parts: &mut Vec<Part>,
+) -> Result<(), TranslateError> {
+    let src = b
+        .get("source")
+        .ok_or_else(|| malformed("block without source"))?;
+    let kind = if ty == "image" {
+        MediaKind::Image
+    } else {
+        MediaKind::Document
+    };
+    if ty == "document" && get_str(src, "type") == Some("text") {
+        parts.push(Part::Text(get_str(src, "data").unwrap_or("").into()));
+        return Ok(());
+    }
+    if ty == "document" && get_str(src, "type") == Some("content") {
+        let inner = parse_blocks(src.get("content").unwrap_or(&Value::Null), ir, ctx)?;
+        parts.extend(inner);
+        return Ok(());
+    }
+    match parse_source(src, kind)? {
+        Some(media) => {
+            ir.check_media(&media, ctx);
+            parts.push(Part::Media(media));
+        }
+        None => ir.block(
+            format!("{ty} source type {}", get_str(src, "type").unwrap_or("?")),
+            OTHERS,
+            true,
+        ),
+    }
+    Ok(())
 }
 
 fn media_block(m: &Media) -> Value {
@@ -345,36 +389,7 @@ pub(crate) fn emit_request(
     if !ir.stop.is_empty() {
         b["stop_sequences"] = json!(ir.stop);
     }
-    if !ir.tools.is_empty() {
-        let tools: Vec<Value> = ir
-            .tools
-            .iter()
-            .map(|t| {
-                let mut o = json!({
-                    "name": t.name,
-                    "input_schema": t.schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                });
-                if let Some(d) = &t.description {
-                    o["description"] = json!(d);
-                }
-                o
-            })
-            .collect();
-        b["tools"] = Value::Array(tools);
-        let mut tc = match &ir.tool_choice {
-            None | Some(ToolChoice::Auto) => json!({"type": "auto"}),
-            Some(ToolChoice::None) => json!({"type": "none"}),
-            Some(ToolChoice::Required) => json!({"type": "any"}),
-            Some(ToolChoice::Named(n)) => json!({"type": "tool", "name": n}),
-        };
-        let no_parallel = ir.parallel_tool_calls == Some(false);
-        if no_parallel && tc["type"] != "none" {
-            tc["disable_parallel_tool_use"] = json!(true);
-        }
-        if ir.tool_choice.is_some() || no_parallel {
-            b["tool_choice"] = tc;
-        }
-    }
+    emit_tools(ir, &mut b);
     if let Some(budget) = ir.thinking_budget.filter(|b| *b > 0) {
         b["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
     }
@@ -382,6 +397,43 @@ pub(crate) fn emit_request(
         b["metadata"] = json!({"user_id": u});
     }
     b
+}
+
+/// `tools` and `tool_choice` (none without tools). A tool without a schema takes no
+/// arguments; `tool_choice` is sent only when the client chose one or turned parallel tool use
+/// off (which a `none` choice cannot carry).
+fn emit_tools(ir: &Ir, b: &mut Value) {
+    if ir.tools.is_empty() {
+        return;
+    }
+    let tools: Vec<Value> = ir
+        .tools
+        .iter()
+        .map(|t| {
+            let mut o = json!({
+                "name": t.name,
+                "input_schema": t.schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            });
+            if let Some(d) = &t.description {
+                o["description"] = json!(d);
+            }
+            o
+        })
+        .collect();
+    b["tools"] = Value::Array(tools);
+    let mut tc = match &ir.tool_choice {
+        None | Some(ToolChoice::Auto) => json!({"type": "auto"}),
+        Some(ToolChoice::None) => json!({"type": "none"}),
+        Some(ToolChoice::Required) => json!({"type": "any"}),
+        Some(ToolChoice::Named(n)) => json!({"type": "tool", "name": n}),
+    };
+    let no_parallel = ir.parallel_tool_calls == Some(false);
+    if no_parallel && tc["type"] != "none" {
+        tc["disable_parallel_tool_use"] = json!(true);
+    }
+    if ir.tool_choice.is_some() || no_parallel {
+        b["tool_choice"] = tc;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,117 +13,138 @@ use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 const OTHERS: &[crate::Protocol] = &[ANTHROPIC, GEMINI];
 
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
-    let v = Value::Object(body.clone());
     let messages =
-        get_array(&v, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
+        get_array(body, "messages").ok_or_else(|| malformed("`messages` must be an array"))?;
     for (i, m) in messages.iter().enumerate() {
-        let role =
-            get_str(m, "role").ok_or_else(|| malformed(format!("messages[{i}].role missing")))?;
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match role {
-            "system" | "developer" => {
-                let parts = parse_content(content, ir, Ctx::User)?;
-                if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
-                    ir.block("non-text system content", OTHERS, true);
-                }
-                ir.system.push(joined_text(&parts));
-            }
-            "user" => {
-                let parts = parse_content(content, ir, Ctx::User)?;
-                ir.messages.push(Msg {
-                    role: Role::User,
-                    parts,
-                });
-            }
-            "assistant" => {
-                let mut parts = parse_content(content, ir, Ctx::Assistant)?;
-                if let Some(r) = get_str(m, "refusal") {
-                    if parts.is_empty() {
-                        parts.push(Part::Text(r.to_string()));
-                    }
-                }
-                if let Some(calls) = get_array(m, "tool_calls") {
-                    for c in calls {
-                        let id =
-                            get_str(c, "id").ok_or_else(|| malformed("tool_calls[].id missing"))?;
-                        let f = c
-                            .get("function")
-                            .ok_or_else(|| malformed("tool_calls[].function missing"))?;
-                        let name = get_str(f, "name")
-                            .ok_or_else(|| malformed("tool_calls[].function.name missing"))?;
-                        let args = f
-                            .get("arguments")
-                            .map(value_text)
-                            .unwrap_or_else(|| "{}".into());
-                        parts.push(Part::ToolCall {
-                            id: id.into(),
-                            name: name.into(),
-                            args,
-                        });
-                    }
-                }
-                if m.get("function_call").is_some_and(|f| !f.is_null()) {
-                    ir.block("legacy function_call", OTHERS, true);
-                }
-                if m.get("audio").is_some_and(|a| !a.is_null()) {
-                    ir.block("assistant audio in history", OTHERS, true);
-                }
-                ir.messages.push(Msg {
-                    role: Role::Assistant,
-                    parts,
-                });
-            }
-            "tool" => {
-                let id = get_str(m, "tool_call_id")
-                    .ok_or_else(|| malformed(format!("messages[{i}].tool_call_id missing")))?;
-                let content = parse_content(content, ir, Ctx::ToolResult)?;
-                ir.messages.push(Msg {
-                    role: Role::User,
-                    parts: vec![Part::ToolResult {
-                        id: id.into(),
-                        name: None,
-                        content,
-                        is_error: false,
-                    }],
-                });
-            }
-            "function" => ir.block("legacy function messages", OTHERS, true),
-            other => return Err(malformed(format!("unknown role `{other}`"))),
-        }
+        parse_message(m, i, ir)?;
     }
-
-    if let Some(tools) = get_array(&v, "tools") {
-        for t in tools {
-            match get_str(t, "type") {
-                Some("function") | None => {
-                    let f = t
-                        .get("function")
-                        .ok_or_else(|| malformed("tools[].function missing"))?;
-                    let name = get_str(f, "name")
-                        .ok_or_else(|| malformed("tools[].function.name missing"))?;
-                    ir.tools.push(Tool {
-                        name: name.into(),
-                        description: get_str(f, "description").map(str::to_string),
-                        schema: f.get("parameters").filter(|p| !p.is_null()).cloned(),
-                    });
-                }
-                Some(other) => ir.block(format!("tool type {other}"), OTHERS, true),
-            }
-        }
+    if let Some(tools) = get_array(body, "tools") {
+        parse_tools(tools, ir)?;
     }
-    if v.get("functions").is_some_and(|f| !f.is_null()) {
+    if body.get("functions").is_some_and(|f| !f.is_null()) {
         ir.block("legacy functions", OTHERS, true);
     }
-    match v.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            ir.tool_choice = Some(match s.as_str() {
-                "auto" => ToolChoice::Auto,
-                "none" => ToolChoice::None,
-                "required" => ToolChoice::Required,
-                other => return Err(malformed(format!("unknown tool_choice `{other}`"))),
-            })
+    parse_tool_choice(body.get("tool_choice"), ir)?;
+    ir.parallel_tool_calls = body.get("parallel_tool_calls").and_then(Value::as_bool);
+    parse_sampling(body, ir);
+    block_output_kinds(body, ir);
+    if let Some(rf) = body.get("response_format").filter(|r| !r.is_null()) {
+        parse_response_format(rf, ir)?;
+    }
+    ir.user = get_str(body, "user").map(str::to_string);
+    Ok(())
+}
+
+/// `messages[i]`: system and developer messages join the system prompt; tool messages are tool
+/// results in a user turn.
+fn parse_message(m: &Value, i: usize, ir: &mut Ir) -> Result<(), TranslateError> {
+    let role =
+        get_str(m, "role").ok_or_else(|| malformed(format!("messages[{i}].role missing")))?;
+    let content = m.get("content").unwrap_or(&Value::Null);
+    match role {
+        "system" | "developer" => {
+            let parts = parse_content(content, ir, Ctx::User)?;
+            if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
+                ir.block("non-text system content", OTHERS, true);
+            }
+            ir.system.push(joined_text(&parts));
         }
+        "user" => {
+            let parts = parse_content(content, ir, Ctx::User)?;
+            ir.messages.push(Msg {
+                role: Role::User,
+                parts,
+            });
+        }
+        "assistant" => {
+            let parts = assistant_parts(m, content, ir)?;
+            ir.messages.push(Msg {
+                role: Role::Assistant,
+                parts,
+            });
+        }
+        "tool" => {
+            let id = get_str(m, "tool_call_id")
+                .ok_or_else(|| malformed(format!("messages[{i}].tool_call_id missing")))?;
+            let content = parse_content(content, ir, Ctx::ToolResult)?;
+            ir.messages.push(Msg {
+                role: Role::User,
+                parts: vec![Part::ToolResult {
+                    id: id.into(),
+                    name: None,
+                    content,
+                    is_error: false,
+                }],
+            });
+        }
+        "function" => ir.block("legacy function messages", OTHERS, true),
+        other => return Err(malformed(format!("unknown role `{other}`"))),
+    }
+    Ok(())
+}
+
+/// An assistant message's parts: its content (or its refusal when it has none), then its tool
+/// calls.
+fn assistant_parts(m: &Value, content: &Value, ir: &mut Ir) -> Result<Vec<Part>, TranslateError> {
+    let mut parts = parse_content(content, ir, Ctx::Assistant)?;
+    if let Some(r) = get_str(m, "refusal") {
+        if parts.is_empty() {
+            parts.push(Part::Text(r.to_string()));
+        }
+    }
+    for c in get_array(m, "tool_calls").into_iter().flatten() {
+        let id = get_str(c, "id").ok_or_else(|| malformed("tool_calls[].id missing"))?;
+        let f = c
+            .get("function")
+            .ok_or_else(|| malformed("tool_calls[].function missing"))?;
+        let name =
+            get_str(f, "name").ok_or_else(|| malformed("tool_calls[].function.name missing"))?;
+        let args = f
+            .get("arguments")
+            .map(value_text)
+            .unwrap_or_else(|| "{}".into());
+        parts.push(Part::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+        });
+    }
+    if m.get("function_call").is_some_and(|f| !f.is_null()) {
+        ir.block("legacy function_call", OTHERS, true);
+    }
+    if m.get("audio").is_some_and(|a| !a.is_null()) {
+        ir.block("assistant audio in history", OTHERS, true);
+    }
+    Ok(parts)
+}
+
+/// `tools[]`: function tools (the type may be left out); other tool types are blocked.
+fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
+    for t in tools {
+        match get_str(t, "type") {
+            Some("function") | None => {
+                let f = t
+                    .get("function")
+                    .ok_or_else(|| malformed("tools[].function missing"))?;
+                let name =
+                    get_str(f, "name").ok_or_else(|| malformed("tools[].function.name missing"))?;
+                ir.tools.push(Tool {
+                    name: name.into(),
+                    description: get_str(f, "description").map(str::to_string),
+                    schema: f.get("parameters").filter(|p| !p.is_null()).cloned(),
+                });
+            }
+            Some(other) => ir.block(format!("tool type {other}"), OTHERS, true),
+        }
+    }
+    Ok(())
+}
+
+/// `tool_choice`: a mode string, or `{"type": "function", "function": {"name"}}`.
+fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
+    match tc {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => ir.tool_choice = Some(tool_choice_mode(s)?),
         Some(tc) => match get_str(tc, "type") {
             Some("function") => {
                 let name = tc
@@ -139,79 +160,100 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             ),
         },
     }
-    ir.parallel_tool_calls = v.get("parallel_tool_calls").and_then(Value::as_bool);
-    ir.max_tokens = get_u64(&v, "max_completion_tokens").or_else(|| get_u64(&v, "max_tokens"));
-    ir.temperature = get_f64(&v, "temperature");
-    ir.top_p = get_f64(&v, "top_p");
-    ir.top_k = get_u64(&v, "top_k");
-    match v.get("stop") {
+    Ok(())
+}
+
+/// A `tool_choice` mode string (Chat Completions and the Responses API share them).
+pub(crate) fn tool_choice_mode(mode: &str) -> Result<ToolChoice, TranslateError> {
+    match mode {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        "required" => Ok(ToolChoice::Required),
+        other => Err(malformed(format!("unknown tool_choice `{other}`"))),
+    }
+}
+
+/// Token limit, sampling, stop sequences, choice count, seed and penalties.
+fn parse_sampling(body: &Map<String, Value>, ir: &mut Ir) {
+    ir.max_tokens = get_u64(body, "max_completion_tokens").or_else(|| get_u64(body, "max_tokens"));
+    ir.temperature = get_f64(body, "temperature");
+    ir.top_p = get_f64(body, "top_p");
+    ir.top_k = get_u64(body, "top_k");
+    match body.get("stop") {
         Some(Value::String(s)) => ir.stop.push(s.clone()),
         Some(Value::Array(a)) => ir
             .stop
             .extend(a.iter().filter_map(Value::as_str).map(str::to_string)),
         _ => {}
     }
-    if let Some(n) = get_u64(&v, "n") {
+    if let Some(n) = get_u64(body, "n") {
         ir.n = Some(n);
         if n > 1 {
             ir.block("n > 1", &[ANTHROPIC], false);
         }
     }
-    ir.seed = v.get("seed").and_then(Value::as_i64);
-    ir.presence_penalty = get_f64(&v, "presence_penalty").filter(|p| *p != 0.0);
-    ir.frequency_penalty = get_f64(&v, "frequency_penalty").filter(|p| *p != 0.0);
+    ir.seed = body.get("seed").and_then(Value::as_i64);
+    // A zero penalty is no penalty.
+    ir.presence_penalty = get_f64(body, "presence_penalty").filter(|p| *p != 0.0);
+    ir.frequency_penalty = get_f64(body, "frequency_penalty").filter(|p| *p != 0.0);
     if ir.presence_penalty.is_some() {
         ir.block("presence_penalty", &[ANTHROPIC], false);
     }
     if ir.frequency_penalty.is_some() {
         ir.block("frequency_penalty", &[ANTHROPIC], false);
     }
-    if v.get("logprobs").and_then(Value::as_bool) == Some(true)
-        || get_u64(&v, "top_logprobs").is_some()
+}
+
+/// Outputs only OpenAI gives: logprobs, logit bias, audio, web search.
+fn block_output_kinds(body: &Map<String, Value>, ir: &mut Ir) {
+    if body.get("logprobs").and_then(Value::as_bool) == Some(true)
+        || get_u64(body, "top_logprobs").is_some()
     {
         ir.block("logprobs", OTHERS, false);
     }
-    if v.get("logit_bias")
+    if body
+        .get("logit_bias")
         .and_then(Value::as_object)
         .is_some_and(|m| !m.is_empty())
     {
         ir.block("logit_bias", OTHERS, false);
     }
-    let audio_out = v.get("audio").is_some_and(|a| !a.is_null())
-        || get_array(&v, "modalities")
+    let audio_out = body.get("audio").is_some_and(|a| !a.is_null())
+        || get_array(body, "modalities")
             .is_some_and(|m| m.iter().any(|x| x.as_str() == Some("audio")));
     if audio_out {
         ir.block("audio output", OTHERS, false);
     }
-    if v.get("web_search_options").is_some_and(|w| !w.is_null()) {
+    if body.get("web_search_options").is_some_and(|w| !w.is_null()) {
         ir.block("web_search_options", OTHERS, false);
     }
-    if let Some(rf) = v.get("response_format").filter(|r| !r.is_null()) {
-        match get_str(rf, "type") {
-            Some("text") => {}
-            Some("json_object") => {
-                ir.response_format = Some(ResponseFormat::JsonObject);
-                ir.block("response_format json_object", &[ANTHROPIC], false);
-            }
-            Some("json_schema") => {
-                let js = rf
-                    .get("json_schema")
-                    .ok_or_else(|| malformed("response_format.json_schema missing"))?;
-                ir.response_format = Some(ResponseFormat::JsonSchema {
-                    name: get_str(js, "name").unwrap_or("response").to_string(),
-                    schema: js.get("schema").cloned().unwrap_or_else(|| json!({})),
-                    strict: js.get("strict").and_then(Value::as_bool),
-                });
-                ir.block("response_format json_schema", &[ANTHROPIC], false);
-            }
-            other => ir.block(
-                format!("response_format {}", other.unwrap_or("?")),
-                OTHERS,
-                false,
-            ),
+}
+
+/// `response_format`: text, JSON mode or a JSON schema (named `response` when unnamed).
+fn parse_response_format(rf: &Value, ir: &mut Ir) -> Result<(), TranslateError> {
+    match get_str(rf, "type") {
+        Some("text") => {}
+        Some("json_object") => {
+            ir.response_format = Some(ResponseFormat::JsonObject);
+            ir.block("response_format json_object", &[ANTHROPIC], false);
         }
+        Some("json_schema") => {
+            let js = rf
+                .get("json_schema")
+                .ok_or_else(|| malformed("response_format.json_schema missing"))?;
+            ir.response_format = Some(ResponseFormat::JsonSchema {
+                name: get_str(js, "name").unwrap_or("response").to_string(),
+                schema: js.get("schema").cloned().unwrap_or_else(|| json!({})),
+                strict: js.get("strict").and_then(Value::as_bool),
+            });
+            ir.block("response_format json_schema", &[ANTHROPIC], false);
+        }
+        other => ir.block(
+            format!("response_format {}", other.unwrap_or("?")),
+            OTHERS,
+            false,
+        ),
     }
-    ir.user = get_str(&v, "user").map(str::to_string);
     Ok(())
 }
 
@@ -244,21 +286,7 @@ fn parse_content(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translat
                 parts.push(Part::Media(media));
             }
             "input_audio" => {
-                let a = item
-                    .get("input_audio")
-                    .ok_or_else(|| malformed("input_audio part without input_audio"))?;
-                let data =
-                    get_str(a, "data").ok_or_else(|| malformed("input_audio.data missing"))?;
-                let format = get_str(a, "format").unwrap_or("wav");
-                let mime = match format {
-                    "mp3" => "audio/mpeg".to_string(),
-                    f => format!("audio/{f}"),
-                };
-                let media = Media {
-                    kind: MediaKind::Audio,
-                    mime: Some(mime),
-                    source: Source::Base64(data.into()),
-                };
+                let media = input_audio(item)?;
                 ir.check_media(&media, ctx);
                 parts.push(Part::Media(media));
             }
@@ -266,29 +294,53 @@ fn parse_content(c: &Value, ir: &mut Ir, ctx: Ctx) -> Result<Vec<Part>, Translat
                 let f = item
                     .get("file")
                     .ok_or_else(|| malformed("file part without file"))?;
-                if let Some(data) = get_str(f, "file_data") {
-                    let media = match parse_data_url(data) {
-                        Some((mime, d)) => Media {
-                            kind: MediaKind::of_mime(&mime),
-                            mime: Some(mime),
-                            source: Source::Base64(d),
-                        },
-                        None => Media {
-                            kind: MediaKind::Document,
-                            mime: Some("application/pdf".into()),
-                            source: Source::Base64(data.into()),
-                        },
-                    };
-                    ir.check_media(&media, ctx);
-                    parts.push(Part::Media(media));
-                } else {
-                    ir.block("file_id reference", OTHERS, true);
+                match get_str(f, "file_data") {
+                    Some(data) => {
+                        let media = file_data(data);
+                        ir.check_media(&media, ctx);
+                        parts.push(Part::Media(media));
+                    }
+                    None => ir.block("file_id reference", OTHERS, true),
                 }
             }
             other => ir.block(format!("content part type {other}"), OTHERS, true),
         }
     }
     Ok(parts)
+}
+
+/// `input_audio`: base64 audio; its format is the MIME subtype (`mp3` is `audio/mpeg`; `wav`
+/// when left out).
+fn input_audio(item: &Value) -> Result<Media, TranslateError> {
+    let a = item
+        .get("input_audio")
+        .ok_or_else(|| malformed("input_audio part without input_audio"))?;
+    let data = get_str(a, "data").ok_or_else(|| malformed("input_audio.data missing"))?;
+    let mime = match get_str(a, "format").unwrap_or("wav") {
+        "mp3" => "audio/mpeg".to_string(),
+        f => format!("audio/{f}"),
+    };
+    Ok(Media {
+        kind: MediaKind::Audio,
+        mime: Some(mime),
+        source: Source::Base64(data.into()),
+    })
+}
+
+/// `file.file_data`: a base64 data URL, or bare base64 (a PDF).
+fn file_data(data: &str) -> Media {
+    match parse_data_url(data) {
+        Some((mime, d)) => Media {
+            kind: MediaKind::of_mime(&mime),
+            mime: Some(mime),
+            source: Source::Base64(d),
+        },
+        None => Media {
+            kind: MediaKind::Document,
+            mime: Some("application/pdf".into()),
+            source: Source::Base64(data.into()),
+        },
+    }
 }
 
 pub(crate) fn media_from_url(url: &str, kind: MediaKind) -> Result<Media, TranslateError> {
@@ -352,6 +404,49 @@ fn media_value(m: &Media) -> Value {
 }
 
 pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
+    let mut b = json!({"model": model, "messages": messages(ir)});
+    if stream {
+        b["stream"] = json!(true);
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    if let Some(n) = ir.max_tokens {
+        b["max_completion_tokens"] = json!(n);
+    }
+    if let Some(t) = ir.temperature {
+        b["temperature"] = json!(t);
+    }
+    if let Some(t) = ir.top_p {
+        b["top_p"] = json!(t);
+    }
+    if !ir.stop.is_empty() {
+        b["stop"] = json!(ir.stop);
+    }
+    if let Some(n) = ir.n.filter(|n| *n != 1) {
+        b["n"] = json!(n);
+    }
+    if let Some(s) = ir.seed {
+        b["seed"] = json!(s);
+    }
+    if let Some(p) = ir.presence_penalty {
+        b["presence_penalty"] = json!(p);
+    }
+    if let Some(p) = ir.frequency_penalty {
+        b["frequency_penalty"] = json!(p);
+    }
+    emit_tools(ir, &mut b);
+    if let Some(rf) = &ir.response_format {
+        b["response_format"] = response_format_value(rf);
+    }
+    if let Some(u) = &ir.user {
+        b["user"] = json!(u);
+    }
+    b
+}
+
+/// `messages`: the system texts joined into one system message; each tool result its own tool
+/// message (before the rest of its user turn); an assistant's content null when it only calls
+/// tools.
+fn messages(ir: &Ir) -> Vec<Value> {
     let mut msgs = Vec::new();
     if !ir.system.is_empty() {
         msgs.push(json!({"role": "system", "content": ir.system.join("\n\n")}));
@@ -387,56 +482,33 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
             }
         }
     }
-    let mut b = json!({"model": model, "messages": msgs});
-    if stream {
-        b["stream"] = json!(true);
-        b["stream_options"] = json!({"include_usage": true});
+    msgs
+}
+
+/// `tools`, `parallel_tool_calls` and `tool_choice`: none of them without tools.
+fn emit_tools(ir: &Ir, b: &mut Value) {
+    if ir.tools.is_empty() {
+        return;
     }
-    if let Some(n) = ir.max_tokens {
-        b["max_completion_tokens"] = json!(n);
+    let tools: Vec<Value> = ir
+        .tools
+        .iter()
+        .map(|t| {
+            let mut f = json!({"name": t.name});
+            if let Some(d) = &t.description {
+                f["description"] = json!(d);
+            }
+            if let Some(s) = &t.schema {
+                f["parameters"] = s.clone();
+            }
+            json!({"type": "function", "function": f})
+        })
+        .collect();
+    b["tools"] = Value::Array(tools);
+    if let Some(p) = ir.parallel_tool_calls {
+        b["parallel_tool_calls"] = json!(p);
     }
-    if let Some(t) = ir.temperature {
-        b["temperature"] = json!(t);
-    }
-    if let Some(t) = ir.top_p {
-        b["top_p"] = json!(t);
-    }
-    if !ir.stop.is_empty() {
-        b["stop"] = json!(ir.stop);
-    }
-    if let Some(n) = ir.n.filter(|n| *n != 1) {
-        b["n"] = json!(n);
-    }
-    if let Some(s) = ir.seed {
-        b["seed"] = json!(s);
-    }
-    if let Some(p) = ir.presence_penalty {
-        b["presence_penalty"] = json!(p);
-    }
-    if let Some(p) = ir.frequency_penalty {
-        b["frequency_penalty"] = json!(p);
-    }
-    if !ir.tools.is_empty() {
-        let tools: Vec<Value> = ir
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f = json!({"name": t.name});
-                if let Some(d) = &t.description {
-                    f["description"] = json!(d);
-                }
-                if let Some(s) = &t.schema {
-                    f["parameters"] = s.clone();
-                }
-                json!({"type": "function", "function": f})
-            })
-            .collect();
-        b["tools"] = Value::Array(tools);
-        if let Some(p) = ir.parallel_tool_calls {
-            b["parallel_tool_calls"] = json!(p);
-        }
-    }
-    if let Some(tc) = ir.tool_choice.as_ref().filter(|_| !ir.tools.is_empty()) {
+    if let Some(tc) = &ir.tool_choice {
         b["tool_choice"] = match tc {
             ToolChoice::Auto => json!("auto"),
             ToolChoice::None => json!("none"),
@@ -444,25 +516,23 @@ pub(crate) fn emit_request(ir: &Ir, model: &str, stream: bool) -> Value {
             ToolChoice::Named(n) => json!({"type": "function", "function": {"name": n}}),
         };
     }
-    match &ir.response_format {
-        None => {}
-        Some(ResponseFormat::JsonObject) => b["response_format"] = json!({"type": "json_object"}),
-        Some(ResponseFormat::JsonSchema {
+}
+
+fn response_format_value(rf: &ResponseFormat) -> Value {
+    match rf {
+        ResponseFormat::JsonObject => json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema {
             name,
             schema,
             strict,
-        }) => {
+        } => {
             let mut js = json!({"name": name, "schema": schema});
             if let Some(s) = strict {
                 js["strict"] = json!(s);
             }
-            b["response_format"] = json!({"type": "json_schema", "json_schema": js});
+            json!({"type": "json_schema", "json_schema": js})
         }
     }
-    if let Some(u) = &ir.user {
-        b["user"] = json!(u);
-    }
-    b
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::openai::media_from_url;
+use super::openai::{media_from_url, tool_choice_mode};
 use super::{
     joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
     Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
@@ -23,8 +23,7 @@ const OTHERS: &[crate::Protocol] = &[OPENAI, ANTHROPIC, GEMINI];
 /// Parses a Responses request body into `ir`. What only the Responses API can do (stored state,
 /// background runs, built-in tools, …) is recorded as a feature no chat protocol can express.
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
-    let v = Value::Object(body.clone());
-    if let Some(instructions) = v.get("instructions").filter(|i| !i.is_null()) {
+    if let Some(instructions) = body.get("instructions").filter(|i| !i.is_null()) {
         let text = instructions
             .as_str()
             .ok_or_else(|| malformed("`instructions` must be a string"))?;
@@ -32,7 +31,7 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             ir.system.push(text.to_string());
         }
     }
-    match v.get("input") {
+    match body.get("input") {
         None | Some(Value::Null) => return Err(malformed("`input` is missing")),
         Some(Value::String(s)) => ir.messages.push(Msg {
             role: Role::User,
@@ -45,7 +44,38 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
         }
         Some(_) => return Err(malformed("`input` must be a string or an array of items")),
     }
+    block_stateful_features(body, ir);
+    if let Some(tools) = get_array(body, "tools") {
+        parse_tools(tools, ir)?;
+    }
+    parse_tool_choice(body.get("tool_choice"), ir)?;
+    ir.parallel_tool_calls = body.get("parallel_tool_calls").and_then(Value::as_bool);
+    ir.max_tokens = get_u64(body, "max_output_tokens");
+    ir.temperature = get_f64(body, "temperature");
+    ir.top_p = get_f64(body, "top_p");
+    if let Some(format) = body
+        .get("text")
+        .and_then(|t| t.get("format"))
+        .filter(|f| !f.is_null())
+    {
+        parse_text_format(format, ir);
+    }
+    if body
+        .get("text")
+        .and_then(|t| t.get("verbosity"))
+        .is_some_and(|x| !x.is_null())
+    {
+        ir.block("text.verbosity", OTHERS, false);
+    }
+    ir.user = get_str(body, "safety_identifier")
+        .or_else(|| get_str(body, "user"))
+        .map(str::to_string);
+    Ok(())
+}
 
+/// Stored state, templates, reasoning settings, background runs and the like: only the
+/// Responses API has them.
+fn block_stateful_features(body: &Map<String, Value>, ir: &mut Ir) {
     for (key, name) in [
         ("previous_response_id", "previous_response_id"),
         ("conversation", "conversation"),
@@ -54,50 +84,48 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
         ("max_tool_calls", "max_tool_calls"),
         ("top_logprobs", "top_logprobs"),
     ] {
-        if v.get(key).is_some_and(|x| !x.is_null()) {
+        if body.get(key).is_some_and(|x| !x.is_null()) {
             ir.block(name, OTHERS, false);
         }
     }
-    if v.get("background").and_then(Value::as_bool) == Some(true) {
+    if body.get("background").and_then(Value::as_bool) == Some(true) {
         ir.block("background", OTHERS, false);
     }
-    if get_array(&v, "include").is_some_and(|a| !a.is_empty()) {
+    if get_array(body, "include").is_some_and(|a| !a.is_empty()) {
         ir.block("include", OTHERS, false);
     }
-    if get_str(&v, "truncation") == Some("auto") {
+    if get_str(body, "truncation") == Some("auto") {
         ir.block("truncation auto", OTHERS, false);
     }
+}
 
-    if let Some(tools) = get_array(&v, "tools") {
-        for t in tools {
-            match get_str(t, "type") {
-                Some("function") => {
-                    let name =
-                        get_str(t, "name").ok_or_else(|| malformed("tools[].name missing"))?;
-                    ir.tools.push(Tool {
-                        name: name.into(),
-                        description: get_str(t, "description").map(str::to_string),
-                        schema: t.get("parameters").filter(|p| !p.is_null()).cloned(),
-                    });
-                }
-                other => ir.block(
-                    format!("built-in tool {}", other.unwrap_or("without a type")),
-                    OTHERS,
-                    true,
-                ),
+/// `tools[]`: function tools (flat: name, description, parameters); built-in tools are blocked.
+fn parse_tools(tools: &[Value], ir: &mut Ir) -> Result<(), TranslateError> {
+    for t in tools {
+        match get_str(t, "type") {
+            Some("function") => {
+                let name = get_str(t, "name").ok_or_else(|| malformed("tools[].name missing"))?;
+                ir.tools.push(Tool {
+                    name: name.into(),
+                    description: get_str(t, "description").map(str::to_string),
+                    schema: t.get("parameters").filter(|p| !p.is_null()).cloned(),
+                });
             }
+            other => ir.block(
+                format!("built-in tool {}", other.unwrap_or("without a type")),
+                OTHERS,
+                true,
+            ),
         }
     }
-    match v.get("tool_choice") {
+    Ok(())
+}
+
+/// `tool_choice`: a mode string, or `{"type": "function", "name"}`.
+fn parse_tool_choice(tc: Option<&Value>, ir: &mut Ir) -> Result<(), TranslateError> {
+    match tc {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            ir.tool_choice = Some(match s.as_str() {
-                "auto" => ToolChoice::Auto,
-                "none" => ToolChoice::None,
-                "required" => ToolChoice::Required,
-                other => return Err(malformed(format!("unknown tool_choice `{other}`"))),
-            })
-        }
+        Some(Value::String(s)) => ir.tool_choice = Some(tool_choice_mode(s)?),
         Some(tc) => match get_str(tc, "type") {
             Some("function") => {
                 let name =
@@ -111,46 +139,31 @@ pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<()
             ),
         },
     }
-    ir.parallel_tool_calls = v.get("parallel_tool_calls").and_then(Value::as_bool);
-    ir.max_tokens = get_u64(&v, "max_output_tokens");
-    ir.temperature = get_f64(&v, "temperature");
-    ir.top_p = get_f64(&v, "top_p");
-    if let Some(format) = v
-        .get("text")
-        .and_then(|t| t.get("format"))
-        .filter(|f| !f.is_null())
-    {
-        match get_str(format, "type") {
-            Some("text") => {}
-            Some("json_object") => {
-                ir.response_format = Some(ResponseFormat::JsonObject);
-                ir.block("text.format json_object", &[ANTHROPIC], false);
-            }
-            Some("json_schema") => {
-                ir.response_format = Some(ResponseFormat::JsonSchema {
-                    name: get_str(format, "name").unwrap_or("response").to_string(),
-                    schema: format.get("schema").cloned().unwrap_or_else(|| json!({})),
-                    strict: format.get("strict").and_then(Value::as_bool),
-                });
-                ir.block("text.format json_schema", &[ANTHROPIC], false);
-            }
-            other => ir.block(
-                format!("text.format {}", other.unwrap_or("?")),
-                OTHERS,
-                false,
-            ),
-        }
-    }
-    if v.get("text")
-        .and_then(|t| t.get("verbosity"))
-        .is_some_and(|x| !x.is_null())
-    {
-        ir.block("text.verbosity", OTHERS, false);
-    }
-    ir.user = get_str(&v, "safety_identifier")
-        .or_else(|| get_str(&v, "user"))
-        .map(str::to_string);
     Ok(())
+}
+
+/// `text.format`: text, JSON mode or a JSON schema (named `response` when unnamed).
+fn parse_text_format(format: &Value, ir: &mut Ir) {
+    match get_str(format, "type") {
+        Some("text") => {}
+        Some("json_object") => {
+            ir.response_format = Some(ResponseFormat::JsonObject);
+            ir.block("text.format json_object", &[ANTHROPIC], false);
+        }
+        Some("json_schema") => {
+            ir.response_format = Some(ResponseFormat::JsonSchema {
+                name: get_str(format, "name").unwrap_or("response").to_string(),
+                schema: format.get("schema").cloned().unwrap_or_else(|| json!({})),
+                strict: format.get("strict").and_then(Value::as_bool),
+            });
+            ir.block("text.format json_schema", &[ANTHROPIC], false);
+        }
+        other => ir.block(
+            format!("text.format {}", other.unwrap_or("?")),
+            OTHERS,
+            false,
+        ),
+    }
 }
 
 /// One `input` item: a message, a function call or its output.

@@ -1431,3 +1431,825 @@ fn wrong_shapes_inside_valid_json_are_malformed() {
         );
     }
 }
+
+// --- rules pinned one by one (each mapping rule fails a test when it breaks) ------------------
+
+fn blocked(p: Protocol, b: Value, t: Protocol) -> Option<String> {
+    parse(p, b).unsupported_for(t)
+}
+
+fn malformed_message(p: Protocol, b: Value) -> String {
+    match ChatRequest::parse(p, b.to_string().as_bytes(), "m", false) {
+        Err(TranslateError::Malformed(m)) => m,
+        other => panic!("{p} {b}: {other:?}"),
+    }
+}
+
+#[test]
+fn gemini_snake_case_fields_are_read_like_camel_case() {
+    let b = json!({
+        "system_instruction": {"parts": [{"text": "sys"}]},
+        "contents": [
+            {"role": "user", "parts": [
+                {"inline_data": {"mime_type": "image/png", "data": "AAAA"}},
+                {"file_data": {"mime_type": "image/jpeg", "file_uri": "https://e.com/a"}},
+            ]},
+            {"role": "model", "parts": [{"function_call": {"id": "c1", "name": "f", "args": {"x": 1}}}]},
+            {"role": "function", "parts": [{"function_response": {"id": "c1", "name": "f", "response": {"output": "ok"}}}]},
+        ],
+        "tools": [{"function_declarations": [{"name": "f"}]}],
+    });
+    let o = conv(G, b, O);
+    assert_eq!(
+        o["messages"][0],
+        json!({"role": "system", "content": "sys"})
+    );
+    assert_eq!(
+        o["messages"][1]["content"],
+        json!([
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            {"type": "image_url", "image_url": {"url": "https://e.com/a"}},
+        ])
+    );
+    assert_eq!(o["messages"][2]["tool_calls"][0]["id"], "c1");
+    assert_eq!(
+        o["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        "{\"x\":1}"
+    );
+    // A `function` role is the user's.
+    assert_eq!(
+        o["messages"][3],
+        json!({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    );
+    assert_eq!(o["tools"][0]["function"]["name"], "f");
+}
+
+#[test]
+fn gemini_media_without_a_mime_type() {
+    // Inline bytes without a type are an unknown file.
+    let b = gem(json!([{"role": "user", "parts": [{"inlineData": {"data": "AAAA"}}]}]));
+    assert_eq!(
+        blocked(G, b, O).as_deref(),
+        Some("file input (application/octet-stream)")
+    );
+    // A file URI's type is guessed from its extension; without one it is a JPEG image.
+    let b = gem(
+        json!([{"role": "user", "parts": [{"fileData": {"fileUri": "https://e.com/doc.pdf"}}]}]),
+    );
+    assert_eq!(
+        blocked(G, b.clone(), O).as_deref(),
+        Some("document (PDF) input by URL")
+    );
+    assert_eq!(
+        conv(G, b, A)["messages"][0]["content"][0],
+        json!({"type": "document", "source": {"type": "url", "url": "https://e.com/doc.pdf"}})
+    );
+    let b =
+        gem(json!([{"role": "user", "parts": [{"fileData": {"fileUri": "https://e.com/pic"}}]}]));
+    assert_eq!(blocked(G, b.clone(), O), None);
+    assert_eq!(conv(G, b, A)["messages"][0]["content"][0]["type"], "image");
+}
+
+#[test]
+fn gemini_parts_that_carry_nothing_or_an_unknown_kind() {
+    // Thoughts are dropped; part metadata alone is no content and blocks nothing.
+    let b = gem(json!([{"role": "user", "parts": [
+        {"text": "hidden", "thought": true},
+        {"thoughtSignature": "sig"},
+        {"videoMetadata": {"fps": 1}},
+        {"partMetadata": {}},
+        {"text": "seen", "thought": false},
+    ]}]));
+    assert_eq!(blocked(G, b.clone(), O), None);
+    assert_eq!(
+        conv(G, b, O)["messages"],
+        json!([{"role": "user", "content": "seen"}])
+    );
+    let b = gem(json!([{"role": "user", "parts": [{"text": "x"}, {"toolCall": {}}]}]));
+    assert_eq!(
+        blocked(G, b.clone(), A).as_deref(),
+        Some("part type toolCall")
+    );
+    assert_eq!(blocked(G, b, O).as_deref(), Some("part type toolCall"));
+    let b = gem(json!([{"role": "model", "parts": [{"codeExecutionResult": {"output": "1"}}]}]));
+    assert_eq!(blocked(G, b, O).as_deref(), Some("code execution parts"));
+}
+
+#[test]
+fn gemini_function_responses_find_their_calls() {
+    let b = gem(json!([
+        {"role": "model", "parts": [
+            {"functionCall": {"id": "a", "name": "f", "args": {}}},
+            {"functionCall": {"name": "f", "args": {}}},
+        ]},
+        {"role": "user", "parts": [
+            // Answered by id: the call is no longer pending...
+            {"functionResponse": {"id": "a", "name": "f", "response": {"result": "one"}}},
+            // ...so an id-less response of the same name answers the second call.
+            {"functionResponse": {"name": "f", "response": {"content": "two"}}},
+            // Nothing pending: a stable id of its own.
+            {"functionResponse": {"name": "f", "response": {"output": "three"}}},
+        ]},
+    ]));
+    let o = conv(G, b, O);
+    let second = crate::util::synth_call_id(&["gemini-history", "0", "1", "f"]);
+    let orphan = crate::util::synth_call_id(&["gemini-orphan", "1", "2", "f"]);
+    assert_eq!(o["messages"][0]["tool_calls"][1]["id"], json!(second));
+    assert_eq!(
+        o["messages"][1],
+        json!({"role": "tool", "tool_call_id": "a", "content": "one"})
+    );
+    assert_eq!(
+        o["messages"][2],
+        json!({"role": "tool", "tool_call_id": second, "content": "two"})
+    );
+    assert_eq!(
+        o["messages"][3],
+        json!({"role": "tool", "tool_call_id": orphan, "content": "three"})
+    );
+}
+
+#[test]
+fn gemini_function_response_objects_become_text() {
+    let text = |response: Value| {
+        let b = gem(json!([
+            {"role": "model", "parts": [{"functionCall": {"id": "a", "name": "f", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "a", "name": "f", "response": response}}]},
+        ]));
+        let a = conv(G, b, A);
+        let r = a["messages"][1]["content"][0].clone();
+        (r["content"].clone(), r.get("is_error").cloned())
+    };
+    // One text field is the text; anything else is the object's JSON.
+    assert_eq!(text(json!({"output": "o"})).0, "o");
+    assert_eq!(text(json!({"result": "r"})).0, "r");
+    assert_eq!(text(json!({"content": "c"})).0, "c");
+    assert_eq!(
+        text(json!({"output": "o", "extra": 1})).0,
+        "{\"extra\":1,\"output\":\"o\"}"
+    );
+    assert_eq!(text(json!({"output": 5})).0, "{\"output\":5}");
+    // A lone `error` is an error result.
+    let (content, is_error) = text(json!({"error": {"code": 1}}));
+    assert_eq!(content, "{\"code\":1}");
+    assert_eq!(is_error, Some(json!(true)));
+    assert_ne!(text(json!({"output": "o"})).1, Some(json!(true)));
+}
+
+#[test]
+fn gemini_function_calling_modes() {
+    let with = |fcc: Value| {
+        let mut b = gem(json!([{"role": "user", "parts": [{"text": "x"}]}]));
+        b["tools"] =
+            json!([{"functionDeclarations": [{"name": "f"}, {"name": "g"}, {"name": "h"}]}]);
+        b["toolConfig"] = json!({"functionCallingConfig": fcc});
+        conv(G, b, O)
+    };
+    for mode in ["AUTO", "VALIDATED", "MODE_UNSPECIFIED"] {
+        assert_eq!(with(json!({"mode": mode}))["tool_choice"], "auto", "{mode}");
+    }
+    assert_eq!(with(json!({}))["tool_choice"], "auto");
+    assert_eq!(with(json!({"mode": "NONE"}))["tool_choice"], "none");
+    assert_eq!(with(json!({"mode": "ANY"}))["tool_choice"], "required");
+    let two = with(json!({"mode": "ANY", "allowedFunctionNames": ["f", "h"]}));
+    assert_eq!(two["tool_choice"], "required");
+    let names: Vec<&str> = two["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f", "h"]);
+    let one = with(json!({"mode": "ANY", "allowedFunctionNames": ["g"]}));
+    assert_eq!(
+        one["tool_choice"],
+        json!({"type": "function", "function": {"name": "g"}})
+    );
+    let mut b = gem(json!([]));
+    b["toolConfig"] = json!({"functionCallingConfig": {"mode": "SOMETIMES"}});
+    assert_eq!(
+        malformed_message(G, b),
+        "functionCallingConfig.mode `SOMETIMES`"
+    );
+}
+
+#[test]
+fn gemini_generation_config_rules() {
+    let with = |g: Value| {
+        let mut b = gem(json!([{"role": "user", "parts": [{"text": "x"}]}]));
+        b["generationConfig"] = g;
+        b
+    };
+    let o = conv(
+        G,
+        with(
+            json!({"seed": 7, "candidateCount": 1, "presencePenalty": 0.0, "frequencyPenalty": 0.5}),
+        ),
+        O,
+    );
+    assert_eq!(o["seed"], 7);
+    assert_eq!(o.get("n"), None);
+    assert_eq!(o.get("presence_penalty"), None);
+    assert_eq!(o["frequency_penalty"], 0.5);
+    assert_eq!(
+        blocked(G, with(json!({"frequencyPenalty": 0.5})), A).as_deref(),
+        Some("frequencyPenalty")
+    );
+    assert_eq!(
+        blocked(G, with(json!({"presencePenalty": 0.5})), A).as_deref(),
+        Some("presencePenalty")
+    );
+    assert_eq!(blocked(G, with(json!({"presencePenalty": 0.0})), A), None);
+    assert_eq!(
+        blocked(G, with(json!({"topK": 3})), O).as_deref(),
+        Some("top_k")
+    );
+    assert_eq!(conv(G, with(json!({"topK": 3})), A)["top_k"], 3);
+    assert_eq!(
+        blocked(G, with(json!({"candidateCount": 2})), O),
+        None,
+        "OpenAI can give several choices"
+    );
+    assert_eq!(conv(G, with(json!({"candidateCount": 2})), O)["n"], 2);
+    // Plain text is the default; no response format.
+    let o = conv(G, with(json!({"responseMimeType": "text/plain"})), O);
+    assert_eq!(o.get("response_format"), None);
+    assert_eq!(
+        blocked(G, with(json!({"responseMimeType": "text/plain"})), A),
+        None
+    );
+    // Outputs only Gemini gives.
+    for (g, feature) in [
+        (json!({"responseLogprobs": true}), "logprobs"),
+        (json!({"logprobs": 3}), "logprobs"),
+        (json!({"speechConfig": {}}), "speechConfig"),
+    ] {
+        assert_eq!(
+            blocked(G, with(g.clone()), O).as_deref(),
+            Some(feature),
+            "{g}"
+        );
+        assert_eq!(
+            blocked(G, with(g.clone()), A).as_deref(),
+            Some(feature),
+            "{g}"
+        );
+    }
+    for g in [
+        json!({"responseLogprobs": false}),
+        json!({"responseModalities": ["TEXT"]}),
+        json!({"thinkingConfig": {"includeThoughts": false}}),
+    ] {
+        assert_eq!(blocked(G, with(g.clone()), O), None, "{g}");
+    }
+}
+
+#[test]
+fn gemini_json_schema_spellings() {
+    let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+    let with = |g: Value| {
+        let mut b = gem(json!([{"role": "user", "parts": [{"text": "x"}]}]));
+        b["generationConfig"] = g;
+        conv(G, b, O)["response_format"].clone()
+    };
+    let expected =
+        json!({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}});
+    assert_eq!(
+        with(json!({"responseMimeType": "application/json", "_responseJsonSchema": schema})),
+        expected
+    );
+    // Gemini's own schema dialect is read as JSON Schema.
+    assert_eq!(
+        with(json!({"responseMimeType": "application/json",
+            "responseSchema": {"type": "OBJECT", "properties": {"a": {"type": "STRING"}}}})),
+        expected
+    );
+    // A schema without the JSON MIME type is no response format.
+    assert_eq!(with(json!({"responseJsonSchema": schema})), Value::Null);
+}
+
+#[test]
+fn gemini_malformed_requests_name_the_field() {
+    let part = |p: Value| gem(json!([{"role": "user", "parts": [p]}]));
+    for (b, message) in [
+        (json!({}), "`contents` must be an array"),
+        (json!({"contents": {}}), "`contents` must be an array"),
+        (
+            gem(json!([{"role": "user", "parts": {}}])),
+            "contents[0].parts must be an array",
+        ),
+        (
+            gem(json!([{"role": "system"}])),
+            "contents[0].role `system`",
+        ),
+        (
+            part(json!({"inlineData": {"mimeType": "image/png"}})),
+            "inlineData.data missing",
+        ),
+        (
+            part(json!({"fileData": {"mimeType": "image/png"}})),
+            "fileData.fileUri missing",
+        ),
+        (
+            part(json!({"functionCall": {"args": {}}})),
+            "functionCall.name missing",
+        ),
+        (
+            part(json!({"functionResponse": {"response": {}}})),
+            "functionResponse.name missing",
+        ),
+        (part(json!("text")), "part is not an object"),
+        (
+            json!({"contents": [], "tools": [3]}),
+            "tools[] is not an object",
+        ),
+        (
+            json!({"contents": [], "tools": [{"functionDeclarations": [{}]}]}),
+            "functionDeclarations[].name missing",
+        ),
+        (
+            json!({"contents": [], "systemInstruction": 3}),
+            "systemInstruction must be a Content object",
+        ),
+    ] {
+        assert_eq!(malformed_message(G, b.clone()), message, "{b}");
+    }
+    // Parts may be left out or null.
+    let b = gem(json!([{"role": "user"}, {"role": "user", "parts": null}]));
+    assert!(ChatRequest::parse(G, b.to_string().as_bytes(), "m", false).is_ok());
+}
+
+#[test]
+fn openai_message_rules() {
+    // A refusal stands for the content only when there is none.
+    let o = |m: Value| conv(O, oai(json!([{"role": "user", "content": "q"}, m])), A);
+    assert_eq!(
+        o(json!({"role": "assistant", "refusal": "no"}))["messages"][1]["content"],
+        json!([{"type": "text", "text": "no"}])
+    );
+    assert_eq!(
+        o(json!({"role": "assistant", "content": "yes", "refusal": "no"}))["messages"][1]
+            ["content"],
+        json!([{"type": "text", "text": "yes"}])
+    );
+    for (m, feature) in [
+        (
+            json!({"role": "assistant", "content": "x", "function_call": {"name": "f", "arguments": "{}"}}),
+            "legacy function_call",
+        ),
+        (
+            json!({"role": "assistant", "audio": {"id": "audio_1"}}),
+            "assistant audio in history",
+        ),
+        (
+            json!({"role": "function", "name": "f", "content": "x"}),
+            "legacy function messages",
+        ),
+    ] {
+        let b = oai(json!([{"role": "user", "content": "q"}, m, {"role": "user", "content": "r"}]));
+        assert_eq!(blocked(O, b.clone(), A).as_deref(), Some(feature), "{m}");
+        assert_eq!(blocked(O, b, G).as_deref(), Some(feature), "{m}");
+    }
+    let b = oai(
+        json!([{"role": "user", "content": "q"}, {"role": "assistant", "function_call": null, "audio": null, "content": "a"}]),
+    );
+    assert_eq!(blocked(O, b, A), None);
+    assert_eq!(
+        malformed_message(O, oai(json!([{"role": "wizard", "content": "x"}]))),
+        "unknown role `wizard`"
+    );
+    assert_eq!(
+        malformed_message(O, oai(json!([{"content": "x"}]))),
+        "messages[0].role missing"
+    );
+}
+
+#[test]
+fn openai_request_field_rules() {
+    let u = || oai(json!([{"role": "user", "content": "x"}]));
+    let with = |k: &str, v: Value| {
+        let mut b = u();
+        b[k] = v;
+        b
+    };
+    // max_completion_tokens wins over max_tokens.
+    let mut b = with("max_completion_tokens", json!(10));
+    b["max_tokens"] = json!(20);
+    assert_eq!(conv(O, b, A)["max_tokens"], 10);
+    assert_eq!(conv(O, with("max_tokens", json!(20)), A)["max_tokens"], 20);
+    assert_eq!(conv(O, with("top_k", json!(4)), A)["top_k"], 4);
+    assert_eq!(
+        conv(O, with("stop", json!("END")), A)["stop_sequences"],
+        json!(["END"])
+    );
+    assert_eq!(
+        conv(O, with("user", json!("u1")), A)["metadata"],
+        json!({"user_id": "u1"})
+    );
+    assert_eq!(
+        conv(O, with("presence_penalty", json!(0)), G)["generationConfig"],
+        Value::Null
+    );
+    assert_eq!(
+        blocked(O, with("presence_penalty", json!(0.2)), A).as_deref(),
+        Some("presence_penalty")
+    );
+    assert_eq!(
+        blocked(O, with("frequency_penalty", json!(0.2)), A).as_deref(),
+        Some("frequency_penalty")
+    );
+    assert_eq!(blocked(O, with("frequency_penalty", json!(0)), A), None);
+    assert_eq!(
+        blocked(O, with("top_logprobs", json!(2)), G).as_deref(),
+        Some("logprobs")
+    );
+    assert_eq!(blocked(O, with("logprobs", json!(false)), G), None);
+    assert_eq!(blocked(O, with("logit_bias", json!({})), G), None);
+    assert_eq!(blocked(O, with("modalities", json!(["text"])), G), None);
+    assert_eq!(blocked(O, with("audio", Value::Null), G), None);
+    assert_eq!(blocked(O, with("n", json!(1)), A), None);
+    // tool_choice: a mode string, a named function, or another type (blocked).
+    let mut b = with("tools", json!([weather_tool_openai()]));
+    b["tool_choice"] = json!({"type": "allowed_tools", "allowed_tools": {}});
+    assert_eq!(
+        blocked(O, b.clone(), A).as_deref(),
+        Some("tool_choice type allowed_tools")
+    );
+    b["tool_choice"] = json!("sometimes");
+    assert_eq!(
+        malformed_message(O, b.clone()),
+        "unknown tool_choice `sometimes`"
+    );
+    b["tool_choice"] = json!({"type": "function", "function": {}});
+    assert_eq!(malformed_message(O, b), "tool_choice.function.name missing");
+    // response_format
+    assert_eq!(
+        conv(O, with("response_format", json!({"type": "text"})), G)["generationConfig"],
+        Value::Null
+    );
+    assert_eq!(
+        blocked(O, with("response_format", json!({"type": "grammar"})), G).as_deref(),
+        Some("response_format grammar")
+    );
+    assert_eq!(
+        blocked(
+            O,
+            with(
+                "response_format",
+                json!({"type": "json_schema", "json_schema": {"schema": {}}})
+            ),
+            A
+        )
+        .as_deref(),
+        Some("response_format json_schema")
+    );
+    assert_eq!(
+        blocked(
+            O,
+            with("response_format", json!({"type": "json_object"})),
+            A
+        )
+        .as_deref(),
+        Some("response_format json_object")
+    );
+    assert_eq!(
+        malformed_message(O, with("response_format", json!({"type": "json_schema"}))),
+        "response_format.json_schema missing"
+    );
+    let rf = parse(
+        O,
+        with(
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"strict": true}}),
+        ),
+    )
+    .ir
+    .response_format;
+    assert_eq!(
+        rf,
+        Some(ResponseFormat::JsonSchema {
+            name: "response".into(),
+            schema: json!({}),
+            strict: Some(true)
+        })
+    );
+}
+
+#[test]
+fn anthropic_request_field_rules() {
+    let u = || ant(json!([{"role": "user", "content": "x"}]));
+    let with = |k: &str, v: Value| {
+        let mut b = u();
+        b[k] = v;
+        b
+    };
+    assert_eq!(
+        malformed_message(A, with("system", json!([{"type": "image"}]))),
+        "system block type image"
+    );
+    assert_eq!(
+        malformed_message(A, ant(json!([{"role": "system", "content": "x"}]))),
+        "messages[0].role `system`"
+    );
+    assert_eq!(
+        malformed_message(A, ant(json!([{"content": "x"}]))),
+        "messages[0].role `missing`"
+    );
+    let tools =
+        json!([{"name": "f", "input_schema": {"type": "object"}}, {"type": "custom", "name": "g"}]);
+    let tc = |choice: Value| {
+        let mut b = with("tools", tools.clone());
+        b["tool_choice"] = choice;
+        b
+    };
+    assert_eq!(
+        conv(A, tc(json!({"type": "none"})), O)["tool_choice"],
+        "none"
+    );
+    assert_eq!(
+        conv(A, tc(json!({"type": "any"})), O)["tool_choice"],
+        "required"
+    );
+    assert_eq!(
+        conv(A, tc(json!({"type": "auto"})), O)["tool_choice"],
+        "auto"
+    );
+    assert_eq!(
+        conv(A, tc(json!({"type": "tool", "name": "g"})), O)["tool_choice"],
+        json!({"type": "function", "function": {"name": "g"}})
+    );
+    assert_eq!(
+        conv(A, tc(json!({"type": "auto"})), O)["tools"][1]["function"]["name"],
+        "g"
+    );
+    let o = conv(
+        A,
+        tc(json!({"type": "auto", "disable_parallel_tool_use": true})),
+        O,
+    );
+    assert_eq!(o["parallel_tool_calls"], false);
+    let o = conv(
+        A,
+        tc(json!({"type": "auto", "disable_parallel_tool_use": false})),
+        O,
+    );
+    assert_eq!(o.get("parallel_tool_calls"), None);
+    assert_eq!(
+        malformed_message(A, tc(json!({"type": "tool"}))),
+        "tool_choice.name missing"
+    );
+    assert_eq!(
+        malformed_message(A, tc(json!({"type": "maybe"}))),
+        "tool_choice type maybe"
+    );
+    // thinking: disabled is nothing; a type other than enabled is adaptive (-1).
+    let g = conv(A, with("thinking", json!({"type": "disabled"})), G);
+    assert_eq!(
+        g.get("generationConfig")
+            .and_then(|c| c.get("thinkingConfig")),
+        None
+    );
+    assert_eq!(
+        blocked(A, with("thinking", json!({"type": "disabled"})), O),
+        None
+    );
+    let g = conv(A, with("thinking", json!({"type": "adaptive"})), G);
+    assert_eq!(
+        g["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": -1})
+    );
+    assert_eq!(
+        blocked(A, with("thinking", json!({"type": "adaptive"})), O).as_deref(),
+        Some("thinking")
+    );
+    assert_eq!(
+        conv(A, with("metadata", json!({"user_id": "u7"})), O)["user"],
+        "u7"
+    );
+    assert_eq!(
+        blocked(A, with("container", json!("c1")), G).as_deref(),
+        Some("container")
+    );
+    assert_eq!(blocked(A, with("container", Value::Null), G), None);
+    // A conversation ending on an assistant tool call is no prefill.
+    let b = ant(json!([
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+    ]));
+    assert_eq!(blocked(A, b, O), None);
+}
+
+#[test]
+fn finish_reasons_from_each_protocol() {
+    for r in [
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+        "LANGUAGE",
+    ] {
+        assert_eq!(Finish::from_gemini(r), Finish::ContentFilter, "{r}");
+    }
+    assert_eq!(Finish::from_gemini("MAX_TOKENS"), Finish::Length);
+    assert_eq!(Finish::from_gemini("STOP"), Finish::Stop);
+    assert_eq!(Finish::from_gemini("OTHER"), Finish::Stop);
+    assert_eq!(Finish::from_anthropic("max_tokens", None), Finish::Length);
+    assert_eq!(
+        Finish::from_anthropic("model_context_window_exceeded", None),
+        Finish::Length
+    );
+    assert_eq!(Finish::from_anthropic("tool_use", None), Finish::ToolCalls);
+    assert_eq!(
+        Finish::from_anthropic("refusal", None),
+        Finish::ContentFilter
+    );
+    assert_eq!(
+        Finish::from_anthropic("stop_sequence", Some("END")),
+        Finish::StopSequence(Some("END".into()))
+    );
+    assert_eq!(Finish::from_anthropic("pause_turn", None), Finish::Stop);
+    assert_eq!(Finish::from_openai("function_call"), Finish::ToolCalls);
+    assert_eq!(Finish::from_openai("tool_calls"), Finish::ToolCalls);
+    assert_eq!(Finish::from_openai("content_filter"), Finish::ContentFilter);
+    assert_eq!(Finish::from_openai("length"), Finish::Length);
+    assert_eq!(Finish::from_openai("stop"), Finish::Stop);
+    assert_eq!(
+        Finish::StopSequence(None).to_anthropic(),
+        ("end_turn", None)
+    );
+    assert_eq!(Finish::StopSequence(Some("x".into())).to_openai(), "stop");
+    assert_eq!(Finish::ToolCalls.to_gemini(), "STOP");
+    assert_eq!(Finish::ContentFilter.to_gemini(), "SAFETY");
+    assert_eq!(Finish::ContentFilter.to_anthropic(), ("refusal", None));
+}
+
+#[test]
+fn gemini_generation_config_field_by_field() {
+    let mut b = oai(json!([{"role": "user", "content": "x"}]));
+    for (k, v) in [
+        ("max_tokens", json!(64)),
+        ("temperature", json!(0.5)),
+        ("top_p", json!(0.9)),
+        ("top_k", json!(7)),
+        ("stop", json!(["END", "STOP"])),
+        ("n", json!(3)),
+        ("seed", json!(-4)),
+        ("presence_penalty", json!(0.25)),
+        ("frequency_penalty", json!(-0.5)),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}),
+        ),
+    ] {
+        b[k] = v;
+    }
+    assert_eq!(
+        conv(O, b, G)["generationConfig"],
+        json!({
+            "maxOutputTokens": 64, "temperature": 0.5, "topP": 0.9, "topK": 7,
+            "stopSequences": ["END", "STOP"], "candidateCount": 3, "seed": -4,
+            "presencePenalty": 0.25, "frequencyPenalty": -0.5,
+            "responseMimeType": "application/json", "responseJsonSchema": {"type": "object"},
+        })
+    );
+    // One candidate is the default; JSON mode is the MIME type alone; nothing set is no config.
+    let mut b = oai(json!([{"role": "user", "content": "x"}]));
+    b["n"] = json!(1);
+    assert_eq!(conv(O, b.clone(), G).get("generationConfig"), None);
+    b["response_format"] = json!({"type": "json_object"});
+    assert_eq!(
+        conv(O, b, G)["generationConfig"],
+        json!({"responseMimeType": "application/json"})
+    );
+    let mut a = ant(json!([{"role": "user", "content": "x"}]));
+    a["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    assert_eq!(
+        conv(A, a, G)["generationConfig"],
+        json!({"maxOutputTokens": 100, "thinkingConfig": {"thinkingBudget": 1024}})
+    );
+}
+
+#[test]
+fn anthropic_media_block_rules() {
+    let user = |block: Value| ant(json!([{"role": "user", "content": [block]}]));
+    // A document of content blocks is those blocks.
+    let b = user(json!({"type": "document", "source": {"type": "content",
+        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}));
+    assert_eq!(
+        conv(A, b, O)["messages"][0]["content"],
+        json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    );
+    // Base64 media is of the kind its media type says, whatever the block's type.
+    let b = user(
+        json!({"type": "image", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}),
+    );
+    assert_eq!(
+        conv(A, b, G)["contents"][0]["parts"][0],
+        json!({"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}})
+    );
+    for (block, message) in [
+        (json!({"type": "image"}), "block without source"),
+        (
+            json!({"type": "image", "source": {}}),
+            "source.type missing",
+        ),
+        (
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png"}}),
+            "source.data missing",
+        ),
+        (
+            json!({"type": "document", "source": {"type": "url"}}),
+            "source.url missing",
+        ),
+        (json!({"type": "text"}), "text block without text"),
+        (json!({"text": "x"}), "content block without type"),
+        (
+            json!({"type": "tool_use", "id": "t"}),
+            "tool_use.name missing",
+        ),
+        (
+            json!({"type": "tool_result"}),
+            "tool_result.tool_use_id missing",
+        ),
+    ] {
+        assert_eq!(
+            malformed_message(A, user(block.clone())),
+            message,
+            "{block}"
+        );
+    }
+}
+
+#[test]
+fn openai_content_part_rules() {
+    let part = |p: Value| {
+        let b = oai(json!([{"role": "user", "content": [p]}]));
+        conv(O, b, G)["contents"][0]["parts"][0].clone()
+    };
+    let audio = |a: Value| part(json!({"type": "input_audio", "input_audio": a}));
+    assert_eq!(
+        audio(json!({"data": "AA", "format": "mp3"})),
+        json!({"inlineData": {"mimeType": "audio/mpeg", "data": "AA"}})
+    );
+    assert_eq!(
+        audio(json!({"data": "AA"})),
+        json!({"inlineData": {"mimeType": "audio/wav", "data": "AA"}})
+    );
+    assert_eq!(
+        audio(json!({"data": "AA", "format": "flac"})),
+        json!({"inlineData": {"mimeType": "audio/flac", "data": "AA"}})
+    );
+    // File data: a data URL keeps its type; bare base64 is a PDF.
+    assert_eq!(
+        part(json!({"type": "file", "file": {"file_data": "data:text/plain;base64,aGk="}})),
+        json!({"inlineData": {"mimeType": "text/plain", "data": "aGk="}})
+    );
+    assert_eq!(
+        part(json!({"type": "file", "file": {"file_data": "JVBE"}})),
+        json!({"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}})
+    );
+    // An image URL may be given bare; a data URL without a type keeps the part's kind.
+    assert_eq!(
+        part(json!({"type": "image_url", "image_url": "https://e.com/x.png"})),
+        json!({"fileData": {"mimeType": "image/png", "fileUri": "https://e.com/x.png"}})
+    );
+    assert_eq!(
+        part(json!({"type": "input_text", "text": "t"})),
+        json!({"text": "t"})
+    );
+    assert_eq!(
+        part(json!({"type": "refusal", "refusal": "no"})),
+        json!({"text": "no"})
+    );
+    let user = |p: Value| oai(json!([{"role": "user", "content": [p]}]));
+    for (p, message) in [
+        (
+            json!({"type": "input_audio"}),
+            "input_audio part without input_audio",
+        ),
+        (
+            json!({"type": "input_audio", "input_audio": {}}),
+            "input_audio.data missing",
+        ),
+        (json!({"type": "file"}), "file part without file"),
+        (
+            json!({"type": "image_url"}),
+            "image_url part without image_url",
+        ),
+        (
+            json!({"type": "image_url", "image_url": {}}),
+            "image_url.url missing",
+        ),
+        (json!({"type": "text"}), "text part without text"),
+    ] {
+        assert_eq!(malformed_message(O, user(p.clone())), message, "{p}");
+    }
+    assert_eq!(
+        blocked(O, user(json!({"type": "video_url", "video_url": "x"})), G).as_deref(),
+        Some("content part type video_url")
+    );
+}

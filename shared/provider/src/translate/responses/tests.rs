@@ -441,3 +441,111 @@ fn a_request_kept_to_its_own_protocol_is_not_sent_as_chat_completions() {
     // A member with the Responses API still takes it.
     assert_eq!(r.unsupported_for(O), None);
 }
+
+#[test]
+fn every_responses_only_field_is_named_and_harmless_values_are_not() {
+    for (extra, feature) in [
+        (
+            json!({"prompt": {"id": "pmpt_1"}}),
+            "prompt templates (`prompt`)",
+        ),
+        (json!({"max_tool_calls": 3}), "max_tool_calls"),
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+        (json!({"truncation": "auto"}), "truncation auto"),
+        (json!({"text": {"verbosity": "low"}}), "text.verbosity"),
+        (
+            json!({"tools": [{"name": "f"}]}),
+            "built-in tool without a type",
+        ),
+        (
+            json!({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "web_search"}}),
+            "tool_choice type web_search",
+        ),
+        (
+            json!({"text": {"format": {"type": "grammar"}}}),
+            "text.format grammar",
+        ),
+    ] {
+        let mut b = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let r = parse(b);
+        assert_eq!(r.unsupported_for(A).as_deref(), Some(feature), "{extra}");
+        assert_eq!(r.unsupported_for(G).as_deref(), Some(feature), "{extra}");
+    }
+    for extra in [
+        json!({"truncation": "disabled"}),
+        json!({"background": false}),
+        json!({"include": []}),
+        json!({"prompt": null, "reasoning": null, "text": {"verbosity": null, "format": {"type": "text"}}}),
+    ] {
+        let mut b = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        assert_eq!(parse(b).unsupported_for(G), None, "{extra}");
+    }
+}
+
+#[test]
+fn responses_request_field_rules() {
+    let base =
+        || json!({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}]});
+    let with = |k: &str, v: Value| {
+        let mut b = base();
+        b[k] = v;
+        b
+    };
+    // The safety identifier wins over the deprecated `user`.
+    let mut b = with("safety_identifier", json!("s1"));
+    b["user"] = json!("u1");
+    assert_eq!(render(b, A)["metadata"]["user_id"], "s1");
+    assert_eq!(
+        render(with("user", json!("u1")), A)["metadata"]["user_id"],
+        "u1"
+    );
+    // Empty instructions are no system prompt; non-string instructions are refused.
+    assert_eq!(
+        render(with("instructions", json!("")), A).get("system"),
+        None
+    );
+    assert!(ChatRequest::parse_responses(
+        with("instructions", json!(["x"])).to_string().as_bytes(),
+        "m",
+        false
+    )
+    .is_err());
+    for (choice, expected) in [
+        (json!("none"), json!("none")),
+        (json!("required"), json!("required")),
+        (json!("auto"), json!("auto")),
+        (
+            json!({"type": "function", "name": "f"}),
+            json!({"type": "function", "function": {"name": "f"}}),
+        ),
+    ] {
+        let o = chat_body(with("tool_choice", choice.clone()));
+        assert_eq!(o["tool_choice"], expected, "{choice}");
+    }
+    for bad in [json!("sometimes"), json!({"type": "function"})] {
+        assert!(ChatRequest::parse_responses(
+            with("tool_choice", bad.clone()).to_string().as_bytes(),
+            "m",
+            false
+        )
+        .is_err());
+    }
+    assert_eq!(
+        chat_body(with("parallel_tool_calls", json!(false)))["parallel_tool_calls"],
+        false
+    );
+    let o = chat_body(with("text", json!({"format": {"type": "json_object"}})));
+    assert_eq!(o["response_format"], json!({"type": "json_object"}));
+    assert_eq!(
+        parse(with("text", json!({"format": {"type": "json_object"}})))
+            .unsupported_for(A)
+            .as_deref(),
+        Some("text.format json_object")
+    );
+}
