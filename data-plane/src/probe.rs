@@ -14,13 +14,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_engine::{ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
+use switchyard_engine::{Channel, ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
 use switchyard_upstream::{
     probe_model, ChannelRuntime, CredentialRuntime, Due, ProbeResult, ProbeSchedule, ProbeSchedules,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::AppState;
+use crate::{AppState, View};
 
 /// Every second, probes what is due on its schedule (`recovery_probe_interval_seconds`
 /// re-read from the current snapshot; 0 = off) until `stop` is cancelled.
@@ -145,57 +145,17 @@ async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recov
     .collect();
     if !disabled.is_empty() {
         for channel in view.snapshot.channels() {
-            // A manual disable is never undone by a probe, nor probed.
-            if channel.status == ChannelStatus::Disabled {
-                continue;
-            }
-            let Some(runtime) = view.channel_runtime(channel.id) else {
-                continue;
-            };
-            if !runtime.credentials.iter().any(|c| disabled.contains(&c.id)) {
-                continue;
-            }
-            let Some(model) = probe_model(&view.snapshot, channel.id) else {
-                tracing::info!(channel = %channel.name, "no enabled member to probe with; runtime-disabled credentials not probed");
-                for credential in runtime
-                    .credentials
-                    .iter()
-                    .filter(|c| disabled.contains(&c.id))
-                {
-                    outcome(&mut schedules, |s| &mut s.credentials, credential.id, false);
-                }
-                continue;
-            };
-            for credential in &runtime.credentials {
-                if !disabled.contains(&credential.id) {
-                    continue;
-                }
-                // A disable set after this instant (the key failed again meanwhile) stays.
-                let started = crate::unix_ms();
-                let result = probe_credential(state, runtime, credential, model, timeout).await;
-                outcome(
+            recovered.credentials.extend(
+                probe_disabled_credentials(
+                    state,
+                    &view,
+                    channel,
+                    &disabled,
+                    timeout,
                     &mut schedules,
-                    |s| &mut s.credentials,
-                    credential.id,
-                    result.passed(),
-                );
-                if result.passed() {
-                    state.store.enable_credential(credential.id, started);
-                    tracing::info!(
-                        channel = %channel.name,
-                        credential_id = credential.id,
-                        "recovery probe passed; runtime-disabled credential re-enabled"
-                    );
-                    recovered.credentials.push(credential.id);
-                } else {
-                    tracing::info!(
-                        channel = %channel.name,
-                        credential_id = credential.id,
-                        result = %result,
-                        "recovery probe failed; credential stays disabled"
-                    );
-                }
-            }
+                )
+                .await,
+            );
         }
     }
 
@@ -205,67 +165,147 @@ async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recov
         .filter(|c| c.breaker_open)
         .map(|c| c.channel_id)
         .collect();
-    let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
     for channel_id in due(&mut schedules, ProbeSchedules::due_channels, open) {
-        let (Some(channel), Some(runtime)) = (
-            view.snapshot.channel(channel_id),
-            view.channel_runtime(channel_id),
-        ) else {
-            continue;
-        };
-        // A manual disable is never undone by a probe.
-        if channel.status == ChannelStatus::Disabled {
-            continue;
-        }
-        let Some(model) = probe_model(&view.snapshot, channel_id) else {
-            tracing::info!(channel = %channel.name, "no enabled member to probe with; channel not probed");
-            // Nothing to ask with: wait like a failed probe rather than retry every second.
-            outcome(&mut schedules, |s| &mut s.channels, channel_id, false);
-            continue;
-        };
-        let mut passed = false;
-        let mut last = None;
-        for credential in &runtime.credentials {
-            // Still disabled at runtime: requests would not use it, so it proves nothing.
-            let mut still_disabled = false;
-            state.store.with_view(&mut |v| {
-                still_disabled = v.credential_disabled(credential.id);
-            });
-            if still_disabled {
-                continue;
-            }
-            let result = probe_credential(state, runtime, credential, model, timeout).await;
-            passed = result.passed();
-            last = Some(result);
-            if passed {
-                break;
-            }
-        }
-        outcome(&mut schedules, |s| &mut s.channels, channel_id, passed);
-        if passed {
-            let members: Vec<MemberId> = view
-                .snapshot
-                .routes()
-                .iter()
-                .flat_map(|r| r.members.iter())
-                .filter(|m| m.channel_id == channel_id)
-                .map(|m| m.id)
-                .collect();
-            state
-                .store
-                .begin_recovery(channel_id, &members, crate::unix_ms(), slow_start_ms);
-            tracing::info!(
-                channel = %channel.name,
-                slow_start_seconds = settings.slow_start_seconds,
-                "recovery probe passed; channel re-enabled, recovering"
-            );
+        if probe_open_channel(state, &view, channel_id, timeout, &mut schedules).await {
             recovered.channels.push(channel_id);
-        } else {
-            let result = last.map_or_else(|| "no usable credential".to_owned(), |r| r.to_string());
-            tracing::info!(channel = %channel.name, result = %result, "recovery probe failed; channel stays disabled");
         }
     }
     recovered
+}
+
+/// Probes `channel`'s runtime-disabled credentials that are due (in `disabled`), each on its
+/// own; returns those whose probe passed (their disable is lifted).
+async fn probe_disabled_credentials(
+    state: &AppState,
+    view: &View,
+    channel: &Channel,
+    disabled: &HashSet<CredentialId>,
+    timeout: Duration,
+    schedules: &mut Option<&mut Schedules>,
+) -> Vec<CredentialId> {
+    let mut passed = Vec::new();
+    // A manual disable is never undone by a probe, nor probed.
+    if channel.status == ChannelStatus::Disabled {
+        return passed;
+    }
+    let Some(runtime) = view.channel_runtime(channel.id) else {
+        return passed;
+    };
+    if !runtime.credentials.iter().any(|c| disabled.contains(&c.id)) {
+        return passed;
+    }
+    let Some(model) = probe_model(&view.snapshot, channel.id) else {
+        tracing::info!(channel = %channel.name, "no enabled member to probe with; runtime-disabled credentials not probed");
+        for credential in runtime
+            .credentials
+            .iter()
+            .filter(|c| disabled.contains(&c.id))
+        {
+            outcome(schedules, |s| &mut s.credentials, credential.id, false);
+        }
+        return passed;
+    };
+    for credential in &runtime.credentials {
+        if !disabled.contains(&credential.id) {
+            continue;
+        }
+        // A disable set after this instant (the key failed again meanwhile) stays.
+        let started = crate::unix_ms();
+        let result = probe_credential(state, runtime, credential, model, timeout).await;
+        outcome(
+            schedules,
+            |s| &mut s.credentials,
+            credential.id,
+            result.passed(),
+        );
+        if result.passed() {
+            state.store.enable_credential(credential.id, started);
+            tracing::info!(
+                channel = %channel.name,
+                credential_id = credential.id,
+                "recovery probe passed; runtime-disabled credential re-enabled"
+            );
+            passed.push(credential.id);
+        } else {
+            tracing::info!(
+                channel = %channel.name,
+                credential_id = credential.id,
+                result = %result,
+                "recovery probe failed; credential stays disabled"
+            );
+        }
+    }
+    passed
+}
+
+/// Probes a channel whose breaker is open with its usable credentials until one passes; a pass
+/// closes the breaker and starts the recovering window. Whether it passed.
+async fn probe_open_channel(
+    state: &AppState,
+    view: &View,
+    channel_id: ChannelId,
+    timeout: Duration,
+    schedules: &mut Option<&mut Schedules>,
+) -> bool {
+    let (Some(channel), Some(runtime)) = (
+        view.snapshot.channel(channel_id),
+        view.channel_runtime(channel_id),
+    ) else {
+        return false;
+    };
+    // A manual disable is never undone by a probe.
+    if channel.status == ChannelStatus::Disabled {
+        return false;
+    }
+    let Some(model) = probe_model(&view.snapshot, channel_id) else {
+        tracing::info!(channel = %channel.name, "no enabled member to probe with; channel not probed");
+        // Nothing to ask with: wait like a failed probe rather than retry every second.
+        outcome(schedules, |s| &mut s.channels, channel_id, false);
+        return false;
+    };
+    let mut passed = false;
+    let mut last = None;
+    for credential in &runtime.credentials {
+        // Still disabled at runtime: requests would not use it, so it proves nothing.
+        let mut still_disabled = false;
+        state.store.with_view(&mut |v| {
+            still_disabled = v.credential_disabled(credential.id);
+        });
+        if still_disabled {
+            continue;
+        }
+        let result = probe_credential(state, runtime, credential, model, timeout).await;
+        passed = result.passed();
+        last = Some(result);
+        if passed {
+            break;
+        }
+    }
+    outcome(schedules, |s| &mut s.channels, channel_id, passed);
+    if !passed {
+        let result = last.map_or_else(|| "no usable credential".to_owned(), |r| r.to_string());
+        tracing::info!(channel = %channel.name, result = %result, "recovery probe failed; channel stays disabled");
+        return false;
+    }
+    let settings = &view.snapshot.settings;
+    let members: Vec<MemberId> = view
+        .snapshot
+        .routes()
+        .iter()
+        .flat_map(|r| r.members.iter())
+        .filter(|m| m.channel_id == channel_id)
+        .map(|m| m.id)
+        .collect();
+    let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
+    state
+        .store
+        .begin_recovery(channel_id, &members, crate::unix_ms(), slow_start_ms);
+    tracing::info!(
+        channel = %channel.name,
+        slow_start_seconds = settings.slow_start_seconds,
+        "recovery probe passed; channel re-enabled, recovering"
+    );
+    true
 }
 
 /// One probe with this credential (simulated for a mock channel) within `timeout`.

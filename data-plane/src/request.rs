@@ -180,6 +180,12 @@ pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
     inspect_json_for(body, None)
 }
 
+/// Where `raw` (a slice of `body`) lies in it.
+fn span_in(body: &[u8], raw: &RawValue) -> (usize, usize) {
+    let start = offset_in(body, raw.get());
+    (start, start + raw.get().len())
+}
+
 /// Inspects a JSON request body whose model (and stream flag) the path gives, as Gemini's
 /// `/v1beta/models/{model}:{action}` does; the body then carries no model to rewrite.
 pub fn inspect_json_for(
@@ -194,59 +200,9 @@ pub fn inspect_json_for(
     }
     let probe: Probe<'_> = serde_json::from_slice(body)
         .map_err(|e| InspectError::Malformed(format!("request body is not valid JSON: {e}")))?;
-    let mut out = match path_model {
-        Some((model, stream)) => {
-            if model.trim().is_empty() {
-                return Err(InspectError::MissingModel);
-            }
-            check_model(model)?;
-            Inspected {
-                model: model.to_owned(),
-                json: true,
-                stream,
-                ..Inspected::default()
-            }
-        }
-        None => {
-            let raw_model = probe.model.ok_or(InspectError::MissingModel)?;
-            let model: String = serde_json::from_str(raw_model.get())
-                .map_err(|_| InspectError::Malformed("`model` must be a string".into()))?;
-            if model.trim().is_empty() {
-                return Err(InspectError::MissingModel);
-            }
-            check_model(&model)?;
-            let start = offset_in(body, raw_model.get());
-            Inspected {
-                model,
-                model_span: Some((start, start + raw_model.get().len())),
-                json: true,
-                stream: probe.stream.is_some_and(|s| s.get() == "true"),
-                ..Inspected::default()
-            }
-        }
-    };
-    let span = |raw: &RawValue| {
-        let start = offset_in(body, raw.get());
-        (start, start + raw.get().len())
-    };
-    out.stream_span = probe.stream.map(span);
-    out.stream_usage = match probe.stream_options {
-        None => StreamUsage::Absent,
-        Some(raw) if raw.get() == "null" => {
-            let (start, end) = span(raw);
-            StreamUsage::Null(start, end)
-        }
-        Some(raw) => match serde_json::from_str::<StreamOptions>(raw.get()) {
-            Ok(options) if options.include_usage.is_some_and(|u| u.get() == "true") => {
-                StreamUsage::Asked
-            }
-            Ok(_) => {
-                let (start, end) = span(raw);
-                StreamUsage::NotAsked(start, end)
-            }
-            Err(_) => StreamUsage::Other,
-        },
-    };
+    let mut out = inspect_model(body, &probe, path_model)?;
+    out.stream_span = probe.stream.map(|raw| span_in(body, raw));
+    out.stream_usage = stream_usage(body, probe.stream_options);
     out.needs.streaming = out.stream;
     out.background = probe.background.is_some_and(|b| b.get() == "true");
     let gemini_max = probe
@@ -276,27 +232,8 @@ pub fn inspect_json_for(
     let conversation = probe
         .messages
         .or(probe.input.filter(|i| i.get().starts_with('[')));
-    let mut first_user: Option<&RawValue> = None;
-    if let Some(raw) = conversation {
-        if let Ok(messages) = serde_json::from_str::<Vec<Message>>(raw.get()) {
-            for m in &messages {
-                let Some(content) = m.content else { continue };
-                if first_user.is_none() && m.role.as_deref() == Some("user") {
-                    first_user = Some(content);
-                }
-                if !out.needs.vision && content.get().starts_with('[') {
-                    if let Ok(parts) = serde_json::from_str::<Vec<Part>>(content.get()) {
-                        out.needs.vision = parts.iter().any(|p| {
-                            matches!(
-                                p.kind.as_deref(),
-                                Some("image_url" | "input_image" | "image")
-                            )
-                        });
-                    }
-                }
-            }
-        }
-    }
+    let (first_user, vision) = read_conversation(conversation);
+    out.needs.vision = vision;
     let metadata_user = probe
         .metadata
         .and_then(|raw| serde_json::from_str::<Metadata>(raw.get()).ok())
@@ -305,11 +242,102 @@ pub fn inspect_json_for(
         .or_else(|| scalar(probe.session_id))
         .or(metadata_user)
         .or_else(|| scalar(probe.conversation_id));
-    out.first_user_span = first_user.map(|c| {
-        let start = offset_in(body, c.get());
-        (start, start + c.get().len())
-    });
-    out.inputs = match probe.input {
+    out.first_user_span = first_user.map(|c| span_in(body, c));
+    out.inputs = input_count(probe.input);
+    Ok(out)
+}
+
+/// The model: the path's, else the body's `model` (a non-blank string, with its place in the
+/// body so that it can be rewritten), checked either way.
+fn inspect_model(
+    body: &[u8],
+    probe: &Probe<'_>,
+    path_model: Option<(&str, bool)>,
+) -> Result<Inspected, InspectError> {
+    if let Some((model, stream)) = path_model {
+        if model.trim().is_empty() {
+            return Err(InspectError::MissingModel);
+        }
+        check_model(model)?;
+        return Ok(Inspected {
+            model: model.to_owned(),
+            json: true,
+            stream,
+            ..Inspected::default()
+        });
+    }
+    let raw_model = probe.model.ok_or(InspectError::MissingModel)?;
+    let model: String = serde_json::from_str(raw_model.get())
+        .map_err(|_| InspectError::Malformed("`model` must be a string".into()))?;
+    if model.trim().is_empty() {
+        return Err(InspectError::MissingModel);
+    }
+    check_model(&model)?;
+    Ok(Inspected {
+        model,
+        model_span: Some(span_in(body, raw_model)),
+        json: true,
+        stream: probe.stream.is_some_and(|s| s.get() == "true"),
+        ..Inspected::default()
+    })
+}
+
+/// What the body's `stream_options` says about the usage chunk, with its place when the gateway
+/// may have to change it.
+fn stream_usage(body: &[u8], options: Option<&RawValue>) -> StreamUsage {
+    match options {
+        None => StreamUsage::Absent,
+        Some(raw) if raw.get() == "null" => {
+            let (start, end) = span_in(body, raw);
+            StreamUsage::Null(start, end)
+        }
+        Some(raw) => match serde_json::from_str::<StreamOptions>(raw.get()) {
+            Ok(options) if options.include_usage.is_some_and(|u| u.get() == "true") => {
+                StreamUsage::Asked
+            }
+            Ok(_) => {
+                let (start, end) = span_in(body, raw);
+                StreamUsage::NotAsked(start, end)
+            }
+            Err(_) => StreamUsage::Other,
+        },
+    }
+}
+
+/// The first user message's content (the session key's fallback) and whether any message
+/// carries an image, from a conversation (`messages`, or a Responses `input` list).
+fn read_conversation(conversation: Option<&RawValue>) -> (Option<&RawValue>, bool) {
+    let mut first_user: Option<&RawValue> = None;
+    let mut vision = false;
+    let Some(raw) = conversation else {
+        return (None, false);
+    };
+    let Ok(messages) = serde_json::from_str::<Vec<Message>>(raw.get()) else {
+        return (None, false);
+    };
+    for m in &messages {
+        let Some(content) = m.content else { continue };
+        if first_user.is_none() && m.role.as_deref() == Some("user") {
+            first_user = Some(content);
+        }
+        if !vision && content.get().starts_with('[') {
+            if let Ok(parts) = serde_json::from_str::<Vec<Part>>(content.get()) {
+                vision = parts.iter().any(|p| {
+                    matches!(
+                        p.kind.as_deref(),
+                        Some("image_url" | "input_image" | "image")
+                    )
+                });
+            }
+        }
+    }
+    (first_user, vision)
+}
+
+/// How many inputs an embeddings request carries: a list of strings (or of token lists) is one
+/// each; anything else is one.
+fn input_count(input: Option<&RawValue>) -> usize {
+    match input {
         Some(raw) if raw.get().starts_with('[') => {
             serde_json::from_str::<Vec<&RawValue>>(raw.get())
                 .map(|items| {
@@ -325,8 +353,7 @@ pub fn inspect_json_for(
                 .unwrap_or(1)
         }
         _ => 1,
-    };
-    Ok(out)
+    }
 }
 
 /// RFC 2046 caps a multipart boundary at 70 characters; anything longer is refused.

@@ -68,6 +68,14 @@ where
 const DEFAULT_HTTP_ADDR: std::net::SocketAddr =
     std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
 
+/// Fleet mode's usage reporter, its task, and the token that stops it (only after the last
+/// request has finished, so that request's usage is in the final flush).
+type Usage = (
+    Arc<UsageReporter>,
+    tokio::task::JoinHandle<()>,
+    CancellationToken,
+);
+
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
 ///
 /// Task ownership: every task this process runs besides the requests' own is spawned on one
@@ -81,97 +89,8 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     let (snapshots, receiver) = watch::channel(None);
     let tasks = TaskTracker::new();
     let stop = CancellationToken::new();
-    // Fleet mode: usage accounting towards the control plane (standalone has nobody to report to).
-    let mut usage = None;
-    let mut http_addr = cli.http_addr;
-    match (&cli.config, &cli.control_plane) {
-        (Some(path), _) => {
-            let (parts, listen) = config::load_standalone(path, 1)
-                .map_err(|e| format!("bad configuration in {}: {e}", path.display()))?;
-            http_addr = http_addr.or(listen);
-            snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
-            tracing::info!(config = %path.display(), "standalone mode");
-            tasks.spawn(watch_config(
-                path.clone(),
-                snapshots,
-                Duration::from_millis(cli.config_poll_ms.max(50)),
-                stop.clone(),
-            ));
-        }
-        (None, Some(endpoint)) => {
-            let uri: http::Uri = endpoint
-                .parse()
-                .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE {endpoint:?} is not a URL: {e}"))?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) {
-                return Err(format!(
-                    "SWITCHYARD_CONTROL_PLANE {endpoint:?} must be an http:// or https:// URL"
-                ));
-            }
-            let mut have_revision = 0;
-            if let Some(path) = &cli.snapshot_cache {
-                match cache::load(path) {
-                    Ok(Some(snapshot)) => {
-                        have_revision = snapshot.revision;
-                        tracing::info!(revision = have_revision, cache = %path.display(), "serving the cached snapshot until the control plane answers");
-                        snapshots.send_replace(Some(Arc::new(snapshot)));
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "snapshot cache ignored"),
-                }
-                tasks.spawn(cache::persist(path.clone(), snapshots.subscribe()));
-            }
-            tracing::info!(control_plane = %endpoint, "fleet mode: following the control plane");
-            let endpoint = endpoint.clone();
-            let auth = watch_auth(&cli)?;
-            // Stopped only after the last request has finished, so its usage is in the final flush.
-            let usage_stop = CancellationToken::new();
-            let (reporter, task) = UsageReporter::start(
-                endpoint.clone(),
-                auth.clone(),
-                UsageConfig::default(),
-                usage_stop.clone(),
-            )
-            .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE: {e}"))?;
-            usage = Some((reporter, task, usage_stop));
-            let cancel = stop.clone();
-            tasks.spawn(async move {
-                let watched = switchyard_proto::watch_snapshots(
-                    endpoint,
-                    have_revision,
-                    auth,
-                    snapshots,
-                    cancel,
-                )
-                .await;
-                if let Err(e) = watched {
-                    tracing::error!(error = %e, "snapshot stream stopped");
-                }
-            });
-        }
-        (None, None) => {
-            return Err(
-                "no snapshot source: pass --config FILE (standalone) or set SWITCHYARD_CONTROL_PLANE"
-                    .to_owned(),
-            );
-        }
-    }
-    // Fleet state through Redis when REDIS_URL is set; it never fails on Redis being down.
-    let mut redis_store = None;
-    let store: Arc<dyn StateStore> = match &cli.redis_url {
-        Some(url) => {
-            let config = RedisConfig::new(url.clone(), cli.redis_prefix.clone());
-            let redis = Arc::new(
-                RedisStore::start(config).map_err(|e| format!("bad Redis configuration: {e}"))?,
-            );
-            tracing::info!(redis = %mask_url(url), prefix = %cli.redis_prefix, "shared state in Redis");
-            redis_store = Some(redis.clone());
-            redis
-        }
-        None => {
-            tracing::info!("in-memory state (no REDIS_URL)");
-            Arc::new(InMemoryStore::new())
-        }
-    };
+    let (listen, usage) = start_snapshot_source(&cli, snapshots, &tasks, &stop)?;
+    let (store, redis_store) = state_store(&cli)?;
     if cli.snapshot_cache.is_some() && cli.config.is_some() {
         tracing::info!("SWITCHYARD_SNAPSHOT_CACHE is only used with a control plane; ignored in standalone mode");
     }
@@ -188,7 +107,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
     }
-    let http_addr = http_addr.unwrap_or(DEFAULT_HTTP_ADDR);
+    let http_addr = cli.http_addr.or(listen).unwrap_or(DEFAULT_HTTP_ADDR);
     let (sockets, addr) = crate::workers::bind(http_addr, workers)
         .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
 
@@ -214,33 +133,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         () = switchyard_server::termination_signal() => {}
     }
-    // Not ready first, still serving: the load balancer takes this proxy out before it stops
-    // listening, so no client meets a closed port.
-    state.draining.cancel();
-    tracing::info!(
-        drain_delay_seconds = cli.drain_delay_seconds,
-        "SIGTERM: reporting not ready, still serving for the drain delay"
-    );
-    tokio::select! {
-        () = tokio::time::sleep(Duration::from_secs(cli.drain_delay_seconds)) => {}
-        () = switchyard_server::termination_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
-    }
-    tracing::info!(
-        grace_seconds = cli.shutdown_grace_seconds,
-        "shutting down: draining in-flight requests"
-    );
-    stop.cancel();
-    let grace = Duration::from_secs(cli.shutdown_grace_seconds);
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(_) => tracing::info!("drained; bye"),
-        Err(_) => {
-            // Streams still open get an error event in their protocol before the connection
-            // closes, rather than a silent cut.
-            tracing::warn!("grace period over; ending the streams still open");
-            state.streams_cut.cancel();
-            let _ = tokio::time::timeout(STREAM_CUT_FLUSH, server).await;
-        }
-    }
+    drain(&cli, &state, &stop, server).await;
     if let Some((_, task, stop)) = usage {
         // Send the usage still pending (the flush bounds itself; this only guards the join).
         stop.cancel();
@@ -261,6 +154,147 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         redis.close(Duration::from_secs(2)).await;
     }
     Ok(())
+}
+
+/// Starts the snapshot source: the standalone file (and its watcher), or the control plane's
+/// stream (with the snapshot cache and the usage reporter). Returns the file's `listen`
+/// address, if it names one, and fleet mode's usage reporter.
+fn start_snapshot_source(
+    cli: &Cli,
+    snapshots: SnapshotSender,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<(Option<std::net::SocketAddr>, Option<Usage>), String> {
+    match (&cli.config, &cli.control_plane) {
+        (Some(path), _) => {
+            let (parts, listen) = config::load_standalone(path, 1)
+                .map_err(|e| format!("bad configuration in {}: {e}", path.display()))?;
+            snapshots.send_replace(Some(Arc::new(Snapshot::new(parts))));
+            tracing::info!(config = %path.display(), "standalone mode");
+            tasks.spawn(watch_config(
+                path.clone(),
+                snapshots,
+                Duration::from_millis(cli.config_poll_ms.max(50)),
+                stop.clone(),
+            ));
+            Ok((listen, None))
+        }
+        (None, Some(endpoint)) => {
+            let usage = follow_control_plane(cli, endpoint, snapshots, tasks, stop)?;
+            Ok((None, Some(usage)))
+        }
+        (None, None) => Err(
+            "no snapshot source: pass --config FILE (standalone) or set SWITCHYARD_CONTROL_PLANE"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Fleet mode: the cached snapshot until the control plane answers, the snapshot stream, and
+/// usage accounting towards the control plane (standalone has nobody to report to).
+fn follow_control_plane(
+    cli: &Cli,
+    endpoint: &str,
+    snapshots: SnapshotSender,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<Usage, String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE {endpoint:?} is not a URL: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!(
+            "SWITCHYARD_CONTROL_PLANE {endpoint:?} must be an http:// or https:// URL"
+        ));
+    }
+    let mut have_revision = 0;
+    if let Some(path) = &cli.snapshot_cache {
+        match cache::load(path) {
+            Ok(Some(snapshot)) => {
+                have_revision = snapshot.revision;
+                tracing::info!(revision = have_revision, cache = %path.display(), "serving the cached snapshot until the control plane answers");
+                snapshots.send_replace(Some(Arc::new(snapshot)));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "snapshot cache ignored"),
+        }
+        tasks.spawn(cache::persist(path.clone(), snapshots.subscribe()));
+    }
+    tracing::info!(control_plane = %endpoint, "fleet mode: following the control plane");
+    let endpoint = endpoint.to_owned();
+    let auth = watch_auth(cli)?;
+    let usage_stop = CancellationToken::new();
+    let (reporter, task) = UsageReporter::start(
+        endpoint.clone(),
+        auth.clone(),
+        UsageConfig::default(),
+        usage_stop.clone(),
+    )
+    .map_err(|e| format!("SWITCHYARD_CONTROL_PLANE: {e}"))?;
+    let cancel = stop.clone();
+    tasks.spawn(async move {
+        let watched =
+            switchyard_proto::watch_snapshots(endpoint, have_revision, auth, snapshots, cancel)
+                .await;
+        if let Err(e) = watched {
+            tracing::error!(error = %e, "snapshot stream stopped");
+        }
+    });
+    Ok((reporter, task, usage_stop))
+}
+
+/// Fleet state through Redis when `REDIS_URL` is set (it never fails on Redis being down),
+/// else in memory. The Redis store is also returned on its own, to be closed at exit.
+fn state_store(cli: &Cli) -> Result<(Arc<dyn StateStore>, Option<Arc<RedisStore>>), String> {
+    match &cli.redis_url {
+        Some(url) => {
+            let config = RedisConfig::new(url.clone(), cli.redis_prefix.clone());
+            let redis = Arc::new(
+                RedisStore::start(config).map_err(|e| format!("bad Redis configuration: {e}"))?,
+            );
+            tracing::info!(redis = %mask_url(url), prefix = %cli.redis_prefix, "shared state in Redis");
+            Ok((redis.clone(), Some(redis)))
+        }
+        None => {
+            tracing::info!("in-memory state (no REDIS_URL)");
+            Ok((Arc::new(InMemoryStore::new()), None))
+        }
+    }
+}
+
+/// After the first signal: not ready first, still serving (the load balancer takes this proxy
+/// out before it stops listening, so no client meets a closed port), then stop accepting and
+/// drain within the grace period; streams still open after it get an error event in their
+/// protocol before the connection closes, rather than a silent cut.
+async fn drain(
+    cli: &Cli,
+    state: &AppState,
+    stop: &CancellationToken,
+    mut server: tokio::task::JoinHandle<Result<(), String>>,
+) {
+    state.draining.cancel();
+    tracing::info!(
+        drain_delay_seconds = cli.drain_delay_seconds,
+        "SIGTERM: reporting not ready, still serving for the drain delay"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(cli.drain_delay_seconds)) => {}
+        () = switchyard_server::termination_signal() => tracing::info!("second signal: skipping the rest of the drain delay"),
+    }
+    tracing::info!(
+        grace_seconds = cli.shutdown_grace_seconds,
+        "shutting down: draining in-flight requests"
+    );
+    stop.cancel();
+    let grace = Duration::from_secs(cli.shutdown_grace_seconds);
+    match tokio::time::timeout(grace, &mut server).await {
+        Ok(_) => tracing::info!("drained; bye"),
+        Err(_) => {
+            tracing::warn!("grace period over; ending the streams still open");
+            state.streams_cut.cancel();
+            let _ = tokio::time::timeout(STREAM_CUT_FLUSH, server).await;
+        }
+    }
 }
 
 /// The fleet token and TLS material this proxy presents to the control plane.
