@@ -76,6 +76,9 @@ type Usage = (
     CancellationToken,
 );
 
+/// The state store requests use, and the Redis store behind it (if any), closed at exit.
+type Stores = (Arc<dyn StateStore>, Option<Arc<RedisStore>>);
+
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
 ///
 /// Task ownership: every task this process runs besides the requests' own is spawned on one
@@ -245,7 +248,7 @@ fn follow_control_plane(
 
 /// Fleet state through Redis when `REDIS_URL` is set (it never fails on Redis being down),
 /// else in memory. The Redis store is also returned on its own, to be closed at exit.
-fn state_store(cli: &Cli) -> Result<(Arc<dyn StateStore>, Option<Arc<RedisStore>>), String> {
+fn state_store(cli: &Cli) -> Result<Stores, String> {
     match &cli.redis_url {
         Some(url) => {
             let config = RedisConfig::new(url.clone(), cli.redis_prefix.clone());
