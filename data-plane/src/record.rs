@@ -33,6 +33,8 @@ pub struct Trail {
     pub team: Option<String>,
     /// Usage read from a plain (non-streamed) answer.
     pub usage: Option<Usage>,
+    /// A plain JSON answer's body as the client got it (shared bytes, for a shadow comparison).
+    pub answer: Option<bytes::Bytes>,
     /// A committed stream: its record is written when it ends.
     pub stream: Option<Arc<StreamSlot>>,
     pub route: Option<(RouteId, String)>,

@@ -28,6 +28,7 @@ use crate::record::{RequestRecord, Trail};
 use crate::request::{
     header_session_key, inspect_json_for, inspect_multipart, InspectError, PIN_HEADER,
 };
+use crate::shadow;
 use crate::snapshot::View;
 use crate::wire;
 use crate::AppState;
@@ -676,6 +677,32 @@ async fn serve(
         seed,
     };
     let (response, mut trail) = proxy(state, &view, request).await;
+    if !view.snapshot.shadows().is_empty() && shadow::eligible(endpoint, &inspected) {
+        // The answer is whole (a plain answer is read before it is sent): the copies go on the
+        // shadow queue, never waited for.
+        let usage = trail.usage.unwrap_or_default();
+        let live = shadow::Live {
+            ok: response.status().as_u16() < 400 && trail.final_channel.is_some(),
+            total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            usage,
+            cost_pico: trail
+                .price
+                .as_ref()
+                .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens)),
+            answer: trail.answer.clone(),
+        };
+        state.shadows.offer(
+            state,
+            &view,
+            endpoint,
+            &inspected,
+            &body,
+            &parts.headers,
+            query.as_deref(),
+            &live,
+            seed,
+        );
+    }
     trail.admitted = admitted;
     trail.rate = rate;
     trail.token = Some(token.name.clone());
