@@ -422,3 +422,42 @@ async fn bad_input_is_refused_naming_the_field(pool: PgPool) {
     let gone = f.app.delete(&format!("/api/v1/shadows/{}", f.shadow)).await;
     assert_eq!(gone.status, StatusCode::NO_CONTENT);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dry_run_validates_shadow_changes_and_writes_nothing(pool: PgPool) {
+    let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    let revision = f.app.revision().await;
+    let reply = f
+        .app
+        .post(
+            "/api/v1/dry-run",
+            json!({"changes": [
+                {"op": "create", "resource": "shadow",
+                 "body": {"name": "t2", "model_pattern": "m", "target_channel_id": f.cand_channel,
+                          "target_model": "x", "sample_percent": 5, "max_rps": 1}},
+                {"op": "patch", "resource": "shadow", "id": f.shadow, "body": {"sample_percent": 20}},
+            ]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = f
+        .app
+        .post(
+            "/api/v1/dry-run",
+            json!({"changes": [
+                {"op": "patch", "resource": "shadow", "id": f.shadow, "body": {"sample_percent": 0}},
+            ]}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some("changes[0].body.sample_percent"));
+    assert_eq!(f.app.revision().await, revision);
+    let list = f.app.get("/api/v1/shadows").await;
+    assert_eq!(list.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(list.body["data"][0]["sample_percent"], 50.0);
+}
