@@ -461,3 +461,25 @@ async fn a_dry_run_validates_shadow_changes_and_writes_nothing(pool: PgPool) {
     assert_eq!(list.body["data"].as_array().unwrap().len(), 1);
     assert_eq!(list.body["data"][0]["sample_percent"], 50.0);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn config_plan_refuses_a_file_with_shadow_rules_rather_than_ignoring_them(pool: PgPool) {
+    let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    let yaml = "channels:\n  - { name: live, provider: mock }\nroutes:\n  - model_pattern: m\n    members:\n      - { id: 1, channel: live }\nshadows:\n  - { name: t, model_pattern: m, target_member: 1, sample_percent: 5, max_rps: 1 }\n";
+    let request = Request::builder()
+        .method("POST")
+        .uri("/api/v1/config/plan")
+        .header("authorization", format!("Bearer {}", common::ADMIN_TOKEN))
+        .header("content-type", "application/yaml")
+        .body(Body::from(yaml))
+        .unwrap();
+    let response = f.app.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["param"], "shadows", "{body}");
+    // The export leaves them out (the API is where they live).
+    let export = f.app.get("/api/v1/config").await;
+    assert!(!export.text.contains("shadows"), "{}", export.text);
+}

@@ -228,3 +228,29 @@ async fn a_shadow_to_an_anthropic_target_is_translated_and_compared() {
     assert_eq!(live_usage, 1);
     assert!(batch.records.iter().all(|r| r.channel == "live"));
 }
+
+#[test]
+fn a_bad_rule_in_the_file_names_its_field() {
+    for (rule, path) in [
+        (
+            "sample_percent: 150, max_rps: 1",
+            "shadows[0].sample_percent",
+        ),
+        ("sample_percent: 5, max_rps: 0", "shadows[0].max_rps"),
+        (
+            "sample_percent: 5, max_rps: 1, error_rate_stop: 2",
+            "shadows[0].error_rate_stop",
+        ),
+        (
+            "sample_percent: 5, max_rps: 1, expires_at: soon",
+            "shadows[0].expires_at",
+        ),
+    ] {
+        let error = parse_yaml(&yaml("mock://sim", rule), 1).unwrap_err();
+        assert_eq!(error.path, path, "{rule}: {error}");
+    }
+    let unknown = yaml("mock://sim", "sample_percent: 5, max_rps: 1")
+        .replace("target_member: 20", "target_member: 99");
+    let error = parse_yaml(&unknown, 1).unwrap_err();
+    assert_eq!(error.path, "shadows[0].target_member", "{error}");
+}
