@@ -677,31 +677,25 @@ async fn serve(
         seed,
     };
     let (response, mut trail) = proxy(state, &view, request).await;
-    if !view.snapshot.shadows().is_empty() && shadow::eligible(endpoint, &inspected) {
-        // The answer is whole (a plain answer is read before it is sent): the copies go on the
-        // shadow queue, never waited for.
-        let usage = trail.usage.unwrap_or_default();
-        let live = shadow::Live {
-            ok: response.status().as_u16() < 400 && trail.final_channel.is_some(),
-            total_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            usage,
-            cost_pico: trail
-                .price
-                .as_ref()
-                .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens)),
+    if !view.snapshot.shadows().is_empty() && shadow::Candidate::wanted(&view, endpoint, &inspected)
+    {
+        // Offered to the shadow rules once the request has finished (a stream: at its end),
+        // never waited for.
+        let candidate = shadow::Candidate {
+            view: Arc::clone(&view),
+            endpoint,
+            inspected: inspected.clone(),
+            body: body.clone(),
+            headers: parts.headers.clone(),
+            query: query.clone(),
+            seed,
+            started,
+            first_byte_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             answer: trail.answer.clone(),
         };
-        state.shadows.offer(
-            state,
-            &view,
-            endpoint,
-            &inspected,
-            &body,
-            &parts.headers,
-            query.as_deref(),
-            &live,
-            seed,
-        );
+        trail.on_finish = Some(Box::new(move |state, finished| {
+            candidate.offer(state, finished);
+        }));
     }
     trail.admitted = admitted;
     trail.rate = rate;

@@ -1,7 +1,9 @@
 //! Shadow traffic: a sample of the requests a shadow rule matches is copied to the rule's target
 //! once the client's answer is complete, and the two answers are compared.
 //!
-//! The request path only decides ([`Shadows::offer`]): the rule matches, the sample draw hits,
+//! A request a rule may want keeps a [`Candidate`] in its trail; once the request has finished
+//! (a plain answer when it is sent, a stream when it ends) the candidate is offered to the rules:
+//! the rule matches, the sample draw hits,
 //! the rule is not stopped, its spend cap for the day has room and its per-proxy
 //! requests-per-second bucket has a token; then the copy goes on a bounded queue with `try_send`
 //! (a full queue drops the copy and counts it). Nothing on the request path waits for a shadow.
@@ -14,9 +16,11 @@
 //! comparison ([`compare`]), the `switchyard_shadow_requests_total` metric and, in a fleet, the
 //! usage batches (`UsageBatch.shadows`) the control plane aggregates per rule and minute.
 //!
-//! What is compared needs the live answer whole, so this version shadows plain (non-streamed)
-//! answers only: chat completions, messages, Gemini generate and Responses requests that are not
-//! `background`. Embeddings, images, audio and count-tokens are never shadowed.
+//! Chat completions, messages, Gemini generate and Responses requests (not `background`) are
+//! shadowed, streamed or not; embeddings, images, audio and count-tokens never. A shadow stream
+//! is read to its end for its usage and timing and then dropped. The answers' contents are
+//! compared when both are plain answers (a stream's text is not gathered: that would cost the
+//! request path); for streams only status, latency, tokens and cost are.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -28,12 +32,13 @@ use switchyard_engine::{
     Channel, CredentialId, RandomSource, ShadowRule, ShadowTarget, SplitMix64, StopReason,
 };
 use switchyard_proto::{latency_bucket, ShadowCounts};
-use switchyard_provider::{ChatRequest, Usage};
+use switchyard_provider::{ChatRequest, Usage, UsageScanner};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{Duration, Instant};
 
-use crate::attempt::{Attempt, Outcome};
+use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
+use crate::record::Finished;
 use crate::request::Inspected;
 use crate::snapshot::View;
 use crate::upstream::MOCK_CREDENTIAL;
@@ -49,12 +54,56 @@ pub const MAX_IN_FLIGHT: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Live {
     pub ok: bool,
+    /// Until the answer started (a plain answer: all of it).
+    pub first_byte_ms: u64,
     pub total_ms: u64,
     pub usage: Usage,
     /// Pico-USD; `None`: unpriced.
     pub cost_pico: Option<u128>,
     /// The plain answer's body (shared bytes), when it was a JSON answer.
     pub answer: Option<Bytes>,
+}
+
+/// A request that may be shadowed, kept until it has finished (a stream: until its end).
+pub struct Candidate {
+    pub view: Arc<View>,
+    pub endpoint: Endpoint,
+    pub inspected: Inspected,
+    pub body: Bytes,
+    pub headers: HeaderMap,
+    pub query: Option<String>,
+    pub seed: u64,
+    pub started: Instant,
+    /// When the answer started (a committed stream's first chunk, or the whole plain answer).
+    pub first_byte_ms: u64,
+    pub answer: Option<Bytes>,
+}
+
+impl Candidate {
+    /// Whether any rule of `view` would look at a request for `model` now (the request path
+    /// keeps nothing for the others).
+    pub fn wanted(view: &View, endpoint: Endpoint, inspected: &Inspected) -> bool {
+        let now = crate::unix_ms();
+        eligible(endpoint, inspected)
+            && view
+                .snapshot
+                .shadows()
+                .iter()
+                .any(|r| r.applies(&inspected.model, now))
+    }
+
+    /// The request finished: offers it to the rules.
+    pub fn offer(self, state: &AppState, finished: Finished) {
+        let live = Live {
+            ok: finished.ok,
+            first_byte_ms: self.first_byte_ms,
+            total_ms: millis(self.started.elapsed()),
+            usage: finished.usage,
+            cost_pico: finished.cost_pico,
+            answer: self.answer.clone(),
+        };
+        state.shadows.offer(state, &self, &live);
+    }
 }
 
 /// One copy to send.
@@ -142,11 +191,10 @@ fn day_of(unix_ms: u64) -> u64 {
     unix_ms / 86_400_000
 }
 
-/// Whether a request of this kind can be shadowed at all.
+/// Whether a request of this kind can be shadowed at all: chat (every protocol) and
+/// Responses requests, streamed or not, except background Responses.
 pub fn eligible(endpoint: Endpoint, inspected: &Inspected) -> bool {
-    !inspected.stream
-        && !inspected.background
-        && (endpoint.is_chat() || endpoint == Endpoint::Responses)
+    !inspected.background && (endpoint.is_chat() || endpoint == Endpoint::Responses)
 }
 
 impl Shadows {
@@ -174,37 +222,25 @@ impl Shadows {
         f(entry)
     }
 
-    /// Offers a finished request to every shadow rule of `view` that matches it. `seed` draws
-    /// the samples. Never waits.
-    #[allow(clippy::too_many_arguments)]
-    pub fn offer(
-        &self,
-        state: &AppState,
-        view: &Arc<View>,
-        endpoint: Endpoint,
-        inspected: &Inspected,
-        body: &Bytes,
-        headers: &HeaderMap,
-        query: Option<&str>,
-        live: &Live,
-        seed: u64,
-    ) {
+    /// Offers a finished request to every shadow rule of its view that matches it (the
+    /// request's seed draws the samples). Never waits.
+    fn offer(&self, state: &AppState, request: &Candidate, live: &Live) {
         let now_ms = crate::unix_ms();
-        let mut rng = SplitMix64::new(seed ^ 0x5AD0_5AD0_5AD0_5AD0);
-        for rule in view.snapshot.shadows() {
-            if !rule.applies(&inspected.model, now_ms) {
+        let mut rng = SplitMix64::new(request.seed ^ 0x5AD0_5AD0_5AD0_5AD0);
+        for rule in request.view.snapshot.shadows() {
+            if !rule.applies(&request.inspected.model, now_ms) {
                 continue;
             }
             let offer = self.decide(rule, now_ms, &mut rng);
             let offer = if offer == Offer::Queued {
                 let job = Job {
                     rule: rule.clone(),
-                    view: Arc::clone(view),
-                    endpoint,
-                    inspected: inspected.clone(),
-                    body: body.clone(),
-                    headers: headers.clone(),
-                    query: query.map(str::to_owned),
+                    view: Arc::clone(&request.view),
+                    endpoint: request.endpoint,
+                    inspected: request.inspected.clone(),
+                    body: request.body.clone(),
+                    headers: request.headers.clone(),
+                    query: request.query.clone(),
                     live: live.clone(),
                 };
                 match self.queue.try_send(job) {
@@ -324,6 +360,7 @@ fn target<'v>(view: &'v View, rule: &'v ShadowRule) -> Option<(&'v Channel, &'v 
 /// What one shadow call got.
 struct ShadowSide {
     ok: bool,
+    first_byte_ms: u64,
     total_ms: u64,
     usage: Usage,
     cost_pico: Option<u128>,
@@ -334,6 +371,7 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
     let started = Instant::now();
     let failed = |started: Instant| ShadowSide {
         ok: false,
+        first_byte_ms: millis(started.elapsed()),
         total_ms: millis(started.elapsed()),
         usage: Usage::default(),
         cost_pico: None,
@@ -356,13 +394,13 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
         return failed(started);
     };
     let chat = if job.endpoint == Endpoint::Responses {
-        ChatRequest::parse_responses(&job.body, &job.inspected.model, false).ok()
+        ChatRequest::parse_responses(&job.body, &job.inspected.model, job.inspected.stream).ok()
     } else {
         ChatRequest::parse(
             job.endpoint.protocol(),
             &job.body,
             &job.inspected.model,
-            false,
+            job.inspected.stream,
         )
         .ok()
     };
@@ -394,14 +432,22 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
     };
     let mut rng = SplitMix64::new(state.next_seed());
     match attempt.run(&mut rng).await {
-        Outcome::Committed(committed) => {
-            let usage = committed.usage.unwrap_or_default();
+        Outcome::Committed(mut committed) => {
+            let first_byte_ms = millis(started.elapsed());
+            let (ok, usage) = match committed.first_chunk.take() {
+                None => (
+                    committed.response.status.is_success(),
+                    committed.usage.unwrap_or_default(),
+                ),
+                Some(first) => drain(job, &mut committed, first, started, settings).await,
+            };
             let cost_pico =
                 job.view.snapshot.price(channel.id, model).map(|p| {
                     p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
                 });
             ShadowSide {
-                ok: committed.response.status.is_success(),
+                ok,
+                first_byte_ms,
                 total_ms: millis(started.elapsed()),
                 usage,
                 cost_pico,
@@ -410,6 +456,56 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
         }
         Outcome::Failed(_) => failed(started),
     }
+}
+
+/// Reads a committed shadow stream to its end (nothing is kept but its usage): whether it
+/// completed, and the usage it reported.
+async fn drain(
+    job: &Job,
+    committed: &mut crate::attempt::Committed,
+    first: Bytes,
+    started: Instant,
+    settings: &switchyard_engine::Settings,
+) -> (bool, Usage) {
+    let deadline = started + Duration::from_millis(settings.request_timeout_ms);
+    let idle = Duration::from_millis(settings.stream_idle_timeout_ms);
+    let mut scanner = committed
+        .translator
+        .is_none()
+        .then(|| UsageScanner::new(job.endpoint.protocol()));
+    if let Some(scanner) = scanner.as_mut() {
+        scanner.push(&first);
+    }
+    let mut out = Vec::new();
+    let completed = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(idle.min(left), next_data(&mut committed.response.body)).await {
+            Ok(Ok(Some(chunk))) => match committed.translator.as_mut() {
+                Some(translator) => {
+                    out.clear();
+                    translator.push(&chunk, &mut out);
+                }
+                None => {
+                    if let Some(scanner) = scanner.as_mut() {
+                        scanner.push(&chunk);
+                    }
+                }
+            },
+            Ok(Ok(None)) => {
+                break committed
+                    .translator
+                    .as_ref()
+                    .is_none_or(|translator| translator.upstream_done());
+            }
+            Ok(Err(())) | Err(_) => break false,
+        }
+    };
+    let usage = match (&committed.translator, &scanner) {
+        (Some(translator), _) => translator.usage(),
+        (None, Some(scanner)) => scanner.usage(),
+        (None, None) => Usage::default(),
+    };
+    (completed, usage)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -453,12 +549,11 @@ fn pair_counts(job: &Job, shadow: &ShadowSide) -> ShadowCounts {
         shadow_unpriced: u64::from(shadow.cost_pico.is_none()),
         ..ShadowCounts::default()
     };
-    // Plain answers only: the first byte is the whole answer.
     for (hist, ms) in [
         (&mut c.live_total_ms, live.total_ms),
-        (&mut c.live_first_byte_ms, live.total_ms),
+        (&mut c.live_first_byte_ms, live.first_byte_ms),
         (&mut c.shadow_total_ms, shadow.total_ms),
-        (&mut c.shadow_first_byte_ms, shadow.total_ms),
+        (&mut c.shadow_first_byte_ms, shadow.first_byte_ms),
     ] {
         if let Some(n) = hist.get_mut(latency_bucket(ms)) {
             *n += 1;

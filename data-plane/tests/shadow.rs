@@ -176,14 +176,34 @@ async fn an_expired_rule_shadows_nothing() {
 }
 
 #[tokio::test]
-async fn streams_and_embeddings_are_not_shadowed() {
-    let (proxy, _usage) = start(&yaml("mock://sim", "sample_percent: 100, max_rps: 1000")).await;
+async fn a_stream_is_shadowed_when_it_ends_and_embeddings_are_not() {
+    let (proxy, usage) = start(&yaml("mock://sim", "sample_percent: 100, max_rps: 1000")).await;
     let reply = post(&proxy, "/v1/chat/completions", common::CHAT_STREAM).await;
     assert_eq!(reply.status, 200);
+    assert!(reply.body.contains("\"the live\""), "{}", reply.body);
+    assert!(!reply.body.contains("Hello from mock"), "{}", reply.body);
+    until("the shadow of the stream", || {
+        finished(&proxy, "trial") == 1
+    })
+    .await;
+    assert_eq!(shadowed(&proxy, "trial", "success"), 1);
     let reply = post(&proxy, "/v1/embeddings", r#"{"model":"m","input":"x"}"#).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(finished(&proxy, "trial"), 0);
+    assert_eq!(finished(&proxy, "trial"), 1);
+    // The shadow stream was read to its end: its usage and cost are counted; the texts of
+    // streams are not compared.
+    let batch = usage.take_batch().unwrap();
+    let r = &batch.shadows[0];
+    assert_eq!((r.pairs, r.live_ok, r.shadow_ok, r.compared), (1, 1, 1, 0));
+    assert!(
+        r.shadow_output_tokens > 0 && r.live_output_tokens > 0,
+        "{r:?}"
+    );
+    assert!(
+        r.shadow_cost_pico_usd > 0 && r.shadow_unpriced == 0,
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
@@ -227,6 +247,16 @@ async fn a_shadow_to_an_anthropic_target_is_translated_and_compared() {
     let live_usage: u64 = batch.records.iter().map(|r| r.requests).sum();
     assert_eq!(live_usage, 1);
     assert!(batch.records.iter().all(|r| r.channel == "live"));
+
+    // A streamed request: the shadow streams from Anthropic, translated, read to its end.
+    let reply = post(&proxy, "/v1/chat/completions", common::CHAT_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    until("the streamed shadow", || finished(&proxy, "to-claude") == 2).await;
+    assert_eq!(shadowed(&proxy, "to-claude", "success"), 2);
+    let batch = usage.take_batch().unwrap();
+    let record = &batch.shadows[0];
+    assert_eq!((record.pairs, record.shadow_ok, record.compared), (1, 1, 0));
+    assert!(record.shadow_output_tokens > 0, "{record:?}");
 }
 
 #[test]
