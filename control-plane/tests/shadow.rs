@@ -240,6 +240,24 @@ async fn live_and_shadow_side_by_side_match_what_the_mocks_do(pool: PgPool) {
     let ratio = a["mean_length_ratio"].as_f64().unwrap();
     assert!((ratio - 26.0 / 23.0).abs() < 0.01, "{ratio}");
     assert_eq!(r["stopped_reason"], Value::Null);
+    // A range from the future holds no pair; a bad one is refused naming it.
+    let later = f
+        .app
+        .get(&format!(
+            "/api/v1/shadows/{}/report?since=2099-01-01T00:00:00Z",
+            f.shadow
+        ))
+        .await;
+    assert_eq!(later.body["pairs"], 0, "{}", later.text);
+    let bad = f
+        .app
+        .get(&format!(
+            "/api/v1/shadows/{}/report?since=yesterday",
+            f.shadow
+        ))
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.text);
+    assert_eq!(bad.param(), Some("since"));
 
     // The client's usage holds the live requests only.
     let usage_report = f.app.get("/api/v1/usage?group_by=channel").await;

@@ -226,6 +226,7 @@ impl Shadows {
     /// request's seed draws the samples). Never waits.
     fn offer(&self, state: &AppState, request: &Candidate, live: &Live) {
         let now_ms = crate::unix_ms();
+        self.forget_removed(request.view.snapshot.shadows());
         let mut rng = SplitMix64::new(request.seed ^ 0x5AD0_5AD0_5AD0_5AD0);
         for rule in request.view.snapshot.shadows() {
             if !rule.applies(&request.inspected.model, now_ms) {
@@ -264,6 +265,14 @@ impl Shadows {
                 Offer::QueueFull => "queue_full",
             };
             state.metrics.shadow_requests.add([&rule.name, outcome], 1);
+        }
+    }
+
+    /// Drops the state of rules no longer in the snapshot (only when there is some).
+    fn forget_removed(&self, rules: &[ShadowRule]) {
+        let mut states = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        if states.len() > rules.len() {
+            states.retain(|id, _| rules.iter().any(|r| r.id == *id));
         }
     }
 

@@ -13,7 +13,7 @@ use switchyard_engine::limit::{format_micros, format_pico_usd, format_rfc3339, p
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{ShadowRule, ShadowTarget, UnixMillis};
 use switchyard_proto::SHADOW_LATENCY_BOUNDS_MS;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
@@ -754,12 +754,40 @@ fn side(
     }
 }
 
+/// The report's range.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReportQuery {
+    /// Only pairs that finished from this instant on (RFC 3339; minute resolution: the minute
+    /// that contains it counts whole); default: every pair since the rule was created.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub since: Option<String>,
+}
+
 #[utoipa::path(get, path = "/api/v1/shadows/{id}/report", tag = "shadows", operation_id = "shadow_report",
-    responses((status = 200, body = ShadowReport), (status = 404, body = ErrorBody)))]
+    params(ReportQuery),
+    responses((status = 200, body = ShadowReport), (status = 404, body = ErrorBody),
+              (status = 422, description = "`since` is not an RFC 3339 date-time", body = ErrorBody)))]
 pub async fn report(
     State(state): State<AppState>,
     Path(id): Path<i64>,
+    Query(query): Query<ReportQuery>,
 ) -> ApiResult<Json<ShadowReport>> {
+    let since = query
+        .since
+        .as_deref()
+        .map(|text| {
+            parse_rfc3339(text).ok_or_else(|| {
+                ApiError::validation(
+                    "since",
+                    format!(
+                        "since must be an RFC 3339 date-time such as 2027-01-31T23:59:59Z, got {:?}",
+                        crate::error::bounded(text, 64)
+                    ),
+                )
+            })
+        })
+        .transpose()?;
     let row = fetch(&state.pool, id, false).await?;
     let minutes: Vec<MinuteRow> = sqlx::query_as(
         "SELECT pairs, live_ok, shadow_ok, live_total_ms_hist, live_first_byte_ms_hist, \
@@ -767,9 +795,12 @@ pub async fn report(
          shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd, \
          live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names, \
          shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum, \
-         similarity_milli_sum FROM shadow_minutes WHERE shadow_id = $1 ORDER BY bucket",
+         similarity_milli_sum FROM shadow_minutes WHERE shadow_id = $1 \
+         AND ($2::bigint IS NULL OR bucket >= date_trunc('minute', \
+              'epoch'::timestamptz + $2 * interval '1 millisecond')) ORDER BY bucket",
     )
     .bind(id)
+    .bind(since.map(i64_of))
     .fetch_all(&state.pool)
     .await?;
     let mut t = MinuteRow {
