@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 use sqlx::PgPool;
 use switchyard_engine::{
     Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
-    Provider, Route, RoutingMode, SecretSource, Settings, Snapshot, SnapshotParts, Team, Token,
+    Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
+    SnapshotParts, StopReason, Team, Token,
 };
 
 #[derive(sqlx::FromRow)]
@@ -100,6 +101,30 @@ struct PriceRow {
     output_per_million: i64,
     cached_input_per_million: Option<i64>,
 }
+
+#[derive(sqlx::FromRow)]
+struct ShadowRow {
+    id: i64,
+    name: String,
+    model_pattern: String,
+    target_member_id: Option<i64>,
+    target_channel_id: Option<i64>,
+    target_model: Option<String>,
+    sample_basis_points: i32,
+    max_rps: i32,
+    max_daily_spend_micros: Option<i64>,
+    expires_at_ms: Option<i64>,
+    error_rate_stop_per_mille: Option<i32>,
+    error_rate_min_sample: i32,
+    enabled: bool,
+    stopped_reason: Option<String>,
+}
+
+/// The columns [`ShadowRow`] reads (shared with the report, which reads one rule).
+pub const SHADOW_COLUMNS: &str = "id, name, model_pattern, target_member_id, target_channel_id, \
+     target_model, sample_basis_points, max_rps, max_daily_spend_micros, \
+     (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms, \
+     error_rate_stop_per_mille, error_rate_min_sample, enabled, stopped_reason";
 
 #[derive(sqlx::FromRow)]
 struct LimitRow {
@@ -222,6 +247,11 @@ pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotPar
     .fetch_all(&mut *tx)
     .await
     .context("limits")?;
+    let shadow_rows: Vec<ShadowRow> =
+        sqlx::query_as(&format!("SELECT {SHADOW_COLUMNS} FROM shadows ORDER BY id"))
+            .fetch_all(&mut *tx)
+            .await
+            .context("shadows")?;
 
     let revision = u64::try_from(revision).map_err(|_| anyhow!("negative revision"))?;
     build(
@@ -239,6 +269,7 @@ pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotPar
             token_rows,
             price_rows,
             limit_rows,
+            shadow_rows,
         },
     )
 }
@@ -255,6 +286,7 @@ struct Tables {
     token_rows: Vec<TokenRow>,
     price_rows: Vec<PriceRow>,
     limit_rows: Vec<LimitRow>,
+    shadow_rows: Vec<ShadowRow>,
 }
 
 /// The stored settings document over the defaults, validated.
@@ -426,6 +458,11 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         limits.push(LimitRule { id: row.id, limit });
     }
 
+    let mut shadows = Vec::with_capacity(t.shadow_rows.len());
+    for row in t.shadow_rows {
+        shadows.push(shadow_from_row(row)?);
+    }
+
     Ok(SnapshotParts {
         revision,
         settings,
@@ -435,5 +472,57 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         tokens,
         prices,
         limits,
+        shadows,
     })
+}
+
+fn shadow_from_row(row: ShadowRow) -> anyhow::Result<ShadowRule> {
+    let id = row.id;
+    let count =
+        |v: i32, what: &str| u32::try_from(v).map_err(|_| anyhow!("shadow {id}: negative {what}"));
+    let target = match (
+        row.target_member_id,
+        row.target_channel_id,
+        row.target_model,
+    ) {
+        (Some(member), None, None) => ShadowTarget::Member(member),
+        (None, Some(channel_id), Some(upstream_model)) => ShadowTarget::Channel {
+            channel_id,
+            upstream_model,
+        },
+        _ => {
+            return Err(anyhow!(
+                "shadow {id}: neither a member nor a channel target"
+            ))
+        }
+    };
+    let stopped = match row.stopped_reason.as_deref() {
+        None => None,
+        Some(text) => Some(
+            StopReason::parse(text).ok_or_else(|| anyhow!("shadow {id}: stop reason {text:?}"))?,
+        ),
+    };
+    let rule = ShadowRule {
+        id,
+        name: row.name,
+        model_pattern: row.model_pattern,
+        target,
+        sample_basis_points: count(row.sample_basis_points, "sample")?,
+        max_rps: count(row.max_rps, "max_rps")?,
+        max_daily_spend_micros: row
+            .max_daily_spend_micros
+            .map(|v| u64::try_from(v).map_err(|_| anyhow!("shadow {id}: negative spend cap")))
+            .transpose()?,
+        expires_at: row.expires_at_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
+        error_rate_stop_per_mille: row
+            .error_rate_stop_per_mille
+            .map(|v| count(v, "error rate"))
+            .transpose()?,
+        error_rate_min_sample: count(row.error_rate_min_sample, "minimum sample")?,
+        enabled: row.enabled,
+        stopped,
+    };
+    rule.check()
+        .map_err(|(field, message)| anyhow!("shadow {id}: {field}: {message}"))?;
+    Ok(rule)
 }

@@ -23,6 +23,7 @@ pub mod proxies;
 pub mod publisher;
 pub mod recovery;
 pub mod server;
+pub mod shadow;
 pub mod telemetry;
 pub mod usage;
 

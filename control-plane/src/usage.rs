@@ -110,6 +110,12 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
             batch.records.len()
         )));
     }
+    if batch.shadows.len() > MAX_RECORDS {
+        return Err(UsageError::Invalid(format!(
+            "{} shadow records in one batch; at most {MAX_RECORDS}",
+            batch.shadows.len()
+        )));
+    }
     let mut out = Aggregated::default();
     for (i, r) in batch.records.iter().enumerate() {
         if !(0..=MAX_BUCKET).contains(&r.bucket_start_unix_s) || r.bucket_start_unix_s % 60 != 0 {
@@ -222,23 +228,23 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
         sums,
         refused_figures,
     } = aggregate(batch)?;
-    store(pool, batch, sums)
-        .await
-        .map_err(storage_error)
-        .map(|(records, duplicate)| Applied {
-            records,
-            duplicate,
-            refused_figures,
-        })
+    let (records, duplicate, shadows) = store(pool, batch, sums).await.map_err(storage_error)?;
+    // The shadow rules these comparisons belong to may have reached a stop.
+    crate::shadow::check_stops(pool, &shadows).await;
+    Ok(Applied {
+        records,
+        duplicate,
+        refused_figures,
+    })
 }
 
-/// Stores summed records under the batch's id: (rows added or created, whether the id was
-/// already applied).
+/// Stores summed records and shadow comparisons under the batch's id: (rows added or created,
+/// whether the id was already applied, the shadow rules touched).
 async fn store(
     pool: &PgPool,
     batch: &v1::UsageBatch,
     sums: BTreeMap<Dimensions, Totals>,
-) -> Result<(usize, bool), sqlx::Error> {
+) -> Result<(usize, bool, Vec<i64>), sqlx::Error> {
     let mut tx = pool.begin().await?;
     let fresh = sqlx::query(
         "INSERT INTO usage_batches (batch_id, records) VALUES ($1, $2) \
@@ -252,7 +258,7 @@ async fn store(
         == 1;
     if !fresh {
         tx.rollback().await?;
-        return Ok((0, true));
+        return Ok((0, true, Vec::new()));
     }
     let records = sums.len();
     if records > 0 {
@@ -317,12 +323,13 @@ async fn store(
         .execute(&mut *tx)
         .await?;
     }
+    let shadows = crate::shadow::store(&mut tx, batch).await?;
     // Forget ids far older than any retry (the index makes this a short range scan).
     sqlx::query("DELETE FROM usage_batches WHERE applied_at < now() - interval '7 days'")
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok((records, false))
+    Ok((records, false, shadows))
 }
 
 #[cfg(test)]

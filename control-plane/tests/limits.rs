@@ -558,6 +558,7 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
                 spend_record(minute, "other", "", 1_000_000_000_000, 0),
             ],
             dropped_requests: 0,
+            shadows: Vec::new(),
         },
     )
     .await

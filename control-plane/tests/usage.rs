@@ -56,6 +56,7 @@ fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
         client_id: "test".to_owned(),
         records,
         dropped_requests: 0,
+        shadows: Vec::new(),
     }
 }
 

@@ -221,6 +221,9 @@ pub struct Committed {
     pub translator: Option<Box<StreamTranslator>>,
     /// Usage read from a plain answer (streams count theirs as they go).
     pub usage: Option<Usage>,
+    /// A plain JSON answer's body as the client gets it (a cheap clone of the bytes sent), for a
+    /// shadow comparison.
+    pub answer: Option<Bytes>,
     /// A passed-through stream the gateway asked for usage on the client's behalf: the usage
     /// chunk is removed on the way (see [`crate::wire::Call::strip_usage_chunk`]).
     pub strip_usage_chunk: bool,
@@ -416,6 +419,7 @@ impl Attempt<'_> {
                         translator,
                         usage: None,
                         strip_usage_chunk: self.call.strip_usage_chunk,
+                        answer: None,
                     })
                 }
                 Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
@@ -429,6 +433,7 @@ impl Attempt<'_> {
                 translator: None,
                 usage: None,
                 strip_usage_chunk: false,
+                answer: None,
             });
         }
         let limit = self.idle_timeout.min(self.left());
@@ -475,6 +480,7 @@ impl Attempt<'_> {
             record_answer(&span, self.call.upstream, &body);
         }
         let mut usage = None;
+        let answer: Bytes;
         // A local answer is already in the client's shape.
         if self.call.translated() && self.call.local.is_none() {
             let translated = if self.endpoint.is_count_tokens() {
@@ -516,23 +522,25 @@ impl Attempt<'_> {
                 ));
             };
             response.headers = json_headers();
-            response.body = Body::from(translated);
+            answer = Bytes::from(translated);
         } else {
             if self.endpoint.is_chat() {
                 usage = Some(response_usage(self.call.upstream, &body));
             }
-            response.body = Body::from(body);
+            answer = body;
         }
         if let (false, Some(usage)) = (span.is_disabled(), usage) {
             span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
             span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
         }
+        response.body = Body::from(answer.clone());
         Outcome::Committed(Committed {
             response,
             first_chunk: None,
             translator: None,
             usage,
             strip_usage_chunk: false,
+            answer: Some(answer),
         })
     }
 

@@ -29,6 +29,8 @@ struct Cached {
     prices: Vec<Price>,
     #[serde(default)]
     limits: Vec<LimitRule>,
+    #[serde(default)]
+    shadows: Vec<switchyard_engine::ShadowRule>,
 }
 
 pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
@@ -42,6 +44,7 @@ pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
         tokens: parts.tokens,
         prices: parts.prices,
         limits: parts.limits,
+        shadows: parts.shadows,
     };
     let json =
         serde_json::to_vec(&cached).map_err(|e| format!("cannot encode the snapshot: {e}"))?;
@@ -122,6 +125,7 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, String> {
         tokens: cached.tokens,
         prices: cached.prices,
         limits: cached.limits,
+        shadows: cached.shadows,
     })))
 }
 

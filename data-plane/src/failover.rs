@@ -695,6 +695,7 @@ impl<'a> Failover<'a> {
             slot: StreamSlot::new(),
         };
         self.trail.usage = committed.usage;
+        self.trail.answer = committed.answer.clone();
         if committed.first_chunk.is_some() {
             self.trail.stream = Some(owner.slot.clone());
         }
@@ -805,6 +806,7 @@ fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) 
         translator,
         usage: _,
         strip_usage_chunk,
+        answer: _,
     } = committed;
     let body = match first_chunk {
         Some(first) => relay(

@@ -25,6 +25,7 @@ pub mod relay;
 pub mod request;
 pub mod run;
 pub mod server;
+pub mod shadow;
 pub mod snapshot;
 pub mod telemetry;
 pub mod upstream;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub streams_cut: CancellationToken,
     /// Usage accounting towards the control plane (fleet mode only; `None` standalone).
     pub usage: Option<Arc<usage::UsageReporter>>,
+    /// Shadow traffic: the rules' caps and the background queue ([`shadow`]).
+    pub shadows: shadow::Shadows,
     seed: AtomicU64,
 }
 
@@ -107,7 +110,8 @@ impl AppState {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x5EED);
-        Arc::new(AppState {
+        let (shadows, shadow_queue) = shadow::Shadows::new();
+        let state = Arc::new(AppState {
             views,
             store,
             client: upstream::build_client(connect_timeout),
@@ -119,8 +123,17 @@ impl AppState {
             draining: CancellationToken::new(),
             streams_cut: CancellationToken::new(),
             usage,
+            shadows,
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
-        })
+        });
+        // The shadow sender holds the state weakly: it ends when the state is dropped (its
+        // queue closes) or when streams are cut at shutdown.
+        tasks.spawn(shadow::run(
+            Arc::downgrade(&state),
+            shadow_queue,
+            state.streams_cut.clone(),
+        ));
+        state
     }
 
     /// The upstream client of the calling thread's pool.

@@ -216,6 +216,11 @@ pub struct Metrics {
     pub limit_refusals: Family<3>,
     /// `scope` (kind), `metric`, `window`: soft limits crossed (one per crossing request).
     pub soft_crossings: Family<3>,
+    /// `rule` (shadow rule name), `outcome` (`success`, `failure`, `rps_capped`,
+    /// `spend_capped`, `stopped`, `queue_full`): sampled requests and what became of them.
+    pub shadow_requests: Family<2>,
+    /// Shadow copies dropped because the background queue was full.
+    pub shadow_queue_drops: AtomicU64,
     pub failovers: AtomicU64,
     pub cooldowns: AtomicU64,
     pub breaker_trips: AtomicU64,
@@ -259,6 +264,12 @@ impl Default for Metrics {
                 "Soft limits crossed (requests let through beyond them), by scope kind, metric and window.",
                 ["scope", "metric", "window"],
             ),
+            shadow_requests: Family::new(
+                "switchyard_shadow_requests_total",
+                "Requests sampled by a shadow rule, by rule name and outcome (success, failure, rps_capped, spend_capped, stopped, queue_full).",
+                ["rule", "outcome"],
+            ),
+            shadow_queue_drops: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
             cooldowns: AtomicU64::new(0),
             breaker_trips: AtomicU64::new(0),
@@ -329,7 +340,13 @@ impl Metrics {
         self.spend.render(&mut out);
         self.limit_refusals.render(&mut out);
         self.soft_crossings.render(&mut out);
+        self.shadow_requests.render(&mut out);
         for (name, help, value) in [
+            (
+                "switchyard_shadow_queue_drops_total",
+                "Shadow copies dropped because the background shadow queue was full.",
+                &self.shadow_queue_drops,
+            ),
             (
                 "switchyard_failovers_total",
                 "Switches to another member within a request.",

@@ -33,6 +33,8 @@ pub struct Trail {
     pub team: Option<String>,
     /// Usage read from a plain (non-streamed) answer.
     pub usage: Option<Usage>,
+    /// A plain JSON answer's body as the client got it (shared bytes, for a shadow comparison).
+    pub answer: Option<bytes::Bytes>,
     /// A committed stream: its record is written when it ends.
     pub stream: Option<Arc<StreamSlot>>,
     pub route: Option<(RouteId, String)>,
@@ -53,7 +55,23 @@ pub struct Trail {
     pub rate: RateHeaders,
     /// The request span's trace and span ids, when traces are exported.
     pub trace: Option<(String, String)>,
+    /// Called once the request has finished (a stream: when it ended), with what it got; the
+    /// shadow copy of a streamed request is offered from here.
+    pub on_finish: Option<OnFinish>,
 }
+
+/// What a finished request got, for [`Trail::on_finish`].
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// Answered below 400, and a stream completed.
+    pub ok: bool,
+    pub usage: Usage,
+    /// Pico-USD; `None`: unpriced.
+    pub cost_pico: Option<u128>,
+}
+
+/// A callback run when the request has finished.
+pub type OnFinish = Box<dyn FnOnce(&AppState, Finished) + Send>;
 
 /// Everything the request line says, gathered when the answer went out.
 pub struct RequestRecord {
@@ -228,6 +246,16 @@ impl RequestRecord {
             .flatten()
         {
             held.finish(reported, cost_pico, succeeded);
+        }
+        if let Some(on_finish) = self.trail.on_finish.take() {
+            on_finish(
+                state,
+                Finished {
+                    ok: succeeded && served,
+                    usage,
+                    cost_pico,
+                },
+            );
         }
         let (route, channel, token) = (self.route(), self.channel(), self.token.as_deref());
         if let Some(cost) = cost_pico {

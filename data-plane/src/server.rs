@@ -28,6 +28,7 @@ use crate::record::{RequestRecord, Trail};
 use crate::request::{
     header_session_key, inspect_json_for, inspect_multipart, InspectError, PIN_HEADER,
 };
+use crate::shadow;
 use crate::snapshot::View;
 use crate::wire;
 use crate::AppState;
@@ -167,6 +168,13 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// the fleet-wide in-flight count and whether its breaker is open.
 fn render_live_gauges(state: &AppState, out: &mut String) {
     use std::fmt::Write;
+    let _ = write!(
+        out,
+        "# HELP switchyard_shadow_pending Shadow copies queued or being sent, not yet compared.\n\
+         # TYPE switchyard_shadow_pending gauge\n\
+         switchyard_shadow_pending {}\n",
+        state.shadows.pending()
+    );
     let Some(view) = state.views.load_full() else {
         return;
     };
@@ -682,6 +690,26 @@ async fn serve(
         seed,
     };
     let (response, mut trail) = proxy(state, &view, request).await;
+    if !view.snapshot.shadows().is_empty() && shadow::Candidate::wanted(&view, endpoint, &inspected)
+    {
+        // Offered to the shadow rules once the request has finished (a stream: at its end),
+        // never waited for.
+        let candidate = shadow::Candidate {
+            view: Arc::clone(&view),
+            endpoint,
+            inspected: inspected.clone(),
+            body: body.clone(),
+            headers: parts.headers.clone(),
+            query: query.clone(),
+            seed,
+            started,
+            first_byte_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            answer: trail.answer.clone(),
+        };
+        trail.on_finish = Some(Box::new(move |state, finished| {
+            candidate.offer(state, finished);
+        }));
+    }
     trail.admitted = admitted;
     trail.rate = rate;
     trail.token = Some(token.name.clone());

@@ -82,6 +82,17 @@ impl UsageReporter {
         );
     }
 
+    /// Adds one shadowed pair's comparison for `rule` (sent with the next batch). Never blocks
+    /// on I/O; a full buffer of shadow keys drops it.
+    pub fn record_shadow(&self, rule: i64, counts: &switchyard_proto::ShadowCounts) {
+        if !self.buffer.add_shadow(rule, counts) {
+            tracing::debug!(
+                rule,
+                "shadow comparison dropped: too many pending shadow keys"
+            );
+        }
+    }
+
     /// Distinct keys waiting to be reported.
     pub fn pending_keys(&self) -> usize {
         self.buffer.pending_keys()

@@ -71,6 +71,7 @@ pub enum ResourceKind {
     Team,
     Price,
     Limit,
+    Shadow,
     Settings,
 }
 
@@ -110,6 +111,8 @@ pub enum ChangeBody {
     PricePatch(super::prices::PricePatch),
     LimitCreate(super::limits::LimitCreate),
     LimitPatch(super::limits::LimitPatch),
+    ShadowCreate(super::shadows::ShadowCreate),
+    ShadowPatch(super::shadows::ShadowPatch),
     SettingsChanges(super::schema::SettingsChanges),
 }
 
@@ -441,7 +444,9 @@ async fn apply(
     tx: &mut sqlx::PgConnection,
     change: ProposedChange,
 ) -> Result<Response, ChangeError> {
-    use super::{channels, credentials, limits, members, prices, routes, settings, teams, tokens};
+    use super::{
+        channels, credentials, limits, members, prices, routes, settings, shadows, teams, tokens,
+    };
     use ChangeOp::{Create, Delete, Patch, Put};
     use ResourceKind as R;
     const ACTOR: &str = "dry-run";
@@ -519,6 +524,11 @@ async fn apply(
             .await
             .map_err(on_id)?,
         (R::Limit, Delete) => limits::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
+        (R::Shadow, Create) => shadows::create_in(tx, ACTOR, body(&change)?).await?,
+        (R::Shadow, Patch) => shadows::patch_in(tx, ACTOR, id()?, body(&change)?)
+            .await
+            .map_err(on_id)?,
+        (R::Shadow, Delete) => shadows::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
         (R::Settings, Put) => settings::put_settings_in(tx, ACTOR, body(&change)?).await?,
         (R::Settings, Patch) => settings::patch_settings_in(tx, ACTOR, body(&change)?).await?,
         (R::Settings, op) => {

@@ -22,6 +22,7 @@ mod routes;
 mod rows;
 pub mod schema;
 pub(crate) mod settings;
+mod shadows;
 mod teams;
 mod tokens;
 mod trial;
@@ -149,8 +150,9 @@ impl AppState {
     info(
         title = "Switchyard control plane",
         description = "Admin REST API: channels, credentials, routes, members, tokens, teams, \
-                       prices, limits and budgets, settings, channel events, audit log, usage, \
-                       explain, dry run, configuration export / plan / apply, admin tokens. Every path under \
+                       prices, limits and budgets, shadow rules and their reports, settings, \
+                       channel events, audit log, usage, explain, dry run, configuration export / \
+                       plan / apply, admin tokens. Every path under \
                        /api/v1 needs `Authorization: Bearer TOKEN`: the bootstrap token \
                        (`SWITCHYARD_ADMIN_TOKEN`, role admin) or a named admin token. Each \
                        operation's `x-switchyard-role` is the least role that may call it \
@@ -203,6 +205,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(limits::list, limits::create))
         .routes(routes!(limits::get_one, limits::patch, limits::delete))
         .routes(routes!(budgets::budgets))
+        .routes(routes!(shadows::list, shadows::create))
+        .routes(routes!(shadows::get_one, shadows::patch, shadows::delete))
+        .routes(routes!(shadows::report))
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

@@ -135,7 +135,7 @@ pub struct AuditQuery {
     pub limit: Option<i64>,
     pub cursor: Option<String>,
     /// Only this kind of resource (`channel`, `credential`, `route`, `member`, `token`, `team`,
-    /// `price`, `limit`, `settings`).
+    /// `price`, `limit`, `shadow`, `settings`).
     pub resource: Option<String>,
     pub resource_id: Option<i64>,
 }

@@ -14,11 +14,12 @@ use switchyard_engine::{
 };
 
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
-use switchyard_engine::{Limit, LimitRule, Price};
+use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
+use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
     env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawLimit,
-    RawPrice, RawRoute,
+    RawPrice, RawRoute, RawShadow,
 };
 use switchyard_upstream::MockOptions;
 
@@ -244,6 +245,26 @@ impl RawConfig {
         }
         check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
 
+        let member_ids: std::collections::HashSet<i64> = routes
+            .iter()
+            .flat_map(|r| r.members.iter().map(|m| m.id))
+            .collect();
+        let mut shadow_ids = Ids::new(self.shadows.iter().map(|s| s.id));
+        let mut shadows = Vec::with_capacity(self.shadows.len());
+        for (si, raw) in self.shadows.into_iter().enumerate() {
+            let at = format!("shadows[{si}]");
+            let id = shadow_ids.or_next(raw.id);
+            let rule = raw.into_rule(id, &at, &channel_ids, &member_ids)?;
+            if shadows.iter().any(|s: &ShadowRule| s.name == rule.name) {
+                return Err(err(
+                    format!("{at}.name"),
+                    format!("another shadow rule is named {:?}", rule.name),
+                ));
+            }
+            shadows.push(rule);
+        }
+        check_unique(shadows.iter().map(|s| s.id), "shadows", "shadow id")?;
+
         Ok(SnapshotParts {
             revision,
             settings: self.settings,
@@ -253,7 +274,96 @@ impl RawConfig {
             tokens,
             prices,
             limits,
+            shadows,
         })
+    }
+}
+
+impl RawShadow {
+    fn into_rule(
+        self,
+        id: i64,
+        at: &str,
+        channel_ids: &HashMap<String, i64>,
+        member_ids: &std::collections::HashSet<i64>,
+    ) -> Result<ShadowRule, ConfigError> {
+        let target = match (self.target_member, self.target_channel, self.target_model) {
+            (Some(member), None, None) => {
+                if !member_ids.contains(&member) {
+                    return Err(err(
+                        format!("{at}.target_member"),
+                        format!("unknown member id {member}"),
+                    ));
+                }
+                ShadowTarget::Member(member)
+            }
+            (None, Some(channel), Some(upstream_model)) => ShadowTarget::Channel {
+                channel_id: *channel_ids.get(&channel).ok_or_else(|| {
+                    err(
+                        format!("{at}.target_channel"),
+                        format!("unknown channel {channel:?}"),
+                    )
+                })?,
+                upstream_model,
+            },
+            _ => {
+                return Err(err(
+                    at,
+                    "the target is `target_member`, or `target_channel` with `target_model`",
+                ))
+            }
+        };
+        let sample_basis_points =
+            percent_to_basis_points(self.sample_percent).ok_or_else(|| {
+                err(
+                    format!("{at}.sample_percent"),
+                    "must be more than 0 and at most 100 (two decimals at most)",
+                )
+            })?;
+        let error_rate_stop_per_mille = self
+            .error_rate_stop
+            .map(|f| {
+                fraction_to_per_mille(f).ok_or_else(|| {
+                    err(
+                        format!("{at}.error_rate_stop"),
+                        "must be more than 0 and at most 1 (three decimals at most)",
+                    )
+                })
+            })
+            .transpose()?;
+        let max_daily_spend_micros = self
+            .max_daily_spend_usd
+            .as_ref()
+            .map(|v| {
+                parse_usd_micros(&v.text()).map_err(|m| err(format!("{at}.max_daily_spend_usd"), m))
+            })
+            .transpose()?;
+        let expires_at = match &self.expires_at {
+            None => None,
+            Some(when) => Some(parse_rfc3339(when).ok_or_else(|| {
+                err(
+                    format!("{at}.expires_at"),
+                    format!("{when:?} is not an RFC 3339 timestamp (2027-01-31T00:00:00Z)"),
+                )
+            })?),
+        };
+        let rule = ShadowRule {
+            id,
+            name: self.name,
+            model_pattern: self.model_pattern,
+            target,
+            sample_basis_points,
+            max_rps: self.max_rps,
+            max_daily_spend_micros,
+            expires_at,
+            error_rate_stop_per_mille,
+            error_rate_min_sample: self.error_rate_min_sample,
+            enabled: self.enabled,
+            stopped: None,
+        };
+        rule.check()
+            .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;
+        Ok(rule)
     }
 }
 

@@ -70,6 +70,8 @@ pub struct RawConfig {
     pub prices: Vec<RawPrice>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<RawLimit>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadows: Vec<RawShadow>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -351,6 +353,44 @@ pub struct RawLimit {
     pub value: Amount,
     #[serde(default = "hard", skip_serializing_if = "is_hard")]
     pub mode: String,
+}
+
+/// A shadow rule: a sample of the requests for `model_pattern` copied to a target after the
+/// client's answer is complete. The target is `target_member` (a member id) or `target_channel`
+/// (a channel's name) with `target_model`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShadow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    pub model_pattern: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_member: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_model: Option<String>,
+    /// 0.01 to 100.
+    pub sample_percent: f64,
+    pub max_rps: u32,
+    /// USD per UTC day; absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_daily_spend_usd: Option<Amount>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// 0 to 1; absent: no error-rate stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate_stop: Option<f64>,
+    #[serde(default = "min_sample")]
+    pub error_rate_min_sample: u32,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+}
+
+fn min_sample() -> u32 {
+    20
 }
 
 fn hard() -> String {

@@ -16,6 +16,7 @@ pub mod pattern;
 pub mod rng;
 mod select;
 pub mod settings;
+pub mod shadow;
 pub mod slots;
 pub mod validate;
 
@@ -39,4 +40,5 @@ pub use pattern::{validate_pattern, wildcard_match, RouteIndex};
 pub use rng::{RandomSource, SplitMix64};
 pub use select::select;
 pub use settings::Settings;
+pub use shadow::{ShadowRule, ShadowTarget, StopReason};
 pub use slots::HealthSlots;

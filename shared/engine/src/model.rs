@@ -14,6 +14,7 @@ use crate::fxhash::FxHashMap;
 use crate::limit::{Limit, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
+use crate::shadow::ShadowRule;
 use crate::slots::HealthSlots;
 
 pub use crate::ids::{ChannelId, CredentialId, MemberId, RouteId, TeamId, TokenId, UnixMillis};
@@ -351,6 +352,8 @@ pub struct Snapshot {
     tokens: Vec<Token>,
     prices: Vec<Price>,
     limits: Vec<LimitRule>,
+    /// Shadow rules, in id order.
+    shadows: Vec<ShadowRule>,
     /// (scope kind, scope id) -> the limits of that scope, in id order.
     limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
     /// Whether any channel or member carries a limit.
@@ -387,6 +390,7 @@ pub struct SnapshotParts {
     pub tokens: Vec<Token>,
     pub prices: Vec<Price>,
     pub limits: Vec<LimitRule>,
+    pub shadows: Vec<ShadowRule>,
 }
 
 impl Snapshot {
@@ -403,8 +407,10 @@ impl Snapshot {
             tokens,
             mut prices,
             mut limits,
+            mut shadows,
         } = parts;
         prices.sort_by_key(|p| p.id);
+        shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
         let mut limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>> = FxHashMap::default();
         for rule in &limits {
@@ -480,6 +486,7 @@ impl Snapshot {
             prices,
             upstream_limits: limits.iter().any(|l| l.limit.key.scope.upstream()),
             limits,
+            shadows,
             limits_by_scope,
             index,
             member_index,
@@ -531,6 +538,11 @@ impl Snapshot {
 
     pub fn limits(&self) -> &[LimitRule] {
         &self.limits
+    }
+
+    /// The shadow rules, in id order.
+    pub fn shadows(&self) -> &[ShadowRule] {
+        &self.shadows
     }
 
     /// The limits attached to one scope (a token, a team, a route, a channel or a member).
@@ -585,6 +597,7 @@ impl Snapshot {
             tokens: self.tokens,
             prices: self.prices,
             limits: self.limits,
+            shadows: self.shadows,
         }
     }
 

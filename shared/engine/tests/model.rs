@@ -200,6 +200,7 @@ fn snapshot() -> Snapshot {
             limit(40, "route", 10, "tokens", Some("day")),
             limit(42, "token", 3, "concurrent", None),
         ],
+        shadows: Vec::new(),
     })
 }
 

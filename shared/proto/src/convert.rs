@@ -10,8 +10,8 @@ use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
     validate_pattern, Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member,
-    PlanEntry, Price, Provider, Route, RoutingMode, SecretSource, Settings, Snapshot,
-    SnapshotParts, Team, Token,
+    PlanEntry, Price, Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule,
+    ShadowTarget, Snapshot, SnapshotParts, StopReason, Team, Token,
 };
 
 use crate::v1;
@@ -50,7 +50,75 @@ pub fn snapshot_to_proto(snapshot: &Snapshot, compiled_at_unix_ms: u64) -> v1::S
         compiled_at_unix_ms,
         prices: snapshot.prices().iter().map(price_to_proto).collect(),
         limits: snapshot.limits().iter().map(limit_to_proto).collect(),
+        shadows: snapshot.shadows().iter().map(shadow_to_proto).collect(),
     }
+}
+
+fn shadow_to_proto(r: &ShadowRule) -> v1::Shadow {
+    let (target_member_id, target_channel_id, target_model) = match &r.target {
+        ShadowTarget::Member(id) => (*id, 0, String::new()),
+        ShadowTarget::Channel {
+            channel_id,
+            upstream_model,
+        } => (0, *channel_id, upstream_model.clone()),
+    };
+    v1::Shadow {
+        id: r.id,
+        name: r.name.clone(),
+        model_pattern: r.model_pattern.clone(),
+        target_member_id,
+        target_channel_id,
+        target_model,
+        sample_basis_points: r.sample_basis_points,
+        max_rps: r.max_rps,
+        max_daily_spend_micros: r.max_daily_spend_micros,
+        expires_at_unix_ms: r.expires_at,
+        error_rate_stop_per_mille: r.error_rate_stop_per_mille,
+        error_rate_min_sample: r.error_rate_min_sample,
+        enabled: r.enabled,
+        stopped: r
+            .stopped
+            .map(StopReason::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+fn shadow_from_proto(w: v1::Shadow, path: &str) -> Result<ShadowRule, ConversionError> {
+    let target = if w.target_member_id > 0 {
+        ShadowTarget::Member(w.target_member_id)
+    } else {
+        ShadowTarget::Channel {
+            channel_id: w.target_channel_id,
+            upstream_model: w.target_model,
+        }
+    };
+    let stopped = match w.stopped.as_str() {
+        "" => None,
+        other => Some(StopReason::parse(other).ok_or_else(|| {
+            invalid(
+                format!("{path}.stopped"),
+                format!("unknown stop reason {other:?}"),
+            )
+        })?),
+    };
+    let rule = ShadowRule {
+        id: w.id,
+        name: w.name,
+        model_pattern: w.model_pattern,
+        target,
+        sample_basis_points: w.sample_basis_points,
+        max_rps: w.max_rps,
+        max_daily_spend_micros: w.max_daily_spend_micros,
+        expires_at: w.expires_at_unix_ms,
+        error_rate_stop_per_mille: w.error_rate_stop_per_mille,
+        error_rate_min_sample: w.error_rate_min_sample,
+        enabled: w.enabled,
+        stopped,
+    };
+    rule.check()
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+    Ok(rule)
 }
 
 fn settings_to_proto(s: &Settings) -> v1::Settings {
@@ -335,6 +403,16 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             limits.push(LimitRule { id: l.id, limit });
         }
 
+        let mut shadow_ids = HashSet::new();
+        let mut shadows = Vec::with_capacity(wire.shadows.len());
+        for (i, w) in wire.shadows.into_iter().enumerate() {
+            let path = format!("shadows[{i}]");
+            if !shadow_ids.insert(w.id) {
+                return Err(invalid(path, format!("duplicate shadow id {}", w.id)));
+            }
+            shadows.push(shadow_from_proto(w, &path)?);
+        }
+
         Ok(SnapshotParts {
             revision: wire.revision,
             settings,
@@ -344,6 +422,7 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             tokens,
             prices,
             limits,
+            shadows,
         })
     }
 }
@@ -807,6 +886,23 @@ mod tests {
             tokens: vec![token],
             prices: vec![price],
             limits: vec![limit, concurrent],
+            shadows: vec![ShadowRule {
+                id: 4,
+                name: "try".into(),
+                model_pattern: "gpt-*".into(),
+                target: ShadowTarget::Channel {
+                    channel_id: 1,
+                    upstream_model: "other".into(),
+                },
+                sample_basis_points: 2500,
+                max_rps: 5,
+                max_daily_spend_micros: Some(1_000_000),
+                expires_at: Some(99),
+                error_rate_stop_per_mille: Some(300),
+                error_rate_min_sample: 10,
+                enabled: true,
+                stopped: Some(StopReason::SpendCap),
+            }],
         })
     }
 
@@ -829,6 +925,7 @@ mod tests {
         assert_eq!(back.tokens(), snapshot.tokens());
         assert_eq!(back.prices(), snapshot.prices());
         assert_eq!(back.limits(), snapshot.limits());
+        assert_eq!(back.shadows(), snapshot.shadows());
         assert_eq!(back.limits_of(ScopeKind::Token, 3).len(), 1);
         assert!(back.resolve_route("gpt-4o-mini").is_some());
     }

@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod shadow;
 pub mod usage;
 
 /// Generated protobuf messages and gRPC stubs of `switchyard.snapshot.v1`.
@@ -30,6 +31,7 @@ pub use convert::{
     hex, sha256_hex, snapshot_from_proto, snapshot_to_proto, token_hash, ConversionError,
     SCHEMA_VERSION,
 };
+pub use shadow::{latency_bucket, ShadowCounts, SHADOW_HIST_BUCKETS, SHADOW_LATENCY_BOUNDS_MS};
 pub use usage::{
     report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey,
     MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST,

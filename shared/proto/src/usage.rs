@@ -28,6 +28,9 @@ use crate::client::{connect_config, with_jitter, WatchAuth, WatchError, INITIAL_
 use crate::v1;
 use crate::v1::snapshot_service_client::SnapshotServiceClient;
 
+/// (minute, shadow rule) keys of shadow comparisons waiting at most.
+pub const MAX_SHADOW_KEYS: usize = 10_000;
+
 /// Number of independently locked parts of the buffer.
 pub const SHARDS: usize = 16;
 
@@ -141,6 +144,8 @@ pub struct UsageBuffer {
     batches_failed: AtomicU64,
     batches_rejected: AtomicU64,
     records_sent: AtomicU64,
+    /// Shadow comparisons per (minute, rule), sent with the next batch.
+    shadows: Mutex<HashMap<(i64, i64), crate::shadow::ShadowCounts>>,
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -188,6 +193,7 @@ impl UsageBuffer {
             batches_failed: AtomicU64::new(0),
             batches_rejected: AtomicU64::new(0),
             records_sent: AtomicU64::new(0),
+            shadows: Mutex::new(HashMap::new()),
         }
     }
 
@@ -227,6 +233,27 @@ impl UsageBuffer {
                 self.dropped(counts.requests);
             }
         }
+    }
+
+    /// Adds one shadowed pair's comparison for `rule`, finished now. At most
+    /// [`MAX_SHADOW_KEYS`] (minute, rule) keys wait; beyond that the pair is dropped (and
+    /// `false` returned).
+    pub fn add_shadow(&self, rule: i64, counts: &crate::shadow::ShadowCounts) -> bool {
+        let now = unix_now_s();
+        let bucket = now - now.rem_euclid(60);
+        let mut map = self
+            .shadows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let len = map.len();
+        match map.get_mut(&(bucket, rule)) {
+            Some(total) => total.add(counts),
+            None if len < MAX_SHADOW_KEYS => {
+                map.insert((bucket, rule), *counts);
+            }
+            None => return false,
+        }
+        true
     }
 
     fn dropped(&self, requests: u64) {
@@ -277,7 +304,14 @@ impl UsageBuffer {
             self.keys.fetch_sub(taken, Ordering::AcqRel);
         }
         let dropped_requests = self.dropped_unreported.swap(0, Ordering::Relaxed);
-        if records.is_empty() && dropped_requests == 0 {
+        let shadows: Vec<v1::ShadowRecord> = self
+            .shadows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
+            .collect();
+        if records.is_empty() && dropped_requests == 0 && shadows.is_empty() {
             return None;
         }
         Some(v1::UsageBatch {
@@ -285,6 +319,7 @@ impl UsageBuffer {
             client_id: crate::client::client_id(),
             records,
             dropped_requests,
+            shadows,
         })
     }
 

@@ -231,6 +231,8 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         tokens,
         prices,
         limits,
+        // Shadow rules are managed through `/api/v1/shadows`, not by the file (yet).
+        shadows: Vec::new(),
     }
 }
 

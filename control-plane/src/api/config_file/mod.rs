@@ -321,6 +321,15 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         ));
     }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
+    if !raw.shadows.is_empty() {
+        // Applying would silently leave them out: refused instead, until apply writes them.
+        return Err(config_err(
+            "shadows".to_owned(),
+            "shadow rules are managed through /api/v1/shadows; config plan and apply do not \
+             write them yet"
+                .to_owned(),
+        ));
+    }
 
     // Credentials in file form, each matched to what the tables store.
     let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();

@@ -1,0 +1,876 @@
+//! Shadow traffic: a sample of the requests a shadow rule matches is copied to the rule's target
+//! once the client's answer is complete, and the two answers are compared.
+//!
+//! A request a rule may want keeps a [`Candidate`] in its trail; once the request has finished
+//! (a plain answer when it is sent, a stream when it ends) the candidate is offered to the rules:
+//! the rule matches, the sample draw hits,
+//! the rule is not stopped, its spend cap for the day has room and its per-proxy
+//! requests-per-second bucket has a token; then the copy goes on a bounded queue with `try_send`
+//! (a full queue drops the copy and counts it). Nothing on the request path waits for a shadow.
+//!
+//! A background task ([`run`]) takes copies off the queue and sends each, at most
+//! [`MAX_IN_FLIGHT`] at a time, through the same wire plan and [`Attempt`] as live traffic
+//! (translated when the target speaks another protocol), but never through the failover loop: a
+//! shadow call reports nothing to the state store (no cooldown, breaker, health or in-flight
+//! count), takes no limit and adds nothing to the client's usage. Its outcome goes to the
+//! comparison ([`compare`]), the `switchyard_shadow_requests_total` metric and, in a fleet, the
+//! usage batches (`UsageBatch.shadows`) the control plane aggregates per rule and minute.
+//!
+//! Chat completions, messages, Gemini generate and Responses requests (not `background`) are
+//! shadowed, streamed or not; embeddings, images, audio and count-tokens never. A shadow stream
+//! is read to its end for its usage and timing and then dropped. The answers' contents are
+//! compared when both are plain answers (a stream's text is not gathered: that would cost the
+//! request path); for streams only status, latency, tokens and cost are.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::Value;
+use switchyard_engine::{
+    Channel, CredentialId, RandomSource, ShadowRule, ShadowTarget, SplitMix64, StopReason,
+};
+use switchyard_proto::{latency_bucket, ShadowCounts};
+use switchyard_provider::{ChatRequest, Usage, UsageScanner};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::{Duration, Instant};
+
+use crate::attempt::{next_data, Attempt, Outcome};
+use crate::endpoint::Endpoint;
+use crate::record::Finished;
+use crate::request::Inspected;
+use crate::snapshot::View;
+use crate::upstream::MOCK_CREDENTIAL;
+use crate::wire::{plan, ClientRequest};
+use crate::AppState;
+
+/// Copies waiting for the background task, at most; beyond this they are dropped and counted.
+pub const QUEUE_CAPACITY: usize = 256;
+/// Shadow calls in flight at once, at most.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// The live side of a pair, as the client got it.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub ok: bool,
+    /// Until the answer started (a plain answer: all of it).
+    pub first_byte_ms: u64,
+    pub total_ms: u64,
+    pub usage: Usage,
+    /// Pico-USD; `None`: unpriced.
+    pub cost_pico: Option<u128>,
+    /// The plain answer's body (shared bytes), when it was a JSON answer.
+    pub answer: Option<Bytes>,
+}
+
+/// A request that may be shadowed, kept until it has finished (a stream: until its end).
+pub struct Candidate {
+    pub view: Arc<View>,
+    pub endpoint: Endpoint,
+    pub inspected: Inspected,
+    pub body: Bytes,
+    pub headers: HeaderMap,
+    pub query: Option<String>,
+    pub seed: u64,
+    pub started: Instant,
+    /// When the answer started (a committed stream's first chunk, or the whole plain answer).
+    pub first_byte_ms: u64,
+    pub answer: Option<Bytes>,
+}
+
+impl Candidate {
+    /// Whether any rule of `view` would look at a request for `model` now (the request path
+    /// keeps nothing for the others).
+    pub fn wanted(view: &View, endpoint: Endpoint, inspected: &Inspected) -> bool {
+        let now = crate::unix_ms();
+        eligible(endpoint, inspected)
+            && view
+                .snapshot
+                .shadows()
+                .iter()
+                .any(|r| r.applies(&inspected.model, now))
+    }
+
+    /// The request finished: offers it to the rules.
+    pub fn offer(self, state: &AppState, finished: Finished) {
+        let live = Live {
+            ok: finished.ok,
+            first_byte_ms: self.first_byte_ms,
+            total_ms: millis(self.started.elapsed()),
+            usage: finished.usage,
+            cost_pico: finished.cost_pico,
+            answer: self.answer.clone(),
+        };
+        state.shadows.offer(state, &self, &live);
+    }
+}
+
+/// One copy to send.
+pub struct Job {
+    rule: ShadowRule,
+    view: Arc<View>,
+    endpoint: Endpoint,
+    inspected: Inspected,
+    body: Bytes,
+    headers: HeaderMap,
+    query: Option<String>,
+    live: Live,
+}
+
+/// A rule's state on this proxy.
+struct RuleState {
+    /// The rule as it was when this state began: a changed rule starts afresh.
+    rule: ShadowRule,
+    tokens: f64,
+    refilled: Instant,
+    /// The UTC day (days since the epoch) `spent_pico` counts.
+    day: u64,
+    spent_pico: u128,
+    /// Shadow calls finished and failed since the rule (re)started here.
+    sent: u64,
+    failed: u64,
+    stopped: Option<StopReason>,
+}
+
+impl RuleState {
+    fn new(rule: &ShadowRule, now: Instant) -> RuleState {
+        RuleState {
+            rule: rule.clone(),
+            tokens: f64::from(rule.max_rps),
+            refilled: now,
+            day: 0,
+            spent_pico: 0,
+            sent: 0,
+            failed: 0,
+            stopped: None,
+        }
+    }
+
+    /// A token of the requests-per-second bucket (capacity: one second's worth).
+    fn take_token(&mut self, now: Instant) -> bool {
+        let rate = f64::from(self.rule.max_rps);
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(rate);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn spent_today(&mut self, day: u64) -> u128 {
+        if self.day != day {
+            self.day = day;
+            self.spent_pico = 0;
+        }
+        self.spent_pico
+    }
+}
+
+/// What [`Shadows::offer`] decided for one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    NotSampled,
+    Queued,
+    RpsCapped,
+    SpendCapped,
+    Stopped,
+    QueueFull,
+}
+
+/// The proxy's shadow traffic: the queue's sending side and each rule's caps.
+pub struct Shadows {
+    queue: mpsc::Sender<Job>,
+    rules: Mutex<HashMap<i64, RuleState>>,
+    /// Copies queued or being sent, not yet recorded.
+    pending: std::sync::atomic::AtomicU64,
+}
+
+fn day_of(unix_ms: u64) -> u64 {
+    unix_ms / 86_400_000
+}
+
+/// Whether a request of this kind can be shadowed at all: chat (every protocol) and
+/// Responses requests, streamed or not, except background Responses.
+pub fn eligible(endpoint: Endpoint, inspected: &Inspected) -> bool {
+    !inspected.background && (endpoint.is_chat() || endpoint == Endpoint::Responses)
+}
+
+impl Shadows {
+    /// The shadow state and the receiving end of its queue (for [`run`]).
+    pub fn new() -> (Shadows, mpsc::Receiver<Job>) {
+        let (queue, rx) = mpsc::channel(QUEUE_CAPACITY);
+        (
+            Shadows {
+                queue,
+                rules: Mutex::new(HashMap::new()),
+                pending: std::sync::atomic::AtomicU64::new(0),
+            },
+            rx,
+        )
+    }
+
+    fn with_rule<T>(&self, rule: &ShadowRule, f: impl FnOnce(&mut RuleState) -> T) -> T {
+        let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let entry = rules
+            .entry(rule.id)
+            .or_insert_with(|| RuleState::new(rule, now));
+        if entry.rule != *rule {
+            *entry = RuleState::new(rule, now);
+        }
+        f(entry)
+    }
+
+    /// Offers a finished request to every shadow rule of its view that matches it (the
+    /// request's seed draws the samples). Never waits.
+    fn offer(&self, state: &AppState, request: &Candidate, live: &Live) {
+        let now_ms = crate::unix_ms();
+        self.forget_removed(request.view.snapshot.shadows());
+        let mut rng = SplitMix64::new(request.seed ^ 0x5AD0_5AD0_5AD0_5AD0);
+        for rule in request.view.snapshot.shadows() {
+            if !rule.applies(&request.inspected.model, now_ms) {
+                continue;
+            }
+            let offer = self.decide(rule, now_ms, &mut rng);
+            let offer = if offer == Offer::Queued {
+                let job = Job {
+                    rule: rule.clone(),
+                    view: Arc::clone(&request.view),
+                    endpoint: request.endpoint,
+                    inspected: request.inspected.clone(),
+                    body: request.body.clone(),
+                    headers: request.headers.clone(),
+                    query: request.query.clone(),
+                    live: live.clone(),
+                };
+                // Counted before the send, so a worker's decrement never comes first.
+                self.pending
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match self.queue.try_send(job) {
+                    Ok(()) => Offer::Queued,
+                    Err(_) => {
+                        self.pending
+                            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        state
+                            .metrics
+                            .shadow_queue_drops
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Offer::QueueFull
+                    }
+                }
+            } else {
+                offer
+            };
+            let outcome = match offer {
+                Offer::NotSampled | Offer::Queued => continue,
+                Offer::RpsCapped => "rps_capped",
+                Offer::SpendCapped => "spend_capped",
+                Offer::Stopped => "stopped",
+                Offer::QueueFull => "queue_full",
+            };
+            state.metrics.shadow_requests.add([&rule.name, outcome], 1);
+        }
+    }
+
+    /// Shadow copies queued or being sent whose comparison is not recorded yet.
+    pub fn pending(&self) -> u64 {
+        self.pending.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Drops the state of rules no longer in the snapshot (only when there is some).
+    fn forget_removed(&self, rules: &[ShadowRule]) {
+        let mut states = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        if states.len() > rules.len() {
+            states.retain(|id, _| rules.iter().any(|r| r.id == *id));
+        }
+    }
+
+    /// The sample draw and the caps, for one rule.
+    fn decide(&self, rule: &ShadowRule, now_ms: u64, rng: &mut impl RandomSource) -> Offer {
+        if rng.next_u64() % 10_000 >= u64::from(rule.sample_basis_points) {
+            return Offer::NotSampled;
+        }
+        self.with_rule(rule, |s| {
+            if s.stopped.is_some() {
+                return Offer::Stopped;
+            }
+            if let Some(cap) = rule.max_daily_spend_micros {
+                if s.spent_today(day_of(now_ms)) >= u128::from(cap) * 1_000_000 {
+                    return Offer::SpendCapped;
+                }
+            }
+            if !s.take_token(Instant::now()) {
+                return Offer::RpsCapped;
+            }
+            Offer::Queued
+        })
+    }
+
+    /// A shadow call finished: its cost counts toward the day's cap and its outcome toward the
+    /// error-rate stop.
+    fn finished(&self, rule: &ShadowRule, ok: bool, cost_pico: Option<u128>) {
+        let day = day_of(crate::unix_ms());
+        self.with_rule(rule, |s| {
+            let spent = s.spent_today(day);
+            s.spent_pico = spent.saturating_add(cost_pico.unwrap_or(0));
+            s.sent += 1;
+            s.failed += u64::from(!ok);
+            if let Some(rate) = rule.error_rate_stop_per_mille {
+                if s.stopped.is_none()
+                    && s.sent >= u64::from(rule.error_rate_min_sample)
+                    && s.failed * 1000 >= u64::from(rate) * s.sent
+                {
+                    s.stopped = Some(StopReason::ErrorRate);
+                    tracing::warn!(
+                        rule = %rule.name,
+                        sent = s.sent,
+                        failed = s.failed,
+                        "shadow rule stopped: the target's error rate passed its threshold"
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// Sends the queued copies until the queue closes (the proxy's state is gone) or `shutdown`
+/// fires. Holds only a weak reference to the state, so it never keeps the proxy alive.
+pub async fn run(
+    state: Weak<AppState>,
+    mut queue: mpsc::Receiver<Job>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        let job = tokio::select! {
+            job = queue.recv() => job,
+            () = shutdown.cancelled() => None,
+        };
+        let Some(job) = job else { break };
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            break;
+        };
+        let Some(state) = state.upgrade() else { break };
+        tokio::spawn(async move {
+            send(&state, job).await;
+            drop(permit);
+        });
+    }
+}
+
+/// The target's channel and upstream model.
+fn target<'v>(view: &'v View, rule: &'v ShadowRule) -> Option<(&'v Channel, &'v str)> {
+    match &rule.target {
+        ShadowTarget::Member(id) => {
+            let (_, member) = view.snapshot.member(*id)?;
+            Some((
+                view.snapshot.channel(member.channel_id)?,
+                member.upstream_model.as_str(),
+            ))
+        }
+        ShadowTarget::Channel {
+            channel_id,
+            upstream_model,
+        } => Some((view.snapshot.channel(*channel_id)?, upstream_model.as_str())),
+    }
+}
+
+/// What one shadow call got.
+struct ShadowSide {
+    ok: bool,
+    first_byte_ms: u64,
+    total_ms: u64,
+    usage: Usage,
+    cost_pico: Option<u128>,
+    answer: Option<Bytes>,
+}
+
+async fn call(state: &AppState, job: &Job) -> ShadowSide {
+    let started = Instant::now();
+    let failed = |started: Instant| ShadowSide {
+        ok: false,
+        first_byte_ms: millis(started.elapsed()),
+        total_ms: millis(started.elapsed()),
+        usage: Usage::default(),
+        cost_pico: None,
+        answer: None,
+    };
+    let Some((channel, model)) = target(&job.view, &job.rule) else {
+        return failed(started);
+    };
+    let Some(runtime) = job.view.channel_runtime(channel.id) else {
+        return failed(started);
+    };
+    let credential_id: CredentialId = channel
+        .credentials
+        .iter()
+        .filter(|c| c.enabled)
+        .map(|c| c.id)
+        .find(|id| runtime.credential(*id).is_some())
+        .unwrap_or(MOCK_CREDENTIAL);
+    let Some(credential) = runtime.credential(credential_id) else {
+        return failed(started);
+    };
+    let chat = if job.endpoint == Endpoint::Responses {
+        ChatRequest::parse_responses(&job.body, &job.inspected.model, job.inspected.stream).ok()
+    } else {
+        ChatRequest::parse(
+            job.endpoint.protocol(),
+            &job.body,
+            &job.inspected.model,
+            job.inspected.stream,
+        )
+        .ok()
+    };
+    let client = ClientRequest {
+        endpoint: job.endpoint,
+        inspected: &job.inspected,
+        body: &job.body,
+        query: job.query.as_deref(),
+        chat: chat.as_ref(),
+    };
+    let Ok(wire) = plan(&client, channel, model) else {
+        return failed(started);
+    };
+    let settings = &job.view.snapshot.settings;
+    let attempt = Attempt {
+        client: state.client(),
+        endpoint: job.endpoint,
+        inspected: &job.inspected,
+        upstream_model: model,
+        client_model: &job.inspected.model,
+        call: &wire,
+        client_headers: &job.headers,
+        channel,
+        runtime,
+        credential,
+        first_byte_timeout: Duration::from_millis(settings.first_byte_timeout_ms),
+        idle_timeout: Duration::from_millis(settings.stream_idle_timeout_ms),
+        deadline: started + Duration::from_millis(settings.request_timeout_ms),
+    };
+    let mut rng = SplitMix64::new(state.next_seed());
+    match attempt.run(&mut rng).await {
+        Outcome::Committed(mut committed) => {
+            let first_byte_ms = millis(started.elapsed());
+            let (ok, usage) = match committed.first_chunk.take() {
+                None => (
+                    committed.response.status.is_success(),
+                    committed.usage.unwrap_or_default(),
+                ),
+                Some(first) => drain(job, &mut committed, first, started, settings).await,
+            };
+            let cost_pico =
+                job.view.snapshot.price(channel.id, model).map(|p| {
+                    p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
+                });
+            ShadowSide {
+                ok,
+                first_byte_ms,
+                total_ms: millis(started.elapsed()),
+                usage,
+                cost_pico,
+                answer: committed.answer,
+            }
+        }
+        Outcome::Failed(_) => failed(started),
+    }
+}
+
+/// Reads a committed shadow stream to its end (nothing is kept but its usage): whether it
+/// completed, and the usage it reported.
+async fn drain(
+    job: &Job,
+    committed: &mut crate::attempt::Committed,
+    first: Bytes,
+    started: Instant,
+    settings: &switchyard_engine::Settings,
+) -> (bool, Usage) {
+    let deadline = started + Duration::from_millis(settings.request_timeout_ms);
+    let idle = Duration::from_millis(settings.stream_idle_timeout_ms);
+    let mut scanner = committed
+        .translator
+        .is_none()
+        .then(|| UsageScanner::new(job.endpoint.protocol()));
+    if let Some(scanner) = scanner.as_mut() {
+        scanner.push(&first);
+    }
+    let mut out = Vec::new();
+    let completed = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(idle.min(left), next_data(&mut committed.response.body)).await {
+            Ok(Ok(Some(chunk))) => match committed.translator.as_mut() {
+                Some(translator) => {
+                    out.clear();
+                    translator.push(&chunk, &mut out);
+                }
+                None => {
+                    if let Some(scanner) = scanner.as_mut() {
+                        scanner.push(&chunk);
+                    }
+                }
+            },
+            Ok(Ok(None)) => {
+                break committed
+                    .translator
+                    .as_ref()
+                    .is_none_or(|translator| translator.upstream_done());
+            }
+            Ok(Err(())) | Err(_) => break false,
+        }
+    };
+    let usage = match (&committed.translator, &scanner) {
+        (Some(translator), _) => translator.usage(),
+        (None, Some(scanner)) => scanner.usage(),
+        (None, None) => Usage::default(),
+    };
+    (completed, usage)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn send(state: &AppState, job: Job) {
+    let shadow = call(state, &job).await;
+    state
+        .shadows
+        .finished(&job.rule, shadow.ok, shadow.cost_pico);
+    let outcome = if shadow.ok { "success" } else { "failure" };
+    state
+        .metrics
+        .shadow_requests
+        .add([&job.rule.name, outcome], 1);
+    let counts = pair_counts(&job, &shadow);
+    if let Some(usage) = &state.usage {
+        usage.record_shadow(job.rule.id, &counts);
+    }
+    state
+        .shadows
+        .pending
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The comparison of one pair, as counts the control plane adds up.
+fn pair_counts(job: &Job, shadow: &ShadowSide) -> ShadowCounts {
+    let live = &job.live;
+    let mut c = ShadowCounts {
+        pairs: 1,
+        live_ok: u64::from(live.ok),
+        shadow_ok: u64::from(shadow.ok),
+        live_input_tokens: live.usage.input_tokens,
+        live_output_tokens: live.usage.output_tokens,
+        shadow_input_tokens: shadow.usage.input_tokens,
+        shadow_output_tokens: shadow.usage.output_tokens,
+        live_cost_pico_usd: live
+            .cost_pico
+            .map_or(0, |c| u64::try_from(c).unwrap_or(u64::MAX)),
+        shadow_cost_pico_usd: shadow
+            .cost_pico
+            .map_or(0, |c| u64::try_from(c).unwrap_or(u64::MAX)),
+        live_unpriced: u64::from(live.cost_pico.is_none()),
+        shadow_unpriced: u64::from(shadow.cost_pico.is_none()),
+        ..ShadowCounts::default()
+    };
+    for (hist, ms) in [
+        (&mut c.live_total_ms, live.total_ms),
+        (&mut c.live_first_byte_ms, live.first_byte_ms),
+        (&mut c.shadow_total_ms, shadow.total_ms),
+        (&mut c.shadow_first_byte_ms, shadow.first_byte_ms),
+    ] {
+        if let Some(n) = hist.get_mut(latency_bucket(ms)) {
+            *n += 1;
+        }
+    }
+    if let (true, true, Some(a), Some(b)) = (
+        live.ok,
+        shadow.ok,
+        live.answer.as_deref(),
+        shadow.answer.as_deref(),
+    ) {
+        if let (Some(a), Some(b)) = (facts(job.endpoint, a), facts(job.endpoint, b)) {
+            let cmp = compare(&a, &b, json_mode_asked(job.endpoint, &job.body));
+            c.compared = 1;
+            c.same_finish_reason = u64::from(cmp.same_finish_reason);
+            c.same_tool_names = u64::from(cmp.same_tool_names);
+            c.shadow_tool_args_valid = u64::from(cmp.shadow_tool_args_valid);
+            c.json_mode_asked = u64::from(cmp.json_mode_asked);
+            c.shadow_json_valid = u64::from(cmp.shadow_json_valid);
+            c.length_ratio_milli_sum = cmp.length_ratio_milli;
+            c.similarity_milli_sum = cmp.similarity_milli;
+        }
+    }
+    c
+}
+
+/// What is compared of one answer (in the client's protocol; a translated shadow answer has been
+/// translated back into it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    pub text: String,
+    pub finish_reason: Option<String>,
+    /// Tool calls in order: name, and whether its arguments are valid JSON.
+    pub tools: Vec<(String, bool)>,
+}
+
+fn str_of(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_owned)
+}
+
+/// Arguments as a JSON string (OpenAI) must parse; as an object (Anthropic, Gemini) they are.
+fn args_valid(v: &Value) -> bool {
+    match v {
+        Value::String(s) => serde_json::from_str::<Value>(s).is_ok(),
+        Value::Object(_) => true,
+        _ => false,
+    }
+}
+
+/// Reads an answer of `endpoint`'s protocol; `None` when it is not one.
+pub fn facts(endpoint: Endpoint, body: &[u8]) -> Option<Facts> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let mut f = Facts::default();
+    match endpoint {
+        Endpoint::ChatCompletions => {
+            let choice = v.get("choices")?.get(0)?;
+            f.finish_reason = choice.get("finish_reason").and_then(str_of);
+            let message = choice.get("message")?;
+            f.text = message.get("content").and_then(str_of).unwrap_or_default();
+            for call in message
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let function = call.get("function")?;
+                f.tools.push((
+                    function.get("name").and_then(str_of).unwrap_or_default(),
+                    function.get("arguments").is_some_and(args_valid),
+                ));
+            }
+        }
+        Endpoint::Messages => {
+            f.finish_reason = v.get("stop_reason").and_then(str_of);
+            for block in v.get("content")?.as_array()? {
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => f.text.push_str(block.get("text")?.as_str()?),
+                    Some("tool_use") => f.tools.push((
+                        block.get("name").and_then(str_of).unwrap_or_default(),
+                        block.get("input").is_some_and(args_valid),
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        Endpoint::GeminiGenerate => {
+            let candidate = v.get("candidates")?.get(0)?;
+            f.finish_reason = candidate.get("finishReason").and_then(str_of);
+            for part in candidate
+                .get("content")
+                .and_then(|c| c.get("parts"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(text) = part.get("text").and_then(Value::as_str) {
+                    f.text.push_str(text);
+                }
+                if let Some(call) = part.get("functionCall") {
+                    f.tools.push((
+                        call.get("name").and_then(str_of).unwrap_or_default(),
+                        call.get("args").is_none_or(args_valid),
+                    ));
+                }
+            }
+        }
+        Endpoint::Responses => {
+            f.finish_reason = v.get("status").and_then(str_of);
+            for item in v.get("output")?.as_array()? {
+                match item.get("type").and_then(Value::as_str) {
+                    Some("message") => {
+                        for part in item
+                            .get("content")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            if let Some(text) = part.get("text").and_then(Value::as_str) {
+                                f.text.push_str(text);
+                            }
+                        }
+                    }
+                    Some("function_call") => f.tools.push((
+                        item.get("name").and_then(str_of).unwrap_or_default(),
+                        item.get("arguments").is_some_and(args_valid),
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        _ => return None,
+    }
+    Some(f)
+}
+
+/// Whether the request asked for JSON output (OpenAI `response_format`, Responses
+/// `text.format`, Gemini `responseMimeType`; Anthropic has no JSON mode).
+pub fn json_mode_asked(endpoint: Endpoint, body: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    let json_type = |t: Option<&Value>| {
+        matches!(
+            t.and_then(Value::as_str),
+            Some("json_object" | "json_schema")
+        )
+    };
+    match endpoint {
+        Endpoint::ChatCompletions => json_type(v.pointer("/response_format/type")),
+        Endpoint::Responses => json_type(v.pointer("/text/format/type")),
+        Endpoint::GeminiGenerate => {
+            v.pointer("/generationConfig/responseMimeType")
+                .and_then(Value::as_str)
+                == Some("application/json")
+        }
+        _ => false,
+    }
+}
+
+/// How one pair's answers agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Comparison {
+    pub same_finish_reason: bool,
+    pub same_tool_names: bool,
+    pub shadow_tool_args_valid: bool,
+    pub json_mode_asked: bool,
+    pub shadow_json_valid: bool,
+    /// Shadow text length / live text length (characters), in thousandths, at most 10 000.
+    pub length_ratio_milli: u64,
+    /// [`similarity`] in thousandths.
+    pub similarity_milli: u64,
+}
+
+pub fn compare(live: &Facts, shadow: &Facts, json_mode: bool) -> Comparison {
+    let live_len = live.text.chars().count() as u64;
+    let shadow_len = shadow.text.chars().count() as u64;
+    let length_ratio_milli = match (live_len, shadow_len) {
+        (0, 0) => 1000,
+        (0, _) => 10_000,
+        (l, s) => (s * 1000 / l).min(10_000),
+    };
+    Comparison {
+        same_finish_reason: live.finish_reason == shadow.finish_reason,
+        same_tool_names: live
+            .tools
+            .iter()
+            .map(|t| &t.0)
+            .eq(shadow.tools.iter().map(|t| &t.0)),
+        shadow_tool_args_valid: shadow.tools.iter().all(|t| t.1),
+        json_mode_asked: json_mode,
+        shadow_json_valid: json_mode && serde_json::from_str::<Value>(shadow.text.trim()).is_ok(),
+        length_ratio_milli,
+        similarity_milli: (similarity(&live.text, &shadow.text) * 1000.0).round() as u64,
+    }
+}
+
+/// Text similarity, 0 to 1: the Jaccard index of the two texts' sets of lowercase word tokens
+/// (runs of letters and digits). Two empty texts are identical (1).
+pub fn similarity(a: &str, b: &str) -> f64 {
+    fn words(text: &str) -> std::collections::HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    }
+    let (a, b) = (words(a), words(b));
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    let common = a.intersection(&b).count();
+    let all = a.len() + b.len() - common;
+    common as f64 / all as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn similarity_is_the_jaccard_index_of_word_sets() {
+        assert_eq!(similarity("", ""), 1.0);
+        assert_eq!(similarity("The cat sat", "the CAT sat"), 1.0);
+        assert_eq!(similarity("a b", "c d"), 0.0);
+        assert!((similarity("a b c", "a b d") - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn openai_and_anthropic_answers_are_read_and_compared() {
+        let openai = br#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"hi there",
+            "tool_calls":[{"function":{"name":"get","arguments":"{\"a\":1}"}}]}}]}"#;
+        let f = facts(Endpoint::ChatCompletions, openai).unwrap();
+        assert_eq!(f.text, "hi there");
+        assert_eq!(f.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(f.tools, vec![("get".to_owned(), true)]);
+        let broken = br#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"hi",
+            "tool_calls":[{"function":{"name":"get","arguments":"{nope"}}]}}]}"#;
+        let g = facts(Endpoint::ChatCompletions, broken).unwrap();
+        let c = compare(&f, &g, false);
+        assert!(c.same_finish_reason && c.same_tool_names && !c.shadow_tool_args_valid);
+        assert_eq!(c.length_ratio_milli, 250);
+        assert_eq!(c.similarity_milli, 500);
+        let anthropic =
+            br#"{"stop_reason":"end_turn","content":[{"type":"text","text":"{\"x\":1}"}]}"#;
+        let a = facts(Endpoint::Messages, anthropic).unwrap();
+        assert_eq!(a.finish_reason.as_deref(), Some("end_turn"));
+        assert!(compare(&a, &a, true).shadow_json_valid);
+    }
+
+    #[test]
+    fn json_mode_is_read_from_each_protocols_field() {
+        assert!(json_mode_asked(
+            Endpoint::ChatCompletions,
+            br#"{"response_format":{"type":"json_object"}}"#
+        ));
+        assert!(!json_mode_asked(Endpoint::ChatCompletions, b"{}"));
+        assert!(json_mode_asked(
+            Endpoint::GeminiGenerate,
+            br#"{"generationConfig":{"responseMimeType":"application/json"}}"#
+        ));
+    }
+
+    #[test]
+    fn the_rps_bucket_holds_one_second_of_tokens() {
+        let rule = ShadowRule {
+            id: 1,
+            name: "r".into(),
+            model_pattern: "*".into(),
+            target: ShadowTarget::Member(1),
+            sample_basis_points: 10_000,
+            max_rps: 3,
+            max_daily_spend_micros: None,
+            expires_at: None,
+            error_rate_stop_per_mille: Some(500),
+            error_rate_min_sample: 4,
+            enabled: true,
+            stopped: None,
+        };
+        let (shadows, _rx) = Shadows::new();
+        let mut rng = SplitMix64::new(1);
+        let offers: Vec<Offer> = (0..5).map(|_| shadows.decide(&rule, 0, &mut rng)).collect();
+        assert_eq!(
+            offers.iter().filter(|o| **o == Offer::Queued).count(),
+            3,
+            "{offers:?}"
+        );
+        // Two failures of four reach the 50 % threshold: the rule stops here.
+        for ok in [true, false, true, false] {
+            shadows.finished(&rule, ok, None);
+        }
+        assert_eq!(shadows.decide(&rule, 0, &mut rng), Offer::Stopped);
+    }
+}
