@@ -35,6 +35,11 @@ pub struct Metrics {
     usage_refused_figures: AtomicU64,
 }
 
+/// The actor the access log records for a response, set by authentication on every answer it
+/// let through (here, below the API, so the access log does not depend on it).
+#[derive(Debug, Clone)]
+pub struct LoggedActor(pub String);
+
 /// Adds `n` to a counter fed by figures a proxy reports, saturating instead of wrapping.
 fn add_saturating(counter: &AtomicU64, n: u64) {
     let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -268,7 +273,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
         // Who, as authentication established it (empty when it did not).
         let actor = response
             .extensions()
-            .get::<crate::api::access::LoggedActor>()
+            .get::<LoggedActor>()
             .map(|actor| crate::error::bounded(&actor.0, 192));
         tracing::info!(
             method,

@@ -196,10 +196,6 @@ pub struct Caller {
     pub actor: String,
 }
 
-/// The actor the access log records for a response (set on every authenticated answer).
-#[derive(Debug, Clone)]
-pub struct LoggedActor(pub String);
-
 fn actor_label(name: &str, headers: &HeaderMap) -> String {
     let note = headers
         .get("x-switchyard-actor")
@@ -259,7 +255,9 @@ pub async fn authorize(
             next.run(request).await
         }
     };
-    response.extensions_mut().insert(LoggedActor(actor));
+    response
+        .extensions_mut()
+        .insert(crate::metrics::LoggedActor(actor));
     response
 }
 
