@@ -147,3 +147,97 @@ impl<B: Body + Unpin> Body for TrackedBody<B> {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+    use http_body_util::{BodyExt, Empty, Full};
+
+    #[derive(Debug)]
+    struct Wrapped(BodyTimeout);
+
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("reading the body")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_body_timeout_is_found_in_an_error_chain_and_says_what_happened() {
+        assert_eq!(
+            BodyTimeout.to_string(),
+            "the request body was not received in time"
+        );
+        assert!(BodyTimeout::is(&BodyTimeout));
+        assert!(BodyTimeout::is(&Wrapped(BodyTimeout)));
+        let other = std::io::Error::other("connection reset");
+        assert!(!BodyTimeout::is(&other));
+    }
+
+    #[test]
+    fn the_wrappers_report_their_inner_bodys_end_and_size() {
+        let registry = Arc::new(Registry::new(4, 0));
+        let admission = registry
+            .admit(std::net::IpAddr::from([127, 0, 0, 1]))
+            .unwrap();
+        let activity = admission.activity();
+        let full = DeadlineBody::new(Full::new(Bytes::from_static(b"abc")), Duration::ZERO, None);
+        assert!(!full.is_end_stream());
+        assert_eq!(full.size_hint().exact(), Some(3));
+        let empty = DeadlineBody::new(Empty::<Bytes>::new(), Duration::ZERO, None);
+        assert!(empty.is_end_stream());
+        let tracked = TrackedBody::new(Full::new(Bytes::from_static(b"abcd")), activity.begin());
+        assert!(!tracked.is_end_stream());
+        assert_eq!(tracked.size_hint().exact(), Some(4));
+        drop(tracked);
+        let tracked = TrackedBody::new(Empty::<Bytes>::new(), activity.begin());
+        assert!(tracked.is_end_stream());
+        drop(tracked);
+        assert!(!activity.is_busy(), "the guard went with the body");
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_clears_the_unread_mark_before_the_end_is_polled() {
+        let registry = Arc::new(Registry::new(4, 0));
+        let admission = registry
+            .admit(std::net::IpAddr::from([127, 0, 0, 1]))
+            .unwrap();
+        let activity = admission.activity();
+        activity.set_unread_body(true);
+        let mut body = DeadlineBody::new(
+            Full::new(Bytes::from_static(b"abc")),
+            Duration::from_secs(60),
+            Some(Arc::clone(&activity)),
+        );
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"abc"));
+        // The body has nothing left: the connection may be reused, without waiting for the
+        // reader to poll the end.
+        assert!(!activity.unread_body());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_arrive_in_time_fails_with_the_timeout() {
+        struct Never;
+        impl Body for Never {
+            type Data = Bytes;
+            type Error = std::convert::Infallible;
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+                Poll::Pending
+            }
+        }
+        let mut body = DeadlineBody::new(Never, Duration::from_millis(20), None);
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert!(BodyTimeout::is(error.as_ref()));
+    }
+}

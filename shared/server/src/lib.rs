@@ -273,7 +273,7 @@ async fn connection(
             // end (the 431 below never reads it).
             let has_body = !http_body::Body::is_end_stream(request.body());
             activity.set_unread_body(has_body);
-            let mut response = if head_bytes(&request) > limits.max_header_bytes {
+            let mut response = if over_head_limit(&request, limits.max_header_bytes) {
                 header_too_large(limits.max_header_bytes)
             } else {
                 route(
@@ -357,8 +357,15 @@ fn announce_close_or_idle_timeout(
     }
 }
 
-/// Bytes of the request line and headers, as the client sent them (approximately).
-fn head_bytes(request: &Request<Incoming>) -> usize {
+/// Whether the request's head is larger than `limit` bytes.
+fn over_head_limit<B>(request: &Request<B>, limit: usize) -> bool {
+    head_bytes(request) > limit
+}
+
+/// Bytes of the request line and headers, as the client sent them (approximately: each header
+/// as `name: value\r\n`, the request line as the target plus 16 for the method, the version and
+/// the line ends).
+fn head_bytes<B>(request: &Request<B>) -> usize {
     let headers: usize = request
         .headers()
         .iter()
@@ -424,6 +431,142 @@ mod tests {
         assert_eq!(declared, body.len());
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(json["error"]["code"], "overloaded");
+    }
+
+    #[test]
+    fn the_head_counts_each_header_and_the_request_line() {
+        let request = Request::builder()
+            .uri("/v1/chat/completions?x=1")
+            .header("host", "example")
+            .header("x-pad", "0123456789")
+            .body(())
+            .unwrap();
+        // host: 4 + 7 + 4, x-pad: 5 + 10 + 4, the target 24 + 16.
+        let expected = 15 + 19 + 24 + 16;
+        assert_eq!(head_bytes(&request), expected);
+        assert!(
+            !over_head_limit(&request, expected),
+            "a head at the limit passes"
+        );
+        assert!(over_head_limit(&request, expected - 1));
+    }
+
+    #[tokio::test]
+    async fn the_head_too_large_answer_is_json_and_closes() {
+        let response = header_too_large(2048);
+        assert_eq!(
+            response.status(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(response.headers()[header::CONNECTION], "close");
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "request_header_too_large");
+        assert_eq!(json["error"]["type"], "invalid_request_error");
+        assert!(json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2048 bytes"));
+    }
+
+    #[test]
+    fn flags_become_limits_with_their_floors() {
+        let args = LimitArgs {
+            max_connections: 10,
+            max_connections_per_ip: 3,
+            header_timeout_ms: 2500,
+            body_timeout_ms: 7000,
+            max_header_bytes: 4096,
+        };
+        assert_eq!(
+            args.limits(),
+            Limits {
+                max_connections: 10,
+                max_connections_per_ip: 3,
+                header_read_timeout: Duration::from_millis(2500),
+                body_read_timeout: Duration::from_millis(7000),
+                max_header_bytes: 4096,
+            }
+        );
+        let zero = LimitArgs {
+            max_connections: 0,
+            max_connections_per_ip: 0,
+            header_timeout_ms: 0,
+            body_timeout_ms: 0,
+            max_header_bytes: 10,
+        };
+        let limits = zero.limits();
+        assert_eq!(limits.header_read_timeout, Duration::from_millis(1));
+        assert_eq!(limits.body_read_timeout, Duration::from_millis(1));
+        assert_eq!(limits.max_header_bytes, 1024);
+    }
+
+    #[test]
+    fn a_configured_cap_is_used_as_it_is_and_a_derived_one_halves_the_spare_descriptors() {
+        let configured = Limits {
+            max_connections: 7,
+            ..Limits::default()
+        };
+        assert_eq!(configured.effective_max_connections(), 7);
+        assert_eq!(Server::new(configured).max_connections(), 7);
+        let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+        let expected = (soft.saturating_sub(FD_RESERVE) / 2).clamp(64, MAX_DERIVED_CONNECTIONS);
+        assert_eq!(
+            Limits::default().effective_max_connections() as u64,
+            expected
+        );
+    }
+
+    #[test]
+    fn raising_the_descriptor_limit_reports_the_limit_now_in_force() {
+        let (soft, hard) = raise_fd_limit();
+        assert_eq!(
+            (soft, hard),
+            rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap()
+        );
+        assert!(soft >= 64 && hard >= soft, "({soft}, {hard})");
+    }
+
+    #[tokio::test]
+    async fn a_failed_accept_is_counted_and_frees_an_idle_connection() {
+        let registry = Arc::new(Registry::new(4, 0));
+        let idle = registry
+            .admit(std::net::IpAddr::from([127, 0, 0, 1]))
+            .unwrap();
+        accept_failed(&registry, &std::io::Error::other("too many open files")).await;
+        assert!(idle.evicted().is_cancelled());
+        let mut out = String::new();
+        registry.stats().render(&mut out);
+        assert!(
+            out.lines()
+                .any(|l| l == "switchyard_http_accept_errors_total 1"),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_termination_signal_waits_for_sigterm() {
+        let signal = termination_signal();
+        tokio::pin!(signal);
+        // Polled once, the handler is installed: the process no longer dies of SIGTERM.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), signal.as_mut())
+                .await
+                .is_err(),
+            "resolved without a signal"
+        );
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(Duration::from_secs(10), signal)
+            .await
+            .expect("SIGTERM did not end the wait");
     }
 
     #[test]

@@ -343,6 +343,107 @@ mod tests {
     }
 
     #[test]
+    fn of_several_idle_connections_the_one_idle_longest_goes_whatever_its_age() {
+        let registry = Arc::new(Registry::new(2, 0));
+        let older = registry.admit(ip(1)).unwrap();
+        let younger = registry.admit(ip(2)).unwrap();
+        // The older connection then serves a request that ends after the younger one went
+        // idle: it is now the one idle for the shorter time.
+        let busy = older.activity().begin();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        drop(busy);
+        let _newcomer = registry.admit(ip(3)).unwrap();
+        assert!(younger.evicted().is_cancelled(), "idle since admission");
+        assert!(
+            !older.evicted().is_cancelled(),
+            "idle only since its request"
+        );
+    }
+
+    #[test]
+    fn a_connection_is_busy_from_a_requests_start_to_its_answers_end() {
+        let registry = Arc::new(Registry::new(4, 0));
+        let a = registry.admit(ip(1)).unwrap();
+        let activity = a.activity();
+        assert!(!activity.is_busy());
+        let first = activity.begin();
+        let second = activity.begin();
+        assert!(activity.is_busy());
+        drop(first);
+        assert!(activity.is_busy(), "one request still in progress");
+        drop(second);
+        assert!(!activity.is_busy());
+    }
+
+    #[test]
+    fn evicting_one_idle_connection_on_demand() {
+        let registry = Arc::new(Registry::new(4, 0));
+        assert!(!registry.evict_one_idle(), "nothing to evict");
+        let a = registry.admit(ip(1)).unwrap();
+        let _busy = a.activity().begin();
+        assert!(
+            !registry.evict_one_idle(),
+            "a busy connection is never evicted"
+        );
+        let b = registry.admit(ip(2)).unwrap();
+        assert!(registry.evict_one_idle());
+        assert!(b.evicted().is_cancelled());
+        assert!(!a.evicted().is_cancelled());
+        assert_eq!(registry.stats().open(), 1);
+    }
+
+    #[test]
+    fn the_cap_is_at_least_one() {
+        assert_eq!(Registry::new(0, 0).max(), 1);
+        assert_eq!(Registry::new(5, 0).max(), 5);
+    }
+
+    #[test]
+    fn the_counters_render_under_the_names_given() {
+        let registry = Arc::new(Registry::new(3, 0));
+        let _a = registry.admit(ip(1)).unwrap();
+        let b = registry.admit(ip(2)).unwrap();
+        let _busy = b.activity().begin();
+        let _c = registry.admit(ip(3)).unwrap();
+        // At the cap: one idle connection (a or c) makes room, then everything is busy.
+        registry.note_accept_error();
+        registry.note_accept_error();
+        let _d = registry.admit(ip(4)).unwrap();
+        let mut out = String::new();
+        registry.stats().render(&mut out);
+        for line in [
+            "# HELP switchyard_http_connections Client connections open now.",
+            "# TYPE switchyard_http_connections gauge",
+            "switchyard_http_connections 3",
+            "switchyard_http_connections_max 3",
+            "switchyard_http_connections_refused_total 0",
+            "switchyard_http_connections_evicted_total 1",
+            "switchyard_http_accept_errors_total 2",
+        ] {
+            assert!(
+                out.lines().any(|l| l == line),
+                "{line:?} missing from\n{out}"
+            );
+        }
+        let names = MetricNames {
+            what: "Streams",
+            open: "g_open",
+            max: "g_max",
+            refused: "g_refused",
+            evicted: "g_evicted",
+            accept_errors: "g_errors",
+        };
+        let mut out = String::new();
+        registry.stats().render_as(&mut out, &names);
+        assert!(
+            out.starts_with("# HELP g_open Streams open now.\n"),
+            "{out}"
+        );
+        assert!(out.lines().any(|l| l == "g_errors 2"), "{out}");
+        assert!(!out.contains("switchyard_http"), "{out}");
+    }
+
+    #[test]
     fn leaving_frees_the_place_and_the_address_count() {
         let registry = Arc::new(Registry::new(1, 1));
         let a = registry.admit(ip(1)).unwrap();

@@ -270,6 +270,121 @@ mod tests {
         assert!(out.contains("request_header_too_large"));
     }
 
+    use crate::registry::{Admission, Registry};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server-side socket and its client, the connection's body marked unread or not.
+    async fn pair(unread: bool) -> (ClientSocket, TcpStream, Admission) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, peer) = listener.accept().await.unwrap();
+        let admission = Arc::new(Registry::new(4, 0)).admit(peer.ip()).unwrap();
+        let activity = admission.activity();
+        activity.set_unread_body(unread);
+        (ClientSocket::new(server, activity), client, admission)
+    }
+
+    fn poll_shutdown_once(socket: &mut ClientSocket) -> Poll<io::Result<()>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        Pin::new(socket).poll_shutdown(&mut cx)
+    }
+
+    async fn read_until_closed(client: &mut TcpStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut out))
+            .await
+            .expect("the server never closed its side")
+            .unwrap();
+        out
+    }
+
+    const AUTOMATIC_400: &[u8] =
+        b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+    #[tokio::test]
+    async fn bytes_pass_through_and_a_plain_close_sends_the_fin_at_once() {
+        let (mut socket, mut client, _admission) = pair(false).await;
+        assert!(
+            socket.is_write_vectored(),
+            "vectored writes as the socket has them"
+        );
+        socket.write_all(b"hello").await.unwrap();
+        socket.flush().await.unwrap();
+        let mut got = [0u8; 5];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello");
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        socket.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        // Nothing unread: the shutdown completes in one step, without waiting for the client.
+        assert!(matches!(
+            poll_shutdown_once(&mut socket),
+            Poll::Ready(Ok(()))
+        ));
+        assert!(read_until_closed(&mut client).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn hypers_own_error_answer_leaves_with_its_json_body_on_flush() {
+        let (mut socket, mut client, _admission) = pair(false).await;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let written = Pin::new(&mut socket).poll_write(&mut cx, AUTOMATIC_400);
+        assert!(matches!(written, Poll::Ready(Ok(n)) if n == AUTOMATIC_400.len()));
+        socket.flush().await.unwrap();
+        let expected = complete_error_answer(AUTOMATIC_400).unwrap();
+        let mut got = vec![0u8; expected.len()];
+        tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut got))
+            .await
+            .expect("the flush did not write the rewritten answer")
+            .unwrap();
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
+    async fn an_error_head_written_while_a_request_is_in_progress_is_left_alone() {
+        let (mut socket, mut client, admission) = pair(false).await;
+        let _busy = admission.activity().begin();
+        socket.write_all(AUTOMATIC_400).await.unwrap();
+        socket.flush().await.unwrap();
+        let mut got = vec![0u8; AUTOMATIC_400.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, AUTOMATIC_400);
+    }
+
+    #[tokio::test]
+    async fn an_unread_body_keeps_the_socket_reading_until_the_client_closes() {
+        let (mut socket, mut client, _admission) = pair(true).await;
+        assert!(
+            poll_shutdown_once(&mut socket).is_pending(),
+            "an unread body lingers"
+        );
+        // The rest of a large body arrives: it is read and discarded, and the socket stays
+        // open for more (64 KiB is far below the discard budget and the deadline is seconds).
+        client.write_all(&vec![b'x'; 64 * 1024]).await.unwrap();
+        let lingering = tokio::time::timeout(
+            Duration::from_millis(300),
+            std::future::poll_fn(|cx| Pin::new(&mut socket).poll_shutdown(cx)),
+        )
+        .await;
+        assert!(
+            lingering.is_err(),
+            "closed while the client was still sending"
+        );
+        // The client closes its side: the close completes.
+        client.shutdown().await.unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| Pin::new(&mut socket).poll_shutdown(cx)),
+        )
+        .await
+        .expect("the linger did not end at the client's close")
+        .unwrap();
+        assert!(read_until_closed(&mut client).await.is_empty());
+    }
+
     #[test]
     fn other_writes_pass_untouched() {
         // An answer with a body, a success, a partial head, a body chunk.
