@@ -181,6 +181,53 @@ mod tests {
     }
 
     #[test]
+    fn stop_reasons_read_back_as_written() {
+        for reason in [
+            StopReason::Expired,
+            StopReason::SpendCap,
+            StopReason::ErrorRate,
+        ] {
+            assert_eq!(StopReason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(StopReason::Expired.as_str(), "expired");
+        assert_eq!(StopReason::SpendCap.as_str(), "spend_cap");
+        assert_eq!(StopReason::ErrorRate.as_str(), "error_rate");
+        assert_eq!(StopReason::parse("disabled"), None);
+        assert_eq!(StopReason::parse(""), None);
+    }
+
+    #[test]
+    fn a_name_is_1_to_128_characters_and_not_blank() {
+        let named = |name: &str| ShadowRule {
+            name: name.to_owned(),
+            ..rule()
+        };
+        assert!(
+            named(&"é".repeat(128)).check().is_ok(),
+            "counted in characters"
+        );
+        assert!(named("x").check().is_ok());
+        for bad in ["", "   ", &"x".repeat(129)] {
+            assert_eq!(
+                named(bad).check().map_err(|(f, _)| f),
+                Err("name"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_keeps_its_shadow_rules_in_id_order() {
+        let numbered = |id| ShadowRule { id, ..rule() };
+        let snapshot = crate::Snapshot::new(crate::SnapshotParts {
+            shadows: vec![numbered(7), numbered(2)],
+            ..crate::SnapshotParts::default()
+        });
+        let ids: Vec<i64> = snapshot.shadows().iter().map(|r| r.id).collect();
+        assert_eq!(ids, [2, 7]);
+    }
+
+    #[test]
     fn percentages_and_fractions_parse_exactly() {
         assert_eq!(percent_to_basis_points(50.0), Some(5000));
         assert_eq!(percent_to_basis_points(0.01), Some(1));
