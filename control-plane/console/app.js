@@ -3,6 +3,7 @@ import { forget, session, token, whoami } from './api.js';
 import { clear, h } from './dom.js';
 import * as views from './views.js';
 import * as spend from './spend.js';
+import { shadows } from './shadows.js';
 
 const ROUTES = {
   channels: views.channels,
@@ -13,6 +14,7 @@ const ROUTES = {
   prices: spend.prices,
   usage: spend.usage,
   budgets: spend.budgets,
+  shadows,
   settings: views.settings,
   explain: views.explain,
   live: views.live,

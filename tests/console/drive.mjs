@@ -398,6 +398,35 @@ try {
   await shot('budgets');
   log(`budget: spent ${spent} USD of 0.02, ${await budgetRow.locator('.bar-text').textContent()}`);
 
+  step = 'shadows: a trial rule, its traffic, and the report side by side';
+  const rule = await admin('POST', '/api/v1/shadows', {
+    name: 'console-trial', model_pattern: 'console-model', target_member_id: Number(badMember), sample_percent: 100, max_rps: 100,
+  });
+  await fleetHolds();
+  const shadowed = await send(plaintext, 3);
+  if (shadowed < 1) throw new Error('no request was served under the shadow rule');
+  const expected = await until('the shadow pairs to reach the report', async () => {
+    const r = await admin('GET', `/api/v1/shadows/${rule.id}/report`);
+    return r.pairs >= shadowed ? r : null;
+  });
+  await page.getByRole('link', { name: 'Shadows' }).click();
+  await page.getByRole('link', { name: 'console-trial' }).click();
+  const sideBySide = page.locator('table[aria-label="live and shadow"]');
+  await sideBySide.waitFor();
+  const figures = async (name) => sideBySide.locator('tbody tr', { hasText: name }).first().locator('td').allTextContents();
+  const requests = await figures('requests');
+  if (requests[1] !== String(expected.live.requests) || requests[2] !== String(expected.shadow_side.requests)) {
+    problems.push(`shadow report requests ${requests} vs the API's ${expected.live.requests}/${expected.shadow_side.requests}`);
+  }
+  const rate = (value) => (value === null ? '—' : `${(value * 100).toFixed(1)} %`);
+  const success = await figures('success rate');
+  if (success[1] !== rate(expected.live.success_rate) || success[2] !== rate(expected.shadow_side.success_rate)) {
+    problems.push(`shadow report success rates ${success} vs the API's ${expected.live.success_rate}/${expected.shadow_side.success_rate}`);
+  }
+  await page.locator('table[aria-label="agreement"]').waitFor();
+  await shot('shadow-report', true);
+  log(`shadow report: ${expected.pairs} pairs, success live ${success[1]} / shadow ${success[2]}`);
+
   step = 'prices: edit one, create and delete another, each after its dry run';
   await page.getByRole('link', { name: 'Prices' }).click();
   const priceRow = page.locator('table[aria-label="prices"] > tbody > tr', { hasText: 'model-ok' });

@@ -43,6 +43,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/spend.js"),
     ),
     (
+        "shadows.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/shadows.js"),
+    ),
+    (
         "chart.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/chart.js"),
