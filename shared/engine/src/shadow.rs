@@ -130,20 +130,23 @@ impl ShadowRule {
 /// Parses a sample percentage (`50`, `12.5`, `0.01`) into basis points: more than 0, at most
 /// 100, at most two decimals.
 pub fn percent_to_basis_points(percent: f64) -> Option<u32> {
-    if !percent.is_finite() || percent <= 0.0 || percent > 100.0 {
+    // A NaN fails both comparisons.
+    if !(percent > 0.0 && percent <= 100.0) {
         return None;
     }
+    // At most two decimals: the whole number of hundredths divided back gives the very same
+    // double (division rounds to the nearest double, as parsing the decimal did).
     let points = (percent * 100.0).round();
-    ((points - percent * 100.0).abs() < 1e-6 && points >= 1.0).then_some(points as u32)
+    (points / 100.0 == percent).then_some(points as u32)
 }
 
 /// Parses an error-rate threshold (a fraction in (0, 1], at most three decimals) into per mille.
 pub fn fraction_to_per_mille(fraction: f64) -> Option<u32> {
-    if !fraction.is_finite() || fraction <= 0.0 || fraction > 1.0 {
+    if !(fraction > 0.0 && fraction <= 1.0) {
         return None;
     }
     let mille = (fraction * 1000.0).round();
-    ((mille - fraction * 1000.0).abs() < 1e-6 && mille >= 1.0).then_some(mille as u32)
+    (mille / 1000.0 == fraction).then_some(mille as u32)
 }
 
 #[cfg(test)]
@@ -235,8 +238,24 @@ mod tests {
         assert_eq!(percent_to_basis_points(0.0), None);
         assert_eq!(percent_to_basis_points(100.5), None);
         assert_eq!(percent_to_basis_points(0.001), None);
+        assert_eq!(percent_to_basis_points(12.34), Some(1234));
+        for bad in [
+            12.345,
+            -5.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e-9,
+        ] {
+            assert_eq!(percent_to_basis_points(bad), None, "{bad}");
+        }
         assert_eq!(fraction_to_per_mille(0.5), Some(500));
-        assert_eq!(fraction_to_per_mille(1.5), None);
+        assert_eq!(fraction_to_per_mille(0.123), Some(123));
+        assert_eq!(fraction_to_per_mille(0.001), Some(1));
+        assert_eq!(fraction_to_per_mille(1.0), Some(1000));
+        for bad in [1.5, 0.0, 0.0005, 0.1234, -0.5, f64::NAN, f64::INFINITY] {
+            assert_eq!(fraction_to_per_mille(bad), None, "{bad}");
+        }
         assert!(rule().check().is_ok());
         let bad = ShadowRule {
             sample_basis_points: 0,
