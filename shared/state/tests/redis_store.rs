@@ -768,14 +768,25 @@ fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
     // The Lua side read the failure's kind as the view did: one transport failure cools nothing.
     assert_eq!(b.dump(CHECK_NOW), a.dump(CHECK_NOW));
     assert!(b.dump(CHECK_NOW).cooldowns.is_empty());
-    let applied = b.stats().notifications_applied_total;
+    // A third proxy resyncs once at start and then only every 60 s: the second failure can
+    // reach it only through A's notification (B, resyncing every 300 ms, may learn it either
+    // way, so the push path is checked on this one).
+    let mut slow = common::config(&url, &prefix);
+    slow.resync_every = Duration::from_secs(60);
+    let pushed = RedisStore::start(slow).unwrap();
+    assert!(rt.block_on(pushed.wait_resynced(1, Duration::from_secs(10))));
+    assert_eq!(streak(&pushed), vec![(7, 1)], "after its one resync");
+    let applied = pushed.stats().notifications_applied_total;
     a.record_failure(&f, &policy(0), CHECK_NOW + 1);
-    wait_until(Duration::from_secs(5), || streak(&b) == vec![(7, 2)]);
-    assert_eq!(streak(&b), vec![(7, 2)], "after a notification");
+    wait_until(Duration::from_secs(5), || streak(&pushed) == vec![(7, 2)]);
+    assert_eq!(streak(&pushed), vec![(7, 2)], "after a notification");
     assert!(
-        b.stats().notifications_applied_total > applied,
+        pushed.stats().notifications_applied_total > applied,
         "the notification that carried it was not counted"
     );
+    drop(pushed);
+    wait_until(Duration::from_secs(5), || streak(&b) == vec![(7, 2)]);
+    assert_eq!(streak(&b), vec![(7, 2)]);
     // A success ends the streak: the member's record stays, with no failures in it.
     a.record_success(&one_success(7), CHECK_NOW + 2);
     wait_until(Duration::from_secs(5), || streak(&b).is_empty());
