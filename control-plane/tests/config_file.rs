@@ -138,6 +138,21 @@ async fn build_fleet(app: &TestApp) -> (i64, i64) {
         )
         .await;
     }
+    app.create(
+        "/api/v1/shadows",
+        json!({"name": "try-claude", "model_pattern": "gpt-4o", "target_member_id": b,
+               "sample_percent": 12.5, "max_rps": 20, "max_daily_spend_usd": "3.75",
+               "expires_at": "2031-01-31T00:00:00Z", "error_rate_stop": 0.25,
+               "error_rate_min_sample": 40}),
+    )
+    .await;
+    app.create(
+        "/api/v1/shadows",
+        json!({"name": "try-llama", "model_pattern": "claude-*", "target_channel_id": vllm,
+               "target_model": "llama-3", "sample_percent": 100, "max_rps": 5,
+               "enabled": false}),
+    )
+    .await;
     let reply = app.put("/api/v1/settings", json!({"retry_times": 4})).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     (a, b)
@@ -185,6 +200,12 @@ async fn a_fleet_exported_and_applied_to_an_empty_control_plane_exports_identica
         "spend",
         "retry_times: 4",
         "responses_api: false",
+        "name: try-claude",
+        "sample_percent: 12.5",
+        "max_daily_spend_usd: '3.75'",
+        "error_rate_stop: 0.25",
+        "target_channel: vllm",
+        "target_model: llama-3",
     ] {
         assert!(first.contains(expected), "{expected} missing from\n{first}");
     }
@@ -576,4 +597,127 @@ async fn the_binary_exports_plans_and_applies(pool: PgPool) {
     );
     assert_eq!(app.revision().await, revision + 1);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The file with shadow rule `name` changed by `edit`.
+fn with_shadow(
+    yaml: &str,
+    name: &str,
+    edit: impl FnOnce(&mut switchyard_config::RawShadow),
+) -> String {
+    let mut config = switchyard_config::parse_raw(yaml).unwrap();
+    edit(config.shadows.iter_mut().find(|s| s.name == name).unwrap());
+    switchyard_config::to_yaml(&config).unwrap()
+}
+
+async fn shadow_row(app: &TestApp, name: &str) -> Option<(i32, Option<String>)> {
+    sqlx::query_as("SELECT sample_basis_points, stopped_reason FROM shadows WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn shadow_rules_are_planned_and_applied_and_a_stop_lasts_until_the_file_changes_the_rule(
+    pool: PgPool,
+) {
+    let app = test_app(pool.clone());
+    let (a, _) = build_fleet(&app).await;
+    let file = export(&app).await;
+
+    // The rule stopped by itself (the error-rate stop): the file does not say so, so applying
+    // the unchanged file changes nothing and the stop stays.
+    sqlx::query("UPDATE shadows SET stopped_reason = 'error_rate', stopped_at = now() WHERE name = 'try-claude'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        export(&app).await,
+        file,
+        "a stop is state, not configuration"
+    );
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["changes"], json!([]), "{body}");
+    assert_eq!(
+        shadow_row(&app, "try-claude").await,
+        Some((1250, Some("error_rate".to_owned())))
+    );
+
+    // Changing the rule in the file: the plan says what changes, the apply writes it and the
+    // rule runs again.
+    let changed = with_shadow(&file, "try-claude", |s| {
+        s.sample_percent = 30.0;
+        s.target_member = Some(a);
+    });
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let changes = body["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{body}");
+    assert_eq!(changes[0]["resource"], "shadow", "{body}");
+    assert_eq!(changes[0]["key"], "try-claude", "{body}");
+    assert_eq!(changes[0]["action"], "change", "{body}");
+    let fields: Vec<&str> = changes[0]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["sample_percent", "target_member"], "{body}");
+    assert_eq!(
+        shadow_row(&app, "try-claude").await,
+        Some((1250, Some("error_rate".to_owned()))),
+        "a plan writes nothing"
+    );
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(shadow_row(&app, "try-claude").await, Some((3000, None)));
+    let member: Option<i64> =
+        sqlx::query_scalar("SELECT target_member_id FROM shadows WHERE name = 'try-claude'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(member, Some(a));
+    let snapshot = app.refresh().await;
+    assert!(snapshot > 0);
+    let published = app.publisher.current().unwrap();
+    let rule = published
+        .snapshot
+        .shadows()
+        .iter()
+        .find(|r| r.name == "try-claude")
+        .unwrap();
+    assert_eq!(rule.sample_basis_points, 3000);
+
+    // A rule the file leaves out is deleted; a new one is created.
+    let mut config = switchyard_config::parse_raw(&changed).unwrap();
+    config.shadows.retain(|s| s.name != "try-llama");
+    config.shadows[0].name = "try-claude-2".to_owned();
+    let (status, body, _) = send_yaml(
+        &app,
+        "/api/v1/config/apply",
+        &switchyard_config::to_yaml(&config).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM shadows ORDER BY name")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(names, ["try-claude-2"]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_shadow_rule_naming_a_member_the_file_gives_no_id_is_refused(pool: PgPool) {
+    let app = test_app(pool.clone());
+    build_fleet(&app).await;
+    let file = with_shadow(&export(&app).await, "try-claude", |s| {
+        s.target_member = Some(987_654);
+    });
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/plan", &file).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["param"], "shadows[0].target_member", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown member id 987654"), "{message}");
 }

@@ -4,7 +4,7 @@
 //!
 //! Canonical means: resources sorted by their natural key (channels by name, routes by model
 //! pattern, members by id, teams by name, tokens by name then hash, prices by channel then
-//! pattern, limits by scope, metric and window), references by name (a member by its id),
+//! pattern, limits by scope, metric and window, shadow rules by name), references by name (a member by its id),
 //! amounts as exact decimal text, timestamps as RFC 3339 seconds, defaults left out, and never a
 //! secret value: a credential is `${ENV_NAME}` or the id of a secret the control plane stores.
 
@@ -12,11 +12,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use switchyard_config::{
-    Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawTeam,
-    RawToken,
+    Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice, RawRoute,
+    RawShadow, RawTeam, RawToken,
 };
 use switchyard_engine::limit::{format_micros, format_rfc3339};
-use switchyard_engine::{ChannelStatus, Metric, ScopeKind, SnapshotParts, Window, DEFAULT_GROUP};
+use switchyard_engine::{
+    ChannelStatus, Metric, ScopeKind, ShadowRule, ShadowTarget, SnapshotParts, Window,
+    DEFAULT_GROUP,
+};
 
 /// What the canonical form needs beside the snapshot parts.
 pub(super) struct Extras<'a> {
@@ -222,6 +225,13 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         .collect();
     limits.sort_by_key(limit_key);
 
+    let mut shadows: Vec<RawShadow> = parts
+        .shadows
+        .iter()
+        .map(|rule| raw_shadow(rule, &channel_name))
+        .collect();
+    shadows.sort_by(|a, b| a.name.cmp(&b.name));
+
     RawConfig {
         listen: None,
         settings: parts.settings.clone(),
@@ -231,8 +241,42 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         tokens,
         prices,
         limits,
-        // Shadow rules are managed through `/api/v1/shadows`, not by the file (yet).
-        shadows: Vec::new(),
+        shadows,
+    }
+}
+
+/// A shadow rule in file form. Whether it stopped by itself is state, not configuration (like a
+/// channel's automatic disable): the file never says it.
+fn raw_shadow(rule: &ShadowRule, channel_name: &dyn Fn(i64) -> Option<String>) -> RawShadow {
+    let (target_member, target_channel, target_model) = match &rule.target {
+        ShadowTarget::Member(id) => (Some(*id), None, None),
+        ShadowTarget::Channel {
+            channel_id,
+            upstream_model,
+        } => (
+            None,
+            Some(channel_name(*channel_id).unwrap_or_default()),
+            Some(upstream_model.clone()),
+        ),
+    };
+    RawShadow {
+        id: None,
+        name: rule.name.clone(),
+        model_pattern: rule.model_pattern.clone(),
+        target_member,
+        target_channel,
+        target_model,
+        sample_percent: f64::from(rule.sample_basis_points) / 100.0,
+        max_rps: rule.max_rps,
+        max_daily_spend_usd: rule
+            .max_daily_spend_micros
+            .map(|v| Amount::Text(format_micros(v))),
+        expires_at: rule.expires_at.map(format_rfc3339),
+        error_rate_stop: rule
+            .error_rate_stop_per_mille
+            .map(|v| f64::from(v) / 1000.0),
+        error_rate_min_sample: rule.error_rate_min_sample,
+        enabled: rule.enabled,
     }
 }
 
@@ -307,6 +351,9 @@ pub(super) fn index(config: &RawConfig) -> BTreeMap<(&'static str, String), Valu
     }
     for l in &config.limits {
         out.insert(("limit", limit_key(l)), to_object(l));
+    }
+    for s in &config.shadows {
+        out.insert(("shadow", s.name.clone()), to_object(s));
     }
     out
 }

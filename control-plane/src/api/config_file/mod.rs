@@ -104,10 +104,11 @@ impl ToSchema for FieldValue {
 /// A resource the file adds, changes or removes.
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
 pub struct ResourceChange {
-    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price` or `limit`.
+    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit` or `shadow`.
     pub resource: String,
     /// Its natural key: a name, a model pattern, a member id, a token's SHA-256,
-    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit.
+    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow rule's
+    /// name.
     pub key: String,
     /// `add`, `change` or `remove`.
     pub action: String,
@@ -321,16 +322,6 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         ));
     }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
-    if !raw.shadows.is_empty() {
-        // Applying would silently leave them out: refused instead, until apply writes them.
-        return Err(config_err(
-            "shadows".to_owned(),
-            "shadow rules are managed through /api/v1/shadows; config plan and apply do not \
-             write them yet"
-                .to_owned(),
-        ));
-    }
-
     // Credentials in file form, each matched to what the tables store.
     let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
     let mut for_validation = raw.clone();
@@ -480,6 +471,17 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         }
     }
 
+    for (si, shadow) in raw.shadows.iter().enumerate() {
+        if let Some(member) = shadow.target_member {
+            if !explicit.contains(&member) {
+                return Err(config_err(
+                    format!("shadows[{si}].target_member"),
+                    format!("unknown member id {member} (give the member an `id` in its route)"),
+                ));
+            }
+        }
+    }
+
     // A token keeps the prefix the tables show for it unless the file gives one.
     let mut prefixes: HashMap<String, String> = HashMap::new();
     for (raw_token, token) in raw.tokens.iter().zip(&parts.tokens) {
@@ -563,7 +565,7 @@ fn keep_masked(
 /// The order a plan lists resources in.
 fn rank(kind: &str) -> usize {
     [
-        "settings", "channel", "route", "member", "team", "token", "price", "limit",
+        "settings", "channel", "route", "member", "team", "token", "price", "limit", "shadow",
     ]
     .iter()
     .position(|k| *k == kind)
@@ -578,7 +580,9 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("member", "weight") => json!(1),
         ("member", "priority") => json!(0),
         ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
-        ("member" | "route" | "token", "enabled") | ("channel", "responses_api") => json!(true),
+        ("member" | "route" | "token" | "shadow", "enabled") | ("channel", "responses_api") => {
+            json!(true)
+        }
         ("member", "canary")
         | ("channel", "auto_ban")
         | ("team", "disable_failover")

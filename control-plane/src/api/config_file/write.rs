@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use sqlx::PgConnection;
 use switchyard_config::{env_reference, Amount, RawConfig, RawCredential};
 use switchyard_engine::limit::parse_usd_micros;
+use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{ChannelStatus, Settings, DEFAULT_GROUP};
 
 use crate::db::record_status_event;
@@ -524,6 +525,8 @@ pub(super) async fn write(
             .await?;
     }
 
+    write_shadows(tx, desired, before, after, &channel_ids).await?;
+
     // Deletes, from the leaves up.
     let wanted_tokens = desired
         .tokens
@@ -612,4 +615,71 @@ pub(super) async fn write(
         }
     }
     Ok(())
+}
+
+/// Shadow rules, by name. A rule the file changes runs again if it had stopped by itself (as
+/// `enabled: true` in the admin API does): the operator has changed what stopped it. A rule the
+/// file leaves as it is keeps its stop.
+async fn write_shadows(
+    tx: &mut PgConnection,
+    desired: &RawConfig,
+    before: &Index,
+    after: &Index,
+    channel_ids: &HashMap<String, i64>,
+) -> ApiResult<()> {
+    let shadow_ids = ids_by(tx, "SELECT name, id FROM shadows").await?;
+    for shadow in &desired.shadows {
+        if !differs(before, after, "shadow", &shadow.name) {
+            continue;
+        }
+        let target_channel = match &shadow.target_channel {
+            Some(name) => Some(*channel_ids.get(name).ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!("channel {name:?} has no id"))
+            })?),
+            None => None,
+        };
+        let sample = percent_to_basis_points(shadow.sample_percent)
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("shadow sample_percent")))?;
+        let stop = shadow
+            .error_rate_stop
+            .map(|f| {
+                fraction_to_per_mille(f)
+                    .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("shadow error_rate_stop")))
+            })
+            .transpose()?;
+        let spend = shadow
+            .max_daily_spend_usd
+            .as_ref()
+            .map(|a| amount_micros(a, "shadow spend cap"))
+            .transpose()?;
+        let sql = if shadow_ids.contains_key(&shadow.name) {
+            "UPDATE shadows SET model_pattern = $2, target_member_id = $3, \
+             target_channel_id = $4, target_model = $5, sample_basis_points = $6, max_rps = $7, \
+             max_daily_spend_micros = $8, expires_at = $9::timestamptz, \
+             error_rate_stop_per_mille = $10, error_rate_min_sample = $11, enabled = $12, \
+             stopped_reason = NULL, stopped_at = NULL, updated_at = now() WHERE name = $1"
+        } else {
+            "INSERT INTO shadows (name, model_pattern, target_member_id, target_channel_id, \
+             target_model, sample_basis_points, max_rps, max_daily_spend_micros, expires_at, \
+             error_rate_stop_per_mille, error_rate_min_sample, enabled) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, $11, $12)"
+        };
+        sqlx::query(sql)
+            .bind(&shadow.name)
+            .bind(&shadow.model_pattern)
+            .bind(shadow.target_member)
+            .bind(target_channel)
+            .bind(&shadow.target_model)
+            .bind(i32_of(Some(sample)))
+            .bind(i32_of(Some(shadow.max_rps)))
+            .bind(spend)
+            .bind(&shadow.expires_at)
+            .bind(i32_of(stop))
+            .bind(i32_of(Some(shadow.error_rate_min_sample)))
+            .bind(shadow.enabled)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let wanted = desired.shadows.iter().map(|s| s.name.as_str());
+    delete_unwanted(tx, "shadows", &shadow_ids, wanted.collect()).await
 }
