@@ -1095,3 +1095,176 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `series` (labels included) summed over the proxies' `/metrics` pages; 0 where absent.
+async fn metric_sum(proxies: &[Proxy], series: &str) -> u64 {
+    let mut sum = 0;
+    for proxy in proxies {
+        let page = http_call(proxy.addr, "GET", "/metrics", None, &[])
+            .await
+            .unwrap();
+        sum += page
+            .body
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+    }
+    sum
+}
+
+/// A shadow rule made through REST, served by two proxy processes that follow the control
+/// plane over gRPC: every client gets the live answer and nothing of the shadow, and the report
+/// the control plane aggregates from the proxies' usage batches says what the two mock members
+/// were scripted to do (the target slower, failing about 30 %, with other words).
+#[sqlx::test(migrations = false)]
+async fn a_shadow_rule_through_two_proxy_processes_reports_what_the_mocks_did(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let mut channels = Vec::new();
+    for (name, url) in [
+        ("live", "mock://sim?content=the%20live%20answer%20is%20here"),
+        (
+            "cand",
+            "mock://sim?latency_ms=300&failure_rate=0.3&content=a%20different%20reply%20entirely",
+        ),
+    ] {
+        let (channel, _) = cp
+            .create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "mock", "base_url": url}),
+            )
+            .await;
+        let id = channel["id"].as_i64().unwrap();
+        cp.create(
+            "/api/v1/prices",
+            json!({"channel_id": id, "model_pattern": "*", "input_per_million": "1",
+                   "output_per_million": "2"}),
+        )
+        .await;
+        channels.push(id);
+    }
+    let (route, _) = cp
+        .create("/api/v1/routes", json!({"model_pattern": MODEL}))
+        .await;
+    cp.create(
+        &format!("/api/v1/routes/{}/members", route["id"]),
+        json!({"channel_id": channels[0], "upstream_model": "live-model"}),
+    )
+    .await;
+    let (token, _) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let token = token["token"].as_str().unwrap().to_owned();
+    let (rule, _) = cp
+        .create(
+            "/api/v1/shadows",
+            json!({"name": "trial", "model_pattern": MODEL, "target_channel_id": channels[1],
+                   "target_model": "cand-model", "sample_percent": 50, "max_rps": 1000}),
+        )
+        .await;
+    let rule = rule["id"].as_i64().unwrap();
+
+    let proxies = [
+        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp.endpoint(), None).await,
+    ];
+    for proxy in &proxies {
+        proxy
+            .chat_until(&token, PROMPTLY, "the route, token and rule", |r| {
+                r.status == 200
+            })
+            .await;
+    }
+    const REQUESTS: usize = 120;
+    let mut client_ms = Vec::with_capacity(REQUESTS);
+    for i in 0..REQUESTS {
+        let sent = Instant::now();
+        let reply = proxies[i % 2].chat(&token).await;
+        client_ms.push(sent.elapsed().as_millis());
+        // The client always gets the live answer, whole, and nothing of the shadow.
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(
+            reply.json()["choices"][0]["message"]["content"],
+            "the live answer is here"
+        );
+        assert_eq!(reply.channel(), "live");
+        assert!(
+            !reply.head.to_ascii_lowercase().contains("shadow"),
+            "{}",
+            reply.head
+        );
+        assert!(!reply.body.contains("different reply"), "{}", reply.body);
+    }
+    // Printed, never asserted: the client did not wait for the 300 ms target.
+    client_ms.sort_unstable();
+    eprintln!(
+        "client latency through real proxies with the rule: median {} ms, max {} ms",
+        client_ms[REQUESTS / 2],
+        client_ms[REQUESTS - 1]
+    );
+
+    // Every copy sent and compared on both proxies.
+    let deadline = Instant::now() + PATIENCE;
+    while metric_sum(&proxies, "switchyard_shadow_pending").await > 0 {
+        assert!(Instant::now() < deadline, "shadow copies still pending");
+        tokio::time::sleep(POLL).await;
+    }
+    let ok = metric_sum(
+        &proxies,
+        "switchyard_shadow_requests_total{rule=\"trial\",outcome=\"success\"}",
+    )
+    .await;
+    let failed = metric_sum(
+        &proxies,
+        "switchyard_shadow_requests_total{rule=\"trial\",outcome=\"failure\"}",
+    )
+    .await;
+    let sampled = ok + failed;
+    // About half of the requests (and the warm-up ones) were sampled: a wide band.
+    assert!((30..=100).contains(&sampled), "{sampled} sampled at 50 %");
+    assert!(failed > 0 && ok > 0, "{ok} succeeded, {failed} failed");
+
+    // The comparisons travel with the usage batches over gRPC: the report catches up.
+    let deadline = Instant::now() + PATIENCE;
+    let report = loop {
+        let reply = cp
+            .call("GET", &format!("/api/v1/shadows/{rule}/report"), None)
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let report = reply.json();
+        if report["pairs"] == sampled {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the report holds {} pairs, the proxies compared {sampled}",
+            report["pairs"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(report["live"]["requests"], sampled, "{report}");
+    assert_eq!(report["live"]["succeeded"], sampled, "{report}");
+    assert_eq!(report["shadow_side"]["succeeded"], ok, "{report}");
+    let live_p50 = report["live"]["latency_p50_ms"].as_u64().unwrap();
+    let shadow_p50 = report["shadow_side"]["latency_p50_ms"].as_u64().unwrap();
+    assert!(
+        shadow_p50 >= 300 && live_p50 < shadow_p50,
+        "{live_p50} vs {shadow_p50}"
+    );
+    assert!(report["live"]["cost_per_1000_usd"].is_string(), "{report}");
+    assert!(
+        report["shadow_side"]["cost_per_1000_usd"].is_string(),
+        "{report}"
+    );
+    let agreement = &report["agreement"];
+    assert_eq!(agreement["compared"], ok, "{report}");
+    assert_eq!(agreement["same_finish_reason"], 1.0, "{report}");
+    assert_eq!(agreement["mean_similarity"], 0.0, "{report}");
+    assert_eq!(report["stopped_reason"], Value::Null, "{report}");
+}
