@@ -406,6 +406,8 @@ impl Attempt<'_> {
         })
     }
 
+    /// A 2xx answer: a stream commits with its first chunk, an answer that is not JSON as it
+    /// is, a JSON answer once read whole and checked.
     async fn on_success(&self, response: UpstreamResponse) -> Outcome {
         if self.inspected.stream && self.call.local.is_none() {
             return self.first_chunk(response).await;
