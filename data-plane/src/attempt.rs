@@ -269,25 +269,14 @@ impl Attempt<'_> {
         }
     }
 
+    /// Sends the call (a local answer and a mock channel's simulation need no network): the
+    /// answer's head, or why none came.
     async fn send(&self, rng: &mut impl RandomSource) -> Result<UpstreamResponse, Failed> {
         if let Some(local) = &self.call.local {
             return Ok(local_json(local.clone()));
         }
         if let Some(options) = &self.runtime.mock {
-            let request = MockRequest {
-                endpoint: self.endpoint,
-                model: self.upstream_model,
-                stream: self.inspected.stream,
-                inputs: self.inspected.inputs,
-                prompt_tokens: u64::from(self.inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
-                // The simulation answers in the client's protocol: it reports stream usage when
-                // the client or the gateway asked for it, like OpenAI.
-                stream_usage: self.inspected.asked_stream_usage() || self.call.strip_usage_chunk,
-            };
-            let limit = self.first_byte_timeout.min(self.left());
-            return timeout(limit, mock::respond(options, &request, rng))
-                .await
-                .map_err(|_| Failed::bare(AttemptError::FirstByteTimeout));
+            return self.simulate(options, rng).await;
         }
         let call = self.call;
         // A Vertex credential's access token (cached, or obtained now within the first-byte
@@ -322,6 +311,34 @@ impl Attempt<'_> {
             }
             Err(_) => return Err(Failed::bare(AttemptError::BadUpstreamRequest)),
         };
+        self.propagate_trace(request.headers_mut());
+        self.exchange(request).await
+    }
+
+    /// The simulated upstream of a mock channel answers, within the first-byte timeout.
+    async fn simulate(
+        &self,
+        options: &mock::MockOptions,
+        rng: &mut impl RandomSource,
+    ) -> Result<UpstreamResponse, Failed> {
+        let request = MockRequest {
+            endpoint: self.endpoint,
+            model: self.upstream_model,
+            stream: self.inspected.stream,
+            inputs: self.inspected.inputs,
+            prompt_tokens: u64::from(self.inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
+            // The simulation answers in the client's protocol: it reports stream usage when
+            // the client or the gateway asked for it, like OpenAI.
+            stream_usage: self.inspected.asked_stream_usage() || self.call.strip_usage_chunk,
+        };
+        let limit = self.first_byte_timeout.min(self.left());
+        timeout(limit, mock::respond(options, &request, rng))
+            .await
+            .map_err(|_| Failed::bare(AttemptError::FirstByteTimeout))
+    }
+
+    /// The upstream request continues the attempt's trace (`traceparent`, `tracestate`).
+    fn propagate_trace(&self, headers: &mut HeaderMap) {
         let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
         for (name, value) in switchyard_telemetry::context::upstream_headers(
             &tracing::Span::current(),
@@ -329,41 +346,44 @@ impl Attempt<'_> {
             header("tracestate"),
         ) {
             if let Ok(value) = http::HeaderValue::from_str(&value) {
-                request.headers_mut().insert(name, value);
+                headers.insert(name, value);
             }
         }
+    }
+
+    /// Sends the request and waits for the answer's head (a Bedrock answer: adapted into the
+    /// shape the channel is planned in), classifying what went wrong on the way.
+    async fn exchange(
+        &self,
+        request: http::Request<http_body_util::Full<Bytes>>,
+    ) -> Result<UpstreamResponse, Failed> {
         // The connector enforces the connect timeout; the first-byte timeout (which starts with
         // the attempt, connection included) and the remaining budget bound the whole wait.
         let limit = self.first_byte_timeout.min(self.left());
-        match timeout(limit, self.client.request(request)).await {
-            Err(_) => Err(Failed::bare(AttemptError::FirstByteTimeout)),
-            Ok(Err(e)) if e.is_connect() => Err(Failed::bare(AttemptError::ConnectError)),
+        let response = match timeout(limit, self.client.request(request)).await {
+            Err(_) => return Err(Failed::bare(AttemptError::FirstByteTimeout)),
+            Ok(Err(e)) if e.is_connect() => return Err(Failed::bare(AttemptError::ConnectError)),
             // The connection was up but closed before the answer started: for a stream this is
             // a "cut before the first byte": a failure specific to this member.
-            Ok(Err(_)) if self.inspected.stream => Err(stream_cut()),
-            Ok(Err(_)) => Err(Failed::bare(AttemptError::TransportError)),
-            Ok(Ok(response)) => {
-                let (parts, body) = response.into_parts();
-                let response = UpstreamResponse {
-                    status: parts.status,
-                    headers: parts.headers,
-                    body: Body::new(body),
-                };
-                if self.runtime.provider() == Provider::Bedrock {
-                    // Converse answers in Anthropic's shape, which the channel is planned in.
-                    let limit = self.idle_timeout.min(self.left());
-                    let count_tokens = self.endpoint.is_count_tokens();
-                    return Ok(crate::bedrock::adapt(
-                        response,
-                        self.upstream_model,
-                        count_tokens,
-                        limit,
-                    )
-                    .await);
-                }
-                Ok(response)
-            }
+            Ok(Err(_)) if self.inspected.stream => return Err(stream_cut()),
+            Ok(Err(_)) => return Err(Failed::bare(AttemptError::TransportError)),
+            Ok(Ok(response)) => response,
+        };
+        let (parts, body) = response.into_parts();
+        let response = UpstreamResponse {
+            status: parts.status,
+            headers: parts.headers,
+            body: Body::new(body),
+        };
+        if self.runtime.provider() == Provider::Bedrock {
+            // Converse answers in Anthropic's shape, which the channel is planned in.
+            let limit = self.idle_timeout.min(self.left());
+            let count_tokens = self.endpoint.is_count_tokens();
+            return Ok(
+                crate::bedrock::adapt(response, self.upstream_model, count_tokens, limit).await,
+            );
         }
+        Ok(response)
     }
 
     /// A Vertex credential got no access token: a refusal (or a limited, failing or garbled
@@ -386,45 +406,11 @@ impl Attempt<'_> {
         })
     }
 
-    async fn on_success(&self, mut response: UpstreamResponse) -> Outcome {
+    /// A 2xx answer: a stream commits with its first chunk, an answer that is not JSON as it
+    /// is, a JSON answer once read whole and checked.
+    async fn on_success(&self, response: UpstreamResponse) -> Outcome {
         if self.inspected.stream && self.call.local.is_none() {
-            // Nothing has reached the client yet: a stream that dies before its first byte is
-            // a member-specific failure and fails over transparently.
-            let limit = self.first_byte_timeout.min(self.left());
-            let mut translator = self.call.translated().then(|| {
-                Box::new(if self.endpoint == Endpoint::Responses {
-                    StreamTranslator::for_responses(self.call.upstream, self.client_model)
-                } else {
-                    StreamTranslator::new(
-                        self.call.upstream,
-                        self.call.client,
-                        self.client_model,
-                        self.call.include_usage,
-                    )
-                })
-            });
-            return match timeout(
-                limit,
-                first_data(&mut response.body, translator.as_deref_mut()),
-            )
-            .await
-            {
-                Ok(Ok(Some(first))) => {
-                    if translator.is_some() {
-                        response.headers = sse_headers();
-                    }
-                    Outcome::Committed(Committed {
-                        response,
-                        first_chunk: Some(first),
-                        translator,
-                        usage: None,
-                        strip_usage_chunk: self.call.strip_usage_chunk,
-                        answer: None,
-                    })
-                }
-                Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
-                Err(_) => Outcome::Failed(Failed::bare(AttemptError::FirstByteTimeout)),
-            };
+            return self.first_chunk(response).await;
         }
         if !is_json(&response.headers) {
             return Outcome::Committed(Committed {
@@ -436,18 +422,114 @@ impl Attempt<'_> {
                 answer: None,
             });
         }
+        match self.whole_answer(response).await {
+            Ok(committed) => Outcome::Committed(committed),
+            Err(failed) => Outcome::Failed(failed),
+        }
+    }
+
+    /// A stream commits once its first data chunk (translated, when the call is) is read within
+    /// the first-byte timeout. Nothing has reached the client yet: a stream that dies before
+    /// its first byte is a member-specific failure and fails over transparently.
+    async fn first_chunk(&self, mut response: UpstreamResponse) -> Outcome {
+        let limit = self.first_byte_timeout.min(self.left());
+        let mut translator = self.stream_translator();
+        let first = timeout(
+            limit,
+            first_data(&mut response.body, translator.as_deref_mut()),
+        )
+        .await;
+        match first {
+            Ok(Ok(Some(first))) => {
+                if translator.is_some() {
+                    response.headers = sse_headers();
+                }
+                Outcome::Committed(Committed {
+                    response,
+                    first_chunk: Some(first),
+                    translator,
+                    usage: None,
+                    strip_usage_chunk: self.call.strip_usage_chunk,
+                    answer: None,
+                })
+            }
+            Ok(Ok(None)) | Ok(Err(())) => Outcome::Failed(stream_cut()),
+            Err(_) => Outcome::Failed(Failed::bare(AttemptError::FirstByteTimeout)),
+        }
+    }
+
+    /// A translated stream's translator into the client's protocol (boxed: it is large).
+    fn stream_translator(&self) -> Option<Box<StreamTranslator>> {
+        self.call.translated().then(|| {
+            Box::new(if self.endpoint == Endpoint::Responses {
+                StreamTranslator::for_responses(self.call.upstream, self.client_model)
+            } else {
+                StreamTranslator::new(
+                    self.call.upstream,
+                    self.call.client,
+                    self.client_model,
+                    self.call.include_usage,
+                )
+            })
+        })
+    }
+
+    /// A plain JSON answer is read whole within the idle timeout, checked, and translated into
+    /// the client's protocol when the call is; its usage is read on the way.
+    async fn whole_answer(&self, mut response: UpstreamResponse) -> Result<Committed, Failed> {
         let limit = self.idle_timeout.min(self.left());
         let body = match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
             Ok(Ok(body)) => body,
-            Ok(Err(())) => return Outcome::Failed(Failed::bare(AttemptError::BodyReadError)),
-            Err(_) => return Outcome::Failed(Failed::bare(AttemptError::BodyTimeout)),
+            Ok(Err(())) => return Err(Failed::bare(AttemptError::BodyReadError)),
+            Err(_) => return Err(Failed::bare(AttemptError::BodyTimeout)),
         };
-        let status = response.status;
-        let answer = |headers: &HeaderMap, body: &Bytes| Answer {
-            status,
-            headers: headers.clone(),
-            body: body.clone(),
-        };
+        if let Some(failed) = self.body_failure(response.status, &response.headers, &body) {
+            return Err(failed);
+        }
+        let span = tracing::Span::current();
+        if !span.is_disabled() && self.call.local.is_none() {
+            record_answer(&span, self.call.upstream, &body);
+        }
+        let usage;
+        let answer: Bytes;
+        // A local answer is already in the client's shape.
+        if self.call.translated() && self.call.local.is_none() {
+            let Some((translated, read)) = self.translate_answer(&body) else {
+                return Err(self.untranslatable(response.status));
+            };
+            usage = read;
+            response.headers = json_headers();
+            answer = Bytes::from(translated);
+        } else {
+            usage = self
+                .endpoint
+                .is_chat()
+                .then(|| response_usage(self.call.upstream, &body));
+            answer = body;
+        }
+        if let (false, Some(usage)) = (span.is_disabled(), usage) {
+            span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
+            span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
+        }
+        response.body = Body::from(answer.clone());
+        Ok(Committed {
+            response,
+            first_chunk: None,
+            translator: None,
+            usage,
+            strip_usage_chunk: false,
+            answer: Some(answer),
+        })
+    }
+
+    /// The failure of a 2xx answer that is not the JSON it should be, or has no content at all
+    /// (the answer kept as the last one); `None` for a fine answer.
+    fn body_failure(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Option<Failed> {
         // A Responses request sent as Chat Completions (a member without the Responses API) is
         // answered as Chat Completions.
         let answered_as = if self.endpoint == Endpoint::Responses
@@ -458,90 +540,51 @@ impl Attempt<'_> {
         } else {
             self.endpoint
         };
-        match check_body(answered_as, self.call.upstream, &body) {
-            BodyCheck::Fine => {}
-            BodyCheck::Malformed => {
-                return Outcome::Failed(Failed::answered(
-                    AttemptError::MalformedResponse,
-                    status,
-                    answer(&response.headers, &body),
-                ))
-            }
-            BodyCheck::Empty => {
-                return Outcome::Failed(Failed::answered(
-                    AttemptError::EmptyCompletion,
-                    status,
-                    answer(&response.headers, &body),
-                ))
-            }
-        }
-        let span = tracing::Span::current();
-        if !span.is_disabled() && self.call.local.is_none() {
-            record_answer(&span, self.call.upstream, &body);
-        }
-        let mut usage = None;
-        let answer: Bytes;
-        // A local answer is already in the client's shape.
-        if self.call.translated() && self.call.local.is_none() {
-            let translated = if self.endpoint.is_count_tokens() {
-                parse_count_tokens_response(self.call.upstream, &body)
-                    .map(|n| count_tokens_response(self.call.client, n).into_bytes())
-                    .ok_or(())
-            } else {
-                let translated = if self.endpoint == Endpoint::Responses {
-                    translate_responses_answer(self.call.upstream, &body, self.client_model)
-                } else {
-                    translate_response(
-                        self.call.upstream,
-                        self.call.client,
-                        &body,
-                        self.client_model,
-                    )
-                };
-                translated
-                    .map(|(body, read)| {
-                        usage = Some(read);
-                        body
-                    })
-                    .map_err(|_| ())
-            };
-            let Ok(translated) = translated else {
-                return Outcome::Failed(Failed::answered(
-                    AttemptError::MalformedResponse,
-                    status,
-                    Answer {
-                        status: StatusCode::BAD_GATEWAY,
-                        headers: json_headers(),
-                        body: Bytes::from(translate_error_body(
-                            self.call.upstream,
-                            self.call.client,
-                            502,
-                            b"the upstream answer could not be translated",
-                        )),
-                    },
-                ));
-            };
-            response.headers = json_headers();
-            answer = Bytes::from(translated);
+        let error = match check_body(answered_as, self.call.upstream, body) {
+            BodyCheck::Fine => return None,
+            BodyCheck::Malformed => AttemptError::MalformedResponse,
+            BodyCheck::Empty => AttemptError::EmptyCompletion,
+        };
+        let answer = Answer {
+            status,
+            headers: headers.clone(),
+            body: body.clone(),
+        };
+        Some(Failed::answered(error, status, answer))
+    }
+
+    /// A translated call's answer in the client's protocol, with the usage it reports (none for
+    /// a count of tokens); `None` when it cannot be translated.
+    fn translate_answer(&self, body: &Bytes) -> Option<(Vec<u8>, Option<Usage>)> {
+        let (upstream, client) = (self.call.upstream, self.call.client);
+        if self.endpoint.is_count_tokens() {
+            parse_count_tokens_response(upstream, body)
+                .map(|n| (count_tokens_response(client, n).into_bytes(), None))
+        } else if self.endpoint == Endpoint::Responses {
+            translate_responses_answer(upstream, body, self.client_model)
+                .ok()
+                .map(|(body, usage)| (body, Some(usage)))
         } else {
-            if self.endpoint.is_chat() {
-                usage = Some(response_usage(self.call.upstream, &body));
-            }
-            answer = body;
+            translate_response(upstream, client, body, self.client_model)
+                .ok()
+                .map(|(body, usage)| (body, Some(usage)))
         }
-        if let (false, Some(usage)) = (span.is_disabled(), usage) {
-            span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
-            span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
-        }
-        response.body = Body::from(answer.clone());
-        Outcome::Committed(Committed {
-            response,
-            first_chunk: None,
-            translator: None,
-            usage,
-            strip_usage_chunk: false,
-            answer: Some(answer),
-        })
+    }
+
+    /// A 2xx answer that cannot be translated: malformed, the client's last answer being a 502
+    /// in its own protocol.
+    fn untranslatable(&self, status: StatusCode) -> Failed {
+        let answer = Answer {
+            status: StatusCode::BAD_GATEWAY,
+            headers: json_headers(),
+            body: Bytes::from(translate_error_body(
+                self.call.upstream,
+                self.call.client,
+                502,
+                b"the upstream answer could not be translated",
+            )),
+        };
+        Failed::answered(AttemptError::MalformedResponse, status, answer)
     }
 
     async fn on_error(&self, mut response: UpstreamResponse) -> Failed {

@@ -17,8 +17,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::{
-    select, Channel, ChannelId, CredentialId, Member, MemberId, Outcome as Selection, Provider,
-    RandomSource, Reason, Route, SelectionConstraint, SplitMix64, Sticky,
+    select, Candidate, Channel, ChannelId, CredentialId, Decision, HealthView, Member, MemberId,
+    Outcome as Selection, Provider, RandomSource, Reason, RetryBudget, Route, SelectionConstraint,
+    SplitMix64, Sticky,
 };
 use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use switchyard_state::{
@@ -37,7 +38,7 @@ use crate::record::{AttemptLog, StreamSlot, Trail};
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::{returnable, ChannelRuntime, MOCK_CREDENTIAL};
+use crate::upstream::{returnable, ChannelRuntime, CredentialRuntime, MOCK_CREDENTIAL};
 use crate::wire::{feature_index, plan, Call, ClientRequest};
 use crate::AppState;
 
@@ -66,6 +67,53 @@ struct Picked<'s> {
     channel: &'s Channel,
     canary: bool,
     credentials: Vec<CredentialId>,
+}
+
+/// The engine's decision for one pick, with its selected member as this proxy can try it
+/// (`None` when nothing was selected, or the selected member's channel is missing).
+struct Decided<'s> {
+    decision: Decision<'s>,
+    picked: Option<Picked<'s>>,
+}
+
+/// The selected member with the credentials this proxy can use: its channel's enabled ones the
+/// store has not disabled and this proxy can resolve (the mock credential for a provider that
+/// needs none). `None` when the snapshot lacks the member's channel.
+fn as_picked<'s>(
+    view: &'s View,
+    selected: &Candidate<'s>,
+    health: &dyn HealthView,
+) -> Option<Picked<'s>> {
+    let channel = selected.channel?;
+    let runtime = view.channel_runtime(channel.id);
+    let mut credentials: Vec<CredentialId> = channel
+        .credentials
+        .iter()
+        .filter(|cred| cred.enabled && !health.credential_disabled(cred.id))
+        .filter(|cred| runtime.is_some_and(|rt| rt.credential(cred.id).is_some()))
+        .map(|cred| cred.id)
+        .collect();
+    if !channel.provider.needs_credential() && credentials.is_empty() {
+        credentials.push(MOCK_CREDENTIAL);
+    }
+    Some(Picked {
+        member: selected.member,
+        channel,
+        canary: selected.canary,
+        credentials,
+    })
+}
+
+/// Nothing eligible: was it only because no member's protocol can express the request? Then
+/// the protocol (its index in [`Protocol::ALL`]) whose missing feature the client is told.
+fn untranslatable(rejected: &[Candidate<'_>], client: Protocol) -> Option<usize> {
+    let unsupported = |c: &Candidate<'_>| c.reasons.contains(Reason::ProtocolUnsupported);
+    if rejected.is_empty() || !rejected.iter().all(unsupported) {
+        return None;
+    }
+    rejected
+        .iter()
+        .find_map(|c| c.channel.map(|ch| feature_index(ch, client)))
 }
 
 fn sticky_label(sticky: Option<Sticky>) -> Option<&'static str> {
@@ -336,107 +384,20 @@ impl<'a> Failover<'a> {
     /// tried here: a credential this proxy can resolve, a compiled runtime, a translation, and a
     /// cross-channel round left when it is on another channel.
     fn next_pick(&mut self) -> Next<'a> {
-        let view: &'a View = self.view;
-        let snapshot = &*view.snapshot;
-        let settings = &snapshot.settings;
-        let model = self.req.inspected.model.as_str();
         let now = crate::unix_ms();
-        let mut picked: Option<Picked<'a>> = None;
-        let mut decision_out = None;
-        let mut untranslatable: Option<usize> = None;
-        let mut secrets_withheld = false;
-        let mut rate_limited = false;
         self.mark_rate_limited(now);
-        let constraint = &self.req.constraint;
-        let client_protocol = self.protocol;
-        let rng = &mut self.rng;
-        self.state.store.with_view(&mut |health| {
-            let decision = select(snapshot, health, constraint, model, now, &mut *rng);
-            if decision.selected().is_none() {
-                // Channels sent without their secrets (no fleet token) are named in the 503.
-                secrets_withheld = decision
-                    .candidates
-                    .iter()
-                    .any(|c| c.reasons.contains(Reason::SecretsWithheld));
-                rate_limited = decision
-                    .candidates
-                    .iter()
-                    .any(|c| c.reasons.contains(Reason::RateLimited));
-                // Nothing eligible: was it only because no member's protocol can express it?
-                let unsupported = |c: &switchyard_engine::Candidate<'_>| {
-                    c.reasons.contains(Reason::ProtocolUnsupported)
-                };
-                if !decision.candidates.is_empty() && decision.candidates.iter().all(unsupported) {
-                    untranslatable = decision
-                        .candidates
-                        .iter()
-                        .find_map(|c| c.channel.map(|ch| feature_index(ch, client_protocol)));
-                }
-            }
-            if let Some(c) = decision.selected() {
-                if let Some(channel) = c.channel {
-                    let runtime = view.channel_runtime(channel.id);
-                    let mut credentials: Vec<CredentialId> = channel
-                        .credentials
-                        .iter()
-                        .filter(|cred| cred.enabled && !health.credential_disabled(cred.id))
-                        .filter(|cred| runtime.is_some_and(|rt| rt.credential(cred.id).is_some()))
-                        .map(|cred| cred.id)
-                        .collect();
-                    if !channel.provider.needs_credential() && credentials.is_empty() {
-                        credentials.push(MOCK_CREDENTIAL);
-                    }
-                    picked = Some(Picked {
-                        member: c.member,
-                        channel,
-                        canary: c.canary,
-                        credentials,
-                    });
-                }
-            }
-            decision_out = Some((
-                decision.outcome,
-                decision.route,
-                decision.budget,
-                decision.sticky,
-            ));
-        });
-        let Some((outcome, route, budget, sticky)) = decision_out else {
+        let Some(Decided { decision, picked }) = self.decide(now) else {
             return Next::Fail(GatewayError::not_ready());
         };
         if self.trail.attempts.is_empty() {
-            self.trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
-            self.trail.sticky = sticky_label(sticky);
-            let metrics = &self.state.metrics;
-            match sticky {
-                Some(Sticky::Hit { .. }) => metrics.sticky_hits.fetch_add(1, Relaxed),
-                Some(Sticky::Escaped { .. }) => metrics.sticky_escapes.fetch_add(1, Relaxed),
-                _ => 0,
-            };
+            self.note_route(&decision);
         }
-        let (Some(picked), Some(budget), Some(route)) = (picked, budget, route) else {
+        let (Some(picked), Some(budget), Some(route)) = (picked, decision.budget, decision.route)
+        else {
             if !self.trail.attempts.is_empty() {
                 return Next::Exhausted;
             }
-            if let Some(target) = untranslatable {
-                let feature = self.req.unsupported[target]
-                    .clone()
-                    .unwrap_or_else(|| "this request".to_owned());
-                return Next::Fail(GatewayError::ProtocolUnsupported {
-                    feature,
-                    model: model.to_owned(),
-                });
-            }
-            let model = model.to_owned();
-            return Next::Fail(match outcome {
-                Selection::ModelNotFound => GatewayError::ModelNotFound { model },
-                Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
-                _ if rate_limited => GatewayError::UpstreamsRateLimited { model },
-                _ => GatewayError::NoEligibleMember {
-                    model,
-                    secrets_withheld,
-                },
-            });
+            return Next::Fail(self.unservable(&decision));
         };
         if picked.credentials.is_empty() {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
@@ -448,17 +409,103 @@ impl<'a> Failover<'a> {
         if !self.take_upstream(picked.channel.id, picked.member.id, now) {
             return Next::Skip;
         }
+        if !self.spend_round(picked.channel.id, &budget) {
+            return Next::Exhausted;
+        }
+        self.prepare(picked, route, &budget)
+    }
 
-        // Cross-channel rounds: moving to another channel spends one.
+    /// The engine's decision, taken under the store's health view, with the selected member as
+    /// this proxy can try it; `None` when the store has no view to decide on.
+    fn decide(&mut self, now: u64) -> Option<Decided<'a>> {
+        let view: &'a View = self.view;
+        let snapshot = &*view.snapshot;
+        let model = self.req.inspected.model.as_str();
+        let constraint = &self.req.constraint;
+        let rng = &mut self.rng;
+        // The store lends its health view to a callback only: the decision comes out through
+        // this one slot.
+        let mut decided = None;
+        self.state.store.with_view(&mut |health| {
+            let decision = select(snapshot, health, constraint, model, now, &mut *rng);
+            let picked = decision
+                .selected()
+                .and_then(|selected| as_picked(view, selected, health));
+            decided = Some(Decided { decision, picked });
+        });
+        decided
+    }
+
+    /// The request's first decision names its route and sticky-session outcome (in the trail,
+    /// and the sticky hit and escape counters).
+    fn note_route(&mut self, decision: &Decision<'_>) {
+        self.trail.route = decision.route.map(|r| (r.id, r.model_pattern.clone()));
+        self.trail.sticky = sticky_label(decision.sticky);
+        let metrics = &self.state.metrics;
+        match decision.sticky {
+            Some(Sticky::Hit { .. }) => metrics.sticky_hits.fetch_add(1, Relaxed),
+            Some(Sticky::Escaped { .. }) => metrics.sticky_escapes.fetch_add(1, Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// Why no member can serve the request at all (nothing was attempted): a feature no
+    /// member's protocol can express, an unknown or forbidden model, upstream limits without
+    /// room, or no eligible member.
+    fn unservable(&self, decision: &Decision<'_>) -> GatewayError {
+        let model = self.req.inspected.model.as_str();
+        // The candidates' reasons explain a decision that selected nobody; a selected member
+        // whose channel is missing explains nothing more.
+        let rejected: &[Candidate<'_>] = if decision.selected().is_none() {
+            &decision.candidates
+        } else {
+            &[]
+        };
+        if let Some(target) = untranslatable(rejected, self.protocol) {
+            let feature = self.req.unsupported[target]
+                .clone()
+                .unwrap_or_else(|| "this request".to_owned());
+            return GatewayError::ProtocolUnsupported {
+                feature,
+                model: model.to_owned(),
+            };
+        }
+        let any_for = |reason: Reason| rejected.iter().any(|c| c.reasons.contains(reason));
+        let model = model.to_owned();
+        match decision.outcome {
+            Selection::ModelNotFound => GatewayError::ModelNotFound { model },
+            Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
+            _ if any_for(Reason::RateLimited) => GatewayError::UpstreamsRateLimited { model },
+            _ => GatewayError::NoEligibleMember {
+                model,
+                // Channels sent without their secrets (no fleet token) are named in the 503.
+                secrets_withheld: any_for(Reason::SecretsWithheld),
+            },
+        }
+    }
+
+    /// Cross-channel rounds: a pick on another channel than the previous one spends one;
+    /// `false` when none is left. Every pick after a failed member counts as a failover.
+    fn spend_round(&mut self, channel: ChannelId, budget: &RetryBudget) -> bool {
         if let Some(prev) = self.prev_channel {
-            if prev != picked.channel.id {
+            if prev != channel {
                 if self.rounds_used >= budget.cross_channel_rounds() {
-                    return Next::Exhausted;
+                    return false;
                 }
                 self.rounds_used += 1;
             }
             self.state.metrics.failovers.fetch_add(1, Relaxed);
         }
+        true
+    }
+
+    /// What trying the picked member needs: its failure policy, its channel's runtime, the
+    /// request's wire plan for it and the sends allowed. A member with no compiled runtime, or
+    /// that a stale view offered without a translation, is skipped; a request the translation
+    /// finds malformed fails.
+    fn prepare(&mut self, picked: Picked<'a>, route: &'a Route, budget: &RetryBudget) -> Next<'a> {
+        let view: &'a View = self.view;
+        let settings = &view.snapshot.settings;
         let policy = FailurePolicy {
             fault_protection: settings.fault_protection_enabled,
             cooldown_ms: u64::from(budget.cooldown_seconds) * 1000,
@@ -511,12 +558,8 @@ impl<'a> Failover<'a> {
         let start = (self.rng.next_u64() % picked.credentials.len() as u64) as usize;
         let mut failure: Option<Failed> = None;
         for send in 0..pick.sends {
-            if send > 0 {
-                let left = self.deadline.saturating_duration_since(Instant::now());
-                let Some(pause) = pause_before(send, left, &mut self.rng) else {
-                    break;
-                };
-                tokio::time::sleep(pause).await;
+            if send > 0 && !self.pause_before_resend(send).await {
+                break;
             }
             let Some(credential_id) = self.credential(picked, start + send as usize) else {
                 break;
@@ -527,58 +570,13 @@ impl<'a> Failover<'a> {
             if Instant::now() >= self.deadline {
                 break;
             }
-            let sent_at = Instant::now();
-            let attempt = Attempt {
-                client: self.state.client(),
-                endpoint: self.req.endpoint,
-                inspected: self.req.inspected,
-                upstream_model: &picked.member.upstream_model,
-                client_model: self.req.inspected.model.as_str(),
-                call: &pick.call,
-                client_headers: self.req.headers,
-                channel: picked.channel,
-                runtime: pick.runtime,
-                credential,
-                first_byte_timeout: self.first_byte_timeout,
-                idle_timeout: self.idle_timeout,
-                deadline: self.deadline,
-            };
-            let span = attempt_span(picked, pick.runtime, self.req.endpoint, credential_id);
-            let result = attempt.run(&mut self.rng).instrument(span.clone()).await;
-            let elapsed = sent_at.elapsed();
-            let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-            self.trail.upstream_micros = self.trail.upstream_micros.saturating_add(micros);
-            self.state.metrics.upstream_latency.observe_micros(micros);
-            let latency_ms = elapsed.as_secs_f64() * 1000.0;
-            let (status, error) = match &result {
-                Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None),
-                Outcome::Failed(failed) => (failed.status, Some(failed.error)),
-            };
-            let log = AttemptLog {
-                member_id: picked.member.id,
-                channel_id: picked.channel.id,
-                credential_id,
-                status,
-                error,
-                latency_ms,
-            };
-            record_attempt(&span, &log);
-            self.trail.attempts.push(log);
+            let (result, latency_ms) = self.send(pick, credential_id, credential).await;
             match result {
                 Outcome::Committed(committed) => {
                     return Tried::Committed(self.commit(pick, committed, latency_ms, guard));
                 }
                 Outcome::Failed(failed) => {
-                    self.state
-                        .metrics
-                        .attempt(&picked.channel.name, failed.outcome());
-                    if let Some(keyword) = failed.ban_keyword {
-                        self.ban(pick, credential_id, keyword);
-                    }
-                    if let Some(answer) = failed.answer.clone() {
-                        self.last = Some(answer);
-                    }
-                    self.last_error = Some(failed.error);
+                    self.note_failure(pick, credential_id, &failed);
                     let again = failed.scope() == Scope::SameChannel;
                     failure = Some(failed);
                     if !again {
@@ -592,6 +590,95 @@ impl<'a> Failover<'a> {
             Some(failed) => Tried::Failed(failed),
             None => Tried::NotSent,
         }
+    }
+
+    /// Sleeps the backoff before re-send `n`; `false`, without sleeping, when the pause would
+    /// not end before the deadline.
+    async fn pause_before_resend(&mut self, n: u32) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let Some(pause) = pause_before(n, left, &mut self.rng) else {
+            return false;
+        };
+        tokio::time::sleep(pause).await;
+        true
+    }
+
+    /// One send to the picked member with one credential, in the attempt's own span; the
+    /// attempt is logged in the trail. Its outcome, and its latency in milliseconds.
+    async fn send(
+        &mut self,
+        pick: &Pick<'a>,
+        credential_id: CredentialId,
+        credential: &CredentialRuntime,
+    ) -> (Outcome, f64) {
+        let picked = &pick.picked;
+        let sent_at = Instant::now();
+        let attempt = Attempt {
+            client: self.state.client(),
+            endpoint: self.req.endpoint,
+            inspected: self.req.inspected,
+            upstream_model: &picked.member.upstream_model,
+            client_model: self.req.inspected.model.as_str(),
+            call: &pick.call,
+            client_headers: self.req.headers,
+            channel: picked.channel,
+            runtime: pick.runtime,
+            credential,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            deadline: self.deadline,
+        };
+        let span = attempt_span(picked, pick.runtime, self.req.endpoint, credential_id);
+        let result = attempt.run(&mut self.rng).instrument(span.clone()).await;
+        let elapsed = sent_at.elapsed();
+        let latency_ms = self.log_attempt(picked, credential_id, &result, elapsed, &span);
+        (result, latency_ms)
+    }
+
+    /// An attempt's time counts as upstream time; its log joins the trail and its span. Returns
+    /// its latency in milliseconds.
+    fn log_attempt(
+        &mut self,
+        picked: &Picked<'_>,
+        credential_id: CredentialId,
+        result: &Outcome,
+        elapsed: Duration,
+        span: &Span,
+    ) -> f64 {
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.trail.upstream_micros = self.trail.upstream_micros.saturating_add(micros);
+        self.state.metrics.upstream_latency.observe_micros(micros);
+        let latency_ms = elapsed.as_secs_f64() * 1000.0;
+        let (status, error) = match result {
+            Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None),
+            Outcome::Failed(failed) => (failed.status, Some(failed.error)),
+        };
+        let log = AttemptLog {
+            member_id: picked.member.id,
+            channel_id: picked.channel.id,
+            credential_id,
+            status,
+            error,
+            latency_ms,
+        };
+        record_attempt(span, &log);
+        self.trail.attempts.push(log);
+        latency_ms
+    }
+
+    /// A failed send: counted for its channel, its auto-ban keyword applied, its answer kept as
+    /// the last upstream answer and its error as the last error.
+    fn note_failure(&mut self, pick: &Pick<'a>, credential_id: CredentialId, failed: &Failed) {
+        self.state
+            .metrics
+            .attempt(&pick.picked.channel.name, failed.outcome());
+        if let Some(keyword) = failed.ban_keyword {
+            self.ban(pick, credential_id, keyword);
+        }
+        if let Some(answer) = failed.answer.clone() {
+            self.last = Some(answer);
+        }
+        self.last_error = Some(failed.error);
     }
 
     /// The credential of send `n` (counting from the random start): the channel's usable

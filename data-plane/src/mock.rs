@@ -40,94 +40,87 @@ pub async fn respond(
     if options.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(options.latency_ms)).await;
     }
-    let content = options.content.as_deref().unwrap_or(sim::DEFAULT_CONTENT);
     if let Some(status) = options.draw_failure(rng) {
-        let protocol = match request.endpoint.protocol() {
-            Protocol::OpenAi => sim::Protocol::OpenAi,
-            Protocol::Anthropic => sim::Protocol::Anthropic,
-            Protocol::Gemini => sim::Protocol::Gemini,
-        };
-        let body = sim::error_json(protocol, status.as_u16(), "simulated upstream failure");
-        return json_response(status, body);
+        return failure(request.endpoint, status);
     }
-    let model = request.model;
-    let n = options.stream_chunks.max(1);
-    let events = |events: Vec<String>| sse_response(events, options.chunk_gap_ms);
-    match (request.endpoint, request.stream) {
-        (Endpoint::ChatCompletions, false) => json_response(
-            StatusCode::OK,
-            sim::chat_completion_json_with_usage(model, content, request.prompt_tokens),
-        ),
-        (Endpoint::ChatCompletions, true) => events(sim::chat_chunks_with_usage(
-            model,
-            content,
-            n,
-            request.stream_usage.then_some(request.prompt_tokens),
-        )),
-        (Endpoint::Completions, false) => json_response(
-            StatusCode::OK,
-            sim::completion_json(model, content, request.prompt_tokens),
-        ),
-        (Endpoint::Completions, true) => events(sim::completion_chunks(model, content, n)),
-        (Endpoint::Embeddings, _) => json_response(
-            StatusCode::OK,
-            sim::embeddings_json(model, request.inputs.max(1)),
-        ),
-        (Endpoint::Responses, false) => json_response(
-            StatusCode::OK,
-            sim::response_json(model, content, request.prompt_tokens),
-        ),
-        (Endpoint::Responses, true) => events(sim::response_events(
-            model,
-            content,
-            n,
-            request.prompt_tokens,
-        )),
-        (Endpoint::Messages, false) => json_response(
-            StatusCode::OK,
-            sim::anthropic_message_json(model, content, request.prompt_tokens),
-        ),
-        (Endpoint::Messages, true) => events(sim::anthropic_events(
-            model,
-            content,
-            n,
-            request.prompt_tokens,
-        )),
-        (Endpoint::MessagesCountTokens, _) => json_response(
-            StatusCode::OK,
-            sim::anthropic_count_tokens_json(request.prompt_tokens),
-        ),
-        (Endpoint::GeminiGenerate, false) => json_response(
-            StatusCode::OK,
-            sim::gemini_response_json(
-                &sim::Answer::new(model, content).prompt_tokens(request.prompt_tokens),
-            ),
-        ),
-        (Endpoint::GeminiGenerate, true) => events(sim::gemini_events(
-            &sim::Answer::new(model, content).prompt_tokens(request.prompt_tokens),
-            n,
-        )),
-        (Endpoint::GeminiCountTokens, _) => json_response(
-            StatusCode::OK,
-            sim::gemini_count_tokens_json(request.prompt_tokens),
-        ),
-        (Endpoint::ImagesGenerations, _) => json_response(StatusCode::OK, sim::images_json(1)),
-        (Endpoint::AudioTranscriptions, _) => {
-            json_response(StatusCode::OK, sim::transcription_json(content))
+    let content = options.content.as_deref().unwrap_or(sim::DEFAULT_CONTENT);
+    if request.stream {
+        let chunks = options.stream_chunks.max(1);
+        if let Some(events) = stream_events(request, content, chunks) {
+            return sse_response(events, options.chunk_gap_ms);
         }
-        (Endpoint::AudioSpeech, _) => {
-            let mut headers = HeaderMap::new();
-            headers.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("audio/mpeg"),
-            );
-            UpstreamResponse {
-                status: StatusCode::OK,
-                headers,
-                body: Body::from(sim::speech_bytes()),
-            }
+    }
+    plain_answer(request, content)
+}
+
+/// A drawn failure: the error status with an error body in the client's protocol.
+fn failure(endpoint: Endpoint, status: StatusCode) -> UpstreamResponse {
+    let protocol = match endpoint.protocol() {
+        Protocol::OpenAi => sim::Protocol::OpenAi,
+        Protocol::Anthropic => sim::Protocol::Anthropic,
+        Protocol::Gemini => sim::Protocol::Gemini,
+    };
+    let body = sim::error_json(protocol, status.as_u16(), "simulated upstream failure");
+    json_response(status, body)
+}
+
+/// The events of a streamed answer in `n` content chunks; `None` for an endpoint that never
+/// streams (it gets its plain answer).
+fn stream_events(request: &MockRequest<'_>, content: &str, n: usize) -> Option<Vec<String>> {
+    let (model, prompt_tokens) = (request.model, request.prompt_tokens);
+    Some(match request.endpoint {
+        Endpoint::ChatCompletions => sim::chat_chunks_with_usage(
+            model,
+            content,
+            n,
+            request.stream_usage.then_some(prompt_tokens),
+        ),
+        Endpoint::Completions => sim::completion_chunks(model, content, n),
+        Endpoint::Responses => sim::response_events(model, content, n, prompt_tokens),
+        Endpoint::Messages => sim::anthropic_events(model, content, n, prompt_tokens),
+        Endpoint::GeminiGenerate => sim::gemini_events(
+            &sim::Answer::new(model, content).prompt_tokens(prompt_tokens),
+            n,
+        ),
+        _ => return None,
+    })
+}
+
+/// The answer of a request that does not stream (or of an endpoint that never does).
+fn plain_answer(request: &MockRequest<'_>, content: &str) -> UpstreamResponse {
+    let (model, prompt_tokens) = (request.model, request.prompt_tokens);
+    let body = match request.endpoint {
+        Endpoint::ChatCompletions => {
+            sim::chat_completion_json_with_usage(model, content, prompt_tokens)
         }
-        (Endpoint::Models, _) => json_response(StatusCode::OK, sim::models_json(&[model])),
+        Endpoint::Completions => sim::completion_json(model, content, prompt_tokens),
+        Endpoint::Embeddings => sim::embeddings_json(model, request.inputs.max(1)),
+        Endpoint::Responses => sim::response_json(model, content, prompt_tokens),
+        Endpoint::Messages => sim::anthropic_message_json(model, content, prompt_tokens),
+        Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(prompt_tokens),
+        Endpoint::GeminiGenerate => sim::gemini_response_json(
+            &sim::Answer::new(model, content).prompt_tokens(prompt_tokens),
+        ),
+        Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(prompt_tokens),
+        Endpoint::ImagesGenerations => sim::images_json(1),
+        Endpoint::AudioTranscriptions => sim::transcription_json(content),
+        Endpoint::AudioSpeech => return speech_response(),
+        Endpoint::Models => sim::models_json(&[model]),
+    };
+    json_response(StatusCode::OK, body)
+}
+
+/// Speech: audio bytes, not JSON.
+fn speech_response() -> UpstreamResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("audio/mpeg"),
+    );
+    UpstreamResponse {
+        status: StatusCode::OK,
+        headers,
+        body: Body::from(sim::speech_bytes()),
     }
 }
 

@@ -224,23 +224,12 @@ impl RequestRecord {
     /// Metrics and the log line. `stream` is `None` for a plain answer (its usage is in the
     /// trail).
     pub fn write(mut self, state: &AppState, stream: Option<StreamEnd>) {
-        let usage = stream
-            .map(|s| s.usage)
-            .or(self.trail.usage)
-            .unwrap_or_default();
-        // Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or
-        // when no channel served.
-        let served = self.trail.final_channel.is_some();
-        let cost_pico = self
-            .trail
-            .price
-            .as_ref()
-            .filter(|_| served)
-            .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens));
-        // The limits the request was admitted under learn what it really used.
         let reported = stream.map(|s| s.usage).or(self.trail.usage);
+        let usage = reported.unwrap_or_default();
+        let cost_pico = self.cost_pico(&usage);
         let succeeded =
             self.status < 400 && stream.is_none_or(|s| s.outcome == StreamOutcome::Completed);
+        // The limits the request was admitted under learn what it really used.
         for held in [self.trail.admitted.take(), self.trail.upstream_held.take()]
             .into_iter()
             .flatten()
@@ -248,6 +237,7 @@ impl RequestRecord {
             held.finish(reported, cost_pico, succeeded);
         }
         if let Some(on_finish) = self.trail.on_finish.take() {
+            let served = self.trail.final_channel.is_some();
             on_finish(
                 state,
                 Finished {
@@ -257,6 +247,28 @@ impl RequestRecord {
                 },
             );
         }
+        self.count(state, &usage, cost_pico);
+        if !switchyard_telemetry::record_enabled!() {
+            return;
+        }
+        let line = self.line(usage, cost_pico, stream);
+        switchyard_telemetry::record::write("switchyard_data_plane::request", "request", &line);
+    }
+
+    /// Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or
+    /// when no channel served.
+    fn cost_pico(&self, usage: &Usage) -> Option<u128> {
+        let served = self.trail.final_channel.is_some();
+        self.trail
+            .price
+            .as_ref()
+            .filter(|_| served)
+            .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens))
+    }
+
+    /// The request, spend and token metrics, and (fleet mode) the usage accounting of requests
+    /// that reached a channel.
+    fn count(&self, state: &AppState, usage: &Usage, cost_pico: Option<u128>) {
         let (route, channel, token) = (self.route(), self.channel(), self.token.as_deref());
         if let Some(cost) = cost_pico {
             state.metrics.spend(route, channel, cost);
@@ -266,8 +278,7 @@ impl RequestRecord {
             .request(self.endpoint, route, channel, self.status);
         state
             .metrics
-            .usage(route, channel, token.unwrap_or(""), &usage);
-        // Usage accounting (fleet mode): requests that reached a channel.
+            .usage(route, channel, token.unwrap_or(""), usage);
         if let (Some(reporter), Some(token)) = (&state.usage, token) {
             if !channel.is_empty() {
                 reporter.record(
@@ -278,16 +289,22 @@ impl RequestRecord {
                         channel: channel.to_owned(),
                         model: self.trail.final_model.clone().unwrap_or_default(),
                     },
-                    usage,
+                    *usage,
                     cost_pico,
                 );
             }
         }
-        if !switchyard_telemetry::record_enabled!() {
-            return;
-        }
+    }
+
+    /// The request's log line, borrowed from the record.
+    fn line(
+        &self,
+        usage: Usage,
+        cost_pico: Option<u128>,
+        stream: Option<StreamEnd>,
+    ) -> RequestLine<'_> {
         let trail = &self.trail;
-        let line = RequestLine {
+        RequestLine {
             request_id: &self.request_id,
             endpoint: self.endpoint.label(),
             protocol: self.endpoint.protocol().as_str(),
@@ -317,7 +334,6 @@ impl RequestRecord {
             latency_ms: self.started.elapsed().as_secs_f64() * 1000.0,
             trace_id: trail.trace.as_ref().map(|(trace, _)| trace.as_str()),
             span_id: trail.trace.as_ref().map(|(_, span)| span.as_str()),
-        };
-        switchyard_telemetry::record::write("switchyard_data_plane::request", "request", &line);
+        }
     }
 }

@@ -143,83 +143,119 @@ pub fn relay(
         done: false,
     };
     relay.first = Some(relay.passed(first));
-    Body::from_stream(futures_util::stream::unfold(relay, |mut r| async move {
-        if r.done {
+    Body::from_stream(futures_util::stream::unfold(relay, Relay::next))
+}
+
+/// What one read of the upstream body means for the client.
+enum Step {
+    /// Bytes for the client.
+    Send(Bytes),
+    /// Nothing for the client yet (an event still incomplete, or one that translates to
+    /// nothing): read on.
+    ReadOn,
+    /// The upstream's stream is complete: what is left for the client (maybe nothing).
+    Completed(Bytes),
+    /// The upstream broke, stalled or ended early: why, for the error event.
+    Broken(&'static str),
+    /// The gateway is shutting down and cuts its streams.
+    Shutdown,
+}
+
+impl Relay {
+    /// The stream's next piece for the client: the first chunk, then what the upstream sends,
+    /// until the stream has ended.
+    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, Relay)> {
+        if self.done {
             return None;
         }
-        if let Some(first) = r.first.take().filter(|first| !first.is_empty()) {
-            let first = r.out(first);
-            return Some((Ok::<_, std::io::Error>(first), r));
+        if let Some(first) = self.first.take().filter(|first| !first.is_empty()) {
+            let first = self.out(first);
+            return Some((Ok(first), self));
         }
-        loop {
-            let next = tokio::select! {
-                biased;
-                next = tokio::time::timeout(r.idle, next_data(&mut r.body)) => Some(next),
-                () = r.owner.state.streams_cut.cancelled() => None,
-            };
-            let Some(next) = next else {
-                // The gateway is shutting down: not the member's fault, nothing recorded.
-                let event = r
-                    .owner
-                    .error_event("the gateway is shutting down; the stream was ended");
-                let event = r.held_then(event);
-                let event = r.out(event);
-                r.end(StreamOutcome::Shutdown);
-                return Some((Ok(event), r));
-            };
-            let reason = match next {
-                Ok(Ok(Some(chunk))) => match r.translator.as_mut() {
-                    None => {
-                        let chunk = r.passed(chunk);
-                        if chunk.is_empty() {
-                            continue;
-                        }
-                        let chunk = r.out(chunk);
-                        return Some((Ok(chunk), r));
+        let bytes = loop {
+            match self.step().await {
+                Step::ReadOn => continue,
+                Step::Send(chunk) => break self.out(chunk),
+                Step::Completed(rest) => {
+                    let rest = self.out(rest);
+                    self.end(StreamOutcome::Completed);
+                    if rest.is_empty() {
+                        return None;
                     }
-                    Some(translator) => {
-                        let mut out = Vec::new();
-                        translator.push(&chunk, &mut out);
-                        if out.is_empty() {
-                            continue;
-                        }
-                        let out = r.out(Bytes::from(out));
-                        return Some((Ok(out), r));
-                    }
-                },
-                Ok(Ok(None)) => match r.translator.as_mut() {
-                    None => {
-                        let rest = r.held_then(Bytes::new());
-                        let rest = r.out(rest);
-                        r.end(StreamOutcome::Completed);
-                        if rest.is_empty() {
-                            return None;
-                        }
-                        return Some((Ok(rest), r));
-                    }
-                    Some(translator) if translator.upstream_done() => {
-                        let mut out = Vec::new();
-                        translator.finish(&mut out);
-                        let out = r.out(Bytes::from(out));
-                        r.end(StreamOutcome::Completed);
-                        if out.is_empty() {
-                            return None;
-                        }
-                        return Some((Ok(out), r));
-                    }
-                    // Ended without its protocol's final event: a cut, not an answer.
-                    Some(_) => "upstream stream ended before its final event",
-                },
-                Ok(Err(())) => "upstream stream interrupted",
-                Err(_) => "upstream stream idle timeout",
-            };
-            let event = r.owner.broken(reason);
-            let event = r.held_then(event);
-            let event = r.out(event);
-            r.end(StreamOutcome::UpstreamBroken);
-            return Some((Ok(event), r));
+                    break rest;
+                }
+                Step::Broken(reason) => {
+                    let event = self.owner.broken(reason);
+                    break self.last_event(event, StreamOutcome::UpstreamBroken);
+                }
+                Step::Shutdown => {
+                    // Not the member's fault: nothing recorded against it.
+                    let event = self
+                        .owner
+                        .error_event("the gateway is shutting down; the stream was ended");
+                    break self.last_event(event, StreamOutcome::Shutdown);
+                }
+            }
+        };
+        Some((Ok(bytes), self))
+    }
+
+    /// Reads the upstream once, within the idle timeout (or until the gateway cuts its
+    /// streams).
+    async fn step(&mut self) -> Step {
+        let next = tokio::select! {
+            biased;
+            next = tokio::time::timeout(self.idle, next_data(&mut self.body)) => next,
+            () = self.owner.state.streams_cut.cancelled() => return Step::Shutdown,
+        };
+        match next {
+            Ok(Ok(Some(chunk))) => self.chunk(chunk),
+            Ok(Ok(None)) => self.upstream_end(),
+            Ok(Err(())) => Step::Broken("upstream stream interrupted"),
+            Err(_) => Step::Broken("upstream stream idle timeout"),
         }
-    }))
+    }
+
+    /// An upstream chunk: passed on (or held, while an event is incomplete), or translated.
+    fn chunk(&mut self, chunk: Bytes) -> Step {
+        let out = match self.translator.as_mut() {
+            None => self.passed(chunk),
+            Some(translator) => {
+                let mut out = Vec::new();
+                translator.push(&chunk, &mut out);
+                Bytes::from(out)
+            }
+        };
+        if out.is_empty() {
+            Step::ReadOn
+        } else {
+            Step::Send(out)
+        }
+    }
+
+    /// The upstream's body ended: complete, with what is still held or the translation's last
+    /// events — unless a translated stream ended without its protocol's final event (a cut, not
+    /// an answer).
+    fn upstream_end(&mut self) -> Step {
+        match self.translator.as_mut() {
+            None => Step::Completed(self.held_then(Bytes::new())),
+            Some(translator) if translator.upstream_done() => {
+                let mut out = Vec::new();
+                translator.finish(&mut out);
+                Step::Completed(Bytes::from(out))
+            }
+            Some(_) => Step::Broken("upstream stream ended before its final event"),
+        }
+    }
+
+    /// The stream's last piece, an error event (after what a stripping scanner still held); the
+    /// stream ends with `outcome`.
+    fn last_event(&mut self, event: Bytes, outcome: StreamOutcome) -> Bytes {
+        let event = self.held_then(event);
+        let event = self.out(event);
+        self.end(outcome);
+        event
+    }
 }
 
 impl StreamOwner {

@@ -2,6 +2,7 @@
 //! headers, the per-request log line and metrics. Everything upstream-facing is in
 //! [`crate::failover`].
 
+use std::fmt::{Display, Write};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -13,8 +14,11 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
-use switchyard_engine::{wildcard_match, ScopeKind, SelectionConstraint, Token};
+use switchyard_engine::{
+    wildcard_match, ChannelId, MemberId, Route, ScopeKind, SelectionConstraint, Snapshot, Token,
+};
 use switchyard_provider::{ChatRequest, Protocol, TranslateError};
+use switchyard_state::StateDump;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -26,7 +30,7 @@ use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest};
 use crate::record::{RequestRecord, Trail};
 use crate::request::{
-    header_session_key, inspect_json_for, inspect_multipart, InspectError, PIN_HEADER,
+    header_session_key, inspect_json_for, inspect_multipart, InspectError, Inspected, PIN_HEADER,
 };
 use crate::shadow;
 use crate::snapshot::View;
@@ -167,7 +171,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it
 /// the fleet-wide in-flight count and whether its breaker is open.
 fn render_live_gauges(state: &AppState, out: &mut String) {
-    use std::fmt::Write;
     let _ = write!(
         out,
         "# HELP switchyard_shadow_pending Shadow copies queued or being sent, not yet compared.\n\
@@ -191,50 +194,7 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
         now.saturating_sub(view.installed_at_ms) as f64 / 1000.0
     );
     let dump = state.store.dump(now);
-    let in_flight = |id| {
-        dump.in_flight
-            .iter()
-            .find(|e| e.channel_id == id)
-            .map_or(0, |e| e.in_flight)
-    };
-    let open = |id| {
-        dump.channels
-            .iter()
-            .any(|c| c.channel_id == id && c.breaker_open)
-    };
-    out.push_str("# HELP switchyard_channel_in_flight Requests in flight per channel, fleet-wide.\n# TYPE switchyard_channel_in_flight gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_in_flight{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            in_flight(channel.id)
-        );
-    }
-    out.push_str("# HELP switchyard_channel_breaker_open 1 while the channel's breaker is open.\n# TYPE switchyard_channel_breaker_open gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_breaker_open{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            u8::from(open(channel.id))
-        );
-    }
-    let recovering_ms = |id| {
-        dump.recovering
-            .iter()
-            .find(|r| r.channel_id == id)
-            .map_or(0, |r| r.until.saturating_sub(now))
-    };
-    out.push_str("# HELP switchyard_channel_recovering_seconds Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).\n# TYPE switchyard_channel_recovering_seconds gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_recovering_seconds{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            recovering_ms(channel.id) as f64 / 1000.0
-        );
-    }
+    render_channel_gauges(out, &view.snapshot, &dump, now);
     // What this proxy's view holds of the shared state: the fleet's when it shares through Redis.
     let cooling = dump.cooldowns.iter().filter(|c| c.until > now).count();
     let _ = write!(
@@ -247,8 +207,76 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
          switchyard_sticky_bindings {}\n",
         dump.sticky_bindings
     );
-    // Room left under route and team limits (token-level detail stays out of labels).
-    let snapshot = &view.snapshot;
+    render_limit_gauges(state, &view.snapshot, now, out);
+}
+
+/// Per channel of the snapshot, as the store's dump has it: its fleet-wide in-flight count,
+/// whether its breaker is open, and what is left of its slow-start window.
+fn render_channel_gauges(out: &mut String, snapshot: &Snapshot, dump: &StateDump, now: u64) {
+    channel_gauge(
+        out,
+        snapshot,
+        "# HELP switchyard_channel_in_flight Requests in flight per channel, fleet-wide.\n# TYPE switchyard_channel_in_flight gauge\n",
+        "switchyard_channel_in_flight",
+        |id| {
+            dump.in_flight
+                .iter()
+                .find(|e| e.channel_id == id)
+                .map_or(0, |e| e.in_flight)
+        },
+    );
+    channel_gauge(
+        out,
+        snapshot,
+        "# HELP switchyard_channel_breaker_open 1 while the channel's breaker is open.\n# TYPE switchyard_channel_breaker_open gauge\n",
+        "switchyard_channel_breaker_open",
+        |id| {
+            let open = dump
+                .channels
+                .iter()
+                .any(|c| c.channel_id == id && c.breaker_open);
+            u8::from(open)
+        },
+    );
+    channel_gauge(
+        out,
+        snapshot,
+        "# HELP switchyard_channel_recovering_seconds Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).\n# TYPE switchyard_channel_recovering_seconds gauge\n",
+        "switchyard_channel_recovering_seconds",
+        |id| {
+            let left_ms = dump
+                .recovering
+                .iter()
+                .find(|r| r.channel_id == id)
+                .map_or(0, |r| r.until.saturating_sub(now));
+            left_ms as f64 / 1000.0
+        },
+    );
+}
+
+/// One gauge with a sample per channel of the snapshot: `help` (its HELP and TYPE lines), then
+/// `name{channel="…"} value` for each.
+fn channel_gauge<V: Display>(
+    out: &mut String,
+    snapshot: &Snapshot,
+    help: &str,
+    name: &str,
+    value: impl Fn(ChannelId) -> V,
+) {
+    out.push_str(help);
+    for channel in snapshot.channels() {
+        let _ = writeln!(
+            out,
+            "{name}{{channel=\"{}\"}} {}",
+            crate::metrics::escape(&channel.name),
+            value(channel.id)
+        );
+    }
+}
+
+/// Room left under route and team limits (token-level detail stays out of labels); nothing,
+/// not even the help lines, when there are none.
+fn render_limit_gauges(state: &AppState, snapshot: &Snapshot, now: u64, out: &mut String) {
     let shared = snapshot
         .limits()
         .iter()
@@ -544,8 +572,86 @@ async fn serve(
     let Some(view) = state.views.load_full() else {
         return Err(GatewayError::not_ready());
     };
+    let (token, received) = receive(&view, endpoint, path_model, request).await?;
+    let inspected = &received.inspected;
+    let route = view.snapshot.resolve_route(&inspected.model);
+    let translation = received.translation(&view, route);
+    let constraint = received.constraint(&view, token, route, translation.unsupported_providers)?;
+    let estimate = admission::estimate(received.body.len(), inspected.max_output_tokens);
+    let (admitted, rate) = match admit(state, &view, token, route, estimate).await {
+        Ok(admitted) => admitted,
+        Err((error, rate)) => {
+            let mut trail = Trail {
+                rate,
+                route: route.map(|r| (r.id, r.model_pattern.clone())),
+                ..Trail::default()
+            };
+            name_client(&mut trail, &view, token);
+            let response = error.into_response(endpoint.protocol());
+            return Ok((response, trail, inspected.model.clone()));
+        }
+    };
+    let request = ProxyRequest {
+        estimate,
+        endpoint,
+        inspected,
+        body: &received.body,
+        headers: &received.parts.headers,
+        query: received.query.as_deref(),
+        chat: translation.chat.as_ref(),
+        unsupported: &translation.unsupported,
+        constraint,
+        request_id,
+        started,
+        seed,
+    };
+    let (response, mut trail) = proxy(state, &view, request).await;
+    if !view.snapshot.shadows().is_empty() && shadow::Candidate::wanted(&view, endpoint, inspected)
+    {
+        // Offered to the shadow rules once the request has finished (a stream: at its end),
+        // never waited for.
+        let candidate = received.shadow_candidate(&view, seed, started, trail.answer.clone());
+        trail.on_finish = Some(Box::new(move |state, finished| {
+            candidate.offer(state, finished);
+        }));
+    }
+    trail.admitted = admitted;
+    trail.rate = rate;
+    name_client(&mut trail, &view, token);
+    Ok((response, trail, inspected.model.clone()))
+}
+
+/// A client request as the edge read it: its head, its body (within the size limit) and what
+/// inspecting the body found.
+struct Received {
+    endpoint: Endpoint,
+    parts: http::request::Parts,
+    body: Bytes,
+    inspected: Inspected,
+    /// The query string without credentials.
+    query: Option<String>,
+}
+
+/// The request's member-protocol translation, prepared before selection.
+struct Translation {
+    /// The request in neutral form, when a member of another protocol may need it.
+    chat: Option<ChatRequest>,
+    /// The providers whose members cannot express the request, marked for selection.
+    unsupported_providers: u8,
+    /// Per protocol (as [`Protocol::ALL`]): the feature it cannot express, if any.
+    unsupported: [Option<String>; 4],
+}
+
+/// Reads the client's request: its key authenticated (and not expired), its body read within
+/// the size limit and inspected.
+async fn receive<'v>(
+    view: &'v View,
+    endpoint: Endpoint,
+    path_model: Option<(&str, bool)>,
+    request: Request,
+) -> Result<(&'v Token, Received), GatewayError> {
     let (parts, body) = request.into_parts();
-    let token = authenticate(&view, &parts.headers, parts.uri.query())
+    let token = authenticate(view, &parts.headers, parts.uri.query())
         .ok_or_else(GatewayError::unauthorized)?;
     if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {
         return Err(GatewayError::TokenExpired {
@@ -553,45 +659,101 @@ async fn serve(
         });
     }
     let limit = view.snapshot.settings.max_request_body_bytes;
-    let declared = parts
-        .headers
+    let body = read_limited_body(&parts.headers, body, limit).await?;
+    let inspected = inspect(endpoint, &parts.headers, &body, path_model)?;
+    let query = wire::strip_key_param(parts.uri.query());
+    let received = Received {
+        endpoint,
+        parts,
+        body,
+        inspected,
+        query,
+    };
+    Ok((token, received))
+}
+
+/// The body, refused at once when its declared length is over `limit`, else read up to it.
+async fn read_limited_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Result<Bytes, GatewayError> {
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large(usize::try_from(limit).unwrap_or(usize::MAX)));
     }
-    let body = read_body(body, limit).await?;
+    read_body(body, limit).await
+}
+
+/// What the body says the request is (model, stream, needs…): a multipart form's fields, or
+/// a JSON body's (the model of a Gemini path taken from the path).
+fn inspect(
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &Bytes,
+    path_model: Option<(&str, bool)>,
+) -> Result<Inspected, GatewayError> {
     let inspected = if endpoint.multipart() {
-        let content_type = parts
-            .headers
+        let content_type = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        inspect_multipart(&body, content_type)
+        inspect_multipart(body, content_type)
     } else {
-        inspect_json_for(&body, path_model)
+        inspect_json_for(body, path_model)
     };
-    let inspected = inspected.map_err(|e| match e {
+    inspected.map_err(|e| match e {
         InspectError::Malformed(message) => GatewayError::InvalidJson(message),
         InspectError::MissingModel => GatewayError::MissingModel,
-    })?;
+    })
+}
 
-    // Parsed for translation only, and only when the route has a member of another protocol (a
-    // route whose members all speak the client's protocol passes the bytes through): a body the
-    // parser refuses still routes (and passes through to same-protocol members untouched);
-    // other protocols then cannot serve it.
-    let route = view.snapshot.resolve_route(&inspected.model);
-    let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, endpoint));
-    let translation = endpoint.translatable() && mixed;
-    let mut unparsable = None;
-    let chat = if translation {
-        let parsed = if endpoint == Endpoint::Responses {
-            ChatRequest::parse_responses(&body, &inspected.model, inspected.stream)
+impl Received {
+    /// The request prepared for members of another protocol, when the route has any.
+    ///
+    /// Parsed for translation only, and only when the route has a member of another protocol (a
+    /// route whose members all speak the client's protocol passes the bytes through): a body
+    /// the parser refuses still routes (and passes through to same-protocol members untouched);
+    /// other protocols then cannot serve it. Members of another protocol that cannot express
+    /// the request (an endpoint with no translation, such as embeddings or responses, at all)
+    /// are marked for selection: they are skipped, and when nothing else is left the client
+    /// gets a 400 naming what it asked for.
+    fn translation(&self, view: &View, route: Option<&Route>) -> Translation {
+        let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, self.endpoint));
+        if !mixed {
+            // No member of another protocol: nothing to mark (and nothing to format).
+            return Translation {
+                chat: None,
+                unsupported_providers: 0,
+                unsupported: [None, None, None, None],
+            };
+        }
+        let (chat, unparsable) = match self.endpoint.translatable().then(|| self.parse(view)) {
+            Some(Ok(chat)) => (Some(chat), None),
+            Some(Err(message)) => (None, Some(message)),
+            None => (None, None),
+        };
+        let (unsupported_providers, unsupported) =
+            wire::unsupported(self.endpoint, chat.as_ref(), unparsable.as_deref());
+        Translation {
+            chat,
+            unsupported_providers,
+            unsupported,
+        }
+    }
+
+    /// The request in neutral form, or why the parser refused it.
+    fn parse(&self, view: &View) -> Result<ChatRequest, String> {
+        let inspected = &self.inspected;
+        let parsed = if self.endpoint == Endpoint::Responses {
+            ChatRequest::parse_responses(&self.body, &inspected.model, inspected.stream)
         } else {
             ChatRequest::parse(
-                endpoint.protocol(),
-                &body,
+                self.endpoint.protocol(),
+                &self.body,
                 &inspected.model,
                 inspected.stream,
             )
@@ -603,121 +765,97 @@ async fn serve(
                 if view.snapshot.settings.responses_refuse_store && chat.asks_to_store() {
                     chat.keep_to_own_protocol("stored responses (`store`)");
                 }
-                Some(chat)
+                Ok(chat)
             }
             Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
-                unparsable = Some(message);
-                None
+                Err(message)
             }
         }
-    } else {
-        None
-    };
-    // Members of another protocol that cannot express the request (an endpoint with no
-    // translation, such as embeddings or responses, at all) are marked for selection: they are
-    // skipped, and when nothing else is left the client gets a 400 naming what it asked for.
-    let (unsupported_providers, unsupported) = if mixed {
-        wire::unsupported(endpoint, chat.as_ref(), unparsable.as_deref())
-    } else {
-        // No member of another protocol: nothing to mark (and nothing to format).
-        (0, [None, None, None, None])
-    };
-    let mut needs = inspected.needs;
-    needs.unsupported_providers = unsupported_providers;
-    let query = wire::strip_key_param(parts.uri.query());
-    let mut constraint = SelectionConstraint {
-        route_group: token.route_group_name.clone().or_else(|| {
-            parts
-                .headers
-                .get(GROUP_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        }),
-        team: token.team_id,
-        needs,
-        ..SelectionConstraint::default()
-    };
-    if let Some(pin) = parts.headers.get(PIN_HEADER) {
-        if !token.allow_pinning {
-            return Err(GatewayError::PinningNotAllowed);
-        }
-        let member = pin
-            .to_str()
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or(GatewayError::InvalidPin)?;
-        constraint.pinned_member = Some(member);
     }
-    let settings = &view.snapshot.settings;
-    let sticky_on = route.is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
-    if sticky_on && !constraint.is_pinned() {
-        constraint.session_key = parts
-            .headers
-            .get("x-session-id")
-            .and_then(|v| header_session_key(v.as_bytes()))
-            .or_else(|| inspected.body_session(&body));
-    }
-    let estimate = admission::estimate(body.len(), inspected.max_output_tokens);
-    let (admitted, rate) = match admit(state, &view, token, route, estimate).await {
-        Ok(admitted) => admitted,
-        Err((error, rate)) => {
-            let mut trail = Trail {
-                rate,
-                route: route.map(|r| (r.id, r.model_pattern.clone())),
-                ..Trail::default()
-            };
-            trail.token = Some(token.name.clone());
-            trail.team = token
-                .team_id
-                .and_then(|id| view.snapshot.team(id))
-                .map(|t| t.name.clone());
-            let response = error.into_response(endpoint.protocol());
-            return Ok((response, trail, inspected.model.clone()));
+
+    /// What selection must respect: the key's route group (else the client's group header), its
+    /// team, the request's needs, a pinned member, and the sticky session's key when the route
+    /// keeps sessions sticky.
+    fn constraint(
+        &self,
+        view: &View,
+        token: &Token,
+        route: Option<&Route>,
+        unsupported_providers: u8,
+    ) -> Result<SelectionConstraint, GatewayError> {
+        let headers = &self.parts.headers;
+        let mut needs = self.inspected.needs;
+        needs.unsupported_providers = unsupported_providers;
+        let mut constraint = SelectionConstraint {
+            route_group: token.route_group_name.clone().or_else(|| {
+                headers
+                    .get(GROUP_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            }),
+            team: token.team_id,
+            needs,
+            ..SelectionConstraint::default()
+        };
+        constraint.pinned_member = pinned_member(headers, token)?;
+        let settings = &view.snapshot.settings;
+        let sticky_on = route.is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
+        if sticky_on && !constraint.is_pinned() {
+            constraint.session_key = headers
+                .get("x-session-id")
+                .and_then(|v| header_session_key(v.as_bytes()))
+                .or_else(|| self.inspected.body_session(&self.body));
         }
-    };
-    let request = ProxyRequest {
-        estimate,
-        endpoint,
-        inspected: &inspected,
-        body: &body,
-        headers: &parts.headers,
-        query: query.as_deref(),
-        chat: chat.as_ref(),
-        unsupported: &unsupported,
-        constraint,
-        request_id,
-        started,
-        seed,
-    };
-    let (response, mut trail) = proxy(state, &view, request).await;
-    if !view.snapshot.shadows().is_empty() && shadow::Candidate::wanted(&view, endpoint, &inspected)
-    {
-        // Offered to the shadow rules once the request has finished (a stream: at its end),
-        // never waited for.
-        let candidate = shadow::Candidate {
-            view: Arc::clone(&view),
-            endpoint,
-            inspected: inspected.clone(),
-            body: body.clone(),
-            headers: parts.headers.clone(),
-            query: query.clone(),
+        Ok(constraint)
+    }
+
+    /// A copy of the request for the shadow rules, with when its answer started and the plain
+    /// answer's body.
+    fn shadow_candidate(
+        &self,
+        view: &Arc<View>,
+        seed: u64,
+        started: Instant,
+        answer: Option<Bytes>,
+    ) -> shadow::Candidate {
+        shadow::Candidate {
+            view: Arc::clone(view),
+            endpoint: self.endpoint,
+            inspected: self.inspected.clone(),
+            body: self.body.clone(),
+            headers: self.parts.headers.clone(),
+            query: self.query.clone(),
             seed,
             started,
             first_byte_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            answer: trail.answer.clone(),
-        };
-        trail.on_finish = Some(Box::new(move |state, finished| {
-            candidate.offer(state, finished);
-        }));
+            answer,
+        }
     }
-    trail.admitted = admitted;
-    trail.rate = rate;
+}
+
+/// The member the pin header names, for a key allowed to pin.
+fn pinned_member(headers: &HeaderMap, token: &Token) -> Result<Option<MemberId>, GatewayError> {
+    let Some(pin) = headers.get(PIN_HEADER) else {
+        return Ok(None);
+    };
+    if !token.allow_pinning {
+        return Err(GatewayError::PinningNotAllowed);
+    }
+    let member = pin
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or(GatewayError::InvalidPin)?;
+    Ok(Some(member))
+}
+
+/// The trail names the request's key and its team.
+fn name_client(trail: &mut Trail, view: &View, token: &Token) {
     trail.token = Some(token.name.clone());
     trail.team = token
         .team_id
         .and_then(|id| view.snapshot.team(id))
         .map(|t| t.name.clone());
-    Ok((response, trail, inspected.model.clone()))
 }
 
 /// The key's, its team's and the route's limits: admitted only when every hard one has room

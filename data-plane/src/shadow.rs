@@ -41,7 +41,7 @@ use crate::endpoint::Endpoint;
 use crate::record::Finished;
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::MOCK_CREDENTIAL;
+use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
 use crate::wire::{plan, ClientRequest};
 use crate::AppState;
 
@@ -389,43 +389,34 @@ struct ShadowSide {
     answer: Option<Bytes>,
 }
 
+impl ShadowSide {
+    /// A shadow call that failed, or could not be made, `started` ago.
+    fn failed(started: Instant) -> ShadowSide {
+        ShadowSide {
+            ok: false,
+            first_byte_ms: millis(started.elapsed()),
+            total_ms: millis(started.elapsed()),
+            usage: Usage::default(),
+            cost_pico: None,
+            answer: None,
+        }
+    }
+}
+
+/// Sends one copy to its rule's target (a credential of its channel, the same wire plan and
+/// attempt as live traffic): what it got, or a failure when the target cannot be called.
 async fn call(state: &AppState, job: &Job) -> ShadowSide {
     let started = Instant::now();
-    let failed = |started: Instant| ShadowSide {
-        ok: false,
-        first_byte_ms: millis(started.elapsed()),
-        total_ms: millis(started.elapsed()),
-        usage: Usage::default(),
-        cost_pico: None,
-        answer: None,
-    };
     let Some((channel, model)) = target(&job.view, &job.rule) else {
-        return failed(started);
+        return ShadowSide::failed(started);
     };
     let Some(runtime) = job.view.channel_runtime(channel.id) else {
-        return failed(started);
+        return ShadowSide::failed(started);
     };
-    let credential_id: CredentialId = channel
-        .credentials
-        .iter()
-        .filter(|c| c.enabled)
-        .map(|c| c.id)
-        .find(|id| runtime.credential(*id).is_some())
-        .unwrap_or(MOCK_CREDENTIAL);
-    let Some(credential) = runtime.credential(credential_id) else {
-        return failed(started);
+    let Some(credential) = runtime.credential(shadow_credential(channel, runtime)) else {
+        return ShadowSide::failed(started);
     };
-    let chat = if job.endpoint == Endpoint::Responses {
-        ChatRequest::parse_responses(&job.body, &job.inspected.model, job.inspected.stream).ok()
-    } else {
-        ChatRequest::parse(
-            job.endpoint.protocol(),
-            &job.body,
-            &job.inspected.model,
-            job.inspected.stream,
-        )
-        .ok()
-    };
+    let chat = parse_chat(job);
     let client = ClientRequest {
         endpoint: job.endpoint,
         inspected: &job.inspected,
@@ -434,7 +425,7 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
         chat: chat.as_ref(),
     };
     let Ok(wire) = plan(&client, channel, model) else {
-        return failed(started);
+        return ShadowSide::failed(started);
     };
     let settings = &job.view.snapshot.settings;
     let attempt = Attempt {
@@ -454,29 +445,69 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
     };
     let mut rng = SplitMix64::new(state.next_seed());
     match attempt.run(&mut rng).await {
-        Outcome::Committed(mut committed) => {
-            let first_byte_ms = millis(started.elapsed());
-            let (ok, usage) = match committed.first_chunk.take() {
-                None => (
-                    committed.response.status.is_success(),
-                    committed.usage.unwrap_or_default(),
-                ),
-                Some(first) => drain(job, &mut committed, first, started, settings).await,
-            };
-            let cost_pico =
-                job.view.snapshot.price(channel.id, model).map(|p| {
-                    p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
-                });
-            ShadowSide {
-                ok,
-                first_byte_ms,
-                total_ms: millis(started.elapsed()),
-                usage,
-                cost_pico,
-                answer: committed.answer,
-            }
-        }
-        Outcome::Failed(_) => failed(started),
+        Outcome::Committed(committed) => answered(job, channel, model, committed, started).await,
+        Outcome::Failed(_) => ShadowSide::failed(started),
+    }
+}
+
+/// The credential a shadow call uses: the channel's first enabled one this proxy can resolve
+/// (the mock credential when there is none).
+fn shadow_credential(channel: &Channel, runtime: &ChannelRuntime) -> CredentialId {
+    channel
+        .credentials
+        .iter()
+        .filter(|c| c.enabled)
+        .map(|c| c.id)
+        .find(|id| runtime.credential(*id).is_some())
+        .unwrap_or(MOCK_CREDENTIAL)
+}
+
+/// The copied request in neutral form, for a target of another protocol (`None` when it does
+/// not parse: only a target of the client's protocol can take it then).
+fn parse_chat(job: &Job) -> Option<ChatRequest> {
+    if job.endpoint == Endpoint::Responses {
+        ChatRequest::parse_responses(&job.body, &job.inspected.model, job.inspected.stream).ok()
+    } else {
+        ChatRequest::parse(
+            job.endpoint.protocol(),
+            &job.body,
+            &job.inspected.model,
+            job.inspected.stream,
+        )
+        .ok()
+    }
+}
+
+/// What a committed shadow call got: a plain answer as it is, a stream once read to its end;
+/// priced at the target's (channel, upstream model).
+async fn answered(
+    job: &Job,
+    channel: &Channel,
+    model: &str,
+    mut committed: crate::attempt::Committed,
+    started: Instant,
+) -> ShadowSide {
+    let settings = &job.view.snapshot.settings;
+    let first_byte_ms = millis(started.elapsed());
+    let (ok, usage) = match committed.first_chunk.take() {
+        None => (
+            committed.response.status.is_success(),
+            committed.usage.unwrap_or_default(),
+        ),
+        Some(first) => drain(job, &mut committed, first, started, settings).await,
+    };
+    let cost_pico = job
+        .view
+        .snapshot
+        .price(channel.id, model)
+        .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens));
+    ShadowSide {
+        ok,
+        first_byte_ms,
+        total_ms: millis(started.elapsed()),
+        usage,
+        cost_pico,
+        answer: committed.answer,
     }
 }
 
@@ -632,85 +663,107 @@ fn args_valid(v: &Value) -> bool {
 /// Reads an answer of `endpoint`'s protocol; `None` when it is not one.
 pub fn facts(endpoint: Endpoint, body: &[u8]) -> Option<Facts> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    let mut f = Facts::default();
     match endpoint {
-        Endpoint::ChatCompletions => {
-            let choice = v.get("choices")?.get(0)?;
-            f.finish_reason = choice.get("finish_reason").and_then(str_of);
-            let message = choice.get("message")?;
-            f.text = message.get("content").and_then(str_of).unwrap_or_default();
-            for call in message
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let function = call.get("function")?;
-                f.tools.push((
-                    function.get("name").and_then(str_of).unwrap_or_default(),
-                    function.get("arguments").is_some_and(args_valid),
-                ));
-            }
+        Endpoint::ChatCompletions => chat_completion_facts(&v),
+        Endpoint::Messages => message_facts(&v),
+        Endpoint::GeminiGenerate => gemini_facts(&v),
+        Endpoint::Responses => response_facts(&v),
+        _ => None,
+    }
+}
+
+/// An OpenAI chat completion: its first choice's message.
+fn chat_completion_facts(v: &Value) -> Option<Facts> {
+    let mut f = Facts::default();
+    let choice = v.get("choices")?.get(0)?;
+    f.finish_reason = choice.get("finish_reason").and_then(str_of);
+    let message = choice.get("message")?;
+    f.text = message.get("content").and_then(str_of).unwrap_or_default();
+    for call in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let function = call.get("function")?;
+        f.tools.push((
+            function.get("name").and_then(str_of).unwrap_or_default(),
+            function.get("arguments").is_some_and(args_valid),
+        ));
+    }
+    Some(f)
+}
+
+/// An Anthropic message: its text and tool-use blocks.
+fn message_facts(v: &Value) -> Option<Facts> {
+    let mut f = Facts {
+        finish_reason: v.get("stop_reason").and_then(str_of),
+        ..Facts::default()
+    };
+    for block in v.get("content")?.as_array()? {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => f.text.push_str(block.get("text")?.as_str()?),
+            Some("tool_use") => f.tools.push((
+                block.get("name").and_then(str_of).unwrap_or_default(),
+                block.get("input").is_some_and(args_valid),
+            )),
+            _ => {}
         }
-        Endpoint::Messages => {
-            f.finish_reason = v.get("stop_reason").and_then(str_of);
-            for block in v.get("content")?.as_array()? {
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => f.text.push_str(block.get("text")?.as_str()?),
-                    Some("tool_use") => f.tools.push((
-                        block.get("name").and_then(str_of).unwrap_or_default(),
-                        block.get("input").is_some_and(args_valid),
-                    )),
-                    _ => {}
-                }
-            }
+    }
+    Some(f)
+}
+
+/// A Gemini answer: its first candidate's text and function-call parts.
+fn gemini_facts(v: &Value) -> Option<Facts> {
+    let mut f = Facts::default();
+    let candidate = v.get("candidates")?.get(0)?;
+    f.finish_reason = candidate.get("finishReason").and_then(str_of);
+    for part in candidate
+        .get("content")
+        .and_then(|c| c.get("parts"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(text) = part.get("text").and_then(Value::as_str) {
+            f.text.push_str(text);
         }
-        Endpoint::GeminiGenerate => {
-            let candidate = v.get("candidates")?.get(0)?;
-            f.finish_reason = candidate.get("finishReason").and_then(str_of);
-            for part in candidate
-                .get("content")
-                .and_then(|c| c.get("parts"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(text) = part.get("text").and_then(Value::as_str) {
-                    f.text.push_str(text);
-                }
-                if let Some(call) = part.get("functionCall") {
-                    f.tools.push((
-                        call.get("name").and_then(str_of).unwrap_or_default(),
-                        call.get("args").is_none_or(args_valid),
-                    ));
-                }
-            }
+        if let Some(call) = part.get("functionCall") {
+            f.tools.push((
+                call.get("name").and_then(str_of).unwrap_or_default(),
+                call.get("args").is_none_or(args_valid),
+            ));
         }
-        Endpoint::Responses => {
-            f.finish_reason = v.get("status").and_then(str_of);
-            for item in v.get("output")?.as_array()? {
-                match item.get("type").and_then(Value::as_str) {
-                    Some("message") => {
-                        for part in item
-                            .get("content")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                        {
-                            if let Some(text) = part.get("text").and_then(Value::as_str) {
-                                f.text.push_str(text);
-                            }
-                        }
+    }
+    Some(f)
+}
+
+/// A Responses answer: its message items' text and its function calls.
+fn response_facts(v: &Value) -> Option<Facts> {
+    let mut f = Facts {
+        finish_reason: v.get("status").and_then(str_of),
+        ..Facts::default()
+    };
+    for item in v.get("output")?.as_array()? {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for part in item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(text) = part.get("text").and_then(Value::as_str) {
+                        f.text.push_str(text);
                     }
-                    Some("function_call") => f.tools.push((
-                        item.get("name").and_then(str_of).unwrap_or_default(),
-                        item.get("arguments").is_some_and(args_valid),
-                    )),
-                    _ => {}
                 }
             }
+            Some("function_call") => f.tools.push((
+                item.get("name").and_then(str_of).unwrap_or_default(),
+                item.get("arguments").is_some_and(args_valid),
+            )),
+            _ => {}
         }
-        _ => return None,
     }
     Some(f)
 }

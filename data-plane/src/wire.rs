@@ -81,44 +81,11 @@ pub fn plan(
 ) -> Result<Call, TranslateError> {
     let client_protocol = client.endpoint.protocol();
     let upstream = channel_protocol(channel.provider, client_protocol);
-    let stream = client.inspected.stream;
     if client.endpoint == Endpoint::Responses && channel.chat_completions_only() {
         return responses_as_chat_completions(client, upstream_model);
     }
     if upstream == client_protocol {
-        // Every request is accounted: an OpenAI stream is asked for its usage even when the
-        // client did not ask (and the usage chunk is then kept from the client).
-        let ask_usage =
-            client.endpoint == Endpoint::ChatCompletions && client.inspected.can_ask_stream_usage();
-        let (path, body) = match client_protocol {
-            Protocol::Gemini => (
-                gemini_path(upstream_model, gemini_action(client.endpoint, stream)),
-                client.body.clone(),
-            ),
-            _ => (
-                client.endpoint.path().to_owned(),
-                client
-                    .inspected
-                    .rewrite_with(client.body, upstream_model, ask_usage),
-            ),
-        };
-        let method = if client.endpoint == Endpoint::Models {
-            Method::GET
-        } else {
-            Method::POST
-        };
-        return Ok(Call {
-            method,
-            path,
-            query: client.query.map(str::to_owned),
-            body,
-            upstream,
-            client: client_protocol,
-            passthrough: true,
-            include_usage: false,
-            strip_usage_chunk: ask_usage,
-            local: None,
-        });
+        return Ok(passthrough(client, upstream_model));
     }
     let Some(chat) = client.chat else {
         return Err(TranslateError::Unsupported(format!(
@@ -139,25 +106,90 @@ pub fn plan(
         local: None,
     };
     if client.endpoint.is_count_tokens() {
-        match upstream {
-            Protocol::OpenAi => {
-                let estimate = chat.estimate_input_tokens();
-                call.local = Some(Bytes::from(count_tokens_response(
-                    client_protocol,
-                    estimate,
-                )));
-            }
-            Protocol::Anthropic => {
-                call.path = "/v1/messages/count_tokens".to_owned();
-                call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
-            }
-            Protocol::Gemini => {
-                call.path = gemini_path(upstream_model, "countTokens");
-                call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
-            }
-        }
-        return Ok(call);
+        plan_count_tokens(&mut call, chat, upstream_model)?;
+    } else {
+        plan_translated(&mut call, chat, client, upstream_model)?;
     }
+    Ok(call)
+}
+
+/// The client's protocol is the channel's: its bytes pass through, only the model rewritten
+/// (and an OpenAI chat stream asked for its usage).
+fn passthrough(client: &ClientRequest<'_>, upstream_model: &str) -> Call {
+    let client_protocol = client.endpoint.protocol();
+    // Every request is accounted: an OpenAI stream is asked for its usage even when the
+    // client did not ask (and the usage chunk is then kept from the client).
+    let ask_usage =
+        client.endpoint == Endpoint::ChatCompletions && client.inspected.can_ask_stream_usage();
+    let (path, body) = match client_protocol {
+        Protocol::Gemini => (
+            gemini_path(
+                upstream_model,
+                gemini_action(client.endpoint, client.inspected.stream),
+            ),
+            client.body.clone(),
+        ),
+        _ => (
+            client.endpoint.path().to_owned(),
+            client
+                .inspected
+                .rewrite_with(client.body, upstream_model, ask_usage),
+        ),
+    };
+    let method = if client.endpoint == Endpoint::Models {
+        Method::GET
+    } else {
+        Method::POST
+    };
+    Call {
+        method,
+        path,
+        query: client.query.map(str::to_owned),
+        body,
+        upstream: client_protocol,
+        client: client_protocol,
+        passthrough: true,
+        include_usage: false,
+        strip_usage_chunk: ask_usage,
+        local: None,
+    }
+}
+
+/// A count of tokens in the channel's protocol: Anthropic's and Gemini's endpoints, or the
+/// gateway's own estimate towards OpenAI (which has no such endpoint).
+fn plan_count_tokens(
+    call: &mut Call,
+    chat: &ChatRequest,
+    upstream_model: &str,
+) -> Result<(), TranslateError> {
+    let upstream = call.upstream;
+    match upstream {
+        Protocol::OpenAi => {
+            let estimate = chat.estimate_input_tokens();
+            call.local = Some(Bytes::from(count_tokens_response(call.client, estimate)));
+        }
+        Protocol::Anthropic => {
+            call.path = "/v1/messages/count_tokens".to_owned();
+            call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
+        }
+        Protocol::Gemini => {
+            call.path = gemini_path(upstream_model, "countTokens");
+            call.body = Bytes::from(chat.to_count_tokens_body(upstream, upstream_model)?);
+        }
+    }
+    Ok(())
+}
+
+/// The request translated into the channel's protocol, sent to its generation endpoint (a
+/// Gemini stream as server-sent events).
+fn plan_translated(
+    call: &mut Call,
+    chat: &ChatRequest,
+    client: &ClientRequest<'_>,
+    upstream_model: &str,
+) -> Result<(), TranslateError> {
+    let upstream = call.upstream;
+    let stream = client.inspected.stream;
     call.body =
         Bytes::from(chat.to_body(upstream, upstream_model, DEFAULT_ANTHROPIC_MAX_TOKENS)?);
     match upstream {
@@ -170,7 +202,7 @@ pub fn plan(
             }
         }
     }
-    Ok(call)
+    Ok(())
 }
 
 /// A Responses request for an OpenAI-compatible member without the Responses API: sent as Chat
