@@ -472,8 +472,15 @@ async fn a_dry_run_validates_shadow_changes_and_writes_nothing(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn config_plan_refuses_a_file_with_shadow_rules_rather_than_ignoring_them(pool: PgPool) {
+async fn config_plan_shows_the_shadow_rules_a_file_adds_and_removes(pool: PgPool) {
     let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    // The export holds the fleet's rule, by name, its target by member id.
+    let export = f.app.get("/api/v1/config").await;
+    assert!(
+        export.text.contains("shadows:\n- name: trial"),
+        "{}",
+        export.text
+    );
     let yaml = "channels:\n  - { name: live, provider: mock }\nroutes:\n  - model_pattern: m\n    members:\n      - { id: 1, channel: live }\nshadows:\n  - { name: t, model_pattern: m, target_member: 1, sample_percent: 5, max_rps: 1 }\n";
     let request = Request::builder()
         .method("POST")
@@ -486,9 +493,13 @@ async fn config_plan_refuses_a_file_with_shadow_rules_rather_than_ignoring_them(
     let status = response.status();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let body: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["error"]["param"], "shadows", "{body}");
-    // The export leaves them out (the API is where they live).
-    let export = f.app.get("/api/v1/config").await;
-    assert!(!export.text.contains("shadows"), "{}", export.text);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let shadows: Vec<(&str, &str)> = body["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["resource"] == "shadow")
+        .map(|c| (c["key"].as_str().unwrap(), c["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(shadows, [("t", "add"), ("trial", "remove")], "{body}");
 }

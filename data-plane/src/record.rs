@@ -166,8 +166,12 @@ pub struct StreamEnd {
 }
 
 /// Where a stream's record meets the stream's end: whichever arrives second writes the line.
+/// A stream a shadow rule sampled also keeps its chunks here, as they go out.
 #[derive(Default)]
-pub struct StreamSlot(Mutex<Slot>);
+pub struct StreamSlot {
+    slot: Mutex<Slot>,
+    gathered: std::sync::OnceLock<Arc<crate::shadow::Gathered>>,
+}
 
 #[derive(Default)]
 enum Slot {
@@ -183,9 +187,20 @@ impl StreamSlot {
         Arc::new(StreamSlot::default())
     }
 
+    /// From now on the chunks going out to the client are kept (before the body is first
+    /// polled: all of them).
+    pub fn gather(&self) -> Arc<crate::shadow::Gathered> {
+        Arc::clone(self.gathered.get_or_init(Default::default))
+    }
+
+    /// Where the chunks are kept, when they are.
+    pub fn gathering(&self) -> Option<&crate::shadow::Gathered> {
+        self.gathered.get().map(|g| &**g)
+    }
+
     /// The answer went out: keep the record until the stream ends (or write it now if it has).
     pub fn attach(&self, record: RequestRecord, state: &AppState) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::take(&mut *slot) {
             Slot::Ended(end) => {
                 *slot = Slot::Done;
@@ -199,7 +214,7 @@ impl StreamSlot {
 
     /// The stream ended; only the first end counts.
     pub fn end(&self, end: StreamEnd, state: &AppState) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::take(&mut *slot) {
             Slot::Record(record) => {
                 *slot = Slot::Done;

@@ -51,6 +51,9 @@ struct Relay {
 impl Relay {
     fn out(&mut self, chunk: Bytes) -> Bytes {
         self.bytes += chunk.len() as u64;
+        if let Some(gathered) = self.owner.slot.gathering() {
+            gathered.push(&chunk);
+        }
         chunk
     }
 

@@ -606,11 +606,14 @@ async fn serve(
         seed,
     };
     let (response, mut trail) = proxy(state, &view, request).await;
-    if !view.snapshot.shadows().is_empty() && shadow::Candidate::wanted(&view, endpoint, inspected)
+    if !view.snapshot.shadows().is_empty()
+        && shadow::Candidate::wanted(&view, endpoint, inspected, seed)
     {
         // Offered to the shadow rules once the request has finished (a stream: at its end),
-        // never waited for.
-        let candidate = received.shadow_candidate(&view, seed, started, trail.answer.clone());
+        // never waited for. A stream keeps its chunks from here on (its body is not polled yet).
+        let stream = trail.stream.as_ref().map(|slot| slot.gather());
+        let candidate =
+            received.shadow_candidate(&view, seed, started, trail.answer.clone(), stream);
         trail.on_finish = Some(Box::new(move |state, finished| {
             candidate.offer(state, finished);
         }));
@@ -817,6 +820,7 @@ impl Received {
         seed: u64,
         started: Instant,
         answer: Option<Bytes>,
+        stream: Option<Arc<shadow::Gathered>>,
     ) -> shadow::Candidate {
         shadow::Candidate {
             view: Arc::clone(view),
@@ -829,6 +833,7 @@ impl Received {
             started,
             first_byte_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             answer,
+            stream,
         }
     }
 }

@@ -17,10 +17,13 @@
 //! usage batches (`UsageBatch.shadows`) the control plane aggregates per rule and minute.
 //!
 //! Chat completions, messages, Gemini generate and Responses requests (not `background`) are
-//! shadowed, streamed or not; embeddings, images, audio and count-tokens never. A shadow stream
-//! is read to its end for its usage and timing and then dropped. The answers' contents are
-//! compared when both are plain answers (a stream's text is not gathered: that would cost the
-//! request path); for streams only status, latency, tokens and cost are.
+//! shadowed, streamed or not; embeddings, images, audio and count-tokens never. The sample draw
+//! is made when the request arrives (from the request's seed, the same draws the offer makes), so
+//! only a sampled request keeps a copy of itself. A sampled stream keeps the chunks the client
+//! got ([`Gathered`]: shared bytes, no copy, at most [`MAX_GATHERED`] bytes) and the shadow
+//! stream's are kept the same way; both are read back into text, finish reason and tool calls
+//! ([`StreamDigester`]) on the background task, never on the request path. A longer stream is
+//! compared on status, latency, tokens and cost only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -32,7 +35,7 @@ use switchyard_engine::{
     Channel, CredentialId, RandomSource, ShadowRule, ShadowTarget, SplitMix64, StopReason,
 };
 use switchyard_proto::{latency_bucket, ShadowCounts};
-use switchyard_provider::{ChatRequest, Usage, UsageScanner};
+use switchyard_provider::{ChatRequest, Protocol, SseDecoder, StreamDigester, Usage, UsageScanner};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{Duration, Instant};
 
@@ -49,6 +52,42 @@ use crate::AppState;
 pub const QUEUE_CAPACITY: usize = 256;
 /// Shadow calls in flight at once, at most.
 pub const MAX_IN_FLIGHT: usize = 32;
+/// The most bytes of one streamed answer kept for a comparison (each side).
+pub const MAX_GATHERED: usize = 1 << 20;
+
+/// The chunks of a streamed answer, kept for a comparison: shared bytes, at most
+/// [`MAX_GATHERED`] of them; a longer stream keeps nothing (and is not compared on content).
+#[derive(Default)]
+pub struct Gathered(Mutex<GatheredChunks>);
+
+#[derive(Default)]
+struct GatheredChunks {
+    chunks: Vec<Bytes>,
+    len: usize,
+    overflow: bool,
+}
+
+impl Gathered {
+    pub fn push(&self, chunk: &Bytes) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.overflow || chunk.is_empty() {
+            return;
+        }
+        if g.len + chunk.len() > MAX_GATHERED {
+            g.overflow = true;
+            g.chunks = Vec::new();
+            return;
+        }
+        g.len += chunk.len();
+        g.chunks.push(chunk.clone());
+    }
+
+    /// The chunks, unless the stream was too long.
+    pub fn take(&self) -> Option<Vec<Bytes>> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (!g.overflow).then(|| std::mem::take(&mut g.chunks))
+    }
+}
 
 /// The live side of a pair, as the client got it.
 #[derive(Debug, Clone)]
@@ -62,6 +101,8 @@ pub struct Live {
     pub cost_pico: Option<u128>,
     /// The plain answer's body (shared bytes), when it was a JSON answer.
     pub answer: Option<Bytes>,
+    /// A stream's chunks as the client got them (`None`: not a stream, or too long).
+    pub stream: Option<Vec<Bytes>>,
 }
 
 /// A request that may be shadowed, kept until it has finished (a stream: until its end).
@@ -77,19 +118,23 @@ pub struct Candidate {
     /// When the answer started (a committed stream's first chunk, or the whole plain answer).
     pub first_byte_ms: u64,
     pub answer: Option<Bytes>,
+    /// A stream's chunks, gathered as they go out to the client.
+    pub stream: Option<Arc<Gathered>>,
 }
 
 impl Candidate {
-    /// Whether any rule of `view` would look at a request for `model` now (the request path
-    /// keeps nothing for the others).
-    pub fn wanted(view: &View, endpoint: Endpoint, inspected: &Inspected) -> bool {
+    /// Whether a rule of `view` samples this request now: its copy is kept only then. The
+    /// draws are the ones [`Shadows`] makes when the request is offered (same seed, same order).
+    pub fn wanted(view: &View, endpoint: Endpoint, inspected: &Inspected, seed: u64) -> bool {
         let now = crate::unix_ms();
+        let mut rng = draws(seed);
         eligible(endpoint, inspected)
             && view
                 .snapshot
                 .shadows()
                 .iter()
-                .any(|r| r.applies(&inspected.model, now))
+                .filter(|r| r.applies(&inspected.model, now))
+                .any(|r| sampled(r, &mut rng))
     }
 
     /// The request finished: offers it to the rules.
@@ -101,6 +146,7 @@ impl Candidate {
             usage: finished.usage,
             cost_pico: finished.cost_pico,
             answer: self.answer.clone(),
+            stream: self.stream.as_ref().and_then(|g| g.take()),
         };
         state.shadows.offer(state, &self, &live);
     }
@@ -230,7 +276,7 @@ impl Shadows {
     fn offer(&self, state: &AppState, request: &Candidate, live: &Live) {
         let now_ms = crate::unix_ms();
         self.forget_removed(request.view.snapshot.shadows());
-        let mut rng = SplitMix64::new(request.seed ^ 0x5AD0_5AD0_5AD0_5AD0);
+        let mut rng = draws(request.seed);
         for rule in request.view.snapshot.shadows() {
             if !rule.applies(&request.inspected.model, now_ms) {
                 continue;
@@ -291,7 +337,7 @@ impl Shadows {
 
     /// The sample draw and the caps, for one rule.
     fn decide(&self, rule: &ShadowRule, now_ms: u64, rng: &mut impl RandomSource) -> Offer {
-        if rng.next_u64() % 10_000 >= u64::from(rule.sample_basis_points) {
+        if !sampled(rule, rng) {
             return Offer::NotSampled;
         }
         self.with_rule(rule, |s| {
@@ -335,6 +381,16 @@ impl Shadows {
             }
         });
     }
+}
+
+/// The sample draws of a request: one per rule that applies, in the snapshot's order.
+fn draws(seed: u64) -> SplitMix64 {
+    SplitMix64::new(seed ^ 0x5AD0_5AD0_5AD0_5AD0)
+}
+
+/// One rule's sample draw.
+fn sampled(rule: &ShadowRule, rng: &mut impl RandomSource) -> bool {
+    rng.next_u64() % 10_000 < u64::from(rule.sample_basis_points)
 }
 
 /// Sends the queued copies until the queue closes (the proxy's state is gone) or `shutdown`
@@ -387,6 +443,8 @@ struct ShadowSide {
     usage: Usage,
     cost_pico: Option<u128>,
     answer: Option<Bytes>,
+    /// A stream's chunks in the client's protocol (`None`: not a stream, or too long).
+    stream: Option<Vec<Bytes>>,
 }
 
 impl ShadowSide {
@@ -399,6 +457,7 @@ impl ShadowSide {
             usage: Usage::default(),
             cost_pico: None,
             answer: None,
+            stream: None,
         }
     }
 }
@@ -489,12 +548,17 @@ async fn answered(
 ) -> ShadowSide {
     let settings = &job.view.snapshot.settings;
     let first_byte_ms = millis(started.elapsed());
-    let (ok, usage) = match committed.first_chunk.take() {
+    let (ok, usage, stream) = match committed.first_chunk.take() {
         None => (
             committed.response.status.is_success(),
             committed.usage.unwrap_or_default(),
+            None,
         ),
-        Some(first) => drain(job, &mut committed, first, started, settings).await,
+        Some(first) => {
+            let gathered = Gathered::default();
+            let (ok, usage) = drain(job, &mut committed, first, started, settings, &gathered).await;
+            (ok, usage, gathered.take())
+        }
     };
     let cost_pico = job
         .view
@@ -508,17 +572,19 @@ async fn answered(
         usage,
         cost_pico,
         answer: committed.answer,
+        stream,
     }
 }
 
-/// Reads a committed shadow stream to its end (nothing is kept but its usage): whether it
-/// completed, and the usage it reported.
+/// Reads a committed shadow stream to its end, its chunks in the client's protocol into
+/// `gathered`: whether it completed, and the usage it reported.
 async fn drain(
     job: &Job,
     committed: &mut crate::attempt::Committed,
     first: Bytes,
     started: Instant,
     settings: &switchyard_engine::Settings,
+    gathered: &Gathered,
 ) -> (bool, Usage) {
     let deadline = started + Duration::from_millis(settings.request_timeout_ms);
     let idle = Duration::from_millis(settings.stream_idle_timeout_ms);
@@ -529,22 +595,30 @@ async fn drain(
     if let Some(scanner) = scanner.as_mut() {
         scanner.push(&first);
     }
-    let mut out = Vec::new();
+    // (A translated first chunk is in the client's protocol already.)
+    gathered.push(&first);
     let completed = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(idle.min(left), next_data(&mut committed.response.body)).await {
             Ok(Ok(Some(chunk))) => match committed.translator.as_mut() {
                 Some(translator) => {
-                    out.clear();
+                    let mut out = Vec::new();
                     translator.push(&chunk, &mut out);
+                    gathered.push(&Bytes::from(out));
                 }
                 None => {
                     if let Some(scanner) = scanner.as_mut() {
                         scanner.push(&chunk);
                     }
+                    gathered.push(&chunk);
                 }
             },
             Ok(Ok(None)) => {
+                if let Some(translator) = committed.translator.as_mut() {
+                    let mut out = Vec::new();
+                    translator.finish(&mut out);
+                    gathered.push(&Bytes::from(out));
+                }
                 break committed
                     .translator
                     .as_ref()
@@ -616,13 +690,14 @@ fn pair_counts(job: &Job, shadow: &ShadowSide) -> ShadowCounts {
             *n += 1;
         }
     }
-    if let (true, true, Some(a), Some(b)) = (
-        live.ok,
-        shadow.ok,
-        live.answer.as_deref(),
-        shadow.answer.as_deref(),
-    ) {
-        if let (Some(a), Some(b)) = (facts(job.endpoint, a), facts(job.endpoint, b)) {
+    if live.ok && shadow.ok {
+        let a = content(job.endpoint, live.answer.as_deref(), live.stream.as_deref());
+        let b = content(
+            job.endpoint,
+            shadow.answer.as_deref(),
+            shadow.stream.as_deref(),
+        );
+        if let (Some(a), Some(b)) = (a, b) {
             let cmp = compare(&a, &b, json_mode_asked(job.endpoint, &job.body));
             c.compared = 1;
             c.same_finish_reason = u64::from(cmp.same_finish_reason);
@@ -658,6 +733,62 @@ fn args_valid(v: &Value) -> bool {
         Value::Object(_) => true,
         _ => false,
     }
+}
+
+/// What is compared of one side: its plain answer, or its stream read back.
+fn content(endpoint: Endpoint, answer: Option<&[u8]>, stream: Option<&[Bytes]>) -> Option<Facts> {
+    match (answer, stream) {
+        (Some(answer), _) => facts(endpoint, answer),
+        (None, Some(chunks)) => stream_facts(endpoint, chunks),
+        (None, None) => None,
+    }
+}
+
+/// Reads a stream of `endpoint`'s protocol (in chunks as they went out); `None` when it held
+/// no answer. A Responses stream's `response.completed` event carries the whole response.
+pub fn stream_facts(endpoint: Endpoint, chunks: &[Bytes]) -> Option<Facts> {
+    let protocol = match endpoint {
+        Endpoint::Responses => return responses_stream_facts(chunks),
+        Endpoint::ChatCompletions => Protocol::OpenAi,
+        Endpoint::Messages => Protocol::Anthropic,
+        Endpoint::GeminiGenerate => Protocol::Gemini,
+        _ => return None,
+    };
+    let mut digester = StreamDigester::new(protocol);
+    for chunk in chunks {
+        digester.push(chunk);
+    }
+    let digest = digester.finish();
+    // A stream without a finish reason held no whole answer.
+    let finish_reason = Some(digest.finish_reason?);
+    Some(Facts {
+        text: digest.text,
+        finish_reason,
+        tools: digest
+            .tools
+            .into_iter()
+            .map(|(name, args)| {
+                // No argument deltas at all: a call without arguments.
+                let valid = args.trim().is_empty() || serde_json::from_str::<Value>(&args).is_ok();
+                (name, valid)
+            })
+            .collect(),
+    })
+}
+
+fn responses_stream_facts(chunks: &[Bytes]) -> Option<Facts> {
+    let mut decoder = SseDecoder::new();
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder.push_into(chunk, &mut events);
+    }
+    events.extend(decoder.finish());
+    events.iter().rev().find_map(|event| {
+        let v: Value = serde_json::from_str(&event.data).ok()?;
+        (v.get("type")?.as_str()? == "response.completed")
+            .then(|| v.get("response").and_then(response_facts))
+            .flatten()
+    })
 }
 
 /// Reads an answer of `endpoint`'s protocol; `None` when it is not one.
@@ -925,5 +1056,98 @@ mod tests {
             shadows.finished(&rule, ok, None);
         }
         assert_eq!(shadows.decide(&rule, 0, &mut rng), Offer::Stopped);
+    }
+
+    #[test]
+    fn a_request_is_kept_exactly_when_the_offer_samples_it() {
+        let yaml = "channels:\n  - { id: 1, name: sim, provider: mock }\nroutes:\n  - model_pattern: m\n    members:\n      - { id: 10, channel: sim }\nshadows:\n  - { name: a, model_pattern: m, target_member: 10, sample_percent: 30, max_rps: 100000 }\n  - { name: b, model_pattern: other, target_member: 10, sample_percent: 100, max_rps: 100000 }\n  - { name: c, model_pattern: '*', target_member: 10, sample_percent: 20, max_rps: 100000 }\n";
+        let parts = crate::config::parse_yaml(yaml, 1).unwrap();
+        let view = View::compile(Arc::new(switchyard_engine::Snapshot::new(parts)));
+        let mut inspected = Inspected::default();
+        inspected.model = "m".into();
+        let (shadows, _rx) = Shadows::new();
+        let (mut kept, mut agreed) = (0, 0);
+        for seed in 0..2_000u64 {
+            let wanted = Candidate::wanted(&view, Endpoint::ChatCompletions, &inspected, seed);
+            // The offer's draws: one per rule that applies, in order.
+            let mut rng = draws(seed);
+            let offered = view
+                .snapshot
+                .shadows()
+                .iter()
+                .filter(|r| r.applies("m", 0))
+                .map(|r| shadows.decide(r, 0, &mut rng))
+                .fold(false, |any, o| any | (o != Offer::NotSampled));
+            agreed += u32::from(wanted == offered);
+            kept += u32::from(wanted);
+        }
+        assert_eq!(agreed, 2_000);
+        // 1 - 0.7 * 0.8 = 44 % of the requests are sampled by one rule or both.
+        assert!((780..=980).contains(&kept), "{kept}");
+        // Never for an endpoint that is not shadowed, nor a background Responses request.
+        assert!(!(0..200).any(|seed| Candidate::wanted(
+            &view,
+            Endpoint::Embeddings,
+            &inspected,
+            seed
+        )));
+        let mut background = inspected.clone();
+        background.background = true;
+        assert!(!(0..200).any(|seed| Candidate::wanted(
+            &view,
+            Endpoint::Responses,
+            &background,
+            seed
+        )));
+    }
+
+    #[test]
+    fn a_gathered_stream_longer_than_the_cap_keeps_nothing() {
+        let g = Gathered::default();
+        g.push(&Bytes::from_static(b"data: 1\n\n"));
+        g.push(&Bytes::new());
+        g.push(&Bytes::from_static(b"data: 2\n\n"));
+        assert_eq!(g.take().unwrap().len(), 2);
+        let g = Gathered::default();
+        g.push(&Bytes::from(vec![b'x'; MAX_GATHERED]));
+        assert_eq!(g.take().unwrap().len(), 1, "exactly the cap is kept");
+        let g = Gathered::default();
+        g.push(&Bytes::from(vec![b'x'; MAX_GATHERED]));
+        g.push(&Bytes::from_static(b"y"));
+        g.push(&Bytes::from_static(b"z"));
+        assert_eq!(g.take(), None);
+    }
+
+    #[test]
+    fn streams_of_each_protocol_are_read_back_as_their_plain_answers_are() {
+        let chunks = |s: &str| {
+            vec![
+                Bytes::copy_from_slice(&s.as_bytes()[..7]),
+                Bytes::copy_from_slice(&s.as_bytes()[7..]),
+            ]
+        };
+        let openai = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi there\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t\",\"function\":{\"name\":\"get\",\"arguments\":\"{nope\"}}]}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        let f = stream_facts(Endpoint::ChatCompletions, &chunks(openai)).unwrap();
+        assert_eq!(f.text, "hi there");
+        assert_eq!(f.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(f.tools, vec![("get".to_owned(), false)]);
+        // A stream cut before its finish holds no answer.
+        let cut = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        assert_eq!(stream_facts(Endpoint::ChatCompletions, &chunks(cut)), None);
+        // A Responses stream: its completed event's response, read as a plain one.
+        let completed = serde_json::json!({"type": "response.completed", "response": {
+            "status": "completed", "output": [{"type": "message", "content": [
+                {"type": "output_text", "text": "done here"}]}]}});
+        let responses = format!("event: response.created\ndata: {{\"type\":\"response.created\"}}\n\nevent: response.completed\ndata: {completed}\n\n");
+        let plain = facts(
+            Endpoint::Responses,
+            completed["response"].to_string().as_bytes(),
+        );
+        let streamed = stream_facts(Endpoint::Responses, &chunks(&responses));
+        assert!(plain.is_some());
+        assert_eq!(streamed, plain);
+        assert_eq!(streamed.unwrap().text, "done here");
+        // Not a shadowed endpoint: nothing.
+        assert_eq!(stream_facts(Endpoint::Embeddings, &chunks(openai)), None);
     }
 }

@@ -193,11 +193,11 @@ async fn a_stream_is_shadowed_when_it_ends_and_embeddings_are_not() {
     // queued for the embeddings request.
     assert_eq!(proxy.state.shadows.pending(), 0);
     assert_eq!(finished(&proxy, "trial"), 1);
-    // The shadow stream was read to its end: its usage and cost are counted; the texts of
-    // streams are not compared.
+    // The shadow stream was read to its end: its usage and cost are counted, and both streams
+    // were read back and compared: the same finish, other words.
     let batch = usage.take_batch().unwrap();
     let r = &batch.shadows[0];
-    assert_eq!((r.pairs, r.live_ok, r.shadow_ok, r.compared), (1, 1, 1, 0));
+    assert_eq!((r.pairs, r.live_ok, r.shadow_ok, r.compared), (1, 1, 1, 1));
     assert!(
         r.shadow_output_tokens > 0 && r.live_output_tokens > 0,
         "{r:?}"
@@ -206,6 +206,10 @@ async fn a_stream_is_shadowed_when_it_ends_and_embeddings_are_not() {
         r.shadow_cost_pico_usd > 0 && r.shadow_unpriced == 0,
         "{r:?}"
     );
+    assert_eq!(r.same_finish_reason, 1, "{r:?}");
+    assert_eq!(r.same_tool_names, 1, "{r:?}");
+    assert!(r.similarity_milli_sum < 1000, "{r:?}");
+    assert!(r.length_ratio_milli_sum > 0, "{r:?}");
 }
 
 #[tokio::test]
@@ -250,15 +254,18 @@ async fn a_shadow_to_an_anthropic_target_is_translated_and_compared() {
     assert_eq!(live_usage, 1);
     assert!(batch.records.iter().all(|r| r.channel == "live"));
 
-    // A streamed request: the shadow streams from Anthropic, translated, read to its end.
+    // A streamed request: the shadow streams from Anthropic, translated into the client's
+    // protocol, read to its end and compared with the live stream: the same words and finish.
     let reply = post(&proxy, "/v1/chat/completions", common::CHAT_STREAM).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     until("the streamed shadow", || finished(&proxy, "to-claude") == 2).await;
     assert_eq!(shadowed(&proxy, "to-claude", "success"), 2);
     let batch = usage.take_batch().unwrap();
     let record = &batch.shadows[0];
-    assert_eq!((record.pairs, record.shadow_ok, record.compared), (1, 1, 0));
+    assert_eq!((record.pairs, record.shadow_ok, record.compared), (1, 1, 1));
     assert!(record.shadow_output_tokens > 0, "{record:?}");
+    assert_eq!(record.same_finish_reason, 1, "{record:?}");
+    assert_eq!(record.similarity_milli_sum, 1000, "{record:?}");
 }
 
 #[test]

@@ -21,8 +21,11 @@
 //!   deltas or function-call argument deltas in between), `response.completed` last.
 
 mod client;
+mod digest;
 mod responses;
 mod upstream;
+
+pub use digest::{StreamDigest, StreamDigester};
 
 use crate::protocol::Protocol;
 use crate::sse::{SseDecoder, SseEvent};
