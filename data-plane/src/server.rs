@@ -13,7 +13,8 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
-use switchyard_engine::{wildcard_match, ScopeKind, SelectionConstraint, Token};
+use switchyard_engine::{wildcard_match, ChannelId, ScopeKind, SelectionConstraint, Token};
+use switchyard_metrics::{Type, Writer};
 use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -167,28 +168,25 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it
 /// the fleet-wide in-flight count and whether its breaker is open.
 fn render_live_gauges(state: &AppState, out: &mut String) {
-    use std::fmt::Write;
-    let _ = write!(
-        out,
-        "# HELP switchyard_shadow_pending Shadow copies queued or being sent, not yet compared.\n\
-         # TYPE switchyard_shadow_pending gauge\n\
-         switchyard_shadow_pending {}\n",
-        state.shadows.pending()
+    let w = &mut Writer::new(out);
+    w.gauge(
+        "switchyard_shadow_pending",
+        "Shadow copies queued or being sent, not yet compared.",
+        state.shadows.pending(),
     );
     let Some(view) = state.views.load_full() else {
         return;
     };
     let now = crate::unix_ms();
-    let _ = write!(
-        out,
-        "# HELP switchyard_snapshot_revision Revision of the snapshot in use.\n\
-         # TYPE switchyard_snapshot_revision gauge\n\
-         switchyard_snapshot_revision {}\n\
-         # HELP switchyard_snapshot_age_seconds Seconds since this proxy installed the snapshot in use.\n\
-         # TYPE switchyard_snapshot_age_seconds gauge\n\
-         switchyard_snapshot_age_seconds {}\n",
+    w.gauge(
+        "switchyard_snapshot_revision",
+        "Revision of the snapshot in use.",
         view.snapshot.revision,
-        now.saturating_sub(view.installed_at_ms) as f64 / 1000.0
+    )
+    .gauge(
+        "switchyard_snapshot_age_seconds",
+        "Seconds since this proxy installed the snapshot in use.",
+        now.saturating_sub(view.installed_at_ms) as f64 / 1000.0,
     );
     let dump = state.store.dump(now);
     let in_flight = |id| {
@@ -202,50 +200,45 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
             .iter()
             .any(|c| c.channel_id == id && c.breaker_open)
     };
-    out.push_str("# HELP switchyard_channel_in_flight Requests in flight per channel, fleet-wide.\n# TYPE switchyard_channel_in_flight gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_in_flight{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            in_flight(channel.id)
-        );
-    }
-    out.push_str("# HELP switchyard_channel_breaker_open 1 while the channel's breaker is open.\n# TYPE switchyard_channel_breaker_open gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_breaker_open{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            u8::from(open(channel.id))
-        );
-    }
     let recovering_ms = |id| {
         dump.recovering
             .iter()
             .find(|r| r.channel_id == id)
             .map_or(0, |r| r.until.saturating_sub(now))
     };
-    out.push_str("# HELP switchyard_channel_recovering_seconds Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).\n# TYPE switchyard_channel_recovering_seconds gauge\n");
-    for channel in view.snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "switchyard_channel_recovering_seconds{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            recovering_ms(channel.id) as f64 / 1000.0
-        );
-    }
+    // One gauge per channel of the snapshot.
+    let mut per_channel = |name: &str, help: &str, value: &dyn Fn(ChannelId) -> f64| {
+        w.header(name, Type::Gauge, help);
+        for channel in view.snapshot.channels() {
+            w.sample(name, &[("channel", &channel.name)], value(channel.id));
+        }
+    };
+    per_channel(
+        "switchyard_channel_in_flight",
+        "Requests in flight per channel, fleet-wide.",
+        &|id| f64::from(in_flight(id)),
+    );
+    per_channel(
+        "switchyard_channel_breaker_open",
+        "1 while the channel's breaker is open.",
+        &|id| f64::from(u8::from(open(id))),
+    );
+    per_channel(
+        "switchyard_channel_recovering_seconds",
+        "Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).",
+        &|id| recovering_ms(id) as f64 / 1000.0,
+    );
     // What this proxy's view holds of the shared state: the fleet's when it shares through Redis.
     let cooling = dump.cooldowns.iter().filter(|c| c.until > now).count();
-    let _ = write!(
-        out,
-        "# HELP switchyard_members_cooling Members in cooldown, as this proxy sees them.\n\
-         # TYPE switchyard_members_cooling gauge\n\
-         switchyard_members_cooling {cooling}\n\
-         # HELP switchyard_sticky_bindings Sticky session bindings this proxy knows.\n\
-         # TYPE switchyard_sticky_bindings gauge\n\
-         switchyard_sticky_bindings {}\n",
-        dump.sticky_bindings
+    w.gauge(
+        "switchyard_members_cooling",
+        "Members in cooldown, as this proxy sees them.",
+        cooling,
+    )
+    .gauge(
+        "switchyard_sticky_bindings",
+        "Sticky session bindings this proxy knows.",
+        dump.sticky_bindings,
     );
     // Room left under route and team limits (token-level detail stays out of labels).
     let snapshot = &view.snapshot;
@@ -263,19 +256,25 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
             _ => snapshot.team(key.scope_id).map(|t| t.name.as_str()),
         };
         let Some(name) = name else { continue };
+        const REMAINING: &str = "switchyard_limit_remaining";
         if header {
-            out.push_str("# HELP switchyard_limit_remaining Room left under each route and team limit, as this proxy sees it (spend in micro-USD).\n# TYPE switchyard_limit_remaining gauge\n");
+            w.header(
+                REMAINING,
+                Type::Gauge,
+                "Room left under each route and team limit, as this proxy sees it (spend in micro-USD).",
+            );
             header = false;
         }
         let status = state.store.limit_status(&rule.limit, now);
-        let _ = writeln!(
-            out,
-            "switchyard_limit_remaining{{scope=\"{}\",name=\"{}\",metric=\"{}\",window=\"{}\"}} {}",
-            key.scope.as_str(),
-            crate::metrics::escape(name),
-            key.metric.as_str(),
-            key.window.as_str(),
-            status.remaining
+        w.sample(
+            REMAINING,
+            &[
+                ("scope", key.scope.as_str()),
+                ("name", name),
+                ("metric", key.metric.as_str()),
+                ("window", key.window.as_str()),
+            ],
+            status.remaining,
         );
     }
 }
