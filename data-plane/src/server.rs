@@ -246,6 +246,7 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
         .limits()
         .iter()
         .filter(|r| matches!(r.limit.key.scope, ScopeKind::Route | ScopeKind::Team));
+    const REMAINING: &str = "switchyard_limit_remaining";
     let mut header = true;
     for rule in shared {
         let key = rule.limit.key;
@@ -256,7 +257,6 @@ fn render_live_gauges(state: &AppState, out: &mut String) {
             _ => snapshot.team(key.scope_id).map(|t| t.name.as_str()),
         };
         let Some(name) = name else { continue };
-        const REMAINING: &str = "switchyard_limit_remaining";
         if header {
             w.header(
                 REMAINING,
