@@ -1,24 +1,23 @@
-//! Prometheus metrics, rendered by hand in the text exposition format (a few counters and gauges
-//! do not justify a metrics framework).
+//! The control plane's Prometheus metrics: plain atomics and one labelled family, written
+//! through `switchyard-metrics`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use switchyard_metrics::{Family, Type, Writer};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    /// (method, matched route, status) → count. Every key part comes from a fixed set (see
-    /// [`method_label`], [`route_label`]), so unauthenticated clients cannot grow this map.
-    requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
+    /// By method, matched route and status. Every label comes from a fixed set (see
+    /// [`method_label`], [`route_label`]), so unauthenticated clients cannot grow this family.
+    requests: Family<3>,
     snapshot_revision: AtomicU64,
     compiles: AtomicU64,
     compile_failures: AtomicU64,
@@ -33,6 +32,32 @@ pub struct Metrics {
     usage_records: AtomicU64,
     usage_dropped: AtomicU64,
     usage_refused_figures: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            requests: Family::new(
+                "switchyard_cp_http_requests_total",
+                "Admin API requests by method, route and status.",
+                ["method", "route", "status"],
+            ),
+            snapshot_revision: AtomicU64::default(),
+            compiles: AtomicU64::default(),
+            compile_failures: AtomicU64::default(),
+            last_compile_micros: AtomicU64::default(),
+            watch_streams: AtomicI64::default(),
+            grpc_handshake_timeouts: AtomicU64::default(),
+            database_up: AtomicBool::default(),
+            usage_applied: AtomicU64::default(),
+            usage_duplicate: AtomicU64::default(),
+            usage_invalid: AtomicU64::default(),
+            usage_failed: AtomicU64::default(),
+            usage_records: AtomicU64::default(),
+            usage_dropped: AtomicU64::default(),
+            usage_refused_figures: AtomicU64::default(),
+        }
+    }
 }
 
 /// The actor the access log records for a response, set by authentication on every answer it
@@ -106,87 +131,55 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn request(&self, method: &'static str, route: &str, status: u16) {
-        if let Ok(mut requests) = self.requests.lock() {
-            let key = (method, route.to_owned(), status);
-            *requests.entry(key).or_default() += 1;
-        }
+    fn request(&self, method: &'static str, route: &str, status: StatusCode) {
+        self.requests.add([method, route, status.as_str()], 1);
     }
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_cp_http_requests_total Admin API requests by method, route and status.\n\
-             # TYPE switchyard_cp_http_requests_total counter"
+        let w = &mut Writer::new(&mut out);
+        self.requests.render(w);
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        w.gauge(
+            "switchyard_cp_snapshot_revision",
+            "Revision of the latest published snapshot.",
+            load(&self.snapshot_revision),
+        )
+        .counter(
+            "switchyard_cp_snapshot_compiles_total",
+            "Snapshot compilations.",
+            load(&self.compiles),
+        )
+        .counter(
+            "switchyard_cp_snapshot_compile_failures_total",
+            "Failed snapshot compilations.",
+            load(&self.compile_failures),
+        )
+        .gauge(
+            "switchyard_cp_snapshot_compile_seconds",
+            "Duration of the last snapshot compilation.",
+            format_args!("{:.6}", load(&self.last_compile_micros) as f64 / 1e6),
+        )
+        .gauge(
+            "switchyard_cp_watch_streams",
+            "Open gRPC snapshot watch streams.",
+            self.watch_streams.load(Ordering::Relaxed),
+        )
+        .counter(
+            "switchyard_cp_grpc_handshake_timeouts_total",
+            "gRPC connections closed for carrying no authenticated request within the handshake deadline.",
+            load(&self.grpc_handshake_timeouts),
+        )
+        .gauge(
+            "switchyard_cp_database_up",
+            "1 when the snapshot listener is connected to Postgres.",
+            u8::from(self.database_up()),
         );
-        if let Ok(requests) = self.requests.lock() {
-            for ((method, route, status), count) in requests.iter() {
-                let _ = writeln!(
-                    out,
-                    "switchyard_cp_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {count}"
-                );
-            }
-        }
-        let gauges: [(&str, &str, &str, String); 7] = [
-            (
-                "switchyard_cp_snapshot_revision",
-                "gauge",
-                "Revision of the latest published snapshot.",
-                self.snapshot_revision.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "switchyard_cp_snapshot_compiles_total",
-                "counter",
-                "Snapshot compilations.",
-                self.compiles.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "switchyard_cp_snapshot_compile_failures_total",
-                "counter",
-                "Failed snapshot compilations.",
-                self.compile_failures.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "switchyard_cp_snapshot_compile_seconds",
-                "gauge",
-                "Duration of the last snapshot compilation.",
-                format!(
-                    "{:.6}",
-                    self.last_compile_micros.load(Ordering::Relaxed) as f64 / 1e6
-                ),
-            ),
-            (
-                "switchyard_cp_watch_streams",
-                "gauge",
-                "Open gRPC snapshot watch streams.",
-                self.watch_streams.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "switchyard_cp_grpc_handshake_timeouts_total",
-                "counter",
-                "gRPC connections closed for carrying no authenticated request within the handshake deadline.",
-                self.grpc_handshake_timeouts
-                    .load(Ordering::Relaxed)
-                    .to_string(),
-            ),
-            (
-                "switchyard_cp_database_up",
-                "gauge",
-                "1 when the snapshot listener is connected to Postgres.",
-                u8::from(self.database_up()).to_string(),
-            ),
-        ];
-        for (name, kind, help, value) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_cp_usage_batches_total Usage batches reported by proxies, by outcome.\n\
-             # TYPE switchyard_cp_usage_batches_total counter"
+        const BATCHES: &str = "switchyard_cp_usage_batches_total";
+        w.header(
+            BATCHES,
+            Type::Counter,
+            "Usage batches reported by proxies, by outcome.",
         );
         for (outcome, counter) in [
             ("applied", &self.usage_applied),
@@ -194,35 +187,23 @@ impl Metrics {
             ("invalid", &self.usage_invalid),
             ("failed", &self.usage_failed),
         ] {
-            let _ = writeln!(
-                out,
-                "switchyard_cp_usage_batches_total{{outcome=\"{outcome}\"}} {}",
-                counter.load(Ordering::Relaxed)
-            );
+            w.sample(BATCHES, &[("outcome", outcome)], load(counter));
         }
-        for (name, help, counter) in [
-            (
-                "switchyard_cp_usage_records_total",
-                "Usage rows added to by applied batches.",
-                &self.usage_records,
-            ),
-            (
-                "switchyard_cp_usage_dropped_requests_total",
-                "Requests proxies left out of usage accounting (their buffer was full).",
-                &self.usage_dropped,
-            ),
-            (
-                "switchyard_cp_usage_refused_figures_total",
-                "Figures of proxies' usage reports not taken because no request can have them.",
-                &self.usage_refused_figures,
-            ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                counter.load(Ordering::Relaxed)
-            );
-        }
+        w.counter(
+            "switchyard_cp_usage_records_total",
+            "Usage rows added to by applied batches.",
+            load(&self.usage_records),
+        )
+        .counter(
+            "switchyard_cp_usage_dropped_requests_total",
+            "Requests proxies left out of usage accounting (their buffer was full).",
+            load(&self.usage_dropped),
+        )
+        .counter(
+            "switchyard_cp_usage_refused_figures_total",
+            "Figures of proxies' usage reports not taken because no request can have them.",
+            load(&self.usage_refused_figures),
+        );
         out
     }
 }
@@ -292,7 +273,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
             span.record("otel.status_code", "ERROR");
         }
     }
-    metrics.request(method, &route, status);
+    metrics.request(method, &route, response.status());
     response
 }
 

@@ -1,16 +1,12 @@
-//! Prometheus metrics, hand-rolled: plain atomics, text exposition on demand. Label values are
-//! either fixed sets (endpoint, status class, outcome) or names from the configuration (route
-//! patterns, channel and token names), never request content, so every family is bounded by the
-//! snapshot. Labelled families take a read lock and a hash lookup per update; a new series takes
-//! the write lock once.
+//! The proxy's own counters and histograms (plain atomics, through `switchyard-metrics`). Label
+//! values are either fixed sets (endpoint, status class, outcome) or names from the configuration
+//! (route patterns, channel and token names), never request content, so every family is bounded
+//! by the snapshot.
 
-use std::fmt::Write;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
 
-use hashbrown::{Equivalent, HashMap};
 use switchyard_engine::fxhash::FxBuildHasher;
+use switchyard_metrics::{Histogram, Writer};
 
 use crate::endpoint::Endpoint;
 
@@ -40,167 +36,18 @@ impl AttemptOutcome {
     }
 }
 
-/// Upper bounds in seconds.
-const LATENCY_BUCKETS: [f64; 12] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// Upper bounds in microseconds (exposed in seconds: 5 ms to 30 s).
+const LATENCY_BUCKETS: [u64; 12] = [
+    5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000,
+    10_000_000, 30_000_000,
 ];
-const OVERHEAD_BUCKETS: [f64; 10] = [
-    0.000_025, 0.000_05, 0.000_1, 0.000_15, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01,
-];
+/// The same, 25 µs to 10 ms.
+const OVERHEAD_BUCKETS: [u64; 10] = [25, 50, 100, 150, 250, 500, 1_000, 2_500, 5_000, 10_000];
 
-pub struct Histogram<const N: usize> {
-    bounds: [f64; N],
-    counts: [AtomicU64; N],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl<const N: usize> Histogram<N> {
-    fn new(bounds: [f64; N]) -> Self {
-        Histogram {
-            bounds,
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe_micros(&self, micros: u64) {
-        let secs = micros as f64 / 1e6;
-        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
-            self.counts[i].fetch_add(1, Relaxed);
-        }
-        self.count.fetch_add(1, Relaxed);
-        self.sum_micros.fetch_add(micros, Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            cumulative += count.load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let total = self.count.load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
-        let _ = writeln!(
-            out,
-            "{name}_sum {}",
-            self.sum_micros.load(Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{name}_count {total}");
-    }
-}
-
-/// The label values of one series, owned.
-#[derive(Debug, PartialEq, Eq)]
-struct Labels<const L: usize>([Box<str>; L]);
-
-/// The same, borrowed: looked up without allocating.
-struct LabelsRef<'a, const L: usize>([&'a str; L]);
-
-impl<const L: usize> Hash for Labels<L> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for v in &self.0 {
-            state.write(v.as_bytes());
-            state.write_u8(0xff);
-        }
-    }
-}
-
-impl<const L: usize> Hash for LabelsRef<'_, L> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for v in &self.0 {
-            state.write(v.as_bytes());
-            state.write_u8(0xff);
-        }
-    }
-}
-
-impl<const L: usize> Equivalent<Labels<L>> for LabelsRef<'_, L> {
-    fn equivalent(&self, key: &Labels<L>) -> bool {
-        self.0.iter().zip(key.0.iter()).all(|(a, b)| *a == &**b)
-    }
-}
-
-/// A counter family with `L` labels.
-pub struct Family<const L: usize> {
-    name: &'static str,
-    help: &'static str,
-    labels: [&'static str; L],
-    /// Label values come from the configuration (route patterns, channel and token names) and
-    /// fixed sets, never from what a client sends, so a fast non-keyed hash is safe here.
-    series: RwLock<HashMap<Labels<L>, AtomicU64, FxBuildHasher>>,
-}
-
-impl<const L: usize> Family<L> {
-    fn new(name: &'static str, help: &'static str, labels: [&'static str; L]) -> Self {
-        Family {
-            name,
-            help,
-            labels,
-            series: RwLock::new(HashMap::with_hasher(FxBuildHasher::default())),
-        }
-    }
-
-    pub fn add(&self, values: [&str; L], n: u64) {
-        let key = LabelsRef(values);
-        {
-            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(counter) = series.get(&key) {
-                counter.fetch_add(n, Relaxed);
-                return;
-            }
-        }
-        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
-        let owned = Labels(values.map(Box::from));
-        series
-            .entry(owned)
-            .or_insert_with(|| AtomicU64::new(0))
-            .fetch_add(n, Relaxed);
-    }
-
-    fn render(&self, out: &mut String) {
-        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP {} {}\n# TYPE {} counter",
-            self.name, self.help, self.name
-        );
-        let mut lines: Vec<String> = series
-            .iter()
-            .map(|(labels, value)| {
-                let mut line = format!("{}{{", self.name);
-                for (i, (name, v)) in self.labels.iter().zip(labels.0.iter()).enumerate() {
-                    if i > 0 {
-                        line.push(',');
-                    }
-                    let _ = write!(line, "{name}=\"{}\"", escape(v));
-                }
-                let _ = write!(line, "}} {}", value.load(Relaxed));
-                line
-            })
-            .collect();
-        lines.sort();
-        for line in lines {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-}
-
-/// A label value in the exposition format: backslash, quote and newline escaped.
-pub fn escape(value: &str) -> std::borrow::Cow<'_, str> {
-    if !value.contains(['\\', '"', '\n']) {
-        return std::borrow::Cow::Borrowed(value);
-    }
-    std::borrow::Cow::Owned(
-        value
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n"),
-    )
-}
+/// A counter family of this proxy. Label values come from the configuration (route patterns,
+/// channel and token names) and fixed sets, never from what a client sends, so a fast non-keyed
+/// hash is safe here.
+pub type Family<const L: usize> = switchyard_metrics::Family<L, FxBuildHasher>;
 
 pub struct Metrics {
     /// `endpoint`, `route` (pattern; empty before routing), final `channel` (empty when no
@@ -334,13 +181,14 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        self.requests.render(&mut out);
-        self.attempts.render(&mut out);
-        self.tokens.render(&mut out);
-        self.spend.render(&mut out);
-        self.limit_refusals.render(&mut out);
-        self.soft_crossings.render(&mut out);
-        self.shadow_requests.render(&mut out);
+        let w = &mut Writer::new(&mut out);
+        self.requests.render(w);
+        self.attempts.render(w);
+        self.tokens.render(w);
+        self.spend.render(w);
+        self.limit_refusals.render(w);
+        self.soft_crossings.render(w);
+        self.shadow_requests.render(w);
         for (name, help, value) in [
             (
                 "switchyard_shadow_queue_drops_total",
@@ -378,19 +226,15 @@ impl Metrics {
                 &self.sticky_escapes,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Relaxed)
-            );
+            w.counter(name, help, value.load(Relaxed));
         }
         self.upstream_latency.render(
-            &mut out,
+            w,
             "switchyard_upstream_latency_seconds",
             "Upstream latency per attempt (time to response headers, first byte for streams).",
         );
         self.gateway_overhead.render(
-            &mut out,
+            w,
             "switchyard_gateway_overhead_seconds",
             "Time the gateway itself added to a request (total minus upstream time).",
         );

@@ -2,7 +2,6 @@
 //! headers, the per-request log line and metrics. Everything upstream-facing is in
 //! [`crate::failover`].
 
-use std::fmt::{Display, Write};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -17,6 +16,7 @@ use serde_json::json;
 use switchyard_engine::{
     wildcard_match, ChannelId, MemberId, Route, ScopeKind, SelectionConstraint, Snapshot, Token,
 };
+use switchyard_metrics::{Type, Writer};
 use switchyard_provider::{ChatRequest, Protocol, TranslateError};
 use switchyard_state::StateDump;
 use tokio::time::Instant;
@@ -171,116 +171,95 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 /// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it
 /// the fleet-wide in-flight count and whether its breaker is open.
 fn render_live_gauges(state: &AppState, out: &mut String) {
-    let _ = write!(
-        out,
-        "# HELP switchyard_shadow_pending Shadow copies queued or being sent, not yet compared.\n\
-         # TYPE switchyard_shadow_pending gauge\n\
-         switchyard_shadow_pending {}\n",
-        state.shadows.pending()
+    let w = &mut Writer::new(out);
+    w.gauge(
+        "switchyard_shadow_pending",
+        "Shadow copies queued or being sent, not yet compared.",
+        state.shadows.pending(),
     );
     let Some(view) = state.views.load_full() else {
         return;
     };
     let now = crate::unix_ms();
-    let _ = write!(
-        out,
-        "# HELP switchyard_snapshot_revision Revision of the snapshot in use.\n\
-         # TYPE switchyard_snapshot_revision gauge\n\
-         switchyard_snapshot_revision {}\n\
-         # HELP switchyard_snapshot_age_seconds Seconds since this proxy installed the snapshot in use.\n\
-         # TYPE switchyard_snapshot_age_seconds gauge\n\
-         switchyard_snapshot_age_seconds {}\n",
+    w.gauge(
+        "switchyard_snapshot_revision",
+        "Revision of the snapshot in use.",
         view.snapshot.revision,
-        now.saturating_sub(view.installed_at_ms) as f64 / 1000.0
+    )
+    .gauge(
+        "switchyard_snapshot_age_seconds",
+        "Seconds since this proxy installed the snapshot in use.",
+        now.saturating_sub(view.installed_at_ms) as f64 / 1000.0,
     );
     let dump = state.store.dump(now);
-    render_channel_gauges(out, &view.snapshot, &dump, now);
+    render_channel_gauges(w, &view.snapshot, &dump, now);
     // What this proxy's view holds of the shared state: the fleet's when it shares through Redis.
     let cooling = dump.cooldowns.iter().filter(|c| c.until > now).count();
-    let _ = write!(
-        out,
-        "# HELP switchyard_members_cooling Members in cooldown, as this proxy sees them.\n\
-         # TYPE switchyard_members_cooling gauge\n\
-         switchyard_members_cooling {cooling}\n\
-         # HELP switchyard_sticky_bindings Sticky session bindings this proxy knows.\n\
-         # TYPE switchyard_sticky_bindings gauge\n\
-         switchyard_sticky_bindings {}\n",
-        dump.sticky_bindings
+    w.gauge(
+        "switchyard_members_cooling",
+        "Members in cooldown, as this proxy sees them.",
+        cooling,
+    )
+    .gauge(
+        "switchyard_sticky_bindings",
+        "Sticky session bindings this proxy knows.",
+        dump.sticky_bindings,
     );
-    render_limit_gauges(state, &view.snapshot, now, out);
+    render_limit_gauges(state, &view.snapshot, now, w);
 }
 
 /// Per channel of the snapshot, as the store's dump has it: its fleet-wide in-flight count,
 /// whether its breaker is open, and what is left of its slow-start window.
-fn render_channel_gauges(out: &mut String, snapshot: &Snapshot, dump: &StateDump, now: u64) {
-    channel_gauge(
-        out,
-        snapshot,
-        "# HELP switchyard_channel_in_flight Requests in flight per channel, fleet-wide.\n# TYPE switchyard_channel_in_flight gauge\n",
+fn render_channel_gauges(w: &mut Writer<'_>, snapshot: &Snapshot, dump: &StateDump, now: u64) {
+    let in_flight = |id| {
+        dump.in_flight
+            .iter()
+            .find(|e| e.channel_id == id)
+            .map_or(0, |e| e.in_flight)
+    };
+    let open = |id| {
+        dump.channels
+            .iter()
+            .any(|c| c.channel_id == id && c.breaker_open)
+    };
+    let recovering_ms = |id| {
+        dump.recovering
+            .iter()
+            .find(|r| r.channel_id == id)
+            .map_or(0, |r| r.until.saturating_sub(now))
+    };
+    // One gauge per channel of the snapshot.
+    let mut per_channel = |name: &str, help: &str, value: &dyn Fn(ChannelId) -> f64| {
+        w.header(name, Type::Gauge, help);
+        for channel in snapshot.channels() {
+            w.sample(name, &[("channel", &channel.name)], value(channel.id));
+        }
+    };
+    per_channel(
         "switchyard_channel_in_flight",
-        |id| {
-            dump.in_flight
-                .iter()
-                .find(|e| e.channel_id == id)
-                .map_or(0, |e| e.in_flight)
-        },
+        "Requests in flight per channel, fleet-wide.",
+        &|id| f64::from(in_flight(id)),
     );
-    channel_gauge(
-        out,
-        snapshot,
-        "# HELP switchyard_channel_breaker_open 1 while the channel's breaker is open.\n# TYPE switchyard_channel_breaker_open gauge\n",
+    per_channel(
         "switchyard_channel_breaker_open",
-        |id| {
-            let open = dump
-                .channels
-                .iter()
-                .any(|c| c.channel_id == id && c.breaker_open);
-            u8::from(open)
-        },
+        "1 while the channel's breaker is open.",
+        &|id| f64::from(u8::from(open(id))),
     );
-    channel_gauge(
-        out,
-        snapshot,
-        "# HELP switchyard_channel_recovering_seconds Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).\n# TYPE switchyard_channel_recovering_seconds gauge\n",
+    per_channel(
         "switchyard_channel_recovering_seconds",
-        |id| {
-            let left_ms = dump
-                .recovering
-                .iter()
-                .find(|r| r.channel_id == id)
-                .map_or(0, |r| r.until.saturating_sub(now));
-            left_ms as f64 / 1000.0
-        },
+        "Seconds left of the channel's slow-start window after a passed probe (0 when not recovering).",
+        &|id| recovering_ms(id) as f64 / 1000.0,
     );
-}
-
-/// One gauge with a sample per channel of the snapshot: `help` (its HELP and TYPE lines), then
-/// `name{channel="…"} value` for each.
-fn channel_gauge<V: Display>(
-    out: &mut String,
-    snapshot: &Snapshot,
-    help: &str,
-    name: &str,
-    value: impl Fn(ChannelId) -> V,
-) {
-    out.push_str(help);
-    for channel in snapshot.channels() {
-        let _ = writeln!(
-            out,
-            "{name}{{channel=\"{}\"}} {}",
-            crate::metrics::escape(&channel.name),
-            value(channel.id)
-        );
-    }
 }
 
 /// Room left under route and team limits (token-level detail stays out of labels); nothing,
 /// not even the help lines, when there are none.
-fn render_limit_gauges(state: &AppState, snapshot: &Snapshot, now: u64, out: &mut String) {
+fn render_limit_gauges(state: &AppState, snapshot: &Snapshot, now: u64, w: &mut Writer<'_>) {
     let shared = snapshot
         .limits()
         .iter()
         .filter(|r| matches!(r.limit.key.scope, ScopeKind::Route | ScopeKind::Team));
+    const REMAINING: &str = "switchyard_limit_remaining";
     let mut header = true;
     for rule in shared {
         let key = rule.limit.key;
@@ -292,18 +271,23 @@ fn render_limit_gauges(state: &AppState, snapshot: &Snapshot, now: u64, out: &mu
         };
         let Some(name) = name else { continue };
         if header {
-            out.push_str("# HELP switchyard_limit_remaining Room left under each route and team limit, as this proxy sees it (spend in micro-USD).\n# TYPE switchyard_limit_remaining gauge\n");
+            w.header(
+                REMAINING,
+                Type::Gauge,
+                "Room left under each route and team limit, as this proxy sees it (spend in micro-USD).",
+            );
             header = false;
         }
         let status = state.store.limit_status(&rule.limit, now);
-        let _ = writeln!(
-            out,
-            "switchyard_limit_remaining{{scope=\"{}\",name=\"{}\",metric=\"{}\",window=\"{}\"}} {}",
-            key.scope.as_str(),
-            crate::metrics::escape(name),
-            key.metric.as_str(),
-            key.window.as_str(),
-            status.remaining
+        w.sample(
+            REMAINING,
+            &[
+                ("scope", key.scope.as_str()),
+                ("name", name),
+                ("metric", key.metric.as_str()),
+                ("window", key.window.as_str()),
+            ],
+            status.remaining,
         );
     }
 }

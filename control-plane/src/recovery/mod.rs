@@ -34,6 +34,7 @@ use sqlx::PgPool;
 use switchyard_engine::{
     Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot,
 };
+use switchyard_metrics::{Type, Writer};
 use switchyard_state::ChannelState;
 use switchyard_upstream::{probe_model, Due, HttpClient, ProbeSchedules};
 use tokio_util::sync::CancellationToken;
@@ -175,43 +176,40 @@ impl Recovery {
 
     /// `switchyard_cp_recovery_*` lines for `/metrics`.
     pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+        let w = &mut Writer::new(out);
         for (name, kind, help, value) in [
             (
                 "switchyard_cp_recovery_leader",
-                "gauge",
+                Type::Gauge,
                 "1 while this replica runs the recovery probes (holds the advisory lock).",
                 u64::from(self.is_leader()),
             ),
             (
                 "switchyard_cp_recovery_rounds_total",
-                "counter",
+                Type::Counter,
                 "Recovery probe rounds run by this replica.",
                 self.rounds(),
             ),
             (
                 "switchyard_cp_recovery_probes_passed_total",
-                "counter",
+                Type::Counter,
                 "Channels whose recovery probe passed.",
                 self.probes_passed.load(Ordering::Relaxed),
             ),
             (
                 "switchyard_cp_recovery_probes_failed_total",
-                "counter",
+                Type::Counter,
                 "Channels whose recovery probe failed on every credential.",
                 self.probes_failed.load(Ordering::Relaxed),
             ),
             (
                 "switchyard_cp_breakers_recorded_total",
-                "counter",
+                Type::Counter,
                 "Open breakers recorded as auto_disabled channels.",
                 self.breakers_recorded.load(Ordering::Relaxed),
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+            w.single(name, kind, help, value);
         }
     }
 

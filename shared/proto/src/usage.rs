@@ -14,12 +14,12 @@
 //! batch in flight (at most `batch_keys` records).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use switchyard_metrics::{Type, Writer};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -325,24 +325,22 @@ impl UsageBuffer {
 
     /// Renders the reporting counters in the Prometheus text format.
     pub fn render_metrics(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_usage_pending_keys Usage aggregates waiting to be reported to the control plane.\n\
-             # TYPE switchyard_usage_pending_keys gauge\n\
-             switchyard_usage_pending_keys {}",
-            self.pending_keys()
-        );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_usage_dropped_requests_total Requests left out of usage accounting (buffer full or batch refused).\n\
-             # TYPE switchyard_usage_dropped_requests_total counter\n\
-             switchyard_usage_dropped_requests_total {}",
-            self.dropped_requests()
-        );
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_usage_batches_total Usage batches by outcome (a failed batch is retried).\n\
-             # TYPE switchyard_usage_batches_total counter"
+        const BATCHES: &str = "switchyard_usage_batches_total";
+        let w = &mut Writer::new(out);
+        w.gauge(
+            "switchyard_usage_pending_keys",
+            "Usage aggregates waiting to be reported to the control plane.",
+            self.pending_keys(),
+        )
+        .counter(
+            "switchyard_usage_dropped_requests_total",
+            "Requests left out of usage accounting (buffer full or batch refused).",
+            self.dropped_requests(),
+        )
+        .header(
+            BATCHES,
+            Type::Counter,
+            "Usage batches by outcome (a failed batch is retried).",
         );
         for (outcome, counter) in [
             ("sent", &self.batches_sent),
@@ -350,18 +348,16 @@ impl UsageBuffer {
             ("failed", &self.batches_failed),
             ("rejected", &self.batches_rejected),
         ] {
-            let _ = writeln!(
-                out,
-                "switchyard_usage_batches_total{{outcome=\"{outcome}\"}} {}",
-                counter.load(Ordering::Relaxed)
+            w.sample(
+                BATCHES,
+                &[("outcome", outcome)],
+                counter.load(Ordering::Relaxed),
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP switchyard_usage_records_sent_total Usage records acknowledged by the control plane.\n\
-             # TYPE switchyard_usage_records_sent_total counter\n\
-             switchyard_usage_records_sent_total {}",
-            self.records_sent.load(Ordering::Relaxed)
+        w.counter(
+            "switchyard_usage_records_sent_total",
+            "Usage records acknowledged by the control plane.",
+            self.records_sent.load(Ordering::Relaxed),
         );
     }
 }

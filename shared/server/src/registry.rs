@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use switchyard_metrics::Writer;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -91,7 +92,6 @@ impl Stats {
     /// Appends the counters in the Prometheus text format under `names` (another port served
     /// through a [`Registry`] names its own).
     pub fn render_as(&self, out: &mut String, names: &MetricNames) {
-        use std::fmt::Write;
         let r = &self.0;
         let MetricNames {
             what,
@@ -101,29 +101,24 @@ impl Stats {
             evicted,
             accept_errors,
         } = names;
-        let _ = write!(
-            out,
-            "# HELP {open} {what} open now.\n\
-             # TYPE {open} gauge\n\
-             {open} {}\n\
-             # HELP {max} The connection cap in force.\n\
-             # TYPE {max} gauge\n\
-             {max} {}\n\
-             # HELP {refused} Connections refused at the cap (every connection busy).\n\
-             # TYPE {refused} counter\n\
-             {refused} {}\n\
-             # HELP {evicted} Idle connections closed to admit a new one at the cap.\n\
-             # TYPE {evicted} counter\n\
-             {evicted} {}\n\
-             # HELP {accept_errors} Failed accepts (e.g. out of descriptors).\n\
-             # TYPE {accept_errors} counter\n\
-             {accept_errors} {}\n",
-            self.open(),
-            r.max,
-            r.refused.load(Relaxed),
-            r.evicted.load(Relaxed),
-            r.accept_errors.load(Relaxed),
-        );
+        Writer::new(out)
+            .gauge(open, &format!("{what} open now."), self.open())
+            .gauge(max, "The connection cap in force.", r.max)
+            .counter(
+                refused,
+                "Connections refused at the cap (every connection busy).",
+                r.refused.load(Relaxed),
+            )
+            .counter(
+                evicted,
+                "Idle connections closed to admit a new one at the cap.",
+                r.evicted.load(Relaxed),
+            )
+            .counter(
+                accept_errors,
+                "Failed accepts (e.g. out of descriptors).",
+                r.accept_errors.load(Relaxed),
+            );
     }
 }
 

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use switchyard_metrics::{Histogram, Writer};
 
 /// Bucket upper bounds of the lag histogram, in microseconds (Prometheus `le`, in seconds).
-pub(crate) const BUCKETS_US: [u64; 14] = [
+const BUCKETS_US: [u64; 14] = [
     1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
     5_000_000, 10_000_000, 30_000_000,
 ];
@@ -25,32 +26,33 @@ pub(crate) fn now_us() -> u64 {
 }
 
 /// A lock-free histogram of propagation lags, plus a window (max, count) reset at each report.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LagHistogram {
-    /// Per bucket (not cumulative); the last slot is `+Inf`.
-    counts: [AtomicU64; BUCKETS_US.len() + 1],
-    sum_us: AtomicU64,
+    histogram: Histogram<{ BUCKETS_US.len() }>,
     window_max_us: AtomicU64,
     window_count: AtomicU64,
 }
 
+impl Default for LagHistogram {
+    fn default() -> LagHistogram {
+        LagHistogram {
+            histogram: Histogram::new(BUCKETS_US),
+            window_max_us: AtomicU64::new(0),
+            window_count: AtomicU64::new(0),
+        }
+    }
+}
+
 impl LagHistogram {
     pub(crate) fn observe(&self, lag_us: u64) {
-        let slot = BUCKETS_US
-            .iter()
-            .position(|b| lag_us <= *b)
-            .unwrap_or(BUCKETS_US.len());
-        if let Some(c) = self.counts.get(slot) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        self.sum_us.fetch_add(lag_us, Ordering::Relaxed);
+        self.histogram.observe_micros(lag_us);
         self.window_max_us.fetch_max(lag_us, Ordering::Relaxed);
         self.window_count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Total observations.
     pub(crate) fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        self.histogram.count()
     }
 
     /// Takes the window since the previous call: (updates, max lag µs).
@@ -63,18 +65,7 @@ impl LagHistogram {
 
     /// Appends the Prometheus histogram `name` (seconds).
     pub(crate) fn render(&self, out: &mut String, name: &str, help: &str) {
-        use std::fmt::Write as _;
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0u64;
-        for (bound, c) in BUCKETS_US.iter().zip(&self.counts) {
-            cumulative += c.load(Ordering::Relaxed);
-            let le = *bound as f64 / 1e6;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
-        }
-        let total = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+        self.histogram.render(&mut Writer::new(out), name, help);
     }
 }
 

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
+use switchyard_metrics::{Type, Writer};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -767,62 +768,59 @@ impl StateStore for RedisStore {
     }
 
     fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
         let s = self.stats();
+        let w = &mut Writer::new(out);
         for (name, kind, help, value) in [
             (
                 "switchyard_redis_errors_total",
-                "counter",
+                Type::Counter,
                 "Failed Redis calls (the proxy kept serving from its local view).",
                 s.redis_errors_total,
             ),
             (
                 "switchyard_redis_connected",
-                "gauge",
+                Type::Gauge,
                 "1 while the state store's writer is connected to Redis.",
                 u64::from(s.connected),
             ),
             (
                 "switchyard_redis_batches_total",
-                "counter",
+                Type::Counter,
                 "Pipelined write batches sent to Redis.",
                 s.batches_total,
             ),
             (
                 "switchyard_redis_scripts_total",
-                "counter",
+                Type::Counter,
                 "State scripts run in Redis.",
                 s.scripts_total,
             ),
             (
                 "switchyard_redis_notifications_applied_total",
-                "counter",
+                Type::Counter,
                 "Other proxies' changes merged into the local view.",
                 s.notifications_applied_total,
             ),
             (
                 "switchyard_redis_resyncs_total",
-                "counter",
+                Type::Counter,
                 "Full resyncs of the local view from Redis.",
                 s.resyncs_total,
             ),
             (
                 "switchyard_redis_dropped_writes_total",
-                "counter",
+                Type::Counter,
                 "Writes dropped because Redis stayed unreachable too long.",
                 s.dropped_writes_total,
             ),
             (
                 "switchyard_redis_queued_writes",
-                "gauge",
+                Type::Gauge,
                 "Writes waiting for Redis.",
                 s.queued_writes,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+            w.single(name, kind, help, value);
         }
         self.shared.counters.lag.render(
             out,
@@ -831,10 +829,10 @@ impl StateStore for RedisStore {
         );
         // NaN before the first sync: an alert on the age then fires only via `absent`/connected.
         let age = s.last_sync_age_ms.map_or(f64::NAN, |ms| ms as f64 / 1000.0);
-        let name = "switchyard_redis_last_sync_age_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Seconds since the last successful sync with the fleet (full resync or received notification).\n# TYPE {name} gauge\n{name} {age}"
+        Writer::new(out).gauge(
+            "switchyard_redis_last_sync_age_seconds",
+            "Seconds since the last successful sync with the fleet (full resync or received notification).",
+            age,
         );
     }
 }
