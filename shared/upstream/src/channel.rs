@@ -1029,4 +1029,166 @@ mod tests {
         assert_eq!(req.headers()["api-version"], "2");
         assert_eq!(req.uri().to_string(), "http://u/v1/chat/completions");
     }
+
+    #[test]
+    fn credentials_are_found_by_id() {
+        let rt = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
+        // Credential 2's variable is unset: only 1 is compiled.
+        assert_eq!(rt.credential(1).map(|c| c.id), Some(1));
+        assert!(rt.credential(2).is_none());
+        assert!(rt.credential(7).is_none());
+        let both = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| {
+            Some("k2".to_owned())
+        });
+        assert_eq!(both.credential(2).map(|c| c.id), Some(2));
+        assert_eq!(both.credential(1).map(|c| c.id), Some(1));
+    }
+
+    #[test]
+    fn a_plain_http_upstream_without_a_port_is_port_80() {
+        let rt =
+            ChannelRuntime::compile(&channel("http://api.local/v1", Provider::Openai), &|_| None);
+        assert_eq!(rt.server(), Some(("api.local".to_owned(), 80)));
+        let rt = ChannelRuntime::compile(&channel("mock://sim", Provider::Mock), &|_| None);
+        assert_eq!(rt.server(), None, "the simulator has no server");
+    }
+
+    #[test]
+    fn a_body_carries_its_length_and_an_empty_one_none() {
+        let rt = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
+        let send = |body: &'static [u8]| {
+            rt.request(
+                target(&Method::POST, "/v1/chat/completions"),
+                None,
+                &rt.credentials[0],
+                Bytes::from_static(body),
+            )
+            .unwrap()
+        };
+        assert_eq!(send(b"{\"a\":1}").headers()[header::CONTENT_LENGTH], "7");
+        assert!(!send(b"").headers().contains_key(header::CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn azure_deployments_base_with_openai_names_the_same_resource() {
+        // A deployments-surface base URL that ends in `/openai`: the paths add it themselves.
+        let rt = azure("https://r.openai.azure.com/openai", None);
+        assert_eq!(
+            rt.url("/v1/chat/completions", None, "d"),
+            "https://r.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-10-21"
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_and_gateway_headers_never_come_back() {
+        for name in [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "transfer-encoding",
+            "te",
+            "trailer",
+            "upgrade",
+            "content-length",
+            "set-cookie",
+            "x-switchyard-channel",
+        ] {
+            assert!(!returnable(&HeaderName::from_static(name)), "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-request-id",
+            "openai-processing-ms",
+            "retry-after",
+        ] {
+            assert!(returnable(&HeaderName::from_static(name)), "{name}");
+        }
+    }
+
+    /// A token endpoint on a local socket answering `tok-1`, `tok-2`... (an hour each), and
+    /// how many exchanges it served.
+    async fn token_endpoint() -> (String, Arc<std::sync::atomic::AtomicU32>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", listener.local_addr().unwrap());
+        let served = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let count = Arc::clone(&served);
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The head, then a body of the length it announces.
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= length {
+                            break;
+                        }
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let body = format!("{{\"access_token\":\"tok-{n}\",\"expires_in\":3600}}");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                socket.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        (url, served)
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_vertex_token_is_exchanged_again() {
+        let (token_uri, served) = token_endpoint().await;
+        let key_file = serde_json::json!({
+            "type": "service_account",
+            "project_id": "p",
+            "private_key_id": "k1",
+            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
+            "client_email": "forget@p.iam.gserviceaccount.com",
+            "token_uri": token_uri,
+        })
+        .to_string();
+        let mut c = channel(
+            "https://us-central1-aiplatform.googleapis.com",
+            Provider::Vertex,
+        );
+        c.credentials[0].secret = SecretSource::Inline(key_file);
+        let rt = ChannelRuntime::compile(&c, &|_| None);
+        let credential = &rt.credentials[0];
+        let client = crate::client::build_client(Duration::from_secs(5));
+        let budget = Duration::from_secs(10);
+        let auth = |c: &CredentialRuntime| c.auth.to_str().unwrap().to_owned();
+        let first = credential.authorized(&client, budget).await.unwrap();
+        assert_eq!(auth(&first), "Bearer tok-1");
+        let cached = credential.authorized(&client, budget).await.unwrap();
+        assert_eq!(auth(&cached), "Bearer tok-1", "the fresh token is reused");
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+        credential.forget_token();
+        let again = credential.authorized(&client, budget).await.unwrap();
+        assert_eq!(
+            auth(&again),
+            "Bearer tok-2",
+            "a forgotten token is exchanged again"
+        );
+        // Other providers have no token to forget.
+        let plain = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
+        plain.credentials[0].forget_token();
+        assert_eq!(auth(&plain.credentials[0]), "Bearer k1");
+    }
 }

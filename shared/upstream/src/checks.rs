@@ -23,6 +23,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_base_url_without_a_host_is_refused() {
+        for bad in ["http://:8080/v1", "https://:443", "http:///v1"] {
+            assert_eq!(
+                check_base_url(bad),
+                Err("must be an http:// or https:// URL with a host".to_owned()),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn base_urls_are_checked_without_quoting_them() {
         assert!(check_base_url("https://api.x.com/v1").is_ok());
         assert!(check_base_url(" http://127.0.0.1:9 ").is_ok());
