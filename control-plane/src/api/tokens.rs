@@ -2,7 +2,6 @@
 //! create call, and only its SHA-256 (lowercase hex) is stored.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -15,8 +14,8 @@ use utoipa::ToSchema;
 
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -222,10 +221,9 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: TokenCreate,
 ) -> ApiResult<Response> {
@@ -250,17 +248,16 @@ pub(super) async fn create_in<'c>(
         .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, actor, "create", view.id, json!(spec)).await?;
-    Ok(with_revision(
-        revision,
-        (
-            StatusCode::CREATED,
-            Json(CreatedToken {
-                view,
-                token: plaintext,
-            }),
-        ),
-    ))
+    let (id, token) = (view.id, plaintext);
+    commit_view::<TokenView>(
+        tx,
+        actor,
+        Change::Create,
+        id,
+        json!(spec),
+        CreatedToken { view, token },
+    )
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "get_token",
@@ -284,16 +281,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: TokenPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<TokenView>(db, id).await?;
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
         route_group_name: patch.route_group_name.unwrap_or(current.route_group_name),
@@ -323,8 +318,7 @@ pub(super) async fn patch_in<'c>(
         .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, actor, "update", id, json!(spec)).await?;
-    Ok(with_revision(revision, Json(view)))
+    commit_view::<TokenView>(tx, actor, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
@@ -337,15 +331,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<TokenView>(db, id).await?;
     delete_row::<TokenView>(tx, actor, id, json!({ "name": current.name })).await
 }
 
