@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
-    Change, Db, RowQuery,
+    commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
+    update_sql, Change, Db, RowQuery,
 };
 use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::{record_status_event, ts};
@@ -629,8 +629,7 @@ pub async fn events(
     Path(id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<ChannelEvent>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<ChannelView>(&state.pool, id, false).await?;
-    let page = list_rows(&state.pool, Some(("channel_id", id)), bounds).await?;
+    let parent = ("channel_id", id);
+    let page = list_children::<ChannelView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }

@@ -11,7 +11,9 @@ use utoipa::ToSchema;
 
 use super::channels::{text, ChannelView};
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db};
+use super::rows::{
+    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, Change, Db,
+};
 use super::{Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -176,9 +178,8 @@ pub async fn list(
     Path(channel_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<CredentialView>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<ChannelView>(&state.pool, channel_id, false).await?;
-    let page = list_rows(&state.pool, Some(("channel_id", channel_id)), bounds).await?;
+    let parent = ("channel_id", channel_id);
+    let page = list_children::<ChannelView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }
 
@@ -204,15 +205,10 @@ pub(super) async fn create_in<'c>(
 ) -> ApiResult<Response> {
     let enabled = raw.enabled.unwrap_or(true);
     let source = create_source(raw)?;
-    let mut tx = db.begin().await?;
-    let channel = fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
+    let (mut tx, channel) = lock_row::<ChannelView>(db, channel_id).await?;
     source.check(&channel.provider)?;
     let (secret, secret_env) = source.columns();
-    let sql = format!(
-        "INSERT INTO credentials (channel_id, secret, secret_env, enabled) \
-         VALUES ($1, $2, $3, $4) RETURNING {}",
-        columns()
-    );
+    let sql = insert_sql::<CredentialView>("channel_id, secret, secret_env, enabled");
     let view = sqlx::query_as::<_, CredentialView>(&sql)
         .bind(channel_id)
         .bind(secret)

@@ -342,15 +342,8 @@ pub(super) async fn create_in<'c>(
         .await
         .map_err(write_error(&limit))?;
     let id = row.id;
-    commit_view::<LimitRow>(
-        tx,
-        actor,
-        Change::Create,
-        id,
-        detail(&limit),
-        LimitView::from(row),
-    )
-    .await
+    let view = LimitView::from(row);
+    commit_view::<LimitRow>(tx, actor, Change::Create, id, detail(&limit), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "get_limit",
@@ -422,15 +415,8 @@ pub(super) async fn patch_in<'c>(
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error(&limit))?;
-    commit_view::<LimitRow>(
-        tx,
-        actor,
-        Change::Update,
-        id,
-        detail(&limit),
-        LimitView::from(row),
-    )
-    .await
+    let view = LimitView::from(row);
+    commit_view::<LimitRow>(tx, actor, Change::Update, id, detail(&limit), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",

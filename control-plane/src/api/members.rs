@@ -14,7 +14,7 @@ use super::channels::{text, CapabilitiesDto};
 use super::extract::{JsonBody, Path, Query};
 use super::routes::RouteView;
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
+    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
     Change, Db, RowQuery,
 };
 use super::{Actor, AppState, Page, PageQuery};
@@ -187,9 +187,8 @@ pub async fn list(
     Path(route_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<MemberView>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<RouteView>(&state.pool, route_id, false).await?;
-    let page = list_rows(&state.pool, Some(("route_id", route_id)), bounds).await?;
+    let parent = ("route_id", route_id);
+    let page = list_children::<RouteView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }
 
@@ -214,8 +213,7 @@ pub(super) async fn create_in<'c>(
     raw: MemberCreate,
 ) -> ApiResult<Response> {
     let spec = MemberSpec::try_from(raw)?;
-    let mut tx = db.begin().await?;
-    fetch_row::<RouteView>(&mut *tx, route_id, true).await?;
+    let (mut tx, _route) = lock_row::<RouteView>(db, route_id).await?;
     spec.check_channel(&mut tx).await?;
     let sql = insert_sql::<MemberView>(&format!("route_id, {WRITTEN}"));
     let view = spec

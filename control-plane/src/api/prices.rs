@@ -273,15 +273,8 @@ pub(super) async fn create_in<'c>(
         .await
         .map_err(write_error(&spec))?;
     let id = row.id;
-    commit_view::<PriceRow>(
-        tx,
-        actor,
-        Change::Create,
-        id,
-        spec.detail(),
-        PriceView::from(row),
-    )
-    .await
+    let view = PriceView::from(row);
+    commit_view::<PriceRow>(tx, actor, Change::Create, id, spec.detail(), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "get_price",
@@ -343,15 +336,8 @@ pub(super) async fn patch_in<'c>(
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error(&spec))?;
-    commit_view::<PriceRow>(
-        tx,
-        actor,
-        Change::Update,
-        id,
-        spec.detail(),
-        PriceView::from(row),
-    )
-    .await
+    let view = PriceView::from(row);
+    commit_view::<PriceRow>(tx, actor, Change::Update, id, spec.detail(), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "delete_price",

@@ -148,6 +148,17 @@ pub(super) async fn list_rows<T: TableRow + ToSchema>(
     Ok(Page::from_rows(rows, bounds.0, T::id))
 }
 
+/// [`list_rows`] of the `T`s whose `column` holds `parent`, an id of `P`'s table; a 404 naming `P`
+/// if there is no such row.
+pub(super) async fn list_children<P: TableRow, T: TableRow + ToSchema>(
+    pool: &PgPool,
+    (column, parent): (&'static str, i64),
+    bounds: (i64, i64),
+) -> ApiResult<Page<T>> {
+    fetch_row::<P>(pool, parent, false).await?;
+    list_rows(pool, Some((column, parent)), bounds).await
+}
+
 /// [`list_rows`] (unscoped) of `V`'s rows, each as `V` shows it.
 pub(super) async fn list_views<V: RowView>(
     pool: &PgPool,
