@@ -1,5 +1,7 @@
-//! The per-table plumbing every resource shares: read one row by id (optionally locking it), read
-//! a cursor page of rows, commit a write of a row with its audit row, and delete a row.
+//! The per-table plumbing every resource shares: read one row by id (optionally locking it, or as
+//! the view the API shows of it), read a cursor page of rows (of a parent's children), build the
+//! statement that inserts or updates a row from its column list, commit a write of a row with its
+//! audit row and answer with it, and delete a row.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -28,11 +30,12 @@ pub(super) trait Resource {
     const NOUN: &'static str;
 }
 
-/// A view read straight from its resource's table.
+/// A row read straight from its resource's table: the view the API shows, or the stored form a
+/// [`RowView`] is converted from.
 pub(super) trait TableRow:
     Resource + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
 {
-    /// The select list (also used in `RETURNING`) producing this view.
+    /// The select list (also used in `RETURNING`) producing this row.
     fn columns() -> String;
     fn id(&self) -> i64;
 }
