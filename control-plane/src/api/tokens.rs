@@ -14,7 +14,9 @@ use utoipa::ToSchema;
 
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db};
+use super::rows::{
+    commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db, RowQuery,
+};
 use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -150,6 +152,18 @@ pub(super) fn create_detail(raw: TokenCreate) -> ApiResult<serde_json::Value> {
 }
 
 impl TokenSpec {
+    /// Binds the token's settings as `$1`..`$6`: name, route group, team, pinning, enabled and
+    /// the expiry's Unix ms (for [`EXPIRY`]).
+    fn bind<'q, O>(&'q self, query: RowQuery<'q, O>) -> RowQuery<'q, O> {
+        query
+            .bind(&self.name)
+            .bind(&self.route_group_name)
+            .bind(self.team_id)
+            .bind(self.allow_pinning)
+            .bind(self.enabled)
+            .bind(expiry_ms(self.expires_at))
+    }
+
     fn validate(mut self) -> ApiResult<TokenSpec> {
         self.name = checked_name("name", &self.name)?;
         if let Some(group) = self.route_group_name.take() {
@@ -181,9 +195,8 @@ impl TokenSpec {
     }
 }
 
-/// `expires_at` from Unix ms bound as `$8` (create) or `$7` (update): exact to the millisecond.
-const EXPIRY_8: &str = "'epoch'::timestamptz + $8 * interval '1 millisecond'";
-const EXPIRY_7: &str = "'epoch'::timestamptz + $7 * interval '1 millisecond'";
+/// `expires_at` from the Unix ms [`TokenSpec::bind`] binds as `$6`: exact to the millisecond.
+const EXPIRY: &str = "'epoch'::timestamptz + $6 * interval '1 millisecond'";
 
 fn expiry_ms(ms: Option<UnixMillis>) -> Option<i64> {
     ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
@@ -233,19 +246,14 @@ pub(super) async fn create_in<'c>(
     let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
-        "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled, \
-         expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, {EXPIRY_8}) RETURNING {}",
+        "INSERT INTO tokens (name, route_group_name, team_id, allow_pinning, enabled, expires_at, \
+         hash, prefix) VALUES ($1, $2, $3, $4, $5, {EXPIRY}, $7, $8) RETURNING {}",
         columns()
     );
-    let view = sqlx::query_as::<_, TokenView>(&sql)
-        .bind(&spec.name)
+    let view = spec
+        .bind(sqlx::query_as::<_, TokenView>(&sql))
         .bind(token_hash(&plaintext))
         .bind(&prefix)
-        .bind(&spec.route_group_name)
-        .bind(spec.team_id)
-        .bind(spec.allow_pinning)
-        .bind(spec.enabled)
-        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
     let (id, token) = (view.id, plaintext);
@@ -304,18 +312,13 @@ pub(super) async fn patch_in<'c>(
     .validate()?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
-        "UPDATE tokens SET name = $2, route_group_name = $3, team_id = $4, allow_pinning = $5, \
-         enabled = $6, expires_at = {EXPIRY_7}, updated_at = now() WHERE id = $1 RETURNING {}",
+        "UPDATE tokens SET name = $1, route_group_name = $2, team_id = $3, allow_pinning = $4, \
+         enabled = $5, expires_at = {EXPIRY}, updated_at = now() WHERE id = $7 RETURNING {}",
         columns()
     );
-    let view = sqlx::query_as::<_, TokenView>(&sql)
+    let view = spec
+        .bind(sqlx::query_as::<_, TokenView>(&sql))
         .bind(id)
-        .bind(&spec.name)
-        .bind(&spec.route_group_name)
-        .bind(spec.team_id)
-        .bind(spec.allow_pinning)
-        .bind(spec.enabled)
-        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
     commit_view::<TokenView>(tx, actor, Change::Update, id, json!(spec), view).await
