@@ -18,7 +18,7 @@ use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
     commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, Change, Db,
-    RowView,
+    RowQuery, RowView,
 };
 use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
@@ -383,16 +383,15 @@ pub async fn list(
     Ok(Json(list_views(&state.pool, page.bounds()?).await?))
 }
 
-const WRITE_COLUMNS: &str = "name = $2, model_pattern = $3, target_member_id = $4, \
-    target_channel_id = $5, target_model = $6, sample_basis_points = $7, max_rps = $8, \
-    max_daily_spend_micros = $9, \
-    expires_at = 'epoch'::timestamptz + $10 * interval '1 millisecond', \
-    error_rate_stop_per_mille = $11, error_rate_min_sample = $12, enabled = $13";
+/// The columns a create or patch writes, in [`bind_rule`]'s order (`expires_at` from Unix ms).
+const WRITTEN: &str = "name, model_pattern, target_member_id, target_channel_id, target_model, \
+    sample_basis_points, max_rps, max_daily_spend_micros, expires_at, error_rate_stop_per_mille, \
+    error_rate_min_sample, enabled";
+const WRITTEN_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, \
+    'epoch'::timestamptz + $9 * interval '1 millisecond', $10, $11, $12";
 
-fn bind_rule<'q>(
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    rule: &'q ShadowRule,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+/// Binds `rule` as `$1`..`$12`, the [`WRITTEN`] columns.
+fn bind_rule<'q>(query: RowQuery<'q, ShadowRow>, rule: &'q ShadowRule) -> RowQuery<'q, ShadowRow> {
     let (member, channel, model) = target_columns(&rule.target);
     query
         .bind(&rule.name)
@@ -433,27 +432,15 @@ pub(super) async fn create_in<'c>(
     let rule = ShadowRule::try_from(raw)?;
     let mut tx = db.begin().await?;
     check(&mut tx, &rule, None).await?;
-    // `$1` is unused on insert; the update shares the column list.
-    let id: i64 = bind_rule(
-        sqlx::query(
-            "INSERT INTO shadows (name, model_pattern, target_member_id, target_channel_id, \
-             target_model, sample_basis_points, max_rps, max_daily_spend_micros, expires_at, \
-             error_rate_stop_per_mille, error_rate_min_sample, enabled) \
-             SELECT $2, $3, $4, $5, $6, $7, $8, $9, \
-             'epoch'::timestamptz + $10 * interval '1 millisecond', $11, $12, $13 \
-             WHERE $1::bigint IS NULL RETURNING id",
-        )
-        .bind(Option::<i64>::None),
-        &rule,
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(write_error(&rule))
-    .and_then(|row| {
-        use sqlx::Row;
-        row.try_get::<i64, _>("id").map_err(ApiError::from)
-    })?;
-    let view: ShadowView = fetch_view(&mut *tx, id).await?;
+    let sql = format!(
+        "INSERT INTO shadows ({WRITTEN}) VALUES ({WRITTEN_VALUES}) RETURNING {}",
+        columns()
+    );
+    let row = bind_rule(sqlx::query_as(&sql), &rule)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let (id, view) = (row.id, ShadowView::from(row));
     commit_view::<ShadowRow>(tx, actor, Change::Create, id, detail(&rule), view).await
 }
 
@@ -544,22 +531,22 @@ pub(super) async fn patch_in<'c>(
     })?;
     check(&mut tx, &rule, Some(id)).await?;
     let resume = patch.enabled == Some(true);
-    bind_rule(
-        sqlx::query(&format!(
-            "UPDATE shadows SET {WRITE_COLUMNS}, updated_at = now(){} WHERE id = $1",
-            if resume {
-                ", stopped_reason = NULL, stopped_at = NULL"
-            } else {
-                ""
-            }
-        ))
-        .bind(id),
-        &rule,
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(write_error(&rule))?;
-    let view: ShadowView = fetch_view(&mut *tx, id).await?;
+    let sql = format!(
+        "UPDATE shadows SET ({WRITTEN}) = ROW({WRITTEN_VALUES}), updated_at = now(){} \
+         WHERE id = $13 RETURNING {}",
+        if resume {
+            ", stopped_reason = NULL, stopped_at = NULL"
+        } else {
+            ""
+        },
+        columns()
+    );
+    let row = bind_rule(sqlx::query_as(&sql), &rule)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let view = ShadowView::from(row);
     commit_view::<ShadowRow>(tx, actor, Change::Update, id, detail(&rule), view).await
 }
 
