@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 use super::access::{Caller, Role, BOOTSTRAP_NAME};
 use super::channels::checked_name;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, fetch_row, list_rows, table_row};
+use super::rows::{commit_row, commit_view, fetch_row, list_rows, lock_row, table_row, Change};
 use super::{with_revision, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -207,17 +207,16 @@ pub async fn create(
         "prefix": view.prefix,
         "expires_at": expires_at.map(|ms| format_rfc3339(u64::try_from(ms).unwrap_or(0))),
     });
-    let revision = commit_row::<AdminTokenView>(tx, &actor, "create", view.id, detail).await?;
-    Ok(with_revision(
-        revision,
-        (
-            StatusCode::CREATED,
-            Json(CreatedAdminToken {
-                view,
-                token: secret,
-            }),
-        ),
-    ))
+    let (id, token) = (view.id, secret);
+    commit_view::<AdminTokenView>(
+        tx,
+        &actor,
+        Change::Create,
+        id,
+        detail,
+        CreatedAdminToken { view, token },
+    )
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/admin-tokens/{id}", tag = "admin-tokens", operation_id = "get_admin_token",
@@ -237,8 +236,7 @@ pub async fn revoke(
     Actor(actor): Actor,
     Path(id): Path<i64>,
 ) -> ApiResult<Response> {
-    let mut tx = state.pool.begin().await?;
-    let current = fetch_row::<AdminTokenView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<AdminTokenView>(&state.pool, id).await?;
     if current.revoked_at.is_some() {
         return Err(ApiError::not_found("admin_token", id));
     }

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -11,8 +10,11 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
+    update_sql, Change, Db, RowQuery,
+};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::{
@@ -224,7 +226,27 @@ pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
     Ok(name.to_owned())
 }
 
+/// The columns a create or patch writes, in [`ChannelSpec::bind`]'s order.
+const WRITTEN: &str = "name, provider, base_url, status, auto_ban, max_concurrency, \
+    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api";
+
 impl ChannelSpec {
+    /// Binds the channel to the [`WRITTEN`] columns.
+    fn bind<'q, O>(&'q self, query: RowQuery<'q, O>) -> RowQuery<'q, O> {
+        query
+            .bind(&self.name)
+            .bind(self.provider.as_str())
+            .bind(&self.base_url)
+            .bind(self.status.as_str())
+            .bind(self.auto_ban)
+            .bind(self.max_concurrency)
+            .bind(sqlx::types::Json(&self.capabilities))
+            .bind(&self.retry_status_codes)
+            .bind(&self.retry_error_patterns)
+            .bind(sqlx::types::Json(&self.headers))
+            .bind(self.responses_api)
+    }
+
     fn validate(self) -> ApiResult<ChannelSpec> {
         text("base_url", &self.base_url, check_single_line)?;
         if self.provider != Provider::Mock {
@@ -438,39 +460,29 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: ChannelCreate,
 ) -> ApiResult<Response> {
     let spec = ChannelSpec::try_from(raw)?;
     let mut tx = db.begin().await?;
-    let sql = format!(
-        "INSERT INTO channels (name, provider, base_url, status, auto_ban, max_concurrency, \
-         capabilities, retry_status_codes, retry_error_patterns, headers, responses_api) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
-        columns()
-    );
-    let view = sqlx::query_as::<_, ChannelView>(&sql)
-        .bind(&spec.name)
-        .bind(spec.provider.as_str())
-        .bind(&spec.base_url)
-        .bind(spec.status.as_str())
-        .bind(spec.auto_ban)
-        .bind(spec.max_concurrency)
-        .bind(sqlx::types::Json(&spec.capabilities))
-        .bind(&spec.retry_status_codes)
-        .bind(&spec.retry_error_patterns)
-        .bind(sqlx::types::Json(&spec.headers))
-        .bind(spec.responses_api)
+    let sql = insert_sql::<ChannelView>(WRITTEN);
+    let view = spec
+        .bind(sqlx::query_as::<_, ChannelView>(&sql))
         .fetch_one(&mut *tx)
         .await?;
     record_status_event(&mut tx, view.id, None, spec.status, "created", actor).await?;
-    let revision =
-        commit_row::<ChannelView>(tx, actor, "create", view.id, audit_detail(&spec)).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    commit_view::<ChannelView>(
+        tx,
+        actor,
+        Change::Create,
+        view.id,
+        audit_detail(&spec),
+        view,
+    )
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "get_channel",
@@ -494,44 +506,26 @@ pub async fn patch(
     patch_in(&state.pool, state.live.as_ref(), &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`, which passes no `live`: the breaker reset below is a write to
-/// the fleet's shared state and must not happen for a change that is rolled back).
+/// [`patch`] in `db` (see [`Db`]). A dry run passes no `live`: the breaker reset below is a write
+/// to the fleet's shared state and must not happen for a change that is rolled back.
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     live: Option<&crate::live::LiveState>,
     actor: &str,
     id: i64,
     patch: ChannelPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<ChannelView>(db, id).await?;
     let before = stored_status(&current)?;
     let secrets: Secrets = sqlx::query_as("SELECT base_url, headers FROM channels WHERE id = $1")
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
     let spec = ChannelSpec::patched(&current, secrets, patch)?;
-    let sql = format!(
-        "UPDATE channels SET name = $2, provider = $3, base_url = $4, status = $5, auto_ban = $6, \
-         max_concurrency = $7, capabilities = $8, retry_status_codes = $9, \
-         retry_error_patterns = $10, headers = $11, responses_api = $12, updated_at = now() \
-         WHERE id = $1 RETURNING {}",
-        columns()
-    );
-    let view = sqlx::query_as::<_, ChannelView>(&sql)
+    let sql = update_sql::<ChannelView>(WRITTEN);
+    let view = spec
+        .bind(sqlx::query_as::<_, ChannelView>(&sql))
         .bind(id)
-        .bind(&spec.name)
-        .bind(spec.provider.as_str())
-        .bind(&spec.base_url)
-        .bind(spec.status.as_str())
-        .bind(spec.auto_ban)
-        .bind(spec.max_concurrency)
-        .bind(sqlx::types::Json(&spec.capabilities))
-        .bind(&spec.retry_status_codes)
-        .bind(&spec.retry_error_patterns)
-        .bind(sqlx::types::Json(&spec.headers))
-        .bind(spec.responses_api)
         .fetch_one(&mut *tx)
         .await?;
     if before != spec.status {
@@ -560,11 +554,13 @@ pub(super) async fn patch_in<'c>(
         }
         _ => None,
     };
-    let revision = commit_row::<ChannelView>(tx, actor, "update", id, audit_detail(&spec)).await?;
+    let response =
+        commit_view::<ChannelView>(tx, actor, Change::Update, id, audit_detail(&spec), view)
+            .await?;
     if let Some((live, members)) = reset {
         live.store().reset_channel(id, &members);
     }
-    Ok(with_revision(revision, Json(view)))
+    Ok(response)
 }
 
 #[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "delete_channel",
@@ -578,15 +574,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<ChannelView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<ChannelView>(db, id).await?;
     let members: i64 =
         sqlx::query_scalar("SELECT count(*) FROM route_members WHERE channel_id = $1")
             .bind(id)
@@ -639,8 +629,7 @@ pub async fn events(
     Path(id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<ChannelEvent>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<ChannelView>(&state.pool, id, false).await?;
-    let page = list_rows(&state.pool, Some(("channel_id", id)), bounds).await?;
+    let parent = ("channel_id", id);
+    let page = list_children::<ChannelView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }

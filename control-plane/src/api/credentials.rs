@@ -3,7 +3,6 @@
 //! this process on a read.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -12,8 +11,10 @@ use utoipa::ToSchema;
 
 use super::channels::{text, ChannelView};
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, Change, Db,
+};
+use super::{Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::check_secret;
@@ -177,9 +178,8 @@ pub async fn list(
     Path(channel_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<CredentialView>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<ChannelView>(&state.pool, channel_id, false).await?;
-    let page = list_rows(&state.pool, Some(("channel_id", channel_id)), bounds).await?;
+    let parent = ("channel_id", channel_id);
+    let page = list_children::<ChannelView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }
 
@@ -196,25 +196,19 @@ pub async fn create(
     create_in(&state.pool, &actor, channel_id, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     channel_id: i64,
     raw: CredentialCreate,
 ) -> ApiResult<Response> {
     let enabled = raw.enabled.unwrap_or(true);
     let source = create_source(raw)?;
-    let mut tx = db.begin().await?;
-    let channel = fetch_row::<ChannelView>(&mut *tx, channel_id, true).await?;
+    let (mut tx, channel) = lock_row::<ChannelView>(db, channel_id).await?;
     source.check(&channel.provider)?;
     let (secret, secret_env) = source.columns();
-    let sql = format!(
-        "INSERT INTO credentials (channel_id, secret, secret_env, enabled) \
-         VALUES ($1, $2, $3, $4) RETURNING {}",
-        columns()
-    );
+    let sql = insert_sql::<CredentialView>("channel_id, secret, secret_env, enabled");
     let view = sqlx::query_as::<_, CredentialView>(&sql)
         .bind(channel_id)
         .bind(secret)
@@ -225,8 +219,7 @@ pub(super) async fn create_in<'c>(
     let mut detail = source.describe();
     detail["channel_id"] = json!(channel_id);
     detail["enabled"] = json!(enabled);
-    let revision = commit_row::<CredentialView>(tx, actor, "create", view.id, detail).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    commit_view::<CredentialView>(tx, actor, Change::Create, view.id, detail, view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "get_credential",
@@ -251,17 +244,15 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, raw).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     raw: CredentialPatch,
 ) -> ApiResult<Response> {
     let source = source(raw.secret, raw.secret_env)?;
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<CredentialView>(db, id).await?;
     if let Some(source) = &source {
         let channel = fetch_row::<ChannelView>(&mut *tx, current.channel_id, false).await?;
         source.check(&channel.provider)?;
@@ -292,8 +283,7 @@ pub(super) async fn patch_in<'c>(
         .bind(enabled)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<CredentialView>(tx, actor, "update", id, detail).await?;
-    Ok(with_revision(revision, Json(view)))
+    commit_view::<CredentialView>(tx, actor, Change::Update, id, detail, view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "delete_credential",
@@ -306,15 +296,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<CredentialView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<CredentialView>(db, id).await?;
     let detail = json!({ "channel_id": current.channel_id });
     delete_row::<CredentialView>(tx, actor, id, detail).await
 }

@@ -4,7 +4,6 @@
 //! limit follows its scope: deleting the token, team, route, channel or member deletes it.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -14,9 +13,12 @@ use utoipa::ToSchema;
 
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, Resource};
+use super::rows::{
+    commit_view, delete_row, fetch_view, insert_sql, list_views, lock_row, table_row, update_sql,
+    Change, Db, RowQuery, RowView,
+};
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -42,11 +44,6 @@ pub struct LimitView {
     pub updated_at: String,
 }
 
-impl Resource for LimitView {
-    const TABLE: &'static str = "limits";
-    const NOUN: &'static str = "limit";
-}
-
 #[derive(sqlx::FromRow)]
 pub(super) struct LimitRow {
     pub id: i64,
@@ -58,6 +55,12 @@ pub(super) struct LimitRow {
     pub mode: String,
     pub created_at: String,
     pub updated_at: String,
+}
+
+table_row!(LimitRow, "limits", "limit", columns);
+
+impl RowView for LimitView {
+    type Row = LimitRow;
 }
 
 /// A stored value as the API shows it: micro-USD as a decimal USD string for spend.
@@ -289,21 +292,18 @@ fn stored(value: u64) -> ApiResult<i64> {
         .map_err(|_| ApiError::Internal(anyhow::anyhow!("limit value {value} beyond i64")))
 }
 
-async fn fetch_row(
-    executor: impl sqlx::PgExecutor<'_>,
-    id: i64,
-    lock: bool,
-) -> ApiResult<LimitRow> {
-    let sql = format!(
-        "SELECT {} FROM limits WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, LimitRow>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found(LimitView::NOUN, id))
+/// The columns a create or patch writes, in [`bind_limit`]'s order.
+const WRITTEN: &str = "scope, scope_id, metric, period, value, mode";
+
+/// Binds `limit` to the [`WRITTEN`] columns.
+fn bind_limit<'q, O>(query: RowQuery<'q, O>, limit: &'q Limit) -> ApiResult<RowQuery<'q, O>> {
+    Ok(query
+        .bind(limit.key.scope.as_str())
+        .bind(limit.key.scope_id)
+        .bind(limit.key.metric.as_str())
+        .bind(limit.key.window.as_str())
+        .bind(stored(limit.value)?)
+        .bind(limit.mode.as_str()))
 }
 
 #[utoipa::path(get, path = "/api/v1/limits", tag = "limits", operation_id = "list_limits", params(PageQuery),
@@ -312,18 +312,7 @@ pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<LimitView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM limits WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, LimitRow>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    let rows = rows.into_iter().map(LimitView::from).collect();
-    Ok(Json(Page::from_rows(rows, fetch_n, |l| l.id)))
+    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/limits", tag = "limits", operation_id = "create_limit", request_body = LimitCreate,
@@ -338,32 +327,23 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: LimitCreate,
 ) -> ApiResult<Response> {
     let limit = validate_create(&raw)?;
     let mut tx = db.begin().await?;
     check(&mut tx, &limit, None).await?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO limits (scope, scope_id, metric, period, value, mode) \
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-    )
-    .bind(limit.key.scope.as_str())
-    .bind(limit.key.scope_id)
-    .bind(limit.key.metric.as_str())
-    .bind(limit.key.window.as_str())
-    .bind(stored(limit.value)?)
-    .bind(limit.mode.as_str())
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(write_error(&limit))?;
-    let view = LimitView::from(fetch_row(&mut *tx, id, false).await?);
-    let revision = commit_row::<LimitView>(tx, actor, "create", id, detail(&limit)).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    let sql = insert_sql::<LimitRow>(WRITTEN);
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &limit)?
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&limit))?;
+    let id = row.id;
+    let view = LimitView::from(row);
+    commit_view::<LimitRow>(tx, actor, Change::Create, id, detail(&limit), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "get_limit",
@@ -372,9 +352,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<LimitView>> {
-    Ok(Json(LimitView::from(
-        fetch_row(&state.pool, id, false).await?,
-    )))
+    Ok(Json(fetch_view(&state.pool, id).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "update_limit", request_body = LimitPatch,
@@ -390,16 +368,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: LimitPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<LimitRow>(db, id).await?;
     let scope = patch.scope.unwrap_or(current.scope);
     if ScopeKind::parse(&scope).is_none() {
         build(&scope, 0, "requests", None, 1, "hard")?;
@@ -433,23 +409,14 @@ pub(super) async fn patch_in<'c>(
         patch.mode.as_deref().unwrap_or(&current.mode),
     )?;
     check(&mut tx, &limit, Some(id)).await?;
-    sqlx::query(
-        "UPDATE limits SET scope = $2, scope_id = $3, metric = $4, period = $5, value = $6, \
-         mode = $7, updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(limit.key.scope.as_str())
-    .bind(limit.key.scope_id)
-    .bind(limit.key.metric.as_str())
-    .bind(limit.key.window.as_str())
-    .bind(stored(limit.value)?)
-    .bind(limit.mode.as_str())
-    .execute(&mut *tx)
-    .await
-    .map_err(write_error(&limit))?;
-    let view = LimitView::from(fetch_row(&mut *tx, id, false).await?);
-    let revision = commit_row::<LimitView>(tx, actor, "update", id, detail(&limit)).await?;
-    Ok(with_revision(revision, Json(view)))
+    let sql = update_sql::<LimitRow>(WRITTEN);
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &limit)?
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&limit))?;
+    let view = LimitView::from(row);
+    commit_view::<LimitRow>(tx, actor, Change::Update, id, detail(&limit), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",
@@ -462,16 +429,10 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row(&mut *tx, id, true).await?;
-    delete_row::<LimitView>(
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<LimitRow>(db, id).await?;
+    delete_row::<LimitRow>(
         tx,
         actor,
         id,

@@ -1,7 +1,6 @@
 //! `/api/v1/routes/{id}/members`, `/api/v1/members/{id}`: the unit of selection.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -14,8 +13,11 @@ use utoipa::ToSchema;
 use super::channels::{text, CapabilitiesDto};
 use super::extract::{JsonBody, Path, Query};
 use super::routes::RouteView;
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
+    Change, Db, RowQuery,
+};
+use super::{Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -113,7 +115,24 @@ pub(super) fn create_detail(raw: MemberCreate) -> ApiResult<serde_json::Value> {
     Ok(json!(MemberSpec::try_from(raw)?))
 }
 
+/// The columns a create or patch writes, in [`MemberSpec::bind`]'s order.
+const WRITTEN: &str = "channel_id, upstream_model, group_name, priority, weight, enabled, \
+    canary, capabilities";
+
 impl MemberSpec {
+    /// Binds the member to the [`WRITTEN`] columns.
+    fn bind<'q, O>(&'q self, query: RowQuery<'q, O>) -> RowQuery<'q, O> {
+        query
+            .bind(self.channel_id)
+            .bind(&self.upstream_model)
+            .bind(&self.group_name)
+            .bind(self.priority)
+            .bind(self.weight)
+            .bind(self.enabled)
+            .bind(self.canary)
+            .bind(sqlx::types::Json(&self.capabilities))
+    }
+
     fn validate(mut self) -> ApiResult<MemberSpec> {
         // Spliced into request bodies (JSON and multipart): one line.
         text("upstream_model", &self.upstream_model, check_upstream_model)?;
@@ -168,9 +187,8 @@ pub async fn list(
     Path(route_id): Path<i64>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<MemberView>>> {
-    let bounds = page.bounds()?;
-    fetch_row::<RouteView>(&state.pool, route_id, false).await?;
-    let page = list_rows(&state.pool, Some(("route_id", route_id)), bounds).await?;
+    let parent = ("route_id", route_id);
+    let page = list_children::<RouteView, _>(&state.pool, parent, page.bounds()?).await?;
     Ok(Json(page))
 }
 
@@ -187,40 +205,24 @@ pub async fn create(
     create_in(&state.pool, &actor, route_id, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     route_id: i64,
     raw: MemberCreate,
 ) -> ApiResult<Response> {
     let spec = MemberSpec::try_from(raw)?;
-    let mut tx = db.begin().await?;
-    fetch_row::<RouteView>(&mut *tx, route_id, true).await?;
+    let (mut tx, _route) = lock_row::<RouteView>(db, route_id).await?;
     spec.check_channel(&mut tx).await?;
-    let sql = format!(
-        "INSERT INTO route_members (route_id, channel_id, upstream_model, group_name, priority, \
-         weight, enabled, canary, capabilities) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-         RETURNING {}",
-        columns()
-    );
-    let view = sqlx::query_as::<_, MemberView>(&sql)
-        .bind(route_id)
-        .bind(spec.channel_id)
-        .bind(&spec.upstream_model)
-        .bind(&spec.group_name)
-        .bind(spec.priority)
-        .bind(spec.weight)
-        .bind(spec.enabled)
-        .bind(spec.canary)
-        .bind(sqlx::types::Json(&spec.capabilities))
+    let sql = insert_sql::<MemberView>(&format!("route_id, {WRITTEN}"));
+    let view = spec
+        .bind(sqlx::query_as::<_, MemberView>(&sql).bind(route_id))
         .fetch_one(&mut *tx)
         .await?;
     let mut detail = json!(spec);
     detail["route_id"] = json!(route_id);
-    let revision = commit_row::<MemberView>(tx, actor, "create", view.id, detail).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    commit_view::<MemberView>(tx, actor, Change::Create, view.id, detail, view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members", operation_id = "get_member",
@@ -244,16 +246,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: MemberPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<MemberView>(db, id).await?;
     let spec = MemberSpec {
         channel_id: patch.channel_id.unwrap_or(current.channel_id),
         upstream_model: patch.upstream_model.unwrap_or(current.upstream_model),
@@ -266,26 +266,13 @@ pub(super) async fn patch_in<'c>(
     }
     .validate()?;
     spec.check_channel(&mut tx).await?;
-    let sql = format!(
-        "UPDATE route_members SET channel_id = $2, upstream_model = $3, group_name = $4, \
-         priority = $5, weight = $6, enabled = $7, canary = $8, capabilities = $9, \
-         updated_at = now() WHERE id = $1 RETURNING {}",
-        columns()
-    );
-    let view = sqlx::query_as::<_, MemberView>(&sql)
+    let sql = update_sql::<MemberView>(WRITTEN);
+    let view = spec
+        .bind(sqlx::query_as::<_, MemberView>(&sql))
         .bind(id)
-        .bind(spec.channel_id)
-        .bind(&spec.upstream_model)
-        .bind(&spec.group_name)
-        .bind(spec.priority)
-        .bind(spec.weight)
-        .bind(spec.enabled)
-        .bind(spec.canary)
-        .bind(sqlx::types::Json(&spec.capabilities))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<MemberView>(tx, actor, "update", id, json!(spec)).await?;
-    Ok(with_revision(revision, Json(view)))
+    commit_view::<MemberView>(tx, actor, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members", operation_id = "delete_member",
@@ -299,15 +286,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<MemberView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<MemberView>(db, id).await?;
     let teams: Vec<i64> = sqlx::query_scalar(
         "SELECT team_id FROM team_members WHERE member_id = $1 ORDER BY team_id",
     )

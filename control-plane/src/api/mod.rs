@@ -490,19 +490,27 @@ pub struct Page<T: ToSchema> {
 
 impl<T: ToSchema> Page<T> {
     /// Builds a page from `limit + 1` rows ordered by id.
-    pub fn from_rows(mut rows: Vec<T>, fetch: i64, id_of: impl Fn(&T) -> i64) -> Page<T> {
-        let limit = usize::try_from(fetch - 1).unwrap_or(0);
-        let next_cursor = if rows.len() > limit {
-            rows.truncate(limit);
-            rows.last().map(|row| id_of(row).to_string())
-        } else {
-            None
-        };
-        Page {
-            data: rows,
-            next_cursor,
-        }
+    pub fn from_rows(rows: Vec<T>, fetch: i64, id_of: impl Fn(&T) -> i64) -> Page<T> {
+        let (data, next_cursor) = cut_page(rows, fetch, id_of);
+        Page { data, next_cursor }
     }
+}
+
+/// `fetch` = `limit + 1` rows ordered by id cut to `limit`, with the cursor of the next page when
+/// there is one.
+fn cut_page<T>(
+    mut rows: Vec<T>,
+    fetch: i64,
+    id_of: impl Fn(&T) -> i64,
+) -> (Vec<T>, Option<String>) {
+    let limit = usize::try_from(fetch - 1).unwrap_or(0);
+    let next_cursor = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|row| id_of(row).to_string())
+    } else {
+        None
+    };
+    (rows, next_cursor)
 }
 
 /// Reads a header for tests and handlers without pulling `http` in separately.

@@ -4,7 +4,6 @@
 //! Amounts are exact: stored in micro-USD per million tokens, answered as decimal strings.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -15,8 +14,11 @@ use utoipa::ToSchema;
 
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, Resource};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_view, insert_sql, list_views, lock_row, table_row, update_sql,
+    Change, Db, RowQuery, RowView,
+};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -38,13 +40,8 @@ pub struct PriceView {
     pub updated_at: String,
 }
 
-impl Resource for PriceView {
-    const TABLE: &'static str = "prices";
-    const NOUN: &'static str = "price";
-}
-
 #[derive(sqlx::FromRow)]
-struct PriceRow {
+pub(super) struct PriceRow {
     id: i64,
     channel_id: i64,
     model_pattern: String,
@@ -53,6 +50,12 @@ struct PriceRow {
     cached_input_per_million: Option<i64>,
     created_at: String,
     updated_at: String,
+}
+
+table_row!(PriceRow, "prices", "price", columns);
+
+impl RowView for PriceView {
+    type Row = PriceRow;
 }
 
 /// Micro-USD as stored (never negative: the table checks it).
@@ -131,6 +134,22 @@ fn pattern(value: &str) -> ApiResult<String> {
 fn micros(value: u64) -> ApiResult<i64> {
     i64::try_from(value)
         .map_err(|_| ApiError::Internal(anyhow::anyhow!("amount {value} beyond i64")))
+}
+
+/// The columns a create or patch writes, in [`PriceSpec::bind`]'s order.
+const WRITTEN: &str = "channel_id, model_pattern, input_per_million, output_per_million, \
+    cached_input_per_million";
+
+impl PriceSpec {
+    /// Binds the price to the [`WRITTEN`] columns.
+    fn bind<'q, O>(&'q self, query: RowQuery<'q, O>) -> ApiResult<RowQuery<'q, O>> {
+        Ok(query
+            .bind(self.channel_id)
+            .bind(&self.model_pattern)
+            .bind(micros(self.input_per_million)?)
+            .bind(micros(self.output_per_million)?)
+            .bind(self.cached_input_per_million.map(micros).transpose()?))
+    }
 }
 
 impl TryFrom<PriceCreate> for PriceSpec {
@@ -217,43 +236,13 @@ fn write_error(spec: &PriceSpec) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
     }
 }
 
-async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64) -> ApiResult<PriceView> {
-    let sql = format!("SELECT {} FROM prices WHERE id = $1", columns());
-    sqlx::query_as::<_, PriceRow>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .map(PriceView::from)
-        .ok_or_else(|| ApiError::not_found(PriceView::NOUN, id))
-}
-
-async fn fetch_row(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<PriceRow> {
-    let sql = format!("SELECT {} FROM prices WHERE id = $1 FOR UPDATE", columns());
-    sqlx::query_as::<_, PriceRow>(&sql)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| ApiError::not_found(PriceView::NOUN, id))
-}
-
 #[utoipa::path(get, path = "/api/v1/prices", tag = "prices", operation_id = "list_prices", params(PageQuery),
     responses((status = 200, body = Page<PriceView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<PriceView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM prices WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, PriceRow>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    let rows = rows.into_iter().map(PriceView::from).collect();
-    Ok(Json(Page::from_rows(rows, fetch_n, |p| p.id)))
+    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/prices", tag = "prices", operation_id = "create_price", request_body = PriceCreate,
@@ -268,31 +257,24 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: PriceCreate,
 ) -> ApiResult<Response> {
     let spec = PriceSpec::try_from(raw)?;
     let mut tx = db.begin().await?;
     spec.check(&mut tx, None).await?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO prices (channel_id, model_pattern, input_per_million, output_per_million, \
-         cached_input_per_million) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-    )
-    .bind(spec.channel_id)
-    .bind(&spec.model_pattern)
-    .bind(micros(spec.input_per_million)?)
-    .bind(micros(spec.output_per_million)?)
-    .bind(spec.cached_input_per_million.map(micros).transpose()?)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(write_error(&spec))?;
-    let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<PriceView>(tx, actor, "create", id, spec.detail()).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    let sql = insert_sql::<PriceRow>(WRITTEN);
+    let row = spec
+        .bind(sqlx::query_as::<_, PriceRow>(&sql))?
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&spec))?;
+    let id = row.id;
+    let view = PriceView::from(row);
+    commit_view::<PriceRow>(tx, actor, Change::Create, id, spec.detail(), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "get_price",
@@ -301,7 +283,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<PriceView>> {
-    Ok(Json(fetch(&state.pool, id).await?))
+    Ok(Json(fetch_view(&state.pool, id).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "update_price", request_body = PricePatch,
@@ -317,16 +299,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: PricePatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row(&mut tx, id).await?;
+    let (mut tx, current) = lock_row::<PriceRow>(db, id).await?;
     let stored = |v: i64| u64::try_from(v).unwrap_or(0);
     let spec = PriceSpec {
         channel_id: patch.channel_id.unwrap_or(current.channel_id),
@@ -349,23 +329,15 @@ pub(super) async fn patch_in<'c>(
         },
     };
     spec.check(&mut tx, Some(id)).await?;
-    sqlx::query(
-        "UPDATE prices SET channel_id = $2, model_pattern = $3, input_per_million = $4, \
-         output_per_million = $5, cached_input_per_million = $6, updated_at = now() \
-         WHERE id = $1",
-    )
-    .bind(id)
-    .bind(spec.channel_id)
-    .bind(&spec.model_pattern)
-    .bind(micros(spec.input_per_million)?)
-    .bind(micros(spec.output_per_million)?)
-    .bind(spec.cached_input_per_million.map(micros).transpose()?)
-    .execute(&mut *tx)
-    .await
-    .map_err(write_error(&spec))?;
-    let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<PriceView>(tx, actor, "update", id, spec.detail()).await?;
-    Ok(with_revision(revision, Json(view)))
+    let sql = update_sql::<PriceRow>(WRITTEN);
+    let row = spec
+        .bind(sqlx::query_as::<_, PriceRow>(&sql))?
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&spec))?;
+    let view = PriceView::from(row);
+    commit_view::<PriceRow>(tx, actor, Change::Update, id, spec.detail(), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "delete_price",
@@ -378,16 +350,10 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row(&mut tx, id).await?;
-    delete_row::<PriceView>(
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<PriceRow>(db, id).await?;
+    delete_row::<PriceRow>(
         tx,
         actor,
         id,

@@ -1,7 +1,6 @@
 //! `/api/v1/routes`: logical models matched by `model_pattern`, with their route-level overrides.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -11,8 +10,11 @@ use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
+    Change, Db, RowQuery,
+};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -290,10 +292,9 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: RouteCreate,
 ) -> ApiResult<Response> {
@@ -301,23 +302,20 @@ pub(super) async fn create_in<'c>(
     let mut tx = db.begin().await?;
     pattern_taken(&mut tx, &spec.model_pattern, None).await?;
     spec.check_single(&mut tx, None, true).await?;
-    let sql = format!(
-        "INSERT INTO routes (model_pattern, enabled, routing_mode, single_member_id, sticky_session, \
-         stable_first, stable_first_denominator, retry_times, channel_retry_times, cooldown_seconds) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {}",
-        columns()
-    );
-    let view = bind_spec(sqlx::query_as::<_, RouteView>(&sql), &spec)
+    let sql = insert_sql::<RouteView>(WRITTEN);
+    let view = bind_spec(sqlx::query_as(&sql), &spec)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<RouteView>(tx, actor, "create", view.id, json!(spec)).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    commit_view::<RouteView>(tx, actor, Change::Create, view.id, json!(spec), view).await
 }
 
-fn bind_spec<'q>(
-    query: sqlx::query::QueryAs<'q, sqlx::Postgres, RouteView, sqlx::postgres::PgArguments>,
-    spec: &'q RouteSpec,
-) -> sqlx::query::QueryAs<'q, sqlx::Postgres, RouteView, sqlx::postgres::PgArguments> {
+/// The columns a create or patch writes, in [`bind_spec`]'s order.
+const WRITTEN: &str = "model_pattern, enabled, routing_mode, single_member_id, \
+    sticky_session, stable_first, stable_first_denominator, retry_times, channel_retry_times, \
+    cooldown_seconds";
+
+/// Binds `spec` to the [`WRITTEN`] columns.
+fn bind_spec<'q>(query: RowQuery<'q, RouteView>, spec: &'q RouteSpec) -> RowQuery<'q, RouteView> {
     query
         .bind(&spec.model_pattern)
         .bind(spec.enabled)
@@ -352,33 +350,24 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: RoutePatch,
 ) -> ApiResult<Response> {
     let asks_single = patch.routing_mode.is_some() || matches!(patch.single_member_id, Some(None));
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<RouteView>(db, id).await?;
     let spec = RouteSpec::patched(&current, patch)?;
     pattern_taken(&mut tx, &spec.model_pattern, Some(id)).await?;
     spec.check_single(&mut tx, Some(id), asks_single).await?;
-    let sql = format!(
-        "UPDATE routes SET model_pattern = $1, enabled = $2, routing_mode = $3, \
-         single_member_id = $4, sticky_session = $5, stable_first = $6, \
-         stable_first_denominator = $7, retry_times = $8, channel_retry_times = $9, \
-         cooldown_seconds = $10, updated_at = now() WHERE id = $11 RETURNING {}",
-        columns()
-    );
-    let view = bind_spec(sqlx::query_as::<_, RouteView>(&sql), &spec)
+    let sql = update_sql::<RouteView>(WRITTEN);
+    let view = bind_spec(sqlx::query_as(&sql), &spec)
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<RouteView>(tx, actor, "update", id, json!(spec)).await?;
-    Ok(with_revision(revision, Json(view)))
+    commit_view::<RouteView>(tx, actor, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "delete_route",
@@ -393,15 +382,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<RouteView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<RouteView>(db, id).await?;
     let detail = json!({ "model_pattern": current.model_pattern });
     delete_row::<RouteView>(tx, actor, id, detail).await
 }

@@ -1,16 +1,26 @@
-//! The per-table plumbing every resource shares: read one row by id (optionally locking it), read
-//! a cursor page of rows, commit a write of a row with its audit row, and delete a row.
+//! The per-table plumbing every resource shares: read one row by id (optionally locking it, or as
+//! the view the API shows of it), read a cursor page of rows (of a parent's children), build the
+//! statement that inserts or updates a row from its column list, commit a write of a row with its
+//! audit row and answer with it, and delete a row.
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::Json;
+use serde::Serialize;
 use serde_json::Value;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
 use utoipa::ToSchema;
 
-use super::{with_revision, Page};
+use super::{cut_page, with_revision, Page};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult};
+
+/// Where a write runs: a pool, on which it takes its own transaction, or a dry run's transaction
+/// (`super::dry_run`), in which it takes a savepoint that the dry run rolls back.
+pub(super) trait Db<'c>: sqlx::Acquire<'c, Database = Postgres> {}
+
+impl<'c, A: sqlx::Acquire<'c, Database = Postgres>> Db<'c> for A {}
 
 /// A resource stored as one row of one table, addressed by its `id` column.
 pub(super) trait Resource {
@@ -20,11 +30,12 @@ pub(super) trait Resource {
     const NOUN: &'static str;
 }
 
-/// A view read straight from its resource's table.
+/// A row read straight from its resource's table: the view the API shows, or the stored form a
+/// [`RowView`] is converted from.
 pub(super) trait TableRow:
     Resource + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
 {
-    /// The select list (also used in `RETURNING`) producing this view.
+    /// The select list (also used in `RETURNING`) producing this row.
     fn columns() -> String;
     fn id(&self) -> i64;
 }
@@ -51,6 +62,45 @@ macro_rules! table_row {
 }
 pub(super) use table_row;
 
+/// A view the API shows of a row read as `Self::Row` and converted (stored micros shown as
+/// decimal strings and the like).
+pub(super) trait RowView: From<Self::Row> + ToSchema {
+    type Row: TableRow;
+}
+
+/// A query reading `O` whose arguments are still being bound.
+pub(super) type RowQuery<'q, O> = sqlx::query::QueryAs<'q, Postgres, O, PgArguments>;
+
+/// `INSERT` of one row of `T`'s table setting `columns` (a comma-separated list) to `$1`.. in
+/// order, `RETURNING` the row.
+pub(super) fn insert_sql<T: TableRow>(columns: &str) -> String {
+    let values: Vec<String> = (1..=columns.split(',').count())
+        .map(|n| format!("${n}"))
+        .collect();
+    format!(
+        "INSERT INTO {} ({columns}) VALUES ({}) RETURNING {}",
+        T::TABLE,
+        values.join(", "),
+        T::columns()
+    )
+}
+
+/// `UPDATE` of row `$n+1` of `T`'s table setting `columns` (a comma-separated list) to `$1`..`$n`
+/// in order and `updated_at` to now, `RETURNING` the row.
+pub(super) fn update_sql<T: TableRow>(columns: &str) -> String {
+    let sets: Vec<String> = (1..)
+        .zip(columns.split(','))
+        .map(|(n, column)| format!("{} = ${n}", column.trim()))
+        .collect();
+    format!(
+        "UPDATE {} SET {}, updated_at = now() WHERE id = ${} RETURNING {}",
+        T::TABLE,
+        sets.join(", "),
+        sets.len() + 1,
+        T::columns()
+    )
+}
+
 /// Row `id` of `T`'s table, `FOR UPDATE` when `lock`; a 404 naming `T` if there is none.
 pub(super) async fn fetch_row<T: TableRow>(
     executor: impl sqlx::PgExecutor<'_>,
@@ -70,14 +120,67 @@ pub(super) async fn fetch_row<T: TableRow>(
         .ok_or_else(|| ApiError::not_found(T::NOUN, id))
 }
 
+/// A transaction on `db` with row `id` of `T` read and locked in it; a 404 naming `T` if there is
+/// none.
+pub(super) async fn lock_row<'c, T: TableRow>(
+    db: impl Db<'c>,
+    id: i64,
+) -> ApiResult<(Transaction<'c, Postgres>, T)> {
+    let mut tx = db.begin().await?;
+    let row = fetch_row::<T>(&mut *tx, id, true).await?;
+    Ok((tx, row))
+}
+
+/// Row `id` of `V`'s table as `V` shows it; a 404 naming it if there is none.
+pub(super) async fn fetch_view<V: RowView>(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: i64,
+) -> ApiResult<V> {
+    Ok(V::from(fetch_row::<V::Row>(executor, id, false).await?))
+}
+
 /// One page of `T`'s rows in id order, only those whose `scope` column equals its value when set.
 /// `bounds` is [`PageQuery::bounds`](super::PageQuery::bounds), taken by the caller first so a bad
 /// `limit` or `cursor` is reported before the parent's existence is checked.
 pub(super) async fn list_rows<T: TableRow + ToSchema>(
     pool: &PgPool,
     scope: Option<(&'static str, i64)>,
-    (fetch_n, after): (i64, i64),
+    bounds: (i64, i64),
 ) -> ApiResult<Page<T>> {
+    let rows = select_page::<T>(pool, scope, bounds).await?;
+    Ok(Page::from_rows(rows, bounds.0, T::id))
+}
+
+/// [`list_rows`] of the `T`s whose `column` holds `parent`, an id of `P`'s table; a 404 naming `P`
+/// if there is no such row.
+pub(super) async fn list_children<P: TableRow, T: TableRow + ToSchema>(
+    pool: &PgPool,
+    (column, parent): (&'static str, i64),
+    bounds: (i64, i64),
+) -> ApiResult<Page<T>> {
+    fetch_row::<P>(pool, parent, false).await?;
+    list_rows(pool, Some((column, parent)), bounds).await
+}
+
+/// [`list_rows`] (unscoped) of `V`'s rows, each as `V` shows it.
+pub(super) async fn list_views<V: RowView>(
+    pool: &PgPool,
+    bounds: (i64, i64),
+) -> ApiResult<Page<V>> {
+    let rows = select_page::<V::Row>(pool, None, bounds).await?;
+    let (rows, next_cursor) = cut_page(rows, bounds.0, TableRow::id);
+    Ok(Page {
+        data: rows.into_iter().map(V::from).collect(),
+        next_cursor,
+    })
+}
+
+/// The `fetch_n` rows of `T` (scoped as in [`list_rows`]) after id `after`, in id order.
+async fn select_page<T: TableRow>(
+    pool: &PgPool,
+    scope: Option<(&'static str, i64)>,
+    (fetch_n, after): (i64, i64),
+) -> ApiResult<Vec<T>> {
     // `WHERE [scope = $1 AND] id > $n ORDER BY id LIMIT $n+1`
     let (filter, n) = match scope {
         Some((column, _)) => (format!("{column} = $1 AND "), 2),
@@ -93,8 +196,7 @@ pub(super) async fn list_rows<T: TableRow + ToSchema>(
     if let Some((_, value)) = scope {
         query = query.bind(value);
     }
-    let rows = query.bind(after).bind(fetch_n).fetch_all(pool).await?;
-    Ok(Page::from_rows(rows, fetch_n, T::id))
+    Ok(query.bind(after).bind(fetch_n).fetch_all(pool).await?)
 }
 
 /// Commits `tx` as an audited write of row `id` of `T` (`action`: create, update, delete...):
@@ -117,6 +219,31 @@ pub(super) async fn commit_row<T: Resource>(
         },
     )
     .await
+}
+
+/// What a create or patch did to its row: the audit row's action and the answer's status.
+#[derive(Clone, Copy)]
+pub(super) enum Change {
+    Create,
+    Update,
+}
+
+/// Commits `tx` as the `change` of row `id` of `T` ([`commit_row`]): `body` as JSON, with a 201
+/// for a create or a 200 for an update, and the new revision.
+pub(super) async fn commit_view<T: Resource>(
+    tx: Transaction<'_, Postgres>,
+    actor: &str,
+    change: Change,
+    id: i64,
+    detail: Value,
+    body: impl Serialize,
+) -> ApiResult<Response> {
+    let (action, status) = match change {
+        Change::Create => ("create", StatusCode::CREATED),
+        Change::Update => ("update", StatusCode::OK),
+    };
+    let revision = commit_row::<T>(tx, actor, action, id, detail).await?;
+    Ok(with_revision(revision, (status, Json(body))))
 }
 
 /// Deletes row `id` of `T`'s table (which the caller has locked in `tx` and checked may go) and

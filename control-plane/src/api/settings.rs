@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use switchyard_engine::Settings;
 
 use super::extract::JsonBody;
+use super::rows::Db;
 use super::schema::{SettingsChanges, SettingsDocument};
 use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
@@ -87,10 +88,9 @@ pub async fn put_settings(
     put_settings_in(&state.pool, &actor, changes).await
 }
 
-/// [`put_settings`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`put_settings`] in `db` (see [`Db`]).
 pub(super) async fn put_settings_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     changes: Map<String, Value>,
 ) -> ApiResult<Response> {
@@ -112,10 +112,9 @@ pub async fn patch_settings(
     patch_settings_in(&state.pool, &actor, changes).await
 }
 
-/// [`patch_settings`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch_settings`] in `db` (see [`Db`]).
 pub(super) async fn patch_settings_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     changes: Map<String, Value>,
 ) -> ApiResult<Response> {

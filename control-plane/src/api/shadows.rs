@@ -4,7 +4,6 @@
 //! proxies report (`shadow_minutes`).
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -17,8 +16,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, Resource};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, Change, Db,
+    RowQuery, RowView,
+};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -57,13 +59,8 @@ pub struct ShadowView {
     pub updated_at: String,
 }
 
-impl Resource for ShadowView {
-    const TABLE: &'static str = "shadows";
-    const NOUN: &'static str = "shadow";
-}
-
 #[derive(sqlx::FromRow)]
-struct ShadowRow {
+pub(super) struct ShadowRow {
     id: i64,
     name: String,
     model_pattern: String,
@@ -81,6 +78,12 @@ struct ShadowRow {
     stopped_at: Option<String>,
     created_at: String,
     updated_at: String,
+}
+
+table_row!(ShadowRow, "shadows", "shadow", columns);
+
+impl RowView for ShadowView {
+    type Row = ShadowRow;
 }
 
 impl From<ShadowRow> for ShadowView {
@@ -371,49 +374,24 @@ fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64, lock: bool) -> ApiResult<ShadowRow> {
-    let sql = format!(
-        "SELECT {} FROM shadows WHERE id = $1{}",
-        columns(),
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    sqlx::query_as::<_, ShadowRow>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .ok_or_else(|| ApiError::not_found(ShadowView::NOUN, id))
-}
-
 #[utoipa::path(get, path = "/api/v1/shadows", tag = "shadows", operation_id = "list_shadows", params(PageQuery),
     responses((status = 200, body = Page<ShadowView>), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<ShadowView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!(
-        "SELECT {} FROM shadows WHERE id > $1 ORDER BY id LIMIT $2",
-        columns()
-    );
-    let rows = sqlx::query_as::<_, ShadowRow>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    let rows = rows.into_iter().map(ShadowView::from).collect();
-    Ok(Json(Page::from_rows(rows, fetch_n, |s| s.id)))
+    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
 }
 
-const WRITE_COLUMNS: &str = "name = $2, model_pattern = $3, target_member_id = $4, \
-    target_channel_id = $5, target_model = $6, sample_basis_points = $7, max_rps = $8, \
-    max_daily_spend_micros = $9, \
-    expires_at = 'epoch'::timestamptz + $10 * interval '1 millisecond', \
-    error_rate_stop_per_mille = $11, error_rate_min_sample = $12, enabled = $13";
+/// The columns a create or patch writes, in [`bind_rule`]'s order (`expires_at` from Unix ms).
+const WRITTEN: &str = "name, model_pattern, target_member_id, target_channel_id, target_model, \
+    sample_basis_points, max_rps, max_daily_spend_micros, expires_at, error_rate_stop_per_mille, \
+    error_rate_min_sample, enabled";
+const WRITTEN_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, \
+    'epoch'::timestamptz + $9 * interval '1 millisecond', $10, $11, $12";
 
-fn bind_rule<'q>(
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    rule: &'q ShadowRule,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+/// Binds `rule` as `$1`..`$12`, the [`WRITTEN`] columns.
+fn bind_rule<'q>(query: RowQuery<'q, ShadowRow>, rule: &'q ShadowRule) -> RowQuery<'q, ShadowRow> {
     let (member, channel, model) = target_columns(&rule.target);
     query
         .bind(&rule.name)
@@ -445,37 +423,25 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: ShadowCreate,
 ) -> ApiResult<Response> {
     let rule = ShadowRule::try_from(raw)?;
     let mut tx = db.begin().await?;
     check(&mut tx, &rule, None).await?;
-    // `$1` is unused on insert; the update shares the column list.
-    let id: i64 = bind_rule(
-        sqlx::query(
-            "INSERT INTO shadows (name, model_pattern, target_member_id, target_channel_id, \
-             target_model, sample_basis_points, max_rps, max_daily_spend_micros, expires_at, \
-             error_rate_stop_per_mille, error_rate_min_sample, enabled) \
-             SELECT $2, $3, $4, $5, $6, $7, $8, $9, \
-             'epoch'::timestamptz + $10 * interval '1 millisecond', $11, $12, $13 \
-             WHERE $1::bigint IS NULL RETURNING id",
-        )
-        .bind(Option::<i64>::None),
-        &rule,
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(write_error(&rule))
-    .and_then(|row| {
-        use sqlx::Row;
-        row.try_get::<i64, _>("id").map_err(ApiError::from)
-    })?;
-    let view = ShadowView::from(fetch(&mut *tx, id, false).await?);
-    let revision = commit_row::<ShadowView>(tx, actor, "create", id, detail(&rule)).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    let sql = format!(
+        "INSERT INTO shadows ({WRITTEN}) VALUES ({WRITTEN_VALUES}) RETURNING {}",
+        columns()
+    );
+    let row = bind_rule(sqlx::query_as(&sql), &rule)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let (id, view) = (row.id, ShadowView::from(row));
+    commit_view::<ShadowRow>(tx, actor, Change::Create, id, detail(&rule), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "get_shadow",
@@ -484,7 +450,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<ShadowView>> {
-    Ok(Json(ShadowView::from(fetch(&state.pool, id, false).await?)))
+    Ok(Json(fetch_view(&state.pool, id).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "update_shadow", request_body = ShadowPatch,
@@ -500,14 +466,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: ShadowPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
     let touches_target = patch.target_member_id.is_some()
         || patch.target_channel_id.is_some()
         || patch.target_model.is_some();
@@ -565,24 +531,23 @@ pub(super) async fn patch_in<'c>(
     })?;
     check(&mut tx, &rule, Some(id)).await?;
     let resume = patch.enabled == Some(true);
-    bind_rule(
-        sqlx::query(&format!(
-            "UPDATE shadows SET {WRITE_COLUMNS}, updated_at = now(){} WHERE id = $1",
-            if resume {
-                ", stopped_reason = NULL, stopped_at = NULL"
-            } else {
-                ""
-            }
-        ))
-        .bind(id),
-        &rule,
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(write_error(&rule))?;
-    let view = ShadowView::from(fetch(&mut *tx, id, false).await?);
-    let revision = commit_row::<ShadowView>(tx, actor, "update", id, detail(&rule)).await?;
-    Ok(with_revision(revision, Json(view)))
+    let sql = format!(
+        "UPDATE shadows SET ({WRITTEN}) = ROW({WRITTEN_VALUES}), updated_at = now(){} \
+         WHERE id = $13 RETURNING {}",
+        if resume {
+            ", stopped_reason = NULL, stopped_at = NULL"
+        } else {
+            ""
+        },
+        columns()
+    );
+    let row = bind_rule(sqlx::query_as(&sql), &rule)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let view = ShadowView::from(row);
+    commit_view::<ShadowRow>(tx, actor, Change::Update, id, detail(&rule), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "delete_shadow",
@@ -595,19 +560,15 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
     // Its comparisons go with it.
     sqlx::query("DELETE FROM shadow_minutes WHERE shadow_id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    delete_row::<ShadowView>(tx, actor, id, json!({ "name": current.name })).await
+    delete_row::<ShadowRow>(tx, actor, id, json!({ "name": current.name })).await
 }
 
 /// One side (live or shadow) of a report.
@@ -788,7 +749,7 @@ pub async fn report(
             })
         })
         .transpose()?;
-    let row = fetch(&state.pool, id, false).await?;
+    let row = fetch_row::<ShadowRow>(&state.pool, id, false).await?;
     let minutes: Vec<MinuteRow> = sqlx::query_as(
         "SELECT pairs, live_ok, shadow_ok, live_total_ms_hist, live_first_byte_ms_hist, \
          shadow_total_ms_hist, shadow_first_byte_ms_hist, live_input_tokens, live_output_tokens, \

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -16,8 +15,8 @@ use utoipa::ToSchema;
 
 use super::channels::checked_name;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, Resource};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{commit_view, delete_row, fetch_row, list_rows, table_row, Change, Db, Resource};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -28,7 +27,7 @@ pub struct PlanEntryDto {
     pub weight: Option<i32>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
 pub struct TeamView {
     pub id: i64,
     pub name: String,
@@ -37,6 +36,7 @@ pub struct TeamView {
     /// Member ids the team may use; empty: every member of an allowed model.
     pub members: Vec<i64>,
     /// Per-member overrides, keyed by member id.
+    #[sqlx(json)]
     pub plan: BTreeMap<String, PlanEntryDto>,
     pub retry_limit: Option<i32>,
     pub disable_failover: bool,
@@ -46,55 +46,22 @@ pub struct TeamView {
     pub updated_at: String,
 }
 
-impl Resource for TeamView {
-    const TABLE: &'static str = "teams";
-    const NOUN: &'static str = "team";
-}
+table_row!(TeamView, "teams", "team", columns);
 
-#[derive(sqlx::FromRow)]
-struct TeamRow {
-    id: i64,
-    name: String,
-    models: Vec<String>,
-    members: Vec<i64>,
-    #[sqlx(json)]
-    plan: BTreeMap<String, PlanEntryDto>,
-    retry_limit: Option<i32>,
-    disable_failover: bool,
-    created_at: String,
-    updated_at: String,
-}
-
-impl From<TeamRow> for TeamView {
-    fn from(r: TeamRow) -> TeamView {
-        TeamView {
-            id: r.id,
-            name: r.name,
-            models: r.models,
-            members: r.members,
-            plan: r.plan,
-            retry_limit: r.retry_limit,
-            disable_failover: r.disable_failover,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        }
-    }
-}
-
-fn select() -> String {
+/// The select list of a team with its grants gathered from the grant tables.
+fn columns() -> String {
     format!(
-        "SELECT t.id, t.name, \
+        "id, name, \
            COALESCE((SELECT array_agg(model_pattern ORDER BY model_pattern) FROM team_models m \
-                     WHERE m.team_id = t.id), '{{}}') AS models, \
+                     WHERE m.team_id = teams.id), '{{}}') AS models, \
            COALESCE((SELECT array_agg(member_id ORDER BY member_id) FROM team_members m \
-                     WHERE m.team_id = t.id), '{{}}') AS members, \
+                     WHERE m.team_id = teams.id), '{{}}') AS members, \
            COALESCE((SELECT jsonb_object_agg(member_id::text, \
                              jsonb_build_object('priority', priority, 'weight', weight)) \
-                     FROM team_plans p WHERE p.team_id = t.id), '{{}}'::jsonb) AS plan, \
-           t.retry_limit, t.disable_failover, {} AS created_at, {} AS updated_at \
-         FROM teams t",
-        ts("t.created_at"),
-        ts("t.updated_at")
+                     FROM team_plans p WHERE p.team_id = teams.id), '{{}}'::jsonb) AS plan, \
+           retry_limit, disable_failover, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
     )
 }
 
@@ -275,16 +242,6 @@ impl TeamSpec {
     }
 }
 
-async fn fetch(executor: impl sqlx::PgExecutor<'_>, id: i64) -> ApiResult<TeamView> {
-    let sql = format!("{} WHERE t.id = $1", select());
-    sqlx::query_as::<_, TeamRow>(&sql)
-        .bind(id)
-        .fetch_optional(executor)
-        .await?
-        .map(TeamView::from)
-        .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
-}
-
 async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
     sqlx::query_scalar::<_, i64>("SELECT id FROM teams WHERE id = $1 FOR UPDATE")
         .bind(id)
@@ -300,15 +257,7 @@ pub async fn list(
     State(state): State<AppState>,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<TeamView>>> {
-    let (fetch_n, after) = page.bounds()?;
-    let sql = format!("{} WHERE t.id > $1 ORDER BY t.id LIMIT $2", select());
-    let rows = sqlx::query_as::<_, TeamRow>(&sql)
-        .bind(after)
-        .bind(fetch_n)
-        .fetch_all(&state.pool)
-        .await?;
-    let rows = rows.into_iter().map(TeamView::from).collect();
-    Ok(Json(Page::from_rows(rows, fetch_n, |t| t.id)))
+    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
@@ -321,10 +270,9 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: TeamCreate,
 ) -> ApiResult<Response> {
@@ -340,9 +288,8 @@ pub(super) async fn create_in<'c>(
     .fetch_one(&mut *tx)
     .await?;
     spec.write_grants(&mut tx, id).await?;
-    let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<TeamView>(tx, actor, "create", id, json!(spec)).await?;
-    Ok(with_revision(revision, (StatusCode::CREATED, Json(view))))
+    let view = fetch_row::<TeamView>(&mut *tx, id, false).await?;
+    commit_view::<TeamView>(tx, actor, Change::Create, id, json!(spec), view).await
 }
 
 #[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "get_team",
@@ -351,7 +298,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(id): Path<i64>,
 ) -> ApiResult<Json<TeamView>> {
-    Ok(Json(fetch(&state.pool, id).await?))
+    Ok(Json(fetch_row(&state.pool, id, false).await?))
 }
 
 #[utoipa::path(patch, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "update_team", request_body = TeamPatch,
@@ -366,17 +313,16 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: TeamPatch,
 ) -> ApiResult<Response> {
     let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;
-    let current = fetch(&mut *tx, id).await?;
+    let current = fetch_row::<TeamView>(&mut *tx, id, false).await?;
     let spec = TeamSpec {
         name: patch.name.unwrap_or(current.name),
         models: patch.models.unwrap_or(current.models),
@@ -401,9 +347,8 @@ pub(super) async fn patch_in<'c>(
     .execute(&mut *tx)
     .await?;
     spec.write_grants(&mut tx, id).await?;
-    let view = fetch(&mut *tx, id).await?;
-    let revision = commit_row::<TeamView>(tx, actor, "update", id, json!(spec)).await?;
-    Ok(with_revision(revision, Json(view)))
+    let view = fetch_row::<TeamView>(&mut *tx, id, false).await?;
+    commit_view::<TeamView>(tx, actor, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "delete_team",
@@ -417,13 +362,8 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
     let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;
     let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM tokens WHERE team_id = $1")

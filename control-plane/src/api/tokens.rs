@@ -2,7 +2,6 @@
 //! create call, and only its SHA-256 (lowercase hex) is stored.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -15,8 +14,10 @@ use utoipa::ToSchema;
 
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, delete_row, fetch_row, list_rows, table_row};
-use super::{nullable, with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db, RowQuery,
+};
+use super::{nullable, Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -151,6 +152,18 @@ pub(super) fn create_detail(raw: TokenCreate) -> ApiResult<serde_json::Value> {
 }
 
 impl TokenSpec {
+    /// Binds the token's settings as `$1`..`$6`: name, route group, team, pinning, enabled and
+    /// the expiry's Unix ms (for [`EXPIRY`]).
+    fn bind<'q, O>(&'q self, query: RowQuery<'q, O>) -> RowQuery<'q, O> {
+        query
+            .bind(&self.name)
+            .bind(&self.route_group_name)
+            .bind(self.team_id)
+            .bind(self.allow_pinning)
+            .bind(self.enabled)
+            .bind(expiry_ms(self.expires_at))
+    }
+
     fn validate(mut self) -> ApiResult<TokenSpec> {
         self.name = checked_name("name", &self.name)?;
         if let Some(group) = self.route_group_name.take() {
@@ -182,9 +195,8 @@ impl TokenSpec {
     }
 }
 
-/// `expires_at` from Unix ms bound as `$8` (create) or `$7` (update): exact to the millisecond.
-const EXPIRY_8: &str = "'epoch'::timestamptz + $8 * interval '1 millisecond'";
-const EXPIRY_7: &str = "'epoch'::timestamptz + $7 * interval '1 millisecond'";
+/// `expires_at` from the Unix ms [`TokenSpec::bind`] binds as `$6`: exact to the millisecond.
+const EXPIRY: &str = "'epoch'::timestamptz + $6 * interval '1 millisecond'";
 
 fn expiry_ms(ms: Option<UnixMillis>) -> Option<i64> {
     ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
@@ -222,10 +234,9 @@ pub async fn create(
     create_in(&state.pool, &actor, raw).await
 }
 
-/// [`create`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     raw: TokenCreate,
 ) -> ApiResult<Response> {
@@ -235,32 +246,26 @@ pub(super) async fn create_in<'c>(
     let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
-        "INSERT INTO tokens (name, hash, prefix, route_group_name, team_id, allow_pinning, enabled, \
-         expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, {EXPIRY_8}) RETURNING {}",
+        "INSERT INTO tokens (name, route_group_name, team_id, allow_pinning, enabled, expires_at, \
+         hash, prefix) VALUES ($1, $2, $3, $4, $5, {EXPIRY}, $7, $8) RETURNING {}",
         columns()
     );
-    let view = sqlx::query_as::<_, TokenView>(&sql)
-        .bind(&spec.name)
+    let view = spec
+        .bind(sqlx::query_as::<_, TokenView>(&sql))
         .bind(token_hash(&plaintext))
         .bind(&prefix)
-        .bind(&spec.route_group_name)
-        .bind(spec.team_id)
-        .bind(spec.allow_pinning)
-        .bind(spec.enabled)
-        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, actor, "create", view.id, json!(spec)).await?;
-    Ok(with_revision(
-        revision,
-        (
-            StatusCode::CREATED,
-            Json(CreatedToken {
-                view,
-                token: plaintext,
-            }),
-        ),
-    ))
+    let (id, token) = (view.id, plaintext);
+    commit_view::<TokenView>(
+        tx,
+        actor,
+        Change::Create,
+        id,
+        json!(spec),
+        CreatedToken { view, token },
+    )
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "get_token",
@@ -284,16 +289,14 @@ pub async fn patch(
     patch_in(&state.pool, &actor, id, patch).await
 }
 
-/// [`patch`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
+/// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
+    db: impl Db<'c>,
     actor: &str,
     id: i64,
     patch: TokenPatch,
 ) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
+    let (mut tx, current) = lock_row::<TokenView>(db, id).await?;
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
         route_group_name: patch.route_group_name.unwrap_or(current.route_group_name),
@@ -309,22 +312,16 @@ pub(super) async fn patch_in<'c>(
     .validate()?;
     spec.check_team(&mut tx).await?;
     let sql = format!(
-        "UPDATE tokens SET name = $2, route_group_name = $3, team_id = $4, allow_pinning = $5, \
-         enabled = $6, expires_at = {EXPIRY_7}, updated_at = now() WHERE id = $1 RETURNING {}",
+        "UPDATE tokens SET name = $1, route_group_name = $2, team_id = $3, allow_pinning = $4, \
+         enabled = $5, expires_at = {EXPIRY}, updated_at = now() WHERE id = $7 RETURNING {}",
         columns()
     );
-    let view = sqlx::query_as::<_, TokenView>(&sql)
+    let view = spec
+        .bind(sqlx::query_as::<_, TokenView>(&sql))
         .bind(id)
-        .bind(&spec.name)
-        .bind(&spec.route_group_name)
-        .bind(spec.team_id)
-        .bind(spec.allow_pinning)
-        .bind(spec.enabled)
-        .bind(expiry_ms(spec.expires_at))
         .fetch_one(&mut *tx)
         .await?;
-    let revision = commit_row::<TokenView>(tx, actor, "update", id, json!(spec)).await?;
-    Ok(with_revision(revision, Json(view)))
+    commit_view::<TokenView>(tx, actor, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
@@ -337,15 +334,9 @@ pub async fn delete(
     delete_in(&state.pool, &actor, id).await
 }
 
-/// [`delete`] on `db`: its own transaction on a pool, or a savepoint inside a dry run's
-/// transaction (`super::dry_run`), which is rolled back.
-pub(super) async fn delete_in<'c>(
-    db: impl sqlx::Acquire<'c, Database = sqlx::Postgres>,
-    actor: &str,
-    id: i64,
-) -> ApiResult<Response> {
-    let mut tx = db.begin().await?;
-    let current = fetch_row::<TokenView>(&mut *tx, id, true).await?;
+/// [`delete`] in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<TokenView>(db, id).await?;
     delete_row::<TokenView>(tx, actor, id, json!({ "name": current.name })).await
 }
 
