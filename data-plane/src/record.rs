@@ -2,6 +2,7 @@
 //! the request has *finished* — at once for a plain answer, when the stream ends for a stream
 //! (however it ends: completed, broken upstream, idle, shutdown, or the client going away).
 
+use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -165,12 +166,49 @@ pub struct StreamEnd {
     pub usage: Usage,
 }
 
+/// The most bytes of one streamed answer kept for a comparison (each side).
+pub const MAX_GATHERED: usize = 1 << 20;
+
+/// The chunks of a streamed answer, kept for a shadow comparison: shared bytes, at most
+/// [`MAX_GATHERED`] of them; a longer stream keeps nothing (and is not compared on content).
+#[derive(Default)]
+pub struct Gathered(Mutex<GatheredChunks>);
+
+#[derive(Default)]
+struct GatheredChunks {
+    chunks: Vec<Bytes>,
+    len: usize,
+    overflow: bool,
+}
+
+impl Gathered {
+    pub fn push(&self, chunk: &Bytes) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.overflow || chunk.is_empty() {
+            return;
+        }
+        if g.len + chunk.len() > MAX_GATHERED {
+            g.overflow = true;
+            g.chunks = Vec::new();
+            return;
+        }
+        g.len += chunk.len();
+        g.chunks.push(chunk.clone());
+    }
+
+    /// The chunks, unless the stream was too long.
+    pub fn take(&self) -> Option<Vec<Bytes>> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (!g.overflow).then(|| std::mem::take(&mut g.chunks))
+    }
+}
+
 /// Where a stream's record meets the stream's end: whichever arrives second writes the line.
 /// A stream a shadow rule sampled also keeps its chunks here, as they go out.
 #[derive(Default)]
 pub struct StreamSlot {
     slot: Mutex<Slot>,
-    gathered: std::sync::OnceLock<Arc<crate::shadow::Gathered>>,
+    gathered: std::sync::OnceLock<Arc<Gathered>>,
 }
 
 #[derive(Default)]
@@ -189,12 +227,12 @@ impl StreamSlot {
 
     /// From now on the chunks going out to the client are kept (before the body is first
     /// polled: all of them).
-    pub fn gather(&self) -> Arc<crate::shadow::Gathered> {
+    pub fn gather(&self) -> Arc<Gathered> {
         Arc::clone(self.gathered.get_or_init(Default::default))
     }
 
     /// Where the chunks are kept, when they are.
-    pub fn gathering(&self) -> Option<&crate::shadow::Gathered> {
+    pub fn gathering(&self) -> Option<&Gathered> {
         self.gathered.get().map(|g| &**g)
     }
 

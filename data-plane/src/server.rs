@@ -804,7 +804,7 @@ impl Received {
         seed: u64,
         started: Instant,
         answer: Option<Bytes>,
-        stream: Option<Arc<shadow::Gathered>>,
+        stream: Option<Arc<crate::record::Gathered>>,
     ) -> shadow::Candidate {
         shadow::Candidate {
             view: Arc::clone(view),

@@ -20,10 +20,11 @@
 //! shadowed, streamed or not; embeddings, images, audio and count-tokens never. The sample draw
 //! is made when the request arrives (from the request's seed, the same draws the offer makes), so
 //! only a sampled request keeps a copy of itself. A sampled stream keeps the chunks the client
-//! got ([`Gathered`]: shared bytes, no copy, at most [`MAX_GATHERED`] bytes) and the shadow
-//! stream's are kept the same way; both are read back into text, finish reason and tool calls
-//! ([`StreamDigester`]) on the background task, never on the request path. A longer stream is
-//! compared on status, latency, tokens and cost only.
+//! got ([`Gathered`]: shared bytes, no copy, at most
+//! [`MAX_GATHERED`](crate::record::MAX_GATHERED) bytes) and the shadow stream's are kept the
+//! same way; both are read back into text, finish reason and tool calls ([`StreamDigester`]) on
+//! the background task, never on the request path. A longer stream is compared on status,
+//! latency, tokens and cost only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -41,7 +42,7 @@ use tokio::time::{Duration, Instant};
 
 use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
-use crate::record::Finished;
+use crate::record::{Finished, Gathered};
 use crate::request::Inspected;
 use crate::snapshot::View;
 use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
@@ -52,43 +53,6 @@ use crate::AppState;
 pub const QUEUE_CAPACITY: usize = 256;
 /// Shadow calls in flight at once, at most.
 pub const MAX_IN_FLIGHT: usize = 32;
-/// The most bytes of one streamed answer kept for a comparison (each side).
-pub const MAX_GATHERED: usize = 1 << 20;
-
-/// The chunks of a streamed answer, kept for a comparison: shared bytes, at most
-/// [`MAX_GATHERED`] of them; a longer stream keeps nothing (and is not compared on content).
-#[derive(Default)]
-pub struct Gathered(Mutex<GatheredChunks>);
-
-#[derive(Default)]
-struct GatheredChunks {
-    chunks: Vec<Bytes>,
-    len: usize,
-    overflow: bool,
-}
-
-impl Gathered {
-    pub fn push(&self, chunk: &Bytes) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.overflow || chunk.is_empty() {
-            return;
-        }
-        if g.len + chunk.len() > MAX_GATHERED {
-            g.overflow = true;
-            g.chunks = Vec::new();
-            return;
-        }
-        g.len += chunk.len();
-        g.chunks.push(chunk.clone());
-    }
-
-    /// The chunks, unless the stream was too long.
-    pub fn take(&self) -> Option<Vec<Bytes>> {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        (!g.overflow).then(|| std::mem::take(&mut g.chunks))
-    }
-}
-
 /// The live side of a pair, as the client got it.
 #[derive(Debug, Clone)]
 pub struct Live {
@@ -983,6 +947,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::record::MAX_GATHERED;
 
     #[test]
     fn similarity_is_the_jaccard_index_of_word_sets() {
