@@ -243,3 +243,130 @@ async fn simulate(
         None => ProbeResult::Passed { status: 200 },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::{
+        Capabilities, Channel, ChannelStatus, Credential, Provider, SecretSource, SplitMix64,
+    };
+
+    #[test]
+    fn a_result_says_whether_it_passed_and_the_status_it_saw() {
+        let passed = ProbeResult::Passed { status: 200 };
+        assert!(passed.passed());
+        assert_eq!(passed.status(), Some(200));
+        assert_eq!(passed.to_string(), "passed (HTTP 200)");
+        let refused = ProbeResult::Failed {
+            reason: ProbeFailure::Status,
+            status: Some(503),
+        };
+        assert!(!refused.passed());
+        assert_eq!(refused.status(), Some(503));
+        assert_eq!(refused.to_string(), "failed (HTTP 503)");
+        let silent = ProbeResult::Failed {
+            reason: ProbeFailure::Timeout,
+            status: None,
+        };
+        assert_eq!(silent.status(), None);
+        assert_eq!(silent.to_string(), "failed (timeout)");
+        let labels: Vec<&str> = [
+            ProbeFailure::Status,
+            ProbeFailure::Timeout,
+            ProbeFailure::Transport,
+            ProbeFailure::Request,
+        ]
+        .into_iter()
+        .map(ProbeFailure::as_str)
+        .collect();
+        assert_eq!(labels, ["status", "timeout", "transport", "request"]);
+    }
+
+    /// A Vertex channel whose service account's token endpoint is `token_uri`.
+    fn vertex(token_uri: &str) -> ChannelRuntime {
+        let key_file = json!({
+            "type": "service_account",
+            "project_id": "p",
+            "private_key_id": "k1",
+            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
+            "client_email": format!("probe-{}@p.iam.gserviceaccount.com", token_uri.len()),
+            "token_uri": token_uri,
+        })
+        .to_string();
+        let channel = Channel {
+            id: 1,
+            name: "v".into(),
+            provider: Provider::Vertex,
+            base_url: "https://us-central1-aiplatform.googleapis.com".into(),
+            status: ChannelStatus::Enabled,
+            auto_ban: false,
+            max_concurrency: None,
+            capabilities: Capabilities::default(),
+            credentials: vec![Credential {
+                id: 1,
+                enabled: true,
+                secret: SecretSource::Inline(key_file),
+            }],
+            retry_status_codes: vec![],
+            retry_error_patterns: vec![],
+            headers: vec![],
+            secrets_withheld: false,
+            responses_api: true,
+        };
+        ChannelRuntime::compile(&channel, &|_| None)
+    }
+
+    #[tokio::test]
+    async fn a_token_endpoint_that_cannot_be_reached_or_never_answers_fails_the_probe() {
+        let client = crate::client::build_client(Duration::from_secs(5));
+        let mut rng = SplitMix64::new(1);
+        // Nothing listens on the port (bound, then closed): the exchange cannot connect.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", closed.local_addr().unwrap());
+        drop(closed);
+        let rt = vertex(&url);
+        let result = probe_credential(
+            &client,
+            &rt,
+            &rt.credentials[0],
+            "gemini-x",
+            Duration::from_secs(5),
+            &mut rng,
+        )
+        .await;
+        assert_eq!(
+            result,
+            ProbeResult::Failed {
+                reason: ProbeFailure::Transport,
+                status: None
+            }
+        );
+        // A listener that accepts and never answers: the probe's budget ends the exchange.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/oauth/token", silent.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                sockets.push(socket);
+            }
+        });
+        let rt = vertex(&url);
+        let result = probe_credential(
+            &client,
+            &rt,
+            &rt.credentials[0],
+            "gemini-x",
+            Duration::from_millis(300),
+            &mut rng,
+        )
+        .await;
+        held.abort();
+        assert_eq!(
+            result,
+            ProbeResult::Failed {
+                reason: ProbeFailure::Timeout,
+                status: None
+            }
+        );
+    }
+}
