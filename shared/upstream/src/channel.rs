@@ -849,15 +849,13 @@ mod tests {
 
     #[test]
     fn vertex_sends_the_access_token_to_the_credentials_project() {
-        let key_file = serde_json::json!({
-            "type": "service_account",
-            "project_id": "key-project",
-            "private_key_id": "k1",
-            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
-            "client_email": "sa@key-project.iam.gserviceaccount.com",
-            "token_uri": "https://oauth2.googleapis.com/token",
-        })
-        .to_string();
+        let key_file = crate::vertex::test_key_file(|f| {
+            f.insert("project_id".into(), "key-project".into());
+            f.insert(
+                "client_email".into(),
+                "sa@key-project.iam.gserviceaccount.com".into(),
+            );
+        });
         let mut c = channel(
             "https://europe-west4-aiplatform.googleapis.com/",
             Provider::Vertex,
@@ -1155,15 +1153,9 @@ mod tests {
     #[tokio::test]
     async fn a_forgotten_vertex_token_is_exchanged_again() {
         let (token_uri, served) = token_endpoint().await;
-        let key_file = serde_json::json!({
-            "type": "service_account",
-            "project_id": "p",
-            "private_key_id": "k1",
-            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
-            "client_email": "forget@p.iam.gserviceaccount.com",
-            "token_uri": token_uri,
-        })
-        .to_string();
+        let key_file = crate::vertex::test_key_file(|f| {
+            f.insert("token_uri".into(), token_uri.into());
+        });
         let mut c = channel(
             "https://us-central1-aiplatform.googleapis.com",
             Provider::Vertex,

@@ -282,17 +282,27 @@ mod tests {
         assert_eq!(labels, ["status", "timeout", "transport", "request"]);
     }
 
+    /// Probes the one credential of a Vertex channel whose token endpoint is `token_uri`.
+    async fn probe(token_uri: &str, budget: Duration) -> ProbeResult {
+        let client = crate::client::build_client(Duration::from_secs(5));
+        let rt = vertex(token_uri);
+        let mut rng = SplitMix64::new(1);
+        probe_credential(
+            &client,
+            &rt,
+            &rt.credentials[0],
+            "gemini-x",
+            budget,
+            &mut rng,
+        )
+        .await
+    }
+
     /// A Vertex channel whose service account's token endpoint is `token_uri`.
     fn vertex(token_uri: &str) -> ChannelRuntime {
-        let key_file = json!({
-            "type": "service_account",
-            "project_id": "p",
-            "private_key_id": "k1",
-            "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
-            "client_email": format!("probe-{}@p.iam.gserviceaccount.com", token_uri.len()),
-            "token_uri": token_uri,
-        })
-        .to_string();
+        let key_file = crate::vertex::test_key_file(|f| {
+            f.insert("token_uri".into(), token_uri.into());
+        });
         let channel = Channel {
             id: 1,
             name: "v".into(),
@@ -318,24 +328,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_endpoint_that_cannot_be_reached_or_never_answers_fails_the_probe() {
-        let client = crate::client::build_client(Duration::from_secs(5));
-        let mut rng = SplitMix64::new(1);
         // Nothing listens on the port (bound, then closed): the exchange cannot connect.
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/token", closed.local_addr().unwrap());
         drop(closed);
-        let rt = vertex(&url);
-        let result = probe_credential(
-            &client,
-            &rt,
-            &rt.credentials[0],
-            "gemini-x",
-            Duration::from_secs(5),
-            &mut rng,
-        )
-        .await;
         assert_eq!(
-            result,
+            probe(&url, Duration::from_secs(5)).await,
             ProbeResult::Failed {
                 reason: ProbeFailure::Transport,
                 status: None
@@ -350,16 +348,7 @@ mod tests {
                 sockets.push(socket);
             }
         });
-        let rt = vertex(&url);
-        let result = probe_credential(
-            &client,
-            &rt,
-            &rt.credentials[0],
-            "gemini-x",
-            Duration::from_millis(300),
-            &mut rng,
-        )
-        .await;
+        let result = probe(&url, Duration::from_millis(300)).await;
         held.abort();
         assert_eq!(
             result,

@@ -599,31 +599,35 @@ fn refusal_reason(body: &[u8]) -> String {
         .collect()
 }
 
+/// A service-account key file for tests (the fixture key), with `edit` applied to its fields.
+/// The token-source registry is keyed by the file's text: tests that must not share a cached
+/// token give theirs a `token_uri` or `client_email` of their own.
+#[cfg(test)]
+pub(crate) fn test_key_file(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+    let mut file = json!({
+        "type": "service_account",
+        "project_id": "test-project",
+        "private_key_id": "kid-1",
+        "private_key": include_str!("../../mock-upstream/fixtures/vertex-test-key.pem"),
+        "client_email": "proxy@test-project.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    });
+    if let Value::Object(map) = &mut file {
+        edit(map);
+    }
+    file.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const KEY: &str = include_str!("../../mock-upstream/fixtures/vertex-test-key.pem");
 
-    fn key_file(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
-        let mut file = json!({
-            "type": "service_account",
-            "project_id": "test-project",
-            "private_key_id": "kid-1",
-            "private_key": KEY,
-            "client_email": "proxy@test-project.iam.gserviceaccount.com",
-            "client_id": "1",
-            "token_uri": "https://oauth2.googleapis.com/token",
-        });
-        if let Value::Object(map) = &mut file {
-            edit(map);
-        }
-        file.to_string()
-    }
-
     #[test]
     fn a_key_file_parses_and_its_debug_shows_no_key() {
-        let account = parse_service_account(&key_file(|_| {})).unwrap();
+        let account = parse_service_account(&test_key_file(|_| {})).unwrap();
         assert_eq!(
             account.client_email,
             "proxy@test-project.iam.gserviceaccount.com"
@@ -636,7 +640,7 @@ mod tests {
         );
         // Pretty-printed, as Google hands it out.
         let pretty = serde_json::to_string_pretty(
-            &serde_json::from_str::<Value>(&key_file(|_| {})).unwrap(),
+            &serde_json::from_str::<Value>(&test_key_file(|_| {})).unwrap(),
         )
         .unwrap();
         parse_service_account(&pretty).unwrap();
@@ -648,43 +652,43 @@ mod tests {
             ("sk-SECRET1 not json".to_owned(), "not JSON"),
             ("[\"SECRET1\"]".to_owned(), "not a JSON object"),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.insert("type".into(), json!("authorized_user-SECRET1"));
                 }),
                 "`type` must be",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.remove("client_email");
                 }),
                 "`client_email` is missing",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.insert("private_key_id".into(), json!(7));
                 }),
                 "`private_key_id` must be a string",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.insert("project_id".into(), json!("a/SECRET1"));
                 }),
                 "`project_id` may hold only",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.insert("token_uri".into(), json!("ftp://SECRET1"));
                 }),
                 "`token_uri` must be",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     m.insert("private_key".into(), json!("SECRET1"));
                 }),
                 "`private_key` is not a PEM RSA private key",
             ),
             (
-                key_file(|m| {
+                test_key_file(|m| {
                     let broken = KEY.replacen("MII", "MIJ", 1);
                     m.insert("private_key".into(), json!(broken));
                 }),
@@ -783,7 +787,7 @@ mod tests {
 
     #[test]
     fn the_assertion_carries_the_claims_and_the_key_id() {
-        let account = parse_service_account(&key_file(|_| {})).unwrap();
+        let account = parse_service_account(&test_key_file(|_| {})).unwrap();
         let iat = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
