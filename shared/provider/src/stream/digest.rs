@@ -49,17 +49,19 @@ impl StreamDigester {
 
     /// Reads the complete events in `bytes` (plus what was buffered before).
     pub fn push(&mut self, bytes: &[u8]) {
-        self.events.clear();
-        self.decoder.push_into(bytes, &mut self.events);
-        for event in std::mem::take(&mut self.events) {
+        // The buffers are lent out while `event` borrows `self`, and kept for the next push.
+        let mut events = std::mem::take(&mut self.events);
+        self.decoder.push_into(bytes, &mut events);
+        for event in events.drain(..) {
             self.event(&event);
         }
+        self.events = events;
     }
 
     fn event(&mut self, event: &SseEvent) {
-        self.evs.clear();
-        self.upstream.event(event, &mut self.evs);
-        for ev in std::mem::take(&mut self.evs) {
+        let mut evs = std::mem::take(&mut self.evs);
+        self.upstream.event(event, &mut evs);
+        for ev in evs.drain(..) {
             match ev {
                 Ev::Text(text) => self.digest.text.push_str(&text),
                 Ev::ToolStart { key, name, .. } => {
@@ -77,6 +79,7 @@ impl StreamDigester {
                 Ev::Start { .. } | Ev::ToolEnd { .. } | Ev::Usage(_) | Ev::Done | Ev::Error(_) => {}
             }
         }
+        self.evs = evs;
     }
 
     fn name(&self, finish: &Finish) -> String {
