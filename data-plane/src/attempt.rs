@@ -2,24 +2,22 @@
 //! table in docs/src/concepts/routing.md). The failover loop decides what to do next from
 //! [`Failed::scope`].
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use bytes::Bytes;
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use serde::Serialize;
 use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
-    answer_meta, count_tokens_response, parse_count_tokens_response, response_usage,
-    translate_error_body, translate_response, translate_responses_answer, Protocol,
-    StreamTranslator, Usage,
+    answer_meta, count_tokens_response, parse_count_tokens_response, translate_error_body,
+    translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
 };
 use switchyard_state::FailureKind;
 use tokio::time::{timeout, Instant};
 
+use crate::answer::{check_body, BodyCheck};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
@@ -483,30 +481,31 @@ impl Attempt<'_> {
             Ok(Err(())) => return Err(Failed::bare(AttemptError::BodyReadError)),
             Err(_) => return Err(Failed::bare(AttemptError::BodyTimeout)),
         };
-        if let Some(failed) = self.body_failure(response.status, &response.headers, &body) {
-            return Err(failed);
-        }
+        // A local answer is already in the client's shape. A passed-through chat answer's usage
+        // is read by the same pass that checks it.
+        let passthrough = !self.call.translated() || self.call.local.is_some();
+        let read_usage = passthrough && self.endpoint.is_chat();
+        let read = self.check(&body, read_usage).map_err(|error| {
+            let answer = Answer {
+                status: response.status,
+                headers: response.headers.clone(),
+                body: body.clone(),
+            };
+            Failed::answered(error, response.status, answer)
+        })?;
         let span = tracing::Span::current();
         if !span.is_disabled() && self.call.local.is_none() {
             record_answer(&span, self.call.upstream, &body);
         }
-        let usage;
-        let answer: Bytes;
-        // A local answer is already in the client's shape.
-        if self.call.translated() && self.call.local.is_none() {
-            let Some((translated, read)) = self.translate_answer(&body) else {
+        let (usage, answer) = if passthrough {
+            (read, body)
+        } else {
+            let Some((translated, usage)) = self.translate_answer(&body) else {
                 return Err(self.untranslatable(response.status));
             };
-            usage = read;
             response.headers = json_headers();
-            answer = Bytes::from(translated);
-        } else {
-            usage = self
-                .endpoint
-                .is_chat()
-                .then(|| response_usage(self.call.upstream, &body));
-            answer = body;
-        }
+            (usage, Bytes::from(translated))
+        };
         if let (false, Some(usage)) = (span.is_disabled(), usage) {
             span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
             span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
@@ -522,14 +521,9 @@ impl Attempt<'_> {
         })
     }
 
-    /// The failure of a 2xx answer that is not the JSON it should be, or has no content at all
-    /// (the answer kept as the last one); `None` for a fine answer.
-    fn body_failure(
-        &self,
-        status: StatusCode,
-        headers: &HeaderMap,
-        body: &Bytes,
-    ) -> Option<Failed> {
+    /// A fine 2xx answer's usage (with `read_usage`), or the error of one that is not the JSON
+    /// it should be or has no content at all.
+    fn check(&self, body: &Bytes, read_usage: bool) -> Result<Option<Usage>, AttemptError> {
         // A Responses request sent as Chat Completions (a member without the Responses API) is
         // answered as Chat Completions.
         let answered_as = if self.endpoint == Endpoint::Responses
@@ -540,17 +534,11 @@ impl Attempt<'_> {
         } else {
             self.endpoint
         };
-        let error = match check_body(answered_as, self.call.upstream, body) {
-            BodyCheck::Fine => return None,
-            BodyCheck::Malformed => AttemptError::MalformedResponse,
-            BodyCheck::Empty => AttemptError::EmptyCompletion,
-        };
-        let answer = Answer {
-            status,
-            headers: headers.clone(),
-            body: body.clone(),
-        };
-        Some(Failed::answered(error, status, answer))
+        match check_body(answered_as, self.call.upstream, body, read_usage) {
+            BodyCheck::Fine(usage) => Ok(usage),
+            BodyCheck::Malformed => Err(AttemptError::MalformedResponse),
+            BodyCheck::Empty => Err(AttemptError::EmptyCompletion),
+        }
     }
 
     /// A translated call's answer in the client's protocol, with the usage it reports (none for
@@ -814,65 +802,6 @@ async fn collect(body: &mut Body, max: usize) -> Result<Bytes, ()> {
     Ok(single.unwrap_or_else(|| out.freeze()))
 }
 
-enum BodyCheck {
-    Fine,
-    Malformed,
-    Empty,
-}
-
-#[derive(Deserialize)]
-struct Completion<'a> {
-    #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(borrow, default)]
-    message: Option<ChoiceMessage<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceMessage<'a> {
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_calls: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    function_call: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    refusal: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    audio: Option<&'a RawValue>,
-}
-
-fn blank(raw: Option<&RawValue>) -> bool {
-    raw.is_none_or(|r| matches!(r.get(), "null" | "\"\"" | "[]"))
-}
-
-/// An Anthropic or Gemini answer with no content at all.
-#[derive(Deserialize)]
-struct NativeAnswer<'a> {
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    candidates: Option<Vec<GeminiCandidate<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct GeminiCandidate<'a> {
-    #[serde(borrow, default)]
-    content: Option<GeminiContent<'a>>,
-}
-
-#[derive(Deserialize)]
-struct GeminiContent<'a> {
-    #[serde(borrow, default)]
-    parts: Option<&'a RawValue>,
-}
-
 /// The answer's id, model and finish reasons on the attempt's span (GenAI conventions); the
 /// content is never read into it.
 fn record_answer(span: &tracing::Span, upstream: Protocol, body: &[u8]) {
@@ -889,58 +818,6 @@ fn record_answer(span: &tracing::Span, upstream: Protocol, body: &[u8]) {
             "gen_ai.response.finish_reasons",
             meta.finish_reasons,
         );
-    }
-}
-
-fn check_body(endpoint: Endpoint, upstream: Protocol, body: &[u8]) -> BodyCheck {
-    // A chat or Responses answer from an Anthropic or Gemini member (translated for the client).
-    if (endpoint.is_chat() || endpoint == Endpoint::Responses) && upstream != Protocol::OpenAi {
-        let Ok(answer) = serde_json::from_slice::<NativeAnswer>(body) else {
-            return BodyCheck::Malformed;
-        };
-        let empty = match upstream {
-            Protocol::Anthropic => blank(answer.content),
-            _ => answer.candidates.as_ref().is_none_or(|c| {
-                c.iter().all(|c| {
-                    c.content
-                        .as_ref()
-                        .is_none_or(|content| blank(content.parts))
-                })
-            }),
-        };
-        return if empty {
-            BodyCheck::Empty
-        } else {
-            BodyCheck::Fine
-        };
-    }
-    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions) {
-        return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            Ok(_) => BodyCheck::Fine,
-            Err(_) => BodyCheck::Malformed,
-        };
-    }
-    let Ok(completion) = serde_json::from_slice::<Completion>(body) else {
-        return BodyCheck::Malformed;
-    };
-    let Some(choices) = completion.choices else {
-        return BodyCheck::Fine;
-    };
-    let empty = choices.iter().all(|c| match (&c.message, &c.text) {
-        (Some(m), _) => {
-            blank(m.content)
-                && blank(m.tool_calls)
-                && blank(m.function_call)
-                && blank(m.refusal)
-                && blank(m.audio)
-        }
-        (None, Some(text)) => text.is_empty(),
-        (None, None) => true,
-    });
-    if empty {
-        BodyCheck::Empty
-    } else {
-        BodyCheck::Fine
     }
 }
 
@@ -1082,31 +959,6 @@ mod tests {
         ] {
             assert_eq!(other.exhausted(), GatewayError::UpstreamUnreachable);
         }
-    }
-
-    #[test]
-    fn empty_and_malformed_completions_are_detected() {
-        let check =
-            |b: &str| match check_body(Endpoint::ChatCompletions, Protocol::OpenAi, b.as_bytes()) {
-                BodyCheck::Fine => "fine",
-                BodyCheck::Malformed => "malformed",
-                BodyCheck::Empty => "empty",
-            };
-        assert_eq!(
-            check(r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#),
-            "fine"
-        );
-        assert_eq!(
-            check(r#"{"choices":[{"message":{"role":"assistant","content":""}}]}"#),
-            "empty"
-        );
-        assert_eq!(check(r#"{"choices":[]}"#), "empty");
-        assert_eq!(
-            check(r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"1"}]}}]}"#),
-            "fine"
-        );
-        assert_eq!(check(r#"{"choices":[<<"#), "malformed");
-        assert_eq!(check(r#"{"object":"list"}"#), "fine");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! [`config`] turns the standalone YAML into a snapshot; [`run`] wires it all.
 
 pub mod admission;
+pub mod answer;
 pub mod attempt;
 pub mod bedrock;
 pub mod cache;

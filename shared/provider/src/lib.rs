@@ -57,4 +57,7 @@ pub use translate::{
     count_tokens_response, parse_count_tokens_response, ChatRequest, TranslateError,
     MEDIA_TOKEN_ESTIMATE,
 };
-pub use usage::{response_usage, Usage, MAX_REPORTED_TOKENS, MAX_REQUEST_TOKENS};
+pub use usage::{
+    object_fields, response_usage, usage_key, usage_object, KeyIndex, Usage, MAX_REPORTED_TOKENS,
+    MAX_REQUEST_TOKENS,
+};

@@ -12,6 +12,8 @@
 //! [`MAX_REQUEST_TOKENS`], and sums of them over any realistic number of requests cannot
 //! overflow a 64-bit counter or a Postgres `bigint`.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::protocol::Protocol;
@@ -25,11 +27,15 @@ pub const MAX_REPORTED_TOKENS: u64 = 1_000_000_000;
 pub const MAX_REQUEST_TOKENS: u64 = 3 * MAX_REPORTED_TOKENS;
 
 /// A token figure `key` of the usage object `u`, when it is a whole number within
-/// [`MAX_REPORTED_TOKENS`]. An absent or `null` field is simply not reported; any other value is
-/// refused with a warning (the field's name and the kind of value only) and also counts as not
-/// reported.
+/// [`MAX_REPORTED_TOKENS`] (see [`figure`]).
 fn count(u: &Value, key: &'static str) -> Option<u64> {
-    let value = u.get(key)?;
+    figure(u.get(key)?, key)
+}
+
+/// The value of token figure `key`, when it is a whole number within [`MAX_REPORTED_TOKENS`].
+/// `null` is simply not reported; any other value is refused with a warning (the field's name
+/// and the kind of value only) and also counts as not reported.
+fn figure(value: &Value, key: &'static str) -> Option<u64> {
     let figure = match value {
         Value::Null => return None,
         Value::Number(n) => n.as_u64().or_else(|| {
@@ -93,14 +99,22 @@ impl FullUsage {
     pub fn from_openai(u: &Value) -> FullUsage {
         let cached = u
             .get("prompt_tokens_details")
-            .and_then(|d| count(d, "cached_tokens"))
-            .unwrap_or(0);
-        let input = count(u, "prompt_tokens").unwrap_or(0);
+            .and_then(|d| count(d, "cached_tokens"));
+        FullUsage::openai(
+            count(u, "prompt_tokens"),
+            count(u, "completion_tokens"),
+            cached,
+        )
+    }
+
+    /// OpenAI's figures: the prompt, the completion, and the cached part of the prompt.
+    fn openai(input: Option<u64>, output: Option<u64>, cached: Option<u64>) -> FullUsage {
+        let input = input.unwrap_or(0);
         FullUsage {
             input,
-            output: count(u, "completion_tokens").unwrap_or(0),
+            output: output.unwrap_or(0),
             // Cached tokens are part of the prompt: never more than it.
-            cached: cached.min(input),
+            cached: cached.unwrap_or(0).min(input),
             cache_creation: 0,
         }
     }
@@ -114,14 +128,24 @@ impl FullUsage {
 
     /// From a Gemini `usageMetadata` object. Thinking tokens are billed as output.
     pub fn from_gemini(u: &Value) -> FullUsage {
-        let input = count(u, "promptTokenCount").unwrap_or(0);
+        FullUsage::gemini([
+            count(u, "promptTokenCount"),
+            count(u, "candidatesTokenCount"),
+            count(u, "thoughtsTokenCount"),
+            count(u, "cachedContentTokenCount"),
+        ])
+    }
+
+    /// Gemini's figures: the prompt, the candidates, the thoughts and the cached content.
+    fn gemini([prompt, candidates, thoughts, cached]: [Option<u64>; 4]) -> FullUsage {
+        let input = prompt.unwrap_or(0);
         FullUsage {
             input,
-            output: count(u, "candidatesTokenCount")
+            output: candidates
                 .unwrap_or(0)
-                .saturating_add(count(u, "thoughtsTokenCount").unwrap_or(0)),
+                .saturating_add(thoughts.unwrap_or(0)),
             // Cached tokens are part of the prompt: never more than it.
-            cached: count(u, "cachedContentTokenCount").unwrap_or(0).min(input),
+            cached: cached.unwrap_or(0).min(input),
             cache_creation: 0,
         }
     }
@@ -170,16 +194,26 @@ pub(crate) struct AnthropicUsage {
 
 impl AnthropicUsage {
     pub fn merge(&mut self, u: &Value) {
-        if let Some(n) = count(u, "input_tokens") {
+        self.merge_figures([
+            count(u, "input_tokens"),
+            count(u, "output_tokens"),
+            count(u, "cache_read_input_tokens"),
+            count(u, "cache_creation_input_tokens"),
+        ]);
+    }
+
+    /// Each reported figure (input, output, cache reads, cache writes) replaces the one held.
+    fn merge_figures(&mut self, [input, output, read, creation]: [Option<u64>; 4]) {
+        if let Some(n) = input {
             self.input = n;
         }
-        if let Some(n) = count(u, "output_tokens") {
+        if let Some(n) = output {
             self.output = n;
         }
-        if let Some(n) = count(u, "cache_read_input_tokens") {
+        if let Some(n) = read {
             self.cache_read = n;
         }
-        if let Some(n) = count(u, "cache_creation_input_tokens") {
+        if let Some(n) = creation {
             self.cache_creation = n;
         }
     }
@@ -201,75 +235,195 @@ impl AnthropicUsage {
 /// Usage read from a (non-streamed) response body of `protocol`, for same-protocol passthrough.
 /// Zero when the body carries none or is not JSON.
 pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
-    let key = match protocol {
+    let key = usage_key(protocol);
+    match object_fields(body, [key]) {
+        Some([Some(usage)]) => usage_object(protocol, usage),
+        _ => Usage::default(),
+    }
+}
+
+/// The top-level key of `protocol`'s answers that holds their usage.
+pub fn usage_key(protocol: Protocol) -> &'static str {
+    match protocol {
         Protocol::OpenAi | Protocol::Anthropic => "usage",
         Protocol::Gemini => "usageMetadata",
-    };
-    let Some(u) = top_level_field(body, key) else {
+    }
+}
+
+/// Usage from the raw text of an answer's usage object (the value of [`usage_key`]): the same
+/// figures as parsing it into a map and looking them up. Zero when it is not an object.
+pub fn usage_object(protocol: Protocol, usage: &RawValue) -> Usage {
+    let text = usage.get();
+    if !text.starts_with('{') {
         return Usage::default();
-    };
+    }
+    // The figures read straight into their fields; an object the fields cannot take (a figure
+    // repeated, a details value that is not an object) is read the general way, as a map.
     let full = match protocol {
-        Protocol::OpenAi => FullUsage::from_openai(&u),
-        Protocol::Anthropic => FullUsage::from_anthropic(&u),
-        Protocol::Gemini => FullUsage::from_gemini(&u),
+        Protocol::OpenAi => match serde_json::from_str::<OpenAiFigures>(text) {
+            Ok(f) => FullUsage::openai(
+                figure_of(f.prompt_tokens, "prompt_tokens"),
+                figure_of(f.completion_tokens, "completion_tokens"),
+                f.prompt_tokens_details
+                    .and_then(|d| figure_of(d.cached_tokens, "cached_tokens")),
+            ),
+            Err(_) => by_map(text, FullUsage::from_openai),
+        },
+        Protocol::Anthropic => match serde_json::from_str::<AnthropicFigures>(text) {
+            Ok(f) => {
+                let mut raw = AnthropicUsage::default();
+                raw.merge_figures([
+                    figure_of(f.input_tokens, "input_tokens"),
+                    figure_of(f.output_tokens, "output_tokens"),
+                    figure_of(f.cache_read_input_tokens, "cache_read_input_tokens"),
+                    figure_of(f.cache_creation_input_tokens, "cache_creation_input_tokens"),
+                ]);
+                raw.neutral()
+            }
+            Err(_) => by_map(text, FullUsage::from_anthropic),
+        },
+        Protocol::Gemini => match serde_json::from_str::<GeminiFigures>(text) {
+            Ok(f) => FullUsage::gemini([
+                figure_of(f.prompt_token_count, "promptTokenCount"),
+                figure_of(f.candidates_token_count, "candidatesTokenCount"),
+                figure_of(f.thoughts_token_count, "thoughtsTokenCount"),
+                figure_of(f.cached_content_token_count, "cachedContentTokenCount"),
+            ]),
+            Err(_) => by_map(text, FullUsage::from_gemini),
+        },
     };
     full.public()
 }
 
-/// The value of the top-level `key` of a JSON object body — the last one when the key repeats,
-/// exactly what a full parse into a map and a lookup would give — with every other value
-/// skipped unbuilt (an answer's `choices` can be megabytes; its usage is a few numbers). `None`
-/// when the body is not one valid JSON object or has no such key.
-fn top_level_field(body: &[u8], key: &'static str) -> Option<Value> {
+/// A usage object parsed whole into a map, then read by `read`.
+fn by_map(text: &str, read: fn(&Value) -> FullUsage) -> FullUsage {
+    serde_json::from_str::<Value>(text)
+        .map(|v| read(&v))
+        .unwrap_or_default()
+}
+
+/// A figure read into its field (a number is a `Value` without allocation; `null` is `None`).
+fn figure_of(value: Option<Value>, key: &'static str) -> Option<u64> {
+    figure(&value?, key)
+}
+
+/// The figures of an OpenAI usage object. Typed fields refuse a repeated key (the caller then
+/// reads the object as a map, where the last one counts).
+#[derive(serde::Deserialize)]
+struct OpenAiFigures {
+    #[serde(default)]
+    prompt_tokens: Option<Value>,
+    #[serde(default)]
+    completion_tokens: Option<Value>,
+    #[serde(default, deserialize_with = "details")]
+    prompt_tokens_details: Option<OpenAiDetails>,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiDetails {
+    #[serde(default)]
+    cached_tokens: Option<Value>,
+}
+
+/// `prompt_tokens_details`, only when it is an object (a struct would also take an array).
+fn details<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<OpenAiDetails>, D::Error> {
+    let raw = <&RawValue>::deserialize(d)?;
+    if raw.get() == "null" {
+        return Ok(None);
+    }
+    if !raw.get().starts_with('{') {
+        return Err(serde::de::Error::custom("not an object"));
+    }
+    serde_json::from_str(raw.get())
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+#[derive(serde::Deserialize)]
+struct AnthropicFigures {
+    #[serde(default)]
+    input_tokens: Option<Value>,
+    #[serde(default)]
+    output_tokens: Option<Value>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<Value>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GeminiFigures {
+    #[serde(default)]
+    prompt_token_count: Option<Value>,
+    #[serde(default)]
+    candidates_token_count: Option<Value>,
+    #[serde(default)]
+    thoughts_token_count: Option<Value>,
+    #[serde(default)]
+    cached_content_token_count: Option<Value>,
+}
+
+/// The raw text of the values of `keys` in the JSON object `json` — the last one when a key
+/// repeats, exactly what a full parse into a map and a lookup would give — with every other
+/// value skipped unbuilt (an answer's `choices` can be megabytes; its usage is a few numbers).
+/// `None` when `json` is not one valid JSON object.
+pub fn object_fields<'a, const N: usize>(
+    json: &'a [u8],
+    keys: [&'static str; N],
+) -> Option<[Option<&'a RawValue>; N]> {
     use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-    struct Field(&'static str);
-    impl<'de> Visitor<'de> for Field {
-        type Value = Option<Value>;
+    struct Fields<const N: usize>([&'static str; N]);
+    impl<'de, const N: usize> Visitor<'de> for Fields<N> {
+        type Value = [Option<&'de RawValue>; N];
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
-            let mut found = None;
-            while let Some(wanted) = map.next_key_seed(KeyIs(self.0))? {
-                if wanted {
-                    found = Some(map.next_value::<Value>()?);
-                } else {
-                    map.next_value::<IgnoredAny>()?;
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = [None; N];
+            while let Some(wanted) = map.next_key_seed(KeyIndex(&self.0))? {
+                match wanted {
+                    Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
                 }
             }
             Ok(found)
         }
     }
-    impl<'de> DeserializeSeed<'de> for Field {
-        type Value = Option<Value>;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+    impl<'de, const N: usize> DeserializeSeed<'de> for Fields<N> {
+        type Value = [Option<&'de RawValue>; N];
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
             d.deserialize_map(self)
         }
     }
 
-    /// A map key compared with the wanted name, never copied.
-    struct KeyIs(&'static str);
-    impl<'de> Visitor<'de> for KeyIs {
-        type Value = bool;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a string key")
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
-            Ok(v == self.0)
-        }
-    }
-    impl<'de> DeserializeSeed<'de> for KeyIs {
-        type Value = bool;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-            d.deserialize_str(self)
-        }
-    }
-
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let found = Field(key).deserialize(&mut de).ok()?;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let found = Fields(keys).deserialize(&mut de).ok()?;
     de.end().ok()?;
-    found
+    Some(found)
+}
+
+/// A map key as the index of the wanted name it equals (unescaped first), never copied.
+pub struct KeyIndex<'k, const N: usize>(pub &'k [&'static str; N]);
+
+impl<'de, const N: usize> serde::de::Visitor<'de> for KeyIndex<'_, N> {
+    type Value = Option<usize>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|k| *k == v))
+    }
+}
+
+impl<'de, const N: usize> serde::de::DeserializeSeed<'de> for KeyIndex<'_, N> {
+    type Value = Option<usize>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
 }
 
 #[cfg(test)]
@@ -303,6 +457,20 @@ mod tests {
             r#"{"choices":[{"usage":{"prompt_tokens":100}}]}"#,
             r#"{"usage":{"input_tokens":10,"output_tokens":2,"cache_read_input_tokens":3}}"#,
             r#"{"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":5,"cachedContentTokenCount":4}}"#,
+            // Inside the usage object too: the last of a repeated figure, escaped names,
+            // a details object that is not one, figures of every protocol at once.
+            r#"{"usage":{"prompt_tokens":1,"prompt_tokens":5,"completion_tokens":2,"completion_tokens":null}}"#,
+            r#"{"usage":{"pr\u006fmpt_tokens":8,"prompt_tokens_details":{"cached_tokens":3,"cached_tokens":1}}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":[{"cached_tokens":3}]}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":{"cached_tokens":"3"}}}"#,
+            r#"{"usage":{"input_tokens":4,"input_tokens":6,"cache_creation_input_tokens":2,"output_tokens":1.0}}"#,
+            r#"{"usageMetadata":{"promptTokenCount":9,"thoughtsTokenCount":3,"candidatesTokenCount":-1},"usage":{"prompt_tokens":2,"input_tokens":3}}"#,
+            r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":null,"completion_tokens":1e400}}"#,
+            r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1}}}"#,
+            r#"{"usageMetadata":{"promptTokenCount":9,"promptTokenCount":4,"cachedContentTokenCount":5}}"#,
+            r#"{"usage":{"input_tokens":"4","output_tokens":[],"cache_read_input_tokens":{}}}"#,
+            r#"{"usage":[1,2]}"#,
+            r#"{"usage":{}}"#,
             r#"{"usage":null}"#,
             r#"{"usage":"lots"}"#,
             r#"{}"#,

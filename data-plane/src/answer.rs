@@ -1,0 +1,354 @@
+//! The check of a plain (non-streamed) 2xx answer before it is committed: is it the JSON it
+//! should be, and does it have any content? The usage of a passed-through chat answer is read in
+//! the same pass over the body (the body is read once, whatever its size).
+
+use std::borrow::Cow;
+
+use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use switchyard_provider::{response_usage, usage_key, usage_object, KeyIndex, Protocol, Usage};
+
+use crate::endpoint::Endpoint;
+
+/// What the check found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyCheck {
+    /// A good answer, with its usage when it was asked for.
+    Fine(Option<Usage>),
+    Malformed,
+    Empty,
+}
+
+/// Checks `body`, an answer of `upstream` to `endpoint`; with `read_usage`, a fine answer's
+/// usage as `upstream` reports it (zero when it reports none).
+pub fn check_body(
+    endpoint: Endpoint,
+    upstream: Protocol,
+    body: &[u8],
+    read_usage: bool,
+) -> BodyCheck {
+    let native =
+        (endpoint.is_chat() || endpoint == Endpoint::Responses) && upstream != Protocol::OpenAi;
+    let completion = matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Completions);
+    if !native && !completion {
+        if serde_json::from_slice::<IgnoredAny>(body).is_err() {
+            return BodyCheck::Malformed;
+        }
+        return BodyCheck::Fine(read_usage.then(|| response_usage(upstream, body)));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parts = match (Shape { native, upstream }).deserialize(&mut de) {
+        Ok(parts) if de.end().is_ok() => parts,
+        _ => return BodyCheck::Malformed,
+    };
+    let empty = if native {
+        match upstream {
+            Protocol::Anthropic => blank(parts.content),
+            _ => parts.candidates.as_ref().is_none_or(|c| {
+                c.iter().all(|c| {
+                    c.content
+                        .as_ref()
+                        .is_none_or(|content| blank(content.parts))
+                })
+            }),
+        }
+    } else {
+        parts.choices.as_ref().is_some_and(|choices| {
+            choices.iter().all(|c| match (&c.message, &c.text) {
+                (Some(m), _) => {
+                    blank(m.content)
+                        && blank(m.tool_calls)
+                        && blank(m.function_call)
+                        && blank(m.refusal)
+                        && blank(m.audio)
+                }
+                (None, Some(text)) => text.is_empty(),
+                (None, None) => true,
+            })
+        })
+    };
+    if empty {
+        return BodyCheck::Empty;
+    }
+    let usage = read_usage.then(|| {
+        parts
+            .usage
+            .map_or_else(Usage::default, |u| usage_object(upstream, u))
+    });
+    BodyCheck::Fine(usage)
+}
+
+/// The parts of an answer the check reads: an OpenAI answer's `choices`, an Anthropic answer's
+/// `content`, a Gemini answer's `candidates`, and the raw usage object.
+#[derive(Default)]
+struct Parts<'a> {
+    choices: Option<Vec<Choice<'a>>>,
+    content: Option<&'a RawValue>,
+    candidates: Option<Vec<GeminiCandidate<'a>>>,
+    usage: Option<&'a RawValue>,
+}
+
+/// Reads [`Parts`] from a top-level object: the parts of the answer's protocol (a repeated one
+/// is malformed, as for any typed field), its usage (the last one when the key repeats, as a
+/// parsed map would have it), every other value skipped unbuilt.
+struct Shape {
+    /// An Anthropic or Gemini answer (`content` and `candidates`), else an OpenAI one.
+    native: bool,
+    upstream: Protocol,
+}
+
+impl<'de> Visitor<'de> for Shape {
+    type Value = Parts<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
+        const CHOICES: usize = 0;
+        const CONTENT: usize = 1;
+        const CANDIDATES: usize = 2;
+        const USAGE: usize = 3;
+        let keys = ["choices", "content", "candidates", usage_key(self.upstream)];
+        let mut parts = Parts::default();
+        // Which of the typed parts were present (`null` included), as for any typed field.
+        let mut seen = [false; 3];
+        while let Some(key) = map.next_key_seed(KeyIndex(&keys))? {
+            let part = match key {
+                Some(USAGE) => {
+                    parts.usage = Some(map.next_value::<&'de RawValue>()?);
+                    continue;
+                }
+                Some(CHOICES) if !self.native => CHOICES,
+                Some(part @ (CONTENT | CANDIDATES)) if self.native => part,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if std::mem::replace(&mut seen[part], true) {
+                return Err(A::Error::duplicate_field(keys[part]));
+            }
+            match part {
+                CHOICES => parts.choices = map.next_value()?,
+                CONTENT => parts.content = map.next_value()?,
+                _ => parts.candidates = map.next_value()?,
+            }
+        }
+        Ok(parts)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Shape {
+    type Value = Parts<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Parts<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    message: Option<ChoiceMessage<'a>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceMessage<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    function_call: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    refusal: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    audio: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct GeminiCandidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<GeminiContent<'a>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiContent<'a> {
+    #[serde(borrow, default)]
+    parts: Option<&'a RawValue>,
+}
+
+fn blank(raw: Option<&RawValue>) -> bool {
+    raw.is_none_or(|r| matches!(r.get(), "null" | "\"\"" | "[]"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(endpoint: Endpoint, upstream: Protocol, body: &str) -> &'static str {
+        match check_body(endpoint, upstream, body.as_bytes(), false) {
+            BodyCheck::Fine(_) => "fine",
+            BodyCheck::Malformed => "malformed",
+            BodyCheck::Empty => "empty",
+        }
+    }
+
+    #[test]
+    fn empty_and_malformed_completions_are_detected() {
+        let check = |b: &str| check(Endpoint::ChatCompletions, Protocol::OpenAi, b);
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"role":"assistant","content":"hi"}}]}"#),
+            "fine"
+        );
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"role":"assistant","content":""}}]}"#),
+            "empty"
+        );
+        assert_eq!(check(r#"{"choices":[]}"#), "empty");
+        assert_eq!(
+            check(r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"1"}]}}]}"#),
+            "fine"
+        );
+        assert_eq!(check(r#"{"choices":[<<"#), "malformed");
+        assert_eq!(check(r#"{"object":"list"}"#), "fine");
+        // `null` choices say nothing; a repeated `choices` is malformed, even after a `null`.
+        assert_eq!(check(r#"{"choices":null}"#), "fine");
+        assert_eq!(
+            check(r#"{"choices":null,"choices":[{"text":"x"}]}"#),
+            "malformed"
+        );
+        assert_eq!(check(r#"{"ch\u006fices":[]}"#), "empty", "an escaped key");
+        assert_eq!(check(r#"{"choices":[{"text":""}]}"#), "empty");
+        assert_eq!(check(r#"{"choices":[{"text":"x"}]}"#), "fine");
+        assert_eq!(check(r#"{"choices":[{}]}"#), "empty");
+        // Another protocol's parts are not an OpenAI answer's content.
+        assert_eq!(check(r#"{"choices":[],"content":"x"}"#), "empty");
+        assert_eq!(check(r#"{"choices":[]} trailing"#), "malformed");
+        assert_eq!(check(r#"[{"choices":[]}]"#), "malformed", "not an object");
+        assert_eq!(check(""), "malformed");
+    }
+
+    #[test]
+    fn anthropic_and_gemini_answers_without_content_are_empty() {
+        let anthropic = |b: &str| check(Endpoint::Messages, Protocol::Anthropic, b);
+        assert_eq!(
+            anthropic(r#"{"content":[{"type":"text","text":"hi"}]}"#),
+            "fine"
+        );
+        for empty in [
+            r#"{"content":[]}"#,
+            r#"{"content":null}"#,
+            "{}",
+            r#"{"content":""}"#,
+        ] {
+            assert_eq!(anthropic(empty), "empty", "{empty}");
+        }
+        assert_eq!(anthropic(r#"{"content":[],"content":[1]}"#), "malformed");
+        let gemini = |b: &str| check(Endpoint::GeminiGenerate, Protocol::Gemini, b);
+        assert_eq!(
+            gemini(r#"{"candidates":[{"content":{"parts":[{"text":"hi"}]}}]}"#),
+            "fine"
+        );
+        for empty in [
+            r#"{"candidates":[]}"#,
+            r#"{"candidates":[{"content":{"parts":[]}}]}"#,
+            r#"{"candidates":[{}]}"#,
+            "{}",
+        ] {
+            assert_eq!(gemini(empty), "empty", "{empty}");
+        }
+        assert_eq!(gemini(r#"{"candidates":[],"candidates":[]}"#), "malformed");
+        // Not a chat answer: only whether it is JSON.
+        assert_eq!(
+            check(Endpoint::Embeddings, Protocol::OpenAi, "[1,2]"),
+            "fine"
+        );
+        assert_eq!(
+            check(Endpoint::Embeddings, Protocol::OpenAi, "[1,"),
+            "malformed"
+        );
+    }
+
+    /// The usage read in the checking pass is the one a separate read of the body gives.
+    #[test]
+    fn the_usage_read_while_checking_is_the_usage_of_the_answer() {
+        let cases = [
+            (
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                r#"{"choices":[{"message":{"content":"hi \"usage\""}}],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+            ),
+            (
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                r#"{"usage":{"prompt_tokens":1},"choices":[{"text":"x"}],"usage":{"prompt_tokens":9,"completion_tokens":4}}"#,
+            ),
+            (
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                r#"{"choices":[{"text":"x","usage":{"prompt_tokens":100}}],"usage":{"completion_tokens":1}}"#,
+            ),
+            (
+                Endpoint::Messages,
+                Protocol::Anthropic,
+                r#"{"content":[{"text":"x"}],"usage":{"input_tokens":10,"output_tokens":2,"cache_read_input_tokens":3}}"#,
+            ),
+            (
+                Endpoint::GeminiGenerate,
+                Protocol::Gemini,
+                r#"{"candidates":[{"content":{"parts":[{"text":"x"}]}}],"usage":{"promptTokenCount":1},"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":5,"thoughtsTokenCount":2}}"#,
+            ),
+            (
+                Endpoint::Embeddings,
+                Protocol::OpenAi,
+                r#"{"usage":{"prompt_tokens":6}}"#,
+            ),
+        ];
+        for (endpoint, upstream, body) in cases {
+            let BodyCheck::Fine(Some(usage)) =
+                check_body(endpoint, upstream, body.as_bytes(), true)
+            else {
+                panic!("{body}: not fine");
+            };
+            assert_eq!(usage, response_usage(upstream, body.as_bytes()), "{body}");
+            assert_ne!(usage, Usage::default(), "{body}");
+        }
+        let (_, _, first) = cases[0];
+        assert_eq!(
+            check_body(
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                first.as_bytes(),
+                true
+            ),
+            BodyCheck::Fine(Some(Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+                cached_tokens: 2
+            }))
+        );
+        assert_eq!(
+            check_body(
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                first.as_bytes(),
+                false
+            ),
+            BodyCheck::Fine(None)
+        );
+        assert_eq!(
+            check_body(
+                Endpoint::ChatCompletions,
+                Protocol::OpenAi,
+                br#"{"choices":null}"#,
+                true
+            ),
+            BodyCheck::Fine(Some(Usage::default()))
+        );
+    }
+}
