@@ -37,6 +37,8 @@ use http_body_util::Full;
 use serde::Deserialize;
 use switchyard_provider::bedrock;
 
+use crate::client::path_segment;
+
 /// The SigV4 service name of Bedrock Runtime.
 pub const SERVICE: &str = "bedrock";
 /// The region of a channel whose base URL names none and whose credential says none.
@@ -195,22 +197,6 @@ impl fmt::Display for RequestError {
 }
 
 impl std::error::Error for RequestError {}
-
-/// `s` with every byte but the URL path's unreserved ones percent-encoded (one path segment).
-fn path_segment(s: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xF)]));
-        }
-    }
-    out
-}
 
 /// The signed Bedrock request for an Anthropic Messages request planned at `path`
 /// (`/v1/messages` or `/v1/messages/count_tokens`) with `body`: the Converse URL under `base`

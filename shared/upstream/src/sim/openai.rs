@@ -111,14 +111,6 @@ fn answer_usage(answer: &Answer) -> Value {
     })
 }
 
-fn finish_reason(answer: &Answer) -> &'static str {
-    if answer.tool_calls.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    }
-}
-
 /// A non-streaming `chat.completion` saying `answer`: `message.content` (`null` when there are
 /// tool calls and no text), `message.tool_calls[{id: "call_…", type: "function", function:
 /// {name, arguments}}]`, `finish_reason` `"tool_calls"` or `"stop"`, and a usage block with
@@ -156,7 +148,7 @@ pub fn chat_answer_json(answer: &Answer) -> String {
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(answer)
+            "finish_reason": answer.stop_word("stop", "tool_calls")
         }],
         "usage": answer_usage(answer)
     })
@@ -225,7 +217,10 @@ pub fn chat_answer_chunks(answer: &Answer, n: usize, include_usage: bool) -> Vec
             ));
         }
     }
-    events.push(delta_chunk(json!({}), json!(finish_reason(answer))));
+    events.push(delta_chunk(
+        json!({}),
+        json!(answer.stop_word("stop", "tool_calls")),
+    ));
     if include_usage {
         let mut usage_chunk = envelope(json!([]));
         if let Some(obj) = usage_chunk.as_object_mut() {
