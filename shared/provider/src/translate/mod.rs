@@ -346,6 +346,23 @@ impl Ir {
         });
     }
 
+    /// A system or developer message of `parts`: their text joins the system prompt; a part of
+    /// another kind is recorded as `feature`, which `targets` cannot express.
+    pub(crate) fn push_system(&mut self, parts: &[Part], feature: &str, targets: &[Protocol]) {
+        if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
+            self.block(feature, targets, true);
+        }
+        self.system.push(joined_text(parts));
+    }
+
+    /// A user turn of `parts`.
+    pub(crate) fn push_user(&mut self, parts: Vec<Part>) {
+        self.messages.push(Msg {
+            role: Role::User,
+            parts,
+        });
+    }
+
     /// Records what the targets cannot express about one media part.
     pub fn check_media(&mut self, m: &Media, ctx: Ctx) {
         let mime = m.mime.clone().unwrap_or_default().to_ascii_lowercase();
