@@ -21,8 +21,8 @@ pub(crate) use anthropic::{
     parse_response as anthropic_parse_response,
 };
 pub(crate) use gemini::{
-    call_id as gemini_call_id, emit_response as gemini_emit_response,
-    parse_response as gemini_parse_response,
+    answer_parts as gemini_answer_parts, call_id as gemini_call_id,
+    emit_response as gemini_emit_response, parse_response as gemini_parse_response,
 };
 pub(crate) use openai::{
     emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
