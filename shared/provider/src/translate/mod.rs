@@ -547,6 +547,19 @@ pub struct ChatRequest {
     responses: bool,
 }
 
+/// The Anthropic request fields an Anthropic count_tokens request leaves out (generation
+/// settings and metadata; the translated request never carries `service_tier`).
+const NOT_COUNTED: &[&str] = &[
+    "max_tokens",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "metadata",
+    "service_tier",
+];
+
 impl ChatRequest {
     /// Parses a request body of `protocol`. `model` and `stream` are authoritative for Gemini
     /// (they come from the URL: `:streamGenerateContent` means stream); for OpenAI and Anthropic
@@ -774,17 +787,8 @@ impl ChatRequest {
                 Protocol::Anthropic => {
                     let mut m = self.raw.clone();
                     m.insert("model".into(), json!(upstream_model));
-                    for k in [
-                        "max_tokens",
-                        "stream",
-                        "temperature",
-                        "top_p",
-                        "top_k",
-                        "stop_sequences",
-                        "metadata",
-                        "service_tier",
-                    ] {
-                        m.remove(k);
+                    for k in NOT_COUNTED {
+                        m.remove(*k);
                     }
                     Value::Object(m)
                 }
@@ -806,16 +810,8 @@ impl ChatRequest {
                 Protocol::Anthropic => {
                     let mut v = anthropic::emit_request(&self.ir, upstream_model, false, None);
                     if let Value::Object(m) = &mut v {
-                        for k in [
-                            "max_tokens",
-                            "stream",
-                            "temperature",
-                            "top_p",
-                            "top_k",
-                            "stop_sequences",
-                            "metadata",
-                        ] {
-                            m.remove(k);
+                        for k in NOT_COUNTED {
+                            m.remove(*k);
                         }
                     }
                     v
