@@ -14,7 +14,7 @@ use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
     update_sql, Change, Db, RowQuery,
 };
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, Actor, AppState, Page, PageQuery, Writer};
 use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::{
@@ -452,12 +452,8 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/channels", tag = "channels", operation_id = "create_channel", request_body = ChannelCreate,
     responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<ChannelCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<ChannelCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -566,12 +562,8 @@ pub(super) async fn patch_in<'c>(
 #[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "delete_channel",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "members still use the channel", body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).

@@ -12,9 +12,10 @@ use utoipa::ToSchema;
 use super::channels::{text, ChannelView};
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, Change, Db,
+    commit_view, delete_locked, fetch_row, insert_sql, list_children, lock_row, table_row, Change,
+    Db,
 };
-use super::{Actor, AppState, Page, PageQuery};
+use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::validate::check_secret;
@@ -188,12 +189,11 @@ pub async fn list(
     responses((status = 201, body = CredentialView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(channel_id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialCreate>,
 ) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, channel_id, raw).await
+    create_in(&w.pool, &w.actor, channel_id, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -236,12 +236,11 @@ pub async fn get_one(
     responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, raw).await
+    patch_in(&w.pool, &w.actor, id, raw).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -288,17 +287,12 @@ pub(super) async fn patch_in<'c>(
 
 #[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "delete_credential",
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    let (tx, current) = lock_row::<CredentialView>(db, id).await?;
-    let detail = json!({ "channel_id": current.channel_id });
-    delete_row::<CredentialView>(tx, actor, id, detail).await
+    let detail = |credential: &CredentialView| json!({ "channel_id": credential.channel_id });
+    delete_locked(db, actor, id, detail).await
 }

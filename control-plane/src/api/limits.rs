@@ -14,11 +14,11 @@ use utoipa::ToSchema;
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_view, insert_sql, list_views, lock_row, table_row, update_sql,
-    Change, Db, RowQuery, RowView,
+    commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
+    update_sql, Change, Db, RowQuery, RowView,
 };
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -319,12 +319,8 @@ pub async fn list(
     responses((status = 201, body = LimitView),
               (status = 422, description = "a field is invalid, or the scope already has a limit \
                                             of this metric and window (`window`)", body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<LimitCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<LimitCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -360,12 +356,11 @@ pub async fn get_one(
               (status = 422, description = "a field is invalid, or the scope already has a limit \
                                             of this metric and window (`window`)", body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<LimitPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -421,27 +416,19 @@ pub(super) async fn patch_in<'c>(
 
 #[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    let (tx, current) = lock_row::<LimitRow>(db, id).await?;
-    delete_row::<LimitRow>(
-        tx,
-        actor,
-        id,
+    delete_locked::<LimitRow>(db, actor, id, |current| {
         json!({
             "scope": current.scope,
             "scope_id": current.scope_id,
             "metric": current.metric,
             "window": current.period,
-        }),
-    )
+        })
+    })
     .await
 }

@@ -17,7 +17,7 @@ use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
     Change, Db, RowQuery,
 };
-use super::{Actor, AppState, Page, PageQuery};
+use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -197,12 +197,11 @@ pub async fn list(
     responses((status = 201, body = MemberView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(route_id): Path<i64>,
     JsonBody(raw): JsonBody<MemberCreate>,
 ) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, route_id, raw).await
+    create_in(&w.pool, &w.actor, route_id, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -238,12 +237,11 @@ pub async fn get_one(
     responses((status = 200, body = MemberView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<MemberPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -278,12 +276,8 @@ pub(super) async fn patch_in<'c>(
 #[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members", operation_id = "delete_member",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants this member", body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).

@@ -302,6 +302,25 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
     }
 }
 
+/// What a create, patch or delete handler hands to its `*_in` function: the [`Actor`] making the
+/// change and the pool it runs on.
+pub struct Writer {
+    pub pool: PgPool,
+    pub actor: String,
+}
+
+impl FromRequestParts<AppState> for Writer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Writer, ApiError> {
+        let Actor(actor) = Actor::from_request_parts(parts, state).await?;
+        Ok(Writer {
+            pool: state.pool.clone(),
+            actor,
+        })
+    }
+}
+
 /// Parses a JSON body: a syntax error is a 400, a well-formed body with a wrong or unknown field
 /// is a 422 naming that field.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {

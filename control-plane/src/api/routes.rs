@@ -11,10 +11,10 @@ use utoipa::ToSchema;
 
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
+    commit_view, delete_locked, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
     Change, Db, RowQuery,
 };
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -284,12 +284,8 @@ pub async fn list(
 
 #[utoipa::path(post, path = "/api/v1/routes", tag = "routes", operation_id = "create_route", request_body = RouteCreate,
     responses((status = 201, body = RouteView), (status = 422, body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<RouteCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<RouteCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -342,12 +338,11 @@ pub async fn get_one(
     responses((status = 200, body = RouteView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<RoutePatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -374,17 +369,12 @@ pub(super) async fn patch_in<'c>(
     responses((status = 204, description = "the route and its members are deleted"),
               (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants one of its members", body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    let (tx, current) = lock_row::<RouteView>(db, id).await?;
-    let detail = json!({ "model_pattern": current.model_pattern });
-    delete_row::<RouteView>(tx, actor, id, detail).await
+    let detail = |route: &RouteView| json!({ "model_pattern": route.model_pattern });
+    delete_locked(db, actor, id, detail).await
 }

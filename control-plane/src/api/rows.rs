@@ -2,6 +2,11 @@
 //! the view the API shows of it), read a cursor page of rows (of a parent's children), build the
 //! statement that inserts or updates a row from its column list, commit a write of a row with its
 //! audit row and answer with it, and delete a row.
+//!
+//! Each resource module still has its own thin `list`/`create`/`get_one`/`patch`/`delete`
+//! handlers, one call each into its `*_in` function or the helpers here: utoipa documents one
+//! annotated function per operation, so those wrappers (and the `*_in` signatures the dry run
+//! calls) repeat their shape from module to module.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -260,4 +265,16 @@ pub(super) async fn delete_row<T: Resource>(
         .await?;
     let revision = commit_row::<T>(tx, actor, "delete", id, detail).await?;
     Ok(with_revision(revision, StatusCode::NO_CONTENT))
+}
+
+/// [`delete_row`] of row `id` of `T`, read and locked in `db` ([`lock_row`]); the audit row's
+/// `detail` is made of the row as it was.
+pub(super) async fn delete_locked<'c, T: TableRow>(
+    db: impl Db<'c>,
+    actor: &str,
+    id: i64,
+    detail: impl FnOnce(&T) -> Value,
+) -> ApiResult<Response> {
+    let (tx, current) = lock_row::<T>(db, id).await?;
+    delete_row::<T>(tx, actor, id, detail(&current)).await
 }

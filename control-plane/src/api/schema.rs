@@ -2,6 +2,8 @@
 //! (so clients see `enum`s, not free strings), and the bodies whose Rust types live in other
 //! crates (settings, explain's decision, the shared-state dump). Tests parse real responses into
 //! the mirror types with unknown fields denied, so the document cannot drift from what is sent.
+//! The mirrors repeat their originals' fields on purpose (the originals' crates do not depend on
+//! utoipa), so a duplicate-code report lists them beside those originals.
 
 use std::borrow::Cow;
 

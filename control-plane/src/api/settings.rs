@@ -11,7 +11,7 @@ use switchyard_engine::Settings;
 use super::extract::JsonBody;
 use super::rows::Db;
 use super::schema::{SettingsChanges, SettingsDocument};
-use super::{with_revision, Actor, AppState};
+use super::{with_revision, AppState, Writer};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -81,11 +81,10 @@ pub async fn get_settings(State(state): State<AppState>) -> ApiResult<Json<Setti
               (status = 400, description = "the body is not a JSON object", body = ErrorBody),
               (status = 422, description = "an unknown key or an out-of-range value", body = ErrorBody)))]
 pub async fn put_settings(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    put_settings_in(&state.pool, &actor, changes).await
+    put_settings_in(&w.pool, &w.actor, changes).await
 }
 
 /// [`put_settings`] in `db` (see [`Db`]).
@@ -105,11 +104,10 @@ pub(super) async fn put_settings_in<'c>(
               (status = 400, description = "the body is not a JSON object", body = ErrorBody),
               (status = 422, description = "an unknown key or an out-of-range value", body = ErrorBody)))]
 pub async fn patch_settings(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    patch_settings_in(&state.pool, &actor, changes).await
+    patch_settings_in(&w.pool, &w.actor, changes).await
 }
 
 /// [`patch_settings`] in `db` (see [`Db`]).

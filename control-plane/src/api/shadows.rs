@@ -20,7 +20,7 @@ use super::rows::{
     commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, Change, Db,
     RowQuery, RowView,
 };
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -415,12 +415,8 @@ fn bind_rule<'q>(query: RowQuery<'q, ShadowRow>, rule: &'q ShadowRule) -> RowQue
     responses((status = 201, body = ShadowView),
               (status = 422, description = "a field is invalid, the target does not exist, or \
                                             the name is taken", body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<ShadowCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<ShadowCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -458,12 +454,11 @@ pub async fn get_one(
               (status = 422, description = "a field is invalid, the target does not exist, or \
                                             the name is taken", body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<ShadowPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -552,12 +547,8 @@ pub(super) async fn patch_in<'c>(
 
 #[utoipa::path(delete, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "delete_shadow",
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::channels::checked_name;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{commit_view, delete_row, fetch_row, list_rows, table_row, Change, Db, Resource};
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -262,12 +262,8 @@ pub async fn list(
 
 #[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
     responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<TeamCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<TeamCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -305,12 +301,11 @@ pub async fn get_one(
     responses((status = 200, body = TeamView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TeamPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -354,12 +349,8 @@ pub(super) async fn patch_in<'c>(
 #[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "delete_team",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "tokens still belong to the team", body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).

@@ -15,9 +15,9 @@ use utoipa::ToSchema;
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_row, list_rows, lock_row, table_row, Change, Db, RowQuery,
+    commit_view, delete_locked, fetch_row, list_rows, lock_row, table_row, Change, Db, RowQuery,
 };
-use super::{nullable, Actor, AppState, Page, PageQuery};
+use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -226,12 +226,8 @@ pub async fn list(
     responses((status = 201, description = "the plaintext `token` is returned only here",
                body = CreatedToken),
               (status = 422, body = ErrorBody)))]
-pub async fn create(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    JsonBody(raw): JsonBody<TokenCreate>,
-) -> ApiResult<Response> {
-    create_in(&state.pool, &actor, raw).await
+pub async fn create(w: Writer, JsonBody(raw): JsonBody<TokenCreate>) -> ApiResult<Response> {
+    create_in(&w.pool, &w.actor, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
@@ -281,12 +277,11 @@ pub async fn get_one(
     responses((status = 200, body = TokenView), (status = 404, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
+    w: Writer,
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TokenPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, &actor, id, patch).await
+    patch_in(&w.pool, &w.actor, id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
@@ -326,18 +321,13 @@ pub(super) async fn patch_in<'c>(
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-) -> ApiResult<Response> {
-    delete_in(&state.pool, &actor, id).await
+pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
+    delete_in(&w.pool, &w.actor, id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    let (tx, current) = lock_row::<TokenView>(db, id).await?;
-    delete_row::<TokenView>(tx, actor, id, json!({ "name": current.name })).await
+    delete_locked::<TokenView>(db, actor, id, |current| json!({ "name": current.name })).await
 }
 
 #[cfg(test)]

@@ -403,6 +403,7 @@ impl Recovery {
                     ChannelStatus::AutoDisabled,
                     &reason,
                     BREAKER_ACTOR,
+                    None,
                 )
                 .await
                 .with_context(|| format!("recording channel {}'s breaker", breaker.channel_id))?;
@@ -415,22 +416,10 @@ impl Recovery {
         Ok(recorded)
     }
 
-    /// `from` → `to` under the channel's row lock, audited, with a status event; nothing when the
-    /// channel is gone or no longer in `from`. Returns whether it changed.
+    /// `from` → `to` under the channel's row lock, audited (with the `recovering` window, when
+    /// given, in the audit detail), with a status event; nothing when the channel is gone or no
+    /// longer in `from`. Returns whether it changed.
     async fn change_status(
-        &self,
-        channel_id: i64,
-        from: ChannelStatus,
-        to: ChannelStatus,
-        reason: &str,
-        actor: &str,
-    ) -> anyhow::Result<bool> {
-        self.change_status_with(channel_id, from, to, reason, actor, None)
-            .await
-    }
-
-    /// [`Recovery::change_status`], with a `recovering` window recorded in the audit detail.
-    async fn change_status_with(
         &self,
         channel_id: i64,
         from: ChannelStatus,
@@ -684,7 +673,7 @@ impl Recovery {
             })
         });
         let re_enabled = self
-            .change_status_with(
+            .change_status(
                 channel.id,
                 ChannelStatus::AutoDisabled,
                 ChannelStatus::Enabled,

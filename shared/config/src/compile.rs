@@ -10,7 +10,7 @@ use switchyard_engine::validate::{
 };
 use switchyard_engine::{
     validate_pattern, Channel, ChannelStatus, Credential, Member, Provider, Route, RoutingMode,
-    SecretSource, SnapshotParts, Team, Token, DEFAULT_GROUP,
+    SecretSource, SnapshotParts, Team, Token, UnixMillis, DEFAULT_GROUP,
 };
 
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
@@ -174,15 +174,7 @@ impl RawConfig {
                 text(&format!("{at}.route_group"), group, check_single_line)?;
             }
             text(&format!("{at}.name"), &raw.name, check_single_line)?;
-            let expires_at = match &raw.expires_at {
-                None => None,
-                Some(when) => Some(parse_rfc3339(when).ok_or_else(|| {
-                    err(
-                        format!("{at}.expires_at"),
-                        format!("{when:?} is not an RFC 3339 timestamp (2027-01-31T00:00:00Z)"),
-                    )
-                })?),
-            };
+            let expires_at = expiry(&at, raw.expires_at.as_deref())?;
             tokens.push(Token {
                 id: token_alloc.or_next(raw.id),
                 name: raw.name,
@@ -338,15 +330,7 @@ impl RawShadow {
                 parse_usd_micros(&v.text()).map_err(|m| err(format!("{at}.max_daily_spend_usd"), m))
             })
             .transpose()?;
-        let expires_at = match &self.expires_at {
-            None => None,
-            Some(when) => Some(parse_rfc3339(when).ok_or_else(|| {
-                err(
-                    format!("{at}.expires_at"),
-                    format!("{when:?} is not an RFC 3339 timestamp (2027-01-31T00:00:00Z)"),
-                )
-            })?),
-        };
+        let expires_at = expiry(at, self.expires_at.as_deref())?;
         let rule = ShadowRule {
             id,
             name: self.name,
@@ -391,6 +375,19 @@ fn check_published_tokens(tokens: &[Token], channels: &[Channel]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// `{at}.expires_at`, when set: the instant its RFC 3339 timestamp names.
+fn expiry(at: &str, when: Option<&str>) -> Result<Option<UnixMillis>, ConfigError> {
+    when.map(|when| {
+        parse_rfc3339(when).ok_or_else(|| {
+            err(
+                format!("{at}.expires_at"),
+                format!("{when:?} is not an RFC 3339 timestamp (2027-01-31T00:00:00Z)"),
+            )
+        })
+    })
+    .transpose()
 }
 
 /// Applies one of the engine's text rules (their messages never quote the value) at `path`.

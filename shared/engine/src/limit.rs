@@ -73,7 +73,7 @@ const HOUR_MS: u64 = 3_600_000;
 const DAY_MS: u64 = 86_400_000;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (month 1..=12).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

@@ -35,7 +35,10 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Request};
 use http_body_util::Full;
 use serde::Deserialize;
+use switchyard_engine::limit::days_from_civil;
 use switchyard_provider::bedrock;
+
+use crate::client::path_segment;
 
 /// The SigV4 service name of Bedrock Runtime.
 pub const SERVICE: &str = "bedrock";
@@ -195,22 +198,6 @@ impl fmt::Display for RequestError {
 }
 
 impl std::error::Error for RequestError {}
-
-/// `s` with every byte but the URL path's unreserved ones percent-encoded (one path segment).
-fn path_segment(s: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xF)]));
-        }
-    }
-    out
-}
 
 /// The signed Bedrock request for an Anthropic Messages request planned at `path`
 /// (`/v1/messages` or `/v1/messages/count_tokens`) with `body`: the Converse URL under `base`
@@ -380,14 +367,7 @@ pub fn parse_amz_date(value: &str) -> Option<SystemTime> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(y, m, d);
     let secs = u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
     Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }

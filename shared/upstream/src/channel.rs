@@ -35,7 +35,7 @@ use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
 use switchyard_provider::Protocol;
 
 use crate::bedrock::{AwsKeys, RequestError};
-use crate::client::HttpClient;
+use crate::client::{path_segment, HttpClient};
 use crate::mock::MockOptions;
 use crate::vertex::{TokenError, TokenSource, VertexTarget};
 
@@ -208,23 +208,6 @@ fn azure_target(channel: &Channel, base: &str) -> AzureTarget {
         None => Some(AZURE_DEFAULT_API_VERSION.to_owned()),
     };
     AzureTarget { v1, api_version }
-}
-
-/// `s` with every byte but the URL path's unreserved ones (letters, digits, `-._~`)
-/// percent-encoded: a deployment name stays one path segment whatever it holds.
-fn path_segment(s: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xF)]));
-        }
-    }
-    out
 }
 
 impl ChannelRuntime {

@@ -28,3 +28,21 @@ pub fn build_client(connect_timeout: Duration) -> HttpClient {
         .pool_max_idle_per_host(256)
         .build(https)
 }
+
+/// `s` with every byte but the URL path's unreserved ones (letters, digits, `-._~`)
+/// percent-encoded: a name (an Azure deployment, a Bedrock model id) stays one path segment
+/// whatever it holds.
+pub(crate) fn path_segment(s: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
+        }
+    }
+    out
+}

@@ -1,7 +1,8 @@
 //! Everything that talks to — or imitates — an LLM upstream, shared by both planes, so that the
 //! proxies' traffic and the control plane's recovery probes are built by the same rules:
 //!
-//! - [`client`]: the pooled HTTP/1.1 client (hyper-util, rustls with ring, webpki roots);
+//! - [`client`]: the pooled HTTP/1.1 client (hyper-util, rustls with ring, webpki roots) and the
+//!   percent-encoding of a name put in a URL path;
 //! - [`channel`]: per-channel runtime facts compiled once per snapshot ([`ChannelRuntime`]:
 //!   URL joining, Azure's deployment URLs and `api-version`, each provider's auth header, extra
 //!   headers) and the header rules (what a client may send upstream, what comes back);

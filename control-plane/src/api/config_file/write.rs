@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
-use sqlx::PgConnection;
-use switchyard_config::{env_reference, Amount, RawConfig, RawCredential};
+use sqlx::{PgConnection, Row};
+use switchyard_config::{env_reference, Amount, RawChannel, RawConfig, RawCredential};
 use switchyard_engine::limit::parse_usd_micros;
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{ChannelStatus, Settings, DEFAULT_GROUP};
@@ -39,6 +39,35 @@ fn any_differs(before: &Index, after: &Index, kind: &'static str) -> bool {
     };
     of(before) != of(after)
 }
+
+/// Binds `channel`'s columns `$2`..`$11` of the channel insert and update (provider through
+/// `responses_api`), with `status` as its status.
+fn bind_channel<'q>(
+    query: PgQuery<'q>,
+    channel: &'q RawChannel,
+    status: ChannelStatus,
+) -> PgQuery<'q> {
+    query
+        .bind(&channel.provider)
+        .bind(channel.base_url.as_deref().unwrap_or_default())
+        .bind(status.as_str())
+        .bind(channel.auto_ban)
+        .bind(i32_of(channel.max_concurrency))
+        .bind(sqlx::types::Json(&channel.capabilities))
+        .bind(
+            channel
+                .retry_status_codes
+                .iter()
+                .map(|c| i32::from(*c))
+                .collect::<Vec<i32>>(),
+        )
+        .bind(&channel.retry_error_patterns)
+        .bind(sqlx::types::Json(&channel.headers))
+        .bind(channel.responses_api)
+}
+
+/// A statement whose arguments are still being bound.
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 fn i32_of(value: Option<u32>) -> Option<i32> {
     value.and_then(|v| i32::try_from(v).ok())
@@ -226,31 +255,17 @@ pub(super) async fn write(
         let wanted = ChannelStatus::parse(&channel.status).unwrap_or(ChannelStatus::Enabled);
         let id = match channel_ids.get(&channel.name) {
             None => {
-                let id: i64 = sqlx::query_scalar(
+                let insert = sqlx::query(
                     "INSERT INTO channels (name, provider, base_url, status, auto_ban, \
                      max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
                      headers, responses_api) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
                 )
-                .bind(&channel.name)
-                .bind(&channel.provider)
-                .bind(channel.base_url.as_deref().unwrap_or_default())
-                .bind(wanted.as_str())
-                .bind(channel.auto_ban)
-                .bind(i32_of(channel.max_concurrency))
-                .bind(sqlx::types::Json(&channel.capabilities))
-                .bind(
-                    channel
-                        .retry_status_codes
-                        .iter()
-                        .map(|c| i32::from(*c))
-                        .collect::<Vec<i32>>(),
-                )
-                .bind(&channel.retry_error_patterns)
-                .bind(sqlx::types::Json(&channel.headers))
-                .bind(channel.responses_api)
-                .fetch_one(&mut *tx)
-                .await?;
+                .bind(&channel.name);
+                let row = bind_channel(insert, channel, wanted)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let id: i64 = row.try_get(0)?;
                 record_status_event(tx, id, None, wanted, "created", actor).await?;
                 channel_ids.insert(channel.name.clone(), id);
                 id
@@ -266,31 +281,16 @@ pub(super) async fn write(
                     (_, ChannelStatus::Disabled) => ChannelStatus::Enabled,
                     (_, current) => current,
                 };
-                sqlx::query(
+                let update = sqlx::query(
                     "UPDATE channels SET provider = $2, base_url = $3, status = $4, \
                      auto_ban = $5, max_concurrency = $6, capabilities = $7, \
                      retry_status_codes = $8, retry_error_patterns = $9, headers = $10, \
                      responses_api = $11, updated_at = now() WHERE id = $1",
                 )
-                .bind(id)
-                .bind(&channel.provider)
-                .bind(channel.base_url.as_deref().unwrap_or_default())
-                .bind(status.as_str())
-                .bind(channel.auto_ban)
-                .bind(i32_of(channel.max_concurrency))
-                .bind(sqlx::types::Json(&channel.capabilities))
-                .bind(
-                    channel
-                        .retry_status_codes
-                        .iter()
-                        .map(|c| i32::from(*c))
-                        .collect::<Vec<i32>>(),
-                )
-                .bind(&channel.retry_error_patterns)
-                .bind(sqlx::types::Json(&channel.headers))
-                .bind(channel.responses_api)
-                .execute(&mut *tx)
-                .await?;
+                .bind(id);
+                bind_channel(update, channel, status)
+                    .execute(&mut *tx)
+                    .await?;
                 if status != current {
                     record_status_event(tx, id, Some(current), status, REASON, actor).await?;
                 }

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use crate::protocol::Protocol;
 use crate::sse::SseEvent;
-use crate::translate::gemini_call_id;
 use crate::translate::Finish;
+use crate::translate::{gemini_answer_parts, gemini_call_id};
 use crate::usage::{AnthropicUsage, FullUsage};
 use crate::util::{get_array, get_str, get_u64, parse_json_lenient, value_text};
 
@@ -271,15 +271,7 @@ impl Upstream {
             }
             return;
         };
-        for p in c
-            .get("content")
-            .and_then(|c| get_array(c, "parts"))
-            .into_iter()
-            .flatten()
-        {
-            if p.get("thought").and_then(Value::as_bool) == Some(true) {
-                continue;
-            }
+        for p in gemini_answer_parts(c) {
             if let Some(t) = get_str(p, "text").filter(|t| !t.is_empty()) {
                 out.push(Ev::Text(t.to_string()));
             } else if let Some(fc) = p.get("functionCall") {

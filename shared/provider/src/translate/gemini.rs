@@ -601,6 +601,16 @@ fn generation_config(ir: &Ir) -> Option<Value> {
 // Responses
 // ---------------------------------------------------------------------------------------------
 
+/// A candidate's `content.parts` that answer, its thought summaries left out.
+pub(crate) fn answer_parts(candidate: &Value) -> impl Iterator<Item = &Value> {
+    candidate
+        .get("content")
+        .and_then(|c| get_array(c, "parts"))
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
+}
+
 /// The id of a Gemini function call: its own, or a stable one from the response id and position.
 pub(crate) fn call_id(fc: &Value, response_id: &str, candidate: usize, position: usize) -> String {
     match get_str(fc, "id") {
@@ -623,15 +633,7 @@ pub(crate) fn parse_response(v: &Value) -> Result<Resp, TranslateError> {
     let mut calls_seen = 0usize;
     for (ci, c) in get_array(v, "candidates").into_iter().flatten().enumerate() {
         let mut parts = Vec::new();
-        for p in c
-            .get("content")
-            .and_then(|c| get_array(c, "parts"))
-            .into_iter()
-            .flatten()
-        {
-            if p.get("thought").and_then(Value::as_bool) == Some(true) {
-                continue;
-            }
+        for p in answer_parts(c) {
             if let Some(t) = get_str(p, "text") {
                 match parts.last_mut() {
                     Some(Part::Text(prev)) => prev.push_str(t),

@@ -21,8 +21,8 @@ pub(crate) use anthropic::{
     parse_response as anthropic_parse_response,
 };
 pub(crate) use gemini::{
-    call_id as gemini_call_id, emit_response as gemini_emit_response,
-    parse_response as gemini_parse_response,
+    answer_parts as gemini_answer_parts, call_id as gemini_call_id,
+    emit_response as gemini_emit_response, parse_response as gemini_parse_response,
 };
 pub(crate) use openai::{
     emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
@@ -346,6 +346,23 @@ impl Ir {
         });
     }
 
+    /// A system or developer message of `parts`: their text joins the system prompt; a part of
+    /// another kind is recorded as `feature`, which `targets` cannot express.
+    pub(crate) fn push_system(&mut self, parts: &[Part], feature: &str, targets: &[Protocol]) {
+        if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
+            self.block(feature, targets, true);
+        }
+        self.system.push(joined_text(parts));
+    }
+
+    /// A user turn of `parts`.
+    pub(crate) fn push_user(&mut self, parts: Vec<Part>) {
+        self.messages.push(Msg {
+            role: Role::User,
+            parts,
+        });
+    }
+
     /// Records what the targets cannot express about one media part.
     pub fn check_media(&mut self, m: &Media, ctx: Ctx) {
         let mime = m.mime.clone().unwrap_or_default().to_ascii_lowercase();
@@ -529,6 +546,19 @@ pub struct ChatRequest {
     /// An OpenAI Responses API request (`POST /v1/responses`) rather than Chat Completions.
     responses: bool,
 }
+
+/// The Anthropic request fields an Anthropic count_tokens request leaves out (generation
+/// settings and metadata; the translated request never carries `service_tier`).
+const NOT_COUNTED: &[&str] = &[
+    "max_tokens",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "metadata",
+    "service_tier",
+];
 
 impl ChatRequest {
     /// Parses a request body of `protocol`. `model` and `stream` are authoritative for Gemini
@@ -757,17 +787,8 @@ impl ChatRequest {
                 Protocol::Anthropic => {
                     let mut m = self.raw.clone();
                     m.insert("model".into(), json!(upstream_model));
-                    for k in [
-                        "max_tokens",
-                        "stream",
-                        "temperature",
-                        "top_p",
-                        "top_k",
-                        "stop_sequences",
-                        "metadata",
-                        "service_tier",
-                    ] {
-                        m.remove(k);
+                    for k in NOT_COUNTED {
+                        m.remove(*k);
                     }
                     Value::Object(m)
                 }
@@ -789,16 +810,8 @@ impl ChatRequest {
                 Protocol::Anthropic => {
                     let mut v = anthropic::emit_request(&self.ir, upstream_model, false, None);
                     if let Value::Object(m) = &mut v {
-                        for k in [
-                            "max_tokens",
-                            "stream",
-                            "temperature",
-                            "top_p",
-                            "top_k",
-                            "stop_sequences",
-                            "metadata",
-                        ] {
-                            m.remove(k);
+                        for k in NOT_COUNTED {
+                            m.remove(*k);
                         }
                     }
                     v

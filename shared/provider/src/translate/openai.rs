@@ -44,17 +44,11 @@ fn parse_message(m: &Value, i: usize, ir: &mut Ir) -> Result<(), TranslateError>
     match role {
         "system" | "developer" => {
             let parts = parse_content(content, ir, Ctx::User)?;
-            if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
-                ir.block("non-text system content", OTHERS, true);
-            }
-            ir.system.push(joined_text(&parts));
+            ir.push_system(&parts, "non-text system content", OTHERS);
         }
         "user" => {
             let parts = parse_content(content, ir, Ctx::User)?;
-            ir.messages.push(Msg {
-                role: Role::User,
-                parts,
-            });
+            ir.push_user(parts);
         }
         "assistant" => {
             let parts = assistant_parts(m, content, ir)?;

@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::openai::{media_from_url, tool_choice_mode};
 use super::{
-    joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
-    Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
+    malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat, Role, Source,
+    Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
 };
 use super::{Finish, Resp};
 use crate::usage::FullUsage;
@@ -181,17 +181,11 @@ fn parse_item(item: &Value, i: usize, ir: &mut Ir) -> Result<(), TranslateError>
             match role {
                 "system" | "developer" => {
                     let parts = parse_content(content, ir, Ctx::User)?;
-                    if parts.iter().any(|p| !matches!(p, Part::Text(_))) {
-                        ir.block("non-text instructions", OTHERS, true);
-                    }
-                    ir.system.push(joined_text(&parts));
+                    ir.push_system(&parts, "non-text instructions", OTHERS);
                 }
                 "user" => {
                     let parts = parse_content(content, ir, Ctx::User)?;
-                    ir.messages.push(Msg {
-                        role: Role::User,
-                        parts,
-                    });
+                    ir.push_user(parts);
                 }
                 "assistant" => {
                     let parts = parse_content(content, ir, Ctx::Assistant)?;

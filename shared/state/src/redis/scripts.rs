@@ -15,6 +15,10 @@
 //! Each write script returns `[flag, kind, field, value, kind, field, value, …]`: an effect flag
 //! (tripped / promoted) and the new value of every entity it touched (`"<version>|-"` = deleted),
 //! which the writer applies locally and publishes to the other proxies.
+//!
+//! The scripts look alike (bump the version, load, change, save, return the effects) and a
+//! duplicate-code report pairs them; each is its own atomic step on the server, sharing the
+//! `load_*`/`save_*` helpers, so the likeness stays.
 
 use redis::Script;
 

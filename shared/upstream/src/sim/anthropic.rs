@@ -71,14 +71,6 @@ fn answer_usage(answer: &Answer, output_tokens: u64) -> Value {
     })
 }
 
-fn stop_reason(answer: &Answer) -> &'static str {
-    if answer.tool_calls.is_empty() {
-        "end_turn"
-    } else {
-        "tool_use"
-    }
-}
-
 /// An Anthropic message saying `answer`: a `text` block (when there is text), then one
 /// `tool_use` block per call (`{type: "tool_use", id: "toolu_…", name, input}`), `stop_reason`
 /// `"tool_use"` or `"end_turn"`, usage with `cache_read_input_tokens`. An empty answer has
@@ -102,7 +94,7 @@ pub fn anthropic_answer_json(answer: &Answer) -> String {
         "role": "assistant",
         "model": answer.model,
         "content": content,
-        "stop_reason": stop_reason(answer),
+        "stop_reason": answer.stop_word("end_turn", "tool_use"),
         "stop_sequence": null,
         "usage": answer_usage(answer, answer.output_tokens())
     })
@@ -171,7 +163,8 @@ pub fn anthropic_answer_events(answer: &Answer, n: usize) -> Vec<String> {
     events.push(sse_event(
         "message_delta",
         &json!({"type": "message_delta",
-                "delta": {"stop_reason": stop_reason(answer), "stop_sequence": null},
+                "delta": {"stop_reason": answer.stop_word("end_turn", "tool_use"),
+                          "stop_sequence": null},
                 "usage": {"output_tokens": answer.output_tokens()}}),
     ));
     events.push(sse_event("message_stop", &json!({"type": "message_stop"})));

@@ -140,6 +140,16 @@ impl Answer {
     pub fn is_empty(&self) -> bool {
         self.text.is_empty() && self.tool_calls.is_empty()
     }
+
+    /// Why the answer stopped, in a protocol's words: `on_calls` when it calls a tool, else
+    /// `on_end`.
+    pub(crate) fn stop_word(&self, on_end: &'static str, on_calls: &'static str) -> &'static str {
+        if self.tool_calls.is_empty() {
+            on_end
+        } else {
+            on_calls
+        }
+    }
 }
 
 /// The three wire protocols the mock speaks natively.

@@ -40,6 +40,18 @@ fn usage_openai(prompt_tokens: u64, completion_tokens: u64) -> Value {
     })
 }
 
+/// One `chat.completion.chunk` of stream `id` carrying `choices`.
+fn chunk_envelope(id: &str, created: u64, model: &str, choices: Value) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": "fp_mock",
+        "choices": choices
+    })
+}
+
 /// An OpenAI chat stream: `n` content chunks (the first also carries the assistant role), a
 /// final chunk with `finish_reason: "stop"`, then `data: [DONE]`. `n + 2` events in all.
 pub fn chat_chunks(model: &str, content: &str, n: usize) -> Vec<String> {
@@ -56,16 +68,7 @@ pub fn chat_chunks_with_usage(
 ) -> Vec<String> {
     let id = format!("chatcmpl-mock-{}", next_id());
     let created = now_secs();
-    let chunk = |choices: Value| {
-        sse_data(&json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "system_fingerprint": "fp_mock",
-            "choices": choices
-        }))
-    };
+    let chunk = |choices: Value| sse_data(&chunk_envelope(&id, created, model, choices));
     let mut events = Vec::with_capacity(n + 3);
     for (i, piece) in split_content(content, n).into_iter().enumerate() {
         let delta = if i == 0 {
@@ -111,14 +114,6 @@ fn answer_usage(answer: &Answer) -> Value {
     })
 }
 
-fn finish_reason(answer: &Answer) -> &'static str {
-    if answer.tool_calls.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
-    }
-}
-
 /// A non-streaming `chat.completion` saying `answer`: `message.content` (`null` when there are
 /// tool calls and no text), `message.tool_calls[{id: "call_…", type: "function", function:
 /// {name, arguments}}]`, `finish_reason` `"tool_calls"` or `"stop"`, and a usage block with
@@ -156,7 +151,7 @@ pub fn chat_answer_json(answer: &Answer) -> String {
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(answer)
+            "finish_reason": answer.stop_word("stop", "tool_calls")
         }],
         "usage": answer_usage(answer)
     })
@@ -177,16 +172,7 @@ pub fn chat_answer_chunks(answer: &Answer, n: usize, include_usage: bool) -> Vec
     let id = format!("chatcmpl-mock-{}", next_id());
     let created = now_secs();
     let model = &answer.model;
-    let envelope = |choices: Value| {
-        json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "system_fingerprint": "fp_mock",
-            "choices": choices
-        })
-    };
+    let envelope = |choices: Value| chunk_envelope(&id, created, model, choices);
     let delta_chunk = |delta: Value, finish: Value| {
         sse_data(&envelope(json!([{
             "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish
@@ -225,7 +211,10 @@ pub fn chat_answer_chunks(answer: &Answer, n: usize, include_usage: bool) -> Vec
             ));
         }
     }
-    events.push(delta_chunk(json!({}), json!(finish_reason(answer))));
+    events.push(delta_chunk(
+        json!({}),
+        json!(answer.stop_word("stop", "tool_calls")),
+    ));
     if include_usage {
         let mut usage_chunk = envelope(json!([]));
         if let Some(obj) = usage_chunk.as_object_mut() {
