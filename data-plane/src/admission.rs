@@ -318,8 +318,9 @@ impl DurationText {
     }
 }
 
-/// [`DurationText`] as a string.
-pub fn duration_text(ms: u64) -> String {
+/// [`DurationText`] as a string (for tests).
+#[cfg(test)]
+fn duration_text(ms: u64) -> String {
     String::from_utf8_lossy(DurationText::default().write(ms)).into_owned()
 }
 

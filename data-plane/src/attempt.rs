@@ -709,8 +709,10 @@ fn stream_cut() -> Failed {
 /// Transport/408/429/5xx and the channel's own codes/patterns are retryable; a "model not found"
 /// answer (Azure's `DeploymentNotFound` too) is member-specific; any other 4xx is rejected (fail
 /// over, cool the member, never counted for the breaker). The kind and the scope are those of the
-/// returned error.
-pub fn classify(
+/// returned error. (The attempt itself classifies with [`classify_status`]; this is its tests'
+/// view.)
+#[cfg(test)]
+fn classify(
     channel: &Channel,
     status: u16,
     lowercase_body: &str,

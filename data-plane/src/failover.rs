@@ -778,7 +778,7 @@ impl<'a> Failover<'a> {
             policy: pick.policy,
             protocol: self.protocol,
             request_id: self.req.request_id.to_owned(),
-            guard,
+            _in_flight: guard,
             slot: StreamSlot::new(),
         };
         self.trail.usage = committed.usage;

@@ -2,37 +2,37 @@
 //! on the latest snapshot, fails over (docs/src/concepts/routing.md), and reports outcomes to the
 //! [`StateStore`].
 //!
-//! Code map: [`server`] (HTTP edge: auth, limits, headers, log line) → [`failover`] (the one
-//! retry loop) → [`attempt`] (one upstream call and its classification) → [`upstream`] (pooled
-//! client, request building) / [`mock`] (in-process simulated upstream); [`relay`] streams a
+//! Code map: `server` (HTTP edge: auth, limits, headers, log line) → `failover` (the one
+//! retry loop) → `attempt` (one upstream call and its classification) → `upstream` (pooled
+//! client, request building) / `mock` (in-process simulated upstream); `relay` streams a
 //! committed response; [`snapshot`] keeps the compiled view of the current snapshot;
-//! [`config`] turns the standalone YAML into a snapshot; [`run`] wires it all.
+//! [`config`] turns the standalone YAML into a snapshot; `run` wires it all.
 
-pub mod admission;
-pub mod answer;
-pub mod attempt;
-pub mod bedrock;
+mod admission;
+mod answer;
+mod attempt;
+mod bedrock;
 pub mod cache;
-pub mod cli;
+mod cli;
 pub mod config;
-pub mod endpoint;
-pub mod errors;
-pub mod failover;
-pub mod metrics;
-pub mod mock;
+mod endpoint;
+mod errors;
+mod failover;
+mod metrics;
+mod mock;
 pub mod probe;
-pub mod record;
-pub mod relay;
+mod record;
+mod relay;
 pub mod request;
-pub mod run;
-pub mod server;
-pub mod shadow;
+mod run;
+mod server;
+mod shadow;
 pub mod snapshot;
-pub mod telemetry;
-pub mod upstream;
+mod telemetry;
+mod upstream;
 pub mod usage;
-pub mod wire;
-pub mod workers;
+mod wire;
+mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -57,7 +57,7 @@ pub struct AppState {
     /// The upstream connection pool of every thread that is not a serving worker (probes).
     client: HttpClient,
     /// One upstream pool per serving worker thread, so a request's upstream connections live on
-    /// its own thread ([`workers`]).
+    /// its own thread (`workers`).
     worker_clients: Box<[HttpClient]>,
     pub metrics: Metrics,
     /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
@@ -69,7 +69,7 @@ pub struct AppState {
     pub streams_cut: CancellationToken,
     /// Usage accounting towards the control plane (fleet mode only; `None` standalone).
     pub usage: Option<Arc<usage::UsageReporter>>,
-    /// Shadow traffic: the rules' caps and the background queue ([`shadow`]).
+    /// Shadow traffic: the rules' caps and the background queue (`shadow`).
     pub shadows: shadow::Shadows,
     seed: AtomicU64,
 }
@@ -91,7 +91,7 @@ impl AppState {
 
     /// [`AppState::with_usage`], its snapshot follower spawned on `tasks` (the process's
     /// tracker; the follower ends when the snapshot channel closes), with an upstream pool for
-    /// each of `workers` serving threads ([`workers`]).
+    /// each of `workers` serving threads (`workers`).
     pub fn with_tasks(
         snapshots: SnapshotReceiver,
         store: Arc<dyn StateStore>,

@@ -29,8 +29,9 @@ pub struct StreamOwner {
     /// The client's protocol (error events are written in it).
     pub protocol: Protocol,
     pub request_id: String,
-    /// Held for as long as the stream lives: the channel's in-flight count.
-    pub guard: InFlightGuard,
+    /// Held (never read) for as long as the stream lives: the channel's in-flight count, given
+    /// back when the owner drops.
+    pub _in_flight: InFlightGuard,
     /// Where the request's record waits for the stream's end.
     pub slot: Arc<StreamSlot>,
 }

@@ -26,7 +26,7 @@ const TASKS_STOP: Duration = Duration::from_secs(2);
 
 /// The whole process as `switchyard-data-plane` runs it: parse `args` (the first is the program
 /// name), start the runtime, install the logging (and trace export when
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set), [`run`], flush. The shipped binary and the e2e test
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set), `run`, flush. The shipped binary and the e2e test
 /// binary are both this call; only the global allocator is the binary's own.
 pub fn main_with<I, T>(args: I) -> std::process::ExitCode
 where
