@@ -1093,3 +1093,16 @@ fn anthropic_blocks_that_start_with_content_and_deltas_that_belong_nowhere() {
     );
     assert_eq!(v.finish, "tool_calls");
 }
+
+#[test]
+fn a_responses_stream_is_closed_only_once_its_end_is_sent() {
+    let mut t = StreamTranslator::for_responses(A, "client-model");
+    let mut out = Vec::new();
+    assert!(!t.client_closed());
+    let first_event = ANTHROPIC_TEXT_TOOL.find("\n\n").unwrap() + 2;
+    t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[..first_event], &mut out);
+    assert!(!t.client_closed());
+    t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[first_event..], &mut out);
+    t.finish(&mut out);
+    assert!(t.client_closed());
+}
