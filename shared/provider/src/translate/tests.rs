@@ -2386,3 +2386,49 @@ fn gemini_audio_to_openai_names_its_format() {
         );
     }
 }
+
+#[test]
+fn gemini_schema_items_any_of_and_type_lists() {
+    use super::schema::to_gemini_schema;
+    assert_eq!(
+        to_gemini_schema(&json!({"type": "array", "items": {"type": "string"}})),
+        Some(json!({"type": "ARRAY", "items": {"type": "STRING"}}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})),
+        Some(json!({"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "null"]})),
+        Some(json!({"type": "STRING", "nullable": true}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string"]})),
+        Some(json!({"type": "STRING"}))
+    );
+    // Two types that are not one type and null: Gemini's `Schema` cannot say it.
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "integer"]})),
+        None
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "null", "null"]})),
+        None
+    );
+}
+
+#[test]
+fn gemini_schema_items_are_converted_back_too() {
+    assert_eq!(
+        super::schema::from_gemini_schema(
+            &json!({"type": "ARRAY", "items": {"type": "STRING", "nullable": true}})
+        ),
+        json!({"type": "array", "items": {"type": ["string", "null"]}})
+    );
+    assert_eq!(
+        super::schema::from_gemini_schema(
+            &json!({"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]})
+        ),
+        json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})
+    );
+}
