@@ -25,3 +25,20 @@ impl std::error::Error for TranslateError {}
 pub(crate) fn malformed(msg: impl Into<String>) -> TranslateError {
     TranslateError::Malformed(msg.into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_says_what_it_is_and_names_the_cause() {
+        assert_eq!(
+            malformed("`messages` must be an array").to_string(),
+            "malformed body: `messages` must be an array"
+        );
+        assert_eq!(
+            TranslateError::Unsupported("logprobs".into()).to_string(),
+            "unsupported by the target protocol: logprobs"
+        );
+    }
+}

@@ -57,4 +57,10 @@ mod tests {
         }
         assert_eq!(Protocol::from_name("cohere"), None);
     }
+
+    #[test]
+    fn a_protocol_displays_as_its_name() {
+        let shown: Vec<String> = Protocol::ALL.iter().map(|p| p.to_string()).collect();
+        assert_eq!(shown, ["openai", "anthropic", "gemini"]);
+    }
 }

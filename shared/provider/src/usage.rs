@@ -588,4 +588,106 @@ mod tests {
             }
         );
     }
+
+    /// The `value_kind` of each warning `f` logs (a subscriber of its own, on this thread only).
+    fn warned_kinds(f: impl FnOnce()) -> Vec<String> {
+        use std::sync::{Arc, Mutex};
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Metadata, Subscriber};
+
+        struct Kinds(Arc<Mutex<Vec<String>>>);
+        struct KindOf(String);
+        impl Visit for KindOf {
+            fn record_str(&mut self, field: &Field, value: &str) {
+                if field.name() == "value_kind" {
+                    self.0 = value.to_string();
+                }
+            }
+            fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+        }
+        impl Subscriber for Kinds {
+            fn enabled(&self, _: &Metadata<'_>) -> bool {
+                true
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut kind = KindOf(String::new());
+                event.record(&mut kind);
+                self.0.lock().unwrap().push(kind.0);
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+        let kinds = Arc::new(Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(Kinds(Arc::clone(&kinds)), f);
+        let out = kinds.lock().unwrap().clone();
+        out
+    }
+
+    #[test]
+    fn a_null_figure_is_not_reported_quietly_and_a_refused_one_is_named_by_its_kind() {
+        let kinds = warned_kinds(|| {
+            for v in [
+                json!(null),
+                json!(12.5),
+                json!(-1),
+                json!(1e300),
+                json!(MAX_REPORTED_TOKENS + 1),
+                json!("7"),
+                json!(true),
+                json!([1]),
+            ] {
+                assert_eq!(count(&json!({ "n": v }), "n"), None, "{v}");
+            }
+        });
+        assert_eq!(
+            kinds,
+            [
+                "not a whole number within the bound",
+                "a negative number",
+                "not a whole number within the bound",
+                "a count above the bound",
+                "a string",
+                "a boolean",
+                "not a number",
+            ]
+        );
+    }
+
+    #[test]
+    fn gemini_usage_names_cached_tokens_only_when_there_are_some() {
+        let none = FullUsage {
+            input: 10,
+            output: 2,
+            cached: 0,
+            cache_creation: 0,
+        };
+        assert_eq!(
+            none.to_gemini(),
+            json!({"promptTokenCount": 10, "candidatesTokenCount": 2, "totalTokenCount": 12})
+        );
+        let some = FullUsage { cached: 4, ..none };
+        assert_eq!(
+            some.to_gemini(),
+            json!({"promptTokenCount": 10, "candidatesTokenCount": 2, "totalTokenCount": 12, "cachedContentTokenCount": 4})
+        );
+    }
+
+    #[test]
+    fn usage_is_found_before_other_fields_too() {
+        let body = br#"{"usage":{"prompt_tokens":7,"completion_tokens":3},"id":"chatcmpl-1","choices":[]}"#;
+        assert_eq!(
+            response_usage(Protocol::OpenAi, body),
+            Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+                cached_tokens: 0
+            }
+        );
+    }
 }

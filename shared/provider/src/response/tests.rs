@@ -453,3 +453,106 @@ fn malformed_responses_are_malformed_never_a_panic() {
         }
     }
 }
+
+#[test]
+fn a_gemini_function_call_with_an_empty_id_gets_a_stable_id() {
+    let without = gemini_resp(json!([{"functionCall": {"name": "f", "args": {}}}]), "STOP");
+    let empty = gemini_resp(
+        json!([{"functionCall": {"id": "", "name": "f", "args": {}}}]),
+        "STOP",
+    );
+    let id = |b: Value| tr(G, O, b).0["choices"][0]["message"]["tool_calls"][0]["id"].clone();
+    let synthesized = json!(crate::util::synth_call_id(&["resp-1", "0", "0", "f"]));
+    assert_eq!(id(without), synthesized);
+    assert_eq!(id(empty), synthesized);
+}
+
+#[test]
+fn gemini_text_parts_in_a_row_are_one_text_block() {
+    let (a, _) = tr(
+        G,
+        A,
+        gemini_resp(json!([{"text": "Hel"}, {"text": "lo"}]), "STOP"),
+    );
+    assert_eq!(a["content"], json!([{"type": "text", "text": "Hello"}]));
+}
+
+#[test]
+fn gemini_calls_of_the_same_function_without_ids_get_distinct_ids() {
+    let (o, _) = tr(
+        G,
+        O,
+        gemini_resp(
+            json!([{"functionCall": {"name": "f", "args": {"n": 1}}}, {"functionCall": {"name": "f", "args": {"n": 2}}}]),
+            "STOP",
+        ),
+    );
+    // Each from the response id, the candidate and the call's position among its calls.
+    let ids: Vec<&Value> = o["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["id"])
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            &json!(crate::util::synth_call_id(&["resp-1", "0", "0", "f"])),
+            &json!(crate::util::synth_call_id(&["resp-1", "0", "1", "f"])),
+        ]
+    );
+}
+
+#[test]
+fn openai_content_given_as_parts_is_read_part_by_part() {
+    let (a, _) = tr(
+        O,
+        A,
+        openai_resp(
+            json!({"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+            "stop",
+        ),
+    );
+    assert_eq!(
+        a["content"],
+        json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    );
+}
+
+#[test]
+fn an_empty_openai_content_gives_way_to_the_refusal() {
+    let (a, _) = tr(
+        O,
+        A,
+        openai_resp(
+            json!({"role": "assistant", "content": "", "refusal": "I can't."}),
+            "stop",
+        ),
+    );
+    assert_eq!(a["content"], json!([{"type": "text", "text": "I can't."}]));
+}
+
+#[test]
+fn openai_answer_content_is_null_only_beside_tool_calls() {
+    let (o, _) = tr(
+        A,
+        O,
+        anthropic_resp(
+            json!([{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]),
+            "tool_use",
+        ),
+    );
+    assert_eq!(o["choices"][0]["message"]["content"], Value::Null);
+    let (o, _) = tr(A, O, anthropic_resp(json!([]), "end_turn"));
+    assert_eq!(o["choices"][0]["message"]["content"], "");
+    assert_eq!(o["choices"][0]["message"].get("tool_calls"), None);
+}
+
+#[test]
+fn openai_answer_ids_start_with_chatcmpl() {
+    let (o, _) = tr(A, O, anthropic_resp(json!([]), "end_turn"));
+    assert_eq!(o["id"], "chatcmpl-msg_1");
+    let mut g = gemini_resp(json!([{"text": "x"}]), "STOP");
+    g["responseId"] = json!("chatcmpl-7");
+    assert_eq!(tr(G, O, g).0["id"], "chatcmpl-7");
+}

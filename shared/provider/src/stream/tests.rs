@@ -1093,3 +1093,105 @@ fn anthropic_blocks_that_start_with_content_and_deltas_that_belong_nowhere() {
     );
     assert_eq!(v.finish, "tool_calls");
 }
+
+#[test]
+fn a_responses_stream_is_closed_only_once_its_end_is_sent() {
+    let mut t = StreamTranslator::for_responses(A, "client-model");
+    let mut out = Vec::new();
+    assert!(!t.client_closed());
+    let first_event = ANTHROPIC_TEXT_TOOL.find("\n\n").unwrap() + 2;
+    t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[..first_event], &mut out);
+    assert!(!t.client_closed());
+    t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[first_event..], &mut out);
+    t.finish(&mut out);
+    assert!(t.client_closed());
+}
+
+#[test]
+fn a_translated_stream_is_closed_only_once_its_end_is_sent() {
+    for client in [O, G] {
+        let mut t = StreamTranslator::new(A, client, "client-model", true);
+        let mut out = Vec::new();
+        assert!(!t.client_closed(), "{client}");
+        let first_event = ANTHROPIC_TEXT_TOOL.find("\n\n").unwrap() + 2;
+        t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[..first_event], &mut out);
+        assert!(!t.client_closed(), "{client}");
+        t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[first_event..], &mut out);
+        t.finish(&mut out);
+        assert!(t.client_closed(), "{client}");
+    }
+}
+
+#[test]
+fn the_clients_stream_opens_on_the_upstreams_first_start_event() {
+    let mut t = StreamTranslator::new(A, O, "client-model", true);
+    let mut out = Vec::new();
+    // A ping before `message_start` opens nothing.
+    t.push(b"event: ping\ndata: {\"type\":\"ping\"}\n\n", &mut out);
+    assert_eq!(String::from_utf8_lossy(&out), "");
+    let first_event = ANTHROPIC_TEXT_TOOL.find("\n\n").unwrap() + 2;
+    t.push(&ANTHROPIC_TEXT_TOOL.as_bytes()[..first_event], &mut out);
+    let events = crate::sse::SseDecoder::new().push(&out);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let chunk: Value = serde_json::from_str(&events[0].data).unwrap();
+    assert_eq!(chunk["id"], "chatcmpl-msg_01");
+    assert_eq!(
+        chunk["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+}
+
+#[test]
+fn text_after_a_tool_call_is_a_delta_of_its_own_block_for_anthropic() {
+    let stream = concat!(
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"after\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let (out, _) = run(O, A, stream, false);
+    let all: Vec<Value> = events(&out)
+        .into_iter()
+        .map(|(_, data)| serde_json::from_str::<Value>(&data).unwrap())
+        .collect();
+    // A `stop` after a tool call is a stop for the tool's sake.
+    let stop_reasons: Vec<&Value> = all
+        .iter()
+        .filter(|v| v["type"] == "message_delta")
+        .map(|v| &v["delta"]["stop_reason"])
+        .collect();
+    assert_eq!(stop_reasons, [&json!("tool_use")]);
+    let text_deltas: Vec<Value> = all
+        .into_iter()
+        .filter(|v| v["delta"]["type"] == "text_delta")
+        .collect();
+    assert_eq!(
+        text_deltas,
+        [
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "after"}})
+        ]
+    );
+}
+
+#[test]
+fn a_finished_call_goes_to_a_gemini_client_before_the_finish() {
+    let (out, _) = run(A, G, ANTHROPIC_TEXT_TOOL, false);
+    let chunks: Vec<Value> = events(&out)
+        .into_iter()
+        .map(|(_, data)| serde_json::from_str::<Value>(&data).unwrap())
+        .collect();
+    let with_call: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| {
+            c["candidates"][0]["content"]["parts"][0]
+                .get("functionCall")
+                .is_some()
+        })
+        .collect();
+    assert_eq!(with_call.len(), 1, "{chunks:?}");
+    assert_eq!(with_call[0]["candidates"][0].get("finishReason"), None);
+    assert_eq!(
+        with_call[0]["candidates"][0]["content"]["parts"],
+        json!([{"functionCall": {"id": "toolu_01", "name": "get_weather", "args": {"city": "Paris"}}}])
+    );
+}

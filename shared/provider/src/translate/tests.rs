@@ -2253,3 +2253,182 @@ fn openai_content_part_rules() {
         Some("content part type video_url")
     );
 }
+
+// --- rules pinned by the mutation run of the provider crate -----------------------------------
+
+#[test]
+fn anthropic_content_left_out_is_empty_not_malformed() {
+    // A tool result without `content` is an empty result; a message without it, no parts.
+    let b = ant(json!([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+        {"role": "assistant"},
+        {"role": "user", "content": "r"}
+    ]));
+    let o = conv(A, b, O);
+    assert_eq!(
+        o["messages"][2],
+        json!({"role": "tool", "tool_call_id": "toolu_1", "content": ""})
+    );
+    assert_eq!(
+        o["messages"][3],
+        json!({"role": "assistant", "content": ""})
+    );
+}
+
+#[test]
+fn empty_text_parts_are_left_out_towards_anthropic() {
+    let b = oai(json!([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    ]));
+    assert_eq!(
+        conv(O, b, A)["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "call_1", "name": "f", "input": {}}])
+    );
+}
+
+#[test]
+fn anthropic_thinking_is_sent_only_for_a_positive_budget() {
+    // -1 is an adaptive budget (Gemini's `thinkingBudget`), which Anthropic has no `enabled`
+    // form for; 0 is no thinking.
+    let mut ir = parse(O, oai(json!([{"role": "user", "content": "x"}]))).ir;
+    for (budget, want) in [
+        (
+            Some(2048),
+            json!({"type": "enabled", "budget_tokens": 2048}),
+        ),
+        (Some(1), json!({"type": "enabled", "budget_tokens": 1})),
+        (Some(0), Value::Null),
+        (Some(-1), Value::Null),
+        (None, Value::Null),
+    ] {
+        ir.thinking_budget = budget;
+        assert_eq!(
+            anthropic::emit_request(&ir, "m", false, None)["thinking"],
+            want,
+            "{budget:?}"
+        );
+    }
+}
+
+#[test]
+fn gemini_system_instruction_may_be_null_or_a_bare_string() {
+    let mut b = gem(json!([{"role": "user", "parts": [{"text": "hi"}]}]));
+    b["systemInstruction"] = Value::Null;
+    assert_eq!(conv(G, b.clone(), O)["messages"][0]["role"], "user");
+    b["systemInstruction"] = json!("sys");
+    assert_eq!(
+        conv(G, b, O)["messages"][0],
+        json!({"role": "system", "content": "sys"})
+    );
+}
+
+#[test]
+fn gemini_one_candidate_is_no_candidate_count_for_anthropic() {
+    let mut b = gem(json!([{"role": "user", "parts": [{"text": "x"}]}]));
+    b["generationConfig"] = json!({"candidateCount": 1});
+    assert_eq!(blocked(G, b.clone(), A), None);
+    b["generationConfig"] = json!({"candidateCount": 2});
+    assert_eq!(blocked(G, b, A).as_deref(), Some("candidateCount > 1"));
+}
+
+#[test]
+fn empty_text_parts_are_left_out_towards_gemini() {
+    let b = oai(json!([
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    ]));
+    assert_eq!(
+        conv(O, b, G)["contents"][1],
+        json!({"role": "model", "parts": [{"functionCall": {"id": "call_1", "name": "f", "args": {}}}]})
+    );
+}
+
+#[test]
+fn an_empty_object_schema_is_left_out_of_a_gemini_declaration() {
+    for schema in [
+        json!({"type": "object", "properties": {}}),
+        json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
+    ] {
+        let mut b = oai(json!([{"role": "user", "content": "x"}]));
+        b["tools"] =
+            json!([{"type": "function", "function": {"name": "now", "parameters": schema}}]);
+        assert_eq!(
+            conv(O, b, G)["tools"][0]["functionDeclarations"][0],
+            json!({"name": "now"}),
+            "{schema}"
+        );
+    }
+}
+
+#[test]
+fn gemini_audio_to_openai_names_its_format() {
+    for (mime, format) in [
+        ("audio/mpeg", "mp3"),
+        ("audio/mp3", "mp3"),
+        ("audio/wav", "wav"),
+    ] {
+        let b = gem(
+            json!([{"role": "user", "parts": [{"inlineData": {"mimeType": mime, "data": "QUJD"}}]}]),
+        );
+        assert_eq!(
+            conv(G, b, O)["messages"][0]["content"],
+            json!([{"type": "input_audio", "input_audio": {"data": "QUJD", "format": format}}]),
+            "{mime}"
+        );
+    }
+}
+
+#[test]
+fn gemini_schema_items_any_of_and_type_lists() {
+    use super::schema::to_gemini_schema;
+    assert_eq!(
+        to_gemini_schema(&json!({"type": "array", "items": {"type": "string"}})),
+        Some(json!({"type": "ARRAY", "items": {"type": "STRING"}}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})),
+        Some(json!({"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "null"]})),
+        Some(json!({"type": "STRING", "nullable": true}))
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string"]})),
+        Some(json!({"type": "STRING"}))
+    );
+    // Two types that are not one type and null: Gemini's `Schema` cannot say it.
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "integer"]})),
+        None
+    );
+    assert_eq!(
+        to_gemini_schema(&json!({"type": ["string", "null", "null"]})),
+        None
+    );
+}
+
+#[test]
+fn gemini_schema_items_are_converted_back_too() {
+    assert_eq!(
+        super::schema::from_gemini_schema(
+            &json!({"type": "ARRAY", "items": {"type": "STRING", "nullable": true}})
+        ),
+        json!({"type": "array", "items": {"type": ["string", "null"]}})
+    );
+    assert_eq!(
+        super::schema::from_gemini_schema(
+            &json!({"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]})
+        ),
+        json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})
+    );
+}

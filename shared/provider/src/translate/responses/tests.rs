@@ -549,3 +549,78 @@ fn responses_request_field_rules() {
         Some("text.format json_object")
     );
 }
+
+#[test]
+fn an_assistant_message_and_the_calls_after_it_are_one_turn() {
+    let b = chat_body(json!({"model": "m", "store": false, "input": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "Checking."},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "call_2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "a"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "b"}
+    ]}));
+    assert_eq!(
+        b["messages"],
+        json!([
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a"},
+            {"role": "tool", "tool_call_id": "call_2", "content": "b"}
+        ])
+    );
+}
+
+#[test]
+fn a_function_call_output_may_be_content_parts() {
+    let a = render(
+        json!({"model": "m", "input": [
+            {"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1",
+             "output": [{"type": "input_text", "text": "sun"}, {"type": "input_text", "text": "ny"}]}
+        ]}),
+        A,
+    );
+    assert_eq!(
+        a["messages"][2]["content"],
+        json!([{"type": "tool_result", "tool_use_id": "call_1", "content": "sun\nny"}])
+    );
+}
+
+#[test]
+fn a_message_item_without_content_is_an_empty_turn() {
+    let b = chat_body(json!({"model": "m", "store": false, "input": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": null},
+        {"role": "user", "content": "r"}
+    ]}));
+    assert_eq!(
+        b["messages"][1],
+        json!({"role": "assistant", "content": ""})
+    );
+}
+
+#[test]
+fn a_filtered_answer_is_incomplete_for_content_filter() {
+    let (r, _) = answer(
+        G,
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Sorry"}]},
+            "finishReason": "SAFETY"}], "responseId": "f1"}),
+    );
+    assert_eq!(r["status"], "incomplete");
+    assert_eq!(r["incomplete_details"], json!({"reason": "content_filter"}));
+}
+
+#[test]
+fn a_response_id_keeps_letters_digits_underscores_and_dashes() {
+    let (r, _) = answer(
+        G,
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "x"}]},
+            "finishReason": "STOP"}], "responseId": "a.b_c-d/e"}),
+    );
+    assert_eq!(r["id"], "resp_ab_c-de");
+}
