@@ -12,7 +12,6 @@
 //! [`MAX_REQUEST_TOKENS`], and sums of them over any realistic number of requests cannot
 //! overflow a 64-bit counter or a Postgres `bigint`.
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -265,7 +264,7 @@ pub fn usage_object(protocol: Protocol, usage: &RawValue) -> Usage {
                 figure_of(f.prompt_tokens, "prompt_tokens"),
                 figure_of(f.completion_tokens, "completion_tokens"),
                 f.prompt_tokens_details
-                    .and_then(|d| figure_of(d.cached_tokens, "cached_tokens")),
+                    .and_then(|d| count(&d, "cached_tokens")),
             ),
             Err(_) => by_map(text, FullUsage::from_openai),
         },
@@ -315,28 +314,9 @@ struct OpenAiFigures {
     prompt_tokens: Option<Value>,
     #[serde(default)]
     completion_tokens: Option<Value>,
-    #[serde(default, deserialize_with = "details")]
-    prompt_tokens_details: Option<OpenAiDetails>,
-}
-
-#[derive(serde::Deserialize)]
-struct OpenAiDetails {
+    /// Read as a map: it may be anything (only an object's `cached_tokens` counts).
     #[serde(default)]
-    cached_tokens: Option<Value>,
-}
-
-/// `prompt_tokens_details`, only when it is an object (a struct would also take an array).
-fn details<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<OpenAiDetails>, D::Error> {
-    let raw = <&RawValue>::deserialize(d)?;
-    if raw.get() == "null" {
-        return Ok(None);
-    }
-    if !raw.get().starts_with('{') {
-        return Err(serde::de::Error::custom("not an object"));
-    }
-    serde_json::from_str(raw.get())
-        .map(Some)
-        .map_err(serde::de::Error::custom)
+    prompt_tokens_details: Option<Value>,
 }
 
 #[derive(serde::Deserialize)]
