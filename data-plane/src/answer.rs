@@ -38,7 +38,12 @@ pub fn check_body(
         return BodyCheck::Fine(read_usage.then(|| response_usage(upstream, body)));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    let parts = match (Shape { native, upstream }).deserialize(&mut de) {
+    let parts = match (Shape {
+        native,
+        usage: usage_key(upstream),
+    })
+    .deserialize(&mut de)
+    {
         Ok(parts) if de.end().is_ok() => parts,
         _ => return BodyCheck::Malformed,
     };
@@ -95,7 +100,8 @@ struct Parts<'a> {
 struct Shape {
     /// An Anthropic or Gemini answer (`content` and `candidates`), else an OpenAI one.
     native: bool,
-    upstream: Protocol,
+    /// The key of the usage object in the answer's protocol.
+    usage: &'static str,
 }
 
 impl<'de> Visitor<'de> for Shape {
@@ -110,7 +116,7 @@ impl<'de> Visitor<'de> for Shape {
         const CONTENT: usize = 1;
         const CANDIDATES: usize = 2;
         const USAGE: usize = 3;
-        let keys = ["choices", "content", "candidates", usage_key(self.upstream)];
+        let keys = ["choices", "content", "candidates", self.usage];
         let mut parts = Parts::default();
         // Which of the typed parts were present (`null` included), as for any typed field.
         let mut seen = [false; 3];

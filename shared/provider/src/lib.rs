@@ -58,6 +58,6 @@ pub use translate::{
     MEDIA_TOKEN_ESTIMATE,
 };
 pub use usage::{
-    object_fields, response_usage, usage_key, usage_object, KeyIndex, Usage, MAX_REPORTED_TOKENS,
+    response_usage, usage_key, usage_object, KeyIndex, Usage, MAX_REPORTED_TOKENS,
     MAX_REQUEST_TOKENS,
 };

@@ -348,7 +348,7 @@ struct GeminiFigures {
 /// repeats, exactly what a full parse into a map and a lookup would give — with every other
 /// value skipped unbuilt (an answer's `choices` can be megabytes; its usage is a few numbers).
 /// `None` when `json` is not one valid JSON object.
-pub fn object_fields<'a, const N: usize>(
+fn object_fields<'a, const N: usize>(
     json: &'a [u8],
     keys: [&'static str; N],
 ) -> Option<[Option<&'a RawValue>; N]> {
