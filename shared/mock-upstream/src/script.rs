@@ -235,6 +235,8 @@ impl Behavior {
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
     pub method: String,
+    /// HTTP/1.1, or HTTP/2 on a TLS connection that chose it.
+    pub version: http::Version,
     /// Path without the query string.
     pub path: String,
     /// The query string (without `?`), when there is one.
@@ -455,6 +457,7 @@ mod tests {
     fn request(path: &str, credential: Option<&str>, model: Option<&str>) -> RecordedRequest {
         RecordedRequest {
             method: "POST".into(),
+            version: http::Version::HTTP_11,
             path: path.into(),
             query: None,
             credential: credential.map(Into::into),

@@ -1,5 +1,6 @@
-//! The mock's HTTP server: one hyper HTTP/1 connection task per client, all under one shutdown
-//! signal, answering from the shared [`Script`].
+//! The mock's HTTP server: one hyper connection task per client (HTTP/1.1; with TLS, HTTP/2 when
+//! the client chooses it by ALPN), all under one shutdown signal, answering from the shared
+//! [`Script`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -10,12 +11,13 @@ use bytes::Bytes;
 use http::{header, HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
 
 use crate::azure;
 use crate::bedrock;
@@ -40,6 +42,9 @@ pub struct MockOptions {
     pub models: Vec<String>,
     /// Whether `/__mock/*` (the HTTP control API) is served.
     pub control_api: bool,
+    /// Serve TLS with a self-signed certificate for `localhost` and `127.0.0.1` made at start
+    /// ([`MockUpstream::certificate_pem`]), offering HTTP/2 and HTTP/1.1 by ALPN.
+    pub tls: bool,
 }
 
 impl Default for MockOptions {
@@ -52,6 +57,7 @@ impl Default for MockOptions {
                 .map(|m| (*m).to_owned())
                 .collect(),
             control_api: true,
+            tls: false,
         }
     }
 }
@@ -60,6 +66,8 @@ impl Default for MockOptions {
 /// server and closes every connection.
 pub struct MockUpstream {
     addr: SocketAddr,
+    /// The self-signed certificate (PEM) when serving TLS.
+    certificate: Option<String>,
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -80,6 +88,13 @@ impl MockUpstream {
             )
         })?;
         let addr = listener.local_addr()?;
+        let (acceptor, certificate) = match options.tls {
+            true => {
+                let (acceptor, pem) = tls_acceptor()?;
+                (Some(acceptor), Some(pem))
+            }
+            false => (None, None),
+        };
         let shared = Arc::new(Shared {
             script: Mutex::new(Script::new(options.record_limit)),
             vertex: Mutex::new(TokenIssuer::default()),
@@ -88,19 +103,35 @@ impl MockUpstream {
             control_api: options.control_api,
         });
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), shutdown_rx));
+        let task = tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            Arc::clone(&shared),
+            shutdown_rx,
+        ));
         tracing::debug!(%addr, "mock upstream listening");
         Ok(Self {
             addr,
+            certificate,
             shared,
             shutdown,
             task: Some(task),
         })
     }
 
-    /// `http://127.0.0.1:PORT`; the endpoints are under `/v1/...`.
+    /// `http://127.0.0.1:PORT` (with TLS: `https://localhost:PORT`); the endpoints are under
+    /// `/v1/...`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.certificate {
+            Some(_) => format!("https://localhost:{}", self.addr.port()),
+            None => format!("http://{}", self.addr),
+        }
+    }
+
+    /// The self-signed certificate (PEM) a client trusts to reach this mock over TLS; `None`
+    /// without TLS.
+    pub fn certificate_pem(&self) -> Option<&str> {
+        self.certificate.as_deref()
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -264,6 +295,7 @@ impl std::fmt::Debug for MockUpstream {
 
 async fn accept_loop(
     listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -272,7 +304,7 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
-                    connections.spawn(serve_connection(stream, Arc::clone(&shared), shutdown.clone()));
+                    connections.spawn(serve_connection(stream, acceptor.clone(), Arc::clone(&shared), shutdown.clone()));
                 }
                 Err(error) => {
                     // Typically EMFILE under a connection flood: back off instead of spinning.
@@ -290,19 +322,50 @@ async fn accept_loop(
 
 async fn serve_connection(
     stream: TcpStream,
+    acceptor: Option<TlsAcceptor>,
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let request_shutdown = shutdown.clone();
     let service =
         service_fn(move |request| handle(Arc::clone(&shared), request_shutdown.clone(), request));
-    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let Some(acceptor) = acceptor else {
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        return drive(connection, shutdown, |c| c.graceful_shutdown()).await;
+    };
+    let stream = match acceptor.accept(stream).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::debug!(%error, "mock upstream: TLS handshake failed");
+            return;
+        }
+    };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let connection = http2::Builder::new(TokioExecutor::new())
+            .max_concurrent_streams(H2_MAX_STREAMS)
+            .serve_connection(TokioIo::new(stream), service);
+        drive(connection, shutdown, |c| c.graceful_shutdown()).await;
+    } else {
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        drive(connection, shutdown, |c| c.graceful_shutdown()).await;
+    }
+}
+
+/// A connection of either HTTP version until it ends; at shutdown `graceful` is called on it
+/// (its version's graceful shutdown) and it is driven to its end.
+async fn drive<C>(
+    connection: C,
+    mut shutdown: watch::Receiver<bool>,
+    graceful: impl FnOnce(std::pin::Pin<&mut C>),
+) where
+    C: std::future::Future<Output = Result<(), hyper::Error>>,
+{
     tokio::pin!(connection);
     let result = tokio::select! {
         result = connection.as_mut() => result,
         _ = shutdown.changed() => {
-            connection.as_mut().graceful_shutdown();
+            graceful(connection.as_mut());
             connection.await
         }
     };
@@ -310,6 +373,27 @@ async fn serve_connection(
         // Scripted cuts end here on purpose; anything else is the client going away.
         tracing::debug!(%error, "mock upstream: connection ended with an error");
     }
+}
+
+/// Streams one HTTP/2 connection carries at once (clients open more connections beyond).
+const H2_MAX_STREAMS: u32 = 1000;
+
+/// A TLS acceptor with a certificate for `localhost` and `127.0.0.1` made now, and the
+/// certificate's PEM.
+fn tls_acceptor() -> io::Result<(TlsAcceptor, String)> {
+    let failed = |e: String| io::Error::other(format!("mock upstream TLS: {e}"));
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let certified = rcgen::generate_simple_self_signed(names).map_err(|e| failed(e.to_string()))?;
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| failed(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .map_err(|e| failed(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok((TlsAcceptor::from(Arc::new(config)), certified.cert.pem()))
 }
 
 async fn handle(
@@ -353,6 +437,7 @@ async fn handle(
     let bedrock_path = bedrock::parse(&path);
     let recorded = RecordedRequest {
         method: parts.method.to_string(),
+        version: parts.version,
         credential: match &bedrock_path {
             Some(_) => bedrock::access_key_id(&parts.headers),
             None => credential(&parts.headers, query.as_deref()),

@@ -65,6 +65,10 @@ struct Args {
     /// How long in-flight responses may take to finish after SIGTERM / ctrl-c.
     #[arg(long, env = "MOCK_GRACE_MS", default_value_t = 5000)]
     grace_ms: u64,
+    /// Serve TLS (HTTP/2 or HTTP/1.1 by ALPN) with a self-signed certificate for `localhost`
+    /// and `127.0.0.1` made at start, written (PEM) to this file for clients to trust.
+    #[arg(long, env = "MOCK_TLS_CERT_OUT")]
+    tls_cert_out: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -79,6 +83,7 @@ async fn main() -> ExitCode {
     let mut options = MockOptions {
         listen: args.listen,
         record_limit: args.record_limit,
+        tls: args.tls_cert_out.is_some(),
         ..MockOptions::default()
     };
     if !args.models.is_empty() {
@@ -92,7 +97,16 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(addr = %mock.addr(), "mock upstream listening");
+    if let (Some(path), Some(pem)) = (&args.tls_cert_out, mock.certificate_pem()) {
+        if let Err(error) = std::fs::write(path, pem) {
+            eprintln!(
+                "switchyard-mock-upstream: cannot write {}: {error}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    tracing::info!(addr = %mock.addr(), base_url = %mock.base_url(), "mock upstream listening");
     shutdown_signal().await;
     tracing::info!("mock upstream shutting down");
     mock.shutdown(Duration::from_millis(args.grace_ms)).await;
