@@ -84,6 +84,16 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_WORKERS", default_value_t = 0)]
     pub workers: usize,
 
+    /// A PEM file of root certificates trusted for `https://` upstreams besides the public web
+    /// roots (a private CA in front of self-hosted models).
+    #[arg(long, env = "SWITCHYARD_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// Offer HTTP/2 to `https://` upstreams (ALPN; the upstream chooses); `false`: HTTP/1.1
+    /// only.
+    #[arg(long, env = "SWITCHYARD_UPSTREAM_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub upstream_http2: bool,
+
     /// Connection limits and client deadlines.
     #[command(flatten)]
     pub limits: switchyard_server::LimitArgs,

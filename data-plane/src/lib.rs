@@ -86,24 +86,26 @@ impl AppState {
         store: Arc<dyn StateStore>,
         usage: Option<Arc<usage::UsageReporter>>,
     ) -> Arc<AppState> {
-        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new(), 0)
+        let upstream = upstream::ClientOptions::new(Duration::from_secs(5));
+        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new(), 0, upstream)
     }
 
     /// [`AppState::with_usage`], its snapshot follower spawned on `tasks` (the process's
     /// tracker; the follower ends when the snapshot channel closes), with an upstream pool for
-    /// each of `workers` serving threads (`workers`).
+    /// each of `workers` serving threads, connecting as `upstream` says (its connect timeout is
+    /// the first snapshot's, when there is one).
     pub fn with_tasks(
         snapshots: SnapshotReceiver,
         store: Arc<dyn StateStore>,
         usage: Option<Arc<usage::UsageReporter>>,
         tasks: &TaskTracker,
         workers: usize,
+        mut upstream: upstream::ClientOptions,
     ) -> Arc<AppState> {
         let views = Arc::new(ArcSwapOption::empty());
-        // The pooled client's connect timeout comes from the first snapshot (default 5 s).
-        let mut connect_timeout = Duration::from_secs(5);
+        // The pooled client's connect timeout comes from the first snapshot.
         if let Some(snapshot) = snapshots.borrow().clone() {
-            connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
+            upstream.connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
             snapshot::install(&views, &*store, snapshot);
         }
         tasks.spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
@@ -115,9 +117,9 @@ impl AppState {
         let state = Arc::new(AppState {
             views,
             store,
-            client: upstream::build_client(connect_timeout),
+            client: HttpClient::new(upstream.clone()),
             worker_clients: (0..workers)
-                .map(|_| upstream::build_client(connect_timeout))
+                .map(|_| HttpClient::new(upstream.clone()))
                 .collect(),
             metrics: Metrics::default(),
             connections: OnceLock::new(),

@@ -1,4 +1,4 @@
-//! The upstream side. The pooled client, the per-channel runtime (URL, auth header and extra
+//! The upstream side. The connection pool, the per-channel runtime (URL, auth header and extra
 //! headers compiled once per snapshot) and the header rules live in the shared
 //! `switchyard-upstream` crate, which the control plane's recovery probes use too; this module
 //! re-exports them and adds what one attempt gets back.
@@ -7,8 +7,8 @@ use axum::body::Body;
 use http::{HeaderMap, StatusCode};
 
 pub use switchyard_upstream::{
-    build_client, channel_protocol, gemini_path, returnable, ChannelRuntime, CredentialRuntime,
-    HttpClient, Target, TokenError, MOCK_CREDENTIAL,
+    channel_protocol, gemini_path, read_roots, returnable, ChannelRuntime, ClientOptions,
+    CredentialRuntime, HttpClient, Target, TokenError, MOCK_CREDENTIAL,
 };
 
 /// What one attempt got back, from the network or from the simulation.

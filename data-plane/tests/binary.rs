@@ -571,3 +571,81 @@ async fn a_streams_request_line_is_written_when_it_ends_with_json_fields() {
     assert!(record["usage"].is_object(), "{record}");
     assert!(record["timestamp"].as_str().unwrap().ends_with('Z'));
 }
+
+/// A TLS upstream offering HTTP/2, reached by trusting its certificate with
+/// `SWITCHYARD_UPSTREAM_CA`: answers and streams go over HTTP/2; with
+/// `SWITCHYARD_UPSTREAM_HTTP2=false`, over HTTP/1.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_upstream_is_reached_over_http2_with_the_operators_ca() {
+    use switchyard_mock_upstream::{MockOptions, MockUpstream};
+    let mock = MockUpstream::start_with(MockOptions {
+        tls: true,
+        ..MockOptions::default()
+    })
+    .await
+    .unwrap();
+    assert!(mock.base_url().starts_with("https://localhost:"));
+    let dir = std::env::temp_dir().join(format!("switchyard-dp-{}-tls", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("upstream-ca.pem");
+    std::fs::write(&ca, mock.certificate_pem().unwrap()).unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: up }}\ntokens:\n  - name: t\n    token: {TOKEN}\n",
+        common::channel("up", &format!("{}/v1", mock.base_url()), &["sk-up"])
+    );
+    let path = temp_file("tls", &yaml);
+    for (http2, version) in [
+        ("true", http::Version::HTTP_2),
+        ("false", http::Version::HTTP_11),
+    ] {
+        mock.reset();
+        let mut command = Command::new(BIN);
+        command
+            .arg("--config")
+            .arg(&path)
+            .env_remove("SWITCHYARD_CONTROL_PLANE")
+            .env("SWITCHYARD_UPSTREAM_CA", &ca)
+            .env("SWITCHYARD_UPSTREAM_HTTP2", http2);
+        let running = spawn_command(command);
+        let chat = format!("{}/v1/chat/completions", running.url);
+        for stream in [false, true] {
+            let body = format!(
+                r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+            );
+            let reply = send(Method::POST, &chat, Some(TOKEN), body.into(), &[]).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            assert!(reply.body.contains("choices"), "{}", reply.body);
+        }
+        let versions: Vec<_> = mock.requests().iter().map(|r| r.version).collect();
+        assert_eq!(versions, vec![version; 2], "HTTP/2 offered: {http2}");
+    }
+    // Without the CA the upstream's certificate is not trusted: no request reaches it.
+    mock.reset();
+    let running = spawn(&path);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let reply = send(Method::POST, &chat, Some(TOKEN), body.into(), &[]).await;
+    assert!(reply.status >= 500, "{} {}", reply.status, reply.body);
+    assert_eq!(mock.requests().len(), 0);
+}
+
+#[test]
+fn an_upstream_ca_file_without_a_certificate_stops_the_start() {
+    let path = temp_file("bad-ca", &config(""));
+    let ca = path.with_file_name("not-a-ca.pem");
+    std::fs::write(&ca, "hello\n").unwrap();
+    let output = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .env("SWITCHYARD_UPSTREAM_CA", &ca)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("SWITCHYARD_UPSTREAM_CA") && stderr.contains("no PEM certificate"),
+        "{stderr}"
+    );
+}

@@ -1,32 +1,704 @@
-//! The one HTTP client builder both planes use towards upstreams.
+//! The one HTTP client both planes use towards upstreams: a connection pool of our own over
+//! hyper's connection-level API.
+//!
+//! - Plain `http://` upstreams speak HTTP/1.1; `https://` ones (rustls with ring, the public web
+//!   roots plus any extra roots the operator trusts) offer ALPN `h2` and `http/1.1`, and the
+//!   upstream's choice decides.
+//! - HTTP/1.1: one request at a time per connection; a connection goes back to its host's idle
+//!   list when the answer's body has been read to its end (an answer dropped early closes it),
+//!   and the most recently used idle connection is taken first.
+//! - HTTP/2: requests share a host's connections, [`MAX_STREAMS_PER_CONNECTION`] streams at a
+//!   time on each; when every connection is full, one more is opened. Connections to a host that may speak HTTP/2 are opened one at a time, so a
+//!   burst of requests to a new host opens one connection, not one per request.
+//! - A request that could not be written on a reused connection (the upstream closed it while it
+//!   sat idle) is sent again on another; nothing is retried once it may have reached the
+//!   upstream.
+//!
+//! Each proxy worker thread has its own client, so a request, its upstream connection and the
+//! tasks driving both stay on one thread; the lock below is only ever taken briefly, never across
+//! an await.
 
-use std::time::Duration;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::header::HOST;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// Most streams the pool puts on one HTTP/2 connection: the concurrency HTTP/2 servers commonly
+/// allow (and the least the protocol recommends they allow). An upstream that allows fewer
+/// makes the excess wait on the connection for a free stream.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 100;
+/// An idle HTTP/1.1 connection unused this long is closed rather than reused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Most idle HTTP/1.1 connections kept per upstream host (the oldest go first).
+const MAX_IDLE_PER_HOST: usize = 256;
+/// Sends of one request on reused connections that turned out closed, before giving up.
+const MAX_STALE_RETRIES: usize = 3;
+/// HTTP/2 keep-alive pings while streams are open: a silent dead connection is noticed.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A pooled HTTP/1.1 client (TLS via rustls + ring, webpki roots). The connect timeout is set
-/// here; callers wrap each call in their own first-byte (or probe) timeout.
+/// How a client connects.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Bounds the TCP connect and the TLS handshake together; callers wrap each call in their
+    /// own first-byte (or probe) timeout as well.
+    pub connect_timeout: Duration,
+    /// Certificates trusted as roots for `https://` upstreams besides the public web roots (a
+    /// private CA in front of self-hosted models, a test upstream's self-signed certificate).
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Offer HTTP/2 to `https://` upstreams (ALPN); off: HTTP/1.1 only.
+    pub http2: bool,
+}
+
+impl ClientOptions {
+    pub fn new(connect_timeout: Duration) -> Self {
+        ClientOptions {
+            connect_timeout,
+            extra_roots: Vec::new(),
+            http2: true,
+        }
+    }
+}
+
+/// A pooled upstream client; clones share the pool.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connect_timeout: Duration,
+    http2: bool,
+    /// `None` only if rustls refused the configuration (it cannot with the built-in roots):
+    /// then every `https://` connect fails with that reason.
+    tls: Result<TlsConnector, String>,
+    hosts: Mutex<Hosts>,
+}
+
+/// Every upstream host the client has talked to, found by its URL authority (`host[:port]`,
+/// one map per scheme: no key is built per request). A host's index never changes, so an
+/// answer's body can hand its connection back by index.
+#[derive(Default)]
+struct Hosts {
+    by_authority: [std::collections::HashMap<Box<str>, usize>; 2],
+    list: Vec<Host>,
+}
+
+/// Where a host's connections go.
+#[derive(Debug, Clone)]
+struct HostKey {
+    https: bool,
+    host: Box<str>,
+    port: u16,
+}
+
+struct Host {
+    key: HostKey,
+    /// The `Host` header of its HTTP/1.1 requests.
+    header: HeaderValue,
+    idle: Vec<IdleH1>,
+    shared: Vec<SharedH2>,
+    /// What ALPN chose on the last connection (`None` before the first TLS connection; plain
+    /// HTTP is always HTTP/1.1).
+    speaks_h2: Option<bool>,
+    /// Held while opening a connection that may be HTTP/2.
+    opening: Arc<tokio::sync::Mutex<()>>,
+    /// When and why the last connection attempt failed.
+    failed: Option<(Instant, String)>,
+}
+
+struct IdleH1 {
+    send: http1::SendRequest<Full<Bytes>>,
+    since: Instant,
+}
+
+struct SharedH2 {
+    send: http2::SendRequest<Full<Bytes>>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// Why a request got no answer head.
+#[derive(Debug)]
+pub struct ClientError {
+    connect: bool,
+    message: String,
+}
+
+impl ClientError {
+    /// The connection could not be made (TCP connect, DNS, TLS handshake or its timeout).
+    pub fn is_connect(&self) -> bool {
+        self.connect
+    }
+
+    fn connect(message: impl Into<String>) -> Self {
+        ClientError {
+            connect: true,
+            message: message.into(),
+        }
+    }
+
+    fn send(message: impl fmt::Display) -> Self {
+        ClientError {
+            connect: false,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.connect { "connect" } else { "request" };
+        write!(f, "upstream {kind} failed: {}", self.message)
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// The certificates of a PEM file (for [`ClientOptions::extra_roots`]); a file without any is
+/// an error, so a wrong path or format is noticed at start.
+pub fn read_roots(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let shown = path.display();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{shown} is not a PEM certificate file: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+/// A pooled client with the public web roots and HTTP/2 offered to TLS upstreams.
 pub fn build_client(connect_timeout: Duration) -> HttpClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(256)
-        .build(https)
+    HttpClient::new(ClientOptions::new(connect_timeout))
+}
+
+impl HttpClient {
+    pub fn new(options: ClientOptions) -> Self {
+        let tls = tls_config(&options).map(|config| TlsConnector::from(Arc::new(config)));
+        if let Err(e) = &tls {
+            tracing::error!(error = %e, "TLS to upstreams is unavailable");
+        }
+        HttpClient {
+            inner: Arc::new(Inner {
+                connect_timeout: options.connect_timeout,
+                http2: options.http2,
+                tls,
+                hosts: Mutex::new(Hosts::default()),
+            }),
+        }
+    }
+
+    /// Sends `request` (an absolute `http://` or `https://` URI) and waits for the answer's head.
+    pub async fn request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<UpstreamBody>, ClientError> {
+        let (host, header) = self.inner.host(request.uri())?;
+        let mut request = request;
+        for _ in 0..=MAX_STALE_RETRIES {
+            let (mut lease, reused) = match self.inner.take(host) {
+                Some(lease) => (lease, true),
+                // Boxed: connecting (TCP, TLS, the HTTP handshake) is a large future, and the
+                // request's own future is moved along the whole request path; a pooled request
+                // never makes it.
+                None => (Box::pin(self.inner.open(host)).await?, false),
+            };
+            match lease.send(request, &header).await {
+                Ok(response) => {
+                    let (parts, body) = response.into_parts();
+                    let back = lease_back(lease, &self.inner, host);
+                    return Ok(Response::from_parts(
+                        parts,
+                        UpstreamBody { inner: body, back },
+                    ));
+                }
+                Err(Unsent::Again(again, _)) if reused => request = *again,
+                Err(Unsent::Again(_, e)) | Err(Unsent::Failed(e)) => {
+                    return Err(ClientError::send(e))
+                }
+            }
+        }
+        Err(ClientError::send(
+            "every pooled connection to the upstream was closed",
+        ))
+    }
+
+    /// Idle HTTP/1.1 and open HTTP/2 connections held now (for tests and diagnostics).
+    pub fn pooled(&self) -> (usize, usize) {
+        let hosts = self.inner.lock();
+        hosts.list.iter().fold((0, 0), |(h1, h2), host| {
+            (h1 + host.idle.len(), h2 + host.shared.len())
+        })
+    }
+}
+
+/// A connection lent to one request.
+enum Lease {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>, StreamTicket),
+}
+
+/// Why a request got no answer: `Again` when it was never written (it can go on another
+/// connection), `Failed` otherwise.
+enum Unsent {
+    Again(Box<Request<Full<Bytes>>>, hyper::Error),
+    Failed(hyper::Error),
+}
+
+impl Lease {
+    async fn send(
+        &mut self,
+        request: Request<Full<Bytes>>,
+        authority: &HeaderValue,
+    ) -> Result<Response<Incoming>, Unsent> {
+        let result = match self {
+            Lease::H1(send) => {
+                let mut request = request;
+                origin_form(&mut request, authority);
+                send.try_send_request(request).await
+            }
+            Lease::H2(send, _) => send.try_send_request(request).await,
+        };
+        result.map_err(|mut e| match e.take_message() {
+            Some(request) => Unsent::Again(Box::new(request), e.into_error()),
+            None => Unsent::Failed(e.into_error()),
+        })
+    }
+}
+
+/// What an answer's body gives back when it is done with its connection.
+fn lease_back(lease: Lease, inner: &Arc<Inner>, host: usize) -> Back {
+    match lease {
+        Lease::H1(send) => Back::H1 {
+            send: Some(send),
+            inner: Arc::clone(inner),
+            host,
+        },
+        Lease::H2(_, ticket) => Back::H2(ticket),
+    }
+}
+
+/// An HTTP/1.1 request goes out in origin form (`/path?query`) with a `Host` header; HTTP/2
+/// takes scheme and authority from the absolute URI.
+fn origin_form(request: &mut Request<Full<Bytes>>, authority: &HeaderValue) {
+    let path = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    *request.uri_mut() = Uri::from(path);
+    request
+        .headers_mut()
+        .entry(HOST)
+        .or_insert_with(|| authority.clone());
+}
+
+/// The scheme (`true`: https) and authority of an absolute URI.
+fn scheme_authority(uri: &Uri) -> Result<(bool, &Authority), ClientError> {
+    let https = match uri.scheme() {
+        Some(s) if *s == Scheme::HTTPS => true,
+        Some(s) if *s == Scheme::HTTP => false,
+        _ => {
+            return Err(ClientError::connect(
+                "the URL's scheme is not http or https",
+            ))
+        }
+    };
+    let authority = uri
+        .authority()
+        .ok_or_else(|| ClientError::connect("the URL has no host"))?;
+    Ok((https, authority))
+}
+
+/// A new host entry: where it connects and its `Host` header (the port only when it is not the
+/// scheme's default).
+fn new_host(https: bool, authority: &Authority, http2: bool) -> Result<Host, ClientError> {
+    let default_port = if https { 443 } else { 80 };
+    let port = authority.port_u16().unwrap_or(default_port);
+    let header = if port == default_port {
+        HeaderValue::from_str(authority.host())
+    } else {
+        HeaderValue::from_str(authority.as_str())
+    }
+    .map_err(|_| ClientError::connect("the URL's host is not a valid header value"))?;
+    Ok(Host {
+        key: HostKey {
+            https,
+            host: authority.host().into(),
+            port,
+        },
+        header,
+        idle: Vec::new(),
+        shared: Vec::new(),
+        speaks_h2: (!https || !http2).then_some(false),
+        opening: Arc::default(),
+        failed: None,
+    })
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Hosts> {
+        // A panic while holding the lock cannot leave the lists inconsistent (each change is
+        // one push or removal), so a poisoned lock is used as it is.
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The index of the URI's host (added on first use) and its `Host` header.
+    fn host(&self, uri: &Uri) -> Result<(usize, HeaderValue), ClientError> {
+        let (https, authority) = scheme_authority(uri)?;
+        let mut hosts = self.lock();
+        if let Some(&index) = hosts.by_authority[usize::from(https)].get(authority.as_str()) {
+            if let Some(host) = hosts.list.get(index) {
+                return Ok((index, host.header.clone()));
+            }
+        }
+        let host = new_host(https, authority, self.http2)?;
+        let (index, header) = (hosts.list.len(), host.header.clone());
+        hosts.list.push(host);
+        hosts.by_authority[usize::from(https)].insert(authority.as_str().into(), index);
+        Ok((index, header))
+    }
+
+    /// A pooled connection with room for one more request: an HTTP/2 connection with a free
+    /// stream, else the most recently used ready HTTP/1.1 one. Closed and expired ones go.
+    fn take(&self, host: usize) -> Option<Lease> {
+        let mut hosts = self.lock();
+        let host = hosts.list.get_mut(host)?;
+        host.shared.retain(|c| !c.send.is_closed());
+        for c in &host.shared {
+            if c.streams.load(Ordering::Relaxed) < MAX_STREAMS_PER_CONNECTION {
+                return Some(Lease::H2(c.send.clone(), StreamTicket::new(&c.streams)));
+            }
+        }
+        // Most recently returned last. Closed or expired ones on the way are dropped; one not
+        // ready yet (its last answer just ended) stays for later.
+        let now = Instant::now();
+        let mut waiting = None;
+        let mut found = None;
+        while let Some(c) = host.idle.pop() {
+            if c.send.is_closed() || now.duration_since(c.since) >= IDLE_TIMEOUT {
+                continue;
+            }
+            if c.send.is_ready() {
+                found = Some(c.send);
+                break;
+            }
+            if waiting.is_none() {
+                waiting = Some(c);
+            }
+        }
+        host.idle.extend(waiting);
+        // The oldest idle connection, when expired, goes too (the rest go as they are reached).
+        if host
+            .idle
+            .first()
+            .is_some_and(|c| now.duration_since(c.since) >= IDLE_TIMEOUT)
+        {
+            host.idle.remove(0);
+        }
+        found.map(Lease::H1)
+    }
+
+    /// A new connection for one request. A host that may speak HTTP/2 opens one connection at a
+    /// time: whoever waited looks for room on the one just opened first.
+    async fn open(&self, host: usize) -> Result<Lease, ClientError> {
+        let (key, opening) = {
+            let hosts = self.lock();
+            let entry = hosts
+                .list
+                .get(host)
+                .ok_or_else(|| ClientError::connect("unknown upstream host"))?;
+            let opening = (entry.speaks_h2 != Some(false)).then(|| Arc::clone(&entry.opening));
+            (entry.key.clone(), opening)
+        };
+        let mut _turn = None;
+        if let Some(opening) = &opening {
+            let asked = Instant::now();
+            let turn = opening.lock().await;
+            if let Some(lease) = self.take(host) {
+                return Ok(lease);
+            }
+            let hosts = self.lock();
+            if let Some(entry) = hosts.list.get(host) {
+                // The connection opened meanwhile failed: so does this one, at once (an
+                // unreachable upstream does not make a queue wait out its connect timeout
+                // once per request).
+                if let Some((at, message)) = &entry.failed {
+                    if *at >= asked {
+                        return Err(ClientError::connect(message.clone()));
+                    }
+                }
+                // It spoke HTTP/1.1: every request needs a connection of its own anyway.
+                if entry.speaks_h2 != Some(false) {
+                    _turn = Some(turn);
+                }
+            }
+        }
+        let connection = self.connect(&key).await;
+        let mut hosts = self.lock();
+        let entry = hosts.list.get_mut(host);
+        let connection = match connection {
+            Ok(connection) => connection,
+            Err(e) => {
+                if let Some(entry) = entry {
+                    entry.failed = Some((Instant::now(), e.message.clone()));
+                }
+                return Err(e);
+            }
+        };
+        Ok(match connection {
+            Connection::H1(send) => {
+                if let Some(entry) = entry {
+                    entry.speaks_h2 = Some(false);
+                }
+                Lease::H1(send)
+            }
+            Connection::H2(send) => {
+                let streams = Arc::new(AtomicUsize::new(0));
+                let ticket = StreamTicket::new(&streams);
+                if let Some(entry) = entry {
+                    entry.speaks_h2 = Some(true);
+                    entry.shared.push(SharedH2 {
+                        send: send.clone(),
+                        streams,
+                    });
+                }
+                Lease::H2(send, ticket)
+            }
+        })
+    }
+
+    /// Hands an HTTP/1.1 connection whose answer was read to its end back to its host.
+    fn give_back(&self, host: usize, send: http1::SendRequest<Full<Bytes>>) {
+        if send.is_closed() {
+            return;
+        }
+        let mut hosts = self.lock();
+        if let Some(host) = hosts.list.get_mut(host) {
+            if host.idle.len() >= MAX_IDLE_PER_HOST {
+                host.idle.remove(0);
+            }
+            host.idle.push(IdleH1 {
+                send,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// TCP (and for `https://` TLS) to `key`, then the HTTP handshake; the connection's task is
+    /// spawned on the calling runtime.
+    async fn connect(&self, key: &HostKey) -> Result<Connection, ClientError> {
+        let limit = self.connect_timeout;
+        let (io, h2) = tokio::time::timeout(limit, self.transport(key))
+            .await
+            .map_err(|_| ClientError::connect("connect timed out"))??;
+        match io {
+            Transport::Plain(tcp) => handshake(TokioIo::new(tcp), h2).await,
+            Transport::Tls(tls) => handshake(TokioIo::new(*tls), h2).await,
+        }
+    }
+
+    async fn transport(&self, key: &HostKey) -> Result<(Transport, bool), ClientError> {
+        let tcp = tcp_connect(&key.host, key.port).await?;
+        if !key.https {
+            return Ok((Transport::Plain(tcp), false));
+        }
+        let tls = self.tls.as_ref().map_err(ClientError::connect)?;
+        let name = ServerName::try_from(key.host.trim_matches(['[', ']']).to_owned())
+            .map_err(|_| ClientError::connect("the URL's host is not a valid TLS server name"))?;
+        let stream = tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| ClientError::connect(format!("TLS handshake failed: {e}")))?;
+        let h2 = self.http2 && stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        Ok((Transport::Tls(Box::new(stream)), h2))
+    }
+}
+
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+enum Connection {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+async fn handshake<T>(io: TokioIo<T>, h2: bool) -> Result<Connection, ClientError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let failed = |e: hyper::Error| ClientError::connect(format!("HTTP handshake failed: {e}"));
+    if h2 {
+        let (send, connection) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(H2_PING_INTERVAL)
+            .keep_alive_timeout(H2_PING_TIMEOUT)
+            .handshake(io)
+            .await
+            .map_err(failed)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "upstream HTTP/2 connection ended");
+            }
+        });
+        return Ok(Connection::H2(send));
+    }
+    let (send, connection) = http1::handshake(io).await.map_err(failed)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "upstream HTTP/1.1 connection ended");
+        }
+    });
+    Ok(Connection::H1(send))
+}
+
+/// TCP to `host:port`: an IP address as it is, a name through the system resolver; each
+/// address in turn until one accepts.
+async fn tcp_connect(host: &str, port: u16) -> Result<TcpStream, ClientError> {
+    let literal = host.trim_matches(['[', ']']).parse::<IpAddr>().ok();
+    let addresses: Vec<SocketAddr> = match literal {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| ClientError::connect(format!("cannot resolve {host}: {e}")))?
+            .collect(),
+    };
+    let mut last = ClientError::connect(format!("{host} resolved to no address"));
+    for address in addresses {
+        match TcpStream::connect(address).await {
+            Ok(tcp) => {
+                // Small writes (a request head, an SSE event) go out at once.
+                let _ = tcp.set_nodelay(true);
+                return Ok(tcp);
+            }
+            Err(e) => last = ClientError::connect(format!("cannot connect to {address}: {e}")),
+        }
+    }
+    Err(last)
+}
+
+/// rustls with ring: the public web roots plus the extra ones, ALPN as configured, TLS 1.2 and
+/// 1.3, session resumption (rustls's in-memory cache).
+fn tls_config(options: &ClientOptions) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    for cert in &options.extra_roots {
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("an extra root certificate is not usable: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = if options.http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Ok(config)
+}
+
+/// One open stream on a shared HTTP/2 connection, counted until dropped.
+struct StreamTicket(Arc<AtomicUsize>);
+
+impl StreamTicket {
+    fn new(streams: &Arc<AtomicUsize>) -> Self {
+        streams.fetch_add(1, Ordering::Relaxed);
+        StreamTicket(Arc::clone(streams))
+    }
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+enum Back {
+    H1 {
+        send: Option<http1::SendRequest<Full<Bytes>>>,
+        inner: Arc<Inner>,
+        host: usize,
+    },
+    H2(#[allow(dead_code)] StreamTicket),
+}
+
+/// An upstream answer's body. Read to its end, it hands its HTTP/1.1 connection back to the
+/// pool (or frees its HTTP/2 stream); dropped before the end, the HTTP/1.1 connection closes.
+pub struct UpstreamBody {
+    inner: Incoming,
+    back: Back,
+}
+
+impl UpstreamBody {
+    fn release(&mut self) {
+        if let Back::H1 { send, inner, host } = &mut self.back {
+            if let Some(send) = send.take() {
+                inner.give_back(*host, send);
+            }
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            None => this.release(),
+            Some(Ok(_)) if this.inner.is_end_stream() => this.release(),
+            _ => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // An answer without a body (or one read to its end without the final poll) leaves the
+        // connection reusable.
+        if self.inner.is_end_stream() {
+            self.release();
+        }
+    }
 }
 
 /// `s` with every byte but the URL path's unreserved ones (letters, digits, `-._~`)
@@ -45,4 +717,390 @@ pub(crate) fn path_segment(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Method, StatusCode, Version};
+    use http_body_util::BodyExt;
+    use hyper::server::conn::{http1 as server1, http2 as server2};
+    use hyper::service::service_fn;
+    use tokio::net::TcpListener;
+
+    /// What the test upstream saw.
+    #[derive(Default)]
+    struct Seen {
+        connections: AtomicUsize,
+        requests: AtomicUsize,
+        /// Requests in flight now, and the most at once.
+        open: AtomicUsize,
+        most_open: AtomicUsize,
+        /// The last request's version, path and `Host` header.
+        last: Mutex<Option<(Version, String, Option<String>)>>,
+    }
+
+    struct Upstream {
+        addr: SocketAddr,
+        seen: Arc<Seen>,
+    }
+
+    /// A test upstream: plain HTTP/1.1, or TLS (`tls`: its certificate, key and ALPN offer)
+    /// serving whatever ALPN chose. Each answer waits `hold` before it is sent (so requests
+    /// overlap) and says `ok`.
+    async fn upstream(tls: Option<(Tls, Vec<&'static [u8]>)>, hold: Duration) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let acceptor = tls.map(|(tls, alpn)| {
+            let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![tls.cert], tls.key)
+            .unwrap();
+            config.alpn_protocols = alpn.into_iter().map(<[u8]>::to_vec).collect();
+            tokio_rustls::TlsAcceptor::from(Arc::new(config))
+        });
+        let state = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                state.connections.fetch_add(1, Ordering::SeqCst);
+                let (state, acceptor) = (Arc::clone(&state), acceptor.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let state = Arc::clone(&state);
+                        async move { answer(&state, request, hold).await }
+                    });
+                    match acceptor {
+                        None => {
+                            let _ = server1::Builder::new()
+                                .serve_connection(TokioIo::new(tcp), service)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(tcp).await else {
+                                return;
+                            };
+                            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                            let io = TokioIo::new(stream);
+                            if h2 {
+                                let _ = server2::Builder::new(TokioExecutor::new())
+                                    .max_concurrent_streams(1000)
+                                    .serve_connection(io, service)
+                                    .await;
+                            } else {
+                                let _ = server1::Builder::new().serve_connection(io, service).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Upstream { addr, seen }
+    }
+
+    async fn answer(
+        seen: &Seen,
+        request: Request<Incoming>,
+        hold: Duration,
+    ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+        seen.requests.fetch_add(1, Ordering::SeqCst);
+        let open = seen.open.fetch_add(1, Ordering::SeqCst) + 1;
+        seen.most_open.fetch_max(open, Ordering::SeqCst);
+        let host = request
+            .headers()
+            .get(HOST)
+            .map(|v| v.to_str().unwrap().to_owned());
+        *seen.last.lock().unwrap() = Some((request.version(), request.uri().to_string(), host));
+        tokio::time::sleep(hold).await;
+        seen.open.fetch_sub(1, Ordering::SeqCst);
+        Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    }
+
+    struct Tls {
+        cert: CertificateDer<'static>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+    }
+
+    /// A self-signed certificate for `localhost`.
+    fn self_signed() -> Tls {
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        Tls {
+            cert: certified.cert.der().clone(),
+            key: rustls::pki_types::PrivateKeyDer::Pkcs8(
+                certified.signing_key.serialize_der().into(),
+            ),
+        }
+    }
+
+    fn client_trusting(cert: Option<&CertificateDer<'static>>, http2: bool) -> HttpClient {
+        HttpClient::new(ClientOptions {
+            connect_timeout: Duration::from_secs(5),
+            extra_roots: cert.into_iter().cloned().collect(),
+            http2,
+        })
+    }
+
+    fn get(url: String) -> Request<Full<Bytes>> {
+        Request::builder()
+            .method(Method::POST)
+            .uri(url)
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    }
+
+    async fn read(client: &HttpClient, url: String) -> (StatusCode, Version, Bytes) {
+        let response = client.request(get(url)).await.unwrap();
+        let (status, version) = (response.status(), response.version());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, version, body)
+    }
+
+    #[tokio::test]
+    async fn http1_connections_are_reused_once_an_answer_is_read() {
+        let up = upstream(None, Duration::ZERO).await;
+        let client = build_client(Duration::from_secs(5));
+        for _ in 0..5 {
+            let (status, version, body) =
+                read(&client, format!("http://{}/v1/chat?x=1", up.addr)).await;
+            assert_eq!(
+                (status, version, &body[..]),
+                (StatusCode::OK, Version::HTTP_11, &b"ok"[..])
+            );
+        }
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 1);
+        assert_eq!(up.seen.requests.load(Ordering::SeqCst), 5);
+        assert_eq!(client.pooled(), (1, 0));
+        // Origin form with the query, and a Host header with the (non-default) port.
+        let last = up.seen.last.lock().unwrap().clone().unwrap();
+        assert_eq!(last.1, "/v1/chat?x=1");
+        assert_eq!(last.2, Some(up.addr.to_string()));
+    }
+
+    #[tokio::test]
+    async fn an_answer_dropped_before_its_end_does_not_go_back_to_the_pool() {
+        let up = upstream(None, Duration::ZERO).await;
+        let client = build_client(Duration::from_secs(5));
+        let url = format!("http://{}/", up.addr);
+        // The head arrived; the body is never read.
+        drop(client.request(get(url.clone())).await.unwrap());
+        let (status, _, _) = read(&client, url).await;
+        assert_eq!(status, StatusCode::OK);
+        // The second request could not use the first connection (its answer was not read).
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 2);
+        assert_eq!(client.pooled(), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn concurrent_http1_requests_open_a_connection_each_then_keep_them() {
+        let up = upstream(None, Duration::from_millis(50)).await;
+        let client = build_client(Duration::from_secs(5));
+        let url = format!("http://{}/", up.addr);
+        let all: Vec<_> = (0..8).map(|_| read(&client, url.clone())).collect();
+        for (status, _, _) in futures_util::future::join_all(all).await {
+            assert_eq!(status, StatusCode::OK);
+        }
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 8);
+        assert_eq!(up.seen.most_open.load(Ordering::SeqCst), 8);
+        assert_eq!(client.pooled(), (8, 0));
+    }
+
+    #[tokio::test]
+    async fn a_tls_upstream_offering_h2_multiplexes_streams_on_few_connections() {
+        let tls = self_signed();
+        let cert = tls.cert.clone();
+        let up = upstream(
+            Some((tls, vec![b"h2", b"http/1.1"])),
+            Duration::from_millis(200),
+        )
+        .await;
+        let client = client_trusting(Some(&cert), true);
+        let url = format!("https://localhost:{}/v1/messages", up.addr.port());
+        let all: Vec<_> = (0..250).map(|_| read(&client, url.clone())).collect();
+        for (status, version, body) in futures_util::future::join_all(all).await {
+            assert_eq!(
+                (status, version, &body[..]),
+                (StatusCode::OK, Version::HTTP_2, &b"ok"[..])
+            );
+        }
+        // 250 streams at once, 100 per connection: three connections, opened one at a time.
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 3);
+        assert_eq!(up.seen.most_open.load(Ordering::SeqCst), 250);
+        assert_eq!(client.pooled(), (0, 3));
+        // Later requests use the open connections.
+        read(&client, url).await;
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 3);
+        let last = up.seen.last.lock().unwrap().clone().unwrap();
+        assert_eq!(last.0, Version::HTTP_2);
+        assert_eq!(
+            last.1,
+            format!("https://localhost:{}/v1/messages", up.addr.port())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tls_upstream_choosing_http1_gets_pooled_http1() {
+        let tls = self_signed();
+        let cert = tls.cert.clone();
+        let up = upstream(Some((tls, vec![b"http/1.1"])), Duration::ZERO).await;
+        let client = client_trusting(Some(&cert), true);
+        for _ in 0..3 {
+            let (status, version, _) =
+                read(&client, format!("https://localhost:{}/", up.addr.port())).await;
+            assert_eq!((status, version), (StatusCode::OK, Version::HTTP_11));
+        }
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 1);
+        assert_eq!(client.pooled(), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn http2_off_means_http1_even_when_the_upstream_offers_h2() {
+        let tls = self_signed();
+        let cert = tls.cert.clone();
+        let up = upstream(Some((tls, vec![b"h2", b"http/1.1"])), Duration::ZERO).await;
+        let client = client_trusting(Some(&cert), false);
+        let (status, version, _) =
+            read(&client, format!("https://localhost:{}/", up.addr.port())).await;
+        assert_eq!((status, version), (StatusCode::OK, Version::HTTP_11));
+        assert_eq!(
+            up.seen.last.lock().unwrap().clone().unwrap().0,
+            Version::HTTP_11
+        );
+    }
+
+    #[tokio::test]
+    async fn an_untrusted_certificate_is_a_connect_error() {
+        let up = upstream(Some((self_signed(), vec![b"h2"])), Duration::ZERO).await;
+        let client = build_client(Duration::from_secs(5));
+        let e = client
+            .request(get(format!("https://localhost:{}/", up.addr.port())))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect(), "{e}");
+        assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+        assert_eq!(up.seen.requests.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_and_a_bad_url_are_connect_errors() {
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let client = build_client(Duration::from_secs(5));
+        let e = client
+            .request(get(format!("http://127.0.0.1:{port}/")))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect(), "{e}");
+        let e = client
+            .request(get("ftp://127.0.0.1/".to_owned()))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect() && e.to_string().contains("scheme"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_upstream_times_out_the_connect() {
+        // A TLS handshake nobody answers: the connect timeout covers it.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = build_client(Duration::from_millis(100));
+        let e = client
+            .request(get(format!("https://localhost:{port}/")))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect() && e.to_string().contains("timed out"), "{e}");
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn a_burst_to_a_silent_tls_upstream_makes_one_attempt_and_fails_together() {
+        // The upstream accepts TCP and never says a word: the first connect times out, and
+        // the requests that queued behind it fail with it instead of each trying again.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(tcp);
+            }
+        });
+        let client = build_client(Duration::from_millis(200));
+        let url = format!("https://localhost:{port}/");
+        let all: Vec<_> = (0..20).map(|_| client.request(get(url.clone()))).collect();
+        for result in futures_util::future::join_all(all).await {
+            let e = result.map(|_| ()).unwrap_err();
+            assert!(e.is_connect() && e.to_string().contains("timed out"), "{e}");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_upstream_closing_idle_connections_costs_no_request() {
+        // Each connection answers one request, then the upstream closes it without saying so
+        // (no `Connection: close`), as an upstream's idle timeout does.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tcp.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                // Body "{}" follows the head; read it if it is not here yet.
+                if !got.ends_with(b"{}") {
+                    let _ = tcp.read(&mut buf).await;
+                }
+                tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await
+                    .unwrap();
+                drop(tcp);
+            }
+        });
+        let client = build_client(Duration::from_secs(5));
+        for _ in 0..5 {
+            let (status, _, body) = read(&client, format!("http://{addr}/")).await;
+            assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+    }
+
+    #[test]
+    fn roots_come_from_a_pem_file_and_a_file_without_any_is_refused() {
+        let dir = std::env::temp_dir().join(format!("switchyard-roots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let good = dir.join("ca.pem");
+        std::fs::write(&good, certified.cert.pem()).unwrap();
+        let roots = read_roots(&good).unwrap();
+        assert_eq!(roots, vec![certified.cert.der().clone()]);
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        assert!(read_roots(&empty)
+            .unwrap_err()
+            .contains("no PEM certificate"));
+        assert!(read_roots(&dir.join("missing.pem"))
+            .unwrap_err()
+            .contains("cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,8 +1,9 @@
 //! Everything that talks to — or imitates — an LLM upstream, shared by both planes, so that the
 //! proxies' traffic and the control plane's recovery probes are built by the same rules:
 //!
-//! - [`client`]: the pooled HTTP/1.1 client (hyper-util, rustls with ring, webpki roots) and the
-//!   percent-encoding of a name put in a URL path;
+//! - [`client`]: the upstream connection pool (HTTP/1.1, and HTTP/2 when a TLS upstream offers
+//!   it; rustls with ring, the public web roots plus the operator's) and the percent-encoding of
+//!   a name put in a URL path;
 //! - [`channel`]: per-channel runtime facts compiled once per snapshot ([`ChannelRuntime`]:
 //!   URL joining, Azure's deployment URLs and `api-version`, each provider's auth header, extra
 //!   headers) and the header rules (what a client may send upstream, what comes back);
@@ -38,7 +39,10 @@ pub use channel::{
     MOCK_CREDENTIAL,
 };
 pub use checks::check_base_url;
-pub use client::{build_client, HttpClient};
+pub use client::{
+    build_client, read_roots, ClientError, ClientOptions, HttpClient, UpstreamBody,
+    MAX_STREAMS_PER_CONNECTION,
+};
 pub use mock::MockOptions;
 pub use probe::{
     probe_body, probe_credential, probe_model, probe_request, ProbeFailure, ProbeResult,
