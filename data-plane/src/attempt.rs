@@ -823,9 +823,47 @@ fn record_answer(span: &tracing::Span, upstream: Protocol, body: &[u8]) {
     }
 }
 
+/// Every [`AttemptError`], in declaration order. Each variant names the next in one exhaustive
+/// match: a new variant does not compile until it has an arm here, which should give it its
+/// place in the chain (so every test that walks the list checks it).
+#[cfg(test)]
+pub(crate) fn every_attempt_error() -> Vec<AttemptError> {
+    use AttemptError::*;
+    let next = |error: Option<AttemptError>| match error {
+        None => Some(FirstByteTimeout),
+        Some(FirstByteTimeout) => Some(BodyTimeout),
+        Some(BodyTimeout) => Some(ConnectError),
+        Some(ConnectError) => Some(TransportError),
+        Some(TransportError) => Some(BadUpstreamRequest),
+        Some(BadUpstreamRequest) => Some(BodyReadError),
+        Some(BodyReadError) => Some(StreamCutBeforeFirstByte),
+        Some(StreamCutBeforeFirstByte) => Some(MalformedResponse),
+        Some(MalformedResponse) => Some(EmptyCompletion),
+        Some(EmptyCompletion) => Some(RetryableStatus),
+        Some(RetryableStatus) => Some(ModelNotFound),
+        Some(ModelNotFound) => Some(RejectedStatus),
+        Some(RejectedStatus) => Some(CredentialUnresolved),
+        Some(CredentialUnresolved) => None,
+    };
+    std::iter::successors(next(None), |&error| next(Some(error))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_attempt_error_label_is_its_serde_name() {
+        let all = every_attempt_error();
+        assert_eq!(all.len(), 13);
+        for error in all {
+            assert_eq!(
+                serde_json::to_value(error).unwrap(),
+                serde_json::Value::from(error.as_str()),
+                "{error:?}"
+            );
+        }
+    }
     use switchyard_engine::{Capabilities, ChannelStatus, Provider};
 
     fn channel() -> Channel {
