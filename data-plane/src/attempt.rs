@@ -8,7 +8,6 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use serde::Serialize;
 use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
     answer_meta, count_tokens_response, parse_count_tokens_response, translate_error_body,
@@ -70,9 +69,10 @@ pub struct Answer {
 
 /// Why an attempt failed (or, for [`AttemptError::CredentialUnresolved`], why a member could not
 /// be attempted at all). The state-store kind and the failover scope follow from it, so the
-/// classification is written once, here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// classification is written once, here. Its log label is [`AttemptError::as_str`]; the derived
+/// `Serialize` (tests only) is the oracle that label is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(serde::Serialize), serde(rename_all = "snake_case"))]
 pub enum AttemptError {
     /// No answer head (or, for a stream, no first chunk) within the first-byte timeout.
     FirstByteTimeout,
