@@ -34,8 +34,9 @@ pub fn string(out: &mut Vec<u8>, value: &str) {
     let bytes = value.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    let clean = clean_prefix(bytes);
     let mut run = 0;
-    for (at, &byte) in bytes.iter().enumerate() {
+    for (at, &byte) in bytes.iter().enumerate().skip(clean) {
         let escape = ESCAPE[usize::from(byte)];
         if escape == 0 {
             continue;
@@ -57,6 +58,28 @@ pub fn string(out: &mut Vec<u8>, value: &str) {
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
+}
+
+/// How many leading bytes of `bytes` certainly need no escape, checked eight at a time: it
+/// stops at the first eight that might hold a control byte, `"` or `\` (and before the last
+/// fewer than eight), never past one. The byte-by-byte loop decides from there.
+fn clean_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `word` is below `n` (n <= 0x80), or zero.
+    let below = |word: u64, n: u64| word.wrapping_sub(ONES * n) & !word & HIGHS != 0;
+    let mut clean = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let word = u64::from_le_bytes(chunk);
+        if below(word, 0x20) || below(word ^ (ONES * 0x22), 1) || below(word ^ (ONES * 0x5c), 1) {
+            break;
+        }
+        clean += 8;
+    }
+    clean
 }
 
 /// Appends an integer in decimal.
@@ -137,6 +160,38 @@ mod tests {
         ] {
             assert_eq!(ours(value), serde_json::to_vec(value).unwrap(), "{value:?}");
         }
+    }
+
+    #[test]
+    fn an_escape_at_any_place_in_a_long_string_is_found() {
+        // The clean prefix is checked eight bytes at a time: every escape, at every offset of
+        // strings long enough for several words, among ASCII and multi-byte neighbours.
+        let specials = [
+            "\"", "\\", "\u{0}", "\n", "\u{1f}", "\u{7f}", "é", "🦀", "/", " ", "~",
+        ];
+        for fill in ["abcdefgh", "éàü", "🦀"] {
+            for len in 0..26 {
+                let base: String = fill.chars().cycle().take(len).collect();
+                for at in 0..=len {
+                    for special in specials {
+                        let mut value: String = base.chars().take(at).collect();
+                        value.push_str(special);
+                        value.extend(base.chars().skip(at));
+                        assert_eq!(
+                            ours(&value),
+                            serde_json::to_vec(&value).unwrap(),
+                            "{value:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(clean_prefix(b"0123456789abcdefX"), 16);
+        assert_eq!(clean_prefix(b"01234567\"89abcdef"), 8);
+        assert_eq!(clean_prefix(b" \x7f~/!#[]\xc3\xa9"), 8);
+        assert_eq!(clean_prefix(b"01234567\\"), 8);
+        assert_eq!(clean_prefix(b"0123456\x1f89abcdef"), 0);
+        assert_eq!(clean_prefix("0123456789abcdéé".as_bytes()), 16);
     }
 
     #[test]
