@@ -8,7 +8,6 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use serde::Serialize;
 use switchyard_engine::{Channel, Provider, RandomSource};
 use switchyard_provider::{
     answer_meta, count_tokens_response, parse_count_tokens_response, translate_error_body,
@@ -70,9 +69,10 @@ pub struct Answer {
 
 /// Why an attempt failed (or, for [`AttemptError::CredentialUnresolved`], why a member could not
 /// be attempted at all). The state-store kind and the failover scope follow from it, so the
-/// classification is written once, here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// classification is written once, here. Its log label is [`AttemptError::as_str`]; the derived
+/// `Serialize` (tests only) is the oracle that label is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(serde::Serialize), serde(rename_all = "snake_case"))]
 pub enum AttemptError {
     /// No answer head (or, for a stream, no first chunk) within the first-byte timeout.
     FirstByteTimeout,
@@ -823,9 +823,47 @@ fn record_answer(span: &tracing::Span, upstream: Protocol, body: &[u8]) {
     }
 }
 
+/// Every [`AttemptError`], in declaration order. Each variant names the next in one exhaustive
+/// match: a new variant does not compile until it has an arm here, which should give it its
+/// place in the chain (so every test that walks the list checks it).
+#[cfg(test)]
+pub(crate) fn every_attempt_error() -> Vec<AttemptError> {
+    use AttemptError::*;
+    let next = |error: Option<AttemptError>| match error {
+        None => Some(FirstByteTimeout),
+        Some(FirstByteTimeout) => Some(BodyTimeout),
+        Some(BodyTimeout) => Some(ConnectError),
+        Some(ConnectError) => Some(TransportError),
+        Some(TransportError) => Some(BadUpstreamRequest),
+        Some(BadUpstreamRequest) => Some(BodyReadError),
+        Some(BodyReadError) => Some(StreamCutBeforeFirstByte),
+        Some(StreamCutBeforeFirstByte) => Some(MalformedResponse),
+        Some(MalformedResponse) => Some(EmptyCompletion),
+        Some(EmptyCompletion) => Some(RetryableStatus),
+        Some(RetryableStatus) => Some(ModelNotFound),
+        Some(ModelNotFound) => Some(RejectedStatus),
+        Some(RejectedStatus) => Some(CredentialUnresolved),
+        Some(CredentialUnresolved) => None,
+    };
+    std::iter::successors(next(None), |&error| next(Some(error))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_attempt_error_label_is_its_serde_name() {
+        let all = every_attempt_error();
+        assert_eq!(all.len(), 13);
+        for error in all {
+            assert_eq!(
+                serde_json::to_value(error).unwrap(),
+                serde_json::Value::from(error.as_str()),
+                "{error:?}"
+            );
+        }
+    }
     use switchyard_engine::{Capabilities, ChannelStatus, Provider};
 
     fn channel() -> Channel {

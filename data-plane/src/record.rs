@@ -5,9 +5,9 @@
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
 use switchyard_engine::{ChannelId, CredentialId, MemberId, Price, RouteId};
 use switchyard_provider::Usage;
+use switchyard_telemetry::json;
 use tokio::time::Instant;
 
 use crate::admission::{Held, RateHeaders};
@@ -15,8 +15,10 @@ use crate::attempt::AttemptError;
 use crate::endpoint::Endpoint;
 use crate::AppState;
 
-/// One attempt in the request's trail (logged; never secrets).
-#[derive(Debug, Clone, Serialize)]
+/// One attempt in the request's trail (logged; never secrets). The request line writes it by
+/// hand; the derived `Serialize` is the tests' oracle for those bytes.
+#[derive(Debug, Clone)]
+#[cfg_attr(test, derive(serde::Serialize))]
 pub struct AttemptLog {
     pub member_id: MemberId,
     pub channel_id: ChannelId,
@@ -85,52 +87,6 @@ pub struct RequestRecord {
     pub status: u16,
     pub trail: Trail,
     pub started: Instant,
-}
-
-/// The request's log line: borrowed from the record and serialized straight into the line's
-/// buffer (no intermediate JSON values).
-#[derive(Serialize)]
-struct RequestLine<'a> {
-    request_id: &'a str,
-    endpoint: &'static str,
-    protocol: &'static str,
-    model: &'a str,
-    token: Option<&'a str>,
-    team: Option<&'a str>,
-    route: Option<&'a str>,
-    status: u16,
-    attempts: &'a [AttemptLog],
-    attempt_count: usize,
-    switches: usize,
-    first_member: Option<MemberId>,
-    final_member: Option<MemberId>,
-    final_channel: Option<&'a str>,
-    breaker_tripped: bool,
-    sticky: Option<&'static str>,
-    usage: UsageLine,
-    /// USD, exact; `null` when no price matched (unpriced).
-    cost_usd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream: Option<StreamLine>,
-    latency_ms: f64,
-    /// The trace this request's spans belong to, when traces are exported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    trace_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    span_id: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct UsageLine {
-    input_tokens: u64,
-    output_tokens: u64,
-    cached_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct StreamLine {
-    outcome: &'static str,
-    bytes: u64,
 }
 
 /// How a stream ended.
@@ -304,8 +260,19 @@ impl RequestRecord {
         if !switchyard_telemetry::record_enabled!() {
             return;
         }
-        let line = self.line(usage, cost_pico, stream);
-        switchyard_telemetry::record::write("switchyard_data_plane::request", "request", &line);
+        let latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let cost_usd = cost_pico.map(switchyard_engine::limit::format_pico_usd);
+        let end = LineEnd {
+            usage,
+            cost_usd: cost_usd.as_deref(),
+            stream,
+            latency_ms,
+        };
+        switchyard_telemetry::record::write_with(
+            "switchyard_data_plane::request",
+            "request",
+            |out| self.write_fields(out, &end),
+        );
     }
 
     /// Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or
@@ -349,23 +316,187 @@ impl RequestRecord {
         }
     }
 
-    /// The request's log line, borrowed from the record.
-    fn line(
-        &self,
-        usage: Usage,
-        cost_pico: Option<u128>,
-        stream: Option<StreamEnd>,
-    ) -> RequestLine<'_> {
+    /// The request line's fields, each appended as `,"key":value` (the telemetry crate writes
+    /// the standard keys before them and closes the line). The keys and their order never
+    /// change: an absent value is `null`, except `stream` (a plain answer), `trace_id` and
+    /// `span_id` (traces not exported), which are left out. Byte for byte what serializing the
+    /// fields with `serde_json` wrote (the tests hold the derived form as the oracle).
+    fn write_fields(&self, out: &mut Vec<u8>, end: &LineEnd<'_>) {
         let trail = &self.trail;
+        let attempts = &trail.attempts;
+        out.extend_from_slice(b",\"request_id\":");
+        json::string(out, &self.request_id);
+        out.extend_from_slice(b",\"endpoint\":");
+        json::string(out, self.endpoint.label());
+        out.extend_from_slice(b",\"protocol\":");
+        json::string(out, self.endpoint.protocol().as_str());
+        out.extend_from_slice(b",\"model\":");
+        json::string(out, &self.model);
+        out.extend_from_slice(b",\"token\":");
+        string_or_null(out, self.token.as_deref());
+        out.extend_from_slice(b",\"team\":");
+        string_or_null(out, self.team.as_deref());
+        out.extend_from_slice(b",\"route\":");
+        string_or_null(out, trail.route.as_ref().map(|(_, p)| p.as_str()));
+        out.extend_from_slice(b",\"status\":");
+        json::integer(out, self.status);
+        out.extend_from_slice(b",\"attempts\":");
+        write_attempts(out, attempts);
+        out.extend_from_slice(b",\"attempt_count\":");
+        json::integer(out, attempts.len());
+        out.extend_from_slice(b",\"switches\":");
+        json::integer(out, attempts.len().saturating_sub(1));
+        out.extend_from_slice(b",\"first_member\":");
+        integer_or_null(out, attempts.first().map(|a| a.member_id));
+        out.extend_from_slice(b",\"final_member\":");
+        integer_or_null(out, attempts.last().map(|a| a.member_id));
+        out.extend_from_slice(b",\"final_channel\":");
+        string_or_null(out, trail.final_channel.as_deref());
+        out.extend_from_slice(b",\"breaker_tripped\":");
+        json::boolean(out, trail.breaker_tripped);
+        out.extend_from_slice(b",\"sticky\":");
+        string_or_null(out, trail.sticky);
+        out.extend_from_slice(b",\"usage\":{\"input_tokens\":");
+        json::integer(out, end.usage.input_tokens);
+        out.extend_from_slice(b",\"output_tokens\":");
+        json::integer(out, end.usage.output_tokens);
+        out.extend_from_slice(b",\"cached_tokens\":");
+        json::integer(out, end.usage.cached_tokens);
+        // USD, exact; `null` when no price matched (unpriced).
+        out.extend_from_slice(b"},\"cost_usd\":");
+        string_or_null(out, end.cost_usd);
+        if let Some(stream) = end.stream {
+            out.extend_from_slice(b",\"stream\":{\"outcome\":");
+            json::string(out, stream.outcome.label());
+            out.extend_from_slice(b",\"bytes\":");
+            json::integer(out, stream.bytes);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b",\"latency_ms\":");
+        json::float(out, end.latency_ms);
+        // The trace this request's spans belong to, when traces are exported.
+        if let Some((trace, span)) = &trail.trace {
+            out.extend_from_slice(b",\"trace_id\":");
+            json::string(out, trace);
+            out.extend_from_slice(b",\"span_id\":");
+            json::string(out, span);
+        }
+    }
+}
+
+/// What the request line says beyond the record itself, fixed when the line is written.
+struct LineEnd<'a> {
+    /// The usage the upstream reported (zero when it reported none).
+    usage: Usage,
+    /// USD, exact; `None` when unpriced.
+    cost_usd: Option<&'a str>,
+    /// How a stream ended; `None` for a plain answer.
+    stream: Option<StreamEnd>,
+    latency_ms: f64,
+}
+
+/// The attempt trail as a JSON array: per attempt its member, channel and credential ids, its
+/// HTTP status and error (`null` when it had none) and its latency, in that order.
+fn write_attempts(out: &mut Vec<u8>, attempts: &[AttemptLog]) {
+    out.push(b'[');
+    for (at, attempt) in attempts.iter().enumerate() {
+        if at > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"member_id\":");
+        json::integer(out, attempt.member_id);
+        out.extend_from_slice(b",\"channel_id\":");
+        json::integer(out, attempt.channel_id);
+        out.extend_from_slice(b",\"credential_id\":");
+        json::integer(out, attempt.credential_id);
+        out.extend_from_slice(b",\"status\":");
+        integer_or_null(out, attempt.status);
+        out.extend_from_slice(b",\"error\":");
+        string_or_null(out, attempt.error.map(AttemptError::as_str));
+        out.extend_from_slice(b",\"latency_ms\":");
+        json::float(out, attempt.latency_ms);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// A JSON string, or `null`.
+fn string_or_null(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => json::string(out, value),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// A JSON integer, or `null`.
+fn integer_or_null(out: &mut Vec<u8>, value: Option<impl itoa::Integer>) {
+    match value {
+        Some(value) => json::integer(out, value),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attempt::every_attempt_error;
+    use serde::Serialize;
+
+    /// The request line as it was serialized before it was written by hand: the oracle the
+    /// hand-written bytes must equal.
+    #[derive(Serialize)]
+    struct RequestLine<'a> {
+        request_id: &'a str,
+        endpoint: &'static str,
+        protocol: &'static str,
+        model: &'a str,
+        token: Option<&'a str>,
+        team: Option<&'a str>,
+        route: Option<&'a str>,
+        status: u16,
+        attempts: &'a [AttemptLog],
+        attempt_count: usize,
+        switches: usize,
+        first_member: Option<MemberId>,
+        final_member: Option<MemberId>,
+        final_channel: Option<&'a str>,
+        breaker_tripped: bool,
+        sticky: Option<&'static str>,
+        usage: UsageLine,
+        cost_usd: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stream: Option<StreamLine>,
+        latency_ms: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        trace_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        span_id: Option<&'a str>,
+    }
+
+    #[derive(Serialize)]
+    struct UsageLine {
+        input_tokens: u64,
+        output_tokens: u64,
+        cached_tokens: u64,
+    }
+
+    #[derive(Serialize)]
+    struct StreamLine {
+        outcome: &'static str,
+        bytes: u64,
+    }
+
+    fn oracle<'a>(record: &'a RequestRecord, end: &LineEnd<'_>) -> RequestLine<'a> {
+        let trail = &record.trail;
         RequestLine {
-            request_id: &self.request_id,
-            endpoint: self.endpoint.label(),
-            protocol: self.endpoint.protocol().as_str(),
-            model: &self.model,
-            token: self.token.as_deref(),
-            team: self.team.as_deref(),
+            request_id: &record.request_id,
+            endpoint: record.endpoint.label(),
+            protocol: record.endpoint.protocol().as_str(),
+            model: &record.model,
+            token: record.token.as_deref(),
+            team: record.team.as_deref(),
             route: trail.route.as_ref().map(|(_, p)| p.as_str()),
-            status: self.status,
+            status: record.status,
             attempts: &trail.attempts,
             attempt_count: trail.attempts.len(),
             switches: trail.attempts.len().saturating_sub(1),
@@ -375,18 +506,301 @@ impl RequestRecord {
             breaker_tripped: trail.breaker_tripped,
             sticky: trail.sticky,
             usage: UsageLine {
-                input_tokens: usage.input_tokens,
-                output_tokens: usage.output_tokens,
-                cached_tokens: usage.cached_tokens,
+                input_tokens: end.usage.input_tokens,
+                output_tokens: end.usage.output_tokens,
+                cached_tokens: end.usage.cached_tokens,
             },
-            cost_usd: cost_pico.map(switchyard_engine::limit::format_pico_usd),
-            stream: stream.map(|s| StreamLine {
+            cost_usd: end.cost_usd.map(str::to_owned),
+            stream: end.stream.map(|s| StreamLine {
                 outcome: s.outcome.label(),
                 bytes: s.bytes,
             }),
-            latency_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            latency_ms: end.latency_ms,
             trace_id: trail.trace.as_ref().map(|(trace, _)| trace.as_str()),
             span_id: trail.trace.as_ref().map(|(_, span)| span.as_str()),
+        }
+    }
+
+    /// The hand-written fields, as a JSON object, equal the oracle's serialization byte for byte.
+    fn assert_as_serialized(record: &RequestRecord, end: &LineEnd<'_>) {
+        let mut fields = Vec::new();
+        record.write_fields(&mut fields, end);
+        assert_eq!(
+            fields.first(),
+            Some(&b','),
+            "each field starts with a comma"
+        );
+        let mut object = b"{".to_vec();
+        object.extend_from_slice(&fields[1..]);
+        object.push(b'}');
+        let expected = serde_json::to_vec(&oracle(record, end)).unwrap();
+        assert_eq!(
+            String::from_utf8(object).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+    }
+
+    /// Strings that exercise the escaper: nothing, quotes, backslashes, every control byte,
+    /// DEL, `/`, non-ASCII.
+    fn texts() -> Vec<String> {
+        let controls: String = (0..0x20u8).chain([0x7f]).map(char::from).collect();
+        [
+            "",
+            "plain-id-0123",
+            "gpt-4o/mini",
+            "q\"uote\"",
+            "back\\slash\\",
+            "é",
+            "🦀 emoji",
+            "\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}",
+            "mixed é \"🦀\" \\ \u{10} \u{1b}[0m",
+            &controls,
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+    }
+
+    const LATENCIES: [f64; 9] = [
+        0.0,
+        1e-7,
+        0.5,
+        123_456.789,
+        1e21,
+        3.000_000_000_000_4,
+        f64::MAX,
+        f64::NAN,
+        f64::INFINITY,
+    ];
+    const IDS: [i64; 5] = [0, 1, -1, i64::MIN, i64::MAX];
+    const COUNTS: [u64; 4] = [0, 1, 1_234_567, u64::MAX];
+    const OUTCOMES: [StreamOutcome; 4] = [
+        StreamOutcome::Completed,
+        StreamOutcome::UpstreamBroken,
+        StreamOutcome::Shutdown,
+        StreamOutcome::ClientClosed,
+    ];
+
+    /// A small deterministic generator (xorshift), so every run checks the same records.
+    struct Pick(u64);
+
+    impl Pick {
+        fn index(&mut self, len: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % len as u64) as usize
+        }
+
+        fn of<T: Clone>(&mut self, items: &[T]) -> T {
+            items[self.index(items.len())].clone()
+        }
+
+        fn maybe<T: Clone>(&mut self, items: &[T]) -> Option<T> {
+            (self.index(2) == 1).then(|| self.of(items))
+        }
+    }
+
+    fn attempt(pick: &mut Pick) -> AttemptLog {
+        let mut errors = every_attempt_error();
+        let error = pick.index(errors.len() + 1);
+        AttemptLog {
+            member_id: pick.of(&IDS),
+            channel_id: pick.of(&IDS),
+            credential_id: pick.of(&IDS),
+            status: pick.maybe(&[0, 200, 429, 503, u16::MAX]),
+            error: (error < errors.len()).then(|| errors.swap_remove(error)),
+            latency_ms: pick.of(&LATENCIES),
+        }
+    }
+
+    fn record(pick: &mut Pick) -> RequestRecord {
+        let texts = texts();
+        let attempts = (0..pick.index(5)).map(|_| attempt(pick)).collect();
+        RequestRecord {
+            request_id: pick.of(&texts),
+            endpoint: pick.of(&Endpoint::ALL),
+            model: pick.of(&texts),
+            token: pick.maybe(&texts),
+            team: pick.maybe(&texts),
+            status: pick.of(&[0, 200, 429, 502, u16::MAX]),
+            trail: Trail {
+                route: pick.maybe(&texts).map(|path| (7, path)),
+                final_channel: pick.maybe(&texts),
+                attempts,
+                breaker_tripped: pick.index(2) == 1,
+                sticky: pick.maybe(&["hit", "miss", "escaped"]),
+                trace: pick.maybe(&texts).map(|t| (t.clone(), format!("{t}-span"))),
+                ..Trail::default()
+            },
+            started: Instant::now(),
+        }
+    }
+
+    fn end<'a>(pick: &mut Pick, costs: &'a [String]) -> LineEnd<'a> {
+        LineEnd {
+            usage: Usage {
+                input_tokens: pick.of(&COUNTS),
+                output_tokens: pick.of(&COUNTS),
+                cached_tokens: pick.of(&COUNTS),
+            },
+            cost_usd: pick.maybe(&costs.iter().map(String::as_str).collect::<Vec<_>>()),
+            stream: pick.maybe(&OUTCOMES).map(|outcome| StreamEnd {
+                outcome,
+                bytes: pick.of(&COUNTS),
+                usage: Usage::default(),
+            }),
+            latency_ms: pick.of(&LATENCIES),
+        }
+    }
+
+    #[test]
+    fn the_hand_written_request_line_is_the_serialized_one_for_varied_records() {
+        let costs: Vec<String> = [0, 1, 1_500_000_000_000, u128::MAX]
+            .into_iter()
+            .map(switchyard_engine::limit::format_pico_usd)
+            .collect();
+        let mut pick = Pick(0x5eed_1234_abcd_ef01);
+        for _ in 0..3_000 {
+            let record = record(&mut pick);
+            let end = end(&mut pick, &costs);
+            assert_as_serialized(&record, &end);
+        }
+    }
+
+    fn bare(endpoint: Endpoint) -> RequestRecord {
+        RequestRecord {
+            request_id: "req-1".into(),
+            endpoint,
+            model: "gpt-4o".into(),
+            token: None,
+            team: None,
+            status: 200,
+            trail: Trail::default(),
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_request_line_leaves_out_stream_and_trace_only_when_absent_and_writes_null_otherwise() {
+        let none = LineEnd {
+            usage: Usage::default(),
+            cost_usd: None,
+            stream: None,
+            latency_ms: 0.0,
+        };
+        for endpoint in Endpoint::ALL {
+            assert_as_serialized(&bare(endpoint), &none);
+        }
+        let mut fields = Vec::new();
+        bare(Endpoint::ChatCompletions).write_fields(&mut fields, &none);
+        let text = String::from_utf8(fields).unwrap();
+        assert!(
+            text.contains(r#","token":null,"team":null,"route":null,"#),
+            "{text}"
+        );
+        assert!(text.contains(r#","attempts":[],"attempt_count":0,"switches":0,"first_member":null,"final_member":null,"final_channel":null,"#), "{text}");
+        assert!(
+            text.contains(r#","cost_usd":null,"latency_ms":0.0"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains("stream") && !text.contains("trace_id"),
+            "{text}"
+        );
+
+        let mut full = bare(Endpoint::Messages);
+        full.token = Some("tok".into());
+        full.team = Some("team".into());
+        full.trail.route = Some((1, "route".into()));
+        full.trail.final_channel = Some("channel".into());
+        full.trail.sticky = Some("hit");
+        full.trail.breaker_tripped = true;
+        full.trail.trace = Some((
+            "0af7651916cd43dd8448eb211c80319c".into(),
+            "b7ad6b7169203331".into(),
+        ));
+        let all = LineEnd {
+            usage: Usage {
+                input_tokens: u64::MAX,
+                output_tokens: 2,
+                cached_tokens: 1,
+            },
+            cost_usd: Some("0.0015"),
+            stream: Some(StreamEnd {
+                outcome: StreamOutcome::Completed,
+                bytes: u64::MAX,
+                usage: Usage::default(),
+            }),
+            latency_ms: 123_456.789,
+        };
+        assert_as_serialized(&full, &all);
+        let mut fields = Vec::new();
+        full.write_fields(&mut fields, &all);
+        let text = String::from_utf8(fields).unwrap();
+        assert!(text.ends_with(r#","stream":{"outcome":"completed","bytes":18446744073709551615},"latency_ms":123456.789,"trace_id":"0af7651916cd43dd8448eb211c80319c","span_id":"b7ad6b7169203331""#), "{text}");
+    }
+
+    #[test]
+    fn every_attempt_error_and_status_in_the_trail_is_written_as_serialized() {
+        let mut record = bare(Endpoint::ChatCompletions);
+        let errors = every_attempt_error();
+        record.trail.attempts = errors
+            .iter()
+            .enumerate()
+            .map(|(at, &error)| AttemptLog {
+                member_id: at as i64,
+                channel_id: -(at as i64),
+                credential_id: i64::MAX - at as i64,
+                status: (at % 2 == 0).then_some(500 + at as u16),
+                error: Some(error),
+                latency_ms: LATENCIES[at % LATENCIES.len()],
+            })
+            .collect();
+        record.trail.attempts.push(AttemptLog {
+            member_id: 99,
+            channel_id: 98,
+            credential_id: 97,
+            status: None,
+            error: None,
+            latency_ms: 1e-7,
+        });
+        let end = LineEnd {
+            usage: Usage::default(),
+            cost_usd: Some("0"),
+            stream: None,
+            latency_ms: 1e21,
+        };
+        assert_as_serialized(&record, &end);
+        let mut fields = Vec::new();
+        record.write_fields(&mut fields, &end);
+        let text = String::from_utf8(fields).unwrap();
+        for error in errors {
+            assert!(
+                text.contains(&format!(r#""error":"{}""#, error.as_str())),
+                "{error:?}"
+            );
+        }
+        assert!(
+            text.contains(r#""first_member":0,"final_member":99,"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn each_stream_outcome_is_written_as_serialized() {
+        for outcome in OUTCOMES {
+            let end = LineEnd {
+                usage: Usage::default(),
+                cost_usd: None,
+                stream: Some(StreamEnd {
+                    outcome,
+                    bytes: 0,
+                    usage: Usage::default(),
+                }),
+                latency_ms: 0.25,
+            };
+            assert_as_serialized(&bare(Endpoint::Responses), &end);
         }
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod context;
+pub mod json;
 pub mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::batch::BatchWriter;
+use crate::json;
 use serde::Serialize;
 
 static WRITER: OnceLock<BatchWriter> = OnceLock::new();
@@ -40,15 +41,32 @@ pub fn write(target: &str, message: &str, fields: &impl Serialize) {
     writer.append(&bytes);
 }
 
-/// The record's bytes, newline-terminated; `None` when `fields` is not a JSON object.
-fn line(timestamp: &str, target: &str, message: &str, fields: &impl Serialize) -> Option<Vec<u8>> {
+/// Writes one INFO record whose fields the caller writes itself, straight into the line's
+/// buffer: `fields` gets the buffer just after the four standard keys and appends each field as
+/// `,"key":value` — a comma first, then the key and its value as JSON (see [`crate::json`]). The
+/// line is closed after it. Like [`write`], does nothing before [`crate::init`].
+pub fn write_with(target: &str, message: &str, fields: impl FnOnce(&mut Vec<u8>)) {
+    let Some(writer) = WRITER.get() else {
+        return;
+    };
+    writer.append(&line_with(&rfc3339_now(), target, message, fields));
+}
+
+/// The four standard keys, with the object left open for the fields.
+fn head(timestamp: &str, target: &str, message: &str) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(512);
     bytes.extend_from_slice(b"{\"timestamp\":");
-    serde_json::to_writer(&mut bytes, timestamp).ok()?;
+    json::string(&mut bytes, timestamp);
     bytes.extend_from_slice(b",\"level\":\"INFO\",\"target\":");
-    serde_json::to_writer(&mut bytes, target).ok()?;
+    json::string(&mut bytes, target);
     bytes.extend_from_slice(b",\"message\":");
-    serde_json::to_writer(&mut bytes, message).ok()?;
+    json::string(&mut bytes, message);
+    bytes
+}
+
+/// The record's bytes, newline-terminated; `None` when `fields` is not a JSON object.
+fn line(timestamp: &str, target: &str, message: &str, fields: &impl Serialize) -> Option<Vec<u8>> {
+    let mut bytes = head(timestamp, target, message);
     let head = bytes.len();
     serde_json::to_writer(&mut bytes, fields).ok()?;
     // `fields` wrote `{...}`: its opening brace becomes the comma after the standard keys (or,
@@ -63,6 +81,20 @@ fn line(timestamp: &str, target: &str, message: &str, fields: &impl Serialize) -
     }
     bytes.push(b'\n');
     Some(bytes)
+}
+
+/// The record's bytes with fields written by `fields` (each as `,"key":value`),
+/// newline-terminated.
+fn line_with(
+    timestamp: &str,
+    target: &str,
+    message: &str,
+    fields: impl FnOnce(&mut Vec<u8>),
+) -> Vec<u8> {
+    let mut bytes = head(timestamp, target, message);
+    fields(&mut bytes);
+    bytes.extend_from_slice(b"}\n");
+    bytes
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC), as the JSON log formatter writes its timestamps.
@@ -149,6 +181,56 @@ mod tests {
         assert_eq!(value.as_object().unwrap().len(), 4);
         assert_eq!(line("ts", "t", "m", &42), None);
         assert_eq!(line("ts", "t", "m", &"text"), None);
+    }
+
+    #[test]
+    fn a_record_with_hand_written_fields_is_the_same_line_as_one_serialized() {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            request_id: &'a str,
+            status: u16,
+        }
+        let fields = Fields {
+            request_id: "r\"1\u{1}é",
+            status: 200,
+        };
+        for (target, message) in [("t::x", "request"), ("t\"q\\", "m\n🦀"), ("", "")] {
+            let serialized = line("2026-12-01T00:00:00.000000Z", target, message, &fields).unwrap();
+            let written = line_with("2026-12-01T00:00:00.000000Z", target, message, |out| {
+                out.extend_from_slice(b",\"request_id\":");
+                json::string(out, fields.request_id);
+                out.extend_from_slice(b",\"status\":");
+                json::integer(out, fields.status);
+            });
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                String::from_utf8(serialized).unwrap()
+            );
+            let empty = line_with("ts", target, message, |_| {});
+            #[derive(Serialize)]
+            struct Empty {}
+            assert_eq!(empty, line("ts", target, message, &Empty {}).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_standard_keys_are_written_as_serde_json_writes_them() {
+        for (timestamp, target, message) in [
+            (
+                "2026-12-01T00:00:00.000000Z",
+                "switchyard_data_plane::request",
+                "request",
+            ),
+            ("", "a\"b", "c\\d\u{0}\u{1f}/é🦀"),
+        ] {
+            let mut expected = b"{\"timestamp\":".to_vec();
+            serde_json::to_writer(&mut expected, timestamp).unwrap();
+            expected.extend_from_slice(b",\"level\":\"INFO\",\"target\":");
+            serde_json::to_writer(&mut expected, target).unwrap();
+            expected.extend_from_slice(b",\"message\":");
+            serde_json::to_writer(&mut expected, message).unwrap();
+            assert_eq!(head(timestamp, target, message), expected);
+        }
     }
 
     #[test]
