@@ -54,7 +54,8 @@ pub fn write_with(target: &str, message: &str, fields: impl FnOnce(&mut Vec<u8>)
 
 /// The four standard keys, with the object left open for the fields.
 fn head(timestamp: &str, target: &str, message: &str) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(512);
+    // Request lines run 500–700 bytes: room for one without growing.
+    let mut bytes = Vec::with_capacity(1024);
     bytes.extend_from_slice(b"{\"timestamp\":");
     json::string(&mut bytes, timestamp);
     bytes.extend_from_slice(b",\"level\":\"INFO\",\"target\":");
