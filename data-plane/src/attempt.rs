@@ -337,11 +337,12 @@ impl Attempt<'_> {
 
     /// The upstream request continues the attempt's trace (`traceparent`, `tracestate`).
     fn propagate_trace(&self, headers: &mut HeaderMap) {
-        let header = |name: &str| self.client_headers.get(name).and_then(|v| v.to_str().ok());
+        use crate::request::names::{TRACEPARENT, TRACESTATE};
+        let header = |name| self.client_headers.get(name).and_then(|v| v.to_str().ok());
         for (name, value) in switchyard_telemetry::context::upstream_headers(
             &tracing::Span::current(),
-            header("traceparent"),
-            header("tracestate"),
+            header(&TRACEPARENT),
+            header(&TRACESTATE),
         ) {
             if let Ok(value) = http::HeaderValue::from_str(&value) {
                 headers.insert(name, value);

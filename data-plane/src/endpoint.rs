@@ -124,7 +124,7 @@ impl Endpoint {
     /// `background` run without an `Idempotency-Key` (a failed stateless attempt created nothing
     /// that a retry could duplicate, so it fails over like chat).
     pub fn retry_allowed(self, headers: &HeaderMap, background: bool) -> bool {
-        let keyed = headers.contains_key("idempotency-key");
+        let keyed = headers.contains_key(&crate::request::names::IDEMPOTENCY_KEY);
         match self {
             Endpoint::ImagesGenerations => false,
             Endpoint::AudioSpeech | Endpoint::AudioTranscriptions => keyed,

@@ -15,6 +15,25 @@ use switchyard_proto::sha256_hex;
 
 pub const PIN_HEADER: &str = "x-switchyard-pin-member";
 
+/// Header names the request path reads or writes on every request, made at compile time: a name
+/// given as `&str` is parsed and validated again on every lookup or insert.
+pub(crate) mod names {
+    use http::HeaderName;
+
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub const SWITCHYARD_REQUEST_ID: HeaderName =
+        HeaderName::from_static("x-switchyard-request-id");
+    pub const ROUTE: HeaderName = HeaderName::from_static("x-switchyard-route");
+    pub const CHANNEL: HeaderName = HeaderName::from_static("x-switchyard-channel");
+    pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
+    pub const ROUTE_GROUP: HeaderName = HeaderName::from_static("x-switchyard-route-group");
+    pub const PIN: HeaderName = HeaderName::from_static(super::PIN_HEADER);
+    pub const SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
+    pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+    pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+}
+
 /// What routing needs to know about one request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inspected {

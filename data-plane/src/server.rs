@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use switchyard_engine::{
@@ -30,14 +30,12 @@ use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest};
 use crate::record::{RequestRecord, Trail};
 use crate::request::{
-    header_session_key, inspect_json_for, inspect_multipart, InspectError, Inspected, PIN_HEADER,
+    header_session_key, inspect_json_for, inspect_multipart, names, InspectError, Inspected,
 };
 use crate::shadow;
 use crate::snapshot::View;
 use crate::wire;
 use crate::AppState;
-
-pub const GROUP_HEADER: &str = "x-switchyard-route-group";
 
 /// The data plane's router.
 pub fn app(state: Arc<AppState>) -> Router {
@@ -417,18 +415,18 @@ async fn handle(
     let seed = state.next_seed();
     let request_id = request
         .headers()
-        .get("x-request-id")
+        .get(&names::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| valid_request_id(v))
         .map_or_else(|| format!("{seed:016x}"), str::to_owned);
     let span = request_span(endpoint, &request_id);
     {
         let headers = request.headers();
-        let trace_header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let trace_header = |name| headers.get(name).and_then(|v| v.to_str().ok());
         switchyard_telemetry::context::continue_trace(
             &span,
-            trace_header("traceparent"),
-            trace_header("tracestate"),
+            trace_header(&names::TRACEPARENT),
+            trace_header(&names::TRACESTATE),
         );
     }
     let trace = switchyard_telemetry::context::ids(&span);
@@ -776,7 +774,7 @@ impl Received {
         let mut constraint = SelectionConstraint {
             route_group: token.route_group_name.clone().or_else(|| {
                 headers
-                    .get(GROUP_HEADER)
+                    .get(&names::ROUTE_GROUP)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned)
             }),
@@ -789,7 +787,7 @@ impl Received {
         let sticky_on = route.is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
         if sticky_on && !constraint.is_pinned() {
             constraint.session_key = headers
-                .get("x-session-id")
+                .get(&names::SESSION_ID)
                 .and_then(|v| header_session_key(v.as_bytes()))
                 .or_else(|| self.inspected.body_session(&self.body));
         }
@@ -824,7 +822,7 @@ impl Received {
 
 /// The member the pin header names, for a key allowed to pin.
 fn pinned_member(headers: &HeaderMap, token: &Token) -> Result<Option<MemberId>, GatewayError> {
-    let Some(pin) = headers.get(PIN_HEADER) else {
+    let Some(pin) = headers.get(&names::PIN) else {
         return Ok(None);
     };
     if !token.allow_pinning {
@@ -893,28 +891,25 @@ fn finish(
 ) -> Response {
     let status = response.status().as_u16();
     let headers = response.headers_mut();
-    let set = |headers: &mut HeaderMap, name: &'static str, value: &str| {
+    let set = |headers: &mut HeaderMap, name: HeaderName, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(name, v);
         }
     };
-    set(headers, "x-switchyard-request-id", request_id);
-    set(headers, "x-request-id", request_id);
+    set(headers, names::SWITCHYARD_REQUEST_ID, request_id);
+    set(headers, names::REQUEST_ID, request_id);
     if let Some((id, pattern)) = &trail.route {
         match HeaderValue::from_str(pattern) {
             Ok(v) => {
-                headers.insert("x-switchyard-route", v);
+                headers.insert(names::ROUTE, v);
             }
-            Err(_) => set(headers, "x-switchyard-route", &id.to_string()),
+            Err(_) => set(headers, names::ROUTE, &id.to_string()),
         }
     }
     if let Some(channel) = &trail.final_channel {
-        set(headers, "x-switchyard-channel", channel);
+        set(headers, names::CHANNEL, channel);
     }
-    headers.insert(
-        "x-switchyard-attempts",
-        HeaderValue::from(trail.attempts.len()),
-    );
+    headers.insert(names::ATTEMPTS, HeaderValue::from(trail.attempts.len()));
     trail.rate.write(headers, crate::unix_ms());
 
     let total = started.elapsed();
