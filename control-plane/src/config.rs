@@ -90,6 +90,16 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_PROBE_TIMEOUT_MS", default_value_t = 5000)]
     pub probe_timeout_ms: u64,
 
+    /// A PEM file of root certificates trusted for `https://` upstreams besides the public web
+    /// roots, for the recovery probes and trial calls (give the proxies the same file).
+    #[arg(long, env = "SWITCHYARD_UPSTREAM_CA")]
+    pub upstream_ca: Option<std::path::PathBuf>,
+
+    /// Offer HTTP/2 to `https://` upstreams (ALPN; the upstream chooses); `false`: HTTP/1.1
+    /// only.
+    #[arg(long, env = "SWITCHYARD_UPSTREAM_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    pub upstream_http2: bool,
+
     /// How long to keep retrying Postgres at start before giving up, in seconds.
     #[arg(long, env = "SWITCHYARD_DB_STARTUP_TIMEOUT_SECS", default_value_t = 60)]
     pub db_startup_timeout_secs: u64,
@@ -100,6 +110,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// How probes and trial calls connect to upstreams (each sets its own connect timeout).
+    pub fn upstream_options(&self) -> Result<switchyard_upstream::ClientOptions, String> {
+        let mut options =
+            switchyard_upstream::ClientOptions::new(std::time::Duration::from_secs(5));
+        options.http2 = self.upstream_http2;
+        if let Some(path) = &self.upstream_ca {
+            options.extra_roots = switchyard_upstream::read_roots(path)
+                .map_err(|e| format!("SWITCHYARD_UPSTREAM_CA: {e}"))?;
+        }
+        Ok(options)
+    }
+
     /// Checks what clap cannot: a usable token, a parseable database URL.
     pub fn validate(&self) -> Result<(), String> {
         if self.admin_token.trim().len() < 16 {

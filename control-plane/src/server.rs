@@ -69,6 +69,7 @@ fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTl
 /// `signal` fires on SIGTERM: the replica reports not-ready at once, keeps serving HTTP and the
 /// snapshot streams for the drain delay (so it leaves the Service's endpoints first), then stops.
 pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()> {
+    let upstream = config.upstream_options().map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     let drain_delay = Duration::from_secs(config.drain_delay_secs);
     tokio::spawn({
@@ -105,6 +106,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         RecoveryConfig {
             tick: Duration::from_millis(config.recovery_tick_ms),
             probe_timeout: Duration::from_millis(config.probe_timeout_ms),
+            upstream: upstream.clone(),
             ..RecoveryConfig::default()
         },
     );
@@ -139,6 +141,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         Arc::clone(&metrics),
     )
     .with_recovery(Arc::clone(&recovery))
+    .with_upstream(upstream)
     .with_draining(signal.clone())
     .with_proxies(grpc_service.proxies())
     .with_proxies_without_secrets(proxies_without_secrets);

@@ -89,3 +89,66 @@ async fn a_failing_trial_cools_the_member_and_a_passing_one_changes_nothing(pool
     let reply = app.post("/api/v1/members/999999/trial", json!({})).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
 }
+
+/// A TLS upstream (HTTP/2 by ALPN) whose certificate the operator trusts with
+/// `SWITCHYARD_UPSTREAM_CA`: trial calls reach it; without the extra root they fail as a
+/// transport failure and the upstream sees nothing.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_trial_reaches_a_tls_upstream_through_the_operators_ca(pool: PgPool) {
+    use switchyard_mock_upstream::{MockOptions, MockUpstream};
+    let mock = MockUpstream::start_with(MockOptions {
+        tls: true,
+        ..MockOptions::default()
+    })
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("switchyard-cp-{}-trial-tls", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, mock.certificate_pem().unwrap()).unwrap();
+    let mut upstream = switchyard_upstream::ClientOptions::new(std::time::Duration::from_secs(5));
+    upstream.extra_roots = switchyard_upstream::read_roots(&ca).unwrap();
+    for (trusted, app) in [
+        (true, common::test_app_with_upstream(pool.clone(), upstream)),
+        (false, common::test_app(pool.clone())),
+    ] {
+        mock.reset();
+        let name = format!("tls-{trusted}");
+        let channel = app
+            .create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "openai", "base_url": format!("{}/v1", mock.base_url())}),
+            )
+            .await;
+        app.create(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret": "sk-tls"}),
+        )
+        .await;
+        let route = app.route(&format!("m-{trusted}")).await;
+        let member = app
+            .member(
+                route,
+                json!({"channel_id": channel, "upstream_model": "gpt-4o-mini"}),
+            )
+            .await;
+        app.refresh().await;
+        let reply = app
+            .post(&format!("/api/v1/members/{member}/trial"), json!({}))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(reply.body["passed"], trusted, "{}", reply.body);
+        let versions: Vec<_> = mock.requests().iter().map(|r| r.version).collect();
+        if trusted {
+            assert_eq!(
+                versions,
+                vec![axum::http::Version::HTTP_2],
+                "{}",
+                reply.body
+            );
+        } else {
+            assert_eq!(reply.body["failure"], "transport", "{}", reply.body);
+            assert!(versions.is_empty());
+        }
+    }
+}

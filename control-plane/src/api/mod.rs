@@ -76,6 +76,8 @@ pub struct AppState {
     /// No fleet token is configured: proxies receive snapshots without secrets, so explain
     /// selects from that same snapshot.
     pub proxies_without_secrets: bool,
+    /// How trial calls connect to upstreams.
+    pub upstream: switchyard_upstream::ClientOptions,
 }
 
 impl AppState {
@@ -97,7 +99,14 @@ impl AppState {
             draining: tokio_util::sync::CancellationToken::new(),
             proxies: Arc::default(),
             proxies_without_secrets: false,
+            upstream: switchyard_upstream::ClientOptions::new(std::time::Duration::from_secs(5)),
         }
+    }
+
+    /// How trial calls connect to upstreams (extra trusted roots, HTTP/2).
+    pub fn with_upstream(mut self, upstream: switchyard_upstream::ClientOptions) -> AppState {
+        self.upstream = upstream;
+        self
     }
 
     /// No fleet token is configured: explain selects from the snapshot the proxies then receive

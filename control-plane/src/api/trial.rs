@@ -95,7 +95,7 @@ pub async fn trial(
     channel.credentials.retain(|c| c.enabled);
     let env = |name: &str| std::env::var(name).ok();
     let runtime = ChannelRuntime::compile(&channel, &env);
-    let client = switchyard_upstream::build_client(Duration::from_secs(5));
+    let client = switchyard_upstream::HttpClient::new(state.upstream.clone());
     let mut rng = SplitMix64::new(super::explain::random_seed());
     let started = tokio::time::Instant::now();
     let mut last: Option<(ProbeResult, i64)> = None;

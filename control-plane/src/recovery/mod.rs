@@ -62,6 +62,9 @@ pub struct RecoveryConfig {
     pub probe_timeout: Duration,
     /// The advisory lock key; replicas of one fleet must agree on it.
     pub lock_key: i64,
+    /// How probes connect (extra trusted roots, HTTP/2); the connect timeout is set from
+    /// `probe_timeout`.
+    pub upstream: switchyard_upstream::ClientOptions,
 }
 
 impl Default for RecoveryConfig {
@@ -70,6 +73,7 @@ impl Default for RecoveryConfig {
             tick: Duration::from_secs(2),
             probe_timeout: Duration::from_secs(5),
             lock_key: RECOVERY_LOCK_KEY,
+            upstream: switchyard_upstream::ClientOptions::new(Duration::from_secs(3)),
         }
     }
 }
@@ -130,8 +134,9 @@ fn probe_seed() -> u64 {
 
 impl Recovery {
     pub fn new(pool: PgPool, live: Option<LiveState>, config: RecoveryConfig) -> Arc<Recovery> {
-        let client =
-            switchyard_upstream::build_client(config.probe_timeout.min(Duration::from_secs(3)));
+        let mut upstream = config.upstream.clone();
+        upstream.connect_timeout = config.probe_timeout.min(Duration::from_secs(3));
+        let client = switchyard_upstream::HttpClient::new(upstream);
         Arc::new(Recovery {
             pool,
             live,

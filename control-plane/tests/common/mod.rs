@@ -45,12 +45,32 @@ pub fn test_app_with_live(pool: PgPool, live: LiveState) -> TestApp {
     build_app(pool, Some(live))
 }
 
+/// An app whose trial calls connect as `upstream` says (extra trusted roots, HTTP/2).
+#[allow(dead_code)]
+pub fn test_app_with_upstream(
+    pool: PgPool,
+    upstream: switchyard_upstream::ClientOptions,
+) -> TestApp {
+    build_app_with(pool, None, Some(upstream))
+}
+
 fn build_app(pool: PgPool, live: Option<LiveState>) -> TestApp {
+    build_app_with(pool, live, None)
+}
+
+fn build_app_with(
+    pool: PgPool,
+    live: Option<LiveState>,
+    upstream: Option<switchyard_upstream::ClientOptions>,
+) -> TestApp {
     let metrics = Arc::new(Metrics::default());
     let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
     let mut state = AppState::new(pool.clone(), ADMIN_TOKEN, Arc::clone(&publisher), metrics);
     if let Some(live) = live {
         state = state.with_live(live);
+    }
+    if let Some(upstream) = upstream {
+        state = state.with_upstream(upstream);
     }
     TestApp {
         router: app(state),
