@@ -212,6 +212,8 @@ impl HttpClient {
         request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, ClientError> {
         let (host, header) = self.inner.host(request.uri())?;
+        // HTTP/1.1 sends the path alone; a request sent again may go out over HTTP/2.
+        let uri = request.uri().clone();
         let mut request = request;
         for _ in 0..=MAX_STALE_RETRIES {
             let (mut lease, reused) = match self.inner.take(host) {
@@ -230,7 +232,10 @@ impl HttpClient {
                         UpstreamBody { inner: body, back },
                     ));
                 }
-                Err(Unsent::Again(again, _)) if reused => request = *again,
+                Err(Unsent::Again(again, _)) if reused => {
+                    request = *again;
+                    *request.uri_mut() = uri.clone();
+                }
                 Err(Unsent::Again(_, e)) | Err(Unsent::Failed(e)) => {
                     return Err(ClientError::send(e))
                 }
