@@ -112,14 +112,11 @@ pub struct Config {
 impl Config {
     /// How probes and trial calls connect to upstreams (each sets its own connect timeout).
     pub fn upstream_options(&self) -> Result<switchyard_upstream::ClientOptions, String> {
-        let mut options =
-            switchyard_upstream::ClientOptions::new(std::time::Duration::from_secs(5));
-        options.http2 = self.upstream_http2;
-        if let Some(path) = &self.upstream_ca {
-            options.extra_roots = switchyard_upstream::read_roots(path)
-                .map_err(|e| format!("SWITCHYARD_UPSTREAM_CA: {e}"))?;
-        }
-        Ok(options)
+        switchyard_upstream::ClientOptions::from_settings(
+            std::time::Duration::from_secs(5),
+            self.upstream_ca.as_deref(),
+            self.upstream_http2,
+        )
     }
 
     /// Checks what clap cannot: a usable token, a parseable database URL.

@@ -79,17 +79,6 @@ type Usage = (
 /// The state store requests use, and the Redis store behind it (if any), closed at exit.
 type Stores = (Arc<dyn StateStore>, Option<Arc<RedisStore>>);
 
-/// How the upstream pools connect (the connect timeout comes from the snapshot).
-fn upstream_options(cli: &Cli) -> Result<crate::upstream::ClientOptions, String> {
-    let mut options = crate::upstream::ClientOptions::new(std::time::Duration::from_secs(5));
-    options.http2 = cli.upstream_http2;
-    if let Some(path) = &cli.upstream_ca {
-        options.extra_roots = crate::upstream::read_roots(path)
-            .map_err(|e| format!("SWITCHYARD_UPSTREAM_CA: {e}"))?;
-    }
-    Ok(options)
-}
-
 /// Runs the data plane until SIGTERM/SIGINT, then drains within the grace period.
 ///
 /// Task ownership: every task this process runs besides the requests' own is spawned on one
@@ -100,7 +89,12 @@ fn upstream_options(cli: &Cli) -> Result<crate::upstream::ClientOptions, String>
 /// grace period is over), then the usage reporter's final flush (stopped only after the last
 /// request) and the state store's close.
 pub async fn run(cli: Cli) -> Result<(), String> {
-    let upstream = upstream_options(&cli)?;
+    // The connect timeout is the snapshot's.
+    let upstream = crate::upstream::ClientOptions::from_settings(
+        std::time::Duration::from_secs(5),
+        cli.upstream_ca.as_deref(),
+        cli.upstream_http2,
+    )?;
     let (snapshots, receiver) = watch::channel(None);
     let tasks = TaskTracker::new();
     let stop = CancellationToken::new();

@@ -74,6 +74,24 @@ impl ClientOptions {
             http2: true,
         }
     }
+
+    /// The options both planes' `SWITCHYARD_UPSTREAM_CA` (a PEM file of extra roots) and
+    /// `SWITCHYARD_UPSTREAM_HTTP2` give; an unusable CA file is an error naming the variable.
+    pub fn from_settings(
+        connect_timeout: Duration,
+        ca: Option<&std::path::Path>,
+        http2: bool,
+    ) -> Result<Self, String> {
+        let extra_roots = match ca {
+            Some(path) => read_roots(path).map_err(|e| format!("SWITCHYARD_UPSTREAM_CA: {e}"))?,
+            None => Vec::new(),
+        };
+        Ok(ClientOptions {
+            connect_timeout,
+            extra_roots,
+            http2,
+        })
+    }
 }
 
 /// A pooled upstream client; clones share the pool.
