@@ -454,7 +454,7 @@ impl TokenSource {
     /// is fresh, else a new one from the token endpoint within `budget` — one exchange at a
     /// time, which the requests arriving meanwhile wait for and share. A refresh that fails
     /// while the current token has not expired yet keeps using it (and tries again
-    /// [`REFRESH_RETRY`] later).
+    /// `REFRESH_RETRY` later).
     pub async fn bearer(
         &self,
         client: &HttpClient,
