@@ -229,12 +229,15 @@ impl HttpClient {
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, ClientError> {
-        let (host, header) = self.inner.host(request.uri())?;
+        let (host, header, mut pooled) = self.inner.checkout(request.uri())?;
         // HTTP/1.1 sends the path alone; a request sent again may go out over HTTP/2.
         let uri = request.uri().clone();
         let mut request = request;
-        for _ in 0..=MAX_STALE_RETRIES {
-            let (mut lease, reused) = match self.inner.take(host) {
+        for round in 0..=MAX_STALE_RETRIES {
+            if round > 0 {
+                pooled = self.inner.take(host);
+            }
+            let (mut lease, reused) = match pooled.take() {
                 Some(lease) => (lease, true),
                 // Boxed: connecting (TCP, TLS, the HTTP handshake) is a large future, and the
                 // request's own future is moved along the whole request path; a pooled request
@@ -377,36 +380,12 @@ fn new_host(https: bool, authority: &Authority, http2: bool) -> Result<Host, Cli
     })
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Hosts> {
-        // A panic while holding the lock cannot leave the lists inconsistent (each change is
-        // one push or removal), so a poisoned lock is used as it is.
-        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The index of the URI's host (added on first use) and its `Host` header.
-    fn host(&self, uri: &Uri) -> Result<(usize, HeaderValue), ClientError> {
-        let (https, authority) = scheme_authority(uri)?;
-        let mut hosts = self.lock();
-        if let Some(&index) = hosts.by_authority[usize::from(https)].get(authority.as_str()) {
-            if let Some(host) = hosts.list.get(index) {
-                return Ok((index, host.header.clone()));
-            }
-        }
-        let host = new_host(https, authority, self.http2)?;
-        let (index, header) = (hosts.list.len(), host.header.clone());
-        hosts.list.push(host);
-        hosts.by_authority[usize::from(https)].insert(authority.as_str().into(), index);
-        Ok((index, header))
-    }
-
+impl Host {
     /// A pooled connection with room for one more request: an HTTP/2 connection with a free
     /// stream, else the most recently used ready HTTP/1.1 one. Closed and expired ones go.
-    fn take(&self, host: usize) -> Option<Lease> {
-        let mut hosts = self.lock();
-        let host = hosts.list.get_mut(host)?;
-        host.shared.retain(|c| !c.send.is_closed());
-        for c in &host.shared {
+    fn take(&mut self) -> Option<Lease> {
+        self.shared.retain(|c| !c.send.is_closed());
+        for c in &self.shared {
             if c.streams.load(Ordering::Relaxed) < MAX_STREAMS_PER_CONNECTION {
                 return Some(Lease::H2(c.send.clone(), StreamTicket::new(&c.streams)));
             }
@@ -416,7 +395,7 @@ impl Inner {
         let now = Instant::now();
         let mut waiting = None;
         let mut found = None;
-        while let Some(c) = host.idle.pop() {
+        while let Some(c) = self.idle.pop() {
             if c.send.is_closed() || now.duration_since(c.since) >= IDLE_TIMEOUT {
                 continue;
             }
@@ -428,16 +407,47 @@ impl Inner {
                 waiting = Some(c);
             }
         }
-        host.idle.extend(waiting);
+        self.idle.extend(waiting);
         // The oldest idle connection, when expired, goes too (the rest go as they are reached).
-        if host
+        if self
             .idle
             .first()
             .is_some_and(|c| now.duration_since(c.since) >= IDLE_TIMEOUT)
         {
-            host.idle.remove(0);
+            self.idle.remove(0);
         }
         found.map(Lease::H1)
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Hosts> {
+        // A panic while holding the lock cannot leave the lists inconsistent (each change is
+        // one push or removal), so a poisoned lock is used as it is.
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The index of the URI's host (added on first use), its `Host` header and a pooled
+    /// connection for the request if one has room: one look under the lock.
+    fn checkout(&self, uri: &Uri) -> Result<(usize, HeaderValue, Option<Lease>), ClientError> {
+        let (https, authority) = scheme_authority(uri)?;
+        let mut hosts = self.lock();
+        let known = hosts.by_authority[usize::from(https)].get(authority.as_str());
+        if let Some(&index) = known {
+            if let Some(host) = hosts.list.get_mut(index) {
+                return Ok((index, host.header.clone(), host.take()));
+            }
+        }
+        let host = new_host(https, authority, self.http2)?;
+        let (index, header) = (hosts.list.len(), host.header.clone());
+        hosts.list.push(host);
+        hosts.by_authority[usize::from(https)].insert(authority.as_str().into(), index);
+        Ok((index, header, None))
+    }
+
+    /// [`Host::take`] on the host at `host`.
+    fn take(&self, host: usize) -> Option<Lease> {
+        self.lock().list.get_mut(host)?.take()
     }
 
     /// A new connection for one request. A host that may speak HTTP/2 opens one connection at a
