@@ -435,7 +435,12 @@ async fn auto_ban_keyword_disables_only_that_credential_on_a_multi_key_channel()
         "    credentials: [\"k1\", \"k2\"]\n    auto_ban: true\n",
     );
     let proxy = start(&yaml).await;
-    for _ in 0..6 {
+    // Each request starts its rotation at a random credential: send until one has met k1 (the
+    // chance that 200 never do is 2^-200), then five more that must all avoid it.
+    let k1 = Matcher::any().credential("k1");
+    let (mut sent, mut since_k1) = (0, 0);
+    while since_k1 < 6 {
+        assert!(sent < 200, "no request started its rotation at k1");
         let reply = post(&proxy, CHAT_PATH, CHAT).await;
         assert_eq!(
             (reply.status, reply.header("x-switchyard-channel")),
@@ -443,9 +448,14 @@ async fn auto_ban_keyword_disables_only_that_credential_on_a_multi_key_channel()
             "{}",
             reply.body
         );
+        sent += 1;
+        if a.hits_matching(&k1) > 0 {
+            since_k1 += 1;
+        }
     }
-    assert!(
-        a.hits_matching(&Matcher::any().credential("k1")) <= 1,
+    assert_eq!(
+        a.hits_matching(&k1),
+        1,
         "k1 is disabled after its first quota error"
     );
     let dump = proxy.dump();
