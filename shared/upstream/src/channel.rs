@@ -1086,58 +1086,11 @@ mod tests {
         }
     }
 
-    /// A token endpoint on a local socket answering `tok-1`, `tok-2`... (an hour each), and
-    /// how many exchanges it served.
-    async fn token_endpoint() -> (String, Arc<std::sync::atomic::AtomicU32>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/token", listener.local_addr().unwrap());
-        let served = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let count = Arc::clone(&served);
-        tokio::spawn(async move {
-            loop {
-                let (mut socket, _) = listener.accept().await.unwrap();
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                // The head, then a body of the length it announces.
-                loop {
-                    let n = socket.read(&mut buf).await.unwrap();
-                    request.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&request).to_string();
-                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if body.len() >= length {
-                            break;
-                        }
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                }
-                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                let body = format!("{{\"access_token\":\"tok-{n}\",\"expires_in\":3600}}");
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                socket.write_all(answer.as_bytes()).await.unwrap();
-            }
-        });
-        (url, served)
-    }
-
     #[tokio::test]
     async fn a_forgotten_vertex_token_is_exchanged_again() {
-        let (token_uri, served) = token_endpoint().await;
+        let endpoint = crate::vertex::TestTokenEndpoint::tokens().await;
         let key_file = crate::vertex::test_key_file(|f| {
-            f.insert("token_uri".into(), token_uri.into());
+            f.insert("token_uri".into(), endpoint.url.clone().into());
         });
         let mut c = channel(
             "https://us-central1-aiplatform.googleapis.com",
@@ -1153,7 +1106,7 @@ mod tests {
         assert_eq!(auth(&first), "Bearer tok-1");
         let cached = credential.authorized(&client, budget).await.unwrap();
         assert_eq!(auth(&cached), "Bearer tok-1", "the fresh token is reused");
-        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(endpoint.served(), 1);
         credential.forget_token();
         let again = credential.authorized(&client, budget).await.unwrap();
         assert_eq!(

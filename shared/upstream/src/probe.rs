@@ -248,8 +248,56 @@ async fn simulate(
 mod tests {
     use super::*;
     use switchyard_engine::{
-        Capabilities, Channel, ChannelStatus, Credential, Provider, SecretSource, SplitMix64,
+        Capabilities, Channel, ChannelStatus, Credential, Member, Provider, Route, RoutingMode,
+        SecretSource, SnapshotParts, SplitMix64,
     };
+
+    #[test]
+    fn a_channel_is_probed_with_its_first_enabled_members_model() {
+        let member = |id, channel_id, model: &str, enabled| Member {
+            id,
+            channel_id,
+            upstream_model: model.into(),
+            group_name: "default".into(),
+            priority: 0,
+            weight: 1,
+            enabled,
+            canary: false,
+            capabilities: Capabilities::default(),
+        };
+        let route = |id, members| Route {
+            id,
+            model_pattern: format!("r{id}"),
+            enabled: true,
+            routing_mode: RoutingMode::Auto,
+            single_member_id: None,
+            sticky_session: None,
+            stable_first: None,
+            stable_first_denominator: None,
+            retry_times: None,
+            channel_retry_times: None,
+            cooldown_seconds: None,
+            members,
+        };
+        let snapshot = Snapshot::new(SnapshotParts {
+            routes: vec![
+                route(
+                    1,
+                    vec![member(1, 7, "off", false), member(2, 8, "eight", true)],
+                ),
+                route(
+                    2,
+                    vec![member(4, 7, "later", true), member(3, 7, "seven", true)],
+                ),
+            ],
+            ..SnapshotParts::default()
+        });
+        // Channel 7: its disabled member is passed over, and of the next route's two the first
+        // in tier order (the lower id) is taken.
+        assert_eq!(probe_model(&snapshot, 7), Some("seven"));
+        assert_eq!(probe_model(&snapshot, 8), Some("eight"));
+        assert_eq!(probe_model(&snapshot, 9), None, "no member, no model");
+    }
 
     #[test]
     fn a_result_says_whether_it_passed_and_the_status_it_saw() {

@@ -538,7 +538,7 @@ impl TokenSource {
             .map_err(|_| TokenError::Transport)?
             .to_bytes();
         if !status.is_success() {
-            let reason = refusal_reason(&body).replace(&assertion, "[assertion]");
+            let reason = refusal_reason(&body, &assertion);
             tracing::warn!(
                 client_email = %account.client_email,
                 status = status.as_u16(),
@@ -578,8 +578,10 @@ impl TokenSource {
 }
 
 /// The token endpoint's `error` and `error_description` (OAuth's error answer), printable
-/// characters only and bounded; empty when the answer has neither.
-fn refusal_reason(body: &[u8]) -> String {
+/// characters only and bounded; empty when the answer has neither. An `assertion` the endpoint
+/// quotes back is replaced before the words are cut to their bound (a cut one would no longer
+/// be found).
+fn refusal_reason(body: &[u8], assertion: &str) -> String {
     let Ok(answer) = serde_json::from_slice::<Value>(body) else {
         return String::new();
     };
@@ -591,6 +593,11 @@ fn refusal_reason(body: &[u8]) -> String {
         (Some(error), _) => error.to_owned(),
         (None, Some(description)) => description.to_owned(),
         (None, None) => String::new(),
+    };
+    let reason = if assertion.is_empty() {
+        reason
+    } else {
+        reason.replace(assertion, "[assertion]")
     };
     reason
         .chars()
@@ -619,11 +626,461 @@ pub(crate) fn test_key_file(edit: impl FnOnce(&mut serde_json::Map<String, Value
     file.to_string()
 }
 
+/// A token endpoint on a local socket, for tests: exchange `n` (from 1) is answered after
+/// `answer(n, form).0` with the raw HTTP bytes `answer(n, form).1` — `None` holds the connection
+/// open and never answers — where `form` is the request's body. Each request's head and body
+/// are kept in `requests`.
+#[cfg(test)]
+pub(crate) struct TestTokenEndpoint {
+    pub url: String,
+    pub requests: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+#[cfg(test)]
+impl TestTokenEndpoint {
+    pub async fn start<F>(answer: F) -> TestTokenEndpoint
+    where
+        F: Fn(usize, &str) -> (Duration, Option<Vec<u8>>) + Send + Sync + 'static,
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/token", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        let answer = Arc::new(answer);
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let (seen, answer) = (Arc::clone(&seen), Arc::clone(&answer));
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // The head, then a body of the length it announces.
+                    let (head, form) = loop {
+                        let n = socket.read(&mut buf).await.unwrap();
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let length: usize = head
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse().unwrap())
+                                })
+                                .unwrap_or(0);
+                            if body.len() >= length || n == 0 {
+                                break (head.to_owned(), body.to_owned());
+                            }
+                        }
+                        assert!(n > 0, "the request ended before its head");
+                    };
+                    let n = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push((head, form.clone()));
+                        seen.len()
+                    };
+                    let (delay, bytes) = answer(n, &form);
+                    tokio::time::sleep(delay).await;
+                    match bytes {
+                        Some(bytes) => {
+                            let _ = socket.write_all(&bytes).await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                });
+            }
+        });
+        TestTokenEndpoint { url, requests }
+    }
+
+    /// A JSON answer with `status` and `headers`, closing the connection.
+    pub fn json(status: u16, headers: &str, body: &str) -> Option<Vec<u8>> {
+        Some(
+            format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    }
+
+    /// An endpoint answering `tok-1`, `tok-2`... (an hour each) at once.
+    pub async fn tokens() -> TestTokenEndpoint {
+        TestTokenEndpoint::start(|n, _| {
+            let body = format!("{{\"access_token\":\"tok-{n}\",\"expires_in\":3600}}");
+            (Duration::ZERO, TestTokenEndpoint::json(200, "", &body))
+        })
+        .await
+    }
+
+    /// How many exchanges it was asked for.
+    pub fn served(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const KEY: &str = include_str!("../../mock-upstream/fixtures/vertex-test-key.pem");
+
+    /// A token source for a key file whose token endpoint is `endpoint` (and whose
+    /// `client_email` is `who`, so no other test shares its cached token).
+    fn source_at(endpoint: &TestTokenEndpoint, who: &str) -> Arc<TokenSource> {
+        token_source(&test_key_file(|m| {
+            m.insert("token_uri".into(), json!(endpoint.url));
+            m.insert("client_email".into(), json!(format!("{who}@p.iam")));
+        }))
+        .unwrap()
+    }
+
+    fn client() -> HttpClient {
+        crate::client::build_client(Duration::from_secs(5))
+    }
+
+    const BUDGET: Duration = Duration::from_secs(10);
+
+    fn cached(source: &TokenSource) -> Token {
+        source.current.read().unwrap().clone().unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_exchange_serves_every_request_while_its_token_is_fresh() {
+        let endpoint = TestTokenEndpoint::start(|n, _| {
+            let body = format!("{{\"access_token\":\"tok-{n}\",\"expires_in\":3600}}");
+            // Slow enough that the second request arrives while the first exchange runs.
+            (
+                Duration::from_millis(200),
+                TestTokenEndpoint::json(200, "", &body),
+            )
+        })
+        .await;
+        let source = source_at(&endpoint, "shared");
+        let client = client();
+        let (a, b) = tokio::join!(
+            source.bearer(&client, BUDGET),
+            source.bearer(&client, BUDGET)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(
+            (a.to_str().unwrap(), b.to_str().unwrap()),
+            ("Bearer tok-1", "Bearer tok-1")
+        );
+        assert!(a.is_sensitive(), "the token is marked sensitive");
+        assert_eq!(source.bearer(&client, BUDGET).await.unwrap(), a);
+        assert_eq!(endpoint.served(), 1);
+        // The exchange: a form-encoded JWT bearer grant, asking for JSON.
+        let (head, form) = endpoint.requests.lock().unwrap()[0].clone();
+        let head = head.to_ascii_lowercase();
+        assert!(head.starts_with("post /token http/1.1"), "{head}");
+        assert!(
+            head.contains("content-type: application/x-www-form-urlencoded"),
+            "{head}"
+        );
+        assert!(head.contains("accept: application/json"), "{head}");
+        let assertion = form
+            .strip_prefix(
+                "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=",
+            )
+            .unwrap();
+        let header = jsonwebtoken::decode_header(assertion).unwrap();
+        assert_eq!(header.kid.as_deref(), Some("kid-1"));
+    }
+
+    #[tokio::test]
+    async fn a_token_is_refreshed_before_it_expires_by_its_lifetime() {
+        let endpoint = TestTokenEndpoint::start(|n, _| {
+            let body = match n {
+                1 => r#"{"access_token":"tok-1","expires_in":100}"#,
+                2 => r#"{"access_token":"tok-2"}"#,
+                _ => r#"{"access_token":"tok-3","expires_in":7200}"#,
+            };
+            (Duration::ZERO, TestTokenEndpoint::json(200, "", body))
+        })
+        .await;
+        let source = source_at(&endpoint, "lifetime");
+        let client = client();
+        let before = Instant::now();
+        source.bearer(&client, BUDGET).await.unwrap();
+        let token = cached(&source);
+        // 100 s: refreshed a fifth of it (20 s) before it expires.
+        assert_eq!(token.expires_at - token.refresh_at, Duration::from_secs(20));
+        assert!(token.expires_at >= before + Duration::from_secs(100));
+        assert!(token.expires_at <= Instant::now() + Duration::from_secs(100));
+        // Due for its refresh: the next request exchanges again.
+        source.current.write().unwrap().as_mut().unwrap().refresh_at = Instant::now();
+        let second = source.bearer(&client, BUDGET).await.unwrap();
+        assert_eq!(second.to_str().unwrap(), "Bearer tok-2");
+        // No `expires_in`: an hour, refreshed five minutes before.
+        let token = cached(&source);
+        assert_eq!(
+            token.expires_at - token.refresh_at,
+            Duration::from_secs(300)
+        );
+        assert!(token.expires_at >= before + Duration::from_secs(3600));
+        source.forget();
+        source.bearer(&client, BUDGET).await.unwrap();
+        let token = cached(&source);
+        assert_eq!(
+            token.expires_at - token.refresh_at,
+            Duration::from_secs(300)
+        );
+        assert_eq!(endpoint.served(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_refresh_keeps_the_unexpired_token_and_an_expired_one_fails() {
+        let endpoint = TestTokenEndpoint::start(|_, _| {
+            (Duration::ZERO, TestTokenEndpoint::json(503, "", "{}"))
+        })
+        .await;
+        let source = source_at(&endpoint, "refresh");
+        let client = client();
+        let old = HeaderValue::from_static("Bearer old");
+        let keep = |expires_in: Duration| {
+            source.set(Some(Token {
+                bearer: old.clone(),
+                refresh_at: Instant::now(),
+                expires_at: Instant::now() + expires_in,
+            }))
+        };
+        keep(Duration::from_secs(3600));
+        assert_eq!(source.bearer(&client, BUDGET).await.unwrap(), old);
+        // Tried again ten seconds later, not at every request.
+        let token = cached(&source);
+        let now = Instant::now();
+        assert!(token.refresh_at > now && token.refresh_at <= now + REFRESH_RETRY);
+        assert_eq!(source.bearer(&client, BUDGET).await.unwrap(), old);
+        assert_eq!(endpoint.served(), 1);
+        // Never past the token's own end.
+        keep(Duration::from_secs(2));
+        assert_eq!(source.bearer(&client, BUDGET).await.unwrap(), old);
+        let token = cached(&source);
+        assert_eq!(token.refresh_at, token.expires_at);
+        // Expired: the refusal is the answer.
+        keep(Duration::ZERO);
+        let refused = source.bearer(&client, BUDGET).await.unwrap_err();
+        assert!(
+            matches!(refused, TokenError::Refused { status, .. } if status == StatusCode::SERVICE_UNAVAILABLE),
+            "{refused:?}"
+        );
+        assert_eq!(endpoint.served(), 3);
+    }
+
+    /// With the clock stopped, a token is stale at its refresh time itself, and an expired one
+    /// at its expiry itself (the bounds are exclusive).
+    #[tokio::test(start_paused = true)]
+    async fn a_token_is_stale_at_its_refresh_time_and_gone_at_its_expiry() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let unreachable = TestTokenEndpoint {
+            url: format!("http://{}/token", closed.local_addr().unwrap()),
+            requests: Arc::default(),
+        };
+        drop(closed);
+        let source = source_at(&unreachable, "bounds");
+        let now = Instant::now();
+        source.set(Some(Token {
+            bearer: HeaderValue::from_static("Bearer old"),
+            refresh_at: now,
+            expires_at: now,
+        }));
+        assert_eq!(source.fresh(), None);
+        // Whatever the failed exchange's error, a token at its expiry is not used.
+        assert!(source.bearer(&client(), BUDGET).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn each_unusable_answer_is_its_own_error() {
+        let padding = "x".repeat(2_000);
+        let huge = "x".repeat(MAX_TOKEN_ANSWER);
+        let cases: Vec<(String, TokenError)> = vec![
+            (
+                "429|retry-after: 7\r\n|{\"error\":\"rate_limited\"}".to_owned(),
+                TokenError::Refused {
+                    status: StatusCode::TOO_MANY_REQUESTS,
+                    retry_after: Some(HeaderValue::from_static("7")),
+                    reason: "rate_limited".into(),
+                },
+            ),
+            (
+                // The endpoint quotes the assertion back: it is never repeated.
+                "400||{\"error\":\"invalid_grant\",\"error_description\":\"bad ASSERTION\"}".into(),
+                TokenError::Refused {
+                    status: StatusCode::BAD_REQUEST,
+                    retry_after: None,
+                    reason: "invalid_grant: bad [assertion]".into(),
+                },
+            ),
+            ("200||not json".into(), TokenError::Malformed),
+            ("200||{\"access_token\":\"\"}".into(), TokenError::Malformed),
+            ("200||{\"access_token\":7}".into(), TokenError::Malformed),
+            (
+                "200||{\"access_token\":\"a\\u0001b\"}".into(),
+                TokenError::Malformed,
+            ),
+            (
+                format!("200||{{\"pad\":\"{huge}\"}}"),
+                TokenError::Transport,
+            ),
+        ];
+        for (i, (answer, expected)) in cases.into_iter().enumerate() {
+            let endpoint = TestTokenEndpoint::start(move |_, form| {
+                let assertion = form.rsplit('=').next().unwrap_or_default().to_owned();
+                let mut parts = answer.splitn(3, '|');
+                let status: u16 = parts.next().unwrap().parse().unwrap();
+                let headers = parts.next().unwrap();
+                let body = parts.next().unwrap().replace("ASSERTION", &assertion);
+                (
+                    Duration::ZERO,
+                    TestTokenEndpoint::json(status, headers, &body),
+                )
+            })
+            .await;
+            let source = source_at(&endpoint, &format!("case{i}"));
+            let error = source.bearer(&client(), BUDGET).await.unwrap_err();
+            assert_eq!(error, expected, "case {i}");
+        }
+        // A large answer within the bound is read whole.
+        let endpoint = TestTokenEndpoint::start(move |_, _| {
+            let body = format!("{{\"pad\":\"{padding}\",\"access_token\":\"big\"}}");
+            (Duration::ZERO, TestTokenEndpoint::json(200, "", &body))
+        })
+        .await;
+        let big = source_at(&endpoint, "big")
+            .bearer(&client(), BUDGET)
+            .await
+            .unwrap();
+        assert_eq!(big.to_str().unwrap(), "Bearer big");
+    }
+
+    #[tokio::test]
+    async fn network_failures_are_told_apart() {
+        let hang = TestTokenEndpoint::start(|_, _| (Duration::ZERO, None)).await;
+        let error = source_at(&hang, "hang")
+            .bearer(&client(), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert_eq!(error, TokenError::Timeout);
+        let close = TestTokenEndpoint::start(|_, _| (Duration::ZERO, Some(Vec::new()))).await;
+        let error = source_at(&close, "close")
+            .bearer(&client(), BUDGET)
+            .await
+            .unwrap_err();
+        assert_eq!(error, TokenError::Transport);
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refused = TestTokenEndpoint {
+            url: format!("http://{}/token", closed.local_addr().unwrap()),
+            requests: Arc::default(),
+        };
+        drop(closed);
+        let error = source_at(&refused, "refused")
+            .bearer(&client(), BUDGET)
+            .await
+            .unwrap_err();
+        assert_eq!(error, TokenError::Connect);
+        let labels: Vec<&str> = [
+            TokenError::Connect,
+            TokenError::Transport,
+            TokenError::Timeout,
+            TokenError::Malformed,
+            TokenError::Request,
+            error_refused(),
+        ]
+        .iter()
+        .map(TokenError::as_str)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "token_connect_error",
+                "token_transport_error",
+                "token_timeout",
+                "token_malformed",
+                "token_request",
+                "token_refused"
+            ]
+        );
+    }
+
+    fn error_refused() -> TokenError {
+        TokenError::Refused {
+            status: StatusCode::FORBIDDEN,
+            retry_after: None,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn unusable_answers_and_unsigned_assertions_have_their_own_answers() {
+        let answer = |e: TokenError| {
+            let (status, _, body) = e.answer("a@b").unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            (status, body["error"]["status"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            answer(TokenError::Malformed),
+            (StatusCode::BAD_GATEWAY, "INTERNAL".to_owned())
+        );
+        assert_eq!(
+            answer(TokenError::Request),
+            (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED".to_owned())
+        );
+        assert_eq!(
+            answer(error_refused()),
+            (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED".to_owned())
+        );
+        let (_, _, body) = error_refused().answer("a@b").unwrap();
+        assert!(String::from_utf8_lossy(&body).contains("answered status 403"));
+        assert_eq!(
+            refusal_reason(br#"{"error_description":" only words "}"#, ""),
+            "only words"
+        );
+        assert_eq!(
+            refusal_reason(br#"{"error":"e","error_description":""}"#, ""),
+            "e"
+        );
+        assert_eq!(refusal_reason(b"{\"error\":\"a\\u0007b\"}", ""), "ab");
+        assert_eq!(refusal_reason(b"{}", ""), "");
+    }
+
+    #[test]
+    fn one_token_source_per_key_file_while_it_is_in_use() {
+        let file = |who: &str| {
+            test_key_file(|m| {
+                m.insert("client_email".into(), json!(format!("{who}@p.iam")));
+            })
+        };
+        let first = token_source(&file("registry")).unwrap();
+        let again = token_source(&format!("  {}\n", file("registry"))).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same file, the same source"
+        );
+        assert_eq!(first.account().client_email, "registry@p.iam");
+        let debug = format!("{first:?}");
+        assert!(
+            debug.starts_with("TokenSource") && debug.contains("registry@p.iam"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains("PRIVATE") && !debug.contains("kid-1"),
+            "{debug}"
+        );
+        let other = token_source(&file("registry-2")).unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        drop((first, again));
+        // A source no channel holds any more is dropped from the registry at the next new one.
+        let _third = token_source(&file("registry-3")).unwrap();
+        let registry = sources().lock().unwrap();
+        assert!(!registry.contains_key(file("registry").as_str()));
+        assert!(registry.contains_key(file("registry-2").as_str()));
+        drop(registry);
+        assert!(token_source("{}").unwrap_err().contains("`type`"));
+        assert!(check_service_account(&file("ok")).is_ok());
+        assert!(check_service_account("[]").is_err());
+    }
 
     #[test]
     fn a_key_file_parses_and_its_debug_shows_no_key() {
@@ -636,6 +1093,10 @@ mod tests {
         let debug = format!("{account:?}");
         assert!(
             !debug.contains("PRIVATE") && !debug.contains("kid-1"),
+            "{debug}"
+        );
+        assert!(
+            debug.starts_with("ServiceAccount") && debug.contains("test-project"),
             "{debug}"
         );
         // Pretty-printed, as Google hands it out.
@@ -668,6 +1129,24 @@ mod tests {
                     m.insert("private_key_id".into(), json!(7));
                 }),
                 "`private_key_id` must be a string",
+            ),
+            (
+                test_key_file(|m| {
+                    m.insert("client_email".into(), json!("  "));
+                }),
+                "`client_email` is missing or empty",
+            ),
+            (
+                test_key_file(|m| {
+                    m.insert("client_email".into(), json!("SECRET1.example.com"));
+                }),
+                "`client_email` must be an email address",
+            ),
+            (
+                test_key_file(|m| {
+                    m.insert("client_email".into(), json!("a@SECRET1\u{7}"));
+                }),
+                "`client_email` must be an email address",
             ),
             (
                 test_key_file(|m| {
@@ -729,6 +1208,19 @@ mod tests {
         );
         let t = VertexTarget::parse("http://127.0.0.1:8080").unwrap();
         assert_eq!(t.location, DEFAULT_LOCATION);
+        assert!(
+            t.url("/v1beta/models/m:generateContent", Some(""), "p")
+                .ends_with("/models/m:generateContent"),
+            "an empty query string adds no `?`"
+        );
+        // A host that only ends like a regional endpoint names no location.
+        let t = VertexTarget::parse("https://-aiplatform.googleapis.com").unwrap();
+        assert_eq!(t.location, DEFAULT_LOCATION);
+        assert!(check_vertex_base_url("https://europe-west4-aiplatform.googleapis.com/ ").is_ok());
+        assert_eq!(
+            check_vertex_base_url("https://x/v1/projects/p"),
+            Err(BASE_URL_SHAPE.to_owned())
+        );
         for bad in [
             "https://x/v1/projects/p",
             "https://x/v1/projects/p/locations/l/extra",
@@ -747,6 +1239,7 @@ mod tests {
             retry_after: None,
             reason: refusal_reason(
                 br#"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#,
+                "",
             ),
         };
         let (status, headers, body) = refused.answer("a@b").unwrap();
@@ -764,25 +1257,27 @@ mod tests {
             retry_after: Some(HeaderValue::from_static("7")),
             reason: String::new(),
         };
-        let (status, headers, _) = limited.answer("a@b").unwrap();
+        let (status, headers, body) = limited.answer("a@b").unwrap();
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(headers[header::RETRY_AFTER], "7");
-        assert_eq!(
-            TokenError::Refused {
-                status: StatusCode::BAD_GATEWAY,
-                retry_after: None,
-                reason: String::new()
-            }
-            .answer("a")
-            .unwrap()
-            .0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED");
+        assert_eq!(body["error"]["code"], 429);
+        let (status, _, body) = TokenError::Refused {
+            status: StatusCode::BAD_GATEWAY,
+            retry_after: None,
+            reason: String::new(),
+        }
+        .answer("a")
+        .unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["status"], "UNAVAILABLE");
         assert!(TokenError::Connect.answer("a").is_none());
-        assert_eq!(refusal_reason(b"<html>"), "");
-        assert_eq!(refusal_reason(&[b'{'; 3]), "");
+        assert_eq!(refusal_reason(b"<html>", ""), "");
+        assert_eq!(refusal_reason(&[b'{'; 3], ""), "");
         let long = format!("{{\"error\":\"{}\"}}", "x".repeat(500));
-        assert_eq!(refusal_reason(long.as_bytes()).len(), MAX_REASON_CHARS);
+        assert_eq!(refusal_reason(long.as_bytes(), "").len(), MAX_REASON_CHARS);
     }
 
     #[test]
