@@ -212,9 +212,13 @@ mod tests {
             (401, "authentication_error"),
             (403, "permission_error"),
             (404, "not_found_error"),
+            (402, "billing_error"),
             (413, "request_too_large"),
             (429, "rate_limit_error"),
             (500, "api_error"),
+            (502, "api_error"),
+            (503, "overloaded_error"),
+            (504, "timeout_error"),
             (529, "overloaded_error"),
         ] {
             assert_eq!(anthropic_error_type(s), t, "{s}");
@@ -228,8 +232,13 @@ mod tests {
             (401, "UNAUTHENTICATED"),
             (403, "PERMISSION_DENIED"),
             (404, "NOT_FOUND"),
+            (409, "ABORTED"),
+            (418, "FAILED_PRECONDITION"),
             (429, "RESOURCE_EXHAUSTED"),
+            (499, "CANCELLED"),
             (500, "INTERNAL"),
+            (501, "UNIMPLEMENTED"),
+            (502, "INTERNAL"),
             (503, "UNAVAILABLE"),
             (504, "DEADLINE_EXCEEDED"),
         ] {
@@ -374,6 +383,23 @@ mod tests {
             b"",
         ));
         assert!(o["error"]["message"].as_str().unwrap().contains("HTTP 500"));
+        // The text is looked for in the first 4 000 bytes, past leading blanks.
+        let padded = format!("{}the real words", " ".repeat(2_000));
+        let o = j(&translate_error_body(
+            Protocol::OpenAi,
+            Protocol::Anthropic,
+            500,
+            padded.as_bytes(),
+        ));
+        assert_eq!(o["error"]["message"], "the real words");
+        // An `error` that is only a string is the message.
+        let o = j(&translate_error_body(
+            Protocol::OpenAi,
+            Protocol::Gemini,
+            500,
+            br#"{"error":"plain words"}"#,
+        ));
+        assert_eq!(o["error"]["message"], "plain words");
     }
 
     #[test]

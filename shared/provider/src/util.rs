@@ -33,12 +33,6 @@ impl Fields for Value {
     }
 }
 
-impl<T: Fields + ?Sized> Fields for &T {
-    fn field(&self, key: &str) -> Option<&Value> {
-        (**self).field(key)
-    }
-}
-
 impl Fields for Map<String, Value> {
     fn field(&self, key: &str) -> Option<&Value> {
         self.get(key)
@@ -129,6 +123,17 @@ mod tests {
     fn synthesized_ids_are_stable_and_distinct() {
         assert_eq!(synth_call_id(&["a", "b"]), synth_call_id(&["a", "b"]));
         assert_ne!(synth_call_id(&["ab", ""]), synth_call_id(&["a", "b"]));
+    }
+
+    #[test]
+    fn a_count_is_a_whole_non_negative_number() {
+        let v =
+            serde_json::json!({"n": 7, "f": 3.7, "zero": 0.0, "neg": -1.0, "negi": -2, "s": "7"});
+        let counts: Vec<Option<u64>> = ["n", "f", "zero", "neg", "negi", "s", "none"]
+            .iter()
+            .map(|k| get_u64(&v, k))
+            .collect();
+        assert_eq!(counts, [Some(7), Some(3), Some(0), None, None, None, None]);
     }
 
     #[test]

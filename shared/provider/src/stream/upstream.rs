@@ -100,7 +100,7 @@ impl Upstream {
         }
         self.start(get_str(&v, "id").unwrap_or(""), out);
         if let Some(c) = get_array(&v, "choices")
-            .and_then(|c| c.iter().find(|c| get_u64(c, "index").unwrap_or(0) == 0))
+            .and_then(|c| c.iter().find(|c| get_u64(*c, "index").unwrap_or(0) == 0))
         {
             if let Some(d) = c.get("delta") {
                 for key in ["content", "refusal"] {
@@ -260,7 +260,7 @@ impl Upstream {
             out.push(Ev::Usage(FullUsage::from_gemini(u)));
         }
         let cand = get_array(&v, "candidates")
-            .and_then(|c| c.iter().find(|c| get_u64(c, "index").unwrap_or(0) == 0));
+            .and_then(|c| c.iter().find(|c| get_u64(*c, "index").unwrap_or(0) == 0));
         let Some(c) = cand else {
             if v.get("promptFeedback")
                 .and_then(|f| get_str(f, "blockReason"))
@@ -298,5 +298,118 @@ impl Upstream {
             out.push(Ev::Finish(f));
             out.push(Ev::Done);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The neutral events of one upstream's events (JSON data, no SSE event name).
+    fn neutral(protocol: Protocol, data: &[&str]) -> Vec<Ev> {
+        let mut upstream = Upstream::new(protocol);
+        let mut out = Vec::new();
+        for d in data {
+            let ev = SseEvent {
+                event: None,
+                data: (*d).to_owned(),
+            };
+            upstream.event(&ev, &mut out);
+        }
+        out
+    }
+
+    fn tool_events(evs: &[Ev]) -> Vec<&Ev> {
+        evs.iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Ev::ToolStart { .. } | Ev::ToolArgs { .. } | Ev::ToolEnd { .. }
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn argument_json_and_stops_of_anthropic_blocks_that_are_not_calls_give_nothing() {
+        let evs = neutral(
+            Protocol::Anthropic,
+            &[
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#,
+                r#"{"type":"content_block_stop","index":0}"#,
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+                r#"{"type":"content_block_stop","index":1}"#,
+            ],
+        );
+        assert_eq!(
+            tool_events(&evs),
+            [
+                &Ev::ToolStart {
+                    key: 1,
+                    id: "t".into(),
+                    name: "f".into()
+                },
+                &Ev::ToolArgs {
+                    key: 1,
+                    args: "{}".into()
+                },
+                &Ev::ToolEnd { key: 1 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_gemini_array_item_is_read_only_when_it_is_the_only_one() {
+        let item = r#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"index":0}]}"#;
+        let one = neutral(Protocol::Gemini, &[&format!("[{item}]")]);
+        assert!(one.contains(&Ev::Text("hi".into())), "{one:?}");
+        let two = neutral(Protocol::Gemini, &[&format!("[{item},{item}]")]);
+        assert_eq!(two, []);
+    }
+
+    #[test]
+    fn gemini_calls_are_numbered_in_turn_and_make_a_stop_a_tool_call_finish() {
+        let calls = r#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"a","args":{}}},{"functionCall":{"name":"b"}}]},"finishReason":"STOP","index":0}]}"#;
+        let evs = neutral(Protocol::Gemini, &[calls]);
+        let keys: Vec<u64> = evs
+            .iter()
+            .filter_map(|e| match e {
+                Ev::ToolStart { key, .. } => Some(*key),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(keys, [0, 1]);
+        assert!(evs.contains(&Ev::ToolArgs {
+            key: 1,
+            args: "{}".into()
+        }));
+        assert!(evs.contains(&Ev::Finish(Finish::ToolCalls)), "{evs:?}");
+        let text = r#"{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP","index":0}]}"#;
+        let evs = neutral(Protocol::Gemini, &[text]);
+        assert!(evs.contains(&Ev::Finish(Finish::Stop)), "{evs:?}");
+    }
+
+    #[test]
+    fn only_the_first_choice_or_candidate_is_read() {
+        let openai = neutral(
+            Protocol::OpenAi,
+            &[
+                r#"{"id":"c","choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"first"}}]}"#,
+            ],
+        );
+        assert_eq!(
+            openai,
+            [Ev::Start { id: "c".into() }, Ev::Text("first".into())]
+        );
+        let gemini = neutral(
+            Protocol::Gemini,
+            &[
+                r#"{"candidates":[{"content":{"parts":[{"text":"other"}]},"index":1},{"content":{"parts":[{"text":"first"}]},"index":0}]}"#,
+            ],
+        );
+        assert!(gemini.contains(&Ev::Text("first".into())));
+        assert!(!gemini.contains(&Ev::Text("other".into())));
     }
 }
