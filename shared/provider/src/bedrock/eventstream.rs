@@ -293,4 +293,125 @@ mod tests {
             "a failed decoder stays failed"
         );
     }
+
+    /// A prelude announcing `total` and `headers_len`, with its CRC, then `total - 12` bytes.
+    fn frame(total: u32, headers_len: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&total.to_be_bytes());
+        out.extend_from_slice(&headers_len.to_be_bytes());
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out.resize(total as usize, 0);
+        out
+    }
+
+    #[test]
+    fn the_headers_fit_their_bound_and_their_message() {
+        let refused = |total: usize, headers_len: usize| {
+            Decoder::new().push(&frame(total as u32, headers_len as u32), &mut Vec::new())
+        };
+        // Headers longer than the message leaves them, or than their own bound.
+        assert_eq!(refused(40, 25), Err(FrameError::Length));
+        let over = MAX_HEADERS_BYTES + 1;
+        assert_eq!(refused(over + OVERHEAD + 8, over), Err(FrameError::Length));
+        // Up to both bounds exactly: a message with no payload, and one with the largest
+        // headers section.
+        let name = "n".repeat(200);
+        let value = "v".repeat(300);
+        let headers: Vec<(&str, &str)> = vec![(name.as_str(), value.as_str()); 32];
+        let largest = encode(&headers, b"");
+        let headers_len = largest.len() - OVERHEAD;
+        assert!(headers_len <= MAX_HEADERS_BYTES && headers_len > 2_000);
+        let mut got = Vec::new();
+        Decoder::new().push(&largest, &mut got).unwrap();
+        assert_eq!((got[0].headers.len(), got[0].payload.len()), (32, 0));
+        // One more header of 5 bytes besides its value: length, name, type, value length.
+        let pad = MAX_HEADERS_BYTES - headers_len - 5;
+        let exact = encode(
+            &[headers.as_slice(), &[("p", &"x".repeat(pad))]].concat(),
+            b"{}",
+        );
+        assert_eq!(exact.len() - OVERHEAD - 2, MAX_HEADERS_BYTES);
+        let mut got = Vec::new();
+        Decoder::new().push(&exact, &mut got).unwrap();
+        assert_eq!(got[0].payload, b"{}");
+    }
+
+    #[test]
+    fn headers_of_every_type_are_skipped_by_their_size_and_strings_kept() {
+        // (type, value bytes after the type): bool true/false, byte, short, int, long,
+        // byte array (length-prefixed), timestamp, uuid; then one string.
+        let values: [(u8, Vec<u8>); 9] = [
+            (0, vec![]),
+            (1, vec![]),
+            (2, vec![7]),
+            (3, vec![0, 7]),
+            (4, vec![0, 0, 0, 7]),
+            (5, vec![0; 8]),
+            (6, vec![0, 3, 1, 2, 3]),
+            (8, vec![0; 8]),
+            (9, vec![0; 16]),
+        ];
+        let mut raw = Vec::new();
+        for (ty, value) in &values {
+            raw.extend_from_slice(&[1, b'h', *ty]);
+            raw.extend_from_slice(value);
+        }
+        raw.extend_from_slice(&[1, b's', 7, 0, 2, b'o', b'k']);
+        // The string-only encoder's message with these headers in place of its own.
+        let mut wire = frame((OVERHEAD + raw.len() + 2) as u32, raw.len() as u32);
+        wire.truncate(12);
+        wire.extend_from_slice(&raw);
+        wire.extend_from_slice(b"{}");
+        let crc = crc32fast::hash(&wire);
+        wire.extend_from_slice(&crc.to_be_bytes());
+        let mut got = Vec::new();
+        Decoder::new().push(&wire, &mut got).unwrap();
+        assert_eq!(got[0].headers, [("s".to_owned(), "ok".to_owned())]);
+        assert_eq!(got[0].payload, b"{}");
+        // An unknown type is a malformed header.
+        let mut bad = raw.clone();
+        bad[2] = 10;
+        let mut wire = frame((OVERHEAD + bad.len()) as u32, bad.len() as u32);
+        wire.truncate(12);
+        wire.extend_from_slice(&bad);
+        let crc = crc32fast::hash(&wire);
+        wire.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            Decoder::new().push(&wire, &mut Vec::new()),
+            Err(FrameError::Header)
+        );
+    }
+
+    #[test]
+    fn the_bytes_of_an_unfinished_message_are_pending() {
+        let wire = encode(&[(":event-type", "x")], b"{}");
+        let mut d = Decoder::new();
+        d.push(&wire[..wire.len() - 3], &mut Vec::new()).unwrap();
+        assert_eq!(d.pending(), wire.len() - 3);
+    }
+
+    #[test]
+    fn each_framing_error_says_what_it_is() {
+        let words: Vec<String> = [
+            FrameError::Length,
+            FrameError::PreludeCrc,
+            FrameError::MessageCrc,
+            FrameError::Header,
+            FrameError::Truncated,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            words,
+            [
+                "event-stream message length out of bounds",
+                "event-stream prelude CRC mismatch",
+                "event-stream message CRC mismatch",
+                "malformed event-stream header",
+                "event stream ended early"
+            ]
+        );
+    }
 }
