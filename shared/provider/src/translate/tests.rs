@@ -1339,6 +1339,109 @@ fn estimate_counts_all_text_and_tool_schemas() {
     assert_eq!(parse(O, img).estimate_input_tokens(), MEDIA_TOKEN_ESTIMATE);
 }
 
+#[test]
+fn the_estimate_is_a_quarter_of_every_character_plus_each_media_part() {
+    let mut b = oai(
+        json!([{"role": "system", "content": "12345678"}, {"role": "user", "content": "abcd"}]),
+    );
+    b["tools"] = json!([weather_tool_openai()]);
+    let schema = weather_tool_openai()["function"]["parameters"]
+        .to_string()
+        .len();
+    let chars = 8 + 4 + "get_weather".len() + "Weather for a city".len() + schema;
+    assert_eq!(
+        parse(O, b).estimate_input_tokens(),
+        (chars as u64).div_ceil(4)
+    );
+    // A call counts its name and arguments, a result its content.
+    let calls = oai(json!([
+        {"role": "user", "content": "abcd"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ff", "arguments": "{\"a\":12}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "xyzw"},
+    ]));
+    assert_eq!(
+        parse(O, calls).estimate_input_tokens(),
+        (4 + 2 + 8 + 4u64).div_ceil(4)
+    );
+}
+
+#[test]
+fn the_requests_own_facts_are_read_back() {
+    let chat = ChatRequest::parse(O, br#"{"model":"m","messages":[]}"#, "", false).unwrap();
+    assert!(!chat.stream() && !chat.is_responses() && !chat.asks_to_store());
+    let streamed = ChatRequest::parse(
+        O,
+        br#"{"model":"m","messages":[],"stream":true}"#,
+        "",
+        false,
+    )
+    .unwrap();
+    assert!(streamed.stream());
+    let stored = |body: &str| {
+        let r = ChatRequest::parse_responses(body.as_bytes(), "", false).unwrap();
+        assert!(r.is_responses());
+        r.asks_to_store()
+    };
+    assert!(
+        stored(r#"{"model":"m","input":"hi"}"#),
+        "stored unless told not to"
+    );
+    assert!(stored(r#"{"model":"m","input":"hi","store":true}"#));
+    assert!(!stored(r#"{"model":"m","input":"hi","store":false}"#));
+}
+
+#[test]
+fn a_streamed_second_gemini_candidate_is_named_as_gemini_says_it() {
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "generationConfig": {"candidateCount": 2}});
+    let r = ChatRequest::parse(G, body.to_string().as_bytes(), "m", true).unwrap();
+    assert_eq!(
+        r.unsupported_for(O).as_deref(),
+        Some("candidateCount > 1 with streaming")
+    );
+}
+
+#[test]
+fn one_streamed_choice_is_no_second_choice() {
+    let body = json!({"model": "m", "n": 1, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = ChatRequest::parse(O, body.to_string().as_bytes(), "m", true).unwrap();
+    assert_eq!(r.unsupported_for(A), None);
+}
+
+#[test]
+fn the_clients_own_stream_options_are_kept_beside_include_usage() {
+    let request = json!({"model": "m", "stream": true, "stream_options": {"include_obfuscation": false},
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = ChatRequest::parse(O, request.to_string().as_bytes(), "m", true).unwrap();
+    assert_eq!(
+        body(&r, O)["stream_options"],
+        json!({"include_obfuscation": false, "include_usage": true})
+    );
+}
+
+#[test]
+fn a_feature_kept_to_the_clients_protocol_blocks_every_other() {
+    let mut r = parse(
+        A,
+        json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    r.keep_to_own_protocol("only here");
+    assert_eq!(r.unsupported_for(O).as_deref(), Some("only here"));
+    assert_eq!(r.unsupported_for(G).as_deref(), Some("only here"));
+    assert_eq!(r.unsupported_for(A), None);
+}
+
+#[test]
+fn a_feature_blocked_twice_is_blocked_for_both_sets_of_targets() {
+    let mut ir = Ir::default();
+    ir.block("x", &[O], true);
+    ir.block("x", &[A], false);
+    assert_eq!(ir.features.len(), 1);
+    let blocked = ir.features[0].blocked;
+    assert!(blocked[O.idx()] && blocked[A.idx()] && !blocked[G.idx()]);
+}
+
 // --- malformed input ------------------------------------------------------------------------
 
 #[test]
