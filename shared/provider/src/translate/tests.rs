@@ -1403,6 +1403,15 @@ fn a_streamed_second_gemini_candidate_is_named_as_gemini_says_it() {
 }
 
 #[test]
+fn a_streamed_responses_request_gets_no_chat_stream_options() {
+    let r = ChatRequest::parse_responses(br#"{"model":"m","input":"hi","stream":true}"#, "", false)
+        .unwrap();
+    let sent = body(&r, O);
+    assert_eq!(sent["model"], "up-model");
+    assert!(sent.get("stream_options").is_none(), "{sent}");
+}
+
+#[test]
 fn one_streamed_choice_is_no_second_choice() {
     let body = json!({"model": "m", "n": 1, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let r = ChatRequest::parse(O, body.to_string().as_bytes(), "m", true).unwrap();
