@@ -809,6 +809,9 @@ fn object_after_key_handles_strings_with_braces() {
     );
     assert_eq!(object_after_key(br#"{"usage":null}"#, b"\"usage\""), None);
     assert_eq!(object_after_key(br#"{"usage":{"a":1"#, b"\"usage\""), None);
+    // Cut after blanks: nothing past the end is read.
+    assert_eq!(object_after_key(b"{\"usage\"  ", b"\"usage\""), None);
+    assert_eq!(object_after_key(b"{\"usage\": ", b"\"usage\""), None);
 }
 
 /// The Responses API events of a translated stream: (name, data) in order.
@@ -1027,6 +1030,50 @@ fn null_usage_spans_take_their_comma() {
     assert_eq!(cut(r#"{"usage":null}"#).as_deref(), Some("{}"));
     assert_eq!(cut(r#"{"usage":{"a":1}}"#), None);
     assert_eq!(cut(r#"{"t":"say \"usage\":null"}"#), None);
+    // Blanks between the value and the comma after it go too.
+    assert_eq!(
+        cut(r#"{"usage":null ,"b":2}"#).as_deref(),
+        Some(r#"{"b":2}"#)
+    );
+    // Not inside an object: nothing to take.
+    assert_eq!(cut(r#""usage":null"#), None);
+}
+
+#[test]
+fn an_empty_choices_chunk_without_usage_reaches_the_client() {
+    // Azure's first chunk (its prompt filter results) has no choices and no usage: only the
+    // usage-only chunk the gateway asked for is held back.
+    let stream = concat!(
+        "data: {\"id\":\"\",\"choices\":[],\"prompt_filter_results\":[]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let (out, t) = run(O, O, stream, false);
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("prompt_filter_results"), "{out}");
+    assert!(!out.contains("total_tokens"), "{out}");
+    assert_eq!(t.usage().input_tokens, 1);
+}
+
+#[test]
+fn a_passed_through_stream_is_closed_only_at_the_upstreams_end() {
+    let mut t = StreamTranslator::new(A, A, "m", false);
+    let mut out = Vec::new();
+    t.push(b"event: ping\ndata: {\"type\":\"ping\"}\n\n", &mut out);
+    assert!(!t.client_closed());
+    t.push(
+        b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        &mut out,
+    );
+    assert!(t.client_closed());
+}
+
+#[test]
+fn only_an_openai_scanner_made_to_strip_strips() {
+    assert!(UsageScanner::stripping_usage(O).strips());
+    assert!(!UsageScanner::stripping_usage(A).strips());
+    assert!(!UsageScanner::new(O).strips());
 }
 
 #[test]
