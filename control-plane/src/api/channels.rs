@@ -481,6 +481,7 @@ pub(super) async fn create_in<'c>(
     .await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "get_channel",
     responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

@@ -222,6 +222,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<CredentialView>(tx, actor, Change::Create, view.id, detail, view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "get_credential",
     responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

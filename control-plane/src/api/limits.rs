@@ -342,6 +342,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<LimitRow>(tx, actor, Change::Create, id, detail(&limit), view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "get_limit",
     responses((status = 200, body = LimitView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

@@ -224,6 +224,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<MemberView>(tx, actor, Change::Create, view.id, detail, view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members", operation_id = "get_member",
     responses((status = 200, body = MemberView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

@@ -273,6 +273,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<PriceRow>(tx, actor, Change::Create, id, spec.detail(), view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "get_price",
     responses((status = 200, body = PriceView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

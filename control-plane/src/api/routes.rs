@@ -325,6 +325,7 @@ fn bind_spec<'q>(query: RowQuery<'q, RouteView>, spec: &'q RouteSpec) -> RowQuer
         .bind(spec.cooldown_seconds)
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "get_route",
     responses((status = 200, body = RouteView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

@@ -440,6 +440,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<ShadowRow>(tx, actor, Change::Create, id, detail(&rule), view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "get_shadow",
     responses((status = 200, body = ShadowView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(
@@ -619,7 +620,7 @@ pub struct ShadowReport {
     pub stopped_reason: Option<String>,
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, Default)]
 struct MinuteRow {
     pairs: i64,
     live_ok: i64,
@@ -644,6 +645,13 @@ struct MinuteRow {
     shadow_json_valid: i64,
     length_ratio_milli_sum: i64,
     similarity_milli_sum: i64,
+}
+
+/// `$t.f += $m.f`, saturating, for each field `f` named.
+macro_rules! saturating_sum {
+    ($t:ident, $m:ident; $($field:ident),+ $(,)?) => {
+        $( $t.$field = $t.$field.saturating_add($m.$field); )+
+    };
 }
 
 fn add_hist(into: &mut Vec<i64>, from: &[i64]) {
@@ -755,35 +763,8 @@ pub async fn report(
     .bind(since.map(i64_of))
     .fetch_all(&state.pool)
     .await?;
-    let mut t = MinuteRow {
-        pairs: 0,
-        live_ok: 0,
-        shadow_ok: 0,
-        live_total_ms_hist: Vec::new(),
-        live_first_byte_ms_hist: Vec::new(),
-        shadow_total_ms_hist: Vec::new(),
-        shadow_first_byte_ms_hist: Vec::new(),
-        live_input_tokens: 0,
-        live_output_tokens: 0,
-        shadow_input_tokens: 0,
-        shadow_output_tokens: 0,
-        live_cost_pico_usd: 0,
-        shadow_cost_pico_usd: 0,
-        live_unpriced: 0,
-        shadow_unpriced: 0,
-        compared: 0,
-        same_finish_reason: 0,
-        same_tool_names: 0,
-        shadow_tool_args_valid: 0,
-        json_mode_asked: 0,
-        shadow_json_valid: 0,
-        length_ratio_milli_sum: 0,
-        similarity_milli_sum: 0,
-    };
+    let mut t = MinuteRow::default();
     for m in &minutes {
-        t.pairs = t.pairs.saturating_add(m.pairs);
-        t.live_ok = t.live_ok.saturating_add(m.live_ok);
-        t.shadow_ok = t.shadow_ok.saturating_add(m.shadow_ok);
         add_hist(&mut t.live_total_ms_hist, &m.live_total_ms_hist);
         add_hist(&mut t.live_first_byte_ms_hist, &m.live_first_byte_ms_hist);
         add_hist(&mut t.shadow_total_ms_hist, &m.shadow_total_ms_hist);
@@ -791,32 +772,11 @@ pub async fn report(
             &mut t.shadow_first_byte_ms_hist,
             &m.shadow_first_byte_ms_hist,
         );
-        t.live_input_tokens = t.live_input_tokens.saturating_add(m.live_input_tokens);
-        t.live_output_tokens = t.live_output_tokens.saturating_add(m.live_output_tokens);
-        t.shadow_input_tokens = t.shadow_input_tokens.saturating_add(m.shadow_input_tokens);
-        t.shadow_output_tokens = t
-            .shadow_output_tokens
-            .saturating_add(m.shadow_output_tokens);
-        t.live_cost_pico_usd = t.live_cost_pico_usd.saturating_add(m.live_cost_pico_usd);
-        t.shadow_cost_pico_usd = t
-            .shadow_cost_pico_usd
-            .saturating_add(m.shadow_cost_pico_usd);
-        t.live_unpriced = t.live_unpriced.saturating_add(m.live_unpriced);
-        t.shadow_unpriced = t.shadow_unpriced.saturating_add(m.shadow_unpriced);
-        t.compared = t.compared.saturating_add(m.compared);
-        t.same_finish_reason = t.same_finish_reason.saturating_add(m.same_finish_reason);
-        t.same_tool_names = t.same_tool_names.saturating_add(m.same_tool_names);
-        t.shadow_tool_args_valid = t
-            .shadow_tool_args_valid
-            .saturating_add(m.shadow_tool_args_valid);
-        t.json_mode_asked = t.json_mode_asked.saturating_add(m.json_mode_asked);
-        t.shadow_json_valid = t.shadow_json_valid.saturating_add(m.shadow_json_valid);
-        t.length_ratio_milli_sum = t
-            .length_ratio_milli_sum
-            .saturating_add(m.length_ratio_milli_sum);
-        t.similarity_milli_sum = t
-            .similarity_milli_sum
-            .saturating_add(m.similarity_milli_sum);
+        saturating_sum!(t, m; pairs, live_ok, shadow_ok, live_input_tokens, live_output_tokens,
+            shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd,
+            live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names,
+            shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum,
+            similarity_milli_sum);
     }
     let now = crate::now_ms();
     let stopped_reason = row.stopped_reason.clone().or_else(|| {

@@ -288,6 +288,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<TeamView>(tx, actor, Change::Create, id, json!(spec), view).await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "get_team",
     responses((status = 200, body = TeamView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

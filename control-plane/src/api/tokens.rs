@@ -264,6 +264,7 @@ pub(super) async fn create_in<'c>(
     .await
 }
 
+// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "get_token",
     responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

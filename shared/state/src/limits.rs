@@ -132,6 +132,21 @@ struct Slot {
 }
 
 impl Slot {
+    /// The claim that gives `unused` of this slot's allowance back to the fleet (`key` is the
+    /// slot's own).
+    fn give_back(&self, key: LimitKey, unused: u64) -> Claim {
+        Claim {
+            key,
+            value: self.value,
+            window_start: self.window_start,
+            window_end: self.window_end,
+            debt: -(unused as i64),
+            want: 0,
+            held: 0,
+            give_back: true,
+        }
+    }
+
     fn new(limit: &Limit, (window_start, window_end): (UnixMillis, UnixMillis)) -> Slot {
         Slot {
             value: limit.value,
@@ -269,16 +284,7 @@ impl Tables {
             let unused = slot.granted.saturating_sub(slot.used);
             // (A claim still on its way gives its own grant back when it lands: `apply`.)
             if unused > 0 {
-                give_backs.push(Claim {
-                    key: limit.key,
-                    value: slot.value,
-                    window_start: slot.window_start,
-                    window_end: slot.window_end,
-                    debt: -(unused as i64),
-                    want: 0,
-                    held: 0,
-                    give_back: true,
-                });
+                give_backs.push(slot.give_back(limit.key, unused));
             }
             let largest = slot.largest_take;
             *slot = Slot::new(limit, bounds);
@@ -546,27 +552,10 @@ impl Limiter {
         for (key, slot) in &t.slots {
             let unused = slot.granted.saturating_sub(slot.used);
             if key.concurrent() {
-                claims.push(Claim {
-                    key: *key,
-                    value: slot.value,
-                    window_start: slot.window_start,
-                    window_end: slot.window_end,
-                    debt: 0,
-                    want: 0,
-                    held: 0,
-                    give_back: true,
-                });
+                // A reservation is given back by the claim holding none (`held: 0`), not by a debt.
+                claims.push(slot.give_back(*key, 0));
             } else if unused > 0 {
-                claims.push(Claim {
-                    key: *key,
-                    value: slot.value,
-                    window_start: slot.window_start,
-                    window_end: slot.window_end,
-                    debt: -(unused as i64),
-                    want: 0,
-                    held: 0,
-                    give_back: true,
-                });
+                claims.push(slot.give_back(*key, unused));
             }
         }
         claims

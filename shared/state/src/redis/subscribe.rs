@@ -10,7 +10,7 @@ use tokio::sync::{watch, Notify};
 use super::conn::RedisTarget;
 use super::lag::now_us;
 use super::sync::{decode_counts, parse_update};
-use super::worker::{Keys, Notice, Reporter, BACKOFF_MAX, BACKOFF_MIN};
+use super::worker::{Backoff, Keys, Notice, Reporter};
 use super::Shared;
 
 pub(super) async fn subscriber(
@@ -22,7 +22,7 @@ pub(super) async fn subscriber(
 ) {
     let channel = Keys::new(&shared.config.prefix, &shared.instance).events;
     let nodes = target.pubsub_nodes();
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new();
     let mut attempt = 0usize;
     while !*stop.borrow() {
         let node = &nodes[attempt % nodes.len()];
@@ -45,15 +45,11 @@ pub(super) async fn subscriber(
             Ok(p) => p,
             Err(e) => {
                 reporter.report(&shared, "subscribe", &e);
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = stop.changed() => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff.wait(&mut stop).await;
                 continue;
             }
         };
-        backoff = BACKOFF_MIN;
+        backoff.reset();
         // Whatever was published while we were not listening is only in a resync.
         resync.notify_one();
         let mut messages = pubsub.on_message();

@@ -145,8 +145,31 @@ pub(crate) fn spawn(
     ]
 }
 
-pub(super) const BACKOFF_MIN: Duration = Duration::from_millis(100);
-pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The wait between two attempts to reach Redis: it doubles from 100 ms up to 5 s, and starts
+/// again from 100 ms once a connection holds.
+pub(super) struct Backoff(Duration);
+
+impl Backoff {
+    pub(super) fn new() -> Backoff {
+        Backoff(BACKOFF_MIN)
+    }
+
+    /// Waits the current delay, or until `stop` changes, and doubles the next one.
+    pub(super) async fn wait(&mut self, stop: &mut watch::Receiver<bool>) {
+        tokio::select! {
+            () = tokio::time::sleep(self.0) => {}
+            _ = stop.changed() => {}
+        }
+        self.0 = (self.0 * 2).min(BACKOFF_MAX);
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.0 = BACKOFF_MIN;
+    }
+}
 /// Most batches one writer turn sends before the timers (lease, resync) get their chance.
 const FLUSH_BATCHES_PER_TURN: usize = 4;
 /// In-flight changes are pushed at most this often (plus the periodic lease refresh).
@@ -180,7 +203,7 @@ async fn writer(
 impl Writer {
     async fn run(&self, target: &RedisTarget, stop: &mut watch::Receiver<bool>, resync: &Notify) {
         let w = self;
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = Backoff::new();
         while !*stop.borrow() {
             let conn = match target.connect(w.shared.config.timeout).await {
                 Ok(mut conn) => match w.load_scripts(&mut conn).await {
@@ -196,14 +219,10 @@ impl Writer {
                 }
             };
             let Some(mut conn) = conn else {
-                tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
-                    _ = stop.changed() => {}
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                backoff.wait(stop).await;
                 continue;
             };
-            backoff = BACKOFF_MIN;
+            backoff.reset();
             w.shared.counters.connected.store(true, Ordering::Relaxed);
             tracing::info!(redis = %mask_url(&w.shared.config.url), prefix = %w.shared.config.prefix, instance = %w.shared.instance, "Redis state store connected");
             match w.session(&mut conn, stop, resync).await {
