@@ -512,4 +512,76 @@ mod tests {
         );
         assert!(parse_amz_date("2024-02-29").is_none());
     }
+
+    #[test]
+    fn amz_dates_hold_every_field_to_its_range() {
+        let secs = |v: &str| {
+            parse_amz_date(v).map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs())
+        };
+        // The last valid value of each field, and a leap second.
+        assert_eq!(secs("19701231T235960Z"), Some(364 * 86_400 + 86_400));
+        assert_eq!(secs("19700131T000000Z"), Some(30 * 86_400));
+        assert_eq!(secs("19700101T230000Z"), Some(23 * 3600));
+        assert_eq!(secs("19700101T005900Z"), Some(59 * 60));
+        for bad in [
+            "19700101T000000",   // 15 bytes
+            "19700101T000000ZZ", // 17 bytes
+            "19700101X000000Z",  // no T
+            "19700101T000000X",  // no Z
+            "19700001T000000Z",  // month 0
+            "19701301T000000Z",  // month 13
+            "19700100T000000Z",  // day 0
+            "19700132T000000Z",  // day 32
+            "19700101T240000Z",  // hour 24
+            "19700101T006000Z",  // minute 60
+            "19700101T000061Z",  // second 61
+            "1970010aT000000Z",  // not a number
+        ] {
+            assert_eq!(secs(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn credential_fields_are_held_to_their_lengths_and_characters() {
+        let with = |secret: &str, token: Option<&str>| {
+            let mut v = serde_json::json!({"access_key_id": "AKIDEXAMPLE00000", "secret_access_key": secret});
+            if let Some(t) = token {
+                v["session_token"] = t.into();
+            }
+            parse_aws_keys(&v.to_string())
+        };
+        assert!(with(&"s".repeat(256), None).is_ok());
+        assert!(with(&"s".repeat(257), None).is_err());
+        assert!(with("s", Some(&"t".repeat(4096))).is_ok());
+        assert!(with("s", Some(&"t".repeat(4097))).is_err());
+        // A short token with a space is refused as well.
+        assert!(with("s", Some("t t")).is_err());
+        // `Debug` names the key id and the region, nothing secret.
+        let k = parse_aws_keys(
+            r#"{"access_key_id":"AKIDEXAMPLE00000","secret_access_key":"s3cr3t","region":"eu-west-3"}"#,
+        )
+        .unwrap();
+        let debug = format!("{k:?}");
+        assert!(
+            debug.contains("AKIDEXAMPLE00000") && debug.contains("eu-west-3"),
+            "{debug}"
+        );
+        assert!(!debug.contains("s3cr3t"), "{debug}");
+    }
+
+    #[test]
+    fn request_errors_say_what_failed() {
+        assert_eq!(
+            RequestError::Translate("image URLs".into()).to_string(),
+            "not expressible for Bedrock: image URLs"
+        );
+        assert_eq!(
+            RequestError::Path.to_string(),
+            "Bedrock serves Messages and token counts only"
+        );
+        assert_eq!(
+            RequestError::Build("no host".into()).to_string(),
+            "bad Bedrock request: no host"
+        );
+    }
 }
