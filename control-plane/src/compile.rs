@@ -15,6 +15,9 @@ use switchyard_engine::{
     SnapshotParts, StopReason, Team, Token,
 };
 
+// The rows below read only the columns a snapshot needs; the admin API reads the same tables
+// with their timestamps into its own rows. The field lists overlap on purpose (ARCHITECTURE.md,
+// "one copy").
 #[derive(sqlx::FromRow)]
 struct ChannelRow {
     id: i64,

@@ -532,6 +532,8 @@ pub struct SharedStateResponse {
     pub fleet_sync: Option<Vec<ProxySyncView>>,
 }
 
+// Restates the state crate's `SyncReport` as the documented contract (its own words and
+// `deny_unknown_fields`); the field lists overlap on purpose (ARCHITECTURE.md, "one copy").
 /// One fleet member's own account of its sync with the shared state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -557,6 +559,8 @@ pub struct ProxySyncView {
     pub queued_writes: u64,
 }
 
+// Restates `proxies::ConnectedProxy` as the documented contract; the field lists overlap on
+// purpose (ARCHITECTURE.md, "one copy").
 /// One proxy connected to this replica's snapshot stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

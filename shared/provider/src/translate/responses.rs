@@ -178,6 +178,8 @@ fn parse_item(item: &Value, i: usize, ir: &mut Ir) -> Result<(), TranslateError>
             let role = get_str(item, "role")
                 .ok_or_else(|| malformed(format!("input[{i}].role missing")))?;
             let content = item.get("content").unwrap_or(&Value::Null);
+            // Sorted by role as the Chat Completions parser does, with this protocol's content
+            // parser and words (ARCHITECTURE.md, "one copy").
             match role {
                 "system" | "developer" => {
                     let parts = parse_content(content, ir, Ctx::User)?;
