@@ -135,6 +135,18 @@ fn event(ty: &str, payload: Value) -> Vec<u8> {
     )
 }
 
+/// A converter that has converted `messageStart`, and its output.
+fn started() -> (StreamConverter, Vec<u8>) {
+    let mut c = StreamConverter::new("m", "i");
+    let mut out = Vec::new();
+    c.push(
+        &event("messageStart", json!({"role": "assistant"})),
+        &mut out,
+    )
+    .unwrap();
+    (c, out)
+}
+
 fn sse_events(bytes: &[u8]) -> Vec<(String, Value)> {
     let mut d = SseDecoder::new();
     d.push(bytes)
@@ -245,13 +257,7 @@ fn an_exception_mid_stream_is_an_error_event_and_a_cut_stream_fails() {
         .unwrap()
         .contains("slow down"));
 
-    let mut c = StreamConverter::new("m", "i");
-    let mut out = Vec::new();
-    c.push(
-        &event("messageStart", json!({"role": "assistant"})),
-        &mut out,
-    )
-    .unwrap();
+    let (mut c, mut out) = started();
     assert_eq!(
         c.finish(&mut out),
         Err(eventstream::FrameError::Truncated),
@@ -518,13 +524,7 @@ fn the_context_window_stop_reason_is_kept() {
 
 #[test]
 fn a_stream_start_is_sent_at_once_and_its_end_needs_a_whole_message_stop() {
-    let mut c = StreamConverter::new("m", "i");
-    let mut out = Vec::new();
-    c.push(
-        &event("messageStart", json!({"role": "assistant"})),
-        &mut out,
-    )
-    .unwrap();
+    let (mut c, mut out) = started();
     let names: Vec<String> = sse_events(&out).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["message_start"]);
 
