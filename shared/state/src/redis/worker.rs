@@ -803,6 +803,28 @@ fn script_updates(v: &Value) -> Vec<(String, String, String)> {
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn the_backoff_doubles_up_to_its_cap_starts_over_once_connected_and_yields_to_stop() {
+        let (stop_tx, mut stop) = watch::channel(false);
+        let mut backoff = Backoff::new();
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let start = tokio::time::Instant::now();
+            backoff.wait(&mut stop).await;
+            waits.push(start.elapsed().as_millis());
+        }
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        backoff.reset();
+        let start = tokio::time::Instant::now();
+        backoff.wait(&mut stop).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        // Stopping ends a wait at once.
+        stop_tx.send_replace(true);
+        let start = tokio::time::Instant::now();
+        backoff.wait(&mut stop).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
     #[test]
     fn an_error_is_logged_at_most_once_per_five_seconds() {
         let reporter = Reporter {
