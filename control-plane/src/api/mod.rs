@@ -4,10 +4,12 @@
 //!
 //! Each resource module (routes, members, channels, credentials, teams, tokens, limits, prices,
 //! shadows, admin tokens) has its own `list`, `get_one`, `patch` and `delete` handlers, and
-//! they look alike on purpose: each is a one-line call into the shared row code (`rows.rs`:
-//! `fetch_row`, `list_views`, `lock_row`, `commit_view`, `delete_row`), and what differs between
-//! them is their OpenAPI annotation (path, operation id, body and error types) and their types,
-//! which a generic handler could not carry. A duplicate finder lists these pairs; they stay.
+//! they look alike on purpose: each is a one-line call, into the shared row code (`rows.rs`:
+//! `fetch_row`, `list_views`, `lock_row`, `commit_view`, `delete_row`) or into the module's own
+//! `patch_in` / `delete_in` (which applying a configuration file calls too), and what differs
+//! between them is their OpenAPI annotation (path, operation id, body and error types) and
+//! their types, which one generic handler could not carry. A duplicate finder lists these
+//! pairs; they stay.
 
 pub mod access;
 mod admin_tokens;
