@@ -445,4 +445,33 @@ mod tests {
         b.batch_id = "has space".to_owned();
         assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
     }
+
+    #[test]
+    fn each_bound_of_a_batch_is_inclusive() {
+        let refused = |b: &v1::UsageBatch| matches!(aggregate(b), Err(UsageError::Invalid(_)));
+        // A name of exactly the longest length is taken, one character more is not.
+        let mut b = batch(vec![record(60, &"x".repeat(MAX_NAME_CHARS))]);
+        assert!(!refused(&b));
+        b.records = vec![record(60, &"é".repeat(MAX_NAME_CHARS))];
+        assert!(!refused(&b), "characters are counted, not bytes");
+        b.records = vec![record(60, &"x".repeat(MAX_NAME_CHARS + 1))];
+        assert!(refused(&b));
+        // A batch id of 128 characters is taken, 129 are not.
+        b.records = vec![record(60, "a")];
+        b.batch_id = "i".repeat(128);
+        assert!(!refused(&b));
+        b.batch_id = "i".repeat(129);
+        assert!(refused(&b));
+        // As many records (and shadow records) as allowed, and one more.
+        b.batch_id = "b-1".to_owned();
+        b.records = vec![record(60, "a"); MAX_RECORDS];
+        assert_eq!(aggregate(&b).unwrap().sums.len(), 1);
+        b.records.push(record(60, "a"));
+        assert!(refused(&b));
+        b.records.clear();
+        b.shadows = vec![v1::ShadowRecord::default(); MAX_RECORDS];
+        assert!(!refused(&b));
+        b.shadows.push(v1::ShadowRecord::default());
+        assert!(refused(&b));
+    }
 }
