@@ -474,4 +474,43 @@ mod tests {
         b.shadows.push(v1::ShadowRecord::default());
         assert!(refused(&b));
     }
+
+    #[test]
+    fn a_record_of_the_most_requests_one_proxy_can_serve_is_taken() {
+        let mut busiest = record(60, "a");
+        busiest.requests = MAX_RECORD_REQUESTS;
+        let out = aggregate(&batch(vec![busiest])).unwrap();
+        assert_eq!(out.refused_figures, 0);
+        assert_eq!(
+            out.sums.values().next().unwrap().requests,
+            MAX_RECORD_REQUESTS as i64
+        );
+    }
+
+    /// Real database errors, each sorted as the rule says: a data error (class 22) or a
+    /// constraint violation (class 23) refuses the batch; any other is worth a retry.
+    #[sqlx::test]
+    async fn errors_the_same_batch_would_meet_again_refuse_it(pool: PgPool) {
+        let data = sqlx::query("SELECT 1 / 0")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(storage_error(data), UsageError::Invalid(ref m) if m.contains("division by zero"))
+        );
+        sqlx::query("CREATE TABLE t (x int NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let constraint = sqlx::query("INSERT INTO t VALUES (NULL)")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(matches!(storage_error(constraint), UsageError::Invalid(_)));
+        let other = sqlx::query("SELECT * FROM nowhere")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(matches!(storage_error(other), UsageError::Database(_)));
+    }
 }
