@@ -171,4 +171,45 @@ mod tests {
         assert!((0..100)
             .all(|_| always.draw_failure(&mut rng) == Some(StatusCode::SERVICE_UNAVAILABLE)));
     }
+
+    /// A source that draws the same number every time.
+    struct Fixed(f64);
+
+    impl RandomSource for Fixed {
+        fn next_u64(&mut self) -> u64 {
+            0 // Not called: `next_f64` is overridden.
+        }
+
+        fn next_f64(&mut self) -> f64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_draw_fails_only_below_the_failure_rate() {
+        let half = MockOptions::from_url("mock://sim?failure_rate=0.5&failure_status=500").unwrap();
+        assert_eq!(
+            half.draw_failure(&mut Fixed(0.49)),
+            Some(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+        assert_eq!(
+            half.draw_failure(&mut Fixed(0.5)),
+            None,
+            "at the rate: no failure"
+        );
+        assert_eq!(half.draw_failure(&mut Fixed(0.9)), None);
+    }
+
+    #[test]
+    fn the_content_is_percent_encoded_except_unreserved_characters() {
+        let options = MockOptions {
+            content: Some("Az09-_.~ é&".into()),
+            ..MockOptions::default()
+        };
+        assert!(
+            options.to_url().ends_with("&content=Az09-_.~%20%C3%A9%26"),
+            "{}",
+            options.to_url()
+        );
+    }
 }
