@@ -976,6 +976,10 @@ mod tests {
         assert_eq!(up.seen.connections.load(Ordering::SeqCst), 8);
         assert_eq!(up.seen.most_open.load(Ordering::SeqCst), 8);
         assert_eq!(client.pooled(), (8, 0));
+        // One more request takes one of them and leaves the other seven (none has expired).
+        read(&client, url).await;
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 8);
+        assert_eq!(client.pooled(), (8, 0));
     }
 
     #[tokio::test]
@@ -1001,9 +1005,10 @@ mod tests {
         assert_eq!(up.seen.most_open.load(Ordering::SeqCst), 201);
         assert_eq!(client.pooled(), (0, 3));
         // Later requests use the open connections: a finished stream frees its place, so more
-        // than a connection's worth of them, one after another, need no new connection.
-        for _ in 0..120 {
-            read(&client, url.clone()).await;
+        // than the room left (99), in rounds of 50, need no new connection.
+        for _ in 0..3 {
+            let round: Vec<_> = (0..50).map(|_| read(&client, url.clone())).collect();
+            futures_util::future::join_all(round).await;
         }
         assert_eq!(up.seen.connections.load(Ordering::SeqCst), 3);
         let last = up.seen.last.lock().unwrap().clone().unwrap();
