@@ -840,7 +840,7 @@ mod tests {
         seen: &Seen,
         request: Request<Incoming>,
         hold: Duration,
-    ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    ) -> Result<Response<TestBody>, std::convert::Infallible> {
         seen.requests.fetch_add(1, Ordering::SeqCst);
         let open = seen.open.fetch_add(1, Ordering::SeqCst) + 1;
         seen.most_open.fetch_max(open, Ordering::SeqCst);
@@ -849,13 +849,27 @@ mod tests {
             .get(HOST)
             .map(|v| v.to_str().unwrap().to_owned());
         *seen.last.lock().unwrap() = Some((request.version(), request.uri().to_string(), host));
-        let empty = request.uri().path() == "/empty";
+        let path = request.uri().path().to_owned();
         tokio::time::sleep(hold).await;
         seen.open.fetch_sub(1, Ordering::SeqCst);
-        let body = if empty { "" } else { "ok" };
-        Ok(Response::new(Full::new(Bytes::from_static(
-            body.as_bytes(),
-        ))))
+        Ok(Response::new(match path.as_str() {
+            "/empty" => Full::new(Bytes::new()).boxed(),
+            "/chunked" => chunked(),
+            _ => Full::new(Bytes::from_static(b"ok")).boxed(),
+        }))
+    }
+
+    type TestBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+    /// `o` and `k` as two chunks of an HTTP/1.1 chunked body, 20 ms apart, and its end 20 ms
+    /// later: the client sees the last chunk before it knows the body has ended.
+    fn chunked() -> TestBody {
+        let frames = futures_util::stream::unfold(0, |i| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let chunk = ["o", "k"].get(i)?;
+            Some((Ok(Frame::data(Bytes::from_static(chunk.as_bytes()))), i + 1))
+        });
+        http_body_util::StreamBody::new(frames).boxed()
     }
 
     struct Tls {
@@ -947,6 +961,27 @@ mod tests {
         assert_eq!(client.pooled(), (0, 0));
         drop(empty);
         assert_eq!(client.pooled(), (1, 0));
+        assert_eq!(up.seen.connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_goes_back_to_the_pool_at_its_end_not_before() {
+        let up = upstream(None, Duration::ZERO).await;
+        let client = build_client(Duration::from_secs(5));
+        let mut body = client
+            .request(get(format!("http://{}/chunked", up.addr)))
+            .await
+            .unwrap()
+            .into_body();
+        for chunk in ["o", "k"] {
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), chunk);
+            assert_eq!(client.pooled(), (0, 0), "not back before the body's end");
+        }
+        assert!(body.frame().await.is_none());
+        assert_eq!(client.pooled(), (1, 0));
+        drop(body);
+        read(&client, format!("http://{}/", up.addr)).await;
         assert_eq!(up.seen.connections.load(Ordering::SeqCst), 1);
     }
 
