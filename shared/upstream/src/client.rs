@@ -904,6 +904,11 @@ mod tests {
             .unwrap()
     }
 
+    /// The body of the answer to a request to `url`, unread.
+    async fn body_of(client: &HttpClient, url: String) -> UpstreamBody {
+        client.request(get(url)).await.unwrap().into_body()
+    }
+
     async fn read(client: &HttpClient, url: String) -> (StatusCode, Version, Bytes) {
         let response = client.request(get(url)).await.unwrap();
         let (status, version) = (response.status(), response.version());
@@ -936,11 +941,7 @@ mod tests {
     async fn an_answer_goes_back_to_the_pool_with_its_last_frame_or_when_it_had_none() {
         let up = upstream(None, Duration::ZERO).await;
         let client = build_client(Duration::from_secs(5));
-        let mut body = client
-            .request(get(format!("http://{}/", up.addr)))
-            .await
-            .unwrap()
-            .into_body();
+        let mut body = body_of(&client, format!("http://{}/", up.addr)).await;
         assert_eq!(body.size_hint().exact(), Some(2));
         assert!(!body.is_end_stream());
         assert_eq!(client.pooled(), (0, 0), "lent while its answer is read");
@@ -952,11 +953,7 @@ mod tests {
         drop(body);
         // An answer without a body is complete at its head: dropped unread, its connection
         // goes back too.
-        let empty = client
-            .request(get(format!("http://{}/empty", up.addr)))
-            .await
-            .unwrap()
-            .into_body();
+        let empty = body_of(&client, format!("http://{}/empty", up.addr)).await;
         assert!(empty.is_end_stream());
         assert_eq!(client.pooled(), (0, 0));
         drop(empty);
@@ -968,11 +965,7 @@ mod tests {
     async fn a_chunked_answer_goes_back_to_the_pool_at_its_end_not_before() {
         let up = upstream(None, Duration::ZERO).await;
         let client = build_client(Duration::from_secs(5));
-        let mut body = client
-            .request(get(format!("http://{}/chunked", up.addr)))
-            .await
-            .unwrap()
-            .into_body();
+        let mut body = body_of(&client, format!("http://{}/chunked", up.addr)).await;
         for chunk in ["o", "k"] {
             let frame = body.frame().await.unwrap().unwrap();
             assert_eq!(frame.into_data().unwrap(), chunk);
