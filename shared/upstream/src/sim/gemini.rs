@@ -226,4 +226,29 @@ mod tests {
         assert_eq!(gemini_error_status(503), "UNAVAILABLE");
         assert_eq!(parse(&gemini_count_tokens_json(9))["totalTokens"], 9);
     }
+
+    #[test]
+    fn every_status_has_its_gemini_error_status() {
+        for (code, status) in [
+            (400, "INVALID_ARGUMENT"),
+            (401, "UNAUTHENTICATED"),
+            (403, "PERMISSION_DENIED"),
+            (404, "NOT_FOUND"),
+            (408, "DEADLINE_EXCEEDED"),
+            (504, "DEADLINE_EXCEEDED"),
+            (409, "ABORTED"),
+            (429, "RESOURCE_EXHAUSTED"),
+            (499, "CANCELLED"),
+            (500, "INTERNAL"),
+            (501, "UNIMPLEMENTED"),
+            (502, "UNAVAILABLE"),
+            (503, "UNAVAILABLE"),
+            (529, "UNAVAILABLE"),
+            (418, "FAILED_PRECONDITION"),
+            (300, "UNKNOWN"),
+            (599, "UNKNOWN"),
+        ] {
+            assert_eq!(gemini_error_status(code), status, "{code}");
+        }
+    }
 }

@@ -591,4 +591,25 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn embedding_vectors_are_fixed_values_in_the_open_half_range() {
+        let close = |got: &[f32], want: &[f32]| {
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() < 1e-6, "{got:?} != {want:?}");
+            }
+        };
+        // x = (31 i + 7 d) mod 97 / 97, value x - 0.5.
+        close(&embedding_vector(0, 2), &[-0.5, -0.427_835_05]);
+        close(
+            &embedding_vector(1, 3),
+            &[-0.180_412_37, -0.108_247_42, -0.036_082_47],
+        );
+        // Past 97 the position wraps: (93 + 7) mod 97 = 3.
+        close(&embedding_vector(3, 2), &[0.458_762_9, -0.469_072_16]);
+        assert!(embedding_vector(5, 64)
+            .iter()
+            .all(|v| (-0.5..0.5).contains(v)));
+    }
 }
