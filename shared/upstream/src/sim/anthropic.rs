@@ -262,6 +262,70 @@ mod tests {
     }
 
     #[test]
+    fn a_text_message_and_its_stream_report_the_usage() {
+        // "one two three" is 13 characters: 4 tokens at 4 characters a token.
+        let v: Value =
+            serde_json::from_str(&anthropic_message_json("claude", "one two three", 6)).unwrap();
+        assert!(v["id"].as_str().unwrap().starts_with("msg_mock_"));
+        assert_eq!(v["type"], "message");
+        assert_eq!(v["role"], "assistant");
+        assert_eq!(v["model"], "claude");
+        assert_eq!(
+            v["content"],
+            json!([{"type": "text", "text": "one two three"}])
+        );
+        assert_eq!(v["stop_reason"], "end_turn");
+        assert_eq!(v["usage"], json!({"input_tokens": 6, "output_tokens": 4}));
+
+        let events = anthropic_events("claude", "one two three", 2, 6);
+        assert_eq!(data(&events[0])["message"]["usage"]["input_tokens"], 6);
+        assert_eq!(data(&events[0])["message"]["model"], "claude");
+        let text: String = events[2..4]
+            .iter()
+            .map(|e| data(e)["delta"]["text"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(text, "one two three");
+        let delta = data(&events[5]);
+        assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+        assert_eq!(delta["usage"]["output_tokens"], 4);
+    }
+
+    #[test]
+    fn answer_usage_counts_the_uncached_prompt_as_input() {
+        let answer = Answer::new("claude", "one two three")
+            .tool_call("f", r#"{"x":1}"#)
+            .prompt_tokens(12)
+            .cached_tokens(5);
+        let v: Value = serde_json::from_str(&anthropic_answer_json(&answer)).unwrap();
+        assert_eq!(
+            v["content"][0],
+            json!({"type": "text", "text": "one two three"})
+        );
+        assert_eq!(v["content"][1]["name"], "f");
+        assert!(v["content"][1]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("toolu_mock_"));
+        assert_eq!(
+            v["usage"],
+            json!({"input_tokens": 7, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 5, "output_tokens": answer.output_tokens()})
+        );
+        let events = anthropic_answer_events(&answer, 1);
+        let start = data(&events[0]);
+        assert_eq!(start["message"]["usage"]["input_tokens"], 7);
+        assert_eq!(start["message"]["usage"]["output_tokens"], 1);
+        let delta = data(&events[events.len() - 2]);
+        assert_eq!(delta["usage"]["output_tokens"], answer.output_tokens());
+    }
+
+    #[test]
+    fn count_tokens_has_its_shape() {
+        let v: Value = serde_json::from_str(&anthropic_count_tokens_json(42)).unwrap();
+        assert_eq!(v, json!({"input_tokens": 42}));
+    }
+
+    #[test]
     fn anthropic_stream_has_the_event_sequence() {
         let events = anthropic_events("claude", DEFAULT_CONTENT, 2, 3);
         let names: Vec<&str> = events

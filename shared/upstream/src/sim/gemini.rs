@@ -219,6 +219,21 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_asked_for_no_pieces_still_says_the_text() {
+        let events = gemini_stream_responses(&Answer::new("g", "one two"), 0);
+        assert_eq!(events.len(), 1);
+        let v = parse(&events[0]);
+        assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "one two");
+        assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+
+        let empty = gemini_stream_responses(&Answer::new("g", ""), 3);
+        assert_eq!(empty.len(), 1);
+        let v = parse(&empty[0]);
+        assert_eq!(v["candidates"][0]["content"]["parts"], json!([]));
+        assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 0);
+    }
+
+    #[test]
     fn errors_and_count_tokens_have_their_shapes() {
         let e = parse(&gemini_error_json(429, "slow", gemini_error_status(429)));
         assert_eq!(e["error"]["code"], 429);

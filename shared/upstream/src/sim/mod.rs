@@ -413,12 +413,147 @@ mod tests {
     }
 
     #[test]
+    fn token_estimates_are_four_characters_a_token_rounded_up() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("a"), 1);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        // Characters, not bytes: four two-byte characters are one token.
+        assert_eq!(estimate_tokens("éééé"), 1);
+        // "one two three" is 4 tokens, "f" 1, `{"a":1}` 2.
+        let a = Answer::new("m", "one two three")
+            .tool_call("f", r#"{"a":1}"#)
+            .tool_call("f", r#"{"a":1}"#);
+        assert_eq!(a.output_tokens(), 4 + 2 * (1 + 2));
+        assert_eq!(Answer::new("m", "").output_tokens(), 0);
+    }
+
+    #[test]
+    fn input_tokens_are_the_prompt_never_below_the_cached() {
+        assert_eq!(Answer::new("m", "x").input_tokens(), 1);
+        assert_eq!(Answer::new("m", "x").prompt_tokens(9).input_tokens(), 9);
+        assert_eq!(
+            Answer::new("m", "x")
+                .prompt_tokens(9)
+                .cached_tokens(4)
+                .input_tokens(),
+            9
+        );
+        assert_eq!(
+            Answer::new("m", "x")
+                .prompt_tokens(2)
+                .cached_tokens(4)
+                .input_tokens(),
+            4
+        );
+    }
+
+    #[test]
+    fn the_stop_word_names_tool_calls_only_when_there_are_some() {
+        assert_eq!(Answer::new("m", "x").stop_word("stop", "calls"), "stop");
+        assert_eq!(
+            Answer::new("m", "")
+                .tool_call("f", "{}")
+                .stop_word("stop", "calls"),
+            "calls"
+        );
+        assert!(!Answer::new("m", "x").is_empty());
+    }
+
+    #[test]
+    fn vertex_publisher_paths_are_gemini() {
+        assert_eq!(
+            Protocol::of_path(
+                "/v1/projects/p/locations/l/publishers/google/models/g:generateContent"
+            ),
+            Protocol::Gemini
+        );
+        assert_eq!(Protocol::of_path("/v1/models/g"), Protocol::OpenAi);
+    }
+
+    #[test]
+    fn every_status_has_its_openai_and_anthropic_error_kind() {
+        for (status, kind) in [
+            (400, ("invalid_request_error", "invalid_request")),
+            (401, ("invalid_request_error", "invalid_api_key")),
+            (403, ("permission_error", "permission_denied")),
+            (404, ("invalid_request_error", "model_not_found")),
+            (408, ("timeout_error", "request_timeout")),
+            (409, ("invalid_request_error", "conflict")),
+            (413, ("invalid_request_error", "request_too_large")),
+            (422, ("invalid_request_error", "unprocessable_entity")),
+            (429, ("rate_limit_error", "rate_limit_exceeded")),
+            (500, ("server_error", "server_error")),
+            (599, ("server_error", "server_error")),
+            (418, ("api_error", "upstream_error")),
+            (600, ("api_error", "upstream_error")),
+        ] {
+            assert_eq!(openai_error_kind(status), kind, "{status}");
+        }
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (529, "overloaded_error"),
+            (500, "api_error"),
+        ] {
+            assert_eq!(anthropic_error_kind(status), kind, "{status}");
+        }
+        let o = parse(&error_json(Protocol::OpenAi, 401, "no"));
+        assert_eq!(o["error"]["code"], "invalid_api_key");
+        assert_eq!(o["error"]["message"], "no");
+        assert_eq!(o["error"]["param"], Value::Null);
+        let a = parse(&error_json(Protocol::Anthropic, 404, "gone"));
+        assert_eq!(a["error"]["message"], "gone");
+        let g = parse(&error_json(Protocol::Gemini, 503, "later"));
+        assert_eq!(g["error"]["message"], "later");
+    }
+
+    #[test]
+    fn ids_are_fresh_and_the_clock_is_unix_seconds() {
+        let first = next_id();
+        let second = next_id();
+        assert!(second > first);
+        // After 2023-11 and before 2100.
+        let now = now_secs();
+        assert!(now > 1_700_000_000 && now < 4_102_444_800, "{now}");
+    }
+
+    #[test]
+    fn sse_helpers_frame_complete_events() {
+        let v = json!({"a": 1});
+        assert_eq!(sse_data(&v), "data: {\"a\":1}\n\n");
+        assert_eq!(sse_data_crlf(&v), "data: {\"a\":1}\r\n\r\n");
+        assert_eq!(sse_event("e", &v), "event: e\ndata: {\"a\":1}\n\n");
+    }
+
+    #[test]
+    fn splits_give_the_earlier_pieces_the_remainder() {
+        assert_eq!(split_content("a b c d e", 2), ["a b c", " d e"]);
+        assert_eq!(split_content("a b c d e f g", 3), ["a b c", " d e", " f g"]);
+        assert_eq!(split_content("a b", 4), ["a", " b", "", ""]);
+        assert!(split_content("a b", 0).is_empty());
+        assert_eq!(split_even("abcde", 2), ["abc", "de"]);
+        assert_eq!(split_even("abcdefg", 3), ["abc", "de", "fg"]);
+        assert_eq!(split_even("ab", 5), ["a", "b"]);
+        assert_eq!(split_even("ééé", 2), ["éé", "é"]);
+    }
+
+    #[test]
     fn base64_matches_known_vectors() {
         assert_eq!(base64_encode(b""), "");
         assert_eq!(base64_encode(b"f"), "Zg==");
         assert_eq!(base64_encode(b"fo"), "Zm8=");
         assert_eq!(base64_encode(b"foo"), "Zm9v");
         assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64_encode(b"foob"), "Zm9vYg==");
+        assert_eq!(base64_encode(b"fooba"), "Zm9vYmE=");
+        // Every bit set, and the alphabet's last two characters.
+        assert_eq!(base64_encode(&[0xFF, 0xFF, 0xFF]), "////");
+        assert_eq!(base64_encode(&[0xFB, 0xEF]), "++8=");
     }
 
     #[test]

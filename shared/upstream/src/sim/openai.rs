@@ -593,6 +593,152 @@ mod tests {
     }
 
     #[test]
+    fn chat_usage_is_the_figures_given_and_their_sum() {
+        // "one two three" is 13 characters: 4 tokens at 4 characters a token.
+        let v = parse(&chat_completion_json_with_usage("m", "one two three", 6));
+        assert_eq!(
+            v["usage"],
+            json!({"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10})
+        );
+        let answer = Answer::new("m", "one two three")
+            .prompt_tokens(9)
+            .cached_tokens(3);
+        let v = parse(&chat_answer_json(&answer));
+        assert_eq!(v["usage"]["prompt_tokens"], 9);
+        assert_eq!(v["usage"]["completion_tokens"], 4);
+        assert_eq!(v["usage"]["total_tokens"], 13);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+    }
+
+    #[test]
+    fn legacy_completions_answer_and_stream() {
+        let v = parse(&completion_json("m", "one two three", 6));
+        assert_eq!(v["object"], "text_completion");
+        assert!(v["id"].as_str().unwrap().starts_with("cmpl-mock-"));
+        assert_eq!(v["model"], "m");
+        assert!(v["created"].as_u64().unwrap() > 1_700_000_000);
+        assert_eq!(v["choices"][0]["text"], "one two three");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert_eq!(
+            v["usage"],
+            json!({"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10})
+        );
+
+        let events = completion_chunks("m", "one two three", 2);
+        assert_eq!(events.len(), 4);
+        assert_eq!(events[3], DONE_EVENT);
+        let chunks: Vec<Value> = events[..3].iter().map(|e| data(e)).collect();
+        let texts: Vec<&str> = chunks
+            .iter()
+            .map(|c| c["choices"][0]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts, ["one two", " three", ""]);
+        let finishes: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0]["finish_reason"])
+            .collect();
+        assert_eq!(finishes, [&Value::Null, &Value::Null, &json!("stop")]);
+        for c in &chunks {
+            assert_eq!(c["object"], "text_completion");
+            assert_eq!(c["id"], chunks[0]["id"]);
+            assert!(c["id"].as_str().unwrap().starts_with("cmpl-mock-"));
+        }
+    }
+
+    #[test]
+    fn a_responses_answer_has_one_message_and_its_usage() {
+        let v = parse(&response_json("r", "one two three", 5));
+        let id = v["id"].as_str().unwrap();
+        assert!(id.starts_with("resp_mock_"));
+        assert_eq!(v["object"], "response");
+        assert_eq!(v["status"], "completed");
+        assert_eq!(v["model"], "r");
+        let message = &v["output"][0];
+        assert_eq!(message["type"], "message");
+        assert_eq!(message["id"], format!("msg_{id}"));
+        assert_eq!(message["status"], "completed");
+        assert_eq!(message["content"][0]["type"], "output_text");
+        assert_eq!(message["content"][0]["text"], "one two three");
+        assert_eq!(v["usage"]["input_tokens"], 5);
+        assert_eq!(v["usage"]["output_tokens"], 4);
+        assert_eq!(v["usage"]["total_tokens"], 9);
+    }
+
+    #[test]
+    fn a_responses_stream_numbers_its_events_and_completes_with_the_text() {
+        let events = response_events("r", "one two three", 2, 5);
+        let bodies: Vec<Value> = events
+            .iter()
+            .map(|e| parse(e.lines().nth(1).unwrap().trim_start_matches("data: ")))
+            .collect();
+        for (i, body) in bodies.iter().enumerate() {
+            assert_eq!(body["sequence_number"], i as u64 + 1);
+            let name = events[i]
+                .lines()
+                .next()
+                .unwrap()
+                .trim_start_matches("event: ");
+            assert_eq!(body["type"], name);
+        }
+        let created = &bodies[0]["response"];
+        assert_eq!(created["status"], "in_progress");
+        assert_eq!(created["output"], json!([]));
+        let id = created["id"].as_str().unwrap();
+        let item_id = format!("msg_{id}");
+        assert_eq!(bodies[1]["item"]["id"], item_id);
+        assert_eq!(bodies[1]["item"]["status"], "in_progress");
+        let deltas: String = bodies[3..5]
+            .iter()
+            .map(|b| {
+                assert_eq!(b["item_id"], item_id);
+                assert_eq!(b["output_index"], 0);
+                assert_eq!(b["content_index"], 0);
+                b["delta"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(deltas, "one two three");
+        assert_eq!(bodies[5]["text"], "one two three");
+        assert_eq!(bodies[6]["part"]["text"], "one two three");
+        assert_eq!(bodies[7]["item"]["status"], "completed");
+        assert_eq!(bodies[7]["item"]["content"][0]["text"], "one two three");
+        let done = &bodies[8]["response"];
+        assert_eq!(done["id"], id);
+        assert_eq!(done["status"], "completed");
+        assert_eq!(done["output"][0]["content"][0]["text"], "one two three");
+        assert_eq!(done["usage"]["total_tokens"], 9);
+    }
+
+    #[test]
+    fn images_transcriptions_speech_and_models_have_their_shapes() {
+        let one = parse(&images_json(0));
+        assert_eq!(one["data"].as_array().unwrap().len(), 1);
+        let three = parse(&images_json(3));
+        assert_eq!(three["data"].as_array().unwrap().len(), 3);
+        // The PNG signature, base64-encoded.
+        assert!(three["data"][2]["b64_json"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo"));
+        assert!(three["created"].as_u64().unwrap() > 1_700_000_000);
+
+        assert_eq!(parse(&transcription_json("said")), json!({"text": "said"}));
+
+        let speech = speech_bytes();
+        assert_eq!(speech.len(), 10 + 4 + 400);
+        assert!(speech.starts_with(b"ID3\x04"));
+        assert_eq!(speech[10..14], [0xFF, 0xFB, 0x90, 0x64]);
+        assert!(speech[14..].iter().all(|b| *b == 0));
+
+        let models = parse(&models_json(&["a"]));
+        assert_eq!(models["object"], "list");
+        assert_eq!(
+            models["data"][0],
+            json!({"id": "a", "object": "model", "created": 1_700_000_000u64,
+                   "owned_by": "switchyard-mock"})
+        );
+    }
+
+    #[test]
     fn embedding_vectors_are_fixed_values_in_the_open_half_range() {
         let close = |got: &[f32], want: &[f32]| {
             assert_eq!(got.len(), want.len());
