@@ -741,6 +741,140 @@ mod tests {
     }
 
     #[test]
+    fn a_path_model_is_checked_and_the_body_keeps_its_bytes() {
+        let body = Bytes::from_static(br#"{"contents":[],"model":"ignored"}"#);
+        let req = inspect_json_for(&body, Some(("gemini-pro", true))).unwrap();
+        assert_eq!(req.model, "gemini-pro");
+        assert!(req.stream && req.needs.streaming);
+        // Nothing in the body to rewrite: the model is the path's.
+        assert_eq!(req.rewrite(&body, "other"), body);
+        assert!(!inspect_json_for(&body, Some(("g", false))).unwrap().stream);
+        assert_eq!(
+            inspect_json_for(&body, Some((" ", false))),
+            Err(InspectError::MissingModel)
+        );
+        assert!(matches!(
+            inspect_json_for(&body, Some(("a\nb", false))),
+            Err(InspectError::Malformed(_))
+        ));
+        assert_eq!(
+            inspect_json(br#"{"model":"  "}"#),
+            Err(InspectError::MissingModel)
+        );
+        assert!(matches!(
+            inspect_json(b"  "),
+            Err(InspectError::Malformed(m)) if m.contains("JSON object")
+        ));
+    }
+
+    #[test]
+    fn tools_functions_json_schema_and_image_kinds_are_needs() {
+        let needs = |b: &str| inspect_json(b.as_bytes()).unwrap().needs;
+        assert!(needs(r#"{"model":"m","functions":[{"name":"f"}]}"#).tools);
+        assert!(!needs(r#"{"model":"m","functions":[]}"#).tools);
+        assert!(!needs(r#"{"model":"m","tools":null}"#).tools);
+        assert!(needs(r#"{"model":"m","response_format":{"type":"json_schema"}}"#).json_mode);
+        assert!(!needs(r#"{"model":"m","response_format":{"type":"text"}}"#).json_mode);
+        for kind in ["image_url", "input_image", "image"] {
+            let body = format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"{kind}"}}]}}]}}"#
+            );
+            assert!(needs(&body).vision, "{kind}");
+        }
+        assert!(
+            !needs(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}"#)
+                .vision
+        );
+        // A Responses input list is a conversation too; an input string is not.
+        assert!(
+            needs(r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_image"}]}]}"#)
+                .vision
+        );
+        assert!(!needs(r#"{"model":"m","input":"[image]"}"#).vision);
+        assert!(!needs(r#"{"model":"m","stream":false}"#).streaming);
+    }
+
+    #[test]
+    fn background_and_embedding_inputs_are_read() {
+        let read = |b: &str| inspect_json(b.as_bytes()).unwrap();
+        assert!(read(r#"{"model":"m","background":true}"#).background);
+        assert!(!read(r#"{"model":"m","background":false}"#).background);
+        assert!(!read(r#"{"model":"m"}"#).background);
+        assert_eq!(read(r#"{"model":"m","input":["a","b","c"]}"#).inputs, 3);
+        assert_eq!(read(r#"{"model":"m","input":[[1,2],[3]]}"#).inputs, 2);
+        // A single token list is one input.
+        assert_eq!(read(r#"{"model":"m","input":[1,2,3]}"#).inputs, 1);
+        assert_eq!(read(r#"{"model":"m","input":"one"}"#).inputs, 1);
+        assert_eq!(read(r#"{"model":"m","input":[]}"#).inputs, 1);
+        assert_eq!(read(r#"{"model":"m"}"#).inputs, 1);
+    }
+
+    #[test]
+    fn session_fields_may_be_numbers_and_empty_ones_do_not_count() {
+        let key = |b: &[u8]| inspect_json(b).unwrap().body_session(b);
+        assert_eq!(
+            key(br#"{"model":"m","session_id":42}"#),
+            Some("42".to_owned())
+        );
+        assert_eq!(
+            key(br#"{"model":"m","prompt_cache_key":"","session_id":"s"}"#),
+            Some("s".to_owned())
+        );
+        assert_eq!(
+            key(br#"{"model":"m","prompt_cache_key":null,"metadata":{"user_id":7}}"#),
+            Some("7".to_owned())
+        );
+        // The first user message's content, hashed.
+        let body = br#"{"model":"m","messages":[{"role":"assistant","content":"a"},{"role":"user","content":"hello"},{"role":"user","content":"later"}]}"#;
+        assert_eq!(
+            key(body),
+            Some(format!("msg:{}", sha256_hex(br#""hello""#)))
+        );
+        let exactly = vec![b'a'; 256];
+        assert_eq!(header_session_key(&exactly), Some("a".repeat(256)));
+        assert_eq!(header_session_key(b""), None);
+        let long = vec![b'a'; 257];
+        assert_eq!(
+            header_session_key(&long),
+            Some(format!("sha256:{}", sha256_hex(&long)))
+        );
+    }
+
+    #[test]
+    fn multipart_reads_stream_quoted_boundaries_and_refuses_a_missing_one() {
+        let body = Bytes::from_static(
+            b"--a b\r\nContent-Disposition: form-data; name=\"stream\"\r\n\r\ntrue\r\n--a b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n whisper \r\n--a b--\r\n",
+        );
+        let req = inspect_multipart(&body, "multipart/form-data; boundary=\"a b\"").unwrap();
+        assert_eq!(req.model, "whisper");
+        assert!(req.stream && req.needs.streaming);
+        assert_eq!(req.inputs, 1);
+        let not_stream = Bytes::from_static(
+            b"--x\r\nContent-Disposition: form-data; name=\"stream\"\r\n\r\nfalse\r\n--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nw\r\n--x--\r\n",
+        );
+        let req = inspect_multipart(&not_stream, "multipart/form-data; boundary=x").unwrap();
+        assert!(!req.stream);
+        for content_type in ["multipart/form-data", "multipart/form-data; boundary=\"\""] {
+            assert!(matches!(
+                inspect_multipart(&body, content_type),
+                Err(InspectError::Malformed(m)) if m.contains("boundary")
+            ));
+        }
+        let seventy = "b".repeat(70);
+        assert_eq!(
+            inspect_multipart(b"", &format!("multipart/form-data; boundary={seventy}")),
+            Err(InspectError::MissingModel)
+        );
+        let control = Bytes::from_static(
+            b"--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\na\x07b\r\n--x--\r\n",
+        );
+        assert!(matches!(
+            inspect_multipart(&control, "multipart/form-data; boundary=x"),
+            Err(InspectError::Malformed(_))
+        ));
+    }
+
+    #[test]
     fn multipart_model_is_read_and_rewritten() {
         let body = Bytes::from_static(
             b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF....\r\n--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-alias\r\n--XyZ--\r\n",

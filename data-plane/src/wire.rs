@@ -342,6 +342,302 @@ mod tests {
         assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, 0);
     }
 
+    use switchyard_engine::{Capabilities, ChannelStatus};
+
+    fn channel(provider: Provider, responses_api: bool) -> Channel {
+        Channel {
+            id: 1,
+            name: "c".into(),
+            provider,
+            base_url: "http://x".into(),
+            status: ChannelStatus::Enabled,
+            auto_ban: true,
+            max_concurrency: None,
+            capabilities: Capabilities::default(),
+            credentials: vec![],
+            retry_status_codes: vec![],
+            retry_error_patterns: vec![],
+            headers: vec![],
+            secrets_withheld: false,
+            responses_api,
+        }
+    }
+
+    /// Plans one attempt of a request of `endpoint` with `body` towards `provider`.
+    fn plan_for(
+        endpoint: Endpoint,
+        body: &str,
+        path_model: Option<(&str, bool)>,
+        provider: Provider,
+        responses_api: bool,
+    ) -> Result<Call, TranslateError> {
+        let body = Bytes::from(body.to_owned());
+        let inspected = crate::request::inspect_json_for(&body, path_model).unwrap();
+        let protocol = endpoint.protocol();
+        let chat = if endpoint == Endpoint::Responses {
+            ChatRequest::parse_responses(&body, &inspected.model, inspected.stream).ok()
+        } else if matches!(endpoint, Endpoint::Embeddings | Endpoint::Models) {
+            None
+        } else {
+            ChatRequest::parse(protocol, &body, &inspected.model, inspected.stream).ok()
+        };
+        let client = ClientRequest {
+            endpoint,
+            inspected: &inspected,
+            body: &body,
+            query: Some("alt=json"),
+            chat: chat.as_ref(),
+        };
+        plan(&client, &channel(provider, responses_api), "up-model")
+    }
+
+    fn json(bytes: &Bytes) -> serde_json::Value {
+        serde_json::from_slice(bytes).unwrap()
+    }
+
+    #[test]
+    fn the_same_protocol_passes_the_bytes_through_with_the_model_rewritten() {
+        let body = r#"{"model":"alias","messages":[{"role":"user","content":"hi"}]}"#;
+        let call = plan_for(
+            Endpoint::ChatCompletions,
+            body,
+            None,
+            Provider::Openai,
+            true,
+        )
+        .unwrap();
+        assert!(call.passthrough && !call.translated());
+        assert_eq!(call.method, Method::POST);
+        assert_eq!(call.path, "/v1/chat/completions");
+        assert_eq!(call.query.as_deref(), Some("alt=json"));
+        assert_eq!(
+            &call.body[..],
+            br#"{"model":"up-model","messages":[{"role":"user","content":"hi"}]}"#
+        );
+        assert_eq!(
+            (call.upstream, call.client),
+            (Protocol::OpenAi, Protocol::OpenAi)
+        );
+        assert!(!call.include_usage && !call.strip_usage_chunk && call.local.is_none());
+
+        // An OpenAI stream that did not ask for usage is asked for it, and the chunk is kept
+        // from the client; other endpoints' streams are not changed.
+        let stream = r#"{"model":"alias","stream":true,"messages":[]}"#;
+        let call = plan_for(
+            Endpoint::ChatCompletions,
+            stream,
+            None,
+            Provider::Openai,
+            true,
+        )
+        .unwrap();
+        assert!(call.strip_usage_chunk);
+        assert_eq!(json(&call.body)["stream_options"]["include_usage"], true);
+        let call = plan_for(Endpoint::Completions, stream, None, Provider::Openai, true).unwrap();
+        assert!(!call.strip_usage_chunk);
+        assert_eq!(call.path, "/v1/completions");
+        assert!(json(&call.body).get("stream_options").is_none());
+
+        let models = plan_for(
+            Endpoint::Models,
+            r#"{"model":"m"}"#,
+            None,
+            Provider::Openai,
+            true,
+        );
+        assert_eq!(models.unwrap().method, Method::GET);
+    }
+
+    #[test]
+    fn a_gemini_client_passes_through_on_the_models_path_with_its_body_unchanged() {
+        let body = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        let stream = plan_for(
+            Endpoint::GeminiGenerate,
+            body,
+            Some(("g-alias", true)),
+            Provider::Gemini,
+            true,
+        )
+        .unwrap();
+        assert!(stream.passthrough);
+        assert_eq!(stream.path, "/v1beta/models/up-model:streamGenerateContent");
+        assert_eq!(&stream.body[..], body.as_bytes());
+        assert_eq!(stream.query.as_deref(), Some("alt=json"));
+        let once = plan_for(
+            Endpoint::GeminiGenerate,
+            body,
+            Some(("g-alias", false)),
+            Provider::Gemini,
+            true,
+        )
+        .unwrap();
+        assert_eq!(once.path, "/v1beta/models/up-model:generateContent");
+        let count = plan_for(
+            Endpoint::GeminiCountTokens,
+            body,
+            Some(("g-alias", false)),
+            Provider::Gemini,
+            true,
+        )
+        .unwrap();
+        assert_eq!(count.path, "/v1beta/models/up-model:countTokens");
+    }
+
+    #[test]
+    fn another_protocol_gets_the_request_translated_to_its_generation_endpoint() {
+        let body = r#"{"model":"alias","stream_options":{"include_usage":true},"stream":true,
+            "messages":[{"role":"user","content":"hi"}]}"#;
+        let anthropic = plan_for(
+            Endpoint::ChatCompletions,
+            body,
+            None,
+            Provider::Anthropic,
+            true,
+        )
+        .unwrap();
+        assert!(anthropic.translated());
+        assert_eq!(anthropic.method, Method::POST);
+        assert_eq!(anthropic.path, "/v1/messages");
+        assert_eq!(anthropic.query, None);
+        assert_eq!(
+            (anthropic.upstream, anthropic.client),
+            (Protocol::Anthropic, Protocol::OpenAi)
+        );
+        assert!(anthropic.include_usage && !anthropic.strip_usage_chunk);
+        let sent = json(&anthropic.body);
+        assert_eq!(sent["model"], "up-model");
+        assert_eq!(sent["max_tokens"], DEFAULT_ANTHROPIC_MAX_TOKENS);
+
+        let gemini = plan_for(
+            Endpoint::ChatCompletions,
+            body,
+            None,
+            Provider::Gemini,
+            true,
+        )
+        .unwrap();
+        assert_eq!(gemini.path, "/v1beta/models/up-model:streamGenerateContent");
+        assert_eq!(gemini.query.as_deref(), Some("alt=sse"));
+        let once = r#"{"model":"alias","messages":[{"role":"user","content":"hi"}]}"#;
+        let gemini = plan_for(
+            Endpoint::ChatCompletions,
+            once,
+            None,
+            Provider::Gemini,
+            true,
+        );
+        let gemini = gemini.unwrap();
+        assert_eq!(gemini.path, "/v1beta/models/up-model:generateContent");
+        assert_eq!(gemini.query, None);
+        assert!(!gemini.include_usage);
+
+        let messages =
+            r#"{"model":"alias","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}"#;
+        let openai = plan_for(Endpoint::Messages, messages, None, Provider::Openai, true).unwrap();
+        assert_eq!(openai.path, "/v1/chat/completions");
+        assert_eq!(json(&openai.body)["model"], "up-model");
+    }
+
+    #[test]
+    fn counting_tokens_goes_to_each_protocols_counter_or_is_estimated_locally() {
+        let body = r#"{"model":"alias","messages":[{"role":"user","content":"hello there"}]}"#;
+        let local = plan_for(
+            Endpoint::MessagesCountTokens,
+            body,
+            None,
+            Provider::Openai,
+            true,
+        )
+        .unwrap();
+        let answer = json(local.local.as_ref().unwrap());
+        assert!(answer["input_tokens"].as_u64().unwrap() > 0);
+        let gemini = plan_for(
+            Endpoint::MessagesCountTokens,
+            body,
+            None,
+            Provider::Gemini,
+            true,
+        )
+        .unwrap();
+        assert_eq!(gemini.path, "/v1beta/models/up-model:countTokens");
+        assert!(gemini.local.is_none());
+        assert!(json(&gemini.body).is_object());
+        let contents = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+        let anthropic = plan_for(
+            Endpoint::GeminiCountTokens,
+            contents,
+            Some(("g", false)),
+            Provider::Anthropic,
+            true,
+        )
+        .unwrap();
+        assert_eq!(anthropic.path, "/v1/messages/count_tokens");
+        assert_eq!(json(&anthropic.body)["model"], "up-model");
+    }
+
+    #[test]
+    fn a_responses_request_to_a_chat_only_member_goes_as_chat_completions() {
+        let body = r#"{"model":"alias","input":"hi"}"#;
+        let call = plan_for(Endpoint::Responses, body, None, Provider::Openai, false).unwrap();
+        assert!(call.translated());
+        assert_eq!(call.path, "/v1/chat/completions");
+        assert_eq!(
+            (call.upstream, call.client),
+            (Protocol::OpenAi, Protocol::OpenAi)
+        );
+        assert_eq!(json(&call.body)["messages"][0]["content"], "hi");
+        let native = plan_for(Endpoint::Responses, body, None, Provider::Openai, true).unwrap();
+        assert!(native.passthrough);
+        assert_eq!(native.path, "/v1/responses");
+    }
+
+    #[test]
+    fn an_endpoint_without_a_translation_is_unsupported_elsewhere() {
+        let body = r#"{"model":"alias","input":"hi"}"#;
+        let err = plan_for(Endpoint::Embeddings, body, None, Provider::Anthropic, true);
+        assert!(matches!(err, Err(TranslateError::Unsupported(m)) if m.contains("/v1/embeddings")));
+        let bad = Bytes::from_static(br#"{"model":"alias","input":"hi"}"#);
+        let inspected = crate::request::inspect_json(&bad).unwrap();
+        let client = ClientRequest {
+            endpoint: Endpoint::Responses,
+            inspected: &inspected,
+            body: &bad,
+            query: None,
+            chat: None,
+        };
+        let err = plan(&client, &channel(Provider::Openai, false), "m");
+        assert!(matches!(err, Err(TranslateError::Unsupported(m)) if m.contains("/v1/responses")));
+    }
+
+    #[test]
+    fn features_are_indexed_by_the_protocol_a_member_is_spoken_to_in() {
+        let chat_only = channel(Provider::Openai, false);
+        assert_eq!(
+            feature_index(&chat_only, Protocol::OpenAi),
+            CHAT_COMPLETIONS_ONLY
+        );
+        assert_eq!(feature_index(&chat_only, Protocol::Anthropic), 0);
+        assert_eq!(
+            feature_index(&channel(Provider::Openai, true), Protocol::OpenAi),
+            0
+        );
+        assert_eq!(
+            feature_index(&channel(Provider::Bedrock, true), Protocol::OpenAi),
+            1
+        );
+        assert_eq!(
+            feature_index(&channel(Provider::Vertex, true), Protocol::OpenAi),
+            2
+        );
+        for (i, protocol) in Protocol::ALL.into_iter().enumerate() {
+            assert_eq!(protocol_index(protocol), i);
+            assert_eq!(
+                channel_protocol(provider_of(protocol), Protocol::OpenAi),
+                protocol
+            );
+        }
+    }
+
     #[test]
     fn non_chat_endpoints_are_unsupported_by_other_protocols() {
         let (mask, features) = unsupported(Endpoint::Embeddings, None, None);
