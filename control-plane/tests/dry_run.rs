@@ -461,6 +461,45 @@ async fn validation_errors_name_the_change_and_field(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_dry_run_takes_at_most_a_hundred_changes(pool: PgPool) {
+    let app = test_app(pool);
+    let change = json!({"op": "patch", "resource": "settings", "body": {"retry_times": 1}});
+    let hundred = Value::Array(vec![change.clone(); 100]);
+    let report = dry_run(&app, hundred).await;
+    assert_eq!(report["results"].as_array().unwrap().len(), 100);
+    let reply = app
+        .post("/api/v1/dry-run", json!({ "changes": vec![change; 101] }))
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some("changes"));
+    assert!(reply.text.contains("at most 100 changes"), "{}", reply.text);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_created_resource_reports_its_id_however_large_its_answer(pool: PgPool) {
+    let app = test_app(pool);
+    // A channel with a retry pattern that fills the request body to just under its limit of
+    // 1 MiB: the answer of its creation (the pattern and every other field) is larger still.
+    let change = |pattern: String| {
+        json!([{"op": "create", "resource": "channel", "body": {
+            "name": "big", "provider": "openai", "base_url": "https://upstream.test/v1",
+            "retry_error_patterns": [pattern]}}])
+    };
+    let envelope = json!({ "changes": change(String::new()) })
+        .to_string()
+        .len();
+    let report = dry_run(&app, change("t".repeat(1024 * 1024 - envelope - 1))).await;
+    let result = &report["results"][0];
+    assert_eq!(result["status"], 201, "{result}");
+    assert!(result["id"].as_i64().is_some_and(|id| id > 0), "{result}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn a_dry_run_needs_the_admin_token(pool: PgPool) {
     let app = test_app(pool);
     let reply = app

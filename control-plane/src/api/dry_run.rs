@@ -927,3 +927,121 @@ fn token_moves(before: &Snapshot, after: &Snapshot) -> Vec<TokenMove> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(field: Field, error: ApiError) -> ApiError {
+        at_change(3, ChangeError { field, error })
+    }
+
+    /// The `param` and `message` of a 422.
+    fn validation(error: ApiError) -> (String, String) {
+        match error {
+            ApiError::Validation { param, message } => (param, message),
+            other => panic!("not a validation error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_validation_error_points_into_the_body_only_from_the_body() {
+        let body = |param: &str| {
+            validation(at(
+                Field::Body,
+                ApiError::Validation {
+                    param: param.to_owned(),
+                    message: "bad".to_owned(),
+                },
+            ))
+        };
+        assert_eq!(
+            body("weight"),
+            (
+                "changes[3].body.weight".to_owned(),
+                "changes[3].body.weight: bad".to_owned()
+            )
+        );
+        // No field inside the body (or the body itself): the body.
+        assert_eq!(body("").0, "changes[3].body");
+        assert_eq!(body(".").0, "changes[3].body");
+        // A failure of the id or the op never points into the body.
+        for (field, path) in [
+            (Field::Id, "changes[3].id"),
+            (Field::ParentId, "changes[3].parent_id"),
+            (Field::Op, "changes[3].op"),
+        ] {
+            let (param, _) = validation(at(field, ApiError::validation("weight", "bad")));
+            assert_eq!(param, path);
+        }
+    }
+
+    #[test]
+    fn a_malformed_body_field_is_a_validation_error_at_its_place() {
+        let (param, message) = validation(at(
+            Field::Body,
+            ApiError::bad_request(Some("colour"), "unknown field"),
+        ));
+        assert_eq!(param, "changes[3].body.colour");
+        assert_eq!(message, "changes[3].body.colour: unknown field");
+        let (param, _) = validation(at(Field::Body, ApiError::bad_request(None, "not JSON")));
+        assert_eq!(param, "changes[3].body");
+        let (param, _) = validation(at(Field::Id, ApiError::bad_request(Some("x"), "bad")));
+        assert_eq!(param, "changes[3].id");
+    }
+
+    #[test]
+    fn not_found_and_conflicts_name_the_change() {
+        let (param, message) = validation(at(Field::Id, ApiError::not_found("route", 9)));
+        assert_eq!(param, "changes[3].id");
+        assert_eq!(message, "changes[3].id: route 9 not found");
+        match at(
+            Field::Body,
+            ApiError::Conflict {
+                message: "still used".to_owned(),
+            },
+        ) {
+            ApiError::Conflict { message } => assert_eq!(message, "changes[3]: still used"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            at(Field::Body, ApiError::Unauthorized),
+            ApiError::Unauthorized
+        ));
+    }
+
+    #[test]
+    fn an_op_is_named_as_the_api_spells_it() {
+        for op in [
+            ChangeOp::Create,
+            ChangeOp::Patch,
+            ChangeOp::Delete,
+            ChangeOp::Put,
+        ] {
+            assert_eq!(
+                serde_json::to_value(op).unwrap(),
+                Value::from(op_name(op)),
+                "{op:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_id_names_the_field_it_is_for() {
+        assert_eq!(required(Some(7), Field::Id, "to patch").ok(), Some(7));
+        for (field, path, name) in [
+            (Field::Id, "changes[3].id", "id"),
+            (Field::ParentId, "changes[3].parent_id", "parent_id"),
+        ] {
+            let Err(error) = required(None, field, "for this") else {
+                panic!("a missing value was accepted");
+            };
+            let (param, message) = validation(at_change(3, error));
+            assert_eq!(param, path);
+            assert!(
+                message.contains(&format!("{name} is required for this")),
+                "{message}"
+            );
+        }
+    }
+}
