@@ -455,7 +455,7 @@ async fn grouped(
 
 #[cfg(test)]
 mod tests {
-    use super::is_rfc3339;
+    use super::*;
 
     #[test]
     fn rfc3339_date_times_are_recognised() {
@@ -481,6 +481,114 @@ mod tests {
             "2026-01-31T12:00:00Zjunk",
         ] {
             assert!(!is_rfc3339(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_field_of_a_date_time_is_checked_at_its_bounds() {
+        let base = "2026-01-31T12:00:00Z";
+        // Each field replaced: (start, end, accepted values, refused values).
+        let fields: [(usize, usize, &[&str], &[&str]); 6] = [
+            (0, 4, &["0000", "9999"], &["20x6", "+026"]),
+            (5, 7, &["01", "12"], &["00", "13", "1a"]),
+            (8, 10, &["01", "31"], &["00", "32", "-1"]),
+            (11, 13, &["00", "23"], &["24", "2:"]),
+            (14, 16, &["00", "59"], &["60", "5x"]),
+            (17, 19, &["00", "59", "60"], &["61", "x0"]),
+        ];
+        for (start, end, good, bad) in fields {
+            for value in good {
+                let text = format!("{}{value}{}", &base[..start], &base[end..]);
+                assert!(is_rfc3339(&text), "{text}");
+            }
+            for value in bad {
+                let text = format!("{}{value}{}", &base[..start], &base[end..]);
+                assert!(!is_rfc3339(&text), "{text}");
+            }
+        }
+        // Each separator in its place.
+        for (at, wrong) in [(4, "/"), (7, "/"), (10, "_"), (13, "."), (16, ".")] {
+            let text = format!("{}{wrong}{}", &base[..at], &base[at + 1..]);
+            assert!(!is_rfc3339(&text), "{text}");
+        }
+        // The shortest form is 20 characters; offsets at their bounds.
+        assert!(!is_rfc3339("2026-01-31T12:00:00"));
+        for ok in ["2026-01-31T12:00:00+23:59", "2026-01-31T12:00:00-00:00"] {
+            assert!(is_rfc3339(ok), "{ok}");
+        }
+        for bad in [
+            "2026-01-31T12:00:00+24:00",
+            "2026-01-31T12:00:00+23:60",
+            "2026-01-31T12:00:00+2a:00",
+            "2026-01-31T12:00:00+02:0a",
+            "2026-01-31T12:00:00+02-00",
+            "2026-01-31T12:00:00.1",
+            "2026-01-31T12:00:00.12x",
+            "2026-01-31T12:00:00ZZ",
+        ] {
+            assert!(!is_rfc3339(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_time_parameter_is_refused_by_its_name() {
+        assert!(check_time("from", None).is_ok());
+        assert!(check_time("from", Some("2026-01-31T12:00:00Z")).is_ok());
+        match check_time("to", Some("soon")) {
+            Err(ApiError::BadRequest { param, message }) => {
+                assert_eq!(param.as_deref(), Some("to"));
+                assert!(message.starts_with("to must be an RFC 3339"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn group_by_names_distinct_dimensions_in_order() {
+        assert_eq!(parse_dimensions(None).unwrap(), []);
+        assert_eq!(parse_dimensions(Some(" ")).unwrap(), []);
+        assert_eq!(
+            parse_dimensions(Some("model, token,team,route,channel")).unwrap(),
+            [
+                UsageDimension::Model,
+                UsageDimension::Token,
+                UsageDimension::Team,
+                UsageDimension::Route,
+                UsageDimension::Channel
+            ]
+        );
+        for bad in ["team,team", "colour", "team,", "Team"] {
+            match parse_dimensions(Some(bad)) {
+                Err(ApiError::BadRequest { param, .. }) => {
+                    assert_eq!(param.as_deref(), Some("group_by"), "{bad}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Each dimension's column is its name in the API; each bucket's unit too.
+        for d in UsageDimension::ALL {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.column());
+        }
+        for b in [UsageBucket::Hour, UsageBucket::Day] {
+            assert_eq!(serde_json::to_value(b).unwrap(), b.unit());
+        }
+    }
+
+    #[test]
+    fn a_cost_is_reported_unless_no_request_had_a_price() {
+        let cost = |pico: &str, requests, unpriced| cost_usd(pico, requests, unpriced).unwrap();
+        assert_eq!(cost("1500000000000", 3, 0), Some("1.5".to_owned()));
+        assert_eq!(cost(" 2 ", 3, 2), Some(format_pico_usd(2)));
+        // Every request unpriced: no cost at all, rather than a cost of 0.
+        assert_eq!(cost("0", 3, 3), None);
+        assert_eq!(cost("0", 3, 4), None);
+        // No request: a cost of 0.
+        assert_eq!(cost("0", 0, 0), Some("0".to_owned()));
+        // Beyond u128 it saturates.
+        let huge = "9".repeat(60);
+        assert_eq!(cost(&huge, 1, 0), Some(format_pico_usd(u128::MAX)));
+        for bad in ["", "  ", "1.5", "-3", "1e9"] {
+            assert!(cost_usd(bad, 1, 0).is_err(), "{bad:?}");
         }
     }
 }
