@@ -500,6 +500,54 @@ async fn a_created_resource_reports_its_id_however_large_its_answer(pool: PgPool
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn each_route_group_is_compared_among_its_own_members(pool: PgPool) {
+    let app = test_app(pool);
+    let (ch, route, _, _) = two_members(&app).await;
+    let vip = |model: &str| json!({"channel_id": ch, "upstream_model": model, "group_name": "vip"});
+    let c = app.member(route, vip("c")).await;
+    let d = app.member(route, vip("d")).await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "member", "id": c, "body": {"weight": 3}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "vip");
+    assert!(close(&member_move(entry, c)["before"], 0.5), "{entry}");
+    assert!(close(&member_move(entry, c)["after"], 0.75), "{entry}");
+    assert!(close(&member_move(entry, d)["after"], 0.25), "{entry}");
+    // The default group's members never met c: nothing moved there.
+    assert!(
+        !report["affected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["group"] == "default"),
+        "{report}"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn more_selections_than_the_limit_are_compared_up_to_it_and_say_so(pool: PgPool) {
+    let app = test_app(pool);
+    two_members(&app).await;
+    let change = json!([{"op": "patch", "resource": "settings", "body": {"retry_times": 1}}]);
+    // One model and one group: a selection per team, and one without a team. 4 999 teams make
+    // exactly the limit of 5 000.
+    sqlx::query("INSERT INTO teams (name) SELECT 'team-' || g FROM generate_series(1, 4999) g")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let report = dry_run(&app, change.clone()).await;
+    assert_eq!(report["truncated"], false, "{}", report["truncated"]);
+    sqlx::query("INSERT INTO teams (name) VALUES ('one-more')")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let report = dry_run(&app, change).await;
+    assert_eq!(report["truncated"], true, "{}", report["truncated"]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn a_dry_run_needs_the_admin_token(pool: PgPool) {
     let app = test_app(pool);
     let reply = app
