@@ -527,6 +527,112 @@ async fn each_route_group_is_compared_among_its_own_members(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_member_moving_without_a_probability_change_is_reported(pool: PgPool) {
+    let app = test_app(pool);
+    let (ch, _, a, b) = two_members(&app).await;
+    let other = live_channel(&app, "other").await;
+    // Another channel or another upstream model at the same chance: requests go elsewhere.
+    for body in [
+        json!({"channel_id": other}),
+        json!({"upstream_model": "a2"}),
+    ] {
+        let report = dry_run(
+            &app,
+            json!([{"op": "patch", "resource": "member", "id": a, "body": body}]),
+        )
+        .await;
+        let entry = affected(&report, "m", "default");
+        assert!(close(&member_move(entry, a)["before"], 0.5), "{entry}");
+        assert!(close(&member_move(entry, a)["after"], 0.5), "{entry}");
+    }
+    // Only the reasons change: both members stay at no chance, now for one more reason.
+    app.patch(
+        &format!("/api/v1/channels/{ch}"),
+        json!({"status": "disabled"}),
+    )
+    .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "member", "id": b, "body": {"enabled": false}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert_eq!(entry["outcome_before"], entry["outcome_after"]);
+    let moved = member_move(entry, b);
+    assert_ne!(moved["reasons_before"], moved["reasons_after"], "{entry}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn another_route_with_the_same_outcome_is_reported(pool: PgPool) {
+    let app = test_app(pool);
+    // Two routes without members: "m" exactly, and every model.
+    let exact = app.route("m").await;
+    let wildcard = app.route("*").await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "delete", "resource": "route", "id": exact}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert_eq!(entry["route_before"], exact);
+    assert_eq!(entry["route_after"], wildcard);
+    assert_eq!(entry["outcome_before"], "no_eligible_member");
+    assert_eq!(entry["outcome_after"], "no_eligible_member");
+    // The wildcard's own model resolves as before: not listed.
+    assert!(
+        !report["affected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["model"] == "*"),
+        "{report}"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_chance_of_one_in_a_billion_counts_as_none(pool: PgPool) {
+    let app = test_app(pool);
+    let (_, _, a, b) = two_members(&app).await;
+    app.patch(&format!("/api/v1/members/{a}"), json!({"weight": 1}))
+        .await;
+    app.patch(
+        &format!("/api/v1/members/{b}"),
+        json!({"weight": 999_999_999}),
+    )
+    .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "member", "id": a, "body": {"enabled": false}}]),
+    )
+    .await;
+    let entry = affected(&report, "m", "default");
+    assert_eq!(
+        member_move(entry, a)["before"].as_f64(),
+        Some(1e-9),
+        "{entry}"
+    );
+    // Reachable means a chance above one in a billion: a had none before either.
+    assert_eq!(report["unreachable_members"], json!([]), "{report}");
+    // From two in a billion (and a bit) down to one: a loses its chance.
+    app.patch(&format!("/api/v1/members/{a}"), json!({"weight": 2}))
+        .await;
+    let report = dry_run(
+        &app,
+        json!([{"op": "patch", "resource": "member", "id": a, "body": {"weight": 1}}]),
+    )
+    .await;
+    // (A move of less than one in a billion: no affected selection is listed for it.)
+    assert_eq!(report["affected"], json!([]), "{report}");
+    let unreachable: Vec<i64> = report["unreachable_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["member_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(unreachable, vec![a]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn more_selections_than_the_limit_are_compared_up_to_it_and_say_so(pool: PgPool) {
     let app = test_app(pool);
     two_members(&app).await;

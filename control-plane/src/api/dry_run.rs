@@ -741,7 +741,9 @@ pub(super) fn compare(
         for id in ids {
             let (bm, am) = (b.members.get(&id), a.members.get(&id));
             let differs = match (bm, am) {
-                (Some(x), Some(y)) => (x.2 - y.2).abs() > EPSILON || x.3 != y.3 || x.0 != y.0,
+                (Some(x), Some(y)) => {
+                    (x.2 - y.2).abs() > EPSILON || x.3 != y.3 || x.0 != y.0 || x.1 != y.1
+                }
                 _ => true,
             };
             changed |= differs;
