@@ -74,6 +74,25 @@ fn member_move(entry: &Value, member: i64) -> &Value {
         .unwrap_or_else(|| panic!("member {member} not in {entry}"))
 }
 
+/// Whether any affected selection has `field` equal to `value`.
+fn lists(report: &Value, field: &str, value: &str) -> bool {
+    report["affected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a[field] == value)
+}
+
+/// The ids of the members reported unreachable.
+fn unreachable(report: &Value) -> Vec<i64> {
+    report["unreachable_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["member_id"].as_i64().unwrap())
+        .collect()
+}
+
 fn close(value: &Value, expected: f64) -> bool {
     value.as_f64().is_some_and(|v| (v - expected).abs() < 1e-9)
 }
@@ -133,13 +152,7 @@ async fn disabling_the_only_channel_makes_requests_fail(pool: PgPool) {
         member_move(entry, a)["reasons_after"],
         json!(["channel_disabled"])
     );
-    let unreachable: Vec<i64> = report["unreachable_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["member_id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(unreachable, vec![a, b]);
+    assert_eq!(unreachable(&report), vec![a, b]);
     assert!(report["newly_failing"]
         .as_array()
         .unwrap()
@@ -516,14 +529,7 @@ async fn each_route_group_is_compared_among_its_own_members(pool: PgPool) {
     assert!(close(&member_move(entry, c)["after"], 0.75), "{entry}");
     assert!(close(&member_move(entry, d)["after"], 0.25), "{entry}");
     // The default group's members never met c: nothing moved there.
-    assert!(
-        !report["affected"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a["group"] == "default"),
-        "{report}"
-    );
+    assert!(!lists(&report, "group", "default"), "{report}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -579,14 +585,7 @@ async fn another_route_with_the_same_outcome_is_reported(pool: PgPool) {
     assert_eq!(entry["outcome_before"], "no_eligible_member");
     assert_eq!(entry["outcome_after"], "no_eligible_member");
     // The wildcard's own model resolves as before: not listed.
-    assert!(
-        !report["affected"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a["model"] == "*"),
-        "{report}"
-    );
+    assert!(!lists(&report, "model", "*"), "{report}");
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -623,13 +622,7 @@ async fn a_chance_of_one_in_a_billion_counts_as_none(pool: PgPool) {
     .await;
     // (A move of less than one in a billion: no affected selection is listed for it.)
     assert_eq!(report["affected"], json!([]), "{report}");
-    let unreachable: Vec<i64> = report["unreachable_members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["member_id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(unreachable, vec![a]);
+    assert_eq!(unreachable(&report), vec![a]);
 }
 
 #[sqlx::test(migrations = "../migrations")]

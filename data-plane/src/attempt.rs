@@ -865,24 +865,13 @@ mod tests {
             );
         }
     }
-    use switchyard_engine::{Capabilities, ChannelStatus, Provider};
+    use switchyard_engine::Provider;
 
     fn channel() -> Channel {
         Channel {
-            id: 1,
-            name: "c".into(),
-            provider: Provider::Openai,
-            base_url: "http://x".into(),
-            status: ChannelStatus::Enabled,
-            auto_ban: true,
-            max_concurrency: None,
-            capabilities: Capabilities::default(),
-            credentials: vec![],
             retry_status_codes: vec![418],
             retry_error_patterns: vec!["Try Again".into()],
-            headers: vec![],
-            secrets_withheld: false,
-            responses_api: true,
+            ..crate::testing::channel(Provider::Openai, true)
         }
     }
 

@@ -29,6 +29,8 @@ mod server;
 mod shadow;
 pub mod snapshot;
 mod telemetry;
+#[cfg(test)]
+mod testing;
 mod upstream;
 pub mod usage;
 mod wire;

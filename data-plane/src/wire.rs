@@ -342,26 +342,7 @@ mod tests {
         assert_eq!(mask & CHAT_COMPLETIONS_ONLY_BIT, 0);
     }
 
-    use switchyard_engine::{Capabilities, ChannelStatus};
-
-    fn channel(provider: Provider, responses_api: bool) -> Channel {
-        Channel {
-            id: 1,
-            name: "c".into(),
-            provider,
-            base_url: "http://x".into(),
-            status: ChannelStatus::Enabled,
-            auto_ban: true,
-            max_concurrency: None,
-            capabilities: Capabilities::default(),
-            credentials: vec![],
-            retry_status_codes: vec![],
-            retry_error_patterns: vec![],
-            headers: vec![],
-            secrets_withheld: false,
-            responses_api,
-        }
-    }
+    use crate::testing::channel;
 
     /// Plans one attempt of a request of `endpoint` with `body` towards `provider`.
     fn plan_for(
