@@ -219,6 +219,23 @@ mod tests {
     }
 
     #[test]
+    fn each_answer_has_its_own_id_and_a_stream_keeps_one() {
+        let answer = Answer::new("g", "one two three");
+        let first = parse(&gemini_response_json(&answer));
+        let second = parse(&gemini_response_json(&answer));
+        let id = first["responseId"].as_str().unwrap();
+        assert!(id.starts_with("mock-") && id.len() > "mock-".len(), "{id}");
+        assert_ne!(first["responseId"], second["responseId"]);
+        let stream = gemini_stream_responses(&answer, 3);
+        let ids: Vec<Value> = stream
+            .iter()
+            .map(|r| parse(r)["responseId"].clone())
+            .collect();
+        assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+        assert_ne!(ids[0], first["responseId"]);
+    }
+
+    #[test]
     fn a_stream_asked_for_no_pieces_still_says_the_text() {
         let events = gemini_stream_responses(&Answer::new("g", "one two"), 0);
         assert_eq!(events.len(), 1);

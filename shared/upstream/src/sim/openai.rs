@@ -611,6 +611,46 @@ mod tests {
     }
 
     #[test]
+    fn only_the_first_chunk_carries_the_role() {
+        for events in [
+            chat_chunks("m", "one two three", 3),
+            chat_answer_chunks(&Answer::new("m", "one two three"), 3, false),
+        ] {
+            let roles: Vec<Value> = events[..3]
+                .iter()
+                .map(|e| data(e)["choices"][0]["delta"]["role"].clone())
+                .collect();
+            assert_eq!(roles, [json!("assistant"), Value::Null, Value::Null]);
+        }
+    }
+
+    #[test]
+    fn text_before_tool_calls_is_kept_and_an_empty_answer_streams_empty_content() {
+        let answer = Answer::new("m", "Let me see").tool_call("f", "{}");
+        let v = parse(&chat_answer_json(&answer));
+        assert_eq!(v["choices"][0]["message"]["content"], "Let me see");
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        let empty = parse(&chat_answer_json(&Answer::new("m", "")));
+        assert_eq!(empty["choices"][0]["message"]["content"], "");
+
+        // No text and no call: the content chunks are empty strings, never `null`.
+        let events = chat_answer_chunks(&Answer::new("m", ""), 2, false);
+        assert_eq!(events.len(), 2 + 1 + 1);
+        let first = data(&events[0]);
+        assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(first["choices"][0]["delta"]["content"], "");
+        assert_eq!(data(&events[1])["choices"][0]["delta"]["content"], "");
+        assert_eq!(data(&events[2])["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn embeddings_count_four_tokens_an_input() {
+        let v = parse(&embeddings_json("e", 3));
+        assert_eq!(v["usage"], json!({"prompt_tokens": 12, "total_tokens": 12}));
+        assert_eq!(v["model"], "e");
+    }
+
+    #[test]
     fn legacy_completions_answer_and_stream() {
         let v = parse(&completion_json("m", "one two three", 6));
         assert_eq!(v["object"], "text_completion");
