@@ -602,6 +602,41 @@ async fn invalid_queries_and_missing_auth_are_refused(pool: PgPool) {
     assert_eq!(reply.status, StatusCode::OK);
 }
 
+/// A database error while the range is read is the server's (500), never a bad range (400):
+/// only an invalid date-time (class 22, such as February 30th) is the client's.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_database_refusing_connections_is_not_a_bad_range(pool: PgPool) {
+    use sqlx::Connection;
+    let app = test_app(pool);
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let url = std::env::var("DATABASE_URL").unwrap();
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    // New connections are refused with SQLSTATE 55000; the open ones are ended.
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" ALLOW_CONNECTIONS false"#))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&db)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let reply = app.get("/api/v1/usage?from=2026-01-01T00:00:00Z").await;
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" ALLOW_CONNECTIONS true"#))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        reply.text
+    );
+}
+
 /// The gRPC edge in-process, with `ReportUsage` served into `pool`.
 async fn grpc_edge(pool: &PgPool, fleet: Option<&str>) -> (String, CancellationToken) {
     let metrics = Arc::new(Metrics::default());
