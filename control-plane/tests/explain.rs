@@ -255,6 +255,8 @@ async fn a_token_shows_its_limits_and_upstream_limits_rate_limit_members(pool: P
     use switchyard_engine::limit::ScopeKind;
     use switchyard_state::{InMemoryStore, LimitRequest, StateStore};
 
+    common::clear_of_a_window_end(std::time::Duration::from_secs(5)).await;
+
     let store = Arc::new(InMemoryStore::new());
     let live = LiveState::from_store(Arc::clone(&store) as Arc<dyn StateStore>);
     let app = common::test_app_with_live(pool, live);
@@ -443,6 +445,8 @@ async fn with_redis_explain_reads_the_fleets_counters(pool: PgPool) {
     use switchyard_control_plane::live::LiveState;
     use switchyard_engine::limit::ScopeKind;
     use switchyard_state::{LimitRequest, RedisConfig, RedisStore, StateStore};
+
+    common::clear_of_a_window_end(Duration::from_secs(15)).await;
 
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let prefix = format!(

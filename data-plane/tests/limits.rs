@@ -44,6 +44,7 @@ fn usage_total(reply: &Reply) -> u64 {
 
 #[tokio::test]
 async fn a_key_over_its_request_limit_gets_a_429_its_sdk_understands_in_every_protocol() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     let proxy = start(&config(
         "limits:\n  - { token: app, metric: requests, window: minute, value: 3 }\n",
     ))
@@ -108,6 +109,7 @@ async fn a_key_over_its_request_limit_gets_a_429_its_sdk_understands_in_every_pr
 
 #[tokio::test]
 async fn the_team_and_the_route_limits_apply_beside_the_keys_own() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     let proxy = start(&config(
         "limits:\n  - { token: app, metric: requests, window: minute, value: 10 }\n  - { team: research, metric: requests, window: hour, value: 2 }\n  - { route: m, metric: requests, window: day, value: 100 }\n",
     ))
@@ -169,6 +171,7 @@ async fn the_team_and_the_route_limits_apply_beside_the_keys_own() {
 
 #[tokio::test]
 async fn a_tokens_limit_is_charged_exactly_what_the_upstream_reported() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     let proxy = start(&config(
         "limits:\n  - { token: app, metric: tokens, window: minute, value: 100000 }\n",
     ))
@@ -235,6 +238,7 @@ async fn settled(proxy: &Proxy, limit: &Limit, expected: u64) -> u64 {
 
 #[tokio::test]
 async fn a_spent_budget_refuses_with_budget_exceeded_and_no_retry() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     // 1 USD per million tokens each way: a request costs its token count in micro-USD.
     let proxy = start(&config(
         "prices:\n  - { channel: sim, model_pattern: '*', input_per_million: 1, output_per_million: \"1.0\" }\nlimits:\n  - { token: app, metric: spend, window: day, value: \"0.000050\" }\n",
@@ -284,6 +288,7 @@ async fn a_spent_budget_refuses_with_budget_exceeded_and_no_retry() {
 
 #[tokio::test]
 async fn a_member_without_upstream_room_is_skipped_for_the_next_and_the_last_refuses() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     let yaml = format!(
         "channels:\n  - {{ id: 1, name: a, provider: mock }}\n  - {{ id: 2, name: b, provider: mock }}\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - {{ id: 1, channel: a, priority: 10 }}\n      - {{ id: 2, channel: b, priority: 0 }}\ntokens:\n  - {{ id: 1, name: app, token: {TOKEN} }}\nlimits:\n  - {{ member: 1, metric: requests, window: minute, value: 2 }}\n  - {{ channel: b, metric: requests, window: minute, value: 1 }}\n"
     );
@@ -352,6 +357,7 @@ async fn a_concurrency_limit_holds_a_slot_until_the_stream_ends() {
 
 #[tokio::test]
 async fn a_soft_limit_lets_requests_through_and_counts_the_crossing() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
     let proxy = start(&config(
         "limits:\n  - { team: research, metric: requests, window: minute, value: 1, mode: soft }\n",
     ))

@@ -10,8 +10,9 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
-use common::{start, Proxy, TOKEN};
+use common::{clear_of_a_window_end, start, Proxy, TOKEN};
 use serde_json::Value;
 
 const OPENAI: &str = r#"
@@ -143,6 +144,7 @@ fn refusals(proxy: &Proxy, metric: &str, window: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_raises_its_rate_limit_error_and_honours_a_spent_budget() {
+    clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
     let out = run(&proxy, OPENAI).await;
     let headers = out["headers"].as_array().unwrap();
@@ -178,6 +180,7 @@ async fn the_openai_sdk_raises_its_rate_limit_error_and_honours_a_spent_budget()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anthropic_sdk_raises_its_rate_limit_error() {
+    clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
     let out = run(&proxy, ANTHROPIC).await;
     let limited = &out["limited"];
@@ -195,6 +198,7 @@ async fn the_anthropic_sdk_raises_its_rate_limit_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_google_genai_sdk_raises_resource_exhausted() {
+    clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
     let out = run(&proxy, GENAI).await;
     let limited = &out["limited"];

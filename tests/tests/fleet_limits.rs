@@ -26,12 +26,16 @@ fn config(limits: &str) -> String {
     )
 }
 
-/// Sleeps into a fresh calendar minute when less than `needed` is left of the current one, so a
-/// whole run is counted in one window.
-async fn within_one_minute(needed: Duration) {
+const MINUTE: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Sleeps into the next `window` (a UTC minute or day: both start on a multiple of their length
+/// since the epoch) when less than `needed` is left of the current one, so a whole run is counted
+/// in one window.
+async fn within_one_window(window: Duration, needed: Duration) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let into = Duration::from_millis((now.as_millis() % 60_000) as u64);
-    let left = Duration::from_secs(60) - into;
+    let into = Duration::from_millis((now.as_millis() % window.as_millis()) as u64);
+    let left = window - into;
     if left < needed {
         tokio::time::sleep(left + Duration::from_millis(200)).await;
     }
@@ -145,7 +149,7 @@ async fn three_proxies_hold_a_600_per_minute_limit_within_the_bound() {
         )),
     );
     let proxies = fleet(&path, &redis_url(), &prefix).await;
-    within_one_minute(Duration::from_secs(30)).await;
+    within_one_window(MINUTE, Duration::from_secs(30)).await;
     let tallies = load(
         &proxies,
         CLIENTS_PER_PROXY,
@@ -191,6 +195,7 @@ async fn a_spend_budget_stops_the_token_on_every_proxy_within_the_bound() {
         &config("  - { token: test, metric: spend, window: day, value: \"0.002\" }\n"),
     );
     let proxies = fleet(&path, &redis_url(), &prefix).await;
+    within_one_window(DAY, Duration::from_secs(45)).await;
     let tallies = load(
         &proxies,
         CLIENTS_PER_PROXY,
@@ -243,7 +248,7 @@ async fn with_redis_stopped_no_request_fails_and_each_proxy_holds_its_share() {
         )),
     );
     let proxies = Arc::new(fleet(&path, &redis, &prefix).await);
-    within_one_minute(Duration::from_secs(30)).await;
+    within_one_window(MINUTE, Duration::from_secs(30)).await;
     // A little traffic while Redis is there, then Redis dies and the load goes on past the limit.
     let mut before = Vec::new();
     for proxy in proxies.iter() {

@@ -18,6 +18,20 @@ use tower::ServiceExt;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
+/// Waits, when less than `needed` is left of the current UTC minute, until the next minute has
+/// begun. Every limit window ends on a whole minute, so a test that counts against one and then
+/// reads the count back calls this first and no window ends in between.
+pub async fn clear_of_a_window_end(needed: std::time::Duration) {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into = std::time::Duration::from_millis((since_epoch.as_millis() % 60_000) as u64);
+    let left = std::time::Duration::from_secs(60).saturating_sub(into);
+    if left < needed {
+        tokio::time::sleep(left + std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// The test database's URL, reached through `host:port` (Postgres itself or a gate in front).
 pub fn database_url(opts: &PgConnectOptions, host_port: &str) -> String {
     let db = opts.get_database().unwrap_or("postgres");

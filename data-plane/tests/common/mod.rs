@@ -22,6 +22,18 @@ use tokio::sync::watch;
 
 pub const TOKEN: &str = "sk-test-token";
 
+/// Waits, when less than `needed` is left of the current UTC minute, until the next minute has
+/// begun. Every limit window (minute, hour, day, month) ends on a whole minute, so a test that
+/// counts against one across several requests calls this first and no window ends mid-test
+/// (which would start the count over and admit a request the test expects refused).
+pub async fn clear_of_a_window_end(needed: Duration) {
+    let into = Duration::from_millis(switchyard_data_plane::unix_ms() % 60_000);
+    let left = Duration::from_secs(60).saturating_sub(into);
+    if left < needed {
+        tokio::time::sleep(left + Duration::from_millis(100)).await;
+    }
+}
+
 pub struct Proxy {
     pub url: String,
     pub state: Arc<AppState>,
