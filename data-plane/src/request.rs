@@ -220,6 +220,7 @@ pub fn inspect_json_for(
     let probe: Probe<'_> = serde_json::from_slice(body)
         .map_err(|e| InspectError::Malformed(format!("request body is not valid JSON: {e}")))?;
     let mut out = inspect_model(body, &probe, path_model)?;
+    out.json = true;
     out.stream_span = probe.stream.map(|raw| span_in(body, raw));
     out.stream_usage = stream_usage(body, probe.stream_options);
     out.needs.streaming = out.stream;
@@ -280,7 +281,6 @@ fn inspect_model(
         check_model(model)?;
         return Ok(Inspected {
             model: model.to_owned(),
-            json: true,
             stream,
             ..Inspected::default()
         });
@@ -295,7 +295,6 @@ fn inspect_model(
     Ok(Inspected {
         model,
         model_span: Some(span_in(body, raw_model)),
-        json: true,
         stream: probe.stream.is_some_and(|s| s.get() == "true"),
         ..Inspected::default()
     })
@@ -356,23 +355,18 @@ fn read_conversation(conversation: Option<&RawValue>) -> (Option<&RawValue>, boo
 /// How many inputs an embeddings request carries: a list of strings (or of token lists) is one
 /// each; anything else is one.
 fn input_count(input: Option<&RawValue>) -> usize {
-    match input {
-        Some(raw) if raw.get().starts_with('[') => {
-            serde_json::from_str::<Vec<&RawValue>>(raw.get())
-                .map(|items| {
-                    let nested = items
-                        .first()
-                        .is_some_and(|i| i.get().starts_with('"') || i.get().starts_with('['));
-                    if nested {
-                        items.len()
-                    } else {
-                        1
-                    }
-                })
-                .unwrap_or(1)
-        }
-        _ => 1,
-    }
+    input
+        .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok())
+        .map_or(1, |items| {
+            let nested = items
+                .first()
+                .is_some_and(|i| i.get().starts_with('"') || i.get().starts_with('['));
+            if nested {
+                items.len()
+            } else {
+                1
+            }
+        })
 }
 
 /// RFC 2046 caps a multipart boundary at 70 characters; anything longer is refused.
@@ -644,6 +638,12 @@ mod tests {
             inspect_json(br#"{"model":"a","stream":true,"stream_options":{"include_usage":true}}"#)
                 .unwrap();
         assert!(asked.asked_stream_usage());
+        for body in [
+            &br#"{"model":"a","stream":true,"stream_options":{"include_usage":false}}"#[..],
+            br#"{"model":"a","stream":true}"#,
+        ] {
+            assert!(!inspect_json(body).unwrap().asked_stream_usage());
+        }
     }
 
     #[test]
@@ -791,6 +791,14 @@ mod tests {
                 .vision
         );
         assert!(!needs(r#"{"model":"m","input":"[image]"}"#).vision);
+        // One image anywhere is enough: a later list without one does not take it back.
+        assert!(
+            needs(
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]},
+                {"role":"assistant","content":[{"type":"text"}]}]}"#
+            )
+            .vision
+        );
         assert!(!needs(r#"{"model":"m","stream":false}"#).streaming);
     }
 
@@ -888,5 +896,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("RIFF...."));
+    }
+
+    #[test]
+    fn multipart_skips_a_preamble_and_long_parts() {
+        // RFC 2046 allows text before the first delimiter; a part's value may be longer than
+        // everything before it.
+        let file = "x".repeat(300);
+        let body = Bytes::from(format!(
+            "{}\r\n--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n{file}\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--b--\r\n",
+            "This is the preamble. ".repeat(10)
+        ));
+        let req = inspect_multipart(&body, "multipart/form-data; boundary=b").unwrap();
+        assert_eq!(req.model, "whisper");
+        assert!(String::from_utf8_lossy(&req.rewrite(&body, "w-1"))
+            .ends_with("name=\"model\"\r\n\r\nw-1\r\n--b--\r\n"));
     }
 }
