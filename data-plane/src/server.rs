@@ -59,7 +59,7 @@ pub fn app(state: Arc<AppState>) -> Router {
             endpoint.path(),
             post(
                 move |State(state): State<Arc<AppState>>, request: Request| async move {
-                    handle(state, endpoint, None, request).await
+                    handle_boxed(state, endpoint, None, request).await
                 },
             ),
         );
@@ -100,7 +100,7 @@ async fn gemini(
 ) -> Response {
     match gemini_target(&target) {
         Some((endpoint, model, stream)) => {
-            handle(state, endpoint, Some((model, stream)), request).await
+            handle_boxed(state, endpoint, Some((model, stream)), request).await
         }
         None => not_found(request.uri().path()),
     }
@@ -403,6 +403,19 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
 
 fn too_large(limit: usize) -> GatewayError {
     GatewayError::RequestTooLarge { limit }
+}
+
+/// [`handle`] behind a box. A request's whole future (the handling, the failover, the attempt
+/// and the upstream call, every state of each) is about 15 KB, and the router moves the handler's
+/// future into a box of its own: 15 KB copied per request, 7 % of the proxy's instructions. The
+/// handler's own future now holds only the box, so the router copies a few bytes.
+async fn handle_boxed(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    path_model: Option<(String, bool)>,
+    request: Request,
+) -> Response {
+    Box::pin(handle(state, endpoint, path_model, request)).await
 }
 
 async fn handle(
