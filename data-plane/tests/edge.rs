@@ -257,6 +257,51 @@ async fn stream_cut_after_first_byte_ends_with_an_error_event_and_no_retry() {
     assert_eq!(proxy.dump().cooldowns.len(), 1);
 }
 
+/// A translated stream whose upstream body ends cleanly but without its protocol's final event
+/// (an Anthropic stream with no `message_stop`) was cut, not answered: the OpenAI client gets an
+/// error event instead of a finish and `[DONE]`, and the member is cooled.
+#[tokio::test]
+async fn a_translated_stream_ending_before_its_final_event_ends_with_an_error_event() {
+    let up = MockUpstream::start().await.unwrap();
+    let cut = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\n",
+        "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+    );
+    up.on(Matcher::any(), Behavior::ok().body(cut));
+    let yaml = one_channel(&up.base_url(), "  channel_retry_times: 1")
+        .replace("provider: openai", "provider: anthropic");
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("\"content\":\"Hi\""), "{}", reply.body);
+    let last = reply
+        .body
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .last()
+        .unwrap();
+    assert!(last.starts_with("data: {\"error\""), "{}", reply.body);
+    assert!(!reply.body.contains("[DONE]"), "{}", reply.body);
+    assert!(
+        !reply.body.contains("\"finish_reason\":\"stop\""),
+        "{}",
+        reply.body
+    );
+    assert_eq!(up.hits(), 1, "never a second upstream call");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while proxy.dump().cooldowns.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the member was never cooled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn idle_stream_is_ended_with_an_error_event() {
     let up = MockUpstream::start().await.unwrap();

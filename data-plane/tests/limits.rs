@@ -355,6 +355,50 @@ async fn a_concurrency_limit_holds_a_slot_until_the_stream_ends() {
     assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 200);
 }
 
+/// A client that goes away in the middle of a stream gives its concurrent slot back at once:
+/// the stream's end is recorded when the client-facing body is dropped, not only when the
+/// upstream finishes (here it never would: the relay stops reading it).
+#[tokio::test]
+async fn a_client_leaving_mid_stream_gives_its_concurrent_slot_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let yaml = format!(
+        "channels:\n  - {{ id: 1, name: sim, provider: mock, mock: {{ stream_chunks: 50, chunk_gap_ms: 200 }} }}\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - {{ id: 1, channel: sim }}\ntokens:\n  - {{ id: 1, name: app, token: {TOKEN} }}\nlimits:\n  - {{ token: app, metric: concurrent, value: 1 }}\n"
+    );
+    let proxy = start(&yaml).await;
+    let slot = limit(ScopeKind::Token, 1, Metric::Concurrent, Window::None, 1);
+    let addr = proxy.url.strip_prefix("http://").unwrap();
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {CHAT_PATH} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        CHAT_STREAM.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(CHAT_STREAM.as_bytes()).await.unwrap();
+    // Read until the first event has arrived: the stream is under way.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data:") {
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
+            .await
+            .expect("no first event")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(proxy.store.limit_status(&slot, unix_ms()).used, 1);
+    drop(client);
+    // The 50 chunks would take 10 s: the slot must come back long before that.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while proxy.store.limit_status(&slot, unix_ms()).used != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot was not given back when the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 200);
+}
+
 #[tokio::test]
 async fn a_soft_limit_lets_requests_through_and_counts_the_crossing() {
     clear_of_a_window_end(Duration::from_secs(5)).await;

@@ -213,6 +213,26 @@ const UNASKED: &str = concat!(
     "data: [DONE]\n\n",
 );
 
+/// An upstream stream whose last event has no blank line after it (the body simply ends): the
+/// gateway, which holds back whole events while it removes the usage chunk a client did not ask
+/// for, still gives that last event to the client as it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ending_inside_its_last_event_still_delivers_it_when_usage_is_stripped() {
+    let up = MockUpstream::start().await.unwrap();
+    up.on(
+        Matcher::any(),
+        Behavior::ok().body(ASKED.strip_suffix("\n\n").unwrap()),
+    );
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: oa, upstream_model: up-model }}\ntokens:\n  - name: the-app\n    token: {TOKEN}\n",
+        channel("oa", &up.base_url(), &["ka"]),
+    );
+    let proxy = start(&yaml).await;
+    let reply = post(&proxy, "/v1/chat/completions", CHAT_STREAM).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body, UNASKED.strip_suffix("\n\n").unwrap());
+}
+
 /// A default OpenAI stream (no `stream_options.include_usage`, as LangChain sends it) to an
 /// OpenAI upstream used to be accounted as 0 tokens: the gateway did not ask for usage. Now the
 /// upstream is asked, the client gets exactly the stream it would have got without the gateway
