@@ -264,7 +264,7 @@ pub fn usage_object(protocol: Protocol, usage: &RawValue) -> Usage {
                 figure_of(f.prompt_tokens, "prompt_tokens"),
                 figure_of(f.completion_tokens, "completion_tokens"),
                 f.prompt_tokens_details
-                    .and_then(|d| count(&d, "cached_tokens")),
+                    .and_then(|d| figure_of(d.0, "cached_tokens")),
             ),
             Err(_) => by_map(text, FullUsage::from_openai),
         },
@@ -314,9 +314,44 @@ struct OpenAiFigures {
     prompt_tokens: Option<Value>,
     #[serde(default)]
     completion_tokens: Option<Value>,
-    /// Read as a map: it may be anything (only an object's `cached_tokens` counts).
+    /// Only an object's `cached_tokens` counts; anything else but `null` makes the read fail,
+    /// and the object is then read as a map (where any other value has no cached tokens).
     #[serde(default)]
-    prompt_tokens_details: Option<Value>,
+    prompt_tokens_details: Option<CachedTokens>,
+}
+
+/// The `cached_tokens` of an OpenAI `prompt_tokens_details` object, every other value skipped
+/// unbuilt (a details object parsed into a map cost a string and a value per key). Read from an
+/// object only — not from an array, which a derived struct would read by position — and a
+/// repeated `cached_tokens` is refused, as for any typed field.
+struct CachedTokens(Option<Value>);
+
+impl<'de> serde::Deserialize<'de> for CachedTokens {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CachedTokens, D::Error> {
+        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+
+        struct Details;
+        impl<'de> Visitor<'de> for Details {
+            type Value = CachedTokens;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a details object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CachedTokens, A::Error> {
+                let mut cached = None;
+                while let Some(key) = map.next_key_seed(KeyIndex(&["cached_tokens"]))? {
+                    if key.is_none() {
+                        map.next_value::<IgnoredAny>()?;
+                    } else if cached.is_some() {
+                        return Err(A::Error::duplicate_field("cached_tokens"));
+                    } else {
+                        cached = Some(map.next_value::<Value>()?);
+                    }
+                }
+                Ok(CachedTokens(cached))
+            }
+        }
+        d.deserialize_map(Details)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -447,6 +482,13 @@ mod tests {
             r#"{"usageMetadata":{"promptTokenCount":9,"thoughtsTokenCount":3,"candidatesTokenCount":-1},"usage":{"prompt_tokens":2,"input_tokens":3}}"#,
             r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":null,"completion_tokens":1e400}}"#,
             r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":1}}}"#,
+            // Details that a struct read by position, or not read at all, would get wrong: an
+            // array holding the count, a bare number, a nested `cached_tokens`, an escaped key.
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":[3]}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":5}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":{"audio":{"cached_tokens":7},"cached_tokens":1}}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":{"cached\u005ftokens":4}}}"#,
+            r#"{"usage":{"prompt_tokens":8,"prompt_tokens_details":{"cached_tokens":null}}}"#,
             r#"{"usageMetadata":{"promptTokenCount":9,"promptTokenCount":4,"cachedContentTokenCount":5}}"#,
             r#"{"usage":{"input_tokens":"4","output_tokens":[],"cache_read_input_tokens":{}}}"#,
             r#"{"usage":[1,2]}"#,
