@@ -37,15 +37,19 @@ pub fn check_body(
         }
         return BodyCheck::Fine(read_usage.then(|| response_usage(upstream, body)));
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let parts = match (Shape {
+    let shape = Shape {
         native,
         usage: usage_key(upstream),
-    })
-    .deserialize(&mut de)
-    {
-        Ok(parts) if de.end().is_ok() => parts,
-        _ => return BodyCheck::Malformed,
+    };
+    // Checked as UTF-8 once, the body's keys and raw values borrow without each being checked
+    // again; a body that is not UTF-8 is read as bytes, as before (a stray byte inside a string
+    // the check skips does not make an answer malformed).
+    let parts = match std::str::from_utf8(body) {
+        Ok(text) => shape.read(serde_json::Deserializer::from_str(text)),
+        Err(_) => shape.read(serde_json::Deserializer::from_slice(body)),
+    };
+    let Some(parts) = parts else {
+        return BodyCheck::Malformed;
     };
     let empty = if native {
         match upstream {
@@ -143,6 +147,18 @@ impl<'de> Visitor<'de> for Shape {
             }
         }
         Ok(parts)
+    }
+}
+
+impl Shape {
+    /// The parts of the one JSON value `de` holds (`None` when it is not one valid object).
+    fn read<'de, R: serde_json::de::Read<'de>>(
+        self,
+        mut de: serde_json::Deserializer<R>,
+    ) -> Option<Parts<'de>> {
+        let parts = self.deserialize(&mut de).ok()?;
+        de.end().ok()?;
+        Some(parts)
     }
 }
 
@@ -278,6 +294,34 @@ mod tests {
             check(Endpoint::Embeddings, Protocol::OpenAi, "[1,"),
             "malformed"
         );
+    }
+
+    /// A body that is not UTF-8 is read as bytes: a stray byte inside a string the check skips
+    /// leaves the answer fine (with its usage), one inside a part the check reads makes it
+    /// malformed — the same verdicts as for the same body read as text, where it can be.
+    #[test]
+    fn a_body_that_is_not_utf8_is_checked_as_bytes() {
+        let body = |id: &[u8], content: &[u8]| {
+            [
+                &br#"{"id":""#[..],
+                id,
+                br#"","choices":[{"message":{"content":""#,
+                content,
+                br#""}}],"usage":{"prompt_tokens":7,"completion_tokens":3}}"#,
+            ]
+            .concat()
+        };
+        let read = |b: &[u8]| check_body(Endpoint::ChatCompletions, Protocol::OpenAi, b, true);
+        let usage = Usage {
+            input_tokens: 7,
+            output_tokens: 3,
+            cached_tokens: 0,
+        };
+        assert_eq!(read(&body(b"c1", b"hi")), BodyCheck::Fine(Some(usage)));
+        assert_eq!(read(&body(b"c\xff1", b"hi")), BodyCheck::Fine(Some(usage)));
+        assert_eq!(read(&body(b"c1", b"h\xffi")), BodyCheck::Malformed);
+        assert_eq!(read(&body(b"c1", b"")), BodyCheck::Empty);
+        assert_eq!(read(&body(b"c\xff1", b"")), BodyCheck::Empty);
     }
 
     /// The usage read in the checking pass is the one a separate read of the body gives.
