@@ -322,13 +322,13 @@ struct OpenAiFigures {
 
 /// The `cached_tokens` of an OpenAI `prompt_tokens_details` object, every other value skipped
 /// unbuilt (a details object parsed into a map cost a string and a value per key). Read from an
-/// object only — not from an array, which a derived struct would read by position — and a
-/// repeated `cached_tokens` is refused, as for any typed field.
+/// object only — not from an array, which a derived struct would read by position; a repeated
+/// `cached_tokens` keeps the last one, as a map does.
 struct CachedTokens(Option<Value>);
 
 impl<'de> serde::Deserialize<'de> for CachedTokens {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CachedTokens, D::Error> {
-        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+        use serde::de::{IgnoredAny, MapAccess, Visitor};
 
         struct Details;
         impl<'de> Visitor<'de> for Details {
@@ -339,12 +339,10 @@ impl<'de> serde::Deserialize<'de> for CachedTokens {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CachedTokens, A::Error> {
                 let mut cached = None;
                 while let Some(key) = map.next_key_seed(KeyIndex(&["cached_tokens"]))? {
-                    if key.is_none() {
-                        map.next_value::<IgnoredAny>()?;
-                    } else if cached.is_some() {
-                        return Err(A::Error::duplicate_field("cached_tokens"));
-                    } else {
+                    if key.is_some() {
                         cached = Some(map.next_value::<Value>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(CachedTokens(cached))
