@@ -250,6 +250,11 @@ mod tests {
         assert_eq!(check(r#"{"choices":[{}]}"#), "empty");
         // Another protocol's parts are not an OpenAI answer's content.
         assert_eq!(check(r#"{"choices":[],"content":"x"}"#), "empty");
+        // ... and are not read at all: neither their shape nor their repetition matters.
+        assert_eq!(
+            check(r#"{"choices":[{"text":"x"}],"candidates":"x","content":1,"content":2}"#),
+            "fine"
+        );
         assert_eq!(check(r#"{"choices":[]} trailing"#), "malformed");
         assert_eq!(check(r#"[{"choices":[]}]"#), "malformed", "not an object");
         assert_eq!(check(""), "malformed");
@@ -271,6 +276,11 @@ mod tests {
             assert_eq!(anthropic(empty), "empty", "{empty}");
         }
         assert_eq!(anthropic(r#"{"content":[],"content":[1]}"#), "malformed");
+        // An OpenAI answer's `choices` is not read in a native answer, whatever its shape.
+        assert_eq!(
+            anthropic(r#"{"content":[{"type":"text","text":"hi"}],"choices":"x","choices":1}"#),
+            "fine"
+        );
         let gemini = |b: &str| check(Endpoint::GeminiGenerate, Protocol::Gemini, b);
         assert_eq!(
             gemini(r#"{"candidates":[{"content":{"parts":[{"text":"hi"}]}}]}"#),
