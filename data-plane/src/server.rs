@@ -37,8 +37,78 @@ use crate::snapshot::View;
 use crate::wire;
 use crate::AppState;
 
-/// The data plane's router.
-pub fn app(state: Arc<AppState>) -> Router {
+/// The data plane's service: [`Gateway`] in front of [`router`].
+pub fn app(state: Arc<AppState>) -> Gateway {
+    Gateway {
+        router: router(state.clone()),
+        state,
+    }
+}
+
+/// The proxied endpoints' `POST`s go straight to their handler, every other request through the
+/// router. The router answers those `POST`s the same way (its routes call the same handler,
+/// through the same draining rule); going around it saves its matching, its boxed route
+/// services and its response layer, about 4 % of a proxied request's instructions.
+#[derive(Clone)]
+pub struct Gateway {
+    state: Arc<AppState>,
+    router: Router,
+}
+
+impl tower::Service<Request> for Gateway {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::Either<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Self::Error>> + Send>>,
+        <Router as tower::Service<Request>>::Future,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // Neither the handler nor the router ever waits to be ready.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        use futures_util::future::Either;
+        match proxied_endpoint(request.method(), request.uri().path()) {
+            Some(endpoint) => {
+                let state = Arc::clone(&self.state);
+                Either::Left(Box::pin(async move {
+                    let response = handle(Arc::clone(&state), endpoint, None, request).await;
+                    Ok(closed_when_draining(&state, response))
+                }))
+            }
+            None => Either::Right(self.router.call(request)),
+        }
+    }
+}
+
+/// The endpoint a request is the `POST` of, when its handler takes it without the router: every
+/// endpoint at its own fixed path (the Gemini ones and `/v1/models` carry a model in the path
+/// and stay with the router).
+fn proxied_endpoint(method: &http::Method, path: &str) -> Option<Endpoint> {
+    if method != http::Method::POST {
+        return None;
+    }
+    Endpoint::ALL
+        .into_iter()
+        .filter(|e| routed_by_path(*e))
+        .find(|e| e.path() == path)
+}
+
+/// Whether `endpoint` is served at its own fixed path (see [`proxied_endpoint`]).
+fn routed_by_path(endpoint: Endpoint) -> bool {
+    !matches!(
+        endpoint,
+        Endpoint::Models | Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens
+    )
+}
+
+/// The router: every path the data plane serves.
+fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -48,13 +118,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).
         .route("/v1/models/{id}", get(model).post(gemini))
         .route("/v1beta/models/{target}", post(gemini));
-    for endpoint in Endpoint::ALL {
-        if matches!(
-            endpoint,
-            Endpoint::Models | Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens
-        ) {
-            continue;
-        }
+    for endpoint in Endpoint::ALL.into_iter().filter(|e| routed_by_path(*e)) {
         router = router.route(
             endpoint.path(),
             post(
@@ -79,10 +143,11 @@ pub fn app(state: Arc<AppState>) -> Router {
 
 /// While draining, every answer asks the client to close its connection, so pooled keep-alive
 /// clients (load balancers, SDKs) move to another proxy before this one stops listening.
-async fn close_when_draining(
-    State(state): State<Arc<AppState>>,
-    mut response: Response,
-) -> Response {
+async fn close_when_draining(State(state): State<Arc<AppState>>, response: Response) -> Response {
+    closed_when_draining(&state, response)
+}
+
+fn closed_when_draining(state: &AppState, mut response: Response) -> Response {
     if state.draining.is_cancelled() {
         response
             .headers_mut()

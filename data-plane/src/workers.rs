@@ -13,11 +13,12 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 
-use axum::Router;
 use switchyard_server::Server;
 use tokio::net::TcpSocket;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+use crate::server::Gateway;
 
 /// Pending connections each listener queues (as `TcpListener::bind` does).
 const BACKLOG: u32 = 1024;
@@ -82,7 +83,7 @@ fn socket_for(addr: SocketAddr) -> std::io::Result<TcpSocket> {
 pub fn start(
     sockets: Vec<TcpSocket>,
     server: &Server,
-    router: &Router,
+    router: &Gateway,
     stop: &CancellationToken,
 ) -> Result<impl std::future::Future<Output = Result<(), String>>, String> {
     let mut done = Vec::with_capacity(sockets.len());
@@ -117,7 +118,7 @@ pub fn start(
 fn serve(
     socket: TcpSocket,
     server: Server,
-    router: Router,
+    router: Gateway,
     stop: CancellationToken,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()

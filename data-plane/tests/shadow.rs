@@ -33,7 +33,13 @@ async fn start(yaml: &str) -> (Proxy, Arc<UsageReporter>) {
     let state = AppState::with_usage(rx, store.clone(), Some(Arc::clone(&reporter)));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(axum::serve(listener, app(state.clone())).into_future());
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::ServiceExt::<axum::extract::Request>::into_make_service(app(state.clone())),
+        )
+        .into_future(),
+    );
     let proxy = Proxy {
         url: format!("http://{addr}"),
         state,

@@ -66,7 +66,13 @@ pub async fn start(yaml: &str) -> Proxy {
     let state = AppState::new(rx, store.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(axum::serve(listener, app(state.clone())).into_future());
+    tokio::spawn(
+        axum::serve(
+            listener,
+            axum::ServiceExt::<axum::extract::Request>::into_make_service(app(state.clone())),
+        )
+        .into_future(),
+    );
     Proxy {
         url: format!("http://{addr}"),
         state,

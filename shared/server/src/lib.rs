@@ -33,7 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::Router;
+use axum::extract::Request as AxumRequest;
+use axum::response::Response as AxumResponse;
 use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -176,13 +177,14 @@ impl Server {
         self.registry.max()
     }
 
-    /// Serves `router` on `listener` until `shutdown` fires, then stops accepting, lets every
-    /// open connection finish its request in progress (idle ones close at once) and returns when
-    /// all are closed. Callers bound that drain with their own grace period.
-    pub async fn serve(
+    /// Serves `router` (an axum `Router`, or any service of the same shape) on `listener` until
+    /// `shutdown` fires, then stops accepting, lets every open connection finish its request in
+    /// progress (idle ones close at once) and returns when all are closed. Callers bound that
+    /// drain with their own grace period.
+    pub async fn serve<S: Routes>(
         self,
         listener: TcpListener,
-        router: Router,
+        router: S,
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
         let connections = TaskTracker::new();
@@ -250,10 +252,37 @@ struct Settings {
     keep_alive: HeaderValue,
 }
 
-async fn connection(
+/// What a server serves: an axum `Router`, or a service of the same shape in front of one.
+pub trait Routes:
+    tower::Service<
+        AxumRequest,
+        Response = AxumResponse,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> Routes for S where
+    S: tower::Service<
+            AxumRequest,
+            Response = AxumResponse,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+async fn connection<S: Routes>(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    router: S,
     settings: Arc<Settings>,
     admission: Admission,
     shutdown: CancellationToken,
@@ -322,9 +351,9 @@ async fn connection(
 /// connection's activity, for a request with a body) learns when the body has been read.
 /// The peer's address is not put into the request's extensions: no handler of either plane
 /// reads it, and the insert cost three allocations per request (the map, its table, the value).
-async fn route(
+async fn route<S: Routes>(
     request: Request<Incoming>,
-    router: &Router,
+    router: &S,
     limits: &Limits,
     watch: Option<Arc<Activity>>,
 ) -> Response<Body> {
