@@ -295,7 +295,41 @@ mod tests {
             assert_eq!(gemini(empty), "empty", "{empty}");
         }
         assert_eq!(gemini(r#"{"candidates":[],"candidates":[]}"#), "malformed");
-        // Not a chat answer: only whether it is JSON.
+        // A Responses request answered natively by another protocol is checked as that
+        // protocol's chat answer.
+        assert_eq!(
+            check(
+                Endpoint::Responses,
+                Protocol::Anthropic,
+                r#"{"content":[]}"#
+            ),
+            "empty"
+        );
+        assert_eq!(
+            check(
+                Endpoint::Responses,
+                Protocol::Gemini,
+                r#"{"candidates":[]}"#
+            ),
+            "empty"
+        );
+        assert_eq!(
+            check(
+                Endpoint::Responses,
+                Protocol::Anthropic,
+                r#"{"content":[{"text":"x"}]}"#
+            ),
+            "fine"
+        );
+        // Not a chat answer: only whether it is JSON, whichever protocol answers.
+        assert_eq!(
+            check(
+                Endpoint::Embeddings,
+                Protocol::Gemini,
+                r#"{"candidates":[]}"#
+            ),
+            "fine"
+        );
         assert_eq!(
             check(Endpoint::Embeddings, Protocol::OpenAi, "[1,2]"),
             "fine"
