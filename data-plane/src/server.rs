@@ -1013,3 +1013,42 @@ fn finish(
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+
+    use super::*;
+
+    /// The gateway takes exactly the `POST`s the router would hand to [`handle`] at a fixed
+    /// path; every other method, path and endpoint goes through the router.
+    #[test]
+    fn the_gateway_takes_the_posts_of_the_fixed_paths_only() {
+        for endpoint in Endpoint::ALL {
+            let taken = proxied_endpoint(&Method::POST, endpoint.path());
+            if routed_by_path(endpoint) {
+                assert_eq!(taken, Some(endpoint), "{endpoint:?}");
+            } else {
+                // `/v1/models` and `/v1beta/models` are no endpoint's fixed path.
+                assert_eq!(taken, None, "{endpoint:?}");
+            }
+        }
+        assert_eq!(proxied_endpoint(&Method::GET, "/v1/chat/completions"), None);
+        assert_eq!(proxied_endpoint(&Method::PUT, "/v1/messages"), None);
+        for path in [
+            "/v1/chat/completions/",
+            "/v1/chat/completion",
+            "/V1/chat/completions",
+            "/v1/models/m:generateContent",
+            "/v1beta/models/m:generateContent",
+            "/healthz",
+            "",
+        ] {
+            assert_eq!(proxied_endpoint(&Method::POST, path), None, "{path}");
+        }
+        assert!(routed_by_path(Endpoint::ChatCompletions));
+        assert!(!routed_by_path(Endpoint::Models));
+        assert!(!routed_by_path(Endpoint::GeminiGenerate));
+        assert!(!routed_by_path(Endpoint::GeminiCountTokens));
+    }
+}

@@ -672,3 +672,25 @@ async fn unknown_paths_and_methods_answer_json_in_the_protocol_of_their_prefix()
     assert_eq!(missing.status, 404);
     assert_eq!(missing.json()["error"]["code"], "model_not_found");
 }
+
+/// While the proxy drains, every answer asks its client to close the connection — a proxied
+/// `POST` (which the gateway hands straight to its handler) as much as any path of the router.
+#[tokio::test]
+async fn while_draining_every_answer_asks_the_client_to_close() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 0")).await;
+    let health = format!("{}/healthz", proxy.url);
+    let before = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(before.status, 200);
+    assert_eq!(before.header("connection"), "");
+    proxy.state.draining.cancel();
+    let chat = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(chat.status, 200, "{}", chat.body);
+    assert_eq!(chat.header("connection"), "close");
+    let messages = post(&proxy, "/v1/messages", "not json").await;
+    assert_eq!(messages.status, 400, "{}", messages.body);
+    assert_eq!(messages.header("connection"), "close");
+    let routed = send(Method::GET, &health, None, Vec::new(), &[]).await;
+    assert_eq!(routed.status, 200);
+    assert_eq!(routed.header("connection"), "close");
+}
