@@ -48,7 +48,7 @@ pub fn app(state: Arc<AppState>) -> Gateway {
 /// The proxied endpoints' `POST`s go straight to their handler, every other request through the
 /// router. The router answers those `POST`s the same way (its routes call the same handler,
 /// through the same draining rule); going around it saves its matching, its boxed route
-/// services and its response layer, about 4 % of a proxied request's instructions.
+/// services and its response layer: 5 % of a proxied request's instructions, 12 allocations.
 #[derive(Clone)]
 pub struct Gateway {
     state: Arc<AppState>,

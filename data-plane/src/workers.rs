@@ -76,25 +76,25 @@ fn socket_for(addr: SocketAddr) -> std::io::Result<TcpSocket> {
     }
 }
 
-/// Starts one worker thread per socket serving `router` through `server` (one connection
+/// Starts one worker thread per socket serving `gateway` through `server` (one connection
 /// registry, so the connection cap is the process's). The returned future resolves once every
 /// worker has stopped (after `stop` fires and its connections have drained), with the first
 /// failure.
 pub fn start(
     sockets: Vec<TcpSocket>,
     server: &Server,
-    router: &Gateway,
+    gateway: &Gateway,
     stop: &CancellationToken,
 ) -> Result<impl std::future::Future<Output = Result<(), String>>, String> {
     let mut done = Vec::with_capacity(sockets.len());
     for (index, socket) in sockets.into_iter().enumerate() {
         let (tx, rx) = oneshot::channel();
-        let (server, router, stop) = (server.clone(), router.clone(), stop.clone());
+        let (server, gateway, stop) = (server.clone(), gateway.clone(), stop.clone());
         std::thread::Builder::new()
             .name(format!("switchyard-worker-{index}"))
             .spawn(move || {
                 SLOT.with(|slot| slot.set(index + 1));
-                let _ = tx.send(serve(socket, server, router, stop));
+                let _ = tx.send(serve(socket, server, gateway, stop));
             })
             .map_err(|e| format!("cannot start worker thread {index}: {e}"))?;
         done.push(rx);
@@ -118,7 +118,7 @@ pub fn start(
 fn serve(
     socket: TcpSocket,
     server: Server,
-    router: Gateway,
+    gateway: Gateway,
     stop: CancellationToken,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -129,7 +129,7 @@ fn serve(
         let listener = socket
             .listen(BACKLOG)
             .map_err(|e| format!("cannot listen: {e}"))?;
-        let result = server.serve(listener, router, stop.clone()).await;
+        let result = server.serve(listener, gateway, stop.clone()).await;
         if result.is_err() {
             // Take the other workers down too: a proxy that lost a listener is not healthy.
             stop.cancel();
