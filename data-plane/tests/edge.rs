@@ -27,6 +27,19 @@ fn two_channels(a: &MockUpstream, b: &MockUpstream, settings: &str) -> String {
     )
 }
 
+/// Waits (10 s at most) until the proxy has cooled a member: a broken stream is reported when
+/// the relay sees the break, just after the client's last byte.
+async fn wait_until_a_member_cools(proxy: &Proxy) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while proxy.dump().cooldowns.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the member was never cooled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn auth_is_required_and_errors_have_the_right_shape() {
     let up = MockUpstream::start().await.unwrap();
@@ -245,15 +258,7 @@ async fn stream_cut_after_first_byte_ends_with_an_error_event_and_no_retry() {
     assert!(events[2].starts_with("data: {\"error\""), "{}", events[2]);
     assert!(!reply.body.contains("[DONE]"));
     assert_eq!((a.hits(), b.hits()), (1, 0), "never a second upstream call");
-    // The member is cooled (reported when the relay saw the break, just after the last byte).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while proxy.dump().cooldowns.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the member was never cooled"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until_a_member_cools(&proxy).await;
     assert_eq!(proxy.dump().cooldowns.len(), 1);
 }
 
@@ -292,14 +297,7 @@ async fn a_translated_stream_ending_before_its_final_event_ends_with_an_error_ev
         reply.body
     );
     assert_eq!(up.hits(), 1, "never a second upstream call");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while proxy.dump().cooldowns.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the member was never cooled"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until_a_member_cools(&proxy).await;
 }
 
 #[tokio::test]

@@ -253,6 +253,7 @@ struct Settings {
 }
 
 /// What a server serves: an axum `Router`, or a service of the same shape in front of one.
+/// (The blanket impl below repeats the bounds: Rust has no trait aliases.)
 pub trait Routes:
     tower::Service<
         AxumRequest,
