@@ -692,3 +692,32 @@ async fn while_draining_every_answer_asks_the_client_to_close() {
     assert_eq!(routed.status, 200);
     assert_eq!(routed.header("connection"), "close");
 }
+
+/// The token's route group and its team reach selection: a token bound to group `vip` is served
+/// by that group's member, a team allowed only member 4 never reaches member 3 (the higher
+/// tier), and a token with neither is served by the top tier as usual.
+#[tokio::test]
+async fn a_tokens_route_group_and_team_decide_which_member_serves_it() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, priority: 10 }}\n      - {{ id: 2, channel: b, priority: 0, group: vip }}\n  - model_pattern: t\n    members:\n      - {{ id: 3, channel: a, priority: 10 }}\n      - {{ id: 4, channel: b, priority: 0 }}\nteams:\n  - {{ name: only-b, models: ['*'], members: [4] }}\ntokens:\n  - {{ name: plain, token: {TOKEN} }}\n  - {{ name: vip, token: sk-vip, route_group: vip }}\n  - {{ name: team, token: sk-team, team: only-b }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    );
+    let proxy = start(&yaml).await;
+    let url = format!("{}{CHAT_PATH}", proxy.url);
+    let on_t = r#"{"model":"t","messages":[{"role":"user","content":"hello"}]}"#;
+    for (token, body, served) in [
+        (TOKEN, CHAT, "a"),
+        ("sk-vip", CHAT, "b"),
+        (TOKEN, on_t, "a"),
+        ("sk-team", on_t, "b"),
+    ] {
+        let reply = send(Method::POST, &url, Some(token), body.into(), &[]).await;
+        assert_eq!(reply.status, 200, "{token}: {}", reply.body);
+        assert_eq!(reply.header("x-switchyard-channel"), served, "{token}");
+    }
+}

@@ -399,6 +399,26 @@ async fn a_client_leaving_mid_stream_gives_its_concurrent_slot_back() {
     assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 200);
 }
 
+/// A request a limit refuses is still counted under the route it asked for (with no channel):
+/// operators see refusals per route, not as traffic of no route.
+#[tokio::test]
+async fn a_refused_request_is_counted_under_its_route() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
+    let proxy = start(&config(
+        "limits:\n  - { token: app, metric: requests, window: minute, value: 1 }\n",
+    ))
+    .await;
+    assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 200);
+    assert_eq!(post(&proxy, CHAT_PATH, CHAT).await.status, 429);
+    let metrics = proxy.state.metrics.render();
+    for series in [
+        r#"switchyard_requests_total{endpoint="chat_completions",route="m",channel="sim",code="2xx"} 1"#,
+        r#"switchyard_requests_total{endpoint="chat_completions",route="m",channel="",code="4xx"} 1"#,
+    ] {
+        assert!(metrics.contains(series), "{series} in:\n{metrics}");
+    }
+}
+
 #[tokio::test]
 async fn a_soft_limit_lets_requests_through_and_counts_the_crossing() {
     clear_of_a_window_end(Duration::from_secs(5)).await;
