@@ -24,7 +24,6 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::admission::{self, Held};
-use crate::config::token_hash;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest};
@@ -389,7 +388,7 @@ fn presented_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&
 }
 
 fn authenticate<'v>(view: &'v View, headers: &HeaderMap, query: Option<&str>) -> Option<&'v Token> {
-    view.token(&token_hash(presented_key(headers, query)?))
+    view.token(presented_key(headers, query)?)
 }
 
 /// `GET /v1/models`: the exact-pattern models this token may call.

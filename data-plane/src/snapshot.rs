@@ -23,7 +23,8 @@ pub struct View {
     pub snapshot: Arc<Snapshot>,
     /// When this proxy installed the snapshot (Unix ms).
     pub installed_at_ms: u64,
-    tokens: HashMap<String, usize>,
+    /// Enabled tokens by the SHA-256 digest of their plaintext (their stored hash, decoded).
+    tokens: HashMap<[u8; 32], usize>,
     channels: HashMap<ChannelId, ChannelRuntime>,
     /// Per route, the protocols its members' channels speak (bit `i` = `Protocol::ALL[i]`;
     /// simulated channels speak whatever the client does and set no bit).
@@ -41,7 +42,7 @@ impl View {
             .iter()
             .enumerate()
             .filter(|(_, t)| t.enabled)
-            .map(|(i, t)| (t.hash.clone(), i))
+            .filter_map(|(i, t)| Some((switchyard_proto::digest_from_hex(&t.hash)?, i)))
             .collect();
         let channels = snapshot
             .channels()
@@ -98,9 +99,10 @@ impl View {
     }
 
     /// The enabled token with this SHA-256 hex hash.
-    pub fn token(&self, hash: &str) -> Option<&Token> {
+    /// The enabled token whose plaintext `presented` is (hashed once, looked up by digest).
+    pub fn token(&self, presented: &str) -> Option<&Token> {
         self.tokens
-            .get(hash)
+            .get(&switchyard_proto::token_digest(presented))
             .and_then(|i| self.snapshot.tokens().get(*i))
     }
 

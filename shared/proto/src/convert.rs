@@ -713,6 +713,32 @@ pub fn token_hash(plaintext: &str) -> String {
     sha256_hex(plaintext.as_bytes())
 }
 
+/// The SHA-256 digest of a presented token, as bytes: what [`token_hash`] writes in hex. A
+/// lookup by digest needs neither the hex string nor its allocation.
+pub fn token_digest(plaintext: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(plaintext.as_bytes()).into()
+}
+
+/// The digest a lowercase hex SHA-256 (a stored token hash) writes; `None` for anything else.
+pub fn digest_from_hex(hash: &str) -> Option<[u8; 32]> {
+    if !is_token_hash(hash) {
+        return None;
+    }
+    let nibble = |b: u8| {
+        if b.is_ascii_digit() {
+            b - b'0'
+        } else {
+            b - b'a' + 10
+        }
+    };
+    let mut digest = [0u8; 32];
+    for (byte, pair) in digest.iter_mut().zip(hash.as_bytes().chunks_exact(2)) {
+        *byte = nibble(pair[0]) << 4 | nibble(pair[1]);
+    }
+    Some(digest)
+}
+
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
@@ -776,6 +802,35 @@ fn price_from_proto(w: v1::Price, path: &str) -> Result<Price, ConversionError> 
 mod tests {
     use super::*;
     use switchyard_engine::ScopeKind;
+
+    /// A stored hash decodes to the digest of its plaintext (how the proxy looks tokens up);
+    /// anything that is not a lowercase hex SHA-256 decodes to nothing.
+    #[test]
+    fn a_token_hash_decodes_to_its_digest() {
+        for plaintext in ["sk-test-token", "", "ünïcode key", "sk-switchyard-demo"] {
+            assert_eq!(
+                digest_from_hex(&token_hash(plaintext)),
+                Some(token_digest(plaintext)),
+                "{plaintext}"
+            );
+            assert_eq!(hex(&token_digest(plaintext)), token_hash(plaintext));
+        }
+        let digest: Vec<u8> = (0u8..32).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        assert_eq!(
+            digest_from_hex(&hex(&digest)).map(|d| d.to_vec()),
+            Some(digest)
+        );
+        let good = token_hash("x");
+        for bad in [
+            good.to_uppercase(),
+            good[..62].to_owned(),
+            format!("{good}00"),
+            format!("{}g", &good[..63]),
+            String::new(),
+        ] {
+            assert_eq!(digest_from_hex(&bad), None, "{bad}");
+        }
+    }
 
     fn sample() -> Snapshot {
         let channel = Channel {

@@ -28,8 +28,8 @@ pub mod v1 {
 
 pub use client::{watch_snapshots, WatchAuth, WatchError};
 pub use convert::{
-    hex, sha256_hex, snapshot_from_proto, snapshot_to_proto, token_hash, ConversionError,
-    SCHEMA_VERSION,
+    digest_from_hex, hex, sha256_hex, snapshot_from_proto, snapshot_to_proto, token_digest,
+    token_hash, ConversionError, SCHEMA_VERSION,
 };
 pub use shadow::{latency_bucket, ShadowCounts, SHADOW_HIST_BUCKETS, SHADOW_LATENCY_BOUNDS_MS};
 pub use usage::{
