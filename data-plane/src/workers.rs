@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::time::Duration;
 
 use switchyard_server::Server;
 use tokio::net::TcpSocket;
@@ -126,6 +127,7 @@ fn serve(
         .build()
         .map_err(|e| format!("cannot start a worker runtime: {e}"))?;
     runtime.block_on(async move {
+        tokio::spawn(keep_a_timer_due(stop.clone()));
         let listener = socket
             .listen(BACKLOG)
             .map_err(|e| format!("cannot listen: {e}"))?;
@@ -136,6 +138,25 @@ fn serve(
         }
         result.map_err(|e| format!("server failed: {e}"))
     })
+}
+
+/// How far ahead the timer [`keep_a_timer_due`] keeps is due.
+const TIMER_TICK: Duration = Duration::from_secs(1);
+
+/// Keeps a timer due within [`TIMER_TICK`] in this worker's timer wheel until `stop`.
+///
+/// Why: tokio's timer writes the runtime's wake-up eventfd whenever a new timer is due before
+/// every timer the wheel held when the runtime last went to sleep (it cannot tell that the
+/// thread registering it is the runtime's own, awake). Between two requests of a quiet
+/// keep-alive connection the wheel is often empty, so the header deadline hyper arms for the next
+/// request did that every time: one `write` and one extra `epoll_wait` per request at
+/// concurrency 1. With this timer in the wheel, only a timer due within the tick still does,
+/// which is what the wake-up is for.
+async fn keep_a_timer_due(stop: CancellationToken) {
+    while tokio::time::timeout(TIMER_TICK, stop.cancelled())
+        .await
+        .is_err()
+    {}
 }
 
 #[cfg(test)]
@@ -172,6 +193,20 @@ mod tests {
         let freed = other.local_addr().unwrap();
         drop(other);
         assert_eq!(bind(freed, 2).unwrap().1, freed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_kept_timer_waits_on_until_stop_then_ends() {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(keep_a_timer_due(stop.clone()));
+        // However long it runs, it is still there, re-arming its timer every tick.
+        tokio::time::sleep(TIMER_TICK * 10 + TIMER_TICK / 2).await;
+        assert!(!task.is_finished());
+        stop.cancel();
+        tokio::time::timeout(Duration::from_millis(1), task)
+            .await
+            .expect("it ends as soon as stop fires")
+            .unwrap();
     }
 
     #[test]
