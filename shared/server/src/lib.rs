@@ -18,6 +18,11 @@
 //! - **Descriptors**: [`raise_fd_limit`] lifts the soft open-file limit to the hard one at start
 //!   (as nginx does), and the default cap leaves room for one upstream socket per connection.
 //!
+//! Requests of the plain shape (HTTP/1.1, a small `content-length` body or none) are served by
+//! this crate's own reader and writer (`h1`); the first request of any other shape hands the
+//! connection to hyper, the bytes already read replayed in front of the socket. Both keep the
+//! deadlines and caps above.
+//!
 //! The numbers are configuration ([`Limits`]); the defaults are safe for a public port.
 //! Counters ([`Stats`]) are rendered into each binary's `/metrics`.
 //!
@@ -25,6 +30,7 @@
 //! also used on its own by the control plane's gRPC accept path.
 
 mod body;
+mod h1;
 mod registry;
 mod socket;
 
@@ -45,6 +51,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 pub use body::BodyTimeout;
+#[doc(hidden)]
+pub use h1::fuzz_head;
 pub use registry::{
     Activity, Admission, AtCapacity, Busy, MetricNames, Registry, Stats, HTTP_METRICS,
 };
@@ -290,6 +298,23 @@ async fn connection<S: Routes>(
 ) {
     let activity = admission.activity();
     let evicted = admission.evicted();
+    // The plain requests first; the connection is hyper's from the first one that is not.
+    let mut socket = ClientSocket::new(stream, Arc::clone(&activity));
+    let plain = h1::Conn {
+        socket: &mut socket,
+        router: &router,
+        settings: &settings,
+        activity: &activity,
+        shutdown: &shutdown,
+        evicted: &evicted,
+    };
+    let read_ahead = match plain.serve().await {
+        h1::Ended::Closed => {
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut socket).await;
+            return;
+        }
+        h1::Ended::ToHyper(read_ahead) => read_ahead,
+    };
     let service_settings = Arc::clone(&settings);
     let service_activity = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -327,7 +352,7 @@ async fn connection<S: Routes>(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(ClientSocket::new(stream, activity)), service);
+    let conn = builder.serve_connection(TokioIo::new(h1::Rewind::new(read_ahead, socket)), service);
     tokio::pin!(conn);
     let mut draining = false;
     loop {
