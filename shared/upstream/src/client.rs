@@ -1,9 +1,10 @@
-//! The one HTTP client both planes use towards upstreams: a connection pool of our own over
-//! hyper's connection-level API.
+//! The one HTTP client both planes use towards upstreams: a connection pool of our own, over our
+//! own HTTP/1.1 for plain upstreams and hyper's connection-level API over TLS.
 //!
-//! - Plain `http://` upstreams speak HTTP/1.1; `https://` ones (rustls with ring, the public web
-//!   roots plus any extra roots the operator trusts) offer ALPN `h2` and `http/1.1`, and the
-//!   upstream's choice decides.
+//! - Plain `http://` upstreams speak HTTP/1.1, written and read by the request's own task
+//!   ([`crate::h1`]: no connection task, no channel); `https://` ones (rustls with ring, the public
+//!   web roots plus any extra roots the operator trusts) offer ALPN `h2` and `http/1.1`, and the
+//!   upstream's choice decides (hyper drives both).
 //! - HTTP/1.1: one request at a time per connection; a connection goes back to its host's idle
 //!   list when the answer's body has been read to its end (an answer dropped early closes it),
 //!   and the most recently used idle connection is taken first.
@@ -38,6 +39,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+
+use crate::h1;
 
 /// Most streams the pool puts on one HTTP/2 connection: the concurrency HTTP/2 servers commonly
 /// allow (and the least the protocol recommends they allow). An upstream that allows fewer
@@ -142,8 +145,32 @@ struct Host {
 }
 
 struct IdleH1 {
-    send: http1::SendRequest<Full<Bytes>>,
+    send: H1,
     since: Instant,
+}
+
+/// An HTTP/1.1 connection: our own on plain TCP (see [`crate::h1`]), hyper's over TLS.
+enum H1 {
+    Own(h1::Conn),
+    Hyper(http1::SendRequest<Full<Bytes>>),
+}
+
+impl H1 {
+    /// The upstream closed it (or sent what it should not have while it was idle).
+    fn is_closed(&self) -> bool {
+        match self {
+            H1::Own(conn) => !conn.is_reusable(),
+            H1::Hyper(send) => send.is_closed(),
+        }
+    }
+
+    /// It can take a request now (hyper's may still be finishing its last answer).
+    fn is_ready(&self) -> bool {
+        match self {
+            H1::Own(_) => true,
+            H1::Hyper(send) => send.is_ready(),
+        }
+    }
 }
 
 struct SharedH2 {
@@ -237,22 +264,18 @@ impl HttpClient {
             if round > 0 {
                 pooled = self.inner.take(host);
             }
-            let (mut lease, reused) = match pooled.take() {
+            let (lease, reused) = match pooled.take() {
                 Some(lease) => (lease, true),
                 // Boxed: connecting (TCP, TLS, the HTTP handshake) is a large future, and the
                 // request's own future is moved along the whole request path; a pooled request
                 // never makes it.
                 None => (Box::pin(self.inner.open(host)).await?, false),
             };
-            match lease.send(request, &header).await {
-                Ok(response) => {
-                    let (parts, body) = response.into_parts();
-                    let back = lease_back(lease, &self.inner, host);
-                    return Ok(Response::from_parts(
-                        parts,
-                        UpstreamBody { inner: body, back },
-                    ));
-                }
+            // Boxed: sending holds the request and the connection's read state, and this future
+            // is moved along the whole request path.
+            let sent = Box::pin(lease.send(request, &header, reused, &self.inner, host));
+            match sent.await {
+                Ok(response) => return Ok(response),
                 Err(Unsent::Again(again, _)) if reused => {
                     request = *again;
                     *request.uri_mut() = uri.clone();
@@ -278,47 +301,83 @@ impl HttpClient {
 
 /// A connection lent to one request.
 enum Lease {
-    H1(http1::SendRequest<Full<Bytes>>),
+    H1(H1),
     H2(http2::SendRequest<Full<Bytes>>, StreamTicket),
 }
 
 /// Why a request got no answer: `Again` when it was never written (it can go on another
 /// connection), `Failed` otherwise.
 enum Unsent {
-    Again(Box<Request<Full<Bytes>>>, hyper::Error),
-    Failed(hyper::Error),
+    Again(Box<Request<Full<Bytes>>>, String),
+    Failed(String),
 }
 
-impl Lease {
-    async fn send(
-        &mut self,
-        request: Request<Full<Bytes>>,
-        authority: &HeaderValue,
-    ) -> Result<Response<Incoming>, Unsent> {
-        let result = match self {
-            Lease::H1(send) => {
-                let mut request = request;
-                origin_form(&mut request, authority);
-                send.try_send_request(request).await
-            }
-            Lease::H2(send, _) => send.try_send_request(request).await,
-        };
-        result.map_err(|mut e| match e.take_message() {
-            Some(request) => Unsent::Again(Box::new(request), e.into_error()),
-            None => Unsent::Failed(e.into_error()),
-        })
+impl Unsent {
+    fn from_hyper(mut e: hyper::client::conn::TrySendError<Request<Full<Bytes>>>) -> Unsent {
+        match e.take_message() {
+            Some(request) => Unsent::Again(Box::new(request), e.into_error().to_string()),
+            None => Unsent::Failed(e.into_error().to_string()),
+        }
     }
 }
 
-/// What an answer's body gives back when it is done with its connection.
-fn lease_back(lease: Lease, inner: &Arc<Inner>, host: usize) -> Back {
-    match lease {
-        Lease::H1(send) => Back::H1 {
-            send: Some(send),
-            inner: Arc::clone(inner),
-            host,
-        },
-        Lease::H2(_, ticket) => Back::H2(ticket),
+impl Lease {
+    /// Sends `request` on the lent connection; the answer's body gives the connection back to
+    /// `host`'s pool at its end (`reused`: the connection served a request before).
+    async fn send(
+        self,
+        request: Request<Full<Bytes>>,
+        authority: &HeaderValue,
+        reused: bool,
+        inner: &Arc<Inner>,
+        host: usize,
+    ) -> Result<Response<UpstreamBody>, Unsent> {
+        match self {
+            Lease::H1(H1::Own(conn)) => {
+                let response = conn
+                    .send(request, authority, reused)
+                    .await
+                    .map_err(|unsent| match unsent {
+                        h1::Unsent::Again(request, e) => Unsent::Again(request, e.to_string()),
+                        h1::Unsent::Failed(e) => Unsent::Failed(e.to_string()),
+                    })?;
+                let back = Back::Own {
+                    inner: Arc::clone(inner),
+                    host,
+                };
+                Ok(response.map(|body| UpstreamBody {
+                    inner: Kind::Own(body),
+                    back,
+                }))
+            }
+            Lease::H1(H1::Hyper(mut send)) => {
+                let mut request = request;
+                origin_form(&mut request, authority);
+                let response = send
+                    .try_send_request(request)
+                    .await
+                    .map_err(Unsent::from_hyper)?;
+                let back = Back::H1 {
+                    send: Some(send),
+                    inner: Arc::clone(inner),
+                    host,
+                };
+                Ok(response.map(|body| UpstreamBody {
+                    inner: Kind::Hyper(body),
+                    back,
+                }))
+            }
+            Lease::H2(mut send, ticket) => {
+                let response = send
+                    .try_send_request(request)
+                    .await
+                    .map_err(Unsent::from_hyper)?;
+                Ok(response.map(|body| UpstreamBody {
+                    inner: Kind::Hyper(body),
+                    back: Back::H2(ticket),
+                }))
+            }
+        }
     }
 }
 
@@ -520,7 +579,7 @@ impl Inner {
     }
 
     /// Hands an HTTP/1.1 connection whose answer was read to its end back to its host.
-    fn give_back(&self, host: usize, send: http1::SendRequest<Full<Bytes>>) {
+    fn give_back(&self, host: usize, send: H1) {
         if send.is_closed() {
             return;
         }
@@ -544,7 +603,8 @@ impl Inner {
             .await
             .map_err(|_| ClientError::connect("connect timed out"))??;
         match io {
-            Transport::Plain(tcp) => handshake(TokioIo::new(tcp), h2).await,
+            // Plain HTTP/1.1 needs no handshake: the connection is ours from the first byte.
+            Transport::Plain(tcp) => Ok(Connection::H1(H1::Own(h1::Conn::new(tcp)))),
             Transport::Tls(tls) => handshake(TokioIo::new(*tls), h2).await,
         }
     }
@@ -572,7 +632,7 @@ enum Transport {
 }
 
 enum Connection {
-    H1(http1::SendRequest<Full<Bytes>>),
+    H1(H1),
     H2(http2::SendRequest<Full<Bytes>>),
 }
 
@@ -602,7 +662,7 @@ where
             tracing::debug!(%error, "upstream HTTP/1.1 connection ended");
         }
     });
-    Ok(Connection::H1(send))
+    Ok(Connection::H1(H1::Hyper(send)))
 }
 
 /// TCP to `host:port`: an IP address as it is, a name through the system resolver; each
@@ -677,50 +737,83 @@ enum Back {
         inner: Arc<Inner>,
         host: usize,
     },
+    /// Our own HTTP/1.1 connection is inside the body; it is taken out at the end.
+    Own {
+        inner: Arc<Inner>,
+        host: usize,
+    },
     H2(#[allow(dead_code)] StreamTicket),
+}
+
+/// Who reads an answer's body.
+enum Kind {
+    Hyper(Incoming),
+    Own(h1::ResponseBody),
 }
 
 /// An upstream answer's body. Read to its end, it hands its HTTP/1.1 connection back to the
 /// pool (or frees its HTTP/2 stream); dropped before the end, the HTTP/1.1 connection closes.
 pub struct UpstreamBody {
-    inner: Incoming,
+    inner: Kind,
     back: Back,
 }
 
+/// Why an answer's body could not be read to its end.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl UpstreamBody {
     fn release(&mut self) {
-        if let Back::H1 { send, inner, host } = &mut self.back {
-            if let Some(send) = send.take() {
-                inner.give_back(*host, send);
+        match (&mut self.back, &mut self.inner) {
+            (Back::H1 { send, inner, host }, _) => {
+                if let Some(send) = send.take() {
+                    inner.give_back(*host, H1::Hyper(send));
+                }
             }
+            (Back::Own { inner, host }, Kind::Own(body)) => {
+                if let Some(conn) = body.take_conn() {
+                    inner.give_back(*host, H1::Own(conn));
+                }
+            }
+            _ => {}
         }
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        let frame = match &mut this.inner {
+            Kind::Hyper(body) => {
+                ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(Into::into))
+            }
+            Kind::Own(body) => ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(Into::into)),
+        };
         match &frame {
             None => this.release(),
-            Some(Ok(_)) if this.inner.is_end_stream() => this.release(),
+            Some(Ok(_)) if this.is_end_stream() => this.release(),
             _ => {}
         }
         Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Kind::Hyper(body) => body.is_end_stream(),
+            Kind::Own(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Kind::Hyper(body) => body.size_hint(),
+            Kind::Own(body) => body.size_hint(),
+        }
     }
 }
 
@@ -728,7 +821,7 @@ impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // An answer without a body (or one read to its end without the final poll) leaves the
         // connection reusable.
-        if self.inner.is_end_stream() {
+        if self.is_end_stream() {
             self.release();
         }
     }

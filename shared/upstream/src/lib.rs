@@ -26,6 +26,7 @@ pub mod bedrock;
 pub mod channel;
 pub mod checks;
 pub mod client;
+mod h1;
 pub mod mock;
 pub mod probe;
 pub mod schedule;
@@ -43,6 +44,8 @@ pub use client::{
     build_client, read_roots, ClientError, ClientOptions, HttpClient, UpstreamBody,
     MAX_STREAMS_PER_CONNECTION,
 };
+#[doc(hidden)]
+pub use h1::fuzz_chunked;
 pub use mock::MockOptions;
 pub use probe::{
     probe_body, probe_credential, probe_model, probe_request, ProbeFailure, ProbeResult,
