@@ -27,7 +27,7 @@
 //!   server is shutting down; pipelined requests are answered in order.
 
 use std::cell::Cell;
-use std::io::{self, Write as _};
+use std::io;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -389,7 +389,7 @@ impl<S: Routes> Conn<'_, S> {
                 }
                 let n = data.len() as u64;
                 if matches!(framing, Framing::Chunked) {
-                    let _ = write!(out, "{n:x}\r\n");
+                    hex_line(n, out);
                 } else if n > left {
                     return Err(io::ErrorKind::InvalidData.into());
                 } else {
@@ -425,6 +425,24 @@ impl<S: Routes> Conn<'_, S> {
         }
         Ok(())
     }
+}
+
+/// Appends `n` in hex and a line end (a chunk's size line).
+fn hex_line(n: u64, out: &mut Vec<u8>) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 16];
+    let mut at = text.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        text[at] = DIGITS[(rest & 0xf) as usize];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&text[at..]);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Whether any `connection` header of `headers` asks to close.
@@ -492,7 +510,9 @@ pub(crate) fn encode_head(
         };
         match n {
             Some(n) => {
-                let _ = write!(out, "content-length: {n}\r\n");
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                out.extend_from_slice(b"\r\n");
                 Framing::Length(n)
             }
             None => {
@@ -816,6 +836,21 @@ mod tests {
             }
         }
         Body::new(Unsized(Some(Bytes::from_static(b"x"))))
+    }
+
+    #[test]
+    fn a_chunk_size_line_is_lowercase_hex() {
+        for (n, text) in [
+            (0, "0\r\n"),
+            (9, "9\r\n"),
+            (255, "ff\r\n"),
+            (4096, "1000\r\n"),
+            (u64::MAX, "ffffffffffffffff\r\n"),
+        ] {
+            let mut out = Vec::new();
+            hex_line(n, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), text);
+        }
     }
 
     #[test]

@@ -413,10 +413,16 @@ impl ChannelRuntime {
         } else {
             path
         };
-        match query {
-            Some(q) if !q.is_empty() => format!("{}{path}?{q}", self.base),
-            _ => format!("{}{path}", self.base),
+        let query = query.filter(|q| !q.is_empty());
+        let mut url =
+            String::with_capacity(self.base.len() + path.len() + query.map_or(0, |q| q.len() + 1));
+        url.push_str(&self.base);
+        url.push_str(path);
+        if let Some(q) = query {
+            url.push('?');
+            url.push_str(q);
         }
+        url
     }
 
     /// The upstream request. Passed through (`client_headers` given): the client's own headers

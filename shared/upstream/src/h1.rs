@@ -179,10 +179,12 @@ fn encode_request(
     host: &HeaderValue,
     out: &mut Vec<u8>,
 ) -> Option<Bytes> {
-    use std::io::Write as _;
     let body = full_bytes(request.body());
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let _ = write!(out, "{} {target} HTTP/1.1\r\n", request.method());
+    out.extend_from_slice(request.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
     let headers = request.headers();
     if !headers.contains_key(HOST) {
         out.extend_from_slice(b"host: ");
@@ -204,7 +206,9 @@ fn encode_request(
         || *method == Method::PUT
         || *method == Method::PATCH
     {
-        let _ = write!(out, "content-length: {}\r\n", body.len());
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
     if body.len() > COPY_BODY {
