@@ -303,6 +303,7 @@ impl<S: Routes> Conn<'_, S> {
 
     /// The service's answer to `request`; `None` when the client closed its side first (the
     /// request is cancelled). Bytes the client sends meanwhile (a pipelined request) are kept.
+    /// (No watch for eviction: only idle connections are evicted, and this one is busy.)
     async fn call(&mut self, request: Request<Body>, buf: &mut BytesMut) -> Option<AxumResponse> {
         let answer = self.router.clone().oneshot(request);
         tokio::pin!(answer);
@@ -322,7 +323,6 @@ impl<S: Routes> Conn<'_, S> {
                     Ok(0) | Err(_) => return None,
                     Ok(_) => watching = false,
                 },
-                () = self.evicted.cancelled() => return None,
             }
         }
     }
