@@ -390,10 +390,9 @@ impl<S: Routes> Conn<'_, S> {
                 let n = data.len() as u64;
                 if matches!(framing, Framing::Chunked) {
                     hex_line(n, out);
-                } else if n > left {
-                    return Err(io::ErrorKind::InvalidData.into());
                 } else {
-                    left -= n;
+                    // More than the declared length would run into the next answer.
+                    left = left.checked_sub(n).ok_or(io::ErrorKind::InvalidData)?;
                 }
                 if data.len() <= COPY_FRAME {
                     out.extend_from_slice(&data);
@@ -548,7 +547,7 @@ impl CachedDate {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let (at, mut text) = self.cached.get();
-        if at != second || text[0] == 0 {
+        if at != second {
             let formatted = httpdate::fmt_http_date(now);
             if formatted.len() == text.len() {
                 text.copy_from_slice(formatted.as_bytes());
@@ -687,6 +686,10 @@ mod tests {
         assert_eq!(request.version(), Version::HTTP_11);
         let head = plain(b"GET / HTTP/1.1\r\n\r\n");
         assert_eq!((head.body_len, head.close), (0, false));
+        for method in [Method::PUT, Method::DELETE, Method::PATCH, Method::OPTIONS] {
+            let text = format!("{method} /x HTTP/1.1\r\n\r\n");
+            assert_eq!(plain(text.as_bytes()).method, method);
+        }
     }
 
     #[test]
@@ -855,6 +858,15 @@ mod tests {
 
     #[test]
     fn the_date_is_an_http_date_of_now() {
+        // A date formatted for an earlier second is formatted again.
+        let stale = CachedDate::default();
+        let mut old = [0u8; 29];
+        old.copy_from_slice(b"Thu, 01 Jan 1970 00:00:01 GMT");
+        stale.cached.set((1, old));
+        let text = stale.now();
+        assert_ne!(text, old);
+        let parsed = httpdate::parse_http_date(std::str::from_utf8(&text).unwrap()).unwrap();
+        assert!(SystemTime::now().duration_since(parsed).unwrap().as_secs() <= 2);
         let text = DATE_NOW.with(CachedDate::now);
         let parsed = httpdate::parse_http_date(std::str::from_utf8(&text).unwrap()).unwrap();
         let age = SystemTime::now().duration_since(parsed).unwrap();
@@ -870,6 +882,14 @@ mod tests {
         let mut out = String::new();
         rewound.read_to_string(&mut out).await.unwrap();
         assert_eq!(out, "hello world");
+        // Writes go to the socket as they are.
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut rewound = Rewind::new(Bytes::new(), b);
+        rewound.write_all(b"answer").await.unwrap();
+        rewound.shutdown().await.unwrap();
+        let mut out = String::new();
+        a.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out, "answer");
     }
 
     #[test]

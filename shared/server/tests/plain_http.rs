@@ -420,3 +420,122 @@ async fn a_malformed_head_gets_the_json_400_and_the_close() {
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"code\":\"bad_request\""), "{out}");
 }
+
+#[tokio::test]
+async fn a_streamed_answer_s_first_frame_reaches_the_client_before_its_end() {
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
+    let router = Router::new().route(
+        "/live",
+        get(move || {
+            let rx = rx.lock().unwrap().take().unwrap();
+            async move {
+                struct Live(mpsc::Receiver<Bytes>);
+                impl http_body::Body for Live {
+                    type Data = Bytes;
+                    type Error = Infallible;
+                    fn poll_frame(
+                        mut self: Pin<&mut Self>,
+                        cx: &mut Context<'_>,
+                    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+                        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+                    }
+                }
+                Body::new(Live(rx))
+            }
+        }),
+    );
+    let addr = serve(limits(), router).await;
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(b"GET /live HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tx.send(Bytes::from_static(b"first")).await.unwrap();
+    // The head and the first frame arrive while the body is still open.
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("5\r\nfirst\r\n") {
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("the first frame was held back")
+            .unwrap();
+        assert!(n > 0);
+        seen.extend_from_slice(&buf[..n]);
+    }
+    tx.send(Bytes::from_static(b"second")).await.unwrap();
+    drop(tx);
+    let (_, body) = read_answer(&mut stream, &mut seen).await;
+    assert_eq!(body, "firstsecond");
+}
+
+#[tokio::test]
+async fn a_request_in_progress_at_shutdown_is_answered_with_the_close() {
+    let (started_tx, started) = oneshot::channel::<()>();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = std::sync::Arc::clone(&release);
+    let started_tx = std::sync::Arc::new(std::sync::Mutex::new(Some(started_tx)));
+    let router = Router::new().route(
+        "/hold",
+        get(move || {
+            let started = started_tx.lock().unwrap().take();
+            let release = std::sync::Arc::clone(&held);
+            async move {
+                if let Some(started) = started {
+                    let _ = started.send(());
+                }
+                release.notified().await;
+                "done"
+            }
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(Server::new(limits()).serve(listener, router, stop.clone()));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    started.await.unwrap();
+    stop.cancel();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    release.notify_one();
+    let mut pending = Vec::new();
+    let (head, body) = read_answer(&mut stream, &mut pending).await;
+    assert_eq!(body, "done");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(closed(&mut stream).await);
+}
+
+#[tokio::test]
+async fn an_answer_longer_than_its_declared_length_is_cut_and_the_connection_closed() {
+    let router = Router::new().route(
+        "/liar",
+        get(|| async {
+            let mut response = axum::response::Response::new(Body::from("hello"));
+            response
+                .headers_mut()
+                .insert("content-length", axum::http::HeaderValue::from_static("3"));
+            response
+        }),
+    );
+    let addr = serve(limits(), router).await;
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(b"GET /liar HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
+        .await
+        .expect("not closed")
+        .unwrap();
+    // Never more bytes than the head declared: nothing that could be read as a next answer.
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("hello"), "{text}");
+}

@@ -629,6 +629,13 @@ mod tests {
         }
         // Bare line feeds are accepted as line ends.
         assert_eq!(decode(b"3\nabc\n0\n\n"), (b"abc".to_vec(), Ok(true)));
+        // A line of exactly the limit, its line end arriving in a later read.
+        let at_limit = format!("3;{}\r\nabc\r\n0\r\n\r\n", "e".repeat(MAX_CHUNK_LINE - 2));
+        let split = MAX_CHUNK_LINE + 1;
+        assert_eq!(
+            decode_all(at_limit.as_bytes(), &[split]),
+            (b"abc".to_vec(), Ok(true))
+        );
         // Not all there yet: no end, no error.
         assert_eq!(decode(b"5\r\nhel"), (b"hel".to_vec(), Ok(false)));
     }
@@ -642,6 +649,12 @@ mod tests {
         assert!(error_of(b"3\r\nabcd\r\n").contains("longer than its size"));
         let long = [b"1;".as_slice(), &[b'x'; MAX_CHUNK_LINE + 8]].concat();
         assert!(error_of(&long).contains("too long"));
+        // A chunk-size line over the limit is refused even when its end has arrived.
+        let over = format!("1;{}\r\nx\r\n0\r\n\r\n", "e".repeat(MAX_CHUNK_LINE + 3));
+        assert!(error_of(over.as_bytes()).contains("too long"));
+        // Sizes: at most 15 hex digits.
+        assert!(error_of(b"ffffffffffffffff\r\n").contains("not a hex number"));
+        assert_eq!(decode(b"00000000000000a\r\n"), (Vec::new(), Ok(false)));
         let trailers = [
             b"0\r\n".as_slice(),
             &b"x: y\r\n".repeat(MAX_TRAILERS / 6 + 2),
@@ -714,6 +727,8 @@ mod tests {
         )
         .is_err());
         assert!(framing_of(b"HTTP/1.1 200 OK\r\ncontent-length: -5\r\n\r\n", false).is_err());
+        // A sign is not a digit (Rust's integer parser would take `+5`).
+        assert!(framing_of(b"HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\n", false).is_err());
         assert!(framing_of(
             b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\n",
             false
@@ -921,5 +936,117 @@ mod tests {
                 _ => panic!("{expected}: not a failure"),
             }
         }
+    }
+
+    #[test]
+    fn a_length_is_sent_for_every_body_and_for_empty_posts_puts_and_patches() {
+        let length_of = |method: Method, body: &'static [u8]| {
+            let request = Request::builder()
+                .method(method)
+                .uri("http://a/x")
+                .body(Full::new(Bytes::from_static(body)))
+                .unwrap();
+            let mut out = Vec::new();
+            encode_request(&request, &HeaderValue::from_static("a"), &mut out);
+            let text = String::from_utf8(out).unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("content-length: ").map(str::to_owned))
+        };
+        for method in [Method::POST, Method::PUT, Method::PATCH] {
+            assert_eq!(
+                length_of(method.clone(), b""),
+                Some("0".to_owned()),
+                "{method}"
+            );
+        }
+        assert_eq!(length_of(Method::GET, b""), None);
+        assert_eq!(length_of(Method::DELETE, b""), None);
+        assert_eq!(length_of(Method::DELETE, b"{}"), Some("2".to_owned()));
+        // A body of exactly the copy limit is still written with the head.
+        let at_limit = Request::post("http://a/")
+            .body(Full::new(Bytes::from(vec![b'x'; COPY_BODY])))
+            .unwrap();
+        let mut out = Vec::new();
+        assert!(encode_request(&at_limit, &HeaderValue::from_static("a"), &mut out).is_none());
+        assert!(out.ends_with(&[b'x'; COPY_BODY]));
+    }
+
+    #[test]
+    fn long_heads_chunk_lines_and_trailers_within_their_limits_are_read() {
+        let headers: String = (0..60)
+            .map(|i| format!("x-h{i}: {}\r\n", "v".repeat(900)))
+            .collect();
+        let head = format!("HTTP/1.1 200 OK\r\n{headers}\r\n");
+        assert!(head.len() > 50_000 && head.len() < MAX_HEAD);
+        assert!(parse_head(head.as_bytes()).unwrap().is_some());
+        let extension = "e".repeat(MAX_CHUNK_LINE - 10);
+        let body = format!("3;{extension}\r\nabc\r\n0\r\n");
+        let trailers: String = (0..20)
+            .map(|i| format!("t{i}: {}\r\n", "v".repeat(700)))
+            .collect();
+        let body = format!("{body}{trailers}\r\n");
+        assert_eq!(decode(body.as_bytes()), (b"abc".to_vec(), Ok(true)));
+    }
+
+    #[tokio::test]
+    async fn a_large_body_reaches_the_upstream_whole_and_a_head_over_the_limit_is_refused() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 65536];
+            loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                seen.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&seen);
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    if body.len() >= length {
+                        let received = body.len().to_string();
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{received}",
+                            received.len()
+                        );
+                        socket.write_all(answer.as_bytes()).await.unwrap();
+                        break;
+                    }
+                }
+            }
+            // Then an answer whose head never ends within the limit.
+            let n = socket.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            let line = format!("x-a: {}\r\n", "b".repeat(8000));
+            let endless = format!("HTTP/1.1 200 OK\r\n{}", line.repeat(MAX_HEAD / 8000 + 2));
+            let _ = socket.write_all(endless.as_bytes()).await;
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let size = COPY_BODY * 3 + 7;
+        let request = Request::post("http://a/x")
+            .body(Full::new(Bytes::from(vec![b'y'; size])))
+            .unwrap();
+        let Ok(mut response) = Conn::new(tcp)
+            .send(request, &HeaderValue::from_static("a"), false)
+            .await
+        else {
+            panic!("not sent")
+        };
+        assert_eq!(
+            body_of(&mut response).await.unwrap(),
+            size.to_string().as_bytes()
+        );
+        let conn = response.body_mut().take_conn().expect("reusable");
+        match conn.send(get(), &HeaderValue::from_static("a"), true).await {
+            Err(Unsent::Failed(e)) => assert!(e.to_string().contains("exceeds"), "{e}"),
+            _ => panic!("a head over the limit was accepted"),
+        }
+        server.await.unwrap();
     }
 }
