@@ -40,7 +40,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::h1;
+use crate::h1::{self, Unsent};
 
 /// Most streams the pool puts on one HTTP/2 connection: the concurrency HTTP/2 servers commonly
 /// allow (and the least the protocol recommends they allow). An upstream that allows fewer
@@ -305,19 +305,13 @@ enum Lease {
     H2(http2::SendRequest<Full<Bytes>>, StreamTicket),
 }
 
-/// Why a request got no answer: `Again` when it was never written (it can go on another
-/// connection), `Failed` otherwise.
-enum Unsent {
-    Again(Box<Request<Full<Bytes>>>, String),
-    Failed(String),
-}
-
-impl Unsent {
-    fn from_hyper(mut e: hyper::client::conn::TrySendError<Request<Full<Bytes>>>) -> Unsent {
-        match e.take_message() {
-            Some(request) => Unsent::Again(Box::new(request), e.into_error().to_string()),
-            None => Unsent::Failed(e.into_error().to_string()),
-        }
+/// hyper's failure to send as ours: the request back when it was never written.
+fn unsent(mut e: hyper::client::conn::TrySendError<Request<Full<Bytes>>>) -> Unsent {
+    let request = e.take_message();
+    let error = h1::Error::from(e.into_error().to_string());
+    match request {
+        Some(request) => Unsent::Again(Box::new(request), error),
+        None => Unsent::Failed(error),
     }
 }
 
@@ -334,13 +328,7 @@ impl Lease {
     ) -> Result<Response<UpstreamBody>, Unsent> {
         match self {
             Lease::H1(H1::Own(conn)) => {
-                let response = conn
-                    .send(request, authority, reused)
-                    .await
-                    .map_err(|unsent| match unsent {
-                        h1::Unsent::Again(request, e) => Unsent::Again(request, e.to_string()),
-                        h1::Unsent::Failed(e) => Unsent::Failed(e.to_string()),
-                    })?;
+                let response = conn.send(request, authority, reused).await?;
                 let back = Back::Own {
                     inner: Arc::clone(inner),
                     host,
@@ -353,10 +341,7 @@ impl Lease {
             Lease::H1(H1::Hyper(mut send)) => {
                 let mut request = request;
                 origin_form(&mut request, authority);
-                let response = send
-                    .try_send_request(request)
-                    .await
-                    .map_err(Unsent::from_hyper)?;
+                let response = send.try_send_request(request).await.map_err(unsent)?;
                 let back = Back::H1 {
                     send: Some(send),
                     inner: Arc::clone(inner),
@@ -368,10 +353,7 @@ impl Lease {
                 }))
             }
             Lease::H2(mut send, ticket) => {
-                let response = send
-                    .try_send_request(request)
-                    .await
-                    .map_err(Unsent::from_hyper)?;
+                let response = send.try_send_request(request).await.map_err(unsent)?;
                 Ok(response.map(|body| UpstreamBody {
                     inner: Kind::Hyper(body),
                     back: Back::H2(ticket),

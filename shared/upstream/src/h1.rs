@@ -49,6 +49,12 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl From<String> for Error {
+    fn from(message: String) -> Error {
+        Error(message)
+    }
+}
+
 fn error(message: impl Into<String>) -> Error {
     Error(message.into())
 }
