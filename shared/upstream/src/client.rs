@@ -1,10 +1,12 @@
 //! The one HTTP client both planes use towards upstreams: a connection pool of our own, over our
-//! own HTTP/1.1 for plain upstreams and hyper's connection-level API over TLS.
+//! own HTTP/1.1 for plain upstreams and, over TLS, HTTP/2 through the `h2` crate or hyper's
+//! HTTP/1.1.
 //!
 //! - Plain `http://` upstreams speak HTTP/1.1, written and read by the request's own task
 //!   ([`crate::h1`]: no connection task, no channel); `https://` ones (rustls with ring, the public
 //!   web roots plus any extra roots the operator trusts) offer ALPN `h2` and `http/1.1`, and the
-//!   upstream's choice decides (hyper drives both).
+//!   upstream's choice decides: HTTP/2 is [`crate::http2`] (the request's task opens its stream,
+//!   one task per connection drives the socket), HTTP/1.1 over TLS is hyper's.
 //! - HTTP/1.1: one request at a time per connection; a connection goes back to its host's idle
 //!   list when the answer's body has been read to its end (an answer dropped early closes it),
 //!   and the most recently used idle connection is taken first.
@@ -34,13 +36,14 @@ use http::{HeaderValue, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::h1::{self, Unsent};
+use crate::http2;
 
 /// Most streams the pool puts on one HTTP/2 connection: the concurrency HTTP/2 servers commonly
 /// allow (and the least the protocol recommends they allow). An upstream that allows fewer
@@ -174,7 +177,7 @@ impl H1 {
 }
 
 struct SharedH2 {
-    send: http2::SendRequest<Full<Bytes>>,
+    send: http2::Conn,
     streams: Arc<AtomicUsize>,
 }
 
@@ -302,7 +305,7 @@ impl HttpClient {
 /// A connection lent to one request.
 enum Lease {
     H1(H1),
-    H2(http2::SendRequest<Full<Bytes>>, StreamTicket),
+    H2(http2::Conn, StreamTicket),
 }
 
 /// hyper's failure to send as ours: the request back when it was never written.
@@ -352,10 +355,10 @@ impl Lease {
                     back,
                 }))
             }
-            Lease::H2(mut send, ticket) => {
-                let response = send.try_send_request(request).await.map_err(unsent)?;
+            Lease::H2(conn, ticket) => {
+                let response = conn.send(request).await?;
                 Ok(response.map(|body| UpstreamBody {
-                    inner: Kind::Hyper(body),
+                    inner: Kind::H2(body),
                     back: Back::H2(ticket),
                 }))
             }
@@ -425,7 +428,7 @@ impl Host {
     /// A pooled connection with room for one more request: an HTTP/2 connection with a free
     /// stream, else the most recently used ready HTTP/1.1 one. Closed and expired ones go.
     fn take(&mut self) -> Option<Lease> {
-        self.shared.retain(|c| !c.send.is_closed());
+        self.shared.retain_mut(|c| !c.send.is_closed());
         for c in &self.shared {
             if c.streams.load(Ordering::Relaxed) < MAX_STREAMS_PER_CONNECTION {
                 return Some(Lease::H2(c.send.clone(), StreamTicket::new(&c.streams)));
@@ -545,8 +548,7 @@ impl Inner {
                 }
                 Lease::H1(send)
             }
-            Connection::H2(send) => {
-                let streams = Arc::new(AtomicUsize::new(0));
+            Connection::H2(send, streams) => {
                 let ticket = StreamTicket::new(&streams);
                 if let Some(entry) = entry {
                     entry.speaks_h2 = Some(true);
@@ -587,7 +589,7 @@ impl Inner {
         match io {
             // Plain HTTP/1.1 needs no handshake: the connection is ours from the first byte.
             Transport::Plain(tcp) => Ok(Connection::H1(H1::Own(h1::Conn::new(tcp)))),
-            Transport::Tls(tls) => handshake(TokioIo::new(*tls), h2).await,
+            Transport::Tls(tls) => handshake(*tls, h2).await,
         }
     }
 
@@ -615,30 +617,24 @@ enum Transport {
 
 enum Connection {
     H1(H1),
-    H2(http2::SendRequest<Full<Bytes>>),
+    /// The connection and its count of open streams.
+    H2(http2::Conn, Arc<AtomicUsize>),
 }
 
-async fn handshake<T>(io: TokioIo<T>, h2: bool) -> Result<Connection, ClientError>
+async fn handshake<T>(io: T, h2: bool) -> Result<Connection, ClientError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let failed = |e: hyper::Error| ClientError::connect(format!("HTTP handshake failed: {e}"));
     if h2 {
-        let (send, connection) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(H2_PING_INTERVAL)
-            .keep_alive_timeout(H2_PING_TIMEOUT)
-            .handshake(io)
-            .await
-            .map_err(failed)?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "upstream HTTP/2 connection ended");
-            }
-        });
-        return Ok(Connection::H2(send));
+        let streams = Arc::new(AtomicUsize::new(0));
+        let send =
+            http2::Conn::handshake(io, Arc::clone(&streams), H2_PING_INTERVAL, H2_PING_TIMEOUT)
+                .await
+                .map_err(|e| ClientError::connect(e.to_string()))?;
+        return Ok(Connection::H2(send, streams));
     }
-    let (send, connection) = http1::handshake(io).await.map_err(failed)?;
+    let (send, connection) = http1::handshake(TokioIo::new(io)).await.map_err(failed)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream HTTP/1.1 connection ended");
@@ -731,6 +727,7 @@ enum Back {
 enum Kind {
     Hyper(Incoming),
     Own(h1::ResponseBody),
+    H2(http2::RecvBody),
 }
 
 /// An upstream answer's body. Read to its end, it hands its HTTP/1.1 connection back to the
@@ -775,6 +772,7 @@ impl Body for UpstreamBody {
                 ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(Into::into))
             }
             Kind::Own(body) => ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(Into::into)),
+            Kind::H2(body) => ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(Into::into)),
         };
         match &frame {
             None => this.release(),
@@ -788,6 +786,7 @@ impl Body for UpstreamBody {
         match &self.inner {
             Kind::Hyper(body) => body.is_end_stream(),
             Kind::Own(body) => body.is_end_stream(),
+            Kind::H2(body) => body.is_end_stream(),
         }
     }
 
@@ -795,6 +794,7 @@ impl Body for UpstreamBody {
         match &self.inner {
             Kind::Hyper(body) => body.size_hint(),
             Kind::Own(body) => body.size_hint(),
+            Kind::H2(body) => body.size_hint(),
         }
     }
 }
@@ -834,6 +834,7 @@ mod tests {
     use http_body_util::BodyExt;
     use hyper::server::conn::{http1 as server1, http2 as server2};
     use hyper::service::service_fn;
+    use hyper_util::rt::TokioExecutor;
     use tokio::net::TcpListener;
 
     /// What the test upstream saw.

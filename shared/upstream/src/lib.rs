@@ -27,6 +27,7 @@ pub mod channel;
 pub mod checks;
 pub mod client;
 mod h1;
+mod http2;
 pub mod mock;
 pub mod probe;
 pub mod schedule;
