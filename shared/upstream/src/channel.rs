@@ -465,6 +465,9 @@ impl ChannelRuntime {
         };
         let mut builder = Request::builder().method(target.method.clone()).uri(uri);
         if let Some(headers) = builder.headers_mut() {
+            // Room for all of them at once (the client's, the channel's, auth, version and
+            // length), not a growth of the map while they are added.
+            headers.reserve(client_headers.map_or(1, HeaderMap::len) + self.headers.len() + 3);
             match client_headers {
                 Some(client_headers) => copy_forwardable(client_headers, headers),
                 None => {
