@@ -40,6 +40,9 @@ const MAX_FRAME: u32 = 16 * 1024;
 const MAX_HEADER_LIST: u32 = 16 * 1024;
 /// Request body bytes buffered on a connection beyond what the upstream's window takes.
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
+/// Streams opened before the upstream's settings say how many it allows (the pool never puts
+/// more than this on one connection anyway).
+const INITIAL_MAX_STREAMS: usize = crate::client::MAX_STREAMS_PER_CONNECTION;
 
 /// An HTTP/2 connection's request side; clones share it.
 #[derive(Clone)]
@@ -69,6 +72,7 @@ impl Conn {
             .max_frame_size(MAX_FRAME)
             .max_header_list_size(MAX_HEADER_LIST)
             .max_send_buffer_size(MAX_SEND_BUFFER)
+            .initial_max_send_streams(INITIAL_MAX_STREAMS)
             .enable_push(false)
             .handshake::<T, Bytes>(io)
             .await
@@ -359,6 +363,7 @@ mod tests {
             .unwrap();
         assert_eq!(answer.version(), Version::HTTP_2);
         let mut body = answer.into_body();
+        assert!(!body.is_end_stream());
         assert_eq!(body.size_hint().exact(), Some(5));
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap(), "hello");
@@ -372,6 +377,59 @@ mod tests {
         assert_eq!(head.uri.to_string(), "https://upstream.test/v1/chat");
         assert_eq!(head.headers["content-length"], "2");
         assert!(head.headers.get(CONNECTION).is_none());
+    }
+
+    /// The `content-length` the server saw for a request of `method` with `body`.
+    async fn length_sent(method: Method, body: &'static [u8]) -> Option<String> {
+        let (conn, mut server) = pair(0, SLOW).await;
+        let (seen, saw) = oneshot::channel();
+        tokio::spawn(async move {
+            let (request, mut respond) = server.accept().await.unwrap().unwrap();
+            let length = request.headers().get(CONTENT_LENGTH).cloned();
+            respond.send_response(Response::new(()), true).unwrap();
+            seen.send(length).unwrap();
+            keep_serving(server);
+        });
+        let mut request = post(Bytes::from_static(body));
+        *request.method_mut() = method;
+        conn.send(request).await.ok().unwrap();
+        saw.await.unwrap().map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_length_goes_with_every_body_and_with_empty_posts_puts_and_patches() {
+        assert_eq!(length_sent(Method::POST, b"").await.as_deref(), Some("0"));
+        assert_eq!(length_sent(Method::PATCH, b"").await.as_deref(), Some("0"));
+        assert_eq!(length_sent(Method::GET, b"").await, None);
+        assert_eq!(
+            length_sent(Method::DELETE, b"abc").await.as_deref(),
+            Some("3")
+        );
+    }
+
+    /// The answer to a request whose answer head carries a header of `size` bytes.
+    async fn answer_with_header_of(size: usize) -> Result<Response<RecvBody>, Unsent> {
+        let (conn, mut server) = pair(0, SLOW).await;
+        tokio::spawn(async move {
+            let (_, mut respond) = server.accept().await.unwrap().unwrap();
+            let answer = Response::builder()
+                .header("x-big", "a".repeat(size))
+                .body(())
+                .unwrap();
+            respond.send_response(answer, true).unwrap();
+            keep_serving(server);
+        });
+        conn.send(post(Bytes::new())).await
+    }
+
+    #[tokio::test]
+    async fn an_answer_head_within_16_kib_is_read_and_a_larger_one_is_refused() {
+        let answer = answer_with_header_of(8 * 1024).await.ok().unwrap();
+        assert_eq!(answer.headers()["x-big"].len(), 8 * 1024);
+        assert!(matches!(
+            answer_with_header_of(20 * 1024).await,
+            Err(Unsent::Failed(_))
+        ));
     }
 
     #[tokio::test]
