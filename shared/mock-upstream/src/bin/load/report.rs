@@ -4,7 +4,7 @@
 //! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones),
 //! `translated_c*`, `stream_{passthrough,translated}_c1`, and when present `before_c*` (an
 //! earlier proxy build), `fleet_c*` (a fleet-mode proxy reporting usage) and `fixed_{direct,nginx,
-//! proxy}_c*` (the nginx reference, with `cpu` per request).
+//! proxy}_c*` (the nginx reference, with `cpu` per request; at c=1 in rounds, `fixed_*_c1_rN`).
 
 use std::path::Path;
 
@@ -234,23 +234,113 @@ fn nginx_reference(dir: &Path) -> Value {
             );
         }
     }
-    if let (Some(direct), Some(nginx), Some(proxy)) = (
-        read(dir, "fixed_direct_c1.json"),
-        read(dir, "fixed_nginx_c1.json"),
-        read(dir, "fixed_proxy_c1.json"),
-    ) {
-        let added = |run: &Value, q: &str| diff(run, &direct, &format!("/latency_ms/{q}")).as_f64();
-        let us = |ms: Option<f64>| ms.map(|ms| (ms * 1000.0).round());
+    let rounds = c1_rounds(dir);
+    if !rounds.is_empty() {
+        let median_of =
+            |who: &str, q: &str| median(rounds.iter().filter_map(|r| r.get(who)?.get(q)?.as_f64()));
+        let added = |who: &str| {
+            rounds
+                .iter()
+                .any(|r| r.get(who).is_some())
+                .then(|| json!({"p50": median_of(who, "p50"), "p99": median_of(who, "p99")}))
+        };
         out.insert(
             "c1_added_us".into(),
             json!({
-                "nginx": {"p50": us(added(&nginx, "p50")), "p99": us(added(&nginx, "p99"))},
-                "proxy": {"p50": us(added(&proxy, "p50")), "p99": us(added(&proxy, "p99"))},
-                "p50_proxy_over_nginx": ratio(added(&proxy, "p50"), added(&nginx, "p50")),
-                "before": read(dir, "fixed_before_c1.json")
-                    .map(|b| json!({"p50": us(added(&b, "p50")), "p99": us(added(&b, "p99"))})),
+                "nginx": added("nginx"),
+                "proxy": added("proxy"),
+                "p50_proxy_over_nginx": ratio(median_of("proxy", "p50"), median_of("nginx", "p50")),
+                "before": added("before"),
+                "rounds": rounds,
             }),
         );
     }
     Value::Object(out)
+}
+
+/// The latency each of nginx, the proxy and the earlier build adds over the direct call at c=1,
+/// in µs, for each round `scripts/load` ran (`fixed_*_c1.json`, then `fixed_*_c1_r2.json`, …),
+/// each against its own round's direct run.
+fn c1_rounds(dir: &Path) -> Vec<Value> {
+    let mut rounds = Vec::new();
+    for round in 1.. {
+        let tag = if round == 1 {
+            String::new()
+        } else {
+            format!("_r{round}")
+        };
+        let Some(direct) = read(dir, &format!("fixed_direct_c1{tag}.json")) else {
+            break;
+        };
+        let mut added = serde_json::Map::new();
+        for who in ["nginx", "proxy", "before"] {
+            if let Some(run) = read(dir, &format!("fixed_{who}_c1{tag}.json")) {
+                let us = |q: &str| {
+                    diff(&run, &direct, &format!("/latency_ms/{q}"))
+                        .as_f64()
+                        .map(|ms| (ms * 1000.0).round())
+                };
+                added.insert(who.into(), json!({"p50": us("p50"), "p99": us("p99")}));
+            }
+        }
+        rounds.push(Value::Object(added));
+    }
+    rounds
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` for none.
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
+        assert_eq!(median([4.0, 1.0, 3.0, 2.0].into_iter()), Some(2.5));
+        assert_eq!(median(std::iter::empty()), None);
+    }
+
+    /// Each round's added latency is taken against its own direct run, and the summary is the
+    /// median over the rounds: a round whose direct run drifted moves only its own figure.
+    #[test]
+    fn c1_latency_is_added_per_round_and_summarised_by_the_median() {
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-load-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, p50_ms: f64| {
+            let run = json!({"latency_ms": {"p50": p50_ms, "p99": p50_ms * 2.0}});
+            std::fs::write(dir.join(name), run.to_string()).unwrap();
+        };
+        // Round 1: direct 0.100 ms, nginx +20 µs, proxy +30 µs; round 2 drifted by +50 µs on
+        // every run; round 3: nginx +10, proxy +60.
+        for (tag, direct, nginx, proxy) in [
+            ("", 0.100, 0.120, 0.130),
+            ("_r2", 0.150, 0.170, 0.190),
+            ("_r3", 0.100, 0.110, 0.160),
+        ] {
+            write(&format!("fixed_direct_c1{tag}.json"), direct);
+            write(&format!("fixed_nginx_c1{tag}.json"), nginx);
+            write(&format!("fixed_proxy_c1{tag}.json"), proxy);
+        }
+        let summary = nginx_reference(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let c1 = &summary["c1_added_us"];
+        assert_eq!(c1["rounds"].as_array().unwrap().len(), 3);
+        assert_eq!(c1["rounds"][1]["proxy"]["p50"], 40.0);
+        assert_eq!(c1["nginx"]["p50"], 20.0);
+        assert_eq!(c1["proxy"]["p50"], 40.0);
+        assert_eq!(c1["p50_proxy_over_nginx"], 2.0);
+        assert!(c1["before"].is_null());
+    }
 }
