@@ -628,10 +628,15 @@ where
     let failed = |e: hyper::Error| ClientError::connect(format!("HTTP handshake failed: {e}"));
     if h2 {
         let streams = Arc::new(AtomicUsize::new(0));
-        let send =
-            http2::Conn::handshake(io, Arc::clone(&streams), H2_PING_INTERVAL, H2_PING_TIMEOUT)
-                .await
-                .map_err(|e| ClientError::connect(e.to_string()))?;
+        let send = http2::Conn::handshake(
+            io,
+            Arc::clone(&streams),
+            MAX_STREAMS_PER_CONNECTION,
+            H2_PING_INTERVAL,
+            H2_PING_TIMEOUT,
+        )
+        .await
+        .map_err(|e| ClientError::connect(e.to_string()))?;
         return Ok(Connection::H2(send, streams));
     }
     let (send, connection) = http1::handshake(TokioIo::new(io)).await.map_err(failed)?;

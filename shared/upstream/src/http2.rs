@@ -40,9 +40,6 @@ const MAX_FRAME: u32 = 16 * 1024;
 const MAX_HEADER_LIST: u32 = 16 * 1024;
 /// Request body bytes buffered on a connection beyond what the upstream's window takes.
 const MAX_SEND_BUFFER: usize = 1024 * 1024;
-/// Streams opened before the upstream's settings say how many it allows (the pool never puts
-/// more than this on one connection anyway).
-const INITIAL_MAX_STREAMS: usize = crate::client::MAX_STREAMS_PER_CONNECTION;
 
 /// An HTTP/2 connection's request side; clones share it.
 #[derive(Clone)]
@@ -54,12 +51,14 @@ pub struct Conn {
 
 impl Conn {
     /// The HTTP/2 handshake on `io` (TLS that chose `h2`), and the connection's task spawned on
-    /// the calling runtime. `streams` counts the streams open on it (the pool's count): it pings
-    /// the upstream every `ping_every` while any is open, and gives the connection up when a
-    /// ping is not answered within `ping_timeout`.
+    /// the calling runtime. `streams` counts the streams open on it (the pool's count, at most
+    /// `max_streams`, which also bounds the streams opened before the upstream's settings say
+    /// how many it allows): it pings the upstream every `ping_every` while any is open, and
+    /// gives the connection up when a ping is not answered within `ping_timeout`.
     pub async fn handshake<T>(
         io: T,
         streams: Arc<AtomicUsize>,
+        max_streams: usize,
         ping_every: Duration,
         ping_timeout: Duration,
     ) -> Result<Conn, Error>
@@ -72,7 +71,7 @@ impl Conn {
             .max_frame_size(MAX_FRAME)
             .max_header_list_size(MAX_HEADER_LIST)
             .max_send_buffer_size(MAX_SEND_BUFFER)
-            .initial_max_send_streams(INITIAL_MAX_STREAMS)
+            .initial_max_send_streams(max_streams)
             .enable_push(false)
             .handshake::<T, Bytes>(io)
             .await
@@ -306,7 +305,7 @@ mod tests {
         let (near, far) = tokio::io::duplex(1 << 16);
         let server = tokio::spawn(h2::server::handshake(far));
         let open = Arc::new(AtomicUsize::new(open));
-        let conn = Conn::handshake(near, open, ping, ping).await.unwrap();
+        let conn = Conn::handshake(near, open, 100, ping, ping).await.unwrap();
         (conn, server.await.unwrap().unwrap())
     }
 
