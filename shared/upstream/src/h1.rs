@@ -206,12 +206,7 @@ fn encode_request(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    let method = request.method();
-    if !body.is_empty()
-        || *method == Method::POST
-        || *method == Method::PUT
-        || *method == Method::PATCH
-    {
+    if sends_length(request.method(), &body) {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -224,8 +219,17 @@ fn encode_request(
     None
 }
 
+/// Whether a request of `method` with `body` carries a `content-length`: every body does, and
+/// so does an empty POST, PUT or PATCH (a method whose request is expected to have one).
+pub(crate) fn sends_length(method: &Method, body: &Bytes) -> bool {
+    !body.is_empty()
+        || *method == Method::POST
+        || *method == Method::PUT
+        || *method == Method::PATCH
+}
+
 /// The bytes of a `Full` body (it yields them in one frame, at once).
-fn full_bytes(body: &Full<Bytes>) -> Bytes {
+pub(crate) fn full_bytes(body: &Full<Bytes>) -> Bytes {
     let mut body = body.clone();
     let mut cx = Context::from_waker(std::task::Waker::noop());
     match Pin::new(&mut body).poll_frame(&mut cx) {

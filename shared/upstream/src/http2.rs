@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, TE, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, Version};
+use http::{HeaderMap, HeaderValue, Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::h1::{Error, Unsent};
+use crate::h1::{full_bytes, sends_length, Error, Unsent};
 
 /// The receive windows hyper's HTTP/2 client used (larger than the protocol's 64 KiB default,
 /// which would hold a fast upstream back): 2 MiB per stream, 5 MiB per connection.
@@ -109,11 +109,11 @@ impl Conn {
             return Err(Unsent::Again(Box::new(request), failed(&e)));
         }
         let (parts, body) = request.into_parts();
-        let body = whole(body);
+        let body = full_bytes(&body);
         let mut head = Request::from_parts(parts, ());
         *head.version_mut() = Version::HTTP_2;
         strip_connection_headers(head.headers_mut());
-        if !body.is_empty() || has_payload_semantics(head.method()) {
+        if sends_length(head.method(), &body) {
             head.headers_mut()
                 .entry(CONTENT_LENGTH)
                 .or_insert_with(|| HeaderValue::from(body.len()));
@@ -140,20 +140,6 @@ impl Conn {
 
 fn failed(e: &h2::Error) -> Error {
     Error::from(format!("http2 error: {e}"))
-}
-
-/// The bytes of a whole body (a `Full` yields its one frame at once).
-fn whole(mut body: Full<Bytes>) -> Bytes {
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    match Pin::new(&mut body).poll_frame(&mut cx) {
-        Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
-        _ => Bytes::new(),
-    }
-}
-
-/// Methods whose request carries a length even when its body is empty (as HTTP/1.1 sends it).
-fn has_payload_semantics(method: &Method) -> bool {
-    matches!(*method, Method::POST | Method::PUT | Method::PATCH)
 }
 
 /// Removes what HTTP/2 forbids in a request: the connection-specific headers, the ones
@@ -291,6 +277,7 @@ impl Body for RecvBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
     use http_body_util::BodyExt;
     use tokio::io::DuplexStream;
     use tokio::sync::oneshot;
@@ -499,7 +486,7 @@ mod tests {
         .unwrap();
         match conn.send(post(Bytes::from_static(b"{}"))).await {
             Err(Unsent::Again(request, _)) => {
-                assert_eq!(whole(request.into_body()), "{}");
+                assert_eq!(full_bytes(request.body()), "{}");
             }
             Err(Unsent::Failed(e)) => panic!("failed, not unsent: {e}"),
             Ok(_) => panic!("a connection going away took a new stream"),
@@ -543,11 +530,5 @@ mod tests {
         headers.insert(TE, HeaderValue::from_static("trailers"));
         strip_connection_headers(&mut headers);
         assert_eq!(headers.get(TE).unwrap(), "trailers");
-    }
-
-    #[test]
-    fn a_full_body_is_taken_whole() {
-        assert_eq!(whole(Full::new(Bytes::from_static(b"abc"))), "abc");
-        assert!(whole(Full::new(Bytes::new())).is_empty());
     }
 }
