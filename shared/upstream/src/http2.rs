@@ -145,6 +145,23 @@ fn failed(e: &h2::Error) -> Error {
 /// Removes what HTTP/2 forbids in a request: the connection-specific headers, the ones
 /// `connection` names, and a `te` other than `trailers`.
 fn strip_connection_headers(headers: &mut HeaderMap) {
+    // The pool's callers have already left the client's hop-by-hop headers out; only a
+    // channel's configured extra headers can bring one, so one look over the names usually ends
+    // here instead of six removals.
+    let specific = |name: &http::HeaderName| {
+        matches!(
+            name.as_str(),
+            "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "upgrade"
+                | "te"
+        )
+    };
+    if !headers.keys().any(specific) {
+        return;
+    }
     if let Some(connection) = headers.remove(CONNECTION) {
         if let Ok(names) = connection.to_str() {
             for name in names.split(',') {
@@ -178,8 +195,23 @@ struct Keepalive {
     timeout: Duration,
 }
 
-/// The connection's task: drives it until it ends; while streams are open, a ping every
-/// `every`, and the connection given up when one goes unanswered for `timeout`.
+impl Keepalive {
+    /// Waits `every`, then, while a stream is open, pings: `false` when no pong came within
+    /// `timeout`.
+    async fn tick(&self, pings: Option<&mut h2::PingPong>) -> bool {
+        tokio::time::sleep(self.every).await;
+        match pings {
+            Some(pings) if self.streams.load(Ordering::Relaxed) > 0 => matches!(
+                tokio::time::timeout(self.timeout, pings.ping(h2::Ping::opaque())).await,
+                Ok(Ok(_))
+            ),
+            _ => true,
+        }
+    }
+}
+
+/// The connection's task: drives it until it ends, pinging as [`Keepalive::tick`] says (the
+/// connection goes on being driven while a ping waits for its pong).
 async fn drive<T>(
     mut connection: h2::client::Connection<T, Bytes>,
     keep: Keepalive,
@@ -197,24 +229,8 @@ async fn drive<T>(
                 }
                 break;
             }
-            () = tokio::time::sleep(keep.every) => {}
-        }
-        let Some(pings) = pings.as_mut() else {
-            continue;
-        };
-        if keep.streams.load(Ordering::Relaxed) == 0 {
-            continue;
-        }
-        let pong = tokio::time::timeout(keep.timeout, pings.ping(h2::Ping::opaque()));
-        tokio::select! {
-            result = &mut connection => {
-                if let Err(error) = result {
-                    tracing::debug!(%error, "upstream HTTP/2 connection ended");
-                }
-                break;
-            }
-            answered = pong => {
-                if !matches!(answered, Ok(Ok(_))) {
+            answered = keep.tick(pings.as_mut()) => {
+                if !answered {
                     tracing::debug!("upstream HTTP/2 connection did not answer a ping; closed");
                     break;
                 }
