@@ -145,6 +145,16 @@ fn take_answer(data: &mut Vec<u8>) -> Option<(String, String)> {
     Some((head.to_owned(), body))
 }
 
+/// Everything the server sends until it closes the connection (within 10 s).
+async fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
+        .await
+        .expect("not closed")
+        .unwrap();
+    out
+}
+
 async fn closed(stream: &mut TcpStream) -> bool {
     let mut buf = [0u8; 64];
     matches!(
@@ -348,11 +358,7 @@ async fn a_head_not_finished_within_the_header_deadline_is_closed_unanswered() {
         .write_all(b"GET /hello HTTP/1.1\r\nho")
         .await
         .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
-        .await
-        .expect("not closed")
-        .unwrap();
+    let out = read_until_closed(&mut stream).await;
     assert!(out.is_empty(), "{:?}", String::from_utf8_lossy(&out));
 }
 
@@ -393,11 +399,7 @@ async fn requests_the_plain_path_does_not_serve_are_hyper_s_on_the_same_connecti
     // An HTTP/1.0 client is answered in HTTP/1.0, and closed (it did not ask to keep alive).
     let mut old = TcpStream::connect(&addr).await.unwrap();
     old.write_all(b"GET /hello HTTP/1.0\r\n\r\n").await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), old.read_to_end(&mut out))
-        .await
-        .expect("not closed")
-        .unwrap();
+    let out = read_until_closed(&mut old).await;
     let out = String::from_utf8(out).unwrap();
     assert!(out.starts_with("HTTP/1.0 200 OK\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\nhello"), "{out}");
@@ -411,11 +413,7 @@ async fn a_malformed_head_gets_the_json_400_and_the_close() {
         .write_all(b"GET /hello HTTP/1.1\r\nbad header\r\n\r\n")
         .await
         .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
-        .await
-        .expect("not closed")
-        .unwrap();
+    let out = read_until_closed(&mut stream).await;
     let out = String::from_utf8(out).unwrap();
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"code\":\"bad_request\""), "{out}");
@@ -530,11 +528,7 @@ async fn an_answer_longer_than_its_declared_length_is_cut_and_the_connection_clo
         .write_all(b"GET /liar HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
-        .await
-        .expect("not closed")
-        .unwrap();
+    let out = read_until_closed(&mut stream).await;
     // Never more bytes than the head declared: nothing that could be read as a next answer.
     let text = String::from_utf8_lossy(&out);
     assert!(!text.contains("hello"), "{text}");
