@@ -1,6 +1,7 @@
 //! The end of a request: its log line, its request and token metrics, written exactly once when
-//! the request has *finished* — at once for a plain answer, when the stream ends for a stream
-//! (however it ends: completed, broken upstream, idle, shutdown, or the client going away).
+//! the request has *finished* — for a plain answer, the metrics at once and the line once the
+//! answer has been written ([`LineAfter`]); when the stream ends for a stream (however it ends:
+//! completed, broken upstream, idle, shutdown, or the client going away).
 
 use bytes::Bytes;
 use std::sync::{Arc, Mutex};
@@ -232,7 +233,16 @@ impl RequestRecord {
 
     /// Metrics and the log line. `stream` is `None` for a plain answer (its usage is in the
     /// trail).
-    pub fn write(mut self, state: &AppState, stream: Option<StreamEnd>) {
+    pub fn write(self, state: &AppState, stream: Option<StreamEnd>) {
+        if let Some(line) = self.settle(state, stream) {
+            line.write();
+        }
+    }
+
+    /// Everything but the log line, now: the limits learn what the request used, the finish
+    /// callback runs, the metrics count it. The line (when lines are written) is returned to
+    /// be written later; its latency is the request's latency now.
+    pub fn settle(mut self, state: &AppState, stream: Option<StreamEnd>) -> Option<PendingLine> {
         let reported = stream.map(|s| s.usage).or(self.trail.usage);
         let usage = reported.unwrap_or_default();
         let cost_pico = self.cost_pico(&usage);
@@ -258,21 +268,16 @@ impl RequestRecord {
         }
         self.count(state, &usage, cost_pico);
         if !switchyard_telemetry::record_enabled!() {
-            return;
+            return None;
         }
         let latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        let cost_usd = cost_pico.map(switchyard_engine::limit::format_pico_usd);
-        let end = LineEnd {
+        Some(PendingLine {
+            record: self,
             usage,
-            cost_usd: cost_usd.as_deref(),
+            cost_pico,
             stream,
             latency_ms,
-        };
-        switchyard_telemetry::record::write_with(
-            "switchyard_data_plane::request",
-            "request",
-            |out| self.write_fields(out, &end),
-        );
+        })
     }
 
     /// Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or
@@ -380,6 +385,82 @@ impl RequestRecord {
             json::string(out, trace);
             out.extend_from_slice(b",\"span_id\":");
             json::string(out, span);
+        }
+    }
+}
+
+/// A settled request's log line, not yet written.
+pub struct PendingLine {
+    record: RequestRecord,
+    usage: Usage,
+    cost_pico: Option<u128>,
+    stream: Option<StreamEnd>,
+    latency_ms: f64,
+}
+
+impl PendingLine {
+    pub fn write(self) {
+        let cost_usd = self
+            .cost_pico
+            .map(switchyard_engine::limit::format_pico_usd);
+        let end = LineEnd {
+            usage: self.usage,
+            cost_usd: cost_usd.as_deref(),
+            stream: self.stream,
+            latency_ms: self.latency_ms,
+        };
+        switchyard_telemetry::record::write_with(
+            "switchyard_data_plane::request",
+            "request",
+            |out| self.record.write_fields(out, &end),
+        );
+    }
+}
+
+/// A plain answer's body that writes the request's line once it is dropped: once the server
+/// has written the answer to the client (or given up on the client). The client does not wait
+/// for the line, and a line is never lost: every body is dropped.
+pub struct LineAfter {
+    body: axum::body::Body,
+    line: Option<PendingLine>,
+}
+
+impl LineAfter {
+    /// `response` with its body writing `line` when it is done.
+    pub fn wrap(response: axum::response::Response, line: PendingLine) -> axum::response::Response {
+        let (parts, body) = response.into_parts();
+        let body = axum::body::Body::new(LineAfter {
+            body,
+            line: Some(line),
+        });
+        axum::response::Response::from_parts(parts, body)
+    }
+}
+
+impl http_body::Body for LineAfter {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for LineAfter {
+    fn drop(&mut self) {
+        if let Some(line) = self.line.take() {
+            line.write();
         }
     }
 }
@@ -679,6 +760,50 @@ mod tests {
             trail: Trail::default(),
             started: Instant::now(),
         }
+    }
+
+    /// The line rides on the answer's body without changing it: the same bytes, the same
+    /// length for the server to frame the answer with, the same end.
+    #[tokio::test]
+    async fn a_plain_answer_under_its_pending_line_is_the_answer() {
+        use http_body::Body as _;
+        use http_body_util::BodyExt;
+        let answer = br#"{"id":"chatcmpl-1","choices":[]}"#;
+        let pending = PendingLine {
+            record: bare(Endpoint::ChatCompletions),
+            usage: Usage::default(),
+            cost_pico: None,
+            stream: None,
+            latency_ms: 1.5,
+        };
+        let response = axum::response::Response::builder()
+            .status(201)
+            .header("x-kept", "1")
+            .body(axum::body::Body::from(&answer[..]))
+            .unwrap();
+        let wrapped = LineAfter::wrap(response, pending);
+        assert_eq!(wrapped.status(), 201);
+        assert_eq!(wrapped.headers()["x-kept"], "1");
+        assert_eq!(
+            wrapped.body().size_hint().exact(),
+            Some(answer.len() as u64)
+        );
+        assert!(!wrapped.body().is_end_stream());
+        let bytes = wrapped.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], &answer[..]);
+
+        let empty = LineAfter::wrap(
+            axum::response::Response::new(axum::body::Body::empty()),
+            PendingLine {
+                record: bare(Endpoint::ChatCompletions),
+                usage: Usage::default(),
+                cost_pico: None,
+                stream: None,
+                latency_ms: 0.0,
+            },
+        );
+        assert!(empty.body().is_end_stream());
+        assert_eq!(empty.body().size_hint().exact(), Some(0));
     }
 
     #[test]

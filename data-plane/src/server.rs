@@ -27,7 +27,7 @@ use crate::admission::{self, Held};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::failover::{proxy, ProxyRequest};
-use crate::record::{RequestRecord, Trail};
+use crate::record::{LineAfter, RequestRecord, Trail};
 use crate::request::{
     header_session_key, inspect_json_for, inspect_multipart, names, InspectError, Inspected,
 };
@@ -996,10 +996,16 @@ fn finish(
         started,
     };
     match stream {
-        Some(slot) => slot.attach(record, state),
-        None => record.write(state, None),
+        Some(slot) => {
+            slot.attach(record, state);
+            response
+        }
+        // A plain answer is counted now; its line is written once the answer is out.
+        None => match record.settle(state, None) {
+            Some(line) => LineAfter::wrap(response, line),
+            None => response,
+        },
     }
-    response
 }
 
 #[cfg(test)]
