@@ -222,16 +222,19 @@ fn nginx_reference(dir: &Path) -> Value {
                 "proxy_over_nginx": ratio(cpu(&proxy, "total"), cpu(&nginx, "total")),
             }),
         );
-        // The earlier build on the same upstream (LOAD_BEFORE_PROXY_BIN), when measured.
-        if let Some(before) = read(dir, "fixed_before_c64.json") {
-            out.insert(
-                "c64_before".into(),
-                json!({
-                    "throughput_rps": num(&before, "/throughput_rps"),
-                    "cpu_us_per_request": times(&before),
-                    "before_over_nginx": ratio(cpu(&before, "total"), cpu(&nginx, "total")),
-                }),
-            );
+        // The proxy's bare stack (LOAD_BARE) and the earlier build on the same upstream
+        // (LOAD_BEFORE_PROXY_BIN), when measured.
+        for who in ["bare", "before"] {
+            if let Some(run) = read(dir, &format!("fixed_{who}_c64.json")) {
+                out.insert(
+                    format!("c64_{who}"),
+                    json!({
+                        "throughput_rps": num(&run, "/throughput_rps"),
+                        "cpu_us_per_request": times(&run),
+                        format!("{who}_over_nginx"): ratio(cpu(&run, "total"), cpu(&nginx, "total")),
+                    }),
+                );
+            }
         }
     }
     let rounds = c1_rounds(dir);
@@ -250,6 +253,8 @@ fn nginx_reference(dir: &Path) -> Value {
                 "nginx": added("nginx"),
                 "proxy": added("proxy"),
                 "p50_proxy_over_nginx": ratio(median_of("proxy", "p50"), median_of("nginx", "p50")),
+                "bare": added("bare"),
+                "p50_bare_over_nginx": ratio(median_of("bare", "p50"), median_of("nginx", "p50")),
                 "before": added("before"),
                 "rounds": rounds,
             }),
@@ -258,7 +263,7 @@ fn nginx_reference(dir: &Path) -> Value {
     Value::Object(out)
 }
 
-/// The latency each of nginx, the proxy and the earlier build adds over the direct call at c=1,
+/// The latency each of nginx, the proxy, its bare stack and the earlier build adds over the direct call at c=1,
 /// in µs, for each round `scripts/load` ran (`fixed_*_c1.json`, then `fixed_*_c1_r2.json`, …),
 /// each against its own round's direct run.
 fn c1_rounds(dir: &Path) -> Vec<Value> {
@@ -273,7 +278,7 @@ fn c1_rounds(dir: &Path) -> Vec<Value> {
             break;
         };
         let mut added = serde_json::Map::new();
-        for who in ["nginx", "proxy", "before"] {
+        for who in ["nginx", "proxy", "bare", "before"] {
             if let Some(run) = read(dir, &format!("fixed_{who}_c1{tag}.json")) {
                 let us = |q: &str| {
                     diff(&run, &direct, &format!("/latency_ms/{q}"))
@@ -342,5 +347,47 @@ mod tests {
         assert_eq!(c1["proxy"]["p50"], 40.0);
         assert_eq!(c1["p50_proxy_over_nginx"], 2.0);
         assert!(c1["before"].is_null());
+        assert!(c1["bare"].is_null());
+    }
+
+    /// The bare stack's rows sit beside the proxy's: per round at c=1, its median and its ratio
+    /// to nginx, and its CPU per request at c=64 against nginx's.
+    #[test]
+    fn the_bare_stack_is_reported_beside_nginx() {
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-load-report-bare-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, run: Value| {
+            std::fs::write(dir.join(name), run.to_string()).unwrap();
+        };
+        let at = |ms: f64| json!({"latency_ms": {"p50": ms, "p99": ms}});
+        for (tag, nginx, bare) in [
+            ("", 0.120, 0.110),
+            ("_r2", 0.120, 0.130),
+            ("_r3", 0.120, 0.115),
+        ] {
+            write(&format!("fixed_direct_c1{tag}.json"), at(0.100));
+            write(&format!("fixed_nginx_c1{tag}.json"), at(nginx));
+            write(&format!("fixed_proxy_c1{tag}.json"), at(0.140));
+            write(&format!("fixed_bare_c1{tag}.json"), at(bare));
+        }
+        let c64 = |rps: f64, total: f64| {
+            json!({"throughput_rps": rps, "cpu": {"user_us_per_request": 1.0,
+                   "system_us_per_request": total - 1.0, "total_us_per_request": total}})
+        };
+        write("fixed_nginx_c64.json", c64(100.0, 10.0));
+        write("fixed_proxy_c64.json", c64(80.0, 15.0));
+        write("fixed_bare_c64.json", c64(99.0, 9.0));
+        let summary = nginx_reference(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let c1 = &summary["c1_added_us"];
+        assert_eq!(c1["bare"]["p50"], 15.0, "{c1}");
+        assert_eq!(c1["p50_bare_over_nginx"], 0.75, "{c1}");
+        assert_eq!(c1["rounds"][1]["bare"]["p50"], 30.0, "{c1}");
+        assert_eq!(summary["c64_bare"]["bare_over_nginx"], 0.9, "{summary}");
+        assert_eq!(summary["c64_bare"]["throughput_rps"], 99.0, "{summary}");
+        assert!(summary["c64_before"].is_null(), "{summary}");
     }
 }
