@@ -769,19 +769,19 @@ mod tests {
         use http_body::Body as _;
         use http_body_util::BodyExt;
         let answer = br#"{"id":"chatcmpl-1","choices":[]}"#;
-        let pending = PendingLine {
+        let pending = |latency_ms| PendingLine {
             record: bare(Endpoint::ChatCompletions),
             usage: Usage::default(),
             cost_pico: None,
             stream: None,
-            latency_ms: 1.5,
+            latency_ms,
         };
         let response = axum::response::Response::builder()
             .status(201)
             .header("x-kept", "1")
             .body(axum::body::Body::from(&answer[..]))
             .unwrap();
-        let wrapped = LineAfter::wrap(response, pending);
+        let wrapped = LineAfter::wrap(response, pending(1.5));
         assert_eq!(wrapped.status(), 201);
         assert_eq!(wrapped.headers()["x-kept"], "1");
         assert_eq!(
@@ -794,13 +794,7 @@ mod tests {
 
         let empty = LineAfter::wrap(
             axum::response::Response::new(axum::body::Body::empty()),
-            PendingLine {
-                record: bare(Endpoint::ChatCompletions),
-                usage: Usage::default(),
-                cost_pico: None,
-                stream: None,
-                latency_ms: 0.0,
-            },
+            pending(0.0),
         );
         assert!(empty.body().is_end_stream());
         assert_eq!(empty.body().size_hint().exact(), Some(0));
