@@ -359,7 +359,9 @@ impl Attempt<'_> {
         // The connector enforces the connect timeout; the first-byte timeout (which starts with
         // the attempt, connection included) and the remaining budget bound the whole wait.
         let limit = self.first_byte_timeout.min(self.left());
-        let response = match timeout(limit, self.client.request(request)).await {
+        // Boxed: the client's future (about 1 KB) is moved once, into its box, instead of into
+        // the timeout and then with it into this future.
+        let response = match timeout(limit, Box::pin(self.client.request(request))).await {
             Err(_) => return Err(Failed::bare(AttemptError::FirstByteTimeout)),
             Ok(Err(e)) if e.is_connect() => return Err(Failed::bare(AttemptError::ConnectError)),
             // The connection was up but closed before the answer started: for a stream this is
@@ -378,9 +380,10 @@ impl Attempt<'_> {
             // Converse answers in Anthropic's shape, which the channel is planned in.
             let limit = self.idle_timeout.min(self.left());
             let count_tokens = self.endpoint.is_count_tokens();
-            return Ok(
-                crate::bedrock::adapt(response, self.upstream_model, count_tokens, limit).await,
-            );
+            // Boxed, so that its states are not part of every request's exchange.
+            let adapting =
+                crate::bedrock::adapt(response, self.upstream_model, count_tokens, limit);
+            return Ok(Box::pin(adapting).await);
         }
         Ok(response)
     }

@@ -213,7 +213,11 @@ fn pause_before(n: u32, left: Duration, rng: &mut impl RandomSource) -> Option<D
 /// The failover loop (its state machine is drawn in docs/src/concepts/inside-planes.md): pick a
 /// member, try its channel (credential rotation, re-sends), report the failure, pick again —
 /// until an answer is committed, the budget or deadline runs out, or nothing is left to pick.
-pub async fn proxy(state: &Arc<AppState>, view: &View, req: ProxyRequest<'_>) -> (Response, Trail) {
+pub async fn proxy(
+    state: &Arc<AppState>,
+    view: &View,
+    req: ProxyRequest<'_>,
+) -> (Response, Box<Trail>) {
     let mut failover = Failover::new(state, view, req);
     loop {
         let pick = match failover.next_pick() {
@@ -246,7 +250,7 @@ struct Failover<'a> {
     first_byte_timeout: Duration,
     idle_timeout: Duration,
     rng: SplitMix64,
-    trail: Trail,
+    trail: Box<Trail>,
     /// The last upstream answer: what the client gets when every attempt failed.
     last: Option<Answer>,
     /// The last failure, for the gateway's own error when no upstream answered.
@@ -301,7 +305,7 @@ impl<'a> Failover<'a> {
             idle_timeout: Duration::from_millis(settings.stream_idle_timeout_ms),
             rng: SplitMix64::new(req.seed),
             req,
-            trail: Trail::default(),
+            trail: Box::default(),
             last: None,
             last_error: None,
             prev_channel: None,
@@ -376,7 +380,7 @@ impl<'a> Failover<'a> {
         }
     }
 
-    fn fail(self, e: GatewayError) -> (Response, Trail) {
+    fn fail(self, e: GatewayError) -> (Response, Box<Trail>) {
         (e.into_response(self.protocol), self.trail)
     }
 
@@ -629,10 +633,11 @@ impl<'a> Failover<'a> {
             deadline: self.deadline,
         };
         let span = attempt_span(picked, pick.runtime, self.req.endpoint, credential_id);
-        // Without trace export the span is disabled and entering it does nothing: the attempt's
-        // future is awaited as it is rather than moved into the span's wrapper (a copy of its
-        // every state, about 2.5 KB).
-        let running = attempt.run(&mut self.rng);
+        // Boxed: the attempt's future (about 2.5 KB: the exchange, the answer's check) is moved
+        // once, into its box, and this future and the failover's above it stay small, so the
+        // copies made as each is awaited are small too. Without trace export the span is
+        // disabled and entering it does nothing: the box is awaited without the span's wrapper.
+        let running = Box::pin(attempt.run(&mut self.rng));
         let result = if span.is_disabled() {
             running.await
         } else {
@@ -855,7 +860,7 @@ impl<'a> Failover<'a> {
     }
 
     /// Every attempt failed: the last upstream answer, not a generic error.
-    fn exhausted(mut self) -> (Response, Trail) {
+    fn exhausted(mut self) -> (Response, Box<Trail>) {
         match self.last.take() {
             Some(answer) => (answer_response(answer), self.trail),
             None => {

@@ -86,7 +86,9 @@ pub struct RequestRecord {
     pub token: Option<String>,
     pub team: Option<String>,
     pub status: u16,
-    pub trail: Trail,
+    /// Boxed: the trail is large (about 600 bytes) and moves from the failover to the record
+    /// through every layer of the request.
+    pub trail: Box<Trail>,
     pub started: Instant,
 }
 
@@ -705,7 +707,7 @@ mod tests {
             token: pick.maybe(&texts),
             team: pick.maybe(&texts),
             status: pick.of(&[0, 200, 429, 502, u16::MAX]),
-            trail: Trail {
+            trail: Box::new(Trail {
                 route: pick.maybe(&texts).map(|path| (7, path)),
                 final_channel: pick.maybe(&texts),
                 attempts,
@@ -713,7 +715,7 @@ mod tests {
                 sticky: pick.maybe(&["hit", "miss", "escaped"]),
                 trace: pick.maybe(&texts).map(|t| (t.clone(), format!("{t}-span"))),
                 ..Trail::default()
-            },
+            }),
             started: Instant::now(),
         }
     }
@@ -757,7 +759,7 @@ mod tests {
             token: None,
             team: None,
             status: 200,
-            trail: Trail::default(),
+            trail: Box::default(),
             started: Instant::now(),
         }
     }

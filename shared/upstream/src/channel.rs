@@ -63,7 +63,9 @@ impl CredentialRuntime {
         let Some(source) = &self.vertex else {
             return Ok(Cow::Borrowed(self));
         };
-        let auth = source.bearer(client, budget).await?;
+        // Boxed: the token exchange's future (about 1.4 KB) would otherwise be part of every
+        // request's attempt, Vertex or not, and be copied as it is awaited.
+        let auth = Box::pin(source.bearer(client, budget)).await?;
         Ok(Cow::Owned(CredentialRuntime {
             id: self.id,
             auth,
