@@ -741,7 +741,7 @@ impl<'a> Failover<'a> {
     fn commit(
         &mut self,
         pick: &Pick<'a>,
-        committed: Committed,
+        mut committed: Committed,
         latency_ms: f64,
         guard: InFlightGuard,
     ) -> Response {
@@ -782,6 +782,15 @@ impl<'a> Failover<'a> {
         }
         self.set_final(picked.channel, picked.member);
         self.trail.upstream_held = self.upstream_held.take();
+        self.trail.usage = committed.usage;
+        self.trail.answer = committed.answer.take();
+        let Some(first) = committed.first_chunk.take() else {
+            // A whole answer: nothing outlives the request. The channel's in-flight count is
+            // given back as the guard drops, when the answer is committed.
+            drop(guard);
+            return committed_response(committed, |body, _, _| body);
+        };
+        // A stream: its owner holds the in-flight count and its state until the stream ends.
         let owner = StreamOwner {
             state: state.clone(),
             member: picked.member.id,
@@ -794,12 +803,11 @@ impl<'a> Failover<'a> {
             _in_flight: guard,
             slot: StreamSlot::new(),
         };
-        self.trail.usage = committed.usage;
-        self.trail.answer = committed.answer.clone();
-        if committed.first_chunk.is_some() {
-            self.trail.stream = Some(owner.slot.clone());
-        }
-        committed_response(committed, self.idle_timeout, owner)
+        self.trail.stream = Some(owner.slot.clone());
+        let idle = self.idle_timeout;
+        committed_response(committed, |upstream, translator, strip_usage_chunk| {
+            relay(first, upstream, idle, owner, translator, strip_usage_chunk)
+        })
     }
 
     /// The member failed: the store cools it and counts its channel (at most once per request;
@@ -906,27 +914,19 @@ fn answer_response(answer: Answer) -> Response {
     response
 }
 
-fn committed_response(committed: Committed, idle: Duration, owner: StreamOwner) -> Response {
+/// The client's response from a committed answer: the upstream's status and headers, and the
+/// body `body` makes of the upstream's (given the stream's translator and usage-chunk flag).
+fn committed_response(
+    committed: Committed,
+    body: impl FnOnce(Body, Option<Box<switchyard_provider::StreamTranslator>>, bool) -> Body,
+) -> Response {
     let Committed {
         response: upstream,
-        first_chunk,
         translator,
-        usage: _,
         strip_usage_chunk,
-        answer: _,
+        ..
     } = committed;
-    let body = match first_chunk {
-        Some(first) => relay(
-            first,
-            upstream.body,
-            idle,
-            owner,
-            translator,
-            strip_usage_chunk,
-        ),
-        None => upstream.body,
-    };
-    let mut response = Response::new(body);
+    let mut response = Response::new(body(upstream.body, translator, strip_usage_chunk));
     *response.status_mut() = upstream.status;
     copy_headers(&upstream.headers, response.headers_mut());
     response
