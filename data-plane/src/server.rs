@@ -530,13 +530,10 @@ async fn handle(
 }
 
 /// The request id the gateway gives a request whose client sent none: its seed as 16 lowercase
-/// hex digits (written directly: the formatting machinery cost more than the rest of the id).
+/// hex digits, through the project's hex encoder (`format!`'s machinery cost more than the rest
+/// of the id).
 fn request_id_of(seed: u64) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    (0..16)
-        .rev()
-        .map(|i| char::from(HEX[usize::try_from((seed >> (i * 4)) & 0xf).unwrap_or(0)]))
-        .collect()
+    switchyard_proto::hex(&seed.to_be_bytes())
 }
 
 /// A client's `x-request-id` is kept when it is 1–128 visible ASCII characters.
