@@ -7,9 +7,13 @@ use std::borrow::Cow;
 use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use switchyard_provider::{response_usage, usage_key, usage_object, KeyIndex, Protocol, Usage};
+use switchyard_provider::{
+    openai_usage, response_usage, usage_key, usage_text, KeyIndex, Protocol, Usage,
+};
 
 use crate::endpoint::Endpoint;
+
+mod scan;
 
 /// What the check found.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,6 +41,46 @@ pub fn check_body(
         }
         return BodyCheck::Fine(read_usage.then(|| response_usage(upstream, body)));
     }
+    if !native {
+        if let Some(check) = scanned_check(upstream, body, read_usage) {
+            return check;
+        }
+    }
+    typed_check(native, upstream, body, read_usage)
+}
+
+/// The check of a completion answer in one pass over its bytes, when that pass gives a verdict
+/// (else the typed read decides).
+fn scanned_check(upstream: Protocol, body: &[u8], read_usage: bool) -> Option<BodyCheck> {
+    let text = std::str::from_utf8(body).ok()?;
+    let scanned = scan::completion(text, usage_key(upstream))?;
+    if scanned.empty {
+        return Some(BodyCheck::Empty);
+    }
+    Some(BodyCheck::Fine(read_usage.then(|| {
+        match (scanned.figures, scanned.usage) {
+            (Some([prompt, completion, cached]), _) if upstream == Protocol::OpenAi => {
+                openai_usage(prompt, completion, cached)
+            }
+            (_, Some(usage)) => usage_text(upstream, usage),
+            (_, None) => Usage::default(),
+        }
+    })))
+}
+
+/// The verdicts on an OpenAI completion answer of the one-pass check (when it gives one) and of
+/// the typed read, usage included: the fuzz target `answer_check` holds them equal.
+#[doc(hidden)]
+pub fn completion_verdicts(body: &[u8]) -> (Option<BodyCheck>, BodyCheck) {
+    (
+        scanned_check(Protocol::OpenAi, body, true),
+        typed_check(false, Protocol::OpenAi, body, true),
+    )
+}
+
+/// The check of a chat answer by reading its parts into types (any answer the one-pass scan
+/// gives no verdict on, and every Anthropic or Gemini one).
+fn typed_check(native: bool, upstream: Protocol, body: &[u8], read_usage: bool) -> BodyCheck {
     let shape = Shape {
         native,
         usage: usage_key(upstream),
@@ -83,7 +127,7 @@ pub fn check_body(
     let usage = read_usage.then(|| {
         parts
             .usage
-            .map_or_else(Usage::default, |u| usage_object(upstream, u))
+            .map_or_else(Usage::default, |u| usage_text(upstream, u.get()))
     });
     BodyCheck::Fine(usage)
 }

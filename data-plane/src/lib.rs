@@ -45,6 +45,8 @@ use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+#[doc(hidden)]
+pub use answer::{completion_verdicts, BodyCheck};
 pub use run::main_with;
 pub use server::app;
 

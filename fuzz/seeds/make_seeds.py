@@ -147,6 +147,27 @@ responses.update(extreme_responses)
 for name, body in responses.items():
     write("provider_response", name + ".json", body)
 
+# The data plane's check of a completion answer: the OpenAI answers above, and the shapes where
+# its one-pass read must step aside (escapes, repeats, odd types, spacing, deep nesting).
+for name, body in responses.items():
+    if name.startswith("openai"):
+        write("answer_check", name + ".json", body)
+answer_checks = {
+    "empty_choices": '{"choices":[],"usage":{"prompt_tokens":3}}',
+    "blank_message": '{"choices":[{"message":{"content":null,"tool_calls":[],"refusal":""}}]}',
+    "legacy_text": '{"choices":[{"text":"x","index":0},{"text":""}],"usage":{"completion_tokens":2}}',
+    "escaped_key": '{"ch\\u006fices":[],"us\\u0061ge":{"prompt_tokens":1}}',
+    "escaped_text": '{"choices":[{"text":"a\\n\\ud83d\\ude00"}]}',
+    "repeated": '{"choices":null,"choices":[{"message":{"content":"a","content":"b"}}],"usage":{},"usage":{"prompt_tokens":2}}',
+    "odd_types": '{"choices":[[{"text":"x"}],null,1],"usage":"x"}',
+    "spaced": ' {\n "usage" : { "prompt_tokens" : 1e2 } ,\t"choices" : [ { "message" : { "content" : [ ] } } ] }\r\n',
+    "usage_figures": '{"choices":[{"text":"x"}],"usage":{"prompt_tokens":999999999,"completion_tokens":null,"prompt_tokens_details":{"cached_tokens":1000000000,"cached_tokens":2},"prompt_tokens":0}}',
+    "numbers": '{"a":[0,-0,1.5,-2e-3,3E+4,01],"choices":[]}',
+    "deep": '{"a":' + '[' * 127 + ']' * 127 + ',"choices":[{"text":"x"}]}',
+}
+for name, body in answer_checks.items():
+    write("answer_check", name + ".json", body)
+
 # ---------------------------------------------------------------- SSE streams
 def sse(events, crlf=False):
     out = ""

@@ -252,7 +252,17 @@ pub fn usage_key(protocol: Protocol) -> &'static str {
 /// Usage from the raw text of an answer's usage object (the value of [`usage_key`]): the same
 /// figures as parsing it into a map and looking them up. Zero when it is not an object.
 pub fn usage_object(protocol: Protocol, usage: &RawValue) -> Usage {
-    let text = usage.get();
+    usage_text(protocol, usage.get())
+}
+
+/// The usage of an OpenAI usage object whose figures were read already (each a whole number
+/// within [`MAX_REPORTED_TOKENS`], or not reported): what [`usage_text`] gives for that object.
+pub fn openai_usage(prompt: Option<u64>, completion: Option<u64>, cached: Option<u64>) -> Usage {
+    FullUsage::openai(prompt, completion, cached).public()
+}
+
+/// [`usage_object`] of the text of a JSON value (as a [`RawValue`] holds it).
+pub fn usage_text(protocol: Protocol, text: &str) -> Usage {
     if !text.starts_with('{') {
         return Usage::default();
     }
