@@ -1,5 +1,6 @@
 //! One pass over the bytes of an OpenAI completion answer (`choices`, usage): the common answer
-//! checked and read without building anything, several times faster than the typed read.
+//! checked and read without building anything, in about half the instructions of the typed
+//! read.
 //!
 //! The pass gives a verdict only where it is sure to agree with the typed read in the parent
 //! module: a body it accepts is one JSON object that the typed read accepts too, with the same
@@ -242,8 +243,9 @@ impl<'a> Scan<'a> {
         Some((start..self.at, figures))
     }
 
-    /// A details object's `cached_tokens` as [`Scan::count`] reads it (`Some(None)` for `null`
-    /// details or none there); `None` when the object is not plain.
+    /// A details object's `cached_tokens`, read as [`Scan::count`] reads a figure: within the
+    /// read's `Some`, `Some(figure)` when the details are plain (`Some(None)` for `null` details
+    /// or no `cached_tokens`), `None` when they are not.
     fn details(&mut self) -> Option<Option<Option<u64>>> {
         if self.null() {
             return Some(Some(None));
@@ -266,9 +268,9 @@ impl<'a> Scan<'a> {
         Some(plain.then(|| cached.flatten()))
     }
 
-    /// A figure: `Some(Some(n))` for a count of at most [`MAX_DIGITS`] digits, `Some(None)` for
-    /// `null`, `None` for any other value (read all the same; the read fails only on bytes that
-    /// are not JSON).
+    /// A figure. The read fails (`None`) only on bytes that are not JSON; within its `Some`:
+    /// `Some(Some(n))` for a count of at most [`MAX_DIGITS`] digits, `Some(None)` for `null`,
+    /// `None` for any other value (not plain).
     fn count(&mut self) -> Option<Option<Option<u64>>> {
         if self.null() {
             return Some(Some(None));
