@@ -224,6 +224,16 @@ impl Inner {
             .insert((binding.expires_at, route, session_key.to_owned()));
     }
 
+    /// Whether binding `session_key` of `route` would take no other binding's place: the view
+    /// holds it already, or has room for one more.
+    pub(crate) fn sticky_fits(&self, route: RouteId, session_key: &str) -> bool {
+        self.sticky_len() < MAX_STICKY_BINDINGS
+            || self
+                .sticky
+                .get(&route)
+                .is_some_and(|keys| keys.contains_key(session_key))
+    }
+
     /// Every binding held, for resync bookkeeping.
     pub(crate) fn sticky_keys(&self) -> impl Iterator<Item = (RouteId, &str)> {
         self.sticky

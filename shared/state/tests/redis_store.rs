@@ -401,6 +401,44 @@ fn sticky_binding_is_shared() {
     cleanup(&url, &prefix);
 }
 
+/// Redis keeps no more bindings than a proxy's view: a new binding past the capacity removes
+/// the earliest-expiring ones there too, so a proxy resyncing later holds the same ones.
+#[test]
+fn redis_holds_no_more_sticky_bindings_than_a_view() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("sticky-cap");
+    let store = start(&url, &prefix);
+    let now = now_ms();
+    for i in 0..MAX_STICKY_BINDINGS + 3 {
+        store.bind_sticky(1, &format!("s{i}"), 1, 600_000 + i as u64, now);
+    }
+    assert!(rt.block_on(store.wait_flushed(Duration::from_secs(20))));
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let held: usize = redis::cmd("HLEN")
+        .arg(format!("{{sy:{prefix}}}:sticky"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(held, MAX_STICKY_BINDINGS);
+    let earliest: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{{sy:{prefix}}}:sticky_exp"))
+        .arg(0)
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(earliest, ["1:s3"]);
+    let later = start(&url, &prefix);
+    assert!(rt.block_on(later.wait_resynced(1, Duration::from_secs(5))));
+    assert_eq!(read(&later, |v| v.sticky(1, "s2")), None);
+    assert!(read(&later, |v| v.sticky(1, "s3")).is_some());
+    drop((store, later));
+    cleanup(&url, &prefix);
+}
+
 #[test]
 fn in_flight_is_fleet_wide_and_leases_expire() {
     let url = redis_url();

@@ -327,8 +327,10 @@ emit('k', ARGV[2], v .. '|-')
 return out
 "#;
 
-/// bind_sticky (bind or renew; expired bindings pruned). KEYS: ver, sticky, sticky_exp.
-/// ARGV: ttl, field (route:session), member, expires_at, now.
+/// bind_sticky (bind or renew; expired bindings pruned; a new binding past the capacity first
+/// removes the earliest-expiring ones, as a proxy's own view does, so Redis never holds more
+/// bindings than a view and a resync brings back none a view evicted). KEYS: ver, sticky,
+/// sticky_exp. ARGV: ttl, field (route:session), member, expires_at, now, capacity.
 const STICKY: &str = r#"
 local ttl = tonumber(ARGV[1])
 local v = bump(KEYS[1], ttl)
@@ -337,6 +339,15 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 64
 for _, f in ipairs(expired) do
   redis.call('HDEL', KEYS[2], f)
   redis.call('ZREM', KEYS[3], f)
+end
+if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then
+  local capacity = tonumber(ARGV[6])
+  while redis.call('HLEN', KEYS[2]) >= capacity do
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+    if #first == 0 then break end
+    redis.call('HDEL', KEYS[2], first[1])
+    redis.call('ZREM', KEYS[3], first[1])
+  end
 end
 local value = v .. '|' .. ARGV[3] .. '|' .. ARGV[4]
 redis.call('HSET', KEYS[2], ARGV[2], value)
@@ -463,7 +474,7 @@ impl Scripts {
             cooldown: script("switchyard_cooldown_v1", COOLDOWN, true),
             credential: script("switchyard_disable_credential_v1", CREDENTIAL, true),
             enable_credential: script("switchyard_enable_credential_v1", ENABLE_CREDENTIAL, true),
-            sticky: script("switchyard_sticky_v1", STICKY, true),
+            sticky: script("switchyard_sticky_v2", STICKY, true),
             lease: script("switchyard_lease_v1", LEASE, false),
             snapshot: script("switchyard_snapshot_v2", SNAPSHOT, false),
             limit_claim: script("switchyard_limit_claim_v1", LIMIT_CLAIM, false),

@@ -351,6 +351,14 @@ impl Versions {
             }
         }
         for u in updates {
+            // A binding the view does not hold is added only into room: the view may have
+            // evicted it for a binding of its own whose write has not reached Redis yet, and
+            // bringing it back would evict that newer one in its place.
+            if let (Entity::Sticky(route, key), Some(_)) = (&u.entity, &u.value) {
+                if !inner.sticky_fits(*route, key) {
+                    continue;
+                }
+            }
             if fresh(self, &u.entity) {
                 apply_value(inner, &u.entity, u.value.as_ref());
                 self.known.remove(&u.entity);
@@ -557,6 +565,35 @@ mod tests {
         let stale = parse_update("s", "1:kept", "3|9|99999").unwrap();
         assert!(!v.merge(&mut inner, &stale));
         assert_eq!(inner.sticky(1, "kept").map(|b| b.member_id), Some(7));
+    }
+
+    /// A full view bound a session of its own, evicting the earliest-expiring binding, and the
+    /// write has not reached Redis: a resync read before it still has the evicted binding, and
+    /// must not bring it back in the new one's place.
+    #[test]
+    fn a_resync_does_not_bring_back_a_binding_the_full_view_evicted() {
+        use crate::types::MAX_STICKY_BINDINGS;
+        use switchyard_engine::{HealthView, StickyBinding};
+        let mut v = Versions::default();
+        let mut inner = Inner::default();
+        let binding = |expires_at| StickyBinding {
+            member_id: 1,
+            expires_at,
+        };
+        for i in 0..MAX_STICKY_BINDINGS {
+            inner.insert_sticky(1, &format!("s{i}"), binding(600_000 + i as u64), 0);
+        }
+        inner.insert_sticky(1, "short", binding(1_000), 0);
+        v.add_pending(Entity::Sticky(1, "short".to_owned()));
+        assert_eq!(inner.sticky(1, "s0"), None);
+        let evicted = parse_update("s", "1:s0", "5|1|600000").unwrap();
+        let held = parse_update("s", "1:s1", "6|2|600001").unwrap();
+        v.resync(&mut inner, 10, &[evicted, held], false);
+        assert_eq!(inner.sticky(1, "s0"), None);
+        assert_eq!(inner.sticky(1, "short").map(|b| b.expires_at), Some(1_000));
+        // A binding the view holds is still updated from Redis.
+        assert_eq!(inner.sticky(1, "s1").map(|b| b.member_id), Some(2));
+        assert_eq!(inner.sticky_keys().count(), MAX_STICKY_BINDINGS);
     }
 
     #[test]

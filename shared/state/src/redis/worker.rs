@@ -18,7 +18,7 @@ use super::scripts::Scripts;
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use super::{Op, Shared};
 use crate::limits::{Claim, LimitKey};
-use crate::types::FailureKind;
+use crate::types::{FailureKind, MAX_STICKY_BINDINGS};
 
 /// Keys of one fleet namespace. One hash tag for all: every script's keys share a Cluster slot.
 pub(crate) struct Keys {
@@ -499,7 +499,8 @@ impl Writer {
                     .arg(format!("{route}:{key}"))
                     .arg(member)
                     .arg(expires_at)
-                    .arg(now);
+                    .arg(now)
+                    .arg(MAX_STICKY_BINDINGS);
                 c
             }
         }
