@@ -88,6 +88,14 @@ enum Choices {
     Content,
 }
 
+/// A usage figure as the pass reads it (the read itself fails only on bytes that are not JSON).
+enum Figure {
+    /// A count the pass can take as it is (`None`: `null`, or not there).
+    Plain(Option<u64>),
+    /// Anything else: the usage read decides.
+    Other,
+}
+
 /// A cursor over JSON bytes; each reading method is at the start of its value (or of the space
 /// before it) and ends after it, and returns `None` for anything it does not accept.
 struct Scan<'a> {
@@ -118,11 +126,7 @@ impl<'a> Scan<'a> {
     /// Whether the next value is `null` (then consumed).
     fn null(&mut self) -> bool {
         self.skip_space();
-        let found = self.bytes[self.at..].starts_with(b"null");
-        if found {
-            self.at += 4;
-        }
-        found
+        self.word(b"null").is_some()
     }
 
     /// The choices array: whether every choice says nothing.
@@ -232,10 +236,9 @@ impl<'a> Scan<'a> {
             } else {
                 scan.count()?
             };
-            plain &= figures[slot].is_none();
             match figure {
-                Some(figure) => figures[slot] = Some(figure),
-                None => plain = false,
+                Figure::Plain(figure) if figures[slot].is_none() => figures[slot] = Some(figure),
+                _ => plain = false,
             }
             Some(())
         })?;
@@ -243,49 +246,48 @@ impl<'a> Scan<'a> {
         Some((start..self.at, figures))
     }
 
-    /// A details object's `cached_tokens`, read as [`Scan::count`] reads a figure: within the
-    /// read's `Some`, `Some(figure)` when the details are plain (`Some(None)` for `null` details
-    /// or no `cached_tokens`), `None` when they are not.
-    fn details(&mut self) -> Option<Option<Option<u64>>> {
+    /// A details object's `cached_tokens` as a [`Figure`]: plain when the details are `null` or
+    /// an object whose `cached_tokens` (if any, once) is plain.
+    fn details(&mut self) -> Option<Figure> {
         if self.null() {
-            return Some(Some(None));
+            return Some(Figure::Plain(None));
         }
         if !self.eat(b'{') {
             self.value()?;
-            return Some(None);
+            return Some(Figure::Other);
         }
-        let mut cached: Option<Option<u64>> = None;
+        let mut cached = None;
         let mut plain = true;
         self.object(|scan, key| {
             if key != b"cached_tokens" {
                 return scan.value();
             }
-            let count = scan.count()?;
-            plain &= cached.is_none() && count.is_some();
-            cached = count;
+            match scan.count()? {
+                Figure::Plain(figure) if cached.is_none() => cached = Some(figure),
+                _ => plain = false,
+            }
             Some(())
         })?;
-        Some(plain.then(|| cached.flatten()))
+        Some(match plain {
+            true => Figure::Plain(cached.flatten()),
+            false => Figure::Other,
+        })
     }
 
-    /// A figure. The read fails (`None`) only on bytes that are not JSON; within its `Some`:
-    /// `Some(Some(n))` for a count of at most [`MAX_DIGITS`] digits, `Some(None)` for `null`,
-    /// `None` for any other value (not plain).
-    fn count(&mut self) -> Option<Option<Option<u64>>> {
+    /// A figure: plain for a count of at most [`MAX_DIGITS`] digits or `null`.
+    fn count(&mut self) -> Option<Figure> {
         if self.null() {
-            return Some(Some(None));
+            return Some(Figure::Plain(None));
         }
-        self.skip_space();
-        let start = self.at;
-        self.value()?;
-        let digits = &self.bytes[start..self.at];
+        let range = self.raw_value()?;
+        let digits = &self.bytes[range];
         if digits.len() > MAX_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
-            return Some(None);
+            return Some(Figure::Other);
         }
         let n = digits
             .iter()
             .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-        Some(Some(Some(n)))
+        Some(Figure::Plain(Some(n)))
     }
 
     /// The range of the next value (space before it left out).
@@ -323,41 +325,38 @@ impl<'a> Scan<'a> {
     /// The members of an object whose `{` was just read, each key (unescaped keys only) handed
     /// to `member` with the cursor before its value, which `member` reads.
     fn object(&mut self, mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>) -> Option<()> {
-        self.enter()?;
-        if !self.eat(b'}') {
-            loop {
-                if !self.eat(b'"') {
-                    return None;
-                }
-                let (key, escaped) = self.string_rest()?;
-                if escaped || !self.eat(b':') {
-                    return None;
-                }
-                let bytes = self.bytes;
-                member(self, &bytes[key])?;
-                if self.eat(b',') {
-                    continue;
-                }
-                if self.eat(b'}') {
-                    break;
-                }
+        self.items(b'}', |scan| {
+            if !scan.eat(b'"') {
                 return None;
             }
-        }
-        self.depth -= 1;
-        Some(())
+            let (key, escaped) = scan.string_rest()?;
+            if escaped || !scan.eat(b':') {
+                return None;
+            }
+            let bytes = scan.bytes;
+            member(scan, &bytes[key])
+        })
     }
 
     /// The elements of an array whose `[` was just read, each read by `element`.
-    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.enter()?;
-        if !self.eat(b']') {
+    fn array(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.items(b']', element)
+    }
+
+    /// The comma-separated items of an object or array whose opening byte was just read, up to
+    /// `close`, one nesting level deeper.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        if !self.eat(close) {
             loop {
-                element(self)?;
+                item(self)?;
                 if self.eat(b',') {
                     continue;
                 }
-                if self.eat(b']') {
+                if self.eat(close) {
                     break;
                 }
                 return None;
@@ -365,11 +364,6 @@ impl<'a> Scan<'a> {
         }
         self.depth -= 1;
         Some(())
-    }
-
-    fn enter(&mut self) -> Option<()> {
-        self.depth += 1;
-        (self.depth <= MAX_DEPTH).then_some(())
     }
 
     /// The rest of a string whose `"` was just read: the range of its content and whether it
