@@ -236,7 +236,7 @@ impl AnthropicUsage {
 pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
     let key = usage_key(protocol);
     match object_fields(body, [key]) {
-        Some([Some(usage)]) => usage_object(protocol, usage),
+        Some([Some(usage)]) => usage_text(protocol, usage.get()),
         _ => Usage::default(),
     }
 }
@@ -249,19 +249,14 @@ pub fn usage_key(protocol: Protocol) -> &'static str {
     }
 }
 
-/// Usage from the raw text of an answer's usage object (the value of [`usage_key`]): the same
-/// figures as parsing it into a map and looking them up. Zero when it is not an object.
-pub fn usage_object(protocol: Protocol, usage: &RawValue) -> Usage {
-    usage_text(protocol, usage.get())
-}
-
 /// The usage of an OpenAI usage object whose figures were read already (each a whole number
 /// within [`MAX_REPORTED_TOKENS`], or not reported): what [`usage_text`] gives for that object.
 pub fn openai_usage(prompt: Option<u64>, completion: Option<u64>, cached: Option<u64>) -> Usage {
     FullUsage::openai(prompt, completion, cached).public()
 }
 
-/// [`usage_object`] of the text of a JSON value (as a [`RawValue`] holds it).
+/// Usage from the raw text of an answer's usage object (the value of [`usage_key`]): the same
+/// figures as parsing it into a map and looking them up. Zero when it is not an object.
 pub fn usage_text(protocol: Protocol, text: &str) -> Usage {
     if !text.starts_with('{') {
         return Usage::default();
