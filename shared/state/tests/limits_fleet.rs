@@ -294,10 +294,7 @@ fn a_claim_goes_out_at_once_and_its_counter_outlives_the_window_by_a_minute() {
             "round {round}: the claim went out without waiting for a refresh"
         );
     }
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&url);
     let key = format!("{{sy:{prefix}}}:limit:route:6:requests:minute:1699999980000");
     let counter: u64 = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
     assert!(counter >= 81, "every take is claimed: {counter}");

@@ -126,10 +126,7 @@ fn lua_health_formulas_match_the_engine() {
         }
     }
     assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&url);
     let raw: String = redis::cmd("HGET")
         .arg(format!("{{sy:{prefix}}}:health"))
         .arg("2:m")
@@ -222,10 +219,7 @@ fn lua_health_formulas_match_the_engine_when_successes_are_folded() {
         scripts > 0 && scripts * 4 < writes,
         "{writes} queued writes ran as {scripts} scripts: successes were not folded"
     );
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&url);
     for (model, want) in models.iter().zip(&expected) {
         let raw: String = redis::cmd("HGET")
             .arg(format!("{{sy:{prefix}}}:health"))
@@ -415,10 +409,7 @@ fn redis_holds_no_more_sticky_bindings_than_a_view() {
         store.bind_sticky(1, &format!("s{i}"), 1, 600_000 + i as u64, now);
     }
     assert!(rt.block_on(store.wait_flushed(Duration::from_secs(20))));
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&url);
     let held: usize = redis::cmd("HLEN")
         .arg(format!("{{sy:{prefix}}}:sticky"))
         .query(&mut con)
@@ -717,8 +708,7 @@ fn a_write_sent_but_not_yet_acknowledged_is_not_flushed() {
     // The session's first lease and resync ticks fire at once: let them pass.
     std::thread::sleep(Duration::from_millis(500));
 
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut con = client.get_connection().unwrap();
+    let mut con = connection(&server.url());
     redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(4000)
@@ -959,10 +949,7 @@ fn a_redis_that_lost_the_scripts_gets_them_again_without_an_error() {
     assert!(rt.block_on(store.wait_resynced(1, Duration::from_secs(10))));
     store.record_success(&one_success(1), CHECK_NOW);
     assert!(rt.block_on(store.wait_flushed(Duration::from_secs(10))));
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connection(&server.url());
     redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query::<()>(&mut con)

@@ -65,6 +65,11 @@ pub fn start(url: &str, prefix: &str) -> RedisStore {
     RedisStore::start(config(url, prefix)).unwrap()
 }
 
+/// A plain connection to the Redis at `url`, for reading what the stores wrote.
+pub fn connection(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
 /// Deletes every key of a prefix (all share one hash tag, so one node holds them).
 pub fn cleanup(url: &str, prefix: &str) {
     let Ok(client) = redis::Client::open(url) else {
