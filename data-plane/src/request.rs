@@ -81,6 +81,8 @@ enum StreamUsage {
 pub enum InspectError {
     Malformed(String),
     MissingModel,
+    /// A multipart body names this field more than once.
+    DuplicateField(&'static str),
 }
 
 #[derive(Deserialize)]
@@ -397,6 +399,7 @@ pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, I
         ..Inspected::default()
     };
     let mut at = 0;
+    let mut seen_stream = false;
     while let Some(pos) = body.get(at..).and_then(|rest| next_part.find(rest)) {
         let part_start = at + pos + delimiter.len();
         let Some(headers_len) = head_end.find(&body[part_start..]) else {
@@ -409,10 +412,19 @@ pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, I
         };
         let value = &body[value_start..value_start + value_len];
         let headers = String::from_utf8_lossy(headers);
-        if headers.contains("name=\"model\"") {
+        let names = part_names(&headers);
+        if names.iter().any(|n| n == "model") {
+            // Routing, team and price policy read one `model`; an upstream might read another.
+            if out.model_span.is_some() || names.len() > 1 {
+                return Err(InspectError::DuplicateField("model"));
+            }
             out.model = String::from_utf8_lossy(value).trim().to_owned();
             out.model_span = Some((value_start, value_start + value_len));
-        } else if headers.contains("name=\"stream\"") {
+        } else if names.iter().any(|n| n == "stream") {
+            if seen_stream || names.len() > 1 {
+                return Err(InspectError::DuplicateField("stream"));
+            }
+            seen_stream = true;
             out.stream = value == b"true";
         }
         at = value_start + value_len;
@@ -423,6 +435,97 @@ pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, I
     check_model(&out.model)?;
     out.needs.streaming = out.stream;
     Ok(out)
+}
+
+/// The field names a part's headers give it: the `name` (or RFC 2231 `name*`) parameter of
+/// each `content-disposition` header, the parameter name matched in any case and the value quoted
+/// or not (a `filename` is not a name). Usually one; more than one makes the part ambiguous.
+fn part_names(headers: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in headers.split("\r\n") {
+        let Some((field, value)) = line.split_once(':') else {
+            continue;
+        };
+        if !field.trim().eq_ignore_ascii_case("content-disposition") {
+            continue;
+        }
+        for param in parameters(value) {
+            let Some((key, value)) = param.split_once('=') else {
+                continue;
+            };
+            let key = key.trim();
+            let value = value.trim();
+            if key.eq_ignore_ascii_case("name") {
+                names.push(unquote(value));
+            } else if key.eq_ignore_ascii_case("name*") {
+                // charset'language'percent-encoded: the encoded text after the second quote.
+                let encoded = value.rsplit('\'').next().unwrap_or(value);
+                names.push(percent_decoded(encoded));
+            }
+        }
+    }
+    names
+}
+
+/// A header value's `;`-separated parameters (a `;` inside a quoted string does not separate).
+fn parameters(value: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ';' if !quoted => {
+                out.push(&value[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&value[start..]);
+    out
+}
+
+/// A parameter value without its quotes and backslash escapes.
+fn unquote(value: &str) -> String {
+    let Some(inner) = value.strip_prefix('"') else {
+        return value.to_owned();
+    };
+    let inner = inner.strip_suffix('"').unwrap_or(inner);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        out.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    out
+}
+
+/// `%XX` escapes decoded (bytes that are not UTF-8 replaced).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The longest model name accepted (names are echoed in errors and logged).
@@ -896,6 +999,70 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("RIFF...."));
+    }
+
+    #[test]
+    fn a_parts_name_is_its_disposition_name_however_spelt() {
+        let names = |h: &str| part_names(h);
+        assert_eq!(
+            names("Content-Disposition: form-data; name=\"model\""),
+            ["model"]
+        );
+        assert_eq!(
+            names("content-disposition: form-data; NAME=model"),
+            ["model"]
+        );
+        assert_eq!(
+            names("Content-Disposition: form-data; name*=UTF-8''mod%65l"),
+            ["model"]
+        );
+        assert_eq!(
+            names("Content-Disposition: form-data; name=\"a;\\\"b\"; filename=\"model\""),
+            ["a;\"b"]
+        );
+        assert!(names("Content-Type: text/plain; name=model").is_empty());
+        assert_eq!(
+            names("Content-Disposition: form-data; name=file; name=model").len(),
+            2
+        );
+    }
+
+    #[test]
+    fn multipart_refuses_a_field_it_routes_by_given_twice() {
+        let form = |parts: &[(&str, &str)]| {
+            let mut body = String::new();
+            for (name, value) in parts {
+                body.push_str(&format!(
+                    "--b\r\nContent-Disposition: form-data; {name}\r\n\r\n{value}\r\n"
+                ));
+            }
+            body.push_str("--b--\r\n");
+            body.into_bytes()
+        };
+        let inspect = |parts: &[(&str, &str)]| {
+            inspect_multipart(&form(parts), "multipart/form-data; boundary=b")
+        };
+        for parts in [
+            &[("name=\"model\"", "a"), ("name=\"model\"", "b")][..],
+            &[("name=\"model\"", "a"), ("name=model", "a")],
+            &[("name=\"model\"; name=\"x\"", "a")],
+        ] {
+            assert_eq!(inspect(parts), Err(InspectError::DuplicateField("model")));
+        }
+        let streams = [
+            ("name=\"model\"", "a"),
+            ("name=stream", "true"),
+            ("name=stream", "false"),
+        ];
+        assert_eq!(
+            inspect(&streams),
+            Err(InspectError::DuplicateField("stream"))
+        );
+        let one = inspect(&[
+            ("name=\"file\"; filename=\"model\"", "x"),
+            ("name=model", "a"),
+        ]);
+        assert_eq!(one.unwrap().model, "a");
     }
 
     #[test]

@@ -770,6 +770,9 @@ fn inspect(
     inspected.map_err(|e| match e {
         InspectError::Malformed(message) => GatewayError::InvalidJson(message),
         InspectError::MissingModel => GatewayError::MissingModel,
+        InspectError::DuplicateField(field) => GatewayError::InvalidRequest(format!(
+            "the multipart body has more than one `{field}` field; send it once"
+        )),
     })
 }
 

@@ -721,3 +721,66 @@ async fn a_tokens_route_group_and_team_decide_which_member_serves_it() {
         assert_eq!(reply.header("x-switchyard-channel"), served, "{token}");
     }
 }
+
+/// A transcription form with these `model` parts (each a `content-disposition` parameter list).
+fn form_with_models(models: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = String::from(
+        "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"model\"\r\nContent-Type: audio/wav\r\n\r\nRIFF....\r\n",
+    );
+    for (disposition, value) in models {
+        body.push_str(&format!(
+            "--b\r\nContent-Disposition: form-data; {disposition}\r\n\r\n{value}\r\n"
+        ));
+    }
+    body.push_str("--b--\r\n");
+    body.into_bytes()
+}
+
+#[tokio::test]
+async fn a_multipart_body_naming_model_twice_is_refused_before_any_upstream_call() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 0")).await;
+    let url = format!("{}/v1/audio/transcriptions", proxy.url);
+    let form = [("content-type", "multipart/form-data; boundary=b")];
+    // One `model` (a file part merely *called* "model" is not a field named so): served.
+    let one = form_with_models(&[("name=\"model\"", "m")]);
+    let ok = send(Method::POST, &url, Some(TOKEN), one, &form).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(up.hits(), 1);
+    // Routing would read one of them and the upstream perhaps the other: refused, whichever
+    // comes first and however the second spells its name.
+    for models in [
+        [
+            ("name=\"model\"", "m"),
+            ("name=\"model\"", "gpt-4o-transcribe"),
+        ],
+        [
+            ("name=\"model\"", "gpt-4o-transcribe"),
+            ("name=\"model\"", "m"),
+        ],
+        [("name=\"model\"", "m"), ("NAME=model", "gpt-4o-transcribe")],
+        [
+            ("name*=UTF-8''model", "gpt-4o-transcribe"),
+            ("name=\"model\"", "m"),
+        ],
+    ] {
+        let reply = send(
+            Method::POST,
+            &url,
+            Some(TOKEN),
+            form_with_models(&models),
+            &form,
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{models:?}: {}", reply.body);
+        let error = &reply.json()["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{}", reply.body);
+        assert_eq!(error["code"], "invalid_request", "{}", reply.body);
+        assert!(
+            error["message"].as_str().unwrap().contains("`model`"),
+            "{}",
+            reply.body
+        );
+    }
+    assert_eq!(up.hits(), 1, "no refused form reached the upstream");
+}
