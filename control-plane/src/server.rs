@@ -23,12 +23,21 @@ use crate::recovery::{Recovery, RecoveryConfig};
 
 /// Retries migrations until they succeed or the startup timeout passes (Postgres may start after
 /// us in a compose file or a pod).
-async fn migrate_with_retry(pool: &sqlx::PgPool, timeout: Duration) -> anyhow::Result<()> {
+async fn migrate_with_retry(
+    pool: &sqlx::PgPool,
+    options: &PgConnectOptions,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut delay = Duration::from_millis(200);
     loop {
         match crate::db::migrate(pool).await {
             Ok(()) => return Ok(()),
+            Err(sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(db)))
+                if db.code().as_deref() == Some(MISSING_DATABASE) =>
+            {
+                return Err(missing_database(options));
+            }
             Err(sqlx::migrate::MigrateError::Execute(error))
                 if crate::error::is_unavailable(&error)
                     && tokio::time::Instant::now() + delay < deadline =>
@@ -40,6 +49,20 @@ async fn migrate_with_retry(pool: &sqlx::PgPool, timeout: Duration) -> anyhow::R
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// Postgres's code for "database does not exist" (invalid_catalog_name).
+const MISSING_DATABASE: &str = "3D000";
+
+/// A database that does not exist is the operator's to create: say which, where, and how.
+fn missing_database(options: &PgConnectOptions) -> anyhow::Error {
+    let (host, port) = (options.get_host(), options.get_port());
+    let user = options.get_username();
+    let name = options.get_database().unwrap_or(user);
+    anyhow::anyhow!(
+        "database \"{name}\" does not exist on {host}:{port}: create it (for example \
+         `createdb -h {host} -p {port} -U {user} {name}`) or point DATABASE_URL at one that exists"
+    )
 }
 
 /// The gRPC port's TLS settings, read from the configured PEM files (none: plaintext).
@@ -86,7 +109,12 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     });
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
     let pool = crate::db::pool(options.clone());
-    migrate_with_retry(&pool, Duration::from_secs(config.db_startup_timeout_secs)).await?;
+    migrate_with_retry(
+        &pool,
+        &options,
+        Duration::from_secs(config.db_startup_timeout_secs),
+    )
+    .await?;
     tracing::info!("migrations applied");
     let live = match &config.redis_url {
         Some(url) => Some(LiveState::start_redis(url, &config.redis_prefix)?),

@@ -507,6 +507,30 @@ async fn bad_configuration_exits_non_zero_with_one_line() {
     assert!(stderr.contains("SWITCHYARD_ADMIN_TOKEN"), "{stderr}");
 }
 
+#[tokio::test]
+async fn a_missing_database_is_named_with_the_line_that_creates_it() {
+    let name = format!("switchyard_absent_{}", std::process::id());
+    let output = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
+        .env(
+            "DATABASE_URL",
+            format!("postgres://postgres@127.0.0.1:5432/{name}"),
+        )
+        .env("SWITCHYARD_ADMIN_TOKEN", TOKEN)
+        .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
+        .env("SWITCHYARD_GRPC_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    // Said once, with the command that fixes it.
+    assert_eq!(last.matches("does not exist").count(), 1, "{stderr}");
+    assert!(
+        last.contains(&format!("createdb -h 127.0.0.1 -p 5432 -U postgres {name}")),
+        "{stderr}"
+    );
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_stalled_proxy_blocks_no_one_and_then_gets_the_latest(
     _pool: PgPoolOptions,
