@@ -44,6 +44,9 @@ LABEL org.opencontainers.image.title="switchyard-control-plane" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/switchyard-control-plane /usr/local/bin/switchyard-control-plane
 USER 65532:65532
+# The binary listens on loopback unless told otherwise; in a container the network boundary is
+# the pod's, so the image listens on every interface.
+ENV SWITCHYARD_HTTP_ADDR=0.0.0.0:8081 SWITCHYARD_GRPC_ADDR=0.0.0.0:8082
 EXPOSE 8081 8082
 ENTRYPOINT ["/usr/local/bin/switchyard-control-plane"]
 
@@ -54,5 +57,6 @@ LABEL org.opencontainers.image.title="switchyard-data-plane" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/switchyard-data-plane /usr/local/bin/switchyard-data-plane
 USER 65532:65532
+ENV SWITCHYARD_HTTP_ADDR=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/switchyard-data-plane"]

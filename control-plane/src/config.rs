@@ -19,12 +19,14 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
 
-    /// Listen address of the admin REST API, explain, health and metrics.
-    #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "0.0.0.0:8081")]
+    /// Listen address of the admin REST API, explain, health and metrics. Loopback by default:
+    /// the admin token and the console's sign-in cross this port, so it faces the network only
+    /// when the operator says so (the container image sets `0.0.0.0:8081`).
+    #[arg(long, env = "SWITCHYARD_HTTP_ADDR", default_value = "127.0.0.1:8081")]
     pub http_addr: SocketAddr,
 
     /// Listen address of the gRPC snapshot service.
-    #[arg(long, env = "SWITCHYARD_GRPC_ADDR", default_value = "0.0.0.0:8082")]
+    #[arg(long, env = "SWITCHYARD_GRPC_ADDR", default_value = "127.0.0.1:8082")]
     pub grpc_addr: SocketAddr,
 
     /// Fleet tokens proxies must present to watch snapshots (comma-separated: several are valid
@@ -144,5 +146,24 @@ impl Config {
             return Err("SWITCHYARD_REDIS_PREFIX must be non-empty and free of braces".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_ports_listen_on_loopback_unless_told_otherwise() {
+        let config = Config::try_parse_from([
+            "switchyard-control-plane",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            "--admin-token",
+            "a-long-enough-admin-token",
+        ])
+        .unwrap();
+        assert!(config.http_addr.ip().is_loopback(), "{}", config.http_addr);
+        assert!(config.grpc_addr.ip().is_loopback(), "{}", config.grpc_addr);
     }
 }

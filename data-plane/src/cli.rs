@@ -47,7 +47,7 @@ pub struct Cli {
     )]
     pub control_plane_client_key: Option<PathBuf>,
 
-    /// HTTP listen address [default: the standalone file's `listen`, else 0.0.0.0:8080].
+    /// HTTP listen address [default: the standalone file's `listen`, else 127.0.0.1:8080].
     #[arg(long, env = "SWITCHYARD_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
 

@@ -64,9 +64,10 @@ where
 }
 
 /// Where the proxy listens when neither the flag, its environment variable nor the standalone
-/// file's `listen` says.
+/// file's `listen` says: loopback, so a proxy started by hand is not open to the network before
+/// its operator says so (the container images set `0.0.0.0:8080`, their network is the pod's).
 const DEFAULT_HTTP_ADDR: std::net::SocketAddr =
-    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 
 /// Fleet mode's usage reporter, its task, and the token that stops it (only after the last
 /// request has finished, so that request's usage is in the final flush).
@@ -361,5 +362,14 @@ pub async fn watch_config(
                 tracing::warn!(error = %e, config = %path.display(), "configuration change rejected; keeping the last good snapshot");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_proxy_listens_on_loopback_unless_told_otherwise() {
+        assert!(super::DEFAULT_HTTP_ADDR.ip().is_loopback());
+        assert_eq!(super::DEFAULT_HTTP_ADDR.port(), 8080);
     }
 }
