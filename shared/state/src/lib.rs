@@ -16,6 +16,10 @@ mod memory;
 mod redis;
 mod types;
 
+/// The conformance suite is test code: compiled into this crate's own unit tests, and into the
+/// library only with the `conformance` feature, which only dev-dependencies turn on (the Redis
+/// store's integration tests run the very same checks). No production binary links it.
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
 pub use self::redis::{
@@ -186,7 +190,11 @@ pub trait StateStore: Send + Sync {
 
     /// Whether every hard limit of a request has room, taking nothing (upstream limits: a member
     /// without room is skipped as `rate_limited`, and explain shows it). From local memory.
-    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool;
+    /// `Err` names the limit that lacks room as [`StateStore::limit_take`] would: a
+    /// `retry_after_ms` of at most [`RETRY_SOON_MS`] on a windowed limit means only this
+    /// proxy's allowance is used up while the fleet, as last seen, has room (a top-up is on its
+    /// way), not that the limit is full.
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Result<(), Refusal>;
 
     /// Adds `delta` to the `metric` limits among `limits` (those of an admitted request): the
     /// real token usage minus the estimate taken at `taken_at`, or the request's cost in
