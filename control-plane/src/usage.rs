@@ -6,16 +6,19 @@
 //! as its totals, so a batch is applied exactly once however often a proxy resends it (a resend
 //! racing the first attempt waits on the id's row lock and then sees it taken).
 //!
-//! A proxy's figures are checked where they enter: a record counting more than
-//! [`MAX_RECORD_REQUESTS`] requests is left out, and a token figure beyond `requests` times
+//! A proxy's figures are checked where they enter, and one record never costs the rest of its
+//! batch: a record that cannot be stored as it is (a bucket that is no minute's start, a
+//! dimension too long or with a NUL, more unpriced requests than requests) or that counts more
+//! than [`MAX_RECORD_REQUESTS`] requests is left out, and a token figure beyond `requests` times
 //! [`MAX_TOKENS_PER_REQUEST`] (or cached tokens beyond the input they are part of) counts as not
 //! reported; the rest of the batch is applied, with a warning. A record's cost (pico-USD) is
 //! taken as reported, saturating; a cost on a record none of whose requests was priced counts as
-//! not reported, and a record claiming more unpriced requests than requests refuses the batch.
-//! Sums saturate at `i64::MAX`, in
-//! Rust and in SQL, so no batch can fail on its figures, and a database error that retrying
-//! cannot cure (a data or constraint error) refuses the batch instead of having the proxy resend
-//! it forever while its later usage waits.
+//! not reported. A shadow record the database refuses is left out alone ([`crate::shadow`]).
+//! Sums saturate at `i64::MAX`, in Rust and in SQL (usage and shadow rows alike), so no batch
+//! can fail on its figures. Only the batch itself can be refused (a malformed id, too many
+//! records), and so can a batch whose usage rows meet a database error that retrying cannot cure
+//! (a data or constraint error), instead of having the proxy resend it forever while its later
+//! usage waits.
 
 use std::collections::BTreeMap;
 
@@ -73,16 +76,41 @@ fn plausible_tokens(requests: u64, tokens: u64) -> bool {
         .is_some_and(|max| tokens <= max)
 }
 
-fn check_name(field: &str, index: usize, value: &str) -> Result<(), UsageError> {
+fn check_name(field: &str, value: &str) -> Result<(), String> {
     if value.chars().count() > MAX_NAME_CHARS {
-        return Err(UsageError::Invalid(format!(
-            "records[{index}].{field} is longer than {MAX_NAME_CHARS} characters"
-        )));
+        return Err(format!(
+            "{field} is longer than {MAX_NAME_CHARS} characters"
+        ));
     }
     if value.contains('\0') {
-        return Err(UsageError::Invalid(format!(
-            "records[{index}].{field} contains a NUL character"
-        )));
+        return Err(format!("{field} contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// What makes a record impossible to store as it is (a bucket that is no minute's start, a
+/// malformed dimension, more unpriced requests than requests), if anything.
+fn check_record(r: &v1::UsageRecord) -> Result<(), String> {
+    if !(0..=MAX_BUCKET).contains(&r.bucket_start_unix_s) || r.bucket_start_unix_s % 60 != 0 {
+        return Err(format!(
+            "bucket_start_unix_s must be the start of a minute, got {}",
+            r.bucket_start_unix_s
+        ));
+    }
+    for (field, value) in [
+        ("token", &r.token),
+        ("team", &r.team),
+        ("route", &r.route),
+        ("channel", &r.channel),
+        ("model", &r.model),
+    ] {
+        check_name(field, value)?;
+    }
+    if r.unpriced_requests > r.requests {
+        return Err(format!(
+            "unpriced_requests ({}) is more than its requests ({})",
+            r.unpriced_requests, r.requests
+        ));
     }
     Ok(())
 }
@@ -95,8 +123,9 @@ struct Aggregated {
     refused_figures: usize,
 }
 
-/// Checks a batch and sums its records per (bucket, dimensions). Malformed dimensions refuse the
-/// batch; impossible figures are left out (see the module's documentation).
+/// Checks a batch and sums its records per (bucket, dimensions). A malformed batch id or too many
+/// records refuse the batch; impossible records and figures are left out (see the module's
+/// documentation).
 fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
     let id = &batch.batch_id;
     if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_graphic()) {
@@ -118,26 +147,16 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
     }
     let mut out = Aggregated::default();
     for (i, r) in batch.records.iter().enumerate() {
-        if !(0..=MAX_BUCKET).contains(&r.bucket_start_unix_s) || r.bucket_start_unix_s % 60 != 0 {
-            return Err(UsageError::Invalid(format!(
-                "records[{i}].bucket_start_unix_s must be the start of a minute, got {}",
-                r.bucket_start_unix_s
-            )));
-        }
-        for (field, value) in [
-            ("token", &r.token),
-            ("team", &r.team),
-            ("route", &r.route),
-            ("channel", &r.channel),
-            ("model", &r.model),
-        ] {
-            check_name(field, i, value)?;
-        }
-        if r.unpriced_requests > r.requests {
-            return Err(UsageError::Invalid(format!(
-                "records[{i}].unpriced_requests ({}) is more than its requests ({})",
-                r.unpriced_requests, r.requests
-            )));
+        if let Err(problem) = check_record(r) {
+            tracing::warn!(
+                batch_id = %id,
+                client_id = %batch.client_id,
+                record = i,
+                problem,
+                "a usage record cannot be stored; left out"
+            );
+            out.refused_figures += 1;
+            continue;
         }
         if r.requests > MAX_RECORD_REQUESTS {
             tracing::warn!(
@@ -209,10 +228,7 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
 /// resending it forever; any other (the database away, a conflict) is worth a retry.
 fn storage_error(error: sqlx::Error) -> UsageError {
     if let sqlx::Error::Database(db) = &error {
-        if db
-            .code()
-            .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
-        {
+        if is_data_error(db.as_ref()) {
             return UsageError::Invalid(format!(
                 "the database refused the batch ({})",
                 db.message()
@@ -220,6 +236,13 @@ fn storage_error(error: sqlx::Error) -> UsageError {
         }
     }
     UsageError::Database(error)
+}
+
+/// A data or constraint error (SQLSTATE classes 22 and 23): the same write would meet it again.
+pub(crate) fn is_data_error(error: &dyn sqlx::error::DatabaseError) -> bool {
+    error
+        .code()
+        .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
 }
 
 /// Applies one batch, exactly once per batch id.
@@ -420,26 +443,38 @@ mod tests {
         );
         let second = totals.next().unwrap();
         assert_eq!((second.cost, second.unpriced), (0, 1));
-        // More unpriced requests than requests: the batch is refused.
+        // More unpriced requests than requests: that record is left out, the rest is taken.
         let mut bad = record(60, "a");
         bad.unpriced_requests = 2;
-        assert!(matches!(
-            aggregate(&batch(vec![bad])),
-            Err(UsageError::Invalid(m)) if m.contains("records[0].unpriced_requests")
-        ));
+        let out = aggregate(&batch(vec![bad, record(60, "b")])).unwrap();
+        assert_eq!(out.refused_figures, 1);
+        assert_eq!(
+            out.sums.keys().map(|k| k.1.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
     }
 
+    /// One record that cannot be stored as it is never costs the rest of its batch (the proxy
+    /// would drop the whole batch); only a malformed batch is refused.
     #[test]
-    fn invalid_batches_are_refused() {
-        let mut b = batch(vec![record(61, "a")]);
-        assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
-        b.records = vec![record(60, "a\0")];
-        assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
-        b.records = vec![record(60, &"x".repeat(257))];
-        assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
-        b.records = vec![record(-60, "a")];
-        assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
-        b.records = vec![record(60, "a")];
+    fn a_record_that_cannot_be_stored_is_left_out_and_a_malformed_batch_refused() {
+        for bad in [
+            record(61, "a"),
+            record(60, "a\0"),
+            record(60, &"x".repeat(257)),
+            record(-60, "a"),
+        ] {
+            let out = aggregate(&batch(vec![
+                record(60, "good"),
+                bad.clone(),
+                record(120, "good"),
+            ]))
+            .unwrap();
+            assert_eq!(out.refused_figures, 1, "{bad:?}");
+            assert_eq!(out.sums.len(), 2, "{bad:?}");
+            assert!(out.sums.keys().all(|k| k.1 == "good"), "{bad:?}");
+        }
+        let mut b = batch(vec![record(60, "a")]);
         b.batch_id = String::new();
         assert!(matches!(aggregate(&b), Err(UsageError::Invalid(_))));
         b.batch_id = "has space".to_owned();
@@ -449,13 +484,14 @@ mod tests {
     #[test]
     fn each_bound_of_a_batch_is_inclusive() {
         let refused = |b: &v1::UsageBatch| matches!(aggregate(b), Err(UsageError::Invalid(_)));
+        let left_out = |b: &v1::UsageBatch| aggregate(b).unwrap().refused_figures == 1;
         // A name of exactly the longest length is taken, one character more is not.
         let mut b = batch(vec![record(60, &"x".repeat(MAX_NAME_CHARS))]);
-        assert!(!refused(&b));
+        assert!(!left_out(&b));
         b.records = vec![record(60, &"é".repeat(MAX_NAME_CHARS))];
-        assert!(!refused(&b), "characters are counted, not bytes");
+        assert!(!left_out(&b), "characters are counted, not bytes");
         b.records = vec![record(60, &"x".repeat(MAX_NAME_CHARS + 1))];
-        assert!(refused(&b));
+        assert!(left_out(&b));
         // A batch id of 128 characters is taken, 129 are not.
         b.records = vec![record(60, "a")];
         b.batch_id = "i".repeat(128);

@@ -494,7 +494,7 @@ async fn cost_and_unpriced_requests_are_stored_and_reported(pool: PgPool) {
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn more_unpriced_requests_than_requests_refuse_the_batch(pool: PgPool) {
+async fn a_record_with_more_unpriced_requests_than_requests_is_left_out_alone(pool: PgPool) {
     let bad = batch(
         "u-1",
         vec![
@@ -502,12 +502,17 @@ async fn more_unpriced_requests_than_requests_refuse_the_batch(pool: PgPool) {
             priced(record(0, "app", "", "openai", "gpt-4o", 1, 1, 1, 0), 0, 2),
         ],
     );
-    let error = apply_batch(&pool, &bad).await.unwrap_err();
-    assert!(
-        matches!(&error, switchyard_control_plane::usage::UsageError::Invalid(m) if m.contains("records[1].unpriced_requests")),
-        "{error}"
-    );
-    assert_eq!(rows(&pool).await, 0, "nothing of the batch is applied");
+    let applied = apply_batch(&pool, &bad).await.unwrap();
+    assert_eq!((applied.records, applied.refused_figures), (1, 1));
+    let requests: i64 = sqlx::query_scalar("SELECT requests FROM usage_minutes")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(requests, 1, "the batch's other record is applied");
+    sqlx::query("DELETE FROM usage_minutes")
+        .execute(&pool)
+        .await
+        .unwrap();
     // A cost on a record with no priced request is not taken; the rest of it is.
     let applied = apply_batch(
         &pool,
@@ -697,17 +702,24 @@ async fn report_usage_over_grpc_needs_the_fleet_token_and_is_idempotent(pool: Pg
         "a resend is acknowledged, not added"
     );
 
-    // A batch that can never be stored is refused as invalid (the proxy drops it).
+    // A record that can never be stored is left out; the rest of its batch is applied.
     let mut bad = batch(
         "grpc-2",
-        vec![record(0, "app", "t", "openai", "gpt-4o", 1, 1, 1, 1)],
+        vec![
+            record(0, "app", "t", "openai", "gpt-4o", 1, 1, 1, 1),
+            record(0, "app", "t", "openai", "gpt-4o", 1, 10, 1, 0),
+        ],
     );
     bad.records[0].bucket_start_unix_s += 1;
+    let ack = client.report(&bad).await.unwrap();
+    assert_eq!(ack.applied, 1);
+    // A batch that can never be stored is refused as invalid (the proxy drops it).
+    bad.batch_id = String::new();
     let status = client.report(&bad).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 
     let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
-    assert_eq!(totals(&reply.body["total"]), (1, 40, 2, 0));
+    assert_eq!(totals(&reply.body["total"]), (2, 50, 3, 0));
     shutdown.cancel();
 }
 
