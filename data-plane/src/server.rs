@@ -712,7 +712,8 @@ async fn receive<'v>(
     path_model: Option<(&str, bool)>,
     request: Request,
 ) -> Result<(&'v Token, Received), GatewayError> {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    wire::drop_unforwarded(&mut parts.headers);
     let token = authenticate(view, &parts.headers, parts.uri.query())
         .ok_or_else(GatewayError::unauthorized)?;
     if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {

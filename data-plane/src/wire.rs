@@ -4,7 +4,7 @@
 //! translation.
 
 use bytes::Bytes;
-use http::Method;
+use http::{HeaderMap, HeaderName, Method};
 use switchyard_engine::{Channel, Provider, CHAT_COMPLETIONS_ONLY_BIT};
 use switchyard_provider::{count_tokens_response, ChatRequest, Protocol, TranslateError};
 
@@ -71,6 +71,37 @@ pub fn strip_key_param(query: Option<&str>) -> Option<String> {
         .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("key"))
         .collect();
     (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+/// Client headers no upstream is sent, beyond those the channel never forwards (credentials,
+/// `connection` and the headers it names, `keep-alive`, `te`, `trailer`, `upgrade`): what the
+/// client claims about addresses (`forwarded`, `x-forwarded-*`, `x-real-ip`, `via`), which a
+/// provider must not take for the gateway's word nor learn internal addresses from; `expect`,
+/// answered at the edge (an upstream is sent the whole body at once); and every `proxy-*`
+/// header, meant for a proxy on the client's side.
+pub fn drop_unforwarded(headers: &mut HeaderMap) {
+    const NAMES: [&str; 5] = [
+        "forwarded",
+        "x-real-ip",
+        "via",
+        "expect",
+        "proxy-connection",
+    ];
+    let prefixed = |name: &str| name.starts_with("x-forwarded-") || name.starts_with("proxy-");
+    if !headers
+        .keys()
+        .any(|n| prefixed(n.as_str()) || NAMES.contains(&n.as_str()))
+    {
+        return;
+    }
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| prefixed(n.as_str()) || NAMES.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    for name in doomed {
+        headers.remove(name);
+    }
 }
 
 /// Decides the call for a member of `channel` serving `upstream_model`.

@@ -784,3 +784,38 @@ async fn a_multipart_body_naming_model_twice_is_refused_before_any_upstream_call
     }
     assert_eq!(up.hits(), 1, "no refused form reached the upstream");
 }
+
+#[tokio::test]
+async fn no_address_claim_expectation_or_hop_header_of_the_client_reaches_the_upstream() {
+    let up = MockUpstream::start().await.unwrap();
+    let proxy = start(&one_channel(&up.base_url(), "  retry_times: 0")).await;
+    let sent = [
+        ("x-forwarded-for", "10.0.0.7, 203.0.113.9"),
+        ("X-Forwarded-Host", "internal.example"),
+        ("x-forwarded-proto", "http"),
+        ("forwarded", "for=10.0.0.7;proto=http"),
+        ("x-real-ip", "10.0.0.7"),
+        ("via", "1.1 internal-lb"),
+        ("expect", "100-continue"),
+        ("proxy-authorization", "Basic Y2xpZW50OnNlY3JldA=="),
+        ("proxy-anything", "1"),
+        ("connection", "keep-alive, x-hop"),
+        ("x-hop", "named in connection"),
+        ("keep-alive", "timeout=5"),
+        ("te", "trailers"),
+        ("trailer", "x-checksum"),
+        ("openai-beta", "assistants=v2"),
+    ];
+    let reply = post_with(&proxy, CHAT_PATH, CHAT, &sent).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let requests = up.requests();
+    let received = &requests.last().unwrap().headers;
+    for (name, _) in &sent[..sent.len() - 1] {
+        assert!(
+            !received.contains_key(*name),
+            "{name} reached the upstream: {received:?}"
+        );
+    }
+    // An ordinary client header still goes through.
+    assert_eq!(received["openai-beta"], "assistants=v2");
+}
