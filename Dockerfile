@@ -1,8 +1,13 @@
 # syntax=docker/dockerfile:1
-# Images of both Switchyard binaries, from one build:
+# Images of both Switchyard binaries (and of the mock upstream, for demos and drills), from one
+# build:
 #
 #   docker build --target control-plane -t switchyard/control-plane:0.1.0 .
 #   docker build --target data-plane    -t switchyard/data-plane:0.1.0 .
+#   docker build --target mock-upstream -t switchyard/mock-upstream:0.1.0 .
+#
+# scripts/release prints these commands with the release's version and labels;
+# deploy/compose/compose.yaml builds all three for a local fleet.
 #
 # Stages: `planner` reduces the workspace to a dependency recipe (cargo-chef), `builder` compiles
 # the dependencies from that recipe in their own layer (kept until Cargo.toml/Cargo.lock change,
@@ -32,11 +37,14 @@ ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 COPY --from=planner /src/recipe.json recipe.json
 # The dependency layer: rebuilt only when the recipe (manifests, lock file) changes.
 RUN cargo chef cook --release --locked --recipe-path recipe.json \
-      -p switchyard-control-plane -p switchyard-data-plane
+      -p switchyard-control-plane -p switchyard-data-plane -p switchyard-mock-upstream
 COPY . .
-RUN cargo build --release --locked -p switchyard-control-plane -p switchyard-data-plane --bins \
+RUN cargo build --release --locked \
+      -p switchyard-control-plane -p switchyard-data-plane -p switchyard-mock-upstream \
+      --bin switchyard-control-plane --bin switchyard-data-plane --bin switchyard-mock-upstream \
     && mkdir -p /out \
-    && cp target/release/switchyard-control-plane target/release/switchyard-data-plane /out/
+    && cp target/release/switchyard-control-plane target/release/switchyard-data-plane \
+          target/release/switchyard-mock-upstream /out/
 
 FROM ${RUNTIME_IMAGE} AS control-plane
 LABEL org.opencontainers.image.title="switchyard-control-plane" \
@@ -49,6 +57,19 @@ USER 65532:65532
 ENV SWITCHYARD_HTTP_ADDR=0.0.0.0:8081 SWITCHYARD_GRPC_ADDR=0.0.0.0:8082
 EXPOSE 8081 8082
 ENTRYPOINT ["/usr/local/bin/switchyard-control-plane"]
+
+# The mock upstream (shared/mock-upstream): a scriptable OpenAI/Anthropic/Gemini server that
+# answers without a provider, for the local fleet (deploy/compose) and failover drills. Not for
+# production traffic.
+FROM ${RUNTIME_IMAGE} AS mock-upstream
+LABEL org.opencontainers.image.title="switchyard-mock-upstream" \
+      org.opencontainers.image.description="Switchyard mock upstream: a scriptable OpenAI/Anthropic/Gemini test server" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/switchyard-mock-upstream /usr/local/bin/switchyard-mock-upstream
+USER 65532:65532
+ENV MOCK_LISTEN=0.0.0.0:9000
+EXPOSE 9000
+ENTRYPOINT ["/usr/local/bin/switchyard-mock-upstream"]
 
 # Last, so a plain `docker build .` gives the data plane (the image most deployments run).
 FROM ${RUNTIME_IMAGE} AS data-plane
