@@ -144,6 +144,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         }
         () = switchyard_server::termination_signal() => {}
     }
+    // From here a proxy started on the same address (a restart) shares the port instead of
+    // failing on it; the mark goes with this process.
+    let _draining = crate::workers::mark_draining(addr);
     drain(&cli, &state, &stop, server).await;
     if let Some((_, task, stop)) = usage {
         // Send the usage still pending (the flush bounds itself; this only guards the join).

@@ -48,12 +48,20 @@ pub fn count(requested: usize) -> usize {
 ///
 /// A port some process already listens on is refused (`AddrInUse`), as without `SO_REUSEPORT`:
 /// a probe socket without it binds first, so a second proxy started by mistake on a taken port
-/// fails instead of silently sharing its connections.
+/// fails instead of silently sharing its connections — unless the proxy holding the port is
+/// draining ([`mark_draining`]): then this one is its restart and shares the port with it until
+/// it stops, so a restart serves at once instead of failing while the old process finishes.
 pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<(Vec<TcpSocket>, SocketAddr)> {
     if addr.port() != 0 {
         let probe = socket_for(addr)?;
         probe.set_reuseaddr(true)?;
-        probe.bind(addr)?;
+        match probe.bind(addr) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && draining(addr) => {
+                tracing::info!(%addr, "the proxy on this address is draining: sharing the port with it until it stops");
+            }
+            Err(e) => return Err(e),
+        }
     }
     let mut sockets = Vec::with_capacity(n);
     let mut bound = addr;
@@ -67,6 +75,59 @@ pub fn bind(addr: SocketAddr, n: usize) -> std::io::Result<(Vec<TcpSocket>, Sock
         sockets.push(socket);
     }
     Ok((sockets, bound))
+}
+
+/// Held by a draining proxy: an abstract Unix socket named after its listen address, which a
+/// proxy starting on that address looks for (abstract names belong to the network namespace and
+/// vanish with the process, so a crashed proxy leaves none behind).
+pub struct DrainingMark {
+    _listener: std::os::unix::net::UnixListener,
+}
+
+fn drain_mark_name(addr: SocketAddr) -> String {
+    format!("switchyard-data-plane-draining-{addr}")
+}
+
+/// Says "this address's proxy is draining" until the mark is dropped (process exit). `None` where
+/// the mark cannot be made (not Linux, or another process holds it): a restart then waits for the
+/// port as it would without it.
+pub fn mark_draining(addr: SocketAddr) -> Option<DrainingMark> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        let name =
+            std::os::unix::net::SocketAddr::from_abstract_name(drain_mark_name(addr)).ok()?;
+        match std::os::unix::net::UnixListener::bind_addr(&name) {
+            Ok(listener) => Some(DrainingMark {
+                _listener: listener,
+            }),
+            Err(e) => {
+                tracing::debug!(error = %e, "no draining mark: a restart waits for the port");
+                None
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = addr;
+        None
+    }
+}
+
+/// Whether the proxy holding `addr` has said it is draining.
+fn draining(addr: SocketAddr) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(drain_mark_name(addr))
+            .and_then(|name| std::os::unix::net::UnixStream::connect_addr(&name))
+            .is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = addr;
+        false
+    }
 }
 
 fn socket_for(addr: SocketAddr) -> std::io::Result<TcpSocket> {
@@ -193,6 +254,25 @@ mod tests {
         let freed = other.local_addr().unwrap();
         drop(other);
         assert_eq!(bind(freed, 2).unwrap().1, freed);
+    }
+
+    #[tokio::test]
+    async fn a_draining_proxys_port_is_shared_with_its_restart_and_only_while_it_drains() {
+        let (sockets, addr) = bind("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let _old: Vec<_> = sockets.into_iter().map(|s| s.listen(16).unwrap()).collect();
+        assert_eq!(
+            bind(addr, 2).map(|_| ()).unwrap_err().kind(),
+            std::io::ErrorKind::AddrInUse
+        );
+        let mark = mark_draining(addr).unwrap();
+        // A second mark for the same address cannot be made while the first stands.
+        assert!(mark_draining(addr).is_none());
+        let (restart, at) = bind(addr, 2).unwrap();
+        assert_eq!(at, addr);
+        let _new: Vec<_> = restart.into_iter().map(|s| s.listen(16).unwrap()).collect();
+        // The mark gone (the old process exited), the port is its own again.
+        drop(mark);
+        assert!(!draining(addr));
     }
 
     #[tokio::test(start_paused = true)]

@@ -534,6 +534,56 @@ async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
     }
 }
 
+/// A restart started while the old process drains listens at once on the same address (the two
+/// share the port until the old one exits) instead of failing with "address in use".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_listens_on_the_address_while_the_old_process_drains() {
+    let path = temp_file("restart", &config(""));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let start = |drain: &str| {
+        let mut command = Command::new(BIN);
+        command
+            .arg("--config")
+            .arg(&path)
+            .args(["--http-addr", &addr])
+            .env_remove("SWITCHYARD_CONTROL_PLANE")
+            .env("SWITCHYARD_DRAIN_DELAY_SECONDS", drain);
+        spawn_command(command)
+    };
+    let mut old = start("3");
+    let ready = format!("{}/readyz", old.url);
+    let pid = old.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    old.wait_for_log("SIGTERM: reporting not ready, still serving for the drain delay");
+    // Started during the old process's drain delay: it must come up, not exit on the taken port.
+    let new = start("0");
+    assert_eq!(new.url, format!("http://{addr}"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while old.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the old process did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The old one gone, the restart serves the address alone.
+    assert_eq!(
+        send(Method::GET, &ready, None, Vec::new(), &[])
+            .await
+            .status,
+        200
+    );
+    let chat = format!("{}/v1/chat/completions", new.url);
+    let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
 /// The request line is written when the request has finished — for a stream, after its last
 /// event — with the attempt trail and usage as JSON values, not strings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
