@@ -26,6 +26,11 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
     pub fleet_token: Option<String>,
 
+    /// Bearer credential `GET /metrics` then requires; with it the token counts carry each
+    /// token's name (without it `/metrics` is open and names no token).
+    #[arg(long, env = "SWITCHYARD_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// PEM CA bundle that signed the control plane's gRPC certificate (`https://` control-plane
     /// URLs; without it the web PKI roots are trusted).
     #[arg(long, env = "SWITCHYARD_CONTROL_PLANE_CA")]

@@ -66,6 +66,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
     pub connections: OnceLock<switchyard_server::Stats>,
+    /// The bearer credential `/metrics` requires, when the operator set one (token names are
+    /// then counted too: [`AppState::protect_metrics`]).
+    pub metrics_credential: OnceLock<String>,
     /// Fires on SIGTERM: `/readyz` answers 503 so the load balancer stops sending traffic,
     /// while the proxy keeps serving for the drain delay.
     pub draining: CancellationToken,
@@ -79,6 +82,18 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// From now on `/metrics` answers only `Authorization: Bearer <credential>`, and its token
+    /// counts carry the token's name (the opt-in: token names often name people or customers,
+    /// so an open `/metrics` never shows them). An empty credential changes nothing.
+    pub fn protect_metrics(&self, credential: &str) {
+        if credential.is_empty() {
+            return;
+        }
+        if self.metrics_credential.set(credential.to_owned()).is_ok() {
+            self.metrics.name_tokens();
+        }
+    }
+
     /// Builds the state and starts following `snapshots` (on the current tokio runtime).
     pub fn new(snapshots: SnapshotReceiver, store: Arc<dyn StateStore>) -> Arc<AppState> {
         AppState::with_usage(snapshots, store, None)
@@ -127,6 +142,7 @@ impl AppState {
                 .collect(),
             metrics: Metrics::default(),
             connections: OnceLock::new(),
+            metrics_credential: OnceLock::new(),
             draining: CancellationToken::new(),
             streams_cut: CancellationToken::new(),
             usage,

@@ -1,9 +1,9 @@
 //! The proxy's own counters and histograms (plain atomics, through `switchyard-metrics`). Label
 //! values are either fixed sets (endpoint, status class, outcome) or names from the configuration
-//! (route patterns, channel and token names), never request content, so every family is bounded
-//! by the snapshot.
+//! (route patterns, channel names; token names only when the operator protects `/metrics` and
+//! opts in), never request content, so every family is bounded by the snapshot.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use switchyard_engine::fxhash::FxBuildHasher;
 use switchyard_metrics::{Histogram, Writer};
@@ -55,8 +55,14 @@ pub struct Metrics {
     pub requests: Family<4>,
     /// `channel`, `outcome`.
     pub attempts: Family<2>,
-    /// `route`, `channel`, `token` (name), `kind` (`input`, `output`, `cached`).
-    pub tokens: Family<4>,
+    /// `route`, `channel`, `kind` (`input`, `output`, `cached`): what `/metrics` shows by
+    /// default.
+    pub tokens: Family<3>,
+    /// The same by `token` (name) as well: shown instead, and counted instead, once the
+    /// operator opts in ([`Metrics::name_tokens`]). Token names often name people or customers.
+    pub tokens_by_name: Family<4>,
+    /// Whether token names are counted and shown.
+    token_names: AtomicBool,
     /// `route`, `channel`: micro-USD of the priced requests (rounded up per request).
     pub spend: Family<2>,
     /// `scope` (kind), `metric`, `window`: requests refused by a hard limit.
@@ -93,9 +99,15 @@ impl Default for Metrics {
             ),
             tokens: Family::new(
                 "switchyard_tokens_total",
+                "Tokens read from upstream answers and streams, by route, channel and kind (input includes cached).",
+                ["route", "channel", "kind"],
+            ),
+            tokens_by_name: Family::new(
+                "switchyard_tokens_total",
                 "Tokens read from upstream answers and streams, by route, channel, token and kind (input includes cached).",
                 ["route", "channel", "token", "kind"],
             ),
+            token_names: AtomicBool::new(false),
             spend: Family::new(
                 "switchyard_spend_micro_usd_total",
                 "Cost of the priced requests in micro-USD (USD x 10^6), by route and final channel.",
@@ -152,10 +164,25 @@ impl Metrics {
             ("output", usage.output_tokens),
             ("cached", usage.cached_tokens),
         ] {
-            if n > 0 {
-                self.tokens.add([route, channel, token, kind], n);
+            if n == 0 {
+                continue;
+            }
+            if self.names_tokens() {
+                self.tokens_by_name.add([route, channel, token, kind], n);
+            } else {
+                self.tokens.add([route, channel, kind], n);
             }
         }
+    }
+
+    /// From now on token names are counted (a `token` label on `switchyard_tokens_total`): only
+    /// when the operator protects `/metrics` with a credential.
+    pub fn name_tokens(&self) {
+        self.token_names.store(true, Relaxed);
+    }
+
+    pub fn names_tokens(&self) -> bool {
+        self.token_names.load(Relaxed)
     }
 
     /// A priced request's cost (pico-USD), counted in micro-USD rounded up.
@@ -184,7 +211,11 @@ impl Metrics {
         let w = &mut Writer::new(&mut out);
         self.requests.render(w);
         self.attempts.render(w);
-        self.tokens.render(w);
+        if self.names_tokens() {
+            self.tokens_by_name.render(w);
+        } else {
+            self.tokens.render(w);
+        }
         self.spend.render(w);
         self.limit_refusals.render(w);
         self.soft_crossings.render(w);
@@ -271,8 +302,9 @@ mod tests {
         assert!(text
             .contains("switchyard_attempts_total{channel=\"openai-a\",outcome=\"retryable\"} 1"));
         assert!(text.contains(
-            "switchyard_tokens_total{route=\"gpt-4o\",channel=\"openai-a\",token=\"app\",kind=\"input\"} 10"
+            "switchyard_tokens_total{route=\"gpt-4o\",channel=\"openai-a\",kind=\"input\"} 10"
         ));
+        assert!(!text.contains("\"app\""), "no token name by default: {text}");
         assert!(
             !text.contains("kind=\"cached\""),
             "zero counts are not series"
@@ -280,6 +312,32 @@ mod tests {
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00005\"} 1"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00015\"} 2"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_count 2"));
+    }
+
+    #[test]
+    fn token_names_are_counted_and_shown_only_once_opted_in() {
+        let m = Metrics::default();
+        let usage = switchyard_provider::Usage {
+            input_tokens: 10,
+            output_tokens: 0,
+            cached_tokens: 0,
+        };
+        m.usage("r", "c", "alice", &usage);
+        m.name_tokens();
+        m.usage("r", "c", "alice", &usage);
+        let text = m.render();
+        assert!(text.contains(
+            "switchyard_tokens_total{route=\"r\",channel=\"c\",token=\"alice\",kind=\"input\"} 10"
+        ), "{text}");
+        assert_eq!(
+            text.matches("# TYPE switchyard_tokens_total").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            !text.contains("switchyard_tokens_total{route=\"r\",channel=\"c\",kind"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         workers,
         upstream,
     );
+    if let Some(credential) = &cli.metrics_token {
+        state.protect_metrics(credential);
+    }
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));

@@ -217,7 +217,23 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(credential) = state.metrics_credential.get() {
+        if !presents(&headers, credential) {
+            let body = switchyard_provider::gateway_error_body(
+                Protocol::OpenAi,
+                401,
+                "invalid_request_error",
+                "invalid_metrics_credential",
+                "/metrics needs `Authorization: Bearer <SWITCHYARD_METRICS_TOKEN>`.",
+            );
+            let headers = [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\""),
+            ];
+            return (StatusCode::UNAUTHORIZED, headers, body).into_response();
+        }
+    }
     let mut page = state.metrics.render();
     state.store.render_metrics(&mut page);
     if let Some(connections) = state.connections.get() {
@@ -228,6 +244,23 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         usage.render_metrics(&mut page);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
+}
+
+/// Whether `headers` carry `Authorization: Bearer <credential>` (compared in constant time).
+fn presents(headers: &HeaderMap, credential: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    let expected = credential.as_bytes();
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
 }
 
 /// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it

@@ -29,6 +29,8 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
         channel("an", &up.base_url(), &["kb"]).replace("provider: openai", "provider: anthropic"),
     );
     let proxy = start(&yaml).await;
+    // Token names are counted once the operator protects `/metrics` with a credential.
+    proxy.state.protect_metrics("scrape-secret");
 
     // Plain answers, passed through and translated: usage as the upstream reported it.
     let plain = post(
@@ -71,7 +73,7 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
     let page = send(
         Method::GET,
         &format!("{}/metrics", proxy.url),
-        None,
+        Some("scrape-secret"),
         Vec::new(),
         &[],
     )
@@ -310,12 +312,54 @@ async fn an_openai_stream_is_accounted_even_when_the_client_did_not_ask_for_usag
         assert_eq!(
             metric(
                 &page,
-                &format!(
-                    r#"switchyard_tokens_total{{route="m",channel="oa",token="the-app",kind="{kind}"}}"#
-                )
+                &format!(r#"switchyard_tokens_total{{route="m",channel="oa",kind="{kind}"}}"#)
             ),
             each * n,
             "{kind}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_metrics_page_names_no_token_and_a_protected_one_needs_its_credential() {
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: m\n    members:\n      - {{ channel: oa, upstream_model: up }}\ntokens:\n  - name: alice-at-acme\n    token: {TOKEN}\n",
+        channel("oa", &up.base_url(), &["ka"]),
+    );
+    let scrape = |proxy: &Proxy, credential: Option<&'static str>| {
+        let url = format!("{}/metrics", proxy.url);
+        async move { send(Method::GET, &url, credential, Vec::new(), &[]).await }
+    };
+    // By default: open, the usage counted by route, channel and kind, no token named.
+    let open = start(&yaml).await;
+    let reply = post(&open, "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let input = reply.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let page = scrape(&open, None).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("alice-at-acme"), "{}", page.body);
+    assert!(!page.body.contains("token=\""), "{}", page.body);
+    let series = r#"switchyard_tokens_total{route="m",channel="oa",kind="input"}"#;
+    assert_eq!(metric(&page.body, series), input);
+
+    // Opted in: the page needs the credential, and then names the token.
+    let protected = start(&yaml).await;
+    protected.state.protect_metrics("scrape-secret");
+    let reply = post(&protected, "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    for credential in [None, Some("scrape-secreT"), Some(TOKEN)] {
+        let refused = scrape(&protected, credential).await;
+        assert_eq!(refused.status, 401, "{credential:?}");
+        assert!(!refused.body.contains("switchyard_"), "{}", refused.body);
+        assert_eq!(
+            refused.json()["error"]["code"],
+            "invalid_metrics_credential"
+        );
+    }
+    let page = scrape(&protected, Some("scrape-secret")).await;
+    assert_eq!(page.status, 200);
+    let series =
+        r#"switchyard_tokens_total{route="m",channel="oa",token="alice-at-acme",kind="input"}"#;
+    assert_eq!(metric(&page.body, series), input);
 }
