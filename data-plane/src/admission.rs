@@ -45,7 +45,15 @@ pub fn upstream_limits(snapshot: &Snapshot, channel: i64, member: i64) -> Vec<Li
 
 /// Longest a request waits for this proxy's allowance to be topped up from the fleet.
 pub const TOP_UP_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
-const TOP_UP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+/// How often a request waiting for a top-up looks again.
+pub const TOP_UP_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Whether a refusal by `limit` (its room back in `retry_after_ms`) is only this proxy's
+/// allowance running out while the fleet, as last seen, has room: more is being claimed, and
+/// the limit is not full (a concurrency slot's room comes back in its own time).
+pub fn topping_up(limit: &Limit, retry_after_ms: u64) -> bool {
+    retry_after_ms <= switchyard_state::RETRY_SOON_MS && !limit.key.concurrent()
+}
 
 /// Limits a request was admitted under: charged with what it really used, and its concurrency
 /// slots released, when it ends ([`Held::finish`]); dropped unfinished (a failed attempt, a
@@ -188,8 +196,8 @@ pub struct Refused {
 impl Refused {
     /// Only this proxy's allowance is used up, the fleet had room as last seen: more is being
     /// claimed (a concurrency slot's room comes back in its own time).
-    fn topping_up(&self) -> bool {
-        self.retry_after_ms <= switchyard_state::RETRY_SOON_MS && !self.limit.key.concurrent()
+    pub fn topping_up(&self) -> bool {
+        topping_up(&self.limit, self.retry_after_ms)
     }
 
     /// The client's answer. A spend limit is *spent* when its room comes back only with the next

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::admission::{upstream_limits, Held};
+use crate::admission::{topping_up, upstream_limits, Held, TOP_UP_POLL, TOP_UP_WAIT};
 use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
@@ -220,6 +220,7 @@ pub async fn proxy(
 ) -> (Response, Box<Trail>) {
     let mut failover = Failover::new(state, view, req);
     loop {
+        failover.await_upstream_top_up().await;
         let pick = match failover.next_pick() {
             Next::Try(pick) => pick,
             Next::Skip => continue,
@@ -266,6 +267,17 @@ struct Failover<'a> {
     /// The upstream limits taken for the member being tried: the trail keeps them when it
     /// serves, a failure releases them.
     upstream_held: Option<Held>,
+    /// Until when this request waits for a member's upstream allowance to be topped up (set at
+    /// its first wait: [`TOP_UP_WAIT`] in all).
+    top_up_until: Option<Instant>,
+}
+
+/// Whether a member's upstream limits have room for a request.
+enum UpstreamRoom {
+    Room,
+    /// Only this proxy's allowance is used up; the fleet, as last seen, has room.
+    ToppingUp,
+    Full,
 }
 
 /// What [`Failover::next_pick`] decided.
@@ -313,36 +325,86 @@ impl<'a> Failover<'a> {
             counted_channels: Vec::new(),
             disabled_here: Vec::new(),
             upstream_held: None,
+            top_up_until: None,
         }
     }
 
     /// Marks the route's members whose channel or own upstream limits have no room for this
-    /// request as `rate_limited` for the engine (only when the snapshot has such limits).
-    fn mark_rate_limited(&mut self, now: u64) {
-        let snapshot = &*self.view.snapshot;
+    /// request as `rate_limited` for the engine (only when the snapshot has such limits). A member
+    /// lacking room only because this proxy's allowance awaits its top-up is left unmarked while
+    /// the request may still wait for it: returns whether there is such a member.
+    fn mark_rate_limited(&mut self, now: u64) -> bool {
+        let view = self.view;
+        let snapshot = &*view.snapshot;
         if !snapshot.has_upstream_limits() {
-            return;
+            return false;
         }
         let Some(route) = snapshot.resolve_route(&self.req.inspected.model) else {
-            return;
+            return false;
         };
-        // Once without room, a member stays skipped for the rest of this request.
-        let constraint = &mut self.req.constraint;
+        let waiting = self.top_up_open();
+        let mut topping = false;
         for member in &route.members {
-            if constraint.rate_limited.contains(&member.id) {
+            // Once without room, a member stays skipped for the rest of this request.
+            if self.req.constraint.rate_limited.contains(&member.id) {
                 continue;
             }
-            let limits = upstream_limits(snapshot, member.channel_id, member.id);
-            if limits.is_empty() {
-                continue;
+            match self.upstream_room(member.channel_id, member.id, now) {
+                UpstreamRoom::Room => {}
+                UpstreamRoom::ToppingUp
+                    if waiting && !self.req.constraint.attempted.contains(&member.id) =>
+                {
+                    topping = true;
+                }
+                UpstreamRoom::ToppingUp | UpstreamRoom::Full => {
+                    self.req.constraint.rate_limited.push(member.id);
+                }
             }
-            let request = LimitRequest {
-                limits: &limits,
-                tokens: self.req.estimate,
-            };
-            if !self.state.store.limit_room(&request, now) {
-                constraint.rate_limited.push(member.id);
+        }
+        topping
+    }
+
+    /// Whether this request may still wait for an upstream allowance's top-up.
+    fn top_up_open(&self) -> bool {
+        self.top_up_until.is_none_or(|until| Instant::now() < until)
+    }
+
+    /// While a member of the route lacks upstream room only because this proxy's allowance is
+    /// being topped up from the fleet (the claim is on its way), waits for it (at most
+    /// [`TOP_UP_WAIT`] per request, like a client's own limits): such a member is not out of
+    /// room and must not be skipped as `rate_limited`.
+    async fn await_upstream_top_up(&mut self) {
+        while self.mark_rate_limited(crate::unix_ms()) {
+            let until = *self
+                .top_up_until
+                .get_or_insert_with(|| Instant::now() + TOP_UP_WAIT);
+            if Instant::now() >= until {
+                break;
             }
+            tokio::time::sleep(TOP_UP_POLL).await;
+        }
+    }
+
+    /// Whether a member's channel and own limits have room for this request (taking nothing).
+    fn upstream_room(&self, channel: ChannelId, member: MemberId, now: u64) -> UpstreamRoom {
+        let limits = upstream_limits(&self.view.snapshot, channel, member);
+        if limits.is_empty() {
+            return UpstreamRoom::Room;
+        }
+        let request = LimitRequest {
+            limits: &limits,
+            tokens: self.req.estimate,
+        };
+        match self.state.store.limit_room(&request, now) {
+            Ok(()) => UpstreamRoom::Room,
+            Err(r)
+                if limits
+                    .get(r.index)
+                    .is_some_and(|l| topping_up(l, r.retry_after_ms)) =>
+            {
+                UpstreamRoom::ToppingUp
+            }
+            Err(_) => UpstreamRoom::Full,
         }
     }
 
@@ -358,7 +420,8 @@ impl<'a> Failover<'a> {
     }
 
     /// Takes the picked member's upstream limits; `false` when another request took the room
-    /// first (the member is then `rate_limited` for the next pick).
+    /// first (the member is then `rate_limited` for the next pick, unless only this proxy's
+    /// allowance awaits its top-up).
     fn take_upstream(&mut self, channel: ChannelId, member: MemberId, now: u64) -> bool {
         let snapshot = &*self.view.snapshot;
         if !snapshot.has_upstream_limits() {
@@ -373,6 +436,9 @@ impl<'a> Failover<'a> {
                 self.upstream_held = Some(held);
                 true
             }
+            // Another request took the last of this proxy's allowance: the next round waits
+            // for its top-up (while the request may) rather than skipping the member.
+            Err(refused) if refused.topping_up() && self.top_up_open() => false,
             Err(_) => {
                 self.req.constraint.rate_limited.push(member);
                 false

@@ -394,10 +394,16 @@ impl Limiter {
     }
 
     /// Whether every hard limit of a request has room, taking nothing (a fleet store's refused
-    /// limits become due for a claim). Returns the answer and whether a claim became due.
-    pub fn room(&self, req: &LimitRequest<'_>, now: UnixMillis, auth: Authority) -> (bool, bool) {
+    /// limits become due for a claim): the refusal [`Limiter::take`] would give, and whether a
+    /// claim became due.
+    pub fn room(
+        &self,
+        req: &LimitRequest<'_>,
+        now: UnixMillis,
+        auth: Authority,
+    ) -> (Result<(), Refusal>, bool) {
         let (refused, due) = self.lock().refusal(req, now, auth);
-        (refused.is_none(), due)
+        (refused.map_or(Ok(()), Err), due)
     }
 
     /// Adds `delta` to the `metric` limits of `limits`: a token estimate corrected with the real

@@ -14,7 +14,7 @@ use switchyard_engine::{
 
 use crate::limits::{Authority, Limiter};
 use crate::types::*;
-use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, StateStore};
+use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, Refusal, StateStore};
 
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
@@ -428,7 +428,7 @@ impl StateStore for InMemoryStore {
         self.limits.take(request, now, Authority::Exact).0
     }
 
-    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool {
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Result<(), Refusal> {
         self.limits.room(request, now, Authority::Exact).0
     }
 

@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 use crate::limits::{Authority, Limiter};
 use crate::memory::InMemoryStore;
 use crate::types::*;
-use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, StateStore};
+use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, Refusal, StateStore};
 
 pub use conn::{mask_url, RedisTarget};
 pub use lag::SyncReport;
@@ -737,7 +737,7 @@ impl StateStore for RedisStore {
         admission
     }
 
-    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> bool {
+    fn limit_room(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Result<(), Refusal> {
         let (room, due) = self.shared.limits.room(request, now, self.authority());
         self.claim_due(due);
         room
