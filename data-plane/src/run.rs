@@ -122,21 +122,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
     }
     let http_addr = cli.http_addr.or(listen).unwrap_or(DEFAULT_HTTP_ADDR);
-    let (sockets, addr) = crate::workers::bind(http_addr, workers)
-        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
-
-    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
-    let server = Server::new(cli.limits.limits());
-    tracing::info!(
-        fd_soft,
-        fd_hard,
-        max_connections = server.max_connections(),
-        "connection limits"
-    );
-    let _ = state.connections.set(server.stats());
-    let serving = crate::workers::start(sockets, &server, &app(state.clone()), &stop)?;
-    tracing::info!(addr = %addr, workers, "listening");
-    let mut server = tasks.spawn(serving);
+    let (mut server, addr) = start_serving(&cli, &state, http_addr, workers, &tasks, &stop)?;
     tokio::select! {
         result = &mut server => {
             return match result {
@@ -172,6 +158,35 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Binds `http_addr` and starts the workers serving `state`: the serving task (it ends once every
+/// worker has stopped) and the address bound.
+fn start_serving(
+    cli: &Cli,
+    state: &Arc<AppState>,
+    http_addr: std::net::SocketAddr,
+    workers: usize,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<(Serving, std::net::SocketAddr), String> {
+    let (sockets, addr) = crate::workers::bind(http_addr, workers)
+        .map_err(|e| format!("cannot listen on {http_addr}: {e}"))?;
+    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
+    let server = Server::new(cli.limits.limits());
+    tracing::info!(
+        fd_soft,
+        fd_hard,
+        max_connections = server.max_connections(),
+        "connection limits"
+    );
+    let _ = state.connections.set(server.stats());
+    let serving = crate::workers::start(sockets, &server, &app(Arc::clone(state)), stop)?;
+    tracing::info!(addr = %addr, workers, "listening");
+    Ok((tasks.spawn(serving), addr))
+}
+
+/// The task serving HTTP, until every worker has stopped.
+type Serving = tokio::task::JoinHandle<Result<(), String>>;
 
 /// Starts the snapshot source: the standalone file (and its watcher), or the control plane's
 /// stream (with the snapshot cache and the usage reporter). Returns the file's `listen`
@@ -283,12 +298,7 @@ fn state_store(cli: &Cli) -> Result<Stores, String> {
 /// out before it stops listening, so no client meets a closed port), then stop accepting and
 /// drain within the grace period; streams still open after it get an error event in their
 /// protocol before the connection closes, rather than a silent cut.
-async fn drain(
-    cli: &Cli,
-    state: &AppState,
-    stop: &CancellationToken,
-    mut server: tokio::task::JoinHandle<Result<(), String>>,
-) {
+async fn drain(cli: &Cli, state: &AppState, stop: &CancellationToken, mut server: Serving) {
     state.draining.cancel();
     tracing::info!(
         drain_delay_seconds = cli.drain_delay_seconds,
