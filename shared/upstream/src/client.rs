@@ -345,6 +345,8 @@ impl Lease {
                 let mut request = request;
                 origin_form(&mut request, authority);
                 let response = send.try_send_request(request).await.map_err(unsent)?;
+                // The connection (`send`) goes with the switch, never back to the pool.
+                refuse_switch(&response)?;
                 let back = Back::H1 {
                     send: Some(send),
                     inner: Arc::clone(inner),
@@ -357,6 +359,7 @@ impl Lease {
             }
             Lease::H2(conn, ticket) => {
                 let response = conn.send(request).await?;
+                refuse_switch(&response)?;
                 Ok(response.map(|body| UpstreamBody {
                     inner: Kind::H2(body),
                     back: Back::H2(ticket),
@@ -364,6 +367,17 @@ impl Lease {
             }
         }
     }
+}
+
+/// No request asks for an upgrade: a `101` is the upstream's protocol error, never an answer (our
+/// own HTTP/1.1 refuses it as it reads the head, see [`crate::h1`]).
+fn refuse_switch<B>(response: &Response<B>) -> Result<(), Unsent> {
+    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        return Err(Unsent::Failed(h1::Error::from(
+            "the upstream switched protocols (101) though no upgrade was asked".to_owned(),
+        )));
+    }
+    Ok(())
 }
 
 /// An HTTP/1.1 request goes out in origin form (`/path?query`) with a `Host` header; HTTP/2
@@ -1268,6 +1282,105 @@ mod tests {
             assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 5);
+    }
+
+    /// An upstream whose every connection answers its first request with a `101` and any later
+    /// one with `LEFTOVER` (what a switched connection carries is no answer to anyone), except
+    /// the connections after the first `switching` ones, which answer `fresh`. Over TLS (ALPN
+    /// HTTP/1.1 only) with a certificate.
+    async fn switching_upstream(tls: Option<Tls>, switching: usize) -> SocketAddr {
+        use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+        async fn serve(mut io: impl AsyncRead + AsyncWrite + Unpin, switch: bool) {
+            let mut buf = vec![0u8; 4096];
+            let mut first = true;
+            while io.read(&mut buf).await.is_ok_and(|n| n > 0) {
+                let answer: &[u8] = match (switch, first) {
+                    (true, true) => b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n",
+                    (true, false) => b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nLEFTOVER",
+                    (false, _) => b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfresh",
+                };
+                first = false;
+                if io.write_all(answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tls.map(|tls| {
+            let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![tls.cert], tls.key)
+            .unwrap();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            tokio_rustls::TlsAcceptor::from(Arc::new(config))
+        });
+        tokio::spawn(async move {
+            for n in 0.. {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    match acceptor {
+                        None => serve(tcp, n < switching).await,
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(tcp).await {
+                                serve(stream, n < switching).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn an_unasked_switch_of_protocols_is_an_error_and_its_connection_is_never_reused() {
+        let tls = self_signed();
+        let cert = tls.cert.clone();
+        for (client, url) in [
+            (
+                build_client(Duration::from_secs(5)),
+                format!("http://{}/", switching_upstream(None, 1).await),
+            ),
+            (
+                client_trusting(Some(&cert), true),
+                format!(
+                    "https://localhost:{}/",
+                    switching_upstream(Some(self_signed_again(&tls)), 1)
+                        .await
+                        .port()
+                ),
+            ),
+        ] {
+            let e = client
+                .request(get(url.clone()))
+                .await
+                .map(|_| ())
+                .unwrap_err();
+            assert!(!e.is_connect(), "{e}");
+            assert!(e.to_string().contains("switched protocols"), "{e}");
+            assert_eq!(client.pooled(), (0, 0), "{url}");
+            // The next request gets a connection of its own, not the switched one's bytes.
+            let (status, _, body) = read(&client, url.clone()).await;
+            assert_eq!(
+                (status, &body[..]),
+                (StatusCode::OK, &b"fresh"[..]),
+                "{url}"
+            );
+        }
+    }
+
+    /// The same certificate and key again (a key is not `Clone`).
+    fn self_signed_again(tls: &Tls) -> Tls {
+        Tls {
+            cert: tls.cert.clone(),
+            key: tls.key.clone_key(),
+        }
     }
 
     #[test]

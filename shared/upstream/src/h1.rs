@@ -7,11 +7,13 @@
 //! one write, reads the answer's head (`httparse`), and the answer's body reads the rest from the
 //! same socket, handing the connection back to the pool at the body's end.
 //!
-//! What an answer may be: any status (`1xx` interim answers are skipped; `204`, `304` have no
-//! body), its body delimited by `content-length`, by `transfer-encoding: chunked` or by the
-//! connection's end. Only a body delimited by its length or by chunks, on an answer that did not
-//! say `connection: close`, leaves the connection reusable. Anything else (a malformed head, a head
-//! over [`MAX_HEAD`], two different lengths, a bad chunk) is an error naming what was wrong.
+//! What an answer may be: any status (`1xx` interim answers such as `100` and `103` are skipped;
+//! a `101` is an error, since no request asks for an upgrade, and its connection is dropped;
+//! `204`, `304` have no body), its body delimited by `content-length`, by
+//! `transfer-encoding: chunked` or by the connection's end. Only a body delimited by its length
+//! or by chunks, on an answer that did not say `connection: close`, leaves the connection
+//! reusable. Anything else (a malformed head, a head over [`MAX_HEAD`], two different lengths, a
+//! bad chunk) is an error naming what was wrong.
 
 use std::fmt;
 use std::pin::Pin;
@@ -137,9 +139,15 @@ impl Conn {
             match parse_head(&self.buf)? {
                 Some((len, head)) => {
                     let bytes = self.buf.split_to(len).freeze();
-                    if head.status.is_informational()
-                        && head.status != StatusCode::SWITCHING_PROTOCOLS
-                    {
+                    // No request asks for an upgrade: a switch is the upstream's protocol
+                    // error, and what follows it on the connection belongs to no request (the
+                    // connection is dropped, never pooled).
+                    if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                        return Err(error(
+                            "the upstream switched protocols (101) though no upgrade was asked",
+                        ));
+                    }
+                    if head.status.is_informational() {
                         continue;
                     }
                     return build_response(head, &bytes, head_request, self);
@@ -946,6 +954,40 @@ mod tests {
                 _ => panic!("{expected}: not a failure"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_read_past_and_an_unasked_switch_of_protocols_is_an_error() {
+        let (tcp, server) = upstream(vec![
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        ])
+        .await;
+        let Ok(mut response) = Conn::new(tcp)
+            .send(get(), &HeaderValue::from_static("a"), false)
+            .await
+        else {
+            panic!("not sent")
+        };
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("link").is_none(), "a hint's header");
+        assert_eq!(body_of(&mut response).await.unwrap(), b"ok");
+        server.await.unwrap();
+
+        // A 101, with what the upstream sends after it on the same write or later: never an
+        // answer, and the connection is not handed back.
+        let (tcp, server) = upstream(vec![
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nLEFTOVER",
+        ])
+        .await;
+        match Conn::new(tcp)
+            .send(get(), &HeaderValue::from_static("a"), false)
+            .await
+        {
+            Err(Unsent::Failed(e)) => assert!(e.to_string().contains("switched protocols"), "{e}"),
+            Ok(response) => panic!("a {} was taken as the answer", response.status()),
+            Err(Unsent::Again(..)) => panic!("sent again"),
+        }
+        server.await.unwrap();
     }
 
     #[test]
