@@ -428,8 +428,9 @@ impl ChannelRuntime {
     }
 
     /// The upstream request. Passed through (`client_headers` given): the client's own headers
-    /// minus hop-by-hop, auth and gateway headers. Translated (`None`): JSON only. Then the
-    /// channel's extra headers, this credential's auth in the provider's header, and the body.
+    /// minus hop-by-hop, auth and gateway headers. Translated (`None`): JSON only. Then
+    /// `accept-encoding: identity`, the channel's extra headers, this credential's auth in the
+    /// provider's header, and the body.
     /// A Bedrock request is the Converse request for the Anthropic one planned, signed (the
     /// client's headers are not sent to AWS).
     pub fn request(
@@ -467,9 +468,9 @@ impl ChannelRuntime {
         };
         let mut builder = Request::builder().method(target.method.clone()).uri(uri);
         if let Some(headers) = builder.headers_mut() {
-            // Room for all of them at once (the client's, the channel's, auth, version and
-            // length), not a growth of the map while they are added.
-            headers.reserve(client_headers.map_or(1, HeaderMap::len) + self.headers.len() + 3);
+            // Room for all of them at once (the client's, the channel's, encoding, auth, version
+            // and length), not a growth of the map while they are added.
+            headers.reserve(client_headers.map_or(1, HeaderMap::len) + self.headers.len() + 4);
             match client_headers {
                 Some(client_headers) => copy_forwardable(client_headers, headers),
                 None => {
@@ -479,6 +480,13 @@ impl ChannelRuntime {
                     );
                 }
             }
+            // The gateway reads answers (checks, usage, translation): it asks for them
+            // unencoded (the client's own `accept-encoding` is not forwarded). A channel's
+            // extra headers may still ask otherwise.
+            headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
             for (name, value) in &self.headers {
                 headers.insert(name.clone(), value.clone());
             }
@@ -653,6 +661,32 @@ mod tests {
                 "https://api.x.com/v1/chat/completions",
                 "{url}"
             );
+        }
+    }
+
+    #[test]
+    fn every_request_asks_for_an_unencoded_answer_whatever_the_client_accepts() {
+        let rt = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
+        let mut client = HeaderMap::new();
+        client.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
+        for client_headers in [Some(&client), None] {
+            let req = rt
+                .request(
+                    target(&Method::POST, "/v1/chat/completions"),
+                    client_headers,
+                    &rt.credentials[0],
+                    Bytes::from_static(b"{}"),
+                )
+                .unwrap();
+            let accepted: Vec<_> = req
+                .headers()
+                .get_all(header::ACCEPT_ENCODING)
+                .iter()
+                .collect();
+            assert_eq!(accepted, ["identity"]);
         }
     }
 
