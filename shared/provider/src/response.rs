@@ -19,6 +19,11 @@ fn parse(protocol: Protocol, v: &Value) -> Result<Resp, TranslateError> {
     }
 }
 
+/// A successful upstream JSON answer of `protocol`, read into the neutral form.
+pub(crate) fn parse_answer(protocol: Protocol, body: &[u8]) -> Result<Resp, TranslateError> {
+    parse(protocol, &parse_json(body)?)
+}
+
 /// Translates a successful upstream JSON response into the client's protocol; `client_model`
 /// is echoed as the response's model. Returns the body and the usage read from it. When
 /// `upstream == client` the body is returned unchanged.

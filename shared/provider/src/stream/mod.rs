@@ -27,8 +27,10 @@ mod upstream;
 
 pub use digest::{StreamDigest, StreamDigester};
 
+use crate::error::{malformed, TranslateError};
 use crate::protocol::Protocol;
 use crate::sse::{SseDecoder, SseEvent};
+use crate::translate::Part;
 use crate::usage::{AnthropicUsage, FullUsage, Usage};
 use client::Emitter;
 use responses::ResponsesEmitter;
@@ -126,6 +128,62 @@ impl StreamTranslator {
         }
         evs.clear();
         self.evs = evs;
+    }
+
+    /// A whole upstream JSON answer, given to a stream request by an upstream that did not
+    /// stream (some OpenAI-compatible servers ignore `stream`): appends the client's complete
+    /// stream of it to `out` — the events a live stream of that answer gives (its first choice),
+    /// then the protocol's proper end. The answer is in the translator's upstream protocol, and
+    /// it is re-emitted even when the protocols are the same (there is no stream to pass
+    /// through). Afterwards the upstream counts as done and the answer's usage as the stream's.
+    /// An error when the body is not an answer of that protocol, or its first choice holds
+    /// neither text nor a tool call (an error object answered with a 2xx among them).
+    pub fn whole_answer(&mut self, body: &[u8], out: &mut Vec<u8>) -> Result<(), TranslateError> {
+        let resp = crate::response::parse_answer(self.upstream.protocol(), body)?;
+        let choice = resp
+            .choices
+            .first()
+            .filter(|choice| !choice.parts.is_empty())
+            .ok_or_else(|| malformed("the answer has no content"))?;
+        let mut evs = vec![
+            Ev::Start {
+                id: resp.id.clone(),
+            },
+            Ev::Usage(resp.usage),
+        ];
+        for (key, part) in (0u64..).zip(&choice.parts) {
+            match part {
+                Part::Text(text) => evs.push(Ev::Text(text.clone())),
+                Part::ToolCall { id, name, args } => evs.extend([
+                    Ev::ToolStart {
+                        key,
+                        id: id.clone(),
+                        name: name.clone(),
+                    },
+                    Ev::ToolArgs {
+                        key,
+                        args: args.clone(),
+                    },
+                    Ev::ToolEnd { key },
+                ]),
+                _ => {}
+            }
+        }
+        evs.extend(choice.finish.clone().map(Ev::Finish));
+        evs.push(Ev::Done);
+        self.usage = resp.usage;
+        self.done = true;
+        match &mut self.responses {
+            Some(responses) => {
+                responses.handle(&evs, out);
+                responses.close(out);
+            }
+            None => {
+                self.emitter.handle(&evs, out);
+                self.emitter.close(out);
+            }
+        }
+        Ok(())
     }
 
     /// The upstream stream ended: appends what the client's protocol still needs to close

@@ -1242,3 +1242,87 @@ fn a_finished_call_goes_to_a_gemini_client_before_the_finish() {
         json!([{"functionCall": {"id": "toolu_01", "name": "get_weather", "args": {"city": "Paris"}}}])
     );
 }
+
+// --- a whole answer to a stream request ---------------------------------------------------
+
+const OPENAI_ANSWER: &str = r#"{"id":"chatcmpl-7","object":"chat.completion","model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"Hello whole","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#;
+
+/// The client's whole stream of a plain JSON answer.
+fn whole(
+    up: Protocol,
+    client: Protocol,
+    body: &str,
+    include_usage: bool,
+) -> (Vec<u8>, StreamTranslator) {
+    let mut t = StreamTranslator::new(up, client, "client-model", include_usage);
+    let mut out = Vec::new();
+    t.whole_answer(body.as_bytes(), &mut out).unwrap();
+    // What the relay does at the body's end adds nothing.
+    let before = out.len();
+    t.finish(&mut out);
+    assert_eq!(out.len(), before, "the stream was already complete");
+    (out, t)
+}
+
+#[test]
+fn a_whole_answer_becomes_the_stream_a_live_answer_gives_in_each_client_protocol() {
+    for include_usage in [false, true] {
+        let (out, t) = whole(O, O, OPENAI_ANSWER, include_usage);
+        let v = openai_view(&out, include_usage);
+        assert_eq!(v.text, "Hello whole");
+        assert_eq!(v.finish, "tool_calls");
+        assert_eq!(
+            v.tools[&0],
+            (
+                "call_1".to_owned(),
+                "get_weather".to_owned(),
+                r#"{"city":"Paris"}"#.to_owned()
+            )
+        );
+        assert!(t.upstream_done() && t.client_closed());
+        assert_eq!((t.usage().input_tokens, t.usage().output_tokens), (9, 4));
+    }
+    let (out, _) = whole(O, A, OPENAI_ANSWER, false);
+    let v = anthropic_view(&out);
+    assert_eq!(v.text, "Hello whole");
+    assert_eq!(v.stop_reason, "tool_use");
+    assert_eq!(v.tools[0].1, "get_weather");
+    let anthropic = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi there"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":2}}"#;
+    let (out, t) = whole(A, A, anthropic, false);
+    let v = anthropic_view(&out);
+    assert_eq!(
+        (v.text.as_str(), v.stop_reason.as_str()),
+        ("Hi there", "end_turn")
+    );
+    assert_eq!(t.usage().output_tokens, 2);
+    let (out, _) = whole(A, G, anthropic, false);
+    let v = gemini_view(&out);
+    assert_eq!((v.text.as_str(), v.finish.as_str()), ("Hi there", "STOP"));
+    let mut responses = StreamTranslator::for_responses(O, "client-model");
+    let mut out = Vec::new();
+    responses
+        .whole_answer(OPENAI_ANSWER.as_bytes(), &mut out)
+        .unwrap();
+    let names: Vec<_> = events(&out).into_iter().filter_map(|(e, _)| e).collect();
+    assert_eq!(names.first().map(String::as_str), Some("response.created"));
+    assert_eq!(names.last().map(String::as_str), Some("response.completed"));
+}
+
+#[test]
+fn an_error_or_an_answer_without_content_is_not_made_into_a_stream() {
+    for body in [
+        r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+        r#"{"choices":[]}"#,
+        r#"{"choices":[{"index":0,"message":{"role":"assistant","content":""}}]}"#,
+        "",
+        "not json",
+    ] {
+        let mut t = StreamTranslator::new(O, O, "client-model", false);
+        let mut out = Vec::new();
+        assert!(t.whole_answer(body.as_bytes(), &mut out).is_err(), "{body}");
+        assert!(out.is_empty() && !t.upstream_done(), "{body}");
+    }
+    let mut t = StreamTranslator::new(A, O, "client-model", false);
+    let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    assert!(t.whole_answer(error.as_bytes(), &mut Vec::new()).is_err());
+}

@@ -68,6 +68,10 @@ impl Upstream {
         }
     }
 
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
     /// Translates one upstream SSE event. Events that are not JSON (or not understood) give
     /// nothing.
     pub fn event(&mut self, ev: &SseEvent, out: &mut Vec<Ev>) {
