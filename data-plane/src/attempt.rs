@@ -408,13 +408,25 @@ impl Attempt<'_> {
         })
     }
 
-    /// A 2xx answer: a stream commits with its first chunk, an answer that is not JSON as it
-    /// is, a JSON answer once read whole and checked.
+    /// A 2xx answer: a stream commits with its first chunk (a whole JSON answer to a stream
+    /// request becomes the client's stream of it), an answer that is not JSON to an endpoint
+    /// whose answers are not all JSON (audio) as it is, any other answer once read whole and
+    /// checked. An answer the gateway must read is refused when it is content-encoded (the
+    /// gateway asks for `identity`).
     async fn on_success(&self, response: UpstreamResponse) -> Outcome {
-        if self.inspected.stream && self.call.local.is_none() {
+        let stream = self.inspected.stream && self.call.local.is_none();
+        let read = stream || self.endpoint.answers_json() || is_json(&response.headers);
+        if let (true, Some(coding)) = (read, content_coding(&response.headers)) {
+            let why = format!("it is encoded as `{coding}` though `identity` was asked");
+            return Outcome::Failed(self.invalid(response.status, &why));
+        }
+        if stream && is_json(&response.headers) && !self.json_is_the_stream() {
+            return self.answer_as_stream(response).await;
+        }
+        if stream {
             return self.first_chunk(response).await;
         }
-        if !is_json(&response.headers) {
+        if !read {
             return Outcome::Committed(Committed {
                 response,
                 first_chunk: None,
@@ -479,24 +491,14 @@ impl Attempt<'_> {
     /// A plain JSON answer is read whole within the idle timeout, checked, and translated into
     /// the client's protocol when the call is; its usage is read on the way.
     async fn whole_answer(&self, mut response: UpstreamResponse) -> Result<Committed, Failed> {
-        let limit = self.idle_timeout.min(self.left());
-        let body = match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(())) => return Err(Failed::bare(AttemptError::BodyReadError)),
-            Err(_) => return Err(Failed::bare(AttemptError::BodyTimeout)),
-        };
+        let body = self.read_whole(&mut response).await?;
         // A local answer is already in the client's shape. A passed-through chat answer's usage
         // is read by the same pass that checks it.
         let passthrough = !self.call.translated() || self.call.local.is_some();
         let read_usage = passthrough && self.endpoint.is_chat();
-        let read = self.check(&body, read_usage).map_err(|error| {
-            let answer = Answer {
-                status: response.status,
-                headers: response.headers.clone(),
-                body: body.clone(),
-            };
-            Failed::answered(error, response.status, answer)
-        })?;
+        let read = self
+            .check(&body, read_usage)
+            .map_err(|error| self.refused(error, &response, &body))?;
         let span = tracing::Span::current();
         if !span.is_disabled() && self.call.local.is_none() {
             record_answer(&span, self.call.upstream, &body);
@@ -523,6 +525,113 @@ impl Attempt<'_> {
             strip_usage_chunk: false,
             answer: Some(answer),
         })
+    }
+
+    /// A stream request the upstream answered with one whole JSON answer (some OpenAI-compatible
+    /// servers ignore `stream`): read and checked as a plain answer, then given to the client as
+    /// the stream a live answer gives, properly ended. One without content (an error object
+    /// with a 2xx among them), or to an endpoint whose stream cannot be made of it, is invalid.
+    async fn answer_as_stream(&self, mut response: UpstreamResponse) -> Outcome {
+        let status = response.status;
+        let body = match self.read_whole(&mut response).await {
+            Ok(body) => body,
+            Err(failed) => return Outcome::Failed(failed),
+        };
+        let why = "a stream was asked, and it is a JSON answer without content";
+        if let Err(error) = self.check(&body, false) {
+            return Outcome::Failed(self.invalid_as(error, status, why));
+        }
+        let mut out = Vec::new();
+        let converted = self.whole_translator().and_then(|mut translator| {
+            translator.whole_answer(&body, &mut out).ok()?;
+            Some(translator)
+        });
+        let Some(translator) = converted else {
+            return Outcome::Failed(self.invalid(status, why));
+        };
+        response.headers = sse_headers();
+        response.body = Body::empty();
+        Outcome::Committed(Committed {
+            response,
+            first_chunk: Some(Bytes::from(out)),
+            translator: Some(translator),
+            usage: None,
+            strip_usage_chunk: false,
+            answer: None,
+        })
+    }
+
+    /// The translator that makes a whole answer into the client's stream: chat endpoints, and
+    /// the Responses API answered by a chat protocol.
+    fn whole_translator(&self) -> Option<Box<StreamTranslator>> {
+        let (upstream, model) = (self.call.upstream, self.client_model);
+        if self.endpoint == Endpoint::Responses && self.call.translated() {
+            return Some(Box::new(StreamTranslator::for_responses(upstream, model)));
+        }
+        self.endpoint.is_chat().then(|| {
+            Box::new(StreamTranslator::new(
+                upstream,
+                self.call.client,
+                model,
+                self.call.include_usage,
+            ))
+        })
+    }
+
+    /// A Gemini client that did not ask for server-sent events streams a JSON array: passed
+    /// through as it comes.
+    fn json_is_the_stream(&self) -> bool {
+        let sse = self
+            .call
+            .query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
+        self.call.passthrough && self.call.client == Protocol::Gemini && !sse
+    }
+
+    /// The body of an answer read whole, within the idle timeout and the inspection limit.
+    async fn read_whole(&self, response: &mut UpstreamResponse) -> Result<Bytes, Failed> {
+        let limit = self.idle_timeout.min(self.left());
+        match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
+            Ok(Ok(body)) => Ok(body),
+            Ok(Err(())) => Err(Failed::bare(AttemptError::BodyReadError)),
+            Err(_) => Err(Failed::bare(AttemptError::BodyTimeout)),
+        }
+    }
+
+    /// A 2xx answer that failed the check: an empty completion is kept as the upstream's own
+    /// answer; one that is not the JSON it should be (no body at all among them) is invalid.
+    fn refused(&self, error: AttemptError, response: &UpstreamResponse, body: &Bytes) -> Failed {
+        if error == AttemptError::EmptyCompletion {
+            let answer = Answer {
+                status: response.status,
+                headers: response.headers.clone(),
+                body: body.clone(),
+            };
+            return Failed::answered(error, response.status, answer);
+        }
+        let why = if body.is_empty() {
+            "it has no body"
+        } else {
+            "it is not the JSON answer the endpoint gives"
+        };
+        self.invalid_as(error, response.status, why)
+    }
+
+    /// A 2xx answer that is not a valid one (`why`): malformed. Should it be the last, the
+    /// client gets a 502 in its protocol saying why, never the answer as a success.
+    fn invalid(&self, status: StatusCode, why: &str) -> Failed {
+        self.invalid_as(AttemptError::MalformedResponse, status, why)
+    }
+
+    fn invalid_as(&self, error: AttemptError, status: StatusCode, why: &str) -> Failed {
+        let gateway = GatewayError::UpstreamInvalidAnswer(why.to_owned());
+        let answer = Answer {
+            status: gateway.status(),
+            headers: json_headers(),
+            body: Bytes::from(gateway.body(self.call.client)),
+        };
+        Failed::answered(error, status, answer)
     }
 
     /// A fine 2xx answer's usage (with `read_usage`), or the error of one that is not the JSON
@@ -591,7 +700,13 @@ impl Attempt<'_> {
             // A Vertex access token the upstream refused is not used again.
             self.credential.forget_token();
         }
-        let text = String::from_utf8_lossy(&body).to_ascii_lowercase();
+        // An encoded error body (the gateway asks for `identity`) says nothing the gateway can
+        // read: it is classified and translated as an empty one (passed through as it came).
+        let readable = match content_coding(&response.headers) {
+            None => body.clone(),
+            Some(_) => Bytes::new(),
+        };
+        let text = String::from_utf8_lossy(&readable).to_ascii_lowercase();
         let retry_after_ms = retry_after_ms(&response.headers);
         let error = classify_status(self.channel, code, &text);
         let ban_keyword = if self.channel.auto_ban {
@@ -613,7 +728,7 @@ impl Attempt<'_> {
                     self.call.upstream,
                     self.call.client,
                     code,
-                    &body,
+                    &readable,
                 )),
             }
         } else {
@@ -762,6 +877,20 @@ pub fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
         }
     };
     Some(ms.min(MAX_RETRY_AFTER_MS))
+}
+
+/// The answer's content coding, when it has one other than `identity`.
+fn content_coding(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .find_map(|value| match value.to_str() {
+            Ok(value) => value
+                .split(',')
+                .map(str::trim)
+                .find(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity")),
+            Err(_) => Some("(unreadable)"),
+        })
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -133,6 +133,15 @@ impl Endpoint {
         }
     }
 
+    /// Every 2xx answer of this endpoint is JSON (speech is audio; a transcription may be plain
+    /// text, subtitles or JSON).
+    pub fn answers_json(self) -> bool {
+        !matches!(
+            self,
+            Endpoint::AudioSpeech | Endpoint::AudioTranscriptions | Endpoint::Models
+        )
+    }
+
     /// The body is multipart form data rather than JSON.
     pub fn multipart(self) -> bool {
         self == Endpoint::AudioTranscriptions

@@ -72,6 +72,8 @@ pub enum GatewayError {
     UpstreamStreamCut,
     /// No upstream could be reached (and none answered).
     UpstreamUnreachable,
+    /// The last upstream gave a 2xx answer that is not a valid one (why: the reason).
+    UpstreamInvalidAnswer(String),
 }
 
 impl GatewayError {
@@ -101,7 +103,9 @@ impl GatewayError {
             | ProtocolUnsupported { .. } => StatusCode::BAD_REQUEST,
             PinningNotAllowed | ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamStreamCut | UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+            UpstreamStreamCut | UpstreamUnreachable | UpstreamInvalidAnswer(_) => {
+                StatusCode::BAD_GATEWAY
+            }
         }
     }
 
@@ -113,7 +117,8 @@ impl GatewayError {
             | NoEligibleMember { .. }
             | UpstreamTimeout
             | UpstreamStreamCut
-            | UpstreamUnreachable => "server_error",
+            | UpstreamUnreachable
+            | UpstreamInvalidAnswer(_) => "server_error",
             PinningNotAllowed | ModelNotAllowed { .. } => "permission_error",
             // OpenAI's own: `requests` / `tokens` for rate limits, `insufficient_quota` for an
             // exhausted budget.
@@ -153,6 +158,7 @@ impl GatewayError {
             UpstreamTimeout => "upstream_timeout",
             UpstreamStreamCut => "upstream_stream_cut",
             UpstreamUnreachable => "upstream_unreachable",
+            UpstreamInvalidAnswer(_) => "upstream_invalid_answer",
         }
     }
 
@@ -214,20 +220,27 @@ impl GatewayError {
                 "The upstream did not answer within the request's time budget.".to_owned()
             }
             UpstreamStreamCut => "Every upstream stream ended before its first byte.".to_owned(),
-            UpstreamUnreachable => "No upstream could be reached.".to_owned(),
+            UpstreamUnreachable => {
+                "No upstream could be reached or gave a readable HTTP answer.".to_owned()
+            }
+            UpstreamInvalidAnswer(why) => format!("The upstream's answer was not valid: {why}."),
         }
+    }
+
+    /// The error's body in `protocol`'s error shape.
+    pub fn body(&self, protocol: Protocol) -> String {
+        gateway_error_body(
+            protocol,
+            self.status().as_u16(),
+            self.kind(),
+            self.code(),
+            &self.message(),
+        )
     }
 
     pub fn into_response(self, protocol: Protocol) -> Response {
         let status = self.status();
-        let body = gateway_error_body(
-            protocol,
-            status.as_u16(),
-            self.kind(),
-            self.code(),
-            &self.message(),
-        );
-        let mut response = Response::new(Body::from(body));
+        let mut response = Response::new(Body::from(self.body(protocol)));
         *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(
