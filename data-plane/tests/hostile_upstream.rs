@@ -424,3 +424,82 @@ async fn an_error_json_with_a_2xx_to_a_stream_request_fails_over_else_is_a_502()
     );
     assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
 }
+
+/// One Gemini channel `a` at `url`.
+fn one_gemini_channel(url: &str) -> String {
+    format!(
+        "settings:\n  channel_retry_times: 0\nchannels:\n  - name: a\n    provider: gemini\n    base_url: {url}\n    credentials: [\"ka\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ id: 1, channel: a, upstream_model: up }}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_gemini_json_array_stream_passes_through_and_a_json_answer_to_sse_becomes_events() {
+    const GEMINI: &str = r#"{"contents":[{"role":"user","parts":[{"text":"hello"}]}]}"#;
+    const ARRAY: &str = r#"[{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi from the array"}]},"finishReason":"STOP","index":0}]}]"#;
+    const OBJECT: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hi whole"}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":2,"candidatesTokenCount":2,"totalTokenCount":4}}"#;
+    let up = raw_upstream(|_, _, request| {
+        let json = ("content-type", "application/json");
+        if request.contains("alt=sse") {
+            http("200 OK", &[json], OBJECT.as_bytes())
+        } else {
+            http("200 OK", &[json], ARRAY.as_bytes())
+        }
+    })
+    .await;
+    let proxy = start(&one_gemini_channel(&up.url())).await;
+    // Without `alt=sse` a Gemini client asked for the JSON array: it gets it as it came.
+    let path = "/v1beta/models/m:streamGenerateContent";
+    let reply = post(&proxy, path, GEMINI).await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, ARRAY));
+    // With it, the whole answer becomes its event stream.
+    let reply = post(&proxy, &format!("{path}?alt=sse"), GEMINI).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply
+        .header("content-type")
+        .starts_with("text/event-stream"));
+    let events: Vec<serde_json::Value> = reply
+        .body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(
+        last["candidates"][0]["finishReason"], "STOP",
+        "{}",
+        reply.body
+    );
+    assert!(reply.body.contains("Hi whole"), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn interim_answers_are_read_past_and_a_switch_fails_a_stream_over() {
+    // 100, 102 and 103 before the answer: the answer is what the client gets.
+    let up = raw_upstream(|_, _, _| {
+        let mut answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>; rel=preload\r\n\r\n".to_vec();
+        answer.extend(chat_answer("after hints"));
+        answer
+    })
+    .await;
+    let proxy = start(&one_channel(&up.url())).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.json()["choices"][0]["message"]["content"],
+        "after hints"
+    );
+    assert!(reply.header("link").is_empty());
+    // A 101 to a stream request: the stream fails over before its first byte.
+    let up = switching_upstream().await;
+    let b = MockUpstream::start().await.unwrap();
+    let proxy = start(&with_fallback(&up.url(), &b)).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT_STREAM).await;
+    assert_eq!(
+        (reply.status, reply.header("x-switchyard-channel")),
+        (200, "b"),
+        "{}",
+        reply.body
+    );
+    assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
+    assert!(!reply.body.contains("LEFTOVER"));
+}
