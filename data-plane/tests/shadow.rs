@@ -18,7 +18,7 @@ use switchyard_data_plane::config::parse_yaml;
 use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
 use switchyard_data_plane::{app, AppState};
 use switchyard_engine::Snapshot;
-use switchyard_mock_upstream::MockUpstream;
+use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 use switchyard_state::{InMemoryStore, StateStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -298,4 +298,103 @@ fn a_bad_rule_in_the_file_names_its_field() {
         .replace("target_member: 20", "target_member: 99");
     let error = parse_yaml(&unknown, 1).unwrap_err();
     assert_eq!(error.path, "shadows[0].target_member", "{error}");
+}
+
+/// Route `m` served by the simulation; rule `stuck` copies every request to a target that never
+/// answers, rule `fine` every request to one that answers at once. `rules` is appended to each
+/// rule, `settings` (if any) is the file's settings block.
+fn two_rules(stuck: &MockUpstream, settings: &str, stuck_rule: &str) -> String {
+    format!(
+        "{settings}channels:\n  - {{ id: 1, name: live, provider: mock, base_url: '{LIVE}' }}\n  - {{ id: 2, name: stuck, provider: openai, base_url: '{}', credentials: ['sk-stuck'] }}\n  - {{ id: 3, name: fine, provider: mock, base_url: 'mock://sim' }}\nroutes:\n  - model_pattern: m\n    members:\n      - {{ id: 10, channel: live }}\nshadows:\n  - {{ id: 1, name: stuck, model_pattern: m, target_channel: stuck, target_model: x, sample_percent: 100, max_rps: 100000{stuck_rule} }}\n  - {{ id: 2, name: fine, model_pattern: m, target_channel: fine, target_model: y, sample_percent: 100, max_rps: 100000 }}\n",
+        stuck.base_url()
+    )
+}
+
+/// A rule's copies hold only that rule's room: a target that hangs fills its own queue (then its
+/// copies are dropped as `queue_full`) while every copy of the other rule is sent, at once.
+#[tokio::test]
+async fn a_hanging_target_takes_no_room_from_another_rule() {
+    let stuck = MockUpstream::start().await.unwrap();
+    stuck.on(Matcher::any(), Behavior::ok().hang());
+    let (proxy, _usage) = start(&two_rules(&stuck, "", "")).await;
+    const N: u64 = 120;
+    for _ in 0..N {
+        assert_eq!(post(&proxy, "/v1/chat/completions", CHAT).await.status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while finished(&proxy, "fine") < N && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (
+            finished(&proxy, "fine"),
+            shadowed(&proxy, "fine", "queue_full")
+        ),
+        (N, 0),
+        "every copy of the rule whose target answers is sent"
+    );
+    assert_eq!(shadowed(&proxy, "fine", "success"), N);
+    // The hanging target holds at most its rule's calls in flight (8) and queued copies (64):
+    // nothing of it has finished, and the rest of its copies were dropped.
+    assert!(
+        stuck.hits() <= 8,
+        "{} calls to the stuck target",
+        stuck.hits()
+    );
+    assert_eq!(finished(&proxy, "stuck"), 0);
+    assert!(
+        shadowed(&proxy, "stuck", "queue_full") >= N - 8 - 64,
+        "{}",
+        shadowed(&proxy, "stuck", "queue_full")
+    );
+}
+
+/// Copies of a rule that are waiting when a snapshot disables it are dropped when their turn
+/// comes, not sent; the calls already in flight end on the first-byte timeout.
+#[tokio::test]
+async fn copies_queued_before_a_rule_is_disabled_are_never_sent() {
+    let stuck = MockUpstream::start().await.unwrap();
+    stuck.on(Matcher::any(), Behavior::ok().hang());
+    let settings = "settings:\n  first_byte_timeout_ms: 3000\n";
+    let (proxy, _usage) = start(&two_rules(&stuck, settings, "")).await;
+    const N: u64 = 40;
+    for _ in 0..N {
+        assert_eq!(post(&proxy, "/v1/chat/completions", CHAT).await.status, 200);
+    }
+    until("the stuck rule's calls to reach its target", || {
+        stuck.hits() >= 8
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = stuck.hits() as u64;
+    // Disable the rule: a new snapshot, installed by the proxy.
+    let disabled = two_rules(&stuck, settings, ", enabled: false");
+    let tokens = format!("{disabled}\ntokens:\n  - name: test\n    token: {TOKEN}\n");
+    let parts = parse_yaml(&tokens, 2).unwrap();
+    proxy
+        .snapshots
+        .send_replace(Some(Arc::new(Snapshot::new(parts))));
+    until("the snapshot disabling the rule", || {
+        proxy
+            .state
+            .views
+            .load()
+            .as_ref()
+            .is_some_and(|v| v.snapshot.revision == 2)
+    })
+    .await;
+    // The calls in flight time out; the copies waiting are then dropped, none sent.
+    until("every shadow copy to be done", || {
+        proxy.state.shadows.pending() == 0
+    })
+    .await;
+    assert_eq!(
+        stuck.hits() as u64,
+        sent,
+        "no copy went out after the disabling snapshot"
+    );
+    assert!(sent <= 8, "{sent} calls in flight to one target");
+    assert_eq!(shadowed(&proxy, "stuck", "failure"), sent);
+    assert_eq!(shadowed(&proxy, "stuck", "stopped"), N - sent);
+    assert_eq!(shadowed(&proxy, "fine", "success"), N);
 }

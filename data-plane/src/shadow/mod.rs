@@ -5,12 +5,17 @@
 //! (a plain answer when it is sent, a stream when it ends) the candidate is offered to the rules:
 //! the rule matches, the sample draw hits,
 //! the rule is not stopped, its spend cap for the day has room and its per-proxy
-//! requests-per-second bucket has a token; then the copy goes on a bounded queue with `try_send`
-//! (a full queue drops the copy and counts it). Nothing on the request path waits for a shadow.
+//! requests-per-second bucket has a token; then the copy goes on its rule's bounded queue
+//! ([`queue`]: a full queue drops the copy and counts it). Nothing on the request path waits for
+//! a shadow.
 //!
-//! A background task ([`run`]) takes copies off the queue and sends each, at most
-//! [`MAX_IN_FLIGHT`] at a time, through the same wire plan and [`Attempt`] as live traffic
-//! (translated when the target speaks another protocol), but never through the failover loop: a
+//! A background task ([`run`]) takes copies off the queues, the rules taking turns, each rule at
+//! most [`queue::RULE_MAX_IN_FLIGHT`] calls at a time and the proxy at most
+//! [`queue::MAX_IN_FLIGHT`], so one slow or hanging target never holds another rule's copies. A
+//! copy whose rule, by its turn, is gone from the current configuration, changed, disabled,
+//! expired or stopped is dropped unsent. Each call is bounded by the request timeout and goes
+//! through the same wire plan and [`Attempt`] as live traffic (translated when the target speaks
+//! another protocol), but never through the failover loop: a
 //! shadow call reports nothing to the state store (no cooldown, breaker, health or in-flight
 //! count), takes no limit and adds nothing to the client's usage. Its outcome goes to the
 //! comparison ([`compare`]), the `switchyard_shadow_requests_total` metric and, in a fleet, the
@@ -26,6 +31,8 @@
 //! the background task, never on the request path. A longer stream is compared on status,
 //! latency, tokens and cost only.
 
+mod queue;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -37,8 +44,9 @@ use switchyard_engine::{
 };
 use switchyard_proto::{latency_bucket, ShadowCounts};
 use switchyard_provider::{ChatRequest, Protocol, SseDecoder, StreamDigester, Usage, UsageScanner};
-use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{Duration, Instant};
+
+use self::queue::Queue;
 
 use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
@@ -49,10 +57,6 @@ use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
 use crate::wire::{plan, ClientRequest};
 use crate::AppState;
 
-/// Copies waiting for the background task, at most; beyond this they are dropped and counted.
-pub const QUEUE_CAPACITY: usize = 256;
-/// Shadow calls in flight at once, at most.
-pub const MAX_IN_FLIGHT: usize = 32;
 /// The live side of a pair, as the client got it.
 #[derive(Debug, Clone)]
 pub struct Live {
@@ -191,9 +195,9 @@ pub enum Offer {
     QueueFull,
 }
 
-/// The proxy's shadow traffic: the queue's sending side and each rule's caps.
+/// The proxy's shadow traffic: the queues and each rule's caps.
 pub struct Shadows {
-    queue: mpsc::Sender<Job>,
+    queue: Arc<Queue<Job>>,
     rules: Mutex<HashMap<i64, RuleState>>,
     /// Copies queued or being sent, not yet recorded.
     pending: std::sync::atomic::AtomicU64,
@@ -210,17 +214,32 @@ pub fn eligible(endpoint: Endpoint, inspected: &Inspected) -> bool {
 }
 
 impl Shadows {
-    /// The shadow state and the receiving end of its queue (for [`run`]).
-    pub fn new() -> (Shadows, mpsc::Receiver<Job>) {
-        let (queue, rx) = mpsc::channel(QUEUE_CAPACITY);
+    /// The shadow state and its queues (for [`run`]; they close when the state is dropped).
+    pub fn new() -> (Shadows, Arc<Queue<Job>>) {
+        let queue = Arc::new(Queue::default());
         (
             Shadows {
-                queue,
+                queue: Arc::clone(&queue),
                 rules: Mutex::new(HashMap::new()),
                 pending: std::sync::atomic::AtomicU64::new(0),
             },
-            rx,
+            queue,
         )
+    }
+
+    /// Whether a copy of `rule` taken off the queue may still be sent: the proxy's current
+    /// configuration holds the rule unchanged, enabled, unexpired and not stopped (there or by
+    /// this proxy's own error-rate stop).
+    fn still_wanted(&self, state: &AppState, rule: &ShadowRule, model: &str) -> bool {
+        let view = state.views.load();
+        let current = view
+            .as_ref()
+            .and_then(|v| v.snapshot.shadows().iter().find(|r| r.id == rule.id));
+        current.is_some_and(|current| {
+            current == rule
+                && current.applies(model, crate::unix_ms())
+                && self.with_rule(rule, |s| s.stopped.is_none())
+        })
     }
 
     fn with_rule<T>(&self, rule: &ShadowRule, f: impl FnOnce(&mut RuleState) -> T) -> T {
@@ -260,7 +279,7 @@ impl Shadows {
                 // Counted before the send, so a worker's decrement never comes first.
                 self.pending
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match self.queue.try_send(job) {
+                match self.queue.push(rule.id, job) {
                     Ok(()) => Offer::Queued,
                     Err(_) => {
                         self.pending
@@ -357,29 +376,53 @@ fn sampled(rule: &ShadowRule, rng: &mut impl RandomSource) -> bool {
     rng.next_u64() % 10_000 < u64::from(rule.sample_basis_points)
 }
 
-/// Sends the queued copies until the queue closes (the proxy's state is gone) or `shutdown`
+impl Drop for Shadows {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+/// Sends the queued copies until the queues close (the proxy's state is gone) or `shutdown`
 /// fires. Holds only a weak reference to the state, so it never keeps the proxy alive.
 pub async fn run(
     state: Weak<AppState>,
-    mut queue: mpsc::Receiver<Job>,
+    queue: Arc<Queue<Job>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    loop {
-        let job = tokio::select! {
-            job = queue.recv() => job,
-            () = shutdown.cancelled() => None,
-        };
-        let Some(job) = job else { break };
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            break;
-        };
-        let Some(state) = state.upgrade() else { break };
-        tokio::spawn(async move {
-            send(&state, job).await;
-            drop(permit);
-        });
+    while !queue.closed() {
+        while let Some((rule, job)) = queue.next() {
+            let Some(state) = state.upgrade() else { return };
+            if !state
+                .shadows
+                .still_wanted(&state, &job.rule, &job.inspected.model)
+            {
+                dropped(&state, &job);
+                queue.done(rule);
+                continue;
+            }
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move {
+                send(&state, job).await;
+                queue.done(rule);
+            });
+        }
+        tokio::select! {
+            () = queue.changed() => {}
+            () = shutdown.cancelled() => return,
+        }
     }
+}
+
+/// A copy whose rule no longer wants it when its turn came: not sent, counted as `stopped`.
+fn dropped(state: &AppState, job: &Job) {
+    state
+        .metrics
+        .shadow_requests
+        .add([&job.rule.name, "stopped"], 1);
+    state
+        .shadows
+        .pending
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The target's channel and upstream model.
@@ -604,7 +647,13 @@ fn millis(d: Duration) -> u64 {
 }
 
 async fn send(state: &AppState, job: Job) {
-    let shadow = call(state, &job).await;
+    // The call's own timeouts (connect, first byte, idle) hold inside; the request timeout
+    // bounds it whole, so a call never holds its slot longer.
+    let started = Instant::now();
+    let timeout = Duration::from_millis(job.view.snapshot.settings.request_timeout_ms);
+    let shadow = tokio::time::timeout(timeout, call(state, &job))
+        .await
+        .unwrap_or_else(|_| ShadowSide::failed(started));
     state
         .shadows
         .finished(&job.rule, shadow.ok, shadow.cost_pico);
@@ -993,6 +1042,39 @@ mod tests {
     }
 
     #[test]
+    fn streams_of_each_protocol_are_read_back_as_their_plain_answers_are() {
+        let chunks = |s: &str| {
+            vec![
+                Bytes::copy_from_slice(&s.as_bytes()[..7]),
+                Bytes::copy_from_slice(&s.as_bytes()[7..]),
+            ]
+        };
+        let openai = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi there\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t\",\"function\":{\"name\":\"get\",\"arguments\":\"{nope\"}}]}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        let f = stream_facts(Endpoint::ChatCompletions, &chunks(openai)).unwrap();
+        assert_eq!(f.text, "hi there");
+        assert_eq!(f.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(f.tools, vec![("get".to_owned(), false)]);
+        // A stream cut before its finish holds no answer.
+        let cut = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        assert_eq!(stream_facts(Endpoint::ChatCompletions, &chunks(cut)), None);
+        // A Responses stream: its completed event's response, read as a plain one.
+        let completed = serde_json::json!({"type": "response.completed", "response": {
+            "status": "completed", "output": [{"type": "message", "content": [
+                {"type": "output_text", "text": "done here"}]}]}});
+        let responses = format!("event: response.created\ndata: {{\"type\":\"response.created\"}}\n\nevent: response.completed\ndata: {completed}\n\n");
+        let plain = facts(
+            Endpoint::Responses,
+            completed["response"].to_string().as_bytes(),
+        );
+        let streamed = stream_facts(Endpoint::Responses, &chunks(&responses));
+        assert!(plain.is_some());
+        assert_eq!(streamed, plain);
+        assert_eq!(streamed.unwrap().text, "done here");
+        // Not a shadowed endpoint: nothing.
+        assert_eq!(stream_facts(Endpoint::Embeddings, &chunks(openai)), None);
+    }
+
+    #[test]
     fn the_rps_bucket_holds_one_second_of_tokens() {
         let rule = ShadowRule {
             id: 1,
@@ -1081,38 +1163,5 @@ mod tests {
         g.push(&Bytes::from_static(b"y"));
         g.push(&Bytes::from_static(b"z"));
         assert_eq!(g.take(), None);
-    }
-
-    #[test]
-    fn streams_of_each_protocol_are_read_back_as_their_plain_answers_are() {
-        let chunks = |s: &str| {
-            vec![
-                Bytes::copy_from_slice(&s.as_bytes()[..7]),
-                Bytes::copy_from_slice(&s.as_bytes()[7..]),
-            ]
-        };
-        let openai = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi there\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t\",\"function\":{\"name\":\"get\",\"arguments\":\"{nope\"}}]}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
-        let f = stream_facts(Endpoint::ChatCompletions, &chunks(openai)).unwrap();
-        assert_eq!(f.text, "hi there");
-        assert_eq!(f.finish_reason.as_deref(), Some("tool_calls"));
-        assert_eq!(f.tools, vec![("get".to_owned(), false)]);
-        // A stream cut before its finish holds no answer.
-        let cut = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
-        assert_eq!(stream_facts(Endpoint::ChatCompletions, &chunks(cut)), None);
-        // A Responses stream: its completed event's response, read as a plain one.
-        let completed = serde_json::json!({"type": "response.completed", "response": {
-            "status": "completed", "output": [{"type": "message", "content": [
-                {"type": "output_text", "text": "done here"}]}]}});
-        let responses = format!("event: response.created\ndata: {{\"type\":\"response.created\"}}\n\nevent: response.completed\ndata: {completed}\n\n");
-        let plain = facts(
-            Endpoint::Responses,
-            completed["response"].to_string().as_bytes(),
-        );
-        let streamed = stream_facts(Endpoint::Responses, &chunks(&responses));
-        assert!(plain.is_some());
-        assert_eq!(streamed, plain);
-        assert_eq!(streamed.unwrap().text, "done here");
-        // Not a shadowed endpoint: nothing.
-        assert_eq!(stream_facts(Endpoint::Embeddings, &chunks(openai)), None);
     }
 }
