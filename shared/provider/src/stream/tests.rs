@@ -1326,3 +1326,28 @@ fn an_error_or_an_answer_without_content_is_not_made_into_a_stream() {
     let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
     assert!(t.whole_answer(error.as_bytes(), &mut Vec::new()).is_err());
 }
+
+#[test]
+fn a_whole_answer_cut_anywhere_is_refused_with_nothing_written_or_ends_its_stream() {
+    let gemini = r#"{"responseId":"r1","candidates":[{"content":{"role":"model","parts":[{"text":"Hi"},{"functionCall":{"name":"f","args":{"a":1}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}}"#;
+    let anthropic = r#"{"id":"msg_1","content":[{"type":"text","text":"Hi"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":2}}"#;
+    for (up, body) in [(O, OPENAI_ANSWER), (A, anthropic), (G, gemini)] {
+        for client in [O, A, G] {
+            for end in 0..=body.len() {
+                let Some(cut) = body.get(..end) else { continue };
+                let mut t = StreamTranslator::new(up, client, "client-model", true);
+                let mut out = Vec::new();
+                if t.whole_answer(cut.as_bytes(), &mut out).is_err() {
+                    assert!(out.is_empty(), "{up:?}→{client:?} at {end}");
+                    continue;
+                }
+                assert_eq!(end, body.len(), "{up:?}→{client:?}: a cut answer was taken");
+                match client {
+                    O => drop(openai_view(&out, true)),
+                    A => drop(anthropic_view(&out)),
+                    G => assert_eq!(gemini_view(&out).finish, "STOP"),
+                }
+            }
+        }
+    }
+}
