@@ -503,3 +503,33 @@ async fn interim_answers_are_read_past_and_a_switch_fails_a_stream_over() {
     assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
     assert!(!reply.body.contains("LEFTOVER"));
 }
+
+#[tokio::test]
+async fn a_json_answer_to_a_streamed_responses_or_completions_request_is_converted_or_invalid() {
+    let up = raw_upstream(|_, _, _| chat_answer("Hello responses")).await;
+    // A Responses request a chat member serves: the Responses event sequence.
+    let yaml = one_channel(&up.url()).replace(
+        "    credentials: [\"ka\"]\n",
+        "    credentials: [\"ka\"]\n    responses_api: false\n",
+    );
+    let proxy = start(&yaml).await;
+    let body = r#"{"model":"m","input":"hello","stream":true}"#;
+    let reply = post(&proxy, "/v1/responses", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.body.starts_with("event: response.created\n"),
+        "{}",
+        reply.body
+    );
+    assert!(reply.body.contains("Hello responses"), "{}", reply.body);
+    assert!(
+        reply.body.contains("event: response.completed\n"),
+        "{}",
+        reply.body
+    );
+    // A legacy completions stream cannot be made of a chat answer: invalid.
+    let proxy = start(&one_channel(&up.url())).await;
+    let body = r#"{"model":"m","prompt":"hello","stream":true}"#;
+    let reply = post(&proxy, "/v1/completions", body).await;
+    assert_openai_502(&reply, "upstream_invalid_answer");
+}
