@@ -421,7 +421,8 @@ impl Attempt<'_> {
             return Outcome::Failed(self.invalid(response.status, &why));
         }
         if stream && is_json(&response.headers) && !self.json_is_the_stream() {
-            return self.answer_as_stream(response).await;
+            // Boxed: a rare branch, kept out of every answer's future.
+            return Box::pin(self.answer_as_stream(response)).await;
         }
         if stream {
             return self.first_chunk(response).await;
