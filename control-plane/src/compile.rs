@@ -34,6 +34,7 @@ struct ChannelRow {
     #[sqlx(json)]
     headers: BTreeMap<String, String>,
     responses_api: bool,
+    preset: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -180,7 +181,7 @@ pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotPar
 
     let channel_rows: Vec<ChannelRow> = sqlx::query_as(
         "SELECT id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
-         retry_status_codes, retry_error_patterns, headers, responses_api FROM channels \
+         retry_status_codes, retry_error_patterns, headers, responses_api, preset FROM channels \
          ORDER BY id",
     )
     .fetch_all(&mut *tx)
@@ -327,6 +328,22 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
 
     let mut channels = Vec::with_capacity(t.channel_rows.len());
     for row in t.channel_rows {
+        let mut own_credentials = credentials.remove(&row.id).unwrap_or_default();
+        let keyless = row
+            .preset
+            .as_deref()
+            .and_then(switchyard_engine::catalog::preset);
+        if own_credentials.is_empty()
+            && keyless.is_some_and(|p| p.auth == switchyard_engine::catalog::Auth::None)
+        {
+            // A local server checks no key: the placeholder is what the proxy sends. Its id
+            // (the channel's, negated) is no stored credential's.
+            own_credentials.push(Credential {
+                id: -row.id,
+                enabled: true,
+                secret: SecretSource::Inline(switchyard_engine::catalog::NO_KEY.to_owned()),
+            });
+        }
         channels.push(Channel {
             id: row.id,
             provider: Provider::parse(&row.provider)
@@ -338,7 +355,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             auto_ban: row.auto_ban,
             max_concurrency: unsigned(row.max_concurrency, "max_concurrency")?,
             capabilities: row.capabilities,
-            credentials: credentials.remove(&row.id).unwrap_or_default(),
+            credentials: own_credentials,
             retry_status_codes: row
                 .retry_status_codes
                 .into_iter()
@@ -348,6 +365,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             headers: row.headers.into_iter().collect(),
             secrets_withheld: false,
             responses_api: row.responses_api,
+            preset: row.preset,
         });
     }
 

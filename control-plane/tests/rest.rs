@@ -325,6 +325,189 @@ async fn a_channel_without_the_responses_api_reaches_the_snapshot(pool: PgPool) 
     assert_eq!(patched.body["responses_api"], true);
 }
 
+/// A channel from a provider preset: `preset: groq` gives OpenAI's protocol at Groq's URL without
+/// the Responses API, the snapshot carries the preset and prices the channel's usage from the
+/// catalog (the operator's own price winning); what the body gives wins over the preset; an
+/// unknown preset is a 422 naming `preset` and listing the known ones; `/api/v1/presets` lists
+/// them with their prices; an export writes the preset, not what it supplies.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_channel_from_a_preset_gets_its_protocol_url_and_catalog_prices(pool: PgPool) {
+    let app = test_app(pool);
+    let path = "/api/v1/channels";
+    let created = app
+        .post(path, json!({"name": "groq", "preset": "groq"}))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["preset"], "groq");
+    assert_eq!(created.body["provider"], "openai");
+    assert_eq!(created.body["base_url"], "https://api.groq.com/openai/v1");
+    assert_eq!(created.body["responses_api"], false);
+    let groq = created.body["id"].as_i64().unwrap();
+    let own = app
+        .post(
+            path,
+            json!({"name": "vllm", "preset": "vllm", "base_url": "http://gpu.test:8000/v1",
+                   "responses_api": true}),
+        )
+        .await;
+    assert_eq!(own.status, StatusCode::CREATED, "{}", own.text);
+    assert_eq!(own.body["base_url"], "http://gpu.test:8000/v1");
+    assert_eq!(own.body["responses_api"], true);
+
+    let reply = app
+        .send(
+            Method::POST,
+            path,
+            Some(json!({"name": "x", "preset": "groq-cloud"})),
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.param(), Some("preset"));
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("groq-cloud") && message.contains("groq, together"),
+        "{message}"
+    );
+    expect_invalid(&app, Method::POST, path, json!({"name": "y"}), "provider").await;
+
+    // The catalog prices Groq's gpt-oss-120b at 0.15 USD in, 0.075 cached, 0.60 out.
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    for snapshot in [&*published.snapshot, &decoded] {
+        assert_eq!(
+            snapshot.channel(groq).unwrap().preset.as_deref(),
+            Some("groq")
+        );
+        let (price, catalog) = snapshot.priced(groq, "openai/gpt-oss-120b").unwrap();
+        assert!(catalog);
+        assert_eq!(
+            (
+                price.input_per_million,
+                price.cached_input_per_million,
+                price.output_per_million
+            ),
+            (150_000, Some(75_000), 600_000)
+        );
+        assert!(
+            snapshot.price(groq, "llama-unknown").is_none(),
+            "unpriced as before"
+        );
+    }
+    let price = app
+        .post(
+            "/api/v1/prices",
+            json!({"channel_id": groq, "model_pattern": "*", "input_per_million": "1",
+                   "output_per_million": "2"}),
+        )
+        .await;
+    assert_eq!(price.status, StatusCode::CREATED, "{}", price.text);
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let (price, catalog) = snapshot.priced(groq, "openai/gpt-oss-120b").unwrap();
+    assert!(!catalog, "the operator's price wins");
+    assert_eq!(price.input_per_million, 1_000_000);
+
+    let presets = app.get("/api/v1/presets").await;
+    assert_eq!(presets.status, StatusCode::OK, "{}", presets.text);
+    let list = presets.body["presets"].as_array().unwrap();
+    let groq_preset = list.iter().find(|p| p["name"] == "groq").unwrap();
+    assert_eq!(groq_preset["base_url"], "https://api.groq.com/openai/v1");
+    assert_eq!(groq_preset["prices"][0]["input_per_million"], "0.15");
+    assert!(groq_preset["prices"][0]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("https://"));
+    assert!(list
+        .iter()
+        .any(|p| p["name"] == "ollama" && p["auth"] == "none"));
+
+    let export = app.get("/api/v1/config").await;
+    assert!(
+        export.text.contains("- name: groq\n  preset: groq\n"),
+        "{}",
+        export.text
+    );
+    assert!(!export.text.contains("api.groq.com"), "{}", export.text);
+    assert!(export
+        .text
+        .contains("preset: vllm\n  base_url: http://gpu.test:8000/v1\n"));
+}
+
+/// The configuration file names channels by preset too: an apply stores what the preset
+/// supplies (and the preset), the snapshot has it, and planning the same file again changes
+/// nothing; an unknown preset is a 422 whose `param` is its path in the file.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_configuration_file_applies_a_preset_and_plans_it_unchanged(pool: PgPool) {
+    let app = test_app(pool);
+    let file = "channels:\n- name: local\n  preset: ollama\n- name: ds\n  preset: deepseek\n  credentials: [\"${DEEPSEEK_API_KEY}\"]\n";
+    let (status, body) = post_yaml(&app, "/api/v1/config/apply", file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let channels = app.get("/api/v1/channels").await.body["data"].clone();
+    let local = channels
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "local")
+        .unwrap();
+    assert_eq!(local["preset"], "ollama");
+    assert_eq!(local["provider"], "openai");
+    assert_eq!(local["base_url"], "http://127.0.0.1:11434/v1");
+    assert_eq!(local["responses_api"], false);
+    let (status, plan) = post_yaml(&app, "/api/v1/config/plan", file).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["changes"], json!([]), "{plan}");
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let id = local["id"].as_i64().unwrap();
+    // A local server needs no key: the snapshot gives it the placeholder the proxy sends.
+    assert_eq!(snapshot.channel(id).unwrap().credentials.len(), 1);
+    let ds = channels
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ds")
+        .unwrap();
+    assert!(snapshot
+        .price(ds["id"].as_i64().unwrap(), "deepseek-chat")
+        .is_some());
+
+    let (status, body) = post_yaml(
+        &app,
+        "/api/v1/config/plan",
+        &file.replace("preset: deepseek", "preset: deep-seek"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["param"], "channels[1].preset", "{body}");
+}
+
+/// Posts a YAML body (a configuration file): (status, JSON answer).
+async fn post_yaml(app: &TestApp, path: &str, yaml: &str) -> (StatusCode, serde_json::Value) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .header("content-type", "application/yaml")
+        .body(axum::body::Body::from(yaml.to_owned()))
+        .unwrap();
+    let response = app.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
 /// A Vertex AI channel: its base URL checked, its credential a service-account key file that is
 /// checked on create and patch (a precise 422 naming the field, never quoting the key), read back
 /// masked, and in the snapshot the proxies receive (the encoded bytes included) as `vertex`.

@@ -20,5 +20,6 @@ pub(crate) fn channel(provider: Provider, responses_api: bool) -> Channel {
         headers: vec![],
         secrets_withheld: false,
         responses_api,
+        preset: None,
     }
 }

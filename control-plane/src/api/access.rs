@@ -113,6 +113,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/teams/{id}", Viewer),
     ("PATCH", "/api/v1/teams/{id}", Admin),
     ("DELETE", "/api/v1/teams/{id}", Admin),
+    ("GET", "/api/v1/presets", Viewer),
     ("GET", "/api/v1/prices", Viewer),
     ("POST", "/api/v1/prices", Admin),
     ("GET", "/api/v1/prices/{id}", Viewer),

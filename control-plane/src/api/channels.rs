@@ -17,6 +17,7 @@ use super::rows::{
 use super::{nullable, Actor, AppState, Page, PageQuery, Writer};
 use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use switchyard_engine::catalog::{self, Preset};
 use switchyard_engine::validate::{
     check_header_name, check_header_value, check_no_nul, check_single_line, redact_url_userinfo,
 };
@@ -53,6 +54,8 @@ pub struct ChannelView {
     pub id: i64,
     pub name: String,
     #[schema(value_type = ProviderName)]
+    /// The provider preset the channel was created from (`GET /api/v1/presets`), if any.
+    pub preset: Option<String>,
     pub provider: String,
     pub base_url: String,
     #[schema(value_type = ChannelStatusName)]
@@ -84,8 +87,8 @@ table_row!(ChannelView, "channels", "channel", columns);
 /// `switchyard_engine::validate::redact_url_userinfo`, which the audit detail uses).
 fn columns() -> String {
     format!(
-        "id, name, provider, {MASKED_BASE_URL} AS base_url, status, auto_ban, max_concurrency, \
-         capabilities, retry_status_codes, retry_error_patterns, \
+        "id, name, preset, provider, {MASKED_BASE_URL} AS base_url, status, auto_ban, \
+         max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
          (SELECT COALESCE(jsonb_object_agg(key, CASE WHEN char_length(value) >= 12 \
                  THEN '****' || right(value, 4) ELSE '****' END), '{{}}'::jsonb) \
           FROM jsonb_each_text(headers)) AS headers, responses_api, \
@@ -112,8 +115,14 @@ struct Secrets {
 pub struct ChannelCreate {
     pub name: String,
     #[schema(value_type = ProviderName)]
+    /// A provider preset (`GET /api/v1/presets`: `groq`, `ollama`, ...) supplying `provider`,
+    /// `base_url` and `responses_api` where the body gives none.
+    pub preset: Option<String>,
+    /// Required unless `preset` gives it.
+    #[serde(default)]
     pub provider: String,
     #[serde(default)]
+    /// Required (except for `mock`) unless `preset` gives it.
     pub base_url: String,
     /// `enabled` (default) or `disabled`.
     #[schema(value_type = Option<ChannelStatusName>)]
@@ -136,6 +145,11 @@ pub struct ChannelCreate {
 pub struct ChannelPatch {
     pub name: Option<String>,
     #[schema(value_type = Option<ProviderName>)]
+    /// A known preset's name, or `null` to clear it; the fields it would supply are left as
+    /// they are (only a create fills them in).
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>)]
+    pub preset: Option<Option<String>>,
     pub provider: Option<String>,
     pub base_url: Option<String>,
     /// `enabled` or `disabled` (`auto_disabled` is kept, never set, through the API).
@@ -159,6 +173,7 @@ pub struct ChannelPatch {
 struct ChannelSpec {
     name: String,
     provider: Provider,
+    preset: Option<&'static Preset>,
     base_url: String,
     status: ChannelStatus,
     auto_ban: bool,
@@ -171,6 +186,20 @@ struct ChannelSpec {
 }
 
 fn parse_provider(value: &str) -> ApiResult<Provider> {
+/// A known preset, or a 422 naming `preset` with the known ones.
+fn parse_preset(value: &str) -> ApiResult<&'static Preset> {
+    catalog::preset(value.trim()).ok_or_else(|| {
+        ApiError::validation(
+            "preset",
+            format!(
+                "preset must be one of {}; got {:?}",
+                catalog::preset_names(),
+                crate::error::bounded(value, 64)
+            ),
+        )
+    })
+}
+
     Provider::parse(value).ok_or_else(|| {
         ApiError::validation(
             "provider",
@@ -228,7 +257,7 @@ pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
 
 /// The columns a create or patch writes, in [`ChannelSpec::bind`]'s order.
 const WRITTEN: &str = "name, provider, base_url, status, auto_ban, max_concurrency, \
-    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api";
+    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api, preset";
 
 impl ChannelSpec {
     /// Binds the channel to the [`WRITTEN`] columns.
@@ -246,6 +275,7 @@ impl ChannelSpec {
             .bind(sqlx::types::Json(&self.headers))
             .bind(self.responses_api)
     }
+            .bind(self.preset.map(|p| p.name))
 
     fn validate(self) -> ApiResult<ChannelSpec> {
         text("base_url", &self.base_url, check_single_line)?;
@@ -350,8 +380,9 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
     fn try_from(raw: ChannelCreate) -> ApiResult<ChannelSpec> {
         ChannelSpec {
             name: checked_name("name", &raw.name)?,
-            provider: parse_provider(&raw.provider)?,
-            base_url: raw.base_url.trim().to_owned(),
+            preset,
+            provider,
+            base_url: base_url.to_owned(),
             status: match raw.status.as_deref() {
                 Some(status) => parse_status(status, None)?,
                 None => ChannelStatus::Enabled,
@@ -359,10 +390,29 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
             auto_ban: raw.auto_ban.unwrap_or(false),
             max_concurrency: concurrency(raw.max_concurrency)?,
             capabilities: raw.capabilities.unwrap_or_default(),
+        let preset = raw.preset.as_deref().map(parse_preset).transpose()?;
+        let provider = match (raw.provider.trim(), preset) {
+            ("", Some(preset)) => parse_provider(preset.provider)?,
+            ("", None) => {
+                return Err(ApiError::validation(
+                    "provider",
+                    format!(
+                        "provider is required (or a preset: {})",
+                        catalog::preset_names()
+                    ),
+                ))
+            }
+            (provider, _) => parse_provider(provider)?,
+        };
+        let base_url = match (raw.base_url.trim(), preset) {
+            ("", Some(preset)) => preset.base_url,
+            (url, _) => url,
+        };
+        let preset_responses = preset.is_none_or(|p| p.responses_api);
             retry_status_codes: status_codes(raw.retry_status_codes.unwrap_or_default())?,
             retry_error_patterns: raw.retry_error_patterns.unwrap_or_default(),
             headers: raw.headers.unwrap_or_default(),
-            responses_api: raw.responses_api.unwrap_or(true),
+            responses_api: raw.responses_api.unwrap_or(preset_responses),
         }
         .validate()
     }
@@ -404,6 +454,11 @@ impl ChannelSpec {
             },
             auto_ban: patch.auto_ban.unwrap_or(current.auto_ban),
             max_concurrency: match patch.max_concurrency {
+            preset: match patch.preset {
+                Some(Some(name)) => Some(parse_preset(&name)?),
+                Some(None) => None,
+                None => current.preset.as_deref().and_then(catalog::preset),
+            },
                 Some(value) => concurrency(value)?,
                 None => current.max_concurrency,
             },
@@ -438,6 +493,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
         "header_names": spec.headers.keys().collect::<Vec<_>>(),
         "responses_api": spec.responses_api,
     })
+        "preset": spec.preset.map(|p| p.name),
 }
 
 #[utoipa::path(get, path = "/api/v1/channels", tag = "channels", operation_id = "list_channels", params(PageQuery),

@@ -26,6 +26,7 @@ mod limits;
 mod members;
 pub mod openapi;
 mod ops;
+mod presets;
 mod prices;
 mod routes;
 mod rows;
@@ -204,6 +205,7 @@ fn api_router() -> OpenApiRouter<AppState> {
             channels::delete
         ))
         .routes(routes!(channels::events))
+        .routes(routes!(presets::list))
         .routes(routes!(credentials::list, credentials::create))
         .routes(routes!(
             credentials::get_one,

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use switchyard_engine::catalog;
 use switchyard_engine::model::validate_group;
 use switchyard_engine::validate::{
     check_header_name, check_header_value, check_no_nul, check_secret, check_single_line,
@@ -412,7 +413,27 @@ impl RawChannel {
         channel_ids: &mut Ids,
         credential_ids: &mut Ids,
     ) -> Result<Channel, ConfigError> {
-        let provider = Provider::parse(self.provider.trim()).ok_or_else(|| {
+        let preset = match self.preset.as_deref().map(str::trim) {
+            None => None,
+            Some(name) => Some(catalog::preset(name).ok_or_else(|| {
+                err(
+                    format!("{at}.preset"),
+                    format!(
+                        "unknown preset {:?} (known: {})",
+                        truncate_for_display(name, 64),
+                        catalog::preset_names()
+                    ),
+                )
+            })?),
+        };
+        let provider_name = self.resolved_provider().to_owned();
+        if provider_name.is_empty() {
+            return Err(err(
+                format!("{at}.provider"),
+                format!("is required (or a `preset`: {})", catalog::preset_names()),
+            ));
+        }
+        let provider = Provider::parse(&provider_name).ok_or_else(|| {
             err(
                 format!("{at}.provider"),
                 format!(
@@ -422,6 +443,8 @@ impl RawChannel {
             )
         })?;
         let status = ChannelStatus::parse(self.status.trim()).ok_or_else(|| {
+        let responses_api = self.resolved_responses_api();
+        let base_url = self.resolved_base_url();
             err(
                 format!("{at}.status"),
                 "must be enabled, disabled or auto_disabled",
@@ -431,10 +454,10 @@ impl RawChannel {
             return Err(err(format!("{at}.name"), "must not be empty"));
         }
         text(&format!("{at}.name"), &self.name, check_single_line)?;
-        if let Some(url) = &self.base_url {
+        if let Some(url) = &base_url {
             text(&format!("{at}.base_url"), url, check_single_line)?;
         }
-        let base_url = match (provider, self.base_url, self.mock) {
+        let base_url = match (provider, base_url, self.mock) {
             (Provider::Mock, None, options) => options.unwrap_or_default().to_url(),
             (Provider::Mock, Some(url), None) => url,
             (Provider::Mock, Some(_), Some(_)) => {
@@ -541,6 +564,14 @@ impl RawChannel {
             });
         }
         if credentials.is_empty() {
+        if credentials.is_empty() && preset.is_some_and(|p| p.auth == catalog::Auth::None) {
+            // A local server checks no key; the placeholder is what the proxy sends.
+            credentials.push(Credential {
+                id: credential_ids.next(),
+                enabled: true,
+                secret: SecretSource::Inline(catalog::NO_KEY.to_owned()),
+            });
+        }
             if provider != Provider::Mock {
                 return Err(err(
                     format!("{at}.credentials"),
@@ -590,7 +621,7 @@ impl RawChannel {
                 ));
             }
         }
-        if !self.responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
+        if !responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
             return Err(err(
                 format!("{at}.responses_api"),
                 format!(
@@ -613,7 +644,8 @@ impl RawChannel {
             retry_error_patterns: self.retry_error_patterns,
             headers,
             secrets_withheld: false,
-            responses_api: self.responses_api,
+            responses_api,
+            preset: preset.map(|p| p.name.to_owned()),
         })
     }
 }

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use switchyard_engine::catalog::{self, Preset};
 use switchyard_engine::{Capabilities, PlanEntry, Settings};
 use switchyard_upstream::MockOptions;
 
@@ -86,6 +87,13 @@ pub struct RawChannel {
     #[serde(default = "enabled_str", skip_serializing_if = "is_enabled_str")]
     pub status: String,
     #[serde(default, skip_serializing_if = "is_false")]
+    /// A provider preset (`groq`, `ollama`, ...: `switchyard_engine::catalog::PRESETS`) that
+    /// supplies `provider`, `base_url`, `responses_api` and whether a credential is needed;
+    /// the fields the channel gives win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Required unless `preset` gives it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub auto_ban: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,
@@ -101,9 +109,9 @@ pub struct RawChannel {
     pub headers: BTreeMap<String, String>,
     /// `openai` and `azure` only: `false` for an OpenAI-compatible upstream without the
     /// Responses API (`/v1/responses`), whose Responses requests are then translated into Chat
-    /// Completions.
-    #[serde(default = "yes", skip_serializing_if = "is_true")]
-    pub responses_api: bool,
+    /// Completions. Absent: the preset's, else `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_api: Option<bool>,
     /// `provider: mock` only: the simulation's behaviour. Never written (an export gives the
     /// equivalent `mock://` base_url).
     #[serde(default, skip_serializing)]
@@ -116,6 +124,56 @@ fn non_default_settings<S: serde::Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::Error;
+impl RawChannel {
+    /// The preset the channel names, when it names a known one.
+    pub fn known_preset(&self) -> Option<&'static Preset> {
+        self.preset
+            .as_deref()
+            .and_then(|name| catalog::preset(name.trim()))
+    }
+
+    /// `provider` as given, else the preset's.
+    pub fn resolved_provider(&self) -> &str {
+        match (self.provider.trim(), self.known_preset()) {
+            ("", Some(preset)) => preset.provider,
+            (provider, _) => provider,
+        }
+    }
+
+    /// `base_url` as given, else the preset's.
+    pub fn resolved_base_url(&self) -> Option<String> {
+        self.base_url
+            .clone()
+            .or_else(|| self.known_preset().map(|p| p.base_url.to_owned()))
+    }
+
+    /// `responses_api` as given, else the preset's, else `true`.
+    pub fn resolved_responses_api(&self) -> bool {
+        self.responses_api
+            .unwrap_or_else(|| self.known_preset().is_none_or(|p| p.responses_api))
+    }
+
+    /// Leaves out what goes without saying: what the channel's preset supplies (an export
+    /// writes the preset and the channel's own overrides), and `responses_api: true` without
+    /// one.
+    pub fn leave_out_defaults(&mut self) {
+        let preset = self.known_preset();
+        let default_responses = preset.is_none_or(|p| p.responses_api);
+        if self.responses_api == Some(default_responses) {
+            self.responses_api = None;
+        }
+        let Some(preset) = preset else {
+            return;
+        };
+        if self.provider == preset.provider {
+            self.provider.clear();
+        }
+        if self.base_url.as_deref() == Some(preset.base_url) {
+            self.base_url = None;
+        }
+    }
+}
+
     let to_map = |s: &Settings| match yaml_serde::to_value(s) {
         Ok(yaml_serde::Value::Mapping(map)) => Ok(map),
         Ok(_) => Err(S::Error::custom("settings are not a mapping")),
@@ -461,7 +519,7 @@ mod tests {
             "  - secret: ${KEY_B}\n    enabled: false\n  responses_api: false\n",
         );
         let config = parse_raw(&file).unwrap();
-        assert!(!config.channels[0].responses_api);
+        assert_eq!(config.channels[0].responses_api, Some(false));
         assert_eq!(to_yaml(&config).unwrap(), file);
         let parts = config.into_parts(1, &|_| None).unwrap();
         assert!(!parts.channels[0].responses_api);
@@ -499,6 +557,94 @@ mod tests {
         assert_eq!(e.path, "channels[0].credentials[0].secret");
         assert!(e.message.starts_with("is required"), "{e}");
     }
+    #[test]
+    fn a_preset_supplies_the_provider_base_url_and_quirks() {
+        let file = "channels:\n- name: g\n  preset: groq\n  credentials:\n  - ${GROQ_API_KEY}\n";
+        let config = parse_raw(file).unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), file, "written as given");
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.provider, switchyard_engine::Provider::Openai);
+        assert_eq!(channel.base_url, "https://api.groq.com/openai/v1");
+        assert!(!channel.responses_api);
+        assert_eq!(channel.preset.as_deref(), Some("groq"));
+        // What the channel gives wins over the preset.
+        let own = file.replace(
+            "  preset: groq\n",
+            "  preset: groq\n  base_url: http://groq.internal/v1\n  responses_api: true\n",
+        );
+        let parts = parse_raw(&own).unwrap().into_parts(1, &|_| None).unwrap();
+        assert_eq!(parts.channels[0].base_url, "http://groq.internal/v1");
+        assert!(parts.channels[0].responses_api);
+    }
+
+    #[test]
+    fn an_unknown_preset_is_refused_naming_the_known_ones() {
+        let file = "channels:\n- name: g\n  preset: grok-cloud\n  credentials: [k]\n";
+        let e = parse_raw(file)
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].preset");
+        assert!(e.message.contains("\"grok-cloud\""), "{e}");
+        assert!(e.message.contains("groq, together, fireworks"), "{e}");
+        let e = parse_raw("channels:\n- name: g\n  credentials: [k]\n")
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].provider");
+        assert!(e.message.contains("preset"), "{e}");
+    }
+
+    #[test]
+    fn a_local_server_preset_needs_no_credential() {
+        let parts = parse_raw("channels:\n- name: local\n  preset: ollama\n")
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.base_url, "http://127.0.0.1:11434/v1");
+        assert_eq!(channel.credentials.len(), 1);
+        assert_eq!(
+            channel.credentials[0].secret,
+            switchyard_engine::SecretSource::Inline("no-key".to_owned())
+        );
+        // A hosted one does.
+        let e = parse_raw("channels:\n- name: g\n  preset: groq\n")
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].credentials");
+    }
+
+    #[test]
+    fn leaving_out_defaults_keeps_the_preset_and_the_overrides() {
+        let mut channel = parse_raw(FILE).unwrap().channels.remove(0);
+        channel.preset = Some("openai".to_owned());
+        channel.base_url = Some("https://api.openai.com/v1".to_owned());
+        channel.responses_api = Some(true);
+        channel.leave_out_defaults();
+        assert_eq!(
+            (
+                channel.provider.as_str(),
+                &channel.base_url,
+                channel.responses_api
+            ),
+            ("", &None, None)
+        );
+        channel.preset = Some("groq".to_owned());
+        channel.provider = "openai".to_owned();
+        channel.base_url = Some("https://api.openai.com/v1".to_owned());
+        channel.responses_api = Some(true);
+        channel.leave_out_defaults();
+        assert_eq!(channel.provider, "");
+        assert_eq!(
+            channel.base_url.as_deref(),
+            Some("https://api.openai.com/v1")
+        );
+        assert_eq!(channel.responses_api, Some(true));
+    }
+
 
     #[test]
     fn the_kubernetes_example_file_is_valid() {
@@ -509,5 +655,44 @@ mod tests {
         .unwrap();
         let parts = parse_raw(&text).unwrap().into_parts(1, &|_| None).unwrap();
         assert_eq!(parts.routes.len(), 2);
+    #[test]
+    fn the_providers_page_lists_every_preset_and_catalog_entry() {
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/src/reference/providers.md"
+        ))
+        .unwrap();
+        for preset in catalog::PRESETS {
+            assert!(switchyard_engine::Provider::parse(preset.provider).is_some());
+            let row = format!(
+                "| `{}` | `{}` | `{}` |",
+                preset.name, preset.provider, preset.base_url
+            );
+            assert!(
+                page.contains(&row),
+                "providers.md lacks the row of preset {}",
+                preset.name
+            );
+        }
+        for price in catalog::PRICES {
+            let shown = price
+                .model_pattern
+                .trim_end_matches("-20*")
+                .trim_end_matches('*');
+            assert!(
+                page.contains(&format!("| `{}` | ", price.preset)) && page.contains(shown),
+                "providers.md lacks {} {}",
+                price.preset,
+                price.model_pattern
+            );
+            assert!(
+                page.contains(price.as_of),
+                "providers.md lacks the date {}",
+                price.as_of
+            );
+        }
+        assert!(page.contains(&format!("compiled on {}", catalog::CATALOG_DATE)));
+    }
+
     }
 }

@@ -25,6 +25,7 @@ pub fn channel(id: ChannelId) -> Channel {
         headers: vec![],
         secrets_withheld: false,
         responses_api: true,
+        preset: None,
     }
 }
 

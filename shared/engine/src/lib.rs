@@ -5,6 +5,7 @@
 //! a [`Decision`] with its full explanation comes out. The data plane selects with [`select`] and
 //! the control plane's explain serialises the very same [`Decision`].
 
+pub mod catalog;
 pub mod constraint;
 pub mod decision;
 pub mod fxhash;

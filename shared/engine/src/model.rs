@@ -230,6 +230,11 @@ pub struct Channel {
     /// other providers.
     #[serde(default = "responses_api_default")]
     pub responses_api: bool,
+    /// The provider preset the channel was configured from (`crate::catalog::PRESETS`), as
+    /// given: its catalog prices apply to the channel (setting `price_catalog`), and an export
+    /// writes it back.
+    #[serde(default)]
+    pub preset: Option<String>,
 }
 
 fn responses_api_default() -> bool {
@@ -351,6 +356,9 @@ pub struct Snapshot {
     team_index: FxHashMap<TeamId, usize>,
     tokens: Vec<Token>,
     prices: Vec<Price>,
+    /// The built-in catalog's prices of the channels whose provider it knows (empty with the
+    /// setting `price_catalog` off): what [`Snapshot::price`] falls back on.
+    catalog_prices: Vec<Price>,
     limits: Vec<LimitRule>,
     /// Shadow rules, in id order.
     shadows: Vec<ShadowRule>,
@@ -420,6 +428,22 @@ impl Snapshot {
                 .push(rule.limit);
         }
         channels.sort_by_key(|c| c.id);
+        let catalog_prices = if settings.price_catalog {
+            channels
+                .iter()
+                .filter_map(|c| {
+                    let family = crate::catalog::price_family(
+                        c.preset.as_deref(),
+                        c.provider.as_str(),
+                        &c.base_url,
+                    )?;
+                    Some((family, c.id))
+                })
+                .flat_map(|(family, id)| crate::catalog::prices_for_channel(family, id))
+                .collect()
+        } else {
+            Vec::new()
+        };
         teams.sort_by_key(|t| t.id);
         let channel_index = channels
             .iter()
@@ -484,6 +508,7 @@ impl Snapshot {
             team_index,
             tokens,
             prices,
+            catalog_prices,
             upstream_limits: limits.iter().any(|l| l.limit.key.scope.upstream()),
             limits,
             shadows,
@@ -557,9 +582,19 @@ impl Snapshot {
         self.upstream_limits
     }
 
-    /// The price of `(channel, upstream model)`; `None`: unpriced.
+    /// The price of `(channel, upstream model)`: the operator's (the `prices` table) when it
+    /// has one, else the built-in catalog's for the channel's provider; `None`: unpriced.
     pub fn price(&self, channel: ChannelId, model: &str) -> Option<&Price> {
-        crate::limit::price_for(&self.prices, channel, model)
+        self.priced(channel, model).map(|(price, _)| price)
+    }
+
+    /// [`Snapshot::price`] and whether it is the catalog's (`true`) or the operator's.
+    pub fn priced(&self, channel: ChannelId, model: &str) -> Option<(&Price, bool)> {
+        match crate::limit::price_for(&self.prices, channel, model) {
+            Some(price) => Some((price, false)),
+            None => crate::limit::price_for(&self.catalog_prices, channel, model)
+                .map(|price| (price, true)),
+        }
     }
 
     /// The enabled route serving `model`: exact match first, else the longest matching wildcard

@@ -44,6 +44,11 @@ pub struct Settings {
     /// such members instead (`protocol_unsupported`), so only members that speak the Responses
     /// API themselves serve it.
     pub responses_refuse_store: bool,
+    // accounting
+    /// Usage the operator's prices do not cover is priced from the built-in catalog of the
+    /// providers' published prices, for channels whose preset (or provider and default base
+    /// URL) the catalog knows. Off: such usage stays unpriced.
+    pub price_catalog: bool,
 }
 
 impl Default for Settings {
@@ -73,6 +78,7 @@ impl Default for Settings {
             slow_start_initial_percent: 10,
             max_request_body_bytes: 33_554_432,
             responses_refuse_store: false,
+            price_catalog: true,
         }
     }
 }

@@ -147,6 +147,7 @@ fn settings_to_proto(s: &Settings) -> v1::Settings {
         slow_start_seconds: Some(s.slow_start_seconds),
         slow_start_initial_percent: Some(s.slow_start_initial_percent),
         responses_refuse_store: Some(s.responses_refuse_store),
+        price_catalog: Some(s.price_catalog),
     }
 }
 
@@ -255,6 +256,7 @@ fn channel_to_proto(c: &Channel) -> v1::Channel {
             .collect(),
         secrets_withheld: c.secrets_withheld,
         chat_completions_only: !c.responses_api,
+        preset: c.preset.clone(),
     }
 }
 
@@ -470,6 +472,7 @@ fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
             .unwrap_or(d.slow_start_initial_percent),
         max_request_body_bytes: w.max_request_body_bytes.unwrap_or(d.max_request_body_bytes),
         responses_refuse_store: w.responses_refuse_store.unwrap_or(d.responses_refuse_store),
+        price_catalog: w.price_catalog.unwrap_or(d.price_catalog),
     };
     if let Some(error) = settings.validate().into_iter().next() {
         return Err(invalid(format!("settings.{}", error.field), error.message));
@@ -671,6 +674,7 @@ fn channel_from_proto(
         headers: w.headers.into_iter().map(|h| (h.name, h.value)).collect(),
         secrets_withheld: w.secrets_withheld,
         responses_api: !w.chat_completions_only,
+        preset: w.preset,
     })
 }
 
@@ -863,6 +867,7 @@ mod tests {
             headers: vec![("x-org".into(), "acme".into())],
             secrets_withheld: false,
             responses_api: false,
+            preset: Some("groq".to_owned()),
         };
         let route = Route {
             id: 5,
@@ -933,6 +938,7 @@ mod tests {
             revision: 42,
             settings: Settings {
                 retry_times: 4,
+                price_catalog: false,
                 ..Settings::default()
             },
             routes: vec![route],

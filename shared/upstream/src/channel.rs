@@ -608,6 +608,7 @@ mod tests {
             headers: vec![("x-extra".into(), "1".into())],
             secrets_withheld: false,
             responses_api: true,
+            preset: None,
         }
     }
 

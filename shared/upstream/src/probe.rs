@@ -370,6 +370,7 @@ mod tests {
             headers: vec![],
             secrets_withheld: false,
             responses_api: true,
+            preset: None,
         };
         ChannelRuntime::compile(&channel, &|_| None)
     }

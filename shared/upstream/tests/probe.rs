@@ -104,6 +104,7 @@ fn channel(provider: Provider, base_url: &str) -> Channel {
         headers: vec![("x-extra".into(), "1".into())],
         secrets_withheld: false,
         responses_api: true,
+        preset: None,
     }
 }
 

@@ -51,6 +51,7 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         .map(|c| RawChannel {
             id: None,
             name: c.name.clone(),
+            preset: c.preset.clone(),
             provider: c.provider.as_str().to_owned(),
             // As the file's validation writes it (the admin API keeps a trailing `/`).
             base_url: Some(c.base_url.trim_end_matches('/').to_owned()),
@@ -67,8 +68,12 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
             retry_status_codes: c.retry_status_codes.clone(),
             retry_error_patterns: c.retry_error_patterns.clone(),
             headers: c.headers.iter().cloned().collect(),
-            responses_api: c.responses_api,
+            responses_api: Some(c.responses_api),
             mock: None,
+        })
+        .map(|mut channel| {
+            channel.leave_out_defaults();
+            channel
         })
         .collect();
     channels.sort_by(|a, b| a.name.cmp(&b.name));

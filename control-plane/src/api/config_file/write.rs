@@ -40,16 +40,16 @@ fn any_differs(before: &Index, after: &Index, kind: &'static str) -> bool {
     of(before) != of(after)
 }
 
-/// Binds `channel`'s columns `$2`..`$11` of the channel insert and update (provider through
-/// `responses_api`), with `status` as its status.
+/// Binds `channel`'s columns `$2`..`$12` of the channel insert and update (provider through
+/// `preset`; what the preset supplies, resolved), with `status` as its status.
 fn bind_channel<'q>(
     query: PgQuery<'q>,
     channel: &'q RawChannel,
     status: ChannelStatus,
 ) -> PgQuery<'q> {
     query
-        .bind(&channel.provider)
-        .bind(channel.base_url.as_deref().unwrap_or_default())
+        .bind(channel.resolved_provider())
+        .bind(channel.resolved_base_url().unwrap_or_default())
         .bind(status.as_str())
         .bind(channel.auto_ban)
         .bind(i32_of(channel.max_concurrency))
@@ -63,7 +63,8 @@ fn bind_channel<'q>(
         )
         .bind(&channel.retry_error_patterns)
         .bind(sqlx::types::Json(&channel.headers))
-        .bind(channel.responses_api)
+        .bind(channel.resolved_responses_api())
+        .bind(channel.preset.as_deref())
 }
 
 /// A statement whose arguments are still being bound.
@@ -258,8 +259,8 @@ pub(super) async fn write(
                 let insert = sqlx::query(
                     "INSERT INTO channels (name, provider, base_url, status, auto_ban, \
                      max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
-                     headers, responses_api) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+                     headers, responses_api, preset) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
                 )
                 .bind(&channel.name);
                 let row = bind_channel(insert, channel, wanted)
@@ -285,7 +286,7 @@ pub(super) async fn write(
                     "UPDATE channels SET provider = $2, base_url = $3, status = $4, \
                      auto_ban = $5, max_concurrency = $6, capabilities = $7, \
                      retry_status_codes = $8, retry_error_patterns = $9, headers = $10, \
-                     responses_api = $11, updated_at = now() WHERE id = $1",
+                     responses_api = $11, preset = $12, updated_at = now() WHERE id = $1",
                 )
                 .bind(id);
                 bind_channel(update, channel, status)
