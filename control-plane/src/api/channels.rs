@@ -53,9 +53,9 @@ impl CapabilitiesDto {
 pub struct ChannelView {
     pub id: i64,
     pub name: String,
-    #[schema(value_type = ProviderName)]
     /// The provider preset the channel was created from (`GET /api/v1/presets`), if any.
     pub preset: Option<String>,
+    #[schema(value_type = ProviderName)]
     pub provider: String,
     pub base_url: String,
     #[schema(value_type = ChannelStatusName)]
@@ -114,15 +114,15 @@ struct Secrets {
 #[serde(deny_unknown_fields)]
 pub struct ChannelCreate {
     pub name: String,
-    #[schema(value_type = ProviderName)]
     /// A provider preset (`GET /api/v1/presets`: `groq`, `ollama`, ...) supplying `provider`,
     /// `base_url` and `responses_api` where the body gives none.
     pub preset: Option<String>,
     /// Required unless `preset` gives it.
     #[serde(default)]
+    #[schema(value_type = ProviderName)]
     pub provider: String,
-    #[serde(default)]
     /// Required (except for `mock`) unless `preset` gives it.
+    #[serde(default)]
     pub base_url: String,
     /// `enabled` (default) or `disabled`.
     #[schema(value_type = Option<ChannelStatusName>)]
@@ -144,12 +144,12 @@ pub struct ChannelCreate {
 #[serde(deny_unknown_fields)]
 pub struct ChannelPatch {
     pub name: Option<String>,
-    #[schema(value_type = Option<ProviderName>)]
     /// A known preset's name, or `null` to clear it; the fields it would supply are left as
     /// they are (only a create fills them in).
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<String>)]
     pub preset: Option<Option<String>>,
+    #[schema(value_type = Option<ProviderName>)]
     pub provider: Option<String>,
     pub base_url: Option<String>,
     /// `enabled` or `disabled` (`auto_disabled` is kept, never set, through the API).
@@ -172,8 +172,8 @@ pub struct ChannelPatch {
 /// A validated channel, ready to write.
 struct ChannelSpec {
     name: String,
-    provider: Provider,
     preset: Option<&'static Preset>,
+    provider: Provider,
     base_url: String,
     status: ChannelStatus,
     auto_ban: bool,
@@ -185,7 +185,6 @@ struct ChannelSpec {
     responses_api: bool,
 }
 
-fn parse_provider(value: &str) -> ApiResult<Provider> {
 /// A known preset, or a 422 naming `preset` with the known ones.
 fn parse_preset(value: &str) -> ApiResult<&'static Preset> {
     catalog::preset(value.trim()).ok_or_else(|| {
@@ -200,6 +199,7 @@ fn parse_preset(value: &str) -> ApiResult<&'static Preset> {
     })
 }
 
+fn parse_provider(value: &str) -> ApiResult<Provider> {
     Provider::parse(value).ok_or_else(|| {
         ApiError::validation(
             "provider",
@@ -274,8 +274,8 @@ impl ChannelSpec {
             .bind(&self.retry_error_patterns)
             .bind(sqlx::types::Json(&self.headers))
             .bind(self.responses_api)
-    }
             .bind(self.preset.map(|p| p.name))
+    }
 
     fn validate(self) -> ApiResult<ChannelSpec> {
         text("base_url", &self.base_url, check_single_line)?;
@@ -378,18 +378,6 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
     type Error = ApiError;
 
     fn try_from(raw: ChannelCreate) -> ApiResult<ChannelSpec> {
-        ChannelSpec {
-            name: checked_name("name", &raw.name)?,
-            preset,
-            provider,
-            base_url: base_url.to_owned(),
-            status: match raw.status.as_deref() {
-                Some(status) => parse_status(status, None)?,
-                None => ChannelStatus::Enabled,
-            },
-            auto_ban: raw.auto_ban.unwrap_or(false),
-            max_concurrency: concurrency(raw.max_concurrency)?,
-            capabilities: raw.capabilities.unwrap_or_default(),
         let preset = raw.preset.as_deref().map(parse_preset).transpose()?;
         let provider = match (raw.provider.trim(), preset) {
             ("", Some(preset)) => parse_provider(preset.provider)?,
@@ -409,6 +397,18 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
             (url, _) => url,
         };
         let preset_responses = preset.is_none_or(|p| p.responses_api);
+        ChannelSpec {
+            name: checked_name("name", &raw.name)?,
+            preset,
+            provider,
+            base_url: base_url.to_owned(),
+            status: match raw.status.as_deref() {
+                Some(status) => parse_status(status, None)?,
+                None => ChannelStatus::Enabled,
+            },
+            auto_ban: raw.auto_ban.unwrap_or(false),
+            max_concurrency: concurrency(raw.max_concurrency)?,
+            capabilities: raw.capabilities.unwrap_or_default(),
             retry_status_codes: status_codes(raw.retry_status_codes.unwrap_or_default())?,
             retry_error_patterns: raw.retry_error_patterns.unwrap_or_default(),
             headers: raw.headers.unwrap_or_default(),
@@ -443,6 +443,11 @@ impl ChannelSpec {
                 Some(name) => checked_name("name", &name)?,
                 None => current.name.clone(),
             },
+            preset: match patch.preset {
+                Some(Some(name)) => Some(parse_preset(&name)?),
+                Some(None) => None,
+                None => current.preset.as_deref().and_then(catalog::preset),
+            },
             provider: parse_provider(patch.provider.as_deref().unwrap_or(&current.provider))?,
             base_url: patch
                 .base_url
@@ -454,11 +459,6 @@ impl ChannelSpec {
             },
             auto_ban: patch.auto_ban.unwrap_or(current.auto_ban),
             max_concurrency: match patch.max_concurrency {
-            preset: match patch.preset {
-                Some(Some(name)) => Some(parse_preset(&name)?),
-                Some(None) => None,
-                None => current.preset.as_deref().and_then(catalog::preset),
-            },
                 Some(value) => concurrency(value)?,
                 None => current.max_concurrency,
             },
@@ -482,6 +482,7 @@ impl ChannelSpec {
 fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     json!({
         "name": spec.name,
+        "preset": spec.preset.map(|p| p.name),
         "provider": spec.provider.as_str(),
         "base_url": redact_url_userinfo(&spec.base_url),
         "status": spec.status.as_str(),
@@ -493,7 +494,6 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
         "header_names": spec.headers.keys().collect::<Vec<_>>(),
         "responses_api": spec.responses_api,
     })
-        "preset": spec.preset.map(|p| p.name),
 }
 
 #[utoipa::path(get, path = "/api/v1/channels", tag = "channels", operation_id = "list_channels", params(PageQuery),

@@ -442,9 +442,9 @@ impl RawChannel {
                 ),
             )
         })?;
-        let status = ChannelStatus::parse(self.status.trim()).ok_or_else(|| {
         let responses_api = self.resolved_responses_api();
         let base_url = self.resolved_base_url();
+        let status = ChannelStatus::parse(self.status.trim()).ok_or_else(|| {
             err(
                 format!("{at}.status"),
                 "must be enabled, disabled or auto_disabled",
@@ -563,7 +563,6 @@ impl RawChannel {
                 secret,
             });
         }
-        if credentials.is_empty() {
         if credentials.is_empty() && preset.is_some_and(|p| p.auth == catalog::Auth::None) {
             // A local server checks no key; the placeholder is what the proxy sends.
             credentials.push(Credential {
@@ -572,6 +571,7 @@ impl RawChannel {
                 secret: SecretSource::Inline(catalog::NO_KEY.to_owned()),
             });
         }
+        if credentials.is_empty() {
             if provider != Provider::Mock {
                 return Err(err(
                     format!("{at}.credentials"),

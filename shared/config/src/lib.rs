@@ -81,12 +81,6 @@ pub struct RawChannel {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<i64>,
     pub name: String,
-    pub provider: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
-    #[serde(default = "enabled_str", skip_serializing_if = "is_enabled_str")]
-    pub status: String,
-    #[serde(default, skip_serializing_if = "is_false")]
     /// A provider preset (`groq`, `ollama`, ...: `switchyard_engine::catalog::PRESETS`) that
     /// supplies `provider`, `base_url`, `responses_api` and whether a credential is needed;
     /// the fields the channel gives win.
@@ -94,6 +88,12 @@ pub struct RawChannel {
     pub preset: Option<String>,
     /// Required unless `preset` gives it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default = "enabled_str", skip_serializing_if = "is_enabled_str")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "is_false")]
     pub auto_ban: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<u32>,
@@ -118,12 +118,6 @@ pub struct RawChannel {
     pub mock: Option<MockOptions>,
 }
 
-/// The settings that differ from their defaults, in the order `Settings` declares them.
-fn non_default_settings<S: serde::Serializer>(
-    settings: &Settings,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::Error;
 impl RawChannel {
     /// The preset the channel names, when it names a known one.
     pub fn known_preset(&self) -> Option<&'static Preset> {
@@ -174,6 +168,12 @@ impl RawChannel {
     }
 }
 
+/// The settings that differ from their defaults, in the order `Settings` declares them.
+fn non_default_settings<S: serde::Serializer>(
+    settings: &Settings,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
     let to_map = |s: &Settings| match yaml_serde::to_value(s) {
         Ok(yaml_serde::Value::Mapping(map)) => Ok(map),
         Ok(_) => Err(S::Error::custom("settings are not a mapping")),
@@ -549,15 +549,6 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_secret_reference_is_refused_with_its_path() {
-        let e = parse_raw(&FILE.replace("  - ${KEY_A}\n", "  - id: 7\n"))
-            .unwrap()
-            .into_parts(1, &|_| None)
-            .unwrap_err();
-        assert_eq!(e.path, "channels[0].credentials[0].secret");
-        assert!(e.message.starts_with("is required"), "{e}");
-    }
-    #[test]
     fn a_preset_supplies_the_provider_base_url_and_quirks() {
         let file = "channels:\n- name: g\n  preset: groq\n  credentials:\n  - ${GROQ_API_KEY}\n";
         let config = parse_raw(file).unwrap();
@@ -645,16 +636,16 @@ mod tests {
         assert_eq!(channel.responses_api, Some(true));
     }
 
-
     #[test]
-    fn the_kubernetes_example_file_is_valid() {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/components/config-as-code/fleet.yaml"
-        ))
-        .unwrap();
-        let parts = parse_raw(&text).unwrap().into_parts(1, &|_| None).unwrap();
-        assert_eq!(parts.routes.len(), 2);
+    fn a_stored_secret_reference_is_refused_with_its_path() {
+        let e = parse_raw(&FILE.replace("  - ${KEY_A}\n", "  - id: 7\n"))
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].credentials[0].secret");
+        assert!(e.message.starts_with("is required"), "{e}");
+    }
+
     #[test]
     fn the_providers_page_lists_every_preset_and_catalog_entry() {
         let page = std::fs::read_to_string(concat!(
@@ -694,5 +685,14 @@ mod tests {
         assert!(page.contains(&format!("compiled on {}", catalog::CATALOG_DATE)));
     }
 
+    #[test]
+    fn the_kubernetes_example_file_is_valid() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/components/config-as-code/fleet.yaml"
+        ))
+        .unwrap();
+        let parts = parse_raw(&text).unwrap().into_parts(1, &|_| None).unwrap();
+        assert_eq!(parts.routes.len(), 2);
     }
 }
