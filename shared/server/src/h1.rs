@@ -10,10 +10,11 @@
 //! read replayed in front of the socket ([`Rewind`]), so hyper sees the connection exactly as
 //! the client sent it: a head `httparse` rejects or that is too large, an HTTP version other
 //! than 1.1, a method other than the common ones (`HEAD`, `CONNECT`, `TRACE`, extensions), a
-//! request target that is not a path, `transfer-encoding`, `expect`, `upgrade`, more than one
-//! `content-length`, a body over [`MAX_BODY`], or more than [`MAX_HEADERS`] headers. Every rule
-//! those need (chunked bodies, `100 Continue`, HTTP/1.0 keep-alive, the automatic 400/414/431
-//! answers) stays hyper's.
+//! request target that is not a path, `transfer-encoding: chunked`, `expect`, `upgrade`, a body
+//! over [`MAX_BODY`], or more than [`MAX_HEADERS`] headers. Every rule those need (chunked bodies,
+//! `100 Continue`, HTTP/1.0 keep-alive, the automatic 400/414/431 answers) stays hyper's. A head
+//! refused for its framing, host or target (`framing`) is answered here and the connection
+//! closed, whatever its shape.
 //!
 //! What a connection served here does, as hyper's server did:
 //! - the head must arrive within the header deadline (also the keep-alive idle time), or the
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::body::BodyTimeout;
+use crate::framing::{self, BodyFraming, Refusal};
 use crate::registry::Activity;
 use crate::socket::ClientSocket;
 use crate::{announce_close_or_idle_timeout, Routes, Settings};
@@ -70,6 +72,8 @@ pub(crate) enum Head {
     Plain(PlainHead),
     /// Anything else: hyper's.
     Other,
+    /// A head refused for its framing, host or target (`framing`): answered and closed.
+    Refused(Refusal),
 }
 
 /// A request head served here: positions in the buffer it was parsed from.
@@ -94,6 +98,12 @@ pub(crate) fn parse_head(buf: &[u8], max_head: usize) -> Head {
         Ok(httparse::Status::Partial) if buf.len() <= max_head => return Head::Partial,
         _ => return Head::Other,
     };
+    let body_len = match framing::check(&request) {
+        Err(refusal) => return Head::Refused(refusal),
+        Ok(BodyFraming::None) => 0,
+        Ok(BodyFraming::Length(n)) if n <= MAX_BODY as u64 => n as usize,
+        Ok(_) => return Head::Other,
+    };
     if request.version != Some(1) {
         return Head::Other;
     }
@@ -109,16 +119,10 @@ pub(crate) fn parse_head(buf: &[u8], max_head: usize) -> Head {
         start..start + part.len()
     };
     let mut headers = Vec::with_capacity(request.headers.len());
-    let mut body_len = None;
     let mut close = false;
     for header in request.headers.iter() {
         let name = header.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            match (body_len, decimal(header.value)) {
-                (None, Some(n)) if n <= MAX_BODY => body_len = Some(n),
-                _ => return Head::Other,
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        if name.eq_ignore_ascii_case(b"connection") {
             for token in header.value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
@@ -140,7 +144,7 @@ pub(crate) fn parse_head(buf: &[u8], max_head: usize) -> Head {
         method,
         target: at(path.as_bytes()),
         headers,
-        body_len: body_len.unwrap_or(0),
+        body_len,
         close,
     })
 }
@@ -222,6 +226,10 @@ impl<S: Routes> Conn<'_, S> {
                 match parse_head(&buf, self.settings.limits.max_header_bytes) {
                     Head::Plain(head) => break head,
                     Head::Other => return Ended::ToHyper(buf.freeze()),
+                    Head::Refused(refusal) => {
+                        self.refuse(refusal, &mut out).await;
+                        return Ended::Closed;
+                    }
                     Head::Partial => {}
                 }
                 let idle = buf.is_empty();
@@ -262,6 +270,14 @@ impl<S: Routes> Conn<'_, S> {
                 return Ended::Closed;
             }
         }
+    }
+
+    /// Answers a refused head and leaves the connection to close (lingering: a body may still be
+    /// on its way).
+    async fn refuse(&mut self, refusal: Refusal, out: &mut Vec<u8>) {
+        let _busy = self.activity.begin();
+        self.activity.set_unread_body(true);
+        let _ = self.answer(refusal.response(), true, out).await;
     }
 
     /// Reads more of the request into `buf`, until `deadline`. While `idle` (no request begun),
@@ -636,7 +652,23 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 /// building it never panics.
 #[doc(hidden)]
 pub fn fuzz_head(data: &[u8]) {
-    if let Head::Plain(head) = parse_head(data, 32 * 1024) {
+    let head = match parse_head(data, 32 * 1024) {
+        Head::Plain(head) => head,
+        Head::Refused(refusal) => {
+            assert!(matches!(refusal.status.as_u16(), 400 | 413));
+            return;
+        }
+        Head::Partial | Head::Other => return,
+    };
+    {
+        let count = |name: &[u8]| {
+            head.headers
+                .iter()
+                .filter(|(n, _)| data[n.clone()].eq_ignore_ascii_case(name))
+                .count()
+        };
+        assert_eq!(count(b"host"), 1, "a served head has one host");
+        assert!(count(b"content-length") <= 1);
         assert!(head.len <= data.len());
         assert!(head.body_len <= MAX_BODY);
         assert!(head.target.end <= head.len);
@@ -684,10 +716,10 @@ mod tests {
         assert_eq!(request.uri().query(), Some("x=1"));
         assert_eq!(request.headers()["content-length"], "2");
         assert_eq!(request.version(), Version::HTTP_11);
-        let head = plain(b"GET / HTTP/1.1\r\n\r\n");
+        let head = plain(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n");
         assert_eq!((head.body_len, head.close), (0, false));
         for method in [Method::PUT, Method::DELETE, Method::PATCH, Method::OPTIONS] {
-            let text = format!("{method} /x HTTP/1.1\r\n\r\n");
+            let text = format!("{method} /x HTTP/1.1\r\nhost: a\r\n\r\n");
             assert_eq!(plain(text.as_bytes()).method, method);
         }
     }
@@ -699,7 +731,7 @@ mod tests {
             parse_head(b"GET / HTTP/1.1\r\nhost: a\r\n", 100),
             Head::Partial
         ));
-        let long = [b"GET / HTTP/1.1\r\nx: ".as_slice(), &[b'a'; 200]].concat();
+        let long = [b"GET / HTTP/1.1\r\nhost: a\r\nx: ".as_slice(), &[b'a'; 200]].concat();
         assert!(matches!(parse_head(&long, 100), Head::Other));
         let whole = [long.as_slice(), b"\r\n\r\n"].concat();
         assert!(matches!(parse_head(&whole, 100), Head::Other));
@@ -710,22 +742,15 @@ mod tests {
     fn everything_but_the_plain_shape_is_left_to_hyper() {
         for head in [
             &b"GET / HTTP/1.0\r\n\r\n"[..],
-            b"HEAD / HTTP/1.1\r\n\r\n",
-            b"CONNECT a:443 HTTP/1.1\r\n\r\n",
-            b"BREW / HTTP/1.1\r\n\r\n",
-            b"GET http://a/ HTTP/1.1\r\n\r\n",
-            b"OPTIONS * HTTP/1.1\r\n\r\n",
-            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\ncontent-length: 1\r\n\r\n",
-            b"POST / HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 1\r\n\r\n",
-            b"GET / HTTP/1.1\r\nupgrade: websocket\r\n\r\n",
-            b"GET / HTTP/1.1\r\nconnection: Upgrade\r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: +1\r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: 1 1\r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: 1,1\r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: \r\n\r\n",
-            b"POST / HTTP/1.1\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+            b"HEAD / HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"BREW / HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"GET http://a/ HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\nexpect: 100-continue\r\ncontent-length: 1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: a\r\nupgrade: websocket\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: a\r\nconnection: Upgrade\r\n\r\n",
             b"GET / HTTP/1.1\r\nbad header\r\n\r\n",
             b"GET / HTTP/1.1\r\nx: a\r\n b\r\n\r\n",
             b"\x00GET / HTTP/1.1\r\n\r\n",
@@ -733,14 +758,63 @@ mod tests {
             assert!(is_other(head), "{:?}", String::from_utf8_lossy(head));
         }
         let over = format!(
-            "POST / HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: a\r\ncontent-length: {}\r\n\r\n",
             MAX_BODY + 1
         );
         assert!(is_other(over.as_bytes()));
-        let at = format!("POST / HTTP/1.1\r\ncontent-length: {MAX_BODY}\r\n\r\n");
+        let at = format!("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: {MAX_BODY}\r\n\r\n");
         assert_eq!(plain(at.as_bytes()).body_len, MAX_BODY);
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
-        assert!(is_other(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes()));
+        assert!(is_other(
+            format!("GET / HTTP/1.1\r\nhost: a\r\n{many}\r\n").as_bytes()
+        ));
+    }
+
+    #[test]
+    fn an_ambiguous_framing_a_missing_or_second_host_and_userinfo_are_refused() {
+        let refusal = |head: &[u8]| match parse_head(head, 32 * 1024) {
+            Head::Refused(refusal) => refusal.status.as_u16(),
+            other => panic!("{other:?} for {:?}", String::from_utf8_lossy(head)),
+        };
+        for head in [
+            &b"POST / HTTP/1.1\r\nhost: a\r\nTransfer-Encoding: gzip\r\ncontent-length: 1\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\ncontent-length: 1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: identity, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: +1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1 1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1,1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: \r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: a\r\nhost: a\r\n\r\n",
+            b"GET / HTTP/1.0\r\nhost: a\r\nHost: b\r\n\r\n",
+            b"GET http://u:p@a/ HTTP/1.1\r\nhost: a\r\n\r\n",
+            b"CONNECT u@a:443 HTTP/1.1\r\nhost: a\r\n\r\n",
+        ] {
+            assert_eq!(refusal(head), 400, "{:?}", String::from_utf8_lossy(head));
+        }
+        for head in [
+            &b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 18446744073709551615\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1073741825\r\n\r\n",
+        ] {
+            assert_eq!(refusal(head), 413, "{:?}", String::from_utf8_lossy(head));
+        }
+        // At the largest body any setting allows, and with leading zeros: hyper's to read.
+        assert!(is_other(
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1073741824\r\n\r\n"
+        ));
+        assert!(is_other(
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 0000000000000000000070000\r\n\r\n"
+        ));
+        assert_eq!(
+            plain(b"POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 007\r\n\r\n").body_len,
+            7
+        );
     }
 
     #[test]
@@ -894,8 +968,9 @@ mod tests {
 
     #[test]
     fn the_fuzz_entry_accepts_anything() {
-        fuzz_head(b"POST /x HTTP/1.1\r\ncontent-length: 1\r\nx: \xff\r\n\r\n");
-        fuzz_head(b"GET /%zz HTTP/1.1\r\n\r\n");
+        fuzz_head(b"POST /x HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\nx: \xff\r\n\r\n");
+        fuzz_head(b"GET /%zz HTTP/1.1\r\nhost: a\r\n\r\n");
+        fuzz_head(b"GET / HTTP/1.1\r\n\r\n");
         fuzz_head(&[0xff; 100]);
     }
 }

@@ -15,6 +15,9 @@
 //!   attacker's idle sockets can never lock a real client out; only when every connection is busy
 //!   is the newcomer refused with a JSON 503 and closed.
 //! - **Header size**: request heads over `max_header_bytes` get a JSON 431.
+//! - **Framing**: a head whose body framing could be read two ways, without a `host` or with two,
+//!   or with userinfo in its target gets a JSON 400 and the close; a declared length over
+//!   [`MAX_DECLARED_BODY`] a 413 (`framing`, on every request of a connection, hyper's too).
 //! - **Descriptors**: [`raise_fd_limit`] lifts the soft open-file limit to the hard one at start
 //!   (as nginx does), and the default cap leaves room for one upstream socket per connection.
 //!
@@ -30,11 +33,13 @@
 //! also used on its own by the control plane's gRPC accept path.
 
 mod body;
+mod framing;
 mod h1;
 mod registry;
 mod socket;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +56,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 pub use body::BodyTimeout;
+pub use framing::MAX_DECLARED_BODY;
 #[doc(hidden)]
 pub use h1::fuzz_head;
 pub use registry::{
@@ -317,12 +323,23 @@ async fn connection<S: Routes>(
     };
     let service_settings = Arc::clone(&settings);
     let service_activity = Arc::clone(&activity);
+    // A head the inspection refused reaches the service as a stand-in request, at its place.
+    let refused = Arc::new(framing::Refused::default());
+    let service_refused = Arc::clone(&refused);
+    let requests = Arc::new(AtomicU64::new(0));
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let router = router.clone();
         let activity = Arc::clone(&service_activity);
         let settings = Arc::clone(&service_settings);
+        let refusal = service_refused.at(requests.fetch_add(1, Ordering::Relaxed));
         async move {
             let guard = activity.begin();
+            if let Some(refusal) = refusal {
+                // The refused request's body may still be on its way: the close lingers.
+                activity.set_unread_body(true);
+                let response = refusal.response();
+                return Ok(response.map(|b| Body::new(TrackedBody::new(b, guard))));
+            }
             let limits = &settings.limits;
             // A request with a body marks its connection until the body has been read to its
             // end (the 431 below never reads it).
@@ -352,7 +369,9 @@ async fn connection<S: Routes>(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(h1::Rewind::new(read_ahead, socket)), service);
+    let head_limit = (limits.max_header_bytes * 2).max(16 * 1024);
+    let io = framing::Inspect::new(h1::Rewind::new(read_ahead, socket), head_limit, refused);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut draining = false;
     loop {
