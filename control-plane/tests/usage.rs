@@ -793,3 +793,79 @@ async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: Pg
     assert_eq!(reply.body["groups"][0]["requests"], 50);
     shutdown.cancel();
 }
+
+/// A batch the control plane refuses for one record (here a trigger stands for any reason the
+/// database may have) is resent by the proxy in parts: the one record is dropped alone, every
+/// other record of the batch is counted.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_refused_batch_is_resent_in_parts_so_only_its_bad_record_is_lost(pool: PgPool) {
+    use switchyard_proto::{report_usage, UsageBuffer, UsageConfig, UsageCounts, UsageKey};
+    sqlx::query(
+        "CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           RAISE EXCEPTION 'refused' USING ERRCODE = '22003'; END $$",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON usage_minutes FOR EACH ROW \
+         WHEN (NEW.token = 'bad') EXECUTE FUNCTION refuse_bad()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let app = test_app(pool.clone());
+    let (endpoint, shutdown) = grpc_edge(&pool, Some("fleet-token")).await;
+    let config = UsageConfig {
+        flush_interval: Duration::from_millis(50),
+        ..UsageConfig::default()
+    };
+    let buffer = Arc::new(UsageBuffer::new(&config));
+    for token in ["a", "b", "bad", "c", "d", "e", "f"] {
+        let key = UsageKey {
+            token: token.to_owned(),
+            team: None,
+            route: "gpt-*".to_owned(),
+            channel: "openai".to_owned(),
+            model: "gpt-4o".to_owned(),
+        };
+        let counts = UsageCounts {
+            requests: 2,
+            input_tokens: 10,
+            unpriced_requests: 2,
+            ..UsageCounts::default()
+        };
+        buffer.add_at(T0, key, counts);
+    }
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(report_usage(
+        Arc::clone(&buffer),
+        endpoint,
+        auth(Some("fleet-token")),
+        config,
+        stop.clone(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while buffer.dropped_requests() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bad record was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        buffer.dropped_requests(),
+        2,
+        "only the bad record's requests"
+    );
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(
+        totals(&reply.body["total"]),
+        (12, 60, 0, 0),
+        "{}",
+        reply.text
+    );
+    shutdown.cancel();
+}

@@ -7,7 +7,9 @@
 //! of keys is pending) it takes a batch out of the buffer and sends it. A batch that fails keeps
 //! its id and is resent as it is until the control plane acknowledges it, so a retry of a batch
 //! that was applied but whose answer was lost is recognised (`duplicate`) and never counted
-//! twice. Meanwhile requests keep aggregating in the buffer.
+//! twice. A batch the control plane refuses as invalid is resent in two parts under ids of their
+//! own, and so on, so one record it cannot take is dropped alone rather than with its batch.
+//! Meanwhile requests keep aggregating in the buffer.
 //!
 //! Memory is bounded: at most `max_keys` distinct keys wait in the buffer (requests with a new key
 //! beyond that are dropped and counted, and the count travels in the next batch), plus the one
@@ -417,8 +419,12 @@ impl UsageClient {
 enum Sent {
     /// Acknowledged (applied, or already applied before): the batch is done.
     Done,
-    /// The control plane refused the batch as invalid: retrying cannot help, it is dropped.
+    /// The control plane refused the batch as invalid and it has nothing left to split:
+    /// retrying cannot help, it is dropped.
     Refused,
+    /// The control plane refused the batch as invalid: its two parts are sent instead, so what
+    /// it can take is not lost with what it cannot.
+    Split(Box<[v1::UsageBatch; 2]>),
     /// Not acknowledged: the same batch is to be sent again.
     Retry,
 }
@@ -444,6 +450,10 @@ async fn send(
         }
         Err(status) if status.code() == tonic::Code::InvalidArgument => {
             buffer.batches_rejected.fetch_add(1, Ordering::Relaxed);
+            if let Some(parts) = split(batch) {
+                tracing::warn!(batch_id = %batch.batch_id, error = %status.message(), "the control plane refused a usage batch; resending it in two parts");
+                return Sent::Split(Box::new(parts));
+            }
             let requests = batch
                 .records
                 .iter()
@@ -469,6 +479,45 @@ async fn send(
     }
 }
 
+/// A refused batch in two parts with ids of their own (the refused id was not applied): its
+/// records apart from its shadow comparisons, else each list in halves. `None` for a batch of a
+/// single record: nothing is left to split.
+fn split(batch: &v1::UsageBatch) -> Option<[v1::UsageBatch; 2]> {
+    let part = |n: u8, records: &[v1::UsageRecord], shadows: &[v1::ShadowRecord], dropped| {
+        v1::UsageBatch {
+            batch_id: format!("{}.{n}", batch.batch_id),
+            client_id: batch.client_id.clone(),
+            records: records.to_vec(),
+            dropped_requests: dropped,
+            shadows: shadows.to_vec(),
+        }
+    };
+    let (records, shadows) = (batch.records.as_slice(), batch.shadows.as_slice());
+    let dropped = batch.dropped_requests;
+    if !records.is_empty() && !shadows.is_empty() {
+        return Some([part(1, records, &[], dropped), part(2, &[], shadows, 0)]);
+    }
+    if records.len() > 1 {
+        let (a, b) = records.split_at(records.len() / 2);
+        return Some([part(1, a, &[], dropped), part(2, b, &[], 0)]);
+    }
+    if shadows.len() > 1 {
+        let (a, b) = shadows.split_at(shadows.len() / 2);
+        return Some([part(1, &[], a, dropped), part(2, &[], b, 0)]);
+    }
+    None
+}
+
+/// The batch sent last (`in_flight`'s last) is done with: taken off, and its parts put in its
+/// place if it was split (the first to be sent next).
+fn settle(in_flight: &mut Vec<v1::UsageBatch>, sent: Sent) {
+    in_flight.pop();
+    if let Sent::Split(parts) = sent {
+        let [first, second] = *parts;
+        in_flight.extend([second, first]);
+    }
+}
+
 /// Reports `buffer`'s usage to the control plane at `endpoint` until `shutdown`, then flushes
 /// what is left (bounded by `config.final_flush`). Returns an error only for an endpoint that
 /// cannot be parsed.
@@ -480,7 +529,8 @@ pub async fn report_usage(
     shutdown: CancellationToken,
 ) -> Result<(), WatchError> {
     let mut client = UsageClient::new(&endpoint, &auth)?;
-    let mut in_flight: Option<v1::UsageBatch> = None;
+    // The batch being sent, last; before it, the other parts of a refused batch split up.
+    let mut in_flight: Vec<v1::UsageBatch> = Vec::new();
     let mut backoff = INITIAL_BACKOFF;
     let mut failing = false;
     let mut attempt: u64 = 0;
@@ -498,10 +548,10 @@ pub async fn report_usage(
             _ = buffer.full.notified(), if !failing => {}
         }
         loop {
-            if in_flight.is_none() {
-                in_flight = buffer.take_batch();
+            if in_flight.is_empty() {
+                in_flight.extend(buffer.take_batch());
             }
-            let Some(batch) = &in_flight else {
+            let Some(batch) = in_flight.last() else {
                 break;
             };
             let sent = tokio::select! {
@@ -510,8 +560,8 @@ pub async fn report_usage(
                 sent = send(&mut client, &buffer, batch, &mut last_warning) => sent,
             };
             match sent {
-                Sent::Done | Sent::Refused => {
-                    in_flight = None;
+                Sent::Done | Sent::Refused | Sent::Split(_) => {
+                    settle(&mut in_flight, sent);
                     if failing {
                         tracing::info!("usage reports reach the control plane again");
                     }
@@ -541,28 +591,28 @@ pub async fn report_usage(
 async fn final_flush(
     client: &mut UsageClient,
     buffer: &UsageBuffer,
-    mut in_flight: Option<v1::UsageBatch>,
+    mut in_flight: Vec<v1::UsageBatch>,
     budget: Duration,
 ) {
     let deadline = tokio::time::Instant::now() + budget;
     let mut last_warning = None;
     loop {
-        if in_flight.is_none() {
-            in_flight = buffer.take_batch();
+        if in_flight.is_empty() {
+            in_flight.extend(buffer.take_batch());
         }
-        let Some(batch) = &in_flight else {
+        let Some(batch) = in_flight.last() else {
             return;
         };
         let sent =
             tokio::time::timeout_at(deadline, send(client, buffer, batch, &mut last_warning)).await;
         match sent {
-            Ok(Sent::Done | Sent::Refused) => in_flight = None,
             Ok(Sent::Retry) | Err(_) => break,
+            Ok(sent) => settle(&mut in_flight, sent),
         }
     }
     let mut lost_requests: u64 = 0;
     let mut lost_keys: usize = 0;
-    while let Some(batch) = in_flight.take().or_else(|| buffer.take_batch()) {
+    while let Some(batch) = in_flight.pop().or_else(|| buffer.take_batch()) {
         lost_keys += batch.records.len();
         lost_requests = batch
             .records
@@ -744,5 +794,44 @@ mod tests {
             page.contains("switchyard_usage_batches_total{outcome=\"failed\"} 0\n"),
             "{page}"
         );
+    }
+
+    #[test]
+    fn a_refused_batch_splits_until_one_record_is_left() {
+        let record = |token: &str| v1::UsageRecord {
+            token: token.to_owned(),
+            requests: 1,
+            ..v1::UsageRecord::default()
+        };
+        let batch = v1::UsageBatch {
+            batch_id: "p-7".to_owned(),
+            client_id: "c".to_owned(),
+            records: vec![record("a"), record("b"), record("c")],
+            dropped_requests: 4,
+            shadows: vec![v1::ShadowRecord::default(); 2],
+        };
+        let [records, shadows] = split(&batch).unwrap();
+        assert_eq!(
+            (records.batch_id.as_str(), records.records.len()),
+            ("p-7.1", 3)
+        );
+        assert!(records.shadows.is_empty());
+        assert_eq!(records.dropped_requests, 4, "the drop count travels once");
+        assert_eq!(
+            (shadows.batch_id.as_str(), shadows.shadows.len()),
+            ("p-7.2", 2)
+        );
+        assert!(shadows.records.is_empty());
+        assert_eq!(shadows.dropped_requests, 0);
+        let [a, b] = split(&records).unwrap();
+        assert_eq!((a.records.len(), b.records.len()), (1, 2));
+        assert_eq!(
+            (a.batch_id.as_str(), b.batch_id.as_str()),
+            ("p-7.1.1", "p-7.1.2")
+        );
+        assert!(split(&a).is_none(), "one record: nothing left to split");
+        let [x, y] = split(&shadows).unwrap();
+        assert_eq!((x.shadows.len(), y.shadows.len()), (1, 1));
+        assert!(split(&x).is_none());
     }
 }
