@@ -92,14 +92,14 @@ pub fn run(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
+/// The file's text, never reading more than the longest file allowed.
 fn read(file: &Path) -> Result<String, String> {
-    if file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| format!("cannot read standard input: {e}"))?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
+    let text = if file.as_os_str() == "-" {
+        switchyard_config::read_bounded(std::io::stdin(), "standard input")
+    } else {
+        switchyard_config::read_file(file)
+    };
+    text.map_err(|e| e.to_string())
 }
 
 /// An error as one line: the field path and the problem for a bad file.

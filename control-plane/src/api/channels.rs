@@ -19,7 +19,8 @@ use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use switchyard_engine::catalog::{self, Preset};
 use switchyard_engine::validate::{
-    check_header_name, check_header_value, check_no_nul, check_single_line, redact_url_userinfo,
+    check_header_name, check_header_value, check_retry_error_pattern, check_retry_error_patterns,
+    check_single_line, redact_url_userinfo,
 };
 use switchyard_engine::{ChannelStatus, Provider};
 
@@ -318,6 +319,12 @@ impl ChannelSpec {
             ));
         }
         self.capabilities.validate("capabilities")?;
+        check_retry_error_patterns(&self.retry_error_patterns).map_err(|message| {
+            ApiError::validation(
+                "retry_error_patterns",
+                format!("retry_error_patterns {message}"),
+            )
+        })?;
         for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
             if pattern.is_empty() {
                 return Err(ApiError::validation(
@@ -325,7 +332,11 @@ impl ChannelSpec {
                     "retry_error_patterns entries must not be empty",
                 ));
             }
-            text(&format!("retry_error_patterns[{i}]"), pattern, check_no_nul)?;
+            text(
+                &format!("retry_error_patterns[{i}]"),
+                pattern,
+                check_retry_error_pattern,
+            )?;
         }
         for (name, value) in &self.headers {
             check_header_name(name).map_err(|message| {

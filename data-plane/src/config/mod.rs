@@ -8,7 +8,8 @@ use switchyard_engine::SnapshotParts;
 
 pub use switchyard_config::{
     err, parse_raw, token_hash, Amount, ConfigError, RawChannel, RawConfig, RawCredential,
-    RawLimit, RawMember, RawPrice, RawRoute, RawTeam, RawToken,
+    RawLimit, RawMember, RawPrice, RawRoute, RawTeam, RawToken, MAX_EXPANDED_BYTES, MAX_FILE_BYTES,
+    VALUE_OVERHEAD,
 };
 
 /// Reads, parses and validates a YAML file; `revision` becomes the snapshot's revision.
@@ -21,8 +22,8 @@ pub fn load_standalone(
     path: &Path,
     revision: u64,
 ) -> Result<(SnapshotParts, Option<std::net::SocketAddr>), ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+    // Never more than the longest file the schema allows is read.
+    let text = switchyard_config::read_file(path)?;
     let raw = parse_raw(&text)?;
     let listen = raw.listen;
     Ok((
@@ -527,5 +528,36 @@ mod tests {
         assert!(listen.ip().is_loopback(), "{listen}");
         assert!(raw.channels.iter().all(|c| c.provider == "mock"));
         parse(&text).unwrap();
+    }
+
+    /// The standalone file has the fleet's bounds: an alias bomb, a file too long (not read
+    /// whole) and a nesting too deep are refused with what is too large.
+    #[test]
+    fn the_standalone_file_is_bounded_like_the_fleets() {
+        let dir = std::env::temp_dir().join(format!("switchyard-bounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = "channels:\n- name: a\n  provider: mock\n  retry_error_patterns: ";
+        let bomb = format!(
+            "{base}[&s \"{}\"{}]\n",
+            "x".repeat(60 * 1024),
+            ", *s".repeat(3_400)
+        );
+        let long = format!("{base}[\"{}\"]\n", "x".repeat(2 * 1024 * 1024));
+        let deep = format!(
+            "channels:\n- name: a\n  provider: mock\n  capabilities: {}1{}\n",
+            "{a: ".repeat(10_000),
+            "}".repeat(10_000)
+        );
+        for (name, text, expected) in [
+            ("bomb.yaml", bomb, "once its aliases are expanded"),
+            ("long.yaml", long, "longer than 1 MiB"),
+            ("deep.yaml", deep, "deeper than 32 levels"),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            let e = load_file(&path, 1).unwrap_err();
+            assert!(e.message.contains(expected), "{name}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

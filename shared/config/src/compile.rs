@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use switchyard_engine::catalog;
 use switchyard_engine::model::validate_group;
 use switchyard_engine::validate::{
-    check_header_name, check_header_value, check_no_nul, check_secret, check_single_line,
-    check_upstream_model, redact_url_userinfo, truncate_for_display,
+    check_header_name, check_header_value, check_retry_error_pattern, check_retry_error_patterns,
+    check_secret, check_single_line, check_upstream_model, redact_url_userinfo,
+    truncate_for_display,
 };
 use switchyard_engine::{
     validate_pattern, Channel, ChannelStatus, Credential, Member, Provider, Route, RoutingMode,
@@ -606,11 +607,13 @@ impl RawChannel {
             }
             headers.push((name, value));
         }
+        check_retry_error_patterns(&self.retry_error_patterns)
+            .map_err(|m| err(format!("{at}.retry_error_patterns"), m))?;
         for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
             text(
                 &format!("{at}.retry_error_patterns[{i}]"),
                 pattern,
-                check_no_nul,
+                check_retry_error_pattern,
             )?;
         }
         for (i, code) in self.retry_status_codes.iter().enumerate() {

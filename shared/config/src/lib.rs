@@ -15,7 +15,13 @@ use switchyard_engine::catalog::{self, Preset};
 use switchyard_engine::{Capabilities, PlanEntry, Settings};
 use switchyard_upstream::MockOptions;
 
+mod bounds;
 mod compile;
+
+pub use bounds::{
+    read_bounded, read_file, MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_FILE_BYTES, MAX_ITEMS,
+    MAX_VALUE_BYTES, VALUE_OVERHEAD,
+};
 
 /// A configuration problem: the field path and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -459,8 +465,11 @@ fn is_hard(value: &str) -> bool {
     value == "hard"
 }
 
-/// Parses a file's text into its raw shape; a problem names its field path.
+/// Parses a file's text into its raw shape; a problem names its field path. A file past one of
+/// the bounds (its length, its size once aliases are expanded, its nesting, a value's length, a
+/// list's items: `bounds.rs`) is refused before anything is built from it.
 pub fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
+    bounds::check(text)?;
     let de = yaml_serde::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

@@ -22,6 +22,35 @@ pub fn check_no_nul(value: &str) -> Result<(), String> {
     }
 }
 
+/// Longest retry error pattern accepted (bytes).
+pub const MAX_RETRY_PATTERN_BYTES: usize = 1024;
+/// Most retry error patterns one channel may have.
+pub const MAX_RETRY_PATTERNS: usize = 64;
+
+/// A channel's retry error patterns: at most [`MAX_RETRY_PATTERNS`]. Each is looked for in the
+/// body of every failed answer, on every proxy, so each is short as well
+/// ([`check_retry_error_pattern`]).
+pub fn check_retry_error_patterns(patterns: &[String]) -> Result<(), String> {
+    if patterns.len() > MAX_RETRY_PATTERNS {
+        return Err(format!(
+            "has {} entries; at most {MAX_RETRY_PATTERNS} are allowed",
+            patterns.len()
+        ));
+    }
+    Ok(())
+}
+
+/// One retry error pattern: at most [`MAX_RETRY_PATTERN_BYTES`] bytes, no NUL.
+pub fn check_retry_error_pattern(value: &str) -> Result<(), String> {
+    if value.len() > MAX_RETRY_PATTERN_BYTES {
+        return Err(format!(
+            "is {} bytes long; at most {MAX_RETRY_PATTERN_BYTES} are allowed",
+            value.len()
+        ));
+    }
+    check_no_nul(value)
+}
+
 /// A single-line field: rejects every ASCII control character (U+0000..U+001F, U+007F), tab,
 /// CR and LF included.
 pub fn check_single_line(value: &str) -> Result<(), String> {

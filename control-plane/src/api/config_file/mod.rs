@@ -16,6 +16,7 @@
 //! for credential N) or an inline value (stored; never shown by a plan or an export).
 
 mod canonical;
+mod size;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -39,6 +40,7 @@ use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
 use canonical::{canonical, index, mask_header, redact, Extras};
+use size::{check_snapshot_size, MAX_SNAPSHOT_BYTES};
 use write::Index;
 
 /// How `${ENV}` references of the file (a token's plaintext) are resolved: the environment of
@@ -709,6 +711,7 @@ pub async fn plan(
         .await
         .map_err(ApiError::Internal)?;
     tx.rollback().await?;
+    check_snapshot_size(&after, MAX_SNAPSHOT_BYTES)?;
     Ok(PlanResponse {
         base_revision: before.revision,
         changes: prepared.changes,
@@ -765,10 +768,11 @@ pub async fn apply(pool: &PgPool, actor: &str, text: &str, env: &Env) -> ApiResu
         &prepared.after,
     )
     .await?;
-    // What was written compiles, or nothing is kept.
-    crate::compile::compile_in(&mut tx)
+    // What was written compiles, within the size every proxy is sent, or nothing is kept.
+    let compiled = crate::compile::compile_in(&mut tx)
         .await
         .map_err(ApiError::Internal)?;
+    check_snapshot_size(&compiled, MAX_SNAPSHOT_BYTES)?;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for change in &prepared.changes {
         *counts.entry(change.action.as_str()).or_default() += 1;
