@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -76,22 +77,38 @@ fn int(attributes: &[KeyValue], key: &str) -> i64 {
     }
 }
 
-/// The binary on `config`, exporting to the collector at `collector_addr`; its URL once listening.
-/// The binary's stdout lines after its listen line, as they arrive.
+/// The binary's stdout lines (its startup lines, then the rest as they arrive).
 type Lines = Arc<Mutex<Vec<String>>>;
 
+/// The binary on `config`, exporting to the collector at `collector_addr`: its URL once
+/// listening, and its stdout lines.
 fn spawn_exporting(
     path: &std::path::Path,
     collector_addr: std::net::SocketAddr,
 ) -> (Running, String, Lines) {
-    let mut child = Command::new(BIN)
+    spawn_with_protocol(path, collector_addr, None)
+}
+
+/// [`spawn_exporting`] with `OTEL_EXPORTER_OTLP_PROTOCOL` set to `protocol`.
+fn spawn_with_protocol(
+    path: &std::path::Path,
+    collector_addr: std::net::SocketAddr,
+    protocol: Option<&str>,
+) -> (Running, String, Lines) {
+    let mut command = Command::new(BIN);
+    if let Some(protocol) = protocol {
+        command.env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+    } else {
+        command.env_remove("OTEL_EXPORTER_OTLP_PROTOCOL");
+    }
+    let mut child = command
         .arg("--config")
         .arg(path)
         .env_remove("SWITCHYARD_CONTROL_PLANE")
         .env_remove("REDIS_URL")
         .env_remove("OTEL_SERVICE_NAME")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         .env_remove("OTEL_SDK_DISABLED")
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -115,6 +132,7 @@ fn spawn_exporting(
         }
     });
     let mut url = None;
+    let mut before = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while url.is_none() && Instant::now() < deadline {
         let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) else {
@@ -126,9 +144,10 @@ fn spawn_exporting(
         if log["message"] == "listening" {
             url = Some(format!("http://{}", log["addr"].as_str().unwrap()));
         }
+        before.push(line);
     }
     let url = url.expect("the binary never logged its listen address");
-    let lines = Lines::default();
+    let lines = Lines::new(Mutex::new(before));
     let kept = Arc::clone(&lines);
     std::thread::spawn(move || {
         while let Ok(line) = rx.recv() {
@@ -417,4 +436,124 @@ async fn the_clients_trace_continues_and_reaches_the_upstream() {
         string(&attempt.attributes, "gen_ai.request.model"),
         "claude-x"
     );
+}
+
+/// What an OTLP/HTTP receiver got: each export's path, content type and decoded request.
+type HttpExports = Arc<Mutex<Vec<(String, String, ExportTraceServiceRequest)>>>;
+
+/// An OTLP/HTTP receiver (protobuf bodies, as Langfuse and collectors on port 4318 take them).
+async fn http_receiver() -> (std::net::SocketAddr, HttpExports) {
+    let exports = HttpExports::default();
+    let kept = Arc::clone(&exports);
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let path = request.uri().path().to_owned();
+            let content_type = request
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = axum::body::to_bytes(request.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            let export = <ExportTraceServiceRequest as prost::Message>::decode(body).unwrap();
+            kept.lock().unwrap().push((path, content_type, export));
+            let answer = ExportTraceServiceResponse {
+                partial_success: None,
+            };
+            (
+                [("content-type", "application/x-protobuf")],
+                prost::Message::encode_to_vec(&answer),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(axum::serve(listener, app).into_future());
+    (addr, exports)
+}
+
+fn simple_config(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-dp-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "channels:\n  - name: up\n    provider: mock\n    credentials: [\"{UPSTREAM_SECRET}\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: up }}\ntokens:\n  - name: t\n    token: {TOKEN}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`: spans are posted to `/v1/traces` under the
+/// endpoint as protobuf, and carry what the gRPC export carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_http_protobuf() {
+    let (addr, exports) = http_receiver().await;
+    let path = simple_config("otel-http");
+    let (mut running, url, _lines) = spawn_with_protocol(&path, addr, Some("http/protobuf"));
+    let reply = send(
+        Method::POST,
+        &format!("{url}/v1/chat/completions"),
+        Some(TOKEN),
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.into(),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let request_id = reply.header("x-switchyard-request-id").to_owned();
+    stop(&mut running).await;
+
+    let exports = exports.lock().unwrap().clone();
+    assert!(
+        !exports.is_empty(),
+        "no span reached the OTLP/HTTP receiver"
+    );
+    for (path, content_type, _) in &exports {
+        assert_eq!(path, "/v1/traces");
+        assert_eq!(content_type, "application/x-protobuf");
+    }
+    let resource = exports[0].2.resource_spans[0].resource.as_ref().unwrap();
+    assert_eq!(
+        string(&resource.attributes, "service.name"),
+        "switchyard-data-plane"
+    );
+    let spans: Vec<Span> = exports
+        .iter()
+        .flat_map(|(_, _, e)| &e.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| s.spans.clone())
+        .collect();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "chat m" && s.kind == 2)
+        .unwrap_or_else(|| panic!("no request span in {spans:#?}"));
+    assert_eq!(string(&request.attributes, "request_id"), request_id);
+    assert!(spans.iter().any(|s| s.parent_span_id == request.span_id));
+}
+
+/// A protocol this build cannot export with is refused at startup, at error level, naming the
+/// variable and the values supported — never ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_otlp_protocol_is_refused_loudly() {
+    let (addr, exports) = http_receiver().await;
+    let path = simple_config("otel-json");
+    let (mut running, _url, lines) = spawn_with_protocol(&path, addr, Some("http/json"));
+    stop(&mut running).await;
+    let lines = lines.lock().unwrap().clone();
+    let refusal = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == "trace export disabled")
+        .unwrap_or_else(|| panic!("no refusal logged: {lines:#?}"));
+    assert_eq!(refusal["level"], "ERROR", "{refusal}");
+    assert_eq!(
+        refusal["error"],
+        "OTEL_EXPORTER_OTLP_PROTOCOL=\"http/json\" is not supported: set grpc (the default) or http/protobuf"
+    );
+    assert!(exports.lock().unwrap().is_empty());
 }

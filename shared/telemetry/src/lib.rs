@@ -2,9 +2,10 @@
 //!
 //! The JSON log lines on stdout are always on. When `OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, a `tracing-opentelemetry` layer also exports spans
-//! over OTLP/gRPC; the exporter reads the SDK's standard variables itself
-//! (`OTEL_EXPORTER_OTLP_TIMEOUT`, `_HEADERS`, `_COMPRESSION`, `OTEL_BSP_*`, …; the transport is
-//! always gRPC) and `OTEL_SERVICE_NAME` names the service. Unset, nothing is built: no exporter, no
+//! over OTLP, gRPC or HTTP/protobuf as `OTEL_EXPORTER_OTLP_PROTOCOL` says ([`otlp`]; any other
+//! value is refused, loudly); the exporter reads the SDK's standard variables itself
+//! (`OTEL_EXPORTER_OTLP_TIMEOUT`, `_HEADERS`, `_COMPRESSION`, `OTEL_BSP_*`, …) and
+//! `OTEL_SERVICE_NAME` names the service. Unset, nothing is built: no exporter, no
 //! background thread, and callers skip creating their spans entirely ([`enabled`] is false).
 //!
 //! Both binaries call [`init`] with their own service name; this crate owns the subscriber's
@@ -17,6 +18,7 @@
 pub mod batch;
 pub mod context;
 pub mod json;
+pub mod otlp;
 pub mod record;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,13 +96,10 @@ fn env_filter() -> EnvFilter {
     }
 }
 
-/// Builds the OTLP/gRPC tracer provider. Must run inside a tokio runtime (the gRPC channel's
-/// worker is spawned on it); the export itself runs on the SDK's batch thread.
+/// Builds the OTLP tracer provider ([`otlp::exporter`]). Must run inside a tokio runtime (the
+/// gRPC channel's worker and the HTTP requests run on it); batches are made on the SDK's thread.
 pub fn provider(default_service_name: &str) -> Result<SdkTracerProvider, String> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()
-        .map_err(|e| format!("OTLP trace exporter: {e}"))?;
+    let exporter = otlp::exporter()?;
     let service_name = std::env::var("OTEL_SERVICE_NAME")
         .ok()
         .filter(|v| !v.trim().is_empty())
@@ -170,7 +169,8 @@ pub fn init(options: Options) -> Telemetry {
         }
         Err(e) => {
             tracing_subscriber::registry().with(fmt).init();
-            tracing::warn!(error = %e, "trace export disabled");
+            // Asked for and not possible: said at error level, once, at startup.
+            tracing::error!(error = %e, "trace export disabled");
             Telemetry {
                 provider: None,
                 _log_writer: log_writer,
