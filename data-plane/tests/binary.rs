@@ -699,3 +699,83 @@ fn an_upstream_ca_file_without_a_certificate_stops_the_start() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_credential_guards_metrics_which_then_names_tokens() {
+    let path = temp_file("metrics-credential", &config(""));
+    let mut command = Command::new(BIN);
+    command
+        .arg("--config")
+        .arg(&path)
+        .env_remove("SWITCHYARD_CONTROL_PLANE")
+        .env("SWITCHYARD_METRICS_TOKEN", "scrape-secret");
+    let running = spawn_command(command);
+    let chat = format!("{}/v1/chat/completions", running.url);
+    let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let metrics = format!("{}/metrics", running.url);
+    for credential in [None, Some(TOKEN)] {
+        let refused = send(Method::GET, &metrics, credential, Vec::new(), &[]).await;
+        assert_eq!(refused.status, 401, "{}", refused.body);
+        assert!(!refused.body.contains("switchyard_"), "{}", refused.body);
+    }
+    let page = send(
+        Method::GET,
+        &metrics,
+        Some("scrape-secret"),
+        Vec::new(),
+        &[],
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(r#"token="t",kind="input""#),
+        "{}",
+        page.body
+    );
+}
+
+/// Sends `request` on a fresh connection; what is answered until the close (5 s at most).
+async fn raw_exchange(url: &str, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out))
+        .await
+        .expect("no answer and close within 5 s")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_refuses_smuggling_framing_and_impossible_chunks_at_once() {
+    let path = temp_file("framing", &config(""));
+    let running = spawn(&path);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\n"
+    );
+    for framing in [
+        "content-length: 5\r\ntransfer-encoding: chunked\r\n",
+        "transfer-encoding: chunked\r\ncontent-length: 5\r\n",
+    ] {
+        let answer = raw_exchange(&running.url, format!("{head}{framing}\r\n0\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+        assert!(answer.contains("\"code\":\"bad_request\""), "{answer}");
+    }
+    let answer = raw_exchange(
+        &running.url,
+        format!("{head}content-length: 18446744073709551615\r\n\r\n{{}}"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    // Not at the body deadline (60 s): at the size line.
+    let answer = raw_exchange(
+        &running.url,
+        format!("{head}transfer-encoding: chunked\r\n\r\nffffffffffffffff\r\n{{}}"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains("body_read_error"), "{answer}");
+}
