@@ -41,6 +41,10 @@ enum Command {
         /// Print the plan as JSON (the `/api/v1/config/plan` answer).
         #[arg(long)]
         json: bool,
+        /// Exit 0 when the plan shows no changes, 2 when it shows changes and 1 on an error
+        /// (without it, a plan that succeeds exits 0 whatever it shows): for CI to gate on drift.
+        #[arg(long)]
+        detailed_exitcode: bool,
     },
     /// Apply FILE in one transaction as one revision (nothing when it changes nothing).
     Apply {
@@ -56,8 +60,26 @@ enum Command {
     },
 }
 
+/// What a successful subcommand found: whether a plan showed changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    NoChanges,
+    Changes,
+}
+
+/// With `plan --detailed-exitcode`, exit code 2 means "changes": an error of any kind (usage
+/// included) is then 1, never 2.
+const CHANGES: u8 = 2;
+
 /// Runs `switchyard-control-plane config ...`; `args` starts with `config`.
 pub fn run(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let detailed = args.iter().any(|a| a == "--detailed-exitcode");
+    let usage_error = if detailed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::from(2)
+    };
     let cli = match ConfigCli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(error) if !error.use_stderr() => {
@@ -66,12 +88,12 @@ pub fn run(args: Vec<std::ffi::OsString>) -> ExitCode {
         }
         Err(error) => {
             let _ = error.print();
-            return ExitCode::from(2);
+            return usage_error;
         }
     };
     let Some(url) = cli.database_url.clone() else {
         eprintln!("switchyard-control-plane config: DATABASE_URL (or --database-url) is required");
-        return ExitCode::from(2);
+        return usage_error;
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -84,7 +106,8 @@ pub fn run(args: Vec<std::ffi::OsString>) -> ExitCode {
         }
     };
     match runtime.block_on(execute(&url, cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Outcome::Changes) if detailed => ExitCode::from(CHANGES),
+        Ok(_) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("switchyard-control-plane config: {message}");
             ExitCode::FAILURE
@@ -110,7 +133,7 @@ fn message(error: ApiError) -> String {
     }
 }
 
-async fn execute(url: &str, command: Command) -> Result<(), String> {
+async fn execute(url: &str, command: Command) -> Result<Outcome, String> {
     let options: sqlx::postgres::PgConnectOptions = url
         .parse()
         .map_err(|_| "DATABASE_URL is not a postgres:// URL".to_owned())?;
@@ -119,13 +142,19 @@ async fn execute(url: &str, command: Command) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot migrate the database: {e}"))?;
     let env = |name: &str| std::env::var(name).ok();
+    let mut outcome = Outcome::Done;
     let out = match command {
         Command::Export => config_file::export_yaml(&pool).await.map_err(message)?,
-        Command::Plan { file, json } => {
+        Command::Plan { file, json, .. } => {
             let text = read(&file)?;
             let plan = config_file::plan(&pool, None, &text, &env)
                 .await
                 .map_err(message)?;
+            outcome = if plan.changes.is_empty() {
+                Outcome::NoChanges
+            } else {
+                Outcome::Changes
+            };
             if json {
                 to_json(&plan)?
             } else {
@@ -153,7 +182,8 @@ async fn execute(url: &str, command: Command) -> Result<(), String> {
     let mut stdout = std::io::stdout().lock();
     std::io::Write::write_all(&mut stdout, out.as_bytes())
         .and_then(|()| std::io::Write::flush(&mut stdout))
-        .map_err(|e| format!("cannot write to standard output: {e}"))
+        .map_err(|e| format!("cannot write to standard output: {e}"))?;
+    Ok(outcome)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {

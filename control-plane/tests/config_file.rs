@@ -721,3 +721,259 @@ async fn a_shadow_rule_naming_a_member_the_file_gives_no_id_is_refused(pool: PgP
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("unknown member id 987654"), "{message}");
 }
+
+/// `plan --detailed-exitcode` tells CI whether the file drifts from the tables: 0 no changes,
+/// 2 changes, 1 an error. Without it a plan exits 0 whatever it shows.
+#[sqlx::test(migrations = "../migrations")]
+async fn plan_with_detailed_exitcode_exits_2_when_it_shows_changes(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let (_, b) = build_fleet(&app).await;
+    let opts = pool.connect_options();
+    let url = database_url(&opts, &postgres_addr(&opts));
+    let dir = std::env::temp_dir().join(format!("switchyard-exitcode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = export(&app).await;
+    let same = dir.join("same.yaml");
+    std::fs::write(&same, &file).unwrap();
+    let changed = dir.join("changed.yaml");
+    std::fs::write(&changed, with_weight(&file, b, 7)).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "routes:\n- model_pattern: m\n  members: [{channel: x}]\n",
+    )
+    .unwrap();
+    let code = |path: &std::path::Path, detailed: bool| {
+        let mut args = vec!["plan", "-f", path.to_str().unwrap()];
+        if detailed {
+            args.push("--detailed-exitcode");
+        }
+        cli(&url, &args).status.code()
+    };
+    assert_eq!(code(&same, true), Some(0));
+    assert_eq!(code(&changed, true), Some(2));
+    assert_eq!(code(&bad, true), Some(1));
+    assert_eq!(code(&dir.join("absent.yaml"), true), Some(1));
+    // The default is unchanged.
+    assert_eq!(code(&same, false), Some(0));
+    assert_eq!(code(&changed, false), Some(0));
+    assert_eq!(code(&bad, false), Some(1));
+    // With the JSON output too; a usage error is an error.
+    let output = cli(
+        &url,
+        &[
+            "plan",
+            "-f",
+            changed.to_str().unwrap(),
+            "--json",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(plan["changes"].as_array().unwrap().len(), 1, "{plan}");
+    let output = cli(&url, &["plan", "--detailed-exitcode"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const NO_IDS: &str = "\
+channels:
+- name: a
+  provider: openai
+  base_url: https://a.test
+  credentials: ['${A_KEY}']
+- name: b
+  provider: openai
+  base_url: https://b.test
+  credentials: ['${B_KEY}']
+routes:
+- model_pattern: gpt-4o
+  members:
+  - {channel: a}
+  - {channel: b, upstream_model: gpt-4o-mini, weight: 3}
+  - {channel: b, upstream_model: gpt-4o-mini, group: batch}
+  - {channel: b, upstream_model: gpt-4o-mini, weight: 5}
+- model_pattern: claude
+  members:
+  - {channel: a, upstream_model: gpt-4o}
+";
+
+async fn member_ids(pool: &PgPool) -> Vec<(i64, String, i32)> {
+    sqlx::query_as(
+        "SELECT m.id, r.model_pattern, m.weight FROM route_members m \
+         JOIN routes r ON r.id = m.route_id ORDER BY m.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Members the file gives no id are matched to the stored members by route, channel, upstream
+/// model and group (in order, when several share them): applying the same file again plans
+/// nothing, and a change to one of them changes that member rather than replacing them all.
+#[sqlx::test(migrations = "../migrations")]
+async fn members_without_ids_are_matched_by_their_natural_key(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", NO_IDS).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let stored = member_ids(&pool).await;
+    assert_eq!(stored.len(), 5, "{stored:?}");
+
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", NO_IDS).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["changes"], json!([]), "{plan}");
+    let revision = app.revision().await;
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", NO_IDS).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revision"], Value::Null, "{body}");
+    assert_eq!(app.revision().await, revision);
+    assert_eq!(member_ids(&pool).await, stored, "no member was recreated");
+
+    // The second of the two members that share route, channel, model and group: a change of
+    // that member, by its id.
+    let changed = NO_IDS.replace("weight: 5", "weight: 6");
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    let changes = plan["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 1, "{plan}");
+    let fifth = stored
+        .iter()
+        .filter(|(_, route, _)| route == "gpt-4o")
+        .nth(3)
+        .unwrap();
+    assert_eq!(changes[0]["resource"], "member", "{plan}");
+    assert_eq!(changes[0]["key"], fifth.0.to_string(), "{plan}");
+    assert_eq!(changes[0]["action"], "change", "{plan}");
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let after = member_ids(&pool).await;
+    let ids = |rows: &[(i64, String, i32)]| rows.iter().map(|r| r.0).collect::<Vec<_>>();
+    assert_eq!(ids(&after), ids(&stored), "the same members, one changed");
+    assert!(
+        after.contains(&(fifth.0, "gpt-4o".to_owned(), 6)),
+        "{after:?}"
+    );
+
+    // A member the file drops is removed; one it adds is added; the others stay.
+    let fewer = changed.replace(
+        "  - {channel: b, upstream_model: gpt-4o-mini, group: batch}\n",
+        "",
+    );
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &fewer).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    let actions: Vec<(&str, &str)> = plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["resource"].as_str().unwrap(),
+                c["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(actions, [("member", "remove")], "{plan}");
+}
+
+/// An Azure channel's `api-version` entry is a version, not a secret: the export writes it in
+/// clear (the other header values stay masked), so the export applies to an empty control plane
+/// and, applied back, plans no change.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_azure_channels_api_version_is_exported_in_clear_and_round_trips(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let channel = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "azure-eastus", "provider": "azure",
+                   "base_url": "https://contoso-eastus.openai.azure.com",
+                   "headers": {"api-version": "2025-04-01-preview"}}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret_env": "AZURE_KEY"}),
+    )
+    .await;
+    let route = app.route("gpt-4o").await;
+    app.member(
+        route,
+        json!({"channel_id": channel, "upstream_model": "gpt-4o-prod"}),
+    )
+    .await;
+    let file = export(&app).await;
+    let config = switchyard_config::parse_raw(&file).unwrap();
+    assert_eq!(
+        config.channels[0]
+            .headers
+            .get("api-version")
+            .map(String::as_str),
+        Some("2025-04-01-preview"),
+        "{file}"
+    );
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &file).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["changes"], json!([]), "{plan}");
+
+    // A new version is planned in clear.
+    let newer = file.replace("2025-04-01-preview", "2024-10-21");
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &newer).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(
+        plan["changes"][0]["fields"][0]["after"]["api-version"], "2024-10-21",
+        "{plan}"
+    );
+
+    let fresh = fresh_control_plane(&pool, "switchyard_config_azure").await;
+    let (status, body, _) = send_yaml(&fresh, "/api/v1/config/apply", &file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(export(&fresh).await, file);
+    let (status, plan, _) = send_yaml(&fresh, "/api/v1/config/plan", &file).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["changes"], json!([]), "{plan}");
+    drop_control_plane(&pool, fresh, "switchyard_config_azure").await;
+}
+
+/// A file cannot give a token or a shadow rule a new expiry in the past (the admin API refuses
+/// it too); an expiry the tables already store, passed or not, applies as it is.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_file_cannot_give_a_past_expiry(pool: PgPool) {
+    let app = test_app(pool.clone());
+    build_fleet(&app).await;
+    let file = export(&app).await;
+    let past = "2000-01-01T00:00:00Z";
+    let mut config = switchyard_config::parse_raw(&file).unwrap();
+    config.tokens[0].expires_at = Some(past.to_owned());
+    let token_file = switchyard_config::to_yaml(&config).unwrap();
+    let shadow_file = with_shadow(&file, "try-llama", |s| s.expires_at = Some(past.to_owned()));
+    for (text, param) in [
+        (&token_file, "tokens[0].expires_at"),
+        (&shadow_file, "shadows[1].expires_at"),
+    ] {
+        for path in ["/api/v1/config/plan", "/api/v1/config/apply"] {
+            let (status, body, _) = send_yaml(&app, path, text).await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {body}");
+            assert_eq!(body["error"]["param"], param, "{body}");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains("must be in the future"), "{message}");
+        }
+    }
+    assert_eq!(export(&app).await, file, "nothing was applied");
+
+    // Expired while stored: the export says so and applies back as it is.
+    sqlx::query("UPDATE tokens SET expires_at = $1::timestamptz")
+        .bind(past)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE shadows SET expires_at = $1::timestamptz")
+        .bind(past)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let expired = export(&app).await;
+    assert!(expired.contains("2000-01-01T00:00:00Z"), "{expired}");
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &expired).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["changes"], json!([]), "{body}");
+}

@@ -379,12 +379,23 @@ pub(super) fn mask_header(value: &str) -> String {
     }
 }
 
-/// The configuration as an export writes it: header values masked and `base_url` passwords
-/// replaced by `***`, as the admin API shows them (they often carry keys).
+/// Whether header `name` of a channel of `provider` is no secret: an Azure channel's
+/// `api-version` entry, a version (the proxies receive it even when secrets are withheld).
+/// Every other header value may carry a key.
+pub(super) fn public_header(provider: &str, name: &str) -> bool {
+    provider.trim().eq_ignore_ascii_case("azure")
+        && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+}
+
+/// The configuration as an export writes it: header values masked (but an Azure channel's
+/// `api-version`) and `base_url` passwords replaced by `***`, as the admin API shows them
+/// (they often carry keys).
 pub(super) fn mask_secrets(config: &mut RawConfig) {
     for channel in &mut config.channels {
-        for value in channel.headers.values_mut() {
-            *value = mask_header(value);
+        for (name, value) in channel.headers.iter_mut() {
+            if !public_header(&channel.provider, name) {
+                *value = mask_header(value);
+            }
         }
         if let Some(url) = &mut channel.base_url {
             *url = switchyard_engine::validate::redact_url_userinfo(url);
@@ -392,9 +403,10 @@ pub(super) fn mask_secrets(config: &mut RawConfig) {
     }
 }
 
-/// A field as a plan may show it: a credential's secret as `(secret)` unless it is an
-/// `${NAME}` reference, header values masked, a `base_url` without its password.
-pub(super) fn redact(field: &str, value: &Value) -> Value {
+/// A field of a resource of `provider` (a channel's; `""` for other resources) as a plan may
+/// show it: a credential's secret as `(secret)` unless it is an `${NAME}` reference, header
+/// values masked (but an Azure channel's `api-version`), a `base_url` without its password.
+pub(super) fn redact(field: &str, value: &Value, provider: &str) -> Value {
     if field == "headers" {
         let Value::Object(map) = value else {
             return value.clone();
@@ -402,8 +414,13 @@ pub(super) fn redact(field: &str, value: &Value) -> Value {
         return Value::Object(
             map.iter()
                 .map(|(k, v)| {
-                    let masked = mask_header(v.as_str().unwrap_or_default());
-                    (k.clone(), Value::String(masked))
+                    let text = v.as_str().unwrap_or_default();
+                    let shown = if public_header(provider, k) {
+                        text.to_owned()
+                    } else {
+                        mask_header(text)
+                    };
+                    (k.clone(), Value::String(shown))
                 })
                 .collect(),
         );

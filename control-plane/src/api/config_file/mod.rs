@@ -158,6 +158,9 @@ struct Current {
     prefixes: HashMap<String, String>,
     /// Token name → how many tokens have it.
     token_names: HashMap<String, usize>,
+    /// The database's clock when the tables were read (Unix ms): what a new expiry must be
+    /// later than.
+    now_ms: u64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -221,12 +224,16 @@ async fn load(tx: &mut PgConnection) -> ApiResult<Current> {
     for token in &parts.tokens {
         *token_names.entry(token.name.clone()).or_default() += 1;
     }
+    let now_ms: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM now()) * 1000)::bigint")
+        .fetch_one(&mut *tx)
+        .await?;
     Ok(Current {
         parts,
         credentials,
         inline,
         prefixes,
         token_names,
+        now_ms: u64::try_from(now_ms).unwrap_or(0),
     })
 }
 
@@ -327,6 +334,7 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
     // Credentials in file form, each matched to what the tables store.
     let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
     let mut for_validation = raw.clone();
+    let matched = match_members(&raw, current, &mut for_validation);
     for (ci, channel) in raw.channels.iter().enumerate() {
         let name = channel.name.trim().to_owned();
         keep_masked(ci, channel, current, &mut for_validation)?;
@@ -405,6 +413,7 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         .clone()
         .into_parts(current.parts.revision, env)
         .map_err(invalid)?;
+    check_expiries(&parts, current)?;
 
     // What the standalone proxy leaves to the engine but the tables refuse.
     let explicit: HashSet<i64> = raw
@@ -500,9 +509,119 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         &Extras {
             credentials: &credentials,
             prefixes: &prefixes,
-            explicit_member: &|id| explicit.contains(&id),
+            explicit_member: &|id| explicit.contains(&id) || matched.contains(&id),
         },
     ))
+}
+
+/// Gives each member the file writes without an id the id of a stored member of the same route
+/// with the same channel, upstream model and group (the tables do not make these unique: the
+/// n-th such member of the file is the n-th unclaimed one stored, by id), so re-applying a file
+/// without member ids changes nothing instead of replacing every member. A stored member
+/// whose id the file gives is never matched. Returns the ids matched.
+fn match_members(
+    raw: &RawConfig,
+    current: &Current,
+    for_validation: &mut RawConfig,
+) -> HashSet<i64> {
+    let channel_names: HashMap<i64, &str> = current
+        .parts
+        .channels
+        .iter()
+        .map(|c| (c.id, c.name.as_str()))
+        .collect();
+    let mut claimed: HashSet<i64> = raw
+        .routes
+        .iter()
+        .flat_map(|r| r.members.iter().filter_map(|m| m.id))
+        .collect();
+    let mut matched = HashSet::new();
+    for (ri, route) in raw.routes.iter().enumerate() {
+        let pattern = route.model_pattern.trim();
+        let Some(stored) = current
+            .parts
+            .routes
+            .iter()
+            .find(|r| r.model_pattern == pattern)
+        else {
+            continue;
+        };
+        for (mi, member) in route.members.iter().enumerate() {
+            if member.id.is_some() {
+                continue;
+            }
+            let channel = member.channel.trim();
+            let upstream = member.upstream_model.as_deref().unwrap_or(pattern);
+            let group = member
+                .group
+                .as_deref()
+                .map(str::trim)
+                .filter(|g| !g.is_empty())
+                .unwrap_or(switchyard_engine::DEFAULT_GROUP);
+            let found = stored
+                .members
+                .iter()
+                .filter(|m| {
+                    !claimed.contains(&m.id)
+                        && channel_names.get(&m.channel_id) == Some(&channel)
+                        && m.upstream_model == upstream
+                        && m.group_name == group
+                })
+                .map(|m| m.id)
+                .min();
+            let Some(id) = found else {
+                continue;
+            };
+            claimed.insert(id);
+            matched.insert(id);
+            if let Some(slot) = for_validation
+                .routes
+                .get_mut(ri)
+                .and_then(|r| r.members.get_mut(mi))
+            {
+                slot.id = Some(id);
+            }
+        }
+    }
+    matched
+}
+
+/// A token or shadow rule the file gives an expiry must expire in the future, as the admin API
+/// requires; an expiry the tables already store for it applies as it is, passed or not (an
+/// expired token stays listed, expired, and an export of it applies back unchanged).
+fn check_expiries(parts: &switchyard_engine::SnapshotParts, current: &Current) -> ApiResult<()> {
+    use switchyard_engine::limit::format_rfc3339;
+    let refuse = |path: String, at: u64| {
+        config_err(
+            path,
+            format!(
+                "must be in the future: {} has passed (a passed expiry is kept only as \
+                 the control plane already stores it)",
+                format_rfc3339(at)
+            ),
+        )
+    };
+    // Compared as the file writes them (RFC 3339 seconds), as a plan compares them.
+    let same = |a: Option<u64>, b: u64| a.map(format_rfc3339) == Some(format_rfc3339(b));
+    for (ti, token) in parts.tokens.iter().enumerate() {
+        let Some(at) = token.expires_at.filter(|at| *at <= current.now_ms) else {
+            continue;
+        };
+        let stored = current.parts.tokens.iter().find(|t| t.hash == token.hash);
+        if !same(stored.and_then(|t| t.expires_at), at) {
+            return Err(refuse(format!("tokens[{ti}].expires_at"), at));
+        }
+    }
+    for (si, rule) in parts.shadows.iter().enumerate() {
+        let Some(at) = rule.expires_at.filter(|at| *at <= current.now_ms) else {
+            continue;
+        };
+        let stored = current.parts.shadows.iter().find(|s| s.name == rule.name);
+        if !same(stored.and_then(|s| s.expires_at), at) {
+            return Err(refuse(format!("shadows[{si}].expires_at"), at));
+        }
+    }
+    Ok(())
 }
 
 /// A header value or `base_url` written masked, as an export writes them (`****abcd`,
@@ -613,7 +732,10 @@ fn fields(kind: &str, before: &Value, after: &Value) -> Vec<FieldChange> {
         .filter(|name| b.get(*name) != a.get(*name))
         .map(|name| {
             let side = |values: &serde_json::Map<String, Value>| match values.get(name) {
-                Some(value) => redact(name, value),
+                Some(value) => {
+                    let provider = values.get("provider").and_then(Value::as_str);
+                    redact(name, value, provider.unwrap_or_default())
+                }
                 None => default_of(kind, name),
             };
             FieldChange {
