@@ -61,7 +61,7 @@ async function report(root, id) {
     ['first byte p95', (s) => millis(s.first_byte_p95_ms)],
     ['input tokens', (s) => String(s.input_tokens)],
     ['output tokens', (s) => String(s.output_tokens)],
-    ['cost (USD)', (s) => s.cost_usd],
+    ['cost (USD)', (s) => s.cost_usd ?? 'unpriced'],
     ['cost per 1 000 requests (USD)', (s) => s.cost_per_1000_usd ?? 'unpriced'],
   ];
   const sides = [side('live', r.live), side('shadow', r.shadow_side)];

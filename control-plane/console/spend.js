@@ -170,10 +170,10 @@ export async function budgets(root) {
       { title: 'window', key: 'window' },
       { title: 'mode', key: 'mode' },
       { title: 'limit (USD)', key: 'value_usd' },
-      { title: 'spent (USD)', render: (b) => h('span.spent', b.spent_usd) },
+      { title: 'spent (USD)', render: (b) => h('span.spent', cost(b.spent_usd)) },
       { title: 'remaining (USD)', key: 'remaining_usd' },
       { title: 'used', render: (b) => {
-        const ratio = Number(b.spent_usd) / Number(b.value_usd);
+        const ratio = Number(b.spent_usd ?? 0) / Number(b.value_usd);
         return bar(ratio, `${b.scope} ${b.scope_name} spent`, { tone: ratio >= 1 ? 'over' : ratio >= 0.8 ? 'near' : null, tiny: true });
       } },
       { title: 'unpriced requests', render: (b) => (b.unpriced_requests ? h('span.unpriced', `${b.unpriced_requests} (not counted)`) : '0') },

@@ -499,6 +499,46 @@ fn spend_record(bucket: i64, token: &str, team: &str, cost: u64, unpriced: u64) 
     }
 }
 
+/// A window whose requests were all unpriced has spent an unknown amount (`null`, never `0`);
+/// the limit, which counts priced spend only, still has all of its value left.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_budget_whose_requests_were_all_unpriced_has_no_spend(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let token = token(&app, "app", None).await;
+    let daily = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "spend", "window": "day",
+                   "value": "1.5"}),
+        )
+        .await;
+    let minute = switchyard_proto::usage::unix_now_s() / 60 * 60;
+    let record = UsageRecord {
+        requests: 2,
+        unpriced_requests: 2,
+        ..spend_record(minute, "app", "", 0, 2)
+    };
+    apply_batch(
+        &pool,
+        &UsageBatch {
+            batch_id: "b-unpriced".to_owned(),
+            client_id: "test".to_owned(),
+            records: vec![record],
+            dropped_requests: 0,
+            shadows: Vec::new(),
+        },
+    )
+    .await
+    .unwrap();
+    let reply = app.get("/api/v1/budgets").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let budget = &reply.body["data"][0];
+    assert_eq!(budget["limit_id"], daily, "{}", reply.text);
+    assert_eq!(budget["unpriced_requests"], 2, "{}", reply.text);
+    assert_eq!(budget["spent_usd"], Value::Null, "{}", reply.text);
+    assert_eq!(budget["remaining_usd"], "1.5", "{}", reply.text);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
     let app = test_app(pool.clone());
@@ -608,6 +648,50 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
 
 // ----------------------------------------------------------------------------- token expiry
 
+/// A token cannot be given an expiry in the past (as an admin token cannot); a token whose
+/// stored expiry has passed stays listed, expired, and can still be changed otherwise.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_token_cannot_be_given_a_past_expiry(pool: PgPool) {
+    let app = test_app(pool);
+    for past in ["2000-01-01T00:00:00Z", "2026-01-01T00:00:00+02:00"] {
+        let reply = app
+            .post("/api/v1/tokens", json!({"name": "old", "expires_at": past}))
+            .await;
+        assert!(
+            reply.text.contains("must be in the future"),
+            "{}",
+            reply.text
+        );
+        expect_invalid(reply, "expires_at").await;
+    }
+    let id = token(&app, "app", None).await;
+    let reply = app
+        .patch(
+            &format!("/api/v1/tokens/{id}"),
+            json!({"expires_at": "2000-01-01T00:00:00Z"}),
+        )
+        .await;
+    expect_invalid(reply, "expires_at").await;
+    let stored = app.get(&format!("/api/v1/tokens/{id}")).await;
+    assert_eq!(
+        stored.body["expires_at"],
+        Value::Null,
+        "nothing was written"
+    );
+
+    // Expired while stored: listed as it is, and a patch of another field keeps it.
+    sqlx::query("UPDATE tokens SET expires_at = '2000-01-01T00:00:00Z' WHERE id = $1")
+        .bind(id)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let renamed = app
+        .patch(&format!("/api/v1/tokens/{id}"), json!({"name": "app-2"}))
+        .await;
+    assert_eq!(renamed.status, StatusCode::OK, "{}", renamed.text);
+    assert_eq!(renamed.body["expires_at"], "2000-01-01T00:00:00.000000Z");
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn tokens_take_an_expiry_show_it_and_clear_it(pool: PgPool) {
     let app = test_app(pool);
@@ -636,11 +720,11 @@ async fn tokens_take_an_expiry_show_it_and_clear_it(pool: PgPool) {
     let moved = app
         .patch(
             &format!("/api/v1/tokens/{id}"),
-            json!({"expires_at": "2026-06-01T00:00:00.250Z"}),
+            json!({"expires_at": "2036-06-01T00:00:00.250Z"}),
         )
         .await;
     assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
-    assert_eq!(moved.body["expires_at"], "2026-06-01T00:00:00.250000Z");
+    assert_eq!(moved.body["expires_at"], "2036-06-01T00:00:00.250000Z");
     let cleared = app
         .patch(&format!("/api/v1/tokens/{id}"), json!({"expires_at": null}))
         .await;

@@ -199,6 +199,29 @@ fn bodies_are_typed_timestamps_are_date_times_and_enums_are_enums() {
     }
 }
 
+/// A cost that may be unknown (every request unpriced) is documented as nullable wherever the
+/// API answers `null` for it: never a plain string that would promise `"0"`.
+#[test]
+fn costs_that_can_be_unknown_are_nullable() {
+    let doc = document();
+    let nullable = |schema: &str, field: &str| {
+        let property = &doc["components"]["schemas"][schema]["properties"][field];
+        let types = property["type"].as_array().cloned().unwrap_or_default();
+        let in_one_of = property["oneOf"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["type"] == "null"));
+        assert!(
+            types.contains(&json!("null")) || in_one_of,
+            "{schema}.{field} is not nullable: {property}"
+        );
+    };
+    nullable("UsageTotals", "cost_usd");
+    nullable("UsageGroup", "cost_usd");
+    nullable("SideReport", "cost_usd");
+    nullable("SideReport", "cost_per_1000_usd");
+    nullable("BudgetView", "spent_usd");
+}
+
 #[test]
 fn the_document_passes_a_real_openapi_validator() {
     let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {

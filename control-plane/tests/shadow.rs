@@ -352,12 +352,13 @@ async fn the_spend_cap_stops_the_rule_fleet_wide(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn an_expired_rule_reports_why_it_stopped(pool: PgPool) {
-    let f = fleet(
-        pool.clone(),
-        "mock://sim",
-        json!({"expires_at": "2020-01-01T00:00:00Z"}),
-    )
-    .await;
+    let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    // A rule is never given a past expiry; its stored one passes.
+    sqlx::query("UPDATE shadows SET expires_at = '2020-01-01T00:00:00Z' WHERE id = $1")
+        .bind(f.shadow)
+        .execute(&pool)
+        .await
+        .unwrap();
     let report = f
         .app
         .get(&format!("/api/v1/shadows/{}/report", f.shadow))
@@ -502,4 +503,82 @@ async fn config_plan_shows_the_shadow_rules_a_file_adds_and_removes(pool: PgPool
         .map(|c| (c["key"].as_str().unwrap(), c["action"].as_str().unwrap()))
         .collect();
     assert_eq!(shadows, [("t", "add"), ("trial", "remove")], "{body}");
+}
+
+/// A side whose requests were all unpriced has no cost (`null`, never `0`); a side with priced
+/// and unpriced requests reports the priced requests' cost with the unpriced count beside it.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_side_whose_requests_were_all_unpriced_reports_no_cost(pool: PgPool) {
+    let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    let report = f
+        .app
+        .get(&format!("/api/v1/shadows/{}/report", f.shadow))
+        .await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.text);
+    // No request at all: nothing was spent.
+    assert_eq!(
+        report.body["shadow_side"]["cost_usd"], "0",
+        "{}",
+        report.text
+    );
+    // Two pairs: one live request priced at 1.5 micro-USD and one unpriced; both shadow
+    // requests unpriced.
+    sqlx::query(
+        "INSERT INTO shadow_minutes (bucket, shadow_id, pairs, live_ok, shadow_ok, \
+         live_cost_pico_usd, live_unpriced, shadow_unpriced) \
+         VALUES (date_trunc('minute', now()), $1, 2, 2, 2, 1500000, 1, 2)",
+    )
+    .bind(f.shadow)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let report = f
+        .app
+        .get(&format!("/api/v1/shadows/{}/report", f.shadow))
+        .await;
+    assert_eq!(report.status, StatusCode::OK, "{}", report.text);
+    let (live, shadow) = (&report.body["live"], &report.body["shadow_side"]);
+    assert_eq!(shadow["unpriced_requests"], 2, "{}", report.text);
+    assert_eq!(shadow["cost_usd"], Value::Null, "{}", report.text);
+    assert_eq!(shadow["cost_per_1000_usd"], Value::Null, "{}", report.text);
+    assert_eq!(live["unpriced_requests"], 1, "{}", report.text);
+    assert_eq!(live["cost_usd"], "0.0000015", "{}", report.text);
+    assert_eq!(live["cost_per_1000_usd"], "0.0015", "{}", report.text);
+}
+
+/// A shadow rule cannot be given an expiry in the past, on create or patch; a rule whose stored
+/// expiry has passed stays, reported as expired, and can still be changed otherwise.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_shadow_rule_cannot_be_given_a_past_expiry(pool: PgPool) {
+    let f = fleet(pool.clone(), "mock://sim", json!({})).await;
+    let r = f
+        .app
+        .post(
+            "/api/v1/shadows",
+            json!({"name": "t2", "model_pattern": "m", "target_channel_id": f.cand_channel,
+                   "target_model": "x", "sample_percent": 10, "max_rps": 5,
+                   "expires_at": "2000-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(r.param(), Some("expires_at"), "{}", r.text);
+    assert!(r.text.contains("must be in the future"), "{}", r.text);
+    let path = format!("/api/v1/shadows/{}", f.shadow);
+    let r = f
+        .app
+        .patch(&path, json!({"expires_at": "2000-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert_eq!(r.param(), Some("expires_at"), "{}", r.text);
+    assert_eq!(f.app.get(&path).await.body["expires_at"], Value::Null);
+
+    sqlx::query("UPDATE shadows SET expires_at = '2000-01-01T00:00:00Z' WHERE id = $1")
+        .bind(f.shadow)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let r = f.app.patch(&path, json!({"max_rps": 7})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["max_rps"], 7);
+    assert!(r.body["expires_at"].is_string(), "{}", r.text);
 }

@@ -141,6 +141,24 @@ pub async fn list(
     Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
 }
 
+/// A 422 naming `expires_at` unless `ms` (Unix ms) is later than the database's clock: an
+/// admin token, a token or a shadow rule is never given an expiry that has passed. (An expiry
+/// already stored may pass: the row stays, listed as expired.)
+pub(crate) async fn refuse_past_expiry(tx: &mut sqlx::PgConnection, ms: i64) -> ApiResult<()> {
+    let past: bool =
+        sqlx::query_scalar("SELECT 'epoch'::timestamptz + $1 * interval '1 millisecond' <= now()")
+            .bind(ms)
+            .fetch_one(&mut *tx)
+            .await?;
+    if past {
+        return Err(ApiError::validation(
+            "expires_at",
+            "expires_at must be in the future",
+        ));
+    }
+    Ok(())
+}
+
 #[utoipa::path(post, path = "/api/v1/admin-tokens", tag = "admin-tokens", operation_id = "create_admin_token",
     request_body = AdminTokenCreate,
     responses((status = 201, description = "the secret `token` is returned only here",
@@ -172,18 +190,7 @@ pub async fn create(
     let prefix: String = secret.chars().take(ADMIN_TOKEN_PREFIX.len() + 6).collect();
     let mut tx = state.pool.begin().await?;
     if let Some(ms) = expires_at {
-        let past: bool = sqlx::query_scalar(
-            "SELECT 'epoch'::timestamptz + $1 * interval '1 millisecond' <= now()",
-        )
-        .bind(ms)
-        .fetch_one(&mut *tx)
-        .await?;
-        if past {
-            return Err(ApiError::validation(
-                "expires_at",
-                "expires_at must be in the future",
-            ));
-        }
+        refuse_past_expiry(&mut tx, ms).await?;
     }
     let sql = format!(
         "INSERT INTO admin_tokens (name, role, hash, prefix, expires_at, created_by) \

@@ -29,11 +29,14 @@ pub struct BudgetView {
     pub mode: String,
     /// The limit, USD (exact decimal string).
     pub value_usd: String,
-    /// Spent in the current window, USD (exact decimal string).
-    pub spent_usd: String,
-    /// `max(0, value − spent)`, USD.
+    /// Spent in the current window by the priced requests, USD (exact decimal string); `null`
+    /// when the window has requests and every one was unpriced (their cost is unknown, not
+    /// zero).
+    pub spent_usd: Option<String>,
+    /// `max(0, value − spent)`, USD: the priced spend is what the limit counts.
     pub remaining_usd: String,
-    /// Requests of the window no price matched (their cost is not in `spent_usd`).
+    /// Requests of the window no price matched (their cost is not in `spent_usd` and the limit
+    /// does not count it).
     pub unpriced_requests: i64,
     /// Start of the current window (RFC 3339, UTC).
     #[schema(format = DateTime)]
@@ -125,8 +128,9 @@ pub async fn budgets(State(state): State<AppState>) -> ApiResult<Json<BudgetsRes
             continue;
         };
         let (start, end) = window.bounds(now);
-        let (spent, unpriced): (String, i64) = sqlx::query_as(&format!(
+        let (spent, requests, unpriced): (String, i64, i64) = sqlx::query_as(&format!(
             "SELECT coalesce(sum(cost_pico_usd), 0)::text, \
+                    least(coalesce(sum(requests), 0), $4)::bigint, \
                     least(coalesce(sum(unpriced_requests), 0), $4)::bigint \
              FROM usage_minutes WHERE {column} = $1 \
                AND bucket >= to_timestamp($2::bigint / 1000) \
@@ -151,7 +155,7 @@ pub async fn budgets(State(state): State<AppState>) -> ApiResult<Json<BudgetsRes
             window: row.period,
             mode: row.mode,
             value_usd: format_micros(value),
-            spent_usd: format_pico_usd(spent),
+            spent_usd: (requests == 0 || unpriced < requests).then(|| format_pico_usd(spent)),
             remaining_usd: format_pico_usd(value_pico.saturating_sub(spent)),
             unpriced_requests: unpriced,
             window_start_at: format_rfc3339(start),

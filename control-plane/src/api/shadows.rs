@@ -14,6 +14,7 @@ use switchyard_engine::{ShadowRule, ShadowTarget, UnixMillis};
 use switchyard_proto::SHADOW_LATENCY_BOUNDS_MS;
 use utoipa::{IntoParams, ToSchema};
 
+use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
@@ -428,6 +429,9 @@ pub(super) async fn create_in<'c>(
     let rule = ShadowRule::try_from(raw)?;
     let mut tx = db.begin().await?;
     check(&mut tx, &rule, None).await?;
+    if let Some(at) = rule.expires_at {
+        refuse_past_expiry(&mut tx, i64_of(at)).await?;
+    }
     let sql = format!(
         "INSERT INTO shadows ({WRITTEN}) VALUES ({WRITTEN_VALUES}) RETURNING {}",
         columns()
@@ -470,6 +474,7 @@ pub(super) async fn patch_in<'c>(
     patch: ShadowPatch,
 ) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
+    let new_expiry = matches!(patch.expires_at, Some(Some(_)));
     let touches_target = patch.target_member_id.is_some()
         || patch.target_channel_id.is_some()
         || patch.target_model.is_some();
@@ -526,6 +531,10 @@ pub(super) async fn patch_in<'c>(
         stopped: None,
     })?;
     check(&mut tx, &rule, Some(id)).await?;
+    // A new expiry must be in the future; the stored one is kept even when it has passed.
+    if let Some(at) = rule.expires_at.filter(|_| new_expiry) {
+        refuse_past_expiry(&mut tx, i64_of(at)).await?;
+    }
     let resume = patch.enabled == Some(true);
     let sql = format!(
         "UPDATE shadows SET ({WRITTEN}) = ROW({WRITTEN_VALUES}), updated_at = now(){} \
@@ -579,8 +588,10 @@ pub struct SideReport {
     pub first_byte_p95_ms: Option<u64>,
     pub input_tokens: i64,
     pub output_tokens: i64,
-    /// Cost of the priced requests, USD (exact decimal string).
-    pub cost_usd: String,
+    /// Cost of the priced requests, USD (exact decimal string); `null` when every request was
+    /// unpriced (its cost is unknown, not zero). With `unpriced_requests` above 0 it covers the
+    /// priced requests only.
+    pub cost_usd: Option<String>,
     /// Requests no price matched (not in `cost_usd`).
     pub unpriced_requests: i64,
     /// Cost per 1 000 requests, USD, over the priced requests; `null` when none was priced.
@@ -706,7 +717,7 @@ fn side(
         first_byte_p95_ms: quantile(first, 0.95),
         input_tokens: tokens.0,
         output_tokens: tokens.1,
-        cost_usd: format_pico_usd(cost),
+        cost_usd: (requests == 0 || priced > 0).then(|| format_pico_usd(cost)),
         unpriced_requests: unpriced,
         cost_per_1000_usd: (priced > 0).then(|| {
             format_pico_usd(cost.saturating_mul(1000) / u128::try_from(priced).unwrap_or(1))

@@ -12,6 +12,7 @@ use switchyard_engine::validate::check_single_line;
 use switchyard_engine::UnixMillis;
 use utoipa::ToSchema;
 
+use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
@@ -241,6 +242,9 @@ pub(super) async fn create_in<'c>(
     let prefix: String = plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect();
     let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
+    if let Some(ms) = expiry_ms(spec.expires_at) {
+        refuse_past_expiry(&mut tx, ms).await?;
+    }
     let sql = format!(
         "INSERT INTO tokens (name, route_group_name, team_id, allow_pinning, enabled, expires_at, \
          hash, prefix) VALUES ($1, $2, $3, $4, $5, {EXPIRY}, $7, $8) RETURNING {}",
@@ -293,6 +297,7 @@ pub(super) async fn patch_in<'c>(
     patch: TokenPatch,
 ) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<TokenView>(db, id).await?;
+    let new_expiry = patch.expires_at.is_some();
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
         route_group_name: patch.route_group_name.unwrap_or(current.route_group_name),
@@ -307,6 +312,10 @@ pub(super) async fn patch_in<'c>(
     }
     .validate()?;
     spec.check_team(&mut tx).await?;
+    // A new expiry must be in the future; the stored one is kept even when it has passed.
+    if let Some(ms) = expiry_ms(spec.expires_at).filter(|_| new_expiry) {
+        refuse_past_expiry(&mut tx, ms).await?;
+    }
     let sql = format!(
         "UPDATE tokens SET name = $1, route_group_name = $2, team_id = $3, allow_pinning = $4, \
          enabled = $5, expires_at = {EXPIRY}, updated_at = now() WHERE id = $7 RETURNING {}",
