@@ -63,9 +63,10 @@ async fn a_preset_channels_usage_is_priced_from_the_catalog_unless_the_operator_
 }
 
 #[tokio::test]
-async fn a_channel_written_out_to_a_providers_default_url_is_priced_from_its_catalog() {
+async fn a_channel_written_out_to_another_url_stays_unpriced() {
     let upstream = MockUpstream::start().await.unwrap();
-    // Field by field, no preset, but not at OpenAI's URL: the catalog does not know it.
+    // Field by field, no preset, and not at OpenAI's URL: the catalog does not know it (at
+    // https://api.openai.com/v1 it would: `catalog::price_family`'s unit test).
     let yaml = config(&upstream.base_url(), "").replace("preset: openai", "provider: openai");
     let proxy = start(&yaml).await;
     one_request(&proxy).await;
