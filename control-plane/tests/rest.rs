@@ -246,6 +246,51 @@ async fn an_azure_channel_reaches_the_snapshot(pool: PgPool) {
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
 }
 
+/// An Azure channel's `api-version` entry is a version, not a secret: the channel view shows it
+/// as it is (as the export does and as proxies without the fleet token receive it); every other
+/// header value, and `api-version` on another provider, stays masked.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_azure_channels_api_version_is_shown_in_clear(pool: PgPool) {
+    let app = test_app(pool);
+    let headers = json!({"api-version": "2025-04-01-preview", "x-extra": "hdr-secret-0123456789"});
+    let azure = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "azure", "provider": "azure",
+                   "base_url": "https://r.openai.azure.com", "headers": headers}),
+        )
+        .await;
+    let openai = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "openai", "provider": "openai",
+                   "base_url": "https://api.openai.test/v1", "headers": headers}),
+        )
+        .await;
+    let got = app.get(&format!("/api/v1/channels/{azure}")).await;
+    assert_eq!(
+        got.body["headers"],
+        json!({"api-version": "2025-04-01-preview", "x-extra": "****6789"}),
+        "{}",
+        got.text
+    );
+    let got = app.get(&format!("/api/v1/channels/{openai}")).await;
+    assert_eq!(
+        got.body["headers"],
+        json!({"api-version": "****view", "x-extra": "****6789"}),
+        "{}",
+        got.text
+    );
+    let listed = app.get("/api/v1/channels").await;
+    assert!(
+        listed
+            .text
+            .contains("\"api-version\":\"2025-04-01-preview\""),
+        "{}",
+        listed.text
+    );
+}
+
 /// An OpenAI-compatible channel without the Responses API: `responses_api: false` accepted on
 /// openai and azure channels, read back, patched, carried by the snapshot the proxies receive
 /// (the encoded bytes included); refused on other providers with the field named.
@@ -466,6 +511,23 @@ async fn a_configuration_file_applies_a_preset_and_plans_it_unchanged(pool: PgPo
     let (status, plan) = post_yaml(&app, "/api/v1/config/plan", file).await;
     assert_eq!(status, StatusCode::OK, "{plan}");
     assert_eq!(plan["changes"], json!([]), "{plan}");
+    // An override of what the preset supplies is planned from the preset's value.
+    let own = file.replace(
+        "  preset: ollama\n",
+        "  preset: ollama\n  responses_api: true\n  base_url: http://gpu.test:11434/v1\n",
+    );
+    let (status, plan) = post_yaml(&app, "/api/v1/config/plan", &own).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    let fields = &plan["changes"][0]["fields"];
+    assert_eq!(
+        fields,
+        &json!([
+            {"field": "base_url", "before": "http://127.0.0.1:11434/v1",
+             "after": "http://gpu.test:11434/v1"},
+            {"field": "responses_api", "before": false, "after": true}
+        ]),
+        "{plan}"
+    );
     app.refresh().await;
     let snapshot = app.publisher.current().unwrap().snapshot.clone();
     let id = local["id"].as_i64().unwrap();

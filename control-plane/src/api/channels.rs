@@ -84,14 +84,18 @@ table_row!(ChannelView, "channels", "channel", columns);
 /// `base_url` may carry a password, so both are masked here, in SQL, like credential secrets:
 /// the real values never reach this process on a read (the snapshot compiler reads them
 /// itself). Header values: `****` plus the last 4 characters for values of 12 characters or
-/// more; `base_url`: `user:password@` becomes `user:***@` (the rule of
+/// more, but an Azure channel's `api-version` entry, a version and no secret, shown as it is
+/// (as the export shows it); `base_url`: `user:password@` becomes `user:***@` (the rule of
 /// `switchyard_engine::validate::redact_url_userinfo`, which the audit detail uses).
 fn columns() -> String {
+    use switchyard_upstream::AZURE_API_VERSION_HEADER as AZURE_API_VERSION;
     format!(
         "id, name, preset, provider, {MASKED_BASE_URL} AS base_url, status, auto_ban, \
          max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
-         (SELECT COALESCE(jsonb_object_agg(key, CASE WHEN char_length(value) >= 12 \
-                 THEN '****' || right(value, 4) ELSE '****' END), '{{}}'::jsonb) \
+         (SELECT COALESCE(jsonb_object_agg(key, CASE \
+                 WHEN provider = 'azure' AND lower(key) = '{AZURE_API_VERSION}' THEN value \
+                 WHEN char_length(value) >= 12 THEN '****' || right(value, 4) \
+                 ELSE '****' END), '{{}}'::jsonb) \
           FROM jsonb_each_text(headers)) AS headers, responses_api, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
