@@ -80,13 +80,7 @@ pub fn strip_key_param(query: Option<&str>) -> Option<String> {
 /// answered at the edge (an upstream is sent the whole body at once); and every `proxy-*`
 /// header, meant for a proxy on the client's side.
 pub fn drop_unforwarded(headers: &mut HeaderMap) {
-    const NAMES: [&str; 5] = [
-        "forwarded",
-        "x-real-ip",
-        "via",
-        "expect",
-        "proxy-connection",
-    ];
+    const NAMES: [&str; 4] = ["forwarded", "x-real-ip", "via", "expect"];
     let prefixed = |name: &str| name.starts_with("x-forwarded-") || name.starts_with("proxy-");
     if !headers
         .keys()

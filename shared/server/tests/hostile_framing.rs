@@ -92,8 +92,20 @@ const BAD_REQUESTS: &[(&str, &str)] = &[
         "host: x\r\ncontent-length: 5\r\ncontent-length: 5\r\n",
     ),
     (
-        "two different content-lengths",
+        "two different content-lengths, the larger first",
         "host: x\r\ncontent-length: 5\r\ncontent-length: 0\r\n",
+    ),
+    (
+        "two different content-lengths, the smaller first",
+        "host: x\r\ncontent-length: 0\r\ncontent-length: 5\r\n",
+    ),
+    (
+        "content-length and a transfer-encoding other than chunked",
+        "host: x\r\ncontent-length: 5\r\ntransfer-encoding: identity\r\n",
+    ),
+    (
+        "a transfer-encoding other than chunked and content-length",
+        "host: x\r\ntransfer-encoding: identity\r\ncontent-length: 5\r\n",
     ),
     ("content-length list", "host: x\r\ncontent-length: 5, 5\r\n"),
     ("content-length sign", "host: x\r\ncontent-length: +5\r\n"),
