@@ -693,6 +693,26 @@ fn rank(kind: &str) -> usize {
     .unwrap_or(usize::MAX)
 }
 
+/// What a channel's preset supplies for a field the canonical form leaves out because the
+/// preset gives it, so a plan says `responses_api: false -> true` for a channel whose preset
+/// has no Responses API.
+fn preset_default(
+    kind: &str,
+    values: &serde_json::Map<String, Value>,
+    field: &str,
+) -> Option<Value> {
+    if kind != "channel" {
+        return None;
+    }
+    let preset = switchyard_engine::catalog::preset(values.get("preset")?.as_str()?)?;
+    match field {
+        "provider" => Some(Value::from(preset.provider)),
+        "base_url" => Some(Value::from(preset.base_url)),
+        "responses_api" => Some(Value::Bool(preset.responses_api)),
+        _ => None,
+    }
+}
+
 /// What a field the canonical form leaves out (because it has its default) stands for, so a
 /// plan says `weight: 1 -> 3` rather than `null -> 3`.
 fn default_of(kind: &str, field: &str) -> Value {
@@ -736,7 +756,9 @@ fn fields(kind: &str, before: &Value, after: &Value) -> Vec<FieldChange> {
                     let provider = values.get("provider").and_then(Value::as_str);
                     redact(name, value, provider.unwrap_or_default())
                 }
-                None => default_of(kind, name),
+                None => {
+                    preset_default(kind, values, name).unwrap_or_else(|| default_of(kind, name))
+                }
             };
             FieldChange {
                 field: name.clone(),
