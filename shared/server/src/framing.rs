@@ -503,6 +503,37 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Inspect<T> {
     }
 }
 
+/// Follows `data` as a chunked body and as a sized one, whole and in two pieces split at every
+/// point (for fuzzing): the same bytes are taken for the body and the same state reached either
+/// way, never more bytes than given.
+#[doc(hidden)]
+pub fn fuzz_follow(data: &[u8]) {
+    for start in [
+        Scan::Chunk(Chunk::Size(0)),
+        Scan::Length(data.len() as u64 / 2),
+    ] {
+        let mut whole = start;
+        let taken = whole.body(data);
+        if let Ok(n) = taken {
+            assert!(n <= data.len());
+        }
+        for split in 0..=data.len().min(64) {
+            let mut parts = start;
+            let first = parts.body(&data[..split]);
+            let taken_in_parts = match first {
+                Ok(n) if n == split && parts != Scan::Head => {
+                    parts.body(&data[split..]).map(|m| n + m)
+                }
+                other => other,
+            };
+            assert_eq!(taken.is_ok(), taken_in_parts.is_ok(), "split at {split}");
+            if let (Ok(a), Ok(b)) = (&taken, &taken_in_parts) {
+                assert_eq!((a, whole), (b, parts), "split at {split}");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,6 +606,14 @@ mod tests {
         );
         let mut scan = Scan::Length(3);
         assert_eq!(scan.body(b"abcGET").unwrap(), 3);
+    }
+
+    #[test]
+    fn the_fuzz_entry_follows_bodies_in_pieces_as_whole() {
+        fuzz_follow(b"5;x\r\nhello\r\n0\r\na: b\r\n\r\nGET / HTTP/1.1");
+        fuzz_follow(b"ffffffffffffffff\r\n");
+        fuzz_follow(b"3\nabc");
+        fuzz_follow(b"");
     }
 
     #[tokio::test]

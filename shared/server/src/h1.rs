@@ -652,6 +652,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 /// building it never panics.
 #[doc(hidden)]
 pub fn fuzz_head(data: &[u8]) {
+    crate::framing::fuzz_follow(data);
     let head = match parse_head(data, 32 * 1024) {
         Head::Plain(head) => head,
         Head::Refused(refusal) => {
