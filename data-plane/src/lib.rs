@@ -41,6 +41,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
+use switchyard_engine::{ChannelId, CredentialId};
 use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -78,6 +79,9 @@ pub struct AppState {
     pub usage: Option<Arc<usage::UsageReporter>>,
     /// Shadow traffic: the rules' caps and the background queue (`shadow`).
     pub shadows: shadow::Shadows,
+    /// The credentials an upstream refused, already told to the operator, and the snapshot
+    /// revision they were told under (a new revision may carry a fixed secret: told anew).
+    refusals_told: std::sync::Mutex<(u64, std::collections::HashSet<(ChannelId, CredentialId)>)>,
     seed: AtomicU64,
 }
 
@@ -147,6 +151,7 @@ impl AppState {
             streams_cut: CancellationToken::new(),
             usage,
             shadows,
+            refusals_told: std::sync::Mutex::default(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         });
         // The shadow sender holds the state weakly: it ends when the state is dropped (its
@@ -157,6 +162,23 @@ impl AppState {
             state.streams_cut.clone(),
         ));
         state
+    }
+
+    /// Whether an upstream's refusal of `credential` (of `channel`) under snapshot `revision` is
+    /// the first one: the operator is told once per credential and revision.
+    pub(crate) fn first_refusal(
+        &self,
+        revision: u64,
+        channel: ChannelId,
+        credential: CredentialId,
+    ) -> bool {
+        let Ok(mut told) = self.refusals_told.lock() else {
+            return true;
+        };
+        if told.0 != revision {
+            *told = (revision, std::collections::HashSet::new());
+        }
+        told.1.insert((channel, credential))
     }
 
     /// The upstream client of the calling thread's pool.

@@ -376,7 +376,7 @@ async fn a_429_fails_over_and_the_last_answer_keeps_retry_after() {
 }
 
 #[tokio::test]
-async fn a_refused_signature_fails_over_and_is_the_providers_403() {
+async fn a_refused_signature_fails_over_and_is_never_the_clients_403() {
     let (bad, good) = (
         MockUpstream::start().await.unwrap(),
         MockUpstream::start().await.unwrap(),
@@ -393,7 +393,8 @@ async fn a_refused_signature_fails_over_and_is_the_providers_403() {
     assert_eq!(bad.requests().len(), 1, "refused before any rule");
     assert_bedrock_request(&good.requests()[0], "converse");
 
-    // Only the refused key left: Bedrock's 403 in the client's shape, no secret in it.
+    // Only the refused key left: a 502 naming the channel and what Bedrock said (never its 403,
+    // which the client would take for its own key's refusal), no secret in it.
     let bad = MockUpstream::start().await.unwrap();
     bad.on(Matcher::any(), Behavior::ok().text("never"));
     let yaml = format!(
@@ -409,13 +410,16 @@ async fn a_refused_signature_fails_over_and_is_the_providers_403() {
     );
     let proxy = start(&yaml).await;
     let reply = post(&proxy, "/v1/chat/completions", CHAT).await;
-    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "upstream_auth_failed");
     let message = reply.json()["error"]["message"]
         .as_str()
         .unwrap()
         .to_owned();
     assert!(
-        message.starts_with("InvalidSignatureException: The request signature we calculated"),
+        message.contains(
+            "channel `bedrock` (HTTP 403: InvalidSignatureException: The request signature we calculated"
+        ),
         "{message}"
     );
     assert!(!reply.body.contains("wrongBedrockSecret"), "{}", reply.body);
@@ -437,8 +441,8 @@ async fn a_refused_signature_fails_over_and_is_the_providers_403() {
     );
     let proxy = start(&yaml).await;
     let reply = post(&proxy, "/v1/messages", MESSAGES).await;
-    assert_eq!(reply.status, 403, "{}", reply.body);
-    assert_eq!(reply.json()["error"]["type"], "permission_error");
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["type"], "api_error");
     assert!(
         reply.body.contains("UnrecognizedClientException"),
         "{}",

@@ -339,6 +339,87 @@ async fn exhaustion_returns_the_last_upstream_answer() {
     assert_eq!(reply.header("x-switchyard-channel"), "b");
 }
 
+/// An upstream refusing the gateway's own credential (401/403) is the operator's problem: the
+/// client never gets that answer, which its SDK would take for its own key's refusal, but a 502
+/// naming the channel, in its protocol, with what the upstream said (a key it quotes masked).
+#[tokio::test]
+async fn an_upstream_refusing_the_gateways_credential_is_a_502_naming_the_channel() {
+    let (a, b) = mocks().await;
+    a.on(
+        Matcher::any(),
+        Behavior::status(403).body(r#"{"error":{"message":"this key may not use up-a"}}"#),
+    );
+    b.on(
+        Matcher::any(),
+        Behavior::status(401).body(r#"{"error":{"message":"Incorrect API key provided: sk-abc123def456ghi789jkl012","type":"invalid_request_error","code":"invalid_api_key"}}"#),
+    );
+    let proxy = start(&two_channels(&a, &["ka"], &b, "  channel_retry_times: 0")).await;
+    let reply = post(&proxy, CHAT_PATH, CHAT).await;
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], "upstream_auth_failed");
+    assert_eq!(error["type"], "server_error");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("channel `b` (HTTP 401: Incorrect API key provided: sk-a****)"),
+        "{message}"
+    );
+    assert!(!reply.body.contains("sk-abc"), "{}", reply.body);
+    assert_eq!(reply.header("x-should-retry"), "false");
+    assert_eq!(reply.attempts(), 2);
+
+    // An Anthropic client gets the same in its own shape, not an `authentication_error`.
+    let messages =
+        r#"{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}"#;
+    let reply = post(&proxy, "/v1/messages", messages).await;
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    let body = reply.json();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "api_error");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("refused this gateway's own credentials for its channel `b`"));
+}
+
+/// A credential the upstream refuses is skipped for the rest of the request: the channel's next
+/// credential is tried on the same channel (key rotation) before any other channel.
+#[tokio::test]
+async fn a_refused_credential_rotates_to_the_channels_next_one() {
+    let (a, b) = mocks().await;
+    a.on(Matcher::any().credential("revoked"), Behavior::status(401));
+    let proxy = start(&two_channels(
+        &a,
+        &["revoked", "good"],
+        &b,
+        "  channel_retry_times: 1",
+    ))
+    .await;
+    let revoked = Matcher::any().credential("revoked");
+    // Each request starts its rotation at a random credential: send until one has met the
+    // revoked key (the chance that 100 never do is 2^-100).
+    let mut sent = 0;
+    while a.hits_matching(&revoked) == 0 {
+        assert!(
+            sent < 100,
+            "no request started its rotation at the revoked key"
+        );
+        let reply = post(&proxy, CHAT_PATH, CHAT).await;
+        assert_eq!(
+            (reply.status, reply.header("x-switchyard-channel")),
+            (200, "a"),
+            "{}",
+            reply.body
+        );
+        sent += 1;
+    }
+    assert_eq!(
+        b.hits(),
+        0,
+        "the channel's good key served; no failover was needed"
+    );
+}
+
 #[tokio::test]
 async fn retry_times_bounds_cross_channel_rounds() {
     let (a, b) = mocks().await;

@@ -248,7 +248,7 @@ fn two_channels(first: (&str, &str), second: (&str, &str)) -> String {
 }
 
 #[tokio::test]
-async fn a_refused_key_is_the_providers_401_and_fails_over() {
+async fn a_refused_key_fails_over_and_is_never_the_clients_401() {
     let (bad, good) = (
         MockUpstream::start().await.unwrap(),
         MockUpstream::start().await.unwrap(),
@@ -272,8 +272,9 @@ async fn a_refused_key_is_the_providers_401_and_fails_over() {
     );
     assert_vertex_request(&good.requests()[0], "generateContent");
 
-    // Only the refused key left: the client gets the provider's 401, naming the service account
-    // and the endpoint's reason, never the key or an assertion.
+    // Only the refused key left: the client gets a 502 naming the channel, the service account
+    // and the endpoint's reason (never the provider's 401, which it would take for its own key's
+    // refusal), never the key or an assertion.
     let bad = MockUpstream::start().await.unwrap();
     let yaml = format!(
         "settings:\n  channel_retry_times: 0\nchannels:\n{}routes:\n  - model_pattern: gemini-pro\n    members: [{{ channel: vertex, upstream_model: {MODEL} }}]\n",
@@ -285,9 +286,9 @@ async fn a_refused_key_is_the_providers_401_and_fails_over() {
     );
     let proxy = start(&yaml).await;
     let reply = post(&proxy, "/v1beta/models/gemini-pro:generateContent", GEMINI).await;
-    assert_eq!(reply.status, 401, "{}", reply.body);
+    assert_eq!(reply.status, 502, "{}", reply.body);
     let v = reply.json();
-    assert_eq!(v["error"]["status"], "UNAUTHENTICATED");
+    assert_eq!(v["error"]["status"], "INTERNAL");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(
         message.contains(vertex::TEST_CLIENT_EMAIL)
@@ -300,7 +301,8 @@ async fn a_refused_key_is_the_providers_401_and_fails_over() {
     }
     // An OpenAI client hears it in OpenAI's shape.
     let reply = post(&proxy, "/v1/chat/completions", CHAT).await;
-    assert_eq!(reply.status, 401, "{}", reply.body);
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "upstream_auth_failed");
     assert!(reply.json()["error"]["message"]
         .as_str()
         .unwrap()

@@ -136,6 +136,12 @@ fn extract(body: &[u8]) -> (String, Option<String>) {
     (String::from_utf8_lossy(prefix).trim().to_string(), None)
 }
 
+/// The message of an upstream error body of any of the three shapes (or its text), cut to
+/// [`MAX_ERROR_MESSAGE_CHARS`]: what the upstream said, for the gateway's own log.
+pub fn error_message(body: &[u8]) -> String {
+    truncate(&extract(body).0, MAX_ERROR_MESSAGE_CHARS)
+}
+
 /// An upstream error body (in `upstream`'s shape, or any text) re-rendered in `client`'s shape:
 /// the type/status follow `status`, the message is the upstream's (cut to
 /// [`MAX_ERROR_MESSAGE_CHARS`]). Same protocol in and out is the caller's passthrough, but
