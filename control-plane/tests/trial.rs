@@ -148,7 +148,58 @@ async fn a_trial_reaches_a_tls_upstream_through_the_operators_ca(pool: PgPool) {
             );
         } else {
             assert_eq!(reply.body["failure"], "transport", "{}", reply.body);
+            assert_eq!(reply.body["cause"], "tls", "{}", reply.body);
             assert!(versions.is_empty());
         }
+    }
+}
+
+/// A trial call that fails in transport names the cause: a port nothing listens on is
+/// `refused`, a host name that cannot resolve (`.invalid` never does) is `dns`; any other
+/// failure has no cause.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_trial_failing_in_transport_names_its_cause(pool: PgPool) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let app = common::test_app(pool);
+    let mut members = Vec::new();
+    for (name, base_url) in [
+        ("closed", format!("http://127.0.0.1:{port}/v1")),
+        (
+            "nowhere",
+            "http://upstream.switchyard.invalid/v1".to_owned(),
+        ),
+    ] {
+        let channel = app
+            .create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "openai", "base_url": base_url}),
+            )
+            .await;
+        app.create(
+            &format!("/api/v1/channels/{channel}/credentials"),
+            json!({"secret": "sk-cause"}),
+        )
+        .await;
+        let route = app.route(&format!("m-{name}")).await;
+        members.push(
+            app.member(
+                route,
+                json!({"channel_id": channel, "upstream_model": "gpt-4o-mini"}),
+            )
+            .await,
+        );
+    }
+    app.refresh().await;
+    for (member, cause) in members.into_iter().zip(["refused", "dns"]) {
+        let reply = app
+            .post(&format!("/api/v1/members/{member}/trial"), json!({}))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(reply.body["passed"], false, "{}", reply.body);
+        assert_eq!(reply.body["failure"], "transport", "{}", reply.body);
+        assert_eq!(reply.body["cause"], cause, "{}", reply.body);
+        assert!(!reply.text.contains("sk-cause"), "{}", reply.text);
     }
 }

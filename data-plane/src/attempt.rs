@@ -23,7 +23,8 @@ use crate::metrics::AttemptOutcome;
 use crate::mock::{self, MockRequest};
 use crate::request::Inspected;
 use crate::upstream::{
-    ChannelRuntime, CredentialRuntime, HttpClient, Target, TokenError, UpstreamResponse,
+    ChannelRuntime, CredentialRuntime, HttpClient, Target, TokenError, TransportCause,
+    UpstreamResponse,
 };
 use crate::wire::Call;
 
@@ -161,6 +162,9 @@ impl AttemptError {
 #[derive(Debug)]
 pub struct Failed {
     pub error: AttemptError,
+    /// What a failure in transport came down to (`None` for an answer, or a failure that is
+    /// not the connection's).
+    pub cause: Option<TransportCause>,
     pub status: Option<u16>,
     pub retry_after_ms: Option<u64>,
     pub answer: Option<Answer>,
@@ -171,8 +175,19 @@ pub struct Failed {
 impl Failed {
     /// A failure without an upstream answer.
     fn bare(error: AttemptError) -> Failed {
+        // A timeout is its own cause; a connection's failure whose cause is not known, `other`.
+        let cause = match error {
+            AttemptError::FirstByteTimeout | AttemptError::BodyTimeout => {
+                Some(TransportCause::Timeout)
+            }
+            AttemptError::ConnectError | AttemptError::TransportError => {
+                Some(TransportCause::Other)
+            }
+            _ => None,
+        };
         Failed {
             error,
+            cause,
             status: None,
             retry_after_ms: None,
             answer: None,
@@ -183,8 +198,17 @@ impl Failed {
     /// A 2xx answer that failed the body check: the answer is kept as the last one.
     fn answered(error: AttemptError, status: StatusCode, answer: Answer) -> Failed {
         Failed {
+            cause: None,
             status: Some(status.as_u16()),
             answer: Some(answer),
+            ..Failed::bare(error)
+        }
+    }
+
+    /// A failure of the connection, for `cause`.
+    fn caused(error: AttemptError, cause: TransportCause) -> Failed {
+        Failed {
+            cause: Some(cause),
             ..Failed::bare(error)
         }
     }
@@ -363,11 +387,18 @@ impl Attempt<'_> {
         // the timeout and then with it into this future.
         let response = match timeout(limit, Box::pin(self.client.request(request))).await {
             Err(_) => return Err(Failed::bare(AttemptError::FirstByteTimeout)),
-            Ok(Err(e)) if e.is_connect() => return Err(Failed::bare(AttemptError::ConnectError)),
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(Failed::caused(AttemptError::ConnectError, e.cause()))
+            }
             // The connection was up but closed before the answer started: for a stream this is
             // a "cut before the first byte": a failure specific to this member.
-            Ok(Err(_)) if self.inspected.stream => return Err(stream_cut()),
-            Ok(Err(_)) => return Err(Failed::bare(AttemptError::TransportError)),
+            Ok(Err(e)) if self.inspected.stream => {
+                return Err(Failed {
+                    cause: Some(e.cause()),
+                    ..stream_cut()
+                })
+            }
+            Ok(Err(e)) => return Err(Failed::caused(AttemptError::TransportError, e.cause())),
             Ok(Ok(response)) => response,
         };
         let (parts, body) = response.into_parts();
@@ -741,6 +772,7 @@ impl Attempt<'_> {
         };
         Failed {
             error,
+            cause: None,
             status: Some(code),
             retry_after_ms,
             answer: Some(answer),

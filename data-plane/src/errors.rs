@@ -9,6 +9,8 @@ use http::{header, HeaderValue, Method, StatusCode};
 use switchyard_engine::{Metric, ScopeKind, Window};
 use switchyard_provider::{gateway_error_body, Protocol};
 
+use crate::upstream::TransportCause;
+
 /// A refusal whose room comes back later than this is not worth an SDK's automatic retries
 /// (they wait seconds): it says `x-should-retry: false`.
 const RETRY_WORTHWHILE_MS: u64 = 60_000;
@@ -72,8 +74,18 @@ pub enum GatewayError {
     UpstreamStreamCut,
     /// No upstream could be reached (and none answered).
     UpstreamUnreachable,
+    /// The same, the last attempt failing in transport for this cause (named in the message).
+    UpstreamUnreachableBy(TransportCause),
     /// The last upstream gave a 2xx answer that is not a valid one (why: the reason).
     UpstreamInvalidAnswer(String),
+    /// The last upstream refused the gateway's own credential for `channel` (its 401 or 403):
+    /// the operator's configuration to fix, never to be mistaken for the client's key.
+    /// `said`: the upstream's own words, key-like runs masked (may be empty).
+    UpstreamAuthFailed {
+        channel: String,
+        status: u16,
+        said: String,
+    },
 }
 
 impl GatewayError {
@@ -83,6 +95,16 @@ impl GatewayError {
 
     pub fn not_ready() -> GatewayError {
         GatewayError::NotReady
+    }
+
+    /// With the last attempt's transport cause: an unreachable upstream names it.
+    pub fn caused_by(self, cause: Option<TransportCause>) -> GatewayError {
+        match (self, cause) {
+            (GatewayError::UpstreamUnreachable, Some(cause)) => {
+                GatewayError::UpstreamUnreachableBy(cause)
+            }
+            (e, _) => e,
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -103,9 +125,11 @@ impl GatewayError {
             | ProtocolUnsupported { .. } => StatusCode::BAD_REQUEST,
             PinningNotAllowed | ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamStreamCut | UpstreamUnreachable | UpstreamInvalidAnswer(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            UpstreamStreamCut
+            | UpstreamUnreachable
+            | UpstreamUnreachableBy(_)
+            | UpstreamInvalidAnswer(_)
+            | UpstreamAuthFailed { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -118,7 +142,9 @@ impl GatewayError {
             | UpstreamTimeout
             | UpstreamStreamCut
             | UpstreamUnreachable
-            | UpstreamInvalidAnswer(_) => "server_error",
+            | UpstreamUnreachableBy(_)
+            | UpstreamInvalidAnswer(_)
+            | UpstreamAuthFailed { .. } => "server_error",
             PinningNotAllowed | ModelNotAllowed { .. } => "permission_error",
             // OpenAI's own: `requests` / `tokens` for rate limits, `insufficient_quota` for an
             // exhausted budget.
@@ -157,8 +183,9 @@ impl GatewayError {
             ProtocolUnsupported { .. } => "protocol_unsupported",
             UpstreamTimeout => "upstream_timeout",
             UpstreamStreamCut => "upstream_stream_cut",
-            UpstreamUnreachable => "upstream_unreachable",
+            UpstreamUnreachable | UpstreamUnreachableBy(_) => "upstream_unreachable",
             UpstreamInvalidAnswer(_) => "upstream_invalid_answer",
+            UpstreamAuthFailed { .. } => "upstream_auth_failed",
         }
     }
 
@@ -217,13 +244,23 @@ impl GatewayError {
                 "The request uses {feature}, which no upstream serving `{model}` can express."
             ),
             UpstreamTimeout => {
-                "The upstream did not answer within the request's time budget.".to_owned()
+                "The upstream did not answer within the request's time budget (last attempt: cause `timeout`).".to_owned()
             }
             UpstreamStreamCut => "Every upstream stream ended before its first byte.".to_owned(),
             UpstreamUnreachable => {
                 "No upstream could be reached or gave a readable HTTP answer.".to_owned()
             }
+            UpstreamUnreachableBy(cause) => format!(
+                "No upstream could be reached or gave a readable HTTP answer (last attempt: {}, cause `{}`).",
+                cause.describe(),
+                cause.as_str()
+            ),
             UpstreamInvalidAnswer(why) => format!("The upstream's answer was not valid: {why}."),
+            UpstreamAuthFailed {
+                channel,
+                status,
+                said,
+            } => auth_failed_message(channel, *status, said),
         }
     }
 
@@ -268,6 +305,8 @@ impl GatewayError {
                 headers.insert("retry-after-ms", HeaderValue::from(ms));
                 true
             }
+            // The gateway's own credential: no retry helps until the operator fixes it.
+            GatewayError::UpstreamAuthFailed { .. } => false,
             _ => !status.is_client_error(),
         };
         if !retry {
@@ -275,6 +314,49 @@ impl GatewayError {
         }
         response
     }
+}
+
+/// The message of [`GatewayError::UpstreamAuthFailed`]: whose credential, what the upstream
+/// said, and that the client's own key was fine.
+fn auth_failed_message(channel: &str, status: u16, said: &str) -> String {
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(": {said}")
+    };
+    format!(
+        "The upstream provider refused this gateway's own credentials for its channel `{channel}` (HTTP {status}{said}). Your API key was accepted: the gateway's operator must fix that channel's credentials."
+    )
+}
+
+/// `text` with every run of 16 or more key-like characters (letters, digits, `-`, `_`) that
+/// holds both letters and digits masked but its first four: an upstream's complaint about a key
+/// may quote the key (plain words, however long, stay as they are).
+pub fn mask_key_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        let key_like = run.chars().count() >= 16
+            && run.chars().any(|c| c.is_ascii_digit())
+            && run.chars().any(|c| c.is_ascii_alphabetic());
+        if key_like {
+            out.extend(run.chars().take(4));
+            out.push_str("****");
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 /// How a refusal names its limit: whose it is (never another client's name), what it counts
@@ -307,6 +389,19 @@ pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_like_runs_are_masked_and_words_are_not() {
+        assert_eq!(
+            mask_key_like("Incorrect API key provided: sk-proj-Ab12Cd34Ef56Gh78. Check it."),
+            "Incorrect API key provided: sk-p****. Check it."
+        );
+        assert_eq!(
+            mask_key_like("InvalidSignatureException: the signature differs"),
+            "InvalidSignatureException: the signature differs"
+        );
+        assert_eq!(mask_key_like("key abc123 is short"), "key abc123 is short");
+    }
 
     #[test]
     fn a_refusal_names_whose_limit_and_what_it_counts() {
@@ -360,6 +455,12 @@ mod tests {
             ),
             (
                 GatewayError::UpstreamUnreachable,
+                502,
+                "server_error",
+                "upstream_unreachable",
+            ),
+            (
+                GatewayError::UpstreamUnreachableBy(TransportCause::Refused),
                 502,
                 "server_error",
                 "upstream_unreachable",

@@ -32,13 +32,15 @@ use tracing::{Instrument, Span};
 use crate::admission::{topping_up, upstream_limits, Held, TOP_UP_POLL, TOP_UP_WAIT};
 use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
 use crate::endpoint::Endpoint;
-use crate::errors::GatewayError;
+use crate::errors::{mask_key_like, GatewayError};
 use crate::metrics::AttemptOutcome;
 use crate::record::{AttemptLog, StreamSlot, Trail};
 use crate::relay::{relay, StreamOwner};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::upstream::{returnable, ChannelRuntime, CredentialRuntime, MOCK_CREDENTIAL};
+use crate::upstream::{
+    returnable, ChannelRuntime, CredentialRuntime, TransportCause, MOCK_CREDENTIAL,
+};
 use crate::wire::{feature_index, plan, Call, ClientRequest};
 use crate::AppState;
 
@@ -256,6 +258,11 @@ struct Failover<'a> {
     last: Option<Answer>,
     /// The last failure, for the gateway's own error when no upstream answered.
     last_error: Option<AttemptError>,
+    /// The last failed attempt's transport cause, named in that error's message.
+    last_cause: Option<TransportCause>,
+    /// The channel and status when the last upstream answer refused the gateway's credential
+    /// (401/403): the client then gets `upstream_auth_failed`, not that answer.
+    last_refusal: Option<Refusal>,
     /// The channel of the previous pick (moving to another one spends a cross-channel round).
     prev_channel: Option<ChannelId>,
     rounds_used: u32,
@@ -320,6 +327,8 @@ impl<'a> Failover<'a> {
             trail: Box::default(),
             last: None,
             last_error: None,
+            last_cause: None,
+            last_refusal: None,
             prev_channel: None,
             rounds_used: 0,
             counted_channels: Vec::new(),
@@ -447,6 +456,8 @@ impl<'a> Failover<'a> {
     }
 
     fn fail(self, e: GatewayError) -> (Response, Box<Trail>) {
+        // No upstream reached: the message names the last attempt's cause.
+        let e = e.caused_by(self.last_cause);
         (e.into_response(self.protocol), self.trail)
     }
 
@@ -473,6 +484,7 @@ impl<'a> Failover<'a> {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
             self.req.constraint.attempted.push(picked.member.id);
             self.last_error = Some(AttemptError::CredentialUnresolved);
+            self.last_cause = None;
             return Next::Skip;
         }
         // Only a member this proxy can call takes its upstream limits' room.
@@ -647,7 +659,10 @@ impl<'a> Failover<'a> {
                 }
                 Outcome::Failed(failed) => {
                     self.note_failure(pick, credential_id, &failed);
-                    let again = failed.scope() == Scope::SameChannel;
+                    // A refused credential: the channel's next one may be good (key rotation).
+                    let rotate =
+                        self.last_refusal.is_some() && self.credential(picked, 0).is_some();
+                    let again = failed.scope() == Scope::SameChannel || rotate;
                     failure = Some(failed);
                     if !again {
                         break;
@@ -728,16 +743,24 @@ impl<'a> Failover<'a> {
         self.trail.upstream_micros = self.trail.upstream_micros.saturating_add(micros);
         self.state.metrics.upstream_latency.observe_micros(micros);
         let latency_ms = elapsed.as_secs_f64() * 1000.0;
-        let (status, error) = match result {
-            Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None),
-            Outcome::Failed(failed) => (failed.status, Some(failed.error)),
+        let (status, error, cause) = match result {
+            Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None, None),
+            Outcome::Failed(failed) => (failed.status, Some(failed.error), failed.cause),
         };
+        if matches!(result, Outcome::Failed(_)) {
+            self.last_cause = cause;
+        }
+        if let Some(cause) = cause {
+            let channel = picked.channel.name.as_str();
+            self.state.metrics.transport_failure(channel, cause);
+        }
         let log = AttemptLog {
             member_id: picked.member.id,
             channel_id: picked.channel.id,
             credential_id,
             status,
             error,
+            cause,
             latency_ms,
         };
         record_attempt(span, &log);
@@ -755,9 +778,50 @@ impl<'a> Failover<'a> {
             self.ban(pick, credential_id, keyword);
         }
         if let Some(answer) = failed.answer.clone() {
+            let status = answer.status.as_u16();
+            self.last_refusal = None;
+            if matches!(status, 401 | 403) {
+                let said = mask_key_like(&switchyard_provider::error_message(&answer.body));
+                self.credential_refused(pick, credential_id, status, &said);
+                self.last_refusal = Some(Refusal {
+                    channel: pick.picked.channel.name.clone(),
+                    status,
+                    said,
+                });
+            }
             self.last = Some(answer);
         }
         self.last_error = Some(failed.error);
+    }
+
+    /// The upstream refused the channel's credential (401/403): the gateway's configuration, not
+    /// the client's key. The credential is skipped for the rest of this request (the next send
+    /// on the channel rotates to another), and the operator is told once per credential and
+    /// snapshot revision, with the upstream's own words.
+    fn credential_refused(
+        &mut self,
+        pick: &Pick<'a>,
+        credential_id: CredentialId,
+        status: u16,
+        said: &str,
+    ) {
+        if !self.disabled_here.contains(&credential_id) {
+            self.disabled_here.push(credential_id);
+        }
+        let channel = pick.picked.channel;
+        let revision = self.view.snapshot.revision;
+        if self
+            .state
+            .first_refusal(revision, channel.id, credential_id)
+        {
+            tracing::warn!(
+                channel = %channel.name,
+                credential_id,
+                status,
+                upstream_message = %said,
+                "the upstream refused this channel's credential; fix it in the channel's configuration (said once per credential)"
+            );
+        }
     }
 
     /// The credential of send `n` (counting from the random start): the channel's usable
@@ -935,6 +999,19 @@ impl<'a> Failover<'a> {
 
     /// Every attempt failed: the last upstream answer, not a generic error.
     fn exhausted(mut self) -> (Response, Box<Trail>) {
+        if let Some(Refusal {
+            channel,
+            status,
+            said,
+        }) = self.last_refusal.take()
+        {
+            // Never the upstream's 401/403: the client would take it for its own key's.
+            return self.fail(GatewayError::UpstreamAuthFailed {
+                channel,
+                status,
+                said,
+            });
+        }
         match self.last.take() {
             Some(answer) => (answer_response(answer), self.trail),
             None => {
@@ -945,6 +1022,14 @@ impl<'a> Failover<'a> {
             }
         }
     }
+}
+
+/// An upstream's refusal of the gateway's credential (401/403): its channel, its status and
+/// what it said (key-like runs masked).
+struct Refusal {
+    channel: String,
+    status: u16,
+    said: String,
 }
 
 /// A member the engine picked, with what trying it needs.

@@ -9,6 +9,7 @@ use switchyard_engine::fxhash::FxBuildHasher;
 use switchyard_metrics::{Histogram, Writer};
 
 use crate::endpoint::Endpoint;
+use crate::upstream::TransportCause;
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -55,6 +56,9 @@ pub struct Metrics {
     pub requests: Family<4>,
     /// `channel`, `outcome`.
     pub attempts: Family<2>,
+    /// `channel`, `cause` (`dns`, `refused`, `reset`, `tls`, `timeout`, `other`): attempts that
+    /// failed in transport.
+    pub transport_failures: Family<2>,
     /// `route`, `channel`, `kind` (`input`, `output`, `cached`): what `/metrics` shows by
     /// default.
     pub tokens: Family<3>,
@@ -96,6 +100,11 @@ impl Default for Metrics {
                 "switchyard_attempts_total",
                 "Upstream attempts, by channel and outcome.",
                 ["channel", "outcome"],
+            ),
+            transport_failures: Family::new(
+                "switchyard_upstream_transport_failures_total",
+                "Upstream attempts that failed in transport, by channel and cause (dns, refused, reset, tls, timeout, other).",
+                ["channel", "cause"],
             ),
             tokens: Family::new(
                 "switchyard_tokens_total",
@@ -150,6 +159,11 @@ impl Metrics {
 
     pub fn attempt(&self, channel: &str, outcome: AttemptOutcome) {
         self.attempts.add([channel, outcome.label()], 1);
+    }
+
+    /// An attempt on `channel` failed in transport for `cause`.
+    pub fn transport_failure(&self, channel: &str, cause: TransportCause) {
+        self.transport_failures.add([channel, cause.as_str()], 1);
     }
 
     pub fn usage(
@@ -211,6 +225,7 @@ impl Metrics {
         let w = &mut Writer::new(&mut out);
         self.requests.render(w);
         self.attempts.render(w);
+        self.transport_failures.render(w);
         if self.names_tokens() {
             self.tokens_by_name.render(w);
         } else {
@@ -283,6 +298,7 @@ mod tests {
         m.request(Endpoint::ChatCompletions, "gpt-4o", "openai-a", 200);
         m.request(Endpoint::ChatCompletions, "gpt-4o", "openai-a", 201);
         m.attempt("openai-a", AttemptOutcome::Retryable);
+        m.transport_failure("openai-a", TransportCause::Refused);
         m.usage(
             "gpt-4o",
             "openai-a",
@@ -302,9 +318,15 @@ mod tests {
         assert!(text
             .contains("switchyard_attempts_total{channel=\"openai-a\",outcome=\"retryable\"} 1"));
         assert!(text.contains(
+            "switchyard_upstream_transport_failures_total{channel=\"openai-a\",cause=\"refused\"} 1"
+        ));
+        assert!(text.contains(
             "switchyard_tokens_total{route=\"gpt-4o\",channel=\"openai-a\",kind=\"input\"} 10"
         ));
-        assert!(!text.contains("\"app\""), "no token name by default: {text}");
+        assert!(
+            !text.contains("\"app\""),
+            "no token name by default: {text}"
+        );
         assert!(
             !text.contains("kind=\"cached\""),
             "zero counts are not series"

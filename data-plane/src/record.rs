@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::admission::{Held, RateHeaders};
 use crate::attempt::AttemptError;
 use crate::endpoint::Endpoint;
+use crate::upstream::TransportCause;
 use crate::AppState;
 
 /// One attempt in the request's trail (logged; never secrets). The request line writes it by
@@ -26,6 +27,9 @@ pub struct AttemptLog {
     pub credential_id: CredentialId,
     pub status: Option<u16>,
     pub error: Option<AttemptError>,
+    /// What a failure in transport came down to (written only when there is one).
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
+    pub cause: Option<TransportCause>,
     pub latency_ms: f64,
 }
 
@@ -479,7 +483,8 @@ struct LineEnd<'a> {
 }
 
 /// The attempt trail as a JSON array: per attempt its member, channel and credential ids, its
-/// HTTP status and error (`null` when it had none) and its latency, in that order.
+/// HTTP status and error (`null` when it had none), a transport failure's cause (only when it
+/// has one) and its latency, in that order.
 fn write_attempts(out: &mut Vec<u8>, attempts: &[AttemptLog]) {
     out.push(b'[');
     for (at, attempt) in attempts.iter().enumerate() {
@@ -496,6 +501,10 @@ fn write_attempts(out: &mut Vec<u8>, attempts: &[AttemptLog]) {
         integer_or_null(out, attempt.status);
         out.extend_from_slice(b",\"error\":");
         string_or_null(out, attempt.error.map(AttemptError::as_str));
+        if let Some(cause) = attempt.cause {
+            out.extend_from_slice(b",\"cause\":");
+            json::string(out, cause.as_str());
+        }
         out.extend_from_slice(b",\"latency_ms\":");
         json::float(out, attempt.latency_ms);
         out.push(b'}');
@@ -693,6 +702,7 @@ mod tests {
             credential_id: pick.of(&IDS),
             status: pick.maybe(&[0, 200, 429, 503, u16::MAX]),
             error: (error < errors.len()).then(|| errors.swap_remove(error)),
+            cause: pick.maybe(&TransportCause::ALL),
             latency_ms: pick.of(&LATENCIES),
         }
     }
@@ -875,6 +885,7 @@ mod tests {
                 credential_id: i64::MAX - at as i64,
                 status: (at % 2 == 0).then_some(500 + at as u16),
                 error: Some(error),
+                cause: TransportCause::ALL.get(at).copied(),
                 latency_ms: LATENCIES[at % LATENCIES.len()],
             })
             .collect();
@@ -884,6 +895,7 @@ mod tests {
             credential_id: 97,
             status: None,
             error: None,
+            cause: None,
             latency_ms: 1e-7,
         });
         let end = LineEnd {
@@ -900,6 +912,12 @@ mod tests {
             assert!(
                 text.contains(&format!(r#""error":"{}""#, error.as_str())),
                 "{error:?}"
+            );
+        }
+        for cause in TransportCause::ALL {
+            assert!(
+                text.contains(&format!(r#""cause":"{}""#, cause.as_str())),
+                "{cause:?}"
             );
         }
         assert!(

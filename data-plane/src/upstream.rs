@@ -8,7 +8,7 @@ use http::{HeaderMap, StatusCode};
 
 pub use switchyard_upstream::{
     channel_protocol, gemini_path, returnable, ChannelRuntime, ClientOptions, CredentialRuntime,
-    HttpClient, Target, TokenError, MOCK_CREDENTIAL,
+    HttpClient, Target, TokenError, TransportCause, MOCK_CREDENTIAL,
 };
 
 /// What one attempt got back, from the network or from the simulation.

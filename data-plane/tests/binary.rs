@@ -779,3 +779,125 @@ async fn the_proxy_refuses_smuggling_framing_and_impossible_chunks_at_once() {
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     assert!(answer.contains("body_read_error"), "{answer}");
 }
+
+/// A listener on loopback serving each connection with `serve` (bound and spawned at once).
+async fn scripted_listener<F, Fut>(serve: F) -> std::net::SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(serve(socket));
+        }
+    });
+    addr
+}
+
+/// A transport failure names its cause to the client (in the error's message, its code
+/// unchanged), in the request line (the attempt's `cause`) and in
+/// `switchyard_upstream_transport_failures_total`: a closed port is `refused`, a name that cannot
+/// resolve `dns`, an upstream that accepts and closes without answering `reset`, TLS against a
+/// plain listener `tls`, an upstream that never answers `timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transport_failure_names_its_cause_to_the_client_the_log_and_the_metrics() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    // Reads the request, then closes without a word.
+    let reset = scripted_listener(|mut socket| async move {
+        let _ = socket.read(&mut [0u8; 8192]).await;
+    })
+    .await;
+    // Plain HTTP where TLS is expected.
+    let plain = scripted_listener(|mut socket| async move {
+        let _ = socket.read(&mut [0u8; 8192]).await;
+        let _ = socket
+            .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            .await;
+    })
+    .await;
+    // Accepts and never answers.
+    let silent = scripted_listener(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    })
+    .await;
+    let cases = [
+        ("refused", format!("http://127.0.0.1:{closed_port}/v1"), 502),
+        (
+            "dns",
+            "http://upstream.switchyard.invalid/v1".to_owned(),
+            502,
+        ),
+        ("reset", format!("http://{reset}/v1"), 502),
+        ("tls", format!("https://127.0.0.1:{}/v1", plain.port()), 502),
+        ("timeout", format!("http://{silent}/v1"), 504),
+    ];
+    let mut yaml =
+        "settings:\n  channel_retry_times: 0\n  first_byte_timeout_ms: 500\nchannels:\n".to_owned();
+    for (cause, url, _) in &cases {
+        yaml.push_str(&format!(
+            "  - name: c-{cause}\n    provider: openai\n    base_url: {url}\n    credentials: [\"sk-cause-secret\"]\n"
+        ));
+    }
+    yaml.push_str("routes:\n");
+    for (cause, _, _) in &cases {
+        yaml.push_str(&format!(
+            "  - model_pattern: m-{cause}\n    members:\n      - {{ channel: c-{cause}, upstream_model: up }}\n"
+        ));
+    }
+    yaml.push_str(&format!("tokens:\n  - name: t\n    token: {TOKEN}\n"));
+    let path = temp_file("transport-causes", &yaml);
+    let running = spawn(&path);
+    for (cause, _, status) in &cases {
+        let body =
+            format!(r#"{{"model":"m-{cause}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+        let reply = send(
+            Method::POST,
+            &format!("{}/v1/chat/completions", running.url),
+            Some(TOKEN),
+            body.into_bytes(),
+            &[],
+        )
+        .await;
+        assert_eq!(reply.status, *status, "{cause}: {}", reply.body);
+        let error = &reply.json()["error"];
+        let code = if *status == 504 {
+            "upstream_timeout"
+        } else {
+            "upstream_unreachable"
+        };
+        assert_eq!(error["code"], code, "{cause}: {}", reply.body);
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("cause `{cause}`")),
+            "{cause}: {message}"
+        );
+        assert!(!reply.body.contains("sk-cause-secret"), "{}", reply.body);
+        let line = running.wait_for_log("request");
+        assert_eq!(line["model"], format!("m-{cause}"), "{line}");
+        assert_eq!(line["attempts"][0]["cause"], *cause, "{line}");
+    }
+    let page = send(
+        Method::GET,
+        &format!("{}/metrics", running.url),
+        None,
+        Vec::new(),
+        &[],
+    )
+    .await;
+    for (cause, _, _) in &cases {
+        let series = format!(
+            "switchyard_upstream_transport_failures_total{{channel=\"c-{cause}\",cause=\"{cause}\"}} 1"
+        );
+        assert!(
+            page.body.contains(&series),
+            "{series} missing:\n{}",
+            page.body
+        );
+    }
+}

@@ -323,6 +323,13 @@ impl ChannelSpec {
             ));
         }
         self.capabilities.validate("capabilities")?;
+        self.validate_retry_patterns()?;
+        self.validate_headers()?;
+        Ok(self)
+    }
+
+    /// The channel's own retryable error patterns: bounded, each a non-empty single line.
+    fn validate_retry_patterns(&self) -> ApiResult<()> {
         check_retry_error_patterns(&self.retry_error_patterns).map_err(|message| {
             ApiError::validation(
                 "retry_error_patterns",
@@ -342,6 +349,12 @@ impl ChannelSpec {
                 check_retry_error_pattern,
             )?;
         }
+        Ok(())
+    }
+
+    /// The channel's extra headers: valid names and values; an Azure `api-version` one that
+    /// Azure knows.
+    fn validate_headers(&self) -> ApiResult<()> {
         for (name, value) in &self.headers {
             check_header_name(name).map_err(|message| {
                 ApiError::validation(
@@ -361,7 +374,7 @@ impl ChannelSpec {
                 )?;
             }
         }
-        Ok(self)
+        Ok(())
     }
 }
 

@@ -38,6 +38,8 @@ pub struct TrialResponse {
     pub status: Option<u16>,
     /// Why it failed: `status`, `timeout`, `transport`, `request`, or `no_credential`.
     pub failure: Option<String>,
+    /// A `transport` failure's cause: `dns`, `refused`, `reset`, `tls`, `timeout` or `other`.
+    pub cause: Option<String>,
     /// The credential that answered last (never its secret).
     pub credential_id: Option<i64>,
     pub latency_ms: u64,
@@ -61,7 +63,7 @@ fn kind_of(result: &ProbeResult) -> Option<FailureKind> {
                 Some(_) => Some(FailureKind::Rejected),
                 None => Some(FailureKind::Retryable),
             },
-            ProbeFailure::Timeout | ProbeFailure::Transport => Some(FailureKind::Transport),
+            ProbeFailure::Timeout | ProbeFailure::Transport(_) => Some(FailureKind::Transport),
             // Our own request could not be built: says nothing about the upstream.
             ProbeFailure::Request => None,
         },
@@ -124,6 +126,7 @@ pub async fn trial(
         passed: false,
         status: None,
         failure: Some("no_credential".to_owned()),
+        cause: None,
         credential_id: None,
         latency_ms,
         recorded: false,
@@ -154,6 +157,7 @@ pub async fn trial(
         ProbeResult::Failed { reason, status } => {
             response.status = status;
             response.failure = Some(reason.as_str().to_owned());
+            response.cause = reason.cause().map(|c| c.as_str().to_owned());
         }
     }
     if let (Some(kind), Some(live)) = (kind_of(&result), &state.live) {
@@ -188,6 +192,7 @@ pub async fn trial(
         passed = response.passed,
         status = response.status,
         failure = response.failure.as_deref(),
+        cause = response.cause.as_deref(),
         latency_ms,
         "trial call"
     );

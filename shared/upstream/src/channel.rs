@@ -490,24 +490,7 @@ impl ChannelRuntime {
             for (name, value) in &self.headers {
                 headers.insert(name.clone(), value.clone());
             }
-            match self.provider {
-                Provider::Anthropic => {
-                    headers.insert("x-api-key", credential.auth.clone());
-                    if !headers.contains_key("anthropic-version") {
-                        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-                    }
-                }
-                Provider::Gemini => {
-                    headers.insert("x-goog-api-key", credential.auth.clone());
-                }
-                Provider::Openai | Provider::Vertex => {
-                    headers.insert(header::AUTHORIZATION, credential.auth.clone());
-                }
-                Provider::Azure => {
-                    headers.insert("api-key", credential.auth.clone());
-                }
-                Provider::Mock | Provider::Bedrock => {}
-            }
+            self.authenticate(headers, credential);
             if !body.is_empty() {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
             }
@@ -515,6 +498,31 @@ impl ChannelRuntime {
         builder
             .body(Full::new(body))
             .map_err(|e| RequestError::Build(e.to_string()))
+    }
+}
+
+impl ChannelRuntime {
+    /// This credential's auth, in the provider's own header (and Anthropic's version header,
+    /// unless the channel's extra headers set one).
+    fn authenticate(&self, headers: &mut HeaderMap, credential: &CredentialRuntime) {
+        match self.provider {
+            Provider::Anthropic => {
+                headers.insert("x-api-key", credential.auth.clone());
+                if !headers.contains_key("anthropic-version") {
+                    headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+                }
+            }
+            Provider::Gemini => {
+                headers.insert("x-goog-api-key", credential.auth.clone());
+            }
+            Provider::Openai | Provider::Vertex => {
+                headers.insert(header::AUTHORIZATION, credential.auth.clone());
+            }
+            Provider::Azure => {
+                headers.insert("api-key", credential.auth.clone());
+            }
+            Provider::Mock | Provider::Bedrock => {}
+        }
     }
 }
 

@@ -144,7 +144,7 @@ struct Host {
     /// Held while opening a connection that may be HTTP/2.
     opening: Arc<tokio::sync::Mutex<()>>,
     /// When and why the last connection attempt failed.
-    failed: Option<(Instant, String)>,
+    failed: Option<(Instant, TransportCause, String)>,
 }
 
 struct IdleH1 {
@@ -181,10 +181,96 @@ struct SharedH2 {
     streams: Arc<AtomicUsize>,
 }
 
+/// What a transport failure came down to: a fixed set, fit for a log field and a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportCause {
+    /// The upstream's host name did not resolve.
+    Dns,
+    /// The upstream refused the connection (nothing listens there).
+    Refused,
+    /// The connection was reset, aborted or closed before a whole answer head.
+    Reset,
+    /// The TLS handshake failed (a certificate not trusted, a port that does not speak TLS).
+    Tls,
+    /// Connecting, or the answer, took longer than allowed.
+    Timeout,
+    /// Anything else (an unusable URL, an answer that is not HTTP).
+    Other,
+}
+
+impl TransportCause {
+    /// Every cause, in label order.
+    pub const ALL: [TransportCause; 6] = [
+        TransportCause::Dns,
+        TransportCause::Refused,
+        TransportCause::Reset,
+        TransportCause::Tls,
+        TransportCause::Timeout,
+        TransportCause::Other,
+    ];
+
+    /// The label in logs, metrics and API answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportCause::Dns => "dns",
+            TransportCause::Refused => "refused",
+            TransportCause::Reset => "reset",
+            TransportCause::Tls => "tls",
+            TransportCause::Timeout => "timeout",
+            TransportCause::Other => "other",
+        }
+    }
+
+    /// The cause in words, for a client's error message (never a URL or a secret).
+    pub fn describe(self) -> &'static str {
+        match self {
+            TransportCause::Dns => "the upstream's host name did not resolve",
+            TransportCause::Refused => "connection refused by the upstream",
+            TransportCause::Reset => "the upstream closed or reset the connection before answering",
+            TransportCause::Tls => "the TLS handshake with the upstream failed",
+            TransportCause::Timeout => "the upstream did not connect or answer in time",
+            TransportCause::Other => "the exchange with the upstream failed",
+        }
+    }
+
+    /// The cause of a socket error, by its kind.
+    pub fn of_io(kind: std::io::ErrorKind) -> TransportCause {
+        use std::io::ErrorKind::*;
+        match kind {
+            ConnectionRefused => TransportCause::Refused,
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | NotConnected => {
+                TransportCause::Reset
+            }
+            TimedOut => TransportCause::Timeout,
+            _ => TransportCause::Other,
+        }
+    }
+
+    /// The cause of one of hyper's errors: its socket error's, or a connection that ended early.
+    pub(crate) fn of_hyper(e: &hyper::Error) -> TransportCause {
+        let mut source = std::error::Error::source(e);
+        while let Some(inner) = source {
+            if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+                return TransportCause::of_io(io.kind());
+            }
+            source = inner.source();
+        }
+        if e.is_incomplete_message() || e.is_closed() || e.is_canceled() {
+            TransportCause::Reset
+        } else if e.is_timeout() {
+            TransportCause::Timeout
+        } else {
+            TransportCause::Other
+        }
+    }
+}
+
 /// Why a request got no answer head.
 #[derive(Debug)]
 pub struct ClientError {
     connect: bool,
+    cause: TransportCause,
     message: String,
 }
 
@@ -194,17 +280,24 @@ impl ClientError {
         self.connect
     }
 
-    fn connect(message: impl Into<String>) -> Self {
+    /// What the failure came down to.
+    pub fn cause(&self) -> TransportCause {
+        self.cause
+    }
+
+    fn connect(cause: TransportCause, message: impl Into<String>) -> Self {
         ClientError {
             connect: true,
+            cause,
             message: message.into(),
         }
     }
 
-    fn send(message: impl fmt::Display) -> Self {
+    fn send(e: h1::Error) -> Self {
         ClientError {
             connect: false,
-            message: message.to_string(),
+            cause: e.cause(),
+            message: e.to_string(),
         }
     }
 }
@@ -288,9 +381,10 @@ impl HttpClient {
                 }
             }
         }
-        Err(ClientError::send(
+        Err(ClientError::send(h1::Error::caused(
+            TransportCause::Reset,
             "every pooled connection to the upstream was closed",
-        ))
+        )))
     }
 
     /// Idle HTTP/1.1 and open HTTP/2 connections held now (for tests and diagnostics).
@@ -311,7 +405,8 @@ enum Lease {
 /// hyper's failure to send as ours: the request back when it was never written.
 fn unsent(mut e: hyper::client::conn::TrySendError<Request<Full<Bytes>>>) -> Unsent {
     let request = e.take_message();
-    let error = h1::Error::from(e.into_error().to_string());
+    let e = e.into_error();
+    let error = h1::Error::caused(TransportCause::of_hyper(&e), e.to_string());
     match request {
         Some(request) => Unsent::Again(Box::new(request), error),
         None => Unsent::Failed(error),
@@ -402,13 +497,14 @@ fn scheme_authority(uri: &Uri) -> Result<(bool, &Authority), ClientError> {
         Some(s) if *s == Scheme::HTTP => false,
         _ => {
             return Err(ClientError::connect(
+                TransportCause::Other,
                 "the URL's scheme is not http or https",
             ))
         }
     };
     let authority = uri
         .authority()
-        .ok_or_else(|| ClientError::connect("the URL has no host"))?;
+        .ok_or_else(|| ClientError::connect(TransportCause::Other, "the URL has no host"))?;
     Ok((https, authority))
 }
 
@@ -422,7 +518,12 @@ fn new_host(https: bool, authority: &Authority, http2: bool) -> Result<Host, Cli
     } else {
         HeaderValue::from_str(authority.as_str())
     }
-    .map_err(|_| ClientError::connect("the URL's host is not a valid header value"))?;
+    .map_err(|_| {
+        ClientError::connect(
+            TransportCause::Other,
+            "the URL's host is not a valid header value",
+        )
+    })?;
     Ok(Host {
         key: HostKey {
             https,
@@ -513,10 +614,9 @@ impl Inner {
     async fn open(&self, host: usize) -> Result<Lease, ClientError> {
         let (key, opening) = {
             let hosts = self.lock();
-            let entry = hosts
-                .list
-                .get(host)
-                .ok_or_else(|| ClientError::connect("unknown upstream host"))?;
+            let entry = hosts.list.get(host).ok_or_else(|| {
+                ClientError::connect(TransportCause::Other, "unknown upstream host")
+            })?;
             let opening = (entry.speaks_h2 != Some(false)).then(|| Arc::clone(&entry.opening));
             (entry.key.clone(), opening)
         };
@@ -532,9 +632,9 @@ impl Inner {
                 // The connection opened meanwhile failed: so does this one, at once (an
                 // unreachable upstream does not make a queue wait out its connect timeout
                 // once per request).
-                if let Some((at, message)) = &entry.failed {
+                if let Some((at, cause, message)) = &entry.failed {
                     if *at >= asked {
-                        return Err(ClientError::connect(message.clone()));
+                        return Err(ClientError::connect(*cause, message.clone()));
                     }
                 }
                 // It spoke HTTP/1.1: every request needs a connection of its own anyway.
@@ -550,7 +650,7 @@ impl Inner {
             Ok(connection) => connection,
             Err(e) => {
                 if let Some(entry) = entry {
-                    entry.failed = Some((Instant::now(), e.message.clone()));
+                    entry.failed = Some((Instant::now(), e.cause, e.message.clone()));
                 }
                 return Err(e);
             }
@@ -599,7 +699,7 @@ impl Inner {
         let limit = self.connect_timeout;
         let (io, h2) = tokio::time::timeout(limit, self.transport(key))
             .await
-            .map_err(|_| ClientError::connect("connect timed out"))??;
+            .map_err(|_| ClientError::connect(TransportCause::Timeout, "connect timed out"))??;
         match io {
             // Plain HTTP/1.1 needs no handshake: the connection is ours from the first byte.
             Transport::Plain(tcp) => Ok(Connection::H1(H1::Own(h1::Conn::new(tcp)))),
@@ -612,13 +712,25 @@ impl Inner {
         if !key.https {
             return Ok((Transport::Plain(tcp), false));
         }
-        let tls = self.tls.as_ref().map_err(ClientError::connect)?;
-        let name = ServerName::try_from(key.host.trim_matches(['[', ']']).to_owned())
-            .map_err(|_| ClientError::connect("the URL's host is not a valid TLS server name"))?;
+        let tls = self
+            .tls
+            .as_ref()
+            .map_err(|e| ClientError::connect(TransportCause::Tls, e))?;
+        let name =
+            ServerName::try_from(key.host.trim_matches(['[', ']']).to_owned()).map_err(|_| {
+                ClientError::connect(
+                    TransportCause::Tls,
+                    "the URL's host is not a valid TLS server name",
+                )
+            })?;
         let stream = tls
             .connect(name, tcp)
             .await
-            .map_err(|e| ClientError::connect(format!("TLS handshake failed: {e}")))?;
+            // Whatever ended it (a certificate, a port that does not speak TLS, a close on the
+            // way), it is the handshake that failed.
+            .map_err(|e| {
+                ClientError::connect(TransportCause::Tls, format!("TLS handshake failed: {e}"))
+            })?;
         let h2 = self.http2 && stream.get_ref().1.alpn_protocol() == Some(b"h2");
         Ok((Transport::Tls(Box::new(stream)), h2))
     }
@@ -639,7 +751,12 @@ async fn handshake<T>(io: T, h2: bool) -> Result<Connection, ClientError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
-    let failed = |e: hyper::Error| ClientError::connect(format!("HTTP handshake failed: {e}"));
+    let failed = |e: hyper::Error| {
+        ClientError::connect(
+            TransportCause::of_hyper(&e),
+            format!("HTTP handshake failed: {e}"),
+        )
+    };
     if h2 {
         let streams = Arc::new(AtomicUsize::new(0));
         let send = http2::Conn::handshake(
@@ -650,7 +767,7 @@ where
             H2_PING_TIMEOUT,
         )
         .await
-        .map_err(|e| ClientError::connect(e.to_string()))?;
+        .map_err(|e| ClientError::connect(e.cause(), e.to_string()))?;
         return Ok(Connection::H2(send, streams));
     }
     let (send, connection) = http1::handshake(TokioIo::new(io)).await.map_err(failed)?;
@@ -670,10 +787,15 @@ async fn tcp_connect(host: &str, port: u16) -> Result<TcpStream, ClientError> {
         Some(ip) => vec![SocketAddr::new(ip, port)],
         None => tokio::net::lookup_host((host, port))
             .await
-            .map_err(|e| ClientError::connect(format!("cannot resolve {host}: {e}")))?
+            .map_err(|e| {
+                ClientError::connect(TransportCause::Dns, format!("cannot resolve {host}: {e}"))
+            })?
             .collect(),
     };
-    let mut last = ClientError::connect(format!("{host} resolved to no address"));
+    let mut last = ClientError::connect(
+        TransportCause::Dns,
+        format!("{host} resolved to no address"),
+    );
     for address in addresses {
         match TcpStream::connect(address).await {
             Ok(tcp) => {
@@ -681,7 +803,10 @@ async fn tcp_connect(host: &str, port: u16) -> Result<TcpStream, ClientError> {
                 let _ = tcp.set_nodelay(true);
                 return Ok(tcp);
             }
-            Err(e) => last = ClientError::connect(format!("cannot connect to {address}: {e}")),
+            Err(e) => {
+                let cause = TransportCause::of_io(e.kind());
+                last = ClientError::connect(cause, format!("cannot connect to {address}: {e}"));
+            }
         }
     }
     Err(last)
@@ -1183,6 +1308,7 @@ mod tests {
             .unwrap_err();
         assert!(e.is_connect(), "{e}");
         assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+        assert_eq!(e.cause(), TransportCause::Tls);
         assert_eq!(up.seen.requests.load(Ordering::SeqCst), 0);
     }
 
@@ -1198,12 +1324,100 @@ mod tests {
             .map(|_| ())
             .unwrap_err();
         assert!(e.is_connect(), "{e}");
+        assert_eq!(e.cause(), TransportCause::Refused, "{e}");
         let e = client
             .request(get("ftp://127.0.0.1/".to_owned()))
             .await
             .map(|_| ())
             .unwrap_err();
         assert!(e.is_connect() && e.to_string().contains("scheme"), "{e}");
+        assert_eq!(e.cause(), TransportCause::Other, "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_a_dns_failure() {
+        // `.invalid` never resolves: no network is needed to see it fail.
+        let client = build_client(Duration::from_secs(5));
+        let e = client
+            .request(get("http://upstream.switchyard.invalid/".to_owned()))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect(), "{e}");
+        assert_eq!(e.cause(), TransportCause::Dns, "{e}");
+    }
+
+    /// A listener that reads what it is sent, then closes without a word (`answer`: or writes
+    /// these bytes first).
+    async fn closing_listener(answer: &'static [u8]) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket.write_all(answer).await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn an_upstream_closing_before_its_answer_is_a_reset_and_plain_tcp_under_tls_a_tls_failure(
+    ) {
+        let client = build_client(Duration::from_secs(5));
+        let silent = closing_listener(b"").await;
+        let e = client
+            .request(get(format!("http://{silent}/")))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(!e.is_connect(), "{e}");
+        assert_eq!(e.cause(), TransportCause::Reset, "{e}");
+        // An HTTP server where TLS was expected: its answer is no TLS record.
+        let plain =
+            closing_listener(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").await;
+        let e = client
+            .request(get(format!("https://localhost:{}/", plain.port())))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_connect(), "{e}");
+        assert_eq!(e.cause(), TransportCause::Tls, "{e}");
+        // An answer that is not HTTP is none of the named causes.
+        let garbled = closing_listener(b"SSH-2.0-OpenSSH\r\n\r\n").await;
+        let e = client
+            .request(get(format!("http://{garbled}/")))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(e.cause(), TransportCause::Other, "{e}");
+    }
+
+    #[test]
+    fn socket_errors_map_to_their_cause_and_each_cause_has_its_label() {
+        use std::io::ErrorKind::*;
+        for (kind, cause) in [
+            (ConnectionRefused, TransportCause::Refused),
+            (ConnectionReset, TransportCause::Reset),
+            (ConnectionAborted, TransportCause::Reset),
+            (BrokenPipe, TransportCause::Reset),
+            (UnexpectedEof, TransportCause::Reset),
+            (TimedOut, TransportCause::Timeout),
+            (PermissionDenied, TransportCause::Other),
+        ] {
+            assert_eq!(TransportCause::of_io(kind), cause, "{kind:?}");
+        }
+        let labels: Vec<&str> = TransportCause::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["dns", "refused", "reset", "tls", "timeout", "other"]
+        );
+        for cause in TransportCause::ALL {
+            let serialized = serde_json::to_string(&cause).unwrap();
+            assert_eq!(serialized, format!("\"{}\"", cause.as_str()));
+        }
     }
 
     #[tokio::test]
@@ -1218,6 +1432,7 @@ mod tests {
             .map(|_| ())
             .unwrap_err();
         assert!(e.is_connect() && e.to_string().contains("timed out"), "{e}");
+        assert_eq!(e.cause(), TransportCause::Timeout, "{e}");
         drop(listener);
     }
 

@@ -27,6 +27,8 @@ use http_body_util::Full;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::client::TransportCause;
+
 /// Largest answer head read (status line and headers).
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Most headers an answer may have.
@@ -39,26 +41,48 @@ const READ_CHUNK: usize = 8 * 1024;
 /// Request bodies up to this size are copied beside the head (one write for both).
 const COPY_BODY: usize = 16 * 1024;
 
-/// What went wrong on an HTTP/1.1 upstream connection.
+/// What went wrong on an upstream connection, and what it came down to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(String);
+pub struct Error {
+    message: String,
+    cause: TransportCause,
+}
+
+impl Error {
+    pub(crate) fn caused(cause: TransportCause, message: impl Into<String>) -> Error {
+        Error {
+            message: message.into(),
+            cause,
+        }
+    }
+
+    /// A socket error while `doing` something: its cause follows its kind.
+    fn io(doing: &str, e: &std::io::Error) -> Error {
+        Error::caused(TransportCause::of_io(e.kind()), format!("{doing}: {e}"))
+    }
+
+    pub(crate) fn cause(&self) -> TransportCause {
+        self.cause
+    }
+}
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl std::error::Error for Error {}
 
+/// An error of the answer's content (not HTTP as it should be).
 impl From<String> for Error {
     fn from(message: String) -> Error {
-        Error(message)
+        Error::caused(TransportCause::Other, message)
     }
 }
 
 fn error(message: impl Into<String>) -> Error {
-    Error(message.into())
+    Error::caused(TransportCause::Other, message)
 }
 
 /// An open HTTP/1.1 connection to an upstream, between requests.
@@ -122,7 +146,7 @@ impl Conn {
             _ => self.tcp.write_all(&self.out).await,
         };
         if let Err(e) = written {
-            let e = error(format!("cannot write the request: {e}"));
+            let e = Error::io("cannot write the request", &e);
             return Err(if reused {
                 Unsent::Again(Box::new(request), e)
             } else {
@@ -159,9 +183,10 @@ impl Conn {
             }
             let n = std::future::poll_fn(|cx| read_more(&mut self.tcp, &mut self.buf, cx))
                 .await
-                .map_err(|e| error(format!("reading the answer failed: {e}")))?;
+                .map_err(|e| Error::io("reading the answer failed", &e))?;
             if n == 0 {
-                return Err(error(
+                return Err(Error::caused(
+                    TransportCause::Reset,
                     "the upstream closed the connection before a whole answer head",
                 ));
             }
@@ -510,7 +535,7 @@ impl ResponseBody {
             return Poll::Ready(Ok(0));
         };
         read_more(&mut conn.tcp, &mut conn.buf, cx)
-            .map_err(|e| error(format!("reading the answer's body failed: {e}")))
+            .map_err(|e| Error::io("reading the answer's body failed", &e))
     }
 }
 

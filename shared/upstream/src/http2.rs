@@ -29,6 +29,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::client::TransportCause;
 use crate::h1::{full_bytes, sends_length, Error, Unsent};
 
 /// The receive windows hyper's HTTP/2 client used (larger than the protocol's 64 KiB default,
@@ -75,7 +76,7 @@ impl Conn {
             .enable_push(false)
             .handshake::<T, Bytes>(io)
             .await
-            .map_err(|e| Error::from(format!("HTTP handshake failed: {e}")))?;
+            .map_err(|e| Error::caused(cause_of(&e), format!("HTTP handshake failed: {e}")))?;
         let ended = Arc::new(AtomicBool::new(false));
         let keep = Keepalive {
             streams,
@@ -139,7 +140,17 @@ impl Conn {
 }
 
 fn failed(e: &h2::Error) -> Error {
-    Error::from(format!("http2 error: {e}"))
+    Error::caused(cause_of(e), format!("http2 error: {e}"))
+}
+
+/// What an HTTP/2 failure came down to: its socket error's cause, or a connection or stream the
+/// upstream ended (reset).
+fn cause_of(e: &h2::Error) -> TransportCause {
+    match e.get_io() {
+        Some(io) => TransportCause::of_io(io.kind()),
+        None if e.is_go_away() || e.is_reset() => TransportCause::Reset,
+        None => TransportCause::Other,
+    }
 }
 
 /// Removes what HTTP/2 forbids in a request: the connection-specific headers, the ones

@@ -42,7 +42,7 @@ pub use channel::{
 };
 pub use checks::check_base_url;
 pub use client::{
-    build_client, read_roots, ClientError, ClientOptions, HttpClient, UpstreamBody,
+    build_client, read_roots, ClientError, ClientOptions, HttpClient, TransportCause, UpstreamBody,
     MAX_STREAMS_PER_CONNECTION,
 };
 #[doc(hidden)]

@@ -34,7 +34,7 @@ use switchyard_engine::{ChannelId, RandomSource, Snapshot};
 use switchyard_provider::Protocol;
 
 use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime, Target};
-use crate::client::HttpClient;
+use crate::client::{HttpClient, TransportCause};
 use crate::mock::MockOptions;
 use crate::vertex::TokenError;
 
@@ -48,8 +48,8 @@ pub enum ProbeFailure {
     Status,
     /// No response head within the probe's budget.
     Timeout,
-    /// Connecting or talking to the upstream failed (DNS, refused, TLS, reset, ...).
-    Transport,
+    /// Connecting or talking to the upstream failed, for this cause.
+    Transport(TransportCause),
     /// The request could not be built (e.g. a model that is not valid in a URL path).
     Request,
 }
@@ -59,8 +59,16 @@ impl ProbeFailure {
         match self {
             ProbeFailure::Status => "status",
             ProbeFailure::Timeout => "timeout",
-            ProbeFailure::Transport => "transport",
+            ProbeFailure::Transport(_) => "transport",
             ProbeFailure::Request => "request",
+        }
+    }
+
+    /// A transport failure's cause (`dns`, `refused`, `reset`, `tls`, `timeout`, `other`).
+    pub fn cause(self) -> Option<TransportCause> {
+        match self {
+            ProbeFailure::Transport(cause) => Some(cause),
+            _ => None,
         }
     }
 }
@@ -100,6 +108,10 @@ impl fmt::Display for ProbeResult {
                 status: Some(status),
                 ..
             } => write!(f, "failed (HTTP {status})"),
+            ProbeResult::Failed {
+                reason: ProbeFailure::Transport(cause),
+                ..
+            } => write!(f, "failed (transport: {})", cause.as_str()),
             ProbeResult::Failed { reason, .. } => write!(f, "failed ({})", reason.as_str()),
         }
     }
@@ -184,7 +196,10 @@ pub async fn probe_credential(
         Ok(credential) => credential,
         Err(e) => {
             let (reason, status) = match &e {
-                TokenError::Connect | TokenError::Transport => (ProbeFailure::Transport, None),
+                // The token endpoint's failure carries no cause of its own.
+                TokenError::Connect | TokenError::Transport => {
+                    (ProbeFailure::Transport(TransportCause::Other), None)
+                }
                 TokenError::Timeout => (ProbeFailure::Timeout, None),
                 _ => (
                     ProbeFailure::Status,
@@ -208,8 +223,8 @@ pub async fn probe_credential(
             reason: ProbeFailure::Status,
             status: Some(response.status().as_u16()),
         },
-        Ok(Err(_)) => ProbeResult::Failed {
-            reason: ProbeFailure::Transport,
+        Ok(Err(e)) => ProbeResult::Failed {
+            reason: ProbeFailure::Transport(e.cause()),
             status: None,
         },
         Err(_) => ProbeResult::Failed {
@@ -321,7 +336,7 @@ mod tests {
         let labels: Vec<&str> = [
             ProbeFailure::Status,
             ProbeFailure::Timeout,
-            ProbeFailure::Transport,
+            ProbeFailure::Transport(TransportCause::Refused),
             ProbeFailure::Request,
         ]
         .into_iter()
@@ -384,7 +399,7 @@ mod tests {
         assert_eq!(
             probe(&url, Duration::from_secs(5)).await,
             ProbeResult::Failed {
-                reason: ProbeFailure::Transport,
+                reason: ProbeFailure::Transport(TransportCause::Other),
                 status: None
             }
         );

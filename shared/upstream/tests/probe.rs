@@ -11,7 +11,8 @@ use switchyard_engine::{
     SplitMix64,
 };
 use switchyard_upstream::{
-    build_client, probe_credential, ChannelRuntime, ProbeFailure, ProbeResult, MOCK_CREDENTIAL,
+    build_client, probe_credential, ChannelRuntime, ProbeFailure, ProbeResult, TransportCause,
+    MOCK_CREDENTIAL,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -276,7 +277,7 @@ async fn a_hang_times_out_and_a_dead_port_is_a_transport_failure() {
     assert_eq!(
         result,
         ProbeResult::Failed {
-            reason: ProbeFailure::Transport,
+            reason: ProbeFailure::Transport(TransportCause::Refused),
             status: None
         }
     );
