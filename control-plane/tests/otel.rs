@@ -1,6 +1,7 @@
 //! OTLP trace export: the real binary, with `OTEL_EXPORTER_OTLP_ENDPOINT` pointing at an
-//! in-process OTLP/gRPC collector, exports a span per admin API request (method, matched route,
-//! status; never the admin token), flushed on SIGTERM (the batch delay is a minute).
+//! in-process OTLP/gRPC collector (or, with `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`, an
+//! OTLP/HTTP receiver), exports a span per admin API request (method, matched route, status;
+//! never the admin token), flushed on SIGTERM (the batch delay is a minute).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -53,26 +54,16 @@ async fn get(addr: SocketAddr, path: &str) -> String {
     reply.lines().next().unwrap_or_default().to_owned()
 }
 
-#[sqlx::test(migrations = "../migrations")]
-async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
-    _pool: PgPoolOptions,
-    opts: PgConnectOptions,
-) {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let collector_addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector.clone()))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-
-    let url = common::database_url(&opts, &common::postgres_addr(&opts));
+/// The binary exporting to `collector_addr` over `protocol`: one admin request, then SIGTERM
+/// (which flushes the batch) and its exit.
+async fn one_request_exported(opts: &PgConnectOptions, collector_addr: SocketAddr, protocol: &str) {
+    let url = common::database_url(opts, &common::postgres_addr(opts));
     let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-control-plane"))
         .env_remove("REDIS_URL")
         .env_remove("OTEL_SERVICE_NAME")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         .env_remove("OTEL_SDK_DISABLED")
         .env(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -126,6 +117,23 @@ async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    one_request_exported(&opts, collector_addr, "grpc").await;
 
     let received = collector.received.lock().unwrap().clone();
     assert!(
@@ -157,5 +165,62 @@ async fn admin_requests_are_exported_as_spans_and_flushed_on_sigterm(
     assert_eq!(
         attr("http.response.status_code"),
         Some(Value::IntValue(200))
+    );
+}
+
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`: the same span, posted as protobuf to
+/// `/v1/traces` under the endpoint.
+#[sqlx::test(migrations = "../migrations")]
+async fn admin_requests_are_exported_over_otlp_http_protobuf(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    type Exports = Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>>;
+    let exports = Exports::default();
+    let kept = Arc::clone(&exports);
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let path = request.uri().path().to_owned();
+            let body = axum::body::to_bytes(request.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            let export = <ExportTraceServiceRequest as prost::Message>::decode(body).unwrap();
+            kept.lock().unwrap().push((path, export));
+            let answer = ExportTraceServiceResponse {
+                partial_success: None,
+            };
+            (
+                [("content-type", "application/x-protobuf")],
+                prost::Message::encode_to_vec(&answer),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let receiver = listener.local_addr().unwrap();
+    tokio::spawn(std::future::IntoFuture::into_future(axum::serve(
+        listener, app,
+    )));
+
+    one_request_exported(&opts, receiver, "http/protobuf").await;
+
+    let exports = exports.lock().unwrap().clone();
+    assert!(
+        !exports.is_empty(),
+        "no span reached the OTLP/HTTP receiver"
+    );
+    assert!(exports.iter().all(|(path, _)| path == "/v1/traces"));
+    assert!(
+        !format!("{exports:?}").contains(TOKEN),
+        "the admin token leaked"
+    );
+    assert!(
+        exports
+            .iter()
+            .flat_map(|(_, e)| &e.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .any(|s| s.name == "GET /api/v1/channels"),
+        "{exports:#?}"
     );
 }
