@@ -420,6 +420,39 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_upstream_names_the_last_attempts_transport_cause() {
+        for cause in TransportCause::ALL {
+            let e = GatewayError::UpstreamUnreachable.caused_by(Some(cause));
+            assert_eq!(e, GatewayError::UpstreamUnreachableBy(cause));
+            assert_eq!(
+                (e.status().as_u16(), e.code()),
+                (502, "upstream_unreachable")
+            );
+            let message = e.message();
+            assert!(
+                message.starts_with("No upstream could be reached"),
+                "{message}"
+            );
+            assert!(
+                message.contains(&format!("cause `{}`", cause.as_str())),
+                "{message}"
+            );
+        }
+        // No cause known, or another error: unchanged.
+        assert_eq!(
+            GatewayError::UpstreamUnreachable.caused_by(None),
+            GatewayError::UpstreamUnreachable
+        );
+        assert_eq!(
+            GatewayError::UpstreamStreamCut.caused_by(Some(TransportCause::Reset)),
+            GatewayError::UpstreamStreamCut
+        );
+        assert!(GatewayError::UpstreamTimeout
+            .message()
+            .contains("cause `timeout`"));
+    }
+
+    #[test]
     fn each_error_renders_its_status_code_and_retry_hint() {
         let cases = [
             (GatewayError::NotReady, 503, "server_error", "not_ready"),
