@@ -307,9 +307,10 @@ impl Attempt<'_> {
         let credential = match self.credential.authorized(self.client, limit).await {
             Ok(credential) => credential,
             Err(e) => {
-                return self
-                    .token_failure(&e)
-                    .ok_or_else(|| Failed::bare(token_network_error(&e)))
+                return self.token_failure(&e).ok_or_else(|| match e.cause() {
+                    Some(cause) => Failed::caused(token_network_error(&e), cause),
+                    None => Failed::bare(token_network_error(&e)),
+                })
             }
         };
         let request = self.runtime.request(
@@ -785,7 +786,7 @@ impl Attempt<'_> {
 /// failure (retryable, like the upstream itself being unreachable).
 fn token_network_error(e: &TokenError) -> AttemptError {
     match e {
-        TokenError::Connect => AttemptError::ConnectError,
+        TokenError::Connect(_) => AttemptError::ConnectError,
         TokenError::Timeout => AttemptError::FirstByteTimeout,
         _ => AttemptError::TransportError,
     }

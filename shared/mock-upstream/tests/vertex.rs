@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use switchyard_mock_upstream::{vertex, Behavior, Matcher, MockUpstream};
 use switchyard_upstream::vertex::token_source;
-use switchyard_upstream::{build_client, HttpClient, TokenError};
+use switchyard_upstream::{build_client, HttpClient, TokenError, TransportCause};
 
 const BUDGET: Duration = Duration::from_secs(5);
 
@@ -155,7 +155,7 @@ async fn an_unknown_key_is_refused_with_invalid_grant() {
     .unwrap();
     assert_eq!(
         gone.bearer(&client, BUDGET).await.unwrap_err(),
-        TokenError::Connect
+        TokenError::Connect(TransportCause::Refused)
     );
 }
 

@@ -196,9 +196,8 @@ pub async fn probe_credential(
         Ok(credential) => credential,
         Err(e) => {
             let (reason, status) = match &e {
-                // The token endpoint's failure carries no cause of its own.
-                TokenError::Connect | TokenError::Transport => {
-                    (ProbeFailure::Transport(TransportCause::Other), None)
+                TokenError::Connect(cause) | TokenError::Transport(cause) => {
+                    (ProbeFailure::Transport(*cause), None)
                 }
                 TokenError::Timeout => (ProbeFailure::Timeout, None),
                 _ => (
@@ -399,7 +398,7 @@ mod tests {
         assert_eq!(
             probe(&url, Duration::from_secs(5)).await,
             ProbeResult::Failed {
-                reason: ProbeFailure::Transport(TransportCause::Other),
+                reason: ProbeFailure::Transport(TransportCause::Refused),
                 status: None
             }
         );

@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::client::HttpClient;
+use crate::client::{HttpClient, TransportCause};
 
 /// The OAuth scope the access tokens are asked for.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -278,10 +278,10 @@ pub enum TokenError {
         /// The endpoint's own `error` and `error_description`, bounded (never the assertion).
         reason: String,
     },
-    /// The token endpoint could not be reached.
-    Connect,
-    /// The connection failed after it was up, or the answer could not be read.
-    Transport,
+    /// The token endpoint could not be reached, for this cause.
+    Connect(TransportCause),
+    /// The connection failed after it was up, or the answer could not be read, for this cause.
+    Transport(TransportCause),
     /// No answer within the budget.
     Timeout,
     /// A 2xx answer without a usable `access_token`.
@@ -327,7 +327,7 @@ impl TokenError {
                 "the assertion could not be signed".to_owned(),
                 None,
             ),
-            TokenError::Connect | TokenError::Transport | TokenError::Timeout => return None,
+            TokenError::Connect(_) | TokenError::Transport(_) | TokenError::Timeout => return None,
         };
         let code = match status {
             StatusCode::TOO_MANY_REQUESTS => "RESOURCE_EXHAUSTED",
@@ -351,12 +351,21 @@ impl TokenError {
         Some((status, headers, Bytes::from(body.to_string())))
     }
 
+    /// A network failure's cause (`None` for the endpoint's answer or our own request).
+    pub fn cause(&self) -> Option<TransportCause> {
+        match self {
+            TokenError::Connect(cause) | TokenError::Transport(cause) => Some(*cause),
+            TokenError::Timeout => Some(TransportCause::Timeout),
+            _ => None,
+        }
+    }
+
     /// The low-cardinality label in logs.
     pub fn as_str(&self) -> &'static str {
         match self {
             TokenError::Refused { .. } => "token_refused",
-            TokenError::Connect => "token_connect_error",
-            TokenError::Transport => "token_transport_error",
+            TokenError::Connect(_) => "token_connect_error",
+            TokenError::Transport(_) => "token_transport_error",
             TokenError::Timeout => "token_timeout",
             TokenError::Malformed => "token_malformed",
             TokenError::Request => "token_request",
@@ -525,9 +534,9 @@ impl TokenSource {
         let started = Instant::now();
         let response = client.request(request).await.map_err(|e| {
             if e.is_connect() {
-                TokenError::Connect
+                TokenError::Connect(e.cause())
             } else {
-                TokenError::Transport
+                TokenError::Transport(e.cause())
             }
         })?;
         let status = response.status();
@@ -535,7 +544,7 @@ impl TokenSource {
         let body = Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
             .collect()
             .await
-            .map_err(|_| TokenError::Transport)?
+            .map_err(|_| TokenError::Transport(TransportCause::Other))?
             .to_bytes();
         if !status.is_success() {
             let reason = refusal_reason(&body, &assertion);
@@ -922,7 +931,7 @@ mod tests {
             ),
             (
                 format!("200||{{\"pad\":\"{huge}\"}}"),
-                TokenError::Transport,
+                TokenError::Transport(TransportCause::Other),
             ),
         ];
         for (i, (answer, expected)) in cases.into_iter().enumerate() {
@@ -968,7 +977,7 @@ mod tests {
             .bearer(&client(), BUDGET)
             .await
             .unwrap_err();
-        assert_eq!(error, TokenError::Transport);
+        assert_eq!(error, TokenError::Transport(TransportCause::Reset));
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let refused = TestTokenEndpoint {
             url: format!("http://{}/token", closed.local_addr().unwrap()),
@@ -979,10 +988,10 @@ mod tests {
             .bearer(&client(), BUDGET)
             .await
             .unwrap_err();
-        assert_eq!(error, TokenError::Connect);
+        assert_eq!(error, TokenError::Connect(TransportCause::Refused));
         let labels: Vec<&str> = [
-            TokenError::Connect,
-            TokenError::Transport,
+            TokenError::Connect(TransportCause::Refused),
+            TokenError::Transport(TransportCause::Reset),
             TokenError::Timeout,
             TokenError::Malformed,
             TokenError::Request,
@@ -1273,7 +1282,9 @@ mod tests {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["error"]["status"], "UNAVAILABLE");
-        assert!(TokenError::Connect.answer("a").is_none());
+        assert!(TokenError::Connect(TransportCause::Dns)
+            .answer("a")
+            .is_none());
         assert_eq!(refusal_reason(b"<html>", ""), "");
         assert_eq!(refusal_reason(&[b'{'; 3], ""), "");
         let long = format!("{{\"error\":\"{}\"}}", "x".repeat(500));
