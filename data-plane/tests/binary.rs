@@ -534,6 +534,51 @@ async fn sigterm_reports_not_ready_and_keeps_serving_through_the_drain_delay() {
     }
 }
 
+/// An upstream refusing a channel's credential is told to the operator once per credential, with
+/// the upstream's words (a key it quotes masked), however many requests meet it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_credential_is_logged_once_with_the_upstreams_words() {
+    let upstream = switchyard_mock_upstream::MockUpstream::start()
+        .await
+        .unwrap();
+    upstream.on(
+        switchyard_mock_upstream::Matcher::any(),
+        switchyard_mock_upstream::Behavior::status(401).body(
+            r#"{"error":{"message":"Incorrect API key provided: sk-live-abcdefghijklmnop1234"}}"#,
+        ),
+    );
+    let yaml = format!(
+        "channels:\n  - name: refusing\n    provider: openai\n    base_url: {}\n    credentials: [\"k\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: refusing }}\ntokens:\n  - name: t\n    token: {TOKEN}\n",
+        upstream.base_url()
+    );
+    let running = spawn(&temp_file("refused", &yaml));
+    let chat = format!("{}/v1/chat/completions", running.url);
+    for _ in 0..3 {
+        let reply = send(Method::POST, &chat, Some(TOKEN), CHAT.into(), &[]).await;
+        assert_eq!(reply.status, 502, "{}", reply.body);
+    }
+    let lines = running.lines.as_ref().unwrap();
+    let (mut requests, mut told) = (0, Vec::new());
+    while requests < 3 {
+        let line = lines.recv_timeout(Duration::from_secs(10)).unwrap();
+        let log: serde_json::Value = serde_json::from_str(&line).unwrap();
+        match log["message"].as_str().unwrap_or_default() {
+            "request" => requests += 1,
+            m if m.starts_with("the upstream refused this channel's credential") => told.push(log),
+            _ => {}
+        }
+    }
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["channel"], "refusing");
+    assert_eq!(told[0]["status"], 401);
+    let said = told[0]["upstream_message"].as_str().unwrap();
+    assert!(
+        said.starts_with("Incorrect API key provided: sk-l****"),
+        "{said}"
+    );
+    assert!(!said.contains("abcdefghijklmnop"), "{said}");
+}
+
 /// A restart started while the old process drains listens at once on the same address (the two
 /// share the port until the old one exits) instead of failing with "address in use".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
