@@ -406,11 +406,12 @@ tokens:
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                        "data-plane", "examples", "standalone.yaml"), "rb") as f:
     write("config_yaml", "standalone.yaml", f.read())
-# An alias bomb: a 2 000-byte value repeated by 2 100 aliases expands just past the parser's
-# bound (4 MiB), so the target starts from a file that must be refused by its expanded size.
+# An alias bomb: a 2 000-byte value repeated by 4 400 aliases expands past twice the parser's
+# bound (4 MiB), so the target starts from a file that must be refused by its expanded size
+# (and that its assertion catches should the bound ever stop holding).
 write("config_yaml", "alias_bomb.yaml",
       "channels:\n  - name: sim\n    provider: mock\n    retry_error_patterns: [&s \""
-      + "x" * 2000 + "\"" + ", *s" * 2100 + "]\n")
+      + "x" * 2000 + "\"" + ", *s" * 4400 + "]\n")
 
 
 # ---------------------------------------------------------------- Bedrock event streams
