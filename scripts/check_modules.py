@@ -60,8 +60,6 @@ KNOWN: dict[str, list[set[str]]] = {
     # lib.rs holds the generated types and helpers its modules use; the usage buffer and its
     # report task belong in the data plane.
     "shared/proto/src": [{"crate", "client", "convert", "shadow", "usage"}],
-    # The scripted answers' shared types are in lib.rs.
-    "shared/mock-upstream/src": [{"crate", "bedrock", "control", "respond", "script", "server"}],
     # lib.rs's connection types used by h1, which lib.rs drives.
     "shared/server/src": [{"crate", "h1"}],
     # translate/mod.rs's shared helpers used by each protocol's translation.

@@ -27,7 +27,7 @@ use http_body_util::Full;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::client::TransportCause;
+use crate::cause::TransportCause;
 
 /// Largest answer head read (status line and headers).
 pub const MAX_HEAD: usize = 64 * 1024;

@@ -29,7 +29,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::client::TransportCause;
+use crate::cause::TransportCause;
 use crate::h1::{full_bytes, sends_length, Error, Unsent};
 
 /// The receive windows hyper's HTTP/2 client used (larger than the protocol's 64 KiB default,

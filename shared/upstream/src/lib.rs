@@ -23,6 +23,7 @@
 //! Protocol translation is not here: it is the pure `switchyard-provider` crate.
 
 pub mod bedrock;
+mod cause;
 pub mod channel;
 pub mod checks;
 pub mod client;
@@ -35,6 +36,7 @@ pub mod sim;
 pub mod vertex;
 
 pub use bedrock::{check_aws_credential, check_bedrock_base_url};
+pub use cause::TransportCause;
 pub use channel::{
     channel_protocol, check_api_version, forwardable, gemini_path, returnable, ChannelRuntime,
     CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
@@ -42,7 +44,7 @@ pub use channel::{
 };
 pub use checks::check_base_url;
 pub use client::{
-    build_client, read_roots, ClientError, ClientOptions, HttpClient, TransportCause, UpstreamBody,
+    build_client, read_roots, ClientError, ClientOptions, HttpClient, UpstreamBody,
     MAX_STREAMS_PER_CONNECTION,
 };
 #[doc(hidden)]

@@ -33,8 +33,9 @@ use serde_json::json;
 use switchyard_engine::{ChannelId, RandomSource, Snapshot};
 use switchyard_provider::Protocol;
 
+use crate::cause::TransportCause;
 use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime, Target};
-use crate::client::{HttpClient, TransportCause};
+use crate::client::HttpClient;
 use crate::mock::MockOptions;
 use crate::vertex::TokenError;
 

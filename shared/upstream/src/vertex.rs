@@ -34,7 +34,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::client::{HttpClient, TransportCause};
+use crate::cause::TransportCause;
+use crate::client::HttpClient;
 
 /// The OAuth scope the access tokens are asked for.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
