@@ -568,11 +568,16 @@ pub fn forwardable(name: &HeaderName) -> bool {
     ) && !name.as_str().starts_with("x-switchyard-")
 }
 
-/// Upstream response headers that are not passed back to the client.
+/// Upstream response headers that are not passed back to the client: hop-by-hop, length (the
+/// gateway frames the answer), cookies, the gateway's own, and what names the upstream's software
+/// (`server`, `x-powered-by`: the client talks to the gateway, and a provider's stack is nobody's
+/// business downstream).
 pub fn returnable(name: &HeaderName) -> bool {
     !matches!(
         name.as_str(),
-        "connection"
+        "server"
+            | "x-powered-by"
+            | "connection"
             | "keep-alive"
             | "proxy-connection"
             | "transfer-encoding"
@@ -1115,7 +1120,7 @@ mod tests {
     }
 
     #[test]
-    fn hop_by_hop_and_gateway_headers_never_come_back() {
+    fn hop_by_hop_gateway_and_upstream_software_headers_never_come_back() {
         for name in [
             "connection",
             "keep-alive",
@@ -1127,6 +1132,8 @@ mod tests {
             "content-length",
             "set-cookie",
             "x-switchyard-channel",
+            "server",
+            "x-powered-by",
         ] {
             assert!(!returnable(&HeaderName::from_static(name)), "{name}");
         }
