@@ -72,6 +72,13 @@ pub async fn commit_write(mut tx: Transaction<'_, Postgres>, audit: Audit<'_>) -
     Ok(revision)
 }
 
+/// A data or constraint error (SQLSTATE classes 22 and 23): the same write would meet it again.
+pub(crate) fn is_data_error(error: &dyn sqlx::error::DatabaseError) -> bool {
+    error
+        .code()
+        .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
+}
+
 pub async fn current_revision(pool: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT revision FROM snapshot_revision")
         .fetch_one(pool)

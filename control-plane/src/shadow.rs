@@ -134,7 +134,7 @@ pub async fn store(
                     touched.push(r.rule_id);
                 }
             }
-            Err(sqlx::Error::Database(db)) if crate::usage::is_data_error(db.as_ref()) => {
+            Err(sqlx::Error::Database(db)) if crate::db::is_data_error(db.as_ref()) => {
                 savepoint.rollback().await?;
                 tracing::warn!(
                     batch_id = %batch.batch_id,

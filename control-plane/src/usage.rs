@@ -228,7 +228,7 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
 /// resending it forever; any other (the database away, a conflict) is worth a retry.
 fn storage_error(error: sqlx::Error) -> UsageError {
     if let sqlx::Error::Database(db) = &error {
-        if is_data_error(db.as_ref()) {
+        if crate::db::is_data_error(db.as_ref()) {
             return UsageError::Invalid(format!(
                 "the database refused the batch ({})",
                 db.message()
@@ -236,13 +236,6 @@ fn storage_error(error: sqlx::Error) -> UsageError {
         }
     }
     UsageError::Database(error)
-}
-
-/// A data or constraint error (SQLSTATE classes 22 and 23): the same write would meet it again.
-pub(crate) fn is_data_error(error: &dyn sqlx::error::DatabaseError) -> bool {
-    error
-        .code()
-        .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
 }
 
 /// Applies one batch, exactly once per batch id.

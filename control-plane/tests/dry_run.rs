@@ -496,20 +496,32 @@ async fn a_dry_run_takes_at_most_a_hundred_changes(pool: PgPool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn a_created_resource_reports_its_id_however_large_its_answer(pool: PgPool) {
     let app = test_app(pool);
-    // A channel with a retry pattern that fills the request body to just under its limit of
-    // 1 MiB: the answer of its creation (the pattern and every other field) is larger still.
-    let change = |pattern: String| {
-        json!([{"op": "create", "resource": "channel", "body": {
-            "name": "big", "provider": "openai", "base_url": "https://upstream.test/v1",
-            "retry_error_patterns": [pattern]}}])
-    };
-    let envelope = json!({ "changes": change(String::new()) })
-        .to_string()
-        .len();
-    let report = dry_run(&app, change("t".repeat(1024 * 1024 - envelope - 1))).await;
+    // A team whose model patterns fill the request body to just under its limit of 1 MiB: the
+    // answer of its creation (the patterns and every other field) is larger still. (A channel's
+    // retry patterns no longer can: they are bounded at 64 of 1 KiB.)
+    let change = |models: Vec<String>| json!([{"op": "create", "resource": "team", "body": {"name": "big", "models": models}}]);
+    let envelope = json!({ "changes": change(Vec::new()) }).to_string().len();
+    let pattern = |i: usize| format!("model-{i:07}-{}", "p".repeat(180));
+    let each = json!(pattern(0)).to_string().len() + 1;
+    let count = (1024 * 1024 - envelope - 1) / each;
+    let models: Vec<String> = (0..count).map(pattern).collect();
+    assert!(
+        json!({ "changes": change(models.clone()) })
+            .to_string()
+            .len()
+            < 1024 * 1024
+    );
+    let report = dry_run(&app, change(models.clone())).await;
     let result = &report["results"][0];
     assert_eq!(result["status"], 201, "{result}");
     assert!(result["id"].as_i64().is_some_and(|id| id > 0), "{result}");
+    // The premise: that creation's answer is over the body limit (made for real, as the dry run
+    // made it in its rolled-back transaction).
+    let created = app
+        .post("/api/v1/teams", json!({"name": "big", "models": models}))
+        .await;
+    assert_eq!(created.status, 201);
+    assert!(created.text.len() > 1024 * 1024, "{}", created.text.len());
 }
 
 #[sqlx::test(migrations = "../migrations")]

@@ -10,7 +10,7 @@ use std::io::Read;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::{err, ConfigError};
+use crate::error::{err, ConfigError};
 
 /// Longest configuration file (bytes of text), as the admin API's request body limit.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;

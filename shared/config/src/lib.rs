@@ -17,38 +17,13 @@ use switchyard_upstream::MockOptions;
 
 mod bounds;
 mod compile;
+mod error;
 
 pub use bounds::{
     read_bounded, read_file, MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_FILE_BYTES, MAX_ITEMS,
     MAX_VALUE_BYTES, VALUE_OVERHEAD,
 };
-
-/// A configuration problem: the field path and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub path: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// A [`ConfigError`] at `path`.
-pub fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        path: path.into(),
-        message: message.into(),
-    }
-}
+pub use error::{err, ConfigError};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

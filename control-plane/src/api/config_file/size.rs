@@ -4,8 +4,7 @@
 
 use switchyard_engine::Snapshot;
 
-use super::config_err;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 
 /// Largest snapshot a configuration file may compile to, encoded as every proxy receives it.
 pub const MAX_SNAPSHOT_BYTES: usize = 16 * 1024 * 1024;
@@ -14,13 +13,14 @@ pub const MAX_SNAPSHOT_BYTES: usize = 16 * 1024 * 1024;
 pub fn check_snapshot_size(snapshot: &Snapshot, max: usize) -> ApiResult<()> {
     let bytes = prost::Message::encoded_len(&switchyard_proto::snapshot_to_proto(snapshot, 0));
     if bytes > max {
-        return Err(config_err(
-            String::new(),
-            format!(
-                "compiles to a snapshot of {bytes} bytes; every proxy is sent it, and it may be \
-                 at most {max} bytes"
+        // The whole file's problem, as config apply names one (`file`).
+        return Err(ApiError::Validation {
+            param: "file".to_owned(),
+            message: format!(
+                "file: compiles to a snapshot of {bytes} bytes; every proxy is sent it, and it \
+                 may be at most {max} bytes"
             ),
-        ));
+        });
     }
     Ok(())
 }
