@@ -291,7 +291,8 @@ pub fn prices_for_channel(family: &Preset, channel: ChannelId) -> impl Iterator<
         .enumerate()
         .filter(move |(_, p)| p.preset == family.name)
         .map(move |(i, p)| Price {
-            id: -1 - i64::try_from(i).unwrap_or(i64::MAX - 1),
+            // An index of a short constant table always fits; `MIN` is never an id.
+            id: i64::try_from(i).map_or(i64::MIN, |i| -1 - i),
             channel_id: channel,
             model_pattern: p.model_pattern.to_owned(),
             input_per_million: p.input_per_million,
@@ -302,9 +303,14 @@ pub fn prices_for_channel(family: &Preset, channel: ChannelId) -> impl Iterator<
 
 /// Every problem of the catalog, one line each (empty: sound). Checked by a unit test.
 pub fn problems() -> Vec<String> {
+    problems_of(PRESETS, PRICES)
+}
+
+/// Every problem of `presets` and `prices` as a catalog, one line each.
+fn problems_of(presets: &[Preset], prices: &[CatalogPrice]) -> Vec<String> {
     let mut out = Vec::new();
-    for (i, p) in PRESETS.iter().enumerate() {
-        if PRESETS[..i].iter().any(|q| q.name == p.name) {
+    for (i, p) in presets.iter().enumerate() {
+        if presets[..i].iter().any(|q| q.name == p.name) {
             out.push(format!("preset {} is listed twice", p.name));
         }
         if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://"))
@@ -313,15 +319,15 @@ pub fn problems() -> Vec<String> {
             out.push(format!("preset {}: base_url {:?}", p.name, p.base_url));
         }
     }
-    for (i, p) in PRICES.iter().enumerate() {
+    for (i, p) in prices.iter().enumerate() {
         let at = format!("price {} {}", p.preset, p.model_pattern);
-        if preset(p.preset).is_none() {
+        if !presets.iter().any(|q| q.name == p.preset) {
             out.push(format!("{at}: no such preset"));
         }
         if let Err(e) = validate_pattern(p.model_pattern) {
             out.push(format!("{at}: {e}"));
         }
-        if PRICES[..i]
+        if prices[..i]
             .iter()
             .any(|q| q.preset == p.preset && q.model_pattern == p.model_pattern)
         {
@@ -365,6 +371,93 @@ mod tests {
         assert_eq!(problems(), Vec::<String>::new());
         assert!(is_date(CATALOG_DATE));
         assert!(!is_date("2026-1-011") && !is_date("2026/12/06"));
+    }
+
+    /// Each rule of the catalog's check, shown to bite on an entry that breaks it alone.
+    #[test]
+    fn the_catalog_check_names_every_kind_of_problem() {
+        let good = |name, base_url| openai_compatible(name, base_url, Auth::Key, "");
+        let presets = [
+            good("a", "https://a.test/v1"),
+            good("b", "http://b.test/v1"),
+            good("a", "https://again.test/v1"),
+            good("c", "ftp://c.test/v1"),
+            good("d", "https://d.test/v1/"),
+        ];
+        let ok = |pattern| {
+            price(
+                "a",
+                pattern,
+                (2, Some(2), 3),
+                "2026-01-01",
+                "https://a.test",
+            )
+        };
+        let prices = [
+            ok("m-1"),
+            CatalogPrice {
+                preset: "b",
+                cached_input_per_million: None,
+                ..ok("m-2")
+            },
+            CatalogPrice {
+                preset: "z",
+                ..ok("m-3")
+            },
+            ok("m-1"),
+            CatalogPrice {
+                as_of: "2026-1-011",
+                ..ok("m-4")
+            },
+            CatalogPrice {
+                as_of: "2099-01-01",
+                ..ok("m-5")
+            },
+            CatalogPrice {
+                source: "http://a.test",
+                ..ok("m-6")
+            },
+            CatalogPrice {
+                input_per_million: 0,
+                cached_input_per_million: None,
+                ..ok("m-7")
+            },
+            CatalogPrice {
+                output_per_million: 0,
+                ..ok("m-8")
+            },
+            CatalogPrice {
+                cached_input_per_million: Some(3),
+                ..ok("m-9")
+            },
+            CatalogPrice {
+                model_pattern: "",
+                ..ok("")
+            },
+        ];
+        let found = problems_of(&presets, &prices);
+        let expected = [
+            "preset a is listed twice",
+            "preset c: base_url \"ftp://c.test/v1\"",
+            "preset d: base_url \"https://d.test/v1/\"",
+            "price z m-3: no such preset",
+            "price a m-1: listed twice",
+            "price a m-4: as_of \"2026-1-011\"",
+            "price a m-5: as_of \"2099-01-01\"",
+            "price a m-6: source \"http://a.test\"",
+            "price a m-7: a zero price",
+            "price a m-8: a zero price",
+            "price a m-9: cached input above input",
+        ];
+        for line in expected {
+            assert!(found.iter().any(|f| f == line), "{line} not in {found:#?}");
+        }
+        // The one left: the empty pattern, in the pattern rules' own words.
+        assert_eq!(found.len(), expected.len() + 1, "{found:#?}");
+        assert!(
+            found.iter().any(|f| f.starts_with("price a : ")),
+            "{found:#?}"
+        );
     }
 
     #[test]

@@ -161,6 +161,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn retry_error_patterns_are_bounded_in_count_and_length() {
+        let patterns = |n| vec!["quota".to_owned(); n];
+        assert!(check_retry_error_patterns(&patterns(0)).is_ok());
+        assert!(check_retry_error_patterns(&patterns(MAX_RETRY_PATTERNS)).is_ok());
+        assert_eq!(
+            check_retry_error_patterns(&patterns(MAX_RETRY_PATTERNS + 1)),
+            Err("has 65 entries; at most 64 are allowed".to_owned())
+        );
+        assert!(check_retry_error_pattern(&"p".repeat(MAX_RETRY_PATTERN_BYTES)).is_ok());
+        assert_eq!(
+            check_retry_error_pattern(&"p".repeat(MAX_RETRY_PATTERN_BYTES + 1)),
+            Err("is 1025 bytes long; at most 1024 are allowed".to_owned())
+        );
+        assert!(check_retry_error_pattern("a\0b").is_err());
+    }
+
+    #[test]
     fn nul_is_rejected_everywhere_and_named_by_position() {
         assert!(check_no_nul("a\nb\tc").is_ok());
         assert_eq!(
