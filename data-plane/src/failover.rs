@@ -464,9 +464,10 @@ impl<'a> Failover<'a> {
     /// Asks the engine for the next member (what was tried is excluded) and checks it can be
     /// tried here: a credential this proxy can resolve, a compiled runtime, a translation, and a
     /// cross-channel round left when it is on another channel.
+    /// The members without upstream room were marked just before, as the round began
+    /// ([`Failover::await_upstream_top_up`]).
     fn next_pick(&mut self) -> Next<'a> {
         let now = crate::unix_ms();
-        self.mark_rate_limited(now);
         let Some(Decided { decision, picked }) = self.decide(now) else {
             return Next::Fail(GatewayError::not_ready());
         };
