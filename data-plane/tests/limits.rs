@@ -5,14 +5,12 @@
 
 mod common;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use switchyard_data_plane::config::parse_yaml;
-use switchyard_data_plane::{app, unix_ms, AppState};
-use switchyard_engine::{Limit, LimitKey, LimitMode, Metric, ScopeKind, Snapshot, Window};
+use switchyard_data_plane::unix_ms;
+use switchyard_engine::{Limit, LimitKey, LimitMode, Metric, ScopeKind, Window};
 use switchyard_state::{InMemoryStore, RedisConfig, RedisStore, StateStore};
 
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -466,28 +464,6 @@ async fn an_expired_key_is_refused_saying_so() {
     )
     .await;
     assert_eq!(fresh.status, 200);
-}
-
-/// A proxy serving `yaml` on `store` (in memory, or a Redis store: one proxy of a fleet).
-async fn start_on(yaml: &str, store: Arc<dyn StateStore>) -> Proxy {
-    let parts = parse_yaml(yaml, 1).unwrap();
-    let (snapshots, rx) = tokio::sync::watch::channel(Some(Arc::new(Snapshot::new(parts))));
-    let state = AppState::new(rx, store.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::ServiceExt::<axum::extract::Request>::into_make_service(app(state.clone())),
-        )
-        .into_future(),
-    );
-    Proxy {
-        url: format!("http://{addr}"),
-        state,
-        store,
-        snapshots,
-    }
 }
 
 /// Route `m`: member 1 (channel `a`, 2 requests a minute) before member 2 (channel `b`, no

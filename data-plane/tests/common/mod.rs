@@ -60,9 +60,14 @@ pub async fn start(yaml: &str) -> Proxy {
     } else {
         format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n    allow_pinning: true\n")
     };
-    let parts = parse_yaml(&yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
+    start_on(&yaml, Arc::new(InMemoryStore::new())).await
+}
+
+/// A proxy serving `yaml` as it is on `store` (in memory, or a Redis store: one proxy of a
+/// fleet).
+pub async fn start_on(yaml: &str, store: Arc<dyn StateStore>) -> Proxy {
+    let parts = parse_yaml(yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
     let (snapshots, rx) = watch::channel(Some(Arc::new(Snapshot::new(parts))));
-    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
     let state = AppState::new(rx, store.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
