@@ -15,8 +15,10 @@ use utoipa::ToSchema;
 use super::access::{Caller, Role, BOOTSTRAP_NAME};
 use super::channels::checked_name;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_row, commit_view, fetch_row, list_rows, lock_row, table_row, Change};
-use super::{with_revision, Actor, AppState, Page, PageQuery};
+use super::rows::{
+    answer, commit_row, commit_view, fetch_row, list_rows, lock_row, table_row, By, Change,
+};
+use super::{Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -217,7 +219,7 @@ pub async fn create(
     let (id, token) = (view.id, secret);
     commit_view::<AdminTokenView>(
         tx,
-        &actor,
+        By::each(&actor),
         Change::Create,
         id,
         detail,
@@ -253,6 +255,6 @@ pub async fn revoke(
         .execute(&mut *tx)
         .await?;
     let detail = json!({ "name": current.name, "role": current.role });
-    let revision = commit_row::<AdminTokenView>(tx, &actor, "delete", id, detail).await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let revision = commit_row::<AdminTokenView>(tx, By::each(&actor), "delete", id, detail).await?;
+    Ok(answer(revision, StatusCode::NO_CONTENT))
 }

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
-    update_sql, Change, Db, RowQuery,
+    update_sql, By, Change, Db, RowQuery,
 };
 use super::{nullable, Actor, AppState, Page, PageQuery, Writer};
 use crate::db::{record_status_event, ts};
@@ -537,13 +537,13 @@ pub async fn list(
     responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<ChannelCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: ChannelCreate,
 ) -> ApiResult<Response> {
     let spec = ChannelSpec::try_from(raw)?;
@@ -553,16 +553,8 @@ pub(super) async fn create_in<'c>(
         .bind(sqlx::query_as::<_, ChannelView>(&sql))
         .fetch_one(&mut *tx)
         .await?;
-    record_status_event(&mut tx, view.id, None, spec.status, "created", actor).await?;
-    commit_view::<ChannelView>(
-        tx,
-        actor,
-        Change::Create,
-        view.id,
-        audit_detail(&spec),
-        view,
-    )
-    .await
+    record_status_event(&mut tx, view.id, None, spec.status, "created", by.actor).await?;
+    commit_view::<ChannelView>(tx, by, Change::Create, view.id, audit_detail(&spec), view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -584,7 +576,14 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<ChannelPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&state.pool, state.live.as_ref(), &actor, id, patch).await
+    patch_in(
+        &state.pool,
+        state.live.as_ref(),
+        By::each(&actor),
+        id,
+        patch,
+    )
+    .await
 }
 
 /// [`patch`] in `db` (see [`Db`]). A dry run passes no `live`: the breaker reset below is a write
@@ -592,7 +591,7 @@ pub async fn patch(
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     live: Option<&crate::live::LiveState>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: ChannelPatch,
 ) -> ApiResult<Response> {
@@ -616,7 +615,7 @@ pub(super) async fn patch_in<'c>(
             Some(before),
             spec.status,
             "set by an operator",
-            actor,
+            by.actor,
         )
         .await?;
     }
@@ -636,8 +635,7 @@ pub(super) async fn patch_in<'c>(
         _ => None,
     };
     let response =
-        commit_view::<ChannelView>(tx, actor, Change::Update, id, audit_detail(&spec), view)
-            .await?;
+        commit_view::<ChannelView>(tx, by, Change::Update, id, audit_detail(&spec), view).await?;
     if let Some((live, members)) = reset {
         live.store().reset_channel(id, &members);
     }
@@ -648,11 +646,11 @@ pub(super) async fn patch_in<'c>(
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "members still use the channel", body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<ChannelView>(db, id).await?;
     let members: i64 =
         sqlx::query_scalar("SELECT count(*) FROM route_members WHERE channel_id = $1")
@@ -666,7 +664,7 @@ pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiR
             ),
         });
     }
-    delete_row::<ChannelView>(tx, actor, id, json!({ "name": current.name })).await
+    delete_row::<ChannelView>(tx, by, id, json!({ "name": current.name })).await
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]

@@ -12,8 +12,8 @@ use utoipa::ToSchema;
 use super::channels::{text, ChannelView};
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_locked, fetch_row, insert_sql, list_children, lock_row, table_row, Change,
-    Db,
+    commit_view, delete_locked, fetch_row, insert_sql, list_children, lock_row, table_row, By,
+    Change, Db,
 };
 use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -193,13 +193,13 @@ pub async fn create(
     Path(channel_id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialCreate>,
 ) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, channel_id, raw).await
+    create_in(&w.pool, w.by(), channel_id, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     channel_id: i64,
     raw: CredentialCreate,
 ) -> ApiResult<Response> {
@@ -219,7 +219,7 @@ pub(super) async fn create_in<'c>(
     let mut detail = source.describe();
     detail["channel_id"] = json!(channel_id);
     detail["enabled"] = json!(enabled);
-    commit_view::<CredentialView>(tx, actor, Change::Create, view.id, detail, view).await
+    commit_view::<CredentialView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -241,13 +241,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(raw): JsonBody<CredentialPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, raw).await
+    patch_in(&w.pool, w.by(), id, raw).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     raw: CredentialPatch,
 ) -> ApiResult<Response> {
@@ -283,17 +283,17 @@ pub(super) async fn patch_in<'c>(
         .bind(enabled)
         .fetch_one(&mut *tx)
         .await?;
-    commit_view::<CredentialView>(tx, actor, Change::Update, id, detail, view).await
+    commit_view::<CredentialView>(tx, by, Change::Update, id, detail, view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "delete_credential",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let detail = |credential: &CredentialView| json!({ "channel_id": credential.channel_id });
-    delete_locked(db, actor, id, detail).await
+    delete_locked(db, by, id, detail).await
 }

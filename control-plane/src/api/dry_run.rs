@@ -33,6 +33,7 @@ use switchyard_engine::{
 use utoipa::ToSchema;
 
 use super::extract::JsonBody;
+use super::rows::By;
 use super::{parse_body, AppState};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 
@@ -306,7 +307,7 @@ pub async fn dry_run(
         .map_err(ApiError::Internal)?;
     let mut results = Vec::with_capacity(request.changes.len());
     for (index, change) in request.changes.into_iter().enumerate() {
-        let response = apply(&mut tx, change)
+        let response = apply(&mut tx, By::each("dry-run"), change)
             .await
             .map_err(|error| at_change(index, error))?;
         results.push(result_of(index, response).await);
@@ -358,7 +359,8 @@ enum Field {
     Body,
 }
 
-struct ChangeError {
+/// A change that failed, and where in it the failure points.
+pub(super) struct ChangeError {
     field: Field,
     error: ApiError,
 }
@@ -373,13 +375,23 @@ impl From<ApiError> for ChangeError {
 }
 
 /// Names the change (and the field inside it) in a failure.
-fn at_change(index: usize, ChangeError { field, error }: ChangeError) -> ApiError {
+fn at_change(index: usize, error: ChangeError) -> ApiError {
     let prefix = format!("changes[{index}]");
+    at_place(&prefix, &format!("{prefix}.body"), error)
+}
+
+/// Names where a failed change stands: `prefix` is the change, `body` its body (a dry run's
+/// `changes[i]` and `changes[i].body`; a configuration file's resource, `routes[2]`, for both).
+pub(super) fn at_place(
+    prefix: &str,
+    body: &str,
+    ChangeError { field, error }: ChangeError,
+) -> ApiError {
     let field_path = match field {
         Field::Op => format!("{prefix}.op"),
         Field::Id => format!("{prefix}.id"),
         Field::ParentId => format!("{prefix}.parent_id"),
-        Field::Body => format!("{prefix}.body"),
+        Field::Body => body.to_owned(),
     };
     match error {
         ApiError::Validation { param, message } => {
@@ -439,118 +451,140 @@ fn body<T: DeserializeOwned>(change: &ProposedChange) -> Result<T, ChangeError> 
     Ok(parse_body(&Bytes::from(bytes))?)
 }
 
-/// Applies one change through its REST handler's code, in a savepoint of `tx`.
-async fn apply(
+/// Applies one change through its REST handler's code, in a savepoint of `tx`: a dry run's
+/// change, or one of the changes a configuration file makes.
+pub(super) async fn apply(
     tx: &mut sqlx::PgConnection,
+    by: By<'_>,
     change: ProposedChange,
 ) -> Result<Response, ChangeError> {
-    use super::{
-        channels, credentials, limits, members, prices, routes, settings, shadows, teams, tokens,
-    };
     use ChangeOp::{Create, Delete, Patch, Put};
+    let op_error = |message: String| ChangeError {
+        field: Field::Op,
+        error: ApiError::Validation {
+            param: String::new(),
+            message,
+        },
+    };
+    match (change.resource, change.op) {
+        (ResourceKind::Settings, Put) => {
+            Ok(super::settings::put_settings_in(tx, by, body(&change)?).await?)
+        }
+        (ResourceKind::Settings, Patch) => {
+            Ok(super::settings::patch_settings_in(tx, by, body(&change)?).await?)
+        }
+        (ResourceKind::Settings, op) => Err(op_error(format!(
+            "settings take `put` or `patch`, not `{}`",
+            op_name(op)
+        ))),
+        (_, Put) => Err(op_error("`put` applies to settings only".to_owned())),
+        (_, Create) => create(tx, by, &change).await,
+        (_, Patch) => {
+            let id = required(change.id, Field::Id, "for a patch or delete")?;
+            patch(tx, by, id, &change).await
+        }
+        (_, Delete) => {
+            let id = required(change.id, Field::Id, "for a patch or delete")?;
+            delete(tx, by, id, change.resource).await.map_err(on_id)
+        }
+    }
+}
+
+/// A failure naming the resource that is not there points at the change's `id`.
+fn on_id(error: ApiError) -> ChangeError {
+    let field = match error {
+        ApiError::NotFound { .. } => Field::Id,
+        _ => Field::Body,
+    };
+    ChangeError { field, error }
+}
+
+/// A failure naming the parent that is not there points at the change's `parent_id`.
+fn on_parent(error: ApiError) -> ChangeError {
+    let field = match error {
+        ApiError::NotFound { .. } => Field::ParentId,
+        _ => Field::Body,
+    };
+    ChangeError { field, error }
+}
+
+async fn create(
+    tx: &mut sqlx::PgConnection,
+    by: By<'_>,
+    change: &ProposedChange,
+) -> Result<Response, ChangeError> {
+    use super::{channels, credentials, limits, members, prices, routes, shadows, teams, tokens};
     use ResourceKind as R;
-    const ACTOR: &str = "dry-run";
-    let id = || required(change.id, Field::Id, "for a patch or delete");
-    let on_id = |error: ApiError| match error {
-        ApiError::NotFound { .. } => ChangeError {
-            field: Field::Id,
-            error,
-        },
-        error => ChangeError {
-            field: Field::Body,
-            error,
-        },
-    };
-    let on_parent = |error: ApiError| match error {
-        ApiError::NotFound { .. } => ChangeError {
-            field: Field::ParentId,
-            error,
-        },
-        error => ChangeError {
-            field: Field::Body,
-            error,
-        },
-    };
-    let response = match (change.resource, change.op) {
-        (R::Channel, Create) => channels::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Channel, Patch) => channels::patch_in(tx, None, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Channel, Delete) => channels::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Credential, Create) => {
+    let response = match change.resource {
+        R::Channel => channels::create_in(tx, by, body(change)?).await?,
+        R::Credential => {
             let parent = required(change.parent_id, Field::ParentId, "to create a credential")?;
-            credentials::create_in(tx, ACTOR, parent, body(&change)?)
+            let raw = body(change)?;
+            credentials::create_in(tx, by, parent, raw)
                 .await
                 .map_err(on_parent)?
         }
-        (R::Credential, Patch) => credentials::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Credential, Delete) => credentials::delete_in(tx, ACTOR, id()?)
-            .await
-            .map_err(on_id)?,
-        (R::Route, Create) => routes::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Route, Patch) => routes::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Route, Delete) => routes::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Member, Create) => {
+        R::Route => routes::create_in(tx, by, body(change)?).await?,
+        R::Member => {
             let parent = required(change.parent_id, Field::ParentId, "to create a member")?;
-            members::create_in(tx, ACTOR, parent, body(&change)?)
+            let raw = body(change)?;
+            members::create_in(tx, by, parent, raw)
                 .await
                 .map_err(on_parent)?
         }
-        (R::Member, Patch) => members::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Member, Delete) => members::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Token, Create) => tokens::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Token, Patch) => tokens::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Token, Delete) => tokens::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Team, Create) => teams::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Team, Patch) => teams::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Team, Delete) => teams::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Price, Create) => prices::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Price, Patch) => prices::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Price, Delete) => prices::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Limit, Create) => limits::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Limit, Patch) => limits::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Limit, Delete) => limits::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Shadow, Create) => shadows::create_in(tx, ACTOR, body(&change)?).await?,
-        (R::Shadow, Patch) => shadows::patch_in(tx, ACTOR, id()?, body(&change)?)
-            .await
-            .map_err(on_id)?,
-        (R::Shadow, Delete) => shadows::delete_in(tx, ACTOR, id()?).await.map_err(on_id)?,
-        (R::Settings, Put) => settings::put_settings_in(tx, ACTOR, body(&change)?).await?,
-        (R::Settings, Patch) => settings::patch_settings_in(tx, ACTOR, body(&change)?).await?,
-        (R::Settings, op) => {
-            return Err(ChangeError {
-                field: Field::Op,
-                error: ApiError::Validation {
-                    param: String::new(),
-                    message: format!("settings take `put` or `patch`, not `{}`", op_name(op)),
-                },
-            })
-        }
-        (_, Put) => {
-            return Err(ChangeError {
-                field: Field::Op,
-                error: ApiError::Validation {
-                    param: String::new(),
-                    message: "`put` applies to settings only".to_owned(),
-                },
-            })
-        }
+        R::Token => tokens::create_in(tx, by, body(change)?).await?,
+        R::Team => teams::create_in(tx, by, body(change)?).await?,
+        R::Price => prices::create_in(tx, by, body(change)?).await?,
+        R::Limit => limits::create_in(tx, by, body(change)?).await?,
+        R::Shadow => shadows::create_in(tx, by, body(change)?).await?,
+        R::Settings => return Err(ApiError::validation("", "settings are never created").into()),
     };
     Ok(response)
+}
+
+async fn patch(
+    tx: &mut sqlx::PgConnection,
+    by: By<'_>,
+    id: i64,
+    change: &ProposedChange,
+) -> Result<Response, ChangeError> {
+    use super::{channels, credentials, limits, members, prices, routes, shadows, teams, tokens};
+    use ResourceKind as R;
+    let result = match change.resource {
+        R::Channel => channels::patch_in(tx, None, by, id, body(change)?).await,
+        R::Credential => credentials::patch_in(tx, by, id, body(change)?).await,
+        R::Route => routes::patch_in(tx, by, id, body(change)?).await,
+        R::Member => members::patch_in(tx, by, id, body(change)?).await,
+        R::Token => tokens::patch_in(tx, by, id, body(change)?).await,
+        R::Team => teams::patch_in(tx, by, id, body(change)?).await,
+        R::Price => prices::patch_in(tx, by, id, body(change)?).await,
+        R::Limit => limits::patch_in(tx, by, id, body(change)?).await,
+        R::Shadow => shadows::patch_in(tx, by, id, body(change)?).await,
+        R::Settings => return Err(ApiError::validation("", "settings have no id").into()),
+    };
+    result.map_err(on_id)
+}
+
+async fn delete(
+    tx: &mut sqlx::PgConnection,
+    by: By<'_>,
+    id: i64,
+    resource: ResourceKind,
+) -> ApiResult<Response> {
+    use super::{channels, credentials, limits, members, prices, routes, shadows, teams, tokens};
+    use ResourceKind as R;
+    match resource {
+        R::Channel => channels::delete_in(tx, by, id).await,
+        R::Credential => credentials::delete_in(tx, by, id).await,
+        R::Route => routes::delete_in(tx, by, id).await,
+        R::Member => members::delete_in(tx, by, id).await,
+        R::Token => tokens::delete_in(tx, by, id).await,
+        R::Team => teams::delete_in(tx, by, id).await,
+        R::Price => prices::delete_in(tx, by, id).await,
+        R::Limit => limits::delete_in(tx, by, id).await,
+        R::Shadow => shadows::delete_in(tx, by, id).await,
+        R::Settings => Err(ApiError::validation("", "settings are never deleted")),
+    }
 }
 
 fn op_name(op: ChangeOp) -> &'static str {

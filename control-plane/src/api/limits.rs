@@ -15,7 +15,7 @@ use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
     commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
-    update_sql, Change, Db, RowQuery, RowView,
+    update_sql, By, Change, Db, RowQuery, RowView,
 };
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
 use super::{nullable, AppState, Page, PageQuery, Writer};
@@ -320,13 +320,13 @@ pub async fn list(
               (status = 422, description = "a field is invalid, or the scope already has a limit \
                                             of this metric and window (`window`)", body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<LimitCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: LimitCreate,
 ) -> ApiResult<Response> {
     let limit = validate_create(&raw)?;
@@ -339,7 +339,7 @@ pub(super) async fn create_in<'c>(
         .map_err(write_error(&limit))?;
     let id = row.id;
     let view = LimitView::from(row);
-    commit_view::<LimitRow>(tx, actor, Change::Create, id, detail(&limit), view).await
+    commit_view::<LimitRow>(tx, by, Change::Create, id, detail(&limit), view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -361,13 +361,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<LimitPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: LimitPatch,
 ) -> ApiResult<Response> {
@@ -412,18 +412,18 @@ pub(super) async fn patch_in<'c>(
         .await
         .map_err(write_error(&limit))?;
     let view = LimitView::from(row);
-    commit_view::<LimitRow>(tx, actor, Change::Update, id, detail(&limit), view).await
+    commit_view::<LimitRow>(tx, by, Change::Update, id, detail(&limit), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    delete_locked::<LimitRow>(db, actor, id, |current| {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
+    delete_locked::<LimitRow>(db, by, id, |current| {
         json!({
             "scope": current.scope,
             "scope_id": current.scope_id,

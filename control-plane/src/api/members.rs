@@ -15,7 +15,7 @@ use super::extract::{JsonBody, Path, Query};
 use super::routes::RouteView;
 use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
-    Change, Db, RowQuery,
+    By, Change, Db, RowQuery,
 };
 use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -201,27 +201,61 @@ pub async fn create(
     Path(route_id): Path<i64>,
     JsonBody(raw): JsonBody<MemberCreate>,
 ) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, route_id, raw).await
+    create_in(&w.pool, w.by(), route_id, raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     route_id: i64,
     raw: MemberCreate,
+) -> ApiResult<Response> {
+    create_as(db, by, route_id, raw, None).await
+}
+
+/// [`create_in`], under `id` when one is given (a configuration file names its members by id,
+/// and teams, limits and shadow rules refer to them by it).
+pub(super) async fn create_as<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    route_id: i64,
+    raw: MemberCreate,
+    id: Option<i64>,
 ) -> ApiResult<Response> {
     let spec = MemberSpec::try_from(raw)?;
     let (mut tx, _route) = lock_row::<RouteView>(db, route_id).await?;
     spec.check_channel(&mut tx).await?;
-    let sql = insert_sql::<MemberView>(&format!("route_id, {WRITTEN}"));
-    let view = spec
-        .bind(sqlx::query_as::<_, MemberView>(&sql).bind(route_id))
-        .fetch_one(&mut *tx)
-        .await?;
+    let view = match id {
+        None => {
+            let sql = insert_sql::<MemberView>(&format!("route_id, {WRITTEN}"));
+            spec.bind(sqlx::query_as::<_, MemberView>(&sql).bind(route_id))
+                .fetch_one(&mut *tx)
+                .await?
+        }
+        Some(id) => {
+            let sql = insert_sql::<MemberView>(&format!("id, route_id, {WRITTEN}")).replacen(
+                ") VALUES (",
+                ") OVERRIDING SYSTEM VALUE VALUES (",
+                1,
+            );
+            let query = sqlx::query_as::<_, MemberView>(&sql)
+                .bind(id)
+                .bind(route_id);
+            let view = spec.bind(query).fetch_one(&mut *tx).await?;
+            // The id was inserted as given: the identity continues past it.
+            sqlx::query(
+                "SELECT setval(pg_get_serial_sequence('route_members', 'id'), \
+                 (SELECT max(id) FROM route_members))",
+            )
+            .execute(&mut *tx)
+            .await?;
+            view
+        }
+    };
     let mut detail = json!(spec);
     detail["route_id"] = json!(route_id);
-    commit_view::<MemberView>(tx, actor, Change::Create, view.id, detail, view).await
+    commit_view::<MemberView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -242,13 +276,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<MemberPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: MemberPatch,
 ) -> ApiResult<Response> {
@@ -271,18 +305,18 @@ pub(super) async fn patch_in<'c>(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    commit_view::<MemberView>(tx, actor, Change::Update, id, json!(spec), view).await
+    commit_view::<MemberView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members", operation_id = "delete_member",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants this member", body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<MemberView>(db, id).await?;
     let teams: Vec<i64> = sqlx::query_scalar(
         "SELECT team_id FROM team_members WHERE member_id = $1 ORDER BY team_id",
@@ -298,5 +332,5 @@ pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiR
         });
     }
     let detail = json!({ "route_id": current.route_id, "channel_id": current.channel_id });
-    delete_row::<MemberView>(tx, actor, id, detail).await
+    delete_row::<MemberView>(tx, by, id, detail).await
 }

@@ -329,6 +329,13 @@ pub struct Writer {
     pub actor: String,
 }
 
+impl Writer {
+    /// The change this request makes: its own audited revision.
+    fn by(&self) -> rows::By<'_> {
+        rows::By::each(&self.actor)
+    }
+}
+
 impl FromRequestParts<AppState> for Writer {
     type Rejection = ApiError;
 

@@ -16,7 +16,7 @@ use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
     commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
-    update_sql, Change, Db, RowQuery, RowView,
+    update_sql, By, Change, Db, RowQuery, RowView,
 };
 use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -250,13 +250,13 @@ pub async fn list(
               (status = 422, description = "a field is invalid, or the channel already has a price \
                                             for this pattern (`model_pattern`)", body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<PriceCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: PriceCreate,
 ) -> ApiResult<Response> {
     let spec = PriceSpec::try_from(raw)?;
@@ -270,7 +270,7 @@ pub(super) async fn create_in<'c>(
         .map_err(write_error(&spec))?;
     let id = row.id;
     let view = PriceView::from(row);
-    commit_view::<PriceRow>(tx, actor, Change::Create, id, spec.detail(), view).await
+    commit_view::<PriceRow>(tx, by, Change::Create, id, spec.detail(), view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -292,13 +292,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<PricePatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: PricePatch,
 ) -> ApiResult<Response> {
@@ -333,18 +333,18 @@ pub(super) async fn patch_in<'c>(
         .await
         .map_err(write_error(&spec))?;
     let view = PriceView::from(row);
-    commit_view::<PriceRow>(tx, actor, Change::Update, id, spec.detail(), view).await
+    commit_view::<PriceRow>(tx, by, Change::Update, id, spec.detail(), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "delete_price",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    delete_locked::<PriceRow>(db, actor, id, |current| {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
+    delete_locked::<PriceRow>(db, by, id, |current| {
         json!({ "channel_id": current.channel_id, "model_pattern": current.model_pattern })
     })
     .await

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
     commit_view, delete_locked, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
-    Change, Db, RowQuery,
+    By, Change, Db, RowQuery,
 };
 use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -285,13 +285,13 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/routes", tag = "routes", operation_id = "create_route", request_body = RouteCreate,
     responses((status = 201, body = RouteView), (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<RouteCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: RouteCreate,
 ) -> ApiResult<Response> {
     let spec = RouteSpec::try_from(raw)?;
@@ -302,7 +302,7 @@ pub(super) async fn create_in<'c>(
     let view = bind_spec(sqlx::query_as(&sql), &spec)
         .fetch_one(&mut *tx)
         .await?;
-    commit_view::<RouteView>(tx, actor, Change::Create, view.id, json!(spec), view).await
+    commit_view::<RouteView>(tx, by, Change::Create, view.id, json!(spec), view).await
 }
 
 /// The columns a create or patch writes, in [`bind_spec`]'s order.
@@ -343,13 +343,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<RoutePatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: RoutePatch,
 ) -> ApiResult<Response> {
@@ -363,7 +363,7 @@ pub(super) async fn patch_in<'c>(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    commit_view::<RouteView>(tx, actor, Change::Update, id, json!(spec), view).await
+    commit_view::<RouteView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "delete_route",
@@ -371,11 +371,11 @@ pub(super) async fn patch_in<'c>(
               (status = 404, body = ErrorBody),
               (status = 409, description = "a team still grants one of its members", body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let detail = |route: &RouteView| json!({ "model_pattern": route.model_pattern });
-    delete_locked(db, actor, id, detail).await
+    delete_locked(db, by, id, detail).await
 }

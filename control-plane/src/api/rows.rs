@@ -9,7 +9,7 @@
 //! calls) repeat their shape from module to module.
 
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
@@ -204,26 +204,68 @@ async fn select_page<T: TableRow>(
     Ok(query.bind(after).bind(fetch_n).fetch_all(pool).await?)
 }
 
+/// Who makes a write, and how it is committed. Every write of a resource (a REST call, a dry
+/// run's change, a configuration file's change) goes through its module's `*_in` functions with
+/// one of these.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct By<'a> {
+    /// The audit log's actor ([`super::Actor`]).
+    pub actor: &'a str,
+    /// `false`: the write is its own revision with its own audit row, and notifies the replicas
+    /// (REST, and a dry run's change inside its savepoint). `true`: the write joins the caller's
+    /// transaction, which the caller commits as one revision with one audit row (a configuration
+    /// file's apply).
+    pub batched: bool,
+}
+
+impl<'a> By<'a> {
+    /// A write that is its own audited revision.
+    pub(super) fn each(actor: &'a str) -> By<'a> {
+        By {
+            actor,
+            batched: false,
+        }
+    }
+
+    /// A write that joins the caller's revision.
+    pub(super) fn batched(actor: &'a str) -> By<'a> {
+        By {
+            actor,
+            batched: true,
+        }
+    }
+}
+
 /// Commits `tx` as an audited write of row `id` of `T` (`action`: create, update, delete...):
-/// bumps the revision, writes the audit row and notifies the replicas. Returns the revision.
+/// bumps the revision, writes the audit row and notifies the replicas. Returns the revision;
+/// `None` for a batched write ([`By::batched`]), which only releases its savepoint.
 pub(super) async fn commit_row<T: Resource>(
     tx: Transaction<'_, Postgres>,
-    actor: &str,
+    by: By<'_>,
     action: &'static str,
     id: i64,
     detail: Value,
-) -> ApiResult<i64> {
-    commit_write(
-        tx,
-        Audit {
-            actor,
-            action,
-            resource: T::NOUN,
-            resource_id: Some(id),
-            detail,
-        },
-    )
-    .await
+) -> ApiResult<Option<i64>> {
+    if by.batched {
+        tx.commit().await?;
+        return Ok(None);
+    }
+    let audit = Audit {
+        actor: by.actor,
+        action,
+        resource: T::NOUN,
+        resource_id: Some(id),
+        detail,
+    };
+    Ok(Some(commit_write(tx, audit).await?))
+}
+
+/// `response`, with the revision header when the write produced one.
+pub(super) fn answer(revision: Option<i64>, response: impl IntoResponse) -> Response {
+    match revision {
+        Some(revision) => with_revision(revision, response),
+        None => response.into_response(),
+    }
 }
 
 /// What a create or patch did to its row: the audit row's action and the answer's status.
@@ -237,7 +279,7 @@ pub(super) enum Change {
 /// for a create or a 200 for an update, and the new revision.
 pub(super) async fn commit_view<T: Resource>(
     tx: Transaction<'_, Postgres>,
-    actor: &str,
+    by: By<'_>,
     change: Change,
     id: i64,
     detail: Value,
@@ -247,15 +289,15 @@ pub(super) async fn commit_view<T: Resource>(
         Change::Create => ("create", StatusCode::CREATED),
         Change::Update => ("update", StatusCode::OK),
     };
-    let revision = commit_row::<T>(tx, actor, action, id, detail).await?;
-    Ok(with_revision(revision, (status, Json(body))))
+    let revision = commit_row::<T>(tx, by, action, id, detail).await?;
+    Ok(answer(revision, (status, Json(body))))
 }
 
 /// Deletes row `id` of `T`'s table (which the caller has locked in `tx` and checked may go) and
 /// commits the write with a `delete` audit row carrying `detail`: a 204 with the new revision.
 pub(super) async fn delete_row<T: Resource>(
     mut tx: Transaction<'_, Postgres>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     detail: Value,
 ) -> ApiResult<Response> {
@@ -263,18 +305,18 @@ pub(super) async fn delete_row<T: Resource>(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    let revision = commit_row::<T>(tx, actor, "delete", id, detail).await?;
-    Ok(with_revision(revision, StatusCode::NO_CONTENT))
+    let revision = commit_row::<T>(tx, by, "delete", id, detail).await?;
+    Ok(answer(revision, StatusCode::NO_CONTENT))
 }
 
 /// [`delete_row`] of row `id` of `T`, read and locked in `db` ([`lock_row`]); the audit row's
 /// `detail` is made of the row as it was.
 pub(super) async fn delete_locked<'c, T: TableRow>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     detail: impl FnOnce(&T) -> Value,
 ) -> ApiResult<Response> {
     let (tx, current) = lock_row::<T>(db, id).await?;
-    delete_row::<T>(tx, actor, id, detail(&current)).await
+    delete_row::<T>(tx, by, id, detail(&current)).await
 }

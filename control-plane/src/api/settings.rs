@@ -3,13 +3,13 @@
 //! (absent keys take their defaults); PATCH changes only the keys it sends.
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
 use switchyard_engine::Settings;
 
 use super::extract::JsonBody;
-use super::rows::Db;
+use super::rows::{By, Db};
 use super::schema::{SettingsChanges, SettingsDocument};
 use super::{with_revision, AppState, Writer};
 use crate::db::{commit_write, Audit};
@@ -84,18 +84,18 @@ pub async fn put_settings(
     w: Writer,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    put_settings_in(&w.pool, &w.actor, changes).await
+    put_settings_in(&w.pool, w.by(), changes).await
 }
 
 /// [`put_settings`] in `db` (see [`Db`]).
 pub(super) async fn put_settings_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     changes: Map<String, Value>,
 ) -> ApiResult<Response> {
     let settings = merge_settings(Map::new(), changes)?;
     let tx = db.begin().await?;
-    write(tx, actor, settings).await
+    write(tx, by, settings).await
 }
 
 #[utoipa::path(patch, path = "/api/v1/settings", tag = "settings", operation_id = "update_settings",
@@ -107,13 +107,13 @@ pub async fn patch_settings(
     w: Writer,
     JsonBody(changes): JsonBody<Map<String, Value>>,
 ) -> ApiResult<Response> {
-    patch_settings_in(&w.pool, &w.actor, changes).await
+    patch_settings_in(&w.pool, w.by(), changes).await
 }
 
 /// [`patch_settings`] in `db` (see [`Db`]).
 pub(super) async fn patch_settings_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     changes: Map<String, Value>,
 ) -> ApiResult<Response> {
     let mut tx = db.begin().await?;
@@ -122,12 +122,12 @@ pub(super) async fn patch_settings_in<'c>(
             .fetch_one(&mut *tx)
             .await?;
     let settings = merge_settings(stored.0, changes)?;
-    write(tx, actor, settings).await
+    write(tx, by, settings).await
 }
 
 async fn write(
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
-    actor: &str,
+    by: By<'_>,
     settings: Settings,
 ) -> ApiResult<Response> {
     let value = serde_json::to_value(&settings)
@@ -136,16 +136,17 @@ async fn write(
         .bind(sqlx::types::Json(&value))
         .execute(&mut *tx)
         .await?;
-    let revision = commit_write(
-        tx,
-        Audit {
-            actor,
-            action: "update",
-            resource: "settings",
-            resource_id: None,
-            detail: value,
-        },
-    )
-    .await?;
+    if by.batched {
+        tx.commit().await?;
+        return Ok(Json(settings).into_response());
+    }
+    let audit = Audit {
+        actor: by.actor,
+        action: "update",
+        resource: "settings",
+        resource_id: None,
+        detail: value,
+    };
+    let revision = commit_write(tx, audit).await?;
     Ok(with_revision(revision, Json(settings)))
 }

@@ -18,8 +18,8 @@ use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, Change, Db,
-    RowQuery, RowView,
+    commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, By, Change,
+    Db, RowQuery, RowView,
 };
 use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -417,13 +417,13 @@ fn bind_rule<'q>(query: RowQuery<'q, ShadowRow>, rule: &'q ShadowRule) -> RowQue
               (status = 422, description = "a field is invalid, the target does not exist, or \
                                             the name is taken", body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<ShadowCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: ShadowCreate,
 ) -> ApiResult<Response> {
     let rule = ShadowRule::try_from(raw)?;
@@ -441,7 +441,7 @@ pub(super) async fn create_in<'c>(
         .await
         .map_err(write_error(&rule))?;
     let (id, view) = (row.id, ShadowView::from(row));
-    commit_view::<ShadowRow>(tx, actor, Change::Create, id, detail(&rule), view).await
+    commit_view::<ShadowRow>(tx, by, Change::Create, id, detail(&rule), view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -463,22 +463,15 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<ShadowPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
-/// [`patch`] in `db` (see [`Db`]).
-pub(super) async fn patch_in<'c>(
-    db: impl Db<'c>,
-    actor: &str,
-    id: i64,
-    patch: ShadowPatch,
-) -> ApiResult<Response> {
-    let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
-    let new_expiry = matches!(patch.expires_at, Some(Some(_)));
+/// Rule `id` as `patch` leaves it (`current` the stored row), checked.
+fn patched(id: i64, current: ShadowRow, patch: ShadowPatch) -> ApiResult<ShadowRule> {
     let touches_target = patch.target_member_id.is_some()
         || patch.target_channel_id.is_some()
         || patch.target_model.is_some();
-    let rule = checked(ShadowRule {
+    checked(ShadowRule {
         id,
         name: patch
             .name
@@ -529,13 +522,25 @@ pub(super) async fn patch_in<'c>(
             .unwrap_or(u32::try_from(current.error_rate_min_sample).unwrap_or(1)),
         enabled: patch.enabled.unwrap_or(current.enabled),
         stopped: None,
-    })?;
+    })
+}
+
+/// [`patch`] in `db` (see [`Db`]).
+pub(super) async fn patch_in<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    id: i64,
+    patch: ShadowPatch,
+) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
+    let new_expiry = matches!(patch.expires_at, Some(Some(_)));
+    let resume = patch.enabled == Some(true);
+    let rule = patched(id, current, patch)?;
     check(&mut tx, &rule, Some(id)).await?;
     // A new expiry must be in the future; the stored one is kept even when it has passed.
     if let Some(at) = rule.expires_at.filter(|_| new_expiry) {
         refuse_past_expiry(&mut tx, i64_of(at)).await?;
     }
-    let resume = patch.enabled == Some(true);
     let sql = format!(
         "UPDATE shadows SET ({WRITTEN}) = ROW({WRITTEN_VALUES}), updated_at = now(){} \
          WHERE id = $13 RETURNING {}",
@@ -552,24 +557,24 @@ pub(super) async fn patch_in<'c>(
         .await
         .map_err(write_error(&rule))?;
     let view = ShadowView::from(row);
-    commit_view::<ShadowRow>(tx, actor, Change::Update, id, detail(&rule), view).await
+    commit_view::<ShadowRow>(tx, by, Change::Update, id, detail(&rule), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "delete_shadow",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
     // Its comparisons go with it.
     sqlx::query("DELETE FROM shadow_minutes WHERE shadow_id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    delete_row::<ShadowRow>(tx, actor, id, json!({ "name": current.name })).await
+    delete_row::<ShadowRow>(tx, by, id, json!({ "name": current.name })).await
 }
 
 /// One side (live or shadow) of a report.

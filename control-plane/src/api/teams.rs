@@ -15,7 +15,9 @@ use utoipa::ToSchema;
 
 use super::channels::checked_name;
 use super::extract::{JsonBody, Path, Query};
-use super::rows::{commit_view, delete_row, fetch_row, list_rows, table_row, Change, Db, Resource};
+use super::rows::{
+    commit_view, delete_row, fetch_row, list_rows, table_row, By, Change, Db, Resource,
+};
 use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -263,13 +265,13 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
     responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<TeamCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: TeamCreate,
 ) -> ApiResult<Response> {
     let spec = TeamSpec::try_from(raw)?;
@@ -285,7 +287,7 @@ pub(super) async fn create_in<'c>(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch_row::<TeamView>(&mut *tx, id, false).await?;
-    commit_view::<TeamView>(tx, actor, Change::Create, id, json!(spec), view).await
+    commit_view::<TeamView>(tx, by, Change::Create, id, json!(spec), view).await
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -306,13 +308,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TeamPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: TeamPatch,
 ) -> ApiResult<Response> {
@@ -344,18 +346,18 @@ pub(super) async fn patch_in<'c>(
     .await?;
     spec.write_grants(&mut tx, id).await?;
     let view = fetch_row::<TeamView>(&mut *tx, id, false).await?;
-    commit_view::<TeamView>(tx, actor, Change::Update, id, json!(spec), view).await
+    commit_view::<TeamView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "delete_team",
     responses((status = 204), (status = 404, body = ErrorBody),
               (status = 409, description = "tokens still belong to the team", body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;
     let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM tokens WHERE team_id = $1")
@@ -370,5 +372,5 @@ pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiR
             ),
         });
     }
-    delete_row::<TeamView>(tx, actor, id, json!({})).await
+    delete_row::<TeamView>(tx, by, id, json!({})).await
 }

@@ -16,7 +16,7 @@ use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
 use super::extract::{JsonBody, Path, Query};
 use super::rows::{
-    commit_view, delete_locked, fetch_row, list_rows, lock_row, table_row, Change, Db, RowQuery,
+    commit_view, delete_locked, fetch_row, list_rows, lock_row, table_row, By, Change, Db, RowQuery,
 };
 use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
@@ -228,18 +228,50 @@ pub async fn list(
                body = CreatedToken),
               (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<TokenCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, &w.actor, raw).await
+    create_in(&w.pool, w.by(), raw).await
 }
 
 /// [`create`] in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     raw: TokenCreate,
 ) -> ApiResult<Response> {
+    create_as(db, by, raw, None).await
+}
+
+/// A token's hash and shown prefix, given rather than generated: a configuration file names a
+/// token whose plaintext the control plane never sees.
+pub(super) struct Given<'a> {
+    pub hash: &'a str,
+    pub prefix: &'a str,
+}
+
+/// [`create_in`]; with `given`, the token is that hash and prefix, and the answer is its view
+/// (there is no plaintext to return).
+pub(super) async fn create_as<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    raw: TokenCreate,
+    given: Option<Given<'_>>,
+) -> ApiResult<Response> {
     let spec = TokenSpec::try_from(raw)?;
-    let plaintext = generate_token()?;
-    let prefix: String = plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect();
+    let plaintext = match given {
+        Some(_) => None,
+        None => Some(generate_token()?),
+    };
+    let (hash, prefix) = match (&given, &plaintext) {
+        (Some(given), _) => (given.hash.to_owned(), given.prefix.to_owned()),
+        (None, Some(plaintext)) => (
+            token_hash(plaintext),
+            plaintext.chars().take(TOKEN_PREFIX.len() + 6).collect(),
+        ),
+        (None, None) => {
+            return Err(ApiError::Internal(anyhow::anyhow!(
+                "a token without a secret"
+            )))
+        }
+    };
     let mut tx = db.begin().await?;
     spec.check_team(&mut tx).await?;
     if let Some(ms) = expiry_ms(spec.expires_at) {
@@ -252,20 +284,32 @@ pub(super) async fn create_in<'c>(
     );
     let view = spec
         .bind(sqlx::query_as::<_, TokenView>(&sql))
-        .bind(token_hash(&plaintext))
+        .bind(hash)
         .bind(&prefix)
         .fetch_one(&mut *tx)
         .await?;
-    let (id, token) = (view.id, plaintext);
-    commit_view::<TokenView>(
-        tx,
-        actor,
-        Change::Create,
-        id,
-        json!(spec),
-        CreatedToken { view, token },
-    )
-    .await
+    let id = view.id;
+    match plaintext {
+        Some(token) => {
+            let created = CreatedToken { view, token };
+            commit_view::<TokenView>(tx, by, Change::Create, id, json!(spec), created).await
+        }
+        None => commit_view::<TokenView>(tx, by, Change::Create, id, json!(spec), view).await,
+    }
+}
+
+/// Sets the prefix shown for token `id` (a configuration file may give one).
+pub(super) async fn set_prefix(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: i64,
+    prefix: &str,
+) -> ApiResult<()> {
+    sqlx::query("UPDATE tokens SET prefix = $2, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(prefix)
+        .execute(executor)
+        .await?;
+    Ok(())
 }
 
 // One of the per-resource handlers that look alike on purpose (see the `api` module).
@@ -286,13 +330,13 @@ pub async fn patch(
     Path(id): Path<i64>,
     JsonBody(patch): JsonBody<TokenPatch>,
 ) -> ApiResult<Response> {
-    patch_in(&w.pool, &w.actor, id, patch).await
+    patch_in(&w.pool, w.by(), id, patch).await
 }
 
 /// [`patch`] in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
-    actor: &str,
+    by: By<'_>,
     id: i64,
     patch: TokenPatch,
 ) -> ApiResult<Response> {
@@ -326,18 +370,18 @@ pub(super) async fn patch_in<'c>(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
-    commit_view::<TokenView>(tx, actor, Change::Update, id, json!(spec), view).await
+    commit_view::<TokenView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, &w.actor, id).await
+    delete_in(&w.pool, w.by(), id).await
 }
 
 /// [`delete`] in `db` (see [`Db`]).
-pub(super) async fn delete_in<'c>(db: impl Db<'c>, actor: &str, id: i64) -> ApiResult<Response> {
-    delete_locked::<TokenView>(db, actor, id, |current| json!({ "name": current.name })).await
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
+    delete_locked::<TokenView>(db, by, id, |current| json!({ "name": current.name })).await
 }
 
 #[cfg(test)]

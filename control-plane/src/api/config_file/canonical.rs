@@ -31,173 +31,226 @@ pub(super) struct Extras<'a> {
     pub explicit_member: &'a dyn Fn(i64) -> bool,
 }
 
+/// The names resources are referred to by in the file, by id.
+struct Names<'a> {
+    channels: HashMap<i64, &'a str>,
+    teams: HashMap<i64, &'a str>,
+    tokens: HashMap<i64, &'a str>,
+    routes: HashMap<i64, &'a str>,
+}
+
+impl<'a> Names<'a> {
+    fn of(parts: &'a SnapshotParts) -> Names<'a> {
+        Names {
+            channels: parts
+                .channels
+                .iter()
+                .map(|c| (c.id, c.name.as_str()))
+                .collect(),
+            teams: parts
+                .teams
+                .iter()
+                .map(|t| (t.id, t.name.as_str()))
+                .collect(),
+            tokens: parts
+                .tokens
+                .iter()
+                .map(|t| (t.id, t.name.as_str()))
+                .collect(),
+            routes: parts
+                .routes
+                .iter()
+                .map(|r| (r.id, r.model_pattern.as_str()))
+                .collect(),
+        }
+    }
+
+    fn channel(&self, id: i64) -> Option<String> {
+        name_in(&self.channels, id)
+    }
+}
+
+fn name_in(names: &HashMap<i64, &str>, id: i64) -> Option<String> {
+    names.get(&id).map(|n| (*n).to_owned())
+}
+
 /// The canonical file of `parts`.
 pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig {
-    let channel_names: HashMap<i64, &str> = parts
-        .channels
-        .iter()
-        .map(|c| (c.id, c.name.as_str()))
-        .collect();
-    let channel_name = |id: i64| channel_names.get(&id).map(|n| (*n).to_owned());
-    let team_names: HashMap<i64, &str> = parts
-        .teams
-        .iter()
-        .map(|t| (t.id, t.name.as_str()))
-        .collect();
-
+    let names = Names::of(parts);
     let mut channels: Vec<RawChannel> = parts
         .channels
         .iter()
-        .map(|c| RawChannel {
-            id: None,
-            name: c.name.clone(),
-            preset: c.preset.clone(),
-            provider: c.provider.as_str().to_owned(),
-            // As the file's validation writes it (the admin API keeps a trailing `/`).
-            base_url: Some(c.base_url.trim_end_matches('/').to_owned()),
-            // `auto_disabled` is the recovery job's state, not configuration: the file says
-            // `enabled`, and an apply leaves the recovery job's decision alone.
-            status: match c.status {
-                ChannelStatus::Disabled => "disabled".to_owned(),
-                _ => "enabled".to_owned(),
-            },
-            auto_ban: c.auto_ban,
-            max_concurrency: c.max_concurrency,
-            capabilities: c.capabilities,
-            credentials: extras.credentials.get(&c.name).cloned().unwrap_or_default(),
-            retry_status_codes: c.retry_status_codes.clone(),
-            retry_error_patterns: c.retry_error_patterns.clone(),
-            headers: c.headers.iter().cloned().collect(),
-            responses_api: Some(c.responses_api),
-            mock: None,
-        })
-        .map(|mut channel| {
-            channel.leave_out_defaults();
-            channel
-        })
+        .map(|c| raw_channel(c, extras))
         .collect();
     channels.sort_by(|a, b| a.name.cmp(&b.name));
-
     let mut routes: Vec<RawRoute> = parts
         .routes
         .iter()
-        .map(|r| {
-            let mut members: Vec<(Option<i64>, RawMember)> = r
-                .members
-                .iter()
-                .map(|m| {
-                    let id = (extras.explicit_member)(m.id).then_some(m.id);
-                    (
-                        id,
-                        RawMember {
-                            id,
-                            channel: channel_name(m.channel_id).unwrap_or_default(),
-                            upstream_model: Some(m.upstream_model.clone()),
-                            group: (m.group_name != DEFAULT_GROUP).then(|| m.group_name.clone()),
-                            priority: m.priority,
-                            weight: m.weight,
-                            enabled: m.enabled,
-                            canary: m.canary,
-                            capabilities: m.capabilities,
-                        },
-                    )
-                })
-                .collect();
-            // By id; members the file gave no id follow, in file order (a stable sort).
-            members.sort_by_key(|(id, _)| id.map_or((1, 0), |id| (0, id)));
-            RawRoute {
-                id: None,
-                model_pattern: r.model_pattern.clone(),
-                enabled: r.enabled,
-                routing_mode: r.routing_mode.as_str().to_owned(),
-                single_member_id: r.single_member_id,
-                sticky_session: r.sticky_session,
-                stable_first: r.stable_first,
-                stable_first_denominator: r.stable_first_denominator,
-                retry_times: r.retry_times,
-                channel_retry_times: r.channel_retry_times,
-                cooldown_seconds: r.cooldown_seconds,
-                members: members.into_iter().map(|(_, m)| m).collect(),
-            }
-        })
+        .map(|r| raw_route(r, extras, &names))
         .collect();
     routes.sort_by(|a, b| a.model_pattern.cmp(&b.model_pattern));
-
-    let mut teams: Vec<RawTeam> = parts
-        .teams
-        .iter()
-        .map(|t| {
-            let mut models = t.models.clone();
-            models.sort();
-            models.dedup();
-            let mut members = t.members.clone();
-            members.sort_unstable();
-            members.dedup();
-            RawTeam {
-                id: None,
-                name: t.name.clone(),
-                models,
-                members,
-                plan: t.plan.clone(),
-                retry_limit: t.retry_limit,
-                disable_failover: t.disable_failover,
-            }
-        })
-        .collect();
+    let mut teams: Vec<RawTeam> = parts.teams.iter().map(raw_team).collect();
     teams.sort_by(|a, b| a.name.cmp(&b.name));
-
     let mut tokens: Vec<RawToken> = parts
         .tokens
         .iter()
-        .map(|t| RawToken {
-            id: None,
-            name: t.name.clone(),
-            token: None,
-            token_sha256: Some(t.hash.clone()),
-            prefix: extras
-                .prefixes
-                .get(&t.hash)
-                .filter(|p| !p.is_empty())
-                .cloned(),
-            route_group: t.route_group_name.clone(),
-            team: t
-                .team_id
-                .and_then(|id| team_names.get(&id).map(|n| (*n).to_owned())),
-            allow_pinning: t.allow_pinning,
-            enabled: t.enabled,
-            expires_at: t.expires_at.map(format_rfc3339),
-        })
+        .map(|t| raw_token(t, extras, &names))
         .collect();
     tokens.sort_by(|a, b| (&a.name, &a.token_sha256).cmp(&(&b.name, &b.token_sha256)));
-
-    let mut prices: Vec<RawPrice> = parts
-        .prices
+    let mut prices: Vec<RawPrice> = raw_prices(parts).into_iter().map(|(_, p)| p).collect();
+    prices.sort_by(|a, b| (&a.channel, &a.model_pattern).cmp(&(&b.channel, &b.model_pattern)));
+    let mut limits: Vec<RawLimit> = raw_limits(parts).into_iter().map(|(_, l)| l).collect();
+    limits.sort_by_key(limit_key);
+    let mut shadows: Vec<RawShadow> = parts
+        .shadows
         .iter()
-        .map(|p| RawPrice {
-            id: None,
-            channel: channel_name(p.channel_id).unwrap_or_default(),
-            model_pattern: p.model_pattern.clone(),
-            input_per_million: Amount::Text(format_micros(p.input_per_million)),
-            output_per_million: Amount::Text(format_micros(p.output_per_million)),
-            cached_input_per_million: p
-                .cached_input_per_million
-                .map(|v| Amount::Text(format_micros(v))),
+        .map(|rule| raw_shadow(rule, &|id| names.channel(id)))
+        .collect();
+    shadows.sort_by(|a, b| a.name.cmp(&b.name));
+    RawConfig {
+        listen: None,
+        settings: parts.settings.clone(),
+        channels,
+        routes,
+        teams,
+        tokens,
+        prices,
+        limits,
+        shadows,
+    }
+}
+
+fn raw_channel(c: &switchyard_engine::Channel, extras: &Extras<'_>) -> RawChannel {
+    let mut channel = RawChannel {
+        id: None,
+        name: c.name.clone(),
+        preset: c.preset.clone(),
+        provider: c.provider.as_str().to_owned(),
+        // As the file's validation writes it (the admin API keeps a trailing `/`).
+        base_url: Some(c.base_url.trim_end_matches('/').to_owned()),
+        // `auto_disabled` is the recovery job's state, not configuration: the file says
+        // `enabled`, and an apply leaves the recovery job's decision alone.
+        status: match c.status {
+            ChannelStatus::Disabled => "disabled".to_owned(),
+            _ => "enabled".to_owned(),
+        },
+        auto_ban: c.auto_ban,
+        max_concurrency: c.max_concurrency,
+        capabilities: c.capabilities,
+        credentials: extras.credentials.get(&c.name).cloned().unwrap_or_default(),
+        retry_status_codes: c.retry_status_codes.clone(),
+        retry_error_patterns: c.retry_error_patterns.clone(),
+        headers: c.headers.iter().cloned().collect(),
+        responses_api: Some(c.responses_api),
+        mock: None,
+    };
+    channel.leave_out_defaults();
+    channel
+}
+
+fn raw_route(r: &switchyard_engine::Route, extras: &Extras<'_>, names: &Names<'_>) -> RawRoute {
+    let mut members: Vec<(Option<i64>, RawMember)> = r
+        .members
+        .iter()
+        .map(|m| {
+            let id = (extras.explicit_member)(m.id).then_some(m.id);
+            (
+                id,
+                RawMember {
+                    id,
+                    channel: names.channel(m.channel_id).unwrap_or_default(),
+                    upstream_model: Some(m.upstream_model.clone()),
+                    group: (m.group_name != DEFAULT_GROUP).then(|| m.group_name.clone()),
+                    priority: m.priority,
+                    weight: m.weight,
+                    enabled: m.enabled,
+                    canary: m.canary,
+                    capabilities: m.capabilities,
+                },
+            )
         })
         .collect();
-    prices.sort_by(|a, b| (&a.channel, &a.model_pattern).cmp(&(&b.channel, &b.model_pattern)));
+    // By id; members the file gave no id follow, in file order (a stable sort).
+    members.sort_by_key(|(id, _)| id.map_or((1, 0), |id| (0, id)));
+    RawRoute {
+        id: None,
+        model_pattern: r.model_pattern.clone(),
+        enabled: r.enabled,
+        routing_mode: r.routing_mode.as_str().to_owned(),
+        single_member_id: r.single_member_id,
+        sticky_session: r.sticky_session,
+        stable_first: r.stable_first,
+        stable_first_denominator: r.stable_first_denominator,
+        retry_times: r.retry_times,
+        channel_retry_times: r.channel_retry_times,
+        cooldown_seconds: r.cooldown_seconds,
+        members: members.into_iter().map(|(_, m)| m).collect(),
+    }
+}
 
-    let token_names: HashMap<i64, &str> = parts
-        .tokens
+fn raw_team(t: &switchyard_engine::Team) -> RawTeam {
+    let mut models = t.models.clone();
+    models.sort();
+    models.dedup();
+    let mut members = t.members.clone();
+    members.sort_unstable();
+    members.dedup();
+    RawTeam {
+        id: None,
+        name: t.name.clone(),
+        models,
+        members,
+        plan: t.plan.clone(),
+        retry_limit: t.retry_limit,
+        disable_failover: t.disable_failover,
+    }
+}
+
+fn raw_token(t: &switchyard_engine::Token, extras: &Extras<'_>, names: &Names<'_>) -> RawToken {
+    RawToken {
+        id: None,
+        name: t.name.clone(),
+        token: None,
+        token_sha256: Some(t.hash.clone()),
+        prefix: extras
+            .prefixes
+            .get(&t.hash)
+            .filter(|p| !p.is_empty())
+            .cloned(),
+        route_group: t.route_group_name.clone(),
+        team: t.team_id.and_then(|id| name_in(&names.teams, id)),
+        allow_pinning: t.allow_pinning,
+        enabled: t.enabled,
+        expires_at: t.expires_at.map(format_rfc3339),
+    }
+}
+
+/// The stored prices in file form, each with its row id (in no order).
+pub(super) fn raw_prices(parts: &SnapshotParts) -> Vec<(i64, RawPrice)> {
+    let names = Names::of(parts);
+    parts
+        .prices
         .iter()
-        .map(|t| (t.id, t.name.as_str()))
-        .collect();
-    let route_patterns: HashMap<i64, &str> = parts
-        .routes
-        .iter()
-        .map(|r| (r.id, r.model_pattern.as_str()))
-        .collect();
-    let name_in = |names: &HashMap<i64, &str>, id: i64| names.get(&id).map(|n| (*n).to_owned());
-    let mut limits: Vec<RawLimit> = parts
+        .map(|p| {
+            let price = RawPrice {
+                id: None,
+                channel: names.channel(p.channel_id).unwrap_or_default(),
+                model_pattern: p.model_pattern.clone(),
+                input_per_million: Amount::Text(format_micros(p.input_per_million)),
+                output_per_million: Amount::Text(format_micros(p.output_per_million)),
+                cached_input_per_million: p
+                    .cached_input_per_million
+                    .map(|v| Amount::Text(format_micros(v))),
+            };
+            (p.id, price)
+        })
+        .collect()
+}
+
+/// The stored limits in file form, each with its row id (in no order).
+pub(super) fn raw_limits(parts: &SnapshotParts) -> Vec<(i64, RawLimit)> {
+    let names = Names::of(parts);
+    parts
         .limits
         .iter()
         .map(|rule| {
@@ -219,35 +272,15 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
                 mode: rule.limit.mode.as_str().to_owned(),
             };
             match key.scope {
-                ScopeKind::Token => raw.token = name_in(&token_names, key.scope_id),
-                ScopeKind::Team => raw.team = name_in(&team_names, key.scope_id),
-                ScopeKind::Route => raw.route = name_in(&route_patterns, key.scope_id),
-                ScopeKind::Channel => raw.channel = name_in(&channel_names, key.scope_id),
+                ScopeKind::Token => raw.token = name_in(&names.tokens, key.scope_id),
+                ScopeKind::Team => raw.team = name_in(&names.teams, key.scope_id),
+                ScopeKind::Route => raw.route = name_in(&names.routes, key.scope_id),
+                ScopeKind::Channel => raw.channel = names.channel(key.scope_id),
                 ScopeKind::Member => raw.member = Some(key.scope_id),
             }
-            raw
+            (rule.id, raw)
         })
-        .collect();
-    limits.sort_by_key(limit_key);
-
-    let mut shadows: Vec<RawShadow> = parts
-        .shadows
-        .iter()
-        .map(|rule| raw_shadow(rule, &channel_name))
-        .collect();
-    shadows.sort_by(|a, b| a.name.cmp(&b.name));
-
-    RawConfig {
-        listen: None,
-        settings: parts.settings.clone(),
-        channels,
-        routes,
-        teams,
-        tokens,
-        prices,
-        limits,
-        shadows,
-    }
+        .collect()
 }
 
 /// A shadow rule in file form. Whether it stopped by itself is state, not configuration (like a

@@ -35,13 +35,14 @@ use utoipa::ToSchema;
 
 use super::dry_run::{self, AffectedSelection, ModelMove, NewlyFailing, UnreachableMember};
 use super::extract::RawBody;
+use super::rows::By;
 use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
 use canonical::{canonical, index, mask_header, redact, Extras};
 use size::{check_snapshot_size, MAX_SNAPSHOT_BYTES};
-use write::Index;
+use write::{Index, Paths, StoredCredential, Writing};
 
 /// How `${ENV}` references of the file (a token's plaintext) are resolved: the environment of
 /// whoever applies.
@@ -155,12 +156,11 @@ struct Current {
     credentials: HashMap<String, Vec<RawCredential>>,
     /// Channel name → its stored inline secrets: (credential id, secret). Never shown.
     inline: HashMap<String, Vec<(i64, String)>>,
+    /// Channel name → its stored credentials, by id.
+    stored_credentials: HashMap<String, Vec<StoredCredential>>,
     prefixes: HashMap<String, String>,
     /// Token name → how many tokens have it.
     token_names: HashMap<String, usize>,
-    /// The database's clock when the tables were read (Unix ms): what a new expiry must be
-    /// later than.
-    now_ms: u64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -197,7 +197,16 @@ async fn load(tx: &mut PgConnection) -> ApiResult<Current> {
     .await?;
     let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
     let mut inline: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+    let mut stored_credentials: HashMap<String, Vec<StoredCredential>> = HashMap::new();
     for row in rows {
+        stored_credentials
+            .entry(row.channel.clone())
+            .or_default()
+            .push(StoredCredential {
+                id: row.id,
+                secret_env: row.secret_env.clone(),
+                enabled: row.enabled,
+            });
         let form = match (row.secret, row.secret_env) {
             (_, Some(name)) => env_credential(&name, row.enabled),
             (Some(secret), None) => {
@@ -224,16 +233,13 @@ async fn load(tx: &mut PgConnection) -> ApiResult<Current> {
     for token in &parts.tokens {
         *token_names.entry(token.name.clone()).or_default() += 1;
     }
-    let now_ms: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM now()) * 1000)::bigint")
-        .fetch_one(&mut *tx)
-        .await?;
     Ok(Current {
         parts,
         credentials,
         inline,
+        stored_credentials,
         prefixes,
         token_names,
-        now_ms: u64::try_from(now_ms).unwrap_or(0),
     })
 }
 
@@ -319,8 +325,9 @@ fn config_err(path: String, message: String) -> ApiError {
 const STORED_PLACEHOLDER: &str = "${SWITCHYARD_STORED_CREDENTIAL}";
 
 /// Validates `text` as the standalone proxy would, resolves what refers to the tables (stored
-/// credentials, token prefixes) and returns its canonical form.
-fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
+/// credentials, token prefixes) and returns its canonical form, with where each resource stands
+/// in the file.
+fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<(RawConfig, Paths)> {
     // An empty body would remove every resource: more likely a mistake than a wish.
     let blank = |line: &str| line.trim().is_empty() || line.trim_start().starts_with('#');
     if text.lines().all(blank) {
@@ -331,91 +338,147 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
         ));
     }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
-    // Credentials in file form, each matched to what the tables store.
-    let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
     let mut for_validation = raw.clone();
     let matched = match_members(&raw, current, &mut for_validation);
+    // Credentials in file form, each matched to what the tables store.
+    let mut credentials: HashMap<String, Vec<RawCredential>> = HashMap::new();
     for (ci, channel) in raw.channels.iter().enumerate() {
-        let name = channel.name.trim().to_owned();
         keep_masked(ci, channel, current, &mut for_validation)?;
-        let stored = current.inline.get(&name).cloned().unwrap_or_default();
-        let mut claimed: HashSet<i64> = HashSet::new();
-        let mut forms = Vec::with_capacity(channel.credentials.len());
-        for (ki, credential) in channel.credentials.iter().enumerate() {
-            let at = format!("channels[{ci}].credentials[{ki}]");
-            let (id, secret, enabled) = match credential {
-                RawCredential::Plain(s) => (None, Some(s.trim()), true),
-                RawCredential::Full {
-                    id,
-                    secret,
-                    enabled,
-                } => (*id, secret.as_deref().map(str::trim), *enabled),
-            };
-            let form = match (secret, id) {
-                (None, None) => {
-                    return Err(config_err(
-                        at,
-                        "give `secret` (a value or `${ENV_NAME}`) or the `id` of a credential \
-                         the control plane stores"
-                            .to_owned(),
-                    ))
-                }
-                (None, Some(id)) => {
-                    if !stored.iter().any(|(sid, _)| *sid == id) || !claimed.insert(id) {
-                        return Err(config_err(
-                            format!("{at}.id"),
-                            format!("channel {name:?} stores no secret with credential id {id}"),
-                        ));
-                    }
-                    if let Some(channel) = for_validation.channels.get_mut(ci) {
-                        if let Some(slot) = channel.credentials.get_mut(ki) {
-                            *slot = RawCredential::Full {
-                                id: Some(id),
-                                secret: Some(STORED_PLACEHOLDER.to_owned()),
-                                enabled,
-                            };
-                        }
-                    }
-                    RawCredential::Full {
-                        id: Some(id),
-                        secret: None,
-                        enabled,
-                    }
-                }
-                (Some(secret), _) => match env_reference(secret) {
-                    Some(env_name) => env_credential(env_name, enabled),
-                    None => match stored
-                        .iter()
-                        .find(|(sid, s)| s == secret && !claimed.contains(sid))
-                    {
-                        Some((sid, _)) => {
-                            claimed.insert(*sid);
-                            RawCredential::Full {
-                                id: Some(*sid),
-                                secret: None,
-                                enabled,
-                            }
-                        }
-                        None => RawCredential::Full {
-                            id: None,
-                            secret: Some(secret.to_owned()),
-                            enabled,
-                        },
-                    },
-                },
-            };
-            forms.push(form);
-        }
-        credentials.insert(name, forms);
+        let forms = credential_forms(ci, channel, current, &mut for_validation)?;
+        credentials.insert(channel.name.trim().to_owned(), forms);
     }
-
     let parts = for_validation
         .clone()
         .into_parts(current.parts.revision, env)
         .map_err(invalid)?;
-    check_expiries(&parts, current)?;
+    let explicit = check_member_ids(&raw)?;
+    // A token keeps the prefix the tables show for it unless the file gives one.
+    let mut prefixes: HashMap<String, String> = HashMap::new();
+    for (raw_token, token) in raw.tokens.iter().zip(&parts.tokens) {
+        let prefix = raw_token
+            .prefix
+            .clone()
+            .or_else(|| current.prefixes.get(&token.hash).cloned());
+        if let Some(prefix) = prefix {
+            prefixes.insert(token.hash.clone(), prefix);
+        }
+    }
+    let config = canonical(
+        &parts,
+        &Extras {
+            credentials: &credentials,
+            prefixes: &prefixes,
+            explicit_member: &|id| explicit.contains(&id) || matched.contains(&id),
+        },
+    );
+    Ok((config, paths(&for_validation, &parts)))
+}
 
-    // What the standalone proxy leaves to the engine but the tables refuse.
+/// The credentials of channel `ci` in file form, each matched to what the tables store: an
+/// inline secret the channel stores already is that credential (`{id: N}`); a stored-secret
+/// reference stands in for validation as a placeholder.
+fn credential_forms(
+    ci: usize,
+    channel: &switchyard_config::RawChannel,
+    current: &Current,
+    for_validation: &mut RawConfig,
+) -> ApiResult<Vec<RawCredential>> {
+    let name = channel.name.trim().to_owned();
+    let stored = current.inline.get(&name).cloned().unwrap_or_default();
+    let mut claimed: HashSet<i64> = HashSet::new();
+    let mut forms = Vec::with_capacity(channel.credentials.len());
+    for (ki, credential) in channel.credentials.iter().enumerate() {
+        let at = format!("channels[{ci}].credentials[{ki}]");
+        let (id, secret, enabled) = match credential {
+            RawCredential::Plain(s) => (None, Some(s.trim()), true),
+            RawCredential::Full {
+                id,
+                secret,
+                enabled,
+            } => (*id, secret.as_deref().map(str::trim), *enabled),
+        };
+        let form = match (secret, id) {
+            (None, None) => {
+                return Err(config_err(
+                    at,
+                    "give `secret` (a value or `${ENV_NAME}`) or the `id` of a credential \
+                     the control plane stores"
+                        .to_owned(),
+                ))
+            }
+            (None, Some(id)) => {
+                if !stored.iter().any(|(sid, _)| *sid == id) || !claimed.insert(id) {
+                    return Err(config_err(
+                        format!("{at}.id"),
+                        format!("channel {name:?} stores no secret with credential id {id}"),
+                    ));
+                }
+                let slot = for_validation
+                    .channels
+                    .get_mut(ci)
+                    .and_then(|c| c.credentials.get_mut(ki));
+                if let Some(slot) = slot {
+                    *slot = RawCredential::Full {
+                        id: Some(id),
+                        secret: Some(STORED_PLACEHOLDER.to_owned()),
+                        enabled,
+                    };
+                }
+                RawCredential::Full {
+                    id: Some(id),
+                    secret: None,
+                    enabled,
+                }
+            }
+            (Some(secret), _) => secret_form(secret, enabled, &stored, &mut claimed),
+        };
+        forms.push(form);
+    }
+    Ok(forms)
+}
+
+/// A credential the file gives a secret: an `${ENV}` reference, a secret the channel stores
+/// already (claimed once), or a new one.
+fn secret_form(
+    secret: &str,
+    enabled: bool,
+    stored: &[(i64, String)],
+    claimed: &mut HashSet<i64>,
+) -> RawCredential {
+    if let Some(env_name) = env_reference(secret) {
+        return env_credential(env_name, enabled);
+    }
+    match stored
+        .iter()
+        .find(|(sid, s)| s == secret && !claimed.contains(sid))
+    {
+        Some((sid, _)) => {
+            claimed.insert(*sid);
+            RawCredential::Full {
+                id: Some(*sid),
+                secret: None,
+                enabled,
+            }
+        }
+        None => RawCredential::Full {
+            id: None,
+            secret: Some(secret.to_owned()),
+            enabled,
+        },
+    }
+}
+
+fn unknown_member(path: String, member: i64) -> ApiError {
+    config_err(
+        path,
+        format!("unknown member id {member} (give the member an `id` in its route)"),
+    )
+}
+
+/// What the standalone proxy leaves to the engine but the tables refuse: member ids are
+/// positive, a single member is one of its route's, and teams, limits and shadow rules name
+/// members by the ids the file gives them. Returns those ids.
+fn check_member_ids(raw: &RawConfig) -> ApiResult<HashSet<i64>> {
     let explicit: HashSet<i64> = raw
         .routes
         .iter()
@@ -439,24 +502,36 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
             }
         }
     }
+    let known = |path: String, member: &i64| {
+        if explicit.contains(member) {
+            Ok(())
+        } else {
+            Err(unknown_member(path, *member))
+        }
+    };
     for (ti, team) in raw.teams.iter().enumerate() {
         for (mi, member) in team.members.iter().enumerate() {
-            if !explicit.contains(member) {
-                return Err(config_err(
-                    format!("teams[{ti}].members[{mi}]"),
-                    format!("unknown member id {member} (give the member an `id` in its route)"),
-                ));
-            }
+            known(format!("teams[{ti}].members[{mi}]"), member)?;
         }
         for member in team.plan.keys() {
-            if !explicit.contains(member) {
-                return Err(config_err(
-                    format!("teams[{ti}].plan.{member}"),
-                    format!("unknown member id {member} (give the member an `id` in its route)"),
-                ));
-            }
+            known(format!("teams[{ti}].plan.{member}"), member)?;
         }
     }
+    check_limit_references(raw, &known)?;
+    for (si, shadow) in raw.shadows.iter().enumerate() {
+        if let Some(member) = &shadow.target_member {
+            known(format!("shadows[{si}].target_member"), member)?;
+        }
+    }
+    Ok(explicit)
+}
+
+/// A limit names its token by a name no other token has, and its member by an id the file
+/// gives.
+fn check_limit_references(
+    raw: &RawConfig,
+    known: &dyn Fn(String, &i64) -> ApiResult<()>,
+) -> ApiResult<()> {
     let mut token_names: HashMap<&str, usize> = HashMap::new();
     for token in &raw.tokens {
         *token_names.entry(token.name.as_str()).or_default() += 1;
@@ -472,46 +547,64 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<RawConfig> {
                 ));
             }
         }
-        if let Some(member) = limit.member {
-            if !explicit.contains(&member) {
-                return Err(config_err(
-                    format!("limits[{li}].member"),
-                    format!("unknown member id {member} (give the member an `id` in its route)"),
-                ));
-            }
+        if let Some(member) = &limit.member {
+            known(format!("limits[{li}].member"), member)?;
         }
     }
+    Ok(())
+}
 
-    for (si, shadow) in raw.shadows.iter().enumerate() {
-        if let Some(member) = shadow.target_member {
-            if !explicit.contains(&member) {
-                return Err(config_err(
-                    format!("shadows[{si}].target_member"),
-                    format!("unknown member id {member} (give the member an `id` in its route)"),
-                ));
-            }
+/// Where each resource of the file stands in it, by the key a plan names it with.
+fn paths(raw: &RawConfig, parts: &switchyard_engine::SnapshotParts) -> Paths {
+    let mut paths = Paths::new();
+    let mut put = |kind: &'static str, key: String, path: String| {
+        paths.entry((kind, key)).or_insert(path);
+    };
+    put("settings", "settings".to_owned(), "settings".to_owned());
+    for (i, c) in raw.channels.iter().enumerate() {
+        put(
+            "channel",
+            c.name.trim().to_owned(),
+            format!("channels[{i}]"),
+        );
+    }
+    for (i, r) in raw.routes.iter().enumerate() {
+        put(
+            "route",
+            r.model_pattern.trim().to_owned(),
+            format!("routes[{i}]"),
+        );
+        // A member without an id is keyed by its place in the canonical route: after those
+        // with ids, in file order.
+        let with_ids = r.members.iter().filter(|m| m.id.is_some()).count();
+        let mut new = with_ids;
+        for (n, m) in r.members.iter().enumerate() {
+            let key = match m.id {
+                Some(id) => id.to_string(),
+                None => {
+                    new += 1;
+                    format!("{}[new {}]", r.model_pattern.trim(), new - 1)
+                }
+            };
+            put("member", key, format!("routes[{i}].members[{n}]"));
         }
     }
-
-    // A token keeps the prefix the tables show for it unless the file gives one.
-    let mut prefixes: HashMap<String, String> = HashMap::new();
-    for (raw_token, token) in raw.tokens.iter().zip(&parts.tokens) {
-        let prefix = raw_token
-            .prefix
-            .clone()
-            .or_else(|| current.prefixes.get(&token.hash).cloned());
-        if let Some(prefix) = prefix {
-            prefixes.insert(token.hash.clone(), prefix);
-        }
+    for (i, t) in raw.teams.iter().enumerate() {
+        put("team", t.name.trim().to_owned(), format!("teams[{i}]"));
     }
-    Ok(canonical(
-        &parts,
-        &Extras {
-            credentials: &credentials,
-            prefixes: &prefixes,
-            explicit_member: &|id| explicit.contains(&id) || matched.contains(&id),
-        },
-    ))
+    for (i, t) in parts.tokens.iter().enumerate() {
+        put("token", t.hash.clone(), format!("tokens[{i}]"));
+    }
+    for (i, p) in raw.prices.iter().enumerate() {
+        put("price", canonical::price_key(p), format!("prices[{i}]"));
+    }
+    for (i, l) in raw.limits.iter().enumerate() {
+        put("limit", canonical::limit_key(l), format!("limits[{i}]"));
+    }
+    for (i, s) in raw.shadows.iter().enumerate() {
+        put("shadow", s.name.trim().to_owned(), format!("shadows[{i}]"));
+    }
+    paths
 }
 
 /// Gives each member the file writes without an id the id of a stored member of the same route
@@ -584,44 +677,6 @@ fn match_members(
         }
     }
     matched
-}
-
-/// A token or shadow rule the file gives an expiry must expire in the future, as the admin API
-/// requires; an expiry the tables already store for it applies as it is, passed or not (an
-/// expired token stays listed, expired, and an export of it applies back unchanged).
-fn check_expiries(parts: &switchyard_engine::SnapshotParts, current: &Current) -> ApiResult<()> {
-    use switchyard_engine::limit::format_rfc3339;
-    let refuse = |path: String, at: u64| {
-        config_err(
-            path,
-            format!(
-                "must be in the future: {} has passed (a passed expiry is kept only as \
-                 the control plane already stores it)",
-                format_rfc3339(at)
-            ),
-        )
-    };
-    // Compared as the file writes them (RFC 3339 seconds), as a plan compares them.
-    let same = |a: Option<u64>, b: u64| a.map(format_rfc3339) == Some(format_rfc3339(b));
-    for (ti, token) in parts.tokens.iter().enumerate() {
-        let Some(at) = token.expires_at.filter(|at| *at <= current.now_ms) else {
-            continue;
-        };
-        let stored = current.parts.tokens.iter().find(|t| t.hash == token.hash);
-        if !same(stored.and_then(|t| t.expires_at), at) {
-            return Err(refuse(format!("tokens[{ti}].expires_at"), at));
-        }
-    }
-    for (si, rule) in parts.shadows.iter().enumerate() {
-        let Some(at) = rule.expires_at.filter(|at| *at <= current.now_ms) else {
-            continue;
-        };
-        let stored = current.parts.shadows.iter().find(|s| s.name == rule.name);
-        if !same(stored.and_then(|s| s.expires_at), at) {
-            return Err(refuse(format!("shadows[{si}].expires_at"), at));
-        }
-    }
-    Ok(())
 }
 
 /// A header value or `base_url` written masked, as an export writes them (`****abcd`,
@@ -813,21 +868,45 @@ async fn begin(pool: &PgPool) -> ApiResult<sqlx::Transaction<'static, sqlx::Post
 
 struct Prepared {
     changes: Vec<ResourceChange>,
+    current: Current,
+    stored: RawConfig,
     desired: RawConfig,
     before: Index,
     after: Index,
+    paths: Paths,
+}
+
+impl Prepared {
+    /// Writes the file's changes through the resource layer, batched into the caller's
+    /// transaction.
+    async fn write(&self, tx: &mut PgConnection, actor: &str) -> ApiResult<()> {
+        let writing = Writing {
+            parts: &self.current.parts,
+            credentials: &self.current.stored_credentials,
+            before: &self.stored,
+            after: &self.desired,
+            before_index: &self.before,
+            after_index: &self.after,
+            paths: &self.paths,
+        };
+        write::write(tx, By::batched(actor), &writing).await
+    }
 }
 
 async fn prepare(tx: &mut PgConnection, text: &str, env: &Env) -> ApiResult<Prepared> {
     let current = load(tx).await?;
-    let desired = desired(text, &current, env)?;
-    let before = index(&current.canonical());
+    let (desired, paths) = desired(text, &current, env)?;
+    let stored = current.canonical();
+    let before = index(&stored);
     let after = index(&desired);
     Ok(Prepared {
         changes: diff(&before, &after),
+        current,
+        stored,
         desired,
         before,
         after,
+        paths,
     })
 }
 
@@ -843,14 +922,7 @@ pub async fn plan(
     let before = crate::compile::compile_in(&mut tx)
         .await
         .map_err(ApiError::Internal)?;
-    write::write(
-        &mut tx,
-        "config-plan",
-        &prepared.desired,
-        &prepared.before,
-        &prepared.after,
-    )
-    .await?;
+    prepared.write(&mut tx, "config-plan").await?;
     let after = crate::compile::compile_in(&mut tx)
         .await
         .map_err(ApiError::Internal)?;
@@ -904,14 +976,7 @@ pub async fn apply(pool: &PgPool, actor: &str, text: &str, env: &Env) -> ApiResu
             changes: Vec::new(),
         });
     }
-    write::write(
-        &mut tx,
-        actor,
-        &prepared.desired,
-        &prepared.before,
-        &prepared.after,
-    )
-    .await?;
+    prepared.write(&mut tx, actor).await?;
     // What was written compiles, within the size every proxy is sent, or nothing is kept.
     let compiled = crate::compile::compile_in(&mut tx)
         .await

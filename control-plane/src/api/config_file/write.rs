@@ -1,77 +1,309 @@
-//! Writes a validated, canonical file into the tables, inside the caller's transaction: only
-//! the resources whose canonical form differs are written, in an order every foreign key and
-//! `RESTRICT` accepts (creates and updates first, then deletes from the leaves up).
+//! A configuration file's difference from the tables, as the changes a dry run takes (create,
+//! patch or delete of one resource, with the body of its REST call), each applied through the
+//! resource's own code ([`dry_run::apply`]) inside the caller's transaction: the file meets every
+//! validation rule, check and write of the admin API. Only the resources whose canonical form
+//! differs are written, in an order every foreign key and `RESTRICT` accepts (creates and updates
+//! first, then deletes from the leaves up). The writes are batched ([`By::batched`]): the caller
+//! commits them as one revision with one audit row.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde_json::{Map, Value};
-use sqlx::{PgConnection, Row};
-use switchyard_config::{env_reference, Amount, RawChannel, RawConfig, RawCredential};
-use switchyard_engine::limit::parse_usd_micros;
-use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
-use switchyard_engine::{ChannelStatus, Settings, DEFAULT_GROUP};
+use axum::body::Bytes;
+use axum::response::Response;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+use sqlx::PgConnection;
+use switchyard_config::{
+    env_reference, Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice,
+    RawRoute, RawShadow, RawTeam, RawToken,
+};
+use switchyard_engine::{Settings, SnapshotParts, DEFAULT_GROUP};
 
-use crate::db::record_status_event;
+use super::super::dry_run::{self, ChangeOp, ProposedChange, ResourceKind};
+use super::super::rows::By;
+use super::super::{members, parse_body, tokens};
+use super::canonical::{limit_key, price_key, raw_limits, raw_prices};
 use crate::error::{ApiError, ApiResult};
 
 /// (kind, key) → canonical fields, as [`super::canonical::index`] builds them.
 pub(super) type Index = BTreeMap<(&'static str, String), Value>;
 
-/// The status-event reason an apply records.
-const REASON: &str = "config apply";
+/// (kind, key) → where the resource stands in the file (`routes[2]`), for errors.
+pub(super) type Paths = HashMap<(&'static str, String), String>;
 
-fn internal(what: &str) -> impl FnOnce(String) -> ApiError + '_ {
-    move |message| ApiError::Internal(anyhow::anyhow!("{what}: {message}"))
+/// A stored credential, as the file's credentials are matched to it.
+#[derive(Debug, Clone)]
+pub(super) struct StoredCredential {
+    pub id: i64,
+    pub secret_env: Option<String>,
+    pub enabled: bool,
 }
 
-fn differs(before: &Index, after: &Index, kind: &'static str, key: &str) -> bool {
-    let k = (kind, key.to_owned());
-    before.get(&k) != after.get(&k)
+/// What writing a file needs: the tables' canonical form and the file's, their indexes, and
+/// what identifies the stored rows.
+pub(super) struct Writing<'a> {
+    pub parts: &'a SnapshotParts,
+    /// Channel name → its stored credentials, by id.
+    pub credentials: &'a HashMap<String, Vec<StoredCredential>>,
+    pub before: &'a RawConfig,
+    pub after: &'a RawConfig,
+    pub before_index: &'a Index,
+    pub after_index: &'a Index,
+    pub paths: &'a Paths,
 }
 
-fn any_differs(before: &Index, after: &Index, kind: &'static str) -> bool {
-    let of = |index: &Index| -> Vec<(String, Value)> {
-        index
-            .iter()
-            .filter(|((k, _), _)| *k == kind)
-            .map(|((_, key), v)| (key.clone(), v.clone()))
-            .collect()
-    };
-    of(before) != of(after)
+impl Writing<'_> {
+    fn differs(&self, kind: &'static str, key: &str) -> bool {
+        let k = (kind, key.to_owned());
+        self.before_index.get(&k) != self.after_index.get(&k)
+    }
+
+    fn stored(&self, kind: &'static str, key: &str) -> bool {
+        self.before_index.contains_key(&(kind, key.to_owned()))
+    }
+
+    /// Where the resource stands in the file.
+    fn path(&self, kind: &'static str, key: &str) -> String {
+        self.paths
+            .get(&(kind, key.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| format!("{kind}s"))
+    }
 }
 
-/// Binds `channel`'s columns `$2`..`$12` of the channel insert and update (provider through
-/// `preset`; what the preset supplies, resolved), with `status` as its status.
-fn bind_channel<'q>(
-    query: PgQuery<'q>,
-    channel: &'q RawChannel,
-    status: ChannelStatus,
-) -> PgQuery<'q> {
-    query
-        .bind(channel.resolved_provider())
-        .bind(channel.resolved_base_url().unwrap_or_default())
-        .bind(status.as_str())
-        .bind(channel.auto_ban)
-        .bind(i32_of(channel.max_concurrency))
-        .bind(sqlx::types::Json(&channel.capabilities))
-        .bind(
-            channel
-                .retry_status_codes
+/// The ids of the stored rows by their natural keys, and of those the apply creates.
+#[derive(Default)]
+struct Ids {
+    channels: HashMap<String, i64>,
+    routes: HashMap<String, i64>,
+    teams: HashMap<String, i64>,
+    /// By hash.
+    tokens: HashMap<String, i64>,
+    token_names: HashMap<String, i64>,
+    shadows: HashMap<String, i64>,
+    prices: HashMap<String, i64>,
+    limits: HashMap<String, i64>,
+}
+
+impl Ids {
+    fn of(parts: &SnapshotParts) -> Ids {
+        let by = |items: Vec<(String, i64)>| items.into_iter().collect::<HashMap<_, _>>();
+        Ids {
+            channels: by(parts
+                .channels
                 .iter()
-                .map(|c| i32::from(*c))
-                .collect::<Vec<i32>>(),
-        )
-        .bind(&channel.retry_error_patterns)
-        .bind(sqlx::types::Json(&channel.headers))
-        .bind(channel.resolved_responses_api())
-        .bind(channel.preset.as_deref())
+                .map(|c| (c.name.clone(), c.id))
+                .collect()),
+            routes: by(parts
+                .routes
+                .iter()
+                .map(|r| (r.model_pattern.clone(), r.id))
+                .collect()),
+            teams: by(parts.teams.iter().map(|t| (t.name.clone(), t.id)).collect()),
+            tokens: by(parts
+                .tokens
+                .iter()
+                .map(|t| (t.hash.clone(), t.id))
+                .collect()),
+            token_names: by(parts
+                .tokens
+                .iter()
+                .map(|t| (t.name.clone(), t.id))
+                .collect()),
+            shadows: by(parts
+                .shadows
+                .iter()
+                .map(|s| (s.name.clone(), s.id))
+                .collect()),
+            prices: by(raw_prices(parts)
+                .into_iter()
+                .map(|(id, p)| (price_key(&p), id))
+                .collect()),
+            limits: by(raw_limits(parts)
+                .into_iter()
+                .map(|(id, l)| (limit_key(&l), id))
+                .collect()),
+        }
+    }
 }
 
-/// A statement whose arguments are still being bound.
-type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+fn id_in(ids: &HashMap<String, i64>, what: &str, name: &str) -> ApiResult<i64> {
+    ids.get(name).copied().ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!(
+            "{what} {name:?} has no id during the apply"
+        ))
+    })
+}
 
-fn i32_of(value: Option<u32>) -> Option<i32> {
-    value.and_then(|v| i32::try_from(v).ok())
+fn id_of(ids: &HashMap<String, i64>, what: &str, name: Option<&String>) -> ApiResult<Value> {
+    name.map(|name| id_in(ids, what, name))
+        .transpose()
+        .map(|id| json!(id))
+}
+
+/// An object's fields (a `json!` object; anything else has none).
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// A create's body: the fields that are set.
+fn create_body(fields: &Map<String, Value>) -> Value {
+    Value::Object(
+        fields
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
+/// A patch's body: the fields whose value changes (`null` clears one).
+fn patch_body(before: &Map<String, Value>, after: &Map<String, Value>) -> Map<String, Value> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn amount(value: &Amount) -> Value {
+    Value::String(value.text())
+}
+
+/// One change through the resource layer; a refusal names the resource's place in the file.
+async fn run(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    at: &str,
+    resource: ResourceKind,
+    op: ChangeOp,
+    (id, parent_id): (Option<i64>, Option<i64>),
+    body: Option<Value>,
+) -> ApiResult<Response> {
+    let change = ProposedChange {
+        op,
+        resource,
+        id,
+        parent_id,
+        body,
+    };
+    dry_run::apply(tx, by, change)
+        .await
+        .map_err(|error| dry_run::at_place(at, at, error))
+}
+
+async fn create(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    at: &str,
+    resource: ResourceKind,
+    parent_id: Option<i64>,
+    fields: &Map<String, Value>,
+) -> ApiResult<i64> {
+    let body = Some(create_body(fields));
+    let response = run(
+        tx,
+        by,
+        at,
+        resource,
+        ChangeOp::Create,
+        (None, parent_id),
+        body,
+    )
+    .await?;
+    created_id(response).await
+}
+
+/// Patches resource `id` with the fields of `after` that differ from `before`, if any.
+async fn patch(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    at: &str,
+    (resource, id): (ResourceKind, i64),
+    before: &Map<String, Value>,
+    after: &Map<String, Value>,
+) -> ApiResult<()> {
+    let body = patch_body(before, after);
+    if body.is_empty() {
+        return Ok(());
+    }
+    let id = (Some(id), None);
+    let body = Some(Value::Object(body));
+    run(tx, by, at, resource, ChangeOp::Patch, id, body).await?;
+    Ok(())
+}
+
+async fn delete(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    at: &str,
+    resource: ResourceKind,
+    id: i64,
+) -> ApiResult<()> {
+    run(
+        tx,
+        by,
+        at,
+        resource,
+        ChangeOp::Delete,
+        (Some(id), None),
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The `id` of what a create answered.
+async fn created_id(response: Response) -> ApiResult<i64> {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("reading a create's answer: {e}")))?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|value| value.get("id").and_then(Value::as_i64))
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("a create answered no id")))
+}
+
+/// A REST body of type `T` made of `fields`, validated as the REST call validates it.
+fn typed<T: DeserializeOwned>(fields: &Map<String, Value>) -> ApiResult<T> {
+    let bytes = serde_json::to_vec(&create_body(fields))
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("encoding a body: {e}")))?;
+    parse_body(&Bytes::from(bytes))
+}
+
+/// Writes the file over the tables.
+pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) -> ApiResult<()> {
+    let mut ids = Ids::of(w.parts);
+    write_settings(tx, by, w).await?;
+    for channel in &w.after.channels {
+        write_channel(tx, by, w, &mut ids, channel).await?;
+    }
+    for route in &w.after.routes {
+        write_route(tx, by, w, &mut ids, route).await?;
+    }
+    write_members(tx, by, w, &ids).await?;
+    for route in &w.after.routes {
+        write_mode(tx, by, w, &ids, route).await?;
+    }
+    for team in &w.after.teams {
+        write_team(tx, by, w, &mut ids, team).await?;
+    }
+    for token in &w.after.tokens {
+        write_token(tx, by, w, &mut ids, token).await?;
+    }
+    for shadow in &w.after.shadows {
+        write_shadow(tx, by, w, &mut ids, shadow).await?;
+    }
+    for price in &w.after.prices {
+        write_price(tx, by, w, &mut ids, price).await?;
+    }
+    for limit in &w.after.limits {
+        write_limit(tx, by, w, &mut ids, limit).await?;
+    }
+    delete_unwanted(tx, by, w, &ids).await
 }
 
 /// The stored settings document: only what differs from the defaults.
@@ -89,7 +321,71 @@ fn stored_settings(settings: &Settings) -> ApiResult<Map<String, Value>> {
         .collect())
 }
 
-/// A credential's secret source: an environment variable's name or an inline secret.
+async fn write_settings(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) -> ApiResult<()> {
+    if !w.differs("settings", "settings") {
+        return Ok(());
+    }
+    let body = Some(Value::Object(stored_settings(&w.after.settings)?));
+    let (resource, op) = (ResourceKind::Settings, ChangeOp::Put);
+    run(tx, by, "settings", resource, op, (None, None), body).await?;
+    Ok(())
+}
+
+/// A channel as its REST body gives it. `status` is the file's: `enabled` leaves an automatic
+/// disable to the recovery job (the tables' canonical form says `enabled` for it too, so an
+/// unchanged status is never written).
+fn channel_fields(channel: &RawChannel) -> Map<String, Value> {
+    object(json!({
+        "name": channel.name,
+        "preset": channel.preset,
+        "provider": channel.resolved_provider(),
+        "base_url": channel.resolved_base_url().unwrap_or_default(),
+        "status": channel.status,
+        "auto_ban": channel.auto_ban,
+        "max_concurrency": channel.max_concurrency,
+        "capabilities": channel.capabilities,
+        "retry_status_codes": channel.retry_status_codes,
+        "retry_error_patterns": channel.retry_error_patterns,
+        "headers": channel.headers,
+        "responses_api": channel.resolved_responses_api(),
+    }))
+}
+
+async fn write_channel(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    channel: &RawChannel,
+) -> ApiResult<()> {
+    if !w.differs("channel", &channel.name) {
+        return Ok(());
+    }
+    let at = w.path("channel", &channel.name);
+    let fields = channel_fields(channel);
+    let id = match w.before.channels.iter().find(|c| c.name == channel.name) {
+        Some(stored) => {
+            let id = id_in(&ids.channels, "channel", &channel.name)?;
+            let before = channel_fields(stored);
+            patch(tx, by, &at, (ResourceKind::Channel, id), &before, &fields).await?;
+            id
+        }
+        None => {
+            let id = create(tx, by, &at, ResourceKind::Channel, None, &fields).await?;
+            ids.channels.insert(channel.name.clone(), id);
+            id
+        }
+    };
+    let stored = w
+        .credentials
+        .get(&channel.name)
+        .map_or(&[][..], Vec::as_slice);
+    let at = format!("{at}.credentials");
+    sync_credentials(tx, by, &at, id, stored, &channel.credentials).await
+}
+
+/// A credential's secret source: a stored credential's id, an environment variable's name or an
+/// inline secret.
 enum Source<'a> {
     Stored(i64),
     Env(&'a str),
@@ -97,46 +393,37 @@ enum Source<'a> {
 }
 
 fn source(credential: &RawCredential) -> (Source<'_>, bool) {
-    match credential {
-        RawCredential::Plain(s) => match env_reference(s) {
-            Some(name) => (Source::Env(name), true),
-            None => (Source::Inline(s.trim()), true),
-        },
+    let (secret, id, enabled) = match credential {
+        RawCredential::Plain(s) => (Some(s), None, true),
         RawCredential::Full {
             id,
             secret,
             enabled,
-        } => match (secret, id) {
-            (Some(s), _) => match env_reference(s) {
-                Some(name) => (Source::Env(name), *enabled),
-                None => (Source::Inline(s.trim()), *enabled),
-            },
-            (None, Some(id)) => (Source::Stored(*id), *enabled),
-            // Refused by validation.
-            (None, None) => (Source::Stored(0), *enabled),
+        } => (secret.as_ref(), *id, *enabled),
+    };
+    let source = match (secret, id) {
+        (Some(s), _) => match env_reference(s) {
+            Some(name) => Source::Env(name),
+            None => Source::Inline(s.trim()),
         },
-    }
+        (None, Some(id)) => Source::Stored(id),
+        // Refused by validation.
+        (None, None) => Source::Stored(0),
+    };
+    (source, enabled)
 }
 
-#[derive(sqlx::FromRow)]
-struct StoredCredential {
-    id: i64,
-    secret_env: Option<String>,
-    enabled: bool,
-}
-
-/// Makes the credentials of channel `channel_id` those of `wanted`.
+/// Makes the credentials of channel `channel_id` (`stored`) those of `wanted`: a stored one is
+/// kept (by id, or by its environment variable) and its `enabled` patched, a new one created,
+/// the others deleted.
 async fn sync_credentials(
     tx: &mut PgConnection,
+    by: By<'_>,
+    at: &str,
     channel_id: i64,
+    stored: &[StoredCredential],
     wanted: &[RawCredential],
 ) -> ApiResult<()> {
-    let stored: Vec<StoredCredential> = sqlx::query_as(
-        "SELECT id, secret_env, enabled FROM credentials WHERE channel_id = $1 ORDER BY id",
-    )
-    .bind(channel_id)
-    .fetch_all(&mut *tx)
-    .await?;
     let mut kept: HashSet<i64> = HashSet::new();
     for credential in wanted {
         let (source, enabled) = source(credential);
@@ -147,540 +434,449 @@ async fn sync_credentials(
                 .find(|s| !kept.contains(&s.id) && s.secret_env.as_deref() == Some(name)),
             Source::Inline(_) => None,
         };
-        match (existing, source) {
+        let resource = ResourceKind::Credential;
+        let created = match (existing, source) {
             (Some(row), _) => {
                 kept.insert(row.id);
-                if row.enabled != enabled {
-                    sqlx::query(
-                        "UPDATE credentials SET enabled = $2, updated_at = now() WHERE id = $1",
-                    )
-                    .bind(row.id)
-                    .bind(enabled)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                let before = object(json!({ "enabled": row.enabled }));
+                let after = object(json!({ "enabled": enabled }));
+                patch(tx, by, at, (resource, row.id), &before, &after).await?;
+                continue;
             }
-            (None, Source::Env(name)) => {
-                sqlx::query(
-                    "INSERT INTO credentials (channel_id, secret_env, enabled) VALUES ($1, $2, $3)",
-                )
-                .bind(channel_id)
-                .bind(name)
-                .bind(enabled)
-                .execute(&mut *tx)
-                .await?;
-            }
-            (None, Source::Inline(secret)) => {
-                sqlx::query(
-                    "INSERT INTO credentials (channel_id, secret, enabled) VALUES ($1, $2, $3)",
-                )
-                .bind(channel_id)
-                .bind(secret)
-                .bind(enabled)
-                .execute(&mut *tx)
-                .await?;
-            }
+            (None, Source::Env(name)) => json!({ "secret_env": name, "enabled": enabled }),
+            (None, Source::Inline(secret)) => json!({ "secret": secret, "enabled": enabled }),
             (None, Source::Stored(id)) => {
                 return Err(ApiError::Internal(anyhow::anyhow!(
                     "stored credential {id} vanished during the apply"
                 )));
             }
-        }
+        };
+        create(tx, by, at, resource, Some(channel_id), &object(created)).await?;
     }
     for row in stored.iter().filter(|s| !kept.contains(&s.id)) {
-        sqlx::query("DELETE FROM credentials WHERE id = $1")
-            .bind(row.id)
-            .execute(&mut *tx)
-            .await?;
+        delete(tx, by, at, ResourceKind::Credential, row.id).await?;
     }
     Ok(())
 }
 
-/// Deletes the rows of `table` (one of ours, never input) whose key in `ids` is not `wanted`.
-async fn delete_unwanted(
+/// A route as its REST body gives it, but its routing mode and single member: those are written
+/// once its members are ([`write_mode`]).
+fn route_fields(route: &RawRoute) -> Map<String, Value> {
+    object(json!({
+        "model_pattern": route.model_pattern,
+        "enabled": route.enabled,
+        "sticky_session": route.sticky_session,
+        "stable_first": route.stable_first,
+        "stable_first_denominator": route.stable_first_denominator,
+        "retry_times": route.retry_times,
+        "channel_retry_times": route.channel_retry_times,
+        "cooldown_seconds": route.cooldown_seconds,
+    }))
+}
+
+/// A route's routing mode and single member; a route is created `auto` without one.
+fn mode_fields(route: Option<&RawRoute>) -> Map<String, Value> {
+    object(match route {
+        Some(route) => json!({
+            "routing_mode": route.routing_mode,
+            "single_member_id": route.single_member_id,
+        }),
+        None => json!({ "routing_mode": "auto", "single_member_id": null }),
+    })
+}
+
+async fn write_route(
     tx: &mut PgConnection,
-    table: &'static str,
-    ids: &HashMap<String, i64>,
-    wanted: HashSet<&str>,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    route: &RawRoute,
 ) -> ApiResult<()> {
-    let sql = format!("DELETE FROM {table} WHERE id = $1");
-    for (key, id) in ids {
-        if !wanted.contains(key.as_str()) {
-            sqlx::query(&sql).bind(id).execute(&mut *tx).await?;
+    let pattern = &route.model_pattern;
+    if !w.differs("route", pattern) {
+        return Ok(());
+    }
+    let at = w.path("route", pattern);
+    let fields = route_fields(route);
+    match w.before.routes.iter().find(|r| r.model_pattern == *pattern) {
+        Some(stored) => {
+            let id = (ResourceKind::Route, id_in(&ids.routes, "route", pattern)?);
+            patch(tx, by, &at, id, &route_fields(stored), &fields).await
+        }
+        None => {
+            let id = create(tx, by, &at, ResourceKind::Route, None, &fields).await?;
+            ids.routes.insert(pattern.clone(), id);
+            Ok(())
         }
     }
-    Ok(())
 }
 
-async fn ids_by(tx: &mut PgConnection, sql: &str) -> ApiResult<HashMap<String, i64>> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(&mut *tx).await?;
-    Ok(rows.into_iter().collect())
-}
-
-fn amount_micros(amount: &Amount, what: &str) -> ApiResult<i64> {
-    let micros = parse_usd_micros(&amount.text()).map_err(internal(what))?;
-    i64::try_from(micros).map_err(|_| ApiError::Internal(anyhow::anyhow!("{what}: too large")))
-}
-
-/// Writes `desired` over the tables: `before` and `after` are the canonical indexes of the
-/// tables and of the file, which decide what is written.
-pub(super) async fn write(
+async fn write_mode(
     tx: &mut PgConnection,
-    actor: &str,
-    desired: &RawConfig,
-    before: &Index,
-    after: &Index,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &Ids,
+    route: &RawRoute,
 ) -> ApiResult<()> {
-    if differs(before, after, "settings", "settings") {
-        sqlx::query("UPDATE settings SET value = $1, updated_at = now()")
-            .bind(sqlx::types::Json(stored_settings(&desired.settings)?))
-            .execute(&mut *tx)
-            .await?;
+    let pattern = &route.model_pattern;
+    if !w.differs("route", pattern) {
+        return Ok(());
     }
+    let stored = w.before.routes.iter().find(|r| r.model_pattern == *pattern);
+    let id = (ResourceKind::Route, id_in(&ids.routes, "route", pattern)?);
+    let at = w.path("route", pattern);
+    patch(
+        tx,
+        by,
+        &at,
+        id,
+        &mode_fields(stored),
+        &mode_fields(Some(route)),
+    )
+    .await
+}
 
-    // Channels and their credentials.
-    let channel_rows: Vec<(String, i64, String)> =
-        sqlx::query_as("SELECT name, id, status FROM channels")
-            .fetch_all(&mut *tx)
-            .await?;
-    let mut channel_ids: HashMap<String, i64> = HashMap::new();
-    let mut statuses: HashMap<String, String> = HashMap::new();
-    for (name, id, status) in channel_rows {
-        channel_ids.insert(name.clone(), id);
-        statuses.insert(name, status);
-    }
-    for channel in &desired.channels {
-        if !differs(before, after, "channel", &channel.name) {
-            continue;
-        }
-        let wanted = ChannelStatus::parse(&channel.status).unwrap_or(ChannelStatus::Enabled);
-        let id = match channel_ids.get(&channel.name) {
-            None => {
-                let insert = sqlx::query(
-                    "INSERT INTO channels (name, provider, base_url, status, auto_ban, \
-                     max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
-                     headers, responses_api, preset) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
-                )
-                .bind(&channel.name);
-                let row = bind_channel(insert, channel, wanted)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let id: i64 = row.try_get(0)?;
-                record_status_event(tx, id, None, wanted, "created", actor).await?;
-                channel_ids.insert(channel.name.clone(), id);
-                id
-            }
-            Some(&id) => {
-                let current = statuses
-                    .get(&channel.name)
-                    .and_then(|s| ChannelStatus::parse(s))
-                    .unwrap_or(ChannelStatus::Enabled);
-                // `enabled` in the file leaves an automatic disable to the recovery job.
-                let status = match (wanted, current) {
-                    (ChannelStatus::Disabled, _) => ChannelStatus::Disabled,
-                    (_, ChannelStatus::Disabled) => ChannelStatus::Enabled,
-                    (_, current) => current,
-                };
-                let update = sqlx::query(
-                    "UPDATE channels SET provider = $2, base_url = $3, status = $4, \
-                     auto_ban = $5, max_concurrency = $6, capabilities = $7, \
-                     retry_status_codes = $8, retry_error_patterns = $9, headers = $10, \
-                     responses_api = $11, preset = $12, updated_at = now() WHERE id = $1",
-                )
-                .bind(id);
-                bind_channel(update, channel, status)
-                    .execute(&mut *tx)
-                    .await?;
-                if status != current {
-                    record_status_event(tx, id, Some(current), status, REASON, actor).await?;
-                }
-                id
-            }
-        };
-        sync_credentials(tx, id, &channel.credentials).await?;
-    }
+fn member_fields(route: &RawRoute, member: &RawMember, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    Ok(object(json!({
+        "channel_id": id_in(&ids.channels, "channel", &member.channel)?,
+        "upstream_model": member.upstream_model.as_deref().unwrap_or(&route.model_pattern),
+        "group_name": member.group.as_deref().unwrap_or(DEFAULT_GROUP),
+        "priority": member.priority,
+        "weight": member.weight,
+        "enabled": member.enabled,
+        "canary": member.canary,
+        "capabilities": member.capabilities,
+    })))
+}
 
-    // Routes (their single member once the members exist), then members.
-    let mut route_ids = ids_by(tx, "SELECT model_pattern, id FROM routes").await?;
-    for route in &desired.routes {
-        if !differs(before, after, "route", &route.model_pattern) {
-            continue;
-        }
-        let existing = route_ids.get(&route.model_pattern).copied();
-        let sql = if existing.is_some() {
-            "UPDATE routes SET enabled = $2, routing_mode = $3, sticky_session = $4, \
-             stable_first = $5, stable_first_denominator = $6, retry_times = $7, \
-             channel_retry_times = $8, cooldown_seconds = $9, updated_at = now() \
-             WHERE id = $1 RETURNING id"
-        } else {
-            "INSERT INTO routes (model_pattern, enabled, routing_mode, sticky_session, \
-             stable_first, stable_first_denominator, retry_times, channel_retry_times, \
-             cooldown_seconds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id"
-        };
-        let query = match existing {
-            Some(id) => sqlx::query_scalar::<_, i64>(sql).bind(id),
-            None => sqlx::query_scalar::<_, i64>(sql).bind(&route.model_pattern),
-        };
-        let id = query
-            .bind(route.enabled)
-            .bind(&route.routing_mode)
-            .bind(route.sticky_session)
-            .bind(route.stable_first)
-            .bind(i32_of(route.stable_first_denominator))
-            .bind(i32_of(route.retry_times))
-            .bind(i32_of(route.channel_retry_times))
-            .bind(i32_of(route.cooldown_seconds))
-            .fetch_one(&mut *tx)
-            .await?;
-        route_ids.insert(route.model_pattern.clone(), id);
-    }
-    let stored_members: HashSet<i64> = sqlx::query_scalar("SELECT id FROM route_members")
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
+/// Members by id (a member the file gives no id is new): created (with the file's id when it
+/// gives one), patched or, moved to another route, created again there under its id.
+async fn write_members(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &Ids,
+) -> ApiResult<()> {
+    let stored: HashMap<i64, (&RawRoute, &RawMember)> = w
+        .before
+        .routes
+        .iter()
+        .flat_map(|r| r.members.iter().map(move |m| (m, r)))
+        .filter_map(|(m, r)| m.id.map(|id| (id, (r, m))))
         .collect();
-    let mut wanted_members: HashSet<i64> = HashSet::new();
-    let mut explicit_insert = false;
-    for route in &desired.routes {
-        let route_id = *route_ids.get(&route.model_pattern).ok_or_else(|| {
-            ApiError::Internal(anyhow::anyhow!("route {:?} has no id", route.model_pattern))
-        })?;
+    for route in &w.after.routes {
+        let route_id = id_in(&ids.routes, "route", &route.model_pattern)?;
         for (n, member) in route.members.iter().enumerate() {
             let key = match member.id {
                 Some(id) => id.to_string(),
                 None => format!("{}[new {n}]", route.model_pattern),
             };
-            if let Some(id) = member.id {
-                wanted_members.insert(id);
-            }
-            if !differs(before, after, "member", &key) {
+            if !w.differs("member", &key) {
                 continue;
             }
-            let channel_id = *channel_ids.get(&member.channel).ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!("channel {:?} has no id", member.channel))
-            })?;
-            let group = member.group.as_deref().unwrap_or(DEFAULT_GROUP);
-            let upstream = member
-                .upstream_model
-                .as_deref()
-                .unwrap_or(&route.model_pattern);
-            let sql = match member.id {
-                Some(id) if stored_members.contains(&id) => {
-                    "UPDATE route_members SET route_id = $2, channel_id = $3, \
-                     upstream_model = $4, group_name = $5, priority = $6, weight = $7, \
-                     enabled = $8, canary = $9, capabilities = $10, updated_at = now() \
-                     WHERE id = $1"
+            let at = w.path("member", &key);
+            let fields = member_fields(route, member, ids)?;
+            let old = member.id.and_then(|id| stored.get(&id));
+            match (member.id, old) {
+                (Some(id), Some((r, m))) if r.model_pattern == route.model_pattern => {
+                    let before = member_fields(r, m, ids)?;
+                    patch(tx, by, &at, (ResourceKind::Member, id), &before, &fields).await?;
                 }
-                Some(_) => {
-                    explicit_insert = true;
-                    "INSERT INTO route_members (id, route_id, channel_id, upstream_model, \
-                     group_name, priority, weight, enabled, canary, capabilities) \
-                     OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                (id, old) => {
+                    if let (Some(id), Some(_)) = (id, old) {
+                        delete(tx, by, &at, ResourceKind::Member, id).await?;
+                    }
+                    let raw = typed(&fields).map_err(|e| dry_run::at_place(&at, &at, e.into()))?;
+                    members::create_as(&mut *tx, by, route_id, raw, id)
+                        .await
+                        .map_err(|e| dry_run::at_place(&at, &at, e.into()))?;
                 }
-                None => {
-                    "INSERT INTO route_members (route_id, channel_id, upstream_model, \
-                     group_name, priority, weight, enabled, canary, capabilities) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-                }
-            };
-            let mut query = sqlx::query(sql);
-            if let Some(id) = member.id {
-                query = query.bind(id);
             }
-            query
-                .bind(route_id)
-                .bind(channel_id)
-                .bind(upstream)
-                .bind(group)
-                .bind(member.priority)
-                .bind(member.weight)
-                .bind(member.enabled)
-                .bind(member.canary)
-                .bind(sqlx::types::Json(&member.capabilities))
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    if explicit_insert {
-        // Ids the file gave were inserted as they are: the identity continues past them.
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('route_members', 'id'), \
-             (SELECT max(id) FROM route_members))",
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-
-    // Teams, with their models, members and plans.
-    let mut team_ids = ids_by(tx, "SELECT name, id FROM teams").await?;
-    for team in &desired.teams {
-        if !differs(before, after, "team", &team.name) {
-            continue;
-        }
-        let retry_limit = i32_of(team.retry_limit);
-        let id: i64 = match team_ids.get(&team.name) {
-            Some(&id) => {
-                sqlx::query(
-                    "UPDATE teams SET retry_limit = $2, disable_failover = $3, \
-                     updated_at = now() WHERE id = $1",
-                )
-                .bind(id)
-                .bind(retry_limit)
-                .bind(team.disable_failover)
-                .execute(&mut *tx)
-                .await?;
-                for table in ["team_models", "team_members", "team_plans"] {
-                    sqlx::query(&format!("DELETE FROM {table} WHERE team_id = $1"))
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                id
-            }
-            None => {
-                sqlx::query_scalar(
-                    "INSERT INTO teams (name, retry_limit, disable_failover) \
-                     VALUES ($1, $2, $3) RETURNING id",
-                )
-                .bind(&team.name)
-                .bind(retry_limit)
-                .bind(team.disable_failover)
-                .fetch_one(&mut *tx)
-                .await?
-            }
-        };
-        team_ids.insert(team.name.clone(), id);
-        for pattern in &team.models {
-            sqlx::query("INSERT INTO team_models (team_id, model_pattern) VALUES ($1, $2)")
-                .bind(id)
-                .bind(pattern)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for member in &team.members {
-            sqlx::query("INSERT INTO team_members (team_id, member_id) VALUES ($1, $2)")
-                .bind(id)
-                .bind(member)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for (member, entry) in &team.plan {
-            sqlx::query(
-                "INSERT INTO team_plans (team_id, member_id, priority, weight) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .bind(id)
-            .bind(member)
-            .bind(entry.priority)
-            .bind(entry.weight)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-
-    // Tokens, by hash.
-    let token_ids = ids_by(tx, "SELECT hash, id FROM tokens").await?;
-    for token in &desired.tokens {
-        let hash = token.token_sha256.as_deref().unwrap_or_default();
-        if !differs(before, after, "token", hash) {
-            continue;
-        }
-        let team_id =
-            match &token.team {
-                Some(name) => Some(*team_ids.get(name).ok_or_else(|| {
-                    ApiError::Internal(anyhow::anyhow!("team {name:?} has no id"))
-                })?),
-                None => None,
-            };
-        let sql = if token_ids.contains_key(hash) {
-            "UPDATE tokens SET name = $2, prefix = $3, route_group_name = $4, team_id = $5, \
-             allow_pinning = $6, enabled = $7, expires_at = $8::timestamptz, \
-             updated_at = now() WHERE hash = $1"
-        } else {
-            "INSERT INTO tokens (hash, name, prefix, route_group_name, team_id, allow_pinning, \
-             enabled, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::timestamptz)"
-        };
-        sqlx::query(sql)
-            .bind(hash)
-            .bind(&token.name)
-            .bind(token.prefix.as_deref().unwrap_or_default())
-            .bind(&token.route_group)
-            .bind(team_id)
-            .bind(token.allow_pinning)
-            .bind(token.enabled)
-            .bind(&token.expires_at)
-            .execute(&mut *tx)
-            .await?;
-    }
-
-    // Single members, now that every member is in place.
-    for route in &desired.routes {
-        if !differs(before, after, "route", &route.model_pattern) {
-            continue;
-        }
-        sqlx::query("UPDATE routes SET single_member_id = $2 WHERE model_pattern = $1")
-            .bind(&route.model_pattern)
-            .bind(route.single_member_id)
-            .execute(&mut *tx)
-            .await?;
-    }
-
-    write_shadows(tx, desired, before, after, &channel_ids).await?;
-
-    // Deletes, from the leaves up.
-    let wanted_tokens = desired
-        .tokens
-        .iter()
-        .filter_map(|t| t.token_sha256.as_deref());
-    delete_unwanted(tx, "tokens", &token_ids, wanted_tokens.collect()).await?;
-    let wanted_teams = desired.teams.iter().map(|t| t.name.as_str());
-    delete_unwanted(tx, "teams", &team_ids, wanted_teams.collect()).await?;
-    for id in stored_members.difference(&wanted_members) {
-        sqlx::query("DELETE FROM route_members WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let wanted_routes = desired.routes.iter().map(|r| r.model_pattern.as_str());
-    delete_unwanted(tx, "routes", &route_ids, wanted_routes.collect()).await?;
-    let wanted_channels = desired.channels.iter().map(|c| c.name.as_str());
-    delete_unwanted(tx, "channels", &channel_ids, wanted_channels.collect()).await?;
-
-    // Prices and limits carry no identity anything else refers to: when any differs, the set
-    // is written again as the file gives it.
-    if any_differs(before, after, "price") {
-        sqlx::query("DELETE FROM prices").execute(&mut *tx).await?;
-        for price in &desired.prices {
-            let channel_id = *channel_ids.get(&price.channel).ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!("channel {:?} has no id", price.channel))
-            })?;
-            sqlx::query(
-                "INSERT INTO prices (channel_id, model_pattern, input_per_million, \
-                 output_per_million, cached_input_per_million) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(channel_id)
-            .bind(&price.model_pattern)
-            .bind(amount_micros(&price.input_per_million, "input price")?)
-            .bind(amount_micros(&price.output_per_million, "output price")?)
-            .bind(
-                price
-                    .cached_input_per_million
-                    .as_ref()
-                    .map(|a| amount_micros(a, "cached input price"))
-                    .transpose()?,
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    if any_differs(before, after, "limit") {
-        sqlx::query("DELETE FROM limits").execute(&mut *tx).await?;
-        let token_names = ids_by(tx, "SELECT name, id FROM tokens").await?;
-        for limit in &desired.limits {
-            let (scope, scope_id) = if let Some(name) = &limit.token {
-                ("token", token_names.get(name).copied())
-            } else if let Some(name) = &limit.team {
-                ("team", team_ids.get(name).copied())
-            } else if let Some(pattern) = &limit.route {
-                ("route", route_ids.get(pattern).copied())
-            } else if let Some(name) = &limit.channel {
-                ("channel", channel_ids.get(name).copied())
-            } else {
-                ("member", limit.member)
-            };
-            let scope_id = scope_id.ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!("the scope of a {scope} limit has no id"))
-            })?;
-            let value = if limit.metric == "spend" {
-                amount_micros(&limit.value, "limit value")?
-            } else {
-                limit
-                    .value
-                    .text()
-                    .parse::<i64>()
-                    .map_err(|e| ApiError::Internal(anyhow::anyhow!("limit value: {e}")))?
-            };
-            sqlx::query(
-                "INSERT INTO limits (scope, scope_id, metric, period, value, mode) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(scope)
-            .bind(scope_id)
-            .bind(&limit.metric)
-            .bind(limit.window.as_deref().unwrap_or("none"))
-            .bind(value)
-            .bind(&limit.mode)
-            .execute(&mut *tx)
-            .await?;
         }
     }
     Ok(())
 }
 
-/// Shadow rules, by name. A rule the file changes runs again if it had stopped by itself (as
-/// `enabled: true` in the admin API does): the operator has changed what stopped it. A rule the
-/// file leaves as it is keeps its stop.
-async fn write_shadows(
+fn team_fields(team: &RawTeam) -> Map<String, Value> {
+    object(json!({
+        "name": team.name,
+        "models": team.models,
+        "members": team.members,
+        "plan": team.plan,
+        "retry_limit": team.retry_limit,
+        "disable_failover": team.disable_failover,
+    }))
+}
+
+async fn write_team(
     tx: &mut PgConnection,
-    desired: &RawConfig,
-    before: &Index,
-    after: &Index,
-    channel_ids: &HashMap<String, i64>,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    team: &RawTeam,
 ) -> ApiResult<()> {
-    let shadow_ids = ids_by(tx, "SELECT name, id FROM shadows").await?;
-    for shadow in &desired.shadows {
-        if !differs(before, after, "shadow", &shadow.name) {
-            continue;
-        }
-        let target_channel = match &shadow.target_channel {
-            Some(name) => Some(*channel_ids.get(name).ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!("channel {name:?} has no id"))
-            })?),
-            None => None,
-        };
-        let sample = percent_to_basis_points(shadow.sample_percent)
-            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("shadow sample_percent")))?;
-        let stop = shadow
-            .error_rate_stop
-            .map(|f| {
-                fraction_to_per_mille(f)
-                    .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("shadow error_rate_stop")))
-            })
-            .transpose()?;
-        let spend = shadow
-            .max_daily_spend_usd
-            .as_ref()
-            .map(|a| amount_micros(a, "shadow spend cap"))
-            .transpose()?;
-        let sql = if shadow_ids.contains_key(&shadow.name) {
-            "UPDATE shadows SET model_pattern = $2, target_member_id = $3, \
-             target_channel_id = $4, target_model = $5, sample_basis_points = $6, max_rps = $7, \
-             max_daily_spend_micros = $8, expires_at = $9::timestamptz, \
-             error_rate_stop_per_mille = $10, error_rate_min_sample = $11, enabled = $12, \
-             stopped_reason = NULL, stopped_at = NULL, updated_at = now() WHERE name = $1"
-        } else {
-            "INSERT INTO shadows (name, model_pattern, target_member_id, target_channel_id, \
-             target_model, sample_basis_points, max_rps, max_daily_spend_micros, expires_at, \
-             error_rate_stop_per_mille, error_rate_min_sample, enabled) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, $11, $12)"
-        };
-        sqlx::query(sql)
-            .bind(&shadow.name)
-            .bind(&shadow.model_pattern)
-            .bind(shadow.target_member)
-            .bind(target_channel)
-            .bind(&shadow.target_model)
-            .bind(i32_of(Some(sample)))
-            .bind(i32_of(Some(shadow.max_rps)))
-            .bind(spend)
-            .bind(&shadow.expires_at)
-            .bind(i32_of(stop))
-            .bind(i32_of(Some(shadow.error_rate_min_sample)))
-            .bind(shadow.enabled)
-            .execute(&mut *tx)
-            .await?;
+    if !w.differs("team", &team.name) {
+        return Ok(());
     }
-    let wanted = desired.shadows.iter().map(|s| s.name.as_str());
-    delete_unwanted(tx, "shadows", &shadow_ids, wanted.collect()).await
+    let at = w.path("team", &team.name);
+    let fields = team_fields(team);
+    match w.before.teams.iter().find(|t| t.name == team.name) {
+        Some(stored) => {
+            let id = (ResourceKind::Team, id_in(&ids.teams, "team", &team.name)?);
+            patch(tx, by, &at, id, &team_fields(stored), &fields).await
+        }
+        None => {
+            let id = create(tx, by, &at, ResourceKind::Team, None, &fields).await?;
+            ids.teams.insert(team.name.clone(), id);
+            Ok(())
+        }
+    }
+}
+
+fn token_fields(token: &RawToken, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    Ok(object(json!({
+        "name": token.name,
+        "route_group_name": token.route_group,
+        "team_id": id_of(&ids.teams, "team", token.team.as_ref())?,
+        "allow_pinning": token.allow_pinning,
+        "enabled": token.enabled,
+        "expires_at": token.expires_at,
+    })))
+}
+
+/// Tokens by hash: the file gives the hash (and prefix) of a token whose plaintext the control
+/// plane never sees.
+async fn write_token(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    token: &RawToken,
+) -> ApiResult<()> {
+    let hash = token.token_sha256.clone().unwrap_or_default();
+    if !w.differs("token", &hash) {
+        return Ok(());
+    }
+    let at = w.path("token", &hash);
+    let fields = token_fields(token, ids)?;
+    let prefix = token.prefix.as_deref().unwrap_or_default();
+    let located = |e: ApiError| dry_run::at_place(&at, &at, e.into());
+    match w
+        .before
+        .tokens
+        .iter()
+        .find(|t| t.token_sha256 == token.token_sha256)
+    {
+        Some(stored) => {
+            let id = id_in(&ids.tokens, "token", &hash)?;
+            let before = token_fields(stored, ids)?;
+            patch(tx, by, &at, (ResourceKind::Token, id), &before, &fields).await?;
+            if stored.prefix != token.prefix {
+                tokens::set_prefix(&mut *tx, id, prefix).await?;
+            }
+        }
+        None => {
+            let raw = typed(&fields).map_err(located)?;
+            let given = tokens::Given {
+                hash: &hash,
+                prefix,
+            };
+            let id = tokens::create_as(&mut *tx, by, raw, Some(given))
+                .await
+                .map_err(located)?;
+            let id = created_id(id).await?;
+            ids.tokens.insert(hash, id);
+            ids.token_names.insert(token.name.clone(), id);
+        }
+    }
+    Ok(())
+}
+
+fn shadow_fields(shadow: &RawShadow, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    Ok(object(json!({
+        "name": shadow.name,
+        "model_pattern": shadow.model_pattern,
+        "target_member_id": shadow.target_member,
+        "target_channel_id": id_of(&ids.channels, "channel", shadow.target_channel.as_ref())?,
+        "target_model": shadow.target_model,
+        "sample_percent": shadow.sample_percent,
+        "max_rps": shadow.max_rps,
+        "max_daily_spend_usd": shadow.max_daily_spend_usd.as_ref().map(amount),
+        "expires_at": shadow.expires_at,
+        "error_rate_stop": shadow.error_rate_stop,
+        "error_rate_min_sample": shadow.error_rate_min_sample,
+        "enabled": shadow.enabled,
+    })))
+}
+
+/// Shadow rules, by name. A rule the file changes runs again if it had stopped by itself (its
+/// patch says `enabled`, which clears a stop as it does in the admin API): the operator has
+/// changed what stopped it. A rule the file leaves as it is keeps its stop. A target given
+/// replaces the old one whole, so a changed target is given whole.
+async fn write_shadow(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    shadow: &RawShadow,
+) -> ApiResult<()> {
+    if !w.differs("shadow", &shadow.name) {
+        return Ok(());
+    }
+    let at = w.path("shadow", &shadow.name);
+    let fields = shadow_fields(shadow, ids)?;
+    let Some(stored) = w.before.shadows.iter().find(|s| s.name == shadow.name) else {
+        let id = create(tx, by, &at, ResourceKind::Shadow, None, &fields).await?;
+        ids.shadows.insert(shadow.name.clone(), id);
+        return Ok(());
+    };
+    let mut before = shadow_fields(stored, ids)?;
+    let target = ["target_member_id", "target_channel_id", "target_model"];
+    let retarget = target.iter().any(|k| before.get(*k) != fields.get(*k));
+    for key in target.iter().filter(|_| retarget).chain(&["enabled"]) {
+        before.remove(*key);
+    }
+    let id = (
+        ResourceKind::Shadow,
+        id_in(&ids.shadows, "shadow", &shadow.name)?,
+    );
+    patch(tx, by, &at, id, &before, &fields).await
+}
+
+fn price_fields(price: &RawPrice, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    Ok(object(json!({
+        "channel_id": id_in(&ids.channels, "channel", &price.channel)?,
+        "model_pattern": price.model_pattern,
+        "input_per_million": amount(&price.input_per_million),
+        "output_per_million": amount(&price.output_per_million),
+        "cached_input_per_million": price.cached_input_per_million.as_ref().map(amount),
+    })))
+}
+
+async fn write_price(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    price: &RawPrice,
+) -> ApiResult<()> {
+    let key = price_key(price);
+    if !w.differs("price", &key) {
+        return Ok(());
+    }
+    let at = w.path("price", &key);
+    let fields = price_fields(price, ids)?;
+    match w.before.prices.iter().find(|p| price_key(p) == key) {
+        Some(stored) => {
+            let id = (ResourceKind::Price, id_in(&ids.prices, "price", &key)?);
+            patch(tx, by, &at, id, &price_fields(stored, ids)?, &fields).await
+        }
+        None => {
+            let id = create(tx, by, &at, ResourceKind::Price, None, &fields).await?;
+            ids.prices.insert(key, id);
+            Ok(())
+        }
+    }
+}
+
+fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    let (scope, scope_id) = if let Some(name) = &limit.token {
+        ("token", id_in(&ids.token_names, "token", name)?)
+    } else if let Some(name) = &limit.team {
+        ("team", id_in(&ids.teams, "team", name)?)
+    } else if let Some(pattern) = &limit.route {
+        ("route", id_in(&ids.routes, "route", pattern)?)
+    } else if let Some(name) = &limit.channel {
+        ("channel", id_in(&ids.channels, "channel", name)?)
+    } else {
+        ("member", limit.member.unwrap_or_default())
+    };
+    Ok(object(json!({
+        "scope": scope,
+        "scope_id": scope_id,
+        "metric": limit.metric,
+        "window": limit.window,
+        "value": amount(&limit.value),
+        "mode": limit.mode,
+    })))
+}
+
+async fn write_limit(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+    limit: &RawLimit,
+) -> ApiResult<()> {
+    let key = limit_key(limit);
+    if !w.differs("limit", &key) {
+        return Ok(());
+    }
+    let at = w.path("limit", &key);
+    let fields = limit_fields(limit, ids)?;
+    match w.before.limits.iter().find(|l| limit_key(l) == key) {
+        Some(stored) => {
+            let id = (ResourceKind::Limit, id_in(&ids.limits, "limit", &key)?);
+            patch(tx, by, &at, id, &limit_fields(stored, ids)?, &fields).await
+        }
+        None => {
+            let id = create(tx, by, &at, ResourceKind::Limit, None, &fields).await?;
+            ids.limits.insert(key, id);
+            Ok(())
+        }
+    }
+}
+
+/// Deletes what the tables hold and the file does not, from the leaves up.
+async fn delete_unwanted(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &Ids,
+) -> ApiResult<()> {
+    let wanted =
+        |kind: &'static str, key: &str| w.after_index.contains_key(&(kind, key.to_owned()));
+    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 7] = [
+        ("limit", ResourceKind::Limit, &ids.limits),
+        ("price", ResourceKind::Price, &ids.prices),
+        ("shadow", ResourceKind::Shadow, &ids.shadows),
+        ("token", ResourceKind::Token, &ids.tokens),
+        ("team", ResourceKind::Team, &ids.teams),
+        ("route", ResourceKind::Route, &ids.routes),
+        ("channel", ResourceKind::Channel, &ids.channels),
+    ];
+    for (kind, resource, ids) in kinds {
+        if kind == "route" {
+            delete_members(tx, by, w).await?;
+        }
+        for (key, id) in ids {
+            if w.stored(kind, key) && !wanted(kind, key) {
+                delete(tx, by, kind, resource, *id).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the stored members the file no longer has (a route deleted takes its own along).
+async fn delete_members(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) -> ApiResult<()> {
+    let kept: HashSet<&str> = w
+        .after
+        .routes
+        .iter()
+        .map(|r| r.model_pattern.as_str())
+        .collect();
+    for route in w
+        .before
+        .routes
+        .iter()
+        .filter(|r| kept.contains(r.model_pattern.as_str()))
+    {
+        for id in route.members.iter().filter_map(|m| m.id) {
+            if !w.after_index.contains_key(&("member", id.to_string())) {
+                delete(tx, by, "member", ResourceKind::Member, id).await?;
+            }
+        }
+    }
+    Ok(())
 }
