@@ -43,7 +43,7 @@ KNOWN: dict[str, list[set[str]]] = {
     "control-plane/src": [
         {
             "api", "api::access", "api::admin_tokens", "api::budgets", "api::channels",
-            "api::config_file", "api::console", "api::credentials", "api::dry_run", "api::explain",
+            "api::config_file", "api::config_file::write", "api::console", "api::credentials", "api::dry_run", "api::explain",
             "api::extract", "api::limits", "api::members", "api::openapi", "api::ops",
             "api::prices", "api::routes", "api::rows", "api::settings", "api::shadows",
             "api::teams", "api::tokens", "api::trial", "api::usage",

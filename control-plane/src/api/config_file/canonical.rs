@@ -41,27 +41,14 @@ struct Names<'a> {
 
 impl<'a> Names<'a> {
     fn of(parts: &'a SnapshotParts) -> Names<'a> {
+        fn by_id<'a, T>(items: &'a [T], f: fn(&'a T) -> (i64, &'a str)) -> HashMap<i64, &'a str> {
+            items.iter().map(f).collect()
+        }
         Names {
-            channels: parts
-                .channels
-                .iter()
-                .map(|c| (c.id, c.name.as_str()))
-                .collect(),
-            teams: parts
-                .teams
-                .iter()
-                .map(|t| (t.id, t.name.as_str()))
-                .collect(),
-            tokens: parts
-                .tokens
-                .iter()
-                .map(|t| (t.id, t.name.as_str()))
-                .collect(),
-            routes: parts
-                .routes
-                .iter()
-                .map(|r| (r.id, r.model_pattern.as_str()))
-                .collect(),
+            channels: by_id(&parts.channels, |c| (c.id, &c.name)),
+            teams: by_id(&parts.teams, |t| (t.id, &t.name)),
+            tokens: by_id(&parts.tokens, |t| (t.id, &t.name)),
+            routes: by_id(&parts.routes, |r| (r.id, &r.model_pattern)),
         }
     }
 

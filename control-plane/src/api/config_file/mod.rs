@@ -11,6 +11,10 @@
 //!   as one revision with one audit row (`resource: config`). A file that changes nothing writes
 //!   nothing: no revision, no audit row.
 //!
+//! The writes are the changes a dry run takes (`write`: a create, patch or delete of one
+//! resource with its REST body), each through the resource's own code, so the file meets every
+//! rule the admin API applies.
+//!
 //! Secrets: a credential in the file is `${ENV_NAME}` (stored as the reference; each proxy
 //! resolves it from its own environment), `{id: N}` (keep the secret the control plane stores
 //! for credential N) or an inline value (stored; never shown by a plan or an export).

@@ -256,6 +256,37 @@ async fn delete(
     Ok(())
 }
 
+/// A resource of the file: its kind, as a plan names it and as a change does, and its key.
+type Key<'k> = (&'static str, ResourceKind, &'k str);
+
+/// Writes resource `key` if the file changes it: creates it (its id then goes into `ids`) when
+/// the tables lack it (`before` is `None`), else patches the fields of `after` that differ from
+/// `before`.
+async fn put(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    (kind, resource, key): Key<'_>,
+    ids: &mut HashMap<String, i64>,
+    (before, after): (Option<Map<String, Value>>, Map<String, Value>),
+) -> ApiResult<()> {
+    if !w.differs(kind, key) {
+        return Ok(());
+    }
+    let at = w.path(kind, key);
+    match before {
+        Some(before) => {
+            let id = id_in(ids, kind, key)?;
+            patch(tx, by, &at, (resource, id), &before, &after).await
+        }
+        None => {
+            let id = create(tx, by, &at, resource, None, &after).await?;
+            ids.insert(key.to_owned(), id);
+            Ok(())
+        }
+    }
+}
+
 /// The `id` of what a create answered.
 async fn created_id(response: Response) -> ApiResult<i64> {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
@@ -282,14 +313,24 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
         write_channel(tx, by, w, &mut ids, channel).await?;
     }
     for route in &w.after.routes {
-        write_route(tx, by, w, &mut ids, route).await?;
+        let stored = w
+            .before
+            .routes
+            .iter()
+            .find(|r| r.model_pattern == route.model_pattern);
+        let key = ("route", ResourceKind::Route, route.model_pattern.as_str());
+        let fields = (stored.map(route_fields), route_fields(route));
+        put(tx, by, w, key, &mut ids.routes, fields).await?;
     }
     write_members(tx, by, w, &ids).await?;
     for route in &w.after.routes {
         write_mode(tx, by, w, &ids, route).await?;
     }
     for team in &w.after.teams {
-        write_team(tx, by, w, &mut ids, team).await?;
+        let stored = w.before.teams.iter().find(|t| t.name == team.name);
+        let key = ("team", ResourceKind::Team, team.name.as_str());
+        let fields = (stored.map(team_fields), team_fields(team));
+        put(tx, by, w, key, &mut ids.teams, fields).await?;
     }
     for token in &w.after.tokens {
         write_token(tx, by, w, &mut ids, token).await?;
@@ -298,10 +339,20 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
         write_shadow(tx, by, w, &mut ids, shadow).await?;
     }
     for price in &w.after.prices {
-        write_price(tx, by, w, &mut ids, price).await?;
+        let key = price_key(price);
+        let stored = w.before.prices.iter().find(|p| price_key(p) == key);
+        let before = stored.map(|p| price_fields(p, &ids)).transpose()?;
+        let fields = (before, price_fields(price, &ids)?);
+        let key = ("price", ResourceKind::Price, key.as_str());
+        put(tx, by, w, key, &mut ids.prices, fields).await?;
     }
     for limit in &w.after.limits {
-        write_limit(tx, by, w, &mut ids, limit).await?;
+        let key = limit_key(limit);
+        let stored = w.before.limits.iter().find(|l| limit_key(l) == key);
+        let before = stored.map(|l| limit_fields(l, &ids)).transpose()?;
+        let fields = (before, limit_fields(limit, &ids)?);
+        let key = ("limit", ResourceKind::Limit, key.as_str());
+        put(tx, by, w, key, &mut ids.limits, fields).await?;
     }
     delete_unwanted(tx, by, w, &ids).await
 }
@@ -361,26 +412,16 @@ async fn write_channel(
     if !w.differs("channel", &channel.name) {
         return Ok(());
     }
-    let at = w.path("channel", &channel.name);
-    let fields = channel_fields(channel);
-    let id = match w.before.channels.iter().find(|c| c.name == channel.name) {
-        Some(stored) => {
-            let id = id_in(&ids.channels, "channel", &channel.name)?;
-            let before = channel_fields(stored);
-            patch(tx, by, &at, (ResourceKind::Channel, id), &before, &fields).await?;
-            id
-        }
-        None => {
-            let id = create(tx, by, &at, ResourceKind::Channel, None, &fields).await?;
-            ids.channels.insert(channel.name.clone(), id);
-            id
-        }
-    };
+    let stored = w.before.channels.iter().find(|c| c.name == channel.name);
+    let key = ("channel", ResourceKind::Channel, channel.name.as_str());
+    let fields = (stored.map(channel_fields), channel_fields(channel));
+    put(tx, by, w, key, &mut ids.channels, fields).await?;
+    let id = id_in(&ids.channels, "channel", &channel.name)?;
     let stored = w
         .credentials
         .get(&channel.name)
         .map_or(&[][..], Vec::as_slice);
-    let at = format!("{at}.credentials");
+    let at = format!("{}.credentials", w.path("channel", &channel.name));
     sync_credentials(tx, by, &at, id, stored, &channel.credentials).await
 }
 
@@ -485,32 +526,6 @@ fn mode_fields(route: Option<&RawRoute>) -> Map<String, Value> {
     })
 }
 
-async fn write_route(
-    tx: &mut PgConnection,
-    by: By<'_>,
-    w: &Writing<'_>,
-    ids: &mut Ids,
-    route: &RawRoute,
-) -> ApiResult<()> {
-    let pattern = &route.model_pattern;
-    if !w.differs("route", pattern) {
-        return Ok(());
-    }
-    let at = w.path("route", pattern);
-    let fields = route_fields(route);
-    match w.before.routes.iter().find(|r| r.model_pattern == *pattern) {
-        Some(stored) => {
-            let id = (ResourceKind::Route, id_in(&ids.routes, "route", pattern)?);
-            patch(tx, by, &at, id, &route_fields(stored), &fields).await
-        }
-        None => {
-            let id = create(tx, by, &at, ResourceKind::Route, None, &fields).await?;
-            ids.routes.insert(pattern.clone(), id);
-            Ok(())
-        }
-    }
-}
-
 async fn write_mode(
     tx: &mut PgConnection,
     by: By<'_>,
@@ -608,31 +623,6 @@ fn team_fields(team: &RawTeam) -> Map<String, Value> {
     }))
 }
 
-async fn write_team(
-    tx: &mut PgConnection,
-    by: By<'_>,
-    w: &Writing<'_>,
-    ids: &mut Ids,
-    team: &RawTeam,
-) -> ApiResult<()> {
-    if !w.differs("team", &team.name) {
-        return Ok(());
-    }
-    let at = w.path("team", &team.name);
-    let fields = team_fields(team);
-    match w.before.teams.iter().find(|t| t.name == team.name) {
-        Some(stored) => {
-            let id = (ResourceKind::Team, id_in(&ids.teams, "team", &team.name)?);
-            patch(tx, by, &at, id, &team_fields(stored), &fields).await
-        }
-        None => {
-            let id = create(tx, by, &at, ResourceKind::Team, None, &fields).await?;
-            ids.teams.insert(team.name.clone(), id);
-            Ok(())
-        }
-    }
-}
-
 fn token_fields(token: &RawToken, ids: &Ids) -> ApiResult<Map<String, Value>> {
     Ok(object(json!({
         "name": token.name,
@@ -671,6 +661,8 @@ async fn write_token(
             let id = id_in(&ids.tokens, "token", &hash)?;
             let before = token_fields(stored, ids)?;
             patch(tx, by, &at, (ResourceKind::Token, id), &before, &fields).await?;
+            // A limit names its token by the name the file gives it.
+            ids.token_names.insert(token.name.clone(), id);
             if stored.prefix != token.prefix {
                 tokens::set_prefix(&mut *tx, id, prefix).await?;
             }
@@ -720,27 +712,19 @@ async fn write_shadow(
     ids: &mut Ids,
     shadow: &RawShadow,
 ) -> ApiResult<()> {
-    if !w.differs("shadow", &shadow.name) {
-        return Ok(());
-    }
-    let at = w.path("shadow", &shadow.name);
     let fields = shadow_fields(shadow, ids)?;
-    let Some(stored) = w.before.shadows.iter().find(|s| s.name == shadow.name) else {
-        let id = create(tx, by, &at, ResourceKind::Shadow, None, &fields).await?;
-        ids.shadows.insert(shadow.name.clone(), id);
-        return Ok(());
-    };
-    let mut before = shadow_fields(stored, ids)?;
-    let target = ["target_member_id", "target_channel_id", "target_model"];
-    let retarget = target.iter().any(|k| before.get(*k) != fields.get(*k));
-    for key in target.iter().filter(|_| retarget).chain(&["enabled"]) {
-        before.remove(*key);
-    }
-    let id = (
-        ResourceKind::Shadow,
-        id_in(&ids.shadows, "shadow", &shadow.name)?,
-    );
-    patch(tx, by, &at, id, &before, &fields).await
+    let stored = w.before.shadows.iter().find(|s| s.name == shadow.name);
+    let before = stored.map(|s| shadow_fields(s, ids)).transpose()?;
+    let before = before.map(|mut before| {
+        let target = ["target_member_id", "target_channel_id", "target_model"];
+        let retarget = target.iter().any(|k| before.get(*k) != fields.get(*k));
+        for key in target.iter().filter(|_| retarget).chain(&["enabled"]) {
+            before.remove(*key);
+        }
+        before
+    });
+    let key = ("shadow", ResourceKind::Shadow, shadow.name.as_str());
+    put(tx, by, w, key, &mut ids.shadows, (before, fields)).await
 }
 
 fn price_fields(price: &RawPrice, ids: &Ids) -> ApiResult<Map<String, Value>> {
@@ -751,32 +735,6 @@ fn price_fields(price: &RawPrice, ids: &Ids) -> ApiResult<Map<String, Value>> {
         "output_per_million": amount(&price.output_per_million),
         "cached_input_per_million": price.cached_input_per_million.as_ref().map(amount),
     })))
-}
-
-async fn write_price(
-    tx: &mut PgConnection,
-    by: By<'_>,
-    w: &Writing<'_>,
-    ids: &mut Ids,
-    price: &RawPrice,
-) -> ApiResult<()> {
-    let key = price_key(price);
-    if !w.differs("price", &key) {
-        return Ok(());
-    }
-    let at = w.path("price", &key);
-    let fields = price_fields(price, ids)?;
-    match w.before.prices.iter().find(|p| price_key(p) == key) {
-        Some(stored) => {
-            let id = (ResourceKind::Price, id_in(&ids.prices, "price", &key)?);
-            patch(tx, by, &at, id, &price_fields(stored, ids)?, &fields).await
-        }
-        None => {
-            let id = create(tx, by, &at, ResourceKind::Price, None, &fields).await?;
-            ids.prices.insert(key, id);
-            Ok(())
-        }
-    }
 }
 
 fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
@@ -799,32 +757,6 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
         "value": amount(&limit.value),
         "mode": limit.mode,
     })))
-}
-
-async fn write_limit(
-    tx: &mut PgConnection,
-    by: By<'_>,
-    w: &Writing<'_>,
-    ids: &mut Ids,
-    limit: &RawLimit,
-) -> ApiResult<()> {
-    let key = limit_key(limit);
-    if !w.differs("limit", &key) {
-        return Ok(());
-    }
-    let at = w.path("limit", &key);
-    let fields = limit_fields(limit, ids)?;
-    match w.before.limits.iter().find(|l| limit_key(l) == key) {
-        Some(stored) => {
-            let id = (ResourceKind::Limit, id_in(&ids.limits, "limit", &key)?);
-            patch(tx, by, &at, id, &limit_fields(stored, ids)?, &fields).await
-        }
-        None => {
-            let id = create(tx, by, &at, ResourceKind::Limit, None, &fields).await?;
-            ids.limits.insert(key, id);
-            Ok(())
-        }
-    }
 }
 
 /// Deletes what the tables hold and the file does not, from the leaves up.
