@@ -1,32 +1,31 @@
-//! One attempt against one member with one credential, and the classification of its outcome (the
-//! table in docs/src/concepts/routing.md). The failover loop decides what to do next from
+//! One attempt against one member with one credential — its call sent to its upstream
+//! ([`crate::upstream::Upstream`]), whichever that is — and the classification of its outcome
+//! (the table in docs/src/concepts/routing.md). The failover loop decides what to do next from
 //! [`Failed::scope`].
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::body::Body;
 use bytes::Bytes;
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use switchyard_engine::{Channel, Provider, RandomSource};
+use switchyard_engine::{Channel, RandomSource};
 use switchyard_provider::{
     answer_meta, count_tokens_response, parse_count_tokens_response, translate_error_body,
     translate_response, translate_responses_answer, Protocol, StreamTranslator, Usage,
 };
 use switchyard_state::FailureKind;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 use crate::answer::{check_body, BodyCheck};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::metrics::AttemptOutcome;
-use crate::mock::{self, MockRequest};
-use crate::request::Inspected;
 use crate::upstream::{
-    ChannelRuntime, CredentialRuntime, HttpClient, Target, TokenError, TransportCause,
-    UpstreamResponse,
+    json_headers, SendError, TransportCause, Upstream, UpstreamResponse, Upstreams,
 };
-use crate::wire::Call;
+
+pub use crate::upstream::Attempt;
 
 /// Most bytes of a non-streamed success body inspected (and buffered) before forwarding.
 const MAX_INSPECTED_BODY: usize = 16 * 1024 * 1024;
@@ -213,6 +212,20 @@ impl Failed {
         }
     }
 
+    /// A send that got no answer head.
+    fn unsent(error: SendError) -> Failed {
+        match error {
+            SendError::Timeout => Failed::bare(AttemptError::FirstByteTimeout),
+            SendError::Connect(cause) => Failed::caused(AttemptError::ConnectError, cause),
+            SendError::Transport(cause) => Failed::caused(AttemptError::TransportError, cause),
+            SendError::StreamCut(cause) => Failed {
+                cause: Some(cause),
+                ..stream_cut()
+            },
+            SendError::BadRequest => Failed::bare(AttemptError::BadUpstreamRequest),
+        }
+    }
+
     pub fn kind(&self) -> FailureKind {
         self.error.kind()
     }
@@ -256,30 +269,10 @@ pub enum Outcome {
     Failed(Failed),
 }
 
-/// Everything one attempt needs.
-pub struct Attempt<'a> {
-    pub client: &'a HttpClient,
-    pub endpoint: Endpoint,
-    pub inspected: &'a Inspected,
-    pub upstream_model: &'a str,
-    /// The model the client asked for (echoed in translated answers).
-    pub client_model: &'a str,
-    pub call: &'a Call,
-    pub client_headers: &'a HeaderMap,
-    pub channel: &'a Channel,
-    pub runtime: &'a ChannelRuntime,
-    pub credential: &'a CredentialRuntime,
-    pub first_byte_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub deadline: Instant,
-}
-
 impl Attempt<'_> {
-    fn left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    pub async fn run(self, rng: &mut impl RandomSource) -> Outcome {
+    /// Sends the call to its upstream ([`Upstreams`]) and reads what comes back: a 2xx answer
+    /// commits or fails its check, any other status is classified.
+    pub async fn run(self, rng: &mut (impl RandomSource + Send)) -> Outcome {
         let response = match self.send(rng).await {
             Ok(r) => r,
             Err(failed) => return Outcome::Failed(failed),
@@ -291,153 +284,12 @@ impl Attempt<'_> {
         }
     }
 
-    /// Sends the call (a local answer and a mock channel's simulation need no network): the
-    /// answer's head, or why none came.
-    async fn send(&self, rng: &mut impl RandomSource) -> Result<UpstreamResponse, Failed> {
-        if let Some(local) = &self.call.local {
-            return Ok(local_json(local.clone()));
-        }
-        if let Some(options) = &self.runtime.mock {
-            return self.simulate(options, rng).await;
-        }
-        let call = self.call;
-        // A Vertex credential's access token (cached, or obtained now within the first-byte
-        // budget); other credentials as they are.
-        let limit = self.first_byte_timeout.min(self.left());
-        let credential = match self.credential.authorized(self.client, limit).await {
-            Ok(credential) => credential,
-            Err(e) => {
-                return self.token_failure(&e).ok_or_else(|| match e.cause() {
-                    Some(cause) => Failed::caused(token_network_error(&e), cause),
-                    None => Failed::bare(token_network_error(&e)),
-                })
-            }
-        };
-        let request = self.runtime.request(
-            Target {
-                method: &call.method,
-                path: &call.path,
-                query: call.query.as_deref(),
-                model: self.upstream_model,
-            },
-            call.passthrough.then_some(self.client_headers),
-            &credential,
-            call.body.clone(),
-        );
-        let mut request = match request {
-            Ok(request) => request,
-            // What the Converse API cannot express is Bedrock's refusal of the request, in the
-            // shape the channel is planned in: a 400 the client hears (a rejection, not a
-            // transport failure of the channel).
-            Err(switchyard_upstream::bedrock::RequestError::Translate(message)) => {
-                return Ok(crate::bedrock::refusal(&message));
-            }
-            Err(_) => return Err(Failed::bare(AttemptError::BadUpstreamRequest)),
-        };
-        self.propagate_trace(request.headers_mut());
-        self.exchange(request).await
-    }
-
-    /// The simulated upstream of a mock channel answers, within the first-byte timeout.
-    async fn simulate(
-        &self,
-        options: &mock::MockOptions,
-        rng: &mut impl RandomSource,
-    ) -> Result<UpstreamResponse, Failed> {
-        let request = MockRequest {
-            endpoint: self.endpoint,
-            model: self.upstream_model,
-            stream: self.inspected.stream,
-            inputs: self.inspected.inputs,
-            prompt_tokens: u64::from(self.inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
-            // The simulation answers in the client's protocol: it reports stream usage when
-            // the client or the gateway asked for it, like OpenAI.
-            stream_usage: self.inspected.asked_stream_usage() || self.call.strip_usage_chunk,
-        };
-        let limit = self.first_byte_timeout.min(self.left());
-        timeout(limit, mock::respond(options, &request, rng))
+    /// Sends the call to its upstream: the answer's head, or why none came.
+    async fn send(&self, rng: &mut (impl RandomSource + Send)) -> Result<UpstreamResponse, Failed> {
+        Upstreams::of(self)
+            .send(self, rng)
             .await
-            .map_err(|_| Failed::bare(AttemptError::FirstByteTimeout))
-    }
-
-    /// The upstream request continues the attempt's trace (`traceparent`, `tracestate`).
-    fn propagate_trace(&self, headers: &mut HeaderMap) {
-        use crate::request::names::{TRACEPARENT, TRACESTATE};
-        let header = |name| self.client_headers.get(name).and_then(|v| v.to_str().ok());
-        for (name, value) in switchyard_telemetry::context::upstream_headers(
-            &tracing::Span::current(),
-            header(&TRACEPARENT),
-            header(&TRACESTATE),
-        ) {
-            if let Ok(value) = http::HeaderValue::from_str(&value) {
-                headers.insert(name, value);
-            }
-        }
-    }
-
-    /// Sends the request and waits for the answer's head (a Bedrock answer: adapted into the
-    /// shape the channel is planned in), classifying what went wrong on the way.
-    async fn exchange(
-        &self,
-        request: http::Request<http_body_util::Full<Bytes>>,
-    ) -> Result<UpstreamResponse, Failed> {
-        // The connector enforces the connect timeout; the first-byte timeout (which starts with
-        // the attempt, connection included) and the remaining budget bound the whole wait.
-        let limit = self.first_byte_timeout.min(self.left());
-        // Boxed: the client's future (about 1 KB) is moved once, into its box, instead of into
-        // the timeout and then with it into this future.
-        let response = match timeout(limit, Box::pin(self.client.request(request))).await {
-            Err(_) => return Err(Failed::bare(AttemptError::FirstByteTimeout)),
-            Ok(Err(e)) if e.is_connect() => {
-                return Err(Failed::caused(AttemptError::ConnectError, e.cause()))
-            }
-            // The connection was up but closed before the answer started: for a stream this is
-            // a "cut before the first byte": a failure specific to this member.
-            Ok(Err(e)) if self.inspected.stream => {
-                return Err(Failed {
-                    cause: Some(e.cause()),
-                    ..stream_cut()
-                })
-            }
-            Ok(Err(e)) => return Err(Failed::caused(AttemptError::TransportError, e.cause())),
-            Ok(Ok(response)) => response,
-        };
-        let (parts, body) = response.into_parts();
-        let response = UpstreamResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body: Body::new(body),
-        };
-        if self.runtime.provider() == Provider::Bedrock {
-            // Converse answers in Anthropic's shape, which the channel is planned in.
-            let limit = self.idle_timeout.min(self.left());
-            let count_tokens = self.endpoint.is_count_tokens();
-            // Boxed, so that its states are not part of every request's exchange.
-            let adapting =
-                crate::bedrock::adapt(response, self.upstream_model, count_tokens, limit);
-            return Ok(Box::pin(adapting).await);
-        }
-        Ok(response)
-    }
-
-    /// A Vertex credential got no access token: a refusal (or a limited, failing or garbled
-    /// token endpoint) is classified as the provider's answer in Vertex's error shape — a refused
-    /// key as its 401. `None` for a network failure ([`token_network_error`]).
-    fn token_failure(&self, e: &TokenError) -> Option<UpstreamResponse> {
-        let account = self.credential.service_account().unwrap_or_default();
-        tracing::warn!(
-            channel = %self.channel.name,
-            credential_id = self.credential.id,
-            service_account = account,
-            error = e.as_str(),
-            "no Vertex AI access token for this credential"
-        );
-        let (status, headers, body) = e.answer(account)?;
-        Some(UpstreamResponse {
-            status,
-            headers,
-            body: Body::from(body),
-        })
+            .map_err(Failed::unsent)
     }
 
     /// A 2xx answer: a stream commits with its first chunk (a whole JSON answer to a stream
@@ -479,7 +331,7 @@ impl Attempt<'_> {
     /// the first-byte timeout. Nothing has reached the client yet: a stream that dies before
     /// its first byte is a member-specific failure and fails over transparently.
     async fn first_chunk(&self, mut response: UpstreamResponse) -> Outcome {
-        let limit = self.first_byte_timeout.min(self.left());
+        let limit = self.first_byte_limit();
         let mut translator = self.stream_translator();
         let first = timeout(
             limit,
@@ -509,12 +361,12 @@ impl Attempt<'_> {
     fn stream_translator(&self) -> Option<Box<StreamTranslator>> {
         self.call.translated().then(|| {
             Box::new(if self.endpoint == Endpoint::Responses {
-                StreamTranslator::for_responses(self.call.upstream, self.client_model)
+                StreamTranslator::for_responses(self.call.upstream, self.inspected.model.as_str())
             } else {
                 StreamTranslator::new(
                     self.call.upstream,
                     self.call.client,
-                    self.client_model,
+                    self.inspected.model.as_str(),
                     self.call.include_usage,
                 )
             })
@@ -597,7 +449,7 @@ impl Attempt<'_> {
     /// The translator that makes a whole answer into the client's stream: chat endpoints, and
     /// the Responses API answered by a chat protocol.
     fn whole_translator(&self) -> Option<Box<StreamTranslator>> {
-        let (upstream, model) = (self.call.upstream, self.client_model);
+        let (upstream, model) = (self.call.upstream, self.inspected.model.as_str());
         if self.endpoint == Endpoint::Responses && self.call.translated() {
             return Some(Box::new(StreamTranslator::for_responses(upstream, model)));
         }
@@ -624,7 +476,7 @@ impl Attempt<'_> {
 
     /// The body of an answer read whole, within the idle timeout and the inspection limit.
     async fn read_whole(&self, response: &mut UpstreamResponse) -> Result<Bytes, Failed> {
-        let limit = self.idle_timeout.min(self.left());
+        let limit = self.idle_limit();
         match timeout(limit, collect(&mut response.body, MAX_INSPECTED_BODY)).await {
             Ok(Ok(body)) => Ok(body),
             Ok(Err(())) => Err(Failed::bare(AttemptError::BodyReadError)),
@@ -695,11 +547,11 @@ impl Attempt<'_> {
             parse_count_tokens_response(upstream, body)
                 .map(|n| (count_tokens_response(client, n).into_bytes(), None))
         } else if self.endpoint == Endpoint::Responses {
-            translate_responses_answer(upstream, body, self.client_model)
+            translate_responses_answer(upstream, body, self.inspected.model.as_str())
                 .ok()
                 .map(|(body, usage)| (body, Some(usage)))
         } else {
-            translate_response(upstream, client, body, self.client_model)
+            translate_response(upstream, client, body, self.inspected.model.as_str())
                 .ok()
                 .map(|(body, usage)| (body, Some(usage)))
         }
@@ -722,7 +574,7 @@ impl Attempt<'_> {
     }
 
     async fn on_error(&self, mut response: UpstreamResponse) -> Failed {
-        let limit = self.idle_timeout.min(self.left());
+        let limit = self.idle_limit();
         let body = match timeout(limit, collect(&mut response.body, MAX_ERROR_BODY)).await {
             Ok(Ok(body)) => body,
             _ => Bytes::new(),
@@ -782,25 +634,6 @@ impl Attempt<'_> {
     }
 }
 
-/// A token endpoint that could not be reached or did not answer in time, as the attempt's
-/// failure (retryable, like the upstream itself being unreachable).
-fn token_network_error(e: &TokenError) -> AttemptError {
-    match e {
-        TokenError::Connect(_) => AttemptError::ConnectError,
-        TokenError::Timeout => AttemptError::FirstByteTimeout,
-        _ => AttemptError::TransportError,
-    }
-}
-
-fn json_headers() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    headers
-}
-
 fn sse_headers() -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -812,15 +645,6 @@ fn sse_headers() -> HeaderMap {
         http::HeaderValue::from_static("no-cache"),
     );
     headers
-}
-
-/// An answer the gateway gives itself (a local count-tokens estimate).
-fn local_json(body: Bytes) -> UpstreamResponse {
-    UpstreamResponse {
-        status: StatusCode::OK,
-        headers: json_headers(),
-        body: Body::from(body),
-    }
 }
 
 /// The first chunk for the client: the next data chunk as is, or — translating — the first
@@ -1031,6 +855,7 @@ mod tests {
             );
         }
     }
+    use std::time::Duration;
     use switchyard_engine::Provider;
 
     fn channel() -> Channel {
@@ -1132,6 +957,36 @@ mod tests {
             classify(&c, 401, ""),
             (FailureKind::Rejected, Scope::OtherMember, RejectedStatus)
         );
+    }
+
+    /// A send without an answer head is the attempt's failure of its kind, with the cause the
+    /// upstream gave (a timeout is its own cause); nothing of an answer.
+    #[test]
+    fn an_unsent_call_fails_with_its_kind_and_cause() {
+        use AttemptError::*;
+        let reset = TransportCause::Reset;
+        for (error, expected, cause) in [
+            (
+                SendError::Timeout,
+                FirstByteTimeout,
+                Some(TransportCause::Timeout),
+            ),
+            (SendError::Connect(reset), ConnectError, Some(reset)),
+            (SendError::Transport(reset), TransportError, Some(reset)),
+            (
+                SendError::StreamCut(reset),
+                StreamCutBeforeFirstByte,
+                Some(reset),
+            ),
+            (SendError::BadRequest, BadUpstreamRequest, None),
+        ] {
+            let failed = Failed::unsent(error);
+            assert_eq!((failed.error, failed.cause), (expected, cause), "{error:?}");
+            assert!(
+                failed.status.is_none() && failed.answer.is_none(),
+                "{error:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! A Bedrock channel's answers, converted to Anthropic's Messages shape before the attempt reads
-//! them: the channel is planned as Anthropic's (its requests converted to the Converse API by
+//! A Bedrock channel's upstream, [`Bedrock`]: an adapter over [`Http`] whose answers are
+//! converted to Anthropic's Messages shape before the attempt reads them: the channel is planned as Anthropic's (its requests converted to the Converse API by
 //! `switchyard_upstream::bedrock`), so everything after this point — checks, usage, translation
 //! to the client's protocol, pass-through to an Anthropic client — sees Anthropic answers:
 //!
@@ -25,7 +25,36 @@ use switchyard_provider::bedrock::{
     anthropic_count, anthropic_error, anthropic_message, message_id, StreamConverter,
 };
 
-use crate::upstream::UpstreamResponse;
+use switchyard_engine::RandomSource;
+
+use crate::upstream::{Attempt, Http, SendError, Unsent, Upstream, UpstreamResponse};
+
+/// A Bedrock channel's upstream: sent over [`Http`], answered in Anthropic's shape.
+pub struct Bedrock;
+
+impl Upstream for Bedrock {
+    async fn send(
+        &self,
+        attempt: &Attempt<'_>,
+        _: &mut (impl RandomSource + Send),
+    ) -> Result<UpstreamResponse, SendError> {
+        let request = match Http::request(attempt).await {
+            Ok(request) => request,
+            // What the Converse API cannot express is Bedrock's refusal of the request, in the
+            // shape the channel is planned in: a 400 the client hears (a rejection, not a
+            // transport failure of the channel).
+            Err(Unsent::Inexpressible(message)) => return Ok(refusal(&message)),
+            Err(unsent) => return unsent.into_result(),
+        };
+        let response = Http::exchange(attempt, request).await?;
+        // Converse answers in Anthropic's shape, which the channel is planned in.
+        let limit = attempt.idle_limit();
+        let count_tokens = attempt.endpoint.is_count_tokens();
+        // Boxed, so that its states are not part of every request's exchange.
+        let adapting = adapt(response, attempt.upstream_model, count_tokens, limit);
+        Ok(Box::pin(adapting).await)
+    }
+}
 
 /// Most bytes of a plain answer read.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
@@ -34,7 +63,7 @@ const MAX_ERROR: usize = 1024 * 1024;
 
 /// Bedrock's 400 `ValidationException` for a request the Converse API cannot express
 /// (`message` names the feature), in Anthropic's shape like every answer of the channel.
-pub fn refusal(message: &str) -> UpstreamResponse {
+fn refusal(message: &str) -> UpstreamResponse {
     let body = anthropic_error(
         400,
         Some("ValidationException"),
@@ -71,7 +100,7 @@ fn broken() -> Body {
 /// `response` from a Bedrock channel in Anthropic's shape. `model` is the upstream model (the
 /// message's `model`), `count_tokens` whether it answers a token count, `limit` the time left
 /// to read a whole plain answer.
-pub async fn adapt(
+async fn adapt(
     mut response: UpstreamResponse,
     model: &str,
     count_tokens: bool,

@@ -1,9 +1,10 @@
-//! The failover loop, written once: ask the engine, try the member (re-sending on the
-//! same channel with the next credential), classify, report to the state store, and ask the
-//! engine again with what was tried excluded — until success, a non-retryable outcome, the
+//! The proxy phase: the failover loop, written once: ask the engine, try the member (re-sending
+//! on the same channel with the next credential), classify, report to the state store, and ask
+//! the engine again with what was tried excluded — until success, a non-retryable outcome, the
 //! budget or the deadline.
 //!
-//! The loop is three steps over one explicit per-request value, [`Failover`]:
+//! The loop works on the request's context ([`Ctx`]: the request as received, its constraint,
+//! its trail) and on its own rounds' state, [`Failover`], in three steps:
 //! [`Failover::next_pick`], [`Failover::try_channel`], [`Failover::report`]. What a failure does
 //! to shared state (cooldowns, breaker counts, the keyword rule) is the store's decision
 //! (`StateStore::report_failure`, `StateStore::ban_keyword`); the loop acts on the effects.
@@ -14,14 +15,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::{
     select, Candidate, Channel, ChannelId, CredentialId, Decision, HealthView, Member, MemberId,
-    Outcome as Selection, Provider, RandomSource, Reason, RetryBudget, Route, SelectionConstraint,
-    SplitMix64, Sticky,
+    Outcome as Selection, Provider, RandomSource, Reason, RetryBudget, Route, SplitMix64, Sticky,
 };
-use switchyard_provider::{ChatRequest, Protocol, TranslateError};
+use switchyard_provider::{Protocol, TranslateError};
 use switchyard_state::{
     AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan, LimitRequest,
 };
@@ -31,38 +30,18 @@ use tracing::{Instrument, Span};
 
 use crate::admission::{topping_up, upstream_limits, Held, TOP_UP_POLL, TOP_UP_WAIT};
 use crate::attempt::{Answer, Attempt, AttemptError, Committed, Failed, Outcome, Scope};
+use crate::context::Ctx;
 use crate::endpoint::Endpoint;
 use crate::errors::{mask_key_like, GatewayError};
 use crate::metrics::AttemptOutcome;
-use crate::record::{AttemptLog, StreamSlot, Trail};
+use crate::record::{AttemptLog, StreamSlot};
 use crate::relay::{relay, StreamOwner};
-use crate::request::Inspected;
 use crate::snapshot::View;
 use crate::upstream::{
     returnable, ChannelRuntime, CredentialRuntime, TransportCause, MOCK_CREDENTIAL,
 };
-use crate::wire::{feature_index, plan, Call, ClientRequest};
+use crate::wire::{feature_index, plan, Call};
 use crate::AppState;
-
-/// One proxied request, as the loop sees it.
-pub struct ProxyRequest<'a> {
-    /// The token estimate limits take for this request (see [`crate::admission::estimate`]).
-    pub estimate: u64,
-    pub endpoint: Endpoint,
-    pub inspected: &'a Inspected,
-    pub body: &'a Bytes,
-    pub headers: &'a HeaderMap,
-    /// The client's query string without credentials.
-    pub query: Option<&'a str>,
-    /// The request in neutral form, for translatable endpoints.
-    pub chat: Option<&'a ChatRequest>,
-    /// Per protocol (as [`Protocol::ALL`]): the feature it cannot express, if any.
-    pub unsupported: &'a [Option<String>; 4],
-    pub constraint: SelectionConstraint,
-    pub request_id: &'a str,
-    pub started: Instant,
-    pub seed: u64,
-}
 
 struct Picked<'s> {
     member: &'s Member,
@@ -215,12 +194,8 @@ fn pause_before(n: u32, left: Duration, rng: &mut impl RandomSource) -> Option<D
 /// The failover loop (its state machine is drawn in docs/src/concepts/inside-planes.md): pick a
 /// member, try its channel (credential rotation, re-sends), report the failure, pick again —
 /// until an answer is committed, the budget or deadline runs out, or nothing is left to pick.
-pub async fn proxy(
-    state: &Arc<AppState>,
-    view: &View,
-    req: ProxyRequest<'_>,
-) -> (Response, Box<Trail>) {
-    let mut failover = Failover::new(state, view, req);
+pub async fn proxy(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Response {
+    let mut failover = Failover::new(state, ctx);
     loop {
         failover.await_upstream_top_up().await;
         let pick = match failover.next_pick() {
@@ -230,7 +205,7 @@ pub async fn proxy(
             Next::Fail(e) => return failover.fail(e),
         };
         match failover.try_channel(&pick).await {
-            Tried::Committed(response) => return (response, failover.trail),
+            Tried::Committed(response) => return response,
             Tried::Failed(failed) => {
                 if !failover.report(&pick, failed) {
                     break;
@@ -242,18 +217,19 @@ pub async fn proxy(
     failover.exhausted()
 }
 
-/// The explicit state of one request's failover loop: everything the rounds share.
-struct Failover<'a> {
-    state: &'a Arc<AppState>,
+/// The proxy phase's own state: everything the rounds share beyond the request's context (what
+/// was tried and what had no room go into the context's constraint, each attempt into its
+/// trail). It lives for the loop only.
+struct Failover<'c, 'a> {
+    state: &'c Arc<AppState>,
     view: &'a View,
-    req: ProxyRequest<'a>,
+    ctx: &'c mut Ctx<'a>,
     protocol: Protocol,
     retry_allowed: bool,
     deadline: Instant,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
     rng: SplitMix64,
-    trail: Box<Trail>,
     /// The last upstream answer: what the client gets when every attempt failed.
     last: Option<Answer>,
     /// The last failure, for the gateway's own error when no upstream answered.
@@ -309,22 +285,22 @@ enum Tried {
     NotSent,
 }
 
-impl<'a> Failover<'a> {
-    fn new(state: &'a Arc<AppState>, view: &'a View, req: ProxyRequest<'a>) -> Failover<'a> {
+impl<'c, 'a> Failover<'c, 'a> {
+    fn new(state: &'c Arc<AppState>, ctx: &'c mut Ctx<'a>) -> Failover<'c, 'a> {
+        let view: &'a View = ctx.view;
         let settings = &view.snapshot.settings;
         Failover {
             state,
             view,
-            protocol: req.endpoint.protocol(),
-            retry_allowed: req
+            protocol: ctx.endpoint.protocol(),
+            retry_allowed: ctx
                 .endpoint
-                .retry_allowed(req.headers, req.inspected.background),
-            deadline: req.started + Duration::from_millis(settings.request_timeout_ms),
+                .retry_allowed(&ctx.headers, ctx.inspected.background),
+            deadline: ctx.started + Duration::from_millis(settings.request_timeout_ms),
             first_byte_timeout: Duration::from_millis(settings.first_byte_timeout_ms),
             idle_timeout: Duration::from_millis(settings.stream_idle_timeout_ms),
-            rng: SplitMix64::new(req.seed),
-            req,
-            trail: Box::default(),
+            rng: SplitMix64::new(ctx.seed),
+            ctx,
             last: None,
             last_error: None,
             last_cause: None,
@@ -343,30 +319,28 @@ impl<'a> Failover<'a> {
     /// lacking room only because this proxy's allowance awaits its top-up is left unmarked while
     /// the request may still wait for it: returns whether there is such a member.
     fn mark_rate_limited(&mut self, now: u64) -> bool {
-        let view = self.view;
-        let snapshot = &*view.snapshot;
-        if !snapshot.has_upstream_limits() {
+        if !self.view.snapshot.has_upstream_limits() {
             return false;
         }
-        let Some(route) = snapshot.resolve_route(&self.req.inspected.model) else {
+        let Some(route) = self.ctx.route else {
             return false;
         };
         let waiting = self.top_up_open();
         let mut topping = false;
         for member in &route.members {
             // Once without room, a member stays skipped for the rest of this request.
-            if self.req.constraint.rate_limited.contains(&member.id) {
+            if self.ctx.constraint.rate_limited.contains(&member.id) {
                 continue;
             }
             match self.upstream_room(member.channel_id, member.id, now) {
                 UpstreamRoom::Room => {}
                 UpstreamRoom::ToppingUp
-                    if waiting && !self.req.constraint.attempted.contains(&member.id) =>
+                    if waiting && !self.ctx.constraint.attempted.contains(&member.id) =>
                 {
                     topping = true;
                 }
                 UpstreamRoom::ToppingUp | UpstreamRoom::Full => {
-                    self.req.constraint.rate_limited.push(member.id);
+                    self.ctx.constraint.rate_limited.push(member.id);
                 }
             }
         }
@@ -402,7 +376,7 @@ impl<'a> Failover<'a> {
         }
         let request = LimitRequest {
             limits: &limits,
-            tokens: self.req.estimate,
+            tokens: self.ctx.estimate,
         };
         match self.state.store.limit_room(&request, now) {
             Ok(()) => UpstreamRoom::Room,
@@ -419,9 +393,9 @@ impl<'a> Failover<'a> {
 
     /// The trail's final attempt: its channel, upstream model and that pair's price.
     fn set_final(&mut self, channel: &Channel, member: &Member) {
-        self.trail.final_channel = Some(channel.name.clone());
-        self.trail.final_model = Some(member.upstream_model.clone());
-        self.trail.price = self
+        self.ctx.trail.final_channel = Some(channel.name.clone());
+        self.ctx.trail.final_model = Some(member.upstream_model.clone());
+        self.ctx.trail.price = self
             .view
             .snapshot
             .price(channel.id, &member.upstream_model)
@@ -440,7 +414,7 @@ impl<'a> Failover<'a> {
         if limits.is_empty() {
             return true;
         }
-        match Held::take(&self.state.store, limits, self.req.estimate, now).1 {
+        match Held::take(&self.state.store, limits, self.ctx.estimate, now).1 {
             Ok(held) => {
                 self.upstream_held = Some(held);
                 true
@@ -449,16 +423,16 @@ impl<'a> Failover<'a> {
             // for its top-up (while the request may) rather than skipping the member.
             Err(refused) if refused.topping_up() && self.top_up_open() => false,
             Err(_) => {
-                self.req.constraint.rate_limited.push(member);
+                self.ctx.constraint.rate_limited.push(member);
                 false
             }
         }
     }
 
-    fn fail(self, e: GatewayError) -> (Response, Box<Trail>) {
+    fn fail(self, e: GatewayError) -> Response {
         // No upstream reached: the message names the last attempt's cause.
         let e = e.caused_by(self.last_cause);
-        (e.into_response(self.protocol), self.trail)
+        e.into_response(self.protocol)
     }
 
     /// Asks the engine for the next member (what was tried is excluded) and checks it can be
@@ -471,19 +445,19 @@ impl<'a> Failover<'a> {
         let Some(Decided { decision, picked }) = self.decide(now) else {
             return Next::Fail(GatewayError::not_ready());
         };
-        if self.trail.attempts.is_empty() {
+        if self.ctx.trail.attempts.is_empty() {
             self.note_route(&decision);
         }
         let (Some(picked), Some(budget), Some(route)) = (picked, decision.budget, decision.route)
         else {
-            if !self.trail.attempts.is_empty() {
+            if !self.ctx.trail.attempts.is_empty() {
                 return Next::Exhausted;
             }
             return Next::Fail(self.unservable(&decision));
         };
         if picked.credentials.is_empty() {
             // The engine saw a usable credential that this proxy cannot resolve (unset env).
-            self.req.constraint.attempted.push(picked.member.id);
+            self.ctx.constraint.attempted.push(picked.member.id);
             self.last_error = Some(AttemptError::CredentialUnresolved);
             self.last_cause = None;
             return Next::Skip;
@@ -503,8 +477,8 @@ impl<'a> Failover<'a> {
     fn decide(&mut self, now: u64) -> Option<Decided<'a>> {
         let view: &'a View = self.view;
         let snapshot = &*view.snapshot;
-        let model = self.req.inspected.model.as_str();
-        let constraint = &self.req.constraint;
+        let model = self.ctx.inspected.model.as_str();
+        let constraint = &self.ctx.constraint;
         let rng = &mut self.rng;
         // The store lends its health view to a callback only: the decision comes out through
         // this one slot.
@@ -522,8 +496,8 @@ impl<'a> Failover<'a> {
     /// The request's first decision names its route and sticky-session outcome (in the trail,
     /// and the sticky hit and escape counters).
     fn note_route(&mut self, decision: &Decision<'_>) {
-        self.trail.route = decision.route.map(|r| (r.id, r.model_pattern.clone()));
-        self.trail.sticky = sticky_label(decision.sticky);
+        self.ctx.trail.route = decision.route.map(|r| (r.id, r.model_pattern.clone()));
+        self.ctx.trail.sticky = sticky_label(decision.sticky);
         let metrics = &self.state.metrics;
         match decision.sticky {
             Some(Sticky::Hit { .. }) => metrics.sticky_hits.fetch_add(1, Relaxed),
@@ -536,7 +510,7 @@ impl<'a> Failover<'a> {
     /// member's protocol can express, an unknown or forbidden model, upstream limits without
     /// room, or no eligible member.
     fn unservable(&self, decision: &Decision<'_>) -> GatewayError {
-        let model = self.req.inspected.model.as_str();
+        let model = self.ctx.inspected.model.as_str();
         // The candidates' reasons explain a decision that selected nobody; a selected member
         // whose channel is missing explains nothing more.
         let rejected: &[Candidate<'_>] = if decision.selected().is_none() {
@@ -545,7 +519,7 @@ impl<'a> Failover<'a> {
             &[]
         };
         if let Some(target) = untranslatable(rejected, self.protocol) {
-            let feature = self.req.unsupported[target]
+            let feature = self.ctx.unsupported[target]
                 .clone()
                 .unwrap_or_else(|| "this request".to_owned());
             return GatewayError::ProtocolUnsupported {
@@ -595,24 +569,21 @@ impl<'a> Failover<'a> {
             breaker_threshold: settings.breaker_failure_threshold,
         };
         let Some(runtime) = view.channel_runtime(picked.channel.id) else {
-            self.req.constraint.attempted.push(picked.member.id);
+            self.ctx.constraint.attempted.push(picked.member.id);
             return Next::Skip;
         };
-        let client = ClientRequest {
-            endpoint: self.req.endpoint,
-            inspected: self.req.inspected,
-            body: self.req.body,
-            query: self.req.query,
-            chat: self.req.chat,
-        };
-        let call = match plan(&client, picked.channel, &picked.member.upstream_model) {
+        let call = match plan(
+            &self.ctx.client_request(),
+            picked.channel,
+            &picked.member.upstream_model,
+        ) {
             Ok(call) => call,
             Err(TranslateError::Malformed(message)) => {
                 return Next::Fail(GatewayError::InvalidRequest(message));
             }
             Err(TranslateError::Unsupported(_)) => {
                 // The engine already skips these members; a stale view may not have.
-                self.req.constraint.attempted.push(picked.member.id);
+                self.ctx.constraint.attempted.push(picked.member.id);
                 return Next::Skip;
             }
         };
@@ -701,12 +672,11 @@ impl<'a> Failover<'a> {
         let sent_at = Instant::now();
         let attempt = Attempt {
             client: self.state.client(),
-            endpoint: self.req.endpoint,
-            inspected: self.req.inspected,
+            endpoint: self.ctx.endpoint,
+            inspected: &self.ctx.inspected,
             upstream_model: &picked.member.upstream_model,
-            client_model: self.req.inspected.model.as_str(),
             call: &pick.call,
-            client_headers: self.req.headers,
+            client_headers: &self.ctx.headers,
             channel: picked.channel,
             runtime: pick.runtime,
             credential,
@@ -714,7 +684,7 @@ impl<'a> Failover<'a> {
             idle_timeout: self.idle_timeout,
             deadline: self.deadline,
         };
-        let span = attempt_span(picked, pick.runtime, self.req.endpoint, credential_id);
+        let span = attempt_span(picked, pick.runtime, self.ctx.endpoint, credential_id);
         // Boxed: the attempt's future (about 1.4 KB: the exchange, the answer's check) is moved
         // once, into its box, and this future and the failover's above it stay small, so the
         // copies made as each is awaited are small too. Without trace export the span is
@@ -741,7 +711,7 @@ impl<'a> Failover<'a> {
         span: &Span,
     ) -> f64 {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.trail.upstream_micros = self.trail.upstream_micros.saturating_add(micros);
+        self.ctx.trail.upstream_micros = self.ctx.trail.upstream_micros.saturating_add(micros);
         self.state.metrics.upstream_latency.observe_micros(micros);
         let latency_ms = elapsed.as_secs_f64() * 1000.0;
         let (status, error, cause) = match result {
@@ -765,7 +735,7 @@ impl<'a> Failover<'a> {
             latency_ms,
         };
         record_attempt(span, &log);
-        self.trail.attempts.push(log);
+        self.ctx.trail.attempts.push(log);
         latency_ms
     }
 
@@ -861,7 +831,7 @@ impl<'a> Failover<'a> {
             }
             KeywordBan::BreakerTripped => {
                 self.state.metrics.breaker_trips.fetch_add(1, Relaxed);
-                self.trail.breaker_tripped = true;
+                self.ctx.trail.breaker_tripped = true;
             }
         }
         tracing::warn!(channel = %channel.name, credential_id, keyword, "auto-ban keyword matched");
@@ -903,8 +873,8 @@ impl<'a> Failover<'a> {
         let sticky_on = pick.route.sticky_session.unwrap_or(settings.sticky_enabled);
         if let (true, false, Some(key)) = (
             sticky_on,
-            self.req.constraint.is_pinned(),
-            self.req.constraint.session_key.as_deref(),
+            self.ctx.constraint.is_pinned(),
+            self.ctx.constraint.session_key.as_deref(),
         ) {
             let ttl = u64::from(settings.sticky_ttl_minutes) * 60_000;
             state
@@ -912,9 +882,9 @@ impl<'a> Failover<'a> {
                 .bind_sticky(pick.route.id, key, picked.member.id, ttl, now);
         }
         self.set_final(picked.channel, picked.member);
-        self.trail.upstream_held = self.upstream_held.take();
-        self.trail.usage = committed.usage;
-        self.trail.answer = committed.answer.take();
+        self.ctx.trail.upstream_held = self.upstream_held.take();
+        self.ctx.trail.usage = committed.usage;
+        self.ctx.trail.answer = committed.answer.take();
         let Some(first) = committed.first_chunk.take() else {
             // A whole answer: nothing outlives the request. The channel's in-flight count is
             // given back as the guard drops, when the answer is committed.
@@ -930,11 +900,11 @@ impl<'a> Failover<'a> {
             channel_name: picked.channel.name.clone(),
             policy: pick.policy,
             protocol: self.protocol,
-            request_id: self.req.request_id.to_owned(),
+            request_id: self.ctx.request_id.to_owned(),
             _in_flight: guard,
             slot: StreamSlot::new(),
         };
-        self.trail.stream = Some(owner.slot.clone());
+        self.ctx.trail.stream = Some(owner.slot.clone());
         let idle = self.idle_timeout;
         committed_response(committed, |upstream, translator, strip_usage_chunk| {
             relay(first, upstream, idle, owner, translator, strip_usage_chunk)
@@ -970,7 +940,7 @@ impl<'a> Failover<'a> {
             self.counted_channels.push(channel.id);
             if channel_effect.tripped {
                 self.state.metrics.breaker_trips.fetch_add(1, Relaxed);
-                self.trail.breaker_tripped = true;
+                self.ctx.trail.breaker_tripped = true;
                 tracing::warn!(
                     channel = %channel.name,
                     consecutive_failures = channel_effect.consecutive_failures,
@@ -978,8 +948,8 @@ impl<'a> Failover<'a> {
                 );
             }
         }
-        self.req.constraint.attempted.push(picked.member.id);
-        self.req.constraint.prefer_channel =
+        self.ctx.constraint.attempted.push(picked.member.id);
+        self.ctx.constraint.prefer_channel =
             (failed.scope() == Scope::PreferChannel).then_some(channel.id);
         self.prev_channel = Some(channel.id);
         self.set_final(channel, picked.member);
@@ -999,7 +969,7 @@ impl<'a> Failover<'a> {
     }
 
     /// Every attempt failed: the last upstream answer, not a generic error.
-    fn exhausted(mut self) -> (Response, Box<Trail>) {
+    fn exhausted(mut self) -> Response {
         if let Some(Refusal {
             channel,
             status,
@@ -1014,7 +984,7 @@ impl<'a> Failover<'a> {
             });
         }
         match self.last.take() {
-            Some(answer) => (answer_response(answer), self.trail),
+            Some(answer) => answer_response(answer),
             None => {
                 let e = self
                     .last_error
@@ -1033,7 +1003,8 @@ struct Refusal {
     said: String,
 }
 
-/// A member the engine picked, with what trying it needs.
+/// A member the engine picked, with what trying it needs. Not part of the request's context: it
+/// lives for one round (a failover picks again), and its call is planned for this member alone.
 struct Pick<'a> {
     picked: Picked<'a>,
     route: &'a Route,

@@ -2,24 +2,29 @@
 //! on the latest snapshot, fails over (docs/src/concepts/routing.md), and reports outcomes to the
 //! [`StateStore`].
 //!
-//! Code map: `server` (HTTP edge: auth, limits, headers, log line) → `failover` (the one
-//! retry loop) → `attempt` (one upstream call and its classification) → `upstream` (pooled
-//! client, request building) / `mock` (in-process simulated upstream); `relay` streams a
-//! committed response; [`snapshot`] keeps the compiled view of the current snapshot;
-//! [`config`] turns the standalone YAML into a snapshot; `run` wires it all.
+//! Code map: `server` (HTTP edge: router, model listing, each request's id and span) →
+//! `phases` (receive → route → admit → proxy → finish over one per-request `context`) →
+//! `failover` (the proxy phase: the one retry loop) → `attempt` (one upstream call and its
+//! classification) → `upstream` (the upstream as one trait: HTTP, Bedrock over HTTP, the `mock`
+//! simulator, the gateway's own answer); `relay` streams a committed response; `record` writes
+//! the request's line; [`snapshot`] keeps the compiled view of the current snapshot; [`config`]
+//! turns the standalone YAML into a snapshot; `run` wires it all.
 
 mod admission;
 mod answer;
 mod attempt;
+mod auth;
 mod bedrock;
 pub mod cache;
 mod cli;
 pub mod config;
+mod context;
 mod endpoint;
 mod errors;
 mod failover;
 mod metrics;
 mod mock;
+mod phases;
 pub mod probe;
 mod record;
 mod relay;

@@ -17,8 +17,37 @@ use switchyard_provider::Protocol;
 use switchyard_upstream::sim;
 pub use switchyard_upstream::MockOptions;
 
+use tokio::time::timeout;
+
 use crate::endpoint::Endpoint;
-use crate::upstream::UpstreamResponse;
+use crate::upstream::{Attempt, SendError, Upstream, UpstreamResponse};
+
+/// A mock channel's upstream: its simulation, with the channel's options.
+pub struct Simulator<'a>(pub &'a MockOptions);
+
+impl Upstream for Simulator<'_> {
+    /// The simulated upstream answers, within the first-byte timeout.
+    async fn send(
+        &self,
+        attempt: &Attempt<'_>,
+        rng: &mut (impl RandomSource + Send),
+    ) -> Result<UpstreamResponse, SendError> {
+        let inspected = attempt.inspected;
+        let request = MockRequest {
+            endpoint: attempt.endpoint,
+            model: attempt.upstream_model,
+            stream: inspected.stream,
+            inputs: inspected.inputs,
+            prompt_tokens: u64::from(inspected.needs.estimated_prompt_tokens.unwrap_or(1)),
+            // The simulation answers in the client's protocol: it reports stream usage when
+            // the client or the gateway asked for it, like OpenAI.
+            stream_usage: inspected.asked_stream_usage() || attempt.call.strip_usage_chunk,
+        };
+        timeout(attempt.first_byte_limit(), respond(self.0, &request, rng))
+            .await
+            .map_err(|_| SendError::Timeout)
+    }
+}
 
 /// What the simulation needs to know about the request.
 pub struct MockRequest<'a> {

@@ -27,7 +27,7 @@ pub(crate) mod names {
     pub const CHANNEL: HeaderName = HeaderName::from_static("x-switchyard-channel");
     pub const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
     pub const ROUTE_GROUP: HeaderName = HeaderName::from_static("x-switchyard-route-group");
-    pub const PIN: HeaderName = HeaderName::from_static(super::PIN_HEADER);
+    pub const PIN: HeaderName = HeaderName::from_static(crate::request::PIN_HEADER);
     pub const SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
     pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
     pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");

@@ -1,39 +1,30 @@
-//! The HTTP edge: routes, downstream auth, body limits, the request's constraint, response
-//! headers, the per-request log line and metrics. Everything upstream-facing is in
-//! [`crate::failover`].
+//! The HTTP edge: the router and the [`Gateway`] in front of it, the model listing, and each
+//! proxied request's arrival (its request id, seed and trace span) handed to the phases
+//! ([`crate::phases`]: receive → route → admit → proxy → finish). The operator endpoints
+//! (`/metrics`, `/readyz`, `/healthz`) are routed here too.
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::json;
-use switchyard_engine::{
-    wildcard_match, ChannelId, MemberId, Route, ScopeKind, SelectionConstraint, Snapshot, Token,
-};
+use switchyard_engine::{wildcard_match, ChannelId, ScopeKind, Snapshot};
 use switchyard_metrics::{Type, Writer};
-use switchyard_provider::{ChatRequest, Protocol, TranslateError};
+use switchyard_provider::Protocol;
 use switchyard_state::StateDump;
 use tokio::time::Instant;
 use tracing::field::Empty;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
-use crate::admission::{self, Held};
+use crate::auth::authenticate;
+use crate::context::Arrival;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
-use crate::failover::{proxy, ProxyRequest};
-use crate::record::{LineAfter, RequestRecord, Trail};
-use crate::request::{
-    header_session_key, inspect_json_for, inspect_multipart, names, InspectError, Inspected,
-};
-use crate::shadow;
-use crate::snapshot::View;
-use crate::wire;
+use crate::phases;
+use crate::request::names;
 use crate::AppState;
 
 /// The data plane's service: [`Gateway`] in front of [`router`].
@@ -387,43 +378,6 @@ fn render_limit_gauges(state: &AppState, snapshot: &Snapshot, now: u64, w: &mut 
     }
 }
 
-fn presented_key<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
-    if let Some(v) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        let v = v.trim();
-        let token = v
-            .strip_prefix("Bearer ")
-            .or_else(|| v.strip_prefix("bearer "))
-            .unwrap_or(v)
-            .trim();
-        if !token.is_empty() {
-            return Some(token);
-        }
-    }
-    ["x-api-key", "x-goog-api-key"]
-        .iter()
-        .find_map(|name| {
-            headers
-                .get(*name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-        })
-        .or_else(|| {
-            // Gemini clients may send the key as `?key=`.
-            query?
-                .split('&')
-                .find_map(|pair| pair.strip_prefix("key="))
-                .filter(|v| !v.is_empty())
-        })
-}
-
-fn authenticate<'v>(view: &'v View, headers: &HeaderMap, query: Option<&str>) -> Option<&'v Token> {
-    view.token(presented_key(headers, query)?)
-}
-
 /// `GET /v1/models`: the exact-pattern models this token may call.
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let response = list_models(&state, &headers, None);
@@ -488,20 +442,8 @@ fn list_models(state: &AppState, headers: &HeaderMap, one: Option<&str>) -> Resp
         .into_response()
 }
 
-async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
-        Err(e) if switchyard_server::BodyTimeout::is(&*e) => Err(GatewayError::RequestBodyTimeout),
-        Err(_) => Err(GatewayError::BodyReadError),
-    }
-}
-
-fn too_large(limit: usize) -> GatewayError {
-    GatewayError::RequestTooLarge { limit }
-}
-
+/// The edge of a proxied request: its request id (the client's when valid), its seed and its
+/// trace span (continuing the client's trace); the phases do the rest.
 async fn handle(
     state: Arc<AppState>,
     endpoint: Endpoint,
@@ -527,39 +469,18 @@ async fn handle(
         );
     }
     let trace = switchyard_telemetry::context::ids(&span);
-    let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
-    let served = Box::pin(serve(
-        &state,
+    let arrival = Arrival {
         endpoint,
-        path_model,
-        request,
+        request_id,
         started,
         seed,
-        &request_id,
-    ));
-    // Boxed: the request's future (about 2 KB: `serve` boxes the failover below it) is moved
-    // once, into this box, and this one, moved into a box of its own by whoever serves it (the
-    // gateway, the router), stays under 1 KB (`scripts/future-sizes` lists the sizes).
-    let result = served.instrument(span.clone()).await;
-    let (response, mut trail, model) = match result {
-        Ok((response, trail, model)) => (response, trail, model),
-        Err(e) => (
-            e.into_response(endpoint.protocol()),
-            Box::default(),
-            String::new(),
-        ),
+        span,
+        trace,
     };
-    trail.trace = trace;
-    record_request(&span, endpoint, &trail, &model, response.status().as_u16());
-    finish(
-        &state,
-        endpoint,
-        response,
-        trail,
-        &model,
-        &request_id,
-        started,
-    )
+    // Boxed: the request's future (about 2 KB: the phases box the failover below them) is moved
+    // once, into this box, and this one, moved into a box of its own by whoever serves it (the
+    // gateway, the router), stays small (`scripts/future-sizes` lists the sizes).
+    Box::pin(phases::serve(state, arrival, path_model, request)).await
 }
 
 /// The request id the gateway gives a request whose client sent none: its seed as 16 lowercase
@@ -605,455 +526,6 @@ fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
     )
-}
-
-/// Integers as `i64`: the OpenTelemetry layer exports unsigned ones as strings.
-fn record_request(span: &Span, endpoint: Endpoint, trail: &Trail, model: &str, status: u16) {
-    if span.is_disabled() {
-        return;
-    }
-    if !model.is_empty() {
-        switchyard_telemetry::context::rename(
-            span,
-            format!("{} {model}", endpoint.genai_operation()),
-        );
-    }
-    span.record("model", model);
-    span.record("gen_ai.request.model", model);
-    if let Some(usage) = trail.usage {
-        span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
-        span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
-    }
-    if let Some((_, pattern)) = &trail.route {
-        span.record("route", pattern.as_str());
-    }
-    span.record("http.response.status_code", i64::from(status));
-    span.record("attempt_count", trail.attempts.len() as i64);
-    span.record("switches", trail.attempts.len().saturating_sub(1) as i64);
-    if let (Some(first), Some(last)) = (trail.attempts.first(), trail.attempts.last()) {
-        span.record("first_member", first.member_id);
-        span.record("final_member", last.member_id);
-    }
-    if let Some(channel) = &trail.final_channel {
-        span.record("final_channel", channel.as_str());
-    }
-    span.record("breaker_tripped", trail.breaker_tripped);
-    if let Some(sticky) = trail.sticky {
-        span.record("sticky", sticky);
-    }
-    if status >= 500 {
-        // The HTTP conventions: a server span fails on 5xx only, typed by its status code.
-        span.record("error.type", status.to_string());
-        span.record("otel.status_code", "ERROR");
-    }
-}
-
-async fn serve(
-    state: &Arc<AppState>,
-    endpoint: Endpoint,
-    path_model: Option<(&str, bool)>,
-    request: Request,
-    started: Instant,
-    seed: u64,
-    request_id: &str,
-) -> Result<(Response, Box<Trail>, String), GatewayError> {
-    let Some(view) = state.views.load_full() else {
-        return Err(GatewayError::not_ready());
-    };
-    let (token, received) = receive(&view, endpoint, path_model, request).await?;
-    let inspected = &received.inspected;
-    let route = view.snapshot.resolve_route(&inspected.model);
-    let translation = received.translation(&view, route);
-    let constraint = received.constraint(&view, token, route, translation.unsupported_providers)?;
-    let estimate = admission::estimate(received.body.len(), inspected.max_output_tokens);
-    let (admitted, rate) = match admit(state, &view, token, route, estimate).await {
-        Ok(admitted) => admitted,
-        Err((error, rate)) => {
-            let mut trail = Box::new(Trail {
-                rate,
-                route: route.map(|r| (r.id, r.model_pattern.clone())),
-                ..Trail::default()
-            });
-            name_client(&mut trail, &view, token);
-            let response = error.into_response(endpoint.protocol());
-            return Ok((response, trail, inspected.model.clone()));
-        }
-    };
-    let request = ProxyRequest {
-        estimate,
-        endpoint,
-        inspected,
-        body: &received.body,
-        headers: &received.parts.headers,
-        query: received.query.as_deref(),
-        chat: translation.chat.as_deref(),
-        unsupported: &translation.unsupported,
-        constraint,
-        request_id,
-        started,
-        seed,
-    };
-    // Boxed: the failover's future (about 1.7 KB, the attempt in a box of its own) is moved
-    // once, into its box, rather than being part of this future, which is itself moved into a
-    // box by `handle`: that copy is of this function's own states only.
-    let (response, mut trail) = Box::pin(proxy(state, &view, request)).await;
-    if !view.snapshot.shadows().is_empty()
-        && shadow::Candidate::wanted(&view, endpoint, inspected, seed)
-    {
-        // Offered to the shadow rules once the request has finished (a stream: at its end),
-        // never waited for. A stream keeps its chunks from here on (its body is not polled yet).
-        let stream = trail.stream.as_ref().map(|slot| slot.gather());
-        let candidate =
-            received.shadow_candidate(&view, seed, started, trail.answer.clone(), stream);
-        trail.on_finish = Some(Box::new(move |state, finished| {
-            candidate.offer(state, finished);
-        }));
-    }
-    trail.admitted = admitted;
-    trail.rate = rate;
-    name_client(&mut trail, &view, token);
-    Ok((response, trail, inspected.model.clone()))
-}
-
-/// A client request as the edge read it: its head, its body (within the size limit) and what
-/// inspecting the body found.
-struct Received {
-    endpoint: Endpoint,
-    parts: http::request::Parts,
-    body: Bytes,
-    inspected: Inspected,
-    /// The query string without credentials.
-    query: Option<String>,
-}
-
-/// The request's member-protocol translation, prepared before selection.
-struct Translation {
-    /// The request in neutral form, when a member of another protocol may need it (boxed: it is
-    /// large, most requests have none, and this is held across the failover).
-    chat: Option<Box<ChatRequest>>,
-    /// The providers whose members cannot express the request, marked for selection.
-    unsupported_providers: u8,
-    /// Per protocol (as [`Protocol::ALL`]): the feature it cannot express, if any.
-    unsupported: [Option<String>; 4],
-}
-
-/// Reads the client's request: its key authenticated (and not expired), its body read within
-/// the size limit and inspected.
-async fn receive<'v>(
-    view: &'v View,
-    endpoint: Endpoint,
-    path_model: Option<(&str, bool)>,
-    request: Request,
-) -> Result<(&'v Token, Received), GatewayError> {
-    let (mut parts, body) = request.into_parts();
-    wire::drop_unforwarded(&mut parts.headers);
-    let token = authenticate(view, &parts.headers, parts.uri.query())
-        .ok_or_else(GatewayError::unauthorized)?;
-    if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {
-        return Err(GatewayError::TokenExpired {
-            at: switchyard_engine::limit::format_rfc3339(at),
-        });
-    }
-    let limit = view.snapshot.settings.max_request_body_bytes;
-    let body = read_limited_body(&parts.headers, body, limit).await?;
-    let inspected = inspect(endpoint, &parts.headers, &body, path_model)?;
-    let query = wire::strip_key_param(parts.uri.query());
-    let received = Received {
-        endpoint,
-        parts,
-        body,
-        inspected,
-        query,
-    };
-    Ok((token, received))
-}
-
-/// The body, refused at once when its declared length is over `limit`, else read up to it.
-async fn read_limited_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-) -> Result<Bytes, GatewayError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large(usize::try_from(limit).unwrap_or(usize::MAX)));
-    }
-    read_body(body, limit).await
-}
-
-/// What the body says the request is (model, stream, needs…): a multipart form's fields, or
-/// a JSON body's (the model of a Gemini path taken from the path).
-fn inspect(
-    endpoint: Endpoint,
-    headers: &HeaderMap,
-    body: &Bytes,
-    path_model: Option<(&str, bool)>,
-) -> Result<Inspected, GatewayError> {
-    let inspected = if endpoint.multipart() {
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        inspect_multipart(body, content_type)
-    } else {
-        inspect_json_for(body, path_model)
-    };
-    inspected.map_err(|e| match e {
-        InspectError::Malformed(message) => GatewayError::InvalidJson(message),
-        InspectError::MissingModel => GatewayError::MissingModel,
-        InspectError::DuplicateField(field) => GatewayError::InvalidRequest(format!(
-            "the multipart body has more than one `{field}` field; send it once"
-        )),
-    })
-}
-
-impl Received {
-    /// The request prepared for members of another protocol, when the route has any.
-    ///
-    /// Parsed for translation only, and only when the route has a member of another protocol (a
-    /// route whose members all speak the client's protocol passes the bytes through): a body
-    /// the parser refuses still routes (and passes through to same-protocol members untouched);
-    /// other protocols then cannot serve it. Members of another protocol that cannot express
-    /// the request (an endpoint with no translation, such as embeddings or responses, at all)
-    /// are marked for selection: they are skipped, and when nothing else is left the client
-    /// gets a 400 naming what it asked for.
-    fn translation(&self, view: &View, route: Option<&Route>) -> Translation {
-        let mixed = route.is_some_and(|r| view.route_needs_translation(r.id, self.endpoint));
-        if !mixed {
-            // No member of another protocol: nothing to mark (and nothing to format).
-            return Translation {
-                chat: None,
-                unsupported_providers: 0,
-                unsupported: [None, None, None, None],
-            };
-        }
-        let (chat, unparsable) = match self.endpoint.translatable().then(|| self.parse(view)) {
-            Some(Ok(chat)) => (Some(Box::new(chat)), None),
-            Some(Err(message)) => (None, Some(message)),
-            None => (None, None),
-        };
-        let (unsupported_providers, unsupported) =
-            wire::unsupported(self.endpoint, chat.as_deref(), unparsable.as_deref());
-        Translation {
-            chat,
-            unsupported_providers,
-            unsupported,
-        }
-    }
-
-    /// The request in neutral form, or why the parser refused it.
-    fn parse(&self, view: &View) -> Result<ChatRequest, String> {
-        let inspected = &self.inspected;
-        let parsed = if self.endpoint == Endpoint::Responses {
-            ChatRequest::parse_responses(&self.body, &inspected.model, inspected.stream)
-        } else {
-            ChatRequest::parse(
-                self.endpoint.protocol(),
-                &self.body,
-                &inspected.model,
-                inspected.stream,
-            )
-        };
-        match parsed {
-            Ok(mut chat) => {
-                // The gateway keeps no responses: by default a translated answer says
-                // `store: false`; the operator may have translation refuse such requests.
-                if view.snapshot.settings.responses_refuse_store && chat.asks_to_store() {
-                    chat.keep_to_own_protocol("stored responses (`store`)");
-                }
-                Ok(chat)
-            }
-            Err(TranslateError::Malformed(message) | TranslateError::Unsupported(message)) => {
-                Err(message)
-            }
-        }
-    }
-
-    /// What selection must respect: the key's route group (else the client's group header), its
-    /// team, the request's needs, a pinned member, and the sticky session's key when the route
-    /// keeps sessions sticky.
-    fn constraint(
-        &self,
-        view: &View,
-        token: &Token,
-        route: Option<&Route>,
-        unsupported_providers: u8,
-    ) -> Result<SelectionConstraint, GatewayError> {
-        let headers = &self.parts.headers;
-        let mut needs = self.inspected.needs;
-        needs.unsupported_providers = unsupported_providers;
-        let mut constraint = SelectionConstraint {
-            route_group: token.route_group_name.clone().or_else(|| {
-                headers
-                    .get(&names::ROUTE_GROUP)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            }),
-            team: token.team_id,
-            needs,
-            ..SelectionConstraint::default()
-        };
-        constraint.pinned_member = pinned_member(headers, token)?;
-        let settings = &view.snapshot.settings;
-        let sticky_on = route.is_some_and(|r| r.sticky_session.unwrap_or(settings.sticky_enabled));
-        if sticky_on && !constraint.is_pinned() {
-            constraint.session_key = headers
-                .get(&names::SESSION_ID)
-                .and_then(|v| header_session_key(v.as_bytes()))
-                .or_else(|| self.inspected.body_session(&self.body));
-        }
-        Ok(constraint)
-    }
-
-    /// A copy of the request for the shadow rules, with when its answer started and the plain
-    /// answer's body.
-    fn shadow_candidate(
-        &self,
-        view: &Arc<View>,
-        seed: u64,
-        started: Instant,
-        answer: Option<Bytes>,
-        stream: Option<Arc<crate::record::Gathered>>,
-    ) -> shadow::Candidate {
-        shadow::Candidate {
-            view: Arc::clone(view),
-            endpoint: self.endpoint,
-            inspected: self.inspected.clone(),
-            body: self.body.clone(),
-            headers: self.parts.headers.clone(),
-            query: self.query.clone(),
-            seed,
-            started,
-            first_byte_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            answer,
-            stream,
-        }
-    }
-}
-
-/// The member the pin header names, for a key allowed to pin.
-fn pinned_member(headers: &HeaderMap, token: &Token) -> Result<Option<MemberId>, GatewayError> {
-    let Some(pin) = headers.get(&names::PIN) else {
-        return Ok(None);
-    };
-    if !token.allow_pinning {
-        return Err(GatewayError::PinningNotAllowed);
-    }
-    let member = pin
-        .to_str()
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or(GatewayError::InvalidPin)?;
-    Ok(Some(member))
-}
-
-/// The trail names the request's key and its team.
-fn name_client(trail: &mut Trail, view: &View, token: &Token) {
-    trail.token = Some(token.name.clone());
-    trail.team = token
-        .team_id
-        .and_then(|id| view.snapshot.team(id))
-        .map(|t| t.name.clone());
-}
-
-/// The key's, its team's and the route's limits: admitted only when every hard one has room
-/// (the held limits, or none when there are none, and the rate-limit headers), else the refusal.
-async fn admit(
-    state: &AppState,
-    view: &View,
-    token: &Token,
-    route: Option<&switchyard_engine::Route>,
-    estimate: u64,
-) -> Result<(Option<Held>, admission::RateHeaders), (GatewayError, admission::RateHeaders)> {
-    let limits = admission::client_limits(&view.snapshot, token, route.map(|r| r.id));
-    if limits.is_empty() {
-        return Ok((None, admission::RateHeaders::default()));
-    }
-    let (outcome, held) = Held::admit(&state.store, limits, estimate).await;
-    let rate = admission::RateHeaders::of(&outcome);
-    match held {
-        Ok(held) => {
-            for crossed in admission::soft_crossed(held.limits(), &outcome) {
-                state.metrics.limit(&crossed.key, false);
-                tracing::warn!(
-                    token = %token.name,
-                    limit = %crossed.key.name(),
-                    value = crossed.value,
-                    "soft limit crossed"
-                );
-            }
-            Ok((Some(held), rate))
-        }
-        Err(refused) => {
-            state.metrics.limit(&refused.limit.key, true);
-            Err((refused.error(), rate))
-        }
-    }
-}
-
-fn finish(
-    state: &AppState,
-    endpoint: Endpoint,
-    mut response: Response,
-    trail: Box<Trail>,
-    model: &str,
-    request_id: &str,
-    started: Instant,
-) -> Response {
-    let status = response.status().as_u16();
-    let headers = response.headers_mut();
-    let set = |headers: &mut HeaderMap, name: HeaderName, value: &str| {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            headers.insert(name, v);
-        }
-    };
-    set(headers, names::SWITCHYARD_REQUEST_ID, request_id);
-    set(headers, names::REQUEST_ID, request_id);
-    if let Some((id, pattern)) = &trail.route {
-        match HeaderValue::from_str(pattern) {
-            Ok(v) => {
-                headers.insert(names::ROUTE, v);
-            }
-            Err(_) => set(headers, names::ROUTE, &id.to_string()),
-        }
-    }
-    if let Some(channel) = &trail.final_channel {
-        set(headers, names::CHANNEL, channel);
-    }
-    headers.insert(names::ATTEMPTS, HeaderValue::from(trail.attempts.len()));
-    trail.rate.write(headers, crate::unix_ms());
-
-    let total = started.elapsed();
-    let total_micros = u64::try_from(total.as_micros()).unwrap_or(u64::MAX);
-    state
-        .metrics
-        .gateway_overhead
-        .observe_micros(total_micros.saturating_sub(trail.upstream_micros));
-    let stream = trail.stream.clone();
-    let record = RequestRecord {
-        request_id: request_id.to_owned(),
-        endpoint,
-        model: model.to_owned(),
-        token: trail.token.clone(),
-        team: trail.team.clone(),
-        status,
-        trail,
-        started,
-    };
-    match stream {
-        Some(slot) => {
-            slot.attach(record, state);
-            response
-        }
-        // A plain answer is counted now; its line is written once the answer is out.
-        None => match record.settle(state, None) {
-            Some(line) => LineAfter::wrap(response, line),
-            None => response,
-        },
-    }
 }
 
 #[cfg(test)]

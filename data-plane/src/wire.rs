@@ -15,7 +15,9 @@ use crate::upstream::{channel_protocol, gemini_path};
 /// `max_tokens` sent to Anthropic when the client gave none (Anthropic requires one).
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u32 = 4096;
 
-/// The request as the client sent it, with what the wire plan needs.
+/// The request as the client sent it, with what the wire plan needs: a borrowed view, made
+/// from the live request's context ([`crate::context::Ctx::client_request`]) or from a shadow
+/// copy, which has no context.
 pub struct ClientRequest<'a> {
     pub endpoint: Endpoint,
     pub inspected: &'a Inspected,
@@ -26,7 +28,9 @@ pub struct ClientRequest<'a> {
     pub chat: Option<&'a ChatRequest>,
 }
 
-/// One attempt's upstream request, ready to send to any credential of the channel.
+/// One attempt's upstream request, ready to send to any credential of the channel. Planned per
+/// member (its protocol, its upstream model), so a type of its own beside the request's
+/// context.
 #[derive(Debug, Clone)]
 pub struct Call {
     pub method: Method,

@@ -499,7 +499,6 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
         endpoint: job.endpoint,
         inspected: &job.inspected,
         upstream_model: model,
-        client_model: &job.inspected.model,
         call: &wire,
         client_headers: &job.headers,
         channel,

@@ -1,0 +1,95 @@
+//! One proxied request's context: what the phases know of it, read once and carried by `&mut`
+//! from phase to phase (`phases`: receive → route → admit → proxy → finish, with the shadow
+//! offer and the log line after), the way pingora's proxy phases share one per-request value.
+//!
+//! The edge makes an [`Arrival`] for every request (its id, its span, when it started); the
+//! receive phase turns an authenticated, read and inspected request into a [`Ctx`]; each later
+//! phase fills in its part (the route and constraint, the admitted limits, the trail of
+//! attempts) and reads the rest from here, so the request's facts — the model name first — are
+//! read from the body once and never passed along in another shape.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use switchyard_engine::{Route, SelectionConstraint, Token};
+use switchyard_provider::ChatRequest;
+use tokio::time::Instant;
+use tracing::Span;
+
+use crate::endpoint::Endpoint;
+use crate::record::Trail;
+use crate::request::Inspected;
+use crate::snapshot::View;
+use crate::wire::ClientRequest;
+
+/// A request as the edge takes it in, before any phase: the same for a request that never gets
+/// a context (no snapshot yet, a refused key, an unreadable body), whose answer is finished
+/// from this alone.
+pub struct Arrival {
+    pub endpoint: Endpoint,
+    /// The client's `x-request-id` when it is a valid one, else one made from the seed.
+    pub request_id: String,
+    pub started: Instant,
+    /// The request's seed (its request id when the client sent none, the engine's draws).
+    pub seed: u64,
+    /// The request's trace span (disabled unless traces are exported).
+    pub span: Span,
+    /// The span's trace and span ids, when traces are exported.
+    pub trace: Option<(String, String)>,
+}
+
+/// One received request and what the phases learn of it. Everything borrowed lives in the
+/// request's own frame: the view it started with, its token, its request id.
+pub struct Ctx<'a> {
+    /// The snapshot view the request started with (kept whole: the shadow copy holds it).
+    pub view: &'a Arc<View>,
+    pub endpoint: Endpoint,
+    pub request_id: &'a str,
+    pub started: Instant,
+    pub seed: u64,
+
+    // Receive: the authenticated key and the request as read.
+    pub token: &'a Token,
+    /// The client's headers, without those never forwarded.
+    pub headers: HeaderMap,
+    /// The body as the client sent it (within the size limit).
+    pub body: Bytes,
+    /// What the body says the request is (model, stream, needs …): read once, here.
+    pub inspected: Inspected,
+    /// The query string without credentials.
+    pub query: Option<String>,
+
+    // Route: the route of the model, the translation for members of other protocols, and what
+    // selection must respect.
+    pub route: Option<&'a Route>,
+    /// The request in neutral form, when a member of another protocol may need it (boxed: it is
+    /// large and most requests have none).
+    pub chat: Option<Box<ChatRequest>>,
+    /// Per protocol (as [`switchyard_provider::Protocol::ALL`]): the feature it cannot express,
+    /// if any.
+    pub unsupported: [Option<String>; 4],
+    /// What selection must respect; the proxy phase adds what it tried and what had no room.
+    pub constraint: SelectionConstraint,
+
+    // Admit: the token estimate limits take for this request.
+    pub estimate: u64,
+
+    /// What happened to the request, for its headers, log line and metrics. A type of its own,
+    /// boxed: it outlives the context when the answer is a stream (the stream's record keeps it
+    /// until the stream ends), and it moves as one pointer into that record.
+    pub trail: Box<Trail>,
+}
+
+impl Ctx<'_> {
+    /// The request as the wire plan reads it (for each member the proxy phase tries).
+    pub fn client_request(&self) -> ClientRequest<'_> {
+        ClientRequest {
+            endpoint: self.endpoint,
+            inspected: &self.inspected,
+            body: &self.body,
+            query: self.query.as_deref(),
+            chat: self.chat.as_deref(),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A proxied request's phases, in order, over its one context ([`Ctx`]): receive → route →
+//! admit → proxy ([`crate::failover`]) → finish, with the shadow offer set up after the proxy
+//! and the log line written after the answer. Each phase takes the context by `&mut` and reads
+//! the request's facts from it; an error before the proxy phase is the client's answer.
+
+mod admit;
+mod finish;
+mod receive;
+mod route;
+
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::response::Response;
+use tracing::Instrument;
+
+use crate::context::{Arrival, Ctx};
+use crate::errors::GatewayError;
+use crate::failover::proxy;
+use crate::shadow;
+use crate::AppState;
+
+/// Serves one proxied request from its arrival to its finish. `path_model` is a Gemini path's
+/// model and stream flag.
+pub async fn serve(
+    state: Arc<AppState>,
+    arrival: Arrival,
+    path_model: Option<(String, bool)>,
+    request: Request,
+) -> Response {
+    let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
+    let view = state.views.load_full();
+    let served = async {
+        let view = view.as_ref().ok_or_else(GatewayError::not_ready)?;
+        let mut ctx = receive::receive(&arrival, view, path_model, request).await?;
+        let response = run(&state, &mut ctx).await?;
+        let Ctx {
+            trail, inspected, ..
+        } = ctx;
+        Ok::<_, GatewayError>((trail, inspected.model, response))
+    };
+    let result = served.instrument(arrival.span.clone()).await;
+    let (trail, model, response) = match result {
+        Ok(served) => served,
+        // Nothing was routed: no trail, and no model named.
+        Err(e) => (
+            Box::default(),
+            String::new(),
+            e.into_response(arrival.endpoint.protocol()),
+        ),
+    };
+    finish::finish(&state, arrival, response, trail, model)
+}
+
+/// The phases after receive: route, admit, proxy, and the shadow offer. A refused admission is
+/// answered here (with its rate-limit headers, its route and its client named in the trail).
+async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, GatewayError> {
+    route::route(ctx)?;
+    if let Err(refused) = admit::admit(state, ctx).await {
+        ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+        name_client(ctx);
+        return Ok(refused.into_response(ctx.endpoint.protocol()));
+    }
+    // Boxed: the failover's future (about 1.7 KB, the attempt in a box of its own) is moved
+    // once, into its box, rather than being part of this future, which is itself moved into a
+    // box by the edge: that copy is of this function's own states only.
+    let response = Box::pin(proxy(state, ctx)).await;
+    offer_shadow(ctx);
+    name_client(ctx);
+    Ok(response)
+}
+
+/// When a shadow rule samples the request, a copy of it is kept and offered to the rules once
+/// the request has finished (a stream: at its end), never waited for. A stream keeps its chunks
+/// from here on (its body is not polled yet).
+fn offer_shadow(ctx: &mut Ctx<'_>) {
+    let view = ctx.view;
+    if view.snapshot.shadows().is_empty()
+        || !shadow::Candidate::wanted(view, ctx.endpoint, &ctx.inspected, ctx.seed)
+    {
+        return;
+    }
+    let trail = &mut ctx.trail;
+    let stream = trail.stream.as_ref().map(|slot| slot.gather());
+    let candidate = shadow::Candidate {
+        view: Arc::clone(view),
+        endpoint: ctx.endpoint,
+        inspected: ctx.inspected.clone(),
+        body: ctx.body.clone(),
+        headers: ctx.headers.clone(),
+        query: ctx.query.clone(),
+        seed: ctx.seed,
+        started: ctx.started,
+        first_byte_ms: u64::try_from(ctx.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        answer: trail.answer.clone(),
+        stream,
+    };
+    trail.on_finish = Some(Box::new(move |state, finished| {
+        candidate.offer(state, finished);
+    }));
+}
+
+/// The trail names the request's key and its team.
+fn name_client(ctx: &mut Ctx<'_>) {
+    let token = ctx.token;
+    ctx.trail.token = Some(token.name.clone());
+    ctx.trail.team = token
+        .team_id
+        .and_then(|id| ctx.view.snapshot.team(id))
+        .map(|t| t.name.clone());
+}

@@ -1,0 +1,117 @@
+//! Receive: the client's key authenticated (and not expired), its body read within the size
+//! limit and inspected — the request's context is born here, with its facts read once.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+use bytes::Bytes;
+use http::{header, HeaderMap};
+use http_body_util::{BodyExt, Limited};
+use switchyard_engine::SelectionConstraint;
+
+use crate::auth::authenticate;
+use crate::context::{Arrival, Ctx};
+use crate::endpoint::Endpoint;
+use crate::errors::GatewayError;
+use crate::request::{inspect_json_for, inspect_multipart, InspectError, Inspected};
+use crate::snapshot::View;
+use crate::wire;
+
+/// Reads the client's request into its context: its key authenticated (and not expired), its
+/// body read within the size limit and inspected. `path_model` is a Gemini path's model and
+/// stream flag.
+pub async fn receive<'a>(
+    arrival: &'a Arrival,
+    view: &'a Arc<View>,
+    path_model: Option<(&str, bool)>,
+    request: Request,
+) -> Result<Ctx<'a>, GatewayError> {
+    let (mut parts, body) = request.into_parts();
+    wire::drop_unforwarded(&mut parts.headers);
+    let token = authenticate(view, &parts.headers, parts.uri.query())
+        .ok_or_else(GatewayError::unauthorized)?;
+    if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {
+        return Err(GatewayError::TokenExpired {
+            at: switchyard_engine::limit::format_rfc3339(at),
+        });
+    }
+    let limit = view.snapshot.settings.max_request_body_bytes;
+    let body = read_limited_body(&parts.headers, body, limit).await?;
+    let inspected = inspect(arrival.endpoint, &parts.headers, &body, path_model)?;
+    let query = wire::strip_key_param(parts.uri.query());
+    Ok(Ctx {
+        view,
+        endpoint: arrival.endpoint,
+        request_id: &arrival.request_id,
+        started: arrival.started,
+        seed: arrival.seed,
+        token,
+        headers: parts.headers,
+        body,
+        inspected,
+        query,
+        route: None,
+        chat: None,
+        unsupported: [None, None, None, None],
+        constraint: SelectionConstraint::default(),
+        estimate: 0,
+        trail: Box::default(),
+    })
+}
+
+/// The body, refused at once when its declared length is over `limit`, else read up to it.
+async fn read_limited_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Result<Bytes, GatewayError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large(usize::try_from(limit).unwrap_or(usize::MAX)));
+    }
+    read_body(body, limit).await
+}
+
+async fn read_body(body: Body, limit: u64) -> Result<Bytes, GatewayError> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
+        Err(e) if switchyard_server::BodyTimeout::is(&*e) => Err(GatewayError::RequestBodyTimeout),
+        Err(_) => Err(GatewayError::BodyReadError),
+    }
+}
+
+fn too_large(limit: usize) -> GatewayError {
+    GatewayError::RequestTooLarge { limit }
+}
+
+/// What the body says the request is (model, stream, needs…): a multipart form's fields, or
+/// a JSON body's (the model of a Gemini path taken from the path).
+fn inspect(
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &Bytes,
+    path_model: Option<(&str, bool)>,
+) -> Result<Inspected, GatewayError> {
+    let inspected = if endpoint.multipart() {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        inspect_multipart(body, content_type)
+    } else {
+        inspect_json_for(body, path_model)
+    };
+    inspected.map_err(|e| match e {
+        InspectError::Malformed(message) => GatewayError::InvalidJson(message),
+        InspectError::MissingModel => GatewayError::MissingModel,
+        InspectError::DuplicateField(field) => GatewayError::InvalidRequest(format!(
+            "the multipart body has more than one `{field}` field; send it once"
+        )),
+    })
+}
