@@ -33,10 +33,11 @@ pub struct AttemptLog {
     pub latency_ms: f64,
 }
 
-/// What happened to one request, for headers, the log line and metrics.
+/// What happened to one request, for headers, the log line and metrics: the request context's
+/// part that outlives it (a stream's record keeps it until the stream ends).
 #[derive(Default)]
 pub struct Trail {
-    /// The authenticated token's name and team (set by the HTTP edge).
+    /// The authenticated token's name and team (set by the phases once the request is routed).
     pub token: Option<String>,
     pub team: Option<String>,
     /// Usage read from a plain (non-streamed) answer.
