@@ -1,7 +1,8 @@
 //! A proxied request's phases, in order, over its one context ([`Ctx`]): receive → route →
 //! admit → proxy ([`crate::failover`]) → finish, with the shadow offer set up after the proxy
-//! and the log line written after the answer. Each phase takes the context by `&mut` and reads
-//! the request's facts from it; an error before the proxy phase is the client's answer.
+//! and the log line written after the answer. Receive makes the context; route, admit and proxy
+//! take it by `&mut` and read the request's facts from it; finish takes what is left of it (the
+//! trail and the model). An error before the proxy phase is the client's answer.
 
 mod admit;
 mod finish;
