@@ -66,3 +66,78 @@ impl Upstream for Upstreams<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ::http::{HeaderMap, Method};
+    use bytes::Bytes;
+    use switchyard_provider::Protocol;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::endpoint::Endpoint;
+    use crate::request::Inspected;
+    use crate::wire::Call;
+
+    /// A send goes to the gateway's own answer when its call has one, else to a mock channel's
+    /// simulation, a Bedrock channel's adapter, or the network for every other channel.
+    #[test]
+    fn each_send_goes_to_the_upstream_of_its_call_and_channel() {
+        let runtime =
+            |provider| ChannelRuntime::compile(&crate::testing::channel(provider, true), &|_| None);
+        let mock = runtime(Provider::Mock);
+        let credential = mock.credential(MOCK_CREDENTIAL).unwrap();
+        let client = HttpClient::new(ClientOptions::new(Duration::from_secs(1)));
+        let (inspected, headers) = (Inspected::default(), HeaderMap::new());
+        let channel = crate::testing::channel(Provider::Openai, true);
+        let call = |local: Option<&str>| Call {
+            method: Method::POST,
+            path: "/v1/chat/completions".into(),
+            query: None,
+            body: Bytes::new(),
+            upstream: Protocol::OpenAi,
+            client: Protocol::OpenAi,
+            passthrough: true,
+            include_usage: false,
+            strip_usage_chunk: false,
+            local: local.map(|body| Bytes::copy_from_slice(body.as_bytes())),
+        };
+        let upstream = |call: &Call, runtime: &ChannelRuntime| {
+            let attempt = Attempt {
+                client: &client,
+                endpoint: Endpoint::ChatCompletions,
+                inspected: &inspected,
+                upstream_model: "m",
+                call,
+                client_headers: &headers,
+                channel: &channel,
+                runtime,
+                credential,
+                first_byte_timeout: Duration::from_secs(1),
+                idle_timeout: Duration::from_secs(1),
+                deadline: Instant::now() + Duration::from_secs(1),
+            };
+            match Upstreams::of(&attempt) {
+                Upstreams::Local(Local(body)) => format!("local {}", String::from_utf8_lossy(body)),
+                Upstreams::Simulated(_) => "simulated".to_owned(),
+                Upstreams::Bedrock(_) => "bedrock".to_owned(),
+                Upstreams::Http(_) => "http".to_owned(),
+            }
+        };
+        let (sent, answered) = (call(None), call(Some("{}")));
+        assert_eq!(upstream(&answered, &runtime(Provider::Openai)), "local {}");
+        assert_eq!(upstream(&sent, &mock), "simulated");
+        assert_eq!(upstream(&sent, &runtime(Provider::Bedrock)), "bedrock");
+        for provider in [
+            Provider::Openai,
+            Provider::Azure,
+            Provider::Anthropic,
+            Provider::Gemini,
+            Provider::Vertex,
+        ] {
+            assert_eq!(upstream(&sent, &runtime(provider)), "http", "{provider:?}");
+        }
+    }
+}
