@@ -70,9 +70,6 @@ KNOWN: dict[str, list[set[str]]] = {
             "translate::responses",
         },
     ],
-    # sim/mod.rs's shared helpers used by each protocol's simulator (the simulator is to become
-    # a crate of its own).
-    "shared/upstream/src": [{"sim", "sim::anthropic", "sim::gemini", "sim::openai"}],
 }
 
 

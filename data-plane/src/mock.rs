@@ -1,6 +1,6 @@
 //! `provider: mock`: an in-process simulated upstream for demos, drills and quick starts. It
 //! answers natively in the client's own protocol (OpenAI, Anthropic or Gemini), so requests to
-//! it are never translated. Answer shapes come from `switchyard_upstream::sim`, the same
+//! it are never translated. Answer shapes come from the `switchyard-sim` crate, the same
 //! builders as the mock HTTP server, so the two never diverge.
 //!
 //! A mock channel's options ([`MockOptions`], from `switchyard-upstream`) travel in its
@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use switchyard_engine::RandomSource;
 use switchyard_provider::Protocol;
-use switchyard_upstream::sim;
+use switchyard_sim as sim;
 pub use switchyard_upstream::MockOptions;
 
 use tokio::time::timeout;

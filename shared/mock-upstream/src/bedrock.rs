@@ -16,11 +16,11 @@ use bytes::Bytes;
 use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
 use serde_json::{json, Value};
 use switchyard_provider::bedrock::eventstream::encode;
+use switchyard_sim as sim;
 use switchyard_upstream::bedrock::{parse_amz_date, parse_authorization, parse_aws_keys};
 
 use crate::respond::{full, script_answer, with_headers, MockBody, DEFAULT_STREAM_CHUNKS};
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
-use crate::sim;
 
 /// The access key id of the mock's first test key (throwaway; it signs nothing real).
 pub const TEST_ACCESS_KEY_ID: &str = "AKIAMOCKBEDROCK00001";

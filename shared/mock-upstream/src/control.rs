@@ -20,10 +20,10 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
+use switchyard_sim as sim;
 
 use crate::respond::{full, MockBody};
 use crate::script::{Behavior, Matcher, Script};
-use crate::sim;
 use crate::vertex::TokenIssuer;
 
 pub(crate) const PREFIX: &str = "/__mock/";

@@ -51,7 +51,7 @@
 //!
 //! Rules are checked in insertion order; the first matching rule with uses left answers, and
 //! when none matches the endpoint's default OK answer is served. The answers' shapes come from
-//! [`sim`] (defined in `switchyard-upstream` and re-exported here), which the data plane's
+//! [`sim`] (the `switchyard-sim` crate, re-exported here), which the data plane's
 //! in-process `provider: mock` uses too.
 
 mod azure;
@@ -67,5 +67,6 @@ pub use respond::DEFAULT_STREAM_CHUNKS;
 pub use script::ReportedUsage;
 pub use script::{Behavior, HitCounts, Matcher, RecordedRequest, RuleReport, StreamShape};
 pub use server::{MockOptions, MockUpstream};
-/// The pure answer builders, shared with the data plane's `provider: mock`.
-pub use switchyard_upstream::sim;
+/// The pure answer builders (the `switchyard-sim` crate), shared with the data plane's
+/// `provider: mock`.
+pub use switchyard_sim as sim;

@@ -19,11 +19,11 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use serde_json::Value;
+use switchyard_sim::{self as sim, Protocol};
 use tokio::time::Sleep;
 
 use crate::azure;
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
-use crate::sim::{self, Protocol};
 use crate::vertex;
 
 /// Chunks streamed when the request asks for `"stream": true` and no rule says otherwise.

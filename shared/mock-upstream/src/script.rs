@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::sim::ToolCall;
+use switchyard_sim::ToolCall;
 
 /// Selects requests. Every field that is set must match; [`Matcher::any`] matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -433,7 +433,7 @@ pub struct ReportedUsage {
 }
 
 impl ReportedUsage {
-    pub(crate) fn of(answer: &crate::sim::Answer) -> Self {
+    pub(crate) fn of(answer: &switchyard_sim::Answer) -> Self {
         Self {
             answers: 1,
             input_tokens: answer.input_tokens(),

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use switchyard_sim as sim;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -25,7 +26,6 @@ use crate::control::{self, Shared};
 use crate::respond::{self, MockBody};
 use crate::script::ReportedUsage;
 use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
-use crate::sim;
 use crate::vertex::{self, TokenIssuer};
 
 /// Largest request body the mock reads (matches the gateway's default limit).

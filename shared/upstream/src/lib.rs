@@ -1,4 +1,4 @@
-//! Everything that talks to — or imitates — an LLM upstream, shared by both planes, so that the
+//! Everything that talks to an LLM upstream, shared by both planes, so that the
 //! proxies' traffic and the control plane's recovery probes are built by the same rules:
 //!
 //! - [`client`]: the upstream connection pool (HTTP/1.1, and HTTP/2 when a TLS upstream offers
@@ -16,9 +16,8 @@
 //!   channel's own protocol;
 //! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
 //!   8× the interval), the same for both planes;
-//! - [`mock`]: a `provider: mock` channel's options;
-//! - [`sim`]: pure builders of every simulated answer shape, used by the data plane's in-process
-//!   `provider: mock` and by the mock upstream server (`switchyard-mock-upstream`).
+//! - [`mock`]: a `provider: mock` channel's options (the answers it gives are built by the
+//!   `switchyard-sim` crate).
 //!
 //! Protocol translation is not here: it is the pure `switchyard-provider` crate.
 
@@ -32,7 +31,6 @@ mod http2;
 pub mod mock;
 pub mod probe;
 pub mod schedule;
-pub mod sim;
 pub mod vertex;
 
 pub use bedrock::{check_aws_credential, check_bedrock_base_url};

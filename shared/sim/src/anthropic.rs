@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::{estimate_tokens, next_id, split_content, split_even, sse_event, Answer};
+use crate::answer::{estimate_tokens, Answer};
+use crate::wire::{next_id, split_content, split_even, sse_event};
 
 /// An Anthropic `/v1/messages` answer.
 pub fn anthropic_message_json(model: &str, text: &str, input_tokens: u64) -> String {
@@ -179,7 +180,7 @@ pub fn anthropic_count_tokens_json(input_tokens: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::DEFAULT_CONTENT;
+    use crate::DEFAULT_CONTENT;
 
     fn names(events: &[String]) -> Vec<&str> {
         events

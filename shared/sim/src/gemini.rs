@@ -1,9 +1,10 @@
 //! Gemini native answers (`/v1beta/models/{model}:generateContent`,
-//! `:streamGenerateContent` and `:countTokens`) and Gemini's error shape.
+//! `:streamGenerateContent` and `:countTokens`).
 
 use serde_json::{json, Value};
 
-use super::{next_id, split_content, sse_data_crlf, Answer};
+use crate::answer::Answer;
+use crate::wire::{next_id, split_content, sse_data_crlf};
 
 /// `usageMetadata` of an [`Answer`]; `cachedContentTokenCount` only when some were cached, as
 /// Gemini omits it otherwise.
@@ -126,33 +127,10 @@ pub fn gemini_count_tokens_json(total_tokens: u64) -> String {
     json!({"totalTokens": total_tokens}).to_string()
 }
 
-/// `{"error":{"code","message","status"}}`, the Gemini (Google API) error shape.
-pub fn gemini_error_json(code: u16, message: &str, status: &str) -> String {
-    json!({"error": {"code": code, "message": message, "status": status}}).to_string()
-}
-
-/// The Google RPC status name Gemini reports with an HTTP status.
-pub fn gemini_error_status(code: u16) -> &'static str {
-    match code {
-        400 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        408 | 504 => "DEADLINE_EXCEEDED",
-        409 => "ABORTED",
-        429 => "RESOURCE_EXHAUSTED",
-        499 => "CANCELLED",
-        500 => "INTERNAL",
-        501 => "UNIMPLEMENTED",
-        502 | 503 | 529 => "UNAVAILABLE",
-        c if (400..500).contains(&c) => "FAILED_PRECONDITION",
-        _ => "UNKNOWN",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{gemini_error_json, gemini_error_status};
 
     fn parse(s: &str) -> Value {
         serde_json::from_str(s).unwrap()
@@ -257,30 +235,5 @@ mod tests {
         assert_eq!(e["error"]["status"], "RESOURCE_EXHAUSTED");
         assert_eq!(gemini_error_status(503), "UNAVAILABLE");
         assert_eq!(parse(&gemini_count_tokens_json(9))["totalTokens"], 9);
-    }
-
-    #[test]
-    fn every_status_has_its_gemini_error_status() {
-        for (code, status) in [
-            (400, "INVALID_ARGUMENT"),
-            (401, "UNAUTHENTICATED"),
-            (403, "PERMISSION_DENIED"),
-            (404, "NOT_FOUND"),
-            (408, "DEADLINE_EXCEEDED"),
-            (504, "DEADLINE_EXCEEDED"),
-            (409, "ABORTED"),
-            (429, "RESOURCE_EXHAUSTED"),
-            (499, "CANCELLED"),
-            (500, "INTERNAL"),
-            (501, "UNIMPLEMENTED"),
-            (502, "UNAVAILABLE"),
-            (503, "UNAVAILABLE"),
-            (529, "UNAVAILABLE"),
-            (418, "FAILED_PRECONDITION"),
-            (300, "UNKNOWN"),
-            (599, "UNKNOWN"),
-        ] {
-            assert_eq!(gemini_error_status(code), status, "{code}");
-        }
     }
 }

@@ -2,10 +2,17 @@
 
 use serde_json::{json, Value};
 
-use super::{
-    base64_encode, estimate_tokens, next_id, now_secs, split_content, split_even, sse_data,
-    sse_event, Answer, DONE_EVENT, EMBEDDING_DIMENSIONS,
+use crate::answer::{estimate_tokens, Answer};
+use crate::wire::{
+    base64_encode, next_id, now_secs, split_content, split_even, sse_data, sse_event,
 };
+
+/// The models listed by `GET /v1/models` unless told otherwise.
+pub const DEFAULT_MODELS: &[&str] = &["mock-model", "gpt-4o-mini", "text-embedding-3-small"];
+/// Number of floats in each mock embedding (unless the request asks for `dimensions`).
+pub const EMBEDDING_DIMENSIONS: usize = 8;
+/// The SSE terminator of OpenAI streams.
+pub const DONE_EVENT: &str = "data: [DONE]\n\n";
 
 /// A non-streaming `chat.completion` with a usage block estimated from the content alone.
 pub fn chat_completion_json(model: &str, content: &str) -> String {
@@ -455,7 +462,7 @@ const TINY_PNG: &[u8] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::DEFAULT_CONTENT;
+    use crate::DEFAULT_CONTENT;
 
     fn parse(s: &str) -> Value {
         serde_json::from_str(s).unwrap()

@@ -1,0 +1,53 @@
+//! The simulated upstream: pure builders for the answers an LLM upstream gives, in each
+//! protocol's own wire format — OpenAI (chat, completions, responses, embeddings, ...),
+//! Anthropic Messages and Gemini `generateContent` — as JSON bodies and SSE events. No sockets
+//! and no state beyond a process-wide id counter, so the data plane's in-process
+//! `provider: mock` and the mock HTTP server (`switchyard-mock-upstream`) produce the same shapes.
+//!
+//! Two generations of builders live here:
+//! - the original text-only ones (`chat_completion_json_with_usage`, `chat_chunks`,
+//!   `anthropic_message_json`, `anthropic_events`, ...), kept unchanged for their callers;
+//! - the [`Answer`]-based ones (`chat_answer_json`, `chat_answer_chunks`,
+//!   `anthropic_answer_json`, `anthropic_answer_events`, `gemini_response_json`,
+//!   `gemini_events`, ...), which also carry tool calls and cached-token usage. An [`Answer`]
+//!   says *what* the upstream answers; the builder of each protocol says it in that protocol.
+//!
+//! Errors come in each provider's shape ([`openai_error_json`], [`anthropic_error_json`],
+//! [`gemini_error_json`]); [`Protocol::of_path`] and [`error_json`] pick the shape a request path
+//! expects.
+//!
+//! Every SSE helper returns complete events, ready to be written to the wire one by one:
+//! `data: ...\n\n` (OpenAI chat and completions), `event: ...\ndata: ...\n\n` (Anthropic and
+//! Responses) or `data: ...\r\n\r\n` (Gemini, which ends its lines with CRLF).
+//!
+//! Modules: [`Answer`] and token counting at the bottom (`answer`), the pieces every protocol
+//! shares (`wire`: ids, SSE framing, splitting), the error shapes (`error`), then one module
+//! per protocol; this root only declares and re-exports them.
+
+mod answer;
+mod anthropic;
+mod error;
+mod gemini;
+mod openai;
+mod wire;
+
+pub use answer::{estimate_tokens, Answer, ToolCall, DEFAULT_CONTENT, DEFAULT_MODEL};
+pub use anthropic::{
+    anthropic_answer_events, anthropic_answer_json, anthropic_count_tokens_json, anthropic_events,
+    anthropic_message_json,
+};
+pub use error::{
+    anthropic_error_json, anthropic_error_kind, error_json, gemini_error_json, gemini_error_status,
+    openai_error_json, openai_error_kind, Protocol,
+};
+pub use gemini::{
+    gemini_count_tokens_json, gemini_events, gemini_response_json, gemini_stream_responses,
+};
+pub use openai::{
+    chat_answer_chunks, chat_answer_json, chat_chunks, chat_chunks_with_usage,
+    chat_completion_json, chat_completion_json_with_usage, completion_chunks, completion_json,
+    embeddings_json, embeddings_json_with, images_json, models_json, response_events,
+    response_json, speech_bytes, transcription_json, DEFAULT_MODELS, DONE_EVENT,
+    EMBEDDING_DIMENSIONS,
+};
+pub use wire::{base64_encode, next_id, split_content, split_even};
