@@ -17,9 +17,11 @@ use http::{header, HeaderMap, Request, Response, StatusCode, Uri};
 use serde_json::{json, Value};
 use switchyard_provider::bedrock::eventstream::encode;
 use switchyard_sim as sim;
-use switchyard_upstream::bedrock::{parse_amz_date, parse_authorization, parse_aws_keys};
+use switchyard_upstream::bedrock::{
+    parse_amz_date, parse_authorization, parse_aws_keys, Authorization,
+};
 
-use crate::respond::{full, script_answer, with_headers, MockBody, DEFAULT_STREAM_CHUNKS};
+use crate::respond::{full, script_answer, stream_chunks, with_headers, MockBody};
 use crate::script::{Behavior, RecordedRequest, ReportedUsage};
 
 /// The access key id of the mock's first test key (throwaway; it signs nothing real).
@@ -155,13 +157,36 @@ pub fn verify(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), Box<Response<MockBody>>> {
+    let (auth, secret) = signer(headers)?;
     let refuse = |message: &str| {
-        Err(Box::new(error(
+        Box::new(error(
             StatusCode::FORBIDDEN,
             "InvalidSignatureException",
             message,
-        )))
+        ))
     };
+    if auth.service != "bedrock" {
+        return Err(refuse(
+            "Credential should be scoped to correct service: 'bedrock'.",
+        ));
+    }
+    let date = signed_at(headers).map_err(refuse)?;
+    let expected =
+        expected_signature(method, uri, headers, body, &auth, secret, date).map_err(refuse)?;
+    match expected {
+        Some(expected)
+            if expected.signature == auth.signature
+                && expected.signed_headers == auth.signed_headers =>
+        {
+            Ok(())
+        }
+        _ => Err(refuse("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.")),
+    }
+}
+
+/// The request's parsed `Authorization` and the secret of the test key it names; `Err` is
+/// Bedrock's refusal of a request without one or naming an unknown key.
+fn signer(headers: &HeaderMap) -> Result<(Authorization, &'static str), Box<Response<MockBody>>> {
     let Some(auth) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -180,37 +205,76 @@ pub fn verify(
             "The security token included in the request is invalid.",
         )));
     };
-    if auth.service != "bedrock" {
-        return refuse("Credential should be scoped to correct service: 'bedrock'.");
-    }
-    let Some(date) = headers
+    Ok((auth, secret))
+}
+
+/// The signature's time (`x-amz-date`), refused when missing or further than [`MAX_SKEW`] from
+/// the mock's clock.
+fn signed_at(headers: &HeaderMap) -> Result<SystemTime, &'static str> {
+    let date = headers
         .get("x-amz-date")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_amz_date)
-    else {
-        return refuse("The request must carry an x-amz-date header.");
-    };
+        .ok_or("The request must carry an x-amz-date header.")?;
     let now = SystemTime::now();
     let skew = now
         .duration_since(date)
         .or_else(|_| date.duration_since(now))
         .unwrap_or_default();
     if skew > MAX_SKEW {
-        return refuse("Signature expired.");
+        return Err("Signature expired.");
     }
+    Ok(date)
+}
+
+/// The `Authorization` the mock computes for the request with `secret` (its signed headers
+/// copied, signed at `date`); `Err` is why it could not be computed.
+fn expected_signature(
+    method: &http::Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    auth: &Authorization,
+    secret: &str,
+    date: SystemTime,
+) -> Result<Option<Authorization>, &'static str> {
+    let mut copy = signed_copy(method, uri, headers, &auth.signed_headers)?;
+    let mut keys = json!({"access_key_id": auth.access_key_id, "secret_access_key": secret});
+    if let Some(token) = headers
+        .get("x-amz-security-token")
+        .and_then(|v| v.to_str().ok())
+    {
+        keys["session_token"] = json!(token);
+    }
+    let keys = parse_aws_keys(&keys.to_string()).map_err(|_| "The security token is not valid.")?;
+    switchyard_upstream::bedrock::sign_request(&mut copy, &auth.region, &keys, body, date)
+        .map_err(|_| "The request could not be verified.")?;
+    Ok(copy
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_authorization))
+}
+
+/// A copy of the request as it was signed: method, URL and the `signed` headers the signer adds
+/// none of.
+fn signed_copy(
+    method: &http::Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    signed: &[String],
+) -> Result<Request<()>, &'static str> {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("localhost");
     let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
-    let Ok(mut copy) = Request::builder()
+    let mut copy = Request::builder()
         .method(method.clone())
         .uri(format!("http://{host}{path_and_query}"))
         .body(())
-    else {
-        return refuse("The request URI is not valid.");
-    };
-    for name in &auth.signed_headers {
+        .map_err(|_| "The request URI is not valid.")?;
+    for name in signed {
         if matches!(
             name.as_str(),
             "host" | "x-amz-date" | "x-amz-security-token" | "authorization"
@@ -224,38 +288,10 @@ pub fn verify(
             (Some(value), Ok(name)) => {
                 copy.headers_mut().insert(name, value.clone());
             }
-            _ => return refuse("A signed header is missing."),
+            _ => return Err("A signed header is missing."),
         }
     }
-    let mut keys = json!({"access_key_id": auth.access_key_id, "secret_access_key": secret});
-    if let Some(token) = headers
-        .get("x-amz-security-token")
-        .and_then(|v| v.to_str().ok())
-    {
-        keys["session_token"] = json!(token);
-    }
-    let Ok(keys) = parse_aws_keys(&keys.to_string()) else {
-        return refuse("The security token is not valid.");
-    };
-    if switchyard_upstream::bedrock::sign_request(&mut copy, &auth.region, &keys, body, date)
-        .is_err()
-    {
-        return refuse("The request could not be verified.");
-    }
-    let expected = copy
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_authorization);
-    match expected {
-        Some(expected)
-            if expected.signature == auth.signature
-                && expected.signed_headers == auth.signed_headers =>
-        {
-            Ok(())
-        }
-        _ => refuse("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details."),
-    }
+    Ok(copy)
 }
 
 fn usage_json(answer: &sim::Answer) -> Value {
@@ -381,26 +417,13 @@ fn answer(
     behavior: &Behavior,
     reported: &mut Option<ReportedUsage>,
 ) -> Response<MockBody> {
-    let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
-    if behavior.malformed {
-        return full(
-            status.unwrap_or(StatusCode::OK),
-            "application/json",
-            "{\"output\":{\"message\":<<mock: malformed>>",
-        );
+    if let Some(response) = scripted(behavior) {
+        return response;
     }
-    if let Some(status) = status.filter(|s| !s.is_success()) {
-        let exception = exception_of(status.as_u16());
-        let body = behavior.body.clone().unwrap_or_else(|| {
-            json!({"message": format!("mock upstream scripted error (HTTP {})", status.as_u16())})
-                .to_string()
-        });
-        return error_with_body(status, exception, body);
-    }
-    let status = status.unwrap_or(StatusCode::OK);
-    if let Some(body) = &behavior.body {
-        return full(status, "application/json", body.clone());
-    }
+    let status = behavior
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
     let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
     let answer = script_answer(behavior, &route.model, prompt_tokens);
     let streamed = route.operation == Operation::ConverseStream
@@ -413,47 +436,7 @@ fn answer(
             json!({"inputTokens": prompt_tokens}).to_string(),
         )
     } else if streamed {
-        let chunks = match (behavior.stream, behavior.cut_after_chunks) {
-            (Some(shape), _) => shape.chunks,
-            (None, Some(cut)) => DEFAULT_STREAM_CHUNKS.max(cut),
-            (None, None) => DEFAULT_STREAM_CHUNKS,
-        };
-        let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
-        let mut events = converse_stream(&answer, chunks);
-        *reported = Some(ReportedUsage::of(&answer));
-        let cut = behavior.cut_after_chunks.is_some();
-        if let Some(n) = behavior.cut_after_chunks {
-            *reported = None;
-            events.truncate(n.min(events.len().saturating_sub(2)));
-        }
-        if let Some((n, exception)) = &behavior.exception_after_chunks {
-            *reported = None;
-            events.truncate((*n).min(events.len().saturating_sub(2)));
-            events.push(Bytes::from(encode(
-                &[
-                    (":exception-type", exception),
-                    (":content-type", "application/json"),
-                    (":message-type", "exception"),
-                ],
-                json!({"message": format!("mock upstream scripted {exception}")})
-                    .to_string()
-                    .as_bytes(),
-            )));
-        }
-        Response::builder()
-            .status(status)
-            .header(
-                header::CONTENT_TYPE,
-                switchyard_upstream::bedrock::EVENT_STREAM,
-            )
-            .body(MockBody::events(events, gap, cut))
-            .unwrap_or_else(|_| {
-                full(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain",
-                    "bad response",
-                )
-            })
+        stream_answer(&answer, behavior, status, reported)
     } else {
         *reported = Some(ReportedUsage::of(&answer));
         full(status, "application/json", converse_json(&answer))
@@ -462,6 +445,82 @@ fn answer(
         response.headers_mut().insert("x-amzn-requestid", value);
     }
     response
+}
+
+/// The answers a behaviour scripts whatever the operation: a malformed body, an error status
+/// (Bedrock's exception for it, with the scripted body or a message), or a fixed body; `None`
+/// for a generated answer.
+fn scripted(behavior: &Behavior) -> Option<Response<MockBody>> {
+    let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
+    if behavior.malformed {
+        return Some(full(
+            status.unwrap_or(StatusCode::OK),
+            "application/json",
+            "{\"output\":{\"message\":<<mock: malformed>>",
+        ));
+    }
+    if let Some(status) = status.filter(|s| !s.is_success()) {
+        let exception = exception_of(status.as_u16());
+        let body = behavior.body.clone().unwrap_or_else(|| {
+            json!({"message": format!("mock upstream scripted error (HTTP {})", status.as_u16())})
+                .to_string()
+        });
+        return Some(error_with_body(status, exception, body));
+    }
+    let status = status.unwrap_or(StatusCode::OK);
+    let body = behavior.body.as_ref()?;
+    Some(full(status, "application/json", body.clone()))
+}
+
+/// `ConverseStream`'s answer saying `answer` in the behaviour's chunks and gap, cut short or
+/// ended by a scripted exception where it says (neither reports usage).
+fn stream_answer(
+    answer: &sim::Answer,
+    behavior: &Behavior,
+    status: StatusCode,
+    reported: &mut Option<ReportedUsage>,
+) -> Response<MockBody> {
+    let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
+    let mut events = converse_stream(answer, stream_chunks(behavior));
+    *reported = Some(ReportedUsage::of(answer));
+    let cut = behavior.cut_after_chunks.is_some();
+    if let Some(n) = behavior.cut_after_chunks {
+        *reported = None;
+        events.truncate(n.min(events.len().saturating_sub(2)));
+    }
+    if let Some((n, exception)) = &behavior.exception_after_chunks {
+        *reported = None;
+        events.truncate((*n).min(events.len().saturating_sub(2)));
+        events.push(exception_event(exception));
+    }
+    Response::builder()
+        .status(status)
+        .header(
+            header::CONTENT_TYPE,
+            switchyard_upstream::bedrock::EVENT_STREAM,
+        )
+        .body(MockBody::events(events, gap, cut))
+        .unwrap_or_else(|_| {
+            full(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                "bad response",
+            )
+        })
+}
+
+/// An event-stream exception message: Bedrock's way to fail a stream already under way.
+fn exception_event(exception: &str) -> Bytes {
+    Bytes::from(encode(
+        &[
+            (":exception-type", exception),
+            (":content-type", "application/json"),
+            (":message-type", "exception"),
+        ],
+        json!({"message": format!("mock upstream scripted {exception}")})
+            .to_string()
+            .as_bytes(),
+    ))
 }
 
 #[cfg(test)]

@@ -232,22 +232,13 @@ fn answer(
     reported: &mut Option<ReportedUsage>,
 ) -> Response<MockBody> {
     let protocol = Protocol::of_path(&request.path);
-    let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
-    if behavior.malformed {
-        let status = status.unwrap_or(StatusCode::OK);
-        return full(status, "application/json", malformed_body(protocol));
+    if let Some(response) = scripted(protocol, behavior) {
+        return response;
     }
-    if let Some(status) = status.filter(|s| !s.is_success()) {
-        let body = behavior
-            .body
-            .clone()
-            .unwrap_or_else(|| error_body(protocol, status, "mock upstream scripted error"));
-        return full(status, content_type_of(&body), body);
-    }
-    let status = status.unwrap_or(StatusCode::OK);
-    if let Some(body) = &behavior.body {
-        return full(status, content_type_of(body), body.clone());
-    }
+    let status = behavior
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
     let path = match vertex::gemini_path(&request.path) {
         Some(gemini) => std::borrow::Cow::Owned(gemini),
         None => azure::openai_path(&request.path),
@@ -266,97 +257,178 @@ fn answer(
             );
         }
     };
-    let json = request.json();
-    let model = request.model.as_deref().unwrap_or(sim::DEFAULT_MODEL);
-    let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
-    // What chat, messages and Gemini say (text and tool calls), and the text of the endpoints
-    // that cannot carry tool calls.
-    let answer = script_answer(behavior, model, prompt_tokens);
-    let plain_text = if behavior.empty_completion {
-        ""
-    } else {
-        behavior.text.as_deref().unwrap_or(sim::DEFAULT_CONTENT)
-    };
+    let said = Said::of(request, behavior);
     let wants_stream = match endpoint {
         Endpoint::GeminiStream => true,
         Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens | Endpoint::MessagesCountTokens => {
             false
         }
-        _ => json.get("stream").and_then(Value::as_bool) == Some(true),
+        _ => said.json.get("stream").and_then(Value::as_bool) == Some(true),
     };
     if behavior.stream.is_some() || behavior.cut_after_chunks.is_some() || wants_stream {
-        let chunks = match (behavior.stream, behavior.cut_after_chunks) {
-            (Some(shape), _) => shape.chunks,
-            (None, Some(cut)) => DEFAULT_STREAM_CHUNKS.max(cut),
-            (None, None) => DEFAULT_STREAM_CHUNKS,
+        return stream_answer(request, behavior, endpoint, &said, status, reported);
+    }
+    plain_answer(endpoint, &path, behavior, models, &said, status, reported)
+}
+
+/// The answers a behaviour scripts whatever the endpoint: a malformed body, an error status (with
+/// its scripted body, else the protocol's error), or a fixed body; `None` for a generated answer.
+fn scripted(protocol: Protocol, behavior: &Behavior) -> Option<Response<MockBody>> {
+    let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
+    if behavior.malformed {
+        let status = status.unwrap_or(StatusCode::OK);
+        return Some(full(status, "application/json", malformed_body(protocol)));
+    }
+    if let Some(status) = status.filter(|s| !s.is_success()) {
+        let body = behavior
+            .body
+            .clone()
+            .unwrap_or_else(|| error_body(protocol, status, "mock upstream scripted error"));
+        return Some(full(status, content_type_of(&body), body));
+    }
+    let status = status.unwrap_or(StatusCode::OK);
+    let body = behavior.body.as_ref()?;
+    Some(full(status, content_type_of(body), body.clone()))
+}
+
+/// What the generated answer to a request says, whatever its endpoint.
+struct Said<'a> {
+    /// The request's body as JSON (`null` when it is not).
+    json: Value,
+    model: &'a str,
+    prompt_tokens: u64,
+    /// What chat, messages and Gemini say (text and tool calls).
+    answer: sim::Answer,
+    /// The text of the endpoints that cannot carry tool calls.
+    plain_text: &'a str,
+}
+
+impl<'a> Said<'a> {
+    fn of(request: &'a RecordedRequest, behavior: &'a Behavior) -> Self {
+        let model = request.model.as_deref().unwrap_or(sim::DEFAULT_MODEL);
+        let prompt_tokens = sim::estimate_tokens(&String::from_utf8_lossy(&request.body)).max(1);
+        let plain_text = if behavior.empty_completion {
+            ""
+        } else {
+            behavior.text.as_deref().unwrap_or(sim::DEFAULT_CONTENT)
         };
-        let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
-        let mut content_type = "text/event-stream";
-        let mut events = match endpoint {
-            Endpoint::Completions => sim::completion_chunks(model, plain_text, chunks),
-            Endpoint::Responses => sim::response_events(model, plain_text, chunks, prompt_tokens),
-            Endpoint::Messages | Endpoint::MessagesCountTokens => {
-                *reported = Some(ReportedUsage::of(&answer));
-                sim::anthropic_answer_events(&answer, chunks)
-            }
-            Endpoint::GeminiStream if request.query_param("alt") != Some("sse") => {
-                // Without `alt=sse` Gemini streams one JSON array of responses.
-                *reported = Some(ReportedUsage::of(&answer));
-                content_type = "application/json";
-                json_array_pieces(sim::gemini_stream_responses(&answer, chunks))
-            }
-            Endpoint::GeminiGenerate | Endpoint::GeminiStream | Endpoint::GeminiCountTokens => {
-                *reported = Some(ReportedUsage::of(&answer));
-                sim::gemini_events(&answer, chunks)
-            }
-            // Other endpoints have no stream of their own; a forced stream uses the chat shape.
-            _ => {
-                let include_usage = json
-                    .pointer("/stream_options/include_usage")
-                    .and_then(Value::as_bool)
-                    == Some(true);
-                if include_usage && endpoint == Endpoint::Chat {
-                    *reported = Some(ReportedUsage::of(&answer));
-                }
-                sim::chat_answer_chunks(&answer, chunks, include_usage)
-            }
-        };
-        let cut = behavior.cut_after_chunks.is_some();
-        if let Some(n) = behavior.cut_after_chunks {
-            // A cut stream may stop before its usage event: report none.
-            *reported = None;
-            // Never reach the terminating event: the stream must break, not end.
-            events.truncate(n.min(events.len().saturating_sub(1)));
+        Said {
+            json: request.json(),
+            model,
+            prompt_tokens,
+            answer: script_answer(behavior, model, prompt_tokens),
+            plain_text,
         }
-        return Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, content_type)
-            .header(header::CACHE_CONTROL, "no-cache")
-            .body(MockBody::events(events, gap, cut))
-            .unwrap_or_else(|_| internal_error());
+    }
+}
+
+/// The chunks a streamed answer is said in: the behaviour's stream shape, else enough for its
+/// cut, else [`DEFAULT_STREAM_CHUNKS`].
+pub(crate) fn stream_chunks(behavior: &Behavior) -> usize {
+    match (behavior.stream, behavior.cut_after_chunks) {
+        (Some(shape), _) => shape.chunks,
+        (None, Some(cut)) => DEFAULT_STREAM_CHUNKS.max(cut),
+        (None, None) => DEFAULT_STREAM_CHUNKS,
+    }
+}
+
+/// A streamed answer: the endpoint's events, released with the behaviour's gap, cut where it
+/// says.
+fn stream_answer(
+    request: &RecordedRequest,
+    behavior: &Behavior,
+    endpoint: Endpoint,
+    said: &Said<'_>,
+    status: StatusCode,
+    reported: &mut Option<ReportedUsage>,
+) -> Response<MockBody> {
+    let gap = behavior.stream.map(|s| s.gap).unwrap_or_default();
+    let (content_type, mut events) =
+        stream_events(request, endpoint, said, stream_chunks(behavior), reported);
+    let cut = behavior.cut_after_chunks.is_some();
+    if let Some(n) = behavior.cut_after_chunks {
+        // A cut stream may stop before its usage event: report none.
+        *reported = None;
+        // Never reach the terminating event: the stream must break, not end.
+        events.truncate(n.min(events.len().saturating_sub(1)));
+    }
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(MockBody::events(events, gap, cut))
+        .unwrap_or_else(|_| internal_error())
+}
+
+/// The content type and the events of `endpoint`'s stream in `chunks` pieces, noting in
+/// `reported` the usage they say.
+fn stream_events(
+    request: &RecordedRequest,
+    endpoint: Endpoint,
+    said: &Said<'_>,
+    chunks: usize,
+    reported: &mut Option<ReportedUsage>,
+) -> (&'static str, Vec<String>) {
+    let (model, text, answer) = (said.model, said.plain_text, &said.answer);
+    let events = match endpoint {
+        Endpoint::Completions => sim::completion_chunks(model, text, chunks),
+        Endpoint::Responses => sim::response_events(model, text, chunks, said.prompt_tokens),
+        Endpoint::Messages | Endpoint::MessagesCountTokens => {
+            *reported = Some(ReportedUsage::of(answer));
+            sim::anthropic_answer_events(answer, chunks)
+        }
+        Endpoint::GeminiStream if request.query_param("alt") != Some("sse") => {
+            // Without `alt=sse` Gemini streams one JSON array of responses.
+            *reported = Some(ReportedUsage::of(answer));
+            let responses = sim::gemini_stream_responses(answer, chunks);
+            return ("application/json", json_array_pieces(responses));
+        }
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream | Endpoint::GeminiCountTokens => {
+            *reported = Some(ReportedUsage::of(answer));
+            sim::gemini_events(answer, chunks)
+        }
+        // Other endpoints have no stream of their own; a forced stream uses the chat shape.
+        _ => {
+            let include_usage = said
+                .json
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                == Some(true);
+            if include_usage && endpoint == Endpoint::Chat {
+                *reported = Some(ReportedUsage::of(answer));
+            }
+            sim::chat_answer_chunks(answer, chunks, include_usage)
+        }
+    };
+    ("text/event-stream", events)
+}
+
+/// `endpoint`'s answer in one body (JSON, but speech's audio), noting in `reported` the usage it
+/// says.
+fn plain_answer(
+    endpoint: Endpoint,
+    path: &str,
+    behavior: &Behavior,
+    models: &[String],
+    said: &Said<'_>,
+    status: StatusCode,
+    reported: &mut Option<ReportedUsage>,
+) -> Response<MockBody> {
+    let (model, text, answer) = (said.model, said.plain_text, &said.answer);
+    if matches!(
+        endpoint,
+        Endpoint::Chat | Endpoint::Messages | Endpoint::GeminiGenerate | Endpoint::GeminiStream
+    ) {
+        *reported = Some(ReportedUsage::of(answer));
     }
     let body = match endpoint {
-        Endpoint::Chat => {
-            *reported = Some(ReportedUsage::of(&answer));
-            sim::chat_answer_json(&answer)
-        }
-        Endpoint::Completions => sim::completion_json(model, plain_text, prompt_tokens),
-        Endpoint::Embeddings => {
-            let inputs = match json.get("input") {
-                Some(Value::Array(items)) => items.len().max(1),
-                _ => 1,
-            };
-            let dimensions = json
-                .get("dimensions")
-                .and_then(Value::as_u64)
-                .map_or(sim::EMBEDDING_DIMENSIONS, |d| d.clamp(1, 4096) as usize);
-            let base64 = json.get("encoding_format").and_then(Value::as_str) == Some("base64");
-            sim::embeddings_json_with(model, inputs, dimensions, base64)
-        }
-        Endpoint::Responses => sim::response_json(model, plain_text, prompt_tokens),
+        Endpoint::Chat => sim::chat_answer_json(answer),
+        Endpoint::Completions => sim::completion_json(model, text, said.prompt_tokens),
+        Endpoint::Embeddings => embeddings(model, &said.json),
+        Endpoint::Responses => sim::response_json(model, text, said.prompt_tokens),
         Endpoint::Images => {
-            let n = json.get("n").and_then(Value::as_u64).unwrap_or(1).min(10) as usize;
-            sim::images_json(n)
+            let n = said.json.get("n").and_then(Value::as_u64).unwrap_or(1);
+            sim::images_json(n.min(10) as usize)
         }
         Endpoint::Speech => return full(status, "audio/mpeg", sim::speech_bytes()),
         Endpoint::Transcriptions => {
@@ -367,28 +439,39 @@ fn answer(
             sim::models_json(&ids)
         }
         Endpoint::Model => {
-            let id = path.trim_start_matches("/v1/models/");
-            if !models.iter().any(|m| m == id) {
-                let message = format!("The model `{id}` does not exist");
-                let body =
-                    sim::openai_error_json(&message, "invalid_request_error", "model_not_found");
-                return full(StatusCode::NOT_FOUND, "application/json", body);
-            }
-            serde_json::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"})
-                .to_string()
+            return model_answer(path.trim_start_matches("/v1/models/"), models, status)
         }
-        Endpoint::Messages => {
-            *reported = Some(ReportedUsage::of(&answer));
-            sim::anthropic_answer_json(&answer)
-        }
-        Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(prompt_tokens),
-        Endpoint::GeminiGenerate | Endpoint::GeminiStream => {
-            *reported = Some(ReportedUsage::of(&answer));
-            sim::gemini_response_json(&answer)
-        }
-        Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(prompt_tokens),
+        Endpoint::Messages => sim::anthropic_answer_json(answer),
+        Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(said.prompt_tokens),
+        Endpoint::GeminiGenerate | Endpoint::GeminiStream => sim::gemini_response_json(answer),
+        Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(said.prompt_tokens),
     };
     full(status, "application/json", body)
+}
+
+/// `/v1/embeddings`: one vector per input, the `dimensions` and `encoding_format` asked for.
+fn embeddings(model: &str, json: &Value) -> String {
+    let inputs = match json.get("input") {
+        Some(Value::Array(items)) => items.len().max(1),
+        _ => 1,
+    };
+    let dimensions = json
+        .get("dimensions")
+        .and_then(Value::as_u64)
+        .map_or(sim::EMBEDDING_DIMENSIONS, |d| d.clamp(1, 4096) as usize);
+    let base64 = json.get("encoding_format").and_then(Value::as_str) == Some("base64");
+    sim::embeddings_json_with(model, inputs, dimensions, base64)
+}
+
+/// `GET /v1/models/{id}`: the model when listed, else OpenAI's 404 `model_not_found`.
+fn model_answer(id: &str, models: &[String], status: StatusCode) -> Response<MockBody> {
+    if !models.iter().any(|m| m == id) {
+        let message = format!("The model `{id}` does not exist");
+        let body = sim::openai_error_json(&message, "invalid_request_error", "model_not_found");
+        return full(StatusCode::NOT_FOUND, "application/json", body);
+    }
+    let body = serde_json::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "switchyard-mock"});
+    full(status, "application/json", body.to_string())
 }
 
 /// What `behavior` makes the model say: its text (the default text unless it scripts tool calls),

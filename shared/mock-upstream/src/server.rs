@@ -398,7 +398,7 @@ fn tls_acceptor() -> io::Result<(TlsAcceptor, String)> {
 
 async fn handle(
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     request: Request<Incoming>,
 ) -> io::Result<Response<MockBody>> {
     let (parts, body) = request.into_parts();
@@ -418,14 +418,9 @@ async fn handle(
             ));
         }
     };
-    let path = parts.uri.path().to_owned();
+    let path = parts.uri.path();
     if shared.control_api && path.starts_with(control::PREFIX) {
-        return Ok(control::handle(
-            &shared,
-            parts.method.as_str(),
-            &path,
-            &body,
-        ));
+        return Ok(control::handle(&shared, parts.method.as_str(), path, &body));
     }
     if path == vertex::TOKEN_PATH && parts.method == http::Method::POST {
         let (status, answer) = shared.vertex().exchange(&body, &shared.token_uri);
@@ -433,53 +428,13 @@ async fn handle(
             http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
         return Ok(respond::full(status, "application/json", answer));
     }
-    let query = parts.uri.query().map(str::to_owned);
-    let bedrock_path = bedrock::parse(&path);
-    let recorded = RecordedRequest {
-        method: parts.method.to_string(),
-        version: parts.version,
-        credential: match &bedrock_path {
-            Some(_) => bedrock::access_key_id(&parts.headers),
-            None => credential(&parts.headers, query.as_deref()),
-        },
-        model: gemini_model(&path)
-            .or_else(|| azure_deployment(&path))
-            .or_else(|| vertex::parse(&path).map(|v| v.model.to_owned()))
-            .or_else(|| bedrock_path.as_ref().map(|b| b.model.clone()))
-            .or_else(|| model_of(&parts.headers, &body)),
-        path,
-        query,
-        headers: parts.headers,
-        body,
-    };
-    if azure::lacks_api_version(&recorded.path, recorded.query.as_deref()) {
-        // Azure refuses it before anything else: no rule applies.
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let bedrock_path = bedrock::parse(path);
+    let recorded = record(parts, body, bedrock_path.as_ref());
+    if let Some(refusal) = refusal(&shared, &recorded, bedrock_path.is_some(), &method, &uri) {
+        // The provider refuses it before anything else: no rule applies.
         shared.script().record(&recorded);
-        return Ok(respond::full(
-            http::StatusCode::NOT_FOUND,
-            "application/json",
-            azure::RESOURCE_NOT_FOUND,
-        ));
-    }
-    if vertex::parse(&recorded.path).is_some()
-        && !shared.vertex().valid(recorded.credential.as_deref())
-    {
-        // Vertex refuses it before anything else: no rule applies.
-        shared.script().record(&recorded);
-        return Ok(respond::full(
-            http::StatusCode::UNAUTHORIZED,
-            "application/json",
-            vertex::UNAUTHENTICATED,
-        ));
-    }
-    if bedrock_path.is_some() {
-        if let Err(refusal) =
-            bedrock::verify(&parts.method, &parts.uri, &recorded.headers, &recorded.body)
-        {
-            // Bedrock refuses it before anything else: no rule applies.
-            shared.script().record(&recorded);
-            return Ok(*refusal);
-        }
+        return Ok(refusal);
     }
     let behavior = shared.script().answer(&recorded);
     tracing::debug!(
@@ -490,22 +445,7 @@ async fn handle(
         "mock upstream request"
     );
     if let Some(behavior) = &behavior {
-        if !behavior.latency.is_zero() {
-            tokio::time::sleep(behavior.latency).await;
-        }
-        if behavior.hang {
-            // Wait for the mock to stop (the client giving up drops this future with the
-            // connection), then close without answering.
-            while !*shutdown.borrow_and_update() {
-                if shutdown.changed().await.is_err() {
-                    break;
-                }
-            }
-            return Err(io::Error::other("mock upstream: hang released by shutdown"));
-        }
-        if behavior.cut_before_first_byte {
-            return Err(io::Error::other("mock upstream: cut before first byte"));
-        }
+        before_answer(behavior, shutdown).await?;
     }
     let (response, reported) = match &bedrock_path {
         Some(route) => bedrock::respond(&recorded, route, behavior.as_ref()),
@@ -515,6 +455,89 @@ async fn handle(
         shared.script().add_reported_usage(reported);
     }
     Ok(response)
+}
+
+/// The record of a request: its credential and model where its provider carries them (the
+/// path's model for Gemini, Azure, Vertex and Bedrock; else the body's).
+fn record(
+    parts: http::request::Parts,
+    body: Bytes,
+    bedrock_path: Option<&bedrock::BedrockPath>,
+) -> RecordedRequest {
+    let path = parts.uri.path().to_owned();
+    let query = parts.uri.query().map(str::to_owned);
+    RecordedRequest {
+        method: parts.method.to_string(),
+        version: parts.version,
+        credential: match bedrock_path {
+            Some(_) => bedrock::access_key_id(&parts.headers),
+            None => credential(&parts.headers, query.as_deref()),
+        },
+        model: gemini_model(&path)
+            .or_else(|| azure_deployment(&path))
+            .or_else(|| vertex::parse(&path).map(|v| v.model.to_owned()))
+            .or_else(|| bedrock_path.map(|b| b.model.clone()))
+            .or_else(|| model_of(&parts.headers, &body)),
+        path,
+        query,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// The provider's refusal of a request before any rule: Azure's 404 without `api-version`,
+/// Vertex's 401 without a valid token, Bedrock's 403 without a valid signature.
+fn refusal(
+    shared: &Shared,
+    recorded: &RecordedRequest,
+    bedrock: bool,
+    method: &http::Method,
+    uri: &http::Uri,
+) -> Option<Response<MockBody>> {
+    if azure::lacks_api_version(&recorded.path, recorded.query.as_deref()) {
+        return Some(respond::full(
+            http::StatusCode::NOT_FOUND,
+            "application/json",
+            azure::RESOURCE_NOT_FOUND,
+        ));
+    }
+    if vertex::parse(&recorded.path).is_some()
+        && !shared.vertex().valid(recorded.credential.as_deref())
+    {
+        return Some(respond::full(
+            http::StatusCode::UNAUTHORIZED,
+            "application/json",
+            vertex::UNAUTHENTICATED,
+        ));
+    }
+    if bedrock {
+        return bedrock::verify(method, uri, &recorded.headers, &recorded.body)
+            .err()
+            .map(|refusal| *refusal);
+    }
+    None
+}
+
+/// What a scripted behaviour does before answering: its latency, then a hang until the mock stops
+/// or a cut before the first byte (both `Err`: the connection closes without an answer).
+async fn before_answer(behavior: &Behavior, mut shutdown: watch::Receiver<bool>) -> io::Result<()> {
+    if !behavior.latency.is_zero() {
+        tokio::time::sleep(behavior.latency).await;
+    }
+    if behavior.hang {
+        // Wait for the mock to stop (the client giving up drops this future with the
+        // connection), then close without answering.
+        while !*shutdown.borrow_and_update() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        return Err(io::Error::other("mock upstream: hang released by shutdown"));
+    }
+    if behavior.cut_before_first_byte {
+        return Err(io::Error::other("mock upstream: cut before first byte"));
+    }
+    Ok(())
 }
 
 /// The bearer token of `Authorization`, else `x-api-key` (Anthropic), else `api-key` (Azure),

@@ -34,14 +34,47 @@ pub fn report(dir: &Path) -> Result<Value, String> {
     let proxy_pid = pids.get("proxy").map(|p| p.to_string()).unwrap_or_default();
     let mock_pid = pids.get("mock").map(|p| p.to_string()).unwrap_or_default();
     let idle = read(dir, "idle.json").unwrap_or(Value::Null);
-    let mut added = serde_json::Map::new();
-    let mut runs = serde_json::Map::new();
-    let mut proxy_peak_rss: Option<f64> = None;
+    let closed = closed_loop(dir, &proxy_pid);
+    Ok(json!({
+        "nginx_reference": nginx_reference(dir),
+        "added_latency_ms": closed.added,
+        "translation": translation(dir),
+        "compared": compared(dir),
+        "runs": closed.runs,
+        "throughput_at_saturation_rps": {
+            "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
+            "proxy": read(dir, "proxy_c64.json").map(|r| r["throughput_rps"].clone()),
+        },
+        "rss_kb": {
+            "proxy_idle": idle.get("proxy").cloned().unwrap_or(Value::Null),
+            "proxy_under_load_peak": closed.proxy_peak_rss,
+            "mock_idle": idle.get("mock").cloned().unwrap_or(Value::Null),
+        },
+        "stream_holds": holds(dir, &mock_pid, &proxy_pid)?,
+    }))
+}
+
+/// The closed-loop runs direct and through the proxy (`{direct,proxy}_c{1,64}`).
+struct ClosedLoop {
+    /// The latency the proxy adds over the direct call, per concurrency.
+    added: serde_json::Map<String, Value>,
+    /// Each run's throughput, latency and errors.
+    runs: serde_json::Map<String, Value>,
+    /// The proxy's peak RSS over its runs.
+    proxy_peak_rss: Option<f64>,
+}
+
+fn closed_loop(dir: &Path, proxy_pid: &str) -> ClosedLoop {
+    let mut closed = ClosedLoop {
+        added: serde_json::Map::new(),
+        runs: serde_json::Map::new(),
+        proxy_peak_rss: None,
+    };
     for c in ["1", "64"] {
         let direct = read(dir, &format!("direct_c{c}.json"));
         let proxy = read(dir, &format!("proxy_c{c}.json"));
         if let (Some(direct), Some(proxy)) = (&direct, &proxy) {
-            added.insert(
+            closed.added.insert(
                 format!("c{c}"),
                 json!({
                     "p50": diff(proxy, direct, "/latency_ms/p50"),
@@ -52,7 +85,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         }
         for (name, run) in [("direct", &direct), ("proxy", &proxy)] {
             if let Some(run) = run {
-                runs.insert(
+                closed.runs.insert(
                     format!("{name}_c{c}"),
                     json!({
                         "throughput_rps": run["throughput_rps"],
@@ -66,11 +99,15 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             .as_ref()
             .and_then(|p| num(p, &format!("/rss_kb/{proxy_pid}/peak")))
         {
-            proxy_peak_rss = Some(proxy_peak_rss.map_or(peak, |m: f64| m.max(peak)));
+            closed.proxy_peak_rss = Some(closed.proxy_peak_rss.map_or(peak, |m| m.max(peak)));
         }
     }
-    let mut holds = Vec::new();
-    // hold_direct_N.json (baseline) and hold_proxy_N.json, ordered by N, direct first.
+    closed
+}
+
+/// The stream holds (`hold_direct_N` as the baseline, `hold_proxy_N`), ordered by N, direct
+/// first; the RSS peak is the mock's for direct holds, the proxy's for proxied ones.
+fn holds(dir: &Path, mock_pid: &str, proxy_pid: &str) -> Result<Vec<Value>, String> {
     let mut entries: Vec<(u64, String)> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -85,17 +122,13 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         })
         .collect();
     entries.sort();
+    let mut holds = Vec::new();
     for (_, name) in entries {
         if let Some(h) = read(dir, &name) {
-            let via = if name.starts_with("hold_direct_") {
-                "direct"
+            let (via, rss_pid) = if name.starts_with("hold_direct_") {
+                ("direct", mock_pid)
             } else {
-                "proxy"
-            };
-            let rss_pid = if via == "direct" {
-                &mock_pid
-            } else {
-                &proxy_pid
+                ("proxy", proxy_pid)
             };
             holds.push(json!({
                 "via": via,
@@ -112,7 +145,12 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             }));
         }
     }
-    // Translation (OpenAI in, Anthropic out) against passthrough through the same proxy.
+    Ok(holds)
+}
+
+/// Translation (OpenAI in, Anthropic out) against passthrough through the same proxy, and the
+/// cost per chunk of a translated 200-chunk stream.
+fn translation(dir: &Path) -> serde_json::Map<String, Value> {
     let mut translation = serde_json::Map::new();
     for c in ["1", "64"] {
         if let (Some(translated), Some(proxy)) = (
@@ -129,9 +167,29 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             );
         }
     }
-    // The same proxy binary against an earlier build (`before_c*`, LOAD_BEFORE_PROXY_BIN), and
-    // the proxy in fleet mode with usage reporting (`fleet_c*`) against standalone: each as
-    // what the first adds over the second, in the same run.
+    if let (Some(translated), Some(passthrough)) = (
+        read(dir, "stream_translated_c1.json"),
+        read(dir, "stream_passthrough_c1.json"),
+    ) {
+        let per_chunk_us = diff(&translated, &passthrough, "/latency_ms/p50")
+            .as_f64()
+            .map(|ms| (ms * 1000.0 / 200.0 * 100.0).round() / 100.0);
+        translation.insert(
+            "stream_200_chunks_ms".into(),
+            json!({
+                "passthrough_p50": passthrough.pointer("/latency_ms/p50"),
+                "translated_p50": translated.pointer("/latency_ms/p50"),
+                "added_per_chunk_us_p50": per_chunk_us,
+            }),
+        );
+    }
+    translation
+}
+
+/// The same proxy binary against an earlier build (`before_c*`, LOAD_BEFORE_PROXY_BIN), and the
+/// proxy in fleet mode with usage reporting (`fleet_c*`) against standalone: each as what the
+/// first adds over the second, in the same run.
+fn compared(dir: &Path) -> serde_json::Map<String, Value> {
     let mut compared = serde_json::Map::new();
     for (label, run, baseline) in [
         ("proxy_over_before", "proxy", "before"),
@@ -155,39 +213,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
             }
         }
     }
-    if let (Some(translated), Some(passthrough)) = (
-        read(dir, "stream_translated_c1.json"),
-        read(dir, "stream_passthrough_c1.json"),
-    ) {
-        let per_chunk_us = diff(&translated, &passthrough, "/latency_ms/p50")
-            .as_f64()
-            .map(|ms| (ms * 1000.0 / 200.0 * 100.0).round() / 100.0);
-        translation.insert(
-            "stream_200_chunks_ms".into(),
-            json!({
-                "passthrough_p50": passthrough.pointer("/latency_ms/p50"),
-                "translated_p50": translated.pointer("/latency_ms/p50"),
-                "added_per_chunk_us_p50": per_chunk_us,
-            }),
-        );
-    }
-    Ok(json!({
-        "nginx_reference": nginx_reference(dir),
-        "added_latency_ms": added,
-        "translation": translation,
-        "compared": compared,
-        "runs": runs,
-        "throughput_at_saturation_rps": {
-            "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
-            "proxy": read(dir, "proxy_c64.json").map(|r| r["throughput_rps"].clone()),
-        },
-        "rss_kb": {
-            "proxy_idle": idle.get("proxy").cloned().unwrap_or(Value::Null),
-            "proxy_under_load_peak": proxy_peak_rss,
-            "mock_idle": idle.get("mock").cloned().unwrap_or(Value::Null),
-        },
-        "stream_holds": holds,
-    }))
+    compared
 }
 
 /// The proxy against nginx as a plain reverse proxy, both in front of the same fixed-answer
