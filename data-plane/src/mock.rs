@@ -97,20 +97,13 @@ fn failure(endpoint: Endpoint, status: StatusCode) -> UpstreamResponse {
 /// streams (it gets its plain answer).
 fn stream_events(request: &MockRequest<'_>, content: &str, n: usize) -> Option<Vec<String>> {
     let (model, prompt_tokens) = (request.model, request.prompt_tokens);
+    let answer = sim::Answer::new(model, content).prompt_tokens(prompt_tokens);
     Some(match request.endpoint {
-        Endpoint::ChatCompletions => sim::chat_chunks_with_usage(
-            model,
-            content,
-            n,
-            request.stream_usage.then_some(prompt_tokens),
-        ),
+        Endpoint::ChatCompletions => sim::chat_answer_chunks(&answer, n, request.stream_usage),
         Endpoint::Completions => sim::completion_chunks(model, content, n),
         Endpoint::Responses => sim::response_events(model, content, n, prompt_tokens),
-        Endpoint::Messages => sim::anthropic_events(model, content, n, prompt_tokens),
-        Endpoint::GeminiGenerate => sim::gemini_events(
-            &sim::Answer::new(model, content).prompt_tokens(prompt_tokens),
-            n,
-        ),
+        Endpoint::Messages => sim::anthropic_answer_events(&answer, n),
+        Endpoint::GeminiGenerate => sim::gemini_events(&answer, n),
         _ => return None,
     })
 }
@@ -118,18 +111,15 @@ fn stream_events(request: &MockRequest<'_>, content: &str, n: usize) -> Option<V
 /// The answer of a request that does not stream (or of an endpoint that never does).
 fn plain_answer(request: &MockRequest<'_>, content: &str) -> UpstreamResponse {
     let (model, prompt_tokens) = (request.model, request.prompt_tokens);
+    let answer = sim::Answer::new(model, content).prompt_tokens(prompt_tokens);
     let body = match request.endpoint {
-        Endpoint::ChatCompletions => {
-            sim::chat_completion_json_with_usage(model, content, prompt_tokens)
-        }
+        Endpoint::ChatCompletions => sim::chat_answer_json(&answer),
         Endpoint::Completions => sim::completion_json(model, content, prompt_tokens),
         Endpoint::Embeddings => sim::embeddings_json(model, request.inputs.max(1)),
         Endpoint::Responses => sim::response_json(model, content, prompt_tokens),
-        Endpoint::Messages => sim::anthropic_message_json(model, content, prompt_tokens),
+        Endpoint::Messages => sim::anthropic_answer_json(&answer),
         Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(prompt_tokens),
-        Endpoint::GeminiGenerate => sim::gemini_response_json(
-            &sim::Answer::new(model, content).prompt_tokens(prompt_tokens),
-        ),
+        Endpoint::GeminiGenerate => sim::gemini_response_json(&answer),
         Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(prompt_tokens),
         Endpoint::ImagesGenerations => sim::images_json(1),
         Endpoint::AudioTranscriptions => sim::transcription_json(content),

@@ -3,63 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::answer::{estimate_tokens, Answer};
+use crate::answer::Answer;
 use crate::wire::{next_id, split_content, split_even, sse_event};
-
-/// An Anthropic `/v1/messages` answer.
-pub fn anthropic_message_json(model: &str, text: &str, input_tokens: u64) -> String {
-    json!({
-        "id": format!("msg_mock_{}", next_id()),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": null,
-        "usage": {"input_tokens": input_tokens, "output_tokens": estimate_tokens(text)}
-    })
-    .to_string()
-}
-
-/// An Anthropic message stream: `message_start`, `content_block_start`, `n`
-/// `content_block_delta` events, `content_block_stop`, `message_delta`, `message_stop`.
-pub fn anthropic_events(model: &str, text: &str, n: usize, input_tokens: u64) -> Vec<String> {
-    let id = format!("msg_mock_{}", next_id());
-    let mut events = vec![
-        sse_event(
-            "message_start",
-            &json!({"type": "message_start", "message": {
-                "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": input_tokens, "output_tokens": 1}
-            }}),
-        ),
-        sse_event(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}}),
-        ),
-    ];
-    for piece in split_content(text, n) {
-        events.push(sse_event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": piece}}),
-        ));
-    }
-    events.push(sse_event(
-        "content_block_stop",
-        &json!({"type": "content_block_stop", "index": 0}),
-    ));
-    events.push(sse_event(
-        "message_delta",
-        &json!({"type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                "usage": {"output_tokens": estimate_tokens(text)}}),
-    ));
-    events.push(sse_event("message_stop", &json!({"type": "message_stop"})));
-    events
-}
 
 /// The usage block of an [`Answer`]: `input_tokens` counts the uncached prompt tokens, as
 /// Anthropic does, and `cache_read_input_tokens` the cached ones.
@@ -265,8 +210,8 @@ mod tests {
     #[test]
     fn a_text_message_and_its_stream_report_the_usage() {
         // "one two three" is 13 characters: 4 tokens at 4 characters a token.
-        let v: Value =
-            serde_json::from_str(&anthropic_message_json("claude", "one two three", 6)).unwrap();
+        let answer = Answer::new("claude", "one two three").prompt_tokens(6);
+        let v: Value = serde_json::from_str(&anthropic_answer_json(&answer)).unwrap();
         assert!(v["id"].as_str().unwrap().starts_with("msg_mock_"));
         assert_eq!(v["type"], "message");
         assert_eq!(v["role"], "assistant");
@@ -276,17 +221,22 @@ mod tests {
             json!([{"type": "text", "text": "one two three"}])
         );
         assert_eq!(v["stop_reason"], "end_turn");
-        assert_eq!(v["usage"], json!({"input_tokens": 6, "output_tokens": 4}));
+        assert_eq!(
+            v["usage"],
+            json!({"input_tokens": 6, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 0, "output_tokens": 4})
+        );
 
-        let events = anthropic_events("claude", "one two three", 2, 6);
+        // message_start, content_block_start, ping, 2 deltas, content_block_stop, message_delta.
+        let events = anthropic_answer_events(&answer, 2);
         assert_eq!(data(&events[0])["message"]["usage"]["input_tokens"], 6);
         assert_eq!(data(&events[0])["message"]["model"], "claude");
-        let text: String = events[2..4]
+        let text: String = events[3..5]
             .iter()
             .map(|e| data(e)["delta"]["text"].as_str().unwrap().to_owned())
             .collect();
         assert_eq!(text, "one two three");
-        let delta = data(&events[5]);
+        let delta = data(&events[6]);
         assert_eq!(delta["delta"]["stop_reason"], "end_turn");
         assert_eq!(delta["usage"]["output_tokens"], 4);
     }
@@ -328,7 +278,7 @@ mod tests {
 
     #[test]
     fn anthropic_stream_has_the_event_sequence() {
-        let events = anthropic_events("claude", DEFAULT_CONTENT, 2, 3);
+        let events = anthropic_answer_events(&Answer::new("claude", DEFAULT_CONTENT), 2);
         let names: Vec<&str> = events
             .iter()
             .map(|e| e.lines().next().unwrap().trim_start_matches("event: "))
@@ -338,6 +288,7 @@ mod tests {
             [
                 "message_start",
                 "content_block_start",
+                "ping",
                 "content_block_delta",
                 "content_block_delta",
                 "content_block_stop",

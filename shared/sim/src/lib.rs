@@ -4,13 +4,12 @@
 //! and no state beyond a process-wide id counter, so the data plane's in-process
 //! `provider: mock` and the mock HTTP server (`switchyard-mock-upstream`) produce the same shapes.
 //!
-//! Two generations of builders live here:
-//! - the original text-only ones (`chat_completion_json_with_usage`, `chat_chunks`,
-//!   `anthropic_message_json`, `anthropic_events`, ...), kept unchanged for their callers;
-//! - the [`Answer`]-based ones (`chat_answer_json`, `chat_answer_chunks`,
-//!   `anthropic_answer_json`, `anthropic_answer_events`, `gemini_response_json`,
-//!   `gemini_events`, ...), which also carry tool calls and cached-token usage. An [`Answer`]
-//!   says *what* the upstream answers; the builder of each protocol says it in that protocol.
+//! An [`Answer`] says *what* the upstream answers (text, tool calls, prompt and cached tokens);
+//! the builder of each protocol says it in that protocol: [`chat_answer_json`] and
+//! [`chat_answer_chunks`] (OpenAI chat), [`anthropic_answer_json`] and
+//! [`anthropic_answer_events`], [`gemini_response_json`], [`gemini_stream_responses`] and
+//! [`gemini_events`]. The endpoints that carry no tool calls (legacy completions, Responses,
+//! embeddings, models, images, audio) have text-only builders.
 //!
 //! Errors come in each provider's shape ([`openai_error_json`], [`anthropic_error_json`],
 //! [`gemini_error_json`]); [`Protocol::of_path`] and [`error_json`] pick the shape a request path
@@ -32,10 +31,7 @@ mod openai;
 mod wire;
 
 pub use answer::{estimate_tokens, Answer, ToolCall, DEFAULT_CONTENT, DEFAULT_MODEL};
-pub use anthropic::{
-    anthropic_answer_events, anthropic_answer_json, anthropic_count_tokens_json, anthropic_events,
-    anthropic_message_json,
-};
+pub use anthropic::{anthropic_answer_events, anthropic_answer_json, anthropic_count_tokens_json};
 pub use error::{
     anthropic_error_json, anthropic_error_kind, error_json, gemini_error_json, gemini_error_status,
     openai_error_json, openai_error_kind, Protocol,
@@ -44,10 +40,8 @@ pub use gemini::{
     gemini_count_tokens_json, gemini_events, gemini_response_json, gemini_stream_responses,
 };
 pub use openai::{
-    chat_answer_chunks, chat_answer_json, chat_chunks, chat_chunks_with_usage,
-    chat_completion_json, chat_completion_json_with_usage, completion_chunks, completion_json,
-    embeddings_json, embeddings_json_with, images_json, models_json, response_events,
-    response_json, speech_bytes, transcription_json, DEFAULT_MODELS, DONE_EVENT,
-    EMBEDDING_DIMENSIONS,
+    chat_answer_chunks, chat_answer_json, completion_chunks, completion_json, embeddings_json,
+    embeddings_json_with, images_json, models_json, response_events, response_json, speech_bytes,
+    transcription_json, DEFAULT_MODELS, DONE_EVENT, EMBEDDING_DIMENSIONS,
 };
 pub use wire::{base64_encode, next_id, split_content, split_even};

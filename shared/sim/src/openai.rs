@@ -14,31 +14,7 @@ pub const EMBEDDING_DIMENSIONS: usize = 8;
 /// The SSE terminator of OpenAI streams.
 pub const DONE_EVENT: &str = "data: [DONE]\n\n";
 
-/// A non-streaming `chat.completion` with a usage block estimated from the content alone.
-pub fn chat_completion_json(model: &str, content: &str) -> String {
-    chat_completion_json_with_usage(model, content, 1)
-}
-
-/// A non-streaming `chat.completion` reporting `prompt_tokens` as given.
-pub fn chat_completion_json_with_usage(model: &str, content: &str, prompt_tokens: u64) -> String {
-    let completion_tokens = estimate_tokens(content);
-    json!({
-        "id": format!("chatcmpl-mock-{}", next_id()),
-        "object": "chat.completion",
-        "created": now_secs(),
-        "model": model,
-        "system_fingerprint": "fp_mock",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": content, "refusal": null},
-            "logprobs": null,
-            "finish_reason": "stop"
-        }],
-        "usage": usage_openai(prompt_tokens, completion_tokens)
-    })
-    .to_string()
-}
-
+/// The usage block of the legacy completions: the prompt and completion tokens and their sum.
 fn usage_openai(prompt_tokens: u64, completion_tokens: u64) -> Value {
     json!({
         "prompt_tokens": prompt_tokens,
@@ -57,55 +33,6 @@ fn chunk_envelope(id: &str, created: u64, model: &str, choices: Value) -> Value 
         "system_fingerprint": "fp_mock",
         "choices": choices
     })
-}
-
-/// An OpenAI chat stream: `n` content chunks (the first also carries the assistant role), a
-/// final chunk with `finish_reason: "stop"`, then `data: [DONE]`. `n + 2` events in all.
-pub fn chat_chunks(model: &str, content: &str, n: usize) -> Vec<String> {
-    chat_chunks_with_usage(model, content, n, None)
-}
-
-/// Like [`chat_chunks`]; with `Some(prompt_tokens)` (the request's
-/// `stream_options.include_usage`) a usage chunk with empty `choices` precedes `[DONE]`.
-pub fn chat_chunks_with_usage(
-    model: &str,
-    content: &str,
-    n: usize,
-    usage_prompt_tokens: Option<u64>,
-) -> Vec<String> {
-    let id = format!("chatcmpl-mock-{}", next_id());
-    let created = now_secs();
-    let chunk = |choices: Value| sse_data(&chunk_envelope(&id, created, model, choices));
-    let mut events = Vec::with_capacity(n + 3);
-    for (i, piece) in split_content(content, n).into_iter().enumerate() {
-        let delta = if i == 0 {
-            json!({"role": "assistant", "content": piece})
-        } else {
-            json!({"content": piece})
-        };
-        events.push(chunk(json!([{
-            "index": 0, "delta": delta, "logprobs": null, "finish_reason": null
-        }])));
-    }
-    events.push(chunk(json!([{
-        "index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"
-    }])));
-    if let Some(prompt_tokens) = usage_prompt_tokens {
-        let mut usage_chunk = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [],
-            "usage": usage_openai(prompt_tokens, estimate_tokens(content))
-        });
-        if let Some(obj) = usage_chunk.as_object_mut() {
-            obj.insert("system_fingerprint".into(), json!("fp_mock"));
-        }
-        events.push(sse_data(&usage_chunk));
-    }
-    events.push(DONE_EVENT.to_owned());
-    events
 }
 
 /// The usage block of an [`Answer`], with `prompt_tokens_details.cached_tokens`.
@@ -470,7 +397,7 @@ mod tests {
 
     #[test]
     fn chat_completion_echoes_model_and_content() {
-        let v = parse(&chat_completion_json("m1", "hi there"));
+        let v = parse(&chat_answer_json(&Answer::new("m1", "hi there")));
         assert_eq!(v["object"], "chat.completion");
         assert_eq!(v["model"], "m1");
         assert_eq!(v["choices"][0]["message"]["content"], "hi there");
@@ -485,7 +412,7 @@ mod tests {
 
     #[test]
     fn chat_chunks_are_complete_sse_events_ending_with_done() {
-        let events = chat_chunks("m", DEFAULT_CONTENT, 3);
+        let events = chat_answer_chunks(&Answer::new("m", DEFAULT_CONTENT), 3, false);
         assert_eq!(events.len(), 5);
         assert_eq!(events.last().unwrap(), DONE_EVENT);
         let mut text = String::new();
@@ -496,7 +423,7 @@ mod tests {
             text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
         }
         assert_eq!(text, DEFAULT_CONTENT);
-        let with_usage = chat_chunks_with_usage("m", "x", 1, Some(5));
+        let with_usage = chat_answer_chunks(&Answer::new("m", "x").prompt_tokens(5), 1, true);
         let usage = parse(with_usage[2].trim_start_matches("data: ").trim_end());
         assert_eq!(usage["usage"]["prompt_tokens"], 5);
         assert_eq!(usage["choices"], json!([]));
@@ -602,10 +529,14 @@ mod tests {
     #[test]
     fn chat_usage_is_the_figures_given_and_their_sum() {
         // "one two three" is 13 characters: 4 tokens at 4 characters a token.
-        let v = parse(&chat_completion_json_with_usage("m", "one two three", 6));
+        let v = parse(&chat_answer_json(
+            &Answer::new("m", "one two three").prompt_tokens(6),
+        ));
         assert_eq!(
             v["usage"],
-            json!({"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10})
+            json!({"prompt_tokens": 6, "completion_tokens": 4, "total_tokens": 10,
+                   "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                   "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}})
         );
         let answer = Answer::new("m", "one two three")
             .prompt_tokens(9)
@@ -619,16 +550,12 @@ mod tests {
 
     #[test]
     fn only_the_first_chunk_carries_the_role() {
-        for events in [
-            chat_chunks("m", "one two three", 3),
-            chat_answer_chunks(&Answer::new("m", "one two three"), 3, false),
-        ] {
-            let roles: Vec<Value> = events[..3]
-                .iter()
-                .map(|e| data(e)["choices"][0]["delta"]["role"].clone())
-                .collect();
-            assert_eq!(roles, [json!("assistant"), Value::Null, Value::Null]);
-        }
+        let events = chat_answer_chunks(&Answer::new("m", "one two three"), 3, false);
+        let roles: Vec<Value> = events[..3]
+            .iter()
+            .map(|e| data(e)["choices"][0]["delta"]["role"].clone())
+            .collect();
+        assert_eq!(roles, [json!("assistant"), Value::Null, Value::Null]);
     }
 
     #[test]
