@@ -39,17 +39,6 @@ KNOWN: dict[str, list[set[str]]] = {
             "shadow", "workers",
         },
     ],
-    # AppState and the handlers' helpers live in api/mod.rs beside the router: AppState into a
-    # bottom module, one resource layer below the handlers.
-    "control-plane/src": [
-        {
-            "api", "api::access", "api::admin_tokens", "api::budgets", "api::channels",
-            "api::config_file", "api::config_file::write", "api::console", "api::credentials", "api::dry_run", "api::explain",
-            "api::extract", "api::limits", "api::members", "api::openapi", "api::ops",
-            "api::prices", "api::routes", "api::rows", "api::settings", "api::shadows",
-            "api::teams", "api::tokens", "api::trial", "api::usage",
-        },
-    ],
     # The store trait and its types are in lib.rs beside the re-exports; the Redis store's parts
     # call up into redis/mod.rs for its keys and shared pieces.
     "shared/state/src": [

@@ -24,10 +24,12 @@ pub mod publisher;
 pub mod recovery;
 pub mod server;
 pub mod shadow;
+pub mod state;
 pub mod telemetry;
 pub mod usage;
 
-pub use api::{app, AppState};
+pub use api::app;
+pub use state::AppState;
 
 pub use entry::main_with;
 /// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead): the one reading

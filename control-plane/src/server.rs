@@ -13,13 +13,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{app, AppState};
+use crate::api::app;
 use crate::config::Config;
 use crate::grpc::{guarded_incoming, FleetTokens, SnapshotWatchServer};
 use crate::live::LiveState;
 use crate::metrics::Metrics;
 use crate::publisher::Publisher;
 use crate::recovery::{Recovery, RecoveryConfig};
+use crate::state::AppState;
 
 /// Retries migrations until they succeed or the startup timeout passes (Postgres may start after
 /// us in a compose file or a pod).

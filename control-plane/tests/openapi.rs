@@ -19,7 +19,7 @@ use switchyard_control_plane::live::LiveState;
 use common::{test_app, test_app_with_live, TestApp};
 
 fn document() -> Value {
-    serde_json::to_value(switchyard_control_plane::api::openapi::document()).unwrap()
+    serde_json::to_value(switchyard_control_plane::api::openapi()).unwrap()
 }
 
 const METHODS: [&str; 5] = ["get", "put", "post", "patch", "delete"];

@@ -23,7 +23,7 @@ const UNDOCUMENTED: [(&str, &str); 2] = [
 
 /// Every (method, route template) of the admin router, with the role its document states.
 fn operations() -> Vec<(String, String, Option<String>)> {
-    let doc = serde_json::to_value(switchyard_control_plane::api::openapi::document()).unwrap();
+    let doc = serde_json::to_value(switchyard_control_plane::api::openapi()).unwrap();
     let mut out = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {

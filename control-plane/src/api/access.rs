@@ -20,9 +20,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
-use super::AppState;
 use crate::db::ts;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// What an admin token may do. Each role includes the ones below it.
 #[derive(

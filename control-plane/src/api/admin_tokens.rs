@@ -14,13 +14,14 @@ use utoipa::ToSchema;
 
 use super::access::{Caller, Role, BOOTSTRAP_NAME};
 use super::channels::checked_name;
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{Actor, JsonBody, Path, Query};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     answer, commit_row, commit_view, fetch_row, list_rows, lock_row, table_row, By, Change,
 };
-use super::{Actor, AppState, Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// Prefix of every generated admin token, so a leaked one is easy to recognise and scan for.
 pub const ADMIN_TOKEN_PREFIX: &str = "sy-admin-";

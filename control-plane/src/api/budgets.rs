@@ -10,9 +10,9 @@ use switchyard_engine::limit::{
 use utoipa::ToSchema;
 
 use super::schema::{LimitModeName, LimitScopeName, LimitWindowName};
-use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::now_ms;
+use crate::state::AppState;
 
 /// One spend limit and its scope's spend in the current window.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -9,14 +9,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, Actor, JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
     update_sql, By, Change, Db, RowQuery,
 };
-use super::{nullable, Actor, AppState, Page, PageQuery, Writer};
 use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 use switchyard_engine::catalog::{self, Preset};
 use switchyard_engine::validate::{
     check_header_name, check_header_value, check_retry_error_pattern, check_retry_error_patterns,

@@ -10,14 +10,15 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::channels::{text, ChannelView};
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_locked, fetch_row, insert_sql, list_children, lock_row, table_row, By,
     Change, Db,
 };
-use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 use switchyard_engine::validate::check_secret;
 use switchyard_engine::Provider;
 

@@ -32,10 +32,10 @@ use switchyard_engine::{
 };
 use utoipa::ToSchema;
 
-use super::extract::JsonBody;
+use super::extract::{parse_body, JsonBody};
 use super::rows::By;
-use super::{parse_body, AppState};
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// At most this many (model, group, team) selections are compared per snapshot; past it the
 /// answer says `truncated`.

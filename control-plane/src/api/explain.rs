@@ -30,9 +30,9 @@ use switchyard_state::{LimitMode, LimitStatus};
 use utoipa::IntoParams;
 
 use super::extract::Query;
-use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -1,4 +1,5 @@
-//! The admin API's extractors. Each wraps axum's own and turns its rejection into an [`ApiError`],
+//! The admin API's extractors and body parsing. Each extractor wraps axum's own and turns its
+//! rejection into an [`ApiError`],
 //! so a bad path parameter, query string or body answers in the API's JSON error shape (axum's
 //! rejections are text/plain). `Path` and `Query` keep axum's names: utoipa recognises handler
 //! arguments by type name, so the OpenAPI document still lists their parameters.
@@ -9,9 +10,13 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use sqlx::PgPool;
 
-use super::parse_body;
-use crate::error::ApiError;
+use super::access::Caller;
+use super::rows::By;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
 
 /// Largest request body the admin API reads (the biggest real body, a team with thousands of
 /// members, is far smaller). Larger bodies are refused with a JSON 413 before they are buffered.
@@ -161,4 +166,105 @@ fn body_error(rejection: &BytesRejection) -> ApiError {
             format!("cannot read the request body: {}", rejection.body_text()),
         )
     }
+}
+
+/// Who is making a change, as the audit log records it: the admin token's name (`bootstrap` for
+/// `SWITCHYARD_ADMIN_TOKEN`), followed by the optional `x-switchyard-actor` header in
+/// parentheses (`bootstrap (alice@console)`). The header is a note, never the identity.
+pub struct Actor(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Actor, ApiError> {
+        parts
+            .extensions
+            .get::<Caller>()
+            .map(|caller| Actor(caller.actor.clone()))
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// What a create, patch or delete handler hands to its `*_in` function: the [`Actor`] making the
+/// change and the pool it runs on.
+pub struct Writer {
+    pub pool: PgPool,
+    pub actor: String,
+}
+
+impl Writer {
+    /// The change this request makes: its own audited revision.
+    pub(super) fn by(&self) -> By<'_> {
+        By::each(&self.actor)
+    }
+}
+
+impl FromRequestParts<AppState> for Writer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Writer, ApiError> {
+        let Actor(actor) = Actor::from_request_parts(parts, state).await?;
+        Ok(Writer {
+            pool: state.pool.clone(),
+            actor,
+        })
+    }
+}
+
+/// Parses a JSON body: a syntax error is a 400, a well-formed body with a wrong or unknown field
+/// is a 422 naming that field.
+pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    // serde would also accept a struct written as a JSON array; the API takes objects only.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            None,
+            "request body must be a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(value) => Ok(value),
+        Err(error) => {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Err(ApiError::bad_request(
+                    None,
+                    format!("malformed JSON: {inner}"),
+                ))
+            } else {
+                // Unknown fields are reported at the parent path; name the field itself.
+                let param = if path == "." {
+                    match unknown_field_name(&inner.to_string()) {
+                        Some(field) => field,
+                        // Not an object at all (`null`, a list...): a malformed request.
+                        None => {
+                            return Err(ApiError::bad_request(
+                                None,
+                                format!("request body must be a JSON object: {inner}"),
+                            ))
+                        }
+                    }
+                } else {
+                    path
+                };
+                Err(ApiError::validation(
+                    param.clone(),
+                    format!("{param}: {inner}"),
+                ))
+            }
+        }
+    }
+}
+
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest.split('`').next()?.to_owned())
+}
+
+/// `Option<Option<T>>` for PATCH bodies: absent → `None`, `null` → `Some(None)`.
+pub fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(de).map(Some)
 }

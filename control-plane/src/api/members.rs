@@ -11,15 +11,16 @@ use switchyard_engine::DEFAULT_GROUP;
 use utoipa::ToSchema;
 
 use super::channels::{text, CapabilitiesDto};
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::routes::RouteView;
 use super::rows::{
     commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
     By, Change, Db, RowQuery,
 };
-use super::{AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct MemberView {

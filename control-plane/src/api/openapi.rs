@@ -63,8 +63,3 @@ pub fn finish(mut openapi: OpenApi) -> OpenApi {
     }
     openapi
 }
-
-/// The admin API's OpenAPI document (what `/api/v1/openapi.json` serves).
-pub fn document() -> OpenApi {
-    super::openapi()
-}

@@ -10,10 +10,11 @@ use switchyard_engine::{Recovering, Settings};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
-use super::{AppState, Page};
+use super::reply::{Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::now_ms;
+use crate::state::AppState;
 
 /// Liveness: the process answers.
 pub async fn healthz() -> impl IntoResponse {
@@ -164,7 +165,7 @@ pub async fn audit(
     State(state): State<AppState>,
     Query(query): Query<AuditQuery>,
 ) -> ApiResult<Json<Page<AuditEntry>>> {
-    let (fetch_n, after) = super::PageQuery {
+    let (fetch_n, after) = PageQuery {
         limit: query.limit,
         cursor: query.cursor,
     }

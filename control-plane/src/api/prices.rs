@@ -13,14 +13,15 @@ use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
 use super::amount::DecimalText;
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
     update_sql, By, Change, Db, RowQuery, RowView,
 };
-use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PriceView {

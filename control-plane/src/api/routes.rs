@@ -9,14 +9,15 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_locked, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
     By, Change, Db, RowQuery,
 };
-use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct RouteView {

@@ -17,7 +17,7 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
 use utoipa::ToSchema;
 
-use super::{cut_page, with_revision, Page};
+use super::reply::{cut_page, with_revision, Page};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult};
 

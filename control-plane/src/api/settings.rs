@@ -8,12 +8,13 @@ use axum::Json;
 use serde_json::{Map, Value};
 use switchyard_engine::Settings;
 
-use super::extract::JsonBody;
+use super::extract::{JsonBody, Writer};
+use super::reply::with_revision;
 use super::rows::{By, Db};
 use super::schema::{SettingsChanges, SettingsDocument};
-use super::{with_revision, AppState, Writer};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 fn defaults() -> ApiResult<Map<String, Value>> {
     match serde_json::to_value(Settings::default()) {

@@ -16,14 +16,16 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
+use super::extract::{nullable, Writer};
 use super::extract::{JsonBody, Path, Query};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, By, Change,
     Db, RowQuery, RowView,
 };
-use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// Default minimum sample before the error-rate stop may fire.
 pub const DEFAULT_MIN_SAMPLE: u32 = 20;

@@ -14,13 +14,14 @@ use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
 use super::channels::checked_name;
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_row, fetch_row, list_rows, table_row, By, Change, Db, Resource,
 };
-use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

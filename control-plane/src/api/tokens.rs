@@ -14,13 +14,14 @@ use utoipa::ToSchema;
 
 use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_locked, fetch_row, list_rows, lock_row, table_row, By, Change, Db, RowQuery,
 };
-use super::{nullable, AppState, Page, PageQuery, Writer};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// Prefix of every generated token, so leaked keys are easy to recognise and scan for.
 pub const TOKEN_PREFIX: &str = "sk-sy-";

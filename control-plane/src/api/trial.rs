@@ -21,8 +21,8 @@ use switchyard_upstream::{ChannelRuntime, ProbeFailure, ProbeResult};
 use utoipa::ToSchema;
 
 use super::extract::Path;
-use super::AppState;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// How long one trial may take.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(30);

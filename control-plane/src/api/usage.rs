@@ -10,9 +10,9 @@ use switchyard_engine::limit::format_pico_usd;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
-use super::AppState;
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::state::AppState;
 
 /// A dimension usage can be grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]

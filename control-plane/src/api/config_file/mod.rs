@@ -38,12 +38,13 @@ use switchyard_engine::{HealthView, NoHealth, Snapshot};
 use utoipa::ToSchema;
 
 use super::dry_run::{self, AffectedSelection, ModelMove, NewlyFailing, UnreachableMember};
-use super::extract::RawBody;
+use super::extract::{Actor, RawBody};
+use super::reply::with_revision;
 use super::rows::By;
-use super::{with_revision, Actor, AppState};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
+use crate::state::AppState;
 use canonical::{canonical, index, mask_header, redact, Extras};
 use size::{check_snapshot_size, MAX_SNAPSHOT_BYTES};
 use write::{Index, Paths, StoredCredential, Writing};

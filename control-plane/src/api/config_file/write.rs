@@ -20,8 +20,9 @@ use switchyard_config::{
 use switchyard_engine::{Settings, SnapshotParts, DEFAULT_GROUP};
 
 use super::super::dry_run::{self, ChangeOp, ProposedChange, ResourceKind};
+use super::super::extract::parse_body;
 use super::super::rows::By;
-use super::super::{members, parse_body, tokens};
+use super::super::{members, tokens};
 use super::canonical::{limit_key, price_key, raw_limits, raw_prices};
 use crate::error::{ApiError, ApiResult};
 
