@@ -178,104 +178,21 @@ pub async fn parts_in(tx: &mut sqlx::PgConnection) -> anyhow::Result<SnapshotPar
             .await
             .context("settings")?;
     let settings = settings_from_stored(stored.0)?;
-
-    let channel_rows: Vec<ChannelRow> = sqlx::query_as(
-        "SELECT id, name, provider, base_url, status, auto_ban, max_concurrency, capabilities, \
-         retry_status_codes, retry_error_patterns, headers, responses_api, preset FROM channels \
-         ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("channels")?;
-    let credential_rows: Vec<CredentialRow> = sqlx::query_as(
-        "SELECT id, channel_id, secret, secret_env, enabled FROM credentials \
-         ORDER BY channel_id, id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("credentials")?;
-    let route_rows: Vec<RouteRow> = sqlx::query_as(
-        "SELECT id, model_pattern, enabled, routing_mode, single_member_id, sticky_session, \
-         stable_first, stable_first_denominator, retry_times, channel_retry_times, \
-         cooldown_seconds FROM routes ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("routes")?;
-    let member_rows: Vec<MemberRow> = sqlx::query_as(
-        "SELECT id, route_id, channel_id, upstream_model, group_name, priority, weight, enabled, \
-         canary, capabilities FROM route_members ORDER BY route_id, id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("members")?;
-    let team_rows: Vec<TeamRow> =
-        sqlx::query_as("SELECT id, name, retry_limit, disable_failover FROM teams ORDER BY id")
-            .fetch_all(&mut *tx)
-            .await
-            .context("teams")?;
-    let team_models: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT team_id, model_pattern FROM team_models ORDER BY team_id, model_pattern",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("team models")?;
-    let team_members: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT team_id, member_id FROM team_members ORDER BY team_id, member_id")
-            .fetch_all(&mut *tx)
-            .await
-            .context("team members")?;
-    let team_plans: Vec<(i64, i64, Option<i32>, Option<i32>)> = sqlx::query_as(
-        "SELECT team_id, member_id, priority, weight FROM team_plans ORDER BY team_id, member_id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("team plans")?;
-    let token_rows: Vec<TokenRow> = sqlx::query_as(
-        "SELECT id, name, hash, route_group_name, team_id, allow_pinning, enabled, \
-         (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms FROM tokens ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("tokens")?;
-    let price_rows: Vec<PriceRow> = sqlx::query_as(
-        "SELECT id, channel_id, model_pattern, input_per_million, output_per_million, \
-         cached_input_per_million FROM prices ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("prices")?;
-    let limit_rows: Vec<LimitRow> = sqlx::query_as(
-        "SELECT id, scope, scope_id, metric, period, value, mode FROM limits ORDER BY id",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .context("limits")?;
-    let shadow_rows: Vec<ShadowRow> =
-        sqlx::query_as(&format!("SELECT {SHADOW_COLUMNS} FROM shadows ORDER BY id"))
-            .fetch_all(&mut *tx)
-            .await
-            .context("shadows")?;
-
+    let tables = Tables::read(tx).await?;
     let revision = u64::try_from(revision).map_err(|_| anyhow!("negative revision"))?;
-    build(
-        revision,
-        settings,
-        Tables {
-            channel_rows,
-            credential_rows,
-            route_rows,
-            member_rows,
-            team_rows,
-            team_models,
-            team_members,
-            team_plans,
-            token_rows,
-            price_rows,
-            limit_rows,
-            shadow_rows,
-        },
-    )
+    build(revision, settings, tables)
+}
+
+/// Every row of `sql`, in its order (`what` names the table in an error).
+async fn rows<T>(
+    tx: &mut sqlx::PgConnection,
+    sql: &str,
+    what: &'static str,
+) -> anyhow::Result<Vec<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql).fetch_all(&mut *tx).await.context(what)
 }
 
 struct Tables {
@@ -291,6 +208,53 @@ struct Tables {
     price_rows: Vec<PriceRow>,
     limit_rows: Vec<LimitRow>,
     shadow_rows: Vec<ShadowRow>,
+}
+
+// The statements reading each table, each in the order the build expects its rows.
+const CHANNELS_SQL: &str = "SELECT id, name, provider, base_url, status, auto_ban, \
+    max_concurrency, capabilities, retry_status_codes, retry_error_patterns, headers, \
+    responses_api, preset FROM channels ORDER BY id";
+const CREDENTIALS_SQL: &str = "SELECT id, channel_id, secret, secret_env, enabled \
+    FROM credentials ORDER BY channel_id, id";
+const ROUTES_SQL: &str = "SELECT id, model_pattern, enabled, routing_mode, single_member_id, \
+    sticky_session, stable_first, stable_first_denominator, retry_times, channel_retry_times, \
+    cooldown_seconds FROM routes ORDER BY id";
+const MEMBERS_SQL: &str = "SELECT id, route_id, channel_id, upstream_model, group_name, priority, \
+    weight, enabled, canary, capabilities FROM route_members ORDER BY route_id, id";
+const TEAMS_SQL: &str = "SELECT id, name, retry_limit, disable_failover FROM teams ORDER BY id";
+const TEAM_MODELS_SQL: &str =
+    "SELECT team_id, model_pattern FROM team_models ORDER BY team_id, model_pattern";
+const TEAM_MEMBERS_SQL: &str =
+    "SELECT team_id, member_id FROM team_members ORDER BY team_id, member_id";
+const TEAM_PLANS_SQL: &str =
+    "SELECT team_id, member_id, priority, weight FROM team_plans ORDER BY team_id, member_id";
+const TOKENS_SQL: &str = "SELECT id, name, hash, route_group_name, team_id, allow_pinning, \
+    enabled, (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms FROM tokens \
+    ORDER BY id";
+const PRICES_SQL: &str = "SELECT id, channel_id, model_pattern, input_per_million, \
+    output_per_million, cached_input_per_million FROM prices ORDER BY id";
+const LIMITS_SQL: &str =
+    "SELECT id, scope, scope_id, metric, period, value, mode FROM limits ORDER BY id";
+
+impl Tables {
+    /// Every table a snapshot is built from.
+    async fn read(tx: &mut sqlx::PgConnection) -> anyhow::Result<Tables> {
+        let shadows_sql = format!("SELECT {SHADOW_COLUMNS} FROM shadows ORDER BY id");
+        Ok(Tables {
+            channel_rows: rows(tx, CHANNELS_SQL, "channels").await?,
+            credential_rows: rows(tx, CREDENTIALS_SQL, "credentials").await?,
+            route_rows: rows(tx, ROUTES_SQL, "routes").await?,
+            member_rows: rows(tx, MEMBERS_SQL, "members").await?,
+            team_rows: rows(tx, TEAMS_SQL, "teams").await?,
+            team_models: rows(tx, TEAM_MODELS_SQL, "team models").await?,
+            team_members: rows(tx, TEAM_MEMBERS_SQL, "team members").await?,
+            team_plans: rows(tx, TEAM_PLANS_SQL, "team plans").await?,
+            token_rows: rows(tx, TOKENS_SQL, "tokens").await?,
+            price_rows: rows(tx, PRICES_SQL, "prices").await?,
+            limit_rows: rows(tx, LIMITS_SQL, "limits").await?,
+            shadow_rows: rows(tx, &shadows_sql, "shadows").await?,
+        })
+    }
 }
 
 /// The stored settings document over the defaults, validated.
@@ -309,8 +273,45 @@ pub fn settings_from_stored(stored: Map<String, Value>) -> anyhow::Result<Settin
 }
 
 fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<SnapshotParts> {
+    let channels = channels(t.channel_rows, t.credential_rows)?;
+    let routes = routes(t.route_rows, t.member_rows)?;
+    let teams = teams(t.team_rows, t.team_models, t.team_members, t.team_plans)?;
+    let tokens = t.token_rows.into_iter().map(token_from_row).collect();
+    let prices = t
+        .price_rows
+        .into_iter()
+        .map(price_from_row)
+        .collect::<anyhow::Result<_>>()?;
+    let limits = t
+        .limit_rows
+        .into_iter()
+        .map(limit_from_row)
+        .collect::<anyhow::Result<_>>()?;
+    let shadows = t
+        .shadow_rows
+        .into_iter()
+        .map(shadow_from_row)
+        .collect::<anyhow::Result<_>>()?;
+    Ok(SnapshotParts {
+        revision,
+        settings,
+        routes,
+        channels,
+        teams,
+        tokens,
+        prices,
+        limits,
+        shadows,
+    })
+}
+
+/// The channels, each with its credentials (a keyless preset's placeholder when it has none).
+fn channels(
+    channel_rows: Vec<ChannelRow>,
+    credential_rows: Vec<CredentialRow>,
+) -> anyhow::Result<Vec<Channel>> {
     let mut credentials: HashMap<i64, Vec<Credential>> = HashMap::new();
-    for row in t.credential_rows {
+    for row in credential_rows {
         let secret = match (row.secret, row.secret_env) {
             (Some(secret), _) => SecretSource::Inline(secret),
             (None, Some(name)) => SecretSource::Env(name),
@@ -325,52 +326,62 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
                 secret,
             });
     }
+    let mut channels = Vec::with_capacity(channel_rows.len());
+    for row in channel_rows {
+        let own_credentials = credentials.remove(&row.id).unwrap_or_default();
+        channels.push(channel_from_row(row, own_credentials)?);
+    }
+    Ok(channels)
+}
 
-    let mut channels = Vec::with_capacity(t.channel_rows.len());
-    for row in t.channel_rows {
-        let mut own_credentials = credentials.remove(&row.id).unwrap_or_default();
-        let keyless = row
-            .preset
-            .as_deref()
-            .and_then(switchyard_engine::catalog::preset);
-        if own_credentials.is_empty()
-            && keyless.is_some_and(|p| p.auth == switchyard_engine::catalog::Auth::None)
-        {
-            // A local server checks no key: the placeholder is what the proxy sends. Its id
-            // (the channel's, negated) is no stored credential's.
-            own_credentials.push(Credential {
-                id: -row.id,
-                enabled: true,
-                secret: SecretSource::Inline(switchyard_engine::catalog::NO_KEY.to_owned()),
-            });
-        }
-        channels.push(Channel {
-            id: row.id,
-            provider: Provider::parse(&row.provider)
-                .ok_or_else(|| anyhow!("channel {}: provider {:?}", row.id, row.provider))?,
-            status: ChannelStatus::parse(&row.status)
-                .ok_or_else(|| anyhow!("channel {}: status {:?}", row.id, row.status))?,
-            name: row.name,
-            base_url: row.base_url,
-            auto_ban: row.auto_ban,
-            max_concurrency: unsigned(row.max_concurrency, "max_concurrency")?,
-            capabilities: row.capabilities,
-            credentials: own_credentials,
-            retry_status_codes: row
-                .retry_status_codes
-                .into_iter()
-                .map(|c| u16::try_from(c).map_err(|_| anyhow!("status code {c}")))
-                .collect::<anyhow::Result<_>>()?,
-            retry_error_patterns: row.retry_error_patterns,
-            headers: row.headers.into_iter().collect(),
-            secrets_withheld: false,
-            responses_api: row.responses_api,
-            preset: row.preset,
+fn channel_from_row(
+    row: ChannelRow,
+    mut own_credentials: Vec<Credential>,
+) -> anyhow::Result<Channel> {
+    let keyless = row
+        .preset
+        .as_deref()
+        .and_then(switchyard_engine::catalog::preset);
+    if own_credentials.is_empty()
+        && keyless.is_some_and(|p| p.auth == switchyard_engine::catalog::Auth::None)
+    {
+        // A local server checks no key: the placeholder is what the proxy sends. Its id
+        // (the channel's, negated) is no stored credential's.
+        own_credentials.push(Credential {
+            id: -row.id,
+            enabled: true,
+            secret: SecretSource::Inline(switchyard_engine::catalog::NO_KEY.to_owned()),
         });
     }
+    Ok(Channel {
+        id: row.id,
+        provider: Provider::parse(&row.provider)
+            .ok_or_else(|| anyhow!("channel {}: provider {:?}", row.id, row.provider))?,
+        status: ChannelStatus::parse(&row.status)
+            .ok_or_else(|| anyhow!("channel {}: status {:?}", row.id, row.status))?,
+        name: row.name,
+        base_url: row.base_url,
+        auto_ban: row.auto_ban,
+        max_concurrency: unsigned(row.max_concurrency, "max_concurrency")?,
+        capabilities: row.capabilities,
+        credentials: own_credentials,
+        retry_status_codes: row
+            .retry_status_codes
+            .into_iter()
+            .map(|c| u16::try_from(c).map_err(|_| anyhow!("status code {c}")))
+            .collect::<anyhow::Result<_>>()?,
+        retry_error_patterns: row.retry_error_patterns,
+        headers: row.headers.into_iter().collect(),
+        secrets_withheld: false,
+        responses_api: row.responses_api,
+        preset: row.preset,
+    })
+}
 
-    let mut members: HashMap<i64, Vec<Member>> = HashMap::with_capacity(t.route_rows.len());
-    for row in t.member_rows {
+/// The routes, each with its members.
+fn routes(route_rows: Vec<RouteRow>, member_rows: Vec<MemberRow>) -> anyhow::Result<Vec<Route>> {
+    let mut members: HashMap<i64, Vec<Member>> = HashMap::with_capacity(route_rows.len());
+    for row in member_rows {
         members.entry(row.route_id).or_default().push(Member {
             id: row.id,
             channel_id: row.channel_id,
@@ -383,9 +394,8 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             capabilities: row.capabilities,
         });
     }
-
-    let mut routes = Vec::with_capacity(t.route_rows.len());
-    for row in t.route_rows {
+    let mut routes = Vec::with_capacity(route_rows.len());
+    for row in route_rows {
         routes.push(Route {
             id: row.id,
             routing_mode: RoutingMode::parse(&row.routing_mode)
@@ -402,24 +412,33 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             members: members.remove(&row.id).unwrap_or_default(),
         });
     }
+    Ok(routes)
+}
 
+/// The teams, each with its model patterns, granted members and plan.
+fn teams(
+    team_rows: Vec<TeamRow>,
+    team_models: Vec<(i64, String)>,
+    team_members: Vec<(i64, i64)>,
+    team_plans: Vec<(i64, i64, Option<i32>, Option<i32>)>,
+) -> anyhow::Result<Vec<Team>> {
     let mut models: HashMap<i64, Vec<String>> = HashMap::new();
-    for (team, pattern) in t.team_models {
+    for (team, pattern) in team_models {
         models.entry(team).or_default().push(pattern);
     }
     let mut granted: HashMap<i64, Vec<i64>> = HashMap::new();
-    for (team, member) in t.team_members {
+    for (team, member) in team_members {
         granted.entry(team).or_default().push(member);
     }
     let mut plans: HashMap<i64, BTreeMap<i64, PlanEntry>> = HashMap::new();
-    for (team, member, priority, weight) in t.team_plans {
+    for (team, member, priority, weight) in team_plans {
         plans
             .entry(team)
             .or_default()
             .insert(member, PlanEntry { priority, weight });
     }
-    let mut teams = Vec::with_capacity(t.team_rows.len());
-    for row in t.team_rows {
+    let mut teams = Vec::with_capacity(team_rows.len());
+    for row in team_rows {
         teams.push(Team {
             id: row.id,
             name: row.name,
@@ -430,71 +449,52 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             disable_failover: row.disable_failover,
         });
     }
+    Ok(teams)
+}
 
-    let tokens = t
-        .token_rows
-        .into_iter()
-        .map(|row| Token {
-            id: row.id,
-            name: row.name,
-            hash: row.hash,
-            route_group_name: row.route_group_name,
-            team_id: row.team_id,
-            allow_pinning: row.allow_pinning,
-            enabled: row.enabled,
-            expires_at: row.expires_at_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
-        })
-        .collect();
-
-    let mut prices = Vec::with_capacity(t.price_rows.len());
-    for row in t.price_rows {
-        let amount = |v: i64, what: &str| {
-            u64::try_from(v).map_err(|_| anyhow!("price {}: negative {what}", row.id))
-        };
-        prices.push(Price {
-            id: row.id,
-            channel_id: row.channel_id,
-            input_per_million: amount(row.input_per_million, "input price")?,
-            output_per_million: amount(row.output_per_million, "output price")?,
-            cached_input_per_million: row
-                .cached_input_per_million
-                .map(|v| amount(v, "cached input price"))
-                .transpose()?,
-            model_pattern: row.model_pattern,
-        });
+fn token_from_row(row: TokenRow) -> Token {
+    Token {
+        id: row.id,
+        name: row.name,
+        hash: row.hash,
+        route_group_name: row.route_group_name,
+        team_id: row.team_id,
+        allow_pinning: row.allow_pinning,
+        enabled: row.enabled,
+        expires_at: row.expires_at_ms.map(|ms| u64::try_from(ms).unwrap_or(0)),
     }
-    let mut limits = Vec::with_capacity(t.limit_rows.len());
-    for row in t.limit_rows {
-        let window = (row.period != "none").then_some(row.period.as_str());
-        let value = u64::try_from(row.value).map_err(|_| anyhow!("limit {}: value", row.id))?;
-        let limit = Limit::parse(
-            &row.scope,
-            row.scope_id,
-            &row.metric,
-            window,
-            value,
-            &row.mode,
-        )
-        .map_err(|(field, message)| anyhow!("limit {}: {field}: {message}", row.id))?;
-        limits.push(LimitRule { id: row.id, limit });
-    }
+}
 
-    let mut shadows = Vec::with_capacity(t.shadow_rows.len());
-    for row in t.shadow_rows {
-        shadows.push(shadow_from_row(row)?);
-    }
-
-    Ok(SnapshotParts {
-        revision,
-        settings,
-        routes,
-        channels,
-        teams,
-        tokens,
-        prices,
-        limits,
-        shadows,
+fn price_from_row(row: PriceRow) -> anyhow::Result<Price> {
+    let amount = |v: i64, what: &str| {
+        u64::try_from(v).map_err(|_| anyhow!("price {}: negative {what}", row.id))
+    };
+    Ok(Price {
+        id: row.id,
+        channel_id: row.channel_id,
+        input_per_million: amount(row.input_per_million, "input price")?,
+        output_per_million: amount(row.output_per_million, "output price")?,
+        cached_input_per_million: row
+            .cached_input_per_million
+            .map(|v| amount(v, "cached input price"))
+            .transpose()?,
+        model_pattern: row.model_pattern,
     })
+}
+
+fn limit_from_row(row: LimitRow) -> anyhow::Result<LimitRule> {
+    let window = (row.period != "none").then_some(row.period.as_str());
+    let value = u64::try_from(row.value).map_err(|_| anyhow!("limit {}: value", row.id))?;
+    let limit = Limit::parse(
+        &row.scope,
+        row.scope_id,
+        &row.metric,
+        window,
+        value,
+        &row.mode,
+    )
+    .map_err(|(field, message)| anyhow!("limit {}: {field}: {message}", row.id))?;
+    Ok(LimitRule { id: row.id, limit })
 }
 
 fn shadow_from_row(row: ShadowRow) -> anyhow::Result<ShadowRule> {

@@ -94,20 +94,7 @@ fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTl
 /// snapshot streams for the drain delay (so it leaves the Service's endpoints first), then stops.
 pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()> {
     let upstream = config.upstream_options().map_err(anyhow::Error::msg)?;
-    let shutdown = CancellationToken::new();
-    let drain_delay = Duration::from_secs(config.drain_delay_secs);
-    tokio::spawn({
-        let (signal, shutdown) = (signal.clone(), shutdown.clone());
-        async move {
-            signal.cancelled().await;
-            tracing::info!(
-                drain_delay_secs = drain_delay.as_secs(),
-                "SIGTERM: reporting not ready, still serving for the drain delay"
-            );
-            tokio::time::sleep(drain_delay).await;
-            shutdown.cancel();
-        }
-    });
+    let shutdown = shutdown_after_drain(&signal, Duration::from_secs(config.drain_delay_secs));
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
     let pool = crate::db::pool(options.clone());
     migrate_with_retry(
@@ -117,13 +104,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     )
     .await?;
     tracing::info!("migrations applied");
-    let live = match &config.redis_url {
-        Some(url) => Some(LiveState::start_redis(url, &config.redis_prefix)?),
-        None => {
-            tracing::info!("no REDIS_URL: explain runs without a live health view");
-            None
-        }
-    };
+    let live = live_state(&config)?;
 
     let metrics = Arc::new(Metrics::default());
     let publisher = Publisher::new(pool.clone(), Arc::clone(&metrics));
@@ -141,15 +122,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     );
     tracker.spawn(Arc::clone(&recovery).run(options.clone(), shutdown.clone()));
 
-    let http = TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("binding SWITCHYARD_HTTP_ADDR {}", config.http_addr))?;
-    let grpc = TcpListener::bind(config.grpc_addr)
-        .await
-        .with_context(|| format!("binding SWITCHYARD_GRPC_ADDR {}", config.grpc_addr))?;
-    let http_addr = http.local_addr()?;
-    let grpc_addr = grpc.local_addr()?;
-    tracing::info!(%http_addr, %grpc_addr, "listening");
+    let (http, grpc) = bind(&config).await?;
 
     let fleet = FleetTokens::parse(config.fleet_token.as_deref());
     let proxies_without_secrets = fleet.is_empty();
@@ -177,54 +150,11 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     if let Some(live) = &live {
         state = state.with_live(live.clone());
     }
-    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
-    let server = Server::new(config.limits.limits());
-    tracing::info!(
-        fd_soft,
-        fd_hard,
-        max_connections = server.max_connections(),
-        grpc_max_connections = config.grpc_max_connections,
-        grpc_handshake_timeout_ms = config.grpc_handshake_timeout_ms,
-        "connection limits"
-    );
-    let grpc_registry = Arc::new(switchyard_server::Registry::new(
-        config.grpc_max_connections,
-        0,
-    ));
-    state = state
-        .with_connections(server.stats())
-        .with_grpc_connections(grpc_registry.stats());
-    let router = app(state);
-    tracker.spawn(server.serve(http, router, shutdown.clone()));
-
-    let grpc_shutdown = shutdown.clone();
-    let grpc_incoming = guarded_incoming(
-        grpc,
-        grpc_registry,
-        Duration::from_millis(config.grpc_handshake_timeout_ms),
-        Arc::clone(&metrics),
-    );
-    let mut grpc_server = tonic::transport::Server::builder();
-    if let Some(tls) = grpc_tls(&config)? {
-        grpc_server = grpc_server
-            .tls_config(tls)
-            .context("configuring TLS on the gRPC port")?;
-    }
-    tracker.spawn(async move {
-        let served = grpc_server
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .timeout(Duration::from_secs(30))
-            .add_service(grpc_service)
-            .serve_with_incoming_shutdown(
-                grpc_incoming,
-                async move { grpc_shutdown.cancelled().await },
-            )
-            .await;
-        if let Err(error) = served {
-            tracing::error!(error = %error, "gRPC server failed");
-        }
-    });
+    let grpc = GrpcPort {
+        listener: grpc,
+        service: grpc_service,
+    };
+    serve(&config, &tracker, state, http, grpc, &shutdown)?;
     tracker.close();
 
     shutdown.cancelled().await;
@@ -240,5 +170,118 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         live.close(Duration::from_secs(2)).await;
     }
     pool.close().await;
+    Ok(())
+}
+
+/// The fleet's shared state (`REDIS_URL`), when there is one.
+fn live_state(config: &Config) -> anyhow::Result<Option<LiveState>> {
+    match &config.redis_url {
+        Some(url) => Ok(Some(LiveState::start_redis(url, &config.redis_prefix)?)),
+        None => {
+            tracing::info!("no REDIS_URL: explain runs without a live health view");
+            Ok(None)
+        }
+    }
+}
+
+/// The HTTP and gRPC ports' listeners.
+async fn bind(config: &Config) -> anyhow::Result<(TcpListener, TcpListener)> {
+    let http = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding SWITCHYARD_HTTP_ADDR {}", config.http_addr))?;
+    let grpc = TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("binding SWITCHYARD_GRPC_ADDR {}", config.grpc_addr))?;
+    let http_addr = http.local_addr()?;
+    let grpc_addr = grpc.local_addr()?;
+    tracing::info!(%http_addr, %grpc_addr, "listening");
+    Ok((http, grpc))
+}
+
+/// The token the servers stop on: it fires the drain delay after `signal`, which `/readyz`
+/// answers 503 on from the start.
+fn shutdown_after_drain(signal: &CancellationToken, drain_delay: Duration) -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let (signal, shutdown) = (signal.clone(), shutdown.clone());
+        async move {
+            signal.cancelled().await;
+            tracing::info!(
+                drain_delay_secs = drain_delay.as_secs(),
+                "SIGTERM: reporting not ready, still serving for the drain delay"
+            );
+            tokio::time::sleep(drain_delay).await;
+            shutdown.cancel();
+        }
+    });
+    shutdown
+}
+
+/// The gRPC port's listener and the service it serves.
+struct GrpcPort {
+    listener: TcpListener,
+    service: SnapshotWatchServer,
+}
+
+/// Serves the admin HTTP surface on `http` and the fleet's gRPC on `grpc`, each under its
+/// connection limits, on `tracker` until `shutdown`.
+fn serve(
+    config: &Config,
+    tracker: &TaskTracker,
+    state: AppState,
+    http: TcpListener,
+    grpc: GrpcPort,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let (fd_soft, fd_hard) = switchyard_server::raise_fd_limit();
+    let server = Server::new(config.limits.limits());
+    tracing::info!(
+        fd_soft,
+        fd_hard,
+        max_connections = server.max_connections(),
+        grpc_max_connections = config.grpc_max_connections,
+        grpc_handshake_timeout_ms = config.grpc_handshake_timeout_ms,
+        "connection limits"
+    );
+    let grpc_registry = Arc::new(switchyard_server::Registry::new(
+        config.grpc_max_connections,
+        0,
+    ));
+    let state = state
+        .with_connections(server.stats())
+        .with_grpc_connections(grpc_registry.stats());
+    let metrics = Arc::clone(&state.metrics);
+    let router = app(state);
+    tracker.spawn(server.serve(http, router, shutdown.clone()));
+
+    let grpc_shutdown = shutdown.clone();
+    let grpc_incoming = guarded_incoming(
+        grpc.listener,
+        grpc_registry,
+        Duration::from_millis(config.grpc_handshake_timeout_ms),
+        metrics,
+    );
+    let mut grpc_server = tonic::transport::Server::builder();
+    if let Some(tls) = grpc_tls(config)? {
+        grpc_server = grpc_server
+            .tls_config(tls)
+            .context("configuring TLS on the gRPC port")?;
+    }
+    let grpc_service = grpc.service;
+    tracker.spawn(async move {
+        let served = grpc_server
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .timeout(Duration::from_secs(30))
+            .add_service(grpc_service)
+            .serve_with_incoming_shutdown(
+                grpc_incoming,
+                async move { grpc_shutdown.cancelled().await },
+            )
+            .await;
+        if let Err(error) = served {
+            tracing::error!(error = %error, "gRPC server failed");
+        }
+    });
     Ok(())
 }

@@ -65,6 +65,18 @@ struct Totals {
     unpriced: i64,
 }
 
+impl Totals {
+    /// Adds `other`'s figures, saturating.
+    fn add(&mut self, other: Totals) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cached = self.cached.saturating_add(other.cached);
+        self.cost = self.cost.saturating_add(other.cost);
+        self.unpriced = self.unpriced.saturating_add(other.unpriced);
+    }
+}
+
 fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
@@ -127,6 +139,27 @@ struct Aggregated {
 /// records refuse the batch; impossible records and figures are left out (see the module's
 /// documentation).
 fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
+    check_batch(batch)?;
+    let mut out = Aggregated::default();
+    for (i, r) in batch.records.iter().enumerate() {
+        let Some(figures) = record_figures(batch, i, r, &mut out.refused_figures) else {
+            continue;
+        };
+        let key = (
+            r.bucket_start_unix_s,
+            r.token.clone(),
+            r.team.clone(),
+            r.route.clone(),
+            r.channel.clone(),
+            r.model.clone(),
+        );
+        out.sums.entry(key).or_default().add(figures);
+    }
+    Ok(out)
+}
+
+/// A malformed batch id or too many records (or shadow records) refuse the whole batch.
+fn check_batch(batch: &v1::UsageBatch) -> Result<(), UsageError> {
     let id = &batch.batch_id;
     if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(UsageError::Invalid(
@@ -145,82 +178,83 @@ fn aggregate(batch: &v1::UsageBatch) -> Result<Aggregated, UsageError> {
             batch.shadows.len()
         )));
     }
-    let mut out = Aggregated::default();
-    for (i, r) in batch.records.iter().enumerate() {
-        if let Err(problem) = check_record(r) {
-            tracing::warn!(
-                batch_id = %id,
-                client_id = %batch.client_id,
-                record = i,
-                problem,
-                "a usage record cannot be stored; left out"
-            );
-            out.refused_figures += 1;
-            continue;
-        }
-        if r.requests > MAX_RECORD_REQUESTS {
-            tracing::warn!(
-                batch_id = %id,
-                client_id = %batch.client_id,
-                record = i,
-                requests = r.requests,
-                max = MAX_RECORD_REQUESTS,
-                "a usage record counts more requests than one proxy can serve; left out"
-            );
-            out.refused_figures += 1;
-            continue;
-        }
-        let mut figure = |field: &'static str, value: u64, plausible: bool| -> u64 {
-            if plausible {
-                return value;
-            }
-            tracing::warn!(
-                batch_id = %id,
-                client_id = %batch.client_id,
-                record = i,
-                field,
-                value,
-                requests = r.requests,
-                "a usage record reports an impossible figure; counted as not reported"
-            );
-            out.refused_figures += 1;
-            0
-        };
-        let input = figure(
-            "input_tokens",
-            r.input_tokens,
-            plausible_tokens(r.requests, r.input_tokens),
+    Ok(())
+}
+
+/// Record `i`'s figures as they count: `None` when the record is left out, and a figure that
+/// cannot be true as 0. Each record or figure refused is logged and counted in `refused`.
+fn record_figures(
+    batch: &v1::UsageBatch,
+    i: usize,
+    r: &v1::UsageRecord,
+    refused: &mut usize,
+) -> Option<Totals> {
+    let id = &batch.batch_id;
+    if let Err(problem) = check_record(r) {
+        tracing::warn!(
+            batch_id = %id,
+            client_id = %batch.client_id,
+            record = i,
+            problem,
+            "a usage record cannot be stored; left out"
         );
-        let output = figure(
-            "output_tokens",
-            r.output_tokens,
-            plausible_tokens(r.requests, r.output_tokens),
-        );
-        // Cached tokens are part of the input.
-        let cached = figure("cached_tokens", r.cached_tokens, r.cached_tokens <= input);
-        // A cost needs a priced request to come from.
-        let cost = figure(
-            "cost_pico_usd",
-            r.cost_pico_usd,
-            r.cost_pico_usd == 0 || r.unpriced_requests < r.requests,
-        );
-        let key = (
-            r.bucket_start_unix_s,
-            r.token.clone(),
-            r.team.clone(),
-            r.route.clone(),
-            r.channel.clone(),
-            r.model.clone(),
-        );
-        let t = out.sums.entry(key).or_default();
-        t.requests = t.requests.saturating_add(clamp(r.requests));
-        t.input = t.input.saturating_add(clamp(input));
-        t.output = t.output.saturating_add(clamp(output));
-        t.cached = t.cached.saturating_add(clamp(cached));
-        t.cost = t.cost.saturating_add(clamp(cost));
-        t.unpriced = t.unpriced.saturating_add(clamp(r.unpriced_requests));
+        *refused += 1;
+        return None;
     }
-    Ok(out)
+    if r.requests > MAX_RECORD_REQUESTS {
+        tracing::warn!(
+            batch_id = %id,
+            client_id = %batch.client_id,
+            record = i,
+            requests = r.requests,
+            max = MAX_RECORD_REQUESTS,
+            "a usage record counts more requests than one proxy can serve; left out"
+        );
+        *refused += 1;
+        return None;
+    }
+    let mut figure = |field: &'static str, value: u64, plausible: bool| -> u64 {
+        if plausible {
+            return value;
+        }
+        tracing::warn!(
+            batch_id = %id,
+            client_id = %batch.client_id,
+            record = i,
+            field,
+            value,
+            requests = r.requests,
+            "a usage record reports an impossible figure; counted as not reported"
+        );
+        *refused += 1;
+        0
+    };
+    let input = figure(
+        "input_tokens",
+        r.input_tokens,
+        plausible_tokens(r.requests, r.input_tokens),
+    );
+    let output = figure(
+        "output_tokens",
+        r.output_tokens,
+        plausible_tokens(r.requests, r.output_tokens),
+    );
+    // Cached tokens are part of the input.
+    let cached = figure("cached_tokens", r.cached_tokens, r.cached_tokens <= input);
+    // A cost needs a priced request to come from.
+    let cost = figure(
+        "cost_pico_usd",
+        r.cost_pico_usd,
+        r.cost_pico_usd == 0 || r.unpriced_requests < r.requests,
+    );
+    Some(Totals {
+        requests: clamp(r.requests),
+        input: clamp(input),
+        output: clamp(output),
+        cached: clamp(cached),
+        cost: clamp(cost),
+        unpriced: clamp(r.unpriced_requests),
+    })
 }
 
 /// A database error applying a batch: one that the same batch would meet again (a data or
@@ -278,66 +312,7 @@ async fn store(
     }
     let records = sums.len();
     if records > 0 {
-        let mut buckets = Vec::with_capacity(records);
-        let mut tokens = Vec::with_capacity(records);
-        let mut teams = Vec::with_capacity(records);
-        let mut routes = Vec::with_capacity(records);
-        let mut channels = Vec::with_capacity(records);
-        let mut models = Vec::with_capacity(records);
-        let mut requests = Vec::with_capacity(records);
-        let mut inputs = Vec::with_capacity(records);
-        let mut outputs = Vec::with_capacity(records);
-        let mut cached = Vec::with_capacity(records);
-        let mut costs = Vec::with_capacity(records);
-        let mut unpriced = Vec::with_capacity(records);
-        for ((bucket, token, team, route, channel, model), t) in sums {
-            buckets.push(bucket);
-            tokens.push(token);
-            teams.push(team);
-            routes.push(route);
-            channels.push(channel);
-            models.push(model);
-            requests.push(t.requests);
-            inputs.push(t.input);
-            outputs.push(t.output);
-            cached.push(t.cached);
-            costs.push(t.cost);
-            unpriced.push(t.unpriced);
-        }
-        sqlx::query(
-            "INSERT INTO usage_minutes AS u (bucket, token, team, route, channel, model, \
-                                             requests, input_tokens, output_tokens, cached_tokens, \
-                                             cost_pico_usd, unpriced_requests) \
-             SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca, co, up \
-             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                         $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
-                         $12::bigint[], $13::bigint[]) \
-                  AS x(b, t, tm, r, c, m, rq, i, o, ca, co, up) \
-             ON CONFLICT (bucket, token, team, route, channel, model) DO UPDATE SET \
-               requests = least(u.requests::numeric + excluded.requests, $11)::bigint, \
-               input_tokens = least(u.input_tokens::numeric + excluded.input_tokens, $11)::bigint, \
-               output_tokens = least(u.output_tokens::numeric + excluded.output_tokens, $11)::bigint, \
-               cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint, \
-               cost_pico_usd = least(u.cost_pico_usd::numeric + excluded.cost_pico_usd, $11)::bigint, \
-               unpriced_requests = \
-                 least(u.unpriced_requests::numeric + excluded.unpriced_requests, $11)::bigint",
-        )
-        .bind(buckets)
-        .bind(tokens)
-        .bind(teams)
-        .bind(routes)
-        .bind(channels)
-        .bind(models)
-        .bind(requests)
-        .bind(inputs)
-        .bind(outputs)
-        .bind(cached)
-        // The sums saturate at the column's largest value rather than failing the batch.
-        .bind(i64::MAX)
-        .bind(costs)
-        .bind(unpriced)
-        .execute(&mut *tx)
-        .await?;
+        add_minutes(&mut tx, sums).await?;
     }
     let shadows = crate::shadow::store(&mut tx, batch).await?;
     // Forget ids far older than any retry (the index makes this a short range scan).
@@ -346,6 +321,75 @@ async fn store(
         .await?;
     tx.commit().await?;
     Ok((records, false, shadows))
+}
+
+/// Adds the summed records to `usage_minutes`, one upsert for all of them.
+async fn add_minutes(
+    tx: &mut sqlx::PgConnection,
+    sums: BTreeMap<Dimensions, Totals>,
+) -> Result<(), sqlx::Error> {
+    let records = sums.len();
+    let mut buckets = Vec::with_capacity(records);
+    let mut tokens = Vec::with_capacity(records);
+    let mut teams = Vec::with_capacity(records);
+    let mut routes = Vec::with_capacity(records);
+    let mut channels = Vec::with_capacity(records);
+    let mut models = Vec::with_capacity(records);
+    let mut requests = Vec::with_capacity(records);
+    let mut inputs = Vec::with_capacity(records);
+    let mut outputs = Vec::with_capacity(records);
+    let mut cached = Vec::with_capacity(records);
+    let mut costs = Vec::with_capacity(records);
+    let mut unpriced = Vec::with_capacity(records);
+    for ((bucket, token, team, route, channel, model), t) in sums {
+        buckets.push(bucket);
+        tokens.push(token);
+        teams.push(team);
+        routes.push(route);
+        channels.push(channel);
+        models.push(model);
+        requests.push(t.requests);
+        inputs.push(t.input);
+        outputs.push(t.output);
+        cached.push(t.cached);
+        costs.push(t.cost);
+        unpriced.push(t.unpriced);
+    }
+    sqlx::query(
+        "INSERT INTO usage_minutes AS u (bucket, token, team, route, channel, model, \
+                                         requests, input_tokens, output_tokens, cached_tokens, \
+                                         cost_pico_usd, unpriced_requests) \
+         SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca, co, up \
+         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                     $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
+                     $12::bigint[], $13::bigint[]) \
+              AS x(b, t, tm, r, c, m, rq, i, o, ca, co, up) \
+         ON CONFLICT (bucket, token, team, route, channel, model) DO UPDATE SET \
+           requests = least(u.requests::numeric + excluded.requests, $11)::bigint, \
+           input_tokens = least(u.input_tokens::numeric + excluded.input_tokens, $11)::bigint, \
+           output_tokens = least(u.output_tokens::numeric + excluded.output_tokens, $11)::bigint, \
+           cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint, \
+           cost_pico_usd = least(u.cost_pico_usd::numeric + excluded.cost_pico_usd, $11)::bigint, \
+           unpriced_requests = \
+             least(u.unpriced_requests::numeric + excluded.unpriced_requests, $11)::bigint",
+    )
+    .bind(buckets)
+    .bind(tokens)
+    .bind(teams)
+    .bind(routes)
+    .bind(channels)
+    .bind(models)
+    .bind(requests)
+    .bind(inputs)
+    .bind(outputs)
+    .bind(cached)
+    // The sums saturate at the column's largest value rather than failing the batch.
+    .bind(i64::MAX)
+    .bind(costs)
+    .bind(unpriced)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

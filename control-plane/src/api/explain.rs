@@ -253,36 +253,16 @@ pub async fn explain(
         Arc::clone(&published.snapshot)
     };
     let mut rng = SplitMix64::new(seed);
-    let (decision, health_view) = match &state.live {
-        Some(live) => {
-            let mut decision = None;
-            live.store().with_view(&mut |view: &dyn HealthView| {
-                decision = Some(select(
-                    snapshot.as_ref(),
-                    view,
-                    &constraint,
-                    model,
-                    now_ms,
-                    &mut rng,
-                ));
-            });
-            let decision = decision.ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!("the state store never ran the selection"))
-            })?;
-            (decision, live.source())
-        }
-        None => (
-            select(
-                snapshot.as_ref(),
-                &NoHealth,
-                &constraint,
-                model,
-                now_ms,
-                &mut rng,
-            ),
-            "none",
-        ),
-    };
+    let (decision, health_view) = decide(state.live.as_ref(), |view| {
+        select(
+            snapshot.as_ref(),
+            view,
+            &constraint,
+            model,
+            now_ms,
+            &mut rng,
+        )
+    })?;
     if decision.outcome == Outcome::ModelNotFound {
         return Err(ApiError::ModelNotFound {
             message: format!("no enabled route matches model {model:?}"),
@@ -290,13 +270,6 @@ pub async fn explain(
     }
     let mut body = serde_json::to_value(&decision)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("serialising the decision: {e}")))?;
-    let limits = match &token {
-        Some(token) => {
-            let route = snapshot.resolve_route(model).map(|r| r.id);
-            Some(token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await)
-        }
-        None => None,
-    };
     if let Value::Object(map) = &mut body {
         map.insert("revision".into(), json!(snapshot.revision));
         map.insert("seed".into(), json!(seed));
@@ -305,20 +278,43 @@ pub async fn explain(
         // in-flight counts or health records are seen.
         map.insert("health_view".into(), json!(health_view));
         if let Some(token) = &token {
-            map.insert(
-                "token".into(),
-                json!({
-                    "id": token.id,
-                    "name": token.name,
-                    "team_id": token.team_id,
-                    "route_group_name": token.route_group_name,
-                    "enabled": token.enabled,
-                    "expires_at": token.expires_at.map(format_rfc3339),
-                    "expired": token.expires_at.is_some_and(|at| at <= now_ms),
-                }),
-            );
+            let route = snapshot.resolve_route(model).map(|r| r.id);
+            let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;
+            map.insert("token".into(), token_json(token, now_ms));
             map.insert("limits".into(), json!(limits));
         }
     }
     Ok(Json(body))
+}
+
+/// Runs `select` once, inside the fleet's shared-state view when there is one (`NoHealth`
+/// otherwise), and names the view it ran in (`health_view`).
+fn decide<R>(
+    live: Option<&LiveState>,
+    mut select: impl FnMut(&dyn HealthView) -> R,
+) -> ApiResult<(R, &'static str)> {
+    let Some(live) = live else {
+        return Ok((select(&NoHealth), "none"));
+    };
+    let mut decision = None;
+    live.store().with_view(&mut |view: &dyn HealthView| {
+        decision = Some(select(view));
+    });
+    let decision = decision.ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("the state store never ran the selection"))
+    })?;
+    Ok((decision, live.source()))
+}
+
+/// The token explain selected as, as the answer shows it.
+fn token_json(token: &Token, now_ms: u64) -> Value {
+    json!({
+        "id": token.id,
+        "name": token.name,
+        "team_id": token.team_id,
+        "route_group_name": token.route_group_name,
+        "enabled": token.enabled,
+        "expires_at": token.expires_at.map(format_rfc3339),
+        "expired": token.expires_at.is_some_and(|at| at <= now_ms),
+    })
 }

@@ -8,6 +8,7 @@ use axum::response::Response;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sqlx::PgPool;
 use switchyard_engine::limit::{format_micros, format_pico_usd, format_rfc3339, parse_rfc3339};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{ShadowRule, ShadowTarget, UnixMillis};
@@ -16,8 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
-use super::extract::{nullable, Writer};
-use super::extract::{JsonBody, Path, Query};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
 use super::reply::{Page, PageQuery};
 use super::rows::{
     commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, By, Change,
@@ -751,64 +751,10 @@ pub async fn report(
     Path(id): Path<i64>,
     Query(query): Query<ReportQuery>,
 ) -> ApiResult<Json<ShadowReport>> {
-    let since = query
-        .since
-        .as_deref()
-        .map(|text| {
-            parse_rfc3339(text).ok_or_else(|| {
-                ApiError::validation(
-                    "since",
-                    format!(
-                        "since must be an RFC 3339 date-time such as 2027-01-31T23:59:59Z, got {:?}",
-                        crate::error::bounded(text, 64)
-                    ),
-                )
-            })
-        })
-        .transpose()?;
+    let since = query.since.as_deref().map(parse_since).transpose()?;
     let row = fetch_row::<ShadowRow>(&state.pool, id, false).await?;
-    let minutes: Vec<MinuteRow> = sqlx::query_as(
-        "SELECT pairs, live_ok, shadow_ok, live_total_ms_hist, live_first_byte_ms_hist, \
-         shadow_total_ms_hist, shadow_first_byte_ms_hist, live_input_tokens, live_output_tokens, \
-         shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd, \
-         live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names, \
-         shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum, \
-         similarity_milli_sum FROM shadow_minutes WHERE shadow_id = $1 \
-         AND ($2::bigint IS NULL OR bucket >= date_trunc('minute', \
-              'epoch'::timestamptz + $2 * interval '1 millisecond')) ORDER BY bucket",
-    )
-    .bind(id)
-    .bind(since.map(i64_of))
-    .fetch_all(&state.pool)
-    .await?;
-    let mut t = MinuteRow::default();
-    for m in &minutes {
-        add_hist(&mut t.live_total_ms_hist, &m.live_total_ms_hist);
-        add_hist(&mut t.live_first_byte_ms_hist, &m.live_first_byte_ms_hist);
-        add_hist(&mut t.shadow_total_ms_hist, &m.shadow_total_ms_hist);
-        add_hist(
-            &mut t.shadow_first_byte_ms_hist,
-            &m.shadow_first_byte_ms_hist,
-        );
-        saturating_sum!(t, m; pairs, live_ok, shadow_ok, live_input_tokens, live_output_tokens,
-            shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd,
-            live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names,
-            shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum,
-            similarity_milli_sum);
-    }
-    let now = crate::now_ms();
-    let stopped_reason = row.stopped_reason.clone().or_else(|| {
-        if row
-            .expires_at_ms
-            .is_some_and(|at| u64::try_from(at).unwrap_or(0) <= now)
-        {
-            Some("expired".to_owned())
-        } else if !row.enabled {
-            Some("disabled".to_owned())
-        } else {
-            None
-        }
-    });
+    let t = minutes_total(&state.pool, id, since).await?;
+    let stopped_reason = stopped_reason(&row, crate::now_ms());
     let milli_mean = |sum: i64| (t.compared > 0).then(|| sum as f64 / 1000.0 / t.compared as f64);
     Ok(Json(ShadowReport {
         pairs: t.pairs,
@@ -843,4 +789,68 @@ pub async fn report(
         stopped_reason,
         shadow: ShadowView::from(row),
     }))
+}
+
+/// The report's `since`, a 422 naming it when it is no RFC 3339 date-time.
+fn parse_since(text: &str) -> ApiResult<UnixMillis> {
+    parse_rfc3339(text).ok_or_else(|| {
+        ApiError::validation(
+            "since",
+            format!(
+                "since must be an RFC 3339 date-time such as 2027-01-31T23:59:59Z, got {:?}",
+                crate::error::bounded(text, 64)
+            ),
+        )
+    })
+}
+
+/// The rule's minutes from the one holding `since` on (every minute without it), summed.
+async fn minutes_total(pool: &PgPool, id: i64, since: Option<UnixMillis>) -> ApiResult<MinuteRow> {
+    let minutes: Vec<MinuteRow> = sqlx::query_as(
+        "SELECT pairs, live_ok, shadow_ok, live_total_ms_hist, live_first_byte_ms_hist, \
+         shadow_total_ms_hist, shadow_first_byte_ms_hist, live_input_tokens, live_output_tokens, \
+         shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd, \
+         live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names, \
+         shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum, \
+         similarity_milli_sum FROM shadow_minutes WHERE shadow_id = $1 \
+         AND ($2::bigint IS NULL OR bucket >= date_trunc('minute', \
+              'epoch'::timestamptz + $2 * interval '1 millisecond')) ORDER BY bucket",
+    )
+    .bind(id)
+    .bind(since.map(i64_of))
+    .fetch_all(pool)
+    .await?;
+    let mut t = MinuteRow::default();
+    for m in &minutes {
+        add_hist(&mut t.live_total_ms_hist, &m.live_total_ms_hist);
+        add_hist(&mut t.live_first_byte_ms_hist, &m.live_first_byte_ms_hist);
+        add_hist(&mut t.shadow_total_ms_hist, &m.shadow_total_ms_hist);
+        add_hist(
+            &mut t.shadow_first_byte_ms_hist,
+            &m.shadow_first_byte_ms_hist,
+        );
+        saturating_sum!(t, m; pairs, live_ok, shadow_ok, live_input_tokens, live_output_tokens,
+            shadow_input_tokens, shadow_output_tokens, live_cost_pico_usd, shadow_cost_pico_usd,
+            live_unpriced, shadow_unpriced, compared, same_finish_reason, same_tool_names,
+            shadow_tool_args_valid, json_mode_asked, shadow_json_valid, length_ratio_milli_sum,
+            similarity_milli_sum);
+    }
+    Ok(t)
+}
+
+/// Why the rule no longer mirrors, when it does not: its stop reason, else `expired` or
+/// `disabled`.
+fn stopped_reason(row: &ShadowRow, now: u64) -> Option<String> {
+    row.stopped_reason.clone().or_else(|| {
+        if row
+            .expires_at_ms
+            .is_some_and(|at| u64::try_from(at).unwrap_or(0) <= now)
+        {
+            Some("expired".to_owned())
+        } else if !row.enabled {
+            Some("disabled".to_owned())
+        } else {
+            None
+        }
+    })
 }

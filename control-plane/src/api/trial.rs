@@ -15,13 +15,14 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
-use switchyard_engine::{SecretSource, SplitMix64};
+use switchyard_engine::{Channel, Member, Route, SecretSource, Snapshot, SplitMix64};
 use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy};
 use switchyard_upstream::{ChannelRuntime, ProbeFailure, ProbeResult};
 use utoipa::ToSchema;
 
 use super::extract::Path;
 use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::live::LiveState;
 use crate::state::AppState;
 
 /// How long one trial may take.
@@ -95,28 +96,8 @@ pub async fn trial(
         .ok_or_else(|| ApiError::not_found("channel", member.channel_id))?;
     let mut channel = channel.clone();
     channel.credentials.retain(|c| c.enabled);
-    let env = |name: &str| std::env::var(name).ok();
-    let runtime = ChannelRuntime::compile(&channel, &env);
-    let client = switchyard_upstream::HttpClient::new(state.upstream.clone());
-    let mut rng = SplitMix64::new(super::explain::random_seed());
     let started = tokio::time::Instant::now();
-    let mut last: Option<(ProbeResult, i64)> = None;
-    for credential in &runtime.credentials {
-        let result = switchyard_upstream::probe_credential(
-            &client,
-            &runtime,
-            credential,
-            &member.upstream_model,
-            TRIAL_TIMEOUT,
-            &mut rng,
-        )
-        .await;
-        let passed = result.passed();
-        last = Some((result, credential.id));
-        if passed {
-            break;
-        }
-    }
+    let last = call(&state, &channel, &member.upstream_model).await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut response = TrialResponse {
         member_id: member.id,
@@ -148,43 +129,9 @@ pub async fn trial(
         return Ok(Json(response));
     };
     response.credential_id = Some(credential_id);
-    match result {
-        ProbeResult::Passed { status } => {
-            response.passed = true;
-            response.status = Some(status);
-            response.failure = None;
-        }
-        ProbeResult::Failed { reason, status } => {
-            response.status = status;
-            response.failure = Some(reason.as_str().to_owned());
-            response.cause = reason.cause().map(|c| c.as_str().to_owned());
-        }
-    }
+    response.outcome(&result);
     if let (Some(kind), Some(live)) = (kind_of(&result), &state.live) {
-        let settings = &snapshot.settings;
-        let cooldown_seconds = route.cooldown_seconds.unwrap_or(settings.cooldown_seconds);
-        let policy = FailurePolicy {
-            fault_protection: settings.fault_protection_enabled,
-            cooldown_ms: u64::from(cooldown_seconds) * 1000,
-            breaker_threshold: settings.breaker_failure_threshold,
-        };
-        // One request on one channel: its failure counts for the channel once, as a proxy's.
-        let reported = live.store().report_failure(
-            &AttemptFailure {
-                member: member.id,
-                channel: channel.id,
-                upstream_model: &member.upstream_model,
-                kind,
-                retry_after_ms: None,
-            },
-            &policy,
-            true,
-            crate::now_ms(),
-        );
-        response.recorded = true;
-        response.cooled_until = reported.member.cooled_until;
-        response.channel_failures = reported.channel.map(|c| c.consecutive_failures);
-        response.breaker_tripped = reported.channel.is_some_and(|c| c.tripped);
+        response.record(live, snapshot, route, member, kind);
     }
     tracing::info!(
         member_id = id,
@@ -197,4 +144,89 @@ pub async fn trial(
         "trial call"
     );
     Ok(Json(response))
+}
+
+/// Probes the channel's credentials in turn until one passes: the last result, with the
+/// credential that gave it (`None`: no credential with a resolvable secret).
+async fn call(
+    state: &AppState,
+    channel: &Channel,
+    upstream_model: &str,
+) -> Option<(ProbeResult, i64)> {
+    let env = |name: &str| std::env::var(name).ok();
+    let runtime = ChannelRuntime::compile(channel, &env);
+    let client = switchyard_upstream::HttpClient::new(state.upstream.clone());
+    let mut rng = SplitMix64::new(super::explain::random_seed());
+    let mut last: Option<(ProbeResult, i64)> = None;
+    for credential in &runtime.credentials {
+        let result = switchyard_upstream::probe_credential(
+            &client,
+            &runtime,
+            credential,
+            upstream_model,
+            TRIAL_TIMEOUT,
+            &mut rng,
+        )
+        .await;
+        let passed = result.passed();
+        last = Some((result, credential.id));
+        if passed {
+            break;
+        }
+    }
+    last
+}
+
+impl TrialResponse {
+    /// What the upstream answered.
+    fn outcome(&mut self, result: &ProbeResult) {
+        match result {
+            ProbeResult::Passed { status } => {
+                self.passed = true;
+                self.status = Some(*status);
+                self.failure = None;
+            }
+            ProbeResult::Failed { reason, status } => {
+                self.status = *status;
+                self.failure = Some(reason.as_str().to_owned());
+                self.cause = reason.cause().map(|c| c.as_str().to_owned());
+            }
+        }
+    }
+
+    /// Reports the failure to the fleet's shared state as a proxy reports a failed attempt of
+    /// the member, and shows what it did there.
+    fn record(
+        &mut self,
+        live: &LiveState,
+        snapshot: &Snapshot,
+        route: &Route,
+        member: &Member,
+        kind: FailureKind,
+    ) {
+        let settings = &snapshot.settings;
+        let cooldown_seconds = route.cooldown_seconds.unwrap_or(settings.cooldown_seconds);
+        let policy = FailurePolicy {
+            fault_protection: settings.fault_protection_enabled,
+            cooldown_ms: u64::from(cooldown_seconds) * 1000,
+            breaker_threshold: settings.breaker_failure_threshold,
+        };
+        // One request on one channel: its failure counts for the channel once, as a proxy's.
+        let reported = live.store().report_failure(
+            &AttemptFailure {
+                member: member.id,
+                channel: member.channel_id,
+                upstream_model: &member.upstream_model,
+                kind,
+                retry_after_ms: None,
+            },
+            &policy,
+            true,
+            crate::now_ms(),
+        );
+        self.recorded = true;
+        self.cooled_until = reported.member.cooled_until;
+        self.channel_failures = reported.channel.map(|c| c.consecutive_failures);
+        self.breaker_tripped = reported.channel.is_some_and(|c| c.tripped);
+    }
 }
