@@ -10,22 +10,22 @@
 //! `commit_write`, under the row lock, from the status it expects; a manual disable always wins.
 
 pub mod api;
-pub mod cli;
+pub(crate) mod cli;
 pub mod compile;
-pub mod config;
+pub(crate) mod config;
 pub mod db;
-pub mod entry;
+pub(crate) mod entry;
 pub mod error;
 pub mod grpc;
 pub mod live;
 pub mod metrics;
-pub mod proxies;
+pub(crate) mod proxies;
 pub mod publisher;
 pub mod recovery;
-pub mod server;
-pub mod shadow;
-pub mod state;
-pub mod telemetry;
+pub(crate) mod server;
+pub(crate) mod shadow;
+pub(crate) mod state;
+pub(crate) mod telemetry;
 pub mod usage;
 
 pub use api::app;

@@ -16,19 +16,19 @@
 
 pub mod access;
 mod admin_tokens;
-pub mod amount;
+mod amount;
 mod bodies;
 mod budgets;
 mod channels;
-pub mod config_file;
-pub mod console;
+pub(crate) mod config_file;
+mod console;
 mod credentials;
 mod dry_run;
 mod explain;
-pub mod extract;
+mod extract;
 mod limits;
 mod members;
-pub mod openapi;
+mod openapi;
 mod ops;
 mod presets;
 mod prices;
@@ -36,12 +36,12 @@ mod reply;
 mod routes;
 mod rows;
 pub mod schema;
-pub(crate) mod settings;
+mod settings;
 mod shadows;
 mod teams;
 mod tokens;
 mod trial;
-pub mod usage;
+mod usage;
 
 use std::sync::Arc;
 
