@@ -1,8 +1,9 @@
 //! The admin API's extractors and body parsing. Each extractor wraps axum's own and turns its
-//! rejection into an [`ApiError`],
-//! so a bad path parameter, query string or body answers in the API's JSON error shape (axum's
-//! rejections are text/plain). `Path` and `Query` keep axum's names: utoipa recognises handler
-//! arguments by type name, so the OpenAPI document still lists their parameters.
+//! rejection into an [`ApiError`], so a bad path parameter, query string or body answers in the
+//! API's JSON error shape (axum's rejections are text/plain). `Path` and `Query` keep axum's
+//! names: utoipa recognises handler arguments by type name, so the OpenAPI document still lists
+//! their parameters. The [`Actor`] and the [`Writer`] take who makes a change from the caller the
+//! access middleware found.
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};

@@ -145,8 +145,8 @@ pub(super) async fn fetch_view<V: RowView>(
 }
 
 /// One page of `T`'s rows in id order, only those whose `scope` column equals its value when set.
-/// `bounds` is [`PageQuery::bounds`](super::PageQuery::bounds), taken by the caller first so a bad
-/// `limit` or `cursor` is reported before the parent's existence is checked.
+/// `bounds` is [`PageQuery::bounds`](super::reply::PageQuery::bounds), taken by the caller first
+/// so a bad `limit` or `cursor` is reported before the parent's existence is checked.
 pub(super) async fn list_rows<T: TableRow + ToSchema>(
     pool: &PgPool,
     scope: Option<(&'static str, i64)>,
