@@ -462,3 +462,31 @@ write("bedrock_stream", "exception.bin", b"".join([
                  (":message-type", "exception")], {"message": "Too many requests"}),
 ]))
 write("bedrock_stream", "cut.bin", text_stream[:-40])
+
+# http1_framing: request heads whose framing the server and the reference reading must agree on
+# (both framings in each order and case, duplicates, codings, lengths at and over the largest
+# body, hosts, userinfo), with a body after some.
+framing_heads = {
+    "plain_get": b"GET / HTTP/1.1\r\nhost: a\r\n\r\n",
+    "length": b"POST /v1/chat HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+    "length_zero_padded": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 0012\r\n\r\n",
+    "length_at_limit": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1073741824\r\n\r\n",
+    "length_over_limit": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 1073741825\r\n\r\n",
+    "length_list": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5, 5\r\n\r\n",
+    "length_twice": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\nContent-Length: 5\r\n\r\n",
+    "chunked": b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "chunked_upper": b"POST / HTTP/1.1\r\nHOST: a\r\nTRANSFER-ENCODING: CHUNKED\r\n\r\n",
+    "te_then_cl": b"POST / HTTP/1.1\r\nhost: a\r\nTransfer-Encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+    "cl_then_te": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\ntransfer-encoding: Chunked\r\n\r\n0\r\n\r\n",
+    "cl_te_cl": b"POST / HTTP/1.1\r\nContent-Length: 5\r\nhost: a\r\ntRaNsFeR-eNcOdInG: chunked\r\ncontent-length: 5\r\n\r\n",
+    "coding_list": b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+    "te_twice": b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\ntransfer-encoding: identity\r\n\r\n",
+    "te_http10": b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
+    "no_host": b"POST / HTTP/1.1\r\ncontent-length: 1\r\n\r\nx",
+    "two_hosts": b"GET / HTTP/1.0\r\nhost: a\r\nHost: b\r\n\r\n",
+    "userinfo": b"GET http://u:p@a/x HTTP/1.1\r\nhost: a\r\n\r\n",
+    "authority_form": b"CONNECT a:443 HTTP/1.1\r\nhost: a\r\n\r\n",
+    "partial": b"POST / HTTP/1.1\r\nhost: a\r\ncontent-le",
+}
+for name, head in framing_heads.items():
+    write("http1_framing", name, head)

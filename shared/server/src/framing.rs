@@ -503,6 +503,44 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Inspect<T> {
     }
 }
 
+/// How the server frames the request head at the front of `data`: what [`Inspect`] (and the
+/// server's own reader, which applies the same check) decides for it. For the differential fuzz
+/// target and tests, which compare it with a reference reading of the same bytes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FramingVerdict {
+    /// The head has not all arrived.
+    Incomplete,
+    /// `httparse` cannot read it (hyper answers it, 400 or 431).
+    Unparsable,
+    /// No body.
+    NoBody,
+    /// A body of this many bytes.
+    Length(u64),
+    /// A chunked body.
+    Chunked,
+    /// Refused with this status before its connection closes.
+    Refused(u16),
+}
+
+/// The [`FramingVerdict`] on the head at the front of `data`.
+#[doc(hidden)]
+pub fn framing_verdict(data: &[u8]) -> FramingVerdict {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut raw);
+    match request.parse(data) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return FramingVerdict::Incomplete,
+        Err(_) => return FramingVerdict::Unparsable,
+    }
+    match check(&request) {
+        Ok(BodyFraming::None) => FramingVerdict::NoBody,
+        Ok(BodyFraming::Length(n)) => FramingVerdict::Length(n),
+        Ok(BodyFraming::Chunked) => FramingVerdict::Chunked,
+        Err(refusal) => FramingVerdict::Refused(refusal.status.as_u16()),
+    }
+}
+
 /// Follows `data` as a chunked body and as a sized one, whole and in two pieces split at every
 /// point (for fuzzing): the same bytes are taken for the body and the same state reached either
 /// way, never more bytes than given.

@@ -648,20 +648,29 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
 }
 
 /// Reads `data` as a request head and builds its request, as a connection would (for fuzzing):
-/// checks that a head served here lies within `data`, that its body fits [`MAX_BODY`], and that
-/// building it never panics.
+/// checks that a head served here lies within `data`, that its body fits [`MAX_BODY`], that its
+/// framing is the one the reader in front of hyper finds, and that building it never panics.
 #[doc(hidden)]
 pub fn fuzz_head(data: &[u8]) {
     crate::framing::fuzz_follow(data);
+    // The reader here and the one in front of hyper judge a head alike.
+    let verdict = crate::framing::framing_verdict(data);
     let head = match parse_head(data, 32 * 1024) {
         Head::Plain(head) => head,
         Head::Refused(refusal) => {
             assert!(matches!(refusal.status.as_u16(), 400 | 413));
+            assert_eq!(
+                verdict,
+                crate::framing::FramingVerdict::Refused(refusal.status.as_u16())
+            );
             return;
         }
         Head::Partial | Head::Other => return,
     };
     {
+        use crate::framing::FramingVerdict::{Length, NoBody};
+        let body = head.body_len as u64;
+        assert!(verdict == Length(body) || (body == 0 && verdict == NoBody));
         let count = |name: &[u8]| {
             head.headers
                 .iter()

@@ -56,7 +56,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 pub use body::BodyTimeout;
-pub use framing::MAX_DECLARED_BODY;
+pub use framing::{framing_verdict, FramingVerdict, MAX_DECLARED_BODY};
 #[doc(hidden)]
 pub use h1::fuzz_head;
 pub use registry::{

@@ -257,6 +257,79 @@ async fn hostile_framing_is_refused_and_closed_fresh_and_on_a_connection_hyper_s
     );
 }
 
+/// Both framings in one head, on the wire: the three framing lines in each of their six orders,
+/// the names in lower, Title, UPPER and mixed case and the coding in several cases, the length
+/// once or twice. Every one is refused (400) and closed, fresh and on a connection hyper serves
+/// — a server that let the length win in one order would answer the five bytes as a body and
+/// then the smuggled request.
+#[tokio::test]
+async fn both_framings_are_refused_in_every_order_and_case_on_the_wire() {
+    let addr = serve().await;
+    let styles: [(&str, &str, &str); 4] = [
+        ("transfer-encoding", "content-length", "chunked"),
+        ("Transfer-Encoding", "Content-Length", "Chunked"),
+        ("TRANSFER-ENCODING", "CONTENT-LENGTH", "CHUNKED"),
+        ("tRaNsFeR-eNcOdInG", "cOnTeNt-LeNgTh", "cHuNkEd"),
+    ];
+    let mut failures = Vec::new();
+    let mut count = 0;
+    for (te, cl, coding) in styles {
+        for twice in [false, true] {
+            let mut lines = vec![
+                "host: x".to_owned(),
+                format!("{te}: {coding}"),
+                format!("{cl}: 5"),
+            ];
+            if twice {
+                lines.push(format!("{cl}: 5"));
+            }
+            let orders: Vec<Vec<String>> = if twice {
+                // Transfer-Encoding first, between the two lengths, and last.
+                (0..3)
+                    .map(|at| {
+                        let mut order = vec![lines[0].clone(), lines[2].clone(), lines[3].clone()];
+                        order.insert(at + 1, lines[1].clone());
+                        order
+                    })
+                    .collect()
+            } else {
+                [
+                    [0, 1, 2],
+                    [0, 2, 1],
+                    [1, 0, 2],
+                    [1, 2, 0],
+                    [2, 0, 1],
+                    [2, 1, 0],
+                ]
+                .iter()
+                .map(|o| o.iter().map(|&i| lines[i].clone()).collect())
+                .collect()
+            };
+            for order in orders {
+                let head = format!(
+                    "POST /echo HTTP/1.1\r\n{}\r\n\r\n0\r\n\r\n",
+                    order.join("\r\n")
+                );
+                for (prelude, when) in [(&b""[..], "fresh"), (HANDOVER, "after a chunked request")]
+                {
+                    count += 1;
+                    let answer = exchange(&addr, prelude, head.as_bytes()).await;
+                    if let Some(problem) = judge(&answer, 400, true) {
+                        failures.push(format!("{head:?} ({when}): {problem}\n    {answer:?}"));
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(count, 4 * (6 + 3) * 2);
+    assert!(
+        failures.is_empty(),
+        "{} of {count} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[tokio::test]
 async fn good_neighbours_of_the_corpus_are_still_served() {
     let addr = serve().await;
