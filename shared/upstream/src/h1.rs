@@ -1126,4 +1126,81 @@ mod tests {
         }
         server.await.unwrap();
     }
+
+    /// Both framings in one answer, in either order, with the names and values in any case and
+    /// the length given once or twice: the chunks delimit the body, never the length (a client
+    /// that let the length win would read part of the chunked body and then take the rest of it
+    /// for the next answer's head). A coding other than a final `chunked` makes the body run to
+    /// the close, whatever the length says.
+    #[tokio::test]
+    async fn chunks_delimit_the_body_whatever_the_order_and_case_of_both_framings() {
+        let host = HeaderValue::from_static("a");
+        let mut cases = 0;
+        for te_name in [
+            "transfer-encoding",
+            "Transfer-Encoding",
+            "TRANSFER-ENCODING",
+            "tRaNsFeR-eNcOdInG",
+        ] {
+            for te_value in [
+                "chunked",
+                "Chunked",
+                "CHUNKED",
+                "gzip, chunked",
+                "  chunked  ",
+            ] {
+                for cl_name in ["content-length", "Content-Length", "CONTENT-LENGTH"] {
+                    for cl_lines in [
+                        format!("{cl_name}: 3\r\n"),
+                        format!("{cl_name}: 0\r\n"),
+                        format!("{cl_name}: 3\r\n{cl_name}: 3\r\n"),
+                    ] {
+                        let te_line = format!("{te_name}: {te_value}\r\n");
+                        for (first, second) in [(&te_line, &cl_lines), (&cl_lines, &te_line)] {
+                            cases += 1;
+                            let answer = format!(
+                                "HTTP/1.1 200 OK\r\nx-a: 1\r\n{first}{second}\r\n5\r\nhello\r\n0\r\n\r\n"
+                            );
+                            let (tcp, server) = upstream(vec![
+                                Box::leak(answer.clone().into_bytes().into_boxed_slice()),
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",
+                            ])
+                            .await;
+                            let Ok(mut response) = Conn::new(tcp).send(get(), &host, false).await
+                            else {
+                                panic!("not sent: {answer:?}")
+                            };
+                            assert_eq!(
+                                body_of(&mut response).await.unwrap(),
+                                b"hello",
+                                "{answer:?}"
+                            );
+                            // The connection is at the next answer's start.
+                            let conn = response.body_mut().take_conn().expect("reusable");
+                            let Ok(mut next) = conn.send(get(), &host, true).await else {
+                                panic!("not sent after {answer:?}")
+                            };
+                            assert_eq!(body_of(&mut next).await.unwrap(), b"second", "{answer:?}");
+                            server.await.unwrap();
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 4 * 5 * 3 * 3 * 2);
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\nabcdef"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked, gzip\r\n\r\nabcdef",
+            b"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 3\r\nTRANSFER-ENCODING: identity\r\n\r\nabcdef",
+        ] {
+            let (tcp, server) = upstream(vec![answer]).await;
+            let Ok(mut response) = Conn::new(tcp).send(get(), &host, false).await else {
+                panic!("not sent")
+            };
+            server.await.unwrap();
+            let text = String::from_utf8_lossy(answer);
+            assert_eq!(body_of(&mut response).await.unwrap(), b"abcdef", "{text}");
+            assert!(response.body_mut().take_conn().is_none(), "{text}");
+        }
+    }
 }
