@@ -1,7 +1,8 @@
 //! Admin identities against real Postgres: named admin tokens with a role, created and revoked
 //! through the API; every route of the router classified by role (enumerated from the OpenAPI
-//! document the router is built from); a viewer refused on every write; the audit log naming the
-//! token; the secret never shown again.
+//! document the router is built from) and checked against [`EXPECTED_ROLES`], a matrix written
+//! here by hand (never read from the server's own table); each role swept over every route; the
+//! audit log naming the token; the secret never shown again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -20,6 +21,105 @@ const UNDOCUMENTED: [(&str, &str); 2] = [
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/console/routes/explain"),
 ];
+
+/// The least role each (method, route template) of the admin API needs, written out by hand from
+/// the documented policy: reads (and explain) are `viewer`; what only computes an answer (dry run,
+/// trial call, configuration plan) is `operator`; every write, configuration apply and anything
+/// about admin tokens is `admin`. Deliberately not derived from `ROUTE_ROLES`: a wrong row in
+/// the server's table must disagree with this one.
+const EXPECTED_ROLES: &[(&str, &str, &str)] = &[
+    ("GET", "/api/v1/whoami", "viewer"),
+    ("GET", "/api/v1/openapi.json", "viewer"),
+    // Admin tokens: never below admin, reads included (names, roles and use of every token).
+    ("GET", "/api/v1/admin-tokens", "admin"),
+    ("POST", "/api/v1/admin-tokens", "admin"),
+    ("GET", "/api/v1/admin-tokens/{id}", "admin"),
+    ("DELETE", "/api/v1/admin-tokens/{id}", "admin"),
+    ("GET", "/api/v1/channels", "viewer"),
+    ("POST", "/api/v1/channels", "admin"),
+    ("GET", "/api/v1/channels/{id}", "viewer"),
+    ("PATCH", "/api/v1/channels/{id}", "admin"),
+    ("DELETE", "/api/v1/channels/{id}", "admin"),
+    ("GET", "/api/v1/channels/{id}/events", "viewer"),
+    ("GET", "/api/v1/channels/{id}/credentials", "viewer"),
+    ("POST", "/api/v1/channels/{id}/credentials", "admin"),
+    ("GET", "/api/v1/credentials/{id}", "viewer"),
+    ("PATCH", "/api/v1/credentials/{id}", "admin"),
+    ("DELETE", "/api/v1/credentials/{id}", "admin"),
+    ("GET", "/api/v1/routes", "viewer"),
+    ("POST", "/api/v1/routes", "admin"),
+    ("GET", "/api/v1/routes/{id}", "viewer"),
+    ("PATCH", "/api/v1/routes/{id}", "admin"),
+    ("DELETE", "/api/v1/routes/{id}", "admin"),
+    ("GET", "/api/v1/routes/{id}/members", "viewer"),
+    ("POST", "/api/v1/routes/{id}/members", "admin"),
+    ("GET", "/api/v1/routes/explain", "viewer"),
+    ("GET", "/console/routes/explain", "viewer"),
+    ("GET", "/api/v1/members/{id}", "viewer"),
+    ("PATCH", "/api/v1/members/{id}", "admin"),
+    ("DELETE", "/api/v1/members/{id}", "admin"),
+    ("POST", "/api/v1/members/{id}/trial", "operator"),
+    ("GET", "/api/v1/tokens", "viewer"),
+    ("POST", "/api/v1/tokens", "admin"),
+    ("GET", "/api/v1/tokens/{id}", "viewer"),
+    ("PATCH", "/api/v1/tokens/{id}", "admin"),
+    ("DELETE", "/api/v1/tokens/{id}", "admin"),
+    ("GET", "/api/v1/teams", "viewer"),
+    ("POST", "/api/v1/teams", "admin"),
+    ("GET", "/api/v1/teams/{id}", "viewer"),
+    ("PATCH", "/api/v1/teams/{id}", "admin"),
+    ("DELETE", "/api/v1/teams/{id}", "admin"),
+    ("GET", "/api/v1/presets", "viewer"),
+    ("GET", "/api/v1/prices", "viewer"),
+    ("POST", "/api/v1/prices", "admin"),
+    ("GET", "/api/v1/prices/{id}", "viewer"),
+    ("PATCH", "/api/v1/prices/{id}", "admin"),
+    ("DELETE", "/api/v1/prices/{id}", "admin"),
+    ("GET", "/api/v1/shadows", "viewer"),
+    ("POST", "/api/v1/shadows", "admin"),
+    ("GET", "/api/v1/shadows/{id}", "viewer"),
+    ("PATCH", "/api/v1/shadows/{id}", "admin"),
+    ("DELETE", "/api/v1/shadows/{id}", "admin"),
+    ("GET", "/api/v1/shadows/{id}/report", "viewer"),
+    ("GET", "/api/v1/limits", "viewer"),
+    ("POST", "/api/v1/limits", "admin"),
+    ("GET", "/api/v1/limits/{id}", "viewer"),
+    ("PATCH", "/api/v1/limits/{id}", "admin"),
+    ("DELETE", "/api/v1/limits/{id}", "admin"),
+    ("GET", "/api/v1/budgets", "viewer"),
+    ("GET", "/api/v1/settings", "viewer"),
+    ("PUT", "/api/v1/settings", "admin"),
+    ("PATCH", "/api/v1/settings", "admin"),
+    ("POST", "/api/v1/dry-run", "operator"),
+    ("GET", "/api/v1/config", "viewer"),
+    ("POST", "/api/v1/config/plan", "operator"),
+    ("POST", "/api/v1/config/apply", "admin"),
+    ("GET", "/api/v1/state", "viewer"),
+    ("GET", "/api/v1/audit", "viewer"),
+    ("GET", "/api/v1/usage", "viewer"),
+];
+
+/// The hand-written least role of (`method`, `template`); fails the test for a route the matrix
+/// does not list (a new route needs a row here as well as in the server's table).
+fn expected_role(method: &str, template: &str) -> &'static str {
+    EXPECTED_ROLES
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == template)
+        .map(|(_, _, role)| *role)
+        .unwrap_or_else(|| panic!("{method} {template} has no row in EXPECTED_ROLES"))
+}
+
+/// Whether a caller with role `caller` may call what needs `needed`, by the documented order
+/// viewer < operator < admin (spelled out here, not `Role`'s own ordering).
+fn allows(caller: &str, needed: &str) -> bool {
+    let rank = |role: &str| match role {
+        "viewer" => 0,
+        "operator" => 1,
+        "admin" => 2,
+        other => panic!("unknown role {other:?}"),
+    };
+    rank(caller) >= rank(needed)
+}
 
 /// Every (method, route template) of the admin router, with the role its document states.
 fn operations() -> Vec<(String, String, Option<String>)> {
@@ -142,6 +242,58 @@ fn every_route_has_a_role_and_the_table_lists_only_real_routes() {
     );
 }
 
+#[test]
+fn the_server_enforces_and_documents_the_hand_written_role_of_every_route() {
+    let ops = operations();
+    for (m, template, documented) in &ops {
+        let expected = expected_role(m, template);
+        let RouteAccess::Needs(served) = route_access(&method(m), template) else {
+            panic!("{m} {template} is not classified");
+        };
+        assert_eq!(
+            served.as_str(),
+            expected,
+            "{m} {template}: the server's role"
+        );
+        if let Some(documented) = documented {
+            assert_eq!(documented, expected, "{m} {template}: the documented role");
+        }
+        if *m == "GET" {
+            // HEAD is answered as GET, with GET's role.
+            assert_eq!(
+                route_access(&Method::HEAD, template),
+                RouteAccess::Needs(served),
+                "HEAD {template}"
+            );
+        }
+    }
+    // The matrix lists only routes the router serves, each once.
+    let served: BTreeSet<(&str, &str)> = ops
+        .iter()
+        .map(|(m, p, _)| (m.as_str(), p.as_str()))
+        .collect();
+    let matrix: BTreeSet<(&str, &str)> = EXPECTED_ROLES.iter().map(|(m, p, _)| (*m, *p)).collect();
+    assert_eq!(
+        matrix.len(),
+        EXPECTED_ROLES.len(),
+        "a route is listed twice"
+    );
+    let stale: Vec<_> = matrix.difference(&served).collect();
+    assert!(
+        stale.is_empty(),
+        "EXPECTED_ROLES lists routes the router does not serve: {stale:?}"
+    );
+    // And the server's table holds exactly these rows (a row added there with another role, or a
+    // route listed twice, disagrees here).
+    let table: BTreeSet<(&str, &str, &str)> = ROUTE_ROLES
+        .iter()
+        .map(|(m, p, role)| (*m, *p, role.as_str()))
+        .collect();
+    let expected: BTreeSet<(&str, &str, &str)> = EXPECTED_ROLES.iter().copied().collect();
+    assert_eq!(table, expected);
+    assert_eq!(ROUTE_ROLES.len(), EXPECTED_ROLES.len());
+}
+
 /// A fleet to read and explain: one channel with a credential, one route with one member.
 async fn small_fleet(app: &TestApp) -> (i64, i64, i64) {
     let channel = app.channel("c").await;
@@ -161,37 +313,32 @@ async fn small_fleet(app: &TestApp) -> (i64, i64, i64) {
     (channel, route, member)
 }
 
-#[sqlx::test(migrations = "../migrations")]
-async fn a_viewer_reads_and_explains_and_every_other_route_refuses_it(pool: PgPool) {
-    let app = test_app(pool);
-    let (channel, _, _) = small_fleet(&app).await;
-    let (_, viewer) = new_token(&app, "oncall-viewer", "viewer").await;
-    let revision = app.revision().await;
-    let audit = app.audit_rows().await;
-
+/// Calls every route of the router (`{id}` = `id`) with `token` (named `name`, of role `role`):
+/// each route the hand-written matrix allows the role is not refused (no 401, no 403), each it
+/// does not is a 403 `insufficient_role` naming the route, the role it needs and the token.
+/// Returns how many were refused.
+async fn sweep(app: &TestApp, token: &str, name: &str, role: &str, id: i64) -> usize {
     let mut refused = 0;
     for (m, template, _) in operations() {
-        let RouteAccess::Needs(role) = route_access(&method(&m), &template) else {
-            unreachable!()
-        };
-        let path = concrete(&template, channel);
+        let needed = expected_role(&m, &template);
+        let path = concrete(&template, id);
         // A body that would be valid for no route: authorization comes before the body is read.
         let body = (m != "GET").then(|| json!({}));
-        let reply = as_token(&app, &viewer, &m, &path, body).await;
-        if role == Role::Viewer {
+        let reply = as_token(app, token, &m, &path, body).await;
+        if allows(role, needed) {
             assert_ne!(
                 reply.status,
                 StatusCode::FORBIDDEN,
-                "{m} {path}: {}",
+                "{role}: {m} {path}: {}",
                 reply.text
             );
-            assert_ne!(reply.status, StatusCode::UNAUTHORIZED, "{m} {path}");
+            assert_ne!(reply.status, StatusCode::UNAUTHORIZED, "{role}: {m} {path}");
         } else {
             refused += 1;
             assert_eq!(
                 reply.status,
                 StatusCode::FORBIDDEN,
-                "{m} {path}: {}",
+                "{role}: {m} {path}: {}",
                 reply.text
             );
             assert_eq!(
@@ -206,16 +353,27 @@ async fn a_viewer_reads_and_explains_and_every_other_route_refuses_it(pool: PgPo
             assert_eq!(
                 message,
                 format!(
-                    "{m} {template} needs the {} role; the admin token \"oncall-viewer\" has the \
-                     viewer role",
-                    role.as_str()
+                    "{m} {template} needs the {needed} role; the admin token \"{name}\" has the \
+                     {role} role"
                 )
             );
         }
     }
-    let above_viewer = ROUTE_ROLES
+    refused
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_viewer_reads_and_explains_and_every_other_route_refuses_it(pool: PgPool) {
+    let app = test_app(pool);
+    let (channel, _, _) = small_fleet(&app).await;
+    let (_, viewer) = new_token(&app, "oncall-viewer", "viewer").await;
+    let revision = app.revision().await;
+    let audit = app.audit_rows().await;
+
+    let refused = sweep(&app, &viewer, "oncall-viewer", "viewer", channel).await;
+    let above_viewer = EXPECTED_ROLES
         .iter()
-        .filter(|(_, _, role)| *role > Role::Viewer)
+        .filter(|(_, _, role)| *role != "viewer")
         .count();
     assert_eq!(refused, above_viewer);
     assert!(refused >= 30, "only {refused} routes refused a viewer");
@@ -257,6 +415,31 @@ async fn a_viewer_reads_and_explains_and_every_other_route_refuses_it(pool: PgPo
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.body["name"], "oncall-viewer");
     assert_eq!(reply.body["role"], "viewer");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_operator_and_an_admin_are_each_refused_exactly_what_the_matrix_says(pool: PgPool) {
+    let app = test_app(pool);
+    let (channel, _, _) = small_fleet(&app).await;
+    let (_, operator) = new_token(&app, "sre-operator", "operator").await;
+    let revision = app.revision().await;
+    let refused = sweep(&app, &operator, "sre-operator", "operator", channel).await;
+    let above_operator = EXPECTED_ROLES
+        .iter()
+        .filter(|(_, _, role)| *role == "admin")
+        .count();
+    assert_eq!(refused, above_operator);
+    // What an operator may call stores nothing (the dry run, trial and plan bodies were empty).
+    assert_eq!(
+        app.revision().await,
+        revision,
+        "an operator changed something"
+    );
+
+    // An admin is refused nothing. On ids no resource has, so the writes it is allowed change
+    // nothing the sweep depends on.
+    let (_, admin) = new_token(&app, "root-admin", "admin").await;
+    assert_eq!(sweep(&app, &admin, "root-admin", "admin", 999_999).await, 0);
 }
 
 #[sqlx::test(migrations = "../migrations")]
