@@ -12,6 +12,8 @@
 
 mod admission;
 mod answer;
+#[cfg(test)]
+mod answer_matrix_tests;
 mod attempt;
 mod auth;
 mod bedrock;
