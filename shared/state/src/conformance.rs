@@ -108,6 +108,10 @@ pub fn limit_checks() -> &'static [(&'static str, LimitCheck)] {
             "room_is_checked_without_taking",
             room_is_checked_without_taking,
         ),
+        (
+            "a_changed_value_binds_within_the_window",
+            a_changed_value_binds_within_the_window,
+        ),
     ]
 }
 
@@ -1165,4 +1169,44 @@ pub fn room_is_checked_without_taking(store: &dyn StateStore, settle: &dyn Fn())
         store.limit_room(&request, NOW).is_ok(),
         "a soft limit never refuses"
     );
+}
+
+/// A limit's value changed while its window is open (an operator's patch reaching the proxy in
+/// a new snapshot) binds from the next request, for a day, a month and a concurrency limit alike
+/// — not only once the window ends (or, for a concurrency limit, which has no window, never):
+/// raised, the new room is there at once; lowered below what was taken, the next request is
+/// refused; the status reports against the new value.
+pub fn a_changed_value_binds_within_the_window(store: &dyn StateStore, settle: &dyn Fn()) {
+    for (id, metric, window) in [
+        (21, Metric::Requests, Window::Day),
+        (22, Metric::Requests, Window::Month),
+        (23, Metric::Concurrent, Window::None),
+    ] {
+        let at = |value| [limit(ScopeKind::Token, id, metric, window, value)];
+        let what = format!("{metric:?} per {window:?}");
+        for _ in 0..2 {
+            assert!(take(store, settle, &at(2), 0, NOW).admitted(), "{what}");
+        }
+        assert!(
+            !take(store, settle, &at(2), 0, NOW).admitted(),
+            "{what}: full"
+        );
+        // Raised from 2 to 4 mid-window: two more at once.
+        for _ in 0..2 {
+            let a = take(store, settle, &at(4), 0, NOW + 1);
+            assert!(a.admitted(), "{what}: raised to 4, refused: {a:?}");
+        }
+        assert!(
+            !take(store, settle, &at(4), 0, NOW + 1).admitted(),
+            "{what}: full at 4"
+        );
+        // Lowered from 4 to 1 with 4 taken: refused, and reported against 1.
+        let a = take(store, settle, &at(1), 0, NOW + 2);
+        assert!(!a.admitted(), "{what}: lowered to 1, admitted: {a:?}");
+        let status = store.limit_status(&at(1)[0], NOW + 2);
+        assert_eq!(status.remaining, 0, "{what}: {status:?}");
+        if metric == Metric::Requests {
+            assert_eq!(a.requests.map(|h| h.limit), Some(1), "{what}: {a:?}");
+        }
+    }
 }
