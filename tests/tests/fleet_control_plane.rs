@@ -217,6 +217,16 @@ struct Proxy {
 impl Proxy {
     /// Listening (not necessarily ready: see [`Proxy::wait_ready`]).
     async fn start(control_plane: &str, cache: Option<&Path>) -> Proxy {
+        Proxy::start_with(control_plane, cache, None).await
+    }
+
+    /// [`Proxy::start`], sharing state with the proxies given the same `(Redis URL, key
+    /// prefix)` when there is one (fleet-wide limits), else in memory.
+    async fn start_with(
+        control_plane: &str,
+        cache: Option<&Path>,
+        redis: Option<(&str, &str)>,
+    ) -> Proxy {
         let mut command = Command::new(DATA_PLANE);
         command
             .env_remove("REDIS_URL")
@@ -228,6 +238,11 @@ impl Proxy {
             .env("RUST_LOG", "info");
         if let Some(cache) = cache {
             command.env("SWITCHYARD_SNAPSHOT_CACHE", cache);
+        }
+        if let Some((url, prefix)) = redis {
+            command
+                .env("REDIS_URL", url)
+                .env("SWITCHYARD_REDIS_PREFIX", prefix);
         }
         let mut process = Process::spawn("proxy", &mut command);
         let addr = process
@@ -297,6 +312,36 @@ impl Proxy {
                 reply.header("x-switchyard-channel")
             );
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// One series' value on this proxy's `/metrics` page (labels included), if it is there.
+    async fn sample(&self, series: &str) -> Option<f64> {
+        let page = http_call(self.addr, "GET", "/metrics", None, &[])
+            .await
+            .ok()?;
+        page.body.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Waits until this proxy serves from snapshot `revision` or a later one.
+    async fn wait_revision(&self, revision: u64) {
+        let deadline = Instant::now() + PROMPTLY;
+        loop {
+            let seen = self.sample("switchyard_snapshot_revision").await;
+            if seen.is_some_and(|r| r >= revision as f64) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "revision {revision} never reached the proxy (at {seen:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -1267,4 +1312,219 @@ async fn a_shadow_rule_through_two_proxy_processes_reports_what_the_mocks_did(
     assert_eq!(agreement["same_finish_reason"], 1.0, "{report}");
     assert_eq!(agreement["mean_similarity"], 0.0, "{report}");
     assert_eq!(report["stopped_reason"], Value::Null, "{report}");
+}
+
+/// A chat for `model` with `token` through the proxy at `addr`.
+async fn chat_for(addr: SocketAddr, token: &str, model: &str) -> Reply {
+    let auth = format!("Bearer {token}");
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
+    http_call(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(&body.to_string()),
+        &[("authorization", &auth)],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("chat through the proxy: {e}"))
+}
+
+/// `n` overlapping chats for `model` on each proxy (on both proxies together, each started
+/// 100 ms after the one before: a proxy reserves concurrency slots from the fleet one claim at
+/// a time, so simultaneous arrivals beyond the first wait for no claim); the statuses, per proxy.
+async fn burst(proxies: &[Proxy], token: &str, model: &str, n: usize) -> Vec<Vec<u16>> {
+    let mut tasks: Vec<Vec<_>> = proxies.iter().map(|_| Vec::new()).collect();
+    for _ in 0..n {
+        for (proxy, calls) in proxies.iter().zip(&mut tasks) {
+            let (addr, token, model) = (proxy.addr, token.to_owned(), model.to_owned());
+            calls.push(tokio::spawn(async move {
+                chat_for(addr, &token, &model).await.status
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut out = Vec::new();
+    for calls in tasks {
+        let mut statuses = Vec::new();
+        for call in calls {
+            statuses.push(call.await.unwrap());
+        }
+        out.push(statuses);
+    }
+    out
+}
+
+/// A limit changed through the admin API while its window is open binds on every proxy of a
+/// fleet (two proxy processes sharing one Redis) as soon as the proxy has the new snapshot
+/// (documented: a new revision normally arrives within a second): a day limit lowered below
+/// what was used refuses within one allowance per proxy, raised admits at once, deleted admits
+/// at once; a concurrency limit lowered refuses the requests beyond it, raised or deleted
+/// admits them all — none of them waits for the window's end or a restart.
+#[sqlx::test(migrations = false)]
+async fn a_limit_patched_or_deleted_mid_window_binds_on_every_proxy_at_once(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let redis = switchyard_e2e::redis_url();
+    let prefix = unique("live-limits");
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let mut routes = Vec::new();
+    for (name, url, model) in [
+        ("fast", "mock://sim", "fast-model"),
+        ("slow", "mock://sim?latency_ms=1500", "slow-model"),
+    ] {
+        let (channel, _) = cp
+            .create(
+                "/api/v1/channels",
+                json!({"name": name, "provider": "mock", "base_url": url}),
+            )
+            .await;
+        let (route, _) = cp
+            .create("/api/v1/routes", json!({"model_pattern": model}))
+            .await;
+        cp.create(
+            &format!("/api/v1/routes/{}/members", route["id"]),
+            json!({"channel_id": channel["id"], "upstream_model": "m"}),
+        )
+        .await;
+        routes.push(route["id"].as_i64().unwrap());
+    }
+    let (token, _) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let token = token["token"].as_str().unwrap().to_owned();
+    let (daily, _) = cp
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "route", "scope_id": routes[0], "metric": "requests",
+                   "window": "day", "value": 50}),
+        )
+        .await;
+    let daily = format!("/api/v1/limits/{}", daily["id"]);
+    let (slots, _) = cp
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "route", "scope_id": routes[1], "metric": "concurrent",
+                   "value": 10}),
+        )
+        .await;
+    let slots = format!("/api/v1/limits/{}", slots["id"]);
+
+    let mut proxies = Vec::new();
+    for _ in 0..2 {
+        let proxy = Proxy::start_with(&cp.endpoint(), None, Some((&redis, &prefix))).await;
+        proxy.wait_ready().await;
+        proxies.push(proxy);
+    }
+    // Each proxy sees the other's heartbeat: allowances are shared among the live proxies.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for proxy in &proxies {
+        for _ in 0..4 {
+            let reply = chat_for(proxy.addr, &token, "fast-model").await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+        }
+    }
+    // What a proxy may still admit after its limit is lowered: the allowance it already holds
+    // from the fleet, claimed two allowances at a time under the old value (shared by two
+    // proxies).
+    let held = |old_value| 2 * switchyard_state::allowance(old_value, 2, 1);
+
+    // Lowered from 50 to 3 with 8 used: refused on both proxies.
+    let revision = cp.patch(&daily, json!({"value": 3})).await;
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+        let mut admitted = 0;
+        let refusal = loop {
+            let reply = chat_for(proxy.addr, &token, "fast-model").await;
+            if reply.status == 429 {
+                break reply;
+            }
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            admitted += 1;
+            assert!(
+                admitted <= held(50),
+                "lowered to 3 with 8 used, a proxy admitted {admitted} more"
+            );
+        };
+        assert_eq!(
+            refusal.error_code(),
+            "rate_limit_exceeded",
+            "{}",
+            refusal.body
+        );
+        assert!(
+            refusal.body.contains("limit of 3 requests per day"),
+            "{}",
+            refusal.body
+        );
+        for _ in 0..3 {
+            assert_eq!(chat_for(proxy.addr, &token, "fast-model").await.status, 429);
+        }
+    }
+    // Raised to 1000: admitted at once, on both.
+    let revision = cp.patch(&daily, json!({"value": 1000})).await;
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+        let reply = chat_for(proxy.addr, &token, "fast-model").await;
+        assert_eq!(reply.status, 200, "raised to 1000: {}", reply.body);
+    }
+    // Lowered again, then deleted: admitted at once.
+    let revision = cp.patch(&daily, json!({"value": 1})).await;
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+        let mut refused = false;
+        for _ in 0..=held(1000) {
+            if chat_for(proxy.addr, &token, "fast-model").await.status == 429 {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "lowered to 1, never refused");
+    }
+    let deleted = cp.call("DELETE", &daily, None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    let revision = deleted.revision();
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+        let reply = chat_for(proxy.addr, &token, "fast-model").await;
+        assert_eq!(reply.status, 200, "the limit was deleted: {}", reply.body);
+    }
+
+    // Concurrency: three at once on each proxy fit the 10 slots.
+    for statuses in burst(&proxies, &token, "slow-model", 3).await {
+        assert_eq!(statuses, [200, 200, 200]);
+    }
+    // Lowered to 1: the fleet admits at most the limit plus one allowance per proxy, and each
+    // proxy refuses some of its three.
+    let revision = cp.patch(&slots, json!({"value": 1})).await;
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+    }
+    let statuses = burst(&proxies, &token, "slow-model", 3).await;
+    let admitted = statuses.iter().flatten().filter(|s| **s == 200).count();
+    assert!(admitted <= 3, "{statuses:?}");
+    for on_proxy in &statuses {
+        assert!(on_proxy.contains(&429), "lowered to 1 slot: {statuses:?}");
+        assert!(
+            on_proxy.iter().all(|s| *s == 200 || *s == 429),
+            "{statuses:?}"
+        );
+    }
+    // Raised to 10: all admitted again.
+    let revision = cp.patch(&slots, json!({"value": 10})).await;
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+    }
+    for statuses in burst(&proxies, &token, "slow-model", 3).await {
+        assert_eq!(statuses, [200, 200, 200], "raised to 10");
+    }
+    // Lowered to 1 and deleted: all admitted.
+    cp.patch(&slots, json!({"value": 1})).await;
+    let deleted = cp.call("DELETE", &slots, None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    let revision = deleted.revision();
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+    }
+    for statuses in burst(&proxies, &token, "slow-model", 3).await {
+        assert_eq!(statuses, [200, 200, 200], "the limit was deleted");
+    }
 }
