@@ -276,17 +276,7 @@ impl Proxy {
     }
 
     async fn chat(&self, token: &str) -> Reply {
-        let auth = format!("Bearer {token}");
-        let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]});
-        http_call(
-            self.addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(&body.to_string()),
-            &[("authorization", &auth)],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("chat through the proxy: {e}"))
+        chat_for(self.addr, token, MODEL).await
     }
 
     /// Chats until an answer satisfies `ok` (a change travelling control plane → proxy).
