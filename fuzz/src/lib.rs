@@ -7,6 +7,8 @@
 
 use switchyard_provider::Protocol;
 
+pub mod framing_reference;
+
 /// FNV-1a of the input: a deterministic seed for the choices a target derives from its input.
 pub fn seed(data: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
