@@ -29,16 +29,6 @@ PATH = r"(?:" + IDENT + r"::)*(?:" + IDENT + r"|\{)"
 # (shared state or helpers) while it also declares, calls or re-exports them: the fix is that
 # shared part in a bottom module of its own, the parent only declaring and re-exporting.
 KNOWN: dict[str, list[set[str]]] = {
-    # AppState lives in lib.rs, which also declares the modules that use it (the request's
-    # phases, its record, the shadow sender, the workers): move it into a bottom module, lib.rs
-    # only declaring.
-    "data-plane/src": [
-        {
-            "crate", "context", "failover", "phases", "phases::admit", "phases::finish",
-            "phases::receive", "phases::route", "probe", "record", "relay", "run", "server",
-            "shadow", "workers",
-        },
-    ],
     # The store trait and its types are in lib.rs beside the re-exports; the Redis store's parts
     # call up into redis/mod.rs for its keys and shared pieces.
     "shared/state/src": [
@@ -161,11 +151,30 @@ def group(text, start):
     return out
 
 
+def inline_modules(code):
+    """The spans of the inline `mod name { … }` blocks of the code (nested ones too)."""
+    spans = []
+    for m in re.finditer(r"\bmod\s+" + IDENT + r"\s*\{", code):
+        depth = 0
+        for end in range(m.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            if depth == 0:
+                spans.append((m.end(), end))
+                break
+    return spans
+
+
 def paths_in(code):
-    """Every path of two or more segments the code names (use trees expanded)."""
+    """Every path of two or more segments the code names (use trees expanded). Inside an inline
+    `mod` block, the `super`s that lead out of the block to its file stay in the file's module."""
     out = []
+    spans = inline_modules(code)
     for m in re.finditer(r"(?<![\w:])((?:" + IDENT + r"::)+)(" + IDENT + r"|\{|\*)", code):
         head = m.group(1).split("::")[:-1]
+        depth = sum(1 for start, end in spans if start <= m.start() < end)
+        while depth and head and head[0] == "super":
+            head = head[1:] or ["self"]
+            depth -= 1
         if m.group(2) == "{":
             out.extend(head + path for path, _ in group(code, m.end() - 1))
         else:

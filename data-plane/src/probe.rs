@@ -20,7 +20,8 @@ use switchyard_upstream::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{AppState, View};
+use crate::snapshot::View;
+use crate::state::AppState;
 
 /// Every second, probes what is due on its schedule (`recovery_probe_interval_seconds`
 /// re-read from the current snapshot; 0 = off) until `stop` is cancelled.

@@ -15,9 +15,12 @@ use switchyard_server::Server;
 use crate::cache;
 use crate::cli::Cli;
 use crate::config;
-use crate::snapshot::SnapshotSender;
+use crate::server::app;
+use crate::shadow;
+use crate::snapshot::{self, SnapshotReceiver, SnapshotSender};
+use crate::state::AppState;
+use crate::upstream::ClientOptions;
 use crate::usage::{UsageConfig, UsageReporter};
-use crate::{app, AppState};
 
 /// Time the error events of streams cut at the end of the grace period get to leave.
 const STREAM_CUT_FLUSH: Duration = Duration::from_secs(1);
@@ -63,6 +66,55 @@ where
     }
 }
 
+/// Building the state starts the tasks that serve it: the snapshot follower and the shadow
+/// sender (the state itself, at the bottom, starts nothing).
+impl AppState {
+    /// Builds the state and starts following `snapshots` (on the current tokio runtime).
+    pub fn new(snapshots: SnapshotReceiver, store: Arc<dyn StateStore>) -> Arc<AppState> {
+        AppState::with_usage(snapshots, store, None)
+    }
+
+    /// [`AppState::new`] with usage accounting (fleet mode).
+    pub fn with_usage(
+        snapshots: SnapshotReceiver,
+        store: Arc<dyn StateStore>,
+        usage: Option<Arc<UsageReporter>>,
+    ) -> Arc<AppState> {
+        let upstream = ClientOptions::new(Duration::from_secs(5));
+        AppState::with_tasks(snapshots, store, usage, &TaskTracker::new(), 0, upstream)
+    }
+
+    /// [`AppState::with_usage`], its snapshot follower spawned on `tasks` (the process's
+    /// tracker; the follower ends when the snapshot channel closes), with an upstream pool for
+    /// each of `workers` serving threads, connecting as `upstream` says (its connect timeout is
+    /// the first snapshot's, when there is one).
+    pub fn with_tasks(
+        snapshots: SnapshotReceiver,
+        store: Arc<dyn StateStore>,
+        usage: Option<Arc<UsageReporter>>,
+        tasks: &TaskTracker,
+        workers: usize,
+        mut upstream: ClientOptions,
+    ) -> Arc<AppState> {
+        let views = Arc::new(arc_swap::ArcSwapOption::empty());
+        // The pooled client's connect timeout comes from the first snapshot.
+        if let Some(snapshot) = snapshots.borrow().clone() {
+            upstream.connect_timeout = Duration::from_millis(snapshot.settings.connect_timeout_ms);
+            snapshot::install(&views, &*store, snapshot);
+        }
+        tasks.spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
+        let (state, shadow_queue) = AppState::assemble(views, store, usage, workers, &upstream);
+        // The shadow sender holds the state weakly: it ends when the state is dropped (its
+        // queue closes) or when streams are cut at shutdown.
+        tasks.spawn(shadow::run(
+            Arc::downgrade(&state),
+            shadow_queue,
+            state.streams_cut.clone(),
+        ));
+        state
+    }
+}
+
 /// Where the proxy listens when neither the flag, its environment variable nor the standalone
 /// file's `listen` says: loopback, so a proxy started by hand is not open to the network before
 /// its operator says so (the container images set `0.0.0.0:8080`, their network is the pod's).
@@ -91,7 +143,7 @@ type Stores = (Arc<dyn StateStore>, Option<Arc<RedisStore>>);
 /// request) and the state store's close.
 pub async fn run(cli: Cli) -> Result<(), String> {
     // The connect timeout is the snapshot's.
-    let upstream = crate::upstream::ClientOptions::from_settings(
+    let upstream = ClientOptions::from_settings(
         std::time::Duration::from_secs(5),
         cli.upstream_ca.as_deref(),
         cli.upstream_http2,

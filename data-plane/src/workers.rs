@@ -9,7 +9,6 @@
 //! The trade-off is the one nginx makes: a connection is bound to its worker for its life, so a
 //! few very busy keep-alive connections can load one worker more than another.
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::time::Duration;
@@ -23,16 +22,6 @@ use crate::server::Gateway;
 
 /// Pending connections each listener queues (as `TcpListener::bind` does).
 const BACKLOG: u32 = 1024;
-
-thread_local! {
-    /// 1-based index of the worker this thread is; 0 on every other thread.
-    static SLOT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The calling thread's slot: `1..=n` on a worker, `0` elsewhere (the main runtime, tests).
-pub(crate) fn slot() -> usize {
-    SLOT.with(Cell::get)
-}
 
 /// The number of workers for a `--workers` value: the value, or for 0 the CPUs this process may
 /// use (cgroup quotas included).
@@ -155,7 +144,7 @@ pub fn start(
         std::thread::Builder::new()
             .name(format!("switchyard-worker-{index}"))
             .spawn(move || {
-                SLOT.with(|slot| slot.set(index + 1));
+                crate::state::enter_worker(index);
                 let _ = tx.send(serve(socket, server, gateway, stop));
             })
             .map_err(|e| format!("cannot start worker thread {index}: {e}"))?;
@@ -293,17 +282,5 @@ mod tests {
     fn zero_workers_means_one_per_cpu() {
         assert_eq!(count(3), 3);
         assert!(count(0) >= 1);
-    }
-
-    #[test]
-    fn only_worker_threads_have_a_slot() {
-        assert_eq!(slot(), 0);
-        std::thread::spawn(|| {
-            SLOT.with(|s| s.set(2));
-            assert_eq!(slot(), 2);
-        })
-        .join()
-        .unwrap();
-        assert_eq!(slot(), 0);
     }
 }

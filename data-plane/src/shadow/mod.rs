@@ -32,21 +32,20 @@
 //! latency, tokens and cost only.
 
 mod queue;
+mod rules;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
-use switchyard_engine::{
-    Channel, CredentialId, RandomSource, ShadowRule, ShadowTarget, SplitMix64, StopReason,
-};
+use switchyard_engine::{Channel, CredentialId, ShadowRule, ShadowTarget, SplitMix64};
 use switchyard_proto::{latency_bucket, ShadowCounts};
 use switchyard_provider::{ChatRequest, Protocol, SseDecoder, StreamDigester, Usage, UsageScanner};
 use tokio::time::{Duration, Instant};
 
-use self::queue::Queue;
+use self::rules::{draws, sampled};
+pub use self::rules::{Job, Live, ShadowQueue, Shadows};
 
 use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
@@ -56,22 +55,6 @@ use crate::snapshot::View;
 use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
 use crate::wire::{plan, ClientRequest};
 use crate::AppState;
-
-/// The live side of a pair, as the client got it.
-#[derive(Debug, Clone)]
-pub struct Live {
-    pub ok: bool,
-    /// Until the answer started (a plain answer: all of it).
-    pub first_byte_ms: u64,
-    pub total_ms: u64,
-    pub usage: Usage,
-    /// Pico-USD; `None`: unpriced.
-    pub cost_pico: Option<u128>,
-    /// The plain answer's body (shared bytes), when it was a JSON answer.
-    pub answer: Option<Bytes>,
-    /// A stream's chunks as the client got them (`None`: not a stream, or too long).
-    pub stream: Option<Vec<Bytes>>,
-}
 
 /// A request that may be shadowed, kept until it has finished (a stream: until its end).
 pub struct Candidate {
@@ -116,95 +99,20 @@ impl Candidate {
             answer: self.answer.clone(),
             stream: self.stream.as_ref().and_then(|g| g.take()),
         };
-        state.shadows.offer(state, &self, &live);
-    }
-}
-
-/// One copy to send.
-pub struct Job {
-    rule: ShadowRule,
-    view: Arc<View>,
-    endpoint: Endpoint,
-    inspected: Inspected,
-    body: Bytes,
-    headers: HeaderMap,
-    query: Option<String>,
-    live: Live,
-}
-
-/// A rule's state on this proxy.
-struct RuleState {
-    /// The rule as it was when this state began: a changed rule starts afresh.
-    rule: ShadowRule,
-    tokens: f64,
-    refilled: Instant,
-    /// The UTC day (days since the epoch) `spent_pico` counts.
-    day: u64,
-    spent_pico: u128,
-    /// Shadow calls finished and failed since the rule (re)started here.
-    sent: u64,
-    failed: u64,
-    stopped: Option<StopReason>,
-}
-
-impl RuleState {
-    fn new(rule: &ShadowRule, now: Instant) -> RuleState {
-        RuleState {
+        let job = |rule: &ShadowRule| Job {
             rule: rule.clone(),
-            tokens: f64::from(rule.max_rps),
-            refilled: now,
-            day: 0,
-            spent_pico: 0,
-            sent: 0,
-            failed: 0,
-            stopped: None,
-        }
+            view: Arc::clone(&self.view),
+            endpoint: self.endpoint,
+            inspected: self.inspected.clone(),
+            body: self.body.clone(),
+            headers: self.headers.clone(),
+            query: self.query.clone(),
+            live: live.clone(),
+        };
+        let rules = self.view.snapshot.shadows();
+        let shadows = &state.shadows;
+        shadows.offer(&state.metrics, rules, &self.inspected.model, self.seed, job);
     }
-
-    /// A token of the requests-per-second bucket (capacity: one second's worth).
-    fn take_token(&mut self, now: Instant) -> bool {
-        let rate = f64::from(self.rule.max_rps);
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(rate);
-        self.refilled = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn spent_today(&mut self, day: u64) -> u128 {
-        if self.day != day {
-            self.day = day;
-            self.spent_pico = 0;
-        }
-        self.spent_pico
-    }
-}
-
-/// What [`Shadows::offer`] decided for one rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Offer {
-    NotSampled,
-    Queued,
-    RpsCapped,
-    SpendCapped,
-    Stopped,
-    QueueFull,
-}
-
-/// The proxy's shadow traffic: the queues and each rule's caps.
-pub struct Shadows {
-    queue: Arc<Queue<Job>>,
-    rules: Mutex<HashMap<i64, RuleState>>,
-    /// Copies queued or being sent, not yet recorded.
-    pending: std::sync::atomic::AtomicU64,
-}
-
-fn day_of(unix_ms: u64) -> u64 {
-    unix_ms / 86_400_000
 }
 
 /// Whether a request of this kind can be shadowed at all: chat (every protocol) and
@@ -213,189 +121,22 @@ pub fn eligible(endpoint: Endpoint, inspected: &Inspected) -> bool {
     !inspected.background && (endpoint.is_chat() || endpoint == Endpoint::Responses)
 }
 
-impl Shadows {
-    /// The shadow state and its queues (for [`run`]; they close when the state is dropped).
-    pub fn new() -> (Shadows, Arc<Queue<Job>>) {
-        let queue = Arc::new(Queue::default());
-        (
-            Shadows {
-                queue: Arc::clone(&queue),
-                rules: Mutex::new(HashMap::new()),
-                pending: std::sync::atomic::AtomicU64::new(0),
-            },
-            queue,
-        )
-    }
-
-    /// Whether a copy of `rule` taken off the queue may still be sent: the proxy's current
-    /// configuration holds the rule unchanged, enabled, unexpired and not stopped (there or by
-    /// this proxy's own error-rate stop).
-    fn still_wanted(&self, state: &AppState, rule: &ShadowRule, model: &str) -> bool {
-        let view = state.views.load();
-        let current = view
-            .as_ref()
-            .and_then(|v| v.snapshot.shadows().iter().find(|r| r.id == rule.id));
-        current.is_some_and(|current| {
-            current == rule
-                && current.applies(model, crate::unix_ms())
-                && self.with_rule(rule, |s| s.stopped.is_none())
-        })
-    }
-
-    fn with_rule<T>(&self, rule: &ShadowRule, f: impl FnOnce(&mut RuleState) -> T) -> T {
-        let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let entry = rules
-            .entry(rule.id)
-            .or_insert_with(|| RuleState::new(rule, now));
-        if entry.rule != *rule {
-            *entry = RuleState::new(rule, now);
-        }
-        f(entry)
-    }
-
-    /// Offers a finished request to every shadow rule of its view that matches it (the
-    /// request's seed draws the samples). Never waits.
-    fn offer(&self, state: &AppState, request: &Candidate, live: &Live) {
-        let now_ms = crate::unix_ms();
-        self.forget_removed(request.view.snapshot.shadows());
-        let mut rng = draws(request.seed);
-        for rule in request.view.snapshot.shadows() {
-            if !rule.applies(&request.inspected.model, now_ms) {
-                continue;
-            }
-            let offer = self.decide(rule, now_ms, &mut rng);
-            let offer = if offer == Offer::Queued {
-                let job = Job {
-                    rule: rule.clone(),
-                    view: Arc::clone(&request.view),
-                    endpoint: request.endpoint,
-                    inspected: request.inspected.clone(),
-                    body: request.body.clone(),
-                    headers: request.headers.clone(),
-                    query: request.query.clone(),
-                    live: live.clone(),
-                };
-                // Counted before the send, so a worker's decrement never comes first.
-                self.pending
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match self.queue.push(rule.id, job) {
-                    Ok(()) => Offer::Queued,
-                    Err(_) => {
-                        self.pending
-                            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        state
-                            .metrics
-                            .shadow_queue_drops
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        Offer::QueueFull
-                    }
-                }
-            } else {
-                offer
-            };
-            let outcome = match offer {
-                Offer::NotSampled | Offer::Queued => continue,
-                Offer::RpsCapped => "rps_capped",
-                Offer::SpendCapped => "spend_capped",
-                Offer::Stopped => "stopped",
-                Offer::QueueFull => "queue_full",
-            };
-            state.metrics.shadow_requests.add([&rule.name, outcome], 1);
-        }
-    }
-
-    /// Shadow copies queued or being sent whose comparison is not recorded yet.
-    pub fn pending(&self) -> u64 {
-        self.pending.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Drops the state of rules no longer in the snapshot (only when there is some).
-    fn forget_removed(&self, rules: &[ShadowRule]) {
-        let mut states = self.rules.lock().unwrap_or_else(|e| e.into_inner());
-        if states.len() > rules.len() {
-            states.retain(|id, _| rules.iter().any(|r| r.id == *id));
-        }
-    }
-
-    /// The sample draw and the caps, for one rule.
-    fn decide(&self, rule: &ShadowRule, now_ms: u64, rng: &mut impl RandomSource) -> Offer {
-        if !sampled(rule, rng) {
-            return Offer::NotSampled;
-        }
-        self.with_rule(rule, |s| {
-            if s.stopped.is_some() {
-                return Offer::Stopped;
-            }
-            if let Some(cap) = rule.max_daily_spend_micros {
-                if s.spent_today(day_of(now_ms)) >= u128::from(cap) * 1_000_000 {
-                    return Offer::SpendCapped;
-                }
-            }
-            if !s.take_token(Instant::now()) {
-                return Offer::RpsCapped;
-            }
-            Offer::Queued
-        })
-    }
-
-    /// A shadow call finished: its cost counts toward the day's cap and its outcome toward the
-    /// error-rate stop.
-    fn finished(&self, rule: &ShadowRule, ok: bool, cost_pico: Option<u128>) {
-        let day = day_of(crate::unix_ms());
-        self.with_rule(rule, |s| {
-            let spent = s.spent_today(day);
-            s.spent_pico = spent.saturating_add(cost_pico.unwrap_or(0));
-            s.sent += 1;
-            s.failed += u64::from(!ok);
-            if let Some(rate) = rule.error_rate_stop_per_mille {
-                if s.stopped.is_none()
-                    && s.sent >= u64::from(rule.error_rate_min_sample)
-                    && s.failed * 1000 >= u64::from(rate) * s.sent
-                {
-                    s.stopped = Some(StopReason::ErrorRate);
-                    tracing::warn!(
-                        rule = %rule.name,
-                        sent = s.sent,
-                        failed = s.failed,
-                        "shadow rule stopped: the target's error rate passed its threshold"
-                    );
-                }
-            }
-        });
-    }
-}
-
-/// The sample draws of a request: one per rule that applies, in the snapshot's order.
-fn draws(seed: u64) -> SplitMix64 {
-    SplitMix64::new(seed ^ 0x5AD0_5AD0_5AD0_5AD0)
-}
-
-/// One rule's sample draw.
-fn sampled(rule: &ShadowRule, rng: &mut impl RandomSource) -> bool {
-    rng.next_u64() % 10_000 < u64::from(rule.sample_basis_points)
-}
-
-impl Drop for Shadows {
-    fn drop(&mut self) {
-        self.queue.close();
-    }
-}
-
 /// Sends the queued copies until the queues close (the proxy's state is gone) or `shutdown`
 /// fires. Holds only a weak reference to the state, so it never keeps the proxy alive.
 pub async fn run(
     state: Weak<AppState>,
-    queue: Arc<Queue<Job>>,
+    queue: ShadowQueue,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     while !queue.closed() {
         while let Some((rule, job)) = queue.next() {
             let Some(state) = state.upgrade() else { return };
-            if !state
-                .shadows
-                .still_wanted(&state, &job.rule, &job.inspected.model)
-            {
+            let model = &job.inspected.model;
+            let wanted =
+                state
+                    .shadows
+                    .still_wanted(state.views.load().as_deref(), &job.rule, model);
+            if !wanted {
                 dropped(&state, &job);
                 queue.done(rule);
                 continue;
@@ -419,10 +160,7 @@ fn dropped(state: &AppState, job: &Job) {
         .metrics
         .shadow_requests
         .add([&job.rule.name, "stopped"], 1);
-    state
-        .shadows
-        .pending
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    state.shadows.settled();
 }
 
 /// The target's channel and upstream model.
@@ -665,10 +403,7 @@ async fn send(state: &AppState, job: Job) {
     if let Some(usage) = &state.usage {
         usage.record_shadow(job.rule.id, &counts);
     }
-    state
-        .shadows
-        .pending
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    state.shadows.settled();
 }
 
 /// The comparison of one pair, as counts the control plane adds up.
@@ -994,6 +729,7 @@ pub fn similarity(a: &str, b: &str) -> f64 {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+    use super::rules::Offer;
     use super::*;
     use crate::record::MAX_GATHERED;
 
