@@ -37,9 +37,6 @@ KNOWN: dict[str, list[set[str]]] = {
             "redis::sync", "redis::worker",
         },
     ],
-    # lib.rs holds the generated types and helpers its modules use; the usage buffer and its
-    # report task belong in the data plane.
-    "shared/proto/src": [{"crate", "client", "convert", "shadow", "usage"}],
     # lib.rs's connection types used by h1, which lib.rs drives.
     "shared/server/src": [{"crate", "h1"}],
     # translate/mod.rs's shared helpers used by each protocol's translation.

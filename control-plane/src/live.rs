@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_engine::{Limit, UnixMillis};
+use switchyard_metrics::Collect;
 use switchyard_state::{mask_url, LimitStatus, RedisConfig, RedisStore, StateStore, SyncReport};
 
 /// Longest explain waits for the fleet's limit counters.
@@ -45,6 +46,14 @@ impl LiveState {
 
     pub fn store(&self) -> &dyn StateStore {
         self.store.as_ref()
+    }
+
+    /// The Redis store's own metrics (`switchyard_redis_*`), for `/metrics`; `None` without
+    /// Redis (a store in memory has none).
+    pub fn collector(&self) -> Option<Arc<dyn Collect>> {
+        self.redis
+            .as_ref()
+            .map(|r| Arc::clone(r) as Arc<dyn Collect>)
     }
 
     /// What explain reports as `health_view`.

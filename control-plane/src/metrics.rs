@@ -9,7 +9,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use switchyard_metrics::{Family, Type, Writer};
+use switchyard_metrics::{Collect, Family, Type, Writer};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
@@ -135,9 +135,15 @@ impl Metrics {
         self.requests.add([method, route, status.as_str()], 1);
     }
 
+    /// These families alone, as `/metrics` shows them.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let w = &mut Writer::new(&mut out);
+        switchyard_metrics::render(self)
+    }
+}
+
+/// The control plane's own counters: the first collector of its `/metrics`.
+impl Collect for Metrics {
+    fn collect(&self, w: &mut Writer<'_>) {
         self.requests.render(w);
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         w.gauge(
@@ -204,7 +210,6 @@ impl Metrics {
             "Figures of proxies' usage reports not taken because no request can have them.",
             load(&self.usage_refused_figures),
         );
-        out
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+use switchyard_metrics::{Collect, Registry};
 
 use crate::live::LiveState;
 use crate::metrics::Metrics;
@@ -22,12 +23,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The fleet's shared state (`REDIS_URL`), for explain and `/api/v1/state`.
     pub live: Option<LiveState>,
-    /// The recovery job, for `/metrics`.
-    pub recovery: Option<Arc<Recovery>>,
-    /// The HTTP server's connection counters, for `/metrics`.
-    pub connections: Option<switchyard_server::Stats>,
-    /// The gRPC port's connection counters, for `/metrics`.
-    pub grpc_connections: Option<switchyard_server::Stats>,
+    /// What `/metrics` renders: the control plane's counters, then each component the builder
+    /// adds (the recovery job, the shared state's store, the HTTP and gRPC connections).
+    pub collectors: Arc<Registry>,
     /// Fires on SIGTERM: `/readyz` answers 503 from then on.
     pub draining: tokio_util::sync::CancellationToken,
     /// The proxies whose snapshot streams this replica serves, for `/api/v1/state`.
@@ -46,15 +44,15 @@ impl AppState {
         publisher: Arc<Publisher>,
         metrics: Arc<Metrics>,
     ) -> AppState {
+        let collectors = Arc::new(Registry::default());
+        collectors.register(Arc::clone(&metrics) as Arc<dyn Collect>);
         AppState {
             pool,
             admin_token_digest: Sha256::digest(admin_token.as_bytes()).into(),
             publisher,
             metrics,
             live: None,
-            recovery: None,
-            connections: None,
-            grpc_connections: None,
+            collectors,
             draining: tokio_util::sync::CancellationToken::new(),
             proxies: Arc::default(),
             proxies_without_secrets: false,
@@ -81,17 +79,21 @@ impl AppState {
         self
     }
 
-    /// Explain and `/api/v1/state` read this shared state.
+    /// Explain and `/api/v1/state` read this shared state (its store's metrics are rendered in
+    /// `/metrics`).
     pub fn with_live(mut self, live: LiveState) -> AppState {
+        if let Some(store) = live.collector() {
+            self.collectors.register(store);
+        }
         self.live = Some(live);
         self
     }
 
     /// The recovery job, rendered in `/metrics`. It reads what to probe from this app's
     /// publisher, which is handed to it here.
-    pub fn with_recovery(mut self, recovery: Arc<Recovery>) -> AppState {
+    pub fn with_recovery(self, recovery: Arc<Recovery>) -> AppState {
         recovery.read_snapshots_from(Arc::clone(&self.publisher));
-        self.recovery = Some(recovery);
+        self.collectors.register(recovery);
         self
     }
 
@@ -101,14 +103,15 @@ impl AppState {
     }
 
     /// The HTTP server's connection counters, rendered in `/metrics`.
-    pub fn with_connections(mut self, connections: switchyard_server::Stats) -> AppState {
-        self.connections = Some(connections);
+    pub fn with_connections(self, connections: switchyard_server::Stats) -> AppState {
+        self.collectors.register(Arc::new(connections));
         self
     }
 
     /// The gRPC port's connection counters, rendered in `/metrics`.
-    pub fn with_grpc_connections(mut self, connections: switchyard_server::Stats) -> AppState {
-        self.grpc_connections = Some(connections);
+    pub fn with_grpc_connections(self, connections: switchyard_server::Stats) -> AppState {
+        let named = connections.named(&crate::grpc::GRPC_METRICS);
+        self.collectors.register(Arc::new(named));
         self
     }
 }

@@ -924,7 +924,7 @@ async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_ou
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    use switchyard_proto::{UsageBuffer, UsageConfig, UsageCounts, UsageKey};
+    use switchyard_data_plane::usage::{UsageBuffer, UsageConfig, UsageCounts, UsageKey};
 
     let url = database_url(&opts, &postgres_addr(&opts));
     let port = free_port();
@@ -935,7 +935,7 @@ async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_ou
     };
     let buffer = Arc::new(UsageBuffer::new(&config));
     let stop = CancellationToken::new();
-    let reporter = tokio::spawn(switchyard_proto::report_usage(
+    let reporter = tokio::spawn(switchyard_data_plane::usage::report_usage(
         Arc::clone(&buffer),
         cp.endpoint(),
         switchyard_proto::WatchAuth {
@@ -980,8 +980,7 @@ async fn usage_survives_a_control_plane_restart_and_usage_reported_during_the_ou
     };
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let mut page = String::new();
-        buffer.render_metrics(&mut page);
+        let page = switchyard_metrics::render(&*buffer);
         if failed(&page) >= 2 {
             break;
         }

@@ -14,8 +14,9 @@ use switchyard_control_plane::grpc::{FleetTokens, SnapshotWatchServer};
 use switchyard_control_plane::metrics::Metrics;
 use switchyard_control_plane::publisher::Publisher;
 use switchyard_control_plane::usage::apply_batch;
+use switchyard_data_plane::usage::UsageClient;
 use switchyard_proto::v1::{UsageBatch, UsageRecord};
-use switchyard_proto::{UsageClient, WatchAuth};
+use switchyard_proto::WatchAuth;
 use tokio_util::sync::CancellationToken;
 
 use common::{test_app, ADMIN_TOKEN};
@@ -750,20 +751,20 @@ async fn without_a_fleet_token_usage_reports_are_refused(pool: PgPool) {
 async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: PgPool) {
     let app = test_app(pool.clone());
     let (endpoint, shutdown) = grpc_edge(&pool, Some("fleet-token-0123")).await;
-    let config = switchyard_proto::UsageConfig {
+    let config = switchyard_data_plane::usage::UsageConfig {
         flush_interval: Duration::from_millis(50),
         ..Default::default()
     };
-    let buffer = Arc::new(switchyard_proto::UsageBuffer::new(&config));
+    let buffer = Arc::new(switchyard_data_plane::usage::UsageBuffer::new(&config));
     let stop = CancellationToken::new();
-    let task = tokio::spawn(switchyard_proto::report_usage(
+    let task = tokio::spawn(switchyard_data_plane::usage::report_usage(
         Arc::clone(&buffer),
         endpoint,
         auth(Some("fleet-token-0123")),
         config,
         stop.clone(),
     ));
-    let key = |channel: &str| switchyard_proto::UsageKey {
+    let key = |channel: &str| switchyard_data_plane::usage::UsageKey {
         token: "app".into(),
         team: Some("research".into()),
         route: "gpt-*".into(),
@@ -773,7 +774,7 @@ async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: Pg
     for i in 0..200u64 {
         buffer.add(
             key(if i % 4 == 0 { "anthropic" } else { "openai" }),
-            switchyard_proto::UsageCounts {
+            switchyard_data_plane::usage::UsageCounts {
                 requests: 1,
                 input_tokens: i,
                 output_tokens: 2,
@@ -799,7 +800,9 @@ async fn the_reporter_delivers_usage_exactly_once_through_the_grpc_edge(pool: Pg
 /// other record of the batch is counted.
 #[sqlx::test(migrations = "../migrations")]
 async fn a_refused_batch_is_resent_in_parts_so_only_its_bad_record_is_lost(pool: PgPool) {
-    use switchyard_proto::{report_usage, UsageBuffer, UsageConfig, UsageCounts, UsageKey};
+    use switchyard_data_plane::usage::{
+        report_usage, UsageBuffer, UsageConfig, UsageCounts, UsageKey,
+    };
     sqlx::query(
         "CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
            RAISE EXCEPTION 'refused' USING ERRCODE = '22003'; END $$",

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use switchyard_engine::fxhash::FxBuildHasher;
-use switchyard_metrics::{Histogram, Writer};
+use switchyard_metrics::{Collect, Histogram, Writer};
 
 use crate::endpoint::Endpoint;
 use crate::upstream::TransportCause;
@@ -220,9 +220,14 @@ impl Metrics {
         );
     }
 
+    /// These families alone, as `/metrics` shows them.
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        let w = &mut Writer::new(&mut out);
+        switchyard_metrics::render(self)
+    }
+}
+
+impl Collect for Metrics {
+    fn collect(&self, w: &mut Writer<'_>) {
         self.requests.render(w);
         self.attempts.render(w);
         self.transport_failures.render(w);
@@ -284,7 +289,6 @@ impl Metrics {
             "switchyard_gateway_overhead_seconds",
             "Time the gateway itself added to a request (total minus upstream time).",
         );
-        out
     }
 }
 

@@ -2,7 +2,7 @@
 //! and `/metrics` (optionally behind a bearer credential), with the gauges read at scrape time.
 //! The client-facing endpoints are the edge's ([`crate::server`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +10,7 @@ use axum::routing::get;
 use axum::Router;
 use http::{header, HeaderMap, StatusCode};
 use switchyard_engine::{ChannelId, ScopeKind, Snapshot};
-use switchyard_metrics::{Type, Writer};
+use switchyard_metrics::{Collect, Type, Writer};
 use switchyard_provider::Protocol;
 use switchyard_state::StateDump;
 
@@ -57,15 +57,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
             return (StatusCode::UNAUTHORIZED, headers, body).into_response();
         }
     }
-    let mut page = state.metrics.render();
-    state.store.render_metrics(&mut page);
-    if let Some(connections) = state.connections.get() {
-        connections.render(&mut page);
-    }
-    render_live_gauges(&state, &mut page);
-    if let Some(usage) = &state.usage {
-        usage.render_metrics(&mut page);
-    }
+    let page = state.collectors.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 
@@ -86,10 +78,20 @@ fn presents(headers: &HeaderMap, credential: &str) -> bool {
             == 0
 }
 
+/// The gauges read at scrape time, over the state (held weakly: the state holds its collectors).
+pub struct LiveGauges(pub Weak<AppState>);
+
+impl Collect for LiveGauges {
+    fn collect(&self, w: &mut Writer<'_>) {
+        if let Some(state) = self.0.upgrade() {
+            render_live_gauges(&state, w);
+        }
+    }
+}
+
 /// Gauges read at scrape time: the snapshot in use and how old it is, and per channel of it
 /// the fleet-wide in-flight count and whether its breaker is open.
-fn render_live_gauges(state: &AppState, out: &mut String) {
-    let w = &mut Writer::new(out);
+fn render_live_gauges(state: &AppState, w: &mut Writer<'_>) {
     w.gauge(
         "switchyard_shadow_pending",
         "Shadow copies queued or being sent, not yet compared.",

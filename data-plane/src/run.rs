@@ -15,6 +15,7 @@ use switchyard_server::Server;
 use crate::cache;
 use crate::cli::Cli;
 use crate::config;
+use crate::operator::LiveGauges;
 use crate::server::app;
 use crate::shadow;
 use crate::snapshot::{self, SnapshotReceiver, SnapshotSender};
@@ -103,7 +104,14 @@ impl AppState {
             snapshot::install(&views, &*store, snapshot);
         }
         tasks.spawn(snapshot::follow(snapshots, views.clone(), store.clone()));
-        let (state, shadow_queue) = AppState::assemble(views, store, usage, workers, &upstream);
+        let (state, shadow_queue) =
+            AppState::assemble(views, store, usage.clone(), workers, &upstream);
+        state
+            .collectors
+            .register(Arc::new(LiveGauges(Arc::downgrade(&state))));
+        if let Some(usage) = usage {
+            state.collectors.register(usage);
+        }
         // The shadow sender holds the state weakly: it ends when the state is dropped (its
         // queue closes) or when streams are cut at shutdown.
         tasks.spawn(shadow::run(
@@ -166,6 +174,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         workers,
         upstream,
     );
+    if let Some(redis) = &redis_store {
+        state.collectors.register(redis.clone());
+    }
     if let Some(credential) = &cli.metrics_token {
         state.protect_metrics(credential);
     }
@@ -231,7 +242,7 @@ fn start_serving(
         max_connections = server.max_connections(),
         "connection limits"
     );
-    let _ = state.connections.set(server.stats());
+    state.collectors.register(Arc::new(server.stats()));
     let serving = crate::workers::start(sockets, &server, &app(Arc::clone(state)), stop)?;
     tracing::info!(addr = %addr, workers, "listening");
     Ok((tasks.spawn(serving), addr))

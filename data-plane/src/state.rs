@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use switchyard_engine::{ChannelId, CredentialId};
+use switchyard_metrics::Registry;
 use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 
@@ -30,9 +31,12 @@ pub struct AppState {
     /// One upstream pool per serving worker thread, so a request's upstream connections live on
     /// its own thread (`workers`).
     worker_clients: Box<[HttpClient]>,
-    pub metrics: Metrics,
-    /// The HTTP server's connection counters, once it runs (rendered in `/metrics`).
-    pub connections: OnceLock<switchyard_server::Stats>,
+    /// The proxy's own counters (the first of [`AppState::collectors`]).
+    pub metrics: Arc<Metrics>,
+    /// What `/metrics` renders: the proxy's counters, then each component registered by
+    /// whoever built it (the scrape-time gauges, usage, the state store, the HTTP server's
+    /// connections).
+    pub collectors: Registry,
     /// The bearer credential `/metrics` requires, when the operator set one (token names are
     /// then counted too: [`AppState::protect_metrics`]).
     pub metrics_credential: OnceLock<String>,
@@ -67,6 +71,9 @@ impl AppState {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x5EED);
         let (shadows, shadow_queue) = Shadows::new();
+        let metrics = Arc::new(Metrics::default());
+        let collectors = Registry::default();
+        collectors.register(metrics.clone());
         let state = Arc::new(AppState {
             views,
             store,
@@ -74,8 +81,8 @@ impl AppState {
             worker_clients: (0..workers)
                 .map(|_| HttpClient::new(upstream.clone()))
                 .collect(),
-            metrics: Metrics::default(),
-            connections: OnceLock::new(),
+            metrics,
+            collectors,
             metrics_credential: OnceLock::new(),
             draining: CancellationToken::new(),
             streams_cut: CancellationToken::new(),

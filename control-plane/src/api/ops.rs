@@ -40,19 +40,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let mut page = state.metrics.render();
-    if let Some(recovery) = &state.recovery {
-        recovery.render_metrics(&mut page);
-    }
-    if let Some(live) = &state.live {
-        live.store().render_metrics(&mut page);
-    }
-    if let Some(connections) = &state.connections {
-        connections.render(&mut page);
-    }
-    if let Some(connections) = &state.grpc_connections {
-        connections.render_as(&mut page, &crate::grpc::GRPC_METRICS);
-    }
+    let page = state.collectors.render();
     (
         [(
             header::CONTENT_TYPE,

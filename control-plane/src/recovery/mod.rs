@@ -34,7 +34,7 @@ use sqlx::PgPool;
 use switchyard_engine::{
     Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot,
 };
-use switchyard_metrics::{Type, Writer};
+use switchyard_metrics::{Collect, Type, Writer};
 use switchyard_state::ChannelState;
 use switchyard_upstream::{probe_model, Due, HttpClient, ProbeSchedules};
 use tokio_util::sync::CancellationToken;
@@ -177,45 +177,6 @@ impl Recovery {
     /// credential was due a probe (and every `run_round`).
     pub fn rounds(&self) -> u64 {
         self.rounds.load(Ordering::Relaxed)
-    }
-
-    /// `switchyard_cp_recovery_*` lines for `/metrics`.
-    pub fn render_metrics(&self, out: &mut String) {
-        let w = &mut Writer::new(out);
-        for (name, kind, help, value) in [
-            (
-                "switchyard_cp_recovery_leader",
-                Type::Gauge,
-                "1 while this replica runs the recovery probes (holds the advisory lock).",
-                u64::from(self.is_leader()),
-            ),
-            (
-                "switchyard_cp_recovery_rounds_total",
-                Type::Counter,
-                "Recovery probe rounds run by this replica.",
-                self.rounds(),
-            ),
-            (
-                "switchyard_cp_recovery_probes_passed_total",
-                Type::Counter,
-                "Channels whose recovery probe passed.",
-                self.probes_passed.load(Ordering::Relaxed),
-            ),
-            (
-                "switchyard_cp_recovery_probes_failed_total",
-                Type::Counter,
-                "Channels whose recovery probe failed on every credential.",
-                self.probes_failed.load(Ordering::Relaxed),
-            ),
-            (
-                "switchyard_cp_breakers_recorded_total",
-                Type::Counter,
-                "Open breakers recorded as auto_disabled channels.",
-                self.breakers_recorded.load(Ordering::Relaxed),
-            ),
-        ] {
-            w.single(name, kind, help, value);
-        }
     }
 
     /// Runs until `shutdown`: every tick, keep (or try to take) the lead; as the leader, record
@@ -696,6 +657,46 @@ impl Recovery {
             "recovery probe passed; breaker closed, channel recovering"
         );
         Ok(())
+    }
+}
+
+/// `switchyard_cp_recovery_*` on `/metrics`.
+impl Collect for Recovery {
+    fn collect(&self, w: &mut Writer<'_>) {
+        for (name, kind, help, value) in [
+            (
+                "switchyard_cp_recovery_leader",
+                Type::Gauge,
+                "1 while this replica runs the recovery probes (holds the advisory lock).",
+                u64::from(self.is_leader()),
+            ),
+            (
+                "switchyard_cp_recovery_rounds_total",
+                Type::Counter,
+                "Recovery probe rounds run by this replica.",
+                self.rounds(),
+            ),
+            (
+                "switchyard_cp_recovery_probes_passed_total",
+                Type::Counter,
+                "Channels whose recovery probe passed.",
+                self.probes_passed.load(Ordering::Relaxed),
+            ),
+            (
+                "switchyard_cp_recovery_probes_failed_total",
+                Type::Counter,
+                "Channels whose recovery probe failed on every credential.",
+                self.probes_failed.load(Ordering::Relaxed),
+            ),
+            (
+                "switchyard_cp_breakers_recorded_total",
+                Type::Counter,
+                "Open breakers recorded as auto_disabled channels.",
+                self.breakers_recorded.load(Ordering::Relaxed),
+            ),
+        ] {
+            w.single(name, kind, help, value);
+        }
     }
 }
 

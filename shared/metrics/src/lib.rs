@@ -1,11 +1,16 @@
 //! The Prometheus text exposition (format 0.0.4) of both planes: label and help escaping, a
-//! [`Writer`] for `# HELP`/`# TYPE` headers and samples, and the two recording types the request
-//! path uses, [`Histogram`] and the labelled counter [`Family`].
+//! [`Writer`] for `# HELP`/`# TYPE` headers and samples, the two recording types the request
+//! path uses, [`Histogram`] and the labelled counter [`Family`], and the [`Registry`] a process's
+//! `/metrics` renders: each component that has metrics is a [`Collect`]or registered once by
+//! whoever builds it, and a scrape is one render over the registry.
 //!
 //! Our own module rather than the `prometheus-client` crate: a framework would add build time to
 //! both binaries for the little we need, and its registries and encoders would sit between the
-//! request path and plain atomics. Here recording is an atomic increment (a family adds a read
-//! lock and a hash lookup without allocating), and the text is written only when scraped.
+//! request path and plain atomics (its labelled families look a series up by an owned label set,
+//! an allocation per increment where ours borrows the values; its text is OpenMetrics', not the
+//! exact names and lines our dashboards and alerts read). Here recording is an atomic increment
+//! (a family adds a read lock and a hash lookup without allocating), and the text is written only
+//! when scraped: a collector reads its atomics then, and a registry holds no copy of any value.
 //!
 //! Every family is bounded by what writes it: label values come from fixed sets or from the
 //! configuration (route patterns, channel, token and team names), never from request content.
@@ -14,7 +19,7 @@ use std::borrow::Cow;
 use std::fmt::{self, Display, Write};
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use hashbrown::{Equivalent, HashMap};
 
@@ -123,6 +128,58 @@ impl<'a> Writer<'a> {
         let _ = writeln!(self.out, " {value}");
         self
     }
+}
+
+/// A component with metrics: writes its families to a scrape's page, reading its own counters
+/// then (recording stays the component's: atomics, never a call through the registry).
+pub trait Collect: Send + Sync {
+    fn collect(&self, w: &mut Writer<'_>);
+}
+
+/// A process's collectors, rendered in the order they were registered: `/metrics` is one
+/// [`render`](Registry::render) over it.
+#[derive(Default)]
+pub struct Registry {
+    collectors: RwLock<Vec<Arc<dyn Collect>>>,
+}
+
+impl Registry {
+    /// Adds `collector` after the ones registered before it.
+    pub fn register(&self, collector: Arc<dyn Collect>) {
+        self.collectors
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(collector);
+    }
+
+    /// The page: every collector's families, in registration order.
+    pub fn render(&self) -> String {
+        let collectors = self
+            .collectors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut out = String::with_capacity(8192);
+        let w = &mut Writer::new(&mut out);
+        for collector in &collectors {
+            collector.collect(w);
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.collectors.read().map_or(0, |c| c.len());
+        f.debug_struct("Registry").field("collectors", &n).finish()
+    }
+}
+
+/// The page of one collector alone (its families as `/metrics` shows them).
+pub fn render(collector: &dyn Collect) -> String {
+    let mut out = String::new();
+    collector.collect(&mut Writer::new(&mut out));
+    out
 }
 
 /// A lock-free histogram of durations recorded in microseconds and exposed in seconds. Bucket
@@ -298,6 +355,44 @@ mod tests {
         let mut out = String::new();
         write(&mut Writer::new(&mut out));
         out
+    }
+
+    struct Fixed(&'static str, u64);
+
+    impl Collect for Fixed {
+        fn collect(&self, w: &mut Writer<'_>) {
+            w.counter(self.0, "help", self.1);
+        }
+    }
+
+    #[test]
+    fn a_registry_renders_its_collectors_in_registration_order_at_each_scrape() {
+        let registry = Registry::default();
+        assert_eq!(registry.render(), "");
+        let counter = Arc::new(Family::<1>::new("c_total", "c", ["k"]));
+        struct Counted(Arc<Family<1>>);
+        impl Collect for Counted {
+            fn collect(&self, w: &mut Writer<'_>) {
+                self.0.render(w);
+            }
+        }
+        registry.register(Arc::new(Fixed("b_total", 2)));
+        registry.register(Arc::new(Counted(Arc::clone(&counter))));
+        registry.register(Arc::new(Fixed("a_total", 1)));
+        let first = registry.render();
+        assert_eq!(
+            first,
+            "# HELP b_total help\n# TYPE b_total counter\nb_total 2\n\
+             # HELP c_total c\n# TYPE c_total counter\n\
+             # HELP a_total help\n# TYPE a_total counter\na_total 1\n"
+        );
+        // Values are read at the scrape, not at registration.
+        counter.add(["x"], 3);
+        assert!(registry.render().contains("c_total{k=\"x\"} 3\n"));
+        assert_eq!(
+            render(&Fixed("a_total", 1)),
+            "# HELP a_total help\n# TYPE a_total counter\na_total 1\n"
+        );
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub async fn watch_snapshots(
 
 /// The endpoint (TLS, timeouts, keep-alive) and the `authorization` value a proxy presents to the
 /// control plane, shared by the snapshot stream and the usage reports.
-pub(crate) fn connect_config(
+pub fn connect_config(
     endpoint: &str,
     auth: &WatchAuth,
 ) -> Result<(tonic::transport::Endpoint, Option<MetadataValue<Ascii>>), WatchError> {
@@ -251,7 +251,7 @@ async fn follow_once(
 }
 
 /// Up to +50% jitter, derived without a global RNG so reconnecting proxies spread out.
-pub(crate) fn with_jitter(base: Duration, attempt: u64) -> Duration {
+pub fn with_jitter(base: Duration, attempt: u64) -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

@@ -1,7 +1,8 @@
 //! The snapshot service's wire types (generated from `proto/switchyard/snapshot/v1`), their
-//! explicit conversion to and from the engine's [`switchyard_engine::Snapshot`], and the client
-//! helper proxies use to follow the control plane; and the proxies' usage reports
-//! ([`usage`]: aggregated in memory, sent in idempotent batches over `ReportUsage`).
+//! explicit conversion to and from the engine's [`switchyard_engine::Snapshot`], the client
+//! helpers proxies use to follow the control plane, and the usage reports' wire contract
+//! ([`usage`]: the bounds a record keeps; the proxy's buffer and report task are the data
+//! plane's).
 //!
 //! Architecture invariant: only this crate and the control plane's gRPC edge know about protobuf
 //! types. Everything else works on validated engine types; a received snapshot is converted in
@@ -22,9 +23,7 @@ pub mod usage;
     clippy::panic,
     missing_docs
 )]
-pub mod v1 {
-    tonic::include_proto!("switchyard.snapshot.v1");
-}
+pub mod v1;
 
 pub use client::{watch_snapshots, WatchAuth, WatchError};
 pub use convert::{
@@ -32,7 +31,4 @@ pub use convert::{
     token_hash, ConversionError, SCHEMA_VERSION,
 };
 pub use shadow::{latency_bucket, ShadowCounts, SHADOW_HIST_BUCKETS, SHADOW_LATENCY_BOUNDS_MS};
-pub use usage::{
-    report_usage, UsageBuffer, UsageClient, UsageConfig, UsageCounts, UsageKey,
-    MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST,
-};
+pub use usage::{MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST};

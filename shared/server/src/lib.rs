@@ -60,7 +60,7 @@ pub use framing::{framing_verdict, FramingVerdict, MAX_DECLARED_BODY};
 #[doc(hidden)]
 pub use h1::fuzz_head;
 pub use registry::{
-    Activity, Admission, AtCapacity, Busy, MetricNames, Registry, Stats, HTTP_METRICS,
+    Activity, Admission, AtCapacity, Busy, MetricNames, NamedStats, Registry, Stats, HTTP_METRICS,
 };
 
 use body::{DeadlineBody, TrackedBody};

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use switchyard_metrics::Writer;
+use switchyard_metrics::{Collect, Writer};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -92,6 +92,16 @@ impl Stats {
     /// Appends the counters in the Prometheus text format under `names` (another port served
     /// through a [`Registry`] names its own).
     pub fn render_as(&self, out: &mut String, names: &MetricNames) {
+        self.write_as(&mut Writer::new(out), names);
+    }
+
+    /// These counters as the collector of a port named `names` (the HTTP ports' collector is
+    /// the [`Stats`] itself).
+    pub fn named(self, names: &'static MetricNames) -> NamedStats {
+        NamedStats { stats: self, names }
+    }
+
+    fn write_as(&self, w: &mut Writer<'_>, names: &MetricNames) {
         let r = &self.0;
         let MetricNames {
             what,
@@ -101,8 +111,7 @@ impl Stats {
             evicted,
             accept_errors,
         } = names;
-        Writer::new(out)
-            .gauge(open, &format!("{what} open now."), self.open())
+        w.gauge(open, &format!("{what} open now."), self.open())
             .gauge(max, "The connection cap in force.", r.max)
             .counter(
                 refused,
@@ -119,6 +128,26 @@ impl Stats {
                 "Failed accepts (e.g. out of descriptors).",
                 r.accept_errors.load(Relaxed),
             );
+    }
+}
+
+/// An HTTP port's connection counters on `/metrics`.
+impl Collect for Stats {
+    fn collect(&self, w: &mut Writer<'_>) {
+        self.write_as(w, &HTTP_METRICS);
+    }
+}
+
+/// Another port's connection counters on `/metrics`, under its own names ([`Stats::named`]).
+#[derive(Clone)]
+pub struct NamedStats {
+    stats: Stats,
+    names: &'static MetricNames,
+}
+
+impl Collect for NamedStats {
+    fn collect(&self, w: &mut Writer<'_>) {
+        self.stats.write_as(w, self.names);
     }
 }
 

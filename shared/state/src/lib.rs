@@ -171,10 +171,6 @@ pub trait StateStore: Send + Sync {
     /// Everything currently held, for the admin view. Expired entries are left out.
     fn dump(&self, now: UnixMillis) -> StateDump;
 
-    /// Appends the store's own Prometheus metrics (e.g. Redis errors) to a `/metrics` page.
-    /// Nothing for a store without a backend.
-    fn render_metrics(&self, _out: &mut String) {}
-
     /// Lays the view's health records out in the slot order of a newly installed snapshot
     /// (`Snapshot::health_slots`), so aware selection over it reads a record by index. One pass
     /// over the table under the write lock; until it runs, selection over that snapshot uses the

@@ -11,10 +11,8 @@ use std::time::Duration;
 use common::*;
 use switchyard_state::*;
 
-fn metrics(store: &dyn StateStore) -> String {
-    let mut out = String::new();
-    store.render_metrics(&mut out);
-    out
+fn metrics(store: &RedisStore) -> String {
+    switchyard_metrics::render(store)
 }
 
 /// The value of one sample line (`name{labels} value`) on a metrics page.

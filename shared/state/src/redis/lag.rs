@@ -64,8 +64,8 @@ impl LagHistogram {
     }
 
     /// Appends the Prometheus histogram `name` (seconds).
-    pub(crate) fn render(&self, out: &mut String, name: &str, help: &str) {
-        self.histogram.render(&mut Writer::new(out), name, help);
+    pub(crate) fn render(&self, w: &mut Writer<'_>, name: &str, help: &str) {
+        self.histogram.render(w, name, help);
     }
 }
 
@@ -122,7 +122,7 @@ mod tests {
         h.observe(3_000);
         h.observe(60_000_000);
         let mut out = String::new();
-        h.render(&mut out, "lag_seconds", "help");
+        h.render(&mut Writer::new(&mut out), "lag_seconds", "help");
         assert!(
             out.contains("lag_seconds_bucket{le=\"0.001\"} 1\n"),
             "{out}"

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
-use switchyard_metrics::{Type, Writer};
+use switchyard_metrics::{Collect, Type, Writer};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -766,10 +766,13 @@ impl StateStore for RedisStore {
     fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus {
         self.shared.limits.status(limit, now, self.authority())
     }
+}
 
-    fn render_metrics(&self, out: &mut String) {
+/// The store's own metrics (Redis errors, batches, sync lag) for `/metrics`: registered by
+/// whoever builds the store.
+impl Collect for RedisStore {
+    fn collect(&self, w: &mut Writer<'_>) {
         let s = self.stats();
-        let w = &mut Writer::new(out);
         for (name, kind, help, value) in [
             (
                 "switchyard_redis_errors_total",
@@ -823,13 +826,13 @@ impl StateStore for RedisStore {
             w.single(name, kind, help, value);
         }
         self.shared.counters.lag.render(
-            out,
+            w,
             "switchyard_redis_propagation_lag_seconds",
             "Delay from another proxy queueing a state write (its clock) to the update being in this proxy's view.",
         );
         // NaN before the first sync: an alert on the age then fires only via `absent`/connected.
         let age = s.last_sync_age_ms.map_or(f64::NAN, |ms| ms as f64 / 1000.0);
-        Writer::new(out).gauge(
+        w.gauge(
             "switchyard_redis_last_sync_age_seconds",
             "Seconds since the last successful sync with the fleet (full resync or received notification).",
             age,

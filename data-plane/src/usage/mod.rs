@@ -8,18 +8,22 @@
 //! [`UsageConfig::max_keys`] distinct keys; requests with a new key beyond that are dropped and
 //! counted in `switchyard_usage_dropped_requests_total`) and the unacknowledged batch is resent
 //! with the same id until the control plane answers, which applies each batch id once. At
-//! shutdown what is pending is sent once more (bounded). The mechanics live in
-//! [`switchyard_proto::usage`]; this is the data plane's face of it.
+//! shutdown what is pending is sent once more (bounded). The buffer is `buffer`'s, the sending
+//! `report`'s; the wire types and the bounds a record keeps are `switchyard_proto`'s.
+
+mod buffer;
+mod report;
 
 use std::sync::Arc;
 
-use switchyard_proto::{UsageBuffer, UsageCounts, WatchAuth, WatchError};
+use switchyard_metrics::{Collect, Writer};
+use switchyard_proto::usage::MAX_TOKENS_PER_REQUEST;
+use switchyard_proto::{WatchAuth, WatchError};
 use switchyard_provider::Usage;
 use tokio_util::sync::CancellationToken;
 
-pub use switchyard_proto::{UsageConfig, UsageKey};
-
-use switchyard_proto::MAX_TOKENS_PER_REQUEST;
+pub use self::buffer::{UsageBuffer, UsageConfig, UsageCounts, UsageKey, MAX_SHADOW_KEYS, SHARDS};
+pub use self::report::{report_usage, UsageClient, CALL_TIMEOUT, MAX_RETRY_BACKOFF};
 
 // What the provider crate lets one request report is what the control plane accepts per request.
 const _: () = assert!(switchyard_provider::MAX_REQUEST_TOKENS == MAX_TOKENS_PER_REQUEST);
@@ -42,13 +46,11 @@ impl UsageReporter {
         shutdown: CancellationToken,
     ) -> Result<(Arc<UsageReporter>, tokio::task::JoinHandle<()>), WatchError> {
         // Parse the endpoint now, so a bad one fails at start rather than in the task.
-        switchyard_proto::UsageClient::new(&endpoint, &auth)?;
+        UsageClient::new(&endpoint, &auth)?;
         let reporter = Arc::new(UsageReporter::unstarted(&config));
         let buffer = Arc::clone(&reporter.buffer);
         let task = tokio::spawn(async move {
-            if let Err(error) =
-                switchyard_proto::report_usage(buffer, endpoint, auth, config, shutdown).await
-            {
+            if let Err(error) = report_usage(buffer, endpoint, auth, config, shutdown).await {
                 tracing::error!(error = %error, "usage reporting stopped");
             }
         });
@@ -102,10 +104,12 @@ impl UsageReporter {
     pub fn take_batch(&self) -> Option<switchyard_proto::v1::UsageBatch> {
         self.buffer.take_batch()
     }
+}
 
-    /// `switchyard_usage_*` families for `/metrics`.
-    pub fn render_metrics(&self, out: &mut String) {
-        self.buffer.render_metrics(out);
+/// `switchyard_usage_*` families for `/metrics`.
+impl Collect for UsageReporter {
+    fn collect(&self, w: &mut Writer<'_>) {
+        self.buffer.collect(w);
     }
 }
 

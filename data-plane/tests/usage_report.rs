@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::Stream;
+use switchyard_data_plane::usage::{report_usage, UsageBuffer, UsageConfig, UsageCounts, UsageKey};
 use switchyard_proto::v1::snapshot_service_server::{SnapshotService, SnapshotServiceServer};
 use switchyard_proto::v1::{self, WatchRequest};
-use switchyard_proto::{report_usage, UsageBuffer, UsageConfig, UsageCounts, UsageKey, WatchAuth};
+use switchyard_proto::WatchAuth;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
