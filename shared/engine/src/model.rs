@@ -401,6 +401,76 @@ pub struct SnapshotParts {
     pub shadows: Vec<ShadowRule>,
 }
 
+impl RouteMeta {
+    /// A route's facts: its members' channel positions in `channels` (sorted by id), its
+    /// distinct groups in first-seen order, its members' health slots (added to `health_slots`
+    /// when new).
+    fn new(route: &Route, channels: &[Channel], health_slots: &mut HealthSlots) -> RouteMeta {
+        let mut groups: Vec<String> = Vec::new();
+        for m in &route.members {
+            if !groups.contains(&m.group_name) {
+                groups.push(m.group_name.clone());
+            }
+        }
+        RouteMeta {
+            channel_slots: route
+                .members
+                .iter()
+                .map(|m| channels.binary_search_by_key(&m.channel_id, |c| c.id).ok())
+                .collect(),
+            groups,
+            health_slots: route
+                .members
+                .iter()
+                .map(|m| health_slots.slot_or_insert(m.channel_id, &m.upstream_model))
+                .collect(),
+        }
+    }
+}
+
+/// The limits (in id order) grouped by their scope: (scope kind, scope id) -> its limits.
+fn limits_by_scope(limits: &[LimitRule]) -> FxHashMap<(ScopeKind, i64), Vec<Limit>> {
+    let mut by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>> = FxHashMap::default();
+    for rule in limits {
+        by_scope
+            .entry((rule.limit.key.scope, rule.limit.key.scope_id))
+            .or_default()
+            .push(rule.limit);
+    }
+    by_scope
+}
+
+/// The built-in catalog's prices of the channels whose provider it knows.
+fn catalog_prices(channels: &[Channel]) -> Vec<Price> {
+    channels
+        .iter()
+        .filter_map(|c| {
+            let family = crate::catalog::price_family(
+                c.preset.as_deref(),
+                c.provider.as_str(),
+                &c.base_url,
+            )?;
+            Some((family, c.id))
+        })
+        .flat_map(|(family, id)| crate::catalog::prices_for_channel(family, id))
+        .collect()
+}
+
+/// member id -> (index into `routes`, index into that route's `members`).
+fn member_index(routes: &[Route]) -> FxHashMap<MemberId, (usize, usize)> {
+    routes
+        .iter()
+        .enumerate()
+        .flat_map(|(ri, route)| {
+            route
+                .members
+                .iter()
+                .enumerate()
+                .map(move |(mi, member)| (member.id, (ri, mi)))
+        })
+        .collect()
+}
+
 impl Snapshot {
     /// Builds the snapshot and its route index. Members are put in tier order (priority
     /// descending, member id ascending) once here, so selection needs no sort and every
@@ -420,27 +490,10 @@ impl Snapshot {
         prices.sort_by_key(|p| p.id);
         shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
-        let mut limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>> = FxHashMap::default();
-        for rule in &limits {
-            limits_by_scope
-                .entry((rule.limit.key.scope, rule.limit.key.scope_id))
-                .or_default()
-                .push(rule.limit);
-        }
+        let limits_by_scope = limits_by_scope(&limits);
         channels.sort_by_key(|c| c.id);
         let catalog_prices = if settings.price_catalog {
-            channels
-                .iter()
-                .filter_map(|c| {
-                    let family = crate::catalog::price_family(
-                        c.preset.as_deref(),
-                        c.provider.as_str(),
-                        &c.base_url,
-                    )?;
-                    Some((family, c.id))
-                })
-                .flat_map(|(family, id)| crate::catalog::prices_for_channel(family, id))
-                .collect()
+            catalog_prices(&channels)
         } else {
             Vec::new()
         };
@@ -460,44 +513,14 @@ impl Snapshot {
         let mut health_slots = HealthSlots::default();
         let route_meta = routes
             .iter()
-            .map(|route| {
-                let mut groups: Vec<String> = Vec::new();
-                for m in &route.members {
-                    if !groups.contains(&m.group_name) {
-                        groups.push(m.group_name.clone());
-                    }
-                }
-                RouteMeta {
-                    channel_slots: route
-                        .members
-                        .iter()
-                        .map(|m| channels.binary_search_by_key(&m.channel_id, |c| c.id).ok())
-                        .collect(),
-                    groups,
-                    health_slots: route
-                        .members
-                        .iter()
-                        .map(|m| health_slots.slot_or_insert(m.channel_id, &m.upstream_model))
-                        .collect(),
-                }
-            })
+            .map(|route| RouteMeta::new(route, &channels, &mut health_slots))
             .collect();
         let index = RouteIndex::build(
             routes
                 .iter()
                 .map(|r| (r.model_pattern.as_str(), r.id, r.enabled)),
         );
-        let member_index = routes
-            .iter()
-            .enumerate()
-            .flat_map(|(ri, route)| {
-                route
-                    .members
-                    .iter()
-                    .enumerate()
-                    .map(move |(mi, member)| (member.id, (ri, mi)))
-            })
-            .collect();
+        let member_index = member_index(&routes);
         Snapshot {
             revision,
             settings,

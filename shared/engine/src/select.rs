@@ -2,15 +2,17 @@
 //! view, constraint, now, rng) to a [`Decision`]. The proxy selects with it and explain serialises
 //! its output.
 
+use std::ops::Range;
+
 use crate::constraint::{RequestNeeds, SelectionConstraint};
 use crate::decision::{
     CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,
     Via,
 };
-use crate::health::{clamp_unit, HealthRecord, HealthView};
+use crate::health::{clamp_unit, HealthRecord, HealthView, Recovering};
 use crate::model::{
-    normalize_group, Capabilities, Channel, ChannelStatus, Member, MemberId, Route, RoutingMode,
-    Snapshot, Team, UnixMillis, DEFAULT_GROUP,
+    normalize_group, Capabilities, Channel, ChannelId, ChannelStatus, Member, MemberId, Route,
+    RouteMeta, RoutingMode, Snapshot, Team, UnixMillis, DEFAULT_GROUP,
 };
 use crate::pattern::wildcard_match;
 use crate::rng::RandomSource;
@@ -33,36 +35,17 @@ pub fn select<'s, H: HealthView + ?Sized>(
     rng: &mut impl RandomSource,
 ) -> Decision<'s> {
     let model = model.trim();
-    let requested_group = normalize_group(constraint.route_group.as_deref()).to_owned();
-    let mut decision = Decision {
-        model: model.to_owned(),
-        route: None,
-        outcome: Outcome::ModelNotFound,
-        requested_group,
-        route_group: None,
-        group_fallback: false,
-        tier: None,
-        strategy: None,
-        canary: None,
-        sticky: None,
-        budget: None,
-        candidates: Vec::new(),
-    };
+    let mut decision = unresolved(model, constraint);
     let Some((route, meta)) = snapshot.resolve(model) else {
         return decision;
     };
     decision.route = Some(route);
-
-    let team = match constraint.team {
-        None => None,
-        Some(id) => match snapshot.team(id) {
-            Some(team) if team_allows_model(team, model) => Some(team),
-            // A team that was deleted, or that does not list this model, grants nothing.
-            _ => {
-                decision.outcome = Outcome::ModelNotAllowed;
-                return decision;
-            }
-        },
+    let team = match team_of(snapshot, constraint, model) {
+        Ok(team) => team,
+        Err(outcome) => {
+            decision.outcome = outcome;
+            return decision;
+        }
     };
 
     let settings = &snapshot.settings;
@@ -71,24 +54,7 @@ pub fn select<'s, H: HealthView + ?Sized>(
     decision.budget = Some(retry_budget(settings, route, single_pin.is_some(), team));
     let strategy = resolve_strategy(settings, route.routing_mode);
     decision.strategy = Some(strategy);
-
-    // Candidate pool: a pin looks at the whole route (it names a member or channel explicitly);
-    // otherwise the requested group, else `default`, else everything.
-    let pool: &[Member] = &route.members;
-    let group_used = if pinned {
-        None
-    } else {
-        narrow_group(&meta.groups, &decision.requested_group)
-    };
-    if !pinned {
-        decision.group_fallback = group_used != Some(decision.requested_group.as_str());
-    }
-    // With one group in the route every member is in whichever group is used.
-    let filter_group = group_used.filter(|_| meta.groups.len() > 1);
-    decision.route_group = group_used.or(match meta.groups.as_slice() {
-        [only] => Some(only.as_str()),
-        _ => None,
-    });
+    let filter_group = narrow_to_group(&mut decision, meta, pinned);
 
     // Aware modes read a health record per candidate: by slot when the view keeps its records
     // laid out for this snapshot, else by (channel, model) hash lookup.
@@ -107,31 +73,70 @@ pub fn select<'s, H: HealthView + ?Sized>(
         single_pin: if pinned { None } else { single_pin },
         now,
     };
-    let filters = pinned
-        || team.is_some()
-        || !constraint.excluded_members.is_empty()
-        || !constraint.excluded_channels.is_empty();
-    let mut candidates = Vec::with_capacity(pool.len());
-    for ((member, slot), health_slot) in
-        pool.iter().zip(&meta.channel_slots).zip(&meta.health_slots)
-    {
-        let in_group = filter_group.is_none_or(|g| member.group_name == g);
-        if in_group && (!filters || passes_silent_filters(member, constraint, team)) {
-            let channel = slot.and_then(|slot| snapshot.channel_at(slot));
-            candidates.push(ctx.evaluate(member, *health_slot, channel, team));
-        }
-    }
-    decision.candidates = candidates;
-    // Tier order: priority descending, then member id ascending. Route members are stored in
-    // that order; only a team plan can change priorities and call for a sort.
-    if team.is_some_and(|t| !t.plan.is_empty()) {
-        decision
-            .candidates
-            .sort_by_key(|c| (std::cmp::Reverse(c.priority), c.member.id));
-    }
-
+    decision.candidates = ctx.candidates(snapshot, route, meta, filter_group, team);
     decision.outcome = choose(&ctx, route, &mut decision, rng);
     decision
+}
+
+/// The decision before the model is resolved: nothing found yet, the requested group named.
+fn unresolved<'s>(model: &str, constraint: &SelectionConstraint) -> Decision<'s> {
+    Decision {
+        model: model.to_owned(),
+        route: None,
+        outcome: Outcome::ModelNotFound,
+        requested_group: normalize_group(constraint.route_group.as_deref()).to_owned(),
+        route_group: None,
+        group_fallback: false,
+        tier: None,
+        strategy: None,
+        canary: None,
+        sticky: None,
+        budget: None,
+        candidates: Vec::new(),
+    }
+}
+
+/// The request's team, if it has one: `Err` when the team was deleted or does not list this
+/// model (such a team grants nothing).
+fn team_of<'s>(
+    snapshot: &'s Snapshot,
+    constraint: &SelectionConstraint,
+    model: &str,
+) -> Result<Option<&'s Team>, Outcome> {
+    match constraint.team {
+        None => Ok(None),
+        Some(id) => match snapshot.team(id) {
+            Some(team) if team_allows_model(team, model) => Ok(Some(team)),
+            _ => Err(Outcome::ModelNotAllowed),
+        },
+    }
+}
+
+/// The group narrowing of the candidate pool, written into the decision (the group used, and
+/// whether that is a fallback from the requested one). A pin looks at the whole route (it names
+/// a member or channel explicitly); otherwise the requested group, else `default`, else
+/// everything. Answers the group every candidate must be in, `None` when no member needs the
+/// test.
+fn narrow_to_group<'s>(
+    decision: &mut Decision<'s>,
+    meta: &'s RouteMeta,
+    pinned: bool,
+) -> Option<&'s str> {
+    let group_used = if pinned {
+        None
+    } else {
+        narrow_group(&meta.groups, &decision.requested_group)
+    };
+    if !pinned {
+        decision.group_fallback = group_used != Some(decision.requested_group.as_str());
+    }
+    // With one group in the route every member is in whichever group is used.
+    let filter_group = group_used.filter(|_| meta.groups.len() > 1);
+    decision.route_group = group_used.or(match meta.groups.as_slice() {
+        [only] => Some(only.as_str()),
+        _ => None,
+    });
+    filter_group
 }
 
 struct EvalContext<'a, 's, H: ?Sized> {
@@ -147,6 +152,42 @@ struct EvalContext<'a, 's, H: ?Sized> {
 }
 
 impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
+    /// The route's members that pass the silent filters (the group, a pin, the exclusions, the
+    /// team's members), each evaluated, in tier order.
+    fn candidates(
+        &self,
+        snapshot: &'s Snapshot,
+        route: &'s Route,
+        meta: &RouteMeta,
+        filter_group: Option<&str>,
+        team: Option<&Team>,
+    ) -> Vec<Candidate<'s>> {
+        let constraint = self.constraint;
+        let filters = constraint.is_pinned()
+            || team.is_some()
+            || !constraint.excluded_members.is_empty()
+            || !constraint.excluded_channels.is_empty();
+        let pool: &[Member] = &route.members;
+        let mut candidates = Vec::with_capacity(pool.len());
+        for ((member, slot), health_slot) in
+            pool.iter().zip(&meta.channel_slots).zip(&meta.health_slots)
+        {
+            let in_group = filter_group.is_none_or(|g| member.group_name == g);
+            if in_group && (!filters || passes_silent_filters(member, constraint, team)) {
+                let channel = slot.and_then(|slot| snapshot.channel_at(slot));
+                candidates.push(self.evaluate(member, *health_slot, channel, team));
+            }
+        }
+        // Tier order: priority descending, then member id ascending. Route members are stored in
+        // that order; only a team plan can change priorities and call for a sort.
+        if team.is_some_and(|t| !t.plan.is_empty()) {
+            candidates.sort_by_key(|c| (std::cmp::Reverse(c.priority), c.member.id));
+        }
+        candidates
+    }
+
+    /// One member as a candidate: its tier and weight after the team plan, why it cannot serve
+    /// (if it cannot), and the factors of its selection weight.
     fn evaluate(
         &self,
         member: &'s Member,
@@ -162,41 +203,51 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             .health
             .cooldown_until(member.id)
             .filter(|until| protect && *until > self.now);
+        let reasons = self.reasons(member, channel, weight, cooldown_until.is_some());
 
+        let record = self.record(member, health_slot);
+        let latency_factor = self.latency_factor(record);
+        let error_factor = self.error_factor(record);
+        let concurrency_factor = self.load_factor(channel);
+        let recovering = self.recovering(channel);
+        let ramp_factor = recovering.map_or(1.0, |r| {
+            r.ramp_factor(self.now, self.settings.slow_start_initial_percent)
+        });
+        Candidate {
+            member,
+            channel,
+            priority,
+            weight,
+            canary: member.canary && !self.health.canary_promoted(member.id),
+            reasons,
+            cooldown_until,
+            latency_factor,
+            error_factor,
+            concurrency_factor,
+            ramp_factor,
+            recovering: recovering.is_some(),
+            score: self.base_weight(weight) * latency_factor * error_factor,
+            probability: 0.0,
+        }
+    }
+
+    /// Why the member cannot serve this request (none: it is eligible).
+    fn reasons(
+        &self,
+        member: &Member,
+        channel: Option<&Channel>,
+        weight: i32,
+        cooling: bool,
+    ) -> Reasons {
         let mut reasons = Reasons::default();
         if !member.enabled {
             reasons.insert(Reason::MemberDisabled);
         }
         match channel {
             None => reasons.insert(Reason::ChannelDisabled),
-            Some(ch) => {
-                if ch.status != ChannelStatus::Enabled
-                    || (protect && self.health.breaker_open(ch.id))
-                {
-                    reasons.insert(Reason::ChannelDisabled);
-                }
-                if !has_usable_credential(ch, self.health) {
-                    reasons.insert(Reason::CredentialUnavailable);
-                }
-                if ch.secrets_withheld {
-                    reasons.insert(Reason::SecretsWithheld);
-                }
-                let needs = self.constraint.needs;
-                if needs != RequestNeeds::default() {
-                    let caps = ch.capabilities.overlay(member.capabilities);
-                    if lacks_capability(caps, needs) {
-                        reasons.insert(Reason::CapabilityMismatch);
-                    }
-                    if too_long(caps, needs) {
-                        reasons.insert(Reason::ContextTooLong);
-                    }
-                    if needs.unsupported_providers & ch.protocol_bits() != 0 {
-                        reasons.insert(Reason::ProtocolUnsupported);
-                    }
-                }
-            }
+            Some(ch) => self.channel_reasons(member, ch, &mut reasons),
         }
-        if cooldown_until.is_some() {
+        if cooling {
             reasons.insert(Reason::CoolingDown);
         }
         if self.constraint.attempted.contains(&member.id) {
@@ -211,9 +262,41 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
         if self.single_pin.is_some_and(|pin| pin != member.id) {
             reasons.insert(Reason::SingleModeOtherMember);
         }
+        reasons
+    }
 
-        // Health records only matter to the aware modes; weighted mode skips the lookup.
-        let record = if self.strategy.latency_aware || self.strategy.error_aware {
+    /// The reasons the member's channel gives: its status and breaker, its credentials, secrets
+    /// withheld from this proxy, and what the request needs that the channel lacks.
+    fn channel_reasons(&self, member: &Member, ch: &Channel, reasons: &mut Reasons) {
+        let protect = self.settings.fault_protection_enabled;
+        if ch.status != ChannelStatus::Enabled || (protect && self.health.breaker_open(ch.id)) {
+            reasons.insert(Reason::ChannelDisabled);
+        }
+        if !has_usable_credential(ch, self.health) {
+            reasons.insert(Reason::CredentialUnavailable);
+        }
+        if ch.secrets_withheld {
+            reasons.insert(Reason::SecretsWithheld);
+        }
+        let needs = self.constraint.needs;
+        if needs != RequestNeeds::default() {
+            let caps = ch.capabilities.overlay(member.capabilities);
+            if lacks_capability(caps, needs) {
+                reasons.insert(Reason::CapabilityMismatch);
+            }
+            if too_long(caps, needs) {
+                reasons.insert(Reason::ContextTooLong);
+            }
+            if needs.unsupported_providers & ch.protocol_bits() != 0 {
+                reasons.insert(Reason::ProtocolUnsupported);
+            }
+        }
+    }
+
+    /// The member's health record. Health records only matter to the aware modes; weighted
+    /// mode skips the lookup.
+    fn record(&self, member: &Member, health_slot: u32) -> HealthRecord {
+        if self.strategy.latency_aware || self.strategy.error_aware {
             match self.dense.and_then(|d| d.get(health_slot as usize)) {
                 Some(record) => *record,
                 None => self
@@ -222,35 +305,54 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             }
         } else {
             HealthRecord::default()
-        };
-        let latency_factor = match record.latency_ms {
+        }
+    }
+
+    /// The latency factor (latency-aware modes, a finite sample): 1 at no latency, ½ at 3 s.
+    fn latency_factor(&self, record: HealthRecord) -> f64 {
+        match record.latency_ms {
             Some(ms) if self.strategy.latency_aware && ms.is_finite() => {
                 LATENCY_BASE_MS / (LATENCY_BASE_MS + ms.max(0.0))
             }
             _ => 1.0,
-        };
-        let error_factor = if self.strategy.error_aware {
+        }
+    }
+
+    /// The error factor (error-aware modes): the chance of success, floored.
+    fn error_factor(&self, record: HealthRecord) -> f64 {
+        if self.strategy.error_aware {
             (1.0 - clamp_unit(record.error_propensity)).max(ERROR_FACTOR_FLOOR)
         } else {
             1.0
-        };
-        let concurrency_factor = match channel {
+        }
+    }
+
+    /// The concurrency factor (concurrency awareness on): the room left on the channel.
+    fn load_factor(&self, channel: Option<&Channel>) -> f64 {
+        match channel {
             Some(ch) if self.strategy.concurrency_aware => {
                 concurrency_factor(self.health.in_flight(ch.id), ch.concurrency_limit())
             }
             _ => 1.0,
-        };
-        // Slow start: a recovering channel's weight ramps back up (0 s window = ramp off).
-        let recovering = match channel {
-            Some(ch) if protect && self.settings.slow_start_seconds > 0 => {
+        }
+    }
+
+    /// Slow start: a recovering channel's weight ramps back up (0 s window = ramp off).
+    fn recovering(&self, channel: Option<&Channel>) -> Option<Recovering> {
+        match channel {
+            Some(ch)
+                if self.settings.fault_protection_enabled
+                    && self.settings.slow_start_seconds > 0 =>
+            {
                 self.health.recovering(ch.id).filter(|r| r.active(self.now))
             }
             _ => None,
-        };
-        let ramp_factor = recovering.map_or(1.0, |r| {
-            r.ramp_factor(self.now, self.settings.slow_start_initial_percent)
-        });
-        let base = if self.strategy.latency_aware || self.strategy.error_aware {
+        }
+    }
+
+    /// The weight the score starts from.
+    fn base_weight(&self, weight: i32) -> f64 {
+        if self.strategy.latency_aware || self.strategy.error_aware {
             // Aware modes count a weight <= 0 as 1; only pure weighted mode eliminates it.
             if weight <= 0 {
                 1.0
@@ -259,26 +361,13 @@ impl<'s, H: HealthView + ?Sized> EvalContext<'_, 's, H> {
             }
         } else {
             f64::from(weight.max(0))
-        };
-        Candidate {
-            member,
-            channel,
-            priority,
-            weight,
-            canary: member.canary && !self.health.canary_promoted(member.id),
-            reasons,
-            cooldown_until,
-            latency_factor,
-            error_factor,
-            concurrency_factor,
-            ramp_factor,
-            recovering: recovering.is_some(),
-            score: base * latency_factor * error_factor,
-            probability: 0.0,
         }
     }
 }
 
+/// Chooses among the candidates: a sticky binding, else the preferred channel, else the canary
+/// draw and the roulette in the drawn pool's highest tier; the cooling fallback when nothing is
+/// eligible.
 fn choose<'s, H: HealthView + ?Sized>(
     ctx: &EvalContext<'_, 's, H>,
     route: &Route,
@@ -299,20 +388,53 @@ fn choose<'s, H: HealthView + ?Sized>(
         return cooling_fallback(candidates);
     };
 
-    // Prefer channel: finish that channel's variants in the top tier, lowest member id first
-    // (a tier block is in member id order).
     if let Some(channel) = constraint.prefer_channel {
-        let next = candidates[top_block.clone()]
-            .iter()
-            .find(|c| c.eligible() && c.channel_id() == channel)
-            .map(Candidate::member_id);
-        if let Some(member_id) = next {
+        if let Some(member_id) = preferred_member(candidates, top_block.clone(), channel) {
             decision.tier = Some(top);
             return pick_exact(candidates, member_id, Via::PreferredChannel);
         }
     }
 
-    // Canary (stable-first) draw, then the highest tier of the drawn pool, then the strategy.
+    let drawn = draw_pool(ctx, route, candidates, (top, top_block), pinned, rng);
+    decision.canary = Some(drawn.canary);
+    decision.tier = Some(drawn.tier);
+    roulette(candidates, &drawn, pinned, rng)
+}
+
+/// Prefer channel: the next variant of that channel in the top tier, lowest member id first
+/// (a tier block is in member id order), so a request finishes that channel's variants first.
+fn preferred_member(
+    candidates: &[Candidate],
+    top_block: Range<usize>,
+    channel: ChannelId,
+) -> Option<MemberId> {
+    candidates[top_block]
+        .iter()
+        .find(|c| c.eligible() && c.channel_id() == channel)
+        .map(Candidate::member_id)
+}
+
+/// The pool the roulette runs in, after the canary draw.
+struct Drawn {
+    canary: CanaryDraw,
+    /// The priority of the drawn pool's highest tier with an eligible candidate.
+    tier: i32,
+    /// That tier's candidates (indices into the candidate list).
+    block: Range<usize>,
+    /// The share of all selections this pool gets (its probabilities add up to it).
+    share: f64,
+}
+
+/// The canary (stable-first) draw, then the highest tier of the drawn pool, its probabilities
+/// assigned by the strategy's weights. Without a draw the pool is the top tier, whole.
+fn draw_pool<H: HealthView + ?Sized>(
+    ctx: &EvalContext<'_, '_, H>,
+    route: &Route,
+    candidates: &mut [Candidate],
+    (top, top_block): (i32, Range<usize>),
+    pinned: bool,
+    rng: &mut impl RandomSource,
+) -> Drawn {
     let settings = ctx.settings;
     let enabled = route.stable_first.unwrap_or(settings.stable_first_enabled);
     let denominator = route
@@ -326,65 +448,81 @@ fn choose<'s, H: HealthView + ?Sized>(
         drawn: false,
     };
     let strategy = ctx.strategy;
-    let (tier, block, share) = if draw_active {
-        let canaries = tier_block(candidates, |c| c.canary);
-        let stables = tier_block(candidates, |c| !c.canary);
-        match (canaries, stables) {
-            (Some(canaries), Some(stables)) => {
-                // Probabilities cover the whole process: each pool's split weighted by its draw.
-                let share = 1.0 / f64::from(denominator);
-                distribute(
-                    candidates,
-                    canaries.1.clone(),
-                    |c| c.canary,
-                    share,
-                    strategy,
-                );
-                distribute(
-                    candidates,
-                    stables.1.clone(),
-                    |c| !c.canary,
-                    1.0 - share,
-                    strategy,
-                );
-                canary.drawn = true;
-                if rng.next_u64().is_multiple_of(u64::from(denominator)) {
-                    canary.pool = Some(Pool::Canary);
-                    (canaries.0, canaries.1, share)
-                } else {
-                    canary.pool = Some(Pool::Stable);
-                    (stables.0, stables.1, 1.0 - share)
-                }
-            }
-            (Some(only), None) => {
-                canary.pool = Some(Pool::Canary);
-                distribute(candidates, only.1.clone(), |c| c.canary, 1.0, strategy);
-                (only.0, only.1, 1.0)
-            }
-            (None, Some(only)) => {
-                canary.pool = Some(Pool::Stable);
-                distribute(candidates, only.1.clone(), |c| !c.canary, 1.0, strategy);
-                (only.0, only.1, 1.0)
-            }
-            // Unreachable: the top tier exists, so one of the pools is non-empty.
-            (None, None) => (top, top_block, 1.0),
-        }
-    } else {
+    if !draw_active {
         distribute(candidates, top_block.clone(), |_| true, 1.0, strategy);
-        (top, top_block, 1.0)
+        return Drawn {
+            canary,
+            tier: top,
+            block: top_block,
+            share: 1.0,
+        };
+    }
+    let canaries = tier_block(candidates, |c| c.canary);
+    let stables = tier_block(candidates, |c| !c.canary);
+    let (tier, block, share) = match (canaries, stables) {
+        (Some(canaries), Some(stables)) => {
+            // Probabilities cover the whole process: each pool's split weighted by its draw.
+            let share = 1.0 / f64::from(denominator);
+            distribute(
+                candidates,
+                canaries.1.clone(),
+                |c| c.canary,
+                share,
+                strategy,
+            );
+            distribute(
+                candidates,
+                stables.1.clone(),
+                |c| !c.canary,
+                1.0 - share,
+                strategy,
+            );
+            canary.drawn = true;
+            if rng.next_u64().is_multiple_of(u64::from(denominator)) {
+                canary.pool = Some(Pool::Canary);
+                (canaries.0, canaries.1, share)
+            } else {
+                canary.pool = Some(Pool::Stable);
+                (stables.0, stables.1, 1.0 - share)
+            }
+        }
+        (Some(only), None) => {
+            canary.pool = Some(Pool::Canary);
+            distribute(candidates, only.1.clone(), |c| c.canary, 1.0, strategy);
+            (only.0, only.1, 1.0)
+        }
+        (None, Some(only)) => {
+            canary.pool = Some(Pool::Stable);
+            distribute(candidates, only.1.clone(), |c| !c.canary, 1.0, strategy);
+            (only.0, only.1, 1.0)
+        }
+        // Unreachable: the top tier exists, so one of the pools is non-empty.
+        (None, None) => (top, top_block, 1.0),
     };
-    decision.canary = Some(canary);
-    decision.tier = Some(tier);
+    Drawn {
+        canary,
+        tier,
+        block,
+        share,
+    }
+}
 
-    // Roulette inside the drawn block, over the probabilities just assigned.
-    let in_pool = |c: &Candidate| canary.pool.is_none_or(|p| (p == Pool::Canary) == c.canary);
-    let mut target = rng.next_f64() * share;
+/// The roulette inside the drawn block, over the probabilities just assigned.
+fn roulette(
+    candidates: &[Candidate],
+    drawn: &Drawn,
+    pinned: bool,
+    rng: &mut impl RandomSource,
+) -> Outcome {
+    let pool = drawn.canary.pool;
+    let in_pool = |c: &Candidate| pool.is_none_or(|p| (p == Pool::Canary) == c.canary);
+    let mut target = rng.next_f64() * drawn.share;
     let mut chosen = None;
     for (index, c) in candidates
         .iter()
         .enumerate()
-        .skip(block.start)
-        .take(block.len())
+        .skip(drawn.block.start)
+        .take(drawn.block.len())
     {
         // Zero-probability candidates never win, even through rounding at the end of the walk.
         if !(c.eligible() && in_pool(c)) || c.probability <= 0.0 {
