@@ -29,14 +29,6 @@ PATH = r"(?:" + IDENT + r"::)*(?:" + IDENT + r"|\{)"
 # (shared state or helpers) while it also declares, calls or re-exports them: the fix is that
 # shared part in a bottom module of its own, the parent only declaring and re-exporting.
 KNOWN: dict[str, list[set[str]]] = {
-    # The store trait and its types are in lib.rs beside the re-exports; the Redis store's parts
-    # call up into redis/mod.rs for its keys and shared pieces.
-    "shared/state/src": [
-        {
-            "crate", "memory", "redis", "redis::coalesce", "redis::conn", "redis::subscribe",
-            "redis::sync", "redis::worker",
-        },
-    ],
     # lib.rs's connection types used by h1, which lib.rs drives.
     "shared/server/src": [{"crate", "h1"}],
     # translate/mod.rs's shared helpers used by each protocol's translation.

@@ -113,10 +113,6 @@ KNOWN = {
     "shared/proto/src/convert.rs channel_from_proto",
     "shared/proto/src/convert.rs try_from",
     "shared/server/src/lib.rs connection",
-    "shared/state/src/memory.rs dump",
-    "shared/state/src/redis/sync.rs resync",
-    "shared/state/src/redis/worker.rs command",
-    "shared/state/src/redis/worker.rs flush",
     "shared/upstream/src/channel.rs compile",
 }
 

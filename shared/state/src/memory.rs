@@ -454,103 +454,146 @@ impl StateStore for InMemoryStore {
 
     fn dump(&self, now: UnixMillis) -> StateDump {
         let inner = self.read();
-        let mut dump = StateDump {
-            cooldowns: inner
-                .cooldowns
-                .iter()
-                .filter(|(_, until)| **until > now)
-                .map(|(m, until)| CooldownEntry {
-                    member_id: *m,
-                    until: *until,
-                })
-                .collect(),
-            member_failures: inner
-                .member_failures
-                .iter()
-                .map(|(m, n)| MemberFailures {
-                    member_id: *m,
-                    consecutive_failures: *n,
-                })
-                .collect(),
-            channels: inner
-                .breakers
-                .iter()
-                .map(|(c, b)| ChannelState {
-                    channel_id: *c,
-                    consecutive_failures: b.consecutive,
-                    breaker_open: b.tripped_at.is_some(),
-                    tripped_at: b.tripped_at,
-                    reason: b.reason.clone(),
-                })
-                .collect(),
-            in_flight: inner
-                .in_flight
-                .keys()
-                .chain(inner.remote_in_flight.keys())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .map(|c| InFlightEntry {
-                    channel_id: *c,
-                    in_flight: inner.in_flight(*c),
-                })
-                .filter(|e| e.in_flight > 0)
-                .collect(),
-            health: inner
-                .health
-                .iter()
-                .flat_map(|(c, models)| {
-                    models.iter().map(|(model, r)| HealthEntry {
-                        channel_id: *c,
-                        upstream_model: model.clone(),
-                        latency_ms: r.latency_ms,
-                        error_propensity: r.error_propensity,
-                    })
-                })
-                .collect(),
-            credentials_disabled: inner
-                .credentials_disabled
-                .iter()
-                .map(|(id, (reason, at))| DisabledCredential {
-                    credential_id: *id,
-                    reason: reason.clone(),
-                    at: *at,
-                })
-                .collect(),
-            canaries: inner
-                .canary_successes
-                .iter()
-                .map(|(m, n)| CanaryEntry {
-                    member_id: *m,
-                    successes: *n,
-                    promoted: inner.canaries_promoted.contains(m),
-                })
-                .collect(),
-            recovering: inner
-                .recovering
-                .iter()
-                .filter(|(_, r)| r.active(now))
-                .map(|(c, r)| RecoveringEntry {
-                    channel_id: *c,
-                    since: r.since,
-                    until: r.until,
-                })
-                .collect(),
+        StateDump {
+            cooldowns: inner.cooldown_entries(now),
+            member_failures: inner.member_failure_entries(),
+            channels: inner.channel_entries(),
+            in_flight: inner.in_flight_entries(),
+            health: inner.health_entries(),
+            credentials_disabled: inner.disabled_credential_entries(),
+            canaries: inner.canary_entries(),
+            recovering: inner.recovering_entries(now),
             sticky_bindings: inner
                 .sticky_expiry
                 .range((now.saturating_add(1), 0, String::new())..)
                 .count(),
-        };
-        dump.cooldowns.sort_by_key(|e| e.member_id);
-        dump.member_failures.sort_by_key(|e| e.member_id);
-        dump.channels.sort_by_key(|e| e.channel_id);
-        dump.in_flight.sort_by_key(|e| e.channel_id);
-        dump.health.sort_by(|a, b| {
+        }
+    }
+}
+
+/// The admin view's lists ([`StateStore::dump`]): live entries only, each list sorted by its key.
+impl Inner {
+    fn cooldown_entries(&self, now: UnixMillis) -> Vec<CooldownEntry> {
+        let mut list: Vec<CooldownEntry> = self
+            .cooldowns
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(m, until)| CooldownEntry {
+                member_id: *m,
+                until: *until,
+            })
+            .collect();
+        list.sort_by_key(|e| e.member_id);
+        list
+    }
+
+    fn member_failure_entries(&self) -> Vec<MemberFailures> {
+        let mut list: Vec<MemberFailures> = self
+            .member_failures
+            .iter()
+            .map(|(m, n)| MemberFailures {
+                member_id: *m,
+                consecutive_failures: *n,
+            })
+            .collect();
+        list.sort_by_key(|e| e.member_id);
+        list
+    }
+
+    fn channel_entries(&self) -> Vec<ChannelState> {
+        let mut list: Vec<ChannelState> = self
+            .breakers
+            .iter()
+            .map(|(c, b)| ChannelState {
+                channel_id: *c,
+                consecutive_failures: b.consecutive,
+                breaker_open: b.tripped_at.is_some(),
+                tripped_at: b.tripped_at,
+                reason: b.reason.clone(),
+            })
+            .collect();
+        list.sort_by_key(|e| e.channel_id);
+        list
+    }
+
+    /// This process's and the other live proxies' requests, per channel that has any.
+    fn in_flight_entries(&self) -> Vec<InFlightEntry> {
+        let mut list: Vec<InFlightEntry> = self
+            .in_flight
+            .keys()
+            .chain(self.remote_in_flight.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|c| InFlightEntry {
+                channel_id: *c,
+                in_flight: self.in_flight(*c),
+            })
+            .filter(|e| e.in_flight > 0)
+            .collect();
+        list.sort_by_key(|e| e.channel_id);
+        list
+    }
+
+    fn health_entries(&self) -> Vec<HealthEntry> {
+        let mut list: Vec<HealthEntry> = self
+            .health
+            .iter()
+            .flat_map(|(c, models)| {
+                models.iter().map(|(model, r)| HealthEntry {
+                    channel_id: *c,
+                    upstream_model: model.clone(),
+                    latency_ms: r.latency_ms,
+                    error_propensity: r.error_propensity,
+                })
+            })
+            .collect();
+        list.sort_by(|a, b| {
             (a.channel_id, &a.upstream_model).cmp(&(b.channel_id, &b.upstream_model))
         });
-        dump.credentials_disabled.sort_by_key(|e| e.credential_id);
-        dump.canaries.sort_by_key(|e| e.member_id);
-        dump.recovering.sort_by_key(|e| e.channel_id);
-        dump
+        list
+    }
+
+    fn disabled_credential_entries(&self) -> Vec<DisabledCredential> {
+        let mut list: Vec<DisabledCredential> = self
+            .credentials_disabled
+            .iter()
+            .map(|(id, (reason, at))| DisabledCredential {
+                credential_id: *id,
+                reason: reason.clone(),
+                at: *at,
+            })
+            .collect();
+        list.sort_by_key(|e| e.credential_id);
+        list
+    }
+
+    fn canary_entries(&self) -> Vec<CanaryEntry> {
+        let mut list: Vec<CanaryEntry> = self
+            .canary_successes
+            .iter()
+            .map(|(m, n)| CanaryEntry {
+                member_id: *m,
+                successes: *n,
+                promoted: self.canaries_promoted.contains(m),
+            })
+            .collect();
+        list.sort_by_key(|e| e.member_id);
+        list
+    }
+
+    fn recovering_entries(&self, now: UnixMillis) -> Vec<RecoveringEntry> {
+        let mut list: Vec<RecoveringEntry> = self
+            .recovering
+            .iter()
+            .filter(|(_, r)| r.active(now))
+            .map(|(c, r)| RecoveringEntry {
+                channel_id: *c,
+                since: r.since,
+                until: r.until,
+            })
+            .collect();
+        list.sort_by_key(|e| e.channel_id);
+        list
     }
 }
 

@@ -11,8 +11,8 @@
 
 use switchyard_engine::{ChannelId, MemberId, UnixMillis};
 
+use super::shared::{Op, SuccessOp};
 use super::sync::Entity;
-use super::{Op, SuccessOp};
 
 /// Successes of one member on one (channel, model), folded into one script call.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +142,7 @@ pub(crate) fn plan(batch: &[(Op, u64)]) -> Vec<Planned<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::shared::FailureOp;
     use crate::types::FailureKind;
 
     fn success(member: MemberId, model: &str, latency_ms: f64, now: UnixMillis) -> Op {
@@ -157,7 +158,7 @@ mod tests {
     }
 
     fn failure(member: MemberId, model: &str) -> Op {
-        Op::Failure {
+        Op::Failure(FailureOp {
             member,
             channel: 1,
             model: model.to_owned(),
@@ -166,7 +167,7 @@ mod tests {
             fault_protection: true,
             cooldown_ms: 1_000,
             now: 50,
-        }
+        })
     }
 
     /// (member, latencies, writes, queued_at) of a success call.
@@ -292,8 +293,8 @@ mod tests {
         // 1's nor its record (1, "a"), so member 1's successes still fold around it.
         // Nor does member 3's failure on another channel with the same model name, (2, "a").
         let mut elsewhere = failure(3, "a");
-        if let Op::Failure { channel, .. } = &mut elsewhere {
-            *channel = 2;
+        if let Op::Failure(f) = &mut elsewhere {
+            f.channel = 2;
         }
         let batch = vec![
             (success(1, "a", 1.0, 1), 1),

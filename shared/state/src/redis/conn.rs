@@ -6,7 +6,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
 
-use super::RedisConfigError;
+use super::shared::RedisConfigError;
 
 /// Where Redis is: one node, or the seed nodes of a cluster.
 #[derive(Debug, Clone)]

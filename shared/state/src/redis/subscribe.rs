@@ -8,10 +8,11 @@ use redis::RedisError;
 use tokio::sync::{watch, Notify};
 
 use super::conn::RedisTarget;
+use super::keys::{Keys, Notice};
 use super::lag::now_us;
+use super::outage::{Backoff, Reporter};
+use super::shared::Shared;
 use super::sync::{decode_counts, parse_update};
-use super::worker::{Backoff, Keys, Notice, Reporter};
-use super::Shared;
 
 pub(super) async fn subscriber(
     shared: Arc<Shared>,

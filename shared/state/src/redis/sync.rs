@@ -308,38 +308,7 @@ impl Versions {
         with_sticky: bool,
     ) {
         let present: HashSet<&Entity> = updates.iter().map(|u| &u.entity).collect();
-        // A set: the same member can be in several maps (cooldown, streak, canary count).
-        let mut absent: HashSet<Entity> = HashSet::default();
-        absent.extend(
-            inner
-                .cooldowns
-                .keys()
-                .chain(inner.member_failures.keys())
-                .chain(inner.canary_successes.keys())
-                .chain(inner.canaries_promoted.iter())
-                .map(|id| Entity::Member(*id)),
-        );
-        absent.extend(inner.breakers.keys().map(|id| Entity::Channel(*id)));
-        absent.extend(inner.recovering.keys().map(|id| Entity::Recovering(*id)));
-        absent.extend(
-            inner
-                .health
-                .iter()
-                .flat_map(|(c, models)| models.keys().map(move |m| Entity::Health(*c, m.clone()))),
-        );
-        absent.extend(
-            inner
-                .credentials_disabled
-                .keys()
-                .map(|id| Entity::Credential(*id)),
-        );
-        if with_sticky {
-            absent.extend(
-                inner
-                    .sticky_keys()
-                    .map(|(r, k)| Entity::Sticky(r, k.to_owned())),
-            );
-        }
+        let mut absent = held_entities(inner, with_sticky);
         absent.retain(|e| !present.contains(e));
         let fresh = |me: &Versions, e: &Entity| {
             !me.pending.contains_key(e) && me.known.get(e).is_none_or(|k| *k <= version)
@@ -381,6 +350,44 @@ impl Versions {
             _ => *v > base,
         });
     }
+}
+
+/// Every entity the view holds a value of (its sticky bindings only `with_sticky`): what a full
+/// resync clears when Redis no longer has it.
+fn held_entities(inner: &Inner, with_sticky: bool) -> HashSet<Entity> {
+    // A set: the same member can be in several maps (cooldown, streak, canary count).
+    let mut held: HashSet<Entity> = HashSet::default();
+    held.extend(
+        inner
+            .cooldowns
+            .keys()
+            .chain(inner.member_failures.keys())
+            .chain(inner.canary_successes.keys())
+            .chain(inner.canaries_promoted.iter())
+            .map(|id| Entity::Member(*id)),
+    );
+    held.extend(inner.breakers.keys().map(|id| Entity::Channel(*id)));
+    held.extend(inner.recovering.keys().map(|id| Entity::Recovering(*id)));
+    held.extend(
+        inner
+            .health
+            .iter()
+            .flat_map(|(c, models)| models.keys().map(move |m| Entity::Health(*c, m.clone()))),
+    );
+    held.extend(
+        inner
+            .credentials_disabled
+            .keys()
+            .map(|id| Entity::Credential(*id)),
+    );
+    if with_sticky {
+        held.extend(
+            inner
+                .sticky_keys()
+                .map(|(r, k)| Entity::Sticky(r, k.to_owned())),
+        );
+    }
+    held
 }
 
 /// Encodes one proxy's in-flight counts for its lease: `"channel:n,channel:n"`.

@@ -1,126 +1,25 @@
 //! The background tasks: the writer (batches, leases, resync) and the subscriber.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_engine::fxhash::FxHashMap as HashMap;
 
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::coalesce::{plan, Call, SuccessRun};
+use super::coalesce::{plan, Call, Planned, SuccessRun};
 use super::conn::{mask_url, Conn, RedisTarget};
+use super::keys::{Keys, Notice};
 use super::lag::{now_us, SyncReport};
+use super::outage::{Backoff, Reporter};
 use super::scripts::Scripts;
+use super::shared::{FailureOp, Op, Shared};
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
-use super::{Op, Shared};
-use crate::limits::{Claim, LimitKey};
+use crate::limits::Claim;
 use crate::types::{FailureKind, MAX_STICKY_BINDINGS};
-
-/// Keys of one fleet namespace. One hash tag for all: every script's keys share a Cluster slot.
-pub(crate) struct Keys {
-    ver: String,
-    member: String,
-    channel: String,
-    recovering: String,
-    health: String,
-    cred: String,
-    sticky: String,
-    sticky_exp: String,
-    leases: String,
-    lease_prefix: String,
-    lease: String,
-    /// Limit counters: `limit:<limit>:<window start>`, `conc:<limit>`.
-    limit_prefix: String,
-    conc_prefix: String,
-    pub(super) events: String,
-}
-
-impl Keys {
-    /// A windowed limit's fleet counter for the window starting at `window_start`.
-    pub(crate) fn counter(&self, key: &LimitKey, window_start: u64) -> String {
-        format!("{}{}:{window_start}", self.limit_prefix, key.name())
-    }
-
-    /// A concurrency limit's reservations (one field per proxy).
-    pub(crate) fn concurrent(&self, key: &LimitKey) -> String {
-        format!("{}{}", self.conc_prefix, key.name())
-    }
-
-    /// The sorted set of live proxies' leases (score: expiry, Unix ms).
-    pub(crate) fn leases(&self) -> &str {
-        &self.leases
-    }
-
-    pub(crate) fn new(prefix: &str, instance: &str) -> Keys {
-        let t = format!("{{sy:{prefix}}}");
-        Keys {
-            ver: format!("{t}:ver"),
-            member: format!("{t}:member"),
-            channel: format!("{t}:channel"),
-            recovering: format!("{t}:recovering"),
-            health: format!("{t}:health"),
-            cred: format!("{t}:cred"),
-            sticky: format!("{t}:sticky"),
-            sticky_exp: format!("{t}:sticky_exp"),
-            leases: format!("{t}:leases"),
-            lease_prefix: format!("{t}:lease:"),
-            lease: format!("{t}:lease:{instance}"),
-            limit_prefix: format!("{t}:limit:"),
-            conc_prefix: format!("{t}:conc:"),
-            events: format!("{t}:events"),
-        }
-    }
-}
-
-/// One change notification: the publisher, the new versioned values, its in-flight lease.
-/// `t` (aligned with `u`) is the wall-clock µs each update's write was queued at on the
-/// publisher; `s` its sync report (with lease refreshes). Readers ignore fields they do not know.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Notice {
-    pub(super) o: String,
-    #[serde(default)]
-    pub(super) u: Vec<(String, String, String)>,
-    #[serde(default)]
-    pub(super) l: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) t: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) s: Option<SyncReport>,
-}
-
-/// Rate-limited error reporting: every error counts, one log line per 5 s.
-pub(super) struct Reporter {
-    last_log_ms: AtomicU64,
-}
-
-impl Reporter {
-    /// Whether an error at `now` (Unix ms) gets a log line: the first one does, then at most one
-    /// per 5 s (the caller that wins the swap logs).
-    fn log_due(&self, now: u64) -> bool {
-        let last = self.last_log_ms.load(Ordering::Relaxed);
-        now.saturating_sub(last) >= 5_000
-            && self
-                .last_log_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
-        shared.counters.errors.fetch_add(1, Ordering::Relaxed);
-        if self.log_due(crate::unix_ms()) {
-            tracing::warn!(
-                redis = %mask_url(&shared.config.url),
-                error = %e,
-                errors_total = shared.counters.errors.load(Ordering::Relaxed),
-                "Redis {what} failed; serving from the local view (fail-open)"
-            );
-        }
-    }
-}
 
 pub(crate) fn spawn(
     shared: Arc<Shared>,
@@ -128,9 +27,7 @@ pub(crate) fn spawn(
     stop: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let resync = Arc::new(Notify::new());
-    let reporter = Arc::new(Reporter {
-        last_log_ms: AtomicU64::new(0),
-    });
+    let reporter = Arc::new(Reporter::new());
     vec![
         tokio::spawn(writer(
             shared.clone(),
@@ -145,31 +42,6 @@ pub(crate) fn spawn(
     ]
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// The wait between two attempts to reach Redis: it doubles from 100 ms up to 5 s, and starts
-/// again from 100 ms once a connection holds.
-pub(super) struct Backoff(Duration);
-
-impl Backoff {
-    pub(super) fn new() -> Backoff {
-        Backoff(BACKOFF_MIN)
-    }
-
-    /// Waits the current delay, or until `stop` changes, and doubles the next one.
-    pub(super) async fn wait(&mut self, stop: &mut watch::Receiver<bool>) {
-        tokio::select! {
-            () = tokio::time::sleep(self.0) => {}
-            _ = stop.changed() => {}
-        }
-        self.0 = (self.0 * 2).min(BACKOFF_MAX);
-    }
-
-    pub(super) fn reset(&mut self) {
-        self.0 = BACKOFF_MIN;
-    }
-}
 /// Most batches one writer turn sends before the timers (lease, resync) get their chance.
 const FLUSH_BATCHES_PER_TURN: usize = 4;
 /// In-flight changes are pushed at most this often (plus the periodic lease refresh).
@@ -407,33 +279,29 @@ impl Writer {
         c
     }
 
+    /// A member's failure: its streak, cooldown and health record.
+    fn failure_command(&self, f: &FailureOp) -> Cmd {
+        let k = &self.keys;
+        let ttl = self.shared.config.state_ttl.as_millis() as u64;
+        let mut c = self.evalsha(&self.scripts.failure, &[&k.ver, &k.member, &k.health]);
+        c.arg(ttl)
+            .arg(f.member)
+            .arg(format!("{}:{}", f.channel, f.model))
+            .arg(kind_name(f.kind))
+            .arg(f.retry_after_ms)
+            .arg(u8::from(f.fault_protection))
+            .arg(f.cooldown_ms)
+            .arg(f.now);
+        c
+    }
+
+    /// The script call of one queued write.
     fn command(&self, op: &Op) -> Cmd {
         let k = &self.keys;
         let s = &self.scripts;
         let ttl = self.shared.config.state_ttl.as_millis() as u64;
-        let health_field = |c: i64, m: &str| format!("{c}:{m}");
         match op {
-            Op::Failure {
-                member,
-                channel,
-                model,
-                kind,
-                retry_after_ms,
-                fault_protection,
-                cooldown_ms,
-                now,
-            } => {
-                let mut c = self.evalsha(&s.failure, &[&k.ver, &k.member, &k.health]);
-                c.arg(ttl)
-                    .arg(member)
-                    .arg(health_field(*channel, model))
-                    .arg(kind_name(*kind))
-                    .arg(retry_after_ms)
-                    .arg(u8::from(*fault_protection))
-                    .arg(cooldown_ms)
-                    .arg(now);
-                c
-            }
+            Op::Failure(f) => self.failure_command(f),
             Op::Success(s) => self.success_command(&SuccessRun::one(s)),
             Op::ChannelFailure {
                 channel,
@@ -519,36 +387,13 @@ impl Writer {
             .len()
             .min(batch_size * FLUSH_BATCHES_PER_TURN);
         loop {
-            let batch: Vec<(Op, u64)> = {
-                let mut state = self.shared.lock();
-                let n = state
-                    .queue
-                    .len()
-                    .min(self.shared.config.batch_size)
-                    .min(left);
-                left -= n;
-                state.queue.drain(..n).collect()
-            };
+            let batch = self.take_batch(&mut left);
             if batch.is_empty() {
                 return Ok(());
             }
             // Each member's successes fold into one script call (see `coalesce`).
             let calls = plan(&batch);
-            let mut pipe = redis::pipe();
-            for planned in &calls {
-                pipe.add_command(self.call_command(&planned.call));
-            }
-            let mut result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
-            if matches!(&result, Err(e) if is_noscript(e)) {
-                // Redis restarted or failed over and lost the scripts: load and retry the batch
-                // (every EVALSHA of it failed, so none ran).
-                if let Err(e) = self.load_scripts(conn).await {
-                    self.requeue(batch);
-                    return Err(e);
-                }
-                result = pipe.query_async(conn).await;
-            }
-            let results = match result {
+            let results = match self.run_calls(conn, &calls).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.requeue(batch);
@@ -560,28 +405,7 @@ impl Writer {
             counters
                 .scripts
                 .fetch_add(calls.len() as u64, Ordering::Relaxed);
-            let mut published = Vec::new();
-            let mut stamps = Vec::new();
-            {
-                let mut state = self.shared.lock();
-                for (op, _) in &batch {
-                    for e in op.entities() {
-                        state.versions.done_pending(&e);
-                    }
-                }
-                let mut view = self.shared.view.write_view();
-                // One result per script call, in call order: each update carries the stamp of
-                // the oldest write its call folded in.
-                for (value, planned) in results.iter().zip(&calls) {
-                    for (kind, field, raw) in script_updates(value) {
-                        if let Some(u) = parse_update(&kind, &field, &raw) {
-                            state.versions.own_result(&mut view, &u);
-                        }
-                        published.push((kind, field, raw));
-                        stamps.push(planned.queued_at);
-                    }
-                }
-            }
+            let (published, stamps) = self.own_results(&batch, &calls, &results);
             self.publish(conn, published, stamps, None).await?;
             if left == 0 {
                 if !self.shared.lock().queue.is_empty() {
@@ -590,6 +414,65 @@ impl Writer {
                 return Ok(());
             }
         }
+    }
+
+    /// The next batch off the queue: at most a batch's size, and at most `left` writes (which
+    /// it counts down).
+    fn take_batch(&self, left: &mut usize) -> Vec<(Op, u64)> {
+        let mut state = self.shared.lock();
+        let n = state
+            .queue
+            .len()
+            .min(self.shared.config.batch_size)
+            .min(*left);
+        *left -= n;
+        state.queue.drain(..n).collect()
+    }
+
+    /// Runs a batch's script calls in one pipeline, one result per call in call order.
+    async fn run_calls(&self, conn: &mut Conn, calls: &[Planned<'_>]) -> RedisResult<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        for planned in calls {
+            pipe.add_command(self.call_command(&planned.call));
+        }
+        let result: RedisResult<Vec<Value>> = pipe.query_async(conn).await;
+        if matches!(&result, Err(e) if is_noscript(e)) {
+            // Redis restarted or failed over and lost the scripts: load and retry the batch
+            // (every EVALSHA of it failed, so none ran).
+            self.load_scripts(conn).await?;
+            return pipe.query_async(conn).await;
+        }
+        result
+    }
+
+    /// Takes a sent batch's results into the view: its writes are no longer pending, and each
+    /// update a script answered is merged as this proxy's own result. Answers the updates to
+    /// publish, each with the stamp of the oldest write its call folded in.
+    fn own_results(
+        &self,
+        batch: &[(Op, u64)],
+        calls: &[Planned<'_>],
+        results: &[Value],
+    ) -> (Vec<(String, String, String)>, Vec<u64>) {
+        let mut published = Vec::new();
+        let mut stamps = Vec::new();
+        let mut state = self.shared.lock();
+        for (op, _) in batch {
+            for e in op.entities() {
+                state.versions.done_pending(&e);
+            }
+        }
+        let mut view = self.shared.view.write_view();
+        for (value, planned) in results.iter().zip(calls) {
+            for (kind, field, raw) in script_updates(value) {
+                if let Some(u) = parse_update(&kind, &field, &raw) {
+                    state.versions.own_result(&mut view, &u);
+                }
+                published.push((kind, field, raw));
+                stamps.push(planned.queued_at);
+            }
+        }
+        (published, stamps)
     }
 
     fn requeue(&self, batch: Vec<(Op, u64)>) {
@@ -798,47 +681,4 @@ fn script_updates(v: &Value) -> Vec<(String, String, String)> {
         .chunks_exact(3)
         .filter_map(|t| Some((as_str(&t[0])?, as_str(&t[1])?, as_str(&t[2])?)))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_backoff_doubles_up_to_its_cap_starts_over_once_connected_and_yields_to_stop() {
-        let (stop_tx, mut stop) = watch::channel(false);
-        let mut backoff = Backoff::new();
-        let mut waits = Vec::new();
-        for _ in 0..8 {
-            let start = tokio::time::Instant::now();
-            backoff.wait(&mut stop).await;
-            waits.push(start.elapsed().as_millis());
-        }
-        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        backoff.reset();
-        let start = tokio::time::Instant::now();
-        backoff.wait(&mut stop).await;
-        assert_eq!(start.elapsed(), Duration::from_millis(100));
-        // Stopping ends a wait at once.
-        stop_tx.send_replace(true);
-        let start = tokio::time::Instant::now();
-        backoff.wait(&mut stop).await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
-    }
-
-    #[test]
-    fn an_error_is_logged_at_most_once_per_five_seconds() {
-        let reporter = Reporter {
-            last_log_ms: AtomicU64::new(0),
-        };
-        // The first error on the wall clock is logged.
-        let now = crate::unix_ms();
-        assert!(now > 1_600_000_000_000, "a wall-clock time in ms: {now}");
-        assert!(reporter.log_due(now));
-        assert!(!reporter.log_due(now), "the same millisecond");
-        assert!(!reporter.log_due(now + 4_999));
-        assert!(reporter.log_due(now + 5_000));
-        assert!(!reporter.log_due(now + 5_001));
-        assert!(reporter.log_due(now + 20_000));
-    }
 }
