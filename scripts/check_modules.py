@@ -29,15 +29,6 @@ PATH = r"(?:" + IDENT + r"::)*(?:" + IDENT + r"|\{)"
 # (shared state or helpers) while it also declares, calls or re-exports them: the fix is that
 # shared part in a bottom module of its own, the parent only declaring and re-exporting.
 KNOWN: dict[str, list[set[str]]] = {
-    # lib.rs's connection types used by h1, which lib.rs drives.
-    "shared/server/src": [{"crate", "h1"}],
-    # translate/mod.rs's shared helpers used by each protocol's translation.
-    "shared/provider/src": [
-        {
-            "translate", "translate::anthropic", "translate::gemini", "translate::openai",
-            "translate::responses",
-        },
-    ],
 }
 
 

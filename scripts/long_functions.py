@@ -112,7 +112,6 @@ KNOWN = {
     "shared/config/src/compile.rs into_route",
     "shared/proto/src/convert.rs channel_from_proto",
     "shared/proto/src/convert.rs try_from",
-    "shared/server/src/lib.rs connection",
     "shared/upstream/src/channel.rs compile",
 }
 

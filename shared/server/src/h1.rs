@@ -49,8 +49,8 @@ use tower::ServiceExt;
 use crate::body::BodyTimeout;
 use crate::framing::{self, BodyFraming, Refusal};
 use crate::registry::Activity;
+use crate::service::{announce_close_or_idle_timeout, Routes, Settings};
 use crate::socket::ClientSocket;
-use crate::{announce_close_or_idle_timeout, Routes, Settings};
 
 /// Most headers a request served here may have (more go to hyper, which allows 100).
 pub const MAX_HEADERS: usize = 64;

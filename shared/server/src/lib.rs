@@ -35,7 +35,9 @@
 mod body;
 mod framing;
 mod h1;
+mod limits;
 mod registry;
+mod service;
 mod socket;
 
 use std::net::SocketAddr;
@@ -44,9 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request as AxumRequest;
-use axum::response::Response as AxumResponse;
-use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -59,114 +59,15 @@ pub use body::BodyTimeout;
 pub use framing::{framing_verdict, FramingVerdict, MAX_DECLARED_BODY};
 #[doc(hidden)]
 pub use h1::fuzz_head;
+pub use limits::{raise_fd_limit, LimitArgs, Limits};
 pub use registry::{
     Activity, Admission, AtCapacity, Busy, MetricNames, NamedStats, Registry, Stats, HTTP_METRICS,
 };
 
 use body::{DeadlineBody, TrackedBody};
+pub use service::Routes;
+use service::{announce_close_or_idle_timeout, Settings};
 use socket::ClientSocket;
-
-/// Connection limits and deadlines. [`Limits::default`] is safe for a port facing the internet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Connections open at once; `0` derives it from the open-file limit (half of it, minus a
-    /// reserve, at most 16 384).
-    pub max_connections: usize,
-    /// Connections from one client address at once; `0` means no per-address cap (behind a load
-    /// balancer every client may share one address).
-    pub max_connections_per_ip: usize,
-    /// Time allowed to send a request head, and the idle time between keep-alive requests.
-    pub header_read_timeout: Duration,
-    /// Time allowed to send a whole request body, from the end of its head.
-    pub body_read_timeout: Duration,
-    /// Largest request head (request line and headers) in bytes.
-    pub max_header_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: 0,
-            max_connections_per_ip: 0,
-            header_read_timeout: Duration::from_secs(15),
-            body_read_timeout: Duration::from_secs(60),
-            max_header_bytes: 32 * 1024,
-        }
-    }
-}
-
-/// The limits as command-line flags with environment fallbacks (flattened into both binaries).
-#[derive(Debug, Clone, clap::Args)]
-pub struct LimitArgs {
-    /// Client connections open at once; 0 derives it from the open-file limit.
-    #[arg(long, env = "SWITCHYARD_MAX_CONNECTIONS", default_value_t = 0)]
-    pub max_connections: usize,
-
-    /// Client connections from one address at once; 0 = no per-address cap.
-    #[arg(long, env = "SWITCHYARD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
-    pub max_connections_per_ip: usize,
-
-    /// Milliseconds a client has to send a request head; also the keep-alive idle timeout.
-    #[arg(long, env = "SWITCHYARD_HEADER_TIMEOUT_MS", default_value_t = 15_000)]
-    pub header_timeout_ms: u64,
-
-    /// Milliseconds a client has to send a whole request body.
-    #[arg(long, env = "SWITCHYARD_BODY_TIMEOUT_MS", default_value_t = 60_000)]
-    pub body_timeout_ms: u64,
-
-    /// Largest request head in bytes (larger: 431).
-    #[arg(long, env = "SWITCHYARD_MAX_HEADER_BYTES", default_value_t = 32 * 1024)]
-    pub max_header_bytes: usize,
-}
-
-impl LimitArgs {
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_connections: self.max_connections,
-            max_connections_per_ip: self.max_connections_per_ip,
-            header_read_timeout: Duration::from_millis(self.header_timeout_ms.max(1)),
-            body_read_timeout: Duration::from_millis(self.body_timeout_ms.max(1)),
-            max_header_bytes: self.max_header_bytes.max(1024),
-        }
-    }
-}
-
-/// The most connections [`Limits::max_connections`] `0` resolves to.
-const MAX_DERIVED_CONNECTIONS: u64 = 16_384;
-/// Descriptors kept free for everything that is not a client connection.
-const FD_RESERVE: u64 = 256;
-
-impl Limits {
-    /// The `keep-alive` header value announced on answers: the idle timeout in whole seconds,
-    /// one second short of the real one, so that a client that honours it never sends on a
-    /// connection at the instant the server closes it.
-    pub fn keep_alive_value(&self) -> HeaderValue {
-        let seconds = self.header_read_timeout.as_secs().saturating_sub(1).max(1);
-        HeaderValue::from_str(&format!("timeout={seconds}"))
-            .unwrap_or_else(|_| HeaderValue::from_static("timeout=1"))
-    }
-
-    /// The connection cap in force: the configured one, or one derived from the open-file limit
-    /// (each client connection may need one upstream socket too).
-    pub fn effective_max_connections(&self) -> usize {
-        if self.max_connections > 0 {
-            return self.max_connections;
-        }
-        let soft = rlimit::getrlimit(rlimit::Resource::NOFILE)
-            .map(|(soft, _)| soft)
-            .unwrap_or(1024);
-        let derived = (soft.saturating_sub(FD_RESERVE) / 2).clamp(64, MAX_DERIVED_CONNECTIONS);
-        usize::try_from(derived).unwrap_or(64)
-    }
-}
-
-/// Raises the soft open-file limit to the hard limit and returns `(soft, hard)` as now in force.
-pub fn raise_fd_limit() -> (u64, u64) {
-    if let Err(error) = rlimit::increase_nofile_limit(u64::MAX) {
-        tracing::warn!(%error, "could not raise the open-file limit");
-    }
-    rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((0, 0))
-}
 
 /// A server with its limits and live counters; [`Server::stats`] can be handed to `/metrics`
 /// before [`Server::serve`] starts.
@@ -260,40 +161,8 @@ fn refuse(stream: &TcpStream) {
     let _ = stream.try_write(REFUSAL);
 }
 
-/// What every connection of one server reads: the limits, and values derived from them once.
-struct Settings {
-    limits: Limits,
-    keep_alive: HeaderValue,
-}
-
-/// What a server serves: an axum `Router`, or a service of the same shape in front of one.
-/// (The blanket impl below repeats the bounds: Rust has no trait aliases.)
-pub trait Routes:
-    tower::Service<
-        AxumRequest,
-        Response = AxumResponse,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<S> Routes for S where
-    S: tower::Service<
-            AxumRequest,
-            Response = AxumResponse,
-            Error = std::convert::Infallible,
-            Future: Send,
-        > + Clone
-        + Send
-        + Sync
-        + 'static
-{
-}
-
+/// One client connection: its plain requests served by `h1`, then, from the first request of
+/// another shape, by hyper; the connection's admission is held to its end.
 async fn connection<S: Routes>(
     stream: TcpStream,
     peer: SocketAddr,
@@ -321,75 +190,117 @@ async fn connection<S: Routes>(
         }
         h1::Ended::ToHyper(read_ahead) => read_ahead,
     };
-    let service_settings = Arc::clone(&settings);
-    let service_activity = Arc::clone(&activity);
-    // A head the inspection refused reaches the service as a stand-in request, at its place.
-    let refused = Arc::new(framing::Refused::default());
-    let service_refused = Arc::clone(&refused);
-    let requests = Arc::new(AtomicU64::new(0));
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let router = router.clone();
-        let activity = Arc::clone(&service_activity);
-        let settings = Arc::clone(&service_settings);
-        let refusal = service_refused.at(requests.fetch_add(1, Ordering::Relaxed));
-        async move {
-            let guard = activity.begin();
-            if let Some(refusal) = refusal {
-                // The refused request's body may still be on its way: the close lingers.
-                activity.set_unread_body(true);
-                let response = refusal.response();
-                return Ok(response.map(|b| Body::new(TrackedBody::new(b, guard))));
-            }
-            let limits = &settings.limits;
-            // A request with a body marks its connection until the body has been read to its
-            // end (the 431 below never reads it).
-            let has_body = !http_body::Body::is_end_stream(request.body());
-            activity.set_unread_body(has_body);
-            let mut response = if over_head_limit(&request, limits.max_header_bytes) {
-                header_too_large(limits.max_header_bytes)
-            } else {
-                route(
-                    request,
-                    &router,
-                    limits,
-                    has_body.then(|| Arc::clone(&activity)),
-                )
-                .await
-            };
-            announce_close_or_idle_timeout(&mut response, &activity, &settings.keep_alive);
-            Ok::<_, std::convert::Infallible>(
-                response.map(|b| Body::new(TrackedBody::new(b, guard))),
+    let rest = Hyper {
+        router,
+        settings,
+        activity,
+        shutdown,
+        evicted,
+    };
+    rest.serve(socket, read_ahead, peer).await;
+    drop(admission);
+}
+
+/// What the hyper path of one connection serves with.
+struct Hyper<S> {
+    router: S,
+    settings: Arc<Settings>,
+    activity: Arc<Activity>,
+    shutdown: CancellationToken,
+    evicted: CancellationToken,
+}
+
+impl<S: Routes> Hyper<S> {
+    /// Serves the rest of the connection with hyper, the bytes `h1` read ahead replayed in front
+    /// of the socket, until it ends, the server's shutdown has drained it, or it is evicted.
+    async fn serve(self, socket: ClientSocket, read_ahead: bytes::Bytes, peer: SocketAddr) {
+        let Hyper {
+            router,
+            settings,
+            activity,
+            shutdown,
+            evicted,
+        } = self;
+        let service_settings = Arc::clone(&settings);
+        // A head the inspection refused reaches the service as a stand-in request, at its place.
+        let refused = Arc::new(framing::Refused::default());
+        let service_refused = Arc::clone(&refused);
+        let requests = Arc::new(AtomicU64::new(0));
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let refusal = service_refused.at(requests.fetch_add(1, Ordering::Relaxed));
+            serve_request(
+                request,
+                router.clone(),
+                Arc::clone(&activity),
+                Arc::clone(&service_settings),
+                refusal,
             )
-        }
-    });
-    let limits = &settings.limits;
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
-        .keep_alive(true);
-    let head_limit = (limits.max_header_bytes * 2).max(16 * 1024);
-    let io = framing::Inspect::new(h1::Rewind::new(read_ahead, socket), head_limit, refused);
-    let conn = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    let mut draining = false;
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(error) = result {
-                    tracing::debug!(%error, %peer, "connection ended with an error");
+        });
+        let limits = &settings.limits;
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size((limits.max_header_bytes * 2).max(16 * 1024))
+            .keep_alive(true);
+        let head_limit = (limits.max_header_bytes * 2).max(16 * 1024);
+        let io = framing::Inspect::new(h1::Rewind::new(read_ahead, socket), head_limit, refused);
+        let conn = builder.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let mut draining = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, %peer, "connection ended with an error");
+                    }
+                    break;
                 }
-                break;
+                () = shutdown.cancelled(), if !draining => {
+                    draining = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+                () = evicted.cancelled() => break,
             }
-            () = shutdown.cancelled(), if !draining => {
-                draining = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            () = evicted.cancelled() => break,
         }
     }
-    drop(admission);
+}
+
+/// One request on the hyper path: the stand-in answer of a head the inspection refused, the 431
+/// of a head over the limit, or the router's answer; each leaves with the close-or-keep-alive
+/// rule, and the connection counts as busy until its answer's body is sent.
+async fn serve_request<S: Routes>(
+    request: Request<Incoming>,
+    router: S,
+    activity: Arc<Activity>,
+    settings: Arc<Settings>,
+    refusal: Option<framing::Refusal>,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let guard = activity.begin();
+    if let Some(refusal) = refusal {
+        // The refused request's body may still be on its way: the close lingers.
+        activity.set_unread_body(true);
+        let response = refusal.response();
+        return Ok(response.map(|b| Body::new(TrackedBody::new(b, guard))));
+    }
+    let limits = &settings.limits;
+    // A request with a body marks its connection until the body has been read to its end (the
+    // 431 below never reads it).
+    let has_body = !http_body::Body::is_end_stream(request.body());
+    activity.set_unread_body(has_body);
+    let mut response = if over_head_limit(&request, limits.max_header_bytes) {
+        header_too_large(limits.max_header_bytes)
+    } else {
+        route(
+            request,
+            &router,
+            limits,
+            has_body.then(|| Arc::clone(&activity)),
+        )
+        .await
+    };
+    announce_close_or_idle_timeout(&mut response, &activity, &settings.keep_alive);
+    Ok(response.map(|b| Body::new(TrackedBody::new(b, guard))))
 }
 
 /// Hands the request to the router, its body behind the body deadline; `watch` (the
@@ -406,24 +317,6 @@ async fn route<S: Routes>(
     match router.clone().oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
-    }
-}
-
-/// An answer given before its request body was read to the end closes the connection (the rest
-/// of the body is still on its way), and says so, so that a pooled client never sends its next
-/// request on a connection that is about to close; the socket then lingers (see `socket`). Every
-/// other answer tells the client how long an idle connection stays open, so that a client that
-/// reads `keep-alive` stops reusing it before the server closes it.
-fn announce_close_or_idle_timeout(
-    response: &mut Response<Body>,
-    activity: &Activity,
-    keep_alive: &HeaderValue,
-) {
-    let headers = response.headers_mut();
-    if activity.unread_body() {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    } else if !headers.contains_key(header::CONNECTION) {
-        headers.insert(HeaderName::from_static("keep-alive"), keep_alive.clone());
     }
 }
 
@@ -487,6 +380,7 @@ pub async fn termination_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::{FD_RESERVE, MAX_DERIVED_CONNECTIONS};
 
     #[test]
     fn the_refusal_is_a_complete_response() {

@@ -2,11 +2,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{
-    args_object, joined_text, malformed, merged_turns, Ctx, Ir, Media, MediaKind, Msg, Part, Role,
-    Source, Tool, ToolChoice, TranslateError, GEMINI, OPENAI,
+use super::ir::{
+    args_object, joined_text, merged_turns, Choice, Ctx, Finish, Ir, Media, MediaKind, Msg, Part,
+    Resp, Role, Source, Tool, ToolChoice, GEMINI, OPENAI,
 };
-use super::{Choice, Finish, Resp};
+use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{anthropic_tool_id, get_array, get_f64, get_str, get_u64, value_text};
 

@@ -3,12 +3,12 @@
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::schema::{from_gemini_schema, to_gemini_schema};
-use super::{
-    args_object, joined_text, malformed, merged_turns, Ctx, Ir, Media, MediaKind, Msg, Part,
-    ResponseFormat, Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, OPENAI,
+use super::ir::{
+    args_object, joined_text, merged_turns, Choice, Ctx, Finish, Ir, Media, MediaKind, Msg, Part,
+    Resp, ResponseFormat, Role, Source, Tool, ToolChoice, ANTHROPIC, OPENAI,
 };
-use super::{Choice, Finish, Resp};
+use super::schema::{from_gemini_schema, to_gemini_schema};
+use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, synth_call_id, value_text};
 

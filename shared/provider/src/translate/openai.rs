@@ -2,11 +2,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{
-    joined_text, malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat,
-    Role, Source, Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI,
+use super::ir::{
+    joined_text, parse_data_url, Choice, Ctx, Finish, Ir, Media, MediaKind, Msg, Part, Resp,
+    ResponseFormat, Role, Source, Tool, ToolChoice, ANTHROPIC, GEMINI,
 };
-use super::{Choice, Finish, Resp};
+use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 

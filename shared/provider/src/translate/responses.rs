@@ -6,12 +6,12 @@
 
 use serde_json::{json, Map, Value};
 
-use super::openai::{media_from_url, tool_choice_mode};
-use super::{
-    malformed, parse_data_url, Ctx, Ir, Media, MediaKind, Msg, Part, ResponseFormat, Role, Source,
-    Tool, ToolChoice, TranslateError, ANTHROPIC, GEMINI, OPENAI,
+use super::ir::{
+    parse_data_url, Ctx, Finish, Ir, Media, MediaKind, Msg, Part, Resp, ResponseFormat, Role,
+    Source, Tool, ToolChoice, ANTHROPIC, GEMINI, OPENAI,
 };
-use super::{Finish, Resp};
+use super::openai::{media_from_url, tool_choice_mode};
+use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::ir::ResponseFormat;
 use super::*;
 use crate::Protocol::{Anthropic as A, Gemini as G, OpenAi as O};
 
