@@ -21,7 +21,7 @@ use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
     env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawLimit,
-    RawPrice, RawRoute, RawShadow,
+    RawMember, RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
 };
 use switchyard_upstream::MockOptions;
 
@@ -62,153 +62,12 @@ impl RawConfig {
         if let Some(e) = self.settings.validate().into_iter().next() {
             return Err(err(format!("settings.{}", e.field), e.message));
         }
-        let mut channel_ids: HashMap<String, i64> = HashMap::new();
-        let mut channels = Vec::with_capacity(self.channels.len());
-        let mut channel_ids_alloc = Ids::new(self.channels.iter().map(|c| c.id));
-        let mut credential_ids = Ids::new(self.channels.iter().flat_map(|c| {
-            c.credentials.iter().map(|k| match k {
-                RawCredential::Full { id, .. } => *id,
-                RawCredential::Plain(_) => None,
-            })
-        }));
-        for (ci, raw) in self.channels.into_iter().enumerate() {
-            let at = format!("channels[{ci}]");
-            let channel = raw.into_channel(&at, &mut channel_ids_alloc, &mut credential_ids)?;
-            if channel_ids
-                .insert(channel.name.clone(), channel.id)
-                .is_some()
-            {
-                return Err(err(
-                    format!("{at}.name"),
-                    format!("duplicate channel name {:?}", channel.name),
-                ));
-            }
-            channels.push(channel);
-        }
-        check_unique(channels.iter().map(|c| c.id), "channels", "channel id")?;
-
-        let mut routes = Vec::with_capacity(self.routes.len());
-        let mut route_ids = Ids::new(self.routes.iter().map(|r| r.id));
-        let mut member_ids = Ids::new(
-            self.routes
-                .iter()
-                .flat_map(|r| r.members.iter().map(|m| m.id)),
-        );
-        for (ri, raw) in self.routes.into_iter().enumerate() {
-            let at = format!("routes[{ri}]");
-            let id = route_ids.or_next(raw.id);
-            routes.push(raw.into_route(id, &at, &channel_ids, &mut member_ids)?);
-        }
-        check_unique(routes.iter().map(|r| r.id), "routes", "route id")?;
-        check_unique(
-            routes.iter().flat_map(|r| r.members.iter().map(|m| m.id)),
-            "routes",
-            "member id",
-        )?;
-
-        let mut team_ids = HashMap::new();
-        let mut team_alloc = Ids::new(self.teams.iter().map(|t| t.id));
-        let mut token_alloc = Ids::new(self.tokens.iter().map(|t| t.id));
-        let mut teams = Vec::with_capacity(self.teams.len());
-        for (ti, raw) in self.teams.into_iter().enumerate() {
-            let at = format!("teams[{ti}]");
-            for (pi, pattern) in raw.models.iter().enumerate() {
-                validate_pattern(pattern).map_err(|m| err(format!("{at}.models[{pi}]"), m))?;
-            }
-            text(&format!("{at}.name"), &raw.name, check_single_line)?;
-            let id = team_alloc.or_next(raw.id);
-            if team_ids.insert(raw.name.clone(), id).is_some() {
-                return Err(err(
-                    format!("{at}.name"),
-                    format!("duplicate team name {:?}", raw.name),
-                ));
-            }
-            teams.push(Team {
-                id,
-                name: raw.name,
-                models: raw.models,
-                members: raw.members,
-                plan: raw.plan,
-                retry_limit: raw.retry_limit,
-                disable_failover: raw.disable_failover,
-            });
-        }
-
-        let mut tokens = Vec::with_capacity(self.tokens.len());
-        for (ti, raw) in self.tokens.into_iter().enumerate() {
-            let at = format!("tokens[{ti}]");
-            let hash = match (raw.token, raw.token_sha256) {
-                (Some(plain), None) => match env_reference(&plain) {
-                    Some(name) => token_hash(&env(name).ok_or_else(|| {
-                        err(
-                            format!("{at}.token"),
-                            format!("environment variable {name} is not set"),
-                        )
-                    })?),
-                    None => token_hash(&plain),
-                },
-                (None, Some(hash)) => {
-                    let hash = hash.trim().to_ascii_lowercase();
-                    if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
-                        return Err(err(
-                            format!("{at}.token_sha256"),
-                            "must be 64 hex characters",
-                        ));
-                    }
-                    hash
-                }
-                _ => {
-                    return Err(err(
-                        at,
-                        "exactly one of `token` or `token_sha256` is required",
-                    ));
-                }
-            };
-            let team_id =
-                match raw.team {
-                    None => None,
-                    Some(name) => Some(*team_ids.get(&name).ok_or_else(|| {
-                        err(format!("{at}.team"), format!("unknown team {name:?}"))
-                    })?),
-                };
-            if let Some(group) = &raw.route_group {
-                validate_group(group).map_err(|m| err(format!("{at}.route_group"), m))?;
-                text(&format!("{at}.route_group"), group, check_single_line)?;
-            }
-            text(&format!("{at}.name"), &raw.name, check_single_line)?;
-            let expires_at = expiry(&at, raw.expires_at.as_deref())?;
-            tokens.push(Token {
-                id: token_alloc.or_next(raw.id),
-                name: raw.name,
-                hash,
-                route_group_name: raw.route_group,
-                team_id,
-                allow_pinning: raw.allow_pinning,
-                enabled: raw.enabled,
-                expires_at,
-            });
-        }
-        check_unique(tokens.iter().map(|t| t.id), "tokens", "token id")?;
+        let (channels, channel_ids) = compile_channels(self.channels)?;
+        let routes = compile_routes(self.routes, &channel_ids)?;
+        let (teams, team_ids) = compile_teams(self.teams)?;
+        let tokens = compile_tokens(self.tokens, &team_ids, env)?;
         check_published_tokens(&tokens, &channels)?;
-
-        let mut price_ids = Ids::new(self.prices.iter().map(|p| p.id));
-        let mut prices = Vec::with_capacity(self.prices.len());
-        for (pi, raw) in self.prices.into_iter().enumerate() {
-            let at = format!("prices[{pi}]");
-            let id = price_ids.or_next(raw.id);
-            prices.push(raw.into_price(id, &at, &channel_ids)?);
-        }
-        check_unique(prices.iter().map(|p| p.id), "prices", "price id")?;
-        let mut seen = std::collections::HashSet::new();
-        for (pi, p) in prices.iter().enumerate() {
-            if !seen.insert((p.channel_id, p.model_pattern.as_str())) {
-                return Err(err(
-                    format!("prices[{pi}].model_pattern"),
-                    format!("the channel already has a price for {:?}", p.model_pattern),
-                ));
-            }
-        }
-
+        let prices = compile_prices(self.prices, &channel_ids)?;
         let scopes = Scopes {
             tokens: tokens.iter().map(|t| (t.name.as_str(), t.id)).collect(),
             teams: &team_ids,
@@ -222,43 +81,8 @@ impl RawConfig {
                 .flat_map(|r| r.members.iter().map(|m| m.id))
                 .collect(),
         };
-        let mut limit_ids = Ids::new(self.limits.iter().map(|l| l.id));
-        let mut limits = Vec::with_capacity(self.limits.len());
-        let mut seen = std::collections::HashSet::new();
-        for (li, raw) in self.limits.into_iter().enumerate() {
-            let at = format!("limits[{li}]");
-            let id = limit_ids.or_next(raw.id);
-            let limit = raw.into_limit(&at, &scopes)?;
-            if !seen.insert(limit.key) {
-                return Err(err(
-                    at,
-                    "another limit already counts this metric over this window for this scope",
-                ));
-            }
-            limits.push(LimitRule { id, limit });
-        }
-        check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
-
-        let member_ids: std::collections::HashSet<i64> = routes
-            .iter()
-            .flat_map(|r| r.members.iter().map(|m| m.id))
-            .collect();
-        let mut shadow_ids = Ids::new(self.shadows.iter().map(|s| s.id));
-        let mut shadows = Vec::with_capacity(self.shadows.len());
-        for (si, raw) in self.shadows.into_iter().enumerate() {
-            let at = format!("shadows[{si}]");
-            let id = shadow_ids.or_next(raw.id);
-            let rule = raw.into_rule(id, &at, &channel_ids, &member_ids)?;
-            if shadows.iter().any(|s: &ShadowRule| s.name == rule.name) {
-                return Err(err(
-                    format!("{at}.name"),
-                    format!("another shadow rule is named {:?}", rule.name),
-                ));
-            }
-            shadows.push(rule);
-        }
-        check_unique(shadows.iter().map(|s| s.id), "shadows", "shadow id")?;
-
+        let limits = compile_limits(self.limits, &scopes)?;
+        let shadows = compile_shadows(self.shadows, &routes, &channel_ids)?;
         Ok(SnapshotParts {
             revision,
             settings: self.settings,
@@ -271,6 +95,235 @@ impl RawConfig {
             shadows,
         })
     }
+}
+
+/// The channels, and their ids by name (what routes, prices, limits and shadow rules name
+/// them by).
+fn compile_channels(
+    raw: Vec<RawChannel>,
+) -> Result<(Vec<Channel>, HashMap<String, i64>), ConfigError> {
+    let mut channel_ids: HashMap<String, i64> = HashMap::new();
+    let mut channels = Vec::with_capacity(raw.len());
+    let mut channel_ids_alloc = Ids::new(raw.iter().map(|c| c.id));
+    let mut credential_ids = Ids::new(raw.iter().flat_map(|c| {
+        c.credentials.iter().map(|k| match k {
+            RawCredential::Full { id, .. } => *id,
+            RawCredential::Plain(_) => None,
+        })
+    }));
+    for (ci, raw) in raw.into_iter().enumerate() {
+        let at = format!("channels[{ci}]");
+        let channel = raw.into_channel(&at, &mut channel_ids_alloc, &mut credential_ids)?;
+        if channel_ids
+            .insert(channel.name.clone(), channel.id)
+            .is_some()
+        {
+            return Err(err(
+                format!("{at}.name"),
+                format!("duplicate channel name {:?}", channel.name),
+            ));
+        }
+        channels.push(channel);
+    }
+    check_unique(channels.iter().map(|c| c.id), "channels", "channel id")?;
+    Ok((channels, channel_ids))
+}
+
+fn compile_routes(
+    raw: Vec<RawRoute>,
+    channel_ids: &HashMap<String, i64>,
+) -> Result<Vec<Route>, ConfigError> {
+    let mut routes = Vec::with_capacity(raw.len());
+    let mut route_ids = Ids::new(raw.iter().map(|r| r.id));
+    let mut member_ids = Ids::new(raw.iter().flat_map(|r| r.members.iter().map(|m| m.id)));
+    for (ri, raw) in raw.into_iter().enumerate() {
+        let at = format!("routes[{ri}]");
+        let id = route_ids.or_next(raw.id);
+        routes.push(raw.into_route(id, &at, channel_ids, &mut member_ids)?);
+    }
+    check_unique(routes.iter().map(|r| r.id), "routes", "route id")?;
+    check_unique(
+        routes.iter().flat_map(|r| r.members.iter().map(|m| m.id)),
+        "routes",
+        "member id",
+    )?;
+    Ok(routes)
+}
+
+/// The teams, and their ids by name (what tokens and limits name them by).
+fn compile_teams(raw: Vec<RawTeam>) -> Result<(Vec<Team>, HashMap<String, i64>), ConfigError> {
+    let mut team_ids = HashMap::new();
+    let mut team_alloc = Ids::new(raw.iter().map(|t| t.id));
+    let mut teams = Vec::with_capacity(raw.len());
+    for (ti, raw) in raw.into_iter().enumerate() {
+        let at = format!("teams[{ti}]");
+        for (pi, pattern) in raw.models.iter().enumerate() {
+            validate_pattern(pattern).map_err(|m| err(format!("{at}.models[{pi}]"), m))?;
+        }
+        text(&format!("{at}.name"), &raw.name, check_single_line)?;
+        let id = team_alloc.or_next(raw.id);
+        if team_ids.insert(raw.name.clone(), id).is_some() {
+            return Err(err(
+                format!("{at}.name"),
+                format!("duplicate team name {:?}", raw.name),
+            ));
+        }
+        teams.push(Team {
+            id,
+            name: raw.name,
+            models: raw.models,
+            members: raw.members,
+            plan: raw.plan,
+            retry_limit: raw.retry_limit,
+            disable_failover: raw.disable_failover,
+        });
+    }
+    Ok((teams, team_ids))
+}
+
+fn compile_tokens(
+    raw: Vec<RawToken>,
+    team_ids: &HashMap<String, i64>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Token>, ConfigError> {
+    let mut token_alloc = Ids::new(raw.iter().map(|t| t.id));
+    let mut tokens = Vec::with_capacity(raw.len());
+    for (ti, raw) in raw.into_iter().enumerate() {
+        let at = format!("tokens[{ti}]");
+        let hash = stored_hash(&at, raw.token, raw.token_sha256, env)?;
+        let team_id = match raw.team {
+            None => None,
+            Some(name) => Some(
+                *team_ids
+                    .get(&name)
+                    .ok_or_else(|| err(format!("{at}.team"), format!("unknown team {name:?}")))?,
+            ),
+        };
+        if let Some(group) = &raw.route_group {
+            validate_group(group).map_err(|m| err(format!("{at}.route_group"), m))?;
+            text(&format!("{at}.route_group"), group, check_single_line)?;
+        }
+        text(&format!("{at}.name"), &raw.name, check_single_line)?;
+        let expires_at = expiry(&at, raw.expires_at.as_deref())?;
+        tokens.push(Token {
+            id: token_alloc.or_next(raw.id),
+            name: raw.name,
+            hash,
+            route_group_name: raw.route_group,
+            team_id,
+            allow_pinning: raw.allow_pinning,
+            enabled: raw.enabled,
+            expires_at,
+        });
+    }
+    check_unique(tokens.iter().map(|t| t.id), "tokens", "token id")?;
+    Ok(tokens)
+}
+
+/// The hash a token is stored as: of its plaintext (given, or read from the environment
+/// variable it references), or given as 64 hex characters; exactly one of the two.
+fn stored_hash(
+    at: &str,
+    token: Option<String>,
+    token_sha256: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match (token, token_sha256) {
+        (Some(plain), None) => match env_reference(&plain) {
+            Some(name) => Ok(token_hash(&env(name).ok_or_else(|| {
+                err(
+                    format!("{at}.token"),
+                    format!("environment variable {name} is not set"),
+                )
+            })?)),
+            None => Ok(token_hash(&plain)),
+        },
+        (None, Some(hash)) => {
+            let hash = hash.trim().to_ascii_lowercase();
+            if hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(err(
+                    format!("{at}.token_sha256"),
+                    "must be 64 hex characters",
+                ));
+            }
+            Ok(hash)
+        }
+        _ => Err(err(
+            at,
+            "exactly one of `token` or `token_sha256` is required",
+        )),
+    }
+}
+
+fn compile_prices(
+    raw: Vec<RawPrice>,
+    channel_ids: &HashMap<String, i64>,
+) -> Result<Vec<Price>, ConfigError> {
+    let mut price_ids = Ids::new(raw.iter().map(|p| p.id));
+    let mut prices = Vec::with_capacity(raw.len());
+    for (pi, raw) in raw.into_iter().enumerate() {
+        let at = format!("prices[{pi}]");
+        let id = price_ids.or_next(raw.id);
+        prices.push(raw.into_price(id, &at, channel_ids)?);
+    }
+    check_unique(prices.iter().map(|p| p.id), "prices", "price id")?;
+    let mut seen = std::collections::HashSet::new();
+    for (pi, p) in prices.iter().enumerate() {
+        if !seen.insert((p.channel_id, p.model_pattern.as_str())) {
+            return Err(err(
+                format!("prices[{pi}].model_pattern"),
+                format!("the channel already has a price for {:?}", p.model_pattern),
+            ));
+        }
+    }
+    Ok(prices)
+}
+
+fn compile_limits(raw: Vec<RawLimit>, scopes: &Scopes<'_>) -> Result<Vec<LimitRule>, ConfigError> {
+    let mut limit_ids = Ids::new(raw.iter().map(|l| l.id));
+    let mut limits = Vec::with_capacity(raw.len());
+    let mut seen = std::collections::HashSet::new();
+    for (li, raw) in raw.into_iter().enumerate() {
+        let at = format!("limits[{li}]");
+        let id = limit_ids.or_next(raw.id);
+        let limit = raw.into_limit(&at, scopes)?;
+        if !seen.insert(limit.key) {
+            return Err(err(
+                at,
+                "another limit already counts this metric over this window for this scope",
+            ));
+        }
+        limits.push(LimitRule { id, limit });
+    }
+    check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
+    Ok(limits)
+}
+
+fn compile_shadows(
+    raw: Vec<RawShadow>,
+    routes: &[Route],
+    channel_ids: &HashMap<String, i64>,
+) -> Result<Vec<ShadowRule>, ConfigError> {
+    let member_ids: std::collections::HashSet<i64> = routes
+        .iter()
+        .flat_map(|r| r.members.iter().map(|m| m.id))
+        .collect();
+    let mut shadow_ids = Ids::new(raw.iter().map(|s| s.id));
+    let mut shadows = Vec::with_capacity(raw.len());
+    for (si, raw) in raw.into_iter().enumerate() {
+        let at = format!("shadows[{si}]");
+        let id = shadow_ids.or_next(raw.id);
+        let rule = raw.into_rule(id, &at, channel_ids, &member_ids)?;
+        if shadows.iter().any(|s: &ShadowRule| s.name == rule.name) {
+            return Err(err(
+                format!("{at}.name"),
+                format!("another shadow rule is named {:?}", rule.name),
+            ));
+        }
+        shadows.push(rule);
+    }
+    check_unique(shadows.iter().map(|s| s.id), "shadows", "shadow id")?;
+    Ok(shadows)
 }
 
 impl RawShadow {
@@ -414,6 +467,60 @@ impl RawChannel {
         channel_ids: &mut Ids,
         credential_ids: &mut Ids,
     ) -> Result<Channel, ConfigError> {
+        let (preset, provider) = self.preset_and_provider(at)?;
+        let responses_api = self.resolved_responses_api();
+        let base_url = self.resolved_base_url();
+        let status = ChannelStatus::parse(self.status.trim()).ok_or_else(|| {
+            err(
+                format!("{at}.status"),
+                "must be enabled, disabled or auto_disabled",
+            )
+        })?;
+        if self.name.trim().is_empty() {
+            return Err(err(format!("{at}.name"), "must not be empty"));
+        }
+        text(&format!("{at}.name"), &self.name, check_single_line)?;
+        if let Some(url) = &base_url {
+            text(&format!("{at}.base_url"), url, check_single_line)?;
+        }
+        let base_url = channel_base_url(at, provider, base_url, self.mock)?;
+        let credentials =
+            channel_credentials(at, provider, preset, self.credentials, credential_ids)?;
+        let headers = channel_headers(at, provider, self.headers)?;
+        check_retry_rules(at, &self.retry_error_patterns, &self.retry_status_codes)?;
+        if !responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
+            return Err(err(
+                format!("{at}.responses_api"),
+                format!(
+                    "only openai and azure channels can be without the Responses API, not {}",
+                    provider.as_str()
+                ),
+            ));
+        }
+        Ok(Channel {
+            id: channel_ids.or_next(self.id),
+            name: self.name.trim().to_owned(),
+            provider,
+            base_url,
+            status,
+            auto_ban: self.auto_ban,
+            max_concurrency: self.max_concurrency,
+            capabilities: self.capabilities,
+            credentials,
+            retry_status_codes: self.retry_status_codes,
+            retry_error_patterns: self.retry_error_patterns,
+            headers,
+            secrets_withheld: false,
+            responses_api,
+            preset: preset.map(|p| p.name.to_owned()),
+        })
+    }
+
+    /// The channel's preset, if it names one, and its provider (given, or the preset's).
+    fn preset_and_provider(
+        &self,
+        at: &str,
+    ) -> Result<(Option<&'static catalog::Preset>, Provider), ConfigError> {
         let preset = match self.preset.as_deref().map(str::trim) {
             None => None,
             Some(name) => Some(catalog::preset(name).ok_or_else(|| {
@@ -443,214 +550,209 @@ impl RawChannel {
                 ),
             )
         })?;
-        let responses_api = self.resolved_responses_api();
-        let base_url = self.resolved_base_url();
-        let status = ChannelStatus::parse(self.status.trim()).ok_or_else(|| {
-            err(
-                format!("{at}.status"),
-                "must be enabled, disabled or auto_disabled",
-            )
-        })?;
-        if self.name.trim().is_empty() {
-            return Err(err(format!("{at}.name"), "must not be empty"));
-        }
-        text(&format!("{at}.name"), &self.name, check_single_line)?;
-        if let Some(url) = &base_url {
-            text(&format!("{at}.base_url"), url, check_single_line)?;
-        }
-        let base_url = match (provider, base_url, self.mock) {
-            (Provider::Mock, None, options) => options.unwrap_or_default().to_url(),
-            (Provider::Mock, Some(url), None) => url,
-            (Provider::Mock, Some(_), Some(_)) => {
-                return Err(err(
-                    format!("{at}.mock"),
-                    "give either base_url or mock, not both",
-                ));
-            }
-            (_, _, Some(_)) => {
-                return Err(err(
-                    format!("{at}.mock"),
-                    "only allowed with provider: mock",
-                ));
-            }
-            (_, None, None) => return Err(err(format!("{at}.base_url"), "is required")),
-            (_, Some(url), None) => {
-                let trimmed = url.trim().trim_end_matches('/').to_owned();
-                if let Err(message) = switchyard_upstream::check_base_url(&trimmed) {
-                    // Quoted without its password, and not whole if it is huge.
-                    let shown = redact_url_userinfo(&url);
-                    return Err(err(
-                        format!("{at}.base_url"),
-                        format!("{message}: {:?}", truncate_for_display(&shown, 256)),
-                    ));
-                }
-                if provider == Provider::Vertex {
-                    text(
-                        &format!("{at}.base_url"),
-                        &trimmed,
-                        switchyard_upstream::check_vertex_base_url,
-                    )?;
-                }
-                if provider == Provider::Bedrock {
-                    text(
-                        &format!("{at}.base_url"),
-                        &trimmed,
-                        switchyard_upstream::check_bedrock_base_url,
-                    )?;
-                }
-                trimmed
-            }
-        };
-        if provider == Provider::Mock {
-            MockOptions::from_url(&base_url).map_err(|m| err(format!("{at}.base_url"), m))?;
-        }
-        let mut credentials = Vec::new();
-        for (ki, raw) in self.credentials.into_iter().enumerate() {
-            let (id, secret, enabled) = match raw {
-                RawCredential::Plain(secret) => (None, secret, true),
-                RawCredential::Full {
-                    id,
-                    secret: Some(secret),
-                    enabled,
-                } => (id, secret, enabled),
-                RawCredential::Full { secret: None, .. } => {
-                    return Err(err(
-                        format!("{at}.credentials[{ki}].secret"),
-                        "is required (a credential without one names a secret stored in the \
-                         control plane, which only a control plane apply accepts)",
-                    ));
-                }
-            };
-            // Trimmed like the admin API does (a YAML block scalar ends with a newline).
-            let secret = secret.trim();
-            if secret.is_empty() {
-                return Err(err(
-                    format!("{at}.credentials[{ki}]"),
-                    "secret must not be empty",
-                ));
-            }
-            let secret = match env_reference(secret) {
-                Some(name) => SecretSource::Env(name.to_owned()),
-                // A Vertex credential is a service-account key file (JSON, often on several
-                // lines), never sent as is. The message never quotes it.
-                None if provider == Provider::Vertex => {
-                    text(
-                        &format!("{at}.credentials[{ki}]"),
-                        secret,
-                        switchyard_upstream::check_service_account,
-                    )?;
-                    SecretSource::Inline(secret.to_owned())
-                }
-                // A Bedrock credential is an AWS access key (a JSON object), never sent as is.
-                // The message never quotes it.
-                None if provider == Provider::Bedrock => {
-                    text(
-                        &format!("{at}.credentials[{ki}]"),
-                        secret,
-                        switchyard_upstream::check_aws_credential,
-                    )?;
-                    SecretSource::Inline(secret.to_owned())
-                }
-                None => {
-                    // Sent as a header value: one line. The message never quotes the secret.
-                    text(&format!("{at}.credentials[{ki}]"), secret, check_secret)?;
-                    SecretSource::Inline(secret.to_owned())
-                }
-            };
-            let id = credential_ids.or_next(id);
-            credentials.push(Credential {
-                id,
-                enabled,
-                secret,
-            });
-        }
-        if credentials.is_empty() && preset.is_some_and(|p| p.auth == catalog::Auth::None) {
-            // A local server checks no key; the placeholder is what the proxy sends.
-            credentials.push(Credential {
-                id: credential_ids.next(),
-                enabled: true,
-                secret: SecretSource::Inline(catalog::NO_KEY.to_owned()),
-            });
-        }
-        if credentials.is_empty() {
-            if provider != Provider::Mock {
-                return Err(err(
-                    format!("{at}.credentials"),
-                    "at least one credential is required",
-                ));
-            }
-            // The simulation needs no key, but the engine wants a usable credential.
-            credentials.push(Credential {
-                id: credential_ids.next(),
-                enabled: true,
-                secret: SecretSource::Inline("mock".to_owned()),
-            });
-        }
-        let mut headers = Vec::with_capacity(self.headers.len());
-        for (name, value) in self.headers {
-            check_header_name(&name).map_err(|m| {
-                err(
-                    format!("{at}.headers"),
-                    format!("{m}: {:?}", truncate_for_display(&name, 64)),
-                )
-            })?;
-            // The value is never quoted: header values often carry keys.
-            text(&format!("{at}.headers.{name}"), &value, check_header_value)?;
-            if provider == Provider::Azure
-                && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
-            {
-                text(
-                    &format!("{at}.headers.{name}"),
-                    value.trim(),
-                    switchyard_upstream::check_api_version,
-                )?;
-            }
-            headers.push((name, value));
-        }
-        check_retry_error_patterns(&self.retry_error_patterns)
-            .map_err(|m| err(format!("{at}.retry_error_patterns"), m))?;
-        for (i, pattern) in self.retry_error_patterns.iter().enumerate() {
-            text(
-                &format!("{at}.retry_error_patterns[{i}]"),
-                pattern,
-                check_retry_error_pattern,
-            )?;
-        }
-        for (i, code) in self.retry_status_codes.iter().enumerate() {
-            if !(100..=599).contains(code) {
-                return Err(err(
-                    format!("{at}.retry_status_codes[{i}]"),
-                    "not an HTTP status",
-                ));
-            }
-        }
-        if !responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
+        Ok((preset, provider))
+    }
+}
+
+/// The channel's base URL: a simulated channel's from its `mock` options (or a `mock://` URL),
+/// a real one's checked for its provider, without a trailing slash.
+fn channel_base_url(
+    at: &str,
+    provider: Provider,
+    base_url: Option<String>,
+    mock: Option<MockOptions>,
+) -> Result<String, ConfigError> {
+    let base_url = match (provider, base_url, mock) {
+        (Provider::Mock, None, options) => options.unwrap_or_default().to_url(),
+        (Provider::Mock, Some(url), None) => url,
+        (Provider::Mock, Some(_), Some(_)) => {
             return Err(err(
-                format!("{at}.responses_api"),
-                format!(
-                    "only openai and azure channels can be without the Responses API, not {}",
-                    provider.as_str()
-                ),
+                format!("{at}.mock"),
+                "give either base_url or mock, not both",
             ));
         }
-        Ok(Channel {
-            id: channel_ids.or_next(self.id),
-            name: self.name.trim().to_owned(),
-            provider,
-            base_url,
-            status,
-            auto_ban: self.auto_ban,
-            max_concurrency: self.max_concurrency,
-            capabilities: self.capabilities,
-            credentials,
-            retry_status_codes: self.retry_status_codes,
-            retry_error_patterns: self.retry_error_patterns,
-            headers,
-            secrets_withheld: false,
-            responses_api,
-            preset: preset.map(|p| p.name.to_owned()),
-        })
+        (_, _, Some(_)) => {
+            return Err(err(
+                format!("{at}.mock"),
+                "only allowed with provider: mock",
+            ));
+        }
+        (_, None, None) => return Err(err(format!("{at}.base_url"), "is required")),
+        (_, Some(url), None) => upstream_base_url(at, provider, &url)?,
+    };
+    if provider == Provider::Mock {
+        MockOptions::from_url(&base_url).map_err(|m| err(format!("{at}.base_url"), m))?;
     }
+    Ok(base_url)
+}
+
+/// A real upstream's base URL, trimmed and checked (a Vertex or Bedrock one for its shape).
+fn upstream_base_url(at: &str, provider: Provider, url: &str) -> Result<String, ConfigError> {
+    let trimmed = url.trim().trim_end_matches('/').to_owned();
+    if let Err(message) = switchyard_upstream::check_base_url(&trimmed) {
+        // Quoted without its password, and not whole if it is huge.
+        let shown = redact_url_userinfo(url);
+        return Err(err(
+            format!("{at}.base_url"),
+            format!("{message}: {:?}", truncate_for_display(&shown, 256)),
+        ));
+    }
+    if provider == Provider::Vertex {
+        text(
+            &format!("{at}.base_url"),
+            &trimmed,
+            switchyard_upstream::check_vertex_base_url,
+        )?;
+    }
+    if provider == Provider::Bedrock {
+        text(
+            &format!("{at}.base_url"),
+            &trimmed,
+            switchyard_upstream::check_bedrock_base_url,
+        )?;
+    }
+    Ok(trimmed)
+}
+
+/// The channel's credentials, each with its id; a keyless preset's placeholder, or the
+/// simulation's, when none is given (any other channel needs one).
+fn channel_credentials(
+    at: &str,
+    provider: Provider,
+    preset: Option<&catalog::Preset>,
+    raw: Vec<RawCredential>,
+    credential_ids: &mut Ids,
+) -> Result<Vec<Credential>, ConfigError> {
+    let mut credentials = Vec::new();
+    for (ki, raw) in raw.into_iter().enumerate() {
+        let (id, secret, enabled) = match raw {
+            RawCredential::Plain(secret) => (None, secret, true),
+            RawCredential::Full {
+                id,
+                secret: Some(secret),
+                enabled,
+            } => (id, secret, enabled),
+            RawCredential::Full { secret: None, .. } => {
+                return Err(err(
+                    format!("{at}.credentials[{ki}].secret"),
+                    "is required (a credential without one names a secret stored in the \
+                     control plane, which only a control plane apply accepts)",
+                ));
+            }
+        };
+        let secret = credential_secret(&format!("{at}.credentials[{ki}]"), provider, &secret)?;
+        let id = credential_ids.or_next(id);
+        credentials.push(Credential {
+            id,
+            enabled,
+            secret,
+        });
+    }
+    if credentials.is_empty() && preset.is_some_and(|p| p.auth == catalog::Auth::None) {
+        // A local server checks no key; the placeholder is what the proxy sends.
+        credentials.push(Credential {
+            id: credential_ids.next(),
+            enabled: true,
+            secret: SecretSource::Inline(catalog::NO_KEY.to_owned()),
+        });
+    }
+    if credentials.is_empty() {
+        if provider != Provider::Mock {
+            return Err(err(
+                format!("{at}.credentials"),
+                "at least one credential is required",
+            ));
+        }
+        // The simulation needs no key, but the engine wants a usable credential.
+        credentials.push(Credential {
+            id: credential_ids.next(),
+            enabled: true,
+            secret: SecretSource::Inline("mock".to_owned()),
+        });
+    }
+    Ok(credentials)
+}
+
+/// One credential's secret at `path`: an environment variable it references, or the secret
+/// itself checked for the provider's kind of key. No message ever quotes it.
+fn credential_secret(
+    path: &str,
+    provider: Provider,
+    secret: &str,
+) -> Result<SecretSource, ConfigError> {
+    // Trimmed like the admin API does (a YAML block scalar ends with a newline).
+    let secret = secret.trim();
+    if secret.is_empty() {
+        return Err(err(path, "secret must not be empty"));
+    }
+    match env_reference(secret) {
+        Some(name) => return Ok(SecretSource::Env(name.to_owned())),
+        // A Vertex credential is a service-account key file (JSON, often on several lines),
+        // never sent as is.
+        None if provider == Provider::Vertex => {
+            text(path, secret, switchyard_upstream::check_service_account)?;
+        }
+        // A Bedrock credential is an AWS access key (a JSON object), never sent as is.
+        None if provider == Provider::Bedrock => {
+            text(path, secret, switchyard_upstream::check_aws_credential)?;
+        }
+        // Sent as a header value: one line.
+        None => text(path, secret, check_secret)?,
+    }
+    Ok(SecretSource::Inline(secret.to_owned()))
+}
+
+/// The channel's extra headers, each name and value checked (an Azure `api-version` for its
+/// form); a value is never quoted, header values often carry keys.
+fn channel_headers(
+    at: &str,
+    provider: Provider,
+    raw: std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut headers = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
+        check_header_name(&name).map_err(|m| {
+            err(
+                format!("{at}.headers"),
+                format!("{m}: {:?}", truncate_for_display(&name, 64)),
+            )
+        })?;
+        text(&format!("{at}.headers.{name}"), &value, check_header_value)?;
+        if provider == Provider::Azure
+            && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+        {
+            text(
+                &format!("{at}.headers.{name}"),
+                value.trim(),
+                switchyard_upstream::check_api_version,
+            )?;
+        }
+        headers.push((name, value));
+    }
+    Ok(headers)
+}
+
+/// The channel's own retry rules: the error patterns within their bounds, the status codes
+/// HTTP statuses.
+fn check_retry_rules(at: &str, patterns: &[String], codes: &[u16]) -> Result<(), ConfigError> {
+    check_retry_error_patterns(patterns)
+        .map_err(|m| err(format!("{at}.retry_error_patterns"), m))?;
+    for (i, pattern) in patterns.iter().enumerate() {
+        text(
+            &format!("{at}.retry_error_patterns[{i}]"),
+            pattern,
+            check_retry_error_pattern,
+        )?;
+    }
+    for (i, code) in codes.iter().enumerate() {
+        if !(100..=599).contains(code) {
+            return Err(err(
+                format!("{at}.retry_status_codes[{i}]"),
+                "not an HTTP status",
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl RawRoute {
@@ -682,42 +784,9 @@ impl RawRoute {
         }
         let mut members = Vec::with_capacity(self.members.len());
         for (mi, raw) in self.members.into_iter().enumerate() {
-            let mat = format!("{at}.members[{mi}]");
-            let channel_id = *channel_ids.get(raw.channel.trim()).ok_or_else(|| {
-                err(
-                    format!("{mat}.channel"),
-                    format!("unknown channel {:?}", raw.channel),
-                )
-            })?;
-            let group = raw.group.unwrap_or_else(|| DEFAULT_GROUP.to_owned());
-            validate_group(&group).map_err(|m| err(format!("{mat}.group"), m))?;
-            text(&format!("{mat}.group"), &group, check_single_line)?;
-            if let Some(model) = &raw.upstream_model {
-                // Spliced into request bodies (JSON and multipart): one line.
-                text(
-                    &format!("{mat}.upstream_model"),
-                    model,
-                    check_upstream_model,
-                )?;
-            }
-            let group = match group.trim() {
-                "" => DEFAULT_GROUP.to_owned(),
-                g => g.to_owned(),
-            };
+            let at = format!("{at}.members[{mi}]");
             let id = member_ids.or_next(raw.id);
-            members.push(Member {
-                id,
-                channel_id,
-                upstream_model: raw
-                    .upstream_model
-                    .unwrap_or_else(|| self.model_pattern.trim().to_owned()),
-                group_name: group,
-                priority: raw.priority,
-                weight: raw.weight,
-                enabled: raw.enabled,
-                canary: raw.canary,
-                capabilities: raw.capabilities,
-            });
+            members.push(raw.into_member(id, &at, channel_ids, &self.model_pattern)?);
         }
         if routing_mode == RoutingMode::Single && self.single_member_id.is_none() {
             return Err(err(
@@ -747,6 +816,48 @@ impl RawRoute {
             channel_retry_times: self.channel_retry_times,
             cooldown_seconds: self.cooldown_seconds,
             members,
+        })
+    }
+}
+
+impl RawMember {
+    /// The member at `at`; without an `upstream_model` it calls its route's model pattern.
+    fn into_member(
+        self,
+        id: i64,
+        at: &str,
+        channel_ids: &HashMap<String, i64>,
+        model_pattern: &str,
+    ) -> Result<Member, ConfigError> {
+        let channel_id = *channel_ids.get(self.channel.trim()).ok_or_else(|| {
+            err(
+                format!("{at}.channel"),
+                format!("unknown channel {:?}", self.channel),
+            )
+        })?;
+        let group = self.group.unwrap_or_else(|| DEFAULT_GROUP.to_owned());
+        validate_group(&group).map_err(|m| err(format!("{at}.group"), m))?;
+        text(&format!("{at}.group"), &group, check_single_line)?;
+        if let Some(model) = &self.upstream_model {
+            // Spliced into request bodies (JSON and multipart): one line.
+            text(&format!("{at}.upstream_model"), model, check_upstream_model)?;
+        }
+        let group = match group.trim() {
+            "" => DEFAULT_GROUP.to_owned(),
+            g => g.to_owned(),
+        };
+        Ok(Member {
+            id,
+            channel_id,
+            upstream_model: self
+                .upstream_model
+                .unwrap_or_else(|| model_pattern.trim().to_owned()),
+            group_name: group,
+            priority: self.priority,
+            weight: self.weight,
+            enabled: self.enabled,
+            canary: self.canary,
+            capabilities: self.capabilities,
         })
     }
 }

@@ -340,81 +340,33 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
         }
         let settings = settings_from_proto(wire.settings.unwrap_or_default())?;
 
-        let mut channel_ids = HashSet::new();
         let mut credential_ids = HashSet::new();
-        let mut channels = Vec::with_capacity(wire.channels.len());
-        for (i, c) in wire.channels.into_iter().enumerate() {
-            let path = format!("channels[{i}]");
-            if !channel_ids.insert(c.id) {
-                return Err(invalid(path, format!("duplicate channel id {}", c.id)));
-            }
-            channels.push(channel_from_proto(c, &path, &mut credential_ids)?);
-        }
-
-        let mut route_ids = HashSet::new();
+        let channels = each(
+            wire.channels,
+            "channels",
+            "channel",
+            |c| c.id,
+            |c, path| channel_from_proto(c, path, &mut credential_ids),
+        )?;
         let mut member_ids = HashSet::new();
-        let mut routes = Vec::with_capacity(wire.routes.len());
-        for (i, r) in wire.routes.into_iter().enumerate() {
-            let path = format!("routes[{i}]");
-            if !route_ids.insert(r.id) {
-                return Err(invalid(path, format!("duplicate route id {}", r.id)));
-            }
-            routes.push(route_from_proto(r, &path, &mut member_ids)?);
-        }
-
-        let mut team_ids = HashSet::new();
-        let mut teams = Vec::with_capacity(wire.teams.len());
-        for (i, t) in wire.teams.into_iter().enumerate() {
-            let path = format!("teams[{i}]");
-            if !team_ids.insert(t.id) {
-                return Err(invalid(path, format!("duplicate team id {}", t.id)));
-            }
-            teams.push(team_from_proto(t, &path)?);
-        }
-
-        let mut token_ids = HashSet::new();
-        let mut tokens = Vec::with_capacity(wire.tokens.len());
-        for (i, t) in wire.tokens.into_iter().enumerate() {
-            let path = format!("tokens[{i}]");
-            if !token_ids.insert(t.id) {
-                return Err(invalid(path, format!("duplicate token id {}", t.id)));
-            }
-            tokens.push(token_from_proto(t, &path)?);
-        }
-
-        let mut price_ids = HashSet::new();
-        let mut prices = Vec::with_capacity(wire.prices.len());
-        for (i, p) in wire.prices.into_iter().enumerate() {
-            let path = format!("prices[{i}]");
-            if !price_ids.insert(p.id) {
-                return Err(invalid(path, format!("duplicate price id {}", p.id)));
-            }
-            prices.push(price_from_proto(p, &path)?);
-        }
-
-        let mut limit_ids = HashSet::new();
-        let mut limits = Vec::with_capacity(wire.limits.len());
-        for (i, l) in wire.limits.into_iter().enumerate() {
-            let path = format!("limits[{i}]");
-            if !limit_ids.insert(l.id) {
-                return Err(invalid(path, format!("duplicate limit id {}", l.id)));
-            }
-            let window = (l.window != "none").then_some(l.window.as_str());
-            let limit = Limit::parse(&l.scope, l.scope_id, &l.metric, window, l.value, &l.mode)
-                .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
-            limits.push(LimitRule { id: l.id, limit });
-        }
-
-        let mut shadow_ids = HashSet::new();
-        let mut shadows = Vec::with_capacity(wire.shadows.len());
-        for (i, w) in wire.shadows.into_iter().enumerate() {
-            let path = format!("shadows[{i}]");
-            if !shadow_ids.insert(w.id) {
-                return Err(invalid(path, format!("duplicate shadow id {}", w.id)));
-            }
-            shadows.push(shadow_from_proto(w, &path)?);
-        }
-
+        let routes = each(
+            wire.routes,
+            "routes",
+            "route",
+            |r| r.id,
+            |r, path| route_from_proto(r, path, &mut member_ids),
+        )?;
+        let teams = each(wire.teams, "teams", "team", |t| t.id, team_from_proto)?;
+        let tokens = each(wire.tokens, "tokens", "token", |t| t.id, token_from_proto)?;
+        let prices = each(wire.prices, "prices", "price", |p| p.id, price_from_proto)?;
+        let limits = each(wire.limits, "limits", "limit", |l| l.id, limit_from_proto)?;
+        let shadows = each(
+            wire.shadows,
+            "shadows",
+            "shadow",
+            |w| w.id,
+            shadow_from_proto,
+        )?;
         Ok(SnapshotParts {
             revision: wire.revision,
             settings,
@@ -427,6 +379,35 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             shadows,
         })
     }
+}
+
+/// Converts each entry of the list `name` at its path (`name[i]`), refusing an id that an
+/// earlier entry already has.
+fn each<W, T>(
+    list: Vec<W>,
+    name: &str,
+    what: &str,
+    id: impl Fn(&W) -> i64,
+    mut convert: impl FnMut(W, &str) -> Result<T, ConversionError>,
+) -> Result<Vec<T>, ConversionError> {
+    let mut ids = HashSet::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, w) in list.into_iter().enumerate() {
+        let path = format!("{name}[{i}]");
+        let id = id(&w);
+        if !ids.insert(id) {
+            return Err(invalid(path, format!("duplicate {what} id {id}")));
+        }
+        out.push(convert(w, &path)?);
+    }
+    Ok(out)
+}
+
+fn limit_from_proto(l: v1::Limit, path: &str) -> Result<LimitRule, ConversionError> {
+    let window = (l.window != "none").then_some(l.window.as_str());
+    let limit = Limit::parse(&l.scope, l.scope_id, &l.metric, window, l.value, &l.mode)
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+    Ok(LimitRule { id: l.id, limit })
 }
 
 fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
@@ -592,32 +573,8 @@ fn channel_from_proto(
     path: &str,
     credential_ids: &mut HashSet<i64>,
 ) -> Result<Channel, ConversionError> {
-    let provider = match v1::Provider::try_from(w.provider) {
-        Ok(v1::Provider::Openai) => Provider::Openai,
-        Ok(v1::Provider::Azure) => Provider::Azure,
-        Ok(v1::Provider::Anthropic) => Provider::Anthropic,
-        Ok(v1::Provider::Gemini) => Provider::Gemini,
-        Ok(v1::Provider::Vertex) => Provider::Vertex,
-        Ok(v1::Provider::Bedrock) => Provider::Bedrock,
-        Ok(v1::Provider::Mock) => Provider::Mock,
-        Ok(v1::Provider::Unspecified) | Err(_) => {
-            return Err(invalid(
-                format!("{path}.provider"),
-                format!("unknown provider {}", w.provider),
-            ))
-        }
-    };
-    let status = match v1::ChannelStatus::try_from(w.status) {
-        Ok(v1::ChannelStatus::Enabled) => ChannelStatus::Enabled,
-        Ok(v1::ChannelStatus::Disabled) => ChannelStatus::Disabled,
-        Ok(v1::ChannelStatus::AutoDisabled) => ChannelStatus::AutoDisabled,
-        Ok(v1::ChannelStatus::Unspecified) | Err(_) => {
-            return Err(invalid(
-                format!("{path}.status"),
-                format!("unknown channel status {}", w.status),
-            ))
-        }
-    };
+    let provider = provider_from_proto(w.provider, path)?;
+    let status = channel_status_from_proto(w.status, path)?;
     if w.chat_completions_only && !matches!(provider, Provider::Openai | Provider::Azure) {
         return Err(invalid(
             format!("{path}.chat_completions_only"),
@@ -633,32 +590,9 @@ fn channel_from_proto(
         if !credential_ids.insert(c.id) {
             return Err(invalid(cpath, format!("duplicate credential id {}", c.id)));
         }
-        let secret = match c.secret {
-            Some(v1::credential::Secret::Inline(value)) => SecretSource::Inline(value),
-            Some(v1::credential::Secret::Env(name)) if !name.is_empty() => SecretSource::Env(name),
-            Some(v1::credential::Secret::Env(_)) => {
-                return Err(invalid(format!("{cpath}.env"), "must not be empty"))
-            }
-            None => return Err(invalid(format!("{cpath}.secret"), "missing")),
-        };
-        credentials.push(Credential {
-            id: c.id,
-            enabled: c.enabled,
-            secret,
-        });
+        credentials.push(credential_from_proto(c, &cpath)?);
     }
-    let mut retry_status_codes = Vec::with_capacity(w.retry_status_codes.len());
-    for (i, code) in w.retry_status_codes.into_iter().enumerate() {
-        match u16::try_from(code) {
-            Ok(code) if (100..=599).contains(&code) => retry_status_codes.push(code),
-            _ => {
-                return Err(invalid(
-                    format!("{path}.retry_status_codes[{i}]"),
-                    format!("{code} is not an HTTP status code"),
-                ))
-            }
-        }
-    }
+    let retry_status_codes = retry_status_codes_from_proto(w.retry_status_codes, path)?;
     Ok(Channel {
         id: w.id,
         name: w.name,
@@ -676,6 +610,66 @@ fn channel_from_proto(
         responses_api: !w.chat_completions_only,
         preset: w.preset,
     })
+}
+
+fn provider_from_proto(provider: i32, path: &str) -> Result<Provider, ConversionError> {
+    match v1::Provider::try_from(provider) {
+        Ok(v1::Provider::Openai) => Ok(Provider::Openai),
+        Ok(v1::Provider::Azure) => Ok(Provider::Azure),
+        Ok(v1::Provider::Anthropic) => Ok(Provider::Anthropic),
+        Ok(v1::Provider::Gemini) => Ok(Provider::Gemini),
+        Ok(v1::Provider::Vertex) => Ok(Provider::Vertex),
+        Ok(v1::Provider::Bedrock) => Ok(Provider::Bedrock),
+        Ok(v1::Provider::Mock) => Ok(Provider::Mock),
+        Ok(v1::Provider::Unspecified) | Err(_) => Err(invalid(
+            format!("{path}.provider"),
+            format!("unknown provider {provider}"),
+        )),
+    }
+}
+
+fn channel_status_from_proto(status: i32, path: &str) -> Result<ChannelStatus, ConversionError> {
+    match v1::ChannelStatus::try_from(status) {
+        Ok(v1::ChannelStatus::Enabled) => Ok(ChannelStatus::Enabled),
+        Ok(v1::ChannelStatus::Disabled) => Ok(ChannelStatus::Disabled),
+        Ok(v1::ChannelStatus::AutoDisabled) => Ok(ChannelStatus::AutoDisabled),
+        Ok(v1::ChannelStatus::Unspecified) | Err(_) => Err(invalid(
+            format!("{path}.status"),
+            format!("unknown channel status {status}"),
+        )),
+    }
+}
+
+fn credential_from_proto(c: v1::Credential, path: &str) -> Result<Credential, ConversionError> {
+    let secret = match c.secret {
+        Some(v1::credential::Secret::Inline(value)) => SecretSource::Inline(value),
+        Some(v1::credential::Secret::Env(name)) if !name.is_empty() => SecretSource::Env(name),
+        Some(v1::credential::Secret::Env(_)) => {
+            return Err(invalid(format!("{path}.env"), "must not be empty"))
+        }
+        None => return Err(invalid(format!("{path}.secret"), "missing")),
+    };
+    Ok(Credential {
+        id: c.id,
+        enabled: c.enabled,
+        secret,
+    })
+}
+
+fn retry_status_codes_from_proto(codes: Vec<u32>, path: &str) -> Result<Vec<u16>, ConversionError> {
+    let mut out = Vec::with_capacity(codes.len());
+    for (i, code) in codes.into_iter().enumerate() {
+        match u16::try_from(code) {
+            Ok(code) if (100..=599).contains(&code) => out.push(code),
+            _ => {
+                return Err(invalid(
+                    format!("{path}.retry_status_codes[{i}]"),
+                    format!("{code} is not an HTTP status code"),
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn team_from_proto(w: v1::Team, path: &str) -> Result<Team, ConversionError> {

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body_util::Full;
-use switchyard_engine::{Channel, CredentialId, Provider, SecretSource};
+use switchyard_engine::{Channel, Credential, CredentialId, Provider, SecretSource};
 use switchyard_provider::Protocol;
 
 use crate::bedrock::{AwsKeys, RequestError};
@@ -212,21 +212,108 @@ fn azure_target(channel: &Channel, base: &str) -> AzureTarget {
     AzureTarget { v1, api_version }
 }
 
+/// A simulated channel's options, read from its `mock://` base URL (the defaults when they do
+/// not parse); `None` for a real upstream.
+fn mock_options(channel: &Channel) -> Option<MockOptions> {
+    if channel.provider != Provider::Mock {
+        return None;
+    }
+    match MockOptions::from_url(&channel.base_url) {
+        Ok(options) => Some(options),
+        Err(e) => {
+            tracing::warn!(channel = %channel.name, error = %e, "bad mock options; using defaults");
+            Some(MockOptions::default())
+        }
+    }
+}
+
+/// A Vertex channel's endpoint, project and location, read from its base URL (used as the
+/// endpoint when it is not a Vertex AI endpoint URL).
+fn vertex_target(channel: &Channel, base: &str) -> VertexTarget {
+    VertexTarget::parse(base).unwrap_or_else(|e| {
+        // The control plane and the YAML loader refuse such URLs.
+        tracing::warn!(channel = %channel.name, problem = %e, "base_url is not a Vertex AI endpoint URL; used as the endpoint");
+        VertexTarget {
+            endpoint: base.to_owned(),
+            project: None,
+            location: crate::vertex::DEFAULT_LOCATION.to_owned(),
+        }
+    })
+}
+
+/// One credential as the channel's requests use it: a Vertex service-account token source, a
+/// Bedrock AWS key, or the auth header (`Bearer`, or the bare key for Anthropic, Gemini and
+/// Azure). `None`, with a warning naming the credential and never its secret, when its secret
+/// cannot be resolved or used.
+fn credential_runtime(
+    channel: &Channel,
+    cred: &Credential,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<CredentialRuntime> {
+    let secret = match &cred.secret {
+        SecretSource::Inline(s) => Some(s.clone()),
+        SecretSource::Env(name) => env(name),
+    };
+    let Some(secret) = secret else {
+        tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential's environment variable is not set; credential skipped");
+        return None;
+    };
+    if channel.provider == Provider::Vertex {
+        return match crate::vertex::token_source(&secret) {
+            Ok(source) => Some(CredentialRuntime {
+                id: cred.id,
+                auth: HeaderValue::from_static(""),
+                vertex: Some(source),
+                aws: None,
+            }),
+            Err(problem) => {
+                tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable service-account key; skipped");
+                None
+            }
+        };
+    }
+    if channel.provider == Provider::Bedrock {
+        return match crate::bedrock::parse_aws_keys(&secret) {
+            Ok(keys) => Some(CredentialRuntime {
+                id: cred.id,
+                auth: HeaderValue::from_static(""),
+                vertex: None,
+                aws: Some(Arc::new(keys)),
+            }),
+            Err(problem) => {
+                tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable AWS access key; skipped");
+                None
+            }
+        };
+    }
+    let value = match channel.provider {
+        Provider::Anthropic | Provider::Gemini | Provider::Azure => {
+            HeaderValue::from_str(secret.trim())
+        }
+        _ => HeaderValue::from_str(&format!("Bearer {}", secret.trim())),
+    };
+    match value {
+        Ok(mut auth) => {
+            auth.set_sensitive(true);
+            Some(CredentialRuntime {
+                id: cred.id,
+                auth,
+                vertex: None,
+                aws: None,
+            })
+        }
+        Err(_) => {
+            tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential is not a valid header value; skipped");
+            None
+        }
+    }
+}
+
 impl ChannelRuntime {
     /// Compiles a channel. Credentials whose secret cannot be resolved (unset env var) or is not
     /// a valid header value are left out, with a warning naming the credential, never its value.
     pub fn compile(channel: &Channel, env: &dyn Fn(&str) -> Option<String>) -> ChannelRuntime {
-        let mock = if channel.provider == Provider::Mock {
-            match MockOptions::from_url(&channel.base_url) {
-                Ok(options) => Some(options),
-                Err(e) => {
-                    tracing::warn!(channel = %channel.name, error = %e, "bad mock options; using defaults");
-                    Some(MockOptions::default())
-                }
-            }
-        } else {
-            None
-        };
+        let mock = mock_options(channel);
         let mut base = if mock.is_some() {
             channel.base_url.trim().trim_end_matches('/').to_owned()
         } else {
@@ -240,79 +327,15 @@ impl ChannelRuntime {
                 base = resource.to_owned();
             }
         }
-        let vertex = (channel.provider == Provider::Vertex).then(|| {
-            VertexTarget::parse(&base).unwrap_or_else(|e| {
-                // The control plane and the YAML loader refuse such URLs.
-                tracing::warn!(channel = %channel.name, problem = %e, "base_url is not a Vertex AI endpoint URL; used as the endpoint");
-                VertexTarget {
-                    endpoint: base.clone(),
-                    project: None,
-                    location: crate::vertex::DEFAULT_LOCATION.to_owned(),
-                }
-            })
-        });
+        let vertex = (channel.provider == Provider::Vertex).then(|| vertex_target(channel, &base));
         let bedrock_region = (channel.provider == Provider::Bedrock)
             .then(|| crate::bedrock::region_of_base_url(&base))
             .flatten();
-        let mut credentials = Vec::with_capacity(channel.credentials.len());
-        for cred in &channel.credentials {
-            let secret = match &cred.secret {
-                SecretSource::Inline(s) => Some(s.clone()),
-                SecretSource::Env(name) => env(name),
-            };
-            let Some(secret) = secret else {
-                tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential's environment variable is not set; credential skipped");
-                continue;
-            };
-            if channel.provider == Provider::Vertex {
-                match crate::vertex::token_source(&secret) {
-                    Ok(source) => credentials.push(CredentialRuntime {
-                        id: cred.id,
-                        auth: HeaderValue::from_static(""),
-                        vertex: Some(source),
-                        aws: None,
-                    }),
-                    Err(problem) => {
-                        tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable service-account key; skipped");
-                    }
-                }
-                continue;
-            }
-            if channel.provider == Provider::Bedrock {
-                match crate::bedrock::parse_aws_keys(&secret) {
-                    Ok(keys) => credentials.push(CredentialRuntime {
-                        id: cred.id,
-                        auth: HeaderValue::from_static(""),
-                        vertex: None,
-                        aws: Some(Arc::new(keys)),
-                    }),
-                    Err(problem) => {
-                        tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable AWS access key; skipped");
-                    }
-                }
-                continue;
-            }
-            let value = match channel.provider {
-                Provider::Anthropic | Provider::Gemini | Provider::Azure => {
-                    HeaderValue::from_str(secret.trim())
-                }
-                _ => HeaderValue::from_str(&format!("Bearer {}", secret.trim())),
-            };
-            match value {
-                Ok(mut auth) => {
-                    auth.set_sensitive(true);
-                    credentials.push(CredentialRuntime {
-                        id: cred.id,
-                        auth,
-                        vertex: None,
-                        aws: None,
-                    });
-                }
-                Err(_) => {
-                    tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential is not a valid header value; skipped");
-                }
-            }
-        }
+        let mut credentials: Vec<CredentialRuntime> = channel
+            .credentials
+            .iter()
+            .filter_map(|cred| credential_runtime(channel, cred, env))
+            .collect();
         let headers = channel
             .headers
             .iter()
