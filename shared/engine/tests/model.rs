@@ -344,3 +344,35 @@ fn responses_api_defaults_to_true_when_absent_from_json() {
     let ch: Channel = serde_json::from_value(v).unwrap();
     assert!(ch.responses_api);
 }
+
+#[test]
+fn the_catalog_prices_the_channels_of_a_provider_it_knows_unless_the_setting_is_off() {
+    // Known by its provider's official base URL, or by the preset it names.
+    let mut official = channel(1);
+    official.base_url = "https://api.openai.com/v1".into();
+    let mut preset = channel(2);
+    preset.preset = Some("openai".into());
+    // A base URL the catalog does not know (the support channel's own).
+    let unknown = channel(3);
+    let parts = |price_catalog: bool| SnapshotParts {
+        settings: Settings {
+            price_catalog,
+            ..Settings::default()
+        },
+        channels: vec![official.clone(), preset.clone(), unknown.clone()],
+        ..SnapshotParts::default()
+    };
+    let on = Snapshot::new(parts(true));
+    for ch in [1, 2] {
+        let (price, from_catalog) = on.priced(ch, "gpt-5.4").expect("a catalog price");
+        assert!(from_catalog);
+        assert_eq!(price.channel_id, ch);
+        assert_eq!(price.input_per_million, 2_500_000);
+        assert_eq!(price.output_per_million, 15_000_000);
+        assert_eq!(price.cached_input_per_million, Some(250_000));
+    }
+    assert!(on.price(3, "gpt-5.4").is_none());
+    let off = Snapshot::new(parts(false));
+    assert!(off.price(1, "gpt-5.4").is_none());
+    assert!(off.price(2, "gpt-5.4").is_none());
+}
