@@ -486,6 +486,23 @@ pub fn canary_promotes_after_clean_run(store: &dyn StateStore) {
         assert!(!store.record_success(&never, NOW).promoted);
     }
     assert!(!read(store, |v| v.canary_promoted(2)));
+    // The admin view lists each canary's count and whether it is promoted, in member order (a
+    // promoted canary's count stops where it was promoted).
+    assert_eq!(
+        store.dump(NOW).canaries,
+        vec![
+            CanaryEntry {
+                member_id: 1,
+                successes: 3,
+                promoted: true,
+            },
+            CanaryEntry {
+                member_id: 2,
+                successes: 3,
+                promoted: false,
+            },
+        ]
+    );
 }
 
 pub fn credential_disable_is_visible(store: &dyn StateStore) {
