@@ -229,7 +229,6 @@ pub async fn create(
     .await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
 #[utoipa::path(get, path = "/api/v1/admin-tokens/{id}", tag = "admin-tokens", operation_id = "get_admin_token",
     responses((status = 200, body = AdminTokenView), (status = 404, body = ErrorBody)))]
 pub async fn get_one(

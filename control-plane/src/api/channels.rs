@@ -9,11 +9,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::extract::{nullable, Actor, JsonBody, Path, Query, Writer};
+use super::crud::{Crud, Item};
+use super::extract::{nullable, JsonBody, Path, Query, Writer};
 use super::reply::{Page, PageQuery};
+use super::rows::RowView;
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_children, list_rows, lock_row, table_row,
-    update_sql, By, Change, Db, RowQuery,
+    commit_view, delete_row, insert_sql, list_children, lock_row, table_row, update_sql, By,
+    Change, Db, RowQuery,
 };
 use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -525,15 +527,6 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     })
 }
 
-#[utoipa::path(get, path = "/api/v1/channels", tag = "channels", operation_id = "list_channels", params(PageQuery),
-    responses((status = 200, body = Page<ChannelView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<ChannelView>>> {
-    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/channels", tag = "channels", operation_id = "create_channel", request_body = ChannelCreate,
     responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
               (status = 422, body = ErrorBody)))]
@@ -558,36 +551,30 @@ pub(super) async fn create_in<'c>(
     commit_view::<ChannelView>(tx, by, Change::Create, view.id, audit_detail(&spec), view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "get_channel",
-    responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<ChannelView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
+impl RowView for ChannelView {
+    type Row = ChannelView;
 }
 
-#[utoipa::path(patch, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "update_channel", request_body = ChannelPatch,
-    responses((status = 200, body = ChannelView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    State(state): State<AppState>,
-    Actor(actor): Actor,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<ChannelPatch>,
-) -> ApiResult<Response> {
-    patch_in(
-        &state.pool,
-        state.live.as_ref(),
-        By::each(&actor),
-        id,
-        patch,
-    )
-    .await
+/// As [`crud!`] would, but an update passes the fleet's shared state on (see [`patch_in`]).
+impl Crud for ChannelView {
+    type Patch = ChannelPatch;
+    const ITEM: Item = Item::new("channel").conflict("members still use the channel");
+
+    async fn patch(
+        state: AppState,
+        w: Writer,
+        id: i64,
+        patch: ChannelPatch,
+    ) -> ApiResult<Response> {
+        patch_in(&w.pool, state.live.as_ref(), w.by(), id, patch).await
+    }
+
+    async fn delete(w: Writer, id: i64) -> ApiResult<Response> {
+        delete_in(&w.pool, w.by(), id).await
+    }
 }
 
-/// [`patch`] in `db` (see [`Db`]). A dry run passes no `live`: the breaker reset below is a write
+/// The update of `PATCH /api/v1/channels/{id}`, in `db` (see [`Db`]). A dry run passes no `live`: the breaker reset below is a write
 /// to the fleet's shared state and must not happen for a change that is rolled back.
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
@@ -643,14 +630,7 @@ pub(super) async fn patch_in<'c>(
     Ok(response)
 }
 
-#[utoipa::path(delete, path = "/api/v1/channels/{id}", tag = "channels", operation_id = "delete_channel",
-    responses((status = 204), (status = 404, body = ErrorBody),
-              (status = 409, description = "members still use the channel", body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/channels/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<ChannelView>(db, id).await?;
     let members: i64 =

@@ -2,23 +2,19 @@
 //! Secrets are write-only: reads return a mask computed in SQL, so the secret never even reaches
 //! this process on a read.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
 use super::channels::{text, ChannelView};
-use super::extract::{JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
+use super::crud::{crud, Item};
+use super::extract::{JsonBody, Path, Writer};
 use super::rows::{
-    commit_view, delete_locked, fetch_row, insert_sql, list_children, lock_row, table_row, By,
-    Change, Db,
+    commit_view, delete_locked, fetch_row, insert_sql, lock_row, table_row, By, Change, Db,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 use switchyard_engine::validate::check_secret;
 use switchyard_engine::Provider;
 
@@ -172,19 +168,6 @@ impl Source {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/channels/{id}/credentials", tag = "credentials", operation_id = "list_credentials",
-    params(PageQuery),
-    responses((status = 200, body = Page<CredentialView>), (status = 404, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Path(channel_id): Path<i64>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<CredentialView>>> {
-    let parent = ("channel_id", channel_id);
-    let page = list_children::<ChannelView, _>(&state.pool, parent, page.bounds()?).await?;
-    Ok(Json(page))
-}
-
 #[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials", operation_id = "create_credential",
     request_body = CredentialCreate,
     responses((status = 201, body = CredentialView), (status = 404, body = ErrorBody),
@@ -223,29 +206,9 @@ pub(super) async fn create_in<'c>(
     commit_view::<CredentialView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "get_credential",
-    responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<CredentialView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
-}
+crud!(table CredentialView, CredentialPatch, Item::new("credential"));
 
-#[utoipa::path(patch, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "update_credential",
-    request_body = CredentialPatch,
-    responses((status = 200, body = CredentialView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(raw): JsonBody<CredentialPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, raw).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/credentials/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -287,13 +250,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<CredentialView>(tx, by, Change::Update, id, detail, view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/credentials/{id}", tag = "credentials", operation_id = "delete_credential",
-    responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/credentials/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let detail = |credential: &CredentialView| json!({ "channel_id": credential.channel_id });
     delete_locked(db, by, id, detail).await

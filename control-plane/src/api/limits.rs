@@ -3,25 +3,22 @@
 //! (soft); upstream limits (channel, member) make members without room ineligible instead. A
 //! limit follows its scope: deleting the token, team, route, channel or member deletes it.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchyard_engine::limit::{format_micros, Limit, Metric, ScopeKind};
 use utoipa::ToSchema;
 
 use super::amount::DecimalText;
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
+use super::crud::{crud, Item};
+use super::extract::{nullable, JsonBody, Writer};
 use super::rows::{
-    commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
-    update_sql, By, Change, Db, RowQuery, RowView,
+    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
+    RowQuery, RowView,
 };
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LimitView {
@@ -307,15 +304,6 @@ fn bind_limit<'q, O>(query: RowQuery<'q, O>, limit: &'q Limit) -> ApiResult<RowQ
         .bind(limit.mode.as_str()))
 }
 
-#[utoipa::path(get, path = "/api/v1/limits", tag = "limits", operation_id = "list_limits", params(PageQuery),
-    responses((status = 200, body = Page<LimitView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<LimitView>>> {
-    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/limits", tag = "limits", operation_id = "create_limit", request_body = LimitCreate,
     responses((status = 201, body = LimitView),
               (status = 422, description = "a field is invalid, or the scope already has a limit \
@@ -343,29 +331,15 @@ pub(super) async fn create_in<'c>(
     commit_view::<LimitRow>(tx, by, Change::Create, id, detail(&limit), view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "get_limit",
-    responses((status = 200, body = LimitView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<LimitView>> {
-    Ok(Json(fetch_view(&state.pool, id).await?))
-}
+crud!(
+    LimitView,
+    LimitPatch,
+    Item::new("limit").invalid(
+        "a field is invalid, or the scope already has a limit of this metric and window (`window`)",
+    )
+);
 
-#[utoipa::path(patch, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "update_limit", request_body = LimitPatch,
-    responses((status = 200, body = LimitView), (status = 404, body = ErrorBody),
-              (status = 422, description = "a field is invalid, or the scope already has a limit \
-                                            of this metric and window (`window`)", body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<LimitPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/limits/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -416,13 +390,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<LimitRow>(tx, by, Change::Update, id, detail(&limit), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/limits/{id}", tag = "limits", operation_id = "delete_limit",
-    responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/limits/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     delete_locked::<LimitRow>(db, by, id, |current| {
         json!({

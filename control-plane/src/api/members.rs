@@ -1,8 +1,6 @@
 //! `/api/v1/routes/{id}/members`, `/api/v1/members/{id}`: the unit of selection.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::model::validate_group;
@@ -11,16 +9,14 @@ use switchyard_engine::DEFAULT_GROUP;
 use utoipa::ToSchema;
 
 use super::channels::{text, CapabilitiesDto};
-use super::extract::{JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
+use super::crud::{crud, Item};
+use super::extract::{JsonBody, Path, Writer};
 use super::routes::RouteView;
 use super::rows::{
-    commit_view, delete_row, fetch_row, insert_sql, list_children, lock_row, table_row, update_sql,
-    By, Change, Db, RowQuery,
+    commit_view, delete_row, insert_sql, lock_row, table_row, update_sql, By, Change, Db, RowQuery,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct MemberView {
@@ -181,18 +177,6 @@ impl MemberSpec {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/routes/{id}/members", tag = "members", operation_id = "list_members", params(PageQuery),
-    responses((status = 200, body = Page<MemberView>), (status = 404, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Path(route_id): Path<i64>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<MemberView>>> {
-    let parent = ("route_id", route_id);
-    let page = list_children::<RouteView, _>(&state.pool, parent, page.bounds()?).await?;
-    Ok(Json(page))
-}
-
 #[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members", operation_id = "create_member",
     request_body = MemberCreate,
     responses((status = 201, body = MemberView), (status = 404, body = ErrorBody),
@@ -259,28 +243,13 @@ pub(super) async fn create_as<'c>(
     commit_view::<MemberView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/members/{id}", tag = "members", operation_id = "get_member",
-    responses((status = 200, body = MemberView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<MemberView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
-}
+crud!(
+    table MemberView,
+    MemberPatch,
+    Item::new("member").conflict("a team still grants this member")
+);
 
-#[utoipa::path(patch, path = "/api/v1/members/{id}", tag = "members", operation_id = "update_member", request_body = MemberPatch,
-    responses((status = 200, body = MemberView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<MemberPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/members/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -309,14 +278,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<MemberView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/members/{id}", tag = "members", operation_id = "delete_member",
-    responses((status = 204), (status = 404, body = ErrorBody),
-              (status = 409, description = "a team still grants this member", body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/members/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<MemberView>(db, id).await?;
     let teams: Vec<i64> = sqlx::query_scalar(

@@ -5,14 +5,15 @@
 //! parsing (`extract.rs`), pages and the revision header (`reply.rs`) and the row code
 //! (`rows.rs`).
 //!
-//! Each resource module (routes, members, channels, credentials, teams, tokens, limits, prices,
-//! shadows, admin tokens) has its own `list`, `get_one`, `patch` and `delete` handlers, and
-//! they look alike on purpose: each is a one-line call, into the shared row code (`rows.rs`:
-//! `fetch_row`, `list_views`, `lock_row`, `commit_view`, `delete_row`) or into the module's own
-//! `patch_in` / `delete_in` (which applying a configuration file calls too), and what differs
-//! between them is their OpenAPI annotation (path, operation id, body and error types) and
-//! their types, which one generic handler could not carry. A duplicate finder lists these
-//! pairs; they stay.
+//! The resources' list, read, update and delete (channels, credentials, routes, members, tokens,
+//! teams, prices, limits, shadows) are one set of generic handlers (`crud.rs`): a resource states
+//! its view, its update body and the few OpenAPI facts that differ (`crud::Item`), and `crud.rs`
+//! builds both the axum routes and their OpenAPI operations from them. Updates and deletes go
+//! through the module's own `patch_in` / `delete_in`, the one resource layer that applying a
+//! configuration file and the dry run call too. Each resource keeps its own annotated `create`
+//! handler (its body and answer types, its parent in the path and its documented errors differ
+//! from resource to resource), and admin tokens, revoked rather than deleted and never updated,
+//! keep their own handlers.
 
 pub mod access;
 mod admin_tokens;
@@ -23,6 +24,7 @@ mod channels;
 pub(crate) mod config_file;
 mod console;
 mod credentials;
+mod crud;
 mod dry_run;
 mod explain;
 mod extract;
@@ -94,35 +96,39 @@ impl Modify for BearerAuth {
 /// Every documented admin route, with its OpenAPI annotations.
 fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(channels::list, channels::create))
-        .routes(routes!(
-            channels::get_one,
-            channels::patch,
-            channels::delete
-        ))
+        .routes(crud::listed::<channels::ChannelView>())
+        .routes(routes!(channels::create))
+        .routes(crud::item::<channels::ChannelView>())
         .routes(routes!(channels::events))
         .routes(routes!(presets::list))
-        .routes(routes!(credentials::list, credentials::create))
-        .routes(routes!(
-            credentials::get_one,
-            credentials::patch,
-            credentials::delete
-        ))
-        .routes(routes!(routes::list, routes::create))
-        .routes(routes!(routes::get_one, routes::patch, routes::delete))
-        .routes(routes!(members::list, members::create))
-        .routes(routes!(members::get_one, members::patch, members::delete))
-        .routes(routes!(tokens::list, tokens::create))
-        .routes(routes!(tokens::get_one, tokens::patch, tokens::delete))
-        .routes(routes!(teams::list, teams::create))
-        .routes(routes!(teams::get_one, teams::patch, teams::delete))
-        .routes(routes!(prices::list, prices::create))
-        .routes(routes!(prices::get_one, prices::patch, prices::delete))
-        .routes(routes!(limits::list, limits::create))
-        .routes(routes!(limits::get_one, limits::patch, limits::delete))
+        .routes(crud::listed_under::<
+            channels::ChannelView,
+            credentials::CredentialView,
+        >("channel_id"))
+        .routes(routes!(credentials::create))
+        .routes(crud::item::<credentials::CredentialView>())
+        .routes(crud::listed::<routes::RouteView>())
+        .routes(routes!(routes::create))
+        .routes(crud::item::<routes::RouteView>())
+        .routes(crud::listed_under::<routes::RouteView, members::MemberView>("route_id"))
+        .routes(routes!(members::create))
+        .routes(crud::item::<members::MemberView>())
+        .routes(crud::listed::<tokens::TokenView>())
+        .routes(routes!(tokens::create))
+        .routes(crud::item::<tokens::TokenView>())
+        .routes(crud::listed::<teams::TeamView>())
+        .routes(routes!(teams::create))
+        .routes(crud::item::<teams::TeamView>())
+        .routes(crud::listed::<prices::PriceView>())
+        .routes(routes!(prices::create))
+        .routes(crud::item::<prices::PriceView>())
+        .routes(crud::listed::<limits::LimitView>())
+        .routes(routes!(limits::create))
+        .routes(crud::item::<limits::LimitView>())
         .routes(routes!(budgets::budgets))
-        .routes(routes!(shadows::list, shadows::create))
-        .routes(routes!(shadows::get_one, shadows::patch, shadows::delete))
+        .routes(crud::listed::<shadows::ShadowView>())
+        .routes(routes!(shadows::create))
+        .routes(crud::item::<shadows::ShadowView>())
         .routes(routes!(shadows::report))
         .routes(routes!(
             settings::get_settings,

@@ -3,9 +3,7 @@
 //! the channel that served it; a request no price matches is counted as unpriced, never as free.
 //! Amounts are exact: stored in micro-USD per million tokens, answered as decimal strings.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::limit::format_micros;
@@ -13,15 +11,14 @@ use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
 use super::amount::DecimalText;
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
+use super::crud::{crud, Item};
+use super::extract::{nullable, JsonBody, Writer};
 use super::rows::{
-    commit_view, delete_locked, fetch_view, insert_sql, list_views, lock_row, table_row,
-    update_sql, By, Change, Db, RowQuery, RowView,
+    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
+    RowQuery, RowView,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PriceView {
@@ -237,15 +234,6 @@ fn write_error(spec: &PriceSpec) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/prices", tag = "prices", operation_id = "list_prices", params(PageQuery),
-    responses((status = 200, body = Page<PriceView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<PriceView>>> {
-    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/prices", tag = "prices", operation_id = "create_price", request_body = PriceCreate,
     responses((status = 201, body = PriceView),
               (status = 422, description = "a field is invalid, or the channel already has a price \
@@ -274,29 +262,15 @@ pub(super) async fn create_in<'c>(
     commit_view::<PriceRow>(tx, by, Change::Create, id, spec.detail(), view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "get_price",
-    responses((status = 200, body = PriceView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<PriceView>> {
-    Ok(Json(fetch_view(&state.pool, id).await?))
-}
+crud!(
+    PriceView,
+    PricePatch,
+    Item::new("price").invalid(
+        "a field is invalid, or the channel already has a price for this pattern (`model_pattern`)",
+    )
+);
 
-#[utoipa::path(patch, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "update_price", request_body = PricePatch,
-    responses((status = 200, body = PriceView), (status = 404, body = ErrorBody),
-              (status = 422, description = "a field is invalid, or the channel already has a price \
-                                            for this pattern (`model_pattern`)", body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<PricePatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/prices/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -337,13 +311,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<PriceRow>(tx, by, Change::Update, id, spec.detail(), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/prices/{id}", tag = "prices", operation_id = "delete_price",
-    responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/prices/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     delete_locked::<PriceRow>(db, by, id, |current| {
         json!({ "channel_id": current.channel_id, "model_pattern": current.model_pattern })

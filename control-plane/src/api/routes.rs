@@ -1,23 +1,20 @@
 //! `/api/v1/routes`: logical models matched by `model_pattern`, with their route-level overrides.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
+use super::crud::{crud, Item};
+use super::extract::{nullable, JsonBody, Writer};
 use super::rows::{
-    commit_view, delete_locked, fetch_row, insert_sql, list_rows, lock_row, table_row, update_sql,
-    By, Change, Db, RowQuery,
+    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
+    RowQuery,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct RouteView {
@@ -274,15 +271,6 @@ async fn pattern_taken(
     Ok(())
 }
 
-#[utoipa::path(get, path = "/api/v1/routes", tag = "routes", operation_id = "list_routes", params(PageQuery),
-    responses((status = 200, body = Page<RouteView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<RouteView>>> {
-    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/routes", tag = "routes", operation_id = "create_route", request_body = RouteCreate,
     responses((status = 201, body = RouteView), (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<RouteCreate>) -> ApiResult<Response> {
@@ -326,28 +314,15 @@ fn bind_spec<'q>(query: RowQuery<'q, RouteView>, spec: &'q RouteSpec) -> RowQuer
         .bind(spec.cooldown_seconds)
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "get_route",
-    responses((status = 200, body = RouteView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<RouteView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
-}
+crud!(
+    table RouteView,
+    RoutePatch,
+    Item::new("route")
+        .deleted("the route and its members are deleted")
+        .conflict("a team still grants one of its members")
+);
 
-#[utoipa::path(patch, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "update_route", request_body = RoutePatch,
-    responses((status = 200, body = RouteView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<RoutePatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/routes/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -367,15 +342,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<RouteView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/routes/{id}", tag = "routes", operation_id = "delete_route",
-    responses((status = 204, description = "the route and its members are deleted"),
-              (status = 404, body = ErrorBody),
-              (status = 409, description = "a team still grants one of its members", body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/routes/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let detail = |route: &RouteView| json!({ "model_pattern": route.model_pattern });
     delete_locked(db, by, id, detail).await

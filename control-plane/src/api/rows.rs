@@ -3,10 +3,9 @@
 //! statement that inserts or updates a row from its column list, commit a write of a row with its
 //! audit row and answer with it, and delete a row.
 //!
-//! Each resource module still has its own thin `list`/`create`/`get_one`/`patch`/`delete`
-//! handlers, one call each into its `*_in` function or the helpers here: utoipa documents one
-//! annotated function per operation, so those wrappers (and the `*_in` signatures the dry run
-//! calls) repeat their shape from module to module.
+//! The generic handlers of `crud.rs` read through these helpers; each resource module's `create`
+//! handler and its `*_in` functions (the resource layer the dry run and configuration apply call)
+//! use them too.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -17,11 +17,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
+use super::crud::{crud, Item};
 use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
 use super::rows::{
-    commit_view, delete_row, fetch_row, fetch_view, list_views, lock_row, table_row, By, Change,
-    Db, RowQuery, RowView,
+    commit_view, delete_row, fetch_row, lock_row, table_row, By, Change, Db, RowQuery, RowView,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -377,15 +376,6 @@ fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-#[utoipa::path(get, path = "/api/v1/shadows", tag = "shadows", operation_id = "list_shadows", params(PageQuery),
-    responses((status = 200, body = Page<ShadowView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<ShadowView>>> {
-    Ok(Json(list_views(&state.pool, page.bounds()?).await?))
-}
-
 /// The columns a create or patch writes, in [`bind_rule`]'s order (`expires_at` from Unix ms).
 const WRITTEN: &str = "name, model_pattern, target_member_id, target_channel_id, target_model, \
     sample_basis_points, max_rps, max_daily_spend_micros, expires_at, error_rate_stop_per_mille, \
@@ -446,27 +436,12 @@ pub(super) async fn create_in<'c>(
     commit_view::<ShadowRow>(tx, by, Change::Create, id, detail(&rule), view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "get_shadow",
-    responses((status = 200, body = ShadowView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<ShadowView>> {
-    Ok(Json(fetch_view(&state.pool, id).await?))
-}
-
-#[utoipa::path(patch, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "update_shadow", request_body = ShadowPatch,
-    responses((status = 200, body = ShadowView), (status = 404, body = ErrorBody),
-              (status = 422, description = "a field is invalid, the target does not exist, or \
-                                            the name is taken", body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<ShadowPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
+crud!(
+    ShadowView,
+    ShadowPatch,
+    Item::new("shadow")
+        .invalid("a field is invalid, the target does not exist, or the name is taken",)
+);
 
 /// Rule `id` as `patch` leaves it (`current` the stored row), checked.
 fn patched(id: i64, current: ShadowRow, patch: ShadowPatch) -> ApiResult<ShadowRule> {
@@ -527,7 +502,7 @@ fn patched(id: i64, current: ShadowRow, patch: ShadowPatch) -> ApiResult<ShadowR
     })
 }
 
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/shadows/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -562,13 +537,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<ShadowRow>(tx, by, Change::Update, id, detail(&rule), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/shadows/{id}", tag = "shadows", operation_id = "delete_shadow",
-    responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/shadows/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<ShadowRow>(db, id).await?;
     // Its comparisons go with it.

@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::settings::check_range;
@@ -14,14 +12,11 @@ use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
 use super::channels::checked_name;
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
-use super::rows::{
-    commit_view, delete_row, fetch_row, list_rows, table_row, By, Change, Db, Resource,
-};
+use super::crud::{crud, Item};
+use super::extract::{nullable, JsonBody, Writer};
+use super::rows::{commit_view, delete_row, fetch_row, table_row, By, Change, Db, Resource};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -254,15 +249,6 @@ async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
         .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
 }
 
-#[utoipa::path(get, path = "/api/v1/teams", tag = "teams", operation_id = "list_teams", params(PageQuery),
-    responses((status = 200, body = Page<TeamView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<TeamView>>> {
-    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
     responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
 pub async fn create(w: Writer, JsonBody(raw): JsonBody<TeamCreate>) -> ApiResult<Response> {
@@ -291,28 +277,9 @@ pub(super) async fn create_in<'c>(
     commit_view::<TeamView>(tx, by, Change::Create, id, json!(spec), view).await
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "get_team",
-    responses((status = 200, body = TeamView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<TeamView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
-}
+crud!(table TeamView, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
 
-#[utoipa::path(patch, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "update_team", request_body = TeamPatch,
-    responses((status = 200, body = TeamView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<TeamPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/teams/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -350,14 +317,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<TeamView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/teams/{id}", tag = "teams", operation_id = "delete_team",
-    responses((status = 204), (status = 404, body = ErrorBody),
-              (status = 409, description = "tokens still belong to the team", body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/teams/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     let mut tx = db.begin().await?;
     lock(&mut tx, id).await?;

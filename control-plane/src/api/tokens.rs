@@ -1,9 +1,7 @@
 //! `/api/v1/tokens`: downstream API keys. The plaintext is generated here, returned once by the
 //! create call, and only its SHA-256 (lowercase hex) is stored.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use switchyard_engine::limit::{format_rfc3339, parse_rfc3339};
@@ -14,14 +12,11 @@ use utoipa::ToSchema;
 
 use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
-use super::reply::{Page, PageQuery};
-use super::rows::{
-    commit_view, delete_locked, fetch_row, list_rows, lock_row, table_row, By, Change, Db, RowQuery,
-};
+use super::crud::{crud, Item};
+use super::extract::{nullable, JsonBody, Writer};
+use super::rows::{commit_view, delete_locked, lock_row, table_row, By, Change, Db, RowQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::state::AppState;
 
 /// Prefix of every generated token, so leaked keys are easy to recognise and scan for.
 pub const TOKEN_PREFIX: &str = "sk-sy-";
@@ -215,15 +210,6 @@ fn generate_token() -> ApiResult<String> {
     Ok(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
 }
 
-#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", operation_id = "list_tokens", params(PageQuery),
-    responses((status = 200, body = Page<TokenView>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    Query(page): Query<PageQuery>,
-) -> ApiResult<Json<Page<TokenView>>> {
-    Ok(Json(list_rows(&state.pool, None, page.bounds()?).await?))
-}
-
 #[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = TokenCreate,
     responses((status = 201, description = "the plaintext `token` is returned only here",
                body = CreatedToken),
@@ -313,28 +299,9 @@ pub(super) async fn set_prefix(
     Ok(())
 }
 
-// One of the per-resource handlers that look alike on purpose (see the `api` module).
-#[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "get_token",
-    responses((status = 200, body = TokenView), (status = 404, body = ErrorBody)))]
-pub async fn get_one(
-    State(state): State<AppState>,
-    Path(id): Path<i64>,
-) -> ApiResult<Json<TokenView>> {
-    Ok(Json(fetch_row(&state.pool, id, false).await?))
-}
+crud!(table TokenView, TokenPatch, Item::new("token"));
 
-#[utoipa::path(patch, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "update_token", request_body = TokenPatch,
-    responses((status = 200, body = TokenView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn patch(
-    w: Writer,
-    Path(id): Path<i64>,
-    JsonBody(patch): JsonBody<TokenPatch>,
-) -> ApiResult<Response> {
-    patch_in(&w.pool, w.by(), id, patch).await
-}
-
-/// [`patch`] in `db` (see [`Db`]).
+/// The update of `PATCH /api/v1/tokens/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -374,13 +341,7 @@ pub(super) async fn patch_in<'c>(
     commit_view::<TokenView>(tx, by, Change::Update, id, json!(spec), view).await
 }
 
-#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens", operation_id = "delete_token",
-    responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> {
-    delete_in(&w.pool, w.by(), id).await
-}
-
-/// [`delete`] in `db` (see [`Db`]).
+/// The delete of `DELETE /api/v1/tokens/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
     delete_locked::<TokenView>(db, by, id, |current| json!({ "name": current.name })).await
 }
