@@ -1,6 +1,7 @@
 //! The admin REST API (docs/src/reference/control-plane-api.md): one router built from the
-//! handlers' own OpenAPI annotations, so `/api/v1/openapi.json` always lists exactly the routes
-//! that exist. This module only declares the API's modules, builds that router and re-exports;
+//! handlers' own OpenAPI annotations (or, for the generic handlers of `crud.rs`, from the
+//! operations built beside their routes), so `/api/v1/openapi.json` always lists exactly the
+//! routes that exist. This module only declares the API's modules, builds that router and re-exports;
 //! what the handlers share sits below them: [`crate::state::AppState`], the extractors and body
 //! parsing (`extract.rs`), pages and the revision header (`reply.rs`) and the row code
 //! (`rows.rs`).
@@ -13,7 +14,9 @@
 //! configuration file and the dry run call too. Each resource keeps its own annotated `create`
 //! handler (its body and answer types, its parent in the path and its documented errors differ
 //! from resource to resource), and admin tokens, revoked rather than deleted and never updated,
-//! keep their own handlers.
+//! keep their own handlers. A duplicate finder still lists the `create` handlers as pairs (with
+//! the `create_in` / `patch_in` signatures of the resource layer next to them): a generic create
+//! would need a trait per body, answer and parent shape, more code than the lines it saves.
 
 pub mod access;
 mod admin_tokens;
