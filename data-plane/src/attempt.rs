@@ -273,23 +273,18 @@ impl Attempt<'_> {
     /// Sends the call to its upstream ([`Upstreams`]) and reads what comes back: a 2xx answer
     /// commits or fails its check, any other status is classified.
     pub async fn run(self, rng: &mut (impl RandomSource + Send)) -> Outcome {
-        let response = match self.send(rng).await {
+        // The upstream's send awaited here, not in a function of its own: one future less
+        // around the exchange, which is polled through every level above it.
+        let sent = Upstreams::of(&self).send(&self, rng).await;
+        let response = match sent {
             Ok(r) => r,
-            Err(failed) => return Outcome::Failed(failed),
+            Err(error) => return Outcome::Failed(Failed::unsent(error)),
         };
         if response.status.is_success() {
             self.on_success(response).await
         } else {
             Outcome::Failed(self.on_error(response).await)
         }
-    }
-
-    /// Sends the call to its upstream: the answer's head, or why none came.
-    async fn send(&self, rng: &mut (impl RandomSource + Send)) -> Result<UpstreamResponse, Failed> {
-        Upstreams::of(self)
-            .send(self, rng)
-            .await
-            .map_err(Failed::unsent)
     }
 
     /// A 2xx answer: a stream commits with its first chunk (a whole JSON answer to a stream

@@ -38,7 +38,8 @@ impl Upstream for Bedrock {
         attempt: &Attempt<'_>,
         _: &mut (impl RandomSource + Send),
     ) -> Result<UpstreamResponse, SendError> {
-        let request = match Http::request(attempt).await {
+        let request = Http::authorized(attempt).await;
+        let request = match request.and_then(|credential| Http::request(attempt, &credential)) {
             Ok(request) => request,
             // What the Converse API cannot express is Bedrock's refusal of the request, in the
             // shape the channel is planned in: a 400 the client hears (a rejection, not a

@@ -9,11 +9,12 @@ mod finish;
 mod receive;
 mod route;
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::response::Response;
-use tracing::Instrument;
 
 use crate::context::{Arrival, Ctx};
 use crate::errors::GatewayError;
@@ -31,16 +32,20 @@ pub async fn serve(
 ) -> Response {
     let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
     let view = state.views.load_full();
-    let served = async {
-        let view = view.as_ref().ok_or_else(GatewayError::not_ready)?;
-        let mut ctx = receive::receive(&arrival, view, path_model, request).await?;
-        let response = run(&state, &mut ctx).await?;
-        let Ctx {
-            trail, inspected, ..
-        } = ctx;
-        Ok::<_, GatewayError>((trail, inspected.model, response))
+    let result = {
+        // Pinned where it is and polled inside the request's span: moving it into
+        // `Instrumented` would copy its whole state (the context, the phases' futures) again.
+        let mut served = pin!(async {
+            let view = view.as_ref().ok_or_else(GatewayError::not_ready)?;
+            let mut ctx = receive::receive(&arrival, view, path_model, request).await?;
+            let response = run(&state, &mut ctx).await?;
+            let Ctx {
+                trail, inspected, ..
+            } = ctx;
+            Ok::<_, GatewayError>((trail, inspected.model, response))
+        });
+        poll_fn(|cx| arrival.span.in_scope(|| served.as_mut().poll(cx))).await
     };
-    let result = served.instrument(arrival.span.clone()).await;
     let (trail, model, response) = match result {
         Ok(served) => served,
         // Nothing was routed: no trail, and no model named.

@@ -2,13 +2,15 @@
 //! client's headers when passed through, the trace continued), sent on the calling thread's
 //! pooled client within the first-byte timeout.
 
+use std::borrow::Cow;
+
 use axum::body::Body;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body_util::Full;
 use switchyard_engine::RandomSource;
 use switchyard_upstream::bedrock::RequestError;
-use switchyard_upstream::{Target, TokenError, TransportCause};
+use switchyard_upstream::{CredentialRuntime, Target, TokenError, TransportCause};
 use tokio::time::timeout;
 
 use super::exchange::{Attempt, SendError, Upstream, UpstreamResponse};
@@ -46,7 +48,8 @@ impl Upstream for Http {
         attempt: &Attempt<'_>,
         _: &mut (impl RandomSource + Send),
     ) -> Result<UpstreamResponse, SendError> {
-        match Http::request(attempt).await {
+        let request = Http::authorized(attempt).await;
+        match request.and_then(|credential| Http::request(attempt, &credential)) {
             Ok(request) => Http::exchange(attempt, request).await,
             Err(unsent) => unsent.into_result(),
         }
@@ -54,21 +57,29 @@ impl Upstream for Http {
 }
 
 impl Http {
-    /// The call as the channel's request, with the credential's auth (a Vertex credential's
-    /// access token: cached, or obtained now within the first-byte budget) and the trace
-    /// continued.
-    pub async fn request(attempt: &Attempt<'_>) -> Result<http::Request<Full<Bytes>>, Unsent> {
-        let call = attempt.call;
+    /// The attempt's credential ready for the send: a Vertex credential's access token cached,
+    /// or obtained now within the first-byte budget; other credentials as they are.
+    pub async fn authorized<'a>(
+        attempt: &Attempt<'a>,
+    ) -> Result<Cow<'a, CredentialRuntime>, Unsent> {
         let limit = attempt.first_byte_limit();
-        let credential = match attempt.credential.authorized(attempt.client, limit).await {
-            Ok(credential) => credential,
-            Err(e) => {
-                return Err(match token_failure(attempt, &e) {
-                    Some(answer) => Unsent::Answered(answer),
-                    None => Unsent::Failed(token_network_error(&e)),
-                })
-            }
-        };
+        match attempt.credential.authorized(attempt.client, limit).await {
+            Ok(credential) => Ok(credential),
+            Err(e) => Err(match token_failure(attempt, &e) {
+                Some(answer) => Unsent::Answered(answer),
+                None => Unsent::Failed(token_network_error(&e)),
+            }),
+        }
+    }
+
+    /// The call as the channel's request, with the credential's auth ([`Http::authorized`])
+    /// and the trace continued. Not an `async fn`: the request (a few hundred bytes) is built
+    /// in the sender's own future rather than moved out of one of its own.
+    pub fn request(
+        attempt: &Attempt<'_>,
+        credential: &CredentialRuntime,
+    ) -> Result<http::Request<Full<Bytes>>, Unsent> {
+        let call = attempt.call;
         let request = attempt.runtime.request(
             Target {
                 method: &call.method,
@@ -77,7 +88,7 @@ impl Http {
                 model: attempt.upstream_model,
             },
             call.passthrough.then_some(attempt.client_headers),
-            &credential,
+            credential,
             call.body.clone(),
         );
         let mut request = match request {
