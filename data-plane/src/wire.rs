@@ -10,7 +10,7 @@ use switchyard_provider::{count_tokens_response, ChatRequest, Protocol, Translat
 
 use crate::endpoint::Endpoint;
 use crate::request::Inspected;
-use crate::upstream::{channel_protocol, gemini_path};
+use switchyard_upstream::{channel_protocol, gemini_path};
 
 /// `max_tokens` sent to Anthropic when the client gave none (Anthropic requires one).
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u32 = 4096;

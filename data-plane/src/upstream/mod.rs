@@ -2,27 +2,29 @@
 //! headers compiled once per snapshot) and the header rules live in the shared
 //! `switchyard-upstream` crate, which the control plane's recovery probes use too; this module
 //! re-exports them and adds the upstream as one trait, [`Upstream`]: an attempt's call goes to
-//! the network ([`Http`]; a Bedrock channel through its adapter, [`crate::bedrock::Bedrock`]),
-//! to the in-process simulator of a mock channel ([`crate::mock::Simulator`]), or is answered
+//! the network ([`Http`]; a Bedrock channel through its adapter, [`Bedrock`]),
+//! to the in-process simulator of a mock channel ([`Simulator`]), or is answered
 //! by the gateway itself ([`Local`]). [`Upstreams`] chooses one per send.
 
+mod bedrock;
 mod exchange;
 mod http;
 mod local;
+mod mock;
 
 pub use switchyard_upstream::{
-    channel_protocol, gemini_path, returnable, ChannelRuntime, ClientOptions, CredentialRuntime,
-    HttpClient, TransportCause, MOCK_CREDENTIAL,
+    channel_protocol, returnable, ChannelRuntime, ClientOptions, CredentialRuntime, HttpClient,
+    TransportCause, MOCK_CREDENTIAL,
 };
 
 pub use self::exchange::{json_headers, Attempt, SendError, Upstream, UpstreamResponse};
-pub use self::http::{Http, Unsent};
+pub use self::http::Http;
 pub use self::local::Local;
 
 use switchyard_engine::{Provider, RandomSource};
 
-use crate::bedrock::Bedrock;
-use crate::mock::Simulator;
+use self::bedrock::Bedrock;
+use self::mock::Simulator;
 
 /// The upstream one send goes to, chosen from its call and its channel.
 pub enum Upstreams<'a> {

@@ -19,8 +19,8 @@ pub use switchyard_upstream::MockOptions;
 
 use tokio::time::timeout;
 
+use super::exchange::{Attempt, SendError, Upstream, UpstreamResponse};
 use crate::endpoint::Endpoint;
-use crate::upstream::{Attempt, SendError, Upstream, UpstreamResponse};
 
 /// A mock channel's upstream: its simulation, with the channel's options.
 pub struct Simulator<'a>(pub &'a MockOptions);

@@ -27,7 +27,8 @@ use switchyard_provider::bedrock::{
 
 use switchyard_engine::RandomSource;
 
-use crate::upstream::{Attempt, Http, SendError, Unsent, Upstream, UpstreamResponse};
+use super::exchange::{Attempt, SendError, Upstream, UpstreamResponse};
+use super::http::{Http, Unsent};
 
 /// A Bedrock channel's upstream: sent over [`Http`], answered in Anthropic's shape.
 pub struct Bedrock;
