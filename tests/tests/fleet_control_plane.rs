@@ -15,6 +15,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_e2e::dechunk;
 use switchyard_e2e::process::Process;
@@ -30,8 +32,9 @@ const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
 const FLEET_TOKEN: &str = "e2e-fleet-token-0123456789abcdef";
 /// Starting processes, a control plane coming back, a proxy reconnecting (backoff up to 10 s).
 const PATIENCE: Duration = Duration::from_secs(60);
-/// A committed change reaching a connected proxy: it must arrive without polling delays; this
-/// is only a generous ceiling for a loaded 2-core machine.
+/// A committed change reaching a connected proxy: it must arrive without polling delays (the
+/// documented bound: a new revision normally arrives within a second); this is that bound plus
+/// generous slack for a loaded 2-core machine, never a timing to pass.
 const PROMPTLY: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
 const MODEL: &str = "e2e-model";
@@ -575,6 +578,144 @@ fn assert_served_by(reply: &Reply, upstream: &Upstream) {
         reply.head
     );
     assert_eq!(reply.json()["object"], "chat.completion", "{}", reply.body);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traffic flowing while the admin API changes things
+
+/// One answer the background traffic got.
+struct Sent {
+    phase: usize,
+    status: u16,
+    channel: String,
+    body: String,
+}
+
+/// Chats for route `MODEL` flowing through every proxy from background tasks (one sequential
+/// client per proxy) while a test changes things through the admin API. In phase `p` the client
+/// of proxy `i` sends with `tokens[p][i]`, so usage can be told apart per phase and proxy.
+struct Traffic {
+    phase: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    answers: Vec<Arc<Mutex<Vec<Sent>>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(proxies: &[Proxy], tokens: Vec<Vec<String>>) -> Traffic {
+        let tokens = Arc::new(tokens);
+        let phase = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut answers = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, proxy) in proxies.iter().enumerate() {
+            let sink = Arc::new(Mutex::new(Vec::new()));
+            answers.push(Arc::clone(&sink));
+            let (addr, tokens, phase, stop) = (
+                proxy.addr,
+                Arc::clone(&tokens),
+                Arc::clone(&phase),
+                Arc::clone(&stop),
+            );
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let phase = phase.load(Ordering::SeqCst);
+                    let reply = chat_for(addr, &tokens[phase][i], MODEL).await;
+                    sink.lock().unwrap().push(Sent {
+                        phase,
+                        status: reply.status,
+                        channel: reply.channel(),
+                        body: reply.body,
+                    });
+                    // Room for the test's own calls on a small machine.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }));
+        }
+        Traffic {
+            phase,
+            stop,
+            answers,
+            tasks,
+        }
+    }
+
+    /// How many answers each proxy's client has had so far.
+    fn counts(&self) -> Vec<usize> {
+        self.answers
+            .iter()
+            .map(|a| a.lock().unwrap().len())
+            .collect()
+    }
+
+    /// Waits until each proxy's client has had `n` more answers.
+    async fn more(&self, n: usize) {
+        let from = self.counts();
+        let deadline = Instant::now() + PATIENCE;
+        while self
+            .counts()
+            .iter()
+            .zip(&from)
+            .any(|(now, from)| *now < from + n)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the traffic stalled: {:?} answers, {from:?} before",
+                self.counts()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until each proxy's client has had the answer to a request it sent after this call:
+    /// no request still in flight was sent before it.
+    async fn fence(&self) {
+        self.more(2).await;
+    }
+
+    /// Moves the clients to `phase`; returns once every request in flight is of that phase.
+    async fn enter(&self, phase: usize) {
+        self.phase.store(phase, Ordering::SeqCst);
+        self.fence().await;
+    }
+
+    /// Each proxy's answers from the `since` counts (from [`Traffic::counts`]) on, each
+    /// asserted a 200 from `upstream`'s channel.
+    fn assert_served_since(&self, since: &[usize], upstream: &Upstream) {
+        for (answers, since) in self.answers.iter().zip(since) {
+            for sent in &answers.lock().unwrap()[*since..] {
+                assert_eq!(sent.status, 200, "{}", sent.body);
+                assert_eq!(sent.channel, upstream.name, "{}", sent.body);
+            }
+        }
+    }
+
+    /// Stops the clients; every answer, per proxy, each asserted a 200 (no client request
+    /// failed while things changed).
+    async fn stop(self) -> Vec<Vec<Sent>> {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let answers: Vec<Vec<Sent>> = self
+            .answers
+            .iter()
+            .map(|a| std::mem::take(&mut *a.lock().unwrap()))
+            .collect();
+        for sent in answers.iter().flatten() {
+            assert_eq!(sent.status, 200, "phase {}: {}", sent.phase, sent.body);
+        }
+        answers
+    }
+}
+
+/// Waits until every proxy serves from snapshot `revision` or a later one, then until no
+/// request sent before is still in flight.
+async fn settle(proxies: &[Proxy], traffic: &Traffic, revision: u64) {
+    for proxy in proxies {
+        proxy.wait_revision(revision).await;
+    }
+    traffic.fence().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1517,4 +1658,338 @@ async fn a_limit_patched_or_deleted_mid_window_binds_on_every_proxy_at_once(
     for statuses in burst(&proxies, &token, "slow-model", 3).await {
         assert_eq!(statuses, [200, 200, 200], "the limit was deleted");
     }
+}
+
+/// A price patched through the admin API while requests flow through two proxies prices every
+/// request each proxy serves once it has the new snapshot (documented: normally within a second)
+/// at the new price; deleted, what follows is unpriced — `null` cost, not 0. The control plane's
+/// usage report says so per token: each phase of the traffic, on each proxy, has its own.
+#[sqlx::test(migrations = false)]
+async fn a_price_patched_or_deleted_mid_traffic_prices_what_follows_on_every_proxy(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let (price, _) = cp
+        .create(
+            "/api/v1/prices",
+            json!({"channel_id": base.a.channel_id, "model_pattern": "*",
+                   "input_per_million": "2", "output_per_million": "8"}),
+        )
+        .await;
+    let price = format!("/api/v1/prices/{}", price["id"]);
+    const PHASES: [&str; 5] = ["old", "changing", "new", "deleting", "unpriced"];
+    let mut tokens = Vec::new();
+    let mut revision = 0;
+    for phase in PHASES {
+        let mut per_proxy = Vec::new();
+        for i in 0..2 {
+            let (token, at) = cp
+                .create("/api/v1/tokens", json!({"name": format!("{phase}-{i}")}))
+                .await;
+            per_proxy.push(token["token"].as_str().unwrap().to_owned());
+            revision = at;
+        }
+        tokens.push(per_proxy);
+    }
+    let proxies = [
+        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp.endpoint(), None).await,
+    ];
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+    }
+
+    let traffic = Traffic::start(&proxies, tokens);
+    traffic.more(5).await;
+    // Patched mid-traffic: the requests sent once both proxies hold it are at the new price.
+    traffic.enter(1).await;
+    let revision = cp
+        .patch(
+            &price,
+            json!({"input_per_million": "5", "output_per_million": "20"}),
+        )
+        .await;
+    settle(&proxies, &traffic, revision).await;
+    traffic.enter(2).await;
+    traffic.more(5).await;
+    // Deleted mid-traffic: what follows is unpriced.
+    traffic.enter(3).await;
+    let deleted = cp.call("DELETE", &price, None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    settle(&proxies, &traffic, deleted.revision()).await;
+    traffic.enter(4).await;
+    traffic.more(5).await;
+    let answers = traffic.stop().await;
+    for sent in answers.iter().flatten() {
+        assert_eq!(sent.channel, base.a.name, "{}", sent.body);
+    }
+
+    // Every answer reaches the usage report, under its phase's and proxy's token.
+    let sent = |phase: usize, proxy: usize| {
+        answers[proxy].iter().filter(|s| s.phase == phase).count() as u64
+    };
+    let deadline = Instant::now() + PATIENCE;
+    let usage = loop {
+        let reply = cp
+            .call(
+                "GET",
+                "/api/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z&group_by=token",
+                None,
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let usage = reply.json();
+        let reported = |name: &str| {
+            usage["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["token"] == name)
+                .map_or(0, |g| g["requests"].as_u64().unwrap())
+        };
+        let complete = PHASES.iter().enumerate().all(|(phase, name)| {
+            (0..2).all(|proxy| reported(&format!("{name}-{proxy}")) == sent(phase, proxy))
+        });
+        if complete {
+            break usage;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the usage report never caught up with what was sent: {usage}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let group = |name: String| {
+        usage["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["token"] == name.as_str())
+            .unwrap_or_else(|| panic!("no usage for {name}: {usage}"))
+            .clone()
+    };
+    // Micro-USD per million tokens (input, output) times tokens: pico-USD.
+    let priced = |group: &Value, (input, output): (u128, u128)| {
+        let tokens = |field: &str| u128::from(group[field].as_u64().unwrap());
+        json!(switchyard_engine::limit::format_pico_usd(
+            tokens("input_tokens") * input + tokens("output_tokens") * output
+        ))
+    };
+    for proxy in 0..2 {
+        let old = group(format!("old-{proxy}"));
+        assert_eq!(
+            old["cost_usd"],
+            priced(&old, (2_000_000, 8_000_000)),
+            "{old}"
+        );
+        assert_eq!(old["unpriced_requests"], 0, "{old}");
+        let changing = group(format!("changing-{proxy}"));
+        assert_eq!(changing["unpriced_requests"], 0, "{changing}");
+        let new = group(format!("new-{proxy}"));
+        assert_eq!(
+            new["cost_usd"],
+            priced(&new, (5_000_000, 20_000_000)),
+            "proxy {proxy} did not price at the patched price: {new}"
+        );
+        assert_eq!(new["unpriced_requests"], 0, "{new}");
+        let unpriced = group(format!("unpriced-{proxy}"));
+        assert_eq!(
+            unpriced["cost_usd"],
+            Value::Null,
+            "proxy {proxy}: unpriced, not free: {unpriced}"
+        );
+        assert_eq!(
+            unpriced["unpriced_requests"], unpriced["requests"],
+            "{unpriced}"
+        );
+    }
+}
+
+/// A shadow rule disabled, then deleted, through the admin API while requests flow through two
+/// proxies: once each proxy has the change (documented: normally within a second) and the
+/// copies it had already queued are sent, the target's mock receives no further copy from
+/// either; re-enabled, both copy again. Clients are served by the live member throughout.
+#[sqlx::test(migrations = false)]
+async fn a_shadow_rule_disabled_or_deleted_mid_traffic_stops_copies_from_every_proxy(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    let target = Upstream::create(&cp, "shadow-target").await;
+    let (rule, revision) = cp
+        .create(
+            "/api/v1/shadows",
+            json!({"name": "live-trial", "model_pattern": MODEL,
+                   "target_channel_id": target.channel_id,
+                   "target_model": target.upstream_model, "sample_percent": 100,
+                   "max_rps": 1000}),
+        )
+        .await;
+    let rule = format!("/api/v1/shadows/{}", rule["id"]);
+    let proxies = [
+        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp.endpoint(), None).await,
+    ];
+    for proxy in &proxies {
+        proxy.wait_revision(revision).await;
+    }
+    let traffic = Traffic::start(&proxies, vec![vec![base.token.clone(); 2]]);
+    let since = traffic.counts();
+    assert_copying(&proxies, &target, &[0.0, 0.0], 0, &base.token).await;
+
+    let revision = cp.patch(&rule, json!({"enabled": false})).await;
+    let (copied, hits) = assert_copies_stop(&proxies, &traffic, &target, revision).await;
+    // Enabled again: both copy again (the rule follows the admin API both ways).
+    cp.patch(&rule, json!({"enabled": true})).await;
+    assert_copying(&proxies, &target, &copied, hits, &base.token).await;
+    let deleted = cp.call("DELETE", &rule, None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    assert_copies_stop(&proxies, &traffic, &target, deleted.revision()).await;
+
+    traffic.assert_served_since(&since, &base.a);
+    traffic.stop().await;
+}
+
+/// A member disabled, its channel disabled, and the member deleted, each through the admin API
+/// while requests flow through two proxies: once each proxy has the change (documented:
+/// normally within a second), no request reaches that member's mock from either proxy, the
+/// other member serves, and no client request fails meanwhile; re-enabled, it serves again.
+#[sqlx::test(migrations = false)]
+async fn a_member_or_channel_disabled_or_deleted_mid_traffic_gets_nothing_from_every_proxy(
+    _pool: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let base = base(&cp).await;
+    // `b` in a higher tier than `a`: it serves while it is eligible.
+    let b = Upstream::create(&cp, "chan-b").await;
+    let (member_b, revision) = b.member(&cp, base.route, 10, true).await;
+    let member_b = format!("/api/v1/members/{member_b}");
+    let channel_b = format!("/api/v1/channels/{}", b.channel_id);
+    let proxies = [
+        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp.endpoint(), None).await,
+    ];
+    let traffic = Traffic::start(&proxies, vec![vec![base.token.clone(); 2]]);
+
+    assert_only(&proxies, &traffic, revision, &b, &base.a).await;
+    b.assert_last_request(&base.token);
+
+    let revision = cp.patch(&member_b, json!({"enabled": false})).await;
+    assert_only(&proxies, &traffic, revision, &base.a, &b).await;
+    base.a.assert_last_request(&base.token);
+    let revision = cp.patch(&member_b, json!({"enabled": true})).await;
+    assert_only(&proxies, &traffic, revision, &b, &base.a).await;
+
+    let revision = cp.patch(&channel_b, json!({"status": "disabled"})).await;
+    assert_only(&proxies, &traffic, revision, &base.a, &b).await;
+    let revision = cp.patch(&channel_b, json!({"status": "enabled"})).await;
+    assert_only(&proxies, &traffic, revision, &b, &base.a).await;
+
+    let deleted = cp.call("DELETE", &member_b, None).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    assert_only(&proxies, &traffic, deleted.revision(), &base.a, &b).await;
+
+    // No client request failed, before, during or after any change.
+    traffic.stop().await;
+}
+
+/// Once every proxy serves from `revision` (and no request sent before is in flight), every
+/// answer on both proxies comes from `serving`, and `shut`'s mock hears nothing more.
+async fn assert_only(
+    proxies: &[Proxy],
+    traffic: &Traffic,
+    revision: u64,
+    serving: &Upstream,
+    shut: &Upstream,
+) {
+    settle(proxies, traffic, revision).await;
+    let since = traffic.counts();
+    let hits = shut.mock.hits();
+    traffic.more(20).await;
+    traffic.assert_served_since(&since, serving);
+    assert_eq!(
+        shut.mock.hits(),
+        hits,
+        "{} still receives requests after revision {revision}",
+        shut.name
+    );
+}
+
+/// Copies of the rule `live-trial` a proxy sent and had answered.
+async fn copies(proxy: &Proxy) -> f64 {
+    proxy
+        .sample("switchyard_shadow_requests_total{rule=\"live-trial\",outcome=\"success\"}")
+        .await
+        .unwrap_or(0.0)
+}
+
+/// Each proxy sends the target more copies than `copied` (its count before), and the target's
+/// mock receives more than `hits`: the chat as the target's member would be sent.
+async fn assert_copying(
+    proxies: &[Proxy],
+    target: &Upstream,
+    copied: &[f64],
+    hits: usize,
+    token: &str,
+) {
+    for (proxy, before) in proxies.iter().zip(copied) {
+        let deadline = Instant::now() + PROMPTLY;
+        while copies(proxy).await <= *before {
+            assert!(
+                Instant::now() < deadline,
+                "proxy {} sends the target no copy",
+                proxy.addr
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    assert!(
+        target.mock.hits() > hits,
+        "the target's mock received nothing"
+    );
+    target.assert_last_request(token);
+}
+
+/// Once every proxy serves from `revision` and has sent the copies it had queued, neither sends
+/// the target another while traffic flows; each proxy's copies and the target's hits then.
+async fn assert_copies_stop(
+    proxies: &[Proxy],
+    traffic: &Traffic,
+    target: &Upstream,
+    revision: u64,
+) -> (Vec<f64>, usize) {
+    settle(proxies, traffic, revision).await;
+    let drained = || async {
+        let deadline = Instant::now() + PROMPTLY;
+        while metric_sum(proxies, "switchyard_shadow_pending").await > 0 {
+            assert!(Instant::now() < deadline, "shadow copies still pending");
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    drained().await;
+    let hits = target.mock.hits();
+    let mut copied = Vec::new();
+    for proxy in proxies {
+        copied.push(copies(proxy).await);
+    }
+    traffic.more(20).await;
+    drained().await;
+    assert_eq!(
+        target.mock.hits(),
+        hits,
+        "the target still receives copies after revision {revision}"
+    );
+    for (proxy, before) in proxies.iter().zip(&copied) {
+        assert_eq!(
+            copies(proxy).await,
+            *before,
+            "proxy {} still copies",
+            proxy.addr
+        );
+    }
+    (copied, hits)
 }
