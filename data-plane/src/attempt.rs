@@ -1020,4 +1020,61 @@ mod tests {
         let ms = retry_after_ms(&h).unwrap();
         assert!((110_000..=120_000).contains(&ms), "{ms}");
     }
+
+    #[test]
+    fn retry_after_is_honoured_up_to_a_day_and_capped_beyond() {
+        let after = |value: String| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::RETRY_AFTER,
+                http::HeaderValue::from_str(&value).unwrap(),
+            );
+            retry_after_ms(&h)
+        };
+        let day_secs = MAX_RETRY_AFTER_MS / 1000;
+        assert_eq!(
+            after((day_secs - 1).to_string()),
+            Some(MAX_RETRY_AFTER_MS - 1000)
+        );
+        assert_eq!(after(day_secs.to_string()), Some(MAX_RETRY_AFTER_MS));
+        assert_eq!(after((day_secs + 1).to_string()), Some(MAX_RETRY_AFTER_MS));
+        assert_eq!(after(u64::MAX.to_string()), Some(MAX_RETRY_AFTER_MS));
+        let in_two_days = SystemTime::now() + Duration::from_millis(2 * MAX_RETRY_AFTER_MS);
+        assert_eq!(
+            after(httpdate::fmt_http_date(in_two_days)),
+            Some(MAX_RETRY_AFTER_MS)
+        );
+    }
+
+    /// A body of `len` bytes in two chunks (the cap counts what came before, not one chunk).
+    fn body_of(len: usize) -> Body {
+        let half = len / 2;
+        let chunks = [
+            Bytes::from(vec![b'x'; half]),
+            Bytes::from(vec![b'x'; len - half]),
+        ];
+        Body::from_stream(futures_util::stream::iter(
+            chunks.map(Ok::<_, std::convert::Infallible>),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_success_or_error_body_is_read_up_to_its_cap_and_refused_beyond() {
+        for max in [MAX_INSPECTED_BODY, MAX_ERROR_BODY] {
+            for len in [max - 1, max] {
+                let body = collect(&mut body_of(len), max).await;
+                assert_eq!(body.map(|b| b.len()), Ok(len), "{len} bytes, cap {max}");
+            }
+            assert_eq!(
+                collect(&mut body_of(max + 1), max).await,
+                Err(()),
+                "cap {max}"
+            );
+            assert_eq!(
+                collect(&mut Body::from(vec![b'x'; max + 1]), max).await,
+                Err(()),
+                "one chunk over cap {max}"
+            );
+        }
+    }
 }

@@ -554,6 +554,25 @@ mod tests {
         assert_eq!(h["retry-after-ms"], "12300");
         assert!(h.get("x-should-retry").is_none(), "worth a retry in 13 s");
 
+        // Worth a retry up to a minute away, not beyond.
+        for (ms, worth) in [
+            (RETRY_WORTHWHILE_MS - 1, true),
+            (RETRY_WORTHWHILE_MS, true),
+            (RETRY_WORTHWHILE_MS + 1, false),
+        ] {
+            let response =
+                limited(Metric::Requests, Window::Hour, ms).into_response(Protocol::OpenAi);
+            assert_eq!(
+                response.headers().get("x-should-retry").is_none(),
+                worth,
+                "{ms} ms away"
+            );
+            assert_eq!(
+                response.headers()["retry-after-ms"],
+                ms.to_string().as_str()
+            );
+        }
+
         let day = limited(Metric::Tokens, Window::Day, 3_600_000);
         assert_eq!(day.kind(), "tokens");
         let response = day.into_response(Protocol::Anthropic);

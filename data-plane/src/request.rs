@@ -839,8 +839,10 @@ mod tests {
             inspect_json(br#"{"model":"a\r\nb"}"#),
             Err(InspectError::Malformed(_))
         ));
-        let ok = format!(r#"{{"model":"{}"}}"#, "m".repeat(MAX_MODEL_LEN));
-        assert!(inspect_json(ok.as_bytes()).is_ok());
+        for len in [MAX_MODEL_LEN - 1, MAX_MODEL_LEN] {
+            let ok = format!(r#"{{"model":"{}"}}"#, "m".repeat(len));
+            assert!(inspect_json(ok.as_bytes()).is_ok(), "{len} bytes");
+        }
     }
 
     #[test]
@@ -971,11 +973,20 @@ mod tests {
                 Err(InspectError::Malformed(m)) if m.contains("boundary")
             ));
         }
-        let seventy = "b".repeat(70);
-        assert_eq!(
-            inspect_multipart(b"", &format!("multipart/form-data; boundary={seventy}")),
-            Err(InspectError::MissingModel)
-        );
+        // The longest legal boundary and one shorter are read; one longer is refused.
+        for len in [MAX_BOUNDARY - 1, MAX_BOUNDARY] {
+            let boundary = "b".repeat(len);
+            assert_eq!(
+                inspect_multipart(b"", &format!("multipart/form-data; boundary={boundary}")),
+                Err(InspectError::MissingModel),
+                "{len} characters"
+            );
+        }
+        let over = "b".repeat(MAX_BOUNDARY + 1);
+        assert!(matches!(
+            inspect_multipart(b"", &format!("multipart/form-data; boundary={over}")),
+            Err(InspectError::Malformed(m)) if m.contains("boundary")
+        ));
         let control = Bytes::from_static(
             b"--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\na\x07b\r\n--x--\r\n",
         );

@@ -564,6 +564,25 @@ mod tests {
     }
 
     #[test]
+    fn nesting_is_followed_up_to_its_limit_and_left_to_the_typed_read_beyond() {
+        // The answer object is one level; `k` arrays inside it are `k` more.
+        let nested = |k: u32| {
+            let k = k as usize;
+            format!(r#"{{"choices":[],"a":{}{}}}"#, "[".repeat(k), "]".repeat(k))
+        };
+        for levels in [MAX_DEPTH - 1, MAX_DEPTH] {
+            let text = nested(levels - 1);
+            assert_eq!(verdict(&text), Some((true, None)), "{levels} levels");
+        }
+        assert_eq!(
+            verdict(&nested(MAX_DEPTH)),
+            None,
+            "{} levels",
+            MAX_DEPTH + 1
+        );
+    }
+
+    #[test]
     fn what_the_pass_is_unsure_of_is_left_to_the_typed_read() {
         for body in [
             "",

@@ -155,6 +155,13 @@ mod tests {
                 AnswerMeta::default()
             );
         }
+        let longest = "m".repeat(MAX_NAME);
+        let body = format!(r#"{{"id":"","model":"{longest}","choices":[]}}"#);
+        assert_eq!(
+            answer_meta(Protocol::OpenAi, body.as_bytes()).model,
+            Some(longest),
+            "a name of exactly the bound is kept"
+        );
         let long = "m".repeat(MAX_NAME + 1);
         let body = format!(r#"{{"id":"","model":"{long}","choices":[{{"finish_reason":null}}]}}"#);
         assert_eq!(

@@ -774,6 +774,17 @@ mod tests {
         assert!(is_other(over.as_bytes()));
         let at = format!("POST / HTTP/1.1\r\nhost: a\r\ncontent-length: {MAX_BODY}\r\n\r\n");
         assert_eq!(plain(at.as_bytes()).body_len, MAX_BODY);
+        // `host` and the others: at most MAX_HEADERS on the plain path, one more goes to hyper.
+        let headers = |n: usize| -> String { (1..n).map(|i| format!("x{i}: y\r\n")).collect() };
+        for n in [MAX_HEADERS - 1, MAX_HEADERS] {
+            let head = format!("GET / HTTP/1.1\r\nhost: a\r\n{}\r\n", headers(n));
+            assert_eq!(plain(head.as_bytes()).len, head.len(), "{n} headers");
+        }
+        let one_more = format!(
+            "GET / HTTP/1.1\r\nhost: a\r\n{}\r\n",
+            headers(MAX_HEADERS + 1)
+        );
+        assert!(is_other(one_more.as_bytes()));
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
         assert!(is_other(
             format!("GET / HTTP/1.1\r\nhost: a\r\n{many}\r\n").as_bytes()

@@ -795,6 +795,16 @@ mod tests {
             .to_string()
             .contains("malformed"));
         assert!(parse_head(b"SMTP ready\r\n\r\n").is_err());
+        for n in [MAX_HEADERS - 1, MAX_HEADERS] {
+            let some: String = (0..n).map(|i| format!("x{i}: y\r\n")).collect();
+            assert!(
+                matches!(
+                    parse_head(format!("HTTP/1.1 200 OK\r\n{some}\r\n").as_bytes()),
+                    Ok(Some(_))
+                ),
+                "{n} headers"
+            );
+        }
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
         assert!(parse_head(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes()).is_err());
     }

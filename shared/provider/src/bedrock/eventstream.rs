@@ -294,6 +294,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_message_up_to_its_bound_is_read_and_one_byte_more_refused() {
+        for total in [MAX_MESSAGE_BYTES - 1, MAX_MESSAGE_BYTES] {
+            let wire = encode(&[], &vec![b'x'; total - OVERHEAD]);
+            assert_eq!(wire.len(), total);
+            let mut got = Vec::new();
+            Decoder::new().push(&wire, &mut got).unwrap();
+            assert_eq!(got[0].payload.len(), total - OVERHEAD, "{total} bytes");
+        }
+        let over = encode(&[], &vec![b'x'; MAX_MESSAGE_BYTES + 1 - OVERHEAD]);
+        let mut d = Decoder::new();
+        // Refused from its prelude, before the rest is buffered.
+        assert_eq!(
+            d.push(&over[..12], &mut Vec::new()),
+            Err(FrameError::Length)
+        );
+        assert_eq!(
+            Decoder::new().push(&over, &mut Vec::new()),
+            Err(FrameError::Length)
+        );
+    }
+
     /// A prelude announcing `total` and `headers_len`, with its CRC, then `total - 12` bytes.
     fn frame(total: u32, headers_len: u32) -> Vec<u8> {
         let mut out = Vec::new();
