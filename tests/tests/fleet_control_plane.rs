@@ -181,30 +181,22 @@ impl ControlPlane {
         reply.revision()
     }
 
-    async fn explain(&self, model: &str) -> Value {
-        let reply = self
-            .call(
-                "GET",
-                &format!("/api/v1/routes/explain?model={model}"),
-                None,
-            )
-            .await;
-        assert_eq!(reply.status, 200, "explain: {}", reply.body);
-        reply.json()
-    }
-
     /// Explain once the control plane's own snapshot has reached `revision` (it compiles each
-    /// write after a NOTIFY, so it may briefly lag the write's answer).
+    /// write after a NOTIFY, so it may briefly lag the write's answer: until then it may not
+    /// know the route at all).
     async fn explain_at(&self, model: &str, revision: u64) -> Value {
+        let path = format!("/api/v1/routes/explain?model={model}");
         let deadline = Instant::now() + PROMPTLY;
         loop {
-            let explained = self.explain(model).await;
-            if explained["revision"].as_u64().unwrap() >= revision {
-                return explained;
+            let reply = self.call("GET", &path, None).await;
+            if reply.status == 200 && reply.json()["revision"].as_u64().unwrap() >= revision {
+                return reply.json();
             }
             assert!(
                 Instant::now() < deadline,
-                "explain never reached revision {revision}: {explained}"
+                "explain never reached revision {revision}: {} {}",
+                reply.status,
+                reply.body
             );
             tokio::time::sleep(POLL).await;
         }
@@ -1115,9 +1107,11 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
         )
         .await;
     }
-    let (token, _) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let (token, revision) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
     let token = token["token"].as_str().unwrap().to_owned();
     let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    // The token (and every route before it) has reached the proxy.
+    proxy.wait_revision(revision).await;
 
     let bearer = format!("Bearer {token}");
     // `Some(asked)`: a stream whose client asked for usage or not.
