@@ -211,3 +211,21 @@ fn converted_stream(body: Body, converter: StreamConverter) -> Body {
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_or_error_body_is_read_up_to_its_cap_and_refused_beyond() {
+        let within = Duration::from_secs(10);
+        for max in [MAX_ANSWER, MAX_ERROR] {
+            for len in [max - 1, max] {
+                let body = read(Body::from(vec![b'x'; len]), max, within).await;
+                assert_eq!(body.map(|b| b.len()), Some(len), "{len} bytes, cap {max}");
+            }
+            let over = read(Body::from(vec![b'x'; max + 1]), max, within).await;
+            assert_eq!(over, None, "cap {max}");
+        }
+    }
+}

@@ -196,6 +196,24 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_message_is_kept_whole_up_to_its_bound_and_cut_beyond() {
+        let body = |said: &str| json!({"error": {"message": said}}).to_string();
+        for n in [MAX_ERROR_MESSAGE_CHARS - 1, MAX_ERROR_MESSAGE_CHARS] {
+            let said = "é".repeat(n);
+            assert_eq!(
+                error_message(body(&said).as_bytes()),
+                said,
+                "{n} characters"
+            );
+        }
+        let said = "é".repeat(MAX_ERROR_MESSAGE_CHARS + 1);
+        assert_eq!(
+            error_message(body(&said).as_bytes()),
+            format!("{}…", "é".repeat(MAX_ERROR_MESSAGE_CHARS))
+        );
+    }
+
+    #[test]
     fn openai_type_per_status() {
         for (s, t) in [
             (400, "invalid_request_error"),

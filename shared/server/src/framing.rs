@@ -642,6 +642,10 @@ mod tests {
             scan.body(b"40000000\r\n").is_ok(),
             "the largest body is one chunk"
         );
+        let mut scan = Scan::Chunk(Chunk::Size(0));
+        assert!(scan.body(b"3fffffff\r\n").is_ok(), "one byte less");
+        let mut scan = Scan::Chunk(Chunk::Size(0));
+        assert!(scan.body(b"40000001\r\n").is_err(), "one byte more");
         let mut scan = Scan::Length(3);
         assert_eq!(scan.body(b"abcGET").unwrap(), 3);
     }
