@@ -241,6 +241,24 @@ mod tests {
     }
 
     #[test]
+    fn every_range_admits_its_bounds_and_refuses_one_beyond() {
+        for &(field, lo, hi) in RANGES {
+            let refused = |value: u64| -> Vec<&'static str> {
+                let s: Settings = serde_json::from_value(serde_json::json!({ field: value }))
+                    .unwrap_or_else(|e| panic!("{field} {value}: {e}"));
+                s.validate().into_iter().map(|e| e.field).collect()
+            };
+            for value in [lo, lo + 1, hi - 1, hi] {
+                assert!(refused(value).is_empty(), "{field} {value}");
+            }
+            assert_eq!(refused(hi + 1), [field], "{field} one above its range");
+            if lo > 0 {
+                assert_eq!(refused(lo - 1), [field], "{field} one below its range");
+            }
+        }
+    }
+
+    #[test]
     fn unknown_setting_is_rejected_when_deserialising() {
         let err = serde_json::from_str::<Settings>(r#"{"retry_timez": 3}"#).unwrap_err();
         assert!(err.to_string().contains("retry_timez"), "{err}");
