@@ -115,3 +115,35 @@ fn inspect(
         )),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_of_the_limit_is_read_and_one_byte_more_refused_declared_or_not() {
+        const LIMIT: u64 = 2048;
+        let limit = LIMIT as usize;
+        for declared in [true, false] {
+            let read = |len: usize| async move {
+                let mut headers = HeaderMap::new();
+                if declared {
+                    headers.insert(header::CONTENT_LENGTH, len.into());
+                }
+                read_limited_body(&headers, Body::from(vec![b'x'; len]), LIMIT).await
+            };
+            for len in [limit - 1, limit] {
+                let body = read(len).await;
+                assert!(
+                    body.as_ref().is_ok_and(|b| b.len() == len),
+                    "{len} bytes, declared {declared}: {body:?}"
+                );
+            }
+            let over = read(limit + 1).await;
+            assert!(
+                matches!(over, Err(GatewayError::RequestTooLarge { limit: l }) if l == limit),
+                "declared {declared}: {over:?}"
+            );
+        }
+    }
+}
