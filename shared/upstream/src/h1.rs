@@ -704,6 +704,19 @@ mod tests {
         ]
         .concat();
         assert!(error_of(&trailers).contains("too long"));
+        // A trailer line of exactly the trailers' budget is read; one byte more is not.
+        let trailer = |len: usize| format!("0\r\nt: {}\r\n\r\n", "v".repeat(len - 3));
+        for len in [MAX_TRAILERS - 1, MAX_TRAILERS] {
+            assert_eq!(
+                decode(trailer(len).as_bytes()),
+                (Vec::new(), Ok(true)),
+                "{len}"
+            );
+        }
+        assert!(error_of(trailer(MAX_TRAILERS + 1).as_bytes()).contains("too long"));
+        // And a chunk-size line one byte over its limit.
+        let one_over = format!("1;{}\r\nx\r\n0\r\n\r\n", "e".repeat(MAX_CHUNK_LINE - 1));
+        assert!(error_of(one_over.as_bytes()).contains("too long"));
     }
 
     fn head(text: &[u8]) -> Head {
