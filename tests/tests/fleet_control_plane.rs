@@ -1719,6 +1719,11 @@ async fn a_price_patched_or_deleted_mid_traffic_prices_what_follows_on_every_pro
     for sent in answers.iter().flatten() {
         assert_eq!(sent.channel, base.a.name, "{}", sent.body);
     }
+    // Each answer is one call the mock recorded.
+    assert_eq!(
+        base.a.mock.hits(),
+        answers.iter().map(Vec::len).sum::<usize>()
+    );
 
     // Every answer reaches the usage report, under its phase's and proxy's token.
     let sent = |phase: usize, proxy: usize| {
@@ -1764,6 +1769,16 @@ async fn a_price_patched_or_deleted_mid_traffic_prices_what_follows_on_every_pro
             .unwrap_or_else(|| panic!("no usage for {name}: {usage}"))
             .clone()
     };
+    // The figures priced are the ones the mock reported.
+    let reported = base.a.mock.reported_usage();
+    assert_eq!(
+        (
+            usage["total"]["input_tokens"].as_u64().unwrap(),
+            usage["total"]["output_tokens"].as_u64().unwrap()
+        ),
+        (reported.input_tokens, reported.output_tokens),
+        "{usage}"
+    );
     // Micro-USD per million tokens (input, output) times tokens: pico-USD.
     let priced = |group: &Value, (input, output): (u128, u128)| {
         let tokens = |field: &str| u128::from(group[field].as_u64().unwrap());
