@@ -10,7 +10,7 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::crud::{Crud, Item};
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::extract::{nullable, Path, Query, Writer};
 use super::reply::{Page, PageQuery};
 use super::rows::RowView;
 use super::rows::{
@@ -527,14 +527,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
     })
 }
 
-#[utoipa::path(post, path = "/api/v1/channels", tag = "channels", operation_id = "create_channel", request_body = ChannelCreate,
-    responses((status = 201, body = ChannelView), (status = 400, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<ChannelCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/channels`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -557,8 +550,17 @@ impl RowView for ChannelView {
 
 /// As [`crud!`] would, but an update passes the fleet's shared state on (see [`patch_in`]).
 impl Crud for ChannelView {
+    type Create = ChannelCreate;
+    type Created = ChannelView;
+    type Parent = ();
     type Patch = ChannelPatch;
-    const ITEM: Item = Item::new("channel").conflict("members still use the channel");
+    const ITEM: Item = Item::new("channel")
+        .malformed()
+        .conflict("members still use the channel");
+
+    async fn create(w: Writer, (): (), raw: ChannelCreate) -> ApiResult<Response> {
+        create_in(&w.pool, w.by(), raw).await
+    }
 
     async fn patch(
         state: AppState,

@@ -9,12 +9,11 @@ use utoipa::ToSchema;
 
 use super::channels::{text, ChannelView};
 use super::crud::{crud, Item};
-use super::extract::{JsonBody, Path, Writer};
 use super::rows::{
     commit_view, delete_locked, fetch_row, insert_sql, lock_row, table_row, By, Change, Db,
 };
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 use switchyard_engine::validate::check_secret;
 use switchyard_engine::Provider;
 
@@ -168,19 +167,7 @@ impl Source {
     }
 }
 
-#[utoipa::path(post, path = "/api/v1/channels/{id}/credentials", tag = "credentials", operation_id = "create_credential",
-    request_body = CredentialCreate,
-    responses((status = 201, body = CredentialView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn create(
-    w: Writer,
-    Path(channel_id): Path<i64>,
-    JsonBody(raw): JsonBody<CredentialCreate>,
-) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), channel_id, raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/channels/{id}/credentials`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -206,7 +193,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<CredentialView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
-crud!(table CredentialView, CredentialPatch, Item::new("credential"));
+crud!(table CredentialView under ChannelView, CredentialCreate, CredentialPatch, Item::new("credential"));
 
 /// The update of `PATCH /api/v1/credentials/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

@@ -1,8 +1,10 @@
-//! One shape for every resource's item operations: `GET`, `PATCH` and `DELETE` on
-//! `/api/v1/{noun}s/{id}`. A resource states its view, its patch body and its OpenAPI facts once
-//! ([`Crud`], most through [`crud!`]); the handlers here are generic over it, and [`item`] builds
-//! both the axum route and the operations' OpenAPI entries from those facts, so the document lists
-//! exactly what the generic handlers serve.
+//! One shape for every resource's operations: `POST` on its collection (`/api/v1/{noun}s`, or a
+//! parent's `/api/v1/{parent}s/{id}/{noun}s`), `GET` of a page of it, and `GET`, `PATCH` and
+//! `DELETE` on `/api/v1/{noun}s/{id}`. A resource states its view, its create and patch bodies,
+//! its parent and its OpenAPI facts once ([`Crud`], most through [`crud!`]); the handlers here are
+//! generic over it, and [`created`], [`listed`] and [`item`] build both the axum routes and the
+//! operations' OpenAPI entries from those facts, so the document lists exactly what the generic
+//! handlers serve.
 
 use std::future::Future;
 
@@ -26,14 +28,18 @@ use super::rows::{fetch_row, fetch_view, list_rows, list_views, RowView, TableRo
 use crate::error::ApiResult;
 use crate::state::AppState;
 
-/// The OpenAPI facts of a resource's item operations that differ from resource to resource.
+/// The OpenAPI facts of a resource's operations that differ from resource to resource.
 #[derive(Clone, Copy)]
 pub(super) struct Item {
-    /// `route`: the path `/api/v1/routes/{id}`, the tag `routes`, the operation ids `get_route`,
-    /// `update_route` and `delete_route`.
+    /// `route`: the paths `/api/v1/routes` and `/api/v1/routes/{id}`, the tag `routes`, the
+    /// operation ids `create_route`, `list_routes`, `get_route`, `update_route` and `delete_route`.
     noun: &'static str,
-    /// The 422 of an update.
+    /// The 422 of a create or an update.
     invalid: &'static str,
+    /// The 201 of a create.
+    created: &'static str,
+    /// Whether a create's operation lists the 400 of a malformed body.
+    malformed: bool,
     /// The 204 of a delete.
     deleted: &'static str,
     /// The 409 of a delete, when something still refers to the resource.
@@ -45,14 +51,29 @@ impl Item {
         Item {
             noun,
             invalid: "",
+            created: "",
+            malformed: false,
             deleted: "",
             conflict: None,
         }
     }
 
-    /// What an update's 422 says.
+    /// What a create's or an update's 422 says.
     pub(super) const fn invalid(self, invalid: &'static str) -> Item {
         Item { invalid, ..self }
+    }
+
+    /// What a create's 201 says.
+    pub(super) const fn created(self, created: &'static str) -> Item {
+        Item { created, ..self }
+    }
+
+    /// A create's operation lists the 400 of a malformed body.
+    pub(super) const fn malformed(self) -> Item {
+        Item {
+            malformed: true,
+            ..self
+        }
     }
 
     /// What a delete's 204 says.
@@ -69,12 +90,25 @@ impl Item {
     }
 }
 
-/// A resource served by the generic item handlers: the view it answers with (`Self`), the body an
-/// update takes, and the resource layer's update and delete (the `patch_in` / `delete_in` that
-/// applying a configuration file and the dry run call too).
+/// A resource served by the generic handlers: the view it answers with (`Self`), the bodies a
+/// create and an update take, what a create answers, where it is created, and the resource
+/// layer's create, update and delete (the `create_in` / `patch_in` / `delete_in` that applying a
+/// configuration file and the dry run call too).
 pub(super) trait Crud: RowView + Serialize + Send + 'static {
+    type Create: DeserializeOwned + ToSchema + Send + 'static;
+    /// The 201's body: the view, but for a token, whose plaintext is shown this once.
+    type Created: ToSchema;
+    /// `()` for a resource created at its own collection, or the view of the resource it is
+    /// created under (see [`Parent`]).
+    type Parent: Parent;
     type Patch: DeserializeOwned + ToSchema + Send + 'static;
     const ITEM: Item;
+
+    fn create(
+        w: Writer,
+        parent: <Self::Parent as Parent>::Id,
+        body: Self::Create,
+    ) -> impl Future<Output = ApiResult<Response>> + Send;
 
     fn patch(
         state: AppState,
@@ -86,20 +120,103 @@ pub(super) trait Crud: RowView + Serialize + Send + 'static {
     fn delete(w: Writer, id: i64) -> impl Future<Output = ApiResult<Response>> + Send;
 }
 
-/// Implements [`Crud`] for `$view` (with `$patch` and the facts `$item`) by the invoking module's
-/// `patch_in(db, by, id, patch)` and `delete_in(db, by, id)`. `table` first: `$view` is read
-/// straight from its table (its own [`RowView`]).
+/// Where a resource is created: at its own collection `/api/v1/{noun}s` (`()`), or under a
+/// resource `P`, at `/api/v1/{P's noun}s/{id}/{noun}s` (`P`, a [`Crud`] view), where a
+/// missing `P` is a 404 naming it.
+pub(super) trait Parent: 'static {
+    /// What the create's path names besides its collection: nothing, or the parent's id.
+    type Id: Send;
+
+    /// `V`'s collection path for `tag`, its `POST` route, and its OpenAPI operation `op` with
+    /// what the path adds to it.
+    fn post<V: Crud<Parent = Self>>(
+        tag: &str,
+        op: OperationBuilder,
+    ) -> (
+        String,
+        OperationBuilder,
+        axum::routing::MethodRouter<AppState>,
+    );
+}
+
+impl Parent for () {
+    type Id = ();
+
+    fn post<V: Crud<Parent = ()>>(
+        tag: &str,
+        op: OperationBuilder,
+    ) -> (
+        String,
+        OperationBuilder,
+        axum::routing::MethodRouter<AppState>,
+    ) {
+        let router = axum::routing::post(|w: Writer, JsonBody(body): JsonBody<V::Create>| {
+            V::create(w, (), body)
+        });
+        (format!("/api/v1/{tag}"), op, router)
+    }
+}
+
+impl<P: Crud> Parent for P {
+    type Id = i64;
+
+    fn post<V: Crud<Parent = P>>(
+        tag: &str,
+        op: OperationBuilder,
+    ) -> (
+        String,
+        OperationBuilder,
+        axum::routing::MethodRouter<AppState>,
+    ) {
+        let router = axum::routing::post(
+            |w: Writer, Path(parent): Path<i64>, JsonBody(body): JsonBody<V::Create>| {
+                V::create(w, parent, body)
+            },
+        );
+        let (path, op) = under::<P>(tag, op);
+        (path, op, router)
+    }
+}
+
+/// Implements [`Crud`] for `$view` (with the create body `$create`, the patch body `$patch` and
+/// the facts `$item`) by the invoking module's `create_in`, `patch_in(db, by, id, patch)` and
+/// `delete_in(db, by, id)`. `table` first: `$view` is read straight from its table (its own
+/// [`RowView`]). `under $parent`: created under a `$parent`, by `create_in(db, by, parent_id,
+/// body)`; else by `create_in(db, by, body)`, answering `$created` when it is given, else the view.
 macro_rules! crud {
-    (table $view:ty, $patch:ty, $item:expr) => {
+    (table $view:ident $($rest:tt)*) => {
         impl $crate::api::rows::RowView for $view {
             type Row = $view;
         }
-        $crate::api::crud::crud!($view, $patch, $item);
+        $crate::api::crud::crud!($view $($rest)*);
     };
-    ($view:ty, $patch:ty, $item:expr) => {
+    ($view:ident under $parent:ident, $create:ident, $patch:ident, $item:expr) => {
+        $crate::api::crud::crud!(@impl $view, $parent, $create => $view, $patch, $item,
+            |w, parent, body| create_in(&w.pool, w.by(), parent, body));
+    };
+    ($view:ident, $create:ident, $patch:ident, $item:expr) => {
+        $crate::api::crud::crud!($view, $create => $view, $patch, $item);
+    };
+    ($view:ident, $create:ident => $created:ident, $patch:ident, $item:expr) => {
+        $crate::api::crud::crud!(@impl $view, (), $create => $created, $patch, $item,
+            |w, _parent, body| create_in(&w.pool, w.by(), body));
+    };
+    (@impl $view:ident, $parent:ty, $create:ident => $created:ident, $patch:ident, $item:expr,
+        |$w:ident, $p:ident, $body:ident| $create_in:expr) => {
         impl $crate::api::crud::Crud for $view {
+            type Create = $create;
+            type Created = $created;
+            type Parent = $parent;
             type Patch = $patch;
             const ITEM: $crate::api::crud::Item = $item;
+
+            async fn create(
+                $w: $crate::api::extract::Writer,
+                $p: <$parent as $crate::api::crud::Parent>::Id,
+                $body: $create,
+            ) -> $crate::error::ApiResult<axum::response::Response> {
+                $create_in.await
+            }
 
             async fn patch(
                 _: $crate::state::AppState,
@@ -141,6 +258,25 @@ async fn delete<V: Crud>(w: Writer, Path(id): Path<i64>) -> ApiResult<Response> 
     V::delete(w, id).await
 }
 
+/// `V`'s create, `POST` at its collection (see [`Parent`]), with its OpenAPI operation and the
+/// schemas it names.
+pub(super) fn created<V: Crud>() -> UtoipaMethodRouter<AppState> {
+    let facts = V::ITEM;
+    let tag = format!("{}s", facts.noun);
+    let mut op = named(&tag, format!("create_{}", facts.noun))
+        .request_body(Some(json_body::<V::Create>()))
+        .response("201", json_response::<V::Created>(facts.created))
+        .response("422", error(facts.invalid));
+    if facts.malformed {
+        op = op.response("400", error(""));
+    }
+    let (path, op, router) = V::Parent::post::<V>(&tag, op);
+    let mut schemas = Vec::new();
+    collect::<V::Create>(&mut schemas);
+    collect::<V::Created>(&mut schemas);
+    one(path, HttpMethod::Post, op, schemas, router)
+}
+
 /// `V`'s item route (get, update, delete) with its OpenAPI operations and the schemas they name.
 pub(super) fn item<V: Crud>() -> UtoipaMethodRouter<AppState> {
     let Item {
@@ -148,21 +284,14 @@ pub(super) fn item<V: Crud>() -> UtoipaMethodRouter<AppState> {
         invalid,
         deleted,
         conflict,
+        ..
     } = V::ITEM;
     let tag = format!("{noun}s");
     let get = operation(&tag, "get", noun)
         .response("200", json_response::<V>(""))
         .response("404", error(""));
     let update = operation(&tag, "update", noun)
-        .request_body(Some(
-            RequestBodyBuilder::new()
-                .content(
-                    "application/json",
-                    content(Ref::from_schema_name(V::Patch::name())),
-                )
-                .required(Some(Required::True))
-                .build(),
-        ))
+        .request_body(Some(json_body::<V::Patch>()))
         .response("200", json_response::<V>(""))
         .response("404", error(""))
         .response("422", error(invalid));
@@ -191,10 +320,23 @@ pub(super) fn item<V: Crud>() -> UtoipaMethodRouter<AppState> {
 
 /// An operation on `/{tag}/{id}` with the id `{verb}_{noun}`.
 fn operation(tag: &str, verb: &str, noun: &str) -> OperationBuilder {
-    OperationBuilder::new()
-        .tag(tag)
-        .operation_id(Some(format!("{verb}_{noun}")))
-        .parameter(id_parameter())
+    named(tag, format!("{verb}_{noun}")).parameter(id_parameter())
+}
+
+/// An operation tagged `tag` with the id `id`.
+fn named(tag: &str, id: String) -> OperationBuilder {
+    OperationBuilder::new().tag(tag).operation_id(Some(id))
+}
+
+/// A required JSON request body whose schema is `T`.
+fn json_body<T: ToSchema>() -> utoipa::openapi::request_body::RequestBody {
+    RequestBodyBuilder::new()
+        .content(
+            "application/json",
+            content(Ref::from_schema_name(T::name())),
+        )
+        .required(Some(Required::True))
+        .build()
 }
 
 /// The `{id}` of a path.
@@ -255,9 +397,7 @@ pub(super) fn listed_under<P: Crud, V: Crud + TableRow>(
     column: &'static str,
 ) -> UtoipaMethodRouter<AppState> {
     let tag = format!("{}s", V::ITEM.noun);
-    let op = page_operation::<V>(&tag)
-        .parameter(id_parameter())
-        .response("404", error(""));
+    let (path, op) = under::<P>(&tag, page_operation::<V>(&tag));
     let router = axum::routing::get(
         move |State(state): State<AppState>,
               Path(parent): Path<i64>,
@@ -269,15 +409,19 @@ pub(super) fn listed_under<P: Crud, V: Crud + TableRow>(
             ))
         },
     );
-    let path = format!("/api/v1/{}s/{{id}}/{tag}", P::ITEM.noun);
     collection::<V>(path, op, router)
+}
+
+/// The path of the collection `tag` under a `P`, and `op` with the `{id}` it names and the 404 of
+/// a missing `P`.
+fn under<P: Crud>(tag: &str, op: OperationBuilder) -> (String, OperationBuilder) {
+    let op = op.parameter(id_parameter()).response("404", error(""));
+    (format!("/api/v1/{}s/{{id}}/{tag}", P::ITEM.noun), op)
 }
 
 /// `list_{tag}` answering a [`Page`] of `V`s.
 fn page_operation<V: Crud>(tag: &str) -> OperationBuilder {
-    OperationBuilder::new()
-        .tag(tag)
-        .operation_id(Some(format!("list_{tag}")))
+    named(tag, format!("list_{tag}"))
         .parameters(Some(PageQuery::into_params(|| Some(ParameterIn::Query))))
         .response("200", named_response(page_name::<V>(), ""))
 }
@@ -291,13 +435,24 @@ fn collection<V: Crud>(
     op: OperationBuilder,
     router: axum::routing::MethodRouter<AppState>,
 ) -> UtoipaMethodRouter<AppState> {
-    let item = PathItemBuilder::new()
-        .operation(HttpMethod::Get, Operation::from(op))
-        .build();
     // As utoipa names and writes a generic schema: `Page_{V}`, with `V` inline.
     let page = <Page<V> as utoipa::__dev::ComposeSchema>::compose(vec![V::schema()]);
     let mut schemas = vec![(page_name::<V>(), page)];
     <Page<V> as ToSchema>::schemas(&mut schemas);
+    one(path, HttpMethod::Get, op, schemas, router)
+}
+
+/// The one operation `op` (`method` at `path`), served by `router`, with the schemas it names.
+fn one(
+    path: String,
+    method: HttpMethod,
+    op: OperationBuilder,
+    schemas: Vec<(String, RefOr<utoipa::openapi::schema::Schema>)>,
+    router: axum::routing::MethodRouter<AppState>,
+) -> UtoipaMethodRouter<AppState> {
+    let item = PathItemBuilder::new()
+        .operation(method, Operation::from(op))
+        .build();
     (
         schemas,
         PathsBuilder::new().path(path, item).build(),

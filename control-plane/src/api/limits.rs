@@ -11,14 +11,14 @@ use utoipa::ToSchema;
 
 use super::amount::DecimalText;
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Writer};
+use super::extract::nullable;
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
     RowQuery, RowView,
 };
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LimitView {
@@ -304,15 +304,7 @@ fn bind_limit<'q, O>(query: RowQuery<'q, O>, limit: &'q Limit) -> ApiResult<RowQ
         .bind(limit.mode.as_str()))
 }
 
-#[utoipa::path(post, path = "/api/v1/limits", tag = "limits", operation_id = "create_limit", request_body = LimitCreate,
-    responses((status = 201, body = LimitView),
-              (status = 422, description = "a field is invalid, or the scope already has a limit \
-                                            of this metric and window (`window`)", body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<LimitCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/limits`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -333,6 +325,7 @@ pub(super) async fn create_in<'c>(
 
 crud!(
     LimitView,
+    LimitCreate,
     LimitPatch,
     Item::new("limit").invalid(
         "a field is invalid, or the scope already has a limit of this metric and window (`window`)",

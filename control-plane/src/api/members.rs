@@ -10,13 +10,12 @@ use utoipa::ToSchema;
 
 use super::channels::{text, CapabilitiesDto};
 use super::crud::{crud, Item};
-use super::extract::{JsonBody, Path, Writer};
 use super::routes::RouteView;
 use super::rows::{
     commit_view, delete_row, insert_sql, lock_row, table_row, update_sql, By, Change, Db, RowQuery,
 };
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct MemberView {
@@ -177,19 +176,7 @@ impl MemberSpec {
     }
 }
 
-#[utoipa::path(post, path = "/api/v1/routes/{id}/members", tag = "members", operation_id = "create_member",
-    request_body = MemberCreate,
-    responses((status = 201, body = MemberView), (status = 404, body = ErrorBody),
-              (status = 422, body = ErrorBody)))]
-pub async fn create(
-    w: Writer,
-    Path(route_id): Path<i64>,
-    JsonBody(raw): JsonBody<MemberCreate>,
-) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), route_id, raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/routes/{id}/members`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -244,7 +231,8 @@ pub(super) async fn create_as<'c>(
 }
 
 crud!(
-    table MemberView,
+    table MemberView under RouteView,
+    MemberCreate,
     MemberPatch,
     Item::new("member").conflict("a team still grants this member")
 );

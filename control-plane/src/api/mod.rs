@@ -6,17 +6,15 @@
 //! parsing (`extract.rs`), pages and the revision header (`reply.rs`) and the row code
 //! (`rows.rs`).
 //!
-//! The resources' list, read, update and delete (channels, credentials, routes, members, tokens,
-//! teams, prices, limits, shadows) are one set of generic handlers (`crud.rs`): a resource states
-//! its view, its update body and the few OpenAPI facts that differ (`crud::Item`), and `crud.rs`
-//! builds both the axum routes and their OpenAPI operations from them. Updates and deletes go
-//! through the module's own `patch_in` / `delete_in`, the one resource layer that applying a
-//! configuration file and the dry run call too. Each resource keeps its own annotated `create`
-//! handler (its body and answer types, its parent in the path and its documented errors differ
-//! from resource to resource), and admin tokens, revoked rather than deleted and never updated,
-//! keep their own handlers. A duplicate finder still lists the `create` handlers as pairs (with
-//! the `create_in` / `patch_in` signatures of the resource layer next to them): a generic create
-//! would need a trait per body, answer and parent shape, more code than the lines it saves.
+//! The resources' create, list, read, update and delete (channels, credentials, routes, members,
+//! tokens, teams, prices, limits, shadows) are one set of generic handlers (`crud.rs`): a resource
+//! states its view, its create and update bodies, what a create answers, the resource it is
+//! created under (credentials under a channel, members under a route) and the few OpenAPI facts
+//! that differ (`crud::Item`), and `crud.rs` builds both the axum routes and their OpenAPI
+//! operations from them. Creates, updates and deletes go through the module's own `create_in` /
+//! `patch_in` / `delete_in`, the one resource layer that applying a configuration file and the dry
+//! run call too. Admin tokens, revoked rather than deleted and never updated, keep their own
+//! handlers.
 
 pub mod access;
 mod admin_tokens;
@@ -100,7 +98,7 @@ impl Modify for BearerAuth {
 fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(crud::listed::<channels::ChannelView>())
-        .routes(routes!(channels::create))
+        .routes(crud::created::<channels::ChannelView>())
         .routes(crud::item::<channels::ChannelView>())
         .routes(routes!(channels::events))
         .routes(routes!(presets::list))
@@ -108,29 +106,29 @@ fn api_router() -> OpenApiRouter<AppState> {
             channels::ChannelView,
             credentials::CredentialView,
         >("channel_id"))
-        .routes(routes!(credentials::create))
+        .routes(crud::created::<credentials::CredentialView>())
         .routes(crud::item::<credentials::CredentialView>())
         .routes(crud::listed::<routes::RouteView>())
-        .routes(routes!(routes::create))
+        .routes(crud::created::<routes::RouteView>())
         .routes(crud::item::<routes::RouteView>())
         .routes(crud::listed_under::<routes::RouteView, members::MemberView>("route_id"))
-        .routes(routes!(members::create))
+        .routes(crud::created::<members::MemberView>())
         .routes(crud::item::<members::MemberView>())
         .routes(crud::listed::<tokens::TokenView>())
-        .routes(routes!(tokens::create))
+        .routes(crud::created::<tokens::TokenView>())
         .routes(crud::item::<tokens::TokenView>())
         .routes(crud::listed::<teams::TeamView>())
-        .routes(routes!(teams::create))
+        .routes(crud::created::<teams::TeamView>())
         .routes(crud::item::<teams::TeamView>())
         .routes(crud::listed::<prices::PriceView>())
-        .routes(routes!(prices::create))
+        .routes(crud::created::<prices::PriceView>())
         .routes(crud::item::<prices::PriceView>())
         .routes(crud::listed::<limits::LimitView>())
-        .routes(routes!(limits::create))
+        .routes(crud::created::<limits::LimitView>())
         .routes(crud::item::<limits::LimitView>())
         .routes(routes!(budgets::budgets))
         .routes(crud::listed::<shadows::ShadowView>())
-        .routes(routes!(shadows::create))
+        .routes(crud::created::<shadows::ShadowView>())
         .routes(crud::item::<shadows::ShadowView>())
         .routes(routes!(shadows::report))
         .routes(routes!(

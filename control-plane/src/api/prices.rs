@@ -12,13 +12,13 @@ use utoipa::ToSchema;
 
 use super::amount::DecimalText;
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Writer};
+use super::extract::nullable;
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
     RowQuery, RowView,
 };
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PriceView {
@@ -234,15 +234,7 @@ fn write_error(spec: &PriceSpec) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
     }
 }
 
-#[utoipa::path(post, path = "/api/v1/prices", tag = "prices", operation_id = "create_price", request_body = PriceCreate,
-    responses((status = 201, body = PriceView),
-              (status = 422, description = "a field is invalid, or the channel already has a price \
-                                            for this pattern (`model_pattern`)", body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<PriceCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/prices`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -264,6 +256,7 @@ pub(super) async fn create_in<'c>(
 
 crud!(
     PriceView,
+    PriceCreate,
     PricePatch,
     Item::new("price").invalid(
         "a field is invalid, or the channel already has a price for this pattern (`model_pattern`)",

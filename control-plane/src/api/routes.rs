@@ -8,13 +8,13 @@ use switchyard_engine::{validate_pattern, RoutingMode};
 use utoipa::ToSchema;
 
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Writer};
+use super::extract::nullable;
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
     RowQuery,
 };
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, ToSchema)]
 pub struct RouteView {
@@ -271,13 +271,7 @@ async fn pattern_taken(
     Ok(())
 }
 
-#[utoipa::path(post, path = "/api/v1/routes", tag = "routes", operation_id = "create_route", request_body = RouteCreate,
-    responses((status = 201, body = RouteView), (status = 422, body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<RouteCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/routes`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -316,6 +310,7 @@ fn bind_spec<'q>(query: RowQuery<'q, RouteView>, spec: &'q RouteSpec) -> RowQuer
 
 crud!(
     table RouteView,
+    RouteCreate,
     RoutePatch,
     Item::new("route")
         .deleted("the route and its members are deleted")

@@ -3,8 +3,8 @@
 //! statement that inserts or updates a row from its column list, commit a write of a row with its
 //! audit row and answer with it, and delete a row.
 //!
-//! The generic handlers of `crud.rs` read through these helpers; each resource module's `create`
-//! handler and its `*_in` functions (the resource layer the dry run and configuration apply call)
+//! The generic handlers of `crud.rs` read through these helpers; each resource module's `*_in`
+//! functions (the resource layer the generic handlers, the dry run and configuration apply call)
 //! use them too.
 
 use axum::http::StatusCode;

@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::admin_tokens::refuse_past_expiry;
 use super::amount::DecimalText;
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Path, Query, Writer};
+use super::extract::{nullable, Path, Query};
 use super::rows::{
     commit_view, delete_row, fetch_row, lock_row, table_row, By, Change, Db, RowQuery, RowView,
 };
@@ -404,15 +404,7 @@ fn bind_rule<'q>(query: RowQuery<'q, ShadowRow>, rule: &'q ShadowRule) -> RowQue
         .bind(rule.enabled)
 }
 
-#[utoipa::path(post, path = "/api/v1/shadows", tag = "shadows", operation_id = "create_shadow", request_body = ShadowCreate,
-    responses((status = 201, body = ShadowView),
-              (status = 422, description = "a field is invalid, the target does not exist, or \
-                                            the name is taken", body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<ShadowCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/shadows`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -438,6 +430,7 @@ pub(super) async fn create_in<'c>(
 
 crud!(
     ShadowView,
+    ShadowCreate,
     ShadowPatch,
     Item::new("shadow")
         .invalid("a field is invalid, the target does not exist, or the name is taken",)

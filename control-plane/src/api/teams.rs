@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 
 use super::channels::checked_name;
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Writer};
+use super::extract::nullable;
 use super::rows::{commit_view, delete_row, fetch_row, table_row, By, Change, Db, Resource};
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -249,13 +249,7 @@ async fn lock(tx: &mut sqlx::PgConnection, id: i64) -> ApiResult<()> {
         .ok_or_else(|| ApiError::not_found(TeamView::NOUN, id))
 }
 
-#[utoipa::path(post, path = "/api/v1/teams", tag = "teams", operation_id = "create_team", request_body = TeamCreate,
-    responses((status = 201, body = TeamView), (status = 422, body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<TeamCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/teams`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -277,7 +271,7 @@ pub(super) async fn create_in<'c>(
     commit_view::<TeamView>(tx, by, Change::Create, id, json!(spec), view).await
 }
 
-crud!(table TeamView, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
+crud!(table TeamView, TeamCreate, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
 
 /// The update of `PATCH /api/v1/teams/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
 use super::crud::{crud, Item};
-use super::extract::{nullable, JsonBody, Writer};
+use super::extract::nullable;
 use super::rows::{commit_view, delete_locked, lock_row, table_row, By, Change, Db, RowQuery};
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiError, ApiResult};
 
 /// Prefix of every generated token, so leaked keys are easy to recognise and scan for.
 pub const TOKEN_PREFIX: &str = "sk-sy-";
@@ -210,15 +210,7 @@ fn generate_token() -> ApiResult<String> {
     Ok(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
 }
 
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = TokenCreate,
-    responses((status = 201, description = "the plaintext `token` is returned only here",
-               body = CreatedToken),
-              (status = 422, body = ErrorBody)))]
-pub async fn create(w: Writer, JsonBody(raw): JsonBody<TokenCreate>) -> ApiResult<Response> {
-    create_in(&w.pool, w.by(), raw).await
-}
-
-/// [`create`] in `db` (see [`Db`]).
+/// The create of `POST /api/v1/tokens`, in `db` (see [`Db`]).
 pub(super) async fn create_in<'c>(
     db: impl Db<'c>,
     by: By<'_>,
@@ -299,7 +291,12 @@ pub(super) async fn set_prefix(
     Ok(())
 }
 
-crud!(table TokenView, TokenPatch, Item::new("token"));
+crud!(
+    table TokenView,
+    TokenCreate => CreatedToken,
+    TokenPatch,
+    Item::new("token").created("the plaintext `token` is returned only here")
+);
 
 /// The update of `PATCH /api/v1/tokens/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
