@@ -35,6 +35,8 @@ pub struct CredentialView {
 
 table_row!(CredentialView, "credentials", "credential", columns);
 
+crud!(table CredentialView under ChannelView, CredentialCreate, CredentialPatch, Item::new("credential"));
+
 fn columns() -> String {
     format!(
         "id, channel_id, \
@@ -192,8 +194,6 @@ pub(super) async fn create_in<'c>(
     detail["enabled"] = json!(enabled);
     commit_view::<CredentialView>(tx, by, Change::Create, view.id, detail, view).await
 }
-
-crud!(table CredentialView under ChannelView, CredentialCreate, CredentialPatch, Item::new("credential"));
 
 /// The update of `PATCH /api/v1/credentials/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

@@ -129,27 +129,20 @@ pub(super) trait Parent: 'static {
 
     /// `V`'s collection path for `tag`, its `POST` route, and its OpenAPI operation `op` with
     /// what the path adds to it.
-    fn post<V: Crud<Parent = Self>>(
-        tag: &str,
-        op: OperationBuilder,
-    ) -> (
-        String,
-        OperationBuilder,
-        axum::routing::MethodRouter<AppState>,
-    );
+    fn post<V: Crud<Parent = Self>>(tag: &str, op: OperationBuilder) -> Post;
 }
+
+/// A `POST` route: its path, its OpenAPI operation and its handler.
+type Post = (
+    String,
+    OperationBuilder,
+    axum::routing::MethodRouter<AppState>,
+);
 
 impl Parent for () {
     type Id = ();
 
-    fn post<V: Crud<Parent = ()>>(
-        tag: &str,
-        op: OperationBuilder,
-    ) -> (
-        String,
-        OperationBuilder,
-        axum::routing::MethodRouter<AppState>,
-    ) {
+    fn post<V: Crud<Parent = ()>>(tag: &str, op: OperationBuilder) -> Post {
         let router = axum::routing::post(|w: Writer, JsonBody(body): JsonBody<V::Create>| {
             V::create(w, (), body)
         });
@@ -160,14 +153,7 @@ impl Parent for () {
 impl<P: Crud> Parent for P {
     type Id = i64;
 
-    fn post<V: Crud<Parent = P>>(
-        tag: &str,
-        op: OperationBuilder,
-    ) -> (
-        String,
-        OperationBuilder,
-        axum::routing::MethodRouter<AppState>,
-    ) {
+    fn post<V: Crud<Parent = P>>(tag: &str, op: OperationBuilder) -> Post {
         let router = axum::routing::post(
             |w: Writer, Path(parent): Path<i64>, JsonBody(body): JsonBody<V::Create>| {
                 V::create(w, parent, body)

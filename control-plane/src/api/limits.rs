@@ -61,6 +61,15 @@ impl RowView for LimitView {
     type Row = LimitRow;
 }
 
+crud!(
+    LimitView,
+    LimitCreate,
+    LimitPatch,
+    Item::new("limit").invalid(
+        "a field is invalid, or the scope already has a limit of this metric and window (`window`)",
+    )
+);
+
 /// A stored value as the API shows it: micro-USD as a decimal USD string for spend.
 pub(super) fn shown_value(metric: &str, value: i64) -> Value {
     let value = u64::try_from(value).unwrap_or(0);
@@ -322,15 +331,6 @@ pub(super) async fn create_in<'c>(
     let view = LimitView::from(row);
     commit_view::<LimitRow>(tx, by, Change::Create, id, detail(&limit), view).await
 }
-
-crud!(
-    LimitView,
-    LimitCreate,
-    LimitPatch,
-    Item::new("limit").invalid(
-        "a field is invalid, or the scope already has a limit of this metric and window (`window`)",
-    )
-);
 
 /// The update of `PATCH /api/v1/limits/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

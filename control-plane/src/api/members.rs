@@ -39,6 +39,13 @@ pub struct MemberView {
 
 table_row!(MemberView, "route_members", "member", columns);
 
+crud!(
+    table MemberView under RouteView,
+    MemberCreate,
+    MemberPatch,
+    Item::new("member").conflict("a team still grants this member")
+);
+
 fn columns() -> String {
     format!(
         "id, route_id, channel_id, upstream_model, group_name, priority, weight, enabled, canary, \
@@ -229,13 +236,6 @@ pub(super) async fn create_as<'c>(
     detail["route_id"] = json!(route_id);
     commit_view::<MemberView>(tx, by, Change::Create, view.id, detail, view).await
 }
-
-crud!(
-    table MemberView under RouteView,
-    MemberCreate,
-    MemberPatch,
-    Item::new("member").conflict("a team still grants this member")
-);
 
 /// The update of `PATCH /api/v1/members/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

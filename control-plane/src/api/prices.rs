@@ -56,6 +56,15 @@ impl RowView for PriceView {
     type Row = PriceRow;
 }
 
+crud!(
+    PriceView,
+    PriceCreate,
+    PricePatch,
+    Item::new("price").invalid(
+        "a field is invalid, or the channel already has a price for this pattern (`model_pattern`)",
+    )
+);
+
 /// Micro-USD as stored (never negative: the table checks it).
 fn usd(micros: i64) -> String {
     format_micros(u64::try_from(micros).unwrap_or(0))
@@ -253,15 +262,6 @@ pub(super) async fn create_in<'c>(
     let view = PriceView::from(row);
     commit_view::<PriceRow>(tx, by, Change::Create, id, spec.detail(), view).await
 }
-
-crud!(
-    PriceView,
-    PriceCreate,
-    PricePatch,
-    Item::new("price").invalid(
-        "a field is invalid, or the channel already has a price for this pattern (`model_pattern`)",
-    )
-);
 
 /// The update of `PATCH /api/v1/prices/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

@@ -38,6 +38,15 @@ pub struct RouteView {
 
 table_row!(RouteView, "routes", "route", columns);
 
+crud!(
+    table RouteView,
+    RouteCreate,
+    RoutePatch,
+    Item::new("route")
+        .deleted("the route and its members are deleted")
+        .conflict("a team still grants one of its members")
+);
+
 fn columns() -> String {
     format!(
         "id, model_pattern, enabled, routing_mode, single_member_id, sticky_session, stable_first, \
@@ -307,15 +316,6 @@ fn bind_spec<'q>(query: RowQuery<'q, RouteView>, spec: &'q RouteSpec) -> RowQuer
         .bind(spec.channel_retry_times)
         .bind(spec.cooldown_seconds)
 }
-
-crud!(
-    table RouteView,
-    RouteCreate,
-    RoutePatch,
-    Item::new("route")
-        .deleted("the route and its members are deleted")
-        .conflict("a team still grants one of its members")
-);
 
 /// The update of `PATCH /api/v1/routes/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

@@ -88,6 +88,14 @@ impl RowView for ShadowView {
     type Row = ShadowRow;
 }
 
+crud!(
+    ShadowView,
+    ShadowCreate,
+    ShadowPatch,
+    Item::new("shadow")
+        .invalid("a field is invalid, the target does not exist, or the name is taken",)
+);
+
 impl From<ShadowRow> for ShadowView {
     fn from(r: ShadowRow) -> ShadowView {
         ShadowView {
@@ -427,14 +435,6 @@ pub(super) async fn create_in<'c>(
     let (id, view) = (row.id, ShadowView::from(row));
     commit_view::<ShadowRow>(tx, by, Change::Create, id, detail(&rule), view).await
 }
-
-crud!(
-    ShadowView,
-    ShadowCreate,
-    ShadowPatch,
-    Item::new("shadow")
-        .invalid("a field is invalid, the target does not exist, or the name is taken",)
-);
 
 /// Rule `id` as `patch` leaves it (`current` the stored row), checked.
 fn patched(id: i64, current: ShadowRow, patch: ShadowPatch) -> ApiResult<ShadowRule> {

@@ -46,6 +46,8 @@ pub struct TeamView {
 
 table_row!(TeamView, "teams", "team", columns);
 
+crud!(table TeamView, TeamCreate, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
+
 /// The select list of a team with its grants gathered from the grant tables.
 fn columns() -> String {
     format!(
@@ -270,8 +272,6 @@ pub(super) async fn create_in<'c>(
     let view = fetch_row::<TeamView>(&mut *tx, id, false).await?;
     commit_view::<TeamView>(tx, by, Change::Create, id, json!(spec), view).await
 }
-
-crud!(table TeamView, TeamCreate, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
 
 /// The update of `PATCH /api/v1/teams/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(

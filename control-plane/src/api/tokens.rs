@@ -51,6 +51,13 @@ pub struct CreatedToken {
 
 table_row!(TokenView, "tokens", "token", columns);
 
+crud!(
+    table TokenView,
+    TokenCreate => CreatedToken,
+    TokenPatch,
+    Item::new("token").created("the plaintext `token` is returned only here")
+);
+
 fn columns() -> String {
     format!(
         "id, name, prefix, route_group_name, team_id, allow_pinning, enabled, \
@@ -290,13 +297,6 @@ pub(super) async fn set_prefix(
         .await?;
     Ok(())
 }
-
-crud!(
-    table TokenView,
-    TokenCreate => CreatedToken,
-    TokenPatch,
-    Item::new("token").created("the plaintext `token` is returned only here")
-);
 
 /// The update of `PATCH /api/v1/tokens/{id}`, in `db` (see [`Db`]).
 pub(super) async fn patch_in<'c>(
