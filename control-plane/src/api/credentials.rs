@@ -35,7 +35,12 @@ pub struct CredentialView {
 
 table_row!(CredentialView, "credentials", "credential", columns);
 
-crud!(table CredentialView under ChannelView, CredentialCreate, CredentialPatch, Item::new("credential"));
+crud!(
+    table CredentialView under ChannelView,
+    CredentialCreate,
+    CredentialPatch,
+    Item::new("credential")
+);
 
 fn columns() -> String {
     format!(

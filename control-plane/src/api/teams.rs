@@ -46,7 +46,12 @@ pub struct TeamView {
 
 table_row!(TeamView, "teams", "team", columns);
 
-crud!(table TeamView, TeamCreate, TeamPatch, Item::new("team").conflict("tokens still belong to the team"));
+crud!(
+    table TeamView,
+    TeamCreate,
+    TeamPatch,
+    Item::new("team").conflict("tokens still belong to the team")
+);
 
 /// The select list of a team with its grants gathered from the grant tables.
 fn columns() -> String {
