@@ -14,7 +14,8 @@
 //! operations from them. Creates, updates and deletes go through the module's own `create_in` /
 //! `patch_in` / `delete_in`, the one resource layer that applying a configuration file and the dry
 //! run call too. Admin tokens, revoked rather than deleted and never updated, keep their own
-//! handlers.
+//! handlers. A duplicate finder still pairs the resource layer's `create_in` / `patch_in`
+//! signatures (the same `db, by, [id,] body` parameters in every module); their bodies differ.
 
 pub mod access;
 mod admin_tokens;
