@@ -11,7 +11,13 @@
 #
 # Stages: `planner` reduces the workspace to a dependency recipe (cargo-chef), `builder` compiles
 # the dependencies from that recipe in their own layer (kept until Cargo.toml/Cargo.lock change,
-# so editing the sources rebuilds only the workspace crates), then the two binaries. The runtime
+# so editing the sources rebuilds only the workspace crates), then the binaries. The data plane is
+# built with the profile of its own request path, by the same script a source build uses
+# (scripts/pgo: an instrumented build, a training run of chat, streams, translation, embeddings,
+# limits and refusals against the mock upstream inside the build, then the optimized build), so
+# the image runs the binary BENCHMARKS.md measures. That build compiles the data plane's
+# dependencies twice more (its compiler flags differ from the cooked layer's): about three times
+# the plain build's time. `--build-arg PGO=0` builds the data plane plain instead. The runtime
 # images are distroless (glibc, CA certificates, no shell, no package manager) and run as the
 # unprivileged user 65532; the Kubernetes manifests in deploy/ expect exactly that.
 
@@ -19,13 +25,16 @@ ARG RUST_VERSION=1.95
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS chef
-# make: tikv-jemalloc-sys builds jemalloc from its C sources (the slim image has gcc, not make).
-# Versions come with the pinned Debian release of the base image.
+# make: tikv-jemalloc-sys builds jemalloc from its C sources (the slim image has gcc, not make);
+# curl: the profile's training run waits for the proxy's readiness with it. Versions come with
+# the pinned Debian release of the base image. llvm-tools: llvm-profdata of rustc's own LLVM,
+# which merges the training run's counts.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends make \
+    && apt-get install -y --no-install-recommends make curl \
     && rm -rf /var/lib/apt/lists/*
-RUN cargo install cargo-chef --version 0.1.78 --locked
+RUN rustup component add llvm-tools \
+    && cargo install cargo-chef --version 0.1.78 --locked
 WORKDIR /src
 
 FROM chef AS planner
@@ -33,18 +42,24 @@ COPY . .
 RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
+# 1: the data plane built with its profile (scripts/pgo); 0: built plain.
+ARG PGO=1
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 COPY --from=planner /src/recipe.json recipe.json
 # The dependency layer: rebuilt only when the recipe (manifests, lock file) changes.
 RUN cargo chef cook --release --locked --recipe-path recipe.json \
       -p switchyard-control-plane -p switchyard-data-plane -p switchyard-mock-upstream
 COPY . .
+# The measured build last: the binary scripts/pgo leaves in target/pgo replaces the plain one.
 RUN cargo build --release --locked \
       -p switchyard-control-plane -p switchyard-data-plane -p switchyard-mock-upstream \
       --bin switchyard-control-plane --bin switchyard-data-plane --bin switchyard-mock-upstream \
     && mkdir -p /out \
     && cp target/release/switchyard-control-plane target/release/switchyard-data-plane \
-          target/release/switchyard-mock-upstream /out/
+          target/release/switchyard-mock-upstream /out/ \
+    && if [ "$PGO" = 1 ]; then \
+         scripts/pgo && cp target/pgo/switchyard-data-plane /out/switchyard-data-plane; \
+       fi
 
 FROM ${RUNTIME_IMAGE} AS control-plane
 LABEL org.opencontainers.image.title="switchyard-control-plane" \
