@@ -154,6 +154,8 @@ enum Endpoint {
     GeminiGenerate,
     GeminiStream,
     GeminiCountTokens,
+    Moderations,
+    Rerank,
 }
 
 fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
@@ -168,6 +170,8 @@ fn endpoint(method: &str, path: &str) -> Result<Endpoint, StatusCode> {
         "/v1/models" => (false, Endpoint::Models),
         "/v1/messages" => (true, Endpoint::Messages),
         "/v1/messages/count_tokens" => (true, Endpoint::MessagesCountTokens),
+        "/v1/moderations" => (true, Endpoint::Moderations),
+        "/v1/rerank" | "/v2/rerank" => (true, Endpoint::Rerank),
         p if p.starts_with("/v1/models/") => (false, Endpoint::Model),
         p if p.starts_with("/v1beta/models/") => match p.rsplit_once(':') {
             Some((_, "generateContent")) => (true, Endpoint::GeminiGenerate),
@@ -445,6 +449,8 @@ fn plain_answer(
         Endpoint::MessagesCountTokens => sim::anthropic_count_tokens_json(said.prompt_tokens),
         Endpoint::GeminiGenerate | Endpoint::GeminiStream => sim::gemini_response_json(answer),
         Endpoint::GeminiCountTokens => sim::gemini_count_tokens_json(said.prompt_tokens),
+        Endpoint::Moderations => sim::moderation_json(None, &said.json),
+        Endpoint::Rerank => sim::rerank_json(None, &said.json),
     };
     full(status, "application/json", body)
 }

@@ -9,7 +9,8 @@
 //! [`chat_answer_chunks`] (OpenAI chat), [`anthropic_answer_json`] and
 //! [`anthropic_answer_events`], [`gemini_response_json`], [`gemini_stream_responses`] and
 //! [`gemini_events`]. The endpoints that carry no tool calls (legacy completions, Responses,
-//! embeddings, models, images, audio) have text-only builders.
+//! embeddings, models, images, audio) have text-only builders; moderations and rerank
+//! ([`moderation_json`], [`rerank_json`]) score the request body they are given.
 //!
 //! Errors come in each provider's shape ([`openai_error_json`], [`anthropic_error_json`],
 //! [`gemini_error_json`]); [`Protocol::of_path`] and [`error_json`] pick the shape a request path
@@ -28,6 +29,7 @@ mod anthropic;
 mod error;
 mod gemini;
 mod openai;
+mod scoring;
 mod wire;
 
 pub use answer::{estimate_tokens, Answer, ToolCall, DEFAULT_CONTENT, DEFAULT_MODEL};
@@ -44,4 +46,5 @@ pub use openai::{
     embeddings_json_with, images_json, models_json, response_events, response_json, speech_bytes,
     transcription_json, DEFAULT_MODELS, DONE_EVENT, EMBEDDING_DIMENSIONS,
 };
+pub use scoring::{moderation_json, rerank_json, DEFAULT_MODERATION_MODEL, MODERATION_CATEGORIES};
 pub use wire::{base64_encode, next_id, split_content, split_even};
