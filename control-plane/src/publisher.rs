@@ -100,8 +100,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Takes every secret out of a snapshot for a caller without a fleet token: credentials whose
 /// secret is inline (`secret_env` ones stay: the proxy resolves them from its own environment),
-/// every header value (any may be a key; an Azure channel's `api-version` entry, a version
-/// number, stays), and the password of each `base_url` (shown as `***`).
+/// every header value (any may be a key; an Azure channel's `api-version` entries, version
+/// numbers, stay), and the password of each `base_url` (shown as `***`).
 /// A channel that loses header values or a URL password, or every credential it needs, cannot be
 /// called as configured: it is marked `secrets_withheld`, so the proxy's engine excludes it with
 /// that reason (and the proxy says so) instead of failing upstream or excluding it silently.
@@ -117,11 +117,9 @@ pub fn withhold_secrets(wire: &mut switchyard_proto::v1::Snapshot) {
             && channel.provider != switchyard_proto::v1::Provider::Mock as i32;
         let azure = channel.provider == switchyard_proto::v1::Provider::Azure as i32;
         let had_headers = channel.headers.len();
-        channel.headers.retain(|h| {
-            azure
-                && h.name
-                    .eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
-        });
+        channel
+            .headers
+            .retain(|h| azure && switchyard_upstream::is_azure_api_version_entry(&h.name));
         let lost_headers = channel.headers.len() != had_headers;
         let redacted = switchyard_engine::validate::redact_url_userinfo(&channel.base_url);
         let lost_password = redacted != channel.base_url;
@@ -272,7 +270,10 @@ mod tests {
             channels: vec![
                 channel(
                     v1::Provider::Azure,
-                    vec![header("api-version", "2025-04-01-preview")],
+                    vec![
+                        header("api-version", "2025-04-01-preview"),
+                        header("api-version-responses", "preview"),
+                    ],
                 ),
                 channel(
                     v1::Provider::Azure,
@@ -290,7 +291,10 @@ mod tests {
             (&wire.channels[0], &wire.channels[1], &wire.channels[2]);
         assert_eq!(
             only_version.headers,
-            [header("api-version", "2025-04-01-preview")]
+            [
+                header("api-version", "2025-04-01-preview"),
+                header("api-version-responses", "preview")
+            ]
         );
         assert!(!only_version.secrets_withheld);
         assert_eq!(with_key.headers, [header("Api-Version", "2024-10-21")]);

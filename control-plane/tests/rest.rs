@@ -291,6 +291,53 @@ async fn an_azure_channels_api_version_is_shown_in_clear(pool: PgPool) {
     );
 }
 
+/// An Azure channel's `api-version-{kind}` entries are versions like the plain one: checked on
+/// write (and not quoted), shown in clear, and kept in the snapshot a proxy without the fleet
+/// token receives.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_azure_channels_api_version_per_kind_is_checked_and_shown_in_clear(pool: PgPool) {
+    let app = test_app(pool);
+    let headers =
+        json!({"api-version-responses": "2025-04-01-preview", "x-extra": "hdr-secret-0123456789"});
+    let azure = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "azure", "provider": "azure",
+                   "base_url": "https://r.openai.azure.com", "headers": headers}),
+        )
+        .await;
+    let got = app.get(&format!("/api/v1/channels/{azure}")).await;
+    assert_eq!(
+        got.body["headers"],
+        json!({"api-version-responses": "2025-04-01-preview", "x-extra": "****6789"}),
+        "{}",
+        got.text
+    );
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("/api/v1/channels/{azure}"),
+        json!({"headers": {"api-version-chat": "2024-10-21&key=SECRET"}}),
+        "headers.api-version-chat",
+    )
+    .await;
+    // A name of no kind is an ordinary header, masked like any other.
+    let reply = app
+        .patch(
+            &format!("/api/v1/channels/{azure}"),
+            json!({"headers": {"api-version-rerank": "0123456789 abcdef"}}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let got = app.get(&format!("/api/v1/channels/{azure}")).await;
+    assert_eq!(
+        got.body["headers"],
+        json!({"api-version-rerank": "****cdef"}),
+        "{}",
+        got.text
+    );
+}
+
 /// An OpenAI-compatible channel without the Responses API: `responses_api: false` accepted on
 /// openai and azure channels, read back, patched, carried by the snapshot the proxies receive
 /// (the encoded bytes included); refused on other providers with the field named.

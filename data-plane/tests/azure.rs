@@ -198,6 +198,55 @@ async fn the_channels_api_version_entry_is_the_query_parameter_not_a_header() {
 }
 
 #[tokio::test]
+async fn the_api_version_is_chosen_per_kind_of_endpoint() {
+    let mock = MockUpstream::start().await.unwrap();
+    let chat = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let responses = r#"{"model":"gpt-4o","input":"hi"}"#;
+    let embeddings = r#"{"model":"text-embedding","input":"hi"}"#;
+    // No entry: the Responses API gets a version that has it, every other kind the default.
+    let proxy = start(&config(&mock, "")).await;
+    for (path, body) in [("/v1/responses", responses), ("/v1/chat/completions", chat)] {
+        let reply = post(&proxy, path, body).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+    let sent = mock.requests();
+    assert_eq!(sent[0].path, "/openai/responses");
+    assert_eq!(
+        sent[0].query_param("api-version"),
+        Some("2025-04-01-preview")
+    );
+    assert_azure_request(&sent[1], "gpt-4o-prod", "chat/completions", DEFAULT_VERSION);
+
+    // A kind's own entry beats the plain one, which every other kind takes.
+    let mock = MockUpstream::start().await.unwrap();
+    let extra = "    headers: {api-version: 2024-06-01, api-version-responses: 2025-05-01-preview, api-version-embeddings: 2023-05-15}\n";
+    let proxy = start(&config(&mock, extra)).await;
+    for (path, body) in [
+        ("/v1/responses", responses),
+        ("/v1/chat/completions", chat),
+        ("/v1/embeddings", embeddings),
+    ] {
+        let reply = post(&proxy, path, body).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+    let sent = mock.requests();
+    assert_eq!(
+        sent[0].query_param("api-version"),
+        Some("2025-05-01-preview")
+    );
+    assert!(
+        sent[0]
+            .headers
+            .keys()
+            .all(|k| !k.as_str().starts_with("api-version")),
+        "{:?}",
+        sent[0]
+    );
+    assert_azure_request(&sent[1], "gpt-4o-prod", "chat/completions", "2024-06-01");
+    assert_azure_request(&sent[2], "embed-large", "embeddings", "2023-05-15");
+}
+
+#[tokio::test]
 async fn a_base_url_ending_in_openai_v1_uses_azures_v1_surface() {
     let mock = MockUpstream::start().await.unwrap();
     let yaml = format!(

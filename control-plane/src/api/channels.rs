@@ -87,16 +87,20 @@ table_row!(ChannelView, "channels", "channel", columns);
 /// `base_url` may carry a password, so both are masked here, in SQL, like credential secrets:
 /// the real values never reach this process on a read (the snapshot compiler reads them
 /// itself). Header values: `****` plus the last 4 characters for values of 12 characters or
-/// more, but an Azure channel's `api-version` entry, a version and no secret, shown as it is
+/// more, but an Azure channel's `api-version` entries, versions and no secrets, shown as they are
 /// (as the export shows it); `base_url`: `user:password@` becomes `user:***@` (the rule of
 /// `switchyard_engine::validate::redact_url_userinfo`, which the audit detail uses).
 fn columns() -> String {
-    use switchyard_upstream::AZURE_API_VERSION_HEADER as AZURE_API_VERSION;
+    // The names are fixed identifiers (letters and `-`), safe inside the SQL text.
+    let azure_versions = switchyard_upstream::azure_api_version_entries()
+        .map(|name| format!("'{name}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
         "id, name, preset, provider, {MASKED_BASE_URL} AS base_url, status, auto_ban, \
          max_concurrency, capabilities, retry_status_codes, retry_error_patterns, \
          (SELECT COALESCE(jsonb_object_agg(key, CASE \
-                 WHEN provider = 'azure' AND lower(key) = '{AZURE_API_VERSION}' THEN value \
+                 WHEN provider = 'azure' AND lower(key) IN ({azure_versions}) THEN value \
                  WHEN char_length(value) >= 12 THEN '****' || right(value, 4) \
                  ELSE '****' END), '{{}}'::jsonb) \
           FROM jsonb_each_text(headers)) AS headers, responses_api, \
@@ -368,7 +372,7 @@ impl ChannelSpec {
             // The value is never quoted: header values often carry keys.
             text(&format!("headers.{name}"), value, check_header_value)?;
             if self.provider == Provider::Azure
-                && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+                && switchyard_upstream::is_azure_api_version_entry(name)
             {
                 text(
                     &format!("headers.{name}"),

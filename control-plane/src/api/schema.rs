@@ -18,7 +18,8 @@ use utoipa::{PartialSchema, ToSchema};
 pub enum ProviderName {
     Openai,
     /// Azure OpenAI: OpenAI's protocol; the member's upstream model is the deployment, the
-    /// channel's `api-version` header entry the API version (default `2024-10-21`).
+    /// channel's `api-version` header entry the API version (default `2024-10-21`, and
+    /// `2025-04-01-preview` for the Responses API), `api-version-{kind}` that of one kind.
     Azure,
     Anthropic,
     Gemini,

@@ -338,6 +338,18 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("SECRET1"), "{e}");
+        // So is an entry for one kind of endpoint; a name of no kind is an ordinary header.
+        let parts = parse(&azure("    headers: {api-version-responses: preview}\n")).unwrap();
+        assert_eq!(
+            parts.channels[0].headers,
+            [("api-version-responses".to_owned(), "preview".to_owned())]
+        );
+        let e = parse(&azure("    headers: {api-version-chat: \"a b\"}\n")).unwrap_err();
+        assert!(
+            e.starts_with("channels[0].headers.api-version-chat: may hold only letters"),
+            "{e}"
+        );
+        parse(&azure("    headers: {api-version-rerank: \"a b\"}\n")).unwrap();
         // Another provider's `api-version` entry is an ordinary header.
         parse(&with_channel(
             "k",

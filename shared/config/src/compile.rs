@@ -702,8 +702,8 @@ fn credential_secret(
     Ok(SecretSource::Inline(secret.to_owned()))
 }
 
-/// The channel's extra headers, each name and value checked (an Azure `api-version` for its
-/// form); a value is never quoted, header values often carry keys.
+/// The channel's extra headers, each name and value checked (an Azure `api-version` entry,
+/// plain or of one kind, for its form); a value is never quoted, header values often carry keys.
 fn channel_headers(
     at: &str,
     provider: Provider,
@@ -718,9 +718,7 @@ fn channel_headers(
             )
         })?;
         text(&format!("{at}.headers.{name}"), &value, check_header_value)?;
-        if provider == Provider::Azure
-            && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
-        {
+        if provider == Provider::Azure && switchyard_upstream::is_azure_api_version_entry(&name) {
             text(
                 &format!("{at}.headers.{name}"),
                 value.trim(),

@@ -19,9 +19,12 @@
 //! - the v1 surface (a base URL ending in `/openai/v1`): `{base_url}/{operation}`, the model in
 //!   the body as with OpenAI, no `api-version` unless the channel sets one.
 //!
-//! The version is the channel's `api-version` header entry when it has one (taken as the query
-//! parameter, never sent as a header), else [`AZURE_DEFAULT_API_VERSION`] on the deployments
-//! surface.
+//! The version depends on the endpoint's kind (the operation's first segment: `chat`,
+//! `completions`, `embeddings`, `responses`, `images`, `audio`): the channel's
+//! `api-version-{kind}` header entry when it has one, else its `api-version` entry, else on the
+//! deployments surface the kind's default ([`AZURE_RESPONSES_API_VERSION`] for the Responses API,
+//! which older versions lack; [`AZURE_DEFAULT_API_VERSION`] for every other kind). The entries are
+//! taken as the query parameter, never sent as headers.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -111,18 +114,84 @@ pub struct ChannelRuntime {
 /// latest generally available version when this was written.
 pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 
-/// The channel header entry that sets an Azure channel's `api-version`. It is sent as the query
-/// parameter Azure reads, not as a header.
+/// Azure OpenAI's `api-version` for the Responses API when the channel sets none: the Responses
+/// API needs `2025-03-01-preview` or later.
+pub const AZURE_RESPONSES_API_VERSION: &str = "2025-04-01-preview";
+
+/// The channel header entry that sets an Azure channel's `api-version` for every kind of
+/// endpoint; `api-version-{kind}` (a kind of [`AZURE_API_KINDS`]) sets it for one kind. They
+/// are sent as the query parameter Azure reads, not as headers.
 pub const AZURE_API_VERSION_HEADER: &str = "api-version";
+
+/// The kinds of endpoint an Azure channel's `api-version` can be set for one by one: the first
+/// segment of the OpenAI operation (`chat` for `chat/completions`, `audio` for both audio
+/// operations, `images` for `images/generations`).
+pub const AZURE_API_KINDS: [&str; 6] = [
+    "chat",
+    "completions",
+    "embeddings",
+    "responses",
+    "images",
+    "audio",
+];
+
+/// The kind of endpoint an Azure `api-version-{kind}` entry names, as its index in
+/// [`AZURE_API_KINDS`]; `None` for a name of no such entry (the plain `api-version` included).
+fn azure_kind_entry(name: &str) -> Option<usize> {
+    let kind = name
+        .get(..AZURE_API_VERSION_HEADER.len() + 1)
+        .filter(|prefix| prefix.eq_ignore_ascii_case("api-version-"))
+        .and_then(|_| name.get(AZURE_API_VERSION_HEADER.len() + 1..))?;
+    AZURE_API_KINDS
+        .iter()
+        .position(|k| k.eq_ignore_ascii_case(kind))
+}
+
+/// Whether header entry `name` of an Azure channel sets an `api-version` (the plain entry or one
+/// of a kind): such entries are versions, no secrets, and never sent as headers.
+pub fn is_azure_api_version_entry(name: &str) -> bool {
+    name.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER) || azure_kind_entry(name).is_some()
+}
+
+/// The names of every Azure `api-version` entry, lowercase: the plain one, then one per kind.
+pub fn azure_api_version_entries() -> impl Iterator<Item = String> {
+    std::iter::once(AZURE_API_VERSION_HEADER.to_owned()).chain(
+        AZURE_API_KINDS
+            .iter()
+            .map(|kind| format!("{AZURE_API_VERSION_HEADER}-{kind}")),
+    )
+}
+
+/// The `api-version` an Azure channel without entries gets for `kind` (an index in
+/// [`AZURE_API_KINDS`], `None` for an operation of no listed kind) on the deployments surface.
+fn azure_default_version(kind: Option<usize>) -> &'static str {
+    match kind.map(|k| AZURE_API_KINDS[k]) {
+        Some("responses") => AZURE_RESPONSES_API_VERSION,
+        _ => AZURE_DEFAULT_API_VERSION,
+    }
+}
 
 /// Where an Azure channel's requests go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct AzureTarget {
     /// The base URL ends in `/openai/v1`: OpenAI's paths under it, the model in the body.
     v1: bool,
-    /// The `api-version` query parameter of every request (none on the v1 surface unless the
-    /// channel sets one).
-    api_version: Option<String>,
+    /// The `api-version=...` query pair of each kind's requests, indexed like
+    /// [`AZURE_API_KINDS`] (none on the v1 surface unless the channel sets one).
+    by_kind: [Option<String>; AZURE_API_KINDS.len()],
+    /// The pair of an operation of no listed kind.
+    other: Option<String>,
+}
+
+impl AzureTarget {
+    /// The `api-version=...` pair for an OpenAI operation (`chat/completions`, `responses`, ...).
+    fn version_pair(&self, operation: &str) -> Option<&str> {
+        let kind = operation.split('/').next().unwrap_or(operation);
+        match AZURE_API_KINDS.iter().position(|k| *k == kind) {
+            Some(i) => self.by_kind[i].as_deref(),
+            None => self.other.as_deref(),
+        }
+    }
 }
 
 /// One upstream request's target: the method, the path planned in the channel's protocol
@@ -187,29 +256,46 @@ pub fn check_api_version(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An Azure channel's surface, from its base URL, and its `api-version` entry (checked; a bad
+/// An Azure channel's surface, from its base URL, and its `api-version` entries (checked; a bad
 /// one, which the control plane and the YAML loader refuse, is ignored with a warning, as if the
-/// channel had none).
+/// channel had none): each kind's version is its own entry's, else the plain entry's, else (on
+/// the deployments surface) the kind's default.
 fn azure_target(channel: &Channel, base: &str) -> AzureTarget {
     let v1 = base.ends_with("/openai/v1");
-    let set = channel
-        .headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER))
-        .map(|(_, value)| value.trim())
-        .filter(|value| {
-            let valid = check_api_version(value).is_ok();
-            if !valid {
-                tracing::warn!(channel = %channel.name, "the api-version entry is not a valid Azure api-version; ignored");
-            }
-            valid
-        });
-    let api_version = match set {
-        Some(value) => Some(value.to_owned()),
-        None if v1 => None,
-        None => Some(AZURE_DEFAULT_API_VERSION.to_owned()),
+    let valid = |value: &str| {
+        let valid = check_api_version(value).is_ok();
+        if !valid {
+            tracing::warn!(channel = %channel.name, "an api-version entry is not a valid Azure api-version; ignored");
+        }
+        valid
     };
-    AzureTarget { v1, api_version }
+    let mut plain: Option<&str> = None;
+    let mut by_kind: [Option<&str>; AZURE_API_KINDS.len()] = [None; AZURE_API_KINDS.len()];
+    for (name, value) in &channel.headers {
+        let value = value.trim();
+        if name.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER) {
+            if plain.is_none() && valid(value) {
+                plain = Some(value);
+            }
+        } else if let Some(kind) = azure_kind_entry(name) {
+            if by_kind[kind].is_none() && valid(value) {
+                by_kind[kind] = Some(value);
+            }
+        }
+    }
+    let pair = |set: Option<&str>, kind: Option<usize>| {
+        let version = match set.or(plain) {
+            Some(value) => Some(value),
+            None if v1 => None,
+            None => Some(azure_default_version(kind)),
+        };
+        version.map(|v| format!("{AZURE_API_VERSION_HEADER}={v}"))
+    };
+    AzureTarget {
+        v1,
+        by_kind: std::array::from_fn(|i| pair(by_kind[i], Some(i))),
+        other: pair(None, None),
+    }
 }
 
 /// A simulated channel's options, read from its `mock://` base URL (the defaults when they do
@@ -339,7 +425,7 @@ impl ChannelRuntime {
         let headers = channel
             .headers
             .iter()
-            .filter(|(k, _)| azure.is_none() || !k.eq_ignore_ascii_case(AZURE_API_VERSION_HEADER))
+            .filter(|(k, _)| azure.is_none() || !is_azure_api_version_entry(k))
             .filter_map(|(k, v)| {
                 Some((
                     HeaderName::from_bytes(k.as_bytes()).ok()?,
@@ -400,21 +486,18 @@ impl ChannelRuntime {
         let Some(azure) = &self.azure else {
             return self.joined(path, query);
         };
+        let operation = path
+            .strip_prefix("/v1/")
+            .unwrap_or(path.trim_start_matches('/'));
         let kept = query
             .into_iter()
             .flat_map(|q| q.split('&'))
             .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("api-version"));
-        let version = azure
-            .api_version
-            .as_deref()
-            .map(|v| format!("api-version={v}"));
-        let query = kept.chain(version.as_deref()).collect::<Vec<_>>().join("&");
+        let version = azure.version_pair(operation);
+        let query = kept.chain(version).collect::<Vec<_>>().join("&");
         if azure.v1 {
             return self.joined(path, Some(&query));
         }
-        let operation = path
-            .strip_prefix("/v1/")
-            .unwrap_or(path.trim_start_matches('/'));
         let per_resource = ["responses", "models"].iter().any(|p| {
             operation
                 .strip_prefix(p)
@@ -837,10 +920,11 @@ mod tests {
             rt.url("/v1/audio/transcriptions", None, "whisper"),
             "https://my-resource.openai.azure.com/openai/deployments/whisper/audio/transcriptions?api-version=2024-10-21"
         );
-        // The Responses API is per resource, not per deployment (the model is in the body).
+        // The Responses API is per resource, not per deployment (the model is in the body),
+        // and by default at a version that has it.
         assert_eq!(
             rt.url("/v1/responses", None, "gpt-4o-prod"),
-            "https://my-resource.openai.azure.com/openai/responses?api-version=2024-10-21"
+            "https://my-resource.openai.azure.com/openai/responses?api-version=2025-04-01-preview"
         );
         assert_eq!(
             rt.url("/v1/responsesx", None, "d"),
@@ -884,6 +968,89 @@ mod tests {
             rt.url("/v1/embeddings", None, "d"),
             "https://my-resource.openai.azure.com/openai/v1/embeddings?api-version=preview"
         );
+    }
+
+    #[test]
+    fn azure_api_versions_are_set_per_kind_over_the_plain_entry() {
+        let with = |base: &str, entries: &[(&str, &str)]| {
+            let mut c = channel(base, Provider::Azure);
+            for (name, value) in entries {
+                c.headers.push(((*name).into(), (*value).into()));
+            }
+            ChannelRuntime::compile(&c, &|_| None)
+        };
+        let query = |rt: &ChannelRuntime, path: &str| {
+            let url = rt.url(path, None, "d");
+            url.split_once('?').map(|(_, q)| q.to_owned())
+        };
+        let q = |v: &str| Some(format!("api-version={v}"));
+        // A kind's own entry beats the plain one, which beats the kind's default.
+        let rt = with(
+            "https://r.openai.azure.com",
+            &[
+                ("api-version", "2024-06-01"),
+                ("Api-Version-Embeddings", "2023-05-15"),
+            ],
+        );
+        assert_eq!(query(&rt, "/v1/embeddings"), q("2023-05-15"));
+        assert_eq!(query(&rt, "/v1/chat/completions"), q("2024-06-01"));
+        assert_eq!(query(&rt, "/v1/responses"), q("2024-06-01"));
+        let rt = with(
+            "https://r.openai.azure.com",
+            &[("api-version-responses", "2025-05-01-preview")],
+        );
+        assert_eq!(query(&rt, "/v1/responses"), q("2025-05-01-preview"));
+        assert_eq!(query(&rt, "/v1/chat/completions"), q("2024-10-21"));
+        assert_eq!(query(&rt, "/v1/audio/speech"), q("2024-10-21"));
+        // Kind entries are versions, never sent as headers; an invalid one is ignored.
+        let rt = with(
+            "https://r.openai.azure.com",
+            &[
+                ("api-version-chat", "bad value"),
+                ("api-version-audio", "2025-03-01-preview"),
+            ],
+        );
+        assert_eq!(query(&rt, "/v1/chat/completions"), q("2024-10-21"));
+        assert_eq!(
+            query(&rt, "/v1/audio/transcriptions"),
+            q("2025-03-01-preview")
+        );
+        let req = rt
+            .request(
+                target(&Method::POST, "/v1/audio/speech"),
+                None,
+                &rt.credentials[0],
+                Bytes::new(),
+            )
+            .unwrap();
+        assert!(req
+            .headers()
+            .keys()
+            .all(|k| !k.as_str().starts_with("api-version")));
+        // On the v1 surface a kind's entry applies to that kind only; no default is added.
+        let rt = with(
+            "https://r.openai.azure.com/openai/v1",
+            &[("api-version-responses", "preview")],
+        );
+        assert_eq!(query(&rt, "/v1/responses"), q("preview"));
+        assert_eq!(query(&rt, "/v1/chat/completions"), None);
+        // Which names are entries.
+        for name in ["api-version", "API-VERSION-responses", "api-version-chat"] {
+            assert!(is_azure_api_version_entry(name), "{name}");
+        }
+        for name in [
+            "api-version-",
+            "api-version-rerank",
+            "api-versions",
+            "x-api-version",
+        ] {
+            assert!(!is_azure_api_version_entry(name), "{name}");
+        }
+        assert_eq!(
+            azure_api_version_entries().count(),
+            1 + AZURE_API_KINDS.len()
+        );
+        assert!(azure_api_version_entries().all(|n| is_azure_api_version_entry(&n)));
     }
 
     #[test]

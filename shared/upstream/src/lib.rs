@@ -36,9 +36,10 @@ pub mod vertex;
 pub use bedrock::{check_aws_credential, check_bedrock_base_url};
 pub use cause::TransportCause;
 pub use channel::{
-    channel_protocol, check_api_version, forwardable, gemini_path, returnable, ChannelRuntime,
-    CredentialRuntime, Target, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
-    MOCK_CREDENTIAL,
+    azure_api_version_entries, channel_protocol, check_api_version, forwardable, gemini_path,
+    is_azure_api_version_entry, returnable, ChannelRuntime, CredentialRuntime, Target,
+    AZURE_API_KINDS, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
+    AZURE_RESPONSES_API_VERSION, MOCK_CREDENTIAL,
 };
 pub use checks::check_base_url;
 pub use client::{

@@ -400,11 +400,11 @@ pub(super) fn mask_header(value: &str) -> String {
 }
 
 /// Whether header `name` of a channel of `provider` is no secret: an Azure channel's
-/// `api-version` entry, a version (the proxies receive it even when secrets are withheld).
-/// Every other header value may carry a key.
+/// `api-version` entries (`api-version`, `api-version-{kind}`), versions (the proxies receive
+/// them even when secrets are withheld). Every other header value may carry a key.
 pub(super) fn public_header(provider: &str, name: &str) -> bool {
     provider.trim().eq_ignore_ascii_case("azure")
-        && name.eq_ignore_ascii_case(switchyard_upstream::AZURE_API_VERSION_HEADER)
+        && switchyard_upstream::is_azure_api_version_entry(name)
 }
 
 /// The configuration as an export writes it: header values masked (but an Azure channel's
