@@ -8,7 +8,7 @@ use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_provider::{
-    openai_usage, response_usage, usage_key, usage_text, KeyIndex, Protocol, Usage,
+    openai_usage, rerank_usage, response_usage, usage_key, usage_text, KeyIndex, Protocol, Usage,
 };
 
 use crate::endpoint::Endpoint;
@@ -39,7 +39,10 @@ pub fn check_body(
         if serde_json::from_slice::<IgnoredAny>(body).is_err() {
             return BodyCheck::Malformed;
         }
-        return BodyCheck::Fine(read_usage.then(|| response_usage(upstream, body)));
+        return BodyCheck::Fine(read_usage.then(|| match endpoint {
+            Endpoint::Rerank => rerank_usage(body),
+            _ => response_usage(upstream, body),
+        }));
     }
     if !native {
         if let Some(check) = scanned_check(upstream, body, read_usage) {
@@ -381,6 +384,34 @@ mod tests {
         assert_eq!(
             check(Endpoint::Embeddings, Protocol::OpenAi, "[1,"),
             "malformed"
+        );
+        assert_eq!(
+            check(Endpoint::Rerank, Protocol::OpenAi, r#"{"results":[]"#),
+            "malformed"
+        );
+    }
+
+    /// A rerank answer's usage is its token total when it reports no prompt figure (vLLM,
+    /// Jina); a moderations answer, which reports none, is fine with zero usage.
+    #[test]
+    fn rerank_and_moderations_answers_are_accounted() {
+        let rerank =
+            r#"{"results":[{"index":0,"relevance_score":0.5}],"usage":{"total_tokens":9}}"#;
+        let BodyCheck::Fine(Some(usage)) =
+            check_body(Endpoint::Rerank, Protocol::OpenAi, rerank.as_bytes(), true)
+        else {
+            panic!("a rerank answer is fine");
+        };
+        assert_eq!((usage.input_tokens, usage.output_tokens), (9, 0));
+        let moderation = r#"{"id":"modr-1","model":"m","results":[{"flagged":false}]}"#;
+        assert_eq!(
+            check_body(
+                Endpoint::Moderations,
+                Protocol::OpenAi,
+                moderation.as_bytes(),
+                true
+            ),
+            BodyCheck::Fine(Some(Usage::default()))
         );
     }
 

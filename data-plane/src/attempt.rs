@@ -372,10 +372,10 @@ impl Attempt<'_> {
     /// the client's protocol when the call is; its usage is read on the way.
     async fn whole_answer(&self, mut response: UpstreamResponse) -> Result<Committed, Failed> {
         let body = self.read_whole(&mut response).await?;
-        // A local answer is already in the client's shape. A passed-through chat answer's usage
-        // is read by the same pass that checks it.
+        // A local answer is already in the client's shape. A passed-through answer's usage is
+        // read by the same pass that checks it.
         let passthrough = !self.call.translated() || self.call.local.is_some();
-        let read_usage = passthrough && self.endpoint.is_chat();
+        let read_usage = passthrough && self.endpoint.reports_usage();
         let read = self
             .check(&body, read_usage)
             .map_err(|error| self.refused(error, &response, &body))?;

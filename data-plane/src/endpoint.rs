@@ -19,10 +19,19 @@ pub enum Endpoint {
     /// path).
     GeminiGenerate,
     GeminiCountTokens,
+    /// OpenAI's moderations; the model may be left out (see [`DEFAULT_MODERATION_MODEL`]).
+    Moderations,
+    /// Reranking in the shape Cohere, Jina and vLLM share, served by OpenAI-compatible
+    /// channels and the simulator only (no other protocol has it).
+    Rerank,
 }
 
+/// The model a moderations request that names none is routed as, and sent upstream as (the
+/// member's upstream model written into the body): OpenAI's own default.
+pub const DEFAULT_MODERATION_MODEL: &str = switchyard_sim::DEFAULT_MODERATION_MODEL;
+
 impl Endpoint {
-    pub const ALL: [Endpoint; 12] = [
+    pub const ALL: [Endpoint; 14] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -35,6 +44,8 @@ impl Endpoint {
         Endpoint::MessagesCountTokens,
         Endpoint::GeminiGenerate,
         Endpoint::GeminiCountTokens,
+        Endpoint::Moderations,
+        Endpoint::Rerank,
     ];
 
     /// The protocol clients of this endpoint speak (and get their errors in).
@@ -61,6 +72,22 @@ impl Endpoint {
         )
     }
 
+    /// A plain answer of this endpoint reports its token usage (chat, legacy completions,
+    /// embeddings, rerank); the others' answers carry none the gateway reads.
+    pub fn reports_usage(self) -> bool {
+        self.is_chat()
+            || matches!(
+                self,
+                Endpoint::Completions | Endpoint::Embeddings | Endpoint::Rerank
+            )
+    }
+
+    /// An OpenAI endpoint Azure OpenAI does not serve: its Azure members are never picked (the
+    /// engine's [`switchyard_engine::AZURE_BIT`]).
+    pub fn azure_lacks(self) -> bool {
+        matches!(self, Endpoint::Moderations | Endpoint::Rerank)
+    }
+
     /// Chat, count-tokens or the Responses API: the body is parsed into the neutral form and
     /// may be translated.
     pub fn translatable(self) -> bool {
@@ -82,6 +109,8 @@ impl Endpoint {
             Endpoint::Models => "/v1/models",
             Endpoint::MessagesCountTokens => "/v1/messages/count_tokens",
             Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens => "/v1beta/models",
+            Endpoint::Moderations => "/v1/moderations",
+            Endpoint::Rerank => "/v1/rerank",
         }
     }
 
@@ -112,6 +141,8 @@ impl Endpoint {
             Endpoint::MessagesCountTokens => "messages_count_tokens",
             Endpoint::GeminiGenerate => "gemini_generate_content",
             Endpoint::GeminiCountTokens => "gemini_count_tokens",
+            Endpoint::Moderations => "moderations",
+            Endpoint::Rerank => "rerank",
         }
     }
 

@@ -38,8 +38,13 @@ pub(crate) mod names {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inspected {
     pub model: String,
-    /// Byte range of the model's value in the body (with its quotes for JSON).
+    /// Byte range of the model's value in the body (with its quotes for JSON); for a model
+    /// given by default ([`inspect_json_defaulting`]), the `null` it replaces or the empty range
+    /// right after the body's `{` where it goes.
     model_span: Option<(usize, usize)>,
+    /// The body names no model (or `null`): the model is a default, written into the body for
+    /// every member.
+    model_defaulted: bool,
     json: bool,
     pub stream: bool,
     pub needs: RequestNeeds,
@@ -199,6 +204,46 @@ fn offset_in(body: &[u8], part: &str) -> usize {
 /// Inspects a JSON request body.
 pub fn inspect_json(body: &[u8]) -> Result<Inspected, InspectError> {
     inspect_json_for(body, None)
+}
+
+/// Only a body's `model`, `null` included (absent is `None`).
+#[derive(Deserialize)]
+struct ModelOnly<'a> {
+    #[serde(borrow, default, deserialize_with = "raw_even_null")]
+    model: Option<&'a RawValue>,
+}
+
+/// Inspects a JSON request body of an endpoint whose model may be left out (moderations): a
+/// body without `model` (or with `model: null`) is routed as `default_model`, and the member's
+/// upstream model is written into what is sent upstream ([`Inspected::rewrite`]).
+pub fn inspect_json_defaulting(
+    body: &[u8],
+    default_model: &str,
+) -> Result<Inspected, InspectError> {
+    match inspect_json_for(body, None) {
+        Err(InspectError::MissingModel) => {}
+        other => return other,
+    }
+    let only: ModelOnly<'_> = serde_json::from_slice(body)
+        .map_err(|e| InspectError::Malformed(format!("request body is not valid JSON: {e}")))?;
+    let span = match only.model {
+        None => {
+            // Right after the object's `{` (the body starts with it, whitespace aside).
+            let open = body
+                .iter()
+                .position(|b| *b == b'{')
+                .ok_or(InspectError::MissingModel)?;
+            (open + 1, open + 1)
+        }
+        Some(raw) if raw.get() == "null" => span_in(body, raw),
+        // A blank string: the client named no model, and gets told so.
+        Some(_) => return Err(InspectError::MissingModel),
+    };
+    // Read as if a path named the model: no stream (moderations never stream).
+    let mut out = inspect_json_for(body, Some((default_model, false)))?;
+    out.model_span = Some(span);
+    out.model_defaulted = true;
+    Ok(out)
 }
 
 /// Where `raw` (a slice of `body`) lies in it.
@@ -545,6 +590,23 @@ fn check_model(model: &str) -> Result<(), InspectError> {
     Ok(())
 }
 
+/// The bytes that put a defaulted model into a JSON body at `start..end`: the value in place of
+/// a `null`, or a whole `"model"` member right after the `{` (followed by a comma when other
+/// members follow).
+fn defaulted_model(body: &[u8], start: usize, end: usize, model: &str) -> Option<Vec<u8>> {
+    let value = serde_json::to_string(model).ok()?;
+    if start != end {
+        return Some(value.into_bytes());
+    }
+    let empty = body
+        .get(end..)?
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'}');
+    let comma = if empty { "" } else { "," };
+    Some(format!("\"model\":{value}{comma}").into_bytes())
+}
+
 impl Inspected {
     /// The session key from the body: a session field, else a hash of the first user message.
     pub fn body_session(&self, body: &[u8]) -> Option<String> {
@@ -585,8 +647,14 @@ impl Inspected {
     /// other byte stays as the client sent it.
     pub fn rewrite_with(&self, body: &Bytes, upstream_model: &str, ask_usage: bool) -> Bytes {
         let mut edits: Vec<(usize, usize, Cow<'_, [u8]>)> = Vec::with_capacity(2);
-        if let Some((start, end)) = self.model_span.filter(|_| self.model != upstream_model) {
-            let replacement: Cow<'_, [u8]> = if self.json {
+        let rewritten = self.model_defaulted || self.model != upstream_model;
+        if let Some((start, end)) = self.model_span.filter(|_| rewritten) {
+            let replacement: Cow<'_, [u8]> = if self.model_defaulted {
+                match defaulted_model(body, start, end, upstream_model) {
+                    Some(bytes) => Cow::Owned(bytes),
+                    None => return body.clone(),
+                }
+            } else if self.json {
                 match serde_json::to_string(upstream_model) {
                     Ok(s) => Cow::Owned(s.into_bytes()),
                     Err(_) => return body.clone(),
@@ -674,6 +742,45 @@ mod tests {
             &br#"{ "messages": [{"role":"user","content":"hi"}], "model" : "real-\"model\"",  "x": 1.50 }"#[..]
         );
         assert_eq!(req.rewrite(&body, "alias"), body);
+    }
+
+    #[test]
+    fn a_body_without_a_model_gets_the_default_written_in_for_every_member() {
+        let json = |b: &Bytes| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+        let absent = Bytes::from_static(br#" { "input": "hi" }"#);
+        let req = inspect_json_defaulting(&absent, "omni").unwrap();
+        assert_eq!((req.model.as_str(), req.stream), ("omni", false));
+        let out = req.rewrite(&absent, "up");
+        assert_eq!(&out[..], br#" {"model":"up", "input": "hi" }"#);
+        // Even when the member's model is the default itself.
+        assert_eq!(json(&req.rewrite(&absent, "omni"))["model"], "omni");
+        // An empty object gets no stray comma; a `null` model is replaced in place.
+        let empty = Bytes::from_static(b"{ }");
+        let out = inspect_json_defaulting(&empty, "omni")
+            .unwrap()
+            .rewrite(&empty, "up");
+        assert_eq!(&out[..], br#"{"model":"up" }"#);
+        let null = Bytes::from_static(br#"{"model":null,"input":"x"}"#);
+        let out = inspect_json_defaulting(&null, "omni")
+            .unwrap()
+            .rewrite(&null, "up");
+        assert_eq!(&out[..], br#"{"model":"up","input":"x"}"#);
+        // A model the body names is used as any other endpoint's; a blank one is refused.
+        let named = inspect_json_defaulting(br#"{"model":"text-moderation-stable"}"#, "omni");
+        assert_eq!(named.unwrap().model, "text-moderation-stable");
+        assert_eq!(
+            inspect_json_defaulting(br#"{"model":" ","input":"x"}"#, "omni"),
+            Err(InspectError::MissingModel)
+        );
+        assert!(matches!(
+            inspect_json_defaulting(br#"{"input":"#, "omni"),
+            Err(InspectError::Malformed(_))
+        ));
+        // Other endpoints still require one.
+        assert_eq!(
+            inspect_json(br#"{"input":"hi"}"#),
+            Err(InspectError::MissingModel)
+        );
     }
 
     #[test]

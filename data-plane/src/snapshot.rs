@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use switchyard_engine::{ChannelId, Provider, RouteId, Snapshot, Token, CHAT_COMPLETIONS_ONLY_BIT};
+use switchyard_engine::{
+    ChannelId, Provider, RouteId, Snapshot, Token, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT,
+};
 use switchyard_provider::Protocol;
 use switchyard_state::StateStore;
 use tokio::sync::watch;
@@ -65,7 +67,13 @@ impl View {
                         } else {
                             0
                         };
-                        mask | bit | chat_only
+                        // Azure: an endpoint it does not serve is refused for it.
+                        let azure = if c.provider == Provider::Azure {
+                            AZURE_BIT
+                        } else {
+                            0
+                        };
+                        mask | bit | chat_only | azure
                     });
                 (route.id, mask)
             })
@@ -87,11 +95,15 @@ impl View {
 
     /// Whether any member of the route speaks another protocol than the endpoint's, i.e.
     /// whether a request to `endpoint` on it may need translating: a Responses request also
-    /// needs it for an OpenAI-compatible member without the Responses API.
+    /// needs it for an OpenAI-compatible member without the Responses API, and a request of an
+    /// endpoint Azure does not serve for an Azure member (which then cannot take it).
     pub fn route_needs_translation(&self, route: RouteId, endpoint: Endpoint) -> bool {
         let mut others = !protocol_bit(endpoint.protocol());
         if endpoint != Endpoint::Responses {
             others &= !CHAT_COMPLETIONS_ONLY_BIT;
+        }
+        if !endpoint.azure_lacks() {
+            others &= !AZURE_BIT;
         }
         self.route_protocols
             .get(&route)
@@ -201,5 +213,13 @@ routes:
         assert!(view.route_needs_translation(id("chat-only"), responses));
         assert!(!view.route_needs_translation(id("chat-only"), chat));
         assert!(view.route_needs_translation(id("chat-only"), messages));
+        // An Azure member cannot take what Azure does not serve; OpenAI and the simulator can.
+        for endpoint in [Endpoint::Moderations, Endpoint::Rerank] {
+            assert!(view.route_needs_translation(id("openai-only"), endpoint));
+            assert!(!view.route_needs_translation(id("chat-only"), endpoint));
+            assert!(!view.route_needs_translation(id("simulated"), endpoint));
+            assert!(view.route_needs_translation(id("mixed"), endpoint));
+        }
+        assert!(!view.route_needs_translation(id("openai-only"), Endpoint::Embeddings));
     }
 }

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
-use switchyard_engine::{Channel, Provider, CHAT_COMPLETIONS_ONLY_BIT};
+use switchyard_engine::{Channel, Provider, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT};
 use switchyard_provider::{count_tokens_response, ChatRequest, Protocol, TranslateError};
 
 use crate::endpoint::Endpoint;
@@ -278,6 +278,8 @@ pub fn feature_index(channel: &Channel, client: Protocol) -> usize {
 /// Providers whose protocol cannot express this request, as the engine's bit set, with the
 /// feature each one lacks (indexed like [`Protocol::ALL`], then [`CHAT_COMPLETIONS_ONLY`] for a
 /// Responses request that OpenAI-compatible members without the Responses API cannot take).
+/// An endpoint Azure does not serve sets the engine's Azure bit, its feature in the client
+/// protocol's slot.
 pub fn unsupported(
     endpoint: Endpoint,
     chat: Option<&ChatRequest>,
@@ -296,6 +298,14 @@ pub fn unsupported(
             mask |= CHAT_COMPLETIONS_ONLY_BIT;
             features[CHAT_COMPLETIONS_ONLY] = Some(feature);
         }
+    }
+    if endpoint.azure_lacks() {
+        // Azure speaks the client's protocol: its slot is the protocol's own (no other use for
+        // it), or the one of a member without the Responses API ([`feature_index`]).
+        let feature = format!("the {} endpoint", endpoint.path());
+        mask |= AZURE_BIT;
+        features[CHAT_COMPLETIONS_ONLY] = Some(feature.clone());
+        features[protocol_index(client)] = Some(feature);
     }
     for (i, target) in Protocol::ALL.into_iter().enumerate() {
         if target == client {
@@ -659,5 +669,43 @@ mod tests {
             .as_deref()
             .is_some_and(|f| f.contains("embeddings")));
         assert!(features[0].is_none());
+    }
+
+    #[test]
+    fn moderations_and_rerank_are_refused_by_other_protocols_and_azure() {
+        for endpoint in [Endpoint::Moderations, Endpoint::Rerank] {
+            let (mask, features) = unsupported(endpoint, None, None);
+            assert_eq!(
+                mask,
+                Provider::Anthropic.protocol_bit() | Provider::Gemini.protocol_bit() | AZURE_BIT,
+                "{endpoint:?}"
+            );
+            let (azure, chat_only) = (
+                channel(Provider::Azure, true),
+                channel(Provider::Azure, false),
+            );
+            assert_eq!(azure.protocol_bits() & mask, AZURE_BIT);
+            assert_eq!(channel(Provider::Openai, false).protocol_bits() & mask, 0);
+            assert_eq!(channel(Provider::Mock, true).protocol_bits() & mask, 0);
+            for member in [&azure, &chat_only] {
+                let feature = features[feature_index(member, Protocol::OpenAi)].as_deref();
+                assert_eq!(
+                    feature,
+                    Some(format!("the {} endpoint", endpoint.path()).as_str())
+                );
+            }
+            // A member of another protocol is never sent one.
+            let body = r#"{"model":"m","query":"q","documents":["a"]}"#;
+            let err = plan_for(endpoint, body, None, Provider::Anthropic, true);
+            assert!(
+                matches!(err, Err(TranslateError::Unsupported(m)) if m.contains(endpoint.path()))
+            );
+            // An OpenAI-compatible one gets the body as sent, the model rewritten.
+            let call = plan_for(endpoint, body, None, Provider::Openai, true).unwrap();
+            assert!(call.passthrough);
+            assert_eq!(call.path, endpoint.path());
+            assert_eq!(json(&call.body)["model"], "up-model");
+            assert_eq!(json(&call.body)["documents"][0], "a");
+        }
     }
 }

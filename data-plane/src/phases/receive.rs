@@ -14,7 +14,9 @@ use crate::auth::authenticate;
 use crate::context::{Arrival, Ctx};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
-use crate::request::{inspect_json_for, inspect_multipart, InspectError, Inspected};
+use crate::request::{
+    inspect_json_defaulting, inspect_json_for, inspect_multipart, InspectError, Inspected,
+};
 use crate::snapshot::View;
 use crate::wire;
 
@@ -91,7 +93,8 @@ fn too_large(limit: usize) -> GatewayError {
 }
 
 /// What the body says the request is (model, stream, needs…): a multipart form's fields, or
-/// a JSON body's (the model of a Gemini path taken from the path).
+/// a JSON body's (the model of a Gemini path taken from the path; a moderations body without
+/// one routed as the default moderation model).
 fn inspect(
     endpoint: Endpoint,
     headers: &HeaderMap,
@@ -104,6 +107,8 @@ fn inspect(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         inspect_multipart(body, content_type)
+    } else if endpoint == Endpoint::Moderations {
+        inspect_json_defaulting(body, crate::endpoint::DEFAULT_MODERATION_MODEL)
     } else {
         inspect_json_for(body, path_model)
     };

@@ -42,6 +42,7 @@ impl Upstream for Simulator<'_> {
             // The simulation answers in the client's protocol: it reports stream usage when
             // the client or the gateway asked for it, like OpenAI.
             stream_usage: inspected.asked_stream_usage() || attempt.call.strip_usage_chunk,
+            body: &attempt.call.body,
         };
         timeout(attempt.first_byte_limit(), respond(self.0, &request, rng))
             .await
@@ -58,6 +59,8 @@ pub struct MockRequest<'a> {
     pub prompt_tokens: u64,
     /// An OpenAI chat stream asked for its usage chunk (`stream_options.include_usage`).
     pub stream_usage: bool,
+    /// The body as sent upstream: what moderations and rerank score.
+    pub body: &'a [u8],
 }
 
 /// Answers one request as the simulated upstream would.
@@ -125,8 +128,15 @@ fn plain_answer(request: &MockRequest<'_>, content: &str) -> UpstreamResponse {
         Endpoint::AudioTranscriptions => sim::transcription_json(content),
         Endpoint::AudioSpeech => return speech_response(),
         Endpoint::Models => sim::models_json(&[model]),
+        Endpoint::Moderations => sim::moderation_json(Some(model), &request_json(request.body)),
+        Endpoint::Rerank => sim::rerank_json(Some(model), &request_json(request.body)),
     };
     json_response(StatusCode::OK, body)
+}
+
+/// The request's JSON body (`null` when it is not JSON: the answer then scores nothing).
+fn request_json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body).unwrap_or(serde_json::Value::Null)
 }
 
 /// Speech: audio bytes, not JSON.

@@ -248,6 +248,10 @@ pub const DEFAULT_MAX_CONCURRENCY: u32 = 64;
 /// Responses API: set for a Responses request that Chat Completions cannot express.
 pub const CHAT_COMPLETIONS_ONLY_BIT: u8 = 8;
 
+/// The [`RequestNeeds::unsupported_providers`] bit of Azure OpenAI channels: set for a request
+/// of an OpenAI-protocol endpoint Azure does not serve (moderations, rerank).
+pub const AZURE_BIT: u8 = 16;
+
 impl Channel {
     /// Whether this channel speaks OpenAI's protocol but has no Responses API, so Responses
     /// requests reach it translated into Chat Completions.
@@ -257,12 +261,18 @@ impl Channel {
 
     /// This channel's bits in [`RequestNeeds::unsupported_providers`]: its provider's protocol
     /// bit, plus [`CHAT_COMPLETIONS_ONLY_BIT`] for an OpenAI-protocol channel without the
-    /// Responses API (what OpenAI's protocol cannot express, it cannot either).
+    /// Responses API (what OpenAI's protocol cannot express, it cannot either), plus
+    /// [`AZURE_BIT`] for an Azure channel.
     pub fn protocol_bits(&self) -> u8 {
-        if self.chat_completions_only() {
-            self.provider.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT
+        let azure = if self.provider == Provider::Azure {
+            AZURE_BIT
         } else {
-            self.provider.protocol_bit()
+            0
+        };
+        if self.chat_completions_only() {
+            self.provider.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT | azure
+        } else {
+            self.provider.protocol_bit() | azure
         }
     }
 

@@ -313,8 +313,15 @@ fn only_an_openai_protocol_channel_without_the_responses_api_is_chat_completions
     assert!(ch.chat_completions_only());
     assert_eq!(
         ch.protocol_bits(),
-        Provider::Azure.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT
+        Provider::Azure.protocol_bit() | CHAT_COMPLETIONS_ONLY_BIT | AZURE_BIT
     );
+    // An Azure channel always carries its own bit too (endpoints Azure does not serve).
+    ch.responses_api = true;
+    assert_eq!(
+        ch.protocol_bits(),
+        Provider::Azure.protocol_bit() | AZURE_BIT
+    );
+    ch.responses_api = false;
     // The bit is no provider's.
     for p in [
         Provider::Openai,
@@ -323,6 +330,7 @@ fn only_an_openai_protocol_channel_without_the_responses_api_is_chat_completions
         Provider::Mock,
     ] {
         assert_eq!(p.protocol_bit() & CHAT_COMPLETIONS_ONLY_BIT, 0);
+        assert_eq!(p.protocol_bit() & AZURE_BIT, 0);
     }
     for p in [
         Provider::Anthropic,

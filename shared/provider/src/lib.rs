@@ -59,6 +59,6 @@ pub use translate::{
     MEDIA_TOKEN_ESTIMATE,
 };
 pub use usage::{
-    openai_usage, response_usage, usage_key, usage_text, KeyIndex, Usage, MAX_REPORTED_TOKENS,
-    MAX_REQUEST_TOKENS,
+    openai_usage, rerank_usage, response_usage, usage_key, usage_text, KeyIndex, Usage,
+    MAX_REPORTED_TOKENS, MAX_REQUEST_TOKENS,
 };

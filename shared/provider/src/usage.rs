@@ -241,6 +241,23 @@ pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
     }
 }
 
+/// Usage read from a rerank answer: its `usage` as OpenAI's figures, else (vLLM and Jina report
+/// only `usage.total_tokens`) that total as input tokens. Zero when the answer carries no usage
+/// (Cohere reports search units, not tokens) or is not JSON.
+pub fn rerank_usage(body: &[u8]) -> Usage {
+    let Some([Some(usage)]) = object_fields(body, ["usage"]) else {
+        return Usage::default();
+    };
+    let figures = usage_text(Protocol::OpenAi, usage.get());
+    if figures != Usage::default() {
+        return figures;
+    }
+    let total = serde_json::from_str::<Value>(usage.get())
+        .ok()
+        .and_then(|u| count(&u, "total_tokens"));
+    openai_usage(total, None, None)
+}
+
 /// The top-level key of `protocol`'s answers that holds their usage.
 pub fn usage_key(protocol: Protocol) -> &'static str {
     match protocol {
@@ -461,6 +478,29 @@ mod tests {
             Protocol::Gemini => v.get("usageMetadata").map(FullUsage::from_gemini),
         };
         full.unwrap_or_default().public()
+    }
+
+    #[test]
+    fn rerank_usage_takes_the_total_when_no_prompt_figure_is_given() {
+        let input = |body: &str| rerank_usage(body.as_bytes()).input_tokens;
+        // vLLM and Jina: only the total.
+        assert_eq!(input(r#"{"results":[],"usage":{"total_tokens":12}}"#), 12);
+        // OpenAI's figures, when given, are read as for any answer.
+        assert_eq!(
+            input(r#"{"usage":{"prompt_tokens":7,"total_tokens":12}}"#),
+            7
+        );
+        // Cohere's search units are no tokens; no usage, or no JSON, is zero.
+        assert_eq!(
+            input(r#"{"results":[],"meta":{"billed_units":{"search_units":1}}}"#),
+            0
+        );
+        assert_eq!(input(r#"{"usage":{"total_tokens":"x"}}"#), 0);
+        assert_eq!(input("not json"), 0);
+        assert_eq!(
+            rerank_usage(br#"{"usage":{"total_tokens":3}}"#).output_tokens,
+            0
+        );
     }
 
     #[test]
