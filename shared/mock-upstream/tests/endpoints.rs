@@ -107,6 +107,30 @@ async fn openai_endpoints_have_their_default_shapes() {
         .await
         .json();
     assert_eq!(v["text"], "Hello from mock");
+
+    let v = post(&base, "/v1/moderations", json!({"input": ["fine", "kill"]}))
+        .ok()
+        .await
+        .json();
+    assert_eq!(v["model"], "omni-moderation-latest");
+    assert_eq!(v["results"][0]["flagged"], false);
+    assert_eq!(v["results"][1]["categories"]["violence"], true);
+
+    for path in ["/v1/rerank", "/v2/rerank"] {
+        let v = post(
+            &base,
+            path,
+            json!({"model": "rr", "query": "red fox", "documents": ["a blue sky", {"text": "a red fox"}], "top_n": 1}),
+        )
+        .ok()
+        .await
+        .json();
+        assert_eq!(v["model"], "rr", "{path}");
+        assert_eq!(v["results"].as_array().unwrap().len(), 1, "{path}");
+        assert_eq!(v["results"][0]["index"], 1, "{path}");
+        assert_eq!(v["results"][0]["document"]["text"], "a red fox", "{path}");
+        assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0, "{path}");
+    }
 }
 
 #[tokio::test]
