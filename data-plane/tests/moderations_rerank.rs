@@ -5,49 +5,14 @@
 
 mod common;
 
-use std::future::IntoFuture;
-use std::sync::Arc;
-
 use common::*;
-use switchyard_data_plane::config::parse_yaml;
-use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
-use switchyard_data_plane::{app, AppState};
-use switchyard_engine::Snapshot;
+use switchyard_data_plane::usage::UsageReporter;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 use switchyard_proto::v1::UsageRecord;
-use switchyard_state::{InMemoryStore, StateStore};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 const MODERATIONS: &str = "/v1/moderations";
 const RERANK: &str = "/v1/rerank";
 const RERANK_BODY: &str = r#"{"model":"rr","query":"capital of France","documents":["Berlin is in Germany",{"text":"Paris is the capital of France"},"France has wine"],"top_n":2}"#;
-
-/// A proxy whose usage waits in a reporter nobody sends.
-async fn start_accounted(yaml: &str) -> (Proxy, Arc<UsageReporter>) {
-    let yaml = format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n");
-    let parts = parse_yaml(&yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
-    let (snapshots, rx) = watch::channel(Some(Arc::new(Snapshot::new(parts))));
-    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
-    let reporter = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
-    let state = AppState::with_usage(rx, store.clone(), Some(Arc::clone(&reporter)));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::ServiceExt::<axum::extract::Request>::into_make_service(app(state.clone())),
-        )
-        .into_future(),
-    );
-    let proxy = Proxy {
-        url: format!("http://{addr}"),
-        state,
-        store,
-        snapshots,
-    };
-    (proxy, reporter)
-}
 
 /// Two OpenAI-compatible channels on `a` (priority 10, tried first) and `b`, both members of
 /// the route `pattern`.

@@ -9,45 +9,14 @@
 
 mod common;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{post, Proxy, CHAT, TOKEN};
+// A proxy whose usage (and shadow comparisons) wait in a reporter nobody sends.
+use common::{post, start_accounted as start, Proxy, CHAT, TOKEN};
 use switchyard_data_plane::config::parse_yaml;
-use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
-use switchyard_data_plane::{app, AppState};
 use switchyard_engine::Snapshot;
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
-use switchyard_state::{InMemoryStore, StateStore};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-
-/// A proxy whose usage (and shadow comparisons) wait in a reporter nobody sends.
-async fn start(yaml: &str) -> (Proxy, Arc<UsageReporter>) {
-    let yaml = format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n");
-    let parts = parse_yaml(&yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
-    let (snapshots, rx) = watch::channel(Some(Arc::new(Snapshot::new(parts))));
-    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
-    let reporter = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
-    let state = AppState::with_usage(rx, store.clone(), Some(Arc::clone(&reporter)));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        axum::serve(
-            listener,
-            axum::ServiceExt::<axum::extract::Request>::into_make_service(app(state.clone())),
-        )
-        .into_future(),
-    );
-    let proxy = Proxy {
-        url: format!("http://{addr}"),
-        state,
-        store,
-        snapshots,
-    };
-    (proxy, reporter)
-}
 
 /// `switchyard_shadow_requests_total{rule, outcome}` as the proxy's metrics page says.
 fn shadowed(proxy: &Proxy, rule: &str, outcome: &str) -> u64 {

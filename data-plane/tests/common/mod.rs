@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use switchyard_data_plane::config::parse_yaml;
 use switchyard_data_plane::snapshot::SnapshotSender;
+use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
 use switchyard_data_plane::{app, AppState};
 use switchyard_engine::Snapshot;
 use switchyard_state::{InMemoryStore, StateDump, StateStore};
@@ -53,22 +54,40 @@ impl Proxy {
     }
 }
 
-/// A proxy serving `yaml` (with a token `TOKEN` appended unless the YAML has `tokens:`).
-pub async fn start(yaml: &str) -> Proxy {
-    let yaml = if yaml.contains("\ntokens:") {
+/// `yaml` with a token `TOKEN` appended unless it has `tokens:`.
+fn with_token(yaml: &str) -> String {
+    if yaml.contains("\ntokens:") {
         yaml.to_owned()
     } else {
         format!("{yaml}\ntokens:\n  - name: test\n    token: {TOKEN}\n    allow_pinning: true\n")
-    };
-    start_on(&yaml, Arc::new(InMemoryStore::new())).await
+    }
+}
+
+/// A proxy serving `yaml` (with a token `TOKEN` appended unless the YAML has `tokens:`).
+pub async fn start(yaml: &str) -> Proxy {
+    start_on(&with_token(yaml), Arc::new(InMemoryStore::new())).await
+}
+
+/// A proxy serving `yaml` as [`start`] does, whose usage (and shadow comparisons) wait in a
+/// reporter nobody sends.
+pub async fn start_accounted(yaml: &str) -> (Proxy, Arc<UsageReporter>) {
+    let reporter = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
+    let store = Arc::new(InMemoryStore::new());
+    let proxy = serve(&with_token(yaml), store, Some(Arc::clone(&reporter))).await;
+    (proxy, reporter)
 }
 
 /// A proxy serving `yaml` as it is on `store` (in memory, or a Redis store: one proxy of a
 /// fleet).
 pub async fn start_on(yaml: &str, store: Arc<dyn StateStore>) -> Proxy {
+    serve(yaml, store, None).await
+}
+
+/// A proxy serving `yaml` as it is on `store`, accounting usage to `usage` when given.
+async fn serve(yaml: &str, store: Arc<dyn StateStore>, usage: Option<Arc<UsageReporter>>) -> Proxy {
     let parts = parse_yaml(yaml, 1).unwrap_or_else(|e| panic!("test yaml: {e}\n{yaml}"));
     let (snapshots, rx) = watch::channel(Some(Arc::new(Snapshot::new(parts))));
-    let state = AppState::new(rx, store.clone());
+    let state = AppState::with_usage(rx, store.clone(), usage);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
