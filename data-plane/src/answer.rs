@@ -8,7 +8,8 @@ use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_provider::{
-    openai_usage, rerank_usage, response_usage, usage_key, usage_text, KeyIndex, Protocol, Usage,
+    openai_usage, rerank_usage, response_usage, responses_answer_usage, usage_key, usage_text,
+    KeyIndex, Protocol, Usage,
 };
 
 use crate::endpoint::Endpoint;
@@ -41,6 +42,8 @@ pub fn check_body(
         }
         return BodyCheck::Fine(read_usage.then(|| match endpoint {
             Endpoint::Rerank => rerank_usage(body),
+            // Here the Responses API answers itself (another protocol answers as its chat).
+            Endpoint::Responses => responses_answer_usage(body),
             _ => response_usage(upstream, body),
         }));
     }
@@ -412,6 +415,26 @@ mod tests {
                 true
             ),
             BodyCheck::Fine(Some(Usage::default()))
+        );
+    }
+
+    /// A Responses API answer passed through is accounted with its usage, whose figures that
+    /// API names its own way.
+    #[test]
+    fn a_responses_answer_is_accounted_with_its_own_usage_names() {
+        let answer = r#"{"object":"response","output":[],"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":12},"output_tokens":9,"output_tokens_details":{"reasoning_tokens":4},"total_tokens":39}}"#;
+        assert_eq!(
+            check_body(
+                Endpoint::Responses,
+                Protocol::OpenAi,
+                answer.as_bytes(),
+                true
+            ),
+            BodyCheck::Fine(Some(Usage {
+                input_tokens: 30,
+                output_tokens: 9,
+                cached_tokens: 12
+            }))
         );
     }
 

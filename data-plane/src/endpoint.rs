@@ -1,7 +1,7 @@
 //! The endpoints the proxy serves and what the failover rules say about each.
 
 use http::HeaderMap;
-use switchyard_provider::Protocol;
+use switchyard_provider::{Protocol, UsageScanner};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -57,6 +57,15 @@ impl Endpoint {
         }
     }
 
+    /// The reader of the usage a stream of this endpoint passed through reports (a Responses API
+    /// stream names its figures its own way).
+    pub fn usage_scanner(self) -> UsageScanner {
+        match self {
+            Endpoint::Responses => UsageScanner::for_responses(),
+            _ => UsageScanner::new(self.protocol()),
+        }
+    }
+
     /// Chat endpoints, translatable between the three protocols.
     pub fn is_chat(self) -> bool {
         matches!(
@@ -72,13 +81,16 @@ impl Endpoint {
         )
     }
 
-    /// A plain answer of this endpoint reports its token usage (chat, legacy completions,
-    /// embeddings, rerank); the others' answers carry none the gateway reads.
+    /// A plain answer of this endpoint reports its token usage (chat, the Responses API, legacy
+    /// completions, embeddings, rerank); the others' answers carry none the gateway reads.
     pub fn reports_usage(self) -> bool {
         self.is_chat()
             || matches!(
                 self,
-                Endpoint::Completions | Endpoint::Embeddings | Endpoint::Rerank
+                Endpoint::Responses
+                    | Endpoint::Completions
+                    | Endpoint::Embeddings
+                    | Endpoint::Rerank
             )
     }
 

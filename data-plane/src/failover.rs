@@ -900,6 +900,7 @@ impl<'c, 'a> Failover<'c, 'a> {
             channel_name: picked.channel.name.clone(),
             policy: pick.policy,
             protocol: self.protocol,
+            endpoint: self.ctx.endpoint,
             request_id: self.ctx.request_id.to_owned(),
             _in_flight: guard,
             slot: StreamSlot::new(),

@@ -14,6 +14,7 @@ use switchyard_provider::{stream_error_event, Protocol, StreamTranslator, UsageS
 use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
 
 use crate::attempt::next_data;
+use crate::endpoint::Endpoint;
 use crate::metrics::AttemptOutcome;
 use crate::record::{StreamEnd, StreamOutcome, StreamSlot};
 use crate::AppState;
@@ -28,6 +29,8 @@ pub struct StreamOwner {
     pub policy: FailurePolicy,
     /// The client's protocol (error events are written in it).
     pub protocol: Protocol,
+    /// The endpoint asked (its usage reader: a Responses API stream names its figures its own way).
+    pub endpoint: Endpoint,
     pub request_id: String,
     /// Held (never read) for as long as the stream lives: the channel's in-flight count, given
     /// back when the owner drops.
@@ -133,7 +136,7 @@ pub fn relay(
         if strip_usage_chunk {
             UsageScanner::stripping_usage(owner.protocol)
         } else {
-            UsageScanner::new(owner.protocol)
+            owner.endpoint.usage_scanner()
         }
     });
     let mut relay = Relay {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use switchyard_engine::{Channel, CredentialId, ShadowRule, ShadowTarget, SplitMix64};
 use switchyard_proto::{latency_bucket, ShadowCounts};
-use switchyard_provider::{ChatRequest, Usage, UsageScanner};
+use switchyard_provider::{ChatRequest, Usage};
 use tokio::time::{Duration, Instant};
 
 use super::compare::{compare, content, json_mode_asked};
@@ -236,7 +236,7 @@ async fn drain(
     let mut scanner = committed
         .translator
         .is_none()
-        .then(|| UsageScanner::new(job.endpoint.protocol()));
+        .then(|| job.endpoint.usage_scanner());
     if let Some(scanner) = scanner.as_mut() {
         scanner.push(&first);
     }

@@ -19,7 +19,8 @@
 //! [`translate_response`], streams through a [`StreamTranslator`] (incremental: each upstream
 //! event is translated as soon as it is complete), errors through [`translate_error_body`] and
 //! [`stream_error_event`]. Same-protocol traffic is passed through by the caller; usage is
-//! still read with [`response_usage`] and [`UsageScanner`].
+//! still read with [`response_usage`] (a Responses API answer's with
+//! [`responses_answer_usage`]) and [`UsageScanner`].
 //!
 //! Usage convention: [`Usage::input_tokens`] is the whole prompt *including* cached tokens
 //! (as OpenAI and Gemini report it; Anthropic's figures are converted). Every figure an upstream
@@ -59,6 +60,6 @@ pub use translate::{
     MEDIA_TOKEN_ESTIMATE,
 };
 pub use usage::{
-    openai_usage, rerank_usage, response_usage, usage_key, usage_text, KeyIndex, Usage,
-    MAX_REPORTED_TOKENS, MAX_REQUEST_TOKENS,
+    openai_usage, rerank_usage, response_usage, responses_answer_usage, usage_key, usage_text,
+    KeyIndex, Usage, MAX_REPORTED_TOKENS, MAX_REQUEST_TOKENS,
 };

@@ -68,6 +68,21 @@ fn figure(value: &Value, key: &'static str) -> Option<u64> {
     }
 }
 
+/// What an OpenAI usage object calls its prompt figure, its completion figure and the details
+/// object holding the cached part of the prompt.
+type Names = [&'static str; 3];
+
+/// The names of Chat Completions (and completions, embeddings).
+const CHAT: Names = [
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+];
+
+/// The names of the Responses API: the same figures (its `input_tokens` includes the cached
+/// ones, its `output_tokens` the reasoning ones, as their Chat Completions names do).
+const RESPONSES: Names = ["input_tokens", "output_tokens", "input_tokens_details"];
+
 /// Token usage of one request: input includes cached tokens; cached is the cache-read subset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -96,14 +111,18 @@ impl FullUsage {
 
     /// From an OpenAI `usage` object.
     pub fn from_openai(u: &Value) -> FullUsage {
-        let cached = u
-            .get("prompt_tokens_details")
-            .and_then(|d| count(d, "cached_tokens"));
-        FullUsage::openai(
-            count(u, "prompt_tokens"),
-            count(u, "completion_tokens"),
-            cached,
-        )
+        FullUsage::named(u, CHAT)
+    }
+
+    /// From a Responses API `usage` object.
+    pub fn from_responses(u: &Value) -> FullUsage {
+        FullUsage::named(u, RESPONSES)
+    }
+
+    /// From an OpenAI usage object whose figures are called `names`.
+    fn named(u: &Value, [prompt, completion, details]: Names) -> FullUsage {
+        let cached = u.get(details).and_then(|d| count(d, "cached_tokens"));
+        FullUsage::openai(count(u, prompt), count(u, completion), cached)
     }
 
     /// OpenAI's figures: the prompt, the completion, and the cached part of the prompt.
@@ -241,6 +260,15 @@ pub fn response_usage(protocol: Protocol, body: &[u8]) -> Usage {
     }
 }
 
+/// Usage read from a (non-streamed) Responses API answer, for passthrough: its `usage` with the
+/// figures named as that API names them. Zero when the body carries none or is not JSON.
+pub fn responses_answer_usage(body: &[u8]) -> Usage {
+    match object_fields(body, ["usage"]) {
+        Some([Some(usage)]) => openai_text(usage.get(), RESPONSES).public(),
+        _ => Usage::default(),
+    }
+}
+
 /// Usage read from a rerank answer: its `usage` as OpenAI's figures, else (vLLM and Jina report
 /// only `usage.total_tokens`) that total as input tokens. Zero when the answer carries no usage
 /// (Cohere reports search units, not tokens) or is not JSON.
@@ -281,15 +309,7 @@ pub fn usage_text(protocol: Protocol, text: &str) -> Usage {
     // The figures read straight into their fields; an object the fields cannot take (a figure
     // repeated, a details value that is not an object) is read the general way, as a map.
     let full = match protocol {
-        Protocol::OpenAi => match serde_json::from_str::<OpenAiFigures>(text) {
-            Ok(f) => FullUsage::openai(
-                figure_of(f.prompt_tokens, "prompt_tokens"),
-                figure_of(f.completion_tokens, "completion_tokens"),
-                f.prompt_tokens_details
-                    .and_then(|d| figure_of(d.0, "cached_tokens")),
-            ),
-            Err(_) => by_map(text, FullUsage::from_openai),
-        },
+        Protocol::OpenAi => openai_text(text, CHAT),
         Protocol::Anthropic => match serde_json::from_str::<AnthropicFigures>(text) {
             Ok(f) => {
                 let mut raw = AnthropicUsage::default();
@@ -316,8 +336,27 @@ pub fn usage_text(protocol: Protocol, text: &str) -> Usage {
     full.public()
 }
 
+/// The usage of the raw text of an OpenAI usage object whose figures are called `names`.
+fn openai_text(text: &str, names: Names) -> FullUsage {
+    use serde::de::DeserializeSeed;
+
+    let mut de = serde_json::Deserializer::from_str(text);
+    let read = OpenAiFigures(names)
+        .deserialize(&mut de)
+        .and_then(|figures| de.end().map(|()| figures));
+    let [prompt, completion, _] = names;
+    match read {
+        Ok([p, c, cached]) => FullUsage::openai(
+            figure_of(p, prompt),
+            figure_of(c, completion),
+            figure_of(cached, "cached_tokens"),
+        ),
+        Err(_) => by_map(text, |u| FullUsage::named(u, names)),
+    }
+}
+
 /// A usage object parsed whole into a map, then read by `read`.
-fn by_map(text: &str, read: fn(&Value) -> FullUsage) -> FullUsage {
+fn by_map(text: &str, read: impl Fn(&Value) -> FullUsage) -> FullUsage {
     serde_json::from_str::<Value>(text)
         .map(|v| read(&v))
         .unwrap_or_default()
@@ -328,18 +367,50 @@ fn figure_of(value: Option<Value>, key: &'static str) -> Option<u64> {
     figure(&value?, key)
 }
 
-/// The figures of an OpenAI usage object. Typed fields refuse a repeated key (the caller then
-/// reads the object as a map, where the last one counts).
-#[derive(serde::Deserialize)]
-struct OpenAiFigures {
-    #[serde(default)]
-    prompt_tokens: Option<Value>,
-    #[serde(default)]
-    completion_tokens: Option<Value>,
-    /// Only an object's `cached_tokens` counts; anything else but `null` makes the read fail,
-    /// and the object is then read as a map (where any other value has no cached tokens).
-    #[serde(default)]
-    prompt_tokens_details: Option<CachedTokens>,
+/// Reads an OpenAI usage object's figures under the names it holds: the prompt, the completion
+/// and the details' `cached_tokens` (`None`: not there or `null`), every other value skipped
+/// unbuilt. Like typed fields it refuses a repeated figure (the caller then reads
+/// the object as a map, where the last one counts). Only a details object's `cached_tokens`
+/// counts; anything else but `null` makes the read fail, and the object is then read as a map
+/// (where any other value has no cached tokens).
+struct OpenAiFigures(Names);
+
+impl<'de> serde::de::Visitor<'de> for OpenAiFigures {
+    type Value = [Option<Value>; 3];
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a usage object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::{Error, IgnoredAny};
+
+        let mut figures = [None, None, None];
+        let mut seen = [false; 3];
+        while let Some(key) = map.next_key_seed(KeyIndex(&self.0))? {
+            let Some(i) = key else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return Err(A::Error::duplicate_field(self.0[i]));
+            }
+            figures[i] = if i == 2 {
+                map.next_value::<Option<CachedTokens>>()?.and_then(|d| d.0)
+            } else {
+                map.next_value()?
+            };
+        }
+        Ok(figures)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for OpenAiFigures {
+    type Value = [Option<Value>; 3];
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
 }
 
 /// The `cached_tokens` of an OpenAI `prompt_tokens_details` object, every other value skipped
@@ -558,6 +629,49 @@ mod tests {
         assert_eq!(
             response_usage(Protocol::OpenAi, bodies[1].as_bytes()).input_tokens,
             9
+        );
+    }
+
+    /// A Responses API answer's usage names the same figures its own way; it is read like a full
+    /// parse of the answer would read it, cached tokens included.
+    #[test]
+    fn responses_usage_is_read_like_a_full_parse_would_read_it() {
+        let by_full_parse = |body: &[u8]| {
+            parse_json_lenient(body)
+                .and_then(|v| v.get("usage").map(FullUsage::from_responses))
+                .unwrap_or_default()
+                .public()
+        };
+        let bodies: &[&str] = &[
+            r#"{"object":"response","output":[{"content":[{"text":"\"usage\""}]}],"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":12},"output_tokens":9,"output_tokens_details":{"reasoning_tokens":4},"total_tokens":39}}"#,
+            r#"{"usage":{"input_tokens":1},"usage":{"input_tokens":9,"output_tokens":4}}"#,
+            r#"{"usage":{"input_tokens":1,"input_tokens":5,"output_tokens":2}}"#,
+            r#"{"usage":{"inp\u0075t_tokens":8,"input_tokens_details":{"cached_tokens":3,"cached_tokens":1}}}"#,
+            r#"{"usage":{"input_tokens":8,"input_tokens_details":[3]}}"#,
+            r#"{"usage":{"input_tokens":8,"input_tokens_details":null,"output_tokens":"2"}}"#,
+            r#"{"usage":{"input_tokens":3,"input_tokens_details":{"cached_tokens":7}}}"#,
+            // Chat Completions names are not the Responses API's.
+            r#"{"usage":{"prompt_tokens":7,"completion_tokens":3}}"#,
+            r#"{"usage":[1,2]}"#,
+            r#"{"usage":null}"#,
+            r#"{}"#,
+            r#"{"usage":{"input_tokens":1}} trailing"#,
+            "not json",
+        ];
+        for body in bodies {
+            assert_eq!(
+                responses_answer_usage(body.as_bytes()),
+                by_full_parse(body.as_bytes()),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            responses_answer_usage(bodies[0].as_bytes()),
+            Usage {
+                input_tokens: 30,
+                output_tokens: 9,
+                cached_tokens: 12
+            }
         );
     }
 

@@ -223,7 +223,9 @@ impl StreamTranslator {
 }
 
 /// A cheap incremental usage reader for same-protocol passthrough streams. Only `data:` lines
-/// that carry a usage object are parsed, and only that object.
+/// that carry a usage object are parsed, and only that object. A Responses API stream
+/// ([`UsageScanner::for_responses`]) carries it in its `response.completed` event, with the
+/// figures named as that API names them.
 ///
 /// Made with [`UsageScanner::stripping_usage`] it also filters an OpenAI stream the gateway
 /// asked for usage on behalf of a client that did not ([`UsageScanner::filter`]): the
@@ -236,6 +238,8 @@ pub struct UsageScanner {
     usage: FullUsage,
     anthropic: AnthropicUsage,
     strip: bool,
+    /// A Responses API stream (an OpenAI one whose usage names its figures as that API does).
+    responses: bool,
     /// Strip mode: the complete lines of the event being read, held until its end.
     event: Vec<u8>,
     /// Strip mode: the event being read is the usage-only chunk.
@@ -250,6 +254,7 @@ impl UsageScanner {
             usage: FullUsage::default(),
             anthropic: AnthropicUsage::default(),
             strip: false,
+            responses: false,
             event: Vec::new(),
             drop_event: false,
         }
@@ -261,6 +266,14 @@ impl UsageScanner {
         UsageScanner {
             strip: protocol == Protocol::OpenAi,
             ..UsageScanner::new(protocol)
+        }
+    }
+
+    /// A scanner for a Responses API stream passed through.
+    pub fn for_responses() -> UsageScanner {
+        UsageScanner {
+            responses: true,
+            ..UsageScanner::new(Protocol::OpenAi)
         }
     }
 
@@ -380,6 +393,7 @@ impl UsageScanner {
             return false;
         };
         match self.protocol {
+            Protocol::OpenAi if self.responses => self.usage = FullUsage::from_responses(&v),
             Protocol::OpenAi => self.usage = FullUsage::from_openai(&v),
             Protocol::Gemini => self.usage = FullUsage::from_gemini(&v),
             Protocol::Anthropic => {

@@ -792,6 +792,36 @@ fn usage_scanner_reads_each_protocol_at_every_split() {
     }
 }
 
+/// A Responses API stream's usage is in its `response.completed` event, named as that API
+/// names it; an event without usage (or with `null`) leaves it as it was.
+#[test]
+fn a_responses_scanner_reads_the_usage_of_the_completed_response_at_every_split() {
+    let s = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"delta\":\"the \\\"usage\\\": {}\"}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":30,\"input_tokens_details\":{\"cached_tokens\":12},\"output_tokens\":9,\"output_tokens_details\":{\"reasoning_tokens\":4},\"total_tokens\":39}}}\n\n",
+    );
+    let want = Usage {
+        input_tokens: 30,
+        output_tokens: 9,
+        cached_tokens: 12,
+    };
+    let bytes = s.as_bytes();
+    for i in 0..=bytes.len() {
+        let mut u = UsageScanner::for_responses();
+        u.push(&bytes[..i]);
+        u.push(&bytes[i..]);
+        assert_eq!(u.usage(), want, "split at {i}");
+    }
+    // A Chat Completions scanner finds no figures of its own names there.
+    let mut chat = UsageScanner::new(O);
+    chat.push(bytes);
+    assert_eq!(chat.usage(), Usage::default());
+}
+
 #[test]
 fn usage_scanner_ignores_usage_words_in_text() {
     let s = "data: {\"choices\":[{\"delta\":{\"content\":\"the \\\"usage\\\": {\\\"prompt_tokens\\\": 999}\"}}],\"usage\":null}\n\n";
