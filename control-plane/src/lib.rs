@@ -28,10 +28,8 @@ pub(crate) mod state;
 pub(crate) mod telemetry;
 pub mod usage;
 
+// For other crates (the binary, the tests, the end-to-end runner): inside this crate every item
+// is imported from the module that defines it, never through these re-exports.
 pub use api::app;
-pub use state::AppState;
-
 pub use entry::main_with;
-/// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead): the one reading
-/// of time the control plane's rules take as an argument.
-pub use switchyard_state::unix_ms as now_ms;
+pub use state::AppState;

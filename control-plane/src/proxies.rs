@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-
-use crate::now_ms;
+use switchyard_state::unix_ms;
 
 /// One open snapshot stream.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -53,7 +52,7 @@ impl ProxyRegistry {
         have_revision: u64,
     ) -> Registration {
         let stream_id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = now_ms();
+        let now = unix_ms();
         let entry = ConnectedProxy {
             stream_id,
             // Bounded: it is the proxy's own text.
@@ -86,7 +85,7 @@ impl ProxyRegistry {
         if client_id.is_empty() {
             return;
         }
-        let now = now_ms();
+        let now = unix_ms();
         for entry in self.lock().values_mut() {
             if entry.client_id == client_id {
                 entry.last_contact_ms = now;
@@ -112,7 +111,7 @@ impl Registration {
     pub fn sent(&self, revision: u64) {
         if let Some(entry) = self.registry.lock().get_mut(&self.stream_id) {
             entry.revision = revision;
-            entry.last_contact_ms = now_ms();
+            entry.last_contact_ms = unix_ms();
         }
     }
 }

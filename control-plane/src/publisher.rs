@@ -12,13 +12,13 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_engine::Snapshot;
 use switchyard_proto::snapshot_to_proto;
+use switchyard_state::unix_ms;
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::compile::compile;
 use crate::db::NOTIFY_CHANNEL;
 use crate::metrics::Metrics;
-use crate::now_ms;
 
 /// One compiled revision, in both the engine's form (explain) and the wire form (gRPC), so the
 /// encoding work is done once per revision, not once per proxy.
@@ -164,7 +164,7 @@ impl Publisher {
             }
         };
         let revision = snapshot.revision;
-        let published = Arc::new(Published::new(snapshot, now_ms()));
+        let published = Arc::new(Published::new(snapshot, unix_ms()));
         let elapsed = started.elapsed();
         let replaced = self.tx.send_if_modified(|held| {
             if held.as_ref().is_some_and(|h| h.revision() >= revision) {

@@ -7,11 +7,11 @@ use serde::Serialize;
 use switchyard_engine::limit::{
     format_micros, format_pico_usd, format_rfc3339, ScopeKind, Window, PICO_PER_USD,
 };
+use switchyard_state::unix_ms;
 use utoipa::ToSchema;
 
 use super::schema::{LimitModeName, LimitScopeName, LimitWindowName};
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::now_ms;
 use crate::state::AppState;
 
 /// One spend limit and its scope's spend in the current window.
@@ -101,7 +101,7 @@ fn internal(context: &'static str) -> impl FnOnce(sqlx::Error) -> ApiError {
         (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn budgets(State(state): State<AppState>) -> ApiResult<Json<BudgetsResponse>> {
-    let now = now_ms();
+    let now = unix_ms();
     let rows: Vec<SpendLimitRow> = sqlx::query_as(
         "SELECT l.id, l.scope, l.scope_id, l.period, l.value, l.mode, \
            CASE l.scope \

@@ -26,7 +26,7 @@ use switchyard_engine::{
     select, HealthView, MemberId, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
     Token,
 };
-use switchyard_state::{LimitMode, LimitStatus};
+use switchyard_state::{unix_ms, LimitMode, LimitStatus};
 use utoipa::IntoParams;
 
 use super::extract::Query;
@@ -229,7 +229,7 @@ pub async fn explain(
         None => None,
     };
     let seed = query.seed.unwrap_or_else(random_seed);
-    let now_ms = crate::now_ms();
+    let now_ms = unix_ms();
     let rate_limited = match &state.live {
         Some(live) => rate_limited(&published.snapshot, live, model, now_ms).await,
         None => Vec::new(),

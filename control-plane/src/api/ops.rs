@@ -7,13 +7,13 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchyard_engine::{Recovering, Settings};
+use switchyard_state::unix_ms;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::Query;
 use super::reply::{Page, PageQuery};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::now_ms;
 use crate::state::AppState;
 
 /// Liveness: the process answers.
@@ -76,7 +76,7 @@ pub async fn shared_state(State(state): State<AppState>) -> ApiResult<Json<Value
             "proxies": state.proxies.list(),
         })));
     };
-    let now_ms = now_ms();
+    let now_ms = unix_ms();
     let dump = live.store().dump(now_ms);
     let breakers: Vec<_> = dump.channels.iter().filter(|c| c.breaker_open).collect();
     let mut body = serde_json::to_value(&dump)

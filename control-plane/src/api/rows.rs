@@ -208,7 +208,7 @@ async fn select_page<T: TableRow>(
 /// one of these.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct By<'a> {
-    /// The audit log's actor ([`super::Actor`]).
+    /// The audit log's actor ([`super::extract::Actor`]).
     pub actor: &'a str,
     /// `false`: the write is its own revision with its own audit row, and notifies the replicas
     /// (REST, and a dry run's change inside its savepoint). `true`: the write joins the caller's

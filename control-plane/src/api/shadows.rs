@@ -13,6 +13,7 @@ use switchyard_engine::limit::{format_micros, format_pico_usd, format_rfc3339, p
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{ShadowRule, ShadowTarget, UnixMillis};
 use switchyard_proto::SHADOW_LATENCY_BOUNDS_MS;
+use switchyard_state::unix_ms;
 use utoipa::{IntoParams, ToSchema};
 
 use super::admin_tokens::refuse_past_expiry;
@@ -716,7 +717,7 @@ pub async fn report(
     let since = query.since.as_deref().map(parse_since).transpose()?;
     let row = fetch_row::<ShadowRow>(&state.pool, id, false).await?;
     let t = minutes_total(&state.pool, id, since).await?;
-    let stopped_reason = stopped_reason(&row, crate::now_ms());
+    let stopped_reason = stopped_reason(&row, unix_ms());
     let milli_mean = |sum: i64| (t.compared > 0).then(|| sum as f64 / 1000.0 / t.compared as f64);
     Ok(Json(ShadowReport {
         pairs: t.pairs,

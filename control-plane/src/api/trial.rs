@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use switchyard_engine::{Channel, Member, Route, SecretSource, Snapshot, SplitMix64};
-use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy};
+use switchyard_state::{unix_ms, AttemptFailure, FailureKind, FailurePolicy};
 use switchyard_upstream::{ChannelRuntime, ProbeFailure, ProbeResult};
 use utoipa::ToSchema;
 
@@ -222,7 +222,7 @@ impl TrialResponse {
             },
             &policy,
             true,
-            crate::now_ms(),
+            unix_ms(),
         );
         self.recorded = true;
         self.cooled_until = reported.member.cooled_until;

@@ -35,7 +35,7 @@ use switchyard_engine::{
     Channel, ChannelId, ChannelStatus, CredentialId, HealthView, Settings, Snapshot,
 };
 use switchyard_metrics::{Collect, Type, Writer};
-use switchyard_state::ChannelState;
+use switchyard_state::{unix_ms, ChannelState};
 use switchyard_upstream::{probe_model, Due, HttpClient, ProbeSchedules};
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +46,6 @@ use probe::ProbeTarget;
 use crate::compile::settings_from_stored;
 use crate::db::{commit_write, record_status_event, Audit};
 use crate::live::LiveState;
-use crate::now_ms;
 use crate::publisher::Publisher;
 
 /// Actor of the writes this job makes, in the audit log and channel events.
@@ -234,7 +233,7 @@ impl Recovery {
     async fn leader_tick(&self) -> anyhow::Result<()> {
         let settings = load_settings(&self.pool).await?;
         let due = Due::Scheduled {
-            now: now_ms(),
+            now: unix_ms(),
             interval_ms: u64::from(settings.recovery_probe_interval_seconds).saturating_mul(1000),
         };
         let report = self.round(&settings, due).await?;
@@ -304,7 +303,7 @@ impl Recovery {
         };
         let disabled: HashSet<i64> = live
             .store()
-            .dump(now_ms())
+            .dump(unix_ms())
             .credentials_disabled
             .iter()
             .map(|c| c.credential_id)
@@ -340,7 +339,7 @@ impl Recovery {
         match &self.live {
             Some(live) => live
                 .store()
-                .dump(now_ms())
+                .dump(unix_ms())
                 .channels
                 .into_iter()
                 .filter(|c| c.breaker_open)
@@ -455,7 +454,7 @@ impl Recovery {
                 // Nothing to ask with: wait like a failed probe rather than retry every tick.
                 self.schedules()
                     .credentials
-                    .failed(credential_id, now_ms(), interval_ms);
+                    .failed(credential_id, unix_ms(), interval_ms);
                 continue;
             };
             let target = ProbeTarget::new(channel, |k| k.id == credential_id, model);
@@ -464,7 +463,7 @@ impl Recovery {
             }
             report.credentials_probed.push(credential_id);
             // A disable set after this instant (the key failed again meanwhile) is not lifted.
-            let started = now_ms();
+            let started = unix_ms();
             match probe::probe(
                 &self.client,
                 &target,
@@ -489,7 +488,7 @@ impl Recovery {
                     let next_at =
                         self.schedules()
                             .credentials
-                            .failed(credential_id, now_ms(), interval_ms);
+                            .failed(credential_id, unix_ms(), interval_ms);
                     tracing::info!(
                         channel_id = channel.id,
                         channel = %channel.name,
@@ -539,7 +538,7 @@ impl Recovery {
             let id = channel.id;
             let Some(model) = self.model_for(snapshot, channel, report) else {
                 // Nothing to ask with: wait like a failed probe rather than retry every tick.
-                self.schedules().channels.failed(id, now_ms(), interval_ms);
+                self.schedules().channels.failed(id, unix_ms(), interval_ms);
                 continue;
             };
             let target = self.target(channel, model);
@@ -561,7 +560,7 @@ impl Recovery {
                 }
                 ProbeOutcome::Failed { tried, last } => {
                     self.probes_failed.fetch_add(1, Ordering::Relaxed);
-                    let next_at = self.schedules().channels.failed(id, now_ms(), interval_ms);
+                    let next_at = self.schedules().channels.failed(id, unix_ms(), interval_ms);
                     tracing::info!(
                         channel_id = id,
                         channel = %channel.name,
@@ -608,7 +607,7 @@ impl Recovery {
         settings: &Settings,
     ) -> anyhow::Result<()> {
         let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
-        let started = now_ms();
+        let started = unix_ms();
         if let Some(live) = &self.live {
             let members: Vec<i64> = snapshot
                 .routes()

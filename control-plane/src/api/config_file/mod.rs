@@ -35,6 +35,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 use switchyard_config::{env_reference, ConfigError, RawConfig, RawCredential};
 use switchyard_engine::{HealthView, NoHealth, Snapshot};
+use switchyard_state::unix_ms;
 use utoipa::ToSchema;
 
 use super::dry_run::{self, AffectedSelection, ModelMove, NewlyFailing, UnreachableMember};
@@ -941,7 +942,7 @@ pub async fn plan(
 }
 
 fn traffic(before: &Snapshot, after: &Snapshot, live: Option<&LiveState>) -> ApiResult<Traffic> {
-    let now_ms = crate::now_ms();
+    let now_ms = unix_ms();
     let mut report = None;
     let health_view = match live {
         Some(live) => {

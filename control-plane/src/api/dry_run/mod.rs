@@ -30,6 +30,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use switchyard_engine::{HealthView, NoHealth};
+use switchyard_state::unix_ms;
 use utoipa::ToSchema;
 
 pub(crate) use self::apply::{apply, at_place};
@@ -118,7 +119,7 @@ pub async fn dry_run(
     // Nothing of the above may stay: the revision bumps, audit rows and NOTIFYs go with it.
     tx.rollback().await?;
 
-    let now_ms = crate::now_ms();
+    let now_ms = unix_ms();
     let mut report = None;
     let health_view = match &state.live {
         Some(live) => {
