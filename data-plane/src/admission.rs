@@ -10,7 +10,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue};
 use switchyard_engine::{Limit, Metric, ScopeKind, Snapshot, Token, UnixMillis};
 use switchyard_provider::Usage;
-use switchyard_state::{Admission, LimitMode, LimitRequest, RateHeader, StateStore};
+use switchyard_state::{unix_ms, Admission, LimitMode, LimitRequest, RateHeader, StateStore};
 
 use crate::errors::GatewayError;
 
@@ -115,7 +115,7 @@ impl Held {
     ) -> (Admission, Result<Held, Refused>) {
         let deadline = tokio::time::Instant::now() + TOP_UP_WAIT;
         loop {
-            let (admission, outcome) = Held::take(store, limits, estimate, crate::unix_ms());
+            let (admission, outcome) = Held::take(store, limits, estimate, unix_ms());
             let refused = match outcome {
                 Err(refused) if refused.topping_up() && tokio::time::Instant::now() < deadline => {
                     refused
@@ -143,7 +143,7 @@ impl Held {
             return;
         }
         self.done = true;
-        let now = crate::unix_ms();
+        let now = unix_ms();
         let has = |metric: Metric| self.limits.iter().any(|l| l.key.metric == metric);
         if has(Metric::Tokens) {
             let used = match usage {

@@ -22,7 +22,7 @@ use switchyard_engine::{
 };
 use switchyard_provider::{Protocol, TranslateError};
 use switchyard_state::{
-    AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan, LimitRequest,
+    unix_ms, AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard, KeywordBan, LimitRequest,
 };
 use tokio::time::Instant;
 use tracing::field::Empty;
@@ -37,11 +37,11 @@ use crate::metrics::AttemptOutcome;
 use crate::record::{AttemptLog, StreamSlot};
 use crate::relay::{relay, StreamOwner};
 use crate::snapshot::View;
+use crate::state::AppState;
 use crate::upstream::{
     returnable, ChannelRuntime, CredentialRuntime, TransportCause, MOCK_CREDENTIAL,
 };
 use crate::wire::{feature_index, plan, Call};
-use crate::AppState;
 
 struct Picked<'s> {
     member: &'s Member,
@@ -357,7 +357,7 @@ impl<'c, 'a> Failover<'c, 'a> {
     /// [`TOP_UP_WAIT`] per request, like a client's own limits): such a member is not out of
     /// room and must not be skipped as `rate_limited`.
     async fn await_upstream_top_up(&mut self) {
-        while self.mark_rate_limited(crate::unix_ms()) {
+        while self.mark_rate_limited(unix_ms()) {
             let until = *self
                 .top_up_until
                 .get_or_insert_with(|| Instant::now() + TOP_UP_WAIT);
@@ -441,7 +441,7 @@ impl<'c, 'a> Failover<'c, 'a> {
     /// The members without upstream room were marked just before, as the round began
     /// ([`Failover::await_upstream_top_up`]).
     fn next_pick(&mut self) -> Next<'a> {
-        let now = crate::unix_ms();
+        let now = unix_ms();
         let Some(Decided { decision, picked }) = self.decide(now) else {
             return Next::Fail(GatewayError::not_ready());
         };
@@ -818,7 +818,7 @@ impl<'c, 'a> Failover<'c, 'a> {
             channel.credentials.len(),
             keyword,
             &pick.policy,
-            crate::unix_ms(),
+            unix_ms(),
         );
         match ban {
             KeywordBan::Ignored => return,
@@ -852,7 +852,7 @@ impl<'c, 'a> Failover<'c, 'a> {
         state
             .metrics
             .attempt(&picked.channel.name, AttemptOutcome::Success);
-        let now = crate::unix_ms();
+        let now = unix_ms();
         let effect = state.store.record_success(
             &AttemptSuccess {
                 member: picked.member.id,
@@ -929,7 +929,7 @@ impl<'c, 'a> Failover<'c, 'a> {
             },
             &pick.policy,
             first_for_channel,
-            crate::unix_ms(),
+            unix_ms(),
         );
         if let Some(until) = reported.member.cooled_until {
             self.state.metrics.cooldowns.fetch_add(1, Relaxed);

@@ -45,6 +45,9 @@ pub mod usage;
 mod wire;
 mod workers;
 
+// For other crates (the binary, the tests, the fuzz targets, the end-to-end runner): inside
+// this crate every item is imported from the module that defines it, never through these
+// re-exports.
 #[doc(hidden)]
 pub use answer::{completion_verdicts, BodyCheck};
 pub use run::main_with;

@@ -12,7 +12,7 @@ use http::{header, HeaderMap, StatusCode};
 use switchyard_engine::{ChannelId, ScopeKind, Snapshot};
 use switchyard_metrics::{Collect, Type, Writer};
 use switchyard_provider::Protocol;
-use switchyard_state::StateDump;
+use switchyard_state::{unix_ms, StateDump};
 
 use crate::state::AppState;
 
@@ -100,7 +100,7 @@ fn render_live_gauges(state: &AppState, w: &mut Writer<'_>) {
     let Some(view) = state.views.load_full() else {
         return;
     };
-    let now = crate::unix_ms();
+    let now = unix_ms();
     w.gauge(
         "switchyard_snapshot_revision",
         "Revision of the snapshot in use.",

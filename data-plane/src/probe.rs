@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchyard_engine::{Channel, ChannelId, ChannelStatus, CredentialId, MemberId, SplitMix64};
+use switchyard_state::unix_ms;
 use switchyard_upstream::{
     probe_model, ChannelRuntime, CredentialRuntime, Due, ProbeResult, ProbeSchedule, ProbeSchedules,
 };
@@ -39,7 +40,7 @@ pub async fn recovery_loop(state: Arc<AppState>, stop: CancellationToken) {
             .map(|v| u64::from(v.snapshot.settings.recovery_probe_interval_seconds))
             .unwrap_or(0);
         if interval_s > 0 {
-            schedules.now = crate::unix_ms();
+            schedules.now = unix_ms();
             schedules.interval_ms = interval_s.saturating_mul(1000);
             round(&state, Some(&mut schedules)).await;
         }
@@ -94,7 +95,7 @@ fn outcome<K: Copy + Eq + std::hash::Hash>(
 ) {
     if let Some(s) = schedules.as_deref_mut() {
         let interval_ms = s.interval_ms;
-        pick(&mut s.probes).record(key, passed, crate::unix_ms(), interval_ms);
+        pick(&mut s.probes).record(key, passed, unix_ms(), interval_ms);
     }
 }
 
@@ -130,7 +131,7 @@ async fn round(state: &AppState, mut schedules: Option<&mut Schedules>) -> Recov
     }
     let timeout =
         Duration::from_millis(settings.connect_timeout_ms + settings.first_byte_timeout_ms);
-    let dump = state.store.dump(crate::unix_ms());
+    let dump = state.store.dump(unix_ms());
 
     let runtime_disabled: Vec<CredentialId> = dump
         .credentials_disabled
@@ -211,7 +212,7 @@ async fn probe_disabled_credentials(
             continue;
         }
         // A disable set after this instant (the key failed again meanwhile) stays.
-        let started = crate::unix_ms();
+        let started = unix_ms();
         let result = probe_credential(state, runtime, credential, model, timeout).await;
         outcome(
             schedules,
@@ -300,7 +301,7 @@ async fn probe_open_channel(
     let slow_start_ms = u64::from(settings.slow_start_seconds).saturating_mul(1000);
     state
         .store
-        .begin_recovery(channel_id, &members, crate::unix_ms(), slow_start_ms);
+        .begin_recovery(channel_id, &members, unix_ms(), slow_start_ms);
     tracing::info!(
         channel = %channel.name,
         slow_start_seconds = settings.slow_start_seconds,

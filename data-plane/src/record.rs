@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use crate::admission::{Held, RateHeaders};
 use crate::attempt::AttemptError;
 use crate::endpoint::Endpoint;
+use crate::state::AppState;
 use crate::upstream::TransportCause;
-use crate::AppState;
 
 /// One attempt in the request's trail (logged; never secrets). The request line writes it by
 /// hand; the derived `Serialize` is the tests' oracle for those bytes.

@@ -11,13 +11,13 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use switchyard_provider::{stream_error_event, Protocol, StreamTranslator, UsageScanner};
-use switchyard_state::{AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
+use switchyard_state::{unix_ms, AttemptFailure, FailureKind, FailurePolicy, InFlightGuard};
 
 use crate::attempt::next_data;
 use crate::endpoint::Endpoint;
 use crate::metrics::AttemptOutcome;
 use crate::record::{StreamEnd, StreamOutcome, StreamSlot};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Who to blame when the stream breaks.
 pub struct StreamOwner {
@@ -268,7 +268,7 @@ impl Relay {
 impl StreamOwner {
     fn broken(&self, reason: &str) -> Bytes {
         let state = &self.state;
-        let now = crate::unix_ms();
+        let now = unix_ms();
         let effect = state.store.record_failure(
             &AttemptFailure {
                 member: self.member,

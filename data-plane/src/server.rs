@@ -23,7 +23,7 @@ use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::phases;
 use crate::request::names;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The data plane's service: [`Gateway`] in front of [`router`].
 pub fn app(state: Arc<AppState>) -> Gateway {

@@ -10,7 +10,7 @@ use switchyard_engine::{
     ChannelId, Provider, RouteId, Snapshot, Token, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT,
 };
 use switchyard_provider::Protocol;
-use switchyard_state::StateStore;
+use switchyard_state::{unix_ms, StateStore};
 use tokio::sync::watch;
 
 use crate::endpoint::Endpoint;
@@ -86,7 +86,7 @@ impl View {
         View {
             secrets_withheld,
             snapshot,
-            installed_at_ms: crate::unix_ms(),
+            installed_at_ms: unix_ms(),
             tokens,
             channels,
             route_protocols,

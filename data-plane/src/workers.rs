@@ -3,8 +3,8 @@
 //! the kernel spreads new connections over the listeners), so a request stays on the thread that
 //! accepted it from the first byte to the last — no work stealing and no cross-thread wake-ups on
 //! the request path. Each worker also has its own upstream connection pool
-//! ([`crate::AppState::client`]). Background work (snapshots, Redis, usage reports, probes) stays
-//! on the process's main runtime.
+//! ([`crate::state::AppState::client`]). Background work (snapshots, Redis, usage reports,
+//! probes) stays on the process's main runtime.
 //!
 //! The trade-off is the one nginx makes: a connection is bound to its worker for its life, so a
 //! few very busy keep-alive connections can load one worker more than another.

@@ -3,7 +3,7 @@
 use crate::admission::{self, Held};
 use crate::context::Ctx;
 use crate::errors::GatewayError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Admits the request when every hard limit of its key, its team and its route has room: the
 /// trail holds the limits taken (none when there are none) and the rate-limit headers either

@@ -4,13 +4,14 @@
 
 use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use switchyard_state::unix_ms;
 use tracing::Span;
 
 use crate::context::Arrival;
 use crate::endpoint::Endpoint;
 use crate::record::{LineAfter, RequestRecord, Trail};
 use crate::request::names;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Finishes the request `arrival` got `response` for, with what happened (`trail`) and the
 /// model it asked for (empty when it was not read).
@@ -34,7 +35,7 @@ pub fn finish(
     record_request(&span, endpoint, &trail, &model, status);
     let headers = response.headers_mut();
     set_headers(headers, &trail, &request_id);
-    trail.rate.write(headers, crate::unix_ms());
+    trail.rate.write(headers, unix_ms());
 
     let total = started.elapsed();
     let total_micros = u64::try_from(total.as_micros()).unwrap_or(u64::MAX);

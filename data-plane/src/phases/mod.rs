@@ -20,7 +20,7 @@ use crate::context::{Arrival, Ctx};
 use crate::errors::GatewayError;
 use crate::failover::proxy;
 use crate::shadow;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Serves one proxied request from its arrival to its finish. `path_model` is a Gemini path's
 /// model and stream flag.

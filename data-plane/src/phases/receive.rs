@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 use switchyard_engine::SelectionConstraint;
+use switchyard_state::unix_ms;
 
 use crate::auth::authenticate;
 use crate::context::{Arrival, Ctx};
@@ -33,7 +34,7 @@ pub async fn receive<'a>(
     wire::drop_unforwarded(&mut parts.headers);
     let token = authenticate(view, &parts.headers, parts.uri.query())
         .ok_or_else(GatewayError::unauthorized)?;
-    if let Some(at) = token.expires_at.filter(|at| *at <= crate::unix_ms()) {
+    if let Some(at) = token.expires_at.filter(|at| *at <= unix_ms()) {
         return Err(GatewayError::TokenExpired {
             at: switchyard_engine::limit::format_rfc3339(at),
         });

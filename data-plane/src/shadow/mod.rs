@@ -40,6 +40,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::ShadowRule;
+use switchyard_state::unix_ms;
 use tokio::time::Instant;
 
 use self::rules::{draws, sampled};
@@ -51,7 +52,7 @@ use crate::endpoint::Endpoint;
 use crate::record::{Finished, Gathered};
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::AppState;
+use crate::state::AppState;
 
 /// A request that may be shadowed, kept until it has finished (a stream: until its end).
 pub struct Candidate {
@@ -74,7 +75,7 @@ impl Candidate {
     /// Whether a rule of `view` samples this request now: its copy is kept only then. The
     /// draws are the ones [`Shadows`] makes when the request is offered (same seed, same order).
     pub fn wanted(view: &View, endpoint: Endpoint, inspected: &Inspected, seed: u64) -> bool {
-        let now = crate::unix_ms();
+        let now = unix_ms();
         let mut rng = draws(seed);
         eligible(endpoint, inspected)
             && view

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::{RandomSource, ShadowRule, SplitMix64, StopReason};
 use switchyard_provider::Usage;
+use switchyard_state::unix_ms;
 use tokio::time::Instant;
 
 use super::queue::Queue;
@@ -147,7 +148,7 @@ impl Shadows {
         let current = view.and_then(|v| v.snapshot.shadows().iter().find(|r| r.id == rule.id));
         current.is_some_and(|current| {
             current == rule
-                && current.applies(model, crate::unix_ms())
+                && current.applies(model, unix_ms())
                 && self.with_rule(rule, |s| s.stopped.is_none())
         })
     }
@@ -175,7 +176,7 @@ impl Shadows {
         seed: u64,
         job: impl Fn(&ShadowRule) -> Job,
     ) {
-        let now_ms = crate::unix_ms();
+        let now_ms = unix_ms();
         self.forget_removed(rules);
         let mut rng = draws(seed);
         for rule in rules {
@@ -260,7 +261,7 @@ impl Shadows {
     /// A shadow call finished: its cost counts toward the day's cap and its outcome toward the
     /// error-rate stop.
     pub(super) fn finished(&self, rule: &ShadowRule, ok: bool, cost_pico: Option<u128>) {
-        let day = day_of(crate::unix_ms());
+        let day = day_of(unix_ms());
         self.with_rule(rule, |s| {
             let spent = s.spent_today(day);
             s.spent_pico = spent.saturating_add(cost_pico.unwrap_or(0));

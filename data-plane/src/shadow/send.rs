@@ -18,9 +18,9 @@ use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
 use crate::record::Gathered;
 use crate::snapshot::View;
+use crate::state::AppState;
 use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
 use crate::wire::{plan, ClientRequest};
-use crate::AppState;
 
 /// Sends the queued copies until the queues close (the proxy's state is gone) or `shutdown`
 /// fires. Holds only a weak reference to the state, so it never keeps the proxy alive.
