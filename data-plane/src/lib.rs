@@ -7,10 +7,12 @@
 //! `failover` (the proxy phase: the one retry loop) → `attempt` (one upstream call and its
 //! classification) → `upstream` (the upstream as one trait: HTTP, Bedrock over HTTP, the `mock`
 //! simulator, the gateway's own answer); `relay` streams a committed response; `record` writes
-//! the request's line; [`snapshot`] keeps the compiled view of the current snapshot; [`config`]
-//! turns the standalone YAML into a snapshot; `operator` serves the health, readiness and
-//! metrics endpoints; `run` builds the state and wires it all. [`AppState`] (`state`) is the
-//! bottom every module reads: it calls none of them.
+//! the request's line; `shadow` samples finished requests for the shadow rules and keeps the
+//! rules' caps and queues, which `shadow_send` empties (a task above the state, which it reads
+//! whole); [`snapshot`] keeps the compiled view of the current snapshot; [`config`] turns the
+//! standalone YAML into a snapshot; `operator` serves the health, readiness and metrics
+//! endpoints; `run` builds the state and wires it all. [`AppState`] (`state`) is the bottom
+//! every module reads: it calls none of them.
 
 mod admission;
 mod answer;
@@ -35,6 +37,7 @@ pub mod request;
 mod run;
 mod server;
 mod shadow;
+mod shadow_send;
 pub mod snapshot;
 mod state;
 mod telemetry;

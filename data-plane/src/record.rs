@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::admission::{Held, RateHeaders};
 use crate::attempt::AttemptError;
 use crate::endpoint::Endpoint;
+use crate::shadow::{Finished, Gathered};
 use crate::state::AppState;
 use crate::upstream::TransportCause;
 
@@ -69,16 +70,6 @@ pub struct Trail {
     pub on_finish: Option<OnFinish>,
 }
 
-/// What a finished request got, for [`Trail::on_finish`].
-#[derive(Debug, Clone, Copy)]
-pub struct Finished {
-    /// Answered below 400, and a stream completed.
-    pub ok: bool,
-    pub usage: Usage,
-    /// Pico-USD; `None`: unpriced.
-    pub cost_pico: Option<u128>,
-}
-
 /// A callback run when the request has finished.
 pub type OnFinish = Box<dyn FnOnce(&AppState, Finished) + Send>;
 
@@ -128,43 +119,6 @@ pub struct StreamEnd {
     /// Bytes sent to the client.
     pub bytes: u64,
     pub usage: Usage,
-}
-
-/// The most bytes of one streamed answer kept for a comparison (each side).
-pub const MAX_GATHERED: usize = 1 << 20;
-
-/// The chunks of a streamed answer, kept for a shadow comparison: shared bytes, at most
-/// [`MAX_GATHERED`] of them; a longer stream keeps nothing (and is not compared on content).
-#[derive(Default)]
-pub struct Gathered(Mutex<GatheredChunks>);
-
-#[derive(Default)]
-struct GatheredChunks {
-    chunks: Vec<Bytes>,
-    len: usize,
-    overflow: bool,
-}
-
-impl Gathered {
-    pub fn push(&self, chunk: &Bytes) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.overflow || chunk.is_empty() {
-            return;
-        }
-        if g.len + chunk.len() > MAX_GATHERED {
-            g.overflow = true;
-            g.chunks = Vec::new();
-            return;
-        }
-        g.len += chunk.len();
-        g.chunks.push(chunk.clone());
-    }
-
-    /// The chunks, unless the stream was too long.
-    pub fn take(&self) -> Option<Vec<Bytes>> {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        (!g.overflow).then(|| std::mem::take(&mut g.chunks))
-    }
 }
 
 /// Where a stream's record meets the stream's end: whichever arrives second writes the line.

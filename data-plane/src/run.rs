@@ -17,7 +17,7 @@ use crate::cli::Cli;
 use crate::config;
 use crate::operator::LiveGauges;
 use crate::server::app;
-use crate::shadow;
+use crate::shadow_send;
 use crate::snapshot::{self, SnapshotReceiver, SnapshotSender};
 use crate::state::AppState;
 use crate::upstream::ClientOptions;
@@ -114,7 +114,7 @@ impl AppState {
         }
         // The shadow sender holds the state weakly: it ends when the state is dropped (its
         // queue closes) or when streams are cut at shutdown.
-        tasks.spawn(shadow::run(
+        tasks.spawn(shadow_send::run(
             Arc::downgrade(&state),
             shadow_queue,
             state.streams_cut.clone(),

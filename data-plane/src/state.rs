@@ -17,7 +17,7 @@ use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::shadow::{ShadowQueue, Shadows};
+use crate::shadow::rules::{ShadowQueue, Shadows};
 use crate::snapshot::View;
 use crate::upstream::{ClientOptions, HttpClient};
 use crate::usage::UsageReporter;

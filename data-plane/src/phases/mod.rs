@@ -102,7 +102,7 @@ fn offer_shadow(ctx: &mut Ctx<'_>) {
         stream,
     };
     trail.on_finish = Some(Box::new(move |state, finished| {
-        candidate.offer(state, finished);
+        candidate.offer(&state.shadows, &state.metrics, finished);
     }));
 }
 

@@ -32,7 +32,7 @@ fn args_valid(v: &Value) -> bool {
 }
 
 /// What is compared of one side: its plain answer, or its stream read back.
-pub(super) fn content(
+pub(crate) fn content(
     endpoint: Endpoint,
     answer: Option<&[u8]>,
     stream: Option<&[Bytes]>,

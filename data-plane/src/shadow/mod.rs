@@ -8,8 +8,9 @@
 //! then the copy goes on its rule's bounded queue ([`queue`]: a full queue drops the copy and
 //! counts it). Nothing on the request path waits for a shadow.
 //!
-//! A background task ([`run`], in `send`) takes copies off the queues, the rules taking turns,
-//! each rule at most [`queue::RULE_MAX_IN_FLIGHT`] calls at a time and the proxy at most
+//! A background task (`shadow_send`, above the proxy's state that holds these rules and queues)
+//! takes copies off the queues, the rules taking turns, each rule at most
+//! [`queue::RULE_MAX_IN_FLIGHT`] calls at a time and the proxy at most
 //! [`queue::MAX_IN_FLIGHT`], so one slow or hanging target never holds another rule's copies. A
 //! copy whose rule, by its turn, is gone from the current configuration, changed, disabled,
 //! expired or stopped is dropped unsent. Each call is bounded by the request timeout and goes
@@ -24,35 +25,30 @@
 //! shadowed, streamed or not; embeddings, images, audio and count-tokens never. The sample draw
 //! is made when the request arrives (from the request's seed, the same draws the offer makes), so
 //! only a sampled request keeps a copy of itself. A sampled stream keeps the chunks the client
-//! got ([`Gathered`]: shared bytes, no copy, at most
-//! [`MAX_GATHERED`](crate::record::MAX_GATHERED) bytes) and the shadow stream's are kept the
-//! same way; both are read back into text, finish reason and tool calls
+//! got ([`Gathered`]: shared bytes, no copy, at most [`MAX_GATHERED`] bytes) and the shadow
+//! stream's are kept the same way; both are read back into text, finish reason and tool calls
 //! ([`StreamDigester`](switchyard_provider::StreamDigester)) on the background task, never on the
 //! request path. A longer stream is compared on status, latency, tokens and cost only.
 
-mod compare;
+pub(crate) mod compare;
 mod queue;
-mod rules;
-mod send;
+pub(crate) mod rules;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::ShadowRule;
+use switchyard_provider::Usage;
 use switchyard_state::unix_ms;
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 
-use self::rules::{draws, sampled};
-pub use self::rules::{Job, Live, ShadowQueue, Shadows};
-use self::send::millis;
-pub use self::send::run;
+use self::rules::{draws, sampled, Job, Live, Shadows};
 
 use crate::endpoint::Endpoint;
-use crate::record::{Finished, Gathered};
+use crate::metrics::Metrics;
 use crate::request::Inspected;
 use crate::snapshot::View;
-use crate::state::AppState;
 
 /// A request that may be shadowed, kept until it has finished (a stream: until its end).
 pub struct Candidate {
@@ -87,7 +83,7 @@ impl Candidate {
     }
 
     /// The request finished: offers it to the rules.
-    pub fn offer(self, state: &AppState, finished: Finished) {
+    pub fn offer(self, shadows: &Shadows, metrics: &Metrics, finished: Finished) {
         let live = Live {
             ok: finished.ok,
             first_byte_ms: self.first_byte_ms,
@@ -108,9 +104,61 @@ impl Candidate {
             live: live.clone(),
         };
         let rules = self.view.snapshot.shadows();
-        let shadows = &state.shadows;
-        shadows.offer(&state.metrics, rules, &self.inspected.model, self.seed, job);
+        shadows.offer(metrics, rules, &self.inspected.model, self.seed, job);
     }
+}
+
+/// What a finished request got (the trail's `on_finish` passes it): the live side of its
+/// shadow copies.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// Answered below 400, and a stream completed.
+    pub ok: bool,
+    pub usage: Usage,
+    /// Pico-USD; `None`: unpriced.
+    pub cost_pico: Option<u128>,
+}
+
+/// The most bytes of one streamed answer kept for a comparison (each side).
+pub const MAX_GATHERED: usize = 1 << 20;
+
+/// The chunks of a streamed answer, kept for a shadow comparison: shared bytes, at most
+/// [`MAX_GATHERED`] of them; a longer stream keeps nothing (and is not compared on content).
+#[derive(Default)]
+pub struct Gathered(Mutex<GatheredChunks>);
+
+#[derive(Default)]
+struct GatheredChunks {
+    chunks: Vec<Bytes>,
+    len: usize,
+    overflow: bool,
+}
+
+impl Gathered {
+    pub fn push(&self, chunk: &Bytes) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.overflow || chunk.is_empty() {
+            return;
+        }
+        if g.len + chunk.len() > MAX_GATHERED {
+            g.overflow = true;
+            g.chunks = Vec::new();
+            return;
+        }
+        g.len += chunk.len();
+        g.chunks.push(chunk.clone());
+    }
+
+    /// The chunks, unless the stream was too long.
+    pub fn take(&self) -> Option<Vec<Bytes>> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (!g.overflow).then(|| std::mem::take(&mut g.chunks))
+    }
+}
+
+/// A duration in whole milliseconds (saturating).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whether a request of this kind can be shadowed at all: chat (every protocol) and
@@ -127,7 +175,6 @@ mod tests {
 
     use super::rules::Offer;
     use super::*;
-    use crate::record::MAX_GATHERED;
 
     #[test]
     fn the_rps_bucket_holds_one_second_of_tokens() {

@@ -38,14 +38,14 @@ pub struct Live {
 
 /// One copy to send.
 pub struct Job {
-    pub(super) rule: ShadowRule,
-    pub(super) view: Arc<View>,
-    pub(super) endpoint: Endpoint,
-    pub(super) inspected: Inspected,
-    pub(super) body: Bytes,
-    pub(super) headers: HeaderMap,
-    pub(super) query: Option<String>,
-    pub(super) live: Live,
+    pub(crate) rule: ShadowRule,
+    pub(crate) view: Arc<View>,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) inspected: Inspected,
+    pub(crate) body: Bytes,
+    pub(crate) headers: HeaderMap,
+    pub(crate) query: Option<String>,
+    pub(crate) live: Live,
 }
 
 /// A rule's state on this proxy.
@@ -144,7 +144,7 @@ impl Shadows {
     /// Whether a copy of `rule` taken off the queue may still be sent: the proxy's current
     /// configuration holds the rule unchanged, enabled, unexpired and not stopped (there or by
     /// this proxy's own error-rate stop).
-    pub(super) fn still_wanted(&self, view: Option<&View>, rule: &ShadowRule, model: &str) -> bool {
+    pub(crate) fn still_wanted(&self, view: Option<&View>, rule: &ShadowRule, model: &str) -> bool {
         let current = view.and_then(|v| v.snapshot.shadows().iter().find(|r| r.id == rule.id));
         current.is_some_and(|current| {
             current == rule
@@ -219,7 +219,7 @@ impl Shadows {
     }
 
     /// One copy is done with (sent and recorded, or dropped unsent).
-    pub(super) fn settled(&self) {
+    pub(crate) fn settled(&self) {
         self.pending
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
@@ -260,7 +260,7 @@ impl Shadows {
 
     /// A shadow call finished: its cost counts toward the day's cap and its outcome toward the
     /// error-rate stop.
-    pub(super) fn finished(&self, rule: &ShadowRule, ok: bool, cost_pico: Option<u128>) {
+    pub(crate) fn finished(&self, rule: &ShadowRule, ok: bool, cost_pico: Option<u128>) {
         let day = day_of(unix_ms());
         self.with_rule(rule, |s| {
             let spent = s.spent_today(day);

@@ -1,7 +1,9 @@
 //! The shadow sender: takes the copies off the rules' queues ([`run`]), checks each is still
 //! wanted, calls its rule's target (the same wire plan and attempt as live traffic, never the
 //! failover loop) and records the pair: the rule's caps, the metric and, in a fleet, the usage
-//! batches' shadow counts.
+//! batches' shadow counts. It reads the whole proxy state (the current view, the upstream pool,
+//! the seeds, usage), so it stands above it, beside `shadow`, whose rule state and queues the
+//! proxy state holds.
 
 use std::sync::{Arc, Weak};
 
@@ -11,12 +13,11 @@ use switchyard_proto::{latency_bucket, ShadowCounts};
 use switchyard_provider::{ChatRequest, Usage};
 use tokio::time::{Duration, Instant};
 
-use super::compare::{compare, content, json_mode_asked};
-use super::rules::{Job, ShadowQueue};
-
 use crate::attempt::{next_data, Attempt, Outcome};
 use crate::endpoint::Endpoint;
-use crate::record::Gathered;
+use crate::shadow::compare::{compare, content, json_mode_asked};
+use crate::shadow::rules::{Job, ShadowQueue};
+use crate::shadow::{millis, Gathered};
 use crate::snapshot::View;
 use crate::state::AppState;
 use crate::upstream::{ChannelRuntime, MOCK_CREDENTIAL};
@@ -278,10 +279,6 @@ async fn drain(
         (None, None) => Usage::default(),
     };
     (completed, usage)
-}
-
-pub(super) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 async fn send(state: &AppState, job: Job) {
