@@ -335,6 +335,379 @@ fn duration_text(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_engine::{LimitKey, Window};
+    use switchyard_state::InMemoryStore;
+
+    fn limit(metric: Metric, mode: LimitMode) -> Limit {
+        Limit {
+            key: LimitKey {
+                scope: ScopeKind::Token,
+                scope_id: 1,
+                metric,
+                // No window: the count never rolls over under a test.
+                window: Window::None,
+            },
+            value: 1_000_000,
+            mode,
+        }
+    }
+
+    /// The three limits a request is charged under when it ends, taken with an estimate of 100
+    /// tokens: what each has used.
+    struct Charged {
+        store: Arc<dyn StateStore>,
+        tokens: Limit,
+        spend: Limit,
+        slot: Limit,
+    }
+
+    impl Charged {
+        fn take() -> (Charged, Held) {
+            let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
+            let tokens = limit(Metric::Tokens, LimitMode::Hard);
+            let spend = limit(Metric::Spend, LimitMode::Hard);
+            let slot = limit(Metric::Concurrent, LimitMode::Hard);
+            let (admission, held) =
+                Held::take(&store, vec![tokens, spend, slot], 100, crate::unix_ms());
+            assert!(admission.admitted());
+            let Ok(held) = held else {
+                panic!("room everywhere, and the request was refused")
+            };
+            let charged = Charged {
+                store,
+                tokens,
+                spend,
+                slot,
+            };
+            assert_eq!(charged.used(), (100, 0, 1), "taken at admission");
+            (charged, held)
+        }
+
+        /// Tokens, micro-USD and concurrency slots used.
+        fn used(&self) -> (u64, u64, u64) {
+            let now = crate::unix_ms();
+            let used = |limit: &Limit| self.store.limit_status(limit, now).used;
+            (used(&self.tokens), used(&self.spend), used(&self.slot))
+        }
+    }
+
+    #[test]
+    fn a_finished_request_is_charged_its_usage_and_cost_and_frees_its_slot() {
+        let (charged, held) = Charged::take();
+        assert_eq!(held.limits().len(), 3);
+        let usage = Usage {
+            input_tokens: 30,
+            output_tokens: 40,
+            cached_tokens: 0,
+        };
+        // 2 µUSD and one pico-USD: rounded up to 3 µUSD.
+        held.finish(Some(usage), Some(2_000_001), true);
+        assert_eq!(charged.used(), (70, 3, 0));
+
+        let (charged, held) = Charged::take();
+        let usage = Usage {
+            input_tokens: 150,
+            output_tokens: 1,
+            cached_tokens: 0,
+        };
+        held.finish(Some(usage), Some(1), true);
+        assert_eq!(
+            charged.used(),
+            (151, 1, 0),
+            "more than the estimate, the least cost"
+        );
+    }
+
+    #[test]
+    fn without_usage_a_success_keeps_its_estimate_and_a_failure_gives_it_back() {
+        let (charged, held) = Charged::take();
+        held.finish(None, None, true);
+        assert_eq!(charged.used(), (100, 0, 0));
+
+        let (charged, held) = Charged::take();
+        held.finish(None, Some(0), false);
+        assert_eq!(charged.used(), (0, 0, 0));
+
+        // Dropped unfinished (an abandoned request): the same as a failure.
+        let (charged, held) = Charged::take();
+        drop(held);
+        assert_eq!(charged.used(), (0, 0, 0));
+    }
+
+    #[test]
+    fn an_exact_estimate_and_no_cost_charge_nothing_more() {
+        let (charged, held) = Charged::take();
+        let usage = Usage {
+            input_tokens: 60,
+            output_tokens: 40,
+            cached_tokens: 0,
+        };
+        held.finish(Some(usage), Some(0), true);
+        assert_eq!(charged.used(), (100, 0, 0));
+    }
+
+    /// A store whose limiter refuses the first `refusals` takes with `retry_after_ms` (a
+    /// top-up on its way when at most a second), then admits; it records when each take came.
+    /// Everything else is the in-memory store's.
+    struct Refusing {
+        inner: InMemoryStore,
+        refusals: usize,
+        retry_after_ms: u64,
+        takes: std::sync::Mutex<Vec<tokio::time::Instant>>,
+    }
+
+    impl Refusing {
+        fn store(refusals: usize, retry_after_ms: u64) -> Arc<Refusing> {
+            Arc::new(Refusing {
+                inner: InMemoryStore::new(),
+                refusals,
+                retry_after_ms,
+                takes: std::sync::Mutex::new(Vec::new()),
+            })
+        }
+
+        fn takes(&self) -> Vec<tokio::time::Instant> {
+            self.takes.lock().map(|t| t.clone()).unwrap_or_default()
+        }
+    }
+
+    impl StateStore for Refusing {
+        fn limit_take(&self, request: &LimitRequest<'_>, now: UnixMillis) -> Admission {
+            let Ok(mut takes) = self.takes.lock() else {
+                panic!("a test's lock poisoned")
+            };
+            takes.push(tokio::time::Instant::now());
+            if takes.len() <= self.refusals {
+                return Admission {
+                    refused: Some(switchyard_state::Refusal {
+                        index: 0,
+                        retry_after_ms: self.retry_after_ms,
+                    }),
+                    ..Admission::default()
+                };
+            }
+            self.inner.limit_take(request, now)
+        }
+        fn with_view(&self, f: &mut dyn FnMut(&dyn switchyard_engine::HealthView)) {
+            self.inner.with_view(f)
+        }
+        fn record_success(
+            &self,
+            s: &switchyard_state::AttemptSuccess<'_>,
+            now: UnixMillis,
+        ) -> switchyard_state::SuccessEffect {
+            self.inner.record_success(s, now)
+        }
+        fn record_failure(
+            &self,
+            f: &switchyard_state::AttemptFailure<'_>,
+            p: &switchyard_state::FailurePolicy,
+            now: UnixMillis,
+        ) -> switchyard_state::FailureEffect {
+            self.inner.record_failure(f, p, now)
+        }
+        fn record_channel_failure(
+            &self,
+            c: switchyard_engine::ChannelId,
+            p: &switchyard_state::FailurePolicy,
+            now: UnixMillis,
+        ) -> switchyard_state::ChannelFailureEffect {
+            self.inner.record_channel_failure(c, p, now)
+        }
+        fn trip_breaker(&self, c: switchyard_engine::ChannelId, reason: &str, now: UnixMillis) {
+            self.inner.trip_breaker(c, reason, now)
+        }
+        fn reset_channel(
+            &self,
+            c: switchyard_engine::ChannelId,
+            m: &[switchyard_engine::MemberId],
+        ) {
+            self.inner.reset_channel(c, m)
+        }
+        fn begin_recovery(
+            &self,
+            c: switchyard_engine::ChannelId,
+            m: &[switchyard_engine::MemberId],
+            now: UnixMillis,
+            slow_start_ms: u64,
+        ) {
+            self.inner.begin_recovery(c, m, now, slow_start_ms)
+        }
+        fn extend_cooldown(&self, m: switchyard_engine::MemberId, until: UnixMillis) {
+            self.inner.extend_cooldown(m, until)
+        }
+        fn disable_credential(
+            &self,
+            c: switchyard_engine::CredentialId,
+            reason: &str,
+            now: UnixMillis,
+        ) {
+            self.inner.disable_credential(c, reason, now)
+        }
+        fn enable_credential(&self, c: switchyard_engine::CredentialId, now: UnixMillis) {
+            self.inner.enable_credential(c, now)
+        }
+        fn in_flight_acquire(&self, c: switchyard_engine::ChannelId) {
+            self.inner.in_flight_acquire(c)
+        }
+        fn in_flight_release(&self, c: switchyard_engine::ChannelId) {
+            self.inner.in_flight_release(c)
+        }
+        fn bind_sticky(
+            &self,
+            r: switchyard_engine::RouteId,
+            key: &str,
+            m: switchyard_engine::MemberId,
+            ttl_ms: u64,
+            now: UnixMillis,
+        ) {
+            self.inner.bind_sticky(r, key, m, ttl_ms, now)
+        }
+        fn dump(&self, now: UnixMillis) -> switchyard_state::StateDump {
+            self.inner.dump(now)
+        }
+        fn align_health(&self, slots: &Arc<switchyard_engine::HealthSlots>) {
+            self.inner.align_health(slots)
+        }
+        fn limit_room(
+            &self,
+            request: &LimitRequest<'_>,
+            now: UnixMillis,
+        ) -> Result<(), switchyard_state::Refusal> {
+            self.inner.limit_room(request, now)
+        }
+        fn limit_settle(
+            &self,
+            limits: &[Limit],
+            metric: Metric,
+            delta: i64,
+            taken_at: UnixMillis,
+            now: UnixMillis,
+        ) {
+            self.inner
+                .limit_settle(limits, metric, delta, taken_at, now)
+        }
+        fn limit_release(&self, limits: &[Limit]) {
+            self.inner.limit_release(limits)
+        }
+        fn limit_status(&self, l: &Limit, now: UnixMillis) -> switchyard_state::LimitStatus {
+            self.inner.limit_status(l, now)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_for_a_top_up_and_is_admitted_once_it_lands() {
+        let refusing = Refusing::store(3, switchyard_state::RETRY_SOON_MS);
+        let store: Arc<dyn StateStore> = refusing.clone();
+        let limits = vec![limit(Metric::Requests, LimitMode::Hard)];
+        let (admission, outcome) = Held::admit(&store, limits, 0).await;
+        assert!(admission.admitted());
+        assert!(outcome.is_ok());
+        let takes = refusing.takes();
+        assert_eq!(takes.len(), 4, "three refusals, then the take that admits");
+        for pair in takes.windows(2) {
+            assert!(pair[1] - pair[0] >= TOP_UP_POLL, "{takes:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_top_up_is_waited_for_until_the_deadline_and_no_longer() {
+        let refusing = Refusing::store(usize::MAX, switchyard_state::RETRY_SOON_MS);
+        let store: Arc<dyn StateStore> = refusing.clone();
+        let limits = vec![limit(Metric::Requests, LimitMode::Hard)];
+        let start = tokio::time::Instant::now();
+        let (admission, outcome) = Held::admit(&store, limits, 0).await;
+        assert!(!admission.admitted());
+        let Err(refused) = outcome else {
+            panic!("an allowance never topped up admitted a request")
+        };
+        assert_eq!(refused.retry_after_ms, switchyard_state::RETRY_SOON_MS);
+        let takes = refusing.takes();
+        // The last look is the first at or past the deadline: refused, it waits no more.
+        let last = takes[takes.len() - 1] - start;
+        assert!(
+            last >= TOP_UP_WAIT && last < TOP_UP_WAIT + TOP_UP_POLL,
+            "the last look {last:?} after the start, the wait {TOP_UP_WAIT:?}"
+        );
+        assert_eq!(start.elapsed(), last, "no wait after the last look");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_limit_or_a_full_slot_is_refused_at_once() {
+        for (metric, retry_after_ms) in [
+            (Metric::Requests, switchyard_state::RETRY_SOON_MS + 1),
+            (Metric::Concurrent, switchyard_state::RETRY_SOON_MS),
+        ] {
+            let refusing = Refusing::store(usize::MAX, retry_after_ms);
+            let store: Arc<dyn StateStore> = refusing.clone();
+            let (_, outcome) = Held::admit(&store, vec![limit(metric, LimitMode::Hard)], 0).await;
+            assert!(outcome.is_err(), "{metric:?}");
+            assert_eq!(refusing.takes().len(), 1, "{metric:?}: looked again");
+        }
+    }
+
+    #[test]
+    fn the_soft_limits_crossed_are_the_soft_ones_at_the_admissions_bits() {
+        let hard = limit(Metric::Requests, LimitMode::Hard);
+        let soft = limit(Metric::Requests, LimitMode::Soft);
+        // A bit beyond the 64 the admission has room for names no limit.
+        let mut limits = vec![soft; 66];
+        limits[0] = hard;
+        limits[2] = hard;
+        for (i, limit) in limits.iter_mut().enumerate() {
+            limit.value = i as u64;
+        }
+        let crossed = |bits: u64| {
+            let admission = Admission {
+                soft_crossed: bits,
+                ..Admission::default()
+            };
+            soft_crossed(&limits, &admission)
+                .map(|l| l.value)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(crossed(0), Vec::<u64>::new());
+        assert_eq!(crossed(0b1_1111), vec![1, 3, 4]);
+        assert_eq!(crossed(0b1010), vec![1, 3]);
+        assert_eq!(crossed(1 << 63), vec![63]);
+        assert_eq!(crossed(u64::MAX).len(), 62);
+    }
+
+    #[test]
+    fn rate_headers_say_each_metrics_limit_remaining_and_reset() {
+        let header = |limit, remaining, reset_at| RateHeader {
+            limit,
+            remaining,
+            reset_at,
+        };
+        let admission = Admission {
+            requests: Some(header(60, 59, 1_000_000 + 6_000)),
+            tokens: Some(header(10_000, 9_000, 1_000_000 + 360_000)),
+            ..Admission::default()
+        };
+        let rate = RateHeaders::of(&admission);
+        let mut headers = HeaderMap::new();
+        rate.write(&mut headers, 1_000_000);
+        let text = |name: &str| headers[name].to_str().unwrap_or_default().to_owned();
+        assert_eq!(headers.len(), 6);
+        assert_eq!(text("x-ratelimit-limit-requests"), "60");
+        assert_eq!(text("x-ratelimit-remaining-requests"), "59");
+        assert_eq!(text("x-ratelimit-reset-requests"), "6s");
+        assert_eq!(text("x-ratelimit-limit-tokens"), "10000");
+        assert_eq!(text("x-ratelimit-remaining-tokens"), "9000");
+        assert_eq!(text("x-ratelimit-reset-tokens"), "6m0s");
+
+        // Tokens alone; a reset already past reads 0ms.
+        let tokens_only = RateHeaders {
+            requests: None,
+            tokens: Some(header(5, 0, 10)),
+        };
+        let mut headers = HeaderMap::new();
+        tokens_only.write(&mut headers, 20);
+        assert_eq!(headers.len(), 3);
+        assert_eq!(headers["x-ratelimit-reset-tokens"], "0ms");
+        assert!(!headers.contains_key("x-ratelimit-limit-requests"));
+    }
 
     #[test]
     fn resets_read_as_openai_writes_them() {
@@ -345,6 +718,12 @@ mod tests {
         assert_eq!(duration_text(360_000), "6m0s");
         assert_eq!(duration_text(3_723_000), "1h2m3s");
         assert_eq!(duration_text(7_200_000), "2h0m0s");
+        assert_eq!(duration_text(999), "999ms");
+        assert_eq!(duration_text(1_001), "2s");
+        assert_eq!(duration_text(60_000), "1m0s");
+        assert_eq!(duration_text(3_599_000), "59m59s");
+        assert_eq!(duration_text(3_600_000), "1h0m0s");
+        assert_eq!(duration_text(3_601_000), "1h0m1s");
         assert_eq!(duration_text(u64::MAX), "5124095576030h25m52s");
     }
 
