@@ -266,12 +266,7 @@ pub async fn authorize(
 /// constant time), or a live admin token found by its hash. `None`: no such token.
 async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>, ApiError> {
     let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-    let bootstrap = digest
-        .iter()
-        .zip(state.admin_token_digest.iter())
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0;
-    if bootstrap {
+    if same_digest(&digest, &state.admin_token_digest) {
         return Ok(Some(Identity {
             name: BOOTSTRAP_NAME.to_owned(),
             role: Admin,
@@ -313,6 +308,15 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
         token_id: Some(id),
         expires_at,
     }))
+}
+
+/// Whether two SHA-256 digests are equal, looking at every byte whatever the first difference
+/// (constant time: how long it takes says nothing about how much of a guess was right).
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
 }
 
 /// The authenticated caller; only handlers behind [`authorize`] use it.
@@ -368,6 +372,27 @@ mod tests {
                 assert!(*role > Viewer, "{method} {route} is open to viewers");
             }
         }
+    }
+
+    #[test]
+    fn digests_are_the_same_only_when_every_byte_is() {
+        let digest: [u8; 32] = Sha256::digest(b"bootstrap-token").into();
+        assert!(same_digest(&digest, &digest));
+        assert!(!same_digest(&digest, &[0; 32]));
+        for at in 0..32 {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut other = digest;
+                other[at] ^= flip;
+                assert!(!same_digest(&digest, &other), "byte {at} ^ {flip:#x}");
+            }
+        }
+        // Two differences that cancel out when combined by anything but an OR.
+        let mut other = digest;
+        other[0] ^= 0x01;
+        other[1] ^= 0x01;
+        assert!(!same_digest(&digest, &other));
+        // All bits set on both sides: equal, and not mistaken for a difference.
+        assert!(same_digest(&[0xff; 32], &[0xff; 32]));
     }
 
     #[test]
