@@ -785,6 +785,14 @@ mod tests {
             headers(MAX_HEADERS + 1)
         );
         assert!(is_other(one_more.as_bytes()));
+        // The limit is 64 KiB: a body of that size is read here, one byte more is hyper's.
+        assert_eq!(
+            plain(b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 65536\r\n\r\n").body_len,
+            65_536
+        );
+        assert!(is_other(
+            b"POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 65537\r\n\r\n"
+        ));
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
         assert!(is_other(
             format!("GET / HTTP/1.1\r\nhost: a\r\n{many}\r\n").as_bytes()
