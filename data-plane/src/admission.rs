@@ -710,6 +710,28 @@ mod tests {
     }
 
     #[test]
+    fn a_request_is_under_its_tokens_teams_and_routes_limits_and_a_member_under_its_own_and_its_channels(
+    ) {
+        let yaml = "channels:\n  - { id: 1, name: a, provider: mock }\n  - { id: 2, name: b, provider: mock }\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - { id: 1, channel: a }\n      - { id: 2, channel: b }\nteams:\n  - { id: 1, name: research, models: ['*'] }\ntokens:\n  - { id: 1, name: app, token: sk-app, team: research }\n  - { id: 2, name: solo, token: sk-solo }\nlimits:\n  - { token: app, metric: requests, window: minute, value: 10 }\n  - { team: research, metric: requests, window: hour, value: 20 }\n  - { route: m, metric: requests, window: day, value: 30 }\n  - { channel: a, metric: requests, window: minute, value: 40 }\n  - { member: 1, metric: requests, window: minute, value: 50 }\n  - { member: 2, metric: requests, window: minute, value: 60 }\n";
+        let snapshot = Snapshot::new(crate::config::parse_yaml(yaml, 1).unwrap());
+        let token = |id: i64| snapshot.tokens().iter().find(|t| t.id == id).unwrap();
+        let values = |limits: Vec<Limit>| limits.iter().map(|l| l.value).collect::<Vec<_>>();
+        assert_eq!(
+            values(client_limits(&snapshot, token(1), Some(1))),
+            [10, 20, 30]
+        );
+        assert_eq!(values(client_limits(&snapshot, token(1), None)), [10, 20]);
+        assert_eq!(values(client_limits(&snapshot, token(2), Some(1))), [30]);
+        assert_eq!(
+            values(client_limits(&snapshot, token(2), None)),
+            Vec::<u64>::new()
+        );
+        assert_eq!(values(upstream_limits(&snapshot, 1, 1)), [40, 50]);
+        assert_eq!(values(upstream_limits(&snapshot, 2, 2)), [60]);
+        assert_eq!(values(upstream_limits(&snapshot, 2, 3)), Vec::<u64>::new());
+    }
+
+    #[test]
     fn resets_read_as_openai_writes_them() {
         assert_eq!(duration_text(0), "0ms");
         assert_eq!(duration_text(850), "850ms");
