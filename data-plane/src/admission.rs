@@ -352,6 +352,14 @@ mod tests {
         }
     }
 
+    fn reported(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            cached_tokens: 0,
+        }
+    }
+
     /// The three limits a request is charged under when it ends, taken with an estimate of 100
     /// tokens: what each has used.
     struct Charged {
@@ -395,21 +403,13 @@ mod tests {
     fn a_finished_request_is_charged_its_usage_and_cost_and_frees_its_slot() {
         let (charged, held) = Charged::take();
         assert_eq!(held.limits().len(), 3);
-        let usage = Usage {
-            input_tokens: 30,
-            output_tokens: 40,
-            cached_tokens: 0,
-        };
+        let usage = reported(30, 40);
         // 2 µUSD and one pico-USD: rounded up to 3 µUSD.
         held.finish(Some(usage), Some(2_000_001), true);
         assert_eq!(charged.used(), (70, 3, 0));
 
         let (charged, held) = Charged::take();
-        let usage = Usage {
-            input_tokens: 150,
-            output_tokens: 1,
-            cached_tokens: 0,
-        };
+        let usage = reported(150, 1);
         held.finish(Some(usage), Some(1), true);
         assert_eq!(
             charged.used(),
@@ -437,11 +437,7 @@ mod tests {
     #[test]
     fn an_exact_estimate_and_no_cost_charge_nothing_more() {
         let (charged, held) = Charged::take();
-        let usage = Usage {
-            input_tokens: 60,
-            output_tokens: 40,
-            cached_tokens: 0,
-        };
+        let usage = reported(60, 40);
         held.finish(Some(usage), Some(0), true);
         assert_eq!(charged.used(), (100, 0, 0));
     }
