@@ -12,7 +12,8 @@ use super::channels::{text, CapabilitiesDto};
 use super::crud::{crud, Item};
 use super::routes::RouteView;
 use super::rows::{
-    commit_view, delete_row, insert_sql, lock_row, table_row, update_sql, By, Change, Db, RowQuery,
+    check_reference, commit_view, delete_row, insert_sql, lock_row, table_row, update_sql, By,
+    Change, Db, RowQuery,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
@@ -168,18 +169,7 @@ impl MemberSpec {
     }
 
     async fn check_channel(&self, tx: &mut sqlx::PgConnection) -> ApiResult<()> {
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1)")
-                .bind(self.channel_id)
-                .fetch_one(&mut *tx)
-                .await?;
-        if !exists {
-            return Err(ApiError::validation(
-                "channel_id",
-                format!("channel_id {} does not exist", self.channel_id),
-            ));
-        }
-        Ok(())
+        check_reference(tx, "channels", "channel_id", self.channel_id).await
     }
 }
 

@@ -14,8 +14,8 @@ use super::amount::DecimalText;
 use super::crud::{crud, Item};
 use super::extract::nullable;
 use super::rows::{
-    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
-    RowQuery, RowView,
+    check_reference, commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By,
+    Change, Db, RowQuery, RowView,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
@@ -195,17 +195,7 @@ impl PriceSpec {
 
     /// The channel exists, and no other price has this channel and pattern (a 422 naming `model_pattern`, as a duplicate of any resource is).
     async fn check(&self, tx: &mut sqlx::PgConnection, id: Option<i64>) -> ApiResult<()> {
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1)")
-                .bind(self.channel_id)
-                .fetch_one(&mut *tx)
-                .await?;
-        if !exists {
-            return Err(ApiError::validation(
-                "channel_id",
-                format!("channel_id {} does not exist", self.channel_id),
-            ));
-        }
+        check_reference(tx, "channels", "channel_id", self.channel_id).await?;
         let other: Option<i64> = sqlx::query_scalar(
             "SELECT id FROM prices WHERE channel_id = $1 AND model_pattern = $2 \
              AND id IS DISTINCT FROM $3",

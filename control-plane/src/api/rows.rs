@@ -105,6 +105,29 @@ pub(super) fn update_sql<T: TableRow>(columns: &str) -> String {
     )
 }
 
+/// A reference a body makes to row `id` of `table` (a channel, a team): a 422 naming `field`
+/// ("channel_id 7 does not exist") when there is no such row.
+pub(super) async fn check_reference(
+    tx: &mut sqlx::PgConnection,
+    table: &str,
+    field: &'static str,
+    id: i64,
+) -> ApiResult<()> {
+    let sql = format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE id = $1)");
+    let exists: bool = sqlx::query_scalar(&sql)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+    if exists {
+        Ok(())
+    } else {
+        Err(ApiError::validation(
+            field,
+            format!("{field} {id} does not exist"),
+        ))
+    }
+}
+
 /// Row `id` of `T`'s table, `FOR UPDATE` when `lock`; a 404 naming `T` if there is none.
 pub(super) async fn fetch_row<T: TableRow>(
     executor: impl sqlx::PgExecutor<'_>,

@@ -14,7 +14,9 @@ use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
 use super::crud::{crud, Item};
 use super::extract::nullable;
-use super::rows::{commit_view, delete_locked, lock_row, table_row, By, Change, Db, RowQuery};
+use super::rows::{
+    check_reference, commit_view, delete_locked, lock_row, table_row, By, Change, Db, RowQuery,
+};
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
 
@@ -182,20 +184,10 @@ impl TokenSpec {
     }
 
     async fn check_team(&self, tx: &mut sqlx::PgConnection) -> ApiResult<()> {
-        if let Some(team) = self.team_id {
-            let exists: bool =
-                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM teams WHERE id = $1)")
-                    .bind(team)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if !exists {
-                return Err(ApiError::validation(
-                    "team_id",
-                    format!("team_id {team} does not exist"),
-                ));
-            }
+        match self.team_id {
+            Some(team) => check_reference(tx, "teams", "team_id", team).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
