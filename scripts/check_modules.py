@@ -12,8 +12,8 @@ modules, and that is what this check fails on: a module that imports from the mo
 declares it (a child calling up into its parent, which calls down into it) is one. It also fails
 when the parts of one folder (its files, and its subfolders each taken whole) import each other
 in a loop although no two files do: every file then stands above what it imports, at every level.
-In the two planes, a module that names an item through the crate root's re-export (`crate::X`
-where `lib.rs` says `pub use a::X`) fails too: the root imports what it re-exports.
+A module that names an item through the crate root's re-export (`crate::X` where `lib.rs` says
+`pub use a::X`) fails too: the root imports what it re-exports.
 
 KNOWN lists the cycles the project still has, each with the work that removes it: a known cycle
 that grows, shrinks or goes fails too, so the list always says exactly what is left.
@@ -36,11 +36,6 @@ PATH = r"(?:" + IDENT + r"::)*(?:" + IDENT + r"|\{)"
 KNOWN: dict[str, list[set[str]]] = {
 }
 
-# The crates whose modules never import through the crate root's re-exports (see
-# `Crate.through_root`): the two planes. The shared library crates' modules still name some of
-# their root's re-exports (`crate::StateStore` in shared/state, `crate::Protocol` in
-# shared/provider); no cycle follows from it, and moving them is left for later.
-THROUGH_ROOT_CHECKED = {"data-plane/src", "control-plane/src"}
 
 
 def members():
@@ -340,7 +335,7 @@ def main():
             for m in sorted(component):
                 into = ", ".join(sorted(name(t) for t in graph[m] & component))
                 print(f"    {name(m)} -> {into}")
-        for me, segs in crate.through_root() if src in THROUGH_ROOT_CHECKED else ():
+        for me, segs in crate.through_root():
             problems += 1
             print(
                 f"check_modules: {src}: {name(me)} names {'::'.join(segs)}, a re-export of the crate "

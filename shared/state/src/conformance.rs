@@ -10,11 +10,12 @@ use switchyard_engine::{
     ChannelId, HealthSlots, HealthView, Recovering, StickyBinding, UnixMillis,
 };
 
-use crate::types::*;
-use crate::{
-    Admission, InFlightGuard, Limit, LimitKey, LimitMode, LimitRequest, Metric, Refusal, ScopeKind,
-    StateStore, Window, RETRY_SOON_MS,
+use crate::limits::{
+    Admission, Limit, LimitKey, LimitMode, LimitRequest, Metric, Refusal, ScopeKind, Window,
+    RETRY_SOON_MS,
 };
+use crate::store::{InFlightGuard, StateStore};
+use crate::types::*;
 
 const NOW: UnixMillis = 1_700_000_000_000;
 

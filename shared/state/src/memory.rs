@@ -12,9 +12,11 @@ use switchyard_engine::{
     Recovering, RouteId, StickyBinding, UnixMillis,
 };
 
-use crate::limits::{Authority, Limiter};
+use crate::limits::{
+    Admission, Authority, Limit, LimitRequest, LimitStatus, Limiter, Metric, Refusal,
+};
+use crate::store::StateStore;
 use crate::types::*;
-use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, Refusal, StateStore};
 
 #[derive(Debug, Default)]
 pub struct InMemoryStore {

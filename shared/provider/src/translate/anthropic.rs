@@ -10,7 +10,7 @@ use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{anthropic_tool_id, get_array, get_f64, get_str, get_u64, value_text};
 
-const OTHERS: &[crate::Protocol] = &[OPENAI, GEMINI];
+const OTHERS: &[crate::protocol::Protocol] = &[OPENAI, GEMINI];
 
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
     parse_system(body.get("system"), ir)?;

@@ -12,7 +12,7 @@ use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, synth_call_id, value_text};
 
-const OTHERS: &[crate::Protocol] = &[OPENAI, ANTHROPIC];
+const OTHERS: &[crate::protocol::Protocol] = &[OPENAI, ANTHROPIC];
 
 fn system_texts(si: &Value, ir: &mut Ir) -> Result<(), TranslateError> {
     match si {

@@ -10,7 +10,7 @@ use crate::error::{malformed, TranslateError};
 use crate::usage::FullUsage;
 use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 
-const OTHERS: &[crate::Protocol] = &[ANTHROPIC, GEMINI];
+const OTHERS: &[crate::protocol::Protocol] = &[ANTHROPIC, GEMINI];
 
 pub(crate) fn parse_request(body: &Map<String, Value>, ir: &mut Ir) -> Result<(), TranslateError> {
     let messages =

@@ -18,7 +18,7 @@ use crate::util::{get_array, get_f64, get_str, get_u64, value_text};
 /// Every chat protocol: what only the Responses API can do is blocked for all of them, OpenAI's
 /// Chat Completions included (a Responses request reaches OpenAI's chat protocol only for a
 /// member without the Responses API; see [`super::ChatRequest::to_chat_completions_body`]).
-const OTHERS: &[crate::Protocol] = &[OPENAI, ANTHROPIC, GEMINI];
+const OTHERS: &[crate::protocol::Protocol] = &[OPENAI, ANTHROPIC, GEMINI];
 
 /// Parses a Responses request body into `ir`. What only the Responses API can do (stored state,
 /// background runs, built-in tools, …) is recorded as a feature no chat protocol can express.

@@ -33,10 +33,12 @@ use switchyard_metrics::{Collect, Type, Writer};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::limits::{Authority, Limiter};
+use crate::limits::{
+    Admission, Authority, Limit, LimitRequest, LimitStatus, Limiter, Metric, Refusal,
+};
 use crate::memory::InMemoryStore;
+use crate::store::StateStore;
 use crate::types::*;
-use crate::{Admission, Limit, LimitRequest, LimitStatus, Metric, Refusal, StateStore};
 
 pub use conn::{mask_url, RedisTarget};
 pub use lag::SyncReport;

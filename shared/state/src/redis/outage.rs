@@ -35,7 +35,7 @@ impl Reporter {
 
     pub(super) fn report(&self, shared: &Shared, what: &str, e: &RedisError) {
         shared.counters.errors.fetch_add(1, Ordering::Relaxed);
-        if self.log_due(crate::unix_ms()) {
+        if self.log_due(crate::store::unix_ms()) {
             tracing::warn!(
                 redis = %mask_url(&shared.config.url),
                 error = %e,
@@ -104,7 +104,7 @@ mod tests {
             last_log_ms: AtomicU64::new(0),
         };
         // The first error on the wall clock is logged.
-        let now = crate::unix_ms();
+        let now = crate::store::unix_ms();
         assert!(now > 1_600_000_000_000, "a wall-clock time in ms: {now}");
         assert!(reporter.log_due(now));
         assert!(!reporter.log_due(now), "the same millisecond");
