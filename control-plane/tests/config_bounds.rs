@@ -10,13 +10,10 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::StatusCode;
 use common::{database_url, postgres_addr, test_app, TestApp};
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tower::ServiceExt;
 
 const BASE: &str = "channels:\n- name: a\n  provider: mock\n  retry_error_patterns: ";
 
@@ -75,19 +72,9 @@ fn hostile() -> Vec<(&'static str, String, &'static str, &'static str)> {
 }
 
 async fn post_yaml(app: &TestApp, path: &str, token: &str, body: String) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/yaml")
-        .body(Body::from(body))
-        .unwrap();
-    let response = app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, body)
+    let reply = app.post_yaml(path, &body, token).await;
+    let body = serde_json::from_str(&reply.text).unwrap_or(Value::String(reply.text));
+    (reply.status, body)
 }
 
 async fn state(app: &TestApp) -> (i64, String) {

@@ -9,7 +9,6 @@ use std::process::Command;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use common::{database_url, postgres_addr, test_app, TestApp, ADMIN_TOKEN};
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -17,24 +16,10 @@ use tower::ServiceExt;
 
 /// Sends a YAML body (the configuration file) and returns (status, JSON body, revision header).
 async fn send_yaml(app: &TestApp, path: &str, yaml: &str) -> (StatusCode, Value, Option<i64>) {
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .header("content-type", "application/yaml")
-        .body(Body::from(yaml.to_owned()))
-        .unwrap();
-    let response = app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let revision = response
-        .headers()
-        .get("x-switchyard-revision")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, body, revision)
+    let reply = app.post_yaml(path, yaml, ADMIN_TOKEN).await;
+    let revision = reply.revision();
+    let body = serde_json::from_str(&reply.text).unwrap_or(Value::String(reply.text));
+    (reply.status, body, revision)
 }
 
 async fn export(app: &TestApp) -> String {

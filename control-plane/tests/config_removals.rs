@@ -6,29 +6,16 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::StatusCode;
 use common::{test_app, TestApp, ADMIN_TOKEN};
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tower::ServiceExt;
 
 /// POSTs the configuration file to `path`; (status, JSON body).
 async fn send_yaml(app: &TestApp, path: &str, yaml: &str) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .header("content-type", "application/yaml")
-        .body(Body::from(yaml.to_owned()))
-        .unwrap();
-    let response = app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, body)
+    let reply = app.post_yaml(path, yaml, ADMIN_TOKEN).await;
+    let body = serde_json::from_str(&reply.text).unwrap_or(Value::String(reply.text));
+    (reply.status, body)
 }
 
 async fn apply(app: &TestApp, yaml: &str) {

@@ -571,19 +571,8 @@ async fn a_configuration_file_applies_a_preset_and_plans_it_unchanged(pool: PgPo
 
 /// Posts a YAML body (a configuration file): (status, JSON answer).
 async fn post_yaml(app: &TestApp, path: &str, yaml: &str) -> (StatusCode, serde_json::Value) {
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-    let request = axum::http::Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .header("content-type", "application/yaml")
-        .body(axum::body::Body::from(yaml.to_owned()))
-        .unwrap();
-    let response = app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+    let reply = app.post_yaml(path, yaml, ADMIN_TOKEN).await;
+    (reply.status, reply.body)
 }
 
 /// A Vertex AI channel: its base URL checked, its credential a service-account key file that is

@@ -754,20 +754,6 @@ async fn admin_token_bodies_are_validated(pool: PgPool) {
 
 /// POSTs a YAML body with `token`; (status, JSON body).
 async fn post_yaml(app: &TestApp, path: &str, token: &str, yaml: &str) -> (StatusCode, Value) {
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-    let request = axum::http::Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/yaml")
-        .body(axum::body::Body::from(yaml.to_owned()))
-        .unwrap();
-    let response = app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let reply = app.post_yaml(path, yaml, token).await;
+    (reply.status, reply.body)
 }

@@ -483,18 +483,12 @@ async fn config_plan_shows_the_shadow_rules_a_file_adds_and_removes(pool: PgPool
         export.text
     );
     let yaml = "channels:\n  - { name: live, provider: mock }\nroutes:\n  - model_pattern: m\n    members:\n      - { id: 1, channel: live }\nshadows:\n  - { name: t, model_pattern: m, target_member: 1, sample_percent: 5, max_rps: 1 }\n";
-    let request = Request::builder()
-        .method("POST")
-        .uri("/api/v1/config/plan")
-        .header("authorization", format!("Bearer {}", common::ADMIN_TOKEN))
-        .header("content-type", "application/yaml")
-        .body(Body::from(yaml))
-        .unwrap();
-    let response = f.app.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body: Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
+    let reply = f
+        .app
+        .post_yaml("/api/v1/config/plan", yaml, common::ADMIN_TOKEN)
+        .await;
+    let body: Value = serde_json::from_str(&reply.text).unwrap();
+    assert_eq!(reply.status, StatusCode::OK, "{body}");
     let shadows: Vec<(&str, &str)> = body["changes"]
         .as_array()
         .unwrap()

@@ -133,6 +133,23 @@ impl TestApp {
                 .unwrap(),
             None => request.body(Body::empty()).unwrap(),
         };
+        self.reply(request).await
+    }
+
+    /// POSTs a configuration file (YAML) to `path` with `token`.
+    pub async fn post_yaml(&self, path: &str, yaml: &str, token: &str) -> Reply {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/yaml")
+            .body(Body::from(yaml.to_owned()))
+            .unwrap();
+        self.reply(request).await
+    }
+
+    /// The router's answer to `request`, read whole.
+    async fn reply(&self, request: Request<Body>) -> Reply {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
