@@ -35,6 +35,7 @@ struct ChannelRow {
     headers: BTreeMap<String, String>,
     responses_api: bool,
     preset: Option<String>,
+    passthrough: Vec<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -213,7 +214,7 @@ struct Tables {
 // The statements reading each table, each in the order the build expects its rows.
 const CHANNELS_SQL: &str = "SELECT id, name, provider, base_url, status, auto_ban, \
     max_concurrency, capabilities, retry_status_codes, retry_error_patterns, headers, \
-    responses_api, preset FROM channels ORDER BY id";
+    responses_api, preset, passthrough FROM channels ORDER BY id";
 const CREDENTIALS_SQL: &str = "SELECT id, channel_id, secret, secret_env, enabled \
     FROM credentials ORDER BY channel_id, id";
 const ROUTES_SQL: &str = "SELECT id, model_pattern, enabled, routing_mode, single_member_id, \
@@ -375,6 +376,7 @@ fn channel_from_row(
         secrets_withheld: false,
         responses_api: row.responses_api,
         preset: row.preset,
+        passthrough: row.passthrough,
     })
 }
 

@@ -91,6 +91,10 @@ fn documented_errors() -> Vec<Row> {
         (UpstreamUnreachableBy(TransportCause::Refused), 502, "upstream_unreachable", "server_error", "api_error", "INTERNAL", false),
         (UpstreamInvalidAnswer("x".into()), 502, "upstream_invalid_answer", "server_error", "api_error", "INTERNAL", false),
         (UpstreamAuthFailed { channel: "c".into(), status: 401, said: String::new() }, 502, "upstream_auth_failed", "server_error", "api_error", "INTERNAL", true),
+        (PassthroughNotFound, 404, "passthrough_not_found", "invalid_request_error", "not_found_error", "NOT_FOUND", true),
+        (PassthroughPathNotAllowed, 403, "passthrough_path_not_allowed", "permission_error", "permission_error", "PERMISSION_DENIED", true),
+        (PassthroughBadPath("p"), 400, "invalid_path", "invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT", true),
+        (ChannelUnavailable { channel: "c".into(), why: "w" }, 503, "channel_unavailable", "server_error", "overloaded_error", "UNAVAILABLE", false),
     ]
 }
 

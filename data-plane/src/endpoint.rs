@@ -24,6 +24,9 @@ pub enum Endpoint {
     /// Reranking in the shape Cohere, Jina and vLLM share, served by OpenAI-compatible
     /// channels and the simulator only (no other protocol has it).
     Rerank,
+    /// `ANY /passthrough/{channel}/{path}`: a path of one channel's own API, forwarded as it is
+    /// with the channel's credential (no route, no selection, no failover).
+    Passthrough,
 }
 
 /// The model a moderations request that names none is routed as, and sent upstream as (the
@@ -31,7 +34,7 @@ pub enum Endpoint {
 pub const DEFAULT_MODERATION_MODEL: &str = switchyard_sim::DEFAULT_MODERATION_MODEL;
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 14] = [
+    pub const ALL: [Endpoint; 15] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -46,6 +49,7 @@ impl Endpoint {
         Endpoint::GeminiCountTokens,
         Endpoint::Moderations,
         Endpoint::Rerank,
+        Endpoint::Passthrough,
     ];
 
     /// The protocol clients of this endpoint speak (and get their errors in).
@@ -123,6 +127,7 @@ impl Endpoint {
             Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens => "/v1beta/models",
             Endpoint::Moderations => "/v1/moderations",
             Endpoint::Rerank => "/v1/rerank",
+            Endpoint::Passthrough => "/passthrough",
         }
     }
 
@@ -155,6 +160,7 @@ impl Endpoint {
             Endpoint::GeminiCountTokens => "gemini_count_tokens",
             Endpoint::Moderations => "moderations",
             Endpoint::Rerank => "rerank",
+            Endpoint::Passthrough => "passthrough",
         }
     }
 
@@ -181,7 +187,10 @@ impl Endpoint {
     pub fn answers_json(self) -> bool {
         !matches!(
             self,
-            Endpoint::AudioSpeech | Endpoint::AudioTranscriptions | Endpoint::Models
+            Endpoint::AudioSpeech
+                | Endpoint::AudioTranscriptions
+                | Endpoint::Models
+                | Endpoint::Passthrough
         )
     }
 

@@ -86,6 +86,15 @@ pub enum GatewayError {
         status: u16,
         said: String,
     },
+    /// A pass-through request names no channel open to it: unknown, not allowing pass-through,
+    /// not enabled, or out of the key's team's reach (never said which).
+    PassthroughNotFound,
+    /// The channel allows pass-through, but not to this path.
+    PassthroughPathNotAllowed,
+    /// A pass-through path that could resolve elsewhere upstream (why: the rule it breaks).
+    PassthroughBadPath(&'static str),
+    /// The pass-through channel cannot be called from this proxy (why: the reason).
+    ChannelUnavailable { channel: String, why: &'static str },
 }
 
 impl GatewayError {
@@ -113,7 +122,7 @@ impl GatewayError {
             NotReady | NoEligibleMember { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired { .. } => StatusCode::UNAUTHORIZED,
             RateLimited { .. } | UpstreamsRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            NotFound | ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            NotFound | ModelNotFound { .. } | PassthroughNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -122,8 +131,12 @@ impl GatewayError {
             | MissingModel
             | InvalidRequest(_)
             | InvalidPin
+            | PassthroughBadPath(_)
             | ProtocolUnsupported { .. } => StatusCode::BAD_REQUEST,
-            PinningNotAllowed | ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
+            PinningNotAllowed | ModelNotAllowed { .. } | PassthroughPathNotAllowed => {
+                StatusCode::FORBIDDEN
+            }
+            ChannelUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStreamCut
             | UpstreamUnreachable
@@ -144,8 +157,11 @@ impl GatewayError {
             | UpstreamUnreachable
             | UpstreamUnreachableBy(_)
             | UpstreamInvalidAnswer(_)
-            | UpstreamAuthFailed { .. } => "server_error",
-            PinningNotAllowed | ModelNotAllowed { .. } => "permission_error",
+            | UpstreamAuthFailed { .. }
+            | ChannelUnavailable { .. } => "server_error",
+            PinningNotAllowed | ModelNotAllowed { .. } | PassthroughPathNotAllowed => {
+                "permission_error"
+            }
             // OpenAI's own: `requests` / `tokens` for rate limits, `insufficient_quota` for an
             // exhausted budget.
             RateLimited { spent: true, .. } => "insufficient_quota",
@@ -186,6 +202,10 @@ impl GatewayError {
             UpstreamUnreachable | UpstreamUnreachableBy(_) => "upstream_unreachable",
             UpstreamInvalidAnswer(_) => "upstream_invalid_answer",
             UpstreamAuthFailed { .. } => "upstream_auth_failed",
+            PassthroughNotFound => "passthrough_not_found",
+            PassthroughPathNotAllowed => "passthrough_path_not_allowed",
+            PassthroughBadPath(_) => "invalid_path",
+            ChannelUnavailable { .. } => "channel_unavailable",
         }
     }
 
@@ -261,6 +281,16 @@ impl GatewayError {
                 status,
                 said,
             } => auth_failed_message(channel, *status, said),
+            PassthroughNotFound => {
+                "No channel of that name is open to this API key for pass-through.".to_owned()
+            }
+            PassthroughPathNotAllowed => {
+                "The channel does not allow pass-through to this path.".to_owned()
+            }
+            PassthroughBadPath(why) => format!("{why}."),
+            ChannelUnavailable { channel, why } => {
+                format!("The channel `{channel}` cannot be called right now: {why}.")
+            }
         }
     }
 

@@ -253,7 +253,7 @@ impl RequestRecord {
     }
 
     /// The request, spend and token metrics, and (fleet mode) the usage accounting of requests
-    /// that reached a channel.
+    /// that reached a channel through a route.
     fn count(&self, state: &AppState, usage: &Usage, cost_pico: Option<u128>) {
         let (route, channel, token) = (self.route(), self.channel(), self.token.as_deref());
         if let Some(cost) = cost_pico {
@@ -266,7 +266,8 @@ impl RequestRecord {
             .metrics
             .usage(route, channel, token.unwrap_or(""), usage);
         if let (Some(reporter), Some(token)) = (&state.usage, token) {
-            if !channel.is_empty() {
+            // A pass-through request has no route and no tokens read: nothing to account.
+            if !channel.is_empty() && self.endpoint != Endpoint::Passthrough {
                 reporter.record(
                     crate::usage::UsageKey {
                         token: token.to_owned(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use http::{header, HeaderMap, HeaderValue};
 use serde_json::json;
@@ -91,7 +91,10 @@ fn proxied_endpoint(method: &http::Method, path: &str) -> Option<Endpoint> {
 fn routed_by_path(endpoint: Endpoint) -> bool {
     !matches!(
         endpoint,
-        Endpoint::Models | Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens
+        Endpoint::Models
+            | Endpoint::GeminiGenerate
+            | Endpoint::GeminiCountTokens
+            | Endpoint::Passthrough
     )
 }
 
@@ -102,7 +105,8 @@ fn router(state: Arc<AppState>) -> Router {
         // `GET /v1/models/{id}` is OpenAI's; `POST` on the same path is Gemini's newer API
         // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).
         .route("/v1/models/{id}", get(model).post(gemini))
-        .route("/v1beta/models/{target}", post(gemini));
+        .route("/v1beta/models/{target}", post(gemini))
+        .route("/passthrough/{channel}/{*path}", any(passthrough));
     for endpoint in Endpoint::ALL.into_iter().filter(|e| routed_by_path(*e)) {
         router = router.route(
             endpoint.path(),
@@ -251,14 +255,34 @@ fn list_models(state: &AppState, headers: &HeaderMap, one: Option<&str>) -> Resp
         .into_response()
 }
 
-/// The edge of a proxied request: its request id (the client's when valid), its seed and its
-/// trace span (continuing the client's trace); the phases do the rest.
+/// `ANY /passthrough/{channel}/{path}`: a path of one channel's own API (see
+/// [`phases::passthrough`]).
+async fn passthrough(
+    State(state): State<Arc<AppState>>,
+    Path((channel, _)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let arrival = arrive(&state, Endpoint::Passthrough, &request);
+    Box::pin(phases::passthrough::serve(state, arrival, channel, request)).await
+}
+
+/// The edge of a proxied request: its arrival ([`arrive`]); the phases do the rest.
 async fn handle(
     state: Arc<AppState>,
     endpoint: Endpoint,
     path_model: Option<(String, bool)>,
     request: Request,
 ) -> Response {
+    let arrival = arrive(&state, endpoint, &request);
+    // Boxed: the request's future (about 2 KB: the phases box the failover below them) is moved
+    // once, into this box, and this one, moved into a box of its own by whoever serves it (the
+    // gateway, the router), stays small (`scripts/future-sizes` lists the sizes).
+    Box::pin(phases::serve(state, arrival, path_model, request)).await
+}
+
+/// A request as the edge takes it in: its request id (the client's when valid), its seed and
+/// its trace span (continuing the client's trace).
+fn arrive(state: &AppState, endpoint: Endpoint, request: &Request) -> Arrival {
     let started = Instant::now();
     let seed = state.next_seed();
     let request_id = request
@@ -278,18 +302,14 @@ async fn handle(
         );
     }
     let trace = switchyard_telemetry::context::ids(&span);
-    let arrival = Arrival {
+    Arrival {
         endpoint,
         request_id,
         started,
         seed,
         span,
         trace,
-    };
-    // Boxed: the request's future (about 2 KB: the phases box the failover below them) is moved
-    // once, into this box, and this one, moved into a box of its own by whoever serves it (the
-    // gateway, the router), stays small (`scripts/future-sizes` lists the sizes).
-    Box::pin(phases::serve(state, arrival, path_model, request)).await
+    }
 }
 
 /// The request id the gateway gives a request whose client sent none: its seed as 16 lowercase
@@ -367,7 +387,7 @@ mod tests {
             if routed_by_path(endpoint) {
                 assert_eq!(taken, Some(endpoint), "{endpoint:?}");
             } else {
-                // `/v1/models` and `/v1beta/models` are no endpoint's fixed path.
+                // `/v1/models`, `/v1beta/models` and `/passthrough` are no endpoint's fixed path.
                 assert_eq!(taken, None, "{endpoint:?}");
             }
         }

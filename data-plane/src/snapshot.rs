@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
+use switchyard_engine::passthrough::team_reaches_channel;
 use switchyard_engine::{
-    ChannelId, Provider, RouteId, Snapshot, Token, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT,
+    Channel, ChannelId, Provider, RouteId, Snapshot, TeamId, Token, AZURE_BIT,
+    CHAT_COMPLETIONS_ONLY_BIT,
 };
 use switchyard_provider::Protocol;
 use switchyard_state::{unix_ms, StateStore};
@@ -34,6 +36,11 @@ pub struct View {
     /// Names of the channels the control plane sent without their secrets (it has no fleet
     /// token): this proxy never selects them.
     pub secrets_withheld: Vec<String>,
+    /// The channels that allow pass-through, by name.
+    passthrough: HashMap<String, ChannelId>,
+    /// Per team, the pass-through channels its keys may reach (see
+    /// [`team_reaches_channel`]).
+    team_passthrough: HashMap<TeamId, Vec<ChannelId>>,
 }
 
 impl View {
@@ -83,8 +90,11 @@ impl View {
             .filter(|c| c.secrets_withheld)
             .map(|c| c.name.clone())
             .collect();
+        let (passthrough, team_passthrough) = passthrough_index(&snapshot);
         View {
             secrets_withheld,
+            passthrough,
+            team_passthrough,
             snapshot,
             installed_at_ms: unix_ms(),
             tokens,
@@ -121,6 +131,42 @@ impl View {
     pub fn channel_runtime(&self, id: ChannelId) -> Option<&ChannelRuntime> {
         self.channels.get(&id)
     }
+
+    /// The channel named `name` when it allows pass-through and a key of `team` (none: a key
+    /// without a team) may reach it; `None` otherwise, whichever the reason.
+    pub fn passthrough_channel(&self, name: &str, team: Option<TeamId>) -> Option<&Channel> {
+        let id = *self.passthrough.get(name)?;
+        if let Some(team) = team {
+            if !self.team_passthrough.get(&team)?.contains(&id) {
+                return None;
+            }
+        }
+        self.snapshot.channel(id)
+    }
+}
+
+/// The channels allowing pass-through by name, and per team the ones among them its keys may
+/// reach: computed once per snapshot, so a pass-through request makes two hash probes.
+fn passthrough_index(
+    snapshot: &Snapshot,
+) -> (HashMap<String, ChannelId>, HashMap<TeamId, Vec<ChannelId>>) {
+    let open: HashMap<String, ChannelId> = snapshot
+        .channels()
+        .filter(|c| !c.passthrough.is_empty())
+        .map(|c| (c.name.clone(), c.id))
+        .collect();
+    let teams = snapshot
+        .teams()
+        .map(|team| {
+            let reached = open
+                .values()
+                .copied()
+                .filter(|id| team_reaches_channel(snapshot.routes(), team, *id))
+                .collect();
+            (team.id, reached)
+        })
+        .collect();
+    (open, teams)
 }
 
 /// Makes `snapshot` the one requests select over: the state view's health records are laid out

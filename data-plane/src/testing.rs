@@ -21,5 +21,6 @@ pub(crate) fn channel(provider: Provider, responses_api: bool) -> Channel {
         secrets_withheld: false,
         responses_api,
         preset: None,
+        passthrough: vec![],
     }
 }

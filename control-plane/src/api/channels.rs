@@ -21,6 +21,7 @@ use crate::db::{record_status_event, ts};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::state::AppState;
 use switchyard_engine::catalog::{self, Preset};
+use switchyard_engine::passthrough;
 use switchyard_engine::validate::{
     check_header_name, check_header_value, check_retry_error_pattern, check_retry_error_patterns,
     check_single_line, redact_url_userinfo,
@@ -75,6 +76,9 @@ pub struct ChannelView {
     /// Whether the upstream has the OpenAI Responses API; `false` only on `openai` and `azure`
     /// channels, whose Responses requests are then translated into Chat Completions.
     pub responses_api: bool,
+    /// The path patterns clients may reach on this channel's base URL through the proxies'
+    /// pass-through routes (`/passthrough/{channel}/...`); empty: no pass-through.
+    pub passthrough: Vec<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -103,7 +107,7 @@ fn columns() -> String {
                  WHEN provider = 'azure' AND lower(key) IN ({azure_versions}) THEN value \
                  WHEN char_length(value) >= 12 THEN '****' || right(value, 4) \
                  ELSE '****' END), '{{}}'::jsonb) \
-          FROM jsonb_each_text(headers)) AS headers, responses_api, \
+          FROM jsonb_each_text(headers)) AS headers, responses_api, passthrough, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
@@ -149,6 +153,11 @@ pub struct ChannelCreate {
     /// Responses requests are translated into Chat Completions for it. `openai` and `azure`
     /// only; default `true`.
     pub responses_api: Option<bool>,
+    /// Path patterns (each starting with `/`; `*` matches any run of characters, `/` included)
+    /// a client may reach on this channel's base URL through the proxies' pass-through routes
+    /// (`/passthrough/{channel}/...`), with the channel's credential. Default: none (no
+    /// pass-through). Not for `mock` channels.
+    pub passthrough: Option<Vec<String>>,
 }
 
 /// Any subset of the create fields; `max_concurrency: null` clears the limit.
@@ -179,6 +188,11 @@ pub struct ChannelPatch {
     /// Responses requests are translated into Chat Completions for it. `openai` and `azure`
     /// only; default `true`.
     pub responses_api: Option<bool>,
+    /// Path patterns (each starting with `/`; `*` matches any run of characters, `/` included)
+    /// a client may reach on this channel's base URL through the proxies' pass-through routes
+    /// (`/passthrough/{channel}/...`), with the channel's credential. Default: none (no
+    /// pass-through). Not for `mock` channels.
+    pub passthrough: Option<Vec<String>>,
 }
 
 /// A validated channel, ready to write.
@@ -195,6 +209,7 @@ struct ChannelSpec {
     retry_error_patterns: Vec<String>,
     headers: BTreeMap<String, String>,
     responses_api: bool,
+    passthrough: Vec<String>,
 }
 
 /// A known preset, or a 422 naming `preset` with the known ones.
@@ -269,7 +284,7 @@ pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
 
 /// The columns a create or patch writes, in [`ChannelSpec::bind`]'s order.
 const WRITTEN: &str = "name, provider, base_url, status, auto_ban, max_concurrency, \
-    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api, preset";
+    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api, preset, passthrough";
 
 impl ChannelSpec {
     /// Binds the channel to the [`WRITTEN`] columns.
@@ -287,6 +302,7 @@ impl ChannelSpec {
             .bind(sqlx::types::Json(&self.headers))
             .bind(self.responses_api)
             .bind(self.preset.map(|p| p.name))
+            .bind(&self.passthrough)
     }
 
     fn validate(self) -> ApiResult<ChannelSpec> {
@@ -329,10 +345,31 @@ impl ChannelSpec {
                 ),
             ));
         }
+        self.validate_passthrough()?;
         self.capabilities.validate("capabilities")?;
         self.validate_retry_patterns()?;
         self.validate_headers()?;
         Ok(self)
+    }
+
+    /// The pass-through path patterns: each valid, none twice, at most the engine's number; none
+    /// on a `mock` channel (it has no upstream to reach).
+    fn validate_passthrough(&self) -> ApiResult<()> {
+        if let Err((index, message)) = passthrough::validate_patterns(&self.passthrough) {
+            let field =
+                index.map_or_else(|| "passthrough".to_owned(), |i| format!("passthrough[{i}]"));
+            return Err(ApiError::validation(
+                field.clone(),
+                format!("{field}: {message}"),
+            ));
+        }
+        if self.provider == Provider::Mock && !self.passthrough.is_empty() {
+            return Err(ApiError::validation(
+                "passthrough",
+                "passthrough: a mock channel has no upstream to pass requests through to",
+            ));
+        }
+        Ok(())
     }
 
     /// The channel's own retryable error patterns: bounded, each a non-empty single line.
@@ -448,6 +485,7 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
             retry_error_patterns: raw.retry_error_patterns.unwrap_or_default(),
             headers: raw.headers.unwrap_or_default(),
             responses_api: raw.responses_api.unwrap_or(preset_responses),
+            passthrough: raw.passthrough.unwrap_or_default(),
         }
         .validate()
     }
@@ -507,6 +545,9 @@ impl ChannelSpec {
                 .unwrap_or_else(|| current.retry_error_patterns.clone()),
             headers: patch.headers.unwrap_or(secrets.headers),
             responses_api: patch.responses_api.unwrap_or(current.responses_api),
+            passthrough: patch
+                .passthrough
+                .unwrap_or_else(|| current.passthrough.clone()),
         }
         .validate()
     }
@@ -528,6 +569,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
         "retry_error_patterns": spec.retry_error_patterns,
         "header_names": spec.headers.keys().collect::<Vec<_>>(),
         "responses_api": spec.responses_api,
+        "passthrough": spec.passthrough,
     })
 }
 

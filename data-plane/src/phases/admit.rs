@@ -1,8 +1,11 @@
 //! Admit: the key's, its team's and the route's limits take the request, or refuse it.
 
+use switchyard_engine::{Limit, Token};
+
 use crate::admission::{self, Held};
 use crate::context::Ctx;
 use crate::errors::GatewayError;
+use crate::record::Trail;
 use crate::state::AppState;
 
 /// Admits the request when every hard limit of its key, its team and its route has room: the
@@ -11,23 +14,35 @@ use crate::state::AppState;
 pub async fn admit(state: &AppState, ctx: &mut Ctx<'_>) -> Result<(), GatewayError> {
     ctx.estimate = admission::estimate(ctx.body.len(), ctx.inspected.max_output_tokens);
     let limits = admission::client_limits(&ctx.view.snapshot, ctx.token, ctx.route.map(|r| r.id));
+    admit_under(state, ctx.token, limits, ctx.estimate, &mut ctx.trail).await
+}
+
+/// Admits a request of `token` under `limits` with a token estimate of `estimate`: the trail
+/// holds the limits taken and the rate-limit headers either way.
+pub async fn admit_under(
+    state: &AppState,
+    token: &Token,
+    limits: Vec<Limit>,
+    estimate: u64,
+    trail: &mut Trail,
+) -> Result<(), GatewayError> {
     if limits.is_empty() {
         return Ok(());
     }
-    let (outcome, held) = Held::admit(&state.store, limits, ctx.estimate).await;
-    ctx.trail.rate = admission::RateHeaders::of(&outcome);
+    let (outcome, held) = Held::admit(&state.store, limits, estimate).await;
+    trail.rate = admission::RateHeaders::of(&outcome);
     match held {
         Ok(held) => {
             for crossed in admission::soft_crossed(held.limits(), &outcome) {
                 state.metrics.limit(&crossed.key, false);
                 tracing::warn!(
-                    token = %ctx.token.name,
+                    token = %token.name,
                     limit = %crossed.key.name(),
                     value = crossed.value,
                     "soft limit crossed"
                 );
             }
-            ctx.trail.admitted = Some(held);
+            trail.admitted = Some(held);
             Ok(())
         }
         Err(refused) => {

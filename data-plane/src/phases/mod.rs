@@ -6,6 +6,7 @@
 
 mod admit;
 mod finish;
+pub mod passthrough;
 mod receive;
 mod route;
 

@@ -8,7 +8,7 @@ use axum::extract::Request;
 use bytes::Bytes;
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
-use switchyard_engine::SelectionConstraint;
+use switchyard_engine::{SelectionConstraint, Token};
 use switchyard_state::unix_ms;
 
 use crate::auth::authenticate;
@@ -32,13 +32,7 @@ pub async fn receive<'a>(
 ) -> Result<Ctx<'a>, GatewayError> {
     let (mut parts, body) = request.into_parts();
     wire::drop_unforwarded(&mut parts.headers);
-    let token = authenticate(view, &parts.headers, parts.uri.query())
-        .ok_or_else(GatewayError::unauthorized)?;
-    if let Some(at) = token.expires_at.filter(|at| *at <= unix_ms()) {
-        return Err(GatewayError::TokenExpired {
-            at: switchyard_engine::limit::format_rfc3339(at),
-        });
-    }
+    let token = authenticated(view, &parts.headers, parts.uri.query())?;
     let limit = view.snapshot.settings.max_request_body_bytes;
     let body = read_limited_body(&parts.headers, body, limit).await?;
     let inspected = inspect(arrival.endpoint, &parts.headers, &body, path_model)?;
@@ -63,8 +57,23 @@ pub async fn receive<'a>(
     })
 }
 
+/// The enabled token the request presents, unless it has expired.
+pub fn authenticated<'v>(
+    view: &'v View,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<&'v Token, GatewayError> {
+    let token = authenticate(view, headers, query).ok_or_else(GatewayError::unauthorized)?;
+    if let Some(at) = token.expires_at.filter(|at| *at <= unix_ms()) {
+        return Err(GatewayError::TokenExpired {
+            at: switchyard_engine::limit::format_rfc3339(at),
+        });
+    }
+    Ok(token)
+}
+
 /// The body, refused at once when its declared length is over `limit`, else read up to it.
-async fn read_limited_body(
+pub async fn read_limited_body(
     headers: &HeaderMap,
     body: Body,
     limit: u64,

@@ -130,7 +130,7 @@ impl Http {
 }
 
 /// The upstream request continues the attempt's trace (`traceparent`, `tracestate`).
-fn propagate_trace(client_headers: &HeaderMap, headers: &mut HeaderMap) {
+pub fn propagate_trace(client_headers: &HeaderMap, headers: &mut HeaderMap) {
     let header = |name| client_headers.get(name).and_then(|v| v.to_str().ok());
     for (name, value) in switchyard_telemetry::context::upstream_headers(
         &tracing::Span::current(),

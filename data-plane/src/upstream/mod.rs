@@ -18,7 +18,7 @@ pub use switchyard_upstream::{
 };
 
 pub use self::exchange::{json_headers, Attempt, SendError, Upstream, UpstreamResponse};
-pub use self::http::Http;
+pub use self::http::{propagate_trace, Http};
 pub use self::local::Local;
 
 use switchyard_engine::{Provider, RandomSource};

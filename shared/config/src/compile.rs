@@ -460,6 +460,24 @@ fn check_unique(ids: impl Iterator<Item = i64>, path: &str, what: &str) -> Resul
     Ok(())
 }
 
+/// A channel's pass-through path patterns: each valid, none twice, none on a mock channel.
+fn check_passthrough(at: &str, provider: Provider, patterns: &[String]) -> Result<(), ConfigError> {
+    if let Err((index, message)) = switchyard_engine::passthrough::validate_patterns(patterns) {
+        let path = index.map_or_else(
+            || format!("{at}.passthrough"),
+            |i| format!("{at}.passthrough[{i}]"),
+        );
+        return Err(err(path, message));
+    }
+    if provider == Provider::Mock && !patterns.is_empty() {
+        return Err(err(
+            format!("{at}.passthrough"),
+            "a mock channel has no upstream to pass requests through to",
+        ));
+    }
+    Ok(())
+}
+
 impl RawChannel {
     fn into_channel(
         self,
@@ -497,6 +515,7 @@ impl RawChannel {
                 ),
             ));
         }
+        check_passthrough(at, provider, &self.passthrough)?;
         Ok(Channel {
             id: channel_ids.or_next(self.id),
             name: self.name.trim().to_owned(),
@@ -513,6 +532,7 @@ impl RawChannel {
             secrets_withheld: false,
             responses_api,
             preset: preset.map(|p| p.name.to_owned()),
+            passthrough: self.passthrough,
         })
     }
 

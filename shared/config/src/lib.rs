@@ -93,6 +93,11 @@ pub struct RawChannel {
     /// Completions. Absent: the preset's, else `true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responses_api: Option<bool>,
+    /// Path patterns clients may reach on the channel's base URL through the pass-through
+    /// routes (`/passthrough/{channel}/...`); `*` matches any run of characters, `/` included.
+    /// Absent or empty: no pass-through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<String>,
     /// `provider: mock` only: the simulation's behaviour. Never written (an export gives the
     /// equivalent `mock://` base_url).
     #[serde(default, skip_serializing)]

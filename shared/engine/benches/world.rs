@@ -26,6 +26,7 @@ pub fn channel(id: ChannelId) -> Channel {
         secrets_withheld: false,
         responses_api: true,
         preset: None,
+        passthrough: vec![],
     }
 }
 

@@ -13,6 +13,7 @@ pub mod health;
 pub mod ids;
 pub mod limit;
 pub mod model;
+pub mod passthrough;
 pub mod pattern;
 pub mod rng;
 mod select;

@@ -235,6 +235,10 @@ pub struct Channel {
     /// writes it back.
     #[serde(default)]
     pub preset: Option<String>,
+    /// The path patterns a client may reach on this channel's base URL through the gateway's
+    /// pass-through routes (`crate::passthrough`). Empty (the default): no pass-through.
+    #[serde(default)]
+    pub passthrough: Vec<String>,
 }
 
 fn responses_api_default() -> bool {

@@ -52,7 +52,7 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
 }
 
 /// Linear-time glob matching with single-star backtracking.
-fn glob<T: PartialEq + Copy>(p: &[T], t: &[T], star: T, one: T) -> bool {
+pub(crate) fn glob<T: PartialEq + Copy>(p: &[T], t: &[T], star: T, one: T) -> bool {
     let (mut pi, mut ti) = (0, 0);
     let mut resume: Option<(usize, usize)> = None;
     while ti < t.len() {

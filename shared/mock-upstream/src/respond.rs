@@ -210,7 +210,8 @@ pub fn respond(
     (with_headers(response, behavior), reported)
 }
 
-/// `response` with the behaviour's extra headers (`Retry-After`, ...) appended.
+/// `response` with the behaviour's extra headers (`Retry-After`, ...) appended (a
+/// `content-type` replaces the answer's).
 pub(crate) fn with_headers(
     mut response: Response<MockBody>,
     behavior: &Behavior,
@@ -220,6 +221,10 @@ pub(crate) fn with_headers(
             HeaderName::try_from(name.as_str()),
             HeaderValue::try_from(value.as_str()),
         ) {
+            // A rule's `content-type` replaces the answer's own (a scripted SSE body, say).
+            (Ok(name), Ok(value)) if name == header::CONTENT_TYPE => {
+                response.headers_mut().insert(name, value);
+            }
             (Ok(name), Ok(value)) => {
                 response.headers_mut().append(name, value);
             }

@@ -257,6 +257,7 @@ fn channel_to_proto(c: &Channel) -> v1::Channel {
         secrets_withheld: c.secrets_withheld,
         chat_completions_only: !c.responses_api,
         preset: c.preset.clone(),
+        passthrough: c.passthrough.clone(),
     }
 }
 
@@ -593,6 +594,14 @@ fn channel_from_proto(
         credentials.push(credential_from_proto(c, &cpath)?);
     }
     let retry_status_codes = retry_status_codes_from_proto(w.retry_status_codes, path)?;
+    if let Err((index, message)) = switchyard_engine::passthrough::validate_patterns(&w.passthrough)
+    {
+        let at = match index {
+            Some(i) => format!("{path}.passthrough[{i}]"),
+            None => format!("{path}.passthrough"),
+        };
+        return Err(invalid(at, message));
+    }
     Ok(Channel {
         id: w.id,
         name: w.name,
@@ -609,6 +618,7 @@ fn channel_from_proto(
         secrets_withheld: w.secrets_withheld,
         responses_api: !w.chat_completions_only,
         preset: w.preset,
+        passthrough: w.passthrough,
     })
 }
 
@@ -862,6 +872,7 @@ mod tests {
             secrets_withheld: false,
             responses_api: false,
             preset: Some("groq".to_owned()),
+            passthrough: vec!["/v1/fine_tuning/*".into()],
         };
         let route = Route {
             id: 5,
@@ -1005,6 +1016,19 @@ mod tests {
     #[test]
     fn unspecified_routing_mode_is_rejected() {
         rejects(|w| w.routes[0].routing_mode = 0, "routes[0].routing_mode");
+    }
+
+    #[test]
+    fn pass_through_patterns_round_trip_and_a_bad_one_is_refused_by_index() {
+        let wire = snapshot_to_proto(&sample(), 1);
+        assert_eq!(wire.channels[0].passthrough, vec!["/v1/fine_tuning/*"]);
+        let back = snapshot_from_proto(wire).unwrap();
+        let channel = back.channels().next().unwrap();
+        assert_eq!(channel.passthrough, vec!["/v1/fine_tuning/*".to_owned()]);
+        rejects(
+            |w| w.channels[0].passthrough.push("v1/no-slash".into()),
+            "channels[0].passthrough[1]",
+        );
     }
 
     #[test]

@@ -550,11 +550,7 @@ impl ChannelRuntime {
             let Some(keys) = &credential.aws else {
                 return Err(RequestError::Build("no AWS access key".to_owned()));
             };
-            let region = self
-                .bedrock_region
-                .as_deref()
-                .or(keys.region.as_deref())
-                .unwrap_or(crate::bedrock::DEFAULT_REGION);
+            let region = self.region_for(keys);
             return crate::bedrock::request(
                 &self.base,
                 target.path,
@@ -608,6 +604,74 @@ impl ChannelRuntime {
 }
 
 impl ChannelRuntime {
+    /// A pass-through request: `target`'s method, path and query (as the client sent them)
+    /// appended to the channel's base URL as they are (a version segment the base URL ends in is
+    /// not repeated; no Azure deployment or `api-version`, no Vertex project is added), with the
+    /// client's forwardable headers (never its credentials), the channel's extra headers and this
+    /// credential's auth. A Bedrock request carries only the client's `content-type` and
+    /// `accept` besides the channel's headers, and is signed (SigV4) over exactly that method,
+    /// URL, those headers and `body`.
+    pub fn passthrough_request(
+        &self,
+        target: Target<'_>,
+        client_headers: &HeaderMap,
+        credential: &CredentialRuntime,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, RequestError> {
+        if self.mock.is_some() {
+            return Err(RequestError::Build(
+                "a mock channel has no upstream to pass requests through to".to_owned(),
+            ));
+        }
+        let uri = self.joined(target.path, target.query);
+        let mut request = Request::builder()
+            .method(target.method.clone())
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| RequestError::Build(e.to_string()))?;
+        let headers = request.headers_mut();
+        if self.provider == Provider::Bedrock {
+            for name in [header::CONTENT_TYPE, header::ACCEPT] {
+                if let Some(value) = client_headers.get(&name) {
+                    headers.insert(name, value.clone());
+                }
+            }
+        } else {
+            copy_forwardable(client_headers, headers);
+            headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        if !body.is_empty() {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        if self.provider == Provider::Bedrock {
+            let Some(keys) = &credential.aws else {
+                return Err(RequestError::Build("no AWS access key".to_owned()));
+            };
+            let region = self.region_for(keys);
+            let now = std::time::SystemTime::now();
+            crate::bedrock::sign_request(&mut request, region, keys, &body, now)?;
+        } else {
+            self.authenticate(request.headers_mut(), credential);
+        }
+        *request.body_mut() = Full::new(body);
+        Ok(request)
+    }
+
+    /// The region a Bedrock request with `keys` is signed for: the base URL's, else the
+    /// credential's, else the default.
+    fn region_for<'k>(&'k self, keys: &'k AwsKeys) -> &'k str {
+        self.bedrock_region
+            .as_deref()
+            .or(keys.region.as_deref())
+            .unwrap_or(crate::bedrock::DEFAULT_REGION)
+    }
+
     /// This credential's auth, in the provider's own header (and Anthropic's version header,
     /// unless the channel's extra headers set one).
     fn authenticate(&self, headers: &mut HeaderMap, credential: &CredentialRuntime) {
@@ -728,6 +792,7 @@ mod tests {
             secrets_withheld: false,
             responses_api: true,
             preset: None,
+            passthrough: vec![],
         }
     }
 

@@ -386,6 +386,7 @@ mod tests {
             secrets_withheld: false,
             responses_api: true,
             preset: None,
+            passthrough: vec![],
         };
         ChannelRuntime::compile(&channel, &|_| None)
     }

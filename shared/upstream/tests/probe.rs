@@ -106,6 +106,7 @@ fn channel(provider: Provider, base_url: &str) -> Channel {
         secrets_withheld: false,
         responses_api: true,
         preset: None,
+        passthrough: vec![],
     }
 }
 

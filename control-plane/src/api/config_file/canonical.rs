@@ -129,6 +129,7 @@ fn raw_channel(c: &switchyard_engine::Channel, extras: &Extras<'_>) -> RawChanne
         retry_error_patterns: c.retry_error_patterns.clone(),
         headers: c.headers.iter().cloned().collect(),
         responses_api: Some(c.responses_api),
+        passthrough: c.passthrough.clone(),
         mock: None,
     };
     channel.leave_out_defaults();

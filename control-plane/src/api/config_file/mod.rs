@@ -794,7 +794,12 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("limit", "mode") => json!("hard"),
         (
             _,
-            "credentials" | "retry_status_codes" | "retry_error_patterns" | "models" | "members",
+            "credentials"
+            | "retry_status_codes"
+            | "retry_error_patterns"
+            | "models"
+            | "members"
+            | "passthrough",
         ) => json!([]),
         (_, "headers" | "plan" | "capabilities") => json!({}),
         _ => Value::Null,

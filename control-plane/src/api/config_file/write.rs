@@ -400,6 +400,7 @@ fn channel_fields(channel: &RawChannel) -> Map<String, Value> {
         "retry_error_patterns": channel.retry_error_patterns,
         "headers": channel.headers,
         "responses_api": channel.resolved_responses_api(),
+        "passthrough": channel.passthrough,
     }))
 }
 
