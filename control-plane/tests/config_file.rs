@@ -365,6 +365,61 @@ async fn plan_shows_the_dry_runs_probabilities_and_apply_is_one_audited_revision
     assert_eq!(export(&app).await, changed);
 }
 
+/// A channel's pass-through patterns are exported, applied from the file (a change to them is
+/// one patch of that channel), and a bad one in the file is refused naming its place.
+#[sqlx::test(migrations = "../migrations")]
+async fn pass_through_patterns_export_and_apply(pool: PgPool) {
+    let app = test_app(pool);
+    let created = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "oa", "provider": "openai", "base_url": "https://api.openai.test/v1",
+                   "passthrough": ["/v1/fine_tuning/*"]}),
+        )
+        .await;
+    app.create(
+        &format!("/api/v1/channels/{created}/credentials"),
+        json!({"secret_env": "OPENAI_API_KEY"}),
+    )
+    .await;
+    let file = export(&app).await;
+    assert!(
+        file.contains("  passthrough:\n  - /v1/fine_tuning/*\n"),
+        "{file}"
+    );
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["changes"],
+        json!([]),
+        "an unchanged file changes nothing"
+    );
+
+    let changed = file.replace(
+        "  - /v1/fine_tuning/*\n",
+        "  - /v1/fine_tuning/*\n  - /v1/files\n",
+    );
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let channel = app.get(&format!("/api/v1/channels/{created}")).await;
+    assert_eq!(
+        channel.body["passthrough"],
+        json!(["/v1/fine_tuning/*", "/v1/files"])
+    );
+    assert_eq!(export(&app).await, changed);
+
+    let bad = changed.replace("  - /v1/files\n", "  - v1/files\n");
+    for path in ["/api/v1/config/plan", "/api/v1/config/apply"] {
+        let (status, body, _) = send_yaml(&app, path, &bad).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(
+            body["error"]["param"], "channels[0].passthrough[1]",
+            "{body}"
+        );
+    }
+    assert_eq!(export(&app).await, changed);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_bad_file_applies_nothing_and_names_the_problem(pool: PgPool) {
     let app = test_app(pool);

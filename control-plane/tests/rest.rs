@@ -386,6 +386,85 @@ async fn a_channel_without_the_responses_api_reaches_the_snapshot(pool: PgPool) 
     assert_eq!(patched.body["responses_api"], true);
 }
 
+/// Pass-through patterns: a create's list reads back and reaches the snapshot (and its wire
+/// form), a patch replaces it, and a bad pattern, a duplicate, too many or any on a `mock`
+/// channel is a 422 naming the field.
+#[sqlx::test(migrations = "../migrations")]
+async fn pass_through_patterns_reach_the_snapshot_and_bad_ones_are_refused(pool: PgPool) {
+    let app = test_app(pool);
+    let path = "/api/v1/channels";
+    let created = app
+        .post(
+            path,
+            json!({"name": "oa", "provider": "openai", "base_url": "https://api.openai.test/v1",
+                   "passthrough": ["/v1/fine_tuning/*", "/v1/files"]}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(
+        created.body["passthrough"],
+        json!(["/v1/fine_tuning/*", "/v1/files"])
+    );
+    let channel = created.body["id"].as_i64().unwrap();
+    let plain = app
+        .post(
+            path,
+            json!({"name": "plain", "provider": "openai", "base_url": "https://x.test/v1"}),
+        )
+        .await;
+    assert_eq!(plain.body["passthrough"], json!([]), "none by default");
+
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    for snapshot in [&*published.snapshot, &decoded] {
+        let ch = snapshot.channel(channel).unwrap();
+        assert_eq!(ch.passthrough, vec!["/v1/fine_tuning/*", "/v1/files"]);
+    }
+
+    let patched = app
+        .patch(
+            &format!("{path}/{channel}"),
+            json!({"passthrough": ["/v1/batches*"]}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["passthrough"], json!(["/v1/batches*"]));
+    assert_eq!(
+        app.get(&format!("{path}/{channel}")).await.body["passthrough"],
+        json!(["/v1/batches*"])
+    );
+
+    let too_many: Vec<String> = (0..=64).map(|i| format!("/p{i}")).collect();
+    for (list, param) in [
+        (json!(["v1/files"]), "passthrough[0]"),
+        (json!(["/v1/files", "/v1/../admin"]), "passthrough[1]"),
+        (json!(["/v1/files", "/v1/files"]), "passthrough[1]"),
+        (json!(["/v1/a b"]), "passthrough[0]"),
+        (json!(too_many), "passthrough"),
+    ] {
+        expect_invalid(
+            &app,
+            Method::PATCH,
+            &format!("{path}/{channel}"),
+            json!({"passthrough": list}),
+            param,
+        )
+        .await;
+    }
+    expect_invalid(
+        &app,
+        Method::POST,
+        path,
+        json!({"name": "sim", "provider": "mock", "passthrough": ["/*"]}),
+        "passthrough",
+    )
+    .await;
+}
+
 /// A channel from a provider preset: `preset: groq` gives OpenAI's protocol at Groq's URL without
 /// the Responses API, the snapshot carries the preset and prices the channel's usage from the
 /// catalog (the operator's own price winning); what the body gives wins over the preset; an

@@ -577,6 +577,35 @@ mod tests {
     }
 
     #[test]
+    fn pass_through_patterns_read_back_compile_and_are_checked() {
+        let file = FILE.replace(
+            "  - secret: ${KEY_B}\n    enabled: false\n",
+            "  - secret: ${KEY_B}\n    enabled: false\n  passthrough:\n  - /v1/fine_tuning/*\n  - /v1/files\n",
+        );
+        let config = parse_raw(&file).unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), file);
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        assert_eq!(
+            parts.channels[0].passthrough,
+            ["/v1/fine_tuning/*", "/v1/files"]
+        );
+        let parts = parse_raw(FILE).unwrap().into_parts(1, &|_| None).unwrap();
+        assert!(parts.channels[0].passthrough.is_empty(), "none by default");
+        let bad = file.replace("  - /v1/files\n", "  - v1/files\n");
+        let e = parse_raw(&bad)
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].passthrough[1]");
+        let mock = "channels:\n- name: sim\n  provider: mock\n  passthrough: [/v1/files]\n";
+        let e = parse_raw(mock)
+            .unwrap()
+            .into_parts(1, &|_| None)
+            .unwrap_err();
+        assert_eq!(e.path, "channels[0].passthrough");
+    }
+
+    #[test]
     fn a_local_server_preset_needs_no_credential() {
         let parts = parse_raw("channels:\n- name: local\n  preset: ollama\n")
             .unwrap()

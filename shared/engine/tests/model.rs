@@ -384,3 +384,46 @@ fn the_catalog_prices_the_channels_of_a_provider_it_knows_unless_the_setting_is_
     assert!(off.price(1, "gpt-5.4").is_none());
     assert!(off.price(2, "gpt-5.4").is_none());
 }
+
+fn team(models: &[&str], members: Vec<MemberId>) -> Team {
+    Team {
+        id: 1,
+        name: "t".into(),
+        models: models.iter().map(|m| (*m).to_owned()).collect(),
+        members,
+        plan: Default::default(),
+        retry_limit: None,
+        disable_failover: false,
+    }
+}
+
+/// A team's key reaches a pass-through channel through an enabled route it may call with an
+/// enabled member on that channel it may use; nothing else opens it.
+#[test]
+fn a_team_reaches_the_channels_of_the_routes_it_may_call() {
+    use switchyard_engine::passthrough::team_reaches_channel;
+    let mut disabled = member(4, 3, 0, 1);
+    disabled.enabled = false;
+    let mut off = route(3, "off", vec![member(5, 4, 0, 1)]);
+    off.enabled = false;
+    let routes = vec![
+        route(1, "gpt-4o", vec![member(1, 1, 0, 1), member(2, 2, 0, 1)]),
+        route(2, "claude-*", vec![member(3, 2, 0, 1), disabled]),
+        off,
+    ];
+    let reaches = |t: &Team, channel| team_reaches_channel(&routes, t, channel);
+    let exact = team(&["gpt-4o"], vec![]);
+    assert!(reaches(&exact, 1) && reaches(&exact, 2));
+    assert!(!reaches(&exact, 3), "a channel of no route it may call");
+    // A team pattern matching the route's, or the route's pattern matching the team's.
+    assert!(reaches(&team(&["gpt-*"], vec![]), 1));
+    assert!(reaches(&team(&["claude-3-haiku"], vec![]), 2));
+    assert!(!reaches(&team(&["claude-3-haiku"], vec![]), 1));
+    // The team's member list narrows it to those members' channels.
+    let narrowed = team(&["gpt-4o"], vec![2]);
+    assert!(!reaches(&narrowed, 1) && reaches(&narrowed, 2));
+    // A disabled member or route opens nothing; a team of no models reaches nothing.
+    assert!(!reaches(&team(&["claude-*"], vec![]), 3));
+    assert!(!reaches(&team(&["off"], vec![]), 4));
+    assert!(!reaches(&team(&[], vec![]), 1));
+}

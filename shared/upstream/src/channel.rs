@@ -875,6 +875,97 @@ mod tests {
         }
     }
 
+    /// A pass-through request goes to the base URL joined with the client's path and query as
+    /// they are, carries the provider's auth from the channel's credential in place of whatever
+    /// the client sent, the channel's extra headers, and the client's other headers.
+    #[test]
+    fn a_pass_through_request_carries_the_channels_auth_in_each_providers_header() {
+        let mut client = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer client"),
+            ("x-api-key", "client"),
+            ("api-key", "client"),
+            ("x-goog-api-key", "client"),
+            ("cookie", "s=client"),
+            ("anthropic-beta", "files-api-2025-04-14"),
+        ] {
+            client.insert(name, HeaderValue::from_static(value));
+        }
+        let cases = [
+            (
+                Provider::Openai,
+                "http://u/v1",
+                "authorization",
+                "Bearer k1",
+                "http://u/v1/files?limit=2",
+            ),
+            (
+                Provider::Anthropic,
+                "http://u",
+                "x-api-key",
+                "k1",
+                "http://u/v1/files?limit=2",
+            ),
+            (
+                Provider::Azure,
+                "http://r.openai.azure.com/openai",
+                "api-key",
+                "k1",
+                "http://r.openai.azure.com/v1/files?limit=2",
+            ),
+            (
+                Provider::Gemini,
+                "http://g/v1beta",
+                "x-goog-api-key",
+                "k1",
+                "http://g/v1beta/v1/files?limit=2",
+            ),
+        ];
+        for (provider, base, auth, value, url) in cases {
+            let rt = ChannelRuntime::compile(&channel(base, provider), &|_| None);
+            let req = rt
+                .passthrough_request(
+                    Target {
+                        query: Some("limit=2"),
+                        ..target(&Method::GET, "/v1/files")
+                    },
+                    &client,
+                    &rt.credentials[0],
+                    Bytes::new(),
+                )
+                .unwrap();
+            assert_eq!(req.uri().to_string(), url, "{provider:?}");
+            let h = req.headers();
+            assert_eq!(h[auth], value, "{provider:?}");
+            assert!(h[auth].is_sensitive(), "{provider:?}");
+            let clients = h
+                .iter()
+                .filter(|(_, v)| v.to_str().is_ok_and(|v| v.contains("client")));
+            assert_eq!(clients.count(), 0, "{provider:?}: {h:?}");
+            assert_eq!(h["anthropic-beta"], "files-api-2025-04-14");
+            assert_eq!(h["x-extra"], "1");
+        }
+        let anth = ChannelRuntime::compile(&channel("http://u", Provider::Anthropic), &|_| None);
+        let req = anth
+            .passthrough_request(
+                target(&Method::GET, "/v1/models"),
+                &client,
+                &anth.credentials[0],
+                Bytes::new(),
+            )
+            .unwrap();
+        assert_eq!(req.headers()["anthropic-version"], "2023-06-01");
+        let mock = ChannelRuntime::compile(&channel("mock://", Provider::Mock), &|_| None);
+        assert!(mock
+            .passthrough_request(
+                target(&Method::GET, "/v1/models"),
+                &client,
+                &mock.credentials[0],
+                Bytes::new()
+            )
+            .is_err());
+    }
+
     #[test]
     fn request_replaces_client_auth_and_drops_hop_headers() {
         let rt = ChannelRuntime::compile(&channel("http://u", Provider::Openai), &|_| None);
