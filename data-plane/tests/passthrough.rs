@@ -476,3 +476,75 @@ async fn a_vertex_channel_sends_an_access_token_from_its_key() {
     assert_no_client_key(r);
     assert_eq!(mock.vertex_token_exchanges(), 1);
 }
+
+const SDK_SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI
+
+client = OpenAI(base_url=sys.argv[1] + "/passthrough/up/v1", api_key=sys.argv[2], max_retries=0)
+jobs = client.fine_tuning.jobs.list(limit=2)
+raw = client.fine_tuning.jobs.with_raw_response.list(limit=2)
+try:
+    client.batches.list()
+    denied = None
+except Exception as e:
+    denied = [getattr(e, "status_code", None), getattr(e, "code", None)]
+print(json.dumps({
+    "ids": [job.id for job in jobs.data],
+    "channel": raw.headers.get("x-switchyard-channel"),
+    "denied": denied,
+}))
+"#;
+
+/// The official OpenAI Python SDK reaches an endpoint the gateway does not model (fine-tuning
+/// jobs) through a pass-through base URL, and gets the refusal of an unlisted path as its own
+/// `PermissionDeniedError`. `SWITCHYARD_TEST_PYTHON` must name a python with `openai`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_lists_fine_tuning_jobs_through_a_pass_through_base_url() {
+    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
+    });
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::path("/v1/fine_tuning/jobs"),
+        Behavior::ok().body(JOBS),
+    );
+    let proxy = start(&config(&mock, "")).await;
+    let url = proxy.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .arg("-c")
+            .arg(SDK_SCRIPT)
+            .arg(&url)
+            .arg(TOKEN)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["ids"], serde_json::json!(["ftjob-1"]));
+    assert_eq!(result["channel"], "up");
+    assert_eq!(
+        result["denied"],
+        serde_json::json!([403, "passthrough_path_not_allowed"])
+    );
+    let requests = mock.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "two listings; the refused path never left"
+    );
+    for r in &requests {
+        assert_eq!(r.path, "/v1/fine_tuning/jobs");
+        assert_eq!(r.query.as_deref(), Some("limit=2"));
+        assert_eq!(r.credential.as_deref(), Some(UPSTREAM_KEY));
+        assert_no_client_key(r);
+    }
+}
