@@ -309,6 +309,7 @@ const CHANNEL_FIELDS = [
   { name: 'capabilities', type: 'json', help: '{"max_context":…, "streaming":…, "tools":…, "vision":…, "json_mode":…}' },
   { name: 'retry_status_codes', type: 'numlist' },
   { name: 'retry_error_patterns', type: 'list' },
+  { name: 'passthrough', type: 'list', help: 'path patterns clients may reach at /passthrough/{name}/… with this channel\'s key, comma-separated (e.g. /v1/fine_tuning/*, /v1/files*); empty: none' },
 ];
 
 export async function channels(root, params) {

@@ -4,6 +4,7 @@
 
 use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use switchyard_engine::Token;
 use switchyard_state::unix_ms;
 use tracing::Span;
 
@@ -11,6 +12,7 @@ use crate::context::Arrival;
 use crate::endpoint::Endpoint;
 use crate::record::{LineAfter, RequestRecord, Trail};
 use crate::request::names;
+use crate::snapshot::View;
 use crate::state::AppState;
 
 /// Finishes the request `arrival` got `response` for, with what happened (`trail`) and the
@@ -65,6 +67,15 @@ pub fn finish(
             None => response,
         },
     }
+}
+
+/// The trail names the request's key and its team.
+pub fn name_client(view: &View, token: &Token, trail: &mut Trail) {
+    trail.token = Some(token.name.clone());
+    trail.team = token
+        .team_id
+        .and_then(|id| view.snapshot.team(id))
+        .map(|t| t.name.clone());
 }
 
 /// The gateway's own headers: the request id (twice), the route, the final channel and the

@@ -109,10 +109,5 @@ fn offer_shadow(ctx: &mut Ctx<'_>) {
 
 /// The trail names the request's key and its team.
 fn name_client(ctx: &mut Ctx<'_>) {
-    let token = ctx.token;
-    ctx.trail.token = Some(token.name.clone());
-    ctx.trail.team = token
-        .team_id
-        .and_then(|id| ctx.view.snapshot.team(id))
-        .map(|t| t.name.clone());
+    finish::name_client(ctx.view, ctx.token, &mut ctx.trail);
 }

@@ -31,7 +31,7 @@ use tokio::time::{timeout, Instant, Sleep};
 use tracing::Instrument;
 
 use super::admit::admit_under;
-use super::finish::finish;
+use super::finish::{finish, name_client};
 use super::receive::{authenticated, read_limited_body};
 use crate::admission::{self, Held};
 use crate::context::Arrival;
@@ -120,15 +120,6 @@ async fn forward(
     send(state, channel, credential.id, upstream, limits, trail).await
 }
 
-/// The trail names the request's key and its team.
-fn name_client(view: &View, token: &Token, trail: &mut Trail) {
-    trail.token = Some(token.name.clone());
-    trail.team = token
-        .team_id
-        .and_then(|id| view.snapshot.team(id))
-        .map(|t| t.name.clone());
-}
-
 /// The enabled channel named `name` open to `token`, and the path of `uri_path` after the
 /// channel (as sent, percent-encoded), checked and allowed by the channel's patterns.
 fn open_path<'v, 'p>(
@@ -150,7 +141,7 @@ fn open_path<'v, 'p>(
 }
 
 /// `/passthrough/{channel}/{path}` → `/{path}`, as sent.
-pub fn path_after_channel(uri_path: &str) -> Option<&str> {
+fn path_after_channel(uri_path: &str) -> Option<&str> {
     let rest = uri_path.strip_prefix("/passthrough/")?;
     let at = rest.find('/')?;
     Some(&rest[at..])
@@ -380,5 +371,34 @@ impl http_body::Body for Guarded {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_after_the_channel_is_kept_as_sent() {
+        assert_eq!(
+            path_after_channel("/passthrough/up/v1/files"),
+            Some("/v1/files")
+        );
+        assert_eq!(
+            path_after_channel("/passthrough/my%20ch/v1/a%2Fb/"),
+            Some("/v1/a%2Fb/")
+        );
+        assert_eq!(path_after_channel("/passthrough/up"), None);
+        assert_eq!(path_after_channel("/v1/files"), None);
+    }
+
+    #[test]
+    fn an_upstream_refusal_or_failure_is_counted_as_such() {
+        let outcome = |s: u16| outcome_of(http::StatusCode::from_u16(s).unwrap()).label();
+        assert_eq!(outcome(200), "success");
+        assert_eq!(outcome(404), "success");
+        assert_eq!(outcome(401), AttemptOutcome::Rejected.label());
+        assert_eq!(outcome(429), AttemptOutcome::Retryable.label());
+        assert_eq!(outcome(503), AttemptOutcome::Retryable.label());
     }
 }
