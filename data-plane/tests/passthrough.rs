@@ -314,6 +314,35 @@ async fn an_sse_answer_passes_through_as_it_came() {
     assert_eq!(&requests[0].body[..], body.as_bytes());
 }
 
+/// A pass-through answer whose upstream stalls longer than the idle timeout is cut: the
+/// client never gets the rest of it (the gateway does not speak inside a body it passes).
+#[tokio::test]
+async fn a_stalled_pass_through_answer_is_cut_at_the_idle_timeout() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::path("/v1/chat/completions"),
+        Behavior::ok().stream(3, std::time::Duration::from_secs(5)),
+    );
+    let yaml = format!(
+        "settings:\n  stream_idle_timeout_ms: 200\n{}",
+        config(&mock, "")
+    );
+    let proxy = start(&yaml).await;
+    let auth = bearer();
+    let body =
+        r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let reply = call(
+        &proxy,
+        Method::POST,
+        "/passthrough/up/v1/chat/completions",
+        body,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "the head had come");
+    assert!(!reply.body.contains("[DONE]"), "{}", reply.body);
+}
+
 #[tokio::test]
 async fn the_keys_request_limit_counts_pass_through_requests() {
     let mock = MockUpstream::start().await.unwrap();

@@ -28,6 +28,7 @@ use switchyard_engine::{Channel, ChannelStatus, CredentialId, RandomSource, Spli
 use switchyard_provider::Protocol;
 use switchyard_upstream::{CredentialRuntime, Target, TokenError};
 use tokio::time::{timeout, Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tracing::Instrument;
 
 use super::admit::admit_under;
@@ -275,6 +276,7 @@ async fn send(
         idle: limits.idle,
         deadline: limits.deadline,
         stall: Box::pin(tokio::time::sleep_until(limits.next_stall())),
+        cut: Box::pin(state.streams_cut.clone().cancelled_owned()),
         _held: trail.admitted.take(),
     };
     let mut response = Response::new(Body::new(guarded));
@@ -330,13 +332,15 @@ async fn read_refusal(body: Body, limits: Limits) -> String {
 }
 
 /// The upstream's body as the client gets it: cut with an error when nothing arrives within
-/// the idle timeout or the request's deadline passes; holding the key's and team's limits
-/// (their concurrency slots) until it ends.
+/// the idle timeout, the request's deadline passes or the shutdown grace period ends (the
+/// gateway cannot speak inside a body it does not read, so the connection is cut); holding the
+/// key's and team's limits (their concurrency slots) until it ends.
 struct Guarded {
     body: Body,
     idle: Duration,
     deadline: Instant,
     stall: Pin<Box<Sleep>>,
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
     _held: Option<Held>,
 }
 
@@ -356,12 +360,19 @@ impl http_body::Body for Guarded {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(other) => Poll::Ready(other),
-            Poll::Pending => match this.stall.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(
-                    "the upstream's pass-through answer stalled or ran past the request timeout",
-                )))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                if this.cut.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Err(axum::Error::new(
+                        "the shutdown grace period ended during a pass-through answer",
+                    ))));
+                }
+                match this.stall.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(
+                        "the upstream's pass-through answer stalled or ran past the request timeout",
+                    )))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 
