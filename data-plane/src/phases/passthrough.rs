@@ -118,7 +118,7 @@ async fn forward(
             GatewayError::InvalidRequest("the pass-through request could not be built".to_owned())
         })?;
     propagate_trace(&parts.headers, upstream.headers_mut());
-    send(state, channel, credential.id, upstream, limits, trail).await
+    send(state, channel, &credential, upstream, limits, trail).await
 }
 
 /// The enabled channel named `name` open to `token`, and the path of `uri_path` after the
@@ -229,7 +229,7 @@ impl Limits {
 async fn send(
     state: &AppState,
     channel: &Channel,
-    credential_id: CredentialId,
+    credential: &CredentialRuntime,
     upstream: http::Request<http_body_util::Full<Bytes>>,
     limits: Limits,
     trail: &mut Trail,
@@ -264,7 +264,9 @@ async fn send(
     if matches!(status, 401 | 403) {
         // Never the upstream's 401/403: the client would take it for its own key's.
         let said = read_refusal(Body::new(body), limits).await;
-        tracing::warn!(channel = %channel.name, credential_id, status, "the upstream refused the channel's credential on a pass-through request");
+        tracing::warn!(channel = %channel.name, credential_id = credential.id, status, "the upstream refused the channel's credential on a pass-through request");
+        // A Vertex access token the upstream refused is obtained anew next time.
+        credential.forget_token();
         return Err(GatewayError::UpstreamAuthFailed {
             channel: channel.name.clone(),
             status,
