@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_saved_snapshot_loads_back_identical() {
-        let yaml = "channels:\n  - name: a\n    provider: openai\n    base_url: http://x\n    credentials: [k]\nroutes:\n  - model_pattern: m\n    members:\n      - channel: a\ntokens:\n  - name: t\n    token: s\n";
+        let yaml = "channels:\n  - name: a\n    provider: openai\n    base_url: http://x\n    credentials: [k]\n    passthrough: [/v1/files]\nroutes:\n  - model_pattern: m\n    members:\n      - channel: a\ntokens:\n  - name: t\n    token: s\n";
         let snapshot = Snapshot::new(crate::config::parse_yaml(yaml, 7).unwrap());
         let dir = std::env::temp_dir().join(format!("switchyard-cache-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -168,6 +168,9 @@ mod tests {
         assert_eq!(back.revision, 7);
         assert_eq!(back.routes(), snapshot.routes());
         assert_eq!(back.tokens(), snapshot.tokens());
+        let channels = |s: &Snapshot| s.channels().cloned().collect::<Vec<_>>();
+        assert_eq!(channels(&back), channels(&snapshot));
+        assert_eq!(channels(&back)[0].passthrough, ["/v1/files"]);
         assert!(load(&dir.join("absent.json")).unwrap().is_none());
     }
 
