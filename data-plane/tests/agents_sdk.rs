@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{channel, start, TOKEN};
+use common::{channel, run_python, start};
 use switchyard_mock_upstream::{Behavior, Matcher, MockUpstream};
 
 const AGENT: &str = r#"
@@ -38,9 +36,6 @@ print(json.dumps({"final": result.final_output, "calls": calls}))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_sdk_agent_uses_its_tool_through_an_anthropic_member() {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with `openai-agents` (scripts/test sets it up)")
-    });
     let up = MockUpstream::start().await.unwrap();
     // The first turn calls the tool; the next one answers.
     up.on(
@@ -58,25 +53,7 @@ async fn an_agents_sdk_agent_uses_its_tool_through_an_anthropic_member() {
         channel("claude", &up.base_url(), &["sk-ant"]).replace("provider: openai", "provider: anthropic"),
     );
     let proxy = start(&yaml).await;
-    let url = proxy.url.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg("-c")
-            .arg(AGENT)
-            .arg(&url)
-            .arg(TOKEN)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = run_python(&proxy, AGENT).await;
     assert_eq!(result["calls"], serde_json::json!(["Paris"]), "{result}");
     assert_eq!(result["final"], "It is 21 degrees in Paris.");
     // Both turns went to the Anthropic member as Messages requests, the second with the tool's

@@ -51,6 +51,26 @@ fn bearer() -> String {
     format!("Bearer {TOKEN}")
 }
 
+/// `GET path` of the proxy with the test key as a bearer token.
+async fn get(proxy: &Proxy, path: &str) -> Reply {
+    call(
+        proxy,
+        Method::GET,
+        path,
+        "",
+        &[("authorization", &bearer())],
+    )
+    .await
+}
+
+/// The gateway's error message in `reply` (OpenAI shape).
+fn message(reply: &Reply) -> String {
+    reply.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// No header value and no query of what the upstream received holds the client's key.
 fn assert_no_client_key(r: &switchyard_mock_upstream::RecordedRequest) {
     let leaked = r
@@ -176,47 +196,17 @@ async fn a_post_with_a_body_and_a_delete_arrive_as_sent() {
 async fn a_path_the_channel_does_not_list_is_403_and_a_closed_or_unknown_channel_404() {
     let mock = MockUpstream::start().await.unwrap();
     let proxy = start(&config(&mock, "")).await;
-    let auth = bearer();
-    let headers = [("authorization", auth.as_str())];
-    let reply = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/up/v1/assistants",
-        "",
-        &headers,
-    )
-    .await;
+    let reply = get(&proxy, "/passthrough/up/v1/assistants").await;
     assert_eq!(reply.status, 403, "{}", reply.body);
     assert_eq!(
         reply.json()["error"]["code"],
         "passthrough_path_not_allowed"
     );
     // `/v1/fine_tuning/*` does not cover `/v1/fine_tuning` itself.
-    let reply = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/up/v1/fine_tuning",
-        "",
-        &headers,
-    )
-    .await;
+    let reply = get(&proxy, "/passthrough/up/v1/fine_tuning").await;
     assert_eq!(reply.status, 403, "{}", reply.body);
-    let closed = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/closed/v1/files",
-        "",
-        &headers,
-    )
-    .await;
-    let unknown = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/nope/v1/files",
-        "",
-        &headers,
-    )
-    .await;
+    let closed = get(&proxy, "/passthrough/closed/v1/files").await;
+    let unknown = get(&proxy, "/passthrough/nope/v1/files").await;
     for reply in [&closed, &unknown] {
         assert_eq!(reply.status, 404, "{}", reply.body);
         assert_eq!(reply.json()["error"]["code"], "passthrough_not_found");
@@ -232,14 +222,13 @@ async fn a_path_the_channel_does_not_list_is_403_and_a_closed_or_unknown_channel
 async fn a_path_that_could_resolve_elsewhere_upstream_is_refused() {
     let mock = MockUpstream::start().await.unwrap();
     let proxy = start(&config(&mock, "")).await;
-    let auth = bearer();
     for path in [
         "/passthrough/up/v1/fine_tuning/%2e%2e/%2e%2e/admin",
         "/passthrough/up/v1/fine_tuning/jobs%2F..%2Fx",
         "/passthrough/up/v1/files/./x",
         "/passthrough/up/v1/files//x",
     ] {
-        let reply = call(&proxy, Method::GET, path, "", &[("authorization", &auth)]).await;
+        let reply = get(&proxy, path).await;
         assert_eq!(reply.status, 400, "{path}: {}", reply.body);
         assert_eq!(reply.json()["error"]["code"], "invalid_path", "{path}");
     }
@@ -353,12 +342,11 @@ async fn the_keys_request_limit_counts_pass_through_requests() {
     clear_of_a_window_end(std::time::Duration::from_secs(10)).await;
     let extra = format!("tokens:\n  - {{ name: app, token: {TOKEN} }}\nlimits:\n  - {{ token: app, metric: requests, window: minute, value: 1 }}\n");
     let proxy = start(&config(&mock, &extra)).await;
-    let auth = bearer();
     let path = "/passthrough/up/v1/fine_tuning/jobs";
-    let first = call(&proxy, Method::GET, path, "", &[("authorization", &auth)]).await;
+    let first = get(&proxy, path).await;
     assert_eq!(first.status, 200, "{}", first.body);
     assert_eq!(first.header("x-ratelimit-remaining-requests"), "0");
-    let second = call(&proxy, Method::GET, path, "", &[("authorization", &auth)]).await;
+    let second = get(&proxy, path).await;
     assert_eq!(second.status, 429, "{}", second.body);
     assert_eq!(second.json()["error"]["code"], "rate_limit_exceeded");
     assert_eq!(mock.hits(), 1);
@@ -379,43 +367,14 @@ async fn an_unreachable_upstream_and_a_refused_channel_key_are_the_gateways_502(
         channel("up", &mock.base_url(), &[UPSTREAM_KEY]),
     );
     let proxy = start(&yaml).await;
-    let auth = bearer();
-    let reply = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/gone/v1/files",
-        "",
-        &[("authorization", &auth)],
-    )
-    .await;
+    let reply = get(&proxy, "/passthrough/gone/v1/files").await;
     assert_eq!(reply.status, 502, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], "upstream_unreachable");
-    assert!(
-        reply.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("`refused`"),
-        "{}",
-        reply.body
-    );
-    let reply = call(
-        &proxy,
-        Method::GET,
-        "/passthrough/up/v1/files",
-        "",
-        &[("authorization", &auth)],
-    )
-    .await;
+    assert!(message(&reply).contains("`refused`"), "{}", reply.body);
+    let reply = get(&proxy, "/passthrough/up/v1/files").await;
     assert_eq!(reply.status, 502, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], "upstream_auth_failed");
-    assert!(
-        reply.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("`up`"),
-        "{}",
-        reply.body
-    );
+    assert!(message(&reply).contains("`up`"), "{}", reply.body);
     // Counted under the endpoint label `passthrough` and the channel.
     let metrics = send(
         Method::GET,
@@ -530,34 +489,13 @@ print(json.dumps({
 /// `PermissionDeniedError`. `SWITCHYARD_TEST_PYTHON` must name a python with `openai`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_sdk_lists_fine_tuning_jobs_through_a_pass_through_base_url() {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
-    });
     let mock = MockUpstream::start().await.unwrap();
     mock.on(
         Matcher::path("/v1/fine_tuning/jobs"),
         Behavior::ok().body(JOBS),
     );
     let proxy = start(&config(&mock, "")).await;
-    let url = proxy.url.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python)
-            .arg("-c")
-            .arg(SDK_SCRIPT)
-            .arg(&url)
-            .arg(TOKEN)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = run_python(&proxy, SDK_SCRIPT).await;
     assert_eq!(result["ids"], serde_json::json!(["ftjob-1"]));
     assert_eq!(result["channel"], "up");
     assert_eq!(

@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{start, TOKEN};
+use common::{run_python, start};
 
 const SCRIPT: &str = r#"
 import json, sys
@@ -48,30 +46,9 @@ print(json.dumps({
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_sdk_works_against_the_proxy() {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
-    });
     let yaml = "channels:\n  - name: flaky\n    provider: mock\n    mock: { failure_rate: 1.0, failure_status: 503 }\n  - name: sim\n    provider: mock\n    mock: { stream_chunks: 4 }\nroutes:\n  - model_pattern: gpt-4o-mini\n    members:\n      - { channel: flaky, priority: 1 }\n      - { channel: sim, priority: 0 }\n  - model_pattern: text-embedding-3-small\n    members:\n      - { channel: sim }\n  - model_pattern: omni-moderation-*\n    members:\n      - { channel: flaky, priority: 1, upstream_model: omni-moderation-latest }\n      - { channel: sim, priority: 0, upstream_model: omni-moderation-latest }\n";
     let proxy = start(yaml).await;
-    let url = proxy.url.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg("-c")
-            .arg(SCRIPT)
-            .arg(&url)
-            .arg(TOKEN)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = run_python(&proxy, SCRIPT).await;
     assert_eq!(result["chat"], "Hello from mock");
     assert_eq!(
         result["channel"], "sim",

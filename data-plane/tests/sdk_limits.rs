@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{clear_of_a_window_end, start, Proxy, TOKEN};
-use serde_json::Value;
+use common::{clear_of_a_window_end, run_python, start, Proxy};
 
 const OPENAI: &str = r#"
 import json, sys
@@ -107,31 +105,6 @@ print(json.dumps(out))
 /// request uses up), route `upstream` (member `a` takes one request per minute, then `b`).
 const CONFIG: &str = "channels:\n  - { name: sim, provider: mock }\n  - { name: a, provider: mock }\n  - { name: b, provider: mock }\nroutes:\n  - id: 1\n    model_pattern: limited\n    members:\n      - { channel: sim }\n  - id: 2\n    model_pattern: budget\n    members:\n      - { channel: sim }\n  - id: 3\n    model_pattern: upstream\n    members:\n      - { id: 31, channel: a, priority: 10 }\n      - { id: 32, channel: b, priority: 0 }\nprices:\n  - { channel: sim, model_pattern: '*', input_per_million: 1000, output_per_million: 1000 }\nlimits:\n  - { route: limited, metric: requests, window: minute, value: 2 }\n  - { route: budget, metric: spend, window: month, value: \"0.001\" }\n  - { member: 31, metric: requests, window: minute, value: 1 }\n";
 
-async fn run(proxy: &Proxy, script: &'static str) -> Value {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the SDKs (scripts/test sets it up)")
-    });
-    let url = proxy.url.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg("-c")
-            .arg(script)
-            .arg(&url)
-            .arg(TOKEN)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
-}
-
 fn refusals(proxy: &Proxy, metric: &str, window: &str) -> String {
     let page = proxy.state.metrics.render();
     let series =
@@ -146,7 +119,7 @@ fn refusals(proxy: &Proxy, metric: &str, window: &str) -> String {
 async fn the_openai_sdk_raises_its_rate_limit_error_and_honours_a_spent_budget() {
     clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
-    let out = run(&proxy, OPENAI).await;
+    let out = run_python(&proxy, OPENAI).await;
     let headers = out["headers"].as_array().unwrap();
     assert_eq!(headers[0]["x-ratelimit-limit-requests"], "2");
     assert_eq!(headers[0]["x-ratelimit-remaining-requests"], "1");
@@ -182,7 +155,7 @@ async fn the_openai_sdk_raises_its_rate_limit_error_and_honours_a_spent_budget()
 async fn the_anthropic_sdk_raises_its_rate_limit_error() {
     clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
-    let out = run(&proxy, ANTHROPIC).await;
+    let out = run_python(&proxy, ANTHROPIC).await;
     let limited = &out["limited"];
     assert_eq!(limited["status"], 429, "{out}");
     assert_eq!(limited["type"], "rate_limit_error");
@@ -200,7 +173,7 @@ async fn the_anthropic_sdk_raises_its_rate_limit_error() {
 async fn the_google_genai_sdk_raises_resource_exhausted() {
     clear_of_a_window_end(Duration::from_secs(20)).await;
     let proxy = start(CONFIG).await;
-    let out = run(&proxy, GENAI).await;
+    let out = run_python(&proxy, GENAI).await;
     let limited = &out["limited"];
     assert_eq!(limited["status"], 429, "{out}");
     assert_eq!(limited["type"], "RESOURCE_EXHAUSTED");

@@ -200,3 +200,31 @@ pub fn channel(name: &str, url: &str, keys: &[&str]) -> String {
         keys.join(", ")
     )
 }
+
+/// Runs `script` with `SWITCHYARD_TEST_PYTHON` (a python with the official SDKs: scripts/test
+/// sets it up; without it the test fails rather than skips), the proxy's URL and `TOKEN` as its
+/// arguments, and reads the one JSON value it prints.
+pub async fn run_python(proxy: &Proxy, script: &'static str) -> serde_json::Value {
+    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the SDKs (scripts/test sets it up)")
+    });
+    let url = proxy.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .arg("-c")
+            .arg(script)
+            .arg(&url)
+            .arg(TOKEN)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
