@@ -156,16 +156,8 @@ async fn a_post_with_a_body_and_a_delete_arrive_as_sent() {
         Behavior::ok().body(r#"{"id":"file-1","object":"file","deleted":true}"#),
     );
     let proxy = start(&config(&mock, "")).await;
-    let auth = bearer();
     let body = r#"{"purpose":"fine-tune","note":"kept byte for byte"}"#;
-    let reply = call(
-        &proxy,
-        Method::POST,
-        "/passthrough/up/v1/files",
-        body,
-        &[("authorization", &auth)],
-    )
-    .await;
+    let reply = post(&proxy, "/passthrough/up/v1/files", body).await;
     assert_eq!(reply.status, 201, "{}", reply.body);
     assert_eq!(reply.body, created);
     assert_eq!(reply.header("content-type"), "application/json");
@@ -174,7 +166,7 @@ async fn a_post_with_a_body_and_a_delete_arrive_as_sent() {
         Method::DELETE,
         "/passthrough/up/v1/files/file-1",
         "",
-        &[("authorization", &auth)],
+        &[("authorization", &bearer())],
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -271,17 +263,9 @@ async fn a_team_key_reaches_only_the_channels_of_its_routes() {
 async fn an_sse_answer_passes_through_as_it_came() {
     let mock = MockUpstream::start().await.unwrap();
     let proxy = start(&config(&mock, "")).await;
-    let auth = bearer();
     let body =
         r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
-    let reply = call(
-        &proxy,
-        Method::POST,
-        "/passthrough/up/v1/chat/completions",
-        body,
-        &[("authorization", &auth)],
-    )
-    .await;
+    let reply = post(&proxy, "/passthrough/up/v1/chat/completions", body).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(
         reply
@@ -317,17 +301,9 @@ async fn a_stalled_pass_through_answer_is_cut_at_the_idle_timeout() {
         config(&mock, "")
     );
     let proxy = start(&yaml).await;
-    let auth = bearer();
     let body =
         r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let reply = call(
-        &proxy,
-        Method::POST,
-        "/passthrough/up/v1/chat/completions",
-        body,
-        &[("authorization", &auth)],
-    )
-    .await;
+    let reply = post(&proxy, "/passthrough/up/v1/chat/completions", body).await;
     assert_eq!(reply.status, 200, "the head had come");
     assert!(!reply.body.contains("[DONE]"), "{}", reply.body);
 }
@@ -376,18 +352,10 @@ async fn an_unreachable_upstream_and_a_refused_channel_key_are_the_gateways_502(
     assert_eq!(reply.json()["error"]["code"], "upstream_auth_failed");
     assert!(message(&reply).contains("`up`"), "{}", reply.body);
     // Counted under the endpoint label `passthrough` and the channel.
-    let metrics = send(
-        Method::GET,
-        &format!("{}/metrics", proxy.url),
-        None,
-        vec![],
-        &[],
-    )
-    .await;
+    let metrics = proxy.state.metrics.render();
     assert!(
-        metrics.body.contains(r#"switchyard_requests_total{endpoint="passthrough",route="",channel="up",code="5xx"} 1"#),
-        "{}",
-        metrics.body
+        metrics.contains(r#"switchyard_requests_total{endpoint="passthrough",route="",channel="up",code="5xx"} 1"#),
+        "{metrics}"
     );
 }
 
@@ -402,16 +370,8 @@ async fn a_bedrock_channel_signs_the_very_request_passed_through() {
     );
     let proxy = start(&yaml).await;
     let body = r#"{"messages":[{"role":"user","content":[{"text":"hello"}]}],"inferenceConfig":{"maxTokens":16}}"#;
-    let auth = bearer();
     let path = format!("/passthrough/aws/model/{model}/converse");
-    let reply = call(
-        &proxy,
-        Method::POST,
-        &path,
-        body,
-        &[("authorization", &auth)],
-    )
-    .await;
+    let reply = post(&proxy, &path, body).await;
     // The mock verifies the signature: a wrong one is Bedrock's 403, which would be a 502 here.
     assert_eq!(reply.status, 200, "{}", reply.body);
     let requests = mock.requests();
