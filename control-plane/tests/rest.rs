@@ -202,13 +202,7 @@ async fn an_azure_channel_reaches_the_snapshot(pool: PgPool) {
     let got = app.get(&format!("/api/v1/channels/{channel}")).await;
     assert_eq!(got.body["provider"], "azure");
 
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         let ch = snapshot.channel(channel).unwrap();
         assert_eq!(ch.provider, switchyard_engine::Provider::Azure);
         assert_eq!(ch.base_url, "https://contoso-eastus.openai.azure.com");
@@ -344,13 +338,7 @@ async fn a_channel_without_the_responses_api_reaches_the_snapshot(pool: PgPool) 
         .await;
     assert_eq!(default.body["responses_api"], true);
 
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         let ch = snapshot.channel(channel).unwrap();
         assert!(!ch.responses_api && ch.chat_completions_only());
         let plain = snapshot
@@ -414,13 +402,7 @@ async fn pass_through_patterns_reach_the_snapshot_and_bad_ones_are_refused(pool:
         .await;
     assert_eq!(plain.body["passthrough"], json!([]), "none by default");
 
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         let ch = snapshot.channel(channel).unwrap();
         assert_eq!(ch.passthrough, vec!["/v1/fine_tuning/*", "/v1/files"]);
     }
@@ -517,13 +499,7 @@ async fn a_channel_from_a_preset_gets_its_protocol_url_and_catalog_prices(pool: 
     expect_invalid(&app, Method::POST, path, json!({"name": "y"}), "provider").await;
 
     // The catalog prices Groq's gpt-oss-120b at 0.15 USD in, 0.075 cached, 0.60 out.
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         assert_eq!(
             snapshot.channel(groq).unwrap().preset.as_deref(),
             Some("groq")
@@ -707,13 +683,7 @@ async fn a_vertex_channel_takes_a_checked_service_account_key(pool: PgPool) {
     )
     .await;
 
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         let ch = snapshot.channel(channel).unwrap();
         assert_eq!(ch.provider, switchyard_engine::Provider::Vertex);
         assert_eq!(ch.base_url, "https://us-central1-aiplatform.googleapis.com");
@@ -861,13 +831,7 @@ async fn a_bedrock_channel_takes_a_checked_access_key(pool: PgPool) {
     )
     .await;
 
-    app.refresh().await;
-    let published = app.publisher.current().unwrap();
-    let wire =
-        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
-            .unwrap();
-    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
-    for snapshot in [&*published.snapshot, &decoded] {
+    for snapshot in &published(&app).await {
         let ch = snapshot.channel(channel).unwrap();
         assert_eq!(ch.provider, switchyard_engine::Provider::Bedrock);
         assert_eq!(
@@ -939,6 +903,18 @@ async fn a_bedrock_channel_takes_a_checked_access_key(pool: PgPool) {
     ] {
         expect_invalid(&app, Method::POST, channels, body(bad), "base_url").await;
     }
+}
+
+/// The snapshot the publisher holds after `app`'s writes, as compiled and as a proxy decodes it
+/// from the encoded bytes it is sent.
+async fn published(app: &TestApp) -> [switchyard_engine::Snapshot; 2] {
+    app.refresh().await;
+    let published = app.publisher.current().unwrap();
+    let wire =
+        <switchyard_proto::v1::Snapshot as prost::Message>::decode(published.encoded.clone())
+            .unwrap();
+    let decoded = switchyard_proto::snapshot_from_proto(wire).unwrap();
+    [(*published.snapshot).clone(), decoded]
 }
 
 async fn expect_invalid(
