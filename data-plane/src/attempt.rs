@@ -693,7 +693,11 @@ fn classify(
     (error.kind(), error.scope(), error)
 }
 
-fn classify_status(channel: &Channel, status: u16, lowercase_body: &str) -> AttemptError {
+pub(crate) fn classify_status(
+    channel: &Channel,
+    status: u16,
+    lowercase_body: &str,
+) -> AttemptError {
     let retryable = status == 408
         || status == 429
         || status >= 500

@@ -2,7 +2,9 @@
 
 use http::{header, HeaderMap};
 use switchyard_engine::Token;
+use switchyard_state::unix_ms;
 
+use crate::errors::GatewayError;
 use crate::snapshot::View;
 
 /// The key a request presents: `Authorization: Bearer …` (or the bare value), else
@@ -47,4 +49,14 @@ pub fn authenticate<'v>(
     query: Option<&str>,
 ) -> Option<&'v Token> {
     view.token(presented_key(headers, query)?)
+}
+
+/// A token past its `expires_at` is refused, naming when it expired.
+pub fn unexpired(token: &Token) -> Result<(), GatewayError> {
+    match token.expires_at.filter(|at| *at <= unix_ms()) {
+        Some(at) => Err(GatewayError::TokenExpired {
+            at: switchyard_engine::limit::format_rfc3339(at),
+        }),
+        None => Ok(()),
+    }
 }

@@ -27,6 +27,9 @@ pub enum Endpoint {
     /// `ANY /passthrough/{channel}/{path}`: a path of one channel's own API, forwarded as it is
     /// with the channel's credential (no route, no selection, no failover).
     Passthrough,
+    /// The Realtime API: a WebSocket session (`GET /v1/realtime?model=...`), served by OpenAI,
+    /// Azure OpenAI and simulated channels.
+    Realtime,
 }
 
 /// The model a moderations request that names none is routed as, and sent upstream as (the
@@ -34,7 +37,7 @@ pub enum Endpoint {
 pub const DEFAULT_MODERATION_MODEL: &str = switchyard_sim::DEFAULT_MODERATION_MODEL;
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 15] = [
+    pub const ALL: [Endpoint; 16] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -50,6 +53,7 @@ impl Endpoint {
         Endpoint::Moderations,
         Endpoint::Rerank,
         Endpoint::Passthrough,
+        Endpoint::Realtime,
     ];
 
     /// The protocol clients of this endpoint speak (and get their errors in).
@@ -128,6 +132,7 @@ impl Endpoint {
             Endpoint::Moderations => "/v1/moderations",
             Endpoint::Rerank => "/v1/rerank",
             Endpoint::Passthrough => "/passthrough",
+            Endpoint::Realtime => "/v1/realtime",
         }
     }
 
@@ -161,6 +166,7 @@ impl Endpoint {
             Endpoint::Moderations => "moderations",
             Endpoint::Rerank => "rerank",
             Endpoint::Passthrough => "passthrough",
+            Endpoint::Realtime => "realtime",
         }
     }
 

@@ -43,11 +43,12 @@ use crate::upstream::{
 };
 use crate::wire::{feature_index, plan, Call};
 
-struct Picked<'s> {
-    member: &'s Member,
-    channel: &'s Channel,
-    canary: bool,
-    credentials: Vec<CredentialId>,
+/// The selected member as this proxy can try it.
+pub(crate) struct Picked<'s> {
+    pub member: &'s Member,
+    pub channel: &'s Channel,
+    pub canary: bool,
+    pub credentials: Vec<CredentialId>,
 }
 
 /// The engine's decision for one pick, with its selected member as this proxy can try it
@@ -60,7 +61,7 @@ struct Decided<'s> {
 /// The selected member with the credentials this proxy can use: its channel's enabled ones the
 /// store has not disabled and this proxy can resolve (the mock credential for a provider that
 /// needs none). `None` when the snapshot lacks the member's channel.
-fn as_picked<'s>(
+pub(crate) fn as_picked<'s>(
     view: &'s View,
     selected: &Candidate<'s>,
     health: &dyn HealthView,
@@ -510,35 +511,7 @@ impl<'c, 'a> Failover<'c, 'a> {
     /// member's protocol can express, an unknown or forbidden model, upstream limits without
     /// room, or no eligible member.
     fn unservable(&self, decision: &Decision<'_>) -> GatewayError {
-        let model = self.ctx.inspected.model.as_str();
-        // The candidates' reasons explain a decision that selected nobody; a selected member
-        // whose channel is missing explains nothing more.
-        let rejected: &[Candidate<'_>] = if decision.selected().is_none() {
-            &decision.candidates
-        } else {
-            &[]
-        };
-        if let Some(target) = untranslatable(rejected, self.protocol) {
-            let feature = self.ctx.unsupported[target]
-                .clone()
-                .unwrap_or_else(|| "this request".to_owned());
-            return GatewayError::ProtocolUnsupported {
-                feature,
-                model: model.to_owned(),
-            };
-        }
-        let any_for = |reason: Reason| rejected.iter().any(|c| c.reasons.contains(reason));
-        let model = model.to_owned();
-        match decision.outcome {
-            Selection::ModelNotFound => GatewayError::ModelNotFound { model },
-            Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
-            _ if any_for(Reason::RateLimited) => GatewayError::UpstreamsRateLimited { model },
-            _ => GatewayError::NoEligibleMember {
-                model,
-                // Channels sent without their secrets (no fleet token) are named in the 503.
-                secrets_withheld: any_for(Reason::SecretsWithheld),
-            },
-        }
+        unservable(decision, self.ctx, self.protocol)
     }
 
     /// Cross-channel rounds: a pick on another channel than the previous one spends one;
@@ -993,6 +966,45 @@ impl<'c, 'a> Failover<'c, 'a> {
                 self.fail(e)
             }
         }
+    }
+}
+
+/// Why no member can serve the request of `ctx` at all (nothing was attempted): a feature no
+/// member's protocol can express, an unknown or forbidden model, upstream limits without room,
+/// or no eligible member.
+pub(crate) fn unservable(
+    decision: &Decision<'_>,
+    ctx: &Ctx<'_>,
+    protocol: Protocol,
+) -> GatewayError {
+    let model = ctx.inspected.model.as_str();
+    // The candidates' reasons explain a decision that selected nobody; a selected member whose
+    // channel is missing explains nothing more.
+    let rejected: &[Candidate<'_>] = if decision.selected().is_none() {
+        &decision.candidates
+    } else {
+        &[]
+    };
+    if let Some(target) = untranslatable(rejected, protocol) {
+        let feature = ctx.unsupported[target]
+            .clone()
+            .unwrap_or_else(|| "this request".to_owned());
+        return GatewayError::ProtocolUnsupported {
+            feature,
+            model: model.to_owned(),
+        };
+    }
+    let any_for = |reason: Reason| rejected.iter().any(|c| c.reasons.contains(reason));
+    let model = model.to_owned();
+    match decision.outcome {
+        Selection::ModelNotFound => GatewayError::ModelNotFound { model },
+        Selection::ModelNotAllowed => GatewayError::ModelNotAllowed { model },
+        _ if any_for(Reason::RateLimited) => GatewayError::UpstreamsRateLimited { model },
+        _ => GatewayError::NoEligibleMember {
+            model,
+            // Channels sent without their secrets (no fleet token) are named in the 503.
+            secrets_withheld: any_for(Reason::SecretsWithheld),
+        },
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Code map: `server` (HTTP edge: router, model listing, each request's id and span) →
 //! `phases` (receive → route → admit → proxy → finish over one per-request `context`) →
-//! `failover` (the proxy phase: the one retry loop) → `attempt` (one upstream call and its
+//! `failover` (the proxy phase: the one retry loop; `realtime` opens and relays a Realtime API
+//! session in its place) → `attempt` (one upstream call and its
 //! classification) → `upstream` (the upstream as one trait: HTTP, Bedrock over HTTP, the `mock`
 //! simulator, the gateway's own answer); `relay` streams a committed response; `record` writes
 //! the request's line; `shadow` samples finished requests for the shadow rules and keeps the
@@ -31,6 +32,7 @@ mod metrics;
 mod operator;
 mod phases;
 pub mod probe;
+mod realtime;
 mod record;
 mod relay;
 pub mod request;

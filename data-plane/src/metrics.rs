@@ -86,6 +86,10 @@ pub struct Metrics {
     pub sticky_escapes: AtomicU64,
     pub upstream_latency: Histogram<12>,
     pub gateway_overhead: Histogram<10>,
+    /// Realtime sessions open now.
+    pub realtime_sessions: AtomicU64,
+    /// `direction` (`client_to_upstream`, `upstream_to_client`): realtime frames relayed.
+    pub realtime_frames: Family<1>,
 }
 
 impl Default for Metrics {
@@ -146,6 +150,12 @@ impl Default for Metrics {
             sticky_escapes: AtomicU64::new(0),
             upstream_latency: Histogram::new(LATENCY_BUCKETS),
             gateway_overhead: Histogram::new(OVERHEAD_BUCKETS),
+            realtime_sessions: AtomicU64::new(0),
+            realtime_frames: Family::new(
+                "switchyard_realtime_frames_total",
+                "Realtime API frames relayed, by direction (client_to_upstream, upstream_to_client).",
+                ["direction"],
+            ),
         }
     }
 }
@@ -240,6 +250,12 @@ impl Collect for Metrics {
         self.limit_refusals.render(w);
         self.soft_crossings.render(w);
         self.shadow_requests.render(w);
+        self.realtime_frames.render(w);
+        w.gauge(
+            "switchyard_realtime_sessions",
+            "Realtime API sessions open now.",
+            self.realtime_sessions.load(Relaxed),
+        );
         for (name, help, value) in [
             (
                 "switchyard_shadow_queue_drops_total",

@@ -265,9 +265,15 @@ impl RequestRecord {
         state
             .metrics
             .usage(route, channel, token.unwrap_or(""), usage);
+        // A realtime session's usage is recorded by the session, once per response it served;
+        // its handshake is not a request of its own to the usage report.
+        let accounted_by_session = self.endpoint == Endpoint::Realtime;
         if let (Some(reporter), Some(token)) = (&state.usage, token) {
             // A pass-through request has no route and no tokens read: nothing to account.
-            if !channel.is_empty() && self.endpoint != Endpoint::Passthrough {
+            if !channel.is_empty()
+                && self.endpoint != Endpoint::Passthrough
+                && !accounted_by_session
+            {
                 reporter.record(
                     crate::usage::UsageKey {
                         token: token.to_owned(),

@@ -95,6 +95,7 @@ fn routed_by_path(endpoint: Endpoint) -> bool {
             | Endpoint::GeminiGenerate
             | Endpoint::GeminiCountTokens
             | Endpoint::Passthrough
+            | Endpoint::Realtime
     )
 }
 
@@ -106,7 +107,8 @@ fn router(state: Arc<AppState>) -> Router {
         // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).
         .route("/v1/models/{id}", get(model).post(gemini))
         .route("/v1beta/models/{target}", post(gemini))
-        .route("/passthrough/{channel}/{*path}", any(passthrough));
+        .route("/passthrough/{channel}/{*path}", any(passthrough))
+        .route(Endpoint::Realtime.path(), get(realtime));
     for endpoint in Endpoint::ALL.into_iter().filter(|e| routed_by_path(*e)) {
         router = router.route(
             endpoint.path(),
@@ -264,6 +266,13 @@ async fn passthrough(
 ) -> Response {
     let arrival = arrive(&state, Endpoint::Passthrough, &request);
     Box::pin(phases::passthrough::serve(state, arrival, channel, request)).await
+}
+
+/// `GET /v1/realtime`: a Realtime API session (a WebSocket), from its arrival to its answer
+/// (`101`, or an error before the upgrade); the session itself outlives this request.
+async fn realtime(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let arrival = arrive(&state, Endpoint::Realtime, &request);
+    Box::pin(phases::serve_realtime(state, arrival, request)).await
 }
 
 /// The edge of a proxied request: its arrival ([`arrive`]); the phases do the rest.

@@ -2,7 +2,9 @@
 //! admit → proxy ([`crate::failover`]) → finish, with the shadow offer set up after the proxy
 //! and the log line written after the answer. Receive makes the context; route, admit and proxy
 //! take it by `&mut` and read the request's facts from it; finish takes what is left of it (the
-//! trail and the model). An error before the proxy phase is the client's answer.
+//! trail and the model). An error before the proxy phase is the client's answer. A Realtime API
+//! session's handshake runs receive, route and admit the same way, then opens its session
+//! ([`crate::realtime`]) in place of the proxy phase.
 
 mod admit;
 mod finish;
@@ -20,8 +22,10 @@ use axum::response::Response;
 use crate::context::{Arrival, Ctx};
 use crate::errors::GatewayError;
 use crate::failover::proxy;
+use crate::realtime;
 use crate::shadow;
 use crate::state::AppState;
+use switchyard_provider::Protocol;
 
 /// Serves one proxied request from its arrival to its finish. `path_model` is a Gemini path's
 /// model and stream flag.
@@ -54,6 +58,48 @@ pub async fn serve(
             Box::default(),
             String::new(),
             e.into_response(arrival.endpoint.protocol()),
+        ),
+    };
+    finish::finish(&state, arrival, response, trail, model)
+}
+
+/// Serves a Realtime API session's handshake: received (its key, the WebSocket handshake, the
+/// model of its query), routed to members whose channel serves realtime sessions, admitted (the
+/// limits taken stay held by the session until it ends), then opened upstream by the
+/// [`realtime`] phase, which answers `101` and relays the session. Finished like any request:
+/// its headers, its metrics and its log line (its usage is the session's, per response).
+pub async fn serve_realtime(state: Arc<AppState>, arrival: Arrival, request: Request) -> Response {
+    let view = state.views.load_full();
+    let result = {
+        let mut served = pin!(async {
+            let view = view.as_ref().ok_or_else(GatewayError::not_ready)?;
+            let (mut ctx, upgrade) = realtime::receive(&arrival, view, request)?;
+            route::route(&mut ctx)?;
+            realtime::keep_to_realtime_channels(&mut ctx);
+            if let Err(refused) = admit::admit(&state, &mut ctx).await {
+                ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+                name_client(&mut ctx);
+                return Ok((
+                    ctx.trail,
+                    ctx.inspected.model,
+                    refused.into_response(Protocol::OpenAi),
+                ));
+            }
+            name_client(&mut ctx);
+            let (Ok(response) | Err(response)) = realtime::open(&state, &mut ctx, upgrade).await;
+            let Ctx {
+                trail, inspected, ..
+            } = ctx;
+            Ok::<_, GatewayError>((trail, inspected.model, response))
+        });
+        poll_fn(|cx| arrival.span.in_scope(|| served.as_mut().poll(cx))).await
+    };
+    let (trail, model, response) = match result {
+        Ok(served) => served,
+        Err(e) => (
+            Box::default(),
+            String::new(),
+            e.into_response(Protocol::OpenAi),
         ),
     };
     finish::finish(&state, arrival, response, trail, model)

@@ -9,9 +9,8 @@ use bytes::Bytes;
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
 use switchyard_engine::{SelectionConstraint, Token};
-use switchyard_state::unix_ms;
 
-use crate::auth::authenticate;
+use crate::auth::{authenticate, unexpired};
 use crate::context::{Arrival, Ctx};
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
@@ -64,11 +63,7 @@ pub fn authenticated<'v>(
     query: Option<&str>,
 ) -> Result<&'v Token, GatewayError> {
     let token = authenticate(view, headers, query).ok_or_else(GatewayError::unauthorized)?;
-    if let Some(at) = token.expires_at.filter(|at| *at <= unix_ms()) {
-        return Err(GatewayError::TokenExpired {
-            at: switchyard_engine::limit::format_rfc3339(at),
-        });
-    }
+    unexpired(token)?;
     Ok(token)
 }
 

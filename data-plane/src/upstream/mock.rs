@@ -135,6 +135,18 @@ fn plain_answer(request: &MockRequest<'_>, content: &str) -> UpstreamResponse {
             let body = r#"{"error":{"message":"a simulated channel has no pass-through","type":"invalid_request_error"}}"#;
             return json_response(StatusCode::NOT_FOUND, body.into());
         }
+        // Never an HTTP request: a realtime session is simulated by the realtime relay's own
+        // simulated upstream; a plain request here is told so.
+        Endpoint::Realtime => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                sim::openai_error_json(
+                    "the Realtime API is a WebSocket session",
+                    "invalid_request_error",
+                    "websocket_required",
+                ),
+            )
+        }
     };
     json_response(StatusCode::OK, body)
 }

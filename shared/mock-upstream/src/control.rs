@@ -23,7 +23,7 @@ use serde_json::json;
 use switchyard_sim as sim;
 
 use crate::respond::{full, MockBody};
-use crate::script::{Behavior, Matcher, Script};
+use crate::script::{Behavior, Matcher, RealtimeLog, Script};
 use crate::vertex::TokenIssuer;
 
 pub(crate) const PREFIX: &str = "/__mock/";
@@ -182,6 +182,8 @@ pub(crate) struct Shared {
     pub(crate) token_uri: String,
     pub(crate) models: Vec<String>,
     pub(crate) control_api: bool,
+    /// What the realtime sessions received.
+    pub(crate) realtime: Mutex<RealtimeLog>,
 }
 
 impl Shared {
@@ -189,6 +191,10 @@ impl Shared {
         // A panic while holding the lock cannot leave the script half-updated in a way that
         // matters to a mock, so a poisoned lock is still used.
         self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn realtime(&self) -> MutexGuard<'_, RealtimeLog> {
+        self.realtime.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn vertex(&self) -> MutexGuard<'_, TokenIssuer> {

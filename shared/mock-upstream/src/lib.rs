@@ -23,6 +23,9 @@
 //!   `Authorization` the mock verifies with its test keys' secrets ([`bedrock`]); without a valid
 //!   signature Bedrock's 403 (`UnrecognizedClientException`, `InvalidSignatureException`).
 //!
+//! - **The Realtime API** (`GET /v1/realtime?model=...`, Azure's `/openai/realtime` and
+//!   `/openai/v1/realtime`): a WebSocket session ([`MockUpstream::realtime`] says what it received).
+//!
 //! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
 //! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`, Bedrock
 //! `{"message"}` with `x-amzn-ErrorType`), and
@@ -57,6 +60,7 @@
 mod azure;
 pub mod bedrock;
 mod control;
+mod realtime;
 mod respond;
 mod script;
 mod server;
@@ -65,7 +69,9 @@ pub mod vertex;
 pub use control::{BehaviorSpec, MatcherSpec, RuleSpec, StreamSpec, ToolCallSpec};
 pub use respond::DEFAULT_STREAM_CHUNKS;
 pub use script::ReportedUsage;
-pub use script::{Behavior, HitCounts, Matcher, RecordedRequest, RuleReport, StreamShape};
+pub use script::{
+    Behavior, HitCounts, Matcher, RealtimeLog, RecordedRequest, RuleReport, StreamShape,
+};
 pub use server::{MockOptions, MockUpstream};
 /// The pure answer builders (the `switchyard-sim` crate), shared with the data plane's
 /// `provider: mock`.

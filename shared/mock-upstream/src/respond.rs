@@ -282,7 +282,7 @@ fn answer(
 
 /// The answers a behaviour scripts whatever the endpoint: a malformed body, an error status (with
 /// its scripted body, else the protocol's error), or a fixed body; `None` for a generated answer.
-fn scripted(protocol: Protocol, behavior: &Behavior) -> Option<Response<MockBody>> {
+pub(crate) fn scripted(protocol: Protocol, behavior: &Behavior) -> Option<Response<MockBody>> {
     let status = behavior.status.and_then(|s| StatusCode::from_u16(s).ok());
     if behavior.malformed {
         let status = status.unwrap_or(StatusCode::OK);

@@ -450,6 +450,17 @@ impl ReportedUsage {
     }
 }
 
+/// What the mock's realtime sessions received, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct RealtimeLog {
+    /// Sessions opened.
+    pub sessions: usize,
+    /// The `type` of every client event received.
+    pub events: Vec<String>,
+    /// The close code of every close frame a client sent.
+    pub closes: Vec<u16>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,9 +23,10 @@ use tokio_rustls::TlsAcceptor;
 use crate::azure;
 use crate::bedrock;
 use crate::control::{self, Shared};
+use crate::realtime;
 use crate::respond::{self, MockBody};
 use crate::script::ReportedUsage;
-use crate::script::{Behavior, HitCounts, Matcher, RecordedRequest, Script};
+use crate::script::{Behavior, HitCounts, Matcher, RealtimeLog, RecordedRequest, Script};
 use crate::vertex::{self, TokenIssuer};
 
 /// Largest request body the mock reads (matches the gateway's default limit).
@@ -101,6 +102,7 @@ impl MockUpstream {
             token_uri: format!("http://{addr}{}", vertex::TOKEN_PATH),
             models: options.models,
             control_api: options.control_api,
+            realtime: Mutex::default(),
         });
         let (shutdown, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
@@ -180,10 +182,16 @@ impl MockUpstream {
     }
 
     /// Clears rules, counters and the record (and the token endpoint's counters; the tokens it
-    /// issued stay valid).
+    /// issued stay valid; and the realtime log).
     pub fn reset(&self) {
         self.shared.script().reset();
         self.shared.vertex().reset();
+        *self.shared.realtime() = RealtimeLog::default();
+    }
+
+    /// What the realtime sessions received so far: sessions opened, client events, close codes.
+    pub fn realtime(&self) -> RealtimeLog {
+        self.shared.realtime().clone()
     }
 
     /// A Bedrock credential (the JSON the gateway takes) for this mock's first test key
@@ -331,7 +339,9 @@ async fn serve_connection(
     let service =
         service_fn(move |request| handle(Arc::clone(&shared), request_shutdown.clone(), request));
     let Some(acceptor) = acceptor else {
-        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        let connection = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
         return drive(connection, shutdown, |c| c.graceful_shutdown()).await;
     };
     let stream = match acceptor.accept(stream).await {
@@ -347,7 +357,9 @@ async fn serve_connection(
             .serve_connection(TokioIo::new(stream), service);
         drive(connection, shutdown, |c| c.graceful_shutdown()).await;
     } else {
-        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        let connection = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
         drive(connection, shutdown, |c| c.graceful_shutdown()).await;
     }
 }
@@ -401,6 +413,15 @@ async fn handle(
     shutdown: watch::Receiver<bool>,
     request: Request<Incoming>,
 ) -> io::Result<Response<MockBody>> {
+    if realtime::is_session_request(&request) {
+        let (parts, body) = request.into_parts();
+        let recorded = record(parts.clone(), Bytes::new(), None);
+        return Ok(realtime::open(
+            &shared,
+            Request::from_parts(parts, body),
+            recorded,
+        ));
+    }
     let (parts, body) = request.into_parts();
     let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),

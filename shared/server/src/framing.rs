@@ -347,8 +347,10 @@ impl<T> Inspect<T> {
         while self.scan == Scan::Head && !self.pending.is_empty() {
             let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut request = httparse::Request::new(&mut raw);
-            let (len, checked) = match request.parse(&self.pending) {
-                Ok(httparse::Status::Complete(len)) => (len, check(&request)),
+            let (len, checked, upgrade) = match request.parse(&self.pending) {
+                Ok(httparse::Status::Complete(len)) => {
+                    (len, check(&request), asks_upgrade(&request))
+                }
                 Ok(httparse::Status::Partial) if self.pending.len() <= self.head_limit => return,
                 // Hyper answers it (400, 431) and closes.
                 _ => {
@@ -363,6 +365,10 @@ impl<T> Inspect<T> {
             match checked {
                 Ok(framing) => {
                     self.scan = match framing {
+                        // What follows an upgrade's head is another protocol's bytes (a
+                        // WebSocket's frames), not a request; a refused upgrade closes the
+                        // connection after its answer (the server's rule).
+                        _ if upgrade => Scan::Passthrough,
                         BodyFraming::None | BodyFraming::Length(0) => Scan::Head,
                         BodyFraming::Length(n) => Scan::Length(n),
                         BodyFraming::Chunked => Scan::Chunk(Chunk::Size(0)),
@@ -501,6 +507,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Inspect<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// Whether a head asks to switch protocols (`Upgrade`).
+fn asks_upgrade(request: &httparse::Request<'_, '_>) -> bool {
+    request
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("upgrade"))
 }
 
 /// How the server frames the request head at the front of `data`: what [`Inspect`] (and the

@@ -174,7 +174,9 @@ async fn connection<S: Routes>(
     let activity = admission.activity();
     let evicted = admission.evicted();
     // The plain requests first; the connection is hyper's from the first one that is not.
-    let mut socket = ClientSocket::new(stream, Arc::clone(&activity));
+    // The socket holds the admission: the connection counts towards the caps until the socket
+    // closes, also when an upgraded connection outlives hyper's part in it.
+    let mut socket = ClientSocket::new(stream, Arc::clone(&activity)).holding(admission);
     let plain = h1::Conn {
         socket: &mut socket,
         router: &router,
@@ -198,7 +200,6 @@ async fn connection<S: Routes>(
         evicted,
     };
     rest.serve(socket, read_ahead, peer).await;
-    drop(admission);
 }
 
 /// What the hyper path of one connection serves with.
@@ -245,7 +246,11 @@ impl<S: Routes> Hyper<S> {
             .keep_alive(true);
         let head_limit = (limits.max_header_bytes * 2).max(16 * 1024);
         let io = framing::Inspect::new(h1::Rewind::new(read_ahead, socket), head_limit, refused);
-        let conn = builder.serve_connection(TokioIo::new(io), service);
+        // With upgrades: a `101 Switching Protocols` answer hands the connection (the socket, and
+        // with it the connection's admission) to whoever took the request's upgrade.
+        let conn = builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
         tokio::pin!(conn);
         let mut draining = false;
         loop {
@@ -288,6 +293,7 @@ async fn serve_request<S: Routes>(
     // 431 below never reads it).
     let has_body = !http_body::Body::is_end_stream(request.body());
     activity.set_unread_body(has_body);
+    let upgrade = request.headers().contains_key(header::UPGRADE);
     let mut response = if over_head_limit(&request, limits.max_header_bytes) {
         header_too_large(limits.max_header_bytes)
     } else {
@@ -299,8 +305,25 @@ async fn serve_request<S: Routes>(
         )
         .await
     };
+    if upgrade {
+        upgrade_answered(&mut response, &activity);
+    }
     announce_close_or_idle_timeout(&mut response, &activity, &settings.keep_alive);
     Ok(response.map(|b| Body::new(TrackedBody::new(b, guard))))
+}
+
+/// The answer to a request that asked for an upgrade. Accepted (`101`): the connection stays
+/// busy for the rest of its life (never evicted as idle; it is no longer HTTP). Refused: the
+/// connection closes after the answer, because the framing inspection stopped following the
+/// byte stream at the upgrade's head.
+fn upgrade_answered(response: &mut Response<Body>, activity: &Arc<Activity>) {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        activity.hold_upgraded();
+    } else {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
 }
 
 /// Hands the request to the router, its body behind the body deadline; `watch` (the

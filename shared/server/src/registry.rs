@@ -31,6 +31,12 @@ impl Activity {
         Busy(Arc::clone(self))
     }
 
+    /// The connection was upgraded (a WebSocket): busy until it closes, so it is never evicted
+    /// as idle. The count is never given back: the activity ends with its connection.
+    pub fn hold_upgraded(&self) {
+        self.busy.fetch_add(1, Relaxed);
+    }
+
     /// Marks whether the request in progress has a body not yet read to its end. HTTP/1 runs
     /// one request at a time on a connection, so one flag per connection is enough.
     pub(crate) fn set_unread_body(&self, unread: bool) {

@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use crate::registry::Activity;
+use crate::registry::{Activity, Admission};
 
 /// The longest a closing connection keeps reading what the client still sends.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -54,6 +54,9 @@ pub struct ClientSocket {
     state: State,
     /// A rewritten answer still to be written, and how much of it is written.
     pending: Option<(Vec<u8>, usize)>,
+    /// The connection's place in the registry, left when the socket is dropped: after an
+    /// upgrade (a WebSocket) that is when the upgraded connection ends, not when hyper lets go.
+    _admission: Option<Admission>,
 }
 
 impl ClientSocket {
@@ -63,7 +66,14 @@ impl ClientSocket {
             activity,
             state: State::Open,
             pending: None,
+            _admission: None,
         }
+    }
+
+    /// The socket holds the connection's admission from now on (see `_admission`).
+    pub fn holding(mut self, admission: Admission) -> ClientSocket {
+        self._admission = Some(admission);
+        self
     }
 
     /// Writes what is left of a rewritten answer.

@@ -10,7 +10,9 @@
 //! [`anthropic_answer_events`], [`gemini_response_json`], [`gemini_stream_responses`] and
 //! [`gemini_events`]. The endpoints that carry no tool calls (legacy completions, Responses,
 //! embeddings, models, images, audio) have text-only builders; moderations and rerank
-//! ([`moderation_json`], [`rerank_json`]) score the request body they are given.
+//! ([`moderation_json`], [`rerank_json`]) score the request body they are given. The Realtime
+//! API's server events (a WebSocket session's JSON frames) are built by the `realtime_*`
+//! functions, and a simulated session's answers to each client event by [`RealtimeSim`].
 //!
 //! Errors come in each provider's shape ([`openai_error_json`], [`anthropic_error_json`],
 //! [`gemini_error_json`]); [`Protocol::of_path`] and [`error_json`] pick the shape a request path
@@ -29,6 +31,7 @@ mod anthropic;
 mod error;
 mod gemini;
 mod openai;
+mod realtime;
 mod scoring;
 mod wire;
 
@@ -45,6 +48,10 @@ pub use openai::{
     chat_answer_chunks, chat_answer_json, completion_chunks, completion_json, embeddings_json,
     embeddings_json_with, images_json, models_json, response_events, response_json, speech_bytes,
     transcription_json, DEFAULT_MODELS, DONE_EVENT, EMBEDDING_DIMENSIONS,
+};
+pub use realtime::{
+    realtime_error, realtime_item_created, realtime_response_events, realtime_session_created,
+    realtime_session_updated, RealtimeSim,
 };
 pub use scoring::{moderation_json, rerank_json, DEFAULT_MODERATION_MODEL, MODERATION_CATEGORIES};
 pub use wire::{base64_encode, next_id, split_content, split_even};

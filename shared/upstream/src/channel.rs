@@ -118,6 +118,10 @@ pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 /// API needs `2025-03-01-preview` or later.
 pub const AZURE_RESPONSES_API_VERSION: &str = "2025-04-01-preview";
 
+/// Azure OpenAI's `api-version` for the Realtime API (`/openai/realtime`, a WebSocket) when the
+/// channel sets none: the version its deployments surface serves realtime sessions at.
+pub const AZURE_REALTIME_API_VERSION: &str = "2024-10-01-preview";
+
 /// The channel header entry that sets an Azure channel's `api-version` for every kind of
 /// endpoint; `api-version-{kind}` (a kind of [`AZURE_API_KINDS`]) sets it for one kind. They
 /// are sent as the query parameter Azure reads, not as headers.
@@ -125,14 +129,15 @@ pub const AZURE_API_VERSION_HEADER: &str = "api-version";
 
 /// The kinds of endpoint an Azure channel's `api-version` can be set for one by one: the first
 /// segment of the OpenAI operation (`chat` for `chat/completions`, `audio` for both audio
-/// operations, `images` for `images/generations`).
-pub const AZURE_API_KINDS: [&str; 6] = [
+/// operations, `images` for `images/generations`, `realtime` for the Realtime API's sessions).
+pub const AZURE_API_KINDS: [&str; 7] = [
     "chat",
     "completions",
     "embeddings",
     "responses",
     "images",
     "audio",
+    "realtime",
 ];
 
 /// The kind of endpoint an Azure `api-version-{kind}` entry names, as its index in
@@ -167,6 +172,7 @@ pub fn azure_api_version_entries() -> impl Iterator<Item = String> {
 fn azure_default_version(kind: Option<usize>) -> &'static str {
     match kind.map(|k| AZURE_API_KINDS[k]) {
         Some("responses") => AZURE_RESPONSES_API_VERSION,
+        Some("realtime") => AZURE_REALTIME_API_VERSION,
         _ => AZURE_DEFAULT_API_VERSION,
     }
 }
@@ -489,16 +495,26 @@ impl ChannelRuntime {
         let operation = path
             .strip_prefix("/v1/")
             .unwrap_or(path.trim_start_matches('/'));
+        // A realtime session on the deployments surface names its deployment in the query
+        // (`/openai/realtime?api-version=...&deployment=...`), in place of OpenAI's `model`.
+        let realtime = !azure.v1 && operation == "realtime";
         let kept = query
             .into_iter()
             .flat_map(|q| q.split('&'))
-            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("api-version"));
+            .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("api-version"))
+            .filter(|pair| !realtime || pair.split('=').next() != Some("model"));
         let version = azure.version_pair(operation);
-        let query = kept.chain(version).collect::<Vec<_>>().join("&");
+        let deployment = realtime.then(|| format!("deployment={}", path_segment(model)));
+        let query = kept
+            .map(str::to_owned)
+            .chain(version.map(str::to_owned))
+            .chain(deployment)
+            .collect::<Vec<_>>()
+            .join("&");
         if azure.v1 {
             return self.joined(path, Some(&query));
         }
-        let per_resource = ["responses", "models"].iter().any(|p| {
+        let per_resource = ["responses", "models", "realtime"].iter().any(|p| {
             operation
                 .strip_prefix(p)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -1207,6 +1223,26 @@ mod tests {
             1 + AZURE_API_KINDS.len()
         );
         assert!(azure_api_version_entries().all(|n| is_azure_api_version_entry(&n)));
+    }
+
+    #[test]
+    fn azure_realtime_sessions_name_their_deployment_in_the_query() {
+        let rt = azure("https://r.openai.azure.com", None);
+        assert_eq!(
+            rt.url("/v1/realtime", Some("model=gpt-realtime"), "rt prod"),
+            "https://r.openai.azure.com/openai/realtime?api-version=2024-10-01-preview&deployment=rt%20prod"
+        );
+        let rt = azure("https://r.openai.azure.com", Some("2025-04-01-preview"));
+        assert_eq!(
+            rt.url("/v1/realtime", Some("model=x"), "d"),
+            "https://r.openai.azure.com/openai/realtime?api-version=2025-04-01-preview&deployment=d"
+        );
+        // The v1 surface takes OpenAI's own path and `model`.
+        let rt = azure("https://r.openai.azure.com/openai/v1", None);
+        assert_eq!(
+            rt.url("/v1/realtime", Some("model=gpt-realtime"), "d"),
+            "https://r.openai.azure.com/openai/v1/realtime?model=gpt-realtime"
+        );
     }
 
     #[test]

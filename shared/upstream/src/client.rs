@@ -113,6 +113,8 @@ struct Inner {
     /// `None` only if rustls refused the configuration (it cannot with the built-in roots):
     /// then every `https://` connect fails with that reason.
     tls: Result<TlsConnector, String>,
+    /// The same TLS offering HTTP/1.1 only, for connections that upgrade (a WebSocket).
+    tls_h1: Result<TlsConnector, String>,
     hosts: Mutex<Hosts>,
 }
 
@@ -253,11 +255,17 @@ impl HttpClient {
         if let Err(e) = &tls {
             tracing::error!(error = %e, "TLS to upstreams is unavailable");
         }
+        let h1_only = ClientOptions {
+            http2: false,
+            ..options.clone()
+        };
+        let tls_h1 = tls_config(&h1_only).map(|config| TlsConnector::from(Arc::new(config)));
         HttpClient {
             inner: Arc::new(Inner {
                 connect_timeout: options.connect_timeout,
                 http2: options.http2,
                 tls,
+                tls_h1,
                 hosts: Mutex::new(Hosts::default()),
             }),
         }
@@ -301,6 +309,27 @@ impl HttpClient {
             TransportCause::Reset,
             "every pooled connection to the upstream was closed",
         )))
+    }
+
+    /// A connection of its own for a request that upgrades it (a WebSocket): TCP, and for
+    /// `https://` TLS offering HTTP/1.1 only (upgrades are HTTP/1.1's), within the connect
+    /// timeout. Never pooled: the upgraded connection belongs to its session.
+    pub async fn connect_upgradable(&self, uri: &Uri) -> Result<UpgradableIo, ClientError> {
+        let (https, authority) = scheme_authority(uri)?;
+        let key = new_host(https, authority, false)?.key;
+        let inner = &self.inner;
+        let connecting = async {
+            let tcp = tcp_connect(&key.host, key.port).await?;
+            if !https {
+                return Ok(Transport::Plain(tcp));
+            }
+            let tls = tls_over(&inner.tls_h1, &key, tcp).await?;
+            Ok(Transport::Tls(Box::new(tls)))
+        };
+        let transport = tokio::time::timeout(inner.connect_timeout, connecting)
+            .await
+            .map_err(|_| ClientError::connect(TransportCause::Timeout, "connect timed out"))??;
+        Ok(UpgradableIo(transport))
     }
 
     /// Idle HTTP/1.1 and open HTTP/2 connections held now (for tests and diagnostics).
@@ -628,27 +657,78 @@ impl Inner {
         if !key.https {
             return Ok((Transport::Plain(tcp), false));
         }
-        let tls = self
-            .tls
-            .as_ref()
-            .map_err(|e| ClientError::connect(TransportCause::Tls, e))?;
-        let name =
-            ServerName::try_from(key.host.trim_matches(['[', ']']).to_owned()).map_err(|_| {
-                ClientError::connect(
-                    TransportCause::Tls,
-                    "the URL's host is not a valid TLS server name",
-                )
-            })?;
-        let stream = tls
-            .connect(name, tcp)
-            .await
-            // Whatever ended it (a certificate, a port that does not speak TLS, a close on the
-            // way), it is the handshake that failed.
-            .map_err(|e| {
-                ClientError::connect(TransportCause::Tls, format!("TLS handshake failed: {e}"))
-            })?;
+        let stream = tls_over(&self.tls, key, tcp).await?;
         let h2 = self.http2 && stream.get_ref().1.alpn_protocol() == Some(b"h2");
         Ok((Transport::Tls(Box::new(stream)), h2))
+    }
+}
+
+/// The TLS handshake with `key`'s host over `tcp`.
+async fn tls_over(
+    tls: &Result<TlsConnector, String>,
+    key: &HostKey,
+    tcp: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let tls = tls
+        .as_ref()
+        .map_err(|e| ClientError::connect(TransportCause::Tls, e))?;
+    let name =
+        ServerName::try_from(key.host.trim_matches(['[', ']']).to_owned()).map_err(|_| {
+            ClientError::connect(
+                TransportCause::Tls,
+                "the URL's host is not a valid TLS server name",
+            )
+        })?;
+    tls.connect(name, tcp)
+        .await
+        // Whatever ended it (a certificate, a port that does not speak TLS, a close on the
+        // way), it is the handshake that failed.
+        .map_err(|e| {
+            ClientError::connect(TransportCause::Tls, format!("TLS handshake failed: {e}"))
+        })
+}
+
+/// A connection [`HttpClient::connect_upgradable`] opened: plain TCP or TLS, read and written
+/// as one byte stream.
+pub struct UpgradableIo(Transport);
+
+impl tokio::io::AsyncRead for UpgradableIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match &mut self.0 {
+            Transport::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for UpgradableIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match &mut self.0 {
+            Transport::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match &mut self.0 {
+            Transport::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match &mut self.0 {
+            Transport::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Transport::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 

@@ -12,6 +12,8 @@
 //!   refreshed, one exchange at a time);
 //! - [`bedrock`]: AWS Bedrock's Converse URLs, its access-key credentials and their SigV4
 //!   signatures (the Anthropic-shaped body converted by `switchyard_provider::bedrock`);
+//! - [`realtime`]: the WebSocket handshake of a Realtime API session with a channel (its URL and
+//!   auth by the channel's rules, on a connection of its own);
 //! - [`probe`]: the recovery probe of one credential, a minimal generation request in the
 //!   channel's own protocol;
 //! - [`schedule`]: when each channel is probed (jittered first probe, doubling backoff capped at
@@ -30,6 +32,7 @@ mod h1;
 mod http2;
 pub mod mock;
 pub mod probe;
+pub mod realtime;
 pub mod schedule;
 pub mod vertex;
 
@@ -39,11 +42,11 @@ pub use channel::{
     azure_api_version_entries, channel_protocol, check_api_version, forwardable, gemini_path,
     is_azure_api_version_entry, returnable, ChannelRuntime, CredentialRuntime, Target,
     AZURE_API_KINDS, AZURE_API_VERSION_HEADER, AZURE_DEFAULT_API_VERSION,
-    AZURE_RESPONSES_API_VERSION, MOCK_CREDENTIAL,
+    AZURE_REALTIME_API_VERSION, AZURE_RESPONSES_API_VERSION, MOCK_CREDENTIAL,
 };
 pub use checks::check_base_url;
 pub use client::{
-    build_client, read_roots, ClientError, ClientOptions, HttpClient, UpstreamBody,
+    build_client, read_roots, ClientError, ClientOptions, HttpClient, UpgradableIo, UpstreamBody,
     MAX_STREAMS_PER_CONNECTION,
 };
 #[doc(hidden)]
