@@ -34,7 +34,7 @@ use crate::state::AppState;
 pub enum Upstream {
     Socket(Box<UpstreamSocket>),
     /// A simulated channel's session, served in this process.
-    Simulated(WebSocketStream<DuplexStream>),
+    Simulated(Box<WebSocketStream<DuplexStream>>),
 }
 
 /// The opened upstream, and the channel's in-flight count it holds for the session's life.
@@ -157,9 +157,9 @@ async fn attempt(
         .zip(credential_id)
         .and_then(|(rt, id)| rt.credential(id));
     let result = match (runtime, credential) {
-        (Some(runtime), _) if runtime.mock.is_some() => {
-            Ok(Upstream::Simulated(simulated::open(model, config).await))
-        }
+        (Some(runtime), _) if runtime.mock.is_some() => Ok(Upstream::Simulated(Box::new(
+            simulated::open(model, config).await,
+        ))),
         (Some(runtime), Some(credential)) => Handshake {
             runtime,
             credential,

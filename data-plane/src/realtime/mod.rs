@@ -252,7 +252,7 @@ pub async fn open(
                 .await;
         match upstream {
             Upstream::Socket(socket) => relay(client, *socket, account, draining).await,
-            Upstream::Simulated(socket) => relay(client, socket, account, draining).await,
+            Upstream::Simulated(socket) => relay(client, *socket, account, draining).await,
         }
     });
     Ok(switching_protocols(&accept, subprotocol))
