@@ -81,6 +81,38 @@ pub struct Ctx<'a> {
     pub trail: Box<Trail>,
 }
 
+impl<'a> Ctx<'a> {
+    /// A received request's context: nothing routed, admitted or tried yet.
+    pub fn received(
+        arrival: &'a Arrival,
+        view: &'a Arc<View>,
+        token: &'a Token,
+        headers: HeaderMap,
+        body: Bytes,
+        inspected: Inspected,
+        query: Option<String>,
+    ) -> Ctx<'a> {
+        Ctx {
+            view,
+            endpoint: arrival.endpoint,
+            request_id: &arrival.request_id,
+            started: arrival.started,
+            seed: arrival.seed,
+            token,
+            headers,
+            body,
+            inspected,
+            query,
+            route: None,
+            chat: None,
+            unsupported: [None, None, None, None],
+            constraint: SelectionConstraint::default(),
+            estimate: 0,
+            trail: Box::default(),
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// The request as the wire plan reads it (for each member the proxy phase tries).
     pub fn client_request(&self) -> ClientRequest<'_> {

@@ -34,7 +34,7 @@ use crate::context::Ctx;
 use crate::endpoint::Endpoint;
 use crate::errors::{mask_key_like, GatewayError};
 use crate::metrics::AttemptOutcome;
-use crate::record::{AttemptLog, StreamSlot};
+use crate::record::{AttemptLog, StreamSlot, Trail};
 use crate::relay::{relay, StreamOwner};
 use crate::snapshot::View;
 use crate::state::AppState;
@@ -394,13 +394,7 @@ impl<'c, 'a> Failover<'c, 'a> {
 
     /// The trail's final attempt: its channel, upstream model and that pair's price.
     fn set_final(&mut self, channel: &Channel, member: &Member) {
-        self.ctx.trail.final_channel = Some(channel.name.clone());
-        self.ctx.trail.final_model = Some(member.upstream_model.clone());
-        self.ctx.trail.price = self
-            .view
-            .snapshot
-            .price(channel.id, &member.upstream_model)
-            .cloned();
+        name_final(&mut self.ctx.trail, self.view, channel, member);
     }
 
     /// Takes the picked member's upstream limits; `false` when another request took the room
@@ -822,27 +816,8 @@ impl<'c, 'a> Failover<'c, 'a> {
         let picked = &pick.picked;
         let state = self.state;
         let settings = &self.view.snapshot.settings;
-        state
-            .metrics
-            .attempt(&picked.channel.name, AttemptOutcome::Success);
         let now = unix_ms();
-        let effect = state.store.record_success(
-            &AttemptSuccess {
-                member: picked.member.id,
-                channel: picked.channel.id,
-                upstream_model: &picked.member.upstream_model,
-                latency_ms,
-                canary: picked.canary,
-                promote_after: settings.stable_first_promote_requests,
-            },
-            now,
-        );
-        if effect.promoted {
-            tracing::info!(
-                member_id = picked.member.id,
-                "canary member promoted to stable"
-            );
-        }
+        learn_success(state, self.view, picked, latency_ms, now);
         let sticky_on = pick.route.sticky_session.unwrap_or(settings.sticky_enabled);
         if let (true, false, Some(key)) = (
             sticky_on,
@@ -967,6 +942,46 @@ impl<'c, 'a> Failover<'c, 'a> {
             }
         }
     }
+}
+
+/// A member served: counted, and the store learns it (health, a canary's promotion).
+pub(crate) fn learn_success(
+    state: &AppState,
+    view: &View,
+    picked: &Picked<'_>,
+    latency_ms: f64,
+    now: u64,
+) {
+    state
+        .metrics
+        .attempt(&picked.channel.name, AttemptOutcome::Success);
+    let effect = state.store.record_success(
+        &AttemptSuccess {
+            member: picked.member.id,
+            channel: picked.channel.id,
+            upstream_model: &picked.member.upstream_model,
+            latency_ms,
+            canary: picked.canary,
+            promote_after: view.snapshot.settings.stable_first_promote_requests,
+        },
+        now,
+    );
+    if effect.promoted {
+        tracing::info!(
+            member_id = picked.member.id,
+            "canary member promoted to stable"
+        );
+    }
+}
+
+/// The trail's final attempt: its channel, upstream model and that pair's price.
+pub(crate) fn name_final(trail: &mut Trail, view: &View, channel: &Channel, member: &Member) {
+    trail.final_channel = Some(channel.name.clone());
+    trail.final_model = Some(member.upstream_model.clone());
+    trail.price = view
+        .snapshot
+        .price(channel.id, &member.upstream_model)
+        .cloned();
 }
 
 /// Why no member can serve the request of `ctx` at all (nothing was attempted): a feature no

@@ -551,7 +551,7 @@ fn unquote(value: &str) -> String {
 }
 
 /// `%XX` escapes decoded (bytes that are not UTF-8 replaced).
-fn percent_decoded(text: &str) -> String {
+pub(crate) fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -576,7 +576,7 @@ fn percent_decoded(text: &str) -> String {
 /// The longest model name accepted (names are echoed in errors and logged).
 pub const MAX_MODEL_LEN: usize = 256;
 
-fn check_model(model: &str) -> Result<(), InspectError> {
+pub(crate) fn check_model(model: &str) -> Result<(), InspectError> {
     if model.len() > MAX_MODEL_LEN {
         return Err(InspectError::Malformed(format!(
             "`model` is longer than {MAX_MODEL_LEN} bytes"

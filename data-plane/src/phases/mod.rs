@@ -23,6 +23,7 @@ use crate::context::{Arrival, Ctx};
 use crate::errors::GatewayError;
 use crate::failover::proxy;
 use crate::realtime;
+use crate::record::Trail;
 use crate::shadow;
 use crate::state::AppState;
 use switchyard_provider::Protocol;
@@ -51,17 +52,29 @@ pub async fn serve(
         });
         poll_fn(|cx| arrival.span.in_scope(|| served.as_mut().poll(cx))).await
     };
+    finish_served(&state, arrival, result)
+}
+
+/// Finishes what the phases served; an error before anything was routed is answered with no
+/// trail and no model named.
+fn finish_served(
+    state: &AppState,
+    arrival: Arrival,
+    result: Result<Served, GatewayError>,
+) -> Response {
     let (trail, model, response) = match result {
         Ok(served) => served,
-        // Nothing was routed: no trail, and no model named.
         Err(e) => (
             Box::default(),
             String::new(),
             e.into_response(arrival.endpoint.protocol()),
         ),
     };
-    finish::finish(&state, arrival, response, trail, model)
+    finish::finish(state, arrival, response, trail, model)
 }
+
+/// What the phases served: the trail, the model asked for and the answer.
+type Served = (Box<Trail>, String, Response);
 
 /// Serves a Realtime API session's handshake: received (its key, the WebSocket handshake, the
 /// model of its query), routed to members whose channel serves realtime sessions, admitted (the
@@ -94,15 +107,7 @@ pub async fn serve_realtime(state: Arc<AppState>, arrival: Arrival, request: Req
         });
         poll_fn(|cx| arrival.span.in_scope(|| served.as_mut().poll(cx))).await
     };
-    let (trail, model, response) = match result {
-        Ok(served) => served,
-        Err(e) => (
-            Box::default(),
-            String::new(),
-            e.into_response(Protocol::OpenAi),
-        ),
-    };
-    finish::finish(&state, arrival, response, trail, model)
+    finish_served(&state, arrival, result)
 }
 
 /// The phases after receive: route, admit, proxy, and the shadow offer. A refused admission is

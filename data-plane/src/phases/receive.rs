@@ -8,7 +8,7 @@ use axum::extract::Request;
 use bytes::Bytes;
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, Limited};
-use switchyard_engine::{SelectionConstraint, Token};
+use switchyard_engine::Token;
 
 use crate::auth::{authenticate, unexpired};
 use crate::context::{Arrival, Ctx};
@@ -36,24 +36,15 @@ pub async fn receive<'a>(
     let body = read_limited_body(&parts.headers, body, limit).await?;
     let inspected = inspect(arrival.endpoint, &parts.headers, &body, path_model)?;
     let query = wire::strip_key_param(parts.uri.query());
-    Ok(Ctx {
+    Ok(Ctx::received(
+        arrival,
         view,
-        endpoint: arrival.endpoint,
-        request_id: &arrival.request_id,
-        started: arrival.started,
-        seed: arrival.seed,
         token,
-        headers: parts.headers,
+        parts.headers,
         body,
         inspected,
         query,
-        route: None,
-        chat: None,
-        unsupported: [None, None, None, None],
-        constraint: SelectionConstraint::default(),
-        estimate: 0,
-        trail: Box::default(),
-    })
+    ))
 }
 
 /// The enabled token the request presents, unless it has expired.

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
 use switchyard_engine::{select, CredentialId, RandomSource, RetryBudget, SplitMix64};
 use switchyard_provider::Protocol;
-use switchyard_state::{unix_ms, AttemptFailure, AttemptSuccess, FailurePolicy, InFlightGuard};
+use switchyard_state::{unix_ms, AttemptFailure, FailurePolicy, InFlightGuard};
 use switchyard_upstream::realtime::{Handshake, HandshakeError, UpstreamSocket};
 use switchyard_upstream::TransportCause;
 use tokio::io::DuplexStream;
@@ -24,7 +24,7 @@ use tokio_tungstenite::WebSocketStream;
 use crate::attempt::{classify_status, AttemptError};
 use crate::context::Ctx;
 use crate::errors::{mask_key_like, GatewayError};
-use crate::failover::{as_picked, unservable, Picked};
+use crate::failover::{as_picked, learn_success, name_final, unservable, Picked};
 use crate::metrics::AttemptOutcome;
 use crate::realtime::simulated;
 use crate::record::AttemptLog;
@@ -228,22 +228,8 @@ fn failure_of(channel: &switchyard_engine::Channel, e: HandshakeError) -> Failur
 /// The store learns the success (health, canary promotion); the trail names the final channel,
 /// its upstream model and their price.
 fn report_success(state: &AppState, ctx: &mut Ctx<'_>, picked: &Picked<'_>) {
-    let settings = &ctx.view.snapshot.settings;
     let latency_ms = ctx.trail.attempts.last().map_or(0.0, |a| a.latency_ms);
-    state
-        .metrics
-        .attempt(&picked.channel.name, AttemptOutcome::Success);
-    state.store.record_success(
-        &AttemptSuccess {
-            member: picked.member.id,
-            channel: picked.channel.id,
-            upstream_model: &picked.member.upstream_model,
-            latency_ms,
-            canary: picked.canary,
-            promote_after: settings.stable_first_promote_requests,
-        },
-        unix_ms(),
-    );
+    learn_success(state, ctx.view, picked, latency_ms, unix_ms());
     set_final(ctx, picked);
 }
 
@@ -304,14 +290,7 @@ fn report_failure(
 }
 
 fn set_final(ctx: &mut Ctx<'_>, picked: &Picked<'_>) {
-    let (channel, member) = (picked.channel, picked.member);
-    ctx.trail.final_channel = Some(channel.name.clone());
-    ctx.trail.final_model = Some(member.upstream_model.clone());
-    ctx.trail.price = ctx
-        .view
-        .snapshot
-        .price(channel.id, &member.upstream_model)
-        .cloned();
+    name_final(&mut ctx.trail, ctx.view, picked.channel, picked.member);
 }
 
 /// Every handshake failed: the upstream's refusal of the gateway's credential as

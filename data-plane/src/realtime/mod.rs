@@ -24,7 +24,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use switchyard_engine::{Provider, SelectionConstraint};
+use switchyard_engine::Provider;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
@@ -33,7 +33,7 @@ use crate::context::{Arrival, Ctx};
 use crate::errors::GatewayError;
 use crate::realtime::choose::{choose, Upstream};
 use crate::realtime::session::{relay, Account};
-use crate::request::{Inspected, MAX_MODEL_LEN};
+use crate::request::{check_model, percent_decoded, InspectError, Inspected};
 use crate::snapshot::View;
 use crate::state::AppState;
 
@@ -79,24 +79,15 @@ pub fn receive<'a>(
     };
     // Nothing of the client's handshake goes upstream but `openai-beta` (kept above): its key,
     // in a header or a subprotocol, never.
-    let ctx = Ctx {
+    let ctx = Ctx::received(
+        arrival,
         view,
-        endpoint: arrival.endpoint,
-        request_id: &arrival.request_id,
-        started: arrival.started,
-        seed: arrival.seed,
         token,
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
+        HeaderMap::new(),
+        Bytes::new(),
         inspected,
-        query: None,
-        route: None,
-        chat: None,
-        unsupported: [None, None, None, None],
-        constraint: SelectionConstraint::default(),
-        estimate: 0,
-        trail: Box::default(),
-    };
+        None,
+    );
     Ok((ctx, handshake))
 }
 
@@ -151,7 +142,7 @@ fn offers_realtime(headers: &HeaderMap) -> bool {
         .any(|p| p.trim() == "realtime")
 }
 
-/// The `model` query parameter, percent-decoded.
+/// The `model` query parameter, percent-decoded, within the bounds of a body's model.
 fn query_model(query: Option<&str>) -> Result<String, GatewayError> {
     let raw = query
         .into_iter()
@@ -159,45 +150,12 @@ fn query_model(query: Option<&str>) -> Result<String, GatewayError> {
         .find_map(|pair| pair.strip_prefix("model="))
         .filter(|m| !m.is_empty())
         .ok_or(GatewayError::MissingModel)?;
-    let model = percent_decode(raw)
-        .ok_or_else(|| GatewayError::InvalidRequest("the `model` is not valid UTF-8".into()))?;
-    if model.len() > MAX_MODEL_LEN {
-        return Err(GatewayError::InvalidRequest(format!(
-            "the `model` is longer than {MAX_MODEL_LEN} bytes"
-        )));
+    let model = percent_decoded(&raw.replace('+', " "));
+    match check_model(&model) {
+        Ok(()) => Ok(model),
+        Err(InspectError::Malformed(why)) => Err(GatewayError::InvalidRequest(why)),
+        Err(_) => Err(GatewayError::MissingModel),
     }
-    Ok(model)
-}
-
-fn percent_decode(raw: &str) -> Option<String> {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let decoded = match bytes[i] {
-            b'%' => bytes
-                .get(i + 1..i + 3)
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok()),
-            b'+' => Some(b' '),
-            _ => None,
-        };
-        match decoded {
-            Some(b) if bytes[i] == b'%' => {
-                out.push(b);
-                i += 3;
-            }
-            Some(b) => {
-                out.push(b);
-                i += 1;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Leaves only the members whose channel serves realtime sessions: those of the Anthropic and
@@ -348,8 +306,8 @@ mod tests {
             Err(GatewayError::MissingModel)
         ));
         assert!(matches!(query_model(None), Err(GatewayError::MissingModel)));
-        assert!(query_model(Some("model=%ff")).is_err());
-        let long = format!("model={}", "m".repeat(MAX_MODEL_LEN + 1));
+        assert!(query_model(Some("model=a%0Ab")).is_err());
+        let long = format!("model={}", "m".repeat(crate::request::MAX_MODEL_LEN + 1));
         assert!(query_model(Some(&long)).is_err());
     }
 }
