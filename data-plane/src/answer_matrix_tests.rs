@@ -65,6 +65,7 @@ fn documented_errors() -> Vec<Row> {
     let m = || "m".to_owned();
     vec![
         (NotReady, 503, "not_ready", "server_error", "overloaded_error", "UNAVAILABLE", false),
+        (ShuttingDown, 503, "shutting_down", "server_error", "overloaded_error", "UNAVAILABLE", false),
         (Unauthorized, 401, "invalid_api_key", "invalid_request_error", "authentication_error", "UNAUTHENTICATED", true),
         (TokenExpired { at: "2026-01-01T00:00:00Z".into() }, 401, "token_expired", "invalid_request_error", "authentication_error", "UNAUTHENTICATED", true),
         (limited(Metric::Requests, 2_000, false), 429, "rate_limit_exceeded", "requests", "rate_limit_error", "RESOURCE_EXHAUSTED", false),

@@ -19,6 +19,8 @@ const RETRY_WORTHWHILE_MS: u64 = 60_000;
 pub enum GatewayError {
     /// No snapshot has arrived yet.
     NotReady,
+    /// The proxy is draining: a long-lived session (a realtime one) is not opened here.
+    ShuttingDown,
     /// Missing or unknown API key.
     Unauthorized,
     /// The API key's expiry (`expires_at`, RFC 3339 UTC) has passed.
@@ -119,7 +121,7 @@ impl GatewayError {
     pub fn status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            NotReady | NoEligibleMember { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            NotReady | ShuttingDown | NoEligibleMember { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized | TokenExpired { .. } => StatusCode::UNAUTHORIZED,
             RateLimited { .. } | UpstreamsRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             NotFound | ModelNotFound { .. } | PassthroughNotFound => StatusCode::NOT_FOUND,
@@ -151,6 +153,7 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             NotReady
+            | ShuttingDown
             | NoEligibleMember { .. }
             | UpstreamTimeout
             | UpstreamStreamCut
@@ -179,6 +182,7 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             NotReady => "not_ready",
+            ShuttingDown => "shutting_down",
             Unauthorized => "invalid_api_key",
             TokenExpired { .. } => "token_expired",
             RateLimited { spent: true, .. } => "budget_exceeded",
@@ -214,6 +218,9 @@ impl GatewayError {
         use GatewayError::*;
         match self {
             NotReady => "the gateway has no route snapshot yet".to_owned(),
+            ShuttingDown => {
+                "This proxy is shutting down; open the session again (it will reach another proxy).".to_owned()
+            }
             Unauthorized => "Missing or invalid API key. Send it as `Authorization: Bearer <token>` or `x-api-key`.".to_owned(),
             TokenExpired { at } => format!("This API key expired at {at}."),
             RateLimited {

@@ -224,6 +224,18 @@ async fn a_session_relays_both_ways_and_reports_each_responses_usage() {
     assert_eq!(response.headers()["x-switchyard-channel"], "openai");
     let (text, done) = one_turn(&mut client).await;
     assert_eq!(text, "Hello from the realtime mock");
+    // A ping is answered by the proxy itself.
+    client
+        .send(Message::Ping("are you there".into()))
+        .await
+        .unwrap();
+    let pong = tokio::time::timeout(Duration::from_secs(20), client.next())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&pong, Some(Ok(Message::Pong(p))) if &p[..] == b"are you there"),
+        "{pong:?}"
+    );
     let usage = &done["response"]["usage"];
     assert_eq!(usage["input_token_details"]["cached_tokens"], 2);
     // A second response in the same session is accounted on its own.
@@ -505,6 +517,11 @@ async fn draining_closes_both_sides_with_going_away() {
         mock.realtime().closes == vec![1001]
     })
     .await;
+    // A draining proxy opens no new session.
+    let (status, body) = refused(&proxy, "gpt-realtime", Some(TOKEN)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "shutting_down", "{body}");
+    assert_eq!(mock.realtime().sessions, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,6 +86,10 @@ pub async fn serve_realtime(state: Arc<AppState>, arrival: Arrival, request: Req
     let result = {
         let mut served = pin!(async {
             let view = view.as_ref().ok_or_else(GatewayError::not_ready)?;
+            // A draining proxy closes its sessions: a new one would be closed as it opens.
+            if state.draining.is_cancelled() {
+                return Err(GatewayError::ShuttingDown);
+            }
             let (mut ctx, upgrade) = realtime::receive(&arrival, view, request)?;
             route::route(&mut ctx)?;
             realtime::keep_to_realtime_channels(&mut ctx);
