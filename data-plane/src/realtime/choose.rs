@@ -242,6 +242,12 @@ fn report_failure(
     budget: &RetryBudget,
     failure: &Failure,
 ) {
+    if failure.error == AttemptError::CredentialUnresolved {
+        // This proxy cannot resolve the channel's credential (an unset variable): nothing was
+        // sent, and nothing is the upstream's fault.
+        ctx.constraint.attempted.push(picked.member.id);
+        return;
+    }
     let settings = &ctx.view.snapshot.settings;
     let policy = FailurePolicy {
         fault_protection: settings.fault_protection_enabled,
