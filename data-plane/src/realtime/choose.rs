@@ -104,10 +104,11 @@ pub async fn choose(
         let left = deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(settings.first_byte_timeout_ms).min(left);
         let credential = pick_credential(&picked, &mut rng);
+        // The channel counts the session in flight from its handshake to its end.
+        let in_flight = InFlightGuard::acquire(&state.store, picked.channel.id);
         match attempt(state, ctx, &picked, credential, beta, config, timeout).await {
             Ok(upstream) => {
                 report_success(state, ctx, &picked);
-                let in_flight = InFlightGuard::acquire(&state.store, picked.channel.id);
                 return Ok(Chosen {
                     upstream,
                     in_flight,
