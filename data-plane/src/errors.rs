@@ -257,16 +257,8 @@ impl GatewayError {
             ModelNotAllowed { model } => format!("This API key may not use the model `{model}`."),
             NoEligibleMember {
                 model,
-                secrets_withheld: false,
-            } => format!(
-                "No upstream can serve `{model}` right now (all disabled, excluded or incapable)."
-            ),
-            NoEligibleMember {
-                model,
-                secrets_withheld: true,
-            } => format!(
-                "No upstream can serve `{model}` right now: its channels are excluded as `secrets_withheld`. The control plane has no fleet token, so it sent this proxy no credentials, header values or URL passwords; set SWITCHYARD_FLEET_TOKEN on the control plane and the proxies."
-            ),
+                secrets_withheld,
+            } => no_member_message(model, *secrets_withheld),
             ProtocolUnsupported { feature, model } => format!(
                 "The request uses {feature}, which no upstream serving `{model}` can express."
             ),
@@ -350,6 +342,18 @@ impl GatewayError {
             headers.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
+    }
+}
+
+/// The message of [`GatewayError::NoEligibleMember`]: channels excluded because this proxy got
+/// no secrets are named with the fix.
+fn no_member_message(model: &str, secrets_withheld: bool) -> String {
+    if secrets_withheld {
+        format!(
+            "No upstream can serve `{model}` right now: its channels are excluded as `secrets_withheld`. The control plane has no fleet token, so it sent this proxy no credentials, header values or URL passwords; set SWITCHYARD_FLEET_TOKEN on the control plane and the proxies."
+        )
+    } else {
+        format!("No upstream can serve `{model}` right now (all disabled, excluded or incapable).")
     }
 }
 

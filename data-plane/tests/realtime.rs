@@ -7,10 +7,12 @@
 //! SDK's realtime client is `the_openai_sdk_realtime_client_talks_through_the_proxy`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::run_python_at;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use switchyard_data_plane::config::parse_yaml;
@@ -594,9 +596,6 @@ print(json.dumps({"events": events, "text": "".join(text), "usage": usage}))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_realtime_client_talks_through_the_proxy() {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` and `websockets` packages (scripts/test sets it up)")
-    });
     let mock = MockUpstream::start().await.unwrap();
     mock.on(
         Matcher::path("/v1/realtime"),
@@ -609,24 +608,7 @@ async fn the_openai_sdk_realtime_client_talks_through_the_proxy() {
     ))
     .await;
     let url = format!("http://{}", proxy.addr);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg("-c")
-            .arg(SDK_SCRIPT)
-            .arg(&url)
-            .arg(TOKEN)
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let result = run_python_at(&url, TOKEN, SDK_SCRIPT).await;
     let events: Vec<&str> = result["events"]
         .as_array()
         .unwrap()

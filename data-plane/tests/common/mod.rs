@@ -205,16 +205,21 @@ pub fn channel(name: &str, url: &str, keys: &[&str]) -> String {
 /// sets it up; without it the test fails rather than skips), the proxy's URL and `TOKEN` as its
 /// arguments, and reads the one JSON value it prints.
 pub async fn run_python(proxy: &Proxy, script: &'static str) -> serde_json::Value {
+    run_python_at(&proxy.url, TOKEN, script).await
+}
+
+/// [`run_python`] against the proxy at `url` with the key `token`.
+pub async fn run_python_at(url: &str, token: &str, script: &'static str) -> serde_json::Value {
     let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
         panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the SDKs (scripts/test sets it up)")
     });
-    let url = proxy.url.clone();
+    let (url, token) = (url.to_owned(), token.to_owned());
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(&python)
             .arg("-c")
             .arg(script)
             .arg(&url)
-            .arg(TOKEN)
+            .arg(&token)
             .output()
     })
     .await
