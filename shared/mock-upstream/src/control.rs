@@ -184,6 +184,8 @@ pub(crate) struct Shared {
     pub(crate) control_api: bool,
     /// What the realtime sessions received.
     pub(crate) realtime: Mutex<RealtimeLog>,
+    /// OpenAI's Files and Batch APIs' state.
+    pub(crate) files: Mutex<crate::files::Store>,
 }
 
 impl Shared {
@@ -195,6 +197,10 @@ impl Shared {
 
     pub(crate) fn realtime(&self) -> MutexGuard<'_, RealtimeLog> {
         self.realtime.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn files(&self) -> MutexGuard<'_, crate::files::Store> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn vertex(&self) -> MutexGuard<'_, TokenIssuer> {

@@ -25,6 +25,8 @@
 //!
 //! - **The Realtime API** (`GET /v1/realtime?model=...`, Azure's `/openai/realtime` and
 //!   `/openai/v1/realtime`): a WebSocket session ([`MockUpstream::realtime`] says what it received).
+//! - **OpenAI's Files and Batch APIs** (`/v1/files`, `/v1/batches`), in memory: a batch
+//!   completes on the first poll after its creation, each line answered by the simulator.
 //!
 //! Scripted errors come in the shape of the path's protocol (OpenAI `{"error":{...}}`,
 //! Anthropic `{"type":"error",...}`, Gemini `{"error":{"code","message","status"}}`, Bedrock
@@ -61,6 +63,7 @@ mod azure;
 pub mod bedrock;
 mod control;
 mod realtime;
+mod files;
 mod respond;
 mod script;
 mod server;

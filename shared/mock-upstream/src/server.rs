@@ -103,6 +103,7 @@ impl MockUpstream {
             models: options.models,
             control_api: options.control_api,
             realtime: Mutex::default(),
+            files: Mutex::default(),
         });
         let (shutdown, shutdown_rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
@@ -458,6 +459,19 @@ async fn handle(
         return Ok(refusal);
     }
     let behavior = shared.script().answer(&recorded);
+    if behavior.is_none() && crate::files::serves(&recorded.path) {
+        let content_type = recorded
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        return Ok(shared.files().handle(
+            &recorded.method,
+            &recorded.path,
+            content_type,
+            &recorded.body,
+        ));
+    }
     tracing::debug!(
         method = %recorded.method,
         path = %recorded.path,

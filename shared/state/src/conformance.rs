@@ -1228,3 +1228,102 @@ pub fn a_changed_value_binds_within_the_window(store: &dyn StateStore, settle: &
         }
     }
 }
+
+/// Indexes and claims: a put is listed until it expires, a second put of a member replaces
+/// it, a removal removes only its member, indexes are apart, a claim is won once while it
+/// lives and again after it expired, and what is over the size bound is refused.
+pub async fn records(store: &dyn StateStore) {
+    use crate::records::{IndexEntry, RecordError, MAX_RECORD_BYTES};
+    let entry = |member: &str, value: &str, expires_at: UnixMillis| IndexEntry {
+        member: member.to_owned(),
+        value: value.to_owned(),
+        expires_at,
+    };
+    let list = |index: &'static str, now: UnixMillis| store.index_list(index, now);
+    assert_eq!(list("a", NOW).await, Ok(vec![]));
+    assert_eq!(
+        store
+            .index_put("a", entry("f1", "one", NOW + 1_000), NOW)
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        store
+            .index_put("a", entry("f2", "two", NOW + 5_000), NOW)
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        store
+            .index_put("b", entry("f1", "other", NOW + 5_000), NOW)
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        list("a", NOW).await,
+        Ok(vec![
+            entry("f1", "one", NOW + 1_000),
+            entry("f2", "two", NOW + 5_000)
+        ])
+    );
+    assert_eq!(
+        store
+            .index_put("a", entry("f1", "ONE", NOW + 2_000), NOW)
+            .await,
+        Ok(())
+    );
+    assert_eq!(
+        list("a", NOW + 1_500).await,
+        Ok(vec![
+            entry("f1", "ONE", NOW + 2_000),
+            entry("f2", "two", NOW + 5_000)
+        ]),
+        "a second put replaces the member's value and expiry"
+    );
+    assert_eq!(
+        list("a", NOW + 2_000).await,
+        Ok(vec![entry("f2", "two", NOW + 5_000)]),
+        "an entry expiring at now is gone"
+    );
+    assert_eq!(
+        store
+            .index_put("a", entry("f3", "three", NOW + 5_000), NOW)
+            .await,
+        Ok(())
+    );
+    assert_eq!(store.index_remove("a", "f2").await, Ok(()));
+    assert_eq!(store.index_remove("a", "missing").await, Ok(()));
+    assert_eq!(
+        list("a", NOW + 2_000).await,
+        Ok(vec![entry("f3", "three", NOW + 5_000)]),
+        "a removal removes its member only"
+    );
+    assert_eq!(
+        list("b", NOW).await,
+        Ok(vec![entry("f1", "other", NOW + 5_000)])
+    );
+
+    assert_eq!(store.claim_once("k", NOW + 1_000, NOW).await, Ok(true));
+    assert_eq!(
+        store.claim_once("k", NOW + 9_000, NOW + 500).await,
+        Ok(false)
+    );
+    assert_eq!(store.claim_once("k2", NOW + 1_000, NOW).await, Ok(true));
+    assert_eq!(
+        store.claim_once("k", NOW + 3_000, NOW + 1_000).await,
+        Ok(true),
+        "an expired claim can be won again"
+    );
+
+    let big = "x".repeat(MAX_RECORD_BYTES + 1);
+    assert_eq!(
+        store
+            .index_put("a", entry("f3", &big, NOW + 1_000), NOW)
+            .await,
+        Err(RecordError::TooLarge)
+    );
+    assert_eq!(
+        store.claim_once(&big, NOW + 1_000, NOW).await,
+        Err(RecordError::TooLarge)
+    );
+}

@@ -13,6 +13,7 @@
 
 mod limits;
 mod memory;
+mod records;
 mod redis;
 mod store;
 mod types;
@@ -32,5 +33,8 @@ pub use limits::{
     RateHeader, Refusal, ScopeKind, Window, MAX_REPORTED_LIMITS, RETRY_SOON_MS,
 };
 pub use memory::InMemoryStore;
+pub use records::{
+    IndexEntry, RecordError, RecordFuture, MAX_INDEX_ENTRIES, MAX_RECORD_BYTES, RECORD_TIMEOUT,
+};
 pub use store::{unix_ms, InFlightGuard, StateStore};
 pub use types::*;

@@ -15,6 +15,7 @@ use switchyard_engine::{
 use crate::limits::{
     Admission, Authority, Limit, LimitRequest, LimitStatus, Limiter, Metric, Refusal,
 };
+use crate::records::{check_sizes, ready, IndexEntry, RecordFuture, MAX_INDEX_ENTRIES};
 use crate::store::StateStore;
 use crate::types::*;
 
@@ -23,6 +24,59 @@ pub struct InMemoryStore {
     inner: RwLock<Inner>,
     /// Limits: this table is the only one, so its counts are exact.
     limits: Limiter,
+    /// Indexes and claims ([`crate::records`]): this process's are the only ones.
+    records: std::sync::Mutex<Records>,
+}
+
+/// The in-memory indexes and claims.
+#[derive(Debug, Default)]
+struct Records {
+    indexes:
+        std::collections::HashMap<String, std::collections::HashMap<String, (String, UnixMillis)>>,
+    claims: std::collections::HashMap<String, UnixMillis>,
+}
+
+impl Records {
+    fn put(&mut self, index: &str, entry: IndexEntry, now: UnixMillis) {
+        let entries = self.indexes.entry(index.to_owned()).or_default();
+        entries.retain(|_, (_, expires)| *expires > now);
+        if !entries.contains_key(&entry.member) && entries.len() >= MAX_INDEX_ENTRIES {
+            let first = entries
+                .iter()
+                .min_by_key(|(member, (_, expires))| (*expires, (*member).clone()))
+                .map(|(member, _)| member.clone());
+            if let Some(first) = first {
+                entries.remove(&first);
+            }
+        }
+        entries.insert(entry.member, (entry.value, entry.expires_at));
+    }
+
+    fn list(&mut self, index: &str, now: UnixMillis) -> Vec<IndexEntry> {
+        let Some(entries) = self.indexes.get_mut(index) else {
+            return Vec::new();
+        };
+        entries.retain(|_, (_, expires)| *expires > now);
+        let mut out: Vec<IndexEntry> = entries
+            .iter()
+            .map(|(member, (value, expires_at))| IndexEntry {
+                member: member.clone(),
+                value: value.clone(),
+                expires_at: *expires_at,
+            })
+            .collect();
+        out.sort_by(|a, b| a.member.cmp(&b.member));
+        out
+    }
+
+    fn claim(&mut self, key: &str, expires_at: UnixMillis, now: UnixMillis) -> bool {
+        self.claims.retain(|_, expires| *expires > now);
+        if self.claims.contains_key(key) {
+            return false;
+        }
+        self.claims.insert(key.to_owned(), expires_at);
+        true
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -60,6 +114,11 @@ pub(crate) struct Inner {
 impl InMemoryStore {
     pub fn new() -> InMemoryStore {
         InMemoryStore::default()
+    }
+
+    fn records(&self) -> std::sync::MutexGuard<'_, Records> {
+        // Plain maps, whole after any panic: keep going.
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
@@ -454,6 +513,27 @@ impl StateStore for InMemoryStore {
         self.limits.status(limit, now, Authority::Exact)
     }
 
+    fn index_put(&self, index: &str, entry: IndexEntry, now: UnixMillis) -> RecordFuture<()> {
+        let checked = check_sizes(&[index, &entry.member, &entry.value]);
+        ready(checked.map(|()| self.records().put(index, entry, now)))
+    }
+
+    fn index_list(&self, index: &str, now: UnixMillis) -> RecordFuture<Vec<IndexEntry>> {
+        ready(Ok(self.records().list(index, now)))
+    }
+
+    fn index_remove(&self, index: &str, member: &str) -> RecordFuture<()> {
+        if let Some(entries) = self.records().indexes.get_mut(index) {
+            entries.remove(member);
+        }
+        ready(Ok(()))
+    }
+
+    fn claim_once(&self, key: &str, expires_at: UnixMillis, now: UnixMillis) -> RecordFuture<bool> {
+        let checked = check_sizes(&[key]);
+        ready(checked.map(|()| self.records().claim(key, expires_at, now)))
+    }
+
     fn dump(&self, now: UnixMillis) -> StateDump {
         let inner = self.read();
         StateDump {
@@ -607,6 +687,11 @@ mod tests {
     #[test]
     fn in_memory_store_passes_the_conformance_suite() {
         conformance::run_all(&|| Box::new(InMemoryStore::new()));
+    }
+
+    #[tokio::test]
+    async fn in_memory_store_keeps_indexes_and_claims() {
+        conformance::records(&InMemoryStore::new()).await;
     }
 
     #[test]

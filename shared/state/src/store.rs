@@ -9,6 +9,7 @@ use switchyard_engine::{
 };
 
 use crate::limits::{Admission, Limit, LimitRequest, LimitStatus, Metric, Refusal};
+use crate::records::{IndexEntry, RecordFuture};
 use crate::types::*;
 
 /// The wall clock in Unix milliseconds (0 before 1970, saturating far ahead). Shared state
@@ -182,6 +183,22 @@ pub trait StateStore: Send + Sync {
 
     /// One limit's state as this store sees it (budgets, gauges).
     fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus;
+
+    /// Adds `member` with `value` to the index `index` (replacing the member's old value),
+    /// kept until `expires_at`; an index over [`MAX_INDEX_ENTRIES`](crate::records::MAX_INDEX_ENTRIES)
+    /// drops the entry that expires first. Not on any proxied request's path (see
+    /// [`crate::records`]).
+    fn index_put(&self, index: &str, entry: IndexEntry, now: UnixMillis) -> RecordFuture<()>;
+
+    /// The live entries of `index` (those expiring after `now`), by member.
+    fn index_list(&self, index: &str, now: UnixMillis) -> RecordFuture<Vec<IndexEntry>>;
+
+    /// Removes `member` from `index` (nothing when absent).
+    fn index_remove(&self, index: &str, member: &str) -> RecordFuture<()>;
+
+    /// Claims `key` for the caller until `expires_at`: `true` for exactly one caller in the
+    /// fleet while the claim lives, `false` for every other.
+    fn claim_once(&self, key: &str, expires_at: UnixMillis, now: UnixMillis) -> RecordFuture<bool>;
 }
 
 /// Counts one request in flight on a channel for as long as it lives.

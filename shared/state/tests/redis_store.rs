@@ -971,3 +971,52 @@ fn a_redis_that_lost_the_scripts_gets_them_again_without_an_error() {
         "the second sample is in the view"
     );
 }
+
+/// Indexes and claims answer from Redis itself: the conformance checks on one store, and a
+/// second store on the same prefix sees the first one's entries and loses its claims at once.
+#[test]
+fn redis_store_keeps_indexes_and_claims_fleet_wide() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("records");
+    let (one, two) = (start(&url, &prefix), start(&url, &prefix));
+    rt.block_on(async {
+        conformance::records(&one).await;
+        let entry = IndexEntry {
+            member: "file-1".into(),
+            value: "{}".into(),
+            expires_at: CHECK_NOW + 60_000,
+        };
+        assert_eq!(
+            one.index_put("token:7", entry.clone(), CHECK_NOW).await,
+            Ok(())
+        );
+        assert_eq!(two.index_list("token:7", CHECK_NOW).await, Ok(vec![entry]));
+        assert_eq!(
+            one.claim_once("batch:x", CHECK_NOW + 60_000, CHECK_NOW)
+                .await,
+            Ok(true)
+        );
+        assert_eq!(
+            two.claim_once("batch:x", CHECK_NOW + 60_000, CHECK_NOW)
+                .await,
+            Ok(false)
+        );
+    });
+    drop((one, two));
+    cleanup(&url, &prefix);
+}
+
+/// With Redis away, a record call answers `Unavailable` within its timeout, never hangs.
+#[test]
+fn records_answer_unavailable_without_redis() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let store = start("redis://127.0.0.1:1", &unique_prefix("records-away"));
+    let listed = rt.block_on(store.index_list("token:1", CHECK_NOW));
+    assert!(
+        matches!(listed, Err(RecordError::Unavailable(_))),
+        "{listed:?}"
+    );
+}

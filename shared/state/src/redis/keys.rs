@@ -23,6 +23,8 @@ pub(crate) struct Keys {
     limit_prefix: String,
     conc_prefix: String,
     pub(super) events: String,
+    /// Indexes and claims ([`crate::records`]): `rec:<name>`, `claim:<name>`.
+    tag: String,
 }
 
 impl Keys {
@@ -34,6 +36,16 @@ impl Keys {
     /// A concurrency limit's reservations (one field per proxy).
     pub(crate) fn concurrent(&self, key: &LimitKey) -> String {
         format!("{}{}", self.conc_prefix, key.name())
+    }
+
+    /// An index's hash.
+    pub(crate) fn record(&self, name: &str) -> String {
+        format!("{}:rec:{name}", self.tag)
+    }
+
+    /// A claim's key.
+    pub(crate) fn claim(&self, name: &str) -> String {
+        format!("{}:claim:{name}", self.tag)
     }
 
     /// The sorted set of live proxies' leases (score: expiry, Unix ms).
@@ -58,6 +70,7 @@ impl Keys {
             limit_prefix: format!("{t}:limit:"),
             conc_prefix: format!("{t}:conc:"),
             events: format!("{t}:events"),
+            tag: t,
         }
     }
 }

@@ -18,6 +18,7 @@ mod conn;
 mod keys;
 mod lag;
 mod outage;
+mod records;
 mod scripts;
 mod shared;
 mod subscribe;
@@ -37,6 +38,7 @@ use crate::limits::{
     Admission, Authority, Limit, LimitRequest, LimitStatus, Limiter, Metric, Refusal,
 };
 use crate::memory::InMemoryStore;
+use crate::records::{check_sizes, ready, IndexEntry, RecordFuture};
 use crate::store::StateStore;
 use crate::types::*;
 
@@ -206,6 +208,16 @@ impl RedisStore {
                 timeout.as_millis()
             )),
         }
+    }
+
+    /// The Redis key of the index `name` (under the fleet's hash tag).
+    fn record_key(&self, name: &str) -> String {
+        keys::Keys::new(&self.shared.config.prefix, &self.shared.instance).record(name)
+    }
+
+    /// The Redis key of the claim `name`.
+    fn claim_key(&self, name: &str) -> String {
+        keys::Keys::new(&self.shared.config.prefix, &self.shared.instance).claim(name)
     }
 
     /// This proxy's id in the fleet (its lease name).
@@ -554,6 +566,34 @@ impl StateStore for RedisStore {
 
     fn limit_status(&self, limit: &Limit, now: UnixMillis) -> LimitStatus {
         self.shared.limits.status(limit, now, self.authority())
+    }
+
+    fn index_put(&self, index: &str, entry: IndexEntry, now: UnixMillis) -> RecordFuture<()> {
+        if let Err(e) = check_sizes(&[index, &entry.member, &entry.value]) {
+            return ready(Err(e));
+        }
+        records::put(&self.target, self.record_key(index), entry, now)
+    }
+
+    fn index_list(&self, index: &str, now: UnixMillis) -> RecordFuture<Vec<IndexEntry>> {
+        if let Err(e) = check_sizes(&[index]) {
+            return ready(Err(e));
+        }
+        records::list(&self.target, self.record_key(index), now)
+    }
+
+    fn index_remove(&self, index: &str, member: &str) -> RecordFuture<()> {
+        if let Err(e) = check_sizes(&[index, member]) {
+            return ready(Err(e));
+        }
+        records::remove(&self.target, self.record_key(index), member.to_owned())
+    }
+
+    fn claim_once(&self, key: &str, expires_at: UnixMillis, now: UnixMillis) -> RecordFuture<bool> {
+        if let Err(e) = check_sizes(&[key]) {
+            return ready(Err(e));
+        }
+        records::claim(&self.target, self.claim_key(key), expires_at, now)
     }
 }
 
