@@ -487,6 +487,32 @@ mod tests {
         fn with_view(&self, f: &mut dyn FnMut(&dyn switchyard_engine::HealthView)) {
             self.inner.with_view(f)
         }
+        fn index_put(
+            &self,
+            index: &str,
+            entry: switchyard_state::IndexEntry,
+            now: UnixMillis,
+        ) -> switchyard_state::RecordFuture<()> {
+            self.inner.index_put(index, entry, now)
+        }
+        fn index_list(
+            &self,
+            index: &str,
+            now: UnixMillis,
+        ) -> switchyard_state::RecordFuture<Vec<switchyard_state::IndexEntry>> {
+            self.inner.index_list(index, now)
+        }
+        fn index_remove(&self, index: &str, member: &str) -> switchyard_state::RecordFuture<()> {
+            self.inner.index_remove(index, member)
+        }
+        fn claim_once(
+            &self,
+            key: &str,
+            expires_at: UnixMillis,
+            now: UnixMillis,
+        ) -> switchyard_state::RecordFuture<bool> {
+            self.inner.claim_once(key, expires_at, now)
+        }
         fn record_success(
             &self,
             s: &switchyard_state::AttemptSuccess<'_>,

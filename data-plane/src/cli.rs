@@ -26,6 +26,12 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_FLEET_TOKEN", hide_env_values = true)]
     pub fleet_token: Option<String>,
 
+    /// Secret the ids of files and batches are signed under: the same on every proxy of a
+    /// fleet (without it a fleet derives the key from SWITCHYARD_FLEET_TOKEN; with neither the
+    /// key is this process's own and its ids last until it restarts).
+    #[arg(long, env = "SWITCHYARD_ID_SECRET", hide_env_values = true)]
+    pub id_secret: Option<String>,
+
     /// Bearer credential `GET /metrics` then requires; with it the token counts carry each
     /// token's name (without it `/metrics` is open and names no token).
     #[arg(long, env = "SWITCHYARD_METRICS_TOKEN", hide_env_values = true)]

@@ -97,6 +97,11 @@ pub enum GatewayError {
     PassthroughBadPath(&'static str),
     /// The pass-through channel cannot be called from this proxy (why: the reason).
     ChannelUnavailable { channel: String, why: &'static str },
+    /// A file or batch id this caller cannot reach: unknown, forged, altered, another key's, or
+    /// on a channel no longer configured — all answered alike (the noun names the kind).
+    NoSuchObject(&'static str),
+    /// The shared state (a key's index of files and batches) could not be reached in time.
+    StateUnavailable,
 }
 
 impl GatewayError {
@@ -121,10 +126,14 @@ impl GatewayError {
     pub fn status(&self) -> StatusCode {
         use GatewayError::*;
         match self {
-            NotReady | ShuttingDown | NoEligibleMember { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            NotReady | ShuttingDown | NoEligibleMember { .. } | StateUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Unauthorized | TokenExpired { .. } => StatusCode::UNAUTHORIZED,
             RateLimited { .. } | UpstreamsRateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            NotFound | ModelNotFound { .. } | PassthroughNotFound => StatusCode::NOT_FOUND,
+            NotFound | ModelNotFound { .. } | PassthroughNotFound | NoSuchObject(_) => {
+                StatusCode::NOT_FOUND
+            }
             MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -155,6 +164,7 @@ impl GatewayError {
             NotReady
             | ShuttingDown
             | NoEligibleMember { .. }
+            | StateUnavailable
             | UpstreamTimeout
             | UpstreamStreamCut
             | UpstreamUnreachable
@@ -187,7 +197,8 @@ impl GatewayError {
             TokenExpired { .. } => "token_expired",
             RateLimited { spent: true, .. } => "budget_exceeded",
             RateLimited { .. } | UpstreamsRateLimited { .. } => "rate_limit_exceeded",
-            NotFound => "not_found",
+            NotFound | NoSuchObject(_) => "not_found",
+            StateUnavailable => "state_unavailable",
             MethodNotAllowed(_) => "method_not_allowed",
             RequestTooLarge { .. } => "request_too_large",
             RequestBodyTimeout => "request_body_timeout",
@@ -243,6 +254,10 @@ impl GatewayError {
                 "Rate limit reached: every upstream serving `{model}` is at its configured limit. Retry after 1 s."
             ),
             NotFound => "No such endpoint on this gateway.".to_owned(),
+            NoSuchObject(noun) => format!("No such {noun}."),
+            StateUnavailable => {
+                "The gateway's shared state did not answer in time; retry shortly.".to_owned()
+            }
             MethodNotAllowed(method) => format!("{method} is not allowed on this path"),
             RequestTooLarge { limit } => format!("request body exceeds the limit of {limit} bytes"),
             RequestBodyTimeout => "the request body was not received in time".to_owned(),

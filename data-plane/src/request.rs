@@ -422,6 +422,33 @@ const MAX_BOUNDARY: usize = 70;
 /// Inspects a `multipart/form-data` body (audio transcriptions): only the `model` and `stream`
 /// fields are read. Linear in the body (memchr's two-way search, each needle built once).
 pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, InspectError> {
+    let [model, stream] = multipart_fields(body, content_type, ["model", "stream"])?;
+    let mut out = Inspected {
+        inputs: 1,
+        ..Inspected::default()
+    };
+    if let Some((start, end)) = model {
+        out.model = String::from_utf8_lossy(&body[start..end]).trim().to_owned();
+        out.model_span = Some((start, end));
+    }
+    out.stream = stream.is_some_and(|(start, end)| &body[start..end] == b"true");
+    if out.model.is_empty() {
+        return Err(InspectError::MissingModel);
+    }
+    check_model(&out.model)?;
+    out.needs.streaming = out.stream;
+    Ok(out)
+}
+
+/// The byte spans of the values of the fields `wanted` of a `multipart/form-data` body (`None`
+/// for a field it lacks). A wanted field given twice, or a part with several names one of which
+/// is wanted, is refused: what the gateway reads must be what an upstream reads. Linear in the
+/// body (memchr's two-way search, each needle built once).
+pub fn multipart_fields<const N: usize>(
+    body: &[u8],
+    content_type: &str,
+    wanted: [&'static str; N],
+) -> Result<[Option<(usize, usize)>; N], InspectError> {
     let boundary = content_type
         .split(';')
         .filter_map(|p| p.trim().strip_prefix("boundary="))
@@ -439,12 +466,8 @@ pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, I
     let value_end = format!("\r\n{delimiter}");
     let value_end = memmem::Finder::new(value_end.as_bytes());
     let head_end = memmem::Finder::new(b"\r\n\r\n");
-    let mut out = Inspected {
-        inputs: 1,
-        ..Inspected::default()
-    };
+    let mut found = [None; N];
     let mut at = 0;
-    let mut seen_stream = false;
     while let Some(pos) = body.get(at..).and_then(|rest| next_part.find(rest)) {
         let part_start = at + pos + delimiter.len();
         let Some(headers_len) = head_end.find(&body[part_start..]) else {
@@ -455,31 +478,20 @@ pub fn inspect_multipart(body: &[u8], content_type: &str) -> Result<Inspected, I
         let Some(value_len) = value_end.find(&body[value_start..]) else {
             break;
         };
-        let value = &body[value_start..value_start + value_len];
         let headers = String::from_utf8_lossy(headers);
         let names = part_names(&headers);
-        if names.iter().any(|n| n == "model") {
-            // Routing, team and price policy read one `model`; an upstream might read another.
-            if out.model_span.is_some() || names.len() > 1 {
-                return Err(InspectError::DuplicateField("model"));
+        for (i, field) in wanted.iter().enumerate() {
+            if names.iter().any(|n| n == field) {
+                // Routing, team and price policy read one value; an upstream might read another.
+                if found[i].is_some() || names.len() > 1 {
+                    return Err(InspectError::DuplicateField(field));
+                }
+                found[i] = Some((value_start, value_start + value_len));
             }
-            out.model = String::from_utf8_lossy(value).trim().to_owned();
-            out.model_span = Some((value_start, value_start + value_len));
-        } else if names.iter().any(|n| n == "stream") {
-            if seen_stream || names.len() > 1 {
-                return Err(InspectError::DuplicateField("stream"));
-            }
-            seen_stream = true;
-            out.stream = value == b"true";
         }
         at = value_start + value_len;
     }
-    if out.model.is_empty() {
-        return Err(InspectError::MissingModel);
-    }
-    check_model(&out.model)?;
-    out.needs.streaming = out.stream;
-    Ok(out)
+    Ok(found)
 }
 
 /// The field names a part's headers give it: the `name` (or RFC 2231 `name*`) parameter of

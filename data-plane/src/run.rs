@@ -180,6 +180,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     if let Some(credential) = &cli.metrics_token {
         state.protect_metrics(credential);
     }
+    state.set_id_key(id_key(&cli));
     if cli.config.is_some() {
         // Standalone: nobody else runs recovery probes for this proxy's breakers.
         tasks.spawn(crate::probe::recovery_loop(state.clone(), stop.clone()));
@@ -250,6 +251,28 @@ fn start_serving(
 
 /// The task serving HTTP, until every worker has stopped.
 type Serving = tokio::task::JoinHandle<Result<(), String>>;
+
+/// The key file and batch ids are signed under: from the id secret, else from the fleet token
+/// (both the same on every proxy of a fleet), else this process's own (logged: its ids last
+/// until it restarts, and other proxies do not take them).
+fn id_key(cli: &Cli) -> crate::object_id::IdKey {
+    use crate::object_id::IdKey;
+    let secret = |s: &Option<String>| {
+        s.as_deref()
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_owned)
+    };
+    if let Some(secret) = secret(&cli.id_secret) {
+        return IdKey::derived(&secret);
+    }
+    if let Some(token) = secret(&cli.fleet_token) {
+        return IdKey::derived(&format!("fleet token:{token}"));
+    }
+    tracing::warn!(
+        "neither SWITCHYARD_ID_SECRET nor SWITCHYARD_FLEET_TOKEN is set: file and batch ids are signed with a key of this process, so ids last until restart and another proxy does not take them"
+    );
+    IdKey::random()
+}
 
 /// Starts the snapshot source: the standalone file (and its watcher), or the control plane's
 /// stream (with the snapshot cache and the usage reporter). Returns the file's `listen`

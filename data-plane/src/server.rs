@@ -102,6 +102,7 @@ fn routed_by_path(endpoint: Endpoint) -> bool {
 /// The router: every path the data plane serves.
 fn router(state: Arc<AppState>) -> Router {
     let mut router = crate::operator::routes()
+        .merge(crate::files::routes())
         .route("/v1/models", get(models))
         // `GET /v1/models/{id}` is OpenAI's; `POST` on the same path is Gemini's newer API
         // generation (`/v1/models/{model}:generateContent`, what google-genai 3.x calls).

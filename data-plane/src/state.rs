@@ -17,6 +17,7 @@ use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::object_id::IdKey;
 use crate::shadow::rules::{ShadowQueue, Shadows};
 use crate::snapshot::View;
 use crate::upstream::{ClientOptions, HttpClient};
@@ -53,7 +54,16 @@ pub struct AppState {
     /// revision they were told under (a new revision may carry a fixed secret: told anew).
     refusals_told: Mutex<(u64, HashSet<(ChannelId, CredentialId)>)>,
     seed: AtomicU64,
+    /// The key file and batch ids are tagged under ([`crate::object_id`]): set once at start
+    /// (from the fleet's secret), else a key of this process alone.
+    id_key: OnceLock<IdKey>,
+    /// Batches whose usage this proxy has accounted or seen claimed by another (bounded: the
+    /// fleet-wide claim is the rule, this only spares a second read of the output).
+    batches_accounted: Mutex<HashSet<String>>,
 }
+
+/// The most batches [`AppState::batch_settled`] remembers before it starts over.
+const MAX_REMEMBERED_BATCHES: usize = 10_000;
 
 impl AppState {
     /// The state over `views`, with an upstream pool for each of `workers` serving threads
@@ -89,6 +99,8 @@ impl AppState {
             usage,
             shadows,
             refusals_told: Mutex::default(),
+            id_key: OnceLock::new(),
+            batches_accounted: Mutex::default(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         });
         (state, shadow_queue)
@@ -121,6 +133,33 @@ impl AppState {
             *told = (revision, HashSet::new());
         }
         told.1.insert((channel, credential))
+    }
+
+    /// Sets the key file and batch ids are tagged under; `false` when one was set (or used)
+    /// already.
+    pub fn set_id_key(&self, key: IdKey) -> bool {
+        self.id_key.set(key).is_ok()
+    }
+
+    /// The key file and batch ids are tagged under (a random one of this process when none was
+    /// set before the first use).
+    pub(crate) fn id_key(&self) -> &IdKey {
+        self.id_key.get_or_init(IdKey::random)
+    }
+
+    /// Whether the batch `key`'s usage was settled here already (accounted, or claimed by
+    /// another proxy); with `settle`, records that it now is.
+    pub(crate) fn batch_settled(&self, key: &str, settle: bool) -> bool {
+        let Ok(mut settled) = self.batches_accounted.lock() else {
+            return false;
+        };
+        if settle {
+            if settled.len() >= MAX_REMEMBERED_BATCHES {
+                settled.clear();
+            }
+            settled.insert(key.to_owned());
+        }
+        settled.contains(key)
     }
 
     /// The upstream client of the calling thread's pool.

@@ -9,7 +9,7 @@
 mod admit;
 mod finish;
 pub mod passthrough;
-mod receive;
+pub(crate) mod receive;
 mod route;
 
 use std::future::{poll_fn, Future};

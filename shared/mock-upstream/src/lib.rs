@@ -62,8 +62,8 @@
 mod azure;
 pub mod bedrock;
 mod control;
-mod realtime;
 mod files;
+mod realtime;
 mod respond;
 mod script;
 mod server;

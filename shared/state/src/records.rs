@@ -19,7 +19,7 @@ pub const RECORD_TIMEOUT: Duration = Duration::from_secs(2);
 pub const MAX_INDEX_ENTRIES: usize = 10_000;
 
 /// The longest index name, member or value a store takes (longer ones are refused).
-pub const MAX_RECORD_BYTES: usize = 4096;
+pub const MAX_RECORD_BYTES: usize = 16 * 1024;
 
 /// Why a record call did not complete.
 #[derive(Debug, Clone, PartialEq, Eq)]

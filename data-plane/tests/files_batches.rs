@@ -1,0 +1,305 @@
+//! OpenAI's Files and Batch APIs through the proxy, with the official OpenAI Python SDK as the
+//! client and two mock upstreams as the channels: a batch round trip (upload, create, poll
+//! until completed, download the output) stays on the channel the upload was routed to and is
+//! accounted once; a forged, altered or another key's id is a 404 like an unknown one; a key
+//! lists only its own objects.
+//! `SWITCHYARD_TEST_PYTHON` must name a python with `openai` installed (scripts/test sets it).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use switchyard_data_plane::usage::UsageReporter;
+use switchyard_mock_upstream::MockUpstream;
+use switchyard_proto::v1::UsageRecord;
+
+const OTHER_TOKEN: &str = "sk-other-token";
+
+const SCRIPT: &str = r#"
+import json, sys, time
+from openai import OpenAI, NotFoundError
+
+base, key, other_key = sys.argv[1], sys.argv[2], sys.argv[3]
+client = OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
+other = OpenAI(base_url=base + "/v1", api_key=other_key, max_retries=0)
+
+lines = [
+    {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": "gpt-batch", "messages": [{"role": "user", "content": "hello there"}]}},
+    {"custom_id": "r2", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": "gpt-batch", "messages": [{"role": "user", "content": "and again, a longer prompt"}]}},
+]
+data = "\n".join(json.dumps(l) for l in lines).encode()
+uploaded = client.files.create(file=("batch.jsonl", data), purpose="batch")
+batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+polls = 0
+while batch.status not in ("completed", "failed", "cancelled") and polls < 10:
+    polls += 1
+    batch = client.batches.retrieve(batch.id)
+output = client.files.content(batch.output_file_id).text
+again = client.batches.retrieve(batch.id)
+
+def status(call):
+    try:
+        call()
+        return 200
+    except NotFoundError as e:
+        return e.status_code
+    except Exception as e:
+        return getattr(e, "status_code", repr(e))
+
+tampered = uploaded.id[:-2] + ("AA" if not uploaded.id.endswith("AA") else "BB")
+result = {
+    "file_id": uploaded.id,
+    "file_purpose": uploaded.purpose,
+    "batch_id": batch.id,
+    "status": batch.status,
+    "polls": polls,
+    "input_file_id": batch.input_file_id,
+    "output_file_id": batch.output_file_id,
+    "output_lines": [json.loads(l) for l in output.splitlines() if l.strip()],
+    "again_status": again.status,
+    "retrieved": client.files.retrieve(uploaded.id).id,
+    "files": [f.id for f in client.files.list()],
+    "batches": [b.id for b in client.batches.list()],
+    "other_files": [f.id for f in other.files.list()],
+    "other_batches": [b.id for b in other.batches.list()],
+    "forged": status(lambda: client.files.retrieve("file-abc123")),
+    "forged_gateway_shape": status(lambda: client.files.retrieve("file-sy1" + "A" * 60)),
+    "tampered": status(lambda: client.files.retrieve(tampered)),
+    "other_file": status(lambda: other.files.retrieve(uploaded.id)),
+    "other_content": status(lambda: other.files.content(batch.output_file_id)),
+    "other_batch": status(lambda: other.batches.retrieve(batch.id)),
+    "other_cancel": status(lambda: other.batches.cancel(batch.id)),
+    "other_delete": status(lambda: other.files.delete(uploaded.id)),
+    "batch_as_file": status(lambda: client.files.retrieve(batch.id)),
+}
+deleted = client.files.delete(uploaded.id)
+result["deleted"] = deleted.deleted
+result["deleted_id"] = deleted.id
+result["files_after_delete"] = [f.id for f in client.files.list()]
+print(json.dumps(result))
+"#;
+
+fn python() -> String {
+    std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
+    })
+}
+
+/// Two OpenAI channels `a` and `b` on their mocks, equal members of the route `gpt-batch`
+/// (either may take the upload), and two keys.
+fn config(a: &MockUpstream, b: &MockUpstream) -> String {
+    format!(
+        "channels:\n{}{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("b", &b.base_url(), &["kb"]),
+    )
+}
+
+fn records(usage: &UsageReporter) -> Vec<UsageRecord> {
+    usage.take_batch().map(|b| b.records).unwrap_or_default()
+}
+
+async fn run_script(url: String) -> serde_json::Value {
+    let python = python();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&python)
+            .args(["-c", SCRIPT, &url, TOKEN, OTHER_TOKEN])
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_round_trip_through_the_sdk_stays_on_one_channel_and_is_accounted_once() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let (proxy, usage) = start_accounted(&config(&a, &b)).await;
+    let result = run_script(proxy.url.clone()).await;
+
+    // The round trip.
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["file_purpose"], "batch");
+    assert_eq!(result["again_status"], "completed");
+    let (file, batch) = (
+        result["file_id"].as_str().unwrap(),
+        result["batch_id"].as_str().unwrap(),
+    );
+    assert!(file.starts_with("file-sy1"), "a gateway file id: {file}");
+    assert!(
+        batch.starts_with("batch_sy1"),
+        "a gateway batch id: {batch}"
+    );
+    assert_eq!(
+        result["input_file_id"], file,
+        "the batch names the gateway's file id"
+    );
+    assert!(result["output_file_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("file-sy1"));
+    let lines = result["output_lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2, "{result}");
+    assert_eq!(lines[0]["custom_id"], "r1");
+    assert_eq!(lines[1]["response"]["status_code"], 200);
+    assert_eq!(result["retrieved"], file);
+
+    // Every call after the upload went to the upload's channel; the other saw none.
+    let (served, idle, name) = if a.hits() > 0 {
+        (&a, &b, "a")
+    } else {
+        (&b, &a, "b")
+    };
+    assert_eq!(idle.hits(), 0, "the other channel was never called");
+    let paths: Vec<String> = served
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(paths.contains(&"POST /v1/files".to_owned()), "{paths:?}");
+    assert!(paths.contains(&"POST /v1/batches".to_owned()), "{paths:?}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.starts_with("GET /v1/files/file-mock") && p.ends_with("/content")),
+        "{paths:?}"
+    );
+    // The channel was sent its own ids, never the gateway's.
+    let create = served
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/v1/batches")
+        .unwrap();
+    assert!(create.json()["input_file_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("file-mock"));
+    assert!(!paths.iter().any(|p| p.contains("sy1")), "{paths:?}");
+
+    // Accounted once: one request per answered line, under the key and the serving channel,
+    // although the completed batch was read twice.
+    let accounted = records(&usage);
+    let requests: u64 = accounted.iter().map(|r| r.requests).sum();
+    assert_eq!(requests, 2, "{accounted:?}");
+    assert!(
+        accounted
+            .iter()
+            .all(|r| r.token == "test" && r.channel == name && r.route == "gpt-batch"),
+        "{accounted:?}"
+    );
+    assert!(accounted.iter().map(|r| r.input_tokens).sum::<u64>() > 0);
+    assert!(accounted.iter().map(|r| r.output_tokens).sum::<u64>() > 0);
+
+    // Lists: the key's own only.
+    assert_eq!(result["batches"], serde_json::json!([batch]));
+    let files = result["files"].as_array().unwrap();
+    assert!(files.iter().any(|f| f == file), "{files:?}");
+    assert_eq!(result["other_files"], serde_json::json!([]));
+    assert_eq!(result["other_batches"], serde_json::json!([]));
+
+    // Forged, altered, another key's or another kind's id: the same 404.
+    for case in [
+        "forged",
+        "forged_gateway_shape",
+        "tampered",
+        "other_file",
+        "other_content",
+        "other_batch",
+        "other_cancel",
+        "other_delete",
+        "batch_as_file",
+    ] {
+        assert_eq!(result[case], 404, "{case}: {result}");
+    }
+
+    // Deleted on its channel, and gone from the list.
+    assert_eq!(result["deleted"], true);
+    assert_eq!(result["deleted_id"], file);
+    assert!(!result["files_after_delete"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == file));
+    assert!(records(&usage).is_empty(), "nothing accounted twice");
+}
+
+#[tokio::test]
+async fn an_upload_names_its_model_or_is_told_how() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let proxy = start(&config(&a, &b)).await;
+    let form = |purpose: &str, file: &str| {
+        format!("--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{purpose}\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n{file}\r\n--b--\r\n").into_bytes()
+    };
+    let upload = |body: Vec<u8>, extra: Vec<(&'static str, &'static str)>| {
+        let url = format!("{}/v1/files", proxy.url);
+        async move {
+            let mut headers = vec![("content-type", "multipart/form-data; boundary=b")];
+            headers.extend(extra);
+            send(http::Method::POST, &url, Some(TOKEN), body, &headers).await
+        }
+    };
+    let reply = upload(form("assistants", "notes"), vec![]).await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("x-switchyard-model"));
+    let reply = upload(
+        form("assistants", "notes"),
+        vec![("x-switchyard-model", "gpt-batch")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["purpose"], "assistants");
+    let reply = upload(
+        form("assistants", "notes"),
+        vec![("x-switchyard-model", "no-such")],
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "model_not_found");
+    let reply = upload(
+        form(
+            "batch",
+            "{\"body\":{\"model\":\"gpt-batch\"}}\n{\"body\":{}}",
+        ),
+        vec![],
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("line 2"));
+    assert_eq!(
+        a.hits() + b.hits(),
+        1,
+        "only the good upload reached a channel"
+    );
+    let reply = send(
+        http::Method::GET,
+        &format!("{}/v1/files", proxy.url),
+        None,
+        vec![],
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 401);
+}
