@@ -308,6 +308,14 @@ write("inspect_multipart", "two_models",
       multipart("x", [("model", "first", ""), ("model", "second", "")]).replace(
           "multipart/form-data;", "multipart/form-data; charset=utf-8;"))
 
+# ---------------------------------------------------------------- file and batch ids
+# A text the parser reads (an upstream id, a gateway-shaped one), and the inputs that make an
+# id: 8 bytes of channel, 8 of key, then the upstream id.
+write("object_id", "upstream_file", "file-abc123DEF456")
+write("object_id", "gateway_shaped", "batch_sy1" + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA_-")
+write("object_id", "make_file", b"\x00\x01\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00file-abc123")
+write("object_id", "make_msgbatch", b"\x02\x09\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7fmsgbatch_01HJ")
+
 # ---------------------------------------------------------------- model patterns
 write("model_patterns", "basic", "gpt-4o-mini\ngpt-4o-mini\ngpt-*\n*-mini\n!gpt-4o-*\n*\nclaude-?-haiku")
 write("model_patterns", "unicode", "模型-四\n模型-?\n模*\n!模型-四\n?型*四")
