@@ -303,3 +303,144 @@ async fn an_upload_names_its_model_or_is_told_how() {
     .await;
     assert_eq!(reply.status, 401);
 }
+
+const ANTHROPIC_SCRIPT: &str = r#"
+import json, sys
+import anthropic
+
+base, key, other_key = sys.argv[1], sys.argv[2], sys.argv[3]
+client = anthropic.Anthropic(base_url=base, api_key=key, max_retries=0)
+other = anthropic.Anthropic(base_url=base, api_key=other_key, max_retries=0)
+
+def request(custom_id, text):
+    return {"custom_id": custom_id, "params": {"model": "claude-batch", "max_tokens": 32,
+            "messages": [{"role": "user", "content": text}]}}
+
+batch = client.messages.batches.create(requests=[request("q1", "hello"), request("q2", "a longer question")])
+created = batch.id
+polls = 0
+while batch.processing_status != "ended" and polls < 10:
+    polls += 1
+    batch = client.messages.batches.retrieve(batch.id)
+results = [{"custom_id": r.custom_id, "type": r.result.type,
+            "input_tokens": r.result.message.usage.input_tokens}
+           for r in client.messages.batches.results(batch.id)]
+again = client.messages.batches.retrieve(batch.id)
+
+def status(call):
+    try:
+        call()
+        return 200
+    except anthropic.NotFoundError as e:
+        return e.status_code
+    except Exception as e:
+        return getattr(e, "status_code", repr(e))
+
+tampered = batch.id[:-2] + ("AA" if not batch.id.endswith("AA") else "BB")
+result = {
+    "id": created,
+    "status": batch.processing_status,
+    "results_url": batch.results_url,
+    "results": results,
+    "again": again.processing_status,
+    "listed": [b.id for b in client.messages.batches.list()],
+    "other_listed": [b.id for b in other.messages.batches.list()],
+    "forged": status(lambda: client.messages.batches.retrieve("msgbatch_01abc")),
+    "tampered": status(lambda: client.messages.batches.retrieve(tampered)),
+    "other_get": status(lambda: other.messages.batches.retrieve(batch.id)),
+    "other_cancel": status(lambda: other.messages.batches.cancel(batch.id)),
+    "other_delete": status(lambda: other.messages.batches.delete(batch.id)),
+}
+result["deleted"] = client.messages.batches.delete(batch.id).id
+result["listed_after_delete"] = [b.id for b in client.messages.batches.list()]
+print(json.dumps(result))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_batch_through_the_anthropic_sdk_stays_on_one_channel_and_is_accounted_once() {
+    let (a, b) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let anthropic = |name: &str, up: &MockUpstream| {
+        channel(name, &up.base_url(), &["k"]).replace("provider: openai", "provider: anthropic")
+    };
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: claude-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\n",
+        anthropic("a", &a),
+        anthropic("b", &b),
+    );
+    let (proxy, usage) = start_accounted(&yaml).await;
+    let python = python();
+    let url = proxy.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(&python)
+            .args(["-c", ANTHROPIC_SCRIPT, &url, TOKEN, OTHER_TOKEN])
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    let id = result["id"].as_str().unwrap();
+    assert!(id.starts_with("msgbatch_sy1"), "{id}");
+    assert_eq!(result["status"], "ended");
+    assert_eq!(result["again"], "ended");
+    assert_eq!(
+        result["results_url"],
+        format!("/v1/messages/batches/{id}/results")
+    );
+    let results = result["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{result}");
+    assert!(results
+        .iter()
+        .all(|r| r["type"] == "succeeded" && r["input_tokens"].as_u64().unwrap() > 0));
+    assert_eq!(result["listed"], serde_json::json!([id]));
+    assert_eq!(result["other_listed"], serde_json::json!([]));
+    for case in [
+        "forged",
+        "tampered",
+        "other_get",
+        "other_cancel",
+        "other_delete",
+    ] {
+        assert_eq!(result[case], 404, "{case}: {result}");
+    }
+    assert_eq!(result["deleted"], id);
+    assert_eq!(result["listed_after_delete"], serde_json::json!([]));
+
+    // One channel served every call; the other none.
+    let (served, idle, name) = if a.hits() > 0 {
+        (&a, &b, "a")
+    } else {
+        (&b, &a, "b")
+    };
+    assert_eq!(idle.hits(), 0);
+    assert!(served
+        .requests()
+        .iter()
+        .all(|r| r.path.starts_with("/v1/messages/batches")));
+    assert!(served
+        .requests()
+        .iter()
+        .all(|r| r.credential.as_deref() == Some("k")));
+
+    // Accounted once, one request per succeeded result.
+    let accounted = records(&usage);
+    assert_eq!(
+        accounted.iter().map(|r| r.requests).sum::<u64>(),
+        2,
+        "{accounted:?}"
+    );
+    assert!(accounted
+        .iter()
+        .all(|r| r.token == "test" && r.channel == name && r.route == "claude-batch"));
+    assert!(records(&usage).is_empty());
+}

@@ -24,11 +24,23 @@ pub const MAX_OUTPUT_BYTES: usize = 256 << 20;
 /// How long a batch's claim lives: longer than OpenAI keeps a batch's files.
 pub const CLAIM_TTL_MS: u64 = 35 * 24 * 3_600_000;
 
-/// One answered request of a batch's output, as far as accounting reads it.
+/// One answered request of a batch's output, as far as accounting reads it: OpenAI's
+/// `response` (a status and the answer's body), or Anthropic's `result` (its type and the
+/// message).
 #[derive(Deserialize)]
 struct OutputLine<'a> {
     #[serde(borrow)]
     response: Option<Response<'a>>,
+    #[serde(borrow)]
+    result: Option<MessageResult<'a>>,
+}
+
+#[derive(Deserialize)]
+struct MessageResult<'a> {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(borrow)]
+    message: Option<Body<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -45,41 +57,57 @@ struct Body<'a> {
     usage: Option<&'a RawValue>,
 }
 
-/// Each successfully answered request's model and usage in a batch's output (lines that are no
-/// answer, or failed, carry none).
-pub fn answered(output: &[u8]) -> Vec<(String, Usage)> {
+/// Each successfully answered request's model and usage in a batch's output, in `protocol`'s
+/// shape (lines that are no answer, or failed, carry none).
+pub fn answered(output: &[u8], protocol: Protocol) -> Vec<(String, Usage)> {
     output
         .split(|b| *b == b'\n')
         .filter_map(|line| serde_json::from_slice::<OutputLine<'_>>(line.trim_ascii()).ok())
         .filter_map(|line| {
-            let response = line.response?;
-            if !response
-                .status_code
-                .is_some_and(|s| (200..300).contains(&s))
-            {
-                return None;
-            }
-            let body = response.body?;
-            let usage = body.usage.map(|u| usage_text(Protocol::OpenAi, u.get()))?;
+            let body = match protocol {
+                Protocol::Anthropic => {
+                    let result = line.result?;
+                    if result.kind.as_deref() != Some("succeeded") {
+                        return None;
+                    }
+                    result.message?
+                }
+                _ => {
+                    let response = line.response?;
+                    if !response
+                        .status_code
+                        .is_some_and(|s| (200..300).contains(&s))
+                    {
+                        return None;
+                    }
+                    response.body?
+                }
+            };
+            let usage = body.usage.map(|u| usage_text(protocol, u.get()))?;
             Some((body.model.unwrap_or_default(), usage))
         })
         .collect()
 }
 
-/// Accounts the completed batch `batch` (upstream id) of `channel`, whose output is the
-/// upstream file `output`, once fleet-wide.
-pub async fn completed(
-    state: &AppState,
-    caller: &Caller,
-    channel: &Channel,
-    batch: &str,
-    output: &str,
-) {
-    let claim = format!("batch:{}:{batch}", channel.id);
+/// A finished batch to account: its claim's name, where its results are read and their
+/// protocol.
+pub struct Finished {
+    pub claim: String,
+    pub results_path: String,
+    pub protocol: Protocol,
+}
+
+/// Accounts the finished batch of `channel` once fleet-wide.
+pub async fn completed(state: &AppState, caller: &Caller, channel: &Channel, finished: Finished) {
+    let Finished {
+        claim,
+        results_path,
+        protocol,
+    } = finished;
     if state.batch_settled(&claim, false) {
         return;
     }
-    let call = Call::bare(http::Method::GET, format!("/v1/files/{output}/content"));
+    let call = Call::bare(http::Method::GET, results_path);
     let reply = match exchange(state, &caller.view, channel, call, MAX_OUTPUT_BYTES).await {
         Ok(reply) if reply.status.is_success() => reply,
         Ok(reply) => {
@@ -97,7 +125,7 @@ pub async fn completed(
         .claim_once(&claim, now + CLAIM_TTL_MS, now)
         .await
     {
-        Ok(true) => record(state, caller, channel, &answered(&reply.body)),
+        Ok(true) => record(state, caller, channel, &answered(&reply.body, protocol)),
         Ok(false) => {}
         Err(e) => {
             tracing::warn!(error = %e, "a completed batch could not be claimed for accounting; a later read tries again");
@@ -155,11 +183,25 @@ not json
 {"custom_id":"c","response":{"status_code":200,"body":{"model":"m2","usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}}}}}
 {"custom_id":"d","response":null,"error":{"code":"x"}}
 "#;
-        let got = answered(output);
+        let got = answered(output, Protocol::OpenAi);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].0, "m1");
         assert_eq!((got[0].1.input_tokens, got[0].1.output_tokens), (10, 5));
         assert_eq!(got[1].0, "m2");
         assert_eq!((got[1].1.input_tokens, got[1].1.cached_tokens), (3, 2));
+        assert!(answered(output, Protocol::Anthropic).is_empty());
+    }
+
+    #[test]
+    fn only_succeeded_message_results_count() {
+        let output = br#"{"custom_id":"a","result":{"type":"succeeded","message":{"model":"c1","usage":{"input_tokens":7,"output_tokens":2,"cache_read_input_tokens":3}}}}
+{"custom_id":"b","result":{"type":"errored","error":{"type":"error"}}}
+{"custom_id":"c","result":{"type":"canceled"}}
+"#;
+        let got = answered(output, Protocol::Anthropic);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "c1");
+        assert_eq!(got[0].1.output_tokens, 2);
+        assert!(got[0].1.input_tokens >= 7, "{:?}", got[0].1);
     }
 }

@@ -77,6 +77,16 @@ impl Caller {
                     .ok_or_else(|| format!("its `{field}` is not an id the gateway can carry"))?;
             }
         }
+        // A message batch's results are fetched from its `results_url`: the gateway's path,
+        // relative, so the SDK asks the gateway at the base URL it was given.
+        if kind == Kind::MessageBatch {
+            let id = object.get("id").and_then(Value::as_str).map(str::to_owned);
+            if let (Some(url), Some(id)) = (object.get_mut("results_url"), id) {
+                if url.is_string() {
+                    *url = Value::String(format!("/v1/messages/batches/{id}/results"));
+                }
+            }
+        }
         Ok(())
     }
 }

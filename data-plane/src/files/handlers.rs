@@ -23,14 +23,19 @@ use crate::object_id::{Kind, ObjectId};
 use crate::phases::receive::read_limited_body;
 use crate::state::AppState;
 
-type Answer = Result<Response, GatewayError>;
+pub(super) type Answer = Result<Response, GatewayError>;
 
 /// An answer or the gateway's error, in OpenAI's shape.
-fn answer(result: Answer) -> Response {
-    result.unwrap_or_else(|e| e.into_response(Protocol::OpenAi))
+pub(super) fn answer(result: Answer) -> Response {
+    answer_in(Protocol::OpenAi, result)
 }
 
-fn json(value: &Value) -> Response {
+/// An answer or the gateway's error, in `protocol`'s error shape.
+pub(super) fn answer_in(protocol: Protocol, result: Answer) -> Response {
+    result.unwrap_or_else(|e| e.into_response(protocol))
+}
+
+pub(super) fn json(value: &Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         value.to_string(),
@@ -39,7 +44,7 @@ fn json(value: &Value) -> Response {
 }
 
 /// The upstream's answer as it gave it (an error, or a body the gateway does not rewrite).
-fn passed(reply: Reply) -> Response {
+pub(super) fn passed(reply: Reply) -> Response {
     let mut response = Response::new(Body::from(reply.body));
     *response.status_mut() = reply.status;
     if let Some(content_type) = reply.headers.get(header::CONTENT_TYPE) {
@@ -51,7 +56,11 @@ fn passed(reply: Reply) -> Response {
 }
 
 /// The channel holding `id`'s object, or the same 404 as for an unknown id.
-fn holder<'c>(caller: &'c Caller, kind: Kind, id: &ObjectId) -> Result<&'c Channel, GatewayError> {
+pub(super) fn holder<'c>(
+    caller: &'c Caller,
+    kind: Kind,
+    id: &ObjectId,
+) -> Result<&'c Channel, GatewayError> {
     reach(&caller.view, id.channel)
         .map(|(channel, _)| channel)
         .ok_or(GatewayError::NoSuchObject(kind.noun()))
@@ -59,7 +68,7 @@ fn holder<'c>(caller: &'c Caller, kind: Kind, id: &ObjectId) -> Result<&'c Chann
 
 /// A successful answer's object, its ids rewritten and kept in the key's list; anything else
 /// passed through.
-async fn object(
+pub(super) async fn object(
     state: &AppState,
     caller: &Caller,
     kind: Kind,
@@ -93,6 +102,7 @@ pub async fn upload(State(state): State<Arc<AppState>>, request: Request) -> Res
                 &caller.token,
                 &parts.headers,
                 &form.model,
+                Protocol::OpenAi,
             )?;
             let call = Call {
                 method: Method::POST,
@@ -108,7 +118,12 @@ pub async fn upload(State(state): State<Arc<AppState>>, request: Request) -> Res
 }
 
 /// `GET /v1/files`, `GET /v1/batches`: the key's own, from its list.
-async fn list(state: &AppState, headers: &HeaderMap, kind: Kind, query: Option<&str>) -> Answer {
+pub(super) async fn list(
+    state: &AppState,
+    headers: &HeaderMap,
+    kind: Kind,
+    query: Option<&str>,
+) -> Answer {
     let caller = Caller::of(state, headers)?;
     let page = index::page(&*state.store, kind, caller.token.id, query).await?;
     Ok(json(&page))
@@ -132,7 +147,7 @@ pub async fn list_batches(
 
 /// One call about the object `id` of `kind` (its upstream id in `path`'s `{}`), answered as
 /// its object.
-async fn about(
+pub(super) async fn about(
     state: &AppState,
     headers: &HeaderMap,
     kind: Kind,
@@ -290,8 +305,12 @@ pub async fn get_batch(
             if let (Some(output), Some(channel)) =
                 (completed, holder(&caller, Kind::Batch, &opened).ok())
             {
-                account::completed(&state, &caller, channel, &opened.upstream, &output.upstream)
-                    .await;
+                let finished = account::Finished {
+                    claim: format!("batch:{}:{}", channel.id, opened.upstream),
+                    results_path: format!("/v1/files/{}/content", output.upstream),
+                    protocol: Protocol::OpenAi,
+                };
+                account::completed(&state, &caller, channel, finished).await;
             }
             Ok(response)
         }

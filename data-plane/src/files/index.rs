@@ -110,7 +110,10 @@ fn paging(query: Option<&str>) -> Result<(usize, Option<String>), GatewayError> 
                         ))
                     })?;
             }
-            "after" if !value.is_empty() && value.len() <= crate::object_id::MAX_ID_LEN => {
+            // OpenAI's cursor, and Anthropic's.
+            "after" | "after_id"
+                if !value.is_empty() && value.len() <= crate::object_id::MAX_ID_LEN =>
+            {
                 after = Some(value.to_owned());
             }
             _ => {}

@@ -12,15 +12,19 @@
 //! shared state ([`crate::files::index`]). When a batch is first seen `completed`, its output
 //! is read once fleet-wide and its usage accounted like requests' ([`account`]).
 //!
+//! Anthropic's Message Batches API is served the same way (`message_batches`): a batch of
+//! inline requests is routed by its first request's model among Anthropic channels.
+//!
 //! Parts: `caller` (the key and the ids it may open) at the bottom, `channel` (one call to the
 //! channel holding an object), `upload` (the channel an upload goes to), `index` (a key's
-//! list), `account`, then `handlers` (the endpoints).
+//! list), `account`, then `handlers` (OpenAI's endpoints) and `message_batches` (Anthropic's).
 
 mod account;
 mod caller;
 mod channel;
 mod handlers;
 mod index;
+mod message_batches;
 mod upload;
 
 use std::sync::Arc;
@@ -48,4 +52,20 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
         .route("/v1/batches/{id}", get(handlers::get_batch))
         .route("/v1/batches/{id}/cancel", post(handlers::cancel_batch))
+        .route(
+            "/v1/messages/batches",
+            post(message_batches::create).get(message_batches::list_batches),
+        )
+        .route(
+            "/v1/messages/batches/{id}",
+            get(message_batches::get).delete(message_batches::delete),
+        )
+        .route(
+            "/v1/messages/batches/{id}/cancel",
+            post(message_batches::cancel),
+        )
+        .route(
+            "/v1/messages/batches/{id}/results",
+            get(message_batches::results),
+        )
 }

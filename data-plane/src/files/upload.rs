@@ -12,6 +12,7 @@ use switchyard_engine::{
     select, Channel, Outcome, Provider, RequestNeeds, SelectionConstraint, SplitMix64, Token,
     AZURE_BIT,
 };
+use switchyard_provider::Protocol;
 use switchyard_state::unix_ms;
 
 use crate::errors::GatewayError;
@@ -129,15 +130,29 @@ fn header_model(headers: &HeaderMap) -> Result<String, GatewayError> {
         })
 }
 
-/// The channel an upload for `model` goes to, chosen by the engine as for a request.
+/// The channel an upload (or a message batch) for `model` goes to, chosen by the engine as for
+/// a request, among the channels of `protocol` that keep files and batches: those with a base
+/// URL of the protocol's own API (OpenAI's: not Azure; Anthropic's: not Bedrock; never the
+/// in-process simulator).
 pub fn choose<'v>(
     state: &AppState,
     view: &'v View,
     token: &Token,
     headers: &HeaderMap,
     model: &str,
+    protocol: Protocol,
 ) -> Result<&'v Channel, GatewayError> {
     let snapshot = &*view.snapshot;
+    let (unsupported, without) = match protocol {
+        Protocol::Anthropic => (
+            Provider::Openai.protocol_bit() | Provider::Gemini.protocol_bit(),
+            Provider::Bedrock,
+        ),
+        _ => (
+            Provider::Anthropic.protocol_bit() | Provider::Gemini.protocol_bit() | AZURE_BIT,
+            Provider::Azure,
+        ),
+    };
     let constraint = SelectionConstraint {
         route_group: token.route_group_name.clone().or_else(|| {
             headers
@@ -147,14 +162,12 @@ pub fn choose<'v>(
         }),
         team: token.team_id,
         needs: RequestNeeds {
-            unsupported_providers: Provider::Anthropic.protocol_bit()
-                | Provider::Gemini.protocol_bit()
-                | AZURE_BIT,
+            unsupported_providers: unsupported,
             ..RequestNeeds::default()
         },
         excluded_channels: snapshot
             .channels()
-            .filter(|c| c.provider == Provider::Mock)
+            .filter(|c| c.provider == Provider::Mock || c.provider == without)
             .map(|c| c.id)
             .collect(),
         ..SelectionConstraint::default()

@@ -3,7 +3,10 @@
 //! /v1/batches`, `GET /v1/batches`, `GET /v1/batches/{id}`, `POST /v1/batches/{id}/cancel`. A
 //! batch is `validating` when created and completes on the first poll after: each line of its
 //! input file is answered by the simulator ([`sim::batch_output_line`]) into an output file.
-//! Ids are this mock's own (`file-mock…`, `batch_mock…`); the shapes are `switchyard-sim`'s.
+//! Anthropic's Message Batches API likewise (`/v1/messages/batches`, `/{id}`, `/{id}/results`,
+//! `/{id}/cancel`, `DELETE /{id}`): a batch ends on the first poll after its creation. Ids are
+//! this mock's own (`file-mock…`, `batch_mock…`, `msgbatch_mock…`); the shapes are
+//! `switchyard-sim`'s.
 
 use std::collections::BTreeMap;
 
@@ -27,11 +30,14 @@ struct File {
 pub(crate) struct Store {
     files: BTreeMap<String, File>,
     batches: BTreeMap<String, sim::BatchState>,
+    /// Anthropic's message batches: the state, its requests and each request's result line
+    /// (made when it ends).
+    message_batches: BTreeMap<String, (sim::MessageBatchState, Vec<Value>, Vec<String>)>,
 }
 
 /// Whether `path` is one of the Files or Batch APIs' paths.
 pub(crate) fn serves(path: &str) -> bool {
-    ["/v1/files", "/v1/batches"]
+    ["/v1/files", "/v1/batches", "/v1/messages/batches"]
         .iter()
         .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
@@ -71,6 +77,9 @@ impl Store {
         body: &Bytes,
     ) -> Response<MockBody> {
         let parts: Vec<&str> = path.trim_start_matches("/v1/").split('/').collect();
+        if let ["messages", "batches", rest @ ..] = parts.as_slice() {
+            return self.message_batches(method, rest, body);
+        }
         match (method, parts.as_slice()) {
             ("POST", ["files"]) => self.upload(content_type, body),
             ("GET", ["files"]) => json(
@@ -114,6 +123,87 @@ impl Store {
             },
             _ => not_found("route"),
         }
+    }
+
+    /// Anthropic's Message Batches API (`/v1/messages/batches…`, `rest` after it).
+    fn message_batches(&mut self, method: &str, rest: &[&str], body: &Bytes) -> Response<MockBody> {
+        let missing = || {
+            let body = sim::anthropic_error_json("No such message batch", "not_found_error");
+            full(StatusCode::NOT_FOUND, "application/json", body)
+        };
+        match (method, rest) {
+            ("POST", []) => self.create_message_batch(body),
+            ("GET", []) => {
+                let data = self
+                    .message_batches
+                    .values()
+                    .map(|(b, _, _)| sim::message_batch_json(b))
+                    .collect();
+                json(StatusCode::OK, &sim::list_json(data))
+            }
+            ("GET", [id]) => match self.message_batches.get_mut(*id) {
+                Some((batch, requests, results)) => {
+                    if batch.processing_status != "ended" {
+                        *results = requests
+                            .iter()
+                            .map(sim::message_batch_result_line)
+                            .collect();
+                        let ok = results
+                            .iter()
+                            .filter(|r| r.contains("\"succeeded\""))
+                            .count() as u64;
+                        batch.counts = (0, ok, results.len() as u64 - ok, 0);
+                        batch.processing_status = "ended".into();
+                        batch.results_url = Some(format!("/v1/messages/batches/{id}/results"));
+                    }
+                    json(StatusCode::OK, &sim::message_batch_json(batch))
+                }
+                None => missing(),
+            },
+            ("GET", [id, "results"]) => match self.message_batches.get(*id) {
+                Some((batch, _, results)) if batch.processing_status == "ended" => {
+                    let mut out = results.join("\n");
+                    out.push('\n');
+                    full(StatusCode::OK, "application/binary", out)
+                }
+                _ => missing(),
+            },
+            ("POST", [id, "cancel"]) => match self.message_batches.get_mut(*id) {
+                Some((batch, _, _)) => {
+                    if batch.processing_status != "ended" {
+                        batch.processing_status = "canceling".into();
+                        batch.cancel_initiated = true;
+                    }
+                    json(StatusCode::OK, &sim::message_batch_json(batch))
+                }
+                None => missing(),
+            },
+            ("DELETE", [id]) if self.message_batches.remove(*id).is_some() => json(
+                StatusCode::OK,
+                &serde_json::json!({"id": id, "type": "message_batch_deleted"}),
+            ),
+            _ => missing(),
+        }
+    }
+
+    fn create_message_batch(&mut self, body: &Bytes) -> Response<MockBody> {
+        let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let Some(requests) = request.get("requests").and_then(Value::as_array).cloned() else {
+            let body =
+                sim::anthropic_error_json("requests: Field required", "invalid_request_error");
+            return full(StatusCode::BAD_REQUEST, "application/json", body);
+        };
+        let batch = sim::MessageBatchState {
+            id: format!("msgbatch_mock{}", sim::next_id()),
+            processing_status: "in_progress".into(),
+            counts: (requests.len() as u64, 0, 0, 0),
+            results_url: None,
+            cancel_initiated: false,
+        };
+        let answer = sim::message_batch_json(&batch);
+        self.message_batches
+            .insert(batch.id.clone(), (batch, requests, Vec::new()));
+        json(StatusCode::OK, &answer)
     }
 
     fn file(&self, id: &str) -> Value {
@@ -320,5 +410,38 @@ mod tests {
                 .status(),
             404
         );
+    }
+
+    #[tokio::test]
+    async fn a_message_batch_ends_on_the_first_poll_with_a_result_per_request() {
+        let mut store = Store::default();
+        let create = r#"{"requests":[{"custom_id":"a","params":{"model":"claude-x","max_tokens":5,"messages":[]}},{"custom_id":"b","params":{}}]}"#;
+        let batch = body_of(store.handle(
+            "POST",
+            "/v1/messages/batches",
+            "application/json",
+            &Bytes::from(create),
+        ))
+        .await;
+        assert_eq!(batch["processing_status"], "in_progress");
+        let id = batch["id"].as_str().unwrap().to_owned();
+        let results = format!("/v1/messages/batches/{id}/results");
+        assert_eq!(
+            store.handle("GET", &results, "", &Bytes::new()).status(),
+            404
+        );
+        let ended = body_of(store.handle(
+            "GET",
+            &format!("/v1/messages/batches/{id}"),
+            "",
+            &Bytes::new(),
+        ))
+        .await;
+        assert_eq!(ended["processing_status"], "ended");
+        assert_eq!(ended["request_counts"]["succeeded"], 1);
+        assert_eq!(ended["request_counts"]["errored"], 1);
+        let answer = store.handle("GET", &results, "", &Bytes::new());
+        let text = answer.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(String::from_utf8_lossy(&text).lines().count(), 2);
     }
 }

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::answer::{estimate_tokens, Answer, DEFAULT_CONTENT};
+use crate::anthropic::anthropic_answer_json;
 use crate::openai::chat_answer_json;
 use crate::wire::next_id;
 
@@ -115,6 +116,70 @@ pub fn batch_output_line(line: &str) -> String {
     .to_string()
 }
 
+/// What one Anthropic message batch is, for [`message_batch_json`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageBatchState {
+    pub id: String,
+    /// `in_progress`, `canceling` or `ended`.
+    pub processing_status: String,
+    /// (processing, succeeded, errored, canceled)
+    pub counts: (u64, u64, u64, u64),
+    /// Where its results are (set once it ended).
+    pub results_url: Option<String>,
+    pub cancel_initiated: bool,
+}
+
+/// The mock's fixed times (RFC 3339): a batch made now says it was made then.
+const CREATED_AT: &str = "2025-01-01T00:00:00Z";
+const ENDED_AT: &str = "2025-01-01T00:00:01Z";
+const EXPIRES_AT: &str = "2025-01-02T00:00:00Z";
+
+/// A message batch in the Message Batches API's shape.
+pub fn message_batch_json(batch: &MessageBatchState) -> Value {
+    let ended = batch.processing_status == "ended";
+    json!({
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": batch.processing_status,
+        "request_counts": {
+            "processing": batch.counts.0,
+            "succeeded": batch.counts.1,
+            "errored": batch.counts.2,
+            "canceled": batch.counts.3,
+            "expired": 0
+        },
+        "ended_at": if ended { Value::from(ENDED_AT) } else { Value::Null },
+        "created_at": CREATED_AT,
+        "expires_at": EXPIRES_AT,
+        "archived_at": null,
+        "cancel_initiated_at": if batch.cancel_initiated { Value::from(CREATED_AT) } else { Value::Null },
+        "results_url": batch.results_url
+    })
+}
+
+/// The result line of one message batch request (`{custom_id, params}`): the simulated
+/// Anthropic message answering its `params`, `{custom_id, result: {type: "succeeded",
+/// message}}`; a request without `params.model` gets an `errored` result.
+pub fn message_batch_result_line(request: &Value) -> String {
+    let custom_id = request.get("custom_id").cloned().unwrap_or(Value::Null);
+    let params = request.get("params");
+    let result = match params.and_then(|p| p.get("model")).and_then(Value::as_str) {
+        Some(model) => {
+            let prompt = params.map(Value::to_string).unwrap_or_default();
+            let answer =
+                Answer::new(model, DEFAULT_CONTENT).prompt_tokens(estimate_tokens(&prompt).max(1));
+            let message: Value =
+                serde_json::from_str(&anthropic_answer_json(&answer)).unwrap_or(Value::Null);
+            json!({"type": "succeeded", "message": message})
+        }
+        None => json!({
+            "type": "errored",
+            "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "params.model: Field required"}}
+        }),
+    };
+    json!({"custom_id": custom_id, "result": result}).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -136,5 +201,23 @@ mod tests {
         );
         let bad: Value = serde_json::from_str(&batch_output_line("{}")).unwrap();
         assert_eq!(bad["response"]["status_code"], 400);
+    }
+
+    #[test]
+    fn a_message_batch_result_answers_its_params_with_usage() {
+        let request = json!({"custom_id": "q", "params": {"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}});
+        let out: Value = serde_json::from_str(&message_batch_result_line(&request)).unwrap();
+        assert_eq!(out["custom_id"], "q");
+        assert_eq!(out["result"]["type"], "succeeded");
+        assert_eq!(out["result"]["message"]["model"], "claude-x");
+        assert!(
+            out["result"]["message"]["usage"]["input_tokens"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        let bad: Value =
+            serde_json::from_str(&message_batch_result_line(&json!({"custom_id": "r"}))).unwrap();
+        assert_eq!(bad["result"]["type"], "errored");
     }
 }

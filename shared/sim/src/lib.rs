@@ -38,7 +38,10 @@ mod wire;
 
 pub use answer::{estimate_tokens, Answer, ToolCall, DEFAULT_CONTENT, DEFAULT_MODEL};
 pub use anthropic::{anthropic_answer_events, anthropic_answer_json, anthropic_count_tokens_json};
-pub use batch::{batch_json, batch_output_line, file_json, list_json, BatchState};
+pub use batch::{
+    batch_json, batch_output_line, file_json, list_json, message_batch_json,
+    message_batch_result_line, BatchState, MessageBatchState,
+};
 pub use error::{
     anthropic_error_json, anthropic_error_kind, error_json, gemini_error_json, gemini_error_status,
     openai_error_json, openai_error_kind, Protocol,

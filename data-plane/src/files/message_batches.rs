@@ -1,0 +1,246 @@
+//! Anthropic's Message Batches API: `POST /v1/messages/batches` (inline requests, routed by
+//! the first request's `params.model`; every request must name one), `GET` of the list, of one
+//! batch and of its `/results` (JSONL, streamed), `POST /{id}/cancel` and `DELETE /{id}` — on
+//! the channel the batch was created on, named by its id like files and OpenAI batches, with
+//! errors in Anthropic's shape. The first read that sees a batch `ended` accounts its usage.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::response::Response;
+use http::{header, HeaderMap, HeaderValue, Method};
+use serde::Deserialize;
+use serde_json::Value;
+use switchyard_provider::Protocol;
+
+use super::account;
+use super::caller::Caller;
+use super::channel::{exchange, send, Call, MAX_OBJECT_BYTES};
+use super::handlers::{about, answer_in, holder, list, object, Answer};
+use super::upload::{choose, MAX_BATCH_LINES};
+use crate::errors::GatewayError;
+use crate::object_id::Kind;
+use crate::phases::receive::read_limited_body;
+use crate::request::MAX_MODEL_LEN;
+use crate::state::AppState;
+
+const BATCHES: &str = "/v1/messages/batches";
+
+fn answer(result: Answer) -> Response {
+    answer_in(Protocol::Anthropic, result)
+}
+
+/// The model a message batch is routed by: its first request's `params.model`; every request
+/// must name one.
+fn batch_model(body: &[u8]) -> Result<String, GatewayError> {
+    #[derive(Deserialize)]
+    struct Batch<'a> {
+        #[serde(borrow)]
+        requests: Vec<Request<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        model: Option<Cow<'a, str>>,
+    }
+    let batch: Batch<'_> = serde_json::from_slice(body).map_err(|e| {
+        GatewayError::InvalidJson(format!("a message batch is `{{\"requests\": [...]}}`: {e}"))
+    })?;
+    if batch.requests.len() > MAX_BATCH_LINES {
+        return Err(GatewayError::InvalidRequest(format!(
+            "a message batch holds at most {MAX_BATCH_LINES} requests"
+        )));
+    }
+    let mut first = None;
+    for (i, request) in batch.requests.into_iter().enumerate() {
+        let model = request
+            .params
+            .and_then(|p| p.model)
+            .filter(|m| !m.trim().is_empty() && m.len() <= MAX_MODEL_LEN)
+            .ok_or_else(|| {
+                GatewayError::InvalidRequest(format!(
+                    "request {i} of the batch names no `params.model` (at most {MAX_MODEL_LEN} bytes); every request must name its model, the first one's routes the batch"
+                ))
+            })?;
+        first.get_or_insert_with(|| model.trim().to_owned());
+    }
+    first.ok_or_else(|| GatewayError::InvalidRequest("the batch has no requests".into()))
+}
+
+/// `POST /v1/messages/batches`.
+pub async fn create(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    answer(
+        async {
+            let (parts, body) = request.into_parts();
+            let caller = Caller::of(&state, &parts.headers)?;
+            let limit = caller.view.snapshot.settings.max_request_body_bytes;
+            let body = read_limited_body(&parts.headers, body, limit).await?;
+            let model = batch_model(&body)?;
+            let (view, token, headers) = (&caller.view, &caller.token, &parts.headers);
+            let channel = choose(&state, view, token, headers, &model, Protocol::Anthropic)?;
+            let call = Call {
+                method: Method::POST,
+                path: BATCHES.into(),
+                content_type: Some(HeaderValue::from_static("application/json")),
+                body,
+            };
+            let reply = exchange(&state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
+            Ok(object(&state, &caller, Kind::MessageBatch, channel, reply)
+                .await?
+                .0)
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/messages/batches`: the key's own.
+pub async fn list_batches(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    answer(list(&state, &headers, Kind::MessageBatch, query.as_deref()).await)
+}
+
+/// `GET /v1/messages/batches/{id}`: the first read that sees it `ended` accounts its usage.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("{BATCHES}/{{}}");
+    let result = about(
+        &state,
+        &headers,
+        Kind::MessageBatch,
+        &id,
+        Method::GET,
+        &path,
+    )
+    .await;
+    answer(
+        async {
+            let (caller, opened, response, value) = result?;
+            let ended = value
+                .as_ref()
+                .and_then(|v| v.get("processing_status"))
+                .and_then(Value::as_str)
+                == Some("ended");
+            if let (true, Ok(channel)) = (ended, holder(&caller, Kind::MessageBatch, &opened)) {
+                let finished = account::Finished {
+                    claim: format!("msgbatch:{}:{}", channel.id, opened.upstream),
+                    results_path: format!("{BATCHES}/{}/results", opened.upstream),
+                    protocol: Protocol::Anthropic,
+                };
+                account::completed(&state, &caller, channel, finished).await;
+            }
+            Ok(response)
+        }
+        .await,
+    )
+}
+
+/// `POST /v1/messages/batches/{id}/cancel`.
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("{BATCHES}/{{}}/cancel");
+    let result = about(
+        &state,
+        &headers,
+        Kind::MessageBatch,
+        &id,
+        Method::POST,
+        &path,
+    )
+    .await;
+    answer(result.map(|(_, _, response, _)| response))
+}
+
+/// `DELETE /v1/messages/batches/{id}`: deleted on its channel, then dropped from the list.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("{BATCHES}/{{}}");
+    let result = about(
+        &state,
+        &headers,
+        Kind::MessageBatch,
+        &id,
+        Method::DELETE,
+        &path,
+    )
+    .await;
+    answer(
+        async {
+            let (caller, _, response, value) = result?;
+            if value.is_some() {
+                super::index::forget(&*state.store, Kind::MessageBatch, caller.token.id, &id).await;
+            }
+            Ok(response)
+        }
+        .await,
+    )
+}
+
+/// `GET /v1/messages/batches/{id}/results`: the results (JSONL), streamed from the channel.
+pub async fn results(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    answer(
+        async {
+            let caller = Caller::of(&state, &headers)?;
+            let opened = caller.open(Kind::MessageBatch, &id)?;
+            let channel = holder(&caller, Kind::MessageBatch, &opened)?;
+            let call = Call::bare(
+                Method::GET,
+                format!("{BATCHES}/{}/results", opened.upstream),
+            );
+            let head = send(&state, &caller.view, channel, call).await?;
+            let mut response = Response::new(head.body);
+            *response.status_mut() = head.status;
+            for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH] {
+                if let Some(value) = head.headers.get(&name) {
+                    response.headers_mut().insert(name, value.clone());
+                }
+            }
+            Ok(response)
+        }
+        .await,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_batch_is_routed_by_its_first_requests_model() {
+        let body = br#"{"requests":[{"custom_id":"a","params":{"model":"claude-a","max_tokens":1}},{"custom_id":"b","params":{"model":"claude-b"}}]}"#;
+        assert_eq!(batch_model(body), Ok("claude-a".to_owned()));
+        let missing = br#"{"requests":[{"custom_id":"a","params":{"model":"claude-a"}},{"custom_id":"b","params":{}}]}"#;
+        assert!(
+            matches!(batch_model(missing), Err(GatewayError::InvalidRequest(m)) if m.contains("request 1"))
+        );
+        assert!(matches!(
+            batch_model(br#"{"requests":[]}"#),
+            Err(GatewayError::InvalidRequest(_))
+        ));
+        assert!(matches!(
+            batch_model(b"[]"),
+            Err(GatewayError::InvalidJson(_))
+        ));
+    }
+}
