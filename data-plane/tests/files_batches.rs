@@ -444,3 +444,127 @@ async fn a_message_batch_through_the_anthropic_sdk_stays_on_one_channel_and_is_a
         .all(|r| r.token == "test" && r.channel == name && r.route == "claude-batch"));
     assert!(records(&usage).is_empty());
 }
+
+/// A file upload of `lines` (a batch file) as a multipart body, and its content type.
+fn batch_upload(lines: &str) -> (Vec<u8>, &'static str) {
+    let body = format!("--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{lines}\r\n--b--\r\n");
+    (body.into_bytes(), "multipart/form-data; boundary=b")
+}
+
+/// Two proxies of a fleet (one Redis, one id secret): an object made through one is reachable,
+/// listed and accounted through the other, the completed batch is accounted once although both
+/// read it completed, and a proxy with another secret cannot open the ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_of_a_fleet_share_the_ids_the_lists_and_one_accounting() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use switchyard_data_plane::object_id::IdKey;
+    use switchyard_state::{RedisConfig, RedisStore, StateStore};
+
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let prefix = format!(
+        "test-files-{}-{}",
+        std::process::id(),
+        switchyard_data_plane::unix_ms()
+    );
+    let up = MockUpstream::start().await.unwrap();
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\ntokens:\n  - name: test\n    token: {TOKEN}\n",
+        channel("a", &up.base_url(), &["ka"]),
+    );
+    let mut proxies = Vec::new();
+    for secret in ["fleet secret", "fleet secret", "another fleet"] {
+        let store = Arc::new(RedisStore::start(RedisConfig::new(&url, prefix.clone())).unwrap());
+        assert!(
+            store.wait_resynced(1, Duration::from_secs(10)).await,
+            "no Redis at {url}"
+        );
+        let store: Arc<dyn StateStore> = store;
+        let (proxy, usage) = start_accounted_on(&yaml, store).await;
+        assert!(proxy.state.set_id_key(IdKey::derived(secret)));
+        proxies.push((proxy, usage));
+    }
+    let call =
+        |i: usize, method: http::Method, path: &str, body: Vec<u8>, content_type: &'static str| {
+            let url = format!("{}{path}", proxies[i].0.url);
+            async move {
+                send(
+                    method,
+                    &url,
+                    Some(TOKEN),
+                    body,
+                    &[("content-type", content_type)],
+                )
+                .await
+            }
+        };
+    let lines = "{\"custom_id\":\"1\",\"body\":{\"model\":\"gpt-batch\",\"messages\":[]}}\n{\"custom_id\":\"2\",\"body\":{\"model\":\"gpt-batch\",\"messages\":[]}}";
+    let (form, form_type) = batch_upload(lines);
+    let file = call(0, http::Method::POST, "/v1/files", form, form_type).await;
+    assert_eq!(file.status, 200, "{}", file.body);
+    let file_id = file.json()["id"].as_str().unwrap().to_owned();
+    let create = serde_json::json!({"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"});
+    let batch = call(
+        1,
+        http::Method::POST,
+        "/v1/batches",
+        create.to_string().into_bytes(),
+        "application/json",
+    )
+    .await;
+    assert_eq!(batch.status, 200, "{}", batch.body);
+    let batch_id = batch.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/batches/{batch_id}");
+    let first = call(0, http::Method::GET, &path, vec![], "application/json").await;
+    assert_eq!(first.json()["status"], "completed", "{}", first.body);
+    let second = call(1, http::Method::GET, &path, vec![], "application/json").await;
+    assert_eq!(second.json()["status"], "completed", "{}", second.body);
+
+    let requests = |i: usize| -> u64 {
+        proxies[i]
+            .1
+            .take_batch()
+            .map(|b| b.records.iter().map(|r| r.requests).sum())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        (requests(0), requests(1)),
+        (2, 0),
+        "accounted once, by the first to see it completed"
+    );
+
+    let listed = call(
+        1,
+        http::Method::GET,
+        "/v1/batches",
+        vec![],
+        "application/json",
+    )
+    .await;
+    assert_eq!(
+        listed.json()["data"][0]["id"],
+        batch_id.as_str(),
+        "{}",
+        listed.body
+    );
+    let files = call(
+        1,
+        http::Method::GET,
+        "/v1/files",
+        vec![],
+        "application/json",
+    )
+    .await;
+    assert!(files.body.contains(&file_id), "{}", files.body);
+
+    // A proxy under another secret opens none of these ids.
+    let foreign = call(2, http::Method::GET, &path, vec![], "application/json").await;
+    assert_eq!(foreign.status, 404, "{}", foreign.body);
+    assert_eq!(foreign.json()["error"]["code"], "not_found");
+    let polls = up
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/v1/batches/"))
+        .count();
+    assert_eq!(polls, 2, "the refused read never reached the channel");
+}

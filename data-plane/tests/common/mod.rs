@@ -71,9 +71,17 @@ pub async fn start(yaml: &str) -> Proxy {
 /// A proxy serving `yaml` as [`start`] does, whose usage (and shadow comparisons) wait in a
 /// reporter nobody sends.
 pub async fn start_accounted(yaml: &str) -> (Proxy, Arc<UsageReporter>) {
+    start_accounted_on(&with_token(yaml), Arc::new(InMemoryStore::new())).await
+}
+
+/// A proxy serving `yaml` as it is on `store` (one proxy of a fleet), whose usage waits in a
+/// reporter nobody sends.
+pub async fn start_accounted_on(
+    yaml: &str,
+    store: Arc<dyn StateStore>,
+) -> (Proxy, Arc<UsageReporter>) {
     let reporter = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
-    let store = Arc::new(InMemoryStore::new());
-    let proxy = serve(&with_token(yaml), store, Some(Arc::clone(&reporter))).await;
+    let proxy = serve(yaml, store, Some(Arc::clone(&reporter))).await;
     (proxy, reporter)
 }
 
