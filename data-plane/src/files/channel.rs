@@ -48,6 +48,44 @@ pub struct Head {
     pub body: Body,
     /// How long the body may take.
     pub budget: Duration,
+    /// How long the body may stall between two chunks.
+    pub idle: Duration,
+}
+
+impl Head {
+    /// The answer for the client as it comes, with its content headers: a body that stalls
+    /// longer than [`Head::idle`] between two chunks ends with an error (the client sees a cut
+    /// answer, never a connection held forever).
+    pub fn streamed(self) -> axum::response::Response {
+        let idle = self.idle;
+        let frames = futures_util::stream::unfold(Some(self.body), move |body| async move {
+            let mut body = body?;
+            match timeout(idle, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    let data = frame.into_data().unwrap_or_default();
+                    Some((Ok(data), Some(body)))
+                }
+                Ok(Some(Err(e))) => Some((Err(std::io::Error::other(e)), None)),
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(std::io::Error::other("the channel's answer stalled")),
+                    None,
+                )),
+            }
+        });
+        let mut response = axum::response::Response::new(Body::from_stream(frames));
+        *response.status_mut() = self.status;
+        for name in [
+            header::CONTENT_TYPE,
+            header::CONTENT_LENGTH,
+            header::CONTENT_DISPOSITION,
+        ] {
+            if let Some(value) = self.headers.get(&name) {
+                response.headers_mut().insert(name, value.clone());
+            }
+        }
+        response
+    }
 }
 
 /// A whole answer.
@@ -120,6 +158,7 @@ pub async fn send(
         headers: parts.headers,
         body: Body::new(body),
         budget: Duration::from_millis(settings.request_timeout_ms),
+        idle: Duration::from_millis(settings.stream_idle_timeout_ms),
     })
 }
 
@@ -165,4 +204,50 @@ fn usable_credential(
             .map(|c| c.id);
     });
     usable.or_else(|| (!channel.provider.needs_credential()).then_some(MOCK_CREDENTIAL))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    /// A streamed answer passes its chunks and its content headers on; one that stalls longer
+    /// than the idle bound between two chunks ends with an error (the clock is paused: the
+    /// wait is the bound itself, not a real one).
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_answer_that_stalls_ends_with_an_error() {
+        let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from("one"))])
+            .chain(futures_util::stream::pending());
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/jsonl"),
+        );
+        headers.insert("x-internal", HeaderValue::from_static("not passed on"));
+        let head = Head {
+            status: StatusCode::OK,
+            headers,
+            body: Body::from_stream(chunks),
+            budget: Duration::from_secs(60),
+            idle: Duration::from_secs(5),
+        };
+        let response = head.streamed();
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/jsonl"
+        );
+        assert!(response.headers().get("x-internal").is_none());
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "one");
+        let started = tokio::time::Instant::now();
+        let Some(Err(e)) = body.frame().await else {
+            panic!("a stalled answer did not end with an error");
+        };
+        assert!(e.to_string().contains("stalled"), "{e}");
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
 }

@@ -83,7 +83,12 @@ pub(super) async fn object(
     caller
         .rewrite(kind, channel.id, &mut value)
         .map_err(GatewayError::UpstreamInvalidAnswer)?;
-    index::remember(&*state.store, kind, caller.token.id, &value).await;
+    // A deletion's answer is no object to list.
+    let deleted = value.get("deleted") == Some(&Value::Bool(true))
+        || value.get("type").and_then(Value::as_str) == Some("message_batch_deleted");
+    if !deleted {
+        index::remember(&*state.store, kind, caller.token.id, &value).await;
+    }
     Ok((json(&value), Some(value)))
 }
 
@@ -224,19 +229,7 @@ pub async fn file_content(
                 Method::GET,
                 format!("/v1/files/{}/content", opened.upstream),
             );
-            let head = send(&state, &caller.view, channel, call).await?;
-            let mut response = Response::new(head.body);
-            *response.status_mut() = head.status;
-            for name in [
-                header::CONTENT_TYPE,
-                header::CONTENT_LENGTH,
-                header::CONTENT_DISPOSITION,
-            ] {
-                if let Some(value) = head.headers.get(&name) {
-                    response.headers_mut().insert(name, value.clone());
-                }
-            }
-            Ok(response)
+            Ok(send(&state, &caller.view, channel, call).await?.streamed())
         }
         .await,
     )

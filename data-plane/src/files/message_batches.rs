@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::response::Response;
-use http::{header, HeaderMap, HeaderValue, Method};
+use http::{HeaderMap, HeaderValue, Method};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard_provider::Protocol;
@@ -208,15 +208,7 @@ pub async fn results(
                 Method::GET,
                 format!("{BATCHES}/{}/results", opened.upstream),
             );
-            let head = send(&state, &caller.view, channel, call).await?;
-            let mut response = Response::new(head.body);
-            *response.status_mut() = head.status;
-            for name in [header::CONTENT_TYPE, header::CONTENT_LENGTH] {
-                if let Some(value) = head.headers.get(&name) {
-                    response.headers_mut().insert(name, value.clone());
-                }
-            }
-            Ok(response)
+            Ok(send(&state, &caller.view, channel, call).await?.streamed())
         }
         .await,
     )
