@@ -14,6 +14,7 @@ use common::*;
 use switchyard_data_plane::usage::UsageReporter;
 use switchyard_mock_upstream::MockUpstream;
 use switchyard_proto::v1::UsageRecord;
+use switchyard_state::{Limit, LimitKey, LimitMode, Metric, ScopeKind, Window};
 
 const OTHER_TOKEN: &str = "sk-other-token";
 
@@ -90,10 +91,11 @@ fn python() -> String {
 }
 
 /// Two OpenAI channels `a` and `b` on their mocks, equal members of the route `gpt-batch`
-/// (either may take the upload), and two keys.
+/// (either may take the upload), both priced, and two keys, the first (id 1) under a token and
+/// a spend limit.
 fn config(a: &MockUpstream, b: &MockUpstream) -> String {
     format!(
-        "channels:\n{}{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\n",
+        "channels:\n{}{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\nprices:\n  - {{ channel: a, model_pattern: '*', input_per_million: 1, output_per_million: 2 }}\n  - {{ channel: b, model_pattern: '*', input_per_million: 1, output_per_million: 2 }}\nlimits:\n  - {{ token: test, metric: tokens, window: day, value: 1000000 }}\n  - {{ token: test, metric: spend, window: day, value: 100 }}\n",
         channel("a", &a.base_url(), &["ka"]),
         channel("b", &b.base_url(), &["kb"]),
     )
@@ -128,6 +130,7 @@ async fn a_batch_round_trip_through_the_sdk_stays_on_one_channel_and_is_accounte
         MockUpstream::start().await.unwrap(),
         MockUpstream::start().await.unwrap(),
     );
+    clear_of_a_window_end(std::time::Duration::from_secs(20)).await;
     let (proxy, usage) = start_accounted(&config(&a, &b)).await;
     let result = run_script(proxy.url.clone()).await;
 
@@ -203,6 +206,34 @@ async fn a_batch_round_trip_through_the_sdk_stays_on_one_channel_and_is_accounte
     );
     assert!(accounted.iter().map(|r| r.input_tokens).sum::<u64>() > 0);
     assert!(accounted.iter().map(|r| r.output_tokens).sum::<u64>() > 0);
+    // Priced with the channel's price, and charged to the key's token and spend limits.
+    let tokens: u64 = accounted
+        .iter()
+        .map(|r| r.input_tokens + r.output_tokens)
+        .sum();
+    let pico: u64 = accounted.iter().map(|r| r.cost_pico_usd).sum();
+    assert_eq!(
+        accounted.iter().map(|r| r.unpriced_requests).sum::<u64>(),
+        0
+    );
+    assert!(pico > 0);
+    let limit = |metric, value| Limit {
+        key: LimitKey {
+            scope: ScopeKind::Token,
+            scope_id: 1,
+            metric,
+            window: Window::Day,
+        },
+        value,
+        mode: LimitMode::Hard,
+    };
+    let now = switchyard_data_plane::unix_ms();
+    let used = |l: &Limit| proxy.store.limit_status(l, now).used;
+    assert_eq!(used(&limit(Metric::Tokens, 1_000_000)), tokens);
+    assert!(
+        used(&limit(Metric::Spend, 100_000_000)) > 0,
+        "the batch's cost was charged"
+    );
 
     // Lists: the key's own only.
     assert_eq!(result["batches"], serde_json::json!([batch]));

@@ -3,17 +3,19 @@
 //! claims the batch in the shared state (one claim per batch, for [`CLAIM_TTL_MS`]): the proxy
 //! whose claim wins records each answered request's usage, like a request's, under the key, its
 //! team, the route of the request's model and the channel, priced with the channel's price for
-//! the model. A proxy that lost the claim, or accounted already, remembers so and reads the
+//! the model, and charged to the key's, team's and route's token and spend limits. A proxy that
+//! lost the claim, or accounted already, remembers so and reads the
 //! output no more. With the shared state away nothing is claimed: a later `GET` tries again.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use switchyard_engine::Channel;
 use switchyard_provider::{usage_text, Protocol, Usage};
-use switchyard_state::unix_ms;
+use switchyard_state::{unix_ms, Metric};
 
 use super::caller::Caller;
 use super::channel::{exchange, Call};
+use crate::admission::client_limits;
 use crate::state::AppState;
 use crate::usage::UsageKey;
 
@@ -143,9 +145,10 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
         .team_id
         .and_then(|id| snapshot.team(id))
         .map(|t| t.name.clone());
+    let now = unix_ms();
     for (model, usage) in answered {
-        let route = snapshot
-            .resolve_route(model)
+        let resolved = snapshot.resolve_route(model);
+        let route = resolved
             .map(|r| r.model_pattern.clone())
             .unwrap_or_default();
         let cost = snapshot
@@ -153,6 +156,23 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
             .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens));
         if let Some(cost) = cost {
             state.metrics.spend(&route, &channel.name, cost);
+        }
+        // Charged to the key's, its team's and the route's token and spend limits, as a
+        // request's usage is once it finished (the batch was admitted by nobody: nothing is
+        // refused, the limits only count it).
+        let limits = client_limits(snapshot, &caller.token, resolved.map(|r| r.id));
+        if !limits.is_empty() {
+            let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+            let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
+            state
+                .store
+                .limit_settle(&limits, Metric::Tokens, tokens, now, now);
+            if let Some(micros) = cost.map(|c| c.div_ceil(1_000_000)).filter(|m| *m > 0) {
+                let micros = i64::try_from(micros).unwrap_or(i64::MAX);
+                state
+                    .store
+                    .limit_settle(&limits, Metric::Spend, micros, now, now);
+            }
         }
         state
             .metrics
