@@ -16,7 +16,7 @@ use switchyard_engine::UnixMillis;
 pub const RECORD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The most entries one index keeps: a put beyond it evicts the entry that expires first.
-pub const MAX_INDEX_ENTRIES: usize = 10_000;
+pub const MAX_INDEX_ENTRIES: usize = 2_000;
 
 /// The longest index name, member or value a store takes (longer ones are refused).
 pub const MAX_RECORD_BYTES: usize = 16 * 1024;
