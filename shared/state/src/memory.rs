@@ -694,6 +694,39 @@ mod tests {
         conformance::records(&InMemoryStore::new()).await;
     }
 
+    /// A full index drops the entry that expires first to take a new member; a member already
+    /// in it is replaced without dropping any.
+    #[tokio::test]
+    async fn a_full_index_drops_the_entry_that_expires_first() {
+        let store = InMemoryStore::new();
+        let entry = |i: usize| IndexEntry {
+            member: format!("m{i}"),
+            value: String::new(),
+            expires_at: 10_000 + i as u64,
+        };
+        for i in 0..MAX_INDEX_ENTRIES {
+            assert_eq!(store.index_put("x", entry(i), 1).await, Ok(()));
+        }
+        assert_eq!(store.index_put("x", entry(5), 1).await, Ok(()));
+        assert_eq!(
+            store.index_list("x", 1).await.map(|l| l.len()),
+            Ok(MAX_INDEX_ENTRIES)
+        );
+        assert_eq!(
+            store.index_put("x", entry(MAX_INDEX_ENTRIES), 1).await,
+            Ok(())
+        );
+        let listed = store.index_list("x", 1).await.unwrap_or_default();
+        assert_eq!(listed.len(), MAX_INDEX_ENTRIES);
+        assert!(
+            !listed.iter().any(|e| e.member == "m0"),
+            "the first to expire was dropped"
+        );
+        assert!(listed
+            .iter()
+            .any(|e| e.member == format!("m{MAX_INDEX_ENTRIES}")));
+    }
+
     #[test]
     fn in_memory_in_flight_guard_counts() {
         conformance::in_flight_guard_counts(std::sync::Arc::new(InMemoryStore::new()));
