@@ -336,6 +336,25 @@ mod tests {
         assert_eq!(format!("{:?}", IdKey::derived("fleet")), "IdKey(..)");
     }
 
+    /// The fuzz target's checks over a few thousand inputs drawn from a fixed seed: made ids
+    /// of every length, and texts that look like ids.
+    #[test]
+    fn the_fuzz_checks_hold_for_drawn_inputs() {
+        let mut rng = switchyard_engine::SplitMix64::new(7);
+        use switchyard_engine::RandomSource;
+        for _ in 0..3_000 {
+            let len = (rng.next_u64() % 220) as usize;
+            let mut data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            if rng.next_u64() % 2 == 0 {
+                // Printable upstream ids, which make ids.
+                for b in data.iter_mut().skip(16) {
+                    *b = b'!' + *b % 94;
+                }
+            }
+            fuzz(&data);
+        }
+    }
+
     #[test]
     fn the_fuzz_checks_hold_for_some_inputs() {
         for data in [
