@@ -345,7 +345,7 @@ mod tests {
         for _ in 0..3_000 {
             let len = (rng.next_u64() % 220) as usize;
             let mut data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-            if rng.next_u64() % 2 == 0 {
+            if rng.next_u64().is_multiple_of(2) {
                 // Printable upstream ids, which make ids.
                 for b in data.iter_mut().skip(16) {
                     *b = b'!' + *b % 94;
