@@ -396,8 +396,9 @@ async fn a_message_batch_through_the_anthropic_sdk_stays_on_one_channel_and_is_a
     let anthropic = |name: &str, up: &MockUpstream| {
         channel(name, &up.base_url(), &["k"]).replace("provider: openai", "provider: anthropic")
     };
+    // Batch traffic charged half the channels' price.
     let yaml = format!(
-        "channels:\n{}{}routes:\n  - model_pattern: claude-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\n",
+        "settings:\n  batch_price_percent: 50\nchannels:\n{}{}routes:\n  - model_pattern: claude-batch\n    members:\n      - {{ channel: a }}\n      - {{ channel: b }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\nprices:\n  - {{ channel: a, model_pattern: '*', input_per_million: 1, output_per_million: 2 }}\n  - {{ channel: b, model_pattern: '*', input_per_million: 1, output_per_million: 2 }}\n",
         anthropic("a", &a),
         anthropic("b", &b),
     );
@@ -473,6 +474,15 @@ async fn a_message_batch_through_the_anthropic_sdk_stays_on_one_channel_and_is_a
     assert!(accounted
         .iter()
         .all(|r| r.token == "test" && r.channel == name && r.route == "claude-batch"));
+    // 1 USD per million input tokens and 2 per million output (pico-USD per token: 10^6 and
+    // 2 * 10^6), at half price.
+    let full: u64 = accounted
+        .iter()
+        .map(|r| r.input_tokens * 1_000_000 + r.output_tokens * 2_000_000)
+        .sum();
+    let charged: u64 = accounted.iter().map(|r| r.cost_pico_usd).sum();
+    assert!(full > 0);
+    assert_eq!(charged, full / 2, "{accounted:?}");
     assert!(records(&usage).is_empty());
 }
 

@@ -151,9 +151,12 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
         let route = resolved
             .map(|r| r.model_pattern.clone())
             .unwrap_or_default();
-        let cost = snapshot
-            .price(channel.id, model)
-            .map(|p| p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens));
+        // Batch traffic is charged `batch_price_percent` of the channel's price.
+        let percent = u128::from(snapshot.settings.batch_price_percent);
+        let cost = snapshot.price(channel.id, model).map(|p| {
+            p.cost_pico(usage.input_tokens, usage.output_tokens, usage.cached_tokens) * percent
+                / 100
+        });
         if let Some(cost) = cost {
             state.metrics.spend(&route, &channel.name, cost);
         }

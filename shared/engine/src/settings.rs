@@ -49,6 +49,10 @@ pub struct Settings {
     /// providers' published prices, for channels whose preset (or provider and default base
     /// URL) the catalog knows. Off: such usage stays unpriced.
     pub price_catalog: bool,
+    /// What a batch's usage (OpenAI's Batch API, Anthropic's message batches) is charged, in
+    /// percent of the channel's price: the providers bill batch traffic at a discount (both at
+    /// 50 % today). 100: the ordinary price.
+    pub batch_price_percent: u32,
 }
 
 impl Default for Settings {
@@ -79,6 +83,7 @@ impl Default for Settings {
             max_request_body_bytes: 33_554_432,
             responses_refuse_store: false,
             price_catalog: true,
+            batch_price_percent: 100,
         }
     }
 }
@@ -107,6 +112,7 @@ pub const RANGES: &[(&str, u64, u64)] = &[
     ("slow_start_seconds", 0, 86_400),
     ("slow_start_initial_percent", 1, 100),
     ("max_request_body_bytes", 1_024, 1_073_741_824),
+    ("batch_price_percent", 1, 100),
 ];
 
 /// The range of a route-level override, which shares its global setting's range.
@@ -133,7 +139,7 @@ pub fn check_range(field: &'static str, value: u64) -> Option<FieldError> {
 impl Settings {
     /// Every out-of-range field, in declaration order. Empty when valid.
     pub fn validate(&self) -> Vec<FieldError> {
-        let values: [(&'static str, u64); 15] = [
+        let values: [(&'static str, u64); 16] = [
             ("retry_times", self.retry_times.into()),
             ("channel_retry_times", self.channel_retry_times.into()),
             ("request_timeout_ms", self.request_timeout_ms),
@@ -164,6 +170,7 @@ impl Settings {
                 self.slow_start_initial_percent.into(),
             ),
             ("max_request_body_bytes", self.max_request_body_bytes),
+            ("batch_price_percent", self.batch_price_percent.into()),
         ];
         values
             .into_iter()

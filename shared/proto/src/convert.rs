@@ -148,6 +148,7 @@ fn settings_to_proto(s: &Settings) -> v1::Settings {
         slow_start_initial_percent: Some(s.slow_start_initial_percent),
         responses_refuse_store: Some(s.responses_refuse_store),
         price_catalog: Some(s.price_catalog),
+        batch_price_percent: Some(s.batch_price_percent),
     }
 }
 
@@ -455,6 +456,7 @@ fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
         max_request_body_bytes: w.max_request_body_bytes.unwrap_or(d.max_request_body_bytes),
         responses_refuse_store: w.responses_refuse_store.unwrap_or(d.responses_refuse_store),
         price_catalog: w.price_catalog.unwrap_or(d.price_catalog),
+        batch_price_percent: w.batch_price_percent.unwrap_or(d.batch_price_percent),
     };
     if let Some(error) = settings.validate().into_iter().next() {
         return Err(invalid(format!("settings.{}", error.field), error.message));
@@ -944,6 +946,7 @@ mod tests {
             settings: Settings {
                 retry_times: 4,
                 price_catalog: false,
+                batch_price_percent: 50,
                 ..Settings::default()
             },
             routes: vec![route],
