@@ -12,7 +12,8 @@
 //! rules' caps and queues, which `shadow_send` empties (a task above the state, which it reads
 //! whole); [`snapshot`] keeps the compiled view of the current snapshot; [`config`] turns the
 //! standalone YAML into a snapshot; `operator` serves the health, readiness and metrics
-//! endpoints; `run` builds the state and wires it all. [`AppState`] (`state`) is the bottom
+//! endpoints; `files` serves OpenAI's Files and Batch APIs and Anthropic's message batches on the
+//! channel each object lives on, named by its id ([`object_id`]); `run` builds the state and wires it all. [`AppState`] (`state`) is the bottom
 //! every module reads: it calls none of them.
 
 mod admission;
