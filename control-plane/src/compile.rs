@@ -303,6 +303,7 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         prices,
         limits,
         shadows,
+        cache_rules: Vec::new(),
     })
 }
 

@@ -31,6 +31,8 @@ struct Cached {
     limits: Vec<LimitRule>,
     #[serde(default)]
     shadows: Vec<switchyard_engine::ShadowRule>,
+    #[serde(default)]
+    cache_rules: Vec<switchyard_engine::CacheRule>,
 }
 
 pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
@@ -45,6 +47,7 @@ pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
         prices: parts.prices,
         limits: parts.limits,
         shadows: parts.shadows,
+        cache_rules: parts.cache_rules,
     };
     let json =
         serde_json::to_vec(&cached).map_err(|e| format!("cannot encode the snapshot: {e}"))?;
@@ -126,6 +129,7 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, String> {
         prices: cached.prices,
         limits: cached.limits,
         shadows: cached.shadows,
+        cache_rules: cached.cache_rules,
     })))
 }
 

@@ -15,13 +15,14 @@ use switchyard_engine::{
     SecretSource, SnapshotParts, Team, Token, UnixMillis, DEFAULT_GROUP,
 };
 
+use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
-    env_reference, err, token_hash, ConfigError, RawChannel, RawConfig, RawCredential, RawLimit,
-    RawMember, RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
+    env_reference, err, token_hash, ConfigError, RawCacheRule, RawChannel, RawConfig,
+    RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
 };
 use switchyard_upstream::MockOptions;
 
@@ -83,6 +84,7 @@ impl RawConfig {
         };
         let limits = compile_limits(self.limits, &scopes)?;
         let shadows = compile_shadows(self.shadows, &routes, &channel_ids)?;
+        let cache_rules = compile_cache_rules(self.cache_rules)?;
         Ok(SnapshotParts {
             revision,
             settings: self.settings,
@@ -93,6 +95,7 @@ impl RawConfig {
             prices,
             limits,
             shadows,
+            cache_rules,
         })
     }
 }
@@ -324,6 +327,52 @@ fn compile_shadows(
     }
     check_unique(shadows.iter().map(|s| s.id), "shadows", "shadow id")?;
     Ok(shadows)
+}
+
+fn compile_cache_rules(raw: Vec<RawCacheRule>) -> Result<Vec<CacheRule>, ConfigError> {
+    let mut ids = Ids::new(raw.iter().map(|c| c.id));
+    let mut rules: Vec<CacheRule> = Vec::with_capacity(raw.len());
+    for (ci, raw) in raw.into_iter().enumerate() {
+        let at = format!("cache_rules[{ci}]");
+        let id = ids.or_next(raw.id);
+        let rule = raw.into_rule(id, &at)?;
+        if rules.iter().any(|r| r.name == rule.name) {
+            return Err(err(
+                format!("{at}.name"),
+                format!("another cache rule is named {:?}", rule.name),
+            ));
+        }
+        rules.push(rule);
+    }
+    check_unique(rules.iter().map(|r| r.id), "cache_rules", "cache rule id")?;
+    Ok(rules)
+}
+
+impl RawCacheRule {
+    fn into_rule(self, id: i64, at: &str) -> Result<CacheRule, ConfigError> {
+        let endpoints =
+            parse_endpoints(&self.endpoints).map_err(|m| err(format!("{at}.endpoints"), m))?;
+        let scope = CacheScope::parse(&self.scope).ok_or_else(|| {
+            err(
+                format!("{at}.scope"),
+                format!("unknown scope {:?} (route, team or token)", self.scope),
+            )
+        })?;
+        let rule = CacheRule {
+            id,
+            name: self.name,
+            model_pattern: self.model_pattern,
+            endpoints,
+            ttl_seconds: self.ttl_seconds,
+            max_entry_bytes: self.max_entry_bytes,
+            scope,
+            deterministic_only: self.deterministic_only,
+            enabled: self.enabled,
+        };
+        rule.check()
+            .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;
+        Ok(rule)
+    }
 }
 
 impl RawShadow {

@@ -54,6 +54,8 @@ pub struct RawConfig {
     pub limits: Vec<RawLimit>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadows: Vec<RawShadow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache_rules: Vec<RawCacheRule>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -433,6 +435,38 @@ pub struct RawShadow {
     pub enabled: bool,
 }
 
+/// A response cache rule: answers to the requests for `model_pattern` (or of the route with that
+/// pattern) at `endpoints` are kept for `ttl_seconds` and served again to the same `scope`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCacheRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    pub model_pattern: String,
+    /// `chat_completions`, `completions`, `embeddings`, `messages`, `generate_content`,
+    /// `responses`.
+    pub endpoints: Vec<String>,
+    pub ttl_seconds: u64,
+    #[serde(default = "cache_entry_bytes")]
+    pub max_entry_bytes: u64,
+    /// `route`, `team` (the default) or `token`.
+    #[serde(default = "team_scope")]
+    pub scope: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deterministic_only: bool,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+}
+
+fn cache_entry_bytes() -> u64 {
+    1 << 20
+}
+
+fn team_scope() -> String {
+    "team".to_owned()
+}
+
 fn min_sample() -> u32 {
     20
 }
@@ -490,6 +524,39 @@ mod tests {
         let config = parse_raw("settings:\n  retry_times: 4\n").unwrap();
         assert_eq!(to_yaml(&config).unwrap(), "settings:\n  retry_times: 4\n");
         assert_eq!(config.settings.retry_times, 4);
+    }
+
+    #[test]
+    fn cache_rules_compile_and_bad_ones_name_their_field() {
+        let file = format!(
+            "{FILE}cache_rules:\n- name: c\n  model_pattern: m\n  endpoints:\n  - chat_completions\n  - messages\n  ttl_seconds: 60\n  max_entry_bytes: 1000\n  scope: route\n  deterministic_only: true\n"
+        );
+        let config = parse_raw(&file).unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), file);
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        let rule = &parts.cache_rules[0];
+        assert_eq!(rule.scope, switchyard_engine::CacheScope::Route);
+        assert_eq!(rule.endpoints.len(), 2);
+        assert!(rule.deterministic_only);
+        let bad = |from: &str, to: &str| {
+            let e = parse_raw(&file.replace(from, to))
+                .unwrap()
+                .into_parts(1, &|_| None)
+                .unwrap_err();
+            e.to_string()
+        };
+        assert!(bad("ttl_seconds: 60", "ttl_seconds: 0").starts_with("cache_rules[0].ttl_seconds:"));
+        let unknown = bad("  - messages\n", "  - images\n");
+        assert!(
+            unknown.starts_with("cache_rules[0].endpoints: unknown endpoint \"images\""),
+            "{unknown}"
+        );
+        assert!(bad("scope: route", "scope: fleet").starts_with("cache_rules[0].scope:"));
+        assert!(bad(
+            "model_pattern: m\n  endpoints",
+            "model_pattern: ''\n  endpoints"
+        )
+        .starts_with("cache_rules[0].model_pattern:"));
     }
 
     #[test]

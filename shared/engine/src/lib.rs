@@ -5,6 +5,7 @@
 //! a [`Decision`] with its full explanation comes out. The data plane selects with [`select`] and
 //! the control plane's explain serialises the very same [`Decision`].
 
+pub mod cache;
 pub mod catalog;
 pub mod constraint;
 pub mod decision;
@@ -22,6 +23,7 @@ pub mod shadow;
 pub mod slots;
 pub mod validate;
 
+pub use cache::{CacheEndpoint, CacheRule, CacheScope};
 pub use constraint::{RequestNeeds, SelectionConstraint};
 pub use decision::{
     CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,

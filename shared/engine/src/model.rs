@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::CacheRule;
 use crate::fxhash::FxHashMap;
 use crate::limit::{Limit, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
@@ -376,6 +377,8 @@ pub struct Snapshot {
     limits: Vec<LimitRule>,
     /// Shadow rules, in id order.
     shadows: Vec<ShadowRule>,
+    /// Response cache rules, in id order.
+    cache_rules: Vec<CacheRule>,
     /// (scope kind, scope id) -> the limits of that scope, in id order.
     limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
     /// Whether any channel or member carries a limit.
@@ -413,6 +416,7 @@ pub struct SnapshotParts {
     pub prices: Vec<Price>,
     pub limits: Vec<LimitRule>,
     pub shadows: Vec<ShadowRule>,
+    pub cache_rules: Vec<CacheRule>,
 }
 
 impl RouteMeta {
@@ -500,7 +504,9 @@ impl Snapshot {
             mut prices,
             mut limits,
             mut shadows,
+            mut cache_rules,
         } = parts;
+        cache_rules.sort_by_key(|c| c.id);
         prices.sort_by_key(|p| p.id);
         shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
@@ -549,6 +555,7 @@ impl Snapshot {
             upstream_limits: limits.iter().any(|l| l.limit.key.scope.upstream()),
             limits,
             shadows,
+            cache_rules,
             limits_by_scope,
             index,
             member_index,
@@ -605,6 +612,11 @@ impl Snapshot {
     /// The shadow rules, in id order.
     pub fn shadows(&self) -> &[ShadowRule] {
         &self.shadows
+    }
+
+    /// The response cache rules, in id order.
+    pub fn cache_rules(&self) -> &[CacheRule] {
+        &self.cache_rules
     }
 
     /// The limits attached to one scope (a token, a team, a route, a channel or a member).
@@ -670,6 +682,7 @@ impl Snapshot {
             prices: self.prices,
             limits: self.limits,
             shadows: self.shadows,
+            cache_rules: self.cache_rules,
         }
     }
 

@@ -201,6 +201,7 @@ fn snapshot() -> Snapshot {
             limit(42, "token", 3, "concurrent", None),
         ],
         shadows: Vec::new(),
+        cache_rules: Vec::new(),
     })
 }
 

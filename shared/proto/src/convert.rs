@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
@@ -51,7 +52,51 @@ pub fn snapshot_to_proto(snapshot: &Snapshot, compiled_at_unix_ms: u64) -> v1::S
         prices: snapshot.prices().iter().map(price_to_proto).collect(),
         limits: snapshot.limits().iter().map(limit_to_proto).collect(),
         shadows: snapshot.shadows().iter().map(shadow_to_proto).collect(),
+        cache_rules: snapshot
+            .cache_rules()
+            .iter()
+            .map(cache_rule_to_proto)
+            .collect(),
     }
+}
+
+fn cache_rule_to_proto(r: &CacheRule) -> v1::CacheRule {
+    v1::CacheRule {
+        id: r.id,
+        name: r.name.clone(),
+        model_pattern: r.model_pattern.clone(),
+        endpoints: r.endpoints.iter().map(|e| e.as_str().to_owned()).collect(),
+        ttl_seconds: r.ttl_seconds,
+        max_entry_bytes: r.max_entry_bytes,
+        scope: r.scope.as_str().to_owned(),
+        deterministic_only: r.deterministic_only,
+        enabled: r.enabled,
+    }
+}
+
+fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, ConversionError> {
+    let endpoints =
+        parse_endpoints(&w.endpoints).map_err(|m| invalid(format!("{path}.endpoints"), m))?;
+    let scope = CacheScope::parse(&w.scope).ok_or_else(|| {
+        invalid(
+            format!("{path}.scope"),
+            format!("unknown scope {:?}", w.scope),
+        )
+    })?;
+    let rule = CacheRule {
+        id: w.id,
+        name: w.name,
+        model_pattern: w.model_pattern,
+        endpoints,
+        ttl_seconds: w.ttl_seconds,
+        max_entry_bytes: w.max_entry_bytes,
+        scope,
+        deterministic_only: w.deterministic_only,
+        enabled: w.enabled,
+    };
+    rule.check()
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+    Ok(rule)
 }
 
 fn shadow_to_proto(r: &ShadowRule) -> v1::Shadow {
@@ -369,6 +414,13 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             |w| w.id,
             shadow_from_proto,
         )?;
+        let cache_rules = each(
+            wire.cache_rules,
+            "cache_rules",
+            "cache rule",
+            |w| w.id,
+            cache_rule_from_proto,
+        )?;
         Ok(SnapshotParts {
             revision: wire.revision,
             settings,
@@ -379,6 +431,7 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             prices,
             limits,
             shadows,
+            cache_rules,
         })
     }
 }
@@ -972,6 +1025,20 @@ mod tests {
                 enabled: true,
                 stopped: Some(StopReason::SpendCap),
             }],
+            cache_rules: vec![CacheRule {
+                id: 9,
+                name: "evals".into(),
+                model_pattern: "gpt-*".into(),
+                endpoints: vec![
+                    switchyard_engine::CacheEndpoint::ChatCompletions,
+                    switchyard_engine::CacheEndpoint::Responses,
+                ],
+                ttl_seconds: 600,
+                max_entry_bytes: 4096,
+                scope: CacheScope::Token,
+                deterministic_only: true,
+                enabled: true,
+            }],
         })
     }
 
@@ -995,6 +1062,7 @@ mod tests {
         assert_eq!(back.prices(), snapshot.prices());
         assert_eq!(back.limits(), snapshot.limits());
         assert_eq!(back.shadows(), snapshot.shadows());
+        assert_eq!(back.cache_rules(), snapshot.cache_rules());
         assert_eq!(back.limits_of(ScopeKind::Token, 3).len(), 1);
         assert!(back.resolve_route("gpt-4o-mini").is_some());
     }

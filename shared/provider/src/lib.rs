@@ -54,7 +54,7 @@ pub use meta::{answer_meta, AnswerMeta};
 pub use protocol::Protocol;
 pub use response::{translate_response, translate_responses_answer};
 pub use sse::{SseDecoder, SseEvent};
-pub use stream::{StreamDigest, StreamDigester, StreamTranslator, UsageScanner};
+pub use stream::{StreamAssembler, StreamDigest, StreamDigester, StreamTranslator, UsageScanner};
 pub use translate::{
     count_tokens_response, parse_count_tokens_response, ChatRequest, TranslateError,
     MEDIA_TOKEN_ESTIMATE,

@@ -11,6 +11,7 @@
 //!
 //! Time is always passed in (`now`, Unix milliseconds), so the rules are testable without sleeps.
 
+pub mod cache;
 mod limits;
 mod memory;
 mod records;

@@ -20,11 +20,13 @@
 //!   `response.in_progress`, per output item `output_item.added` … `output_item.done` (text
 //!   deltas or function-call argument deltas in between), `response.completed` last.
 
+mod assemble;
 mod client;
 mod digest;
 mod responses;
 mod upstream;
 
+pub use assemble::StreamAssembler;
 pub use digest::{StreamDigest, StreamDigester};
 
 use crate::error::{malformed, TranslateError};

@@ -23,7 +23,7 @@ pub(crate) use gemini::{
     emit_response as gemini_emit_response, parse_response as gemini_parse_response,
 };
 pub use ir::MEDIA_TOKEN_ESTIMATE;
-pub(crate) use ir::{args_object, Finish, Ir, Part, Resp, ANTHROPIC, GEMINI};
+pub(crate) use ir::{args_object, Choice, Finish, Ir, Part, Resp, ANTHROPIC, GEMINI};
 pub(crate) use openai::{
     emit_response as openai_emit_response, openai_id, parse_response as openai_parse_response,
 };

@@ -14,13 +14,13 @@
 //! queue behind thousands of request tasks.
 
 mod coalesce;
-mod conn;
+pub(crate) mod conn;
 mod keys;
 mod lag;
 mod outage;
 mod records;
 mod scripts;
-mod shared;
+pub(crate) mod shared;
 mod subscribe;
 mod sync;
 mod worker;

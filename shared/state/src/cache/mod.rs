@@ -1,0 +1,14 @@
+//! The exact response cache's stores: one [`ResponseCache`] trait (`entry.rs`, at the bottom),
+//! the in-memory store (`memory.rs`, least recently used out, bounded by bytes), the fleet's
+//! Redis store (`redis.rs`, bounded by bytes, nearest expiry out) and the conformance suite
+//! both pass (`conformance.rs`).
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+mod entry;
+mod memory;
+mod redis;
+
+pub use self::redis::RedisCache;
+pub use entry::{CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache};
+pub use memory::MemoryCache;

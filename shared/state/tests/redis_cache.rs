@@ -1,0 +1,74 @@
+//! The Redis response cache against a real Redis: the conformance suite the in-memory cache
+//! passes too, and a store whose Redis is gone answers "unavailable" at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{redis_url, unique_prefix};
+use switchyard_state::cache::{conformance, CacheKey, RedisCache, ResponseCache};
+
+fn cleanup(url: &str, prefix: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{sy:{prefix}:cache}}:*"))
+        .query(&mut con)
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL").arg(keys).query(&mut con).unwrap();
+    }
+}
+
+async fn connected(url: &str, prefix: &str, max_bytes: usize) -> RedisCache {
+    let cache = RedisCache::start(url, prefix, max_bytes as u64, Duration::from_secs(2)).unwrap();
+    for _ in 0..100 {
+        if cache.connected() {
+            return cache;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the cache never connected to {url}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cache_passes_the_conformance_suite() {
+    let url = redis_url();
+    for (name, max_bytes, check) in conformance::checks() {
+        let prefix = unique_prefix("cache");
+        let cache = connected(&url, &prefix, *max_bytes).await;
+        eprintln!("cache conformance (redis): {name}");
+        check(&cache).await;
+        cleanup(&url, &prefix);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_without_redis_is_unavailable_at_once() {
+    // Nothing listens on port 1.
+    let cache = RedisCache::start(
+        "redis://127.0.0.1:1",
+        "gone",
+        1 << 20,
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let key = CacheKey([1; 32]);
+    assert!(cache.get(&key, 0).await.is_err());
+    assert!(cache.put(&key, conformance_entry(), 1000, 0).await.is_err());
+}
+
+fn conformance_entry() -> switchyard_state::cache::CacheEntry {
+    switchyard_state::cache::CacheEntry {
+        stored_at: 0,
+        input_tokens: 1,
+        output_tokens: 1,
+        cached_tokens: 0,
+        cost_pico: None,
+        body: b"{}".to_vec(),
+    }
+}
