@@ -63,6 +63,10 @@ struct Totals {
     /// Pico-USD (10⁻¹² USD) of the priced requests.
     cost: i64,
     unpriced: i64,
+    hits: i64,
+    saved_input: i64,
+    saved_output: i64,
+    saved_cost: i64,
 }
 
 impl Totals {
@@ -74,6 +78,10 @@ impl Totals {
         self.cached = self.cached.saturating_add(other.cached);
         self.cost = self.cost.saturating_add(other.cost);
         self.unpriced = self.unpriced.saturating_add(other.unpriced);
+        self.hits = self.hits.saturating_add(other.hits);
+        self.saved_input = self.saved_input.saturating_add(other.saved_input);
+        self.saved_output = self.saved_output.saturating_add(other.saved_output);
+        self.saved_cost = self.saved_cost.saturating_add(other.saved_cost);
     }
 }
 
@@ -122,6 +130,12 @@ fn check_record(r: &v1::UsageRecord) -> Result<(), String> {
         return Err(format!(
             "unpriced_requests ({}) is more than its requests ({})",
             r.unpriced_requests, r.requests
+        ));
+    }
+    if r.cache_hits > r.requests {
+        return Err(format!(
+            "cache_hits ({}) is more than its requests ({})",
+            r.cache_hits, r.requests
         ));
     }
     Ok(())
@@ -247,6 +261,22 @@ fn record_figures(
         r.cost_pico_usd,
         r.cost_pico_usd == 0 || r.unpriced_requests < r.requests,
     );
+    let saved_input = figure(
+        "saved_input_tokens",
+        r.saved_input_tokens,
+        plausible_tokens(r.cache_hits, r.saved_input_tokens),
+    );
+    let saved_output = figure(
+        "saved_output_tokens",
+        r.saved_output_tokens,
+        plausible_tokens(r.cache_hits, r.saved_output_tokens),
+    );
+    // A saving needs a hit to come from.
+    let saved_cost = figure(
+        "saved_cost_pico_usd",
+        r.saved_cost_pico_usd,
+        r.saved_cost_pico_usd == 0 || r.cache_hits > 0,
+    );
     Some(Totals {
         requests: clamp(r.requests),
         input: clamp(input),
@@ -254,6 +284,10 @@ fn record_figures(
         cached: clamp(cached),
         cost: clamp(cost),
         unpriced: clamp(r.unpriced_requests),
+        hits: clamp(r.cache_hits),
+        saved_input: clamp(saved_input),
+        saved_output: clamp(saved_output),
+        saved_cost: clamp(saved_cost),
     })
 }
 
@@ -341,6 +375,10 @@ async fn add_minutes(
     let mut cached = Vec::with_capacity(records);
     let mut costs = Vec::with_capacity(records);
     let mut unpriced = Vec::with_capacity(records);
+    let mut hits = Vec::with_capacity(records);
+    let mut saved_inputs = Vec::with_capacity(records);
+    let mut saved_outputs = Vec::with_capacity(records);
+    let mut saved_costs = Vec::with_capacity(records);
     for ((bucket, token, team, route, channel, model), t) in sums {
         buckets.push(bucket);
         tokens.push(token);
@@ -354,16 +392,23 @@ async fn add_minutes(
         cached.push(t.cached);
         costs.push(t.cost);
         unpriced.push(t.unpriced);
+        hits.push(t.hits);
+        saved_inputs.push(t.saved_input);
+        saved_outputs.push(t.saved_output);
+        saved_costs.push(t.saved_cost);
     }
     sqlx::query(
         "INSERT INTO usage_minutes AS u (bucket, token, team, route, channel, model, \
                                          requests, input_tokens, output_tokens, cached_tokens, \
-                                         cost_pico_usd, unpriced_requests) \
-         SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca, co, up \
+                                         cost_pico_usd, unpriced_requests, cache_hits, \
+                                         saved_input_tokens, saved_output_tokens, \
+                                         saved_cost_pico_usd) \
+         SELECT to_timestamp(b), t, tm, r, c, m, rq, i, o, ca, co, up, h, si, so, sc \
          FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
                      $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
-                     $12::bigint[], $13::bigint[]) \
-              AS x(b, t, tm, r, c, m, rq, i, o, ca, co, up) \
+                     $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], \
+                     $16::bigint[], $17::bigint[]) \
+              AS x(b, t, tm, r, c, m, rq, i, o, ca, co, up, h, si, so, sc) \
          ON CONFLICT (bucket, token, team, route, channel, model) DO UPDATE SET \
            requests = least(u.requests::numeric + excluded.requests, $11)::bigint, \
            input_tokens = least(u.input_tokens::numeric + excluded.input_tokens, $11)::bigint, \
@@ -371,7 +416,14 @@ async fn add_minutes(
            cached_tokens = least(u.cached_tokens::numeric + excluded.cached_tokens, $11)::bigint, \
            cost_pico_usd = least(u.cost_pico_usd::numeric + excluded.cost_pico_usd, $11)::bigint, \
            unpriced_requests = \
-             least(u.unpriced_requests::numeric + excluded.unpriced_requests, $11)::bigint",
+             least(u.unpriced_requests::numeric + excluded.unpriced_requests, $11)::bigint, \
+           cache_hits = least(u.cache_hits::numeric + excluded.cache_hits, $11)::bigint, \
+           saved_input_tokens = \
+             least(u.saved_input_tokens::numeric + excluded.saved_input_tokens, $11)::bigint, \
+           saved_output_tokens = \
+             least(u.saved_output_tokens::numeric + excluded.saved_output_tokens, $11)::bigint, \
+           saved_cost_pico_usd = \
+             least(u.saved_cost_pico_usd::numeric + excluded.saved_cost_pico_usd, $11)::bigint",
     )
     .bind(buckets)
     .bind(tokens)
@@ -387,6 +439,10 @@ async fn add_minutes(
     .bind(i64::MAX)
     .bind(costs)
     .bind(unpriced)
+    .bind(hits)
+    .bind(saved_inputs)
+    .bind(saved_outputs)
+    .bind(saved_costs)
     .execute(&mut *tx)
     .await?;
     Ok(())

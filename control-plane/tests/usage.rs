@@ -872,3 +872,53 @@ async fn a_refused_batch_is_resent_in_parts_so_only_its_bad_record_is_lost(pool:
     );
     shutdown.cancel();
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cache_hits_and_what_they_saved_are_stored_and_reported(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let hits = |id: &str, hits: u64, saved_cost: u64| {
+        let mut r = record(0, "app", "research", "", "", hits, 0, 0, 0);
+        r.cache_hits = hits;
+        r.saved_input_tokens = 100 * hits;
+        r.saved_output_tokens = 20 * hits;
+        r.saved_cost_pico_usd = saved_cost;
+        batch(
+            id,
+            vec![
+                r,
+                record(0, "app", "research", "openai", "gpt-4o", 1, 100, 20, 0),
+            ],
+        )
+    };
+    apply_batch(&pool, &hits("h-1", 2, 1_000_000_000))
+        .await
+        .unwrap();
+    apply_batch(&pool, &hits("h-2", 1, 500_000_000))
+        .await
+        .unwrap();
+    let reply = app.get(&format!("/api/v1/usage?{RANGE}")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let total = &reply.body["total"];
+    // Hits are requests, with no tokens of their own.
+    assert_eq!(totals(total), (5, 200, 40, 0));
+    assert_eq!(total["cache_hits"], 3);
+    assert_eq!(total["saved_input_tokens"], 300);
+    assert_eq!(total["saved_output_tokens"], 60);
+    assert_eq!(total["saved_cost_usd"], "0.0015");
+    let by_route = app
+        .get(&format!("/api/v1/usage?{RANGE}&group_by=route"))
+        .await;
+    assert_eq!(by_route.body["groups"][0]["cache_hits"], 3);
+    // A hit count beyond its requests (the record), or a saving without a hit (the figure), is
+    // left out.
+    let mut bad = record(0, "app", "", "", "", 1, 0, 0, 0);
+    bad.cache_hits = 2;
+    let applied = apply_batch(&pool, &batch("h-3", vec![bad])).await.unwrap();
+    assert_eq!((applied.records, applied.refused_figures), (0, 1));
+    let mut no_hit = record(0, "app", "", "", "", 1, 0, 0, 0);
+    no_hit.saved_cost_pico_usd = 5;
+    let applied = apply_batch(&pool, &batch("h-4", vec![no_hit]))
+        .await
+        .unwrap();
+    assert_eq!(applied.refused_figures, 1);
+}

@@ -629,7 +629,7 @@ impl Attempt<'_> {
     }
 }
 
-fn sse_headers() -> HeaderMap {
+pub(crate) fn sse_headers() -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,

@@ -71,6 +71,16 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_REDIS_PREFIX", default_value = "switchyard")]
     pub redis_prefix: String,
 
+    /// Most bytes the response cache keeps: the fleet's total in Redis when `REDIS_URL` is set,
+    /// else this proxy's own in memory.
+    #[arg(long, env = "SWITCHYARD_CACHE_MAX_BYTES", default_value_t = 256 << 20)]
+    pub cache_max_bytes: u64,
+
+    /// How long a response cache lookup or write may wait on Redis (milliseconds) before the
+    /// request goes on without the cache.
+    #[arg(long, env = "SWITCHYARD_CACHE_TIMEOUT_MS", default_value_t = 50)]
+    pub cache_timeout_ms: u64,
+
     /// File for the last known good snapshot.
     #[arg(long, env = "SWITCHYARD_SNAPSHOT_CACHE")]
     pub snapshot_cache: Option<PathBuf>,

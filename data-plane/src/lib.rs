@@ -39,6 +39,7 @@ mod realtime;
 mod record;
 mod relay;
 pub mod request;
+mod response_cache;
 mod run;
 mod server;
 mod shadow;

@@ -76,6 +76,9 @@ pub struct Metrics {
     /// `rule` (shadow rule name), `outcome` (`success`, `failure`, `rps_capped`,
     /// `spend_capped`, `stopped`, `queue_full`): sampled requests and what became of them.
     pub shadow_requests: Family<2>,
+    /// `route` (its pattern), `result` (`hit`, `miss`, `bypass`): requests of routes with a
+    /// response cache rule.
+    pub cache_requests: Family<2>,
     /// Shadow copies dropped because the background queue was full.
     pub shadow_queue_drops: AtomicU64,
     pub failovers: AtomicU64,
@@ -140,6 +143,11 @@ impl Default for Metrics {
                 "switchyard_shadow_requests_total",
                 "Requests sampled by a shadow rule, by rule name and outcome (success, failure, rps_capped, spend_capped, stopped, queue_full).",
                 ["rule", "outcome"],
+            ),
+            cache_requests: Family::new(
+                "switchyard_cache_requests_total",
+                "Requests covered by a response cache rule, by route and result (hit, miss, bypass).",
+                ["route", "result"],
             ),
             shadow_queue_drops: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
@@ -256,6 +264,7 @@ impl Collect for Metrics {
             "Realtime API sessions open now.",
             self.realtime_sessions.load(Relaxed),
         );
+        self.cache_requests.render(w);
         for (name, help, value) in [
             (
                 "switchyard_shadow_queue_drops_total",

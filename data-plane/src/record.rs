@@ -66,8 +66,44 @@ pub struct Trail {
     /// The request span's trace and span ids, when traces are exported.
     pub trace: Option<(String, String)>,
     /// Called once the request has finished (a stream: when it ended), with what it got; the
-    /// shadow copy of a streamed request is offered from here.
+    /// shadow copy of a streamed request is offered and its answer cached from here.
     pub on_finish: Option<OnFinish>,
+    /// What the response cache did, for a request a cache rule covers.
+    pub cache: Option<CacheMark>,
+}
+
+/// What the response cache did for a request a cache rule covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheResult {
+    /// Answered from the cache.
+    Hit,
+    /// Not in the cache (or the client said `no-cache`): sent upstream.
+    Miss,
+    /// The cache was not used: the request cannot be cached, the client allowed neither read
+    /// nor write, or the store did not answer.
+    Bypass,
+}
+
+impl CacheResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Bypass => "bypass",
+        }
+    }
+}
+
+/// The response cache's part of the trail.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheMark {
+    pub result: CacheResult,
+    /// A hit: whole seconds since its answer was stored.
+    pub age_seconds: u64,
+    /// A hit: the usage of the answer it served again (the tokens it saved).
+    pub saved: Usage,
+    /// A hit: what that answer cost (pico-USD; `None`: it was unpriced).
+    pub saved_cost_pico: Option<u128>,
 }
 
 /// A callback run when the request has finished.
@@ -269,8 +305,17 @@ impl RequestRecord {
         // its handshake is not a request of its own to the usage report.
         let accounted_by_session = self.endpoint == Endpoint::Realtime;
         if let (Some(reporter), Some(token)) = (&state.usage, token) {
-            // A pass-through request has no route and no tokens read: nothing to account.
-            if !channel.is_empty()
+            if let Some(hit) = self.trail.cache.filter(|c| c.result == CacheResult::Hit) {
+                let key = crate::usage::UsageKey {
+                    token: token.to_owned(),
+                    team: self.team.clone(),
+                    route: route.to_owned(),
+                    channel: String::new(),
+                    model: String::new(),
+                };
+                reporter.record_hit(key, hit.saved, hit.saved_cost_pico);
+            } else if !channel.is_empty()
+                // A pass-through request has no route and no tokens read: nothing to account.
                 && self.endpoint != Endpoint::Passthrough
                 && !accounted_by_session
             {

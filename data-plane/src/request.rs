@@ -32,6 +32,7 @@ pub(crate) mod names {
     pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
     pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
     pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+    pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
 }
 
 /// What routing needs to know about one request.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use switchyard_engine::Snapshot;
+use switchyard_state::cache::{MemoryCache, RedisCache, ResponseCache};
 use switchyard_state::{mask_url, InMemoryStore, RedisConfig, RedisStore, StateStore};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -177,6 +178,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     if let Some(redis) = &redis_store {
         state.collectors.register(redis.clone());
     }
+    state.set_cache(response_cache(&cli)?);
     if let Some(credential) = &cli.metrics_token {
         state.protect_metrics(credential);
     }
@@ -378,6 +380,23 @@ fn state_store(cli: &Cli) -> Result<Stores, String> {
             Ok((Arc::new(InMemoryStore::new()), None))
         }
     }
+}
+
+/// The response cache's store: the fleet's in Redis when `REDIS_URL` is set (it never fails
+/// on Redis being down: the cache is bypassed), else in memory.
+fn response_cache(cli: &Cli) -> Result<Arc<dyn ResponseCache>, String> {
+    let max_bytes = cli.cache_max_bytes;
+    Ok(match &cli.redis_url {
+        Some(url) => {
+            let timeout = Duration::from_millis(cli.cache_timeout_ms.max(1));
+            let cache = RedisCache::start(url, &cli.redis_prefix, max_bytes, timeout)
+                .map_err(|e| format!("bad Redis configuration: {e}"))?;
+            Arc::new(cache)
+        }
+        None => Arc::new(MemoryCache::new(
+            usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        )),
+    })
 }
 
 /// After the first signal: not ready first, still serving (the load balancer takes this proxy

@@ -7,12 +7,13 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use switchyard_engine::{ChannelId, CredentialId};
 use switchyard_metrics::Registry;
+use switchyard_state::cache::{MemoryCache, ResponseCache};
 use switchyard_state::StateStore;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +23,9 @@ use crate::shadow::rules::{ShadowQueue, Shadows};
 use crate::snapshot::View;
 use crate::upstream::{ClientOptions, HttpClient};
 use crate::usage::UsageReporter;
+
+/// The in-memory response cache's bound when none is configured: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 /// Shared by every request: the current view, the state store, the client, metrics.
 pub struct AppState {
@@ -50,6 +54,9 @@ pub struct AppState {
     pub usage: Option<Arc<UsageReporter>>,
     /// Shadow traffic: the rules' caps and the background queue (`shadow`).
     pub shadows: Shadows,
+    /// The response cache's store: in memory unless [`AppState::set_cache`] gave another (the
+    /// fleet's, in Redis). Read only by requests a cache rule covers.
+    cache: RwLock<Arc<dyn ResponseCache>>,
     /// The credentials an upstream refused, already told to the operator, and the snapshot
     /// revision they were told under (a new revision may carry a fixed secret: told anew).
     refusals_told: Mutex<(u64, HashSet<(ChannelId, CredentialId)>)>,
@@ -98,12 +105,23 @@ impl AppState {
             streams_cut: CancellationToken::new(),
             usage,
             shadows,
+            cache: RwLock::new(Arc::new(MemoryCache::new(DEFAULT_CACHE_BYTES))),
             refusals_told: Mutex::default(),
             id_key: OnceLock::new(),
             batches_accounted: Mutex::default(),
             seed: AtomicU64::new(nanos ^ u64::from(std::process::id()).rotate_left(32)),
         });
         (state, shadow_queue)
+    }
+
+    /// The response cache's store.
+    pub fn cache(&self) -> Arc<dyn ResponseCache> {
+        Arc::clone(&self.cache.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Serves the response cache from `cache` from now on.
+    pub fn set_cache(&self, cache: Arc<dyn ResponseCache>) {
+        *self.cache.write().unwrap_or_else(|e| e.into_inner()) = cache;
     }
 
     /// From now on `/metrics` answers only `Authorization: Bearer <credential>`, and its token

@@ -105,6 +105,14 @@ pub struct UsageTotals {
     pub cost_usd: Option<String>,
     /// Requests no price matched: their cost is unknown, not zero.
     pub unpriced_requests: i64,
+    /// Requests answered from the response cache (counted in `requests`, with no tokens and
+    /// no cost).
+    pub cache_hits: i64,
+    /// What the answers the hits served had used when they were fresh.
+    pub saved_input_tokens: i64,
+    pub saved_output_tokens: i64,
+    /// What those answers had cost, in USD (an exact decimal string; unpriced ones count 0).
+    pub saved_cost_usd: String,
 }
 
 /// The totals of one combination of the grouping dimensions' values (and time bucket).
@@ -139,6 +147,11 @@ pub struct UsageGroup {
     /// As in [`UsageTotals`]: `null` when every request of the group was unpriced.
     pub cost_usd: Option<String>,
     pub unpriced_requests: i64,
+    /// As in [`UsageTotals`].
+    pub cache_hits: i64,
+    pub saved_input_tokens: i64,
+    pub saved_output_tokens: i64,
+    pub saved_cost_usd: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -322,7 +335,11 @@ const SUMS: &str = "least(coalesce(sum(requests), 0), $3)::bigint AS requests, \
      least(coalesce(sum(output_tokens), 0), $3)::bigint AS output_tokens, \
      least(coalesce(sum(cached_tokens), 0), $3)::bigint AS cached_tokens, \
      least(coalesce(sum(unpriced_requests), 0), $3)::bigint AS unpriced_requests, \
-     coalesce(sum(cost_pico_usd), 0)::text AS cost_pico_usd";
+     coalesce(sum(cost_pico_usd), 0)::text AS cost_pico_usd, \
+     least(coalesce(sum(cache_hits), 0), $3)::bigint AS cache_hits, \
+     least(coalesce(sum(saved_input_tokens), 0), $3)::bigint AS saved_input_tokens, \
+     least(coalesce(sum(saved_output_tokens), 0), $3)::bigint AS saved_output_tokens, \
+     coalesce(sum(saved_cost_pico_usd), 0)::text AS saved_cost_pico_usd";
 
 /// `group_by` as a list of distinct dimensions (`None` or `""`: none).
 fn parse_dimensions(text: Option<&str>) -> ApiResult<Vec<UsageDimension>> {
@@ -372,6 +389,7 @@ fn totals(row: &sqlx::postgres::PgRow) -> Result<UsageTotals, sqlx::Error> {
     let requests: i64 = row.try_get("requests")?;
     let unpriced: i64 = row.try_get("unpriced_requests")?;
     let pico: String = row.try_get("cost_pico_usd")?;
+    let saved_pico: String = row.try_get("saved_cost_pico_usd")?;
     Ok(UsageTotals {
         requests,
         input_tokens: row.try_get("input_tokens")?,
@@ -379,6 +397,11 @@ fn totals(row: &sqlx::postgres::PgRow) -> Result<UsageTotals, sqlx::Error> {
         cached_tokens: row.try_get("cached_tokens")?,
         cost_usd: cost_usd(&pico, requests, unpriced)?,
         unpriced_requests: unpriced,
+        cache_hits: row.try_get("cache_hits")?,
+        saved_input_tokens: row.try_get("saved_input_tokens")?,
+        saved_output_tokens: row.try_get("saved_output_tokens")?,
+        // Never "all unpriced": a saving is reported as what is known of it.
+        saved_cost_usd: cost_usd(&saved_pico, 0, 0)?.unwrap_or_default(),
     })
 }
 
@@ -447,6 +470,10 @@ async fn grouped(
                 cached_tokens: t.cached_tokens,
                 cost_usd: t.cost_usd,
                 unpriced_requests: t.unpriced_requests,
+                cache_hits: t.cache_hits,
+                saved_input_tokens: t.saved_input_tokens,
+                saved_output_tokens: t.saved_output_tokens,
+                saved_cost_usd: t.saved_cost_usd,
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()

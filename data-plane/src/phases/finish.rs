@@ -10,7 +10,7 @@ use tracing::Span;
 
 use crate::context::Arrival;
 use crate::endpoint::Endpoint;
-use crate::record::{LineAfter, RequestRecord, Trail};
+use crate::record::{CacheResult, LineAfter, RequestRecord, Trail};
 use crate::request::names;
 use crate::snapshot::View;
 use crate::state::AppState;
@@ -100,6 +100,15 @@ fn set_headers(headers: &mut HeaderMap, trail: &Trail, request_id: &str) {
         set(headers, names::CHANNEL, channel);
     }
     headers.insert(names::ATTEMPTS, HeaderValue::from(trail.attempts.len()));
+    if let Some(cache) = &trail.cache {
+        headers.insert(
+            names::CACHE,
+            HeaderValue::from_static(cache.result.as_str()),
+        );
+        if cache.result == CacheResult::Hit {
+            headers.insert(http::header::AGE, HeaderValue::from(cache.age_seconds));
+        }
+    }
 }
 
 /// The request span's fields, from what happened. Integers as `i64`: the OpenTelemetry layer

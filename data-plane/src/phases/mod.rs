@@ -1,12 +1,14 @@
 //! A proxied request's phases, in order, over its one context ([`Ctx`]): receive → route →
-//! admit → proxy ([`crate::failover`]) → finish, with the shadow offer set up after the proxy
-//! and the log line written after the answer. Receive makes the context; route, admit and proxy
+//! admit → cache (a hit ends here) → proxy ([`crate::failover`]) → finish, with the shadow
+//! offer and the cache's store set up after the proxy and the log line written after the
+//! answer. Receive makes the context; route, admit and proxy
 //! take it by `&mut` and read the request's facts from it; finish takes what is left of it (the
 //! trail and the model). An error before the proxy phase is the client's answer. A Realtime API
 //! session's handshake runs receive, route and admit the same way, then opens its session
 //! ([`crate::realtime`]) in place of the proxy phase.
 
 mod admit;
+mod cache;
 mod finish;
 pub mod passthrough;
 pub(crate) mod receive;
@@ -123,11 +125,22 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
         name_client(ctx);
         return Ok(refused.into_response(ctx.endpoint.protocol()));
     }
+    // Boxed, as the proxy's: a request no rule covers leaves it at once.
+    let store = match Box::pin(cache::lookup(state, ctx)).await {
+        cache::Looked::Hit(response) => {
+            name_client(ctx);
+            return Ok(response);
+        }
+        cache::Looked::Proxy(store) => store,
+    };
     // Boxed: the failover's future (about 1.7 KB, the attempt in a box of its own) is moved
     // once, into its box, rather than being part of this future, which is itself moved into a
     // box by the edge: that copy is of this function's own states only.
     let response = Box::pin(proxy(state, ctx)).await;
     offer_shadow(ctx);
+    if let Some(store) = store {
+        cache::keep(state, ctx, store);
+    }
     name_client(ctx);
     Ok(response)
 }

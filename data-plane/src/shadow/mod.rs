@@ -149,6 +149,12 @@ impl Gathered {
         g.chunks.push(chunk.clone());
     }
 
+    /// A copy of the chunks (shared bytes), unless the stream was too long.
+    pub fn copy(&self) -> Option<Vec<Bytes>> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (!g.overflow).then(|| g.chunks.clone())
+    }
+
     /// The chunks, unless the stream was too long.
     pub fn take(&self) -> Option<Vec<Bytes>> {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());

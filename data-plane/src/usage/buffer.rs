@@ -52,6 +52,11 @@ pub struct UsageCounts {
     pub cost_pico_usd: u64,
     /// Requests whose usage matched no price: their cost is unknown, never zero.
     pub unpriced_requests: u64,
+    /// Requests answered from the response cache, and what their answers had used and cost.
+    pub cache_hits: u64,
+    pub saved_input_tokens: u64,
+    pub saved_output_tokens: u64,
+    pub saved_cost_pico_usd: u64,
 }
 
 impl UsageCounts {
@@ -64,6 +69,16 @@ impl UsageCounts {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.cache_hits = self.cache_hits.saturating_add(other.cache_hits);
+        self.saved_input_tokens = self
+            .saved_input_tokens
+            .saturating_add(other.saved_input_tokens);
+        self.saved_output_tokens = self
+            .saved_output_tokens
+            .saturating_add(other.saved_output_tokens);
+        self.saved_cost_pico_usd = self
+            .saved_cost_pico_usd
+            .saturating_add(other.saved_cost_pico_usd);
     }
 }
 
@@ -299,6 +314,10 @@ fn record((bucket, key): (i64, UsageKey), counts: UsageCounts) -> v1::UsageRecor
         cached_tokens: counts.cached_tokens,
         cost_pico_usd: counts.cost_pico_usd,
         unpriced_requests: counts.unpriced_requests,
+        cache_hits: counts.cache_hits,
+        saved_input_tokens: counts.saved_input_tokens,
+        saved_output_tokens: counts.saved_output_tokens,
+        saved_cost_pico_usd: counts.saved_cost_pico_usd,
     }
 }
 
@@ -365,6 +384,7 @@ mod tests {
             input_tokens: input,
             output_tokens: output,
             cached_tokens: cached,
+            ..UsageCounts::default()
         }
     }
 

@@ -80,6 +80,25 @@ impl UsageReporter {
                 cached_tokens: usage.cached_tokens.min(MAX_TOKENS_PER_REQUEST),
                 cost_pico_usd: cost_pico.map_or(0, |c| u64::try_from(c).unwrap_or(u64::MAX)),
                 unpriced_requests: u64::from(cost_pico.is_none()),
+                ..UsageCounts::default()
+            },
+        );
+    }
+
+    /// Adds one request answered from the response cache: a request with no tokens and no
+    /// cost, and what the answer it served had used (`saved`) and cost (`saved_cost_pico`,
+    /// `None`: unpriced, counted as nothing saved).
+    pub fn record_hit(&self, key: UsageKey, saved: Usage, saved_cost_pico: Option<u128>) {
+        self.buffer.add(
+            key,
+            UsageCounts {
+                requests: 1,
+                cache_hits: 1,
+                saved_input_tokens: saved.input_tokens.min(MAX_TOKENS_PER_REQUEST),
+                saved_output_tokens: saved.output_tokens.min(MAX_TOKENS_PER_REQUEST),
+                saved_cost_pico_usd: saved_cost_pico
+                    .map_or(0, |c| u64::try_from(c).unwrap_or(u64::MAX)),
+                ..UsageCounts::default()
             },
         );
     }

@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use switchyard_config::{
-    Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice, RawRoute,
-    RawShadow, RawTeam, RawToken,
+    Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice,
+    RawRoute, RawShadow, RawTeam, RawToken,
 };
+use switchyard_engine::cache::CacheRule;
 use switchyard_engine::limit::{format_micros, format_rfc3339};
 use switchyard_engine::{
     ChannelStatus, Metric, ScopeKind, ShadowRule, ShadowTarget, SnapshotParts, Window,
@@ -94,6 +95,8 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         .map(|rule| raw_shadow(rule, &|id| names.channel(id)))
         .collect();
     shadows.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut cache_rules: Vec<RawCacheRule> = parts.cache_rules.iter().map(raw_cache_rule).collect();
+    cache_rules.sort_by(|a, b| a.name.cmp(&b.name));
     RawConfig {
         listen: None,
         settings: parts.settings.clone(),
@@ -104,6 +107,25 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         prices,
         limits,
         shadows,
+        cache_rules,
+    }
+}
+
+fn raw_cache_rule(rule: &CacheRule) -> RawCacheRule {
+    RawCacheRule {
+        id: None,
+        name: rule.name.clone(),
+        model_pattern: rule.model_pattern.clone(),
+        endpoints: rule
+            .endpoints
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect(),
+        ttl_seconds: rule.ttl_seconds,
+        max_entry_bytes: rule.max_entry_bytes,
+        scope: rule.scope.as_str().to_owned(),
+        deterministic_only: rule.deterministic_only,
+        enabled: rule.enabled,
     }
 }
 

@@ -344,6 +344,15 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<(RawConfig, Pa
         ));
     }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
+    if !raw.cache_rules.is_empty() {
+        // Refused rather than dropped: the fleet's tables have no cache rules yet.
+        return Err(config_err(
+            "cache_rules".to_owned(),
+            "response cache rules are configured in a standalone proxy's file; the control \
+             plane cannot store them yet"
+                .to_owned(),
+        ));
+    }
     let mut for_validation = raw.clone();
     let matched = match_members(&raw, current, &mut for_validation);
     // Credentials in file form, each matched to what the tables store.

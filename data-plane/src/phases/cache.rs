@@ -1,0 +1,223 @@
+//! Cache: between admit and proxy, a request a response cache rule covers is answered from the
+//! cache when its answer is there (a hit counts as a request, with no tokens charged); a miss
+//! goes upstream and, once its answer is whole (a stream: at its end) and good, is stored. A
+//! request no rule covers costs nothing here: no parse, no hash, no store call.
+//!
+//! Concurrent identical misses are not coalesced: each goes upstream and the last to finish
+//! stores its answer.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use futures_util::FutureExt;
+use serde_json::Value;
+use switchyard_engine::cache::applicable;
+use switchyard_provider::Usage;
+use switchyard_state::cache::{CacheEntry, CacheKey, ResponseCache};
+use switchyard_state::unix_ms;
+
+use crate::context::Ctx;
+use crate::record::{CacheMark, CacheResult};
+use crate::response_cache::answer::{canonical, replay};
+use crate::response_cache::key::{cache_endpoint, directives, not_cacheable, KeyParts};
+use crate::state::AppState;
+
+/// What a miss stores once its answer is whole.
+pub struct Store {
+    key: CacheKey,
+    ttl_ms: u64,
+    max_entry_bytes: u64,
+}
+
+/// The cache's word on a request.
+pub enum Looked {
+    /// Answered from the cache.
+    Hit(Response),
+    /// Go upstream; store the answer when there is a [`Store`].
+    Proxy(Option<Store>),
+}
+
+/// Looks the request up when a rule covers it; marks the trail (hit, miss or bypass) and counts
+/// it by route.
+pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
+    let snapshot = &ctx.view.snapshot;
+    let (Some(route), Some(endpoint)) = (ctx.route, cache_endpoint(ctx.endpoint)) else {
+        return Looked::Proxy(None);
+    };
+    if snapshot.cache_rules().is_empty() {
+        return Looked::Proxy(None);
+    }
+    let Some(rule) = applicable(
+        snapshot.cache_rules(),
+        &route.model_pattern,
+        &ctx.inspected.model,
+        endpoint,
+    ) else {
+        return Looked::Proxy(None);
+    };
+    let (read, write) = directives(&ctx.headers);
+    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or(Value::Null);
+    let stream = ctx.inspected.stream;
+    let why_not = not_cacheable(ctx.endpoint, &body, stream, rule.deterministic_only);
+    if why_not.is_some() || !(read || write) {
+        mark(state, ctx, CacheResult::Bypass, None);
+        return Looked::Proxy(None);
+    }
+    let key = KeyParts {
+        endpoint: ctx.endpoint,
+        route: route.id,
+        model: &ctx.inspected.model,
+        scope: rule.scope,
+        token: ctx.token,
+        body: &body,
+    }
+    .key();
+    let store = write.then(|| Store {
+        key,
+        ttl_ms: rule.ttl_seconds.saturating_mul(1000),
+        max_entry_bytes: rule.max_entry_bytes,
+    });
+    if !read {
+        mark(state, ctx, CacheResult::Miss, None);
+        return Looked::Proxy(store);
+    }
+    let cache = state.cache();
+    let now = unix_ms();
+    match cache.get(&key, now).await {
+        Ok(Some(entry)) => match served(ctx, &body, &entry) {
+            Some(response) => {
+                mark(state, ctx, CacheResult::Hit, Some((&entry, now)));
+                Looked::Hit(response)
+            }
+            // An entry that does not replay (it cannot, as it was checked when stored) is
+            // replaced by a fresh answer.
+            None => {
+                mark(state, ctx, CacheResult::Miss, None);
+                Looked::Proxy(store)
+            }
+        },
+        Ok(None) => {
+            mark(state, ctx, CacheResult::Miss, None);
+            Looked::Proxy(store)
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "response cache bypassed");
+            mark(state, ctx, CacheResult::Bypass, None);
+            Looked::Proxy(None)
+        }
+    }
+}
+
+/// The hit's answer, plain or as the client's stream; the trail says it was served with no
+/// tokens.
+fn served(ctx: &mut Ctx<'_>, body: &Value, entry: &CacheEntry) -> Option<Response> {
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let response = replay(
+        ctx.endpoint,
+        &entry.body,
+        ctx.inspected.stream,
+        &ctx.inspected.model,
+        include_usage,
+    )?;
+    ctx.trail.usage = Some(Usage::default());
+    ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+    Some(response)
+}
+
+fn mark(state: &AppState, ctx: &mut Ctx<'_>, result: CacheResult, hit: Option<(&CacheEntry, u64)>) {
+    let route = ctx.route.map_or("", |r| r.model_pattern.as_str());
+    state
+        .metrics
+        .cache_requests
+        .add([route, result.as_str()], 1);
+    let (age_seconds, saved, saved_cost_pico) = match hit {
+        Some((entry, now)) => (
+            now.saturating_sub(entry.stored_at) / 1000,
+            Usage {
+                input_tokens: entry.input_tokens,
+                output_tokens: entry.output_tokens,
+                cached_tokens: entry.cached_tokens,
+            },
+            entry.cost_pico,
+        ),
+        None => (0, Usage::default(), None),
+    };
+    ctx.trail.cache = Some(CacheMark {
+        result,
+        age_seconds,
+        saved,
+        saved_cost_pico,
+    });
+}
+
+/// After the proxy phase: once the request has finished well (a whole 2xx answer that passed
+/// the answer check; a stream that completed), its answer is stored in its canonical form,
+/// in the background. A stream keeps its chunks from here on (its body is not polled yet).
+pub fn keep(state: &AppState, ctx: &mut Ctx<'_>, store: Store) {
+    let trail = &mut ctx.trail;
+    let stream = trail.stream.as_ref().map(|slot| slot.gather());
+    let plain = trail.answer.clone();
+    if stream.is_none() && plain.is_none() {
+        return;
+    }
+    let endpoint = ctx.endpoint;
+    let model = ctx.inspected.model.clone();
+    let cache = state.cache();
+    let previous = trail.on_finish.take();
+    trail.on_finish = Some(Box::new(move |state, finished| {
+        // Copied before a shadow offer takes the chunks.
+        let chunks = stream.as_ref().and_then(|g| g.copy());
+        if let Some(previous) = previous {
+            previous(state, finished);
+        }
+        if !finished.ok {
+            return;
+        }
+        let Some(body) = canonical(endpoint, plain.as_ref(), chunks, &model, finished.usage) else {
+            return;
+        };
+        if body.len() as u64 > store.max_entry_bytes {
+            return;
+        }
+        let entry = CacheEntry {
+            stored_at: unix_ms(),
+            input_tokens: finished.usage.input_tokens,
+            output_tokens: finished.usage.output_tokens,
+            cached_tokens: finished.usage.cached_tokens,
+            cost_pico: finished.cost_pico,
+            body,
+        };
+        put(cache, store, entry);
+    }));
+}
+
+/// Stores an entry without holding anyone up.
+fn put(cache: Arc<dyn ResponseCache>, store: Store, entry: CacheEntry) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let stored_at = entry.stored_at;
+    // A store in memory answers at once: the entry is there before the answer is out. A
+    // fleet store's write finishes in the background.
+    let mut putting = cache_put(cache, store, entry, stored_at);
+    if (&mut putting).now_or_never().is_none() {
+        runtime.spawn(putting);
+    }
+}
+
+fn cache_put(
+    cache: Arc<dyn ResponseCache>,
+    store: Store,
+    entry: CacheEntry,
+    stored_at: u64,
+) -> futures_util::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if let Err(e) = cache.put(&store.key, entry, store.ttl_ms, stored_at).await {
+            tracing::debug!(error = %e, "response cache: answer not stored");
+        }
+    })
+}

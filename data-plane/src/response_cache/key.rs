@@ -1,0 +1,419 @@
+//! What the exact response cache reads of a request, purely: whether its endpoint can be
+//! cached, whether it asks for a reproducible answer, what the client's `Cache-Control` allows,
+//! and the key — a SHA-256 over the client's protocol (its endpoint), the route, the model
+//! asked for, the scope's part (a team or a token) and the body normalised: parsed JSON, keys
+//! sorted, without what only shapes the transport (`stream`, `stream_options`) or names the
+//! caller (`user`, `metadata`). Gemini's stream flag is in its path, never in the body.
+
+use http::HeaderMap;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use switchyard_engine::{CacheEndpoint, CacheScope, RouteId, Token};
+use switchyard_state::cache::CacheKey;
+
+use crate::endpoint::Endpoint;
+
+/// Top-level body fields left out of the key.
+const TRANSPORT_ONLY: [&str; 4] = ["stream", "stream_options", "user", "metadata"];
+
+/// The cache's name for a proxy endpoint, when answers of that endpoint can be cached.
+pub fn cache_endpoint(endpoint: Endpoint) -> Option<CacheEndpoint> {
+    Some(match endpoint {
+        Endpoint::ChatCompletions => CacheEndpoint::ChatCompletions,
+        Endpoint::Completions => CacheEndpoint::Completions,
+        Endpoint::Embeddings => CacheEndpoint::Embeddings,
+        Endpoint::Messages => CacheEndpoint::Messages,
+        Endpoint::GeminiGenerate => CacheEndpoint::GenerateContent,
+        Endpoint::Responses => CacheEndpoint::Responses,
+        _ => return None,
+    })
+}
+
+/// Whether a hit can be replayed as a stream for this endpoint: the chat protocols, whose plain
+/// answer becomes the events a live stream gives. A streamed request of another endpoint is
+/// not cached.
+pub fn replays_as_stream(endpoint: Endpoint) -> bool {
+    endpoint.is_chat()
+}
+
+/// Why a request a rule covers is not cached; `None`: it can be.
+pub fn not_cacheable(
+    endpoint: Endpoint,
+    body: &Value,
+    stream: bool,
+    deterministic_only: bool,
+) -> Option<&'static str> {
+    if !body.is_object() {
+        return Some("not_json");
+    }
+    if stream && !replays_as_stream(endpoint) {
+        return Some("stream");
+    }
+    if endpoint == Endpoint::Responses && !stateless(body) {
+        return Some("stateful");
+    }
+    if deterministic_only && !deterministic(endpoint, body) {
+        return Some("not_deterministic");
+    }
+    None
+}
+
+/// A Responses request the upstream keeps nothing of: no `previous_response_id` or
+/// `conversation`, `store: false`, not in the background.
+fn stateless(body: &Value) -> bool {
+    let absent = |field: &str| body.get(field).is_none_or(Value::is_null);
+    absent("previous_response_id")
+        && absent("conversation")
+        && body.get("store") == Some(&Value::Bool(false))
+        && body.get("background") != Some(&Value::Bool(true))
+}
+
+/// Whether the request asks for a reproducible answer: temperature 0 or a seed (Gemini: in
+/// `generationConfig`); embeddings always are.
+pub fn deterministic(endpoint: Endpoint, body: &Value) -> bool {
+    if endpoint == Endpoint::Embeddings {
+        return true;
+    }
+    let params = match endpoint {
+        Endpoint::GeminiGenerate => body.get("generationConfig").unwrap_or(&Value::Null),
+        _ => body,
+    };
+    let zero = params
+        .get("temperature")
+        .and_then(Value::as_f64)
+        .is_some_and(|t| t == 0.0);
+    zero || params.get("seed").is_some_and(|s| !s.is_null())
+}
+
+/// What the client's `Cache-Control` allows: (read the cache, write the answer).
+/// `no-cache` skips the read, `no-store` the write.
+pub fn directives(headers: &HeaderMap) -> (bool, bool) {
+    let mut read = true;
+    let mut write = true;
+    for value in headers.get_all(http::header::CACHE_CONTROL) {
+        let Ok(text) = value.to_str() else {
+            continue;
+        };
+        for directive in text.split(',').map(str::trim) {
+            if directive.eq_ignore_ascii_case("no-cache") {
+                read = false;
+            } else if directive.eq_ignore_ascii_case("no-store") {
+                write = false;
+            }
+        }
+    }
+    (read, write)
+}
+
+/// The key of a request.
+pub struct KeyParts<'a> {
+    pub endpoint: Endpoint,
+    pub route: RouteId,
+    pub model: &'a str,
+    pub scope: CacheScope,
+    pub token: &'a Token,
+    pub body: &'a Value,
+}
+
+impl KeyParts<'_> {
+    pub fn key(&self) -> CacheKey {
+        let mut hash = Sha256::new();
+        hash.update(b"switchyard-cache-v1\0");
+        hash.update(format!("{:?}\0{}\0", self.endpoint, self.route));
+        hash.update(self.model.as_bytes());
+        hash.update(b"\0");
+        hash.update(self.scope_part().as_bytes());
+        hash.update(b"\0");
+        hash.update(normalised(self.body));
+        CacheKey(hash.finalize().into())
+    }
+
+    /// Who shares the entry: everyone (`route`), a team (a token without a team: itself), or
+    /// one token.
+    fn scope_part(&self) -> String {
+        match (self.scope, self.token.team_id) {
+            (CacheScope::Route, _) => "route".to_owned(),
+            (CacheScope::Team, Some(team)) => format!("team:{team}"),
+            (CacheScope::Team | CacheScope::Token, _) => format!("token:{}", self.token.id),
+        }
+    }
+}
+
+/// The body as the key sees it: keys sorted at every depth, the transport-only fields left out.
+pub fn normalised(body: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    match body {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map
+                .keys()
+                .filter(|k| !TRANSPORT_ONLY.contains(&k.as_str()))
+                .collect();
+            keys.sort();
+            write_object(&mut out, keys.into_iter().map(|k| (k, &map[k])));
+        }
+        other => write_sorted(&mut out, other),
+    }
+    out
+}
+
+fn write_object<'v>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'v String, &'v Value)>) {
+    out.push(b'{');
+    for (i, (key, value)) in fields.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_scalar(out, &Value::String(key.clone()));
+        out.push(b':');
+        write_sorted(out, value);
+    }
+    out.push(b'}');
+}
+
+fn write_sorted(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Object(map) => {
+            let mut fields: Vec<(&String, &Value)> = map.iter().collect();
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            write_object(out, fields.into_iter());
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_sorted(out, item);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(out, scalar),
+    }
+}
+
+fn write_scalar(out: &mut Vec<u8>, value: &Value) {
+    // Writing a scalar into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// Whether a 2xx answer (the canonical, plain one) is a refusal, which is never cached: a
+/// content filter's or a model's refusal, a Gemini answer blocked for safety.
+pub fn refused(endpoint: Endpoint, answer: &Value) -> bool {
+    match endpoint {
+        Endpoint::Messages => answer.get("stop_reason").and_then(Value::as_str) == Some("refusal"),
+        Endpoint::GeminiGenerate => {
+            let blocked = answer
+                .get("promptFeedback")
+                .and_then(|f| f.get("blockReason"))
+                .is_some();
+            let unsafe_finish = answer
+                .get("candidates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("finishReason").and_then(Value::as_str))
+                .any(|r| {
+                    matches!(
+                        r,
+                        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+                    )
+                });
+            blocked || unsafe_finish
+        }
+        _ => answer
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.get("finish_reason").and_then(Value::as_str) == Some("content_filter")
+                    || c.get("message")
+                        .and_then(|m| m.get("refusal"))
+                        .is_some_and(|r| !r.is_null())
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn token(id: i64, team: Option<i64>) -> Token {
+        Token {
+            id,
+            name: format!("t{id}"),
+            hash: String::new(),
+            route_group_name: None,
+            team_id: team,
+            allow_pinning: false,
+            enabled: true,
+            expires_at: None,
+        }
+    }
+
+    fn key(body: &Value, scope: CacheScope, token: &Token) -> CacheKey {
+        KeyParts {
+            endpoint: Endpoint::ChatCompletions,
+            route: 1,
+            model: "m",
+            scope,
+            token,
+            body,
+        }
+        .key()
+    }
+
+    #[test]
+    fn key_order_and_transport_fields_do_not_change_the_key() {
+        let t = token(1, None);
+        let a = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0});
+        let b = json!({"temperature": 0, "stream": true, "stream_options": {"include_usage": true},
+            "user": "u-1", "metadata": {"k": "v"}, "messages": [{"content": "hi", "role": "user"}], "model": "m"});
+        assert_eq!(
+            key(&a, CacheScope::Route, &t),
+            key(&b, CacheScope::Route, &t)
+        );
+    }
+
+    #[test]
+    fn a_changed_parameter_changes_the_key() {
+        let t = token(1, None);
+        let a = json!({"model": "m", "messages": [], "temperature": 0});
+        let b = json!({"model": "m", "messages": [], "temperature": 0.5});
+        let c = json!({"model": "m", "messages": [], "temperature": 0, "tools": []});
+        let k = key(&a, CacheScope::Route, &t);
+        assert_ne!(k, key(&b, CacheScope::Route, &t));
+        assert_ne!(k, key(&c, CacheScope::Route, &t));
+        let other_model = KeyParts {
+            endpoint: Endpoint::ChatCompletions,
+            route: 1,
+            model: "n",
+            scope: CacheScope::Route,
+            token: &t,
+            body: &a,
+        };
+        assert_ne!(k, other_model.key());
+        let other_protocol = KeyParts {
+            endpoint: Endpoint::Messages,
+            route: 1,
+            model: "m",
+            scope: CacheScope::Route,
+            token: &t,
+            body: &a,
+        };
+        assert_ne!(k, other_protocol.key());
+    }
+
+    #[test]
+    fn scopes_keep_teams_and_tokens_apart() {
+        let body = json!({"model": "m"});
+        let (a1, a2, b1) = (token(1, Some(10)), token(2, Some(10)), token(3, Some(20)));
+        assert_eq!(
+            key(&body, CacheScope::Route, &a1),
+            key(&body, CacheScope::Route, &b1)
+        );
+        assert_eq!(
+            key(&body, CacheScope::Team, &a1),
+            key(&body, CacheScope::Team, &a2)
+        );
+        assert_ne!(
+            key(&body, CacheScope::Team, &a1),
+            key(&body, CacheScope::Team, &b1)
+        );
+        assert_ne!(
+            key(&body, CacheScope::Token, &a1),
+            key(&body, CacheScope::Token, &a2)
+        );
+        // A token without a team shares with nobody under `team`.
+        let (lone, other) = (token(4, None), token(5, None));
+        assert_ne!(
+            key(&body, CacheScope::Team, &lone),
+            key(&body, CacheScope::Team, &other)
+        );
+    }
+
+    #[test]
+    fn deterministic_means_temperature_zero_or_a_seed() {
+        let chat = Endpoint::ChatCompletions;
+        assert!(deterministic(chat, &json!({"temperature": 0})));
+        assert!(deterministic(chat, &json!({"seed": 7})));
+        assert!(!deterministic(chat, &json!({"temperature": 0.7})));
+        assert!(!deterministic(chat, &json!({})));
+        let gemini = Endpoint::GeminiGenerate;
+        assert!(deterministic(
+            gemini,
+            &json!({"generationConfig": {"temperature": 0.0}})
+        ));
+        assert!(!deterministic(gemini, &json!({"temperature": 0})));
+        assert!(deterministic(Endpoint::Embeddings, &json!({})));
+    }
+
+    #[test]
+    fn only_stateless_responses_and_replayable_streams_are_cached() {
+        let r = Endpoint::Responses;
+        assert_eq!(
+            not_cacheable(r, &json!({"store": false}), false, false),
+            None
+        );
+        assert_eq!(not_cacheable(r, &json!({}), false, false), Some("stateful"));
+        let chained = json!({"store": false, "previous_response_id": "resp_1"});
+        assert_eq!(not_cacheable(r, &chained, false, false), Some("stateful"));
+        assert_eq!(
+            not_cacheable(r, &json!({"store": false}), true, false),
+            Some("stream")
+        );
+        let chat = Endpoint::ChatCompletions;
+        assert_eq!(not_cacheable(chat, &json!({}), true, false), None);
+        assert_eq!(
+            not_cacheable(chat, &json!({}), false, true),
+            Some("not_deterministic")
+        );
+        assert_eq!(
+            not_cacheable(chat, &json!([1]), false, false),
+            Some("not_json")
+        );
+    }
+
+    #[test]
+    fn cache_control_no_cache_skips_the_read_and_no_store_the_write() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(directives(&headers), (true, true));
+        headers.insert(http::header::CACHE_CONTROL, "No-Cache".parse().unwrap());
+        assert_eq!(directives(&headers), (false, true));
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            "max-age=0, no-store".parse().unwrap(),
+        );
+        assert_eq!(directives(&headers), (true, false));
+    }
+
+    #[test]
+    fn refusals_are_recognised_in_each_protocol() {
+        let chat = Endpoint::ChatCompletions;
+        assert!(refused(
+            chat,
+            &json!({"choices": [{"finish_reason": "content_filter"}]})
+        ));
+        assert!(refused(
+            chat,
+            &json!({"choices": [{"message": {"refusal": "no"}, "finish_reason": "stop"}]})
+        ));
+        assert!(!refused(
+            chat,
+            &json!({"choices": [{"message": {"refusal": null}, "finish_reason": "stop"}]})
+        ));
+        assert!(refused(
+            Endpoint::Messages,
+            &json!({"stop_reason": "refusal"})
+        ));
+        assert!(refused(
+            Endpoint::GeminiGenerate,
+            &json!({"candidates": [{"finishReason": "SAFETY"}]})
+        ));
+        assert!(!refused(
+            Endpoint::GeminiGenerate,
+            &json!({"candidates": [{"finishReason": "STOP"}]})
+        ));
+    }
+}
