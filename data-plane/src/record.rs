@@ -374,6 +374,8 @@ impl RequestRecord {
         json::boolean(out, trail.breaker_tripped);
         out.extend_from_slice(b",\"sticky\":");
         string_or_null(out, trail.sticky);
+        out.extend_from_slice(b",\"cache\":");
+        string_or_null(out, trail.cache.map(|c| c.result.as_str()));
         out.extend_from_slice(b",\"usage\":{\"input_tokens\":");
         json::integer(out, end.usage.input_tokens);
         out.extend_from_slice(b",\"output_tokens\":");
@@ -561,6 +563,7 @@ mod tests {
         final_channel: Option<&'a str>,
         breaker_tripped: bool,
         sticky: Option<&'static str>,
+        cache: Option<&'static str>,
         usage: UsageLine,
         cost_usd: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -604,6 +607,7 @@ mod tests {
             final_channel: trail.final_channel.as_deref(),
             breaker_tripped: trail.breaker_tripped,
             sticky: trail.sticky,
+            cache: trail.cache.map(|c| c.result.as_str()),
             usage: UsageLine {
                 input_tokens: end.usage.input_tokens,
                 output_tokens: end.usage.output_tokens,
@@ -730,6 +734,14 @@ mod tests {
                 attempts,
                 breaker_tripped: pick.index(2) == 1,
                 sticky: pick.maybe(&["hit", "miss", "escaped"]),
+                cache: pick
+                    .maybe(&[CacheResult::Hit, CacheResult::Miss, CacheResult::Bypass])
+                    .map(|result| CacheMark {
+                        result,
+                        age_seconds: 3,
+                        saved: Usage::default(),
+                        saved_cost_pico: None,
+                    }),
                 trace: pick.maybe(&texts).map(|t| (t.clone(), format!("{t}-span"))),
                 ..Trail::default()
             }),

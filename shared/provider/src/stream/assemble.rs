@@ -4,24 +4,25 @@
 //! [`super::StreamTranslator::whole_answer`] (the events a live stream gives).
 
 use crate::protocol::Protocol;
-use crate::sse::{SseDecoder, SseEvent};
 use crate::translate::{
     anthropic_emit_response, gemini_emit_response, openai_emit_response, to_vec, Choice, Finish,
     Part, Resp,
 };
 use crate::usage::{FullUsage, Usage};
 
-use super::upstream::{Ev, Upstream};
+use super::events::EventReader;
+use super::upstream::Ev;
 
 /// Reads an SSE stream of one protocol incrementally; [`StreamAssembler::finish`] gives the
 /// plain answer, when the stream was whole.
 #[derive(Debug)]
 pub struct StreamAssembler {
-    protocol: Protocol,
-    decoder: SseDecoder,
-    upstream: Upstream,
-    events: Vec<SseEvent>,
-    evs: Vec<Ev>,
+    reader: EventReader,
+    answer: Assembled,
+}
+
+#[derive(Debug, Default)]
+struct Assembled {
     id: String,
     parts: Vec<Part>,
     /// The tool calls' keys (the stream's own indexes) and their positions in `parts`.
@@ -35,40 +36,57 @@ pub struct StreamAssembler {
 impl StreamAssembler {
     pub fn new(protocol: Protocol) -> StreamAssembler {
         StreamAssembler {
-            protocol,
-            decoder: SseDecoder::new(),
-            upstream: Upstream::new(protocol),
-            events: Vec::new(),
-            evs: Vec::new(),
-            id: String::new(),
-            parts: Vec::new(),
-            tools: Vec::new(),
-            finish: None,
-            usage: FullUsage::default(),
-            done: false,
-            failed: false,
+            reader: EventReader::new(protocol),
+            answer: Assembled::default(),
         }
     }
 
     /// Reads the complete events in `bytes` (plus what was buffered before).
     pub fn push(&mut self, bytes: &[u8]) {
-        let mut events = std::mem::take(&mut self.events);
-        self.decoder.push_into(bytes, &mut events);
-        for event in events.drain(..) {
-            self.event(&event);
-        }
-        self.events = events;
+        let answer = &mut self.answer;
+        self.reader.push(bytes, &mut |ev| answer.apply(ev));
     }
 
-    fn event(&mut self, event: &SseEvent) {
-        let mut evs = std::mem::take(&mut self.evs);
-        self.upstream.event(event, &mut evs);
-        for ev in evs.drain(..) {
-            self.apply(ev);
+    /// The plain answer of the stream's protocol, naming `model`; `None` when the stream did not
+    /// end cleanly (cut, or an error event), or held neither text nor a tool call. `usage` is
+    /// what the request was accounted with: it stands in when the stream carried none (an
+    /// OpenAI client that did not ask for the usage chunk).
+    pub fn finish(mut self, model: &str, usage: Usage) -> Option<Vec<u8>> {
+        let answer = &mut self.answer;
+        self.reader.finish(&mut |ev| answer.apply(ev));
+        let protocol = self.reader.protocol();
+        let mut a = self.answer;
+        // A Gemini stream ends with its finish reason; the others with their own end event.
+        let whole = a.done || (protocol == Protocol::Gemini && a.finish.is_some());
+        if a.failed || !whole || a.parts.is_empty() {
+            return None;
         }
-        self.evs = evs;
+        if a.usage == FullUsage::default() {
+            a.usage = FullUsage {
+                input: usage.input_tokens,
+                output: usage.output_tokens,
+                cached: usage.cached_tokens,
+                cache_creation: 0,
+            };
+        }
+        let resp = Resp {
+            id: a.id,
+            choices: vec![Choice {
+                parts: a.parts,
+                finish: a.finish,
+            }],
+            usage: a.usage,
+        };
+        let value = match protocol {
+            Protocol::OpenAi => openai_emit_response(&resp, model),
+            Protocol::Anthropic => anthropic_emit_response(&resp, model),
+            Protocol::Gemini => gemini_emit_response(&resp, model),
+        };
+        to_vec(&value).ok()
     }
+}
 
+impl Assembled {
     fn apply(&mut self, ev: Ev) {
         match ev {
             Ev::Start { id } => self.id = id,
@@ -98,43 +116,6 @@ impl StreamAssembler {
             Ev::Error(_) => self.failed = true,
             Ev::ToolEnd { .. } => {}
         }
-    }
-
-    /// The plain answer of the stream's protocol, naming `model`; `None` when the stream did not
-    /// end cleanly (cut, or an error event), or held neither text nor a tool call. `usage` is
-    /// what the request was accounted with: it stands in when the stream carried none (an
-    /// OpenAI client that did not ask for the usage chunk).
-    pub fn finish(mut self, model: &str, usage: Usage) -> Option<Vec<u8>> {
-        if let Some(event) = self.decoder.finish() {
-            self.event(&event);
-        }
-        // A Gemini stream ends with its finish reason; the others with their own end event.
-        let whole = self.done || (self.protocol == Protocol::Gemini && self.finish.is_some());
-        if self.failed || !whole || self.parts.is_empty() {
-            return None;
-        }
-        if self.usage == FullUsage::default() {
-            self.usage = FullUsage {
-                input: usage.input_tokens,
-                output: usage.output_tokens,
-                cached: usage.cached_tokens,
-                cache_creation: 0,
-            };
-        }
-        let resp = Resp {
-            id: self.id,
-            choices: vec![Choice {
-                parts: self.parts,
-                finish: self.finish,
-            }],
-            usage: self.usage,
-        };
-        let value = match self.protocol {
-            Protocol::OpenAi => openai_emit_response(&resp, model),
-            Protocol::Anthropic => anthropic_emit_response(&resp, model),
-            Protocol::Gemini => gemini_emit_response(&resp, model),
-        };
-        to_vec(&value).ok()
     }
 }
 

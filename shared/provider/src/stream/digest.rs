@@ -3,10 +3,10 @@
 //! answers (shadow traffic) without keeping either.
 
 use crate::protocol::Protocol;
-use crate::sse::{SseDecoder, SseEvent};
 use crate::translate::Finish;
 
-use super::upstream::{Ev, Upstream};
+use super::events::EventReader;
+use super::upstream::Ev;
 
 /// A stream's content, gathered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,11 +24,13 @@ pub struct StreamDigest {
 /// Reads an SSE stream of one protocol incrementally into a [`StreamDigest`].
 #[derive(Debug)]
 pub struct StreamDigester {
+    reader: EventReader,
+    gathered: Gathered,
+}
+
+#[derive(Debug)]
+struct Gathered {
     protocol: Protocol,
-    decoder: SseDecoder,
-    upstream: Upstream,
-    events: Vec<SseEvent>,
-    evs: Vec<Ev>,
     /// Tool-call keys (the upstream's own indexes), in the order of `digest.tools`.
     keys: Vec<u64>,
     digest: StreamDigest,
@@ -37,49 +39,47 @@ pub struct StreamDigester {
 impl StreamDigester {
     pub fn new(protocol: Protocol) -> StreamDigester {
         StreamDigester {
-            protocol,
-            decoder: SseDecoder::new(),
-            upstream: Upstream::new(protocol),
-            events: Vec::new(),
-            evs: Vec::new(),
-            keys: Vec::new(),
-            digest: StreamDigest::default(),
+            reader: EventReader::new(protocol),
+            gathered: Gathered {
+                protocol,
+                keys: Vec::new(),
+                digest: StreamDigest::default(),
+            },
         }
     }
 
     /// Reads the complete events in `bytes` (plus what was buffered before).
     pub fn push(&mut self, bytes: &[u8]) {
-        // The buffers are lent out while `event` borrows `self`, and kept for the next push.
-        let mut events = std::mem::take(&mut self.events);
-        self.decoder.push_into(bytes, &mut events);
-        for event in events.drain(..) {
-            self.event(&event);
-        }
-        self.events = events;
+        let gathered = &mut self.gathered;
+        self.reader.push(bytes, &mut |ev| gathered.apply(ev));
     }
 
-    fn event(&mut self, event: &SseEvent) {
-        let mut evs = std::mem::take(&mut self.evs);
-        self.upstream.event(event, &mut evs);
-        for ev in evs.drain(..) {
-            match ev {
-                Ev::Text(text) => self.digest.text.push_str(&text),
-                Ev::ToolStart { key, name, .. } => {
-                    self.keys.push(key);
-                    self.digest.tools.push((name, String::new()));
-                }
-                Ev::ToolArgs { key, args } => {
-                    if let Some(at) = self.keys.iter().rposition(|k| *k == key) {
-                        if let Some((_, all)) = self.digest.tools.get_mut(at) {
-                            all.push_str(&args);
-                        }
+    /// The stream ended: a last event without its blank line still counts.
+    pub fn finish(mut self) -> StreamDigest {
+        let gathered = &mut self.gathered;
+        self.reader.finish(&mut |ev| gathered.apply(ev));
+        self.gathered.digest
+    }
+}
+
+impl Gathered {
+    fn apply(&mut self, ev: Ev) {
+        match ev {
+            Ev::Text(text) => self.digest.text.push_str(&text),
+            Ev::ToolStart { key, name, .. } => {
+                self.keys.push(key);
+                self.digest.tools.push((name, String::new()));
+            }
+            Ev::ToolArgs { key, args } => {
+                if let Some(at) = self.keys.iter().rposition(|k| *k == key) {
+                    if let Some((_, all)) = self.digest.tools.get_mut(at) {
+                        all.push_str(&args);
                     }
                 }
-                Ev::Finish(finish) => self.digest.finish_reason = Some(self.name(&finish)),
-                Ev::Start { .. } | Ev::ToolEnd { .. } | Ev::Usage(_) | Ev::Done | Ev::Error(_) => {}
             }
+            Ev::Finish(finish) => self.digest.finish_reason = Some(self.name(&finish)),
+            Ev::Start { .. } | Ev::ToolEnd { .. } | Ev::Usage(_) | Ev::Done | Ev::Error(_) => {}
         }
-        self.evs = evs;
     }
 
     fn name(&self, finish: &Finish) -> String {
@@ -89,14 +89,6 @@ impl StreamDigester {
             Protocol::Gemini => finish.to_gemini(),
         }
         .to_owned()
-    }
-
-    /// The stream ended: a last event without its blank line still counts.
-    pub fn finish(mut self) -> StreamDigest {
-        if let Some(event) = self.decoder.finish() {
-            self.event(&event);
-        }
-        self.digest
     }
 }
 

@@ -23,6 +23,7 @@
 mod assemble;
 mod client;
 mod digest;
+mod events;
 mod responses;
 mod upstream;
 
