@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{anyhow, Context};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
+use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
 use switchyard_engine::{
     Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
     Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
@@ -125,6 +126,22 @@ struct ShadowRow {
     stopped_reason: Option<String>,
 }
 
+#[derive(sqlx::FromRow)]
+struct CacheRuleRow {
+    id: i64,
+    name: String,
+    model_pattern: String,
+    endpoints: Vec<String>,
+    ttl_seconds: i64,
+    max_entry_bytes: i64,
+    scope: String,
+    deterministic_only: bool,
+    enabled: bool,
+}
+
+const CACHE_RULES_SQL: &str = "SELECT id, name, model_pattern, endpoints, ttl_seconds, \
+    max_entry_bytes, scope, deterministic_only, enabled FROM cache_rules ORDER BY id";
+
 /// The columns [`ShadowRow`] reads (shared with the report, which reads one rule).
 pub const SHADOW_COLUMNS: &str = "id, name, model_pattern, target_member_id, target_channel_id, \
      target_model, sample_basis_points, max_rps, max_daily_spend_micros, \
@@ -209,6 +226,7 @@ struct Tables {
     price_rows: Vec<PriceRow>,
     limit_rows: Vec<LimitRow>,
     shadow_rows: Vec<ShadowRow>,
+    cache_rule_rows: Vec<CacheRuleRow>,
 }
 
 // The statements reading each table, each in the order the build expects its rows.
@@ -254,6 +272,7 @@ impl Tables {
             price_rows: rows(tx, PRICES_SQL, "prices").await?,
             limit_rows: rows(tx, LIMITS_SQL, "limits").await?,
             shadow_rows: rows(tx, &shadows_sql, "shadows").await?,
+            cache_rule_rows: rows(tx, CACHE_RULES_SQL, "cache rules").await?,
         })
     }
 }
@@ -303,8 +322,32 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
         prices,
         limits,
         shadows,
-        cache_rules: Vec::new(),
+        cache_rules: t
+            .cache_rule_rows
+            .into_iter()
+            .map(cache_rule_from_row)
+            .collect::<anyhow::Result<_>>()?,
     })
+}
+
+/// A stored cache rule, checked as every other source of one is.
+fn cache_rule_from_row(row: CacheRuleRow) -> anyhow::Result<CacheRule> {
+    let id = row.id;
+    let rule = CacheRule {
+        id,
+        name: row.name,
+        model_pattern: row.model_pattern,
+        endpoints: parse_endpoints(&row.endpoints).map_err(|m| anyhow!("cache rule {id}: {m}"))?,
+        ttl_seconds: u64::try_from(row.ttl_seconds)?,
+        max_entry_bytes: u64::try_from(row.max_entry_bytes)?,
+        scope: CacheScope::parse(&row.scope)
+            .ok_or_else(|| anyhow!("cache rule {id}: unknown scope {:?}", row.scope))?,
+        deterministic_only: row.deterministic_only,
+        enabled: row.enabled,
+    };
+    rule.check()
+        .map_err(|(field, m)| anyhow!("cache rule {id}: {field}: {m}"))?;
+    Ok(rule)
 }
 
 /// The channels, each with its credentials (a keyless preset's placeholder when it has none).

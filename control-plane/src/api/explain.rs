@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use switchyard_engine::cache::{applicable, CacheEndpoint};
 use switchyard_engine::limit::{format_rfc3339, Limit, LimitRule, Metric, ScopeKind};
 use switchyard_engine::{
     select, HealthView, MemberId, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
@@ -49,6 +50,10 @@ pub struct ExplainQuery {
     /// is given, and its team) and list the limits they are under. An all-digit value is an id
     /// when a token has that id.
     pub token: Option<String>,
+    /// The endpoint the request would call, for the response cache rule that applies to it:
+    /// `chat_completions` (the default), `completions`, `embeddings`, `messages`,
+    /// `generate_content` or `responses`.
+    pub endpoint: Option<String>,
 }
 
 /// The token of `text` (an id, or a unique name) in the snapshot; a 400 naming `token` when
@@ -228,6 +233,15 @@ pub async fn explain(
         Some(text) => Some(find_token(&published.snapshot, text)?.clone()),
         None => None,
     };
+    let endpoint = match query.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
+        Some(text) => CacheEndpoint::parse(text).ok_or_else(|| {
+            ApiError::bad_request(
+                Some("endpoint"),
+                "endpoint is not one a cache rule can name",
+            )
+        })?,
+        None => CacheEndpoint::ChatCompletions,
+    };
     let seed = query.seed.unwrap_or_else(random_seed);
     let now_ms = unix_ms();
     let rate_limited = match &state.live {
@@ -277,6 +291,10 @@ pub async fn explain(
         // "redis": the fleet's live state; "none": no REDIS_URL, so no cooldowns, breakers,
         // in-flight counts or health records are seen.
         map.insert("health_view".into(), json!(health_view));
+        map.insert(
+            "cache_rule".into(),
+            cache_rule_json(&snapshot, model, endpoint),
+        );
         if let Some(token) = &token {
             let route = snapshot.resolve_route(model).map(|r| r.id);
             let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;
@@ -304,6 +322,31 @@ fn decide<R>(
         ApiError::Internal(anyhow::anyhow!("the state store never ran the selection"))
     })?;
     Ok((decision, live.source()))
+}
+
+/// The response cache rule a request for `model` at `endpoint` would be looked up under — the
+/// proxy's own question (`applicable`), asked of the same snapshot.
+fn cache_rule_json(snapshot: &Snapshot, model: &str, endpoint: CacheEndpoint) -> Value {
+    let Some(route) = snapshot.resolve_route(model) else {
+        return Value::Null;
+    };
+    match applicable(
+        snapshot.cache_rules(),
+        &route.model_pattern,
+        model,
+        endpoint,
+    ) {
+        Some(rule) => json!({
+            "id": rule.id,
+            "name": rule.name,
+            "endpoint": endpoint.as_str(),
+            "scope": rule.scope.as_str(),
+            "ttl_seconds": rule.ttl_seconds,
+            "max_entry_bytes": rule.max_entry_bytes,
+            "deterministic_only": rule.deterministic_only,
+        }),
+        None => Value::Null,
+    }
 }
 
 /// The token explain selected as, as the answer shows it.

@@ -22,6 +22,7 @@ mod admin_tokens;
 mod amount;
 mod bodies;
 mod budgets;
+mod cache_rules;
 mod channels;
 pub(crate) mod config_file;
 mod console;
@@ -132,6 +133,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::created::<shadows::ShadowView>())
         .routes(crud::item::<shadows::ShadowView>())
         .routes(routes!(shadows::report))
+        .routes(crud::listed::<cache_rules::CacheRuleView>())
+        .routes(crud::created::<cache_rules::CacheRuleView>())
+        .routes(crud::item::<cache_rules::CacheRuleView>())
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

@@ -371,6 +371,25 @@ pub struct ExplainResponse {
     /// route's).
     #[serde(default)]
     pub limits: Option<Vec<ExplainLimitView>>,
+    /// The response cache rule that applies to the request at `endpoint` (the first, by id,
+    /// that covers it); `null`: none, the request is never looked up.
+    #[serde(default)]
+    pub cache_rule: Option<ExplainCacheRuleView>,
+}
+
+/// The response cache rule explain found for the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainCacheRuleView {
+    pub id: i64,
+    pub name: String,
+    /// The endpoint explain asked about.
+    pub endpoint: String,
+    /// `route`, `team` or `token`.
+    pub scope: String,
+    pub ttl_seconds: u64,
+    pub max_entry_bytes: u64,
+    pub deterministic_only: bool,
 }
 
 /// The token explain selected for.

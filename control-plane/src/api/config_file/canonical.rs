@@ -403,6 +403,9 @@ pub(super) fn index(config: &RawConfig) -> BTreeMap<(&'static str, String), Valu
     for s in &config.shadows {
         out.insert(("shadow", s.name.clone()), to_object(s));
     }
+    for c in &config.cache_rules {
+        out.insert(("cache_rule", c.name.clone()), to_object(c));
+    }
     out
 }
 

@@ -113,11 +113,12 @@ impl ToSchema for FieldValue {
 /// A resource the file adds, changes or removes.
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
 pub struct ResourceChange {
-    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit` or `shadow`.
+    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit`, `shadow` or
+    /// `cache_rule`.
     pub resource: String,
     /// Its natural key: a name, a model pattern, a member id, a token's SHA-256,
-    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow rule's
-    /// name.
+    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow or cache
+    /// rule's name.
     pub key: String,
     /// `add`, `change` or `remove`.
     pub action: String,
@@ -344,15 +345,6 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<(RawConfig, Pa
         ));
     }
     let raw = switchyard_config::parse_raw(text).map_err(invalid)?;
-    if !raw.cache_rules.is_empty() {
-        // Refused rather than dropped: the fleet's tables have no cache rules yet.
-        return Err(config_err(
-            "cache_rules".to_owned(),
-            "response cache rules are configured in a standalone proxy's file; the control \
-             plane cannot store them yet"
-                .to_owned(),
-        ));
-    }
     let mut for_validation = raw.clone();
     let matched = match_members(&raw, current, &mut for_validation);
     // Credentials in file form, each matched to what the tables store.
@@ -619,6 +611,13 @@ fn paths(raw: &RawConfig, parts: &switchyard_engine::SnapshotParts) -> Paths {
     for (i, s) in raw.shadows.iter().enumerate() {
         put("shadow", s.name.trim().to_owned(), format!("shadows[{i}]"));
     }
+    for (i, c) in raw.cache_rules.iter().enumerate() {
+        put(
+            "cache_rule",
+            c.name.trim().to_owned(),
+            format!("cache_rules[{i}]"),
+        );
+    }
     paths
 }
 
@@ -756,7 +755,16 @@ fn keep_masked(
 /// The order a plan lists resources in.
 fn rank(kind: &str) -> usize {
     [
-        "settings", "channel", "route", "member", "team", "token", "price", "limit", "shadow",
+        "settings",
+        "channel",
+        "route",
+        "member",
+        "team",
+        "token",
+        "price",
+        "limit",
+        "shadow",
+        "cache_rule",
     ]
     .iter()
     .position(|k| *k == kind)
@@ -791,13 +799,15 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("member", "weight") => json!(1),
         ("member", "priority") => json!(0),
         ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
-        ("member" | "route" | "token" | "shadow", "enabled") | ("channel", "responses_api") => {
+        ("member" | "route" | "token" | "shadow" | "cache_rule", "enabled")
+        | ("channel", "responses_api") => {
             json!(true)
         }
         ("member", "canary")
         | ("channel", "auto_ban")
         | ("team", "disable_failover")
-        | ("token", "allow_pinning") => json!(false),
+        | ("token", "allow_pinning")
+        | ("cache_rule", "deterministic_only") => json!(false),
         ("channel", "status") => json!("enabled"),
         ("route", "routing_mode") => json!("auto"),
         ("limit", "mode") => json!("hard"),

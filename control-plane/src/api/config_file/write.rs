@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use sqlx::PgConnection;
 use switchyard_config::{
-    env_reference, Amount, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice,
-    RawRoute, RawShadow, RawTeam, RawToken,
+    env_reference, Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawLimit, RawMember,
+    RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
 };
 use switchyard_engine::{Settings, SnapshotParts, DEFAULT_GROUP};
 
@@ -82,6 +82,7 @@ struct Ids {
     tokens: HashMap<String, i64>,
     token_names: HashMap<String, i64>,
     shadows: HashMap<String, i64>,
+    cache_rules: HashMap<String, i64>,
     prices: HashMap<String, i64>,
     limits: HashMap<String, i64>,
 }
@@ -115,6 +116,11 @@ impl Ids {
                 .shadows
                 .iter()
                 .map(|s| (s.name.clone(), s.id))
+                .collect()),
+            cache_rules: by(parts
+                .cache_rules
+                .iter()
+                .map(|c| (c.name.clone(), c.id))
                 .collect()),
             prices: by(raw_prices(parts)
                 .into_iter()
@@ -338,6 +344,12 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
     }
     for shadow in &w.after.shadows {
         write_shadow(tx, by, w, &mut ids, shadow).await?;
+    }
+    for rule in &w.after.cache_rules {
+        let stored = w.before.cache_rules.iter().find(|c| c.name == rule.name);
+        let key = ("cache_rule", ResourceKind::CacheRule, rule.name.as_str());
+        let fields = (stored.map(cache_rule_fields), cache_rule_fields(rule));
+        put(tx, by, w, key, &mut ids.cache_rules, fields).await?;
     }
     for price in &w.after.prices {
         let key = price_key(price);
@@ -729,6 +741,19 @@ async fn write_shadow(
     put(tx, by, w, key, &mut ids.shadows, (before, fields)).await
 }
 
+fn cache_rule_fields(rule: &RawCacheRule) -> Map<String, Value> {
+    object(json!({
+        "name": rule.name,
+        "model_pattern": rule.model_pattern,
+        "endpoints": rule.endpoints,
+        "ttl_seconds": rule.ttl_seconds,
+        "max_entry_bytes": rule.max_entry_bytes,
+        "scope": rule.scope,
+        "deterministic_only": rule.deterministic_only,
+        "enabled": rule.enabled,
+    }))
+}
+
 fn price_fields(price: &RawPrice, ids: &Ids) -> ApiResult<Map<String, Value>> {
     Ok(object(json!({
         "channel_id": id_in(&ids.channels, "channel", &price.channel)?,
@@ -770,8 +795,9 @@ async fn delete_unwanted(
 ) -> ApiResult<()> {
     let wanted =
         |kind: &'static str, key: &str| w.after_index.contains_key(&(kind, key.to_owned()));
-    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 7] = [
+    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 8] = [
         ("limit", ResourceKind::Limit, &ids.limits),
+        ("cache_rule", ResourceKind::CacheRule, &ids.cache_rules),
         ("price", ResourceKind::Price, &ids.prices),
         ("shadow", ResourceKind::Shadow, &ids.shadows),
         ("token", ResourceKind::Token, &ids.tokens),

@@ -176,7 +176,7 @@ async fn create(
     change: &ProposedChange,
 ) -> Result<Response, ChangeError> {
     use crate::api::{
-        channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
     };
     use ResourceKind as R;
     let response = match change.resource {
@@ -201,6 +201,7 @@ async fn create(
         R::Price => prices::create_in(tx, by, body(change)?).await?,
         R::Limit => limits::create_in(tx, by, body(change)?).await?,
         R::Shadow => shadows::create_in(tx, by, body(change)?).await?,
+        R::CacheRule => cache_rules::create_in(tx, by, body(change)?).await?,
         R::Settings => return Err(ApiError::validation("", "settings are never created").into()),
     };
     Ok(response)
@@ -213,7 +214,7 @@ async fn patch(
     change: &ProposedChange,
 ) -> Result<Response, ChangeError> {
     use crate::api::{
-        channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
     };
     use ResourceKind as R;
     let result = match change.resource {
@@ -226,6 +227,7 @@ async fn patch(
         R::Price => prices::patch_in(tx, by, id, body(change)?).await,
         R::Limit => limits::patch_in(tx, by, id, body(change)?).await,
         R::Shadow => shadows::patch_in(tx, by, id, body(change)?).await,
+        R::CacheRule => cache_rules::patch_in(tx, by, id, body(change)?).await,
         R::Settings => return Err(ApiError::validation("", "settings have no id").into()),
     };
     result.map_err(on_id)
@@ -238,7 +240,7 @@ async fn delete(
     resource: ResourceKind,
 ) -> ApiResult<Response> {
     use crate::api::{
-        channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
     };
     use ResourceKind as R;
     match resource {
@@ -251,6 +253,7 @@ async fn delete(
         R::Price => prices::delete_in(tx, by, id).await,
         R::Limit => limits::delete_in(tx, by, id).await,
         R::Shadow => shadows::delete_in(tx, by, id).await,
+        R::CacheRule => cache_rules::delete_in(tx, by, id).await,
         R::Settings => Err(ApiError::validation("", "settings are never deleted")),
     }
 }

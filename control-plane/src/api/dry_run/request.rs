@@ -6,7 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::api::{
-    channels, credentials, limits, members, prices, routes, schema, shadows, teams, tokens,
+    cache_rules, channels, credentials, limits, members, prices, routes, schema, shadows, teams,
+    tokens,
 };
 
 /// At most this many changes in one dry run.
@@ -41,6 +42,7 @@ pub enum ResourceKind {
     Price,
     Limit,
     Shadow,
+    CacheRule,
     Settings,
 }
 
@@ -82,6 +84,8 @@ pub enum ChangeBody {
     LimitPatch(limits::LimitPatch),
     ShadowCreate(shadows::ShadowCreate),
     ShadowPatch(shadows::ShadowPatch),
+    CacheRuleCreate(cache_rules::CacheRuleCreate),
+    CacheRulePatch(cache_rules::CacheRulePatch),
     SettingsChanges(schema::SettingsChanges),
 }
 

@@ -1,0 +1,316 @@
+//! `/api/v1/cache_rules`: response cache rules (which requests the proxies answer from their
+//! exact response cache, for how long, and who shares an answer). Validated by the engine's own
+//! [`CacheRule::check`], the one the standalone file and the snapshot stream use.
+
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
+use utoipa::ToSchema;
+
+use super::crud::{crud, Item};
+use super::rows::{
+    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
+    RowQuery, RowView,
+};
+use crate::db::ts;
+use crate::error::{ApiError, ApiResult};
+
+/// The default largest answer kept: 1 MiB.
+pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CacheRuleView {
+    pub id: i64,
+    pub name: String,
+    /// Matched against the model the client asked for (`*`/`?` wildcards), or equal to the
+    /// pattern of the route serving it.
+    pub model_pattern: String,
+    /// `chat_completions`, `completions`, `embeddings`, `messages`, `generate_content`,
+    /// `responses`.
+    pub endpoints: Vec<String>,
+    pub ttl_seconds: i64,
+    pub max_entry_bytes: i64,
+    /// `route`, `team` or `token`.
+    pub scope: String,
+    pub deterministic_only: bool,
+    pub enabled: bool,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct CacheRuleRow {
+    id: i64,
+    name: String,
+    model_pattern: String,
+    endpoints: Vec<String>,
+    ttl_seconds: i64,
+    max_entry_bytes: i64,
+    scope: String,
+    deterministic_only: bool,
+    enabled: bool,
+    created_at: String,
+    updated_at: String,
+}
+
+table_row!(CacheRuleRow, "cache_rules", "cache rule", columns);
+
+impl RowView for CacheRuleView {
+    type Row = CacheRuleRow;
+}
+
+crud!(
+    CacheRuleView,
+    CacheRuleCreate,
+    CacheRulePatch,
+    Item::new("cache_rule").invalid("a field is invalid, or the name is taken")
+);
+
+impl From<CacheRuleRow> for CacheRuleView {
+    fn from(r: CacheRuleRow) -> CacheRuleView {
+        CacheRuleView {
+            id: r.id,
+            name: r.name,
+            model_pattern: r.model_pattern,
+            endpoints: r.endpoints,
+            ttl_seconds: r.ttl_seconds,
+            max_entry_bytes: r.max_entry_bytes,
+            scope: r.scope,
+            deterministic_only: r.deterministic_only,
+            enabled: r.enabled,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+fn columns() -> String {
+    format!(
+        "id, name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
+         deterministic_only, enabled, {} AS created_at, {} AS updated_at",
+        ts("created_at"),
+        ts("updated_at")
+    )
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheRuleCreate {
+    pub name: String,
+    pub model_pattern: String,
+    pub endpoints: Vec<String>,
+    pub ttl_seconds: u64,
+    /// Default 1048576.
+    pub max_entry_bytes: Option<u64>,
+    /// `route`, `team` (the default) or `token`.
+    pub scope: Option<String>,
+    pub deterministic_only: Option<bool>,
+    pub enabled: Option<bool>,
+}
+
+/// Any subset.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheRulePatch {
+    pub name: Option<String>,
+    pub model_pattern: Option<String>,
+    pub endpoints: Option<Vec<String>>,
+    pub ttl_seconds: Option<u64>,
+    pub max_entry_bytes: Option<u64>,
+    pub scope: Option<String>,
+    pub deterministic_only: Option<bool>,
+    pub enabled: Option<bool>,
+}
+
+fn endpoints(names: &[String]) -> ApiResult<Vec<switchyard_engine::CacheEndpoint>> {
+    parse_endpoints(names).map_err(|m| ApiError::validation("endpoints", format!("endpoints: {m}")))
+}
+
+fn scope(text: &str) -> ApiResult<CacheScope> {
+    CacheScope::parse(text).ok_or_else(|| {
+        ApiError::validation(
+            "scope",
+            format!(
+                "scope: unknown scope {:?} (route, team or token)",
+                crate::error::bounded(text, 32)
+            ),
+        )
+    })
+}
+
+fn checked(rule: CacheRule) -> ApiResult<CacheRule> {
+    rule.check()
+        .map_err(|(field, message)| ApiError::validation(field, format!("{field}: {message}")))?;
+    Ok(rule)
+}
+
+impl TryFrom<CacheRuleCreate> for CacheRule {
+    type Error = ApiError;
+
+    fn try_from(raw: CacheRuleCreate) -> ApiResult<CacheRule> {
+        checked(CacheRule {
+            id: 0,
+            name: raw.name,
+            model_pattern: raw.model_pattern,
+            endpoints: endpoints(&raw.endpoints)?,
+            ttl_seconds: raw.ttl_seconds,
+            max_entry_bytes: raw.max_entry_bytes.unwrap_or(DEFAULT_MAX_ENTRY_BYTES),
+            scope: raw.scope.as_deref().map_or(Ok(CacheScope::Team), scope)?,
+            deterministic_only: raw.deterministic_only.unwrap_or(false),
+            enabled: raw.enabled.unwrap_or(true),
+        })
+    }
+}
+
+/// The rule as stored (the table's checks keep it valid; a stored value the engine would refuse
+/// is refused by the snapshot compiler, not here).
+fn stored(row: CacheRuleRow) -> ApiResult<CacheRule> {
+    Ok(CacheRule {
+        id: row.id,
+        name: row.name,
+        model_pattern: row.model_pattern,
+        endpoints: endpoints(&row.endpoints)?,
+        ttl_seconds: u64::try_from(row.ttl_seconds).unwrap_or(0),
+        max_entry_bytes: u64::try_from(row.max_entry_bytes).unwrap_or(0),
+        scope: scope(&row.scope)?,
+        deterministic_only: row.deterministic_only,
+        enabled: row.enabled,
+    })
+}
+
+/// The audit log's record of a rule.
+fn detail(rule: &CacheRule) -> serde_json::Value {
+    json!({
+        "name": rule.name,
+        "model_pattern": rule.model_pattern,
+        "endpoints": rule.endpoints.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+        "ttl_seconds": rule.ttl_seconds,
+        "max_entry_bytes": rule.max_entry_bytes,
+        "scope": rule.scope.as_str(),
+        "deterministic_only": rule.deterministic_only,
+        "enabled": rule.enabled,
+    })
+}
+
+/// The columns a create or patch writes, in [`bind`]'s order.
+const WRITTEN: &str = "name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
+    deterministic_only, enabled";
+
+fn bind<'q>(query: RowQuery<'q, CacheRuleRow>, rule: &'q CacheRule) -> RowQuery<'q, CacheRuleRow> {
+    let endpoints: Vec<String> = rule
+        .endpoints
+        .iter()
+        .map(|e| e.as_str().to_owned())
+        .collect();
+    query
+        .bind(&rule.name)
+        .bind(&rule.model_pattern)
+        .bind(endpoints)
+        .bind(i64::try_from(rule.ttl_seconds).unwrap_or(i64::MAX))
+        .bind(i64::try_from(rule.max_entry_bytes).unwrap_or(i64::MAX))
+        .bind(rule.scope.as_str())
+        .bind(rule.deterministic_only)
+        .bind(rule.enabled)
+}
+
+/// No other rule has this name (a 422 naming `name`).
+async fn check(tx: &mut sqlx::PgConnection, rule: &CacheRule, id: Option<i64>) -> ApiResult<()> {
+    let other: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM cache_rules WHERE name = $1 AND id IS DISTINCT FROM $2")
+            .bind(&rule.name)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    match other {
+        Some(other) => Err(duplicate(&rule.name, Some(other))),
+        None => Ok(()),
+    }
+}
+
+fn duplicate(name: &str, other: Option<i64>) -> ApiError {
+    let which = other
+        .map(|id| format!(" (cache rule {id})"))
+        .unwrap_or_default();
+    ApiError::validation(
+        "name",
+        format!(
+            "name: a cache rule named {:?} exists already{which}",
+            crate::error::bounded(name, 64)
+        ),
+    )
+}
+
+/// A write's error: a unique violation of the name that raced the check is the same 422.
+fn write_error(rule: &CacheRule) -> impl FnOnce(sqlx::Error) -> ApiError + '_ {
+    move |error| match &error {
+        sqlx::Error::Database(db) if db.constraint() == Some("cache_rules_name_key") => {
+            duplicate(&rule.name, None)
+        }
+        _ => ApiError::from(error),
+    }
+}
+
+/// The create of `POST /api/v1/cache_rules`, in `db` (see [`Db`]).
+pub(super) async fn create_in<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    raw: CacheRuleCreate,
+) -> ApiResult<Response> {
+    let rule = CacheRule::try_from(raw)?;
+    let mut tx = db.begin().await?;
+    check(&mut tx, &rule, None).await?;
+    let sql = insert_sql::<CacheRuleRow>(WRITTEN);
+    let row = bind(sqlx::query_as(&sql), &rule)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let (id, view) = (row.id, CacheRuleView::from(row));
+    commit_view::<CacheRuleRow>(tx, by, Change::Create, id, detail(&rule), view).await
+}
+
+/// The update of `PATCH /api/v1/cache_rules/{id}`, in `db` (see [`Db`]).
+pub(super) async fn patch_in<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    id: i64,
+    patch: CacheRulePatch,
+) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<CacheRuleRow>(db, id).await?;
+    let current = stored(current)?;
+    let rule = checked(CacheRule {
+        id,
+        name: patch.name.unwrap_or(current.name),
+        model_pattern: patch.model_pattern.unwrap_or(current.model_pattern),
+        endpoints: match patch.endpoints {
+            Some(names) => endpoints(&names)?,
+            None => current.endpoints,
+        },
+        ttl_seconds: patch.ttl_seconds.unwrap_or(current.ttl_seconds),
+        max_entry_bytes: patch.max_entry_bytes.unwrap_or(current.max_entry_bytes),
+        scope: match patch.scope {
+            Some(text) => scope(&text)?,
+            None => current.scope,
+        },
+        deterministic_only: patch
+            .deterministic_only
+            .unwrap_or(current.deterministic_only),
+        enabled: patch.enabled.unwrap_or(current.enabled),
+    })?;
+    check(&mut tx, &rule, Some(id)).await?;
+    let sql = update_sql::<CacheRuleRow>(WRITTEN);
+    let row = bind(sqlx::query_as(&sql), &rule)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(write_error(&rule))?;
+    let view = CacheRuleView::from(row);
+    commit_view::<CacheRuleRow>(tx, by, Change::Update, id, detail(&rule), view).await
+}
+
+/// The delete of `DELETE /api/v1/cache_rules/{id}`, in `db` (see [`Db`]).
+pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
+    delete_locked::<CacheRuleRow>(db, by, id, |current| json!({ "name": current.name })).await
+}
