@@ -69,6 +69,8 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         model: &ctx.inspected.model,
         scope: rule.scope,
         token: ctx.token,
+        headers: &ctx.headers,
+        query: ctx.query.as_deref(),
         body: &body,
     }
     .key();

@@ -1,9 +1,12 @@
 //! What the exact response cache reads of a request, purely: whether its endpoint can be
 //! cached, whether it asks for a reproducible answer, what the client's `Cache-Control` allows,
 //! and the key — a SHA-256 over the client's protocol (its endpoint), the route, the model
-//! asked for, the scope's part (a team or a token) and the body normalised: parsed JSON, keys
-//! sorted, without what only shapes the transport (`stream`, `stream_options`) or names the
-//! caller (`user`, `metadata`). Gemini's stream flag is in its path, never in the body.
+//! asked for, the scope's part (a team or a token), the provider headers a passed-through
+//! request carries upstream (`anthropic-*`, `openai-*`, `x-goog-*`: a beta or an API version
+//! can change the answer), the query string (without Gemini's stream format, `alt`) and the
+//! body normalised: parsed JSON, keys sorted, without what only shapes the transport (`stream`,
+//! `stream_options`) or names the caller (`user`, `metadata`). Gemini's stream flag is in its
+//! path, never in the body.
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -112,6 +115,9 @@ pub struct KeyParts<'a> {
     pub model: &'a str,
     pub scope: CacheScope,
     pub token: &'a Token,
+    pub headers: &'a HeaderMap,
+    /// The query string, without credentials.
+    pub query: Option<&'a str>,
     pub body: &'a Value,
 }
 
@@ -123,6 +129,22 @@ impl KeyParts<'_> {
         hash.update(self.model.as_bytes());
         hash.update(b"\0");
         hash.update(self.scope_part().as_bytes());
+        hash.update(b"\0");
+        for (name, value) in provider_headers(self.headers) {
+            hash.update(name.as_bytes());
+            hash.update(b":");
+            hash.update(value);
+            hash.update(b"\n");
+        }
+        hash.update(b"\0");
+        let mut params: Vec<&str> = self
+            .query
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty() && p.split('=').next() != Some("alt"))
+            .collect();
+        params.sort_unstable();
+        hash.update(params.join("&").as_bytes());
         hash.update(b"\0");
         hash.update(normalised(self.body));
         CacheKey(hash.finalize().into())
@@ -137,6 +159,23 @@ impl KeyParts<'_> {
             (CacheScope::Team | CacheScope::Token, _) => format!("token:{}", self.token.id),
         }
     }
+}
+
+/// The headers that can change a provider's answer, sorted: its own prefixes, never a
+/// credential.
+fn provider_headers(headers: &HeaderMap) -> Vec<(&str, &[u8])> {
+    let mut out: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .filter(|(name, _)| {
+            (name.starts_with("anthropic-")
+                || name.starts_with("openai-")
+                || name.starts_with("x-goog-"))
+                && *name != "x-goog-api-key"
+        })
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// The body as the key sees it: keys sorted at every depth, the transport-only fields left out.
@@ -259,9 +298,54 @@ mod tests {
             model: "m",
             scope,
             token,
+            headers: &HeaderMap::new(),
+            query: None,
             body,
         }
         .key()
+    }
+
+    #[test]
+    fn provider_headers_and_the_query_are_in_the_key_sdk_telemetry_and_credentials_are_not() {
+        let t = token(1, None);
+        let body = json!({"model": "m"});
+        let with = |headers: &[(&str, &str)], query: Option<&str>| {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                map.append(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            KeyParts {
+                endpoint: Endpoint::Messages,
+                route: 1,
+                model: "m",
+                scope: CacheScope::Route,
+                token: &t,
+                headers: &map,
+                query,
+                body: &body,
+            }
+            .key()
+        };
+        let plain = with(&[], None);
+        assert_ne!(plain, with(&[("anthropic-beta", "tools-2024")], None));
+        assert_ne!(plain, with(&[("openai-organization", "org-1")], None));
+        assert_eq!(
+            plain,
+            with(
+                &[("x-stainless-retry-count", "1"), ("x-goog-api-key", "k")],
+                None
+            )
+        );
+        assert_eq!(plain, with(&[], Some("alt=sse")));
+        assert_ne!(plain, with(&[], Some("api-version=2024-10-21")));
+        assert_eq!(
+            with(&[], Some("a=1&b=2")),
+            with(&[], Some("b=2&a=1")),
+            "parameters in any order"
+        );
     }
 
     #[test]
@@ -285,12 +369,15 @@ mod tests {
         let k = key(&a, CacheScope::Route, &t);
         assert_ne!(k, key(&b, CacheScope::Route, &t));
         assert_ne!(k, key(&c, CacheScope::Route, &t));
+        let none = HeaderMap::new();
         let other_model = KeyParts {
             endpoint: Endpoint::ChatCompletions,
             route: 1,
             model: "n",
             scope: CacheScope::Route,
             token: &t,
+            headers: &none,
+            query: None,
             body: &a,
         };
         assert_ne!(k, other_model.key());
@@ -300,6 +387,8 @@ mod tests {
             model: "m",
             scope: CacheScope::Route,
             token: &t,
+            headers: &none,
+            query: None,
             body: &a,
         };
         assert_ne!(k, other_protocol.key());
