@@ -97,6 +97,18 @@ fn render_live_gauges(state: &AppState, w: &mut Writer<'_>) {
         "Shadow copies queued or being sent, not yet compared.",
         state.shadows.pending(),
     );
+    // In Redis: the fleet's totals as this proxy's last write learnt them.
+    let cache = state.cache().usage();
+    w.gauge(
+        "switchyard_cache_entries",
+        "Answers the response cache holds.",
+        cache.entries,
+    )
+    .gauge(
+        "switchyard_cache_bytes",
+        "Bytes the response cache holds (within SWITCHYARD_CACHE_MAX_BYTES).",
+        cache.bytes,
+    );
     let Some(view) = state.views.load_full() else {
         return;
     };
