@@ -64,30 +64,10 @@ fn upstream_calls(mock: &MockUpstream, model: &str) -> usize {
 
 /// Runs `steps` through `sdk`'s client script with `token`; one result per step.
 async fn run(sdk: &str, url: &str, token: &str, model: &str, steps: Value) -> Vec<Value> {
-    let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai`, `anthropic` and `google-genai` packages (scripts/test sets it up)")
-    });
     let script = format!("{}/tests/sdk/cache_client.py", env!("CARGO_MANIFEST_DIR"));
-    let args = [
-        script,
-        sdk.to_owned(),
-        url.to_owned(),
-        token.to_owned(),
-        model.to_owned(),
-        steps.to_string(),
-    ];
-    let output = tokio::task::spawn_blocking(move || Command::new(&python).args(&args).output())
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{sdk} client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let results: Vec<Value> = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{sdk} client printed no JSON ({e}):\n{stdout}"));
+    let args = [script.as_str(), sdk, url, token, model, &steps.to_string()];
+    let printed = common::run_python_with(args.iter().map(|a| (*a).to_owned()).collect()).await;
+    let results: Vec<Value> = serde_json::from_value(printed).unwrap();
     for (i, r) in results.iter().enumerate() {
         assert!(r.get("exception").is_none(), "{sdk} step {i}: {r}");
     }

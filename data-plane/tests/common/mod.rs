@@ -218,17 +218,17 @@ pub async fn run_python(proxy: &Proxy, script: &'static str) -> serde_json::Valu
 
 /// [`run_python`] against the proxy at `url` with the key `token`.
 pub async fn run_python_at(url: &str, token: &str, script: &'static str) -> serde_json::Value {
+    let args = ["-c", script, url, token];
+    run_python_with(args.iter().map(|a| (*a).to_owned()).collect()).await
+}
+
+/// `SWITCHYARD_TEST_PYTHON` run with `args`; the JSON it printed.
+pub async fn run_python_with(args: Vec<String>) -> serde_json::Value {
     let python = std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
         panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the SDKs (scripts/test sets it up)")
     });
-    let (url, token) = (url.to_owned(), token.to_owned());
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python)
-            .arg("-c")
-            .arg(script)
-            .arg(&url)
-            .arg(&token)
-            .output()
+        std::process::Command::new(&python).args(&args).output()
     })
     .await
     .unwrap()
