@@ -10,8 +10,8 @@ use common::test_app;
 use serde_json::json;
 use sqlx::PgPool;
 
-#[sqlx::test(migrations = "../migrations")]
-async fn a_cache_rule_is_validated_stored_compiled_and_explained(pool: PgPool) {
+/// A control plane with one simulated channel serving route `gpt-*`.
+async fn with_route(pool: PgPool) -> common::TestApp {
     let app = test_app(pool);
     let channel = app
         .create(
@@ -22,6 +22,12 @@ async fn a_cache_rule_is_validated_stored_compiled_and_explained(pool: PgPool) {
     let route = app.route("gpt-*").await;
     app.member(route, json!({"channel_id": channel, "upstream_model": "m"}))
         .await;
+    app
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_cache_rule_is_validated_stored_compiled_and_explained(pool: PgPool) {
+    let app = with_route(pool).await;
 
     for (body, field) in [
         (
@@ -143,16 +149,7 @@ async fn a_cache_rule_is_validated_stored_compiled_and_explained(pool: PgPool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cache_rules_are_exported_planned_applied_and_removed_as_code(pool: PgPool) {
-    let app = test_app(pool);
-    let channel = app
-        .create(
-            "/api/v1/channels",
-            json!({"name": "sim", "provider": "mock", "base_url": "mock://sim"}),
-        )
-        .await;
-    let route = app.route("gpt-*").await;
-    app.member(route, json!({"channel_id": channel, "upstream_model": "m"}))
-        .await;
+    let app = with_route(pool).await;
     let file = export(&app).await;
     let with_rule = format!(
         "{file}cache_rules:\n- name: evals\n  model_pattern: gpt-*\n  endpoints:\n  - chat_completions\n  ttl_seconds: 60\n  max_entry_bytes: 1000\n  scope: route\n"
