@@ -19,7 +19,7 @@ use switchyard_state::unix_ms;
 use crate::context::Ctx;
 use crate::record::{CacheMark, CacheResult};
 use crate::response_cache::answer::{canonical, replay};
-use crate::response_cache::key::{cache_endpoint, directives, not_cacheable, KeyParts};
+use crate::response_cache::key::{cache_endpoint, directives, not_cacheable, Asked, KeyParts};
 use crate::state::AppState;
 
 /// What a miss stores once its answer is whole.
@@ -58,7 +58,13 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let (read, write) = directives(&ctx.headers);
     let body: Value = serde_json::from_slice(&ctx.body).unwrap_or(Value::Null);
     let stream = ctx.inspected.stream;
-    let why_not = not_cacheable(ctx.endpoint, &body, stream, rule.deterministic_only);
+    let asked = Asked {
+        endpoint: ctx.endpoint,
+        body: &body,
+        stream,
+        query: ctx.query.as_deref(),
+    };
+    let why_not = not_cacheable(&asked, rule.deterministic_only);
     if why_not.is_some() || !(read || write) {
         mark(state, ctx, CacheResult::Bypass, None);
         return Looked::Proxy(None);

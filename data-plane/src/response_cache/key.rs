@@ -39,17 +39,27 @@ pub fn replays_as_stream(endpoint: Endpoint) -> bool {
     endpoint.is_chat()
 }
 
-/// Why a request a rule covers is not cached; `None`: it can be.
-pub fn not_cacheable(
-    endpoint: Endpoint,
-    body: &Value,
-    stream: bool,
-    deterministic_only: bool,
-) -> Option<&'static str> {
+/// What a request is, as the cache judges it.
+pub struct Asked<'a> {
+    pub endpoint: Endpoint,
+    pub body: &'a Value,
+    pub stream: bool,
+    /// The query string (Gemini's `alt=sse` asks for server-sent events).
+    pub query: Option<&'a str>,
+}
+
+/// Why a request a rule covers is not cached; `None`: it can be. A Gemini stream without
+/// `alt=sse` is a JSON array, which a hit does not replay.
+pub fn not_cacheable(asked: &Asked<'_>, deterministic_only: bool) -> Option<&'static str> {
+    let (endpoint, body) = (asked.endpoint, asked.body);
     if !body.is_object() {
         return Some("not_json");
     }
-    if stream && !replays_as_stream(endpoint) {
+    let sse = asked
+        .query
+        .is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
+    let json_array = endpoint == Endpoint::GeminiGenerate && !sse;
+    if asked.stream && (!replays_as_stream(endpoint) || json_array) {
         return Some("stream");
     }
     if endpoint == Endpoint::Responses && !stateless(body) {
@@ -440,28 +450,42 @@ mod tests {
 
     #[test]
     fn only_stateless_responses_and_replayable_streams_are_cached() {
+        let check = |endpoint, body: Value, stream, query, deterministic_only| {
+            let asked = Asked {
+                endpoint,
+                body: &body,
+                stream,
+                query,
+            };
+            not_cacheable(&asked, deterministic_only)
+        };
         let r = Endpoint::Responses;
-        assert_eq!(
-            not_cacheable(r, &json!({"store": false}), false, false),
-            None
-        );
-        assert_eq!(not_cacheable(r, &json!({}), false, false), Some("stateful"));
+        assert_eq!(check(r, json!({"store": false}), false, None, false), None);
+        assert_eq!(check(r, json!({}), false, None, false), Some("stateful"));
         let chained = json!({"store": false, "previous_response_id": "resp_1"});
-        assert_eq!(not_cacheable(r, &chained, false, false), Some("stateful"));
+        assert_eq!(check(r, chained, false, None, false), Some("stateful"));
         assert_eq!(
-            not_cacheable(r, &json!({"store": false}), true, false),
+            check(r, json!({"store": false}), true, None, false),
             Some("stream")
         );
         let chat = Endpoint::ChatCompletions;
-        assert_eq!(not_cacheable(chat, &json!({}), true, false), None);
+        assert_eq!(check(chat, json!({}), true, None, false), None);
         assert_eq!(
-            not_cacheable(chat, &json!({}), false, true),
+            check(chat, json!({}), false, None, true),
             Some("not_deterministic")
         );
         assert_eq!(
-            not_cacheable(chat, &json!([1]), false, false),
+            check(chat, json!([1]), false, None, false),
             Some("not_json")
         );
+        let gemini = Endpoint::GeminiGenerate;
+        assert_eq!(check(gemini, json!({}), true, Some("alt=sse"), false), None);
+        assert_eq!(
+            check(gemini, json!({}), true, None, false),
+            Some("stream"),
+            "a JSON array"
+        );
+        assert_eq!(check(gemini, json!({}), false, None, false), None);
     }
 
     #[test]
