@@ -15,11 +15,12 @@ use http::HeaderMap;
 use switchyard_engine::{Route, SelectionConstraint, Token};
 use switchyard_provider::ChatRequest;
 use tokio::time::Instant;
+use tracing::field::Empty;
 use tracing::Span;
 
 use crate::endpoint::Endpoint;
 use crate::record::Trail;
-use crate::request::Inspected;
+use crate::request::{names, Inspected};
 use crate::snapshot::View;
 use crate::wire::ClientRequest;
 
@@ -37,6 +38,80 @@ pub struct Arrival {
     pub span: Span,
     /// The span's trace and span ids, when traces are exported.
     pub trace: Option<(String, String)>,
+}
+
+impl Arrival {
+    /// A request as the edge takes it in, drawn `seed`: its request id (the client's when
+    /// valid), its seed and its trace span (continuing the client's trace).
+    pub fn new(endpoint: Endpoint, seed: u64, headers: &HeaderMap) -> Arrival {
+        let started = Instant::now();
+        let request_id = headers
+            .get(&names::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| valid_request_id(v))
+            .map_or_else(|| request_id_of(seed), str::to_owned);
+        let span = request_span(endpoint, &request_id);
+        let trace_header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        switchyard_telemetry::context::continue_trace(
+            &span,
+            trace_header(&names::TRACEPARENT),
+            trace_header(&names::TRACESTATE),
+        );
+        let trace = switchyard_telemetry::context::ids(&span);
+        Arrival {
+            endpoint,
+            request_id,
+            started,
+            seed,
+            span,
+            trace,
+        }
+    }
+}
+
+/// The request id the gateway gives a request whose client sent none: its seed as 16 lowercase
+/// hex digits, through the project's hex encoder (`format!`'s machinery cost more than the rest
+/// of the id).
+fn request_id_of(seed: u64) -> String {
+    switchyard_proto::hex(&seed.to_be_bytes())
+}
+
+/// A client's `x-request-id` is kept when it is 1–128 visible ASCII characters.
+fn valid_request_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The request's trace span when traces are exported (OTLP), else a disabled one: named
+/// `{operation} {model}` as the OpenTelemetry GenAI conventions name a model call (the operation
+/// alone until the model is known), with the HTTP status and the log line's fields (never a key,
+/// a credential or a body); each attempt is a child client span (see [`crate::failover`]).
+fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
+    if !crate::telemetry::enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        "request",
+        otel.name = endpoint.genai_operation(),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        request_id,
+        endpoint = endpoint.label(),
+        model = Empty,
+        route = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+        attempt_count = Empty,
+        switches = Empty,
+        first_member = Empty,
+        final_member = Empty,
+        final_channel = Empty,
+        breaker_tripped = Empty,
+        sticky = Empty,
+        gen_ai.operation.name = endpoint.genai_operation(),
+        gen_ai.request.model = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+    )
 }
 
 /// One received request and what the phases learn of it. Everything borrowed lives in the
@@ -122,6 +197,26 @@ impl Ctx<'_> {
             body: &self.body,
             query: self.query.as_deref(),
             chat: self.chat.as_deref(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request id the gateway makes is its seed in 16 lowercase hex digits, zeros kept.
+    #[test]
+    fn a_made_request_id_is_the_seed_in_sixteen_hex_digits() {
+        for seed in [
+            0,
+            1,
+            0xab,
+            0x0123_4567_89ab_cdef,
+            u64::MAX,
+            0xf000_0000_0000_000f,
+        ] {
+            assert_eq!(request_id_of(seed), format!("{seed:016x}"));
         }
     }
 }

@@ -30,6 +30,12 @@ pub enum Endpoint {
     /// The Realtime API: a WebSocket session (`GET /v1/realtime?model=...`), served by OpenAI,
     /// Azure OpenAI and simulated channels.
     Realtime,
+    /// OpenAI's Files API (`/v1/files*`): served on the channel holding the file.
+    Files,
+    /// OpenAI's Batch API (`/v1/batches*`): served on the channel holding the batch.
+    Batches,
+    /// Anthropic's Message Batches API (`/v1/messages/batches*`).
+    MessageBatches,
 }
 
 /// The model a moderations request that names none is routed as, and sent upstream as (the
@@ -37,7 +43,7 @@ pub enum Endpoint {
 pub const DEFAULT_MODERATION_MODEL: &str = switchyard_sim::DEFAULT_MODERATION_MODEL;
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 16] = [
+    pub const ALL: [Endpoint; 19] = [
         Endpoint::ChatCompletions,
         Endpoint::Completions,
         Endpoint::Embeddings,
@@ -54,12 +60,17 @@ impl Endpoint {
         Endpoint::Rerank,
         Endpoint::Passthrough,
         Endpoint::Realtime,
+        Endpoint::Files,
+        Endpoint::Batches,
+        Endpoint::MessageBatches,
     ];
 
     /// The protocol clients of this endpoint speak (and get their errors in).
     pub fn protocol(self) -> Protocol {
         match self {
-            Endpoint::Messages | Endpoint::MessagesCountTokens => Protocol::Anthropic,
+            Endpoint::Messages | Endpoint::MessagesCountTokens | Endpoint::MessageBatches => {
+                Protocol::Anthropic
+            }
             Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens => Protocol::Gemini,
             _ => Protocol::OpenAi,
         }
@@ -133,6 +144,9 @@ impl Endpoint {
             Endpoint::Rerank => "/v1/rerank",
             Endpoint::Passthrough => "/passthrough",
             Endpoint::Realtime => "/v1/realtime",
+            Endpoint::Files => "/v1/files",
+            Endpoint::Batches => "/v1/batches",
+            Endpoint::MessageBatches => "/v1/messages/batches",
         }
     }
 
@@ -167,6 +181,9 @@ impl Endpoint {
             Endpoint::Rerank => "rerank",
             Endpoint::Passthrough => "passthrough",
             Endpoint::Realtime => "realtime",
+            Endpoint::Files => "files",
+            Endpoint::Batches => "batches",
+            Endpoint::MessageBatches => "message_batches",
         }
     }
 
@@ -189,7 +206,7 @@ impl Endpoint {
     }
 
     /// Every 2xx answer of this endpoint is JSON (speech is audio; a transcription may be plain
-    /// text, subtitles or JSON).
+    /// text, subtitles or JSON; a file's content and a batch's results are the file's bytes).
     pub fn answers_json(self) -> bool {
         !matches!(
             self,
@@ -197,6 +214,23 @@ impl Endpoint {
                 | Endpoint::AudioTranscriptions
                 | Endpoint::Models
                 | Endpoint::Passthrough
+                | Endpoint::Files
+                | Endpoint::MessageBatches
+        )
+    }
+
+    /// A request of this endpoint that reached a channel is a row of the usage report. Not a
+    /// pass-through (no route, no tokens read), a realtime handshake (its session reports its
+    /// usage, per response) or a files or batch call (a batch's usage is accounted when it
+    /// completes, per request it served).
+    pub fn reports_own_usage(self) -> bool {
+        !matches!(
+            self,
+            Endpoint::Passthrough
+                | Endpoint::Realtime
+                | Endpoint::Files
+                | Endpoint::Batches
+                | Endpoint::MessageBatches
         )
     }
 

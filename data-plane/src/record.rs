@@ -301,9 +301,6 @@ impl RequestRecord {
         state
             .metrics
             .usage(route, channel, token.unwrap_or(""), usage);
-        // A realtime session's usage is recorded by the session, once per response it served;
-        // its handshake is not a request of its own to the usage report.
-        let accounted_by_session = self.endpoint == Endpoint::Realtime;
         if let (Some(reporter), Some(token)) = (&state.usage, token) {
             if let Some(hit) = self.trail.cache.filter(|c| c.result == CacheResult::Hit) {
                 let key = crate::usage::UsageKey {
@@ -314,11 +311,7 @@ impl RequestRecord {
                     model: String::new(),
                 };
                 reporter.record_hit(key, hit.saved, hit.saved_cost_pico);
-            } else if !channel.is_empty()
-                // A pass-through request has no route and no tokens read: nothing to account.
-                && self.endpoint != Endpoint::Passthrough
-                && !accounted_by_session
-            {
+            } else if !channel.is_empty() && self.endpoint.reports_own_usage() {
                 reporter.record(
                     crate::usage::UsageKey {
                         token: token.to_owned(),

@@ -13,16 +13,12 @@ use http::{header, HeaderMap, HeaderValue};
 use serde_json::json;
 use switchyard_engine::wildcard_match;
 use switchyard_provider::Protocol;
-use tokio::time::Instant;
-use tracing::field::Empty;
-use tracing::Span;
 
 use crate::auth::authenticate;
 use crate::context::Arrival;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::phases;
-use crate::request::names;
 use crate::state::AppState;
 
 /// The data plane's service: [`Gateway`] in front of [`router`].
@@ -96,6 +92,9 @@ fn routed_by_path(endpoint: Endpoint) -> bool {
             | Endpoint::GeminiCountTokens
             | Endpoint::Passthrough
             | Endpoint::Realtime
+            | Endpoint::Files
+            | Endpoint::Batches
+            | Endpoint::MessageBatches
     )
 }
 
@@ -290,81 +289,9 @@ async fn handle(
     Box::pin(phases::serve(state, arrival, path_model, request)).await
 }
 
-/// A request as the edge takes it in: its request id (the client's when valid), its seed and
-/// its trace span (continuing the client's trace).
+/// A request as the edge takes it in (see [`Arrival::new`]).
 fn arrive(state: &AppState, endpoint: Endpoint, request: &Request) -> Arrival {
-    let started = Instant::now();
-    let seed = state.next_seed();
-    let request_id = request
-        .headers()
-        .get(&names::REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| valid_request_id(v))
-        .map_or_else(|| request_id_of(seed), str::to_owned);
-    let span = request_span(endpoint, &request_id);
-    {
-        let headers = request.headers();
-        let trace_header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-        switchyard_telemetry::context::continue_trace(
-            &span,
-            trace_header(&names::TRACEPARENT),
-            trace_header(&names::TRACESTATE),
-        );
-    }
-    let trace = switchyard_telemetry::context::ids(&span);
-    Arrival {
-        endpoint,
-        request_id,
-        started,
-        seed,
-        span,
-        trace,
-    }
-}
-
-/// The request id the gateway gives a request whose client sent none: its seed as 16 lowercase
-/// hex digits, through the project's hex encoder (`format!`'s machinery cost more than the rest
-/// of the id).
-fn request_id_of(seed: u64) -> String {
-    switchyard_proto::hex(&seed.to_be_bytes())
-}
-
-/// A client's `x-request-id` is kept when it is 1–128 visible ASCII characters.
-fn valid_request_id(id: &str) -> bool {
-    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// The request's trace span when traces are exported (OTLP), else a disabled one: named
-/// `{operation} {model}` as the OpenTelemetry GenAI conventions name a model call (the operation
-/// alone until the model is known), with the HTTP status and the log line's fields (never a key,
-/// a credential or a body); each attempt is a child client span (see [`crate::failover`]).
-fn request_span(endpoint: Endpoint, request_id: &str) -> Span {
-    if !crate::telemetry::enabled() {
-        return Span::none();
-    }
-    tracing::info_span!(
-        "request",
-        otel.name = endpoint.genai_operation(),
-        otel.kind = "server",
-        otel.status_code = Empty,
-        request_id,
-        endpoint = endpoint.label(),
-        model = Empty,
-        route = Empty,
-        http.response.status_code = Empty,
-        error.type = Empty,
-        attempt_count = Empty,
-        switches = Empty,
-        first_member = Empty,
-        final_member = Empty,
-        final_channel = Empty,
-        breaker_tripped = Empty,
-        sticky = Empty,
-        gen_ai.operation.name = endpoint.genai_operation(),
-        gen_ai.request.model = Empty,
-        gen_ai.usage.input_tokens = Empty,
-        gen_ai.usage.output_tokens = Empty,
-    )
+    Arrival::new(endpoint, state.next_seed(), request.headers())
 }
 
 #[cfg(test)]
@@ -372,21 +299,6 @@ mod tests {
     use http::Method;
 
     use super::*;
-
-    /// A request id the gateway makes is its seed in 16 lowercase hex digits, zeros kept.
-    #[test]
-    fn a_made_request_id_is_the_seed_in_sixteen_hex_digits() {
-        for seed in [
-            0,
-            1,
-            0xab,
-            0x0123_4567_89ab_cdef,
-            u64::MAX,
-            0xf000_0000_0000_000f,
-        ] {
-            assert_eq!(request_id_of(seed), format!("{seed:016x}"));
-        }
-    }
 
     /// The gateway takes exactly the `POST`s the router would hand to [`handle`] at a fixed
     /// path; every other method, path and endpoint goes through the router.

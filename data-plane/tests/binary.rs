@@ -667,6 +667,50 @@ async fn a_streams_request_line_is_written_when_it_ends_with_json_fields() {
     assert!(record["timestamp"].as_str().unwrap().ends_with('Z'));
 }
 
+/// A files call is a request like any other: its line names the endpoint `files`, the key, the
+/// route and channel the upload went to, the status and the latency, and never the file's
+/// content or an id of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_call_writes_its_request_line() {
+    let upstream = switchyard_mock_upstream::MockUpstream::start()
+        .await
+        .unwrap();
+    let yaml = format!(
+        "channels:\n  - name: keeper\n    provider: openai\n    base_url: {}\n    credentials: [\"k\"]\nroutes:\n  - model_pattern: m\n    members:\n      - {{ channel: keeper }}\ntokens:\n  - name: the-app\n    token: {TOKEN}\n",
+        upstream.base_url()
+    );
+    let running = spawn(&temp_file("files-line", &yaml));
+    let body = "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nassistants\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.txt\"\r\n\r\nthe-notes-content\r\n--b--\r\n";
+    let reply = send(
+        Method::POST,
+        &format!("{}/v1/files", running.url),
+        Some(TOKEN),
+        body.into(),
+        &[
+            ("content-type", "multipart/form-data; boundary=b"),
+            ("x-switchyard-model", "m"),
+            ("x-request-id", "files-call-7"),
+        ],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("x-switchyard-request-id"), "files-call-7");
+    let id = reply.json()["id"].as_str().unwrap().to_owned();
+    let record = running.wait_for_log("request");
+    assert_eq!(record["request_id"], "files-call-7");
+    assert_eq!(record["endpoint"], "files");
+    assert_eq!(record["protocol"], "openai");
+    assert_eq!(record["token"], "the-app");
+    assert_eq!(record["route"], "m");
+    assert_eq!(record["final_channel"], "keeper");
+    assert_eq!(record["status"], 200);
+    assert!(record["latency_ms"].as_f64().unwrap() >= 0.0, "{record}");
+    let line = record.to_string();
+    for secret in ["the-notes-content", id.as_str(), "file-mock", TOKEN] {
+        assert!(!line.contains(secret), "{secret} in {line}");
+    }
+}
+
 /// A TLS upstream offering HTTP/2, reached by trusting its certificate with
 /// `SWITCHYARD_UPSTREAM_CA`: answers and streams go over HTTP/2; with
 /// `SWITCHYARD_UPSTREAM_HTTP2=false`, over HTTP/1.1.

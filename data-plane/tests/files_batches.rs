@@ -609,3 +609,235 @@ async fn two_proxies_of_a_fleet_share_the_ids_the_lists_and_one_accounting() {
         .count();
     assert_eq!(polls, 2, "the refused read never reached the channel");
 }
+
+/// Files and batch calls are requests: a key's `requests` limit of 3 admits an upload, a list
+/// and a read and refuses the next files call with OpenAI's 429 (and a message-batches call
+/// with Anthropic's); a route's limit refuses a second message batch routed to it. Every call
+/// is counted in the request metric under its endpoint, its route and its channel, never an id.
+#[tokio::test]
+async fn files_and_batch_calls_are_admitted_and_counted_like_requests() {
+    clear_of_a_window_end(std::time::Duration::from_secs(10)).await;
+    let (a, c) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let yaml = format!(
+        "channels:\n{}{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\n  - model_pattern: claude-batch\n    members:\n      - {{ channel: c }}\ntokens:\n  - name: test\n    token: {TOKEN}\n  - name: other\n    token: {OTHER_TOKEN}\nlimits:\n  - {{ token: test, metric: requests, window: minute, value: 3 }}\n  - {{ route: claude-batch, metric: requests, window: minute, value: 1 }}\n",
+        channel("a", &a.base_url(), &["ka"]),
+        channel("c", &c.base_url(), &["kc"]).replace("provider: openai", "provider: anthropic"),
+    );
+    let proxy = start(&yaml).await;
+    let call = |key: &'static str,
+                method: http::Method,
+                path: &str,
+                body: &str,
+                headers: Vec<(&'static str, &'static str)>| {
+        let url = format!("{}{path}", proxy.url);
+        let body = body.as_bytes().to_vec();
+        async move { send(method, &url, Some(key), body, &headers).await }
+    };
+    let form = "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nassistants\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nnotes\r\n--b--\r\n";
+    let upload_headers = vec![
+        ("content-type", "multipart/form-data; boundary=b"),
+        ("x-switchyard-model", "gpt-batch"),
+    ];
+    let uploaded = call(TOKEN, http::Method::POST, "/v1/files", form, upload_headers).await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+    assert_eq!(uploaded.header("x-ratelimit-remaining-requests"), "2");
+    let id = uploaded.json()["id"].as_str().unwrap().to_owned();
+    let listed = call(TOKEN, http::Method::GET, "/v1/files", "", vec![]).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let read = call(
+        TOKEN,
+        http::Method::GET,
+        &format!("/v1/files/{id}"),
+        "",
+        vec![],
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.header("x-ratelimit-remaining-requests"), "0");
+
+    // The fourth call: refused before it reaches the channel, in OpenAI's shape.
+    let hits = a.hits();
+    let refused = call(
+        TOKEN,
+        http::Method::GET,
+        &format!("/v1/files/{id}/content"),
+        "",
+        vec![],
+    )
+    .await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(refused.json()["error"]["type"], "requests");
+    assert!(!refused.header("retry-after").is_empty());
+    assert_eq!(a.hits(), hits, "a refused call never reaches the channel");
+    // Anthropic's batches answer in Anthropic's shape.
+    let anthropic = call(TOKEN, http::Method::GET, "/v1/messages/batches", "", vec![]).await;
+    assert_eq!(anthropic.status, 429, "{}", anthropic.body);
+    assert_eq!(anthropic.json()["type"], "error");
+    assert_eq!(anthropic.json()["error"]["type"], "rate_limit_error");
+
+    // A message batch routed to `claude-batch` is under the route's limit of 1; a list is not.
+    let batch = r#"{"requests":[{"custom_id":"q","params":{"model":"claude-batch","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}]}"#;
+    let json = vec![("content-type", "application/json")];
+    let created = call(
+        OTHER_TOKEN,
+        http::Method::POST,
+        "/v1/messages/batches",
+        batch,
+        json.clone(),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    let again = call(
+        OTHER_TOKEN,
+        http::Method::POST,
+        "/v1/messages/batches",
+        batch,
+        json,
+    )
+    .await;
+    assert_eq!(again.status, 429, "{}", again.body);
+    assert_eq!(again.json()["error"]["type"], "rate_limit_error");
+    assert!(
+        again.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("route"),
+        "{}",
+        again.body
+    );
+    let others = call(
+        OTHER_TOKEN,
+        http::Method::GET,
+        "/v1/messages/batches",
+        "",
+        vec![],
+    )
+    .await;
+    assert_eq!(others.status, 200, "{}", others.body);
+
+    // The request metric: fixed endpoint labels, the route and channel when there is one.
+    let page = proxy.state.metrics.render();
+    for series in [
+        "{endpoint=\"files\",route=\"gpt-batch\",channel=\"a\",code=\"2xx\"} 1",
+        "{endpoint=\"files\",route=\"\",channel=\"\",code=\"2xx\"} 1",
+        "{endpoint=\"files\",route=\"\",channel=\"a\",code=\"2xx\"} 1",
+        "{endpoint=\"files\",route=\"\",channel=\"\",code=\"4xx\"} 1",
+        "{endpoint=\"message_batches\",route=\"claude-batch\",channel=\"c\",code=\"2xx\"} 1",
+        "{endpoint=\"message_batches\",route=\"claude-batch\",channel=\"\",code=\"4xx\"} 1",
+        "{endpoint=\"message_batches\",route=\"\",channel=\"\",code=\"4xx\"} 1",
+        "{endpoint=\"message_batches\",route=\"\",channel=\"\",code=\"2xx\"} 1",
+    ] {
+        assert!(
+            page.contains(&format!("switchyard_requests_total{series}")),
+            "no {series} in:\n{page}"
+        );
+    }
+    assert!(
+        !page.contains("sy1") && !page.contains("file-mock"),
+        "{page}"
+    );
+}
+
+/// An upstream keeping files whose content answers hold their body open: the head and a first
+/// line at once, the last line once `release` is notified.
+async fn holding_upstream() -> (String, std::sync::Arc<tokio::sync::Notify>) {
+    use axum::routing::{get, post};
+    use futures_util::StreamExt;
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let file = serde_json::json!({"id": "file-up1", "object": "file", "bytes": 11, "created_at": 1, "filename": "f", "purpose": "assistants"});
+    let app = axum::Router::new()
+        .route(
+            "/v1/files",
+            post(move || async move {
+                (
+                    [(http::header::CONTENT_TYPE, "application/json")],
+                    file.to_string(),
+                )
+            }),
+        )
+        .route(
+            "/v1/files/{id}/content",
+            get(move || {
+                let held = held.clone();
+                async move {
+                    let first = futures_util::stream::once(async {
+                        Ok::<_, std::io::Error>(bytes::Bytes::from("first\n"))
+                    });
+                    let last = futures_util::stream::once(async move {
+                        held.notified().await;
+                        Ok(bytes::Bytes::from("last\n"))
+                    });
+                    axum::body::Body::from_stream(first.chain(last))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, release)
+}
+
+/// A key's concurrency slot is held by a files call until its answer's body ends: while a
+/// file's content is still coming, the key's next call is refused with OpenAI's 429; once the
+/// content has been read to its end, the next call is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_call_holds_its_concurrency_slot_until_its_body_ends() {
+    use http_body_util::BodyExt;
+    let (upstream, release) = holding_upstream().await;
+    let yaml = format!(
+        "channels:\n{}routes:\n  - model_pattern: gpt-batch\n    members:\n      - {{ channel: a }}\ntokens:\n  - name: test\n    token: {TOKEN}\nlimits:\n  - {{ token: test, metric: concurrent, value: 1 }}\n",
+        channel("a", &upstream, &["ka"]),
+    );
+    let proxy = start(&yaml).await;
+    let form = "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nassistants\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nnotes\r\n--b--\r\n";
+    let uploaded = send(
+        http::Method::POST,
+        &format!("{}/v1/files", proxy.url),
+        Some(TOKEN),
+        form.into(),
+        &[
+            ("content-type", "multipart/form-data; boundary=b"),
+            ("x-switchyard-model", "gpt-batch"),
+        ],
+    )
+    .await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+    let id = uploaded.json()["id"].as_str().unwrap().to_owned();
+
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let request = http::Request::get(format!("{}/v1/files/{id}/content", proxy.url))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "first\n");
+
+    let list = format!("{}/v1/files", proxy.url);
+    let refused = send(http::Method::GET, &list, Some(TOKEN), vec![], &[]).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "rate_limit_exceeded");
+    assert!(
+        refused.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 1 concurrent requests"),
+        "{}",
+        refused.body
+    );
+
+    release.notify_one();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(rest, "last\n");
+    let admitted = send(http::Method::GET, &list, Some(TOKEN), vec![], &[]).await;
+    assert_eq!(admitted.status, 200, "{}", admitted.body);
+}

@@ -1,4 +1,5 @@
-//! The Files and Batch API endpoints. Each admits the key, opens the id it names (refused as
+//! The Files and Batch API endpoints. Each is observed as a request ([`Observed`]: admitted
+//! under the key's limits, counted, written as a request line), opens the id it names (refused as
 //! `404 not_found` unless it is the key's own), calls the channel the object lives on and
 //! answers the upstream's object with its ids rewritten into gateway ids; a batch create sends
 //! the input file's upstream id. Upstream errors pass through as the channel gave them (a
@@ -14,26 +15,19 @@ use http::{header, HeaderMap, HeaderValue, Method};
 use serde_json::Value;
 use switchyard_engine::Channel;
 use switchyard_provider::Protocol;
+use tracing::Instrument;
 
 use super::caller::Caller;
 use super::channel::{exchange, reach, send, Call, Reply, MAX_OBJECT_BYTES};
+use super::observed::Observed;
 use super::{account, index, upload};
+use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::object_id::{Kind, ObjectId};
 use crate::phases::receive::read_limited_body;
 use crate::state::AppState;
 
 pub(super) type Answer = Result<Response, GatewayError>;
-
-/// An answer or the gateway's error, in OpenAI's shape.
-pub(super) fn answer(result: Answer) -> Response {
-    answer_in(Protocol::OpenAi, result)
-}
-
-/// An answer or the gateway's error, in `protocol`'s error shape.
-pub(super) fn answer_in(protocol: Protocol, result: Answer) -> Response {
-    result.unwrap_or_else(|e| e.into_response(protocol))
-}
 
 pub(super) fn json(value: &Value) -> Response {
     (
@@ -94,44 +88,60 @@ pub(super) async fn object(
 
 /// `POST /v1/files`: the upload, routed by its model (see [`upload`]).
 pub async fn upload(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    answer(
-        async {
-            let (parts, body) = request.into_parts();
-            let caller = Caller::of(&state, &parts.headers)?;
-            let limit = caller.view.snapshot.settings.max_request_body_bytes;
-            let body = read_limited_body(&parts.headers, body, limit).await?;
-            let form = upload::read(&parts.headers, &body)?;
-            let channel = upload::choose(
-                &state,
-                &caller.view,
-                &caller.token,
-                &parts.headers,
-                &form.model,
-                Protocol::OpenAi,
-            )?;
-            let call = Call {
-                method: Method::POST,
-                path: "/v1/files".into(),
-                content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
-                body,
-            };
-            let reply = exchange(&state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
-            Ok(object(&state, &caller, Kind::File, channel, reply).await?.0)
-        }
-        .await,
-    )
+    let mut seen = Observed::arrive(&state, Endpoint::Files, request.headers());
+    let span = seen.span();
+    let result = send_upload(&state, &mut seen, request)
+        .instrument(span)
+        .await;
+    seen.finish(&state, result)
 }
 
-/// `GET /v1/files`, `GET /v1/batches`: the key's own, from its list.
+async fn send_upload(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
+    let (parts, body) = request.into_parts();
+    let caller = seen.caller(state, &parts.headers)?;
+    let limit = caller.view.snapshot.settings.max_request_body_bytes;
+    let body = read_limited_body(&parts.headers, body, limit).await?;
+    let form = upload::read(&parts.headers, &body)?;
+    seen.routed_by(&form.model);
+    let (channel, route) = upload::choose(
+        state,
+        &caller.view,
+        &caller.token,
+        &parts.headers,
+        &form.model,
+        Protocol::OpenAi,
+    )?;
+    seen.admit(state, &caller, route).await?;
+    seen.at(channel);
+    let call = Call {
+        method: Method::POST,
+        path: "/v1/files".into(),
+        content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+        body,
+    };
+    let reply = exchange(state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
+    Ok(object(state, &caller, Kind::File, channel, reply).await?.0)
+}
+
+/// `GET /v1/files`, `GET /v1/batches`, `GET /v1/messages/batches`: the key's own, from its
+/// list, observed as a call of `endpoint`.
 pub(super) async fn list(
     state: &AppState,
+    endpoint: Endpoint,
     headers: &HeaderMap,
     kind: Kind,
     query: Option<&str>,
-) -> Answer {
-    let caller = Caller::of(state, headers)?;
-    let page = index::page(&*state.store, kind, caller.token.id, query).await?;
-    Ok(json(&page))
+) -> Response {
+    let mut seen = Observed::arrive(state, endpoint, headers);
+    let span = seen.span();
+    let result = async {
+        let caller = seen.admitted(state, headers).await?;
+        let page = index::page(&*state.store, kind, caller.token.id, query).await?;
+        Ok(json(&page))
+    }
+    .instrument(span)
+    .await;
+    seen.finish(state, result)
 }
 
 pub async fn list_files(
@@ -139,7 +149,14 @@ pub async fn list_files(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    answer(list(&state, &headers, Kind::File, query.as_deref()).await)
+    list(
+        &state,
+        Endpoint::Files,
+        &headers,
+        Kind::File,
+        query.as_deref(),
+    )
+    .await
 }
 
 pub async fn list_batches(
@@ -147,26 +164,48 @@ pub async fn list_batches(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    answer(list(&state, &headers, Kind::Batch, query.as_deref()).await)
+    let query = query.as_deref();
+    list(&state, Endpoint::Batches, &headers, Kind::Batch, query).await
 }
 
 /// One call about the object `id` of `kind` (its upstream id in `path`'s `{}`), answered as
 /// its object.
 pub(super) async fn about(
     state: &AppState,
+    seen: &mut Observed,
     headers: &HeaderMap,
     kind: Kind,
     id: &str,
     method: Method,
     path: &str,
 ) -> Result<(Caller, ObjectId, Response, Option<Value>), GatewayError> {
-    let caller = Caller::of(state, headers)?;
+    let caller = seen.admitted(state, headers).await?;
     let opened = caller.open(kind, id)?;
     let channel = holder(&caller, kind, &opened)?;
+    seen.at(channel);
     let call = Call::bare(method, path.replace("{}", &opened.upstream));
     let reply = exchange(state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
     let (response, value) = object(state, &caller, kind, channel, reply).await?;
     Ok((caller, opened, response, value))
+}
+
+/// One call about the object `id` of `kind` answered as the object (`path` as for [`about`]),
+/// observed as a call of `endpoint`.
+pub(super) async fn plain(
+    state: &AppState,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    kind: Kind,
+    id: &str,
+    method: Method,
+    path: &str,
+) -> Response {
+    let mut seen = Observed::arrive(state, endpoint, headers);
+    let span = seen.span();
+    let result = about(state, &mut seen, headers, kind, id, method, path)
+        .instrument(span)
+        .await;
+    seen.finish(state, result.map(|(_, _, response, _)| response))
 }
 
 /// `GET /v1/files/{id}`.
@@ -175,16 +214,42 @@ pub async fn get_file(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let result = about(
+    let path = "/v1/files/{}";
+    plain(
         &state,
+        Endpoint::Files,
         &headers,
         Kind::File,
         &id,
         Method::GET,
-        "/v1/files/{}",
+        path,
     )
+    .await
+}
+
+/// A deletion of the object `id` of `kind` on its channel (`path` as for [`about`]), then
+/// dropped from the key's list; observed as a call of `endpoint`.
+pub(super) async fn delete(
+    state: &AppState,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    kind: Kind,
+    id: &str,
+    path: &str,
+) -> Response {
+    let mut seen = Observed::arrive(state, endpoint, headers);
+    let span = seen.span();
+    let result = async {
+        let (caller, _, response, value) =
+            about(state, &mut seen, headers, kind, id, Method::DELETE, path).await?;
+        if value.is_some() {
+            index::forget(&*state.store, kind, caller.token.id, id).await;
+        }
+        Ok(response)
+    }
+    .instrument(span)
     .await;
-    answer(result.map(|(_, _, response, _)| response))
+    seen.finish(state, result)
 }
 
 /// `DELETE /v1/files/{id}`: deleted on its channel, then dropped from the key's list.
@@ -193,25 +258,40 @@ pub async fn delete_file(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let result = about(
+    delete(
         &state,
+        Endpoint::Files,
         &headers,
         Kind::File,
         &id,
-        Method::DELETE,
         "/v1/files/{}",
     )
+    .await
+}
+
+/// The bytes of the object `id` of `kind` (at `path`, its upstream id in the `{}`), streamed
+/// from its channel as they come; observed as a call of `endpoint`.
+pub(super) async fn content(
+    state: &AppState,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    kind: Kind,
+    id: &str,
+    path: &str,
+) -> Response {
+    let mut seen = Observed::arrive(state, endpoint, headers);
+    let span = seen.span();
+    let result = async {
+        let caller = seen.admitted(state, headers).await?;
+        let opened = caller.open(kind, id)?;
+        let channel = holder(&caller, kind, &opened)?;
+        seen.at(channel);
+        let call = Call::bare(Method::GET, path.replace("{}", &opened.upstream));
+        Ok(send(state, &caller.view, channel, call).await?.streamed())
+    }
+    .instrument(span)
     .await;
-    answer(
-        async {
-            let (caller, _, response, value) = result?;
-            if value.is_some() {
-                index::forget(&*state.store, Kind::File, caller.token.id, &id).await;
-            }
-            Ok(response)
-        }
-        .await,
-    )
+    seen.finish(state, result)
 }
 
 /// `GET /v1/files/{id}/content`: the file's bytes, streamed from its channel as they come.
@@ -220,55 +300,45 @@ pub async fn file_content(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    answer(
-        async {
-            let caller = Caller::of(&state, &headers)?;
-            let opened = caller.open(Kind::File, &id)?;
-            let channel = holder(&caller, Kind::File, &opened)?;
-            let call = Call::bare(
-                Method::GET,
-                format!("/v1/files/{}/content", opened.upstream),
-            );
-            Ok(send(&state, &caller.view, channel, call).await?.streamed())
-        }
-        .await,
-    )
+    let path = "/v1/files/{}/content";
+    content(&state, Endpoint::Files, &headers, Kind::File, &id, path).await
 }
 
 /// `POST /v1/batches`: created on the channel holding its input file, which it names by the
 /// file's upstream id.
 pub async fn create_batch(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    answer(
-        async {
-            let (parts, body) = request.into_parts();
-            let caller = Caller::of(&state, &parts.headers)?;
-            let body = read_limited_body(&parts.headers, body, MAX_OBJECT_BYTES as u64).await?;
-            let mut batch: Value = serde_json::from_slice(&body)
-                .map_err(|e| GatewayError::InvalidJson(format!("the body is not JSON: {e}")))?;
-            let input = batch
-                .get("input_file_id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    GatewayError::InvalidRequest("a batch names its `input_file_id`".into())
-                })?;
-            let opened = caller.open(Kind::File, input)?;
-            let channel = holder(&caller, Kind::File, &opened)?;
-            if let Some(field) = batch.get_mut("input_file_id") {
-                *field = Value::String(opened.upstream.clone());
-            }
-            let call = Call {
-                method: Method::POST,
-                path: "/v1/batches".into(),
-                content_type: Some(HeaderValue::from_static("application/json")),
-                body: Bytes::from(batch.to_string()),
-            };
-            let reply = exchange(&state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
-            Ok(object(&state, &caller, Kind::Batch, channel, reply)
-                .await?
-                .0)
-        }
-        .await,
-    )
+    let mut seen = Observed::arrive(&state, Endpoint::Batches, request.headers());
+    let span = seen.span();
+    let result = send_batch(&state, &mut seen, request)
+        .instrument(span)
+        .await;
+    seen.finish(&state, result)
+}
+
+async fn send_batch(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
+    let (parts, body) = request.into_parts();
+    let caller = seen.admitted(state, &parts.headers).await?;
+    let body = read_limited_body(&parts.headers, body, MAX_OBJECT_BYTES as u64).await?;
+    let mut batch: Value = serde_json::from_slice(&body)
+        .map_err(|e| GatewayError::InvalidJson(format!("the body is not JSON: {e}")))?;
+    let input = batch
+        .get("input_file_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| GatewayError::InvalidRequest("a batch names its `input_file_id`".into()))?;
+    let opened = caller.open(Kind::File, input)?;
+    let channel = holder(&caller, Kind::File, &opened)?;
+    seen.at(channel);
+    if let Some(field) = batch.get_mut("input_file_id") {
+        *field = Value::String(opened.upstream.clone());
+    }
+    let call = Call {
+        method: Method::POST,
+        path: "/v1/batches".into(),
+        content_type: Some(HeaderValue::from_static("application/json")),
+        body: Bytes::from(batch.to_string()),
+    };
+    let reply = exchange(state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
+    Ok(object(state, &caller, Kind::Batch, channel, reply).await?.0)
 }
 
 /// `GET /v1/batches/{id}`: the batch's current state; the first read that sees it `completed`
@@ -278,37 +348,40 @@ pub async fn get_batch(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let result = about(
-        &state,
-        &headers,
-        Kind::Batch,
-        &id,
-        Method::GET,
-        "/v1/batches/{}",
-    )
-    .await;
-    answer(
-        async {
-            let (caller, opened, response, value) = result?;
-            let completed = value
-                .as_ref()
-                .filter(|v| v.get("status").and_then(Value::as_str) == Some("completed"))
-                .and_then(|v| v.get("output_file_id")?.as_str())
-                .and_then(|output| caller.open(Kind::File, output).ok());
-            if let (Some(output), Some(channel)) =
-                (completed, holder(&caller, Kind::Batch, &opened).ok())
-            {
-                let finished = account::Finished {
-                    claim: format!("batch:{}:{}", channel.id, opened.upstream),
-                    results_path: format!("/v1/files/{}/content", output.upstream),
-                    protocol: Protocol::OpenAi,
-                };
-                account::completed(&state, &caller, channel, finished).await;
-            }
-            Ok(response)
+    let mut seen = Observed::arrive(&state, Endpoint::Batches, &headers);
+    let span = seen.span();
+    let result = async {
+        let path = "/v1/batches/{}";
+        let (caller, opened, response, value) = about(
+            &state,
+            &mut seen,
+            &headers,
+            Kind::Batch,
+            &id,
+            Method::GET,
+            path,
+        )
+        .await?;
+        let completed = value
+            .as_ref()
+            .filter(|v| v.get("status").and_then(Value::as_str) == Some("completed"))
+            .and_then(|v| v.get("output_file_id")?.as_str())
+            .and_then(|output| caller.open(Kind::File, output).ok());
+        if let (Some(output), Some(channel)) =
+            (completed, holder(&caller, Kind::Batch, &opened).ok())
+        {
+            let finished = account::Finished {
+                claim: format!("batch:{}:{}", channel.id, opened.upstream),
+                results_path: format!("/v1/files/{}/content", output.upstream),
+                protocol: Protocol::OpenAi,
+            };
+            account::completed(&state, &caller, channel, finished).await;
         }
-        .await,
-    )
+        Ok(response)
+    }
+    .instrument(span)
+    .await;
+    seen.finish(&state, result)
 }
 
 /// `POST /v1/batches/{id}/cancel`.
@@ -317,7 +390,15 @@ pub async fn cancel_batch(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let path = "/v1/batches/{}/cancel";
-    let result = about(&state, &headers, Kind::Batch, &id, Method::POST, path).await;
-    answer(result.map(|(_, _, response, _)| response))
+    let (kind, path) = (Kind::Batch, "/v1/batches/{}/cancel");
+    plain(
+        &state,
+        Endpoint::Batches,
+        &headers,
+        kind,
+        &id,
+        Method::POST,
+        path,
+    )
+    .await
 }

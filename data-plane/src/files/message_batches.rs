@@ -13,12 +13,14 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard_provider::Protocol;
+use tracing::Instrument;
 
 use super::account;
-use super::caller::Caller;
-use super::channel::{exchange, send, Call, MAX_OBJECT_BYTES};
-use super::handlers::{about, answer_in, holder, list, object, Answer};
+use super::channel::{exchange, Call, MAX_OBJECT_BYTES};
+use super::handlers::{self, about, content, holder, list, object, plain, Answer};
+use super::observed::Observed;
 use super::upload::{choose, MAX_BATCH_LINES};
+use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::object_id::Kind;
 use crate::phases::receive::read_limited_body;
@@ -27,9 +29,8 @@ use crate::state::AppState;
 
 const BATCHES: &str = "/v1/messages/batches";
 
-fn answer(result: Answer) -> Response {
-    answer_in(Protocol::Anthropic, result)
-}
+/// Every call of this API is observed as one endpoint's (its errors in Anthropic's shape).
+const ENDPOINT: Endpoint = Endpoint::MessageBatches;
 
 /// The model a message batch is routed by: its first request's `params.model`; every request
 /// must name one.
@@ -75,28 +76,35 @@ fn batch_model(body: &[u8]) -> Result<String, GatewayError> {
 
 /// `POST /v1/messages/batches`.
 pub async fn create(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    answer(
-        async {
-            let (parts, body) = request.into_parts();
-            let caller = Caller::of(&state, &parts.headers)?;
-            let limit = caller.view.snapshot.settings.max_request_body_bytes;
-            let body = read_limited_body(&parts.headers, body, limit).await?;
-            let model = batch_model(&body)?;
-            let (view, token, headers) = (&caller.view, &caller.token, &parts.headers);
-            let channel = choose(&state, view, token, headers, &model, Protocol::Anthropic)?;
-            let call = Call {
-                method: Method::POST,
-                path: BATCHES.into(),
-                content_type: Some(HeaderValue::from_static("application/json")),
-                body,
-            };
-            let reply = exchange(&state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
-            Ok(object(&state, &caller, Kind::MessageBatch, channel, reply)
-                .await?
-                .0)
-        }
-        .await,
-    )
+    let mut seen = Observed::arrive(&state, ENDPOINT, request.headers());
+    let span = seen.span();
+    let result = send_create(&state, &mut seen, request)
+        .instrument(span)
+        .await;
+    seen.finish(&state, result)
+}
+
+async fn send_create(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
+    let (parts, body) = request.into_parts();
+    let caller = seen.caller(state, &parts.headers)?;
+    let limit = caller.view.snapshot.settings.max_request_body_bytes;
+    let body = read_limited_body(&parts.headers, body, limit).await?;
+    let model = batch_model(&body)?;
+    seen.routed_by(&model);
+    let (view, token, headers) = (&caller.view, &caller.token, &parts.headers);
+    let (channel, route) = choose(state, view, token, headers, &model, Protocol::Anthropic)?;
+    seen.admit(state, &caller, route).await?;
+    seen.at(channel);
+    let call = Call {
+        method: Method::POST,
+        path: BATCHES.into(),
+        content_type: Some(HeaderValue::from_static("application/json")),
+        body,
+    };
+    let reply = exchange(state, &caller.view, channel, call, MAX_OBJECT_BYTES).await?;
+    Ok(object(state, &caller, Kind::MessageBatch, channel, reply)
+        .await?
+        .0)
 }
 
 /// `GET /v1/messages/batches`: the key's own.
@@ -105,7 +113,14 @@ pub async fn list_batches(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    answer(list(&state, &headers, Kind::MessageBatch, query.as_deref()).await)
+    list(
+        &state,
+        ENDPOINT,
+        &headers,
+        Kind::MessageBatch,
+        query.as_deref(),
+    )
+    .await
 }
 
 /// `GET /v1/messages/batches/{id}`: the first read that sees it `ended` accounts its usage.
@@ -114,36 +129,31 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let path = format!("{BATCHES}/{{}}");
-    let result = about(
-        &state,
-        &headers,
-        Kind::MessageBatch,
-        &id,
-        Method::GET,
-        &path,
-    )
-    .await;
-    answer(
-        async {
-            let (caller, opened, response, value) = result?;
-            let ended = value
-                .as_ref()
-                .and_then(|v| v.get("processing_status"))
-                .and_then(Value::as_str)
-                == Some("ended");
-            if let (true, Ok(channel)) = (ended, holder(&caller, Kind::MessageBatch, &opened)) {
-                let finished = account::Finished {
-                    claim: format!("msgbatch:{}:{}", channel.id, opened.upstream),
-                    results_path: format!("{BATCHES}/{}/results", opened.upstream),
-                    protocol: Protocol::Anthropic,
-                };
-                account::completed(&state, &caller, channel, finished).await;
-            }
-            Ok(response)
+    let mut seen = Observed::arrive(&state, ENDPOINT, &headers);
+    let span = seen.span();
+    let result = async {
+        let path = format!("{BATCHES}/{{}}");
+        let (kind, method) = (Kind::MessageBatch, Method::GET);
+        let (caller, opened, response, value) =
+            about(&state, &mut seen, &headers, kind, &id, method, &path).await?;
+        let ended = value
+            .as_ref()
+            .and_then(|v| v.get("processing_status"))
+            .and_then(Value::as_str)
+            == Some("ended");
+        if let (true, Ok(channel)) = (ended, holder(&caller, Kind::MessageBatch, &opened)) {
+            let finished = account::Finished {
+                claim: format!("msgbatch:{}:{}", channel.id, opened.upstream),
+                results_path: format!("{BATCHES}/{}/results", opened.upstream),
+                protocol: Protocol::Anthropic,
+            };
+            account::completed(&state, &caller, channel, finished).await;
         }
-        .await,
-    )
+        Ok(response)
+    }
+    .instrument(span)
+    .await;
+    seen.finish(&state, result)
 }
 
 /// `POST /v1/messages/batches/{id}/cancel`.
@@ -153,16 +163,8 @@ pub async fn cancel(
     headers: HeaderMap,
 ) -> Response {
     let path = format!("{BATCHES}/{{}}/cancel");
-    let result = about(
-        &state,
-        &headers,
-        Kind::MessageBatch,
-        &id,
-        Method::POST,
-        &path,
-    )
-    .await;
-    answer(result.map(|(_, _, response, _)| response))
+    let (kind, method) = (Kind::MessageBatch, Method::POST);
+    plain(&state, ENDPOINT, &headers, kind, &id, method, &path).await
 }
 
 /// `DELETE /v1/messages/batches/{id}`: deleted on its channel, then dropped from the list.
@@ -172,25 +174,7 @@ pub async fn delete(
     headers: HeaderMap,
 ) -> Response {
     let path = format!("{BATCHES}/{{}}");
-    let result = about(
-        &state,
-        &headers,
-        Kind::MessageBatch,
-        &id,
-        Method::DELETE,
-        &path,
-    )
-    .await;
-    answer(
-        async {
-            let (caller, _, response, value) = result?;
-            if value.is_some() {
-                super::index::forget(&*state.store, Kind::MessageBatch, caller.token.id, &id).await;
-            }
-            Ok(response)
-        }
-        .await,
-    )
+    handlers::delete(&state, ENDPOINT, &headers, Kind::MessageBatch, &id, &path).await
 }
 
 /// `GET /v1/messages/batches/{id}/results`: the results (JSONL), streamed from the channel.
@@ -199,19 +183,8 @@ pub async fn results(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    answer(
-        async {
-            let caller = Caller::of(&state, &headers)?;
-            let opened = caller.open(Kind::MessageBatch, &id)?;
-            let channel = holder(&caller, Kind::MessageBatch, &opened)?;
-            let call = Call::bare(
-                Method::GET,
-                format!("{BATCHES}/{}/results", opened.upstream),
-            );
-            Ok(send(&state, &caller.view, channel, call).await?.streamed())
-        }
-        .await,
-    )
+    let path = format!("{BATCHES}/{{}}/results");
+    content(&state, ENDPOINT, &headers, Kind::MessageBatch, &id, &path).await
 }
 
 #[cfg(test)]

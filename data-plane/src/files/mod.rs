@@ -15,9 +15,14 @@
 //! Anthropic's Message Batches API is served the same way (`message_batches`): a batch of
 //! inline requests is routed by its first request's model among Anthropic channels.
 //!
+//! Every call is observed as a request (`observed`): admitted under the key's and its team's
+//! limits (a routed create also under its route's), counted in the request metric and written
+//! as a request line under its endpoint (`files`, `batches`, `message_batches`).
+//!
 //! Parts: `caller` (the key and the ids it may open) at the bottom, `channel` (one call to the
 //! channel holding an object), `upload` (the channel an upload goes to), `index` (a key's
-//! list), `account`, then `handlers` (OpenAI's endpoints) and `message_batches` (Anthropic's).
+//! list), `account`, `observed` (a call's admission and finish), then `handlers` (OpenAI's
+//! endpoints) and `message_batches` (Anthropic's).
 
 mod account;
 mod caller;
@@ -25,6 +30,7 @@ mod channel;
 mod handlers;
 mod index;
 mod message_batches;
+mod observed;
 mod upload;
 
 use std::sync::Arc;

@@ -9,8 +9,8 @@ use std::borrow::Cow;
 use http::{header, HeaderMap, HeaderName};
 use serde::Deserialize;
 use switchyard_engine::{
-    select, Channel, Outcome, Provider, RequestNeeds, SelectionConstraint, SplitMix64, Token,
-    AZURE_BIT,
+    select, Channel, Outcome, Provider, RequestNeeds, Route, SelectionConstraint, SplitMix64,
+    Token, AZURE_BIT,
 };
 use switchyard_provider::Protocol;
 use switchyard_state::unix_ms;
@@ -130,8 +130,8 @@ fn header_model(headers: &HeaderMap) -> Result<String, GatewayError> {
         })
 }
 
-/// The channel an upload (or a message batch) for `model` goes to, chosen by the engine as for
-/// a request, among the channels of `protocol` that keep files and batches: those with a base
+/// The channel an upload (or a message batch) for `model` goes to, and the route it was chosen
+/// by, chosen by the engine as for a request, among the channels of `protocol` that keep files and batches: those with a base
 /// URL of the protocol's own API (OpenAI's: not Azure; Anthropic's: not Bedrock; never the
 /// in-process simulator).
 pub fn choose<'v>(
@@ -141,7 +141,7 @@ pub fn choose<'v>(
     headers: &HeaderMap,
     model: &str,
     protocol: Protocol,
-) -> Result<&'v Channel, GatewayError> {
+) -> Result<(&'v Channel, Option<&'v Route>), GatewayError> {
     let snapshot = &*view.snapshot;
     let (unsupported, without) = match protocol {
         Protocol::Anthropic => (
@@ -173,20 +173,20 @@ pub fn choose<'v>(
         ..SelectionConstraint::default()
     };
     let mut rng = SplitMix64::new(state.next_seed());
-    let mut outcome = Outcome::ModelNotFound;
+    let (mut outcome, mut route) = (Outcome::ModelNotFound, None);
     state.store.with_view(&mut |health| {
-        outcome = select(snapshot, health, &constraint, model, unix_ms(), &mut rng).outcome;
+        let decision = select(snapshot, health, &constraint, model, unix_ms(), &mut rng);
+        (outcome, route) = (decision.outcome, decision.route);
     });
     let model = model.to_owned();
     match outcome {
-        Outcome::Selected { channel_id, .. } => {
-            snapshot
-                .channel(channel_id)
-                .ok_or(GatewayError::NoEligibleMember {
-                    model,
-                    secrets_withheld: false,
-                })
-        }
+        Outcome::Selected { channel_id, .. } => snapshot
+            .channel(channel_id)
+            .map(|channel| (channel, route))
+            .ok_or(GatewayError::NoEligibleMember {
+                model,
+                secrets_withheld: false,
+            }),
         Outcome::ModelNotFound => Err(GatewayError::ModelNotFound { model }),
         Outcome::ModelNotAllowed => Err(GatewayError::ModelNotAllowed { model }),
         _ => Err(GatewayError::NoEligibleMember {

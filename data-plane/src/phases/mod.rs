@@ -7,9 +7,9 @@
 //! session's handshake runs receive, route and admit the same way, then opens its session
 //! ([`crate::realtime`]) in place of the proxy phase.
 
-mod admit;
+pub(crate) mod admit;
 mod cache;
-mod finish;
+pub(crate) mod finish;
 pub mod passthrough;
 pub(crate) mod receive;
 mod route;

@@ -130,8 +130,8 @@ fn plain_answer(request: &MockRequest<'_>, content: &str) -> UpstreamResponse {
         Endpoint::Models => sim::models_json(&[model]),
         Endpoint::Moderations => sim::moderation_json(Some(model), &request_json(request.body)),
         Endpoint::Rerank => sim::rerank_json(Some(model), &request_json(request.body)),
-        // Never sent here: a mock channel allows no pass-through.
-        Endpoint::Passthrough => {
+        // Never sent here: a mock channel allows no pass-through and keeps no files or batches.
+        Endpoint::Passthrough | Endpoint::Files | Endpoint::Batches | Endpoint::MessageBatches => {
             let body = r#"{"error":{"message":"a simulated channel has no pass-through","type":"invalid_request_error"}}"#;
             return json_response(StatusCode::NOT_FOUND, body.into());
         }
