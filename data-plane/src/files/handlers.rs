@@ -15,7 +15,6 @@ use http::{header, HeaderMap, HeaderValue, Method};
 use serde_json::Value;
 use switchyard_engine::Channel;
 use switchyard_provider::Protocol;
-use tracing::Instrument;
 
 use super::caller::Caller;
 use super::channel::{exchange, reach, send, Call, Reply, MAX_OBJECT_BYTES};
@@ -88,12 +87,11 @@ pub(super) async fn object(
 
 /// `POST /v1/files`: the upload, routed by its model (see [`upload`]).
 pub async fn upload(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let mut seen = Observed::arrive(&state, Endpoint::Files, request.headers());
-    let span = seen.span();
-    let result = send_upload(&state, &mut seen, request)
-        .instrument(span)
-        .await;
-    seen.finish(&state, result)
+    let seen = Observed::arrive(&state, Endpoint::Files, request.headers());
+    seen.serve(&state, async |seen| {
+        send_upload(&state, seen, request).await
+    })
+    .await
 }
 
 async fn send_upload(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
@@ -132,16 +130,13 @@ pub(super) async fn list(
     kind: Kind,
     query: Option<&str>,
 ) -> Response {
-    let mut seen = Observed::arrive(state, endpoint, headers);
-    let span = seen.span();
-    let result = async {
-        let caller = seen.admitted(state, headers).await?;
-        let page = index::page(&*state.store, kind, caller.token.id, query).await?;
-        Ok(json(&page))
-    }
-    .instrument(span)
-    .await;
-    seen.finish(state, result)
+    Observed::arrive(state, endpoint, headers)
+        .serve(state, async |seen| {
+            let caller = seen.admitted(state, headers).await?;
+            let page = index::page(&*state.store, kind, caller.token.id, query).await?;
+            Ok(json(&page))
+        })
+        .await
 }
 
 pub async fn list_files(
@@ -200,12 +195,13 @@ pub(super) async fn plain(
     method: Method,
     path: &str,
 ) -> Response {
-    let mut seen = Observed::arrive(state, endpoint, headers);
-    let span = seen.span();
-    let result = about(state, &mut seen, headers, kind, id, method, path)
-        .instrument(span)
-        .await;
-    seen.finish(state, result.map(|(_, _, response, _)| response))
+    Observed::arrive(state, endpoint, headers)
+        .serve(state, async |seen| {
+            about(state, seen, headers, kind, id, method, path)
+                .await
+                .map(|(_, _, response, _)| response)
+        })
+        .await
 }
 
 /// `GET /v1/files/{id}`.
@@ -237,19 +233,16 @@ pub(super) async fn delete(
     id: &str,
     path: &str,
 ) -> Response {
-    let mut seen = Observed::arrive(state, endpoint, headers);
-    let span = seen.span();
-    let result = async {
-        let (caller, _, response, value) =
-            about(state, &mut seen, headers, kind, id, Method::DELETE, path).await?;
-        if value.is_some() {
-            index::forget(&*state.store, kind, caller.token.id, id).await;
-        }
-        Ok(response)
-    }
-    .instrument(span)
-    .await;
-    seen.finish(state, result)
+    Observed::arrive(state, endpoint, headers)
+        .serve(state, async |seen| {
+            let (caller, _, response, value) =
+                about(state, seen, headers, kind, id, Method::DELETE, path).await?;
+            if value.is_some() {
+                index::forget(&*state.store, kind, caller.token.id, id).await;
+            }
+            Ok(response)
+        })
+        .await
 }
 
 /// `DELETE /v1/files/{id}`: deleted on its channel, then dropped from the key's list.
@@ -279,19 +272,16 @@ pub(super) async fn content(
     id: &str,
     path: &str,
 ) -> Response {
-    let mut seen = Observed::arrive(state, endpoint, headers);
-    let span = seen.span();
-    let result = async {
-        let caller = seen.admitted(state, headers).await?;
-        let opened = caller.open(kind, id)?;
-        let channel = holder(&caller, kind, &opened)?;
-        seen.at(channel);
-        let call = Call::bare(Method::GET, path.replace("{}", &opened.upstream));
-        Ok(send(state, &caller.view, channel, call).await?.streamed())
-    }
-    .instrument(span)
-    .await;
-    seen.finish(state, result)
+    Observed::arrive(state, endpoint, headers)
+        .serve(state, async |seen| {
+            let caller = seen.admitted(state, headers).await?;
+            let opened = caller.open(kind, id)?;
+            let channel = holder(&caller, kind, &opened)?;
+            seen.at(channel);
+            let call = Call::bare(Method::GET, path.replace("{}", &opened.upstream));
+            Ok(send(state, &caller.view, channel, call).await?.streamed())
+        })
+        .await
 }
 
 /// `GET /v1/files/{id}/content`: the file's bytes, streamed from its channel as they come.
@@ -307,12 +297,9 @@ pub async fn file_content(
 /// `POST /v1/batches`: created on the channel holding its input file, which it names by the
 /// file's upstream id.
 pub async fn create_batch(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let mut seen = Observed::arrive(&state, Endpoint::Batches, request.headers());
-    let span = seen.span();
-    let result = send_batch(&state, &mut seen, request)
-        .instrument(span)
-        .await;
-    seen.finish(&state, result)
+    let seen = Observed::arrive(&state, Endpoint::Batches, request.headers());
+    seen.serve(&state, async |seen| send_batch(&state, seen, request).await)
+        .await
 }
 
 async fn send_batch(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
@@ -348,40 +335,29 @@ pub async fn get_batch(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let mut seen = Observed::arrive(&state, Endpoint::Batches, &headers);
-    let span = seen.span();
-    let result = async {
-        let path = "/v1/batches/{}";
-        let (caller, opened, response, value) = about(
-            &state,
-            &mut seen,
-            &headers,
-            Kind::Batch,
-            &id,
-            Method::GET,
-            path,
-        )
-        .await?;
-        let completed = value
-            .as_ref()
-            .filter(|v| v.get("status").and_then(Value::as_str) == Some("completed"))
-            .and_then(|v| v.get("output_file_id")?.as_str())
-            .and_then(|output| caller.open(Kind::File, output).ok());
-        if let (Some(output), Some(channel)) =
-            (completed, holder(&caller, Kind::Batch, &opened).ok())
-        {
-            let finished = account::Finished {
-                claim: format!("batch:{}:{}", channel.id, opened.upstream),
-                results_path: format!("/v1/files/{}/content", output.upstream),
-                protocol: Protocol::OpenAi,
-            };
-            account::completed(&state, &caller, channel, finished).await;
-        }
-        Ok(response)
-    }
-    .instrument(span)
-    .await;
-    seen.finish(&state, result)
+    Observed::arrive(&state, Endpoint::Batches, &headers)
+        .serve(&state, async |seen| {
+            let path = "/v1/batches/{}";
+            let (caller, opened, response, value) =
+                about(&state, seen, &headers, Kind::Batch, &id, Method::GET, path).await?;
+            let completed = value
+                .as_ref()
+                .filter(|v| v.get("status").and_then(Value::as_str) == Some("completed"))
+                .and_then(|v| v.get("output_file_id")?.as_str())
+                .and_then(|output| caller.open(Kind::File, output).ok());
+            if let (Some(output), Some(channel)) =
+                (completed, holder(&caller, Kind::Batch, &opened).ok())
+            {
+                let finished = account::Finished {
+                    claim: format!("batch:{}:{}", channel.id, opened.upstream),
+                    results_path: format!("/v1/files/{}/content", output.upstream),
+                    protocol: Protocol::OpenAi,
+                };
+                account::completed(&state, &caller, channel, finished).await;
+            }
+            Ok(response)
+        })
+        .await
 }
 
 /// `POST /v1/batches/{id}/cancel`.

@@ -13,7 +13,6 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard_provider::Protocol;
-use tracing::Instrument;
 
 use super::account;
 use super::channel::{exchange, Call, MAX_OBJECT_BYTES};
@@ -76,12 +75,11 @@ fn batch_model(body: &[u8]) -> Result<String, GatewayError> {
 
 /// `POST /v1/messages/batches`.
 pub async fn create(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let mut seen = Observed::arrive(&state, ENDPOINT, request.headers());
-    let span = seen.span();
-    let result = send_create(&state, &mut seen, request)
-        .instrument(span)
-        .await;
-    seen.finish(&state, result)
+    Observed::arrive(&state, ENDPOINT, request.headers())
+        .serve(&state, async |seen| {
+            send_create(&state, seen, request).await
+        })
+        .await
 }
 
 async fn send_create(state: &AppState, seen: &mut Observed, request: Request) -> Answer {
@@ -129,31 +127,28 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let mut seen = Observed::arrive(&state, ENDPOINT, &headers);
-    let span = seen.span();
-    let result = async {
-        let path = format!("{BATCHES}/{{}}");
-        let (kind, method) = (Kind::MessageBatch, Method::GET);
-        let (caller, opened, response, value) =
-            about(&state, &mut seen, &headers, kind, &id, method, &path).await?;
-        let ended = value
-            .as_ref()
-            .and_then(|v| v.get("processing_status"))
-            .and_then(Value::as_str)
-            == Some("ended");
-        if let (true, Ok(channel)) = (ended, holder(&caller, Kind::MessageBatch, &opened)) {
-            let finished = account::Finished {
-                claim: format!("msgbatch:{}:{}", channel.id, opened.upstream),
-                results_path: format!("{BATCHES}/{}/results", opened.upstream),
-                protocol: Protocol::Anthropic,
-            };
-            account::completed(&state, &caller, channel, finished).await;
-        }
-        Ok(response)
-    }
-    .instrument(span)
-    .await;
-    seen.finish(&state, result)
+    Observed::arrive(&state, ENDPOINT, &headers)
+        .serve(&state, async |seen| {
+            let path = format!("{BATCHES}/{{}}");
+            let (kind, method) = (Kind::MessageBatch, Method::GET);
+            let (caller, opened, response, value) =
+                about(&state, seen, &headers, kind, &id, method, &path).await?;
+            let ended = value
+                .as_ref()
+                .and_then(|v| v.get("processing_status"))
+                .and_then(Value::as_str)
+                == Some("ended");
+            if let (true, Ok(channel)) = (ended, holder(&caller, Kind::MessageBatch, &opened)) {
+                let finished = account::Finished {
+                    claim: format!("msgbatch:{}:{}", channel.id, opened.upstream),
+                    results_path: format!("{BATCHES}/{}/results", opened.upstream),
+                    protocol: Protocol::Anthropic,
+                };
+                account::completed(&state, &caller, channel, finished).await;
+            }
+            Ok(response)
+        })
+        .await
 }
 
 /// `POST /v1/messages/batches/{id}/cancel`.

@@ -13,7 +13,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 use switchyard_engine::{Channel, Route};
-use tracing::Span;
+use tracing::Instrument;
 
 use super::caller::Caller;
 use crate::admission::{self, Held};
@@ -44,9 +44,15 @@ impl Observed {
         }
     }
 
-    /// The call's trace span, to serve it in.
-    pub fn span(&self) -> Span {
-        self.arrival.span.clone()
+    /// Serves the call by `serve` inside its trace span, then finishes it ([`Observed::finish`]).
+    pub async fn serve(
+        mut self,
+        state: &AppState,
+        serve: impl AsyncFnOnce(&mut Observed) -> Result<Response, GatewayError>,
+    ) -> Response {
+        let span = self.arrival.span.clone();
+        let result = serve(&mut self).instrument(span).await;
+        self.finish(state, result)
     }
 
     /// The calling key, authenticated (and named in the line), not yet admitted.
