@@ -128,31 +128,36 @@ pub fn check_path(path: &str) -> Result<(), BadPath> {
 /// A segment with its percent escapes of ASCII decoded (other bytes kept encoded: only `.`,
 /// `/` and `\` matter here).
 fn decode_segment(segment: &str) -> Result<String, BadPath> {
-    let bytes = segment.as_bytes();
-    let mut out = String::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
+    let mut out = String::with_capacity(segment.len());
+    // Each step consumes what it read from the front of `rest`: one byte, or an escape's three.
+    let mut rest = segment.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = tail;
+        let byte = match b {
             b'\\' => return Err(BadPath::Separator),
             b'%' => {
-                let hex = bytes.get(i + 1..i + 3).ok_or(BadPath::Separator)?;
-                let hex = std::str::from_utf8(hex).map_err(|_| BadPath::Separator)?;
-                let byte = u8::from_str_radix(hex, 16).map_err(|_| BadPath::Separator)?;
+                let (hex, after) = tail.split_at_checked(2).ok_or(BadPath::Separator)?;
+                rest = after;
+                // Two hex digits exactly (`from_str_radix` alone would also take `+f`).
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(BadPath::Separator);
+                }
+                let byte = std::str::from_utf8(hex)
+                    .ok()
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                    .ok_or(BadPath::Separator)?;
                 if matches!(byte, b'/' | b'\\') {
                     return Err(BadPath::Separator);
                 }
-                out.push(if byte.is_ascii() {
-                    char::from(byte)
-                } else {
-                    '%'
-                });
-                i += 3;
+                byte
             }
-            b => {
-                out.push(if b.is_ascii() { char::from(b) } else { '%' });
-                i += 1;
-            }
-        }
+            b => b,
+        };
+        out.push(if byte.is_ascii() {
+            char::from(byte)
+        } else {
+            '%'
+        });
     }
     Ok(out)
 }
@@ -254,6 +259,9 @@ mod tests {
             ("/v1/a\\b", BadPath::Separator),
             ("/v1/a%zz", BadPath::Separator),
             ("/v1/a%2", BadPath::Separator),
+            ("/v1/a%", BadPath::Separator),
+            ("/v1/a%+e", BadPath::Separator),
+            ("/v1/a%e", BadPath::Separator),
             ("/v1//files", BadPath::EmptySegment),
         ] {
             assert_eq!(check_path(bad), Err(why), "{bad}");
