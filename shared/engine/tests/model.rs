@@ -333,7 +333,11 @@ fn only_an_openai_protocol_channel_without_the_responses_api_is_chat_completions
         assert_eq!(p.protocol_bit() & CHAT_COMPLETIONS_ONLY_BIT, 0);
         assert_eq!(p.protocol_bit() & AZURE_BIT, 0);
     }
-    assert_eq!(CHAT_COMPLETIONS_ONLY_BIT & AZURE_BIT, 0, "two bits of their own");
+    assert_eq!(
+        CHAT_COMPLETIONS_ONLY_BIT & AZURE_BIT,
+        0,
+        "two bits of their own"
+    );
     for p in [
         Provider::Anthropic,
         Provider::Gemini,

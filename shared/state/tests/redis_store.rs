@@ -804,7 +804,10 @@ fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
     assert_eq!(streak(&pushed), vec![(7, 1)], "after its one resync");
     let applied = pushed.stats().notifications_applied_total;
     a.record_failure(&f, &policy(0), CHECK_NOW + 1);
-    wait_until(Duration::from_secs(5), || streak(&pushed) == vec![(7, 2)]);
+    // The subscriber counts a notification just after writing it into the view: wait for both.
+    wait_until(Duration::from_secs(5), || {
+        streak(&pushed) == vec![(7, 2)] && pushed.stats().notifications_applied_total > applied
+    });
     assert_eq!(streak(&pushed), vec![(7, 2)], "after a notification");
     assert!(
         pushed.stats().notifications_applied_total > applied,
