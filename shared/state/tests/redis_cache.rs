@@ -62,6 +62,18 @@ async fn a_cache_without_redis_is_unavailable_at_once() {
     assert!(cache.put(&key, conformance_entry(), 1000, 0).await.is_err());
 }
 
+#[test]
+fn a_cache_key_prefix_must_be_non_empty_and_free_of_braces() {
+    let url = redis_url();
+    for prefix in ["", "a{b", "a}b", "{a}"] {
+        let err = RedisCache::start(&url, prefix, 1 << 20, Duration::from_secs(1))
+            .err()
+            .unwrap_or_else(|| panic!("prefix {prefix:?} accepted"));
+        assert!(err.to_string().contains("prefix"), "{err}");
+    }
+    assert!(RedisCache::start(&url, "fine", 1 << 20, Duration::from_secs(1)).is_ok());
+}
+
 fn conformance_entry() -> switchyard_state::cache::CacheEntry {
     switchyard_state::cache::CacheEntry {
         stored_at: 0,

@@ -162,4 +162,10 @@ mod tests {
         assert_eq!(CacheEntry::decode(&other), None);
         assert_eq!(CacheKey([0xab; 32]).hex(), "ab".repeat(32));
     }
+
+    #[test]
+    fn an_unavailable_cache_says_why() {
+        let e = CacheUnavailable("not connected".into());
+        assert_eq!(e.to_string(), "response cache unavailable: not connected");
+    }
 }

@@ -183,4 +183,129 @@ mod tests {
             assert!(cache.get(&CacheKey([tag; 32]), 2).await.unwrap().is_some());
         }
     }
+
+    fn sized(tag: u8, body: usize) -> CacheEntry {
+        CacheEntry {
+            stored_at: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cached_tokens: 0,
+            cost_pico: None,
+            body: vec![tag; body],
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_that_fill_the_bound_exactly_are_all_kept() {
+        let one = sized(0, 100).size() + OVERHEAD;
+        // An entry exactly the size of the bound fits.
+        let cache = MemoryCache::new(one);
+        assert!(cache
+            .put(&CacheKey([1; 32]), sized(1, 100), 1000, 0)
+            .await
+            .unwrap());
+        assert!(cache.get(&CacheKey([1; 32]), 0).await.unwrap().is_some());
+        // One byte more does not.
+        assert!(!cache
+            .put(&CacheKey([2; 32]), sized(2, 101), 1000, 0)
+            .await
+            .unwrap());
+        // Two entries that fill the bound to its last byte evict nothing.
+        let cache = MemoryCache::new(2 * one);
+        for tag in 1..=2 {
+            assert!(cache
+                .put(&CacheKey([tag; 32]), sized(tag, 100), 1000, 0)
+                .await
+                .unwrap());
+        }
+        for tag in 1..=2 {
+            assert!(
+                cache.get(&CacheKey([tag; 32]), 0).await.unwrap().is_some(),
+                "{tag}"
+            );
+        }
+        let usage = cache.usage();
+        assert_eq!(
+            usage,
+            CacheUsage {
+                entries: 2,
+                bytes: 2 * one as u64
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn the_bytes_count_follows_replacements_expiry_and_eviction() {
+        let one = sized(0, 100).size() + OVERHEAD;
+        let cache = MemoryCache::new(2 * one);
+        let key = |tag: u8| CacheKey([tag; 32]);
+        assert_eq!(cache.usage(), CacheUsage::default());
+        assert!(cache.put(&key(1), sized(1, 100), 1000, 0).await.unwrap());
+        // A replacement counts once, with its own size.
+        assert!(cache.put(&key(1), sized(1, 60), 1000, 0).await.unwrap());
+        let replaced = (sized(0, 60).size() + OVERHEAD) as u64;
+        assert_eq!(
+            cache.usage(),
+            CacheUsage {
+                entries: 1,
+                bytes: replaced
+            }
+        );
+        // The replaced entry's old place in the order is gone: filling up evicts the oldest
+        // live entry (2), and the replaced one stays.
+        assert!(cache.put(&key(2), sized(2, 100), 1000, 0).await.unwrap());
+        assert!(cache.get(&key(1), 1).await.unwrap().is_some());
+        assert!(cache.put(&key(3), sized(3, 100), 1000, 1).await.unwrap());
+        assert!(
+            cache.get(&key(2), 2).await.unwrap().is_none(),
+            "2 was the least recently used"
+        );
+        assert!(cache.get(&key(1), 2).await.unwrap().is_some());
+        assert!(cache.get(&key(3), 2).await.unwrap().is_some());
+        assert_eq!(
+            cache.usage(),
+            CacheUsage {
+                entries: 2,
+                bytes: replaced + one as u64
+            }
+        );
+        // An expired entry read is dropped, with its bytes.
+        assert!(cache.get(&key(1), 1000).await.unwrap().is_none());
+        assert_eq!(
+            cache.usage(),
+            CacheUsage {
+                entries: 1,
+                bytes: one as u64
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn every_read_makes_an_entry_the_most_recently_used() {
+        let one = sized(0, 100).size() + OVERHEAD;
+        let cache = MemoryCache::new(3 * one);
+        let key = |tag: u8| CacheKey([tag; 32]);
+        for tag in 1..=3 {
+            assert!(cache
+                .put(&key(tag), sized(tag, 100), 1000, 0)
+                .await
+                .unwrap());
+        }
+        // Read order 2, 1, 3 (twice, so the reads' own order counts): 2 is now the oldest.
+        for _ in 0..2 {
+            for tag in [2, 1, 3] {
+                assert!(cache.get(&key(tag), 1).await.unwrap().is_some());
+            }
+        }
+        for (new, gone) in [(4, 2), (5, 1), (6, 3)] {
+            assert!(cache
+                .put(&key(new), sized(new, 100), 1000, 1)
+                .await
+                .unwrap());
+            assert!(
+                cache.lock().entries.get(&key(gone)).is_none(),
+                "{gone} goes for {new}"
+            );
+        }
+    }
 }
