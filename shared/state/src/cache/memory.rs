@@ -303,7 +303,7 @@ mod tests {
                 .await
                 .unwrap());
             assert!(
-                cache.lock().entries.get(&key(gone)).is_none(),
+                !cache.lock().entries.contains_key(&key(gone)),
                 "{gone} goes for {new}"
             );
         }
