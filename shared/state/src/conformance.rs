@@ -1315,6 +1315,24 @@ pub async fn records(store: &dyn StateStore) {
         "an expired claim can be won again"
     );
 
+    // The bound is 16 KiB, taken at exactly that size.
+    let at_bound = "x".repeat(16 * 1024);
+    assert_eq!(MAX_RECORD_BYTES, at_bound.len());
+    assert_eq!(
+        store
+            .index_put("c", entry(&at_bound, &at_bound, NOW + 1_000), NOW)
+            .await,
+        Ok(()),
+        "a member and a value of exactly the bound are taken"
+    );
+    assert_eq!(
+        list("c", NOW).await,
+        Ok(vec![entry(&at_bound, &at_bound, NOW + 1_000)])
+    );
+    assert_eq!(
+        store.claim_once(&at_bound, NOW + 1_000, NOW).await,
+        Ok(true)
+    );
     let big = "x".repeat(MAX_RECORD_BYTES + 1);
     assert_eq!(
         store

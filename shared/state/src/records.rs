@@ -62,3 +62,20 @@ pub(crate) fn check_sizes(parts: &[&str]) -> Result<(), RecordError> {
 pub(crate) fn ready<T: Send + 'static>(value: Result<T, RecordError>) -> RecordFuture<T> {
     Box::pin(std::future::ready(value))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_error_says_what_went_wrong() {
+        assert_eq!(
+            RecordError::TooLarge.to_string(),
+            "a record over 16384 bytes"
+        );
+        assert_eq!(
+            RecordError::Unavailable("connection refused".into()).to_string(),
+            "the shared state is unavailable: connection refused"
+        );
+    }
+}
