@@ -264,3 +264,19 @@ fn endpoint_names_parse_in_order_without_repeats_and_an_unknown_one_is_named() {
         assert!(err.contains(endpoint.as_str()), "{err}");
     }
 }
+
+/// A snapshot keeps the cache rules it was built from, in id order whatever order they were
+/// listed in, and gives them back with its parts (the disk cache and explain read them there).
+#[test]
+fn a_snapshot_holds_its_cache_rules_in_id_order_and_gives_them_back() {
+    use switchyard_engine::{Snapshot, SnapshotParts};
+    let all = [CacheEndpoint::ChatCompletions];
+    let snapshot = Snapshot::new(SnapshotParts {
+        cache_rules: vec![rule(7, "b-*", &all), rule(3, "a", &all)],
+        ..SnapshotParts::default()
+    });
+    let ids = |rules: &[CacheRule]| rules.iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(snapshot.cache_rules()), [3, 7]);
+    assert_eq!(ids(&snapshot.to_parts().cache_rules), [3, 7]);
+    assert_eq!(ids(&snapshot.into_parts().cache_rules), [3, 7]);
+}
