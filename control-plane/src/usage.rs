@@ -195,14 +195,8 @@ fn check_batch(batch: &v1::UsageBatch) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Record `i`'s figures as they count: `None` when the record is left out, and a figure that
-/// cannot be true as 0. Each record or figure refused is logged and counted in `refused`.
-fn record_figures(
-    batch: &v1::UsageBatch,
-    i: usize,
-    r: &v1::UsageRecord,
-    refused: &mut usize,
-) -> Option<Totals> {
+/// Whether a record can be stored at all; one that cannot is named in a warning and left out.
+fn storable(batch: &v1::UsageBatch, i: usize, r: &v1::UsageRecord) -> bool {
     let id = &batch.batch_id;
     if let Err(problem) = check_record(r) {
         tracing::warn!(
@@ -212,8 +206,7 @@ fn record_figures(
             problem,
             "a usage record cannot be stored; left out"
         );
-        *refused += 1;
-        return None;
+        return false;
     }
     if r.requests > MAX_RECORD_REQUESTS {
         tracing::warn!(
@@ -224,9 +217,24 @@ fn record_figures(
             max = MAX_RECORD_REQUESTS,
             "a usage record counts more requests than one proxy can serve; left out"
         );
+        return false;
+    }
+    true
+}
+
+/// Record `i`'s figures as they count: `None` when the record is left out, and a figure that
+/// cannot be true as 0. Each record or figure refused is logged and counted in `refused`.
+fn record_figures(
+    batch: &v1::UsageBatch,
+    i: usize,
+    r: &v1::UsageRecord,
+    refused: &mut usize,
+) -> Option<Totals> {
+    if !storable(batch, i, r) {
         *refused += 1;
         return None;
     }
+    let id = &batch.batch_id;
     let mut figure = |field: &'static str, value: u64, plausible: bool| -> u64 {
         if plausible {
             return value;
@@ -357,46 +365,58 @@ async fn store(
     Ok((records, false, shadows))
 }
 
+/// The minute sums as one array per column, for one `unnest` insert.
+#[derive(Default)]
+struct MinuteColumns {
+    buckets: Vec<i64>,
+    tokens: Vec<String>,
+    teams: Vec<String>,
+    routes: Vec<String>,
+    channels: Vec<String>,
+    models: Vec<String>,
+    requests: Vec<i64>,
+    inputs: Vec<i64>,
+    outputs: Vec<i64>,
+    cached: Vec<i64>,
+    costs: Vec<i64>,
+    unpriced: Vec<i64>,
+    hits: Vec<i64>,
+    saved_inputs: Vec<i64>,
+    saved_outputs: Vec<i64>,
+    saved_costs: Vec<i64>,
+}
+
+impl MinuteColumns {
+    fn of(sums: BTreeMap<Dimensions, Totals>) -> MinuteColumns {
+        let mut c = MinuteColumns::default();
+        for ((bucket, token, team, route, channel, model), t) in sums {
+            c.buckets.push(bucket);
+            c.tokens.push(token);
+            c.teams.push(team);
+            c.routes.push(route);
+            c.channels.push(channel);
+            c.models.push(model);
+            c.requests.push(t.requests);
+            c.inputs.push(t.input);
+            c.outputs.push(t.output);
+            c.cached.push(t.cached);
+            c.costs.push(t.cost);
+            c.unpriced.push(t.unpriced);
+            c.hits.push(t.hits);
+            c.saved_inputs.push(t.saved_input);
+            c.saved_outputs.push(t.saved_output);
+            c.saved_costs.push(t.saved_cost);
+        }
+        c
+    }
+}
+
 /// Adds the summed records to `usage_minutes`, one upsert for all of them.
 async fn add_minutes(
     tx: &mut sqlx::PgConnection,
     sums: BTreeMap<Dimensions, Totals>,
 ) -> Result<(), sqlx::Error> {
-    let records = sums.len();
-    let mut buckets = Vec::with_capacity(records);
-    let mut tokens = Vec::with_capacity(records);
-    let mut teams = Vec::with_capacity(records);
-    let mut routes = Vec::with_capacity(records);
-    let mut channels = Vec::with_capacity(records);
-    let mut models = Vec::with_capacity(records);
-    let mut requests = Vec::with_capacity(records);
-    let mut inputs = Vec::with_capacity(records);
-    let mut outputs = Vec::with_capacity(records);
-    let mut cached = Vec::with_capacity(records);
-    let mut costs = Vec::with_capacity(records);
-    let mut unpriced = Vec::with_capacity(records);
-    let mut hits = Vec::with_capacity(records);
-    let mut saved_inputs = Vec::with_capacity(records);
-    let mut saved_outputs = Vec::with_capacity(records);
-    let mut saved_costs = Vec::with_capacity(records);
-    for ((bucket, token, team, route, channel, model), t) in sums {
-        buckets.push(bucket);
-        tokens.push(token);
-        teams.push(team);
-        routes.push(route);
-        channels.push(channel);
-        models.push(model);
-        requests.push(t.requests);
-        inputs.push(t.input);
-        outputs.push(t.output);
-        cached.push(t.cached);
-        costs.push(t.cost);
-        unpriced.push(t.unpriced);
-        hits.push(t.hits);
-        saved_inputs.push(t.saved_input);
-        saved_outputs.push(t.saved_output);
-        saved_costs.push(t.saved_cost);
-    }
+    let c = MinuteColumns::of(sums);
     sqlx::query(
         "INSERT INTO usage_minutes AS u (bucket, token, team, route, channel, model, \
                                          requests, input_tokens, output_tokens, cached_tokens, \
@@ -425,24 +445,24 @@ async fn add_minutes(
            saved_cost_pico_usd = \
              least(u.saved_cost_pico_usd::numeric + excluded.saved_cost_pico_usd, $11)::bigint",
     )
-    .bind(buckets)
-    .bind(tokens)
-    .bind(teams)
-    .bind(routes)
-    .bind(channels)
-    .bind(models)
-    .bind(requests)
-    .bind(inputs)
-    .bind(outputs)
-    .bind(cached)
+    .bind(c.buckets)
+    .bind(c.tokens)
+    .bind(c.teams)
+    .bind(c.routes)
+    .bind(c.channels)
+    .bind(c.models)
+    .bind(c.requests)
+    .bind(c.inputs)
+    .bind(c.outputs)
+    .bind(c.cached)
     // The sums saturate at the column's largest value rather than failing the batch.
     .bind(i64::MAX)
-    .bind(costs)
-    .bind(unpriced)
-    .bind(hits)
-    .bind(saved_inputs)
-    .bind(saved_outputs)
-    .bind(saved_costs)
+    .bind(c.costs)
+    .bind(c.unpriced)
+    .bind(c.hits)
+    .bind(c.saved_inputs)
+    .bind(c.saved_outputs)
+    .bind(c.saved_costs)
     .execute(&mut *tx)
     .await?;
     Ok(())

@@ -243,12 +243,7 @@ impl GatewayError {
                 spent,
             } => {
                 let limit = describe(*scope, *metric, *window, *value);
-                let wait = retry_after_ms.div_ceil(1_000);
-                if *spent {
-                    format!("Budget exceeded: {limit} is spent. It resets in {wait} s.")
-                } else {
-                    format!("Rate limit reached: {limit}. Retry after {wait} s.")
-                }
+                limit_message(&limit, retry_after_ms.div_ceil(1_000), *spent)
             }
             UpstreamsRateLimited { model } => format!(
                 "Rate limit reached: every upstream serving `{model}` is at its configured limit. Retry after 1 s."
@@ -413,6 +408,15 @@ pub fn mask_key_like(text: &str) -> String {
     }
     flush(&mut run, &mut out);
     out
+}
+
+/// A limit's refusal: a spent budget resets, a rate limit is retried.
+fn limit_message(limit: &str, wait_s: u64, spent: bool) -> String {
+    if spent {
+        format!("Budget exceeded: {limit} is spent. It resets in {wait_s} s.")
+    } else {
+        format!("Rate limit reached: {limit}. Retry after {wait_s} s.")
+    }
 }
 
 /// How a refusal names its limit: whose it is (never another client's name), what it counts

@@ -233,32 +233,14 @@ pub async fn explain(
         Some(text) => Some(find_token(&published.snapshot, text)?.clone()),
         None => None,
     };
-    let endpoint = match query.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
-        Some(text) => CacheEndpoint::parse(text).ok_or_else(|| {
-            ApiError::bad_request(
-                Some("endpoint"),
-                "endpoint is not one a cache rule can name",
-            )
-        })?,
-        None => CacheEndpoint::ChatCompletions,
-    };
+    let endpoint = cache_endpoint(query.endpoint.as_deref())?;
     let seed = query.seed.unwrap_or_else(random_seed);
     let now_ms = unix_ms();
     let rate_limited = match &state.live {
         Some(live) => rate_limited(&published.snapshot, live, model, now_ms).await,
         None => Vec::new(),
     };
-    let constraint = SelectionConstraint {
-        // As the proxy does: the token's group wins over the one a request names.
-        route_group: token
-            .as_ref()
-            .and_then(|t| t.route_group_name.clone())
-            .or_else(|| query.route_group.clone()),
-        team: token.as_ref().and_then(|t| t.team_id),
-        session_key: query.session.clone().filter(|s| !s.is_empty()),
-        rate_limited,
-        ..SelectionConstraint::default()
-    };
+    let constraint = constraint_of(token.as_ref(), &query, rate_limited);
     // Without a fleet token the proxies hold the snapshot without secrets; explain shows what
     // they select from, with `secrets_withheld` on the channels they cannot call.
     let snapshot = if state.proxies_without_secrets {
@@ -303,6 +285,38 @@ pub async fn explain(
         }
     }
     Ok(Json(body))
+}
+
+/// What the proxy would select under for this query: the token's group wins over the one the
+/// query names, as on the proxy.
+fn constraint_of(
+    token: Option<&Token>,
+    query: &ExplainQuery,
+    rate_limited: Vec<MemberId>,
+) -> SelectionConstraint {
+    SelectionConstraint {
+        route_group: token
+            .and_then(|t| t.route_group_name.clone())
+            .or_else(|| query.route_group.clone()),
+        team: token.and_then(|t| t.team_id),
+        session_key: query.session.clone().filter(|s| !s.is_empty()),
+        rate_limited,
+        ..SelectionConstraint::default()
+    }
+}
+
+/// The endpoint a request would be sent to, for the cache rule that would cover it (chat
+/// completions when none is named).
+fn cache_endpoint(text: Option<&str>) -> ApiResult<CacheEndpoint> {
+    match text.filter(|e| !e.trim().is_empty()) {
+        Some(text) => CacheEndpoint::parse(text).ok_or_else(|| {
+            ApiError::bad_request(
+                Some("endpoint"),
+                "endpoint is not one a cache rule can name",
+            )
+        }),
+        None => Ok(CacheEndpoint::ChatCompletions),
+    }
 }
 
 /// Runs `select` once, inside the fleet's shared-state view when there is one (`NoHealth`

@@ -460,17 +460,7 @@ async fn handle(
     }
     let behavior = shared.script().answer(&recorded);
     if behavior.is_none() && crate::files::serves(&recorded.path) {
-        let content_type = recorded
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        return Ok(shared.files().handle(
-            &recorded.method,
-            &recorded.path,
-            content_type,
-            &recorded.body,
-        ));
+        return Ok(files_answer(&shared, &recorded));
     }
     tracing::debug!(
         method = %recorded.method,
@@ -490,6 +480,21 @@ async fn handle(
         shared.script().add_reported_usage(reported);
     }
     Ok(response)
+}
+
+/// A Files, Batch or Message Batches API call no rule answered: the in-memory store's answer.
+fn files_answer(shared: &Shared, recorded: &RecordedRequest) -> Response<MockBody> {
+    let content_type = recorded
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    shared.files().handle(
+        &recorded.method,
+        &recorded.path,
+        content_type,
+        &recorded.body,
+    )
 }
 
 /// The record of a request: its credential and model where its provider carries them (the
