@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use switchyard_data_plane::usage::UsageReporter;
 use switchyard_mock_upstream::MockUpstream;
@@ -84,12 +82,6 @@ result["files_after_delete"] = [f.id for f in client.files.list()]
 print(json.dumps(result))
 "#;
 
-fn python() -> String {
-    std::env::var("SWITCHYARD_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("SWITCHYARD_TEST_PYTHON is not set: it must name a python with the `openai` package (scripts/test sets it up)")
-    })
-}
-
 /// Two OpenAI channels `a` and `b` on their mocks, equal members of the route `gpt-batch`
 /// (either may take the upload), both priced, and two keys, the first (id 1) under a token and
 /// a spend limit.
@@ -105,23 +97,10 @@ fn records(usage: &UsageReporter) -> Vec<UsageRecord> {
     usage.take_batch().map(|b| b.records).unwrap_or_default()
 }
 
+/// The OpenAI SDK script against the proxy at `url`, with both keys.
 async fn run_script(url: String) -> serde_json::Value {
-    let python = python();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .args(["-c", SCRIPT, &url, TOKEN, OTHER_TOKEN])
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("cannot run SWITCHYARD_TEST_PYTHON: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
+    let args = ["-c", SCRIPT, &url, TOKEN, OTHER_TOKEN];
+    run_python_with(args.iter().map(|a| (*a).to_owned()).collect()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,23 +382,8 @@ async fn a_message_batch_through_the_anthropic_sdk_stays_on_one_channel_and_is_a
         anthropic("b", &b),
     );
     let (proxy, usage) = start_accounted(&yaml).await;
-    let python = python();
-    let url = proxy.url.clone();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .args(["-c", ANTHROPIC_SCRIPT, &url, TOKEN, OTHER_TOKEN])
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let args = ["-c", ANTHROPIC_SCRIPT, &proxy.url, TOKEN, OTHER_TOKEN];
+    let result = run_python_with(args.iter().map(|a| (*a).to_owned()).collect()).await;
 
     let id = result["id"].as_str().unwrap();
     assert!(id.starts_with("msgbatch_sy1"), "{id}");
