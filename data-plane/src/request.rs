@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use memchr::memmem;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use switchyard_engine::RequestNeeds;
+use switchyard_engine::{RequestNeeds, Token};
 
 use switchyard_proto::sha256_hex;
 
@@ -725,6 +725,17 @@ impl Inspected {
         out.extend_from_slice(after);
         out.freeze()
     }
+}
+
+/// The route group a request is selected in: the key's own group, else the one the client's
+/// group header names.
+pub fn route_group(token: &Token, headers: &http::HeaderMap) -> Option<String> {
+    token.route_group_name.clone().or_else(|| {
+        headers
+            .get(&names::ROUTE_GROUP)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    })
 }
 
 /// A session key from the `x-session-id` header: hashed when over 256 bytes.

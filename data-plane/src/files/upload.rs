@@ -16,7 +16,7 @@ use switchyard_provider::Protocol;
 use switchyard_state::unix_ms;
 
 use crate::errors::GatewayError;
-use crate::request::{multipart_fields, names, InspectError, MAX_MODEL_LEN};
+use crate::request::{multipart_fields, route_group, InspectError, MAX_MODEL_LEN};
 use crate::snapshot::View;
 use crate::state::AppState;
 
@@ -154,12 +154,7 @@ pub fn choose<'v>(
         ),
     };
     let constraint = SelectionConstraint {
-        route_group: token.route_group_name.clone().or_else(|| {
-            headers
-                .get(&names::ROUTE_GROUP)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        }),
+        route_group: route_group(token, headers),
         team: token.team_id,
         needs: RequestNeeds {
             unsupported_providers: unsupported,

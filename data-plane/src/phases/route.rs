@@ -8,7 +8,7 @@ use switchyard_provider::{ChatRequest, TranslateError};
 use crate::context::Ctx;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
-use crate::request::{header_session_key, names};
+use crate::request::{header_session_key, names, route_group};
 use crate::wire;
 
 /// Resolves the route, prepares the translation and sets the constraint; refuses a pin the key
@@ -91,12 +91,7 @@ fn constraint(
     let mut needs = ctx.inspected.needs;
     needs.unsupported_providers = unsupported_providers;
     let mut constraint = SelectionConstraint {
-        route_group: token.route_group_name.clone().or_else(|| {
-            headers
-                .get(&names::ROUTE_GROUP)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        }),
+        route_group: route_group(token, headers),
         team: token.team_id,
         needs,
         ..SelectionConstraint::default()
