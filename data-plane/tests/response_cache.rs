@@ -1,6 +1,7 @@
 //! The exact response cache through the official SDKs (openai, anthropic, google-genai): a
-//! second identical request, plain or streamed, is answered from the cache without reaching
-//! the upstream and with the same content; a changed parameter misses; scopes keep teams apart;
+//! second identical request, plain or streamed (chat, legacy completions, the Responses API,
+//! Gemini's JSON-array stream), is answered from the cache without reaching the upstream and
+//! with the same content; a changed parameter misses; scopes keep teams apart;
 //! `Cache-Control: no-cache` / `no-store`; an upstream error or a cut stream is never served
 //! from the cache; a Redis store killed mid-run is bypassed with no failed request.
 //!
@@ -23,7 +24,8 @@ use common::{send, start, Proxy};
 
 const TEXT: &str = "Cached answer from the mock";
 
-/// Channels of the three protocols on `mock`, a route per protocol under a cache rule
+/// Channels of the three protocols on `mock`, a route per protocol (and one each for legacy
+/// completions and the Responses API) under a cache rule
 /// (`cache-*`, team scope), one route without any rule, and three tokens: two of team `a`, one
 /// of team `b`.
 fn yaml(mock: &MockUpstream, rule_extra: &str) -> String {
@@ -37,6 +39,8 @@ routes:\n\
   - {{ model_pattern: cache-openai, members: [{{ channel: up-openai, upstream_model: real-openai }}] }}\n\
   - {{ model_pattern: cache-anthropic, members: [{{ channel: up-anthropic, upstream_model: real-anthropic }}] }}\n\
   - {{ model_pattern: cache-gemini, members: [{{ channel: up-gemini, upstream_model: real-gemini }}] }}\n\
+  - {{ model_pattern: cache-completions, members: [{{ channel: up-openai, upstream_model: real-completions }}] }}\n\
+  - {{ model_pattern: cache-responses, members: [{{ channel: up-openai, upstream_model: real-responses }}] }}\n\
   - {{ model_pattern: cache-broken, members: [{{ channel: up-openai, upstream_model: real-broken }}] }}\n\
   - {{ model_pattern: cache-cut, members: [{{ channel: up-openai, upstream_model: real-cut }}] }}\n\
   - {{ model_pattern: plain-openai, members: [{{ channel: up-openai, upstream_model: real-plain }}] }}\n\
@@ -46,13 +50,20 @@ tokens:\n\
   - {{ name: a2, token: sk-a2, team: a }}\n\
   - {{ name: b1, token: sk-b1, team: b }}\n\
 cache_rules:\n\
-  - {{ name: all, model_pattern: 'cache-*', endpoints: [chat_completions, messages, generate_content], ttl_seconds: 300, scope: team{rule_extra} }}\n"
+  - {{ name: all, model_pattern: 'cache-*', endpoints: [chat_completions, completions, messages, generate_content, responses], ttl_seconds: 300, scope: team{rule_extra} }}\n"
     )
 }
 
 async fn mock() -> MockUpstream {
     let mock = MockUpstream::start().await.unwrap();
-    for model in ["real-openai", "real-anthropic", "real-gemini", "real-plain"] {
+    for model in [
+        "real-openai",
+        "real-anthropic",
+        "real-gemini",
+        "real-plain",
+        "real-completions",
+        "real-responses",
+    ] {
         mock.on(Matcher::any().model(model), Behavior::ok().text(TEXT));
     }
     mock
@@ -139,6 +150,126 @@ async fn anthropic_sdk_second_identical_requests_are_hits() {
 async fn genai_sdk_second_identical_requests_are_hits() {
     second_identical_requests_are_served_from_the_cache("genai", "cache-gemini", "real-gemini")
         .await;
+}
+
+/// Streamed first: the stream is stored whole and answers a second stream and a plain request
+/// alike; a plain answer answers a stream.
+async fn streams_are_stored_whole_and_replayed(sdk: &str, model: &str, real: &str) {
+    let mock = mock().await;
+    let proxy = start(&yaml(&mock, "")).await;
+    let steps = json!([
+        step("streamed prompt", true),
+        step("streamed prompt", true),
+        step("streamed prompt", false),
+        step("plain prompt", false),
+        step("plain prompt", true),
+    ]);
+    let results = run(sdk, &proxy.url, "sk-a1", model, steps).await;
+    assert_eq!(
+        caches(&results),
+        ["miss", "hit", "hit", "miss", "hit"],
+        "{sdk}: {results:?}"
+    );
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["text"], TEXT, "{sdk} step {i}: same content: {r}");
+        assert_eq!(r["finish"], results[0]["finish"], "{sdk} step {i}: {r}");
+    }
+    assert_eq!(
+        upstream_calls(&mock, real),
+        2,
+        "{sdk}: the second identical requests never reached the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_streamed_completions_are_stored_and_replayed() {
+    streams_are_stored_whole_and_replayed(
+        "openai-completions",
+        "cache-completions",
+        "real-completions",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdk_streamed_stateless_responses_are_stored_and_replayed() {
+    streams_are_stored_whole_and_replayed("openai-responses", "cache-responses", "real-responses")
+        .await;
+}
+
+/// The text of a Gemini answer, a JSON array of them, or their SSE events.
+fn gemini_text(body: &str) -> String {
+    let answers: Vec<Value> = match serde_json::from_str::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(one) => vec![one],
+        Err(_) => body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect(),
+    };
+    answers
+        .iter()
+        .flat_map(|a| a["candidates"][0]["content"]["parts"].as_array().cloned())
+        .flatten()
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// No SDK asks for it (google-genai streams with `alt=sse`), but the REST API's own stream is a
+/// JSON array: stored whole, replayed as one, and it answers the other shapes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_json_array_stream_is_stored_and_replayed_as_one() {
+    let mock = mock().await;
+    let proxy = start(&yaml(&mock, "")).await;
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "array"}]}],
+        "generationConfig": {"temperature": 0}})
+    .to_string()
+    .into_bytes();
+    let gemini = |action: &str| {
+        let url = format!("{}/v1beta/models/cache-gemini:{action}", proxy.url);
+        let body = body.clone();
+        async move {
+            send(
+                Method::POST,
+                &url,
+                None,
+                body,
+                &[("x-goog-api-key", "sk-a1")],
+            )
+            .await
+        }
+    };
+    let first = gemini("streamGenerateContent").await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("x-switchyard-cache"), "miss");
+    let second = gemini("streamGenerateContent").await;
+    assert_eq!(
+        second.header("x-switchyard-cache"),
+        "hit",
+        "{}",
+        second.body
+    );
+    assert!(second
+        .header("content-type")
+        .starts_with("application/json"));
+    let array: Vec<Value> = serde_json::from_str(&second.body).expect("a JSON array");
+    assert_eq!(
+        array.last().unwrap()["candidates"][0]["finishReason"],
+        "STOP"
+    );
+    assert_eq!(gemini_text(&first.body), TEXT);
+    assert_eq!(gemini_text(&second.body), TEXT, "same content");
+    let plain = gemini("generateContent").await;
+    assert_eq!(plain.header("x-switchyard-cache"), "hit");
+    assert_eq!(gemini_text(&plain.body), TEXT);
+    let events = gemini("streamGenerateContent?alt=sse").await;
+    assert_eq!(events.header("x-switchyard-cache"), "hit");
+    assert!(events
+        .header("content-type")
+        .starts_with("text/event-stream"));
+    assert_eq!(gemini_text(&events.body), TEXT);
+    assert_eq!(upstream_calls(&mock, "real-gemini"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,12 +19,16 @@ use switchyard_state::unix_ms;
 use crate::context::Ctx;
 use crate::record::{CacheMark, CacheResult};
 use crate::response_cache::answer::{canonical, replay};
-use crate::response_cache::key::{cache_endpoint, directives, not_cacheable, Asked, KeyParts};
+use crate::response_cache::key::{
+    cache_endpoint, directives, not_cacheable, Asked, KeyParts, Shape,
+};
 use crate::state::AppState;
 
 /// What a miss stores once its answer is whole.
 pub struct Store {
     key: CacheKey,
+    /// How the answer comes (a stream is read back by its shape).
+    shape: Shape,
     ttl_ms: u64,
     max_entry_bytes: u64,
 }
@@ -65,6 +69,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         query: ctx.query.as_deref(),
     };
     let why_not = not_cacheable(&asked, rule.deterministic_only);
+    let shape = asked.shape();
     if why_not.is_some() || !(read || write) {
         mark(state, ctx, CacheResult::Bypass, None);
         return Looked::Proxy(None);
@@ -82,6 +87,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     .key();
     let store = write.then(|| Store {
         key,
+        shape,
         ttl_ms: rule.ttl_seconds.saturating_mul(1000),
         max_entry_bytes: rule.max_entry_bytes,
     });
@@ -92,7 +98,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let cache = state.cache();
     let now = unix_ms();
     match cache.get(&key, now).await {
-        Ok(Some(entry)) => match served(ctx, &body, &entry) {
+        Ok(Some(entry)) => match served(ctx, &body, shape, &entry) {
             Some(response) => {
                 mark(state, ctx, CacheResult::Hit, Some((&entry, now)));
                 Looked::Hit(response)
@@ -118,7 +124,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
 
 /// The hit's answer, plain or as the client's stream; the trail says it was served with no
 /// tokens.
-fn served(ctx: &mut Ctx<'_>, body: &Value, entry: &CacheEntry) -> Option<Response> {
+fn served(ctx: &mut Ctx<'_>, body: &Value, shape: Shape, entry: &CacheEntry) -> Option<Response> {
     let include_usage = body
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
@@ -127,7 +133,7 @@ fn served(ctx: &mut Ctx<'_>, body: &Value, entry: &CacheEntry) -> Option<Respons
     let response = replay(
         ctx.endpoint,
         &entry.body,
-        ctx.inspected.stream,
+        shape,
         &ctx.inspected.model,
         include_usage,
     )?;
@@ -185,7 +191,15 @@ pub fn keep(state: &AppState, ctx: &mut Ctx<'_>, store: Store) {
         if !finished.ok {
             return;
         }
-        let Some(body) = canonical(endpoint, plain.as_ref(), chunks, &model, finished.usage) else {
+        let shape = store.shape;
+        let Some(body) = canonical(
+            endpoint,
+            shape,
+            plain.as_ref(),
+            chunks,
+            &model,
+            finished.usage,
+        ) else {
             return;
         };
         if body.len() as u64 > store.max_entry_bytes {

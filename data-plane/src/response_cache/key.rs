@@ -32,11 +32,21 @@ pub fn cache_endpoint(endpoint: Endpoint) -> Option<CacheEndpoint> {
     })
 }
 
-/// Whether a hit can be replayed as a stream for this endpoint: the chat protocols, whose plain
-/// answer becomes the events a live stream gives. A streamed request of another endpoint is
-/// not cached.
+/// Whether a hit can be replayed as a stream for this endpoint: every cached endpoint but
+/// embeddings, which never stream. A streamed request of another endpoint is not cached.
 pub fn replays_as_stream(endpoint: Endpoint) -> bool {
-    endpoint.is_chat()
+    endpoint.is_chat() || matches!(endpoint, Endpoint::Completions | Endpoint::Responses)
+}
+
+/// How the client asked for its answer; a hit is given to it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One JSON answer.
+    Plain,
+    /// Server-sent events.
+    Events,
+    /// Gemini's `streamGenerateContent` without `alt=sse`: one JSON array of responses.
+    JsonArray,
 }
 
 /// What a request is, as the cache judges it.
@@ -48,18 +58,26 @@ pub struct Asked<'a> {
     pub query: Option<&'a str>,
 }
 
-/// Why a request a rule covers is not cached; `None`: it can be. A Gemini stream without
-/// `alt=sse` is a JSON array, which a hit does not replay.
+impl Asked<'_> {
+    pub fn shape(&self) -> Shape {
+        let sse = self
+            .query
+            .is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
+        match (self.stream, self.endpoint) {
+            (false, _) => Shape::Plain,
+            (true, Endpoint::GeminiGenerate) if !sse => Shape::JsonArray,
+            (true, _) => Shape::Events,
+        }
+    }
+}
+
+/// Why a request a rule covers is not cached; `None`: it can be.
 pub fn not_cacheable(asked: &Asked<'_>, deterministic_only: bool) -> Option<&'static str> {
     let (endpoint, body) = (asked.endpoint, asked.body);
     if !body.is_object() {
         return Some("not_json");
     }
-    let sse = asked
-        .query
-        .is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"));
-    let json_array = endpoint == Endpoint::GeminiGenerate && !sse;
-    if asked.stream && (!replays_as_stream(endpoint) || json_array) {
+    if asked.stream && !replays_as_stream(endpoint) {
         return Some("stream");
     }
     if endpoint == Endpoint::Responses && !stateless(body) {
@@ -245,10 +263,26 @@ fn write_scalar(out: &mut Vec<u8>, value: &Value) {
 }
 
 /// Whether a 2xx answer (the canonical, plain one) is a refusal, which is never cached: a
-/// content filter's or a model's refusal, a Gemini answer blocked for safety.
+/// content filter's or a model's refusal (a Responses answer's `refusal` part, or one cut by a
+/// filter), a Gemini answer blocked for safety.
 pub fn refused(endpoint: Endpoint, answer: &Value) -> bool {
     match endpoint {
         Endpoint::Messages => answer.get("stop_reason").and_then(Value::as_str) == Some("refusal"),
+        Endpoint::Responses => {
+            let filtered = answer
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+                == Some("content_filter");
+            let refusal = answer
+                .get("output")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|item| item.get("content").and_then(Value::as_array))
+                .flatten()
+                .any(|part| part.get("type").and_then(Value::as_str) == Some("refusal"));
+            filtered || refusal
+        }
         Endpoint::GeminiGenerate => {
             let blocked = answer
                 .get("promptFeedback")
@@ -464,8 +498,11 @@ mod tests {
         assert_eq!(check(r, json!({}), false, None, false), Some("stateful"));
         let chained = json!({"store": false, "previous_response_id": "resp_1"});
         assert_eq!(check(r, chained, false, None, false), Some("stateful"));
+        assert_eq!(check(r, json!({"store": false}), true, None, false), None);
+        let legacy = Endpoint::Completions;
+        assert_eq!(check(legacy, json!({}), true, None, false), None);
         assert_eq!(
-            check(r, json!({"store": false}), true, None, false),
+            check(Endpoint::Embeddings, json!({}), true, None, false),
             Some("stream")
         );
         let chat = Endpoint::ChatCompletions;
@@ -482,10 +519,31 @@ mod tests {
         assert_eq!(check(gemini, json!({}), true, Some("alt=sse"), false), None);
         assert_eq!(
             check(gemini, json!({}), true, None, false),
-            Some("stream"),
+            None,
             "a JSON array"
         );
         assert_eq!(check(gemini, json!({}), false, None, false), None);
+    }
+
+    #[test]
+    fn the_shape_is_plain_events_or_gemini_s_json_array() {
+        let body = json!({});
+        let shape = |endpoint, stream, query| {
+            Asked {
+                endpoint,
+                body: &body,
+                stream,
+                query,
+            }
+            .shape()
+        };
+        let gemini = Endpoint::GeminiGenerate;
+        assert_eq!(shape(gemini, false, None), Shape::Plain);
+        assert_eq!(shape(gemini, true, Some("key=k&alt=sse")), Shape::Events);
+        assert_eq!(shape(gemini, true, None), Shape::JsonArray);
+        assert_eq!(shape(gemini, true, Some("alt=json")), Shape::JsonArray);
+        assert_eq!(shape(Endpoint::Responses, true, None), Shape::Events);
+        assert_eq!(shape(Endpoint::Completions, false, None), Shape::Plain);
     }
 
     #[test]
@@ -519,6 +577,20 @@ mod tests {
         assert!(refused(
             Endpoint::Messages,
             &json!({"stop_reason": "refusal"})
+        ));
+        let r = Endpoint::Responses;
+        assert!(refused(
+            r,
+            &json!({"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "no"}]}]})
+        ));
+        assert!(refused(
+            r,
+            &json!({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}, "output": []})
+        ));
+        assert!(!refused(
+            r,
+            &json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+                "output": [{"type": "message", "content": [{"type": "output_text", "text": "x"}]}]})
         ));
         assert!(refused(
             Endpoint::GeminiGenerate,

@@ -3,6 +3,9 @@
 
 usage: cache_client.py SDK BASE_URL TOKEN MODEL STEPS
 
+SDK is openai (chat completions), openai-completions (legacy completions), openai-responses
+(the Responses API, stateless: store=False), anthropic or genai.
+
 STEPS is a JSON list of steps, each {"prompt", "stream", "temperature"?, "cache_control"?}. Every
 step sends one request with the SDK and records {"cache", "age", "text", "finish"} (the
 x-switchyard-cache and Age headers of the SDK's raw response, or its HTTP client's for google-genai, the answer's text and stop reason,
@@ -49,6 +52,64 @@ def openai_step(step):
                 pieces.append(choice.delta.content)
             finish = choice.finish_reason or finish
     return "".join(pieces), finish
+
+
+def completions_step(step):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=BASE + "/v1", api_key=TOKEN, max_retries=0)
+    kw = dict(
+        model=MODEL,
+        prompt=step["prompt"],
+        max_tokens=64,
+        temperature=step.get("temperature", 0),
+        extra_headers=extra(step),
+    )
+    if not step["stream"]:
+        raw = client.completions.with_raw_response.create(**kw)
+        on_response(raw)
+        answer = raw.parse()
+        return answer.choices[0].text, answer.choices[0].finish_reason
+    pieces, finish = [], None
+    raw = client.completions.with_raw_response.create(stream=True, **kw)
+    on_response(raw)
+    for chunk in raw.parse():
+        for choice in chunk.choices:
+            pieces.append(choice.text)
+            finish = choice.finish_reason or finish
+    return "".join(pieces), finish
+
+
+def responses_step(step):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=BASE + "/v1", api_key=TOKEN, max_retries=0)
+    kw = dict(
+        model=MODEL,
+        input=step["prompt"],
+        store=False,
+        temperature=step.get("temperature", 0),
+        extra_headers=extra(step),
+    )
+    if not step["stream"]:
+        raw = client.responses.with_raw_response.create(**kw)
+        on_response(raw)
+        answer = raw.parse()
+        return answer.output_text, answer.status
+    pieces, done, status = [], [], None
+    raw = client.responses.with_raw_response.create(stream=True, **kw)
+    on_response(raw)
+    for event in raw.parse():
+        if event.type == "response.output_text.delta":
+            pieces.append(event.delta)
+        elif event.type == "response.output_text.done":
+            done.append(event.text)
+        elif event.type == "response.completed":
+            status = event.response.status
+            # The whole answer the last event carries says what the deltas said.
+            if event.response.output_text != "".join(pieces) or done != ["".join(pieces)]:
+                raise AssertionError(f"deltas {pieces!r}, done {done!r}, completed {event.response.output_text!r}")
+    return "".join(pieces), status
 
 
 def anthropic_step(step):
@@ -106,7 +167,13 @@ def genai_step(step):
     return "".join(pieces), finish
 
 
-RUN = {"openai": openai_step, "anthropic": anthropic_step, "genai": genai_step}[SDK]
+RUN = {
+    "openai": openai_step,
+    "openai-completions": completions_step,
+    "openai-responses": responses_step,
+    "anthropic": anthropic_step,
+    "genai": genai_step,
+}[SDK]
 results = []
 for step in STEPS:
     SEEN.clear()

@@ -26,6 +26,7 @@ mod digest;
 mod events;
 mod responses;
 mod upstream;
+pub mod whole;
 
 pub use assemble::StreamAssembler;
 pub use digest::{StreamDigest, StreamDigester};
