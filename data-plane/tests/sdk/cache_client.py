@@ -24,6 +24,14 @@ def on_response(response):
     SEEN.append((response.headers.get("x-switchyard-cache"), response.headers.get("age")))
 
 
+def raw(create, **kw):
+    """One SDK call through its raw-response `create`: the headers noted, the answer (or the
+    stream) parsed."""
+    response = create(**kw)
+    on_response(response)
+    return response.parse()
+
+
 def extra(step):
     return {"Cache-Control": step["cache_control"]} if step.get("cache_control") else {}
 
@@ -39,14 +47,11 @@ def openai_step(step):
         extra_headers=extra(step),
     )
     if not step["stream"]:
-        raw = client.chat.completions.with_raw_response.create(**kw)
-        on_response(raw)
-        answer = raw.parse()
+        answer = raw(client.chat.completions.with_raw_response.create, **kw)
         return answer.choices[0].message.content, answer.choices[0].finish_reason
     pieces, finish = [], None
-    raw = client.chat.completions.with_raw_response.create(stream=True, **kw)
-    on_response(raw)
-    for chunk in raw.parse():
+    stream = raw(client.chat.completions.with_raw_response.create, stream=True, **kw)
+    for chunk in stream:
         for choice in chunk.choices:
             if choice.delta.content:
                 pieces.append(choice.delta.content)
@@ -66,14 +71,11 @@ def completions_step(step):
         extra_headers=extra(step),
     )
     if not step["stream"]:
-        raw = client.completions.with_raw_response.create(**kw)
-        on_response(raw)
-        answer = raw.parse()
+        answer = raw(client.completions.with_raw_response.create, **kw)
         return answer.choices[0].text, answer.choices[0].finish_reason
     pieces, finish = [], None
-    raw = client.completions.with_raw_response.create(stream=True, **kw)
-    on_response(raw)
-    for chunk in raw.parse():
+    stream = raw(client.completions.with_raw_response.create, stream=True, **kw)
+    for chunk in stream:
         for choice in chunk.choices:
             pieces.append(choice.text)
             finish = choice.finish_reason or finish
@@ -92,14 +94,11 @@ def responses_step(step):
         extra_headers=extra(step),
     )
     if not step["stream"]:
-        raw = client.responses.with_raw_response.create(**kw)
-        on_response(raw)
-        answer = raw.parse()
+        answer = raw(client.responses.with_raw_response.create, **kw)
         return answer.output_text, answer.status
     pieces, done, status = [], [], None
-    raw = client.responses.with_raw_response.create(stream=True, **kw)
-    on_response(raw)
-    for event in raw.parse():
+    stream = raw(client.responses.with_raw_response.create, stream=True, **kw)
+    for event in stream:
         if event.type == "response.output_text.delta":
             pieces.append(event.delta)
         elif event.type == "response.output_text.done":
@@ -125,14 +124,11 @@ def anthropic_step(step):
         extra_headers=extra(step),
     )
     if not step["stream"]:
-        raw = client.messages.with_raw_response.create(**kw)
-        on_response(raw)
-        msg = raw.parse()
+        msg = raw(client.messages.with_raw_response.create, **kw)
         return "".join(b.text for b in msg.content if b.type == "text"), msg.stop_reason
     pieces, stop = [], None
-    raw = client.messages.with_raw_response.create(stream=True, **kw)
-    on_response(raw)
-    for event in raw.parse():
+    stream = raw(client.messages.with_raw_response.create, stream=True, **kw)
+    for event in stream:
         if event.type == "content_block_delta" and event.delta.type == "text_delta":
             pieces.append(event.delta.text)
         elif event.type == "message_delta":
