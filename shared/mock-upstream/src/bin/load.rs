@@ -64,6 +64,10 @@ struct Target {
     /// Request body (JSON); default a one-message chat request.
     #[arg(long)]
     body: Option<String>,
+    /// Every `{n}` in the body becomes a number no other request of this run got: each request
+    /// a different body (a response cache then never answers one from another).
+    #[arg(long)]
+    unique_bodies: bool,
     /// Extra header, `name: value` (repeatable).
     #[arg(long = "header")]
     headers: Vec<String>,
@@ -127,6 +131,8 @@ struct Prepared {
     url: http::Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
+    /// With `--unique-bodies`: the body's text, whose `{n}` each request numbers anew.
+    numbered: Option<(String, AtomicU64)>,
     timeout: Duration,
 }
 
@@ -157,6 +163,13 @@ impl Prepared {
                 HeaderValue::try_from(value.trim()).map_err(|e| format!("--header {h:?}: {e}"))?;
             headers.push((name, value));
         }
+        let body = target
+            .body
+            .clone()
+            .unwrap_or_else(|| default_body.to_owned());
+        if target.unique_bodies && !body.contains("{n}") {
+            return Err("--unique-bodies: the body has no `{n}` to number".to_owned());
+        }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -168,12 +181,8 @@ impl Prepared {
                 .map_err(|e| format!("--method: {e}"))?,
             url,
             headers,
-            body: Bytes::from(
-                target
-                    .body
-                    .clone()
-                    .unwrap_or_else(|| default_body.to_owned()),
-            ),
+            body: Bytes::from(body.clone()),
+            numbered: target.unique_bodies.then(|| (body, AtomicU64::new(0))),
             timeout: Duration::from_millis(target.timeout_ms),
         })
     }
@@ -185,8 +194,15 @@ impl Prepared {
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
         }
+        let body = match &self.numbered {
+            Some((text, next)) => {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                Bytes::from(text.replace("{n}", &n.to_string()))
+            }
+            None => self.body.clone(),
+        };
         builder
-            .body(Full::new(self.body.clone()))
+            .body(Full::new(body))
             .map_err(|e| format!("building the request: {e}"))
     }
 }
@@ -510,6 +526,7 @@ mod tests {
             url: url.into(),
             method: "POST".into(),
             body: None,
+            unique_bodies: false,
             headers: vec!["authorization: Bearer x".into()],
             timeout_ms: 1000,
             watch_pids: vec![],
@@ -556,6 +573,26 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("loopback"), "{err}");
+    }
+
+    async fn body_of(p: &Prepared) -> String {
+        let body = p.request().unwrap().into_body().collect().await.unwrap();
+        String::from_utf8(body.to_bytes().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn unique_bodies_number_every_request_anew() {
+        let mut t = target("http://127.0.0.1:1/v1/x");
+        t.body = Some(r#"{"content":"hello {n}"}"#.into());
+        let same = Prepared::new(&t, DEFAULT_BODY, 1).unwrap();
+        assert_eq!(body_of(&same).await, body_of(&same).await);
+        t.unique_bodies = true;
+        let unique = Prepared::new(&t, DEFAULT_BODY, 1).unwrap();
+        assert_eq!(body_of(&unique).await, r#"{"content":"hello 0"}"#);
+        assert_eq!(body_of(&unique).await, r#"{"content":"hello 1"}"#);
+        t.body = None;
+        let err = Prepared::new(&t, DEFAULT_BODY, 1).err().unwrap();
+        assert!(err.contains("{n}"), "{err}");
     }
 
     #[test]

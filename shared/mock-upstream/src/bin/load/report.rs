@@ -3,8 +3,11 @@
 //! `{direct,proxy}_c{1,64}.json` (`run` outputs) and `hold_{direct,proxy}_N.json` (`hold`
 //! outputs; their `rss_kb_peak` is the mock's for direct holds, the proxy's for proxied ones),
 //! `translated_c*`, `stream_{passthrough,translated}_c1`, and when present `before_c*` (an
-//! earlier proxy build), `fleet_c*` (a fleet-mode proxy reporting usage) and `fixed_{direct,nginx,
-//! proxy}_c*` (the nginx reference, with `cpu` per request; at c=1 in rounds, `fixed_*_c1_rN`).
+//! earlier proxy build), `fleet_c*` (a fleet-mode proxy reporting usage), `fixed_{direct,nginx,
+//! proxy}_c*` (the nginx reference, with `cpu` per request; at c=1 in rounds, `fixed_*_c1_rN`;
+//! `fixed_cache_hit_c*`: the proxy answering every request from its response cache) and
+//! `miss_{off,memory,redis_off,redis}_c*` (every request a different body: a cache-enabled route
+//! whose every request misses, against the same route without a rule, per cache store).
 
 use std::path::Path;
 
@@ -40,6 +43,7 @@ pub fn report(dir: &Path) -> Result<Value, String> {
         "added_latency_ms": closed.added,
         "translation": translation(dir),
         "compared": compared(dir),
+        "response_cache_miss": cache_miss(dir),
         "runs": closed.runs,
         "throughput_at_saturation_rps": {
             "direct": read(dir, "direct_c64.json").map(|r| r["throughput_rps"].clone()),
@@ -216,6 +220,47 @@ fn compared(dir: &Path) -> serde_json::Map<String, Value> {
     compared
 }
 
+/// What a response cache miss costs: a route with a cache rule whose every request has a body of
+/// its own (so every request misses, is sent upstream and its answer stored) against the same
+/// requests on a route without a rule, through the same proxy — in memory (`miss_memory` over
+/// `miss_off`) and with Redis as the store (`miss_redis` over `miss_redis_off`, a proxy whose
+/// state is in Redis too).
+fn cache_miss(dir: &Path) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    let cpu = |run: &Value| num(run, "/cpu/total_us_per_request");
+    for (store, run, baseline) in [
+        ("memory", "miss_memory", "miss_off"),
+        ("redis", "miss_redis", "miss_redis_off"),
+    ] {
+        for c in ["1", "64"] {
+            let (Some(run), Some(base)) = (
+                read(dir, &format!("{run}_c{c}.json")),
+                read(dir, &format!("{baseline}_c{c}.json")),
+            ) else {
+                continue;
+            };
+            let added_cpu = match (cpu(&run), cpu(&base)) {
+                (Some(r), Some(b)) => json!(((r - b) * 100.0).round() / 100.0),
+                _ => Value::Null,
+            };
+            out.insert(
+                format!("{store}_c{c}"),
+                json!({
+                    "added_p50_ms": diff(&run, &base, "/latency_ms/p50"),
+                    "added_p99_ms": diff(&run, &base, "/latency_ms/p99"),
+                    "cpu_us_per_request": cpu(&run),
+                    "baseline_cpu_us_per_request": cpu(&base),
+                    "added_cpu_us_per_request": added_cpu,
+                    "throughput_rps": run["throughput_rps"],
+                    "baseline_throughput_rps": base["throughput_rps"],
+                    "errors": run["errors"],
+                }),
+            );
+        }
+    }
+    out
+}
+
 /// The proxy against nginx as a plain reverse proxy, both in front of the same fixed-answer
 /// upstream in the same run (`fixed_{direct,nginx,proxy}_c*`): throughput at c=64, CPU per
 /// request, and the latency each adds over the direct call at c=1; each as proxy ÷ nginx.
@@ -250,7 +295,7 @@ fn nginx_reference(dir: &Path) -> Value {
         );
         // The proxy's bare stack (LOAD_BARE) and the earlier build on the same upstream
         // (LOAD_BEFORE_PROXY_BIN), when measured.
-        for who in ["bare", "before"] {
+        for who in ["bare", "before", "cache_hit"] {
             if let Some(run) = read(dir, &format!("fixed_{who}_c64.json")) {
                 out.insert(
                     format!("c64_{who}"),
@@ -282,6 +327,8 @@ fn nginx_reference(dir: &Path) -> Value {
                 "bare": added("bare"),
                 "p50_bare_over_nginx": ratio(median_of("bare", "p50"), median_of("nginx", "p50")),
                 "before": added("before"),
+                "cache_hit": added("cache_hit"),
+                "p50_cache_hit_over_nginx": ratio(median_of("cache_hit", "p50"), median_of("nginx", "p50")),
                 "rounds": rounds,
             }),
         );
@@ -289,7 +336,8 @@ fn nginx_reference(dir: &Path) -> Value {
     Value::Object(out)
 }
 
-/// The latency each of nginx, the proxy, its bare stack and the earlier build adds over the direct call at c=1,
+/// The latency each of nginx, the proxy, its bare stack, the earlier build and the proxy answering
+/// from its response cache adds over the direct call at c=1,
 /// in µs, for each round `scripts/load` ran (`fixed_*_c1.json`, then `fixed_*_c1_r2.json`, …),
 /// each against its own round's direct run.
 fn c1_rounds(dir: &Path) -> Vec<Value> {
@@ -304,7 +352,7 @@ fn c1_rounds(dir: &Path) -> Vec<Value> {
             break;
         };
         let mut added = serde_json::Map::new();
-        for who in ["nginx", "proxy", "bare", "before"] {
+        for who in ["nginx", "proxy", "bare", "before", "cache_hit"] {
             if let Some(run) = read(dir, &format!("fixed_{who}_c1{tag}.json")) {
                 let us = |q: &str| {
                     diff(&run, &direct, &format!("/latency_ms/{q}"))
@@ -374,6 +422,49 @@ mod tests {
         assert_eq!(c1["p50_proxy_over_nginx"], 2.0);
         assert!(c1["before"].is_null());
         assert!(c1["bare"].is_null());
+    }
+
+    /// A miss's cost is each cache-enabled run against the same proxy's run without a rule, per
+    /// store; a store not measured has no row; the cache-hit rows sit beside nginx's.
+    #[test]
+    fn the_cache_rows_compare_like_with_like() {
+        let dir = std::env::temp_dir().join(format!(
+            "switchyard-load-report-cache-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, p50: f64, cpu: f64| {
+            let run = json!({"latency_ms": {"p50": p50, "p99": p50 * 2.0}, "throughput_rps": 10.0,
+                "errors": 0, "cpu": {"total_us_per_request": cpu}});
+            std::fs::write(dir.join(name), run.to_string()).unwrap();
+        };
+        write("miss_off_c64.json", 1.0, 40.0);
+        write("miss_memory_c64.json", 1.25, 46.5);
+        write("fixed_direct_c1.json", 0.100, 0.0);
+        write("fixed_nginx_c1.json", 0.120, 0.0);
+        write("fixed_cache_hit_c1.json", 0.110, 0.0);
+        write("fixed_nginx_c64.json", 1.0, 10.0);
+        write("fixed_proxy_c64.json", 1.0, 15.0);
+        write("fixed_cache_hit_c64.json", 1.0, 12.0);
+        let summary = report(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let miss = &summary["response_cache_miss"];
+        assert_eq!(miss["memory_c64"]["added_p50_ms"], 0.25, "{miss}");
+        assert_eq!(
+            miss["memory_c64"]["added_cpu_us_per_request"], 6.5,
+            "{miss}"
+        );
+        assert!(miss.get("redis_c64").is_none() && miss.get("memory_c1").is_none());
+        let nginx = &summary["nginx_reference"];
+        assert_eq!(nginx["c1_added_us"]["cache_hit"]["p50"], 10.0, "{nginx}");
+        assert_eq!(
+            nginx["c1_added_us"]["p50_cache_hit_over_nginx"], 0.5,
+            "{nginx}"
+        );
+        assert_eq!(
+            nginx["c64_cache_hit"]["cache_hit_over_nginx"], 1.2,
+            "{nginx}"
+        );
     }
 
     /// The bare stack's rows sit beside the proxy's: per round at c=1, its median and its ratio
