@@ -4,6 +4,7 @@ import { clear, h } from './dom.js';
 import * as views from './views.js';
 import * as spend from './spend.js';
 import { shadows } from './shadows.js';
+import { cache } from './cache.js';
 
 const ROUTES = {
   channels: views.channels,
@@ -15,6 +16,7 @@ const ROUTES = {
   usage: spend.usage,
   budgets: spend.budgets,
   shadows,
+  cache,
   settings: views.settings,
   explain: views.explain,
   live: views.live,

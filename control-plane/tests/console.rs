@@ -20,6 +20,7 @@ async fn the_console_is_served_with_a_strict_policy(pool: PgPool) {
         ("/console/assets/views.js", "text/javascript"),
         ("/console/assets/spend.js", "text/javascript"),
         ("/console/assets/chart.js", "text/javascript"),
+        ("/console/assets/cache.js", "text/javascript"),
         ("/console/assets/style.css", "text/css"),
     ] {
         let reply = app.send(Method::GET, path, None, None).await;
@@ -46,7 +47,14 @@ async fn the_console_is_served_with_a_strict_policy(pool: PgPool) {
     assert!(!page.contains("style=\""), "inline style attribute");
     assert!(!page.contains("http://") && !page.contains("https://"));
     for script in [
-        "app.js", "api.js", "dom.js", "views.js", "spend.js", "chart.js",
+        "app.js",
+        "api.js",
+        "dom.js",
+        "views.js",
+        "spend.js",
+        "chart.js",
+        "shadows.js",
+        "cache.js",
     ] {
         let text = app
             .send(

@@ -8,7 +8,10 @@
 //! operator (dry runs and trial calls, no save or confirmed delete),
 //! sends traffic through the proxy (another token's before the price exists, so it is unpriced;
 //! then that token's) and, once the proxy's usage reports have reached the control plane, finds it
-//! in the usage chart and table and in the budget, with no console error or CSP violation. This test then checks through the REST API that the UI really did it.
+//! in the usage chart and table and in the budget; creates a response cache rule in the Cache page,
+//! sends identical requests through the proxy until one is a hit and finds the hit counted on
+//! that page, with no console error or CSP violation. This test then checks through the REST API
+//! that the UI really did it.
 //!
 //! Missing node, Chromium or the driver is a failure, not a skip. Screenshots of the main views
 //! are written when `SWITCHYARD_CONSOLE_SCREENSHOTS` names a directory (`docs/console`).
@@ -410,6 +413,44 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         .unwrap_or_else(|| panic!("no usage of batch-token: {usage}"));
     assert_eq!(batch["cost_usd"], Value::Null, "{usage}");
     assert_eq!(batch["unpriced_requests"], batch["requests"], "{usage}");
+    // The cache rule made in the Cache page, and the hit it served.
+    let (_, rules) = call(http, "GET", "/api/v1/cache_rules", None).await;
+    let rules = rules["data"].as_array().unwrap().clone();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        (
+            &rules[0]["name"],
+            &rules[0]["model_pattern"],
+            &rules[0]["endpoints"],
+            &rules[0]["ttl_seconds"],
+            &rules[0]["scope"]
+        ),
+        (
+            &json!("console-cache"),
+            &json!("console-model"),
+            &json!(["chat_completions"]),
+            &json!(600),
+            &json!("route")
+        ),
+        "{rules:?}"
+    );
+    let (_, by_route) = call(
+        http,
+        "GET",
+        "/api/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z&group_by=route",
+        None,
+    )
+    .await;
+    let route_usage = by_route["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["key"] == "console-model")
+        .unwrap_or_else(|| panic!("no usage of console-model: {by_route}"));
+    assert!(
+        route_usage["cache_hits"].as_i64().unwrap() >= 1,
+        "{by_route}"
+    );
     let (_, budgets) = call(http, "GET", "/api/v1/budgets", None).await;
     let budget = &budgets["data"][0];
     assert_eq!(budget["limit_id"], limit["id"], "{budgets}");

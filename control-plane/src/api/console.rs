@@ -48,6 +48,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/shadows.js"),
     ),
     (
+        "cache.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/cache.js"),
+    ),
+    (
         "chart.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/chart.js"),
