@@ -5,6 +5,7 @@ import * as views from './views.js';
 import * as spend from './spend.js';
 import { shadows } from './shadows.js';
 import { cache } from './cache.js';
+import { requests } from './requests.js';
 
 const ROUTES = {
   channels: views.channels,
@@ -17,6 +18,7 @@ const ROUTES = {
   budgets: spend.budgets,
   shadows,
   cache,
+  requests,
   settings: views.settings,
   explain: views.explain,
   live: views.live,

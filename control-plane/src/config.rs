@@ -106,6 +106,12 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_DB_STARTUP_TIMEOUT_SECS", default_value_t = 60)]
     pub db_startup_timeout_secs: u64,
 
+    /// Days of the request log kept: every day's partition before the last this many days is
+    /// dropped whole (1 to 3650).
+    #[arg(long, env = "SWITCHYARD_REQUEST_LOG_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub request_log_retention_days: u32,
+
     /// How long in-flight requests and streams may take to finish on SIGTERM, in seconds.
     #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,

@@ -109,3 +109,15 @@ pub async fn record_status_event(
     .await?;
     Ok(())
 }
+
+/// A name a proxy reported (a usage dimension, a request-log field), if it can be stored: at
+/// most `max` characters and no NUL (Postgres text cannot hold one).
+pub fn check_reported_name(field: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.chars().count() > max {
+        return Err(format!("{field} is longer than {max} characters"));
+    }
+    if value.contains('\0') {
+        return Err(format!("{field} contains a NUL character"));
+    }
+    Ok(())
+}

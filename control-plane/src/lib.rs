@@ -22,6 +22,7 @@ pub mod metrics;
 pub(crate) mod proxies;
 pub mod publisher;
 pub mod recovery;
+pub mod request_log;
 pub(crate) mod server;
 pub(crate) mod shadow;
 pub(crate) mod state;

@@ -32,6 +32,8 @@ pub struct Metrics {
     usage_records: AtomicU64,
     usage_dropped: AtomicU64,
     usage_refused_figures: AtomicU64,
+    request_log_rows: AtomicU64,
+    request_log_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -56,6 +58,8 @@ impl Default for Metrics {
             usage_records: AtomicU64::default(),
             usage_dropped: AtomicU64::default(),
             usage_refused_figures: AtomicU64::default(),
+            request_log_rows: AtomicU64::default(),
+            request_log_refused: AtomicU64::default(),
         }
     }
 }
@@ -118,6 +122,8 @@ impl Metrics {
                 .fetch_add(applied.records as u64, Ordering::Relaxed);
             add_saturating(&self.usage_dropped, dropped_requests);
             add_saturating(&self.usage_refused_figures, applied.refused_figures as u64);
+            add_saturating(&self.request_log_rows, applied.log_rows);
+            add_saturating(&self.request_log_refused, applied.log_rows_refused as u64);
         }
     }
 
@@ -209,6 +215,16 @@ impl Collect for Metrics {
             "switchyard_cp_usage_refused_figures_total",
             "Figures of proxies' usage reports not taken because no request can have them.",
             load(&self.usage_refused_figures),
+        )
+        .counter(
+            "switchyard_cp_request_log_rows_total",
+            "Request-log rows stored from applied batches.",
+            load(&self.request_log_rows),
+        )
+        .counter(
+            "switchyard_cp_request_log_refused_rows_total",
+            "Request-log rows left out (they cannot be stored, or their day has no partition).",
+            load(&self.request_log_refused),
         );
     }
 }

@@ -121,6 +121,12 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         },
     );
     tracker.spawn(Arc::clone(&recovery).run(options.clone(), shutdown.clone()));
+    tracker.spawn(crate::request_log::run_maintenance(
+        pool.clone(),
+        options.clone(),
+        config.request_log_retention_days,
+        shutdown.clone(),
+    ));
 
     let (http, grpc) = bind(&config).await?;
 

@@ -344,6 +344,7 @@ mod tests {
             records,
             dropped_requests: 0,
             shadows,
+            requests: Vec::new(),
         }
     }
 

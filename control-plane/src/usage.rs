@@ -50,6 +50,10 @@ pub struct Applied {
     pub duplicate: bool,
     /// Figures of the batch not taken because they cannot be true (records left out count one).
     pub refused_figures: usize,
+    /// Request-log rows added (0 for a duplicate; a row stored before is not added again).
+    pub log_rows: u64,
+    /// Request-log rows left out (they cannot be stored, or their day has no partition).
+    pub log_rows_refused: usize,
 }
 
 type Dimensions = (i64, String, String, String, String, String);
@@ -96,18 +100,6 @@ fn plausible_tokens(requests: u64, tokens: u64) -> bool {
         .is_some_and(|max| tokens <= max)
 }
 
-fn check_name(field: &str, value: &str) -> Result<(), String> {
-    if value.chars().count() > MAX_NAME_CHARS {
-        return Err(format!(
-            "{field} is longer than {MAX_NAME_CHARS} characters"
-        ));
-    }
-    if value.contains('\0') {
-        return Err(format!("{field} contains a NUL character"));
-    }
-    Ok(())
-}
-
 /// What makes a record impossible to store as it is (a bucket that is no minute's start, a
 /// malformed dimension, more unpriced requests than requests), if anything.
 fn check_record(r: &v1::UsageRecord) -> Result<(), String> {
@@ -124,7 +116,7 @@ fn check_record(r: &v1::UsageRecord) -> Result<(), String> {
         ("channel", &r.channel),
         ("model", &r.model),
     ] {
-        check_name(field, value)?;
+        crate::db::check_reported_name(field, value, MAX_NAME_CHARS)?;
     }
     if r.unpriced_requests > r.requests {
         return Err(format!(
@@ -184,6 +176,12 @@ fn check_batch(batch: &v1::UsageBatch) -> Result<(), UsageError> {
         return Err(UsageError::Invalid(format!(
             "{} records in one batch; at most {MAX_RECORDS}",
             batch.records.len()
+        )));
+    }
+    if batch.requests.len() > MAX_RECORDS {
+        return Err(UsageError::Invalid(format!(
+            "{} request-log rows in one batch; at most {MAX_RECORDS}",
+            batch.requests.len()
         )));
     }
     if batch.shadows.len() > MAX_RECORDS {
@@ -320,23 +318,42 @@ pub async fn apply_batch(pool: &PgPool, batch: &v1::UsageBatch) -> Result<Applie
         sums,
         refused_figures,
     } = aggregate(batch)?;
-    let (records, duplicate, shadows) = store(pool, batch, sums).await.map_err(storage_error)?;
+    let today = crate::request_log::day_of_ms(switchyard_proto::usage::unix_now_s() * 1000);
+    let (log, log_rows_refused) = crate::request_log::prepare(pool, batch, today)
+        .await
+        .map_err(storage_error)?;
+    let stored = store(pool, batch, sums, log).await.map_err(storage_error)?;
     // The shadow rules these comparisons belong to may have reached a stop.
-    crate::shadow::check_stops(pool, &shadows).await;
+    crate::shadow::check_stops(pool, &stored.shadows).await;
     Ok(Applied {
-        records,
-        duplicate,
+        records: stored.records,
+        duplicate: stored.duplicate,
         refused_figures,
+        log_rows: stored.log_rows,
+        log_rows_refused,
     })
 }
 
-/// Stores summed records and shadow comparisons under the batch's id: (rows added or created,
-/// whether the id was already applied, the shadow rules touched).
+/// What storing a batch did.
+#[derive(Default)]
+struct Stored {
+    /// Usage rows added or created.
+    records: usize,
+    /// The batch id was already applied: nothing was stored.
+    duplicate: bool,
+    /// The shadow rules touched.
+    shadows: Vec<i64>,
+    /// Request-log rows added.
+    log_rows: u64,
+}
+
+/// Stores summed records, shadow comparisons and request-log rows under the batch's id.
 async fn store(
     pool: &PgPool,
     batch: &v1::UsageBatch,
     sums: BTreeMap<Dimensions, Totals>,
-) -> Result<(usize, bool, Vec<i64>), sqlx::Error> {
+    log: crate::request_log::LogColumns,
+) -> Result<Stored, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let fresh = sqlx::query(
         "INSERT INTO usage_batches (batch_id, records) VALUES ($1, $2) \
@@ -350,19 +367,32 @@ async fn store(
         == 1;
     if !fresh {
         tx.rollback().await?;
-        return Ok((0, true, Vec::new()));
+        return Ok(Stored {
+            duplicate: true,
+            ..Stored::default()
+        });
     }
     let records = sums.len();
     if records > 0 {
         add_minutes(&mut tx, sums).await?;
     }
     let shadows = crate::shadow::store(&mut tx, batch).await?;
+    let log_rows = if log.is_empty() {
+        0
+    } else {
+        crate::request_log::insert(&mut tx, log).await?
+    };
     // Forget ids far older than any retry (the index makes this a short range scan).
     sqlx::query("DELETE FROM usage_batches WHERE applied_at < now() - interval '7 days'")
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok((records, false, shadows))
+    Ok(Stored {
+        records,
+        duplicate: false,
+        shadows,
+        log_rows,
+    })
 }
 
 /// The minute sums as one array per column, for one `unnest` insert.

@@ -526,6 +526,7 @@ async fn a_budget_whose_requests_were_all_unpriced_has_no_spend(pool: PgPool) {
             records: vec![record],
             dropped_requests: 0,
             shadows: Vec::new(),
+            requests: Vec::new(),
         },
     )
     .await
@@ -599,6 +600,7 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
             ],
             dropped_requests: 0,
             shadows: Vec::new(),
+            requests: Vec::new(),
         },
     )
     .await

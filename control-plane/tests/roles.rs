@@ -102,6 +102,7 @@ const EXPECTED_ROLES: &[(&str, &str, &str)] = &[
     ("GET", "/api/v1/state", "viewer"),
     ("GET", "/api/v1/audit", "viewer"),
     ("GET", "/api/v1/usage", "viewer"),
+    ("GET", "/api/v1/requests", "viewer"),
 ];
 
 /// The hand-written least role of (`method`, `template`); fails the test for a route the matrix

@@ -58,6 +58,7 @@ fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
         records,
         dropped_requests: 0,
         shadows: Vec::new(),
+        requests: Vec::new(),
     }
 }
 

@@ -427,6 +427,7 @@ impl<'c, 'a> Failover<'c, 'a> {
     fn fail(self, e: GatewayError) -> Response {
         // No upstream reached: the message names the last attempt's cause.
         let e = e.caused_by(self.last_cause);
+        self.ctx.trail.error_code = Some(e.code());
         e.into_response(self.protocol)
     }
 

@@ -21,6 +21,7 @@ mod answer;
 #[cfg(test)]
 mod answer_matrix_tests;
 mod attempt;
+mod attribution;
 mod auth;
 pub mod cache;
 mod cli;

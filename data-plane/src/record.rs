@@ -70,6 +70,15 @@ pub struct Trail {
     pub on_finish: Option<OnFinish>,
     /// What the response cache did, for a request a cache rule covers.
     pub cache: Option<CacheMark>,
+    /// The authenticated key's id (the request log names it with its name).
+    pub token_id: Option<i64>,
+    /// The request's tags and end user ([`crate::attribution`]).
+    pub tags: Vec<String>,
+    pub end_user: Option<String>,
+    /// The gateway's own error code, when it answered with an error of its own.
+    pub error_code: Option<&'static str>,
+    /// A stream: milliseconds from the request's arrival until its first chunk arrived.
+    pub first_token_ms: Option<u64>,
 }
 
 /// What the response cache did for a request a cache rule covers.
@@ -264,10 +273,13 @@ impl RequestRecord {
             );
         }
         self.count(state, &usage, cost_pico);
+        let latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        if let Some(reporter) = &state.usage {
+            reporter.record_request(self.log_row(&usage, cost_pico, latency_ms, stream));
+        }
         if !switchyard_telemetry::record_enabled!() {
             return None;
         }
-        let latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         Some(PendingLine {
             record: self,
             usage,
@@ -275,6 +287,65 @@ impl RequestRecord {
             stream,
             latency_ms,
         })
+    }
+
+    /// The request's row in the request log (fleet mode): its metadata, never its body.
+    fn log_row(
+        &mut self,
+        usage: &Usage,
+        cost_pico: Option<u128>,
+        latency_ms: f64,
+        stream: Option<StreamEnd>,
+    ) -> switchyard_proto::v1::RequestLogRecord {
+        let trail = &mut self.trail;
+        let latency = latency_ms as u64;
+        let now = switchyard_state::unix_ms();
+        let error_code = match (trail.error_code, trail.attempts.last()) {
+            (Some(code), _) => code,
+            (None, Some(last)) if self.status >= 400 => last.error.map_or("", AttemptError::as_str),
+            // A stream that did not complete says how it ended.
+            _ => stream
+                .map(|s| s.outcome)
+                .filter(|o| *o != StreamOutcome::Completed)
+                .map_or("", StreamOutcome::label),
+        };
+        switchyard_proto::v1::RequestLogRecord {
+            started_unix_ms: i64::try_from(now.saturating_sub(latency)).unwrap_or(i64::MAX),
+            request_id: self.request_id.clone(),
+            trace_id: trail
+                .trace
+                .as_ref()
+                .map(|(t, _)| t.clone())
+                .unwrap_or_default(),
+            token_id: trail.token_id.unwrap_or(0),
+            token: self.token.clone().unwrap_or_default(),
+            team: self.team.clone().unwrap_or_default(),
+            route: trail
+                .route
+                .as_ref()
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default(),
+            model: self.model.clone(),
+            served_model: trail.final_model.clone().unwrap_or_default(),
+            channel: trail.final_channel.clone().unwrap_or_default(),
+            attempts: u32::try_from(trail.attempts.len()).unwrap_or(u32::MAX),
+            status: u32::from(self.status),
+            error_code: error_code.to_owned(),
+            latency_ms: latency,
+            first_token_ms: trail.first_token_ms,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cached_tokens: usage.cached_tokens,
+            cost_pico_usd: cost_pico.map(|c| u64::try_from(c).unwrap_or(u64::MAX)),
+            cache: trail
+                .cache
+                .map(|c| c.result.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            tags: std::mem::take(&mut trail.tags),
+            end_user: trail.end_user.take().unwrap_or_default(),
+            endpoint: self.endpoint.label().to_owned(),
+        }
     }
 
     /// Cost from the usage the upstream reported: `None` (unpriced) when no price matched, or

@@ -60,6 +60,10 @@ pub struct Inspected {
     pub background: bool,
     /// Byte range of the `stream` value (JSON bodies).
     stream_span: Option<(usize, usize)>,
+    /// The body's `metadata.tags` (checked; the header's tags take their place when given).
+    pub tags: Vec<String>,
+    /// OpenAI's `user`, else Anthropic's `metadata.user_id` (checked).
+    pub end_user: Option<String>,
     /// What the body says about OpenAI's `stream_options.include_usage`.
     stream_usage: StreamUsage,
     /// The output the request may produce, when it says (`max_tokens`, `max_completion_tokens`,
@@ -89,6 +93,8 @@ pub enum InspectError {
     MissingModel,
     /// A multipart body names this field more than once.
     DuplicateField(&'static str),
+    /// The request's tags or end user break their bounds (the message says how).
+    Attribution(String),
 }
 
 #[derive(Deserialize)]
@@ -117,6 +123,8 @@ struct Probe<'a> {
     metadata: Option<&'a RawValue>,
     #[serde(borrow, default)]
     background: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    user: Option<&'a RawValue>,
     #[serde(borrow, default)]
     max_tokens: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -183,6 +191,8 @@ struct GenerationConfig<'a> {
 struct Metadata<'a> {
     #[serde(borrow, default)]
     user_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tags: Option<&'a RawValue>,
 }
 
 /// A JSON string's value, or the raw text of any other scalar; `None` for null/empty.
@@ -302,10 +312,11 @@ pub fn inspect_json_for(
         .or(probe.input.filter(|i| i.get().starts_with('[')));
     let (first_user, vision) = read_conversation(conversation);
     out.needs.vision = vision;
-    let metadata_user = probe
+    let metadata = probe
         .metadata
-        .and_then(|raw| serde_json::from_str::<Metadata>(raw.get()).ok())
-        .and_then(|m| scalar(m.user_id));
+        .and_then(|raw| serde_json::from_str::<Metadata>(raw.get()).ok());
+    attribute(&mut out, probe.user, metadata.as_ref())?;
+    let metadata_user = metadata.and_then(|m| scalar(m.user_id));
     out.session_field = scalar(probe.prompt_cache_key)
         .or_else(|| scalar(probe.session_id))
         .or(metadata_user)
@@ -313,6 +324,29 @@ pub fn inspect_json_for(
     out.first_user_span = first_user.map(|c| span_in(body, c));
     out.inputs = input_count(probe.input);
     Ok(out)
+}
+
+/// The request's tags (`metadata.tags`) and end user (`user`, else `metadata.user_id`), checked
+/// ([`crate::attribution`]).
+fn attribute(
+    out: &mut Inspected,
+    user: Option<&RawValue>,
+    metadata: Option<&Metadata<'_>>,
+) -> Result<(), InspectError> {
+    use crate::attribution::{end_user, metadata_tags};
+    if let Some(raw) = metadata.and_then(|m| m.tags) {
+        out.tags = metadata_tags(raw.get()).map_err(InspectError::Attribution)?;
+    }
+    let named = match scalar(user) {
+        Some(user) => Some(("user", user)),
+        None => metadata
+            .and_then(|m| scalar(m.user_id))
+            .map(|u| ("metadata.user_id", u)),
+    };
+    if let Some((field, value)) = named {
+        out.end_user = end_user(field, value).map_err(InspectError::Attribution)?;
+    }
+    Ok(())
 }
 
 /// The model: the path's, else the body's `model` (a non-blank string, with its place in the

@@ -3,6 +3,7 @@
 //   CONSOLE_URL, ADMIN_TOKEN, CHANNEL_OK, CHANNEL_BAD, PROXY_URL, OTHER_TOKEN (a client token named
 //   batch-token), VIEWER_TOKEN and OPERATOR_TOKEN (admin tokens with those roles), CHROMIUM,
 //   SCREENSHOTS (optional dir).
+// A tagged request sent through the proxy is found on the Requests page (request log).
 // Exits non-zero (with the step that failed) on any failed expectation, console error, page error
 // or CSP violation.
 import { chromium } from 'playwright-core';
@@ -64,6 +65,33 @@ const send = async (bearer, n) => {
     else log(`request ${i}: ${response.status} ${text.slice(0, 200)}`);
   }
   return ok;
+};
+/** Sends one tagged request through the proxy and finds it on the Requests page, filtered by its
+ * tag (the proxy sends its request-log rows with its usage reports, every few seconds). */
+const requestLogPage = async (page, bearer) => {
+  const id = `console-req-${Date.now()}`;
+  const response = await fetch(`${proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${bearer}`, 'Content-Type': 'application/json',
+      'x-request-id': id, 'x-switchyard-tags': 'console-page, env=test',
+    },
+    body: JSON.stringify({ model: 'console-model', user: 'console-user', messages: [{ role: 'user', content: 'log me' }] }),
+  });
+  await response.text();
+  if (!response.ok) throw new Error(`the tagged request failed: ${response.status}`);
+  await until('the tagged request in the request log', async () =>
+    (await admin('GET', '/api/v1/requests?tag=console-page')).data.some((r) => r.request_id === id));
+  await page.getByRole('link', { name: 'Requests' }).click();
+  await page.locator('form[aria-label="Filter requests"] [name="tag"]').fill('console-page');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  const row = page.locator('table[aria-label="requests"] tbody tr', { hasText: id });
+  await row.waitFor();
+  const cells = await row.locator('td').allTextContents();
+  if (!cells.includes('console-token') || !cells.includes('console-user') || !cells.some((c) => c.includes('env=test'))) {
+    problems.push(`request-log row ${cells.join(' | ')}`);
+  }
+  log(`request ${id} on the Requests page: ${cells.join(' | ')}`);
 };
 const until = async (what, check, ms = 60_000) => {
   const deadline = Date.now() + ms;
@@ -462,6 +490,9 @@ try {
   await expectText(page.locator('#cache-summary dd.hits'), /^[1-9]/, 'the summary counts the hit');
   await shot('cache', true);
   log(`cache: requests ${marks.join(', ')}; row ${hitCells.join(' | ')}`);
+
+  step = 'requests: a tagged request the test sent appears on the Requests page';
+  await requestLogPage(page, plaintext);
 
   step = 'prices: edit one, create and delete another, each after its dry run';
   await page.getByRole('link', { name: 'Prices' }).click();

@@ -146,6 +146,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/state", Viewer),
     ("GET", "/api/v1/audit", Viewer),
     ("GET", "/api/v1/usage", Viewer),
+    ("GET", "/api/v1/requests", Viewer),
 ];
 
 /// What a request to `route` with `method` needs.

@@ -53,6 +53,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/cache.js"),
     ),
     (
+        "requests.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/requests.js"),
+    ),
+    (
         "chart.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/chart.js"),

@@ -38,6 +38,7 @@ mod ops;
 mod presets;
 mod prices;
 mod reply;
+mod requests;
 mod routes;
 mod rows;
 pub mod schema;
@@ -150,6 +151,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::shared_state))
         .routes(routes!(ops::audit))
         .routes(routes!(usage::usage))
+        .routes(routes!(requests::list_requests))
         .routes(routes!(admin_tokens::whoami))
         .routes(routes!(admin_tokens::list, admin_tokens::create))
         .routes(routes!(admin_tokens::get_one, admin_tokens::revoke))

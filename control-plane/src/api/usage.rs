@@ -28,32 +28,130 @@ pub enum UsageDimension {
     Channel,
     /// The upstream model the channel was asked for.
     Model,
+    /// A tag of the request (read from the request log: a request counts once under each of
+    /// its tags; requests without tags are in no group).
+    Tag,
+    /// The request's end user (read from the request log; `""`: none named).
+    EndUser,
 }
 
 impl UsageDimension {
-    const ALL: [UsageDimension; 5] = [
+    const ALL: [UsageDimension; 7] = [
         UsageDimension::Token,
         UsageDimension::Team,
         UsageDimension::Route,
         UsageDimension::Channel,
         UsageDimension::Model,
+        UsageDimension::Tag,
+        UsageDimension::EndUser,
     ];
 
-    /// The `usage_minutes` column (a fixed set: safe to put in SQL text).
-    fn column(self) -> &'static str {
+    /// Its name in `group_by` and in the groups' fields.
+    fn name(self) -> &'static str {
         match self {
             UsageDimension::Token => "token",
             UsageDimension::Team => "team",
             UsageDimension::Route => "route",
             UsageDimension::Channel => "channel",
             UsageDimension::Model => "model",
+            UsageDimension::Tag => "tag",
+            UsageDimension::EndUser => "end_user",
         }
     }
 
     fn parse(text: &str) -> Option<UsageDimension> {
-        UsageDimension::ALL.into_iter().find(|d| d.column() == text)
+        UsageDimension::ALL.into_iter().find(|d| d.name() == text)
+    }
+
+    /// Only the request log knows it.
+    fn in_log_only(self) -> bool {
+        matches!(self, UsageDimension::Tag | UsageDimension::EndUser)
     }
 }
+
+/// Where a report's figures are read: the per-minute aggregates, or (grouped by tag or end user)
+/// the request log, as far back as its retention keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Minutes,
+    Log,
+}
+
+impl Source {
+    fn of(dimensions: &[UsageDimension]) -> Source {
+        if dimensions.iter().any(|d| d.in_log_only()) {
+            Source::Log
+        } else {
+            Source::Minutes
+        }
+    }
+
+    /// The rows summed (`tagged`: one per (request, tag)), a fixed text.
+    fn table(self, tagged: bool) -> &'static str {
+        match (self, tagged) {
+            (Source::Minutes, _) => "usage_minutes",
+            (Source::Log, false) => "request_log",
+            (Source::Log, true) => "(SELECT * FROM request_log, unnest(tags) AS tag) AS l",
+        }
+    }
+
+    /// The time column.
+    fn time(self) -> &'static str {
+        match self {
+            Source::Minutes => "bucket",
+            Source::Log => "at",
+        }
+    }
+
+    /// The column of `d` (a fixed set: safe to put in SQL text).
+    fn column(self, d: UsageDimension) -> &'static str {
+        match (self, d) {
+            (Source::Log, UsageDimension::Model) => "served_model",
+            _ => d.name(),
+        }
+    }
+
+    fn sums(self) -> &'static str {
+        match self {
+            Source::Minutes => SUMS,
+            Source::Log => LOG_SUMS,
+        }
+    }
+
+    /// The rows counted: the request log's that reached a channel or were a cache hit (as the
+    /// per-minute aggregates count them).
+    fn counted(self) -> &'static str {
+        match self {
+            Source::Minutes => "TRUE",
+            Source::Log => "(channel <> '' OR cache = 'hit')",
+        }
+    }
+
+    /// `SELECT {keys}{sums} FROM … WHERE` the range (`$1`, `$2`) and the rows counted.
+    fn select(self, keys: &str, tagged: bool) -> String {
+        format!(
+            "SELECT {keys}{} FROM {} WHERE {t} >= $1::timestamptz AND {t} < $2::timestamptz \
+             AND {}",
+            self.sums(),
+            self.table(tagged),
+            self.counted(),
+            t = self.time(),
+        )
+    }
+}
+
+/// What the request log sums to the per-minute aggregates' figures, saturating at `$3` (a hit's
+/// savings are not in the log: 0).
+const LOG_SUMS: &str = "least(count(*), $3)::bigint AS requests, \
+     least(coalesce(sum(input_tokens), 0), $3)::bigint AS input_tokens, \
+     least(coalesce(sum(output_tokens), 0), $3)::bigint AS output_tokens, \
+     least(coalesce(sum(cached_tokens), 0), $3)::bigint AS cached_tokens, \
+     least(count(*) FILTER (WHERE cost_pico_usd IS NULL AND cache <> 'hit'), $3)::bigint \
+       AS unpriced_requests, \
+     coalesce(sum(cost_pico_usd), 0)::text AS cost_pico_usd, \
+     least(count(*) FILTER (WHERE cache = 'hit'), $3)::bigint AS cache_hits, \
+     0::bigint AS saved_input_tokens, 0::bigint AS saved_output_tokens, \
+     '0' AS saved_cost_pico_usd";
 
 /// A time bucket usage can be grouped by (UTC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
@@ -83,7 +181,10 @@ pub struct UsageQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     /// Group the totals by these dimensions, comma-separated, each at most once: any of
-    /// `token`, `team`, `route`, `channel`, `model` (e.g. `team,model`); absent: no dimension.
+    /// `token`, `team`, `route`, `channel`, `model`, `tag`, `end_user` (e.g. `team,model`);
+    /// absent: no dimension. With `tag` or `end_user` the whole report (total included) is read
+    /// from the request log, so it reaches back as far as the log's retention; a request counts
+    /// once under each of its tags, and what cache hits saved is not in the log (0).
     #[param(value_type = Option<String>, example = "team,model")]
     pub group_by: Option<String>,
     /// Also group by this UTC time bucket (`hour` or `day`).
@@ -136,6 +237,12 @@ pub struct UsageGroup {
     /// With `model` in `group_by`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// With `tag` in `group_by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// With `end_user` in `group_by` (`""`: requests naming none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
     /// With `bucket`: the start of the hour or day (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
@@ -303,16 +410,13 @@ pub async fn usage(
     } else {
         grouped(&mut tx, &from, &to, &dimensions, query.bucket).await?
     };
-    let row = sqlx::query(&format!(
-        "SELECT {SUMS} FROM usage_minutes \
-         WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz"
-    ))
-    .bind(&from)
-    .bind(&to)
-    .bind(i64::MAX)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(report_error)?;
+    let row = sqlx::query(&Source::of(&dimensions).select("", false))
+        .bind(&from)
+        .bind(&to)
+        .bind(i64::MAX)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(report_error)?;
     let total = totals(&row).map_err(report_error)?;
     tx.commit().await.map_err(report_error)?;
     Ok(Json(UsageReport {
@@ -353,7 +457,8 @@ fn parse_dimensions(text: Option<&str>) -> ApiResult<Vec<UsageDimension>> {
             ApiError::bad_request(
                 Some("group_by"),
                 format!(
-                    "group_by: `{}` is not one of token, team, route, channel, model",
+                    "group_by: `{}` is not one of token, team, route, channel, model, tag, \
+                     end_user",
                     crate::error::bounded(item, 64)
                 ),
             )
@@ -414,23 +519,27 @@ async fn grouped(
     bucket: Option<UsageBucket>,
 ) -> ApiResult<Vec<UsageGroup>> {
     // Only fixed column names and units reach the SQL text.
+    let source = Source::of(dimensions);
     let mut keys: Vec<String> = dimensions
         .iter()
-        .map(|d| format!("{0} AS d_{0}", d.column()))
+        .map(|d| format!("{} AS d_{}", source.column(*d), d.name()))
         .collect();
     if let Some(bucket) = bucket {
         keys.push(format!(
             "{} AS bucket_start",
-            ts(&format!("date_trunc('{}', bucket, 'UTC')", bucket.unit()))
+            ts(&format!(
+                "date_trunc('{}', {}, 'UTC')",
+                bucket.unit(),
+                source.time()
+            ))
         ));
     }
     let positions: Vec<String> = (1..=keys.len()).map(|i| i.to_string()).collect();
     let positions = positions.join(", ");
+    let tagged = dimensions.contains(&UsageDimension::Tag);
+    let select = source.select(&format!("{}, ", keys.join(", ")), tagged);
     let rows = sqlx::query(&format!(
-        "SELECT {}, {SUMS} FROM usage_minutes \
-         WHERE bucket >= $1::timestamptz AND bucket < $2::timestamptz \
-         GROUP BY {positions} ORDER BY {positions}",
-        keys.join(", ")
+        "{select} GROUP BY {positions} ORDER BY {positions}"
     ))
     .bind(from)
     .bind(to)
@@ -439,45 +548,54 @@ async fn grouped(
     .await
     .map_err(report_error)?;
     rows.iter()
-        .map(|row| {
-            let value = |d: UsageDimension| -> Result<Option<String>, sqlx::Error> {
-                if dimensions.contains(&d) {
-                    row.try_get(format!("d_{}", d.column()).as_str()).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let t = totals(row)?;
-            let key = match dimensions.first() {
-                Some(first) => value(*first)?.unwrap_or_default(),
-                None => String::new(),
-            };
-            Ok(UsageGroup {
-                key,
-                token: value(UsageDimension::Token)?,
-                team: value(UsageDimension::Team)?,
-                route: value(UsageDimension::Route)?,
-                channel: value(UsageDimension::Channel)?,
-                model: value(UsageDimension::Model)?,
-                bucket_start: if bucket.is_some() {
-                    Some(row.try_get("bucket_start")?)
-                } else {
-                    None
-                },
-                requests: t.requests,
-                input_tokens: t.input_tokens,
-                output_tokens: t.output_tokens,
-                cached_tokens: t.cached_tokens,
-                cost_usd: t.cost_usd,
-                unpriced_requests: t.unpriced_requests,
-                cache_hits: t.cache_hits,
-                saved_input_tokens: t.saved_input_tokens,
-                saved_output_tokens: t.saved_output_tokens,
-                saved_cost_usd: t.saved_cost_usd,
-            })
-        })
+        .map(|row| group_of(row, dimensions, bucket))
         .collect::<Result<Vec<_>, sqlx::Error>>()
         .map_err(report_error)
+}
+
+/// One group's row as the report states it.
+fn group_of(
+    row: &sqlx::postgres::PgRow,
+    dimensions: &[UsageDimension],
+    bucket: Option<UsageBucket>,
+) -> Result<UsageGroup, sqlx::Error> {
+    let value = |d: UsageDimension| -> Result<Option<String>, sqlx::Error> {
+        if dimensions.contains(&d) {
+            row.try_get(format!("d_{}", d.name()).as_str()).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let t = totals(row)?;
+    let key = match dimensions.first() {
+        Some(first) => value(*first)?.unwrap_or_default(),
+        None => String::new(),
+    };
+    Ok(UsageGroup {
+        key,
+        token: value(UsageDimension::Token)?,
+        team: value(UsageDimension::Team)?,
+        route: value(UsageDimension::Route)?,
+        channel: value(UsageDimension::Channel)?,
+        model: value(UsageDimension::Model)?,
+        tag: value(UsageDimension::Tag)?,
+        end_user: value(UsageDimension::EndUser)?,
+        bucket_start: if bucket.is_some() {
+            Some(row.try_get("bucket_start")?)
+        } else {
+            None
+        },
+        requests: t.requests,
+        input_tokens: t.input_tokens,
+        output_tokens: t.output_tokens,
+        cached_tokens: t.cached_tokens,
+        cost_usd: t.cost_usd,
+        unpriced_requests: t.unpriced_requests,
+        cache_hits: t.cache_hits,
+        saved_input_tokens: t.saved_input_tokens,
+        saved_output_tokens: t.saved_output_tokens,
+        saved_cost_usd: t.saved_cost_usd,
+    })
 }
 
 #[cfg(test)]
@@ -596,7 +714,7 @@ mod tests {
         }
         // Each dimension's column is its name in the API; each bucket's unit too.
         for d in UsageDimension::ALL {
-            assert_eq!(serde_json::to_value(d).unwrap(), d.column());
+            assert_eq!(serde_json::to_value(d).unwrap(), d.name());
         }
         for b in [UsageBucket::Hour, UsageBucket::Day] {
             assert_eq!(serde_json::to_value(b).unwrap(), b.unit());

@@ -52,7 +52,7 @@ pub fn read(headers: &HeaderMap, body: &[u8]) -> Result<Upload, GatewayError> {
     let [purpose, file] =
         multipart_fields(body, content_type, ["purpose", "file"]).map_err(|e| {
             GatewayError::InvalidRequest(match e {
-                InspectError::Malformed(message) => message,
+                InspectError::Malformed(message) | InspectError::Attribution(message) => message,
                 InspectError::DuplicateField(field) => {
                     format!("the multipart body has more than one `{field}` field; send it once")
                 }

@@ -72,6 +72,7 @@ pub fn finish(
 /// The trail names the request's key and its team.
 pub fn name_client(view: &View, token: &Token, trail: &mut Trail) {
     trail.token = Some(token.name.clone());
+    trail.token_id = Some(token.id);
     trail.team = token
         .team_id
         .and_then(|id| view.snapshot.team(id))

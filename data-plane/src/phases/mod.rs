@@ -66,11 +66,14 @@ fn finish_served(
 ) -> Response {
     let (trail, model, response) = match result {
         Ok(served) => served,
-        Err(e) => (
-            Box::default(),
-            String::new(),
-            e.into_response(arrival.endpoint.protocol()),
-        ),
+        Err(e) => {
+            let trail = Box::new(Trail {
+                error_code: Some(e.code()),
+                ..Trail::default()
+            });
+            let response = e.into_response(arrival.endpoint.protocol());
+            (trail, String::new(), response)
+        }
     };
     finish::finish(state, arrival, response, trail, model)
 }
@@ -97,6 +100,7 @@ pub async fn serve_realtime(state: Arc<AppState>, arrival: Arrival, request: Req
             realtime::keep_to_realtime_channels(&mut ctx);
             if let Err(refused) = admit::admit(&state, &mut ctx).await {
                 ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+                ctx.trail.error_code = Some(refused.code());
                 name_client(&mut ctx);
                 return Ok((
                     ctx.trail,
@@ -122,6 +126,7 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
     route::route(ctx)?;
     if let Err(refused) = admit::admit(state, ctx).await {
         ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+        ctx.trail.error_code = Some(refused.code());
         name_client(ctx);
         return Ok(refused.into_response(ctx.endpoint.protocol()));
     }
@@ -137,6 +142,10 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
     // once, into its box, rather than being part of this future, which is itself moved into a
     // box by the edge: that copy is of this function's own states only.
     let response = Box::pin(proxy(state, ctx)).await;
+    if ctx.trail.stream.is_some() {
+        // A committed stream's first chunk has arrived: its time to first token.
+        ctx.trail.first_token_ms = u64::try_from(ctx.started.elapsed().as_millis()).ok();
+    }
     offer_shadow(ctx);
     if let Some(store) = store {
         cache::keep(state, ctx, store);
@@ -175,7 +184,9 @@ fn offer_shadow(ctx: &mut Ctx<'_>) {
     }));
 }
 
-/// The trail names the request's key and its team.
+/// The trail names the request's key and its team, and takes its tags and end user.
 fn name_client(ctx: &mut Ctx<'_>) {
     finish::name_client(ctx.view, ctx.token, &mut ctx.trail);
+    ctx.trail.tags = std::mem::take(&mut ctx.inspected.tags);
+    ctx.trail.end_user = ctx.inspected.end_user.take();
 }

@@ -34,7 +34,12 @@ pub async fn receive<'a>(
     let token = authenticated(view, &parts.headers, parts.uri.query())?;
     let limit = view.snapshot.settings.max_request_body_bytes;
     let body = read_limited_body(&parts.headers, body, limit).await?;
-    let inspected = inspect(arrival.endpoint, &parts.headers, &body, path_model)?;
+    let mut inspected = inspect(arrival.endpoint, &parts.headers, &body, path_model)?;
+    if let Some(value) = parts.headers.get(crate::attribution::TAGS_HEADER) {
+        // The header's tags take the place of the body's.
+        inspected.tags = crate::attribution::header_tags(value.as_bytes())
+            .map_err(GatewayError::InvalidRequest)?;
+    }
     let query = wire::strip_key_param(parts.uri.query());
     Ok(Ctx::received(
         arrival,
@@ -114,6 +119,7 @@ fn inspect(
         InspectError::DuplicateField(field) => GatewayError::InvalidRequest(format!(
             "the multipart body has more than one `{field}` field; send it once"
         )),
+        InspectError::Attribution(message) => GatewayError::InvalidRequest(message),
     })
 }
 

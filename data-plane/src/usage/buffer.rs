@@ -94,6 +94,9 @@ pub struct UsageConfig {
     pub max_keys: usize,
     /// Time the last flush at shutdown may take.
     pub final_flush: Duration,
+    /// Request-log rows the buffer holds at most; a finished request beyond it is left out of
+    /// the log (and counted).
+    pub max_log_rows: usize,
 }
 
 impl Default for UsageConfig {
@@ -103,6 +106,7 @@ impl Default for UsageConfig {
             batch_keys: 1000,
             max_keys: 20_000,
             final_flush: Duration::from_secs(3),
+            max_log_rows: 50_000,
         }
     }
 }
@@ -130,6 +134,11 @@ pub struct UsageBuffer {
     pub(super) records_sent: AtomicU64,
     /// Shadow comparisons per (minute, rule), sent with the next batch.
     shadows: Mutex<HashMap<(i64, i64), ShadowCounts>>,
+    /// The request log's rows waiting, oldest first (at most `max_log_rows`).
+    log: Mutex<Vec<v1::RequestLogRecord>>,
+    max_log_rows: usize,
+    pub(super) log_dropped: AtomicU64,
+    pub(super) log_sent: AtomicU64,
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -170,7 +179,53 @@ impl UsageBuffer {
             batches_rejected: AtomicU64::new(0),
             records_sent: AtomicU64::new(0),
             shadows: Mutex::new(HashMap::new()),
+            log: Mutex::new(Vec::new()),
+            max_log_rows: config.max_log_rows,
+            log_dropped: AtomicU64::new(0),
+            log_sent: AtomicU64::new(0),
         }
+    }
+
+    /// Adds one finished request's request-log row; a full log drops it (counted) and returns
+    /// `false`.
+    pub fn add_log(&self, row: v1::RequestLogRecord) -> bool {
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if log.len() >= self.max_log_rows {
+            drop(log);
+            self.log_dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        log.push(row);
+        let pending = log.len();
+        drop(log);
+        if pending == self.batch_keys {
+            self.full.notify_one();
+        }
+        true
+    }
+
+    /// Request-log rows waiting to be sent.
+    pub fn pending_log_rows(&self) -> usize {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Up to `batch_keys` of the oldest request-log rows, taken out.
+    fn take_log(&self) -> Vec<v1::RequestLogRecord> {
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if log.len() <= self.batch_keys {
+            return std::mem::take(&mut *log);
+        }
+        let rest = log.split_off(self.batch_keys);
+        std::mem::replace(&mut *log, rest)
     }
 
     /// Adds usage that finished now.
@@ -287,7 +342,9 @@ impl UsageBuffer {
             .drain()
             .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
             .collect();
-        if records.is_empty() && dropped_requests == 0 && shadows.is_empty() {
+        let requests = self.take_log();
+        if records.is_empty() && dropped_requests == 0 && shadows.is_empty() && requests.is_empty()
+        {
             return None;
         }
         Some(v1::UsageBatch {
@@ -296,6 +353,7 @@ impl UsageBuffer {
             records,
             dropped_requests,
             shadows,
+            requests,
         })
     }
 }
@@ -356,6 +414,21 @@ impl Collect for UsageBuffer {
             "switchyard_usage_records_sent_total",
             "Usage records acknowledged by the control plane.",
             self.records_sent.load(Ordering::Relaxed),
+        )
+        .gauge(
+            "switchyard_request_log_pending_rows",
+            "Request-log rows waiting to be sent to the control plane.",
+            self.pending_log_rows(),
+        )
+        .counter(
+            "switchyard_request_log_dropped_rows_total",
+            "Finished requests left out of the request log (its buffer full or a batch refused).",
+            self.log_dropped.load(Ordering::Relaxed),
+        )
+        .counter(
+            "switchyard_request_log_sent_rows_total",
+            "Request-log rows acknowledged by the control plane.",
+            self.log_sent.load(Ordering::Relaxed),
         );
     }
 }
@@ -524,6 +597,51 @@ mod tests {
         );
         assert!(
             page.contains("switchyard_usage_batches_total{outcome=\"failed\"} 0\n"),
+            "{page}"
+        );
+    }
+
+    fn log_row(id: &str) -> v1::RequestLogRecord {
+        v1::RequestLogRecord {
+            request_id: id.to_owned(),
+            ..v1::RequestLogRecord::default()
+        }
+    }
+
+    #[test]
+    fn request_log_rows_are_bounded_and_sent_oldest_first_a_batch_at_a_time() {
+        let buffer = UsageBuffer::new(&UsageConfig {
+            batch_keys: 2,
+            max_log_rows: 3,
+            ..UsageConfig::default()
+        });
+        for id in ["a", "b", "c"] {
+            assert!(buffer.add_log(log_row(id)));
+        }
+        assert!(
+            !buffer.add_log(log_row("d")),
+            "the fourth row is over the bound"
+        );
+        assert_eq!(buffer.pending_log_rows(), 3);
+        let ids = |batch: &v1::UsageBatch| -> Vec<String> {
+            batch
+                .requests
+                .iter()
+                .map(|r| r.request_id.clone())
+                .collect()
+        };
+        let first = buffer.take_batch().expect("rows alone make a batch");
+        assert_eq!(ids(&first), ["a", "b"]);
+        assert!(first.records.is_empty());
+        assert_eq!(ids(&buffer.take_batch().unwrap()), ["c"]);
+        assert!(buffer.take_batch().is_none());
+        let page = switchyard_metrics::render(&buffer);
+        assert!(
+            page.contains("switchyard_request_log_dropped_rows_total 1\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("switchyard_request_log_pending_rows 0\n"),
             "{page}"
         );
     }

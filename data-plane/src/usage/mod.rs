@@ -114,6 +114,15 @@ impl UsageReporter {
         }
     }
 
+    /// Adds one finished request's row to the request log (sent with the next batch). Never
+    /// blocks on I/O; a full log drops the row (counted in
+    /// `switchyard_request_log_dropped_rows_total`).
+    pub fn record_request(&self, row: switchyard_proto::v1::RequestLogRecord) {
+        if !self.buffer.add_log(row) {
+            tracing::debug!("request-log row dropped: too many rows pending");
+        }
+    }
+
     /// Distinct keys waiting to be reported.
     pub fn pending_keys(&self) -> usize {
         self.buffer.pending_keys()

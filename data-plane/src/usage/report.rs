@@ -89,6 +89,9 @@ async fn send(
             buffer
                 .records_sent
                 .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+            buffer
+                .log_sent
+                .fetch_add(batch.requests.len() as u64, Ordering::Relaxed);
             Sent::Done
         }
         Err(status) if status.code() == tonic::Code::InvalidArgument => {
@@ -102,6 +105,9 @@ async fn send(
                 .iter()
                 .fold(0u64, |n, r| n.saturating_add(r.requests));
             buffer.dropped(requests.saturating_add(batch.dropped_requests));
+            buffer
+                .log_dropped
+                .fetch_add(batch.requests.len() as u64, Ordering::Relaxed);
             tracing::error!(batch_id = %batch.batch_id, error = %status.message(), requests, "the control plane refused a usage batch; dropped");
             Sent::Refused
         }
@@ -123,32 +129,46 @@ async fn send(
 }
 
 /// A refused batch in two parts with ids of their own (the refused id was not applied): its
-/// records apart from its shadow comparisons, else each list in halves. `None` for a batch of a
-/// single record: nothing is left to split.
+/// records apart from the rest (its shadow comparisons and request-log rows), else its shadow
+/// comparisons apart from its request-log rows, else its one list in halves. `None` for a batch
+/// of a single record, comparison or row: nothing is left to split.
 fn split(batch: &v1::UsageBatch) -> Option<[v1::UsageBatch; 2]> {
-    let part = |n: u8, records: &[v1::UsageRecord], shadows: &[v1::ShadowRecord], dropped| {
-        v1::UsageBatch {
-            batch_id: format!("{}.{n}", batch.batch_id),
-            client_id: batch.client_id.clone(),
-            records: records.to_vec(),
-            dropped_requests: dropped,
-            shadows: shadows.to_vec(),
-        }
+    let part = |n: u8| v1::UsageBatch {
+        batch_id: format!("{}.{n}", batch.batch_id),
+        client_id: batch.client_id.clone(),
+        ..v1::UsageBatch::default()
     };
-    let (records, shadows) = (batch.records.as_slice(), batch.shadows.as_slice());
-    let dropped = batch.dropped_requests;
-    if !records.is_empty() && !shadows.is_empty() {
-        return Some([part(1, records, &[], dropped), part(2, &[], shadows, 0)]);
+    let (mut first, mut second) = (part(1), part(2));
+    // The drop count travels once, with the first part.
+    first.dropped_requests = batch.dropped_requests;
+    let (records, shadows, requests) = (&batch.records, &batch.shadows, &batch.requests);
+    let kinds = [records.len(), shadows.len(), requests.len()]
+        .iter()
+        .filter(|n| **n > 0)
+        .count();
+    if kinds > 1 {
+        if records.is_empty() {
+            first.shadows.clone_from(shadows);
+        } else {
+            first.records.clone_from(records);
+            second.shadows.clone_from(shadows);
+        }
+        second.requests.clone_from(requests);
+        return Some([first, second]);
     }
     if records.len() > 1 {
         let (a, b) = records.split_at(records.len() / 2);
-        return Some([part(1, a, &[], dropped), part(2, b, &[], 0)]);
-    }
-    if shadows.len() > 1 {
+        (first.records, second.records) = (a.to_vec(), b.to_vec());
+    } else if shadows.len() > 1 {
         let (a, b) = shadows.split_at(shadows.len() / 2);
-        return Some([part(1, &[], a, dropped), part(2, &[], b, 0)]);
+        (first.shadows, second.shadows) = (a.to_vec(), b.to_vec());
+    } else if requests.len() > 1 {
+        let (a, b) = requests.split_at(requests.len() / 2);
+        (first.requests, second.requests) = (a.to_vec(), b.to_vec());
+    } else {
+        return None;
     }
-    None
+    Some([first, second])
 }
 
 /// The batch sent last (`in_flight`'s last) is done with: taken off, and its parts put in its
@@ -255,17 +275,20 @@ async fn final_flush(
     }
     let mut lost_requests: u64 = 0;
     let mut lost_keys: usize = 0;
+    let mut lost_log_rows: usize = 0;
     while let Some(batch) = in_flight.pop().or_else(|| buffer.take_batch()) {
         lost_keys += batch.records.len();
+        lost_log_rows += batch.requests.len();
         lost_requests = batch
             .records
             .iter()
             .fold(lost_requests, |n, r| n.saturating_add(r.requests));
     }
-    if lost_keys > 0 {
+    if lost_keys > 0 || lost_log_rows > 0 {
         tracing::warn!(
             lost_keys,
             lost_requests,
+            lost_log_rows,
             "shutting down with usage the control plane did not acknowledge"
         );
     }
@@ -290,6 +313,7 @@ mod tests {
             records: vec![record("a"), record("b"), record("c")],
             dropped_requests: 4,
             shadows: vec![v1::ShadowRecord::default(); 2],
+            requests: Vec::new(),
         };
         let [records, shadows] = split(&batch).unwrap();
         assert_eq!(
@@ -314,5 +338,40 @@ mod tests {
         let [x, y] = split(&shadows).unwrap();
         assert_eq!((x.shadows.len(), y.shadows.len()), (1, 1));
         assert!(split(&x).is_none());
+    }
+
+    #[test]
+    fn a_refused_batch_with_request_log_rows_splits_them_apart_then_in_halves() {
+        let row = |id: &str| v1::RequestLogRecord {
+            request_id: id.to_owned(),
+            ..v1::RequestLogRecord::default()
+        };
+        let batch = v1::UsageBatch {
+            batch_id: "p-8".to_owned(),
+            records: vec![v1::UsageRecord::default()],
+            shadows: vec![v1::ShadowRecord::default()],
+            requests: vec![row("a"), row("b"), row("c")],
+            ..v1::UsageBatch::default()
+        };
+        let [records, rest] = split(&batch).unwrap();
+        assert_eq!(
+            (
+                records.records.len(),
+                records.shadows.len(),
+                records.requests.len()
+            ),
+            (1, 0, 0)
+        );
+        assert_eq!(
+            (rest.records.len(), rest.shadows.len(), rest.requests.len()),
+            (0, 1, 3)
+        );
+        let [shadows, rows] = split(&rest).unwrap();
+        assert_eq!((shadows.shadows.len(), shadows.requests.len()), (1, 0));
+        assert_eq!((rows.shadows.len(), rows.requests.len()), (0, 3));
+        let [a, b] = split(&rows).unwrap();
+        assert_eq!((a.requests.len(), b.requests.len()), (1, 2));
+        assert_eq!(a.requests[0].request_id, "a");
+        assert!(split(&a).is_none(), "one row: nothing left to split");
     }
 }

@@ -27,3 +27,38 @@ pub fn unix_now_s() -> i64 {
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
+
+/// Tags one request-log row carries at most.
+pub const MAX_TAGS: usize = 16;
+/// Longest tag (every allowed character is one byte).
+pub const MAX_TAG_LEN: usize = 64;
+/// Longest end user of a request-log row (characters).
+pub const MAX_END_USER_CHARS: usize = 256;
+
+/// Whether `b` may appear in a tag: ASCII letters and digits, `_`, `-`, `.`, `:`, `/` and `=`
+/// (no comma, so a list of tags joins and splits on commas unambiguously).
+pub fn tag_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'/' | b'=')
+}
+
+/// Whether `tag` is one a request-log row may carry: 1 to [`MAX_TAG_LEN`] characters of
+/// [`tag_byte`]'s set.
+pub fn valid_tag(tag: &str) -> bool {
+    (1..=MAX_TAG_LEN).contains(&tag.len()) && tag.bytes().all(tag_byte)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_is_one_to_64_characters_of_its_set() {
+        assert!(valid_tag("team:search/env=prod_1.a-b"));
+        assert!(valid_tag(&"a".repeat(MAX_TAG_LEN)));
+        assert!(!valid_tag(&"a".repeat(MAX_TAG_LEN + 1)));
+        assert!(!valid_tag(""));
+        for bad in ["a b", "a,b", "a;b", "é", "a\"b", "<a>"] {
+            assert!(!valid_tag(bad), "{bad}");
+        }
+    }
+}
