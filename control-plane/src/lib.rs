@@ -18,6 +18,7 @@ pub(crate) mod entry;
 pub mod error;
 pub mod grpc;
 pub mod live;
+pub(crate) mod log_retention;
 pub mod metrics;
 pub(crate) mod proxies;
 pub mod publisher;

@@ -1,7 +1,8 @@
 //! The request log, the control plane's side: the rows the proxies send with their usage batches
 //! (one per finished request: metadata, never a body) are checked and stored in `request_log`,
 //! a table partitioned by the UTC day the request arrived; [`maintain`] makes the coming days'
-//! partitions and drops whole partitions past the retention.
+//! partitions and drops whole partitions past the retention (`log_retention` runs it on one
+//! replica).
 //!
 //! Stored at least once and at most once: the rows are inserted in the usage batch's own
 //! transaction (a batch id applied once), and a row already stored under its arrival time and
@@ -14,15 +15,10 @@
 //! itself, outside the batch's transaction.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use switchyard_proto::usage::{valid_tag, MAX_END_USER_CHARS, MAX_TAGS};
 use switchyard_proto::{v1, MAX_TOKENS_PER_REQUEST};
-use tokio_util::sync::CancellationToken;
-
-use crate::recovery::Leadership;
 
 /// Longest name a row may carry (characters).
 const MAX_NAME_CHARS: usize = 256;
@@ -31,10 +27,6 @@ const MAX_AT_MS: i64 = 253_402_300_799_999;
 const DAY_MS: i64 = 86_400_000;
 /// Partitions made ahead of today by [`maintain`] (today and the next two days).
 pub const DAYS_AHEAD: i64 = 2;
-/// The advisory lock key of the request log's maintenance leader.
-pub const MAINTENANCE_LOCK_KEY: i64 = 0x5377_5964_5251_4c47; // "SwYdRQLG"
-/// How often the maintenance leader makes and drops partitions.
-const MAINTENANCE_TICK: Duration = Duration::from_secs(3600);
 
 /// The UTC day (days since 1970-01-01) of a Unix-ms instant.
 pub fn day_of_ms(ms: i64) -> i64 {
@@ -314,43 +306,6 @@ pub async fn maintain(
         out.dropped.push(name);
     }
     Ok(out)
-}
-
-/// Runs [`maintain`] on one replica at a time (the holder of its own advisory lock), at start
-/// and then every hour, until `shutdown`.
-pub async fn run_maintenance(
-    pool: PgPool,
-    options: PgConnectOptions,
-    retention_days: u32,
-    shutdown: CancellationToken,
-) {
-    let mut leadership = Leadership::new(options, MAINTENANCE_LOCK_KEY);
-    loop {
-        match leadership.ensure().await {
-            Ok(true) => {
-                let now = i64::try_from(switchyard_state::unix_ms()).unwrap_or(i64::MAX);
-                if let Err(error) = maintain(&pool, now, retention_days).await {
-                    tracing::warn!(error = %error, "request-log maintenance failed");
-                }
-            }
-            Ok(false) => {}
-            Err(error) => tracing::debug!(
-                error = format!("{error:#}"),
-                "cannot contend for the request-log maintenance lead"
-            ),
-        }
-        // Not the leader: try again soon, so a replica takes over within minutes.
-        let wait = if leadership.is_leader() {
-            MAINTENANCE_TICK
-        } else {
-            Duration::from_secs(60)
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
-    leadership.release().await;
 }
 
 #[cfg(test)]

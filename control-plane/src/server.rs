@@ -120,13 +120,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
             ..RecoveryConfig::default()
         },
     );
-    tracker.spawn(Arc::clone(&recovery).run(options.clone(), shutdown.clone()));
-    tracker.spawn(crate::request_log::run_maintenance(
-        pool.clone(),
-        options.clone(),
-        config.request_log_retention_days,
-        shutdown.clone(),
-    ));
+    spawn_leader_jobs(&tracker, &recovery, &pool, &options, &config, &shutdown);
 
     let (http, grpc) = bind(&config).await?;
 
@@ -177,6 +171,25 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     }
     pool.close().await;
     Ok(())
+}
+
+/// The jobs one replica at a time runs, each under its own lead: the recovery probes and the
+/// request log's retention.
+fn spawn_leader_jobs(
+    tracker: &TaskTracker,
+    recovery: &Arc<Recovery>,
+    pool: &sqlx::PgPool,
+    options: &PgConnectOptions,
+    config: &Config,
+    shutdown: &CancellationToken,
+) {
+    tracker.spawn(Arc::clone(recovery).run(options.clone(), shutdown.clone()));
+    tracker.spawn(crate::log_retention::run(
+        pool.clone(),
+        options.clone(),
+        config.request_log_retention_days,
+        shutdown.clone(),
+    ));
 }
 
 /// The fleet's shared state (`REDIS_URL`), when there is one.

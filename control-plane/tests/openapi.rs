@@ -167,7 +167,7 @@ fn bodies_are_typed_timestamps_are_date_times_and_enums_are_enums() {
     );
     assert_eq!(
         enum_of("UsageDimension"),
-        set(&["token", "team", "route", "channel", "model"])
+        set(&["token", "team", "route", "channel", "model", "tag", "end_user"])
     );
     for (schema, field, target) in [
         ("ChannelView", "provider", "ProviderName"),

@@ -27,20 +27,20 @@ fn row(i: usize, now_ms: i64) -> RequestLogRecord {
         model: "gpt-4o".to_owned(),
         served_model: "gpt-4o-2024-08-06".to_owned(),
         channel: format!("openai-{}", i % 3),
-        attempts: 1 + (i % 7 == 0) as u32,
-        status: if i % 50 == 0 { 429 } else { 200 },
-        error_code: if i % 50 == 0 {
+        attempts: 1 + u32::from(i.is_multiple_of(7)),
+        status: if i.is_multiple_of(50) { 429 } else { 200 },
+        error_code: if i.is_multiple_of(50) {
             "rate_limit_exceeded".to_owned()
         } else {
             String::new()
         },
         latency_ms: 300 + (i % 2000) as u64,
-        first_token_ms: (i % 3 == 0).then_some(120 + (i % 500) as u64),
+        first_token_ms: i.is_multiple_of(3).then_some(120 + (i % 500) as u64),
         input_tokens: 500 + (i % 4000) as u64,
         output_tokens: 50 + (i % 800) as u64,
-        cached_tokens: (i % 5 == 0) as u64 * 256,
+        cached_tokens: u64::from(i.is_multiple_of(5)) * 256,
         cost_pico_usd: Some(1_250_000_000 + i as u64),
-        cache: if i % 4 == 0 {
+        cache: if i.is_multiple_of(4) {
             "miss".to_owned()
         } else {
             String::new()

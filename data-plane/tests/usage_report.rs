@@ -111,6 +111,7 @@ fn fast() -> UsageConfig {
         batch_keys: 100,
         max_keys: 1000,
         final_flush: Duration::from_secs(3),
+        max_log_rows: 1000,
     }
 }
 
@@ -254,6 +255,7 @@ async fn a_full_buffer_is_sent_early_and_drops_are_reported() {
         batch_keys: 5,
         max_keys: 5,
         final_flush: Duration::from_secs(3),
+        max_log_rows: 5,
     };
     let buffer = Arc::new(UsageBuffer::new(&config));
     // Five distinct keys fill it; the sixth is dropped before the task even runs.

@@ -357,43 +357,12 @@ pub async fn list_requests(
 /// answer starts, so a bad filter is still a 400).
 async fn export(
     pool: sqlx::PgPool,
-    mut filters: Filters,
+    filters: Filters,
     format: RequestsFormat,
 ) -> ApiResult<Response> {
     let first = fetch(&pool, &filters, EXPORT_PAGE).await?;
     let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(4);
-    tokio::spawn(async move {
-        let mut page = first;
-        let mut sent = 0usize;
-        if format == RequestsFormat::Csv {
-            let _ = sender.send(Bytes::from_static(CSV_HEADER.as_bytes())).await;
-        }
-        loop {
-            let full = page.len() == EXPORT_PAGE as usize;
-            let room = EXPORT_MAX_ROWS - sent;
-            let last = page.iter().take(room).last().map(|(_, c)| c.clone());
-            let mut out = Vec::with_capacity(page.len() * 256);
-            for (entry, _) in page.iter().take(room) {
-                write_row(&mut out, entry, format);
-            }
-            sent += page.len().min(room);
-            if sender.send(Bytes::from(out)).await.is_err() {
-                return;
-            }
-            let Some(cursor) = last.filter(|_| full && sent < EXPORT_MAX_ROWS) else {
-                return;
-            };
-            filters.after = decode_cursor(&cursor);
-            page = match fetch(&pool, &filters, EXPORT_PAGE).await {
-                Ok(page) => page,
-                Err(error) => {
-                    // The answer has started: it ends short, and the log says why.
-                    tracing::warn!(error = %error, "request-log export stopped early");
-                    return;
-                }
-            };
-        }
-    });
+    tokio::spawn(stream_rows(pool, filters, format, first, sender));
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
         let bytes = receiver.recv().await?;
         Some((Ok::<_, std::io::Error>(bytes), receiver))
@@ -407,6 +376,45 @@ async fn export(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// Sends `page` and the pages after it to `sender`, encoded, until the rows or
+/// [`EXPORT_MAX_ROWS`] run out or the client goes away.
+async fn stream_rows(
+    pool: sqlx::PgPool,
+    mut filters: Filters,
+    format: RequestsFormat,
+    mut page: Vec<(RequestLogEntry, String)>,
+    sender: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let mut sent = 0usize;
+    if format == RequestsFormat::Csv {
+        let _ = sender.send(Bytes::from_static(CSV_HEADER.as_bytes())).await;
+    }
+    loop {
+        let full = page.len() == EXPORT_PAGE as usize;
+        page.truncate(EXPORT_MAX_ROWS - sent);
+        sent += page.len();
+        let mut out = Vec::with_capacity(page.len() * 256);
+        for (entry, _) in &page {
+            write_row(&mut out, entry, format);
+        }
+        if sender.send(Bytes::from(out)).await.is_err() {
+            return;
+        }
+        let Some((_, cursor)) = page.last().filter(|_| full && sent < EXPORT_MAX_ROWS) else {
+            return;
+        };
+        filters.after = decode_cursor(cursor);
+        page = match fetch(&pool, &filters, EXPORT_PAGE).await {
+            Ok(page) => page,
+            Err(error) => {
+                // The answer has started: it ends short, and the log says why.
+                tracing::warn!(error = %error, "request-log export stopped early");
+                return;
+            }
+        };
+    }
 }
 
 const CSV_HEADER: &str = "at,request_id,trace_id,token_id,token,team,route,endpoint,model,\
