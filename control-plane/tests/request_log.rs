@@ -13,17 +13,15 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::{test_app, TestApp};
+use common::{proxy, test_app, TestApp};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use switchyard_control_plane::request_log::{day_of_ms, ensure_partition, maintain};
 use switchyard_control_plane::usage::apply_batch;
-use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
+use switchyard_data_plane::usage::UsageReporter;
 use switchyard_data_plane::AppState as ProxyState;
 use switchyard_proto::v1::{RequestLogRecord, UsageBatch};
-use switchyard_state::{InMemoryStore, StateStore};
-use tokio::sync::watch;
 use tower::ServiceExt;
 
 const DAY_MS: i64 = 86_400_000;
@@ -80,20 +78,6 @@ async fn fleet(pool: PgPool) -> (TestApp, String) {
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     (app, reply.body["token"].as_str().unwrap().to_owned())
-}
-
-/// A proxy serving the control plane's current snapshot, its usage waiting in a reporter.
-async fn proxy(pool: &PgPool) -> (Arc<ProxyState>, Arc<UsageReporter>) {
-    let snapshot = switchyard_control_plane::compile::compile(pool)
-        .await
-        .unwrap();
-    let (tx, rx) = watch::channel(Some(Arc::new(snapshot)));
-    // The sender must outlive the proxy's follower.
-    std::mem::forget(tx);
-    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
-    let usage = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
-    let state = ProxyState::with_usage(rx, store, Some(Arc::clone(&usage)));
-    (state, usage)
 }
 
 /// Sends one request to the proxy and reads the whole answer (a stream to its end).
@@ -463,9 +447,19 @@ async fn filters_select_rows_and_the_cursor_pages_each_row_once(pool: PgPool) {
         assert_eq!(reply.status, StatusCode::OK, "{query}: {}", reply.text);
         assert_eq!(ids(&reply), expected, "{query}");
     }
-    // since is inclusive, until exclusive.
-    let since = rfc3339(now - 4000);
-    let until = rfc3339(now - 1000);
+    // since is inclusive, until exclusive: r4's and r7's arrival, as the API states them.
+    let at = |id: &str| {
+        all.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["request_id"] == id)
+            .unwrap()["at"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (since, until) = (at("r4"), at("r7"));
     let reply = app
         .get(&format!("/api/v1/requests?since={since}&until={until}"))
         .await;
@@ -509,30 +503,6 @@ async fn filters_select_rows_and_the_cursor_pages_each_row_once(pool: PgPool) {
             reply.text
         );
     }
-}
-
-/// `ms` as RFC 3339 (UTC, milliseconds), URL-safe.
-fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms.rem_euclid(1000)
-    )
 }
 
 #[sqlx::test(migrations = "../migrations")]

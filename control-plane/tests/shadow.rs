@@ -15,15 +15,13 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::{test_app, TestApp};
+use common::{proxy, test_app, TestApp};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use switchyard_control_plane::usage::apply_batch;
-use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
+use switchyard_data_plane::usage::UsageReporter;
 use switchyard_data_plane::AppState as ProxyState;
-use switchyard_state::{InMemoryStore, StateStore};
-use tokio::sync::watch;
 use tower::ServiceExt;
 
 const LIVE_URL: &str = "mock://sim?content=the%20live%20answer%20is%20here";
@@ -85,20 +83,6 @@ async fn fleet(pool: PgPool, shadow_url: &str, rule: Value) -> Fleet {
         shadow,
         cand_channel: cand,
     }
-}
-
-/// A proxy serving the control plane's current snapshot, its usage waiting in a reporter.
-async fn proxy(pool: &PgPool) -> (Arc<ProxyState>, Arc<UsageReporter>) {
-    let snapshot = switchyard_control_plane::compile::compile(pool)
-        .await
-        .unwrap();
-    let (_tx, rx) = watch::channel(Some(Arc::new(snapshot)));
-    // The sender must outlive the proxy's follower; leaking it keeps the test simple.
-    std::mem::forget(_tx);
-    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
-    let usage = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
-    let state = ProxyState::with_usage(rx, store, Some(Arc::clone(&usage)));
-    (state, usage)
 }
 
 async fn chat(state: &Arc<ProxyState>, token: &str) -> (StatusCode, axum::http::HeaderMap, Value) {

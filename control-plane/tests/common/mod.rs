@@ -247,3 +247,25 @@ impl TestApp {
             .unwrap()
     }
 }
+
+/// A proxy serving the control plane's current snapshot (compiled from `pool`), its usage and
+/// request log waiting in a reporter the test sends with `apply_batch`.
+pub async fn proxy(
+    pool: &PgPool,
+) -> (
+    Arc<switchyard_data_plane::AppState>,
+    Arc<switchyard_data_plane::usage::UsageReporter>,
+) {
+    use switchyard_data_plane::usage::{UsageConfig, UsageReporter};
+    use switchyard_state::{InMemoryStore, StateStore};
+    let snapshot = switchyard_control_plane::compile::compile(pool)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(Some(Arc::new(snapshot)));
+    // The sender must outlive the proxy's follower; leaking it keeps the tests simple.
+    std::mem::forget(tx);
+    let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
+    let usage = Arc::new(UsageReporter::unstarted(&UsageConfig::default()));
+    let state = switchyard_data_plane::AppState::with_usage(rx, store, Some(Arc::clone(&usage)));
+    (state, usage)
+}
