@@ -66,9 +66,8 @@ const send = async (bearer, n) => {
   }
   return ok;
 };
-/** Sends one tagged request through the proxy and finds it on the Requests page, filtered by its
- * tag (the proxy sends its request-log rows with its usage reports, every few seconds). */
-const requestLogPage = async (page, bearer) => {
+/** Sends one tagged request through the proxy; answers its request id. */
+const sendTagged = async (bearer) => {
   const id = `console-req-${Date.now()}`;
   const response = await fetch(`${proxyUrl}/v1/chat/completions`, {
     method: 'POST',
@@ -80,6 +79,11 @@ const requestLogPage = async (page, bearer) => {
   });
   await response.text();
   if (!response.ok) throw new Error(`the tagged request failed: ${response.status}`);
+  return id;
+};
+/** Finds request `id` on the Requests page, filtered by its tag (its row travelled with the usage
+ * reports the test has already waited for). */
+const requestLogPage = async (page, id) => {
   await until('the tagged request in the request log', async () =>
     (await admin('GET', '/api/v1/requests?tag=console-page')).data.some((r) => r.request_id === id));
   await page.getByRole('link', { name: 'Requests' }).click();
@@ -366,6 +370,8 @@ try {
   await fleetHolds();
   const served = await send(plaintext, 6);
   if (served < 5) throw new Error(`only ${served} of 6 requests were served`);
+  // Its row in the request log travels with this traffic's usage reports.
+  const tagged = await sendTagged(plaintext);
   // The proxy reports usage every few seconds.
   await until('the spend to reach the budget', async () => {
     const budgets = (await admin('GET', '/api/v1/budgets')).data;
@@ -492,7 +498,7 @@ try {
   log(`cache: requests ${marks.join(', ')}; row ${hitCells.join(' | ')}`);
 
   step = 'requests: a tagged request the test sent appears on the Requests page';
-  await requestLogPage(page, plaintext);
+  await requestLogPage(page, tagged);
 
   step = 'prices: edit one, create and delete another, each after its dry run';
   await page.getByRole('link', { name: 'Prices' }).click();
