@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{anyhow, Context};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
-use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
+use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope, SemanticPart};
 use switchyard_engine::{
     Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
     Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
@@ -137,10 +137,15 @@ struct CacheRuleRow {
     scope: String,
     deterministic_only: bool,
     enabled: bool,
+    semantic_channel_id: Option<i64>,
+    semantic_model: Option<String>,
+    semantic_threshold: Option<f64>,
+    semantic_mode: Option<String>,
 }
 
 const CACHE_RULES_SQL: &str = "SELECT id, name, model_pattern, endpoints, ttl_seconds, \
-    max_entry_bytes, scope, deterministic_only, enabled FROM cache_rules ORDER BY id";
+    max_entry_bytes, scope, deterministic_only, enabled, semantic_channel_id, semantic_model, \
+    semantic_threshold, semantic_mode FROM cache_rules ORDER BY id";
 
 /// The columns [`ShadowRow`] reads (shared with the report, which reads one rule).
 pub const SHADOW_COLUMNS: &str = "id, name, model_pattern, target_member_id, target_channel_id, \
@@ -344,6 +349,13 @@ fn cache_rule_from_row(row: CacheRuleRow) -> anyhow::Result<CacheRule> {
             .ok_or_else(|| anyhow!("cache rule {id}: unknown scope {:?}", row.scope))?,
         deterministic_only: row.deterministic_only,
         enabled: row.enabled,
+        semantic: SemanticPart::from_columns(
+            row.semantic_channel_id,
+            row.semantic_model,
+            row.semantic_threshold,
+            row.semantic_mode.as_deref(),
+        )
+        .map_err(|m| anyhow!("cache rule {id}: {m}"))?,
     };
     rule.check()
         .map_err(|(field, m)| anyhow!("cache rule {id}: {field}: {m}"))?;

@@ -24,6 +24,7 @@ pub(crate) mod proxies;
 pub mod publisher;
 pub mod recovery;
 pub mod request_log;
+pub(crate) mod semantic;
 pub(crate) mod server;
 pub(crate) mod shadow;
 pub(crate) mod state;

@@ -10,9 +10,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_engine::semantic::SemanticEntry;
 use switchyard_engine::{Limit, UnixMillis};
 use switchyard_metrics::Collect;
+use switchyard_state::cache::{RedisCache, ResponseCache, SHARED_VECTORS};
 use switchyard_state::{mask_url, LimitStatus, RedisConfig, RedisStore, StateStore, SyncReport};
+
+/// How long one read of a semantic stream may take.
+const STREAM_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Longest explain waits for the fleet's limit counters.
 const LIMIT_READ_TIMEOUT: Duration = Duration::from_secs(1);
@@ -22,6 +27,8 @@ const LIMIT_READ_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct LiveState {
     store: Arc<dyn StateStore>,
     redis: Option<Arc<RedisStore>>,
+    /// The response cache's Redis store, read only: the semantic rules' shared streams.
+    cache: Option<Arc<RedisCache>>,
 }
 
 impl LiveState {
@@ -33,15 +40,42 @@ impl LiveState {
             .map_err(|e| anyhow::anyhow!("REDIS_URL / SWITCHYARD_REDIS_PREFIX: {e}"))?;
         tracing::info!(redis = %mask_url(url), prefix, "reading the fleet's shared state from Redis");
         let store = Arc::new(store);
+        // Never written through here: its byte bound is moot.
+        let cache = RedisCache::start(url, prefix, 1, STREAM_READ_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("REDIS_URL / SWITCHYARD_REDIS_PREFIX: {e}"))?;
         Ok(LiveState {
             store: Arc::clone(&store) as Arc<dyn StateStore>,
             redis: Some(store),
+            cache: Some(Arc::new(cache)),
         })
     }
 
     /// Any other store (tests: an in-memory one).
     pub fn from_store(store: Arc<dyn StateStore>) -> LiveState {
-        LiveState { store, redis: None }
+        LiveState {
+            store,
+            redis: None,
+            cache: None,
+        }
+    }
+
+    /// Every vector of `rule`'s shared semantic stream, read whole (a capped stream); `None`
+    /// without Redis or when it cannot be read now.
+    pub async fn shared_vectors(&self, rule: i64) -> Option<Vec<SemanticEntry>> {
+        let cache = self.cache.as_ref()?;
+        let mut out = Vec::new();
+        let mut after = "0".to_owned();
+        loop {
+            let page = cache.shared_vectors(rule, &after, 1000).await.ok()?;
+            let full = page.len() == 1000;
+            for (id, bytes) in page {
+                out.extend(SemanticEntry::decode(&bytes));
+                after = id;
+            }
+            if !full || out.len() > SHARED_VECTORS * 2 {
+                return Some(out);
+            }
+        }
     }
 
     pub fn store(&self) -> &dyn StateStore {

@@ -190,6 +190,12 @@ fn check_batch(batch: &v1::UsageBatch) -> Result<(), UsageError> {
             batch.shadows.len()
         )));
     }
+    if batch.semantic_trials.len() > MAX_RECORDS {
+        return Err(UsageError::Invalid(format!(
+            "{} semantic trial records in one batch; at most {MAX_RECORDS}",
+            batch.semantic_trials.len()
+        )));
+    }
     Ok(())
 }
 
@@ -382,6 +388,7 @@ async fn store(
     } else {
         crate::request_log::insert(&mut tx, log).await?
     };
+    crate::semantic::store(&mut tx, batch).await?;
     // Forget ids far older than any retry (the index makes this a short range scan).
     sqlx::query("DELETE FROM usage_batches WHERE applied_at < now() - interval '7 days'")
         .execute(&mut *tx)

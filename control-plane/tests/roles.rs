@@ -86,6 +86,7 @@ const EXPECTED_ROLES: &[(&str, &str, &str)] = &[
     ("GET", "/api/v1/cache_rules/{id}", "viewer"),
     ("PATCH", "/api/v1/cache_rules/{id}", "admin"),
     ("DELETE", "/api/v1/cache_rules/{id}", "admin"),
+    ("GET", "/api/v1/cache_rules/{id}/trial", "viewer"),
     ("GET", "/api/v1/limits", "viewer"),
     ("POST", "/api/v1/limits", "admin"),
     ("GET", "/api/v1/limits/{id}", "viewer"),

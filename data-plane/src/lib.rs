@@ -42,6 +42,8 @@ mod relay;
 pub mod request;
 mod response_cache;
 mod run;
+mod semantic_index;
+mod semantic_tail;
 mod server;
 mod shadow;
 mod shadow_send;

@@ -79,6 +79,9 @@ pub struct Metrics {
     /// `route` (its pattern), `result` (`hit`, `miss`, `bypass`): requests of routes with a
     /// response cache rule.
     pub cache_requests: Family<2>,
+    /// `rule` (its name), `event` (`looked_up`, `bypass`, `hit`, `would_hit`, `agreed`,
+    /// `disagreed`): the semantic cache's lookups by meaning.
+    pub semantic_cache: Family<2>,
     /// Shadow copies dropped because the background queue was full.
     pub shadow_queue_drops: AtomicU64,
     pub failovers: AtomicU64,
@@ -148,6 +151,11 @@ impl Default for Metrics {
                 "switchyard_cache_requests_total",
                 "Requests covered by a response cache rule, by route and result (hit, miss, bypass).",
                 ["route", "result"],
+            ),
+            semantic_cache: Family::new(
+                "switchyard_semantic_cache_total",
+                "Semantic cache lookups by rule name and event (looked_up, bypass, hit, would_hit, agreed, disagreed).",
+                ["rule", "event"],
             ),
             shadow_queue_drops: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
@@ -265,6 +273,7 @@ impl Collect for Metrics {
             self.realtime_sessions.load(Relaxed),
         );
         self.cache_requests.render(w);
+        self.semantic_cache.render(w);
         for (name, help, value) in [
             (
                 "switchyard_shadow_queue_drops_total",

@@ -108,6 +108,11 @@ fn render_live_gauges(state: &AppState, w: &mut Writer<'_>) {
         "switchyard_cache_bytes",
         "Bytes the response cache holds (within SWITCHYARD_CACHE_MAX_BYTES).",
         cache.bytes,
+    )
+    .gauge(
+        "switchyard_semantic_vectors",
+        "Prompt vectors in this proxy's semantic cache indexes (every rule's).",
+        state.semantic.sizes().iter().map(|(_, n)| n).sum::<usize>(),
     );
     let Some(view) = state.views.load_full() else {
         return;

@@ -113,6 +113,8 @@ pub struct CacheMark {
     pub saved: Usage,
     /// A hit: what that answer cost (pico-USD; `None`: it was unpriced).
     pub saved_cost_pico: Option<u128>,
+    /// A hit by meaning: the cosine similarity of the prompt to the stored one.
+    pub similarity: Option<f32>,
 }
 
 /// A callback run when the request has finished.
@@ -805,6 +807,7 @@ mod tests {
                         age_seconds: 3,
                         saved: Usage::default(),
                         saved_cost_pico: None,
+                        similarity: None,
                     }),
                 trace: pick.maybe(&texts).map(|t| (t.clone(), format!("{t}-span"))),
                 ..Trail::default()

@@ -33,6 +33,8 @@ pub(crate) mod names {
     pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
     pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
     pub const CACHE: HeaderName = HeaderName::from_static("x-switchyard-cache");
+    pub const CACHE_SIMILARITY: HeaderName =
+        HeaderName::from_static("x-switchyard-cache-similarity");
 }
 
 /// What routing needs to know about one request.

@@ -17,6 +17,7 @@ use crate::cache;
 use crate::cli::Cli;
 use crate::config;
 use crate::operator::LiveGauges;
+use crate::semantic_tail;
 use crate::server::app;
 use crate::shadow_send;
 use crate::snapshot::{self, SnapshotReceiver, SnapshotSender};
@@ -118,6 +119,10 @@ impl AppState {
         tasks.spawn(shadow_send::run(
             Arc::downgrade(&state),
             shadow_queue,
+            state.streams_cut.clone(),
+        ));
+        tasks.spawn(semantic_tail::run(
+            Arc::downgrade(&state),
             state.streams_cut.clone(),
         ));
         state

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::object_id::IdKey;
+use crate::semantic_index::SemanticIndexes;
 use crate::shadow::rules::{ShadowQueue, Shadows};
 use crate::snapshot::View;
 use crate::upstream::{ClientOptions, HttpClient};
@@ -57,6 +58,8 @@ pub struct AppState {
     /// The response cache's store: in memory unless [`AppState::set_cache`] gave another (the
     /// fleet's, in Redis). Read only by requests a cache rule covers.
     cache: RwLock<Arc<dyn ResponseCache>>,
+    /// The semantic cache's local indexes, one per rule with a semantic part.
+    pub semantic: SemanticIndexes,
     /// The credentials an upstream refused, already told to the operator, and the snapshot
     /// revision they were told under (a new revision may carry a fixed secret: told anew).
     refusals_told: Mutex<(u64, HashSet<(ChannelId, CredentialId)>)>,
@@ -106,6 +109,7 @@ impl AppState {
             usage,
             shadows,
             cache: RwLock::new(Arc::new(MemoryCache::new(DEFAULT_CACHE_BYTES))),
+            semantic: SemanticIndexes::default(),
             refusals_told: Mutex::default(),
             id_key: OnceLock::new(),
             batches_accounted: Mutex::default(),

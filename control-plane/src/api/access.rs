@@ -130,6 +130,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/cache_rules/{id}", Viewer),
     ("PATCH", "/api/v1/cache_rules/{id}", Admin),
     ("DELETE", "/api/v1/cache_rules/{id}", Admin),
+    ("GET", "/api/v1/cache_rules/{id}/trial", Viewer),
     ("GET", "/api/v1/limits", Viewer),
     ("POST", "/api/v1/limits", Admin),
     ("GET", "/api/v1/limits/{id}", Viewer),

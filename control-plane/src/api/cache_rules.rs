@@ -5,10 +5,13 @@
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
+use switchyard_engine::cache::{
+    parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
+};
 use utoipa::ToSchema;
 
 use super::crud::{crud, Item};
+use super::extract::nullable;
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
     RowQuery, RowView,
@@ -35,10 +38,39 @@ pub struct CacheRuleView {
     pub scope: String,
     pub deterministic_only: bool,
     pub enabled: bool,
+    /// The match by meaning after an exact miss, or `null`.
+    pub semantic: Option<SemanticView>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
     pub updated_at: String,
+}
+
+/// A cache rule's semantic part as written and shown.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SemanticView {
+    /// The channel asked for the prompt's embedding (its id); it must speak OpenAI's embeddings
+    /// API.
+    pub channel: i64,
+    /// The embedding model to ask it for.
+    pub model: String,
+    /// The cosine similarity a match needs: above 0, at most 1.
+    pub threshold: f64,
+    /// `trial` (the default: matches are counted and compared, never served) or `serve`.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+impl From<&SemanticPart> for SemanticView {
+    fn from(part: &SemanticPart) -> SemanticView {
+        SemanticView {
+            channel: part.channel,
+            model: part.model.clone(),
+            threshold: part.threshold,
+            mode: Some(part.mode.as_str().to_owned()),
+        }
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -52,11 +84,27 @@ pub(super) struct CacheRuleRow {
     scope: String,
     deterministic_only: bool,
     enabled: bool,
+    semantic_channel_id: Option<i64>,
+    semantic_model: Option<String>,
+    semantic_threshold: Option<f64>,
+    semantic_mode: Option<String>,
     created_at: String,
     updated_at: String,
 }
 
 table_row!(CacheRuleRow, "cache_rules", "cache rule", columns);
+
+impl CacheRuleRow {
+    /// Whether the rule has a semantic part.
+    pub(super) fn has_semantic(&self) -> bool {
+        self.semantic_channel_id.is_some()
+    }
+
+    /// The semantic part's mode, as stored.
+    pub(super) fn semantic_mode(&self) -> Option<&str> {
+        self.semantic_mode.as_deref()
+    }
+}
 
 impl RowView for CacheRuleView {
     type Row = CacheRuleRow;
@@ -71,6 +119,7 @@ crud!(
 
 impl From<CacheRuleRow> for CacheRuleView {
     fn from(r: CacheRuleRow) -> CacheRuleView {
+        let semantic = stored_semantic(&r).ok().flatten();
         CacheRuleView {
             id: r.id,
             name: r.name,
@@ -81,6 +130,7 @@ impl From<CacheRuleRow> for CacheRuleView {
             scope: r.scope,
             deterministic_only: r.deterministic_only,
             enabled: r.enabled,
+            semantic: semantic.as_ref().map(SemanticView::from),
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -90,7 +140,8 @@ impl From<CacheRuleRow> for CacheRuleView {
 fn columns() -> String {
     format!(
         "id, name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
-         deterministic_only, enabled, {} AS created_at, {} AS updated_at",
+         deterministic_only, enabled, semantic_channel_id, semantic_model, semantic_threshold, \
+         semantic_mode, {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
@@ -109,9 +160,11 @@ pub struct CacheRuleCreate {
     pub scope: Option<String>,
     pub deterministic_only: Option<bool>,
     pub enabled: Option<bool>,
+    /// The match by meaning after an exact miss.
+    pub semantic: Option<SemanticView>,
 }
 
-/// Any subset.
+/// Any subset; `semantic: null` takes the semantic part away.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CacheRulePatch {
@@ -123,6 +176,9 @@ pub struct CacheRulePatch {
     pub scope: Option<String>,
     pub deterministic_only: Option<bool>,
     pub enabled: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<SemanticView>)]
+    pub semantic: Option<Option<SemanticView>>,
 }
 
 fn endpoints(names: &[String]) -> ApiResult<Vec<switchyard_engine::CacheEndpoint>> {
@@ -139,6 +195,38 @@ fn scope(text: &str) -> ApiResult<CacheScope> {
             ),
         )
     })
+}
+
+fn semantic(view: SemanticView) -> ApiResult<SemanticPart> {
+    let mode = match view.mode.as_deref() {
+        None => SemanticMode::Trial,
+        Some(text) => SemanticMode::parse(text).ok_or_else(|| {
+            ApiError::validation(
+                "semantic.mode",
+                format!(
+                    "semantic.mode: unknown mode {:?} (trial or serve)",
+                    crate::error::bounded(text, 32)
+                ),
+            )
+        })?,
+    };
+    Ok(SemanticPart {
+        channel: view.channel,
+        model: view.model,
+        threshold: view.threshold,
+        mode,
+    })
+}
+
+/// The stored row's semantic part.
+fn stored_semantic(row: &CacheRuleRow) -> ApiResult<Option<SemanticPart>> {
+    SemanticPart::from_columns(
+        row.semantic_channel_id,
+        row.semantic_model.clone(),
+        row.semantic_threshold,
+        row.semantic_mode.as_deref(),
+    )
+    .map_err(|m| ApiError::Internal(anyhow::anyhow!("cache rule {}: {m}", row.id)))
 }
 
 fn checked(rule: CacheRule) -> ApiResult<CacheRule> {
@@ -161,6 +249,7 @@ impl TryFrom<CacheRuleCreate> for CacheRule {
             scope: raw.scope.as_deref().map_or(Ok(CacheScope::Team), scope)?,
             deterministic_only: raw.deterministic_only.unwrap_or(false),
             enabled: raw.enabled.unwrap_or(true),
+            semantic: raw.semantic.map(semantic).transpose()?,
         })
     }
 }
@@ -168,6 +257,7 @@ impl TryFrom<CacheRuleCreate> for CacheRule {
 /// The rule as stored (the table's checks keep it valid; a stored value the engine would refuse
 /// is refused by the snapshot compiler, not here).
 fn stored(row: CacheRuleRow) -> ApiResult<CacheRule> {
+    let semantic = stored_semantic(&row)?;
     Ok(CacheRule {
         id: row.id,
         name: row.name,
@@ -178,6 +268,7 @@ fn stored(row: CacheRuleRow) -> ApiResult<CacheRule> {
         scope: scope(&row.scope)?,
         deterministic_only: row.deterministic_only,
         enabled: row.enabled,
+        semantic,
     })
 }
 
@@ -192,12 +283,14 @@ fn detail(rule: &CacheRule) -> serde_json::Value {
         "scope": rule.scope.as_str(),
         "deterministic_only": rule.deterministic_only,
         "enabled": rule.enabled,
+        "semantic": rule.semantic.as_ref().map(SemanticView::from),
     })
 }
 
 /// The columns a create or patch writes, in [`bind`]'s order.
 const WRITTEN: &str = "name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
-    deterministic_only, enabled";
+    deterministic_only, enabled, semantic_channel_id, semantic_model, semantic_threshold, \
+    semantic_mode";
 
 fn bind<'q>(query: RowQuery<'q, CacheRuleRow>, rule: &'q CacheRule) -> RowQuery<'q, CacheRuleRow> {
     let endpoints: Vec<String> = rule
@@ -214,10 +307,29 @@ fn bind<'q>(query: RowQuery<'q, CacheRuleRow>, rule: &'q CacheRule) -> RowQuery<
         .bind(rule.scope.as_str())
         .bind(rule.deterministic_only)
         .bind(rule.enabled)
+        .bind(rule.semantic.as_ref().map(|s| s.channel))
+        .bind(rule.semantic.as_ref().map(|s| s.model.clone()))
+        .bind(rule.semantic.as_ref().map(|s| s.threshold))
+        .bind(rule.semantic.as_ref().map(|s| s.mode.as_str()))
 }
 
-/// No other rule has this name (a 422 naming `name`).
+/// No other rule has this name (a 422 naming `name`), and the semantic part's channel exists
+/// (a 422 naming `semantic.channel`).
 async fn check(tx: &mut sqlx::PgConnection, rule: &CacheRule, id: Option<i64>) -> ApiResult<()> {
+    if let Some(part) = &rule.semantic {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1 FOR KEY SHARE)",
+        )
+        .bind(part.channel)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !exists {
+            return Err(ApiError::validation(
+                "semantic.channel",
+                format!("semantic.channel: channel {} does not exist", part.channel),
+            ));
+        }
+    }
     let other: Option<i64> =
         sqlx::query_scalar("SELECT id FROM cache_rules WHERE name = $1 AND id IS DISTINCT FROM $2")
             .bind(&rule.name)
@@ -298,6 +410,11 @@ pub(super) async fn patch_in<'c>(
             .deterministic_only
             .unwrap_or(current.deterministic_only),
         enabled: patch.enabled.unwrap_or(current.enabled),
+        semantic: match patch.semantic {
+            Some(Some(view)) => Some(semantic(view)?),
+            Some(None) => None,
+            None => current.semantic,
+        },
     })?;
     check(&mut tx, &rule, Some(id)).await?;
     let sql = update_sql::<CacheRuleRow>(WRITTEN);

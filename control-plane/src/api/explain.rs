@@ -13,6 +13,9 @@
 //! Statuses are the fleet's: with `REDIS_URL`, the shared counters read from Redis (a windowed
 //! counter holds what the proxies admitted plus allowance they claimed and have not used yet, so
 //! it may read a little ahead); without, this replica's own store. Reading claims nothing.
+//!
+//! The one exception to "nothing upstream": given a `prompt` under a rule with a semantic part,
+//! explain embeds it through the rule's channel to score it (`explain_semantic`).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -30,6 +33,7 @@ use switchyard_engine::{
 use switchyard_state::{unix_ms, LimitMode, LimitStatus};
 use utoipa::IntoParams;
 
+use super::explain_semantic::evaluate;
 use super::extract::Query;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
@@ -54,6 +58,9 @@ pub struct ExplainQuery {
     /// `chat_completions` (the default), `completions`, `embeddings`, `messages`,
     /// `generate_content` or `responses`.
     pub endpoint: Option<String>,
+    /// A prompt, to see whether the applicable cache rule's semantic part would match it and
+    /// with what score (`semantic_cache`; it is embedded through the rule's channel).
+    pub prompt: Option<String>,
 }
 
 /// The token of `text` (an id, or a unique name) in the snapshot; a 400 naming `token` when
@@ -277,6 +284,9 @@ pub async fn explain(
             "cache_rule".into(),
             cache_rule_json(&snapshot, model, endpoint),
         );
+        let prompt = query.prompt.as_deref();
+        let semantic = evaluate(&state, &published.snapshot, model, endpoint, prompt).await;
+        map.insert("semantic_cache".into(), semantic);
         if let Some(token) = &token {
             let route = snapshot.resolve_route(model).map(|r| r.id);
             let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;

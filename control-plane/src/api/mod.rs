@@ -23,6 +23,7 @@ mod amount;
 mod bodies;
 mod budgets;
 mod cache_rules;
+mod cache_trial;
 mod channels;
 pub(crate) mod config_file;
 mod console;
@@ -30,6 +31,7 @@ mod credentials;
 mod crud;
 mod dry_run;
 mod explain;
+mod explain_semantic;
 mod extract;
 mod limits;
 mod members;
@@ -137,6 +139,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::listed::<cache_rules::CacheRuleView>())
         .routes(crud::created::<cache_rules::CacheRuleView>())
         .routes(crud::item::<cache_rules::CacheRuleView>())
+        .routes(routes!(cache_trial::trial))
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

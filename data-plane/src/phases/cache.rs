@@ -5,23 +5,27 @@
 //!
 //! Concurrent identical misses are not coalesced: each goes upstream and the last to finish
 //! stores its answer.
+//!
+//! A rule with a semantic part looks an exact miss up by meaning too (`semantic`).
 
 use std::sync::Arc;
 
 use axum::response::Response;
 use futures_util::FutureExt;
 use serde_json::Value;
-use switchyard_engine::cache::applicable;
+use switchyard_engine::cache::{applicable, CacheRule};
 use switchyard_provider::Usage;
 use switchyard_state::cache::{CacheEntry, CacheKey, ResponseCache};
 use switchyard_state::unix_ms;
 
+use super::semantic::{self, Asker, Found, Pending};
 use crate::context::Ctx;
 use crate::record::{CacheMark, CacheResult};
 use crate::response_cache::answer::{canonical, replay};
 use crate::response_cache::key::{
     cache_endpoint, directives, not_cacheable, Asked, KeyParts, Shape,
 };
+use crate::response_cache::semantic::partition;
 use crate::state::AppState;
 
 /// What a miss stores once its answer is whole.
@@ -31,6 +35,8 @@ pub struct Store {
     shape: Shape,
     ttl_ms: u64,
     max_entry_bytes: u64,
+    /// A lookup by meaning: the vector stored with the answer (and a trial's comparison).
+    semantic: Option<Pending>,
 }
 
 /// The cache's word on a request.
@@ -74,7 +80,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         mark(state, ctx, CacheResult::Bypass, None);
         return Looked::Proxy(None);
     }
-    let key = KeyParts {
+    let parts = KeyParts {
         endpoint: ctx.endpoint,
         route: route.id,
         model: &ctx.inspected.model,
@@ -83,13 +89,20 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         headers: &ctx.headers,
         query: ctx.query.as_deref(),
         body: &body,
-    }
-    .key();
-    let store = write.then(|| Store {
+    };
+    let key = parts.key();
+    // Looked up by meaning only when an answer can be both read and stored.
+    let partition = rule
+        .semantic
+        .as_ref()
+        .filter(|_| read && write)
+        .map(|part| partition(&parts, &part.model));
+    let mut store = write.then(|| Store {
         key,
         shape,
         ttl_ms: rule.ttl_seconds.saturating_mul(1000),
         max_entry_bytes: rule.max_entry_bytes,
+        semantic: None,
     });
     if !read {
         mark(state, ctx, CacheResult::Miss, None);
@@ -98,26 +111,75 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let cache = state.cache();
     let now = unix_ms();
     match cache.get(&key, now).await {
-        Ok(Some(entry)) => match served(ctx, &body, shape, &entry) {
-            Some(response) => {
-                mark(state, ctx, CacheResult::Hit, Some((&entry, now)));
-                Looked::Hit(response)
-            }
-            // An entry that does not replay (it cannot, as it was checked when stored) is
-            // replaced by a fresh answer.
-            None => {
-                mark(state, ctx, CacheResult::Miss, None);
-                Looked::Proxy(store)
-            }
-        },
+        Ok(Some(entry)) => hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store),
         Ok(None) => {
-            mark(state, ctx, CacheResult::Miss, None);
-            Looked::Proxy(store)
+            let Some(partition) = partition else {
+                mark(state, ctx, CacheResult::Miss, None);
+                return Looked::Proxy(store);
+            };
+            let asker = Asker {
+                view: ctx.view,
+                endpoint: ctx.endpoint,
+                token: ctx.token,
+                route: ctx.route.map_or("", |r| r.model_pattern.as_str()),
+            };
+            match Box::pin(by_meaning(state, &asker, rule, partition, &body)).await {
+                Found::Serve(entry, score) => {
+                    hit_or_miss(state, ctx, &body, &entry, now, Some(score), store)
+                }
+                Found::Proxy(pending) => {
+                    if let Some(store) = &mut store {
+                        store.semantic = pending;
+                    }
+                    mark(state, ctx, CacheResult::Miss, None);
+                    Looked::Proxy(store)
+                }
+            }
         }
         Err(e) => {
             tracing::debug!(error = %e, "response cache bypassed");
             mark(state, ctx, CacheResult::Bypass, None);
             Looked::Proxy(None)
+        }
+    }
+}
+
+/// The rule's search by meaning (a rule without a semantic part finds nothing).
+async fn by_meaning(
+    state: &AppState,
+    asker: &Asker<'_>,
+    rule: &CacheRule,
+    partition: [u8; 32],
+    body: &Value,
+) -> Found {
+    match &rule.semantic {
+        Some(part) => semantic::search(state, asker, rule, part, partition, body).await,
+        None => Found::Proxy(None),
+    }
+}
+
+/// A found entry served (`similarity`: found by meaning, with that score); one that does not
+/// replay (it cannot, as it was checked when stored) is replaced by a fresh answer.
+fn hit_or_miss(
+    state: &AppState,
+    ctx: &mut Ctx<'_>,
+    (body, shape): (&Value, Shape),
+    entry: &CacheEntry,
+    now: u64,
+    similarity: Option<f32>,
+    store: Option<Store>,
+) -> Looked {
+    match served(ctx, body, shape, entry) {
+        Some(response) => {
+            mark(state, ctx, CacheResult::Hit, Some((entry, now)));
+            if let Some(mark) = &mut ctx.trail.cache {
+                mark.similarity = similarity;
+            }
+            Looked::Hit(response)
+        }
+        None => {
+            mark(state, ctx, CacheResult::Miss, None);
+            Looked::Proxy(store)
         }
     }
 }
@@ -165,6 +227,7 @@ fn mark(state: &AppState, ctx: &mut Ctx<'_>, result: CacheResult, hit: Option<(&
         age_seconds,
         saved,
         saved_cost_pico,
+        similarity: None,
     });
 }
 
@@ -182,6 +245,7 @@ pub fn keep(state: &AppState, ctx: &mut Ctx<'_>, store: Store) {
     let model = ctx.inspected.model.clone();
     let cache = state.cache();
     let previous = trail.on_finish.take();
+    let mut store = store;
     trail.on_finish = Some(Box::new(move |state, finished| {
         // Copied before a shadow offer takes the chunks.
         let chunks = stream.as_ref().and_then(|g| g.copy());
@@ -202,8 +266,15 @@ pub fn keep(state: &AppState, ctx: &mut Ctx<'_>, store: Store) {
         ) else {
             return;
         };
+        let pending = store.semantic.take();
+        if let Some(pending) = &pending {
+            semantic::judge(state, pending, endpoint, &body);
+        }
         if body.len() as u64 > store.max_entry_bytes {
             return;
+        }
+        if let Some(pending) = pending {
+            semantic::share(state, Arc::clone(&cache), pending, &store.key, store.ttl_ms);
         }
         let entry = CacheEntry {
             stored_at: unix_ms(),

@@ -109,6 +109,13 @@ fn set_headers(headers: &mut HeaderMap, trail: &Trail, request_id: &str) {
         if cache.result == CacheResult::Hit {
             headers.insert(http::header::AGE, HeaderValue::from(cache.age_seconds));
         }
+        if let Some(similarity) = cache.similarity {
+            set(
+                headers,
+                names::CACHE_SIMILARITY,
+                &format!("{similarity:.3}"),
+            );
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub(crate) mod finish;
 pub mod passthrough;
 pub(crate) mod receive;
 mod route;
+mod semantic;
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;

@@ -4,3 +4,4 @@
 
 pub mod answer;
 pub mod key;
+pub mod semantic;

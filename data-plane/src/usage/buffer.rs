@@ -139,6 +139,45 @@ pub struct UsageBuffer {
     max_log_rows: usize,
     pub(super) log_dropped: AtomicU64,
     pub(super) log_sent: AtomicU64,
+    /// Semantic cache trials per (minute, rule), sent with the next batch.
+    trials: Mutex<HashMap<(i64, i64), TrialCounts>>,
+}
+
+/// A semantic cache rule's lookups by meaning (see `SemanticTrialRecord`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrialCounts {
+    pub looked_up: u64,
+    pub would_hit: u64,
+    pub compared: u64,
+    pub agreed: u64,
+    pub score_milli_sum: u64,
+    pub similarity_milli_sum: u64,
+}
+
+impl TrialCounts {
+    fn add(&mut self, other: &TrialCounts) {
+        self.looked_up = self.looked_up.saturating_add(other.looked_up);
+        self.would_hit = self.would_hit.saturating_add(other.would_hit);
+        self.compared = self.compared.saturating_add(other.compared);
+        self.agreed = self.agreed.saturating_add(other.agreed);
+        self.score_milli_sum = self.score_milli_sum.saturating_add(other.score_milli_sum);
+        self.similarity_milli_sum = self
+            .similarity_milli_sum
+            .saturating_add(other.similarity_milli_sum);
+    }
+
+    fn to_record(self, bucket: i64, rule: i64) -> v1::SemanticTrialRecord {
+        v1::SemanticTrialRecord {
+            bucket_start_unix_s: bucket,
+            rule_id: rule,
+            looked_up: self.looked_up,
+            would_hit: self.would_hit,
+            compared: self.compared,
+            agreed: self.agreed,
+            score_milli_sum: self.score_milli_sum,
+            similarity_milli_sum: self.similarity_milli_sum,
+        }
+    }
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -183,6 +222,7 @@ impl UsageBuffer {
             max_log_rows: config.max_log_rows,
             log_dropped: AtomicU64::new(0),
             log_sent: AtomicU64::new(0),
+            trials: Mutex::new(HashMap::new()),
         }
     }
 
@@ -287,6 +327,26 @@ impl UsageBuffer {
         true
     }
 
+    /// Adds a semantic rule's counts, now; at most [`MAX_SHADOW_KEYS`] (minute, rule) keys
+    /// wait, beyond that the counts are dropped (and `false` returned).
+    pub fn add_trial(&self, rule: i64, counts: &TrialCounts) -> bool {
+        let now = unix_now_s();
+        let bucket = now - now.rem_euclid(60);
+        let mut map = self
+            .trials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let len = map.len();
+        match map.get_mut(&(bucket, rule)) {
+            Some(total) => total.add(counts),
+            None if len < MAX_SHADOW_KEYS => {
+                map.insert((bucket, rule), *counts);
+            }
+            None => return false,
+        }
+        true
+    }
+
     pub(super) fn dropped(&self, requests: u64) {
         self.dropped_unreported
             .fetch_add(requests, Ordering::Relaxed);
@@ -342,8 +402,19 @@ impl UsageBuffer {
             .drain()
             .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
             .collect();
+        let semantic_trials: Vec<v1::SemanticTrialRecord> = self
+            .trials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
+            .collect();
         let requests = self.take_log();
-        if records.is_empty() && dropped_requests == 0 && shadows.is_empty() && requests.is_empty()
+        if records.is_empty()
+            && dropped_requests == 0
+            && shadows.is_empty()
+            && semantic_trials.is_empty()
+            && requests.is_empty()
         {
             return None;
         }
@@ -354,6 +425,7 @@ impl UsageBuffer {
             dropped_requests,
             shadows,
             requests,
+            semantic_trials,
         })
     }
 }

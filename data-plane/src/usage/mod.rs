@@ -22,7 +22,9 @@ use switchyard_proto::{WatchAuth, WatchError};
 use switchyard_provider::Usage;
 use tokio_util::sync::CancellationToken;
 
-pub use self::buffer::{UsageBuffer, UsageConfig, UsageCounts, UsageKey, MAX_SHADOW_KEYS, SHARDS};
+pub use self::buffer::{
+    TrialCounts, UsageBuffer, UsageConfig, UsageCounts, UsageKey, MAX_SHADOW_KEYS, SHARDS,
+};
 pub use self::report::{report_usage, UsageClient, CALL_TIMEOUT, MAX_RETRY_BACKOFF};
 
 // What the provider crate lets one request report is what the control plane accepts per request.
@@ -120,6 +122,14 @@ impl UsageReporter {
     pub fn record_request(&self, row: switchyard_proto::v1::RequestLogRecord) {
         if !self.buffer.add_log(row) {
             tracing::debug!("request-log row dropped: too many rows pending");
+        }
+    }
+
+    /// Adds a semantic cache rule's counts (sent with the next batch); a full buffer of keys
+    /// drops them.
+    pub fn record_trial(&self, rule: i64, counts: &TrialCounts) {
+        if !self.buffer.add_trial(rule, counts) {
+            tracing::debug!(rule, "semantic trial counts dropped: too many pending keys");
         }
     }
 

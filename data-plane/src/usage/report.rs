@@ -141,6 +141,8 @@ fn split(batch: &v1::UsageBatch) -> Option<[v1::UsageBatch; 2]> {
     let (mut first, mut second) = (part(1), part(2));
     // The drop count travels once, with the first part.
     first.dropped_requests = batch.dropped_requests;
+    // So do the semantic cache trials.
+    first.semantic_trials.clone_from(&batch.semantic_trials);
     let (records, shadows, requests) = (&batch.records, &batch.shadows, &batch.requests);
     let kinds = [records.len(), shadows.len(), requests.len()]
         .iter()
@@ -314,6 +316,7 @@ mod tests {
             dropped_requests: 4,
             shadows: vec![v1::ShadowRecord::default(); 2],
             requests: Vec::new(),
+            semantic_trials: Vec::new(),
         };
         let [records, shadows] = split(&batch).unwrap();
         assert_eq!(

@@ -15,14 +15,17 @@ use switchyard_engine::{
     SecretSource, SnapshotParts, Team, Token, UnixMillis, DEFAULT_GROUP,
 };
 
-use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
+use switchyard_engine::cache::{
+    parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
+};
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
     env_reference, err, token_hash, ConfigError, RawCacheRule, RawChannel, RawConfig,
-    RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
+    RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawSemantic, RawShadow, RawTeam,
+    RawToken,
 };
 use switchyard_upstream::MockOptions;
 
@@ -84,7 +87,7 @@ impl RawConfig {
         };
         let limits = compile_limits(self.limits, &scopes)?;
         let shadows = compile_shadows(self.shadows, &routes, &channel_ids)?;
-        let cache_rules = compile_cache_rules(self.cache_rules)?;
+        let cache_rules = compile_cache_rules(self.cache_rules, &channel_ids)?;
         Ok(SnapshotParts {
             revision,
             settings: self.settings,
@@ -329,13 +332,16 @@ fn compile_shadows(
     Ok(shadows)
 }
 
-fn compile_cache_rules(raw: Vec<RawCacheRule>) -> Result<Vec<CacheRule>, ConfigError> {
+fn compile_cache_rules(
+    raw: Vec<RawCacheRule>,
+    channel_ids: &HashMap<String, i64>,
+) -> Result<Vec<CacheRule>, ConfigError> {
     let mut ids = Ids::new(raw.iter().map(|c| c.id));
     let mut rules: Vec<CacheRule> = Vec::with_capacity(raw.len());
     for (ci, raw) in raw.into_iter().enumerate() {
         let at = format!("cache_rules[{ci}]");
         let id = ids.or_next(raw.id);
-        let rule = raw.into_rule(id, &at)?;
+        let rule = raw.into_rule(id, &at, channel_ids)?;
         if rules.iter().any(|r| r.name == rule.name) {
             return Err(err(
                 format!("{at}.name"),
@@ -348,8 +354,44 @@ fn compile_cache_rules(raw: Vec<RawCacheRule>) -> Result<Vec<CacheRule>, ConfigE
     Ok(rules)
 }
 
+impl RawSemantic {
+    fn into_part(
+        self,
+        at: &str,
+        channel_ids: &HashMap<String, i64>,
+    ) -> Result<SemanticPart, ConfigError> {
+        let channel = *channel_ids.get(&self.channel).ok_or_else(|| {
+            err(
+                format!("{at}.semantic.channel"),
+                format!("no channel is named {:?}", self.channel),
+            )
+        })?;
+        let mode = SemanticMode::parse(&self.mode).ok_or_else(|| {
+            err(
+                format!("{at}.semantic.mode"),
+                format!("unknown mode {:?} (trial or serve)", self.mode),
+            )
+        })?;
+        Ok(SemanticPart {
+            channel,
+            model: self.model,
+            threshold: self.threshold,
+            mode,
+        })
+    }
+}
+
 impl RawCacheRule {
-    fn into_rule(self, id: i64, at: &str) -> Result<CacheRule, ConfigError> {
+    fn into_rule(
+        self,
+        id: i64,
+        at: &str,
+        channel_ids: &HashMap<String, i64>,
+    ) -> Result<CacheRule, ConfigError> {
+        let semantic = match self.semantic {
+            Some(raw) => Some(raw.into_part(at, channel_ids)?),
+            None => None,
+        };
         let endpoints =
             parse_endpoints(&self.endpoints).map_err(|m| err(format!("{at}.endpoints"), m))?;
         let scope = CacheScope::parse(&self.scope).ok_or_else(|| {
@@ -368,6 +410,7 @@ impl RawCacheRule {
             scope,
             deterministic_only: self.deterministic_only,
             enabled: self.enabled,
+            semantic,
         };
         rule.check()
             .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;

@@ -457,6 +457,25 @@ pub struct RawCacheRule {
     pub deterministic_only: bool,
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub enabled: bool,
+    /// The match by meaning after an exact miss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<RawSemantic>,
+}
+
+/// A cache rule's semantic part: the channel (by name) asked for prompt embeddings with `model`,
+/// the cosine similarity a match needs, and `trial` (the default) or `serve`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSemantic {
+    pub channel: String,
+    pub model: String,
+    pub threshold: f64,
+    #[serde(default = "trial_mode")]
+    pub mode: String,
+}
+
+fn trial_mode() -> String {
+    "trial".to_owned()
 }
 
 fn cache_entry_bytes() -> u64 {
@@ -557,6 +576,36 @@ mod tests {
             "model_pattern: ''\n  endpoints"
         )
         .starts_with("cache_rules[0].model_pattern:"));
+    }
+
+    #[test]
+    fn a_cache_rules_semantic_part_names_its_channel_and_bad_fields() {
+        let file = format!(
+            "{FILE}cache_rules:\n- name: c\n  model_pattern: m\n  endpoints:\n  - chat_completions\n  ttl_seconds: 60\n  max_entry_bytes: 1048576\n  scope: team\n  semantic:\n    channel: a\n    model: e\n    threshold: 0.9\n    mode: serve\n"
+        );
+        let config = parse_raw(&file).unwrap();
+        assert_eq!(to_yaml(&config).unwrap(), file);
+        let parts = config.into_parts(1, &|_| None).unwrap();
+        let part = parts.cache_rules[0].semantic.clone().unwrap();
+        assert_eq!(part.channel, parts.channels[0].id);
+        assert_eq!((part.model.as_str(), part.threshold), ("e", 0.9));
+        assert_eq!(part.mode, switchyard_engine::SemanticMode::Serve);
+        let bad = |from: &str, to: &str| {
+            parse_raw(&file.replace(from, to))
+                .unwrap()
+                .into_parts(1, &|_| None)
+                .unwrap_err()
+                .to_string()
+        };
+        let at = "cache_rules[0].semantic.";
+        assert!(bad("channel: a\n    model", "channel: z\n    model")
+            .starts_with(&format!("{at}channel:")));
+        assert!(bad("threshold: 0.9", "threshold: 1.5").starts_with(&format!("{at}threshold:")));
+        assert!(bad("mode: serve", "mode: always").starts_with(&format!("{at}mode:")));
+        let trial = parse_raw(&file.replace("    mode: serve\n", "")).unwrap();
+        let parts = trial.into_parts(1, &|_| None).unwrap();
+        let mode = parts.cache_rules[0].semantic.as_ref().unwrap().mode;
+        assert_eq!(mode, switchyard_engine::SemanticMode::Trial, "the default");
     }
 
     #[test]

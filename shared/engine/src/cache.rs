@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::ChannelId;
 use crate::pattern::{validate_pattern, wildcard_match};
 
 /// The endpoints a cache rule can cover.
@@ -91,8 +92,92 @@ pub const MAX_CACHE_TTL_SECONDS: u64 = 30 * 24 * 3600;
 /// Largest accepted entry: 8 MiB.
 pub const MAX_CACHE_ENTRY_BYTES: u64 = 8 << 20;
 
+/// What a rule's semantic part does with a request whose prompt means the same as a stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SemanticMode {
+    /// Never served: the match is counted and, once the live answer is whole, compared with the
+    /// stored one.
+    #[default]
+    Trial,
+    /// Served as an exact hit is.
+    Serve,
+}
+
+impl SemanticMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SemanticMode::Trial => "trial",
+            SemanticMode::Serve => "serve",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<SemanticMode> {
+        match text.trim() {
+            "trial" => Some(SemanticMode::Trial),
+            "serve" => Some(SemanticMode::Serve),
+            _ => None,
+        }
+    }
+}
+
+/// A cache rule's match by meaning: the prompt's embedding (asked of `channel` for `model`)
+/// against the stored ones of requests alike in every other part, a match at cosine similarity
+/// `threshold` or more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SemanticPart {
+    pub channel: ChannelId,
+    pub model: String,
+    /// Above 0, at most 1.
+    pub threshold: f64,
+    #[serde(default)]
+    pub mode: SemanticMode,
+}
+
+impl SemanticPart {
+    /// The part stored as columns: present when the channel is; then the others must be too.
+    pub fn from_columns(
+        channel: Option<ChannelId>,
+        model: Option<String>,
+        threshold: Option<f64>,
+        mode: Option<&str>,
+    ) -> Result<Option<SemanticPart>, String> {
+        let Some(channel) = channel else {
+            return Ok(None);
+        };
+        let (Some(model), Some(threshold), Some(mode)) = (model, threshold, mode) else {
+            return Err("a semantic part without its model, threshold or mode".to_owned());
+        };
+        let mode = SemanticMode::parse(mode).ok_or_else(|| format!("unknown mode {mode:?}"))?;
+        Ok(Some(SemanticPart {
+            channel,
+            model,
+            threshold,
+            mode,
+        }))
+    }
+
+    /// Checks the part's own fields: `(field, message)`; the channel is checked where channels
+    /// are known.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.model.trim().is_empty() || self.model.chars().count() > 256 {
+            return Err((
+                "semantic.model",
+                "semantic.model must be 1 to 256 characters".to_owned(),
+            ));
+        }
+        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+            return Err((
+                "semantic.threshold",
+                "semantic.threshold must be above 0 and at most 1".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A cache rule as the proxies apply it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CacheRule {
     pub id: i64,
     pub name: String,
@@ -109,6 +194,9 @@ pub struct CacheRule {
     /// always) are cached.
     pub deterministic_only: bool,
     pub enabled: bool,
+    /// The match by meaning, after an exact miss.
+    #[serde(default)]
+    pub semantic: Option<SemanticPart>,
 }
 
 impl CacheRule {
@@ -143,7 +231,10 @@ impl CacheRule {
                 format!("max_entry_bytes must be 1 to {MAX_CACHE_ENTRY_BYTES}"),
             ));
         }
-        Ok(())
+        match &self.semantic {
+            Some(part) => part.check(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -192,6 +283,7 @@ mod tests {
             scope: CacheScope::Team,
             deterministic_only: false,
             enabled: true,
+            semantic: None,
         }
     }
 
@@ -243,6 +335,43 @@ mod tests {
         r.model_pattern = "m".into();
         r.max_entry_bytes = MAX_CACHE_ENTRY_BYTES + 1;
         assert_eq!(r.check().unwrap_err().0, "max_entry_bytes");
+        r.max_entry_bytes = 1;
+        let part = |threshold: f64, model: &str| SemanticPart {
+            channel: 1,
+            model: model.to_owned(),
+            threshold,
+            mode: SemanticMode::Trial,
+        };
+        for (threshold, model, field) in [
+            (0.0, "e", Some("semantic.threshold")),
+            (1.0, "e", None),
+            (1.0001, "e", Some("semantic.threshold")),
+            (f64::NAN, "e", Some("semantic.threshold")),
+            (0.9, " ", Some("semantic.model")),
+            (0.9, &"m".repeat(257), Some("semantic.model")),
+            (0.9, &"m".repeat(256), None),
+        ] {
+            r.semantic = Some(part(threshold, model));
+            assert_eq!(r.check().err().map(|e| e.0), field, "{threshold} {model}");
+        }
+        assert_eq!(SemanticMode::parse(" serve"), Some(SemanticMode::Serve));
+        assert_eq!(SemanticMode::parse("trial"), Some(SemanticMode::Trial));
+        assert_eq!(SemanticMode::parse("both"), None);
+        assert_eq!(SemanticMode::default().as_str(), "trial");
+        assert_eq!(SemanticMode::Serve.as_str(), "serve");
+        let columns = |c, m: Option<&str>, t, mode| {
+            SemanticPart::from_columns(c, m.map(str::to_owned), t, mode)
+        };
+        assert_eq!(columns(None, Some("e"), Some(0.5), Some("trial")), Ok(None));
+        let part = columns(Some(2), Some("e"), Some(0.5), Some("serve"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((part.channel, part.model.as_str()), (2, "e"));
+        assert_eq!((part.threshold, part.mode), (0.5, SemanticMode::Serve));
+        assert!(columns(Some(2), None, Some(0.5), Some("trial")).is_err());
+        assert!(columns(Some(2), Some("e"), None, Some("trial")).is_err());
+        assert!(columns(Some(2), Some("e"), Some(0.5), None).is_err());
+        assert!(columns(Some(2), Some("e"), Some(0.5), Some("x")).is_err());
         let unknown = parse_endpoints(&["chat_completions", "images"]).unwrap_err();
         assert!(unknown.contains("\"images\""), "{unknown}");
     }

@@ -18,12 +18,13 @@ pub mod passthrough;
 pub mod pattern;
 pub mod rng;
 mod select;
+pub mod semantic;
 pub mod settings;
 pub mod shadow;
 pub mod slots;
 pub mod validate;
 
-pub use cache::{CacheEndpoint, CacheRule, CacheScope};
+pub use cache::{CacheEndpoint, CacheRule, CacheScope, SemanticMode, SemanticPart};
 pub use constraint::{RequestNeeds, SelectionConstraint};
 pub use decision::{
     CanaryDraw, Candidate, Decision, Outcome, Pool, Reason, Reasons, RetryBudget, Sticky, Strategy,

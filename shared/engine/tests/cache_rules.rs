@@ -18,6 +18,7 @@ fn rule(id: i64, pattern: &str, endpoints: &[CacheEndpoint]) -> CacheRule {
         scope: CacheScope::Team,
         deterministic_only: false,
         enabled: true,
+        semantic: None,
     }
 }
 

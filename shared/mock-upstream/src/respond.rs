@@ -460,18 +460,22 @@ fn plain_answer(
     full(status, "application/json", body)
 }
 
-/// `/v1/embeddings`: one vector per input, the `dimensions` and `encoding_format` asked for.
+/// `/v1/embeddings`: one vector per input, the `dimensions` and `encoding_format` asked for; a
+/// text's vector is made of its words (see `sim::embeddings_json_for`).
 fn embeddings(model: &str, json: &Value) -> String {
-    let inputs = match json.get("input") {
-        Some(Value::Array(items)) => items.len().max(1),
-        _ => 1,
+    let texts: Vec<&str> = match json.get("input") {
+        Some(Value::Array(items)) if !items.is_empty() => {
+            items.iter().map(|i| i.as_str().unwrap_or("")).collect()
+        }
+        Some(Value::String(text)) => vec![text.as_str()],
+        _ => vec![""],
     };
     let dimensions = json
         .get("dimensions")
         .and_then(Value::as_u64)
         .map_or(sim::EMBEDDING_DIMENSIONS, |d| d.clamp(1, 4096) as usize);
     let base64 = json.get("encoding_format").and_then(Value::as_str) == Some("base64");
-    sim::embeddings_json_with(model, inputs, dimensions, base64)
+    sim::embeddings_json_for(model, &texts, dimensions, base64)
 }
 
 /// `GET /v1/models/{id}`: the model when listed, else OpenAI's 404 `model_not_found`.

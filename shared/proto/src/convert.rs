@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope};
+use switchyard_engine::cache::{
+    parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
+};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
@@ -71,7 +73,41 @@ fn cache_rule_to_proto(r: &CacheRule) -> v1::CacheRule {
         scope: r.scope.as_str().to_owned(),
         deterministic_only: r.deterministic_only,
         enabled: r.enabled,
+        semantic_channel: r.semantic.as_ref().map(|s| s.channel),
+        semantic_model: r
+            .semantic
+            .as_ref()
+            .map(|s| s.model.clone())
+            .unwrap_or_default(),
+        semantic_threshold: r.semantic.as_ref().map_or(0.0, |s| s.threshold),
+        semantic_mode: r
+            .semantic
+            .as_ref()
+            .map(|s| s.mode.as_str().to_owned())
+            .unwrap_or_default(),
     }
+}
+
+/// The rule's semantic part, present when its channel is.
+fn semantic_from_proto(
+    w: &v1::CacheRule,
+    path: &str,
+) -> Result<Option<SemanticPart>, ConversionError> {
+    let Some(channel) = w.semantic_channel else {
+        return Ok(None);
+    };
+    let mode = SemanticMode::parse(&w.semantic_mode).ok_or_else(|| {
+        invalid(
+            format!("{path}.semantic_mode"),
+            format!("unknown mode {:?}", w.semantic_mode),
+        )
+    })?;
+    Ok(Some(SemanticPart {
+        channel,
+        model: w.semantic_model.clone(),
+        threshold: w.semantic_threshold,
+        mode,
+    }))
 }
 
 fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, ConversionError> {
@@ -83,6 +119,7 @@ fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, Conv
             format!("unknown scope {:?}", w.scope),
         )
     })?;
+    let semantic = semantic_from_proto(&w, path)?;
     let rule = CacheRule {
         id: w.id,
         name: w.name,
@@ -93,6 +130,7 @@ fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, Conv
         scope,
         deterministic_only: w.deterministic_only,
         enabled: w.enabled,
+        semantic,
     };
     rule.check()
         .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
@@ -1038,6 +1076,12 @@ mod tests {
                 scope: CacheScope::Token,
                 deterministic_only: true,
                 enabled: true,
+                semantic: Some(SemanticPart {
+                    channel: 1,
+                    model: "text-embedding-3-small".into(),
+                    threshold: 0.95,
+                    mode: SemanticMode::Serve,
+                }),
             }],
         })
     }

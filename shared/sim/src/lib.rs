@@ -51,8 +51,9 @@ pub use gemini::{
 };
 pub use openai::{
     chat_answer_chunks, chat_answer_json, completion_chunks, completion_json, embeddings_json,
-    embeddings_json_with, images_json, models_json, response_events, response_json, speech_bytes,
-    transcription_json, DEFAULT_MODELS, DONE_EVENT, EMBEDDING_DIMENSIONS,
+    embeddings_json_for, embeddings_json_with, images_json, models_json, response_events,
+    response_json, speech_bytes, transcription_json, word_vector, DEFAULT_MODELS, DONE_EVENT,
+    EMBEDDING_DIMENSIONS,
 };
 pub use realtime::{
     realtime_error, realtime_item_created, realtime_response_events, realtime_session_created,

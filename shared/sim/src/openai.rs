@@ -205,9 +205,22 @@ pub fn embeddings_json_with(
     dimensions: usize,
     base64: bool,
 ) -> String {
-    let data: Vec<Value> = (0..n_inputs)
-        .map(|index| {
-            let vector = embedding_vector(index, dimensions);
+    embeddings_json_for(model, &vec![""; n_inputs], dimensions, base64)
+}
+
+/// Embeddings of `texts`, one vector each: a text with words gets a vector made of its words
+/// (each lowercase word adds ±1 to one dimension chosen by its hash), so texts with the same
+/// words point the same way, texts sharing most words score high by cosine similarity and
+/// texts sharing none score low; an input without words (or given as tokens) gets a fixed
+/// vector of its position.
+pub fn embeddings_json_for(model: &str, texts: &[&str], dimensions: usize, base64: bool) -> String {
+    let n_inputs = texts.len();
+    let data: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let vector = word_vector(text, dimensions)
+                .unwrap_or_else(|| embedding_vector(index, dimensions));
             let embedding = if base64 {
                 let bytes: Vec<u8> = vector.iter().flat_map(|f| f.to_le_bytes()).collect();
                 json!(base64_encode(&bytes))
@@ -225,6 +238,28 @@ pub fn embeddings_json_with(
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}
     })
     .to_string()
+}
+
+/// The mock's embedding of a text by its words; `None` for a text without any.
+pub fn word_vector(text: &str, dimensions: usize) -> Option<Vec<f32>> {
+    let mut v = vec![0f32; dimensions.max(1)];
+    let mut any = false;
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        // FNV-1a, 64 bits: stable across builds and platforms.
+        let hash = word
+            .to_lowercase()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        let slot = (hash % v.len() as u64) as usize;
+        v[slot] += if (hash >> 32) & 1 == 1 { 1.0 } else { -1.0 };
+        any = true;
+    }
+    any.then_some(v)
 }
 
 fn embedding_vector(index: usize, dimensions: usize) -> Vec<f32> {

@@ -28,6 +28,7 @@ mod cause;
 pub mod channel;
 pub mod checks;
 pub mod client;
+pub mod embed;
 mod h1;
 mod http2;
 pub mod mock;

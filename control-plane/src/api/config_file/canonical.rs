@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 use switchyard_config::{
     Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice,
-    RawRoute, RawShadow, RawTeam, RawToken,
+    RawRoute, RawSemantic, RawShadow, RawTeam, RawToken,
 };
 use switchyard_engine::cache::CacheRule;
 use switchyard_engine::limit::{format_micros, format_rfc3339};
@@ -95,7 +95,11 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         .map(|rule| raw_shadow(rule, &|id| names.channel(id)))
         .collect();
     shadows.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut cache_rules: Vec<RawCacheRule> = parts.cache_rules.iter().map(raw_cache_rule).collect();
+    let mut cache_rules: Vec<RawCacheRule> = parts
+        .cache_rules
+        .iter()
+        .map(|rule| raw_cache_rule(rule, &|id| names.channel(id)))
+        .collect();
     cache_rules.sort_by(|a, b| a.name.cmp(&b.name));
     RawConfig {
         listen: None,
@@ -111,7 +115,7 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
     }
 }
 
-fn raw_cache_rule(rule: &CacheRule) -> RawCacheRule {
+fn raw_cache_rule(rule: &CacheRule, channel_name: &dyn Fn(i64) -> Option<String>) -> RawCacheRule {
     RawCacheRule {
         id: None,
         name: rule.name.clone(),
@@ -126,6 +130,12 @@ fn raw_cache_rule(rule: &CacheRule) -> RawCacheRule {
         scope: rule.scope.as_str().to_owned(),
         deterministic_only: rule.deterministic_only,
         enabled: rule.enabled,
+        semantic: rule.semantic.as_ref().map(|part| RawSemantic {
+            channel: channel_name(part.channel).unwrap_or_default(),
+            model: part.model.clone(),
+            threshold: part.threshold,
+            mode: part.mode.as_str().to_owned(),
+        }),
     }
 }
 

@@ -348,7 +348,8 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
     for rule in &w.after.cache_rules {
         let stored = w.before.cache_rules.iter().find(|c| c.name == rule.name);
         let key = ("cache_rule", ResourceKind::CacheRule, rule.name.as_str());
-        let fields = (stored.map(cache_rule_fields), cache_rule_fields(rule));
+        let before = stored.map(|r| cache_rule_fields(r, &ids)).transpose()?;
+        let fields = (before, cache_rule_fields(rule, &ids)?);
         put(tx, by, w, key, &mut ids.cache_rules, fields).await?;
     }
     for price in &w.after.prices {
@@ -741,8 +742,17 @@ async fn write_shadow(
     put(tx, by, w, key, &mut ids.shadows, (before, fields)).await
 }
 
-fn cache_rule_fields(rule: &RawCacheRule) -> Map<String, Value> {
-    object(json!({
+fn cache_rule_fields(rule: &RawCacheRule, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    let semantic = match &rule.semantic {
+        Some(part) => json!({
+            "channel": id_in(&ids.channels, "channel", &part.channel)?,
+            "model": part.model,
+            "threshold": part.threshold,
+            "mode": part.mode,
+        }),
+        None => Value::Null,
+    };
+    Ok(object(json!({
         "name": rule.name,
         "model_pattern": rule.model_pattern,
         "endpoints": rule.endpoints,
@@ -751,7 +761,8 @@ fn cache_rule_fields(rule: &RawCacheRule) -> Map<String, Value> {
         "scope": rule.scope,
         "deterministic_only": rule.deterministic_only,
         "enabled": rule.enabled,
-    }))
+        "semantic": semantic,
+    })))
 }
 
 fn price_fields(price: &RawPrice, ids: &Ids) -> ApiResult<Map<String, Value>> {

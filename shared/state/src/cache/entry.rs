@@ -81,7 +81,34 @@ pub trait ResponseCache: Send + Sync {
 
     /// What the store holds now (a shared store: as far as this proxy knows).
     fn usage(&self) -> CacheUsage;
+
+    /// Appends a semantic cache record to `rule`'s stream, which every proxy of the fleet
+    /// tails (at most [`SHARED_VECTORS`] kept, the oldest out). A store in memory shares
+    /// nothing: the proxy's own index is all there is.
+    fn share_vector(
+        &self,
+        rule: i64,
+        record: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(), CacheUnavailable>> {
+        let _ = (rule, record);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Up to `count` records of `rule`'s stream after the record id `after` (`"0"`: from the
+    /// start), oldest first, each with its id.
+    fn shared_vectors<'a>(
+        &'a self,
+        rule: i64,
+        after: &'a str,
+        count: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, CacheUnavailable>> {
+        let _ = (rule, after, count);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
+
+/// Most records one rule's shared stream keeps (about; Redis trims whole nodes).
+pub const SHARED_VECTORS: usize = 10_000;
 
 /// Version byte of the stored layout.
 const LAYOUT_V1: u8 = 1;

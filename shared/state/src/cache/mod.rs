@@ -10,5 +10,7 @@ mod memory;
 mod redis;
 
 pub use self::redis::RedisCache;
-pub use entry::{CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache};
+pub use entry::{
+    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SHARED_VECTORS,
+};
 pub use memory::MemoryCache;

@@ -22,7 +22,9 @@ use redis::Script;
 use switchyard_engine::UnixMillis;
 use tokio::sync::oneshot;
 
-use super::entry::{CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache};
+use super::entry::{
+    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SHARED_VECTORS,
+};
 use crate::redis::conn::{Conn, RedisTarget};
 use crate::redis::shared::RedisConfigError;
 
@@ -113,6 +115,11 @@ impl RedisCache {
     /// Whether the store holds a live connection now.
     pub fn connected(&self) -> bool {
         self.conn.read().map(|c| c.is_some()).unwrap_or(false)
+    }
+
+    /// A rule's stream of semantic records.
+    fn stream(&self, rule: i64) -> String {
+        format!("{}:sem:{rule}", self.tag)
     }
 
     fn key(&self, key: &CacheKey) -> String {
@@ -251,5 +258,51 @@ impl ResponseCache for RedisCache {
             entries: self.entries.load(Ordering::Relaxed),
             bytes: self.used.load(Ordering::Relaxed),
         }
+    }
+
+    fn share_vector(
+        &self,
+        rule: i64,
+        record: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(), CacheUnavailable>> {
+        Box::pin(async move {
+            let mut conn = self.connection()?;
+            let mut cmd = redis::cmd("XADD");
+            cmd.arg(self.stream(rule))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(SHARED_VECTORS)
+                .arg("*")
+                .arg("v")
+                .arg(record);
+            let _: String = self.timed(cmd.query_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn shared_vectors<'a>(
+        &'a self,
+        rule: i64,
+        after: &'a str,
+        count: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, CacheUnavailable>> {
+        Box::pin(async move {
+            let mut conn = self.connection()?;
+            let mut cmd = redis::cmd("XRANGE");
+            cmd.arg(self.stream(rule))
+                .arg(format!("({after}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(count.max(1));
+            let read: Vec<(String, Vec<(String, Vec<u8>)>)> =
+                self.timed(cmd.query_async(&mut conn)).await?;
+            Ok(read
+                .into_iter()
+                .filter_map(|(id, fields)| {
+                    let value = fields.into_iter().find(|(name, _)| name == "v")?.1;
+                    Some((id, value))
+                })
+                .collect())
+        })
     }
 }
