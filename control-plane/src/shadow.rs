@@ -345,6 +345,7 @@ mod tests {
             dropped_requests: 0,
             shadows,
             requests: Vec::new(),
+            semantic_trials: Vec::new(),
         }
     }
 

@@ -527,6 +527,7 @@ async fn a_budget_whose_requests_were_all_unpriced_has_no_spend(pool: PgPool) {
             dropped_requests: 0,
             shadows: Vec::new(),
             requests: Vec::new(),
+            semantic_trials: Vec::new(),
         },
     )
     .await
@@ -601,6 +602,7 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
             dropped_requests: 0,
             shadows: Vec::new(),
             requests: Vec::new(),
+            semantic_trials: Vec::new(),
         },
     )
     .await

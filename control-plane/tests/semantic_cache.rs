@@ -111,7 +111,8 @@ fn trial_batch(id: &str, rule: i64, looked_up: u64, would_hit: u64, agreed: u64)
         batch_id: id.to_owned(),
         client_id: "p".to_owned(),
         semantic_trials: vec![v1::SemanticTrialRecord {
-            bucket_start_unix_s: 1_800_000_000 - 1_800_000_000 % 60,
+            // A whole minute: 2027-01-15T08:00:00Z.
+            bucket_start_unix_s: 1_800_000_000,
             rule_id: rule,
             looked_up,
             would_hit,

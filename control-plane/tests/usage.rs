@@ -59,6 +59,7 @@ fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
         dropped_requests: 0,
         shadows: Vec::new(),
         requests: Vec::new(),
+        semantic_trials: Vec::new(),
     }
 }
 

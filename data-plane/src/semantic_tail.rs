@@ -33,7 +33,7 @@ pub async fn run(state: Weak<AppState>, stop: CancellationToken) {
             return;
         };
         round = round.wrapping_add(1);
-        tail(&state, round % SWEEP_EVERY == 0).await;
+        tail(&state, round.is_multiple_of(SWEEP_EVERY)).await;
     }
 }
 

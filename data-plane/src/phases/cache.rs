@@ -97,7 +97,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         .as_ref()
         .filter(|_| read && write)
         .map(|part| partition(&parts, &part.model));
-    let mut store = write.then(|| Store {
+    let store = write.then(|| Store {
         key,
         shape,
         ttl_ms: rule.ttl_seconds.saturating_mul(1000),
@@ -112,30 +112,16 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let now = unix_ms();
     match cache.get(&key, now).await {
         Ok(Some(entry)) => hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store),
-        Ok(None) => {
-            let Some(partition) = partition else {
-                mark(state, ctx, CacheResult::Miss, None);
-                return Looked::Proxy(store);
-            };
-            let asker = Asker {
-                view: ctx.view,
-                endpoint: ctx.endpoint,
-                token: ctx.token,
-                route: ctx.route.map_or("", |r| r.model_pattern.as_str()),
-            };
-            match Box::pin(by_meaning(state, &asker, rule, partition, &body)).await {
-                Found::Serve(entry, score) => {
-                    hit_or_miss(state, ctx, &body, &entry, now, Some(score), store)
-                }
-                Found::Proxy(pending) => {
-                    if let Some(store) = &mut store {
-                        store.semantic = pending;
-                    }
-                    mark(state, ctx, CacheResult::Miss, None);
-                    Looked::Proxy(store)
-                }
+        Ok(None) => match partition {
+            Some(partition) => {
+                let found = Box::pin(by_meaning(state, ctx, rule, partition, &body)).await;
+                missed(state, ctx, (&body, shape), now, found, store)
             }
-        }
+            None => {
+                mark(state, ctx, CacheResult::Miss, None);
+                Looked::Proxy(store)
+            }
+        },
         Err(e) => {
             tracing::debug!(error = %e, "response cache bypassed");
             mark(state, ctx, CacheResult::Bypass, None);
@@ -144,17 +130,50 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     }
 }
 
-/// The rule's search by meaning (a rule without a semantic part finds nothing).
-async fn by_meaning(
-    state: &AppState,
-    asker: &Asker<'_>,
-    rule: &CacheRule,
+/// The rule's search by meaning (a rule without a semantic part finds nothing). The future
+/// holds only what the search reads of the context (an [`Asker`]).
+fn by_meaning<'a>(
+    state: &'a AppState,
+    ctx: &Ctx<'a>,
+    rule: &'a CacheRule,
     partition: [u8; 32],
-    body: &Value,
-) -> Found {
-    match &rule.semantic {
-        Some(part) => semantic::search(state, asker, rule, part, partition, body).await,
-        None => Found::Proxy(None),
+    body: &'a Value,
+) -> impl std::future::Future<Output = Found> + Send + 'a {
+    let asker = Asker {
+        view: ctx.view,
+        endpoint: ctx.endpoint,
+        token: ctx.token,
+        route: ctx.route.map_or("", |r| r.model_pattern.as_str()),
+    };
+    async move {
+        match &rule.semantic {
+            Some(part) => semantic::search(state, &asker, rule, part, partition, body).await,
+            None => Found::Proxy(None),
+        }
+    }
+}
+
+/// After an exact miss: a match by meaning served, or the request goes upstream (with the
+/// vector to store, when there is one).
+fn missed(
+    state: &AppState,
+    ctx: &mut Ctx<'_>,
+    (body, shape): (&Value, Shape),
+    now: u64,
+    found: Found,
+    mut store: Option<Store>,
+) -> Looked {
+    match found {
+        Found::Serve(entry, score) => {
+            hit_or_miss(state, ctx, (body, shape), &entry, now, Some(score), store)
+        }
+        Found::Proxy(pending) => {
+            if let Some(store) = &mut store {
+                store.semantic = pending;
+            }
+            mark(state, ctx, CacheResult::Miss, None);
+            Looked::Proxy(store)
+        }
     }
 }
 

@@ -101,11 +101,14 @@ pub trait ResponseCache: Send + Sync {
         rule: i64,
         after: &'a str,
         count: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, CacheUnavailable>> {
+    ) -> BoxFuture<'a, Result<Vec<SharedRecord>, CacheUnavailable>> {
         let _ = (rule, after, count);
         Box::pin(async { Ok(Vec::new()) })
     }
 }
+
+/// A record of a rule's shared stream: its id and its bytes.
+pub type SharedRecord = (String, Vec<u8>);
 
 /// Most records one rule's shared stream keeps (about; Redis trims whole nodes).
 pub const SHARED_VECTORS: usize = 10_000;

@@ -11,6 +11,6 @@ mod redis;
 
 pub use self::redis::RedisCache;
 pub use entry::{
-    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SHARED_VECTORS,
+    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SharedRecord, SHARED_VECTORS,
 };
 pub use memory::MemoryCache;

@@ -23,7 +23,7 @@ use switchyard_engine::UnixMillis;
 use tokio::sync::oneshot;
 
 use super::entry::{
-    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SHARED_VECTORS,
+    CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SharedRecord, SHARED_VECTORS,
 };
 use crate::redis::conn::{Conn, RedisTarget};
 use crate::redis::shared::RedisConfigError;
@@ -285,7 +285,7 @@ impl ResponseCache for RedisCache {
         rule: i64,
         after: &'a str,
         count: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, CacheUnavailable>> {
+    ) -> BoxFuture<'a, Result<Vec<SharedRecord>, CacheUnavailable>> {
         Box::pin(async move {
             let mut conn = self.connection()?;
             let mut cmd = redis::cmd("XRANGE");
@@ -294,7 +294,8 @@ impl ResponseCache for RedisCache {
                 .arg("+")
                 .arg("COUNT")
                 .arg(count.max(1));
-            let read: Vec<(String, Vec<(String, Vec<u8>)>)> =
+            // Each entry: its id, and its fields as (name, value) pairs.
+            let read: Vec<(String, Vec<SharedRecord>)> =
                 self.timed(cmd.query_async(&mut conn)).await?;
             Ok(read
                 .into_iter()
