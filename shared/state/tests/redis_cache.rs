@@ -84,3 +84,32 @@ fn conformance_entry() -> switchyard_state::cache::CacheEntry {
         body: b"{}".to_vec(),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_shared_vectors_are_read_back_in_order_after_a_cursor_and_apart_from_other_rules() {
+    let url = redis_url();
+    let prefix = unique_prefix("cache");
+    let cache = connected(&url, &prefix, 1 << 20).await;
+    for n in 1..=3u8 {
+        cache.share_vector(7, vec![n; 4]).await.unwrap();
+    }
+    cache.share_vector(8, vec![9]).await.unwrap();
+    let all = cache.shared_vectors(7, "0", 10).await.unwrap();
+    let bytes: Vec<Vec<u8>> = all.iter().map(|(_, b)| b.clone()).collect();
+    assert_eq!(bytes, [vec![1; 4], vec![2; 4], vec![3; 4]]);
+    let page = cache.shared_vectors(7, "0", 2).await.unwrap();
+    assert_eq!(page.len(), 2, "at most the count asked for");
+    let rest = cache.shared_vectors(7, &page[1].0, 10).await.unwrap();
+    assert_eq!(rest.len(), 1, "only what follows the cursor");
+    assert_eq!(rest[0].1, vec![3; 4]);
+    assert_eq!(cache.shared_vectors(8, "0", 10).await.unwrap().len(), 1);
+    assert!(cache.shared_vectors(9, "0", 10).await.unwrap().is_empty());
+    cleanup(&url, &prefix);
+}
+
+#[tokio::test]
+async fn a_store_in_memory_shares_no_vectors() {
+    let cache = switchyard_state::cache::MemoryCache::new(1 << 20);
+    cache.share_vector(1, vec![1]).await.unwrap();
+    assert!(cache.shared_vectors(1, "0", 10).await.unwrap().is_empty());
+}
