@@ -33,6 +33,8 @@ struct Cached {
     shadows: Vec<switchyard_engine::ShadowRule>,
     #[serde(default)]
     cache_rules: Vec<switchyard_engine::CacheRule>,
+    #[serde(default)]
+    guardrails: Vec<switchyard_engine::guard::rule::Guardrail>,
 }
 
 pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
@@ -48,6 +50,7 @@ pub fn save(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
         limits: parts.limits,
         shadows: parts.shadows,
         cache_rules: parts.cache_rules,
+        guardrails: parts.guardrails,
     };
     let json =
         serde_json::to_vec(&cached).map_err(|e| format!("cannot encode the snapshot: {e}"))?;
@@ -130,6 +133,7 @@ pub fn load(path: &Path) -> Result<Option<Snapshot>, String> {
         limits: cached.limits,
         shadows: cached.shadows,
         cache_rules: cached.cache_rules,
+        guardrails: cached.guardrails,
     })))
 }
 

@@ -18,14 +18,15 @@ use switchyard_engine::{
 use switchyard_engine::cache::{
     parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
 };
+use switchyard_engine::guard::rule::{Guardrail, GuardrailSpec};
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
     env_reference, err, token_hash, ConfigError, RawCacheRule, RawChannel, RawConfig,
-    RawCredential, RawLimit, RawMember, RawPrice, RawRoute, RawSemantic, RawShadow, RawTeam,
-    RawToken,
+    RawCredential, RawGuardrail, RawLimit, RawMember, RawPrice, RawRoute, RawSemantic, RawShadow,
+    RawTeam, RawToken,
 };
 use switchyard_upstream::MockOptions;
 
@@ -88,6 +89,7 @@ impl RawConfig {
         let limits = compile_limits(self.limits, &scopes)?;
         let shadows = compile_shadows(self.shadows, &routes, &channel_ids)?;
         let cache_rules = compile_cache_rules(self.cache_rules, &channel_ids)?;
+        let guardrails = compile_guardrails(self.guardrails, &scopes)?;
         Ok(SnapshotParts {
             revision,
             settings: self.settings,
@@ -99,6 +101,7 @@ impl RawConfig {
             limits,
             shadows,
             cache_rules,
+            guardrails,
         })
     }
 }
@@ -330,6 +333,77 @@ fn compile_shadows(
     }
     check_unique(shadows.iter().map(|s| s.id), "shadows", "shadow id")?;
     Ok(shadows)
+}
+
+fn compile_guardrails(
+    raw: Vec<RawGuardrail>,
+    scopes: &Scopes<'_>,
+) -> Result<Vec<Guardrail>, ConfigError> {
+    let mut ids = Ids::new(raw.iter().map(|g| g.id));
+    let mut rules: Vec<Guardrail> = Vec::with_capacity(raw.len());
+    for (gi, raw) in raw.into_iter().enumerate() {
+        let at = format!("guardrails[{gi}]");
+        let id = ids.or_next(raw.id);
+        let rule = raw.into_rule(id, &at, scopes)?;
+        if rules.iter().any(|r| r.name == rule.name) {
+            return Err(err(
+                format!("{at}.name"),
+                format!("another guardrail is named {:?}", rule.name),
+            ));
+        }
+        rules.push(rule);
+    }
+    check_unique(rules.iter().map(|r| r.id), "guardrails", "guardrail id")?;
+    Ok(rules)
+}
+
+impl RawGuardrail {
+    fn into_rule(self, id: i64, at: &str, scopes: &Scopes<'_>) -> Result<Guardrail, ConfigError> {
+        let unknown = |field: &str, name: &str| {
+            err(format!("{at}.{field}"), format!("unknown {field} {name:?}"))
+        };
+        let named = [&self.route, &self.team, &self.token];
+        if named.iter().filter(|n| n.is_some()).count() > 1 {
+            return Err(err(
+                at,
+                "at most one of `route`, `team` or `token` says what the guardrail is attached \
+                 to (none: all traffic)",
+            ));
+        }
+        let (scope, scope_id) = if let Some(pattern) = &self.route {
+            let id = scopes.routes.get(pattern.as_str());
+            ("route", Some(*id.ok_or_else(|| unknown("route", pattern))?))
+        } else if let Some(name) = &self.team {
+            let id = scopes.teams.get(name);
+            ("team", Some(*id.ok_or_else(|| unknown("team", name))?))
+        } else if let Some(name) = &self.token {
+            let id = scopes.tokens.get(name.as_str());
+            ("token", Some(*id.ok_or_else(|| unknown("token", name))?))
+        } else {
+            ("all", None)
+        };
+        if let Some(m) = &self.checks.moderation {
+            if !scopes.channels.contains_key(&m.channel) {
+                return Err(err(
+                    format!("{at}.checks.moderation.channel"),
+                    format!("unknown channel {:?}", m.channel),
+                ));
+            }
+        }
+        GuardrailSpec {
+            name: self.name,
+            scope: scope.to_owned(),
+            scope_id,
+            stage: self.stage,
+            action: self.action,
+            restore: self.restore,
+            mode: self.mode,
+            enabled: self.enabled,
+            checks: self.checks,
+        }
+        .into_rule(id)
+        .map_err(|(field, message)| err(format!("{at}.{field}"), message))
+    }
 }
 
 fn compile_cache_rules(

@@ -56,6 +56,8 @@ pub struct RawConfig {
     pub shadows: Vec<RawShadow>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache_rules: Vec<RawCacheRule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<RawGuardrail>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -476,6 +478,52 @@ pub struct RawSemantic {
 
 fn trial_mode() -> String {
     "trial".to_owned()
+}
+
+/// A guardrail rule: its checks run on the requests (and/or answers) of one route (`route`, its
+/// model pattern), team (`team`) or token (`token`, its name), or of all traffic when none of the
+/// three is given.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGuardrail {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// `request`, `response` or `both` (the default).
+    #[serde(default = "both_stages", skip_serializing_if = "is_both")]
+    pub stage: String,
+    /// `block`, `redact` or `log`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub restore: bool,
+    /// `enforce` (the default) or `shadow`.
+    #[serde(default = "enforce", skip_serializing_if = "is_enforce")]
+    pub mode: String,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    pub checks: switchyard_engine::guard::rule::GuardChecks,
+}
+
+fn both_stages() -> String {
+    "both".to_owned()
+}
+
+fn is_both(value: &str) -> bool {
+    value == "both"
+}
+
+fn enforce() -> String {
+    "enforce".to_owned()
+}
+
+fn is_enforce(value: &str) -> bool {
+    value == "enforce"
 }
 
 fn cache_entry_bytes() -> u64 {

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod constraint;
 pub mod decision;
 pub mod fxhash;
+pub mod guard;
 pub mod health;
 pub mod ids;
 pub mod limit;

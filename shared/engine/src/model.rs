@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheRule;
 use crate::fxhash::FxHashMap;
+use crate::guard::compile::CompiledGuards;
+use crate::guard::rule::Guardrail;
 use crate::limit::{Limit, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
@@ -379,6 +381,10 @@ pub struct Snapshot {
     shadows: Vec<ShadowRule>,
     /// Response cache rules, in id order.
     cache_rules: Vec<CacheRule>,
+    /// Guardrail rules, in id order.
+    guardrails: Vec<Guardrail>,
+    /// The guardrails compiled (patterns and detectors as automata), once per snapshot.
+    guards: Arc<CompiledGuards>,
     /// (scope kind, scope id) -> the limits of that scope, in id order.
     limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
     /// Whether any channel or member carries a limit.
@@ -417,6 +423,7 @@ pub struct SnapshotParts {
     pub limits: Vec<LimitRule>,
     pub shadows: Vec<ShadowRule>,
     pub cache_rules: Vec<CacheRule>,
+    pub guardrails: Vec<Guardrail>,
 }
 
 impl RouteMeta {
@@ -505,8 +512,11 @@ impl Snapshot {
             mut limits,
             mut shadows,
             mut cache_rules,
+            mut guardrails,
         } = parts;
         cache_rules.sort_by_key(|c| c.id);
+        guardrails.sort_by_key(|g| g.id);
+        let guards = Arc::new(CompiledGuards::new(&guardrails));
         prices.sort_by_key(|p| p.id);
         shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
@@ -556,6 +566,8 @@ impl Snapshot {
             limits,
             shadows,
             cache_rules,
+            guardrails,
+            guards,
             limits_by_scope,
             index,
             member_index,
@@ -617,6 +629,16 @@ impl Snapshot {
     /// The response cache rules, in id order.
     pub fn cache_rules(&self) -> &[CacheRule] {
         &self.cache_rules
+    }
+
+    /// The guardrail rules, in id order.
+    pub fn guardrails(&self) -> &[Guardrail] {
+        &self.guardrails
+    }
+
+    /// The guardrails compiled once for this snapshot (the proxy and explain run these).
+    pub fn guards(&self) -> &Arc<CompiledGuards> {
+        &self.guards
     }
 
     /// The limits attached to one scope (a token, a team, a route, a channel or a member).
@@ -683,6 +705,7 @@ impl Snapshot {
             limits: self.limits,
             shadows: self.shadows,
             cache_rules: self.cache_rules,
+            guardrails: self.guardrails,
         }
     }
 

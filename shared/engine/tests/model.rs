@@ -202,6 +202,7 @@ fn snapshot() -> Snapshot {
         ],
         shadows: Vec::new(),
         cache_rules: Vec::new(),
+        guardrails: Vec::new(),
     })
 }
 

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use switchyard_engine::cache::{
     parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
 };
+use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
@@ -59,6 +60,11 @@ pub fn snapshot_to_proto(snapshot: &Snapshot, compiled_at_unix_ms: u64) -> v1::S
             .iter()
             .map(cache_rule_to_proto)
             .collect(),
+        guardrails: snapshot
+            .guardrails()
+            .iter()
+            .map(guardrail_to_proto)
+            .collect(),
     }
 }
 
@@ -108,6 +114,40 @@ fn semantic_from_proto(
         threshold: w.semantic_threshold,
         mode,
     }))
+}
+
+fn guardrail_to_proto(r: &Guardrail) -> v1::Guardrail {
+    let spec = r.spec();
+    v1::Guardrail {
+        id: r.id,
+        name: spec.name,
+        scope: spec.scope,
+        scope_id: spec.scope_id.unwrap_or(0),
+        stage: spec.stage,
+        action: spec.action,
+        restore: spec.restore,
+        mode: spec.mode,
+        enabled: spec.enabled,
+        checks_json: spec.checks.to_json(),
+    }
+}
+
+fn guardrail_from_proto(w: v1::Guardrail, path: &str) -> Result<Guardrail, ConversionError> {
+    let checks = GuardChecks::from_json(&w.checks_json)
+        .map_err(|m| invalid(format!("{path}.checks_json"), m))?;
+    let spec = GuardrailSpec {
+        name: w.name,
+        scope_id: (w.scope != "all").then_some(w.scope_id),
+        scope: w.scope,
+        stage: w.stage,
+        action: w.action,
+        restore: w.restore,
+        mode: w.mode,
+        enabled: w.enabled,
+        checks,
+    };
+    spec.into_rule(w.id)
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))
 }
 
 fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, ConversionError> {
@@ -459,6 +499,13 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             |w| w.id,
             cache_rule_from_proto,
         )?;
+        let guardrails = each(
+            wire.guardrails,
+            "guardrails",
+            "guardrail",
+            |w| w.id,
+            guardrail_from_proto,
+        )?;
         Ok(SnapshotParts {
             revision: wire.revision,
             settings,
@@ -470,6 +517,7 @@ impl TryFrom<v1::Snapshot> for SnapshotParts {
             limits,
             shadows,
             cache_rules,
+            guardrails,
         })
     }
 }
@@ -1083,7 +1131,32 @@ mod tests {
                     mode: SemanticMode::Serve,
                 }),
             }],
+            guardrails: vec![sample_guardrail()],
         })
+    }
+
+    fn sample_guardrail() -> Guardrail {
+        let checks = GuardChecks::from_json(
+            r#"{"patterns":[{"regex":"EMP-[0-9]{6}","label":"EMPLOYEE_ID"}],
+                "detectors":["email","api_keys"],"max_input_tokens":1000,"max_messages":20,
+                "tools":{"allowed":["search"],"denied":["shell"]},
+                "webhook":{"url":"https://guard.example/check","timeout_ms":500,"on_failure":"closed"},
+                "moderation":{"channel":"openai","categories":["hate"]}}"#,
+        )
+        .unwrap();
+        GuardrailSpec {
+            name: "pii".into(),
+            scope: "team".into(),
+            scope_id: Some(7),
+            stage: "request".into(),
+            action: "block".into(),
+            restore: false,
+            mode: "shadow".into(),
+            enabled: true,
+            checks,
+        }
+        .into_rule(11)
+        .unwrap()
     }
 
     #[test]
@@ -1107,6 +1180,8 @@ mod tests {
         assert_eq!(back.limits(), snapshot.limits());
         assert_eq!(back.shadows(), snapshot.shadows());
         assert_eq!(back.cache_rules(), snapshot.cache_rules());
+        assert_eq!(back.guardrails(), snapshot.guardrails());
+        assert_eq!(back.guardrails()[0], sample_guardrail());
         assert_eq!(back.limits_of(ScopeKind::Token, 3).len(), 1);
         assert!(back.resolve_route("gpt-4o-mini").is_some());
     }
@@ -1126,6 +1201,26 @@ mod tests {
         mutate(&mut wire);
         let err = snapshot_from_proto(wire).unwrap_err();
         assert_eq!(err.path, path, "{err}");
+    }
+
+    #[test]
+    fn a_bad_guardrail_is_refused_naming_its_field() {
+        rejects(
+            |w| w.guardrails[0].checks_json = r#"{"patterns":[{"regex":"("}]}"#.into(),
+            "guardrails[0].checks.patterns[0].regex",
+        );
+        rejects(
+            |w| w.guardrails[0].checks_json = r#"{"detectors":["ssn"]}"#.into(),
+            "guardrails[0].checks_json",
+        );
+        rejects(
+            |w| w.guardrails[0].stage = "later".into(),
+            "guardrails[0].stage",
+        );
+        rejects(
+            |w| w.guardrails[0].scope = "fleet".into(),
+            "guardrails[0].scope",
+        );
     }
 
     #[test]
