@@ -10,6 +10,7 @@ use anyhow::{anyhow, Context};
 use serde_json::{Map, Value};
 use sqlx::PgPool;
 use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope, SemanticPart};
+use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
 use switchyard_engine::{
     Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
     Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
@@ -143,6 +144,23 @@ struct CacheRuleRow {
     semantic_mode: Option<String>,
 }
 
+#[derive(sqlx::FromRow)]
+struct GuardrailRow {
+    id: i64,
+    name: String,
+    scope: String,
+    scope_id: Option<i64>,
+    stage: String,
+    action: String,
+    restore: bool,
+    mode: String,
+    enabled: bool,
+    checks: Value,
+}
+
+const GUARDRAILS_SQL: &str = "SELECT id, name, scope, scope_id, stage, action, restore, mode, \
+    enabled, checks FROM guardrails ORDER BY id";
+
 const CACHE_RULES_SQL: &str = "SELECT id, name, model_pattern, endpoints, ttl_seconds, \
     max_entry_bytes, scope, deterministic_only, enabled, semantic_channel_id, semantic_model, \
     semantic_threshold, semantic_mode FROM cache_rules ORDER BY id";
@@ -232,6 +250,7 @@ struct Tables {
     limit_rows: Vec<LimitRow>,
     shadow_rows: Vec<ShadowRow>,
     cache_rule_rows: Vec<CacheRuleRow>,
+    guardrail_rows: Vec<GuardrailRow>,
 }
 
 // The statements reading each table, each in the order the build expects its rows.
@@ -278,6 +297,7 @@ impl Tables {
             limit_rows: rows(tx, LIMITS_SQL, "limits").await?,
             shadow_rows: rows(tx, &shadows_sql, "shadows").await?,
             cache_rule_rows: rows(tx, CACHE_RULES_SQL, "cache rules").await?,
+            guardrail_rows: rows(tx, GUARDRAILS_SQL, "guardrails").await?,
         })
     }
 }
@@ -332,7 +352,32 @@ fn build(revision: u64, settings: Settings, t: Tables) -> anyhow::Result<Snapsho
             .into_iter()
             .map(cache_rule_from_row)
             .collect::<anyhow::Result<_>>()?,
+        guardrails: t
+            .guardrail_rows
+            .into_iter()
+            .map(guardrail_from_row)
+            .collect::<anyhow::Result<_>>()?,
     })
+}
+
+/// A stored guardrail, checked as every other source of one is.
+fn guardrail_from_row(row: GuardrailRow) -> anyhow::Result<Guardrail> {
+    let id = row.id;
+    let checks = GuardChecks::from_json(&row.checks.to_string())
+        .map_err(|m| anyhow!("guardrail {id}: checks: {m}"))?;
+    GuardrailSpec {
+        name: row.name,
+        scope: row.scope,
+        scope_id: row.scope_id,
+        stage: row.stage,
+        action: row.action,
+        restore: row.restore,
+        mode: row.mode,
+        enabled: row.enabled,
+        checks,
+    }
+    .into_rule(id)
+    .map_err(|(field, m)| anyhow!("guardrail {id}: {field}: {m}"))
 }
 
 /// A stored cache rule, checked as every other source of one is.

@@ -35,6 +35,7 @@ use utoipa::IntoParams;
 
 use super::explain_semantic::evaluate;
 use super::extract::Query;
+use super::guard_explain::guardrails_json;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::live::LiveState;
 use crate::state::AppState;
@@ -61,6 +62,10 @@ pub struct ExplainQuery {
     /// A prompt, to see whether the applicable cache rule's semantic part would match it and
     /// with what score (`semantic_cache`; it is embedded through the rule's channel).
     pub prompt: Option<String>,
+    /// A sample of a request's text: explain runs each applicable guardrail's patterns,
+    /// detectors and size limits over it and shows what the rule would do (never stored or
+    /// logged).
+    pub text: Option<String>,
 }
 
 /// The token of `text` (an id, or a unique name) in the snapshot; a 400 naming `token` when
@@ -287,6 +292,10 @@ pub async fn explain(
         let prompt = query.prompt.as_deref();
         let semantic = evaluate(&state, &published.snapshot, model, endpoint, prompt).await;
         map.insert("semantic_cache".into(), semantic);
+        let route = snapshot.resolve_route(model).map(|r| r.id);
+        let text = query.text.as_deref();
+        let guardrails = guardrails_json(&snapshot, route, token.as_ref(), text);
+        map.insert("guardrails".into(), guardrails);
         if let Some(token) = &token {
             let route = snapshot.resolve_route(model).map(|r| r.id);
             let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;

@@ -33,6 +33,8 @@ mod dry_run;
 mod explain;
 mod explain_semantic;
 mod extract;
+mod guard_explain;
+mod guardrails;
 mod limits;
 mod members;
 mod openapi;
@@ -140,6 +142,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::created::<cache_rules::CacheRuleView>())
         .routes(crud::item::<cache_rules::CacheRuleView>())
         .routes(routes!(cache_trial::trial))
+        .routes(crud::listed::<guardrails::GuardrailView>())
+        .routes(crud::created::<guardrails::GuardrailView>())
+        .routes(crud::item::<guardrails::GuardrailView>())
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

@@ -375,6 +375,69 @@ pub struct ExplainResponse {
     /// that covers it); `null`: none, the request is never looked up.
     #[serde(default)]
     pub cache_rule: Option<ExplainCacheRuleView>,
+    /// The guardrails the request would run (enabled, attached to its route, team, token or
+    /// all traffic), in id order; with `text`, what each would do to it.
+    #[serde(default)]
+    pub guardrails: Vec<ExplainGuardrailView>,
+}
+
+/// A guardrail explain found for the request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainGuardrailView {
+    pub id: i64,
+    pub name: String,
+    /// `all`, `route`, `team` or `token`.
+    pub scope: String,
+    pub scope_id: Option<i64>,
+    /// The stages it runs at for this request: `request`, `response`.
+    pub stages: Vec<String>,
+    /// `block`, `redact` or `log`.
+    pub action: String,
+    /// `enforce` or `shadow`.
+    pub mode: String,
+    /// What it does on a finding: its action, or `log` in shadow mode.
+    pub effective_action: String,
+    pub restore: bool,
+    /// The checks it holds: `patterns`, `detectors`, `max_input_tokens`, `max_messages`,
+    /// `tools`, `json_schema`, `webhook`, `moderation`.
+    pub checks: Vec<String>,
+    /// With `text` and a rule that runs on requests: what it would do to that text.
+    #[serde(default)]
+    pub sample: Option<ExplainGuardSampleView>,
+}
+
+/// What a guardrail would do to explain's sample text (one request message).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainGuardSampleView {
+    /// `pass`, `block`, `redact` or `log`.
+    pub outcome: String,
+    /// What its patterns and detectors found (byte offsets into the text).
+    pub findings: Vec<ExplainGuardFindingView>,
+    /// A size limit the text is over (tokens estimated as characters / 4).
+    pub violation: Option<ExplainGuardViolationView>,
+    /// With `outcome: redact`: the text as it would go upstream.
+    pub redacted_text: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainGuardFindingView {
+    /// `EMAIL`, `CARD`, a pattern's label…
+    pub kind: String,
+    /// The detector's name, or `patterns[i]`.
+    pub check: String,
+    pub start: usize,
+    pub end: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainGuardViolationView {
+    /// `max_input_tokens` or `max_messages`.
+    pub check: String,
+    pub message: String,
 }
 
 /// The response cache rule explain found for the request.

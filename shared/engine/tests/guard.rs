@@ -163,6 +163,24 @@ fn bad_fields_are_named() {
 }
 
 #[test]
+fn checks_read_from_json_name_the_bad_check() {
+    let field = |v: serde_json::Value| GuardChecks::from_value(&v).unwrap_err();
+    let unknown = field(json!({"max_messages": 3, "detectors": ["email", "ssn"]}));
+    assert_eq!(unknown.0, "checks.detectors");
+    assert!(
+        unknown.1.starts_with("unknown detector \"ssn\""),
+        "{}",
+        unknown.1
+    );
+    assert_eq!(field(json!({"max_messages": -1})).0, "checks.max_messages");
+    assert_eq!(field(json!({"colour": 1})).0, "checks");
+    assert_eq!(field(json!(["email"])).0, "checks");
+    let good = GuardChecks::from_value(&json!({"detectors": ["api_keys"]})).unwrap();
+    assert_eq!(good.detectors.len(), 6);
+    assert!(GuardChecks::from_json("{").unwrap_err().contains("line 1"));
+}
+
+#[test]
 fn good_rules_of_every_kind_pass() {
     let ok = |checks: serde_json::Value, action: &str, stage: &str| {
         let mut s = spec(checks);

@@ -4,7 +4,7 @@
 //!
 //! Canonical means: resources sorted by their natural key (channels by name, routes by model
 //! pattern, members by id, teams by name, tokens by name then hash, prices by channel then
-//! pattern, limits by scope, metric and window, shadow rules by name), references by name (a member by its id),
+//! pattern, limits by scope, metric and window, shadow, cache and guardrail rules by name), references by name (a member by its id),
 //! amounts as exact decimal text, timestamps as RFC 3339 seconds, defaults left out, and never a
 //! secret value: a credential is `${ENV_NAME}` or the id of a secret the control plane stores.
 
@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use switchyard_config::{
-    Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawLimit, RawMember, RawPrice,
-    RawRoute, RawSemantic, RawShadow, RawTeam, RawToken,
+    Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawGuardrail, RawLimit, RawMember,
+    RawPrice, RawRoute, RawSemantic, RawShadow, RawTeam, RawToken,
 };
 use switchyard_engine::cache::CacheRule;
+use switchyard_engine::guard::rule::{GuardScope, Guardrail};
 use switchyard_engine::limit::{format_micros, format_rfc3339};
 use switchyard_engine::{
     ChannelStatus, Metric, ScopeKind, ShadowRule, ShadowTarget, SnapshotParts, Window,
@@ -101,6 +102,12 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         .map(|rule| raw_cache_rule(rule, &|id| names.channel(id)))
         .collect();
     cache_rules.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut guardrails: Vec<RawGuardrail> = parts
+        .guardrails
+        .iter()
+        .map(|g| raw_guardrail(g, &names))
+        .collect();
+    guardrails.sort_by(|a, b| a.name.cmp(&b.name));
     RawConfig {
         listen: None,
         settings: parts.settings.clone(),
@@ -112,6 +119,31 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         limits,
         shadows,
         cache_rules,
+        guardrails,
+    }
+}
+
+/// A guardrail in file form: what it is attached to by name (a route by its model pattern).
+fn raw_guardrail(rule: &Guardrail, names: &Names<'_>) -> RawGuardrail {
+    let (mut route, mut team, mut token) = (None, None, None);
+    match rule.scope {
+        GuardScope::All => {}
+        GuardScope::Route(id) => route = name_in(&names.routes, id),
+        GuardScope::Team(id) => team = name_in(&names.teams, id),
+        GuardScope::Token(id) => token = name_in(&names.tokens, id),
+    }
+    RawGuardrail {
+        id: None,
+        name: rule.name.clone(),
+        route,
+        team,
+        token,
+        stage: rule.stage.as_str().to_owned(),
+        action: rule.action.as_str().to_owned(),
+        restore: rule.restore,
+        mode: rule.mode.as_str().to_owned(),
+        enabled: rule.enabled,
+        checks: rule.checks.clone(),
     }
 }
 
@@ -415,6 +447,9 @@ pub(super) fn index(config: &RawConfig) -> BTreeMap<(&'static str, String), Valu
     }
     for c in &config.cache_rules {
         out.insert(("cache_rule", c.name.clone()), to_object(c));
+    }
+    for g in &config.guardrails {
+        out.insert(("guardrail", g.name.clone()), to_object(g));
     }
     out
 }

@@ -113,12 +113,12 @@ impl ToSchema for FieldValue {
 /// A resource the file adds, changes or removes.
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
 pub struct ResourceChange {
-    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit`, `shadow` or
-    /// `cache_rule`.
+    /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit`, `shadow`,
+    /// `cache_rule` or `guardrail`.
     pub resource: String,
     /// Its natural key: a name, a model pattern, a member id, a token's SHA-256,
-    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow or cache
-    /// rule's name.
+    /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow, cache
+    /// or guardrail rule's name.
     pub key: String,
     /// `add`, `change` or `remove`.
     pub action: String,
@@ -618,6 +618,13 @@ fn paths(raw: &RawConfig, parts: &switchyard_engine::SnapshotParts) -> Paths {
             format!("cache_rules[{i}]"),
         );
     }
+    for (i, g) in raw.guardrails.iter().enumerate() {
+        put(
+            "guardrail",
+            g.name.trim().to_owned(),
+            format!("guardrails[{i}]"),
+        );
+    }
     paths
 }
 
@@ -765,6 +772,7 @@ fn rank(kind: &str) -> usize {
         "limit",
         "shadow",
         "cache_rule",
+        "guardrail",
     ]
     .iter()
     .position(|k| *k == kind)
@@ -799,7 +807,7 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("member", "weight") => json!(1),
         ("member", "priority") => json!(0),
         ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
-        ("member" | "route" | "token" | "shadow" | "cache_rule", "enabled")
+        ("member" | "route" | "token" | "shadow" | "cache_rule" | "guardrail", "enabled")
         | ("channel", "responses_api") => {
             json!(true)
         }
@@ -807,7 +815,10 @@ fn default_of(kind: &str, field: &str) -> Value {
         | ("channel", "auto_ban")
         | ("team", "disable_failover")
         | ("token", "allow_pinning")
-        | ("cache_rule", "deterministic_only") => json!(false),
+        | ("cache_rule", "deterministic_only")
+        | ("guardrail", "restore") => json!(false),
+        ("guardrail", "stage") => json!("both"),
+        ("guardrail", "mode") => json!("enforce"),
         ("channel", "status") => json!("enabled"),
         ("route", "routing_mode") => json!("auto"),
         ("limit", "mode") => json!("hard"),

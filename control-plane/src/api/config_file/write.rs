@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use sqlx::PgConnection;
 use switchyard_config::{
-    env_reference, Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawLimit, RawMember,
-    RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
+    env_reference, Amount, RawCacheRule, RawChannel, RawConfig, RawCredential, RawGuardrail,
+    RawLimit, RawMember, RawPrice, RawRoute, RawShadow, RawTeam, RawToken,
 };
 use switchyard_engine::{Settings, SnapshotParts, DEFAULT_GROUP};
 
@@ -83,6 +83,7 @@ struct Ids {
     token_names: HashMap<String, i64>,
     shadows: HashMap<String, i64>,
     cache_rules: HashMap<String, i64>,
+    guardrails: HashMap<String, i64>,
     prices: HashMap<String, i64>,
     limits: HashMap<String, i64>,
 }
@@ -121,6 +122,11 @@ impl Ids {
                 .cache_rules
                 .iter()
                 .map(|c| (c.name.clone(), c.id))
+                .collect()),
+            guardrails: by(parts
+                .guardrails
+                .iter()
+                .map(|g| (g.name.clone(), g.id))
                 .collect()),
             prices: by(raw_prices(parts)
                 .into_iter()
@@ -368,7 +374,45 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
         let key = ("limit", ResourceKind::Limit, key.as_str());
         put(tx, by, w, key, &mut ids.limits, fields).await?;
     }
+    write_guardrails(tx, by, w, &mut ids).await?;
     delete_unwanted(tx, by, w, &ids).await
+}
+
+/// The file's guardrails, after what they are attached to exists.
+async fn write_guardrails(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+) -> ApiResult<()> {
+    for rule in &w.after.guardrails {
+        let stored = w.before.guardrails.iter().find(|g| g.name == rule.name);
+        let before = stored.map(|g| guardrail_fields(g, ids)).transpose()?;
+        let fields = (before, guardrail_fields(rule, ids)?);
+        let key = ("guardrail", ResourceKind::Guardrail, rule.name.as_str());
+        put(tx, by, w, key, &mut ids.guardrails, fields).await?;
+    }
+    Ok(())
+}
+
+fn guardrail_fields(rule: &RawGuardrail, ids: &Ids) -> ApiResult<Map<String, Value>> {
+    let (scope, scope_id) = match (&rule.route, &rule.team, &rule.token) {
+        (Some(route), _, _) => ("route", Some(id_in(&ids.routes, "route", route)?)),
+        (_, Some(team), _) => ("team", Some(id_in(&ids.teams, "team", team)?)),
+        (_, _, Some(token)) => ("token", Some(id_in(&ids.token_names, "token", token)?)),
+        _ => ("all", None),
+    };
+    Ok(object(json!({
+        "name": rule.name,
+        "scope": scope,
+        "scope_id": scope_id,
+        "stage": rule.stage,
+        "action": rule.action,
+        "restore": rule.restore,
+        "mode": rule.mode,
+        "enabled": rule.enabled,
+        "checks": rule.checks,
+    })))
 }
 
 /// The stored settings document: only what differs from the defaults.
@@ -806,8 +850,9 @@ async fn delete_unwanted(
 ) -> ApiResult<()> {
     let wanted =
         |kind: &'static str, key: &str| w.after_index.contains_key(&(kind, key.to_owned()));
-    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 8] = [
+    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 9] = [
         ("limit", ResourceKind::Limit, &ids.limits),
+        ("guardrail", ResourceKind::Guardrail, &ids.guardrails),
         ("cache_rule", ResourceKind::CacheRule, &ids.cache_rules),
         ("price", ResourceKind::Price, &ids.prices),
         ("shadow", ResourceKind::Shadow, &ids.shadows),

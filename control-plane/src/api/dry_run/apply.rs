@@ -176,7 +176,8 @@ async fn create(
     change: &ProposedChange,
 ) -> Result<Response, ChangeError> {
     use crate::api::{
-        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
+        teams, tokens,
     };
     use ResourceKind as R;
     let response = match change.resource {
@@ -202,6 +203,7 @@ async fn create(
         R::Limit => limits::create_in(tx, by, body(change)?).await?,
         R::Shadow => shadows::create_in(tx, by, body(change)?).await?,
         R::CacheRule => cache_rules::create_in(tx, by, body(change)?).await?,
+        R::Guardrail => guardrails::create_in(tx, by, body(change)?).await?,
         R::Settings => return Err(ApiError::validation("", "settings are never created").into()),
     };
     Ok(response)
@@ -214,7 +216,8 @@ async fn patch(
     change: &ProposedChange,
 ) -> Result<Response, ChangeError> {
     use crate::api::{
-        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
+        teams, tokens,
     };
     use ResourceKind as R;
     let result = match change.resource {
@@ -228,6 +231,7 @@ async fn patch(
         R::Limit => limits::patch_in(tx, by, id, body(change)?).await,
         R::Shadow => shadows::patch_in(tx, by, id, body(change)?).await,
         R::CacheRule => cache_rules::patch_in(tx, by, id, body(change)?).await,
+        R::Guardrail => guardrails::patch_in(tx, by, id, body(change)?).await,
         R::Settings => return Err(ApiError::validation("", "settings have no id").into()),
     };
     result.map_err(on_id)
@@ -240,7 +244,8 @@ async fn delete(
     resource: ResourceKind,
 ) -> ApiResult<Response> {
     use crate::api::{
-        cache_rules, channels, credentials, limits, members, prices, routes, shadows, teams, tokens,
+        cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
+        teams, tokens,
     };
     use ResourceKind as R;
     match resource {
@@ -254,6 +259,7 @@ async fn delete(
         R::Limit => limits::delete_in(tx, by, id).await,
         R::Shadow => shadows::delete_in(tx, by, id).await,
         R::CacheRule => cache_rules::delete_in(tx, by, id).await,
+        R::Guardrail => guardrails::delete_in(tx, by, id).await,
         R::Settings => Err(ApiError::validation("", "settings are never deleted")),
     }
 }

@@ -6,8 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::api::{
-    cache_rules, channels, credentials, limits, members, prices, routes, schema, shadows, teams,
-    tokens,
+    cache_rules, channels, credentials, guardrails, limits, members, prices, routes, schema,
+    shadows, teams, tokens,
 };
 
 /// At most this many changes in one dry run.
@@ -43,6 +43,7 @@ pub enum ResourceKind {
     Limit,
     Shadow,
     CacheRule,
+    Guardrail,
     Settings,
 }
 
@@ -86,6 +87,8 @@ pub enum ChangeBody {
     ShadowPatch(shadows::ShadowPatch),
     CacheRuleCreate(cache_rules::CacheRuleCreate),
     CacheRulePatch(cache_rules::CacheRulePatch),
+    GuardrailCreate(guardrails::GuardrailCreate),
+    GuardrailPatch(guardrails::GuardrailPatch),
     SettingsChanges(schema::SettingsChanges),
 }
 

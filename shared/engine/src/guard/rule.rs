@@ -263,6 +263,18 @@ pub struct ModerationCheck {
     pub categories: Vec<String>,
 }
 
+/// The names of the checks a rule can hold.
+pub const KNOWN_CHECKS: [&str; 8] = [
+    "patterns",
+    "detectors",
+    "max_input_tokens",
+    "max_messages",
+    "tools",
+    "json_schema",
+    "webhook",
+    "moderation",
+];
+
 /// The checks one rule holds (at least one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -303,6 +315,27 @@ impl GuardChecks {
     /// The checks as the JSON object the admin API takes and the snapshot stream carries.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// Reads the checks from a JSON value, naming the check of a problem
+    /// (`checks.detectors`, or `checks` for what is not an object or names an unknown check).
+    pub fn from_value(value: &Value) -> Result<GuardChecks, FieldError> {
+        let Value::Object(map) = value else {
+            return Err(field_err("checks", "checks is a JSON object"));
+        };
+        for (key, item) in map {
+            let one = Value::Object([(key.clone(), item.clone())].into_iter().collect());
+            if let Err(e) = GuardChecks::deserialize(&one) {
+                let known = KNOWN_CHECKS.contains(&key.as_str());
+                let field = if known {
+                    format!("checks.{key}")
+                } else {
+                    "checks".to_owned()
+                };
+                return Err(field_err(field, e.to_string()));
+            }
+        }
+        GuardChecks::deserialize(value).map_err(|e| field_err("checks", e.to_string()))
     }
 
     /// Reads [`GuardChecks::to_json`]'s JSON (unknown fields refused); the error names the
