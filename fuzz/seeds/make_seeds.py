@@ -498,3 +498,19 @@ framing_heads = {
 }
 for name, head in framing_heads.items():
     write("http1_framing", name, head)
+
+# Guardrail detectors: texts with every detector's true and near-miss cases, placeholders
+# already in the text, and a private key cut short.
+guard_texts = {
+    "pii": "mail a@b.io or first.last+x@mail.example.org, call +1 212 555 0100 or (212) 555-0100",
+    "cards": "card 4111 1111 1111 1111, not 4111 1111 1111 1112; amex 378282246310005 2024",
+    "iban": "pay DE89 3704 0044 0532 0130 00 AND not DE88 3704 0044 0532 0130 00",
+    "keys": "sk-proj-AbCdEf0123456789GhIjKl sk-ant-api03-abcdefghij0123456789klmn "
+            "AKIAIOSFODNN7EXAMPLE ghp_a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 xoxb-1234-5678-abcdefgh",
+    "placeholders": "[EMAIL_1] a@b.io [EMAIL_2] [EMAIL_ [CARD_1 EMP-12345 secretive",
+    "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf\n"
+           "-----END RSA PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\nMIIB+/=",
+    "unicode": "模型 a@b.io é 4111111111111111 模",
+}
+for name, text in guard_texts.items():
+    write("guard_detectors", name, text)

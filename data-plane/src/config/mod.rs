@@ -113,6 +113,90 @@ mod tests {
     }
 
     #[test]
+    fn guardrails_load_with_their_scope_and_checks() {
+        let parts = parse(&format!(
+            "{SCOPES}guardrails:\n  - name: pii\n    route: m\n    stage: request\n    action: redact\n    restore: true\n    checks:\n      detectors: [email, card]\n      patterns:\n        - {{ regex: 'EMP-[0-9]{{6}}', label: EMPLOYEE_ID, max_match_bytes: 10 }}\n  - name: size\n    team: t1\n    action: block\n    mode: shadow\n    checks: {{ max_input_tokens: 1000, max_messages: 20 }}\n  - name: tools\n    token: k\n    action: log\n    checks:\n      tools: {{ denied: [shell] }}\n      moderation: {{ channel: a }}\n  - name: json\n    stage: response\n    action: block\n    enabled: false\n    checks:\n      json_schema:\n        schema: {{ type: object, required: [answer] }}\n"
+        ))
+        .unwrap();
+        use switchyard_engine::guard::rule::{GuardAction, GuardMode, GuardScope, GuardStage};
+        let g = &parts.guardrails;
+        assert_eq!(g.len(), 4);
+        assert_eq!(
+            (g[0].scope, g[0].stage),
+            (GuardScope::Route(1), GuardStage::Request)
+        );
+        assert_eq!((g[0].action, g[0].restore), (GuardAction::Redact, true));
+        assert_eq!(g[0].checks.detectors.len(), 2);
+        assert_eq!(g[0].checks.patterns[0].max_match_bytes, 10);
+        assert_eq!(
+            (g[1].scope, g[1].mode),
+            (GuardScope::Team(1), GuardMode::Shadow)
+        );
+        assert_eq!(g[1].checks.max_input_tokens, Some(1000));
+        assert_eq!(g[2].scope, GuardScope::Token(1));
+        assert_eq!(g[2].stage, GuardStage::Both);
+        assert_eq!(g[3].scope, GuardScope::All);
+        assert!(!g[3].enabled);
+        let snapshot = switchyard_engine::Snapshot::new(parts);
+        assert!(snapshot.guards().problems().is_empty());
+        let text = "mail a@b.io about EMP-123456";
+        let rule = &snapshot.guards().rules()[0];
+        assert_eq!(snapshot.guards().scan(rule, text).len(), 2);
+    }
+
+    #[test]
+    fn bad_guardrails_name_the_field() {
+        let rule = |body: &str| format!("{SCOPES}guardrails:\n  - name: g\n{body}");
+        for (body, expected) in [
+            (
+                "    action: log\n    checks: { patterns: [{ regex: '(' }] }\n",
+                "guardrails[0].checks.patterns[0].regex: regex parse error",
+            ),
+            (
+                "    action: log\n    checks: { detectors: [ssn] }\n",
+                "guardrails[0].checks.detectors: unknown detector \"ssn\"",
+            ),
+            (
+                "    route: nope\n    action: log\n    checks: { detectors: [email] }\n",
+                "guardrails[0].route: unknown route \"nope\"",
+            ),
+            (
+                "    team: t1\n    token: k\n    action: log\n    checks: { detectors: [email] }\n",
+                "guardrails[0]: at most one of",
+            ),
+            (
+                "    action: log\n    checks: { moderation: { channel: z } }\n",
+                "guardrails[0].checks.moderation.channel: unknown channel \"z\"",
+            ),
+            (
+                "    action: block\n    checks: { max_messages: 0 }\n",
+                "guardrails[0].checks.max_messages: max_messages must be 1 or more",
+            ),
+            (
+                "    action: block\n    checks: { webhook: { url: 'ftp://x', timeout_ms: 5, on_failure: open } }\n",
+                "guardrails[0].checks.webhook.url:",
+            ),
+            (
+                "    action: erase\n    checks: { detectors: [email] }\n",
+                "guardrails[0].action: unknown action \"erase\"",
+            ),
+            (
+                "    action: log\n    checks: { colour: red }\n",
+                "guardrails[0].checks.colour: unknown field `colour`",
+            ),
+        ] {
+            let e = parse(&rule(body)).unwrap_err();
+            assert!(e.starts_with(expected), "{e}\nexpected: {expected}");
+        }
+        let twice = format!(
+            "{SCOPES}guardrails:\n  - {{ name: g, action: log, checks: {{ detectors: [email] }} }}\n  - {{ name: g, action: log, checks: {{ detectors: [email] }} }}\n"
+        );
+        assert!(parse(&twice)
+            .unwrap_err()
+            .starts_with("guardrails[1].name: another guardrail"));
+    }
+
+    #[test]
     fn bad_prices_limits_and_expiries_name_the_field() {
         for (extra, expected) in [
             (

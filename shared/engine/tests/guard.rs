@@ -303,6 +303,10 @@ fn redaction_numbers_values_stably_and_restores_exactly() {
     );
     assert_eq!(map.longest_placeholder(), "[EMAIL_1]".len());
     assert_eq!(RestoreMap::new().restore("[EMAIL_1]"), "[EMAIL_1]");
+    let literal = "[EMAIL_1] is not a@b.io, nor [EMAIL_2]";
+    let (redacted, map) = redact(literal, &guards.scan(rule, literal));
+    assert_eq!(redacted, "[EMAIL_1] is not [EMAIL_3], nor [EMAIL_2]");
+    assert_eq!(restore(&redacted, &map), literal);
     assert!(RestoreMap::new().is_empty());
 }
 

@@ -437,7 +437,7 @@ pub fn luhn(digits: &[u8]) -> bool {
             }
         })
         .sum();
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// An IBAN (spaces allowed between characters): 15 to 34 characters, the mod-97 checksum 1.

@@ -1,9 +1,13 @@
 //! Redaction and its undoing. A match is replaced by a placeholder of its kind and a number,
 //! `[EMAIL_1]`, `[CARD_2]`; one request's [`RestoreMap`] numbers every text of the request, so
-//! the same value gets the same placeholder wherever it appears and restoring is exact.
+//! the same value gets the same placeholder wherever it appears and restoring is exact. A number
+//! whose placeholder the text already holds is skipped; a placeholder of the map that an answer
+//! holds is restored wherever it stands (the map is the request's own, so the text restored is
+//! the client's own).
 
 use std::collections::HashMap;
 
+use super::detect::floor_char;
 use super::finding::{non_overlapping, Finding};
 
 /// The placeholders one request's redactions made, and what each replaced.
@@ -49,22 +53,29 @@ impl RestoreMap {
                 continue;
             }
             out.push_str(&text[at..r.start]);
-            out.push_str(&self.placeholder(&f.kind, &text[r.clone()]));
+            out.push_str(&self.placeholder(&f.kind, &text[r.clone()], text));
             at = r.end;
         }
         out.push_str(&text[at..]);
         out
     }
 
-    /// The placeholder for `original` of `kind` (the same one every time in this map).
-    fn placeholder(&mut self, kind: &str, original: &str) -> String {
+    /// The placeholder for `original` of `kind` (the same one every time in this map); a new
+    /// one skips the numbers whose placeholder the text itself already holds, so restoring the
+    /// text gives it back exactly.
+    fn placeholder(&mut self, kind: &str, original: &str, text: &str) -> String {
         let key = (kind.to_owned(), original.to_owned());
         if let Some(p) = self.placeholders.get(&key) {
             return p.clone();
         }
         let n = self.counters.entry(kind.to_owned()).or_insert(0);
-        *n += 1;
-        let placeholder = format!("[{kind}_{n}]");
+        let placeholder = loop {
+            *n += 1;
+            let candidate = format!("[{kind}_{n}]");
+            if !text.contains(&candidate) {
+                break candidate;
+            }
+        };
         self.longest = self.longest.max(placeholder.len());
         self.originals
             .insert(placeholder.clone(), original.to_owned());
@@ -81,7 +92,7 @@ impl RestoreMap {
         let mut at = 0;
         let mut search = 0;
         while let Some(open) = text[search..].find('[').map(|i| search + i) {
-            let window = &text[open..(open + self.longest).min(text.len())];
+            let window = &text[open..floor_char(text, open + self.longest)];
             let original = window
                 .find(']')
                 .and_then(|close| self.originals.get(&window[..=close]));

@@ -229,9 +229,12 @@ fn bounds(value: &Value, schema: &Map<String, Value>) -> Result<(), String> {
     Ok(())
 }
 
+/// A bound keyword and whether a number is within it.
+type Bound = (&'static str, fn(f64, f64) -> bool);
+
 fn number_bounds(n: f64, schema: &Map<String, Value>) -> Result<(), String> {
     let get = |k: &str| schema.get(k).and_then(Value::as_f64);
-    let checks: [(&str, fn(f64, f64) -> bool); 4] = [
+    let checks: [Bound; 4] = [
         ("minimum", |n, b| n >= b),
         ("maximum", |n, b| n <= b),
         ("exclusiveMinimum", |n, b| n > b),
