@@ -100,8 +100,11 @@ fn bodies_are_typed_timestamps_are_date_times_and_enums_are_enums() {
                     _ => Vec::new(),
                 };
                 let field = path.rsplit('/').next().unwrap_or("");
-                let audit_detail =
-                    path.contains("AuditEntry") && path.ends_with("/properties/detail");
+                // A guardrail's JSON schema is a JSON Schema document (the guide lists the
+                // keywords it may use).
+                let audit_detail = (path.contains("AuditEntry")
+                    && path.ends_with("/properties/detail"))
+                    || path.ends_with("GuardJsonSchemaDoc/properties/schema");
                 if types.contains(&"object")
                     && !map.contains_key("properties")
                     && !map.contains_key("additionalProperties")

@@ -10,6 +10,9 @@ use switchyard_engine::guard::rule::{GuardChecks, GuardScope, Guardrail, Guardra
 use utoipa::ToSchema;
 
 use super::crud::{crud, Item};
+use super::guard_schema::{
+    GuardActionName, GuardChecksDoc, GuardModeName, GuardScopeName, GuardStageName,
+};
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
     RowQuery, RowView,
@@ -21,21 +24,19 @@ use crate::error::{bounded, ApiError, ApiResult};
 pub struct GuardrailView {
     pub id: i64,
     pub name: String,
-    /// `all`, `route`, `team` or `token`.
+    #[schema(value_type = GuardScopeName)]
     pub scope: String,
     /// The route's, team's or token's id; `null` with `all`.
     pub scope_id: Option<i64>,
-    /// `request`, `response` or `both`.
+    #[schema(value_type = GuardStageName)]
     pub stage: String,
-    /// `block`, `redact` or `log`.
+    #[schema(value_type = GuardActionName)]
     pub action: String,
     pub restore: bool,
-    /// `enforce` or `shadow`.
+    #[schema(value_type = GuardModeName)]
     pub mode: String,
     pub enabled: bool,
-    /// The checks: `patterns`, `detectors`, `max_input_tokens`, `max_messages`, `tools`,
-    /// `json_schema`, `webhook`, `moderation`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = GuardChecksDoc)]
     pub checks: Value,
     #[schema(format = DateTime)]
     pub created_at: String,
@@ -105,24 +106,23 @@ fn columns() -> String {
 #[serde(deny_unknown_fields)]
 pub struct GuardrailCreate {
     pub name: String,
-    /// `all` (the default: every request), `route`, `team` or `token`.
+    /// Default `all`: every request.
+    #[schema(value_type = Option<GuardScopeName>)]
     pub scope: Option<String>,
     /// The route's, team's or token's id; absent with `all`.
     pub scope_id: Option<i64>,
-    /// `request`, `response` or `both` (the default).
+    /// Default `both`.
+    #[schema(value_type = Option<GuardStageName>)]
     pub stage: Option<String>,
-    /// `block`, `redact` or `log`.
+    #[schema(value_type = GuardActionName)]
     pub action: String,
     /// With `redact`: the answer gets the replaced text back. Default false.
     pub restore: Option<bool>,
-    /// `enforce` (the default) or `shadow`.
+    /// Default `enforce`.
+    #[schema(value_type = Option<GuardModeName>)]
     pub mode: Option<String>,
     pub enabled: Option<bool>,
-    /// At least one of `patterns` (`[{regex, max_match_bytes?, label?}]`), `detectors`
-    /// (names), `max_input_tokens`, `max_messages`, `tools` (`{allowed?, denied?}`),
-    /// `json_schema` (`{schema?}`), `webhook` (`{url, timeout_ms, on_failure}`), `moderation`
-    /// (`{channel, categories?}`).
-    #[schema(value_type = Object)]
+    #[schema(value_type = GuardChecksDoc)]
     pub checks: Value,
 }
 
@@ -132,16 +132,20 @@ pub struct GuardrailCreate {
 #[serde(deny_unknown_fields)]
 pub struct GuardrailPatch {
     pub name: Option<String>,
+    #[schema(value_type = Option<GuardScopeName>)]
     pub scope: Option<String>,
     #[serde(default, deserialize_with = "super::extract::nullable")]
     #[schema(value_type = Option<i64>)]
     pub scope_id: Option<Option<i64>>,
+    #[schema(value_type = Option<GuardStageName>)]
     pub stage: Option<String>,
+    #[schema(value_type = Option<GuardActionName>)]
     pub action: Option<String>,
     pub restore: Option<bool>,
+    #[schema(value_type = Option<GuardModeName>)]
     pub mode: Option<String>,
     pub enabled: Option<bool>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<GuardChecksDoc>)]
     pub checks: Option<Value>,
 }
 

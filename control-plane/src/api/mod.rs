@@ -34,6 +34,7 @@ mod explain;
 mod explain_semantic;
 mod extract;
 mod guard_explain;
+mod guard_schema;
 mod guardrails;
 mod limits;
 mod members;
