@@ -462,6 +462,29 @@ fn size_tool_and_json_verdicts() {
 }
 
 #[test]
+fn a_pattern_that_fails_to_compile_is_named_and_left_out_of_its_rule() {
+    // Validation refuses such a rule at every edge; a rule built without it still compiles,
+    // without the pattern, and the problem is named.
+    let mut r = rule(4, json!({"detectors": ["email"]}));
+    r.checks
+        .patterns
+        .push(switchyard_engine::guard::rule::PatternCheck {
+            regex: "(".into(),
+            max_match_bytes: 8,
+            label: None,
+        });
+    let guards = CompiledGuards::new(&[r]);
+    assert_eq!(guards.problems().len(), 1);
+    assert!(
+        guards.problems()[0].starts_with("guardrail 4: patterns[0]:"),
+        "{:?}",
+        guards.problems()
+    );
+    let found = guards.scan(&guards.rules()[0], "( a@b.io");
+    assert_eq!(found.len(), 1, "the detector still runs");
+}
+
+#[test]
 fn a_snapshot_compiles_its_guardrails_once_in_id_order() {
     let snapshot = Snapshot::new(SnapshotParts {
         guardrails: vec![
