@@ -292,6 +292,7 @@ fn redaction_numbers_values_stably_and_restores_exactly() {
     let (redacted, map) = redact(text, &guards.scan(rule, text));
     assert_eq!(redacted, "[EMAIL_1], [EMAIL_2] and [EMAIL_1] again");
     assert_eq!(map.len(), 2);
+    assert!(!map.is_empty());
     assert_eq!(restore(&redacted, &map), text);
     let mut map = map;
     let second = "and c@d.io, e@f.io";
@@ -308,6 +309,21 @@ fn redaction_numbers_values_stably_and_restores_exactly() {
     assert_eq!(redacted, "[EMAIL_1] is not [EMAIL_3], nor [EMAIL_2]");
     assert_eq!(restore(&redacted, &map), literal);
     assert!(RestoreMap::new().is_empty());
+}
+
+#[test]
+fn findings_outside_the_text_or_off_its_characters_are_skipped() {
+    let finding = |range: std::ops::Range<usize>| switchyard_engine::guard::finding::Finding {
+        rule_id: 1,
+        check: TextCheck::Pattern(0),
+        range,
+        kind: "X".into(),
+    };
+    let mut map = RestoreMap::new();
+    assert_eq!(map.redact("abc", &[finding(2..10)]), "abc");
+    assert_eq!(map.redact("éa", &[finding(1..3)]), "éa");
+    assert_eq!(map.redact("abc", &[finding(1..1)]), "abc");
+    assert_eq!(map.redact("abc", &[finding(1..2)]), "a[X_1]c");
 }
 
 #[test]

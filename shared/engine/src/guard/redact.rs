@@ -49,7 +49,8 @@ impl RestoreMap {
         let mut at = 0;
         for f in non_overlapping(findings) {
             let r = &f.range;
-            if r.start < at || text.get(r.clone()).is_none_or(str::is_empty) {
+            // Sorted and apart: each starts at or after the previous one's end (`at`).
+            if text.get(r.clone()).is_none_or(str::is_empty) {
                 continue;
             }
             out.push_str(&text[at..r.start]);
