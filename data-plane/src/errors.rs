@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::response::Response;
 use http::{header, HeaderValue, Method, StatusCode};
 use switchyard_engine::{Metric, ScopeKind, Window};
-use switchyard_provider::{gateway_error_body, Protocol};
+use switchyard_provider::{gateway_error_body, gateway_stream_error_event, Protocol};
 
 use crate::upstream::TransportCause;
 
@@ -102,6 +102,9 @@ pub enum GatewayError {
     NoSuchObject(&'static str),
     /// The shared state (a key's index of files and batches) could not be reached in time.
     StateUnavailable,
+    /// A guardrail blocked the request (`answer: false`: it was never sent upstream) or its
+    /// answer (`answer: true`: the client gets this instead); `rule` is the guardrail's name.
+    GuardrailBlocked { rule: String, answer: bool },
 }
 
 impl GatewayError {
@@ -143,7 +146,8 @@ impl GatewayError {
             | InvalidRequest(_)
             | InvalidPin
             | PassthroughBadPath(_)
-            | ProtocolUnsupported { .. } => StatusCode::BAD_REQUEST,
+            | ProtocolUnsupported { .. }
+            | GuardrailBlocked { .. } => StatusCode::BAD_REQUEST,
             PinningNotAllowed | ModelNotAllowed { .. } | PassthroughPathNotAllowed => {
                 StatusCode::FORBIDDEN
             }
@@ -221,6 +225,7 @@ impl GatewayError {
             PassthroughPathNotAllowed => "passthrough_path_not_allowed",
             PassthroughBadPath(_) => "invalid_path",
             ChannelUnavailable { .. } => "channel_unavailable",
+            GuardrailBlocked { .. } => "guardrail_blocked",
         }
     }
 
@@ -300,12 +305,25 @@ impl GatewayError {
             ChannelUnavailable { channel, why } => {
                 format!("The channel `{channel}` cannot be called right now: {why}.")
             }
+            GuardrailBlocked { rule, answer } => guardrail_message(rule, *answer),
         }
     }
 
     /// The error's body in `protocol`'s error shape.
     pub fn body(&self, protocol: Protocol) -> String {
         gateway_error_body(
+            protocol,
+            self.status().as_u16(),
+            self.kind(),
+            self.code(),
+            &self.message(),
+        )
+    }
+
+    /// The error as a mid-stream event in `protocol`'s SSE form (the same body as a plain
+    /// refusal).
+    pub fn stream_event(&self, protocol: Protocol) -> String {
+        gateway_stream_error_event(
             protocol,
             self.status().as_u16(),
             self.kind(),
@@ -352,6 +370,15 @@ impl GatewayError {
             headers.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
+    }
+}
+
+/// The message of [`GatewayError::GuardrailBlocked`]: the rule by name, never what it matched.
+pub fn guardrail_message(rule: &str, answer: bool) -> String {
+    if answer {
+        format!("The answer was blocked by the guardrail `{rule}` (code guardrail_blocked).")
+    } else {
+        format!("The request was blocked by the guardrail `{rule}` (code guardrail_blocked); it was not sent to any model.")
     }
 }
 

@@ -167,6 +167,23 @@ pub fn translate_error_body(
     )
 }
 
+/// A gateway-made mid-stream error event in `client`'s SSE form, its data the same body as
+/// [`gateway_error_body`] gives (OpenAI: `data: {"error":{...}}`; Anthropic: `event: error`;
+/// Gemini: `data: {"error":{"code","message","status"}}`).
+pub fn gateway_stream_error_event(
+    protocol: Protocol,
+    status: u16,
+    openai_type: &str,
+    code: &str,
+    message: &str,
+) -> String {
+    let body = gateway_error_body(protocol, status, openai_type, code, message);
+    match protocol {
+        Protocol::Anthropic => format!("event: error\ndata: {body}\n\n"),
+        Protocol::OpenAi | Protocol::Gemini => format!("data: {body}\n\n"),
+    }
+}
+
 /// A mid-stream error event in `client`'s SSE form.
 pub fn stream_error_event(client: Protocol, message: &str) -> String {
     let message = truncate(message, MAX_ERROR_MESSAGE_CHARS);
