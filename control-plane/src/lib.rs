@@ -17,6 +17,7 @@ pub mod db;
 pub(crate) mod entry;
 pub mod error;
 pub mod grpc;
+pub(crate) mod guardrail_report;
 pub mod live;
 pub(crate) mod log_retention;
 pub mod metrics;

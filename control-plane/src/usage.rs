@@ -196,6 +196,12 @@ fn check_batch(batch: &v1::UsageBatch) -> Result<(), UsageError> {
             batch.semantic_trials.len()
         )));
     }
+    if batch.guardrails.len() > MAX_RECORDS {
+        return Err(UsageError::Invalid(format!(
+            "{} guardrail records in one batch; at most {MAX_RECORDS}",
+            batch.guardrails.len()
+        )));
+    }
     Ok(())
 }
 
@@ -389,6 +395,7 @@ async fn store(
         crate::request_log::insert(&mut tx, log).await?
     };
     crate::semantic::store(&mut tx, batch).await?;
+    crate::guardrail_report::store(&mut tx, batch).await?;
     // Forget ids far older than any retry (the index makes this a short range scan).
     sqlx::query("DELETE FROM usage_batches WHERE applied_at < now() - interval '7 days'")
         .execute(&mut *tx)

@@ -81,6 +81,7 @@ const EXPECTED_ROLES: &[(&str, &str, &str)] = &[
     ("PATCH", "/api/v1/shadows/{id}", "admin"),
     ("DELETE", "/api/v1/shadows/{id}", "admin"),
     ("GET", "/api/v1/shadows/{id}/report", "viewer"),
+    ("GET", "/api/v1/guardrails/{id}/report", "viewer"),
     ("GET", "/api/v1/cache_rules", "viewer"),
     ("POST", "/api/v1/cache_rules", "admin"),
     ("GET", "/api/v1/cache_rules/{id}", "viewer"),

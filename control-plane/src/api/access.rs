@@ -125,6 +125,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("PATCH", "/api/v1/shadows/{id}", Admin),
     ("DELETE", "/api/v1/shadows/{id}", Admin),
     ("GET", "/api/v1/shadows/{id}/report", Viewer),
+    ("GET", "/api/v1/guardrails/{id}/report", Viewer),
     ("GET", "/api/v1/cache_rules", Viewer),
     ("POST", "/api/v1/cache_rules", Admin),
     ("GET", "/api/v1/cache_rules/{id}", Viewer),

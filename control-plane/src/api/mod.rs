@@ -35,6 +35,7 @@ mod explain_semantic;
 mod extract;
 mod guard_explain;
 mod guard_schema;
+mod guardrail_report;
 mod guardrails;
 mod limits;
 mod members;
@@ -139,6 +140,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::created::<shadows::ShadowView>())
         .routes(crud::item::<shadows::ShadowView>())
         .routes(routes!(shadows::report))
+        .routes(routes!(guardrail_report::report))
         .routes(crud::listed::<cache_rules::CacheRuleView>())
         .routes(crud::created::<cache_rules::CacheRuleView>())
         .routes(crud::item::<cache_rules::CacheRuleView>())

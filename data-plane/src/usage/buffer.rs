@@ -22,6 +22,9 @@ use tokio::sync::Notify;
 /// (minute, shadow rule) keys of shadow comparisons waiting at most.
 pub const MAX_SHADOW_KEYS: usize = 10_000;
 
+/// (minute, guardrail) keys of guardrail reports waiting at most.
+pub const MAX_GUARDRAIL_KEYS: usize = 10_000;
+
 /// Number of independently locked parts of the buffer.
 pub const SHARDS: usize = 16;
 
@@ -141,6 +144,8 @@ pub struct UsageBuffer {
     pub(super) log_sent: AtomicU64,
     /// Semantic cache trials per (minute, rule), sent with the next batch.
     trials: Mutex<HashMap<(i64, i64), TrialCounts>>,
+    /// Guardrail reports per (minute, guardrail), sent with the next batch.
+    guardrails: Mutex<HashMap<(i64, i64), v1::GuardrailRecord>>,
 }
 
 /// A semantic cache rule's lookups by meaning (see `SemanticTrialRecord`).
@@ -223,6 +228,7 @@ impl UsageBuffer {
             log_dropped: AtomicU64::new(0),
             log_sent: AtomicU64::new(0),
             trials: Mutex::new(HashMap::new()),
+            guardrails: Mutex::new(HashMap::new()),
         }
     }
 
@@ -347,6 +353,33 @@ impl UsageBuffer {
         true
     }
 
+    /// Adds what one guardrail did for one request (or answer), now. At most
+    /// [`MAX_GUARDRAIL_KEYS`] (minute, guardrail) keys wait; beyond that it is dropped (and
+    /// `false` returned).
+    pub fn add_guardrail(&self, guardrail: i64, report: &v1::GuardrailRecord) -> bool {
+        let now = unix_now_s();
+        let bucket = now - now.rem_euclid(60);
+        let mut map = self
+            .guardrails
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let len = map.len();
+        match map.get_mut(&(bucket, guardrail)) {
+            Some(total) => switchyard_proto::add_guardrail(total, report),
+            None if len < MAX_GUARDRAIL_KEYS => {
+                let mut first = v1::GuardrailRecord {
+                    bucket_start_unix_s: bucket,
+                    guardrail_id: guardrail,
+                    ..v1::GuardrailRecord::default()
+                };
+                switchyard_proto::add_guardrail(&mut first, report);
+                map.insert((bucket, guardrail), first);
+            }
+            None => return false,
+        }
+        true
+    }
+
     pub(super) fn dropped(&self, requests: u64) {
         self.dropped_unreported
             .fetch_add(requests, Ordering::Relaxed);
@@ -402,6 +435,13 @@ impl UsageBuffer {
             .drain()
             .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
             .collect();
+        let guardrails: Vec<v1::GuardrailRecord> = self
+            .guardrails
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .map(|(_, record)| record)
+            .collect();
         let semantic_trials: Vec<v1::SemanticTrialRecord> = self
             .trials
             .lock()
@@ -415,6 +455,7 @@ impl UsageBuffer {
             && shadows.is_empty()
             && semantic_trials.is_empty()
             && requests.is_empty()
+            && guardrails.is_empty()
         {
             return None;
         }
@@ -426,6 +467,7 @@ impl UsageBuffer {
             shadows,
             requests,
             semantic_trials,
+            guardrails,
         })
     }
 }

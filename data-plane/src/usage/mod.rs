@@ -133,6 +133,17 @@ impl UsageReporter {
         }
     }
 
+    /// Adds what `guardrail` did for one request or answer (sent with the next batch). Never
+    /// blocks on I/O; a full buffer of guardrail keys drops it.
+    pub fn record_guardrail(&self, guardrail: i64, report: &switchyard_proto::v1::GuardrailRecord) {
+        if !self.buffer.add_guardrail(guardrail, report) {
+            tracing::debug!(
+                guardrail,
+                "guardrail report dropped: too many pending guardrail keys"
+            );
+        }
+    }
+
     /// Distinct keys waiting to be reported.
     pub fn pending_keys(&self) -> usize {
         self.buffer.pending_keys()

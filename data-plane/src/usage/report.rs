@@ -129,12 +129,36 @@ async fn send(
 }
 
 /// A refused batch in two parts with ids of their own (the refused id was not applied): its
-/// records apart from the rest (its shadow comparisons and request-log rows), else its shadow
-/// comparisons apart from its request-log rows, else its one list in halves. `None` for a batch
-/// of a single record, comparison or row: nothing is left to split.
+/// guardrail reports apart from the rest, else its records apart from the rest (its shadow
+/// comparisons and request-log rows), else its shadow comparisons apart from its request-log
+/// rows, else its one list in halves. `None` for a batch of a single record, comparison, report
+/// or row: nothing is left to split.
 fn split(batch: &v1::UsageBatch) -> Option<[v1::UsageBatch; 2]> {
+    let id = |n: u8| format!("{}.{n}", batch.batch_id);
+    let guardrails = batch.guardrails.as_slice();
+    let rest = !batch.records.is_empty()
+        || !batch.shadows.is_empty()
+        || !batch.requests.is_empty()
+        || !batch.semantic_trials.is_empty();
+    if !guardrails.is_empty() && (rest || guardrails.len() > 1) {
+        let (a, b) = if rest {
+            (&[][..], guardrails)
+        } else {
+            guardrails.split_at(guardrails.len() / 2)
+        };
+        let mut first = batch.clone();
+        first.batch_id = id(1);
+        first.guardrails = a.to_vec();
+        let second = v1::UsageBatch {
+            batch_id: id(2),
+            client_id: batch.client_id.clone(),
+            guardrails: b.to_vec(),
+            ..v1::UsageBatch::default()
+        };
+        return Some([first, second]);
+    }
     let part = |n: u8| v1::UsageBatch {
-        batch_id: format!("{}.{n}", batch.batch_id),
+        batch_id: id(n),
         client_id: batch.client_id.clone(),
         ..v1::UsageBatch::default()
     };
@@ -317,6 +341,7 @@ mod tests {
             shadows: vec![v1::ShadowRecord::default(); 2],
             requests: Vec::new(),
             semantic_trials: Vec::new(),
+            guardrails: Vec::new(),
         };
         let [records, shadows] = split(&batch).unwrap();
         assert_eq!(
@@ -376,5 +401,32 @@ mod tests {
         assert_eq!((a.requests.len(), b.requests.len()), (1, 2));
         assert_eq!(a.requests[0].request_id, "a");
         assert!(split(&a).is_none(), "one row: nothing left to split");
+    }
+
+    #[test]
+    fn guardrail_reports_split_apart_from_the_rest_then_in_halves() {
+        let batch = v1::UsageBatch {
+            batch_id: "p-9".to_owned(),
+            client_id: "c".to_owned(),
+            records: vec![v1::UsageRecord::default()],
+            dropped_requests: 2,
+            guardrails: vec![v1::GuardrailRecord::default(); 3],
+            ..v1::UsageBatch::default()
+        };
+        let [rest, guardrails] = split(&batch).unwrap();
+        assert_eq!((rest.records.len(), rest.guardrails.len()), (1, 0));
+        assert_eq!(rest.dropped_requests, 2);
+        assert_eq!(
+            (guardrails.records.len(), guardrails.guardrails.len()),
+            (0, 3)
+        );
+        assert_eq!(guardrails.dropped_requests, 0);
+        assert_eq!(
+            (rest.batch_id.as_str(), guardrails.batch_id.as_str()),
+            ("p-9.1", "p-9.2")
+        );
+        let [a, b] = split(&guardrails).unwrap();
+        assert_eq!((a.guardrails.len(), b.guardrails.len()), (1, 2));
+        assert!(split(&a).is_none(), "one report: nothing left to split");
     }
 }

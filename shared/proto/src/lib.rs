@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod guardrail;
 pub mod shadow;
 pub mod usage;
 
@@ -30,5 +31,6 @@ pub use convert::{
     digest_from_hex, hex, sha256_hex, snapshot_from_proto, snapshot_to_proto, token_digest,
     token_hash, ConversionError, SCHEMA_VERSION,
 };
+pub use guardrail::{add_example, add_finding, add_guardrail};
 pub use shadow::{latency_bucket, ShadowCounts, SHADOW_HIST_BUCKETS, SHADOW_LATENCY_BOUNDS_MS};
 pub use usage::{MAX_RECORD_REQUESTS, MAX_TOKENS_PER_REQUEST};

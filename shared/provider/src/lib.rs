@@ -46,9 +46,9 @@ mod usage;
 mod util;
 
 pub use errors::{
-    anthropic_error_type, error_message, gateway_error_body, gemini_error_status,
-    openai_error_type, gateway_stream_error_event, stream_error_event, translate_error_body, translate_status,
-    MAX_ERROR_MESSAGE_CHARS,
+    anthropic_error_type, error_message, gateway_error_body, gateway_stream_error_event,
+    gemini_error_status, openai_error_type, stream_error_event, translate_error_body,
+    translate_status, MAX_ERROR_MESSAGE_CHARS,
 };
 pub use meta::{answer_meta, AnswerMeta};
 pub use protocol::Protocol;
