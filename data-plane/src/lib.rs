@@ -31,6 +31,7 @@ mod endpoint;
 mod errors;
 mod failover;
 mod files;
+mod guard;
 mod metrics;
 pub mod object_id;
 mod operator;

@@ -82,6 +82,9 @@ pub struct Metrics {
     /// `rule` (its name), `event` (`looked_up`, `bypass`, `hit`, `would_hit`, `agreed`,
     /// `disagreed`): the semantic cache's lookups by meaning.
     pub semantic_cache: Family<2>,
+    /// `rule` (guardrail name), `stage` (`request`, `response`), `outcome` (`pass`, `block`,
+    /// `redact`, `log`, `would_block`, `would_redact`, `external_failure`): guardrail checks.
+    pub guardrail_checks: Family<3>,
     /// Shadow copies dropped because the background queue was full.
     pub shadow_queue_drops: AtomicU64,
     pub failovers: AtomicU64,
@@ -156,6 +159,11 @@ impl Default for Metrics {
                 "switchyard_semantic_cache_total",
                 "Semantic cache lookups by rule name and event (looked_up, bypass, hit, would_hit, agreed, disagreed).",
                 ["rule", "event"],
+            ),
+            guardrail_checks: Family::new(
+                "switchyard_guardrail_checks_total",
+                "Guardrail checks, by guardrail name, stage (request, response) and outcome (pass, block, redact, log, would_block, would_redact, external_failure).",
+                ["rule", "stage", "outcome"],
             ),
             shadow_queue_drops: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
@@ -274,6 +282,7 @@ impl Collect for Metrics {
         );
         self.cache_requests.render(w);
         self.semantic_cache.render(w);
+        self.guardrail_checks.render(w);
         for (name, help, value) in [
             (
                 "switchyard_shadow_queue_drops_total",

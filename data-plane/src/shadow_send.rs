@@ -155,9 +155,9 @@ async fn call(state: &AppState, job: &Job) -> ShadowSide {
     }
 }
 
-/// The credential a shadow call uses: the channel's first enabled one this proxy can resolve
-/// (the mock credential when there is none).
-fn shadow_credential(channel: &Channel, runtime: &ChannelRuntime) -> CredentialId {
+/// The credential a shadow call (or a guardrail's moderation call) uses: the channel's first
+/// enabled one this proxy can resolve (the mock credential when there is none).
+pub(crate) fn shadow_credential(channel: &Channel, runtime: &ChannelRuntime) -> CredentialId {
     channel
         .credentials
         .iter()

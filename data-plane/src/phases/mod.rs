@@ -1,5 +1,5 @@
 //! A proxied request's phases, in order, over its one context ([`Ctx`]): receive → route →
-//! admit → cache (a hit ends here) → proxy ([`crate::failover`]) → finish, with the shadow
+//! admit → guard (a block ends here) → cache (a hit ends here, its answer checked) → proxy ([`crate::failover`]) → finish, with the shadow
 //! offer and the cache's store set up after the proxy and the log line written after the
 //! answer. Receive makes the context; route, admit and proxy
 //! take it by `&mut` and read the request's facts from it; finish takes what is left of it (the
@@ -10,6 +10,7 @@
 pub(crate) mod admit;
 mod cache;
 pub(crate) mod finish;
+mod guard;
 pub mod passthrough;
 pub(crate) mod receive;
 mod route;
@@ -29,7 +30,7 @@ use crate::realtime;
 use crate::record::Trail;
 use crate::shadow;
 use crate::state::AppState;
-use switchyard_provider::Protocol;
+use switchyard_provider::{Protocol, Usage};
 
 /// Serves one proxied request from its arrival to its finish. `path_model` is a Gemini path's
 /// model and stream flag.
@@ -131,9 +132,25 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
         name_client(ctx);
         return Ok(refused.into_response(ctx.endpoint.protocol()));
     }
+    // Boxed, and only when the snapshot has guardrails: most requests never enter it.
+    let guard = if ctx.view.snapshot.guards().rules().is_empty() {
+        None
+    } else {
+        match Box::pin(guard::request(state, ctx)).await {
+            Ok(guard) => guard,
+            Err(refused) => {
+                // Counted as a request with no tokens; nothing was looked up or sent.
+                ctx.trail.usage = Some(Usage::default());
+                ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));
+                name_client(ctx);
+                return Ok(refused.into_response(ctx.endpoint.protocol()));
+            }
+        }
+    };
     // Boxed, as the proxy's: a request no rule covers leaves it at once.
     let store = match Box::pin(cache::lookup(state, ctx)).await {
         cache::Looked::Hit(response) => {
+            let response = guard::answer(state, ctx, guard, response).await;
             name_client(ctx);
             return Ok(response);
         }
@@ -147,6 +164,7 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
         // A committed stream's first chunk has arrived: its time to first token.
         ctx.trail.first_token_ms = u64::try_from(ctx.started.elapsed().as_millis()).ok();
     }
+    let response = guard::answer(state, ctx, guard, response).await;
     offer_shadow(ctx);
     if let Some(store) = store {
         cache::keep(state, ctx, store);

@@ -52,8 +52,14 @@ fn translate(ctx: &mut Ctx<'_>) -> u8 {
     unsupported_providers
 }
 
+/// The translation made again for a body the guard phase rewrote: the neutral form, what each
+/// protocol cannot express, and the providers selection must skip.
+pub(super) fn translate_again(ctx: &mut Ctx<'_>) {
+    ctx.constraint.needs.unsupported_providers = translate(ctx);
+}
+
 /// The request in neutral form, or why the parser refused it.
-fn parse(ctx: &Ctx<'_>) -> Result<ChatRequest, String> {
+pub(super) fn parse(ctx: &Ctx<'_>) -> Result<ChatRequest, String> {
     let inspected = &ctx.inspected;
     let parsed = if ctx.endpoint == Endpoint::Responses {
         ChatRequest::parse_responses(&ctx.body, &inspected.model, inspected.stream)

@@ -1,0 +1,188 @@
+//! The answer-stage rules over a streamed answer: the engine's [`StreamWindow`] holds back only
+//! as much text as the rules need to see a match whole; what it releases is blocked, redacted or
+//! passed as each rule says, then has the request's placeholders put back (holding back a
+//! placeholder split between deltas). What each rule found is reported once the stream is over.
+
+use std::sync::Arc;
+
+use switchyard_engine::guard::compile::CompiledGuards;
+use switchyard_engine::guard::finding::Finding;
+use switchyard_engine::guard::redact::RestoreMap;
+use switchyard_engine::guard::rule::{GuardAction, Stage};
+use switchyard_engine::guard::window::{Release, StreamWindow};
+
+use crate::guard::check::{report, Found};
+use crate::guard::stream::{Blocked, Window};
+use crate::state::AppState;
+
+/// One answer-stage rule's part of a stream: what it found, for its report.
+struct Seen {
+    position: usize,
+    texts: Vec<String>,
+    findings: Vec<Vec<Finding>>,
+}
+
+/// A streamed answer's guard: see the module's documentation.
+pub struct AnswerWindow {
+    state: Arc<AppState>,
+    guards: Arc<CompiledGuards>,
+    window: Option<StreamWindow>,
+    seen: Vec<Seen>,
+    /// The answer's own redactions (not put back).
+    redactor: RestoreMap,
+    /// The request's redactions to put back, and the text held while a placeholder may be
+    /// incomplete.
+    restore: Option<(Arc<RestoreMap>, String)>,
+    request_id: String,
+}
+
+impl AnswerWindow {
+    /// A window over `positions` (answer-stage rules that scan text, of `guards`), restoring
+    /// `restore`'s placeholders.
+    pub fn new(
+        state: Arc<AppState>,
+        guards: Arc<CompiledGuards>,
+        positions: &[usize],
+        restore: Option<Arc<RestoreMap>>,
+        request_id: &str,
+    ) -> AnswerWindow {
+        let rules: Vec<_> = positions
+            .iter()
+            .filter_map(|p| guards.rule_at(*p))
+            .collect();
+        let window = (!rules.is_empty()).then(|| StreamWindow::new(Arc::clone(&guards), &rules));
+        let seen = rules
+            .iter()
+            .map(|r| Seen {
+                position: r.position(),
+                texts: Vec::new(),
+                findings: Vec::new(),
+            })
+            .collect();
+        AnswerWindow {
+            state,
+            guards,
+            window,
+            seen,
+            redactor: RestoreMap::new(),
+            restore: restore.map(|map| (map, String::new())),
+            request_id: request_id.to_owned(),
+        }
+    }
+
+    /// Released text: the rules' findings in it acted on, then the placeholders put back.
+    fn released(&mut self, release: Release, last: bool) -> Result<String, Blocked> {
+        let mut text = release.text;
+        if !release.findings.is_empty() {
+            text = self.act(text, &release.findings)?;
+        }
+        Ok(match &mut self.restore {
+            None => text,
+            Some((map, held)) => {
+                held.push_str(&text);
+                restore_ready(map, held, last)
+            }
+        })
+    }
+
+    /// Records each rule's findings; a blocking rule ends the stream, redacting ones rewrite
+    /// the text.
+    fn act(&mut self, text: String, findings: &[Finding]) -> Result<String, Blocked> {
+        let mut redact = Vec::new();
+        let mut blocked = None;
+        for seen in &mut self.seen {
+            let Some(rule) = self.guards.rule_at(seen.position) else {
+                continue;
+            };
+            let own: Vec<Finding> = findings
+                .iter()
+                .filter(|f| f.rule_id == rule.id())
+                .cloned()
+                .collect();
+            if own.is_empty() {
+                continue;
+            }
+            match rule.effective_action() {
+                GuardAction::Block if blocked.is_none() => {
+                    blocked = Some(rule.rule().name.clone());
+                }
+                GuardAction::Redact => redact.extend(own.iter().cloned()),
+                _ => {}
+            }
+            seen.texts.push(text.clone());
+            seen.findings.push(own);
+        }
+        if let Some(name) = blocked {
+            return Err(Blocked(name));
+        }
+        Ok(if redact.is_empty() {
+            text
+        } else {
+            self.redactor.redact(&text, &redact)
+        })
+    }
+}
+
+/// The part of `held` that can go out, with `map`'s placeholders put back: all of it at the
+/// end, else everything before a `[` that may open a placeholder not yet whole.
+fn restore_ready(map: &RestoreMap, held: &mut String, last: bool) -> String {
+    let from = held
+        .len()
+        .saturating_sub(map.longest_placeholder().saturating_sub(1));
+    let cut = if last {
+        held.len()
+    } else {
+        held.char_indices()
+            .filter(|(i, c)| *i >= from && *c == '[')
+            .map(|(i, _)| i)
+            .find(|i| !held[*i..].contains(']'))
+            .unwrap_or(held.len())
+    };
+    let ready: String = held.drain(..cut).collect();
+    map.restore(&ready)
+}
+
+impl Window for AnswerWindow {
+    fn push(&mut self, delta: &str) -> Result<String, Blocked> {
+        let release = match self.window.as_mut() {
+            Some(window) => window.push(delta),
+            None => Release {
+                text: delta.to_owned(),
+                ..Release::default()
+            },
+        };
+        self.released(release, false)
+    }
+
+    fn finish(&mut self) -> Result<String, Blocked> {
+        let release = self
+            .window
+            .take()
+            .map(StreamWindow::finish)
+            .unwrap_or_default();
+        self.released(release, true)
+    }
+}
+
+impl Drop for AnswerWindow {
+    /// The stream is over (ended, blocked or abandoned): each rule's report.
+    fn drop(&mut self) {
+        for seen in std::mem::take(&mut self.seen) {
+            let Some(rule) = self.guards.rule_at(seen.position) else {
+                continue;
+            };
+            let found = Found {
+                findings: seen.findings,
+                ..Found::default()
+            };
+            report(
+                &self.state,
+                rule,
+                Stage::Response,
+                &seen.texts,
+                &found,
+                &self.request_id,
+            );
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Guard: between admit and the cache, the guardrails that apply to the request (by its route,
+//! its key's team and its key) check its texts. A block is answered here (400 in the client's
+//! protocol; nothing is looked up or sent); a redaction rewrites the body's texts in place, so
+//! the cache keys on and the upstream receives the redacted request; a log only records. After
+//! the answer (from the cache or an upstream), the answer-stage rules check it the same way and
+//! the request's placeholders are put back when a redacting rule asked for it. A shadow-mode
+//! rule never changes anything: it reports what it would have done.
+//!
+//! A request no rule applies to costs nothing here: no parse. The answer stored in the cache
+//! (and offered to shadow rules) is the upstream's, before the answer checks and the restore:
+//! a hit is checked and restored for its own request.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use switchyard_engine::guard::compile::{CompiledGuards, CompiledRule};
+use switchyard_engine::guard::redact::RestoreMap;
+use switchyard_engine::guard::rule::{GuardAction, Stage};
+
+use crate::context::Ctx;
+use crate::endpoint::Endpoint;
+use crate::errors::GatewayError;
+use crate::guard::check::{self, Facts};
+use crate::guard::stream::guard_stream;
+use crate::guard::text::{self, Piece};
+use crate::guard::window::AnswerWindow;
+use crate::request::inspect_json_for;
+use crate::shadow::compare::json_mode_asked;
+use crate::snapshot::View;
+use crate::state::AppState;
+
+/// What the request's guard leaves for its answer.
+pub struct AnswerGuard {
+    guards: Arc<CompiledGuards>,
+    /// The answer-stage rules that apply (positions in `guards`).
+    rules: Vec<usize>,
+    /// The request's redactions, when a redacting rule asked for them to be put back.
+    restore: Option<Arc<RestoreMap>>,
+    /// The request asked for JSON mode (the answer's `json_schema` checks apply).
+    json_asked: bool,
+}
+
+/// Checks the request against the rules that apply to it; `Err` when one blocks it. `None`:
+/// nothing to do for the answer either.
+pub async fn request(
+    state: &AppState,
+    ctx: &mut Ctx<'_>,
+) -> Result<Option<AnswerGuard>, GatewayError> {
+    let view = ctx.view;
+    let guards = view.snapshot.guards();
+    if guards.rules().is_empty() || !text::checkable(ctx.endpoint) {
+        return Ok(None);
+    }
+    let (route, team, token) = (
+        ctx.route.map(|r| r.id),
+        ctx.token.team_id,
+        Some(ctx.token.id),
+    );
+    let asked: Vec<&CompiledRule> = guards
+        .applicable(route, team, token, Stage::Request)
+        .collect();
+    let rules: Vec<usize> = guards
+        .applicable(route, team, token, Stage::Response)
+        .map(CompiledRule::position)
+        .collect();
+    if asked.is_empty() && rules.is_empty() {
+        return Ok(None);
+    }
+    let restore = if asked.is_empty() {
+        None
+    } else {
+        Box::pin(check_request(state, ctx, &asked)).await?
+    };
+    let guards = Arc::clone(guards);
+    let json_asked = !rules.is_empty() && json_mode_asked(ctx.endpoint, &ctx.body);
+    Ok(Some(AnswerGuard {
+        guards,
+        rules,
+        restore,
+        json_asked,
+    }))
+}
+
+/// Runs the request-stage rules in order over the request's texts (each sees what the ones
+/// before it redacted); the body is rewritten once when a text changed.
+async fn check_request(
+    state: &AppState,
+    ctx: &mut Ctx<'_>,
+    rules: &[&CompiledRule],
+) -> Result<Option<Arc<RestoreMap>>, GatewayError> {
+    let pieces = text::request_texts(ctx.endpoint, &ctx.body);
+    let mut texts: Vec<String> = pieces.iter().map(|p| p.text.clone()).collect();
+    let tools = text::request_tools(ctx.endpoint, &ctx.body);
+    let sized = rules.iter().any(|r| {
+        let checks = &r.rule().checks;
+        checks.max_input_tokens.is_some() || checks.max_messages.is_some()
+    });
+    let size = sized.then(|| {
+        (
+            input_tokens(ctx),
+            text::message_count(ctx.endpoint, &ctx.body),
+        )
+    });
+    let facts = Facts {
+        size,
+        tools: &tools,
+        json_answer: None,
+    };
+    let mut map = RestoreMap::new();
+    let mut restore = false;
+    for rule in rules {
+        let found = check::run(state, ctx.view, rule, Stage::Request, &texts, &facts).await;
+        check::report(state, rule, Stage::Request, &texts, &found, ctx.request_id);
+        if !found.hit() {
+            continue;
+        }
+        match rule.effective_action() {
+            GuardAction::Block => return Err(blocked(rule, false)),
+            GuardAction::Redact => {
+                for (text, findings) in texts.iter_mut().zip(&found.findings) {
+                    if !findings.is_empty() {
+                        *text = map.redact(text, findings);
+                    }
+                }
+                restore |= rule.rule().restore;
+            }
+            GuardAction::Log => {}
+        }
+    }
+    if !map.is_empty() {
+        rewrite(ctx, &pieces, &texts)?;
+    }
+    Ok((restore && !map.is_empty()).then(|| Arc::new(map)))
+}
+
+/// The gateway's estimate of the request's input tokens (its neutral form's: characters / 4
+/// over its text, plus a fixed amount per media part); a body that does not parse: its texts'.
+fn input_tokens(ctx: &Ctx<'_>) -> u64 {
+    if let Some(chat) = &ctx.chat {
+        return chat.estimate_input_tokens();
+    }
+    match super::route::parse(ctx) {
+        Ok(chat) => chat.estimate_input_tokens(),
+        Err(_) => {
+            let texts = text::request_texts(ctx.endpoint, &ctx.body);
+            (texts.iter().map(|p| p.text.chars().count()).sum::<usize>() / 4) as u64
+        }
+    }
+}
+
+fn blocked(rule: &CompiledRule, answer: bool) -> GatewayError {
+    GatewayError::GuardrailBlocked {
+        rule: rule.rule().name.clone(),
+        answer,
+    }
+}
+
+/// The body with its changed texts spliced in, read again (the model's and the stream flag's
+/// byte ranges moved), and translated again when a member of another protocol may serve it.
+fn rewrite(ctx: &mut Ctx<'_>, pieces: &[Piece], texts: &[String]) -> Result<(), GatewayError> {
+    let changes: Vec<(&Piece, String)> = pieces
+        .iter()
+        .zip(texts)
+        .filter(|(p, t)| p.text != **t)
+        .map(|(p, t)| (p, t.clone()))
+        .collect();
+    let body = Bytes::from(text::splice(&ctx.body, &changes));
+    let path_model = (ctx.endpoint == Endpoint::GeminiGenerate)
+        .then(|| (ctx.inspected.model.clone(), ctx.inspected.stream));
+    let inspected = inspect_json_for(&body, path_model.as_ref().map(|(m, s)| (m.as_str(), *s)))
+        .map_err(|_| {
+            GatewayError::InvalidRequest("the redacted request could not be read".into())
+        })?;
+    ctx.body = body;
+    ctx.inspected = inspected;
+    if ctx.chat.is_some() {
+        super::route::translate_again(ctx);
+    }
+    Ok(())
+}
+
+/// The answer under the answer-stage rules and with the request's placeholders put back: a plain
+/// answer checked whole (a block answers the refusal instead), a stream through the rules'
+/// window. An error answer is left as it is.
+pub async fn answer(
+    state: &Arc<AppState>,
+    ctx: &mut Ctx<'_>,
+    guard: Option<AnswerGuard>,
+    response: Response,
+) -> Response {
+    let Some(guard) = guard else {
+        return response;
+    };
+    if !response.status().is_success() {
+        return response;
+    }
+    if ctx.inspected.stream {
+        return stream_answer(state, ctx, guard, response);
+    }
+    let asked = Asked {
+        view: ctx.view,
+        endpoint: ctx.endpoint,
+        request_id: ctx.request_id,
+    };
+    Box::pin(plain_answer(state, asked, guard, response)).await
+}
+
+/// What a plain answer's checks need of its request (the context itself is not shared across
+/// the checks' awaits).
+struct Asked<'a> {
+    view: &'a View,
+    endpoint: Endpoint,
+    request_id: &'a str,
+}
+
+fn stream_answer(
+    state: &Arc<AppState>,
+    ctx: &Ctx<'_>,
+    guard: AnswerGuard,
+    response: Response,
+) -> Response {
+    let scanning: Vec<usize> = guard
+        .rules
+        .iter()
+        .copied()
+        .filter(|p| {
+            guard
+                .guards
+                .rule_at(*p)
+                .is_some_and(|r| r.rule().checks.scans_text())
+        })
+        .collect();
+    if scanning.is_empty() && guard.restore.is_none() {
+        return response;
+    }
+    let window = AnswerWindow::new(
+        Arc::clone(state),
+        guard.guards,
+        &scanning,
+        guard.restore,
+        ctx.request_id,
+    );
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, guard_stream(body, ctx.endpoint, window))
+}
+
+async fn plain_answer(
+    state: &AppState,
+    ctx: Asked<'_>,
+    guard: AnswerGuard,
+    response: Response,
+) -> Response {
+    let protocol = ctx.endpoint.protocol();
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return GatewayError::UpstreamInvalidAnswer("the answer could not be read".into())
+            .into_response(protocol);
+    };
+    let pieces = text::answer_texts(ctx.endpoint, &bytes);
+    let mut texts: Vec<String> = pieces.iter().map(|p| p.text.clone()).collect();
+    let tools = text::answer_tools(ctx.endpoint, &bytes);
+    let joined = guard.json_asked.then(|| texts.concat());
+    let facts = Facts {
+        size: None,
+        tools: &tools,
+        json_answer: joined.as_deref(),
+    };
+    let mut redactor = RestoreMap::new();
+    for rule in guard.rules.iter().filter_map(|p| guard.guards.rule_at(*p)) {
+        let found = check::run(state, ctx.view, rule, Stage::Response, &texts, &facts).await;
+        check::report(state, rule, Stage::Response, &texts, &found, ctx.request_id);
+        if !found.hit() {
+            continue;
+        }
+        match rule.effective_action() {
+            GuardAction::Block => return blocked(rule, true).into_response(protocol),
+            GuardAction::Redact => {
+                for (text, findings) in texts.iter_mut().zip(&found.findings) {
+                    if !findings.is_empty() {
+                        *text = redactor.redact(text, findings);
+                    }
+                }
+            }
+            GuardAction::Log => {}
+        }
+    }
+    if let Some(map) = &guard.restore {
+        for text in &mut texts {
+            *text = map.restore(text);
+        }
+    }
+    let changes: Vec<(&Piece, String)> = pieces
+        .iter()
+        .zip(texts)
+        .filter(|(p, t)| p.text != *t)
+        .collect();
+    if changes.is_empty() {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let body = text::splice(&bytes, &changes);
+    Response::from_parts(parts, Body::from(body))
+}
