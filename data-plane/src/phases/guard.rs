@@ -187,12 +187,9 @@ fn rewrite(ctx: &mut Ctx<'_>, pieces: &[Piece], texts: &[String]) -> Result<(), 
 pub async fn answer(
     state: &Arc<AppState>,
     ctx: &mut Ctx<'_>,
-    guard: Option<AnswerGuard>,
+    guard: AnswerGuard,
     response: Response,
 ) -> Response {
-    let Some(guard) = guard else {
-        return response;
-    };
     if !response.status().is_success() {
         return response;
     }
@@ -204,7 +201,7 @@ pub async fn answer(
         endpoint: ctx.endpoint,
         request_id: ctx.request_id,
     };
-    Box::pin(plain_answer(state, asked, guard, response)).await
+    plain_answer(state, asked, guard, response).await
 }
 
 /// What a plain answer's checks need of its request (the context itself is not shared across

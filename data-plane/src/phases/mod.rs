@@ -150,7 +150,7 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
     // Boxed, as the proxy's: a request no rule covers leaves it at once.
     let store = match Box::pin(cache::lookup(state, ctx)).await {
         cache::Looked::Hit(response) => {
-            let response = guard::answer(state, ctx, guard, response).await;
+            let response = checked(state, ctx, guard, response).await;
             name_client(ctx);
             return Ok(response);
         }
@@ -164,13 +164,27 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
         // A committed stream's first chunk has arrived: its time to first token.
         ctx.trail.first_token_ms = u64::try_from(ctx.started.elapsed().as_millis()).ok();
     }
-    let response = guard::answer(state, ctx, guard, response).await;
+    let response = checked(state, ctx, guard, response).await;
     offer_shadow(ctx);
     if let Some(store) = store {
         cache::keep(state, ctx, store);
     }
     name_client(ctx);
     Ok(response)
+}
+
+/// The answer under the request's answer guard, when it has one (boxed: most requests have
+/// none).
+async fn checked(
+    state: &Arc<AppState>,
+    ctx: &mut Ctx<'_>,
+    guard: Option<guard::AnswerGuard>,
+    response: Response,
+) -> Response {
+    match guard {
+        None => response,
+        Some(guard) => Box::pin(guard::answer(state, ctx, guard, response)).await,
+    }
 }
 
 /// When a shadow rule samples the request, a copy of it is kept and offered to the rules once
