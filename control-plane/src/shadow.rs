@@ -346,6 +346,7 @@ mod tests {
             shadows,
             requests: Vec::new(),
             semantic_trials: Vec::new(),
+            guardrails: Vec::new(),
         }
     }
 

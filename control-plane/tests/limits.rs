@@ -528,6 +528,7 @@ async fn a_budget_whose_requests_were_all_unpriced_has_no_spend(pool: PgPool) {
             shadows: Vec::new(),
             requests: Vec::new(),
             semantic_trials: Vec::new(),
+            guardrails: Vec::new(),
         },
     )
     .await
@@ -603,6 +604,7 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
             shadows: Vec::new(),
             requests: Vec::new(),
             semantic_trials: Vec::new(),
+            guardrails: Vec::new(),
         },
     )
     .await

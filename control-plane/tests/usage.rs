@@ -60,6 +60,7 @@ fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
         shadows: Vec::new(),
         requests: Vec::new(),
         semantic_trials: Vec::new(),
+        guardrails: Vec::new(),
     }
 }
 

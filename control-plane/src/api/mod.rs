@@ -140,7 +140,6 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::created::<shadows::ShadowView>())
         .routes(crud::item::<shadows::ShadowView>())
         .routes(routes!(shadows::report))
-        .routes(routes!(guardrail_report::report))
         .routes(crud::listed::<cache_rules::CacheRuleView>())
         .routes(crud::created::<cache_rules::CacheRuleView>())
         .routes(crud::item::<cache_rules::CacheRuleView>())
@@ -148,6 +147,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::listed::<guardrails::GuardrailView>())
         .routes(crud::created::<guardrails::GuardrailView>())
         .routes(crud::item::<guardrails::GuardrailView>())
+        .routes(routes!(guardrail_report::report))
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,
