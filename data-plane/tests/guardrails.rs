@@ -80,7 +80,10 @@ async fn an_email_and_a_card_are_redacted_before_the_upstream_and_restored_in_th
         Matcher::any().model("real-m"),
         Behavior::ok().text(answer).stream(40, Duration::ZERO),
     );
-    let proxy = start(&yaml(&mock, REDACT)).await;
+    // An answer rule that only logs: its window releases text at any byte, so a placeholder is
+    // split between the deltas the restore sees.
+    let watch = "  - { name: watch, route: m, stage: response, action: log, checks: { patterns: [{ regex: 'zzz', max_match_bytes: 3 }] } }\n";
+    let proxy = start(&yaml(&mock, &format!("{REDACT}{watch}"))).await;
     let prompt = format!("Mail {EMAIL} and charge {CARD} please");
     let want = format!("Noted: {EMAIL} will be charged on {CARD}, {EMAIL} again.");
 

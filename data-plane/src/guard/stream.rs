@@ -187,3 +187,73 @@ pub fn guard_stream<W: Window + 'static>(body: Body, endpoint: Endpoint, window:
     });
     Body::from_stream(stream)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Holds the last two characters back; blocks on `X`; upper-cases on release.
+    struct Upper {
+        held: String,
+    }
+
+    impl Window for Upper {
+        fn push(&mut self, delta: &str) -> Result<String, Blocked> {
+            if delta.contains('X') {
+                return Err(Blocked("no-x".into()));
+            }
+            self.held.push_str(delta);
+            let cut = self.held.len().saturating_sub(2);
+            Ok(self.held.drain(..cut).collect::<String>().to_uppercase())
+        }
+
+        fn finish(&mut self) -> Result<String, Blocked> {
+            Ok(std::mem::take(&mut self.held).to_uppercase())
+        }
+    }
+
+    fn chunk(text: &str) -> String {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text:?}}}}}]}}\n\n")
+    }
+
+    #[test]
+    fn text_goes_out_as_the_window_releases_it_in_order_and_the_rest_at_the_end() {
+        let mut guarded = Guarded::new(
+            Endpoint::ChatCompletions,
+            Upper {
+                held: String::new(),
+            },
+        );
+        let first = guarded.chunk(chunk("abc").as_bytes()).unwrap();
+        assert!(first.is_empty(), "a text event waits for the next");
+        let finish =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+        let second = guarded
+            .chunk(format!("{}{finish}data: [DONE]\n\n", chunk("de")).as_bytes())
+            .unwrap();
+        assert_eq!(String::from_utf8(second).unwrap(), chunk("A"));
+        let rest = String::from_utf8(guarded.finish().unwrap()).unwrap();
+        assert_eq!(rest, format!("{}{finish}data: [DONE]\n\n", chunk("BCDE")));
+    }
+
+    #[test]
+    fn a_block_drops_what_is_held_and_ends_with_the_error_event() {
+        let mut guarded = Guarded::new(
+            Endpoint::Messages,
+            Upper {
+                held: String::new(),
+            },
+        );
+        let delta = |t: &str| {
+            format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{t:?}}}}}\n\n")
+        };
+        assert!(guarded.chunk(delta("hello").as_bytes()).unwrap().is_empty());
+        let (event, rule) = guarded.chunk(delta("X").as_bytes()).unwrap_err();
+        let event = String::from_utf8(event).unwrap();
+        assert_eq!(rule, "no-x");
+        assert!(event.starts_with("event: error\ndata: "), "{event}");
+        assert!(event.contains("no-x") && !event.contains("HEL"), "{event}");
+        assert!(guarded.done);
+    }
+}

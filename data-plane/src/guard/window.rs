@@ -186,3 +186,31 @@ impl Drop for AnswerWindow {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_engine::guard::finding::TextCheck;
+
+    #[test]
+    fn a_placeholder_split_between_deltas_is_held_until_whole_then_put_back() {
+        let mut map = RestoreMap::new();
+        let finding = Finding {
+            rule_id: 1,
+            check: TextCheck::Pattern(0),
+            range: 0..3,
+            kind: "EMAIL".into(),
+        };
+        assert_eq!(map.redact("a@b", &[finding]), "[EMAIL_1]");
+        let mut held = String::new();
+        let mut out = String::new();
+        for delta in ["Hi [EM", "AIL", "_1] and [", "not one] ["] {
+            held.push_str(delta);
+            out.push_str(&restore_ready(&map, &mut held, false));
+        }
+        assert_eq!(out, "Hi a@b and [not one] ");
+        assert_eq!(held, "[");
+        out.push_str(&restore_ready(&map, &mut held, true));
+        assert_eq!(out, "Hi a@b and [not one] [");
+    }
+}
