@@ -377,3 +377,47 @@ async fn a_shadow_rule_changes_nothing_and_reports_what_it_would_have_done() {
     let page = proxy.state.metrics.render();
     assert!(page.contains("switchyard_guardrail_checks_total{rule=\"would-block\",stage=\"request\",outcome=\"would_block\"} 1"), "{page}");
 }
+
+#[tokio::test]
+async fn answer_rules_refuse_a_plain_answer_or_redact_it() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().model("real-m"),
+        Behavior::ok().text("this says FORBIDDEN"),
+    );
+    mock.on(
+        Matcher::any().model("real-other"),
+        Behavior::ok().text(format!("write to {EMAIL} today")),
+    );
+    let rules = "  - { name: no-secret-word, route: m, stage: response, action: block, checks: { patterns: [{ regex: 'FORBIDDEN' }] } }\n  - { name: hide-mail, route: other, stage: response, action: redact, checks: { detectors: [email] } }\n";
+    let proxy = start(&yaml(&mock, rules)).await;
+
+    let reply = post(
+        &proxy,
+        "/v1/messages",
+        &serde_json::json!({
+            "model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]
+        })
+        .to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.json()["type"], "error");
+    assert_eq!(reply.json()["error"]["type"], "invalid_request_error");
+    let message = reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("answer") && message.contains("no-secret-word"),
+        "{message}"
+    );
+    assert!(!reply.body.contains("FORBIDDEN"));
+
+    let reply = post(&proxy, "/v1/chat/completions", &chat("other", "hi", false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.json()["choices"][0]["message"]["content"],
+        "write to [EMAIL_1] today"
+    );
+}
