@@ -43,11 +43,12 @@ pub struct AnswerGuard {
 }
 
 /// Checks the request against the rules that apply to it; `Err` when one blocks it. `None`:
-/// nothing to do for the answer either.
+/// nothing to do for the answer either (boxed: the request's future holds it across the proxy
+/// phase).
 pub async fn request(
     state: &AppState,
     ctx: &mut Ctx<'_>,
-) -> Result<Option<AnswerGuard>, GatewayError> {
+) -> Result<Option<Box<AnswerGuard>>, GatewayError> {
     let view = ctx.view;
     let guards = view.snapshot.guards();
     if guards.rules().is_empty() || !text::checkable(ctx.endpoint) {
@@ -75,12 +76,12 @@ pub async fn request(
     };
     let guards = Arc::clone(guards);
     let json_asked = !rules.is_empty() && json_mode_asked(ctx.endpoint, &ctx.body);
-    Ok(Some(AnswerGuard {
+    Ok(Some(Box::new(AnswerGuard {
         guards,
         rules,
         restore,
         json_asked,
-    }))
+    })))
 }
 
 /// Runs the request-stage rules in order over the request's texts (each sees what the ones

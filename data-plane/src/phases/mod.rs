@@ -178,12 +178,12 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
 async fn checked(
     state: &Arc<AppState>,
     ctx: &mut Ctx<'_>,
-    guard: Option<guard::AnswerGuard>,
+    guard: Option<Box<guard::AnswerGuard>>,
     response: Response,
 ) -> Response {
     match guard {
         None => response,
-        Some(guard) => Box::pin(guard::answer(state, ctx, guard, response)).await,
+        Some(guard) => Box::pin(guard::answer(state, ctx, *guard, response)).await,
     }
 }
 
