@@ -124,22 +124,12 @@ impl AnswerWindow {
 }
 
 /// The part of `held` that can go out, with `map`'s placeholders put back: all of it at the
-/// end, else everything before a `[` that may open a placeholder not yet whole.
+/// end, else what the map's stream release lets go.
 fn restore_ready(map: &RestoreMap, held: &mut String, last: bool) -> String {
-    let from = held
-        .len()
-        .saturating_sub(map.longest_placeholder().saturating_sub(1));
-    let cut = if last {
-        held.len()
-    } else {
-        held.char_indices()
-            .filter(|(i, c)| *i >= from && *c == '[')
-            .map(|(i, _)| i)
-            .find(|i| !held[*i..].contains(']'))
-            .unwrap_or(held.len())
-    };
-    let ready: String = held.drain(..cut).collect();
-    map.restore(&ready)
+    if last {
+        return map.restore(&std::mem::take(held));
+    }
+    map.release(held)
 }
 
 impl Window for AnswerWindow {

@@ -111,6 +111,24 @@ impl RestoreMap {
         out
     }
 
+    /// The part of a stream's `pending` text that can go out, restored (taken out of `pending`):
+    /// all of it but a `[` that may open a placeholder not yet whole, and what follows it. The
+    /// step [`RestoreWindow::push`] takes, for a stream that keeps its pending text itself (one
+    /// whose map is shared rather than borrowed).
+    pub fn release(&self, pending: &mut String) -> String {
+        let from = pending.len().saturating_sub(self.longest.saturating_sub(1));
+        // A `[` in the last (longest - 1) bytes with no `]` after it may open a placeholder.
+        let held = pending.char_indices().rev().take_while(|(i, _)| *i >= from);
+        let cut = held
+            .filter(|(_, c)| *c == '[')
+            .map(|(i, _)| i)
+            .filter(|i| !pending[*i..].contains(']'))
+            .last()
+            .unwrap_or(pending.len());
+        let ready: String = pending.drain(..cut).collect();
+        self.restore(&ready)
+    }
+
     /// A window restoring a stream of text deltas (a placeholder may be split across them).
     pub fn stream(&self) -> RestoreWindow<'_> {
         RestoreWindow {
@@ -144,22 +162,7 @@ impl RestoreWindow<'_> {
     /// Adds a delta; returns the text that can be released, restored.
     pub fn push(&mut self, delta: &str) -> String {
         self.pending.push_str(delta);
-        let longest = self.map.longest;
-        let from = self.pending.len().saturating_sub(longest.saturating_sub(1));
-        // A `[` in the last (longest - 1) bytes with no `]` after it may open a placeholder.
-        let held = self
-            .pending
-            .char_indices()
-            .rev()
-            .take_while(|(i, _)| *i >= from);
-        let cut = held
-            .filter(|(_, c)| *c == '[')
-            .map(|(i, _)| i)
-            .filter(|i| !self.pending[*i..].contains(']'))
-            .last()
-            .unwrap_or(self.pending.len());
-        let ready: String = self.pending.drain(..cut).collect();
-        self.map.restore(&ready)
+        self.map.release(&mut self.pending)
     }
 
     /// The rest of the stream, restored.
