@@ -360,6 +360,27 @@ fn a_restore_window_restores_a_placeholder_split_at_every_position() {
     }
 }
 
+#[test]
+fn a_restore_releases_all_but_a_placeholder_not_yet_whole() {
+    let text = "mail a@b.io";
+    let r = rule(1, json!({"detectors": ["email"]}));
+    let guards = CompiledGuards::new(&[r]);
+    let (redacted, map) = redact(text, &guards.scan(&guards.rules()[0], text));
+    assert_eq!(redacted, "mail [EMAIL_1]");
+    // Released at once, restored: no placeholder can still be open.
+    let mut pending = "to [EMAIL_1] now".to_owned();
+    assert_eq!(map.release(&mut pending), "to a@b.io now");
+    assert!(pending.is_empty());
+    // A `[` that may open a placeholder stays, with what follows it.
+    let mut pending = "to [EMAIL_1] and [EMA".to_owned();
+    assert_eq!(map.release(&mut pending), "to a@b.io and ");
+    assert_eq!(pending, "[EMA");
+    let mut w = map.stream();
+    assert_eq!(w.push("hi [EMAIL_1], "), "hi a@b.io, ");
+    assert_eq!(w.push("[EM"), "");
+    assert_eq!(w.push("AIL_1]"), "a@b.io");
+}
+
 fn window_guards(checks: serde_json::Value) -> Arc<CompiledGuards> {
     Arc::new(CompiledGuards::new(&[rule(1, checks)]))
 }
