@@ -285,17 +285,12 @@ pub async fn explain(
         // "redis": the fleet's live state; "none": no REDIS_URL, so no cooldowns, breakers,
         // in-flight counts or health records are seen.
         map.insert("health_view".into(), json!(health_view));
-        map.insert(
-            "cache_rule".into(),
-            cache_rule_json(&snapshot, model, endpoint),
-        );
-        let prompt = query.prompt.as_deref();
-        let semantic = evaluate(&state, &published.snapshot, model, endpoint, prompt).await;
-        map.insert("semantic_cache".into(), semantic);
-        let route = snapshot.resolve_route(model).map(|r| r.id);
-        let text = query.text.as_deref();
-        let guardrails = guardrails_json(&snapshot, route, token.as_ref(), text);
-        map.insert("guardrails".into(), guardrails);
+        let content = Content {
+            model,
+            endpoint,
+            token: token.as_ref(),
+        };
+        content_rules(&state, &query, &published.snapshot, content, map).await;
         if let Some(token) = &token {
             let route = snapshot.resolve_route(model).map(|r| r.id);
             let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;
@@ -304,6 +299,44 @@ pub async fn explain(
         }
     }
     Ok(Json(body))
+}
+
+/// What explain says of a request's content: the model, the endpoint a cache rule names and
+/// the token it is sent with.
+struct Content<'a> {
+    model: &'a str,
+    endpoint: CacheEndpoint,
+    token: Option<&'a Token>,
+}
+
+/// The rules that look at a request's content: the cache rule that applies (and whether its
+/// semantic part would match the query's `prompt`) and the guardrails that run (with what each
+/// would do to the query's `text`).
+async fn content_rules(
+    state: &AppState,
+    query: &ExplainQuery,
+    snapshot: &Snapshot,
+    content: Content<'_>,
+    map: &mut serde_json::Map<String, Value>,
+) {
+    let Content {
+        model,
+        endpoint,
+        token,
+    } = content;
+    map.insert(
+        "cache_rule".into(),
+        cache_rule_json(snapshot, model, endpoint),
+    );
+    let prompt = query.prompt.as_deref();
+    let semantic = evaluate(state, snapshot, model, endpoint, prompt).await;
+    map.insert("semantic_cache".into(), semantic);
+    let route = snapshot.resolve_route(model).map(|r| r.id);
+    let text = query.text.as_deref();
+    map.insert(
+        "guardrails".into(),
+        guardrails_json(snapshot, route, token, text),
+    );
 }
 
 /// What the proxy would select under for this query: the token's group wins over the one the
