@@ -31,8 +31,11 @@ pub enum Metric {
     Spend,
 }
 
-/// The counting window: UTC calendar windows (minute, hour, day, month); `None` for
-/// `concurrent`, which counts what is in progress.
+/// The counting window: UTC calendar windows (minute, hour, day, ISO week from Monday 00:00,
+/// month), a rolling window of the last N UTC days (`Rolling(N)`, N in
+/// [`ROLLING_DAYS`]: per-day buckets summed over the current day and the N − 1 before it, so it
+/// slides a day at a time at midnight UTC); `None` for `concurrent`, which counts what is in
+/// progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Window {
@@ -40,8 +43,24 @@ pub enum Window {
     Minute,
     Hour,
     Day,
+    Week,
     Month,
+    Rolling(u8),
 }
+
+/// The day counts a rolling window may have (`2d` … `90d`; one day is the calendar `day`).
+pub const ROLLING_DAYS: std::ops::RangeInclusive<u8> = 2..=90;
+
+/// The names of rolling windows, by day count (index 0 and 1 unused).
+const ROLLING_NAMES: [&str; 91] = [
+    "0d", "1d", "2d", "3d", "4d", "5d", "6d", "7d", "8d", "9d", "10d", "11d", "12d", "13d", "14d",
+    "15d", "16d", "17d", "18d", "19d", "20d", "21d", "22d", "23d", "24d", "25d", "26d", "27d",
+    "28d", "29d", "30d", "31d", "32d", "33d", "34d", "35d", "36d", "37d", "38d", "39d", "40d",
+    "41d", "42d", "43d", "44d", "45d", "46d", "47d", "48d", "49d", "50d", "51d", "52d", "53d",
+    "54d", "55d", "56d", "57d", "58d", "59d", "60d", "61d", "62d", "63d", "64d", "65d", "66d",
+    "67d", "68d", "69d", "70d", "71d", "72d", "73d", "74d", "75d", "76d", "77d", "78d", "79d",
+    "80d", "81d", "82d", "83d", "84d", "85d", "86d", "87d", "88d", "89d", "90d",
+];
 
 /// Hard limits refuse requests beyond them; soft ones let them pass and report the crossing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -58,6 +77,10 @@ pub struct LimitKey {
     pub scope_id: i64,
     pub metric: Metric,
     pub window: Window,
+    /// A limit narrowed to a model pattern or a route ([`LimitOnly`]) counts on a counter of its
+    /// own, named by its id; `None`: a plain limit, one per scope, metric and window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<i64>,
 }
 
 /// One limit as configured.
@@ -70,7 +93,10 @@ pub struct Limit {
 
 const MINUTE_MS: u64 = 60_000;
 const HOUR_MS: u64 = 3_600_000;
-const DAY_MS: u64 = 86_400_000;
+/// One UTC day in ms: the bucket a rolling window counts by.
+pub const DAY_MS: u64 = 86_400_000;
+/// 1970-01-01 was a Thursday: days since the epoch plus this, modulo 7, is days since Monday.
+const EPOCH_WEEKDAY: u64 = 3;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (month 1..=12).
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -97,7 +123,9 @@ fn year_month(days: i64) -> (i64, i64) {
 }
 
 impl Window {
-    /// `[start, end)` of the window holding `now` (UTC); `(0, u64::MAX)` for `None`.
+    /// `[start, end)` of the window holding `now` (UTC); `(0, u64::MAX)` for `None`. A rolling
+    /// window's is its current day bucket: counting starts over there for what the oldest day
+    /// held (see [`Window::first_day`]).
     pub fn bounds(self, now: UnixMillis) -> (UnixMillis, UnixMillis) {
         let fixed = |len: u64| {
             let start = now - now % len;
@@ -107,7 +135,14 @@ impl Window {
             Window::None => (0, u64::MAX),
             Window::Minute => fixed(MINUTE_MS),
             Window::Hour => fixed(HOUR_MS),
-            Window::Day => fixed(DAY_MS),
+            Window::Day | Window::Rolling(_) => fixed(DAY_MS),
+            Window::Week => {
+                let days = now / DAY_MS;
+                // Signed: the epoch's first days belong to a week that began before it.
+                let monday = days as i64 - ((days + EPOCH_WEEKDAY) % 7) as i64;
+                let ms = |day: i64| u64::try_from(day).unwrap_or(0) * DAY_MS;
+                (ms(monday), ms(monday + 7))
+            }
             Window::Month => {
                 let (y, m) = year_month((now / DAY_MS) as i64);
                 let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
@@ -117,27 +152,55 @@ impl Window {
         }
     }
 
+    /// A rolling window's day count; `None` for a calendar window.
+    pub fn rolling_days(self) -> Option<u64> {
+        match self {
+            Window::Rolling(days) => Some(u64::from(days)),
+            _ => None,
+        }
+    }
+
+    /// The first day bucket (its start, Unix ms) a rolling window holding `now` counts: the
+    /// current day and the N − 1 before it. A calendar window's own start.
+    pub fn first_day(self, now: UnixMillis) -> UnixMillis {
+        let (start, _) = self.bounds(now);
+        match self.rolling_days() {
+            Some(days) => start.saturating_sub((days - 1) * DAY_MS),
+            None => start,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Window::None => "none",
             Window::Minute => "minute",
             Window::Hour => "hour",
             Window::Day => "day",
+            Window::Week => "week",
             Window::Month => "month",
+            Window::Rolling(days) => ROLLING_NAMES
+                .get(usize::from(days))
+                .copied()
+                .unwrap_or("rolling"),
         }
     }
 }
 
 impl LimitKey {
-    /// The key's name in the shared store: `scope:id:metric:window`.
+    /// The key's name in the shared store: `scope:id:metric:window`, and `:r<id>` for a
+    /// narrowed limit.
     pub fn name(&self) -> String {
-        format!(
+        let plain = format!(
             "{}:{}:{}:{}",
             self.scope.as_str(),
             self.scope_id,
             self.metric.as_str(),
             self.window.as_str()
-        )
+        );
+        match self.rule {
+            Some(id) => format!("{plain}:r{id}"),
+            None => plain,
+        }
     }
 
     /// A `concurrent` limit (slots held, released at the end of a request).
@@ -207,28 +270,52 @@ impl Metric {
         Metric::ALL.into_iter().find(|m| m.as_str() == text)
     }
 
-    /// The windows this metric may be counted over: none for `concurrent`; minute, hour or day
-    /// for requests and tokens; day or month (UTC calendar) for spend.
-    pub fn windows(self) -> &'static [Window] {
+    /// Whether this metric may be counted over `window`: none for `concurrent`; minute, hour,
+    /// day, week or a rolling window for requests and tokens; day, week, month (UTC calendar) or
+    /// a rolling window for spend.
+    pub fn counts_over(self, window: Window) -> bool {
+        match (self, window) {
+            (Metric::Concurrent, w) => w == Window::None,
+            (_, Window::Rolling(days)) => ROLLING_DAYS.contains(&days),
+            (_, Window::Day | Window::Week) => true,
+            (Metric::Requests | Metric::Tokens, w) => matches!(w, Window::Minute | Window::Hour),
+            (Metric::Spend, w) => w == Window::Month,
+        }
+    }
+
+    /// The windows [`Metric::counts_over`] allows, for an error message.
+    pub fn window_names(self) -> &'static str {
         match self {
-            Metric::Concurrent => &[Window::None],
-            Metric::Requests | Metric::Tokens => &[Window::Minute, Window::Hour, Window::Day],
-            Metric::Spend => &[Window::Day, Window::Month],
+            Metric::Concurrent => "none",
+            Metric::Requests | Metric::Tokens => "minute, hour, day, week or 2d to 90d",
+            Metric::Spend => "day, week, month or 2d to 90d",
         }
     }
 }
 
 impl Window {
-    pub const ALL: [Window; 5] = [
+    /// The calendar windows (rolling ones are `Rolling(2..=90)`).
+    pub const CALENDAR: [Window; 6] = [
         Window::None,
         Window::Minute,
         Window::Hour,
         Window::Day,
+        Window::Week,
         Window::Month,
     ];
 
+    /// A window's name: a calendar window's, or `Nd` (N days, rolling) with N in
+    /// [`ROLLING_DAYS`].
     pub fn parse(text: &str) -> Option<Window> {
-        Window::ALL.into_iter().find(|w| w.as_str() == text)
+        if let Some(w) = Window::CALENDAR.into_iter().find(|w| w.as_str() == text) {
+            return Some(w);
+        }
+        let digits = text.strip_suffix('d')?;
+        if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let days: u8 = digits.parse().ok()?;
+        ROLLING_DAYS.contains(&days).then_some(Window::Rolling(days))
     }
 }
 
@@ -280,7 +367,7 @@ impl Limit {
             Some(w) => Window::parse(w).ok_or_else(|| {
                 (
                     "window",
-                    format!("`{w}` is not one of minute, hour, day, month"),
+                    format!("`{w}` is not one of minute, hour, day, week, month or 2d to 90d"),
                 )
             })?,
         };
@@ -292,6 +379,7 @@ impl Limit {
                 scope_id,
                 metric,
                 window,
+                rule: None,
             },
             value,
             mode,
@@ -303,15 +391,14 @@ impl Limit {
     /// Checks the window fits the metric and the value is in range; the error names the field.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         let metric = self.key.metric;
-        if !metric.windows().contains(&self.key.window) {
-            let allowed: Vec<&str> = metric.windows().iter().map(|w| w.as_str()).collect();
+        if !metric.counts_over(self.key.window) {
             let message = if metric == Metric::Concurrent {
                 "a `concurrent` limit has no window".to_owned()
             } else {
                 format!(
                     "a `{}` limit counts per {}",
                     metric.as_str(),
-                    allowed.join(" or ")
+                    metric.window_names()
                 )
             };
             return Err(("window", message));
@@ -330,11 +417,72 @@ impl Limit {
     }
 }
 
-/// A limit as an operator configured it: the counted [`Limit`] and its row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A limit as an operator configured it: the counted [`Limit`], its row id and what it is
+/// narrowed to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitRule {
     pub id: i64,
     pub limit: Limit,
+    #[serde(default)]
+    pub only: LimitOnly,
+}
+
+impl LimitRule {
+    /// A rule: a narrowed one's key names its id (a counter of its own).
+    pub fn new(id: i64, mut limit: Limit, only: LimitOnly) -> LimitRule {
+        limit.key.rule = (!only.is_plain()).then_some(id);
+        LimitRule { id, limit, only }
+    }
+}
+
+/// What a limit is narrowed to within its scope: only requests for models matching a pattern
+/// (`*`/`?` wildcards, matched against the model the client asked for), only requests through
+/// one route, or both. Neither: every request of the scope.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LimitOnly {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_pattern: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_id: Option<i64>,
+}
+
+impl LimitOnly {
+    /// Not narrowed: the limit applies to every request of its scope.
+    pub fn is_plain(&self) -> bool {
+        self.model_pattern.is_none() && self.route_id.is_none()
+    }
+
+    /// Whether a request for `model` (`None`: not known, as on a pass-through path) through
+    /// `route` is one this limit counts.
+    pub fn applies(&self, model: Option<&str>, route: Option<i64>) -> bool {
+        let model_ok = match (&self.model_pattern, model) {
+            (None, _) => true,
+            (Some(pattern), Some(model)) => wildcard_match(pattern, model),
+            (Some(_), None) => false,
+        };
+        model_ok && self.route_id.is_none_or(|id| route == Some(id))
+    }
+
+    /// Which scopes may be narrowed how: a model pattern on a token, team or route limit, a
+    /// route on a token or team limit; the error names the field.
+    pub fn check(&self, scope: ScopeKind) -> Result<(), (&'static str, String)> {
+        if let Some(pattern) = &self.model_pattern {
+            if scope.upstream() {
+                return Err((
+                    "model_pattern",
+                    "only a token, team or route limit can be narrowed to models".to_owned(),
+                ));
+            }
+            crate::pattern::validate_pattern(pattern).map_err(|e| ("model_pattern", e))?;
+        }
+        if self.route_id.is_some() && !matches!(scope, ScopeKind::Token | ScopeKind::Team) {
+            return Err((
+                "route_id",
+                "only a token or team limit can be narrowed to a route".to_owned(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Picounits: one USD is 10¹² pico-USD; a price of `p` micro-USD per million tokens is `p`
@@ -572,6 +720,57 @@ mod tests {
     }
 
     #[test]
+    fn weeks_are_iso_weeks_from_monday_midnight_utc() {
+        // Tuesday 2023-11-14: Monday the 13th to Monday the 20th.
+        let week = (1_699_833_600_000, 1_700_438_400_000);
+        assert_eq!(Window::Week.bounds(NOW), week);
+        assert_eq!(Window::Week.bounds(week.0), week, "Monday 00:00 opens it");
+        assert_eq!(Window::Week.bounds(week.1 - 1), week, "Sunday 23:59:59.999");
+        assert_eq!(
+            Window::Week.bounds(week.1).0,
+            week.1,
+            "the next Monday opens the next"
+        );
+        // Across a year's end: Monday 2024-12-30 to Monday 2025-01-06.
+        assert_eq!(
+            Window::Week.bounds(1_735_732_800_000),
+            (1_735_516_800_000, 1_736_121_600_000)
+        );
+        // The epoch (a Thursday) is in a week that began before it; the next starts on day 4.
+        assert_eq!(Window::Week.bounds(0), (0, 4 * DAY_MS));
+        assert_eq!(Window::Week.bounds(4 * DAY_MS - 1), (0, 4 * DAY_MS));
+        assert_eq!(Window::Week.bounds(4 * DAY_MS), (4 * DAY_MS, 11 * DAY_MS));
+        // Every day of some weeks: seven days, starting on a Monday.
+        for day in 4..4 + 7 * 60 {
+            let (start, end) = Window::Week.bounds(day * DAY_MS + 5);
+            assert_eq!(end - start, 7 * DAY_MS);
+            assert_eq!((start / DAY_MS - 4) % 7, 0, "day {day}");
+            assert!(start <= day * DAY_MS && day * DAY_MS < end);
+        }
+        assert_eq!(Window::Week.first_day(NOW), week.0);
+    }
+
+    #[test]
+    fn a_rolling_window_counts_the_current_day_and_the_days_before_it() {
+        let today = (1_699_920_000_000, 1_700_006_400_000);
+        let seven = Window::Rolling(7);
+        assert_eq!(seven.bounds(NOW), today, "its bucket is the UTC day");
+        assert_eq!(seven.rolling_days(), Some(7));
+        assert_eq!(
+            seven.first_day(NOW),
+            today.0 - 6 * DAY_MS,
+            "2023-11-08T00:00Z"
+        );
+        assert_eq!(seven.first_day(NOW), 1_699_401_600_000);
+        assert_eq!(Window::Rolling(2).first_day(NOW), today.0 - DAY_MS);
+        assert_eq!(Window::Rolling(90).first_day(1_000), 0, "not before the epoch");
+        assert_eq!(Window::Day.first_day(NOW), today.0);
+        assert_eq!(Window::Day.rolling_days(), None);
+        assert_eq!(Window::Week.rolling_days(), None);
+        assert_eq!(Window::Month.first_day(NOW), 1_698_796_800_000);
+    }
+
+    #[test]
     fn every_month_from_1970_to_2500_is_the_calendars() {
         // A plain calendar walk: month lengths and the Gregorian leap rule.
         let leap =
@@ -605,6 +804,7 @@ mod tests {
             scope_id: 42,
             metric: Metric::Tokens,
             window: Window::Hour,
+            rule: None,
         };
         assert_eq!(key.name(), "token:42:tokens:hour");
         for (scope, name) in [
@@ -647,15 +847,27 @@ mod tests {
         for metric in Metric::ALL {
             assert_eq!(Metric::parse(metric.as_str()), Some(metric));
         }
-        for window in Window::ALL {
+        for window in Window::CALENDAR {
             assert_eq!(Window::parse(window.as_str()), Some(window));
+        }
+        for days in ROLLING_DAYS {
+            let window = Window::Rolling(days);
+            assert_eq!(Window::parse(window.as_str()), Some(window));
+            assert_eq!(window.as_str(), format!("{days}d"));
         }
         for mode in [LimitMode::Hard, LimitMode::Soft] {
             assert_eq!(LimitMode::parse(mode.as_str()), Some(mode));
         }
         assert_eq!(ScopeKind::parse("fleet"), None);
         assert_eq!(Metric::parse("Requests"), None);
-        assert_eq!(Window::parse("week"), None);
+        for bad in ["fortnight", "1d", "91d", "0d", "07d", "d", "7", "-7d", "7D", "300d", "+7d"] {
+            assert_eq!(Window::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Window::parse("week"), Some(Window::Week));
+        assert_eq!(Window::parse("90d"), Some(Window::Rolling(90)));
+        assert_eq!(Window::parse("2d"), Some(Window::Rolling(2)));
+        assert_eq!(Window::Rolling(1).as_str(), "1d");
+        assert_eq!(Window::Rolling(91).as_str(), "rolling", "out of range: no name of its own");
         assert_eq!(LimitMode::parse(""), None);
         let upstream: Vec<bool> = ScopeKind::ALL.iter().map(|s| s.upstream()).collect();
         assert_eq!(upstream, [false, false, false, true, true]);
@@ -673,6 +885,7 @@ mod tests {
                     scope_id: 7,
                     metric: Metric::Requests,
                     window: Window::Minute,
+                    rule: None,
                 },
                 value: 10,
                 mode: LimitMode::Soft,
@@ -760,7 +973,76 @@ mod tests {
         let message = ok("concurrent", Some("minute")).unwrap_err().1;
         assert_eq!(message, "a `concurrent` limit has no window");
         let message = ok("tokens", Some("month")).unwrap_err().1;
-        assert_eq!(message, "a `tokens` limit counts per minute or hour or day");
+        assert_eq!(
+            message,
+            "a `tokens` limit counts per minute, hour, day, week or 2d to 90d"
+        );
+        let message = ok("spend", Some("minute")).unwrap_err().1;
+        assert_eq!(message, "a `spend` limit counts per day, week, month or 2d to 90d");
+        let message = ok("requests", Some("fortnight")).unwrap_err().1;
+        assert_eq!(
+            message,
+            "`fortnight` is not one of minute, hour, day, week, month or 2d to 90d"
+        );
+        for metric in ["requests", "tokens", "spend"] {
+            for window in ["week", "7d", "30d", "2d", "90d"] {
+                assert!(ok(metric, Some(window)).is_ok(), "{metric} per {window}");
+            }
+        }
+        assert_eq!(field(ok("concurrent", Some("week"))), "window");
+        assert_eq!(field(ok("concurrent", Some("7d"))), "window");
+        assert_eq!(field(ok("spend", Some("minute"))), "window");
+        // A rolling window built past the parser is still checked.
+        for days in [0, 1, 91] {
+            let mut limit = ok("spend", Some("7d")).unwrap();
+            limit.key.window = Window::Rolling(days);
+            assert_eq!(limit.check().unwrap_err().0, "window", "{days}d");
+        }
+    }
+
+    #[test]
+    fn a_limit_is_narrowed_to_models_on_client_scopes_and_to_a_route_on_tokens_and_teams() {
+        let only = |model: Option<&str>, route: Option<i64>| LimitOnly {
+            model_pattern: model.map(str::to_owned),
+            route_id: route,
+        };
+        assert!(only(None, None).is_plain());
+        assert!(!only(Some("a"), None).is_plain());
+        assert!(!only(None, Some(1)).is_plain());
+        for scope in [ScopeKind::Token, ScopeKind::Team, ScopeKind::Route] {
+            assert_eq!(only(Some("gpt-4*"), None).check(scope), Ok(()));
+        }
+        for scope in [ScopeKind::Token, ScopeKind::Team] {
+            assert_eq!(only(Some("a"), Some(3)).check(scope), Ok(()));
+        }
+        let field = |o: LimitOnly, scope| o.check(scope).unwrap_err().0;
+        for scope in [ScopeKind::Channel, ScopeKind::Member] {
+            assert_eq!(field(only(Some("a"), None), scope), "model_pattern");
+            assert_eq!(field(only(None, Some(1)), scope), "route_id");
+        }
+        assert_eq!(field(only(None, Some(1)), ScopeKind::Route), "route_id");
+        assert_eq!(field(only(Some(""), None), ScopeKind::Token), "model_pattern");
+        assert_eq!(field(only(Some("a b"), None), ScopeKind::Team), "model_pattern");
+        assert_eq!(only(None, None).check(ScopeKind::Member), Ok(()));
+        // What applies: the pattern to the client's model, the route by id; both when both.
+        assert!(only(None, None).applies(None, None));
+        assert!(only(Some("gpt-4*"), None).applies(Some("gpt-4o"), None));
+        assert!(!only(Some("gpt-4*"), None).applies(Some("gpt-3"), None));
+        assert!(!only(Some("gpt-4*"), None).applies(None, Some(1)));
+        assert!(only(None, Some(1)).applies(None, Some(1)));
+        assert!(!only(None, Some(1)).applies(Some("x"), Some(2)));
+        assert!(!only(None, Some(1)).applies(Some("x"), None));
+        assert!(only(Some("a"), Some(1)).applies(Some("a"), Some(1)));
+        assert!(!only(Some("a"), Some(1)).applies(Some("b"), Some(1)));
+        assert!(!only(Some("a"), Some(1)).applies(Some("a"), Some(2)));
+        // A narrowed rule's key names its id; a plain one's does not.
+        let limit = Limit::parse("token", 4, "tokens", Some("day"), 9, "hard").unwrap();
+        let rule = LimitRule::new(12, limit, only(Some("a"), None));
+        assert_eq!(rule.limit.key.rule, Some(12));
+        assert_eq!(rule.limit.key.name(), "token:4:tokens:day:r12");
+        let plain = LimitRule::new(12, limit, only(None, None));
+        assert_eq!(plain.limit.key.rule, None);
+        assert_eq!(plain.limit.key.name(), "token:4:tokens:day");
     }
 
     #[test]
@@ -770,6 +1052,7 @@ mod tests {
             scope_id: 1,
             metric: Metric::Concurrent,
             window: Window::Minute,
+            rule: None,
         };
         assert!(key.concurrent());
         assert_eq!(key.bounds(NOW), (0, u64::MAX));

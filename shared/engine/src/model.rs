@@ -14,7 +14,7 @@ use crate::cache::CacheRule;
 use crate::fxhash::FxHashMap;
 use crate::guard::compile::CompiledGuards;
 use crate::guard::rule::Guardrail;
-use crate::limit::{Limit, LimitRule, Price, ScopeKind};
+use crate::limit::{Limit, LimitOnly, LimitRule, Price, ScopeKind};
 use crate::pattern::RouteIndex;
 use crate::settings::Settings;
 use crate::shadow::ShadowRule;
@@ -385,8 +385,11 @@ pub struct Snapshot {
     guardrails: Vec<Guardrail>,
     /// The guardrails compiled (patterns and detectors as automata), once per snapshot.
     guards: Arc<CompiledGuards>,
-    /// (scope kind, scope id) -> the limits of that scope, in id order.
+    /// (scope kind, scope id) -> the plain limits of that scope, in id order.
     limits_by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>>,
+    /// (scope kind, scope id) -> the limits of that scope narrowed to a model pattern or a
+    /// route, in id order.
+    narrowed_by_scope: FxHashMap<(ScopeKind, i64), Vec<(LimitOnly, Limit)>>,
     /// Whether any channel or member carries a limit.
     upstream_limits: bool,
     index: RouteIndex,
@@ -453,16 +456,25 @@ impl RouteMeta {
     }
 }
 
-/// The limits (in id order) grouped by their scope: (scope kind, scope id) -> its limits.
-fn limits_by_scope(limits: &[LimitRule]) -> FxHashMap<(ScopeKind, i64), Vec<Limit>> {
-    let mut by_scope: FxHashMap<(ScopeKind, i64), Vec<Limit>> = FxHashMap::default();
+type ByScope<T> = FxHashMap<(ScopeKind, i64), Vec<T>>;
+
+/// The limits (in id order) grouped by their scope: (scope kind, scope id) -> its plain
+/// limits, and its narrowed ones with what they are narrowed to.
+fn limits_by_scope(limits: &[LimitRule]) -> (ByScope<Limit>, ByScope<(LimitOnly, Limit)>) {
+    let mut plain: ByScope<Limit> = FxHashMap::default();
+    let mut narrowed: ByScope<(LimitOnly, Limit)> = FxHashMap::default();
     for rule in limits {
-        by_scope
-            .entry((rule.limit.key.scope, rule.limit.key.scope_id))
-            .or_default()
-            .push(rule.limit);
+        let scope = (rule.limit.key.scope, rule.limit.key.scope_id);
+        if rule.only.is_plain() {
+            plain.entry(scope).or_default().push(rule.limit);
+        } else {
+            narrowed
+                .entry(scope)
+                .or_default()
+                .push((rule.only.clone(), rule.limit));
+        }
     }
-    by_scope
+    (plain, narrowed)
 }
 
 /// The built-in catalog's prices of the channels whose provider it knows.
@@ -520,7 +532,7 @@ impl Snapshot {
         prices.sort_by_key(|p| p.id);
         shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
-        let limits_by_scope = limits_by_scope(&limits);
+        let (limits_by_scope, narrowed_by_scope) = limits_by_scope(&limits);
         channels.sort_by_key(|c| c.id);
         let catalog_prices = if settings.price_catalog {
             catalog_prices(&channels)
@@ -569,6 +581,7 @@ impl Snapshot {
             guardrails,
             guards,
             limits_by_scope,
+            narrowed_by_scope,
             index,
             member_index,
             route_meta,
@@ -641,11 +654,31 @@ impl Snapshot {
         &self.guards
     }
 
-    /// The limits attached to one scope (a token, a team, a route, a channel or a member).
+    /// The plain limits attached to one scope (a token, a team, a route, a channel or a
+    /// member): every request of the scope counts.
     pub fn limits_of(&self, scope: ScopeKind, id: i64) -> &[Limit] {
         self.limits_by_scope
             .get(&(scope, id))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// The limits of one scope narrowed to a model pattern or a route that a request for
+    /// `model` (`None`: not known) through `route` counts on, in id order.
+    pub fn narrowed_limits_of<'a>(
+        &'a self,
+        scope: ScopeKind,
+        id: i64,
+        model: Option<&'a str>,
+        route: Option<i64>,
+    ) -> impl Iterator<Item = Limit> + 'a {
+        let narrowed = self
+            .narrowed_by_scope
+            .get(&(scope, id))
+            .map_or(&[][..], Vec::as_slice);
+        narrowed
+            .iter()
+            .filter(move |(only, _)| only.applies(model, route))
+            .map(|(_, limit)| *limit)
     }
 
     /// Whether any channel or member carries a limit (the proxy checks upstream room only then).

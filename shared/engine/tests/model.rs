@@ -5,6 +5,7 @@
 mod support;
 
 use support::*;
+use switchyard_engine::limit::LimitOnly;
 use switchyard_engine::*;
 
 #[test]
@@ -218,10 +219,57 @@ fn price(id: i64, channel: ChannelId, pattern: &str, input: u64) -> Price {
 }
 
 fn limit(id: i64, scope: &str, scope_id: i64, metric: &str, window: Option<&str>) -> LimitRule {
-    LimitRule {
-        id,
-        limit: Limit::parse(scope, scope_id, metric, window, 100, "hard").unwrap(),
-    }
+    let limit = Limit::parse(scope, scope_id, metric, window, 100, "hard").unwrap();
+    LimitRule::new(id, limit, LimitOnly::default())
+}
+
+fn narrowed(id: i64, scope: &str, scope_id: i64, model: Option<&str>, route: Option<i64>) -> LimitRule {
+    let limit = Limit::parse(scope, scope_id, "requests", Some("minute"), id as u64, "hard").unwrap();
+    let only = LimitOnly {
+        model_pattern: model.map(str::to_owned),
+        route_id: route,
+    };
+    LimitRule::new(id, limit, only)
+}
+
+#[test]
+fn narrowed_limits_apply_only_to_their_models_and_route() {
+    let mut parts = snapshot().to_parts();
+    parts.limits.extend([
+        narrowed(52, "token", 3, Some("gpt-4*"), None),
+        narrowed(51, "team", 7, None, Some(10)),
+        narrowed(53, "token", 3, Some("a"), Some(20)),
+    ]);
+    let s = Snapshot::new(parts);
+    let ids = |scope, id, model, route| -> Vec<u64> {
+        s.narrowed_limits_of(scope, id, model, route)
+            .map(|l| l.value)
+            .collect()
+    };
+    // A narrowed limit is not a plain one of its scope.
+    assert_eq!(s.limits_of(ScopeKind::Token, 3).len(), 1);
+    assert!(s.limits_of(ScopeKind::Team, 7).is_empty());
+    assert_eq!(ids(ScopeKind::Token, 3, Some("gpt-4o"), Some(10)), [52]);
+    assert!(ids(ScopeKind::Token, 3, Some("gpt-3.5"), Some(10)).is_empty());
+    assert!(
+        ids(ScopeKind::Token, 3, None, Some(10)).is_empty(),
+        "a model pattern needs a model"
+    );
+    assert_eq!(ids(ScopeKind::Token, 3, Some("a"), Some(20)), [53], "both must hold");
+    assert!(ids(ScopeKind::Token, 3, Some("a"), Some(10)).is_empty());
+    assert_eq!(ids(ScopeKind::Team, 7, Some("x"), Some(10)), [51]);
+    assert_eq!(ids(ScopeKind::Team, 7, None, Some(10)), [51]);
+    assert!(ids(ScopeKind::Team, 7, Some("x"), None).is_empty());
+    assert!(ids(ScopeKind::Team, 8, Some("x"), Some(10)).is_empty());
+    // Each counts on a counter of its own, named by its id.
+    let key = s
+        .narrowed_limits_of(ScopeKind::Token, 3, Some("gpt-4o"), None)
+        .next()
+        .unwrap()
+        .key;
+    assert_eq!(key.rule, Some(52));
+    assert_eq!(key.name(), "token:3:requests:minute:r52");
+    assert_eq!(s.limits_of(ScopeKind::Token, 3)[0].key.rule, None);
 }
 
 #[test]

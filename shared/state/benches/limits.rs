@@ -16,6 +16,7 @@ fn limit(id: i64, metric: Metric, window: Window) -> Limit {
             scope_id: id,
             metric,
             window,
+            rule: None,
         },
         value: u64::MAX / 4,
         mode: LimitMode::Hard,

@@ -104,6 +104,11 @@ pub fn limit_checks() -> &'static [(&'static str, LimitCheck)] {
             "spend_month_is_the_utc_calendar_month",
             spend_month_is_the_utc_calendar_month,
         ),
+        ("week_is_the_iso_week", week_is_the_iso_week),
+        (
+            "rolling_window_counts_the_last_days",
+            rolling_window_counts_the_last_days,
+        ),
         ("concurrency_slot_is_released", concurrency_slot_is_released),
         (
             "room_is_checked_without_taking",
@@ -876,6 +881,7 @@ fn limit(scope: ScopeKind, id: i64, metric: Metric, window: Window, value: u64) 
             scope_id: id,
             metric,
             window,
+            rule: None,
         },
         value,
         mode: LimitMode::Hard,
@@ -1101,6 +1107,80 @@ pub fn spend_month_is_the_utc_calendar_month(store: &dyn StateStore, settle: &dy
         Some(1_711_929_600_000),
         "2024-04-01T00:00:00Z"
     );
+}
+
+pub fn week_is_the_iso_week(store: &dyn StateStore, settle: &dyn Fn()) {
+    // Sunday 2023-11-19T23:59:59Z, the last second of an ISO week.
+    let sunday_end: UnixMillis = 1_700_438_399_000;
+    let limits = [limit(ScopeKind::Token, 8, Metric::Requests, Window::Week, 2)];
+    // Tuesday of the same week: counted with Sunday.
+    assert!(take(store, settle, &limits, 0, sunday_end - 5 * DAY).admitted());
+    assert!(take(store, settle, &limits, 0, sunday_end).admitted());
+    let refused = take(store, settle, &limits, 0, sunday_end);
+    assert_eq!(
+        refused.refused.map(|r| r.retry_after_ms),
+        Some(1_000),
+        "Monday starts in a second"
+    );
+    assert_eq!(
+        refused.requests.map(|h| (h.limit, h.remaining, h.reset_at)),
+        Some((2, 0, sunday_end + 1_000))
+    );
+    assert!(take(store, settle, &limits, 0, sunday_end + 1_000).admitted());
+}
+
+const DAY: UnixMillis = 86_400_000;
+
+/// A 7-day rolling budget: day buckets summed over the current UTC day and the six before it.
+pub fn rolling_window_counts_the_last_days(store: &dyn StateStore, settle: &dyn Fn()) {
+    // Noon of day 0, 2023-11-14.
+    let day0: UnixMillis = 1_699_963_200_000;
+    let limits = [limit(ScopeKind::Team, 9, Metric::Spend, Window::Rolling(7), 100)];
+    let spend = |day: u64, amount: i64| {
+        let at = day0 + day * DAY;
+        assert!(
+            take(store, settle, &limits, 0, at).admitted(),
+            "day {day} has room"
+        );
+        store.limit_settle(&limits, Metric::Spend, amount, at, at);
+        settle();
+    };
+    spend(0, 40);
+    for day in 1..=5 {
+        spend(day, 5);
+    }
+    spend(6, 35);
+    let day6 = day0 + 6 * DAY;
+    let status = store.limit_status(&limits[0], day6);
+    assert_eq!((status.used, status.remaining), (100, 0), "seven days: 100");
+    assert_eq!(status.reset_at, Some(day6 + DAY / 2), "the next UTC midnight");
+    assert_eq!(
+        take(store, settle, &limits, 0, day6).refused,
+        Some(Refusal {
+            index: 0,
+            retry_after_ms: DAY / 2
+        }),
+        "the seventh day is full: room when the oldest day leaves"
+    );
+    // Day 7: day 0 (40) left the window; days 1 to 6 hold 60.
+    let day7 = day6 + DAY;
+    assert!(take(store, settle, &limits, 0, day7).admitted());
+    settle();
+    let status = store.limit_status(&limits[0], day7);
+    assert_eq!((status.used, status.remaining), (60, 40));
+    store.limit_settle(&limits, Metric::Spend, 40, day7, day7);
+    settle();
+    assert!(!take(store, settle, &limits, 0, day7).admitted(), "full again");
+    // Day 8: day 1 (5) left.
+    let day8 = day7 + DAY;
+    assert!(take(store, settle, &limits, 0, day8).admitted());
+    settle();
+    assert_eq!(store.limit_status(&limits[0], day8).used, 95);
+    // Days later, every earlier day has left: the whole budget again.
+    let later = day8 + 7 * DAY;
+    assert!(take(store, settle, &limits, 0, later).admitted());
+    settle();
+    assert_eq!(store.limit_status(&limits[0], later).used, 0);
 }
 
 pub fn concurrency_slot_is_released(store: &dyn StateStore, settle: &dyn Fn()) {

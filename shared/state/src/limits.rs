@@ -111,10 +111,18 @@ pub(crate) enum Authority {
     Fleet { connected: bool, live: u32 },
 }
 
-/// One limit key's local state.
+/// One limit key's local state. A rolling window's slot is its current day bucket: `before`
+/// holds what the earlier days of the window took, and the bucket's room is the rest.
 #[derive(Debug, Clone, Default)]
 struct Slot {
+    /// What this window (a rolling window: its current day) may still take in all:
+    /// `configured − before`.
     value: u64,
+    /// The limit as configured.
+    configured: u64,
+    /// A rolling window: taken fleet-wide in its earlier days (the shared counters' sum as the
+    /// last claim saw it; this proxy's own record of those days before any claim). Else 0.
+    before: u64,
     window_start: UnixMillis,
     window_end: UnixMillis,
     /// Taken here in this window (`concurrent`: slots held now).
@@ -137,7 +145,7 @@ impl Slot {
     fn give_back(&self, key: LimitKey, unused: u64) -> Claim {
         Claim {
             key,
-            value: self.value,
+            value: self.configured,
             window_start: self.window_start,
             window_end: self.window_end,
             debt: -(unused as i64),
@@ -150,6 +158,7 @@ impl Slot {
     fn new(limit: &Limit, (window_start, window_end): (UnixMillis, UnixMillis)) -> Slot {
         Slot {
             value: limit.value,
+            configured: limit.value,
             window_start,
             window_end,
             concurrent: limit.key.concurrent(),
@@ -219,6 +228,7 @@ impl Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Claim {
     pub key: LimitKey,
+    /// The limit as configured (a rolling window's room is this less its earlier days).
     pub value: u64,
     pub window_start: UnixMillis,
     pub window_end: UnixMillis,
@@ -244,6 +254,9 @@ struct Tables {
     slots: HashMap<LimitKey, Slot>,
     /// Allowance left over when a window ended, to give back.
     give_backs: Vec<Claim>,
+    /// Rolling windows: what each earlier day bucket took (fleet-wide as this proxy knew it
+    /// when the day ended), by (limit, day start); days older than the window are dropped.
+    history: HashMap<(LimitKey, UnixMillis), u64>,
 }
 
 fn amounts(limit: &Limit, tokens: u64) -> (u64, u64) {
@@ -257,7 +270,7 @@ fn amounts(limit: &Limit, tokens: u64) -> (u64, u64) {
 
 fn header(slot: &Slot, auth: Authority) -> RateHeader {
     RateHeader {
-        limit: slot.value,
+        limit: slot.configured,
         remaining: slot.remaining(auth),
         reset_at: slot.window_end,
     }
@@ -272,12 +285,16 @@ fn tighter(old: Option<RateHeader>, new: RateHeader) -> Option<RateHeader> {
 
 impl Tables {
     /// The slot of `limit` for the window holding `now` (created, or rolled over to it: the
-    /// allowance left in the old window is given back).
-    fn slot(&mut self, limit: &Limit, now: UnixMillis) -> &mut Slot {
+    /// allowance left in the old window is given back; a rolling window's ending day is
+    /// remembered and its earlier days summed into `before`).
+    fn slot(&mut self, limit: &Limit, now: UnixMillis, auth: Authority) -> &mut Slot {
         let bounds = limit.key.bounds(now);
-        let give_backs = &mut self.give_backs;
-        let slot = self
-            .slots
+        let Tables {
+            slots,
+            give_backs,
+            history,
+        } = self;
+        let slot = slots
             .entry(limit.key)
             .or_insert_with(|| Slot::new(limit, bounds));
         if bounds.0 > slot.window_start {
@@ -287,12 +304,36 @@ impl Tables {
                 give_backs.push(slot.give_back(limit.key, unused));
             }
             let largest = slot.largest_take;
+            let ended = (slot.window_start, slot.fleet_used(auth));
             *slot = Slot::new(limit, bounds);
             slot.largest_take = largest;
+            if limit.key.window.rolling_days().is_some() {
+                slot.before = roll_day(history, limit, ended, now);
+            }
         }
-        slot.value = limit.value;
+        slot.configured = limit.value;
+        slot.value = limit.value.saturating_sub(slot.before);
         slot
     }
+}
+
+/// A rolling window's day `ended` (its start, what it took) is over: remembers it, forgets the
+/// days that left the window holding `now`, and returns what the window's earlier days took.
+fn roll_day(
+    history: &mut HashMap<(LimitKey, UnixMillis), u64>,
+    limit: &Limit,
+    ended: (UnixMillis, u64),
+    now: UnixMillis,
+) -> u64 {
+    let first = limit.key.window.first_day(now);
+    if ended.1 > 0 {
+        history.insert((limit.key, ended.0), ended.1);
+    }
+    history.retain(|(key, day), _| *key != limit.key || *day >= first);
+    history
+        .iter()
+        .filter(|((key, _), _)| *key == limit.key)
+        .fold(0u64, |sum, (_, used)| sum.saturating_add(*used))
 }
 
 impl Tables {
@@ -309,7 +350,7 @@ impl Tables {
         let mut due = false;
         for (i, limit) in req.limits.iter().enumerate() {
             let (check, _) = amounts(limit, req.tokens);
-            let slot = self.slot(limit, now);
+            let slot = self.slot(limit, now, auth);
             slot.largest_take = slot.largest_take.max(check);
             if limit.mode == LimitMode::Hard && !slot.room(check, auth) {
                 let retry_after_ms = if limit.key.concurrent()
@@ -365,7 +406,7 @@ impl Limiter {
         out.refused = refused;
         for (i, limit) in req.limits.iter().enumerate() {
             let (_, taken) = amounts(limit, req.tokens);
-            let slot = t.slot(limit, now);
+            let slot = t.slot(limit, now, auth);
             if out.refused.is_none() {
                 let before = slot.fleet_used(auth);
                 slot.used = slot.used.saturating_add(taken);
@@ -427,7 +468,7 @@ impl Limiter {
         };
         for limit in limits.iter().filter(|l| l.key.metric == metric) {
             let (start, _) = limit.key.bounds(taken_at);
-            let slot = t.slot(limit, now);
+            let slot = t.slot(limit, now, auth);
             if start < slot.window_start && delta < 0 {
                 continue;
             }
@@ -464,9 +505,9 @@ impl Limiter {
 
     pub fn status(&self, limit: &Limit, now: UnixMillis, auth: Authority) -> LimitStatus {
         let mut t = self.lock();
-        let slot = t.slot(limit, now);
+        let slot = t.slot(limit, now, auth);
         LimitStatus {
-            used: slot.fleet_used(auth),
+            used: slot.fleet_used(auth).saturating_add(slot.before),
             remaining: slot.remaining(auth),
             reset_at: (!limit.key.concurrent()).then_some(slot.window_end),
         }
@@ -485,7 +526,7 @@ impl Limiter {
             let w = allowance(slot.value, live, slot.largest_take);
             claims.push(Claim {
                 key: *key,
-                value: slot.value,
+                value: slot.configured,
                 window_start: slot.window_start,
                 window_end: slot.window_end,
                 debt: slot.used.saturating_sub(slot.granted) as i64,
@@ -533,6 +574,21 @@ impl Limiter {
                 slot.fleet = fleet;
             }
             None => slot.due = true,
+        }
+    }
+
+    /// What a rolling window's earlier days took fleet-wide, as the answer to `claim` read the
+    /// shared counters: the current day's room is the limit less that.
+    pub fn learn_before(&self, claim: &Claim, before: u64) {
+        if claim.give_back {
+            return;
+        }
+        let mut t = self.lock();
+        if let Some(slot) = t.slots.get_mut(&claim.key) {
+            if slot.window_start == claim.window_start {
+                slot.before = before;
+                slot.value = slot.configured.saturating_sub(before);
+            }
         }
     }
 
@@ -594,6 +650,7 @@ mod tests {
                 scope_id: id,
                 metric,
                 window,
+                rule: None,
             },
             value,
             mode: LimitMode::Hard,
@@ -1163,5 +1220,112 @@ mod tests {
             "only concurrency is released"
         );
         assert_eq!(l.status(&lifetime[0], NOW, Authority::Exact).used, 1);
+    }
+
+    fn at(l: &Limiter, limits: &[Limit], now: UnixMillis, auth: Authority) -> Admission {
+        l.take(&LimitRequest { limits, tokens: 0 }, now, auth).0
+    }
+
+    #[test]
+    fn a_rolling_window_remembers_its_days_until_they_leave_it() {
+        let l = Limiter::default();
+        let x = Authority::Exact;
+        let limits = [limit(1, Metric::Requests, Window::Rolling(3), 3)];
+        assert!(at(&l, &limits, NOW, x).admitted());
+        assert!(at(&l, &limits, NOW, x).admitted());
+        let day1 = NOW + DAY_MS;
+        let a = at(&l, &limits, day1, x);
+        assert!(a.admitted(), "the third of three");
+        let header = a.requests.unwrap();
+        assert_eq!(
+            (header.limit, header.remaining),
+            (3, 0),
+            "the configured limit, the window's room"
+        );
+        let refused = at(&l, &limits, day1, x).refused.unwrap();
+        assert_eq!(
+            refused.retry_after_ms,
+            1_700_092_800_000 - day1,
+            "room again when a day leaves"
+        );
+        // Day 2: days 0 and 1 are still in the window.
+        let day2 = day1 + DAY_MS;
+        assert!(!at(&l, &limits, day2, x).admitted());
+        assert_eq!(l.status(&limits[0], day2, x).used, 3);
+        // Day 3: day 0 (2) left; day 1 (1) stays.
+        let day3 = day2 + DAY_MS;
+        let status = l.status(&limits[0], day3, x);
+        assert_eq!((status.used, status.remaining), (1, 2));
+        assert!(at(&l, &limits, day3, x).admitted());
+        assert!(at(&l, &limits, day3, x).admitted());
+        assert!(!at(&l, &limits, day3, x).admitted());
+        // Day 4: day 1 left, day 3 (2) stays; a day without a take is remembered as nothing.
+        let day4 = day3 + DAY_MS;
+        assert_eq!(l.status(&limits[0], day4, x).used, 2);
+        // Three days later nothing is left of it, and the history is forgotten.
+        let day7 = day4 + 3 * DAY_MS;
+        assert_eq!(l.status(&limits[0], day7, x).used, 0);
+        assert!(l.lock().history.is_empty(), "{:?}", l.lock().history);
+    }
+
+    #[test]
+    fn days_are_remembered_per_limit_and_a_calendar_window_keeps_none() {
+        let l = Limiter::default();
+        let x = Authority::Exact;
+        let a = [limit(1, Metric::Requests, Window::Rolling(2), 10)];
+        let b = [limit(2, Metric::Requests, Window::Rolling(2), 10)];
+        let day = [limit(3, Metric::Requests, Window::Day, 10)];
+        for limits in [&a[..], &a[..], &b[..], &day[..]] {
+            assert!(at(&l, limits, NOW, x).admitted());
+        }
+        let next = NOW + DAY_MS;
+        assert_eq!(l.status(&a[0], next, x).used, 2);
+        assert_eq!(l.status(&b[0], next, x).used, 1);
+        assert_eq!(l.status(&day[0], next, x).used, 0);
+        assert_eq!(l.lock().history.len(), 2, "the day window keeps no history");
+    }
+
+    #[test]
+    fn a_fleet_proxy_learns_the_earlier_days_from_its_claims() {
+        let l = Limiter::default();
+        let limits = [limit(1, Metric::Requests, Window::Rolling(7), 1_000)];
+        assert!(take(&l, &limits, 0, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        assert_eq!(c.value, 1_000, "the claim carries the configured limit");
+        // Other proxies took 995 on the earlier days: 5 left in all, this proxy took 1.
+        l.learn_before(&c, 995);
+        l.apply(&c, Some((4, 5)));
+        let status = l.status(&limits[0], NOW, ON);
+        assert_eq!((status.used, status.remaining), (996, 4));
+        for _ in 0..4 {
+            assert!(take(&l, &limits, 0, ON).0.admitted());
+        }
+        let a = take(&l, &limits, 0, ON).0;
+        assert!(!a.admitted());
+        assert_eq!(a.requests.map(|h| (h.limit, h.remaining)), Some((1_000, 0)));
+        // A claim's later answer moves it again; a give-back or another day's claim does not.
+        take(&l, &limits, 0, ON);
+        let c = l.due_claims(1).remove(0);
+        l.learn_before(&c, 990);
+        assert_eq!(l.status(&limits[0], NOW, ON).used, 995);
+        l.learn_before(&Claim { give_back: true, ..c.clone() }, 0);
+        l.learn_before(
+            &Claim {
+                window_start: c.window_start - DAY_MS,
+                ..c.clone()
+            },
+            0,
+        );
+        l.learn_before(
+            &Claim {
+                key: limit(9, Metric::Requests, Window::Rolling(7), 1).key,
+                ..c.clone()
+            },
+            0,
+        );
+        assert_eq!(l.status(&limits[0], NOW, ON).used, 995);
+        // Beyond the limit: no room at all, never an underflow.
+        l.learn_before(&c, 5_000);
+        assert_eq!(l.status(&limits[0], NOW, ON).remaining, 0);
     }
 }

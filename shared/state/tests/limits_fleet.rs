@@ -22,6 +22,7 @@ fn limit(id: i64, metric: Metric, window: Window, value: u64) -> Limit {
             scope_id: id,
             metric,
             window,
+            rule: None,
         },
         value,
         mode: LimitMode::Hard,

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use switchyard_engine::limit::DAY_MS;
 use switchyard_engine::{ChannelId, CredentialId, HealthView, MemberId, RouteId, UnixMillis};
 use switchyard_metrics::{Collect, Type, Writer};
 use tokio::sync::{oneshot, watch, Notify};
@@ -186,11 +187,18 @@ impl RedisStore {
                         .map(|(_, n)| *n)
                         .sum()
                 } else {
-                    let counter: Option<u64> = redis::cmd("GET")
-                        .arg(keys.counter(&limit.key, start))
-                        .query_async(&mut conn)
-                        .await?;
-                    counter.unwrap_or(0)
+                    // A rolling window: every day bucket from its first to the current one.
+                    let mut used = 0u64;
+                    let mut day = limit.key.window.first_day(now);
+                    while day <= start {
+                        let counter: Option<u64> = redis::cmd("GET")
+                            .arg(keys.counter(&limit.key, day))
+                            .query_async(&mut conn)
+                            .await?;
+                        used = used.saturating_add(counter.unwrap_or(0));
+                        day += DAY_MS;
+                    }
+                    used
                 };
                 out.push(LimitStatus {
                     used,

@@ -397,19 +397,24 @@ return {ver, redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3]),
 "#;
 
 /// A limit's shared counter for one window: what the fleet's proxies have claimed (allowance
-/// handed out, plus consumption beyond it). KEYS: counter. ARGV: debt (signed: consumption
-/// beyond the proxy's earlier claims, charged whatever the room; negative = unused allowance
-/// given back), want (more allowance, granted up to the room), limit value, ttl_ms.
-/// Returns {granted, counter after}. A grant never takes the counter past the limit.
+/// handed out, plus consumption beyond it). KEYS: counter, then a rolling window's earlier day
+/// counters (read only). ARGV: debt (signed: consumption beyond the proxy's earlier claims,
+/// charged whatever the room; negative = unused allowance given back), want (more allowance,
+/// granted up to the room), limit value, ttl_ms. Returns {granted, counter after, the earlier
+/// days' sum}. A grant never takes the counter past the limit less the earlier days.
 const LIMIT_CLAIM: &str = r#"
 local c = tonumber(redis.call('GET', KEYS[1]) or '0') + tonumber(ARGV[1])
 if c < 0 then c = 0 end
-local g = tonumber(ARGV[3]) - c
+local before = 0
+for i = 2, #KEYS do
+  before = before + tonumber(redis.call('GET', KEYS[i]) or '0')
+end
+local g = tonumber(ARGV[3]) - before - c
 if g > tonumber(ARGV[2]) then g = tonumber(ARGV[2]) end
 if g < 0 then g = 0 end
 c = c + g
 redis.call('SET', KEYS[1], string.format('%d', c), 'PX', tonumber(ARGV[4]))
-return {g, c}
+return {g, c, before}
 "#;
 
 /// A concurrency limit: one hash field per proxy holding its reservation (the slots it holds).
@@ -477,7 +482,7 @@ impl Scripts {
             sticky: script("switchyard_sticky_v2", STICKY, true),
             lease: script("switchyard_lease_v1", LEASE, false),
             snapshot: script("switchyard_snapshot_v2", SNAPSHOT, false),
-            limit_claim: script("switchyard_limit_claim_v1", LIMIT_CLAIM, false),
+            limit_claim: script("switchyard_limit_claim_v2", LIMIT_CLAIM, false),
             limit_concurrent: script("switchyard_limit_concurrent_v1", LIMIT_CONCURRENT, false),
         }
     }

@@ -19,6 +19,7 @@ use super::scripts::Scripts;
 use super::shared::{FailureOp, Op, Shared};
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use crate::limits::Claim;
+use switchyard_engine::limit::DAY_MS;
 use crate::types::{FailureKind, MAX_STICKY_BINDINGS};
 
 pub(crate) fn spawn(
@@ -195,15 +196,26 @@ impl Writer {
                 .arg(self.shared.config.state_ttl.as_millis() as u64);
             c
         } else {
-            let key = self.keys.counter(&claim.key, claim.window_start);
-            // The counter outlives its window by a minute (late claims and give-backs); a
-            // counter with no window lives as long as any state.
+            // A rolling window's earlier day counters are read with its current one.
+            let days = claim.key.window.rolling_days().unwrap_or(1);
+            let keys: Vec<String> = (0..days)
+                .map(|back| {
+                    let day = claim.window_start.saturating_sub(back * DAY_MS);
+                    self.keys.counter(&claim.key, day)
+                })
+                .collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            // The counter outlives its window by a minute (late claims and give-backs), a
+            // rolling window's day the whole window; a counter with no window lives as long as
+            // any state.
             let ttl = if claim.window_end == u64::MAX {
                 self.shared.config.state_ttl.as_millis() as u64
             } else {
-                (claim.window_end - claim.window_start).saturating_add(60_000)
+                (claim.window_end - claim.window_start)
+                    .saturating_mul(days)
+                    .saturating_add(60_000)
             };
-            let mut c = self.evalsha(&self.scripts.limit_claim, &[&key]);
+            let mut c = self.evalsha(&self.scripts.limit_claim, &keys);
             c.arg(claim.debt).arg(claim.want).arg(claim.value).arg(ttl);
             c
         }
@@ -232,7 +244,13 @@ impl Writer {
                     .scripts
                     .fetch_add(claims.len() as u64, Ordering::Relaxed);
                 for (claim, value) in claims.iter().zip(&values) {
-                    self.shared.limits.apply(claim, claim_answer(value));
+                    let answer = claim_answer(value);
+                    if let Some((_, _, before)) = answer.filter(|_| !claim.key.concurrent()) {
+                        self.shared.limits.learn_before(claim, before);
+                    }
+                    self.shared
+                        .limits
+                        .apply(claim, answer.map(|(grant, fleet, _)| (grant, fleet)));
                 }
                 Ok(())
             }
@@ -628,13 +646,15 @@ impl Writer {
 }
 
 /// A limit script's `{granted, counter}`.
-fn claim_answer(v: &Value) -> Option<(u64, u64)> {
+/// A claim's answer: (granted, counter after, a rolling window's earlier days; 0 otherwise).
+fn claim_answer(v: &Value) -> Option<(u64, u64, u64)> {
     let int = |v: &Value| match v {
         Value::Int(n) => u64::try_from(*n).ok(),
         _ => None,
     };
     match as_array(v)? {
-        [g, c] => Some((int(g)?, int(c)?)),
+        [g, c] => Some((int(g)?, int(c)?, 0)),
+        [g, c, before] => Some((int(g)?, int(c)?, int(before)?)),
         _ => None,
     }
 }
