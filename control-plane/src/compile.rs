@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use sqlx::PgPool;
 use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope, SemanticPart};
 use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
+use switchyard_engine::limit::LimitOnly;
 use switchyard_engine::{
     Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
     Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
@@ -180,6 +181,8 @@ struct LimitRow {
     period: String,
     value: i64,
     mode: String,
+    model_pattern: Option<String>,
+    route_id: Option<i64>,
 }
 
 fn unsigned(value: Option<i32>, what: &str) -> anyhow::Result<Option<u32>> {
@@ -277,7 +280,8 @@ const TOKENS_SQL: &str = "SELECT id, name, hash, route_group_name, team_id, allo
 const PRICES_SQL: &str = "SELECT id, channel_id, model_pattern, input_per_million, \
     output_per_million, cached_input_per_million FROM prices ORDER BY id";
 const LIMITS_SQL: &str =
-    "SELECT id, scope, scope_id, metric, period, value, mode FROM limits ORDER BY id";
+    "SELECT id, scope, scope_id, metric, period, value, mode, model_pattern, route_id \
+     FROM limits ORDER BY id";
 
 impl Tables {
     /// Every table a snapshot is built from.
@@ -597,7 +601,11 @@ fn limit_from_row(row: LimitRow) -> anyhow::Result<LimitRule> {
         &row.mode,
     )
     .map_err(|(field, message)| anyhow!("limit {}: {field}: {message}", row.id))?;
-    Ok(LimitRule { id: row.id, limit })
+    let only = LimitOnly {
+        model_pattern: row.model_pattern,
+        route_id: row.route_id,
+    };
+    Ok(LimitRule::new(row.id, limit, only))
 }
 
 fn shadow_from_row(row: ShadowRow) -> anyhow::Result<ShadowRule> {

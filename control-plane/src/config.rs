@@ -88,6 +88,16 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_RECOVERY_TICK_MS", default_value_t = 2000)]
     pub recovery_tick_ms: u64,
 
+    /// How often each replica records crossed budget thresholds and sends due notifications,
+    /// in milliseconds.
+    #[arg(long, env = "SWITCHYARD_NOTIFY_TICK_MS", default_value_t = 5000)]
+    pub notify_tick_ms: u64,
+
+    /// The wait before a failed notification is sent again, in milliseconds; it doubles with
+    /// each further failure (up to an hour), for 8 attempts in all.
+    #[arg(long, env = "SWITCHYARD_NOTIFY_BACKOFF_MS", default_value_t = 2000)]
+    pub notify_backoff_ms: u64,
+
     /// Budget of one recovery probe request (per credential), in milliseconds.
     #[arg(long, env = "SWITCHYARD_PROBE_TIMEOUT_MS", default_value_t = 5000)]
     pub probe_timeout_ms: u64,
@@ -139,6 +149,12 @@ impl Config {
         }
         if !(50..=600_000).contains(&self.recovery_tick_ms) {
             return Err("SWITCHYARD_RECOVERY_TICK_MS must be between 50 and 600000".into());
+        }
+        if !(50..=600_000).contains(&self.notify_tick_ms) {
+            return Err("SWITCHYARD_NOTIFY_TICK_MS must be between 50 and 600000".into());
+        }
+        if self.notify_backoff_ms > 3_600_000 {
+            return Err("SWITCHYARD_NOTIFY_BACKOFF_MS must be at most 3600000".into());
         }
         if !(100..=120_000).contains(&self.probe_timeout_ms) {
             return Err("SWITCHYARD_PROBE_TIMEOUT_MS must be between 100 and 120000".into());

@@ -95,19 +95,19 @@ pub async fn record_status_event(
     to: ChannelStatus,
     reason: &str,
     actor: &str,
-) -> ApiResult<()> {
-    sqlx::query(
+) -> ApiResult<i64> {
+    let id = sqlx::query_scalar(
         "INSERT INTO channel_status_events (channel_id, from_status, to_status, reason, actor) \
-         VALUES ($1, $2, $3, $4, $5)",
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
     )
     .bind(channel_id)
     .bind(from.map(ChannelStatus::as_str))
     .bind(to.as_str())
     .bind(reason)
     .bind(actor)
-    .execute(tx)
+    .fetch_one(tx)
     .await?;
-    Ok(())
+    Ok(id)
 }
 
 /// A name a proxy reported (a usage dimension, a request-log field), if it can be stored: at

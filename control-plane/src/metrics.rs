@@ -151,6 +151,7 @@ impl Metrics {
 impl Collect for Metrics {
     fn collect(&self, w: &mut Writer<'_>) {
         self.requests.render(w);
+        crate::notify::event::NOTIFICATIONS.render(w);
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         w.gauge(
             "switchyard_cp_snapshot_revision",

@@ -18,6 +18,8 @@ use crate::config::Config;
 use crate::grpc::{guarded_incoming, FleetTokens, SnapshotWatchServer};
 use crate::live::LiveState;
 use crate::metrics::Metrics;
+use crate::notify::deliver::DeliveryPolicy;
+use crate::notify::{Notifier, NotifyConfig};
 use crate::publisher::Publisher;
 use crate::recovery::{Recovery, RecoveryConfig};
 use crate::state::AppState;
@@ -121,6 +123,18 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         },
     );
     spawn_leader_jobs(&tracker, &recovery, &pool, &options, &config, &shutdown);
+    let notifier = Notifier::new(
+        pool.clone(),
+        NotifyConfig {
+            tick: Duration::from_millis(config.notify_tick_ms),
+            delivery: DeliveryPolicy {
+                backoff: Duration::from_millis(config.notify_backoff_ms),
+                ..DeliveryPolicy::default()
+            },
+            upstream: upstream.clone(),
+        },
+    );
+    tracker.spawn(notifier.run(shutdown.clone()));
 
     let (http, grpc) = bind(&config).await?;
 

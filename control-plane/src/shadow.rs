@@ -347,6 +347,7 @@ mod tests {
             requests: Vec::new(),
             semantic_trials: Vec::new(),
             guardrails: Vec::new(),
+            events: Vec::new(),
         }
     }
 

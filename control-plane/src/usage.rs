@@ -396,6 +396,8 @@ async fn store(
     };
     crate::semantic::store(&mut tx, batch).await?;
     crate::guardrail_report::store(&mut tx, batch).await?;
+    // Hard limits the proxy saw start refusing: notified once per limit and window.
+    crate::notify::sources::limit_refusals(&mut tx, &batch.events).await?;
     // Forget ids far older than any retry (the index makes this a short range scan).
     sqlx::query("DELETE FROM usage_batches WHERE applied_at < now() - interval '7 days'")
         .execute(&mut *tx)

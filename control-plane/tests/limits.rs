@@ -529,6 +529,7 @@ async fn a_budget_whose_requests_were_all_unpriced_has_no_spend(pool: PgPool) {
             requests: Vec::new(),
             semantic_trials: Vec::new(),
             guardrails: Vec::new(),
+            events: Vec::new(),
         },
     )
     .await
@@ -605,6 +606,7 @@ async fn budgets_sum_the_reported_spend_of_the_current_window(pool: PgPool) {
             requests: Vec::new(),
             semantic_trials: Vec::new(),
             guardrails: Vec::new(),
+            events: Vec::new(),
         },
     )
     .await

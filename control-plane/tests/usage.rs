@@ -61,6 +61,7 @@ fn batch(id: &str, records: Vec<UsageRecord>) -> UsageBatch {
         requests: Vec::new(),
         semantic_trials: Vec::new(),
         guardrails: Vec::new(),
+        events: Vec::new(),
     }
 }
 

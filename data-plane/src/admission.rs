@@ -20,10 +20,16 @@ pub fn estimate(body_len: usize, max_output: Option<u64>) -> u64 {
     (body_len as u64 / 4).saturating_add(max_output.unwrap_or(0))
 }
 
-/// The limits a client request is under: its token's, its team's and its route's (soft and hard
-/// together). Empty, and allocation-free (a `concat` of empty slices allocates nothing), when
-/// none of them has any.
-pub fn client_limits(snapshot: &Snapshot, token: &Token, route: Option<i64>) -> Vec<Limit> {
+/// The limits a client request for `model` (the name the client asked for; `None` when the
+/// request names none) is under: its token's, its team's and its route's (soft and hard
+/// together), the plain ones and those narrowed to its model or its route. Empty, and
+/// allocation-free (a `concat` of empty slices allocates nothing), when none of them has any.
+pub fn client_limits(
+    snapshot: &Snapshot,
+    token: &Token,
+    route: Option<i64>,
+    model: Option<&str>,
+) -> Vec<Limit> {
     let parts = [
         snapshot.limits_of(ScopeKind::Token, token.id),
         token
@@ -31,7 +37,16 @@ pub fn client_limits(snapshot: &Snapshot, token: &Token, route: Option<i64>) -> 
             .map_or(&[][..], |team| snapshot.limits_of(ScopeKind::Team, team)),
         route.map_or(&[][..], |route| snapshot.limits_of(ScopeKind::Route, route)),
     ];
-    parts.concat()
+    let mut limits = parts.concat();
+    let scopes = [
+        Some((ScopeKind::Token, token.id)),
+        token.team_id.map(|team| (ScopeKind::Team, team)),
+        route.map(|route| (ScopeKind::Route, route)),
+    ];
+    for (scope, id) in scopes.into_iter().flatten() {
+        limits.extend(snapshot.narrowed_limits_of(scope, id, model, route));
+    }
+    limits
 }
 
 /// The upstream limits of a member: its channel's and its own.
@@ -346,6 +361,7 @@ mod tests {
                 metric,
                 // No window: the count never rolls over under a test.
                 window: Window::None,
+                rule: None,
             },
             value: 1_000_000,
             mode,
@@ -734,18 +750,35 @@ mod tests {
     #[test]
     fn a_request_is_under_its_tokens_teams_and_routes_limits_and_a_member_under_its_own_and_its_channels(
     ) {
-        let yaml = "channels:\n  - { id: 1, name: a, provider: mock }\n  - { id: 2, name: b, provider: mock }\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - { id: 1, channel: a }\n      - { id: 2, channel: b }\nteams:\n  - { id: 1, name: research, models: ['*'] }\ntokens:\n  - { id: 1, name: app, token: sk-app, team: research }\n  - { id: 2, name: solo, token: sk-solo }\nlimits:\n  - { token: app, metric: requests, window: minute, value: 10 }\n  - { team: research, metric: requests, window: hour, value: 20 }\n  - { route: m, metric: requests, window: day, value: 30 }\n  - { channel: a, metric: requests, window: minute, value: 40 }\n  - { member: 1, metric: requests, window: minute, value: 50 }\n  - { member: 2, metric: requests, window: minute, value: 60 }\n";
+        let yaml = "channels:\n  - { id: 1, name: a, provider: mock }\n  - { id: 2, name: b, provider: mock }\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - { id: 1, channel: a }\n      - { id: 2, channel: b }\nteams:\n  - { id: 1, name: research, models: ['*'] }\ntokens:\n  - { id: 1, name: app, token: sk-app, team: research }\n  - { id: 2, name: solo, token: sk-solo }\nlimits:\n  - { token: app, metric: requests, window: minute, value: 10 }\n  - { team: research, metric: requests, window: hour, value: 20 }\n  - { route: m, metric: requests, window: day, value: 30 }\n  - { channel: a, metric: requests, window: minute, value: 40 }\n  - { member: 1, metric: requests, window: minute, value: 50 }\n  - { member: 2, metric: requests, window: minute, value: 60 }\n  - { token: app, metric: requests, window: minute, value: 70, model_pattern: 'gpt-4*' }\n  - { team: research, metric: tokens, window: 7d, value: 80, on_route: m }\n";
         let snapshot = Snapshot::new(crate::config::parse_yaml(yaml, 1).unwrap());
         let token = |id: i64| snapshot.tokens().iter().find(|t| t.id == id).unwrap();
         let values = |limits: Vec<Limit>| limits.iter().map(|l| l.value).collect::<Vec<_>>();
         assert_eq!(
-            values(client_limits(&snapshot, token(1), Some(1))),
-            [10, 20, 30]
+            values(client_limits(&snapshot, token(1), Some(1), Some("m"))),
+            [10, 20, 30, 80],
+            "the team's limit on route m applies there"
         );
-        assert_eq!(values(client_limits(&snapshot, token(1), None)), [10, 20]);
-        assert_eq!(values(client_limits(&snapshot, token(2), Some(1))), [30]);
+        // The key's limit on gpt-4* models applies to a request for one, through any route.
         assert_eq!(
-            values(client_limits(&snapshot, token(2), None)),
+            values(client_limits(&snapshot, token(1), None, Some("gpt-4o"))),
+            [10, 20, 70]
+        );
+        assert_eq!(
+            values(client_limits(&snapshot, token(1), Some(1), None)),
+            [10, 20, 30, 80],
+            "no model named: model-narrowed limits do not apply"
+        );
+        assert_eq!(
+            values(client_limits(&snapshot, token(1), None, Some("m"))),
+            [10, 20]
+        );
+        assert_eq!(
+            values(client_limits(&snapshot, token(2), Some(1), Some("m"))),
+            [30]
+        );
+        assert_eq!(
+            values(client_limits(&snapshot, token(2), None, Some("m"))),
             Vec::<u64>::new()
         );
         assert_eq!(values(upstream_limits(&snapshot, 1, 1)), [40, 50]);

@@ -127,6 +127,7 @@ fn limit(metric: Metric, window: Window, value: u64) -> Limit {
             scope_id: 7,
             metric,
             window,
+            rule: None,
         },
         value,
         mode: LimitMode::Hard,

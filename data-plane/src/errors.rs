@@ -460,6 +460,8 @@ pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) ->
         Window::None => String::new(),
         Window::Month => " per calendar month (UTC)".to_owned(),
         Window::Day => " per day (UTC)".to_owned(),
+        Window::Week => " per week (UTC, from Monday)".to_owned(),
+        Window::Rolling(days) => format!(" over the last {days} days (UTC)"),
         w => format!(" per {}", w.as_str()),
     };
     match metric {

@@ -202,6 +202,7 @@ async fn a_batch_round_trip_through_the_sdk_stays_on_one_channel_and_is_accounte
             scope_id: 1,
             metric,
             window: Window::Day,
+            rule: None,
         },
         value,
         mode: LimitMode::Hard,

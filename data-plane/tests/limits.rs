@@ -33,6 +33,7 @@ fn limit(scope: ScopeKind, id: i64, metric: Metric, window: Window, value: u64) 
             scope_id: id,
             metric,
             window,
+            rule: None,
         },
         value,
         mode: LimitMode::Hard,

@@ -6,7 +6,7 @@
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use switchyard_engine::limit::{format_micros, Limit, Metric, ScopeKind};
+use switchyard_engine::limit::{format_micros, Limit, LimitOnly, Metric, ScopeKind};
 use utoipa::ToSchema;
 
 use super::amount::DecimalText;
@@ -36,6 +36,11 @@ pub struct LimitView {
     pub value: Value,
     #[schema(value_type = LimitModeName)]
     pub mode: String,
+    /// Narrowed to requests for models matching this pattern (the model the client asked
+    /// for); `null`: every model.
+    pub model_pattern: Option<String>,
+    /// Narrowed to requests through this route; `null`: every route.
+    pub route_id: Option<i64>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -51,6 +56,8 @@ pub(super) struct LimitRow {
     pub period: String,
     pub value: i64,
     pub mode: String,
+    pub model_pattern: Option<String>,
+    pub route_id: Option<i64>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -90,6 +97,8 @@ impl From<LimitRow> for LimitView {
             metric: r.metric,
             window: r.period,
             mode: r.mode,
+            model_pattern: r.model_pattern,
+            route_id: r.route_id,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -98,7 +107,8 @@ impl From<LimitRow> for LimitView {
 
 pub(super) fn columns() -> String {
     format!(
-        "id, scope, scope_id, metric, period, value, mode, {} AS created_at, {} AS updated_at",
+        "id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, \
+         {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
@@ -112,8 +122,9 @@ pub struct LimitCreate {
     pub scope_id: i64,
     #[schema(value_type = LimitMetricName)]
     pub metric: String,
-    /// `minute`, `hour` or `day` for requests and tokens; `day` or `month` for spend; absent
-    /// (or `none`) for concurrent.
+    /// `minute`, `hour`, `day`, `week` or `2d` … `90d` (rolling, in UTC day buckets) for
+    /// requests and tokens; `day`, `week`, `month` or `2d` … `90d` for spend; absent (or
+    /// `none`) for concurrent.
     #[schema(value_type = Option<LimitWindowName>)]
     pub window: Option<String>,
     #[schema(value_type = super::amount::LimitValueInput)]
@@ -121,6 +132,11 @@ pub struct LimitCreate {
     /// Default `hard`.
     #[schema(value_type = Option<LimitModeName>)]
     pub mode: Option<String>,
+    /// Count only requests for models matching this pattern (`*`/`?` wildcards; a token, team
+    /// or route limit). Absent: every model.
+    pub model_pattern: Option<String>,
+    /// Count only requests through this route (a token or team limit). Absent: every route.
+    pub route_id: Option<i64>,
 }
 
 /// Any subset; the limit is checked whole again. `window: null` means no window. Changing the
@@ -140,6 +156,12 @@ pub struct LimitPatch {
     pub value: Option<DecimalText>,
     #[schema(value_type = Option<LimitModeName>)]
     pub mode: Option<String>,
+    /// `null`: no longer narrowed to models.
+    #[serde(default, deserialize_with = "nullable")]
+    pub model_pattern: Option<Option<String>>,
+    /// `null`: no longer narrowed to a route.
+    #[serde(default, deserialize_with = "nullable")]
+    pub route_id: Option<Option<i64>>,
 }
 
 /// The value of a limit counting `metric`: micro-USD for spend, a whole number otherwise.
@@ -183,30 +205,52 @@ fn build(
     })
 }
 
-fn validate_create(raw: &LimitCreate) -> ApiResult<Limit> {
+/// What `limit` is narrowed to, checked against its scope (a 422 naming the field).
+fn narrowed(
+    limit: &Limit,
+    model_pattern: Option<String>,
+    route_id: Option<i64>,
+) -> ApiResult<LimitOnly> {
+    let only = LimitOnly {
+        model_pattern,
+        route_id,
+    };
+    only.check(limit.key.scope).map_err(|(field, message)| {
+        ApiError::validation(
+            field,
+            format!("{field}: {}", crate::error::bounded(&message, 256)),
+        )
+    })?;
+    Ok(only)
+}
+
+fn validate_create(raw: &LimitCreate) -> ApiResult<(Limit, LimitOnly)> {
     if ScopeKind::parse(&raw.scope).is_none() {
         // `Limit::parse` names it; checked first so a bad scope is not reported as a bad value.
         build(&raw.scope, raw.scope_id, "requests", None, 1, "hard")?;
     }
     let metric = parse_metric(&raw.metric)?;
     let value = parse_value(metric, &raw.value)?;
-    build(
+    let limit = build(
         &raw.scope,
         raw.scope_id,
         &raw.metric,
         raw.window.as_deref(),
         value,
         raw.mode.as_deref().unwrap_or("hard"),
-    )
+    )?;
+    let only = narrowed(&limit, raw.model_pattern.clone(), raw.route_id)?;
+    Ok((limit, only))
 }
 
 /// A create body's validated limit, as the audit log records it ([`super::validate_body`]).
 pub(super) fn create_detail(raw: LimitCreate) -> ApiResult<Value> {
-    Ok(detail(&validate_create(&raw)?))
+    let (limit, only) = validate_create(&raw)?;
+    Ok(detail(&limit, &only))
 }
 
 /// The audit log's record of a limit, the value as the API shows it.
-fn detail(limit: &Limit) -> Value {
+fn detail(limit: &Limit, only: &LimitOnly) -> Value {
     let value = i64::try_from(limit.value).unwrap_or(i64::MAX);
     json!({
         "scope": limit.key.scope.as_str(),
@@ -215,6 +259,8 @@ fn detail(limit: &Limit) -> Value {
         "window": limit.key.window.as_str(),
         "value": shown_value(limit.key.metric.as_str(), value),
         "mode": limit.mode.as_str(),
+        "model_pattern": only.model_pattern,
+        "route_id": only.route_id,
     })
 }
 
@@ -229,9 +275,28 @@ pub(super) fn scope_table(scope: ScopeKind) -> &'static str {
     }
 }
 
-/// The scope row exists (and stays until the write commits), and no other limit has the same scope, metric and window (a 422 naming `window`, as a duplicate of any resource is).
-async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> ApiResult<()> {
+/// The scope row exists (and stays until the write commits), so does a narrowing route, and no
+/// other limit has the same scope, metric, window and narrowing (a 422 naming `window`, as a
+/// duplicate of any resource is).
+async fn check(
+    tx: &mut sqlx::PgConnection,
+    (limit, only): (&Limit, &LimitOnly),
+    id: Option<i64>,
+) -> ApiResult<()> {
     let key = limit.key;
+    if let Some(route) = only.route_id {
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM routes WHERE id = $1 FOR KEY SHARE")
+                .bind(route)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_none() {
+            return Err(ApiError::validation(
+                "route_id",
+                format!("route_id: route {route} does not exist"),
+            ));
+        }
+    }
     // Locked until the write commits: a concurrent delete of the scope waits, and its trigger
     // then deletes this limit too, so no limit outlives its scope.
     let exists: Option<i64> = sqlx::query_scalar(&format!(
@@ -253,13 +318,16 @@ async fn check(tx: &mut sqlx::PgConnection, limit: &Limit, id: Option<i64>) -> A
     }
     let other: Option<i64> = sqlx::query_scalar(
         "SELECT id FROM limits WHERE scope = $1 AND scope_id = $2 AND metric = $3 \
-         AND period = $4 AND id IS DISTINCT FROM $5",
+         AND period = $4 AND id IS DISTINCT FROM $5 \
+         AND model_pattern IS NOT DISTINCT FROM $6 AND route_id IS NOT DISTINCT FROM $7",
     )
     .bind(key.scope.as_str())
     .bind(key.scope_id)
     .bind(key.metric.as_str())
     .bind(key.window.as_str())
     .bind(id)
+    .bind(only.model_pattern.as_deref())
+    .bind(only.route_id)
     .fetch_optional(&mut *tx)
     .await?;
     match other {
@@ -300,17 +368,22 @@ fn stored(value: u64) -> ApiResult<i64> {
 }
 
 /// The columns a create or patch writes, in [`bind_limit`]'s order.
-const WRITTEN: &str = "scope, scope_id, metric, period, value, mode";
+const WRITTEN: &str = "scope, scope_id, metric, period, value, mode, model_pattern, route_id";
 
 /// Binds `limit` to the [`WRITTEN`] columns.
-fn bind_limit<'q, O>(query: RowQuery<'q, O>, limit: &'q Limit) -> ApiResult<RowQuery<'q, O>> {
+fn bind_limit<'q, O>(
+    query: RowQuery<'q, O>,
+    (limit, only): (&'q Limit, &'q LimitOnly),
+) -> ApiResult<RowQuery<'q, O>> {
     Ok(query
         .bind(limit.key.scope.as_str())
         .bind(limit.key.scope_id)
         .bind(limit.key.metric.as_str())
         .bind(limit.key.window.as_str())
         .bind(stored(limit.value)?)
-        .bind(limit.mode.as_str()))
+        .bind(limit.mode.as_str())
+        .bind(only.model_pattern.as_deref())
+        .bind(only.route_id))
 }
 
 /// The create of `POST /api/v1/limits`, in `db` (see [`Db`]).
@@ -319,17 +392,18 @@ pub(super) async fn create_in<'c>(
     by: By<'_>,
     raw: LimitCreate,
 ) -> ApiResult<Response> {
-    let limit = validate_create(&raw)?;
+    let (limit, only) = validate_create(&raw)?;
     let mut tx = db.begin().await?;
-    check(&mut tx, &limit, None).await?;
+    check(&mut tx, (&limit, &only), None).await?;
     let sql = insert_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &limit)?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), (&limit, &only))?
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error(&limit))?;
     let id = row.id;
     let view = LimitView::from(row);
-    commit_view::<LimitRow>(tx, by, Change::Create, id, detail(&limit), view).await
+    let detail = detail(&limit, &only);
+    commit_view::<LimitRow>(tx, by, Change::Create, id, detail, view).await
 }
 
 /// The update of `PATCH /api/v1/limits/{id}`, in `db` (see [`Db`]).
@@ -372,15 +446,21 @@ pub(super) async fn patch_in<'c>(
         value,
         patch.mode.as_deref().unwrap_or(&current.mode),
     )?;
-    check(&mut tx, &limit, Some(id)).await?;
+    let only = narrowed(
+        &limit,
+        patch.model_pattern.unwrap_or(current.model_pattern),
+        patch.route_id.unwrap_or(current.route_id),
+    )?;
+    check(&mut tx, (&limit, &only), Some(id)).await?;
     let sql = update_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &limit)?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), (&limit, &only))?
         .bind(id)
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error(&limit))?;
     let view = LimitView::from(row);
-    commit_view::<LimitRow>(tx, by, Change::Update, id, detail(&limit), view).await
+    let detail = detail(&limit, &only);
+    commit_view::<LimitRow>(tx, by, Change::Update, id, detail, view).await
 }
 
 /// The delete of `DELETE /api/v1/limits/{id}`, in `db` (see [`Db`]).

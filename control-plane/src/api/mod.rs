@@ -54,6 +54,7 @@ mod teams;
 mod tokens;
 mod trial;
 mod usage;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -148,6 +149,9 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::created::<guardrails::GuardrailView>())
         .routes(crud::item::<guardrails::GuardrailView>())
         .routes(routes!(guardrail_report::report))
+        .routes(crud::listed::<webhooks::WebhookView>())
+        .routes(crud::created::<webhooks::WebhookView>())
+        .routes(crud::item::<webhooks::WebhookView>())
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

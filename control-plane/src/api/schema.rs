@@ -91,16 +91,16 @@ pub enum LimitMetricName {
     Spend,
 }
 
-/// A limit's counting window (UTC calendar windows); `none` for `concurrent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LimitWindowName {
-    None,
-    Minute,
-    Hour,
-    Day,
-    Month,
-}
+/// A limit's counting window: a UTC calendar window (`minute`, `hour`, `day`, `week` from
+/// Monday 00:00, `month`) or a rolling window of the last N UTC days (`2d` to `90d`, counted in
+/// day buckets); `none` for `concurrent`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(
+    value_type = String,
+    pattern = "^(none|minute|hour|day|week|month|([2-9]|[1-8][0-9]|90)d)$",
+    example = "7d"
+)]
+pub struct LimitWindowName(pub String);
 
 /// `hard` refuses requests beyond the limit; `soft` lets them pass and reports the crossing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -46,6 +46,7 @@ use probe::ProbeTarget;
 use crate::compile::settings_from_stored;
 use crate::db::{commit_write, record_status_event, Audit};
 use crate::live::LiveState;
+use crate::notify::sources::channel_status;
 use crate::publisher::Publisher;
 
 /// Actor of the writes this job makes, in the audit log and channel events.
@@ -407,7 +408,11 @@ impl Recovery {
             .bind(to.as_str())
             .execute(&mut *tx)
             .await?;
-        record_status_event(&mut tx, channel_id, Some(from), to, reason, actor).await?;
+        let event = record_status_event(&mut tx, channel_id, Some(from), to, reason, actor).await?;
+        if to == ChannelStatus::AutoDisabled || from == ChannelStatus::AutoDisabled {
+            let recovered = to == ChannelStatus::Enabled;
+            channel_status(&mut tx, event, channel_id, recovered, reason).await?;
+        }
         commit_write(
             tx,
             Audit {

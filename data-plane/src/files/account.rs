@@ -163,7 +163,7 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
         // Charged to the key's, its team's and the route's token and spend limits, as a
         // request's usage is once it finished (the batch was admitted by nobody: nothing is
         // refused, the limits only count it).
-        let limits = client_limits(snapshot, &caller.token, resolved.map(|r| r.id));
+        let limits = client_limits(snapshot, &caller.token, resolved.map(|r| r.id), Some(model));
         if !limits.is_empty() {
             let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
             let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);

@@ -88,8 +88,13 @@ impl Observed {
         route: Option<&Route>,
     ) -> Result<(), GatewayError> {
         self.trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
-        let limits =
-            admission::client_limits(&caller.view.snapshot, &caller.token, route.map(|r| r.id));
+        let model = Some(self.model.as_str()).filter(|m| !m.is_empty());
+        let limits = admission::client_limits(
+            &caller.view.snapshot,
+            &caller.token,
+            route.map(|r| r.id),
+            model,
+        );
         admit_under(state, &caller.token, limits, 0, &mut self.trail).await
     }
 

@@ -13,8 +13,29 @@ use crate::state::AppState;
 /// way; a refusal is the error the client gets.
 pub async fn admit(state: &AppState, ctx: &mut Ctx<'_>) -> Result<(), GatewayError> {
     ctx.estimate = admission::estimate(ctx.body.len(), ctx.inspected.max_output_tokens);
-    let limits = admission::client_limits(&ctx.view.snapshot, ctx.token, ctx.route.map(|r| r.id));
+    let model = Some(ctx.inspected.model.as_str()).filter(|m| !m.is_empty());
+    let route = ctx.route.map(|r| r.id);
+    let limits = admission::client_limits(&ctx.view.snapshot, ctx.token, route, model);
     admit_under(state, ctx.token, limits, ctx.estimate, &mut ctx.trail).await
+}
+
+/// Tells the control plane (with the next usage batch) that the hard `limit` refused, once per
+/// window on this proxy: it notifies when a limit starts refusing.
+fn report_refusing(state: &AppState, limit: &Limit) {
+    let Some(usage) = &state.usage else {
+        return;
+    };
+    let now = switchyard_state::unix_ms();
+    let window_start = limit.key.bounds(now).0;
+    usage.record_refusing(limit.key, window_start, now, || {
+        let view = state.views.load_full()?;
+        let rule = view
+            .snapshot
+            .limits()
+            .iter()
+            .find(|r| r.limit.key == limit.key)?;
+        Some(rule.id)
+    });
 }
 
 /// Admits a request of `token` under `limits` with a token estimate of `estimate`: the trail
@@ -47,6 +68,7 @@ pub async fn admit_under(
         }
         Err(refused) => {
             state.metrics.limit(&refused.limit.key, true);
+            report_refusing(state, &refused.limit);
             Err(refused.error())
         }
     }

@@ -92,7 +92,7 @@ async fn forward(
     let settings = &view.snapshot.settings;
     let body = read_limited_body(&parts.headers, body, settings.max_request_body_bytes).await?;
     // The key's and its team's limits; no route, and no token estimate (the body is not read).
-    let client_limits = admission::client_limits(&view.snapshot, token, None);
+    let client_limits = admission::client_limits(&view.snapshot, token, None, None);
     admit_under(state, token, client_limits, 0, trail).await?;
     let runtime = view
         .channel_runtime(channel.id)

@@ -8,12 +8,13 @@
 //! dropped and counted, and the count travels in the next batch), plus the one batch in flight
 //! (at most `batch_keys` records).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use switchyard_engine::LimitKey;
 use switchyard_metrics::{Collect, Type, Writer};
 use switchyard_proto::usage::unix_now_s;
 use switchyard_proto::{v1, ShadowCounts};
@@ -146,6 +147,9 @@ pub struct UsageBuffer {
     trials: Mutex<HashMap<(i64, i64), TrialCounts>>,
     /// Guardrail reports per (minute, guardrail), sent with the next batch.
     guardrails: Mutex<HashMap<(i64, i64), v1::GuardrailRecord>>,
+    /// Hard limits seen refusing: the (limit, window start) already told (bounded: the control
+    /// plane records each once for the fleet anyway), and the events for the next batch.
+    refusing: Mutex<(HashSet<(LimitKey, u64)>, Vec<v1::LimitEvent>)>,
 }
 
 /// A semantic cache rule's lookups by meaning (see `SemanticTrialRecord`).
@@ -184,6 +188,9 @@ impl TrialCounts {
         }
     }
 }
+
+/// The most refusing windows [`UsageBuffer::add_refusing`] remembers before it starts over.
+const MAX_REFUSING_REMEMBERED: usize = 10_000;
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A panic while holding the lock cannot leave a map half-updated in a way that matters here.
@@ -229,6 +236,7 @@ impl UsageBuffer {
             log_sent: AtomicU64::new(0),
             trials: Mutex::new(HashMap::new()),
             guardrails: Mutex::new(HashMap::new()),
+            refusing: Mutex::new((HashSet::new(), Vec::new())),
         }
     }
 
@@ -249,6 +257,38 @@ impl UsageBuffer {
         drop(log);
         if pending == self.batch_keys {
             self.full.notify_one();
+        }
+        true
+    }
+
+    /// A hard limit (`key`, its window starting at `window_start`) refused a request at `at`:
+    /// the first time for this window, an event for the next batch, with the limit's id from
+    /// `id_of` (none: nothing to tell). Returns whether it was the first.
+    pub fn add_refusing(
+        &self,
+        key: LimitKey,
+        window_start: u64,
+        at: u64,
+        id_of: impl FnOnce() -> Option<i64>,
+    ) -> bool {
+        let mut refusing = self
+            .refusing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (told, events) = &mut *refusing;
+        if told.contains(&(key, window_start)) {
+            return false;
+        }
+        if told.len() >= MAX_REFUSING_REMEMBERED {
+            told.clear();
+        }
+        told.insert((key, window_start));
+        if let Some(limit_id) = id_of() {
+            events.push(v1::LimitEvent {
+                limit_id,
+                window_start_unix_ms: window_start,
+                at_unix_ms: at,
+            });
         }
         true
     }
@@ -450,12 +490,20 @@ impl UsageBuffer {
             .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
             .collect();
         let requests = self.take_log();
+        let events = std::mem::take(
+            &mut self
+                .refusing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .1,
+        );
         if records.is_empty()
             && dropped_requests == 0
             && shadows.is_empty()
             && semantic_trials.is_empty()
             && requests.is_empty()
             && guardrails.is_empty()
+            && events.is_empty()
         {
             return None;
         }
@@ -468,6 +516,7 @@ impl UsageBuffer {
             requests,
             semantic_trials,
             guardrails,
+            events,
         })
     }
 }

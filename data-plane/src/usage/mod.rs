@@ -144,6 +144,18 @@ impl UsageReporter {
         }
     }
 
+    /// A hard limit refused a request: told once per limit and window (with the next batch)
+    /// so the control plane can notify that it started refusing. Never blocks on I/O.
+    pub fn record_refusing(
+        &self,
+        key: switchyard_engine::LimitKey,
+        window_start: u64,
+        at: u64,
+        id_of: impl FnOnce() -> Option<i64>,
+    ) {
+        self.buffer.add_refusing(key, window_start, at, id_of);
+    }
+
     /// Distinct keys waiting to be reported.
     pub fn pending_keys(&self) -> usize {
         self.buffer.pending_keys()

@@ -163,10 +163,11 @@ fn split(batch: &v1::UsageBatch) -> Option<[v1::UsageBatch; 2]> {
         ..v1::UsageBatch::default()
     };
     let (mut first, mut second) = (part(1), part(2));
-    // The drop count travels once, with the first part.
+    // The drop count and the limit events travel once, with the first part.
     first.dropped_requests = batch.dropped_requests;
     // So do the semantic cache trials.
     first.semantic_trials.clone_from(&batch.semantic_trials);
+    first.events.clone_from(&batch.events);
     let (records, shadows, requests) = (&batch.records, &batch.shadows, &batch.requests);
     let kinds = [records.len(), shadows.len(), requests.len()]
         .iter()
@@ -342,6 +343,7 @@ mod tests {
             requests: Vec::new(),
             semantic_trials: Vec::new(),
             guardrails: Vec::new(),
+            events: Vec::new(),
         };
         let [records, shadows] = split(&batch).unwrap();
         assert_eq!(

@@ -19,7 +19,7 @@ use switchyard_engine::cache::{
     parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
 };
 use switchyard_engine::guard::rule::{Guardrail, GuardrailSpec};
-use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros};
+use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros, LimitOnly};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
 use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
@@ -295,14 +295,17 @@ fn compile_limits(raw: Vec<RawLimit>, scopes: &Scopes<'_>) -> Result<Vec<LimitRu
     for (li, raw) in raw.into_iter().enumerate() {
         let at = format!("limits[{li}]");
         let id = limit_ids.or_next(raw.id);
+        let only = raw.only(&at, scopes)?;
         let limit = raw.into_limit(&at, scopes)?;
-        if !seen.insert(limit.key) {
+        only.check(limit.key.scope)
+            .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;
+        if !seen.insert((limit.key, only.clone())) {
             return Err(err(
                 at,
                 "another limit already counts this metric over this window for this scope",
             ));
         }
-        limits.push(LimitRule { id, limit });
+        limits.push(LimitRule::new(id, limit, only));
     }
     check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
     Ok(limits)
@@ -1089,6 +1092,23 @@ impl RawPrice {
 }
 
 impl RawLimit {
+    /// What the limit is narrowed to: `model_pattern`, and `on_route` (a route's model pattern).
+    fn only(&self, at: &str, scopes: &Scopes<'_>) -> Result<LimitOnly, ConfigError> {
+        let route_id = match &self.on_route {
+            Some(pattern) => Some(*scopes.routes.get(pattern.as_str()).ok_or_else(|| {
+                err(
+                    format!("{at}.on_route"),
+                    format!("unknown route {pattern:?}"),
+                )
+            })?),
+            None => None,
+        };
+        Ok(LimitOnly {
+            model_pattern: self.model_pattern.clone(),
+            route_id,
+        })
+    }
+
     fn into_limit(self, at: &str, scopes: &Scopes<'_>) -> Result<Limit, ConfigError> {
         let unknown = |field: &str, name: &str| {
             err(format!("{at}.{field}"), format!("unknown {field} {name:?}"))

@@ -401,6 +401,12 @@ pub struct RawLimit {
     pub value: Amount,
     #[serde(default = "hard", skip_serializing_if = "is_hard")]
     pub mode: String,
+    /// Narrowed to requests for models matching this pattern (a token, team or route limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_pattern: Option<String>,
+    /// Narrowed to requests through this route (its model pattern; a token or team limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_route: Option<String>,
 }
 
 /// A shadow rule: a sample of the requests for `model_pattern` copied to a target after the

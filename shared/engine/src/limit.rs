@@ -315,7 +315,9 @@ impl Window {
             return None;
         }
         let days: u8 = digits.parse().ok()?;
-        ROLLING_DAYS.contains(&days).then_some(Window::Rolling(days))
+        ROLLING_DAYS
+            .contains(&days)
+            .then_some(Window::Rolling(days))
     }
 }
 
@@ -438,7 +440,7 @@ impl LimitRule {
 /// What a limit is narrowed to within its scope: only requests for models matching a pattern
 /// (`*`/`?` wildcards, matched against the model the client asked for), only requests through
 /// one route, or both. Neither: every request of the scope.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct LimitOnly {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pattern: Option<String>,
@@ -763,7 +765,11 @@ mod tests {
         );
         assert_eq!(seven.first_day(NOW), 1_699_401_600_000);
         assert_eq!(Window::Rolling(2).first_day(NOW), today.0 - DAY_MS);
-        assert_eq!(Window::Rolling(90).first_day(1_000), 0, "not before the epoch");
+        assert_eq!(
+            Window::Rolling(90).first_day(1_000),
+            0,
+            "not before the epoch"
+        );
         assert_eq!(Window::Day.first_day(NOW), today.0);
         assert_eq!(Window::Day.rolling_days(), None);
         assert_eq!(Window::Week.rolling_days(), None);
@@ -860,14 +866,30 @@ mod tests {
         }
         assert_eq!(ScopeKind::parse("fleet"), None);
         assert_eq!(Metric::parse("Requests"), None);
-        for bad in ["fortnight", "1d", "91d", "0d", "07d", "d", "7", "-7d", "7D", "300d", "+7d"] {
+        for bad in [
+            "fortnight",
+            "1d",
+            "91d",
+            "0d",
+            "07d",
+            "d",
+            "7",
+            "-7d",
+            "7D",
+            "300d",
+            "+7d",
+        ] {
             assert_eq!(Window::parse(bad), None, "{bad}");
         }
         assert_eq!(Window::parse("week"), Some(Window::Week));
         assert_eq!(Window::parse("90d"), Some(Window::Rolling(90)));
         assert_eq!(Window::parse("2d"), Some(Window::Rolling(2)));
         assert_eq!(Window::Rolling(1).as_str(), "1d");
-        assert_eq!(Window::Rolling(91).as_str(), "rolling", "out of range: no name of its own");
+        assert_eq!(
+            Window::Rolling(91).as_str(),
+            "rolling",
+            "out of range: no name of its own"
+        );
         assert_eq!(LimitMode::parse(""), None);
         let upstream: Vec<bool> = ScopeKind::ALL.iter().map(|s| s.upstream()).collect();
         assert_eq!(upstream, [false, false, false, true, true]);
@@ -978,7 +1000,10 @@ mod tests {
             "a `tokens` limit counts per minute, hour, day, week or 2d to 90d"
         );
         let message = ok("spend", Some("minute")).unwrap_err().1;
-        assert_eq!(message, "a `spend` limit counts per day, week, month or 2d to 90d");
+        assert_eq!(
+            message,
+            "a `spend` limit counts per day, week, month or 2d to 90d"
+        );
         let message = ok("requests", Some("fortnight")).unwrap_err().1;
         assert_eq!(
             message,
@@ -1021,8 +1046,14 @@ mod tests {
             assert_eq!(field(only(None, Some(1)), scope), "route_id");
         }
         assert_eq!(field(only(None, Some(1)), ScopeKind::Route), "route_id");
-        assert_eq!(field(only(Some(""), None), ScopeKind::Token), "model_pattern");
-        assert_eq!(field(only(Some("a b"), None), ScopeKind::Team), "model_pattern");
+        assert_eq!(
+            field(only(Some(""), None), ScopeKind::Token),
+            "model_pattern"
+        );
+        assert_eq!(
+            field(only(Some("a b"), None), ScopeKind::Team),
+            "model_pattern"
+        );
         assert_eq!(only(None, None).check(ScopeKind::Member), Ok(()));
         // What applies: the pattern to the client's model, the route by id; both when both.
         assert!(only(None, None).applies(None, None));

@@ -223,8 +223,22 @@ fn limit(id: i64, scope: &str, scope_id: i64, metric: &str, window: Option<&str>
     LimitRule::new(id, limit, LimitOnly::default())
 }
 
-fn narrowed(id: i64, scope: &str, scope_id: i64, model: Option<&str>, route: Option<i64>) -> LimitRule {
-    let limit = Limit::parse(scope, scope_id, "requests", Some("minute"), id as u64, "hard").unwrap();
+fn narrowed(
+    id: i64,
+    scope: &str,
+    scope_id: i64,
+    model: Option<&str>,
+    route: Option<i64>,
+) -> LimitRule {
+    let limit = Limit::parse(
+        scope,
+        scope_id,
+        "requests",
+        Some("minute"),
+        id as u64,
+        "hard",
+    )
+    .unwrap();
     let only = LimitOnly {
         model_pattern: model.map(str::to_owned),
         route_id: route,
@@ -255,7 +269,11 @@ fn narrowed_limits_apply_only_to_their_models_and_route() {
         ids(ScopeKind::Token, 3, None, Some(10)).is_empty(),
         "a model pattern needs a model"
     );
-    assert_eq!(ids(ScopeKind::Token, 3, Some("a"), Some(20)), [53], "both must hold");
+    assert_eq!(
+        ids(ScopeKind::Token, 3, Some("a"), Some(20)),
+        [53],
+        "both must hold"
+    );
     assert!(ids(ScopeKind::Token, 3, Some("a"), Some(10)).is_empty());
     assert_eq!(ids(ScopeKind::Team, 7, Some("x"), Some(10)), [51]);
     assert_eq!(ids(ScopeKind::Team, 7, None, Some(10)), [51]);

@@ -10,6 +10,7 @@ use switchyard_engine::cache::{
     parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
 };
 use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
+use switchyard_engine::limit::LimitOnly;
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
 use switchyard_engine::{
@@ -439,6 +440,8 @@ fn limit_to_proto(rule: &LimitRule) -> v1::Limit {
         window: key.window.as_str().to_owned(),
         value: rule.limit.value,
         mode: rule.limit.mode.as_str().to_owned(),
+        model_pattern: rule.only.model_pattern.clone(),
+        route_id: rule.only.route_id,
     }
 }
 
@@ -548,7 +551,13 @@ fn limit_from_proto(l: v1::Limit, path: &str) -> Result<LimitRule, ConversionErr
     let window = (l.window != "none").then_some(l.window.as_str());
     let limit = Limit::parse(&l.scope, l.scope_id, &l.metric, window, l.value, &l.mode)
         .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
-    Ok(LimitRule { id: l.id, limit })
+    let only = LimitOnly {
+        model_pattern: l.model_pattern,
+        route_id: l.route_id,
+    };
+    only.check(limit.key.scope)
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+    Ok(LimitRule::new(l.id, limit, only))
 }
 
 fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
@@ -1072,14 +1081,24 @@ mod tests {
             output_per_million: 10_000_000,
             cached_input_per_million: Some(1_250_000),
         };
-        let limit = LimitRule {
-            id: 6,
-            limit: Limit::parse("token", 3, "requests", Some("minute"), 600, "hard").unwrap(),
-        };
-        let concurrent = LimitRule {
-            id: 8,
-            limit: Limit::parse("member", 1, "concurrent", None, 4, "soft").unwrap(),
-        };
+        let limit = LimitRule::new(
+            6,
+            Limit::parse("token", 3, "requests", Some("minute"), 600, "hard").unwrap(),
+            LimitOnly::default(),
+        );
+        let concurrent = LimitRule::new(
+            8,
+            Limit::parse("member", 1, "concurrent", None, 4, "soft").unwrap(),
+            LimitOnly::default(),
+        );
+        let narrowed = LimitRule::new(
+            9,
+            Limit::parse("team", 7, "spend", Some("7d"), 5, "hard").unwrap(),
+            LimitOnly {
+                model_pattern: Some("gpt-4*".into()),
+                route_id: Some(10),
+            },
+        );
         Snapshot::new(SnapshotParts {
             revision: 42,
             settings: Settings {
@@ -1093,7 +1112,7 @@ mod tests {
             teams: vec![team],
             tokens: vec![token],
             prices: vec![price],
-            limits: vec![limit, concurrent],
+            limits: vec![limit, concurrent, narrowed],
             shadows: vec![ShadowRule {
                 id: 4,
                 name: "try".into(),
@@ -1312,6 +1331,11 @@ mod tests {
         rejects(|w| w.limits[1].window = "minute".into(), "limits[1].window");
         rejects(|w| w.limits[0].value = 0, "limits[0].value");
         rejects(|w| w.limits[0].scope = "fleet".into(), "limits[0].scope");
+        rejects(|w| w.limits[1].route_id = Some(3), "limits[1].route_id");
+        rejects(
+            |w| w.limits[2].model_pattern = Some("a b".into()),
+            "limits[2].model_pattern",
+        );
         rejects(
             |w| w.prices[0].model_pattern = String::new(),
             "prices[0].model_pattern",

@@ -1112,7 +1112,13 @@ pub fn spend_month_is_the_utc_calendar_month(store: &dyn StateStore, settle: &dy
 pub fn week_is_the_iso_week(store: &dyn StateStore, settle: &dyn Fn()) {
     // Sunday 2023-11-19T23:59:59Z, the last second of an ISO week.
     let sunday_end: UnixMillis = 1_700_438_399_000;
-    let limits = [limit(ScopeKind::Token, 8, Metric::Requests, Window::Week, 2)];
+    let limits = [limit(
+        ScopeKind::Token,
+        8,
+        Metric::Requests,
+        Window::Week,
+        2,
+    )];
     // Tuesday of the same week: counted with Sunday.
     assert!(take(store, settle, &limits, 0, sunday_end - 5 * DAY).admitted());
     assert!(take(store, settle, &limits, 0, sunday_end).admitted());
@@ -1135,7 +1141,13 @@ const DAY: UnixMillis = 86_400_000;
 pub fn rolling_window_counts_the_last_days(store: &dyn StateStore, settle: &dyn Fn()) {
     // Noon of day 0, 2023-11-14.
     let day0: UnixMillis = 1_699_963_200_000;
-    let limits = [limit(ScopeKind::Team, 9, Metric::Spend, Window::Rolling(7), 100)];
+    let limits = [limit(
+        ScopeKind::Team,
+        9,
+        Metric::Spend,
+        Window::Rolling(7),
+        100,
+    )];
     let spend = |day: u64, amount: i64| {
         let at = day0 + day * DAY;
         assert!(
@@ -1153,7 +1165,11 @@ pub fn rolling_window_counts_the_last_days(store: &dyn StateStore, settle: &dyn 
     let day6 = day0 + 6 * DAY;
     let status = store.limit_status(&limits[0], day6);
     assert_eq!((status.used, status.remaining), (100, 0), "seven days: 100");
-    assert_eq!(status.reset_at, Some(day6 + DAY / 2), "the next UTC midnight");
+    assert_eq!(
+        status.reset_at,
+        Some(day6 + DAY / 2),
+        "the next UTC midnight"
+    );
     assert_eq!(
         take(store, settle, &limits, 0, day6).refused,
         Some(Refusal {
@@ -1170,7 +1186,10 @@ pub fn rolling_window_counts_the_last_days(store: &dyn StateStore, settle: &dyn 
     assert_eq!((status.used, status.remaining), (60, 40));
     store.limit_settle(&limits, Metric::Spend, 40, day7, day7);
     settle();
-    assert!(!take(store, settle, &limits, 0, day7).admitted(), "full again");
+    assert!(
+        !take(store, settle, &limits, 0, day7).admitted(),
+        "full again"
+    );
     // Day 8: day 1 (5) left.
     let day8 = day7 + DAY;
     assert!(take(store, settle, &limits, 0, day8).admitted());

@@ -1308,7 +1308,13 @@ mod tests {
         let c = l.due_claims(1).remove(0);
         l.learn_before(&c, 990);
         assert_eq!(l.status(&limits[0], NOW, ON).used, 995);
-        l.learn_before(&Claim { give_back: true, ..c.clone() }, 0);
+        l.learn_before(
+            &Claim {
+                give_back: true,
+                ..c.clone()
+            },
+            0,
+        );
         l.learn_before(
             &Claim {
                 window_start: c.window_start - DAY_MS,

@@ -322,6 +322,8 @@ pub(super) fn raw_limits(parts: &SnapshotParts) -> Vec<(i64, RawLimit)> {
                     Amount::Whole(rule.limit.value)
                 },
                 mode: rule.limit.mode.as_str().to_owned(),
+                model_pattern: rule.only.model_pattern.clone(),
+                on_route: rule.only.route_id.and_then(|id| name_in(&names.routes, id)),
             };
             match key.scope {
                 ScopeKind::Token => raw.token = name_in(&names.tokens, key.scope_id),
@@ -370,7 +372,7 @@ fn raw_shadow(rule: &ShadowRule, channel_name: &dyn Fn(i64) -> Option<String>) -
     }
 }
 
-/// A limit's natural key: `scope:name:metric:window`.
+/// A limit's natural key: `scope:name:metric:window`, and what it is narrowed to.
 pub(super) fn limit_key(limit: &RawLimit) -> String {
     let (scope, name) = if let Some(t) = &limit.token {
         ("token", t.clone())
@@ -386,11 +388,19 @@ pub(super) fn limit_key(limit: &RawLimit) -> String {
             limit.member.map(|m| m.to_string()).unwrap_or_default(),
         )
     };
-    format!(
+    let mut key = format!(
         "{scope}:{name}:{}:{}",
         limit.metric,
         limit.window.as_deref().unwrap_or("none")
-    )
+    );
+    // A narrowed limit is another limit of the scope (its own counter).
+    if let Some(pattern) = &limit.model_pattern {
+        key.push_str(&format!(" model={pattern}"));
+    }
+    if let Some(route) = &limit.on_route {
+        key.push_str(&format!(" on_route={route}"));
+    }
+    key
 }
 
 /// A price's natural key: `channel/pattern`.

@@ -831,6 +831,10 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
     } else {
         ("member", limit.member.unwrap_or_default())
     };
+    let route_id = match &limit.on_route {
+        Some(pattern) => Some(id_in(&ids.routes, "route", pattern)?),
+        None => None,
+    };
     Ok(object(json!({
         "scope": scope,
         "scope_id": scope_id,
@@ -838,6 +842,8 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
         "window": limit.window,
         "value": amount(&limit.value),
         "mode": limit.mode,
+        "model_pattern": limit.model_pattern,
+        "route_id": route_id,
     })))
 }
 

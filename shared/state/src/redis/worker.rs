@@ -19,8 +19,8 @@ use super::scripts::Scripts;
 use super::shared::{FailureOp, Op, Shared};
 use super::sync::{decode_counts, encode_counts, parse_update, Update};
 use crate::limits::Claim;
-use switchyard_engine::limit::DAY_MS;
 use crate::types::{FailureKind, MAX_STICKY_BINDINGS};
+use switchyard_engine::limit::DAY_MS;
 
 pub(crate) fn spawn(
     shared: Arc<Shared>,
