@@ -900,6 +900,20 @@ async fn open_breaker_is_recorded_then_a_passing_probe_re_enables_and_clears_it(
     let last = events(&app, channel).await.last().unwrap().clone();
     assert_eq!(last["to_status"], "enabled");
     assert_eq!(last["actor"], "system:recovery-probe");
+    // One notification event each: the auto-disable and the recovery.
+    let notified: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT event, (payload->>'channel_id')::bigint FROM notification_events ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        notified,
+        [
+            ("channel_auto_disabled".to_owned(), channel),
+            ("channel_recovered".to_owned(), channel)
+        ]
+    );
 
     // The breaker and the member's cooldown are gone fleet-wide: the proxy's view, and a fresh
     // store that knows only what Redis holds.
