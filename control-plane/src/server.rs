@@ -92,6 +92,25 @@ fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTl
     Ok(Some(tls))
 }
 
+/// The notifier every replica runs (budget thresholds, signed webhook deliveries).
+fn notifier(
+    config: &Config,
+    pool: &sqlx::PgPool,
+    upstream: &switchyard_upstream::ClientOptions,
+) -> Arc<Notifier> {
+    Notifier::new(
+        pool.clone(),
+        NotifyConfig {
+            tick: Duration::from_millis(config.notify_tick_ms),
+            delivery: DeliveryPolicy {
+                backoff: Duration::from_millis(config.notify_backoff_ms),
+                ..DeliveryPolicy::default()
+            },
+            upstream: upstream.clone(),
+        },
+    )
+}
+
 /// `signal` fires on SIGTERM: the replica reports not-ready at once, keeps serving HTTP and the
 /// snapshot streams for the drain delay (so it leaves the Service's endpoints first), then stops.
 pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()> {
@@ -99,12 +118,8 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     let shutdown = shutdown_after_drain(&signal, Duration::from_secs(config.drain_delay_secs));
     let options = PgConnectOptions::from_str(&config.database_url).context("DATABASE_URL")?;
     let pool = crate::db::pool(options.clone());
-    migrate_with_retry(
-        &pool,
-        &options,
-        Duration::from_secs(config.db_startup_timeout_secs),
-    )
-    .await?;
+    let startup = Duration::from_secs(config.db_startup_timeout_secs);
+    migrate_with_retry(&pool, &options, startup).await?;
     tracing::info!("migrations applied");
     let live = live_state(&config)?;
 
@@ -123,18 +138,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         },
     );
     spawn_leader_jobs(&tracker, &recovery, &pool, &options, &config, &shutdown);
-    let notifier = Notifier::new(
-        pool.clone(),
-        NotifyConfig {
-            tick: Duration::from_millis(config.notify_tick_ms),
-            delivery: DeliveryPolicy {
-                backoff: Duration::from_millis(config.notify_backoff_ms),
-                ..DeliveryPolicy::default()
-            },
-            upstream: upstream.clone(),
-        },
-    );
-    tracker.spawn(notifier.run(shutdown.clone()));
+    tracker.spawn(notifier(&config, &pool, &upstream).run(shutdown.clone()));
 
     let (http, grpc) = bind(&config).await?;
 

@@ -372,7 +372,20 @@ async fn invalid_limits_name_the_field_and_duplicates_conflict(pool: PgPool) {
         (with(&[("scope_id", json!(987_654))]), "scope_id"),
         (with(&[("scope", json!("team"))]), "scope_id"),
         (with(&[("metric", json!("bytes"))]), "metric"),
-        (with(&[("window", json!("week"))]), "window"),
+        (with(&[("window", json!("fortnight"))]), "window"),
+        (with(&[("window", json!("1d"))]), "window"),
+        (with(&[("window", json!("91d"))]), "window"),
+        (with(&[("route_id", json!(987_654))]), "route_id"),
+        (with(&[("model_pattern", json!(""))]), "model_pattern"),
+        (with(&[("model_pattern", json!("gpt 4"))]), "model_pattern"),
+        (
+            with(&[
+                ("scope", json!("channel")),
+                ("scope_id", json!(channel)),
+                ("model_pattern", json!("gpt-4*")),
+            ]),
+            "model_pattern",
+        ),
         (with(&[("window", Value::Null)]), "window"),
         (with(&[("window", json!("none"))]), "window"),
         (with(&[("metric", json!("spend"))]), "window"),
@@ -771,4 +784,72 @@ async fn tokens_take_an_expiry_show_it_and_clear_it(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(detail["expires_at"], "2027-01-31T21:59:59Z");
+}
+
+/// A limit narrowed to a model pattern or a route is another limit of its scope: beside the
+/// plain one of the same metric and window, once per narrowing, in the snapshot with its
+/// counter of its own, and gone with its route.
+#[sqlx::test(migrations = "../migrations")]
+async fn narrowed_limits_sit_beside_plain_ones_and_follow_their_route(pool: PgPool) {
+    let app = test_app(pool);
+    let team = app
+        .create("/api/v1/teams", json!({"name": "research"}))
+        .await;
+    let token = token(&app, "app", Some(team)).await;
+    let route = app.route("claude-*").await;
+    let plain = json!({"scope": "token", "scope_id": token, "metric": "requests",
+                       "window": "7d", "value": 10});
+    app.create("/api/v1/limits", plain.clone()).await;
+    let mut on_model = plain.clone();
+    on_model["model_pattern"] = json!("gpt-4*");
+    let model_id = app.create("/api/v1/limits", on_model.clone()).await;
+    let again = app.post("/api/v1/limits", on_model).await;
+    assert_eq!(
+        again.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        again.text
+    );
+    let team_route = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "team", "scope_id": team, "metric": "spend", "window": "week",
+                   "value": "5", "route_id": route}),
+        )
+        .await;
+    let shown = app.get(&format!("/api/v1/limits/{team_route}")).await;
+    assert_eq!(shown.body["route_id"], route, "{}", shown.text);
+    assert_eq!(shown.body["window"], "week");
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let narrowed: Vec<Option<i64>> = snapshot
+        .narrowed_limits_of(ScopeKind::Token, token, Some("gpt-4o"), None)
+        .map(|l| l.key.rule)
+        .collect();
+    assert_eq!(narrowed, [Some(model_id)]);
+    assert_eq!(snapshot.limits_of(ScopeKind::Token, token).len(), 1);
+    assert_eq!(
+        snapshot.limits_of(ScopeKind::Token, token)[0].key.window,
+        Window::Rolling(7)
+    );
+    // Patching the narrowing away makes it a duplicate of the plain limit.
+    let patched = app
+        .patch(
+            &format!("/api/v1/limits/{model_id}"),
+            json!({"model_pattern": null}),
+        )
+        .await;
+    assert_eq!(
+        patched.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        patched.text
+    );
+    // Deleting the route deletes the limit narrowed to it.
+    assert_eq!(
+        app.delete(&format!("/api/v1/routes/{route}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let gone = app.get(&format!("/api/v1/limits/{team_route}")).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
 }

@@ -258,7 +258,11 @@ async fn two_control_planes_on_one_database_never_send_one_event_twice(pool: PgP
     let deliveries = received.deliveries.lock().unwrap().clone();
     let mut thresholds: Vec<i64> = deliveries
         .iter()
-        .map(|(h, body)| verified(h, body)["data"]["threshold_percent"].as_i64().unwrap())
+        .map(|(h, body)| {
+            verified(h, body)["data"]["threshold_percent"]
+                .as_i64()
+                .unwrap()
+        })
         .collect();
     thresholds.sort_unstable();
     assert_eq!(thresholds, [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]);
@@ -288,7 +292,11 @@ async fn a_hard_limit_reported_refusing_is_told_once_per_window(pool: PgPool) {
         at_unix_ms: at,
     };
     // Two proxies report the same window; one of them again under another batch.
-    for (batch, at) in [("p1-1", 1_700_000_041_000), ("p2-1", 1_700_000_042_000), ("p1-2", 1_700_000_043_000)] {
+    for (batch, at) in [
+        ("p1-1", 1_700_000_041_000),
+        ("p2-1", 1_700_000_042_000),
+        ("p1-2", 1_700_000_043_000),
+    ] {
         let batch = UsageBatch {
             batch_id: batch.into(),
             client_id: "test".into(),

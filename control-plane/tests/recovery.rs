@@ -271,9 +271,10 @@ async fn probe_re_enables_an_auto_disabled_channel_whose_upstream_answers(pool: 
             .starts_with("recovery probe passed"),
         "{last}"
     );
-    // Through the audited write path: one audit row, one revision.
+    // Through the audited write path: one audit row, one revision; and the notification
+    // event the recovery is (audited too, without a revision of its own).
     assert_eq!(app.revision().await, revision + 1);
-    assert_eq!(app.audit_rows().await, audits + 1);
+    assert_eq!(app.audit_rows().await, audits + 2);
     let audit = app
         .get(&format!(
             "/api/v1/audit?resource=channel&resource_id={channel}"

@@ -524,3 +524,31 @@ async fn a_member_limited_to_two_a_minute_serves_two_with_redis() {
         assert_eq!(served, TWO_A_MINUTE, "trial {trial}");
     }
 }
+
+/// A key's limit narrowed to `gpt-4*` models refuses only requests for them, in each client's
+/// protocol; requests for other models through the same key pass.
+#[tokio::test]
+async fn a_keys_limit_on_some_models_refuses_only_those_models() {
+    clear_of_a_window_end(Duration::from_secs(5)).await;
+    let proxy = start(&format!(
+        "channels:\n  - {{ id: 1, name: sim, provider: mock }}\nroutes:\n  - id: 1\n    model_pattern: 'gpt-*'\n    members:\n      - {{ id: 1, channel: sim }}\n  - id: 2\n    model_pattern: 'claude-*'\n    members:\n      - {{ id: 2, channel: sim }}\ntokens:\n  - {{ id: 1, name: app, token: {TOKEN} }}\nlimits:\n  - {{ token: app, metric: requests, window: minute, value: 1, model_pattern: 'gpt-4*' }}\n"
+    ))
+    .await;
+    let chat = |model: &str| {
+        format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hello"}}]}}"#)
+    };
+    assert_eq!(post(&proxy, CHAT_PATH, &chat("gpt-4o")).await.status, 200);
+    let refused = post(&proxy, CHAT_PATH, &chat("gpt-4o-mini")).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["code"], "rate_limit_exceeded");
+    let messages =
+        r#"{"model":"gpt-4o","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}"#;
+    let anthropic = post(&proxy, "/v1/messages", messages).await;
+    assert_eq!(anthropic.status, 429, "{}", anthropic.body);
+    assert_eq!(anthropic.json()["error"]["type"], "rate_limit_error");
+    // Other models of the same key are not counted by it.
+    for model in ["claude-3", "gpt-3.5", "claude-3"] {
+        let reply = post(&proxy, CHAT_PATH, &chat(model)).await;
+        assert_eq!(reply.status, 200, "{model}: {}", reply.body);
+    }
+}

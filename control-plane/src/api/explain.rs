@@ -161,17 +161,20 @@ async fn token_limits(
     snapshot: &Snapshot,
     live: Option<&LiveState>,
     token: &Token,
-    route: Option<i64>,
+    (route, model): (Option<i64>, &str),
     now: u64,
 ) -> Vec<Value> {
+    // The proxy's rule (`client_limits`): the scope is the request's, and a narrowed limit's
+    // model pattern and route both hold.
     let applies = |rule: &&LimitRule| {
         let key = rule.limit.key;
-        match key.scope {
+        let scope = match key.scope {
             ScopeKind::Token => key.scope_id == token.id,
             ScopeKind::Team => Some(key.scope_id) == token.team_id,
             ScopeKind::Route => Some(key.scope_id) == route,
             ScopeKind::Channel | ScopeKind::Member => false,
-        }
+        };
+        scope && rule.only.applies(Some(model), route)
     };
     let rules: Vec<&LimitRule> = snapshot.limits().iter().filter(applies).collect();
     let limits: Vec<Limit> = rules.iter().map(|r| r.limit).collect();
@@ -192,6 +195,9 @@ async fn token_limits(
                 "metric": limit.key.metric.as_str(),
                 "window": limit.key.window.as_str(),
                 "mode": limit.mode.as_str(),
+                "model_pattern": rule.only.model_pattern,
+                "route_id": rule.only.route_id,
+                "why": why(rule),
                 "value": amount(&limit, limit.value),
                 "used": status.map(|s| amount(&limit, s.used)),
                 "remaining": status.map(|s| amount(&limit, s.remaining)),
@@ -200,6 +206,22 @@ async fn token_limits(
             })
         })
         .collect()
+}
+
+/// Why a limit applies to the request, in words: whose it is, and what it is narrowed to.
+fn why(rule: &LimitRule) -> String {
+    let mut why = match rule.limit.key.scope {
+        ScopeKind::Token => "the key's limit".to_owned(),
+        ScopeKind::Team => "the key's team's limit".to_owned(),
+        _ => "the route's limit".to_owned(),
+    };
+    if let Some(pattern) = &rule.only.model_pattern {
+        why.push_str(&format!(", on models matching {pattern:?}"));
+    }
+    if let Some(route) = rule.only.route_id {
+        why.push_str(&format!(", through route {route}"));
+    }
+    why
 }
 
 pub(super) fn random_seed() -> u64 {
@@ -293,7 +315,14 @@ pub async fn explain(
         content_rules(&state, &query, &published.snapshot, content, map).await;
         if let Some(token) = &token {
             let route = snapshot.resolve_route(model).map(|r| r.id);
-            let limits = token_limits(&snapshot, state.live.as_ref(), token, route, now_ms).await;
+            let limits = token_limits(
+                &snapshot,
+                state.live.as_ref(),
+                token,
+                (route, model),
+                now_ms,
+            )
+            .await;
             map.insert("token".into(), token_json(token, now_ms));
             map.insert("limits".into(), json!(limits));
         }

@@ -483,6 +483,12 @@ pub struct ExplainLimitView {
     pub metric: LimitMetricName,
     pub window: LimitWindowName,
     pub mode: LimitModeName,
+    /// Narrowed to requests for models matching this pattern; `null`: every model.
+    pub model_pattern: Option<String>,
+    /// Narrowed to requests through this route; `null`: every route.
+    pub route_id: Option<i64>,
+    /// Why it applies: whose limit it is and what it is narrowed to.
+    pub why: String,
     /// For `spend`, USD as an exact decimal string; otherwise a whole number.
     #[schema(value_type = super::amount::LimitValueOutput)]
     pub value: serde_json::Value,
