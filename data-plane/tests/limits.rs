@@ -531,7 +531,7 @@ async fn a_member_limited_to_two_a_minute_serves_two_with_redis() {
 async fn a_keys_limit_on_some_models_refuses_only_those_models() {
     clear_of_a_window_end(Duration::from_secs(5)).await;
     let proxy = start(&format!(
-        "channels:\n  - {{ id: 1, name: sim, provider: mock }}\nroutes:\n  - id: 1\n    model_pattern: 'gpt-*'\n    members:\n      - {{ id: 1, channel: sim }}\n  - id: 2\n    model_pattern: 'claude-*'\n    members:\n      - {{ id: 2, channel: sim }}\ntokens:\n  - {{ id: 1, name: app, token: {TOKEN} }}\nlimits:\n  - {{ token: app, metric: requests, window: minute, value: 1, model_pattern: 'gpt-4*' }}\n"
+        "channels:\n  - {{ id: 1, name: sim, provider: mock }}\nroutes:\n  - id: 1\n    model_pattern: 'gpt-*'\n    members:\n      - {{ id: 1, channel: sim, upstream_model: gpt-4o }}\n  - id: 2\n    model_pattern: 'claude-*'\n    members:\n      - {{ id: 2, channel: sim, upstream_model: claude-3 }}\ntokens:\n  - {{ id: 1, name: app, token: {TOKEN} }}\nlimits:\n  - {{ token: app, metric: requests, window: minute, value: 1, model_pattern: 'gpt-4*' }}\n"
     ))
     .await;
     let chat = |model: &str| {
