@@ -149,7 +149,7 @@ pub struct UsageBuffer {
     guardrails: Mutex<HashMap<(i64, i64), v1::GuardrailRecord>>,
     /// Hard limits seen refusing: the (limit, window start) already told (bounded: the control
     /// plane records each once for the fleet anyway), and the events for the next batch.
-    refusing: Mutex<(HashSet<(LimitKey, u64)>, Vec<v1::LimitEvent>)>,
+    refusing: Mutex<Refusing>,
 }
 
 /// A semantic cache rule's lookups by meaning (see `SemanticTrialRecord`).
@@ -188,6 +188,8 @@ impl TrialCounts {
         }
     }
 }
+/// The (limit, window start) pairs already told, and the events waiting for the next batch.
+type Refusing = (HashSet<(LimitKey, u64)>, Vec<v1::LimitEvent>);
 
 /// The most refusing windows [`UsageBuffer::add_refusing`] remembers before it starts over.
 const MAX_REFUSING_REMEMBERED: usize = 10_000;
