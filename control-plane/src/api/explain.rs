@@ -155,15 +155,16 @@ fn amount(limit: &Limit, value: u64) -> Value {
     }
 }
 
-/// The limits a token's request for the route is under, with their status (`null` without
+/// The limits a token's request for `model` (through its route) is under, with their status (`null` without
 /// shared state or when it cannot be read).
 async fn token_limits(
     snapshot: &Snapshot,
     live: Option<&LiveState>,
     token: &Token,
-    (route, model): (Option<i64>, &str),
+    model: &str,
     now: u64,
 ) -> Vec<Value> {
+    let route = snapshot.resolve_route(model).map(|r| r.id);
     // The proxy's rule (`client_limits`): the scope is the request's, and a narrowed limit's
     // model pattern and route both hold.
     let applies = |rule: &&LimitRule| {
@@ -314,15 +315,7 @@ pub async fn explain(
         };
         content_rules(&state, &query, &published.snapshot, content, map).await;
         if let Some(token) = &token {
-            let route = snapshot.resolve_route(model).map(|r| r.id);
-            let limits = token_limits(
-                &snapshot,
-                state.live.as_ref(),
-                token,
-                (route, model),
-                now_ms,
-            )
-            .await;
+            let limits = token_limits(&snapshot, state.live.as_ref(), token, model, now_ms).await;
             map.insert("token".into(), token_json(token, now_ms));
             map.insert("limits".into(), json!(limits));
         }
