@@ -470,43 +470,8 @@ impl UsageBuffer {
             self.keys.fetch_sub(taken, Ordering::AcqRel);
         }
         let dropped_requests = self.dropped_unreported.swap(0, Ordering::Relaxed);
-        let shadows: Vec<v1::ShadowRecord> = self
-            .shadows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain()
-            .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
-            .collect();
-        let guardrails: Vec<v1::GuardrailRecord> = self
-            .guardrails
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain()
-            .map(|(_, record)| record)
-            .collect();
-        let semantic_trials: Vec<v1::SemanticTrialRecord> = self
-            .trials
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain()
-            .map(|((bucket, rule), counts)| counts.to_record(bucket, rule))
-            .collect();
-        let requests = self.take_log();
-        let events = std::mem::take(
-            &mut self
-                .refusing
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .1,
-        );
-        if records.is_empty()
-            && dropped_requests == 0
-            && shadows.is_empty()
-            && semantic_trials.is_empty()
-            && requests.is_empty()
-            && guardrails.is_empty()
-            && events.is_empty()
-        {
+        let reports = self.take_reports();
+        if records.is_empty() && dropped_requests == 0 && reports == v1::UsageBatch::default() {
             return None;
         }
         Some(v1::UsageBatch {
@@ -514,13 +479,41 @@ impl UsageBuffer {
             client_id: switchyard_proto::client::client_id(),
             records,
             dropped_requests,
-            shadows,
-            requests,
-            semantic_trials,
-            guardrails,
-            events,
+            ..reports
         })
     }
+
+    /// What travels beside the records, taken out of the buffer: shadow comparisons, guardrail
+    /// reports, semantic cache trials, request-log rows and limit events.
+    fn take_reports(&self) -> v1::UsageBatch {
+        v1::UsageBatch {
+            shadows: drained(&self.shadows, |((bucket, rule), counts)| {
+                counts.to_record(bucket, rule)
+            }),
+            guardrails: drained(&self.guardrails, |(_, record)| record),
+            semantic_trials: drained(&self.trials, |((bucket, rule), counts)| {
+                counts.to_record(bucket, rule)
+            }),
+            requests: self.take_log(),
+            events: std::mem::take(
+                &mut self
+                    .refusing
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .1,
+            ),
+            ..v1::UsageBatch::default()
+        }
+    }
+}
+
+/// Everything in a map of reports, each made into what a batch carries.
+fn drained<K, V, T>(map: &Mutex<HashMap<K, V>>, each: impl FnMut((K, V)) -> T) -> Vec<T> {
+    map.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .drain()
+        .map(each)
+        .collect()
 }
 
 fn record((bucket, key): (i64, UsageKey), counts: UsageCounts) -> v1::UsageRecord {
