@@ -379,6 +379,34 @@ pub struct ExplainResponse {
     /// all traffic), in id order; with `text`, what each would do to it.
     #[serde(default)]
     pub guardrails: Vec<ExplainGuardrailView>,
+    /// The semantic part of the cache rule that applies, when it has one (`null`: none); with
+    /// `prompt`, whether that prompt would match a stored one and with what score.
+    #[serde(default)]
+    pub semantic_cache: Option<ExplainSemanticView>,
+}
+
+/// What explain says of the applicable cache rule's semantic part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainSemanticView {
+    pub rule_id: i64,
+    /// `trial` (counted, never served) or `serve`.
+    pub mode: String,
+    /// The cosine similarity a stored prompt must reach.
+    pub threshold: f64,
+    /// Whether the prompt was scored; when not, `reason` says why.
+    pub evaluated: bool,
+    /// The rule's shared vectors searched.
+    #[serde(default)]
+    pub vectors: Option<u64>,
+    /// The best similarity found (three decimals); `null`: no vector in the prompt's partition.
+    #[serde(default)]
+    pub score: Option<f64>,
+    /// Whether the score reaches the threshold.
+    #[serde(default)]
+    pub would_hit: Option<bool>,
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A guardrail explain found for the request.
