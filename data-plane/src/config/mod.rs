@@ -209,7 +209,7 @@ mod tests {
             ),
             (
                 "limits:\n  - { token: k, metric: spend, window: minute, value: 1 }\n",
-                "limits[0].window: a `spend` limit counts per day or month",
+                "limits[0].window: a `spend` limit counts per day, week, month or 2d to 90d",
             ),
             (
                 "limits:\n  - { token: k, metric: concurrent, window: hour, value: 1 }\n",
