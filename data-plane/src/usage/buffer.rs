@@ -358,68 +358,46 @@ impl UsageBuffer {
     /// [`MAX_SHADOW_KEYS`] (minute, rule) keys wait; beyond that the pair is dropped (and
     /// `false` returned).
     pub fn add_shadow(&self, rule: i64, counts: &ShadowCounts) -> bool {
-        let now = unix_now_s();
-        let bucket = now - now.rem_euclid(60);
-        let mut map = self
-            .shadows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let len = map.len();
-        match map.get_mut(&(bucket, rule)) {
-            Some(total) => total.add(counts),
-            None if len < MAX_SHADOW_KEYS => {
-                map.insert((bucket, rule), *counts);
-            }
-            None => return false,
-        }
-        true
+        add_this_minute(
+            &self.shadows,
+            rule,
+            MAX_SHADOW_KEYS,
+            |_| *counts,
+            |total| total.add(counts),
+        )
     }
 
     /// Adds a semantic rule's counts, now; at most [`MAX_SHADOW_KEYS`] (minute, rule) keys
     /// wait, beyond that the counts are dropped (and `false` returned).
     pub fn add_trial(&self, rule: i64, counts: &TrialCounts) -> bool {
-        let now = unix_now_s();
-        let bucket = now - now.rem_euclid(60);
-        let mut map = self
-            .trials
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let len = map.len();
-        match map.get_mut(&(bucket, rule)) {
-            Some(total) => total.add(counts),
-            None if len < MAX_SHADOW_KEYS => {
-                map.insert((bucket, rule), *counts);
-            }
-            None => return false,
-        }
-        true
+        add_this_minute(
+            &self.trials,
+            rule,
+            MAX_SHADOW_KEYS,
+            |_| *counts,
+            |total| total.add(counts),
+        )
     }
 
     /// Adds what one guardrail did for one request (or answer), now. At most
     /// [`MAX_GUARDRAIL_KEYS`] (minute, guardrail) keys wait; beyond that it is dropped (and
     /// `false` returned).
     pub fn add_guardrail(&self, guardrail: i64, report: &v1::GuardrailRecord) -> bool {
-        let now = unix_now_s();
-        let bucket = now - now.rem_euclid(60);
-        let mut map = self
-            .guardrails
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let len = map.len();
-        match map.get_mut(&(bucket, guardrail)) {
-            Some(total) => switchyard_proto::add_guardrail(total, report),
-            None if len < MAX_GUARDRAIL_KEYS => {
+        add_this_minute(
+            &self.guardrails,
+            guardrail,
+            MAX_GUARDRAIL_KEYS,
+            |bucket| {
                 let mut first = v1::GuardrailRecord {
                     bucket_start_unix_s: bucket,
                     guardrail_id: guardrail,
                     ..v1::GuardrailRecord::default()
                 };
                 switchyard_proto::add_guardrail(&mut first, report);
-                map.insert((bucket, guardrail), first);
-            }
-            None => return false,
-        }
-        true
+                first
+            },
+            |total| switchyard_proto::add_guardrail(total, report),
+        )
     }
 
     pub(super) fn dropped(&self, requests: u64) {
@@ -505,6 +483,31 @@ impl UsageBuffer {
             ..v1::UsageBatch::default()
         }
     }
+}
+
+/// Adds to the entry of (this minute, `id`): `merge` into the one waiting, else `fresh(minute)`
+/// while fewer than `max` keys wait; `false` when the map is full and the addition is dropped.
+fn add_this_minute<V>(
+    map: &Mutex<HashMap<(i64, i64), V>>,
+    id: i64,
+    max: usize,
+    fresh: impl FnOnce(i64) -> V,
+    merge: impl FnOnce(&mut V),
+) -> bool {
+    let now = unix_now_s();
+    let bucket = now - now.rem_euclid(60);
+    let mut map = map
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let len = map.len();
+    match map.get_mut(&(bucket, id)) {
+        Some(total) => merge(total),
+        None if len < max => {
+            map.insert((bucket, id), fresh(bucket));
+        }
+        None => return false,
+    }
+    true
 }
 
 /// Everything in a map of reports, each made into what a batch carries.
