@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::response::Response;
 use futures_util::FutureExt;
 use serde_json::Value;
-use switchyard_engine::cache::{applicable, CacheRule};
+use switchyard_engine::cache::{applicable, CacheRule, SemanticPart};
 use switchyard_provider::Usage;
 use switchyard_state::cache::{CacheEntry, CacheKey, ResponseCache};
 use switchyard_state::unix_ms;
@@ -92,11 +92,11 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     };
     let key = parts.key();
     // Looked up by meaning only when an answer can be both read and stored.
-    let partition = rule
+    let semantic = rule
         .semantic
         .as_ref()
         .filter(|_| read && write)
-        .map(|part| partition(&parts, &part.model));
+        .map(|part| (part, partition(&parts, &part.model)));
     let store = write.then(|| Store {
         key,
         shape,
@@ -112,9 +112,9 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let now = unix_ms();
     match cache.get(&key, now).await {
         Ok(Some(entry)) => hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store),
-        Ok(None) => match partition {
-            Some(partition) => {
-                let found = Box::pin(by_meaning(state, ctx, rule, partition, &body)).await;
+        Ok(None) => match semantic {
+            Some((part, partition)) => {
+                let found = Box::pin(by_meaning(state, ctx, (rule, part), partition, &body)).await;
                 missed(state, ctx, (&body, shape), now, found, store)
             }
             None => {
@@ -130,12 +130,12 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     }
 }
 
-/// The rule's search by meaning (a rule without a semantic part finds nothing). The future
-/// holds only what the search reads of the context (an [`Asker`]).
+/// The rule's search by meaning through its semantic part. The future holds only what the
+/// search reads of the context (an [`Asker`]).
 fn by_meaning<'a>(
     state: &'a AppState,
     ctx: &Ctx<'a>,
-    rule: &'a CacheRule,
+    (rule, part): (&'a CacheRule, &'a SemanticPart),
     partition: [u8; 32],
     body: &'a Value,
 ) -> impl std::future::Future<Output = Found> + Send + 'a {
@@ -145,12 +145,7 @@ fn by_meaning<'a>(
         token: ctx.token,
         route: ctx.route.map_or("", |r| r.model_pattern.as_str()),
     };
-    async move {
-        match &rule.semantic {
-            Some(part) => semantic::search(state, &asker, rule, part, partition, body).await,
-            None => Found::Proxy(None),
-        }
-    }
+    async move { semantic::search(state, &asker, rule, part, partition, body).await }
 }
 
 /// After an exact miss: a match by meaning served, or the request goes upstream (with the
