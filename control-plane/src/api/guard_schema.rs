@@ -128,3 +128,36 @@ pub struct GuardModerationDoc {
     /// The categories that count (none: any flagged one).
     pub categories: Option<Vec<String>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DetectorName;
+    use switchyard_engine::guard::detect::Detector;
+
+    /// The document's list of detectors is written beside the engine's: every detector the
+    /// engine knows is one the document names, and `api_keys` too.
+    #[test]
+    fn the_documented_detectors_are_the_engines() {
+        for detector in Detector::ALL {
+            let name = serde_json::to_value(detector).unwrap();
+            serde_json::from_value::<DetectorName>(name.clone())
+                .unwrap_or_else(|e| panic!("{name} is not documented: {e}"));
+        }
+        serde_json::from_value::<DetectorName>(serde_json::json!("api_keys")).unwrap();
+        let documented = serde_json::to_value([
+            DetectorName::Email,
+            DetectorName::Phone,
+            DetectorName::Card,
+            DetectorName::Iban,
+            DetectorName::OpenaiKey,
+            DetectorName::AnthropicKey,
+            DetectorName::AwsAccessKey,
+            DetectorName::GoogleApiKey,
+            DetectorName::GithubToken,
+            DetectorName::SlackToken,
+            DetectorName::PrivateKey,
+        ])
+        .unwrap();
+        assert_eq!(documented, serde_json::to_value(Detector::ALL).unwrap());
+    }
+}
