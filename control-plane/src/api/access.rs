@@ -204,6 +204,8 @@ pub struct Identity {
     pub token_id: Option<i64>,
     /// When the token stops working (RFC 3339), if it expires.
     pub expires_at: Option<String>,
+    /// The one team this caller administers, if it is limited to one; `None`: the whole fleet.
+    pub team: Option<i64>,
 }
 
 /// The caller of a request, as the middleware put it in the request's extensions: who they are,
@@ -290,6 +292,7 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
             role: Admin,
             token_id: None,
             expires_at: None,
+            team: None,
         }));
     }
     let hash = switchyard_proto::hex(&digest);
@@ -325,6 +328,7 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
         role,
         token_id: Some(id),
         expires_at,
+        team: None,
     }))
 }
 
