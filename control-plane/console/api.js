@@ -1,5 +1,7 @@
 // The admin API client. The admin token lives in this tab's sessionStorage only: never in
-// localStorage, a cookie or a URL, and it is gone when the tab closes.
+// localStorage, a cookie or a URL, and it is gone when the tab closes. A person signed in through
+// single sign-on holds no token: the browser sends the session's HttpOnly cookie, and every write
+// carries the session's CSRF token (from whoami) in `x-switchyard-csrf`.
 
 const KEY = 'switchyard.admin_token';
 
@@ -19,21 +21,24 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(method, path, body) {
-  const headers = { Authorization: `Bearer ${token.get() || ''}`, 'x-switchyard-actor': 'console' };
+export async function api(method, path, body, { quiet = false } = {}) {
+  const headers = { 'x-switchyard-actor': 'console' };
+  if (token.get()) headers.Authorization = `Bearer ${token.get()}`;
+  else if (session.csrf && method !== 'GET') headers['x-switchyard-csrf'] = session.csrf;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const response = await fetch(path, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     cache: 'no-store',
+    credentials: 'same-origin',
   });
   const text = await response.text();
   let parsed = null;
   if (text) {
     try { parsed = JSON.parse(text); } catch { parsed = null; }
   }
-  if (response.status === 401) {
+  if (response.status === 401 && !quiet) {
     window.dispatchEvent(new CustomEvent('switchyard:unauthorized'));
   }
   if (!response.ok) throw new ApiError(response.status, parsed);
@@ -59,18 +64,40 @@ export const dryRun = (changes) => api('POST', '/api/v1/dry-run', { changes });
 // Who is signed in (`GET /api/v1/whoami`): the admin token's name and role. The console hides
 // what the role cannot do; the API refuses it anyway (403), so this is convenience, not security.
 const RANK = { viewer: 1, operator: 2, admin: 3 };
-export const session = { name: null, role: null };
+export const session = { name: null, role: null, csrf: null };
 
-export async function whoami() {
-  const me = await api('GET', '/api/v1/whoami');
+export async function whoami({ quiet = false } = {}) {
+  const me = await api('GET', '/api/v1/whoami', undefined, { quiet });
   session.name = me.name;
   session.role = me.role;
+  session.csrf = me.csrf_token || null;
   return me;
 }
 
 export function forget() {
   session.name = null;
   session.role = null;
+  session.csrf = null;
+}
+
+/** Whether single sign-on is on (the sign-in page then offers it). */
+export async function ssoEnabled() {
+  try {
+    const response = await fetch('/console/sso/status', { cache: 'no-store' });
+    return response.ok && (await response.json()).enabled === true;
+  } catch {
+    return false;
+  }
+}
+
+/** Ends the single sign-on session (its cookie goes with it). */
+export async function ssoLogout() {
+  await fetch('/console/sso/logout', {
+    method: 'POST',
+    headers: { 'x-switchyard-csrf': session.csrf || '' },
+    credentials: 'same-origin',
+    cache: 'no-store',
+  });
 }
 
 /** Whether the signed-in token's role is at least `role` (viewer < operator < admin). */

@@ -1,5 +1,5 @@
 // Entry point: sign-in, the hash router, and view lifecycle.
-import { forget, session, token, whoami } from './api.js';
+import { forget, session, ssoEnabled, ssoLogout, token, whoami } from './api.js';
 import { clear, h } from './dom.js';
 import * as views from './views.js';
 import * as spend from './spend.js';
@@ -27,6 +27,23 @@ const ROUTES = {
 const $ = (id) => document.getElementById(id);
 let cleanup = null;
 let generation = 0;
+// A single sign-on session is looked for once per page load (its cookie is HttpOnly: only a
+// call can tell), and again only after a sign-in.
+let cookieChecked = false;
+
+/** Whether someone is signed in: a token in this tab, or a single sign-on session. */
+async function signedIn() {
+  if (token.get() || session.csrf) return true;
+  if (cookieChecked) return false;
+  cookieChecked = true;
+  try {
+    await whoami({ quiet: true });
+    return !!session.csrf;
+  } catch {
+    forget();
+    return false;
+  }
+}
 
 function parseHash() {
   const raw = location.hash.replace(/^#\/?/, '');
@@ -39,16 +56,17 @@ function parseHash() {
 
 async function render() {
   if (cleanup) { cleanup(); cleanup = null; }
-  const signedIn = !!token.get();
-  $('sign-in').hidden = signedIn;
-  $('nav').hidden = !signedIn;
+  const signed = await signedIn();
+  $('sign-in').hidden = signed;
+  $('nav').hidden = !signed;
   // A fresh container per render: a view still loading from an earlier render writes into its
   // own, detached container and never into this one.
   const root = h('div');
   clear($('view')).appendChild(root);
-  if (!signedIn) {
+  if (!signed) {
     forget();
     $('whoami').textContent = '';
+    $('sso').hidden = !(await ssoEnabled());
     $('admin-token').focus();
     return;
   }
@@ -94,7 +112,8 @@ $('sign-in-form').addEventListener('submit', async (event) => {
   }
 });
 
-$('sign-out').addEventListener('click', () => {
+$('sign-out').addEventListener('click', async () => {
+  if (session.csrf) await ssoLogout().catch(() => {});
   token.clear();
   forget();
   render();

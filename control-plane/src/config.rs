@@ -122,6 +122,10 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub request_log_retention_days: u32,
 
+    /// Single sign-on with OpenID Connect (off unless `SWITCHYARD_SSO_ISSUER` is set).
+    #[command(flatten)]
+    pub sso: crate::sso::settings::SsoArgs,
+
     /// How long in-flight requests and streams may take to finish on SIGTERM, in seconds.
     #[arg(long, env = "SWITCHYARD_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
@@ -167,6 +171,7 @@ impl Config {
         if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
             return Err("SWITCHYARD_REDIS_PREFIX must be non-empty and free of braces".into());
         }
+        self.sso.settings()?;
         Ok(())
     }
 }

@@ -48,6 +48,18 @@ pub enum ApiError {
     /// No endpoint has this path: 404.
     #[error("no endpoint {path}")]
     UnknownEndpoint { path: String },
+    /// A single sign-on token (a bearer JWT, or the ID token at sign-in) was refused: 401.
+    #[error("{message}")]
+    TokenRefused { message: String },
+    /// The sign-in could not be completed (state, provider error, code exchange): 400.
+    #[error("{message}")]
+    SignInFailed { message: String },
+    /// A person signed in through single sign-on, but none of their groups has a role: 403.
+    #[error("{message}")]
+    NoMappedRole { message: String },
+    /// A write made with the console's session cookie without the session's CSRF token: 403.
+    #[error("a write made with the console's session cookie needs its x-switchyard-csrf header (the token /api/v1/whoami answers for the session)")]
+    CsrfRefused,
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -92,6 +104,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UnknownEndpoint { .. } => StatusCode::NOT_FOUND,
+            ApiError::TokenRefused { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::SignInFailed { .. } => StatusCode::BAD_REQUEST,
+            ApiError::NoMappedRole { .. } | ApiError::CsrfRefused => StatusCode::FORBIDDEN,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +129,10 @@ impl ApiError {
             }
             ApiError::MethodNotAllowed { .. } => ("invalid_request_error", "method_not_allowed"),
             ApiError::UnknownEndpoint { .. } => ("not_found_error", "unknown_endpoint"),
+            ApiError::TokenRefused { .. } => ("authentication_error", "sso_token_refused"),
+            ApiError::SignInFailed { .. } => ("invalid_request_error", "sso_sign_in_failed"),
+            ApiError::NoMappedRole { .. } => ("permission_error", "no_mapped_role"),
+            ApiError::CsrfRefused => ("permission_error", "csrf_token_invalid"),
             ApiError::Internal(_) => ("internal_error", "internal_error"),
         }
     }

@@ -92,6 +92,24 @@ fn grpc_tls(config: &Config) -> anyhow::Result<Option<tonic::transport::ServerTl
     Ok(Some(tls))
 }
 
+/// Single sign-on, when `SWITCHYARD_SSO_ISSUER` is set; its provider is reached with the same
+/// trusted roots as upstreams (`SWITCHYARD_UPSTREAM_CA`).
+fn sso(
+    config: &Config,
+    upstream: &switchyard_upstream::ClientOptions,
+) -> anyhow::Result<Option<Arc<crate::sso::Sso>>> {
+    let Some(settings) = config.sso.settings().map_err(anyhow::Error::msg)? else {
+        return Ok(None);
+    };
+    tracing::info!(issuer = %settings.issuer, client_id = %settings.client_id, "single sign-on is on");
+    let client = switchyard_upstream::HttpClient::new(upstream.clone());
+    Ok(Some(Arc::new(crate::sso::Sso::new(
+        settings,
+        client,
+        &config.admin_token,
+    ))))
+}
+
 /// The notifier every replica runs (budget thresholds, signed webhook deliveries).
 fn notifier(
     config: &Config,
@@ -154,6 +172,7 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         fleet,
     )
     .with_usage(pool.clone());
+    let sso = sso(&config, &upstream)?;
     let mut state = AppState::new(
         pool.clone(),
         &config.admin_token,
@@ -167,6 +186,9 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
     .with_proxies_without_secrets(proxies_without_secrets);
     if let Some(live) = &live {
         state = state.with_live(live.clone());
+    }
+    if let Some(sso) = sso {
+        state = state.with_sso(sso);
     }
     let grpc = GrpcPort {
         listener: grpc,

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::proxies::ProxyRegistry;
 use crate::publisher::Publisher;
 use crate::recovery::Recovery;
+use crate::sso::Sso;
 
 /// Everything a handler needs. Cheap to clone.
 #[derive(Clone)]
@@ -35,6 +36,8 @@ pub struct AppState {
     pub proxies_without_secrets: bool,
     /// How trial calls connect to upstreams.
     pub upstream: switchyard_upstream::ClientOptions,
+    /// Single sign-on, when configured.
+    pub sso: Option<Arc<Sso>>,
 }
 
 impl AppState {
@@ -57,7 +60,14 @@ impl AppState {
             proxies: Arc::default(),
             proxies_without_secrets: false,
             upstream: switchyard_upstream::ClientOptions::new(std::time::Duration::from_secs(5)),
+            sso: None,
         }
+    }
+
+    /// People sign in through this identity provider too.
+    pub fn with_sso(mut self, sso: Arc<Sso>) -> AppState {
+        self.sso = Some(sso);
+        self
     }
 
     /// How trial calls connect to upstreams (extra trusted roots, HTTP/2).

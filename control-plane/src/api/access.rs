@@ -16,52 +16,13 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
 use crate::db::ts;
 use crate::error::ApiError;
+pub use crate::role::Role;
+use crate::sso;
 use crate::state::AppState;
-
-/// What an admin token may do. Each role includes the ones below it.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Reads everything the API shows (never a secret) and explains routing decisions.
-    Viewer,
-    /// Also what changes nothing stored: trial calls, dry runs and configuration plans.
-    Operator,
-    /// Every write, configuration apply, and managing admin tokens.
-    Admin,
-}
-
-impl Role {
-    pub const ALL: [Role; 3] = [Role::Viewer, Role::Operator, Role::Admin];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Role> {
-        Role::ALL.into_iter().find(|role| role.as_str() == text)
-    }
-}
-
-impl TryFrom<String> for Role {
-    type Error = String;
-
-    /// A role as stored in `admin_tokens.role`.
-    fn try_from(text: String) -> Result<Role, String> {
-        Role::parse(&text).ok_or_else(|| format!("unknown role {text:?}"))
-    }
-}
 
 /// The name the bootstrap token (`SWITCHYARD_ADMIN_TOKEN`) goes by in the audit and access logs.
 pub const BOOTSTRAP_NAME: &str = "bootstrap";
@@ -197,12 +158,13 @@ pub fn route_access(method: &Method, route: &str) -> RouteAccess {
 /// The authenticated caller of one request.
 #[derive(Debug, Clone)]
 pub struct Identity {
-    /// The admin token's name, or `bootstrap`.
+    /// The admin token's name, `bootstrap`, or the email (else the subject) of a person signed
+    /// in through single sign-on.
     pub name: String,
     pub role: Role,
-    /// The admin token's id; `None` for the bootstrap token.
+    /// The admin token's id; `None` for the bootstrap token and for people.
     pub token_id: Option<i64>,
-    /// When the token stops working (RFC 3339), if it expires.
+    /// When the token (or the console session) stops working (RFC 3339), if it expires.
     pub expires_at: Option<String>,
     /// The one team this caller administers, if it is limited to one; `None`: the whole fleet.
     pub team: Option<i64>,
@@ -230,26 +192,16 @@ fn actor_label(name: &str, headers: &HeaderMap) -> String {
     }
 }
 
-/// Authenticates the bearer token, then checks the caller's role against the route's. A missing,
-/// unknown, revoked or expired token is a 401; a role below the route's is a 403 naming both.
+/// Authenticates the caller (see [`authenticate`]), then checks their role against the route's.
+/// No credential, or an unknown, revoked or expired one, is a 401; a role below the route's is a
+/// 403 naming both.
 pub async fn authorize(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|v| !v.is_empty());
-    let Some(presented) = presented else {
-        return ApiError::Unauthorized.into_response();
-    };
-    let identity = match identify(&state, presented).await {
-        Ok(Some(identity)) => identity,
-        Ok(None) => return ApiError::Unauthorized.into_response(),
+    let identity = match authenticate(&state, &mut request).await {
+        Ok(identity) => identity,
         Err(error) => return error.into_response(),
     };
     let actor = actor_label(&identity.name, request.headers());
@@ -260,7 +212,7 @@ pub async fn authorize(
     let mut response = match route_access(request.method(), &route) {
         RouteAccess::Needs(needed) if identity.role < needed => ApiError::Forbidden {
             message: format!(
-                "{} {route} needs the {} role; the admin token {:?} has the {} role",
+                "{} {route} needs the {} role; {:?} has the {} role",
                 crate::metrics::method_label(request.method()),
                 needed.as_str(),
                 identity.name,
@@ -280,6 +232,64 @@ pub async fn authorize(
         .extensions_mut()
         .insert(crate::metrics::LoggedActor(actor));
     response
+}
+
+/// The session's CSRF token, in the extensions of a request made with the console's session
+/// cookie (`/api/v1/whoami` hands it to the console).
+#[derive(Debug, Clone)]
+pub struct SessionCsrf(pub String);
+
+/// Who is calling: a bearer credential (the bootstrap token, an admin token, or, with single
+/// sign-on on, a JWT of the identity provider), else the console's session cookie. A request
+/// made with the cookie that is not a read must carry the session's CSRF token in
+/// `x-switchyard-csrf` (another site can make a browser send the cookie, never the header).
+async fn authenticate(state: &AppState, request: &mut Request) -> Result<Identity, ApiError> {
+    let headers = request.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let now = sso::unix_now();
+    if let Some(presented) = bearer {
+        return match &state.sso {
+            Some(sso) if sso::looks_like_jwt(presented) => {
+                let (person, exp) = sso.bearer(&state.pool, presented, now).await?;
+                Ok(person_identity(person, Some(exp.saturating_mul(1000))))
+            }
+            _ => identify(state, presented).await?.ok_or(ApiError::Unauthorized),
+        };
+    }
+    let (Some(_), Some(secret)) = (&state.sso, sso::cookie(headers, sso::SESSION_COOKIE)) else {
+        return Err(ApiError::Unauthorized);
+    };
+    let session = sso::store::find(&state.pool, secret)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let sent = headers.get(sso::CSRF_HEADER).and_then(|v| v.to_str().ok());
+    if !safe && !sso::store::csrf_matches(secret, sent) {
+        return Err(ApiError::CsrfRefused);
+    }
+    let csrf = sso::store::csrf_token(secret);
+    request.extensions_mut().insert(SessionCsrf(csrf));
+    let mut identity = person_identity(session.person, None);
+    identity.expires_at = Some(session.expires_at);
+    Ok(identity)
+}
+
+/// A person the identity provider vouched for, as a caller (`expires_ms`: the token's expiry).
+fn person_identity(person: sso::Person, expires_ms: Option<i64>) -> Identity {
+    Identity {
+        name: person.name,
+        role: person.role,
+        token_id: None,
+        expires_at: expires_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(switchyard_engine::limit::format_rfc3339),
+        team: person.team,
+    }
 }
 
 /// The identity `presented` authenticates: the bootstrap token (compared as SHA-256 digests, in

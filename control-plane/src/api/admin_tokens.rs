@@ -12,7 +12,7 @@ use serde_json::json;
 use switchyard_engine::limit::{format_rfc3339, parse_rfc3339};
 use utoipa::ToSchema;
 
-use super::access::{Caller, Role, BOOTSTRAP_NAME};
+use super::access::{Caller, Role, SessionCsrf, BOOTSTRAP_NAME};
 use super::channels::checked_name;
 use super::extract::{Actor, JsonBody, Path, Query};
 use super::reply::{Page, PageQuery};
@@ -95,6 +95,10 @@ pub struct WhoAmI {
     /// When the token stops working; `null`: never.
     #[schema(format = DateTime)]
     pub expires_at: Option<String>,
+    /// Only for a console session of single sign-on: the token every write made with the session
+    /// cookie must carry in the `x-switchyard-csrf` header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csrf_token: Option<String>,
 }
 
 fn generate_secret() -> ApiResult<String> {
@@ -123,13 +127,17 @@ fn checked_token_name(raw: &str) -> ApiResult<String> {
 
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "admin-tokens", operation_id = "whoami",
     responses((status = 200, description = "the caller's admin token name and role", body = WhoAmI)))]
-pub async fn whoami(caller: Caller) -> Json<WhoAmI> {
+pub async fn whoami(
+    caller: Caller,
+    csrf: Option<axum::Extension<SessionCsrf>>,
+) -> Json<WhoAmI> {
     let identity = caller.identity;
     Json(WhoAmI {
         name: identity.name,
         role: identity.role,
         token_id: identity.token_id,
         expires_at: identity.expires_at,
+        csrf_token: csrf.map(|axum::Extension(SessionCsrf(token))| token),
     })
 }
 

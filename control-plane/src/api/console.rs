@@ -1,6 +1,7 @@
 //! The web console at `/console`: a few static files compiled into the binary (`include_str!`),
 //! served without authentication (they hold no data; every call they make is an admin API call
-//! with the token the operator signs in with, kept in the tab's `sessionStorage`).
+//! with the token the operator signs in with, kept in the tab's `sessionStorage`, or with the
+//! single sign-on session's `HttpOnly` cookie and its CSRF header).
 //!
 //! No build step: plain ES modules and one stylesheet in `control-plane/console/`. Every answer
 //! carries a strict Content-Security-Policy (scripts, styles and fetches from this origin only;

@@ -50,6 +50,7 @@ mod rows;
 pub mod schema;
 mod settings;
 mod shadows;
+mod sso;
 mod teams;
 mod tokens;
 mod trial;
@@ -207,6 +208,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .merge(console::router())
+        .merge(sso::router())
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(unknown_endpoint)
         .layer(axum::middleware::from_fn_with_state(
