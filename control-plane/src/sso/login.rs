@@ -146,7 +146,7 @@ mod tests {
             verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
             expires: 0,
         };
-        assert_eq!(pending.challenge(), "E9Melhoa2OwvFrEMTJguCGkV1crB8y3d5GdnRYlLuDk");
+        assert_eq!(pending.challenge(), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
     }
 
     #[test]
