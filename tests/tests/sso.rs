@@ -95,8 +95,21 @@ async fn call(
     )
 }
 
-async fn bearer(addr: SocketAddr, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    call(addr, method, path, &format!("authorization: Bearer {token}\r\n"), body).await
+async fn bearer(
+    addr: SocketAddr,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    call(
+        addr,
+        method,
+        path,
+        &format!("authorization: Bearer {token}\r\n"),
+        body,
+    )
+    .await
 }
 
 /// The provider, the control plane trusting it, and where each listens.
@@ -167,7 +180,9 @@ impl Sso {
                 .env("RUST_LOG", "info"),
         );
         control_plane
-            .wait_log("listening", |log| (log["message"] == "listening").then_some(()))
+            .wait_log("listening", |log| {
+                (log["message"] == "listening").then_some(())
+            })
             .await;
         Sso {
             node,
@@ -215,12 +230,21 @@ async fn bearer_tokens_of_the_provider_are_checked_and_rotated_keys_picked_up(
     let mut sso = Sso::start(&opts).await;
     let http = sso.http;
     let admin = format!("authorization: Bearer {ADMIN_TOKEN}\r\n");
-    let (status, body) = call(http, "POST", "/api/v1/teams", &admin, Some(json!({"name": "research"}))).await;
+    let (status, body) = call(
+        http,
+        "POST",
+        "/api/v1/teams",
+        &admin,
+        Some(json!({"name": "research"})),
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
 
     // Both algorithms, each with the role the groups map to.
     for alg in ["RS256", "ES256"] {
-        let token = sso.sign(alg, sso.claims("admin@example.com", &["switchyard-admins"])).await;
+        let token = sso
+            .sign(alg, sso.claims("admin@example.com", &["switchyard-admins"]))
+            .await;
         let (status, me) = bearer(http, &token, "GET", "/api/v1/whoami", None).await;
         assert_eq!(status, 200, "{alg}: {me}");
         assert_eq!(me["name"], "admin@example.com");
@@ -228,33 +252,79 @@ async fn bearer_tokens_of_the_provider_are_checked_and_rotated_keys_picked_up(
         assert!(me.get("csrf_token").is_none(), "{me}");
     }
     // A write by a person: the audit log names them.
-    let token = sso.sign("RS256", sso.claims("admin@example.com", &["switchyard-admins"])).await;
-    let (status, body) = bearer(http, &token, "POST", "/api/v1/teams", Some(json!({"name": "by-sso"}))).await;
+    let token = sso
+        .sign(
+            "RS256",
+            sso.claims("admin@example.com", &["switchyard-admins"]),
+        )
+        .await;
+    let (status, body) = bearer(
+        http,
+        &token,
+        "POST",
+        "/api/v1/teams",
+        Some(json!({"name": "by-sso"})),
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
     let (_, audit) = call(http, "GET", "/api/v1/audit?limit=500", &admin, None).await;
     let rows = audit["data"].as_array().unwrap();
     assert!(
-        rows.iter().any(|r| r["actor"] == "admin@example.com" && r["resource"] == "team"),
+        rows.iter()
+            .any(|r| r["actor"] == "admin@example.com" && r["resource"] == "team"),
         "{audit}"
     );
 
     // A viewer reads and cannot write; a team mapping gives a person of that team.
-    let viewer = sso.sign("RS256", sso.claims("viewer@example.com", &["switchyard-viewers"])).await;
-    assert_eq!(bearer(http, &viewer, "GET", "/api/v1/teams", None).await.0, 200);
-    let (status, body) = bearer(http, &viewer, "POST", "/api/v1/teams", Some(json!({"name": "x"}))).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("insufficient_role")), "{body}");
-    let lead = sso.sign("RS256", sso.claims("lead@example.com", &["research-admins"])).await;
+    let viewer = sso
+        .sign(
+            "RS256",
+            sso.claims("viewer@example.com", &["switchyard-viewers"]),
+        )
+        .await;
+    assert_eq!(
+        bearer(http, &viewer, "GET", "/api/v1/teams", None).await.0,
+        200
+    );
+    let (status, body) = bearer(
+        http,
+        &viewer,
+        "POST",
+        "/api/v1/teams",
+        Some(json!({"name": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("insufficient_role")),
+        "{body}"
+    );
+    let lead = sso
+        .sign(
+            "RS256",
+            sso.claims("lead@example.com", &["research-admins"]),
+        )
+        .await;
     let (status, me) = bearer(http, &lead, "GET", "/api/v1/whoami", None).await;
-    assert_eq!((status, me["name"].as_str()), (200, Some("lead@example.com")), "{me}");
+    assert_eq!(
+        (status, me["name"].as_str()),
+        (200, Some("lead@example.com")),
+        "{me}"
+    );
 
     // No mapped group, or a mapped team that does not exist: 403 saying who and why.
     for (groups, says) in [(&["staff"][..], "groups"), (&["ghost-admins"][..], "ghost")] {
-        let token = sso.sign("RS256", sso.claims("nobody@example.com", groups)).await;
+        let token = sso
+            .sign("RS256", sso.claims("nobody@example.com", groups))
+            .await;
         let (status, body) = bearer(http, &token, "GET", "/api/v1/whoami", None).await;
         assert_eq!(status, 403, "{body}");
         assert_eq!(body["error"]["code"], "no_mapped_role", "{body}");
         let message = body["error"]["message"].as_str().unwrap();
-        assert!(message.contains("nobody@example.com") && message.contains(says), "{message}");
+        assert!(
+            message.contains("nobody@example.com") && message.contains(says),
+            "{message}"
+        );
     }
 
     // Tampered, expired, for another audience, from another issuer, unsigned: 401.
@@ -292,20 +362,36 @@ async fn bearer_tokens_of_the_provider_are_checked_and_rotated_keys_picked_up(
 
     // The provider restarts with new signing keys: a token by the new key is accepted (the keys
     // are fetched again for its unknown key id), one by the old key no longer is.
-    let old = sso.sign("RS256", sso.claims("admin@example.com", &["switchyard-admins"])).await;
-    assert_eq!(bearer(http, &old, "GET", "/api/v1/whoami", None).await.0, 200);
+    let old = sso
+        .sign(
+            "RS256",
+            sso.claims("admin@example.com", &["switchyard-admins"]),
+        )
+        .await;
+    assert_eq!(
+        bearer(http, &old, "GET", "/api/v1/whoami", None).await.0,
+        200
+    );
     sso.issuer.kill();
     let (issuer, url, _) = start_issuer(&sso.node, http, sso.issuer_port).await;
     assert_eq!(url, sso.issuer_url);
     sso.issuer = issuer;
-    let new = sso.sign("RS256", sso.claims("admin@example.com", &["switchyard-admins"])).await;
+    let new = sso
+        .sign(
+            "RS256",
+            sso.claims("admin@example.com", &["switchyard-admins"]),
+        )
+        .await;
     let (status, me) = bearer(http, &new, "GET", "/api/v1/whoami", None).await;
     assert_eq!(status, 200, "a token by the rotated key: {me}");
     let (status, body) = bearer(http, &old, "GET", "/api/v1/whoami", None).await;
     assert_eq!(status, 401, "a token by the retired key: {body}");
 
     // Admin tokens keep working beside single sign-on.
-    assert_eq!(call(http, "GET", "/api/v1/whoami", &admin, None).await.0, 200);
+    assert_eq!(
+        call(http, "GET", "/api/v1/whoami", &admin, None).await.0,
+        200
+    );
 }
 
 fn base64url(bytes: &[u8]) -> String {
@@ -344,19 +430,30 @@ async fn people_sign_in_to_the_console_through_the_provider(
     let deadline = Instant::now() + BROWSER_PATIENCE;
     let team = loop {
         if let Some(team) = driver.find_log(|log| {
-            (log["message"] == "sso checks passed").then(|| log["team"].as_str().unwrap().to_owned())
+            (log["message"] == "sso checks passed")
+                .then(|| log["team"].as_str().unwrap().to_owned())
         }) {
             break team;
         }
-        assert!(driver.is_running(), "the console driver failed (its problems are above)");
-        assert!(Instant::now() < deadline, "the console driver took too long");
+        assert!(
+            driver.is_running(),
+            "the console driver failed (its problems are above)"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the console driver took too long"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     // What the browser did, seen through the API: the team exists, created by the person.
     let admin = format!("authorization: Bearer {ADMIN_TOKEN}\r\n");
     let (_, teams) = call(http, "GET", "/api/v1/teams?limit=500", &admin, None).await;
     assert!(
-        teams["data"].as_array().unwrap().iter().any(|t| t["name"] == team.as_str()),
+        teams["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == team.as_str()),
         "{teams}"
     );
     let (_, audit) = call(http, "GET", "/api/v1/audit?limit=500", &admin, None).await;

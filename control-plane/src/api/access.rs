@@ -258,7 +258,9 @@ async fn authenticate(state: &AppState, request: &mut Request) -> Result<Identit
                 let (person, exp) = sso.bearer(&state.pool, presented, now).await?;
                 Ok(person_identity(person, Some(exp.saturating_mul(1000))))
             }
-            _ => identify(state, presented).await?.ok_or(ApiError::Unauthorized),
+            _ => identify(state, presented)
+                .await?
+                .ok_or(ApiError::Unauthorized),
         };
     }
     let (Some(_), Some(secret)) = (&state.sso, sso::cookie(headers, sso::SESSION_COOKIE)) else {
@@ -267,7 +269,10 @@ async fn authenticate(state: &AppState, request: &mut Request) -> Result<Identit
     let session = sso::store::find(&state.pool, secret)
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let safe = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
     let sent = headers.get(sso::CSRF_HEADER).and_then(|v| v.to_str().ok());
     if !safe && !sso::store::csrf_matches(secret, sent) {
         return Err(ApiError::CsrfRefused);

@@ -127,10 +127,7 @@ fn checked_token_name(raw: &str) -> ApiResult<String> {
 
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "admin-tokens", operation_id = "whoami",
     responses((status = 200, description = "the caller's admin token name and role", body = WhoAmI)))]
-pub async fn whoami(
-    caller: Caller,
-    csrf: Option<axum::Extension<SessionCsrf>>,
-) -> Json<WhoAmI> {
+pub async fn whoami(caller: Caller, csrf: Option<axum::Extension<SessionCsrf>>) -> Json<WhoAmI> {
     let identity = caller.identity;
     Json(WhoAmI {
         name: identity.name,

@@ -31,13 +31,22 @@ pub fn router() -> Router<AppState> {
 }
 
 fn configured(state: &AppState) -> Result<&Sso, ApiError> {
-    state.sso.as_deref().ok_or_else(|| ApiError::UnknownEndpoint {
-        path: "/console/sso (single sign-on is off: SWITCHYARD_SSO_ISSUER is not set)".into(),
-    })
+    state
+        .sso
+        .as_deref()
+        .ok_or_else(|| ApiError::UnknownEndpoint {
+            path: "/console/sso (single sign-on is off: SWITCHYARD_SSO_ISSUER is not set)".into(),
+        })
 }
 
 /// A `Set-Cookie` value; `max_age` 0 removes the cookie.
-fn set_cookie(name: &str, value: &str, path: &str, max_age: i64, same_site: &str) -> Result<HeaderValue, ApiError> {
+fn set_cookie(
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: i64,
+    same_site: &str,
+) -> Result<HeaderValue, ApiError> {
     let mut value = HeaderValue::from_str(&format!(
         "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; Secure; SameSite={same_site}"
     ))
@@ -54,7 +63,10 @@ fn redirect(location: &str, cookies: Vec<HeaderValue>) -> Result<Response, ApiEr
     let headers = response.headers_mut();
     headers.insert(header::LOCATION, location);
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     for cookie in cookies {
         headers.append(header::SET_COOKIE, cookie);
     }
@@ -112,8 +124,9 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         store::end(&state.pool, secret).await?;
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, set_cookie(SESSION_COOKIE, "", "/", 0, "Strict")?);
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        set_cookie(SESSION_COOKIE, "", "/", 0, "Strict")?,
+    );
     Ok(response)
 }

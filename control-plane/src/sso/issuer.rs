@@ -92,8 +92,9 @@ impl Issuer {
             "{}/.well-known/openid-configuration",
             self.settings.issuer.trim_end_matches('/')
         );
-        let doc: Discovery = serde_json::from_slice(&self.get(&url, "discovery document").await?)
-            .map_err(|e| IssuerError(format!("the discovery document is not usable: {e}")))?;
+        let doc: Discovery =
+            serde_json::from_slice(&self.get(&url, "discovery document").await?)
+                .map_err(|e| IssuerError(format!("the discovery document is not usable: {e}")))?;
         check_discovery(&doc, &self.settings.issuer)?;
         let doc = Arc::new(doc);
         cache.discovery = Some((Arc::clone(&doc), Instant::now()));
@@ -184,9 +185,11 @@ impl Issuer {
             let user = url::form_urlencoded::byte_serialize(settings.client_id.as_bytes())
                 .collect::<String>();
             let pass = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect::<String>();
-            let mut value =
-                HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(format!("{user}:{pass}"))))
-                    .map_err(|_| IssuerError("the client credentials are not a header value".into()))?;
+            let mut value = HeaderValue::from_str(&format!(
+                "Basic {}",
+                STANDARD.encode(format!("{user}:{pass}"))
+            ))
+            .map_err(|_| IssuerError("the client credentials are not a header value".into()))?;
             value.set_sensitive(true);
             request = request.header(header::AUTHORIZATION, value);
         }
@@ -199,7 +202,9 @@ impl Issuer {
             let error = answer.get("error").and_then(serde_json::Value::as_str);
             return Err(IssuerError(format!(
                 "the token endpoint refused the code ({status}{})",
-                error.map(|e| format!(": {}", printable(e))).unwrap_or_default()
+                error
+                    .map(|e| format!(": {}", printable(e)))
+                    .unwrap_or_default()
             )));
         }
         answer

@@ -93,7 +93,9 @@ fn key_for<'k>(keys: &'k JwkSet, alg: Algorithm, kid: Option<&str>) -> Result<&'
                 if fits(k) {
                     Ok(k)
                 } else {
-                    Err(Refusal::Algorithm(format!("{alg:?} with a key not made for it")))
+                    Err(Refusal::Algorithm(format!(
+                        "{alg:?} with a key not made for it"
+                    )))
                 }
             }),
         None => {
@@ -243,18 +245,78 @@ mod tests {
         let good = sign(&key, "k1", &claims());
         assert_eq!(check(&good, &keys, NOW).unwrap()["sub"], "u-1");
         let cases: Vec<(Value, Refusal)> = vec![
-            (edited(|c| { c.insert("iss".into(), json!("https://evil.example.com")); }), Refusal::Issuer),
-            (edited(|c| { c.insert("aud".into(), json!("other-app")); }), Refusal::Audience),
-            (edited(|c| { c.insert("aud".into(), json!(["switchyard", "other"])); }), Refusal::Audience),
-            (edited(|c| { c.insert("exp".into(), json!(NOW - 61)); }), Refusal::Expired),
-            (edited(|c| { c.insert("nbf".into(), json!(NOW + 61)); }), Refusal::NotYetValid),
-            (edited(|c| { c.insert("iat".into(), json!(NOW + 61)); }), Refusal::IssuedInFuture),
-            (edited(|c| { c.insert("nonce".into(), json!("n-2")); }), Refusal::Nonce),
-            (edited(|c| { c.remove("nonce"); }), Refusal::Nonce),
-            (edited(|c| { c.remove("exp"); }), Refusal::Missing("exp")),
-            (edited(|c| { c.remove("iat"); }), Refusal::Missing("iat")),
-            (edited(|c| { c.remove("sub"); }), Refusal::Missing("sub")),
-            (edited(|c| { c.remove("aud"); }), Refusal::Missing("aud")),
+            (
+                edited(|c| {
+                    c.insert("iss".into(), json!("https://evil.example.com"));
+                }),
+                Refusal::Issuer,
+            ),
+            (
+                edited(|c| {
+                    c.insert("aud".into(), json!("other-app"));
+                }),
+                Refusal::Audience,
+            ),
+            (
+                edited(|c| {
+                    c.insert("aud".into(), json!(["switchyard", "other"]));
+                }),
+                Refusal::Audience,
+            ),
+            (
+                edited(|c| {
+                    c.insert("exp".into(), json!(NOW - 61));
+                }),
+                Refusal::Expired,
+            ),
+            (
+                edited(|c| {
+                    c.insert("nbf".into(), json!(NOW + 61));
+                }),
+                Refusal::NotYetValid,
+            ),
+            (
+                edited(|c| {
+                    c.insert("iat".into(), json!(NOW + 61));
+                }),
+                Refusal::IssuedInFuture,
+            ),
+            (
+                edited(|c| {
+                    c.insert("nonce".into(), json!("n-2"));
+                }),
+                Refusal::Nonce,
+            ),
+            (
+                edited(|c| {
+                    c.remove("nonce");
+                }),
+                Refusal::Nonce,
+            ),
+            (
+                edited(|c| {
+                    c.remove("exp");
+                }),
+                Refusal::Missing("exp"),
+            ),
+            (
+                edited(|c| {
+                    c.remove("iat");
+                }),
+                Refusal::Missing("iat"),
+            ),
+            (
+                edited(|c| {
+                    c.remove("sub");
+                }),
+                Refusal::Missing("sub"),
+            ),
+            (
+                edited(|c| {
+                    c.remove("aud");
+                }),
+                Refusal::Missing("aud"),
+            ),
         ];
         for (claims, refusal) in cases {
             let token = sign(&key, "k1", &claims);

@@ -126,8 +126,14 @@ mod tests {
     fn a_cookie_round_trips_under_its_key_until_it_expires() {
         let pending = Pending::new(1000).unwrap();
         let value = pending.cookie_value(&KEY);
-        assert_eq!(Pending::from_cookie(&value, &KEY, 1000), Some(pending.clone()));
-        assert_eq!(Pending::from_cookie(&value, &KEY, 1000 + LOGIN_TTL_SECS), None);
+        assert_eq!(
+            Pending::from_cookie(&value, &KEY, 1000),
+            Some(pending.clone())
+        );
+        assert_eq!(
+            Pending::from_cookie(&value, &KEY, 1000 + LOGIN_TTL_SECS),
+            None
+        );
         assert_eq!(Pending::from_cookie(&value, &[8; 32], 1000), None);
         // Any changed part breaks the MAC.
         let forged = value.replacen(&pending.state, &random_token().unwrap(), 1);
@@ -146,12 +152,18 @@ mod tests {
             verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
             expires: 0,
         };
-        assert_eq!(pending.challenge(), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert_eq!(
+            pending.challenge(),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
     }
 
     #[test]
     fn keys_differ_by_admin_token() {
-        assert_ne!(login_key("a-long-enough-admin-token"), login_key("another-admin-token!"));
+        assert_ne!(
+            login_key("a-long-enough-admin-token"),
+            login_key("another-admin-token!")
+        );
         assert_ne!(login_key("a-long-enough-admin-token"), [0; 32]);
     }
 }

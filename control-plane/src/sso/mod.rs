@@ -148,7 +148,9 @@ impl Sso {
                 failed("this sign-in was not started in this browser, or took longer than 10 minutes; sign in again")
             })?;
         if callback.state.as_deref() != Some(pending.state.as_str()) {
-            return Err(failed("the sign-in's state does not match this browser's; sign in again"));
+            return Err(failed(
+                "the sign-in's state does not match this browser's; sign in again",
+            ));
         }
         if callback
             .iss
@@ -242,7 +244,11 @@ impl Sso {
             Some(Grant::Fleet(role)) => (role, None),
             Some(Grant::Team { role, team }) => match store::team_id(pool, &team).await? {
                 Some(id) => (role, Some(id)),
-                None => return Err(no_role(format!("the team {team:?} their group maps to does not exist"))),
+                None => {
+                    return Err(no_role(format!(
+                        "the team {team:?} their group maps to does not exist"
+                    )))
+                }
             },
         };
         Ok(Person {

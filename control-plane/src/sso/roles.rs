@@ -22,7 +22,10 @@ struct Entry {
 pub enum Grant {
     Fleet(Role),
     /// The role within the team of this name.
-    Team { role: Role, team: String },
+    Team {
+        role: Role,
+        team: String,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -50,9 +53,8 @@ impl RoleMap {
                 Some(_) => return Err(format!("{item:?} names no team after @")),
                 None => (grant, None),
             };
-            let role = Role::parse(role.trim()).ok_or_else(|| {
-                format!("{item:?}: the role must be viewer, operator or admin")
-            })?;
+            let role = Role::parse(role.trim())
+                .ok_or_else(|| format!("{item:?}: the role must be viewer, operator or admin"))?;
             entries.push(Entry {
                 group: group.to_owned(),
                 role,
@@ -82,10 +84,9 @@ impl RoleMap {
             }
         }
         best.and_then(|e| {
-            e.team.clone().map(|team| Grant::Team {
-                role: e.role,
-                team,
-            })
+            e.team
+                .clone()
+                .map(|team| Grant::Team { role: e.role, team })
         })
     }
 }

@@ -105,7 +105,12 @@ pub struct SsoSettings {
 impl SsoArgs {
     /// `None`: single sign-on is off. An error names the variable at fault.
     pub fn settings(&self) -> Result<Option<SsoSettings>, String> {
-        let Some(issuer) = self.issuer.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+        let Some(issuer) = self
+            .issuer
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        else {
             if self.client_id.is_some() || self.roles.is_some() {
                 return Err("SWITCHYARD_SSO_CLIENT_ID and SWITCHYARD_SSO_ROLES need \
                             SWITCHYARD_SSO_ISSUER (single sign-on is off without it)"
@@ -217,7 +222,10 @@ mod tests {
         assert_eq!(settings.audiences, ["switchyard"]);
         let mut missing = args();
         missing.roles = None;
-        assert!(missing.settings().unwrap_err().contains("SWITCHYARD_SSO_ROLES"));
+        assert!(missing
+            .settings()
+            .unwrap_err()
+            .contains("SWITCHYARD_SSO_ROLES"));
         let mut orphan = SsoArgs::default();
         orphan.client_id = Some("x".into());
         assert!(orphan.settings().is_err());

@@ -31,7 +31,10 @@ pub fn csrf_matches(secret: &str, sent: Option<&str>) -> bool {
     let Some(sent) = sent else { return false };
     let want: [u8; 32] = Sha256::digest(csrf_token(secret).as_bytes()).into();
     let got: [u8; 32] = Sha256::digest(sent.as_bytes()).into();
-    want.iter().zip(got.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    want.iter()
+        .zip(got.iter())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
 }
 
 /// A session as found: who, with which role (and team), until when.
