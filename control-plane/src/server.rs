@@ -172,7 +172,6 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         fleet,
     )
     .with_usage(pool.clone());
-    let sso = sso(&config, &upstream)?;
     let mut state = AppState::new(
         pool.clone(),
         &config.admin_token,
@@ -180,15 +179,13 @@ pub async fn run(config: Config, signal: CancellationToken) -> anyhow::Result<()
         Arc::clone(&metrics),
     )
     .with_recovery(Arc::clone(&recovery))
+    .with_sso(sso(&config, &upstream)?)
     .with_upstream(upstream)
     .with_draining(signal.clone())
     .with_proxies(grpc_service.proxies())
     .with_proxies_without_secrets(proxies_without_secrets);
     if let Some(live) = &live {
         state = state.with_live(live.clone());
-    }
-    if let Some(sso) = sso {
-        state = state.with_sso(sso);
     }
     let grpc = GrpcPort {
         listener: grpc,

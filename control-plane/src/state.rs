@@ -64,9 +64,9 @@ impl AppState {
         }
     }
 
-    /// People sign in through this identity provider too.
-    pub fn with_sso(mut self, sso: Arc<Sso>) -> AppState {
-        self.sso = Some(sso);
+    /// People sign in through this identity provider too (`None`: single sign-on is off).
+    pub fn with_sso(mut self, sso: Option<Arc<Sso>>) -> AppState {
+        self.sso = sso;
         self
     }
 

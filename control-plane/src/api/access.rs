@@ -285,7 +285,7 @@ async fn authenticate(state: &AppState, request: &mut Request) -> Result<Identit
 }
 
 /// A person the identity provider vouched for, as a caller (`expires_ms`: the token's expiry).
-fn person_identity(person: sso::Person, expires_ms: Option<i64>) -> Identity {
+fn person_identity(person: sso::person::Person, expires_ms: Option<i64>) -> Identity {
     Identity {
         name: person.name,
         role: person.role,

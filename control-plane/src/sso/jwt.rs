@@ -75,12 +75,12 @@ fn key_for<'k>(keys: &'k JwkSet, alg: Algorithm, kid: Option<&str>) -> Result<&'
             }
             _ => false,
         };
-        let declared = match (jwk.common.key_algorithm, alg) {
-            (None, _) => true,
-            (Some(KeyAlgorithm::RS256), Algorithm::RS256) => true,
-            (Some(KeyAlgorithm::ES256), Algorithm::ES256) => true,
-            _ => false,
-        };
+        let declared = matches!(
+            (jwk.common.key_algorithm, alg),
+            (None, _)
+                | (Some(KeyAlgorithm::RS256), Algorithm::RS256)
+                | (Some(KeyAlgorithm::ES256), Algorithm::ES256)
+        );
         kind && declared
     };
     match kid {

@@ -5,13 +5,14 @@
 //! The parts, bottom up: `settings.rs` (flags and their validation), `roles.rs` (groups to a
 //! role), `jwt.rs` (checking a token, pure), `login.rs` (a sign-in in progress, in a signed
 //! cookie), `issuer.rs` (discovery, signing keys and the code exchange over HTTP) and `store.rs`
-//! (sessions in Postgres). This module ties them: [`Sso`] begins and finishes a sign-in and
+//! (sessions in Postgres), over `person.rs` (who signed in, with which role). This module ties them: [`Sso`] begins and finishes a sign-in and
 //! checks a bearer token, each ending in a [`Person`] with a role; the admin API's access layer
 //! turns that into the caller's identity.
 
 pub mod issuer;
 pub mod jwt;
 pub mod login;
+pub mod person;
 pub mod roles;
 pub mod settings;
 pub mod store;
@@ -25,9 +26,9 @@ use sqlx::PgPool;
 use switchyard_upstream::HttpClient;
 
 use crate::error::{ApiError, ApiResult};
-use crate::role::Role;
 use issuer::Issuer;
 use login::Pending;
+use person::Person;
 use roles::Grant;
 use settings::SsoSettings;
 
@@ -36,18 +37,6 @@ pub const SESSION_COOKIE: &str = "switchyard_session";
 
 /// The header a write made with the session cookie carries the session's CSRF token in.
 pub const CSRF_HEADER: &str = "x-switchyard-csrf";
-
-/// Someone the provider vouched for, with the role their groups grant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Person {
-    /// The provider's `sub`.
-    pub subject: String,
-    /// What the audit log calls them: the `email` claim, else the subject.
-    pub name: String,
-    pub role: Role,
-    /// The one team the role is limited to; `None`: the whole fleet.
-    pub team: Option<i64>,
-}
 
 /// What the provider sends the browser back to the callback with.
 #[derive(Debug, Default, Deserialize)]

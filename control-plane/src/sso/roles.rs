@@ -72,7 +72,7 @@ impl RoleMap {
         let mine = || {
             self.entries
                 .iter()
-                .filter(move |e| groups.iter().any(|g| *g == e.group))
+                .filter(move |e| groups.contains(&e.group))
         };
         if let Some(role) = mine().filter(|e| e.team.is_none()).map(|e| e.role).max() {
             return Some(Grant::Fleet(role));

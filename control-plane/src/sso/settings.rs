@@ -226,8 +226,10 @@ mod tests {
             .settings()
             .unwrap_err()
             .contains("SWITCHYARD_SSO_ROLES"));
-        let mut orphan = SsoArgs::default();
-        orphan.client_id = Some("x".into());
+        let orphan = SsoArgs {
+            client_id: Some("x".into()),
+            ..SsoArgs::default()
+        };
         assert!(orphan.settings().is_err());
     }
 

@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use super::login::random_token;
-use super::Person;
+use super::person::Person;
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
 use crate::role::Role;
