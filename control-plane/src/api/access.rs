@@ -212,10 +212,10 @@ pub async fn authorize(
     let mut response = match route_access(request.method(), &route) {
         RouteAccess::Needs(needed) if identity.role < needed => ApiError::Forbidden {
             message: format!(
-                "{} {route} needs the {} role; {:?} has the {} role",
+                "{} {route} needs the {} role; {} has the {} role",
                 crate::metrics::method_label(request.method()),
                 needed.as_str(),
-                identity.name,
+                caller_kind(&identity),
                 identity.role.as_str()
             ),
         }
@@ -232,6 +232,15 @@ pub async fn authorize(
         .extensions_mut()
         .insert(crate::metrics::LoggedActor(actor));
     response
+}
+
+/// How a 403 names the caller: `the admin token "oncall"`, or a person by name.
+fn caller_kind(identity: &Identity) -> String {
+    if identity.token_id.is_some() || identity.name == BOOTSTRAP_NAME {
+        format!("the admin token {:?}", identity.name)
+    } else {
+        format!("{:?} (single sign-on)", identity.name)
+    }
 }
 
 /// The session's CSRF token, in the extensions of a request made with the console's session
