@@ -82,12 +82,12 @@ try {
   step = 'admin: signed in';
   await page.locator('#whoami', { hasText: 'admin@example.com (admin)' }).waitFor();
   const cookies = await context.cookies(base);
-  const session = cookies.find((c) => c.name === 'switchyard_session');
+  const session = cookies.find((c) => c.name === 'switchyard-session');
   if (!session) problems.push(`no session cookie: ${JSON.stringify(cookies.map((c) => c.name))}`);
   else if (!session.httpOnly || !session.secure || session.sameSite !== 'Strict') {
     problems.push(`session cookie attributes: ${JSON.stringify(session)}`);
   }
-  if (await page.evaluate(() => document.cookie.includes('switchyard_session'))) {
+  if (await page.evaluate(() => document.cookie.includes('switchyard-session'))) {
     problems.push('the session cookie is readable from script');
   }
   step = 'admin: create a team through the form';
@@ -112,7 +112,7 @@ try {
   await page.getByRole('link', { name: 'Sign in with single sign-on' }).waitFor();
   if (session) {
     // The old cookie, presented again, finds no session: it ended on the server, not only here.
-    const again = await fetch(`${base}/api/v1/whoami`, { headers: { Cookie: `switchyard_session=${session.value}` } });
+    const again = await fetch(`${base}/api/v1/whoami`, { headers: { Cookie: `switchyard-session=${session.value}` } });
     if (again.status !== 401) problems.push(`the signed-out session still answers: ${again.status}`);
   }
   await context.close();
@@ -143,7 +143,7 @@ try {
   if (!refusal.includes('no_mapped_role') || !refusal.includes('nobody@example.com')) {
     problems.push(`the unmapped person's answer: ${refusal.slice(0, 300)}`);
   }
-  if ((await context.cookies(base)).some((c) => c.name === 'switchyard_session')) {
+  if ((await context.cookies(base)).some((c) => c.name === 'switchyard-session')) {
     problems.push('an unmapped person got a session cookie');
   }
   log('a person without a mapped group is refused with a clear message');

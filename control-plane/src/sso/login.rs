@@ -14,7 +14,7 @@ use super::settings::SsoSettings;
 pub const LOGIN_TTL_SECS: i64 = 600;
 
 /// The cookie carrying a sign-in in progress (sent to the callback only).
-pub const LOGIN_COOKIE: &str = "switchyard_sso_login";
+pub const LOGIN_COOKIE: &str = "switchyard-sso-login";
 
 /// Base64url of 32 random bytes: a state, a nonce, a verifier or a session secret.
 pub fn random_token() -> Result<String, getrandom::Error> {

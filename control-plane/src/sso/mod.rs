@@ -33,7 +33,7 @@ use roles::Grant;
 use settings::SsoSettings;
 
 /// The cookie holding a console session's secret.
-pub const SESSION_COOKIE: &str = "switchyard_session";
+pub const SESSION_COOKIE: &str = "switchyard-session";
 
 /// The header a write made with the session cookie carries the session's CSRF token in.
 pub const CSRF_HEADER: &str = "x-switchyard-csrf";
@@ -256,8 +256,8 @@ mod tests {
     #[test]
     fn cookies_are_found_by_exact_name_across_headers() {
         let mut headers = HeaderMap::new();
-        headers.append("cookie", "a=1; switchyard_session_x=no".parse().unwrap());
-        headers.append("cookie", "switchyard_session=yes; b=2".parse().unwrap());
+        headers.append("cookie", "a=1; switchyard-session_x=no".parse().unwrap());
+        headers.append("cookie", "switchyard-session=yes; b=2".parse().unwrap());
         assert_eq!(cookie(&headers, SESSION_COOKIE), Some("yes"));
         assert_eq!(cookie(&headers, "b"), Some("2"));
         assert_eq!(cookie(&headers, "c"), None);
