@@ -157,10 +157,11 @@ struct GuardrailRow {
     mode: String,
     enabled: bool,
     checks: Value,
+    uninspectable: String,
 }
 
 const GUARDRAILS_SQL: &str = "SELECT id, name, scope, scope_id, stage, action, restore, mode, \
-    enabled, checks FROM guardrails ORDER BY id";
+    enabled, checks, uninspectable FROM guardrails ORDER BY id";
 
 const CACHE_RULES_SQL: &str = "SELECT id, name, model_pattern, endpoints, ttl_seconds, \
     max_entry_bytes, scope, deterministic_only, enabled, semantic_channel_id, semantic_model, \
@@ -379,6 +380,7 @@ fn guardrail_from_row(row: GuardrailRow) -> anyhow::Result<Guardrail> {
         mode: row.mode,
         enabled: row.enabled,
         checks,
+        uninspectable: row.uninspectable,
     }
     .into_rule(id)
     .map_err(|(field, m)| anyhow!("guardrail {id}: {field}: {m}"))

@@ -95,6 +95,11 @@ async fn bad_guardrails_are_refused_naming_the_field(pool: PgPool) {
             "checks.moderation.channel",
             "unknown channel",
         ),
+        (
+            with(&|b| b["uninspectable"] = json!("sometimes")),
+            "uninspectable",
+            "allow or block",
+        ),
     ] {
         let reply = app.post("/api/v1/guardrails", body).await;
         assert_eq!(
@@ -257,7 +262,7 @@ async fn guardrails_are_exported_planned_applied_and_removed_as_code(pool: PgPoo
     let (app, _) = with_route(pool).await;
     let file = export(&app).await;
     let with_rules = format!(
-        "{file}guardrails:\n- name: pii\n  route: gpt-*\n  stage: request\n  action: redact\n  restore: true\n  checks:\n    patterns:\n    - regex: EMP-[0-9]{{6}}\n      max_match_bytes: 16\n      label: EMPLOYEE_ID\n    detectors:\n    - email\n- name: size\n  action: block\n  mode: shadow\n  checks:\n    max_messages: 20\n"
+        "{file}guardrails:\n- name: pii\n  route: gpt-*\n  stage: request\n  action: redact\n  restore: true\n  checks:\n    patterns:\n    - regex: EMP-[0-9]{{6}}\n      max_match_bytes: 16\n      label: EMPLOYEE_ID\n    detectors:\n    - email\n- name: size\n  action: block\n  mode: shadow\n  checks:\n    max_messages: 20\n  uninspectable: block\n"
     );
     let plan = app
         .post_yaml("/api/v1/config/plan", &with_rules, common::ADMIN_TOKEN)
@@ -318,4 +323,30 @@ async fn export(app: &common::TestApp) -> String {
     let reply = app.get("/api/v1/config").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     reply.text
+}
+
+/// `uninspectable` defaults to `allow`, is stored, patched, audited and sent to the proxies.
+#[sqlx::test(migrations = "../migrations")]
+async fn what_a_rule_does_with_uninspectable_content_is_stored_and_patched(pool: PgPool) {
+    let (app, route) = with_route(pool).await;
+    let reply = app.post("/api/v1/guardrails", pii(route)).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(reply.body["uninspectable"], "allow", "the default");
+    let id = reply.body["id"].as_i64().unwrap();
+    let patched = app
+        .patch(
+            &format!("/api/v1/guardrails/{id}"),
+            json!({"uninspectable": "block"}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    let read = app.get(&format!("/api/v1/guardrails/{id}")).await;
+    assert_eq!(read.body["uninspectable"], "block", "{}", read.text);
+    app.refresh().await;
+    let explained = app.get("/api/v1/routes/explain?model=gpt-4o&seed=1").await;
+    assert_eq!(
+        explained.body["guardrails"][0]["uninspectable"], "block",
+        "{}",
+        explained.text
+    );
 }

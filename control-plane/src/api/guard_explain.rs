@@ -69,6 +69,7 @@ fn rule_json(
         "mode": r.mode.as_str(),
         "effective_action": rule.effective_action().as_str(),
         "restore": r.restore,
+        "uninspectable": r.uninspectable.as_str(),
         "checks": check_names(&r.checks),
     });
     if let (Some(text), Value::Object(map)) = (text, &mut out) {

@@ -41,6 +41,16 @@ pub enum GuardModeName {
     Shadow,
 }
 
+/// What a guardrail does with content it cannot inspect (pass-through, Files and Batch API
+/// calls, Realtime sessions, audio to transcribe): `allow` lets it through unchecked, `block`
+/// refuses it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardUninspectableName {
+    Allow,
+    Block,
+}
+
 /// A built-in detector; `api_keys` stands for the six key detectors.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use super::crud::{crud, Item};
 use super::guard_schema::{
     GuardActionName, GuardChecksDoc, GuardModeName, GuardScopeName, GuardStageName,
+    GuardUninspectableName,
 };
 use super::rows::{
     commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
@@ -38,6 +39,8 @@ pub struct GuardrailView {
     pub enabled: bool,
     #[schema(value_type = GuardChecksDoc)]
     pub checks: Value,
+    #[schema(value_type = GuardUninspectableName)]
+    pub uninspectable: String,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -56,6 +59,7 @@ pub(super) struct GuardrailRow {
     mode: String,
     enabled: bool,
     checks: Value,
+    uninspectable: String,
     created_at: String,
     updated_at: String,
 }
@@ -87,6 +91,7 @@ impl From<GuardrailRow> for GuardrailView {
             mode: r.mode,
             enabled: r.enabled,
             checks: r.checks,
+            uninspectable: r.uninspectable,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -96,7 +101,7 @@ impl From<GuardrailRow> for GuardrailView {
 fn columns() -> String {
     format!(
         "id, name, scope, scope_id, stage, action, restore, mode, enabled, checks, \
-         {} AS created_at, {} AS updated_at",
+         uninspectable, {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
@@ -124,6 +129,9 @@ pub struct GuardrailCreate {
     pub enabled: Option<bool>,
     #[schema(value_type = GuardChecksDoc)]
     pub checks: Value,
+    /// Default `allow`.
+    #[schema(value_type = Option<GuardUninspectableName>)]
+    pub uninspectable: Option<String>,
 }
 
 /// Any subset; `checks` replaces the rule's checks whole. `scope: all` detaches the rule (its
@@ -147,6 +155,8 @@ pub struct GuardrailPatch {
     pub enabled: Option<bool>,
     #[schema(value_type = Option<GuardChecksDoc>)]
     pub checks: Option<Value>,
+    #[schema(value_type = Option<GuardUninspectableName>)]
+    pub uninspectable: Option<String>,
 }
 
 /// The checks of a request body (a 422 naming `checks`).
@@ -174,6 +184,7 @@ impl GuardrailCreate {
             restore: self.restore.unwrap_or(false),
             mode: self.mode.unwrap_or_else(|| "enforce".to_owned()),
             enabled: self.enabled.unwrap_or(true),
+            uninspectable: self.uninspectable.unwrap_or_else(|| "allow".to_owned()),
         })
     }
 }
@@ -191,6 +202,7 @@ fn stored(row: GuardrailRow) -> ApiResult<GuardrailSpec> {
         restore: row.restore,
         mode: row.mode,
         enabled: row.enabled,
+        uninspectable: row.uninspectable,
     })
 }
 
@@ -210,11 +222,13 @@ fn detail(rule: &Guardrail) -> Value {
         "mode": rule.mode.as_str(),
         "enabled": rule.enabled,
         "checks": checks,
+        "uninspectable": rule.uninspectable.as_str(),
     })
 }
 
 /// The columns a create or patch writes, in [`bind`]'s order.
-const WRITTEN: &str = "name, scope, scope_id, stage, action, restore, mode, enabled, checks";
+const WRITTEN: &str =
+    "name, scope, scope_id, stage, action, restore, mode, enabled, checks, uninspectable";
 
 fn bind<'q>(query: RowQuery<'q, GuardrailRow>, rule: &'q Guardrail) -> RowQuery<'q, GuardrailRow> {
     query
@@ -227,6 +241,7 @@ fn bind<'q>(query: RowQuery<'q, GuardrailRow>, rule: &'q Guardrail) -> RowQuery<
         .bind(rule.mode.as_str())
         .bind(rule.enabled)
         .bind(serde_json::to_value(&rule.checks).unwrap_or(Value::Null))
+        .bind(rule.uninspectable.as_str())
 }
 
 /// What the rule names exists (locked until the write commits, so a concurrent delete waits
@@ -347,6 +362,7 @@ pub(super) async fn patch_in<'c>(
             restore: patch.restore.unwrap_or(current.restore),
             mode: patch.mode.unwrap_or(current.mode),
             enabled: patch.enabled.unwrap_or(current.enabled),
+            uninspectable: patch.uninspectable.unwrap_or(current.uninspectable),
         },
         id,
     )?;

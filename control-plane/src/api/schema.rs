@@ -427,6 +427,8 @@ pub struct ExplainGuardrailView {
     /// What it does on a finding: its action, or `log` in shadow mode.
     pub effective_action: String,
     pub restore: bool,
+    /// `allow` or `block`: what it does with content the gateway cannot inspect.
+    pub uninspectable: String,
     /// The checks it holds: `patterns`, `detectors`, `max_input_tokens`, `max_messages`,
     /// `tools`, `json_schema`, `webhook`, `moderation`.
     pub checks: Vec<String>,

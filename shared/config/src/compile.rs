@@ -403,6 +403,7 @@ impl RawGuardrail {
             mode: self.mode,
             enabled: self.enabled,
             checks: self.checks,
+            uninspectable: self.uninspectable,
         }
         .into_rule(id)
         .map_err(|(field, message)| err(format!("{at}.{field}"), message))

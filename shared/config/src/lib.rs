@@ -514,6 +514,17 @@ pub struct RawGuardrail {
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub enabled: bool,
     pub checks: switchyard_engine::guard::rule::GuardChecks,
+    /// `allow` (the default) or `block`: what the rule does with content it cannot inspect.
+    #[serde(default = "allow", skip_serializing_if = "is_allow")]
+    pub uninspectable: String,
+}
+
+fn allow() -> String {
+    "allow".to_owned()
+}
+
+fn is_allow(value: &str) -> bool {
+    value == "allow"
 }
 
 fn both_stages() -> String {

@@ -25,6 +25,7 @@ fn spec(checks: serde_json::Value) -> GuardrailSpec {
         mode: "enforce".into(),
         enabled: true,
         checks: GuardChecks::from_json(&checks.to_string()).unwrap(),
+        uninspectable: "allow".into(),
     }
 }
 

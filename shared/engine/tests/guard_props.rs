@@ -34,6 +34,7 @@ fn compile() -> Arc<CompiledGuards> {
         mode: "enforce".into(),
         enabled: true,
         checks,
+        uninspectable: "allow".into(),
     }
     .into_rule(1)
     .unwrap();

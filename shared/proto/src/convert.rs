@@ -130,6 +130,7 @@ fn guardrail_to_proto(r: &Guardrail) -> v1::Guardrail {
         mode: spec.mode,
         enabled: spec.enabled,
         checks_json: spec.checks.to_json(),
+        uninspectable: spec.uninspectable,
     }
 }
 
@@ -146,6 +147,7 @@ fn guardrail_from_proto(w: v1::Guardrail, path: &str) -> Result<Guardrail, Conve
         mode: w.mode,
         enabled: w.enabled,
         checks,
+        uninspectable: w.uninspectable,
     };
     spec.into_rule(w.id)
         .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))
@@ -1173,6 +1175,7 @@ mod tests {
             mode: "shadow".into(),
             enabled: true,
             checks,
+            uninspectable: "block".into(),
         }
         .into_rule(11)
         .unwrap()

@@ -144,6 +144,7 @@ fn raw_guardrail(rule: &Guardrail, names: &Names<'_>) -> RawGuardrail {
         mode: rule.mode.as_str().to_owned(),
         enabled: rule.enabled,
         checks: rule.checks.clone(),
+        uninspectable: rule.uninspectable.as_str().to_owned(),
     }
 }
 

@@ -819,6 +819,7 @@ fn default_of(kind: &str, field: &str) -> Value {
         | ("guardrail", "restore") => json!(false),
         ("guardrail", "stage") => json!("both"),
         ("guardrail", "mode") => json!("enforce"),
+        ("guardrail", "uninspectable") => json!("allow"),
         ("channel", "status") => json!("enabled"),
         ("route", "routing_mode") => json!("auto"),
         ("limit", "mode") => json!("hard"),

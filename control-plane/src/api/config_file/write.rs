@@ -412,6 +412,7 @@ fn guardrail_fields(rule: &RawGuardrail, ids: &Ids) -> ApiResult<Map<String, Val
         "mode": rule.mode,
         "enabled": rule.enabled,
         "checks": rule.checks,
+        "uninspectable": rule.uninspectable,
     })))
 }
 

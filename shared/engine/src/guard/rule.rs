@@ -160,6 +160,36 @@ impl GuardMode {
     }
 }
 
+/// What a rule does with a request whose content the gateway cannot inspect (a pass-through
+/// call, a Files or Batch API call, a Realtime session, an audio upload to transcribe), where
+/// the rule's stage would look at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Uninspectable {
+    /// Lets it through unchecked (the default).
+    #[default]
+    Allow,
+    /// Refuses it, as a block refuses a finding.
+    Block,
+}
+
+impl Uninspectable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Uninspectable::Allow => "allow",
+            Uninspectable::Block => "block",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Uninspectable> {
+        match text.trim() {
+            "allow" => Some(Uninspectable::Allow),
+            "block" => Some(Uninspectable::Block),
+            _ => None,
+        }
+    }
+}
+
 /// What a webhook's failure (timeout, error, an answer it cannot read) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -384,6 +414,9 @@ pub struct Guardrail {
     pub mode: GuardMode,
     pub enabled: bool,
     pub checks: GuardChecks,
+    /// What the rule does with content it cannot inspect.
+    #[serde(default)]
+    pub uninspectable: Uninspectable,
 }
 
 /// A problem with a rule: the field's path (`checks.patterns[0].regex`) and what is wrong.
@@ -641,6 +674,13 @@ pub struct GuardrailSpec {
     pub mode: String,
     pub enabled: bool,
     pub checks: GuardChecks,
+    /// `allow` (default) or `block`.
+    #[serde(default = "allow_uninspectable")]
+    pub uninspectable: String,
+}
+
+fn allow_uninspectable() -> String {
+    Uninspectable::Allow.as_str().to_owned()
 }
 
 impl GuardrailSpec {
@@ -672,6 +712,19 @@ impl GuardrailSpec {
                 format!("unknown mode {:?} (enforce or shadow)", short(&self.mode)),
             )
         })?;
+        let uninspectable = if self.uninspectable.trim().is_empty() {
+            Uninspectable::Allow
+        } else {
+            Uninspectable::parse(&self.uninspectable).ok_or_else(|| {
+                field_err(
+                    "uninspectable",
+                    format!(
+                        "unknown value {:?} (allow or block)",
+                        short(&self.uninspectable)
+                    ),
+                )
+            })?
+        };
         let rule = Guardrail {
             id,
             name: self.name,
@@ -682,6 +735,7 @@ impl GuardrailSpec {
             mode,
             enabled: self.enabled,
             checks: self.checks,
+            uninspectable,
         };
         rule.check()?;
         Ok(rule)
@@ -705,6 +759,7 @@ impl Guardrail {
             mode: self.mode.as_str().to_owned(),
             enabled: self.enabled,
             checks: self.checks.clone(),
+            uninspectable: self.uninspectable.as_str().to_owned(),
         }
     }
 }
