@@ -651,3 +651,35 @@ async fn the_openai_sdk_realtime_client_talks_through_the_proxy() {
         ("app", "openai")
     );
 }
+
+/// A Realtime session cannot be inspected: a guardrail on its route that says
+/// `uninspectable: block` refuses the handshake before any upstream is asked; one that allows it
+/// (the default) lets it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guardrail_that_blocks_what_it_cannot_inspect_refuses_the_session() {
+    let mock = MockUpstream::start().await.unwrap();
+    let rule = |extra: &str| {
+        format!("guardrails:\n  - {{ name: pii, route: gpt-realtime, stage: request, action: redact, checks: {{ detectors: [email] }}{extra} }}\n")
+    };
+    let proxy = start(&config(
+        &[openai_channel("openai", &mock)],
+        &["{ channel: openai }"],
+        &rule(", uninspectable: block"),
+    ))
+    .await;
+    let (status, body) = refused(&proxy, "gpt-realtime", Some(TOKEN)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "guardrail_blocked", "{body}");
+    assert_eq!(mock.hits(), 0);
+
+    let proxy = start(&config(
+        &[openai_channel("openai", &mock)],
+        &["{ channel: openai }"],
+        &rule(""),
+    ))
+    .await;
+    let (mut client, _) = connect(&proxy, "gpt-realtime", Some(TOKEN), &[])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut client).await["type"], "session.created");
+}

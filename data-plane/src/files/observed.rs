@@ -22,6 +22,7 @@ use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
 use crate::phases::admit::admit_under;
 use crate::phases::finish::{finish, name_client};
+use crate::phases::guard::refuse_uninspectable;
 use crate::record::Trail;
 use crate::state::AppState;
 
@@ -88,6 +89,19 @@ impl Observed {
         route: Option<&Route>,
     ) -> Result<(), GatewayError> {
         self.trail.route = route.map(|r| (r.id, r.model_pattern.clone()));
+        // An upload's or a batch's content is not inspected: a rule may refuse it.
+        let scope = (
+            route.map(|r| r.id),
+            caller.token.team_id,
+            Some(caller.token.id),
+        );
+        refuse_uninspectable(
+            state,
+            caller.view.snapshot.guards(),
+            self.arrival.endpoint,
+            scope,
+            &self.arrival.request_id,
+        )?;
         let model = Some(self.model.as_str()).filter(|m| !m.is_empty());
         let limits = admission::client_limits(
             &caller.view.snapshot,

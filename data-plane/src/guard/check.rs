@@ -16,6 +16,10 @@ use crate::guard::webhook::{Call, Verdict};
 use crate::snapshot::View;
 use crate::state::AppState;
 
+/// A rule blocked the answer: its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked(pub String);
+
 /// What the checks of one rule see besides the texts.
 #[derive(Default)]
 pub struct Facts<'a> {
@@ -25,6 +29,9 @@ pub struct Facts<'a> {
     pub tools: &'a [String],
     /// The answer's text when the request asked for JSON mode (answer stage).
     pub json_answer: Option<&'a str>,
+    /// The texts' patterns and detectors already ran (a stream's window): only the rule's other
+    /// checks run.
+    pub scanned: bool,
 }
 
 /// What one rule found.
@@ -38,6 +45,9 @@ pub struct Found {
     pub external_block: bool,
     /// The external check gave no verdict.
     pub external_failed: bool,
+    /// The content could not be inspected and the rule refuses what it cannot inspect: it
+    /// blocks (or, in shadow mode, would block) whatever its action.
+    pub uninspectable: bool,
 }
 
 impl Found {
@@ -45,7 +55,17 @@ impl Found {
     pub fn hit(&self) -> bool {
         self.violation.is_some()
             || self.external_block
+            || self.uninspectable
             || self.findings.iter().any(|f| !f.is_empty())
+    }
+
+    /// The action a hit takes: the rule's, or a block for content it could not inspect.
+    fn action(&self, rule: &CompiledRule) -> GuardAction {
+        if self.uninspectable {
+            GuardAction::Block
+        } else {
+            rule.rule().action
+        }
     }
 }
 
@@ -60,7 +80,7 @@ pub async fn run(
 ) -> Found {
     let checks = &rule.rule().checks;
     let mut found = Found::default();
-    if checks.scans_text() {
+    if checks.scans_text() && !facts.scanned {
         let guards = view.snapshot.guards();
         found.findings = texts.iter().map(|t| guards.scan(rule, t)).collect();
     }
@@ -117,7 +137,7 @@ pub fn report(
     request_id: &str,
 ) {
     let mut record = record_of(rule, texts, found);
-    let outcome = outcome(rule, found.hit());
+    let outcome = outcome(found.action(rule), rule.rule().mode, found.hit());
     let name = rule.rule().name.as_str();
     let metrics = &state.metrics.guardrail_checks;
     metrics.add([name, stage_name(stage), outcome], 1);
@@ -156,7 +176,7 @@ fn record_of(rule: &CompiledRule, texts: &[String], found: &Found) -> v1::Guardr
     };
     if found.hit() {
         let shadow = rule.rule().mode == GuardMode::Shadow;
-        let count = match (rule.rule().action, shadow) {
+        let count = match (found.action(rule), shadow) {
             (GuardAction::Block, false) => Some(&mut record.blocked),
             (GuardAction::Block, true) => Some(&mut record.would_block),
             (GuardAction::Redact, false) => Some(&mut record.redacted),
@@ -182,6 +202,9 @@ fn record_of(rule: &CompiledRule, texts: &[String], found: &Found) -> v1::Guardr
     if let Some(check) = found.violation {
         switchyard_proto::add_finding(&mut record, check, 1);
     }
+    if found.uninspectable {
+        switchyard_proto::add_finding(&mut record, "uninspectable", 1);
+    }
     if found.external_block {
         let kind = if rule.rule().checks.webhook.is_some() {
             "webhook"
@@ -193,12 +216,12 @@ fn record_of(rule: &CompiledRule, texts: &[String], found: &Found) -> v1::Guardr
     record
 }
 
-/// The metric's outcome of one check.
-pub fn outcome(rule: &CompiledRule, hit: bool) -> &'static str {
+/// The metric's outcome of one check whose hit takes `action`.
+fn outcome(action: GuardAction, mode: GuardMode, hit: bool) -> &'static str {
     if !hit {
         return "pass";
     }
-    match (rule.rule().action, rule.rule().mode) {
+    match (action, mode) {
         (GuardAction::Block, GuardMode::Enforce) => "block",
         (GuardAction::Block, GuardMode::Shadow) => "would_block",
         (GuardAction::Redact, GuardMode::Enforce) => "redact",

@@ -54,7 +54,68 @@ fn request_paths(endpoint: Endpoint) -> &'static [&'static [Step]] {
             &[Key("system_instruction"), Key("parts"), Text],
             &[Key("contents"), Each, Key("parts"), Text],
         ],
+        Endpoint::MessagesCountTokens => request_paths(Endpoint::Messages),
+        Endpoint::GeminiCountTokens => &[
+            &[Key("contents"), Each, Key("parts"), Text],
+            &[
+                Key("generateContentRequest"),
+                Key("systemInstruction"),
+                Key("parts"),
+                Text,
+            ],
+            &[
+                Key("generateContentRequest"),
+                Key("contents"),
+                Each,
+                Key("parts"),
+                Text,
+            ],
+        ],
+        Endpoint::Moderations => &[&[Key("input"), Text]],
+        Endpoint::Rerank => &[&[Key("query"), Text], &[Key("documents"), Text]],
+        Endpoint::ImagesGenerations => &[&[Key("prompt"), Text]],
+        Endpoint::AudioSpeech => &[&[Key("input"), Text], &[Key("instructions"), Text]],
         _ => &[],
+    }
+}
+
+/// What the gateway can see of one side (request or answer) of an endpoint's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Its texts are found and checked.
+    Texts,
+    /// It carries nothing a text check applies to (vectors, scores, counts, a listing, audio
+    /// spoken from a checked text).
+    Nothing,
+    /// It carries content the gateway cannot read (another API's body, an upload, a live
+    /// session, audio to transcribe): a rule with `uninspectable: block` refuses it.
+    Opaque,
+}
+
+/// What the gateway can see of an endpoint's requests.
+pub fn request_side(endpoint: Endpoint) -> Side {
+    match endpoint {
+        Endpoint::Models => Side::Nothing,
+        Endpoint::AudioTranscriptions
+        | Endpoint::Passthrough
+        | Endpoint::Realtime
+        | Endpoint::Files
+        | Endpoint::Batches
+        | Endpoint::MessageBatches => Side::Opaque,
+        _ => Side::Texts,
+    }
+}
+
+/// What the gateway can see of an endpoint's answers.
+pub fn answer_side(endpoint: Endpoint) -> Side {
+    match endpoint {
+        Endpoint::Passthrough
+        | Endpoint::Realtime
+        | Endpoint::Files
+        | Endpoint::Batches
+        | Endpoint::MessageBatches => Side::Opaque,
+        _ if answer_paths(endpoint).is_empty() => Side::Nothing,
+        _ => Side::Texts,
     }
 }
 
@@ -70,6 +131,9 @@ fn answer_paths(endpoint: Endpoint) -> &'static [&'static [Step]] {
         Endpoint::GeminiGenerate => {
             &[&[Key("candidates"), Each, Key("content"), Key("parts"), Text]]
         }
+        Endpoint::Rerank => &[&[Key("results"), Each, Key("document"), Key("text"), Text]],
+        Endpoint::ImagesGenerations => &[&[Key("data"), Each, Key("revised_prompt"), Text]],
+        Endpoint::AudioTranscriptions => &[&[Key("text"), Text]],
         _ => &[],
     }
 }
@@ -202,11 +266,6 @@ pub fn message_count(endpoint: Endpoint, body: &[u8]) -> usize {
     turns_count + system
 }
 
-/// Whether `endpoint` carries checkable text at all.
-pub fn checkable(endpoint: Endpoint) -> bool {
-    !request_paths(endpoint).is_empty()
-}
-
 /// The texts of a request body (empty when it is not JSON or holds none).
 pub fn request_texts(endpoint: Endpoint, body: &[u8]) -> Vec<Piece> {
     texts(request_paths(endpoint), body)
@@ -232,8 +291,44 @@ pub fn delta_texts(endpoint: Endpoint, event: Option<&str>, data: &str) -> Vec<P
     texts(delta_paths(endpoint), data.as_bytes())
 }
 
+/// Where one stream event names a tool call, per endpoint: an OpenAI chunk's tool call deltas
+/// (the name comes once, in the call's first delta), an Anthropic `content_block_start` of a
+/// `tool_use` block, a Gemini chunk's function calls, a Responses `response.output_item.added`
+/// of a function call.
+fn stream_call_paths(endpoint: Endpoint, named: Option<&str>) -> &'static [&'static [Step]] {
+    match (endpoint, named) {
+        (Endpoint::ChatCompletions, _) => &[&[
+            Key("choices"),
+            Each,
+            Key("delta"),
+            Key("tool_calls"),
+            Each,
+            Key("function"),
+            Key("name"),
+            Text,
+        ]],
+        (Endpoint::Messages, Some("content_block_start")) => {
+            &[&[Key("content_block"), Key("name"), Text]]
+        }
+        (Endpoint::Responses, Some("response.output_item.added")) => {
+            &[&[Key("item"), Key("name"), Text]]
+        }
+        (Endpoint::GeminiGenerate, _) => call_paths(Endpoint::GeminiGenerate),
+        _ => &[],
+    }
+}
+
+/// The names of the tools one stream event calls.
+pub fn stream_tools(endpoint: Endpoint, event: Option<&str>, data: &str) -> Vec<String> {
+    let named = event.or_else(|| type_of(data));
+    texts(stream_call_paths(endpoint, named), data.as_bytes())
+        .into_iter()
+        .map(|p| p.text)
+        .collect()
+}
+
 /// The `type` member of an event's data, when it has one.
-fn type_of(data: &str) -> Option<&str> {
+pub fn type_of(data: &str) -> Option<&str> {
     #[derive(serde::Deserialize)]
     struct Typed<'a> {
         #[serde(borrow, rename = "type")]
@@ -304,7 +399,8 @@ fn text_here(body: &[u8], raw: &RawValue, out: &mut Vec<Piece>) {
     }
 }
 
-fn string_piece(body: &[u8], raw: &RawValue) -> Option<Piece> {
+/// `raw` (a part of `body`) as a text, when it is a JSON string.
+pub fn string_piece(body: &[u8], raw: &RawValue) -> Option<Piece> {
     let literal = raw.get();
     if !literal.starts_with('"') {
         return None;
@@ -380,7 +476,33 @@ mod tests {
                 r#"{"systemInstruction":{"parts":[{"text":"s"}]},"contents":[{"role":"user","parts":[{"text":"g"}]}]}"#,
                 vec!["s", "g"],
             ),
-            (Endpoint::Rerank, r#"{"query":"q"}"#, vec![]),
+            (
+                Endpoint::Rerank,
+                r#"{"query":"q","documents":["d",{"text":"e"}]}"#,
+                vec!["q", "d", "e"],
+            ),
+            (
+                Endpoint::Moderations,
+                r#"{"input":[{"type":"text","text":"m"},{"type":"image_url"}]}"#,
+                vec!["m"],
+            ),
+            (Endpoint::ImagesGenerations, r#"{"prompt":"p"}"#, vec!["p"]),
+            (
+                Endpoint::AudioSpeech,
+                r#"{"input":"say","instructions":"calm"}"#,
+                vec!["say", "calm"],
+            ),
+            (
+                Endpoint::MessagesCountTokens,
+                r#"{"messages":[{"role":"user","content":"c"}]}"#,
+                vec!["c"],
+            ),
+            (
+                Endpoint::GeminiCountTokens,
+                r#"{"contents":[{"parts":[{"text":"g"}]}]}"#,
+                vec!["g"],
+            ),
+            (Endpoint::Files, r#"{"input":"x"}"#, vec![]),
         ];
         for (endpoint, body, want) in cases {
             assert_eq!(values(endpoint, body), want, "{endpoint:?}");

@@ -11,8 +11,8 @@ use switchyard_engine::guard::redact::RestoreMap;
 use switchyard_engine::guard::rule::{GuardAction, Stage};
 use switchyard_engine::guard::window::{Release, StreamWindow};
 
-use crate::guard::check::{report, Found};
-use crate::guard::stream::{Blocked, Window};
+use crate::guard::check::{report, Blocked, Found};
+use crate::guard::stream::Window;
 use crate::state::AppState;
 
 /// One answer-stage rule's part of a stream: what it found, for its report.
@@ -27,6 +27,12 @@ pub struct AnswerWindow {
     state: Arc<AppState>,
     guards: Arc<CompiledGuards>,
     window: Option<StreamWindow>,
+    /// The rules the window runs (positions in `guards`), for a new window after a flush.
+    positions: Vec<usize>,
+    /// The rules that check the answer's tool calls, with the check that refused one.
+    tool_rules: Vec<(usize, Option<&'static str>)>,
+    /// The answer's text as the rules saw it, kept for the whole-answer checks.
+    kept: Option<String>,
     seen: Vec<Seen>,
     /// The answer's own redactions (not put back).
     redactor: RestoreMap,
@@ -63,6 +69,9 @@ impl AnswerWindow {
             state,
             guards,
             window,
+            positions: positions.to_vec(),
+            tool_rules: Vec::new(),
+            kept: None,
             seen,
             redactor: RestoreMap::new(),
             restore: restore.map(|map| (map, String::new())),
@@ -70,11 +79,26 @@ impl AnswerWindow {
         }
     }
 
+    /// The window also checks the tool calls the answer makes against `positions`' tool lists.
+    pub fn with_tools(mut self, positions: &[usize]) -> AnswerWindow {
+        self.tool_rules = positions.iter().map(|p| (*p, None)).collect();
+        self
+    }
+
+    /// The window keeps the answer's text for the checks that need it whole.
+    pub fn keeping_text(mut self) -> AnswerWindow {
+        self.kept = Some(String::new());
+        self
+    }
+
     /// Released text: the rules' findings in it acted on, then the placeholders put back.
     fn released(&mut self, release: Release, last: bool) -> Result<String, Blocked> {
         let mut text = release.text;
         if !release.findings.is_empty() {
             text = self.act(text, &release.findings)?;
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.push_str(&text);
         }
         Ok(match &mut self.restore {
             None => text,
@@ -152,11 +176,68 @@ impl Window for AnswerWindow {
             .unwrap_or_default();
         self.released(release, true)
     }
+
+    fn flush(&mut self) -> Result<String, Blocked> {
+        let release = match self.window.take() {
+            Some(window) => {
+                let release = window.finish();
+                let rules: Vec<_> = self
+                    .positions
+                    .iter()
+                    .filter_map(|p| self.guards.rule_at(*p))
+                    .collect();
+                self.window = Some(StreamWindow::new(Arc::clone(&self.guards), &rules));
+                release
+            }
+            None => Release::default(),
+        };
+        self.released(release, true)
+    }
+
+    fn wants_tools(&self) -> bool {
+        !self.tool_rules.is_empty()
+    }
+
+    fn tool(&mut self, name: &str) -> Result<(), Blocked> {
+        for (position, refused) in &mut self.tool_rules {
+            let Some(rule) = self.guards.rule_at(*position) else {
+                continue;
+            };
+            let Some(violation) = rule.tools_verdict([name]) else {
+                continue;
+            };
+            refused.get_or_insert(violation.check);
+            if rule.effective_action() == GuardAction::Block {
+                return Err(Blocked(rule.rule().name.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn answer_text(&mut self) -> String {
+        self.kept.take().unwrap_or_default()
+    }
 }
 
 impl Drop for AnswerWindow {
     /// The stream is over (ended, blocked or abandoned): each rule's report.
     fn drop(&mut self) {
+        for (position, violation) in std::mem::take(&mut self.tool_rules) {
+            if let Some(rule) = self.guards.rule_at(position) {
+                let found = Found {
+                    violation,
+                    ..Found::default()
+                };
+                report(
+                    &self.state,
+                    rule,
+                    Stage::Response,
+                    &[],
+                    &found,
+                    &self.request_id,
+                );
+            }
+        }
         for seen in std::mem::take(&mut self.seen) {
             let Some(rule) = self.guards.rule_at(seen.position) else {
                 continue;

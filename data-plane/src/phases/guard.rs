@@ -4,7 +4,10 @@
 //! the cache keys on and the upstream receives the redacted request; a log only records. After
 //! the answer (from the cache or an upstream), the answer-stage rules check it the same way and
 //! the request's placeholders are put back when a redacting rule asked for it. A shadow-mode
-//! rule never changes anything: it reports what it would have done.
+//! rule never changes anything: it reports what it would have done. A request whose content
+//! cannot be inspected (pass-through, Files and Batch API calls, Realtime sessions, audio to
+//! transcribe) is refused by a rule that says `uninspectable: block` ([`refuse_uninspectable`],
+//! which the pass-through, files and realtime phases call too).
 //!
 //! A request no rule applies to costs nothing here: no parse. The answer stored in the cache
 //! (and offered to shadow rules) is the upstream's, before the answer checks and the restore:
@@ -17,16 +20,17 @@ use axum::response::Response;
 use bytes::Bytes;
 use switchyard_engine::guard::compile::{CompiledGuards, CompiledRule};
 use switchyard_engine::guard::redact::RestoreMap;
-use switchyard_engine::guard::rule::{GuardAction, Stage};
+use switchyard_engine::guard::rule::{GuardAction, GuardChecks, GuardMode, Stage, Uninspectable};
+use switchyard_engine::model::{RouteId, TeamId, TokenId};
 
 use crate::context::Ctx;
 use crate::endpoint::Endpoint;
 use crate::errors::GatewayError;
-use crate::guard::check::{self, Facts};
+use crate::guard::check::{self, Facts, Found};
 use crate::guard::stream::guard_stream;
-use crate::guard::text::{self, Piece};
+use crate::guard::text::{self, Piece, Side};
+use crate::guard::whole::EndCheck;
 use crate::guard::window::AnswerWindow;
-use crate::request::inspect_json_for;
 use crate::shadow::compare::json_mode_asked;
 use crate::snapshot::View;
 use crate::state::AppState;
@@ -51,21 +55,29 @@ pub async fn request(
 ) -> Result<Option<Box<AnswerGuard>>, GatewayError> {
     let view = ctx.view;
     let guards = view.snapshot.guards();
-    if guards.rules().is_empty() || !text::checkable(ctx.endpoint) {
+    if guards.rules().is_empty() {
         return Ok(None);
     }
-    let (route, team, token) = (
+    let scope = (
         ctx.route.map(|r| r.id),
         ctx.token.team_id,
         Some(ctx.token.id),
     );
-    let asked: Vec<&CompiledRule> = guards
-        .applicable(route, team, token, Stage::Request)
-        .collect();
-    let rules: Vec<usize> = guards
-        .applicable(route, team, token, Stage::Response)
-        .map(CompiledRule::position)
-        .collect();
+    refuse_uninspectable(state, guards, ctx.endpoint, scope, ctx.request_id)?;
+    let (route, team, token) = scope;
+    let asked: Vec<&CompiledRule> = match text::request_side(ctx.endpoint) {
+        Side::Texts => guards
+            .applicable(route, team, token, Stage::Request)
+            .collect(),
+        Side::Nothing | Side::Opaque => Vec::new(),
+    };
+    let rules: Vec<usize> = match text::answer_side(ctx.endpoint) {
+        Side::Texts => guards
+            .applicable(route, team, token, Stage::Response)
+            .map(CompiledRule::position)
+            .collect(),
+        Side::Nothing | Side::Opaque => Vec::new(),
+    };
     if asked.is_empty() && rules.is_empty() {
         return Ok(None);
     }
@@ -82,6 +94,47 @@ pub async fn request(
         restore,
         json_asked,
     })))
+}
+
+/// What a rule is matched by: the request's route, its key's team and its key.
+pub type Scope = (Option<RouteId>, Option<TeamId>, Option<TokenId>);
+
+/// Refuses a request of `endpoint` when a rule that applies to it would look at a side of it
+/// the gateway cannot inspect (see [`Side::Opaque`]) and says `uninspectable: block`; a rule in
+/// shadow mode only reports that it would have. Each such rule is reported once. Pass-through,
+/// Files and Batch API calls and Realtime sessions are refused here before anything is sent.
+pub fn refuse_uninspectable(
+    state: &AppState,
+    guards: &CompiledGuards,
+    endpoint: Endpoint,
+    scope: Scope,
+    request_id: &str,
+) -> Result<(), GatewayError> {
+    let (route, team, token) = scope;
+    let sides = [
+        (text::request_side(endpoint), Stage::Request),
+        (text::answer_side(endpoint), Stage::Response),
+    ];
+    let mut seen: Vec<usize> = Vec::new();
+    let mut refused = None;
+    for (_, stage) in sides.iter().filter(|(side, _)| *side == Side::Opaque) {
+        for rule in guards.applicable(route, team, token, *stage) {
+            if rule.rule().uninspectable != Uninspectable::Block || seen.contains(&rule.position())
+            {
+                continue;
+            }
+            seen.push(rule.position());
+            let found = Found {
+                uninspectable: true,
+                ..Found::default()
+            };
+            check::report(state, rule, *stage, &[], &found, request_id);
+            if rule.rule().mode == GuardMode::Enforce && refused.is_none() {
+                refused = Some(blocked(rule, false));
+            }
+        }
+    }
+    refused.map_or(Ok(()), Err)
 }
 
 /// Runs the request-stage rules in order over the request's texts (each sees what the ones
@@ -108,6 +161,7 @@ async fn check_request(
         size,
         tools: &tools,
         json_answer: None,
+        scanned: false,
     };
     let mut map = RestoreMap::new();
     let mut restore = false;
@@ -168,9 +222,13 @@ fn rewrite(ctx: &mut Ctx<'_>, pieces: &[Piece], texts: &[String]) -> Result<(), 
         .map(|(p, t)| (p, t.clone()))
         .collect();
     let body = Bytes::from(text::splice(&ctx.body, &changes));
-    let path_model = (ctx.endpoint == Endpoint::GeminiGenerate)
-        .then(|| (ctx.inspected.model.clone(), ctx.inspected.stream));
-    let inspected = inspect_json_for(&body, path_model.as_ref().map(|(m, s)| (m.as_str(), *s)))
+    let gemini = matches!(
+        ctx.endpoint,
+        Endpoint::GeminiGenerate | Endpoint::GeminiCountTokens
+    );
+    let path_model = gemini.then(|| (ctx.inspected.model.clone(), ctx.inspected.stream));
+    let path_model = path_model.as_ref().map(|(m, s)| (m.as_str(), *s));
+    let inspected = super::receive::inspect(ctx.endpoint, &ctx.headers, &body, path_model)
         .map_err(|_| {
             GatewayError::InvalidRequest("the redacted request could not be read".into())
         })?;
@@ -219,29 +277,48 @@ fn stream_answer(
     guard: AnswerGuard,
     response: Response,
 ) -> Response {
+    let has = |p: &usize, what: fn(&GuardChecks) -> bool| {
+        guard
+            .guards
+            .rule_at(*p)
+            .is_some_and(|r| what(&r.rule().checks))
+    };
     let scanning: Vec<usize> = guard
         .rules
         .iter()
         .copied()
-        .filter(|p| {
-            guard
-                .guards
-                .rule_at(*p)
-                .is_some_and(|r| r.rule().checks.scans_text())
-        })
+        .filter(|p| has(p, GuardChecks::scans_text))
         .collect();
-    if scanning.is_empty() && guard.restore.is_none() {
+    let tools: Vec<usize> = guard
+        .rules
+        .iter()
+        .copied()
+        .filter(|p| has(p, |c| c.tools.is_some()))
+        .collect();
+    let end = EndCheck::of(
+        state,
+        ctx.view,
+        &guard.guards,
+        &guard.rules,
+        guard.json_asked,
+        ctx.request_id,
+    );
+    if scanning.is_empty() && tools.is_empty() && end.is_none() && guard.restore.is_none() {
         return response;
     }
-    let window = AnswerWindow::new(
+    let mut window = AnswerWindow::new(
         Arc::clone(state),
         guard.guards,
         &scanning,
         guard.restore,
         ctx.request_id,
-    );
+    )
+    .with_tools(&tools);
+    if end.is_some() {
+        window = window.keeping_text();
+    }
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, guard_stream(body, ctx.endpoint, window))
+    Response::from_parts(parts, guard_stream(body, ctx.endpoint, window, end))
 }
 
 async fn plain_answer(
@@ -264,6 +341,7 @@ async fn plain_answer(
         size: None,
         tools: &tools,
         json_answer: joined.as_deref(),
+        scanned: false,
     };
     let mut redactor = RestoreMap::new();
     for rule in guard.rules.iter().filter_map(|p| guard.guards.rule_at(*p)) {

@@ -10,7 +10,7 @@
 pub(crate) mod admit;
 mod cache;
 pub(crate) mod finish;
-mod guard;
+pub(crate) mod guard;
 pub mod passthrough;
 pub(crate) mod receive;
 mod route;
@@ -99,6 +99,13 @@ pub async fn serve_realtime(state: Arc<AppState>, arrival: Arrival, request: Req
             }
             let (mut ctx, upgrade) = realtime::receive(&arrival, view, request)?;
             route::route(&mut ctx)?;
+            let scope = (
+                ctx.route.map(|r| r.id),
+                ctx.token.team_id,
+                Some(ctx.token.id),
+            );
+            let guards = view.snapshot.guards();
+            guard::refuse_uninspectable(&state, guards, arrival.endpoint, scope, ctx.request_id)?;
             realtime::keep_to_realtime_channels(&mut ctx);
             if let Err(refused) = admit::admit(&state, &mut ctx).await {
                 ctx.trail.route = ctx.route.map(|r| (r.id, r.model_pattern.clone()));

@@ -33,9 +33,11 @@ use tracing::Instrument;
 
 use super::admit::admit_under;
 use super::finish::{finish, name_client};
+use super::guard::refuse_uninspectable;
 use super::receive::{authenticated, read_limited_body};
 use crate::admission::{self, Held};
 use crate::context::Arrival;
+use crate::endpoint::Endpoint;
 use crate::errors::{mask_key_like, GatewayError};
 use crate::metrics::AttemptOutcome;
 use crate::record::Trail;
@@ -81,6 +83,11 @@ async fn forward(
     wire::drop_unforwarded(&mut parts.headers);
     let token = authenticated(view, &parts.headers, parts.uri.query())?;
     name_client(view, token, trail);
+    // No route: only a rule on the key, its team or all traffic sees a pass-through call.
+    let scope = (None, token.team_id, Some(token.id));
+    let guards = view.snapshot.guards();
+    let endpoint = Endpoint::Passthrough;
+    refuse_uninspectable(state, guards, endpoint, scope, &arrival.request_id)?;
     let (channel, path) = open_path(view, token, name, parts.uri.path())?;
     trail.final_channel = Some(channel.name.clone());
     if channel.secrets_withheld {

@@ -96,7 +96,7 @@ fn too_large(limit: usize) -> GatewayError {
 /// What the body says the request is (model, stream, needs…): a multipart form's fields, or
 /// a JSON body's (the model of a Gemini path taken from the path; a moderations body without
 /// one routed as the default moderation model).
-fn inspect(
+pub(super) fn inspect(
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: &Bytes,
