@@ -5,6 +5,7 @@ import * as views from './views.js';
 import * as spend from './spend.js';
 import { shadows } from './shadows.js';
 import { cache } from './cache.js';
+import { guardrails } from './guardrails.js';
 import { requests } from './requests.js';
 
 const ROUTES = {
@@ -18,6 +19,7 @@ const ROUTES = {
   budgets: spend.budgets,
   shadows,
   cache,
+  guardrails,
   requests,
   settings: views.settings,
   explain: views.explain,

@@ -497,6 +497,34 @@ try {
   await shot('cache', true);
   log(`cache: requests ${marks.join(', ')}; row ${hitCells.join(' | ')}`);
 
+  step = 'guardrails: a shadow rule listed with its mode, its report counting what it would have blocked, masked';
+  const guard = await admin('POST', '/api/v1/guardrails', {
+    name: 'console-pii', stage: 'request', action: 'block', mode: 'shadow',
+    checks: { detectors: ['email'] },
+  });
+  const guardToken = (await admin('POST', '/api/v1/tokens', { name: 'guard-token' })).token;
+  await fleetHolds();
+  const guarded = await fetch(`${proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${guardToken}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'console-model', messages: [{ role: 'user', content: 'mail jane.doe@example.com' }] }),
+  });
+  await guarded.text();
+  if (!guarded.ok) problems.push(`a shadow guardrail changed the answer: status ${guarded.status}`);
+  await until('the guardrail report', async () => (await admin('GET', `/api/v1/guardrails/${guard.id}/report`)).would_block >= 1);
+  await page.getByRole('link', { name: 'Guardrails' }).click();
+  const guardRow = page.locator('table[aria-label="guardrails"] tbody tr', { hasText: 'console-pii' });
+  await expectText(guardRow, 'reports (would block)', 'the rule list says a shadow rule only reports');
+  await guardRow.getByRole('link', { name: 'console-pii' }).click();
+  await expectText(page.locator('#guardrail-counts dd.would-block'), /^[1-9]/, 'the report counts what it would have blocked');
+  await expectText(page.locator('table[aria-label="guardrail findings"]'), 'EMAIL', 'the report names the finding kind');
+  const examples = await page.locator('#guardrail-examples li').allTextContents();
+  if (!examples.some((e) => e.includes('***')) || examples.some((e) => e.includes('jane.doe'))) {
+    problems.push(`guardrail examples are not masked: ${examples}`);
+  }
+  await shot('guardrails', true);
+  log(`guardrails: examples ${examples.join(', ')}`);
+
   step = 'requests: a tagged request the test sent appears on the Requests page';
   await requestLogPage(page, tagged);
 

@@ -10,7 +10,9 @@
 //! then that token's) and, once the proxy's usage reports have reached the control plane, finds it
 //! in the usage chart and table and in the budget; creates a response cache rule in the Cache page,
 //! sends identical requests through the proxy until one is a hit and finds the hit counted on
-//! that page; sends a tagged request and finds it on the Requests page (the request log), with
+//! that page; makes a shadow-mode guardrail, sends a request it would block and finds the rule
+//! (marked as only reporting) and its report (the count, the finding's kind, masked examples) on
+//! the Guardrails page; sends a tagged request and finds it on the Requests page (the request log), with
 //! no console error or CSP violation. This test then checks through the REST API that the UI
 //! really did it.
 //!

@@ -54,6 +54,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/cache.js"),
     ),
     (
+        "guardrails.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/guardrails.js"),
+    ),
+    (
         "requests.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/requests.js"),
