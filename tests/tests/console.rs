@@ -311,14 +311,19 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         .unwrap();
     assert_eq!(ok["weight"], 3, "{ok}");
     assert_eq!(bad["weight"], 1, "{bad}");
+    // The browser saw the cooldown while it lasted; by now it may have run out (the session
+    // outlasts it on a loaded machine), but the trial call's failure is still counted.
     let (_, state) = call(http, "GET", "/api/v1/state", None).await;
-    assert!(
-        state["cooldowns"]
+    let of_bad = |list: &str| {
+        state[list]
             .as_array()
             .unwrap()
             .iter()
-            .any(|c| c["member_id"] == bad["id"]),
-        "no cooldown for the failing member: {state}"
+            .any(|c| c["member_id"] == bad["id"])
+    };
+    assert!(
+        of_bad("cooldowns") || of_bad("member_failures"),
+        "no cooldown or failure for the failing member: {state}"
     );
 
     // The token made through the form, with its expiry; the price and the spend limit made and
