@@ -750,7 +750,11 @@ async fn stream_times(proxy: &Proxy, body: &str) -> (Duration, Duration) {
             break;
         }
         seen.extend_from_slice(&buf[..n]);
-        if first.is_none() && String::from_utf8_lossy(&seen).contains("\"content\":\"") {
+        let text = String::from_utf8_lossy(&seen);
+        let texty = text
+            .match_indices("\"content\":\"")
+            .any(|(at, m)| !text[at + m.len()..].starts_with('"'));
+        if first.is_none() && texty {
             first = Some(started.elapsed());
         }
     }
