@@ -65,6 +65,16 @@ fn streamed_text(body: &str) -> String {
         .collect()
 }
 
+/// The data of an SSE body's last event, as JSON.
+fn last_event(body: &str) -> serde_json::Value {
+    let events: Vec<&str> = body
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    let last = events.last().unwrap();
+    serde_json::from_str(last.strip_prefix("data: ").unwrap()).unwrap()
+}
+
 const REDACT: &str = "  - name: pii\n    route: m\n    stage: request\n    action: redact\n    restore: true\n    checks: { detectors: [email, card] }\n";
 
 #[tokio::test]
@@ -199,14 +209,7 @@ async fn a_blocked_openai_stream_ends_with_one_error_event_and_no_done() {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    let events: Vec<&str> = reply
-        .body
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .collect();
-    let last = events.last().unwrap();
-    let error: serde_json::Value =
-        serde_json::from_str(last.strip_prefix("data: ").unwrap()).unwrap();
+    let error = last_event(&reply.body);
     assert_eq!(
         error["error"]["code"], "guardrail_blocked",
         "{}",
@@ -422,23 +425,26 @@ async fn answer_rules_refuse_a_plain_answer_or_redact_it() {
     );
 }
 
+/// `mock` streams `text` in `chunks` events to requests for the upstream model `model`.
+fn streams(mock: &MockUpstream, model: &str, text: impl Into<String>, chunks: usize) {
+    mock.on(
+        Matcher::any().model(model),
+        Behavior::ok().text(text).stream(chunks, Duration::ZERO),
+    );
+}
+
 /// A Responses API stream through the official SDK: the closing events repeat the text the
 /// deltas gave (restored on one route, redacted on the other), never the upstream's own.
 #[tokio::test]
 async fn a_responses_streams_closing_events_carry_the_checked_text_through_the_sdk() {
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(
-        Matcher::any().model("real-m"),
-        Behavior::ok()
-            .text("Noted: [EMAIL_1] is on file, [EMAIL_1].")
-            .stream(25, Duration::ZERO),
+    streams(
+        &mock,
+        "real-m",
+        "Noted: [EMAIL_1] is on file, [EMAIL_1].",
+        25,
     );
-    mock.on(
-        Matcher::any().model("real-other"),
-        Behavior::ok()
-            .text(format!("write to {EMAIL} today"))
-            .stream(7, Duration::ZERO),
-    );
+    streams(&mock, "real-other", format!("write to {EMAIL} today"), 7);
     let hide = "  - { name: hide-mail, route: other, stage: response, action: redact, checks: { detectors: [email] } }\n";
     let proxy = start(&yaml(&mock, &format!("{REDACT}{hide}"))).await;
     let script = include_str!("sdk/guardrail_responses.py");
@@ -586,15 +592,18 @@ async fn uninspectable_calls_are_refused_only_by_a_rule_that_says_so() {
         format!("  - {{ name: pii-door, stage: request, action: redact, checks: {{ detectors: [email] }}{extra} }}\n")
     };
 
-    let proxy = start(&every_model(&mock, &rule(""))).await;
-    for path in paths {
-        let reply = call(&proxy, path).await;
-        assert!(
-            !reply.body.contains("guardrail_blocked"),
-            "{path}: {}",
-            reply.body
-        );
-    }
+    let passed = |proxy: Proxy| async move {
+        for path in paths {
+            let reply = call(&proxy, path).await;
+            assert!(
+                !reply.body.contains("guardrail_blocked"),
+                "{path}: {}",
+                reply.body
+            );
+        }
+        proxy
+    };
+    passed(start(&every_model(&mock, &rule(""))).await).await;
     let upstream_calls = mock.requests().len();
 
     let proxy = start(&every_model(&mock, &rule(", uninspectable: block"))).await;
@@ -615,19 +624,8 @@ async fn uninspectable_calls_are_refused_only_by_a_rule_that_says_so() {
         "{page}"
     );
 
-    let proxy = start(&every_model(
-        &mock,
-        &rule(", uninspectable: block, mode: shadow"),
-    ))
-    .await;
-    for path in paths {
-        let reply = call(&proxy, path).await;
-        assert!(
-            !reply.body.contains("guardrail_blocked"),
-            "{path}: {}",
-            reply.body
-        );
-    }
+    let shadow = rule(", uninspectable: block, mode: shadow");
+    let proxy = passed(start(&every_model(&mock, &shadow)).await).await;
     let page = proxy.state.metrics.render();
     assert!(page.contains(r#"outcome="would_block"} 2"#), "{page}");
 }
@@ -635,16 +633,11 @@ async fn uninspectable_calls_are_refused_only_by_a_rule_that_says_so() {
 /// The checks that need a whole answer run on a stream once it ended: its text goes out as it
 /// arrives, its last events wait for them; a webhook that says block, a JSON-mode answer that is
 /// not JSON and a denied tool call each end the stream with the error event (no finish, no
-/// `[DONE]`), a webhook that allows lets it finish. Through the SDK too.
+/// `[DONE]`), a webhook that allows lets it finish.
 #[tokio::test]
 async fn a_stream_gets_the_whole_answer_checks_and_is_cut_when_one_blocks() {
     let mock = MockUpstream::start().await.unwrap();
-    mock.on(
-        Matcher::any().model("real-m"),
-        Behavior::ok()
-            .text("plain words, not JSON")
-            .stream(6, Duration::ZERO),
-    );
+    streams(&mock, "real-m", "plain words, not JSON", 6);
     mock.on(
         Matcher::any().model("real-other"),
         Behavior::ok()
@@ -652,12 +645,7 @@ async fn a_stream_gets_the_whole_answer_checks_and_is_cut_when_one_blocks() {
             .tool_call("shell", "{\"cmd\":\"ls\"}")
             .stream(3, Duration::ZERO),
     );
-    mock.on(
-        Matcher::any().model("real-streamed"),
-        Behavior::ok()
-            .text("an answer the hook judges")
-            .stream(5, Duration::ZERO),
-    );
+    streams(&mock, "real-streamed", "an answer the hook judges", 5);
     let (hook, seen) = webhook().await;
     let rules = [
         "  - { name: json-only, route: m, stage: response, action: block, checks: { json_schema: {} } }\n".to_owned(),
@@ -679,13 +667,7 @@ async fn a_stream_gets_the_whole_answer_checks_and_is_cut_when_one_blocks() {
     for (body, rule, text) in &cases {
         let reply = post(&proxy, "/v1/chat/completions", body).await;
         assert_eq!(reply.status, 200, "{}", reply.body);
-        let events: Vec<&str> = reply
-            .body
-            .split("\n\n")
-            .filter(|e| !e.trim().is_empty())
-            .collect();
-        let error: serde_json::Value =
-            serde_json::from_str(events.last().unwrap().strip_prefix("data: ").unwrap()).unwrap();
+        let error = last_event(&reply.body);
         assert_eq!(
             error["error"]["code"], "guardrail_blocked",
             "{}",
