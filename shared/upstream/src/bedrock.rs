@@ -136,6 +136,37 @@ pub fn parse_aws_keys(secret: &str) -> Result<AwsKeys, String> {
     })
 }
 
+impl AwsKeys {
+    /// Temporary keys a workload identity obtained (the checks of [`parse_aws_keys`], a session
+    /// token of up to 16 KiB); `None` when they cannot be used.
+    pub fn temporary(
+        access_key_id: String,
+        secret_access_key: String,
+        session_token: String,
+        region: Option<String>,
+    ) -> Option<AwsKeys> {
+        let usable = (16..=128).contains(&access_key_id.len())
+            && access_key_id.bytes().all(|b| b.is_ascii_alphanumeric())
+            && !secret_access_key.is_empty()
+            && secret_access_key.len() <= 256
+            && token_chars(&secret_access_key)
+            && !session_token.is_empty()
+            && session_token.len() <= 16 * 1024
+            && token_chars(&session_token);
+        usable.then_some(AwsKeys {
+            access_key_id,
+            secret_access_key,
+            session_token: Some(session_token),
+            region,
+        })
+    }
+
+    /// Whether these are temporary keys (signed with `x-amz-security-token`).
+    pub fn has_session_token(&self) -> bool {
+        self.session_token.is_some()
+    }
+}
+
 /// Checks a Bedrock credential's secret ([`parse_aws_keys`]).
 pub fn check_aws_credential(secret: &str) -> Result<(), String> {
     parse_aws_keys(secret).map(|_| ())

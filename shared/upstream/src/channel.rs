@@ -40,7 +40,9 @@ use switchyard_provider::Protocol;
 use crate::bedrock::{AwsKeys, RequestError};
 use crate::client::{path_segment, HttpClient};
 use crate::mock::MockOptions;
-use crate::vertex::{TokenError, TokenSource, VertexTarget};
+use crate::token::TokenError;
+use crate::vertex::{TokenSource, VertexTarget};
+use crate::workload::{Issued, Workload};
 
 /// A credential ready to use: its id and the auth header value (marked sensitive). A Vertex
 /// credential's auth value is its current access token, which [`CredentialRuntime::authorized`]
@@ -51,8 +53,10 @@ pub struct CredentialRuntime {
     auth: HeaderValue,
     /// A Vertex credential's service account and access tokens.
     vertex: Option<Arc<TokenSource>>,
-    /// A Bedrock credential's access keys.
+    /// A Bedrock credential's access keys (a workload identity's: the current temporary ones).
     aws: Option<Arc<AwsKeys>>,
+    /// An `auth: workload` channel's identity.
+    workload: Option<Workload>,
 }
 
 impl CredentialRuntime {
@@ -63,6 +67,21 @@ impl CredentialRuntime {
         client: &HttpClient,
         budget: Duration,
     ) -> Result<Cow<'_, CredentialRuntime>, TokenError> {
+        if let Some(workload) = &self.workload {
+            // Boxed, as the token exchange below.
+            let issued = Box::pin(workload.issue(client, budget)).await?;
+            let (auth, aws) = match issued {
+                Issued::Bearer(auth) => (auth, None),
+                Issued::Aws(keys) => (HeaderValue::from_static(""), Some(keys)),
+            };
+            return Ok(Cow::Owned(CredentialRuntime {
+                id: self.id,
+                auth,
+                vertex: None,
+                aws,
+                workload: self.workload.clone(),
+            }));
+        }
         let Some(source) = &self.vertex else {
             return Ok(Cow::Borrowed(self));
         };
@@ -74,6 +93,7 @@ impl CredentialRuntime {
             auth,
             vertex: self.vertex.clone(),
             aws: None,
+            workload: None,
         }))
     }
 
@@ -85,11 +105,43 @@ impl CredentialRuntime {
     }
 
     /// After the upstream refused this credential's access token (401): drops it from the cache
-    /// so the next request obtains a new one. Nothing for other providers.
+    /// so the next request obtains a new one. Nothing for credentials without one.
     pub fn forget_token(&self) {
         if let Some(source) = &self.vertex {
             source.forget();
         }
+        if let Some(workload) = &self.workload {
+            workload.forget();
+        }
+    }
+
+    /// The workload identity this credential uses (`auth: workload`), if any.
+    pub fn workload(&self) -> Option<&Workload> {
+        self.workload.as_ref()
+    }
+
+    /// Whose token exchange a [`TokenError`] of this credential is (a service account, a
+    /// workload identity), for logs and messages; never a secret.
+    pub fn token_subject(&self) -> String {
+        match (&self.workload, self.service_account()) {
+            (Some(workload), _) => format!("workload identity ({})", workload.describe()),
+            (None, Some(account)) => crate::vertex::subject(account),
+            (None, None) => "token exchange".to_owned(),
+        }
+    }
+
+    /// The provider's answer an attempt is classified by when this credential got no token
+    /// (see [`TokenError::answer_as`]), in the channel's error shape; `None` for network
+    /// failures.
+    pub fn token_failure_answer(
+        &self,
+        e: &TokenError,
+    ) -> Option<(http::StatusCode, HeaderMap, Bytes)> {
+        let protocol = match &self.workload {
+            Some(workload) => workload.protocol(),
+            None => Protocol::Gemini,
+        };
+        e.answer_as(protocol, &self.token_subject())
     }
 }
 
@@ -345,6 +397,7 @@ fn credential_runtime(
     let secret = match &cred.secret {
         SecretSource::Inline(s) => Some(s.clone()),
         SecretSource::Env(name) => env(name),
+        SecretSource::Workload => return workload_runtime(channel, cred, env),
     };
     let Some(secret) = secret else {
         tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential's environment variable is not set; credential skipped");
@@ -357,6 +410,7 @@ fn credential_runtime(
                 auth: HeaderValue::from_static(""),
                 vertex: Some(source),
                 aws: None,
+                workload: None,
             }),
             Err(problem) => {
                 tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable service-account key; skipped");
@@ -371,6 +425,7 @@ fn credential_runtime(
                 auth: HeaderValue::from_static(""),
                 vertex: None,
                 aws: Some(Arc::new(keys)),
+                workload: None,
             }),
             Err(problem) => {
                 tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "credential is not a usable AWS access key; skipped");
@@ -392,10 +447,34 @@ fn credential_runtime(
                 auth,
                 vertex: None,
                 aws: None,
+                workload: None,
             })
         }
         Err(_) => {
             tracing::warn!(channel = %channel.name, credential_id = cred.id, "credential is not a valid header value; skipped");
+            None
+        }
+    }
+}
+
+/// An `auth: workload` channel's credential: the identity this process's environment gives its
+/// provider. `None`, with a warning saying what is missing (never a value), when there is none:
+/// the proxy cannot call the channel, as with an unset environment variable.
+fn workload_runtime(
+    channel: &Channel,
+    cred: &Credential,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<CredentialRuntime> {
+    match Workload::resolve(channel.provider, env) {
+        Ok(workload) => Some(CredentialRuntime {
+            id: cred.id,
+            auth: HeaderValue::from_static(""),
+            vertex: None,
+            aws: None,
+            workload: Some(workload),
+        }),
+        Err(problem) => {
+            tracing::warn!(channel = %channel.name, credential_id = cred.id, %problem, "no workload identity for this channel; credential skipped");
             None
         }
     }
@@ -445,6 +524,7 @@ impl ChannelRuntime {
                 auth: HeaderValue::from_static(""),
                 vertex: None,
                 aws: None,
+                workload: None,
             });
         }
         ChannelRuntime {
@@ -582,6 +662,8 @@ impl ChannelRuntime {
             (Some(vertex), Some(source)) => {
                 vertex.url(target.path, target.query, &source.account().project_id)
             }
+            // A workload identity's channel names its project in its base URL.
+            (Some(vertex), None) => vertex.url(target.path, target.query, ""),
             _ => self.url(target.path, target.query, target.model),
         };
         let mut builder = Request::builder().method(target.method.clone()).uri(uri);
@@ -702,6 +784,10 @@ impl ChannelRuntime {
                 headers.insert("x-goog-api-key", credential.auth.clone());
             }
             Provider::Openai | Provider::Vertex => {
+                headers.insert(header::AUTHORIZATION, credential.auth.clone());
+            }
+            // A workload identity's Entra ID token is a bearer token, not a key.
+            Provider::Azure if credential.workload.is_some() => {
                 headers.insert(header::AUTHORIZATION, credential.auth.clone());
             }
             Provider::Azure => {

@@ -10,6 +10,11 @@
 //! - [`vertex`]: Google Vertex AI's URLs (project, location) and its access tokens (a
 //!   service-account key's signed assertion exchanged at its token endpoint, cached and
 //!   refreshed, one exchange at a time);
+//! - [`token`]: short-lived credentials cached per identity and refreshed before they expire,
+//!   one fetch at a time (Vertex's access tokens and workload identities share it);
+//! - [`workload`]: an `auth: workload` channel's credentials from the proxy's own cloud identity
+//!   (AWS web identity or EKS Pod Identity, Google's metadata server or application default
+//!   credentials, Entra ID with a federated token or client secret);
 //! - [`bedrock`]: AWS Bedrock's Converse URLs, its access-key credentials and their SigV4
 //!   signatures (the Anthropic-shaped body converted by `switchyard_provider::bedrock`);
 //! - [`realtime`]: the WebSocket handshake of a Realtime API session with a channel (its URL and
@@ -35,7 +40,9 @@ pub mod mock;
 pub mod probe;
 pub mod realtime;
 pub mod schedule;
+pub mod token;
 pub mod vertex;
+pub mod workload;
 
 pub use bedrock::{check_aws_credential, check_bedrock_base_url};
 pub use cause::TransportCause;
@@ -60,4 +67,5 @@ pub use probe::{
 pub use schedule::{
     backoff_ms, first_probe_at, Due, ProbeSchedule, ProbeSchedules, MAX_BACKOFF_FACTOR,
 };
-pub use vertex::{check_service_account, check_vertex_base_url, TokenError};
+pub use token::TokenError;
+pub use vertex::{check_service_account, check_vertex_base_url};

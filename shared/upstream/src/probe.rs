@@ -37,7 +37,7 @@ use crate::cause::TransportCause;
 use crate::channel::{channel_protocol, gemini_path, ChannelRuntime, CredentialRuntime, Target};
 use crate::client::HttpClient;
 use crate::mock::MockOptions;
-use crate::vertex::TokenError;
+use crate::token::TokenError;
 
 /// The prompt of every probe.
 pub const PROBE_PROMPT: &str = "ping";
@@ -203,7 +203,9 @@ pub async fn probe_credential(
                 TokenError::Timeout => (ProbeFailure::Timeout, None),
                 _ => (
                     ProbeFailure::Status,
-                    e.answer("").map(|(status, _, _)| status.as_u16()),
+                    credential
+                        .token_failure_answer(&e)
+                        .map(|(status, _, _)| status.as_u16()),
                 ),
             };
             return ProbeResult::Failed { reason, status };

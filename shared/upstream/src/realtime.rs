@@ -100,7 +100,18 @@ pub struct Handshake<'a> {
 impl Handshake<'_> {
     /// Opens the session's upstream WebSocket.
     pub async fn open(&self, client: &HttpClient) -> Result<UpstreamSocket, HandshakeError> {
-        let (uri, headers) = self.target()?;
+        // A workload identity's token first (a key credential is used as it is).
+        let credential = tokio::time::timeout(
+            self.timeout,
+            self.credential.authorized(client, self.timeout),
+        )
+        .await
+        .unwrap_or(Err(crate::token::TokenError::Timeout))
+        .map_err(|e| HandshakeError::Protocol {
+            cause: e.cause().unwrap_or(TransportCause::Other),
+            message: format!("no upstream access token ({})", e.as_str()),
+        })?;
+        let (uri, headers) = self.target(&credential)?;
         let opening = async {
             let io = client
                 .connect_upgradable(&uri)
@@ -120,7 +131,10 @@ impl Handshake<'_> {
 
     /// The `http(s)://` URL and the headers (the channel's extra headers and the credential's
     /// auth) the channel's rules give the session's request.
-    fn target(&self) -> Result<(http::Uri, HeaderMap), HandshakeError> {
+    fn target(
+        &self,
+        credential: &CredentialRuntime,
+    ) -> Result<(http::Uri, HeaderMap), HandshakeError> {
         let query = format!("model={}", path_segment(self.model));
         let target = Target {
             method: &Method::GET,
@@ -130,7 +144,7 @@ impl Handshake<'_> {
         };
         let request = self
             .runtime
-            .request(target, None, self.credential, Bytes::new())
+            .request(target, None, credential, Bytes::new())
             .map_err(|e| HandshakeError::Protocol {
                 cause: TransportCause::Other,
                 message: e.to_string(),

@@ -21,21 +21,20 @@
 //!
 //! Nothing here ever logs, formats or returns the key, an assertion or a token.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{header, HeaderValue, Method, Request};
+use http_body_util::Full;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::cause::TransportCause;
 use crate::client::HttpClient;
+use crate::token::{bearer_answer, fetch, refusal_reason, Fresh, Registry, TokenCache, TokenError};
 
 /// The OAuth scope the access tokens are asked for.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -45,13 +44,6 @@ pub const DEFAULT_LOCATION: &str = "us-central1";
 const GRANT_TYPE: &str = "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer";
 /// How long a signed assertion is valid (Google's maximum).
 const ASSERTION_LIFETIME_SECS: u64 = 3600;
-/// A token is refreshed this long before it expires (or at 80 % of its lifetime when that is
-/// shorter).
-const REFRESH_MARGIN: Duration = Duration::from_secs(300);
-/// Most bytes of a token endpoint's answer read.
-const MAX_TOKEN_ANSWER: usize = 64 * 1024;
-/// Most characters of the token endpoint's own words quoted in an error.
-const MAX_REASON_CHARS: usize = 200;
 
 /// Where a Vertex channel's requests go: the endpoint, the project the `base_url` names (else
 /// each credential's), and the location.
@@ -268,135 +260,17 @@ pub fn parse_service_account(secret: &str) -> Result<ServiceAccount, String> {
     Ok(account)
 }
 
-/// Why no access token could be had.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenError {
-    /// The token endpoint answered with an error status: the key was refused (400/401/403:
-    /// revoked, deleted, wrong), or the endpoint is limited (429) or failing (5xx).
-    Refused {
-        status: StatusCode,
-        retry_after: Option<HeaderValue>,
-        /// The endpoint's own `error` and `error_description`, bounded (never the assertion).
-        reason: String,
-    },
-    /// The token endpoint could not be reached, for this cause.
-    Connect(TransportCause),
-    /// The connection failed after it was up, or the answer could not be read, for this cause.
-    Transport(TransportCause),
-    /// No answer within the budget.
-    Timeout,
-    /// A 2xx answer without a usable `access_token`.
-    Malformed,
-    /// The assertion could not be signed or sent (a key that passed the checks never does this).
-    Request,
+/// Whose exchange a Vertex credential's token failure is (the service account), for messages.
+pub fn subject(account: &str) -> String {
+    format!("Vertex AI access token exchange for service account {account}")
 }
-
-impl TokenError {
-    /// The answer an attempt is classified by, in Vertex's (Gemini's) error shape, when the
-    /// failure is the token endpoint's answer: a refused key is the provider's 401 (the
-    /// credential is at fault), a limited or failing endpoint its 429 or 503 (retryable), an
-    /// unusable answer a 502. `None` for network failures (classified as such). The message
-    /// names the service account, never the key, the assertion or a token.
-    pub fn answer(&self, account: &str) -> Option<(StatusCode, HeaderMap, Bytes)> {
-        let (status, words, retry_after) = match self {
-            TokenError::Refused {
-                status,
-                retry_after,
-                reason,
-            } => {
-                let mapped = if *status == StatusCode::TOO_MANY_REQUESTS {
-                    StatusCode::TOO_MANY_REQUESTS
-                } else if status.is_server_error() {
-                    StatusCode::SERVICE_UNAVAILABLE
-                } else {
-                    StatusCode::UNAUTHORIZED
-                };
-                let words = if reason.is_empty() {
-                    format!("status {}", status.as_u16())
-                } else {
-                    format!("status {}: {reason}", status.as_u16())
-                };
-                (mapped, words, retry_after.clone())
-            }
-            TokenError::Malformed => (
-                StatusCode::BAD_GATEWAY,
-                "a success without a usable access_token".to_owned(),
-                None,
-            ),
-            TokenError::Request => (
-                StatusCode::UNAUTHORIZED,
-                "the assertion could not be signed".to_owned(),
-                None,
-            ),
-            TokenError::Connect(_) | TokenError::Transport(_) | TokenError::Timeout => return None,
-        };
-        let code = match status {
-            StatusCode::TOO_MANY_REQUESTS => "RESOURCE_EXHAUSTED",
-            StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
-            StatusCode::BAD_GATEWAY => "INTERNAL",
-            _ => "UNAUTHENTICATED",
-        };
-        let body = json!({"error": {
-            "code": status.as_u16(),
-            "message": format!("Vertex AI access token exchange for service account {account} failed: the token endpoint answered {words}"),
-            "status": code,
-        }});
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(retry_after) = retry_after {
-            headers.insert(header::RETRY_AFTER, retry_after);
-        }
-        Some((status, headers, Bytes::from(body.to_string())))
-    }
-
-    /// A network failure's cause (`None` for the endpoint's answer or our own request).
-    pub fn cause(&self) -> Option<TransportCause> {
-        match self {
-            TokenError::Connect(cause) | TokenError::Transport(cause) => Some(*cause),
-            TokenError::Timeout => Some(TransportCause::Timeout),
-            _ => None,
-        }
-    }
-
-    /// The low-cardinality label in logs.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            TokenError::Refused { .. } => "token_refused",
-            TokenError::Connect(_) => "token_connect_error",
-            TokenError::Transport(_) => "token_transport_error",
-            TokenError::Timeout => "token_timeout",
-            TokenError::Malformed => "token_malformed",
-            TokenError::Request => "token_request",
-        }
-    }
-}
-
-/// A cached access token.
-#[derive(Clone)]
-struct Token {
-    bearer: HeaderValue,
-    /// When a request should obtain a new one.
-    refresh_at: Instant,
-    /// When the token endpoint said it expires.
-    expires_at: Instant,
-}
-
-/// How long a token that could not be refreshed (but has not expired) is used before the next
-/// try.
-const REFRESH_RETRY: Duration = Duration::from_secs(10);
 
 /// One service account's access tokens: cached, refreshed before they expire, and obtained by
 /// one exchange at a time (requests that need a token while one is being obtained wait for it
 /// and share it).
 pub struct TokenSource {
     account: ServiceAccount,
-    /// The current token, read without waiting by every request.
-    current: std::sync::RwLock<Option<Token>>,
-    /// Held across an exchange: one at a time, the others wait for its token.
-    exchanging: tokio::sync::Mutex<()>,
+    tokens: TokenCache<HeaderValue>,
 }
 
 impl fmt::Debug for TokenSource {
@@ -409,55 +283,27 @@ impl fmt::Debug for TokenSource {
 
 /// The token sources of this process, by key file, so a new snapshot (which compiles its
 /// channels again) keeps the tokens its predecessor obtained.
-type Sources = Mutex<HashMap<String, Weak<TokenSource>>>;
-
-fn sources() -> &'static Sources {
-    static SOURCES: OnceLock<Sources> = OnceLock::new();
-    SOURCES.get_or_init(Sources::default)
+fn sources() -> &'static Registry<TokenSource> {
+    static SOURCES: OnceLock<Registry<TokenSource>> = OnceLock::new();
+    SOURCES.get_or_init(Registry::default)
 }
 
 /// The token source of a service-account key file: this process's, when one for the same file
 /// is alive, else a new one. The message (a bad file) names the field at fault, never a value.
 pub fn token_source(secret: &str) -> Result<Arc<TokenSource>, String> {
     let secret = secret.trim();
-    let mut sources = sources()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(source) = sources.get(secret).and_then(Weak::upgrade) {
-        return Ok(source);
-    }
-    sources.retain(|_, source| source.strong_count() > 0);
-    let source = Arc::new(TokenSource {
-        account: parse_service_account(secret)?,
-        current: std::sync::RwLock::new(None),
-        exchanging: tokio::sync::Mutex::new(()),
-    });
-    sources.insert(secret.to_owned(), Arc::downgrade(&source));
-    Ok(source)
+    sources().get_or_make(secret, || {
+        let account = parse_service_account(secret)?;
+        Ok(TokenSource {
+            tokens: TokenCache::new(format!("service account {}", account.client_email)),
+            account,
+        })
+    })
 }
 
 impl TokenSource {
     pub fn account(&self) -> &ServiceAccount {
         &self.account
-    }
-
-    /// The current token, if it is still fresh.
-    fn fresh(&self) -> Option<HeaderValue> {
-        let current = self
-            .current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        current
-            .as_ref()
-            .filter(|t| Instant::now() < t.refresh_at)
-            .map(|t| t.bearer.clone())
-    }
-
-    fn set(&self, token: Option<Token>) {
-        *self
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = token;
     }
 
     /// The `Authorization` value (`Bearer {token}`, marked sensitive): the cached token while it
@@ -470,50 +316,16 @@ impl TokenSource {
         client: &HttpClient,
         budget: Duration,
     ) -> Result<HeaderValue, TokenError> {
-        if let Some(bearer) = self.fresh() {
-            return Ok(bearer);
-        }
-        let deadline = Instant::now() + budget;
-        let _exchanging = tokio::time::timeout_at(deadline, self.exchanging.lock())
-            .await
-            .map_err(|_| TokenError::Timeout)?;
-        // Obtained by the exchange this request waited for.
-        if let Some(bearer) = self.fresh() {
-            return Ok(bearer);
-        }
-        let exchanged = tokio::time::timeout_at(deadline, self.exchange(client))
-            .await
-            .unwrap_or(Err(TokenError::Timeout));
-        match exchanged {
-            Ok(token) => {
-                let bearer = token.bearer.clone();
-                self.set(Some(token));
-                Ok(bearer)
-            }
-            Err(e) => {
-                let mut current = self
-                    .current
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                match current.as_mut() {
-                    Some(token) if Instant::now() < token.expires_at => {
-                        tracing::warn!(client_email = %self.account.client_email, error = e.as_str(), "Vertex AI access token refresh failed; the current token is used until it expires");
-                        token.refresh_at = (Instant::now() + REFRESH_RETRY).min(token.expires_at);
-                        Ok(token.bearer.clone())
-                    }
-                    _ => Err(e),
-                }
-            }
-        }
+        self.tokens.get(budget, || self.exchange(client)).await
     }
 
     /// Drops the cached token (the upstream refused it): the next request obtains a new one.
     pub fn forget(&self) {
-        self.set(None);
+        self.tokens.set(None);
     }
 
     /// One token exchange.
-    async fn exchange(&self, client: &HttpClient) -> Result<Token, TokenError> {
+    async fn exchange(&self, client: &HttpClient) -> Result<Fresh<HeaderValue>, TokenError> {
         let account = &self.account;
         let iat = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -533,92 +345,37 @@ impl TokenSource {
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| TokenError::Request)?;
         let started = Instant::now();
-        let response = client.request(request).await.map_err(|e| {
-            if e.is_connect() {
-                TokenError::Connect(e.cause())
-            } else {
-                TokenError::Transport(e.cause())
-            }
-        })?;
-        let status = response.status();
-        let retry_after = response.headers().get(header::RETRY_AFTER).cloned();
-        let body = Limited::new(response.into_body(), MAX_TOKEN_ANSWER)
-            .collect()
-            .await
-            .map_err(|_| TokenError::Transport(TransportCause::Other))?
-            .to_bytes();
-        if !status.is_success() {
-            let reason = refusal_reason(&body, &assertion);
+        let answer = fetch(client, request).await?;
+        if !answer.status.is_success() {
+            let reason = refusal_reason(&answer.body, &assertion);
             tracing::warn!(
                 client_email = %account.client_email,
-                status = status.as_u16(),
+                status = answer.status.as_u16(),
                 reason = %reason,
                 "Vertex AI token endpoint refused the service account's assertion"
             );
             return Err(TokenError::Refused {
-                status,
-                retry_after,
+                status: answer.status,
+                retry_after: answer.retry_after,
                 reason,
             });
         }
-        let answer: Value = serde_json::from_slice(&body).map_err(|_| TokenError::Malformed)?;
-        let token = answer
-            .get("access_token")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-            .ok_or(TokenError::Malformed)?;
-        let mut bearer =
-            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| TokenError::Malformed)?;
-        bearer.set_sensitive(true);
         // Google's answers always say how long the token lives; an hour when one does not.
-        let lifetime = Duration::from_secs(
-            answer
-                .get("expires_in")
-                .and_then(Value::as_u64)
-                .unwrap_or(ASSERTION_LIFETIME_SECS),
-        );
-        let margin = REFRESH_MARGIN.min(lifetime / 5);
+        let (bearer, lifetime) =
+            bearer_answer(&answer.body, Duration::from_secs(ASSERTION_LIFETIME_SECS))?;
         tracing::debug!(client_email = %account.client_email, lifetime_s = lifetime.as_secs(), "Vertex AI access token obtained");
-        Ok(Token {
-            bearer,
-            refresh_at: started + lifetime.saturating_sub(margin),
-            expires_at: started + lifetime,
-        })
+        Ok(Fresh::new(bearer, started, lifetime))
     }
-}
-
-/// The token endpoint's `error` and `error_description` (OAuth's error answer), printable
-/// characters only and bounded; empty when the answer has neither. An `assertion` the endpoint
-/// quotes back is replaced before the words are cut to their bound (a cut one would no longer
-/// be found).
-fn refusal_reason(body: &[u8], assertion: &str) -> String {
-    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
-        return String::new();
-    };
-    let text = |name: &str| answer.get(name).and_then(Value::as_str).map(str::trim);
-    let reason = match (text("error"), text("error_description")) {
-        (Some(error), Some(description)) if !description.is_empty() => {
-            format!("{error}: {description}")
-        }
-        (Some(error), _) => error.to_owned(),
-        (None, Some(description)) => description.to_owned(),
-        (None, None) => String::new(),
-    };
-    let reason = if assertion.is_empty() {
-        reason
-    } else {
-        reason.replace(assertion, "[assertion]")
-    };
-    reason
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(MAX_REASON_CHARS)
-        .collect()
 }
 
 /// A service-account key file for tests (the fixture key), with `edit` applied to its fields.
 /// The token-source registry is keyed by the file's text: tests that must not share a cached
 /// token give theirs a `token_uri` or `client_email` of their own.
+#[cfg(test)]
+use serde_json::json;
+#[cfg(test)]
+use std::sync::Mutex;
+
 #[cfg(test)]
 pub(crate) fn test_key_file(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
     let mut file = json!({
@@ -733,6 +490,26 @@ impl TestTokenEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cause::TransportCause;
+    use crate::token::{MAX_REASON_CHARS, MAX_TOKEN_ANSWER, REFRESH_RETRY};
+    use http::{HeaderMap, StatusCode};
+
+    impl TokenError {
+        /// The answer in Vertex's shape, for `account`.
+        fn answer(&self, account: &str) -> Option<(StatusCode, HeaderMap, Bytes)> {
+            self.answer_as(switchyard_provider::Protocol::Gemini, &subject(account))
+        }
+    }
+
+    impl TokenSource {
+        fn set(&self, token: Option<Fresh<HeaderValue>>) {
+            self.tokens.set(token);
+        }
+
+        fn fresh(&self) -> Option<HeaderValue> {
+            self.tokens.fresh()
+        }
+    }
 
     const KEY: &str = include_str!("../../mock-upstream/fixtures/vertex-test-key.pem");
 
@@ -752,8 +529,17 @@ mod tests {
 
     const BUDGET: Duration = Duration::from_secs(10);
 
-    fn cached(source: &TokenSource) -> Token {
-        source.current.read().unwrap().clone().unwrap()
+    struct Times {
+        refresh_at: Instant,
+        expires_at: Instant,
+    }
+
+    fn cached(source: &TokenSource) -> Times {
+        let (refresh_at, expires_at) = source.tokens.times().unwrap();
+        Times {
+            refresh_at,
+            expires_at,
+        }
     }
 
     #[tokio::test]
@@ -820,7 +606,7 @@ mod tests {
         assert!(token.expires_at >= before + Duration::from_secs(100));
         assert!(token.expires_at <= Instant::now() + Duration::from_secs(100));
         // Due for its refresh: the next request exchanges again.
-        source.current.write().unwrap().as_mut().unwrap().refresh_at = Instant::now();
+        source.tokens.make_due();
         let second = source.bearer(&client, BUDGET).await.unwrap();
         assert_eq!(second.to_str().unwrap(), "Bearer tok-2");
         // No `expires_in`: an hour, refreshed five minutes before.
@@ -850,8 +636,8 @@ mod tests {
         let client = client();
         let old = HeaderValue::from_static("Bearer old");
         let keep = |expires_in: Duration| {
-            source.set(Some(Token {
-                bearer: old.clone(),
+            source.set(Some(Fresh {
+                value: old.clone(),
                 refresh_at: Instant::now(),
                 expires_at: Instant::now() + expires_in,
             }))
@@ -891,8 +677,8 @@ mod tests {
         drop(closed);
         let source = source_at(&unreachable, "bounds");
         let now = Instant::now();
-        source.set(Some(Token {
-            bearer: HeaderValue::from_static("Bearer old"),
+        source.set(Some(Fresh {
+            value: HeaderValue::from_static("Bearer old"),
             refresh_at: now,
             expires_at: now,
         }));
@@ -920,7 +706,7 @@ mod tests {
                 TokenError::Refused {
                     status: StatusCode::BAD_REQUEST,
                     retry_after: None,
-                    reason: "invalid_grant: bad [assertion]".into(),
+                    reason: "invalid_grant: bad [secret]".into(),
                 },
             ),
             ("200||not json".into(), TokenError::Malformed),
@@ -1083,10 +869,8 @@ mod tests {
         drop((first, again));
         // A source no channel holds any more is dropped from the registry at the next new one.
         let _third = token_source(&file("registry-3")).unwrap();
-        let registry = sources().lock().unwrap();
-        assert!(!registry.contains_key(file("registry").as_str()));
-        assert!(registry.contains_key(file("registry-2").as_str()));
-        drop(registry);
+        assert!(!sources().holds(file("registry").as_str()));
+        assert!(sources().holds(file("registry-2").as_str()));
         assert!(token_source("{}").unwrap_err().contains("`type`"));
         assert!(check_service_account(&file("ok")).is_ok());
         assert!(check_service_account("[]").is_err());
