@@ -11,8 +11,8 @@ use switchyard_engine::validate::{
     truncate_for_display,
 };
 use switchyard_engine::{
-    validate_pattern, Channel, ChannelStatus, Credential, Member, Provider, Route, RoutingMode,
-    SecretSource, SnapshotParts, Team, Token, UnixMillis, DEFAULT_GROUP,
+    validate_pattern, Channel, ChannelAuth, ChannelStatus, Credential, Member, Provider, Route,
+    RoutingMode, SecretSource, SnapshotParts, Team, Token, UnixMillis, DEFAULT_GROUP,
 };
 
 use switchyard_engine::cache::{
@@ -672,8 +672,14 @@ impl RawChannel {
             text(&format!("{at}.base_url"), url, check_single_line)?;
         }
         let base_url = channel_base_url(at, provider, base_url, self.mock)?;
-        let credentials =
-            channel_credentials(at, provider, preset, self.credentials, credential_ids)?;
+        let credentials = match channel_auth(at, self.auth.as_deref())? {
+            ChannelAuth::Credentials => {
+                channel_credentials(at, provider, preset, self.credentials, credential_ids)?
+            }
+            ChannelAuth::Workload => {
+                workload_credential(at, provider, &base_url, &self.credentials, credential_ids)?
+            }
+        };
         let headers = channel_headers(at, provider, self.headers)?;
         check_retry_rules(at, &self.retry_error_patterns, &self.retry_status_codes)?;
         if !responses_api && !matches!(provider, Provider::Openai | Provider::Azure) {
@@ -802,6 +808,39 @@ fn upstream_base_url(at: &str, provider: Provider, url: &str) -> Result<String, 
         )?;
     }
     Ok(trimmed)
+}
+
+/// The channel's `auth`: `credentials` when absent.
+fn channel_auth(at: &str, auth: Option<&str>) -> Result<ChannelAuth, ConfigError> {
+    match auth.map(str::trim) {
+        None => Ok(ChannelAuth::Credentials),
+        Some(value) => ChannelAuth::parse(value)
+            .ok_or_else(|| err(format!("{at}.auth"), "must be credentials or workload")),
+    }
+}
+
+/// An `auth: workload` channel's one credential, the proxy's workload identity: for a provider
+/// that has one, with no credentials of its own ([`switchyard_upstream::workload::check_channel`]).
+fn workload_credential(
+    at: &str,
+    provider: Provider,
+    base_url: &str,
+    raw: &[RawCredential],
+    credential_ids: &mut Ids,
+) -> Result<Vec<Credential>, ConfigError> {
+    if !raw.is_empty() {
+        return Err(err(
+            format!("{at}.credentials"),
+            "must be absent with auth: workload (the proxy's workload identity is the credential)",
+        ));
+    }
+    switchyard_upstream::workload::check_channel(provider, base_url)
+        .map_err(|m| err(format!("{at}.auth"), m))?;
+    Ok(vec![Credential {
+        id: credential_ids.next(),
+        enabled: true,
+        secret: SecretSource::Workload,
+    }])
 }
 
 /// The channel's credentials, each with its id; a keyless preset's placeholder, or the

@@ -84,6 +84,10 @@ pub struct RawChannel {
     pub max_concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub capabilities: Capabilities,
+    /// `credentials` (the default: the channel's own) or `workload`: no stored secret, the
+    /// proxy's workload identity (`azure`, `bedrock` and `vertex` channels only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<RawCredential>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -784,6 +788,34 @@ mod tests {
             .into_parts(1, &|_| None)
             .unwrap_err();
         assert_eq!(e.path, "channels[0].passthrough");
+    }
+
+    #[test]
+    fn a_workload_channel_has_its_identity_as_its_one_credential() {
+        let parse = |yaml: &str| parse_raw(yaml).unwrap().into_parts(1, &|_| None);
+        let parts = parse("channels:\n- name: b\n  provider: bedrock\n  base_url: https://bedrock-runtime.us-east-1.amazonaws.com\n  auth: workload\n").unwrap();
+        let channel = &parts.channels[0];
+        assert_eq!(channel.credentials.len(), 1);
+        assert_eq!(
+            channel.credentials[0].secret,
+            switchyard_engine::SecretSource::Workload
+        );
+        assert_eq!(
+            switchyard_engine::ChannelAuth::of(&channel.credentials),
+            switchyard_engine::ChannelAuth::Workload
+        );
+        // A provider without workload identity; credentials too; a Vertex URL without its
+        // project; an unknown kind of auth.
+        for (yaml, path, words) in [
+            ("channels:\n- name: o\n  provider: openai\n  base_url: https://api.openai.com/v1\n  auth: workload\n", "channels[0].auth", "not openai"),
+            ("channels:\n- name: a\n  provider: azure\n  base_url: https://r.openai.azure.com\n  auth: workload\n  credentials: [k]\n", "channels[0].credentials", "must be absent"),
+            ("channels:\n- name: v\n  provider: vertex\n  base_url: https://us-central1-aiplatform.googleapis.com\n  auth: workload\n", "channels[0].auth", "names its project"),
+            ("channels:\n- name: a\n  provider: azure\n  base_url: https://r.openai.azure.com\n  auth: pod\n", "channels[0].auth", "credentials or workload"),
+        ] {
+            let e = parse(yaml).unwrap_err();
+            assert_eq!(e.path, path, "{yaml}");
+            assert!(e.to_string().contains(words), "{e}");
+        }
     }
 
     #[test]

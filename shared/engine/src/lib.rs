@@ -38,9 +38,10 @@ pub use limit::{
     price_for, Limit, LimitKey, LimitMode, LimitRule, Metric, Price, ScopeKind, Window,
 };
 pub use model::{
-    Capabilities, Channel, ChannelId, ChannelStatus, Credential, CredentialId, Member, MemberId,
-    PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot, SnapshotParts, Team,
-    TeamId, Token, TokenId, UnixMillis, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT, DEFAULT_GROUP,
+    Capabilities, Channel, ChannelAuth, ChannelId, ChannelStatus, Credential, CredentialId, Member,
+    MemberId, PlanEntry, Provider, Route, RouteId, RoutingMode, SecretSource, Snapshot,
+    SnapshotParts, Team, TeamId, Token, TokenId, UnixMillis, AZURE_BIT, CHAT_COMPLETIONS_ONLY_BIT,
+    DEFAULT_GROUP,
 };
 pub use pattern::{validate_pattern, wildcard_match, RouteIndex};
 pub use rng::{RandomSource, SplitMix64};

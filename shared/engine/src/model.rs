@@ -77,6 +77,12 @@ impl Provider {
         self != Provider::Mock
     }
 
+    /// Whether a channel of this provider can authenticate with the proxy's workload identity
+    /// (`auth: workload`): Azure OpenAI (Entra ID), Bedrock (AWS) and Vertex AI (Google).
+    pub fn has_workload_identity(self) -> bool {
+        matches!(self, Provider::Azure | Provider::Bedrock | Provider::Vertex)
+    }
+
     pub fn parse(s: &str) -> Option<Provider> {
         match s {
             "openai" => Some(Provider::Openai),
@@ -185,6 +191,9 @@ pub enum SecretSource {
     Inline(String),
     /// The name of an environment variable on the proxy that holds the secret.
     Env(String),
+    /// No stored secret: the proxy obtains short-lived credentials from its own workload
+    /// identity (the pod's cloud identity), the one credential of an `auth: workload` channel.
+    Workload,
 }
 
 impl fmt::Debug for SecretSource {
@@ -192,6 +201,47 @@ impl fmt::Debug for SecretSource {
         match self {
             SecretSource::Inline(_) => f.write_str("Inline(***)"),
             SecretSource::Env(name) => write!(f, "Env({name})"),
+            SecretSource::Workload => f.write_str("Workload"),
+        }
+    }
+}
+
+/// How a channel authenticates upstream: with its stored credentials (the default), or with the
+/// proxy's workload identity (`workload`: no stored secret; the snapshot carries one credential
+/// whose source is [`SecretSource::Workload`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChannelAuth {
+    #[default]
+    Credentials,
+    Workload,
+}
+
+impl ChannelAuth {
+    pub fn parse(s: &str) -> Option<ChannelAuth> {
+        match s {
+            "credentials" => Some(ChannelAuth::Credentials),
+            "workload" => Some(ChannelAuth::Workload),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelAuth::Credentials => "credentials",
+            ChannelAuth::Workload => "workload",
+        }
+    }
+
+    /// A channel's auth as its credentials say: `workload` when one of them is the workload
+    /// identity.
+    pub fn of(credentials: &[Credential]) -> ChannelAuth {
+        if credentials
+            .iter()
+            .any(|c| c.secret == SecretSource::Workload)
+        {
+            ChannelAuth::Workload
+        } else {
+            ChannelAuth::Credentials
         }
     }
 }

@@ -368,6 +368,7 @@ fn channel_to_proto(c: &Channel) -> v1::Channel {
                 secret: Some(match &cred.secret {
                     SecretSource::Inline(value) => v1::credential::Secret::Inline(value.clone()),
                     SecretSource::Env(name) => v1::credential::Secret::Env(name.clone()),
+                    SecretSource::Workload => v1::credential::Secret::Workload(true),
                 }),
             })
             .collect(),
@@ -808,6 +809,10 @@ fn credential_from_proto(c: v1::Credential, path: &str) -> Result<Credential, Co
         Some(v1::credential::Secret::Env(name)) if !name.is_empty() => SecretSource::Env(name),
         Some(v1::credential::Secret::Env(_)) => {
             return Err(invalid(format!("{path}.env"), "must not be empty"))
+        }
+        Some(v1::credential::Secret::Workload(true)) => SecretSource::Workload,
+        Some(v1::credential::Secret::Workload(false)) => {
+            return Err(invalid(format!("{path}.workload"), "must be true when set"))
         }
         None => return Err(invalid(format!("{path}.secret"), "missing")),
     };
