@@ -511,3 +511,88 @@ async fn the_recovery_probe_asks_the_deployment_with_the_channels_key() {
         "/openai/deployments/gpt-4o-prod/chat/completions"
     );
 }
+
+#[tokio::test]
+async fn a_workload_channel_sends_an_entra_token_refreshed_before_it_expires() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any().credential("entra-1"),
+        Behavior::ok().text("first token"),
+    );
+    mock.on(
+        Matcher::any().credential("entra-2"),
+        Behavior::ok().text("second token"),
+    );
+    mock.on(Matcher::any(), Behavior::status(401));
+    // Each token lives one second: it is refreshed a fifth of that (200 ms) before it expires.
+    let entra = FakeIdentity::start(|n, _| {
+        let body =
+            format!(r#"{{"token_type":"Bearer","expires_in":1,"access_token":"entra-{n}"}}"#);
+        (200, "application/json", body)
+    })
+    .await;
+    let file = temp_file("azure-federated", "federated.assertion.jwt\n");
+    let proxy = {
+        let _env = identity_env().lock().await;
+        set_env(
+            &[
+                ("AZURE_CLIENT_ID", "11111111-2222-3333-4444-555555555555"),
+                ("AZURE_TENANT_ID", "tenant-1"),
+                ("AZURE_AUTHORITY_HOST", &entra.url),
+                ("AZURE_FEDERATED_TOKEN_FILE", &file),
+            ],
+            &["AZURE_CLIENT_SECRET"],
+        );
+        start(&format!(
+            "settings:\n  channel_retry_times: 0\nchannels:\n  - name: azure\n    provider: azure\n    base_url: {}\n    auth: workload\nroutes:\n  - model_pattern: gpt-4o\n    members: [{{ channel: azure, upstream_model: gpt-4o-prod }}]\n",
+            mock.base_url()
+        ))
+        .await
+    };
+    // Concurrent first requests share one token request.
+    let replies = futures_util::future::join_all(
+        (0..3).map(|_| post(&proxy, "/v1/chat/completions", CHAT_4O)),
+    )
+    .await;
+    for reply in &replies {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(
+            reply.json()["choices"][0]["message"]["content"],
+            "first token"
+        );
+    }
+    let asked = entra.requests();
+    assert_eq!(asked.len(), 1, "one token request for every request");
+    assert_eq!(asked[0].path, "/tenant-1/oauth2/v2.0/token");
+    for part in [
+        "client_id=11111111-2222-3333-4444-555555555555",
+        "scope=https%3A%2F%2Fcognitiveservices.azure.com%2F.default",
+        "grant_type=client_credentials",
+        "client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer",
+        "client_assertion=federated.assertion.jwt",
+    ] {
+        assert!(asked[0].body.contains(part), "{}", asked[0].body);
+    }
+    // The token went as a bearer token, no key anywhere.
+    let r = &mock.requests()[0];
+    assert_eq!(r.headers["authorization"], "Bearer entra-1");
+    assert!(!r.headers.contains_key("api-key"), "{r:?}");
+    assert_eq!(r.path, "/openai/deployments/gpt-4o-prod/chat/completions");
+    // Past its refresh time, before its expiry: the next request gets a new token.
+    let refresh_due = asked[0].at + std::time::Duration::from_millis(850);
+    tokio::time::sleep_until(refresh_due.into()).await;
+    let reply = post(&proxy, "/v1/chat/completions", CHAT_4O).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.json()["choices"][0]["message"]["content"],
+        "second token"
+    );
+    let asked = entra.requests();
+    assert_eq!(asked.len(), 2);
+    assert!(
+        asked[1].at < asked[0].at + std::time::Duration::from_secs(1),
+        "the token was refreshed before the first one expired"
+    );
+}
+
+const CHAT_4O: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}"#;

@@ -714,3 +714,143 @@ async fn the_signature_verifies_with_botocore() {
     );
     assert_ne!(other["signature"], signature);
 }
+
+/// A session token STS hands out in these tests.
+const STS_SESSION_TOKEN: &str = "FwoGZXIvYXdzEWorkloadSessionToken/+=";
+
+/// STS's `AssumeRoleWithWebIdentity` answer with the mock's first test key and a session
+/// token.
+fn sts_answer() -> String {
+    format!(
+        "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>{}</AccessKeyId><SecretAccessKey>{}</SecretAccessKey><SessionToken>{STS_SESSION_TOKEN}</SessionToken><Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>",
+        bedrock::TEST_ACCESS_KEY_ID,
+        bedrock::TEST_SECRET_ACCESS_KEY
+    )
+}
+
+/// A Bedrock channel block with `auth: workload`.
+fn workload_channel(name: &str, base_url: &str) -> String {
+    format!(
+        "  - name: {name}\n    provider: bedrock\n    base_url: {base_url}\n    auth: workload\n"
+    )
+}
+
+/// The web identity environment: the token file, the role, STS at `sts`, region eu-west-3.
+fn web_identity_env(sts: &str) -> String {
+    let file = temp_file("web-identity", "eyJhbGciOi.web-identity.token\n");
+    set_env(
+        &[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", &file),
+            ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/switchyard"),
+            ("AWS_ENDPOINT_URL_STS", sts),
+            ("AWS_REGION", "eu-west-3"),
+        ],
+        &[
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_ROLE_SESSION_NAME",
+        ],
+    );
+    file
+}
+
+#[tokio::test]
+async fn a_workload_channel_signs_with_temporary_keys_from_sts() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::any(), Behavior::ok().text("Hello from a role"));
+    let sts = FakeIdentity::start(|_, _| (200, "text/xml", sts_answer())).await;
+    let proxy = {
+        let _env = identity_env().lock().await;
+        web_identity_env(&sts.url);
+        start(&format!(
+            "settings:\n  channel_retry_times: 0\nchannels:\n{}{}",
+            workload_channel("bedrock", &mock.base_url()),
+            route(&format!(
+                "      - {{ channel: bedrock, upstream_model: \"{MODEL}\" }}\n"
+            ))
+        ))
+        .await
+    };
+    // Concurrent first requests share one exchange.
+    let replies =
+        futures_util::future::join_all((0..4).map(|_| post(&proxy, "/v1/messages", MESSAGES)))
+            .await;
+    for reply in &replies {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    assert_eq!(
+        sts.requests().len(),
+        1,
+        "one STS exchange for every request"
+    );
+    let exchange = &sts.requests()[0];
+    assert_eq!(
+        (exchange.method.as_str(), exchange.path.as_str()),
+        ("POST", "/")
+    );
+    for part in [
+        "Action=AssumeRoleWithWebIdentity",
+        "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fswitchyard",
+        "RoleSessionName=switchyard",
+        "WebIdentityToken=eyJhbGciOi.web-identity.token",
+    ] {
+        assert!(exchange.body.contains(part), "{}", exchange.body);
+    }
+    // Every request signed (the mock verified it) with the temporary key and its session token,
+    // in the environment's region (the mock's URL names none).
+    let r = &mock.requests()[0];
+    assert_eq!(r.credential.as_deref(), Some(bedrock::TEST_ACCESS_KEY_ID));
+    assert_eq!(r.headers["x-amz-security-token"], STS_SESSION_TOKEN);
+    let auth = r.headers["authorization"].to_str().unwrap().to_owned();
+    assert!(auth.contains("/eu-west-3/bedrock/aws4_request"), "{auth}");
+    assert!(
+        auth.contains("x-amz-security-token"),
+        "the token is signed: {auth}"
+    );
+    let checked = botocore_signature(
+        r,
+        bedrock::TEST_SECRET_ACCESS_KEY,
+        Some(STS_SESSION_TOKEN),
+        "eu-west-3",
+    );
+    let signature = auth.rsplit("Signature=").next().unwrap();
+    assert_eq!(
+        checked["signature"], signature,
+        "botocore disagrees: {auth}"
+    );
+}
+
+#[tokio::test]
+async fn an_identity_endpoint_down_or_garbled_fails_over_to_the_next_member() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(
+        Matcher::any(),
+        Behavior::ok().text("from the keyed channel"),
+    );
+    let garbage = FakeIdentity::start(|_, _| (200, "text/html", "<html>".to_owned())).await;
+    let down = nothing_listens().await;
+    for sts in [down.as_str(), garbage.url.as_str()] {
+        let proxy = {
+            let _env = identity_env().lock().await;
+            web_identity_env(sts);
+            start(&format!(
+                "settings:\n  channel_retry_times: 0\nchannels:\n{}{}{}",
+                workload_channel("workload", &mock.base_url()),
+                bedrock_channel("keyed", &mock.base_url(), &mock.bedrock_credential()),
+                route(&format!(
+                    "      - {{ channel: workload, upstream_model: \"{MODEL}\", priority: 10 }}\n      - {{ channel: keyed, upstream_model: \"{MODEL}\", priority: 0 }}\n"
+                ))
+            ))
+            .await
+        };
+        let reply = post(&proxy, "/v1/messages", MESSAGES).await;
+        assert_eq!(reply.status, 200, "{sts}: {}", reply.body);
+        assert_eq!(reply.header("x-switchyard-channel"), "keyed", "{sts}");
+        assert_eq!(reply.attempts(), 2, "{sts}");
+    }
+    // The workload channel never reached Bedrock: no request without its keys.
+    assert!(mock
+        .requests()
+        .iter()
+        .all(|r| !r.headers.contains_key("x-amz-security-token")));
+    assert_eq!(garbage.requests().len(), 1);
+}

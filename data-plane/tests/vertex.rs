@@ -506,3 +506,78 @@ print(json.dumps({"header": jwt.get_unverified_header(token), "claims": claims})
         .unwrap();
     assert!(!output.status.success());
 }
+
+/// A Vertex channel with `auth: workload` at `mock`, its project in the base URL; route
+/// `gemini-pro` → `gemini-2.5-pro`.
+fn workload_config(mock: &MockUpstream) -> String {
+    format!(
+        "settings:\n  channel_retry_times: 0\nchannels:\n  - name: vertex\n    provider: vertex\n    base_url: {}/v1/projects/{}/locations/us-central1\n    auth: workload\nroutes:\n  - model_pattern: gemini-pro\n    members: [{{ channel: vertex, upstream_model: {MODEL} }}]\n",
+        mock.base_url(),
+        vertex::TEST_PROJECT
+    )
+}
+
+#[tokio::test]
+async fn a_workload_channel_uses_the_application_default_service_account() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::any(), Behavior::ok().text("Hello from ADC"));
+    let file = temp_file("adc-service-account", &mock.vertex_service_account());
+    let proxy = {
+        let _env = identity_env().lock().await;
+        set_env(
+            &[("GOOGLE_APPLICATION_CREDENTIALS", &file)],
+            &["GCE_METADATA_HOST"],
+        );
+        start(&workload_config(&mock)).await
+    };
+    let reply = post(&proxy, "/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_vertex_request(&mock.requests()[0], "generateContent");
+    assert_eq!(mock.vertex_token_exchanges(), 1);
+}
+
+#[tokio::test]
+async fn a_workload_channel_uses_the_metadata_servers_token() {
+    let mock = MockUpstream::start().await.unwrap();
+    mock.on(Matcher::any(), Behavior::ok().text("Hello from GKE"));
+    // A token the mock issued, as the metadata server of a GKE node would hand one out.
+    let source = switchyard_upstream::vertex::token_source(&mock.vertex_service_account()).unwrap();
+    let client = switchyard_upstream::build_client(Duration::from_secs(5));
+    let bearer = source
+        .bearer(&client, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let token = bearer
+        .to_str()
+        .unwrap()
+        .trim_start_matches("Bearer ")
+        .to_owned();
+    let metadata = FakeIdentity::start(move |_, _| {
+        let body =
+            format!(r#"{{"access_token":"{token}","expires_in":3599,"token_type":"Bearer"}}"#);
+        (200, "application/json", body)
+    })
+    .await;
+    let proxy = {
+        let _env = identity_env().lock().await;
+        let host = metadata.url.trim_start_matches("http://").to_owned();
+        set_env(
+            &[("GCE_METADATA_HOST", &host)],
+            &["GOOGLE_APPLICATION_CREDENTIALS"],
+        );
+        start(&workload_config(&mock)).await
+    };
+    for _ in 0..2 {
+        let reply = post(&proxy, "/v1/chat/completions", CHAT).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    assert_vertex_request(&mock.requests()[0], "generateContent");
+    let asked = metadata.requests();
+    assert_eq!(asked.len(), 1, "the token is cached");
+    assert_eq!(asked[0].method, "GET");
+    assert_eq!(
+        asked[0].path,
+        "/computeMetadata/v1/instance/service-accounts/default/token"
+    );
+    assert_eq!(asked[0].headers["metadata-flavor"], "Google");
+}

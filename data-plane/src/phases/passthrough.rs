@@ -188,10 +188,10 @@ fn pick_credential<'r>(
     runtime.credential(usable[draw as usize])
 }
 
-/// A Vertex credential got no access token: a network failure is the upstream unreachable
+/// A credential got no access token (Vertex, workload identity): a network failure is the upstream unreachable
 /// (its cause named), anything else the gateway's own credential refused.
 fn token_failure(state: &AppState, channel: &Channel, e: &TokenError) -> GatewayError {
-    tracing::warn!(channel = %channel.name, error = e.as_str(), "no Vertex AI access token for a pass-through request");
+    tracing::warn!(channel = %channel.name, error = e.as_str(), "no upstream access token for a pass-through request");
     match e {
         TokenError::Timeout => GatewayError::UpstreamTimeout,
         _ => match e.cause() {

@@ -21,8 +21,8 @@ pub struct Http;
 
 /// Why a call was not sent.
 pub enum Unsent {
-    /// The provider's answer without a send: a Vertex credential's token endpoint refused (or
-    /// failed), classified as the provider's own answer.
+    /// The provider's answer without a send: a Vertex credential's or a workload identity's
+    /// token endpoint refused (or failed), classified as the provider's own answer.
     Answered(UpstreamResponse),
     /// No request: the token endpoint could not be reached, or the request could not be built.
     Failed(SendError),
@@ -57,8 +57,9 @@ impl Upstream for Http {
 }
 
 impl Http {
-    /// The attempt's credential ready for the send: a Vertex credential's access token cached,
-    /// or obtained now within the first-byte budget; other credentials as they are.
+    /// The attempt's credential ready for the send: a Vertex credential's or a workload
+    /// identity's access token (or temporary keys) cached, or obtained now within the
+    /// first-byte budget; other credentials as they are.
     pub async fn authorized<'a>(
         attempt: &Attempt<'a>,
     ) -> Result<Cow<'a, CredentialRuntime>, Unsent> {
@@ -143,19 +144,21 @@ pub fn propagate_trace(client_headers: &HeaderMap, headers: &mut HeaderMap) {
     }
 }
 
-/// A Vertex credential got no access token: a refusal (or a limited, failing or garbled token
-/// endpoint) is classified as the provider's answer in Vertex's error shape — a refused key as
-/// its 401. `None` for a network failure ([`token_network_error`]).
+/// A credential got no access token (a Vertex service account's, a workload identity's): a
+/// refusal (or a limited, failing or garbled token endpoint) is classified as the provider's
+/// answer in the channel's error shape — a refused identity as its 401. `None` for a network
+/// failure ([`token_network_error`]). The log names whose exchange failed and why, never a
+/// secret.
 fn token_failure(attempt: &Attempt<'_>, e: &TokenError) -> Option<UpstreamResponse> {
-    let account = attempt.credential.service_account().unwrap_or_default();
     tracing::warn!(
         channel = %attempt.channel.name,
         credential_id = attempt.credential.id,
-        service_account = account,
+        identity = %attempt.credential.token_subject(),
         error = e.as_str(),
-        "no Vertex AI access token for this credential"
+        cause = e.cause().map(TransportCause::as_str),
+        "no upstream access token for this credential"
     );
-    let (status, headers, body) = e.answer(account)?;
+    let (status, headers, body) = attempt.credential.token_failure_answer(e)?;
     Some(UpstreamResponse {
         status,
         headers,

@@ -241,3 +241,98 @@ pub async fn run_python_with(args: Vec<String>) -> serde_json::Value {
     );
     serde_json::from_str(stdout.trim()).unwrap()
 }
+
+/// A cloud identity endpoint run by a test (a fake STS, metadata server or Entra ID token
+/// endpoint) on a loopback port: request `n` (from 1) is answered `answer(n, body)`, a status, a
+/// content type and a body. Each request's method, path, headers and body are kept.
+pub struct FakeIdentity {
+    /// `http://127.0.0.1:PORT` (no path).
+    pub url: String,
+    pub requests: Arc<std::sync::Mutex<Vec<IdentityRequest>>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct IdentityRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: String,
+    pub at: std::time::Instant,
+}
+
+impl FakeIdentity {
+    pub async fn start<F>(answer: F) -> FakeIdentity
+    where
+        F: Fn(usize, &str) -> (u16, &'static str, String) + Send + Sync + 'static,
+    {
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        let answer = Arc::new(answer);
+        let handler = move |request: axum::extract::Request| {
+            let (seen, answer) = (Arc::clone(&seen), Arc::clone(&answer));
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                let n = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(IdentityRequest {
+                        method: parts.method.to_string(),
+                        path: parts.uri.path().to_owned(),
+                        headers: parts.headers,
+                        body: body.clone(),
+                        at: std::time::Instant::now(),
+                    });
+                    seen.len()
+                };
+                let (status, content_type, text) = answer(n, &body);
+                http::Response::builder()
+                    .status(status)
+                    .header("content-type", content_type)
+                    .body(axum::body::Body::from(text))
+                    .unwrap()
+            }
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let router = axum::Router::new().fallback(handler);
+        tokio::spawn(axum::serve(listener, router).into_future());
+        FakeIdentity { url, requests }
+    }
+
+    pub fn requests(&self) -> Vec<IdentityRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A loopback URL where nothing listens (a port bound, then released).
+pub async fn nothing_listens() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+/// Serialises the tests of one binary that set the workload identity's environment variables
+/// and start a proxy (the proxy reads them when it compiles its channels).
+pub fn identity_env() -> &'static tokio::sync::Mutex<()> {
+    static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+/// Sets `vars` (and removes `unset`) in this process's environment.
+pub fn set_env(vars: &[(&str, &str)], unset: &[&str]) {
+    for name in unset {
+        std::env::remove_var(name);
+    }
+    for (name, value) in vars {
+        std::env::set_var(name, value);
+    }
+}
+
+/// A file with `text` in the temporary directory, named after `name` and this process.
+pub fn temp_file(name: &str, text: &str) -> String {
+    let path = std::env::temp_dir().join(format!("switchyard-{name}-{}", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
