@@ -404,6 +404,52 @@ pub async fn fetch(
     })
 }
 
+/// A form POST to a token endpoint at `uri` with `body` (already form-encoded), asking for
+/// `accept`.
+pub fn form_post(
+    uri: &str,
+    body: String,
+    accept: &'static str,
+) -> Result<Request<Full<Bytes>>, TokenError> {
+    Request::builder()
+        .method(http::Method::POST)
+        .uri(uri)
+        .header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        )
+        .header(header::ACCEPT, HeaderValue::from_static(accept))
+        .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|_| TokenError::Request)
+}
+
+/// One OAuth token exchange: `request` sent, a refusal told with the endpoint's words (`secret`,
+/// what the request proved itself with, never quoted), a success read as a bearer token living
+/// its `expires_in`, else `default_lifetime`. `label` names the identity in the log.
+pub async fn oauth_token(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+    secret: &str,
+    label: &str,
+    default_lifetime: Duration,
+) -> Result<Fresh<HeaderValue>, TokenError> {
+    let started = Instant::now();
+    let answer = fetch(client, request).await?;
+    if !answer.status.is_success() {
+        let reason = refusal_reason(&answer.body, secret);
+        tracing::warn!(identity = %label, status = answer.status.as_u16(), reason = %reason, "the token endpoint refused");
+        return Err(TokenError::Refused {
+            status: answer.status,
+            retry_after: answer.retry_after,
+            reason,
+        });
+    }
+    let (bearer, lifetime) = bearer_answer(&answer.body, default_lifetime)?;
+    tracing::debug!(identity = %label, lifetime_s = lifetime.as_secs(), "access token obtained");
+    Ok(Fresh::new(bearer, started, lifetime))
+}
+
 /// An OAuth token answer (`{"access_token": ..., "expires_in": ...}`) as the `Authorization`
 /// value `Bearer {token}` (marked sensitive) and its lifetime: `expires_in` (a number, or a
 /// string of digits as some endpoints send), else `default_lifetime`.

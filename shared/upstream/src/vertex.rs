@@ -25,16 +25,12 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request};
-use http_body_util::Full;
+use crate::client::HttpClient;
+use crate::token::{form_post, oauth_token, Fresh, Registry, TokenCache, TokenError};
+use http::HeaderValue;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::Serialize;
 use serde_json::Value;
-use tokio::time::Instant;
-
-use crate::client::HttpClient;
-use crate::token::{bearer_answer, fetch, refusal_reason, Fresh, Registry, TokenCache, TokenError};
 
 /// The OAuth scope the access tokens are asked for.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -333,38 +329,16 @@ impl TokenSource {
             .as_secs();
         let assertion = account.assertion(iat).map_err(|_| TokenError::Request)?;
         let body = format!("grant_type={GRANT_TYPE}&assertion={assertion}");
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(&account.token_uri)
-            .header(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/x-www-form-urlencoded"),
-            )
-            .header(header::ACCEPT, HeaderValue::from_static("application/json"))
-            .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|_| TokenError::Request)?;
-        let started = Instant::now();
-        let answer = fetch(client, request).await?;
-        if !answer.status.is_success() {
-            let reason = refusal_reason(&answer.body, &assertion);
-            tracing::warn!(
-                client_email = %account.client_email,
-                status = answer.status.as_u16(),
-                reason = %reason,
-                "Vertex AI token endpoint refused the service account's assertion"
-            );
-            return Err(TokenError::Refused {
-                status: answer.status,
-                retry_after: answer.retry_after,
-                reason,
-            });
-        }
+        let request = form_post(&account.token_uri, body, "application/json")?;
         // Google's answers always say how long the token lives; an hour when one does not.
-        let (bearer, lifetime) =
-            bearer_answer(&answer.body, Duration::from_secs(ASSERTION_LIFETIME_SECS))?;
-        tracing::debug!(client_email = %account.client_email, lifetime_s = lifetime.as_secs(), "Vertex AI access token obtained");
-        Ok(Fresh::new(bearer, started, lifetime))
+        oauth_token(
+            client,
+            request,
+            &assertion,
+            self.tokens.label(),
+            Duration::from_secs(ASSERTION_LIFETIME_SECS),
+        )
+        .await
     }
 }
 
@@ -491,8 +465,10 @@ impl TestTokenEndpoint {
 mod tests {
     use super::*;
     use crate::cause::TransportCause;
-    use crate::token::{MAX_REASON_CHARS, MAX_TOKEN_ANSWER, REFRESH_RETRY};
-    use http::{HeaderMap, StatusCode};
+    use crate::token::{refusal_reason, MAX_REASON_CHARS, MAX_TOKEN_ANSWER, REFRESH_RETRY};
+    use bytes::Bytes;
+    use http::{header, HeaderMap, StatusCode};
+    use tokio::time::Instant;
 
     impl TokenError {
         /// The answer in Vertex's shape, for `account`.

@@ -24,10 +24,12 @@ use http_body_util::Full;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{lifetime_until, read_file, refused, var};
+use super::io::{lifetime_until, read_file, refused, var};
 use crate::bedrock::AwsKeys;
 use crate::client::HttpClient;
-use crate::token::{bounded_words, fetch, form, Fresh, Registry, TokenCache, TokenError};
+use crate::token::{
+    bounded_words, fetch, form, form_post, Fresh, Registry, TokenCache, TokenError,
+};
 
 /// The session name when `AWS_ROLE_SESSION_NAME` gives none.
 pub const DEFAULT_SESSION_NAME: &str = "switchyard";
@@ -156,16 +158,8 @@ impl AwsIdentity {
                     ("DurationSeconds", SESSION_SECONDS),
                     ("WebIdentityToken", &token),
                 ]);
-                let request = Request::builder()
-                    .method(Method::POST)
-                    .uri(sts_url.as_str())
-                    .header(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/x-www-form-urlencoded"),
-                    )
-                    .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
-                    .body(Full::new(Bytes::from(body)))
-                    .map_err(|_| TokenError::Request)?;
+                // STS answers in XML.
+                let request = form_post(sts_url, body, "text/xml")?;
                 let answer = fetch(client, request).await?;
                 if !answer.status.is_success() {
                     let reason = sts_error(&answer.body, &token);
@@ -226,60 +220,56 @@ fn xml_text(xml: &str, tag: &str) -> Option<String> {
     )
 }
 
-/// The keys of an `AssumeRoleWithWebIdentity` answer and how long they live.
-fn sts_keys(body: &[u8], region: Option<String>) -> Result<(AwsKeys, Duration), TokenError> {
-    let xml = std::str::from_utf8(body).map_err(|_| TokenError::Malformed)?;
-    let credentials = xml_text(xml, "Credentials").ok_or(TokenError::Malformed)?;
-    let field = |tag: &str| xml_text(&credentials, tag).ok_or(TokenError::Malformed);
+/// Temporary keys from an answer whose `field` gives `AccessKeyId`, `SecretAccessKey`, the
+/// session token (named `token`) and `Expiration`, and how long they live.
+fn temporary_keys(
+    field: impl Fn(&str) -> Option<String>,
+    token: &str,
+    region: Option<String>,
+) -> Result<(AwsKeys, Duration), TokenError> {
+    let required = |name: &str| field(name).ok_or(TokenError::Malformed);
     let keys = AwsKeys::temporary(
-        field("AccessKeyId")?,
-        field("SecretAccessKey")?,
-        field("SessionToken")?,
+        required("AccessKeyId")?,
+        required("SecretAccessKey")?,
+        required(token)?,
         region,
     )
     .ok_or(TokenError::Malformed)?;
-    let lifetime = xml_text(&credentials, "Expiration")
+    let lifetime = field("Expiration")
         .and_then(|e| lifetime_until(&e))
         .unwrap_or(UNKNOWN_LIFETIME);
     Ok((keys, lifetime))
 }
 
+/// An error answer's words, `code: message` (either alone when only one is given), bounded,
+/// `secret` never quoted.
+fn error_words(code: Option<String>, message: Option<String>, secret: &str) -> String {
+    let words = match (code, message) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (code, message) => code.or(message).unwrap_or_default(),
+    };
+    bounded_words(&words, secret)
+}
+
+/// The keys of an `AssumeRoleWithWebIdentity` answer and how long they live.
+fn sts_keys(body: &[u8], region: Option<String>) -> Result<(AwsKeys, Duration), TokenError> {
+    let xml = std::str::from_utf8(body).map_err(|_| TokenError::Malformed)?;
+    let credentials = xml_text(xml, "Credentials").ok_or(TokenError::Malformed)?;
+    temporary_keys(|tag| xml_text(&credentials, tag), "SessionToken", region)
+}
+
 /// STS's `<Code>: <Message>`, bounded, the web identity token never quoted.
 fn sts_error(body: &[u8], token: &str) -> String {
     let xml = String::from_utf8_lossy(body);
-    let words = match (xml_text(&xml, "Code"), xml_text(&xml, "Message")) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code,
-        (None, Some(message)) => message,
-        (None, None) => String::new(),
-    };
-    bounded_words(&words, token)
+    error_words(xml_text(&xml, "Code"), xml_text(&xml, "Message"), token)
 }
 
 /// The keys of a container credentials answer (`AccessKeyId`, `SecretAccessKey`, `Token`,
 /// `Expiration`) and how long they live.
 fn container_keys(body: &[u8], region: Option<String>) -> Result<(AwsKeys, Duration), TokenError> {
     let answer: Value = serde_json::from_slice(body).map_err(|_| TokenError::Malformed)?;
-    let field = |name: &str| {
-        answer
-            .get(name)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or(TokenError::Malformed)
-    };
-    let keys = AwsKeys::temporary(
-        field("AccessKeyId")?,
-        field("SecretAccessKey")?,
-        field("Token")?,
-        region,
-    )
-    .ok_or(TokenError::Malformed)?;
-    let lifetime = answer
-        .get("Expiration")
-        .and_then(Value::as_str)
-        .and_then(lifetime_until)
-        .unwrap_or(UNKNOWN_LIFETIME);
-    Ok((keys, lifetime))
+    let field = |name: &str| answer.get(name).and_then(Value::as_str).map(str::to_owned);
+    temporary_keys(field, "Token", region)
 }
 
 /// A container credentials endpoint's `code: message`, bounded, its token never quoted.
@@ -288,14 +278,11 @@ fn container_error(body: &[u8], token: &str) -> String {
         return String::new();
     };
     let text = |name: &str| answer.get(name).and_then(Value::as_str).map(str::to_owned);
-    let words = match (
+    error_words(
         text("code").or(text("Code")),
         text("message").or(text("Message")),
-    ) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (code, message) => code.or(message).unwrap_or_default(),
-    };
-    bounded_words(&words, token)
+        token,
+    )
 }
 
 #[cfg(test)]

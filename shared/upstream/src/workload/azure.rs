@@ -14,16 +14,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request};
-use http_body_util::Full;
-use tokio::time::Instant;
+use http::HeaderValue;
 
-use super::{read_file, refused, var};
+use super::io::{read_file, var};
 use crate::client::HttpClient;
-use crate::token::{
-    bearer_answer, fetch, form, refusal_reason, Fresh, Registry, TokenCache, TokenError,
-};
+use crate::token::{form, form_post, oauth_token, Fresh, Registry, TokenCache, TokenError};
 
 /// The scope of Azure OpenAI's (Azure AI services') tokens.
 pub const SCOPE: &str = "https://cognitiveservices.azure.com/.default";
@@ -121,7 +116,6 @@ impl AzureIdentity {
     }
 
     async fn fetch(&self, client: &HttpClient) -> Result<Fresh<HeaderValue>, TokenError> {
-        let started = Instant::now();
         let (body, secret) = match &self.proof {
             Proof::FederatedTokenFile(file) => {
                 let assertion = read_file(file)?;
@@ -144,41 +138,23 @@ impl AzureIdentity {
                 (body, secret.clone())
             }
         };
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(self.token_url.as_str())
-            .header(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/x-www-form-urlencoded"),
-            )
-            .header(header::ACCEPT, HeaderValue::from_static("application/json"))
-            .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|_| TokenError::Request)?;
-        let answer = fetch(client, request).await?;
-        if !answer.status.is_success() {
-            let reason = refusal_reason(&answer.body, &secret);
-            tracing::warn!(identity = %self.describe(), status = answer.status.as_u16(), reason = %reason, "Entra ID refused the workload identity");
-            return Err(refused(&answer, reason));
-        }
-        let (bearer, lifetime) = bearer_answer(&answer.body, DEFAULT_LIFETIME)?;
-        tracing::debug!(identity = %self.describe(), lifetime_s = lifetime.as_secs(), "Entra ID access token obtained");
-        Ok(Fresh::new(bearer, started, lifetime))
+        let request = form_post(&self.token_url, body, "application/json")?;
+        oauth_token(
+            client,
+            request,
+            &secret,
+            self.tokens.label(),
+            DEFAULT_LIFETIME,
+        )
+        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::io::env_of;
     use super::*;
     use crate::vertex::TestTokenEndpoint;
-
-    fn env_of(vars: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
-        }
-    }
 
     #[tokio::test]
     async fn a_federated_token_is_the_client_assertion() {

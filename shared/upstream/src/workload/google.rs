@@ -15,16 +15,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request};
+use http::{HeaderValue, Method, Request};
 use http_body_util::Full;
 use serde_json::Value;
-use tokio::time::Instant;
 
-use super::{read_file, refused, var};
+use super::io::{read_file, var};
 use crate::client::HttpClient;
-use crate::token::{
-    bearer_answer, fetch, form, refusal_reason, Fresh, Registry, TokenCache, TokenError,
-};
+use crate::token::{form, form_post, oauth_token, Fresh, Registry, TokenCache, TokenError};
 use crate::vertex::TokenSource;
 
 /// The metadata server's host when `GCE_METADATA_HOST` is unset.
@@ -160,14 +157,14 @@ impl GoogleIdentity {
     }
 
     async fn fetch(&self, client: &HttpClient) -> Result<Fresh<HeaderValue>, TokenError> {
-        let started = Instant::now();
         let (request, secret) = match &self.source {
             Source::Metadata { url } => (
                 Request::builder()
                     .method(Method::GET)
                     .uri(url.as_str())
                     .header("metadata-flavor", HeaderValue::from_static("Google"))
-                    .body(Full::new(Bytes::new())),
+                    .body(Full::new(Bytes::new()))
+                    .map_err(|_| TokenError::Request)?,
                 "",
             ),
             Source::AuthorizedUser {
@@ -182,46 +179,27 @@ impl GoogleIdentity {
                     ("client_secret", client_secret),
                     ("refresh_token", refresh_token),
                 ]);
-                (
-                    Request::builder()
-                        .method(Method::POST)
-                        .uri(token_uri.as_str())
-                        .header(
-                            header::CONTENT_TYPE,
-                            HeaderValue::from_static("application/x-www-form-urlencoded"),
-                        )
-                        .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
-                        .body(Full::new(Bytes::from(body))),
-                    refresh_token.as_str(),
-                )
+                let request = form_post(token_uri, body, "application/json")?;
+                (request, refresh_token.as_str())
             }
             Source::ServiceAccount(_) => return Err(TokenError::Request),
         };
-        let request = request.map_err(|_| TokenError::Request)?;
-        let answer = fetch(client, request).await?;
-        if !answer.status.is_success() {
-            let reason = refusal_reason(&answer.body, secret);
-            tracing::warn!(identity = %self.describe(), status = answer.status.as_u16(), reason = %reason, "Google token endpoint refused the workload identity");
-            return Err(refused(&answer, reason));
-        }
-        let (bearer, lifetime) = bearer_answer(&answer.body, DEFAULT_LIFETIME)?;
-        tracing::debug!(identity = %self.describe(), lifetime_s = lifetime.as_secs(), "Google access token obtained");
-        Ok(Fresh::new(bearer, started, lifetime))
+        oauth_token(
+            client,
+            request,
+            secret,
+            self.tokens.label(),
+            DEFAULT_LIFETIME,
+        )
+        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::io::env_of;
     use super::*;
     use crate::vertex::TestTokenEndpoint;
-
-    fn env_of(vars: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
-        }
-    }
 
     #[tokio::test]
     async fn the_metadata_server_is_asked_with_its_flavor_header() {
