@@ -302,6 +302,7 @@ const CHANNEL_FIELDS = [
   { name: 'name', required: true },
   { name: 'provider', type: 'select', options: PROVIDERS, default: 'openai' },
   { name: 'base_url', required: true, help: 'e.g. https://api.openai.com/v1, https://my-resource.openai.azure.com (azure), https://us-central1-aiplatform.googleapis.com (vertex), https://bedrock-runtime.us-east-1.amazonaws.com (bedrock) or mock://sim?failure_rate=0' },
+  { name: 'auth', type: 'select', options: ['credentials', 'workload'], default: 'credentials', help: 'workload (azure, bedrock, vertex): no stored secret, the proxies use their own workload identity (a vertex base_url then names its project)' },
   { name: 'status', type: 'select', options: ['enabled', 'disabled'], default: 'enabled' },
   { name: 'auto_ban', type: 'checkbox' },
   { name: 'responses_api', type: 'checkbox', default: true, help: 'openai and azure only: untick for an OpenAI-compatible server without /v1/responses (Responses requests are then sent as Chat Completions)' },
@@ -320,6 +321,7 @@ export async function channels(root, params) {
     { title: 'id', key: 'id' },
     { title: 'name', render: (c) => h('a', { href: `#/channels/${c.id}` }, c.name) },
     { title: 'provider', key: 'provider' },
+    { title: 'auth', key: 'auth' },
     { title: 'status', render: (c) => h(`span.status.status-${c.status}`, c.status) },
     { title: 'base URL', key: 'base_url' },
     { title: 'max concurrency', key: 'max_concurrency' },
@@ -355,7 +357,10 @@ async function channelDetail(root, channel, reload) {
     }),
     deleteButton('Delete channel', { op: 'delete', resource: 'channel', id: channel.id },
       () => api('DELETE', `/api/v1/channels/${channel.id}`), () => { location.hash = '#/channels'; })));
-  root.appendChild(section('Credentials (secrets are masked)',
+  if (channel.auth === 'workload') {
+    root.appendChild(section('Credentials',
+      h('p', 'This channel authenticates with the proxies\' workload identity: it stores no secret and takes no credentials.')));
+  } else root.appendChild(section('Credentials (secrets are masked)',
     table([
       { title: 'id', key: 'id' },
       { title: 'source', key: 'source' },

@@ -13,9 +13,9 @@ use switchyard_engine::cache::{parse_endpoints, CacheRule, CacheScope, SemanticP
 use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
 use switchyard_engine::limit::LimitOnly;
 use switchyard_engine::{
-    Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member, PlanEntry, Price,
-    Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule, ShadowTarget, Snapshot,
-    SnapshotParts, StopReason, Team, Token,
+    Capabilities, Channel, ChannelAuth, ChannelStatus, Credential, Limit, LimitRule, Member,
+    PlanEntry, Price, Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule,
+    ShadowTarget, Snapshot, SnapshotParts, StopReason, Team, Token,
 };
 
 // The rows below read only the columns a snapshot needs; the admin API reads the same tables
@@ -39,6 +39,7 @@ struct ChannelRow {
     responses_api: bool,
     preset: Option<String>,
     passthrough: Vec<String>,
+    auth: String,
 }
 
 #[derive(sqlx::FromRow)]
@@ -260,7 +261,7 @@ struct Tables {
 // The statements reading each table, each in the order the build expects its rows.
 const CHANNELS_SQL: &str = "SELECT id, name, provider, base_url, status, auto_ban, \
     max_concurrency, capabilities, retry_status_codes, retry_error_patterns, headers, \
-    responses_api, preset, passthrough FROM channels ORDER BY id";
+    responses_api, preset, passthrough, auth FROM channels ORDER BY id";
 const CREDENTIALS_SQL: &str = "SELECT id, channel_id, secret, secret_env, enabled \
     FROM credentials ORDER BY channel_id, id";
 const ROUTES_SQL: &str = "SELECT id, model_pattern, enabled, routing_mode, single_member_id, \
@@ -450,7 +451,16 @@ fn channel_from_row(
         .preset
         .as_deref()
         .and_then(switchyard_engine::catalog::preset);
-    if own_credentials.is_empty()
+    if row.auth == ChannelAuth::Workload.as_str() {
+        // No stored secret: the proxies' workload identity is the one credential. Its id (the
+        // channel's, negated) is no stored credential's; stored ones (the API refuses them)
+        // are left out.
+        own_credentials = vec![Credential {
+            id: -row.id,
+            enabled: true,
+            secret: SecretSource::Workload,
+        }];
+    } else if own_credentials.is_empty()
         && keyless.is_some_and(|p| p.auth == switchyard_engine::catalog::Auth::None)
     {
         // A local server checks no key: the placeholder is what the proxy sends. Its id

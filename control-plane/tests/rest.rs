@@ -374,6 +374,110 @@ async fn a_channel_without_the_responses_api_reaches_the_snapshot(pool: PgPool) 
     assert_eq!(patched.body["responses_api"], true);
 }
 
+/// `auth: workload`: accepted on azure, bedrock and vertex channels (a vertex one naming its
+/// project), read back, carried by the snapshot (the encoded bytes included) as the channel's one
+/// credential, kept when the fleet token is missing (it holds no secret); refused with the field
+/// named on another provider, on a vertex URL without its project, for a channel that stores
+/// credentials, and a credential refused on a workload channel.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_workload_channel_holds_no_secret_and_reaches_the_snapshot(pool: PgPool) {
+    let app = test_app(pool);
+    let path = "/api/v1/channels";
+    let created = app
+        .post(
+            path,
+            json!({"name": "bedrock-role", "provider": "bedrock",
+                   "base_url": "https://bedrock-runtime.eu-west-3.amazonaws.com", "auth": "workload"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["auth"], "workload");
+    let channel = created.body["id"].as_i64().unwrap();
+    assert_eq!(
+        app.get(&format!("{path}/{channel}")).await.body["auth"],
+        "workload"
+    );
+    for snapshot in &published(&app).await {
+        let ch = snapshot.channel(channel).unwrap();
+        assert_eq!(ch.credentials.len(), 1);
+        assert_eq!(
+            ch.credentials[0].secret,
+            switchyard_engine::SecretSource::Workload
+        );
+        assert!(ch.credentials[0].enabled);
+    }
+    let mut wire = <switchyard_proto::v1::Snapshot as prost::Message>::decode(
+        app.publisher.current().unwrap().encoded.clone(),
+    )
+    .unwrap();
+    control_plane_withhold(&mut wire);
+    let kept = wire.channels.iter().find(|c| c.id == channel).unwrap();
+    assert_eq!(kept.credentials.len(), 1);
+    assert!(
+        !kept.secrets_withheld,
+        "a workload channel has no secret to withhold"
+    );
+
+    // A credential cannot be added to it.
+    expect_invalid(
+        &app,
+        Method::POST,
+        &format!("{path}/{channel}/credentials"),
+        json!({"secret_env": "AWS_KEYS"}),
+        "channel_id",
+    )
+    .await;
+    for (body, field) in [
+        (
+            json!({"name": "o", "provider": "openai", "base_url": "https://api.openai.test/v1", "auth": "workload"}),
+            "auth",
+        ),
+        (
+            json!({"name": "v", "provider": "vertex", "base_url": "https://us-central1-aiplatform.googleapis.com", "auth": "workload"}),
+            "auth",
+        ),
+        (
+            json!({"name": "a", "provider": "azure", "base_url": "https://r.openai.azure.com", "auth": "pod"}),
+            "auth",
+        ),
+    ] {
+        expect_invalid(&app, Method::POST, path, body, field).await;
+    }
+    // A channel with a stored credential cannot turn to its workload identity.
+    let keyed = app
+        .post(path, json!({"name": "azure-key", "provider": "azure", "base_url": "https://r.openai.azure.com"}))
+        .await;
+    let keyed = keyed.body["id"].as_i64().unwrap();
+    let added = app
+        .post(
+            &format!("{path}/{keyed}/credentials"),
+            json!({"secret": "azure-key-0001"}),
+        )
+        .await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", added.text);
+    expect_invalid(
+        &app,
+        Method::PATCH,
+        &format!("{path}/{keyed}"),
+        json!({"auth": "workload"}),
+        "auth",
+    )
+    .await;
+    let vertex = app
+        .post(
+            path,
+            json!({"name": "vertex-gke", "provider": "vertex", "auth": "workload",
+                   "base_url": "https://us-central1-aiplatform.googleapis.com/v1/projects/p1/locations/us-central1"}),
+        )
+        .await;
+    assert_eq!(vertex.status, StatusCode::CREATED, "{}", vertex.text);
+}
+
+/// The snapshot as a proxy without a fleet token receives it.
+fn control_plane_withhold(wire: &mut switchyard_proto::v1::Snapshot) {
+    switchyard_control_plane::publisher::withhold_secrets(wire);
+}
+
 /// Pass-through patterns: a create's list reads back and reaches the snapshot (and its wire
 /// form), a patch replaces it, and a bad pattern, a duplicate, too many or any on a `mock`
 /// channel is a 422 naming the field.

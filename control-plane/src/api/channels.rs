@@ -26,9 +26,9 @@ use switchyard_engine::validate::{
     check_header_name, check_header_value, check_retry_error_pattern, check_retry_error_patterns,
     check_single_line, redact_url_userinfo,
 };
-use switchyard_engine::{ChannelStatus, Provider};
+use switchyard_engine::{ChannelAuth, ChannelStatus, Provider};
 
-use super::schema::{ChannelStatusName, ProviderName};
+use super::schema::{ChannelAuthName, ChannelStatusName, ProviderName};
 
 /// What a channel (or a member, overriding its channel) declares it supports. Unset: not
 /// declared, and the engine assumes support.
@@ -79,6 +79,10 @@ pub struct ChannelView {
     /// The path patterns clients may reach on this channel's base URL through the proxies'
     /// pass-through routes (`/passthrough/{channel}/...`); empty: no pass-through.
     pub passthrough: Vec<String>,
+    /// `credentials` (the channel's stored credentials) or `workload` (no stored secret: the
+    /// proxies' own workload identity; `azure`, `bedrock` and `vertex` channels).
+    #[schema(value_type = ChannelAuthName)]
+    pub auth: String,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -107,7 +111,7 @@ fn columns() -> String {
                  WHEN provider = 'azure' AND lower(key) IN ({azure_versions}) THEN value \
                  WHEN char_length(value) >= 12 THEN '****' || right(value, 4) \
                  ELSE '****' END), '{{}}'::jsonb) \
-          FROM jsonb_each_text(headers)) AS headers, responses_api, passthrough, \
+          FROM jsonb_each_text(headers)) AS headers, responses_api, passthrough, auth, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
@@ -158,6 +162,12 @@ pub struct ChannelCreate {
     /// (`/passthrough/{channel}/...`), with the channel's credential. Default: none (no
     /// pass-through). Not for `mock` channels.
     pub passthrough: Option<Vec<String>>,
+    /// `credentials` (default) or `workload`: the channel stores no secret and the proxies
+    /// authenticate with their own workload identity (AWS web identity or EKS Pod Identity,
+    /// Google's metadata server or application default credentials, Entra ID workload
+    /// identity). `azure`, `bedrock` and `vertex` only; such a channel takes no credentials.
+    #[schema(value_type = Option<ChannelAuthName>)]
+    pub auth: Option<String>,
 }
 
 /// Any subset of the create fields; `max_concurrency: null` clears the limit.
@@ -193,6 +203,9 @@ pub struct ChannelPatch {
     /// (`/passthrough/{channel}/...`), with the channel's credential. Default: none (no
     /// pass-through). Not for `mock` channels.
     pub passthrough: Option<Vec<String>>,
+    /// `credentials` or `workload` (a channel with stored credentials cannot become one).
+    #[schema(value_type = Option<ChannelAuthName>)]
+    pub auth: Option<String>,
 }
 
 /// A validated channel, ready to write.
@@ -210,6 +223,20 @@ struct ChannelSpec {
     headers: BTreeMap<String, String>,
     responses_api: bool,
     passthrough: Vec<String>,
+    auth: ChannelAuth,
+}
+
+/// `credentials` or `workload`, else a 422 naming `auth`.
+fn parse_auth(value: &str) -> ApiResult<ChannelAuth> {
+    ChannelAuth::parse(value.trim()).ok_or_else(|| {
+        ApiError::validation(
+            "auth",
+            format!(
+                "auth must be credentials or workload; got {:?}",
+                crate::error::bounded(value, 64)
+            ),
+        )
+    })
 }
 
 /// A known preset, or a 422 naming `preset` with the known ones.
@@ -284,7 +311,8 @@ pub(super) fn checked_name(field: &str, value: &str) -> ApiResult<String> {
 
 /// The columns a create or patch writes, in [`ChannelSpec::bind`]'s order.
 const WRITTEN: &str = "name, provider, base_url, status, auto_ban, max_concurrency, \
-    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api, preset, passthrough";
+    capabilities, retry_status_codes, retry_error_patterns, headers, responses_api, preset, passthrough, \
+    auth";
 
 impl ChannelSpec {
     /// Binds the channel to the [`WRITTEN`] columns.
@@ -303,6 +331,7 @@ impl ChannelSpec {
             .bind(self.responses_api)
             .bind(self.preset.map(|p| p.name))
             .bind(&self.passthrough)
+            .bind(self.auth.as_str())
     }
 
     fn validate(self) -> ApiResult<ChannelSpec> {
@@ -344,6 +373,10 @@ impl ChannelSpec {
                     self.provider.as_str()
                 ),
             ));
+        }
+        if self.auth == ChannelAuth::Workload {
+            switchyard_upstream::workload::check_channel(self.provider, &self.base_url)
+                .map_err(|message| ApiError::validation("auth", format!("auth: {message}")))?;
         }
         self.validate_passthrough()?;
         self.capabilities.validate("capabilities")?;
@@ -486,6 +519,10 @@ impl TryFrom<ChannelCreate> for ChannelSpec {
             headers: raw.headers.unwrap_or_default(),
             responses_api: raw.responses_api.unwrap_or(preset_responses),
             passthrough: raw.passthrough.unwrap_or_default(),
+            auth: match raw.auth.as_deref() {
+                Some(auth) => parse_auth(auth)?,
+                None => ChannelAuth::Credentials,
+            },
         }
         .validate()
     }
@@ -548,6 +585,7 @@ impl ChannelSpec {
             passthrough: patch
                 .passthrough
                 .unwrap_or_else(|| current.passthrough.clone()),
+            auth: parse_auth(patch.auth.as_deref().unwrap_or(&current.auth))?,
         }
         .validate()
     }
@@ -570,6 +608,7 @@ fn audit_detail(spec: &ChannelSpec) -> serde_json::Value {
         "header_names": spec.headers.keys().collect::<Vec<_>>(),
         "responses_api": spec.responses_api,
         "passthrough": spec.passthrough,
+        "auth": spec.auth.as_str(),
     })
 }
 
@@ -638,6 +677,19 @@ pub(super) async fn patch_in<'c>(
         .fetch_one(&mut *tx)
         .await?;
     let spec = ChannelSpec::patched(&current, secrets, patch)?;
+    if spec.auth == ChannelAuth::Workload {
+        let stored: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM credentials WHERE channel_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if stored > 0 {
+            return Err(ApiError::validation(
+                "auth",
+                format!("auth: workload: the channel has {stored} stored credential(s); delete them first (the workload identity is its credential)"),
+            ));
+        }
+    }
     let sql = update_sql::<ChannelView>(WRITTEN);
     let view = spec
         .bind(sqlx::query_as::<_, ChannelView>(&sql))

@@ -184,6 +184,14 @@ pub(super) async fn create_in<'c>(
     let enabled = raw.enabled.unwrap_or(true);
     let source = create_source(raw)?;
     let (mut tx, channel) = lock_row::<ChannelView>(db, channel_id).await?;
+    if channel.auth == switchyard_engine::ChannelAuth::Workload.as_str() {
+        return Err(ApiError::validation(
+            "channel_id",
+            format!(
+                "channel {channel_id} has auth: workload: the proxies' workload identity is its credential, it takes no stored one"
+            ),
+        ));
+    }
     source.check(&channel.provider)?;
     let (secret, secret_env) = source.columns();
     let sql = insert_sql::<CredentialView>("channel_id, secret, secret_env, enabled");

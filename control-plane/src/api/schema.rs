@@ -50,6 +50,15 @@ pub enum ChannelStatusName {
     AutoDisabled,
 }
 
+/// How a channel authenticates upstream: its stored credentials, or the proxies' own workload
+/// identity (`azure`, `bedrock` and `vertex` channels; no stored secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelAuthName {
+    Credentials,
+    Workload,
+}
+
 /// Where a credential's secret comes from: stored (`inline`) or an environment variable on the
 /// proxies (`env`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -189,12 +189,16 @@ fn raw_channel(c: &switchyard_engine::Channel, extras: &Extras<'_>) -> RawChanne
         auto_ban: c.auto_ban,
         max_concurrency: c.max_concurrency,
         capabilities: c.capabilities,
+        // A workload channel's one credential is its identity, not a stored one.
         credentials: extras.credentials.get(&c.name).cloned().unwrap_or_default(),
         retry_status_codes: c.retry_status_codes.clone(),
         retry_error_patterns: c.retry_error_patterns.clone(),
         headers: c.headers.iter().cloned().collect(),
         responses_api: Some(c.responses_api),
         passthrough: c.passthrough.clone(),
+        auth: (switchyard_engine::ChannelAuth::of(&c.credentials)
+            == switchyard_engine::ChannelAuth::Workload)
+            .then(|| "workload".to_owned()),
         mock: None,
     };
     channel.leave_out_defaults();

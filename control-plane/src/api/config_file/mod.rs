@@ -821,6 +821,7 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("guardrail", "mode") => json!("enforce"),
         ("guardrail", "uninspectable") => json!("allow"),
         ("channel", "status") => json!("enabled"),
+        ("channel", "auth") => json!("credentials"),
         ("route", "routing_mode") => json!("auto"),
         ("limit", "mode") => json!("hard"),
         (

@@ -459,6 +459,7 @@ fn channel_fields(channel: &RawChannel) -> Map<String, Value> {
         "headers": channel.headers,
         "responses_api": channel.resolved_responses_api(),
         "passthrough": channel.passthrough,
+        "auth": channel.auth.as_deref().map_or("credentials", str::trim),
     }))
 }
 
@@ -472,16 +473,26 @@ async fn write_channel(
     if !w.differs("channel", &channel.name) {
         return Ok(());
     }
-    let stored = w.before.channels.iter().find(|c| c.name == channel.name);
-    let key = ("channel", ResourceKind::Channel, channel.name.as_str());
-    let fields = (stored.map(channel_fields), channel_fields(channel));
-    put(tx, by, w, key, &mut ids.channels, fields).await?;
-    let id = id_in(&ids.channels, "channel", &channel.name)?;
+    let before = w.before.channels.iter().find(|c| c.name == channel.name);
     let stored = w
         .credentials
         .get(&channel.name)
         .map_or(&[][..], Vec::as_slice);
     let at = format!("{}.credentials", w.path("channel", &channel.name));
+    // A channel turning to its workload identity first loses its stored credentials (it cannot
+    // hold both).
+    let workload = channel.auth.as_deref().map(str::trim) == Some("workload");
+    let existing = before.and_then(|_| id_in(&ids.channels, "channel", &channel.name).ok());
+    if let (true, Some(id)) = (workload, existing) {
+        sync_credentials(tx, by, &at, id, stored, &[]).await?;
+    }
+    let key = ("channel", ResourceKind::Channel, channel.name.as_str());
+    let fields = (before.map(channel_fields), channel_fields(channel));
+    put(tx, by, w, key, &mut ids.channels, fields).await?;
+    let id = id_in(&ids.channels, "channel", &channel.name)?;
+    if workload && existing.is_some() {
+        return Ok(());
+    }
     sync_credentials(tx, by, &at, id, stored, &channel.credentials).await
 }
 
