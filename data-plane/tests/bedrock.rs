@@ -820,7 +820,7 @@ async fn a_workload_channel_signs_with_temporary_keys_from_sts() {
 }
 
 #[tokio::test]
-async fn an_identity_endpoint_down_or_garbled_fails_over_to_the_next_member() {
+async fn an_identity_endpoint_down_garbled_or_silent_fails_over_to_the_next_member() {
     let mock = MockUpstream::start().await.unwrap();
     mock.on(
         Matcher::any(),
@@ -828,12 +828,15 @@ async fn an_identity_endpoint_down_or_garbled_fails_over_to_the_next_member() {
     );
     let garbage = FakeIdentity::start(|_, _| (200, "text/html", "<html>".to_owned())).await;
     let down = nothing_listens().await;
-    for sts in [down.as_str(), garbage.url.as_str()] {
+    // Takes connections, never answers: the attempt's first-byte budget bounds the wait.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hang = format!("http://{}", silent.local_addr().unwrap());
+    for sts in [down.as_str(), garbage.url.as_str(), hang.as_str()] {
         let proxy = {
             let _env = identity_env().lock().await;
             web_identity_env(sts);
             start(&format!(
-                "settings:\n  channel_retry_times: 0\nchannels:\n{}{}{}",
+                "settings:\n  channel_retry_times: 0\n  first_byte_timeout_ms: 1000\nchannels:\n{}{}{}",
                 workload_channel("workload", &mock.base_url()),
                 bedrock_channel("keyed", &mock.base_url(), &mock.bedrock_credential()),
                 route(&format!(
@@ -853,4 +856,5 @@ async fn an_identity_endpoint_down_or_garbled_fails_over_to_the_next_member() {
         .iter()
         .all(|r| !r.headers.contains_key("x-amz-security-token")));
     assert_eq!(garbage.requests().len(), 1);
+    drop(silent);
 }
