@@ -138,7 +138,12 @@ async fn an_unknown_key_is_refused_with_invalid_grant() {
         (mock.vertex_token_exchanges(), mock.vertex_token_refusals()),
         (0, 1)
     );
-    let (status, _, body) = e.answer(vertex::TEST_CLIENT_EMAIL).unwrap();
+    let (status, _, body) = e
+        .answer_as(
+            switchyard_provider::Protocol::Gemini,
+            vertex::TEST_CLIENT_EMAIL,
+        )
+        .unwrap();
     assert_eq!(status, 401);
     let text = String::from_utf8_lossy(&body);
     assert!(
