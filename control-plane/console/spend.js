@@ -214,6 +214,8 @@ function limitFields(candidates, scope) {
       help: 'requests, tokens: minute, hour or day; spend: day or month (UTC calendar); concurrent: none' },
     { name: 'value', required: true, help: 'spend: USD, e.g. 25 or 0.50; otherwise a whole number' },
     { name: 'mode', type: 'select', options: ['hard', 'soft'], default: 'hard', help: 'hard refuses past the limit (429); soft only reports the crossing' },
+    { name: 'notify_at', type: 'percentages', label: 'notify at (%)',
+      help: 'spend only: percentages of the value that notify webhooks, e.g. 25, 90, 100; blank: the webhooks\' thresholds (50, 80, 100 by default); none: no notifications' },
   ];
 }
 
@@ -265,6 +267,8 @@ export async function limits(root, params) {
       { title: 'window', render: (l) => (l.window === 'none' ? '—' : l.window) },
       { title: 'value', render: (l) => (l.metric === 'spend' ? `${l.value} USD` : fmt(l.value)) },
       { title: 'mode', key: 'mode' },
+      { title: 'notify at', render: (l) => (l.metric !== 'spend' ? '—'
+        : !l.notify_at ? 'webhooks\' thresholds' : l.notify_at.length ? l.notify_at.map((t) => `${t} %`).join(', ') : 'none') },
       { title: '', render: (l) => h('span.row-actions',
         needs('operator', h('button', { type: 'button', 'aria-label': `Edit limit ${l.id}`, onclick: () => openEdit(l) }, 'Edit')),
         ' ',

@@ -31,6 +31,11 @@ function field(spec, value) {
     case 'numlist':
       input = h('input', { ...common, type: 'text', value: Array.isArray(value) ? value.join(', ') : (value ?? '') });
       break;
+    case 'percentages':
+      // Blank: unset (null); `none`: an empty list; else comma-separated numbers.
+      input = h('input', { ...common, type: 'text',
+        value: Array.isArray(value) ? (value.length ? value.join(', ') : 'none') : '' });
+      break;
     default:
       input = h('input', {
         ...common,
@@ -69,6 +74,10 @@ function readValue(input) {
     case 'tristate': return raw === '' ? null : raw === 'true';
     case 'list': return raw.split(',').map((s) => s.trim()).filter(Boolean);
     case 'numlist': return raw.split(',').map((s) => s.trim()).filter(Boolean).map(Number);
+    case 'percentages':
+      if (raw.trim() === '') return null;
+      if (raw.trim().toLowerCase() === 'none') return [];
+      return raw.split(',').map((s) => s.trim()).filter(Boolean).map(Number);
     case 'json':
       if (raw.trim() === '') return undefined;
       try { return JSON.parse(raw); } catch { return { __invalid_json: raw }; }

@@ -98,6 +98,11 @@ pub struct Config {
     #[arg(long, env = "SWITCHYARD_NOTIFY_BACKOFF_MS", default_value_t = 2000)]
     pub notify_backoff_ms: u64,
 
+    /// The answers a semantic cache rule in `trial` compares with the live answer before its
+    /// report is told as ready to decide on (a `trial_finished` notification).
+    #[arg(long, env = "SWITCHYARD_SEMANTIC_TRIAL_SAMPLE", default_value_t = crate::notify::trials::DEFAULT_TRIAL_SAMPLE)]
+    pub semantic_trial_sample: u64,
+
     /// Budget of one recovery probe request (per credential), in milliseconds.
     #[arg(long, env = "SWITCHYARD_PROBE_TIMEOUT_MS", default_value_t = 5000)]
     pub probe_timeout_ms: u64,
@@ -159,6 +164,9 @@ impl Config {
         }
         if self.notify_backoff_ms > 3_600_000 {
             return Err("SWITCHYARD_NOTIFY_BACKOFF_MS must be at most 3600000".into());
+        }
+        if !(10..=1_000_000).contains(&self.semantic_trial_sample) {
+            return Err("SWITCHYARD_SEMANTIC_TRIAL_SAMPLE must be between 10 and 1000000".into());
         }
         if !(100..=120_000).contains(&self.probe_timeout_ms) {
             return Err("SWITCHYARD_PROBE_TIMEOUT_MS must be between 100 and 120000".into());

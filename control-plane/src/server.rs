@@ -125,6 +125,7 @@ fn notifier(
                 ..DeliveryPolicy::default()
             },
             upstream: upstream.clone(),
+            trial_sample: config.semantic_trial_sample,
         },
     )
 }

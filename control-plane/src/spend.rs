@@ -33,6 +33,8 @@ pub struct Spend {
     pub end: UnixMillis,
     /// The route it is narrowed to (its model pattern), if any.
     pub route: Option<String>,
+    /// Its own notification thresholds (percentages); `None`: the webhooks'.
+    pub notify_at: Option<Vec<i32>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -45,6 +47,7 @@ struct SpendLimitRow {
     mode: String,
     scope_name: Option<String>,
     route: Option<String>,
+    notify_at: Option<Vec<i32>>,
 }
 
 /// The `usage_minutes` column a scope's usage is recorded under (a fixed set).
@@ -62,7 +65,7 @@ fn usage_column(scope: ScopeKind) -> Option<&'static str> {
 /// window holding `now`, by limit id.
 pub async fn spend_limits(pool: &PgPool, now: UnixMillis) -> Result<Vec<Spend>, sqlx::Error> {
     let rows: Vec<SpendLimitRow> = sqlx::query_as(
-        "SELECT l.id, l.scope, l.scope_id, l.period, l.value, l.mode, \
+        "SELECT l.id, l.scope, l.scope_id, l.period, l.value, l.mode, l.notify_at, \
            CASE l.scope \
              WHEN 'token' THEN (SELECT name FROM tokens WHERE id = l.scope_id) \
              WHEN 'team' THEN (SELECT name FROM teams WHERE id = l.scope_id) \
@@ -118,6 +121,7 @@ pub async fn spend_limits(pool: &PgPool, now: UnixMillis) -> Result<Vec<Spend>, 
             start,
             end,
             route: row.route,
+            notify_at: row.notify_at,
         });
     }
     Ok(out)

@@ -23,7 +23,9 @@ use sqlx::PgPool;
 use switchyard_control_plane::notify::deliver::DeliveryPolicy;
 use switchyard_control_plane::notify::{Notifier, NotifyConfig};
 use switchyard_control_plane::usage::apply_batch;
-use switchyard_proto::v1::{LimitEvent, UsageBatch, UsageRecord};
+use switchyard_proto::v1::{
+    LimitEvent, SemanticTrialRecord, ShadowRecord, UsageBatch, UsageRecord,
+};
 
 const SECRET: &str = "whsec-test-0123456789abcdef";
 
@@ -316,4 +318,285 @@ async fn a_hard_limit_reported_refusing_is_told_once_per_window(pool: PgPool) {
     assert_eq!(body.as_object().unwrap().len(), 1, "Slack's shape: {body}");
     assert!(text.contains(&format!("Limit {limit}")), "{text}");
     assert!(text.contains("started refusing"), "{text}");
+}
+
+/// The thresholds each delivery the receiver got told of, in order.
+fn told(received: &Received) -> Vec<i64> {
+    let deliveries = received.deliveries.lock().unwrap().clone();
+    deliveries
+        .iter()
+        .map(|(h, body)| {
+            verified(h, body)["data"]["threshold_percent"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_budget_with_its_own_thresholds_notifies_once_per_crossing_of_those(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let limit = budget(&app).await;
+    let shown = app
+        .patch(
+            &format!("/api/v1/limits/{limit}"),
+            json!({"notify_at": [90, 25, 100, 25]}),
+        )
+        .await;
+    assert_eq!(
+        shown.body["notify_at"],
+        json!([25, 90, 100]),
+        "{}",
+        shown.text
+    );
+    let (url, received) = receiver(0).await;
+    // The webhook's own thresholds (the default) do not apply to this budget.
+    app.create(
+        "/api/v1/webhooks",
+        json!({"name": "ops", "url": url, "events": ["budget_threshold"], "secret": SECRET}),
+    )
+    .await;
+    let notifier = notifier(&pool);
+    let now = switchyard_state::unix_ms();
+    // 30 %: the 25 % crossing (50 % of the default is not one of this budget's).
+    spend(&pool, "b-1", 3).await;
+    notifier.round(now).await.unwrap();
+    // 60 %, then 90 %: nothing, then the 90 % crossing, each told once over repeated rounds.
+    spend(&pool, "b-2", 3).await;
+    notifier.round(now).await.unwrap();
+    spend(&pool, "b-3", 3).await;
+    for _ in 0..3 {
+        notifier.round(now).await.unwrap();
+    }
+    assert_eq!(told(&received), [25, 90]);
+    // `[]`: this budget tells nothing more, even past 100 %.
+    let cleared = app
+        .patch(&format!("/api/v1/limits/{limit}"), json!({"notify_at": []}))
+        .await;
+    assert_eq!(cleared.body["notify_at"], json!([]), "{}", cleared.text);
+    spend(&pool, "b-5", 5).await;
+    notifier.round(now).await.unwrap();
+    assert_eq!(told(&received), [25, 90]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_budget_without_thresholds_of_its_own_follows_the_default(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let limit = budget(&app).await;
+    let shown = app.get(&format!("/api/v1/limits/{limit}")).await;
+    assert_eq!(shown.body["notify_at"], Value::Null, "{}", shown.text);
+    let (url, received) = receiver(0).await;
+    app.create(
+        "/api/v1/webhooks",
+        json!({"name": "ops", "url": url, "events": ["budget_threshold"], "secret": SECRET}),
+    )
+    .await;
+    let notifier = notifier(&pool);
+    let now = switchyard_state::unix_ms();
+    spend(&pool, "b-1", 3).await;
+    notifier.round(now).await.unwrap();
+    spend(&pool, "b-2", 6).await;
+    notifier.round(now).await.unwrap();
+    notifier.round(now).await.unwrap();
+    assert_eq!(
+        told(&received),
+        [50, 80],
+        "50/80/100 by default; 90 % spent"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn notify_at_is_refused_on_a_count_limit_and_out_of_range(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let token = app.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let refused = app
+        .post(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "requests",
+                   "window": "minute", "value": 5, "notify_at": [50]}),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.param(), Some("notify_at"));
+    let refused = app
+        .post(
+            "/api/v1/limits",
+            json!({"scope": "token", "scope_id": token, "metric": "spend",
+                   "window": "day", "value": "5", "notify_at": [0, 50]}),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.param(), Some("notify_at"));
+}
+
+/// A webhook hearing `trial_finished` only; its receiver.
+async fn trial_webhook(app: &TestApp) -> Arc<Received> {
+    let (url, received) = receiver(0).await;
+    app.create(
+        "/api/v1/webhooks",
+        json!({"name": "trials", "url": url, "events": ["trial_finished"], "secret": SECRET}),
+    )
+    .await;
+    received
+}
+
+/// The `data` of every delivery the receiver got, verified.
+fn events(received: &Received) -> Vec<Value> {
+    let deliveries = received.deliveries.lock().unwrap().clone();
+    deliveries
+        .iter()
+        .map(|(h, body)| {
+            let event = verified(h, body);
+            assert_eq!(event["event"], "trial_finished");
+            event["data"].clone()
+        })
+        .collect()
+}
+
+async fn trial_audit_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE resource = 'notification' \
+         AND detail->>'event' = 'trial_finished'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_shadow_rule_that_stops_by_itself_is_told_once(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let channel = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "cand", "provider": "mock", "base_url": "mock://sim"}),
+        )
+        .await;
+    let rule = |name: &str| {
+        json!({"name": name, "model_pattern": "m", "target_channel_id": channel,
+               "target_model": "cand-model", "sample_percent": 100, "max_rps": 10,
+               "max_daily_spend_usd": "0.000001"})
+    };
+    let capped = app.create("/api/v1/shadows", rule("capped")).await;
+    let running = app.create("/api/v1/shadows", rule("running")).await;
+    let received = trial_webhook(&app).await;
+    let notifier = notifier(&pool);
+    let round = notifier.round(switchyard_state::unix_ms()).await.unwrap();
+    assert_eq!(round.trial_events, 0, "nothing stopped yet");
+
+    // A proxy reports a pair whose shadow cost more than the cap: the rule stops.
+    let minute = switchyard_proto::usage::unix_now_s() / 60 * 60;
+    let batch = UsageBatch {
+        batch_id: "s-1".into(),
+        client_id: "test".into(),
+        shadows: vec![ShadowRecord {
+            bucket_start_unix_s: minute,
+            rule_id: capped,
+            pairs: 1,
+            live_ok: 1,
+            shadow_ok: 1,
+            shadow_cost_pico_usd: 5_000_000,
+            ..ShadowRecord::default()
+        }],
+        ..UsageBatch::default()
+    };
+    apply_batch(&pool, &batch).await.unwrap();
+    // Another rule's stored expiry passes (a rule is never given a past one).
+    sqlx::query("UPDATE shadows SET expires_at = now() - interval '1 minute' WHERE id = $1")
+        .bind(running)
+        .execute(&pool)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        notifier.round(switchyard_state::unix_ms()).await.unwrap();
+    }
+    let mut told: Vec<(i64, String)> = events(&received)
+        .iter()
+        .map(|e| {
+            assert_eq!(e["trial"], "shadow");
+            (
+                e["shadow_id"].as_i64().unwrap(),
+                e["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    told.sort();
+    assert_eq!(
+        told,
+        [
+            (capped, "spend_cap".to_owned()),
+            (running, "expired".to_owned())
+        ]
+    );
+    assert_eq!(trial_audit_rows(&pool).await, 2);
+}
+
+fn trial_minute(id: &str, rule: i64, minute: i64, compared: u64) -> UsageBatch {
+    UsageBatch {
+        batch_id: id.to_owned(),
+        client_id: "test".to_owned(),
+        semantic_trials: vec![SemanticTrialRecord {
+            bucket_start_unix_s: minute,
+            rule_id: rule,
+            looked_up: compared * 2,
+            would_hit: compared,
+            compared,
+            agreed: compared * 9 / 10,
+            score_milli_sum: compared * 960,
+            similarity_milli_sum: compared * 900,
+        }],
+        ..UsageBatch::default()
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_semantic_trial_is_told_once_its_sample_is_decision_ready(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let channel = app
+        .create(
+            "/api/v1/channels",
+            json!({"name": "embedder", "provider": "openai", "base_url": "http://127.0.0.1:9"}),
+        )
+        .await;
+    let rule = app
+        .create(
+            "/api/v1/cache_rules",
+            json!({"name": "sem", "model_pattern": "gpt-*", "endpoints": ["chat_completions"],
+                   "ttl_seconds": 60, "semantic": {"channel": channel, "model": "embed-model",
+                   "threshold": 0.95, "mode": "trial"}}),
+        )
+        .await;
+    let received = trial_webhook(&app).await;
+    let notifier = notifier(&pool);
+    let sample = switchyard_control_plane::notify::trials::DEFAULT_TRIAL_SAMPLE;
+    apply_batch(&pool, &trial_minute("t-1", rule, 1_800_000_000, sample - 1))
+        .await
+        .unwrap();
+    let round = notifier.round(switchyard_state::unix_ms()).await.unwrap();
+    assert_eq!(round.trial_events, 0, "one answer short of the sample");
+    apply_batch(&pool, &trial_minute("t-2", rule, 1_800_000_060, 1))
+        .await
+        .unwrap();
+    let round = notifier.round(switchyard_state::unix_ms()).await.unwrap();
+    assert_eq!(round.trial_events, 1);
+    apply_batch(&pool, &trial_minute("t-3", rule, 1_800_000_120, 50))
+        .await
+        .unwrap();
+    notifier.round(switchyard_state::unix_ms()).await.unwrap();
+    let told = events(&received);
+    assert_eq!(told.len(), 1, "once: {told:?}");
+    assert_eq!(told[0]["trial"], "semantic_cache");
+    assert_eq!(told[0]["cache_rule_id"], rule);
+    assert_eq!(told[0]["compared"], sample);
+    assert_eq!(trial_audit_rows(&pool).await, 1);
 }

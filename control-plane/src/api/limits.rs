@@ -41,6 +41,10 @@ pub struct LimitView {
     pub model_pattern: Option<String>,
     /// Narrowed to requests through this route; `null`: every route.
     pub route_id: Option<i64>,
+    /// A spend limit's own notification thresholds, percentages of its value (each told once
+    /// per window); `null`: the subscribed webhooks' thresholds (by default 50, 80 and 100);
+    /// `[]`: no threshold notifications.
+    pub notify_at: Option<Vec<i32>>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -58,6 +62,7 @@ pub(super) struct LimitRow {
     pub mode: String,
     pub model_pattern: Option<String>,
     pub route_id: Option<i64>,
+    pub notify_at: Option<Vec<i32>>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -99,6 +104,7 @@ impl From<LimitRow> for LimitView {
             mode: r.mode,
             model_pattern: r.model_pattern,
             route_id: r.route_id,
+            notify_at: r.notify_at,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -107,7 +113,7 @@ impl From<LimitRow> for LimitView {
 
 pub(super) fn columns() -> String {
     format!(
-        "id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, \
+        "id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
@@ -137,6 +143,9 @@ pub struct LimitCreate {
     pub model_pattern: Option<String>,
     /// Count only requests through this route (a token or team limit). Absent: every route.
     pub route_id: Option<i64>,
+    /// A spend limit's notification thresholds: up to 10 percentages of its value, each 1 to
+    /// 1000 (`[]`: none). Absent: the subscribed webhooks' thresholds (by default 50, 80, 100).
+    pub notify_at: Option<Vec<i32>>,
 }
 
 /// Any subset; the limit is checked whole again. `window: null` means no window. Changing the
@@ -162,6 +171,9 @@ pub struct LimitPatch {
     /// `null`: no longer narrowed to a route.
     #[serde(default, deserialize_with = "nullable")]
     pub route_id: Option<Option<i64>>,
+    /// `null`: the subscribed webhooks' thresholds again.
+    #[serde(default, deserialize_with = "nullable")]
+    pub notify_at: Option<Option<Vec<i32>>>,
 }
 
 /// The value of a limit counting `metric`: micro-USD for spend, a whole number otherwise.
@@ -224,7 +236,33 @@ fn narrowed(
     Ok(only)
 }
 
-fn validate_create(raw: &LimitCreate) -> ApiResult<(Limit, LimitOnly)> {
+/// A limit's own notification thresholds, checked (sorted, each once): a spend limit's only,
+/// up to 10, each 1 to 1000 percent (a 422 naming `notify_at`).
+fn notify_at(limit: &Limit, thresholds: Option<Vec<i32>>) -> ApiResult<Option<Vec<i32>>> {
+    let Some(mut thresholds) = thresholds else {
+        return Ok(None);
+    };
+    if limit.key.metric != Metric::Spend {
+        return Err(ApiError::validation(
+            "notify_at",
+            "notify_at: only a spend limit (a budget) notifies at percentages of its value",
+        ));
+    }
+    thresholds.sort_unstable();
+    thresholds.dedup();
+    if thresholds.len() > 10 || thresholds.iter().any(|t| !(1..=1000).contains(t)) {
+        return Err(ApiError::validation(
+            "notify_at",
+            "notify_at: up to 10 percentages, each 1 to 1000",
+        ));
+    }
+    Ok(Some(thresholds))
+}
+
+/// A limit as written: the engine's limit, its narrowing and its notification thresholds.
+type Written = (Limit, LimitOnly, Option<Vec<i32>>);
+
+fn validate_create(raw: &LimitCreate) -> ApiResult<Written> {
     if ScopeKind::parse(&raw.scope).is_none() {
         // `Limit::parse` names it; checked first so a bad scope is not reported as a bad value.
         build(&raw.scope, raw.scope_id, "requests", None, 1, "hard")?;
@@ -240,17 +278,18 @@ fn validate_create(raw: &LimitCreate) -> ApiResult<(Limit, LimitOnly)> {
         raw.mode.as_deref().unwrap_or("hard"),
     )?;
     let only = narrowed(&limit, raw.model_pattern.clone(), raw.route_id)?;
-    Ok((limit, only))
+    let notify = notify_at(&limit, raw.notify_at.clone())?;
+    Ok((limit, only, notify))
 }
 
 /// A create body's validated limit, as the audit log records it ([`super::validate_body`]).
 pub(super) fn create_detail(raw: LimitCreate) -> ApiResult<Value> {
-    let (limit, only) = validate_create(&raw)?;
-    Ok(detail(&limit, &only))
+    let written = validate_create(&raw)?;
+    Ok(detail(&written))
 }
 
 /// The audit log's record of a limit, the value as the API shows it.
-fn detail(limit: &Limit, only: &LimitOnly) -> Value {
+fn detail((limit, only, notify): &Written) -> Value {
     let value = i64::try_from(limit.value).unwrap_or(i64::MAX);
     json!({
         "scope": limit.key.scope.as_str(),
@@ -261,6 +300,7 @@ fn detail(limit: &Limit, only: &LimitOnly) -> Value {
         "mode": limit.mode.as_str(),
         "model_pattern": only.model_pattern,
         "route_id": only.route_id,
+        "notify_at": notify,
     })
 }
 
@@ -368,12 +408,13 @@ fn stored(value: u64) -> ApiResult<i64> {
 }
 
 /// The columns a create or patch writes, in [`bind_limit`]'s order.
-const WRITTEN: &str = "scope, scope_id, metric, period, value, mode, model_pattern, route_id";
+const WRITTEN: &str =
+    "scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at";
 
 /// Binds `limit` to the [`WRITTEN`] columns.
 fn bind_limit<'q, O>(
     query: RowQuery<'q, O>,
-    (limit, only): (&'q Limit, &'q LimitOnly),
+    (limit, only, notify): &'q Written,
 ) -> ApiResult<RowQuery<'q, O>> {
     Ok(query
         .bind(limit.key.scope.as_str())
@@ -383,7 +424,8 @@ fn bind_limit<'q, O>(
         .bind(stored(limit.value)?)
         .bind(limit.mode.as_str())
         .bind(only.model_pattern.as_deref())
-        .bind(only.route_id))
+        .bind(only.route_id)
+        .bind(notify.as_deref()))
 }
 
 /// The create of `POST /api/v1/limits`, in `db` (see [`Db`]).
@@ -392,17 +434,17 @@ pub(super) async fn create_in<'c>(
     by: By<'_>,
     raw: LimitCreate,
 ) -> ApiResult<Response> {
-    let (limit, only) = validate_create(&raw)?;
+    let written = validate_create(&raw)?;
     let mut tx = db.begin().await?;
-    check(&mut tx, (&limit, &only), None).await?;
+    check(&mut tx, (&written.0, &written.1), None).await?;
     let sql = insert_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), (&limit, &only))?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &written)?
         .fetch_one(&mut *tx)
         .await
-        .map_err(write_error(&limit))?;
+        .map_err(write_error(&written.0))?;
     let id = row.id;
     let view = LimitView::from(row);
-    let detail = detail(&limit, &only);
+    let detail = detail(&written);
     commit_view::<LimitRow>(tx, by, Change::Create, id, detail, view).await
 }
 
@@ -451,15 +493,19 @@ pub(super) async fn patch_in<'c>(
         patch.model_pattern.unwrap_or(current.model_pattern),
         patch.route_id.unwrap_or(current.route_id),
     )?;
+    // Kept while the limit stays a spend limit; a limit that stops being one drops them.
+    let kept = current.notify_at.filter(|_| metric == Metric::Spend);
+    let notify = notify_at(&limit, patch.notify_at.unwrap_or(kept))?;
     check(&mut tx, (&limit, &only), Some(id)).await?;
+    let written = (limit, only, notify);
     let sql = update_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), (&limit, &only))?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &written)?
         .bind(id)
         .fetch_one(&mut *tx)
         .await
-        .map_err(write_error(&limit))?;
+        .map_err(write_error(&written.0))?;
     let view = LimitView::from(row);
-    let detail = detail(&limit, &only);
+    let detail = detail(&written);
     commit_view::<LimitRow>(tx, by, Change::Update, id, detail, view).await
 }
 

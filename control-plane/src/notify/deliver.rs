@@ -66,7 +66,26 @@ struct Due {
     payload: sqlx::types::Json<Value>,
     url: String,
     kind: String,
-    secret: String,
+    secret: Option<String>,
+    /// The control plane's environment variable holding the secret, when it is not stored.
+    secret_env: Option<String>,
+}
+
+impl Due {
+    /// The signing secret: stored, or read from the environment variable it names now (so a
+    /// rotated value is used from the next delivery on).
+    fn secret(&self) -> Result<String, String> {
+        if let Some(secret) = &self.secret {
+            return Ok(secret.clone());
+        }
+        let name = self.secret_env.as_deref().unwrap_or_default();
+        match std::env::var(name) {
+            Ok(secret) if !secret.is_empty() => Ok(secret),
+            _ => Err(format!(
+                "the signing secret's environment variable {name} is not set on this control plane"
+            )),
+        }
+    }
 }
 
 /// A delivery's body: the event (`json`), or a Slack-compatible `{"text": …}` (`slack`).
@@ -85,7 +104,8 @@ async fn send(client: &HttpClient, due: &Due, timeout: Duration) -> Result<(), S
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut signed = HeaderValue::try_from(signature(due.secret.as_bytes(), now_s, &body))
+    let secret = due.secret()?;
+    let mut signed = HeaderValue::try_from(signature(secret.as_bytes(), now_s, &body))
         .map_err(|e| format!("signature header: {e}"))?;
     signed.set_sensitive(true);
     let request = Request::builder()
@@ -118,7 +138,8 @@ pub async fn deliver_due(
 ) -> Result<Delivered, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let due: Vec<Due> = sqlx::query_as(
-        "SELECT d.event_id, d.webhook_id, d.attempts, e.event, e.payload, w.url, w.kind, w.secret \
+        "SELECT d.event_id, d.webhook_id, d.attempts, e.event, e.payload, w.url, w.kind, w.secret, \
+           w.secret_env \
          FROM notification_deliveries d \
          JOIN notification_events e ON e.id = d.event_id \
          JOIN webhooks w ON w.id = d.webhook_id \

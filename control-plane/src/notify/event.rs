@@ -20,14 +20,19 @@ pub enum Event {
     ChannelAutoDisabled,
     /// A recovery probe passed and re-enabled an `auto_disabled` channel.
     ChannelRecovered,
+    /// A trial finished: a shadow rule stopped by itself (it expired, or passed its spend cap
+    /// or error-rate stop), or a semantic cache rule in `trial` has compared enough answers for
+    /// its report to decide on.
+    TrialFinished,
 }
 
 impl Event {
-    pub const ALL: [Event; 4] = [
+    pub const ALL: [Event; 5] = [
         Event::BudgetThreshold,
         Event::LimitRefusing,
         Event::ChannelAutoDisabled,
         Event::ChannelRecovered,
+        Event::TrialFinished,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,11 +41,17 @@ impl Event {
             Event::LimitRefusing => "limit_refusing",
             Event::ChannelAutoDisabled => "channel_auto_disabled",
             Event::ChannelRecovered => "channel_recovered",
+            Event::TrialFinished => "trial_finished",
         }
     }
 
     pub fn parse(text: &str) -> Option<Event> {
         Event::ALL.into_iter().find(|e| e.as_str() == text)
+    }
+
+    /// Every event's name, comma-separated (for an error naming the valid ones).
+    pub fn names() -> String {
+        Event::ALL.map(Event::as_str).join(", ")
     }
 }
 
@@ -61,8 +72,9 @@ pub fn count(event: &str, outcome: &'static str) {
     NOTIFICATIONS.add([event, outcome], 1);
 }
 
-/// One event to record: `key` names it once fleet-wide; `threshold`, for a budget event, is
-/// the percentage crossed (only webhooks listening for it get a delivery).
+/// One event to record: `key` names it once fleet-wide; `threshold`, for a budget event that
+/// follows the webhooks' thresholds, is the percentage crossed (only webhooks listening for it
+/// get a delivery); `None` reaches every webhook subscribed to the event.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     pub key: String,
@@ -120,6 +132,30 @@ pub async fn record(
     count(new.event.as_str(), "recorded");
     tracing::info!(event = new.event.as_str(), event_id = id, key = %new.key, "notification event recorded");
     Ok(Some(id))
+}
+
+/// Records each of `events` not recorded before, each in its own transaction.
+pub async fn record_new(
+    pool: &sqlx::PgPool,
+    events: impl Iterator<Item = NewEvent>,
+) -> Result<usize, sqlx::Error> {
+    let mut new = 0;
+    for event in events {
+        let known: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM notification_events WHERE key = $1)")
+                .bind(&event.key)
+                .fetch_one(pool)
+                .await?;
+        if known {
+            continue;
+        }
+        let mut tx = pool.begin().await?;
+        if record(&mut tx, &event).await?.is_some() {
+            new += 1;
+        }
+        tx.commit().await?;
+    }
+    Ok(new)
 }
 
 #[cfg(test)]

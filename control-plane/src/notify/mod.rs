@@ -1,9 +1,9 @@
 //! Notifications that reach a person: events (budget thresholds, a hard limit starting to
-//! refuse, a channel auto-disabled or recovered) recorded once fleet-wide in Postgres and
+//! refuse, a channel auto-disabled or recovered, a trial finished) recorded once fleet-wide in Postgres and
 //! delivered, signed, to the webhooks subscribed to them, off every request path.
 //!
 //! Every replica runs a [`Notifier`]: each round it records the budget thresholds the reported
-//! usage has crossed, then sends the due deliveries. Two replicas never send one delivery twice
+//! usage has crossed and the trials that finished, then sends the due deliveries. Two replicas never send one delivery twice
 //! (an event's key is unique; a delivery is taken under `FOR UPDATE SKIP LOCKED`); a failed
 //! send is retried with a doubling backoff up to a bounded number of attempts.
 
@@ -11,6 +11,7 @@ pub mod deliver;
 pub mod event;
 pub mod sign;
 pub mod sources;
+pub mod trials;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use deliver::{deliver_due, Delivered, DeliveryPolicy};
 use sources::check_budgets;
+use trials::{check_semantic_trials, check_shadows, DEFAULT_TRIAL_SAMPLE};
 
 /// How a notifier runs.
 #[derive(Debug, Clone)]
@@ -31,6 +33,8 @@ pub struct NotifyConfig {
     pub delivery: DeliveryPolicy,
     /// How deliveries connect (extra trusted roots, HTTP/2).
     pub upstream: ClientOptions,
+    /// The compared answers after which a semantic cache rule's trial is told as finished.
+    pub trial_sample: u64,
 }
 
 impl Default for NotifyConfig {
@@ -39,6 +43,7 @@ impl Default for NotifyConfig {
             tick: Duration::from_secs(5),
             delivery: DeliveryPolicy::default(),
             upstream: ClientOptions::new(Duration::from_secs(3)),
+            trial_sample: DEFAULT_TRIAL_SAMPLE,
         }
     }
 }
@@ -48,6 +53,8 @@ impl Default for NotifyConfig {
 pub struct NotifyRound {
     /// Budget threshold events recorded.
     pub budget_events: usize,
+    /// Trial finished events recorded (shadow rules stopped, semantic trials ready).
+    pub trial_events: usize,
     pub deliveries: Delivered,
 }
 
@@ -67,10 +74,12 @@ impl Notifier {
         })
     }
 
-    /// One round at `now`: budget thresholds recorded, then every due delivery sent (until a
-    /// round finds none due).
+    /// One round at `now`: budget thresholds and finished trials recorded, then every due
+    /// delivery sent (until a round finds none due).
     pub async fn round(&self, now: UnixMillis) -> anyhow::Result<NotifyRound> {
         let budget_events = check_budgets(&self.pool, now).await?;
+        let trial_events = check_shadows(&self.pool, now).await?
+            + check_semantic_trials(&self.pool, self.config.trial_sample).await?;
         let mut deliveries = Delivered::default();
         loop {
             let done = deliver_due(&self.pool, &self.client, &self.config.delivery).await?;
@@ -83,6 +92,7 @@ impl Notifier {
         }
         Ok(NotifyRound {
             budget_events,
+            trial_events,
             deliveries,
         })
     }

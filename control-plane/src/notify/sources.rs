@@ -8,7 +8,7 @@ use switchyard_engine::limit::{format_micros, format_pico_usd, format_rfc3339, P
 use switchyard_engine::UnixMillis;
 use switchyard_proto::v1;
 
-use super::event::{record, Event, NewEvent};
+use super::event::{record, record_new, Event, NewEvent};
 use crate::spend::{spend_limits, Spend};
 
 /// The percentages of `spend`'s value it has reached, among `thresholds`.
@@ -27,8 +27,16 @@ pub fn crossed(spend: &Spend, thresholds: &[i32]) -> Vec<i32> {
     out
 }
 
+/// The percentages a budget is watched at: its own (`notify_at`), else those of the webhooks
+/// subscribed to budget thresholds.
+pub fn watched<'a>(spend: &'a Spend, webhooks: &'a [i32]) -> &'a [i32] {
+    spend.notify_at.as_deref().unwrap_or(webhooks)
+}
+
 /// The event of `spend` having reached `threshold` percent. Its key names the window (a
-/// rolling window's current day: it is told again, once a day, while it stays above).
+/// rolling window's current day: it is told again, once a day, while it stays above). A budget
+/// with thresholds of its own tells every subscribed webhook; otherwise only the webhooks
+/// listening for `threshold` hear of it.
 pub fn budget_event(spend: &Spend, threshold: i32, now: UnixMillis) -> NewEvent {
     let window_start = spend.window.bounds(now).0;
     let spent = format_pico_usd(spend.spent_pico);
@@ -55,43 +63,30 @@ pub fn budget_event(spend: &Spend, threshold: i32, now: UnixMillis) -> NewEvent 
             "window_start_at": format_rfc3339(spend.start),
             "resets_at": format_rfc3339(spend.end),
         }),
-        threshold: Some(threshold),
+        threshold: spend.notify_at.is_none().then_some(threshold),
     }
 }
 
-/// Records every budget threshold crossed in the current windows that some enabled webhook
-/// listens for. Returns how many events were new.
+/// Records every budget threshold crossed in the current windows: a budget's own thresholds,
+/// else those some enabled webhook listens for (none while no enabled webhook is subscribed to
+/// budget thresholds). Returns how many events were new.
 pub async fn check_budgets(pool: &sqlx::PgPool, now: UnixMillis) -> Result<usize, sqlx::Error> {
-    let thresholds: Vec<i32> = sqlx::query_scalar(
-        "SELECT DISTINCT unnest(thresholds) FROM webhooks \
+    let subscribed: Option<Vec<i32>> = sqlx::query_scalar(
+        "SELECT array_agg(DISTINCT t) FROM webhooks, unnest(thresholds) AS t \
          WHERE enabled AND 'budget_threshold' = ANY (events)",
     )
-    .fetch_all(pool)
+    .fetch_one(pool)
     .await?;
-    if thresholds.is_empty() {
+    let Some(thresholds) = subscribed else {
         return Ok(0);
-    }
-    let mut new = 0;
+    };
+    let mut events = Vec::new();
     for spend in spend_limits(pool, now).await? {
-        for threshold in crossed(&spend, &thresholds) {
-            let event = budget_event(&spend, threshold, now);
-            let known: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM notification_events WHERE key = $1)",
-            )
-            .bind(&event.key)
-            .fetch_one(pool)
-            .await?;
-            if known {
-                continue;
-            }
-            let mut tx = pool.begin().await?;
-            if record(&mut tx, &event).await?.is_some() {
-                new += 1;
-            }
-            tx.commit().await?;
+        for threshold in crossed(&spend, watched(&spend, &thresholds)) {
+            events.push(budget_event(&spend, threshold, now));
         }
     }
-    Ok(new)
+    record_new(pool, events.into_iter()).await
 }
 
 #[derive(sqlx::FromRow)]
@@ -211,6 +206,7 @@ mod tests {
             start: 0,
             end: 86_400_000,
             route: None,
+            notify_at: None,
         }
     }
 
@@ -242,5 +238,22 @@ mod tests {
         assert_eq!(e.payload["window"], "7d");
         let text = e.payload["text"].as_str().unwrap_or_default();
         assert!(text.contains("80 % reached"), "{text}");
+    }
+
+    #[test]
+    fn a_budget_with_its_own_thresholds_is_watched_at_those_and_tells_every_webhook() {
+        let webhooks = [50, 80, 100];
+        let mut own = spend(10_000_000, 9 * PICO_PER_USD);
+        assert_eq!(watched(&own, &webhooks), [50, 80, 100], "the default");
+        own.notify_at = Some(vec![25, 90]);
+        assert_eq!(crossed(&own, watched(&own, &webhooks)), [25, 90]);
+        let event = budget_event(&own, 90, 1_700_000_000_000);
+        assert_eq!(event.threshold, None, "every subscribed webhook hears it");
+        assert_eq!(event.payload["threshold_percent"], 90);
+        own.notify_at = Some(Vec::new());
+        assert!(
+            crossed(&own, watched(&own, &webhooks)).is_empty(),
+            "[]: none"
+        );
     }
 }
