@@ -1017,3 +1017,100 @@ async fn a_file_cannot_give_a_past_expiry(pool: PgPool) {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["changes"], json!([]), "{body}");
 }
+
+/// The plan's changes as (resource, key, action).
+fn changes(plan: &Value) -> Vec<(String, String, String)> {
+    plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["resource"].as_str().unwrap().to_owned(),
+                c["key"].as_str().unwrap().to_owned(),
+                c["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn webhooks_and_budget_thresholds_apply_and_export_without_a_secret(pool: PgPool) {
+    let app = test_app(pool.clone());
+    let file = "teams:\n- name: research\nlimits:\n- team: research\n  metric: spend\n  \
+                window: month\n  value: '50'\n  notify_at: [90, 25]\nwebhooks:\n- name: ops\n  \
+                url: https://hooks.example.com/services/T0/path-secret\n  kind: slack\n  \
+                events: [budget_threshold, trial_finished]\n  secret: ${OPS_HOOK_SECRET}\n";
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hooks = app.get("/api/v1/webhooks").await;
+    let hook = &hooks.body["data"][0];
+    assert_eq!(hook["secret_env"], "OPS_HOOK_SECRET", "{}", hooks.text);
+    assert_eq!(hook["kind"], "slack");
+    let stored: (String, Option<String>) =
+        sqlx::query_as("SELECT url, secret FROM webhooks WHERE name = 'ops'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        (
+            "https://hooks.example.com/services/T0/path-secret".to_owned(),
+            None
+        ),
+        "the whole URL is stored; no secret is"
+    );
+    let limits = app.get("/api/v1/limits").await;
+    assert_eq!(limits.body["data"][0]["notify_at"], json!([25, 90]));
+
+    // The export names the secret's variable and hides the URL's path; applied again it
+    // changes nothing.
+    let exported = export(&app).await;
+    assert!(
+        exported.contains("secret: ${OPS_HOOK_SECRET}"),
+        "{exported}"
+    );
+    assert!(
+        exported.contains("url: https://hooks.example.com/****"),
+        "{exported}"
+    );
+    assert!(!exported.contains("path-secret"), "{exported}");
+    assert!(exported.contains("notify_at:"), "{exported}");
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/plan", &exported).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(changes(&plan), [], "{plan}");
+
+    // A secret in clear is refused, naming the field; nothing is written.
+    let clear = exported.replace("${OPS_HOOK_SECRET}", "whsec-in-clear-0123456789");
+    let (status, body, _) = send_yaml(&app, "/api/v1/config/apply", &clear).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["param"], "webhooks[0].secret", "{body}");
+    assert!(!body.to_string().contains("whsec-in-clear"), "{body}");
+
+    // Another threshold list and the webhook gone: one change each.
+    let changed = exported
+        .replace("- 25\n", "- 50\n")
+        .split("webhooks:")
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, plan, _) = send_yaml(&app, "/api/v1/config/apply", &changed).await;
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    let mut seen = changes(&plan);
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (
+                "limit".to_owned(),
+                "team:research:spend:month".to_owned(),
+                "change".to_owned()
+            ),
+            ("webhook".to_owned(), "ops".to_owned(), "remove".to_owned()),
+        ],
+        "{plan}"
+    );
+    assert_eq!(app.get("/api/v1/webhooks").await.body["data"], json!([]));
+    let limits = app.get("/api/v1/limits").await;
+    assert_eq!(limits.body["data"][0]["notify_at"], json!([50, 90]));
+}

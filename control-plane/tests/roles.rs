@@ -98,6 +98,7 @@ const EXPECTED_ROLES: &[(&str, &str, &str)] = &[
     ("GET", "/api/v1/webhooks/{id}", "viewer"),
     ("PATCH", "/api/v1/webhooks/{id}", "admin"),
     ("DELETE", "/api/v1/webhooks/{id}", "admin"),
+    ("GET", "/api/v1/webhooks/{id}/deliveries", "viewer"),
     ("GET", "/api/v1/limits", "viewer"),
     ("POST", "/api/v1/limits", "admin"),
     ("GET", "/api/v1/limits/{id}", "viewer"),

@@ -103,6 +103,7 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/webhooks/{id}", Viewer),
     ("PATCH", "/api/v1/webhooks/{id}", Admin),
     ("DELETE", "/api/v1/webhooks/{id}", Admin),
+    ("GET", "/api/v1/webhooks/{id}/deliveries", Viewer),
     ("GET", "/api/v1/limits", Viewer),
     ("POST", "/api/v1/limits", Admin),
     ("GET", "/api/v1/limits/{id}", Viewer),

@@ -153,6 +153,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(crud::listed::<webhooks::WebhookView>())
         .routes(crud::created::<webhooks::WebhookView>())
         .routes(crud::item::<webhooks::WebhookView>())
+        .routes(routes!(webhooks::deliveries))
         .routes(routes!(
             settings::get_settings,
             settings::put_settings,

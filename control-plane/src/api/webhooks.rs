@@ -4,19 +4,23 @@
 //! (`x-switchyard-signature`). The secret is write-only, and a read shows the URL's origin only
 //! (a Slack-style URL carries its own secret in the path).
 
+use axum::extract::State;
 use axum::response::Response;
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
 use super::crud::{crud, Item};
+use super::extract::Path;
 use super::rows::{
-    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
-    RowQuery,
+    commit_view, delete_locked, fetch_row, insert_sql, lock_row, table_row, update_sql, By, Change,
+    Db, RowQuery,
 };
 use crate::db::ts;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::notify::event::Event;
+use crate::state::AppState;
 
 /// The budget percentages a webhook hears about unless it says otherwise.
 pub const DEFAULT_THRESHOLDS: [i32; 3] = [50, 80, 100];
@@ -29,10 +33,15 @@ pub struct WebhookView {
     pub url: String,
     /// `json` or `slack`.
     pub kind: String,
-    /// `budget_threshold`, `limit_refusing`, `channel_auto_disabled`, `channel_recovered`.
+    /// `budget_threshold`, `limit_refusing`, `channel_auto_disabled`, `channel_recovered`,
+    /// `trial_finished`.
     pub events: Vec<String>,
-    /// Budget percentages (of a spend limit's value) this webhook is told about.
+    /// Budget percentages (of a spend limit's value) this webhook is told about, for budgets
+    /// without thresholds of their own (`notify_at`).
     pub thresholds: Vec<i32>,
+    /// The control plane's environment variable the signing secret is read from; `null`: the
+    /// secret is stored (and never shown).
+    pub secret_env: Option<String>,
     pub enabled: bool,
     #[schema(format = DateTime)]
     pub created_at: String,
@@ -49,12 +58,19 @@ crud!(
     Item::new("webhook").invalid("a field is invalid, or the name is taken")
 );
 
+/// SQL of the URL in `column` as a read shows it: its origin and `/****` when it has a path.
+pub(crate) fn shown_url_sql(column: &str) -> String {
+    format!(
+        "CASE WHEN {column} ~ '^[a-z]+://[^/]+/.' \
+              THEN substring({column} from '^[a-z]+://[^/]+') || '/****' ELSE {column} END"
+    )
+}
+
 fn columns() -> String {
     format!(
-        "id, name, \
-         CASE WHEN url ~ '^[a-z]+://[^/]+/.' \
-              THEN substring(url from '^[a-z]+://[^/]+') || '/****' ELSE url END AS url, \
-         kind, events, thresholds, enabled, {} AS created_at, {} AS updated_at",
+        "id, name, {} AS url, \
+         kind, events, thresholds, secret_env, enabled, {} AS created_at, {} AS updated_at",
+        shown_url_sql("url"),
         ts("created_at"),
         ts("updated_at")
     )
@@ -71,12 +87,15 @@ pub struct WebhookCreate {
     pub events: Vec<String>,
     /// Default `[50, 80, 100]`; each 1 to 1000.
     pub thresholds: Option<Vec<i32>>,
-    /// 16 to 256 bytes; signs every delivery. Write-only.
-    pub secret: String,
+    /// 16 to 256 bytes; signs every delivery. Write-only. Give this or `secret_env`.
+    pub secret: Option<String>,
+    /// The name of an environment variable of the control plane that holds the secret, read
+    /// when a delivery is signed (each replica needs it). Give this or `secret`.
+    pub secret_env: Option<String>,
     pub enabled: Option<bool>,
 }
 
-/// Any subset; `secret` replaces the secret.
+/// Any subset; `secret` or `secret_env` replaces the secret (not both).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookPatch {
@@ -86,7 +105,54 @@ pub struct WebhookPatch {
     pub events: Option<Vec<String>>,
     pub thresholds: Option<Vec<i32>>,
     pub secret: Option<String>,
+    pub secret_env: Option<String>,
     pub enabled: Option<bool>,
+}
+
+/// Where a webhook's signing secret comes from.
+#[derive(Debug, Clone)]
+enum Secret {
+    Stored(String),
+    /// An environment variable of the control plane, by name.
+    Env(String),
+}
+
+impl Secret {
+    /// The secret from a body's `secret` and `secret_env`: exactly one, checked (`None` when
+    /// neither is given).
+    fn given(secret: Option<String>, secret_env: Option<String>) -> ApiResult<Option<Secret>> {
+        match (secret, secret_env) {
+            (Some(_), Some(_)) => Err(invalid(
+                "secret_env",
+                "give `secret` or `secret_env`, not both".into(),
+            )),
+            (Some(secret), None) => {
+                check_secret(&secret)?;
+                Ok(Some(Secret::Stored(secret)))
+            }
+            (None, Some(name)) => {
+                let valid = (1..=128).contains(&name.len())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid {
+                    return Err(invalid(
+                        "secret_env",
+                        "must be an environment variable's name (1 to 128 letters, digits and `_`)"
+                            .into(),
+                    ));
+                }
+                Ok(Some(Secret::Env(name)))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The `secret` and `secret_env` columns.
+    fn columns(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Secret::Stored(secret) => (Some(secret.as_str()), None),
+            Secret::Env(name) => (None, Some(name.as_str())),
+        }
+    }
 }
 
 /// A webhook as written, checked.
@@ -124,9 +190,11 @@ impl Webhook {
         for event in &self.events {
             let Some(event) = Event::parse(event) else {
                 let shown = crate::error::bounded(event, 64);
-                return Err(invalid("events", format!(
-                    "{shown:?} is not one of budget_threshold, limit_refusing, channel_auto_disabled, channel_recovered"
-                )));
+                let names = Event::names();
+                return Err(invalid(
+                    "events",
+                    format!("{shown:?} is not one of {names}"),
+                ));
             };
             if !events.contains(&event.as_str().to_owned()) {
                 events.push(event.as_str().to_owned());
@@ -186,7 +254,9 @@ fn origin(url: &str) -> String {
 }
 
 /// The audit log's record of a webhook: never the secret, never the URL's path.
-fn detail(w: &Webhook, secret_changed: bool) -> serde_json::Value {
+fn detail(w: &Webhook, secret: &Secret, secret_changed: bool) -> serde_json::Value {
+    // The variable's name, never its value; a stored secret is never recorded.
+    let secret_env = secret.columns().1;
     json!({
         "name": w.name,
         "url_origin": origin(&w.url),
@@ -195,11 +265,13 @@ fn detail(w: &Webhook, secret_changed: bool) -> serde_json::Value {
         "thresholds": w.thresholds,
         "enabled": w.enabled,
         "secret_changed": secret_changed,
+        "secret_env": secret_env,
     })
 }
 
-fn from_create(raw: WebhookCreate) -> ApiResult<(Webhook, String)> {
-    check_secret(&raw.secret)?;
+fn from_create(raw: WebhookCreate) -> ApiResult<(Webhook, Secret)> {
+    let secret = Secret::given(raw.secret, raw.secret_env)?
+        .ok_or_else(|| invalid("secret", "give `secret` or `secret_env`".into()))?;
     let webhook = Webhook {
         name: raw.name,
         url: raw.url,
@@ -211,17 +283,18 @@ fn from_create(raw: WebhookCreate) -> ApiResult<(Webhook, String)> {
         enabled: raw.enabled.unwrap_or(true),
     }
     .check()?;
-    Ok((webhook, raw.secret))
+    Ok((webhook, secret))
 }
 
 /// The columns a create or patch writes, in [`bind`]'s order.
-const WRITTEN: &str = "name, url, kind, events, thresholds, enabled, secret";
+const WRITTEN: &str = "name, url, kind, events, thresholds, enabled, secret, secret_env";
 
 fn bind<'q>(
     query: RowQuery<'q, WebhookView>,
     w: &'q Webhook,
-    secret: &'q str,
+    secret: &'q Secret,
 ) -> RowQuery<'q, WebhookView> {
+    let (stored, env) = secret.columns();
     query
         .bind(&w.name)
         .bind(&w.url)
@@ -229,7 +302,8 @@ fn bind<'q>(
         .bind(&w.events)
         .bind(&w.thresholds)
         .bind(w.enabled)
-        .bind(secret)
+        .bind(stored)
+        .bind(env)
 }
 
 /// A unique violation of the name is a 422 naming `name`.
@@ -255,14 +329,15 @@ pub(super) async fn create_in<'c>(
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error)?;
-    let detail = detail(&webhook, true);
+    let detail = detail(&webhook, &secret, true);
     commit_view::<WebhookView>(tx, by, Change::Create, view.id, detail, view).await
 }
 
 #[derive(sqlx::FromRow)]
 struct Stored {
     url: String,
-    secret: String,
+    secret: Option<String>,
+    secret_env: Option<String>,
 }
 
 /// The update of `PATCH /api/v1/webhooks/{id}`, in `db` (see [`Db`]).
@@ -272,17 +347,20 @@ pub(super) async fn patch_in<'c>(
     id: i64,
     patch: WebhookPatch,
 ) -> ApiResult<Response> {
-    if let Some(secret) = &patch.secret {
-        check_secret(secret)?;
-    }
+    let given = Secret::given(patch.secret, patch.secret_env)?;
     let (mut tx, current) = lock_row::<WebhookView>(db, id).await?;
     // The view masks the URL and leaves the secret out: what is kept is read as stored.
-    let stored: Stored = sqlx::query_as("SELECT url, secret FROM webhooks WHERE id = $1")
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let secret_changed = patch.secret.is_some();
-    let secret = patch.secret.unwrap_or(stored.secret);
+    let stored: Stored =
+        sqlx::query_as("SELECT url, secret, secret_env FROM webhooks WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    let secret_changed = given.is_some();
+    let secret = match (given, stored.secret, stored.secret_env) {
+        (Some(given), _, _) => given,
+        (None, Some(secret), _) => Secret::Stored(secret),
+        (None, None, env) => Secret::Env(env.unwrap_or_default()),
+    };
     let webhook = Webhook {
         name: patch.name.unwrap_or(current.name),
         url: patch.url.unwrap_or(stored.url),
@@ -298,8 +376,68 @@ pub(super) async fn patch_in<'c>(
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error)?;
-    let detail = detail(&webhook, secret_changed);
+    let detail = detail(&webhook, &secret, secret_changed);
     commit_view::<WebhookView>(tx, by, Change::Update, id, detail, view).await
+}
+
+/// One delivery of an event to a webhook, as `GET /api/v1/webhooks/{id}/deliveries` shows it.
+#[derive(Debug, Serialize, sqlx::FromRow, ToSchema)]
+pub struct DeliveryView {
+    pub event_id: i64,
+    /// The event's name (`budget_threshold`, …).
+    pub event: String,
+    /// The event's line for a person.
+    pub text: Option<String>,
+    /// When the event was recorded.
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// `pending` (sent again at `next_at`), `delivered` or `failed` (no attempt left).
+    pub state: String,
+    pub attempts: i32,
+    /// The last failed attempt's error (`answered 500`, a timeout, …).
+    pub last_error: Option<String>,
+    #[schema(format = DateTime)]
+    pub next_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub delivered_at: Option<String>,
+}
+
+/// A webhook's recent deliveries, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryList {
+    pub data: Vec<DeliveryView>,
+}
+
+/// The deliveries a listing shows at most.
+const RECENT_DELIVERIES: i64 = 50;
+
+#[utoipa::path(get, path = "/api/v1/webhooks/{id}/deliveries", tag = "webhooks",
+    operation_id = "webhook_deliveries",
+    params(("id" = i64, Path, description = "The webhook's id")),
+    responses((status = 200, body = DeliveryList,
+               description = "The webhook's 50 most recent deliveries, newest first"),
+              (status = 404, body = ErrorBody)))]
+pub async fn deliveries(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<DeliveryList>> {
+    fetch_row::<WebhookView>(&state.pool, id, false).await?;
+    let sql = format!(
+        "SELECT d.event_id, e.event, e.payload->>'text' AS text, {} AS at, d.state, d.attempts, \
+           d.last_error, CASE WHEN d.state = 'pending' THEN {} END AS next_at, \
+           {} AS delivered_at \
+         FROM notification_deliveries d JOIN notification_events e ON e.id = d.event_id \
+         WHERE d.webhook_id = $1 ORDER BY e.at DESC, d.event_id DESC LIMIT $2",
+        ts("e.at"),
+        ts("d.next_at"),
+        ts("d.delivered_at")
+    );
+    let data = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(RECENT_DELIVERIES)
+        .fetch_all(&state.pool)
+        .await?;
+    Ok(Json(DeliveryList { data }))
 }
 
 /// The delete of `DELETE /api/v1/webhooks/{id}`, in `db` (see [`Db`]); its pending deliveries

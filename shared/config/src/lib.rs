@@ -58,6 +58,43 @@ pub struct RawConfig {
     pub cache_rules: Vec<RawCacheRule>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guardrails: Vec<RawGuardrail>,
+    /// Where the control plane's notifications go. A standalone proxy sends none: it reads
+    /// and ignores them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<RawWebhook>,
+}
+
+/// A webhook target of notifications (the control plane's `/api/v1/webhooks`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawWebhook {
+    pub name: String,
+    /// An `http://` or `https://` URL. A URL with a path is written as a read shows it, its
+    /// origin and `/****` (such paths often hold a secret of their own); given back in that
+    /// form, the stored URL is kept.
+    pub url: String,
+    /// `json` (the default) or `slack`.
+    #[serde(default = "json_kind", skip_serializing_if = "is_json_kind")]
+    pub kind: String,
+    pub events: Vec<String>,
+    /// The budget percentages it hears about (absent: 50, 80 and 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds: Option<Vec<i32>>,
+    /// The signing secret as `${ENV_NAME}`: an environment variable of the control plane, read
+    /// when a delivery is signed. Never the secret itself. Absent: the secret the control plane
+    /// stores for this webhook is kept (a new webhook needs one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+}
+
+fn json_kind() -> String {
+    "json".to_owned()
+}
+
+fn is_json_kind(value: &str) -> bool {
+    value == "json"
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -411,6 +448,10 @@ pub struct RawLimit {
     /// Narrowed to requests through this route (its model pattern; a token or team limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_route: Option<String>,
+    /// A spend limit's own notification thresholds (percentages of its value; `[]`: none).
+    /// Notifications are the control plane's: a standalone proxy reads and ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_at: Option<Vec<i32>>,
 }
 
 /// A shadow rule: a sample of the requests for `model_pattern` copied to a target after the

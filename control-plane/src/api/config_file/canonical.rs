@@ -31,6 +31,8 @@ pub(super) struct Extras<'a> {
     pub prefixes: &'a HashMap<String, String>,
     /// Member ids the file gave (the tables: every id).
     pub explicit_member: &'a dyn Fn(i64) -> bool,
+    /// Limit id → the limit's own notification thresholds, sorted (absent: none of its own).
+    pub notify_at: &'a HashMap<i64, Vec<i32>>,
 }
 
 /// The names resources are referred to by in the file, by id.
@@ -88,7 +90,13 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
     tokens.sort_by(|a, b| (&a.name, &a.token_sha256).cmp(&(&b.name, &b.token_sha256)));
     let mut prices: Vec<RawPrice> = raw_prices(parts).into_iter().map(|(_, p)| p).collect();
     prices.sort_by(|a, b| (&a.channel, &a.model_pattern).cmp(&(&b.channel, &b.model_pattern)));
-    let mut limits: Vec<RawLimit> = raw_limits(parts).into_iter().map(|(_, l)| l).collect();
+    let mut limits: Vec<RawLimit> = raw_limits(parts)
+        .into_iter()
+        .map(|(id, mut l)| {
+            l.notify_at = extras.notify_at.get(&id).cloned();
+            l
+        })
+        .collect();
     limits.sort_by_key(limit_key);
     let mut shadows: Vec<RawShadow> = parts
         .shadows
@@ -120,6 +128,8 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
         shadows,
         cache_rules,
         guardrails,
+        // Not in a snapshot: added from the tables or the file.
+        webhooks: Vec::new(),
     }
 }
 
@@ -329,6 +339,8 @@ pub(super) fn raw_limits(parts: &SnapshotParts) -> Vec<(i64, RawLimit)> {
                 mode: rule.limit.mode.as_str().to_owned(),
                 model_pattern: rule.only.model_pattern.clone(),
                 on_route: rule.only.route_id.and_then(|id| name_in(&names.routes, id)),
+                // Not in the snapshot: [`canonical`] adds it from the tables or the file.
+                notify_at: None,
             };
             match key.scope {
                 ScopeKind::Token => raw.token = name_in(&names.tokens, key.scope_id),
@@ -465,6 +477,9 @@ pub(super) fn index(config: &RawConfig) -> BTreeMap<(&'static str, String), Valu
     }
     for g in &config.guardrails {
         out.insert(("guardrail", g.name.clone()), to_object(g));
+    }
+    for w in &config.webhooks {
+        out.insert(("webhook", w.name.clone()), to_object(w));
     }
     out
 }

@@ -21,6 +21,7 @@
 
 mod canonical;
 mod size;
+mod webhooks;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -114,11 +115,11 @@ impl ToSchema for FieldValue {
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
 pub struct ResourceChange {
     /// `settings`, `channel`, `route`, `member`, `team`, `token`, `price`, `limit`, `shadow`,
-    /// `cache_rule` or `guardrail`.
+    /// `cache_rule`, `guardrail` or `webhook`.
     pub resource: String,
     /// Its natural key: a name, a model pattern, a member id, a token's SHA-256,
     /// `channel/pattern` for a price, `scope:name:metric:window` for a limit, a shadow, cache
-    /// or guardrail rule's name.
+    /// or guardrail rule's or a webhook's name.
     pub key: String,
     /// `add`, `change` or `remove`.
     pub action: String,
@@ -168,6 +169,10 @@ struct Current {
     prefixes: HashMap<String, String>,
     /// Token name → how many tokens have it.
     token_names: HashMap<String, usize>,
+    /// Limit id → its own notification thresholds.
+    notify_at: HashMap<i64, Vec<i32>>,
+    /// The webhooks, which no snapshot holds.
+    webhooks: Vec<webhooks::StoredWebhook>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -240,26 +245,38 @@ async fn load(tx: &mut PgConnection) -> ApiResult<Current> {
     for token in &parts.tokens {
         *token_names.entry(token.name.clone()).or_default() += 1;
     }
+    let notify_at: HashMap<i64, Vec<i32>> =
+        sqlx::query_as("SELECT id, notify_at FROM limits WHERE notify_at IS NOT NULL")
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+    let webhooks = webhooks::stored(&mut *tx).await?;
     Ok(Current {
+        webhooks,
         parts,
         credentials,
         inline,
         stored_credentials,
         prefixes,
         token_names,
+        notify_at,
     })
 }
 
 impl Current {
     fn canonical(&self) -> RawConfig {
-        canonical(
+        let mut config = canonical(
             &self.parts,
             &Extras {
                 credentials: &self.credentials,
                 prefixes: &self.prefixes,
                 explicit_member: &|_| true,
+                notify_at: &self.notify_at,
             },
-        )
+        );
+        config.webhooks = webhooks::canonical(&self.webhooks);
+        config
     }
 }
 
@@ -370,14 +387,28 @@ fn desired(text: &str, current: &Current, env: &Env) -> ApiResult<(RawConfig, Pa
             prefixes.insert(token.hash.clone(), prefix);
         }
     }
-    let config = canonical(
+    // A limit's thresholds, by the id the file's limit got (limits compile one for one).
+    let notify_at: HashMap<i64, Vec<i32>> = raw
+        .limits
+        .iter()
+        .zip(&parts.limits)
+        .filter_map(|(raw_limit, rule)| {
+            let mut at = raw_limit.notify_at.clone()?;
+            at.sort_unstable();
+            at.dedup();
+            Some((rule.id, at))
+        })
+        .collect();
+    let mut config = canonical(
         &parts,
         &Extras {
             credentials: &credentials,
             prefixes: &prefixes,
             explicit_member: &|id| explicit.contains(&id) || matched.contains(&id),
+            notify_at: &notify_at,
         },
     );
+    config.webhooks = webhooks::desired(&raw.webhooks, &current.webhooks)?;
     Ok((config, paths(&for_validation, &parts)))
 }
 
@@ -625,6 +656,13 @@ fn paths(raw: &RawConfig, parts: &switchyard_engine::SnapshotParts) -> Paths {
             format!("guardrails[{i}]"),
         );
     }
+    for (i, w) in raw.webhooks.iter().enumerate() {
+        put(
+            "webhook",
+            w.name.trim().to_owned(),
+            format!("webhooks[{i}]"),
+        );
+    }
     paths
 }
 
@@ -773,6 +811,7 @@ fn rank(kind: &str) -> usize {
         "shadow",
         "cache_rule",
         "guardrail",
+        "webhook",
     ]
     .iter()
     .position(|k| *k == kind)
@@ -807,7 +846,10 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("member", "weight") => json!(1),
         ("member", "priority") => json!(0),
         ("member", "group") => json!(switchyard_engine::DEFAULT_GROUP),
-        ("member" | "route" | "token" | "shadow" | "cache_rule" | "guardrail", "enabled")
+        (
+            "member" | "route" | "token" | "shadow" | "cache_rule" | "guardrail" | "webhook",
+            "enabled",
+        )
         | ("channel", "responses_api") => {
             json!(true)
         }
@@ -824,6 +866,8 @@ fn default_of(kind: &str, field: &str) -> Value {
         ("channel", "auth") => json!("credentials"),
         ("route", "routing_mode") => json!("auto"),
         ("limit", "mode") => json!("hard"),
+        ("webhook", "kind") => json!("json"),
+        ("webhook", "thresholds") => json!(crate::api::webhooks::DEFAULT_THRESHOLDS),
         (
             _,
             "credentials"
@@ -931,6 +975,7 @@ impl Prepared {
             before_index: &self.before,
             after_index: &self.after,
             paths: &self.paths,
+            webhooks: &self.current.webhooks,
         };
         write::write(tx, By::batched(actor), &writing).await
     }

@@ -24,6 +24,7 @@ use super::super::extract::parse_body;
 use super::super::rows::By;
 use super::super::{members, tokens};
 use super::canonical::{limit_key, price_key, raw_limits, raw_prices};
+use super::webhooks;
 use crate::error::{ApiError, ApiResult};
 
 /// (kind, key) → canonical fields, as [`super::canonical::index`] builds them.
@@ -51,6 +52,8 @@ pub(super) struct Writing<'a> {
     pub before_index: &'a Index,
     pub after_index: &'a Index,
     pub paths: &'a Paths,
+    /// The stored webhooks (no snapshot holds them).
+    pub webhooks: &'a [super::webhooks::StoredWebhook],
 }
 
 impl Writing<'_> {
@@ -86,6 +89,7 @@ struct Ids {
     guardrails: HashMap<String, i64>,
     prices: HashMap<String, i64>,
     limits: HashMap<String, i64>,
+    webhooks: HashMap<String, i64>,
 }
 
 impl Ids {
@@ -136,6 +140,7 @@ impl Ids {
                 .into_iter()
                 .map(|(id, l)| (limit_key(&l), id))
                 .collect()),
+            webhooks: HashMap::new(),
         }
     }
 }
@@ -321,6 +326,7 @@ fn typed<T: DeserializeOwned>(fields: &Map<String, Value>) -> ApiResult<T> {
 /// Writes the file over the tables.
 pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) -> ApiResult<()> {
     let mut ids = Ids::of(w.parts);
+    ids.webhooks = w.webhooks.iter().map(|h| (h.name.clone(), h.id)).collect();
     write_settings(tx, by, w).await?;
     for channel in &w.after.channels {
         write_channel(tx, by, w, &mut ids, channel).await?;
@@ -375,7 +381,24 @@ pub(super) async fn write(tx: &mut PgConnection, by: By<'_>, w: &Writing<'_>) ->
         put(tx, by, w, key, &mut ids.limits, fields).await?;
     }
     write_guardrails(tx, by, w, &mut ids).await?;
+    write_webhooks(tx, by, w, &mut ids).await?;
     delete_unwanted(tx, by, w, &ids).await
+}
+
+/// The file's webhooks (they refer to nothing else).
+async fn write_webhooks(
+    tx: &mut PgConnection,
+    by: By<'_>,
+    w: &Writing<'_>,
+    ids: &mut Ids,
+) -> ApiResult<()> {
+    for hook in &w.after.webhooks {
+        let stored = w.before.webhooks.iter().find(|h| h.name == hook.name);
+        let fields = (stored.map(webhooks::fields), webhooks::fields(hook));
+        let key = ("webhook", ResourceKind::Webhook, hook.name.as_str());
+        put(tx, by, w, key, &mut ids.webhooks, fields).await?;
+    }
+    Ok(())
 }
 
 /// The file's guardrails, after what they are attached to exists.
@@ -856,6 +879,7 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
         "mode": limit.mode,
         "model_pattern": limit.model_pattern,
         "route_id": route_id,
+        "notify_at": limit.notify_at,
     })))
 }
 
@@ -868,7 +892,8 @@ async fn delete_unwanted(
 ) -> ApiResult<()> {
     let wanted =
         |kind: &'static str, key: &str| w.after_index.contains_key(&(kind, key.to_owned()));
-    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 9] = [
+    let kinds: [(&'static str, ResourceKind, &HashMap<String, i64>); 10] = [
+        ("webhook", ResourceKind::Webhook, &ids.webhooks),
         ("limit", ResourceKind::Limit, &ids.limits),
         ("guardrail", ResourceKind::Guardrail, &ids.guardrails),
         ("cache_rule", ResourceKind::CacheRule, &ids.cache_rules),

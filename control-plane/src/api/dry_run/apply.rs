@@ -177,7 +177,7 @@ async fn create(
 ) -> Result<Response, ChangeError> {
     use crate::api::{
         cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
-        teams, tokens,
+        teams, tokens, webhooks,
     };
     use ResourceKind as R;
     let response = match change.resource {
@@ -204,6 +204,7 @@ async fn create(
         R::Shadow => shadows::create_in(tx, by, body(change)?).await?,
         R::CacheRule => cache_rules::create_in(tx, by, body(change)?).await?,
         R::Guardrail => guardrails::create_in(tx, by, body(change)?).await?,
+        R::Webhook => webhooks::create_in(tx, by, body(change)?).await?,
         R::Settings => return Err(ApiError::validation("", "settings are never created").into()),
     };
     Ok(response)
@@ -217,7 +218,7 @@ async fn patch(
 ) -> Result<Response, ChangeError> {
     use crate::api::{
         cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
-        teams, tokens,
+        teams, tokens, webhooks,
     };
     use ResourceKind as R;
     let result = match change.resource {
@@ -232,6 +233,7 @@ async fn patch(
         R::Shadow => shadows::patch_in(tx, by, id, body(change)?).await,
         R::CacheRule => cache_rules::patch_in(tx, by, id, body(change)?).await,
         R::Guardrail => guardrails::patch_in(tx, by, id, body(change)?).await,
+        R::Webhook => webhooks::patch_in(tx, by, id, body(change)?).await,
         R::Settings => return Err(ApiError::validation("", "settings have no id").into()),
     };
     result.map_err(on_id)
@@ -245,7 +247,7 @@ async fn delete(
 ) -> ApiResult<Response> {
     use crate::api::{
         cache_rules, channels, credentials, guardrails, limits, members, prices, routes, shadows,
-        teams, tokens,
+        teams, tokens, webhooks,
     };
     use ResourceKind as R;
     match resource {
@@ -260,6 +262,7 @@ async fn delete(
         R::Shadow => shadows::delete_in(tx, by, id).await,
         R::CacheRule => cache_rules::delete_in(tx, by, id).await,
         R::Guardrail => guardrails::delete_in(tx, by, id).await,
+        R::Webhook => webhooks::delete_in(tx, by, id).await,
         R::Settings => Err(ApiError::validation("", "settings are never deleted")),
     }
 }

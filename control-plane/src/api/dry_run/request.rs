@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::api::{
     cache_rules, channels, credentials, guardrails, limits, members, prices, routes, schema,
-    shadows, teams, tokens,
+    shadows, teams, tokens, webhooks,
 };
 
 /// At most this many changes in one dry run.
@@ -44,6 +44,7 @@ pub enum ResourceKind {
     Shadow,
     CacheRule,
     Guardrail,
+    Webhook,
     Settings,
 }
 
@@ -89,6 +90,8 @@ pub enum ChangeBody {
     CacheRulePatch(cache_rules::CacheRulePatch),
     GuardrailCreate(guardrails::GuardrailCreate),
     GuardrailPatch(guardrails::GuardrailPatch),
+    WebhookCreate(webhooks::WebhookCreate),
+    WebhookPatch(webhooks::WebhookPatch),
     SettingsChanges(schema::SettingsChanges),
 }
 
