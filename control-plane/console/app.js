@@ -7,6 +7,7 @@ import { shadows } from './shadows.js';
 import { cache } from './cache.js';
 import { guardrails } from './guardrails.js';
 import { requests } from './requests.js';
+import { webhooks } from './webhooks.js';
 
 const ROUTES = {
   channels: views.channels,
@@ -21,6 +22,7 @@ const ROUTES = {
   cache,
   guardrails,
   requests,
+  webhooks,
   settings: views.settings,
   explain: views.explain,
   live: views.live,

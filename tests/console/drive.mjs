@@ -10,6 +10,7 @@ import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import http from 'node:http';
 
 const env = (name) => {
   const value = process.env[name];
@@ -563,6 +564,58 @@ try {
   await limitForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
   await page.locator('table[aria-label="limits"] > tbody > tr', { hasText: 'model-bad' }).locator('td', { hasText: 'concurrent' }).waitFor();
   log('prices edited, created and deleted; a concurrency limit created');
+
+  step = 'webhooks: a target created through the form gets a finished trial, shown delivered';
+  const received = [];
+  const receiver = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => { body += chunk; });
+    req.on('end', () => { received.push({ headers: req.headers, body }); res.statusCode = 204; res.end(); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  try {
+    const hookUrl = `http://127.0.0.1:${receiver.address().port}/hook/console-path`;
+    await page.getByRole('link', { name: 'Webhooks' }).click();
+    const hookForm = page.locator('form[aria-label="Create a webhook"]');
+    await hookForm.locator('[name="name"]').fill('console-hook');
+    await hookForm.locator('[name="url"]').fill(hookUrl);
+    await hookForm.locator('[name="events"]').fill('trial_finished');
+    await hookForm.locator('[name="secret"]').fill('whsec-console-0123456789');
+    await hookForm.getByRole('button', { name: 'Preview webhook' }).click();
+    await hookForm.locator('.dry-run').waitFor();
+    if ((await admin('GET', '/api/v1/webhooks')).data.length !== 0) problems.push('a webhook was saved before Save');
+    await hookForm.locator('.dry-run').getByRole('button', { name: 'Save' }).click();
+    const hookRow = page.locator('table[aria-label="webhooks"] > tbody > tr', { hasText: 'console-hook' });
+    await hookRow.locator('td', { hasText: 'trial_finished' }).waitFor();
+    const listed = await page.locator('main').textContent();
+    if (listed.includes('whsec-console')) problems.push('a webhook secret is shown');
+    if (listed.includes('console-path')) problems.push("a webhook URL's path is shown");
+    const hookId = (await admin('GET', '/api/v1/webhooks')).data[0].id;
+    // A trial that finishes by itself: a shadow rule that expires in a few seconds.
+    const expires = new Date(Date.now() + 3000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    await admin('POST', '/api/v1/shadows', {
+      name: 'console-shadow', model_pattern: 'no-such-model', target_channel_id: Number(channelOk),
+      target_model: 'model-ok', sample_percent: 1, max_rps: 1, expires_at: expires,
+    });
+    await until('the finished trial delivered to the webhook', async () => {
+      const list = await admin('GET', `/api/v1/webhooks/${hookId}/deliveries`);
+      return received.length > 0 && list.data.some((d) => d.state === 'delivered');
+    });
+    if (!received[0].headers['x-switchyard-signature']) problems.push('a delivery came unsigned');
+    await hookRow.getByRole('link', { name: 'console-hook' }).click();
+    const delivery = page.locator('table[aria-label="deliveries"] tbody tr', { hasText: 'trial_finished' });
+    await delivery.locator('td', { hasText: /^delivered$/ }).waitFor();
+    await expectText(delivery, 'console-shadow', 'the delivery says which trial finished');
+    await shot('webhooks');
+    await page.getByRole('link', { name: 'All webhooks' }).click();
+    await hookRow.getByRole('button', { name: 'Delete' }).click();
+    await expectText(hookRow.locator('.dry-run'), 'Dry run of this delete', 'the webhook delete shows its dry run');
+    await hookRow.getByRole('button', { name: 'Confirm delete' }).click();
+    await page.locator('table[aria-label="webhooks"] > tbody > tr', { hasText: 'console-hook' }).waitFor({ state: 'detached' });
+    log(`webhook created, its delivery shown delivered (${received.length} received), then deleted`);
+  } finally {
+    receiver.close();
+  }
 
   step = 'roles: sign in as a viewer';
   const signInAs = async (bearer, label) => {

@@ -64,6 +64,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../../console/requests.js"),
     ),
     (
+        "webhooks.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/webhooks.js"),
+    ),
+    (
         "chart.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/chart.js"),
