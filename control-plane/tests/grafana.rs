@@ -128,6 +128,10 @@ fn the_dashboard_parses_and_queries_known_metrics() {
         "switchyard_channel_breaker_open",
         "switchyard_tokens_total",
         "switchyard_usage_batches_total",
+        "switchyard_time_to_first_token_seconds",
+        "switchyard_upstream_latency_seconds",
+        "switchyard_spend_micro_usd_total",
+        "switchyard_team_spend_micro_usd_total",
     ] {
         assert!(queried.contains(family), "no panel shows {family}");
     }

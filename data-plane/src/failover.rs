@@ -680,7 +680,10 @@ impl<'c, 'a> Failover<'c, 'a> {
     ) -> f64 {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         self.ctx.trail.upstream_micros = self.ctx.trail.upstream_micros.saturating_add(micros);
-        self.state.metrics.upstream_latency.observe_micros(micros);
+        self.state.metrics.upstream_latency.observe_micros(
+            [&picked.channel.name, &picked.member.upstream_model],
+            micros,
+        );
         let latency_ms = elapsed.as_secs_f64() * 1000.0;
         let (status, error, cause) = match result {
             Outcome::Committed(committed) => (Some(committed.response.status.as_u16()), None, None),

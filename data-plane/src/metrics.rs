@@ -50,6 +50,10 @@ const OVERHEAD_BUCKETS: [u64; 10] = [25, 50, 100, 150, 250, 500, 1_000, 2_500, 5
 /// hash is safe here.
 pub type Family<const L: usize> = switchyard_metrics::Family<L, FxBuildHasher>;
 
+/// A histogram family of this proxy (labels from the configuration, as [`Family`]'s).
+pub type HistogramFamily<const L: usize, const N: usize> =
+    switchyard_metrics::HistogramFamily<L, N, FxBuildHasher>;
+
 pub struct Metrics {
     /// `endpoint`, `route` (pattern; empty before routing), final `channel` (empty when no
     /// attempt was made), status `code` class.
@@ -69,6 +73,9 @@ pub struct Metrics {
     token_names: AtomicBool,
     /// `route`, `channel`: micro-USD of the priced requests (rounded up per request).
     pub spend: Family<2>,
+    /// `team` (its name): the same for the requests of keys in a team (a key without a team
+    /// is counted in `spend` only).
+    pub team_spend: Family<1>,
     /// `scope` (kind), `metric`, `window`: requests refused by a hard limit.
     pub limit_refusals: Family<3>,
     /// `scope` (kind), `metric`, `window`: soft limits crossed (one per crossing request).
@@ -93,7 +100,12 @@ pub struct Metrics {
     pub credentials_disabled: AtomicU64,
     pub sticky_hits: AtomicU64,
     pub sticky_escapes: AtomicU64,
-    pub upstream_latency: Histogram<12>,
+    /// `channel`, `model` (the serving member's upstream model, as configured; empty for a
+    /// pass-through request): one series per route member at most.
+    pub upstream_latency: HistogramFamily<2, 12>,
+    /// `channel`, `model`, as `upstream_latency`: a stream's time from arrival to its first
+    /// chunk, relayed to the client as it arrives.
+    pub time_to_first_token: HistogramFamily<2, 12>,
     pub gateway_overhead: Histogram<10>,
     /// Realtime sessions open now.
     pub realtime_sessions: AtomicU64,
@@ -101,8 +113,61 @@ pub struct Metrics {
     pub realtime_frames: Family<1>,
 }
 
+/// The spend families: by route and channel, and by team.
+fn spend_families() -> (Family<2>, Family<1>) {
+    (
+        Family::new(
+            "switchyard_spend_micro_usd_total",
+            "Cost of the priced requests in micro-USD (USD x 10^6), by route and final channel.",
+            ["route", "channel"],
+        ),
+        Family::new(
+            "switchyard_team_spend_micro_usd_total",
+            "Cost of the priced requests of keys in a team in micro-USD (USD x 10^6), by team.",
+            ["team"],
+        ),
+    )
+}
+
+/// The limit families: hard refusals and soft crossings.
+fn limit_families() -> (Family<3>, Family<3>) {
+    (
+        Family::new(
+            "switchyard_limit_refusals_total",
+            "Requests refused by a hard limit, by scope kind, metric and window.",
+            ["scope", "metric", "window"],
+        ),
+        Family::new(
+            "switchyard_limit_soft_crossings_total",
+            "Soft limits crossed (requests let through beyond them), by scope kind, metric and window.",
+            ["scope", "metric", "window"],
+        ),
+    )
+}
+
+/// The latency histograms by channel and upstream model: per attempt, and time to first token.
+fn latency_families() -> (HistogramFamily<2, 12>, HistogramFamily<2, 12>) {
+    (
+        HistogramFamily::new(
+            "switchyard_upstream_latency_seconds",
+            "Upstream latency per attempt (time to response headers, first byte for streams), by channel and upstream model.",
+            ["channel", "model"],
+            LATENCY_BUCKETS,
+        ),
+        HistogramFamily::new(
+            "switchyard_time_to_first_token_seconds",
+            "Streams: time from the request's arrival to its first chunk relayed to the client, by channel and upstream model.",
+            ["channel", "model"],
+            LATENCY_BUCKETS,
+        ),
+    )
+}
+
 impl Default for Metrics {
     fn default() -> Metrics {
+        let (spend, team_spend) = spend_families();
+        let (limit_refusals, soft_crossings) = limit_families();
+        let (upstream_latency, time_to_first_token) = latency_families();
         Metrics {
             requests: Family::new(
                 "switchyard_requests_total",
@@ -130,21 +195,10 @@ impl Default for Metrics {
                 ["route", "channel", "token", "kind"],
             ),
             token_names: AtomicBool::new(false),
-            spend: Family::new(
-                "switchyard_spend_micro_usd_total",
-                "Cost of the priced requests in micro-USD (USD x 10^6), by route and final channel.",
-                ["route", "channel"],
-            ),
-            limit_refusals: Family::new(
-                "switchyard_limit_refusals_total",
-                "Requests refused by a hard limit, by scope kind, metric and window.",
-                ["scope", "metric", "window"],
-            ),
-            soft_crossings: Family::new(
-                "switchyard_limit_soft_crossings_total",
-                "Soft limits crossed (requests let through beyond them), by scope kind, metric and window.",
-                ["scope", "metric", "window"],
-            ),
+            spend,
+            team_spend,
+            limit_refusals,
+            soft_crossings,
             shadow_requests: Family::new(
                 "switchyard_shadow_requests_total",
                 "Requests sampled by a shadow rule, by rule name and outcome (success, failure, rps_capped, spend_capped, stopped, queue_full).",
@@ -172,7 +226,8 @@ impl Default for Metrics {
             credentials_disabled: AtomicU64::new(0),
             sticky_hits: AtomicU64::new(0),
             sticky_escapes: AtomicU64::new(0),
-            upstream_latency: Histogram::new(LATENCY_BUCKETS),
+            upstream_latency,
+            time_to_first_token,
             gateway_overhead: Histogram::new(OVERHEAD_BUCKETS),
             realtime_sessions: AtomicU64::new(0),
             realtime_frames: Family::new(
@@ -233,11 +288,15 @@ impl Metrics {
         self.token_names.load(Relaxed)
     }
 
-    /// A priced request's cost (pico-USD), counted in micro-USD rounded up.
-    pub fn spend(&self, route: &str, channel: &str, cost_pico: u128) {
+    /// A priced request's cost (pico-USD), counted in micro-USD rounded up, by route and
+    /// channel, and by `team` when its key is in one.
+    pub fn spend(&self, route: &str, channel: &str, team: Option<&str>, cost_pico: u128) {
         let micros = u64::try_from(cost_pico.div_ceil(1_000_000)).unwrap_or(u64::MAX);
         if micros > 0 {
             self.spend.add([route, channel], micros);
+            if let Some(team) = team {
+                self.team_spend.add([team], micros);
+            }
         }
     }
 
@@ -271,6 +330,7 @@ impl Collect for Metrics {
             self.tokens.render(w);
         }
         self.spend.render(w);
+        self.team_spend.render(w);
         self.limit_refusals.render(w);
         self.soft_crossings.render(w);
         self.shadow_requests.render(w);
@@ -322,11 +382,8 @@ impl Collect for Metrics {
         ] {
             w.counter(name, help, value.load(Relaxed));
         }
-        self.upstream_latency.render(
-            w,
-            "switchyard_upstream_latency_seconds",
-            "Upstream latency per attempt (time to response headers, first byte for streams).",
-        );
+        self.upstream_latency.render(w);
+        self.time_to_first_token.render(w);
         self.gateway_overhead.render(
             w,
             "switchyard_gateway_overhead_seconds",
@@ -356,6 +413,12 @@ mod tests {
                 cached_tokens: 0,
             },
         );
+        m.spend("gpt-4o", "openai-a", Some("research"), 1_500_000);
+        m.spend("gpt-4o", "openai-a", None, 1_000_000);
+        m.upstream_latency
+            .observe_micros(["openai-a", "gpt-4o-2024"], 30_000);
+        m.time_to_first_token
+            .observe_micros(["openai-a", "gpt-4o-2024"], 200_000);
         m.gateway_overhead.observe_micros(40);
         m.gateway_overhead.observe_micros(120);
         let text = m.render();
@@ -381,6 +444,21 @@ mod tests {
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00005\"} 1"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_bucket{le=\"0.00015\"} 2"));
         assert!(text.contains("switchyard_gateway_overhead_seconds_count 2"));
+        assert!(text
+            .contains("switchyard_spend_micro_usd_total{route=\"gpt-4o\",channel=\"openai-a\"} 3"));
+        assert!(
+            text.contains("switchyard_team_spend_micro_usd_total{team=\"research\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "switchyard_upstream_latency_seconds_bucket{channel=\"openai-a\",model=\"gpt-4o-2024\",le=\"0.05\"} 1"
+        ), "{text}");
+        assert!(text.contains(
+            "switchyard_time_to_first_token_seconds_bucket{channel=\"openai-a\",model=\"gpt-4o-2024\",le=\"0.1\"} 0"
+        ), "{text}");
+        assert!(text.contains(
+            "switchyard_time_to_first_token_seconds_count{channel=\"openai-a\",model=\"gpt-4o-2024\"} 1"
+        ), "{text}");
     }
 
     #[test]

@@ -366,7 +366,9 @@ impl RequestRecord {
     fn count(&self, state: &AppState, usage: &Usage, cost_pico: Option<u128>) {
         let (route, channel, token) = (self.route(), self.channel(), self.token.as_deref());
         if let Some(cost) = cost_pico {
-            state.metrics.spend(route, channel, cost);
+            state
+                .metrics
+                .spend(route, channel, self.team.as_deref(), cost);
         }
         state
             .metrics

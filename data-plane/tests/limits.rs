@@ -287,6 +287,13 @@ async fn a_spent_budget_refuses_with_budget_exceeded_and_no_retry() {
         )),
         "{metrics}"
     );
+    // The key is in team `research`: the same spend, by team.
+    assert!(
+        metrics.contains(&format!(
+            "switchyard_team_spend_micro_usd_total{{team=\"research\"}} {charged}"
+        )),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

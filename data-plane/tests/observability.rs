@@ -147,6 +147,33 @@ async fn metrics_after_real_traffic_carry_route_channel_token_and_exact_usage() 
     );
     assert_eq!(metric(&page, "switchyard_snapshot_revision"), 1);
     assert!(page.contains("switchyard_snapshot_age_seconds "));
+    // Each attempt's latency by channel and configured upstream model; time to first token
+    // for the stream only (one, on `an`).
+    assert_eq!(
+        metric(
+            &page,
+            r#"switchyard_upstream_latency_seconds_count{channel="oa",model="up"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &page,
+            r#"switchyard_upstream_latency_seconds_count{channel="an",model="up"}"#
+        ),
+        2
+    );
+    assert_eq!(
+        metric(
+            &page,
+            r#"switchyard_time_to_first_token_seconds_count{channel="an",model="up"}"#
+        ),
+        1
+    );
+    assert!(
+        !page.contains(r#"switchyard_time_to_first_token_seconds_count{channel="oa""#),
+        "a plain answer has no time to first token:\n{page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

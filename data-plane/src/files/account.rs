@@ -158,7 +158,9 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
                 / 100
         });
         if let Some(cost) = cost {
-            state.metrics.spend(&route, &channel.name, cost);
+            state
+                .metrics
+                .spend(&route, &channel.name, team.as_deref(), cost);
         }
         // Charged to the key's, its team's and the route's token and spend limits, as a
         // request's usage is once it finished (the batch was admitted by nobody: nothing is

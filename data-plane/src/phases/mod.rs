@@ -168,8 +168,19 @@ async fn run(state: &Arc<AppState>, ctx: &mut Ctx<'_>) -> Result<Response, Gatew
     // box by the edge: that copy is of this function's own states only.
     let response = Box::pin(proxy(state, ctx)).await;
     if ctx.trail.stream.is_some() {
-        // A committed stream's first chunk has arrived: its time to first token.
-        ctx.trail.first_token_ms = u64::try_from(ctx.started.elapsed().as_millis()).ok();
+        // A committed stream's first chunk has arrived (the relay sends it on at once): its
+        // time to first token.
+        let elapsed = ctx.started.elapsed();
+        ctx.trail.first_token_ms = u64::try_from(elapsed.as_millis()).ok();
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let (channel, model) = (&ctx.trail.final_channel, &ctx.trail.final_model);
+        state.metrics.time_to_first_token.observe_micros(
+            [
+                channel.as_deref().unwrap_or_default(),
+                model.as_deref().unwrap_or_default(),
+            ],
+            micros,
+        );
     }
     let response = checked(state, ctx, guard, response).await;
     offer_shadow(ctx);

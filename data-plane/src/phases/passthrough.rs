@@ -265,10 +265,11 @@ async fn send(
     state
         .metrics
         .attempt(&channel.name, outcome_of(head.status));
+    // A pass-through request names no model the gateway knows: its model label is empty.
     state
         .metrics
         .upstream_latency
-        .observe_micros(trail.upstream_micros);
+        .observe_micros([&channel.name, ""], trail.upstream_micros);
     if matches!(status, 401 | 403) {
         // Never the upstream's 401/403: the client would take it for its own key's.
         let said = read_refusal(Body::new(body), limits).await;

@@ -155,6 +155,11 @@ fn record_embedding(state: &AppState, ctx: &Asker<'_>, part: &SemanticPart, inpu
         ..Usage::default()
     };
     let route = ctx.route;
+    let team = ctx
+        .token
+        .team_id
+        .and_then(|id| snapshot.team(id))
+        .map(|t| t.name.clone());
     let cost = snapshot
         .price(channel.id, &part.model)
         .map(|p| p.cost_pico(input_tokens, 0, 0));
@@ -162,16 +167,14 @@ fn record_embedding(state: &AppState, ctx: &Asker<'_>, part: &SemanticPart, inpu
         .metrics
         .usage(route, &channel.name, &ctx.token.name, &usage);
     if let Some(cost) = cost {
-        state.metrics.spend(route, &channel.name, cost);
+        state
+            .metrics
+            .spend(route, &channel.name, team.as_deref(), cost);
     }
     if let Some(reporter) = &state.usage {
         let key = UsageKey {
             token: ctx.token.name.clone(),
-            team: ctx
-                .token
-                .team_id
-                .and_then(|id| snapshot.team(id))
-                .map(|t| t.name.clone()),
+            team,
             route: route.to_owned(),
             channel: channel.name.clone(),
             model: part.model.clone(),

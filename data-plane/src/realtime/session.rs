@@ -86,7 +86,7 @@ impl Account {
         let metrics = &self.state.metrics;
         metrics.usage(&key.route, &key.channel, &key.token, &usage);
         if let Some(cost) = cost {
-            metrics.spend(&key.route, &key.channel, cost);
+            metrics.spend(&key.route, &key.channel, key.team.as_deref(), cost);
             self.cost_pico = Some(self.cost_pico.unwrap_or(0).saturating_add(cost));
         }
         if let Some(reporter) = &self.state.usage {

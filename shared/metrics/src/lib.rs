@@ -222,16 +222,101 @@ impl<const N: usize> Histogram<N> {
     /// seconds and `_count`.
     pub fn render(&self, w: &mut Writer<'_>, name: &str, help: &str) {
         w.header(name, Type::Histogram, help);
+        self.render_series(w, name, &[]);
+    }
+
+    /// This histogram's lines as the series `labels` of the family `name` (`le` follows them).
+    fn render_series(&self, w: &mut Writer<'_>, name: &str, labels: &[(&str, &str)]) {
+        // Written at a scrape only: a label list per line is no cost on the request path.
+        let bucket = |w: &mut Writer<'_>, le: &str, count: u64| {
+            let mut with_le: Vec<(&str, &str)> = labels.to_vec();
+            with_le.push(("le", le));
+            w.line(name, "_bucket", &with_le, count);
+        };
         let mut cumulative = 0u64;
         for (bound, count) in self.bounds_us.iter().zip(&self.counts) {
             cumulative += count.load(Relaxed);
-            let le = (*bound as f64 / 1e6).to_string();
-            w.line(name, "_bucket", &[("le", &le)], cumulative);
+            bucket(w, &(*bound as f64 / 1e6).to_string(), cumulative);
         }
         let total = cumulative + self.overflow.load(Relaxed);
-        w.line(name, "_bucket", &[("le", "+Inf")], total);
-        w.line(name, "_sum", &[], self.sum_us.load(Relaxed) as f64 / 1e6);
-        w.line(name, "_count", &[], total);
+        bucket(w, "+Inf", total);
+        w.line(name, "_sum", labels, self.sum_us.load(Relaxed) as f64 / 1e6);
+        w.line(name, "_count", labels, total);
+    }
+}
+
+/// A histogram family with `L` labels and `N` buckets (the same bounds for every series): an
+/// observation takes a read lock and a hash lookup (no allocation) and the histogram's own two
+/// atomic increments; a new series takes the write lock once.
+pub struct HistogramFamily<const L: usize, const N: usize, S = RandomState> {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; L],
+    bounds_us: [u64; N],
+    series: RwLock<HashMap<Labels<L>, Histogram<N>, S>>,
+}
+
+impl<const L: usize, const N: usize, S: BuildHasher + Default> HistogramFamily<L, N, S> {
+    /// `bounds_us` must be increasing (upper bounds in microseconds).
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        labels: [&'static str; L],
+        bounds_us: [u64; N],
+    ) -> Self {
+        HistogramFamily {
+            name,
+            help,
+            labels,
+            bounds_us,
+            series: RwLock::new(HashMap::with_hasher(S::default())),
+        }
+    }
+
+    /// Records `micros` in the series of `values` (one per label, in order).
+    pub fn observe_micros(&self, values: [&str; L], micros: u64) {
+        let key = LabelsRef(values);
+        {
+            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(histogram) = series.get(&key) {
+                histogram.observe_micros(micros);
+                return;
+            }
+        }
+        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
+        series
+            .entry(Labels(values.map(Box::from)))
+            .or_insert_with(|| Histogram::new(self.bounds_us))
+            .observe_micros(micros);
+    }
+
+    /// Observations so far in the series of `values`.
+    pub fn count(&self, values: [&str; L]) -> u64 {
+        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+        series.get(&LabelsRef(values)).map_or(0, Histogram::count)
+    }
+
+    /// The family with every series so far, in the order of their label values (the header
+    /// alone when none).
+    pub fn render(&self, w: &mut Writer<'_>) {
+        w.header(self.name, Type::Histogram, self.help);
+        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<(&Labels<L>, &Histogram<N>)> = series.iter().collect();
+        all.sort_unstable_by(|a, b| a.0 .0.cmp(&b.0 .0));
+        for (values, histogram) in all {
+            let labels: [(&str, &str); L] =
+                std::array::from_fn(|i| (self.labels[i], &*values.0[i]));
+            histogram.render_series(w, self.name, &labels);
+        }
+    }
+}
+
+impl<const L: usize, const N: usize, S> fmt::Debug for HistogramFamily<L, N, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HistogramFamily")
+            .field("name", &self.name)
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
     }
 }
 
@@ -450,6 +535,32 @@ mod tests {
              lat_seconds_bucket{le=\"+Inf\"} 5\n\
              lat_seconds_sum 0.005211\n\
              lat_seconds_count 5\n"
+        );
+    }
+
+    #[test]
+    fn a_histogram_family_renders_each_series_with_its_labels_before_le() {
+        let f: HistogramFamily<1, 2> =
+            HistogramFamily::new("ttft_seconds", "TTFT.", ["channel"], [100_000, 1_000_000]);
+        f.observe_micros(["b"], 50_000);
+        f.observe_micros(["a\""], 2_000_000);
+        f.observe_micros(["b"], 500_000);
+        assert_eq!(f.count(["b"]), 2);
+        assert_eq!(f.count(["c"]), 0);
+        let text = page(|w| f.render(w));
+        assert_eq!(
+            text,
+            "# HELP ttft_seconds TTFT.\n# TYPE ttft_seconds histogram\n\
+             ttft_seconds_bucket{channel=\"a\\\"\",le=\"0.1\"} 0\n\
+             ttft_seconds_bucket{channel=\"a\\\"\",le=\"1\"} 0\n\
+             ttft_seconds_bucket{channel=\"a\\\"\",le=\"+Inf\"} 1\n\
+             ttft_seconds_sum{channel=\"a\\\"\"} 2\n\
+             ttft_seconds_count{channel=\"a\\\"\"} 1\n\
+             ttft_seconds_bucket{channel=\"b\",le=\"0.1\"} 1\n\
+             ttft_seconds_bucket{channel=\"b\",le=\"1\"} 2\n\
+             ttft_seconds_bucket{channel=\"b\",le=\"+Inf\"} 2\n\
+             ttft_seconds_sum{channel=\"b\"} 0.55\n\
+             ttft_seconds_count{channel=\"b\"} 2\n"
         );
     }
 
