@@ -320,6 +320,17 @@ async fn a_hard_limit_reported_refusing_is_told_once_per_window(pool: PgPool) {
     assert!(text.contains("started refusing"), "{text}");
 }
 
+/// A webhook with the default thresholds hearing `events`; its receiver.
+async fn subscribed(app: &TestApp, events: Value) -> Arc<Received> {
+    let (url, received) = receiver(0).await;
+    app.create(
+        "/api/v1/webhooks",
+        json!({"name": "ops", "url": url, "events": events, "secret": SECRET}),
+    )
+    .await;
+    received
+}
+
 /// The thresholds each delivery the receiver got told of, in order.
 fn told(received: &Received) -> Vec<i64> {
     let deliveries = received.deliveries.lock().unwrap().clone();
@@ -349,13 +360,8 @@ async fn a_budget_with_its_own_thresholds_notifies_once_per_crossing_of_those(po
         "{}",
         shown.text
     );
-    let (url, received) = receiver(0).await;
     // The webhook's own thresholds (the default) do not apply to this budget.
-    app.create(
-        "/api/v1/webhooks",
-        json!({"name": "ops", "url": url, "events": ["budget_threshold"], "secret": SECRET}),
-    )
-    .await;
+    let received = subscribed(&app, json!(["budget_threshold"])).await;
     let notifier = notifier(&pool);
     let now = switchyard_state::unix_ms();
     // 30 %: the 25 % crossing (50 % of the default is not one of this budget's).
@@ -385,12 +391,7 @@ async fn a_budget_without_thresholds_of_its_own_follows_the_default(pool: PgPool
     let limit = budget(&app).await;
     let shown = app.get(&format!("/api/v1/limits/{limit}")).await;
     assert_eq!(shown.body["notify_at"], Value::Null, "{}", shown.text);
-    let (url, received) = receiver(0).await;
-    app.create(
-        "/api/v1/webhooks",
-        json!({"name": "ops", "url": url, "events": ["budget_threshold"], "secret": SECRET}),
-    )
-    .await;
+    let received = subscribed(&app, json!(["budget_threshold"])).await;
     let notifier = notifier(&pool);
     let now = switchyard_state::unix_ms();
     spend(&pool, "b-1", 3).await;
@@ -439,17 +440,6 @@ async fn notify_at_is_refused_on_a_count_limit_and_out_of_range(pool: PgPool) {
     assert_eq!(refused.param(), Some("notify_at"));
 }
 
-/// A webhook hearing `trial_finished` only; its receiver.
-async fn trial_webhook(app: &TestApp) -> Arc<Received> {
-    let (url, received) = receiver(0).await;
-    app.create(
-        "/api/v1/webhooks",
-        json!({"name": "trials", "url": url, "events": ["trial_finished"], "secret": SECRET}),
-    )
-    .await;
-    received
-}
-
 /// The `data` of every delivery the receiver got, verified.
 fn events(received: &Received) -> Vec<Value> {
     let deliveries = received.deliveries.lock().unwrap().clone();
@@ -489,7 +479,7 @@ async fn a_shadow_rule_that_stops_by_itself_is_told_once(pool: PgPool) {
     };
     let capped = app.create("/api/v1/shadows", rule("capped")).await;
     let running = app.create("/api/v1/shadows", rule("running")).await;
-    let received = trial_webhook(&app).await;
+    let received = subscribed(&app, json!(["trial_finished"])).await;
     let notifier = notifier(&pool);
     let round = notifier.round(switchyard_state::unix_ms()).await.unwrap();
     assert_eq!(round.trial_events, 0, "nothing stopped yet");
@@ -576,7 +566,7 @@ async fn a_semantic_trial_is_told_once_its_sample_is_decision_ready(pool: PgPool
                    "threshold": 0.95, "mode": "trial"}}),
         )
         .await;
-    let received = trial_webhook(&app).await;
+    let received = subscribed(&app, json!(["trial_finished"])).await;
     let notifier = notifier(&pool);
     let sample = switchyard_control_plane::notify::trials::DEFAULT_TRIAL_SAMPLE;
     apply_batch(&pool, &trial_minute("t-1", rule, 1_800_000_000, sample - 1))

@@ -253,7 +253,7 @@ pub struct HistogramFamily<const L: usize, const N: usize, S = RandomState> {
     help: &'static str,
     labels: [&'static str; L],
     bounds_us: [u64; N],
-    series: RwLock<HashMap<Labels<L>, Histogram<N>, S>>,
+    series: Series<L, Histogram<N>, S>,
 }
 
 impl<const L: usize, const N: usize, S: BuildHasher + Default> HistogramFamily<L, N, S> {
@@ -269,30 +269,22 @@ impl<const L: usize, const N: usize, S: BuildHasher + Default> HistogramFamily<L
             help,
             labels,
             bounds_us,
-            series: RwLock::new(HashMap::with_hasher(S::default())),
+            series: Series::new(),
         }
     }
 
     /// Records `micros` in the series of `values` (one per label, in order).
     pub fn observe_micros(&self, values: [&str; L], micros: u64) {
-        let key = LabelsRef(values);
-        {
-            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(histogram) = series.get(&key) {
-                histogram.observe_micros(micros);
-                return;
-            }
-        }
-        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
-        series
-            .entry(Labels(values.map(Box::from)))
-            .or_insert_with(|| Histogram::new(self.bounds_us))
-            .observe_micros(micros);
+        self.series.with(
+            values,
+            || Histogram::new(self.bounds_us),
+            |histogram| histogram.observe_micros(micros),
+        );
     }
 
     /// Observations so far in the series of `values`.
     pub fn count(&self, values: [&str; L]) -> u64 {
-        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+        let series = self.series.read();
         series.get(&LabelsRef(values)).map_or(0, Histogram::count)
     }
 
@@ -300,7 +292,7 @@ impl<const L: usize, const N: usize, S: BuildHasher + Default> HistogramFamily<L
     /// alone when none).
     pub fn render(&self, w: &mut Writer<'_>) {
         w.header(self.name, Type::Histogram, self.help);
-        let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+        let series = self.series.read();
         let mut all: Vec<(&Labels<L>, &Histogram<N>)> = series.iter().collect();
         all.sort_unstable_by(|a, b| a.0 .0.cmp(&b.0 .0));
         for (values, histogram) in all {
@@ -326,6 +318,40 @@ impl<const N: usize> fmt::Debug for Histogram<N> {
             .field("bounds_us", &self.bounds_us)
             .field("count", &self.count())
             .finish_non_exhaustive()
+    }
+}
+
+/// A family's series by their label values: finding one takes a read lock and a hash lookup
+/// that borrows the values (no allocation); a new one takes the write lock once.
+struct Series<const L: usize, V, S> {
+    map: RwLock<HashMap<Labels<L>, V, S>>,
+}
+
+impl<const L: usize, V, S: BuildHasher + Default> Series<L, V, S> {
+    fn new() -> Self {
+        Series {
+            map: RwLock::new(HashMap::with_hasher(S::default())),
+        }
+    }
+
+    /// Calls `f` with the series of `values`, made by `make` first when there is none.
+    fn with(&self, values: [&str; L], make: impl FnOnce() -> V, f: impl FnOnce(&V)) {
+        let key = LabelsRef(values);
+        {
+            let map = self.read();
+            if let Some(value) = map.get(&key) {
+                f(value);
+                return;
+            }
+        }
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        f(map
+            .entry(Labels(values.map(Box::from)))
+            .or_insert_with(make));
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Labels<L>, V, S>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -368,7 +394,7 @@ pub struct Family<const L: usize, S = RandomState> {
     name: &'static str,
     help: &'static str,
     labels: [&'static str; L],
-    series: RwLock<HashMap<Labels<L>, AtomicU64, S>>,
+    series: Series<L, AtomicU64, S>,
 }
 
 impl<const L: usize, S: BuildHasher + Default> Family<L, S> {
@@ -377,32 +403,26 @@ impl<const L: usize, S: BuildHasher + Default> Family<L, S> {
             name,
             help,
             labels,
-            series: RwLock::new(HashMap::with_hasher(S::default())),
+            series: Series::new(),
         }
     }
 
     /// Adds `n` to the series of `values` (one per label, in order), creating it at 0 first.
     pub fn add(&self, values: [&str; L], n: u64) {
-        let key = LabelsRef(values);
-        {
-            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(counter) = series.get(&key) {
+        self.series.with(
+            values,
+            || AtomicU64::new(0),
+            |counter| {
                 counter.fetch_add(n, Relaxed);
-                return;
-            }
-        }
-        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
-        series
-            .entry(Labels(values.map(Box::from)))
-            .or_insert_with(|| AtomicU64::new(0))
-            .fetch_add(n, Relaxed);
+            },
+        );
     }
 
     /// The family with every series so far, sorted by their text (the header alone when none).
     pub fn render(&self, w: &mut Writer<'_>) {
         w.header(self.name, Type::Counter, self.help);
         let mut lines: Vec<String> = {
-            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+            let series = self.series.read();
             series
                 .iter()
                 .map(|(values, value)| {
