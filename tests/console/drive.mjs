@@ -3,7 +3,8 @@
 //   CONSOLE_URL, ADMIN_TOKEN, CHANNEL_OK, CHANNEL_BAD, PROXY_URL, OTHER_TOKEN (a client token named
 //   batch-token), VIEWER_TOKEN and OPERATOR_TOKEN (admin tokens with those roles), CHROMIUM,
 //   SCREENSHOTS (optional dir).
-// A tagged request sent through the proxy is found on the Requests page (request log).
+// A tagged request sent through the proxy is found on the Requests page (request log); a webhook
+// made through its page gets a finished trial (a shadow rule expiring), shown delivered there.
 // Exits non-zero (with the step that failed) on any failed expectation, console error, page error
 // or CSP violation.
 import { chromium } from 'playwright-core';
@@ -592,7 +593,7 @@ try {
     if (listed.includes('console-path')) problems.push("a webhook URL's path is shown");
     const hookId = (await admin('GET', '/api/v1/webhooks')).data[0].id;
     // A trial that finishes by itself: a shadow rule that expires in a few seconds.
-    const expires = new Date(Date.now() + 3000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const expires = new Date(Date.now() + 1500).toISOString().replace(/\.\d{3}Z$/, 'Z');
     await admin('POST', '/api/v1/shadows', {
       name: 'console-shadow', model_pattern: 'no-such-model', target_channel_id: Number(channelOk),
       target_model: 'model-ok', sample_percent: 1, max_rps: 1, expires_at: expires,

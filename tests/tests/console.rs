@@ -5,7 +5,8 @@
 //! saving, makes a failing trial call and finds the cooldown in the live state, creates a token
 //! with an expiry, a price and a spend limit (each after its dry run), edits and deletes prices
 //! and limits, signs in again as a viewer (no write control shown, values read-only) and as an
-//! operator (dry runs and trial calls, no save or confirmed delete),
+//! operator (dry runs and trial calls, no save or confirmed delete), creates a webhook pointing at
+//! a receiver it runs and finds a finished trial's delivery to it shown delivered, then deletes it,
 //! sends traffic through the proxy (another token's before the price exists, so it is unpriced;
 //! then that token's) and, once the proxy's usage reports have reached the control plane, finds it
 //! in the usage chart and table and in the budget; creates a response cache rule in the Cache page,
@@ -141,6 +142,8 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
             .env("SWITCHYARD_GRPC_ADDR", "127.0.0.1:0")
             .env("REDIS_URL", &redis)
             .env("SWITCHYARD_REDIS_PREFIX", &prefix)
+            // Notification rounds often: the webhook's delivery is waited for.
+            .env("SWITCHYARD_NOTIFY_TICK_MS", "200")
             .env("RUST_LOG", "info"),
     );
     let (http, grpc): (SocketAddr, SocketAddr) = cp
@@ -190,6 +193,15 @@ async fn the_console_drives_a_real_fleet_in_headless_chromium(
         assert_eq!(status, 201, "{body}");
         channels.push(body["id"].as_i64().unwrap());
     }
+    // A cooldown outlasting the browser session: the one the trial call starts is checked after it.
+    let (status, body) = call(
+        http,
+        "PATCH",
+        "/api/v1/settings",
+        Some(json!({"cooldown_seconds": 600})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     // A second client token, made here: its traffic is the usage chart's second series.
     let (status, batch) = call(
         http,
