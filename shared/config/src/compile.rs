@@ -21,6 +21,7 @@ use switchyard_engine::cache::{
 use switchyard_engine::guard::rule::{Guardrail, GuardrailSpec};
 use switchyard_engine::limit::{parse_rfc3339, parse_usd_micros, LimitOnly};
 use switchyard_engine::shadow::{fraction_to_per_mille, percent_to_basis_points};
+use switchyard_engine::subject::subject_of;
 use switchyard_engine::{Limit, LimitRule, Price, ShadowRule, ShadowTarget};
 
 use super::{
@@ -296,16 +297,19 @@ fn compile_limits(raw: Vec<RawLimit>, scopes: &Scopes<'_>) -> Result<Vec<LimitRu
         let at = format!("limits[{li}]");
         let id = limit_ids.or_next(raw.id);
         let only = raw.only(&at, scopes)?;
+        let (tag, end_user) = (raw.tag.clone(), raw.end_user.clone());
         let limit = raw.into_limit(&at, scopes)?;
         only.check(limit.key.scope)
             .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;
-        if !seen.insert((limit.key, only.clone())) {
+        let subject = subject_of(limit.key.scope, tag, end_user)
+            .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;
+        if !seen.insert((limit.key, only.clone(), subject.clone())) {
             return Err(err(
                 at,
                 "another limit already counts this metric over this window for this scope",
             ));
         }
-        limits.push(LimitRule::new(id, limit, only));
+        limits.push(LimitRule::new(id, limit, only).about(subject));
     }
     check_unique(limits.iter().map(|l| l.id), "limits", "limit id")?;
     Ok(limits)
@@ -1159,14 +1163,22 @@ impl RawLimit {
             self.route.is_some(),
             self.channel.is_some(),
             self.member.is_some(),
+            self.tag.is_some(),
+            self.end_user.is_some(),
+            self.each_end_user,
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             return Err(err(
                 at,
-                "exactly one of `token`, `team`, `route`, `channel` or `member` says whom the limit applies to",
+                "exactly one of `token`, `team`, `route`, `channel`, `member`, `tag`, `end_user` \
+                 or `each_end_user` says whom the limit applies to",
             ));
         }
-        let (scope, scope_id) = if let Some(name) = &self.token {
+        let (scope, scope_id) = if self.tag.is_some() {
+            ("tag", 0)
+        } else if self.end_user.is_some() || self.each_end_user {
+            ("end_user", 0)
+        } else if let Some(name) = &self.token {
             let id = scopes.tokens.get(name.as_str());
             ("token", *id.ok_or_else(|| unknown("token", name))?)
         } else if let Some(name) = &self.team {

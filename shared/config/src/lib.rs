@@ -418,8 +418,9 @@ pub struct RawPrice {
     pub cached_input_per_million: Option<Amount>,
 }
 
-/// A limit: exactly one of `token`, `team`, `route` (its model pattern), `channel` (names) or
-/// `member` (an id) says whom it applies to.
+/// A limit: exactly one of `token`, `team`, `route` (its model pattern), `channel` (names),
+/// `member` (an id), `tag` (every request carrying it), `end_user` (that end user's requests) or
+/// `each_end_user: true` (each end user on a counter of its own) says whom it applies to.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
@@ -435,6 +436,14 @@ pub struct RawLimit {
     pub channel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
+    /// Each end user counts on a counter of its own (a request without an end user is not
+    /// counted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub each_end_user: bool,
     pub metric: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
@@ -442,10 +451,12 @@ pub struct RawLimit {
     pub value: Amount,
     #[serde(default = "hard", skip_serializing_if = "is_hard")]
     pub mode: String,
-    /// Narrowed to requests for models matching this pattern (a token, team or route limit).
+    /// Narrowed to requests for models matching this pattern (a client's limit: not a channel's
+    /// or a member's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pattern: Option<String>,
-    /// Narrowed to requests through this route (its model pattern; a token or team limit).
+    /// Narrowed to requests through this route (its model pattern; a token, team, tag or end
+    /// user limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_route: Option<String>,
     /// A spend limit's own notification thresholds (percentages of its value; `[]`: none).

@@ -23,6 +23,7 @@ pub mod semantic;
 pub mod settings;
 pub mod shadow;
 pub mod slots;
+pub mod subject;
 pub mod validate;
 
 pub use cache::{CacheEndpoint, CacheRule, CacheScope, SemanticMode, SemanticPart};

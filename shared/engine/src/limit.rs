@@ -16,6 +16,10 @@ pub enum ScopeKind {
     Route,
     Channel,
     Member,
+    /// Every request carrying a tag.
+    Tag,
+    /// One end user's requests, or each end user's on a counter of its own.
+    EndUser,
 }
 
 /// What a limit counts. Spend is in micro-USD (an exact integer, never a float).
@@ -220,12 +224,14 @@ impl LimitKey {
 }
 
 impl ScopeKind {
-    pub const ALL: [ScopeKind; 5] = [
+    pub const ALL: [ScopeKind; 7] = [
         ScopeKind::Token,
         ScopeKind::Team,
         ScopeKind::Route,
         ScopeKind::Channel,
         ScopeKind::Member,
+        ScopeKind::Tag,
+        ScopeKind::EndUser,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -235,11 +241,19 @@ impl ScopeKind {
             ScopeKind::Route => "route",
             ScopeKind::Channel => "channel",
             ScopeKind::Member => "member",
+            ScopeKind::Tag => "tag",
+            ScopeKind::EndUser => "end_user",
         }
     }
 
     pub fn parse(text: &str) -> Option<ScopeKind> {
         ScopeKind::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// A tag or end user limit: found by what a request says about itself (its tags, its end
+    /// user) rather than by an id.
+    pub fn attributed(self) -> bool {
+        matches!(self, ScopeKind::Tag | ScopeKind::EndUser)
     }
 
     /// An upstream limit (a provider's own quota): it makes members ineligible instead of
@@ -355,7 +369,9 @@ impl Limit {
         let scope = ScopeKind::parse(scope).ok_or_else(|| {
             (
                 "scope",
-                format!("`{scope}` is not one of token, team, route, channel, member"),
+                format!(
+                    "`{scope}` is not one of token, team, route, channel, member, tag, end_user"
+                ),
             )
         })?;
         let metric = Metric::parse(metric).ok_or_else(|| {
@@ -427,13 +443,34 @@ pub struct LimitRule {
     pub limit: Limit,
     #[serde(default)]
     pub only: LimitOnly,
+    /// A `tag` limit's tag; an `end_user` limit's end user (`None`: each end user separately).
+    /// `None` for every other scope (`subject::subject_of` checks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 impl LimitRule {
-    /// A rule: a narrowed one's key names its id (a counter of its own).
+    /// A rule: a narrowed one's key names its id (a counter of its own), and so does a tag or
+    /// end user limit's, whose scope id is not an id (0; an each-end-user limit's counter takes
+    /// the end user's counter id per request).
     pub fn new(id: i64, mut limit: Limit, only: LimitOnly) -> LimitRule {
-        limit.key.rule = (!only.is_plain()).then_some(id);
-        LimitRule { id, limit, only }
+        let attributed = limit.key.scope.attributed();
+        if attributed {
+            limit.key.scope_id = 0;
+        }
+        limit.key.rule = (attributed || !only.is_plain()).then_some(id);
+        LimitRule {
+            id,
+            limit,
+            only,
+            subject: None,
+        }
+    }
+
+    /// The rule with its tag or end user (see [`LimitRule::subject`]).
+    pub fn about(mut self, subject: Option<String>) -> LimitRule {
+        self.subject = subject;
+        self
     }
 }
 
@@ -465,22 +502,28 @@ impl LimitOnly {
         model_ok && self.route_id.is_none_or(|id| route == Some(id))
     }
 
-    /// Which scopes may be narrowed how: a model pattern on a token, team or route limit, a
-    /// route on a token or team limit; the error names the field.
+    /// Which scopes may be narrowed how: a model pattern on a token, team, route, tag or end
+    /// user limit, a route on a token, team, tag or end user limit; the error names the field.
     pub fn check(&self, scope: ScopeKind) -> Result<(), (&'static str, String)> {
         if let Some(pattern) = &self.model_pattern {
             if scope.upstream() {
                 return Err((
                     "model_pattern",
-                    "only a token, team or route limit can be narrowed to models".to_owned(),
+                    "only a token, team, route, tag or end user limit can be narrowed to models"
+                        .to_owned(),
                 ));
             }
             crate::pattern::validate_pattern(pattern).map_err(|e| ("model_pattern", e))?;
         }
-        if self.route_id.is_some() && !matches!(scope, ScopeKind::Token | ScopeKind::Team) {
+        if self.route_id.is_some()
+            && !matches!(
+                scope,
+                ScopeKind::Token | ScopeKind::Team | ScopeKind::Tag | ScopeKind::EndUser
+            )
+        {
             return Err((
                 "route_id",
-                "only a token or team limit can be narrowed to a route".to_owned(),
+                "only a token, team, tag or end user limit can be narrowed to a route".to_owned(),
             ));
         }
         Ok(())
@@ -892,7 +935,11 @@ mod tests {
         );
         assert_eq!(LimitMode::parse(""), None);
         let upstream: Vec<bool> = ScopeKind::ALL.iter().map(|s| s.upstream()).collect();
-        assert_eq!(upstream, [false, false, false, true, true]);
+        assert_eq!(upstream, [false, false, false, true, true, false, false]);
+        let attributed: Vec<bool> = ScopeKind::ALL.iter().map(|s| s.attributed()).collect();
+        assert_eq!(attributed, [false, false, false, false, false, true, true]);
+        assert_eq!(ScopeKind::parse("tag"), Some(ScopeKind::Tag));
+        assert_eq!(ScopeKind::parse("end_user"), Some(ScopeKind::EndUser));
     }
 
     #[test]
@@ -1034,10 +1081,21 @@ mod tests {
         assert!(only(None, None).is_plain());
         assert!(!only(Some("a"), None).is_plain());
         assert!(!only(None, Some(1)).is_plain());
-        for scope in [ScopeKind::Token, ScopeKind::Team, ScopeKind::Route] {
+        for scope in [
+            ScopeKind::Token,
+            ScopeKind::Team,
+            ScopeKind::Route,
+            ScopeKind::Tag,
+            ScopeKind::EndUser,
+        ] {
             assert_eq!(only(Some("gpt-4*"), None).check(scope), Ok(()));
         }
-        for scope in [ScopeKind::Token, ScopeKind::Team] {
+        for scope in [
+            ScopeKind::Token,
+            ScopeKind::Team,
+            ScopeKind::Tag,
+            ScopeKind::EndUser,
+        ] {
             assert_eq!(only(Some("a"), Some(3)).check(scope), Ok(()));
         }
         let field = |o: LimitOnly, scope| o.check(scope).unwrap_err().0;

@@ -19,6 +19,7 @@ use crate::pattern::RouteIndex;
 use crate::settings::Settings;
 use crate::shadow::ShadowRule;
 use crate::slots::HealthSlots;
+use crate::subject::SubjectLimits;
 
 pub use crate::ids::{ChannelId, CredentialId, MemberId, RouteId, TeamId, TokenId, UnixMillis};
 
@@ -440,6 +441,8 @@ pub struct Snapshot {
     /// (scope kind, scope id) -> the limits of that scope narrowed to a model pattern or a
     /// route, in id order.
     narrowed_by_scope: FxHashMap<(ScopeKind, i64), Vec<(LimitOnly, Limit)>>,
+    /// The tag and end user limits, by tag and end user.
+    subject_limits: SubjectLimits,
     /// Whether any channel or member carries a limit.
     upstream_limits: bool,
     index: RouteIndex,
@@ -515,6 +518,10 @@ fn limits_by_scope(limits: &[LimitRule]) -> (ByScope<Limit>, ByScope<(LimitOnly,
     let mut narrowed: ByScope<(LimitOnly, Limit)> = FxHashMap::default();
     for rule in limits {
         let scope = (rule.limit.key.scope, rule.limit.key.scope_id);
+        if scope.0.attributed() {
+            // Found by what a request says about itself: `SubjectLimits`.
+            continue;
+        }
         if rule.only.is_plain() {
             plain.entry(scope).or_default().push(rule.limit);
         } else {
@@ -583,6 +590,7 @@ impl Snapshot {
         shadows.sort_by_key(|s| s.id);
         limits.sort_by_key(|l| l.id);
         let (limits_by_scope, narrowed_by_scope) = limits_by_scope(&limits);
+        let subject_limits = SubjectLimits::new(&limits);
         channels.sort_by_key(|c| c.id);
         let catalog_prices = if settings.price_catalog {
             catalog_prices(&channels)
@@ -632,6 +640,7 @@ impl Snapshot {
             guards,
             limits_by_scope,
             narrowed_by_scope,
+            subject_limits,
             index,
             member_index,
             route_meta,
@@ -729,6 +738,11 @@ impl Snapshot {
             .iter()
             .filter(move |(only, _)| only.applies(model, route))
             .map(|(_, limit)| *limit)
+    }
+
+    /// The tag and end user limits, found by a request's tags and end user.
+    pub fn subject_limits(&self) -> &SubjectLimits {
+        &self.subject_limits
     }
 
     /// Whether any channel or member carries a limit (the proxy checks upstream room only then).

@@ -10,9 +10,10 @@ use switchyard_engine::cache::{
     parse_endpoints, CacheRule, CacheScope, SemanticMode, SemanticPart,
 };
 use switchyard_engine::guard::rule::{GuardChecks, Guardrail, GuardrailSpec};
-use switchyard_engine::limit::LimitOnly;
+use switchyard_engine::limit::{LimitOnly, ScopeKind};
 use switchyard_engine::model::validate_group;
 use switchyard_engine::settings::check_range;
+use switchyard_engine::subject::subject_of;
 use switchyard_engine::{
     validate_pattern, Capabilities, Channel, ChannelStatus, Credential, Limit, LimitRule, Member,
     PlanEntry, Price, Provider, Route, RoutingMode, SecretSource, Settings, ShadowRule,
@@ -445,6 +446,11 @@ fn limit_to_proto(rule: &LimitRule) -> v1::Limit {
         mode: rule.limit.mode.as_str().to_owned(),
         model_pattern: rule.only.model_pattern.clone(),
         route_id: rule.only.route_id,
+        tag: rule.subject.clone().filter(|_| key.scope == ScopeKind::Tag),
+        end_user: rule
+            .subject
+            .clone()
+            .filter(|_| key.scope == ScopeKind::EndUser),
     }
 }
 
@@ -560,7 +566,9 @@ fn limit_from_proto(l: v1::Limit, path: &str) -> Result<LimitRule, ConversionErr
     };
     only.check(limit.key.scope)
         .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
-    Ok(LimitRule::new(l.id, limit, only))
+    let subject = subject_of(limit.key.scope, l.tag, l.end_user)
+        .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
+    Ok(LimitRule::new(l.id, limit, only).about(subject))
 }
 
 fn settings_from_proto(w: v1::Settings) -> Result<Settings, ConversionError> {
@@ -1106,6 +1114,23 @@ mod tests {
                 route_id: Some(10),
             },
         );
+        let tag = LimitRule::new(
+            11,
+            Limit::parse("tag", 0, "tokens", Some("day"), 50, "hard").unwrap(),
+            LimitOnly::default(),
+        )
+        .about(Some("acme".into()));
+        let each_end_user = LimitRule::new(
+            12,
+            Limit::parse("end_user", 0, "requests", Some("minute"), 3, "hard").unwrap(),
+            LimitOnly::default(),
+        );
+        let one_end_user = LimitRule::new(
+            13,
+            Limit::parse("end_user", 0, "spend", Some("month"), 9, "soft").unwrap(),
+            LimitOnly::default(),
+        )
+        .about(Some("alice".into()));
         Snapshot::new(SnapshotParts {
             revision: 42,
             settings: Settings {
@@ -1119,7 +1144,14 @@ mod tests {
             teams: vec![team],
             tokens: vec![token],
             prices: vec![price],
-            limits: vec![limit, concurrent, narrowed],
+            limits: vec![
+                limit,
+                concurrent,
+                narrowed,
+                tag,
+                each_end_user,
+                one_end_user,
+            ],
             shadows: vec![ShadowRule {
                 id: 4,
                 name: "try".into(),
@@ -1343,6 +1375,18 @@ mod tests {
         rejects(
             |w| w.limits[2].model_pattern = Some("a b".into()),
             "limits[2].model_pattern",
+        );
+        // A tag limit names its tag; an end user is never empty; other scopes name neither.
+        rejects(|w| w.limits[3].tag = None, "limits[3].tag");
+        rejects(|w| w.limits[3].tag = Some("a b".into()), "limits[3].tag");
+        rejects(
+            |w| w.limits[4].end_user = Some(String::new()),
+            "limits[4].end_user",
+        );
+        rejects(|w| w.limits[0].tag = Some("acme".into()), "limits[0].tag");
+        rejects(
+            |w| w.limits[0].end_user = Some("u".into()),
+            "limits[0].end_user",
         );
         rejects(
             |w| w.prices[0].model_pattern = String::new(),

@@ -30,22 +30,9 @@ pub fn unix_now_s() -> i64 {
 
 /// Tags one request-log row carries at most.
 pub const MAX_TAGS: usize = 16;
-/// Longest tag (every allowed character is one byte).
-pub const MAX_TAG_LEN: usize = 64;
-/// Longest end user of a request-log row (characters).
-pub const MAX_END_USER_CHARS: usize = 256;
 
-/// Whether `b` may appear in a tag: ASCII letters and digits, `_`, `-`, `.`, `:`, `/` and `=`
-/// (no comma, so a list of tags joins and splits on commas unambiguously).
-pub fn tag_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'/' | b'=')
-}
-
-/// Whether `tag` is one a request-log row may carry: 1 to [`MAX_TAG_LEN`] characters of
-/// [`tag_byte`]'s set.
-pub fn valid_tag(tag: &str) -> bool {
-    (1..=MAX_TAG_LEN).contains(&tag.len()) && tag.bytes().all(tag_byte)
-}
+// A tag's and an end user's bounds are the engine's: a limit names them too.
+pub use switchyard_engine::subject::{tag_byte, valid_tag, MAX_END_USER_CHARS, MAX_TAG_LEN};
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
-use switchyard_engine::fxhash::FxHashMap as HashMap;
+use switchyard_engine::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 pub use switchyard_engine::limit::{Limit, LimitKey, LimitMode, Metric, ScopeKind, Window};
 use switchyard_engine::UnixMillis;
 
@@ -137,6 +137,8 @@ struct Slot {
     /// A claim should be sent / is on its way.
     due: bool,
     in_flight: bool,
+    /// When a request last used this slot (which end users' slots are forgotten first).
+    touched: UnixMillis,
 }
 
 impl Slot {
@@ -249,7 +251,13 @@ pub(crate) struct Limiter {
     slots: Mutex<Tables>,
 }
 
-#[derive(Debug, Default)]
+/// Most slots of each-end-user limits one table holds (one per end user, limit and window
+/// seen): end user ids are the client's to choose, so their number has a bound. Past it, the
+/// slots whose counting is over go first, then those idle the longest (see
+/// [`Tables::forget_end_users`]).
+pub const MAX_END_USER_SLOTS: usize = 100_000;
+
+#[derive(Debug)]
 struct Tables {
     slots: HashMap<LimitKey, Slot>,
     /// Allowance left over when a window ended, to give back.
@@ -257,6 +265,27 @@ struct Tables {
     /// Rolling windows: what each earlier day bucket took (fleet-wide as this proxy knew it
     /// when the day ended), by (limit, day start); days older than the window are dropped.
     history: HashMap<(LimitKey, UnixMillis), u64>,
+    /// Slots of each-end-user limits in `slots`, and the most there may be.
+    end_users: usize,
+    end_user_cap: usize,
+}
+
+impl Default for Tables {
+    fn default() -> Tables {
+        Tables {
+            slots: HashMap::default(),
+            give_backs: Vec::new(),
+            history: HashMap::default(),
+            end_users: 0,
+            end_user_cap: MAX_END_USER_SLOTS,
+        }
+    }
+}
+
+/// A slot of an each-end-user limit: one per end user (its counter id is the scope id; a limit
+/// naming one end user, or a tag, has scope id 0).
+fn per_end_user(key: &LimitKey) -> bool {
+    key.scope == ScopeKind::EndUser && key.scope_id != 0
 }
 
 fn amounts(limit: &Limit, tokens: u64) -> (u64, u64) {
@@ -289,10 +318,17 @@ impl Tables {
     /// remembered and its earlier days summed into `before`).
     fn slot(&mut self, limit: &Limit, now: UnixMillis, auth: Authority) -> &mut Slot {
         let bounds = limit.key.bounds(now);
+        if per_end_user(&limit.key) && !self.slots.contains_key(&limit.key) {
+            if self.end_users >= self.end_user_cap {
+                self.forget_end_users(now);
+            }
+            self.end_users += 1;
+        }
         let Tables {
             slots,
             give_backs,
             history,
+            ..
         } = self;
         let slot = slots
             .entry(limit.key)
@@ -313,7 +349,60 @@ impl Tables {
         }
         slot.configured = limit.value;
         slot.value = limit.value.saturating_sub(slot.before);
+        slot.touched = slot.touched.max(now);
         slot
+    }
+}
+
+impl Tables {
+    /// Makes room for a new end user's slot: forgets every each-end-user slot whose counting is
+    /// over (its window, a rolling window's every day, has passed), and when that is not enough,
+    /// those idle the longest, down to three quarters of the bound. A slot with a claim on its
+    /// way or due, or concurrency slots held, is kept. A forgotten slot gives its unused
+    /// allowance back; in a fleet its count lives on in the shared counter (the next claim
+    /// learns it), alone its end user's count starts over.
+    fn forget_end_users(&mut self, now: UnixMillis) {
+        let idle = |key: &LimitKey, slot: &Slot| {
+            per_end_user(key) && !slot.due && !slot.in_flight && !(slot.concurrent && slot.used > 0)
+        };
+        // Over: nothing held (concurrent), or no day of the window left to count.
+        let over = |key: &LimitKey, slot: &Slot| {
+            if slot.concurrent {
+                slot.granted == 0
+            } else {
+                key.window.first_day(now) > slot.window_start
+            }
+        };
+        let mut gone: HashSet<LimitKey> = self
+            .slots
+            .iter()
+            .filter(|(key, slot)| idle(key, slot) && over(key, slot))
+            .map(|(key, _)| *key)
+            .collect();
+        let target = self.end_user_cap / 4 * 3;
+        if self.end_users.saturating_sub(gone.len()) > target {
+            let mut rest: Vec<(UnixMillis, LimitKey)> = self
+                .slots
+                .iter()
+                .filter(|(key, slot)| idle(key, slot) && !gone.contains(*key))
+                .map(|(key, slot)| (slot.touched, *key))
+                .collect();
+            let excess = (self.end_users - gone.len() - target).min(rest.len());
+            if excess > 0 && excess < rest.len() {
+                rest.select_nth_unstable(excess);
+            }
+            gone.extend(rest.iter().take(excess).map(|(_, key)| *key));
+        }
+        for key in &gone {
+            if let Some(slot) = self.slots.remove(key) {
+                let unused = slot.granted.saturating_sub(slot.used);
+                if unused > 0 && !slot.concurrent {
+                    self.give_backs.push(slot.give_back(*key, unused));
+                }
+                self.end_users -= 1;
+            }
+        }
+        self.history.retain(|(key, _), _| !gone.contains(key));
     }
 }
 
@@ -1333,5 +1422,164 @@ mod tests {
         // Beyond the limit: no room at all, never an underflow.
         l.learn_before(&c, 5_000);
         assert_eq!(l.status(&limits[0], NOW, ON).remaining, 0);
+    }
+
+    /// User `user`'s slot of one each-end-user limit (rule 5).
+    fn per_user(user: i64, metric: Metric, window: Window, value: u64) -> Limit {
+        Limit {
+            key: LimitKey {
+                scope: ScopeKind::EndUser,
+                scope_id: user,
+                metric,
+                window,
+                rule: Some(5),
+            },
+            value,
+            mode: LimitMode::Hard,
+        }
+    }
+
+    fn users(l: &Limiter) -> (usize, usize) {
+        let t = l.lock();
+        (
+            t.end_users,
+            t.slots.keys().filter(|k| per_end_user(k)).count(),
+        )
+    }
+
+    #[test]
+    fn each_end_users_slots_stay_within_the_bound_however_many_end_users_come() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 8;
+        let x = Authority::Exact;
+        for user in 1..=1_000 {
+            let one = [per_user(user, Metric::Requests, Window::Minute, 1)];
+            assert!(at(&l, &one, NOW + user as u64, x).admitted(), "user {user}");
+            let (counted, held) = users(&l);
+            assert_eq!(counted, held, "the count follows the table");
+            assert!(held <= 8, "{held} slots after user {user}");
+        }
+        // A tag or a named end user's slot (scope id 0) is not an end user's of its own.
+        let named = [per_user(0, Metric::Requests, Window::Minute, 1)];
+        assert!(at(&l, &named, NOW, x).admitted());
+        assert!(users(&l).0 <= 8);
+        assert!(!per_end_user(&named[0].key));
+        assert!(!per_end_user(
+            &limit(3, Metric::Requests, Window::Minute, 1).key
+        ));
+    }
+
+    #[test]
+    fn the_idlest_end_users_are_forgotten_first_and_a_counting_one_is_kept() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 4;
+        let x = Authority::Exact;
+        let one = |user| [per_user(user, Metric::Requests, Window::Minute, 1)];
+        // Users 1..=4 in turn, then user 1 again (refused: it used its one request).
+        for user in 1..=4 {
+            assert!(at(&l, &one(user), NOW + user as u64, x).admitted());
+        }
+        assert!(
+            !at(&l, &one(1), NOW + 10, x).admitted(),
+            "user 1 is counted"
+        );
+        // User 5 makes room: down to three, the idlest (2) goes, 1 (touched last) stays.
+        assert!(at(&l, &one(5), NOW + 11, x).admitted());
+        let t = l.lock();
+        assert_eq!(t.end_users, 4, "three kept and the new one");
+        assert!(t.slots.contains_key(&one(1)[0].key), "used last: kept");
+        assert!(
+            !t.slots.contains_key(&one(2)[0].key),
+            "idle the longest: forgotten"
+        );
+        drop(t);
+        assert!(!at(&l, &one(1), NOW + 12, x).admitted(), "still counted");
+    }
+
+    #[test]
+    fn end_users_whose_windows_are_over_go_before_any_idle_one() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 4;
+        let x = Authority::Exact;
+        let week = |user| [per_user(user, Metric::Requests, Window::Rolling(7), 1)];
+        let minute = |user| [per_user(user, Metric::Requests, Window::Minute, 1)];
+        for user in [2, 3] {
+            assert!(at(&l, &minute(user), NOW, x).admitted());
+        }
+        assert!(at(&l, &week(1), NOW + 1, x).admitted());
+        let later = NOW + 2 * DAY_MS;
+        assert!(at(&l, &minute(4), later, x).admitted());
+        // Two days on: users 2 and 3's minutes are over and go; user 1, idle longer than 4,
+        // stays: its week still counts its day.
+        assert!(at(&l, &minute(5), later + 10, x).admitted());
+        {
+            let t = l.lock();
+            assert_eq!(t.end_users, 3);
+            assert!(t.slots.contains_key(&week(1)[0].key));
+            assert!(!t.slots.contains_key(&minute(2)[0].key));
+        }
+        assert!(
+            !at(&l, &week(1), later + 11, x).admitted(),
+            "its day still counts"
+        );
+        assert!(!l.lock().history.is_empty());
+        // A week on, user 1's window is over too: it goes, with the days it remembered.
+        let next_week = NOW + 9 * DAY_MS;
+        for user in 6..=7 {
+            assert!(at(&l, &minute(user), next_week + user as u64, x).admitted());
+        }
+        let t = l.lock();
+        assert!(
+            !t.slots.contains_key(&week(1)[0].key),
+            "counted out: forgotten"
+        );
+        assert!(t.slots.contains_key(&minute(6)[0].key));
+        assert_eq!(t.end_users, 2);
+        assert!(t.history.is_empty());
+    }
+
+    #[test]
+    fn a_fleet_end_user_with_a_claim_on_its_way_or_slots_held_is_kept_and_gives_back() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 4;
+        let conc = [per_user(1, Metric::Concurrent, Window::None, 2)];
+        assert!(take(&l, &conc, 0, ON).0.admitted(), "a slot held");
+        let claiming = [per_user(2, Metric::Requests, Window::Minute, 1_000)];
+        assert!(take(&l, &claiming, 0, ON).0.admitted());
+        let claims = l.due_claims(1);
+        assert_eq!(claims.len(), 2, "both on their way");
+        let granted = [per_user(3, Metric::Requests, Window::Minute, 1_000)];
+        assert!(take(&l, &granted, 0, ON).0.admitted());
+        let c = l.due_claims(1).remove(0);
+        l.apply(&c, Some((20, 21)));
+        assert!(take(
+            &l,
+            &[per_user(4, Metric::Requests, Window::Minute, 1_000)],
+            0,
+            ON
+        )
+        .0
+        .admitted());
+        let _ = l.due_claims(1);
+        // A fifth: only user 3 (answered, idle) may go; 1 holds a slot, 2 and 4 await answers.
+        assert!(take(
+            &l,
+            &[per_user(5, Metric::Requests, Window::Minute, 1_000)],
+            0,
+            ON
+        )
+        .0
+        .admitted());
+        let t = l.lock();
+        assert!(!t.slots.contains_key(&granted[0].key));
+        for kept in [&conc[0].key, &claiming[0].key] {
+            assert!(t.slots.contains_key(kept));
+        }
+        let back: Vec<_> = t.give_backs.iter().map(|c| (c.key, c.debt)).collect();
+        assert_eq!(
+            back,
+            [(granted[0].key, -20)],
+            "its unused allowance goes back"
+        );
     }
 }
