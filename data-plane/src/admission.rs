@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
+use switchyard_engine::subject::Attribution;
 use switchyard_engine::{Limit, Metric, ScopeKind, Snapshot, Token, UnixMillis};
 use switchyard_provider::Usage;
 use switchyard_state::{unix_ms, Admission, LimitMode, LimitRequest, RateHeader, StateStore};
@@ -22,13 +23,15 @@ pub fn estimate(body_len: usize, max_output: Option<u64>) -> u64 {
 
 /// The limits a client request for `model` (the name the client asked for; `None` when the
 /// request names none) is under: its token's, its team's and its route's (soft and hard
-/// together), the plain ones and those narrowed to its model or its route. Empty, and
-/// allocation-free (a `concat` of empty slices allocates nothing), when none of them has any.
+/// together), the plain ones and those narrowed to its model or its route, and those of its
+/// tags and its end user (`who`). Empty, and allocation-free (a `concat` of empty slices
+/// allocates nothing), when none of them has any.
 pub fn client_limits(
     snapshot: &Snapshot,
     token: &Token,
     route: Option<i64>,
     model: Option<&str>,
+    who: Attribution<'_>,
 ) -> Vec<Limit> {
     let parts = [
         snapshot.limits_of(ScopeKind::Token, token.id),
@@ -46,7 +49,46 @@ pub fn client_limits(
     for (scope, id) in scopes.into_iter().flatten() {
         limits.extend(snapshot.narrowed_limits_of(scope, id, model, route));
     }
+    let subjects = snapshot.subject_limits();
+    if !subjects.is_empty() {
+        limits.extend(subjects.of(who, model, route));
+    }
     limits
+}
+
+/// What a request says about itself, as its limits need it: its tags, and its end user with
+/// the end user's counter id (derived only when a limit counts each end user separately).
+pub fn attribution<'a>(
+    snapshot: &Snapshot,
+    tags: &'a [String],
+    end_user: Option<&'a str>,
+) -> Attribution<'a> {
+    let counts_each = snapshot.subject_limits().counts_each_end_user();
+    Attribution {
+        tags,
+        end_user: end_user.map(|user| {
+            (
+                user,
+                if counts_each {
+                    end_user_counter(user)
+                } else {
+                    0
+                },
+            )
+        }),
+    }
+}
+
+/// An end user's counter id: the first 63 bits of the SHA-256 of its name (never 0, which
+/// stands for no end user's own counter). The same on every proxy, so a fleet shares one
+/// counter per end user, and no end user's name is written into the shared store; a digest,
+/// so a client cannot choose a name that lands on another end user's counter.
+pub fn end_user_counter(user: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(user.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (i64::from_be_bytes(first) & i64::MAX).max(1)
 }
 
 /// The upstream limits of a member: its channel's and its own.
@@ -755,35 +797,114 @@ mod tests {
         let token = |id: i64| snapshot.tokens().iter().find(|t| t.id == id).unwrap();
         let values = |limits: Vec<Limit>| limits.iter().map(|l| l.value).collect::<Vec<_>>();
         assert_eq!(
-            values(client_limits(&snapshot, token(1), Some(1), Some("m"))),
+            values(client_limits(
+                &snapshot,
+                token(1),
+                Some(1),
+                Some("m"),
+                nobody()
+            )),
             [10, 20, 30, 80],
             "the team's limit on route m applies there"
         );
         // The key's limit on gpt-4* models applies to a request for one, through any route.
         assert_eq!(
-            values(client_limits(&snapshot, token(1), None, Some("gpt-4o"))),
+            values(client_limits(
+                &snapshot,
+                token(1),
+                None,
+                Some("gpt-4o"),
+                nobody()
+            )),
             [10, 20, 70]
         );
         assert_eq!(
-            values(client_limits(&snapshot, token(1), Some(1), None)),
+            values(client_limits(&snapshot, token(1), Some(1), None, nobody())),
             [10, 20, 30, 80],
             "no model named: model-narrowed limits do not apply"
         );
         assert_eq!(
-            values(client_limits(&snapshot, token(1), None, Some("m"))),
+            values(client_limits(
+                &snapshot,
+                token(1),
+                None,
+                Some("m"),
+                nobody()
+            )),
             [10, 20]
         );
         assert_eq!(
-            values(client_limits(&snapshot, token(2), Some(1), Some("m"))),
+            values(client_limits(
+                &snapshot,
+                token(2),
+                Some(1),
+                Some("m"),
+                nobody()
+            )),
             [30]
         );
         assert_eq!(
-            values(client_limits(&snapshot, token(2), None, Some("m"))),
+            values(client_limits(
+                &snapshot,
+                token(2),
+                None,
+                Some("m"),
+                nobody()
+            )),
             Vec::<u64>::new()
         );
         assert_eq!(values(upstream_limits(&snapshot, 1, 1)), [40, 50]);
         assert_eq!(values(upstream_limits(&snapshot, 2, 2)), [60]);
         assert_eq!(values(upstream_limits(&snapshot, 2, 3)), Vec::<u64>::new());
+    }
+
+    fn nobody() -> Attribution<'static> {
+        Attribution::default()
+    }
+
+    #[test]
+    fn a_request_is_under_its_tags_its_end_users_and_its_own_each_end_user_limits() {
+        let yaml = "channels:\n  - { id: 1, name: a, provider: mock }\nroutes:\n  - id: 1\n    model_pattern: m\n    members:\n      - { id: 1, channel: a }\ntokens:\n  - { id: 1, name: app, token: sk-app }\nlimits:\n  - { id: 1, token: app, metric: requests, window: minute, value: 10 }\n  - { id: 2, tag: acme, metric: requests, window: minute, value: 20 }\n  - { id: 3, end_user: alice, metric: requests, window: minute, value: 30 }\n  - { id: 4, each_end_user: true, metric: requests, window: minute, value: 40 }\n  - { id: 5, tag: beta, metric: spend, window: 7d, value: 5, on_route: m }\n";
+        let snapshot = Snapshot::new(crate::config::parse_yaml(yaml, 1).unwrap());
+        let token = &snapshot.tokens()[0];
+        let tags = ["acme".to_owned(), "beta".to_owned()];
+        let keys = |who: Attribution<'_>, route| {
+            client_limits(&snapshot, token, route, Some("m"), who)
+                .iter()
+                .map(|l| (l.value, l.key.scope_id))
+                .collect::<Vec<_>>()
+        };
+        let alice = attribution(&snapshot, &tags, Some("alice"));
+        let id = end_user_counter("alice");
+        assert_eq!(alice.end_user, Some(("alice", id)));
+        assert_eq!(
+            keys(alice, Some(1)),
+            [(10, 1), (20, 0), (5_000_000, 0), (30, 0), (40, id)]
+        );
+        assert_eq!(
+            keys(alice, None),
+            [(10, 1), (20, 0), (30, 0), (40, id)],
+            "the beta limit counts route m only"
+        );
+        let bob = attribution(&snapshot, &[], Some("bob"));
+        assert_eq!(keys(bob, None), [(10, 1), (40, end_user_counter("bob"))]);
+        assert_eq!(
+            keys(nobody(), Some(1)),
+            [(10, 1)],
+            "no tag, no end user: only the key's own"
+        );
+    }
+
+    #[test]
+    fn an_end_users_counter_id_is_a_stable_digest_never_zero() {
+        assert_eq!(end_user_counter("alice"), end_user_counter("alice"));
+        assert_ne!(end_user_counter("alice"), end_user_counter("bob"));
+        assert_ne!(end_user_counter("alice"), end_user_counter("alice "));
+        // SHA-256("alice") begins 2bd806c97f0e00af: its first 63 bits.
+        assert_eq!(end_user_counter("alice"), 0x2bd8_06c9_7f0e_00af);
+        for user in ["", "a", "bob", "\u{0}"] {
+            assert!(end_user_counter(user) > 0, "{user:?}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub enum GatewayError {
     Unauthorized,
     /// The API key's expiry (`expires_at`, RFC 3339 UTC) has passed.
     TokenExpired { at: String },
-    /// A hard limit of the key, its team or the route has no room. `spent`: a spend budget is
+    /// A hard limit of the key, its team, the route, a tag or the end user has no room. `spent`: a spend budget is
     /// used up for its window (otherwise a spend limit refusing is waiting for this proxy's
     /// share of the budget to be topped up: a plain rate limit, worth a retry in a second).
     RateLimited {
@@ -455,6 +455,9 @@ pub fn describe(scope: ScopeKind, metric: Metric, window: Window, value: u64) ->
         ScopeKind::Route => "the model route's",
         ScopeKind::Channel => "the upstream channel's",
         ScopeKind::Member => "the upstream member's",
+        // The request's own tag or end user: never named, never another end user's.
+        ScopeKind::Tag => "its tag's",
+        ScopeKind::EndUser => "its end user's",
     };
     let per = match window {
         Window::None => String::new(),
@@ -505,6 +508,14 @@ mod tests {
         assert_eq!(
             describe(ScopeKind::Route, Metric::Concurrent, Window::None, 4),
             "the model route's limit of 4 concurrent requests"
+        );
+        assert_eq!(
+            describe(ScopeKind::Tag, Metric::Spend, Window::Rolling(7), 5_000_000),
+            "its tag's spend budget of 5 USD over the last 7 days (UTC)"
+        );
+        assert_eq!(
+            describe(ScopeKind::EndUser, Metric::Requests, Window::Minute, 3),
+            "its end user's limit of 3 requests per minute"
         );
     }
 

@@ -1,6 +1,7 @@
 //! Limits held fleet-wide by three real data-plane processes sharing one Redis, under load from
 //! several clients each: a requests-per-minute limit admits at most its value plus the documented
-//! overshoot bound, a spend budget stops the token on every proxy within the bound, and with Redis
+//! overshoot bound, a spend budget stops the token on every proxy within the bound, a limit
+//! counting each end user separately holds per end user across the fleet, and with Redis
 //! stopped mid-run no request fails for it while each proxy holds its share of the limit.
 //!
 //! The overshoot bound: while Redis is reachable, the fleet's admitted total over a window exceeds
@@ -292,5 +293,102 @@ async fn with_redis_stopped_no_request_fails_and_each_proxy_holds_its_share() {
         );
     }
     drop(proxies);
+    let _ = std::fs::remove_file(path);
+}
+
+/// `user`'s chat request (no user: a request naming none).
+fn chat_as(user: Option<&str>) -> String {
+    match user {
+        Some(user) => format!(
+            r#"{{"model":"m","user":"{user}","messages":[{{"role":"user","content":"hello"}}]}}"#
+        ),
+        None => CHAT.to_owned(),
+    }
+}
+
+/// `clients` clients per proxy sending `user`'s requests until `until`: (admitted, refused,
+/// failed) over the fleet.
+async fn load_as(proxies: &[Proxy], clients: usize, until: Instant, user: &str) -> (u64, u64, u64) {
+    let mut tasks = Vec::new();
+    for proxy in proxies {
+        for _ in 0..clients {
+            let (url, body) = (proxy.url.clone(), chat_as(Some(user)));
+            tasks.push(tokio::spawn(async move {
+                let mut t = (0, 0, 0);
+                while Instant::now() < until {
+                    match http(&url, "POST", "/v1/chat/completions", &body, &[]).await {
+                        Ok(r) if r.status == 200 => t.0 += 1,
+                        Ok(r) if r.status == 429 => {
+                            assert!(r.body.contains("its end user's limit"), "{}", r.body);
+                            t.1 += 1;
+                        }
+                        _ => t.2 += 1,
+                    }
+                }
+                t
+            }));
+        }
+    }
+    let mut total = (0, 0, 0);
+    for task in tasks {
+        let t = task.await.unwrap();
+        total = (total.0 + t.0, total.1 + t.1, total.2 + t.2);
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_proxies_hold_an_each_end_user_limit_per_end_user_fleet_wide() {
+    const LIMIT: u64 = 60;
+    const FLEET: u32 = 2;
+    let prefix = unique("limit-end-user");
+    let path = write_config(
+        "limit-end-user",
+        &config(&format!(
+            "  - {{ each_end_user: true, metric: requests, window: minute, value: {LIMIT} }}\n"
+        )),
+    );
+    let mut proxies = Vec::new();
+    for _ in 0..FLEET {
+        proxies.push(Proxy::start(BIN, &path, &redis_url(), &prefix).await);
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    within_one_window(MINUTE, Duration::from_secs(25)).await;
+    // A unique end user per run: the shared counter is the fleet's, whatever ran before.
+    let alice = unique("alice");
+    let (ok, refused, failed) = load_as(
+        &proxies,
+        CLIENTS_PER_PROXY,
+        Instant::now() + Duration::from_secs(8),
+        &alice,
+    )
+    .await;
+    let bound = (LIMIT / 100).max(u64::from(FLEET) * allowance(LIMIT, FLEET, 1));
+    eprintln!("fleet end user: limit {LIMIT}, admitted {ok}, refused {refused}, bound {bound}");
+    assert_eq!(failed, 0);
+    assert!(refused > 0, "the load went past the limit");
+    assert!(ok <= LIMIT + bound, "admitted {ok} > {LIMIT} + {bound}");
+    assert!(ok + bound >= LIMIT, "admitted only {ok} of {LIMIT}");
+    // Another end user, and a request naming none, are admitted on every proxy all the while.
+    let bob = unique("bob");
+    for proxy in &proxies {
+        for user in [Some(alice.as_str()), Some(bob.as_str()), None] {
+            let r = http(
+                &proxy.url,
+                "POST",
+                "/v1/chat/completions",
+                &chat_as(user),
+                &[],
+            )
+            .await
+            .unwrap();
+            let expected = if user == Some(alice.as_str()) {
+                429
+            } else {
+                200
+            };
+            assert_eq!(r.status, expected, "{user:?}: {}", r.body);
+        }
+    }
     let _ = std::fs::remove_file(path);
 }

@@ -240,6 +240,26 @@ mod tests {
                 "limits[1]: another limit already counts",
             ),
             (
+                "limits:\n  - { tag: acme, end_user: u, metric: requests, window: minute, value: 1 }\n",
+                "limits[0]: exactly one of",
+            ),
+            (
+                "limits:\n  - { each_end_user: true, token: k, metric: requests, window: minute, value: 1 }\n",
+                "limits[0]: exactly one of",
+            ),
+            (
+                "limits:\n  - { tag: 'a b', metric: requests, window: minute, value: 1 }\n",
+                "limits[0].tag: a tag is 1 to 64 characters",
+            ),
+            (
+                "limits:\n  - { end_user: '', metric: requests, window: minute, value: 1 }\n",
+                "limits[0].end_user: an end user is 1 to 256 characters",
+            ),
+            (
+                "limits:\n  - { each_end_user: true, metric: requests, window: minute, value: 1 }\n  - { each_end_user: true, metric: requests, window: minute, value: 2 }\n",
+                "limits[1]: another limit already counts",
+            ),
+            (
                 "prices:\n  - { channel: b, model_pattern: m, input_per_million: 1, output_per_million: 1 }\n",
                 "prices[0].channel: unknown channel \"b\"",
             ),

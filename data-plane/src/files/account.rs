@@ -18,6 +18,7 @@ use super::channel::{exchange, Call};
 use crate::admission::client_limits;
 use crate::state::AppState;
 use crate::usage::UsageKey;
+use switchyard_engine::subject::Attribution;
 
 /// The largest batch output the gateway reads to account it (a larger one is logged and left
 /// unaccounted).
@@ -165,7 +166,14 @@ fn record(state: &AppState, caller: &Caller, channel: &Channel, answered: &[(Str
         // Charged to the key's, its team's and the route's token and spend limits, as a
         // request's usage is once it finished (the batch was admitted by nobody: nothing is
         // refused, the limits only count it).
-        let limits = client_limits(snapshot, &caller.token, resolved.map(|r| r.id), Some(model));
+        // (A batch's lines carry no attribution the gateway reads: no tag or end user limit.)
+        let limits = client_limits(
+            snapshot,
+            &caller.token,
+            resolved.map(|r| r.id),
+            Some(model),
+            Attribution::default(),
+        );
         if !limits.is_empty() {
             let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
             let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);

@@ -108,6 +108,7 @@ impl Observed {
             &caller.token,
             route.map(|r| r.id),
             model,
+            switchyard_engine::subject::Attribution::default(),
         );
         admit_under(state, &caller.token, limits, 0, &mut self.trail).await
     }

@@ -1,4 +1,5 @@
-//! Admit: the key's, its team's and the route's limits take the request, or refuse it.
+//! Admit: the key's, its team's, the route's, its tags' and its end user's limits take the
+//! request, or refuse it.
 
 use switchyard_engine::{Limit, Token};
 
@@ -15,7 +16,13 @@ pub async fn admit(state: &AppState, ctx: &mut Ctx<'_>) -> Result<(), GatewayErr
     ctx.estimate = admission::estimate(ctx.body.len(), ctx.inspected.max_output_tokens);
     let model = Some(ctx.inspected.model.as_str()).filter(|m| !m.is_empty());
     let route = ctx.route.map(|r| r.id);
-    let limits = admission::client_limits(&ctx.view.snapshot, ctx.token, route, model);
+    let snapshot = &ctx.view.snapshot;
+    let who = admission::attribution(
+        snapshot,
+        &ctx.inspected.tags,
+        ctx.inspected.end_user.as_deref(),
+    );
+    let limits = admission::client_limits(snapshot, ctx.token, route, model, who);
     admit_under(state, ctx.token, limits, ctx.estimate, &mut ctx.trail).await
 }
 
@@ -27,13 +34,15 @@ fn report_refusing(state: &AppState, limit: &Limit) {
     };
     let now = switchyard_state::unix_ms();
     let window_start = limit.key.bounds(now).0;
-    usage.record_refusing(limit.key, window_start, now, || {
+    // One report per limit and window: an each-end-user limit's, whichever end user it refused
+    // (the report names no end user, and their number does not grow the buffer).
+    let mut key = limit.key;
+    if key.scope.attributed() {
+        key.scope_id = 0;
+    }
+    usage.record_refusing(key, window_start, now, || {
         let view = state.views.load_full()?;
-        let rule = view
-            .snapshot
-            .limits()
-            .iter()
-            .find(|r| r.limit.key == limit.key)?;
+        let rule = view.snapshot.limits().iter().find(|r| r.limit.key == key)?;
         Some(rule.id)
     });
 }

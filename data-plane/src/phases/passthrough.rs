@@ -98,8 +98,15 @@ async fn forward(
     }
     let settings = &view.snapshot.settings;
     let body = read_limited_body(&parts.headers, body, settings.max_request_body_bytes).await?;
-    // The key's and its team's limits; no route, and no token estimate (the body is not read).
-    let client_limits = admission::client_limits(&view.snapshot, token, None, None);
+    // The key's and its team's limits; no route, no token estimate and no tag or end user (the
+    // body is not read).
+    let client_limits = admission::client_limits(
+        &view.snapshot,
+        token,
+        None,
+        None,
+        switchyard_engine::subject::Attribution::default(),
+    );
     admit_under(state, token, client_limits, 0, trail).await?;
     let runtime = view
         .channel_runtime(channel.id)
