@@ -166,7 +166,9 @@ export async function budgets(root) {
       h('button', { type: 'button', onclick: () => { location.hash = `#/budgets?t=${Date.now()}`; } }, 'Refresh')),
     table([
       { title: 'limit', render: (b) => h('a', { href: `#/limits/${b.limit_id}` }, `#${b.limit_id}`) },
-      { title: 'scope', render: (b) => `${b.scope} ${b.scope_name} (#${b.scope_id})` },
+      { title: 'scope', render: (b) => (b.scope === 'end_user' && !b.scope_name
+        ? `each end user${b.end_users.length ? ` (most spent: ${b.end_users.slice(0, 3).map((u) => `${u.end_user} ${u.spent_usd} USD`).join(', ')})` : ''}`
+        : ['tag', 'end_user'].includes(b.scope) ? `${b.scope} ${b.scope_name}` : `${b.scope} ${b.scope_name} (#${b.scope_id})`) },
       { title: 'window', key: 'window' },
       { title: 'mode', key: 'mode' },
       { title: 'limit (USD)', key: 'value_usd' },
@@ -184,7 +186,9 @@ export async function budgets(root) {
 
 // ---------------------------------------------------------------- limits
 
-const SCOPES = ['token', 'team', 'route', 'channel', 'member'];
+const SCOPES = ['token', 'team', 'route', 'channel', 'member', 'tag', 'end_user'];
+/** Scopes named by what a request says (a tag, an end user) rather than by an id. */
+const ATTRIBUTED = ['tag', 'end_user'];
 const LIMIT_METRICS = ['requests', 'tokens', 'concurrent', 'spend'];
 
 /** What a limit can be put on: per scope, [id, label] pairs. */
@@ -201,13 +205,17 @@ async function scopeCandidates() {
     route: pairs(routes, (r) => r.model_pattern),
     channel: pairs(channels, (c) => c.name),
     member: pairs(members, (m) => `${m.upstream_model} on ${channelName(m.channel_id)} (route ${routeName(m.route_id)})`),
+    tag: [],
+    end_user: [],
   };
 }
 
 function limitFields(candidates, scope) {
   return [
     { name: 'scope', type: 'select', options: SCOPES, default: 'token' },
-    { name: 'scope_id', type: 'select', options: candidates[scope] || [], label: 'scope_id', help: 'the token, team, route, channel or member it applies to' },
+    { name: 'scope_id', type: 'select', options: candidates[scope] || [], label: 'scope_id', help: 'the token, team, route, channel or member it applies to (none for a tag or end user)' },
+    { name: 'tag', nullable: true, help: 'scope tag: every request carrying this tag counts' },
+    { name: 'end_user', nullable: true, help: 'scope end_user: this end user only; empty: each end user on a counter of their own (requests without an end user are not counted)' },
     { name: 'metric', type: 'select', options: LIMIT_METRICS, default: 'spend' },
     { name: 'window', type: 'select', nullable: true, default: 'day',
       options: [['', 'none (concurrent)'], 'minute', 'hour', 'day', 'month'],
@@ -231,8 +239,17 @@ function followScope(form, candidates) {
 }
 
 function limitBody(body) {
-  if (typeof body.scope_id === 'string') body.scope_id = Number(body.scope_id);
+  if (ATTRIBUTED.includes(body.scope)) delete body.scope_id;
+  else if (typeof body.scope_id === 'string') body.scope_id = Number(body.scope_id);
+  for (const field of ['tag', 'end_user']) if (body[field] === '') body[field] = null;
   return body;
+}
+
+/** Whom a limit applies to, in words (a tag's or an end user's by name). */
+function limitWhom(l, label) {
+  if (l.scope === 'tag') return `tag ${l.tag}`;
+  if (l.scope === 'end_user') return l.end_user ? `end user ${l.end_user}` : 'each end user';
+  return label || `${l.scope} ${l.scope_id}`;
 }
 
 export async function limits(root, params) {
@@ -241,7 +258,7 @@ export async function limits(root, params) {
   const reload = () => { location.hash = `#/limits?t=${Date.now()}`; };
   const scopeLabel = (l) => {
     const found = (candidates[l.scope] || []).find(([id]) => id === String(l.scope_id));
-    return found ? `${l.scope} ${found[1]}` : `${l.scope} ${l.scope_id}`;
+    return limitWhom(l, found ? `${l.scope} ${found[1]}` : null);
   };
   const editHolder = h('div');
   const openEdit = (l) => {
@@ -257,7 +274,8 @@ export async function limits(root, params) {
     form.querySelector('input, select').focus();
   };
   root.appendChild(section('All limits',
-    h('p.help', 'Client limits (token, team, route) refuse requests past them with a 429 (hard) or only report the crossing (soft); ',
+    h('p.help', 'Client limits (token, team, route, tag, end user) refuse requests past them with a 429 (hard) or only report the crossing (soft); ',
+      'an end user limit without an end user gives each end user a counter of their own; '
       'upstream limits (channel, member) make members without room ineligible instead. Spend in the current window: ',
       h('a', { href: '#/budgets' }, 'Budgets'), '.'),
     table([

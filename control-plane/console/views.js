@@ -287,7 +287,10 @@ function limitTerms(l) {
   if (!l) return '—';
   const per = l.window && l.window !== 'none' ? ` per ${l.window}` : '';
   const value = l.metric === 'spend' ? `${l.value} USD` : fmt(l.value);
-  return `${l.scope} ${l.scope_id}: ${l.metric} ${value}${per} (${l.mode})`;
+  const whom = l.scope === 'tag' ? `tag ${l.tag}`
+    : l.scope === 'end_user' ? (l.end_user ? `end user ${l.end_user}` : 'each end user')
+      : `${l.scope} ${l.scope_id}`;
+  return `${whom}: ${l.metric} ${value}${per} (${l.mode})`;
 }
 
 export function section(title, ...children) {

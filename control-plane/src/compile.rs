@@ -185,6 +185,7 @@ struct LimitRow {
     mode: String,
     model_pattern: Option<String>,
     route_id: Option<i64>,
+    subject: Option<String>,
 }
 
 fn unsigned(value: Option<i32>, what: &str) -> anyhow::Result<Option<u32>> {
@@ -282,7 +283,7 @@ const TOKENS_SQL: &str = "SELECT id, name, hash, route_group_name, team_id, allo
 const PRICES_SQL: &str = "SELECT id, channel_id, model_pattern, input_per_million, \
     output_per_million, cached_input_per_million FROM prices ORDER BY id";
 const LIMITS_SQL: &str =
-    "SELECT id, scope, scope_id, metric, period, value, mode, model_pattern, route_id \
+    "SELECT id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, subject \
      FROM limits ORDER BY id";
 
 impl Tables {
@@ -617,7 +618,8 @@ fn limit_from_row(row: LimitRow) -> anyhow::Result<LimitRule> {
         model_pattern: row.model_pattern,
         route_id: row.route_id,
     };
-    Ok(LimitRule::new(row.id, limit, only))
+    let subject = row.subject.filter(|_| limit.key.scope.attributed());
+    Ok(LimitRule::new(row.id, limit, only).about(subject))
 }
 
 fn shadow_from_row(row: ShadowRow) -> anyhow::Result<ShadowRule> {

@@ -853,3 +853,222 @@ async fn narrowed_limits_sit_beside_plain_ones_and_follow_their_route(pool: PgPo
     let gone = app.get(&format!("/api/v1/limits/{team_route}")).await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn tag_and_end_user_limits_name_their_subject_and_reach_the_snapshot(pool: PgPool) {
+    let app = test_app(pool);
+    let token = token(&app, "app", None).await;
+    let tag = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "tag", "tag": "acme", "metric": "spend", "window": "month",
+                   "value": "5"}),
+        )
+        .await;
+    let shown = app.get(&format!("/api/v1/limits/{tag}")).await;
+    assert_eq!(shown.body["tag"], "acme", "{}", shown.text);
+    assert_eq!(shown.body["end_user"], Value::Null);
+    assert_eq!(shown.body["scope_id"], 0);
+    let each = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "end_user", "metric": "requests", "window": "minute", "value": 20}),
+        )
+        .await;
+    let alice = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "end_user", "end_user": "alice", "scope_id": 0,
+                   "metric": "requests", "window": "minute", "value": 20}),
+        )
+        .await;
+    // Another tag with the same metric and window is another limit; the same tag is a duplicate.
+    app.create(
+        "/api/v1/limits",
+        json!({"scope": "tag", "tag": "beta", "metric": "spend", "window": "month", "value": 1}),
+    )
+    .await;
+    let again = json!({"scope": "tag", "tag": "acme", "metric": "spend", "window": "month",
+                       "value": 2});
+    expect_invalid(app.post("/api/v1/limits", again).await, "window").await;
+    let each_again = json!({"scope": "end_user", "metric": "requests", "window": "minute",
+                            "value": 3});
+    expect_invalid(app.post("/api/v1/limits", each_again).await, "window").await;
+    // Precise 422s naming the field.
+    let base = json!({"metric": "requests", "window": "minute", "value": 1});
+    let with = |extra: Value| {
+        let mut body = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    for (body, field) in [
+        (with(json!({"scope": "tag"})), "tag"),
+        (with(json!({"scope": "tag", "tag": "a b"})), "tag"),
+        (with(json!({"scope": "tag", "tag": "x".repeat(65)})), "tag"),
+        (
+            with(json!({"scope": "tag", "tag": "a", "end_user": "u"})),
+            "end_user",
+        ),
+        (
+            with(json!({"scope": "tag", "tag": "a", "scope_id": 4})),
+            "scope_id",
+        ),
+        (
+            with(json!({"scope": "end_user", "end_user": ""})),
+            "end_user",
+        ),
+        (
+            with(json!({"scope": "end_user", "end_user": "x".repeat(257)})),
+            "end_user",
+        ),
+        (with(json!({"scope": "end_user", "tag": "a"})), "tag"),
+        (
+            with(json!({"scope": "token", "scope_id": token, "tag": "a"})),
+            "tag",
+        ),
+        (
+            with(json!({"scope": "token", "scope_id": token, "end_user": "u"})),
+            "end_user",
+        ),
+        (with(json!({"scope": "token"})), "scope_id"),
+    ] {
+        expect_invalid(app.post("/api/v1/limits", body.clone()).await, field).await;
+    }
+    // A patch keeps the subject, changes it, or refuses a bad one.
+    let patched = app
+        .patch(&format!("/api/v1/limits/{tag}"), json!({"tag": "acme-2"}))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["tag"], "acme-2");
+    let kept = app
+        .patch(&format!("/api/v1/limits/{alice}"), json!({"value": 30}))
+        .await;
+    assert_eq!(kept.body["end_user"], "alice", "{}", kept.text);
+    expect_invalid(
+        app.patch(&format!("/api/v1/limits/{tag}"), json!({"tag": null}))
+            .await,
+        "tag",
+    )
+    .await;
+    // Turned into a token limit: it takes an id and drops the tag.
+    let moved = app
+        .patch(
+            &format!("/api/v1/limits/{alice}"),
+            json!({"scope": "token", "scope_id": token}),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text);
+    assert_eq!(moved.body["end_user"], Value::Null);
+    app.refresh().await;
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let subjects: Vec<(i64, ScopeKind, Option<String>)> = snapshot
+        .limits()
+        .iter()
+        .map(|r| (r.id, r.limit.key.scope, r.subject.clone()))
+        .collect();
+    assert!(subjects.contains(&(tag, ScopeKind::Tag, Some("acme-2".into()))));
+    assert!(subjects.contains(&(each, ScopeKind::EndUser, None)));
+    assert!(subjects.contains(&(alice, ScopeKind::Token, None)));
+    assert!(snapshot.subject_limits().counts_each_end_user());
+    // Budgets list the tag's spend limit (nothing spent yet).
+    let budgets = app.get("/api/v1/budgets").await;
+    let entry = budgets.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["limit_id"] == tag)
+        .cloned()
+        .unwrap();
+    assert_eq!(entry["scope"], "tag");
+    assert_eq!(entry["scope_name"], "acme-2");
+    assert_eq!(entry["spent_usd"], "0");
+    assert_eq!(entry["end_users"], json!([]));
+}
+
+/// A request-log row of `end_user` with `tags`, costing `cost` pico-USD (`None`: unpriced), now.
+async fn logged(app: &TestApp, id: &str, end_user: &str, tags: &[&str], cost: Option<i64>) {
+    sqlx::query("SELECT request_log_partition((now() AT TIME ZONE 'UTC')::date)")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO request_log (at, request_id, status, cost_pico_usd, tags, end_user) \
+         VALUES (now(), $1, 200, $2, $3, $4)",
+    )
+    .bind(id)
+    .bind(cost)
+    .bind(
+        tags.iter()
+            .map(|t| (*t).to_owned())
+            .collect::<Vec<String>>(),
+    )
+    .bind(end_user)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn budgets_of_tags_and_end_users_sum_the_request_log(pool: PgPool) {
+    let app = test_app(pool);
+    let tag = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "tag", "tag": "acme", "metric": "spend", "window": "day",
+                   "value": "1"}),
+        )
+        .await;
+    let each = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "end_user", "metric": "spend", "window": "month", "value": "2"}),
+        )
+        .await;
+    let bob = app
+        .create(
+            "/api/v1/limits",
+            json!({"scope": "end_user", "end_user": "bob", "metric": "spend", "window": "7d",
+                   "value": "2"}),
+        )
+        .await;
+    let usd = 1_000_000_000_000i64;
+    logged(&app, "r1", "alice", &["acme", "x"], Some(usd / 2)).await;
+    logged(&app, "r2", "alice", &[], Some(usd)).await;
+    logged(&app, "r3", "bob", &["acme"], Some(usd / 4)).await;
+    logged(&app, "r4", "bob", &["other"], None).await;
+    logged(&app, "r5", "", &["acme"], None).await;
+    let budgets = app.get("/api/v1/budgets").await;
+    assert_eq!(budgets.status, StatusCode::OK, "{}", budgets.text);
+    let of = |id: i64| {
+        budgets.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["limit_id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    let tag = of(tag);
+    assert_eq!(tag["spent_usd"], "0.75", "{tag}");
+    assert_eq!(tag["remaining_usd"], "0.25");
+    assert_eq!(tag["unpriced_requests"], 1);
+    let bob = of(bob);
+    assert_eq!(
+        (bob["scope_name"].as_str(), bob["spent_usd"].as_str()),
+        (Some("bob"), Some("0.25"))
+    );
+    assert_eq!(bob["unpriced_requests"], 1);
+    let each = of(each);
+    assert_eq!(each["scope_name"], "");
+    assert_eq!(
+        each["end_users"],
+        json!([
+            {"end_user": "alice", "spent_usd": "1.5", "remaining_usd": "0.5"},
+            {"end_user": "bob", "spent_usd": "0.25", "remaining_usd": "1.75"},
+        ]),
+        "most first; a request without an end user is nobody's"
+    );
+    assert_eq!(each["spent_usd"], "1.5", "the end user nearest the budget");
+}

@@ -20,7 +20,8 @@ pub struct BudgetView {
     #[schema(value_type = LimitScopeName)]
     pub scope: String,
     pub scope_id: i64,
-    /// The token's or team's name, or the route's model pattern: what usage is recorded under.
+    /// The token's or team's name, the route's model pattern, the tag or the end user: what
+    /// usage is recorded under (empty for a limit counting each end user separately).
     pub scope_name: String,
     #[schema(value_type = LimitWindowName)]
     pub window: String,
@@ -46,6 +47,20 @@ pub struct BudgetView {
     pub resets_at: String,
     /// The route (its model pattern) the limit is narrowed to: only its usage counts.
     pub route: Option<String>,
+    /// A limit counting each end user separately: the end users who spent the most in the
+    /// window, most first (at most 20); the figures above are the first one's, the end user
+    /// nearest the budget. Empty for every other limit.
+    pub end_users: Vec<EndUserBudget>,
+}
+
+/// One end user's spend under a limit counting each end user separately.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EndUserBudget {
+    pub end_user: String,
+    /// USD (exact decimal string): its priced requests' cost in the window.
+    pub spent_usd: String,
+    /// `max(0, value − spent)`, USD.
+    pub remaining_usd: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -68,7 +83,9 @@ fn internal(context: &'static str) -> impl FnOnce(sqlx::Error) -> ApiError {
 }
 
 /// Every spend limit with its scope's spend in the current UTC window (`day`, `week`, `month`
-/// or a rolling `Nd`). A limit narrowed to a model pattern is not listed: usage is recorded by
+/// or a rolling `Nd`); a tag's or an end user's from the request log, and for a limit counting
+/// each end user separately, the end users who spent the most. A limit narrowed to a model
+/// pattern is not listed: usage is recorded by
 /// upstream model, so its spend cannot be told apart here (the proxies enforce it all the same).
 ///
 /// The spend is read from the usage the proxies report, so it trails the proxies by the
@@ -107,6 +124,15 @@ pub async fn budgets(State(state): State<AppState>) -> ApiResult<Json<BudgetsRes
                 window_start_at: format_rfc3339(s.start),
                 resets_at: format_rfc3339(s.end),
                 route: s.route,
+                end_users: s
+                    .end_users
+                    .into_iter()
+                    .map(|(end_user, spent)| EndUserBudget {
+                        end_user,
+                        spent_usd: format_pico_usd(spent),
+                        remaining_usd: format_pico_usd(value_pico.saturating_sub(spent)),
+                    })
+                    .collect(),
             }
         })
         .collect();

@@ -173,7 +173,8 @@ async fn token_limits(
             ScopeKind::Token => key.scope_id == token.id,
             ScopeKind::Team => Some(key.scope_id) == token.team_id,
             ScopeKind::Route => Some(key.scope_id) == route,
-            ScopeKind::Channel | ScopeKind::Member => false,
+            // Found by a request's tags and end user, which explain is not given.
+            ScopeKind::Channel | ScopeKind::Member | ScopeKind::Tag | ScopeKind::EndUser => false,
         };
         scope && rule.only.applies(Some(model), route)
     };

@@ -1,12 +1,15 @@
-//! `/api/v1/limits`: limits on a token, team, route, channel or member. Client limits (token,
-//! team, route) refuse requests beyond them with a 429 (hard) or only report the crossing
-//! (soft); upstream limits (channel, member) make members without room ineligible instead. A
-//! limit follows its scope: deleting the token, team, route, channel or member deletes it.
+//! `/api/v1/limits`: limits on a token, team, route, channel, member, tag or end user. Client
+//! limits (token, team, route, tag, end user) refuse requests beyond them with a 429 (hard) or
+//! only report the crossing (soft); upstream limits (channel, member) make members without room
+//! ineligible instead. A limit follows its scope: deleting the token, team, route, channel or
+//! member deletes it. A tag or end user limit names its tag or end user instead of an id (an
+//! end user limit naming none counts each end user separately).
 
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchyard_engine::limit::{format_micros, Limit, LimitOnly, Metric, ScopeKind};
+use switchyard_engine::subject::subject_of;
 use utoipa::ToSchema;
 
 use super::amount::DecimalText;
@@ -25,7 +28,7 @@ pub struct LimitView {
     pub id: i64,
     #[schema(value_type = LimitScopeName)]
     pub scope: String,
-    /// The id of the token, team, route, channel or member.
+    /// The id of the token, team, route, channel or member; 0 for a tag or end user limit.
     pub scope_id: i64,
     #[schema(value_type = LimitMetricName)]
     pub metric: String,
@@ -45,6 +48,11 @@ pub struct LimitView {
     /// per window); `null`: the subscribed webhooks' thresholds (by default 50, 80 and 100);
     /// `[]`: no threshold notifications.
     pub notify_at: Option<Vec<i32>>,
+    /// A `tag` limit's tag (every request carrying it counts); `null` for other scopes.
+    pub tag: Option<String>,
+    /// An `end_user` limit's end user; `null` on an `end_user` limit: each end user counts
+    /// separately, on a counter of its own (a request without an end user is not counted).
+    pub end_user: Option<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -63,6 +71,7 @@ pub(super) struct LimitRow {
     pub model_pattern: Option<String>,
     pub route_id: Option<i64>,
     pub notify_at: Option<Vec<i32>>,
+    pub subject: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -94,7 +103,10 @@ pub(super) fn shown_value(metric: &str, value: i64) -> Value {
 
 impl From<LimitRow> for LimitView {
     fn from(r: LimitRow) -> LimitView {
+        let (tag, end_user) = subject_fields(&r.scope, r.subject);
         LimitView {
+            tag,
+            end_user,
             id: r.id,
             value: shown_value(&r.metric, r.value),
             scope: r.scope,
@@ -113,11 +125,20 @@ impl From<LimitRow> for LimitView {
 
 pub(super) fn columns() -> String {
     format!(
-        "id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at, \
+        "id, scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at, subject, \
          {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
+}
+
+/// A stored subject as the `tag` and `end_user` fields show it, by scope.
+fn subject_fields(scope: &str, subject: Option<String>) -> (Option<String>, Option<String>) {
+    match ScopeKind::parse(scope) {
+        Some(ScopeKind::Tag) => (subject, None),
+        Some(ScopeKind::EndUser) => (None, subject),
+        _ => (None, None),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -125,7 +146,9 @@ pub(super) fn columns() -> String {
 pub struct LimitCreate {
     #[schema(value_type = LimitScopeName)]
     pub scope: String,
-    pub scope_id: i64,
+    /// The id of the token, team, route, channel or member; absent (or 0) for a tag or end
+    /// user limit.
+    pub scope_id: Option<i64>,
     #[schema(value_type = LimitMetricName)]
     pub metric: String,
     /// `minute`, `hour`, `day`, `week` or `2d` … `90d` (rolling, in UTC day buckets) for
@@ -141,11 +164,17 @@ pub struct LimitCreate {
     /// Count only requests for models matching this pattern (`*`/`?` wildcards; a token, team
     /// or route limit). Absent: every model.
     pub model_pattern: Option<String>,
-    /// Count only requests through this route (a token or team limit). Absent: every route.
+    /// Count only requests through this route (a token, team, tag or end user limit). Absent:
+    /// every route.
     pub route_id: Option<i64>,
     /// A spend limit's notification thresholds: up to 10 percentages of its value, each 1 to
     /// 1000 (`[]`: none). Absent: the subscribed webhooks' thresholds (by default 50, 80, 100).
     pub notify_at: Option<Vec<i32>>,
+    /// A `tag` limit's tag (required there): every request carrying it counts.
+    pub tag: Option<String>,
+    /// An `end_user` limit's end user; absent: each end user counts separately, on a counter
+    /// of its own (a request without an end user is not counted).
+    pub end_user: Option<String>,
 }
 
 /// Any subset; the limit is checked whole again. `window: null` means no window. Changing the
@@ -174,6 +203,12 @@ pub struct LimitPatch {
     /// `null`: the subscribed webhooks' thresholds again.
     #[serde(default, deserialize_with = "nullable")]
     pub notify_at: Option<Option<Vec<i32>>>,
+    /// A `tag` limit's tag.
+    #[serde(default, deserialize_with = "nullable")]
+    pub tag: Option<Option<String>>,
+    /// An `end_user` limit's end user; `null`: each end user separately.
+    #[serde(default, deserialize_with = "nullable")]
+    pub end_user: Option<Option<String>>,
 }
 
 /// The value of a limit counting `metric`: micro-USD for spend, a whole number otherwise.
@@ -259,19 +294,57 @@ fn notify_at(limit: &Limit, thresholds: Option<Vec<i32>>) -> ApiResult<Option<Ve
     Ok(Some(thresholds))
 }
 
-/// A limit as written: the engine's limit, its narrowing and its notification thresholds.
-type Written = (Limit, LimitOnly, Option<Vec<i32>>);
+/// A limit as validated: what it counts, what it is narrowed to, and its tag or end user.
+struct Valid {
+    limit: Limit,
+    only: LimitOnly,
+    subject: Option<String>,
+    /// A spend limit's own notification thresholds.
+    notify: Option<Vec<i32>>,
+}
 
-fn validate_create(raw: &LimitCreate) -> ApiResult<Written> {
+/// A limit's tag or end user, checked against its scope (a 422 naming the field).
+fn subject(
+    limit: &Limit,
+    tag: Option<String>,
+    end_user: Option<String>,
+) -> ApiResult<Option<String>> {
+    subject_of(limit.key.scope, tag, end_user).map_err(|(field, message)| {
+        ApiError::validation(
+            field,
+            format!("{field}: {}", crate::error::bounded(&message, 256)),
+        )
+    })
+}
+
+/// The scope id a body gives: required (and an id) for a token, team, route, channel or member
+/// limit; absent or 0 for a tag or end user limit.
+fn scope_id_of(scope: &str, given: Option<i64>) -> ApiResult<i64> {
+    match (ScopeKind::parse(scope), given) {
+        (Some(kind), Some(id)) if kind.attributed() && id != 0 => Err(ApiError::validation(
+            "scope_id",
+            format!("scope_id: a `{scope}` limit names no id (its `tag` or `end_user` says whom)"),
+        )),
+        (Some(kind), _) if kind.attributed() => Ok(0),
+        (_, Some(id)) => Ok(id),
+        (_, None) => Err(ApiError::validation(
+            "scope_id",
+            format!("scope_id: a `{scope}` limit names the id of its {scope}"),
+        )),
+    }
+}
+
+fn validate_create(raw: &LimitCreate) -> ApiResult<Valid> {
     if ScopeKind::parse(&raw.scope).is_none() {
         // `Limit::parse` names it; checked first so a bad scope is not reported as a bad value.
-        build(&raw.scope, raw.scope_id, "requests", None, 1, "hard")?;
+        build(&raw.scope, 0, "requests", None, 1, "hard")?;
     }
+    let scope_id = scope_id_of(&raw.scope, raw.scope_id)?;
     let metric = parse_metric(&raw.metric)?;
     let value = parse_value(metric, &raw.value)?;
     let limit = build(
         &raw.scope,
-        raw.scope_id,
+        scope_id,
         &raw.metric,
         raw.window.as_deref(),
         value,
@@ -279,18 +352,30 @@ fn validate_create(raw: &LimitCreate) -> ApiResult<Written> {
     )?;
     let only = narrowed(&limit, raw.model_pattern.clone(), raw.route_id)?;
     let notify = notify_at(&limit, raw.notify_at.clone())?;
-    Ok((limit, only, notify))
+    let subject = subject(&limit, raw.tag.clone(), raw.end_user.clone())?;
+    Ok(Valid {
+        limit,
+        only,
+        subject,
+        notify,
+    })
 }
 
 /// A create body's validated limit, as the audit log records it ([`super::validate_body`]).
 pub(super) fn create_detail(raw: LimitCreate) -> ApiResult<Value> {
-    let written = validate_create(&raw)?;
-    Ok(detail(&written))
+    Ok(detail(&validate_create(&raw)?))
 }
 
 /// The audit log's record of a limit, the value as the API shows it.
-fn detail((limit, only, notify): &Written) -> Value {
+fn detail(valid: &Valid) -> Value {
+    let Valid {
+        limit,
+        only,
+        subject,
+        notify,
+    } = valid;
     let value = i64::try_from(limit.value).unwrap_or(i64::MAX);
+    let (tag, end_user) = subject_fields(limit.key.scope.as_str(), subject.clone());
     json!({
         "scope": limit.key.scope.as_str(),
         "scope_id": limit.key.scope_id,
@@ -301,65 +386,75 @@ fn detail((limit, only, notify): &Written) -> Value {
         "model_pattern": only.model_pattern,
         "route_id": only.route_id,
         "notify_at": notify,
+        "tag": tag,
+        "end_user": end_user,
     })
 }
 
-/// The table holding a scope's rows (a fixed set: safe to put in SQL text).
-pub(super) fn scope_table(scope: ScopeKind) -> &'static str {
+/// The table holding a scope's rows (a fixed set: safe to put in SQL text); `None` for a tag or
+/// an end user, which have none.
+pub(super) fn scope_table(scope: ScopeKind) -> Option<&'static str> {
     match scope {
-        ScopeKind::Token => "tokens",
-        ScopeKind::Team => "teams",
-        ScopeKind::Route => "routes",
-        ScopeKind::Channel => "channels",
-        ScopeKind::Member => "route_members",
+        ScopeKind::Token => Some("tokens"),
+        ScopeKind::Team => Some("teams"),
+        ScopeKind::Route => Some("routes"),
+        ScopeKind::Channel => Some("channels"),
+        ScopeKind::Member => Some("route_members"),
+        ScopeKind::Tag | ScopeKind::EndUser => None,
+    }
+}
+
+/// The route a limit is narrowed to exists (and stays until the write commits).
+async fn check_route(tx: &mut sqlx::PgConnection, route: Option<i64>) -> ApiResult<()> {
+    let Some(route) = route else {
+        return Ok(());
+    };
+    let exists: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM routes WHERE id = $1 FOR KEY SHARE")
+            .bind(route)
+            .fetch_optional(&mut *tx)
+            .await?;
+    match exists {
+        Some(_) => Ok(()),
+        None => Err(ApiError::validation(
+            "route_id",
+            format!("route_id: route {route} does not exist"),
+        )),
     }
 }
 
 /// The scope row exists (and stays until the write commits), so does a narrowing route, and no
-/// other limit has the same scope, metric, window and narrowing (a 422 naming `window`, as a
-/// duplicate of any resource is).
-async fn check(
-    tx: &mut sqlx::PgConnection,
-    (limit, only): (&Limit, &LimitOnly),
-    id: Option<i64>,
-) -> ApiResult<()> {
+/// other limit has the same scope, metric, window, narrowing and subject (a 422 naming
+/// `window`, as a duplicate of any resource is).
+async fn check(tx: &mut sqlx::PgConnection, valid: &Valid, id: Option<i64>) -> ApiResult<()> {
+    let (limit, only) = (&valid.limit, &valid.only);
     let key = limit.key;
-    if let Some(route) = only.route_id {
-        let exists: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM routes WHERE id = $1 FOR KEY SHARE")
-                .bind(route)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if exists.is_none() {
-            return Err(ApiError::validation(
-                "route_id",
-                format!("route_id: route {route} does not exist"),
-            ));
-        }
-    }
+    check_route(tx, only.route_id).await?;
     // Locked until the write commits: a concurrent delete of the scope waits, and its trigger
     // then deletes this limit too, so no limit outlives its scope.
-    let exists: Option<i64> = sqlx::query_scalar(&format!(
-        "SELECT id FROM {} WHERE id = $1 FOR KEY SHARE",
-        scope_table(key.scope)
-    ))
-    .bind(key.scope_id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if exists.is_none() {
-        return Err(ApiError::validation(
-            "scope_id",
-            format!(
-                "scope_id: {} {} does not exist",
-                key.scope.as_str(),
-                key.scope_id
-            ),
-        ));
+    if let Some(table) = scope_table(key.scope) {
+        let exists: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {table} WHERE id = $1 FOR KEY SHARE"
+        ))
+        .bind(key.scope_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if exists.is_none() {
+            return Err(ApiError::validation(
+                "scope_id",
+                format!(
+                    "scope_id: {} {} does not exist",
+                    key.scope.as_str(),
+                    key.scope_id
+                ),
+            ));
+        }
     }
     let other: Option<i64> = sqlx::query_scalar(
         "SELECT id FROM limits WHERE scope = $1 AND scope_id = $2 AND metric = $3 \
          AND period = $4 AND id IS DISTINCT FROM $5 \
-         AND model_pattern IS NOT DISTINCT FROM $6 AND route_id IS NOT DISTINCT FROM $7",
+         AND model_pattern IS NOT DISTINCT FROM $6 AND route_id IS NOT DISTINCT FROM $7 \
+         AND subject IS NOT DISTINCT FROM $8",
     )
     .bind(key.scope.as_str())
     .bind(key.scope_id)
@@ -368,6 +463,7 @@ async fn check(
     .bind(id)
     .bind(only.model_pattern.as_deref())
     .bind(only.route_id)
+    .bind(valid.subject.as_deref())
     .fetch_optional(&mut *tx)
     .await?;
     match other {
@@ -378,12 +474,16 @@ async fn check(
 
 fn duplicate(limit: &Limit, other: Option<i64>) -> ApiError {
     let which = other.map(|id| format!(" (limit {id})")).unwrap_or_default();
+    // A tag or end user is the client's word: not repeated here, the scope kind says enough.
+    let scope = if limit.key.scope.attributed() {
+        format!("this {}", limit.key.scope.as_str())
+    } else {
+        format!("{} {}", limit.key.scope.as_str(), limit.key.scope_id)
+    };
     ApiError::validation(
         "window",
         format!(
-            "window: {} {} already has a {} limit per {}{which}; patch that one",
-            limit.key.scope.as_str(),
-            limit.key.scope_id,
+            "window: {scope} already has a {} limit per {}{which}; patch that one",
             limit.key.metric.as_str(),
             limit.key.window.as_str()
         ),
@@ -409,13 +509,16 @@ fn stored(value: u64) -> ApiResult<i64> {
 
 /// The columns a create or patch writes, in [`bind_limit`]'s order.
 const WRITTEN: &str =
-    "scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at";
+    "scope, scope_id, metric, period, value, mode, model_pattern, route_id, notify_at, subject";
 
 /// Binds `limit` to the [`WRITTEN`] columns.
-fn bind_limit<'q, O>(
-    query: RowQuery<'q, O>,
-    (limit, only, notify): &'q Written,
-) -> ApiResult<RowQuery<'q, O>> {
+fn bind_limit<'q, O>(query: RowQuery<'q, O>, valid: &'q Valid) -> ApiResult<RowQuery<'q, O>> {
+    let Valid {
+        limit,
+        only,
+        subject,
+        notify,
+    } = valid;
     Ok(query
         .bind(limit.key.scope.as_str())
         .bind(limit.key.scope_id)
@@ -425,7 +528,8 @@ fn bind_limit<'q, O>(
         .bind(limit.mode.as_str())
         .bind(only.model_pattern.as_deref())
         .bind(only.route_id)
-        .bind(notify.as_deref()))
+        .bind(notify.as_deref())
+        .bind(subject.as_deref()))
 }
 
 /// The create of `POST /api/v1/limits`, in `db` (see [`Db`]).
@@ -434,36 +538,24 @@ pub(super) async fn create_in<'c>(
     by: By<'_>,
     raw: LimitCreate,
 ) -> ApiResult<Response> {
-    let written = validate_create(&raw)?;
+    let valid = validate_create(&raw)?;
     let mut tx = db.begin().await?;
-    check(&mut tx, (&written.0, &written.1), None).await?;
+    check(&mut tx, &valid, None).await?;
     let sql = insert_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &written)?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &valid)?
         .fetch_one(&mut *tx)
         .await
-        .map_err(write_error(&written.0))?;
+        .map_err(write_error(&valid.limit))?;
     let id = row.id;
     let view = LimitView::from(row);
-    let detail = detail(&written);
+    let detail = detail(&valid);
     commit_view::<LimitRow>(tx, by, Change::Create, id, detail, view).await
 }
 
-/// The update of `PATCH /api/v1/limits/{id}`, in `db` (see [`Db`]).
-pub(super) async fn patch_in<'c>(
-    db: impl Db<'c>,
-    by: By<'_>,
-    id: i64,
-    patch: LimitPatch,
-) -> ApiResult<Response> {
-    let (mut tx, current) = lock_row::<LimitRow>(db, id).await?;
-    let scope = patch.scope.unwrap_or(current.scope);
-    if ScopeKind::parse(&scope).is_none() {
-        build(&scope, 0, "requests", None, 1, "hard")?;
-    }
-    let metric_text = patch.metric.unwrap_or_else(|| current.metric.clone());
-    let metric = parse_metric(&metric_text)?;
-    let value = match &patch.value {
-        Some(value) => parse_value(metric, value)?,
+/// A patched limit's value: the patch's, or the current one when the unit stays.
+fn patched_value(patch: &LimitPatch, current: &LimitRow, metric: Metric) -> ApiResult<u64> {
+    match &patch.value {
+        Some(value) => parse_value(metric, value),
         None => {
             let was_spend = current.metric == Metric::Spend.as_str();
             if was_spend != (metric == Metric::Spend) {
@@ -473,16 +565,38 @@ pub(super) async fn patch_in<'c>(
                      send a new value",
                 ));
             }
-            u64::try_from(current.value).unwrap_or(0)
+            Ok(u64::try_from(current.value).unwrap_or(0))
         }
-    };
+    }
+}
+
+/// The limit a patch makes of the current row: the patch's fields over the current ones (a
+/// scope changed takes none of the old scope's id, tag or end user).
+fn patched(patch: LimitPatch, current: LimitRow) -> ApiResult<Valid> {
+    let scope = patch.scope.clone().unwrap_or_else(|| current.scope.clone());
+    if ScopeKind::parse(&scope).is_none() {
+        build(&scope, 0, "requests", None, 1, "hard")?;
+    }
+    let same_scope = scope == current.scope;
+    let scope_id = scope_id_of(
+        &scope,
+        patch
+            .scope_id
+            .or(same_scope.then_some(current.scope_id).filter(|id| *id != 0)),
+    )?;
+    let metric_text = patch
+        .metric
+        .clone()
+        .unwrap_or_else(|| current.metric.clone());
+    let metric = parse_metric(&metric_text)?;
+    let value = patched_value(&patch, &current, metric)?;
     let window = match patch.window {
         Some(window) => window,
-        None => Some(current.period),
+        None => Some(current.period.clone()),
     };
     let limit = build(
         &scope,
-        patch.scope_id.unwrap_or(current.scope_id),
+        scope_id,
         &metric_text,
         window.as_deref(),
         value,
@@ -493,19 +607,48 @@ pub(super) async fn patch_in<'c>(
         patch.model_pattern.unwrap_or(current.model_pattern),
         patch.route_id.unwrap_or(current.route_id),
     )?;
+    let (tag, end_user) = if same_scope {
+        subject_fields(&current.scope, current.subject)
+    } else {
+        (None, None)
+    };
     // Kept while the limit stays a spend limit; a limit that stops being one drops them.
-    let kept = current.notify_at.filter(|_| metric == Metric::Spend);
-    let notify = notify_at(&limit, patch.notify_at.unwrap_or(kept))?;
-    check(&mut tx, (&limit, &only), Some(id)).await?;
-    let written = (limit, only, notify);
+    let kept = current
+        .notify_at
+        .clone()
+        .filter(|_| metric == Metric::Spend);
+    let notify = notify_at(&limit, patch.notify_at.clone().unwrap_or(kept))?;
+    let subject = subject(
+        &limit,
+        patch.tag.unwrap_or(tag),
+        patch.end_user.unwrap_or(end_user),
+    )?;
+    Ok(Valid {
+        limit,
+        only,
+        subject,
+        notify,
+    })
+}
+
+/// The update of `PATCH /api/v1/limits/{id}`, in `db` (see [`Db`]).
+pub(super) async fn patch_in<'c>(
+    db: impl Db<'c>,
+    by: By<'_>,
+    id: i64,
+    patch: LimitPatch,
+) -> ApiResult<Response> {
+    let (mut tx, current) = lock_row::<LimitRow>(db, id).await?;
+    let valid = patched(patch, current)?;
+    check(&mut tx, &valid, Some(id)).await?;
     let sql = update_sql::<LimitRow>(WRITTEN);
-    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &written)?
+    let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &valid)?
         .bind(id)
         .fetch_one(&mut *tx)
         .await
-        .map_err(write_error(&written.0))?;
+        .map_err(write_error(&valid.limit))?;
     let view = LimitView::from(row);
-    let detail = detail(&written);
+    let detail = detail(&valid);
     commit_view::<LimitRow>(tx, by, Change::Update, id, detail, view).await
 }
 

@@ -88,6 +88,10 @@ pub enum LimitScopeName {
     Route,
     Channel,
     Member,
+    /// Every request carrying the limit's `tag`.
+    Tag,
+    /// The limit's `end_user`, or, without one, each end user on a counter of its own.
+    EndUser,
 }
 
 /// What a limit counts: requests, tokens (input + output), requests in progress, or spend (USD).

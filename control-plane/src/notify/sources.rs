@@ -96,6 +96,18 @@ struct LimitFacts {
     metric: String,
     period: String,
     value: i64,
+    subject: Option<String>,
+}
+
+/// Whose limit an event names: a token, team, route, channel or member by id, a tag by name,
+/// one end user by name, or each end user.
+fn whose(f: &LimitFacts) -> String {
+    match (f.scope.as_str(), &f.subject) {
+        ("tag", Some(tag)) => format!("tag {tag}"),
+        ("end_user", Some(user)) => format!("end user {user}"),
+        ("end_user", None) => "each end user".to_owned(),
+        (scope, _) => format!("{scope} {}", f.scope_id),
+    }
 }
 
 /// Records, in a usage batch's transaction, the hard limits its proxy saw start refusing: one
@@ -106,7 +118,7 @@ pub async fn limit_refusals(
 ) -> Result<(), sqlx::Error> {
     for e in events {
         let facts: Option<LimitFacts> = sqlx::query_as(
-            "SELECT scope, scope_id, metric, period, value FROM limits WHERE id = $1",
+            "SELECT scope, scope_id, metric, period, value, subject FROM limits WHERE id = $1",
         )
         .bind(e.limit_id)
         .fetch_optional(&mut *tx)
@@ -123,10 +135,9 @@ pub async fn limit_refusals(
         };
         let window_start = e.window_start_unix_ms;
         let text = format!(
-            "Limit {}: {} {}'s limit of {shown} ({}) per {} started refusing requests at {}",
+            "Limit {}: {}'s limit of {shown} ({}) per {} started refusing requests at {}",
             e.limit_id,
-            f.scope,
-            f.scope_id,
+            whose(&f),
             f.metric,
             f.period,
             format_rfc3339(e.at_unix_ms),
@@ -207,6 +218,7 @@ mod tests {
             end: 86_400_000,
             route: None,
             notify_at: None,
+            end_users: Vec::new(),
         }
     }
 

@@ -329,6 +329,9 @@ pub(super) fn raw_limits(parts: &SnapshotParts) -> Vec<(i64, RawLimit)> {
                 route: None,
                 channel: None,
                 member: None,
+                tag: None,
+                end_user: None,
+                each_end_user: false,
                 metric: key.metric.as_str().to_owned(),
                 window: (key.window != Window::None).then(|| key.window.as_str().to_owned()),
                 value: if key.metric == Metric::Spend {
@@ -348,6 +351,11 @@ pub(super) fn raw_limits(parts: &SnapshotParts) -> Vec<(i64, RawLimit)> {
                 ScopeKind::Route => raw.route = name_in(&names.routes, key.scope_id),
                 ScopeKind::Channel => raw.channel = names.channel(key.scope_id),
                 ScopeKind::Member => raw.member = Some(key.scope_id),
+                ScopeKind::Tag => raw.tag = rule.subject.clone(),
+                ScopeKind::EndUser => match &rule.subject {
+                    Some(user) => raw.end_user = Some(user.clone()),
+                    None => raw.each_end_user = true,
+                },
             }
             (rule.id, raw)
         })
@@ -399,6 +407,12 @@ pub(super) fn limit_key(limit: &RawLimit) -> String {
         ("route", r.clone())
     } else if let Some(c) = &limit.channel {
         ("channel", c.clone())
+    } else if let Some(t) = &limit.tag {
+        ("tag", t.clone())
+    } else if let Some(u) = &limit.end_user {
+        ("end_user", u.clone())
+    } else if limit.each_end_user {
+        ("each_end_user", String::new())
     } else {
         (
             "member",

@@ -863,6 +863,10 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
         ("route", id_in(&ids.routes, "route", pattern)?)
     } else if let Some(name) = &limit.channel {
         ("channel", id_in(&ids.channels, "channel", name)?)
+    } else if limit.tag.is_some() {
+        ("tag", 0)
+    } else if limit.end_user.is_some() || limit.each_end_user {
+        ("end_user", 0)
     } else {
         ("member", limit.member.unwrap_or_default())
     };
@@ -880,6 +884,8 @@ fn limit_fields(limit: &RawLimit, ids: &Ids) -> ApiResult<Map<String, Value>> {
         "model_pattern": limit.model_pattern,
         "route_id": route_id,
         "notify_at": limit.notify_at,
+        "tag": limit.tag,
+        "end_user": limit.end_user,
     })))
 }
 

@@ -64,6 +64,12 @@ pub struct LimitTerms {
     pub value: Value,
     #[schema(value_type = schema::LimitModeName)]
     pub mode: String,
+    /// A `tag` limit's tag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// An `end_user` limit's end user (`null` on one: each end user separately).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_user: Option<String>,
 }
 
 /// A limit created, changed or deleted, directly or because its scope was deleted.
@@ -119,9 +125,13 @@ pub(super) fn price_moves(before: &Snapshot, after: &Snapshot) -> Vec<PriceMove>
         .collect()
 }
 
-fn limit_terms(l: &switchyard_engine::Limit) -> LimitTerms {
+fn limit_terms(rule: &switchyard_engine::LimitRule) -> LimitTerms {
+    let l = &rule.limit;
     let value = i64::try_from(l.value).unwrap_or(i64::MAX);
+    let subject = |scope| rule.subject.clone().filter(|_| l.key.scope == scope);
     LimitTerms {
+        tag: subject(switchyard_engine::ScopeKind::Tag),
+        end_user: subject(switchyard_engine::ScopeKind::EndUser),
         scope: l.key.scope.as_str().to_owned(),
         scope_id: l.key.scope_id,
         metric: l.key.metric.as_str().to_owned(),
@@ -135,12 +145,12 @@ pub(super) fn limit_moves(before: &Snapshot, after: &Snapshot) -> Vec<LimitMove>
     let b: BTreeMap<i64, LimitTerms> = before
         .limits()
         .iter()
-        .map(|l| (l.id, limit_terms(&l.limit)))
+        .map(|l| (l.id, limit_terms(l)))
         .collect();
     let a: BTreeMap<i64, LimitTerms> = after
         .limits()
         .iter()
-        .map(|l| (l.id, limit_terms(&l.limit)))
+        .map(|l| (l.id, limit_terms(l)))
         .collect();
     let ids: BTreeSet<i64> = b.keys().chain(a.keys()).copied().collect();
     ids.into_iter()
