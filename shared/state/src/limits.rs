@@ -215,6 +215,11 @@ impl Slot {
         }
     }
 
+    /// A claim is due or on its way, or concurrency slots are held: the slot must stay.
+    fn busy(&self) -> bool {
+        self.due || self.in_flight || (self.concurrent && self.used > 0)
+    }
+
     /// Whether the background should claim for this slot now.
     fn wants_claim(&self, live: u32) -> bool {
         if self.concurrent {
@@ -362,9 +367,7 @@ impl Tables {
     /// allowance back; in a fleet its count lives on in the shared counter (the next claim
     /// learns it), alone its end user's count starts over.
     fn forget_end_users(&mut self, now: UnixMillis) {
-        let idle = |key: &LimitKey, slot: &Slot| {
-            per_end_user(key) && !slot.due && !slot.in_flight && !(slot.concurrent && slot.used > 0)
-        };
+        let idle = |key: &LimitKey, slot: &Slot| per_end_user(key) && !slot.busy();
         // Over: nothing held (concurrent), or no day of the window left to count.
         let over = |key: &LimitKey, slot: &Slot| {
             if slot.concurrent {
