@@ -144,6 +144,7 @@ struct CacheRuleRow {
     semantic_model: Option<String>,
     semantic_threshold: Option<f64>,
     semantic_mode: Option<String>,
+    team_id: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -166,7 +167,7 @@ const GUARDRAILS_SQL: &str = "SELECT id, name, scope, scope_id, stage, action, r
 
 const CACHE_RULES_SQL: &str = "SELECT id, name, model_pattern, endpoints, ttl_seconds, \
     max_entry_bytes, scope, deterministic_only, enabled, semantic_channel_id, semantic_model, \
-    semantic_threshold, semantic_mode FROM cache_rules ORDER BY id";
+    semantic_threshold, semantic_mode, team_id FROM cache_rules ORDER BY id";
 
 /// The columns [`ShadowRow`] reads (shared with the report, which reads one rule).
 pub const SHADOW_COLUMNS: &str = "id, name, model_pattern, target_member_id, target_channel_id, \
@@ -409,6 +410,7 @@ fn cache_rule_from_row(row: CacheRuleRow) -> anyhow::Result<CacheRule> {
             row.semantic_mode.as_deref(),
         )
         .map_err(|m| anyhow!("cache rule {id}: {m}"))?,
+        team: row.team_id,
     };
     rule.check()
         .map_err(|(field, m)| anyhow!("cache rule {id}: {field}: {m}"))?;

@@ -347,12 +347,13 @@ async fn content_rules(
         endpoint,
         token,
     } = content;
+    let team = token.and_then(|t| t.team_id);
     map.insert(
         "cache_rule".into(),
-        cache_rule_json(snapshot, model, endpoint),
+        cache_rule_json(snapshot, model, endpoint, team),
     );
     let prompt = query.prompt.as_deref();
-    let semantic = evaluate(state, snapshot, model, endpoint, prompt).await;
+    let semantic = evaluate(state, snapshot, (model, endpoint, team), prompt).await;
     map.insert("semantic_cache".into(), semantic);
     let route = snapshot.resolve_route(model).map(|r| r.id);
     let text = query.text.as_deref();
@@ -413,9 +414,14 @@ fn decide<R>(
     Ok((decision, live.source()))
 }
 
-/// The response cache rule a request for `model` at `endpoint` would be looked up under — the
-/// proxy's own question (`applicable`), asked of the same snapshot.
-fn cache_rule_json(snapshot: &Snapshot, model: &str, endpoint: CacheEndpoint) -> Value {
+/// The response cache rule a request for `model` at `endpoint` from a token of `team` would be
+/// looked up under — the proxy's own question (`applicable`), asked of the same snapshot.
+fn cache_rule_json(
+    snapshot: &Snapshot,
+    model: &str,
+    endpoint: CacheEndpoint,
+    team: Option<i64>,
+) -> Value {
     let Some(route) = snapshot.resolve_route(model) else {
         return Value::Null;
     };
@@ -424,6 +430,7 @@ fn cache_rule_json(snapshot: &Snapshot, model: &str, endpoint: CacheEndpoint) ->
         &route.model_pattern,
         model,
         endpoint,
+        team,
     ) {
         Some(rule) => json!({
             "id": rule.id,

@@ -21,13 +21,12 @@ use crate::state::AppState;
 /// The longest the embeddings call may take (as on the proxies).
 const EMBED_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The `semantic_cache` part of explain's answer: `null` when no semantic rule covers the
-/// request.
+/// The `semantic_cache` part of explain's answer for a request for `model` at `endpoint` from
+/// a token of `team`: `null` when no semantic rule covers the request.
 pub async fn evaluate(
     state: &AppState,
     snapshot: &Snapshot,
-    model: &str,
-    endpoint: CacheEndpoint,
+    (model, endpoint, team): (&str, CacheEndpoint, Option<i64>),
     prompt: Option<&str>,
 ) -> Value {
     let Some(route) = snapshot.resolve_route(model) else {
@@ -38,6 +37,7 @@ pub async fn evaluate(
         &route.model_pattern,
         model,
         endpoint,
+        team,
     );
     let Some((rule, part)) = rule.and_then(|r| r.semantic.as_ref().map(|p| (r, p))) else {
         return Value::Null;

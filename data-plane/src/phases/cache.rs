@@ -62,6 +62,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         &route.model_pattern,
         &ctx.inspected.model,
         endpoint,
+        ctx.token.team_id,
     ) else {
         return Looked::Proxy(None);
     };

@@ -493,6 +493,7 @@ impl RawCacheRule {
             deterministic_only: self.deterministic_only,
             enabled: self.enabled,
             semantic,
+            team: None,
         };
         rule.check()
             .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;

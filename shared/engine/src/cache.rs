@@ -197,13 +197,24 @@ pub struct CacheRule {
     /// The match by meaning, after an exact miss.
     #[serde(default)]
     pub semantic: Option<SemanticPart>,
+    /// The one team whose requests the rule covers (its tokens'); `None`: every request.
+    #[serde(default)]
+    pub team: Option<i64>,
 }
 
 impl CacheRule {
     /// Whether the rule covers a request for `model` at `endpoint`, served by the route whose
-    /// pattern is `route_pattern`.
-    pub fn covers(&self, route_pattern: &str, model: &str, endpoint: CacheEndpoint) -> bool {
+    /// pattern is `route_pattern`, from a token of `team` (`None`: a token without a team). A
+    /// rule limited to a team covers its tokens' requests only.
+    pub fn covers(
+        &self,
+        route_pattern: &str,
+        model: &str,
+        endpoint: CacheEndpoint,
+        team: Option<i64>,
+    ) -> bool {
         self.enabled
+            && (self.team.is_none() || self.team == team)
             && self.endpoints.contains(&endpoint)
             && (self.model_pattern == route_pattern
                 || self.model_pattern == model
@@ -254,17 +265,18 @@ pub fn parse_endpoints<S: AsRef<str>>(names: &[S]) -> Result<Vec<CacheEndpoint>,
     Ok(out)
 }
 
-/// The rule that applies to a request (the first, in id order, that covers it); `rules` are a
-/// snapshot's, in id order.
+/// The rule that applies to a request from a token of `team` (the first, in id order, that
+/// covers it: another team's rule is passed over); `rules` are a snapshot's, in id order.
 pub fn applicable<'r>(
     rules: &'r [CacheRule],
     route_pattern: &str,
     model: &str,
     endpoint: CacheEndpoint,
+    team: Option<i64>,
 ) -> Option<&'r CacheRule> {
     rules
         .iter()
-        .find(|rule| rule.covers(route_pattern, model, endpoint))
+        .find(|rule| rule.covers(route_pattern, model, endpoint, team))
 }
 
 #[cfg(test)]
@@ -284,6 +296,7 @@ mod tests {
             deterministic_only: false,
             enabled: true,
             semantic: None,
+            team: None,
         }
     }
 
@@ -295,29 +308,54 @@ mod tests {
             rule(3, "gpt-4o", &[CacheEndpoint::ChatCompletions]),
         ];
         let chat = CacheEndpoint::ChatCompletions;
-        assert_eq!(applicable(&rules, "gpt-4o", "gpt-4o", chat).unwrap().id, 2);
         assert_eq!(
-            applicable(&rules, "gpt-4o", "gpt-4o", CacheEndpoint::Embeddings)
+            applicable(&rules, "gpt-4o", "gpt-4o", chat, None)
+                .unwrap()
+                .id,
+            2
+        );
+        assert_eq!(
+            applicable(&rules, "gpt-4o", "gpt-4o", CacheEndpoint::Embeddings, None)
                 .unwrap()
                 .id,
             1
         );
-        assert!(applicable(&rules, "claude", "claude", chat).is_none());
-        assert!(applicable(&rules, "gpt-4o", "gpt-4o", CacheEndpoint::Messages).is_none());
+        assert!(applicable(&rules, "claude", "claude", chat, None).is_none());
+        assert!(applicable(&rules, "gpt-4o", "gpt-4o", CacheEndpoint::Messages, None).is_none());
     }
 
     #[test]
     fn a_rule_naming_a_routes_pattern_covers_every_request_of_that_route() {
         let rules = [rule(1, "team-?-*", &[CacheEndpoint::Messages])];
-        let hit = applicable(&rules, "team-?-*", "anything", CacheEndpoint::Messages);
+        let hit = applicable(
+            &rules,
+            "team-?-*",
+            "anything",
+            CacheEndpoint::Messages,
+            None,
+        );
         assert_eq!(hit.unwrap().id, 1);
+    }
+
+    #[test]
+    fn a_rule_limited_to_a_team_covers_only_its_tokens_requests() {
+        let chat = CacheEndpoint::ChatCompletions;
+        let mut mine = rule(1, "*", &[chat]);
+        mine.team = Some(7);
+        let rules = [mine, rule(2, "*", &[chat])];
+        // The team's requests: its own rule, first in id order.
+        assert_eq!(applicable(&rules, "m", "m", chat, Some(7)).unwrap().id, 1);
+        // Another team's, and a token without a team: passed over, the fleet rule applies.
+        assert_eq!(applicable(&rules, "m", "m", chat, Some(8)).unwrap().id, 2);
+        assert_eq!(applicable(&rules, "m", "m", chat, None).unwrap().id, 2);
+        assert!(applicable(&rules[..1], "m", "m", chat, Some(8)).is_none());
     }
 
     #[test]
     fn a_disabled_rule_never_applies() {
         let mut r = rule(1, "*", &[CacheEndpoint::ChatCompletions]);
         r.enabled = false;
-        assert!(applicable(&[r], "m", "m", CacheEndpoint::ChatCompletions).is_none());
+        assert!(applicable(&[r], "m", "m", CacheEndpoint::ChatCompletions, None).is_none());
     }
 
     #[test]

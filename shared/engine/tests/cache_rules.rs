@@ -19,6 +19,7 @@ fn rule(id: i64, pattern: &str, endpoints: &[CacheEndpoint]) -> CacheRule {
         deterministic_only: false,
         enabled: true,
         semantic: None,
+        team: None,
     }
 }
 
@@ -75,17 +76,17 @@ fn a_rule_covers_a_request_by_route_pattern_exact_model_or_wildcard_and_endpoint
     for (pattern, route, model, covered) in cases {
         let r = rule(1, pattern, &[chat]);
         assert_eq!(
-            r.covers(route, model, chat),
+            r.covers(route, model, chat, None),
             covered,
             "rule {pattern:?}, route {route:?}, model {model:?}"
         );
         // Another endpoint is never covered, whatever the model.
-        assert!(!r.covers(route, model, CacheEndpoint::Embeddings));
+        assert!(!r.covers(route, model, CacheEndpoint::Embeddings, None));
         let off = CacheRule {
             enabled: false,
             ..r
         };
-        assert!(!off.covers(route, model, chat));
+        assert!(!off.covers(route, model, chat, None));
     }
 }
 
@@ -101,13 +102,14 @@ fn the_first_rule_in_order_that_covers_the_request_applies() {
         rule(4, "gpt-*", &[chat, CacheEndpoint::Embeddings]),
         rule(5, "*", &[chat]),
     ];
-    let id = |model: &str, endpoint| applicable(&rules, "route", model, endpoint).map(|r| r.id);
+    let id =
+        |model: &str, endpoint| applicable(&rules, "route", model, endpoint, None).map(|r| r.id);
     assert_eq!(id("gpt-4o", chat), Some(4));
     assert_eq!(id("gpt-4o", CacheEndpoint::Embeddings), Some(2));
     assert_eq!(id("claude-3", chat), Some(3));
     assert_eq!(id("llama", chat), Some(5));
     assert_eq!(id("llama", CacheEndpoint::Messages), None);
-    assert_eq!(applicable(&[], "route", "gpt-4o", chat), None);
+    assert_eq!(applicable(&[], "route", "gpt-4o", chat, None), None);
 }
 
 #[test]

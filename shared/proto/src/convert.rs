@@ -93,6 +93,7 @@ fn cache_rule_to_proto(r: &CacheRule) -> v1::CacheRule {
             .as_ref()
             .map(|s| s.mode.as_str().to_owned())
             .unwrap_or_default(),
+        team: r.team,
     }
 }
 
@@ -175,6 +176,7 @@ fn cache_rule_from_proto(w: v1::CacheRule, path: &str) -> Result<CacheRule, Conv
         deterministic_only: w.deterministic_only,
         enabled: w.enabled,
         semantic,
+        team: w.team,
     };
     rule.check()
         .map_err(|(field, message)| invalid(format!("{path}.{field}"), message))?;
@@ -1188,6 +1190,7 @@ mod tests {
                     threshold: 0.95,
                     mode: SemanticMode::Serve,
                 }),
+                team: Some(4),
             }],
             guardrails: vec![sample_guardrail()],
         })
