@@ -61,22 +61,25 @@ export async function all(path) {
 
 export const dryRun = (changes) => api('POST', '/api/v1/dry-run', { changes });
 
-// Who is signed in (`GET /api/v1/whoami`): the admin token's name and role. The console hides
-// what the role cannot do; the API refuses it anyway (403), so this is convenience, not security.
+// Who is signed in (`GET /api/v1/whoami`): the admin token's name, role and team (`null`: the
+// whole fleet). The console hides what the role or the team cannot use; the API refuses it
+// anyway (403, or 404 for another team's resource), so this is convenience, not security.
 const RANK = { viewer: 1, operator: 2, admin: 3 };
-export const session = { name: null, role: null, csrf: null };
+export const session = { name: null, role: null, csrf: null, team: null };
 
 export async function whoami({ quiet = false } = {}) {
   const me = await api('GET', '/api/v1/whoami', undefined, { quiet });
   session.name = me.name;
   session.role = me.role;
   session.csrf = me.csrf_token || null;
+  session.team = me.team_id ?? null;
   return me;
 }
 
 export function forget() {
   session.name = null;
   session.role = null;
+  session.team = null;
   session.csrf = null;
 }
 
@@ -99,6 +102,12 @@ export async function ssoLogout() {
     cache: 'no-store',
   });
 }
+
+/** The console sections an admin limited to one team may open (the rest are the fleet's). */
+export const TEAM_SECTIONS = ['tokens', 'teams', 'limits', 'usage', 'budgets', 'cache', 'requests'];
+
+/** Whether the signed-in token administers one team only. */
+export const teamOnly = () => session.team !== null;
 
 /** Whether the signed-in token's role is at least `role` (viewer < operator < admin). */
 export const allowed = (role) => (RANK[session.role] || 0) >= RANK[role];

@@ -1,5 +1,5 @@
 // Entry point: sign-in, the hash router, and view lifecycle.
-import { forget, session, ssoEnabled, ssoLogout, token, whoami } from './api.js';
+import { forget, session, ssoEnabled, ssoLogout, teamOnly, token, TEAM_SECTIONS, whoami } from './api.js';
 import { clear, h } from './dom.js';
 import * as views from './views.js';
 import * as spend from './spend.js';
@@ -80,14 +80,21 @@ async function render() {
       return;
     }
   }
-  $('whoami').textContent = `${session.name} (${session.role})`;
+  const scope = teamOnly() ? `, team ${session.team}` : '';
+  $('whoami').textContent = `${session.name} (${session.role}${scope})`;
   document.body.dataset.role = session.role;
-  const { name, params } = parseHash();
+  const parsed = parseHash();
+  const params = parsed.params;
+  // An admin of one team sees only its team's sections; any other lands on its tokens.
+  const open = (section) => !teamOnly() || TEAM_SECTIONS.includes(section);
+  const name = open(parsed.name) ? parsed.name : 'tokens';
   for (const link of document.querySelectorAll('#nav a')) {
-    if (link.getAttribute('href') === `#/${name}`) link.setAttribute('aria-current', 'page');
+    const section = link.getAttribute('href').replace(/^#\//, '');
+    link.hidden = !open(section);
+    if (section === name) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
-  const view = ROUTES[name] || ROUTES.routes;
+  const view = ROUTES[name] || ROUTES[teamOnly() ? 'tokens' : 'routes'];
   const mine = ++generation;
   try {
     const done = await view(root, params);

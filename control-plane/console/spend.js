@@ -2,7 +2,7 @@
 // and cap it. Costs are the API's exact decimal strings wherever they are shown as figures; only
 // the chart turns them into numbers to draw. A cost the API gives as null is "unpriced" (no price
 // matched), never 0.
-import { api, all, needs } from './api.js';
+import { api, all, needs, teamOnly } from './api.js';
 import { h, clear, table, fmt, bar } from './dom.js';
 import { stackedBars, MAX_SERIES } from './chart.js';
 import { editForm, deleteButton, section, heading, options } from './views.js';
@@ -193,8 +193,10 @@ const LIMIT_METRICS = ['requests', 'tokens', 'concurrent', 'spend'];
 
 /** What a limit can be put on: per scope, [id, label] pairs. */
 async function scopeCandidates() {
-  const [tokens, teams, routes, channels] = await Promise.all(
-    ['tokens', 'teams', 'routes', 'channels'].map((r) => all(`/api/v1/${r}`)));
+  // An admin of one team may limit only its team and its tokens: routes and channels are the fleet's.
+  const fleet = teamOnly() ? [] : ['routes', 'channels'];
+  const [tokens, teams, routes = [], channels = []] = await Promise.all(
+    ['tokens', 'teams', ...fleet].map((r) => all(`/api/v1/${r}`)));
   const members = (await Promise.all(routes.map((r) => all(`/api/v1/routes/${r.id}/members`)))).flat();
   const channelName = (id) => (channels.find((c) => c.id === id) || {}).name || `#${id}`;
   const routeName = (id) => (routes.find((r) => r.id === id) || {}).model_pattern || `#${id}`;

@@ -1,5 +1,5 @@
 // The console's views. Each view is `async (root, params) => cleanup?`; it renders into `root`.
-import { api, all, dryRun, ApiError, allowed, needs } from './api.js';
+import { api, all, dryRun, ApiError, allowed, needs, teamOnly } from './api.js';
 import { h, clear, table, fmt, bar, generic } from './dom.js';
 
 // ---------------------------------------------------------------- forms, validation, dry-run
@@ -154,7 +154,8 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
         form.querySelector('.form-error').textContent = 'Nothing changed.';
         return;
       }
-      const report = await dryRun([change(body)]);
+      // Dry runs are for fleet admins: an admin of one team saves without one.
+      const report = teamOnly() ? null : await dryRun([change(body)]);
       const saveButton = needs('admin', h('button.primary', { type: 'button' }, 'Save'));
       const readOnly = allowed('admin') ? null : h('small.help.read-only', 'Saving needs the admin role.');
       const cancel = h('button', { type: 'button', onclick: () => clear(preview) }, 'Cancel');
@@ -171,8 +172,8 @@ export function editForm({ title, fields, initial, change, save, onSaved, submit
         }
       });
       preview.appendChild(h('section.dry-run', { 'aria-label': 'Dry run' },
-        h('h4', 'Dry run: what this change would move'),
-        renderDryRun(report),
+        h('h4', report ? 'Dry run: what this change would move' : 'Save this change?'),
+        report ? renderDryRun(report) : null,
         h('div.actions', saveButton, cancel, readOnly)));
       if (!saveButton.hidden) saveButton.focus();
     } catch (error) {
@@ -189,12 +190,13 @@ export function deleteButton(label, change, remove, onDone) {
   button.addEventListener('click', async () => {
     clear(holder);
     try {
-      const report = await dryRun([change]);
+      const report = teamOnly() ? null : await dryRun([change]);
       const confirm = needs('admin', h('button.danger', { type: 'button' }, 'Confirm delete'));
       confirm.addEventListener('click', async () => {
         try { await remove(); await onDone(); } catch (error) { clear(holder).appendChild(h('p.form-error', error.message)); }
       });
-      holder.appendChild(h('div.dry-run.inline', h('h4', 'Dry run of this delete'), renderDryRun(report),
+      holder.appendChild(h('div.dry-run.inline', h('h4', report ? 'Dry run of this delete' : 'Delete this?'),
+        report ? renderDryRun(report) : null,
         h('div.actions', confirm, h('button', { type: 'button', onclick: () => clear(holder) }, 'Cancel'),
           allowed('admin') ? null : h('small.help.read-only', 'Deleting needs the admin role.'))));
       if (!confirm.hidden) confirm.focus();

@@ -39,6 +39,8 @@ pub struct Audit<'a> {
     pub resource_id: Option<i64>,
     /// A description of the change. Never holds secrets.
     pub detail: Value,
+    /// The team of the admin making the change, when it administers one team only.
+    pub team: Option<i64>,
 }
 
 /// Bumps the snapshot revision, writes the audit row, queues the NOTIFY and commits. Every admin
@@ -51,8 +53,8 @@ pub async fn commit_write(mut tx: Transaction<'_, Postgres>, audit: Audit<'_>) -
     .fetch_one(&mut *tx)
     .await?;
     sqlx::query(
-        "INSERT INTO audit_log (actor, action, resource, resource_id, revision, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO audit_log (actor, action, resource, resource_id, revision, detail, \
+         actor_team_id) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(audit.actor)
     .bind(audit.action)
@@ -60,6 +62,7 @@ pub async fn commit_write(mut tx: Transaction<'_, Postgres>, audit: Audit<'_>) -
     .bind(audit.resource_id)
     .bind(revision)
     .bind(sqlx::types::Json(&audit.detail))
+    .bind(audit.team)
     .execute(&mut *tx)
     .await?;
     // Delivered to every listener (every replica) when, and only if, the transaction commits.

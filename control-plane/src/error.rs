@@ -13,6 +13,10 @@ pub enum ApiError {
     /// The admin token's role is below what the route needs: 403.
     #[error("{message}")]
     Forbidden { message: String },
+    /// The caller administers one team, and the route is for the whole fleet's admins, or the
+    /// body names something of another team or of the fleet: 403.
+    #[error("{message}")]
+    OutsideTeam { message: String },
     /// Malformed request (unparseable JSON, bad query string): 400.
     #[error("{message}")]
     BadRequest {
@@ -93,7 +97,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::Forbidden { .. } | ApiError::OutsideTeam { .. } => StatusCode::FORBIDDEN,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound { .. } | ApiError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
@@ -116,6 +120,7 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => ("authentication_error", "invalid_admin_token"),
             ApiError::Forbidden { .. } => ("permission_error", "insufficient_role"),
+            ApiError::OutsideTeam { .. } => ("permission_error", "outside_team"),
             ApiError::BadRequest { .. } => ("invalid_request_error", "bad_request"),
             ApiError::Validation { .. } => ("invalid_request_error", "validation_failed"),
             ApiError::NotFound { .. } => ("not_found_error", "not_found"),

@@ -264,6 +264,7 @@ async fn check_stop(pool: &PgPool, rule: i64) -> anyhow::Result<()> {
                 "pairs": pairs,
                 "shadow_failed": pairs.saturating_sub(ok),
             }),
+            team: None,
         },
     )
     .await

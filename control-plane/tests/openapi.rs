@@ -63,10 +63,19 @@ fn operation_ids_are_unique_and_every_operation_documents_401_and_503() {
             ["viewer", "operator", "admin"].contains(&role),
             "{method} {path}: {role}"
         );
+        // And what an admin limited to one team may do with it; a fleet-only one documents the
+        // 403 such an admin gets.
+        let team = op["x-switchyard-team"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no x-switchyard-team"));
+        assert!(
+            ["open", "own", "filtered", "fleet"].contains(&team),
+            "{method} {path}: {team}"
+        );
         assert_eq!(
             op["responses"].get("403").is_some(),
-            role != "viewer",
-            "{method} {path} ({role}) and its 403"
+            role != "viewer" || team == "fleet",
+            "{method} {path} ({role}, {team}) and its 403"
         );
         for (code, response) in op["responses"].as_object().unwrap() {
             if code.starts_with('4') || code.starts_with('5') {

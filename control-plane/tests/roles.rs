@@ -14,13 +14,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use switchyard_control_plane::api::access::{route_access, Role, RouteAccess, ROUTE_ROLES};
 
+use common::admin::{as_token, concrete, method, new_token, operations, UNDOCUMENTED};
 use common::{test_app, TestApp};
-
-/// Routes the admin router serves outside the OpenAPI document.
-const UNDOCUMENTED: [(&str, &str); 2] = [
-    ("GET", "/api/v1/openapi.json"),
-    ("GET", "/console/routes/explain"),
-];
 
 /// The least role each (method, route template) of the admin API needs, written out by hand from
 /// the documented policy: reads (and explain) are `viewer`; what only computes an answer (dry run,
@@ -138,58 +133,6 @@ fn allows(caller: &str, needed: &str) -> bool {
         other => panic!("unknown role {other:?}"),
     };
     rank(caller) >= rank(needed)
-}
-
-/// Every (method, route template) of the admin router, with the role its document states.
-fn operations() -> Vec<(String, String, Option<String>)> {
-    let doc = serde_json::to_value(switchyard_control_plane::api::openapi()).unwrap();
-    let mut out = Vec::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for (method, op) in item.as_object().unwrap() {
-            if ["get", "put", "post", "patch", "delete"].contains(&method.as_str()) {
-                out.push((
-                    method.to_uppercase(),
-                    path.clone(),
-                    op["x-switchyard-role"].as_str().map(str::to_owned),
-                ));
-            }
-        }
-    }
-    for (method, path) in UNDOCUMENTED {
-        out.push((method.to_owned(), path.to_owned(), None));
-    }
-    out
-}
-
-fn method(name: &str) -> Method {
-    Method::from_bytes(name.as_bytes()).unwrap()
-}
-
-/// A concrete path for a template: `{id}` becomes `id`.
-fn concrete(template: &str, id: i64) -> String {
-    template.replace("{id}", &id.to_string())
-}
-
-async fn new_token(app: &TestApp, name: &str, role: &str) -> (i64, String) {
-    let reply = app
-        .post("/api/v1/admin-tokens", json!({"name": name, "role": role}))
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
-    assert_eq!(reply.body["role"], role);
-    let secret = reply.body["token"].as_str().unwrap().to_owned();
-    assert!(secret.starts_with("sy-admin-"), "{secret}");
-    assert!(secret.starts_with(reply.body["prefix"].as_str().unwrap()));
-    (reply.body["id"].as_i64().unwrap(), secret)
-}
-
-async fn as_token(
-    app: &TestApp,
-    token: &str,
-    m: &str,
-    path: &str,
-    body: Option<Value>,
-) -> common::Reply {
-    app.send(method(m), path, body, Some(token)).await
 }
 
 async fn audit_log_text(app: &TestApp) -> String {
@@ -541,7 +484,8 @@ async fn an_admin_token_writes_under_its_name_and_revocation_is_immediate(pool: 
     let me = app.get("/api/v1/whoami").await;
     assert_eq!(
         me.body,
-        json!({"name": "bootstrap", "role": "admin", "token_id": null, "expires_at": null})
+        json!({"name": "bootstrap", "role": "admin", "token_id": null, "team_id": null,
+               "expires_at": null})
     );
 
     let (admin_id, admin) = new_token(&app, "alice", "admin").await;
@@ -692,7 +636,10 @@ async fn an_admin_token_writes_under_its_name_and_revocation_is_immediate(pool: 
         .clone();
     assert_eq!(last["actor"], "alice");
     assert_eq!(last["action"], "delete");
-    assert_eq!(last["detail"], json!({"name": "alice", "role": "admin"}));
+    assert_eq!(
+        last["detail"],
+        json!({"name": "alice", "role": "admin", "team_id": null})
+    );
 
     // No secret (nor its hash) ever reached the audit log.
     let audit = audit_log_text(&app).await;

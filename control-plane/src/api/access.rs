@@ -10,6 +10,15 @@
 //! The middleware refuses a caller whose role is below the route's with a 403 before the handler
 //! (or its body parsing) runs. A route missing from the table needs `admin` (fail closed), and a
 //! test checks that the table and the router list the same routes.
+//!
+//! An admin token may be limited to one team (a *team admin*, whatever its role). A second
+//! table, [`TEAM_ROUTES`], says which routes such a caller may call at all and how what it
+//! names is checked to be its team's; a route missing from it is for fleet admins only (403
+//! `outside_team`, fail closed). On a route whose `{id}` names a resource, the middleware
+//! answers 404 for a resource of another team (or of no team), exactly as for one that does
+//! not exist, before the handler runs; lists and reports are filtered to the team by their
+//! handlers, and the resource layer checks again, inside the write's transaction, that the row
+//! it locked is the team's and that the write keeps it the team's (403 otherwise).
 
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
@@ -123,6 +132,118 @@ pub const ROUTE_ROLES: &[(&str, &str, Role)] = &[
     ("GET", "/api/v1/requests", Viewer),
 ];
 
+/// A resource a team admin may administer, and how a row of it belongs to a team.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owned {
+    /// The team itself: its own row only.
+    Team,
+    /// A downstream token: its `team_id` is the team.
+    Token,
+    /// A limit (and the budget a spend limit is): its scope is the team, or a token of the team.
+    Limit,
+    /// A cache rule limited to the team (`team_id`).
+    CacheRule,
+}
+
+impl Owned {
+    /// The table its rows live in (a fixed set: safe to put in SQL text).
+    pub fn table(self) -> &'static str {
+        match self {
+            Owned::Team => "teams",
+            Owned::Token => "tokens",
+            Owned::Limit => "limits",
+            Owned::CacheRule => "cache_rules",
+        }
+    }
+
+    /// What a 404 calls it (the resource's own name for it).
+    pub fn noun(self) -> &'static str {
+        match self {
+            Owned::Team => "team",
+            Owned::Token => "token",
+            Owned::Limit => "limit",
+            Owned::CacheRule => "cache rule",
+        }
+    }
+
+    /// The SQL condition, on a row of [`Owned::table`] (unqualified columns), that holds when the
+    /// row belongs to the team whose id is bound as `$n`.
+    pub fn belongs(self, n: usize) -> String {
+        match self {
+            Owned::Team => format!("id = ${n}"),
+            Owned::Token | Owned::CacheRule => format!("team_id = ${n}"),
+            Owned::Limit => format!(
+                "((scope = 'team' AND scope_id = ${n}) OR (scope = 'token' AND scope_id IN \
+                 (SELECT id FROM tokens WHERE team_id = ${n})))"
+            ),
+        }
+    }
+}
+
+/// What a caller limited to one team may do on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TeamAccess {
+    /// Nothing of any team is read or written (who am I, the API's own document).
+    Open,
+    /// The route's `{id}` must name a resource of the team (else 404); its collection lists
+    /// only the team's; what a write stores must stay the team's (else 403).
+    Own(Owned),
+    /// A report read only for the team: its handler forces the team's filter.
+    Filtered,
+}
+
+use TeamAccess::{Filtered, Open, Own};
+
+/// The routes a caller limited to one team may call, and how ownership is checked on each. The
+/// role check of [`ROUTE_ROLES`] still applies (a team viewer reads, a team admin also writes).
+/// Every route not listed here is for fleet admins only: channels, credentials, routes,
+/// members, prices, presets, shadow rules, guardrails, webhooks, settings, explain, dry runs,
+/// configuration, the shared state and admin tokens; creating, changing or deleting a team too.
+pub const TEAM_ROUTES: &[(&str, &str, TeamAccess)] = &[
+    ("GET", "/api/v1/whoami", Open),
+    ("GET", "/api/v1/openapi.json", Open),
+    ("GET", "/api/v1/tokens", Own(Owned::Token)),
+    ("POST", "/api/v1/tokens", Own(Owned::Token)),
+    ("GET", "/api/v1/tokens/{id}", Own(Owned::Token)),
+    ("PATCH", "/api/v1/tokens/{id}", Own(Owned::Token)),
+    ("DELETE", "/api/v1/tokens/{id}", Own(Owned::Token)),
+    ("GET", "/api/v1/teams", Own(Owned::Team)),
+    ("GET", "/api/v1/teams/{id}", Own(Owned::Team)),
+    ("GET", "/api/v1/limits", Own(Owned::Limit)),
+    ("POST", "/api/v1/limits", Own(Owned::Limit)),
+    ("GET", "/api/v1/limits/{id}", Own(Owned::Limit)),
+    ("PATCH", "/api/v1/limits/{id}", Own(Owned::Limit)),
+    ("DELETE", "/api/v1/limits/{id}", Own(Owned::Limit)),
+    ("GET", "/api/v1/budgets", Filtered),
+    ("GET", "/api/v1/cache_rules", Own(Owned::CacheRule)),
+    ("POST", "/api/v1/cache_rules", Own(Owned::CacheRule)),
+    ("GET", "/api/v1/cache_rules/{id}", Own(Owned::CacheRule)),
+    ("PATCH", "/api/v1/cache_rules/{id}", Own(Owned::CacheRule)),
+    ("DELETE", "/api/v1/cache_rules/{id}", Own(Owned::CacheRule)),
+    (
+        "GET",
+        "/api/v1/cache_rules/{id}/trial",
+        Own(Owned::CacheRule),
+    ),
+    ("GET", "/api/v1/usage", Filtered),
+    ("GET", "/api/v1/requests", Filtered),
+    ("GET", "/api/v1/audit", Filtered),
+];
+
+/// What a caller limited to one team may do with (`method`, `route`); `None`: nothing, the route
+/// is for fleet admins only (a route the table does not list included).
+pub fn team_access(method: &Method, route: &str) -> Option<TeamAccess> {
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    TEAM_ROUTES
+        .iter()
+        .find(|(m, r, _)| *m == method && *r == route)
+        .map(|(_, _, access)| *access)
+}
+
 /// What a request to `route` with `method` needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteAccess {
@@ -193,9 +314,10 @@ fn actor_label(name: &str, headers: &HeaderMap) -> String {
     }
 }
 
-/// Authenticates the caller (see [`authenticate`]), then checks their role against the route's.
-/// No credential, or an unknown, revoked or expired one, is a 401; a role below the route's is a
-/// 403 naming both.
+/// Authenticates the caller (see [`authenticate`]), then checks their role against the route's
+/// and, for a caller limited to one team, the route against [`TEAM_ROUTES`]. No credential, or an
+/// unknown, revoked or expired one, is a 401; a role below the route's is a 403 naming both; a
+/// fleet route called by a team admin is a 403 `outside_team`, and another team's `{id}` a 404.
 pub async fn authorize(
     State(state): State<AppState>,
     mut request: Request,
@@ -206,27 +328,15 @@ pub async fn authorize(
         Err(error) => return error.into_response(),
     };
     let actor = actor_label(&identity.name, request.headers());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(String::new, |p| p.as_str().to_owned());
-    let mut response = match route_access(request.method(), &route) {
-        RouteAccess::Needs(needed) if identity.role < needed => ApiError::Forbidden {
-            message: format!(
-                "{} {route} needs the {} role; {} has the {} role",
-                crate::metrics::method_label(request.method()),
-                needed.as_str(),
-                caller_kind(&identity),
-                identity.role.as_str()
-            ),
-        }
-        .into_response(),
-        _ => {
-            request.extensions_mut().insert(Caller {
+    let (mut parts, body) = request.into_parts();
+    let mut response = match admit(&state, &identity, &mut parts).await {
+        Err(error) => error.into_response(),
+        Ok(()) => {
+            parts.extensions.insert(Caller {
                 identity,
                 actor: actor.clone(),
             });
-            next.run(request).await
+            next.run(Request::from_parts(parts, body)).await
         }
     };
     response
@@ -307,6 +417,103 @@ fn person_identity(person: sso::person::Person, expires_ms: Option<i64>) -> Iden
     }
 }
 
+/// Whether `identity` may call the request's route: its role, then its team's reach.
+async fn admit(state: &AppState, identity: &Identity, parts: &mut Parts) -> Result<(), ApiError> {
+    let route = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map_or_else(String::new, |p| p.as_str().to_owned());
+    let needed = match route_access(&parts.method, &route) {
+        // The router answers 405; nothing runs.
+        RouteAccess::OtherMethod => return Ok(()),
+        RouteAccess::Needs(needed) => needed,
+    };
+    let method = crate::metrics::method_label(&parts.method);
+    if identity.role < needed {
+        return Err(ApiError::Forbidden {
+            message: format!(
+                "{method} {route} needs the {} role; {} has the {} role",
+                needed.as_str(),
+                caller_kind(identity),
+                identity.role.as_str()
+            ),
+        });
+    }
+    let Some(team) = identity.team else {
+        return Ok(());
+    };
+    match team_access(&parts.method, &route) {
+        None => Err(ApiError::OutsideTeam {
+            message: format!(
+                "{method} {route} is for fleet admins; {} administers team {team} only",
+                caller_kind(identity)
+            ),
+        }),
+        Some(Own(owned)) => {
+            let id = axum::extract::RawPathParams::from_request_parts(parts, state)
+                .await
+                .ok()
+                .and_then(|params| {
+                    params
+                        .iter()
+                        .find(|(name, _)| *name == "id")
+                        .map(|(_, value)| value.to_owned())
+                });
+            // An id that is not a number is the handler's 400; nothing is read with it.
+            match id.and_then(|id| id.parse::<i64>().ok()) {
+                Some(id) => owned_or_missing(&state.pool, owned, id, team).await,
+                None => Ok(()),
+            }
+        }
+        Some(Open | Filtered) => Ok(()),
+    }
+}
+
+/// `Ok` when row `id` of `owned` belongs to `team`; otherwise the 404 a missing row gets (a
+/// team admin cannot tell another team's resource from one that does not exist).
+pub async fn owned_or_missing(
+    executor: impl sqlx::PgExecutor<'_>,
+    owned: Owned,
+    id: i64,
+    team: i64,
+) -> Result<(), ApiError> {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {} WHERE id = $1 AND {})",
+        owned.table(),
+        owned.belongs(2)
+    );
+    let belongs: bool = sqlx::query_scalar(&sql)
+        .bind(id)
+        .bind(team)
+        .fetch_one(executor)
+        .await?;
+    if belongs {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(owned.noun(), id))
+    }
+}
+
+/// `Ok` when row `id` of `owned`, which a write of a team admin of `team` names in its body (a
+/// limit's scope, a token's team), belongs to `team`; otherwise a 403 naming `field`, whether or
+/// not the row exists.
+pub async fn owned_target(
+    executor: impl sqlx::PgExecutor<'_>,
+    owned: Owned,
+    (field, id): (&str, i64),
+    team: i64,
+) -> Result<(), ApiError> {
+    if owned_or_missing(executor, owned, id, team).await.is_ok() {
+        return Ok(());
+    }
+    Err(ApiError::OutsideTeam {
+        message: format!(
+            "{field}: {} {id} is not of team {team}, the only team this admin token administers",
+            owned.noun()
+        ),
+    })
+}
+
 /// The identity `presented` authenticates: the bootstrap token (compared as SHA-256 digests, in
 /// constant time), or a live admin token found by its hash. `None`: no such token.
 async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>, ApiError> {
@@ -322,17 +529,18 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
     }
     let hash = switchyard_proto::hex(&digest);
     let sql = format!(
-        "SELECT id, name, role, {} AS expires_at, \
+        "SELECT id, name, role, {} AS expires_at, team_id, \
          (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds') AS stale \
          FROM admin_tokens \
          WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
         ts("expires_at")
     );
-    let row: Option<(i64, String, String, Option<String>, bool)> = sqlx::query_as(&sql)
-        .bind(&hash)
-        .fetch_optional(&state.pool)
-        .await?;
-    let Some((id, name, role, expires_at, stale)) = row else {
+    let row: Option<(i64, String, String, Option<String>, Option<i64>, bool)> =
+        sqlx::query_as(&sql)
+            .bind(&hash)
+            .fetch_optional(&state.pool)
+            .await?;
+    let Some((id, name, role, expires_at, team, stale)) = row else {
         return Ok(None);
     };
     let role = Role::parse(&role)
@@ -353,7 +561,7 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
         role,
         token_id: Some(id),
         expires_at,
-        team: None,
+        team,
     }))
 }
 

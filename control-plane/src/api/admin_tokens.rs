@@ -2,6 +2,10 @@
 //! is generated here, returned once by the create call, and only its SHA-256 (lowercase hex, as
 //! for downstream tokens) is stored. Revoking keeps the row (with `revoked_at`), so the names in
 //! the audit log stay meaningful; the token is refused from its next request on.
+//!
+//! A token with a `team_id` administers that team only (see [`super::access::TEAM_ROUTES`]);
+//! without one, the whole fleet. Only fleet admins manage admin tokens, team-limited ones
+//! included. Deleting a team removes its admin tokens.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -17,7 +21,8 @@ use super::channels::checked_name;
 use super::extract::{Actor, JsonBody, Path, Query};
 use super::reply::{Page, PageQuery};
 use super::rows::{
-    answer, commit_row, commit_view, fetch_row, list_rows, lock_row, table_row, By, Change,
+    answer, check_reference, commit_row, commit_view, fetch_row, list_rows, lock_row, table_row,
+    By, Change,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -32,6 +37,8 @@ pub struct AdminTokenView {
     pub name: String,
     #[sqlx(try_from = "String")]
     pub role: Role,
+    /// The one team the token administers; `null`: the whole fleet.
+    pub team_id: Option<i64>,
     /// The first characters of the secret, to recognise the token.
     pub prefix: String,
     /// After this instant the token is refused (401); `null`: never expires.
@@ -62,7 +69,7 @@ table_row!(AdminTokenView, "admin_tokens", "admin_token", columns);
 
 fn columns() -> String {
     format!(
-        "id, name, role, prefix, {} AS expires_at, {} AS created_at, created_by, \
+        "id, name, role, team_id, prefix, {} AS expires_at, {} AS created_at, created_by, \
          {} AS last_used_at, {} AS revoked_at",
         ts("expires_at"),
         ts("created_at"),
@@ -78,6 +85,9 @@ pub struct AdminTokenCreate {
     /// Unique among live tokens; `bootstrap` and names starting with `system:` are reserved.
     pub name: String,
     pub role: Role,
+    /// Limits the token to administering this team (its tokens, limits, budgets, cache rules,
+    /// usage and request log) with its role; absent or `null`: the whole fleet.
+    pub team_id: Option<i64>,
     /// RFC 3339 (`2027-01-31T23:59:59Z`, any offset), in the future; absent or `null`: never
     /// expires.
     #[schema(format = DateTime)]
@@ -92,6 +102,8 @@ pub struct WhoAmI {
     pub role: Role,
     /// The admin token's id; `null` for the bootstrap token.
     pub token_id: Option<i64>,
+    /// The one team the caller administers; `null`: the whole fleet.
+    pub team_id: Option<i64>,
     /// When the token stops working; `null`: never.
     #[schema(format = DateTime)]
     pub expires_at: Option<String>,
@@ -126,13 +138,14 @@ fn checked_token_name(raw: &str) -> ApiResult<String> {
 }
 
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "admin-tokens", operation_id = "whoami",
-    responses((status = 200, description = "the caller's admin token name and role", body = WhoAmI)))]
+    responses((status = 200, description = "the caller's name, role and team", body = WhoAmI)))]
 pub async fn whoami(caller: Caller, csrf: Option<axum::Extension<SessionCsrf>>) -> Json<WhoAmI> {
     let identity = caller.identity;
     Json(WhoAmI {
         name: identity.name,
         role: identity.role,
         token_id: identity.token_id,
+        team_id: identity.team,
         expires_at: identity.expires_at,
         csrf_token: csrf.map(|axum::Extension(SessionCsrf(token))| token),
     })
@@ -200,9 +213,12 @@ pub async fn create(
     if let Some(ms) = expires_at {
         refuse_past_expiry(&mut tx, ms).await?;
     }
+    if let Some(team) = raw.team_id {
+        check_reference(&mut tx, "teams", "team_id", team).await?;
+    }
     let sql = format!(
-        "INSERT INTO admin_tokens (name, role, hash, prefix, expires_at, created_by) \
-         VALUES ($1, $2, $3, $4, 'epoch'::timestamptz + $5 * interval '1 millisecond', $6) \
+        "INSERT INTO admin_tokens (name, role, hash, prefix, expires_at, created_by, team_id) \
+         VALUES ($1, $2, $3, $4, 'epoch'::timestamptz + $5 * interval '1 millisecond', $6, $7) \
          RETURNING {}",
         columns()
     );
@@ -213,12 +229,14 @@ pub async fn create(
         .bind(&prefix)
         .bind(expires_at)
         .bind(&actor)
+        .bind(raw.team_id)
         .fetch_one(&mut *tx)
         .await?;
-    // The audit row says who got which role; never the secret or its hash.
+    // The audit row says who got which role for which team; never the secret or its hash.
     let detail = json!({
         "name": view.name,
         "role": raw.role,
+        "team_id": raw.team_id,
         "prefix": view.prefix,
         "expires_at": expires_at.map(|ms| format_rfc3339(u64::try_from(ms).unwrap_or(0))),
     });
@@ -259,7 +277,7 @@ pub async fn revoke(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    let detail = json!({ "name": current.name, "role": current.role });
+    let detail = json!({ "name": current.name, "role": current.role, "team_id": current.team_id });
     let revision = commit_row::<AdminTokenView>(tx, By::each(&actor), "delete", id, detail).await?;
     Ok(answer(revision, StatusCode::NO_CONTENT))
 }

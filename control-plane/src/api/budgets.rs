@@ -1,6 +1,8 @@
 //! `GET /api/v1/budgets`: every spend limit with what its scope has spent in the current UTC
 //! window, from the usage the proxies report (`usage_minutes`).
 
+use std::collections::HashSet;
+
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
@@ -8,6 +10,7 @@ use switchyard_engine::limit::{format_micros, format_pico_usd, format_rfc3339, P
 use switchyard_state::unix_ms;
 use utoipa::ToSchema;
 
+use super::access::{Caller, Owned};
 use super::schema::{LimitModeName, LimitScopeName, LimitWindowName};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::spend::spend_limits;
@@ -99,13 +102,32 @@ fn internal(context: &'static str) -> impl FnOnce(sqlx::Error) -> ApiError {
                                       window, from the usage the proxies report", body = BudgetsResponse),
         (status = 401, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
-pub async fn budgets(State(state): State<AppState>) -> ApiResult<Json<BudgetsResponse>> {
+pub async fn budgets(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<BudgetsResponse>> {
     let now = unix_ms();
+    // An admin limited to one team sees the budgets of its team's limits only.
+    let owned: Option<HashSet<i64>> = match caller.identity.team {
+        None => None,
+        Some(team) => Some(
+            sqlx::query_scalar::<_, i64>(&format!(
+                "SELECT id FROM limits WHERE {}",
+                Owned::Limit.belongs(1)
+            ))
+            .bind(team)
+            .fetch_all(&state.pool)
+            .await?
+            .into_iter()
+            .collect(),
+        ),
+    };
     let spends = spend_limits(&state.pool, now)
         .await
         .map_err(internal("reading the spend limits and their spend"))?;
     let data = spends
         .into_iter()
+        .filter(|s| owned.as_ref().is_none_or(|ids| ids.contains(&s.limit_id)))
         .map(|s| {
             // Micro-USD to pico-USD.
             let value_pico = u128::from(s.value_micros) * (PICO_PER_USD / 1_000_000);

@@ -10,11 +10,12 @@ use switchyard_engine::cache::{
 };
 use utoipa::ToSchema;
 
+use super::access::Owned;
 use super::crud::{crud, Item};
 use super::extract::nullable;
 use super::rows::{
-    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
-    RowQuery, RowView,
+    check_reference, commit_view, delete_row, insert_sql, lock_row, table_row, team_after,
+    team_before, update_sql, By, Change, Db, RowQuery, RowView,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
@@ -40,6 +41,9 @@ pub struct CacheRuleView {
     pub enabled: bool,
     /// The match by meaning after an exact miss, or `null`.
     pub semantic: Option<SemanticView>,
+    /// The one team whose tokens' requests the rule covers (and whose admins manage it);
+    /// `null`: every request.
+    pub team_id: Option<i64>,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -88,6 +92,7 @@ pub(super) struct CacheRuleRow {
     semantic_model: Option<String>,
     semantic_threshold: Option<f64>,
     semantic_mode: Option<String>,
+    team_id: Option<i64>,
     created_at: String,
     updated_at: String,
 }
@@ -114,7 +119,9 @@ crud!(
     CacheRuleView,
     CacheRuleCreate,
     CacheRulePatch,
-    Item::new("cache_rule").invalid("a field is invalid, or the name is taken")
+    Item::new("cache_rule")
+        .invalid("a field is invalid, or the name is taken")
+        .owned(Owned::CacheRule)
 );
 
 impl From<CacheRuleRow> for CacheRuleView {
@@ -131,6 +138,7 @@ impl From<CacheRuleRow> for CacheRuleView {
             deterministic_only: r.deterministic_only,
             enabled: r.enabled,
             semantic: semantic.as_ref().map(SemanticView::from),
+            team_id: r.team_id,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -141,7 +149,7 @@ fn columns() -> String {
     format!(
         "id, name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
          deterministic_only, enabled, semantic_channel_id, semantic_model, semantic_threshold, \
-         semantic_mode, {} AS created_at, {} AS updated_at",
+         semantic_mode, team_id, {} AS created_at, {} AS updated_at",
         ts("created_at"),
         ts("updated_at")
     )
@@ -162,6 +170,9 @@ pub struct CacheRuleCreate {
     pub enabled: Option<bool>,
     /// The match by meaning after an exact miss.
     pub semantic: Option<SemanticView>,
+    /// Covers only requests of this team's tokens; absent: every request (for an admin limited
+    /// to one team: that team).
+    pub team_id: Option<i64>,
 }
 
 /// Any subset; `semantic: null` takes the semantic part away.
@@ -179,6 +190,10 @@ pub struct CacheRulePatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<SemanticView>)]
     pub semantic: Option<Option<SemanticView>>,
+    /// `null`: every request.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i64>)]
+    pub team_id: Option<Option<i64>>,
 }
 
 fn endpoints(names: &[String]) -> ApiResult<Vec<switchyard_engine::CacheEndpoint>> {
@@ -250,6 +265,7 @@ impl TryFrom<CacheRuleCreate> for CacheRule {
             deterministic_only: raw.deterministic_only.unwrap_or(false),
             enabled: raw.enabled.unwrap_or(true),
             semantic: raw.semantic.map(semantic).transpose()?,
+            team: raw.team_id,
         })
     }
 }
@@ -269,6 +285,7 @@ fn stored(row: CacheRuleRow) -> ApiResult<CacheRule> {
         deterministic_only: row.deterministic_only,
         enabled: row.enabled,
         semantic,
+        team: row.team_id,
     })
 }
 
@@ -284,13 +301,14 @@ fn detail(rule: &CacheRule) -> serde_json::Value {
         "deterministic_only": rule.deterministic_only,
         "enabled": rule.enabled,
         "semantic": rule.semantic.as_ref().map(SemanticView::from),
+        "team_id": rule.team,
     })
 }
 
 /// The columns a create or patch writes, in [`bind`]'s order.
 const WRITTEN: &str = "name, model_pattern, endpoints, ttl_seconds, max_entry_bytes, scope, \
     deterministic_only, enabled, semantic_channel_id, semantic_model, semantic_threshold, \
-    semantic_mode";
+    semantic_mode, team_id";
 
 fn bind<'q>(query: RowQuery<'q, CacheRuleRow>, rule: &'q CacheRule) -> RowQuery<'q, CacheRuleRow> {
     let endpoints: Vec<String> = rule
@@ -311,11 +329,15 @@ fn bind<'q>(query: RowQuery<'q, CacheRuleRow>, rule: &'q CacheRule) -> RowQuery<
         .bind(rule.semantic.as_ref().map(|s| s.model.clone()))
         .bind(rule.semantic.as_ref().map(|s| s.threshold))
         .bind(rule.semantic.as_ref().map(|s| s.mode.as_str()))
+        .bind(rule.team)
 }
 
-/// No other rule has this name (a 422 naming `name`), and the semantic part's channel exists
-/// (a 422 naming `semantic.channel`).
+/// No other rule has this name (a 422 naming `name`), the semantic part's channel exists (a 422
+/// naming `semantic.channel`), and so does the team (a 422 naming `team_id`).
 async fn check(tx: &mut sqlx::PgConnection, rule: &CacheRule, id: Option<i64>) -> ApiResult<()> {
+    if let Some(team) = rule.team {
+        check_reference(&mut *tx, "teams", "team_id", team).await?;
+    }
     if let Some(part) = &rule.semantic {
         let exists: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM channels WHERE id = $1 FOR KEY SHARE)",
@@ -371,7 +393,12 @@ pub(super) async fn create_in<'c>(
     by: By<'_>,
     raw: CacheRuleCreate,
 ) -> ApiResult<Response> {
-    let rule = CacheRule::try_from(raw)?;
+    let mut rule = CacheRule::try_from(raw)?;
+    if let Some(team) = by.team {
+        // A team admin's rule covers its team: absent, the team is its own.
+        rule.team.get_or_insert(team);
+        team_rule(&rule, team)?;
+    }
     let mut tx = db.begin().await?;
     check(&mut tx, &rule, None).await?;
     let sql = insert_sql::<CacheRuleRow>(WRITTEN);
@@ -380,6 +407,7 @@ pub(super) async fn create_in<'c>(
         .await
         .map_err(write_error(&rule))?;
     let (id, view) = (row.id, CacheRuleView::from(row));
+    team_after(&mut tx, by, Owned::CacheRule, id).await?;
     commit_view::<CacheRuleRow>(tx, by, Change::Create, id, detail(&rule), view).await
 }
 
@@ -391,6 +419,7 @@ pub(super) async fn patch_in<'c>(
     patch: CacheRulePatch,
 ) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<CacheRuleRow>(db, id).await?;
+    team_before(&mut tx, by, Owned::CacheRule, id).await?;
     let current = stored(current)?;
     let rule = checked(CacheRule {
         id,
@@ -415,7 +444,11 @@ pub(super) async fn patch_in<'c>(
             Some(None) => None,
             None => current.semantic,
         },
+        team: patch.team_id.unwrap_or(current.team),
     })?;
+    if let Some(team) = by.team {
+        team_rule(&rule, team)?;
+    }
     check(&mut tx, &rule, Some(id)).await?;
     let sql = update_sql::<CacheRuleRow>(WRITTEN);
     let row = bind(sqlx::query_as(&sql), &rule)
@@ -424,10 +457,34 @@ pub(super) async fn patch_in<'c>(
         .await
         .map_err(write_error(&rule))?;
     let view = CacheRuleView::from(row);
+    team_after(&mut tx, by, Owned::CacheRule, id).await?;
     commit_view::<CacheRuleRow>(tx, by, Change::Update, id, detail(&rule), view).await
+}
+
+/// What an admin limited to `team` may store: a rule of that team, without a semantic part (its
+/// embeddings channel is the fleet's). A 403 otherwise.
+fn team_rule(rule: &CacheRule, team: i64) -> ApiResult<()> {
+    let refused = |message: String| Err(ApiError::OutsideTeam { message });
+    match rule.team {
+        Some(of) if of != team => refused(format!(
+            "team_id: team {of} is not team {team}, the only team this admin token administers"
+        )),
+        None => refused(format!(
+            "team_id: a rule for every team is for fleet admins; this admin token administers \
+             team {team} only"
+        )),
+        _ if rule.semantic.is_some() => refused(
+            "semantic: a semantic part asks a fleet channel for embeddings; it is for fleet \
+             admins"
+                .to_owned(),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The delete of `DELETE /api/v1/cache_rules/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
-    delete_locked::<CacheRuleRow>(db, by, id, |current| json!({ "name": current.name })).await
+    let (mut tx, current) = lock_row::<CacheRuleRow>(db, id).await?;
+    team_before(&mut tx, by, Owned::CacheRule, id).await?;
+    delete_row::<CacheRuleRow>(tx, by, id, json!({ "name": current.name })).await
 }

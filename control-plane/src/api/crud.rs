@@ -22,6 +22,7 @@ use utoipa::openapi::{ContentBuilder, PathsBuilder, Ref, RefOr, Required, Respon
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 use utoipa_axum::router::UtoipaMethodRouter;
 
+use super::access::{Caller, Owned};
 use super::extract::{JsonBody, Path, Query, Writer};
 use super::reply::{Page, PageQuery};
 use super::rows::{fetch_row, fetch_view, list_rows, list_views, RowView, TableRow};
@@ -44,6 +45,9 @@ pub(super) struct Item {
     deleted: &'static str,
     /// The 409 of a delete, when something still refers to the resource.
     conflict: Option<&'static str>,
+    /// How a row belongs to a team, when an admin limited to one team may see the resource:
+    /// its list shows such a caller only its team's rows. `None`: fleet admins only.
+    owned: Option<Owned>,
 }
 
 impl Item {
@@ -55,6 +59,15 @@ impl Item {
             malformed: false,
             deleted: "",
             conflict: None,
+            owned: None,
+        }
+    }
+
+    /// A team admin may see the resource's rows of its team, `owned` telling which they are.
+    pub(super) const fn owned(self, owned: Owned) -> Item {
+        Item {
+            owned: Some(owned),
+            ..self
         }
     }
 
@@ -364,9 +377,27 @@ fn collect<T: ToSchema>(schemas: &mut Vec<(String, RefOr<utoipa::openapi::schema
 
 async fn list<V: Crud>(
     State(state): State<AppState>,
+    caller: Caller,
     Query(page): Query<PageQuery>,
 ) -> ApiResult<Json<Page<V>>> {
-    Ok(Json(list_views::<V>(&state.pool, page.bounds()?).await?))
+    let bounds = page.bounds()?;
+    let team = match (caller.identity.team, V::ITEM.owned) {
+        (None, _) => None,
+        (Some(team), Some(owned)) => Some((owned, team)),
+        (Some(team), None) => return Err(fleet_only(&caller, team)),
+    };
+    Ok(Json(list_views::<V>(&state.pool, team, bounds).await?))
+}
+
+/// The 403 of a team admin on what only fleet admins see (the access middleware refuses it
+/// first; this keeps a generic handler from ever listing a resource no team owns).
+fn fleet_only(caller: &Caller, team: i64) -> crate::error::ApiError {
+    crate::error::ApiError::OutsideTeam {
+        message: format!(
+            "only fleet admins see this; the admin token {:?} administers team {team} only",
+            caller.identity.name
+        ),
+    }
 }
 
 /// `V`'s collection `GET /api/v1/{noun}s`: a page of views, with its OpenAPI operation.
@@ -386,8 +417,12 @@ pub(super) fn listed_under<P: Crud, V: Crud + TableRow>(
     let (path, op) = under::<P>(&tag, page_operation::<V>(&tag));
     let router = axum::routing::get(
         move |State(state): State<AppState>,
+              caller: Caller,
               Path(parent): Path<i64>,
               Query(page): Query<PageQuery>| async move {
+            if let Some(team) = caller.identity.team {
+                return Err(fleet_only(&caller, team));
+            }
             let bounds = page.bounds()?;
             fetch_row::<P::Row>(&state.pool, parent, false).await?;
             ApiResult::Ok(Json(

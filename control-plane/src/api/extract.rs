@@ -191,12 +191,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
 pub struct Writer {
     pub pool: PgPool,
     pub actor: String,
+    /// The one team the caller administers; `None`: the whole fleet.
+    pub team: Option<i64>,
 }
 
 impl Writer {
-    /// The change this request makes: its own audited revision.
+    /// The change this request makes: its own audited revision, by the caller's team if any.
     pub(super) fn by(&self) -> By<'_> {
-        By::each(&self.actor)
+        By::each_of(&self.actor, self.team)
     }
 }
 
@@ -204,10 +206,11 @@ impl FromRequestParts<AppState> for Writer {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Writer, ApiError> {
-        let Actor(actor) = Actor::from_request_parts(parts, state).await?;
+        let caller = Caller::from_request_parts(parts, state).await?;
         Ok(Writer {
             pool: state.pool.clone(),
-            actor,
+            actor: caller.actor,
+            team: caller.identity.team,
         })
     }
 }

@@ -12,12 +12,13 @@ use switchyard_engine::limit::{format_micros, Limit, LimitOnly, Metric, ScopeKin
 use switchyard_engine::subject::subject_of;
 use utoipa::ToSchema;
 
+use super::access::{owned_target, Owned};
 use super::amount::DecimalText;
 use super::crud::{crud, Item};
 use super::extract::nullable;
 use super::rows::{
-    commit_view, delete_locked, insert_sql, lock_row, table_row, update_sql, By, Change, Db,
-    RowQuery, RowView,
+    commit_view, delete_row, insert_sql, lock_row, table_row, team_after, team_before, update_sql,
+    By, Change, Db, RowQuery, RowView,
 };
 use super::schema::{LimitMetricName, LimitModeName, LimitScopeName, LimitWindowName};
 use crate::db::ts;
@@ -86,9 +87,12 @@ crud!(
     LimitView,
     LimitCreate,
     LimitPatch,
-    Item::new("limit").invalid(
-        "a field is invalid, or the scope already has a limit of this metric and window (`window`)",
-    )
+    Item::new("limit")
+        .invalid(
+            "a field is invalid, or the scope already has a limit of this metric and window \
+             (`window`)",
+        )
+        .owned(Owned::Limit)
 );
 
 /// A stored value as the API shows it: micro-USD as a decimal USD string for spend.
@@ -540,6 +544,7 @@ pub(super) async fn create_in<'c>(
 ) -> ApiResult<Response> {
     let valid = validate_create(&raw)?;
     let mut tx = db.begin().await?;
+    team_scope(&mut tx, by, &valid.limit).await?;
     check(&mut tx, &valid, None).await?;
     let sql = insert_sql::<LimitRow>(WRITTEN);
     let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &valid)?
@@ -547,6 +552,7 @@ pub(super) async fn create_in<'c>(
         .await
         .map_err(write_error(&valid.limit))?;
     let id = row.id;
+    team_after(&mut tx, by, Owned::Limit, id).await?;
     let view = LimitView::from(row);
     let detail = detail(&valid);
     commit_view::<LimitRow>(tx, by, Change::Create, id, detail, view).await
@@ -639,7 +645,9 @@ pub(super) async fn patch_in<'c>(
     patch: LimitPatch,
 ) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<LimitRow>(db, id).await?;
+    team_before(&mut tx, by, Owned::Limit, id).await?;
     let valid = patched(patch, current)?;
+    team_scope(&mut tx, by, &valid.limit).await?;
     check(&mut tx, &valid, Some(id)).await?;
     let sql = update_sql::<LimitRow>(WRITTEN);
     let row = bind_limit(sqlx::query_as::<_, LimitRow>(&sql), &valid)?
@@ -647,6 +655,7 @@ pub(super) async fn patch_in<'c>(
         .fetch_one(&mut *tx)
         .await
         .map_err(write_error(&valid.limit))?;
+    team_after(&mut tx, by, Owned::Limit, id).await?;
     let view = LimitView::from(row);
     let detail = detail(&valid);
     commit_view::<LimitRow>(tx, by, Change::Update, id, detail, view).await
@@ -654,13 +663,35 @@ pub(super) async fn patch_in<'c>(
 
 /// The delete of `DELETE /api/v1/limits/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
-    delete_locked::<LimitRow>(db, by, id, |current| {
-        json!({
-            "scope": current.scope,
-            "scope_id": current.scope_id,
-            "metric": current.metric,
-            "window": current.period,
-        })
-    })
-    .await
+    let (mut tx, current) = lock_row::<LimitRow>(db, id).await?;
+    team_before(&mut tx, by, Owned::Limit, id).await?;
+    let detail = json!({
+        "scope": current.scope,
+        "scope_id": current.scope_id,
+        "metric": current.metric,
+        "window": current.period,
+    });
+    delete_row::<LimitRow>(tx, by, id, detail).await
+}
+
+/// For an admin limited to one team: the limit's scope is that team or one of its tokens; a 403
+/// otherwise, before anything is said of whether the scope exists.
+async fn team_scope(tx: &mut sqlx::PgConnection, by: By<'_>, limit: &Limit) -> ApiResult<()> {
+    let Some(team) = by.team else {
+        return Ok(());
+    };
+    let owned = match limit.key.scope {
+        ScopeKind::Team => Owned::Team,
+        ScopeKind::Token => Owned::Token,
+        other => {
+            return Err(ApiError::OutsideTeam {
+                message: format!(
+                    "scope: a {} limit is for fleet admins; this admin token administers team \
+                     {team} only (a limit on the team or one of its tokens)",
+                    other.as_str()
+                ),
+            })
+        }
+    };
+    owned_target(&mut *tx, owned, ("scope_id", limit.key.scope_id), team).await
 }

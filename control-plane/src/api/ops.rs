@@ -10,6 +10,7 @@ use switchyard_engine::{Recovering, Settings};
 use switchyard_state::unix_ms;
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::Caller;
 use super::extract::Query;
 use super::reply::{Page, PageQuery};
 use crate::db::ts;
@@ -135,6 +136,9 @@ pub struct AuditEntry {
     #[schema(format = DateTime)]
     pub at: String,
     pub actor: String,
+    /// The team of the admin who made the write, when it administers one team only; `null`: a
+    /// fleet admin, or the control plane itself.
+    pub actor_team_id: Option<i64>,
     pub action: String,
     pub resource: String,
     pub resource_id: Option<i64>,
@@ -147,10 +151,13 @@ pub struct AuditEntry {
 }
 
 #[utoipa::path(get, path = "/api/v1/audit", tag = "audit", operation_id = "list_audit_entries", params(AuditQuery),
-    responses((status = 200, description = "admin writes, oldest first", body = Page<AuditEntry>),
+    responses((status = 200, description = "admin writes, oldest first (for an admin limited to \
+                                            one team: the writes of that team's admins)",
+               body = Page<AuditEntry>),
               (status = 401, body = ErrorBody)))]
 pub async fn audit(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<AuditQuery>,
 ) -> ApiResult<Json<Page<AuditEntry>>> {
     let (fetch_n, after) = PageQuery {
@@ -164,9 +171,10 @@ pub async fn audit(
         })?;
     }
     let sql = format!(
-        "SELECT id, {} AS at, actor, action, resource, resource_id, revision, detail \
-         FROM audit_log WHERE id > $1 AND ($2::text IS NULL OR resource = $2) \
-         AND ($3::bigint IS NULL OR resource_id = $3) ORDER BY id LIMIT $4",
+        "SELECT id, {} AS at, actor, actor_team_id, action, resource, resource_id, revision, \
+         detail FROM audit_log WHERE id > $1 AND ($2::text IS NULL OR resource = $2) \
+         AND ($3::bigint IS NULL OR resource_id = $3) \
+         AND ($5::bigint IS NULL OR actor_team_id = $5) ORDER BY id LIMIT $4",
         ts("at")
     );
     let rows = sqlx::query_as::<_, AuditEntry>(&sql)
@@ -174,6 +182,7 @@ pub async fn audit(
         .bind(query.resource)
         .bind(query.resource_id)
         .bind(fetch_n)
+        .bind(caller.identity.team)
         .fetch_all(&state.pool)
         .await
         .map_err(ApiError::from)?;

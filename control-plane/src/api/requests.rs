@@ -13,9 +13,10 @@ use sqlx::Row;
 use switchyard_engine::limit::format_pico_usd;
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::Caller;
 use super::extract::Query;
 use super::reply::{Page, DEFAULT_PAGE, MAX_PAGE};
-use super::usage::is_rfc3339;
+use super::usage::{is_rfc3339, team_name};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::state::AppState;
 
@@ -328,6 +329,7 @@ fn entry(row: &sqlx::postgres::PgRow) -> Result<(RequestLogEntry, String), sqlx:
         (status = 503, description = "the database is unavailable", body = ErrorBody)))]
 pub async fn list_requests(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<RequestsQuery>,
 ) -> ApiResult<Response> {
     let format = query.format.unwrap_or(RequestsFormat::Json);
@@ -338,7 +340,16 @@ pub async fn list_requests(
             format!("limit must be between 1 and {MAX_PAGE}, got {limit}"),
         ));
     }
-    let filters = check_filters(query)?;
+    let mut filters = check_filters(query)?;
+    // An admin limited to one team reads its team's requests only.
+    if let Some(own) = team_name(&state.pool, caller.identity.team).await? {
+        if filters.team.as_ref().is_some_and(|asked| *asked != own) {
+            return Err(ApiError::OutsideTeam {
+                message: format!("team: this admin token reads the requests of team {own:?} only"),
+            });
+        }
+        filters.team = Some(own);
+    }
     if format != RequestsFormat::Json {
         return export(state.pool.clone(), filters, format).await;
     }

@@ -16,6 +16,7 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
 use utoipa::ToSchema;
 
+use super::access::{owned_or_missing, Owned};
 use super::reply::{cut_page, with_revision, Page};
 use crate::db::{commit_write, Audit};
 use crate::error::{ApiError, ApiResult};
@@ -174,7 +175,8 @@ pub(super) async fn list_rows<T: TableRow + ToSchema>(
     scope: Option<(&'static str, i64)>,
     bounds: (i64, i64),
 ) -> ApiResult<Page<T>> {
-    let rows = select_page::<T>(pool, scope, bounds).await?;
+    let filter = scope.map(|(column, value)| (format!("{column} = $1"), value));
+    let rows = select_page::<T>(pool, filter, bounds).await?;
     Ok(Page::from_rows(rows, bounds.0, T::id))
 }
 
@@ -189,12 +191,15 @@ pub(super) async fn list_children<P: TableRow, T: TableRow + ToSchema>(
     list_rows(pool, Some((column, parent)), bounds).await
 }
 
-/// [`list_rows`] (unscoped) of `V`'s rows, each as `V` shows it.
+/// [`list_rows`] of `V`'s rows, each as `V` shows it: every row, or with `team` only those of
+/// the resource `team.0` that belong to the team `team.1`.
 pub(super) async fn list_views<V: RowView>(
     pool: &PgPool,
+    team: Option<(Owned, i64)>,
     bounds: (i64, i64),
 ) -> ApiResult<Page<V>> {
-    let rows = select_page::<V::Row>(pool, None, bounds).await?;
+    let filter = team.map(|(owned, team)| (owned.belongs(1), team));
+    let rows = select_page::<V::Row>(pool, filter, bounds).await?;
     let (rows, next_cursor) = cut_page(rows, bounds.0, TableRow::id);
     Ok(Page {
         data: rows.into_iter().map(V::from).collect(),
@@ -202,25 +207,26 @@ pub(super) async fn list_views<V: RowView>(
     })
 }
 
-/// The `fetch_n` rows of `T` (scoped as in [`list_rows`]) after id `after`, in id order.
+/// The `fetch_n` rows of `T` after id `after`, in id order; with `filter`, only those meeting its
+/// condition on `$1` (fixed SQL text), bound to its value.
 async fn select_page<T: TableRow>(
     pool: &PgPool,
-    scope: Option<(&'static str, i64)>,
+    filter: Option<(String, i64)>,
     (fetch_n, after): (i64, i64),
 ) -> ApiResult<Vec<T>> {
-    // `WHERE [scope = $1 AND] id > $n ORDER BY id LIMIT $n+1`
-    let (filter, n) = match scope {
-        Some((column, _)) => (format!("{column} = $1 AND "), 2),
+    // `WHERE [condition AND] id > $n ORDER BY id LIMIT $n+1`
+    let (condition, n) = match &filter {
+        Some((condition, _)) => (format!("{condition} AND "), 2),
         None => (String::new(), 1),
     };
     let sql = format!(
-        "SELECT {} FROM {} WHERE {filter}id > ${n} ORDER BY id LIMIT ${}",
+        "SELECT {} FROM {} WHERE {condition}id > ${n} ORDER BY id LIMIT ${}",
         T::columns(),
         T::TABLE,
         n + 1
     );
     let mut query = sqlx::query_as::<_, T>(&sql);
-    if let Some((_, value)) = scope {
+    if let Some((_, value)) = filter {
         query = query.bind(value);
     }
     Ok(query.bind(after).bind(fetch_n).fetch_all(pool).await?)
@@ -238,6 +244,9 @@ pub(super) struct By<'a> {
     /// transaction, which the caller commits as one revision with one audit row (a configuration
     /// file's apply).
     pub batched: bool,
+    /// The one team the writer administers; `None`: the whole fleet. A resource layer a team
+    /// admin reaches checks the row it writes against it.
+    pub team: Option<i64>,
 }
 
 impl<'a> By<'a> {
@@ -246,6 +255,15 @@ impl<'a> By<'a> {
         By {
             actor,
             batched: false,
+            team: None,
+        }
+    }
+
+    /// A write that is its own audited revision, by an admin of `team` only when it is `Some`.
+    pub(super) fn each_of(actor: &'a str, team: Option<i64>) -> By<'a> {
+        By {
+            team,
+            ..By::each(actor)
         }
     }
 
@@ -254,8 +272,46 @@ impl<'a> By<'a> {
         By {
             actor,
             batched: true,
+            team: None,
         }
     }
+}
+
+/// For a writer limited to one team ([`By::team`]): row `id` of `owned`, which the write has
+/// locked, is the team's; otherwise the 404 a missing row gets. Nothing for a fleet writer.
+pub(super) async fn team_before(
+    tx: &mut sqlx::PgConnection,
+    by: By<'_>,
+    owned: Owned,
+    id: i64,
+) -> ApiResult<()> {
+    match by.team {
+        Some(team) => owned_or_missing(&mut *tx, owned, id, team).await,
+        None => Ok(()),
+    }
+}
+
+/// For a writer limited to one team: row `id` of `owned`, as the write left it in `tx`, is
+/// still the team's; otherwise a 403 `outside_team` (the caller drops `tx`: nothing is stored).
+/// What a team admin writes can never leave its team, whichever field would have moved it.
+pub(super) async fn team_after(
+    tx: &mut sqlx::PgConnection,
+    by: By<'_>,
+    owned: Owned,
+    id: i64,
+) -> ApiResult<()> {
+    let Some(team) = by.team else {
+        return Ok(());
+    };
+    if owned_or_missing(&mut *tx, owned, id, team).await.is_ok() {
+        return Ok(());
+    }
+    Err(ApiError::OutsideTeam {
+        message: format!(
+            "the {} would not be of team {team}, the only team this admin token administers",
+            owned.noun()
+        ),
+    })
 }
 
 /// Commits `tx` as an audited write of row `id` of `T` (`action`: create, update, delete...):
@@ -278,6 +334,7 @@ pub(super) async fn commit_row<T: Resource>(
         resource: T::NOUN,
         resource_id: Some(id),
         detail,
+        team: by.team,
     };
     Ok(Some(commit_write(tx, audit).await?))
 }

@@ -147,6 +147,7 @@ async fn write(
         resource: "settings",
         resource_id: None,
         detail: value,
+        team: by.team,
     };
     let revision = commit_write(tx, audit).await?;
     Ok(with_revision(revision, Json(settings)))

@@ -11,6 +11,7 @@ use switchyard_engine::settings::check_range;
 use switchyard_engine::validate_pattern;
 use utoipa::ToSchema;
 
+use super::access::Owned;
 use super::channels::checked_name;
 use super::crud::{crud, Item};
 use super::extract::nullable;
@@ -50,7 +51,9 @@ crud!(
     table TeamView,
     TeamCreate,
     TeamPatch,
-    Item::new("team").conflict("tokens still belong to the team")
+    Item::new("team")
+        .conflict("tokens still belong to the team")
+        .owned(Owned::Team)
 );
 
 /// The select list of a team with its grants gathered from the grant tables.
@@ -332,5 +335,17 @@ pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiRe
             ),
         });
     }
-    delete_row::<TeamView>(tx, by, id, json!({})).await
+    // The team's admin tokens go with it (a foreign key cascade); the audit row names them.
+    let admins: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM admin_tokens WHERE team_id = $1 AND revoked_at IS NULL ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let detail = if admins.is_empty() {
+        json!({})
+    } else {
+        json!({ "removed_admin_tokens": admins })
+    };
+    delete_row::<TeamView>(tx, by, id, detail).await
 }

@@ -10,12 +10,14 @@ use switchyard_engine::validate::check_single_line;
 use switchyard_engine::UnixMillis;
 use utoipa::ToSchema;
 
+use super::access::Owned;
 use super::admin_tokens::refuse_past_expiry;
 use super::channels::{checked_name, text};
 use super::crud::{crud, Item};
 use super::extract::nullable;
 use super::rows::{
-    check_reference, commit_view, delete_locked, lock_row, table_row, By, Change, Db, RowQuery,
+    check_reference, commit_view, delete_row, lock_row, table_row, team_after, team_before, By,
+    Change, Db, RowQuery,
 };
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult};
@@ -57,7 +59,9 @@ crud!(
     table TokenView,
     TokenCreate => CreatedToken,
     TokenPatch,
-    Item::new("token").created("the plaintext `token` is returned only here")
+    Item::new("token")
+        .created("the plaintext `token` is returned only here")
+        .owned(Owned::Token)
 );
 
 fn columns() -> String {
@@ -233,7 +237,14 @@ pub(super) async fn create_as<'c>(
     raw: TokenCreate,
     given: Option<Given<'_>>,
 ) -> ApiResult<Response> {
-    let spec = TokenSpec::try_from(raw)?;
+    let mut spec = TokenSpec::try_from(raw)?;
+    if let Some(team) = by.team {
+        // A team admin's token is its team's: absent, the team is its own; another is refused.
+        let team_id = *spec.team_id.get_or_insert(team);
+        if team_id != team {
+            return Err(outside_team(team_id, team));
+        }
+    }
     let plaintext = match given {
         Some(_) => None,
         None => Some(generate_token()?),
@@ -267,6 +278,7 @@ pub(super) async fn create_as<'c>(
         .fetch_one(&mut *tx)
         .await?;
     let id = view.id;
+    team_after(&mut tx, by, Owned::Token, id).await?;
     match plaintext {
         Some(token) => {
             let created = CreatedToken { view, token };
@@ -298,6 +310,12 @@ pub(super) async fn patch_in<'c>(
     patch: TokenPatch,
 ) -> ApiResult<Response> {
     let (mut tx, current) = lock_row::<TokenView>(db, id).await?;
+    team_before(&mut tx, by, Owned::Token, id).await?;
+    if let (Some(team), Some(moved)) = (by.team, patch.team_id) {
+        if moved != Some(team) {
+            return Err(outside_team_field(moved, team));
+        }
+    }
     let new_expiry = patch.expires_at.is_some();
     let spec = TokenSpec {
         name: patch.name.unwrap_or(current.name),
@@ -327,12 +345,37 @@ pub(super) async fn patch_in<'c>(
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
+    team_after(&mut tx, by, Owned::Token, id).await?;
     commit_view::<TokenView>(tx, by, Change::Update, id, json!(spec), view).await
+}
+
+/// The 403 of a team admin of `team` naming another team (`team_id`) for a token.
+fn outside_team(team_id: i64, team: i64) -> ApiError {
+    ApiError::OutsideTeam {
+        message: format!(
+            "team_id: team {team_id} is not team {team}, the only team this admin token \
+             administers"
+        ),
+    }
+}
+
+/// [`outside_team`] for a patch's `team_id` (`None`: taking the token out of every team).
+fn outside_team_field(team_id: Option<i64>, team: i64) -> ApiError {
+    match team_id {
+        Some(team_id) => outside_team(team_id, team),
+        None => ApiError::OutsideTeam {
+            message: format!(
+                "team_id: a token of team {team} cannot be taken out of it by this admin token"
+            ),
+        },
+    }
 }
 
 /// The delete of `DELETE /api/v1/tokens/{id}`, in `db` (see [`Db`]).
 pub(super) async fn delete_in<'c>(db: impl Db<'c>, by: By<'_>, id: i64) -> ApiResult<Response> {
-    delete_locked::<TokenView>(db, by, id, |current| json!({ "name": current.name })).await
+    let (mut tx, current) = lock_row::<TokenView>(db, id).await?;
+    team_before(&mut tx, by, Owned::Token, id).await?;
+    delete_row::<TokenView>(tx, by, id, json!({ "name": current.name })).await
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use sqlx::Row;
 use switchyard_engine::limit::format_pico_usd;
 use utoipa::{IntoParams, ToSchema};
 
+use super::access::Caller;
 use super::extract::Query;
 use crate::db::ts;
 use crate::error::{ApiError, ApiResult, ErrorBody};
@@ -127,11 +128,12 @@ impl Source {
         }
     }
 
-    /// `SELECT {keys}{sums} FROM … WHERE` the range (`$1`, `$2`) and the rows counted.
+    /// `SELECT {keys}{sums} FROM … WHERE` the range (`$1`, `$2`), the rows counted and, when
+    /// `$4` is not null, the team named `$4`.
     fn select(self, keys: &str, tagged: bool) -> String {
         format!(
             "SELECT {keys}{} FROM {} WHERE {t} >= $1::timestamptz AND {t} < $2::timestamptz \
-             AND {}",
+             AND {} AND ($4::text IS NULL OR team = $4)",
             self.sums(),
             self.table(tagged),
             self.counted(),
@@ -369,9 +371,12 @@ fn report_error(error: sqlx::Error) -> ApiError {
         (status = 503, description = "the database is unavailable", body = ErrorBody)))]
 pub async fn usage(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<UsageQuery>,
 ) -> ApiResult<Json<UsageReport>> {
     check_time("from", query.from.as_deref())?;
+    // An admin limited to one team sees only its usage (recorded under the team's name).
+    let team = team_name(&state.pool, caller.identity.team).await?;
     check_time("to", query.to.as_deref())?;
     let dimensions = parse_dimensions(query.group_by.as_deref())?;
     let (from, to, ordered): (String, String, bool) = sqlx::query_as(&format!(
@@ -408,12 +413,14 @@ pub async fn usage(
     let groups = if dimensions.is_empty() && query.bucket.is_none() {
         Vec::new()
     } else {
-        grouped(&mut tx, &from, &to, &dimensions, query.bucket).await?
+        let range = (from.as_str(), to.as_str(), team.as_deref());
+        grouped(&mut tx, range, &dimensions, query.bucket).await?
     };
     let row = sqlx::query(&Source::of(&dimensions).select("", false))
         .bind(&from)
         .bind(&to)
         .bind(i64::MAX)
+        .bind(team.as_deref())
         .fetch_one(&mut *tx)
         .await
         .map_err(report_error)?;
@@ -474,6 +481,20 @@ fn parse_dimensions(text: Option<&str>) -> ApiResult<Vec<UsageDimension>> {
     Ok(out)
 }
 
+/// The name of `team` (the caller's, when it administers one team only), which usage and the
+/// request log record; `None` for a fleet admin.
+pub(super) async fn team_name(pool: &sqlx::PgPool, team: Option<i64>) -> ApiResult<Option<String>> {
+    let Some(team) = team else {
+        return Ok(None);
+    };
+    let name: Option<String> = sqlx::query_scalar("SELECT name FROM teams WHERE id = $1")
+        .bind(team)
+        .fetch_optional(pool)
+        .await?;
+    // A team admin's team always exists (its tokens go with it); were it gone, nothing matches.
+    Ok(Some(name.unwrap_or_default()))
+}
+
 /// The cost of `requests` requests of which `unpriced` matched no price: `None` when all did.
 fn cost_usd(pico: &str, requests: i64, unpriced: i64) -> Result<Option<String>, sqlx::Error> {
     if requests > 0 && unpriced >= requests {
@@ -510,11 +531,11 @@ fn totals(row: &sqlx::postgres::PgRow) -> Result<UsageTotals, sqlx::Error> {
     })
 }
 
-/// The sums per combination of the dimensions' values (and bucket), ordered by them.
+/// The sums per combination of the dimensions' values (and bucket), ordered by them, over the
+/// range `from`..`to` (of the team named, when one is).
 async fn grouped(
     db: &mut sqlx::PgConnection,
-    from: &str,
-    to: &str,
+    (from, to, team): (&str, &str, Option<&str>),
     dimensions: &[UsageDimension],
     bucket: Option<UsageBucket>,
 ) -> ApiResult<Vec<UsageGroup>> {
@@ -544,6 +565,7 @@ async fn grouped(
     .bind(from)
     .bind(to)
     .bind(i64::MAX)
+    .bind(team)
     .fetch_all(db)
     .await
     .map_err(report_error)?;

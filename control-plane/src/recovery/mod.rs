@@ -426,6 +426,7 @@ impl Recovery {
                     }
                     None => json!({ "status": to.as_str(), "reason": reason }),
                 },
+                team: None,
             },
         )
         .await?;

@@ -1,6 +1,8 @@
 //! Helpers shared by the control plane's integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod admin;
+
 use std::sync::Arc;
 
 use axum::body::Body;

@@ -1096,6 +1096,7 @@ pub async fn apply(pool: &PgPool, actor: &str, text: &str, env: &Env) -> ApiResu
             resource: "config",
             resource_id: None,
             detail,
+            team: None,
         },
     )
     .await?;
