@@ -212,6 +212,11 @@ struct Fleet {
 
 async fn fleet(app: &TestApp) -> Fleet {
     let channel = app.channel("c").await;
+    app.create(
+        &format!("/api/v1/channels/{channel}/credentials"),
+        json!({"secret": "sk-test-0123456789abcdef"}),
+    )
+    .await;
     let route = app.route("gpt-*").await;
     app.member(
         route,
@@ -532,6 +537,12 @@ async fn another_teams_resources_are_missing_and_writes_leaving_the_team_are_ref
     assert_eq!(with_id, checked);
 
     // Writes that would name or move to another team, or to the fleet: 403 `outside_team`.
+    let one_a_minute = |scope: &str, id: i64| {
+        let body = json!({"scope": scope, "scope_id": id, "metric": "requests", "value": 1});
+        let mut body = body.as_object().unwrap().clone();
+        body.insert("window".into(), json!("minute"));
+        Value::Object(body)
+    };
     let a1 = f.alpha_token;
     let writes = [
         (
@@ -557,32 +568,27 @@ async fn another_teams_resources_are_missing_and_writes_leaving_the_team_are_ref
         (
             "POST",
             "/api/v1/limits".to_owned(),
-            json!({"scope": "team", "scope_id": f.beta, "metric": "requests",
-                   "window": "minute", "value": 1}),
+            one_a_minute("team", f.beta),
         ),
         (
             "POST",
             "/api/v1/limits".to_owned(),
-            json!({"scope": "token", "scope_id": f.beta_token, "metric": "requests",
-                   "window": "minute", "value": 1}),
+            one_a_minute("token", f.beta_token),
         ),
         (
             "POST",
             "/api/v1/limits".to_owned(),
-            json!({"scope": "token", "scope_id": f.loose_token, "metric": "requests",
-                   "window": "minute", "value": 1}),
+            one_a_minute("token", f.loose_token),
         ),
         (
             "POST",
             "/api/v1/limits".to_owned(),
-            json!({"scope": "token", "scope_id": 999_999, "metric": "requests",
-                   "window": "minute", "value": 1}),
+            one_a_minute("token", 999_999),
         ),
         (
             "POST",
             "/api/v1/limits".to_owned(),
-            json!({"scope": "route", "scope_id": f.route, "metric": "requests",
-                   "window": "minute", "value": 1}),
+            one_a_minute("route", f.route),
         ),
         (
             "PATCH",
@@ -798,4 +804,74 @@ async fn team_admin_tokens_are_made_by_fleet_admins_and_go_with_their_team(pool:
         last["detail"]["removed_admin_tokens"],
         json!(["gamma-admin"])
     );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_teams_cache_rule_covers_only_its_tokens_and_travels_in_the_file(pool: PgPool) {
+    let app = test_app(pool);
+    let f = fleet(&app).await;
+    app.refresh().await;
+    // Explain asks the proxies' question: alpha's token gets alpha's rule, beta's gets its own,
+    // a token of no team the fleet's (the team rules are passed over, whatever their order).
+    for (token, rule) in [
+        (f.alpha_token, f.alpha_rule),
+        (f.beta_token, f.beta_rule),
+        (f.loose_token, f.fleet_rule),
+    ] {
+        let reply = app
+            .get(&format!(
+                "/api/v1/routes/explain?model=gpt-4o&endpoint=chat_completions&token={token}"
+            ))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(
+            reply.body["cache_rule"]["id"], rule,
+            "token {token}: {}",
+            reply.text
+        );
+    }
+    // The configuration file names the team; the export plans to nothing, and without the
+    // team the plan takes the rule out of it.
+    let export = app.get("/api/v1/config").await;
+    let at = export.text.find("cache_rules:").unwrap();
+    let (head, rules) = export.text.split_at(at);
+    assert!(rules.contains("team: alpha"), "{}", export.text);
+    // The file with alpha's rule's team line dropped, or its value replaced.
+    let with = |value: Option<&str>| {
+        let mut done = false;
+        let lines: Vec<String> = rules
+            .lines()
+            .filter_map(|l| {
+                if done || l.trim() != "team: alpha" {
+                    return Some(l.to_owned());
+                }
+                done = true;
+                value.map(|v| l.replace("alpha", v))
+            })
+            .collect();
+        format!("{head}{}\n", lines.join("\n"))
+    };
+    let (_, bootstrap) = new_token(&app, "ci", "admin").await;
+    let plan = app
+        .post_yaml("/api/v1/config/plan", &export.text, &bootstrap)
+        .await;
+    assert_eq!(plan.status, StatusCode::OK, "{}", plan.text);
+    assert_eq!(plan.body["changes"], json!([]), "{}", plan.text);
+    let without = with(None);
+    let plan = app
+        .post_yaml("/api/v1/config/plan", &without, &bootstrap)
+        .await;
+    assert_eq!(plan.status, StatusCode::OK, "{}", plan.text);
+    assert!(plan.text.contains("team_id"), "{}", plan.text);
+    let unknown = with(Some("nobody"));
+    let plan = app
+        .post_yaml("/api/v1/config/plan", &unknown, &bootstrap)
+        .await;
+    assert_eq!(
+        plan.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        plan.text
+    );
+    assert!(plan.param().unwrap().ends_with(".team"), "{}", plan.text);
 }

@@ -54,16 +54,12 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let (Some(route), Some(endpoint)) = (ctx.route, cache_endpoint(ctx.endpoint)) else {
         return Looked::Proxy(None);
     };
-    if snapshot.cache_rules().is_empty() {
+    let rules = snapshot.cache_rules();
+    if rules.is_empty() {
         return Looked::Proxy(None);
     }
-    let Some(rule) = applicable(
-        snapshot.cache_rules(),
-        &route.model_pattern,
-        &ctx.inspected.model,
-        endpoint,
-        ctx.token.team_id,
-    ) else {
+    let (model, team) = (&ctx.inspected.model, ctx.token.team_id);
+    let Some(rule) = applicable(rules, &route.model_pattern, model, endpoint, team) else {
         return Looked::Proxy(None);
     };
     let (read, write) = directives(&ctx.headers);

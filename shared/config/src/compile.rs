@@ -89,7 +89,7 @@ impl RawConfig {
         };
         let limits = compile_limits(self.limits, &scopes)?;
         let shadows = compile_shadows(self.shadows, &routes, &channel_ids)?;
-        let cache_rules = compile_cache_rules(self.cache_rules, &channel_ids)?;
+        let cache_rules = compile_cache_rules(self.cache_rules, &channel_ids, &team_ids)?;
         let guardrails = compile_guardrails(self.guardrails, &scopes)?;
         Ok(SnapshotParts {
             revision,
@@ -417,13 +417,14 @@ impl RawGuardrail {
 fn compile_cache_rules(
     raw: Vec<RawCacheRule>,
     channel_ids: &HashMap<String, i64>,
+    team_ids: &HashMap<String, i64>,
 ) -> Result<Vec<CacheRule>, ConfigError> {
     let mut ids = Ids::new(raw.iter().map(|c| c.id));
     let mut rules: Vec<CacheRule> = Vec::with_capacity(raw.len());
     for (ci, raw) in raw.into_iter().enumerate() {
         let at = format!("cache_rules[{ci}]");
         let id = ids.or_next(raw.id);
-        let rule = raw.into_rule(id, &at, channel_ids)?;
+        let rule = raw.into_rule(id, &at, (channel_ids, team_ids))?;
         if rules.iter().any(|r| r.name == rule.name) {
             return Err(err(
                 format!("{at}.name"),
@@ -464,12 +465,20 @@ impl RawSemantic {
 }
 
 impl RawCacheRule {
+    /// The rule, its semantic part's channel and its team named by the ids of those names.
     fn into_rule(
         self,
         id: i64,
         at: &str,
-        channel_ids: &HashMap<String, i64>,
+        (channel_ids, team_ids): (&HashMap<String, i64>, &HashMap<String, i64>),
     ) -> Result<CacheRule, ConfigError> {
+        let team =
+            match &self.team {
+                None => None,
+                Some(name) => Some(team_ids.get(name).copied().ok_or_else(|| {
+                    err(format!("{at}.team"), format!("no team is named {name:?}"))
+                })?),
+            };
         let semantic = match self.semantic {
             Some(raw) => Some(raw.into_part(at, channel_ids)?),
             None => None,
@@ -493,7 +502,7 @@ impl RawCacheRule {
             deterministic_only: self.deterministic_only,
             enabled: self.enabled,
             semantic,
-            team: None,
+            team,
         };
         rule.check()
             .map_err(|(field, message)| err(format!("{at}.{field}"), message))?;

@@ -524,6 +524,9 @@ pub struct RawCacheRule {
     /// The match by meaning after an exact miss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub semantic: Option<RawSemantic>,
+    /// The one team (by name) whose tokens' requests the rule covers; absent: every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 /// A cache rule's semantic part: the channel (by name) asked for prompt embeddings with `model`,

@@ -107,7 +107,7 @@ pub(super) fn canonical(parts: &SnapshotParts, extras: &Extras<'_>) -> RawConfig
     let mut cache_rules: Vec<RawCacheRule> = parts
         .cache_rules
         .iter()
-        .map(|rule| raw_cache_rule(rule, &|id| names.channel(id)))
+        .map(|rule| raw_cache_rule(rule, &names))
         .collect();
     cache_rules.sort_by(|a, b| a.name.cmp(&b.name));
     let mut guardrails: Vec<RawGuardrail> = parts
@@ -158,7 +158,7 @@ fn raw_guardrail(rule: &Guardrail, names: &Names<'_>) -> RawGuardrail {
     }
 }
 
-fn raw_cache_rule(rule: &CacheRule, channel_name: &dyn Fn(i64) -> Option<String>) -> RawCacheRule {
+fn raw_cache_rule(rule: &CacheRule, names: &Names<'_>) -> RawCacheRule {
     RawCacheRule {
         id: None,
         name: rule.name.clone(),
@@ -174,11 +174,12 @@ fn raw_cache_rule(rule: &CacheRule, channel_name: &dyn Fn(i64) -> Option<String>
         deterministic_only: rule.deterministic_only,
         enabled: rule.enabled,
         semantic: rule.semantic.as_ref().map(|part| RawSemantic {
-            channel: channel_name(part.channel).unwrap_or_default(),
+            channel: names.channel(part.channel).unwrap_or_default(),
             model: part.model.clone(),
             threshold: part.threshold,
             mode: part.mode.as_str().to_owned(),
         }),
+        team: rule.team.and_then(|id| name_in(&names.teams, id)),
     }
 }
 

@@ -841,6 +841,7 @@ fn cache_rule_fields(rule: &RawCacheRule, ids: &Ids) -> ApiResult<Map<String, Va
         "deterministic_only": rule.deterministic_only,
         "enabled": rule.enabled,
         "semantic": semantic,
+        "team_id": id_of(&ids.teams, "team", rule.team.as_ref())?,
     })))
 }
 
