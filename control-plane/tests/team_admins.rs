@@ -538,10 +538,8 @@ async fn another_teams_resources_are_missing_and_writes_leaving_the_team_are_ref
 
     // Writes that would name or move to another team, or to the fleet: 403 `outside_team`.
     let one_a_minute = |scope: &str, id: i64| {
-        let body = json!({"scope": scope, "scope_id": id, "metric": "requests", "value": 1});
-        let mut body = body.as_object().unwrap().clone();
-        body.insert("window".into(), json!("minute"));
-        Value::Object(body)
+        json!({"scope": scope, "scope_id": id, "metric": "requests",
+               "window": "minute", "value": 1})
     };
     let a1 = f.alpha_token;
     let writes = [
