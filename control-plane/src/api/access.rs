@@ -514,6 +514,18 @@ pub async fn owned_target(
     })
 }
 
+/// A live admin token as [`identify`] reads it; `stale`: its use was last recorded over a minute
+/// ago.
+#[derive(sqlx::FromRow)]
+struct LiveToken {
+    id: i64,
+    name: String,
+    role: String,
+    expires_at: Option<String>,
+    team_id: Option<i64>,
+    stale: bool,
+}
+
 /// The identity `presented` authenticates: the bootstrap token (compared as SHA-256 digests, in
 /// constant time), or a live admin token found by its hash. `None`: no such token.
 async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>, ApiError> {
@@ -535,12 +547,19 @@ async fn identify(state: &AppState, presented: &str) -> Result<Option<Identity>,
          WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
         ts("expires_at")
     );
-    let row: Option<(i64, String, String, Option<String>, Option<i64>, bool)> =
-        sqlx::query_as(&sql)
-            .bind(&hash)
-            .fetch_optional(&state.pool)
-            .await?;
-    let Some((id, name, role, expires_at, team, stale)) = row else {
+    let row: Option<LiveToken> = sqlx::query_as(&sql)
+        .bind(&hash)
+        .fetch_optional(&state.pool)
+        .await?;
+    let Some(LiveToken {
+        id,
+        name,
+        role,
+        expires_at,
+        team_id: team,
+        stale,
+    }) = row
+    else {
         return Ok(None);
     };
     let role = Role::parse(&role)
