@@ -860,7 +860,13 @@ async fn a_teams_cache_rule_covers_only_its_tokens_and_travels_in_the_file(pool:
         .post_yaml("/api/v1/config/plan", &without, &bootstrap)
         .await;
     assert_eq!(plan.status, StatusCode::OK, "{}", plan.text);
-    assert!(plan.text.contains("team_id"), "{}", plan.text);
+    assert_eq!(
+        plan.body["changes"],
+        json!([{"resource": "cache_rule", "key": "alpha-rule", "action": "change",
+                "fields": [{"field": "team", "before": "alpha", "after": null}]}]),
+        "{}",
+        plan.text
+    );
     let unknown = with(Some("nobody"));
     let plan = app
         .post_yaml("/api/v1/config/plan", &unknown, &bootstrap)
