@@ -127,6 +127,7 @@ const MATRIX: &[(&str, &str, [Cell; 5])] = &[
     ("GET", "/api/v1/webhooks/{id}", FLEET_READ),
     ("PATCH", "/api/v1/webhooks/{id}", FLEET_WRITE),
     ("DELETE", "/api/v1/webhooks/{id}", FLEET_WRITE),
+    ("GET", "/api/v1/webhooks/{id}/deliveries", FLEET_READ),
     ("GET", "/api/v1/limits", OWN_READ),
     ("POST", "/api/v1/limits", OWN_WRITE),
     ("GET", "/api/v1/limits/{id}", OWN_READ),
