@@ -277,7 +277,7 @@ export async function limits(root, params) {
   };
   root.appendChild(section('All limits',
     h('p.help', 'Client limits (token, team, route, tag, end user) refuse requests past them with a 429 (hard) or only report the crossing (soft); ',
-      'an end user limit without an end user gives each end user a counter of their own; '
+      'an end user limit without an end user gives each end user a counter of their own; ',
       'upstream limits (channel, member) make members without room ineligible instead. Spend in the current window: ',
       h('a', { href: '#/budgets' }, 'Budgets'), '.'),
     table([
