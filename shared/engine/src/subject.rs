@@ -239,6 +239,21 @@ mod tests {
     }
 
     #[test]
+    fn the_index_is_empty_only_without_any_tag_or_end_user_limit() {
+        assert!(SubjectLimits::new(&[]).is_empty());
+        let token = rule(1, "token", None, LimitOnly::default());
+        assert!(SubjectLimits::new(std::slice::from_ref(&token)).is_empty());
+        for one in [
+            rule(2, "tag", Some("acme"), LimitOnly::default()),
+            rule(3, "end_user", Some("alice"), LimitOnly::default()),
+            rule(4, "end_user", None, LimitOnly::default()),
+        ] {
+            let index = SubjectLimits::new(&[token.clone(), one.clone()]);
+            assert!(!index.is_empty(), "{one:?}");
+        }
+    }
+
+    #[test]
     fn a_tag_or_end_user_limit_counts_on_its_own_counter() {
         let tag = rule(7, "tag", Some("acme"), LimitOnly::default());
         assert_eq!(tag.limit.key.rule, Some(7));

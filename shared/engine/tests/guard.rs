@@ -539,3 +539,30 @@ fn a_snapshot_compiles_its_guardrails_once_in_id_order() {
     assert_eq!(snapshot.guards().rule_at(1).unwrap().id(), 9);
     assert_eq!(snapshot.to_parts().guardrails.len(), 2);
 }
+
+#[test]
+fn what_a_rule_does_with_uninspectable_traffic_is_parsed_defaulted_and_named_when_wrong() {
+    use switchyard_engine::guard::rule::Uninspectable;
+    for (text, want) in [
+        ("allow", Uninspectable::Allow),
+        ("block", Uninspectable::Block),
+        (" block ", Uninspectable::Block),
+        ("", Uninspectable::Allow),
+    ] {
+        let mut s = spec(json!({"detectors": ["email"]}));
+        s.uninspectable = text.into();
+        assert_eq!(s.into_rule(1).unwrap().uninspectable, want, "{text:?}");
+    }
+    for v in [Uninspectable::Allow, Uninspectable::Block] {
+        assert_eq!(Uninspectable::parse(v.as_str()), Some(v));
+    }
+    assert_eq!(Uninspectable::parse("Block"), None);
+    let mut s = spec(json!({"detectors": ["email"]}));
+    s.uninspectable = "deny".into();
+    assert_eq!(refused(s).0, "uninspectable");
+    // A stored rule from before the field: allowed, in words too.
+    let mut stored = serde_json::to_value(spec(json!({"detectors": ["email"]}))).unwrap();
+    stored.as_object_mut().unwrap().remove("uninspectable");
+    let spec: GuardrailSpec = serde_json::from_value(stored).unwrap();
+    assert_eq!(spec.uninspectable, "allow");
+}

@@ -500,3 +500,77 @@ fn a_team_reaches_the_channels_of_the_routes_it_may_call() {
     assert!(!reaches(&team(&["off"], vec![]), 4));
     assert!(!reaches(&team(&[], vec![]), 1));
 }
+
+#[test]
+fn only_azure_bedrock_and_vertex_channels_have_a_workload_identity() {
+    for (p, has) in [
+        (Provider::Openai, false),
+        (Provider::Azure, true),
+        (Provider::Anthropic, false),
+        (Provider::Gemini, false),
+        (Provider::Vertex, true),
+        (Provider::Bedrock, true),
+        (Provider::Mock, false),
+    ] {
+        assert_eq!(p.has_workload_identity(), has, "{p:?}");
+    }
+}
+
+#[test]
+fn a_channels_auth_parses_back_and_is_workload_only_with_a_workload_credential() {
+    for auth in [ChannelAuth::Credentials, ChannelAuth::Workload] {
+        assert_eq!(ChannelAuth::parse(auth.as_str()), Some(auth));
+    }
+    assert_eq!(ChannelAuth::Credentials.as_str(), "credentials");
+    assert_eq!(ChannelAuth::Workload.as_str(), "workload");
+    for bad in ["", "Workload", "xyzzy", "credential"] {
+        assert_eq!(ChannelAuth::parse(bad), None, "{bad:?}");
+    }
+    let credential = |id, secret| Credential {
+        id,
+        enabled: true,
+        secret,
+    };
+    assert_eq!(ChannelAuth::of(&[]), ChannelAuth::Credentials);
+    assert_eq!(
+        ChannelAuth::of(&[
+            credential(1, SecretSource::Inline("sk".into())),
+            credential(2, SecretSource::Env("KEY".into())),
+        ]),
+        ChannelAuth::Credentials
+    );
+    assert_eq!(
+        ChannelAuth::of(&[credential(3, SecretSource::Workload)]),
+        ChannelAuth::Workload
+    );
+    assert_eq!(
+        ChannelAuth::of(&[
+            credential(4, SecretSource::Inline("sk".into())),
+            credential(5, SecretSource::Workload),
+        ]),
+        ChannelAuth::Workload
+    );
+}
+
+#[test]
+fn the_snapshot_finds_its_tag_and_end_user_limits() {
+    let s = snapshot();
+    assert!(s.subject_limits().is_empty());
+    let mut parts = s.to_parts();
+    let tag = Limit::parse("tag", 0, "requests", Some("minute"), 10, "hard").unwrap();
+    parts
+        .limits
+        .push(LimitRule::new(60, tag, LimitOnly::default()).about(Some("acme".into())));
+    let s = Snapshot::new(parts);
+    assert!(!s.subject_limits().is_empty());
+    let who = switchyard_engine::subject::Attribution {
+        tags: &["acme".to_owned()],
+        ..Default::default()
+    };
+    let found: Vec<_> = s
+        .subject_limits()
+        .of(who, None, None)
+        .map(|l| l.key.rule)
+        .collect();
+    assert_eq!(found, [Some(60)]);
+}
