@@ -1542,6 +1542,23 @@ mod tests {
     }
 
     #[test]
+    fn a_standalone_end_user_holding_a_concurrency_slot_is_kept_however_idle() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 2;
+        let x = Authority::Exact;
+        let holding = [per_user(1, Metric::Concurrent, Window::None, 2)];
+        assert!(at(&l, &holding, NOW, x).admitted(), "a slot held");
+        let minute = |user| [per_user(user, Metric::Requests, Window::Minute, 5)];
+        assert!(at(&l, &minute(2), NOW + 1, x).admitted());
+        // A third end user makes room: user 1 touched first, but its slot is held, so the
+        // later user 2 goes.
+        assert!(at(&l, &minute(3), NOW + 2, x).admitted());
+        let t = l.lock();
+        assert!(t.slots.contains_key(&holding[0].key), "a slot held: kept");
+        assert!(!t.slots.contains_key(&minute(2)[0].key), "idle: forgotten");
+    }
+
+    #[test]
     fn a_fleet_end_user_with_a_claim_on_its_way_or_slots_held_is_kept_and_gives_back() {
         let l = Limiter::default();
         l.lock().end_user_cap = 4;
