@@ -1544,18 +1544,33 @@ mod tests {
     #[test]
     fn a_standalone_end_user_holding_a_concurrency_slot_is_kept_however_idle() {
         let l = Limiter::default();
-        l.lock().end_user_cap = 2;
+        l.lock().end_user_cap = 4;
         let x = Authority::Exact;
         let holding = [per_user(1, Metric::Concurrent, Window::None, 2)];
         assert!(at(&l, &holding, NOW, x).admitted(), "a slot held");
         let minute = |user| [per_user(user, Metric::Requests, Window::Minute, 5)];
-        assert!(at(&l, &minute(2), NOW + 1, x).admitted());
-        // A third end user makes room: user 1 touched first, but its slot is held, so the
-        // later user 2 goes.
-        assert!(at(&l, &minute(3), NOW + 2, x).admitted());
+        for user in 2..=4 {
+            assert!(at(&l, &minute(user), NOW + user as u64, x).admitted());
+        }
+        // A fifth end user makes room (down to three): user 1 was touched first, but its slot
+        // is held, so the idlest of the others, user 2, goes.
+        assert!(at(&l, &minute(5), NOW + 5, x).admitted());
+        {
+            let t = l.lock();
+            assert!(t.slots.contains_key(&holding[0].key), "a slot held: kept");
+            assert!(!t.slots.contains_key(&minute(2)[0].key), "idle: forgotten");
+        }
+        // Its slot given back, user 1 holds nothing: it goes first, and is enough.
+        l.release(&holding, x);
+        assert!(at(&l, &minute(6), NOW + 6, x).admitted());
         let t = l.lock();
-        assert!(t.slots.contains_key(&holding[0].key), "a slot held: kept");
-        assert!(!t.slots.contains_key(&minute(2)[0].key), "idle: forgotten");
+        assert!(
+            !t.slots.contains_key(&holding[0].key),
+            "released: forgotten"
+        );
+        for kept in 3..=6 {
+            assert!(t.slots.contains_key(&minute(kept)[0].key), "user {kept}");
+        }
     }
 
     #[test]
