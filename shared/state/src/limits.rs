@@ -1574,6 +1574,33 @@ mod tests {
     }
 
     #[test]
+    fn every_standalone_end_user_holding_nothing_goes_when_room_is_made() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 4;
+        let x = Authority::Exact;
+        let holding = |user| [per_user(user, Metric::Concurrent, Window::None, 2)];
+        let minute = |user| [per_user(user, Metric::Requests, Window::Minute, 5)];
+        for user in 1..=2 {
+            assert!(at(&l, &holding(user), NOW + user as u64, x).admitted());
+            l.release(&holding(user), x);
+        }
+        for user in 3..=4 {
+            assert!(at(&l, &minute(user), NOW + user as u64, x).admitted());
+        }
+        // Room for a fifth: both end users whose slots were given back have nothing to count,
+        // so both go, more than the one the bound needs; the counting ones stay.
+        assert!(at(&l, &minute(5), NOW + 5, x).admitted());
+        let t = l.lock();
+        for gone in 1..=2 {
+            assert!(!t.slots.contains_key(&holding(gone)[0].key), "user {gone}");
+        }
+        for kept in 3..=5 {
+            assert!(t.slots.contains_key(&minute(kept)[0].key), "user {kept}");
+        }
+        assert_eq!(t.end_users, 3);
+    }
+
+    #[test]
     fn a_fleet_end_user_with_a_claim_on_its_way_or_slots_held_is_kept_and_gives_back() {
         let l = Limiter::default();
         l.lock().end_user_cap = 4;
