@@ -1559,6 +1559,10 @@ mod tests {
             let t = l.lock();
             assert!(t.slots.contains_key(&holding[0].key), "a slot held: kept");
             assert!(!t.slots.contains_key(&minute(2)[0].key), "idle: forgotten");
+            assert!(
+                t.give_backs.is_empty(),
+                "nothing was granted: nothing to give back"
+            );
         }
         // Its slot given back, user 1 holds nothing: it goes first, and is enough.
         l.release(&holding, x);
@@ -1598,6 +1602,30 @@ mod tests {
             assert!(t.slots.contains_key(&minute(kept)[0].key), "user {kept}");
         }
         assert_eq!(t.end_users, 3);
+    }
+
+    #[test]
+    fn room_is_made_down_to_three_quarters_of_the_bound_counting_those_already_gone() {
+        let l = Limiter::default();
+        l.lock().end_user_cap = 8;
+        let x = Authority::Exact;
+        let holding = [per_user(1, Metric::Concurrent, Window::None, 2)];
+        assert!(at(&l, &holding, NOW, x).admitted());
+        l.release(&holding, x);
+        let minute = |user| [per_user(user, Metric::Requests, Window::Minute, 5)];
+        for user in 2..=8 {
+            assert!(at(&l, &minute(user), NOW + user as u64, x).admitted());
+        }
+        // A ninth: user 1 (holding nothing) goes, and one more, the idlest (2), to reach six;
+        // then the ninth is counted.
+        assert!(at(&l, &minute(9), NOW + 9, x).admitted());
+        let t = l.lock();
+        assert_eq!(t.end_users, 7);
+        assert!(!t.slots.contains_key(&holding[0].key));
+        assert!(!t.slots.contains_key(&minute(2)[0].key));
+        for kept in 3..=9 {
+            assert!(t.slots.contains_key(&minute(kept)[0].key), "user {kept}");
+        }
     }
 
     #[test]
