@@ -36,6 +36,7 @@ fn guards() -> Option<CompiledGuards> {
         mode: "enforce".into(),
         enabled: true,
         checks,
+        uninspectable: "allow".into(),
     }
     .into_rule(1)
     .ok()?;
