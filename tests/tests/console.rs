@@ -31,7 +31,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use switchyard_e2e::process::Process;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
 const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
@@ -53,28 +52,8 @@ fn database_url(opts: &PgConnectOptions) -> String {
 
 /// A minimal HTTP/1.1 call with the admin token: (status, JSON body).
 async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, payload) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let payload = if head.to_lowercase().contains("transfer-encoding: chunked") {
-        switchyard_e2e::dechunk(payload)
-    } else {
-        payload.to_owned()
-    };
-    (
-        status,
-        serde_json::from_str(&payload).unwrap_or(Value::Null),
-    )
+    let auth = format!("authorization: Bearer {ADMIN_TOKEN}\r\n");
+    switchyard_e2e::raw_call(addr, method, path, &auth, body).await
 }
 
 /// What the browser test needs, or a failure naming what is missing.
