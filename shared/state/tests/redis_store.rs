@@ -802,6 +802,17 @@ fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
     let pushed = RedisStore::start(slow).unwrap();
     assert!(rt.block_on(pushed.wait_resynced(1, Duration::from_secs(10))));
     assert_eq!(streak(&pushed), vec![(7, 1)], "after its one resync");
+    // Its first resync may come before its subscription is listening (what is published in
+    // between reaches it only through a resync): another member's write it hears of proves the
+    // push path is up.
+    let mut tick = 0;
+    let listening = wait_until(Duration::from_secs(10), || {
+        tick += 1;
+        a.record_success(&one_success(99), CHECK_NOW + tick);
+        std::thread::sleep(Duration::from_millis(50));
+        pushed.stats().notifications_applied_total > 0
+    });
+    assert!(listening.is_some(), "the third proxy never heard a notification");
     let applied = pushed.stats().notifications_applied_total;
     a.record_failure(&f, &policy(0), CHECK_NOW + 1);
     // The subscriber counts a notification just after writing it into the view: wait for both.
