@@ -510,11 +510,14 @@ async fn a_member_limited_to_two_a_minute_serves_two_in_memory() {
 /// The same as one proxy of a fleet (Redis): the second request comes before the background's
 /// claim for more allowance is back; that is no lack of room (the fleet counter has room), so
 /// the request waits for the top-up instead of skipping the member. Repeated: without the wait
-/// most trials served one request of two.
+/// most trials served one request of two. The wait is bounded (a request moves on after 50 ms),
+/// so on a machine too loaded for a Redis round trip to come back within it a trial may move on
+/// too: the limit itself must hold in every trial, and most trials must serve both.
 #[tokio::test]
 async fn a_member_limited_to_two_a_minute_serves_two_with_redis() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     clear_of_a_window_end(Duration::from_secs(20)).await;
+    let mut trials = Vec::new();
     for trial in 0..12 {
         let prefix = format!(
             "test-two-a-minute-{}-{trial}-{}",
@@ -528,8 +531,17 @@ async fn a_member_limited_to_two_a_minute_serves_two_with_redis() {
         );
         let served = two_a_minute(store.clone()).await;
         store.close(Duration::from_secs(2)).await;
-        assert_eq!(served, TWO_A_MINUTE, "trial {trial}");
+        // Channel `a` serves at most two a minute on each route, however long a top-up takes.
+        let by_a = |requests: &[String]| requests.iter().filter(|c| *c == "a").count();
+        assert!(by_a(&served[..3]) <= 2, "trial {trial}: {served:?}");
+        assert!(by_a(&served[3..]) <= 2, "trial {trial}: {served:?}");
+        trials.push(served);
     }
+    let both = trials.iter().filter(|s| **s == TWO_A_MINUTE).count();
+    assert!(
+        both >= 8,
+        "{both} of 12 trials served both of a minute's two requests: {trials:?}"
+    );
 }
 
 /// A key's limit narrowed to `gpt-4*` models refuses only requests for them, in each client's

@@ -52,6 +52,12 @@ const fleetHolds = async () => {
     const proxies = (await admin('GET', '/api/v1/state')).proxies || [];
     return proxies.length > 0 && proxies.every((p) => p.revision >= revision);
   });
+  // The control plane lists the revision it sent; the proxy serves from it once installed.
+  await until(`the proxy to serve from revision ${revision}`, async () => {
+    const page = await (await fetch(`${proxyUrl}/metrics`)).text();
+    const line = page.split('\n').find((l) => l.startsWith('switchyard_snapshot_revision '));
+    return line !== undefined && Number(line.split(' ')[1]) >= revision;
+  });
 };
 /** Sends `n` chat completions through the proxy with a client token; answers how many were served. */
 const send = async (bearer, n) => {
