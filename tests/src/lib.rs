@@ -2,8 +2,10 @@
 //! `src/bin/e2e-control-plane.rs` are the data plane's and the control plane's entry points built
 //! inside this crate so the tests can start them.
 
+pub mod control;
 pub mod fleet;
 pub mod process;
+pub mod traffic;
 
 /// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
 pub fn dechunk(mut raw: &str) -> String {

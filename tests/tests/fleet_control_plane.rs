@@ -12,51 +12,19 @@
 // Helpers outside #[test] fns are test code too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use switchyard_e2e::dechunk;
-use switchyard_e2e::process::Process;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_e2e::control::{
+    assert_served_by, base, chat_for, database_url, http_call, metric_sum, unique, Bins,
+    ControlPlane, Proxy, Upstream, MODEL, PATIENCE, POLL, PROMPTLY,
+};
+use switchyard_e2e::traffic::{settle, Traffic};
 use switchyard_mock_upstream::MockUpstream;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
-const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
-const ADMIN_TOKEN: &str = "e2e-admin-token-0123456789abcdef";
-const FLEET_TOKEN: &str = "e2e-fleet-token-0123456789abcdef";
-/// Starting processes, a control plane coming back, a proxy reconnecting (backoff up to 10 s).
-const PATIENCE: Duration = Duration::from_secs(60);
-/// A committed change reaching a connected proxy: it must arrive without polling delays (the
-/// documented bound: a new revision normally arrives within a second); this is that bound plus
-/// generous slack for a loaded 2-core machine, never a timing to pass.
-const PROMPTLY: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(50);
-const MODEL: &str = "e2e-model";
-
-fn unique(tag: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("e2e-{tag}-{}-{nanos:x}", std::process::id())
-}
-
-/// The test database's URL (`#[sqlx::test]` made it; trust auth on loopback).
-fn database_url(opts: &PgConnectOptions) -> String {
-    let db = opts.get_database().unwrap_or("postgres");
-    format!(
-        "postgres://{}@{}:{}/{db}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port()
-    )
-}
+const BINS: Bins = switchyard_e2e::bins!();
 
 /// A file removed on drop.
 struct TempFile(PathBuf);
@@ -69,648 +37,6 @@ impl Drop for TempFile {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Processes
-
-/// One control-plane process (`e2e-control-plane`, i.e. `switchyard-control-plane`).
-struct ControlPlane {
-    process: Process,
-    http: SocketAddr,
-    grpc: SocketAddr,
-    database_url: String,
-}
-
-impl ControlPlane {
-    /// On free ports.
-    async fn start(database_url: &str) -> ControlPlane {
-        ControlPlane::start_on(database_url, "127.0.0.1:0", "127.0.0.1:0").await
-    }
-
-    /// Again, on the same database and the same addresses (the proxies know only the address).
-    async fn restart(&self) -> ControlPlane {
-        assert!(
-            !self.process.lines.lock().unwrap().is_empty(),
-            "the control plane to restart never logged anything"
-        );
-        ControlPlane::start_on(
-            &self.database_url,
-            &self.http.to_string(),
-            &self.grpc.to_string(),
-        )
-        .await
-    }
-
-    async fn start_on(database_url: &str, http: &str, grpc: &str) -> ControlPlane {
-        let mut process = Process::spawn(
-            "control plane",
-            Command::new(CONTROL_PLANE)
-                // The test script exports REDIS_URL for other tests; these run without shared
-                // state (explain's health view is then "none", as the proxies' in-memory one).
-                .env_remove("REDIS_URL")
-                .env_remove("SWITCHYARD_REDIS_PREFIX")
-                .env("DATABASE_URL", database_url)
-                .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
-                .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
-                .env("SWITCHYARD_HTTP_ADDR", http)
-                .env("SWITCHYARD_GRPC_ADDR", grpc)
-                .env("RUST_LOG", "info"),
-        );
-        let (http, grpc) = process
-            .wait_log("listening", |log| {
-                // One flat log schema: the event's fields sit at the top level.
-                let fields = log;
-                (fields["message"] == "listening").then(|| {
-                    (
-                        fields["http_addr"].as_str().unwrap().parse().unwrap(),
-                        fields["grpc_addr"].as_str().unwrap().parse().unwrap(),
-                    )
-                })
-            })
-            .await;
-        let cp = ControlPlane {
-            process,
-            http,
-            grpc,
-            database_url: database_url.to_owned(),
-        };
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(r) = http_call(cp.http, "GET", "/readyz", None, &[]).await {
-                if r.status == 200 {
-                    break;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the control plane never became ready"
-            );
-            tokio::time::sleep(POLL).await;
-        }
-        cp
-    }
-
-    /// The gRPC URL proxies follow.
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.grpc)
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Reply {
-        let auth = format!("Bearer {ADMIN_TOKEN}");
-        let body = body.map(Value::to_string);
-        http_call(
-            self.http,
-            method,
-            path,
-            body.as_deref(),
-            &[("authorization", &auth)],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
-    }
-
-    /// POST, asserting 201; the created resource and the new snapshot revision.
-    async fn create(&self, path: &str, body: Value) -> (Value, u64) {
-        let reply = self.call("POST", path, Some(&body)).await;
-        assert_eq!(reply.status, 201, "POST {path} {body}: {}", reply.body);
-        (reply.json(), reply.revision())
-    }
-
-    /// PATCH, asserting 200; the new snapshot revision.
-    async fn patch(&self, path: &str, body: Value) -> u64 {
-        let reply = self.call("PATCH", path, Some(&body)).await;
-        assert_eq!(reply.status, 200, "PATCH {path} {body}: {}", reply.body);
-        reply.revision()
-    }
-
-    /// Explain once the control plane's own snapshot has reached `revision` (it compiles each
-    /// write after a NOTIFY, so it may briefly lag the write's answer: until then it may not
-    /// know the route at all).
-    async fn explain_at(&self, model: &str, revision: u64) -> Value {
-        let path = format!("/api/v1/routes/explain?model={model}");
-        let deadline = Instant::now() + PROMPTLY;
-        loop {
-            let reply = self.call("GET", &path, None).await;
-            if reply.status == 200 && reply.json()["revision"].as_u64().unwrap() >= revision {
-                return reply.json();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "explain never reached revision {revision}: {} {}",
-                reply.status,
-                reply.body
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-}
-
-/// One data-plane process (`e2e-data-plane`, i.e. `switchyard-data-plane`) in fleet mode.
-struct Proxy {
-    process: Process,
-    addr: SocketAddr,
-}
-
-impl Proxy {
-    /// Listening (not necessarily ready: see [`Proxy::wait_ready`]).
-    async fn start(control_plane: &str, cache: Option<&Path>) -> Proxy {
-        Proxy::start_with(control_plane, cache, None).await
-    }
-
-    /// [`Proxy::start`], sharing state with the proxies given the same `(Redis URL, key
-    /// prefix)` when there is one (fleet-wide limits), else in memory.
-    async fn start_with(
-        control_plane: &str,
-        cache: Option<&Path>,
-        redis: Option<(&str, &str)>,
-    ) -> Proxy {
-        let mut command = Command::new(DATA_PLANE);
-        command
-            .env_remove("REDIS_URL")
-            .env_remove("SWITCHYARD_CONFIG")
-            .env_remove("SWITCHYARD_SNAPSHOT_CACHE")
-            .env("SWITCHYARD_CONTROL_PLANE", control_plane)
-            .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
-            .env("SWITCHYARD_HTTP_ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", "info");
-        if let Some(cache) = cache {
-            command.env("SWITCHYARD_SNAPSHOT_CACHE", cache);
-        }
-        if let Some((url, prefix)) = redis {
-            command
-                .env("REDIS_URL", url)
-                .env("SWITCHYARD_REDIS_PREFIX", prefix);
-        }
-        let mut process = Process::spawn("proxy", &mut command);
-        let addr = process
-            .wait_log("listening", |log| {
-                (log["message"] == "listening")
-                    .then(|| log["addr"].as_str().unwrap().parse().unwrap())
-            })
-            .await;
-        Proxy { process, addr }
-    }
-
-    async fn start_ready(control_plane: &str, cache: Option<&Path>) -> Proxy {
-        let proxy = Proxy::start(control_plane, cache).await;
-        proxy.wait_ready().await;
-        proxy
-    }
-
-    async fn status(&self, path: &str) -> u16 {
-        http_call(self.addr, "GET", path, None, &[])
-            .await
-            .map(|r| r.status)
-            .unwrap_or(0)
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.status("/readyz").await != 200 {
-            assert!(Instant::now() < deadline, "the proxy never became ready");
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn chat(&self, token: &str) -> Reply {
-        chat_for(self.addr, token, MODEL).await
-    }
-
-    /// Chats until an answer satisfies `ok` (a change travelling control plane → proxy).
-    async fn chat_until(
-        &self,
-        token: &str,
-        within: Duration,
-        what: &str,
-        ok: impl Fn(&Reply) -> bool,
-    ) -> Reply {
-        let started = Instant::now();
-        loop {
-            let reply = self.chat(token).await;
-            if ok(&reply) {
-                eprintln!("{what}: seen after {:?}", started.elapsed());
-                return reply;
-            }
-            assert!(
-                started.elapsed() < within,
-                "{what}: not seen within {within:?}; last answer {} {} (channel {:?})",
-                reply.status,
-                reply.body,
-                reply.header("x-switchyard-channel")
-            );
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// One series' value on this proxy's `/metrics` page (labels included), if it is there.
-    async fn sample(&self, series: &str) -> Option<f64> {
-        let page = http_call(self.addr, "GET", "/metrics", None, &[])
-            .await
-            .ok()?;
-        page.body.lines().find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-    }
-
-    /// Waits until this proxy serves from snapshot `revision` or a later one.
-    async fn wait_revision(&self, revision: u64) {
-        let deadline = Instant::now() + PROMPTLY;
-        loop {
-            let seen = self.sample("switchyard_snapshot_revision").await;
-            if seen.is_some_and(|r| r >= revision as f64) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "revision {revision} never reached the proxy (at {seen:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// `final_member` of the proxy's request log line for this request id.
-    async fn final_member(&mut self, request_id: &str) -> i64 {
-        self.process
-            .wait_log("the request's log line", |log| {
-                (log["message"] == "request" && log["request_id"] == request_id)
-                    .then(|| log["final_member"].as_i64().unwrap())
-            })
-            .await
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// HTTP
-
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().skip(1).find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    }
-
-    fn channel(&self) -> String {
-        self.header("x-switchyard-channel").unwrap_or_default()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-
-    fn error_code(&self) -> String {
-        serde_json::from_str::<Value>(&self.body).map_or_else(
-            |_| String::new(),
-            |v| v["error"]["code"].as_str().unwrap_or_default().to_owned(),
-        )
-    }
-
-    fn revision(&self) -> u64 {
-        self.header("x-switchyard-revision")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no x-switchyard-revision header: {}", self.head))
-    }
-}
-
-/// A minimal HTTP/1.1 client: one request per connection, chunked bodies decoded.
-async fn http_call(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    headers: &[(&str, &str)],
-) -> std::io::Result<Reply> {
-    let body = body.unwrap_or("");
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(PATIENCE, exchange)
-        .await
-        .map_err(|_| std::io::Error::other("no answer in time"))??;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {head:?}")))?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    Ok(Reply {
-        status,
-        head: head.to_owned(),
-        body: if chunked {
-            dechunk(body)
-        } else {
-            body.to_owned()
-        },
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fixtures, all made through the REST API
-
-/// A mock upstream and the channel (with one credential) pointing at it.
-struct Upstream {
-    mock: MockUpstream,
-    name: String,
-    channel_id: i64,
-    secret: String,
-    upstream_model: String,
-}
-
-impl Upstream {
-    async fn create(cp: &ControlPlane, name: &str) -> Upstream {
-        let mock = MockUpstream::start().await.unwrap();
-        let (channel, _) = cp
-            .create(
-                "/api/v1/channels",
-                json!({"name": name, "provider": "openai",
-                       "base_url": format!("{}/v1", mock.base_url())}),
-            )
-            .await;
-        let channel_id = channel["id"].as_i64().unwrap();
-        let secret = format!("sk-upstream-{name}-0123456789");
-        let (credential, _) = cp
-            .create(
-                &format!("/api/v1/channels/{channel_id}/credentials"),
-                json!({"secret": secret}),
-            )
-            .await;
-        assert!(
-            !credential.to_string().contains(&secret),
-            "the secret was echoed back: {credential}"
-        );
-        Upstream {
-            mock,
-            name: name.to_owned(),
-            channel_id,
-            secret,
-            upstream_model: format!("up-{name}"),
-        }
-    }
-
-    /// A member of `route` on this channel; its id and the new revision.
-    async fn member(
-        &self,
-        cp: &ControlPlane,
-        route: i64,
-        priority: i32,
-        enabled: bool,
-    ) -> (i64, u64) {
-        let (member, revision) = cp
-            .create(
-                &format!("/api/v1/routes/{route}/members"),
-                json!({"channel_id": self.channel_id, "upstream_model": self.upstream_model,
-                       "priority": priority, "enabled": enabled}),
-            )
-            .await;
-        (member["id"].as_i64().unwrap(), revision)
-    }
-
-    /// The last request this upstream received was a chat completion for this channel's member:
-    /// the model rewritten to the upstream model, this channel's credential, never the client's
-    /// token, the rest of the body intact.
-    fn assert_last_request(&self, client_token: &str) {
-        let requests = self.mock.requests();
-        let last = requests
-            .last()
-            .unwrap_or_else(|| panic!("{} received nothing", self.name));
-        assert_eq!(last.path, "/v1/chat/completions");
-        assert_eq!(last.model.as_deref(), Some(self.upstream_model.as_str()));
-        assert_eq!(last.credential.as_deref(), Some(self.secret.as_str()));
-        assert_eq!(last.json()["messages"][0]["content"], "hello");
-        assert!(
-            requests
-                .iter()
-                .all(|r| r.credential.as_deref() != Some(client_token)),
-            "the client's token went upstream"
-        );
-    }
-}
-
-/// Channel `a`, route `MODEL` with one member on it, and a token.
-struct Base {
-    a: Upstream,
-    route: i64,
-    member_a: i64,
-    token: String,
-    revision: u64,
-}
-
-async fn base(cp: &ControlPlane) -> Base {
-    let a = Upstream::create(cp, "chan-a").await;
-    let (route, _) = cp
-        .create("/api/v1/routes", json!({"model_pattern": MODEL}))
-        .await;
-    let route = route["id"].as_i64().unwrap();
-    let (member_a, _) = a.member(cp, route, 0, true).await;
-    let (token, revision) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
-    let token = token["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no plaintext token in {token}"))
-        .to_owned();
-    Base {
-        a,
-        route,
-        member_a,
-        token,
-        revision,
-    }
-}
-
-/// A 200 through the proxy from `upstream`'s channel for route `MODEL`, first attempt.
-fn assert_served_by(reply: &Reply, upstream: &Upstream) {
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(reply.channel(), upstream.name, "{}", reply.head);
-    assert_eq!(
-        reply.header("x-switchyard-route").as_deref(),
-        Some(MODEL),
-        "{}",
-        reply.head
-    );
-    assert_eq!(
-        reply.header("x-switchyard-attempts").as_deref(),
-        Some("1"),
-        "{}",
-        reply.head
-    );
-    assert!(
-        reply
-            .header("x-switchyard-request-id")
-            .is_some_and(|id| !id.is_empty()),
-        "{}",
-        reply.head
-    );
-    assert_eq!(reply.json()["object"], "chat.completion", "{}", reply.body);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Traffic flowing while the admin API changes things
-
-/// One answer the background traffic got.
-struct Sent {
-    phase: usize,
-    status: u16,
-    channel: String,
-    body: String,
-}
-
-/// Chats for route `MODEL` flowing through every proxy from background tasks (one sequential
-/// client per proxy) while a test changes things through the admin API. In phase `p` the client
-/// of proxy `i` sends with `tokens[p][i]`, so usage can be told apart per phase and proxy.
-struct Traffic {
-    phase: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    answers: Vec<Arc<Mutex<Vec<Sent>>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(proxies: &[Proxy], tokens: Vec<Vec<String>>) -> Traffic {
-        let tokens = Arc::new(tokens);
-        let phase = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut answers = Vec::new();
-        let mut tasks = Vec::new();
-        for (i, proxy) in proxies.iter().enumerate() {
-            let sink = Arc::new(Mutex::new(Vec::new()));
-            answers.push(Arc::clone(&sink));
-            let (addr, tokens, phase, stop) = (
-                proxy.addr,
-                Arc::clone(&tokens),
-                Arc::clone(&phase),
-                Arc::clone(&stop),
-            );
-            tasks.push(tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    let phase = phase.load(Ordering::SeqCst);
-                    let reply = chat_for(addr, &tokens[phase][i], MODEL).await;
-                    sink.lock().unwrap().push(Sent {
-                        phase,
-                        status: reply.status,
-                        channel: reply.channel(),
-                        body: reply.body,
-                    });
-                    // Room for the test's own calls on a small machine.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }));
-        }
-        Traffic {
-            phase,
-            stop,
-            answers,
-            tasks,
-        }
-    }
-
-    /// How many answers each proxy's client has had so far.
-    fn counts(&self) -> Vec<usize> {
-        self.answers
-            .iter()
-            .map(|a| a.lock().unwrap().len())
-            .collect()
-    }
-
-    /// Waits until each proxy's client has had `n` more answers.
-    async fn more(&self, n: usize) {
-        let from = self.counts();
-        let deadline = Instant::now() + PATIENCE;
-        while self
-            .counts()
-            .iter()
-            .zip(&from)
-            .any(|(now, from)| *now < from + n)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the traffic stalled: {:?} answers, {from:?} before",
-                self.counts()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Waits until each proxy's client has had the answer to a request it sent after this call:
-    /// no request still in flight was sent before it.
-    async fn fence(&self) {
-        self.more(2).await;
-    }
-
-    /// Moves the clients to `phase`; returns once every request in flight is of that phase.
-    async fn enter(&self, phase: usize) {
-        self.phase.store(phase, Ordering::SeqCst);
-        self.fence().await;
-    }
-
-    /// Each proxy's answers from the `since` counts (from [`Traffic::counts`]) on, each
-    /// asserted a 200 from `upstream`'s channel.
-    fn assert_served_since(&self, since: &[usize], upstream: &Upstream) {
-        for (answers, since) in self.answers.iter().zip(since) {
-            for sent in &answers.lock().unwrap()[*since..] {
-                assert_eq!(sent.status, 200, "{}", sent.body);
-                assert_eq!(sent.channel, upstream.name, "{}", sent.body);
-            }
-        }
-    }
-
-    /// Stops the clients; every answer, per proxy, each asserted a 200 (no client request
-    /// failed while things changed).
-    async fn stop(self) -> Vec<Vec<Sent>> {
-        self.stop.store(true, Ordering::SeqCst);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let answers: Vec<Vec<Sent>> = self
-            .answers
-            .iter()
-            .map(|a| std::mem::take(&mut *a.lock().unwrap()))
-            .collect();
-        for sent in answers.iter().flatten() {
-            assert_eq!(sent.status, 200, "phase {}: {}", sent.phase, sent.body);
-        }
-        answers
-    }
-}
-
-/// Waits until every proxy serves from snapshot `revision` or a later one, then until no
-/// request sent before is still in flight.
-async fn settle(proxies: &[Proxy], traffic: &Traffic, revision: u64) {
-    for proxy in proxies {
-        proxy.wait_revision(revision).await;
-    }
-    traffic.fence().await;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Tests
 
 #[sqlx::test(migrations = false)]
@@ -718,9 +44,9 @@ async fn a_route_made_through_rest_is_served_by_a_connected_proxy(
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
-    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let proxy = Proxy::start_ready(&cp, None).await;
 
     // The token was created through REST a moment ago: once the proxy's snapshot holds it, the
     // request is served by the only member.
@@ -742,9 +68,9 @@ async fn a_route_made_through_rest_is_served_by_a_connected_proxy(
 
 #[sqlx::test(migrations = false)]
 async fn rest_changes_reach_the_proxy_promptly(_pool: PgPoolOptions, opts: PgConnectOptions) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
-    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let proxy = Proxy::start_ready(&cp, None).await;
     let first = proxy
         .chat_until(&base.token, PROMPTLY, "the first route", |r| {
             r.status == 200
@@ -845,9 +171,9 @@ async fn the_proxy_outlives_the_control_plane_and_follows_it_after_a_restart(
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let mut cp = ControlPlane::start(&database_url(&opts)).await;
+    let mut cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
-    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let proxy = Proxy::start_ready(&cp, None).await;
     let first = proxy
         .chat_until(&base.token, PROMPTLY, "the first route", |r| {
             r.status == 200
@@ -897,9 +223,9 @@ async fn a_restarted_proxy_serves_from_its_snapshot_cache_while_the_control_plan
     opts: PgConnectOptions,
 ) {
     let cache = TempFile(std::env::temp_dir().join(format!("{}.json", unique("cache"))));
-    let mut cp = ControlPlane::start(&database_url(&opts)).await;
+    let mut cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
-    let mut first_proxy = Proxy::start_ready(&cp.endpoint(), Some(&cache.0)).await;
+    let mut first_proxy = Proxy::start_ready(&cp, Some(&cache.0)).await;
     let served = first_proxy
         .chat_until(&base.token, PROMPTLY, "the first route", |r| {
             r.status == 200
@@ -936,7 +262,7 @@ async fn a_restarted_proxy_serves_from_its_snapshot_cache_while_the_control_plan
     first_proxy.process.kill();
 
     // Without the cache, a proxy cannot be ready now: nothing to serve.
-    let mut uncached = Proxy::start(&cp.endpoint(), None).await;
+    let mut uncached = Proxy::start(&cp, None).await;
     assert_eq!(uncached.status("/healthz").await, 200);
     assert_ne!(
         uncached.status("/readyz").await,
@@ -947,7 +273,7 @@ async fn a_restarted_proxy_serves_from_its_snapshot_cache_while_the_control_plan
     drop(uncached);
 
     // With it, the restarted proxy is ready and serves the cached routes, channel and token.
-    let proxy = Proxy::start_ready(&cp.endpoint(), Some(&cache.0)).await;
+    let proxy = Proxy::start_ready(&cp, Some(&cache.0)).await;
     for _ in 0..5 {
         assert_served_by(&proxy.chat(&base.token).await, &base.a);
     }
@@ -971,12 +297,12 @@ async fn a_restarted_proxy_serves_from_its_snapshot_cache_while_the_control_plan
 
 #[sqlx::test(migrations = false)]
 async fn explain_names_the_member_the_proxy_used(_pool: PgPoolOptions, opts: PgConnectOptions) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
     // A second member, in a higher tier but disabled: `a` is the only eligible member.
     let b = Upstream::create(&cp, "chan-b").await;
     let (member_b, revision) = b.member(&cp, base.route, 10, false).await;
-    let mut proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let mut proxy = Proxy::start_ready(&cp, None).await;
 
     for (expected, other, upstream) in [
         (base.member_a, member_b, &base.a),
@@ -1060,7 +386,7 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
 ) {
     use switchyard_mock_upstream::{Behavior, Matcher};
 
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     // One mock speaks all three protocols; its answers report 3 cached tokens each.
     let mock = MockUpstream::start().await.unwrap();
     mock.on(Matcher::any(), Behavior::ok().cached_tokens(3));
@@ -1109,7 +435,7 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     }
     let (token, revision) = cp.create("/api/v1/tokens", json!({"name": "app"})).await;
     let token = token["token"].as_str().unwrap().to_owned();
-    let proxy = Proxy::start_ready(&cp.endpoint(), None).await;
+    let proxy = Proxy::start_ready(&cp, None).await;
     // The token (and every route before it) has reached the proxy.
     proxy.wait_revision(revision).await;
 
@@ -1266,28 +592,6 @@ async fn usage_totals_match_what_the_upstreams_reported_in_every_protocol(
     }
 }
 
-/// `series` (labels included) summed over the proxies' `/metrics` pages; 0 where absent.
-async fn metric_sum(proxies: &[Proxy], series: &str) -> u64 {
-    let mut sum = 0;
-    for proxy in proxies {
-        let page = http_call(proxy.addr, "GET", "/metrics", None, &[])
-            .await
-            .unwrap();
-        sum += page
-            .body
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .unwrap_or(0);
-    }
-    sum
-}
-
 /// A shadow rule made through REST, served by two proxy processes that follow the control
 /// plane over gRPC: every client gets the live answer and nothing of the shadow, and the report
 /// the control plane aggregates from the proxies' usage batches says what the two mock members
@@ -1297,7 +601,7 @@ async fn a_shadow_rule_through_two_proxy_processes_reports_what_the_mocks_did(
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let mut channels = Vec::new();
     for (name, url) in [
         ("live", "mock://sim?content=the%20live%20answer%20is%20here"),
@@ -1341,8 +645,8 @@ async fn a_shadow_rule_through_two_proxy_processes_reports_what_the_mocks_did(
     let rule = rule["id"].as_i64().unwrap();
 
     let proxies = [
-        Proxy::start_ready(&cp.endpoint(), None).await,
-        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp, None).await,
+        Proxy::start_ready(&cp, None).await,
     ];
     for proxy in &proxies {
         proxy
@@ -1439,21 +743,6 @@ async fn a_shadow_rule_through_two_proxy_processes_reports_what_the_mocks_did(
     assert_eq!(report["stopped_reason"], Value::Null, "{report}");
 }
 
-/// A chat for `model` with `token` through the proxy at `addr`.
-async fn chat_for(addr: SocketAddr, token: &str, model: &str) -> Reply {
-    let auth = format!("Bearer {token}");
-    let body = json!({"model": model, "messages": [{"role": "user", "content": "hello"}]});
-    http_call(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        Some(&body.to_string()),
-        &[("authorization", &auth)],
-    )
-    .await
-    .unwrap_or_else(|e| panic!("chat through the proxy: {e}"))
-}
-
 /// `n` overlapping chats for `model` on each proxy (on both proxies together, each started
 /// 100 ms after the one before: a proxy reserves concurrency slots from the fleet one claim at
 /// a time, so simultaneous arrivals beyond the first wait for no claim); the statuses, per proxy.
@@ -1492,7 +781,7 @@ async fn a_limit_patched_or_deleted_mid_window_binds_on_every_proxy_at_once(
 ) {
     let redis = switchyard_e2e::redis_url();
     let prefix = unique("live-limits");
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let mut routes = Vec::new();
     for (name, url, model) in [
         ("fast", "mock://sim", "fast-model"),
@@ -1535,7 +824,7 @@ async fn a_limit_patched_or_deleted_mid_window_binds_on_every_proxy_at_once(
 
     let mut proxies = Vec::new();
     for _ in 0..2 {
-        let proxy = Proxy::start_with(&cp.endpoint(), None, Some((&redis, &prefix))).await;
+        let proxy = Proxy::start_with(&cp, None, Some((&redis, &prefix))).await;
         proxy.wait_ready().await;
         proxies.push(proxy);
     }
@@ -1664,7 +953,7 @@ async fn a_price_patched_or_deleted_mid_traffic_prices_what_follows_on_every_pro
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
     let (price, _) = cp
         .create(
@@ -1689,8 +978,8 @@ async fn a_price_patched_or_deleted_mid_traffic_prices_what_follows_on_every_pro
         tokens.push(per_proxy);
     }
     let proxies = [
-        Proxy::start_ready(&cp.endpoint(), None).await,
-        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp, None).await,
+        Proxy::start_ready(&cp, None).await,
     ];
     for proxy in &proxies {
         proxy.wait_revision(revision).await;
@@ -1826,7 +1115,7 @@ async fn a_shadow_rule_disabled_or_deleted_mid_traffic_stops_copies_from_every_p
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
     let target = Upstream::create(&cp, "shadow-target").await;
     let (rule, revision) = cp
@@ -1840,8 +1129,8 @@ async fn a_shadow_rule_disabled_or_deleted_mid_traffic_stops_copies_from_every_p
         .await;
     let rule = format!("/api/v1/shadows/{}", rule["id"]);
     let proxies = [
-        Proxy::start_ready(&cp.endpoint(), None).await,
-        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp, None).await,
+        Proxy::start_ready(&cp, None).await,
     ];
     for proxy in &proxies {
         proxy.wait_revision(revision).await;
@@ -1872,7 +1161,7 @@ async fn a_member_or_channel_disabled_or_deleted_mid_traffic_gets_nothing_from_e
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let cp = ControlPlane::start(&database_url(&opts)).await;
+    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let base = base(&cp).await;
     // `b` in a higher tier than `a`: it serves while it is eligible.
     let b = Upstream::create(&cp, "chan-b").await;
@@ -1880,8 +1169,8 @@ async fn a_member_or_channel_disabled_or_deleted_mid_traffic_gets_nothing_from_e
     let member_b = format!("/api/v1/members/{member_b}");
     let channel_b = format!("/api/v1/channels/{}", b.channel_id);
     let proxies = [
-        Proxy::start_ready(&cp.endpoint(), None).await,
-        Proxy::start_ready(&cp.endpoint(), None).await,
+        Proxy::start_ready(&cp, None).await,
+        Proxy::start_ready(&cp, None).await,
     ];
     let traffic = Traffic::start(&proxies, vec![vec![base.token.clone(); 2]]);
 
