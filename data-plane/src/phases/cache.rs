@@ -21,7 +21,7 @@ use switchyard_state::unix_ms;
 use super::semantic::{self, Asker, Found, Pending};
 use crate::context::Ctx;
 use crate::record::{CacheMark, CacheResult};
-use crate::response_cache::answer::{canonical, replay};
+use crate::response_cache::answer::{canonical, fresh, replay};
 use crate::response_cache::key::{
     cache_endpoint, directives, not_cacheable, Asked, KeyParts, Shape,
 };
@@ -108,8 +108,10 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
     let cache = state.cache();
     let now = unix_ms();
     match cache.get(&key, now).await {
-        Ok(Some(entry)) => hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store),
-        Ok(None) => match semantic {
+        Ok(Some(entry)) if fresh(rule, &entry, now) => {
+            hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store)
+        }
+        Ok(_) => match semantic {
             Some((part, partition)) => {
                 let found = Box::pin(by_meaning(state, ctx, (rule, part), partition, &body)).await;
                 missed(state, ctx, (&body, shape), now, found, store)

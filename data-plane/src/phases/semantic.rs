@@ -24,6 +24,7 @@ use switchyard_state::unix_ms;
 use switchyard_upstream::embed::embed;
 
 use crate::endpoint::Endpoint;
+use crate::response_cache::answer::fresh;
 use crate::response_cache::semantic::prompt_text;
 use crate::shadow::compare::{compare, facts};
 use crate::snapshot::View;
@@ -122,7 +123,8 @@ pub async fn search(
         trial: None,
     };
     if let Some(found) = best {
-        if let Ok(Some(entry)) = state.cache().get(&CacheKey(found.key), now).await {
+        let stored = state.cache().get(&CacheKey(found.key), now).await;
+        if let Ok(Some(entry)) = stored.map(|e| e.filter(|e| fresh(rule, e, now))) {
             counts.would_hit = 1;
             counts.score_milli_sum = milli(f64::from(found.score));
             if part.mode == SemanticMode::Serve {

@@ -8,11 +8,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{header, HeaderValue};
 use serde_json::Value;
+use switchyard_engine::cache::CacheRule;
 use switchyard_provider::stream::whole::{
     completion_answer, completion_stream, gemini_array_answer, gemini_array_stream,
     responses_answer, responses_stream,
 };
 use switchyard_provider::{StreamAssembler, StreamTranslator, Usage};
+use switchyard_state::cache::CacheEntry;
 
 use super::key::{refused, Shape};
 use crate::endpoint::Endpoint;
@@ -95,6 +97,13 @@ pub fn replay(
         );
     }
     Some(response)
+}
+
+/// Whether a stored answer may be served under `rule` at `now`: only while it is younger than
+/// the rule's TTL as the rule is now. A store expires an entry at the TTL it was stored with; a
+/// TTL lowered since applies to the entries already stored at once.
+pub fn fresh(rule: &CacheRule, entry: &CacheEntry, now: u64) -> bool {
+    now.saturating_sub(entry.stored_at) < rule.ttl_seconds.saturating_mul(1000)
 }
 
 #[cfg(test)]
