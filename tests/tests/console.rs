@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_e2e::control::database_url;
 use switchyard_e2e::process::Process;
 
 const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
@@ -39,16 +40,6 @@ const FLEET_TOKEN: &str = "console-fleet-token-0123456789abcdef";
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The whole browser session (a loaded 2-core machine starts Chromium slowly).
 const BROWSER_PATIENCE: Duration = Duration::from_secs(300);
-
-fn database_url(opts: &PgConnectOptions) -> String {
-    let db = opts.get_database().unwrap_or("postgres");
-    format!(
-        "postgres://{}@{}:{}/{db}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port()
-    )
-}
 
 /// A minimal HTTP/1.1 call with the admin token: (status, JSON body).
 async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {

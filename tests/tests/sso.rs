@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use switchyard_e2e::control::database_url;
 use switchyard_e2e::process::Process;
 
 const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
@@ -28,16 +29,6 @@ const CLIENT_ID: &str = "switchyard-console";
 const CLIENT_SECRET: &str = "sso-client-secret-0123456789";
 /// The whole browser session (a loaded 2-core machine starts Chromium slowly).
 const BROWSER_PATIENCE: Duration = Duration::from_secs(300);
-
-fn database_url(opts: &PgConnectOptions) -> String {
-    let db = opts.get_database().unwrap_or("postgres");
-    format!(
-        "postgres://{}@{}:{}/{db}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port()
-    )
-}
 
 fn node() -> PathBuf {
     let node = std::env::var_os("PATH")
