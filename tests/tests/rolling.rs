@@ -25,6 +25,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use switchyard_e2e::control::{database_url, Bins, ControlPlane, FLEET_TOKEN};
 use switchyard_e2e::dechunk;
 use switchyard_e2e::process::Process;
 
@@ -34,16 +35,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-const CONTROL_PLANE: &str = env!("CARGO_BIN_EXE_e2e-control-plane");
-const DATA_PLANE: &str = env!("CARGO_BIN_EXE_e2e-data-plane");
+const BINS: Bins = switchyard_e2e::bins!();
 /// The standalone configuration the Kubernetes standalone variant mounts from its ConfigMap.
 const STANDALONE_YAML: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../deploy/overlays/standalone/switchyard.yaml"
 );
 const CLIENT_TOKEN: &str = "sk-rolling-test-client";
-const ADMIN_TOKEN: &str = "rolling-admin-token-0123456789abcdef";
-const FLEET_TOKEN: &str = "rolling-fleet-token-0123456789abcdef";
 const MODEL: &str = "gpt-4o-mini";
 /// How often the balancer asks each backend's `/readyz` (Kubernetes: the readiness period).
 const READINESS_POLL: Duration = Duration::from_millis(100);
@@ -64,7 +62,7 @@ struct Proxy {
 
 impl Proxy {
     async fn standalone() -> Proxy {
-        let mut command = Command::new(DATA_PLANE);
+        let mut command = Command::new(BINS.data_plane);
         command
             .env_remove("SWITCHYARD_CONTROL_PLANE")
             .env_remove("REDIS_URL")
@@ -74,7 +72,7 @@ impl Proxy {
     }
 
     async fn following(control_plane: &str) -> Proxy {
-        let mut command = Command::new(DATA_PLANE);
+        let mut command = Command::new(BINS.data_plane);
         command
             .env_remove("SWITCHYARD_CONFIG")
             .env_remove("REDIS_URL")
@@ -101,91 +99,23 @@ impl Proxy {
     }
 }
 
-/// A control plane; `start_on` the same addresses again after a restart.
-struct ControlPlane {
-    process: Process,
-    http: SocketAddr,
-    grpc: SocketAddr,
-}
-
-impl ControlPlane {
-    async fn start_on(database_url: &str, http: &str, grpc: &str) -> ControlPlane {
-        let mut process = Process::spawn(
-            "control plane",
-            Command::new(CONTROL_PLANE)
-                .env_remove("REDIS_URL")
-                .env_remove("SWITCHYARD_REDIS_PREFIX")
-                .env("DATABASE_URL", database_url)
-                .env("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN)
-                .env("SWITCHYARD_FLEET_TOKEN", FLEET_TOKEN)
-                .env("SWITCHYARD_HTTP_ADDR", http)
-                .env("SWITCHYARD_GRPC_ADDR", grpc)
-                .env("RUST_LOG", "info"),
-        );
-        let (http, grpc) = process
-            .wait_log("listening", |log| {
-                // One flat log schema: the event's fields sit at the top level.
-                let fields = log;
-                (fields["message"] == "listening").then(|| {
-                    (
-                        fields["http_addr"].as_str().unwrap().parse().unwrap(),
-                        fields["grpc_addr"].as_str().unwrap().parse().unwrap(),
-                    )
-                })
-            })
-            .await;
-        let deadline = Instant::now() + PATIENCE;
-        while status(http, "/readyz").await != 200 {
-            assert!(
-                Instant::now() < deadline,
-                "the control plane never became ready"
-            );
-            tokio::time::sleep(POLL).await;
-        }
-        ControlPlane {
-            process,
-            http,
-            grpc,
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.grpc)
-    }
-
-    /// POST to the admin API, asserting 201.
-    async fn create(&self, path: &str, body: Value) -> Value {
-        let auth = format!("Bearer {ADMIN_TOKEN}");
-        let reply = http(
-            self.http,
-            "POST",
-            path,
-            &body.to_string(),
-            &[("authorization", &auth)],
-        )
-        .await
-        .unwrap();
-        assert_eq!(reply.status, 201, "POST {path} {body}: {}", reply.body);
-        serde_json::from_str(&reply.body).unwrap()
-    }
-
-    /// A `provider: mock` channel (with the one credential every API channel needs).
-    async fn mock_channel(&self, name: &str, content: &str) -> i64 {
-        let channel = self
-            .create(
-                "/api/v1/channels",
-                json!({"name": name, "provider": "mock",
-                       "base_url": format!("mock://sim?latency_ms=40&stream_chunks=8&chunk_gap_ms=25&content={content}")}),
-            )
-            .await;
-        let id = channel["id"].as_i64().unwrap();
-        self.create(
-            &format!("/api/v1/channels/{id}/credentials"),
-            json!({"secret": "mock-channels-ignore-it"}),
+/// A `provider: mock` channel (with the one credential every API channel needs) made through
+/// `cp`'s admin API; its id.
+async fn mock_channel(cp: &ControlPlane, name: &str, content: &str) -> i64 {
+    let (channel, _) = cp
+        .create(
+            "/api/v1/channels",
+            json!({"name": name, "provider": "mock",
+                   "base_url": format!("mock://sim?latency_ms=40&stream_chunks=8&chunk_gap_ms=25&content={content}")}),
         )
         .await;
-        id
-    }
+    let id = channel["id"].as_i64().unwrap();
+    cp.create(
+        &format!("/api/v1/channels/{id}/credentials"),
+        json!({"secret": "mock-channels-ignore-it"}),
+    )
+    .await;
+    id
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -630,22 +560,15 @@ async fn a_control_plane_restart_under_load_loses_no_request_and_proxies_resume(
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let database_url = format!(
-        "postgres://{}@{}:{}/{}",
-        opts.get_username(),
-        opts.get_host(),
-        opts.get_port(),
-        opts.get_database().unwrap_or("postgres")
-    );
-    let mut cp = ControlPlane::start_on(&database_url, "127.0.0.1:0", "127.0.0.1:0").await;
-    let (http_addr, grpc_addr) = (cp.http.to_string(), cp.grpc.to_string());
+    let mut cp = ControlPlane::start(BINS, &database_url(&opts)).await;
     let endpoint = cp.endpoint();
 
     // Channel, route, member and token through the admin API, as the book's fleet quick start.
-    let first = cp.mock_channel("sim-a", "from-a").await;
+    let first = mock_channel(&cp, "sim-a", "from-a").await;
     let route = cp
         .create("/api/v1/routes", json!({"model_pattern": MODEL}))
-        .await["id"]
+        .await
+        .0["id"]
         .as_i64()
         .unwrap();
     cp.create(
@@ -653,7 +576,7 @@ async fn a_control_plane_restart_under_load_loses_no_request_and_proxies_resume(
         json!({"channel_id": first, "upstream_model": "mock-a"}),
     )
     .await;
-    let token = cp.create("/api/v1/tokens", json!({"name": "app"})).await["token"]
+    let token = cp.create("/api/v1/tokens", json!({"name": "app"})).await.0["token"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -674,12 +597,12 @@ async fn a_control_plane_restart_under_load_loses_no_request_and_proxies_resume(
     let exit = cp.process.terminate().await;
     assert!(exit.success(), "control plane exit on SIGTERM: {exit:?}");
     load.run_for(30).await;
-    cp = ControlPlane::start_on(&database_url, &http_addr, &grpc_addr).await;
+    cp = cp.restart().await;
 
     // A change made after the restart reaches every proxy through its reconnected stream.
     accepted.lock().unwrap().push("from-b".to_owned());
     let changed = Instant::now();
-    let second = cp.mock_channel("sim-b", "from-b").await;
+    let second = mock_channel(&cp, "sim-b", "from-b").await;
     cp.create(
         &format!("/api/v1/routes/{route}/members"),
         json!({"channel_id": second, "upstream_model": "mock-b", "priority": 10}),
