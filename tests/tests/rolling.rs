@@ -25,13 +25,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use switchyard_e2e::control::{database_url, Bins, ControlPlane, FLEET_TOKEN};
-use switchyard_e2e::dechunk;
+use switchyard_e2e::control::{database_url, http_call, Bins, ControlPlane, Reply, FLEET_TOKEN};
 use switchyard_e2e::process::Process;
 
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -277,11 +275,11 @@ impl Load {
                         let stream = n % 2 == 0;
                         let body = json!({"model": MODEL, "stream": stream,
                             "messages": [{"role": "user", "content": "hello"}]});
-                        let reply = http(
+                        let reply = http_call(
                             balancer,
                             "POST",
                             "/v1/chat/completions",
-                            &body.to_string(),
+                            Some(&body.to_string()),
                             &[("authorization", &auth)],
                         )
                         .await;
@@ -403,76 +401,8 @@ fn check(reply: std::io::Result<Reply>, stream: bool, content: &[String]) -> Res
 // ---------------------------------------------------------------------------------------------
 // HTTP
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().skip(1).find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    }
-}
-
-/// One request per connection (`connection: close`, as every request is then balanced anew);
-/// chunked bodies decoded.
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-    headers: &[(&str, &str)],
-) -> std::io::Result<Reply> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(Duration::from_secs(30), exchange)
-        .await
-        .map_err(|_| std::io::Error::other("no answer within 30 s"))??;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {text:?}")))?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    Ok(Reply {
-        status,
-        head: head.to_owned(),
-        body: if chunked {
-            dechunk(body)
-        } else {
-            body.to_owned()
-        },
-    })
-}
-
 async fn status(addr: SocketAddr, path: &str) -> u16 {
-    http(addr, "GET", path, "", &[])
+    http_call(addr, "GET", path, None, &[])
         .await
         .map(|r| r.status)
         .unwrap_or(0)
@@ -482,11 +412,11 @@ async fn status(addr: SocketAddr, path: &str) -> u16 {
 async fn content_of(addr: SocketAddr, token: &str) -> (String, Reply) {
     let auth = format!("Bearer {token}");
     let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]});
-    let reply = http(
+    let reply = http_call(
         addr,
         "POST",
         "/v1/chat/completions",
-        &body.to_string(),
+        Some(&body.to_string()),
         &[("authorization", &auth)],
     )
     .await
