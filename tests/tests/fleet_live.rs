@@ -15,26 +15,63 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use switchyard_e2e::control::{
-    base, chat_for, database_url, unique, Bins, ControlPlane, Proxy, Upstream, MODEL, PATIENCE,
+    base, chat_for, database_url, unique, Base, Bins, ControlPlane, Proxy, Upstream, MODEL,
+    PATIENCE,
 };
 use switchyard_e2e::fleet::cleanup;
 use switchyard_e2e::traffic::{settle, Sent, Traffic};
 
 const BINS: Bins = switchyard_e2e::bins!();
 
-/// Two proxies following `cp`, sharing state and the response cache in `redis` under `prefix`.
-/// A cache lookup may wait for Redis as long as a loaded machine needs (the default of 50 ms
-/// would make a slow `GET` a bypass, which these tests would take for a rule not applied).
-async fn fleet(cp: &ControlPlane, redis: &str, prefix: &str) -> [Proxy; 2] {
-    let env = [("SWITCHYARD_CACHE_TIMEOUT_MS", "10000")];
-    let proxies = [
-        Proxy::start_env(cp, None, Some((redis, prefix)), &env).await,
-        Proxy::start_env(cp, None, Some((redis, prefix)), &env).await,
-    ];
-    for proxy in &proxies {
-        proxy.wait_ready().await;
+/// A control plane with [`base`]'s channel, route and token, and two proxies following it that
+/// share state and the response cache in Redis under a key prefix of their own (removed on
+/// drop).
+struct Live {
+    proxies: [Proxy; 2],
+    base: Base,
+    cp: ControlPlane,
+    redis: String,
+    prefix: String,
+}
+
+impl Live {
+    /// Once both proxies have the base's revision. A cache lookup may wait for Redis as long as
+    /// a loaded machine needs (the default of 50 ms would make a slow `GET` a bypass, which
+    /// these tests would take for a rule not applied).
+    async fn start(opts: &PgConnectOptions, tag: &str) -> Live {
+        let redis = switchyard_e2e::redis_url();
+        let prefix = unique(tag);
+        let cp = ControlPlane::start(BINS, &database_url(opts)).await;
+        let base = base(&cp).await;
+        let env = [("SWITCHYARD_CACHE_TIMEOUT_MS", "10000")];
+        let shared = Some((redis.as_str(), prefix.as_str()));
+        let proxies = [
+            Proxy::start_env(&cp, None, shared, &env).await,
+            Proxy::start_env(&cp, None, shared, &env).await,
+        ];
+        for proxy in &proxies {
+            proxy.wait_ready().await;
+            proxy.wait_revision(base.revision).await;
+        }
+        Live {
+            proxies,
+            base,
+            cp,
+            redis,
+            prefix,
+        }
     }
-    proxies
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // The proxies first: nothing writes under the prefix once it is cleaned.
+        for proxy in &mut self.proxies {
+            proxy.process.kill();
+        }
+        cleanup(&self.redis, &self.prefix);
+        cleanup(&self.redis, &format!("{}:cache", self.prefix));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,17 +161,14 @@ async fn a_cache_rule_created_patched_or_deleted_mid_traffic_binds_on_every_prox
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let redis = switchyard_e2e::redis_url();
-    let prefix = unique("live-cache");
-    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
-    let base = base(&cp).await;
+    let live = Live::start(&opts, "live-cache").await;
+    let (proxies, base, cp) = (&live.proxies[..], &live.base, &live.cp);
     let (second, revision) = cp.create("/api/v1/tokens", json!({"name": "app-2"})).await;
     let second = second["token"].as_str().unwrap().to_owned();
-    let proxies = fleet(&cp, &redis, &prefix).await;
-    for proxy in &proxies {
+    for proxy in proxies {
         proxy.wait_revision(revision).await;
     }
-    let traffic = Traffic::start(&proxies, vec![vec![base.token.clone(), second]]);
+    let traffic = Traffic::start(proxies, vec![vec![base.token.clone(), second]]);
     let upstream = &base.a;
     traffic.more(3).await;
     assert_each(&traffic.since(&[0, 0]), "no rule yet", |s| {
@@ -151,19 +185,19 @@ async fn a_cache_rule_created_patched_or_deleted_mid_traffic_binds_on_every_prox
         )
         .await;
     let rule = format!("/api/v1/cache_rules/{}", rule["id"]);
-    assert_hits(&proxies, &traffic, upstream, revision).await;
+    assert_hits(proxies, &traffic, upstream, revision).await;
 
     // Disabled: the stored answer (fresh for minutes yet) is served by neither.
     let revision = cp.patch(&rule, json!({"enabled": false})).await;
-    assert_uncached(&proxies, &traffic, upstream, revision).await;
+    assert_uncached(proxies, &traffic, upstream, revision).await;
     let revision = cp.patch(&rule, json!({"enabled": true})).await;
-    assert_hits(&proxies, &traffic, upstream, revision).await;
+    assert_hits(proxies, &traffic, upstream, revision).await;
 
     // Token scope: the shared answer no longer serves either token; each proxy's token gets
     // its own (a miss, then hits).
     let before = traffic.counts();
     let revision = cp.patch(&rule, json!({"scope": "token"})).await;
-    assert_hits(&proxies, &traffic, upstream, revision).await;
+    assert_hits(proxies, &traffic, upstream, revision).await;
     for (proxy, answers) in traffic.since(&before).iter().enumerate() {
         assert!(
             answers.iter().any(|s| s.cache == "miss"),
@@ -175,7 +209,7 @@ async fn a_cache_rule_created_patched_or_deleted_mid_traffic_binds_on_every_prox
     // any more, only answers younger than the new TTL.
     aged(&traffic, 2).await;
     let revision = cp.patch(&rule, json!({"ttl_seconds": 1})).await;
-    settle(&proxies, &traffic, revision).await;
+    settle(proxies, &traffic, revision).await;
     let since = traffic.counts();
     traffic.more(20).await;
     assert_each(&traffic.since(&since), "TTL 1 s", |s| {
@@ -184,14 +218,12 @@ async fn a_cache_rule_created_patched_or_deleted_mid_traffic_binds_on_every_prox
 
     // Back to 300 s, then deleted: a stored answer still fresh is served by neither.
     let revision = cp.patch(&rule, json!({"ttl_seconds": 300})).await;
-    assert_hits(&proxies, &traffic, upstream, revision).await;
+    assert_hits(proxies, &traffic, upstream, revision).await;
     let deleted = cp.call("DELETE", &rule, None).await;
     assert_eq!(deleted.status, 204, "{}", deleted.body);
-    assert_uncached(&proxies, &traffic, upstream, deleted.revision()).await;
+    assert_uncached(proxies, &traffic, upstream, deleted.revision()).await;
 
     traffic.stop().await;
-    cleanup(&redis, &prefix);
-    cleanup(&redis, &format!("{prefix}:cache"));
 }
 
 /// Waits until each proxy has served a hit at least `seconds` old.
@@ -287,15 +319,9 @@ async fn a_guardrail_created_patched_or_deleted_mid_traffic_binds_on_every_proxy
     _pool: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
-    let redis = switchyard_e2e::redis_url();
-    let prefix = unique("live-guard");
-    let cp = ControlPlane::start(BINS, &database_url(&opts)).await;
-    let base = base(&cp).await;
-    let proxies = fleet(&cp, &redis, &prefix).await;
-    for proxy in &proxies {
-        proxy.wait_revision(base.revision).await;
-    }
-    let traffic = Traffic::saying(&proxies, vec![vec![base.token.clone(); 2]], MATCHING);
+    let live = Live::start(&opts, "live-guard").await;
+    let (proxies, base, cp) = (&live.proxies[..], &live.base, &live.cp);
+    let traffic = Traffic::saying(proxies, vec![vec![base.token.clone(); 2]], MATCHING);
     let upstream = &base.a;
     traffic.more(3).await;
 
@@ -309,7 +335,7 @@ async fn a_guardrail_created_patched_or_deleted_mid_traffic_binds_on_every_proxy
         .await;
     let rule = format!("/api/v1/guardrails/{}", rule["id"]);
     let token = base.token.as_str();
-    assert_refused(&proxies, &traffic, upstream, token, revision).await;
+    assert_refused(proxies, &traffic, upstream, token, revision).await;
 
     for (admit, refuse) in [
         (json!({"mode": "shadow"}), json!({"mode": "enforce"})),
@@ -317,19 +343,18 @@ async fn a_guardrail_created_patched_or_deleted_mid_traffic_binds_on_every_proxy
         (json!({"enabled": false}), json!({"enabled": true})),
     ] {
         let revision = cp.patch(&rule, admit.clone()).await;
-        assert_admitted(&proxies, &traffic, upstream, revision, &admit.to_string()).await;
+        assert_admitted(proxies, &traffic, upstream, revision, &admit.to_string()).await;
         let revision = cp.patch(&rule, refuse).await;
-        assert_refused(&proxies, &traffic, upstream, token, revision).await;
+        assert_refused(proxies, &traffic, upstream, token, revision).await;
     }
 
     let deleted = cp.call("DELETE", &rule, None).await;
     assert_eq!(deleted.status, 204, "{}", deleted.body);
-    assert_admitted(&proxies, &traffic, upstream, deleted.revision(), "deleted").await;
+    assert_admitted(proxies, &traffic, upstream, deleted.revision(), "deleted").await;
 
     // Every answer, all along, was served or refused by the rule: nothing failed otherwise.
     let answers = traffic.finish().await;
     assert_each(&answers, "served or blocked", |s| {
         s.status == 200 || (s.status == 400 && s.code == "guardrail_blocked")
     });
-    cleanup(&redis, &prefix);
 }
