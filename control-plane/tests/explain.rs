@@ -524,3 +524,121 @@ async fn with_redis_explain_reads_the_fleets_counters(pool: PgPool) {
     assert_eq!(again["limits"], body["limits"]);
     proxy.close(Duration::from_secs(5)).await;
 }
+
+/// With `tags` and `end_user`, a token's listed limits include those of its tags and its end
+/// user, with the figures of the counters the proxies count them on (an each-end-user limit:
+/// the end user's own); a tag or end user no limit names adds nothing, and both need `token`.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tokens_request_lists_its_tags_and_end_users_limits(pool: PgPool) {
+    use std::sync::Arc;
+    use switchyard_control_plane::live::LiveState;
+    use switchyard_engine::subject::end_user_counter;
+    use switchyard_state::{InMemoryStore, LimitRequest, StateStore};
+
+    common::clear_of_a_window_end(std::time::Duration::from_secs(5)).await;
+    let store = Arc::new(InMemoryStore::new());
+    let live = LiveState::from_store(Arc::clone(&store) as Arc<dyn StateStore>);
+    let app = common::test_app_with_live(pool, live);
+    let channel = live_channel(&app, "c").await;
+    let route = app.route("m").await;
+    app.member(route, json!({"channel_id": channel, "upstream_model": "a"}))
+        .await;
+    app.create("/api/v1/tokens", json!({"name": "app"})).await;
+    let limit = |body: Value| {
+        let app = &app;
+        async move { app.create("/api/v1/limits", body).await }
+    };
+    let acme = limit(json!({"scope": "tag", "tag": "acme", "metric": "requests",
+                            "window": "minute", "value": 5}))
+    .await;
+    limit(
+        json!({"scope": "tag", "tag": "beta", "metric": "requests", "window": "minute",
+                 "value": 6}),
+    )
+    .await;
+    let alice = limit(
+        json!({"scope": "end_user", "end_user": "alice", "metric": "requests",
+                             "window": "minute", "value": 7}),
+    )
+    .await;
+    let each = limit(
+        json!({"scope": "end_user", "metric": "requests", "window": "minute",
+                            "value": 3}),
+    )
+    .await;
+
+    // Without them, the token's request is under none of these.
+    let (status, body) = explain(&app, "model=m&token=app").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["limits"], json!([]), "{body}");
+
+    // Alice's requests fill her own counter of the each-end-user limit.
+    let snapshot = app.publisher.current().unwrap().snapshot.clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let who = snapshot.subject_limits().attribution(&[], Some("alice"));
+    let hers: Vec<_> = snapshot
+        .subject_limits()
+        .of(who, Some("m"), Some(route))
+        .collect();
+    for _ in 0..2 {
+        let taken = store.limit_take(
+            &LimitRequest {
+                limits: &hers,
+                tokens: 0,
+            },
+            now,
+        );
+        assert!(taken.admitted());
+    }
+
+    let (status, body) = explain(
+        &app,
+        "model=m&token=app&tags=acme,,unlimited&end_user=alice",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let limits = body["limits"].as_array().unwrap();
+    let ids: Vec<i64> = limits
+        .iter()
+        .map(|l| l["limit_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [acme, alice, each], "{body}");
+    assert_eq!(limits[0]["why"], "the limit of its tag \"acme\"");
+    assert_eq!(limits[0]["used"], 0);
+    assert_eq!(limits[1]["why"], "its end user's limit");
+    assert_eq!(
+        limits[1]["used"], 2,
+        "alice's named limit counted her two: {body}"
+    );
+    assert_eq!(limits[2]["scope"], "end_user");
+    assert_eq!(limits[2]["scope_id"], end_user_counter("alice"));
+    assert_eq!(limits[2]["used"], 2);
+    assert_eq!(limits[2]["remaining"], 1);
+    assert_eq!(limits[2]["would_refuse"], false);
+
+    // Another end user has a counter of their own.
+    let (_, body) = explain(&app, "model=m&token=app&end_user=bob").await;
+    let limits = body["limits"].as_array().unwrap();
+    assert_eq!(limits.len(), 1, "{body}");
+    assert_eq!(limits[0]["limit_id"], each);
+    assert_eq!(limits[0]["scope_id"], end_user_counter("bob"));
+    assert_eq!(limits[0]["used"], 0);
+
+    for (query, param) in [
+        ("model=m&tags=acme", "tags"),
+        ("model=m&end_user=alice", "end_user"),
+        ("model=m&token=app&tags=a%20b", "tags"),
+    ] {
+        let reply = app.get(&format!("/api/v1/routes/explain?{query}")).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{query}: {}",
+            reply.text
+        );
+        assert_eq!(reply.param(), Some(param), "{query}");
+    }
+}

@@ -56,41 +56,6 @@ pub fn client_limits(
     limits
 }
 
-/// What a request says about itself, as its limits need it: its tags, and its end user with
-/// the end user's counter id (derived only when a limit counts each end user separately).
-pub fn attribution<'a>(
-    snapshot: &Snapshot,
-    tags: &'a [String],
-    end_user: Option<&'a str>,
-) -> Attribution<'a> {
-    let counts_each = snapshot.subject_limits().counts_each_end_user();
-    Attribution {
-        tags,
-        end_user: end_user.map(|user| {
-            (
-                user,
-                if counts_each {
-                    end_user_counter(user)
-                } else {
-                    0
-                },
-            )
-        }),
-    }
-}
-
-/// An end user's counter id: the first 63 bits of the SHA-256 of its name (never 0, which
-/// stands for no end user's own counter). The same on every proxy, so a fleet shares one
-/// counter per end user, and no end user's name is written into the shared store; a digest,
-/// so a client cannot choose a name that lands on another end user's counter.
-pub fn end_user_counter(user: &str) -> i64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(user.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    (i64::from_be_bytes(first) & i64::MAX).max(1)
-}
-
 /// The upstream limits of a member: its channel's and its own.
 pub fn upstream_limits(snapshot: &Snapshot, channel: i64, member: i64) -> Vec<Limit> {
     [
@@ -392,6 +357,7 @@ fn duration_text(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_engine::subject::end_user_counter;
     use switchyard_engine::{LimitKey, Window};
     use switchyard_state::InMemoryStore;
 
@@ -874,7 +840,7 @@ mod tests {
                 .map(|l| (l.value, l.key.scope_id))
                 .collect::<Vec<_>>()
         };
-        let alice = attribution(&snapshot, &tags, Some("alice"));
+        let alice = snapshot.subject_limits().attribution(&tags, Some("alice"));
         let id = end_user_counter("alice");
         assert_eq!(alice.end_user, Some(("alice", id)));
         assert_eq!(
@@ -886,25 +852,13 @@ mod tests {
             [(10, 1), (20, 0), (30, 0), (40, id)],
             "the beta limit counts route m only"
         );
-        let bob = attribution(&snapshot, &[], Some("bob"));
+        let bob = snapshot.subject_limits().attribution(&[], Some("bob"));
         assert_eq!(keys(bob, None), [(10, 1), (40, end_user_counter("bob"))]);
         assert_eq!(
             keys(nobody(), Some(1)),
             [(10, 1)],
             "no tag, no end user: only the key's own"
         );
-    }
-
-    #[test]
-    fn an_end_users_counter_id_is_a_stable_digest_never_zero() {
-        assert_eq!(end_user_counter("alice"), end_user_counter("alice"));
-        assert_ne!(end_user_counter("alice"), end_user_counter("bob"));
-        assert_ne!(end_user_counter("alice"), end_user_counter("alice "));
-        // SHA-256("alice") begins 2bd806c97f0e00af: its first 63 bits.
-        assert_eq!(end_user_counter("alice"), 0x2bd8_06c9_7f0e_00af);
-        for user in ["", "a", "bob", "\u{0}"] {
-            assert!(end_user_counter(user) > 0, "{user:?}");
-        }
     }
 
     #[test]

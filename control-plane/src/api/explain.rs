@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use switchyard_engine::cache::{applicable, CacheEndpoint};
 use switchyard_engine::limit::{format_rfc3339, Limit, LimitRule, Metric, ScopeKind};
+use switchyard_engine::subject;
 use switchyard_engine::{
     select, HealthView, MemberId, NoHealth, Outcome, SelectionConstraint, Snapshot, SplitMix64,
     Token,
@@ -62,6 +63,12 @@ pub struct ExplainQuery {
     /// A prompt, to see whether the applicable cache rule's semantic part would match it and
     /// with what score (`semantic_cache`; it is embedded through the rule's channel).
     pub prompt: Option<String>,
+    /// With `token`: the request's tags (comma-separated, as the `x-switchyard-tags` header
+    /// gives them), to list the tag limits it would count on too.
+    pub tags: Option<String>,
+    /// With `token`: the end user the request is made for (OpenAI's `user`), to list its end
+    /// user limits too (one naming it, and each limit counting every end user separately).
+    pub end_user: Option<String>,
     /// A sample of a request's text: explain runs each applicable guardrail's patterns,
     /// detectors and size limits over it and shows what the rule would do (never stored or
     /// logged).
@@ -155,13 +162,65 @@ fn amount(limit: &Limit, value: u64) -> Value {
     }
 }
 
+/// The tags and end user explain was given for a token's request; a 400 naming the parameter
+/// when one is not what a request could carry, or is given without `token`.
+fn subject_of_query(query: &ExplainQuery, token: bool) -> ApiResult<(Vec<String>, Option<String>)> {
+    let tags: Vec<String> = query
+        .tags
+        .as_deref()
+        .map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()))
+        .into_iter()
+        .flatten()
+        .map(str::to_owned)
+        .collect();
+    let end_user = query.end_user.clone().filter(|u| !u.is_empty());
+    for (given, name) in [(!tags.is_empty(), "tags"), (end_user.is_some(), "end_user")] {
+        if given && !token {
+            return Err(ApiError::bad_request(
+                Some(name),
+                format!("{name} describes a token's request: give token too"),
+            ));
+        }
+    }
+    if let Some(bad) = tags.iter().find(|t| !subject::valid_tag(t)) {
+        return Err(ApiError::bad_request(
+            Some("tags"),
+            format!(
+                "tag {bad:?} is not a tag: 1 to {} characters of ASCII letters, digits and _ - . : / =",
+                subject::MAX_TAG_LEN
+            ),
+        ));
+    }
+    if end_user
+        .as_ref()
+        .is_some_and(|u| u.chars().count() > subject::MAX_END_USER_CHARS || u.contains('\0'))
+    {
+        return Err(ApiError::bad_request(
+            Some("end_user"),
+            format!(
+                "an end user is 1 to {} characters without NUL",
+                subject::MAX_END_USER_CHARS
+            ),
+        ));
+    }
+    Ok((tags, end_user))
+}
+
+/// What a token's request says about itself, for the limits explain lists.
+struct Subject<'q> {
+    tags: &'q [String],
+    end_user: Option<&'q str>,
+}
+
 /// The limits a token's request for `model` (through its route) is under, with their status (`null` without
-/// shared state or when it cannot be read).
+/// shared state or when it cannot be read): the token's, its team's and the route's, then those
+/// of the request's tags and end user when explain was given them.
 async fn token_limits(
     snapshot: &Snapshot,
     live: Option<&LiveState>,
     token: &Token,
     model: &str,
+    subject: Subject<'_>,
     now: u64,
 ) -> Vec<Value> {
     let route = snapshot.resolve_route(model).map(|r| r.id);
@@ -178,8 +237,23 @@ async fn token_limits(
         };
         scope && rule.only.applies(Some(model), route)
     };
-    let rules: Vec<&LimitRule> = snapshot.limits().iter().filter(applies).collect();
-    let limits: Vec<Limit> = rules.iter().map(|r| r.limit).collect();
+    let mut rules: Vec<&LimitRule> = snapshot.limits().iter().filter(applies).collect();
+    let mut limits: Vec<Limit> = rules.iter().map(|r| r.limit).collect();
+    let who = snapshot
+        .subject_limits()
+        .attribution(subject.tags, subject.end_user);
+    // The proxy's own index decides which apply (and names an end user's own counter); the
+    // rule each came from is found by its id for the listing.
+    for limit in snapshot.subject_limits().of(who, Some(model), route) {
+        if let Some(rule) = snapshot
+            .limits()
+            .iter()
+            .find(|r| limit.key.rule == Some(r.id))
+        {
+            rules.push(rule);
+            limits.push(limit);
+        }
+    }
     let statuses = match live {
         Some(live) => live.limit_statuses(&limits, now).await,
         None => None,
@@ -188,7 +262,7 @@ async fn token_limits(
         .iter()
         .enumerate()
         .map(|(i, rule)| {
-            let limit = rule.limit;
+            let limit = limits.get(i).copied().unwrap_or(rule.limit);
             let status = statuses.as_ref().and_then(|s| s.get(i)).copied();
             json!({
                 "limit_id": rule.id,
@@ -215,6 +289,12 @@ fn why(rule: &LimitRule) -> String {
     let mut why = match rule.limit.key.scope {
         ScopeKind::Token => "the key's limit".to_owned(),
         ScopeKind::Team => "the key's team's limit".to_owned(),
+        ScopeKind::Tag => format!(
+            "the limit of its tag {:?}",
+            rule.subject.as_deref().unwrap_or("")
+        ),
+        ScopeKind::EndUser if rule.subject.is_some() => "its end user's limit".to_owned(),
+        ScopeKind::EndUser => "each end user's limit, on its end user's own counter".to_owned(),
         _ => "the route's limit".to_owned(),
     };
     if let Some(pattern) = &rule.only.model_pattern {
@@ -269,6 +349,7 @@ pub async fn explain(
         Some(text) => Some(find_token(&published.snapshot, text)?.clone()),
         None => None,
     };
+    let (tags, end_user) = subject_of_query(&query, token.is_some())?;
     let endpoint = cache_endpoint(query.endpoint.as_deref())?;
     let seed = query.seed.unwrap_or_else(random_seed);
     let now_ms = unix_ms();
@@ -316,7 +397,19 @@ pub async fn explain(
         };
         content_rules(&state, &query, &published.snapshot, content, map).await;
         if let Some(token) = &token {
-            let limits = token_limits(&snapshot, state.live.as_ref(), token, model, now_ms).await;
+            let subject = Subject {
+                tags: &tags,
+                end_user: end_user.as_deref(),
+            };
+            let limits = token_limits(
+                &snapshot,
+                state.live.as_ref(),
+                token,
+                model,
+                subject,
+                now_ms,
+            )
+            .await;
             map.insert("token".into(), token_json(token, now_ms));
             map.insert("limits".into(), json!(limits));
         }

@@ -381,7 +381,7 @@ pub struct ExplainResponse {
     #[serde(default)]
     pub token: Option<ExplainTokenView>,
     /// With `token`: the limits its request would be under (the token's, its team's and the
-    /// route's).
+    /// route's; with `tags` and `end_user`, those of its tags and its end user too).
     #[serde(default)]
     pub limits: Option<Vec<ExplainLimitView>>,
     /// The response cache rule that applies to the request at `endpoint` (the first, by id,

@@ -17,11 +17,9 @@ pub async fn admit(state: &AppState, ctx: &mut Ctx<'_>) -> Result<(), GatewayErr
     let model = Some(ctx.inspected.model.as_str()).filter(|m| !m.is_empty());
     let route = ctx.route.map(|r| r.id);
     let snapshot = &ctx.view.snapshot;
-    let who = admission::attribution(
-        snapshot,
-        &ctx.inspected.tags,
-        ctx.inspected.end_user.as_deref(),
-    );
+    let who = snapshot
+        .subject_limits()
+        .attribution(&ctx.inspected.tags, ctx.inspected.end_user.as_deref());
     let limits = admission::client_limits(snapshot, ctx.token, route, model, who);
     admit_under(state, ctx.token, limits, ctx.estimate, &mut ctx.trail).await
 }

@@ -88,6 +88,18 @@ pub fn subject_of(
     }
 }
 
+/// An end user's counter id: the first 63 bits of the SHA-256 of its name (never 0, which
+/// stands for no end user's own counter). The same on every proxy, so a fleet shares one
+/// counter per end user, and no end user's name is written into the shared store; a digest,
+/// so a client cannot choose a name that lands on another end user's counter.
+pub fn end_user_counter(user: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(user.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (i64::from_be_bytes(first) & i64::MAX).max(1)
+}
+
 /// What a request says about itself, as its limits need it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Attribution<'a> {
@@ -128,6 +140,28 @@ impl SubjectLimits {
     /// id only then).
     pub fn counts_each_end_user(&self) -> bool {
         !self.each_end_user.is_empty()
+    }
+
+    /// What a request with `tags` and `end_user` says about itself, as these limits need it: the
+    /// end user's counter id is derived only when a limit counts each end user separately (0
+    /// otherwise: no such counter is named).
+    pub fn attribution<'a>(
+        &self,
+        tags: &'a [String],
+        end_user: Option<&'a str>,
+    ) -> Attribution<'a> {
+        let counts_each = self.counts_each_end_user();
+        Attribution {
+            tags,
+            end_user: end_user.map(|user| {
+                let id = if counts_each {
+                    end_user_counter(user)
+                } else {
+                    0
+                };
+                (user, id)
+            }),
+        }
     }
 
     /// Whether there is no tag or end user limit at all.
@@ -311,5 +345,33 @@ mod tests {
             ..index.of(all, None, None).nth(2).unwrap().key
         };
         assert_eq!(key.name(), "end_user:99:requests:minute:r4");
+    }
+    #[test]
+    fn an_end_users_counter_id_is_a_stable_digest_never_zero() {
+        assert_eq!(end_user_counter("alice"), end_user_counter("alice"));
+        assert_ne!(end_user_counter("alice"), end_user_counter("bob"));
+        assert_ne!(end_user_counter("alice"), end_user_counter("alice "));
+        // SHA-256("alice") begins 2bd806c97f0e00af: its first 63 bits.
+        assert_eq!(end_user_counter("alice"), 0x2bd8_06c9_7f0e_00af);
+        // SHA-256("") begins e3b0c44298fc1c14: the top bit is cleared.
+        assert_eq!(end_user_counter(""), 0x63b0_c442_98fc_1c14);
+        for user in ["", "a", "bob", "\u{0}"] {
+            assert!(end_user_counter(user) > 0, "{user:?}");
+        }
+    }
+
+    #[test]
+    fn an_end_users_counter_is_derived_only_when_a_limit_counts_each_end_user() {
+        let tags = ["acme".to_owned()];
+        let named = SubjectLimits::new(&[rule(1, "end_user", Some("alice"), LimitOnly::default())]);
+        let who = named.attribution(&tags, Some("alice"));
+        assert_eq!(who.tags, tags);
+        assert_eq!(who.end_user, Some(("alice", 0)));
+        let each = SubjectLimits::new(&[rule(2, "end_user", None, LimitOnly::default())]);
+        assert_eq!(
+            each.attribution(&[], Some("alice")).end_user,
+            Some(("alice", end_user_counter("alice")))
+        );
+        assert_eq!(each.attribution(&tags, None).end_user, None);
     }
 }
