@@ -985,14 +985,22 @@ mod tests {
         let mut out = String::new();
         rewound.read_to_string(&mut out).await.unwrap();
         assert_eq!(out, "hello world");
-        // Writes go to the socket as they are.
+        // Writes go to the socket as they are, and so does the shutdown: the peer sees the end
+        // of the stream while the rewound socket is still there.
         let (mut a, b) = tokio::io::duplex(64);
         let mut rewound = Rewind::new(Bytes::new(), b);
         rewound.write_all(b"answer").await.unwrap();
         rewound.shutdown().await.unwrap();
         let mut out = String::new();
-        a.read_to_string(&mut out).await.unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            a.read_to_string(&mut out),
+        )
+        .await
+        .expect("the shutdown never reached the socket")
+        .unwrap();
         assert_eq!(out, "answer");
+        drop(rewound);
     }
 
     #[test]
