@@ -466,6 +466,42 @@ mod tests {
         assert_eq!(charged.used(), (100, 0, 0));
     }
 
+    #[test]
+    fn a_request_under_one_kind_of_limit_alone_is_settled_on_it() {
+        // Each kind of limit on its own: the settlement finds it among the request's limits.
+        let take = |limit: Limit| {
+            let store: Arc<dyn StateStore> = Arc::new(InMemoryStore::new());
+            let (_, held) = Held::take(&store, vec![limit], 100, crate::unix_ms());
+            let Ok(held) = held else {
+                panic!("room everywhere, and the request was refused")
+            };
+            (store, held)
+        };
+        let used = |store: &Arc<dyn StateStore>, limit: &Limit| {
+            store.limit_status(limit, crate::unix_ms()).used
+        };
+
+        let tokens = limit(Metric::Tokens, LimitMode::Hard);
+        let (store, held) = take(tokens);
+        held.finish(Some(reported(30, 40)), None, true);
+        assert_eq!(
+            used(&store, &tokens),
+            70,
+            "charged its usage, not the estimate"
+        );
+
+        let spend = limit(Metric::Spend, LimitMode::Hard);
+        let (store, held) = take(spend);
+        held.finish(None, Some(3_000_000), true);
+        assert_eq!(used(&store, &spend), 3, "charged its cost");
+
+        let slot = limit(Metric::Concurrent, LimitMode::Hard);
+        let (store, held) = take(slot);
+        assert_eq!(used(&store, &slot), 1);
+        held.finish(None, None, true);
+        assert_eq!(used(&store, &slot), 0, "its slot released");
+    }
+
     /// A store whose limiter refuses the first `refusals` takes with `retry_after_ms` (a
     /// top-up on its way when at most a second), then admits; it records when each take came.
     /// Everything else is the in-memory store's.
@@ -753,6 +789,16 @@ mod tests {
         assert_eq!(headers.len(), 3);
         assert_eq!(headers["x-ratelimit-reset-tokens"], "0ms");
         assert!(!headers.contains_key("x-ratelimit-limit-requests"));
+    }
+
+    #[test]
+    fn an_answer_to_a_request_under_no_requests_or_tokens_limit_gets_no_rate_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", HeaderValue::from_static("r1"));
+        RateHeaders::of(&Admission::default()).write(&mut headers, 1_000_000);
+        RateHeaders::default().write(&mut headers, 1_000_000);
+        assert_eq!(headers.len(), 1, "{headers:?}");
+        assert_eq!(headers["x-request-id"], "r1");
     }
 
     #[test]
