@@ -63,6 +63,10 @@ mod workers;
 // re-exports.
 #[doc(hidden)]
 pub use answer::{completion_verdicts, BodyCheck};
+#[doc(hidden)]
+pub use response_cache::{
+    canonical::Canonical as CanonicalBody, key::normalised as normalised_cache_body,
+};
 pub use run::main_with;
 pub use server::app;
 pub use state::AppState;

@@ -1,7 +1,9 @@
 //! Cache: between admit and proxy, a request a response cache rule covers is answered from the
 //! cache when its answer is there (a hit counts as a request, with no tokens charged); a miss
 //! goes upstream and, once its answer is whole (a stream: at its end) and good, is stored. A
-//! request no rule covers costs nothing here: no parse, no hash, no store call.
+//! request no rule covers costs nothing here: no parse, no hash, no store call. One a rule
+//! covers has its body read once for the key (no JSON value is built but for a lookup by
+//! meaning) and waits on one store read; the store's write never holds it up.
 //!
 //! Concurrent identical misses are not coalesced: each goes upstream and the last to finish
 //! stores its answer.
@@ -11,17 +13,17 @@
 use std::sync::Arc;
 
 use axum::response::Response;
-use futures_util::FutureExt;
 use serde_json::Value;
 use switchyard_engine::cache::{applicable, CacheRule, SemanticPart};
 use switchyard_provider::Usage;
-use switchyard_state::cache::{CacheEntry, CacheKey, ResponseCache};
+use switchyard_state::cache::{CacheEntry, CacheKey};
 use switchyard_state::unix_ms;
 
 use super::semantic::{self, Asker, Found, Pending};
 use crate::context::Ctx;
 use crate::record::{CacheMark, CacheResult};
 use crate::response_cache::answer::{canonical, fresh, replay};
+use crate::response_cache::canonical::Canonical;
 use crate::response_cache::key::{
     cache_endpoint, directives, not_cacheable, Asked, KeyParts, Shape,
 };
@@ -63,20 +65,19 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         return Looked::Proxy(None);
     };
     let (read, write) = directives(&ctx.headers);
-    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or(Value::Null);
-    let stream = ctx.inspected.stream;
+    let body = Canonical::read(&ctx.body);
     let asked = Asked {
         endpoint: ctx.endpoint,
-        body: &body,
-        stream,
+        body: body.as_ref(),
+        stream: ctx.inspected.stream,
         query: ctx.query.as_deref(),
     };
     let why_not = not_cacheable(&asked, rule.deterministic_only);
     let shape = asked.shape();
-    if why_not.is_some() || !(read || write) {
+    let Some(body) = body.filter(|_| why_not.is_none() && (read || write)) else {
         mark(state, ctx, CacheResult::Bypass, None);
         return Looked::Proxy(None);
-    }
+    };
     let parts = KeyParts {
         endpoint: ctx.endpoint,
         route: route.id,
@@ -85,15 +86,19 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         token: ctx.token,
         headers: &ctx.headers,
         query: ctx.query.as_deref(),
-        body: &body,
+        body: body.normalised(),
     };
     let key = parts.key();
-    // Looked up by meaning only when an answer can be both read and stored.
+    // Looked up by meaning only when an answer can be both read and stored; only then is the
+    // body parsed into a value (the prompt's texts are read from it).
     let semantic = rule
         .semantic
         .as_ref()
         .filter(|_| read && write)
-        .map(|part| (part, partition(&parts, &part.model)));
+        .and_then(|part| {
+            let value: Value = serde_json::from_slice(&ctx.body).ok()?;
+            Some((part, partition(&parts, &value, &part.model), value))
+        });
     let store = write.then(|| Store {
         key,
         shape,
@@ -112,8 +117,8 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
             hit_or_miss(state, ctx, (&body, shape), &entry, now, None, store)
         }
         Ok(_) => match semantic {
-            Some((part, partition)) => {
-                let found = Box::pin(by_meaning(state, ctx, (rule, part), partition, &body)).await;
+            Some((part, partition, value)) => {
+                let found = Box::pin(by_meaning(state, ctx, (rule, part), partition, &value)).await;
                 missed(state, ctx, (&body, shape), now, found, store)
             }
             None => {
@@ -152,7 +157,7 @@ fn by_meaning<'a>(
 fn missed(
     state: &AppState,
     ctx: &mut Ctx<'_>,
-    (body, shape): (&Value, Shape),
+    (body, shape): (&Canonical, Shape),
     now: u64,
     found: Found,
     mut store: Option<Store>,
@@ -176,7 +181,7 @@ fn missed(
 fn hit_or_miss(
     state: &AppState,
     ctx: &mut Ctx<'_>,
-    (body, shape): (&Value, Shape),
+    (body, shape): (&Canonical, Shape),
     entry: &CacheEntry,
     now: u64,
     similarity: Option<f32>,
@@ -199,11 +204,15 @@ fn hit_or_miss(
 
 /// The hit's answer, plain or as the client's stream; the trail says it was served with no
 /// tokens.
-fn served(ctx: &mut Ctx<'_>, body: &Value, shape: Shape, entry: &CacheEntry) -> Option<Response> {
+fn served(
+    ctx: &mut Ctx<'_>,
+    body: &Canonical,
+    shape: Shape,
+    entry: &CacheEntry,
+) -> Option<Response> {
     let include_usage = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
+        .value("stream_options")
+        .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
     let response = replay(
         ctx.endpoint,
@@ -289,41 +298,17 @@ pub fn keep(state: &AppState, ctx: &mut Ctx<'_>, store: Store) {
         if let Some(pending) = pending {
             semantic::share(state, Arc::clone(&cache), pending, &store.key, store.ttl_ms);
         }
+        let stored_at = unix_ms();
         let entry = CacheEntry {
-            stored_at: unix_ms(),
+            stored_at,
             input_tokens: finished.usage.input_tokens,
             output_tokens: finished.usage.output_tokens,
             cached_tokens: finished.usage.cached_tokens,
             cost_pico: finished.cost_pico,
             body,
         };
-        put(cache, store, entry);
+        // A store in memory has it at once (before the answer is out); the fleet's store
+        // queues it for its writer.
+        cache.offer(&store.key, entry, store.ttl_ms, stored_at);
     }));
-}
-
-/// Stores an entry without holding anyone up.
-fn put(cache: Arc<dyn ResponseCache>, store: Store, entry: CacheEntry) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let stored_at = entry.stored_at;
-    // A store in memory answers at once: the entry is there before the answer is out. A
-    // fleet store's write finishes in the background.
-    let mut putting = cache_put(cache, store, entry, stored_at);
-    if (&mut putting).now_or_never().is_none() {
-        runtime.spawn(putting);
-    }
-}
-
-fn cache_put(
-    cache: Arc<dyn ResponseCache>,
-    store: Store,
-    entry: CacheEntry,
-    stored_at: u64,
-) -> futures_util::future::BoxFuture<'static, ()> {
-    Box::pin(async move {
-        if let Err(e) = cache.put(&store.key, entry, store.ttl_ms, stored_at).await {
-            tracing::debug!(error = %e, "response cache: answer not stored");
-        }
-    })
 }

@@ -4,9 +4,9 @@
 //! asked for, the scope's part (a team or a token), the provider headers a passed-through
 //! request carries upstream (`anthropic-*`, `openai-*`, `x-goog-*`: a beta or an API version
 //! can change the answer), the query string (without Gemini's stream format, `alt`) and the
-//! body normalised: parsed JSON, keys sorted, without what only shapes the transport (`stream`,
-//! `stream_options`) or names the caller (`user`, `metadata`). Gemini's stream flag is in its
-//! path, never in the body.
+//! body normalised (`canonical.rs`): keys sorted, without what only shapes the transport
+//! (`stream`, `stream_options`) or names the caller (`user`, `metadata`). Gemini's stream flag
+//! is in its path, never in the body.
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -14,10 +14,8 @@ use sha2::{Digest, Sha256};
 use switchyard_engine::{CacheEndpoint, CacheScope, RouteId, Token};
 use switchyard_state::cache::CacheKey;
 
+use super::canonical::{Canonical, TRANSPORT_ONLY};
 use crate::endpoint::Endpoint;
-
-/// Top-level body fields left out of the key.
-const TRANSPORT_ONLY: [&str; 4] = ["stream", "stream_options", "user", "metadata"];
 
 /// The cache's name for a proxy endpoint, when answers of that endpoint can be cached.
 pub fn cache_endpoint(endpoint: Endpoint) -> Option<CacheEndpoint> {
@@ -52,7 +50,8 @@ pub enum Shape {
 /// What a request is, as the cache judges it.
 pub struct Asked<'a> {
     pub endpoint: Endpoint,
-    pub body: &'a Value,
+    /// The body read for the cache; `None`: it is not one JSON object.
+    pub body: Option<&'a Canonical>,
     pub stream: bool,
     /// The query string (Gemini's `alt=sse` asks for server-sent events).
     pub query: Option<&'a str>,
@@ -73,10 +72,10 @@ impl Asked<'_> {
 
 /// Why a request a rule covers is not cached; `None`: it can be.
 pub fn not_cacheable(asked: &Asked<'_>, deterministic_only: bool) -> Option<&'static str> {
-    let (endpoint, body) = (asked.endpoint, asked.body);
-    if !body.is_object() {
+    let endpoint = asked.endpoint;
+    let Some(body) = asked.body else {
         return Some("not_json");
-    }
+    };
     if asked.stream && !replays_as_stream(endpoint) {
         return Some("stream");
     }
@@ -91,29 +90,36 @@ pub fn not_cacheable(asked: &Asked<'_>, deterministic_only: bool) -> Option<&'st
 
 /// A Responses request the upstream keeps nothing of: no `previous_response_id` or
 /// `conversation`, `store: false`, not in the background.
-fn stateless(body: &Value) -> bool {
-    let absent = |field: &str| body.get(field).is_none_or(Value::is_null);
+fn stateless(body: &Canonical) -> bool {
+    let absent = |field: &str| body.field(field).is_none_or(|v| v == b"null");
     absent("previous_response_id")
         && absent("conversation")
-        && body.get("store") == Some(&Value::Bool(false))
-        && body.get("background") != Some(&Value::Bool(true))
+        && body.field("store") == Some(b"false")
+        && body.field("background") != Some(b"true")
 }
 
 /// Whether the request asks for a reproducible answer: temperature 0 or a seed (Gemini: in
 /// `generationConfig`); embeddings always are.
-pub fn deterministic(endpoint: Endpoint, body: &Value) -> bool {
-    if endpoint == Endpoint::Embeddings {
-        return true;
+pub fn deterministic(endpoint: Endpoint, body: &Canonical) -> bool {
+    match endpoint {
+        Endpoint::Embeddings => true,
+        Endpoint::GeminiGenerate => {
+            let config = body.value("generationConfig").unwrap_or(Value::Null);
+            zero_or_seed(config.get("temperature"), config.get("seed"))
+        }
+        _ => zero_or_seed(
+            body.value("temperature").as_ref(),
+            body.value("seed").as_ref(),
+        ),
     }
-    let params = match endpoint {
-        Endpoint::GeminiGenerate => body.get("generationConfig").unwrap_or(&Value::Null),
-        _ => body,
-    };
-    let zero = params
-        .get("temperature")
+}
+
+/// A temperature of zero, or a seed.
+fn zero_or_seed(temperature: Option<&Value>, seed: Option<&Value>) -> bool {
+    let zero = temperature
         .and_then(Value::as_f64)
         .is_some_and(|t| t == 0.0);
-    zero || params.get("seed").is_some_and(|s| !s.is_null())
+    zero || seed.is_some_and(|s| !s.is_null())
 }
 
 /// What the client's `Cache-Control` allows: (read the cache, write the answer).
@@ -146,7 +152,8 @@ pub struct KeyParts<'a> {
     pub headers: &'a HeaderMap,
     /// The query string, without credentials.
     pub query: Option<&'a str>,
-    pub body: &'a Value,
+    /// The body normalised ([`Canonical::normalised`], or [`normalised`] of a value).
+    pub body: &'a [u8],
 }
 
 impl KeyParts<'_> {
@@ -174,7 +181,7 @@ impl KeyParts<'_> {
         params.sort_unstable();
         hash.update(params.join("&").as_bytes());
         hash.update(b"\0");
-        hash.update(normalised(self.body));
+        hash.update(self.body);
         CacheKey(hash.finalize().into())
     }
 
@@ -206,7 +213,8 @@ fn provider_headers(headers: &HeaderMap) -> Vec<(&str, &[u8])> {
     out
 }
 
-/// The body as the key sees it: keys sorted at every depth, the transport-only fields left out.
+/// A body value as the key sees it: keys sorted at every depth, the transport-only fields left
+/// out (the bytes [`Canonical::normalised`] reads from the body's own).
 pub fn normalised(body: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     match body {
@@ -335,6 +343,10 @@ mod tests {
         }
     }
 
+    fn canon(body: &Value) -> Canonical {
+        Canonical::read(&serde_json::to_vec(body).unwrap()).unwrap()
+    }
+
     fn key(body: &Value, scope: CacheScope, token: &Token) -> CacheKey {
         KeyParts {
             endpoint: Endpoint::ChatCompletions,
@@ -344,7 +356,7 @@ mod tests {
             token,
             headers: &HeaderMap::new(),
             query: None,
-            body,
+            body: canon(body).normalised(),
         }
         .key()
     }
@@ -352,7 +364,7 @@ mod tests {
     #[test]
     fn provider_headers_and_the_query_are_in_the_key_sdk_telemetry_and_credentials_are_not() {
         let t = token(1, None);
-        let body = json!({"model": "m"});
+        let body = canon(&json!({"model": "m"}));
         let with = |headers: &[(&str, &str)], query: Option<&str>| {
             let mut map = HeaderMap::new();
             for (name, value) in headers {
@@ -369,7 +381,7 @@ mod tests {
                 token: &t,
                 headers: &map,
                 query,
-                body: &body,
+                body: body.normalised(),
             }
             .key()
         };
@@ -405,6 +417,30 @@ mod tests {
     }
 
     #[test]
+    fn the_key_of_a_request_is_the_one_it_has_always_been() {
+        // Worked out apart from this code: SHA-256 of "switchyard-cache-v1\0ChatCompletions\0
+        // 1\0m\0route\0\0\0" and the body with its keys sorted, `stream` left out.
+        let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],
+            "temperature":0}"#;
+        let read = Canonical::read(body).unwrap();
+        let key = KeyParts {
+            endpoint: Endpoint::ChatCompletions,
+            route: 1,
+            model: "m",
+            scope: CacheScope::Route,
+            token: &token(1, None),
+            headers: &HeaderMap::new(),
+            query: None,
+            body: read.normalised(),
+        }
+        .key();
+        assert_eq!(
+            key.hex(),
+            "4892642aa5867705b4692a93083782421e77fade4b0cf9cc335d68d79ccf6ddf"
+        );
+    }
+
+    #[test]
     fn a_changed_parameter_changes_the_key() {
         let t = token(1, None);
         let a = json!({"model": "m", "messages": [], "temperature": 0});
@@ -414,6 +450,7 @@ mod tests {
         assert_ne!(k, key(&b, CacheScope::Route, &t));
         assert_ne!(k, key(&c, CacheScope::Route, &t));
         let none = HeaderMap::new();
+        let a = canon(&a);
         let other_model = KeyParts {
             endpoint: Endpoint::ChatCompletions,
             route: 1,
@@ -422,7 +459,7 @@ mod tests {
             token: &t,
             headers: &none,
             query: None,
-            body: &a,
+            body: a.normalised(),
         };
         assert_ne!(k, other_model.key());
         let other_protocol = KeyParts {
@@ -433,7 +470,7 @@ mod tests {
             token: &t,
             headers: &none,
             query: None,
-            body: &a,
+            body: a.normalised(),
         };
         assert_ne!(k, other_protocol.key());
     }
@@ -468,26 +505,28 @@ mod tests {
 
     #[test]
     fn deterministic_means_temperature_zero_or_a_seed() {
+        let deterministic = |endpoint, body: Value| deterministic(endpoint, &canon(&body));
         let chat = Endpoint::ChatCompletions;
-        assert!(deterministic(chat, &json!({"temperature": 0})));
-        assert!(deterministic(chat, &json!({"seed": 7})));
-        assert!(!deterministic(chat, &json!({"temperature": 0.7})));
-        assert!(!deterministic(chat, &json!({})));
+        assert!(deterministic(chat, json!({"temperature": 0})));
+        assert!(deterministic(chat, json!({"seed": 7})));
+        assert!(!deterministic(chat, json!({"temperature": 0.7})));
+        assert!(!deterministic(chat, json!({})));
         let gemini = Endpoint::GeminiGenerate;
         assert!(deterministic(
             gemini,
-            &json!({"generationConfig": {"temperature": 0.0}})
+            json!({"generationConfig": {"temperature": 0.0}})
         ));
-        assert!(!deterministic(gemini, &json!({"temperature": 0})));
-        assert!(deterministic(Endpoint::Embeddings, &json!({})));
+        assert!(!deterministic(gemini, json!({"temperature": 0})));
+        assert!(deterministic(Endpoint::Embeddings, json!({})));
     }
 
     #[test]
     fn only_stateless_responses_and_replayable_streams_are_cached() {
         let check = |endpoint, body: Value, stream, query, deterministic_only| {
+            let body = Canonical::read(&serde_json::to_vec(&body).unwrap());
             let asked = Asked {
                 endpoint,
-                body: &body,
+                body: body.as_ref(),
                 stream,
                 query,
             };
@@ -527,11 +566,11 @@ mod tests {
 
     #[test]
     fn the_shape_is_plain_events_or_gemini_s_json_array() {
-        let body = json!({});
+        let body = canon(&json!({}));
         let shape = |endpoint, stream, query| {
             Asked {
                 endpoint,
-                body: &body,
+                body: Some(&body),
                 stream,
                 query,
             }

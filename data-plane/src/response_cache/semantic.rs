@@ -8,7 +8,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::endpoint::Endpoint;
-use crate::response_cache::key::KeyParts;
+use crate::response_cache::key::{normalised, KeyParts};
 
 /// The most prompt text embedded; a longer prompt is not looked up by meaning.
 pub const MAX_PROMPT_BYTES: usize = 32 << 10;
@@ -29,13 +29,13 @@ pub fn prompt_text(endpoint: Endpoint, body: &Value) -> Option<String> {
     (size <= MAX_PROMPT_BYTES + 1 && !text.trim().is_empty()).then_some(text)
 }
 
-/// The partition of a request: its exact key with every prompt text emptied, under the
-/// embedding model (vectors of another model are never compared).
-pub fn partition(parts: &KeyParts<'_>, embedding_model: &str) -> [u8; 32] {
-    let mut body = parts.body.clone();
+/// The partition of a request: its exact key (`parts`, of `body`) with every prompt text
+/// emptied, under the embedding model (vectors of another model are never compared).
+pub fn partition(parts: &KeyParts<'_>, body: &Value, embedding_model: &str) -> [u8; 32] {
+    let mut body = body.clone();
     visit_texts(parts.endpoint, &mut body, &mut |text| text.clear());
     let key = KeyParts {
-        body: &body,
+        body: &normalised(&body),
         ..*parts
     }
     .key();
@@ -121,8 +121,9 @@ mod tests {
                 token: &t,
                 headers: &h,
                 query: None,
-                body,
+                body: &[],
             },
+            body,
             model,
         )
     }
