@@ -109,6 +109,11 @@ fn render_live_gauges(state: &AppState, w: &mut Writer<'_>) {
         "Bytes the response cache holds (within SWITCHYARD_CACHE_MAX_BYTES).",
         cache.bytes,
     )
+    .counter(
+        "switchyard_cache_writes_dropped_total",
+        "Answers the response cache let go unstored: its write queue full, or Redis unreachable.",
+        state.cache().writes_dropped(),
+    )
     .gauge(
         "switchyard_semantic_vectors",
         "Prompt vectors in this proxy's semantic cache indexes (every rule's).",

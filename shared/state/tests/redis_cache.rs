@@ -60,6 +60,91 @@ async fn a_cache_without_redis_is_unavailable_at_once() {
     let key = CacheKey([1; 32]);
     assert!(cache.get(&key, 0).await.is_err());
     assert!(cache.put(&key, conformance_entry(), 1000, 0).await.is_err());
+    assert_eq!(cache.writes_dropped(), 1, "the put was let go");
+    // An offered write is let go at once too, and counted.
+    cache.offer(&key, conformance_entry(), 1000, 0);
+    assert_eq!(cache.writes_dropped(), 2);
+}
+
+fn sized(tag: u16, body: usize) -> switchyard_state::cache::CacheEntry {
+    switchyard_state::cache::CacheEntry {
+        stored_at: 0,
+        input_tokens: u64::from(tag),
+        output_tokens: 1,
+        cached_tokens: 0,
+        cost_pico: None,
+        body: vec![b'x'; body],
+    }
+}
+
+fn tagged(tag: u16) -> CacheKey {
+    let mut key = [0; 32];
+    key[..2].copy_from_slice(&tag.to_be_bytes());
+    CacheKey(key)
+}
+
+/// Waits (up to 30 s: the machine may be loaded) until `done` holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offered_writes_land_without_anyone_waiting_and_read_back() {
+    let url = redis_url();
+    let prefix = unique_prefix("cache");
+    let cache = connected(&url, &prefix, 1 << 24).await;
+    let now = 1_700_000_000_000;
+    for tag in 0..300u16 {
+        cache.offer(&tagged(tag), sized(tag, 100), 60_000, now);
+    }
+    until("every offered write is stored", || {
+        cache.usage().entries == 300
+    })
+    .await;
+    for tag in 0..300u16 {
+        let found = cache.get(&tagged(tag), now).await.unwrap();
+        assert_eq!(found.as_deref(), Some(&sized(tag, 100)), "entry {tag}");
+    }
+    assert_eq!(cache.writes_dropped(), 0);
+    assert_eq!(cache.usage().bytes, 300 * (8 + sized(0, 100).size()) as u64);
+    cleanup(&url, &prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_batched_together_keep_the_bound_and_replace_each_other() {
+    let url = redis_url();
+    let prefix = unique_prefix("cache");
+    let one = 8 + sized(0, 1000).size();
+    let cache = connected(&url, &prefix, 3 * one + 10).await;
+    let now = 1_700_000_000_000;
+    // Offered together, these reach the writer as one batch or a few; six entries, two of
+    // them the same key twice, into room for three.
+    for tag in [1, 2, 3, 4, 1, 5] {
+        cache.offer(&tagged(tag), sized(tag, 1000), 60_000 + u64::from(tag), now);
+    }
+    let last = cache
+        .put(&tagged(6), sized(6, 1000), 70_000, now)
+        .await
+        .unwrap();
+    assert!(last, "the last one is stored");
+    let usage = cache.usage();
+    assert!(
+        usage.entries <= 3 && usage.bytes <= 3 * one as u64,
+        "{usage:?}"
+    );
+    let mut held = 0;
+    for tag in 1..=6 {
+        held += usize::from(cache.get(&tagged(tag), now).await.unwrap().is_some());
+    }
+    assert_eq!(held as u64, usage.entries, "what is counted is there");
+    assert_eq!(usage.bytes, usage.entries * one as u64, "{usage:?}");
+    cleanup(&url, &prefix);
 }
 
 #[test]

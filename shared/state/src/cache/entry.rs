@@ -79,8 +79,18 @@ pub trait ResponseCache: Send + Sync {
         now: UnixMillis,
     ) -> BoxFuture<'a, Result<bool, CacheUnavailable>>;
 
+    /// Stores `entry` under `key` as [`ResponseCache::put`] does, without waiting: a store
+    /// that cannot take the write now (its queue full, its Redis unreachable) lets it go and
+    /// counts it ([`ResponseCache::writes_dropped`]).
+    fn offer(&self, key: &CacheKey, entry: CacheEntry, ttl_ms: u64, now: UnixMillis);
+
     /// What the store holds now (a shared store: as far as this proxy knows).
     fn usage(&self) -> CacheUsage;
+
+    /// Writes offered and let go so far (no room to queue them, or no connection).
+    fn writes_dropped(&self) -> u64 {
+        0
+    }
 
     /// Appends a semantic cache record to `rule`'s stream, which every proxy of the fleet
     /// tails (at most [`SHARED_VECTORS`] kept, the oldest out). A store in memory shares

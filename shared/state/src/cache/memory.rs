@@ -135,6 +135,11 @@ impl ResponseCache for MemoryCache {
         Box::pin(std::future::ready(Ok(stored)))
     }
 
+    fn offer(&self, key: &CacheKey, entry: CacheEntry, ttl_ms: u64, now: UnixMillis) {
+        self.lock()
+            .put(*key, entry, now.saturating_add(ttl_ms), self.max_bytes);
+    }
+
     fn usage(&self) -> CacheUsage {
         let lru = self.lock();
         CacheUsage {

@@ -4,63 +4,30 @@
 //! one Cluster slot): one string per entry, `e:<key hex>`, holding the entry's expiry (8 bytes,
 //! big-endian Unix ms) then [`CacheEntry::encode`]'s bytes, written with `PX` = its time to
 //! live; a sorted set `idx` (entry key → expiry), a hash `size` (entry key → bytes) and a
-//! counter `bytes` (their sum). The bound is kept by one versioned script per write
-//! (`switchyard_cache_put_v1`): it drops expired entries, then the entries nearest their expiry
-//! until the new one fits, then writes it; an entry alone over the bound is refused.
+//! counter `bytes` (their sum). The bound is kept by one versioned script per batch of writes
+//! (`switchyard_cache_put_v2`, `writes.rs`): it drops expired entries, then for each entry the
+//! entries nearest their expiry until it fits, then writes it; an entry alone over the bound is
+//! refused. Writes queue (bounded) for a background writer; a request never waits on one.
 //!
 //! A lookup is one `GET` under a short timeout. This store never waits on a connection: a
-//! background thread (`switchyard-cache`) connects and reconnects, and a store without a live
-//! connection answers [`CacheUnavailable`] at once, so a dead Redis costs a request nothing but
-//! its cache.
+//! background thread (`switchyard-cache`) connects and reconnects and runs the writer, and a
+//! store without a live connection answers [`CacheUnavailable`] at once (and lets a write go),
+//! so a dead Redis costs a request nothing but its cache.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::Script;
 use switchyard_engine::UnixMillis;
 use tokio::sync::oneshot;
 
 use super::entry::{
     CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SharedRecord, SHARED_VECTORS,
 };
+use super::writes::{give_up, queue, Tags, Usage, Write, Writer, Writes};
 use crate::redis::conn::{Conn, RedisTarget};
 use crate::redis::shared::RedisConfigError;
-
-/// The write script: `KEYS = [idx, size, bytes, entry]`, `ARGV = [value, ttl ms, now ms,
-/// bound]`; returns `[stored (0|1), bytes used, entries]`.
-const PUT: &str = r#"
--- switchyard_cache_put_v1
-local idx, sizes, total, key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local value = ARGV[1]
-local ttl, now, bound = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local function drop(k)
-  local s = tonumber(redis.call('HGET', sizes, k) or '0')
-  redis.call('HDEL', sizes, k)
-  redis.call('ZREM', idx, k)
-  redis.call('DEL', k)
-  if s > 0 then redis.call('DECRBY', total, s) end
-end
-local function used() return tonumber(redis.call('GET', total) or '0') end
-for _, k in ipairs(redis.call('ZRANGEBYSCORE', idx, '-inf', now, 'LIMIT', 0, 64)) do drop(k) end
-drop(key)
-local size = string.len(value)
-local rounds = 0
-while used() + size > bound and rounds < 256 do
-  local first = redis.call('ZRANGE', idx, 0, 0)
-  if #first == 0 then break end
-  drop(first[1])
-  rounds = rounds + 1
-end
-if size > bound or used() + size > bound then
-  return {0, used(), redis.call('ZCARD', idx)}
-end
-redis.call('SET', key, value, 'PX', ttl)
-redis.call('ZADD', idx, now + ttl, key)
-redis.call('HSET', sizes, key, size)
-return {1, redis.call('INCRBY', total, size), redis.call('ZCARD', idx)}
-"#;
 
 /// How often the background thread checks the connection.
 const RECONNECT_EVERY: Duration = Duration::from_millis(500);
@@ -68,12 +35,10 @@ const RECONNECT_EVERY: Duration = Duration::from_millis(500);
 /// The Redis store.
 pub struct RedisCache {
     tag: String,
-    max_bytes: u64,
     timeout: Duration,
-    put: Script,
     conn: Arc<RwLock<Option<Conn>>>,
-    used: AtomicU64,
-    entries: AtomicU64,
+    writes: Writes,
+    usage: Arc<Usage>,
     /// Dropped with the store: ends the connecting thread.
     _thread: oneshot::Sender<()>,
 }
@@ -93,21 +58,33 @@ impl RedisCache {
                 "Redis key prefix {prefix:?} must be non-empty and free of braces"
             )));
         }
+        let tag = format!("{{sy:{prefix}:cache}}");
         let conn = Arc::new(RwLock::new(None));
+        let usage = Arc::new(Usage::default());
+        let tags = Tags {
+            idx: format!("{tag}:idx"),
+            size: format!("{tag}:size"),
+            bytes: format!("{tag}:bytes"),
+        };
+        let (writes, writer) = queue(
+            tags,
+            max_bytes,
+            timeout,
+            Arc::clone(&conn),
+            Arc::clone(&usage),
+        );
         let (done, done_rx) = oneshot::channel::<()>();
         let slot = Arc::clone(&conn);
         std::thread::Builder::new()
             .name("switchyard-cache".into())
-            .spawn(move || keep_connected(target, slot, done_rx))
+            .spawn(move || keep_connected(target, slot, done_rx, writer))
             .map_err(|e| RedisConfigError(format!("cannot start the cache thread: {e}")))?;
         Ok(RedisCache {
-            tag: format!("{{sy:{prefix}:cache}}"),
-            max_bytes,
+            tag,
             timeout,
-            put: Script::new(PUT),
             conn,
-            used: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
+            writes,
+            usage,
             _thread: done,
         })
     }
@@ -137,11 +114,31 @@ impl RedisCache {
 
     /// A failed command: the connection is given up (the background thread makes a new one).
     fn failed(&self, why: String) -> CacheUnavailable {
-        if let Ok(mut conn) = self.conn.write() {
-            *conn = None;
+        give_up(&self.conn, why)
+    }
+
+    /// An entry as a queued write (its value: the expiry, then the entry's bytes).
+    fn write(&self, key: &CacheKey, entry: &CacheEntry, ttl_ms: u64, now: UnixMillis) -> Write {
+        let expires_at = now.saturating_add(ttl_ms);
+        let mut value = Vec::with_capacity(8 + entry.size());
+        value.extend_from_slice(&expires_at.to_be_bytes());
+        value.extend_from_slice(&entry.encode());
+        Write {
+            key: self.key(key),
+            value,
+            ttl_ms,
+            now,
+            reply: None,
         }
-        tracing::debug!(error = %why, "response cache: Redis command failed");
-        CacheUnavailable(why)
+    }
+
+    /// Queues a write, or lets it go at once when Redis is unreachable.
+    fn enqueue(&self, write: Write) {
+        if self.connected() {
+            self.writes.offer(write);
+        } else {
+            self.writes.let_go(write, "not connected");
+        }
     }
 
     async fn timed<T>(
@@ -156,11 +153,13 @@ impl RedisCache {
     }
 }
 
-/// Connects, and reconnects whenever the connection was given up, until `done` fires.
+/// Connects, and reconnects whenever the connection was given up, and runs the writer, until
+/// `done` fires.
 fn keep_connected(
     target: RedisTarget,
     slot: Arc<RwLock<Option<Conn>>>,
     mut done: oneshot::Receiver<()>,
+    writer: Writer,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -173,6 +172,7 @@ fn keep_connected(
         }
     };
     runtime.block_on(async move {
+        tokio::spawn(writer.run());
         loop {
             let missing = slot.read().map(|c| c.is_none()).unwrap_or(false);
             if missing {
@@ -229,35 +229,32 @@ impl ResponseCache for RedisCache {
         ttl_ms: u64,
         now: UnixMillis,
     ) -> BoxFuture<'a, Result<bool, CacheUnavailable>> {
+        let (reply, answer) = oneshot::channel();
+        let write = Write {
+            reply: Some(reply),
+            ..self.write(key, &entry, ttl_ms, now)
+        };
+        self.enqueue(write);
         Box::pin(async move {
-            let mut conn = self.connection()?;
-            let expires_at = now.saturating_add(ttl_ms);
-            let mut value = Vec::with_capacity(8 + entry.size());
-            value.extend_from_slice(&expires_at.to_be_bytes());
-            value.extend_from_slice(&entry.encode());
-            let mut invocation = self.put.prepare_invoke();
-            invocation
-                .key(format!("{}:idx", self.tag))
-                .key(format!("{}:size", self.tag))
-                .key(format!("{}:bytes", self.tag))
-                .key(self.key(key))
-                .arg(value)
-                .arg(ttl_ms.max(1))
-                .arg(now)
-                .arg(self.max_bytes);
-            let (stored, used, entries): (u8, u64, u64) =
-                self.timed(invocation.invoke_async(&mut conn)).await?;
-            self.used.store(used, Ordering::Relaxed);
-            self.entries.store(entries, Ordering::Relaxed);
-            Ok(stored == 1)
+            answer
+                .await
+                .unwrap_or_else(|_| Err(CacheUnavailable("the writer is gone".into())))
         })
+    }
+
+    fn offer(&self, key: &CacheKey, entry: CacheEntry, ttl_ms: u64, now: UnixMillis) {
+        self.enqueue(self.write(key, &entry, ttl_ms, now));
     }
 
     fn usage(&self) -> CacheUsage {
         CacheUsage {
-            entries: self.entries.load(Ordering::Relaxed),
-            bytes: self.used.load(Ordering::Relaxed),
+            entries: self.usage.entries.load(Ordering::Relaxed),
+            bytes: self.usage.used.load(Ordering::Relaxed),
         }
+    }
+
+    fn writes_dropped(&self) -> u64 {
+        self.writes.dropped()
     }
 
     fn share_vector(
