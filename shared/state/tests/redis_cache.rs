@@ -123,9 +123,9 @@ async fn writes_batched_together_keep_the_bound_and_replace_each_other() {
     let one = 8 + sized(0, 1000).size();
     let cache = connected(&url, &prefix, 3 * one + 10).await;
     let now = 1_700_000_000_000;
-    // Offered together, these reach the writer as one batch or a few; six entries, two of
-    // them the same key twice, into room for three.
-    for tag in [1, 2, 3, 4, 1, 5] {
+    // Offered together, these reach the writer as one batch or a few: six writes, one key
+    // twice, into room for three.
+    for tag in [1, 2, 3, 3, 4, 5] {
         cache.offer(&tagged(tag), sized(tag, 1000), 60_000 + u64::from(tag), now);
     }
     let last = cache
