@@ -198,3 +198,37 @@ async fn a_store_in_memory_shares_no_vectors() {
     cache.share_vector(1, vec![1]).await.unwrap();
     assert!(cache.shared_vectors(1, "0", 10).await.unwrap().is_empty());
 }
+
+/// A serving thread runs a single-threaded runtime, as this test does.
+#[tokio::test]
+async fn a_serving_thread_looks_up_on_a_connection_of_its_own_and_reads_the_same_entries() {
+    let url = redis_url();
+    let prefix = unique_prefix("cache");
+    let cache = connected(&url, &prefix, 1 << 20).await;
+    let now = 1_700_000_000_000;
+    assert!(cache
+        .put(&tagged(1), sized(1, 10), 60_000, now)
+        .await
+        .unwrap());
+    assert!(!cache.own_connection(), "none before the first lookup");
+    let mut lookups = 0;
+    while !cache.own_connection() {
+        // The first lookups go on the shared connection while this thread's is made.
+        let found = cache.get(&tagged(1), now).await.unwrap();
+        assert_eq!(found.as_deref(), Some(&sized(1, 10)));
+        lookups += 1;
+        assert!(
+            lookups < 600,
+            "this thread never got a connection of its own"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let found = cache.get(&tagged(1), now).await.unwrap();
+    assert_eq!(
+        found.as_deref(),
+        Some(&sized(1, 10)),
+        "read on its own connection"
+    );
+    assert_eq!(cache.get(&tagged(2), now).await.unwrap(), None);
+    cleanup(&url, &prefix);
+}

@@ -9,7 +9,8 @@
 //! entries nearest their expiry until it fits, then writes it; an entry alone over the bound is
 //! refused. Writes queue (bounded) for a background writer; a request never waits on one.
 //!
-//! A lookup is one `GET` under a short timeout. This store never waits on a connection: a
+//! A lookup is one `GET` under a short timeout, on a connection of the serving thread's own
+//! (`local.rs`) once it has one. This store never waits on a connection: a
 //! background thread (`switchyard-cache`) connects and reconnects and runs the writer, and a
 //! store without a live connection answers [`CacheUnavailable`] at once (and lets a write go),
 //! so a dead Redis costs a request nothing but its cache.
@@ -25,9 +26,13 @@ use tokio::sync::oneshot;
 use super::entry::{
     CacheEntry, CacheKey, CacheUnavailable, CacheUsage, ResponseCache, SharedRecord, SHARED_VECTORS,
 };
+use super::local::{self, Owner};
 use super::writes::{give_up, queue, Tags, Usage, Write, Writer, Writes};
 use crate::redis::conn::{Conn, RedisTarget};
 use crate::redis::shared::RedisConfigError;
+
+/// How long making a connection may take.
+const CONNECT: Duration = Duration::from_secs(1);
 
 /// How often the background thread checks the connection.
 const RECONNECT_EVERY: Duration = Duration::from_millis(500);
@@ -39,6 +44,9 @@ pub struct RedisCache {
     conn: Arc<RwLock<Option<Conn>>>,
     writes: Writes,
     usage: Arc<Usage>,
+    /// Where Redis is (each serving thread's lookups connect there too, `local.rs`).
+    target: RedisTarget,
+    owner: Owner,
     /// Dropped with the store: ends the connecting thread.
     _thread: oneshot::Sender<()>,
 }
@@ -75,9 +83,10 @@ impl RedisCache {
         );
         let (done, done_rx) = oneshot::channel::<()>();
         let slot = Arc::clone(&conn);
+        let connecting = target.clone();
         std::thread::Builder::new()
             .name("switchyard-cache".into())
-            .spawn(move || keep_connected(target, slot, done_rx, writer))
+            .spawn(move || keep_connected(connecting, slot, done_rx, writer))
             .map_err(|e| RedisConfigError(format!("cannot start the cache thread: {e}")))?;
         Ok(RedisCache {
             tag,
@@ -85,6 +94,8 @@ impl RedisCache {
             conn,
             writes,
             usage,
+            target,
+            owner: Owner::default(),
             _thread: done,
         })
     }
@@ -92,6 +103,12 @@ impl RedisCache {
     /// Whether the store holds a live connection now.
     pub fn connected(&self) -> bool {
         self.conn.read().map(|c| c.is_some()).unwrap_or(false)
+    }
+
+    /// Whether this thread looks up on a connection of its own (a serving thread, once it is
+    /// made).
+    pub fn own_connection(&self) -> bool {
+        local::live(&self.owner)
     }
 
     /// A rule's stream of semantic records.
@@ -178,7 +195,7 @@ fn keep_connected(
             if missing {
                 // The connection's own driver runs on this runtime, which lives as long as the
                 // store.
-                if let Ok(conn) = target.connect(Duration::from_secs(1)).await {
+                if let Ok(conn) = target.connect(CONNECT).await {
                     if let Ok(mut slot) = slot.write() {
                         *slot = Some(conn);
                     }
@@ -199,10 +216,30 @@ impl ResponseCache for RedisCache {
         now: UnixMillis,
     ) -> BoxFuture<'a, Result<Option<Arc<CacheEntry>>, CacheUnavailable>> {
         Box::pin(async move {
-            let mut conn = self.connection()?;
+            // This thread's own connection when it has one, else the shared one.
+            let own = local::connection(&self.owner, &self.target, CONNECT, self.connected());
+            let shared = own.is_none();
+            let mut conn = match own {
+                Some(conn) => conn,
+                None => self.connection()?,
+            };
             let mut cmd = redis::cmd("GET");
             cmd.arg(self.key(key));
-            let value: Option<Vec<u8>> = self.timed(cmd.query_async(&mut conn)).await?;
+            let value: Option<Vec<u8>> =
+                match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
+                    Ok(Ok(value)) => value,
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => format!("Redis error: {e}"),
+                            _ => "Redis did not answer in time".to_owned(),
+                        };
+                        if shared {
+                            return Err(self.failed(why));
+                        }
+                        local::give_up(&self.owner);
+                        return Err(CacheUnavailable(why));
+                    }
+                };
             let Some(value) = value else {
                 return Ok(None);
             };
