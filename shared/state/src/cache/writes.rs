@@ -1,6 +1,7 @@
 //! The Redis store's writes, off every request's path: a bounded queue (by count and by bytes)
 //! that a background writer empties in batches, one script call a batch
-//! (`switchyard_cache_put_v2`), while the next batch gathers behind it. A write the queue has
+//! (`switchyard_cache_put_v2`), a few batches in flight on the connection at once while the next
+//! gathers behind them. A write the queue has
 //! no room for, or offered while Redis is unreachable, is let go at once and counted: a write
 //! never waits and never holds a request up.
 
@@ -8,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Script;
 use switchyard_engine::UnixMillis;
 use tokio::sync::{mpsc, oneshot};
@@ -63,11 +65,13 @@ return {used, redis.call('ZCARD', idx), unpack(stored)}
 "#;
 
 /// Most writes the queue holds.
-const QUEUE_WRITES: usize = 1024;
+const QUEUE_WRITES: usize = 4096;
 /// Most bytes the queued writes hold.
 const QUEUE_BYTES: u64 = 16 << 20;
 /// Most writes one script call stores.
-const BATCH_WRITES: usize = 64;
+const BATCH_WRITES: usize = 128;
+/// Most script calls awaiting their answers at once.
+const IN_FLIGHT: usize = 4;
 /// Most bytes one script call carries (a larger write goes alone).
 const BATCH_BYTES: usize = 4 << 20;
 
@@ -88,9 +92,14 @@ pub(super) struct Writes {
     dropped: AtomicU64,
 }
 
-/// The writer's side: what it reads, and where it reports what Redis holds.
+/// The writer's side: what it reads, and where it writes.
 pub(super) struct Writer {
     rx: mpsc::Receiver<Write>,
+    sink: Sink,
+}
+
+/// Where the writer writes, and where it reports what Redis holds.
+pub(super) struct Sink {
     queued_bytes: Arc<AtomicU64>,
     pub tags: Tags,
     pub bound: u64,
@@ -128,8 +137,7 @@ pub(super) fn queue(
         queued_bytes: Arc::clone(&queued_bytes),
         dropped: AtomicU64::new(0),
     };
-    let writer = Writer {
-        rx,
+    let sink = Sink {
         queued_bytes,
         tags,
         bound,
@@ -137,6 +145,7 @@ pub(super) fn queue(
         conn,
         usage,
     };
+    let writer = Writer { rx, sink };
     (writes, writer)
 }
 
@@ -173,34 +182,57 @@ impl Writes {
 }
 
 impl Writer {
-    /// Stores what is queued, a batch at a time, until the queue's sender is dropped.
-    pub async fn run(mut self) {
+    /// Stores what is queued, a batch at a time (up to [`IN_FLIGHT`] at once), until the
+    /// queue's sender is dropped.
+    pub async fn run(self) {
+        let Writer { mut rx, sink } = self;
         let script = Script::new(PUT);
-        let mut batch: Vec<Write> = Vec::with_capacity(BATCH_WRITES);
+        let mut flying = FuturesUnordered::new();
         loop {
-            if self.rx.recv_many(&mut batch, 1).await == 0 {
-                return;
-            }
-            let mut bytes = batch.iter().map(|w| w.value.len()).sum::<usize>();
-            while batch.len() < BATCH_WRITES && bytes < BATCH_BYTES {
-                match self.rx.try_recv() {
-                    Ok(write) => {
-                        bytes += write.value.len();
-                        batch.push(write);
-                    }
-                    Err(_) => break,
+            tokio::select! {
+                batch = next_batch(&mut rx, &sink.queued_bytes), if flying.len() < IN_FLIGHT => {
+                    let Some(batch) = batch else { break };
+                    flying.push(sink.send(&script, batch));
                 }
+                Some(()) = flying.next(), if !flying.is_empty() => {}
             }
-            self.queued_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
-            let result = self.store(&script, &batch).await;
-            for (i, write) in batch.drain(..).enumerate() {
-                if let Some(reply) = write.reply {
-                    let answer = match &result {
-                        Ok(stored) => Ok(stored.get(i).copied().unwrap_or(false)),
-                        Err(e) => Err(e.clone()),
-                    };
-                    let _ = reply.send(answer);
-                }
+        }
+        while flying.next().await.is_some() {}
+    }
+}
+
+/// The next batch: at least one write (waited for), then what is queued, up to a batch's
+/// bounds; `None` once the queue's sender is gone.
+async fn next_batch(rx: &mut mpsc::Receiver<Write>, queued: &AtomicU64) -> Option<Vec<Write>> {
+    let mut batch = Vec::with_capacity(BATCH_WRITES);
+    if rx.recv_many(&mut batch, 1).await == 0 {
+        return None;
+    }
+    let mut bytes = batch.iter().map(|w| w.value.len()).sum::<usize>();
+    while batch.len() < BATCH_WRITES && bytes < BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(write) => {
+                bytes += write.value.len();
+                batch.push(write);
+            }
+            Err(_) => break,
+        }
+    }
+    queued.fetch_sub(bytes as u64, Ordering::Relaxed);
+    Some(batch)
+}
+
+impl Sink {
+    /// Stores a batch and tells each write's `reply` what became of it.
+    async fn send(&self, script: &Script, batch: Vec<Write>) {
+        let result = self.store(script, &batch).await;
+        for (i, write) in batch.into_iter().enumerate() {
+            if let Some(reply) = write.reply {
+                let answer = match &result {
+                    Ok(stored) => Ok(stored.get(i).copied().unwrap_or(false)),
+                    Err(e) => Err(e.clone()),
+                };
+                let _ = reply.send(answer);
             }
         }
     }
