@@ -76,8 +76,8 @@ pub struct Cli {
     #[arg(long, env = "SWITCHYARD_CACHE_MAX_BYTES", default_value_t = 256 << 20)]
     pub cache_max_bytes: u64,
 
-    /// How long a response cache lookup or write may wait on Redis (milliseconds) before the
-    /// request goes on without the cache.
+    /// How long a response cache lookup may wait on Redis (milliseconds) before the request
+    /// goes on without the cache (a batch of writes, which holds no request up, at least 2 s).
     #[arg(long, env = "SWITCHYARD_CACHE_TIMEOUT_MS", default_value_t = 50)]
     pub cache_timeout_ms: u64,
 

@@ -31,6 +31,10 @@ use super::writes::{give_up, queue, Tags, Usage, Write, Writer, Writes};
 use crate::redis::conn::{Conn, RedisTarget};
 use crate::redis::shared::RedisConfigError;
 
+/// The least time a batch of writes may take before the connection is given up: a write holds
+/// no request up, so a loaded Redis may be slower with it than with a lookup.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long making a connection may take.
 const CONNECT: Duration = Duration::from_secs(1);
 
@@ -53,7 +57,8 @@ pub struct RedisCache {
 
 impl RedisCache {
     /// Connects to `url` in the background; keys under `prefix`, at most `max_bytes` stored,
-    /// each command given `timeout`. Needs no ambient runtime.
+    /// each lookup given `timeout` (a batch of writes at least [`WRITE_TIMEOUT`]). Needs no
+    /// ambient runtime.
     pub fn start(
         url: &str,
         prefix: &str,
@@ -77,7 +82,7 @@ impl RedisCache {
         let (writes, writer) = queue(
             tags,
             max_bytes,
-            timeout,
+            timeout.max(WRITE_TIMEOUT),
             Arc::clone(&conn),
             Arc::clone(&usage),
         );
