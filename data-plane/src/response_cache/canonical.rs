@@ -109,6 +109,15 @@ impl<'de> Writer<'de> {
         let _ = serde_json::to_writer(&mut self.out, value);
     }
 
+    /// A string the body held without escapes, written as `serde_json` writes it: as it came
+    /// (a JSON string without escapes holds no quote, backslash or control character, the only
+    /// characters written escaped).
+    fn unescaped(&mut self, text: &str) {
+        self.out.push(b'"');
+        self.out.extend_from_slice(text.as_bytes());
+        self.out.push(b'"');
+    }
+
     /// Reads an object's fields, each written as `"name":value` (joined by commas as they
     /// come).
     fn read_fields<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<Opened, A::Error> {
@@ -125,7 +134,10 @@ impl<'de> Writer<'de> {
                 self.out.push(b',');
             }
             let start = self.out.len();
-            self.scalar(key.as_str());
+            match &key {
+                Key::Borrowed(name) => self.unescaped(name),
+                Key::Owned(name) => self.scalar(name.as_str()),
+            }
             self.out.push(b':');
             let value_start = self.out.len();
             map.next_value_seed(ValueSeed(self))?;
@@ -265,6 +277,11 @@ impl<'de> Visitor<'de> for ValueSeed<'_, 'de> {
         Ok(())
     }
 
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<(), E> {
+        self.0.unescaped(v);
+        Ok(())
+    }
+
     fn visit_unit<E>(self) -> Result<(), E> {
         self.0.out.extend_from_slice(b"null");
         Ok(())
@@ -350,6 +367,7 @@ mod tests {
             r#" { "ws" : [ ] , "e" : { } , "a" : "" } "#,
             r#"{}"#,
             r#"{"é":1,"z":2,"\u0000":3,"Z":4,"":5}"#,
+            "{\"raw\":\"a/b \u{7f} é 😀 <>&' ~\",\"k\u{7f}é\":[\"\",\" \"]}",
         ];
         for body in bodies {
             let read = Canonical::read(body.as_bytes()).unwrap();
