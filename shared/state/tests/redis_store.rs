@@ -812,7 +812,10 @@ fn another_proxy_sees_a_members_failure_streak_by_resync_and_by_notification() {
         std::thread::sleep(Duration::from_millis(50));
         pushed.stats().notifications_applied_total > 0
     });
-    assert!(listening.is_some(), "the third proxy never heard a notification");
+    assert!(
+        listening.is_some(),
+        "the third proxy never heard a notification"
+    );
     let applied = pushed.stats().notifications_applied_total;
     a.record_failure(&f, &policy(0), CHECK_NOW + 1);
     // The subscriber counts a notification just after writing it into the view: wait for both.
