@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
     let mut rng = Rng::new(seed(data));
     let mut window = StreamWindow::new(Arc::clone(&guards), &[rule]);
     let mut released = String::new();
-    let mut check = |release: switchyard_engine::guard::window::Release, out: &mut String| {
+    let check = |release: switchyard_engine::guard::window::Release, out: &mut String| {
         assert_eq!(release.offset, out.len());
         for f in &release.findings {
             assert!(f.range.start < f.range.end && f.range.end <= release.text.len());

@@ -89,6 +89,12 @@ requests = {
 for name, body in requests.items():
     write("provider_request", name + ".json", body)
     write("inspect_json", name + ".json", body)
+    write("cache_key", name + ".json", body)
+
+# what the cache key reads differently from a plain parse: escapes, repeated names, numbers
+write("cache_key", "tricky_scalars.json",
+      '{"z":1,"a":-0.0,"m":1e300,"n":12345678901234567890,"f":0.1,"s":"\\u00e9\\n\\u007f\\ud83d\\ude00",'
+      '"\\u0061b":[true,null,{"y":2,"x":[1.5e-7,-3]}],"a":"last","stream":true,"user":"u"}')
 
 # data-plane-only shapes for inspect_json
 write("inspect_json", "openai_embeddings.json",
