@@ -65,7 +65,8 @@ mod workers;
 pub use answer::{completion_verdicts, BodyCheck};
 #[doc(hidden)]
 pub use response_cache::{
-    canonical::Canonical as CanonicalBody, key::normalised as normalised_cache_body,
+    canonical::Canonical as CanonicalBody, canonical::FACTS as CACHE_JUDGED_FIELDS,
+    key::normalised as normalised_cache_body,
 };
 pub use run::main_with;
 pub use server::app;

@@ -11,19 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use switchyard_data_plane::{normalised_cache_body, CanonicalBody};
-
-/// The top-level fields the cache judges a request by.
-const JUDGED: [&str; 8] = [
-    "temperature",
-    "seed",
-    "generationConfig",
-    "store",
-    "background",
-    "previous_response_id",
-    "conversation",
-    "stream_options",
-];
+use switchyard_data_plane::{normalised_cache_body, CanonicalBody, CACHE_JUDGED_FIELDS};
 
 fuzz_target!(|data: &[u8]| {
     let read = CanonicalBody::read(data);
@@ -38,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
                 normalised_cache_body(&value).as_slice(),
                 "the one-pass key differs from the parsed one"
             );
-            for name in JUDGED {
+            for name in CACHE_JUDGED_FIELDS {
                 assert_eq!(read.value(name).as_ref(), value.get(name), "field {name}");
             }
         }

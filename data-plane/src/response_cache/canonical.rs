@@ -14,7 +14,7 @@ use serde_json::Value;
 pub const TRANSPORT_ONLY: [&str; 4] = ["stream", "stream_options", "user", "metadata"];
 
 /// Top-level fields kept aside for the cache's judgement, in this order.
-const FACTS: [&str; 8] = [
+pub const FACTS: [&str; 8] = [
     "temperature",
     "seed",
     "generationConfig",
