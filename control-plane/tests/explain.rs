@@ -596,7 +596,7 @@ async fn a_tokens_request_lists_its_tags_and_end_users_limits(pool: PgPool) {
 
     let (status, body) = explain(
         &app,
-        "model=m&token=app&tags=acme,,unlimited&end_user=alice",
+        "model=m&token=app&tags=acme,,unlimited,acme&end_user=alice",
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");

@@ -165,7 +165,7 @@ fn amount(limit: &Limit, value: u64) -> Value {
 /// The tags and end user explain was given for a token's request; a 400 naming the parameter
 /// when one is not what a request could carry, or is given without `token`.
 fn subject_of_query(query: &ExplainQuery, token: bool) -> ApiResult<(Vec<String>, Option<String>)> {
-    let tags: Vec<String> = query
+    let mut tags: Vec<String> = query
         .tags
         .as_deref()
         .map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()))
@@ -173,6 +173,9 @@ fn subject_of_query(query: &ExplainQuery, token: bool) -> ApiResult<(Vec<String>
         .flatten()
         .map(str::to_owned)
         .collect();
+    // A request's tags are distinct: a tag named twice counts once.
+    tags.sort();
+    tags.dedup();
     let end_user = query.end_user.clone().filter(|u| !u.is_empty());
     for (given, name) in [(!tags.is_empty(), "tags"), (end_user.is_some(), "end_user")] {
         if given && !token {
