@@ -5,8 +5,8 @@
 //!
 //! Invariant: the one-pass reader accepts exactly the bodies that parse as one JSON object, and
 //! then its bytes are the plain way's, byte for byte (so the key a proxy computes never depends
-//! on which reading it used), and each field the cache judges a request by reads back as the
-//! value the plain parse holds.
+//! on which reading it used), and each field the cache judges a request by is kept aside as the
+//! plain parse's field written the same way.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -26,8 +26,15 @@ fuzz_target!(|data: &[u8]| {
                 normalised_cache_body(&value).as_slice(),
                 "the one-pass key differs from the parsed one"
             );
+            // Compared as bytes: the field kept aside is the parsed field written sorted.
+            // (Parsed back it may differ from the body's own number in the last digit:
+            // serde_json's default float parsing is not correctly rounded.)
             for name in CACHE_JUDGED_FIELDS {
-                assert_eq!(read.value(name).as_ref(), value.get(name), "field {name}");
+                let expected = value.get(name).map(|field| {
+                    let wrapped = normalised_cache_body(&serde_json::json!({ "x": field }));
+                    wrapped[5..wrapped.len() - 1].to_vec()
+                });
+                assert_eq!(read.field(name).map(<[u8]>::to_vec), expected, "field {name}");
             }
         }
         (read, parsed) => panic!(
