@@ -25,7 +25,7 @@ pub fn dechunk(mut raw: &str) -> String {
 /// One HTTP/1.1 request over a fresh connection (`connection: close`), with `headers` (each
 /// line ending in CRLF) beside the JSON content type: the answer's status and JSON body
 /// (`Null` when it is not JSON). Panics when the server cannot be reached.
-#[allow(clippy::unwrap_used, clippy::panic)]
+#[allow(clippy::panic)]
 pub async fn raw_call(
     addr: std::net::SocketAddr,
     method: &str,
@@ -33,29 +33,17 @@ pub async fn raw_call(
     headers: &str,
     body: Option<serde_json::Value>,
 ) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{headers}content-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, payload) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let payload = if head.to_lowercase().contains("transfer-encoding: chunked") {
-        dechunk(payload)
-    } else {
-        payload.to_owned()
-    };
-    (
-        status,
-        serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
-    )
+    let headers: Vec<(&str, &str)> = headers
+        .split("\r\n")
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim(), value.trim()))
+        .collect();
+    let body = body.map(|b| b.to_string());
+    let reply = control::http_call(addr, method, path, body.as_deref(), &headers)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"));
+    let payload = serde_json::from_str(&reply.body).unwrap_or(serde_json::Value::Null);
+    (reply.status, payload)
 }
 
 /// The test Redis: `REDIS_URL`, else the local default. A Redis-backed test fails, never skips,
