@@ -240,8 +240,14 @@ async fn token_limits(
         };
         scope && rule.only.applies(Some(model), route)
     };
-    let mut rules: Vec<&LimitRule> = snapshot.limits().iter().filter(applies).collect();
-    let mut limits: Vec<Limit> = rules.iter().map(|r| r.limit).collect();
+    // Each listed rule with the limit it counts on (an each-end-user limit: on the end user's
+    // own counter).
+    let mut listed: Vec<(&LimitRule, Limit)> = snapshot
+        .limits()
+        .iter()
+        .filter(applies)
+        .map(|rule| (rule, rule.limit))
+        .collect();
     let who = snapshot
         .subject_limits()
         .attribution(subject.tags, subject.end_user);
@@ -253,19 +259,18 @@ async fn token_limits(
             .iter()
             .find(|r| limit.key.rule == Some(r.id))
         {
-            rules.push(rule);
-            limits.push(limit);
+            listed.push((rule, limit));
         }
     }
+    let limits: Vec<Limit> = listed.iter().map(|(_, limit)| *limit).collect();
     let statuses = match live {
         Some(live) => live.limit_statuses(&limits, now).await,
         None => None,
     };
-    rules
+    listed
         .iter()
         .enumerate()
-        .map(|(i, rule)| {
-            let limit = limits.get(i).copied().unwrap_or(rule.limit);
+        .map(|(i, &(rule, limit))| {
             let status = statuses.as_ref().and_then(|s| s.get(i)).copied();
             json!({
                 "limit_id": rule.id,
