@@ -235,7 +235,7 @@ async fn token_limits(
             ScopeKind::Token => key.scope_id == token.id,
             ScopeKind::Team => Some(key.scope_id) == token.team_id,
             ScopeKind::Route => Some(key.scope_id) == route,
-            // Found by a request's tags and end user, which explain is not given.
+            // Tag and end user limits are found below, through the proxies' own index.
             ScopeKind::Channel | ScopeKind::Member | ScopeKind::Tag | ScopeKind::EndUser => false,
         };
         scope && rule.only.applies(Some(model), route)
