@@ -1378,6 +1378,26 @@ mod tests {
     }
 
     #[test]
+    fn a_day_that_took_nothing_is_not_remembered() {
+        let l = Limiter::default();
+        let x = Authority::Exact;
+        let limits = [limit(1, Metric::Requests, Window::Rolling(3), 10)];
+        let key = limits[0].key;
+        // The history holds the days that took something: an end user idle for days costs no
+        // entry per day. Day 0 takes one; day 1 is looked at but takes nothing; day 2 sees both
+        // end.
+        assert!(at(&l, &limits, NOW, x).admitted());
+        let day1 = NOW + DAY_MS;
+        assert_eq!(l.status(&limits[0], day1, x).used, 1);
+        let day2 = day1 + DAY_MS;
+        assert_eq!(l.status(&limits[0], day2, x).used, 1);
+        // Only day 0 is in the history (by its start, 2023-11-14T00:00Z), with what it took.
+        let day0_start = 1_699_920_000_000;
+        let history: Vec<_> = l.lock().history.iter().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(history, vec![((key, day0_start), 1)]);
+    }
+
+    #[test]
     fn a_fleet_proxy_learns_the_earlier_days_from_its_claims() {
         let l = Limiter::default();
         let limits = [limit(1, Metric::Requests, Window::Rolling(7), 1_000)];
