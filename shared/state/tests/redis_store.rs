@@ -299,6 +299,56 @@ fn cooldown_propagates_to_other_proxies_fast() {
 }
 
 #[test]
+fn a_cooldown_is_sent_at_once_while_successes_wait_for_the_linger() {
+    let url = redis_url();
+    let rt = runtime();
+    let _guard = rt.enter();
+    let prefix = unique_prefix("urgent");
+    // A lets writes gather for a minute; B resyncs only every minute: within the waits below,
+    // only a write A sends without lingering, and B hears by notification, reaches B.
+    let mut lingering = common::config(&url, &prefix);
+    lingering.flush_linger = Duration::from_secs(60);
+    let a = RedisStore::start(lingering).unwrap();
+    let mut slow = common::config(&url, &prefix);
+    slow.resync_every = Duration::from_secs(60);
+    let b = RedisStore::start(slow).unwrap();
+    assert!(rt.block_on(a.wait_resynced(1, Duration::from_secs(5))));
+    assert!(rt.block_on(b.wait_resynced(1, Duration::from_secs(5))));
+
+    // A success only changes the odds: it waits for the linger.
+    a.record_success(&one_success(1), now_ms());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        a.stats().queued_writes,
+        1,
+        "the success was sent before its linger"
+    );
+
+    // A cooldown changes who may be chosen: it ends the linger begun for the success and goes
+    // at once, the success with it.
+    let until = now_ms() + 60_000;
+    a.extend_cooldown(2, until);
+    wait_until(Duration::from_secs(10), || {
+        read(&b, |v| v.cooldown_until(2)) == Some(until)
+    })
+    .expect("the cooldown waited for the linger");
+    assert!(wait_until(Duration::from_secs(5), || a.stats().queued_writes == 0).is_some());
+
+    // A failure queued alone is sent at once too (its signal ends the linger it begins).
+    a.record_failure(
+        &one_failure(4, FailureKind::Retryable),
+        &policy(1),
+        now_ms(),
+    );
+    wait_until(Duration::from_secs(10), || {
+        read(&b, |v| v.cooldown_until(4)).is_some()
+    })
+    .expect("the failure waited for the linger");
+    drop((a, b));
+    cleanup(&url, &prefix);
+}
+
+#[test]
 fn credential_enable_propagates_to_other_proxies_fast() {
     let url = redis_url();
     let rt = runtime();

@@ -131,6 +131,7 @@ impl RedisStore {
             live: AtomicU32::new(1),
             sync: Mutex::new(SyncState::default()),
             wake: Notify::new(),
+            urgent: Notify::new(),
             lease_dirty: Notify::new(),
             counters: RedisCounters::default(),
             config,
@@ -330,6 +331,7 @@ impl RedisStore {
         for e in op.entities() {
             state.versions.add_pending(e);
         }
+        let urgent = op.urgent();
         state.queue.push_back((op, lag::now_us()));
         while state.queue.len() > self.shared.config.max_queue {
             if let Some((old, _)) = state.queue.pop_front() {
@@ -341,6 +343,9 @@ impl RedisStore {
                     .dropped_writes
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if urgent {
+            self.shared.urgent.notify_one();
         }
         self.shared.wake.notify_one();
     }

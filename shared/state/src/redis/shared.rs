@@ -38,8 +38,10 @@ pub struct RedisConfig {
     /// Most queued writes per pipelined batch (each member's successes in it fold into one
     /// script call, so a batch usually runs far fewer scripts).
     pub batch_size: usize,
-    /// How long the writer lets writes gather before sending a batch that is not full: fewer
-    /// round trips and wake-ups per request, at the cost of this much propagation delay.
+    /// How long the writer lets successes and sticky bindings gather before sending a batch
+    /// that is not full: fewer round trips and wake-ups per request, at the cost of this much
+    /// propagation delay. A queued failure, cooldown, breaker or credential change is sent at
+    /// once (with whatever is queued beside it).
     pub flush_linger: Duration,
     /// Connect and response timeout of every Redis call.
     pub timeout: Duration,
@@ -165,6 +167,14 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Whether the writer sends this write at once instead of letting writes gather for the
+    /// linger: everything that can change which members and channels are chosen (a failure, a
+    /// cooldown, a breaker's trip or reset, a credential's state). A success or a sticky binding
+    /// changes only the odds or one session, and is the bulk of the writes under load.
+    pub(crate) fn urgent(&self) -> bool {
+        !matches!(self, Op::Success(_) | Op::Sticky { .. })
+    }
+
     /// The entities this write touches (shielded from remote values until its result is back).
     pub(crate) fn entities(&self) -> Vec<Entity> {
         match self {
@@ -205,6 +215,9 @@ pub(crate) struct Shared {
     pub live: AtomicU32,
     pub sync: Mutex<SyncState>,
     pub wake: Notify,
+    /// Signalled when a write that must not linger is queued ([`Op::urgent`]): it ends a
+    /// linger already begun.
+    pub urgent: Notify,
     pub lease_dirty: Notify,
     pub counters: RedisCounters,
     pub config: RedisConfig,

@@ -171,7 +171,13 @@ impl Writer {
                 () = self.shared.wake.notified() => {
                     let linger = self.shared.config.flush_linger;
                     if !linger.is_zero() && self.shared.lock().queue.len() < self.shared.config.batch_size {
-                        tokio::time::sleep(linger).await;
+                        // A write that must not linger, queued before or during it, ends it: its
+                        // signal waits for this linger when it came first (one that came with a
+                        // full batch, sent without lingering, ends the next linger early).
+                        tokio::select! {
+                            () = tokio::time::sleep(linger) => {}
+                            () = self.shared.urgent.notified() => {}
+                        }
                     }
                     self.flush(conn).await?;
                     self.limit_claims(conn).await?;
