@@ -444,6 +444,47 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_stream_error_event_carries_the_gateway_error_body_in_each_form() {
+        let event = |p| {
+            gateway_stream_error_event(p, 429, "rate_limit_error", "limit_reached", "slow down")
+        };
+        let o = event(Protocol::OpenAi);
+        let data = o
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        assert_eq!(
+            j(data),
+            json!({"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"limit_reached"}})
+        );
+        let a = event(Protocol::Anthropic);
+        let data = a
+            .strip_prefix("event: error\ndata: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        assert_eq!(
+            j(data),
+            json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})
+        );
+        let g = event(Protocol::Gemini);
+        let data = g
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        assert_eq!(
+            j(data),
+            json!({"error":{"code":429,"message":"slow down","status":"RESOURCE_EXHAUSTED"}})
+        );
+        // One event each: the blank line that ends it is its only one.
+        for e in [o, a, g] {
+            assert_eq!(e.matches("\n\n").count(), 1, "{e:?}");
+        }
+    }
+
+    #[test]
     fn stream_error_events_per_protocol() {
         let o = stream_error_event(Protocol::OpenAi, "boom");
         assert!(o.starts_with("data: ") && o.ends_with("\n\n"));
