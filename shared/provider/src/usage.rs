@@ -838,6 +838,43 @@ mod tests {
         );
     }
 
+    /// A details object is where the cached figure is read from, not a figure itself: a usage
+    /// object holding only the details charges nothing and refuses nothing, and a refused
+    /// cached figure is named by its own kind.
+    #[test]
+    fn a_details_object_is_read_for_its_cached_figure_and_is_no_figure_itself() {
+        for text in [
+            r#"{"prompt_tokens_details":{"cached_tokens":3}}"#,
+            r#"{"prompt_tokens":null,"completion_tokens":null,"prompt_tokens_details":{}}"#,
+            r#"{"prompt_tokens_details":{"audio_tokens":2}}"#,
+        ] {
+            let kinds = warned_kinds(|| {
+                assert_eq!(
+                    usage_text(Protocol::OpenAi, text),
+                    Usage::default(),
+                    "{text}"
+                );
+            });
+            assert!(kinds.is_empty(), "{text}: {kinds:?}");
+        }
+        let kinds = warned_kinds(|| {
+            assert_eq!(
+                responses_answer_usage(
+                    br#"{"usage":{"input_tokens_details":{"cached_tokens":3}}}"#
+                ),
+                Usage::default()
+            );
+        });
+        assert!(kinds.is_empty(), "{kinds:?}");
+        let kinds = warned_kinds(|| {
+            usage_text(
+                Protocol::OpenAi,
+                r#"{"prompt_tokens_details":{"cached_tokens":"3"}}"#,
+            );
+        });
+        assert_eq!(kinds, ["a string"]);
+    }
+
     #[test]
     fn gemini_usage_names_cached_tokens_only_when_there_are_some() {
         let none = FullUsage {
