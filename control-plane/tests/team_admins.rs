@@ -640,6 +640,68 @@ async fn another_teams_resources_are_missing_and_writes_leaving_the_team_are_ref
     assert_eq!(rule.body["team_id"], f.alpha);
 }
 
+/// A team admin cannot tell another team's resource from one that does not exist: the 404 says
+/// what a fleet admin's says for an id no row has, naming the resource by its own name. A limit
+/// whose scope is another team, or another team's token, says which.
+#[sqlx::test(migrations = "../migrations")]
+async fn another_teams_resource_is_missing_in_the_words_of_one_that_does_not_exist(pool: PgPool) {
+    let app = test_app(pool);
+    let f = fleet(&app).await;
+    let (_, admin) = new_team_token(&app, "alpha-admin", "admin", Some(f.alpha)).await;
+    let missing = 999_999;
+    let cases = [
+        ("/api/v1/tokens/{id}", f.beta_token, "token"),
+        ("/api/v1/limits/{id}", f.beta_token_limit, "limit"),
+        ("/api/v1/cache_rules/{id}", f.fleet_rule, "cache rule"),
+        ("/api/v1/teams/{id}", f.beta, "team"),
+    ];
+    for (template, other, noun) in cases {
+        let reply = as_token(&app, &admin, "GET", &concrete(template, other), None).await;
+        assert_missing(&reply, template);
+        assert_eq!(
+            reply.body["error"]["message"],
+            format!("{noun} {other} not found"),
+            "{template}"
+        );
+        let reply = app.get(&concrete(template, missing)).await;
+        assert_missing(&reply, template);
+        assert_eq!(
+            reply.body["error"]["message"],
+            format!("{noun} {missing} not found"),
+            "{template}"
+        );
+    }
+
+    let administers = "the only team this admin token administers";
+    let (alpha, beta) = (f.alpha, f.beta);
+    let one_a_minute = |scope: &str, id: i64| {
+        json!({"scope": scope, "scope_id": id, "metric": "requests",
+               "window": "minute", "value": 1})
+    };
+    let writes = [
+        (
+            "POST",
+            "/api/v1/limits".to_owned(),
+            one_a_minute("team", beta),
+            format!("scope_id: team {beta} is not of team {alpha}, {administers}"),
+        ),
+        (
+            "POST",
+            "/api/v1/limits".to_owned(),
+            one_a_minute("token", f.beta_token),
+            format!(
+                "scope_id: token {} is not of team {alpha}, {administers}",
+                f.beta_token
+            ),
+        ),
+    ];
+    for (m, path, body, message) in writes {
+        let reply = as_token(&app, &admin, m, &path, Some(body.clone())).await;
+        assert_refused(&reply, "outside_team", &format!("{m} {path} {body}"));
+        assert_eq!(reply.body["error"]["message"], message, "{m} {path} {body}");
+    }
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_team_admin_reads_only_its_teams_usage_requests_and_audit(pool: PgPool) {
     let app = test_app(pool.clone());
