@@ -224,13 +224,16 @@ fn compared(dir: &Path) -> serde_json::Map<String, Value> {
 /// its own (so every request misses, is sent upstream and its answer stored) against the same
 /// requests on a route without a rule, through the same proxy — in memory (`miss_memory` over
 /// `miss_off`) and with Redis as the store (`miss_redis` over `miss_redis_off`, a proxy whose
-/// state is in Redis too).
+/// state is in Redis too); and the same misses sent with `Cache-Control: no-store`
+/// (`*_nostore`: looked up, never stored), the lookup's share of that cost.
 fn cache_miss(dir: &Path) -> serde_json::Map<String, Value> {
     let mut out = serde_json::Map::new();
     let cpu = |run: &Value| num(run, "/cpu/total_us_per_request");
     for (store, run, baseline) in [
         ("memory", "miss_memory", "miss_off"),
         ("redis", "miss_redis", "miss_redis_off"),
+        ("memory_lookup", "miss_memory_nostore", "miss_off"),
+        ("redis_lookup", "miss_redis_nostore", "miss_redis_off"),
     ] {
         for c in ["1", "64"] {
             let (Some(run), Some(base)) = (
@@ -440,6 +443,7 @@ mod tests {
         };
         write("miss_off_c64.json", 1.0, 40.0);
         write("miss_memory_c64.json", 1.25, 46.5);
+        write("miss_memory_nostore_c64.json", 1.125, 43.0);
         write("fixed_direct_c1.json", 0.100, 0.0);
         write("fixed_nginx_c1.json", 0.120, 0.0);
         write("fixed_cache_hit_c1.json", 0.110, 0.0);
@@ -454,7 +458,13 @@ mod tests {
             miss["memory_c64"]["added_cpu_us_per_request"], 6.5,
             "{miss}"
         );
+        assert_eq!(
+            miss["memory_lookup_c64"]["added_cpu_us_per_request"], 3.0,
+            "the lookup alone, against the same route without a rule: {miss}"
+        );
+        assert_eq!(miss["memory_lookup_c64"]["added_p50_ms"], 0.125, "{miss}");
         assert!(miss.get("redis_c64").is_none() && miss.get("memory_c1").is_none());
+        assert!(miss.get("redis_lookup_c64").is_none());
         let nginx = &summary["nginx_reference"];
         assert_eq!(nginx["c1_added_us"]["cache_hit"]["p50"], 10.0, "{nginx}");
         assert_eq!(
