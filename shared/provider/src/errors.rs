@@ -448,34 +448,26 @@ mod tests {
         let event = |p| {
             gateway_stream_error_event(p, 429, "rate_limit_error", "limit_reached", "slow down")
         };
+        // The event's JSON, between the lines that open it and the blank line that ends it.
+        let body = |e: &str, opening: &str| {
+            j(e.strip_prefix(opening)
+                .unwrap()
+                .strip_suffix("\n\n")
+                .unwrap())
+        };
         let o = event(Protocol::OpenAi);
-        let data = o
-            .strip_prefix("data: ")
-            .unwrap()
-            .strip_suffix("\n\n")
-            .unwrap();
         assert_eq!(
-            j(data),
+            body(&o, "data: "),
             json!({"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":"limit_reached"}})
         );
         let a = event(Protocol::Anthropic);
-        let data = a
-            .strip_prefix("event: error\ndata: ")
-            .unwrap()
-            .strip_suffix("\n\n")
-            .unwrap();
         assert_eq!(
-            j(data),
+            body(&a, "event: error\ndata: "),
             json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})
         );
         let g = event(Protocol::Gemini);
-        let data = g
-            .strip_prefix("data: ")
-            .unwrap()
-            .strip_suffix("\n\n")
-            .unwrap();
         assert_eq!(
-            j(data),
+            body(&g, "data: "),
             json!({"error":{"code":429,"message":"slow down","status":"RESOURCE_EXHAUSTED"}})
         );
         // One event each: the blank line that ends it is its only one.
