@@ -18,7 +18,6 @@ use sqlx::postgres::PgConnectOptions;
 use switchyard_mock_upstream::MockUpstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::dechunk;
 use crate::process::Process;
 
 /// The two binaries the harness starts, as the test crate names them (`CARGO_BIN_EXE_*` is
@@ -630,4 +629,19 @@ pub async fn metric_sum(proxies: &[Proxy], series: &str) -> u64 {
             .unwrap_or(0);
     }
     sum
+}
+
+/// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
+pub fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        raw = rest[size..].trim_start_matches("\r\n");
+    }
+    out
 }

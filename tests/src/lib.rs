@@ -7,20 +7,7 @@ pub mod fleet;
 pub mod process;
 pub mod traffic;
 
-/// The payload of an HTTP/1.1 chunked body (the tests' raw-socket clients read whole answers).
-pub fn dechunk(mut raw: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = raw.split_once("\r\n") {
-        let size =
-            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        raw = rest[size..].trim_start_matches("\r\n");
-    }
-    out
-}
+pub use control::dechunk;
 
 /// One HTTP/1.1 request over a fresh connection (`connection: close`), with `headers` (each
 /// line ending in CRLF) beside the JSON content type: the answer's status and JSON body
