@@ -339,20 +339,8 @@ pub async fn explain(
     State(state): State<AppState>,
     Query(query): Query<ExplainQuery>,
 ) -> ApiResult<Json<Value>> {
-    let model = query
-        .model
-        .as_deref()
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| ApiError::bad_request(Some("model"), "model is required"))?;
-    let published = state
-        .publisher
-        .current()
-        .ok_or_else(|| ApiError::Unavailable {
-            message:
-                "no route snapshot compiled yet; the control plane is still connecting to Postgres"
-                    .to_owned(),
-        })?;
+    let model = required_model(&query)?;
+    let published = published(&state)?;
     let token = match query.token.as_deref().filter(|t| !t.trim().is_empty()) {
         Some(text) => Some(find_token(&published.snapshot, text)?.clone()),
         None => None,
@@ -423,6 +411,28 @@ pub async fn explain(
         }
     }
     Ok(Json(body))
+}
+
+/// The query's model, trimmed: a 400 naming `model` when it is missing or blank.
+fn required_model(query: &ExplainQuery) -> ApiResult<&str> {
+    query
+        .model
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_request(Some("model"), "model is required"))
+}
+
+/// The snapshot the proxies are sent now: a 503 until the first one is compiled.
+fn published(state: &AppState) -> ApiResult<Arc<crate::publisher::Published>> {
+    state
+        .publisher
+        .current()
+        .ok_or_else(|| ApiError::Unavailable {
+            message:
+                "no route snapshot compiled yet; the control plane is still connecting to Postgres"
+                    .to_owned(),
+        })
 }
 
 /// What explain says of a request's content: the model, the endpoint a cache rule names and

@@ -89,16 +89,7 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
         body: body.normalised(),
     };
     let key = parts.key();
-    // Looked up by meaning only when an answer can be both read and stored; only then is the
-    // body parsed into a value (the prompt's texts are read from it).
-    let semantic = rule
-        .semantic
-        .as_ref()
-        .filter(|_| read && write)
-        .and_then(|part| {
-            let value: Value = serde_json::from_slice(&ctx.body).ok()?;
-            Some((part, partition(&parts, &value, &part.model), value))
-        });
+    let semantic = by_meaning_too(rule, read && write, &parts, &ctx.body);
     let store = write.then(|| Store {
         key,
         shape,
@@ -132,6 +123,20 @@ pub async fn lookup(state: &AppState, ctx: &mut Ctx<'_>) -> Looked {
             Looked::Proxy(None)
         }
     }
+}
+
+/// The rule's semantic part, the request's partition and its body as a value, when the request
+/// is also looked up by meaning: only when its answer can be both read and stored (`both`), and
+/// only then is the body parsed into a value (the prompt's texts are read from it).
+fn by_meaning_too<'r>(
+    rule: &'r CacheRule,
+    both: bool,
+    parts: &KeyParts<'_>,
+    body: &[u8],
+) -> Option<(&'r SemanticPart, [u8; 32], Value)> {
+    let part = rule.semantic.as_ref().filter(|_| both)?;
+    let value: Value = serde_json::from_slice(body).ok()?;
+    Some((part, partition(parts, &value, &part.model), value))
 }
 
 /// The rule's search by meaning through its semantic part. The future holds only what the
