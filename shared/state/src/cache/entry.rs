@@ -137,6 +137,12 @@ impl CacheEntry {
     /// The entry as stored in a shared store: a version byte, big-endian integers, the body.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size());
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// [`CacheEntry::encode`]'s bytes appended to `out` (no buffer of their own).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.push(LAYOUT_V1);
         for n in [
             self.stored_at,
@@ -149,7 +155,6 @@ impl CacheEntry {
         out.push(u8::from(self.cost_pico.is_some()));
         out.extend_from_slice(&self.cost_pico.unwrap_or(0).to_be_bytes());
         out.extend_from_slice(&self.body);
-        out
     }
 
     /// Reads [`CacheEntry::encode`]'s bytes back; `None` for anything else.

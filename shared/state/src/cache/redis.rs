@@ -144,7 +144,7 @@ impl RedisCache {
         let expires_at = now.saturating_add(ttl_ms);
         let mut value = Vec::with_capacity(8 + entry.size());
         value.extend_from_slice(&expires_at.to_be_bytes());
-        value.extend_from_slice(&entry.encode());
+        entry.encode_into(&mut value);
         Write {
             key: self.key(key),
             value,

@@ -74,6 +74,9 @@ const BATCH_WRITES: usize = 128;
 const IN_FLIGHT: usize = 4;
 /// Most bytes one script call carries (a larger write goes alone).
 const BATCH_BYTES: usize = 4 << 20;
+/// How long a batch waits for more writes after its first: an entry is readable by every
+/// proxy this much later than it would be otherwise (its own request is never held up).
+pub(super) const LINGER: Duration = Duration::from_millis(2);
 
 /// One entry to store: its Redis key, its stored value, its time to live and the writer's
 /// clock; `reply` hears whether it was stored.
@@ -96,6 +99,9 @@ pub(super) struct Writes {
 pub(super) struct Writer {
     rx: mpsc::Receiver<Write>,
     sink: Sink,
+    /// How long a batch waits for more writes after its first ([`LINGER`] unless a test
+    /// says otherwise).
+    linger: Duration,
 }
 
 /// Where the writer writes, and where it reports what Redis holds.
@@ -145,7 +151,11 @@ pub(super) fn queue(
         conn,
         usage,
     };
-    let writer = Writer { rx, sink };
+    let writer = Writer {
+        rx,
+        sink,
+        linger: LINGER,
+    };
     (writes, writer)
 }
 
@@ -183,31 +193,53 @@ impl Writes {
 
 impl Writer {
     /// Stores what is queued, a batch at a time (up to [`IN_FLIGHT`] at once), until the
-    /// queue's sender is dropped.
+    /// queue's sender is dropped; what is queued then is still stored.
+    ///
+    /// A batch begins with the first write that arrives; unless a full batch is already
+    /// queued, the writer then waits [`Writer::linger`] for more before taking what is queued
+    /// (without being woken by each write meanwhile): one script call then carries the writes
+    /// of that moment, where sending as soon as a call was answered made a call of one or two
+    /// writes per request under load, each costing its own round trip and wake-ups.
     pub async fn run(self) {
-        let Writer { mut rx, sink } = self;
+        let Writer {
+            mut rx,
+            sink,
+            linger,
+        } = self;
         let script = Script::new(PUT);
         let mut flying = FuturesUnordered::new();
         loop {
+            let mut batch = Vec::new();
+            // The first write, answering the calls in flight meanwhile. `recv_many` loses
+            // nothing when the other branch wins.
             tokio::select! {
-                batch = next_batch(&mut rx, &sink.queued_bytes), if flying.len() < IN_FLIGHT => {
-                    let Some(batch) = batch else { break };
-                    flying.push(sink.send(&script, batch));
-                }
-                Some(()) = flying.next(), if !flying.is_empty() => {}
+                got = rx.recv_many(&mut batch, 1) => if got == 0 { break },
+                Some(()) = flying.next(), if !flying.is_empty() => continue,
             }
+            if !linger.is_zero() && rx.len() + 1 < BATCH_WRITES {
+                let until = tokio::time::sleep(linger);
+                tokio::pin!(until);
+                loop {
+                    tokio::select! {
+                        () = &mut until => break,
+                        Some(()) = flying.next(), if !flying.is_empty() => {}
+                    }
+                }
+            }
+            fill(&mut rx, &mut batch, &sink.queued_bytes);
+            while flying.len() >= IN_FLIGHT {
+                flying.next().await;
+            }
+            flying.push(sink.send(&script, batch));
         }
         while flying.next().await.is_some() {}
     }
 }
 
-/// The next batch: at least one write (waited for), then what is queued, up to a batch's
-/// bounds; `None` once the queue's sender is gone.
-async fn next_batch(rx: &mut mpsc::Receiver<Write>, queued: &AtomicU64) -> Option<Vec<Write>> {
-    let mut batch = Vec::with_capacity(BATCH_WRITES);
-    if rx.recv_many(&mut batch, 1).await == 0 {
-        return None;
-    }
+/// Adds to `batch` (holding at least its first write) what is queued, up to a batch's bounds;
+/// the batch's bytes leave the queue's count.
+fn fill(rx: &mut mpsc::Receiver<Write>, batch: &mut Vec<Write>, queued: &AtomicU64) {
+    batch.reserve(rx.len().min(BATCH_WRITES));
     let mut bytes = batch.iter().map(|w| w.value.len()).sum::<usize>();
     while batch.len() < BATCH_WRITES && bytes < BATCH_BYTES {
         match rx.try_recv() {
@@ -219,7 +251,6 @@ async fn next_batch(rx: &mut mpsc::Receiver<Write>, queued: &AtomicU64) -> Optio
         }
     }
     queued.fetch_sub(bytes as u64, Ordering::Relaxed);
-    Some(batch)
 }
 
 impl Sink {
@@ -362,6 +393,81 @@ mod tests {
             assert_eq!(told, Err(CacheUnavailable("not connected".into())));
         }
         drop(writes);
+        running.await.unwrap();
+    }
+
+    /// A writer without a connection that lingers a minute, and when the test began.
+    fn lingering() -> (Writes, Writer, tokio::time::Instant) {
+        let (writes, mut writer) = unconnected();
+        writer.linger = Duration::from_secs(60);
+        (writes, writer, tokio::time::Instant::now())
+    }
+
+    // The clock is paused: it moves only when every task waits, straight to the next timer.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_the_linger_for_more_writes_and_takes_them_along() {
+        let (writes, writer, began) = lingering();
+        let (w, mut first) = write(10);
+        writes.offer(w);
+        let running = tokio::spawn(writer.run());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(first.try_recv().is_err(), "still lingering after a second");
+        let mut later = Vec::new();
+        for _ in 0..5 {
+            let (w, answer) = write(10);
+            writes.offer(w);
+            later.push(answer);
+        }
+        assert!(first.await.unwrap().is_err(), "unconnected: unavailable");
+        for answer in later {
+            assert!(answer.await.unwrap().is_err());
+            let waited = began.elapsed();
+            assert!(
+                waited >= Duration::from_secs(60) && waited < Duration::from_secs(61),
+                "sent with the first write when its linger ended, not after one of their own: {waited:?}"
+            );
+        }
+        drop(writes);
+        running.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_already_queued_goes_without_lingering() {
+        let (writes, writer, began) = lingering();
+        let mut answers = Vec::new();
+        for _ in 0..BATCH_WRITES {
+            let (w, answer) = write(10);
+            writes.offer(w);
+            answers.push(answer);
+        }
+        let running = tokio::spawn(writer.run());
+        for answer in answers {
+            assert!(answer.await.unwrap().is_err());
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "no linger: {:?}",
+            began.elapsed()
+        );
+        drop(writes);
+        running.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_queued_when_the_queue_closes_are_still_sent() {
+        let (writes, writer, _) = lingering();
+        let running = tokio::spawn(writer.run());
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let (w, answer) = write(10);
+            writes.offer(w);
+            answers.push(answer);
+        }
+        drop(writes);
+        for answer in answers {
+            let told = answer.await.unwrap();
+            assert_eq!(told, Err(CacheUnavailable("not connected".into())));
+        }
         running.await.unwrap();
     }
 }
