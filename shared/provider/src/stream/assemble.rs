@@ -201,4 +201,76 @@ mod tests {
             serde_json::from_slice(&assembler.finish("m", usage).unwrap()).unwrap();
         assert_eq!(back["usage"]["prompt_tokens"], 9);
     }
+
+    fn assemble(protocol: Protocol, stream: &str) -> Option<serde_json::Value> {
+        let mut assembler = StreamAssembler::new(protocol);
+        assembler.push(stream.as_bytes());
+        let back = assembler.finish("m", Usage::default())?;
+        Some(serde_json::from_slice(&back).unwrap())
+    }
+
+    #[test]
+    fn a_stream_cut_after_its_finish_reason_but_before_its_end_event_gives_no_answer() {
+        let openai = concat!(
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        );
+        assert!(assemble(Protocol::OpenAi, openai).is_none(), "no [DONE]");
+        let done = format!("{openai}data: [DONE]\n\n");
+        assert!(assemble(Protocol::OpenAi, &done).is_some());
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n",
+        );
+        assert!(
+            assemble(Protocol::Anthropic, anthropic).is_none(),
+            "no message_stop"
+        );
+        let stopped =
+            format!("{anthropic}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n");
+        assert!(assemble(Protocol::Anthropic, &stopped).is_some());
+    }
+
+    #[test]
+    fn text_deltas_in_a_row_are_one_text_and_text_after_a_call_another() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"f\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"text_delta\",\"text\":\"after\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":3}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let back = assemble(Protocol::Anthropic, stream).unwrap();
+        let kinds: Vec<&str> = back["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["text", "tool_use", "text"], "{back}");
+        assert_eq!(back["content"][0]["text"], "Hello");
+        assert_eq!(back["content"][2]["text"], "after");
+    }
+
+    #[test]
+    fn a_last_event_without_its_blank_line_still_counts() {
+        let stream = concat!(
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]"
+        );
+        let back = assemble(Protocol::OpenAi, stream).unwrap();
+        assert_eq!(back["choices"][0]["message"]["content"], "x");
+    }
 }

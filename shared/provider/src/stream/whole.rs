@@ -474,4 +474,51 @@ mod tests {
             r#"[{"candidates":[{"content":{"role":"model","parts":[{"text":"Ha"}]},"index":0}]}]"#;
         assert!(gemini_array_answer(unfinished.as_bytes(), "g", Usage::default()).is_none());
     }
+
+    #[test]
+    fn a_completion_reads_choices_up_to_index_127_and_no_further() {
+        let at = |index: u32| {
+            format!("data: {{\"id\":\"c\",\"choices\":[{{\"index\":{index},\"text\":\"x\",\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n")
+        };
+        let answer = parse(&completion_answer(at(127).as_bytes(), Usage::default()).unwrap());
+        let choices = answer["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 128);
+        assert_eq!(choices[127]["text"], "x");
+        assert!(completion_answer(at(128).as_bytes(), Usage::default()).is_none());
+    }
+
+    #[test]
+    fn text_parts_open_without_annotations_and_their_deltas_carry_logprobs_refusals_neither() {
+        let answer = r#"{"id":"r","status":"completed","output":[{"type":"message","id":"m","content":[{"type":"output_text","text":"see","annotations":[{"type":"url_citation","url":"https://example.com"}]},{"type":"refusal","refusal":"no"}]}]}"#;
+        let stream = responses_stream(answer.as_bytes()).unwrap();
+        let all = events(&stream);
+        let find = |name: &str, index: u64| {
+            let event = all
+                .iter()
+                .map(|e| {
+                    (
+                        e.event.clone().unwrap_or_default(),
+                        parse(e.data.as_bytes()),
+                    )
+                })
+                .find(|(n, d)| n == name && d["content_index"] == index);
+            event.unwrap().1
+        };
+        let added = find("response.content_part.added", 0);
+        assert_eq!(added["part"]["text"], "");
+        assert_eq!(added["part"]["annotations"], json!([]));
+        let done = find("response.content_part.done", 0);
+        assert_eq!(done["part"]["annotations"][0]["type"], "url_citation");
+        assert_eq!(find("response.output_text.delta", 0)["logprobs"], json!([]));
+        assert_eq!(find("response.output_text.done", 0)["logprobs"], json!([]));
+
+        let added = find("response.content_part.added", 1);
+        assert_eq!(added["part"], json!({"type": "refusal", "refusal": ""}));
+        let delta = find("response.refusal.delta", 1);
+        assert_eq!(delta["delta"], "no");
+        assert!(delta.get("logprobs").is_none(), "{delta}");
+        let done = find("response.refusal.done", 1);
+        assert_eq!(done["refusal"], "no");
+        assert!(done.get("logprobs").is_none(), "{done}");
+    }
 }
