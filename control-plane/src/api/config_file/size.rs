@@ -33,6 +33,12 @@ mod tests {
     use crate::error::ApiError;
 
     #[test]
+    fn the_bound_is_the_documented_16_mib() {
+        // Written out, not derived: the reference and the config-as-code guide promise it.
+        assert_eq!(MAX_SNAPSHOT_BYTES, 16_777_216);
+    }
+
+    #[test]
     fn a_snapshot_over_the_bound_is_refused_naming_its_size() {
         let parts = switchyard_config::parse_raw(
             "channels:\n- name: a\n  provider: mock\nroutes:\n- model_pattern: m\n  members:\n  - channel: a\n",
