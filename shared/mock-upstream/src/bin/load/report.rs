@@ -296,14 +296,17 @@ fn nginx_reference(dir: &Path) -> Value {
                 "proxy_over_nginx": ratio(cpu(&proxy, "total"), cpu(&nginx, "total")),
             }),
         );
-        // The proxy's bare stack (LOAD_BARE) and the earlier build on the same upstream
-        // (LOAD_BEFORE_PROXY_BIN), when measured.
-        for who in ["bare", "before", "cache_hit"] {
+        // The proxy's bare stack (LOAD_BARE), the earlier build on the same upstream
+        // (LOAD_BEFORE_PROXY_BIN), the cache's hits and the fleet proxy as operators run it
+        // (LOAD_FLEET), when measured.
+        for who in WHO_ELSE {
             if let Some(run) = read(dir, &format!("fixed_{who}_c64.json")) {
+                let rps = num(&run, "/throughput_rps");
                 out.insert(
                     format!("c64_{who}"),
                     json!({
-                        "throughput_rps": num(&run, "/throughput_rps"),
+                        "throughput_rps": rps,
+                        "throughput_over_nginx": ratio(rps, n),
                         "cpu_us_per_request": times(&run),
                         format!("{who}_over_nginx"): ratio(cpu(&run, "total"), cpu(&nginx, "total")),
                     }),
@@ -330,6 +333,9 @@ fn nginx_reference(dir: &Path) -> Value {
                 "bare": added("bare"),
                 "p50_bare_over_nginx": ratio(median_of("bare", "p50"), median_of("nginx", "p50")),
                 "before": added("before"),
+                "p50_before_over_nginx": ratio(median_of("before", "p50"), median_of("nginx", "p50")),
+                "fleet": added("fleet"),
+                "p50_fleet_over_nginx": ratio(median_of("fleet", "p50"), median_of("nginx", "p50")),
                 "cache_hit": added("cache_hit"),
                 "p50_cache_hit_over_nginx": ratio(median_of("cache_hit", "p50"), median_of("nginx", "p50")),
                 "rounds": rounds,
@@ -339,8 +345,11 @@ fn nginx_reference(dir: &Path) -> Value {
     Value::Object(out)
 }
 
-/// The latency each of nginx, the proxy, its bare stack, the earlier build and the proxy answering
-/// from its response cache adds over the direct call at c=1,
+/// The rows of the nginx comparison besides nginx and the proxy: its bare stack, the earlier
+/// build, the proxy answering from its response cache, the fleet proxy (limits and request log).
+const WHO_ELSE: [&str; 4] = ["bare", "before", "cache_hit", "fleet"];
+
+/// The latency each of nginx, the proxy and [`WHO_ELSE`] adds over the direct call at c=1,
 /// in µs, for each round `scripts/load` ran (`fixed_*_c1.json`, then `fixed_*_c1_r2.json`, …),
 /// each against its own round's direct run.
 fn c1_rounds(dir: &Path) -> Vec<Value> {
@@ -355,7 +364,7 @@ fn c1_rounds(dir: &Path) -> Vec<Value> {
             break;
         };
         let mut added = serde_json::Map::new();
-        for who in ["nginx", "proxy", "bare", "before", "cache_hit"] {
+        for who in ["nginx", "proxy"].into_iter().chain(WHO_ELSE) {
             if let Some(run) = read(dir, &format!("fixed_{who}_c1{tag}.json")) {
                 let us = |q: &str| {
                     diff(&run, &direct, &format!("/latency_ms/{q}"))
@@ -406,14 +415,16 @@ mod tests {
         };
         // Round 1: direct 0.100 ms, nginx +20 µs, proxy +30 µs; round 2 drifted by +50 µs on
         // every run; round 3: nginx +10, proxy +60.
-        for (tag, direct, nginx, proxy) in [
-            ("", 0.100, 0.120, 0.130),
-            ("_r2", 0.150, 0.170, 0.190),
-            ("_r3", 0.100, 0.110, 0.160),
+        // The fleet proxy (limits, request log): +25, +25, +30 µs.
+        for (tag, direct, nginx, proxy, fleet) in [
+            ("", 0.100, 0.120, 0.130, 0.125),
+            ("_r2", 0.150, 0.170, 0.190, 0.175),
+            ("_r3", 0.100, 0.110, 0.160, 0.130),
         ] {
             write(&format!("fixed_direct_c1{tag}.json"), direct);
             write(&format!("fixed_nginx_c1{tag}.json"), nginx);
             write(&format!("fixed_proxy_c1{tag}.json"), proxy);
+            write(&format!("fixed_fleet_c1{tag}.json"), fleet);
         }
         let summary = nginx_reference(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -423,6 +434,8 @@ mod tests {
         assert_eq!(c1["nginx"]["p50"], 20.0);
         assert_eq!(c1["proxy"]["p50"], 40.0);
         assert_eq!(c1["p50_proxy_over_nginx"], 2.0);
+        assert_eq!(c1["fleet"]["p50"], 25.0);
+        assert_eq!(c1["p50_fleet_over_nginx"], 1.25);
         assert!(c1["before"].is_null());
         assert!(c1["bare"].is_null());
     }
