@@ -203,6 +203,38 @@ mod tests {
     }
 
     #[test]
+    fn thresholds_other_than_the_default_are_written_sorted_and_once() {
+        let mut hook = stored_hook();
+        hook.thresholds = vec![90, 25, 90];
+        assert_eq!(file_form(&hook).thresholds, Some(vec![25, 90]));
+        // 50, 80 and 100 in any order are the default, which the file leaves out.
+        hook.thresholds = vec![80, 100, 50];
+        assert_eq!(file_form(&hook).thresholds, None);
+    }
+
+    #[test]
+    fn a_new_url_replaces_the_stored_one_and_the_stored_one_reads_as_unchanged() {
+        let stored = [stored_hook()];
+        let url_of = |url: &str| {
+            let mut raw = canonical(&stored);
+            raw[0].url = url.into();
+            desired(&raw, &stored)
+                .ok()
+                .map(|hooks| hooks[0].url.clone())
+        };
+        assert_eq!(
+            url_of("https://hooks.example.com/services/T0/other").as_deref(),
+            Some("https://hooks.example.com/services/T0/other"),
+            "the file moves the webhook"
+        );
+        assert_eq!(
+            url_of("https://hooks.example.com/services/T0/secret").as_deref(),
+            Some("https://hooks.example.com/****"),
+            "the whole stored URL is as a read shows it: no change to plan"
+        );
+    }
+
+    #[test]
     fn a_secret_in_clear_or_a_masked_url_without_a_stored_one_is_refused() {
         let mut raw = canonical(&[stored_hook()]);
         raw[0].secret = Some("whsec-in-clear-0123456789".into());
