@@ -76,7 +76,7 @@ const IN_FLIGHT: usize = 4;
 const BATCH_BYTES: usize = 4 << 20;
 /// How long a batch waits for more writes after its first: an entry is readable by every
 /// proxy this much later than it would be otherwise (its own request is never held up).
-pub(super) const LINGER: Duration = Duration::from_millis(2);
+const LINGER: Duration = Duration::from_millis(2);
 
 /// One entry to store: its Redis key, its stored value, its time to live and the writer's
 /// clock; `reply` hears whether it was stored.
